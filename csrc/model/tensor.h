@@ -1,0 +1,51 @@
+#pragma once
+// Weight tensors as they sit in the model file, viewed in place.
+//
+// Every weight is a row-major matrix (a vector is one row). For GGUF files ne[0] is the
+// contiguous dimension, so rows = ne[1], cols = ne[0]; for safetensors shape [rows, cols].
+// Quantized rows are sequences of blocks (llama.cpp's layouts), so a row is row_bytes long:
+//
+//   data ──> | row 0: block 0 | block 1 | ... | row 1: block 0 | ... |
+//
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ossa {
+
+// Values follow ggml's type ids so a GGUF tensor type maps directly.
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+struct DTypeTraits {
+  int block_elems;  // elements per block (1 for plain floats)
+  int block_bytes;  // bytes per block
+};
+
+// Throws ModelError for a type ossa does not support, naming it.
+DTypeTraits dtype_traits(DType type);
+bool dtype_supported(uint32_t ggml_type);
+const char* dtype_name(DType type);
+std::string ggml_type_name(uint32_t ggml_type);  // also names types ossa does not support
+
+struct TensorView {
+  DType type = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;  // owned by the model's storage
+  size_t row_bytes = 0;           // bytes of one row
+
+  bool empty() const { return data == nullptr; }
+  size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+}  // namespace ossa

@@ -1,0 +1,25 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> str:
+    """Path of the default model's GGUF file (SmolLM2-135M-Instruct, Q4_1), fetched on first use."""
+    from ossa import models
+
+    return models.resolve("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tmp_models_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("models"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Keep the kernels' thread count fixed unless a test sets it.
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
