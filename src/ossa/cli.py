@@ -1,0 +1,148 @@
+"""The ``ossa`` command: generate | chat | serve | bench | pull | inspect."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV-cache budget in bytes")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
+    p.add_argument("--num-threads", type=int, default=None)
+    p.add_argument("--engine-seed", type=int, default=0, help="seed for requests that give none")
+    p.add_argument("--backend", choices=["cpp", "python"], default="cpp")
+
+
+def _engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(
+        max_model_len=args.max_model_len,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        block_size=args.block_size,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching,
+        num_threads=args.num_threads,
+        seed=args.engine_seed,
+        backend=args.backend,
+    )
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from . import models
+
+    path = models.pull(args.name)
+    print(path)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from . import models
+
+    info = models.inspect(models.resolve(args.model), kv_tokens=args.kv_tokens)
+    print(models.format_inspect(info))
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .cli_generate import run_generate
+
+    return run_generate(args, _engine_kwargs(args))
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from .cli_generate import run_chat
+
+    return run_chat(args, _engine_kwargs(args))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server.app import run_server
+
+    return run_server(args, _engine_kwargs(args))
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args, _engine_kwargs(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ossa", description="ossa: LLM inference on CPUs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
+    p.add_argument("prompt")
+    p.add_argument("--model", default=None, help="GGUF path, HF folder or short name (default: smollm2-135m)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=-1)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    _add_engine_args(p)
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("chat", help="interactive multi-turn chat (/reset clears history, Ctrl-D quits)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=-1)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--system", default=None, help="system prompt")
+    _add_engine_args(p)
+    p.set_defaults(func=_cmd_chat)
+
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    p.add_argument("model", nargs="?", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    _add_engine_args(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("bench", help="benchmarks: throughput | latency | serve")
+    p.add_argument("mode", choices=["throughput", "latency", "serve"])
+    p.add_argument("--model", default=None)
+    p.add_argument("--num-prompts", type=int, default=64)
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--base-url", default="http://127.0.0.1:8000")
+    p.add_argument("--concurrency", type=int, default=None)
+    p.add_argument("--request-rate", type=float, default=float("inf"))
+    _add_engine_args(p)
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("pull", help="fetch a model into the cache ($OSSA_HOME, default ~/.cache/ossa)")
+    p.add_argument("name", nargs="?", default="smollm2-135m")
+    p.set_defaults(func=_cmd_pull)
+
+    p = sub.add_parser("inspect", help="print a model's architecture, tensor types and memory needs")
+    p.add_argument("model", nargs="?", default=None)
+    p.add_argument("--kv-tokens", type=int, default=None, help="size the KV cache for this many tokens")
+    p.set_defaults(func=_cmd_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ossa: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
