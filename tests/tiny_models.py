@@ -1,0 +1,242 @@
+"""Tiny randomly initialised models for tests: Hugging Face folders and their GGUF conversions.
+
+``make_hf_model`` builds a transformers model from a config, re-initialises its weights with
+values large enough to give non-trivial logits, and writes it with ``save_pretrained``.
+``hf_to_gguf`` converts such a folder to GGUF following llama.cpp's ``convert_hf_to_gguf.py``
+conventions (architecture keys, ``blk.N.*`` tensor names, the Q/K row permutation of the llama
+architecture, norms and biases kept F32).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def make_hf_model(
+    out_dir: str | os.PathLike[str],
+    arch: str = "llama",
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int | None = None,
+    intermediate_size: int,
+    vocab_size: int,
+    tie: bool = False,
+    rope_scaling: dict[str, Any] | None = None,
+    seed: int = 0,
+    dtype: str = "float32",
+    rope_theta: float = 10000.0,
+    max_position_embeddings: int = 512,
+    rms_norm_eps: float = 1e-6,
+) -> str:
+    """Write a random ``arch`` model to ``out_dir`` (config.json + model.safetensors); return the path.
+
+    ``rope_scaling`` is e.g. ``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}``.
+    """
+    import torch
+    import transformers
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}")
+    kwargs: dict[str, Any] = dict(
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        vocab_size=vocab_size,
+        tie_word_embeddings=tie,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=rms_norm_eps,
+    )
+    if head_dim is not None:
+        kwargs["head_dim"] = head_dim
+    rope: dict[str, Any] = {"rope_theta": rope_theta, "rope_type": "default"}
+    if rope_scaling:
+        rope.update(rope_scaling)
+        if "type" in rope and "rope_type" not in rope_scaling:
+            rope["rope_type"] = rope.pop("type")
+    kwargs["rope_parameters"] = rope
+    config_cls = {
+        "llama": transformers.LlamaConfig,
+        "qwen2": transformers.Qwen2Config,
+        "qwen3": transformers.Qwen3Config,
+        "mistral": transformers.MistralConfig,
+    }[arch]
+    if arch == "mistral":
+        kwargs["sliding_window"] = None
+    config = config_cls(**kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in name:
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
+            elif p.ndim == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))  # biases
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+    if tie:
+        model.tie_weights()
+    torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    model = model.to(torch_dtype)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    return str(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# HF -> GGUF
+
+
+def _llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's Q/K row permutation: within each head, rows (2i, 2i+1) come from (i, i + d/2)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def _gguf_name(hf_name: str) -> str:
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "model.norm.weight":
+        return "output_norm.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    parts = hf_name.split(".")
+    if parts[:2] == ["model", "layers"]:
+        rest = ".".join(parts[3:])
+        if rest in _LAYER_NAMES:
+            return f"blk.{parts[2]}.{_LAYER_NAMES[rest]}"
+    raise ValueError(f"no GGUF name for tensor {hf_name!r}")
+
+
+def _read_hf_tensors(hf_dir: Path) -> dict[str, np.ndarray]:
+    import torch
+    from safetensors.torch import load_file
+
+    files = sorted(hf_dir.glob("*.safetensors"))
+    out: dict[str, np.ndarray] = {}
+    for f in files:
+        for k, v in load_file(str(f)).items():
+            out[k] = v.to(torch.float32).numpy()
+    return out
+
+
+def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str], ftype: str = "F32") -> str:
+    """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
+
+    ``ftype`` ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1") applies to every 2-D weight, token_embd
+    included; 1-D tensors (norms, biases) stay F32. A matrix whose row length is not a multiple of the
+    quantization block falls back to F16, as llama.cpp does.
+    """
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    hf_dir = Path(hf_dir)
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    model_type = cfg["model_type"]
+    arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[model_type]
+    n_head = cfg["num_attention_heads"]
+    n_head_kv = cfg.get("num_key_value_heads") or n_head
+    n_embd = cfg["hidden_size"]
+    head_dim = cfg.get("head_dim") or n_embd // n_head
+    rope = cfg.get("rope_parameters") or {}
+    rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    scaling = cfg.get("rope_scaling") or rope
+    scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
+
+    writer = gguf.GGUFWriter(str(out_path), arch)
+    writer.add_name(f"tiny-{model_type}")
+    writer.add_context_length(cfg.get("max_position_embeddings", 512))
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(cfg["num_hidden_layers"])
+    writer.add_feed_forward_length(cfg["intermediate_size"])
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
+    writer.add_rope_freq_base(float(rope_theta))
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_vocab_size(cfg["vocab_size"])
+    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32}[ftype])
+    if scaling_type == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(scaling["factor"]))
+    elif scaling_type == "llama3":
+        # llama.cpp writes a rope_freqs tensor for llama3 scaling; we also write the parameters as keys
+        # (ossa reads the keys).
+        writer.add_string(f"{arch}.rope.scaling.type", "llama3")
+        writer.add_rope_scaling_factor(float(scaling["factor"]))
+        writer.add_float32(f"{arch}.rope.scaling.low_freq_factor", float(scaling["low_freq_factor"]))
+        writer.add_float32(f"{arch}.rope.scaling.high_freq_factor", float(scaling["high_freq_factor"]))
+        writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    writer.add_tokenizer_model("gpt2")
+
+    qtype = {
+        "F32": QT.F32,
+        "F16": QT.F16,
+        "BF16": QT.BF16,
+        "Q8_0": QT.Q8_0,
+        "Q4_0": QT.Q4_0,
+        "Q4_1": QT.Q4_1,
+    }[ftype]
+    tensors = _read_hf_tensors(hf_dir)
+    if cfg.get("tie_word_embeddings"):
+        tensors.pop("lm_head.weight", None)
+    for hf_name in sorted(tensors):
+        w = tensors[hf_name]
+        name = _gguf_name(hf_name)
+        if arch == "llama" and name.endswith("attn_q.weight"):
+            w = _llama_permute(w, n_head)
+        elif arch == "llama" and name.endswith("attn_k.weight"):
+            w = _llama_permute(w, n_head_kv)
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        t = qtype if w.ndim == 2 else QT.F32
+        if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
+            t = QT.F16
+        if t == QT.F32:
+            writer.add_tensor(name, w)
+        elif t == QT.F16:
+            writer.add_tensor(name, w.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(w, t)
+            writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(out_path)
