@@ -1,5 +1,7 @@
 #pragma once
 // The weights of a Llama-family model, as views into the file(s) it came from.
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,21 @@ struct ModelWeights {
   TensorView output_norm;  // 1 x n_embd
   TensorView output;       // n_vocab x n_embd; equals tok_embd when tied
   std::vector<LayerWeights> layers;
+  // Optional, 1 x head_dim/2 F32: llama.cpp's per-frequency RoPE divisors (theta_i / rope_freqs[i]),
+  // written by llama.cpp's converter for Llama-3 rope scaling. Present only in such GGUF files; when
+  // config.rope_scaling.type is "llama3" the same scaling is described by the config as well.
+  TensorView rope_freqs;
+};
+
+// Every tensor of the model file(s) as stored, in file order (name as in the file), for listings
+// and tests. `view` is empty for a tensor of a type ossa does not read (e.g. an unused one).
+struct NamedTensor {
+  std::string name;
+  std::string type_name;  // "Q4_1", "F32", "BF16", ...
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t nbytes = 0;
+  TensorView view;
 };
 
 // A loaded model. `storage` keeps the memory maps (and any converted buffers) alive.
@@ -32,6 +49,12 @@ struct Model {
   std::string path;
   std::string format;  // "gguf" or "safetensors"
   std::shared_ptr<void> storage;
+  std::vector<NamedTensor> tensors;  // all tensors of the file(s)
+
+  // A tensor by file name ("blk.0.attn_q.weight") or canonical name ("layers.0.wq", "tok_embd",
+  // "output", ...); nullptr if there is none. Canonical views are what the forward pass uses (1-D
+  // tensors converted to F32).
+  const TensorView* find_tensor(const std::string& name) const;
 };
 
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError

@@ -1,0 +1,124 @@
+// Model loading: core.Model, core.load_model, core.gguf_metadata, core.dequantize_tensor.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include "model/dequantize.h"
+#include "model/gguf.h"
+#include "model/weights.h"
+#include "util/error.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+nb::object gguf_to_python(const ossa::GGUFValue& v) {
+  using ossa::GGUFType;
+  switch (v.type) {
+    case GGUFType::ARRAY: {
+      nb::list out;
+      for (const ossa::GGUFValue& e : *std::get<std::shared_ptr<ossa::GGUFArray>>(v.value)) out.append(gguf_to_python(e));
+      return out;
+    }
+    case GGUFType::STRING: {
+      // Strings are meant to be UTF-8; one that is not comes back as bytes (the twin does the same).
+      const std::string& s = std::get<std::string>(v.value);
+      PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+      if (u != nullptr) return nb::steal(u);
+      PyErr_Clear();
+      return nb::bytes(s.data(), s.size());
+    }
+    case GGUFType::BOOL: return nb::bool_(std::get<bool>(v.value));
+    case GGUFType::FLOAT32:
+    case GGUFType::FLOAT64: return nb::float_(std::get<double>(v.value));
+    default:
+      if (const auto* i = std::get_if<int64_t>(&v.value)) return nb::int_(*i);
+      return nb::steal(PyLong_FromUnsignedLongLong(std::get<uint64_t>(v.value)));
+  }
+}
+
+nb::dict config_dict(const ossa::ModelConfig& c) {
+  nb::dict d;
+  d["arch"] = c.arch;
+  d["n_vocab"] = c.n_vocab;
+  d["n_embd"] = c.n_embd;
+  d["n_layer"] = c.n_layer;
+  d["n_head"] = c.n_head;
+  d["n_head_kv"] = c.n_head_kv;
+  d["head_dim"] = c.head_dim;
+  d["n_ff"] = c.n_ff;
+  d["n_ctx_train"] = c.n_ctx_train;
+  d["rms_eps"] = c.rms_eps;
+  d["rope_theta"] = c.rope_theta;
+  nb::dict s;
+  s["type"] = c.rope_scaling.type;
+  s["factor"] = c.rope_scaling.factor;
+  s["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+  s["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+  s["original_max_position"] = c.rope_scaling.original_max_position;
+  d["rope_scaling"] = s;
+  d["rope_style"] = c.rope_style == ossa::RopeStyle::Interleaved ? "interleaved" : "neox";
+  d["qkv_bias"] = c.qkv_bias;
+  d["qk_norm"] = c.qk_norm;
+  d["tied_embeddings"] = c.tied_embeddings;
+  return d;
+}
+
+}  // namespace
+
+void bind_model(nb::module_& m) {
+  nb::class_<ossa::Model>(m, "Model", "A loaded model (opaque); use ossa.load_model.")
+      .def_prop_ro("config", [](const ossa::Model& self) { return config_dict(self.config); })
+      .def_prop_ro("path", [](const ossa::Model& self) { return self.path; })
+      .def_prop_ro("format", [](const ossa::Model& self) { return self.format; })
+      .def(
+          "tensors",
+          [](const ossa::Model& self) {
+            nb::list out;
+            for (const ossa::NamedTensor& t : self.tensors)
+              out.append(nb::make_tuple(t.name, t.type_name, t.rows, t.cols, t.nbytes));
+            return out;
+          },
+          "All tensors of the file(s): (name, type_name, rows, cols, nbytes).");
+
+  m.def(
+      "load_model",
+      [](const std::string& path) {
+        nb::gil_scoped_release release;
+        return ossa::load_model(path);
+      },
+      nb::arg("path"), "Load a GGUF file or a Hugging Face folder. Raises ModelError naming the problem.");
+
+  m.def(
+      "gguf_metadata",
+      [](const std::string& path) {
+        std::shared_ptr<ossa::GGUFFile> f;
+        {
+          nb::gil_scoped_release release;
+          f = ossa::GGUFFile::open(path);
+        }
+        nb::dict d;
+        for (const auto& [key, value] : f->metadata()) d[nb::str(key.data(), key.size())] = gguf_to_python(value);
+        return d;
+      },
+      nb::arg("path"), "The metadata of a GGUF file as Python values (arrays as lists).");
+
+  m.def(
+      "dequantize_tensor",
+      [](const ossa::Model& model, const std::string& name) {
+        const ossa::TensorView* v = model.find_tensor(name);
+        if (v == nullptr) throw ossa::InputError("no tensor '" + name + "' in the model (or of a type ossa cannot read)");
+        const size_t n = static_cast<size_t>(v->rows) * static_cast<size_t>(v->cols);
+        float* out = new float[n > 0 ? n : 1];
+        nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+        {
+          nb::gil_scoped_release release;
+          for (int64_t r = 0; r < v->rows; ++r) ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
+        }
+        return nb::ndarray<nb::numpy, float, nb::ndim<2>>(
+            out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)}, owner);
+      },
+      nb::arg("model"), nb::arg("name"),
+      "A tensor (file name or canonical name such as 'layers.0.wq') dequantized to float32 [rows, cols].");
+}

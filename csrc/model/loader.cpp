@@ -1,0 +1,447 @@
+// load_model: a GGUF file or a Hugging Face folder -> ossa::Model (config + validated weight views).
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "model/dequantize.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+#include "util/error.h"
+#include "util/json.h"
+#include "util/mmap.h"
+
+namespace ossa {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Keeps the maps and converted buffers alive for as long as any view into them.
+struct Storage {
+  std::vector<std::shared_ptr<GGUFFile>> gguf;
+  std::vector<std::shared_ptr<SafetensorsFile>> safetensors;
+  std::vector<std::vector<float>> buffers;
+  std::map<std::string, TensorView> canonical;  // "layers.0.wq" -> view used by the forward pass
+};
+
+// One tensor of the file(s) by its stored name.
+struct Raw {
+  std::string type_name;
+  bool supported = false;
+  TensorView view;
+  size_t n_dims = 0;
+};
+
+struct Builder {
+  std::string path;
+  std::map<std::string, Raw> raw;
+  Storage* storage;
+
+  bool has(const std::string& name) const { return raw.count(name) != 0; }
+
+  // A tensor the model needs, checked for presence, type and shape. `rows == 1` marks a vector;
+  // vectors are converted to F32 so the forward pass sees one type for norms and biases.
+  TensorView take(const std::string& name, const std::string& canonical, int64_t rows, int64_t cols,
+                  bool required = true) {
+    auto it = raw.find(name);
+    if (it == raw.end()) {
+      if (required) throw ModelError("missing tensor '" + name + "' in '" + path + "'");
+      return {};
+    }
+    const Raw& r = it->second;
+    if (!r.supported)
+      throw ModelError("unsupported tensor type '" + r.type_name + "' for tensor '" + name + "' in '" + path + "'");
+    const TensorView& v = r.view;
+    const bool vector = rows == 1;
+    if (v.rows != rows || v.cols != cols || (vector && r.n_dims != 1) || (!vector && r.n_dims < 2)) {
+      std::ostringstream msg;
+      msg << "shape mismatch for tensor '" << name << "' in '" << path << "': expected ";
+      if (vector) msg << "a vector of " << cols;
+      else msg << rows << " x " << cols << " (rows x cols)";
+      msg << ", got " << v.rows << " x " << v.cols << " (" << r.n_dims << "-D)";
+      throw ModelError(msg.str());
+    }
+    TensorView out = v;
+    const size_t align = v.type == DType::F32 ? 4 : (v.type == DType::F16 || v.type == DType::BF16) ? 2 : 1;
+    if (vector && v.type != DType::F32) {
+      std::vector<float>& buf = storage->buffers.emplace_back(static_cast<size_t>(cols));
+      dequantize_row(v, 0, buf.data());
+      out.type = DType::F32;
+      out.row_bytes = static_cast<size_t>(cols) * 4;
+      out.data = reinterpret_cast<const uint8_t*>(buf.data());
+    } else if (reinterpret_cast<uintptr_t>(v.data) % align != 0) {
+      // Possible only in a hand-made safetensors file; the kernels expect aligned elements.
+      std::vector<float>& buf = storage->buffers.emplace_back((v.nbytes() + 3) / 4);
+      std::memcpy(buf.data(), v.data, v.nbytes());
+      out.data = reinterpret_cast<const uint8_t*>(buf.data());
+    }
+    storage->canonical[canonical] = out;
+    return out;
+  }
+};
+
+int checked_dim(int64_t v, const char* what, const std::string& path, int64_t max = int64_t{1} << 30) {
+  if (v <= 0 || v > max)
+    throw ModelError(std::string("invalid ") + what + " " + std::to_string(v) + " in '" + path + "'");
+  return static_cast<int>(v);
+}
+
+void validate_config(ModelConfig& c, const std::string& path) {
+  checked_dim(c.n_vocab, "vocabulary size", path);
+  checked_dim(c.n_embd, "embedding size", path);
+  checked_dim(c.n_layer, "layer count", path, 4096);
+  checked_dim(c.n_head, "head count", path, 65536);
+  checked_dim(c.n_head_kv, "KV head count", path, 65536);
+  checked_dim(c.head_dim, "head dimension", path, 65536);
+  checked_dim(c.n_ff, "feed-forward size", path);
+  if (c.n_head % c.n_head_kv != 0)
+    throw ModelError("head count " + std::to_string(c.n_head) + " is not a multiple of the KV head count " +
+                     std::to_string(c.n_head_kv) + " in '" + path + "'");
+  if (c.head_dim % 2 != 0) throw ModelError("odd head dimension " + std::to_string(c.head_dim) + " in '" + path + "'");
+  if (c.n_ctx_train <= 0) c.n_ctx_train = 4096;
+  if (!(c.rms_eps > 0.0f) || !(c.rope_theta > 0.0f))
+    throw ModelError("invalid rms_eps or rope_theta in '" + path + "'");
+  if (!(c.rope_scaling.factor > 0.0f)) throw ModelError("invalid rope scaling factor in '" + path + "'");
+}
+
+void build_weights(Model& m, Builder& b, const std::function<std::string(int, const char*)>& name_of,
+                   const std::string& tok, const std::string& norm, const std::string& out) {
+  const ModelConfig& c = m.config;
+  const int64_t q = int64_t{c.n_head} * c.head_dim, kv = int64_t{c.n_head_kv} * c.head_dim;
+  ModelWeights& w = m.weights;
+  w.tok_embd = b.take(tok, "tok_embd", c.n_vocab, c.n_embd);
+  w.output_norm = b.take(norm, "output_norm", 1, c.n_embd);
+  if (c.tied_embeddings) {
+    w.output = w.tok_embd;
+    b.storage->canonical["output"] = w.output;
+  } else {
+    w.output = b.take(out, "output", c.n_vocab, c.n_embd);
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
+    l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
+    l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
+    l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
+    l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
+    if (c.qkv_bias) {
+      l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
+      l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
+      l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
+    }
+    if (c.qk_norm) {
+      l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.head_dim);
+      l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.head_dim);
+    }
+    if (b.has(name_of(i, "bo")))
+      throw ModelError("tensor '" + name_of(i, "bo") + "' (an attention output bias) is not supported");
+    l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
+    l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
+    l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
+    l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
+  }
+}
+
+// ---- GGUF -----------------------------------------------------------------------------------
+
+std::string gguf_name(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"attn_norm", "attn_norm.weight"}, {"wq", "attn_q.weight"},          {"wk", "attn_k.weight"},
+      {"wv", "attn_v.weight"},           {"wo", "attn_output.weight"},     {"bq", "attn_q.bias"},
+      {"bk", "attn_k.bias"},             {"bv", "attn_v.bias"},            {"bo", "attn_output.bias"},
+      {"q_norm", "attn_q_norm.weight"},  {"k_norm", "attn_k_norm.weight"}, {"ffn_norm", "ffn_norm.weight"},
+      {"w_gate", "ffn_gate.weight"},     {"w_up", "ffn_up.weight"},        {"w_down", "ffn_down.weight"}};
+  return "blk." + std::to_string(layer) + "." + k_names.at(field);
+}
+
+void load_gguf(Model& m, Storage& st) {
+  auto g = GGUFFile::open(m.path);
+  st.gguf.push_back(g);
+  Builder b{m.path, {}, &st};
+  for (const GGUFTensorInfo& info : g->tensors()) {
+    Raw r;
+    r.type_name = ggml_type_name(info.ggml_type);
+    r.supported = dtype_supported(info.ggml_type);
+    r.n_dims = info.ne.size();
+    NamedTensor nt{info.name, r.type_name, 1, info.ne[0], 0, {}};
+    for (size_t d = 1; d < info.ne.size(); ++d) nt.rows *= info.ne[d];
+    if (r.supported) {
+      r.view = g->view(info);
+      nt.view = r.view;
+      nt.nbytes = r.view.nbytes();
+    }
+    m.tensors.push_back(nt);
+    b.raw.emplace(info.name, r);
+  }
+
+  ModelConfig& c = m.config;
+  const std::string arch = g->get_string("general.architecture");
+  if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
+    throw ModelError("unknown architecture '" + arch + "' in '" + m.path +
+                     "' (ossa supports llama, qwen2, qwen3, mistral)");
+  c.arch = arch;
+  const std::string k = arch + ".";
+  c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
+  c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
+  c.n_head = checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
+  c.n_head_kv = checked_dim(g->get_int(k + "attention.head_count_kv", c.n_head), "attention.head_count_kv",
+                            m.path, 65536);
+  c.n_ff = checked_dim(g->get_int(k + "feed_forward_length", 0), "feed_forward_length", m.path);
+  const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+  c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim), "head dimension", m.path,
+                           65536);
+  if (g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
+    throw ModelError("attention.value_length differs from key_length in '" + m.path + "' (not supported)");
+  if (g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+    throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path + "' is not supported");
+  const GGUFTensorInfo* embd = g->find_tensor("token_embd.weight");
+  const int64_t embd_rows = embd != nullptr && embd->ne.size() >= 2 ? embd->ne[1] : 0;
+  c.n_vocab = checked_dim(g->get_int(k + "vocab_size", embd_rows), "vocab_size", m.path);
+  c.n_ctx_train = static_cast<int>(std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));
+  c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_theta = static_cast<float>(g->get_float(k + "rope.freq_base", 10000.0));
+  std::string scaling = g->get_string(k + "rope.scaling.type", "none");
+  if (g->find(k + "rope.scale_linear") != nullptr && scaling == "none") {
+    scaling = "linear";
+    c.rope_scaling.factor = static_cast<float>(g->get_float(k + "rope.scale_linear", 1.0));
+  }
+  if (scaling == "linear" || scaling == "llama3") {
+    c.rope_scaling.type = scaling;
+    c.rope_scaling.factor = static_cast<float>(g->get_float(k + "rope.scaling.factor", c.rope_scaling.factor));
+    c.rope_scaling.low_freq_factor = static_cast<float>(g->get_float(k + "rope.scaling.low_freq_factor", 1.0));
+    c.rope_scaling.high_freq_factor = static_cast<float>(g->get_float(k + "rope.scaling.high_freq_factor", 4.0));
+    c.rope_scaling.original_max_position = static_cast<int>(std::clamp<int64_t>(
+        g->get_int(k + "rope.scaling.original_context_length", 8192), 1, int64_t{1} << 30));
+  } else if (scaling != "none") {
+    throw ModelError("unsupported rope scaling type '" + scaling + "' in '" + m.path + "'");
+  }
+  c.rope_style = (arch == "llama" || arch == "mistral") ? RopeStyle::Interleaved : RopeStyle::Neox;
+  c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
+  c.qk_norm = arch == "qwen3";
+  c.tied_embeddings = !b.has("output.weight");
+  validate_config(c, m.path);
+  build_weights(m, b, gguf_name, "token_embd.weight", "output_norm.weight", "output.weight");
+  if (b.has("rope_freqs.weight"))
+    m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
+}
+
+// ---- Hugging Face folder -----------------------------------------------------------------------
+
+std::string read_text(const fs::path& p, uint64_t max_bytes) {
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  if (ec) throw ModelError("cannot read '" + p.string() + "': " + ec.message());
+  if (size > max_bytes) throw ModelError("'" + p.string() + "' is implausibly large");
+  std::ifstream in(p, std::ios::binary);
+  std::string s(static_cast<size_t>(size), '\0');
+  if (!in.read(s.data(), static_cast<std::streamsize>(size))) throw ModelError("cannot read '" + p.string() + "'");
+  return s;
+}
+
+struct Json {
+  const JsonValue& v;
+  const std::string& path;
+
+  const JsonValue* get(const char* key) const {
+    const JsonValue* x = v.get(key);
+    return x == nullptr || x->is_null() ? nullptr : x;
+  }
+  double number(const char* key, double dflt) const {
+    const JsonValue* x = get(key);
+    if (x == nullptr) return dflt;
+    if (!x->is_number()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a number");
+    return x->number;
+  }
+  int64_t integer(const char* key, int64_t dflt) const {
+    const JsonValue* x = get(key);
+    if (x == nullptr) return dflt;
+    if (!x->is_number() || !x->is_integer)
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be an integer");
+    return x->integer;
+  }
+  std::string string(const char* key, const std::string& dflt) const {
+    const JsonValue* x = get(key);
+    if (x == nullptr) return dflt;
+    if (!x->is_string()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a string");
+    return x->string;
+  }
+  bool boolean(const char* key, bool dflt) const {
+    const JsonValue* x = get(key);
+    if (x == nullptr) return dflt;
+    if (x->kind != JsonValue::Kind::Bool)
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be true or false");
+    return x->boolean;
+  }
+};
+
+std::string hf_name(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"attn_norm", "input_layernorm.weight"},  {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},        {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},        {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},          {"bv", "self_attn.v_proj.bias"},
+      {"bo", "self_attn.o_proj.bias"},          {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"}};
+  return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
+}
+
+void load_hf(Model& m, Storage& st) {
+  const fs::path dir(m.path);
+  const fs::path config_path = dir / "config.json";
+  if (!fs::exists(config_path)) throw ModelError("'" + m.path + "' is a folder without config.json");
+  const std::string cfg_path = config_path.string();
+  const JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
+  if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
+  const Json cfg{cfg_json, cfg_path};
+
+  // Shards: the index names them; otherwise model.safetensors.
+  std::vector<std::string> files;
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  if (fs::exists(index_path)) {
+    const JsonValue index = parse_json(read_text(index_path, 100 << 20), "'" + index_path.string() + "'");
+    const JsonValue* map = index.get("weight_map");
+    if (map == nullptr || !map->is_object())
+      throw ModelError("'" + index_path.string() + "' has no weight_map object");
+    for (const auto& [name, file] : map->object) {
+      if (!file.is_string() || file.string.empty() || file.string.find('/') != std::string::npos ||
+          file.string.find("..") != std::string::npos)
+        throw ModelError("'" + index_path.string() + "' maps '" + name + "' to an invalid file name");
+      if (std::find(files.begin(), files.end(), file.string) == files.end()) files.push_back(file.string);
+    }
+  } else if (fs::exists(dir / "model.safetensors")) {
+    files.push_back("model.safetensors");
+  } else {
+    throw ModelError("'" + m.path + "' has neither model.safetensors nor model.safetensors.index.json");
+  }
+
+  Builder b{m.path, {}, &st};
+  for (const std::string& file : files) {
+    auto sf = SafetensorsFile::open((dir / file).string());
+    st.safetensors.push_back(sf);
+    for (const SafetensorsInfo& info : sf->tensors()) {
+      Raw r;
+      r.type_name = info.dtype;
+      r.supported = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16";
+      r.n_dims = info.shape.size();
+      NamedTensor nt{info.name, info.dtype, 1, info.shape.empty() ? 1 : info.shape.back(), info.end - info.begin, {}};
+      for (size_t d = 0; d + 1 < info.shape.size(); ++d) nt.rows *= info.shape[d];
+      if (r.supported) {
+        r.view = sf->view(info);
+        nt.view = r.view;
+      }
+      if (!b.raw.emplace(info.name, r).second)
+        throw ModelError("tensor '" + info.name + "' appears in two shards of '" + m.path + "'");
+      m.tensors.push_back(nt);
+    }
+  }
+
+  ModelConfig& c = m.config;
+  std::string arch = cfg.string("model_type", "");
+  if (arch.empty()) {
+    const JsonValue* archs = cfg.get("architectures");
+    if (archs != nullptr && archs->is_array() && !archs->array.empty() && archs->array[0].is_string())
+      arch = archs->array[0].string;
+  }
+  static const std::map<std::string, std::string> k_archs = {
+      {"llama", "llama"},     {"LlamaForCausalLM", "llama"}, {"qwen2", "qwen2"},     {"Qwen2ForCausalLM", "qwen2"},
+      {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"}};
+  auto found = k_archs.find(arch);
+  if (found == k_archs.end())
+    throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path +
+                     "' (ossa supports llama, qwen2, qwen3, mistral)");
+  c.arch = found->second;
+  c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
+  c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);
+  c.n_layer = checked_dim(cfg.integer("num_hidden_layers", 0), "num_hidden_layers", cfg_path, 4096);
+  c.n_head = checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
+  c.n_head_kv =
+      checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads", cfg_path, 65536);
+  c.n_ff = checked_dim(cfg.integer("intermediate_size", 0), "intermediate_size", cfg_path);
+  const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+  c.head_dim = checked_dim(cfg.integer("head_dim", default_head_dim), "head_dim", cfg_path, 65536);
+  c.n_ctx_train = static_cast<int>(std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
+  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
+  if (cfg.number("partial_rotary_factor", 1.0) != 1.0)
+    throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
+
+  // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
+  // 5.x writes rope_parameters {rope_theta, rope_type, factor, ...}.
+  const JsonValue* params = cfg.get("rope_parameters");
+  if (params != nullptr && !params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
+  const JsonValue* scaling = cfg.get("rope_scaling");
+  if (scaling != nullptr && !scaling->is_object()) throw ModelError("config 'rope_scaling' must be an object");
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", 10000.0));
+  if (params != nullptr) c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
+  if (scaling == nullptr) scaling = params;
+  if (scaling != nullptr) {
+    const Json s{*scaling, cfg_path};
+    const std::string type = s.string("rope_type", s.string("type", "default"));
+    if (type == "linear" || type == "llama3") {
+      c.rope_scaling.type = type;
+      c.rope_scaling.factor = static_cast<float>(s.number("factor", 1.0));
+      c.rope_scaling.low_freq_factor = static_cast<float>(s.number("low_freq_factor", 1.0));
+      c.rope_scaling.high_freq_factor = static_cast<float>(s.number("high_freq_factor", 4.0));
+      c.rope_scaling.original_max_position = static_cast<int>(
+          std::clamp<int64_t>(s.integer("original_max_position_embeddings", 8192), 1, 1 << 30));
+    } else if (type != "default") {
+      throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
+    }
+  }
+  c.rope_style = RopeStyle::Neox;
+  if (cfg.boolean("mlp_bias", false)) throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
+  if (c.arch != "qwen2" && cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
+  validate_config(c, cfg_path);
+  build_weights(m, b, hf_name, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
+}
+
+}  // namespace
+
+const TensorView* Model::find_tensor(const std::string& name) const {
+  const auto* st = static_cast<const Storage*>(storage.get());
+  if (st != nullptr) {
+    auto it = st->canonical.find(name);
+    if (it != st->canonical.end()) return &it->second;
+  }
+  for (const NamedTensor& t : tensors)
+    if (t.name == name) return t.view.empty() ? nullptr : &t.view;
+  return nullptr;
+}
+
+std::shared_ptr<Model> load_model(const std::string& path) {
+  auto model = std::make_shared<Model>();
+  auto storage = std::make_shared<Storage>();
+  model->path = path;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) throw ModelError("no such model file or folder: '" + path + "'");
+  if (fs::is_directory(status)) {
+    model->format = "safetensors";
+    load_hf(*model, *storage);
+  } else {
+    model->format = "gguf";
+    {
+      MappedFile f(path);
+      if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0)
+        throw ModelError("'" + path + "' is neither a GGUF file (bad magic) nor a Hugging Face folder");
+    }
+    load_gguf(*model, *storage);
+  }
+  model->storage = storage;
+  return model;
+}
+
+}  // namespace ossa
