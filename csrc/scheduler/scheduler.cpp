@@ -1,0 +1,367 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace ossa {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+const SchedulerConfig& validated(const SchedulerConfig& c) {
+  if (c.block_size < 1) throw InputError("block_size must be >= 1, got " + str(c.block_size));
+  if (c.num_blocks < 1) throw InputError("num_blocks must be >= 1, got " + str(c.num_blocks));
+  if (c.max_num_batched_tokens < 1)
+    throw InputError("max_num_batched_tokens must be >= 1, got " + str(c.max_num_batched_tokens));
+  if (c.max_num_seqs < 1) throw InputError("max_num_seqs must be >= 1, got " + str(c.max_num_seqs));
+  if (c.max_model_len < 2) throw InputError("max_model_len must be >= 2, got " + str(c.max_model_len));
+  if (!(c.watermark >= 0.0 && c.watermark < 1.0))
+    throw InputError("watermark must be in [0, 1), got " + std::to_string(c.watermark));
+  // A lone sequence must always fit, or a long one could wait or thrash forever.
+  const int32_t wm = watermark_blocks_for(c.watermark, c.num_blocks);
+  const int64_t need = (static_cast<int64_t>(c.max_model_len) + c.block_size - 1) / c.block_size;
+  if (need + wm > c.num_blocks)
+    throw InputError("the KV cache (" + str(c.num_blocks) + " blocks of " + str(c.block_size) + " tokens, " +
+                     str(wm) + " kept free) cannot hold one sequence of max_model_len=" + str(c.max_model_len) +
+                     " tokens; lower max_model_len or give the cache more memory");
+  return c;
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(validated(config)),
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.watermark) {}
+
+bool Scheduler::before(int32_t a, int32_t b) const {
+  const Sequence& x = seqs_[a];
+  const Sequence& y = seqs_[b];
+  if (config_.policy == SchedulePolicy::Priority) {
+    int32_t px = requests_[x.request].params.priority, py = requests_[y.request].params.priority;
+    if (px != py) return px < py;
+  }
+  int64_t ax = requests_[x.request].arrival, ay = requests_[y.request].arrival;
+  if (ax != ay) return ax < ay;
+  return x.child < y.child;
+}
+
+void Scheduler::insert_sorted(std::vector<int32_t>& list, int32_t seq) {
+  auto it = std::upper_bound(list.begin(), list.end(), seq, [this](int32_t a, int32_t b) { return before(a, b); });
+  list.insert(it, seq);
+}
+
+int32_t Scheduler::new_seq(int32_t request, int32_t child) {
+  int32_t sid;
+  if (!free_seqs_.empty()) {
+    sid = free_seqs_.back();
+    free_seqs_.pop_back();
+  } else {
+    sid = static_cast<int32_t>(seqs_.size());
+    seqs_.emplace_back();
+  }
+  Sequence& s = seqs_[sid];
+  s.request = request;
+  s.child = child;
+  ++s.generation;
+  s.status = SeqStatus::Waiting;
+  s.pending_fork = false;
+  s.tokens.clear();
+  s.num_prompt_tokens = 0;
+  s.num_computed = 0;
+  s.num_output = 0;
+  return sid;
+}
+
+void Scheduler::add_request(const Request& r) {
+  if (request_index_.count(r.id)) throw InputError("request id " + str(r.id) + " is already in use");
+  if (r.prompt.empty()) throw InputError("the prompt must hold at least one token");
+  for (int32_t t : r.prompt)
+    if (t < 0) throw InputError("prompt token ids must be >= 0, got " + str(t));
+  if (r.max_tokens < 1) throw InputError("max_tokens must be >= 1, got " + str(r.max_tokens));
+  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+    throw InputError("min_tokens must be in [0, max_tokens=" + str(r.max_tokens) + "], got " + str(r.min_tokens));
+  if (r.n < 1) throw InputError("n must be >= 1, got " + str(r.n));
+  const int64_t len = static_cast<int64_t>(r.prompt.size());
+  if (len + 1 > config_.max_model_len)
+    throw InputError("the prompt has " + str(len) + " tokens, which leaves no room to generate within max_model_len=" +
+                     str(config_.max_model_len));
+  const int64_t blocks = (len + 1 + config_.block_size - 1) / config_.block_size;
+  if (blocks > config_.num_blocks - kv_.watermark_blocks())
+    throw InputError("the prompt has " + str(len) + " tokens and needs " + str(blocks) +
+                     " KV-cache blocks, more than the cache's " + str(config_.num_blocks - kv_.watermark_blocks()));
+
+  int32_t rid;
+  if (!free_requests_.empty()) {
+    rid = free_requests_.back();
+    free_requests_.pop_back();
+  } else {
+    rid = static_cast<int32_t>(requests_.size());
+    requests_.emplace_back();
+  }
+  RequestState& st = requests_[rid];
+  st.params = r;
+  st.arrival = next_arrival_++;
+  st.num_live = 1;
+  st.child_seq.assign(r.n, -1);
+  int32_t sid = new_seq(rid, 0);
+  Sequence& s = seqs_[sid];
+  s.tokens.assign(r.prompt.begin(), r.prompt.end());
+  s.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  s.pending_fork = r.n > 1;
+  st.child_seq[0] = sid;
+  request_index_.emplace(r.id, rid);
+  insert_sorted(waiting_, sid);
+}
+
+void Scheduler::preempt(int32_t sid) {
+  Sequence& s = seqs_[sid];
+  kv_.free(sid);
+  s.num_computed = 0;
+  s.status = SeqStatus::Waiting;
+  insert_sorted(waiting_, sid);
+  out_.preempted.emplace_back(requests_[s.request].params.id, s.child);
+  ++num_preemptions_;
+}
+
+bool Scheduler::retire(int32_t sid) {
+  Sequence& s = seqs_[sid];
+  OSSA_ASSERT(s.status != SeqStatus::Finished);
+  s.status = SeqStatus::Finished;
+  kv_.free(sid);
+  RequestState& r = requests_[s.request];
+  r.child_seq[s.child] = -1;
+  return --r.num_live == 0;
+}
+
+void Scheduler::retire_request(int32_t rid) {
+  RequestState& r = requests_[rid];
+  request_index_.erase(r.params.id);
+  finished_since_schedule_.push_back(r.params.id);
+  free_requests_.push_back(rid);
+}
+
+int32_t Scheduler::find_seq(int64_t request_id, int32_t child) const {
+  auto it = request_index_.find(request_id);
+  if (it == request_index_.end()) return -1;
+  const RequestState& r = requests_[it->second];
+  if (child < 0 || child >= static_cast<int32_t>(r.child_seq.size())) return -1;
+  return r.child_seq[child];
+}
+
+static void erase_value(std::vector<int32_t>& v, int32_t x) {
+  auto it = std::find(v.begin(), v.end(), x);
+  if (it != v.end()) v.erase(it);
+}
+
+bool Scheduler::abort(int64_t request_id) {
+  auto it = request_index_.find(request_id);
+  if (it == request_index_.end()) return false;
+  int32_t rid = it->second;
+  for (int32_t sid : std::vector<int32_t>(requests_[rid].child_seq)) {
+    if (sid < 0) continue;
+    erase_value(seqs_[sid].status == SeqStatus::Running ? running_ : waiting_, sid);
+    retire(sid);
+    free_seqs_.push_back(sid);
+  }
+  retire_request(rid);
+  return true;
+}
+
+bool Scheduler::finish(int64_t request_id, int32_t child) {
+  int32_t sid = find_seq(request_id, child);
+  if (sid < 0) return false;
+  int32_t rid = seqs_[sid].request;
+  erase_value(seqs_[sid].status == SeqStatus::Running ? running_ : waiting_, sid);
+  bool done = retire(sid);
+  free_seqs_.push_back(sid);
+  if (done) retire_request(rid);
+  return true;
+}
+
+const SchedulerOutput& Scheduler::schedule() {
+  if (update_pending_) throw InputError("schedule() called again before update() for the previous step");
+  out_.clear();
+  out_.finished_requests.swap(finished_since_schedule_);
+  Batch& b = out_.batch;
+  const int32_t bs = config_.block_size;
+  int32_t budget = config_.max_num_batched_tokens;
+
+  auto emit = [&](int32_t sid, int32_t num_new) {
+    const Sequence& s = seqs_[sid];
+    const std::vector<int32_t>& table = kv_.block_table(sid);
+    const int32_t start = s.num_computed;
+    for (int32_t pos = start; pos < start + num_new; ++pos) {
+      b.token_ids.push_back(s.tokens[pos]);
+      b.positions.push_back(pos);
+      b.slot_mapping.push_back(static_cast<int64_t>(table[pos / bs]) * bs + pos % bs);
+    }
+    b.seq_start.push_back(b.n_tokens());
+    b.context_len.push_back(start + num_new);
+    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    b.block_table_start.push_back(static_cast<int32_t>(b.block_tables.size()));
+    const RequestState& r = requests_[s.request];
+    int32_t samples = 0;
+    if (start + num_new == s.num_tokens()) samples = s.pending_fork ? r.params.n : 1;
+    for (int32_t k = 0; k < samples; ++k) b.logits_rows.push_back(b.n_tokens() - 1);
+    out_.seqs.push_back({r.params.id, s.child, sid, s.generation, start, num_new, samples});
+    budget -= num_new;
+  };
+
+  // Running sequences first, in policy order; when blocks run out the last one is preempted.
+  bool preempted_any = false;
+  size_t i = 0;
+  while (i < running_.size() && budget > 0 && static_cast<int32_t>(out_.seqs.size()) < config_.max_num_seqs) {
+    const int32_t sid = running_[i];
+    const Sequence& s = seqs_[sid];
+    const int32_t num_new = std::min(s.num_tokens() - s.num_computed, budget);
+    OSSA_ASSERT(num_new > 0);
+    bool ok = false;
+    while (!(ok = kv_.allocate_slots(sid, s.num_computed, num_new, {}, false, out_.block_copies))) {
+      const int32_t victim = running_.back();
+      running_.pop_back();
+      preempt(victim);
+      preempted_any = true;
+      if (victim == sid) break;
+    }
+    if (!ok) break;
+    emit(sid, num_new);
+    ++i;
+  }
+
+  // Then waiting ones, in order, without skipping; not in a step that had to preempt.
+  while (!preempted_any && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    const int32_t sid = waiting_.front();
+    Sequence& s = seqs_[sid];
+    hits_.clear();
+    const int32_t num_hit = kv_.get_computed_blocks(sid, s.tokens, requests_[s.request].params.cache_salt, hits_);
+    const int32_t num_new = std::min(s.num_tokens() - num_hit, budget);
+    if (!kv_.allocate_slots(sid, num_hit, num_new, hits_, true, out_.block_copies)) break;
+    waiting_.erase(waiting_.begin());
+    s.num_computed = num_hit;
+    s.status = SeqStatus::Running;
+    insert_sorted(running_, sid);
+    emit(sid, num_new);
+  }
+  update_pending_ = !out_.seqs.empty();
+  return out_;
+}
+
+FinishReason Scheduler::check_stop(const Sequence& s, const Request& r, int32_t token) const {
+  if (s.num_output >= r.min_tokens) {
+    if (!r.ignore_eos && contains(r.eos_token_ids, token)) return FinishReason::Stop;
+    if (contains(r.stop_token_ids, token)) return FinishReason::Stop;
+  }
+  if (s.num_output >= r.max_tokens || s.num_tokens() >= config_.max_model_len) return FinishReason::Length;
+  return FinishReason::None;
+}
+
+const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampled) {
+  if (!update_pending_) throw InputError("update() called without a scheduled step to update");
+  if (sampled.size() != out_.batch.logits_rows.size())
+    throw InputError("update() expects " + str(out_.batch.logits_rows.size()) + " sampled tokens (one per logits row), got " +
+                     str(sampled.size()));
+  for (int32_t t : sampled)
+    if (t < 0) throw InputError("sampled token ids must be >= 0, got " + str(t));
+  update_pending_ = false;
+  events_.clear();
+  forked_.clear();
+  std::vector<int32_t>& retired = hits_;  // reused scratch: slots freed once the lists are compacted
+  retired.clear();
+  bool any_finished = false;
+
+  size_t row = 0;
+  for (const ScheduledSeq& ss : out_.seqs) {
+    const size_t first_row = row;
+    row += ss.num_samples;
+    const int32_t sid = ss.seq;
+    // Aborted or finished (stop string) between schedule() and update(): drop its tokens.
+    if (seqs_[sid].generation != ss.generation || seqs_[sid].status != SeqStatus::Running) continue;
+    const int32_t rid = seqs_[sid].request;
+    seqs_[sid].num_computed += ss.num_tokens;
+    kv_.cache_full_blocks(sid, seqs_[sid].tokens, seqs_[sid].num_computed, requests_[rid].params.cache_salt);
+    if (ss.num_samples == 0) continue;
+    if (seqs_[sid].pending_fork) {
+      seqs_[sid].pending_fork = false;
+      for (int32_t k = 1; k < ss.num_samples; ++k) {
+        const int32_t cid = new_seq(rid, k);  // may grow seqs_: index, don't hold references
+        Sequence& c = seqs_[cid];
+        const Sequence& p = seqs_[sid];
+        c.tokens.assign(p.tokens.begin(), p.tokens.end());
+        c.num_prompt_tokens = p.num_prompt_tokens;
+        c.num_computed = p.num_computed;
+        c.status = SeqStatus::Running;
+        kv_.fork(sid, cid);
+        requests_[rid].child_seq[k] = cid;
+        ++requests_[rid].num_live;
+        forked_.push_back(cid);
+      }
+    }
+    for (int32_t k = 0; k < ss.num_samples; ++k) {
+      const int32_t cid = k == 0 ? sid : requests_[rid].child_seq[k];
+      Sequence& c = seqs_[cid];
+      const int32_t token = sampled[first_row + k];
+      c.tokens.push_back(token);
+      ++c.num_output;
+      const FinishReason reason = check_stop(c, requests_[rid].params, token);
+      if (reason == FinishReason::None) continue;
+      FinishEvent ev{requests_[rid].params.id, c.child, reason, reason == FinishReason::Stop ? token : -1, false};
+      ev.request_done = retire(cid);
+      if (ev.request_done) retire_request(rid);
+      retired.push_back(cid);
+      events_.push_back(ev);
+      any_finished = true;
+    }
+  }
+  if (any_finished)
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [this](int32_t sid) { return seqs_[sid].status != SeqStatus::Running; }),
+                   running_.end());
+  for (int32_t cid : forked_)
+    if (seqs_[cid].status == SeqStatus::Running) insert_sorted(running_, cid);
+  for (int32_t sid : retired) free_seqs_.push_back(sid);
+  return events_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats st;
+  st.num_running = static_cast<int32_t>(running_.size());
+  st.num_waiting = static_cast<int32_t>(waiting_.size());
+  CacheStats c = kv_.stats();
+  st.kv_usage_percent = c.usage_percent;
+  st.prefix_queries = c.prefix_queries;
+  st.prefix_hits = c.prefix_hits;
+  st.num_preemptions = num_preemptions_;
+  return st;
+}
+
+const std::vector<int32_t>& Scheduler::block_table(int64_t request_id, int32_t child) const {
+  int32_t sid = find_seq(request_id, child);
+  if (sid < 0) throw InputError("no live child " + str(child) + " of request " + str(request_id));
+  return kv_.block_table(sid);
+}
+
+const std::vector<int32_t>& Scheduler::tokens(int64_t request_id, int32_t child) const {
+  int32_t sid = find_seq(request_id, child);
+  if (sid < 0) throw InputError("no live child " + str(child) + " of request " + str(request_id));
+  return seqs_[sid].tokens;
+}
+
+std::vector<std::pair<int64_t, int32_t>> Scheduler::running() const {
+  std::vector<std::pair<int64_t, int32_t>> out;
+  for (int32_t sid : running_) out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
+  return out;
+}
+
+std::vector<std::pair<int64_t, int32_t>> Scheduler::waiting() const {
+  std::vector<std::pair<int64_t, int32_t>> out;
+  for (int32_t sid : waiting_) out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
+  return out;
+}
+
+}  // namespace ossa

@@ -1,0 +1,139 @@
+#pragma once
+// Continuous batching by token counts. There are no prefill and decode phases: every running
+// sequence has num_computed tokens catching up to its num_tokens, and each step fills a token
+// budget (max_num_batched_tokens) and a sequence cap (max_num_seqs), running sequences first in
+// policy order, then waiting ones; a long prompt is split across steps (chunked prefill).
+//
+// Order: fcfs sorts by (arrival, child); priority by (priority, arrival, child). Both the running
+// and the waiting lists are kept in that order, so the sequence to preempt when blocks run out is
+// the last running one (lowest priority, latest arrival) and a preempted sequence goes back ahead
+// of every later-ordered waiting one. Preemption is by recompute: it drops all its blocks.
+//
+// The step protocol: out = schedule(); the runner performs out.block_copies, then the forward over
+// out.batch, then samples one token per out.batch.logits_rows entry; update(tokens). A sequence
+// that forks this step has n equal consecutive entries in logits_rows (one per child).
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cache/kv_cache_manager.h"
+#include "model/batch.h"
+#include "scheduler/request.h"
+
+namespace ossa {
+
+enum class SchedulePolicy : int8_t { Fcfs, Priority };
+
+struct SchedulerConfig {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 256;
+  int32_t max_model_len = 2048;
+  SchedulePolicy policy = SchedulePolicy::Fcfs;
+  bool enable_prefix_caching = true;
+  double watermark = 0.01;  // fraction of blocks kept free when admitting waiting sequences
+};
+
+struct ScheduledSeq {
+  int64_t request_id = 0;
+  int32_t child = 0;
+  int32_t seq = 0;            // scheduler-internal sequence slot
+  uint32_t generation = 0;
+  int32_t num_computed = 0;   // before this step
+  int32_t num_tokens = 0;     // scheduled this step
+  int32_t num_samples = 0;    // logits rows it owns: 0 (mid-prefill), 1, or n when it forks
+};
+
+struct SchedulerOutput {
+  Batch batch;
+  std::vector<ScheduledSeq> seqs;                        // parallel to the batch's sequences
+  std::vector<std::pair<int32_t, int32_t>> block_copies; // (src, dst) to copy before the forward
+  std::vector<std::pair<int64_t, int32_t>> preempted;    // (request, child) sent back to waiting
+  std::vector<int64_t> finished_requests;                // all children done since the last schedule
+
+  void clear() {
+    batch.clear();
+    seqs.clear();
+    block_copies.clear();
+    preempted.clear();
+    finished_requests.clear();
+  }
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;   // sequences
+  int32_t num_waiting = 0;   // sequences
+  double kv_usage_percent = 0;
+  int64_t prefix_queries = 0;
+  int64_t prefix_hits = 0;
+  int64_t num_preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  // Queues a request; InputError when it is malformed or can never fit.
+  void add_request(const Request& request);
+  // Drops a request in any state; false when it is unknown (finished already, never added).
+  bool abort(int64_t request_id);
+  // Ends one child (a stop string found by the detokenizer); false when unknown or already done.
+  bool finish(int64_t request_id, int32_t child);
+
+  const SchedulerOutput& schedule();
+  // One token per logits row of the last schedule(); returns the children that finished.
+  const std::vector<FinishEvent>& update(std::span<const int32_t> sampled_tokens);
+
+  bool has_unfinished() const { return !request_index_.empty(); }
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  const KVCacheManager& kv() const { return kv_; }
+  // Block table of a live child (empty when waiting); InputError when unknown.
+  const std::vector<int32_t>& block_table(int64_t request_id, int32_t child) const;
+  // Live (request, child, seq slot) in running order, then waiting order.
+  std::vector<std::pair<int64_t, int32_t>> running() const;
+  std::vector<std::pair<int64_t, int32_t>> waiting() const;
+  // Tokens of a live child (prompt then outputs).
+  const std::vector<int32_t>& tokens(int64_t request_id, int32_t child) const;
+
+ private:
+  struct RequestState {
+    Request params;
+    int64_t arrival = 0;
+    int32_t num_live = 0;           // children not yet finished
+    std::vector<int32_t> child_seq; // seq slot per child, -1 when finished or not yet forked
+  };
+
+  bool before(int32_t a, int32_t b) const;  // policy order of two sequences
+  void insert_sorted(std::vector<int32_t>& list, int32_t seq);
+  int32_t new_seq(int32_t request, int32_t child);
+  void preempt(int32_t seq);
+  // Frees a sequence's blocks and slot; returns true when it was its request's last live child.
+  bool retire(int32_t seq);
+  void retire_request(int32_t request);
+  FinishReason check_stop(const Sequence& s, const Request& r, int32_t token) const;
+  int32_t find_seq(int64_t request_id, int32_t child) const;
+
+  SchedulerConfig config_;
+  KVCacheManager kv_;
+  std::vector<RequestState> requests_;
+  std::vector<int32_t> free_requests_;
+  std::unordered_map<int64_t, int32_t> request_index_;
+  std::vector<Sequence> seqs_;
+  std::vector<int32_t> free_seqs_;
+  std::vector<int32_t> running_;
+  std::vector<int32_t> waiting_;
+  int64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+  bool update_pending_ = false;
+  SchedulerOutput out_;
+  std::vector<FinishEvent> events_;
+  std::vector<int64_t> finished_since_schedule_;
+  std::vector<int32_t> hits_;
+  std::vector<int32_t> forked_;
+};
+
+}  // namespace ossa
