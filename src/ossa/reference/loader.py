@@ -1,0 +1,232 @@
+"""load_weights: a GGUF file or Hugging Face folder -> (config, float32 weights) (twin of loader.cpp).
+
+Config keys and values equal the C++ ``core.Model.config`` (floats rounded through float32 as the C++
+struct stores them). Weights use the canonical names of ``LayerWeights`` in ``csrc/model/weights.h``:
+"tok_embd", "output_norm", "output", "layers.{i}.attn_norm", "layers.{i}.wq", ... ; matrices are
+float32 [rows, cols], vectors 1-D. "output" is "tok_embd" again when the embeddings are tied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from .gguf import read_gguf
+from .safetensors import read_safetensors
+
+ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+CONFIG_KEYS = (
+    "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
+    "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings",
+)  # fmt: skip
+_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral)"
+_HF_ARCHS = {
+    "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
+    "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
+}  # fmt: skip
+_GGUF_LAYER = {
+    "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
+    "wo": "attn_output.weight", "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight", "ffn_norm": "ffn_norm.weight",
+    "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
+}  # fmt: skip
+_HF_LAYER = {
+    "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
+    "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight", "bq": "self_attn.q_proj.bias",
+    "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight", "ffn_norm": "post_attention_layernorm.weight",
+    "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
+}  # fmt: skip
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def _config(arch: str, **kw: Any) -> dict[str, Any]:
+    scaling = kw.pop("rope_scaling", None) or {}
+    cfg: dict[str, Any] = {"arch": arch, **kw}
+    cfg["rms_eps"] = _f32(cfg["rms_eps"])
+    cfg["rope_theta"] = _f32(cfg["rope_theta"])
+    cfg["rope_scaling"] = {
+        "type": scaling.get("type", "none"),
+        "factor": _f32(scaling.get("factor", 1.0)),
+        "low_freq_factor": _f32(scaling.get("low_freq_factor", 1.0)),
+        "high_freq_factor": _f32(scaling.get("high_freq_factor", 4.0)),
+        "original_max_position": int(scaling.get("original_max_position", 8192)),
+    }
+    if cfg["n_ctx_train"] <= 0:
+        cfg["n_ctx_train"] = 4096
+    for key in ("n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff"):
+        if cfg[key] <= 0:
+            raise ValueError(f"invalid {key} {cfg[key]}")
+    if cfg["n_head"] % cfg["n_head_kv"] or cfg["head_dim"] % 2:
+        raise ValueError("head count not a multiple of the KV head count, or odd head dimension")
+    return {k: cfg[k] for k in CONFIG_KEYS}
+
+
+def _take(
+    get: Any, names: set[str], weights: dict[str, np.ndarray], name: str, canonical: str, rows: int, cols: int
+) -> None:
+    if name not in names:
+        raise ValueError(f"missing tensor '{name}'")
+    w = get(name)
+    if rows == 1:
+        w = w.reshape(-1)
+        if w.shape != (cols,):
+            raise ValueError(
+                f"shape mismatch for tensor '{name}': expected a vector of {cols}, got {w.shape}"
+            )
+    else:
+        w = w.reshape(-1, w.shape[-1])
+        if w.shape != (rows, cols):
+            raise ValueError(f"shape mismatch for tensor '{name}': expected {rows} x {cols}, got {w.shape}")
+    weights[canonical] = w
+
+
+def _weights(
+    cfg: dict[str, Any], get: Any, names: set[str], name_of: Any, tok: str, norm: str, out: str
+) -> dict[str, np.ndarray]:
+    q, kv = cfg["n_head"] * cfg["head_dim"], cfg["n_head_kv"] * cfg["head_dim"]
+    e, ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
+    w: dict[str, np.ndarray] = {}
+    _take(get, names, w, tok, "tok_embd", cfg["n_vocab"], e)
+    _take(get, names, w, norm, "output_norm", 1, e)
+    if cfg["tied_embeddings"]:
+        w["output"] = w["tok_embd"]
+    else:
+        _take(get, names, w, out, "output", cfg["n_vocab"], e)
+    for i in range(cfg["n_layer"]):
+        shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
+        if cfg["qkv_bias"]:
+            shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
+        if cfg["qk_norm"]:
+            shapes.update(q_norm=(1, hd), k_norm=(1, hd))
+        shapes.update(ffn_norm=(1, e), w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
+        for field, (r, c) in shapes.items():
+            _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
+    return w
+
+
+def load_weights(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Load a GGUF file or HF folder into (config dict, canonical name -> float32 array)."""
+    if os.path.isdir(path):
+        return _load_hf(path)
+    return _load_gguf(path)
+
+
+def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    g = read_gguf(path)
+    md = g.metadata
+    arch = md.get("general.architecture", "")
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED}")
+    k = arch + "."
+    n_embd, n_head = md.get(k + "embedding_length", 0), md.get(k + "attention.head_count", 0)
+    head_dim = md.get(k + "attention.key_length", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
+    embd = g.tensors.get("token_embd.weight")
+    scaling_type = md.get(k + "rope.scaling.type", "none")
+    scaling: dict[str, Any] = {}
+    if k + "rope.scale_linear" in md and scaling_type == "none":
+        scaling_type, scaling["factor"] = "linear", md[k + "rope.scale_linear"]
+    if scaling_type in ("linear", "llama3"):
+        scaling = {
+            "type": scaling_type,
+            "factor": md.get(k + "rope.scaling.factor", scaling.get("factor", 1.0)),
+            "low_freq_factor": md.get(k + "rope.scaling.low_freq_factor", 1.0),
+            "high_freq_factor": md.get(k + "rope.scaling.high_freq_factor", 4.0),
+            "original_max_position": md.get(k + "rope.scaling.original_context_length", 8192),
+        }
+    elif scaling_type != "none":
+        raise ValueError(f"unsupported rope scaling type '{scaling_type}' in '{path}'")
+    cfg = _config(
+        arch,
+        n_vocab=md.get(k + "vocab_size", embd.ne[1] if embd is not None and len(embd.ne) > 1 else 0),
+        n_embd=n_embd,
+        n_layer=md.get(k + "block_count", 0),
+        n_head=n_head,
+        n_head_kv=md.get(k + "attention.head_count_kv", n_head),
+        head_dim=head_dim,
+        n_ff=md.get(k + "feed_forward_length", 0),
+        n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
+        rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta=md.get(k + "rope.freq_base", 10000.0),
+        rope_scaling=scaling,
+        rope_style="interleaved" if arch in ("llama", "mistral") else "neox",
+        qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
+        qk_norm=arch == "qwen3",
+        tied_embeddings="output.weight" not in g.tensors,
+    )
+    names = set(g.tensors)
+    w = _weights(
+        cfg, g.tensor, names, lambda i, f: f"blk.{i}.{_GGUF_LAYER[f]}",
+        "token_embd.weight", "output_norm.weight", "output.weight",
+    )  # fmt: skip
+    if "rope_freqs.weight" in names:
+        w["rope_freqs"] = g.tensor("rope_freqs.weight").reshape(-1)
+    return cfg, w
+
+
+def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    with open(os.path.join(path, "config.json")) as f:
+        c = json.load(f)
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = list(dict.fromkeys(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    shards = [read_safetensors(os.path.join(path, name)) for name in files]
+    where = {name: s for s in shards for name in s.tensors}
+
+    arch = c.get("model_type") or (c.get("architectures") or [""])[0]
+    if arch not in _HF_ARCHS:
+        raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED}")
+    arch = _HF_ARCHS[arch]
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    params = c.get("rope_parameters") or {}
+    theta = params.get("rope_theta", get("rope_theta", 10000.0))
+    s = c.get("rope_scaling") or params
+    stype = s.get("rope_type", s.get("type", "default"))
+    scaling: dict[str, Any] = {}
+    if stype in ("linear", "llama3"):
+        scaling = {
+            "type": stype,
+            "factor": s.get("factor", 1.0),
+            "low_freq_factor": s.get("low_freq_factor", 1.0),
+            "high_freq_factor": s.get("high_freq_factor", 4.0),
+            "original_max_position": s.get("original_max_position_embeddings", 8192),
+        }
+    elif stype != "default":
+        raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
+    n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
+    cfg = _config(
+        arch,
+        n_vocab=get("vocab_size", 0),
+        n_embd=n_embd,
+        n_layer=get("num_hidden_layers", 0),
+        n_head=n_head,
+        n_head_kv=get("num_key_value_heads", n_head),
+        head_dim=get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0),
+        n_ff=get("intermediate_size", 0),
+        n_ctx_train=min(max(get("max_position_embeddings", 4096), 1), 1 << 30),
+        rms_eps=get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        rope_style="neox",
+        qkv_bias=arch == "qwen2",
+        qk_norm=arch == "qwen3",
+        tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
+    )
+    w = _weights(
+        cfg, lambda n: where[n].tensor(n), set(where), lambda i, f: f"model.layers.{i}.{_HF_LAYER[f]}",
+        "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    )  # fmt: skip
+    return cfg, w
