@@ -1,0 +1,149 @@
+// Bindings of the forward pass: core.model_logits, core.ModelRunner, and kernel hooks for tests.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "model/runner.h"
+#include "util/error.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using F32Array = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
+
+F32Array new_f32(size_t rows, size_t cols) {
+  float* data = new float[rows * cols > 0 ? rows * cols : 1];
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  return F32Array(data, {rows, cols}, owner);
+}
+
+F32Array model_logits(std::shared_ptr<ossa::Model> model, const std::vector<int32_t>& token_ids) {
+  if (token_ids.empty()) throw ossa::InputError("model_logits: token_ids is empty");
+  const int n = static_cast<int>(token_ids.size());
+  constexpr int block_size = 16;
+  const int n_blocks = (n + block_size - 1) / block_size;
+  ossa::Batch b;
+  b.clear();
+  b.token_ids = token_ids;
+  for (int t = 0; t < n; ++t) {
+    b.positions.push_back(t);
+    b.slot_mapping.push_back(t);
+    b.logits_rows.push_back(t);
+  }
+  b.seq_start.push_back(n);
+  b.context_len.push_back(n);
+  for (int i = 0; i < n_blocks; ++i) b.block_tables.push_back(i);
+  b.block_table_start.push_back(n_blocks);
+  F32Array out = new_f32(n, model->config.n_vocab);
+  {
+    nb::gil_scoped_release release;
+    ossa::ModelRunner runner(model, n_blocks, block_size, n);
+    runner.forward(b, out.data());
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_kernels(nb::module_& m) {
+  m.def("model_logits", &model_logits, nb::arg("model"), nb::arg("token_ids"),
+        "Logits [n_tokens, n_vocab] of a fresh forward over one sequence.");
+
+  nb::class_<ossa::ModelRunner>(m, "ModelRunner",
+                                "A model with its paged K/V pool and preallocated work buffers.")
+      .def(nb::init<std::shared_ptr<const ossa::Model>, int, int, int>(), nb::arg("model"),
+           nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"))
+      .def(
+          "forward",
+          [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
+             std::vector<int64_t> slot_mapping, std::vector<int32_t> seq_start,
+             std::vector<int32_t> context_len, std::vector<int32_t> block_table_start,
+             std::vector<int32_t> block_tables, std::vector<int32_t> logits_rows) {
+            ossa::Batch b;
+            b.token_ids = std::move(token_ids);
+            b.positions = std::move(positions);
+            b.slot_mapping = std::move(slot_mapping);
+            b.seq_start = std::move(seq_start);
+            b.context_len = std::move(context_len);
+            b.block_table_start = std::move(block_table_start);
+            b.block_tables = std::move(block_tables);
+            b.logits_rows = std::move(logits_rows);
+            if (b.context_len.size() + 1 != b.seq_start.size())
+              throw ossa::InputError("ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
+            F32Array out = new_f32(b.logits_rows.size(), r.model().config.n_vocab);
+            nb::gil_scoped_release release;
+            r.forward(b, out.data());
+            return out;
+          },
+          nb::arg("token_ids"), nb::arg("positions"), nb::arg("slot_mapping"), nb::arg("seq_start"),
+          nb::arg("context_len"), nb::arg("block_table_start"), nb::arg("block_tables"),
+          nb::arg("logits_rows"), "One batched step; returns logits [len(logits_rows), n_vocab].")
+      .def("copy_block", &ossa::ModelRunner::copy_block, nb::arg("src"), nb::arg("dst"))
+      .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
+      .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
+      .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)
+      .def_static(
+          "kv_bytes_per_token",
+          [](std::shared_ptr<ossa::Model> model) { return ossa::ModelRunner::kv_bytes_per_token(model->config); },
+          nb::arg("model"));
+
+  // Test hook: y = x @ W^T with W given as raw stored bytes of ggml type `ggml_type`.
+  m.def(
+      "kernel_matmul",
+      [](nb::ndarray<uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
+        if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
+        const ossa::DType t = static_cast<ossa::DType>(ggml_type);
+        const ossa::DTypeTraits tr = ossa::dtype_traits(t);
+        if (rows < 1 || cols < 1 || cols % tr.block_elems != 0 || static_cast<int64_t>(x.shape(1)) != cols)
+          throw ossa::InputError("kernel_matmul: bad shape");
+        ossa::TensorView w;
+        w.type = t;
+        w.rows = rows;
+        w.cols = cols;
+        w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
+        if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
+        w.data = weight.data();
+        const int64_t n = static_cast<int64_t>(x.shape(0));
+        std::vector<ossa::BlockQ8> q8;
+        ossa::MatmulInput in{x.data(), nullptr, n, cols};
+        if (ossa::dtype_quantized(t)) {
+          q8.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
+          ossa::quantize_rows_q8(x.data(), n, cols, q8.data());
+          in.q8 = q8.data();
+        }
+        F32Array out = new_f32(n, rows);
+        {
+          nb::gil_scoped_release release;
+          ossa::matmul(w, in, out.data(), rows);
+        }
+        return out;
+      },
+      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"));
+
+  // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
+  m.def(
+      "kernel_quantize_q8",
+      [](nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
+        const int64_t n = static_cast<int64_t>(x.shape(0)), k = static_cast<int64_t>(x.shape(1));
+        if (k % ossa::k_qblock != 0) throw ossa::InputError("kernel_quantize_q8: k must be a multiple of 32");
+        std::vector<ossa::BlockQ8> q8(static_cast<size_t>(n * k / ossa::k_qblock));
+        ossa::quantize_rows_q8(x.data(), n, k, q8.data());
+        F32Array qs = new_f32(n, k), d = new_f32(n, k / ossa::k_qblock);
+        for (size_t b = 0; b < q8.size(); ++b) {
+          d.data()[b] = q8[b].d;
+          for (int i = 0; i < ossa::k_qblock; ++i) qs.data()[b * ossa::k_qblock + i] = q8[b].qs[i];
+        }
+        return nb::make_tuple(qs, d);
+      },
+      nb::arg("x"));
+}

@@ -1,0 +1,37 @@
+#pragma once
+// y = x @ W^T for a weight matrix W [rows x cols] in any supported storage type.
+//
+// Batch invariance: every y[r, o] is computed by one thread with one fixed sequence of operations
+// that depends only on W's row o, x's row r and cols, never on how many rows x has, on the thread
+// count or on which tile the row falls in. Rows are tiled (several activation rows share each decoded
+// weight block), but each row keeps its own accumulators in the same order as when computed alone.
+//
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) take activations quantized to 8-bit blocks
+// (BlockQ8, llama.cpp-style) and reduce each 32-element block exactly in int32 (VNNI vpdpbusd, or
+// the AVX2 maddubs/madd pair which gives the same integers), then accumulate blocks in f32 lanes.
+// F32/F16/BF16 weights take f32 activations and accumulate in f32 with FMA.
+#include <cstdint>
+
+#include "kernels/quant.h"
+#include "model/tensor.h"
+
+namespace ossa {
+
+// Activations for one matmul: n_rows x cols f32 values, plus their 8-bit blocks when the weight is
+// quantized (quantize_rows_q8 over the same rows; may be null otherwise).
+struct MatmulInput {
+  const float* f32 = nullptr;   // [n_rows, cols]
+  const BlockQ8* q8 = nullptr;  // [n_rows, cols / 32]
+  int64_t n_rows = 0;
+  int64_t cols = 0;
+};
+
+// y[r * ldy + o] = sum_k W[o, k] * x[r, k] for r < n_rows, o < w.rows. Parallel over output rows
+// (OpenMP). Throws ModelError if w's type is unsupported or cols is not a multiple of its block.
+void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy);
+
+// Same, only for output rows [o_begin, o_end), run by the calling thread (no OpenMP).
+void matmul_range(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy, int64_t o_begin,
+                  int64_t o_end);
+
+}  // namespace ossa

@@ -1,0 +1,28 @@
+#pragma once
+// Row-wise kernels of the forward pass. Each works on one row at a time with a fixed operation
+// order, so a row's result never depends on the rows around it.
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace ossa {
+
+// out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)); the mean is summed in double, in index order.
+void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
+
+// RoPE frequencies: inv_freq[i] for i < head_dim/2, after linear or Llama-3 scaling.
+void rope_inv_freq(const ModelConfig& config, float* inv_freq);
+
+// cos/sin of position * inv_freq[i]: cs[2i] = cos, cs[2i+1] = sin, i < head_dim/2.
+void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs);
+
+// Rotates n_heads heads of one token in place (x is [n_heads, head_dim]).
+void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const float* cs);
+
+// out[i] = silu(gate[i]) * up[i].
+void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
+
+// x[i] += y[i].
+void add_row(float* x, const float* y, int64_t n);
+
+}  // namespace ossa

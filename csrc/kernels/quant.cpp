@@ -1,0 +1,45 @@
+#include "kernels/quant.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace ossa {
+
+bool dtype_quantized(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void quantize_rows_q8(const float* x, int64_t n_rows, int64_t k, BlockQ8* out) {
+  OSSA_ASSERT(k % k_qblock == 0);
+  const int64_t nb = k / k_qblock;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + r * k + b * k_qblock;
+      BlockQ8& o = out[r * nb + b];
+      float amax = 0.0f;
+      for (int i = 0; i < k_qblock; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+      const float d = amax / 127.0f;
+      const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < k_qblock; ++i) {
+        const int q = static_cast<int>(std::nearbyint(v[i] * inv));
+        o.qs[i] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      o.d = d;
+      o.s = d * static_cast<float>(sum);
+    }
+  }
+}
+
+}  // namespace ossa

@@ -1,0 +1,179 @@
+#include "model/llama.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/dequantize.h"
+#include "util/error.h"
+
+namespace ossa {
+
+void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, float* kv_pool) {
+  const ModelConfig& c = m.config;
+  model = &m;
+  num_blocks = n_blocks;
+  block_size = blk_size;
+  max_tokens = n_tokens_max;
+  max_threads = std::max(omp_get_max_threads(), omp_get_num_procs());
+  kv = kv_pool;
+  n_slots = static_cast<int64_t>(n_blocks) * blk_size;
+  const int64_t t = n_tokens_max;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  x.resize(t * c.n_embd);
+  h.resize(t * c.n_embd);
+  q.resize(t * q_dim);
+  k.resize(t * kv_dim);
+  v.resize(t * kv_dim);
+  attn.resize(t * q_dim);
+  tmp.resize(t * c.n_embd);
+  gate.resize(t * c.n_ff);
+  up.resize(t * c.n_ff);
+  const int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
+  xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
+  inv_freq.resize(c.head_dim / 2);
+  rope_inv_freq(c, inv_freq.data());
+  cos_sin.resize(t * c.head_dim);
+  scores.resize(static_cast<size_t>(max_threads) * n_slots);
+  token_seq.resize(t);
+}
+
+float* ForwardState::k_cache(int layer) const {
+  const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
+  return kv + static_cast<int64_t>(layer) * 2 * n_slots * kv_dim;
+}
+
+float* ForwardState::v_cache(int layer) const {
+  const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
+  return k_cache(layer) + n_slots * kv_dim;
+}
+
+namespace {
+
+// Prepares activations x[n, cols] for a set of weights sharing them: quantizes to 8-bit blocks
+// once if any of them is quantized.
+MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols,
+                    std::initializer_list<const TensorView*> weights) {
+  MatmulInput in{x, nullptr, n, cols};
+  bool quant = false;
+  for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
+  if (quant) {
+    if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
+    const int64_t nb = cols / k_qblock;
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t r = 0; r < n; ++r) quantize_rows_q8(x + r * cols, 1, cols, s.xq.data() + r * nb);
+    in.q8 = s.xq.data();
+  }
+  return in;
+}
+
+void add_bias(float* y, const TensorView& b, int64_t n) {
+  if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
+}
+
+}  // namespace
+
+void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
+  const Model& m = *s.model;
+  const ModelConfig& c = m.config;
+  const ModelWeights& w = m.weights;
+  const int n = batch.n_tokens();
+  const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
+  const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd;
+
+  for (int sq = 0; sq < batch.n_seqs(); ++sq)
+    for (int t = batch.seq_start[sq]; t < batch.seq_start[sq + 1]; ++t) s.token_seq[t] = sq;
+
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int t = 0; t < n; ++t) {
+    dequantize_row(w.tok_embd, batch.token_ids[t], s.x.data() + t * E);
+    rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
+  }
+
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; ++t) rmsnorm_row(s.x.data() + t * E, attn_norm, E, c.rms_eps, s.h.data() + t * E);
+    MatmulInput in = prepare(s, s.h.data(), n, E, {&L.wq, &L.wk, &L.wv});
+    matmul(L.wq, in, s.q.data(), Q);
+    matmul(L.wk, in, s.k.data(), KV);
+    matmul(L.wv, in, s.v.data(), KV);
+    float* k_cache = s.k_cache(l);
+    float* v_cache = s.v_cache(l);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; ++t) {
+      float* q = s.q.data() + t * Q;
+      float* k = s.k.data() + t * KV;
+      float* v = s.v.data() + t * KV;
+      add_bias(q, L.bq, Q);
+      add_bias(k, L.bk, KV);
+      add_bias(v, L.bv, KV);
+      if (c.qk_norm) {
+        const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
+        const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
+        for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+        for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+      }
+      const float* cs = s.cos_sin.data() + t * hd;
+      rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
+      rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
+      const int64_t slot = batch.slot_mapping[t];
+      std::memcpy(k_cache + slot * KV, k, KV * sizeof(float));
+      std::memcpy(v_cache + slot * KV, v, KV * sizeof(float));
+    }
+    AttentionArgs a;
+    a.q = s.q.data();
+    a.ldq = Q;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.n_tokens = n;
+    a.n_head = c.n_head;
+    a.n_head_kv = c.n_head_kv;
+    a.head_dim = c.head_dim;
+    a.block_size = s.block_size;
+    a.positions = batch.positions.data();
+    a.token_seq = s.token_seq.data();
+    a.block_tables = batch.block_tables.data();
+    a.block_table_start = batch.block_table_start.data();
+    a.scratch = s.scores.data();
+    a.scratch_stride = s.n_slots;
+    a.max_threads = s.max_threads;
+    a.out = s.attn.data();
+    a.ldo = Q;
+    paged_attention(a);
+
+    in = prepare(s, s.attn.data(), n, Q, {&L.wo});
+    matmul(L.wo, in, s.tmp.data(), E);
+    const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; ++t) {
+      add_row(s.x.data() + t * E, s.tmp.data() + t * E, E);
+      rmsnorm_row(s.x.data() + t * E, ffn_norm, E, c.rms_eps, s.h.data() + t * E);
+    }
+    in = prepare(s, s.h.data(), n, E, {&L.w_gate, &L.w_up});
+    matmul(L.w_gate, in, s.gate.data(), F);
+    matmul(L.w_up, in, s.up.data(), F);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; ++t) swiglu_row(s.gate.data() + t * F, s.up.data() + t * F, F, s.gate.data() + t * F);
+    in = prepare(s, s.gate.data(), n, F, {&L.w_down});
+    matmul(L.w_down, in, s.tmp.data(), E);
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int t = 0; t < n; ++t) add_row(s.x.data() + t * E, s.tmp.data() + t * E, E);
+  }
+
+  const int n_out = static_cast<int>(batch.logits_rows.size());
+  if (n_out == 0) return;
+  const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
+  for (int i = 0; i < n_out; ++i)
+    rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
+  MatmulInput in = prepare(s, s.h.data(), n_out, E, {&w.output});
+  matmul(w.output, in, logits, c.n_vocab);
+}
+
+}  // namespace ossa

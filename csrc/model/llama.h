@@ -1,0 +1,36 @@
+#pragma once
+// The Llama-family forward pass (Llama, SmolLM, Mistral, Qwen2 with qkv bias, Qwen3 with q/k norm)
+// over one flattened Batch, against the paged K/V pool. ModelRunner owns the storage; this file
+// holds only the math, so every buffer it touches was sized before the step began.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/quant.h"
+#include "model/batch.h"
+#include "model/weights.h"
+
+namespace ossa {
+
+// K/V pool and work buffers, planned for up to max_tokens tokens per step (see runner.h).
+struct ForwardState {
+  const Model* model = nullptr;
+  int num_blocks = 0, block_size = 0, max_tokens = 0, max_threads = 1;
+  float* kv = nullptr;  // the K/V pool, layout in runner.h
+  int64_t n_slots = 0;  // num_blocks * block_size
+
+  std::vector<float> x, h, q, k, v, attn, tmp, gate, up;  // [max_tokens, width]
+  std::vector<BlockQ8> xq;                               // [max_tokens, max_width / 32]
+  std::vector<float> inv_freq;                           // [head_dim / 2]
+  std::vector<float> cos_sin;                            // [max_tokens, head_dim]
+  std::vector<float> scores;                             // [max_threads, n_slots]
+  std::vector<int32_t> token_seq;                        // [max_tokens]
+
+  void plan(const Model& m, int num_blocks, int block_size, int max_tokens, float* kv_pool);
+  float* k_cache(int layer) const;
+  float* v_cache(int layer) const;
+};
+
+// logits: [batch.logits_rows.size(), n_vocab]. The batch must have been validated.
+void llama_forward(ForwardState& s, const Batch& batch, float* logits);
+
+}  // namespace ossa

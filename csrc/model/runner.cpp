@@ -1,0 +1,86 @@
+#include "model/runner.h"
+
+#include <cstring>
+#include <string>
+
+#include "util/error.h"
+
+namespace ossa {
+
+ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int block_size,
+                         int max_num_batched_tokens)
+    : model_(std::move(model)),
+      num_blocks_(num_blocks),
+      block_size_(block_size),
+      max_tokens_(max_num_batched_tokens) {
+  if (!model_) throw InputError("ModelRunner: no model");
+  if (num_blocks < 1 || block_size < 1 || max_num_batched_tokens < 1)
+    throw InputError("ModelRunner: num_blocks, block_size and max_num_batched_tokens must be >= 1");
+  const size_t n_slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size);
+  kv_.assign(n_slots * kv_bytes_per_token(model_->config) / sizeof(float), 0.0f);
+  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.data());
+}
+
+size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c) {
+  return static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
+}
+
+void ModelRunner::copy_block(int src, int dst) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_)
+    throw InputError("copy_block: block id out of range");
+  if (src == dst) return;
+  const ModelConfig& c = model_->config;
+  const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
+  const size_t n = static_cast<size_t>(block_size_) * kv_dim;
+  for (int l = 0; l < c.n_layer; ++l) {
+    for (float* base : {state_.k_cache(l), state_.v_cache(l)})
+      std::memcpy(base + static_cast<size_t>(dst) * n, base + static_cast<size_t>(src) * n, n * sizeof(float));
+  }
+}
+
+void ModelRunner::validate(const Batch& b) const {
+  auto fail = [](const std::string& what) { throw InputError("ModelRunner.forward: " + what); };
+  const int n = b.n_tokens(), n_seqs = b.n_seqs();
+  if (n < 1) fail("empty batch");
+  if (n > max_tokens_)
+    fail(std::to_string(n) + " tokens exceed max_num_batched_tokens " + std::to_string(max_tokens_));
+  if (b.positions.size() != static_cast<size_t>(n) || b.slot_mapping.size() != static_cast<size_t>(n))
+    fail("positions and slot_mapping need one entry per token");
+  if (n_seqs < 1 || b.seq_start.size() != static_cast<size_t>(n_seqs) + 1 ||
+      b.block_table_start.size() != static_cast<size_t>(n_seqs) + 1)
+    fail("seq_start and block_table_start need n_seqs + 1 entries");
+  if (b.seq_start[0] != 0 || b.seq_start[n_seqs] != n) fail("seq_start must run from 0 to n_tokens");
+  if (b.block_table_start[0] != 0 || b.block_table_start[n_seqs] != static_cast<int>(b.block_tables.size()))
+    fail("block_table_start must run from 0 to len(block_tables)");
+  const int n_vocab = model_->config.n_vocab;
+  const int64_t n_slots = static_cast<int64_t>(num_blocks_) * block_size_;
+  for (int id : b.token_ids)
+    if (id < 0 || id >= n_vocab) fail("token id " + std::to_string(id) + " out of range");
+  for (int id : b.block_tables)
+    if (id < 0 || id >= num_blocks_) fail("block id " + std::to_string(id) + " out of range");
+  for (int s = 0; s < n_seqs; ++s) {
+    if (b.seq_start[s + 1] < b.seq_start[s] || b.block_table_start[s + 1] < b.block_table_start[s])
+      fail("seq_start and block_table_start must be non-decreasing");
+    const int64_t capacity = static_cast<int64_t>(b.block_table_start[s + 1] - b.block_table_start[s]) * block_size_;
+    if (b.context_len[s] < 0 || b.context_len[s] > capacity)
+      fail("context_len of sequence " + std::to_string(s) + " exceeds its block table");
+    for (int t = b.seq_start[s]; t < b.seq_start[s + 1]; ++t) {
+      if (b.positions[t] < 0 || b.positions[t] >= b.context_len[s] || b.positions[t] >= n_slots)
+        fail("position " + std::to_string(b.positions[t]) + " outside the sequence's context");
+      if (b.slot_mapping[t] < 0 || b.slot_mapping[t] >= n_slots)
+        fail("slot " + std::to_string(b.slot_mapping[t]) + " out of range");
+    }
+  }
+  int prev = -1;
+  for (int r : b.logits_rows) {
+    if (r <= prev || r >= n) fail("logits_rows must be ascending token indices");
+    prev = r;
+  }
+}
+
+void ModelRunner::forward(const Batch& batch, float* logits) {
+  validate(batch);
+  llama_forward(state_, batch, logits);
+}
+
+}  // namespace ossa

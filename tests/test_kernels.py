@@ -1,0 +1,113 @@
+"""Matmul kernels per weight type against the gguf package's dequantization (a real oracle), and
+their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import dequantize, quantize
+
+from ossa._native import core
+
+QT = gguf.GGMLQuantizationType
+QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
+FLOATS = ["F32", "F16", "BF16"]
+
+
+def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stored bytes [rows, row_bytes] of a random weight, and its float32 dequantization."""
+    rng = np.random.default_rng(seed)
+    t = QT[type_name]
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    if type_name == "F32":
+        raw = w.view(np.uint8)
+    elif type_name == "F16":
+        raw = w.astype(np.float16).view(np.uint8)
+    elif type_name in ("Q4_K", "Q6_K"):
+        # gguf-py cannot quantize K-quants; random blocks with sane f16 scales exercise every bit.
+        block_elems, block_bytes = gguf.GGML_QUANT_SIZES[t]
+        nb = cols // block_elems
+        raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
+        scale = (rng.uniform(0.001, 0.02, size=(rows, nb)).astype(np.float16)).view(np.uint8)
+        if type_name == "Q4_K":  # d at bytes 0..1, dmin at 2..3
+            raw[:, :, 0:2] = scale.reshape(rows, nb, 2)
+            raw[:, :, 2:4] = (scale.view(np.float16) / 2).view(np.uint8).reshape(rows, nb, 2)
+        else:  # d is the last two bytes
+            raw[:, :, 208:210] = scale.reshape(rows, nb, 2)
+        raw = raw.reshape(rows, nb * block_bytes)
+    else:
+        raw = quantize(w, t)
+    raw = np.ascontiguousarray(raw).reshape(rows, -1)
+    return raw, dequantize(raw, t).astype(np.float32).reshape(rows, cols)
+
+
+def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray) -> np.ndarray:
+    return core.kernel_matmul(raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x))
+
+
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+def test_matmul_matches_dequantized_reference(type_name: str) -> None:
+    rows, cols = 37, 512
+    raw, w = make_weight(type_name, rows, cols, seed=1)
+    x = np.random.default_rng(2).standard_normal((6, cols)).astype(np.float32)
+    y = run(raw, type_name, rows, cols, x)
+    if type_name in QUANTIZED:
+        # Exact up to f32 rounding against the 8-bit activations the kernel really multiplies...
+        qs, d = core.kernel_quantize_q8(x)
+        xq = (qs.reshape(6, -1, 32) * d[:, :, None]).reshape(6, cols)
+        ref = xq.astype(np.float64) @ w.T.astype(np.float64)
+        scale = np.abs(xq).astype(np.float64) @ np.abs(w.T).astype(np.float64)
+        assert np.max(np.abs(y - ref) / scale) < 1e-6
+        # ...and within the activation quantization error of the float product.
+        full = x.astype(np.float64) @ w.T.astype(np.float64)
+        assert np.max(np.abs(y - full) / scale) < 1e-2
+    else:
+        ref = x.astype(np.float64) @ w.T.astype(np.float64)
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
+        assert np.max(np.abs(y - ref) / scale) < 1e-6
+
+
+def test_quantize_q8_is_round_to_nearest() -> None:
+    x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
+    qs, d = core.kernel_quantize_q8(x)
+    blocks = x.reshape(3, 2, 32)
+    expect_d = np.abs(blocks).max(axis=2) / np.float32(127)
+    np.testing.assert_array_equal(d, expect_d)
+    np.testing.assert_array_equal(qs.reshape(3, 2, 32), np.rint(blocks * (1 / expect_d)[:, :, None]))
+
+
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+@pytest.mark.parametrize("cols", [256, 768])
+def test_matmul_is_batch_invariant(type_name: str, cols: int) -> None:
+    rows = 45  # not a multiple of the 16-row scheduling chunk
+    raw, _ = make_weight(type_name, rows, cols, seed=4)
+    x = np.random.default_rng(5).standard_normal((11, cols)).astype(np.float32)
+    alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1])[0] for i in range(len(x))])
+    try:
+        for threads in (1, 2):
+            core.set_num_threads(threads)
+            for n in (1, 3, 4, 5, 8, 11):
+                np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n]), alone[:n])
+            # A row in a different tile position (shifted by one) is still the same.
+            np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:]), alone[1:])
+    finally:
+        core.set_num_threads(2)
+
+
+def test_float_matmul_odd_columns() -> None:
+    rows, cols = 5, 45  # masked tail
+    raw, w = make_weight("F32", rows, cols, seed=6)
+    x = np.random.default_rng(7).standard_normal((3, cols)).astype(np.float32)
+    y = run(raw, "F32", rows, cols, x)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_rejects_bad_shapes() -> None:
+    raw, _ = make_weight("Q8_0", 4, 64, seed=8)
+    with pytest.raises(ValueError):
+        run(raw, "Q8_0", 4, 48, np.zeros((1, 48), np.float32))
+    with pytest.raises(ValueError):
+        run(raw, "Q8_0", 4, 64, np.zeros((1, 32), np.float32))
+    with pytest.raises(ValueError):
+        core.kernel_matmul(raw.reshape(-1), 99, 4, 64, np.zeros((1, 64), np.float32))
