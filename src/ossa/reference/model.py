@@ -1,0 +1,115 @@
+"""The Llama-family forward pass in plain NumPy, written to be read.
+
+The twin of ``csrc/model/llama.cpp``: Llama / SmolLM / Mistral, Qwen2 (qkv bias) and Qwen3 (RMSNorm
+over each head of q and k before RoPE), with grouped-query attention and Llama-3 or linear RoPE
+scaling. It runs in float32 on weights already dequantized (``ossa.reference.loader.load_weights``),
+one sequence at a time, without a KV cache: every token attends causally to the ones before it.
+
+The C++ kernels multiply quantized weights by 8-bit quantized activations, so on quantized models
+the two agree to within that quantization error, not bitwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """Scale each row of ``x`` to unit root-mean-square, then by ``weight``."""
+    mean_square = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
+    return (weight * (x / np.sqrt(mean_square + eps))).astype(np.float32)
+
+
+def rope_inv_freq(config: dict[str, Any]) -> np.ndarray:
+    """Per-pair rotation frequencies, after linear or Llama-3 scaling."""
+    head_dim = config["head_dim"]
+    inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    scaling = config["rope_scaling"]
+    if scaling["type"] == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    elif scaling["type"] == "llama3":
+        # Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_len = scaling["original_max_position"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_len / wavelen - low) / (high - low)
+        interpolated = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        inv_freq = np.where(
+            wavelen > old_len / low,
+            inv_freq / factor,
+            np.where(wavelen < old_len / high, inv_freq, interpolated),
+        )
+    return inv_freq.astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, style: str) -> np.ndarray:
+    """Rotate ``x`` [n_tokens, n_heads, head_dim] by each token's position.
+
+    "neox" pairs dimension i with i + head_dim/2 (Hugging Face's rotate_half); "interleaved" pairs
+    2i with 2i+1 (llama.cpp's layout, whose converter permutes Llama's Q/K rows to match).
+    """
+    angle = positions.astype(np.float32)[:, None] * inv_freq[None, :]  # [n_tokens, head_dim/2]
+    cos = np.cos(angle.astype(np.float64)).astype(np.float32)[:, None, :]
+    sin = np.sin(angle.astype(np.float64)).astype(np.float32)[:, None, :]
+    half = x.shape[-1] // 2
+    if style == "neox":
+        a, b = x[..., :half], x[..., half:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    out = np.empty_like(x)
+    if style == "neox":
+        out[..., :half], out[..., half:] = ra, rb
+    else:
+        out[..., 0::2], out[..., 1::2] = ra, rb
+    return out
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d]."""
+    n, n_head, d = q.shape
+    group = n_head // k.shape[1]
+    k = np.repeat(k, group, axis=1)  # each KV head serves `group` query heads
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("qhd,khd->hqk", q, k) / np.float32(math.sqrt(d))
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs = probs / probs.sum(axis=-1, keepdims=True)
+    return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def forward(config: dict[str, Any], weights: dict[str, np.ndarray], token_ids: list[int]) -> np.ndarray:
+    """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0."""
+    c, w = config, weights
+    n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
+        raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
+    positions = np.arange(len(ids))
+    inv_freq = rope_inv_freq(c)
+    x = w["tok_embd"][ids].astype(np.float32)
+    for i in range(c["n_layer"]):
+        p = f"layers.{i}."
+        h = rms_norm(x, w[p + "attn_norm"], eps)
+        q, k, v = h @ w[p + "wq"].T, h @ w[p + "wk"].T, h @ w[p + "wv"].T
+        if c["qkv_bias"]:
+            q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+        q = q.reshape(len(ids), n_head, hd)
+        k = k.reshape(len(ids), n_head_kv, hd)
+        v = v.reshape(len(ids), n_head_kv, hd)
+        if c["qk_norm"]:
+            q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+        q = apply_rope(q, positions, inv_freq, c["rope_style"])
+        k = apply_rope(k, positions, inv_freq, c["rope_style"])
+        x = x + attention(q, k, v) @ w[p + "wo"].T
+        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        x = x + (silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+    return (rms_norm(x, w["output_norm"], eps) @ w["output"].T).astype(np.float32)
