@@ -1,0 +1,157 @@
+"""Batch invariance of the forward pass: a sequence's logits are bitwise the same computed alone,
+inside a batch with 7 other sequences, prefilled in chunks of 1, 7 and 64 tokens, and with 1 or 2
+threads. Also copy-on-write (copy_block) and the runner's input validation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from tiny_models import hf_to_gguf, make_hf_model
+
+from ossa._native import core
+
+BLOCK = 16
+SEQ_LEN = 72  # not a multiple of the block size, nor of the chunk sizes
+BLOCKS_PER_SEQ = (SEQ_LEN + BLOCK - 1) // BLOCK
+
+
+class Runner:
+    """A ModelRunner where sequence i owns blocks [i * BLOCKS_PER_SEQ, (i + 1) * BLOCKS_PER_SEQ),
+    laid out in reverse so block ids and slots are not simply the positions."""
+
+    def __init__(self, model: Any, n_seqs: int, max_tokens: int) -> None:
+        self.runner = core.ModelRunner(model, n_seqs * BLOCKS_PER_SEQ, BLOCK, max_tokens)
+        self.n_seqs = n_seqs
+
+    def table(self, seq: int) -> list[int]:
+        first = (self.n_seqs - 1 - seq) * BLOCKS_PER_SEQ
+        return list(range(first + BLOCKS_PER_SEQ - 1, first - 1, -1))
+
+    def step(self, chunks: list[tuple[int, list[int], int]]) -> list[np.ndarray]:
+        """chunks: (seq, tokens, first position). Returns each chunk's logits [len(tokens), vocab]."""
+        ids, pos, slots, seq_start, ctx, bt_start, tables, rows = [], [], [], [0], [], [0], [], []
+        for seq, tokens, start in chunks:
+            table = self.table(seq)
+            for i, tok in enumerate(tokens):
+                p = start + i
+                rows.append(len(ids))
+                ids.append(tok)
+                pos.append(p)
+                slots.append(table[p // BLOCK] * BLOCK + p % BLOCK)
+            seq_start.append(len(ids))
+            ctx.append(start + len(tokens))
+            tables += table
+            bt_start.append(len(tables))
+        logits = self.runner.forward(ids, pos, slots, seq_start, ctx, bt_start, tables, rows)
+        out, at = [], 0
+        for _, tokens, _ in chunks:
+            out.append(logits[at : at + len(tokens)])
+            at += len(tokens)
+        return out
+
+
+def chunked(tokens: list[int], size: int) -> Iterator[tuple[list[int], int]]:
+    for start in range(0, len(tokens), size):
+        yield tokens[start : start + size], start
+
+
+def check_invariance(model: Any, vocab: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(0, vocab, SEQ_LEN).tolist() for _ in range(8)]
+    target = seqs[3]
+    reference = None
+    for threads in (1, 2):
+        core.set_num_threads(threads)
+        alone = Runner(model, 1, SEQ_LEN).step([(0, target, 0)])[0]
+        if reference is None:
+            reference = alone
+        np.testing.assert_array_equal(alone, reference)
+        # Inside a batch with 7 others (the target in the middle, others of varied lengths).
+        batch = Runner(model, 8, 8 * SEQ_LEN)
+        chunks = [(i, s[: SEQ_LEN - 5 * i] if i != 3 else s, 0) for i, s in enumerate(seqs)]
+        np.testing.assert_array_equal(batch.step(chunks)[3], reference)
+        # Chunked prefill, alone and next to another sequence's chunks.
+        for size in (1, 7, 64):
+            r = Runner(model, 2, 2 * SEQ_LEN)
+            got = []
+            other = list(chunked(seqs[0], 5))
+            for i, (toks, start) in enumerate(chunked(target, size)):
+                step = [(1, toks, start)]
+                if i < len(other):
+                    step.insert(0, (0, *other[i]))
+                got.append(r.step(step)[-1])
+            np.testing.assert_array_equal(np.concatenate(got), reference, err_msg=f"chunk size {size}")
+    core.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_hf_model(
+        tmp_path_factory.mktemp("inv") / "qwen2",
+        arch="qwen2",
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=128,
+        vocab_size=96,
+    )
+
+
+@pytest.mark.parametrize("fmt", ["F32", "BF16", "Q4_1"])
+def test_tiny_model_is_batch_invariant(
+    tiny_dir: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = hf_to_gguf(tiny_dir, tmp_path_factory.mktemp("g") / f"m-{fmt}.gguf", fmt)
+    check_invariance(core.load_model(path), 96, seed=1)
+
+
+def test_default_model_is_batch_invariant(default_model_path: str) -> None:
+    check_invariance(core.load_model(default_model_path), 49152, seed=2)
+
+
+def test_copy_block_forks_a_sequence(tiny_dir: str) -> None:
+    model = core.load_model(tiny_dir)
+    tokens = np.random.default_rng(3).integers(0, 96, 40).tolist()
+    r = Runner(model, 2, 64)
+    expect = r.step([(0, tokens, 0)])[0]
+    # Sequence 1 shares sequence 0's first 32 tokens by copying its blocks, then computes the rest.
+    for b in range(2):
+        r.runner.copy_block(r.table(0)[b], r.table(1)[b])
+    got = r.step([(1, tokens[32:], 32)])[0]
+    np.testing.assert_array_equal(got, expect[32:])
+
+
+def test_runner_rejects_bad_batches(tiny_dir: str) -> None:
+    r = core.ModelRunner(core.load_model(tiny_dir), 2, BLOCK, 8)
+    ok = dict(
+        token_ids=[1, 2],
+        positions=[0, 1],
+        slot_mapping=[0, 1],
+        seq_start=[0, 2],
+        context_len=[2],
+        block_table_start=[0, 1],
+        block_tables=[0],
+        logits_rows=[1],
+    )
+    assert r.forward(**ok).shape == (1, 96)
+    bad = [
+        dict(token_ids=[1, 96]),
+        dict(positions=[0, 16]),
+        dict(slot_mapping=[0, 32]),
+        dict(block_tables=[2]),
+        dict(context_len=[17]),
+        dict(seq_start=[0, 1]),
+        dict(logits_rows=[1, 0]),
+        dict(token_ids=[1] * 9, positions=list(range(9)), slot_mapping=list(range(9)), seq_start=[0, 9]),
+    ]
+    for change in bad:
+        with pytest.raises(ValueError):
+            r.forward(**{**ok, **change})
+    with pytest.raises(ValueError):
+        r.copy_block(0, 2)
+    with pytest.raises(ValueError):
+        core.ModelRunner(core.load_model(tiny_dir), 0, BLOCK, 8)
