@@ -1,0 +1,209 @@
+#include "tokenizer/pretokenizer.h"
+
+#include <cstdint>
+
+#include "tokenizer/unicode.h"
+
+namespace ossa {
+namespace {
+
+constexpr const char* k_gpt2_regex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* k_llama3_regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* k_qwen2_regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The text decoded once: code points, their flags and byte offsets (offset[n] = text size).
+struct Decoded {
+  std::vector<uint32_t> cp;
+  std::vector<uint8_t> flags;
+  std::vector<uint32_t> offset;
+  void decode(std::string_view text) {
+    cp.clear();
+    flags.clear();
+    offset.clear();
+    auto p = reinterpret_cast<const unsigned char*>(text.data());
+    size_t i = 0;
+    while (i < text.size()) {
+      uint32_t c;
+      int len = utf8_decode(p + i, c);
+      cp.push_back(c);
+      flags.push_back(unicode_flags(c));
+      offset.push_back(static_cast<uint32_t>(i));
+      i += len;
+    }
+    offset.push_back(static_cast<uint32_t>(text.size()));
+  }
+};
+
+bool is_other(uint8_t f) { return (f & (k_letter | k_number | k_white_space)) == 0; }
+bool is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
+
+// Case-insensitive letter match as Unicode simple case folding does it for the contraction letters:
+// only 's' has an extra fold (U+017F LATIN SMALL LETTER LONG S).
+bool ci_eq(uint32_t c, char lower) {
+  if (c == static_cast<uint32_t>(lower) || c == static_cast<uint32_t>(lower - 'a' + 'A')) return true;
+  return lower == 's' && c == 0x17F;
+}
+
+// Length (in code points) of a contraction match at i, or 0.
+size_t match_contraction(const Decoded& d, size_t i, size_t n, bool ignore_case) {
+  if (d.cp[i] != '\'' || i + 1 >= n) return 0;
+  auto eq = [&](size_t k, char lower) {
+    return k < n && (ignore_case ? ci_eq(d.cp[k], lower) : d.cp[k] == static_cast<uint32_t>(lower));
+  };
+  // 's|'t|'re|'ve|'m|'ll|'d: the letters after the quote are all distinct, so order does not matter.
+  if (eq(i + 1, 's') || eq(i + 1, 't') || eq(i + 1, 'm') || eq(i + 1, 'd')) return 2;
+  if ((eq(i + 1, 'r') || eq(i + 1, 'v')) && eq(i + 2, 'e')) return 3;
+  if (eq(i + 1, 'l') && eq(i + 2, 'l')) return 3;
+  return 0;
+}
+
+// \s+(?!\S)|\s+ at a white-space code point: the run, less its last code point when a non-space
+// follows and the run is longer than one.
+size_t match_space_run(const Decoded& d, size_t i, size_t n) {
+  size_t k = i;
+  while (k < n && (d.flags[k] & k_white_space)) ++k;
+  if (k < n && k - i >= 2) return k - 1 - i;
+  return k - i;
+}
+
+// One match of the GPT-2 pattern at i; returns its length in code points (>= 1).
+size_t match_gpt2(const Decoded& d, size_t i, size_t n) {
+  if (size_t m = match_contraction(d, i, n, false)) return m;
+  size_t j = d.cp[i] == ' ' ? i + 1 : i;
+  if (j < n) {
+    uint8_t f = d.flags[j];
+    auto run = [&](auto pred) {
+      size_t k = j;
+      while (k < n && pred(d.flags[k])) ++k;
+      return k - i;
+    };
+    if (f & k_letter) return run([](uint8_t g) { return (g & k_letter) != 0; });
+    if (f & k_number) return run([](uint8_t g) { return (g & k_number) != 0; });
+    if (is_other(f)) return run(is_other);
+  }
+  if (d.flags[i] & k_white_space) return match_space_run(d, i, n);
+  return 1;  // unreachable: every code point is a letter, number, space or other
+}
+
+// One match of the Llama 3 (max_digits = 3) or Qwen2 (max_digits = 1) pattern at i.
+size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
+  if (size_t m = match_contraction(d, i, n, true)) return m;
+  uint8_t f = d.flags[i];
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  {
+    size_t j = i;
+    if (!is_crlf(d.cp[i]) && !(f & (k_letter | k_number))) j = i + 1;
+    if (j < n && (d.flags[j] & k_letter)) {
+      size_t k = j;
+      while (k < n && (d.flags[k] & k_letter)) ++k;
+      return k - i;
+    }
+  }
+  // \p{N}{1,max_digits}
+  if (f & k_number) {
+    size_t k = i;
+    while (k < n && k - i < max_digits && (d.flags[k] & k_number)) ++k;
+    return k - i;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  {
+    size_t j = d.cp[i] == ' ' ? i + 1 : i;
+    if (j < n && is_other(d.flags[j])) {
+      size_t k = j;
+      while (k < n && is_other(d.flags[k])) ++k;
+      while (k < n && is_crlf(d.cp[k])) ++k;
+      return k - i;
+    }
+  }
+  if (f & k_white_space) {
+    // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
+    size_t k = i, last_crlf = n;
+    while (k < n && (d.flags[k] & k_white_space)) {
+      if (is_crlf(d.cp[k])) last_crlf = k;
+      ++k;
+    }
+    if (last_crlf != n) return last_crlf + 1 - i;
+    return match_space_run(d, i, n);
+  }
+  return 1;
+}
+
+thread_local Decoded t_decoded;
+
+}  // namespace
+
+std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
+  if (regex == k_gpt2_regex) return SplitPattern::GPT2;
+  if (regex == k_llama3_regex) return SplitPattern::LLAMA3;
+  if (regex == k_qwen2_regex) return SplitPattern::QWEN2;
+  return std::nullopt;
+}
+
+const char* split_pattern_regex(SplitPattern pattern) {
+  switch (pattern) {
+    case SplitPattern::GPT2: return k_gpt2_regex;
+    case SplitPattern::LLAMA3: return k_llama3_regex;
+    case SplitPattern::QWEN2: return k_qwen2_regex;
+  }
+  return "";
+}
+
+void split_regex(SplitPattern pattern, std::string_view text, std::vector<std::string_view>& out) {
+  Decoded& d = t_decoded;
+  d.decode(text);
+  size_t n = d.cp.size(), i = 0;
+  while (i < n) {
+    size_t m = pattern == SplitPattern::GPT2     ? match_gpt2(d, i, n)
+               : pattern == SplitPattern::LLAMA3 ? match_llama3(d, i, n, 3)
+                                                 : match_llama3(d, i, n, 1);
+    out.push_back(text.substr(d.offset[i], d.offset[i + m] - d.offset[i]));
+    i += m;
+  }
+}
+
+void split_digits(bool individual, std::string_view text, std::vector<std::string_view>& out) {
+  auto p = reinterpret_cast<const unsigned char*>(text.data());
+  size_t i = 0, start = 0;
+  bool in_digits = false;
+  while (i < text.size()) {
+    uint32_t c;
+    int len = utf8_decode(p + i, c);
+    bool digit = (unicode_flags(c) & k_number) != 0;
+    if (digit && individual) {
+      if (start < i) out.push_back(text.substr(start, i - start));
+      out.push_back(text.substr(i, len));
+      start = i + len;
+    } else if (!individual && digit != in_digits) {
+      if (start < i) out.push_back(text.substr(start, i - start));
+      start = i;
+    }
+    in_digits = digit;
+    i += len;
+  }
+  if (start < text.size()) out.push_back(text.substr(start));
+}
+
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text,
+                  std::vector<std::string_view>& out) {
+  if (text.empty()) return;
+  if (steps.empty()) {
+    out.push_back(text);
+    return;
+  }
+  thread_local std::vector<std::string_view> current, next;
+  current.assign(1, text);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<std::string_view>& dst = s + 1 == steps.size() ? out : next;
+    if (&dst == &next) next.clear();
+    for (std::string_view piece : current) {
+      if (steps[s].kind == PreTokenizerStep::REGEX) split_regex(steps[s].pattern, piece, dst);
+      else split_digits(steps[s].kind == PreTokenizerStep::DIGITS_INDIVIDUAL, piece, dst);
+    }
+    if (&dst == &next) current.swap(next);
+  }
+}
+
+}  // namespace ossa

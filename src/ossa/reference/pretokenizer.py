@@ -1,0 +1,236 @@
+"""Python twin of csrc/tokenizer/pretokenizer.cpp, unicode.cpp and byte_level.cpp.
+
+The split regexes of GPT-2, Llama 3 and Qwen2 are run by matchers that follow each regex's
+alternation order and backtracking by hand; code point classes come from ``unicodedata`` (the same
+source as the C++ tables) plus the White_Space property list.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PATTERNS = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}
+
+LETTER, NUMBER, WHITE_SPACE, MARK = 1, 2, 4, 8
+_WHITE_SPACE = frozenset(
+    [
+        *range(0x09, 0x0E),
+        0x20,
+        0x85,
+        0xA0,
+        0x1680,
+        *range(0x2000, 0x200B),
+        0x2028,
+        0x2029,
+        0x202F,
+        0x205F,
+        0x3000,
+    ]
+)
+
+
+def pattern_from_regex(regex: str) -> str | None:
+    """The pattern name ("gpt2", "llama3", "qwen2") a regex string denotes, or None."""
+    for name, r in PATTERNS.items():
+        if regex == r:
+            return name
+    return None
+
+
+@lru_cache(maxsize=65536)
+def flags(ch: str) -> int:
+    """LETTER/NUMBER/WHITE_SPACE/MARK bits of one character."""
+    cat = unicodedata.category(ch)
+    f = 0
+    if cat[0] == "L":
+        f = LETTER
+    elif cat[0] == "N":
+        f = NUMBER
+    elif cat[0] == "M":
+        f = MARK
+    if ord(ch) in _WHITE_SPACE:
+        f |= WHITE_SPACE
+    return f
+
+
+def _is_other(f: int) -> bool:
+    return f & (LETTER | NUMBER | WHITE_SPACE) == 0
+
+
+def _ci_eq(c: str, lower: str) -> bool:
+    return c == lower or c == lower.upper() or (lower == "s" and c == "\u017f")
+
+
+def _contraction(s: str, i: int, ignore_case: bool) -> int:
+    n = len(s)
+    if s[i] != "'" or i + 1 >= n:
+        return 0
+
+    def eq(k: int, lower: str) -> bool:
+        return k < n and (_ci_eq(s[k], lower) if ignore_case else s[k] == lower)
+
+    if eq(i + 1, "s") or eq(i + 1, "t") or eq(i + 1, "m") or eq(i + 1, "d"):
+        return 2
+    if (eq(i + 1, "r") or eq(i + 1, "v")) and eq(i + 2, "e"):
+        return 3
+    if eq(i + 1, "l") and eq(i + 2, "l"):
+        return 3
+    return 0
+
+
+def _space_run(s: str, f: list[int], i: int) -> int:
+    k = i
+    while k < len(s) and f[k] & WHITE_SPACE:
+        k += 1
+    if k < len(s) and k - i >= 2:
+        return k - 1 - i
+    return k - i
+
+
+def _match_gpt2(s: str, f: list[int], i: int) -> int:
+    m = _contraction(s, i, False)
+    if m:
+        return m
+    n = len(s)
+    j = i + 1 if s[i] == " " else i
+    if j < n:
+        for pred in (
+            lambda g: g & LETTER,
+            lambda g: g & NUMBER,
+            _is_other,
+        ):
+            if pred(f[j]):
+                k = j
+                while k < n and pred(f[k]):
+                    k += 1
+                return k - i
+    if f[i] & WHITE_SPACE:
+        return _space_run(s, f, i)
+    return 1
+
+
+def _match_llama3(s: str, f: list[int], i: int, max_digits: int) -> int:
+    m = _contraction(s, i, True)
+    if m:
+        return m
+    n = len(s)
+    j = i + 1 if s[i] not in "\r\n" and not f[i] & (LETTER | NUMBER) else i
+    if j < n and f[j] & LETTER:
+        k = j
+        while k < n and f[k] & LETTER:
+            k += 1
+        return k - i
+    if f[i] & NUMBER:
+        k = i
+        while k < n and k - i < max_digits and f[k] & NUMBER:
+            k += 1
+        return k - i
+    j = i + 1 if s[i] == " " else i
+    if j < n and _is_other(f[j]):
+        k = j
+        while k < n and _is_other(f[k]):
+            k += 1
+        while k < n and s[k] in "\r\n":
+            k += 1
+        return k - i
+    if f[i] & WHITE_SPACE:
+        k, last = i, -1
+        while k < n and f[k] & WHITE_SPACE:
+            if s[k] in "\r\n":
+                last = k
+            k += 1
+        if last >= 0:
+            return last + 1 - i
+        return _space_run(s, f, i)
+    return 1
+
+
+def split_regex(pattern: str, text: str) -> list[str]:
+    """Pieces of text under one of the known split patterns (matches isolated, none empty)."""
+    f = [flags(c) for c in text]
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if pattern == "gpt2":
+            m = _match_gpt2(text, f, i)
+        else:
+            m = _match_llama3(text, f, i, 3 if pattern == "llama3" else 1)
+        out.append(text[i : i + m])
+        i += m
+    return out
+
+
+def split_digits(individual: bool, text: str) -> list[str]:
+    """Hugging Face's Digits pre-tokenizer: numbers isolated one by one or as runs."""
+    out: list[str] = []
+    start = 0
+    prev = False
+    for i, c in enumerate(text):
+        digit = bool(flags(c) & NUMBER)
+        if digit and individual:
+            if start < i:
+                out.append(text[start:i])
+            out.append(c)
+            start = i + 1
+        elif not individual and digit != prev:
+            if start < i:
+                out.append(text[start:i])
+            start = i
+        prev = digit
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def pre_tokenize(steps: list[str], text: str) -> list[str]:
+    """Applies each step ("gpt2", "llama3", "qwen2", "digits_individual", "digits_contiguous")."""
+    if not text:
+        return []
+    pieces = [text]
+    for step in steps:
+        nxt: list[str] = []
+        for p in pieces:
+            if step.startswith("digits_"):
+                nxt.extend(split_digits(step == "digits_individual", p))
+            else:
+                nxt.extend(split_regex(step, p))
+        pieces = nxt
+    return pieces
+
+
+def _byte_alphabet() -> list[str]:
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars, extra = [], 0
+    for b in range(256):
+        if b in keep:
+            chars.append(chr(b))
+        else:
+            chars.append(chr(256 + extra))
+            extra += 1
+    return chars
+
+
+BYTE_TO_CHAR = _byte_alphabet()
+CHAR_TO_BYTE = {c: b for b, c in enumerate(BYTE_TO_CHAR)}
+
+
+def byte_level_encode(raw: bytes) -> str:
+    return "".join(BYTE_TO_CHAR[b] for b in raw)
+
+
+def byte_level_decode(s: str) -> bytes | None:
+    """The bytes a byte-level spelling stands for, or None if s leaves the alphabet."""
+    try:
+        return bytes(CHAR_TO_BYTE[c] for c in s)
+    except KeyError:
+        return None

@@ -1,0 +1,345 @@
+"""TokenizerSpec: the tokenizer a file describes, reduced to what ossa's tokenizer implements.
+
+Built from a Hugging Face ``tokenizer.json`` (+ ``tokenizer_config.json``, ``generation_config.json``)
+or from GGUF metadata. Both the C++ tokenizer (``core.Tokenizer.from_spec``) and the Python twin take
+it. A component ossa does not implement raises ``ModelError`` naming it; nothing is approximated.
+
+EOS-like ids (``eos_ids``, the ids that end generation): for a Hugging Face folder, the tokenizer's
+eos token plus ``generation_config.json``'s ``eos_token_id`` (int or list); for GGUF,
+``tokenizer.ggml.eos_token_id``, ``eot_token_id`` and ``eom_token_id`` (the keys llama.cpp stops on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .pretokenizer import byte_level_decode, byte_level_encode, pattern_from_regex
+
+METASPACE = "\u2581"
+
+
+class ModelError(ValueError):
+    """A tokenizer file ossa cannot load (the Python twin's counterpart of ossa.ModelError)."""
+
+
+@dataclass
+class TokenizerSpec:
+    """Field names and meanings match ossa::TokenizerSpec (csrc/tokenizer/tokenizer.h)."""
+
+    model: str = "byte_level_bpe"  # or "sentencepiece_bpe"
+    vocab: list[str] = field(default_factory=list)
+    merges: list[tuple[str, str]] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    added_tokens: list[dict[str, Any]] = field(default_factory=list)
+    pre_tokenizer: list[str] = field(default_factory=list)
+    add_prefix_space: bool = False
+    prefix: str = "never"  # never | first | always | prepend
+    metaspace_split: bool = False
+    byte_fallback: bool = False
+    fuse_unk: bool = False
+    ignore_merges: bool = False
+    unk_id: int = -1
+    prefix_ids: list[int] = field(default_factory=list)
+    suffix_ids: list[int] = field(default_factory=list)
+    bos_id: int = -1
+    eos_id: int = -1
+    pad_id: int = -1
+    eos_ids: list[int] = field(default_factory=list)
+    strip_leading_space: bool = False
+    chat_template: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["merges"] = [list(m) for m in self.merges]
+        d.pop("chat_template")
+        return d
+
+
+def _unsupported(what: str, detail: Any) -> ModelError:
+    return ModelError(f"unsupported tokenizer component: {what} {json.dumps(detail)[:200]}")
+
+
+def _flatten(node: dict | None) -> list[dict]:
+    if node is None:
+        return []
+    if node.get("type") == "Sequence":
+        key = next(k for k in ("pretokenizers", "normalizers", "processors", "decoders") if k in node)
+        return [x for child in node[key] for x in _flatten(child)]
+    return [node]
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+def spec_from_tokenizer_json(
+    tj: dict, config: dict | None = None, generation_config: dict | None = None
+) -> TokenizerSpec:
+    """A spec from a parsed tokenizer.json and optional tokenizer_config.json / generation_config.json."""
+    config = config or {}
+    model = tj.get("model") or {}
+    if model.get("type") != "BPE":
+        raise _unsupported("model", model.get("type"))
+    if model.get("dropout") not in (None, 0, 0.0):
+        raise _unsupported("BPE dropout", model.get("dropout"))
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise _unsupported(f"BPE {key}", model.get(key))
+    spec = TokenizerSpec()
+    vocab: dict[str, int] = model["vocab"]
+    size = max(vocab.values(), default=-1) + 1
+    spec.vocab = [""] * size
+    for tok, i in vocab.items():
+        spec.vocab[i] = tok
+    spec.merges = [
+        tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])
+    ]
+    spec.byte_fallback = bool(model.get("byte_fallback"))
+    spec.fuse_unk = bool(model.get("fuse_unk"))
+    spec.ignore_merges = bool(model.get("ignore_merges"))
+
+    added = {t["content"]: t["id"] for t in tj.get("added_tokens", [])}
+    spec.added_tokens = [
+        {k: t[k] for k in ("id", "content", "special", "lstrip", "rstrip", "normalized", "single_word")}
+        for t in tj.get("added_tokens", [])
+    ]
+
+    def id_of(token: str | None) -> int:
+        if token is None:
+            return -1
+        if token in added:
+            return added[token]
+        return vocab.get(token, -1)
+
+    if model.get("unk_token") is not None:
+        spec.unk_id = id_of(model["unk_token"])
+
+    byte_level = metaspace = False
+    for i, pre in enumerate(_flatten(tj.get("pre_tokenizer"))):
+        kind = pre.get("type")
+        if kind == "ByteLevel":
+            byte_level = True
+            if pre.get("use_regex", True):
+                spec.pre_tokenizer.append("gpt2")
+            if pre.get("add_prefix_space"):
+                if i != 0:
+                    raise _unsupported("ByteLevel add_prefix_space after another pre-tokenizer", pre)
+                spec.add_prefix_space = True
+        elif kind == "Split":
+            regex = pre.get("pattern", {}).get("Regex")
+            name = pattern_from_regex(regex) if regex is not None else None
+            if name is None or pre.get("behavior") != "Isolated" or pre.get("invert"):
+                raise _unsupported("Split pre-tokenizer", pre)
+            spec.pre_tokenizer.append(name)
+        elif kind == "Digits":
+            spec.pre_tokenizer.append(
+                "digits_individual" if pre.get("individual_digits") else "digits_contiguous"
+            )
+        elif kind == "Metaspace":
+            if pre.get("replacement") != METASPACE:
+                raise _unsupported("Metaspace replacement", pre)
+            metaspace = True
+            scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+            spec.prefix = scheme
+            spec.metaspace_split = bool(pre.get("split", True))
+        else:
+            raise _unsupported("pre-tokenizer", kind)
+    normalizers = _flatten(tj.get("normalizer"))
+    for norm in normalizers:
+        kind = norm.get("type")
+        if kind == "Prepend" and norm.get("prepend") == METASPACE:
+            spec.prefix = "prepend"
+        elif (
+            kind == "Replace" and norm.get("pattern") == {"String": " "} and norm.get("content") == METASPACE
+        ):
+            metaspace = True
+        else:
+            raise _unsupported("normalizer", norm)
+    if normalizers and [n["type"] for n in normalizers] not in (["Prepend", "Replace"], ["Replace"]):
+        raise _unsupported("normalizer sequence", tj.get("normalizer"))
+    if byte_level == metaspace:
+        raise _unsupported(
+            "BPE without exactly one of ByteLevel / Metaspace",
+            [tj.get("pre_tokenizer"), tj.get("normalizer")],
+        )
+    spec.model = "byte_level_bpe" if byte_level else "sentencepiece_bpe"
+    if metaspace and spec.pre_tokenizer:
+        raise _unsupported("pre-tokenizer steps with a SentencePiece-style model", tj.get("pre_tokenizer"))
+
+    for dec in _flatten(tj.get("decoder")):
+        kind = dec.get("type")
+        if kind == "ByteLevel" and byte_level:
+            continue
+        if kind in ("ByteFallback", "Fuse") and not byte_level:
+            continue
+        if kind == "Replace" and dec.get("pattern") == {"String": METASPACE} and dec.get("content") == " ":
+            continue
+        if (
+            kind == "Strip"
+            and dec.get("content") == " "
+            and dec.get("start") in (0, 1)
+            and dec.get("stop") == 0
+        ):
+            spec.strip_leading_space = dec.get("start") == 1
+            continue
+        if kind == "Metaspace" and not byte_level:
+            spec.strip_leading_space = dec.get("prepend_scheme", "always") != "never"
+            continue
+        raise _unsupported("decoder", dec)
+
+    for proc in _flatten(tj.get("post_processor")):
+        kind = proc.get("type")
+        if kind == "ByteLevel":
+            continue
+        if kind != "TemplateProcessing":
+            raise _unsupported("post-processor", kind)
+        before = True
+        for item in proc["single"]:
+            if "Sequence" in item:
+                before = False
+                continue
+            token_ids = proc["special_tokens"][item["SpecialToken"]["id"]]["ids"]
+            (spec.prefix_ids if before else spec.suffix_ids).extend(token_ids)
+
+    spec.bos_id = id_of(_token_content(config.get("bos_token")))
+    spec.eos_id = id_of(_token_content(config.get("eos_token")))
+    spec.pad_id = id_of(_token_content(config.get("pad_token")))
+    eos: list[int] = [spec.eos_id] if spec.eos_id >= 0 else []
+    extra = (generation_config or {}).get("eos_token_id")
+    for i in extra if isinstance(extra, list) else [extra] if extra is not None else []:
+        if i not in eos:
+            eos.append(i)
+    spec.eos_ids = eos
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    spec.chat_template = template
+    return spec
+
+
+def spec_from_hf_path(path: str) -> TokenizerSpec:
+    """A spec from a tokenizer.json file or a folder holding one (with its config files)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    tj_path = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.exists(tj_path):
+        raise ModelError(f"{path}: no tokenizer.json")
+
+    def load(name: str) -> dict | None:
+        p = os.path.join(folder, name)
+        if not os.path.exists(p):
+            return None
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+
+    with open(tj_path, encoding="utf-8") as f:
+        try:
+            tj = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{tj_path}: not valid JSON ({e})") from e
+    spec = spec_from_tokenizer_json(tj, load("tokenizer_config.json"), load("generation_config.json"))
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if os.path.exists(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            spec.chat_template = f.read()
+    return spec
+
+
+_LLAMA3_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+               "jina-v5-nano", "dbrx", "smaug-bpe"}  # fmt: skip
+_QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
+_UNSUPPORTED_PRE = {"tekken", "qwen35", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
+
+
+def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> TokenizerSpec:
+    """The twin of Tokenizer::from_gguf (csrc/tokenizer/tokenizer_gguf.cpp); same rules, same order."""
+    model = md.get("tokenizer.ggml.model")
+    if not model:
+        raise ModelError(f"{path}: no tokenizer in this GGUF (tokenizer.ggml.model is missing)")
+    arch = md.get("general.architecture", "")
+    tokens: list[str] = list(md.get("tokenizer.ggml.tokens") or [])
+    if not tokens:
+        raise ModelError(f"{path}: tokenizer.ggml.tokens is missing or empty")
+    types = list(md.get("tokenizer.ggml.token_type") or [])
+    merges = list(md.get("tokenizer.ggml.merges") or [])
+    spec = TokenizerSpec()
+    byte_level = model == "gpt2"
+
+    def in_alphabet(t: str) -> bool:
+        return byte_level_decode(t) is not None
+
+    if byte_level:
+        pre = md.get("tokenizer.ggml.pre", "")
+        if pre in _UNSUPPORTED_PRE:
+            raise ModelError(f"{path}: unsupported GGUF pre-tokenizer '{pre}'")
+        spec.pre_tokenizer = ["llama3" if pre in _LLAMA3_PRE else "qwen2" if pre in _QWEN2_PRE else "gpt2"]
+        spec.vocab = [t if in_alphabet(t) else byte_level_encode(t.encode("utf-8")) for t in tokens]
+        add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
+    elif model == "llama":
+        if arch in ("gemma", "gemma2", "gemma3", "phi3"):
+            raise ModelError(f"{path}: unsupported GGUF SentencePiece tokenizer for architecture '{arch}'")
+        spec.model = "sentencepiece_bpe"
+        spec.vocab = tokens
+        spec.byte_fallback = spec.fuse_unk = spec.strip_leading_space = True
+        spec.prefix = "first" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
+        if not merges:
+            scores = list(md.get("tokenizer.ggml.scores") or [])
+            if len(scores) != len(tokens):
+                raise ModelError(f"{path}: tokenizer.ggml.scores is missing or has the wrong length")
+            spec.scores = [float(s) for s in scores]
+        add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
+    else:
+        raise ModelError(f"{path}: unsupported GGUF tokenizer model '{model}' (supported: gpt2, llama)")
+    for m in merges:
+        if " " not in m:
+            raise ModelError(f"{path}: malformed merge '{m}'")
+        a, b = m.split(" ", 1)
+        spec.merges.append((a, b))
+
+    def id_key(key: str) -> int:
+        i = int(md.get(key, -1))
+        if i < -1 or i >= len(tokens):
+            raise ModelError(f"{path}: {key} is out of range")
+        return i
+
+    spec.bos_id = id_key("tokenizer.ggml.bos_token_id")
+    spec.eos_id = id_key("tokenizer.ggml.eos_token_id")
+    spec.pad_id = id_key("tokenizer.ggml.padding_token_id")
+    if not byte_level:
+        spec.unk_id = id_key("tokenizer.ggml.unknown_token_id")
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        i = id_key(key)
+        if i >= 0 and i not in spec.eos_ids:
+            spec.eos_ids.append(i)
+    if add_bos and spec.bos_id >= 0:
+        spec.prefix_ids = [spec.bos_id]
+    if md.get("tokenizer.ggml.add_eos_token", False) and spec.eos_id >= 0:
+        spec.suffix_ids = [spec.eos_id]
+    for i, (tok, ty) in enumerate(zip(tokens, types, strict=False)):
+        if ty in (3, 4) and (not byte_level or in_alphabet(tok)):
+            flags = {"lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
+            spec.added_tokens.append({"id": i, "content": tok, "special": ty == 3, **flags})
+    spec.chat_template = md.get("tokenizer.chat_template")
+    return spec
+
+
+def spec_from_gguf(path: str) -> TokenizerSpec:
+    from .gguf import read_gguf
+
+    return spec_from_gguf_metadata(read_gguf(path).metadata, path)
+
+
+def spec_from_file(path: str) -> TokenizerSpec:
+    """tokenizer.json, a Hugging Face folder, or a GGUF file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            if f.read(4) == b"GGUF":
+                return spec_from_gguf(path)
+    return spec_from_hf_path(path)

@@ -1,0 +1,205 @@
+"""ossa.Tokenizer: the C++ tokenizer (or its Python twin) plus Hugging Face-style chat templates.
+
+tok = ossa.Tokenizer.from_file("model.gguf")          # or tokenizer.json, or a HF folder
+ids = tok.encode("Hello")                             # identical to Hugging Face tokenizers
+text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .reference import tokenizer as _ref
+from .reference.tokenizer_spec import TokenizerSpec, spec_from_file
+
+
+@dataclass
+class _Specials:
+    bos: int | None
+    eos: int | None
+    pad: int | None
+    eos_ids: list[int]
+
+
+class Tokenizer:
+    """A BPE tokenizer with identical ids to Hugging Face ``tokenizers``.
+
+    ``backend="cpp"`` (default) runs ossa's C++ tokenizer (``core``; the engine shares it);
+    ``backend="python"`` runs the plain-Python twin in ``ossa.reference.tokenizer``.
+    """
+
+    def __init__(
+        self, impl: Any, spec: TokenizerSpec | None, backend: str, chat_template: str | None
+    ) -> None:
+        self._impl = impl
+        self._spec = spec
+        self.backend = backend
+        self.chat_template = chat_template
+
+    # -- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str, backend: str = "cpp") -> Tokenizer:
+        """Loads a tokenizer.json, a Hugging Face folder (tokenizer.json + configs) or a GGUF file."""
+        if backend not in ("cpp", "python"):
+            raise ValueError(f"backend must be 'cpp' or 'python', got {backend!r}")
+        spec = spec_from_file(path)
+        if backend == "python":
+            return cls(_ref.Tokenizer(spec), spec, backend, spec.chat_template)
+        from ._native import core
+
+        with open(path, "rb") as f:
+            is_gguf = f.read(4) == b"GGUF" if not _isdir(path) else False
+        impl = core.Tokenizer.from_gguf(path) if is_gguf else core.Tokenizer.from_spec(spec.to_dict())
+        return cls(impl, spec, backend, spec.chat_template)
+
+    @classmethod
+    def from_spec(cls, spec: TokenizerSpec, backend: str = "cpp") -> Tokenizer:
+        if backend == "python":
+            return cls(_ref.Tokenizer(spec), spec, backend, spec.chat_template)
+        from ._native import core
+
+        return cls(core.Tokenizer.from_spec(spec.to_dict()), spec, backend, spec.chat_template)
+
+    @property
+    def core(self) -> Any:
+        """The ``core.Tokenizer`` (C++ backend only), for the engine."""
+        if self.backend != "cpp":
+            raise ValueError("the python backend has no core tokenizer")
+        return self._impl
+
+    # -- encoding / decoding ----------------------------------------------------------------------
+
+    def encode(self, text: str | bytes, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of text. bytes must be valid UTF-8; a str with a lone surrogate is a ValueError."""
+        return self._impl.encode(text, add_special_tokens)
+
+    def encode_batch(self, texts: Sequence[str | bytes], add_special_tokens: bool = True) -> list[list[int]]:
+        """Encodes many texts (in parallel with the C++ backend)."""
+        return self._impl.encode_batch(list(texts), add_special_tokens)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of ids; unknown ids are skipped, invalid UTF-8 becomes U+FFFD."""
+        return self._impl.decode([int(i) for i in ids], skip_special_tokens)
+
+    def detokenizer(self, skip_special_tokens: bool = False) -> Any:
+        """A streaming detokenizer: ``push(id) -> str`` deltas, ``flush() -> str`` at the end."""
+        if self.backend == "python":
+            return _ref.Detokenizer(self._impl, skip_special_tokens)
+        from ._native import core
+
+        return core.Detokenizer(self._impl, skip_special_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._impl.vocab_size)
+
+    def _specials(self) -> _Specials:
+        s = self._spec
+        if s is not None and self.backend == "python":
+            return _Specials(_opt(s.bos_id), _opt(s.eos_id), _opt(s.pad_id), list(s.eos_ids))
+        i = self._impl
+        return _Specials(i.bos_token_id, i.eos_token_id, i.pad_token_id, list(i.eos_token_ids))
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._specials().bos
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._specials().eos
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._specials().pad
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """Ids that end generation (see ossa.reference.tokenizer_spec for the rule)."""
+        return self._specials().eos_ids
+
+    def id_to_token(self, token_id: int) -> str | None:
+        if self.backend == "python":
+            t = self._impl.token_strings
+            return t[token_id] if 0 <= token_id < len(t) and t[token_id] else None
+        return self._impl.id_to_token(token_id)
+
+    @property
+    def bos_token(self) -> str | None:
+        return None if self.bos_token_id is None else self.id_to_token(self.bos_token_id)
+
+    @property
+    def eos_token(self) -> str | None:
+        return None if self.eos_token_id is None else self.id_to_token(self.eos_token_id)
+
+    # -- chat templates ---------------------------------------------------------------------------
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tokenize: bool = False,
+        chat_template: str | None = None,
+        **kwargs: Any,
+    ) -> str | list[int]:
+        """Renders messages with the model's chat template as Hugging Face does (jinja2 sandbox).
+
+        The text already holds any special tokens the template writes, so tokenizing it adds none.
+        """
+        template = chat_template or self.chat_template
+        if template is None:
+            raise ValueError("this tokenizer has no chat template; pass chat_template=...")
+        variables = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
+        variables.update(kwargs)
+        text = _compile(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **variables
+        )
+        if tokenize:
+            return self.encode(text, add_special_tokens=False)
+        return text
+
+
+def _opt(i: int) -> int | None:
+    return i if i >= 0 else None
+
+
+def _isdir(path: str) -> bool:
+    import os
+
+    return os.path.isdir(path)
+
+
+_TEMPLATES: dict[str, Any] = {}
+
+
+def _compile(template: str) -> Any:
+    """A jinja2 template in an ImmutableSandboxedEnvironment set up as transformers does."""
+    if template in _TEMPLATES:
+        return _TEMPLATES[template]
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+               sort_keys: bool = False) -> str:  # fmt: skip
+        return json.dumps(
+            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+        )
+
+    def strftime_now(fmt: str) -> str:
+        return datetime.datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    compiled = env.from_string(template)
+    _TEMPLATES[template] = compiled
+    return compiled
