@@ -164,3 +164,18 @@ def test_random_operations_cpp_equals_twin(seed: int) -> None:
             sb.prefix_hits,
             sb.num_free_blocks,
         )
+
+
+@pytest.mark.parametrize("impl", [core, ref], ids=["cpp", "twin"])
+def test_pool_sizing_from_a_byte_budget(impl: Any) -> None:
+    torch = pytest.importorskip("torch")
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64; the oracle is the size of a real K/V block tensor.
+    block = torch.empty(2, 30, 16, 3, 64, dtype=torch.float16)
+    per_block = block.numel() * block.element_size()
+    assert impl.kv_block_bytes(30, 3, 64, 16, 2) == per_block
+    assert impl.num_blocks_for_memory(10 * per_block + per_block - 1, 30, 3, 64, 16, 2) == 10
+    assert impl.num_blocks_for_memory(2**62, 1, 1, 1, 1, 1) == 2**31 - 1
+    with pytest.raises(ValueError):
+        impl.num_blocks_for_memory(1 << 30, 30, 0, 64, 16, 2)
+    with pytest.raises(ValueError):
+        impl.num_blocks_for_memory(-1, 30, 3, 64, 16, 2)

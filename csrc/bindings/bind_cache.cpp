@@ -35,6 +35,12 @@ void bind_cache(nb::module_& m) {
       nb::arg("parent"), nb::arg("extra_key"), nb::arg("tokens"),
       "64-bit FNV-1a of (parent, extra_key, tokens) as little-endian bytes.");
 
+  m.def("kv_block_bytes", &ossa::kv_block_bytes, nb::arg("n_layer"), nb::arg("n_head_kv"), nb::arg("head_dim"),
+        nb::arg("block_size") = 16, nb::arg("dtype_bytes") = 2, "Bytes of one KV-cache block (K and V, all layers).");
+  m.def("num_blocks_for_memory", &ossa::num_blocks_for_memory, nb::arg("memory_bytes"), nb::arg("n_layer"),
+        nb::arg("n_head_kv"), nb::arg("head_dim"), nb::arg("block_size") = 16, nb::arg("dtype_bytes") = 2,
+        "How many KV-cache blocks a byte budget holds.");
+
   nb::class_<BlockPool>(m, "BlockPool", "KV-cache blocks: ref counts, LRU free queue, prefix-cache map.")
       .def(nb::init<int32_t, int32_t>(), nb::arg("num_blocks"), nb::arg("block_size"))
       .def_ro("num_blocks", &BlockPool::num_blocks)

@@ -1,5 +1,6 @@
 #include "cache/kv_cache_manager.h"
 
+#include <cstdint>
 #include <string>
 
 #include "util/error.h"
@@ -8,6 +9,20 @@ namespace ossa {
 
 int32_t watermark_blocks_for(double watermark, int32_t num_blocks) {
   return static_cast<int32_t>(watermark * static_cast<double>(num_blocks));
+}
+
+int64_t kv_block_bytes(int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
+                       int32_t dtype_bytes) {
+  if (n_layer < 1 || n_head_kv < 1 || head_dim < 1 || block_size < 1 || dtype_bytes < 1)
+    throw InputError("the KV-cache shape must be positive (n_layer, n_head_kv, head_dim, block_size, dtype_bytes)");
+  return 2LL * n_layer * n_head_kv * head_dim * block_size * dtype_bytes;
+}
+
+int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
+                              int32_t block_size, int32_t dtype_bytes) {
+  if (memory_bytes < 0) throw InputError("kv_cache_memory_bytes must be >= 0, got " + std::to_string(memory_bytes));
+  const int64_t n = memory_bytes / kv_block_bytes(n_layer, n_head_kv, head_dim, block_size, dtype_bytes);
+  return n > INT32_MAX ? INT32_MAX : static_cast<int32_t>(n);
 }
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,

@@ -86,4 +86,11 @@ class KVCacheManager {
 // Watermark in blocks: floor(watermark * num_blocks), the same double arithmetic as the twin.
 int32_t watermark_blocks_for(double watermark, int32_t num_blocks);
 
+// Bytes of one block: K and V of block_size positions, n_head_kv heads of head_dim, every layer.
+int64_t kv_block_bytes(int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
+                       int32_t dtype_bytes);
+// How many blocks a byte budget (vLLM's kv_cache_memory_bytes) holds; InputError on a bad shape.
+int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
+                              int32_t block_size, int32_t dtype_bytes);
+
 }  // namespace ossa

@@ -16,6 +16,27 @@ def watermark_blocks_for(watermark: float, num_blocks: int) -> int:
     return int(watermark * float(num_blocks))
 
 
+def kv_block_bytes(
+    n_layer: int, n_head_kv: int, head_dim: int, block_size: int = 16, dtype_bytes: int = 2
+) -> int:
+    """Bytes of one block: K and V of ``block_size`` positions, every layer."""
+    if min(n_layer, n_head_kv, head_dim, block_size, dtype_bytes) < 1:
+        raise ValueError(
+            "the KV-cache shape must be positive (n_layer, n_head_kv, head_dim, block_size, dtype_bytes)"
+        )
+    return 2 * n_layer * n_head_kv * head_dim * block_size * dtype_bytes
+
+
+def num_blocks_for_memory(
+    memory_bytes: int, n_layer: int, n_head_kv: int, head_dim: int, block_size: int = 16, dtype_bytes: int = 2
+) -> int:
+    """How many blocks a byte budget (vLLM's ``kv_cache_memory_bytes``) holds."""
+    if memory_bytes < 0:
+        raise ValueError(f"kv_cache_memory_bytes must be >= 0, got {memory_bytes}")
+    n = memory_bytes // kv_block_bytes(n_layer, n_head_kv, head_dim, block_size, dtype_bytes)
+    return min(n, 2**31 - 1)
+
+
 @dataclass
 class CacheStats:
     num_blocks: int
