@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -29,15 +30,15 @@ constexpr int k_lanes = 8;     // lanes per chunk: lane = id % 8
 constexpr double k_greedy_temperature = 1e-5;
 constexpr int k_buffer_select_max = 256;  // above this, selection uses nth_element
 
-// exp(z) for z <= 0: z = k ln2 + r (Cody-Waite), Taylor polynomial of degree 11 on
-// |r| <= ln2 / 2 (relative error < 1e-14), times 2^k built from its bits. Plain IEEE
+// exp(z) for z <= 0: z = k ln2 + r (Cody-Waite), Taylor polynomial of degree 8 on
+// |r| <= ln2 / 2 (relative error < 3e-10, far below the float32 results), times 2^k built from its bits. Plain IEEE
 // float64 operations only, in this order, so NumPy reproduces it exactly.
 inline double exp_one(double z) {
   constexpr double k_log2e = 1.4426950408889634;
   constexpr double k_shifter = 6755399441055744.0;  // 1.5 * 2^52: rounds to an integer
   constexpr double k_ln2_hi = 6.93147180369123816490e-01;  // 32 bits: k * hi is exact
   constexpr double k_ln2_lo = 1.90821492927058770002e-10;
-  constexpr double c[12] = {1.0,
+  constexpr double c[9] = {1.0,
                             1.0,
                             1.0 / 2.0,
                             1.0 / 6.0,
@@ -45,16 +46,13 @@ inline double exp_one(double z) {
                             1.0 / 120.0,
                             1.0 / 720.0,
                             1.0 / 5040.0,
-                            1.0 / 40320.0,
-                            1.0 / 362880.0,
-                            1.0 / 3628800.0,
-                            1.0 / 39916800.0};
+                            1.0 / 40320.0};
   const double zc = z < -708.0 ? -708.0 : z;
   const double t = zc * k_log2e;
   const double k = (t + k_shifter) - k_shifter;
   const double r = (zc - k * k_ln2_hi) - k * k_ln2_lo;
-  double p = c[11];
-  for (int j = 10; j >= 0; --j) p = p * r + c[j];
+  double p = c[8];
+  for (int j = 7; j >= 0; --j) p = p * r + c[j];
   const double scale = std::bit_cast<double>(uint64_t(int64_t(k) + 1023) << 52);
   return z < -708.0 ? 0.0 : p * scale;
 }
@@ -156,6 +154,37 @@ void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pai
   for (int j = 0; j < k; ++j) ids[j] = pairs[j].second;
 }
 
+// Max over 16 lanes with GCC/Clang vector types: a running scalar max is a serial chain the
+// compiler may not reorder (no -ffast-math), so it would not vectorise. `bad` collects lanes that
+// saw NaN or +inf (!(v < inf)). Max is exact, so the lane split cannot change the result.
+using F32x16 = float __attribute__((vector_size(64)));
+using I32x16 = int32_t __attribute__((vector_size(64)));
+
+float lane_max(const float* x, int n, bool* bad = nullptr) {
+  const F32x16 inf = F32x16{} + k_inf;
+  F32x16 acc = -inf;
+  I32x16 flags = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + i, sizeof(v));
+    acc = v > acc ? v : acc;
+    flags |= ~(v < inf);
+  }
+  float m = -k_inf;
+  int tail_bad = 0;
+  for (; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    tail_bad |= !(x[i] < k_inf);
+  }
+  for (int j = 0; j < 16; ++j) {
+    m = acc[j] > m ? acc[j] : m;
+    tail_bad |= flags[j];
+  }
+  if (bad != nullptr) *bad = tail_bad != 0;
+  return m;
+}
+
 [[noreturn]] void row_error(int row, const std::string& what) {
   throw InputError("sampler: row " + std::to_string(row) + ": " + what);
 }
@@ -168,27 +197,14 @@ void check_id(int row, const char* field, int32_t id, int vocab) {
 
 // Max of a raw row; NaN or +inf is an input error.
 float checked_max(int row, const float* x, int n) {
-  float lanes[16];
-  std::fill(lanes, lanes + 16, -k_inf);
-  int bad = 0, i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) {
-      const float v = x[i + j];
-      bad |= (v != v) | (v == k_inf);
-      lanes[j] = v > lanes[j] ? v : lanes[j];
-    }
-  for (; i < n; ++i) {
-    bad |= (x[i] != x[i]) | (x[i] == k_inf);
-    lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
-  }
+  bool bad = false;
+  const float m = lane_max(x, n, &bad);
   if (bad) {
     for (int b = 0; b < n; ++b)
       if (std::isnan(x[b]) || x[b] == k_inf)
         row_error(row, std::string("logit of token ") + std::to_string(b) + " is " +
                            (std::isnan(x[b]) ? "NaN" : "+inf") + "; logits must be finite or -inf");
   }
-  float m = lanes[0];
-  for (int j = 1; j < 16; ++j) m = lanes[j] > m ? lanes[j] : m;
   if (m == -k_inf) row_error(row, "every logit is -inf");
   return m;
 }
@@ -209,6 +225,44 @@ void fill_logprobs(int row, const float* raw, int vocab, float raw_max, int32_t 
     select_top(raw, vocab, n, out.top_ids.data(), s.pairs);
     for (int j = 0; j < n; ++j) out.top_logprobs[j] = raw_logprob(raw[out.top_ids[j]], m, log_z);
   }
+}
+
+// Top-p over the whole vocabulary without sorting it: a histogram of (max - x) / temperature in
+// 1/8-nat buckets finds a value bound above which the mass passes the threshold; only the tokens
+// above it (a prefix of the (x desc, id asc) order, ties included) are sorted and walked. The walk
+// is the same as over the fully sorted vocabulary; -1 if it ran off the end of the prefix.
+int top_p_prefix(const float* x, const double* w, int vocab, double m, double temperature, double threshold,
+                 int32_t* ids, SamplerScratch& s) {
+  constexpr int k_buckets = 512;
+  double hist[k_buckets] = {};
+  auto bucket = [&](float v) {
+    const double b = (m - double(v)) / temperature * 8.0;
+    return b < double(k_buckets - 1) ? int(b) : k_buckets - 1;
+  };
+  for (int i = 0; i < vocab; ++i) hist[bucket(x[i])] += w[i];
+  double mass = 0.0;
+  int cut = k_buckets - 1;
+  for (int b = 0; b < k_buckets; ++b) {
+    mass += hist[b];
+    if (mass >= threshold * (1.0 + 1e-9)) {
+      cut = b;
+      break;
+    }
+  }
+  s.pairs.clear();
+  for (int i = 0; i < vocab; ++i)
+    if (bucket(x[i]) <= cut) s.pairs.push_back({x[i], i});
+  std::sort(s.pairs.begin(), s.pairs.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  const int size = int(s.pairs.size());
+  double before = 0.0;
+  int kept = 0;
+  while (kept < size && before < threshold) {
+    ids[kept] = s.pairs[kept].second;
+    before += w[ids[kept++]];
+  }
+  return kept < size || size == vocab ? kept : -1;
 }
 
 void ensure_scratch(std::vector<SamplerScratch>& all, int vocab) {
@@ -280,8 +334,7 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
   }
 
   // 4. greedy
-  float x_max = -k_inf;
-  for (int i = 0; i < vocab; ++i) x_max = x[i] > x_max ? x[i] : x_max;
+  const float x_max = lane_max(x, vocab);
   if (x_max == -k_inf) row_error(row, "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
   int32_t token = -1;
   if (p.temperature < k_greedy_temperature) {
@@ -313,15 +366,18 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
         n_list = kept;
       } else {
         const double threshold = p.top_p * chunked_sum(w, vocab, s.chunk_sums.data());
-        for (int size = 64;; size = std::min(vocab, size * 4)) {
-          size = std::min(size, vocab);
-          select_top(x, vocab, size, ids, s.pairs);
-          double before = 0.0;
-          int kept = 0;
-          while (kept < size && before < threshold) before += w[ids[kept++]];
-          if (kept < size || size == vocab) {
-            n_list = kept;
-            break;
+        n_list = top_p_prefix(x, w, vocab, m, temperature, threshold, ids, s);
+        if (n_list < 0) {  // the cut was too tight (rounding): select progressively
+          for (int size = 64;; size = std::min(vocab, size * 4)) {
+            size = std::min(size, vocab);
+            select_top(x, vocab, size, ids, s.pairs);
+            double before = 0.0;
+            int kept = 0;
+            while (kept < size && before < threshold) before += w[ids[kept++]];
+            if (kept < size || size == vocab) {
+              n_list = kept;
+              break;
+            }
           }
         }
         for (int j = 0; j < n_list; ++j) cw[j] = w[ids[j]];
