@@ -13,6 +13,40 @@ namespace nb = nanobind;
 
 namespace {
 
+// Model files are untrusted: names and strings in them need not be UTF-8.
+nb::object str_or_bytes(const std::string& s) {
+  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
+  if (u != nullptr) return nb::steal(u);
+  PyErr_Clear();
+  return nb::bytes(s.data(), s.size());
+}
+
+// Error messages quote names from the file; replace invalid UTF-8 so Python can show them.
+std::string printable(const std::string& s) {
+  PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "replace");
+  if (u == nullptr) {
+    PyErr_Clear();
+    return "(unprintable)";
+  }
+  Py_ssize_t n = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(u, &n);
+  std::string out = utf8 != nullptr ? std::string(utf8, static_cast<size_t>(n)) : "(unprintable)";
+  if (utf8 == nullptr) PyErr_Clear();
+  Py_DECREF(u);
+  return out;
+}
+
+template <typename F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ossa::ModelError& e) {
+    throw ossa::ModelError(printable(e.what()));
+  } catch (const ossa::InputError& e) {
+    throw ossa::InputError(printable(e.what()));
+  }
+}
+
 nb::object gguf_to_python(const ossa::GGUFValue& v) {
   using ossa::GGUFType;
   switch (v.type) {
@@ -21,14 +55,9 @@ nb::object gguf_to_python(const ossa::GGUFValue& v) {
       for (const ossa::GGUFValue& e : *std::get<std::shared_ptr<ossa::GGUFArray>>(v.value)) out.append(gguf_to_python(e));
       return out;
     }
-    case GGUFType::STRING: {
+    case GGUFType::STRING:
       // Strings are meant to be UTF-8; one that is not comes back as bytes (the twin does the same).
-      const std::string& s = std::get<std::string>(v.value);
-      PyObject* u = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "strict");
-      if (u != nullptr) return nb::steal(u);
-      PyErr_Clear();
-      return nb::bytes(s.data(), s.size());
-    }
+      return str_or_bytes(std::get<std::string>(v.value));
     case GGUFType::BOOL: return nb::bool_(std::get<bool>(v.value));
     case GGUFType::FLOAT32:
     case GGUFType::FLOAT64: return nb::float_(std::get<double>(v.value));
@@ -77,7 +106,7 @@ void bind_model(nb::module_& m) {
           [](const ossa::Model& self) {
             nb::list out;
             for (const ossa::NamedTensor& t : self.tensors)
-              out.append(nb::make_tuple(t.name, t.type_name, t.rows, t.cols, t.nbytes));
+              out.append(nb::make_tuple(str_or_bytes(t.name), t.type_name, t.rows, t.cols, t.nbytes));
             return out;
           },
           "All tensors of the file(s): (name, type_name, rows, cols, nbytes).");
@@ -85,40 +114,46 @@ void bind_model(nb::module_& m) {
   m.def(
       "load_model",
       [](const std::string& path) {
-        nb::gil_scoped_release release;
-        return ossa::load_model(path);
+        return guarded([&] {
+          nb::gil_scoped_release release;
+          return ossa::load_model(path);
+        });
       },
       nb::arg("path"), "Load a GGUF file or a Hugging Face folder. Raises ModelError naming the problem.");
 
   m.def(
       "gguf_metadata",
       [](const std::string& path) {
-        std::shared_ptr<ossa::GGUFFile> f;
-        {
+        std::shared_ptr<ossa::GGUFFile> f = guarded([&] {
           nb::gil_scoped_release release;
-          f = ossa::GGUFFile::open(path);
-        }
+          return ossa::GGUFFile::open(path);
+        });
         nb::dict d;
-        for (const auto& [key, value] : f->metadata()) d[nb::str(key.data(), key.size())] = gguf_to_python(value);
+        for (const auto& [key, value] : f->metadata()) d[str_or_bytes(key)] = gguf_to_python(value);
         return d;
       },
       nb::arg("path"), "The metadata of a GGUF file as Python values (arrays as lists).");
 
+  auto dequantize = [](const ossa::Model& model, const std::string& name) {
+    const ossa::TensorView* v = model.find_tensor(name);
+    if (v == nullptr)
+      throw ossa::InputError("no tensor '" + printable(name) + "' in the model (or of a type ossa cannot read)");
+    const size_t n = static_cast<size_t>(v->rows) * static_cast<size_t>(v->cols);
+    float* out = new float[n > 0 ? n : 1];
+    nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+    {
+      nb::gil_scoped_release release;
+      for (int64_t r = 0; r < v->rows; ++r) ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
+    }
+    return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)},
+                                                       owner);
+  };
+  m.def("dequantize_tensor", dequantize, nb::arg("model"), nb::arg("name"),
+        "A tensor (file name or canonical name such as 'layers.0.wq') dequantized to float32 [rows, cols].");
   m.def(
       "dequantize_tensor",
-      [](const ossa::Model& model, const std::string& name) {
-        const ossa::TensorView* v = model.find_tensor(name);
-        if (v == nullptr) throw ossa::InputError("no tensor '" + name + "' in the model (or of a type ossa cannot read)");
-        const size_t n = static_cast<size_t>(v->rows) * static_cast<size_t>(v->cols);
-        float* out = new float[n > 0 ? n : 1];
-        nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-        {
-          nb::gil_scoped_release release;
-          for (int64_t r = 0; r < v->rows; ++r) ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
-        }
-        return nb::ndarray<nb::numpy, float, nb::ndim<2>>(
-            out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)}, owner);
+      [dequantize](const ossa::Model& model, nb::bytes name) {
+        return dequantize(model, std::string(name.c_str(), name.size()));
       },
-      nb::arg("model"), nb::arg("name"),
-      "A tensor (file name or canonical name such as 'layers.0.wq') dequantized to float32 [rows, cols].");
+      nb::arg("model"), nb::arg("name"), "The same, for a tensor whose stored name is not UTF-8.");
 }
