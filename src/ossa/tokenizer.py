@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +53,7 @@ class Tokenizer:
             return cls(_ref.Tokenizer(spec), spec, backend, spec.chat_template)
         from ._native import core
 
-        with open(path, "rb") as f:
-            is_gguf = f.read(4) == b"GGUF" if not _isdir(path) else False
-        impl = core.Tokenizer.from_gguf(path) if is_gguf else core.Tokenizer.from_spec(spec.to_dict())
+        impl = core.Tokenizer.from_gguf(path) if _is_gguf(path) else core.Tokenizer.from_spec(spec.to_dict())
         return cls(impl, spec, backend, spec.chat_template)
 
     @classmethod
@@ -167,10 +166,11 @@ def _opt(i: int) -> int | None:
     return i if i >= 0 else None
 
 
-def _isdir(path: str) -> bool:
-    import os
-
-    return os.path.isdir(path)
+def _is_gguf(path: str) -> bool:
+    if os.path.isdir(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
 
 
 _TEMPLATES: dict[str, Any] = {}

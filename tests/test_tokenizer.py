@@ -1,0 +1,230 @@
+"""Tokenizer golden tests: ossa (C++ and the Python twin) against Hugging Face tokenizers.
+
+Vocabularies: SmolLM2 (the default GGUF, via transformers' GGUF conversion), GPT-2 (rebuilt from
+openai-whisper's gpt2.tiktoken by scripts/make_gpt2_tokenizer.py), Qwen2- and Llama 3-style
+pre-tokenizers on that vocabulary, and a SentencePiece BPE (mistral-common's tokenizer.model.v1,
+converted by transformers). Ids must be identical, not similar.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ossa.tokenizer import Tokenizer
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral"]
+
+
+def _assets() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "make_gpt2_tokenizer", ROOT / "scripts" / "make_gpt2_tokenizer.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Vocab:
+    name: str
+    path: str  # what ossa loads
+    hf: Any  # tokenizers.Tokenizer
+    cpp: Tokenizer
+    py: Tokenizer
+    lossless: bool  # decode(encode(s)) == s for every valid s
+
+
+@functools.lru_cache(maxsize=None)
+def load_vocab(name: str, gguf_path: str) -> Vocab:
+    """Builds (once per session) the Hugging Face oracle and both ossa backends for a vocabulary."""
+    import tokenizers
+
+    assets = _assets()
+    if name == "smollm2":
+        from transformers import AutoTokenizer
+
+        folder, file = os.path.split(gguf_path)
+        hf = AutoTokenizer.from_pretrained(folder, gguf_file=file).backend_tokenizer
+        path, lossless = gguf_path, True
+    elif name == "mistral":
+        from transformers import LlamaTokenizer
+
+        folder = os.path.dirname(assets.mistral_tokenizer_model_path())
+        hf_tok = LlamaTokenizer.from_pretrained(folder)
+        hf = hf_tok.backend_tokenizer
+        path = os.path.join(assets.cache_dir(), "hf", "mistral_v1")
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            os.makedirs(path, exist_ok=True)
+            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+                json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f)
+            hf.save(os.path.join(path, "tokenizer.json.tmp"))
+            os.replace(os.path.join(path, "tokenizer.json.tmp"), os.path.join(path, "tokenizer.json"))
+        lossless = False  # the leading-space strip loses a leading space
+    else:
+        path = assets.write_tokenizers(os.path.join(assets.cache_dir(), "hf"))[name]
+        hf = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        lossless = True
+    return Vocab(
+        name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
+    )
+
+
+@pytest.fixture(scope="module", params=VOCABS)
+def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
+    return load_vocab(request.param, default_model_path)
+
+
+def check_text(v: Vocab, text: str, twin: bool = True) -> list[int]:
+    """Every property the tokenizer promises, on one text; returns the ids."""
+    for add in (False, True):
+        expected = v.hf.encode(text, add_special_tokens=add).ids
+        ids = v.cpp.encode(text, add_special_tokens=add)
+        assert ids == expected, (v.name, text[:80], add)
+        if twin:
+            assert v.py.encode(text, add_special_tokens=add) == expected, (v.name, "twin", text[:80])
+    for skip in (False, True):
+        decoded = v.cpp.decode(ids, skip_special_tokens=skip)
+        assert decoded == v.hf.decode(ids, skip_special_tokens=skip), (v.name, text[:80], skip)
+        if twin:
+            assert v.py.decode(ids, skip_special_tokens=skip) == decoded
+        d = v.cpp.detokenizer(skip_special_tokens=skip)
+        deltas = [d.push(i) for i in ids] + [d.flush()]
+        assert "".join(deltas) == decoded
+    if v.lossless:
+        assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == text
+    return ids
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_corpus_matches_hf(vocab: Vocab, path: pathlib.Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    check_text(vocab, text)
+    for line in text.splitlines(keepends=True):
+        check_text(vocab, line)
+
+
+EDGE_CASES = [
+    "", " ", "  ", "\n", " \n ", "a", " a", "  a", "\t\ta", "a  ", "'s", "'S", "'\u017f", "x'LL'Ve'rE",
+    "\u00a0\u00a0x", "\u3000", "1234567", "١٢٣٤", "a1b2", "\r\n\r\n", " \r\n x", "🤖", "e\u0301", "\x00",
+    "a\x00b", "<|endoftext|>", "<|endoftext|><|endoftext|>", " <|im_start|> ", "<s>", "</s>x", "<unk>",
+    "<0x41>", "\u2581", "\u2581\u2581a", "▁ ▁", "\ufffd", "\U0010ffff", "\U000e0001",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", EDGE_CASES)
+def test_edge_cases_match_hf(vocab: Vocab, text: str) -> None:
+    check_text(vocab, text)
+
+
+def test_encode_batch_and_bytes(vocab: Vocab) -> None:
+    texts = [p.read_text(encoding="utf-8") for p in CORPUS] * 3
+    expected = [vocab.cpp.encode(t) for t in texts]
+    assert vocab.cpp.encode_batch(texts) == expected
+    assert vocab.py.encode_batch(texts[:3]) == expected[:3]
+    assert vocab.cpp.encode(texts[0].encode("utf-8")) == expected[0]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_invalid_input_is_a_value_error(default_model_path: str, backend: str) -> None:
+    tok = load_vocab("smollm2", default_model_path)
+    t = tok.cpp if backend == "cpp" else tok.py
+    with pytest.raises(ValueError, match="UTF-8"):
+        t.encode(b"abc\xff")
+    with pytest.raises(ValueError, match="UTF-8"):
+        t.encode(b"\xe6\x97")  # truncated
+    with pytest.raises(ValueError, match="surrogate"):
+        t.encode("a\ud800b")
+    assert t.encode("a\x00b") == tok.hf.encode("a\x00b").ids
+    # Unknown ids decode to nothing, as in tokenizers; partial UTF-8 becomes U+FFFD.
+    assert t.decode([10**6, 19556]) == "Hello"
+    assert t.decode(t.encode("日")[:1]) == "\ufffd"
+
+
+def test_special_ids_and_eos_rule(default_model_path: str) -> None:
+    v = load_vocab("smollm2", default_model_path)
+    for t in (v.cpp, v.py):
+        assert t.vocab_size == v.hf.get_vocab_size()
+        assert t.eos_token_id == 2 and t.eos_token_ids == [2] and t.bos_token_id == 1 and t.pad_token_id == 2
+        assert t.eos_token == "<|im_end|>"
+    m = load_vocab("mistral", default_model_path)
+    assert m.cpp.bos_token_id == 1 and m.cpp.eos_token_ids == [2]
+
+
+def test_streaming_never_splits_characters(default_model_path: str) -> None:
+    v = load_vocab("gpt2", default_model_path)
+    text = "日本語 👨‍👩‍👧 é"
+    ids = v.cpp.encode(text)
+    for backend in (v.cpp, v.py):
+        d = backend.detokenizer()
+        deltas = [d.push(i) for i in ids]
+        assert "\ufffd" not in "".join(deltas)
+        assert "".join(deltas) + d.flush() == text
+
+
+def test_chat_template_matches_transformers(default_model_path: str) -> None:
+    from transformers import AutoTokenizer
+
+    folder, file = os.path.split(default_model_path)
+    hf = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    tok = load_vocab("smollm2", default_model_path).cpp
+    messages = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
+                {"role": "user", "content": "What's 2+2?"}]  # fmt: skip
+    for gen in (True, False):
+        expected = hf.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+        assert tok.apply_chat_template(messages, add_generation_prompt=gen) == expected
+    ids = tok.apply_chat_template(messages, tokenize=True)
+    assert ids == hf.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    with pytest.raises(Exception, match="boom"):
+        tok.apply_chat_template(messages, chat_template="{{ raise_exception('boom') }}")
+    # The sandbox refuses attribute access to internals.
+    with pytest.raises(Exception):  # noqa: B017
+        tok.apply_chat_template(
+            messages, chat_template="{{ messages.__class__.__mro__ }}{{ ''.__class__.mro() }}"
+        )
+
+
+def test_unsupported_components_are_named(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    v = load_vocab("gpt2", default_model_path)
+    tj = json.loads(pathlib.Path(v.path, "tokenizer.json").read_text(encoding="utf-8"))
+    cases = {
+        "normalizer": dict(tj, normalizer={"type": "NFKC"}),
+        "model": dict(tj, model={"type": "WordPiece"}),
+        "Split pre-tokenizer": dict(
+            tj,
+            pre_tokenizer={
+                "type": "Split",
+                "pattern": {"Regex": r"\w+"},
+                "behavior": "Isolated",
+                "invert": False,
+            },
+        ),
+        "post-processor": dict(tj, post_processor={"type": "RobertaProcessing"}),
+    }
+    for what, content in cases.items():
+        p = tmp_path / what.replace(" ", "_")
+        p.mkdir()
+        (p / "tokenizer.json").write_text(json.dumps(content), encoding="utf-8")
+        for backend in ("cpp", "python"):
+            with pytest.raises(ValueError, match=what):
+                Tokenizer.from_file(str(p), backend=backend)
+
+
+def test_corrupt_gguf_is_a_model_error(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
+    for backend in ("cpp", "python"):
+        with pytest.raises(ValueError):
+            Tokenizer.from_file(str(p), backend=backend)
