@@ -1,12 +1,12 @@
 // Bindings for the scheduler: used by the tests (C++ vs the Python twin, step by step) and the
 // benchmark; the engine drives the scheduler from C++.
-#include <chrono>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+
+#include <chrono>
 
 #include "scheduler/scheduler.h"
 #include "util/error.h"
@@ -26,8 +26,8 @@ ossa::SchedulePolicy parse_policy(const std::string& s) {
 }
 
 nb::tuple event_tuple(const ossa::FinishEvent& e) {
-  return nb::make_tuple(e.request_id, e.child, std::string(ossa::finish_reason_name(e.reason)), e.stop_token,
-                        e.request_done);
+  return nb::make_tuple(e.request_id, e.child, std::string(ossa::finish_reason_name(e.reason)),
+                        e.stop_token, e.request_done);
 }
 
 }  // namespace
@@ -36,15 +36,16 @@ void bind_scheduler(nb::module_& m) {
   nb::class_<SchedulerConfig>(m, "SchedulerConfig")
       .def(
           "__init__",
-          [](SchedulerConfig* c, int32_t num_blocks, int32_t block_size, int32_t max_num_batched_tokens,
-             int32_t max_num_seqs, int32_t max_model_len, const std::string& policy, bool enable_prefix_caching,
-             double watermark) {
-            new (c) SchedulerConfig{num_blocks,       block_size,          max_num_batched_tokens,
-                                    max_num_seqs,     max_model_len,       parse_policy(policy),
-                                    enable_prefix_caching, watermark};
+          [](SchedulerConfig* c, int32_t num_blocks, int32_t block_size,
+             int32_t max_num_batched_tokens, int32_t max_num_seqs, int32_t max_model_len,
+             const std::string& policy, bool enable_prefix_caching, double watermark) {
+            new (c) SchedulerConfig{
+                num_blocks,    block_size,           max_num_batched_tokens, max_num_seqs,
+                max_model_len, parse_policy(policy), enable_prefix_caching,  watermark};
           },
-          nb::arg("num_blocks"), nb::arg("block_size") = 16, nb::arg("max_num_batched_tokens") = 2048,
-          nb::arg("max_num_seqs") = 256, nb::arg("max_model_len") = 2048, nb::arg("policy") = "fcfs",
+          nb::arg("num_blocks"), nb::arg("block_size") = 16,
+          nb::arg("max_num_batched_tokens") = 2048, nb::arg("max_num_seqs") = 256,
+          nb::arg("max_model_len") = 2048, nb::arg("policy") = "fcfs",
           nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = 0.01)
       .def_rw("num_blocks", &SchedulerConfig::num_blocks)
       .def_rw("block_size", &SchedulerConfig::block_size)
@@ -57,15 +58,25 @@ void bind_scheduler(nb::module_& m) {
   nb::class_<Request>(m, "Request")
       .def(
           "__init__",
-          [](Request* r, int64_t id, std::vector<int32_t> prompt, int32_t max_tokens, int32_t min_tokens,
-             std::vector<int32_t> eos_token_ids, std::vector<int32_t> stop_token_ids, bool ignore_eos, int32_t n,
-             int32_t priority, uint64_t cache_salt) {
-            new (r) Request{id,         std::move(prompt), max_tokens, min_tokens, std::move(eos_token_ids),
-                            std::move(stop_token_ids), ignore_eos, n, priority, cache_salt};
+          [](Request* r, int64_t id, std::vector<int32_t> prompt, int32_t max_tokens,
+             int32_t min_tokens, std::vector<int32_t> eos_token_ids,
+             std::vector<int32_t> stop_token_ids, bool ignore_eos, int32_t n, int32_t priority,
+             uint64_t cache_salt) {
+            new (r) Request{id,
+                            std::move(prompt),
+                            max_tokens,
+                            min_tokens,
+                            std::move(eos_token_ids),
+                            std::move(stop_token_ids),
+                            ignore_eos,
+                            n,
+                            priority,
+                            cache_salt};
           },
           nb::arg("id"), nb::arg("prompt"), nb::arg("max_tokens") = 16, nb::arg("min_tokens") = 0,
-          nb::arg("eos_token_ids") = std::vector<int32_t>{}, nb::arg("stop_token_ids") = std::vector<int32_t>{},
-          nb::arg("ignore_eos") = false, nb::arg("n") = 1, nb::arg("priority") = 0, nb::arg("cache_salt") = 0)
+          nb::arg("eos_token_ids") = std::vector<int32_t>{},
+          nb::arg("stop_token_ids") = std::vector<int32_t>{}, nb::arg("ignore_eos") = false,
+          nb::arg("n") = 1, nb::arg("priority") = 0, nb::arg("cache_salt") = 0)
       .def_rw("id", &Request::id)
       .def_rw("prompt", &Request::prompt)
       .def_rw("max_tokens", &Request::max_tokens)
@@ -77,27 +88,33 @@ void bind_scheduler(nb::module_& m) {
       .def_rw("priority", &Request::priority)
       .def_rw("cache_salt", &Request::cache_salt);
 
-  nb::class_<SchedulerOutput>(m, "SchedulerOutput", "One step: the flat batch plus per-sequence facts.")
+  nb::class_<SchedulerOutput>(m, "SchedulerOutput",
+                              "One step: the flat batch plus per-sequence facts.")
       .def_prop_ro("token_ids", [](const SchedulerOutput& o) { return o.batch.token_ids; })
       .def_prop_ro("positions", [](const SchedulerOutput& o) { return o.batch.positions; })
       .def_prop_ro("slot_mapping", [](const SchedulerOutput& o) { return o.batch.slot_mapping; })
       .def_prop_ro("seq_start", [](const SchedulerOutput& o) { return o.batch.seq_start; })
       .def_prop_ro("context_len", [](const SchedulerOutput& o) { return o.batch.context_len; })
-      .def_prop_ro("block_table_start", [](const SchedulerOutput& o) { return o.batch.block_table_start; })
+      .def_prop_ro("block_table_start",
+                   [](const SchedulerOutput& o) { return o.batch.block_table_start; })
       .def_prop_ro("block_tables", [](const SchedulerOutput& o) { return o.batch.block_tables; })
       .def_prop_ro("logits_rows", [](const SchedulerOutput& o) { return o.batch.logits_rows; })
       .def_prop_ro("num_tokens", [](const SchedulerOutput& o) { return o.batch.n_tokens(); })
-      .def_prop_ro("seqs",
-                   [](const SchedulerOutput& o) {
-                     nb::list out;
-                     for (const auto& s : o.seqs)
-                       out.append(nb::make_tuple(s.request_id, s.child, s.num_computed, s.num_tokens, s.num_samples));
-                     return out;
-                   },
-                   "(request_id, child, num_computed before, num_tokens scheduled, num_samples) per sequence.")
+      .def_prop_ro(
+          "seqs",
+          [](const SchedulerOutput& o) {
+            nb::list out;
+            for (const auto& s : o.seqs)
+              out.append(nb::make_tuple(s.request_id, s.child, s.num_computed, s.num_tokens,
+                                        s.num_samples));
+            return out;
+          },
+          "(request_id, child, num_computed before, num_tokens scheduled, num_samples) per "
+          "sequence.")
       .def_prop_ro("block_copies", [](const SchedulerOutput& o) { return o.block_copies; })
       .def_prop_ro("preempted", [](const SchedulerOutput& o) { return o.preempted; })
-      .def_prop_ro("finished_requests", [](const SchedulerOutput& o) { return o.finished_requests; });
+      .def_prop_ro("finished_requests",
+                   [](const SchedulerOutput& o) { return o.finished_requests; });
 
   nb::class_<ossa::SchedulerStats>(m, "SchedulerStats")
       .def_ro("num_running", &ossa::SchedulerStats::num_running)
@@ -142,8 +159,8 @@ void bind_scheduler(nb::module_& m) {
       .def(
           "bench_steps",
           [](Scheduler& s, int32_t n_steps, int32_t token) {
-            // Drives n_steps of schedule() + update() with every sampled token = `token`, all in C++
-            // (the engine's view, no Python crossing per step). Returns the seconds taken.
+            // Drives n_steps of schedule() + update() with every sampled token = `token`, all in
+            // C++ (the engine's view, no Python crossing per step). Returns the seconds taken.
             std::vector<int32_t> sampled;
             nb::gil_scoped_release release;
             auto t0 = std::chrono::steady_clock::now();

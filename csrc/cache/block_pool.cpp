@@ -19,8 +19,11 @@ inline uint64_t fnv_bytes(uint64_t h, uint64_t value, int n_bytes) {
   return h;
 }
 
-// Slot for a key: the hash is already well mixed in its high bits by FNV's multiply; fold them down.
-inline uint64_t slot_of(uint64_t key, uint64_t mask) { return (key ^ (key >> 29) ^ (key >> 47)) & mask; }
+// Slot for a key: the hash is already well mixed in its high bits by FNV's multiply; fold them
+// down.
+inline uint64_t slot_of(uint64_t key, uint64_t mask) {
+  return (key ^ (key >> 29) ^ (key >> 47)) & mask;
+}
 }  // namespace
 
 uint64_t hash_block_tokens(uint64_t parent, uint64_t extra_key, std::span<const int32_t> tokens) {
@@ -79,8 +82,10 @@ void BlockHashMap::clear() { std::fill(values.begin(), values.end(), -1); }
 
 BlockPool::BlockPool(int32_t num_blocks_, int32_t block_size_)
     : num_blocks(num_blocks_), block_size(block_size_), num_free(num_blocks_) {
-  if (num_blocks < 1) throw InputError("num_blocks must be >= 1, got " + std::to_string(num_blocks));
-  if (block_size < 1) throw InputError("block_size must be >= 1, got " + std::to_string(block_size));
+  if (num_blocks < 1)
+    throw InputError("num_blocks must be >= 1, got " + std::to_string(num_blocks));
+  if (block_size < 1)
+    throw InputError("block_size must be >= 1, got " + std::to_string(block_size));
   ref_count.assign(num_blocks, 0);
   prev.resize(num_blocks + 1);
   next.resize(num_blocks + 1);

@@ -1,9 +1,10 @@
 #pragma once
 // The pool of KV-cache blocks: reference counts, an LRU free queue and the prefix-cache map.
 //
-// A block holds K and V of `block_size` consecutive positions for every layer (the model runner owns
-// the memory; here a block is just an id). A full block may carry a hash that chains its parent's
-// hash, an extra key (cache salt) and its token ids, so equal prefixes map to equal blocks:
+// A block holds K and V of `block_size` consecutive positions for every layer (the model runner
+// owns the memory; here a block is just an id). A full block may carry a hash that chains its
+// parent's hash, an extra key (cache salt) and its token ids, so equal prefixes map to equal
+// blocks:
 //
 //   hash(b0) = H(0,        salt, tokens[0..bs))
 //   hash(b1) = H(hash(b0), salt, tokens[bs..2bs))  ...
@@ -63,10 +64,12 @@ struct BlockPool {
   // The cached block holding exactly this content, or -1. Besides the hash, the tokens, the parent
   // hash and the extra key are compared, so a 64-bit collision between different block contents
   // can never return wrong K/V (see kv_cache_manager.h for the argument about parents).
-  int32_t lookup(uint64_t h, uint64_t parent, uint64_t extra, std::span<const int32_t> block_tokens) const;
+  int32_t lookup(uint64_t h, uint64_t parent, uint64_t extra,
+                 std::span<const int32_t> block_tokens) const;
   // Records `block`'s content as cached under `h`; returns false (block stays anonymous) when an
   // equal block is already cached or the block already has a hash.
-  bool cache(int32_t block, uint64_t h, uint64_t parent, uint64_t extra, std::span<const int32_t> block_tokens);
+  bool cache(int32_t block, uint64_t h, uint64_t parent, uint64_t extra,
+             std::span<const int32_t> block_tokens);
   // Free block ids from front (next evicted) to back.
   std::vector<int32_t> free_queue() const;
   int32_t num_cached() const;

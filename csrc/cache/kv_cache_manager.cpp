@@ -14,14 +14,18 @@ int32_t watermark_blocks_for(double watermark, int32_t num_blocks) {
 int64_t kv_block_bytes(int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
                        int32_t dtype_bytes) {
   if (n_layer < 1 || n_head_kv < 1 || head_dim < 1 || block_size < 1 || dtype_bytes < 1)
-    throw InputError("the KV-cache shape must be positive (n_layer, n_head_kv, head_dim, block_size, dtype_bytes)");
+    throw InputError(
+        "the KV-cache shape must be positive (n_layer, n_head_kv, head_dim, block_size, "
+        "dtype_bytes)");
   return 2LL * n_layer * n_head_kv * head_dim * block_size * dtype_bytes;
 }
 
-int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
-                              int32_t block_size, int32_t dtype_bytes) {
-  if (memory_bytes < 0) throw InputError("kv_cache_memory_bytes must be >= 0, got " + std::to_string(memory_bytes));
-  const int64_t n = memory_bytes / kv_block_bytes(n_layer, n_head_kv, head_dim, block_size, dtype_bytes);
+int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv,
+                              int32_t head_dim, int32_t block_size, int32_t dtype_bytes) {
+  if (memory_bytes < 0)
+    throw InputError("kv_cache_memory_bytes must be >= 0, got " + std::to_string(memory_bytes));
+  const int64_t n =
+      memory_bytes / kv_block_bytes(n_layer, n_head_kv, head_dim, block_size, dtype_bytes);
   return n > INT32_MAX ? INT32_MAX : static_cast<int32_t>(n);
 }
 
@@ -51,7 +55,8 @@ uint64_t KVCacheManager::block_hash(SeqBlocks& s, std::span<const int32_t> token
   OSSA_ASSERT(static_cast<size_t>(index) == s.hashes.size());
   const int32_t bs = pool_.block_size;
   uint64_t parent = index == 0 ? 0 : s.hashes[index - 1];
-  uint64_t h = hash_block_tokens(parent, extra_key, tokens.subspan(static_cast<size_t>(index) * bs, bs));
+  uint64_t h =
+      hash_block_tokens(parent, extra_key, tokens.subspan(static_cast<size_t>(index) * bs, bs));
   s.hashes.push_back(h);
   return h;
 }
@@ -83,13 +88,15 @@ bool KVCacheManager::allocate_slots(int32_t seq, int32_t num_computed, int32_t n
   SeqBlocks& s = seq_blocks(seq);
   const int32_t bs = pool_.block_size;
   OSSA_ASSERT(num_computed >= 0 && num_new >= 0);
-  OSSA_ASSERT(hits.empty() || (s.table.empty() && num_computed == static_cast<int32_t>(hits.size()) * bs));
+  OSSA_ASSERT(hits.empty() ||
+              (s.table.empty() && num_computed == static_cast<int32_t>(hits.size()) * bs));
   const int32_t have = static_cast<int32_t>(s.table.size() + hits.size());
   const int32_t need = (num_computed + num_new + bs - 1) / bs;
   const int32_t num_new_blocks = need > have ? need - have : 0;
   // The first written position lands in an existing partial block still shared after a fork.
   const int32_t cow_index = num_computed / bs;
-  const bool cow = num_new > 0 && num_computed % bs != 0 && cow_index < static_cast<int32_t>(s.table.size()) &&
+  const bool cow = num_new > 0 && num_computed % bs != 0 &&
+                   cow_index < static_cast<int32_t>(s.table.size()) &&
                    pool_.ref_count[s.table[cow_index]] > 1;
   int32_t num_evictable_hits = 0;
   for (int32_t b : hits) num_evictable_hits += pool_.ref_count[b] == 0;
@@ -112,8 +119,8 @@ bool KVCacheManager::allocate_slots(int32_t seq, int32_t num_computed, int32_t n
   return true;
 }
 
-void KVCacheManager::cache_full_blocks(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed,
-                                       uint64_t extra_key) {
+void KVCacheManager::cache_full_blocks(int32_t seq, std::span<const int32_t> tokens,
+                                       int32_t num_computed, uint64_t extra_key) {
   if (!enable_prefix_caching_) return;
   SeqBlocks& s = seq_blocks(seq);
   const int32_t bs = pool_.block_size;

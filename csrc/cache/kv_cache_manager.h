@@ -22,14 +22,15 @@ namespace ossa {
 struct CacheStats {
   int32_t num_blocks = 0;
   int32_t num_free_blocks = 0;
-  double usage_percent = 0;       // blocks held by sequences / all blocks
-  int64_t prefix_queries = 0;     // prompt tokens looked up in the prefix cache
-  int64_t prefix_hits = 0;        // of which found cached
+  double usage_percent = 0;    // blocks held by sequences / all blocks
+  int64_t prefix_queries = 0;  // prompt tokens looked up in the prefix cache
+  int64_t prefix_hits = 0;     // of which found cached
 };
 
 class KVCacheManager {
  public:
-  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching, double watermark);
+  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching,
+                 double watermark);
 
   int32_t block_size() const { return pool_.block_size; }
   int32_t num_blocks() const { return pool_.num_blocks; }
@@ -43,12 +44,13 @@ class KVCacheManager {
                               std::vector<int32_t>& hits);
 
   // Makes room for positions [num_computed, num_computed + num_new) of `seq`, after first taking
-  // `hits` (from get_computed_blocks; then num_computed must equal the tokens they cover). A partial
-  // block shared with another sequence that would be written is replaced by a private copy and
-  // (src, dst) appended to `copies`. Returns false and changes nothing when the free blocks (less
-  // the watermark, when apply_watermark) cannot cover the blocks this needs.
-  bool allocate_slots(int32_t seq, int32_t num_computed, int32_t num_new, std::span<const int32_t> hits,
-                      bool apply_watermark, std::vector<std::pair<int32_t, int32_t>>& copies);
+  // `hits` (from get_computed_blocks; then num_computed must equal the tokens they cover). A
+  // partial block shared with another sequence that would be written is replaced by a private copy
+  // and (src, dst) appended to `copies`. Returns false and changes nothing when the free blocks
+  // (less the watermark, when apply_watermark) cannot cover the blocks this needs.
+  bool allocate_slots(int32_t seq, int32_t num_computed, int32_t num_new,
+                      std::span<const int32_t> hits, bool apply_watermark,
+                      std::vector<std::pair<int32_t, int32_t>>& copies);
 
   // Caches the blocks of `seq` that are full within its first num_computed tokens (their K/V is
   // written), so later requests can hit them.
@@ -73,7 +75,8 @@ class KVCacheManager {
     int32_t num_cached = 0;        // leading blocks already offered to the prefix cache
   };
   SeqBlocks& seq_blocks(int32_t seq);
-  uint64_t block_hash(SeqBlocks& s, std::span<const int32_t> tokens, int32_t index, uint64_t extra_key);
+  uint64_t block_hash(SeqBlocks& s, std::span<const int32_t> tokens, int32_t index,
+                      uint64_t extra_key);
 
   BlockPool pool_;
   bool enable_prefix_caching_;
@@ -90,7 +93,7 @@ int32_t watermark_blocks_for(double watermark, int32_t num_blocks);
 int64_t kv_block_bytes(int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t block_size,
                        int32_t dtype_bytes);
 // How many blocks a byte budget (vLLM's kv_cache_memory_bytes) holds; InputError on a bad shape.
-int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv, int32_t head_dim,
-                              int32_t block_size, int32_t dtype_bytes);
+int32_t num_blocks_for_memory(int64_t memory_bytes, int32_t n_layer, int32_t n_head_kv,
+                              int32_t head_dim, int32_t block_size, int32_t dtype_bytes);
 
 }  // namespace ossa

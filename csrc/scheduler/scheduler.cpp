@@ -17,20 +17,24 @@ const SchedulerConfig& validated(const SchedulerConfig& c) {
   if (c.max_num_batched_tokens < 1)
     throw InputError("max_num_batched_tokens must be >= 1, got " + str(c.max_num_batched_tokens));
   if (c.max_num_seqs < 1) throw InputError("max_num_seqs must be >= 1, got " + str(c.max_num_seqs));
-  if (c.max_model_len < 2) throw InputError("max_model_len must be >= 2, got " + str(c.max_model_len));
+  if (c.max_model_len < 2)
+    throw InputError("max_model_len must be >= 2, got " + str(c.max_model_len));
   if (!(c.watermark >= 0.0 && c.watermark < 1.0))
     throw InputError("watermark must be in [0, 1), got " + std::to_string(c.watermark));
   // A lone sequence must always fit, or a long one could wait or thrash forever.
   const int32_t wm = watermark_blocks_for(c.watermark, c.num_blocks);
   const int64_t need = (static_cast<int64_t>(c.max_model_len) + c.block_size - 1) / c.block_size;
   if (need + wm > c.num_blocks)
-    throw InputError("the KV cache (" + str(c.num_blocks) + " blocks of " + str(c.block_size) + " tokens, " +
-                     str(wm) + " kept free) cannot hold one sequence of max_model_len=" + str(c.max_model_len) +
-                     " tokens; lower max_model_len or give the cache more memory");
+    throw InputError(
+        "the KV cache (" + str(c.num_blocks) + " blocks of " + str(c.block_size) + " tokens, " +
+        str(wm) + " kept free) cannot hold one sequence of max_model_len=" + str(c.max_model_len) +
+        " tokens; lower max_model_len or give the cache more memory");
   return c;
 }
 
-bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(const std::vector<int32_t>& v, int32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 }  // namespace
 
@@ -51,7 +55,8 @@ bool Scheduler::before(int32_t a, int32_t b) const {
 }
 
 void Scheduler::insert_sorted(std::vector<int32_t>& list, int32_t seq) {
-  auto it = std::upper_bound(list.begin(), list.end(), seq, [this](int32_t a, int32_t b) { return before(a, b); });
+  auto it = std::upper_bound(list.begin(), list.end(), seq,
+                             [this](int32_t a, int32_t b) { return before(a, b); });
   list.insert(it, seq);
 }
 
@@ -78,22 +83,26 @@ int32_t Scheduler::new_seq(int32_t request, int32_t child) {
 }
 
 void Scheduler::add_request(const Request& r) {
-  if (request_index_.count(r.id)) throw InputError("request id " + str(r.id) + " is already in use");
+  if (request_index_.count(r.id))
+    throw InputError("request id " + str(r.id) + " is already in use");
   if (r.prompt.empty()) throw InputError("the prompt must hold at least one token");
   for (int32_t t : r.prompt)
     if (t < 0) throw InputError("prompt token ids must be >= 0, got " + str(t));
   if (r.max_tokens < 1) throw InputError("max_tokens must be >= 1, got " + str(r.max_tokens));
   if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
-    throw InputError("min_tokens must be in [0, max_tokens=" + str(r.max_tokens) + "], got " + str(r.min_tokens));
+    throw InputError("min_tokens must be in [0, max_tokens=" + str(r.max_tokens) + "], got " +
+                     str(r.min_tokens));
   if (r.n < 1) throw InputError("n must be >= 1, got " + str(r.n));
   const int64_t len = static_cast<int64_t>(r.prompt.size());
   if (len + 1 > config_.max_model_len)
-    throw InputError("the prompt has " + str(len) + " tokens, which leaves no room to generate within max_model_len=" +
+    throw InputError("the prompt has " + str(len) +
+                     " tokens, which leaves no room to generate within max_model_len=" +
                      str(config_.max_model_len));
   const int64_t blocks = (len + 1 + config_.block_size - 1) / config_.block_size;
   if (blocks > config_.num_blocks - kv_.watermark_blocks())
     throw InputError("the prompt has " + str(len) + " tokens and needs " + str(blocks) +
-                     " KV-cache blocks, more than the cache's " + str(config_.num_blocks - kv_.watermark_blocks()));
+                     " KV-cache blocks, more than the cache's " +
+                     str(config_.num_blocks - kv_.watermark_blocks()));
 
   int32_t rid;
   if (!free_requests_.empty()) {
@@ -184,7 +193,8 @@ bool Scheduler::finish(int64_t request_id, int32_t child) {
 }
 
 const SchedulerOutput& Scheduler::schedule() {
-  if (update_pending_) throw InputError("schedule() called again before update() for the previous step");
+  if (update_pending_)
+    throw InputError("schedule() called again before update() for the previous step");
   out_.clear();
   out_.finished_requests.swap(finished_since_schedule_);
   Batch& b = out_.batch;
@@ -215,7 +225,8 @@ const SchedulerOutput& Scheduler::schedule() {
   // Running sequences first, in policy order; when blocks run out the last one is preempted.
   bool preempted_any = false;
   size_t i = 0;
-  while (i < running_.size() && budget > 0 && static_cast<int32_t>(out_.seqs.size()) < config_.max_num_seqs) {
+  while (i < running_.size() && budget > 0 &&
+         static_cast<int32_t>(out_.seqs.size()) < config_.max_num_seqs) {
     const int32_t sid = running_[i];
     const Sequence& s = seqs_[sid];
     const int32_t num_new = std::min(s.num_tokens() - s.num_computed, budget);
@@ -239,7 +250,8 @@ const SchedulerOutput& Scheduler::schedule() {
     const int32_t sid = waiting_.front();
     Sequence& s = seqs_[sid];
     hits_.clear();
-    const int32_t num_hit = kv_.get_computed_blocks(sid, s.tokens, requests_[s.request].params.cache_salt, hits_);
+    const int32_t num_hit =
+        kv_.get_computed_blocks(sid, s.tokens, requests_[s.request].params.cache_salt, hits_);
     const int32_t num_new = std::min(s.num_tokens() - num_hit, budget);
     if (!kv_.allocate_slots(sid, num_hit, num_new, hits_, true, out_.block_copies)) break;
     waiting_.erase(waiting_.begin());
@@ -257,21 +269,23 @@ FinishReason Scheduler::check_stop(const Sequence& s, const Request& r, int32_t 
     if (!r.ignore_eos && contains(r.eos_token_ids, token)) return FinishReason::Stop;
     if (contains(r.stop_token_ids, token)) return FinishReason::Stop;
   }
-  if (s.num_output >= r.max_tokens || s.num_tokens() >= config_.max_model_len) return FinishReason::Length;
+  if (s.num_output >= r.max_tokens || s.num_tokens() >= config_.max_model_len)
+    return FinishReason::Length;
   return FinishReason::None;
 }
 
 const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampled) {
   if (!update_pending_) throw InputError("update() called without a scheduled step to update");
   if (sampled.size() != out_.batch.logits_rows.size())
-    throw InputError("update() expects " + str(out_.batch.logits_rows.size()) + " sampled tokens (one per logits row), got " +
-                     str(sampled.size()));
+    throw InputError("update() expects " + str(out_.batch.logits_rows.size()) +
+                     " sampled tokens (one per logits row), got " + str(sampled.size()));
   for (int32_t t : sampled)
     if (t < 0) throw InputError("sampled token ids must be >= 0, got " + str(t));
   update_pending_ = false;
   events_.clear();
   forked_.clear();
-  std::vector<int32_t>& retired = hits_;  // reused scratch: slots freed once the lists are compacted
+  std::vector<int32_t>& retired =
+      hits_;  // reused scratch: slots freed once the lists are compacted
   retired.clear();
   bool any_finished = false;
 
@@ -284,7 +298,8 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
     if (seqs_[sid].generation != ss.generation || seqs_[sid].status != SeqStatus::Running) continue;
     const int32_t rid = seqs_[sid].request;
     seqs_[sid].num_computed += ss.num_tokens;
-    kv_.cache_full_blocks(sid, seqs_[sid].tokens, seqs_[sid].num_computed, requests_[rid].params.cache_salt);
+    kv_.cache_full_blocks(sid, seqs_[sid].tokens, seqs_[sid].num_computed,
+                          requests_[rid].params.cache_salt);
     if (ss.num_samples == 0) continue;
     if (seqs_[sid].pending_fork) {
       seqs_[sid].pending_fork = false;
@@ -310,7 +325,8 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
       ++c.num_output;
       const FinishReason reason = check_stop(c, requests_[rid].params, token);
       if (reason == FinishReason::None) continue;
-      FinishEvent ev{requests_[rid].params.id, c.child, reason, reason == FinishReason::Stop ? token : -1, false};
+      FinishEvent ev{requests_[rid].params.id, c.child, reason,
+                     reason == FinishReason::Stop ? token : -1, false};
       ev.request_done = retire(cid);
       if (ev.request_done) retire_request(rid);
       retired.push_back(cid);
@@ -319,9 +335,10 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
     }
   }
   if (any_finished)
-    running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                  [this](int32_t sid) { return seqs_[sid].status != SeqStatus::Running; }),
-                   running_.end());
+    running_.erase(
+        std::remove_if(running_.begin(), running_.end(),
+                       [this](int32_t sid) { return seqs_[sid].status != SeqStatus::Running; }),
+        running_.end());
   for (int32_t cid : forked_)
     if (seqs_[cid].status == SeqStatus::Running) insert_sorted(running_, cid);
   for (int32_t sid : retired) free_seqs_.push_back(sid);
@@ -354,13 +371,15 @@ const std::vector<int32_t>& Scheduler::tokens(int64_t request_id, int32_t child)
 
 std::vector<std::pair<int64_t, int32_t>> Scheduler::running() const {
   std::vector<std::pair<int64_t, int32_t>> out;
-  for (int32_t sid : running_) out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
+  for (int32_t sid : running_)
+    out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
   return out;
 }
 
 std::vector<std::pair<int64_t, int32_t>> Scheduler::waiting() const {
   std::vector<std::pair<int64_t, int32_t>> out;
-  for (int32_t sid : waiting_) out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
+  for (int32_t sid : waiting_)
+    out.emplace_back(requests_[seqs_[sid].request].params.id, seqs_[sid].child);
   return out;
 }
 

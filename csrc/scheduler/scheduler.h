@@ -40,19 +40,19 @@ struct SchedulerConfig {
 struct ScheduledSeq {
   int64_t request_id = 0;
   int32_t child = 0;
-  int32_t seq = 0;            // scheduler-internal sequence slot
+  int32_t seq = 0;  // scheduler-internal sequence slot
   uint32_t generation = 0;
-  int32_t num_computed = 0;   // before this step
-  int32_t num_tokens = 0;     // scheduled this step
-  int32_t num_samples = 0;    // logits rows it owns: 0 (mid-prefill), 1, or n when it forks
+  int32_t num_computed = 0;  // before this step
+  int32_t num_tokens = 0;    // scheduled this step
+  int32_t num_samples = 0;   // logits rows it owns: 0 (mid-prefill), 1, or n when it forks
 };
 
 struct SchedulerOutput {
   Batch batch;
-  std::vector<ScheduledSeq> seqs;                        // parallel to the batch's sequences
-  std::vector<std::pair<int32_t, int32_t>> block_copies; // (src, dst) to copy before the forward
-  std::vector<std::pair<int64_t, int32_t>> preempted;    // (request, child) sent back to waiting
-  std::vector<int64_t> finished_requests;                // all children done since the last schedule
+  std::vector<ScheduledSeq> seqs;                         // parallel to the batch's sequences
+  std::vector<std::pair<int32_t, int32_t>> block_copies;  // (src, dst) to copy before the forward
+  std::vector<std::pair<int64_t, int32_t>> preempted;     // (request, child) sent back to waiting
+  std::vector<int64_t> finished_requests;  // all children done since the last schedule
 
   void clear() {
     batch.clear();
@@ -64,8 +64,8 @@ struct SchedulerOutput {
 };
 
 struct SchedulerStats {
-  int32_t num_running = 0;   // sequences
-  int32_t num_waiting = 0;   // sequences
+  int32_t num_running = 0;  // sequences
+  int32_t num_waiting = 0;  // sequences
   double kv_usage_percent = 0;
   int64_t prefix_queries = 0;
   int64_t prefix_hits = 0;
@@ -103,8 +103,8 @@ class Scheduler {
   struct RequestState {
     Request params;
     int64_t arrival = 0;
-    int32_t num_live = 0;           // children not yet finished
-    std::vector<int32_t> child_seq; // seq slot per child, -1 when finished or not yet forked
+    int32_t num_live = 0;            // children not yet finished
+    std::vector<int32_t> child_seq;  // seq slot per child, -1 when finished or not yet forked
   };
 
   bool before(int32_t a, int32_t b) const;  // policy order of two sequences
