@@ -84,7 +84,8 @@ class Scheduler {
   bool finish(int64_t request_id, int32_t child);
 
   const SchedulerOutput& schedule();
-  // One token per logits row of the last schedule(); returns the children that finished.
+  // One token per logits row of the last schedule(), also for rows of requests aborted or
+  // finished since (their tokens are dropped); returns the children that finished.
   const std::vector<FinishEvent>& update(std::span<const int32_t> sampled_tokens);
 
   bool has_unfinished() const { return !request_index_.empty(); }
