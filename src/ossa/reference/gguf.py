@@ -23,7 +23,7 @@ _MAX_ARRAY_ELEMS = 1 << 24
 
 @dataclass
 class GGUFTensorInfo:
-    name: str
+    name: str | bytes
     ne: list[int]  # ne[0] is the contiguous dimension
     ggml_type: int
     offset: int  # relative to the data section
@@ -46,20 +46,20 @@ class GGUFFile:
     path: str
     version: int
     metadata: dict[str, Any]
-    tensors: dict[str, GGUFTensorInfo]
+    tensors: dict[str | bytes, GGUFTensorInfo]  # names that are not UTF-8 stay bytes
     data_offset: int
     _data: np.ndarray = field(repr=False)
 
-    def raw(self, name: str) -> np.ndarray:
+    def raw(self, name: str | bytes) -> np.ndarray:
         """The stored bytes of a tensor as uint8 [rows, row_bytes]."""
         info = self.tensors[name]
         if info.ggml_type not in quants.TYPES:
-            raise ValueError(f"unsupported tensor type '{info.type_name}' for tensor '{name}'")
+            raise ValueError(f"unsupported tensor type '{info.type_name}' for tensor '{name!s}'")
         rb = quants.row_bytes(info.ggml_type, info.cols)
         start = self.data_offset + info.offset
         return self._data[start : start + rb * info.rows].reshape(info.rows, rb)
 
-    def tensor(self, name: str) -> np.ndarray:
+    def tensor(self, name: str | bytes) -> np.ndarray:
         """A tensor dequantized to float32 [rows, cols] (rows = product of ne[1:])."""
         info = self.tensors[name]
         return quants.dequantize(self.raw(name), info.ggml_type, info.cols)
@@ -126,7 +126,7 @@ class _Reader:
 def read_gguf(path: str) -> GGUFFile:
     """Parse a GGUF file's header; tensor data stays in a read-only memory map."""
     data = np.memmap(path, dtype=np.uint8, mode="r") if _size(path) > 0 else np.zeros(0, np.uint8)
-    r = _Reader(memoryview(data))
+    r = _Reader(memoryview(data))  # type: ignore[arg-type]
     if len(data) < 4 or bytes(data[:4]) != b"GGUF":
         raise ValueError(f"'{path}' is not a GGUF file (bad magic)")
     r.pos = 4
@@ -150,7 +150,7 @@ def read_gguf(path: str) -> GGUFFile:
     alignment = metadata.get("general.alignment", 32)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise r.fail(f"general.alignment {alignment} is not a power of two")
-    tensors: dict[str, GGUFTensorInfo] = {}
+    tensors: dict[str | bytes, GGUFTensorInfo] = {}
     for _ in range(n_tensors):
         name = r.string("tensor name")
         n_dims = r.scalar("<I", "tensor dims")
@@ -170,7 +170,7 @@ def read_gguf(path: str) -> GGUFFile:
             raise r.fail(f"tensor '{name!s}' offset is not a multiple of the alignment")
         if name in tensors:
             raise r.fail(f"duplicate tensor '{name!s}'")
-        tensors[name] = GGUFTensorInfo(str(name), ne, ggml_type, offset)  # type: ignore[arg-type]
+        tensors[name] = GGUFTensorInfo(name, ne, ggml_type, offset)
     data_offset = (r.pos + alignment - 1) // alignment * alignment
     if data_offset > len(data) and tensors:
         raise r.fail("data section starts past the end of the file")
@@ -181,14 +181,14 @@ def read_gguf(path: str) -> GGUFFile:
         _, block_elems, block_bytes = quants.TYPES[info.ggml_type]
         if info.ne[0] % block_elems:
             raise ValueError(
-                f"tensor '{info.name}' of type {info.type_name} has {info.ne[0]} columns, "
+                f"tensor '{info.name!s}' of type {info.type_name} has {info.ne[0]} columns, "
                 f"not a multiple of the block size {block_elems}"
             )
         nbytes = info.ne[0] // block_elems * block_bytes
         for x in info.ne[1:]:
             nbytes *= x
         if info.offset > data_size or nbytes > data_size - info.offset:
-            raise ValueError(f"corrupt GGUF file: tensor '{info.name}' runs past the end of the file")
+            raise ValueError(f"corrupt GGUF file: tensor '{info.name!s}' runs past the end of the file")
     return GGUFFile(path, version, metadata, tensors, data_offset, data)
 
 

@@ -69,7 +69,7 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
 
 
 def _take(
-    get: Any, names: set[str], weights: dict[str, np.ndarray], name: str, canonical: str, rows: int, cols: int
+    get: Any, names: set[Any], weights: dict[str, np.ndarray], name: str, canonical: str, rows: int, cols: int
 ) -> None:
     if name not in names:
         raise ValueError(f"missing tensor '{name}'")
@@ -88,7 +88,7 @@ def _take(
 
 
 def _weights(
-    cfg: dict[str, Any], get: Any, names: set[str], name_of: Any, tok: str, norm: str, out: str
+    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, tok: str, norm: str, out: str
 ) -> dict[str, np.ndarray]:
     q, kv = cfg["n_head"] * cfg["head_dim"], cfg["n_head_kv"] * cfg["head_dim"]
     e, ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
