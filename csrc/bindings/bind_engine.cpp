@@ -1,0 +1,134 @@
+// ossa._core.Engine: the decode loop. Every blocking call releases the GIL.
+#include <functional>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "engine/engine.h"
+#include "util/error.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+std::vector<ossa::EngineOutput> released(const std::function<std::vector<ossa::EngineOutput>()>& f) {
+  nb::gil_scoped_release release;
+  return f();
+}
+
+}  // namespace
+
+void bind_engine(nb::module_& m) {
+  using ossa::Engine;
+  using ossa::EngineConfig;
+  using ossa::GenerationParams;
+
+  nb::class_<EngineConfig>(m, "EngineConfig")
+      .def(nb::init<>())
+      .def_rw("num_blocks", &EngineConfig::num_blocks)
+      .def_rw("block_size", &EngineConfig::block_size)
+      .def_rw("max_num_batched_tokens", &EngineConfig::max_num_batched_tokens)
+      .def_rw("max_num_seqs", &EngineConfig::max_num_seqs)
+      .def_rw("max_model_len", &EngineConfig::max_model_len)
+      .def_prop_rw(
+          "policy",
+          [](const EngineConfig& c) { return c.policy == ossa::SchedulePolicy::Priority ? "priority" : "fcfs"; },
+          [](EngineConfig& c, const std::string& p) {
+            if (p == "fcfs")
+              c.policy = ossa::SchedulePolicy::Fcfs;
+            else if (p == "priority")
+              c.policy = ossa::SchedulePolicy::Priority;
+            else
+              throw ossa::InputError("scheduling policy must be 'fcfs' or 'priority', got '" + p + "'");
+          })
+      .def_rw("enable_prefix_caching", &EngineConfig::enable_prefix_caching)
+      .def_rw("seed", &EngineConfig::seed);
+
+  nb::class_<GenerationParams>(m, "GenerationParams")
+      .def(nb::init<>())
+      .def_rw("sampling", &GenerationParams::sampling)
+      .def_rw("max_tokens", &GenerationParams::max_tokens)
+      .def_rw("n", &GenerationParams::n)
+      .def_rw("priority", &GenerationParams::priority)
+      .def_rw("stop", &GenerationParams::stop)
+      .def_rw("include_stop_str_in_output", &GenerationParams::include_stop_str_in_output)
+      .def_rw("skip_special_tokens", &GenerationParams::skip_special_tokens)
+      .def_rw("prompt_logprobs", &GenerationParams::prompt_logprobs);
+
+  nb::class_<ossa::TokenLogprobs>(m, "TokenLogprobs")
+      .def_ro("token", &ossa::TokenLogprobs::token)
+      .def_ro("logprob", &ossa::TokenLogprobs::logprob)
+      .def_ro("rank", &ossa::TokenLogprobs::rank)
+      .def_ro("top", &ossa::TokenLogprobs::top);
+
+  nb::class_<ossa::CompletionDelta>(m, "CompletionDelta")
+      .def_ro("index", &ossa::CompletionDelta::index)
+      .def_ro("token_ids", &ossa::CompletionDelta::token_ids)
+      .def_prop_ro("text", [](const ossa::CompletionDelta& d) {
+        // Text is valid UTF-8 by construction (the detokenizer replaces bad bytes with U+FFFD).
+        return nb::str(d.text.data(), d.text.size());
+      })
+      .def_ro("logprobs", &ossa::CompletionDelta::logprobs)
+      .def_ro("cumulative_logprob", &ossa::CompletionDelta::cumulative_logprob)
+      .def_ro("finish_reason", &ossa::CompletionDelta::finish_reason)
+      .def_ro("stop_str", &ossa::CompletionDelta::stop_str)
+      .def_ro("stop_token", &ossa::CompletionDelta::stop_token);
+
+  nb::class_<ossa::EngineOutput>(m, "EngineOutput")
+      .def_ro("request_id", &ossa::EngineOutput::request_id)
+      .def_ro("completions", &ossa::EngineOutput::completions)
+      .def_ro("finished", &ossa::EngineOutput::finished)
+      .def_ro("has_prompt_logprobs", &ossa::EngineOutput::has_prompt_logprobs)
+      .def_ro("prompt_logprobs", &ossa::EngineOutput::prompt_logprobs)
+      .def_ro("num_prompt_tokens", &ossa::EngineOutput::num_prompt_tokens)
+      .def_ro("num_cached_tokens", &ossa::EngineOutput::num_cached_tokens)
+      .def_ro("arrival_time", &ossa::EngineOutput::arrival_time)
+      .def_ro("first_scheduled_time", &ossa::EngineOutput::first_scheduled_time)
+      .def_ro("first_token_time", &ossa::EngineOutput::first_token_time)
+      .def_ro("finished_time", &ossa::EngineOutput::finished_time)
+      .def_ro("error", &ossa::EngineOutput::error);
+
+  nb::class_<Engine>(m, "Engine", "The C++ decode loop (schedule, forward, sample, detokenize, stop checks).")
+      .def(nb::init<std::shared_ptr<const ossa::Model>, std::shared_ptr<const ossa::Tokenizer>,
+                    const EngineConfig&>(),
+           "model"_a, "tokenizer"_a, "config"_a)
+      .def("add_request", &Engine::add_request, "request_id"_a, "prompt_token_ids"_a, "params"_a)
+      .def("abort", &Engine::abort, "request_id"_a)
+      .def("step", [](Engine& e) { return released([&] { return e.step(); }); })
+      .def("run_to_completion", [](Engine& e) { return released([&] { return e.run_to_completion(); }); })
+      .def("has_unfinished", &Engine::has_unfinished)
+      .def("start", &Engine::start)
+      .def("stop", [](Engine& e) {
+        nb::gil_scoped_release release;
+        e.stop();
+      })
+      .def_prop_ro("running", &Engine::running)
+      .def("get_outputs", [](Engine& e, double timeout_s) {
+        return released([&] { return e.get_outputs(timeout_s); });
+      }, "timeout_s"_a = 0.0)
+      .def_prop_ro("vocab_size", &Engine::vocab_size)
+      .def("stats", [](const Engine& e) {
+        ossa::EngineStats s = e.stats();
+        nb::dict d;
+        d["num_running"] = s.scheduler.num_running;
+        d["num_waiting"] = s.scheduler.num_waiting;
+        d["kv_usage_percent"] = s.scheduler.kv_usage_percent;
+        d["prefix_queries"] = s.scheduler.prefix_queries;
+        d["prefix_hits"] = s.scheduler.prefix_hits;
+        d["num_preemptions"] = s.scheduler.num_preemptions;
+        d["num_blocks"] = s.num_blocks;
+        d["prompt_tokens"] = s.prompt_tokens;
+        d["generation_tokens"] = s.generation_tokens;
+        d["steps"] = s.steps;
+        d["requests_finished"] = s.requests_finished;
+        d["time_forward"] = s.time_forward;
+        d["time_sample"] = s.time_sample;
+        d["time_schedule"] = s.time_schedule;
+        d["time_detokenize"] = s.time_detokenize;
+        return d;
+      });
+}

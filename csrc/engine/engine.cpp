@@ -1,0 +1,603 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+
+#include "util/error.h"
+
+namespace ossa {
+
+namespace {
+
+double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+double mono_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Largest prefix length of s (<= limit) that ends on a UTF-8 character boundary.
+size_t utf8_floor(const std::string& s, size_t limit) {
+  if (limit >= s.size()) return s.size();
+  while (limit > 0 && (static_cast<unsigned char>(s[limit]) & 0xC0) == 0x80) --limit;
+  return limit;
+}
+
+int32_t raw_rank(const float* row, int vocab, int32_t token) {
+  const float x = row[token];
+  int32_t greater = 0;
+  for (int i = 0; i < vocab; ++i) greater += row[i] > x;
+  return greater + 1;
+}
+
+TokenLogprobs to_token_logprobs(const SampleResult& r, int32_t token, const float* row, int vocab) {
+  TokenLogprobs t;
+  t.token = token;
+  t.logprob = r.logprob;
+  t.rank = raw_rank(row, vocab, token);
+  t.top.reserve(r.n_top);
+  for (int i = 0; i < r.n_top; ++i) t.top.emplace_back(r.top_ids[i], r.top_logprobs[i]);
+  return t;
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+               const EngineConfig& config)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      config_(config),
+      n_vocab_(model_->config.n_vocab),
+      scheduler_(SchedulerConfig{config.num_blocks, config.block_size, config.max_num_batched_tokens,
+                                 config.max_num_seqs, config.max_model_len, config.policy,
+                                 config.enable_prefix_caching, 0.01}),
+      runner_(model_, config.num_blocks, config.block_size, config.max_num_batched_tokens) {
+  if (tokenizer_) {
+    eos_ids_ = tokenizer_->eos_ids();
+    if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());
+  }
+  std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
+  stats_.num_blocks = config.num_blocks;
+  stats_snapshot_ = stats_;
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
+                         const GenerationParams& params) {
+  if (prompt.empty()) throw InputError("the prompt is empty: give at least one token");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab_)
+      throw InputError("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                       std::to_string(n_vocab_) + ")");
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  if (len + 1 > config_.max_model_len)
+    throw InputError("the prompt has " + std::to_string(len) +
+                     " tokens, and with at least one output token that exceeds max_model_len=" +
+                     std::to_string(config_.max_model_len));
+  const int64_t blocks_needed = (len + 1 + config_.block_size - 1) / config_.block_size;
+  if (blocks_needed > config_.num_blocks)
+    throw InputError("the prompt needs " + std::to_string(blocks_needed) +
+                     " KV-cache blocks but the whole cache has " + std::to_string(config_.num_blocks) +
+                     "; raise kv_cache_memory_bytes");
+  if (params.max_tokens < 1) throw InputError("max_tokens must be >= 1");
+  if (params.n < 1) throw InputError("n must be >= 1");
+  if (params.prompt_logprobs > k_max_logprobs || params.sampling.logprobs > k_max_logprobs)
+    throw InputError("logprobs and prompt_logprobs must be <= " + std::to_string(k_max_logprobs));
+  for (const std::string& s : params.stop)
+    if (s.empty()) throw InputError("stop strings must not be empty");
+  SamplingParams sp = params.sampling;
+  sp.eos_token_ids = eos_ids_;
+  validate_sampling_params(sp, n_vocab_);
+
+  auto r = std::make_unique<RequestState>();
+  r->id = request_id;
+  r->params = params;
+  r->params.sampling = std::move(sp);
+  r->prompt = std::move(prompt);
+  for (const std::string& s : params.stop) r->max_stop_len = std::max(r->max_stop_len, s.size());
+  r->children.resize(params.n);
+  for (ChildState& c : r->children)
+    c.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_, params.skip_special_tokens);
+  r->arrival_time = now_seconds();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (live_ids_.count(request_id) != 0)
+      throw InputError("request id '" + request_id + "' is already in use");
+    live_ids_[request_id] = true;
+    Command cmd;
+    cmd.id = request_id;
+    cmd.request = std::move(r);
+    commands_.push_back(std::move(cmd));
+  }
+  work_cv_.notify_one();
+}
+
+bool Engine::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (live_ids_.count(request_id) == 0) return false;
+    Command cmd;
+    cmd.is_abort = true;
+    cmd.id = request_id;
+    commands_.push_back(std::move(cmd));
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+bool Engine::has_unfinished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !live_ids_.empty();
+}
+
+void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
+  std::deque<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands.swap(commands_);
+  }
+  for (Command& cmd : commands) {
+    if (!cmd.is_abort) {
+      RequestState& r = *cmd.request;
+      r.key = next_key_++;
+      r.seed = r.params.sampling.seed ? *r.params.sampling.seed
+                                      : splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(r.key)));
+      Request req;
+      req.id = r.key;
+      req.prompt = r.prompt;
+      req.max_tokens = r.params.max_tokens;
+      req.min_tokens = r.params.sampling.min_tokens;
+      req.eos_token_ids = eos_ids_;
+      req.stop_token_ids = r.params.sampling.stop_token_ids;
+      req.ignore_eos = r.params.sampling.ignore_eos;
+      req.n = r.params.n;
+      req.priority = r.params.priority;
+      // Prompt logprobs need every prompt position computed, so such requests skip prefix hits.
+      req.cache_salt = r.params.prompt_logprobs >= 0 ? splitmix64(static_cast<uint64_t>(r.key)) | 1 : 0;
+      try {
+        scheduler_.add_request(req);
+      } catch (const std::exception& e) {
+        EngineOutput out;
+        out.request_id = r.id;
+        out.finished = true;
+        out.error = e.what();
+        out.arrival_time = r.arrival_time;
+        out.finished_time = now_seconds();
+        outputs.push_back(std::move(out));
+        std::lock_guard<std::mutex> lock(mutex_);
+        live_ids_.erase(r.id);
+        continue;
+      }
+      keys_[r.id] = r.key;
+      requests_[r.key] = std::move(cmd.request);
+    } else {
+      auto it = keys_.find(cmd.id);
+      if (it == keys_.end()) continue;  // finished before the abort arrived
+      RequestState& r = *requests_.at(it->second);
+      scheduler_.abort(r.key);
+      for (ChildState& c : r.children)
+        if (!c.finished) finish_child(r, c, "abort");
+      touched_.push_back(r.key);
+    }
+  }
+}
+
+void Engine::finish_child(RequestState& r, ChildState& c, const std::string& reason) {
+  (void)r;
+  c.finished = true;
+  c.dirty = true;
+  c.finish_reason = reason;
+  if (reason != "stop" || c.stop_str.empty()) {
+    const size_t before = c.text.size();
+    c.detok->flush(c.text);
+    (void)before;
+  }
+}
+
+void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp) {
+  ChildState& c = r.children[child];
+  if (c.finished) return;
+  c.new_tokens.push_back(token);
+  c.output_tokens.push_back(token);
+  c.dirty = true;
+  if (lp != nullptr) {
+    c.cumulative_logprob += lp->logprob;
+  }
+  const size_t old_len = c.text.size();
+  c.detok->push(token, c.text);
+  if (r.max_stop_len > 0 && c.text.size() > old_len) {
+    // A stop string can only newly appear in a window ending in the new text.
+    const size_t from = old_len >= r.max_stop_len - 1 ? old_len - (r.max_stop_len - 1) : 0;
+    size_t best = std::string::npos;
+    const std::string* best_stop = nullptr;
+    for (const std::string& s : r.params.stop) {
+      const size_t p = c.text.find(s, from);
+      if (p != std::string::npos && p < best) {
+        best = p;
+        best_stop = &s;
+      }
+    }
+    if (best_stop != nullptr) {
+      c.stop_str = *best_stop;
+      c.text.resize(r.params.include_stop_str_in_output ? best + best_stop->size() : best);
+      if (c.emitted > c.text.size()) c.emitted = c.text.size();
+      scheduler_.finish(r.key, child);
+      finish_child(r, c, "stop");
+    }
+  }
+}
+
+void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& outputs) {
+  // Something inside the loop failed for this batch (e.g. non-finite logits): end the requests in it
+  // with the error, keep serving the others.
+  const SchedulerOutput& so = scheduler_.schedule();
+  (void)so;
+  std::vector<int64_t> keys;
+  for (auto& [key, r] : requests_)
+    if (r->scheduled) keys.push_back(key);
+  for (int64_t key : keys) {
+    RequestState& r = *requests_.at(key);
+    scheduler_.abort(key);
+    EngineOutput out = make_output(r);
+    out.finished = true;
+    out.error = message;
+    for (CompletionDelta& d : out.completions)
+      if (d.finish_reason.empty()) d.finish_reason = "abort";
+    outputs.push_back(std::move(out));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_ids_.erase(r.id);
+    }
+    keys_.erase(r.id);
+    requests_.erase(key);
+  }
+}
+
+void Engine::step_locked(std::vector<EngineOutput>& outputs) {
+  apply_commands(outputs);
+  if (!scheduler_.has_unfinished()) {
+    collect_outputs(outputs);
+    return;
+  }
+  double t0 = mono_seconds();
+  const SchedulerOutput& so = scheduler_.schedule();
+  double t1 = mono_seconds();
+  stats_.time_schedule += t1 - t0;
+  if (so.batch.n_tokens() == 0) {
+    collect_outputs(outputs);
+    return;
+  }
+  for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
+
+  // Rows whose logits we need: the sampling rows, plus prompt positions of requests that asked for
+  // prompt logprobs (then the batch is copied with the extra rows; rare).
+  bool want_prompt_lp = false;
+  const double now = now_seconds();
+  for (const ScheduledSeq& s : so.seqs) {
+    RequestState& r = *requests_.at(s.request_id);
+    if (!r.scheduled) {
+      r.scheduled = true;
+      r.first_scheduled_time = now;
+      r.num_cached_tokens = s.num_computed;
+    }
+    if (r.params.prompt_logprobs >= 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
+      want_prompt_lp = true;
+    if (r.params.prompt_logprobs < 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
+      stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
+    else if (s.num_computed < static_cast<int32_t>(r.prompt.size()))
+      stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
+  }
+  const Batch* batch = &so.batch;
+  // For each logits row of the forward: the index of the sampling row it serves (-1: a prompt
+  // logprob row) and, for prompt rows, (request key, position).
+  std::vector<int32_t> sample_row_of;          // only used when want_prompt_lp
+  std::vector<std::pair<int64_t, int32_t>> prompt_row_of;
+  if (want_prompt_lp) {
+    batch_ = so.batch;
+    batch_.logits_rows.clear();
+    sample_row_of.clear();
+    prompt_row_of.clear();
+    size_t next_sample = 0;
+    for (size_t si = 0; si < so.seqs.size(); ++si) {
+      const ScheduledSeq& s = so.seqs[si];
+      RequestState& r = *requests_.at(s.request_id);
+      const int32_t start = so.batch.seq_start[si];
+      const int32_t prompt_len = static_cast<int32_t>(r.prompt.size());
+      if (r.params.prompt_logprobs >= 0 && s.num_computed < prompt_len) {
+        for (int32_t j = 0; j < s.num_tokens; ++j) {
+          const int32_t pos = s.num_computed + j;
+          if (pos + 1 >= prompt_len) break;
+          batch_.logits_rows.push_back(start + j);
+          sample_row_of.push_back(-1);
+          prompt_row_of.emplace_back(s.request_id, pos + 1);
+        }
+      }
+      for (int32_t k = 0; k < s.num_samples; ++k) {
+        batch_.logits_rows.push_back(so.batch.logits_rows[next_sample]);
+        sample_row_of.push_back(static_cast<int32_t>(next_sample));
+        prompt_row_of.emplace_back(-1, -1);
+        ++next_sample;
+      }
+    }
+    batch = &batch_;
+  }
+  const size_t n_rows = batch->logits_rows.size();
+  if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_)) logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
+
+  try {
+    runner_.forward(*batch, logits_.data());
+  } catch (const std::exception& e) {
+    fail_batch(std::string("forward pass failed: ") + e.what(), outputs);
+    return;
+  }
+  double t2 = mono_seconds();
+  stats_.time_forward += t2 - t1;
+
+  // Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
+  const size_t n_samples = so.batch.logits_rows.size();
+  rows_.resize(n_samples);
+  results_.resize(n_samples);
+  std::vector<const float*> row_ptr(n_samples);
+  std::vector<std::pair<int64_t, int32_t>> row_child(n_samples);
+  {
+    size_t next = 0;
+    for (const ScheduledSeq& s : so.seqs) {
+      RequestState& r = *requests_.at(s.request_id);
+      for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
+        const int32_t child = s.num_samples > 1 ? k : s.child;
+        ChildState& c = r.children[child];
+        RowInput& in = rows_[next];
+        in.params = &r.params.sampling;
+        in.prompt_token_ids = std::span<const int32_t>(r.prompt);
+        in.output_token_ids = std::span<const int32_t>(c.output_tokens);
+        in.seed = r.seed;
+        in.stream = static_cast<uint64_t>(child);
+        in.step = c.output_tokens.size();
+        row_child[next] = {s.request_id, child};
+      }
+    }
+  }
+  // Gather the sampling rows contiguously when prompt rows are interleaved.
+  const float* sample_logits = logits_.data();
+  std::vector<float> gathered;
+  if (want_prompt_lp) {
+    gathered.resize(n_samples * static_cast<size_t>(n_vocab_));
+    for (size_t i = 0; i < n_rows; ++i)
+      if (sample_row_of[i] >= 0)
+        std::copy_n(logits_.data() + i * n_vocab_, n_vocab_, gathered.data() + sample_row_of[i] * static_cast<size_t>(n_vocab_));
+    sample_logits = gathered.data();
+  }
+  try {
+    sampler_.sample(sample_logits, static_cast<int>(n_samples), n_vocab_, rows_, results_);
+    if (want_prompt_lp) {
+      // Prompt logprobs: the logprob of prompt token pos at the row before it.
+      for (size_t i = 0; i < n_rows; ++i) {
+        if (sample_row_of[i] >= 0) continue;
+        auto [key, pos] = prompt_row_of[i];
+        RequestState& r = *requests_.at(key);
+        if (pos < r.prompt_lp_next) continue;  // recomputed after a preemption
+        const float* row = logits_.data() + i * n_vocab_;
+        int32_t tok = r.prompt[pos];
+        SampleResult lp;
+        sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1), r.params.prompt_logprobs,
+                          std::span<SampleResult>(&lp, 1));
+        r.prompt_logprobs.push_back(to_token_logprobs(lp, tok, row, n_vocab_));
+        r.prompt_lp_next = pos + 1;
+        touched_.push_back(key);
+      }
+    }
+  } catch (const std::exception& e) {
+    fail_batch(std::string("sampling failed: ") + e.what(), outputs);
+    return;
+  }
+  double t3 = mono_seconds();
+  stats_.time_sample += t3 - t2;
+
+  sampled_.resize(n_samples);
+  for (size_t i = 0; i < n_samples; ++i) sampled_[i] = results_[i].token;
+  const std::vector<FinishEvent>& events = scheduler_.update(sampled_);
+  stats_.generation_tokens += static_cast<int64_t>(n_samples);
+
+  const double tok_time = now_seconds();
+  for (size_t i = 0; i < n_samples; ++i) {
+    auto [key, child] = row_child[i];
+    RequestState& r = *requests_.at(key);
+    if (r.first_token_time == 0) r.first_token_time = tok_time;
+    const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
+    if (lp != nullptr) {
+      const float* row = sample_logits + i * n_vocab_;
+      r.children[child].new_logprobs.push_back(to_token_logprobs(*lp, lp->token, row, n_vocab_));
+    }
+    process_child_token(r, child, sampled_[i], lp);
+    touched_.push_back(key);
+  }
+  for (const FinishEvent& ev : events) {
+    auto it = requests_.find(ev.request_id);
+    if (it == requests_.end()) continue;
+    RequestState& r = *it->second;
+    ChildState& c = r.children[ev.child];
+    if (c.finished) continue;  // already ended by a stop string this step
+    c.stop_token = ev.stop_token;
+    finish_child(r, c, ev.reason == FinishReason::Length ? "length" : "stop");
+    touched_.push_back(ev.request_id);
+  }
+  stats_.time_detokenize += mono_seconds() - t3;
+  ++stats_.steps;
+  collect_outputs(outputs);
+}
+
+EngineOutput Engine::make_output(RequestState& r) {
+  EngineOutput out;
+  out.request_id = r.id;
+  out.num_prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  out.num_cached_tokens = r.num_cached_tokens;
+  out.arrival_time = r.arrival_time;
+  out.first_scheduled_time = r.first_scheduled_time;
+  out.first_token_time = r.first_token_time;
+  if (r.params.prompt_logprobs >= 0 && !r.prompt_logprobs_sent &&
+      r.prompt_lp_next >= static_cast<int32_t>(r.prompt.size())) {
+    out.has_prompt_logprobs = true;
+    out.prompt_logprobs = std::move(r.prompt_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
+  bool all_finished = true;
+  for (size_t i = 0; i < r.children.size(); ++i) {
+    ChildState& c = r.children[i];
+    all_finished = all_finished && c.finished;
+    if (!c.dirty) continue;
+    CompletionDelta d;
+    d.index = static_cast<int32_t>(i);
+    d.token_ids = std::move(c.new_tokens);
+    c.new_tokens.clear();
+    d.logprobs = std::move(c.new_logprobs);
+    c.new_logprobs.clear();
+    // Hold back text that could still be the start of a stop string.
+    size_t limit = c.text.size();
+    if (!c.finished && r.max_stop_len > 1)
+      limit = utf8_floor(c.text, c.text.size() >= r.max_stop_len - 1 ? c.text.size() - (r.max_stop_len - 1) : 0);
+    if (limit > c.emitted) {
+      d.text = c.text.substr(c.emitted, limit - c.emitted);
+      c.emitted = limit;
+    }
+    d.cumulative_logprob = c.cumulative_logprob;
+    if (c.finished && !c.reported_finish) {
+      d.finish_reason = c.finish_reason;
+      d.stop_str = c.stop_str;
+      d.stop_token = c.stop_token;
+      c.reported_finish = true;
+    }
+    c.dirty = false;
+    out.completions.push_back(std::move(d));
+  }
+  out.finished = all_finished;
+  if (all_finished) out.finished_time = now_seconds();
+  return out;
+}
+
+void Engine::collect_outputs(std::vector<EngineOutput>& outputs) {
+  std::sort(touched_.begin(), touched_.end());
+  touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+  for (int64_t key : touched_) {
+    auto it = requests_.find(key);
+    if (it == requests_.end()) continue;
+    RequestState& r = *it->second;
+    EngineOutput out = make_output(r);
+    const bool done = out.finished;
+    outputs.push_back(std::move(out));
+    if (done) {
+      ++stats_.requests_finished;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        live_ids_.erase(r.id);
+      }
+      keys_.erase(r.id);
+      requests_.erase(it);
+    }
+  }
+  touched_.clear();
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_snapshot_ = stats_;
+  stats_snapshot_.scheduler = scheduler_.stats();
+}
+
+std::vector<EngineOutput> Engine::step() {
+  if (running()) throw InputError("step() cannot be called while the background loop runs");
+  std::vector<EngineOutput> outputs;
+  step_locked(outputs);
+  return outputs;
+}
+
+std::vector<EngineOutput> Engine::run_to_completion() {
+  if (running()) throw InputError("run_to_completion() cannot be called while the background loop runs");
+  std::vector<EngineOutput> outputs;
+  while (true) {
+    step_locked(outputs);
+    if (!has_unfinished()) break;
+  }
+  return outputs;
+}
+
+void Engine::start() {
+  if (running()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  if (!running()) return;
+  stop_ = true;
+  work_cv_.notify_all();
+  thread_.join();
+  // Abort whatever is left so no caller waits forever.
+  std::vector<EngineOutput> outputs;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, live] : live_ids_) {
+      Command cmd;
+      cmd.is_abort = true;
+      cmd.id = id;
+      commands_.push_back(std::move(cmd));
+    }
+  }
+  apply_commands(outputs);
+  collect_outputs(outputs);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (EngineOutput& o : outputs) pending_outputs_.push_back(std::move(o));
+  }
+  output_cv_.notify_all();
+}
+
+void Engine::loop() {
+  while (!stop_) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || !commands_.empty() || !requests_.empty(); });
+      if (stop_) break;
+    }
+    std::vector<EngineOutput> outputs;
+    try {
+      step_locked(outputs);
+    } catch (const std::exception& e) {
+      fail_batch(std::string("engine step failed: ") + e.what(), outputs);
+    }
+    if (!outputs.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (EngineOutput& o : outputs) pending_outputs_.push_back(std::move(o));
+      }
+      output_cv_.notify_all();
+    }
+  }
+}
+
+std::vector<EngineOutput> Engine::get_outputs(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (pending_outputs_.empty() && timeout_s > 0) {
+    output_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                        [&] { return !pending_outputs_.empty(); });
+  }
+  std::vector<EngineOutput> out;
+  out.swap(pending_outputs_);
+  return out;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_snapshot_;
+}
+
+}  // namespace ossa

@@ -1,0 +1,205 @@
+#pragma once
+// The engine: the whole decode loop in C++. One step is
+//
+//   commands (add/abort) -> Scheduler.schedule -> block copies -> ModelRunner.forward
+//     -> Sampler -> Scheduler.update -> Detokenizer + stop strings -> outputs
+//
+// Two ways to drive it: step() / run_to_completion() from the caller's thread (offline), or
+// start() a background thread and collect outputs with get_outputs() (servers). add_request and
+// abort are thread-safe in both; they queue commands that the stepping thread applies.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model/runner.h"
+#include "sampling/sampler.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/detokenizer.h"
+
+namespace ossa {
+
+struct EngineConfig {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  int32_t max_num_batched_tokens = 2048;
+  int32_t max_num_seqs = 64;
+  int32_t max_model_len = 2048;
+  SchedulePolicy policy = SchedulePolicy::Fcfs;
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;  // seeds requests that bring none
+};
+
+// Everything about a request besides its prompt.
+struct GenerationParams {
+  SamplingParams sampling;  // eos_token_ids are filled in by the engine
+  int32_t max_tokens = 16;
+  int32_t n = 1;
+  int32_t priority = 0;
+  std::vector<std::string> stop;  // stop strings, matched on the detokenized text
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int32_t prompt_logprobs = -1;  // -1: none; k >= 0: each prompt token's logprob and the top k
+};
+
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  int32_t rank = 0;  // 1 + the number of tokens with a strictly larger raw logit
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// What one child produced since the last output of its request.
+struct CompletionDelta {
+  int32_t index = 0;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
+  double cumulative_logprob = 0.0;
+  std::string finish_reason;  // empty while running; "stop", "length" or "abort"
+  std::string stop_str;       // the stop string that ended it
+  int32_t stop_token = -1;    // or the stop token id / EOS
+};
+
+struct EngineOutput {
+  std::string request_id;
+  std::vector<CompletionDelta> completions;
+  bool finished = false;
+  bool has_prompt_logprobs = false;
+  std::vector<TokenLogprobs> prompt_logprobs;  // entry i is about prompt token i + 1
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;
+  double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0, finished_time = 0;
+  std::string error;  // set when the request was rejected or failed inside the loop
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;
+  int64_t num_blocks = 0;
+  int64_t prompt_tokens = 0;      // computed prompt tokens (prefix-cache hits excluded)
+  int64_t generation_tokens = 0;  // sampled tokens
+  int64_t steps = 0;
+  int64_t requests_finished = 0;
+  double time_forward = 0, time_sample = 0, time_schedule = 0, time_detokenize = 0;  // seconds
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+         const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (InputError naming the problem) and queues a request. Thread-safe.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt,
+                   const GenerationParams& params);
+  // Queues an abort; the request ends with finish_reason "abort". Thread-safe. False if unknown.
+  bool abort(const std::string& request_id);
+
+  // One step in the caller's thread (not while the background loop runs).
+  std::vector<EngineOutput> step();
+  // Steps until no request is left; returns every output in order.
+  std::vector<EngineOutput> run_to_completion();
+  bool has_unfinished() const;
+
+  void start();  // background loop
+  void stop();   // ends the loop; requests still running are aborted
+  bool running() const { return thread_.joinable(); }
+  // Waits up to timeout_s for outputs of the background loop; returns all that are ready.
+  std::vector<EngineOutput> get_outputs(double timeout_s);
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  int32_t vocab_size() const { return n_vocab_; }
+
+ private:
+  struct ChildState {
+    std::unique_ptr<IncrementalDetokenizer> detok;
+    std::string text;      // decoded text, truncated at a stop string
+    size_t emitted = 0;    // bytes of text already reported
+    std::vector<int32_t> new_tokens;
+    std::vector<TokenLogprobs> new_logprobs;
+    std::vector<int32_t> output_tokens;
+    double cumulative_logprob = 0.0;
+    bool finished = false;
+    bool reported_finish = false;
+    bool dirty = false;
+    std::string finish_reason, stop_str;
+    int32_t stop_token = -1;
+  };
+  struct RequestState {
+    std::string id;
+    int64_t key = 0;
+    GenerationParams params;
+    std::vector<int32_t> prompt;
+    uint64_t seed = 0;
+    size_t max_stop_len = 0;
+    std::vector<ChildState> children;
+    int32_t prompt_lp_next = 1;  // next prompt position whose logprob is owed
+    std::vector<TokenLogprobs> prompt_logprobs;
+    bool prompt_logprobs_sent = false;
+    int32_t num_cached_tokens = 0;
+    bool scheduled = false;
+    double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0;
+  };
+  struct Command {
+    bool is_abort = false;
+    std::string id;
+    std::unique_ptr<RequestState> request;
+  };
+
+  void apply_commands(std::vector<EngineOutput>& outputs);
+  void step_locked(std::vector<EngineOutput>& outputs);
+  void process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp);
+  void finish_child(RequestState& r, ChildState& c, const std::string& reason);
+  void collect_outputs(std::vector<EngineOutput>& outputs);
+  void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
+  EngineOutput make_output(RequestState& r);
+  void loop();
+
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  EngineConfig config_;
+  int32_t n_vocab_ = 0;
+  std::vector<int32_t> eos_ids_;
+
+  // Owned by the stepping thread.
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  Sampler sampler_;
+  std::unordered_map<int64_t, std::unique_ptr<RequestState>> requests_;
+  std::unordered_map<std::string, int64_t> keys_;
+  std::vector<int64_t> touched_;
+  std::vector<float> logits_;
+  Batch batch_;  // a copy of the scheduled batch when prompt logprobs add rows
+  std::vector<RowInput> rows_;
+  std::vector<SampleResult> results_;
+  std::vector<int32_t> sampled_;
+  std::vector<int32_t> lp_tokens_;
+  std::vector<SampleResult> lp_results_;
+  int64_t next_key_ = 1;
+  EngineStats stats_;
+
+  // Shared with other threads.
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable output_cv_;
+  std::deque<Command> commands_;
+  std::unordered_map<std::string, bool> live_ids_;  // ids added and not yet finished
+  std::vector<EngineOutput> pending_outputs_;
+  std::atomic<bool> has_work_{false};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_snapshot_;
+};
+
+}  // namespace ossa

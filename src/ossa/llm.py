@@ -1,0 +1,360 @@
+"""``ossa.LLM``: offline generation with vLLM's names and shapes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .engine_io import RequestTracker, generation_params
+from .outputs import RequestOutput
+from .sampling_params import SamplingParams
+
+PromptType = str | list[int] | dict[str, Any]
+
+_DEFAULT_KV_BYTES = 1 << 30  # 1 GiB, or 20% of available memory if that is less
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class LLM:
+    """An LLM with its tokenizer and a KV cache, ready to generate.
+
+    Args:
+        model: a GGUF file, a Hugging Face folder, or a short name (default ``"smollm2-135m"``,
+            fetched on first use).
+        max_model_len: the longest sequence (prompt + output); default: the model's context length.
+        kv_cache_memory_bytes: the KV-cache budget; default: 1 GiB or 20% of available memory.
+        block_size: tokens per KV-cache block.
+        max_num_seqs: the most sequences in one step.
+        max_num_batched_tokens: the most tokens in one step (long prompts are chunked).
+        enable_prefix_caching: reuse the KV blocks of shared prompt prefixes.
+        seed: seeds every request that brings no seed of its own.
+        num_threads: kernel threads (default: all cores).
+        backend: ``"cpp"`` (the C++ engine) or ``"python"`` (the ``ossa.reference`` twins; slow).
+        scheduling_policy: ``"fcfs"`` or ``"priority"``.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        tokenizer: str | None = None,
+        max_model_len: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        block_size: int = 16,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int | None = None,
+        enable_prefix_caching: bool = True,
+        seed: int = 0,
+        num_threads: int | None = None,
+        backend: str = "cpp",
+        scheduling_policy: str = "fcfs",
+        **kwargs: Any,
+    ) -> None:
+        from . import models
+        from .tokenizer import Tokenizer
+
+        if backend not in ("cpp", "python"):
+            raise ValueError(f"backend must be 'cpp' or 'python', got {backend!r}")
+        for name, value in [("block_size", block_size), ("max_num_seqs", max_num_seqs)]:
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if max_model_len is not None and max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
+        if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
+            raise ValueError(f"kv_cache_memory_bytes must be positive, got {kv_cache_memory_bytes}")
+        if scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', got {scheduling_policy!r}")
+        unknown = set(kwargs) - {"dtype", "trust_remote_code", "enforce_eager", "gpu_memory_utilization",
+                                 "tensor_parallel_size", "disable_log_stats"}
+        if unknown:
+            raise TypeError(f"LLM() got unexpected keyword arguments: {sorted(unknown)}")
+
+        self.backend = backend
+        self.model_path = models.resolve(model)
+        if num_threads is not None:
+            if num_threads < 1:
+                raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        from ._native import core
+
+        if num_threads is not None:
+            core.set_num_threads(int(num_threads))
+        self.model = models.load_model(self.model_path)
+        config = self.model.config
+        self.tokenizer = Tokenizer.from_file(tokenizer or self.model_path, backend=backend)
+
+        model_len = config.n_ctx_train if max_model_len is None else int(max_model_len)
+        if model_len <= 0:
+            model_len = 2048
+        kv_per_token = 2 * config.n_layer * config.n_head_kv * config.head_dim * 4  # float32 K and V
+        if kv_cache_memory_bytes is None:
+            avail = _available_memory()
+            kv_cache_memory_bytes = _DEFAULT_KV_BYTES if avail is None else min(_DEFAULT_KV_BYTES, avail // 5)
+        weight_bytes = os.path.getsize(self.model_path) if os.path.isfile(self.model_path) else 0
+        avail = _available_memory()
+        if avail is not None and weight_bytes + kv_cache_memory_bytes > avail:
+            raise ValueError(
+                f"the model ({weight_bytes / 2**20:.0f} MiB) and the KV cache "
+                f"({kv_cache_memory_bytes / 2**20:.0f} MiB) do not fit in the available memory "
+                f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
+            )
+        num_blocks = int(kv_cache_memory_bytes // (kv_per_token * block_size))
+        if num_blocks * block_size < model_len:
+            if max_model_len is not None:
+                raise ValueError(
+                    f"the KV cache ({kv_cache_memory_bytes} bytes = {num_blocks * block_size} tokens) cannot "
+                    f"hold one sequence of max_model_len={model_len} tokens; raise kv_cache_memory_bytes "
+                    f"or lower max_model_len"
+                )
+            model_len = num_blocks * block_size  # the model's own context does not fit: use what does
+            if model_len < 2:
+                raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} holds no KV-cache block")
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = 2048
+        if max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {max_num_batched_tokens}")
+        self.max_model_len = model_len
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._eos_ids = list(self.tokenizer.eos_token_ids)
+        self._counter = itertools.count()
+
+        if backend == "cpp":
+            ec = core.EngineConfig()
+            ec.num_blocks = num_blocks
+            ec.block_size = block_size
+            ec.max_num_batched_tokens = int(max_num_batched_tokens)
+            ec.max_num_seqs = int(max_num_seqs)
+            ec.max_model_len = model_len
+            ec.policy = scheduling_policy
+            ec.enable_prefix_caching = bool(enable_prefix_caching)
+            ec.seed = int(seed) % (1 << 64)
+            self.engine: Any = core.Engine(self.model._handle, self.tokenizer.core, ec)
+        else:
+            from .reference.engine import Engine as RefEngine, EngineConfig as RefConfig
+
+            self.engine = RefEngine(
+                self.model_path,
+                self.tokenizer._impl,
+                RefConfig(
+                    num_blocks=num_blocks,
+                    block_size=block_size,
+                    max_num_batched_tokens=int(max_num_batched_tokens),
+                    max_num_seqs=int(max_num_seqs),
+                    max_model_len=model_len,
+                    policy=scheduling_policy,
+                    enable_prefix_caching=bool(enable_prefix_caching),
+                    seed=int(seed) % (1 << 64),
+                ),
+            )
+
+    # -- public API ----------------------------------------------------------------------------
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        priority: Sequence[int] | None = None,
+    ) -> list[RequestOutput]:
+        """Generates for every prompt (strings, token-id lists, or ``{"prompt"|"prompt_token_ids": ...}``)
+        and returns the ``RequestOutput``s in input order."""
+        plist = self._normalize_prompts(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            params_list = [sampling_params] * len(plist)
+        else:
+            params_list = list(sampling_params)
+            if len(params_list) != len(plist):
+                raise ValueError(
+                    f"got {len(params_list)} SamplingParams for {len(plist)} prompts; give one or one each"
+                )
+        if priority is not None and len(priority) != len(plist):
+            raise ValueError(f"got {len(priority)} priorities for {len(plist)} prompts")
+        # Validate everything before any work starts.
+        requests = []
+        for i, (p, sp) in enumerate(zip(plist, params_list)):
+            if not isinstance(sp, SamplingParams):
+                raise ValueError(f"sampling_params[{i}] is not a SamplingParams")
+            text, ids = self._tokenize_prompt(p)
+            g = generation_params(
+                sp,
+                prompt_len=len(ids),
+                max_model_len=self.max_model_len,
+                eos_token_ids=self._eos_ids,
+                vocab_size=self.model.config.n_vocab,
+                backend=self.backend,
+                priority=0 if priority is None else int(priority[i]),
+            )
+            requests.append((str(next(self._counter)), text, ids, sp, g))
+        return self._run(requests, use_tqdm)
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]] | list[list[dict[str, Any]]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+        **kwargs: Any,
+    ) -> list[RequestOutput]:
+        """Renders each conversation with the model's chat template and generates a reply."""
+        if not messages:
+            raise ValueError("messages is empty")
+        conversations = [messages] if isinstance(messages[0], dict) else messages
+        prompts: list[PromptType] = []
+        for conv in conversations:
+            if not isinstance(conv, list) or not all(isinstance(m, dict) for m in conv):
+                raise ValueError("each conversation must be a list of {'role': ..., 'content': ...} dicts")
+            text = self.tokenizer.apply_chat_template(
+                conv, add_generation_prompt=add_generation_prompt, tokenize=False,
+                chat_template=chat_template, **kwargs
+            )
+            # The template writes its own special tokens: don't add BOS again.
+            prompts.append({"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)})
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.engine.stats())
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _normalize_prompts(prompts: Any) -> list[PromptType]:
+        if isinstance(prompts, (str, dict)):
+            return [prompts]
+        if isinstance(prompts, Sequence) and prompts and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompts
+        ):
+            return [list(prompts)]
+        if isinstance(prompts, Sequence):
+            if not prompts:
+                raise ValueError("no prompts given")
+            return list(prompts)
+        raise ValueError(f"prompts must be a string, a list of token ids, or a list of those; got {type(prompts)}")
+
+    def _tokenize_prompt(self, p: PromptType) -> tuple[str | None, list[int]]:
+        if isinstance(p, str):
+            return p, self.tokenizer.encode(p, add_special_tokens=True)
+        if isinstance(p, dict):
+            if "prompt_token_ids" in p:
+                return p.get("prompt"), self._check_ids(p["prompt_token_ids"])
+            if "prompt" in p and isinstance(p["prompt"], str):
+                return p["prompt"], self.tokenizer.encode(p["prompt"], add_special_tokens=True)
+            raise ValueError("a prompt dict needs 'prompt' (a string) or 'prompt_token_ids'")
+        if isinstance(p, list):
+            return None, self._check_ids(p)
+        raise ValueError(f"a prompt must be a string, a list of token ids or a dict; got {type(p)}")
+
+    def _check_ids(self, ids: Any) -> list[int]:
+        if not isinstance(ids, list) or not ids:
+            raise ValueError("prompt_token_ids must be a non-empty list of ints")
+        vocab = self.model.config.n_vocab
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+                raise ValueError(f"prompt token id {t!r} is outside the vocabulary [0, {vocab})")
+        return list(ids)
+
+    def _decode_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+
+    def _run(self, requests: list[tuple], use_tqdm: bool) -> list[RequestOutput]:
+        trackers: dict[str, RequestTracker] = {}
+        order: list[str] = []
+        try:
+            for rid, text, ids, sp, g in requests:
+                self.engine.add_request(rid, ids, g)
+                trackers[rid] = RequestTracker(rid, text, ids, sp, self._decode_token)
+                order.append(rid)
+        except Exception:
+            for rid in order:
+                self.engine.abort(rid)
+            self._drain()
+            raise
+        pbar = None
+        if use_tqdm and len(requests) > 1:
+            from tqdm.auto import tqdm
+
+            pbar = tqdm(total=len(requests), desc="Processed prompts", dynamic_ncols=True)
+        start = time.perf_counter()
+        n_out = 0
+        done = 0
+        errors: list[str] = []
+        while done < len(requests):
+            for delta in self.engine.step():
+                tr = trackers.get(delta.request_id)
+                if tr is None:
+                    continue
+                n_out += sum(len(c.token_ids) for c in delta.completions)
+                out = tr.update(delta)
+                if delta.error:
+                    errors.append(f"request {delta.request_id}: {delta.error}")
+                if out.finished and delta.finished:
+                    done += 1
+                    if pbar is not None:
+                        elapsed = max(time.perf_counter() - start, 1e-9)
+                        pbar.set_postfix_str(f"output {n_out / elapsed:.1f} tok/s", refresh=False)
+                        pbar.update(1)
+            if done < len(requests) and not self.engine.has_unfinished():
+                break
+        if pbar is not None:
+            pbar.close()
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return [trackers[rid].output for rid in order]
+
+    def _drain(self) -> None:
+        while self.engine.has_unfinished():
+            self.engine.step()
+
+    def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None) -> Any:
+        """Generates for one prompt, yielding text deltas of completion 0 as they are produced."""
+        sp = sampling_params or SamplingParams()
+        text, ids = self._tokenize_prompt(prompt)
+        g = generation_params(
+            sp,
+            prompt_len=len(ids),
+            max_model_len=self.max_model_len,
+            eos_token_ids=self._eos_ids,
+            vocab_size=self.model.config.n_vocab,
+            backend=self.backend,
+        )
+        rid = str(next(self._counter))
+        tracker = RequestTracker(rid, text, ids, sp, self._decode_token)
+        self.engine.add_request(rid, ids, g)
+        finished = False
+        try:
+            while not finished:
+                for delta in self.engine.step():
+                    if delta.request_id != rid:
+                        continue
+                    if delta.error:
+                        raise RuntimeError(delta.error)
+                    tracker.update(delta)
+                    for d in delta.completions:
+                        if d.index == 0 and d.text:
+                            yield d.text
+                    finished = delta.finished
+                if not finished and not self.engine.has_unfinished():
+                    break
+        finally:
+            if not finished:
+                self.engine.abort(rid)
+                self._drain()
+        self.last_output = tracker.output
