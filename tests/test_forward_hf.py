@@ -4,9 +4,10 @@ conversions, and against the NumPy twin (ossa.reference.model) on the same dequa
 
 Stated tolerances: max absolute logit error relative to the largest |HF logit| (logits reach 4.5
 on the untied models and 87 on the tied Qwen2 one). Measured on this machine (worst case over the
-four models): safetensors/GGUF F32 4e-7, GGUF F16 5e-4 (weights rounded to f16), GGUF Q8_0 1.9e-2
-(8-bit weights and 8-bit activations); vs the twin on the same dequantized weights: F32/F16 4e-7,
-Q8_0 1.3e-2 (the kernels' 8-bit activations).
+four models): safetensors/GGUF F32 4e-7, GGUF F16 5e-4 and GGUF Q8_0 1.4e-2 (HF runs the original
+f32 weights; these are the f16 / 8-bit weight rounding); vs the twin on the same dequantized
+weights: 4e-7 for every format (quantized weights are widened to f32 in registers and multiplied by
+f32 activations).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ CASES: dict[str, dict[str, Any]] = {
         intermediate_size=96, vocab_size=128, rope_scaling={"rope_type": "linear", "factor": 2.0},
     ),
 }  # fmt: skip
-HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 4e-2}
-TWIN_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-5, "Q8_0": 3e-2}
+HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
+TWIN_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-5, "Q8_0": 1e-5}
 N_TOKENS = 40
 
 

@@ -42,8 +42,9 @@ def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.nda
     return raw, dequantize(raw, t).astype(np.float32).reshape(rows, cols)
 
 
-def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray) -> np.ndarray:
-    return core.kernel_matmul(raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x))
+def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, q8: bool = False) -> np.ndarray:
+    """y = x @ W^T; q8 selects the 8-bit activation path for quantized weights."""
+    return core.kernel_matmul(raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), q8)
 
 
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
@@ -52,8 +53,13 @@ def test_matmul_matches_dequantized_reference(type_name: str) -> None:
     raw, w = make_weight(type_name, rows, cols, seed=1)
     x = np.random.default_rng(2).standard_normal((6, cols)).astype(np.float32)
     y = run(raw, type_name, rows, cols, x)
+    # f32 activations (the default): a float32 product with the dequantized weights.
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
+    assert np.max(np.abs(y - ref) / scale) < 1e-6
     if type_name in QUANTIZED:
-        # Exact up to f32 rounding against the 8-bit activations the kernel really multiplies...
+        y = run(raw, type_name, rows, cols, x, q8=True)
+        # 8-bit activations: exact up to f32 rounding against the values the kernel multiplies...
         qs, d = core.kernel_quantize_q8(x)
         xq = (qs.reshape(6, -1, 32) * d[:, :, None]).reshape(6, cols)
         ref = xq.astype(np.float64) @ w.T.astype(np.float64)
@@ -62,10 +68,6 @@ def test_matmul_matches_dequantized_reference(type_name: str) -> None:
         # ...and within the activation quantization error of the float product.
         full = x.astype(np.float64) @ w.T.astype(np.float64)
         assert np.max(np.abs(y - full) / scale) < 1e-2
-    else:
-        ref = x.astype(np.float64) @ w.T.astype(np.float64)
-        scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
-        assert np.max(np.abs(y - ref) / scale) < 1e-6
 
 
 def test_quantize_q8_is_round_to_nearest() -> None:
@@ -77,20 +79,21 @@ def test_quantize_q8_is_round_to_nearest() -> None:
     np.testing.assert_array_equal(qs.reshape(3, 2, 32), np.rint(blocks * (1 / expect_d)[:, :, None]))
 
 
+@pytest.mark.parametrize("q8", [False, True])
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
 @pytest.mark.parametrize("cols", [256, 768])
-def test_matmul_is_batch_invariant(type_name: str, cols: int) -> None:
+def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool) -> None:
     rows = 45  # not a multiple of the 16-row scheduling chunk
     raw, _ = make_weight(type_name, rows, cols, seed=4)
     x = np.random.default_rng(5).standard_normal((11, cols)).astype(np.float32)
-    alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1])[0] for i in range(len(x))])
+    alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1], q8)[0] for i in range(len(x))])
     try:
         for threads in (1, 2):
             core.set_num_threads(threads)
             for n in (1, 3, 4, 5, 8, 11):
-                np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n]), alone[:n])
+                np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], q8), alone[:n])
             # A row in a different tile position (shifted by one) is still the same.
-            np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:]), alone[1:])
+            np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:], q8), alone[1:])
     finally:
         core.set_num_threads(2)
 

@@ -99,8 +99,8 @@ void bind_kernels(nb::module_& m) {
   // Test hook: y = x @ W^T with W given as raw stored bytes of ggml type `ggml_type`.
   m.def(
       "kernel_matmul",
-      [](nb::ndarray<uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
+      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8) {
         if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
         const ossa::DType t = static_cast<ossa::DType>(ggml_type);
         const ossa::DTypeTraits tr = ossa::dtype_traits(t);
@@ -114,12 +114,12 @@ void bind_kernels(nb::module_& m) {
         if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
         w.data = weight.data();
         const int64_t n = static_cast<int64_t>(x.shape(0));
-        std::vector<ossa::BlockQ8> q8;
+        std::vector<ossa::BlockQ8> q8s;
         ossa::MatmulInput in{x.data(), nullptr, n, cols};
-        if (ossa::dtype_quantized(t)) {
-          q8.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
-          ossa::quantize_rows_q8(x.data(), n, cols, q8.data());
-          in.q8 = q8.data();
+        if (q8 && ossa::dtype_quantized(t)) {
+          q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
+          ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
+          in.q8 = q8s.data();
         }
         F32Array out = new_f32(n, rows);
         {
@@ -128,7 +128,13 @@ void bind_kernels(nb::module_& m) {
         }
         return out;
       },
-      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"));
+      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
+      nb::arg("q8") = false);
+
+  m.def("set_quantized_activations", &ossa::set_quantized_activations, nb::arg("on"),
+        "Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) "
+        "instead of f32 activations (default).");
+  m.def("get_quantized_activations", &ossa::quantized_activations);
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

@@ -12,12 +12,14 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
 #if defined(__AVX2__)
 // GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 
@@ -173,6 +175,7 @@ void dot_q6_k(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* ou
 using FVec = __m512;
 constexpr int k_lanes = 16;
 inline FVec fzero() { return _mm512_setzero_ps(); }
+inline FVec fset1(float v) { return _mm512_set1_ps(v); }
 inline FVec fload(const float* p, int n) {
   return n == 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
 }
@@ -193,6 +196,7 @@ inline float fsum(FVec v) {
 using FVec = __m256;
 constexpr int k_lanes = 8;
 inline FVec fzero() { return _mm256_setzero_ps(); }
+inline FVec fset1(float v) { return _mm256_set1_ps(v); }
 inline __m256i tail_mask(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -220,6 +224,90 @@ void dot_float(DType t, const uint8_t* row, const float* const* x, int64_t cols,
     const int n = static_cast<int>(cols - i < k_lanes ? cols - i : k_lanes);
     const FVec w = wload(t, row, i, n);
     for (int r = 0; r < R; ++r) acc[r] = ffma(w, fload(x[r] + i, n), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = fsum(acc[r]);
+}
+
+// Quantized weights with f32 activations: each 32-element block is decoded to int8 in registers,
+// widened to f32, scaled (w = q * scale + min, one FMA) and multiplied into every row's f32 lanes.
+// Results match a float32 product with the dequantized weights up to summation order.
+struct QBlock {
+  __m256i q;          // 32 quants, s8 or u8
+  float scale[2];     // for elements 0..15 and 16..31
+  float min;          // added to every weight of the block
+};
+
+template <DType T>
+inline QBlock decode_block(const uint8_t* row, int64_t b) {
+  QBlock o{};
+  if constexpr (T == DType::Q4_0) {
+    const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    o.q = _mm256_sub_epi8(unpack_nibbles(w.qs), _mm256_set1_epi8(8));
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+  } else if constexpr (T == DType::Q4_1) {
+    const BlockQ4_1& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
+    o.q = unpack_nibbles(w.qs);
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+    o.min = f16_to_f32(w.m);
+  } else if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    o.q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+  } else if constexpr (T == DType::Q4_K) {
+    const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * (sub / 2)));
+    o.q = _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+    int sc, m;
+    q4_k_scale_min(sub, w.scales, sc, m);
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d) * static_cast<float>(sc);
+    o.min = -(f16_to_f32(w.dmin) * static_cast<float>(m));
+  } else {
+    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * half + 32 * (k % 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * half));
+    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+    // bits 2k, 2k+1 of qh move to bits 4, 5
+    const __m256i hs = k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2)
+                     : k == 2 ? h : _mm256_srli_epi16(h, 2);
+    const __m256i hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
+    o.q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    const float d = f16_to_f32(w.d);
+    const int8_t* sc = w.scales + 8 * half + 2 * k;
+    o.scale[0] = d * static_cast<float>(sc[0]);
+    o.scale[1] = d * static_cast<float>(sc[1]);
+  }
+  return o;
+}
+
+template <DType T>
+constexpr bool k_signed_quants = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
+
+// Lanes [c * k_lanes, (c + 1) * k_lanes) of 32 quants as f32.
+template <bool kSigned>
+inline FVec quants_to_f32(__m256i q, int c) {
+#if defined(__AVX512F__)
+  const __m128i part = c == 0 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+  return _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(part) : _mm512_cvtepu8_epi32(part));
+#else
+  __m128i part = c < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+  if (c % 2) part = _mm_srli_si128(part, 8);
+  return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(part) : _mm256_cvtepu8_epi32(part));
+#endif
+}
+
+template <DType T, int R>
+void fdot_quant(const uint8_t* row, const float* const* x, int64_t nb, float* out) {
+  FVec acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const QBlock blk = decode_block<T>(row, b);
+    const FVec vmin = fset1(blk.min);
+    for (int c = 0; c < 32 / k_lanes; ++c) {
+      const FVec w = ffma(quants_to_f32<k_signed_quants<T>>(blk.q, c), fset1(blk.scale[c * k_lanes / 16]), vmin);
+      for (int r = 0; r < R; ++r) acc[r] = ffma(w, fload(x[r] + b * 32 + c * k_lanes, k_lanes), acc[r]);
+    }
   }
   for (int r = 0; r < R; ++r) out[r] = fsum(acc[r]);
 }
@@ -310,6 +398,21 @@ OSSA_SCALAR_DOT(dot_q4_k, DType::Q4_K)
 OSSA_SCALAR_DOT(dot_q6_k, DType::Q6_K)
 #undef OSSA_SCALAR_DOT
 
+template <DType T, int R>
+void fdot_quant(const uint8_t* row, const float* const* x, int64_t nb, float* out) {
+  for (int r = 0; r < R; ++r) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      int q[32];
+      float scale[8], wmin;
+      decode_block_scalar(T, row, b, q, scale, wmin);
+      for (int i = 0; i < 32; ++i)
+        acc = std::fma(std::fma(static_cast<float>(q[i]), scale[i / 4], wmin), x[r][b * 32 + i], acc);
+    }
+    out[r] = acc;
+  }
+}
+
 template <int R>
 void dot_float(DType t, const uint8_t* row, const float* const* x, int64_t cols, float* out) {
   for (int r = 0; r < R; ++r) {
@@ -328,6 +431,19 @@ void dot_float(DType t, const uint8_t* row, const float* const* x, int64_t cols,
 #endif
 
 using QuantDot = void (*)(const uint8_t*, const BlockQ8* const*, int64_t, float*);
+using FloatActDot = void (*)(const uint8_t*, const float* const*, int64_t, float*);
+
+template <int R>
+FloatActDot float_act_dot(DType t) {
+  switch (t) {
+    case DType::Q4_0: return fdot_quant<DType::Q4_0, R>;
+    case DType::Q4_1: return fdot_quant<DType::Q4_1, R>;
+    case DType::Q8_0: return fdot_quant<DType::Q8_0, R>;
+    case DType::Q4_K: return fdot_quant<DType::Q4_K, R>;
+    case DType::Q6_K: return fdot_quant<DType::Q6_K, R>;
+    default: return nullptr;
+  }
+}
 
 template <int R>
 QuantDot quant_dot(DType t) {
@@ -362,14 +478,37 @@ void check(const TensorView& w, const MatmulInput& x) {
   if (w.cols % be != 0)
     throw ModelError("matmul: row length " + std::to_string(w.cols) + " is not a multiple of the " +
                      std::string(dtype_name(w.type)) + " block size");
-  if (dtype_quantized(w.type)) OSSA_ASSERT(x.q8 != nullptr);
 }
 
+std::atomic<bool> g_quantized_activations{false};
+
 }  // namespace
+
+void set_quantized_activations(bool on) { g_quantized_activations = on; }
+bool quantized_activations() { return g_quantized_activations; }
 
 void matmul_range(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy, int64_t o_begin,
                   int64_t o_end) {
   const int64_t n = x.n_rows;
+  if (dtype_quantized(w.type) && x.q8 == nullptr) {
+    const int64_t nb = x.cols / k_qblock;
+    const FloatActDot dot4 = float_act_dot<4>(w.type), dot1 = float_act_dot<1>(w.type);
+    const float* rows[k_row_tile];
+    float out[k_row_tile];
+    for (int64_t r0 = 0; r0 < n; r0 += k_row_tile) {
+      const int rt = static_cast<int>(n - r0 < k_row_tile ? n - r0 : k_row_tile);
+      for (int r = 0; r < rt; ++r) rows[r] = x.f32 + (r0 + r) * x.cols;
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        if (rt == k_row_tile) {
+          dot4(w.row(o), rows, nb, out);
+        } else {
+          for (int r = 0; r < rt; ++r) dot1(w.row(o), rows + r, nb, out + r);
+        }
+        for (int r = 0; r < rt; ++r) y[(r0 + r) * ldy + o] = out[r];
+      }
+    }
+    return;
+  }
   if (dtype_quantized(w.type)) {
     const int64_t nb = x.cols / k_qblock;
     const QuantDot dot4 = quant_dot<4>(w.type), dot1 = quant_dot<1>(w.type);

@@ -6,10 +6,14 @@
 // count or on which tile the row falls in. Rows are tiled (several activation rows share each decoded
 // weight block), but each row keeps its own accumulators in the same order as when computed alone.
 //
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) take activations quantized to 8-bit blocks
-// (BlockQ8, llama.cpp-style) and reduce each 32-element block exactly in int32 (VNNI vpdpbusd, or
-// the AVX2 maddubs/madd pair which gives the same integers), then accumulate blocks in f32 lanes.
-// F32/F16/BF16 weights take f32 activations and accumulate in f32 with FMA.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are decoded block by block in registers, never
+// expanded in memory. Two activation modes:
+//  - f32 (default, MatmulInput::q8 == nullptr): weights widened to f32, FMA with f32 activations;
+//    matches a float32 product with the dequantized weights (what transformers computes).
+//  - 8-bit (q8 given): activations quantized to 8-bit blocks (BlockQ8, llama.cpp-style), each
+//    32-element block reduced exactly in int32 (VNNI vpdpbusd, or AVX2 maddubs/madd giving the same
+//    integers), blocks accumulated in f32 lanes. Faster for prefill, noisier.
+// F32/F16/BF16 weights always take f32 activations and accumulate in f32 with FMA.
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -29,6 +33,10 @@ struct MatmulInput {
 // y[r * ldy + o] = sum_k W[o, k] * x[r, k] for r < n_rows, o < w.rows. Parallel over output rows
 // (OpenMP). Throws ModelError if w's type is unsupported or cols is not a multiple of its block.
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy);
+
+// Process-wide activation mode for quantized weights used by the forward pass (default false: f32).
+void set_quantized_activations(bool on);
+bool quantized_activations();
 
 // Same, only for output rows [o_begin, o_end), run by the calling thread (no OpenMP).
 void matmul_range(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy, int64_t o_begin,

@@ -61,7 +61,8 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols,
                     std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
-  for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
+  if (quantized_activations())
+    for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
   if (quant) {
     if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
     const int64_t nb = cols / k_qblock;

@@ -18,9 +18,13 @@ import numpy as np
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """Scale each row of ``x`` to unit root-mean-square, then by ``weight``."""
+    """Scale each row of ``x`` to unit root-mean-square, then by ``weight``.
+
+    The mean square is taken in float64 and the scaling done in float32, as the C++ kernel does.
+    """
     mean_square = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
-    return (weight * (x / np.sqrt(mean_square + eps))).astype(np.float32)
+    inv = (1.0 / np.sqrt(mean_square + eps)).astype(np.float32)
+    return (weight * (x.astype(np.float32) * inv)).astype(np.float32)
 
 
 def rope_inv_freq(config: dict[str, Any]) -> np.ndarray:
@@ -82,13 +86,32 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
 
 
+def quantize_q8(x: np.ndarray) -> np.ndarray:
+    """Round each block of 32 values to int8 steps of max|block|/127, as the C++ kernels do with the
+    activations they multiply by quantized weights (llama.cpp's Q8 activation blocks)."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
+    d = np.max(np.abs(blocks), axis=-1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    return (np.rint(blocks * inv) * d).reshape(x.shape).astype(np.float32)
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
-def forward(config: dict[str, Any], weights: dict[str, np.ndarray], token_ids: list[int]) -> np.ndarray:
-    """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0."""
+def forward(
+    config: dict[str, Any],
+    weights: dict[str, np.ndarray],
+    token_ids: list[int],
+    quantized_activations: bool = False,
+) -> np.ndarray:
+    """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
+
+    With ``quantized_activations`` every matmul input is first rounded like the C++ kernels round
+    it for quantized weights (``quantize_q8``); use it for models whose matrices are all quantized.
+    """
     c, w = config, weights
+    q8 = quantize_q8 if quantized_activations else (lambda a: a)
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
@@ -99,6 +122,7 @@ def forward(config: dict[str, Any], weights: dict[str, np.ndarray], token_ids: l
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = rms_norm(x, w[p + "attn_norm"], eps)
+        h = q8(h)
         q, k, v = h @ w[p + "wq"].T, h @ w[p + "wk"].T, h @ w[p + "wv"].T
         if c["qkv_bias"]:
             q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
@@ -109,7 +133,7 @@ def forward(config: dict[str, Any], weights: dict[str, np.ndarray], token_ids: l
             q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
         q = apply_rope(q, positions, inv_freq, c["rope_style"])
         k = apply_rope(k, positions, inv_freq, c["rope_style"])
-        x = x + attention(q, k, v) @ w[p + "wo"].T
-        h = rms_norm(x, w[p + "ffn_norm"], eps)
-        x = x + (silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
-    return (rms_norm(x, w["output_norm"], eps) @ w["output"].T).astype(np.float32)
+        x = x + q8(attention(q, k, v)) @ w[p + "wo"].T
+        h = q8(rms_norm(x, w[p + "ffn_norm"], eps))
+        x = x + q8(silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+    return (q8(rms_norm(x, w["output_norm"], eps)) @ w["output"].T).astype(np.float32)
