@@ -1,0 +1,180 @@
+"""Forward-pass speed: ossa vs llama.cpp (llama-cpp-python) on the same GGUF files, same thread count.
+
+Single-sequence prefill (128 and 512 tokens) and decode steps (after a 128-token prompt) on the
+default model (SmolLM2-135M-Instruct Q4_1) and on Q8_0 / BF16 files made from its weights (cached
+under $OSSA_HOME/bench). Prints tok/s, the ratio ossa / llama.cpp and the decode bandwidth ceiling:
+measured memory read bandwidth / weight bytes read per token.
+
+    OSSA_CORE_DIR=build/forward/csrc PYTHONPATH=src python benchmarks/forward.py [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def bench_dir() -> Path:
+    home = Path(os.environ.get("OSSA_HOME", Path.home() / ".cache" / "ossa"))
+    d = home / "bench"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def requantize(src: str, dst: Path, type_name: str) -> str:
+    """Write src's tensors as `type_name` (1-D tensors stay F32), metadata copied."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+    from gguf.quants import dequantize, quantize
+
+    reader = gguf.GGUFReader(src)
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    tmp = dst.with_suffix(".tmp")
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    target = gguf.GGMLQuantizationType[type_name]
+    for t in reader.tensors:
+        w = dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(x) for x in t.shape[::-1]])
+        if w.ndim == 1 or w.shape[0] == 1:
+            writer.add_tensor(t.name, w.reshape(-1))
+        else:
+            q = quantize(w, target)
+            writer.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=target)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.rename(dst)
+    return str(dst)
+
+
+def read_bandwidth(threads: int) -> float:
+    """Bytes/s summing a 512 MiB array split over `threads` threads (numpy releases the GIL)."""
+    a = np.ones(512 * 1024 * 1024 // 8, dtype=np.float64)
+    parts = np.array_split(a, threads)
+    best = 0.0
+    for _ in range(3):
+        ts = [threading.Thread(target=np.sum, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        best = max(best, a.nbytes / (time.perf_counter() - t0))
+    return best
+
+
+def ossa_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
+    from ossa._native import core
+
+    core.set_num_threads(threads)
+    model = core.load_model(path)
+    block = 16
+    out = {}
+    for n in (128, 512):
+        ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
+        nb = (n + n_decode + block - 1) // block
+        runner = core.ModelRunner(model, nb, block, n)
+        table = list(range(nb))
+
+        def step(tokens: list[int], start: int, runner=runner, table=table, nb=nb) -> np.ndarray:  # noqa: ANN001
+            k = len(tokens)
+            pos = list(range(start, start + k))
+            slots = [table[p // block] * block + p % block for p in pos]
+            return runner.forward(tokens, pos, slots, [0, k], [start + k], [0, nb], table, [k - 1])
+
+        best = 1e9
+        for _ in range(2):
+            t0 = time.perf_counter()
+            logits = step(ids, 0)
+            best = min(best, time.perf_counter() - t0)
+        out[f"prefill {n}"] = n / best
+        if n == 128:
+            tok = int(np.argmax(logits[0]))
+            t0 = time.perf_counter()
+            for i in range(n_decode):
+                tok = int(np.argmax(step([tok], n + i)[0]))
+            out["decode"] = n_decode / (time.perf_counter() - t0)
+    return out
+
+
+def llama_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
+                verbose=False)  # fmt: skip
+    out = {}
+    for n in (128, 512):
+        ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
+        best = 1e9
+        for _ in range(2):
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(ids)
+            best = min(best, time.perf_counter() - t0)
+        out[f"prefill {n}"] = n / best
+        if n == 128:
+            t0 = time.perf_counter()
+            for i in range(n_decode):
+                llm.eval([int(100 + i)])
+            out["decode"] = n_decode / (time.perf_counter() - t0)
+    return out
+
+
+def llama_speed_isolated(path: str, threads: int, n_decode: int) -> dict[str, float] | None:
+    """llama_speed in a child process, so a crash in llama-cpp-python is reported, not fatal."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import json, forward; print(json.dumps(forward.llama_speed({path!r}, {threads}, {n_decode})))"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print(f"llama.cpp failed on {os.path.basename(path)} (exit {r.returncode})")
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-steps", type=int, default=64)
+    ap.add_argument("--quantized-activations", action="store_true", help="ossa: 8-bit VNNI activations")
+    args = ap.parse_args()
+    from ossa import models
+    from ossa._native import core
+
+    core.set_quantized_activations(args.quantized_activations)
+    default = models.resolve("smollm2-135m")
+    files = {
+        "Q4_1": default,
+        "Q8_0": requantize(default, bench_dir() / "smollm2-135m-Q8_0.gguf", "Q8_0"),
+        "BF16": requantize(default, bench_dir() / "smollm2-135m-BF16.gguf", "BF16"),
+    }
+    bw = read_bandwidth(args.threads)
+    print(f"read bandwidth ({args.threads} threads): {bw / 1e9:.1f} GB/s; threads={args.threads}")
+    print(f"{'model':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6} {'ceiling':>8}")
+    for name, path in files.items():
+        o = ossa_speed(path, args.threads, args.decode_steps)
+        ll = llama_speed_isolated(path, args.threads, args.decode_steps) or {}
+        ceiling = bw / os.path.getsize(path)
+        for phase in ("prefill 128", "prefill 512", "decode"):
+            c = f"{ceiling:8.0f}" if phase == "decode" else f"{'':8}"
+            peer = ll.get(phase, float("nan"))
+            print(f"{name:6} {phase:12} {o[phase]:11.1f} {peer:10.1f} {o[phase] / peer:6.2f} {c}")
+
+
+if __name__ == "__main__":
+    main()
