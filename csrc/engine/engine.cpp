@@ -241,28 +241,36 @@ void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, 
 }
 
 void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& outputs) {
-  // Something inside the loop failed for this batch (e.g. non-finite logits): end the requests in it
-  // with the error, keep serving the others.
-  const SchedulerOutput& so = scheduler_.schedule();
-  (void)so;
+  // Something inside the loop failed for this step's batch (e.g. non-finite logits): end the
+  // requests in it with the error and keep serving the others. The scheduler still owes an update()
+  // for the batch; the aborted requests' rows are dropped by it.
   std::vector<int64_t> keys;
-  for (auto& [key, r] : requests_)
-    if (r->scheduled) keys.push_back(key);
+  if (update_owed_ != nullptr)
+    for (const ScheduledSeq& s : update_owed_->seqs) keys.push_back(s.request_id);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   for (int64_t key : keys) {
-    RequestState& r = *requests_.at(key);
+    auto it = requests_.find(key);
+    if (it == requests_.end()) continue;
+    RequestState& r = *it->second;
     scheduler_.abort(key);
+    for (ChildState& c : r.children)
+      if (!c.finished) finish_child(r, c, "abort");
     EngineOutput out = make_output(r);
     out.finished = true;
     out.error = message;
-    for (CompletionDelta& d : out.completions)
-      if (d.finish_reason.empty()) d.finish_reason = "abort";
     outputs.push_back(std::move(out));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       live_ids_.erase(r.id);
     }
     keys_.erase(r.id);
-    requests_.erase(key);
+    requests_.erase(it);
+  }
+  if (update_owed_ != nullptr) {
+    sampled_.assign(update_owed_->batch.logits_rows.size(), 0);
+    update_owed_ = nullptr;
+    scheduler_.update(sampled_);
   }
 }
 
@@ -280,6 +288,7 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
     collect_outputs(outputs);
     return;
   }
+  update_owed_ = &so;
   for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
 
   // Rows whose logits we need: the sampling rows, plus prompt positions of requests that asked for
@@ -408,6 +417,7 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
 
   sampled_.resize(n_samples);
   for (size_t i = 0; i < n_samples; ++i) sampled_[i] = results_[i].token;
+  update_owed_ = nullptr;
   const std::vector<FinishEvent>& events = scheduler_.update(sampled_);
   stats_.generation_tokens += static_cast<int64_t>(n_samples);
 
@@ -513,10 +523,22 @@ void Engine::collect_outputs(std::vector<EngineOutput>& outputs) {
   stats_snapshot_.scheduler = scheduler_.stats();
 }
 
+void Engine::step_guarded(std::vector<EngineOutput>& outputs) {
+  try {
+    step_locked(outputs);
+  } catch (const std::exception& e) {
+    try {
+      fail_batch(std::string("engine step failed: ") + e.what(), outputs);
+    } catch (const std::exception&) {
+      // Nothing more can be done for that batch; the loop must not die with a thread exception.
+    }
+  }
+}
+
 std::vector<EngineOutput> Engine::step() {
   if (running()) throw InputError("step() cannot be called while the background loop runs");
   std::vector<EngineOutput> outputs;
-  step_locked(outputs);
+  step_guarded(outputs);
   return outputs;
 }
 
@@ -524,7 +546,7 @@ std::vector<EngineOutput> Engine::run_to_completion() {
   if (running()) throw InputError("run_to_completion() cannot be called while the background loop runs");
   std::vector<EngineOutput> outputs;
   while (true) {
-    step_locked(outputs);
+    step_guarded(outputs);
     if (!has_unfinished()) break;
   }
   return outputs;
@@ -569,11 +591,7 @@ void Engine::loop() {
       if (stop_) break;
     }
     std::vector<EngineOutput> outputs;
-    try {
-      step_locked(outputs);
-    } catch (const std::exception& e) {
-      fail_batch(std::string("engine step failed: ") + e.what(), outputs);
-    }
+    step_guarded(outputs);
     if (!outputs.empty()) {
       {
         std::lock_guard<std::mutex> lock(mutex_);

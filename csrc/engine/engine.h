@@ -158,6 +158,7 @@ class Engine {
 
   void apply_commands(std::vector<EngineOutput>& outputs);
   void step_locked(std::vector<EngineOutput>& outputs);
+  void step_guarded(std::vector<EngineOutput>& outputs);  // step_locked; a failure ends its batch
   void process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp);
   void finish_child(RequestState& r, ChildState& c, const std::string& reason);
   void collect_outputs(std::vector<EngineOutput>& outputs);
@@ -186,6 +187,7 @@ class Engine {
   std::vector<int32_t> lp_tokens_;
   std::vector<SampleResult> lp_results_;
   int64_t next_key_ = 1;
+  const SchedulerOutput* update_owed_ = nullptr;  // the scheduled batch until update() is called
   EngineStats stats_;
 
   // Shared with other threads.

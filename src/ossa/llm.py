@@ -77,8 +77,14 @@ class LLM:
             raise ValueError(f"kv_cache_memory_bytes must be positive, got {kv_cache_memory_bytes}")
         if scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', got {scheduling_policy!r}")
-        unknown = set(kwargs) - {"dtype", "trust_remote_code", "enforce_eager", "gpu_memory_utilization",
-                                 "tensor_parallel_size", "disable_log_stats"}
+        unknown = set(kwargs) - {
+            "dtype",
+            "trust_remote_code",
+            "enforce_eager",
+            "gpu_memory_utilization",
+            "tensor_parallel_size",
+            "disable_log_stats",
+        }
         if unknown:
             raise TypeError(f"LLM() got unexpected keyword arguments: {sorted(unknown)}")
 
@@ -111,14 +117,16 @@ class LLM:
                 f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
             )
         num_blocks = int(kv_cache_memory_bytes // (kv_per_token * block_size))
-        if num_blocks * block_size < model_len:
+        # The scheduler keeps a watermark of 1% of the blocks free; one sequence must fit beside it.
+        usable_tokens = (num_blocks - int(0.01 * float(num_blocks))) * block_size
+        if usable_tokens < model_len:
             if max_model_len is not None:
                 raise ValueError(
-                    f"the KV cache ({kv_cache_memory_bytes} bytes = {num_blocks * block_size} tokens) cannot "
+                    f"the KV cache ({kv_cache_memory_bytes} bytes = {usable_tokens} usable tokens) cannot "
                     f"hold one sequence of max_model_len={model_len} tokens; raise kv_cache_memory_bytes "
                     f"or lower max_model_len"
                 )
-            model_len = num_blocks * block_size  # the model's own context does not fit: use what does
+            model_len = usable_tokens  # the model's own context does not fit: use what does
             if model_len < 2:
                 raise ValueError(f"kv_cache_memory_bytes={kv_cache_memory_bytes} holds no KV-cache block")
         if max_num_batched_tokens is None:
@@ -143,7 +151,8 @@ class LLM:
             ec.seed = int(seed) % (1 << 64)
             self.engine: Any = core.Engine(self.model._handle, self.tokenizer.core, ec)
         else:
-            from .reference.engine import Engine as RefEngine, EngineConfig as RefConfig
+            from .reference.engine import Engine as RefEngine
+            from .reference.engine import EngineConfig as RefConfig
 
             self.engine = RefEngine(
                 self.model_path,
@@ -189,7 +198,7 @@ class LLM:
             raise ValueError(f"got {len(priority)} priorities for {len(plist)} prompts")
         # Validate everything before any work starts.
         requests = []
-        for i, (p, sp) in enumerate(zip(plist, params_list)):
+        for i, (p, sp) in enumerate(zip(plist, params_list, strict=True)):
             if not isinstance(sp, SamplingParams):
                 raise ValueError(f"sampling_params[{i}] is not a SamplingParams")
             text, ids = self._tokenize_prompt(p)
@@ -223,11 +232,15 @@ class LLM:
             if not isinstance(conv, list) or not all(isinstance(m, dict) for m in conv):
                 raise ValueError("each conversation must be a list of {'role': ..., 'content': ...} dicts")
             text = self.tokenizer.apply_chat_template(
-                conv, add_generation_prompt=add_generation_prompt, tokenize=False,
-                chat_template=chat_template, **kwargs
+                conv,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                chat_template=chat_template,
+                **kwargs,
             )
             # The template writes its own special tokens: don't add BOS again.
-            prompts.append({"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)})
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            prompts.append({"prompt": text, "prompt_token_ids": ids})
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     def stats(self) -> dict[str, Any]:
@@ -239,15 +252,19 @@ class LLM:
     def _normalize_prompts(prompts: Any) -> list[PromptType]:
         if isinstance(prompts, (str, dict)):
             return [prompts]
-        if isinstance(prompts, Sequence) and prompts and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompts
+        if (
+            isinstance(prompts, Sequence)
+            and prompts
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompts)
         ):
             return [list(prompts)]
         if isinstance(prompts, Sequence):
             if not prompts:
                 raise ValueError("no prompts given")
             return list(prompts)
-        raise ValueError(f"prompts must be a string, a list of token ids, or a list of those; got {type(prompts)}")
+        raise ValueError(
+            f"prompts must be a string, a list of token ids, or a list of those; got {type(prompts)}"
+        )
 
     def _tokenize_prompt(self, p: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(p, str):

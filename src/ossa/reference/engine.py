@@ -1,0 +1,542 @@
+"""Python twin of ``csrc/engine/engine``: the whole decode loop, composed of the other twins.
+
+One step, in the same order as the C++ engine:
+
+    commands (add/abort) -> Scheduler.schedule -> block copies -> ModelRunner.forward
+      -> sampler -> Scheduler.update -> Detokenizer + stop strings -> outputs
+
+It is what ``LLM(backend="python")`` runs. Its outputs have the attribute names of
+``core.EngineOutput`` / ``CompletionDelta`` / ``TokenLogprobs``, so ``ossa.engine_io.RequestTracker``
+consumes either. Text is kept as UTF-8 bytes, as the C++ engine keeps it, so stop strings, their
+hold-back and the emitted deltas cut at the same byte offsets. Only the offline mode (``step`` /
+``run_to_completion``) is mirrored; the background thread of the C++ engine adds no logic.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import sampler as ref_sampler
+from .loader import load_weights
+from .request import Request
+from .runner import ModelRunner
+from .scheduler import Scheduler, SchedulerConfig
+from .tokenizer import Detokenizer, Tokenizer
+
+_U64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """The engine's seed mixer (same constants and 64-bit wrap-around as C++)."""
+    x = (x + 0x9E3779B97F4A7C15) & _U64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _U64
+    return x ^ (x >> 31)
+
+
+def request_seed(engine_seed: int, key: int) -> int:
+    """The seed of a request that brings none: the key is its 1-based order of arrival."""
+    return splitmix64((engine_seed ^ splitmix64(key)) & _U64)
+
+
+def utf8_floor(s: bytes, limit: int) -> int:
+    """Largest prefix length of s (<= limit) that ends on a UTF-8 character boundary."""
+    if limit >= len(s):
+        return len(s)
+    while limit > 0 and (s[limit] & 0xC0) == 0x80:
+        limit -= 1
+    return limit
+
+
+@dataclass
+class EngineConfig:
+    num_blocks: int = 0
+    block_size: int = 16
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 64
+    max_model_len: int = 2048
+    policy: str = "fcfs"
+    enable_prefix_caching: bool = True
+    seed: int = 0  # seeds requests that bring none
+    quantized_activations: bool = False  # match core.set_quantized_activations(True)
+
+
+@dataclass
+class GenerationParams:
+    """Everything about a request besides its prompt (the twin of ``core.GenerationParams``)."""
+
+    sampling: ref_sampler.SamplerParams = field(default_factory=ref_sampler.SamplerParams)
+    max_tokens: int = 16
+    n: int = 1
+    priority: int = 0
+    stop: list[str] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    prompt_logprobs: int = -1  # -1: none; k >= 0: each prompt token's logprob and the top k
+
+
+@dataclass
+class TokenLogprobs:
+    token: int = -1
+    logprob: float = 0.0
+    rank: int = 0  # 1 + the number of tokens with a strictly larger raw logit
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class CompletionDelta:
+    index: int = 0
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    finish_reason: str = ""  # empty while running; "stop", "length" or "abort"
+    stop_str: str = ""
+    stop_token: int = -1
+
+
+@dataclass
+class EngineOutput:
+    request_id: str = ""
+    completions: list[CompletionDelta] = field(default_factory=list)
+    finished: bool = False
+    has_prompt_logprobs: bool = False
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)  # entry i: prompt token i + 1
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    arrival_time: float = 0.0
+    first_scheduled_time: float = 0.0
+    first_token_time: float = 0.0
+    finished_time: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class _Child:
+    detok: Detokenizer
+    text: bytes = b""  # decoded text, truncated at a stop string
+    emitted: int = 0  # bytes of text already reported
+    new_tokens: list[int] = field(default_factory=list)
+    new_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    output_tokens: list[int] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    finished: bool = False
+    reported_finish: bool = False
+    dirty: bool = False
+    finish_reason: str = ""
+    stop_str: bytes = b""
+    stop_token: int = -1
+
+
+@dataclass
+class _Request:
+    id: str
+    params: GenerationParams
+    prompt: list[int]
+    stops: list[bytes]
+    children: list[_Child]
+    key: int = 0
+    seed: int = 0
+    max_stop_len: int = 0
+    prompt_lp_next: int = 1  # next prompt position whose logprob is owed
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
+    num_cached_tokens: int = 0
+    scheduled: bool = False
+    arrival_time: float = 0.0
+    first_scheduled_time: float = 0.0
+    first_token_time: float = 0.0
+
+
+def _raw_rank(row: np.ndarray, token: int) -> int:
+    return int(np.count_nonzero(row > row[token])) + 1
+
+
+def _token_logprobs(r: ref_sampler.SampleResult, token: int, row: np.ndarray) -> TokenLogprobs:
+    return TokenLogprobs(
+        token, r.logprob, _raw_rank(row, token), list(zip(r.top_ids, r.top_logprobs, strict=True))
+    )
+
+
+class Engine:
+    """The decode loop on the ``ossa.reference`` twins (``LLM(backend="python")``)."""
+
+    def __init__(self, model_path: str, tokenizer: Tokenizer, config: EngineConfig) -> None:
+        model_config, weights = load_weights(model_path)
+        self.model_config = model_config
+        self.config = config
+        self.tokenizer = tokenizer
+        self.n_vocab = int(model_config["n_vocab"])
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                config.num_blocks,
+                config.block_size,
+                config.max_num_batched_tokens,
+                config.max_num_seqs,
+                config.max_model_len,
+                config.policy,
+                config.enable_prefix_caching,
+                0.01,
+            )
+        )
+        self.runner = ModelRunner(
+            model_config, weights, config.num_blocks, config.block_size, config.quantized_activations
+        )
+        spec = tokenizer.spec
+        eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])
+        self.eos_ids = [i for i in eos if 0 <= i < self.n_vocab]
+        self._requests: dict[int, _Request] = {}
+        self._keys: dict[str, int] = {}
+        self._live: set[str] = set()
+        self._commands: list[tuple[bool, str, _Request | None]] = []
+        self._touched: list[int] = []
+        self._next_key = 1
+        self._stats = {
+            "prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "requests_finished": 0,
+            "time_forward": 0.0, "time_sample": 0.0, "time_schedule": 0.0, "time_detokenize": 0.0,
+        }  # fmt: skip
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_vocab
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: GenerationParams) -> None:
+        """Validates (ValueError naming the problem) and queues a request."""
+        prompt = list(prompt_token_ids)
+        c = self.config
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one token")
+        for t in prompt:
+            if not 0 <= t < self.n_vocab:
+                raise ValueError(f"prompt token id {t} is outside the vocabulary [0, {self.n_vocab})")
+        if len(prompt) + 1 > c.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens, and with at least one output token that exceeds "
+                f"max_model_len={c.max_model_len}"
+            )
+        blocks_needed = (len(prompt) + 1 + c.block_size - 1) // c.block_size
+        if blocks_needed > c.num_blocks:
+            raise ValueError(
+                f"the prompt needs {blocks_needed} KV-cache blocks but the whole cache has {c.num_blocks}; "
+                "raise kv_cache_memory_bytes"
+            )
+        if params.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if params.n < 1:
+            raise ValueError("n must be >= 1")
+        mx = ref_sampler.MAX_LOGPROBS
+        if params.prompt_logprobs > mx or params.sampling.logprobs > mx:
+            raise ValueError(f"logprobs and prompt_logprobs must be <= {mx}")
+        if any(s == "" for s in params.stop):
+            raise ValueError("stop strings must not be empty")
+        sp = ref_sampler.SamplerParams(**{**vars(params.sampling), "eos_token_ids": list(self.eos_ids)})
+        ref_sampler.validate(sp, self.n_vocab)
+        stops = [s.encode("utf-8") for s in params.stop]
+        gp = GenerationParams(**{**vars(params), "sampling": sp, "stop": list(params.stop)})
+        skip = params.skip_special_tokens
+        r = _Request(
+            id=request_id,
+            params=gp,
+            prompt=prompt,
+            stops=stops,
+            children=[_Child(Detokenizer(self.tokenizer, skip)) for _ in range(params.n)],
+            max_stop_len=max((len(s) for s in stops), default=0),
+            arrival_time=time.time(),
+        )
+        if request_id in self._live:
+            raise ValueError(f"request id '{request_id}' is already in use")
+        self._live.add(request_id)
+        self._commands.append((False, request_id, r))
+
+    def abort(self, request_id: str) -> bool:
+        """Queues an abort; the request ends with finish_reason "abort". False if unknown."""
+        if request_id not in self._live:
+            return False
+        self._commands.append((True, request_id, None))
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self._live)
+
+    def _apply_commands(self, outputs: list[EngineOutput]) -> None:
+        commands, self._commands = self._commands, []
+        for is_abort, rid, r in commands:
+            if not is_abort:
+                assert r is not None
+                r.key = self._next_key
+                self._next_key += 1
+                sp = r.params.sampling
+                r.seed = sp.seed if sp.seed is not None else request_seed(self.config.seed, r.key)
+                # Prompt logprobs need every prompt position computed, so such requests skip prefix hits.
+                salt = splitmix64(r.key) | 1 if r.params.prompt_logprobs >= 0 else 0
+                req = Request(
+                    id=r.key, prompt=list(r.prompt), max_tokens=r.params.max_tokens, min_tokens=sp.min_tokens,
+                    eos_token_ids=list(self.eos_ids), stop_token_ids=list(sp.stop_token_ids),
+                    ignore_eos=sp.ignore_eos, n=r.params.n, priority=r.params.priority, cache_salt=salt,
+                )  # fmt: skip
+                try:
+                    self.scheduler.add_request(req)
+                except ValueError as e:
+                    now = time.time()
+                    outputs.append(
+                        EngineOutput(
+                            request_id=r.id,
+                            finished=True,
+                            error=str(e),
+                            arrival_time=r.arrival_time,
+                            finished_time=now,
+                        )
+                    )
+                    self._live.discard(r.id)
+                    continue
+                self._keys[r.id] = r.key
+                self._requests[r.key] = r
+            else:
+                key = self._keys.get(rid)
+                if key is None:
+                    continue  # finished before the abort arrived
+                req_state = self._requests[key]
+                self.scheduler.abort(key)
+                for ch in req_state.children:
+                    if not ch.finished:
+                        self._finish_child(ch, "abort")
+                self._touched.append(key)
+
+    # -- the step ---------------------------------------------------------------------------------
+
+    def _finish_child(self, c: _Child, reason: str) -> None:
+        c.finished = True
+        c.dirty = True
+        c.finish_reason = reason
+        if reason != "stop" or not c.stop_str:
+            c.text += c.detok.flush().encode("utf-8")
+
+    def _process_child_token(
+        self, r: _Request, child: int, token: int, lp: ref_sampler.SampleResult | None
+    ) -> None:
+        c = r.children[child]
+        if c.finished:
+            return
+        c.new_tokens.append(token)
+        c.output_tokens.append(token)
+        c.dirty = True
+        if lp is not None:
+            c.cumulative_logprob += float(np.float32(lp.logprob))
+        old_len = len(c.text)
+        c.text += c.detok.push(token).encode("utf-8")
+        if r.max_stop_len > 0 and len(c.text) > old_len:
+            # A stop string can only newly appear in a window ending in the new text.
+            start = old_len - (r.max_stop_len - 1) if old_len >= r.max_stop_len - 1 else 0
+            best, best_stop = -1, b""
+            for s in r.stops:
+                p = c.text.find(s, start)
+                if p >= 0 and (best < 0 or p < best):
+                    best, best_stop = p, s
+            if best >= 0:
+                c.stop_str = best_stop
+                c.text = c.text[: best + len(best_stop) if r.params.include_stop_str_in_output else best]
+                c.emitted = min(c.emitted, len(c.text))
+                self.scheduler.finish(r.key, child)
+                self._finish_child(c, "stop")
+
+    def step(self) -> list[EngineOutput]:
+        """One step; returns the outputs of every request it touched."""
+        outputs: list[EngineOutput] = []
+        self._apply_commands(outputs)
+        if not self.scheduler.has_unfinished():
+            self._collect_outputs(outputs)
+            return outputs
+        t0 = time.perf_counter()
+        so = self.scheduler.schedule()
+        t1 = time.perf_counter()
+        self._stats["time_schedule"] += t1 - t0
+        if so.num_tokens == 0:
+            self._collect_outputs(outputs)
+            return outputs
+        for src, dst in so.block_copies:
+            self.runner.copy_block(src, dst)
+
+        now = time.time()
+        want_prompt_lp = False
+        for rid, _child, num_computed, num_tokens, _ns in so.seqs:
+            r = self._requests[rid]
+            if not r.scheduled:
+                r.scheduled = True
+                r.first_scheduled_time = now
+                r.num_cached_tokens = num_computed
+            if num_computed < len(r.prompt):
+                want_prompt_lp = want_prompt_lp or r.params.prompt_logprobs >= 0
+                self._stats["prompt_tokens"] += min(num_tokens, len(r.prompt) - num_computed)
+
+        # Rows whose logits we need: the sampling rows, plus the prompt positions of requests that
+        # asked for prompt logprobs. sample_row_of[i]: the sampling row a logits row serves (-1: a
+        # prompt row, then prompt_row_of[i] = (request key, prompt position)).
+        rows = list(so.logits_rows)
+        sample_row_of: list[int] = []
+        prompt_row_of: list[tuple[int, int]] = []
+        if want_prompt_lp:
+            rows = []
+            next_sample = 0
+            for si, (rid, _child, num_computed, num_tokens, num_samples) in enumerate(so.seqs):
+                r = self._requests[rid]
+                start = so.seq_start[si]
+                if r.params.prompt_logprobs >= 0 and num_computed < len(r.prompt):
+                    for j in range(num_tokens):
+                        pos = num_computed + j
+                        if pos + 1 >= len(r.prompt):
+                            break
+                        rows.append(start + j)
+                        sample_row_of.append(-1)
+                        prompt_row_of.append((rid, pos + 1))
+                for _ in range(num_samples):
+                    rows.append(so.logits_rows[next_sample])
+                    sample_row_of.append(next_sample)
+                    prompt_row_of.append((-1, -1))
+                    next_sample += 1
+        logits = self.runner.forward(
+            so.token_ids, so.positions, so.slot_mapping, so.seq_start, so.context_len, so.block_table_start,
+            so.block_tables, rows,
+        )  # fmt: skip
+        t2 = time.perf_counter()
+        self._stats["time_forward"] += t2 - t1
+
+        # Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
+        row_inputs: list[ref_sampler.RowInput] = []
+        row_child: list[tuple[int, int]] = []
+        for rid, child0, _nc, _nt, num_samples in so.seqs:
+            r = self._requests[rid]
+            for k in range(num_samples):
+                child = k if num_samples > 1 else child0
+                c = r.children[child]
+                row_inputs.append(
+                    ref_sampler.RowInput(r.params.sampling, r.prompt, list(c.output_tokens), r.seed, child,
+                                         len(c.output_tokens))
+                )  # fmt: skip
+                row_child.append((rid, child))
+        sample_logits = logits
+        if want_prompt_lp:
+            sample_logits = logits[[i for i, s in enumerate(sample_row_of) if s >= 0]]
+        results = ref_sampler.sample(sample_logits, row_inputs)
+        if want_prompt_lp:
+            for i, s in enumerate(sample_row_of):
+                if s >= 0:
+                    continue
+                key, pos = prompt_row_of[i]
+                r = self._requests[key]
+                if pos < r.prompt_lp_next:
+                    continue  # recomputed after a preemption
+                tok = r.prompt[pos]
+                lp = ref_sampler.logprobs(logits[i : i + 1], [tok], r.params.prompt_logprobs)[0]
+                r.prompt_logprobs.append(_token_logprobs(lp, tok, logits[i]))
+                r.prompt_lp_next = pos + 1
+                self._touched.append(key)
+        t3 = time.perf_counter()
+        self._stats["time_sample"] += t3 - t2
+
+        sampled = [res.token for res in results]
+        events = self.scheduler.update(sampled)
+        self._stats["generation_tokens"] += len(sampled)
+        tok_time = time.time()
+        for i, (key, child) in enumerate(row_child):
+            r = self._requests[key]
+            if r.first_token_time == 0:
+                r.first_token_time = tok_time
+            lp_res = results[i] if r.params.sampling.logprobs >= 0 else None
+            if lp_res is not None:
+                r.children[child].new_logprobs.append(_token_logprobs(lp_res, lp_res.token, sample_logits[i]))
+            self._process_child_token(r, child, sampled[i], lp_res)
+            self._touched.append(key)
+        for ev in events:
+            r_opt = self._requests.get(ev.request_id)
+            if r_opt is None:
+                continue
+            c = r_opt.children[ev.child]
+            if c.finished:
+                continue  # already ended by a stop string this step
+            c.stop_token = ev.stop_token
+            self._finish_child(c, "length" if ev.reason == "length" else "stop")
+            self._touched.append(ev.request_id)
+        self._stats["time_detokenize"] += time.perf_counter() - t3
+        self._stats["steps"] += 1
+        self._collect_outputs(outputs)
+        return outputs
+
+    def _make_output(self, r: _Request) -> EngineOutput:
+        out = EngineOutput(
+            request_id=r.id, num_prompt_tokens=len(r.prompt), num_cached_tokens=r.num_cached_tokens,
+            arrival_time=r.arrival_time, first_scheduled_time=r.first_scheduled_time,
+            first_token_time=r.first_token_time,
+        )  # fmt: skip
+        if r.params.prompt_logprobs >= 0 and not r.prompt_logprobs_sent and r.prompt_lp_next >= len(r.prompt):
+            out.has_prompt_logprobs = True
+            out.prompt_logprobs, r.prompt_logprobs = r.prompt_logprobs, []
+            r.prompt_logprobs_sent = True
+        all_finished = True
+        for i, c in enumerate(r.children):
+            all_finished = all_finished and c.finished
+            if not c.dirty:
+                continue
+            d = CompletionDelta(index=i, token_ids=c.new_tokens, logprobs=c.new_logprobs)
+            c.new_tokens, c.new_logprobs = [], []
+            # Hold back text that could still be the start of a stop string.
+            limit = len(c.text)
+            if not c.finished and r.max_stop_len > 1:
+                hold = r.max_stop_len - 1
+                limit = utf8_floor(c.text, len(c.text) - hold if len(c.text) >= hold else 0)
+            if limit > c.emitted:
+                d.text = c.text[c.emitted : limit].decode("utf-8")
+                c.emitted = limit
+            d.cumulative_logprob = c.cumulative_logprob
+            if c.finished and not c.reported_finish:
+                d.finish_reason = c.finish_reason
+                d.stop_str = c.stop_str.decode("utf-8")
+                d.stop_token = c.stop_token
+                c.reported_finish = True
+            c.dirty = False
+            out.completions.append(d)
+        out.finished = all_finished
+        if all_finished:
+            out.finished_time = time.time()
+        return out
+
+    def _collect_outputs(self, outputs: list[EngineOutput]) -> None:
+        for key in sorted(set(self._touched)):
+            r = self._requests.get(key)
+            if r is None:
+                continue
+            out = self._make_output(r)
+            outputs.append(out)
+            if out.finished:
+                self._stats["requests_finished"] += 1
+                self._live.discard(r.id)
+                del self._keys[r.id]
+                del self._requests[key]
+        self._touched = []
+
+    def run_to_completion(self) -> list[EngineOutput]:
+        """Steps until no request is left; returns every output in order."""
+        outputs: list[EngineOutput] = []
+        while True:
+            outputs.extend(self.step())
+            if not self.has_unfinished():
+                return outputs
+
+    def stats(self) -> dict[str, Any]:
+        """The same keys as ``core.Engine.stats()``."""
+        s = self.scheduler.stats()
+        return {
+            "num_running": s.num_running,
+            "num_waiting": s.num_waiting,
+            "kv_usage_percent": s.kv_usage_percent,
+            "prefix_queries": s.prefix_queries,
+            "prefix_hits": s.prefix_hits,
+            "num_preemptions": s.num_preemptions,
+            "num_blocks": self.config.num_blocks,
+            **self._stats,
+        }

@@ -1,0 +1,174 @@
+"""Python twin of ``csrc/model/runner``: a batched forward over a paged K/V pool, in NumPy.
+
+The same contract as ``ossa::ModelRunner``: a flat batch (token ids, positions, slot mapping,
+per-sequence token ranges, context lengths and block tables, the rows whose logits are wanted) goes
+in, float32 logits ``[len(logits_rows), n_vocab]`` come out, and each token's K/V is written into its
+slot so later steps attend to it. ``copy_block`` is the copy-on-write of forked sequences.
+
+K/V pool, float32, slot = block_id * block_size + offset:
+
+    kv[layer, 0 (K) | 1 (V), slot, n_head_kv * head_dim]
+
+Built on the functions of ``ossa.reference.model`` (the one-sequence twin of the forward pass), so
+both compute the same thing; here each step's tokens come from several sequences and attend to the
+cached K/V of their own sequence through its block table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import model as ref_model
+
+
+class ModelRunner:
+    """A model's dequantized weights, its paged K/V pool, and one batched forward per step."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        weights: dict[str, np.ndarray],
+        num_blocks: int,
+        block_size: int,
+        quantized_activations: bool = False,
+    ) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be >= 1")
+        self.config = config
+        self.weights = weights
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.quantized_activations = quantized_activations
+        kv_dim = config["n_head_kv"] * config["head_dim"]
+        # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written.
+        self.kv = np.zeros((config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.float32)
+        self.inv_freq = ref_model.rope_inv_freq(config)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        """Block ``dst`` gets block ``src``'s K/V in every layer."""
+        if not (0 <= src < self.num_blocks and 0 <= dst < self.num_blocks):
+            raise ValueError("copy_block: block id out of range")
+        bs = self.block_size
+        self.kv[:, :, dst * bs : (dst + 1) * bs] = self.kv[:, :, src * bs : (src + 1) * bs]
+
+    def _validate(
+        self,
+        token_ids: Sequence[int],
+        positions: Sequence[int],
+        slot_mapping: Sequence[int],
+        seq_start: Sequence[int],
+        context_len: Sequence[int],
+        block_table_start: Sequence[int],
+        block_tables: Sequence[int],
+        logits_rows: Sequence[int],
+    ) -> None:
+        n = len(token_ids)
+        n_slots = self.num_blocks * self.block_size
+        if len(positions) != n or len(slot_mapping) != n:
+            raise ValueError("forward: token_ids, positions and slot_mapping differ in length")
+        if len(seq_start) != len(context_len) + 1 or len(block_table_start) != len(context_len) + 1:
+            raise ValueError("forward: seq_start / block_table_start must have n_seqs + 1 entries")
+        if seq_start[0] != 0 or seq_start[-1] != n:
+            raise ValueError("forward: seq_start must run from 0 to n_tokens")
+        if any(not 0 <= t < self.config["n_vocab"] for t in token_ids):
+            raise ValueError("forward: token id outside the vocabulary")
+        if any(not 0 <= s < n_slots for s in slot_mapping):
+            raise ValueError("forward: slot out of range")
+        if any(not 0 <= b < self.num_blocks for b in block_tables):
+            raise ValueError("forward: block id out of range")
+        for s in range(len(context_len)):
+            lo, hi = seq_start[s], seq_start[s + 1]
+            n_blocks = block_table_start[s + 1] - block_table_start[s]
+            if hi < lo or context_len[s] > n_blocks * self.block_size or context_len[s] < hi - lo:
+                raise ValueError(f"forward: sequence {s} has an inconsistent context or block table")
+        if any(not 0 <= r < n for r in logits_rows):
+            raise ValueError("forward: logits row out of range")
+
+    def forward(
+        self,
+        token_ids: Sequence[int],
+        positions: Sequence[int],
+        slot_mapping: Sequence[int],
+        seq_start: Sequence[int],
+        context_len: Sequence[int],
+        block_table_start: Sequence[int],
+        block_tables: Sequence[int],
+        logits_rows: Sequence[int],
+    ) -> np.ndarray:
+        """Logits ``[len(logits_rows), n_vocab]`` of one step; writes this step's K/V into the pool."""
+        self._validate(
+            token_ids,
+            positions,
+            slot_mapping,
+            seq_start,
+            context_len,
+            block_table_start,
+            block_tables,
+            logits_rows,
+        )
+        c, w = self.config, self.weights
+        q8 = ref_model.quantize_q8 if self.quantized_activations else (lambda a: a)
+        n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
+        bs = self.block_size
+        n = len(token_ids)
+        ids = np.asarray(token_ids, dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64)
+        slots = np.asarray(slot_mapping, dtype=np.int64)
+        # Per sequence: the pool slots of its whole context, in position order.
+        ctx_slots = []
+        for s in range(len(context_len)):
+            table = np.asarray(block_tables[block_table_start[s] : block_table_start[s + 1]], dtype=np.int64)
+            p = np.arange(context_len[s])
+            ctx_slots.append(table[p // bs] * bs + p % bs)
+
+        x = w["tok_embd"][ids].astype(np.float32)
+        for i in range(c["n_layer"]):
+            p = f"layers.{i}."
+            h = q8(ref_model.rms_norm(x, w[p + "attn_norm"], eps))
+            q, k, v = h @ w[p + "wq"].T, h @ w[p + "wk"].T, h @ w[p + "wv"].T
+            if c["qkv_bias"]:
+                q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+            q = q.reshape(n, n_head, hd)
+            k = k.reshape(n, n_head_kv, hd)
+            if c["qk_norm"]:
+                q, k = (
+                    ref_model.rms_norm(q, w[p + "q_norm"], eps),
+                    ref_model.rms_norm(k, w[p + "k_norm"], eps),
+                )
+            q = ref_model.apply_rope(q, pos, self.inv_freq, c["rope_style"])
+            k = ref_model.apply_rope(k, pos, self.inv_freq, c["rope_style"])
+            self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
+            self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
+            attn = np.empty((n, n_head * hd), dtype=np.float32)
+            for s in range(len(context_len)):
+                lo, hi = seq_start[s], seq_start[s + 1]
+                if hi == lo:
+                    continue
+                kc = self.kv[i, 0, ctx_slots[s]].reshape(-1, n_head_kv, hd)
+                vc = self.kv[i, 1, ctx_slots[s]].reshape(-1, n_head_kv, hd)
+                attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi])
+            x = x + q8(attn) @ w[p + "wo"].T
+            h = q8(ref_model.rms_norm(x, w[p + "ffn_norm"], eps))
+            x = x + q8(ref_model.silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+        rows = np.asarray(logits_rows, dtype=np.int64)
+        return (q8(ref_model.rms_norm(x[rows], w["output_norm"], eps)) @ w["output"].T).astype(np.float32)
+
+
+def _paged_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
+    context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p."""
+    m, n_head, d = q.shape
+    group = n_head // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("qhd,khd->hqk", q, k) / np.float32(math.sqrt(d))
+    visible = np.arange(k.shape[0])[None, :] <= positions[:, None]  # [m, ctx]
+    scores = np.where(visible[None], scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    probs = np.exp(scores)
+    probs = probs / probs.sum(axis=-1, keepdims=True)
+    return np.einsum("hqk,khd->qhd", probs, v).reshape(m, n_head * d).astype(np.float32)
