@@ -46,6 +46,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     info = models.inspect(models.resolve(args.model), kv_tokens=args.kv_tokens)
     print(models.format_inspect(info))
+    if args.kv_cache_memory_bytes is not None:
+        if args.kv_cache_memory_bytes <= 0:
+            raise ValueError("--kv-cache-memory-bytes must be positive")
+        block_bytes = info["kv_bytes_per_token"] * args.block_size
+        blocks = args.kv_cache_memory_bytes // block_bytes
+        print(
+            f"KV budget     {args.kv_cache_memory_bytes} bytes = {blocks} blocks of {args.block_size} tokens "
+            f"= {blocks * args.block_size} tokens"
+        )
     return 0
 
 
@@ -129,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="print a model's architecture, tensor types and memory needs")
     p.add_argument("model", nargs="?", default=None)
     p.add_argument("--kv-tokens", type=int, default=None, help="size the KV cache for this many tokens")
+    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds")
+    p.add_argument("--block-size", type=int, default=16)
     p.set_defaults(func=_cmd_inspect)
     return parser
 
