@@ -17,8 +17,12 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
   if (num_blocks < 1 || block_size < 1 || max_num_batched_tokens < 1)
     throw InputError("ModelRunner: num_blocks, block_size and max_num_batched_tokens must be >= 1");
   const size_t n_slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size);
-  kv_.assign(n_slots * kv_bytes_per_token(model_->config) / sizeof(float), 0.0f);
-  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.data());
+  const size_t n_floats = n_slots * kv_bytes_per_token(model_->config) / sizeof(float);
+  kv_.reset(static_cast<float*>(std::calloc(n_floats, sizeof(float))));
+  if (!kv_)
+    throw InputError("ModelRunner: cannot allocate a KV cache of " + std::to_string(n_floats * sizeof(float)) +
+                     " bytes; lower kv_cache_memory_bytes");
+  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.get());
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c) {

@@ -11,6 +11,7 @@
 // A block is block_size consecutive slots in every layer's K and V; copy_block copies those.
 // forward() allocates nothing for batches of at most max_num_batched_tokens tokens.
 #include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -42,9 +43,15 @@ class ModelRunner {
  private:
   void validate(const Batch& batch) const;
 
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
-  std::vector<float> kv_;
+  // calloc'd: a large pool comes from mmap as zero pages mapped on first touch, so constructing a
+  // runner with a GiB-sized cache costs nothing until the cache is used (a vector would write it all).
+  std::unique_ptr<float, FreeDeleter> kv_;
   ForwardState state_;
 };
 
