@@ -11,6 +11,10 @@
 
 #include <omp.h>
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -30,44 +34,136 @@ constexpr int k_lanes = 8;     // lanes per chunk: lane = id % 8
 constexpr double k_greedy_temperature = 1e-5;
 constexpr int k_buffer_select_max = 256;  // above this, selection uses nth_element
 
-// exp(z) for z <= 0: z = k ln2 + r (Cody-Waite), Taylor polynomial of degree 8 on
-// |r| <= ln2 / 2 (relative error < 3e-10, far below the float32 results), times 2^k built from its bits. Plain IEEE
-// float64 operations only, in this order, so NumPy reproduces it exactly.
+// GCC/Clang vector types: the compiler lowers them to one AVX-512 register, two AVX2 registers or
+// plain scalar code, so one source serves -march=native, -DOSSA_PORTABLE=ON and anything else.
+// A running scalar max or sum is a serial chain the compiler may not reorder (no -ffast-math);
+// these make the lane order explicit, and it is the order the twin reproduces.
+using F32x8 = float __attribute__((vector_size(32)));
+using F32x16 = float __attribute__((vector_size(64)));
+using I32x16 = int32_t __attribute__((vector_size(64)));
+using F64x8 = double __attribute__((vector_size(64)));
+using I64x8 = int64_t __attribute__((vector_size(64)));
+static_assert(k_lanes == 8, "one F64x8 holds the 8 lanes of a chunk sum");
+
+// exp(z) for z <= 0: z = k ln2 + r (Cody-Waite), Taylor polynomial of degree 8 on |r| <= ln2 / 2
+// (relative error < 3e-10, far below the float32 results), times 2^k built from its bits. Plain
+// IEEE float64 operations only, in this order, so NumPy reproduces it exactly.
+constexpr double k_log2e = 1.4426950408889634;
+constexpr double k_shifter = 6755399441055744.0;          // 1.5 * 2^52: rounds to an integer
+constexpr double k_ln2_hi = 6.93147180369123816490e-01;  // 32 bits: k * hi is exact
+constexpr double k_ln2_lo = 1.90821492927058770002e-10;
+constexpr double k_exp_c[9] = {1.0,         1.0,         1.0 / 2.0,    1.0 / 6.0,    1.0 / 24.0,
+                               1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0, 1.0 / 40320.0};
+
 inline double exp_one(double z) {
-  constexpr double k_log2e = 1.4426950408889634;
-  constexpr double k_shifter = 6755399441055744.0;  // 1.5 * 2^52: rounds to an integer
-  constexpr double k_ln2_hi = 6.93147180369123816490e-01;  // 32 bits: k * hi is exact
-  constexpr double k_ln2_lo = 1.90821492927058770002e-10;
-  constexpr double c[9] = {1.0,
-                            1.0,
-                            1.0 / 2.0,
-                            1.0 / 6.0,
-                            1.0 / 24.0,
-                            1.0 / 120.0,
-                            1.0 / 720.0,
-                            1.0 / 5040.0,
-                            1.0 / 40320.0};
   const double zc = z < -708.0 ? -708.0 : z;
   const double t = zc * k_log2e;
   const double k = (t + k_shifter) - k_shifter;
   const double r = (zc - k * k_ln2_hi) - k * k_ln2_lo;
-  double p = c[8];
-  for (int j = 7; j >= 0; --j) p = p * r + c[j];
+  double p = k_exp_c[8];
+  for (int j = 7; j >= 0; --j) p = p * r + k_exp_c[j];
   const double scale = std::bit_cast<double>(uint64_t(int64_t(k) + 1023) << 52);
   return z < -708.0 ? 0.0 : p * scale;
 }
 
-// Sum in the documented chunk/lane order; chunk_sums[c] receives each chunk's sum.
-double chunked_sum(const double* w, int n, double* chunk_sums) {
+// exp_one on 8 lanes, bitwise the same per lane. The integer k is read from the bits of
+// t + shifter (1.5 * 2^52 + k, exact), which needs no float-to-int64 conversion (AVX2 has none).
+inline F64x8 exp8(F64x8 z) {
+  const F64x8 lo = F64x8{} - 708.0;
+  const F64x8 zc = z < lo ? lo : z;
+  const F64x8 t = zc * k_log2e;
+  const F64x8 shifted = t + k_shifter;
+  const F64x8 k = shifted - k_shifter;
+  const F64x8 r = (zc - k * k_ln2_hi) - k * k_ln2_lo;
+  F64x8 p = F64x8{} + k_exp_c[8];
+  for (int j = 7; j >= 0; --j) p = p * r + k_exp_c[j];
+  I64x8 bits;
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  bits = (bits - (std::bit_cast<int64_t>(k_shifter) - 1023)) << 52;
+  F64x8 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  const F64x8 e = p * scale;
+  return z < lo ? F64x8{} : e;
+}
+
+// Whether some lane of v is >= bound (v holds no NaN): one mask test where the ISA has it.
+inline bool any_at_least(F64x8 v, double bound) {
+#if defined(__AVX512F__)
+  return _mm512_cmp_pd_mask(reinterpret_cast<__m512d>(v), _mm512_set1_pd(bound), _CMP_GE_OQ) != 0;
+#elif defined(__AVX2__)
+  const __m256d b = _mm256_set1_pd(bound);
+  const __m256d lo = _mm256_cmp_pd(_mm256_setr_pd(v[0], v[1], v[2], v[3]), b, _CMP_GE_OQ);
+  const __m256d hi = _mm256_cmp_pd(_mm256_setr_pd(v[4], v[5], v[6], v[7]), b, _CMP_GE_OQ);
+  return _mm256_movemask_pd(_mm256_or_pd(lo, hi)) != 0;
+#else
+  for (int j = 0; j < 8; ++j)
+    if (v[j] >= bound) return true;
+  return false;
+#endif
+}
+
+inline F64x8 load_z(const float* x, int i, double m, double inv_t) {
+  F32x8 v;
+  std::memcpy(&v, x + i, sizeof(v));
+  return (__builtin_convertvector(v, F64x8) - m) * inv_t;
+}
+
+// Top-p's histogram of the weights by their float64 bits: the bits of positive doubles grow with
+// the value, so (bits(1.0) - bits(w)) >> 50 is a quarter-octave bucket that falls as w grows.
+// k_hist_copies interleaved copies break the add chains on a busy bucket.
+constexpr int k_buckets = 512, k_hist_copies = 4;
+constexpr int64_t k_one_bits = 0x3FF0000000000000;  // bits of 1.0, the largest weight
+constexpr int k_bucket_shift = 50;
+
+// Blocks of 64 weights all below hist_floor are left out of the histogram (most of a peaked row):
+// leaving mass out can only move the cut later, never cut off a token the walk needs.
+constexpr int k_hist_block = 64;
+
+void add_to_histogram(const double* w, int n, double* hist) {
+  for (int j = 0; j < n; ++j) {
+    const int64_t b = (k_one_bits - std::bit_cast<int64_t>(w[j])) >> k_bucket_shift;
+    const int bucket = b < 0 ? 0 : (b > k_buckets - 1 ? k_buckets - 1 : int(b));
+    hist[(j % k_hist_copies) * k_buckets + bucket] += w[j];
+  }
+}
+
+// Weights w_i = exp_ref((x_i - m) * inv_t), zeroed below min_p, over the ids [0, n) of one row, and
+// their sum in the documented chunk/lane order (one F64x8 accumulator per chunk is exactly
+// "lane = id % 8"; a short last group adds +0.0 to the missing lanes, which changes nothing).
+// w (optional) receives the weights, chunk_sums each chunk's sum. With with_hist (w needed), hist
+// ([k_hist_copies][k_buckets], zeroed by the caller) receives top-p's weight histogram.
+template <bool with_hist>
+double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
+                       double* chunk_sums, double* hist, double hist_floor) {
   double total = 0.0;
   const int n_chunks = (n + k_chunk - 1) / k_chunk;
   for (int c = 0; c < n_chunks; ++c) {
     const int begin = c * k_chunk, end = std::min(begin + k_chunk, n);
-    double lanes[k_lanes] = {};
+    F64x8 lanes = {};
     int i = begin;
-    for (; i + k_lanes <= end; i += k_lanes)
-      for (int j = 0; j < k_lanes; ++j) lanes[j] += w[i + j];
-    for (int j = 0; i + j < end; ++j) lanes[j] += w[i + j];
+    while (i + k_lanes <= end) {
+      const int block_begin = i, block_end = std::min(i + k_hist_block, end);
+      F64x8 block_max = {};
+      for (; i + k_lanes <= block_end; i += k_lanes) {
+        F64x8 e = exp8(load_z(x, i, m, inv_t));
+        e = e >= min_p ? e : F64x8{};
+        if (w != nullptr) std::memcpy(w + i, &e, sizeof(e));
+        if constexpr (with_hist) block_max = e > block_max ? e : block_max;
+        lanes += e;
+      }
+      if constexpr (with_hist)
+        if (any_at_least(block_max, hist_floor)) add_to_histogram(w + block_begin, i - block_begin, hist);
+    }
+    if (i < end) {
+      float tail[k_lanes];
+      for (int j = 0; j < k_lanes; ++j) tail[j] = i + j < end ? x[i + j] : -k_inf;
+      F64x8 e = exp8(load_z(tail, 0, m, inv_t));
+      e = e >= min_p ? e : F64x8{};
+      if (w != nullptr)
+        for (int j = 0; i + j < end; ++j) w[i + j] = e[j];
+      if constexpr (with_hist) add_to_histogram(w + i, end - i, hist);
+      lanes += e;
+    }
     double s = lanes[0];
     for (int j = 1; j < k_lanes; ++j) s += lanes[j];
     chunk_sums[c] = s;
@@ -76,7 +172,12 @@ double chunked_sum(const double* w, int n, double* chunk_sums) {
   return total;
 }
 
-// Inverse CDF over the whole vocabulary, in the order chunked_sum used.
+double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
+                       double* chunk_sums) {
+  return weights_and_sum<false>(x, n, m, inv_t, min_p, w, chunk_sums, nullptr, 0.0);
+}
+
+// Inverse CDF over the whole vocabulary, in the order weights_and_sum used.
 int32_t draw_chunked(const double* w, int n, const double* chunk_sums, double total, double u) {
   const double target = u * total;
   const int n_chunks = (n + k_chunk - 1) / k_chunk;
@@ -124,15 +225,23 @@ int32_t draw_list(const int32_t* ids, const double* w, int n, double u) {
   return -1;
 }
 
-// ids[0..k) = the k largest values by (value desc, id asc), in that order. 1 <= k <= n.
+inline float horizontal_max(F32x16 v) {
+  float m = v[0];
+  for (int j = 1; j < 16; ++j) m = v[j] > m ? v[j] : m;
+  return m;
+}
+
+// ids[0..k) = the k largest values by (value desc, id asc), in that order. 1 <= k <= n. v has no NaN.
 void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pair<float, int32_t>>& pairs) {
   if (k <= k_buffer_select_max) {
-    // Ids arrive ascending, so a newcomer ranks below any equal value already kept.
+    // Ids arrive ascending, so a newcomer ranks below any equal value already kept. Once the
+    // buffer is full, a block of 64 whose max does not beat the smallest kept value is skipped.
+    constexpr int k_block = 64;
     int size = 0;
     float threshold = -k_inf;
-    for (int i = 0; i < n; ++i) {
+    auto offer = [&](int i) {
       const float x = v[i];
-      if (size == k && !(x > threshold)) continue;
+      if (size == k && !(x > threshold)) return;
       int j = size < k ? size : k - 1;
       while (j > 0 && v[ids[j - 1]] < x) {
         ids[j] = ids[j - 1];
@@ -141,7 +250,21 @@ void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pai
       ids[j] = i;
       if (size < k) ++size;
       if (size == k) threshold = v[ids[k - 1]];
+    };
+    int i = 0;
+    for (; i + k_block <= n; i += k_block) {
+      if (size == k) {
+        F32x16 a, b;
+        std::memcpy(&a, v + i, sizeof(a));
+        for (int q = 16; q < k_block; q += 16) {
+          std::memcpy(&b, v + i + q, sizeof(b));
+          a = b > a ? b : a;
+        }
+        if (!(horizontal_max(a) > threshold)) continue;
+      }
+      for (int j = i; j < i + k_block; ++j) offer(j);
     }
+    for (; i < n; ++i) offer(i);
     return;
   }
   pairs.resize(n);
@@ -154,35 +277,48 @@ void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pai
   for (int j = 0; j < k; ++j) ids[j] = pairs[j].second;
 }
 
-// Max over 16 lanes with GCC/Clang vector types: a running scalar max is a serial chain the
-// compiler may not reorder (no -ffast-math), so it would not vectorise. `bad` collects lanes that
-// saw NaN or +inf (!(v < inf)). Max is exact, so the lane split cannot change the result.
-using F32x16 = float __attribute__((vector_size(64)));
-using I32x16 = int32_t __attribute__((vector_size(64)));
+// The largest value and its lowest id, in one pass over 16 lanes (each lane keeps its first
+// maximum; lanes are combined by (value desc, id asc)). `bad`: some entry was NaN or +inf.
+struct ArgMax {
+  float value = -k_inf;
+  int32_t index = -1;
+  bool bad = false;
+};
 
-float lane_max(const float* x, int n, bool* bad = nullptr) {
+ArgMax lane_argmax(const float* x, int n) {
   const F32x16 inf = F32x16{} + k_inf;
   F32x16 acc = -inf;
+  I32x16 at = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  I32x16 index = at;
   I32x16 flags = {};
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     F32x16 v;
     std::memcpy(&v, x + i, sizeof(v));
-    acc = v > acc ? v : acc;
+    const I32x16 better = v > acc;
+    acc = better ? v : acc;
+    at = better ? index : at;
+    index += 16;
     flags |= ~(v < inf);
   }
-  float m = -k_inf;
-  int tail_bad = 0;
+  ArgMax best;
+  int bad = 0;
+  for (int j = 0; j < 16 && i >= 16; ++j) {
+    if (acc[j] > best.value || (acc[j] == best.value && at[j] < best.index) || best.index < 0) {
+      best.value = acc[j];
+      best.index = at[j];
+    }
+    bad |= flags[j];
+  }
   for (; i < n; ++i) {
-    m = x[i] > m ? x[i] : m;
-    tail_bad |= !(x[i] < k_inf);
+    if (x[i] > best.value || best.index < 0) {
+      best.value = x[i];
+      best.index = i;
+    }
+    bad |= !(x[i] < k_inf);
   }
-  for (int j = 0; j < 16; ++j) {
-    m = acc[j] > m ? acc[j] : m;
-    tail_bad |= flags[j];
-  }
-  if (bad != nullptr) *bad = tail_bad != 0;
-  return m;
+  best.bad = bad != 0;
+  return best;
 }
 
 [[noreturn]] void row_error(int row, const std::string& what) {
@@ -195,29 +331,26 @@ void check_id(int row, const char* field, int32_t id, int vocab) {
                        std::to_string(vocab) + ")");
 }
 
-// Max of a raw row; NaN or +inf is an input error.
-float checked_max(int row, const float* x, int n) {
-  bool bad = false;
-  const float m = lane_max(x, n, &bad);
-  if (bad) {
+// Max of a raw row and its lowest id; NaN or +inf is an input error.
+ArgMax checked_argmax(int row, const float* x, int n) {
+  const ArgMax best = lane_argmax(x, n);
+  if (best.bad) {
     for (int b = 0; b < n; ++b)
       if (std::isnan(x[b]) || x[b] == k_inf)
         row_error(row, std::string("logit of token ") + std::to_string(b) + " is " +
                            (std::isnan(x[b]) ? "NaN" : "+inf") + "; logits must be finite or -inf");
   }
-  if (m == -k_inf) row_error(row, "every logit is -inf");
-  return m;
+  if (best.value == -k_inf) row_error(row, "every logit is -inf");
+  return best;
 }
 
 float raw_logprob(float x, double max, double log_z) { return float((double(x) - max) - log_z); }
 
 // Raw logprob of `token` and the top_n alternatives, into out.
-void fill_logprobs(int row, const float* raw, int vocab, float raw_max, int32_t token, int top_n,
-                   SamplerScratch& s, SampleResult& out) {
-  double* w = s.weights.data();
+void fill_logprobs(const float* raw, int vocab, float raw_max, int32_t token, int top_n, SamplerScratch& s,
+                   SampleResult& out) {
   const double m = raw_max;
-  for (int i = 0; i < vocab; ++i) w[i] = exp_one(double(raw[i]) - m);
-  const double log_z = std::log(chunked_sum(w, vocab, s.chunk_sums.data()));
+  const double log_z = std::log(weights_and_sum(raw, vocab, m, 1.0, 0.0, nullptr, s.chunk_sums.data()));
   out.logprob = raw_logprob(raw[token], m, log_z);
   const int n = std::min(top_n, vocab);
   out.n_top = n;
@@ -227,42 +360,60 @@ void fill_logprobs(int row, const float* raw, int vocab, float raw_max, int32_t 
   }
 }
 
-// Top-p over the whole vocabulary without sorting it: a histogram of (max - x) / temperature in
-// 1/8-nat buckets finds a value bound above which the mass passes the threshold; only the tokens
-// above it (a prefix of the (x desc, id asc) order, ties included) are sorted and walked. The walk
-// is the same as over the fully sorted vocabulary; -1 if it ran off the end of the prefix.
-int top_p_prefix(const float* x, const double* w, int vocab, double m, double temperature, double threshold,
-                 int32_t* ids, SamplerScratch& s) {
-  constexpr int k_buckets = 512;
-  double hist[k_buckets] = {};
-  auto bucket = [&](float v) {
-    const double b = (m - double(v)) / temperature * 8.0;
-    return b < double(k_buckets - 1) ? int(b) : k_buckets - 1;
-  };
-  for (int i = 0; i < vocab; ++i) hist[bucket(x[i])] += w[i];
+// A sort key for (x desc, id asc) as one ascending integer: the float's bits made monotone and
+// inverted, then the id. -0.0 is folded into +0.0 first, since the two compare equal.
+inline uint64_t order_key(float x, int32_t id) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x + 0.0f);
+  const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+  return (uint64_t(~ascending) << 32) | uint32_t(id);
+}
+
+// Top-p over the whole vocabulary without sorting it. Weights grow with x, so every set
+// {w > bound} is a prefix of the (x desc, id asc) order, ties included. The histogram (from
+// weights_and_sum) gives the bound where the mass passes the threshold; only the tokens above it
+// are collected (a vectorised test skips blocks of 16 below it), sorted and walked. The walk is
+// the same as over the fully sorted vocabulary; -1 if it ran off the end of the prefix (the
+// histogram's sums are rounded differently, hence the small margin).
+int top_p_prefix(const float* x, const double* w, const double* hist, int vocab, double threshold, int32_t* ids,
+                 SamplerScratch& s) {
   double mass = 0.0;
   int cut = k_buckets - 1;
   for (int b = 0; b < k_buckets; ++b) {
-    mass += hist[b];
+    for (int c = 0; c < k_hist_copies; ++c) mass += hist[c * k_buckets + b];
     if (mass >= threshold * (1.0 + 1e-9)) {
       cut = b;
       break;
     }
   }
-  s.pairs.clear();
-  for (int i = 0; i < vocab; ++i)
-    if (bucket(x[i]) <= cut) s.pairs.push_back({x[i], i});
-  std::sort(s.pairs.begin(), s.pairs.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  const int size = int(s.pairs.size());
+  uint64_t* keys = s.keys.data();
+  int size = 0;
+  if (cut == k_buckets - 1) {
+    for (int i = 0; i < vocab; ++i) keys[size++] = order_key(x[i], i);
+  } else {
+    // bucket(w) <= cut  <=>  bits(w) > bits(1.0) - ((cut + 1) << 50)
+    const double bound = std::bit_cast<double>(k_one_bits - (int64_t(cut + 1) << k_bucket_shift));
+    constexpr int k_block = 16;
+    int i = 0;
+    for (; i + k_block <= vocab; i += k_block) {
+      F64x8 a, b;
+      std::memcpy(&a, w + i, sizeof(a));
+      std::memcpy(&b, w + i + 8, sizeof(b));
+      a = b > a ? b : a;
+      if (!any_at_least(a, bound)) continue;  // >= : a superset of the blocks with some w > bound
+      for (int j = i; j < i + k_block; ++j)
+        if (w[j] > bound) keys[size++] = order_key(x[j], j);
+    }
+    for (; i < vocab; ++i)
+      if (w[i] > bound) keys[size++] = order_key(x[i], i);
+  }
+  std::sort(keys, keys + size);
   double before = 0.0;
   int kept = 0;
   while (kept < size && before < threshold) {
-    ids[kept] = s.pairs[kept].second;
+    ids[kept] = int32_t(uint32_t(keys[kept]));
     before += w[ids[kept++]];
   }
-  return kept < size || size == vocab ? kept : -1;
+  return before >= threshold || size == vocab ? kept : -1;
 }
 
 void ensure_scratch(std::vector<SamplerScratch>& all, int vocab) {
@@ -275,6 +426,8 @@ void ensure_scratch(std::vector<SamplerScratch>& all, int vocab) {
     s.chunk_sums.resize(vocab / k_chunk + 1);
     s.candidates.resize(vocab);
     s.candidate_weights.resize(vocab);
+    s.keys.resize(vocab);
+    s.histogram.resize(k_hist_copies * k_buckets);
     s.pairs.reserve(vocab);
     s.counts.assign(vocab, 0);
     s.seen.assign(vocab, 0);
@@ -287,62 +440,70 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
   if (in.params == nullptr) row_error(row, "no sampling parameters");
   const SamplingParams& p = *in.params;
   validate_sampling_params(p, vocab);
-  const float raw_max = checked_max(row, raw, vocab);
-  float* x = s.work.data();
+  const ArgMax raw_best = checked_argmax(row, raw, vocab);
 
-  // 1. allowed ids, logit bias
-  if (!p.allowed_token_ids.empty()) {
-    std::fill(x, x + vocab, -k_inf);
-    for (int32_t id : p.allowed_token_ids) x[id] = raw[id];
-  } else {
-    std::copy(raw, raw + vocab, x);
-  }
-  for (const auto& [id, bias] : p.logit_bias) x[id] = x[id] + bias;
-  // 2. min_tokens
-  if (int64_t(in.output_token_ids.size()) < p.min_tokens) {
-    for (int32_t id : p.stop_token_ids) x[id] = -k_inf;
-    if (!p.ignore_eos)
-      for (int32_t id : p.eos_token_ids) x[id] = -k_inf;
-  }
-  // 3. penalties
-  if (p.repetition_penalty != 1.0) {
-    const float penalty = float(p.repetition_penalty);
-    if (++s.stamp == 0) {  // wrapped: forget every old stamp
-      std::fill(s.seen.begin(), s.seen.end(), 0u);
-      s.stamp = 1;
+  // 1-3 write a processed copy only when some stage applies; otherwise x is the raw row.
+  const bool min_tokens_mask = int64_t(in.output_token_ids.size()) < p.min_tokens;
+  const bool penalise = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+  const bool modified = !p.allowed_token_ids.empty() || !p.logit_bias.empty() || min_tokens_mask ||
+                        p.repetition_penalty != 1.0 || penalise;
+  const float* x = raw;
+  ArgMax best = raw_best;
+  if (modified) {
+    float* work = s.work.data();
+    // 1. allowed ids, logit bias
+    if (!p.allowed_token_ids.empty()) {
+      std::fill(work, work + vocab, -k_inf);
+      for (int32_t id : p.allowed_token_ids) work[id] = raw[id];
+    } else {
+      std::copy(raw, raw + vocab, work);
     }
-    for (auto ids : {in.prompt_token_ids, in.output_token_ids})
-      for (int32_t id : ids) {
-        check_id(row, "the token history", id, vocab);
-        if (s.seen[id] == s.stamp) continue;
-        s.seen[id] = s.stamp;
-        x[id] = x[id] > 0.0f ? x[id] / penalty : x[id] * penalty;
+    for (const auto& [id, bias] : p.logit_bias) work[id] = work[id] + bias;
+    // 2. min_tokens
+    if (min_tokens_mask) {
+      for (int32_t id : p.stop_token_ids) work[id] = -k_inf;
+      if (!p.ignore_eos)
+        for (int32_t id : p.eos_token_ids) work[id] = -k_inf;
+    }
+    // 3. penalties
+    if (p.repetition_penalty != 1.0) {
+      const float penalty = float(p.repetition_penalty);
+      if (++s.stamp == 0) {  // wrapped: forget every old stamp
+        std::fill(s.seen.begin(), s.seen.end(), 0u);
+        s.stamp = 1;
       }
-  }
-  if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
-    const float frequency = float(p.frequency_penalty), presence = float(p.presence_penalty);
-    s.touched.clear();
-    for (int32_t id : in.output_token_ids) {
-      check_id(row, "output_token_ids", id, vocab);
-      if (s.counts[id]++ == 0) s.touched.push_back(id);
+      for (auto ids : {in.prompt_token_ids, in.output_token_ids})
+        for (int32_t id : ids) {
+          check_id(row, "the token history", id, vocab);
+          if (s.seen[id] == s.stamp) continue;
+          s.seen[id] = s.stamp;
+          work[id] = work[id] > 0.0f ? work[id] / penalty : work[id] * penalty;
+        }
     }
-    for (int32_t id : s.touched) {
-      x[id] = x[id] - frequency * float(s.counts[id]);
-      x[id] = x[id] - presence;
-      s.counts[id] = 0;
+    if (penalise) {
+      const float frequency = float(p.frequency_penalty), presence = float(p.presence_penalty);
+      s.touched.clear();
+      for (int32_t id : in.output_token_ids) {
+        check_id(row, "output_token_ids", id, vocab);
+        if (s.counts[id]++ == 0) s.touched.push_back(id);
+      }
+      for (int32_t id : s.touched) {
+        work[id] = work[id] - frequency * float(s.counts[id]);
+        work[id] = work[id] - presence;
+        s.counts[id] = 0;
+      }
     }
+    x = work;
+    best = lane_argmax(x, vocab);
   }
+  if (best.value == -k_inf) row_error(row, "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
 
-  // 4. greedy
-  const float x_max = lane_max(x, vocab);
-  if (x_max == -k_inf) row_error(row, "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
   int32_t token = -1;
   if (p.temperature < k_greedy_temperature) {
-    for (int i = 0; i < vocab && token < 0; ++i)
-      if (x[i] == x_max) token = i;
+    token = best.index;  // 4. greedy: the largest logit, lowest id
   } else {
     // 5. weights and truncation
-    const double m = x_max, temperature = p.temperature;
+    const double m = best.value, inv_t = 1.0 / p.temperature;
     const double u = philox_uniform(in.seed, in.stream, in.step);
     int32_t* ids = s.candidates.data();
     double* cw = s.candidate_weights.data();
@@ -351,12 +512,8 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
     if (p.top_k > 0 && p.top_k < vocab) {
       n_list = p.top_k;
       select_top(x, vocab, n_list, ids, s.pairs);
-      for (int j = 0; j < n_list; ++j) cw[j] = exp_one((double(x[ids[j]]) - m) / temperature);
-    } else {
-      for (int i = 0; i < vocab; ++i) w[i] = exp_one((double(x[i]) - m) / temperature);
-    }
-    if (p.top_p < 1.0) {
-      if (n_list >= 0) {
+      for (int j = 0; j < n_list; ++j) cw[j] = exp_one((double(x[ids[j]]) - m) * inv_t);
+      if (p.top_p < 1.0) {
         double total = 0.0;
         for (int j = 0; j < n_list; ++j) total += cw[j];
         const double threshold = p.top_p * total;
@@ -364,51 +521,52 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
         int kept = 0;
         while (kept < n_list && before < threshold) before += cw[kept++];
         n_list = kept;
-      } else {
-        const double threshold = p.top_p * chunked_sum(w, vocab, s.chunk_sums.data());
-        n_list = top_p_prefix(x, w, vocab, m, temperature, threshold, ids, s);
-        if (n_list < 0) {  // the cut was too tight (rounding): select progressively
-          for (int size = 64;; size = std::min(vocab, size * 4)) {
-            size = std::min(size, vocab);
-            select_top(x, vocab, size, ids, s.pairs);
-            double before = 0.0;
-            int kept = 0;
-            while (kept < size && before < threshold) before += w[ids[kept++]];
-            if (kept < size || size == vocab) {
-              n_list = kept;
-              break;
-            }
+      }
+    } else if (p.top_p < 1.0) {
+      double* hist = s.histogram.data();
+      std::fill(hist, hist + k_hist_copies * k_buckets, 0.0);
+      // Blocks below the floor hold under vocab * floor = (1 - top_p) / 2 of the mass (total >= 1,
+      // the largest weight), so the histogram still reaches the threshold and finds the cut.
+      const double hist_floor = 0.5 * (1.0 - p.top_p) / vocab;
+      const double threshold =
+          p.top_p * weights_and_sum<true>(x, vocab, m, inv_t, 0.0, w, s.chunk_sums.data(), hist, hist_floor);
+      n_list = top_p_prefix(x, w, hist, vocab, threshold, ids, s);
+      if (n_list < 0) {  // the cut was too tight (rounding): select progressively
+        for (int size = 64;; size = std::min(vocab, size * 4)) {
+          size = std::min(size, vocab);
+          select_top(x, vocab, size, ids, s.pairs);
+          double before = 0.0;
+          int kept = 0;
+          while (kept < size && before < threshold) before += w[ids[kept++]];
+          if (kept < size || size == vocab) {
+            n_list = kept;
+            break;
           }
         }
-        for (int j = 0; j < n_list; ++j) cw[j] = w[ids[j]];
       }
+      for (int j = 0; j < n_list; ++j) cw[j] = w[ids[j]];
     }
-    if (p.min_p > 0.0) {
-      const double min_p = p.min_p;
-      if (n_list >= 0) {
+    // min-p, then 6. draw
+    if (n_list >= 0) {
+      if (p.min_p > 0.0) {
         int kept = 0;
         for (int j = 0; j < n_list; ++j)
-          if (cw[j] >= min_p) {
+          if (cw[j] >= p.min_p) {
             ids[kept] = ids[j];
             cw[kept++] = cw[j];
           }
         n_list = kept;
-      } else {
-        for (int i = 0; i < vocab; ++i) w[i] = w[i] >= min_p ? w[i] : 0.0;
       }
-    }
-    // 6. draw
-    if (n_list >= 0) {
       token = draw_list(ids, cw, n_list, u);
     } else {
-      const double total = chunked_sum(w, vocab, s.chunk_sums.data());
+      const double total = weights_and_sum(x, vocab, m, inv_t, p.min_p, w, s.chunk_sums.data());
       token = draw_chunked(w, vocab, s.chunk_sums.data(), total, u);
     }
   }
   out.token = token;
   out.n_top = 0;
   out.logprob = std::numeric_limits<float>::quiet_NaN();
-  if (p.logprobs >= 0) fill_logprobs(row, raw, vocab, raw_max, token, p.logprobs, s, out);
+  if (p.logprobs >= 0) fill_logprobs(raw, vocab, raw_best.value, token, p.logprobs, s, out);
 }
 
 template <typename RowFn>
@@ -447,7 +605,14 @@ void check_shape(int n_rows, int vocab, size_t n_in, size_t n_out) {
 }  // namespace
 
 void exp_ref(const double* z, double* out, int n) {
-  for (int i = 0; i < n; ++i) out[i] = exp_one(z[i]);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F64x8 v;
+    std::memcpy(&v, z + i, sizeof(v));
+    v = exp8(v);
+    std::memcpy(out + i, &v, sizeof(v));
+  }
+  for (; i < n; ++i) out[i] = exp_one(z[i]);
 }
 
 void validate_sampling_params(const SamplingParams& p, int vocab) {
@@ -500,9 +665,9 @@ void Sampler::logprobs(const float* logits, int n_rows, int vocab, std::span<con
   for_each_row(scratch, n_rows, [&](int r, SamplerScratch& s) {
     const float* raw = logits + size_t(r) * vocab;
     check_id(r, "token_ids", token_ids[r], vocab);
-    const float raw_max = checked_max(r, raw, vocab);
+    const ArgMax raw_best = checked_argmax(r, raw, vocab);
     out[r].token = token_ids[r];
-    fill_logprobs(r, raw, vocab, raw_max, token_ids[r], top_n, s, out[r]);
+    fill_logprobs(raw, vocab, raw_best.value, token_ids[r], top_n, s, out[r]);
   });
 }
 

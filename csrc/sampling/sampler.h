@@ -9,7 +9,7 @@
 //      logit > 0 ? logit / p : logit * p), then frequency and presence penalties on output tokens
 //      (OpenAI: logit -= frequency * count; logit -= presence)
 //   4. temperature < 1e-5: greedy, the largest logit, lowest id on ties (vLLM's threshold)
-//   5. otherwise weights w = exp_ref((logit - max) / temperature) in float64 and truncation:
+//   5. otherwise weights w = exp_ref((logit - max) * (1 / temperature)) in float64 and truncation:
 //      top-k (the k largest by (logit desc, id asc)), top-p (the shortest prefix of that order
 //      whose mass before each kept token is < top_p * total), min-p (w >= min_p, i.e. probability
 //      >= min_p * the largest probability)
@@ -83,6 +83,8 @@ struct SamplerScratch {
   std::vector<int32_t> candidates;                 // candidate ids, in the draw order
   std::vector<double> candidate_weights;           // their weights
   std::vector<std::pair<float, int32_t>> pairs;    // for nth_element on large selections
+  std::vector<double> histogram;                   // top-p: weight histogram
+  std::vector<uint64_t> keys;                      // top-p: (x desc, id asc) sort keys
   std::vector<int32_t> counts;                     // output token counts (kept all zero)
   std::vector<uint32_t> seen;                      // stamp per id for distinct tokens
   std::vector<int32_t> touched;                    // ids whose count is nonzero

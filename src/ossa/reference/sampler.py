@@ -8,7 +8,7 @@ bitwise the same tokens and logprobs as the C++ sampler on identical logits. The
 3. repetition penalty on distinct prompt and output tokens (``x > 0 ? x / p : x * p``), then
    ``x -= frequency * count`` and ``x -= presence`` on output tokens (float32)
 4. ``temperature < 1e-5``: greedy, the largest logit, lowest id on ties
-5. weights ``w = exp_ref((x - max) / temperature)`` in float64; top-k by (logit desc, id asc);
+5. weights ``w = exp_ref((x - max) * (1 / temperature))`` in float64; top-k by (logit desc, id asc);
    top-p keeps each token whose preceding mass in that order is ``< top_p * total``; min-p keeps
    ``w >= min_p``
 6. ``u = philox_uniform(seed, stream, step)``; the first token whose cumulative weight exceeds
@@ -244,13 +244,14 @@ def sample_row(row: int, raw: np.ndarray, r: RowInput) -> SampleResult:
         token = int(np.argmax(x))
     else:
         u = philox_uniform(r.seed, r.stream, r.step)
+        inv_t = 1.0 / p.temperature  # one division; each weight multiplies by it
         ids: np.ndarray | None = None  # None: the whole vocabulary is the candidate set
         cw = w = np.zeros(0)
         if 0 < p.top_k < vocab:
             ids = _order(x)[: p.top_k]
-            cw = exp_ref((x[ids].astype(np.float64) - x_max) / p.temperature)
+            cw = exp_ref((x[ids].astype(np.float64) - x_max) * inv_t)
         else:
-            w = exp_ref((x.astype(np.float64) - x_max) / p.temperature)
+            w = exp_ref((x.astype(np.float64) - x_max) * inv_t)
         if p.top_p < 1.0:
             if ids is not None:
                 threshold = p.top_p * float(np.cumsum(cw)[-1])
