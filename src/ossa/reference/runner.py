@@ -129,7 +129,7 @@ class ModelRunner:
         for i in range(c["n_layer"]):
             p = f"layers.{i}."
             h = q8(ref_model.rms_norm(x, w[p + "attn_norm"], eps))
-            q, k, v = h @ w[p + "wq"].T, h @ w[p + "wk"].T, h @ w[p + "wv"].T
+            q, k, v = _linear(h, w[p + "wq"]), _linear(h, w[p + "wk"]), _linear(h, w[p + "wv"])
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
             q = q.reshape(n, n_head, hd)
@@ -151,11 +151,20 @@ class ModelRunner:
                 kc = self.kv[i, 0, ctx_slots[s]].reshape(-1, n_head_kv, hd)
                 vc = self.kv[i, 1, ctx_slots[s]].reshape(-1, n_head_kv, hd)
                 attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi])
-            x = x + q8(attn) @ w[p + "wo"].T
+            x = x + _linear(q8(attn), w[p + "wo"])
             h = q8(ref_model.rms_norm(x, w[p + "ffn_norm"], eps))
-            x = x + q8(ref_model.silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+            x = x + _linear(
+                q8(ref_model.silu(_linear(h, w[p + "w_gate"])) * _linear(h, w[p + "w_up"])), w[p + "w_down"]
+            )
         rows = np.asarray(logits_rows, dtype=np.int64)
-        return (q8(ref_model.rms_norm(x[rows], w["output_norm"], eps)) @ w["output"].T).astype(np.float32)
+        return _linear(q8(ref_model.rms_norm(x[rows], w["output_norm"], eps)), w["output"]).astype(np.float32)
+
+
+def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """x [m, k] times weight [n, k] transposed. einsum's own loop rather than BLAS: each output is
+    one dot product in a fixed order, so a row's result does not depend on the batch around it, and
+    a multi-threaded BLAS on few rows is slow on a busy machine (threads spin for cores)."""
+    return np.einsum("ij,kj->ik", x, weight)
 
 
 def _paged_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray) -> np.ndarray:
