@@ -108,51 +108,35 @@ inline F64x8 load_z(const float* x, int i, double m, double inv_t) {
   return (__builtin_convertvector(v, F64x8) - m) * inv_t;
 }
 
-// Top-p's histogram of the weights by their float64 bits: the bits of positive doubles grow with
-// the value, so (bits(1.0) - bits(w)) >> 50 is a quarter-octave bucket that falls as w grows.
-// k_hist_copies interleaved copies break the add chains on a busy bucket.
-constexpr int k_buckets = 512, k_hist_copies = 4;
-constexpr int64_t k_one_bits = 0x3FF0000000000000;  // bits of 1.0, the largest weight
-constexpr int k_bucket_shift = 50;
-
-// Blocks of 64 weights all below hist_floor are left out of the histogram (most of a peaked row):
-// leaving mass out can only move the cut later, never cut off a token the walk needs.
-constexpr int k_hist_block = 64;
-
-void add_to_histogram(const double* w, int n, double* hist) {
-  for (int j = 0; j < n; ++j) {
-    const int64_t b = (k_one_bits - std::bit_cast<int64_t>(w[j])) >> k_bucket_shift;
-    const int bucket = b < 0 ? 0 : (b > k_buckets - 1 ? k_buckets - 1 : int(b));
-    hist[(j % k_hist_copies) * k_buckets + bucket] += w[j];
-  }
-}
+// Top-p's coarse search: the mass of the weights at or above each of these bounds (the largest
+// weight is 1), summed along with the weights themselves.
+constexpr int k_n_bounds = 6;
+constexpr double k_bounds[k_n_bounds] = {0x1.0p-3, 0x1.0p-6, 0x1.0p-9, 0x1.0p-12, 0x1.0p-16, 0x1.0p-20};
 
 // Weights w_i = exp_ref((x_i - m) * inv_t), zeroed below min_p, over the ids [0, n) of one row, and
 // their sum in the documented chunk/lane order (one F64x8 accumulator per chunk is exactly
 // "lane = id % 8"; a short last group adds +0.0 to the missing lanes, which changes nothing).
-// w (optional) receives the weights, chunk_sums each chunk's sum. With with_hist (w needed), hist
-// ([k_hist_copies][k_buckets], zeroed by the caller) receives top-p's weight histogram.
-template <bool with_hist>
+// w (optional) receives the weights, chunk_sums each chunk's sum; with with_bounds, mass_above[b]
+// the mass of the weights >= k_bounds[b] (in no documented order: only an estimate).
+template <bool with_bounds>
 double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
-                       double* chunk_sums, double* hist, double hist_floor) {
+                       double* chunk_sums, double* mass_above) {
   double total = 0.0;
+  F64x8 above[k_n_bounds] = {};
+  auto add_above = [&](F64x8 e) {
+    for (int b = 0; b < k_n_bounds; ++b) above[b] += e >= k_bounds[b] ? e : F64x8{};
+  };
   const int n_chunks = (n + k_chunk - 1) / k_chunk;
   for (int c = 0; c < n_chunks; ++c) {
     const int begin = c * k_chunk, end = std::min(begin + k_chunk, n);
     F64x8 lanes = {};
     int i = begin;
-    while (i + k_lanes <= end) {
-      const int block_begin = i, block_end = std::min(i + k_hist_block, end);
-      F64x8 block_max = {};
-      for (; i + k_lanes <= block_end; i += k_lanes) {
-        F64x8 e = exp8(load_z(x, i, m, inv_t));
-        e = e >= min_p ? e : F64x8{};
-        if (w != nullptr) std::memcpy(w + i, &e, sizeof(e));
-        if constexpr (with_hist) block_max = e > block_max ? e : block_max;
-        lanes += e;
-      }
-      if constexpr (with_hist)
-        if (any_at_least(block_max, hist_floor)) add_to_histogram(w + block_begin, i - block_begin, hist);
+    for (; i + k_lanes <= end; i += k_lanes) {
+      F64x8 e = exp8(load_z(x, i, m, inv_t));
+      e = e >= min_p ? e : F64x8{};
+      if (w != nullptr) std::memcpy(w + i, &e, sizeof(e));
+      if constexpr (with_bounds) add_above(e);
+      lanes += e;
     }
     if (i < end) {
       float tail[k_lanes];
@@ -161,7 +145,7 @@ double weights_and_sum(const float* x, int n, double m, double inv_t, double min
       e = e >= min_p ? e : F64x8{};
       if (w != nullptr)
         for (int j = 0; i + j < end; ++j) w[i + j] = e[j];
-      if constexpr (with_hist) add_to_histogram(w + i, end - i, hist);
+      if constexpr (with_bounds) add_above(e);
       lanes += e;
     }
     double s = lanes[0];
@@ -169,12 +153,17 @@ double weights_and_sum(const float* x, int n, double m, double inv_t, double min
     chunk_sums[c] = s;
     total += s;
   }
+  if constexpr (with_bounds)
+    for (int b = 0; b < k_n_bounds; ++b) {
+      mass_above[b] = 0.0;
+      for (int j = 0; j < k_lanes; ++j) mass_above[b] += above[b][j];
+    }
   return total;
 }
 
 double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
                        double* chunk_sums) {
-  return weights_and_sum<false>(x, n, m, inv_t, min_p, w, chunk_sums, nullptr, 0.0);
+  return weights_and_sum<false>(x, n, m, inv_t, min_p, w, chunk_sums, nullptr);
 }
 
 // Inverse CDF over the whole vocabulary, in the order weights_and_sum used.
@@ -368,45 +357,96 @@ inline uint64_t order_key(float x, int32_t id) {
   return (uint64_t(~ascending) << 32) | uint32_t(id);
 }
 
+// Sorts keys (order_key) ascending. They arrive in ascending id order, so a stable radix sort on
+// the value half (4 passes of 8 bits; a pass whose digit is the same everywhere is skipped) gives
+// the full order. tmp holds n keys.
+void sort_keys(uint64_t* keys, uint64_t* tmp, int n) {
+  if (n <= 64) {
+    std::sort(keys, keys + n);
+    return;
+  }
+  uint64_t *src = keys, *dst = tmp;
+  for (int shift = 32; shift < 64; shift += 8) {
+    int start[257] = {};
+    for (int i = 0; i < n; ++i) ++start[((src[i] >> shift) & 255) + 1];
+    if (start[((src[0] >> shift) & 255) + 1] == n) continue;
+    for (int d = 0; d < 256; ++d) start[d + 1] += start[d];
+    for (int i = 0; i < n; ++i) dst[start[(src[i] >> shift) & 255]++] = src[i];
+    std::swap(src, dst);
+  }
+  if (src != keys) std::copy(src, src + n, keys);
+}
+
+// Top-p's fine search: a histogram of the candidates' weights by their float64 bits. The bits of
+// positive doubles grow with the value, so (bits(1.0) - bits(w)) >> 50 is a quarter-octave bucket
+// that falls as w grows.
+constexpr int k_buckets = 512;
+constexpr int64_t k_one_bits = 0x3FF0000000000000;  // bits of 1.0, the largest weight
+constexpr int k_bucket_shift = 50;
+
+inline int bucket_of(double w) {
+  const int64_t b = (k_one_bits - std::bit_cast<int64_t>(w)) >> k_bucket_shift;
+  return b < 0 ? 0 : (b > k_buckets - 1 ? k_buckets - 1 : int(b));
+}
+
 // Top-p over the whole vocabulary without sorting it. Weights grow with x, so every set
-// {w > bound} is a prefix of the (x desc, id asc) order, ties included. The histogram (from
-// weights_and_sum) gives the bound where the mass passes the threshold; only the tokens above it
-// are collected (a vectorised test skips blocks of 16 below it), sorted and walked. The walk is
-// the same as over the fully sorted vocabulary; -1 if it ran off the end of the prefix (the
-// histogram's sums are rounded differently, hence the small margin).
-int top_p_prefix(const float* x, const double* w, const double* hist, int vocab, double threshold, int32_t* ids,
-                 SamplerScratch& s) {
-  double mass = 0.0;
-  int cut = k_buckets - 1;
-  for (int b = 0; b < k_buckets; ++b) {
-    for (int c = 0; c < k_hist_copies; ++c) mass += hist[c * k_buckets + b];
-    if (mass >= threshold * (1.0 + 1e-9)) {
-      cut = b;
+// {w >= bound} is a prefix of the (x desc, id asc) order, ties included. The coarse masses from
+// weights_and_sum give a bound whose set holds the threshold's mass; its ids are collected (a
+// vectorised test skips blocks of 16 below it), a histogram of just those finds a tighter cut, and
+// only the tokens above the cut are sorted and walked. The walk is the same as over the fully
+// sorted vocabulary; -1 if it ran off the end of the prefix (the estimates are rounded
+// differently from the walk, hence the small margin).
+int top_p_prefix(const float* x, const double* w, const double* mass_above, int vocab, double threshold,
+                 int32_t* ids, SamplerScratch& s) {
+  const double target = threshold * (1.0 + 1e-9);
+  double lower = 0.0;  // 0: every id
+  for (int b = 0; b < k_n_bounds; ++b)
+    if (mass_above[b] >= target) {
+      lower = k_bounds[b];
       break;
     }
-  }
-  uint64_t* keys = s.keys.data();
-  int size = 0;
-  if (cut == k_buckets - 1) {
-    for (int i = 0; i < vocab; ++i) keys[size++] = order_key(x[i], i);
+  int32_t* found = s.found.data();
+  int n_found = 0;
+  if (lower == 0.0) {
+    for (int i = 0; i < vocab; ++i) found[i] = i;
+    n_found = vocab;
   } else {
-    // bucket(w) <= cut  <=>  bits(w) > bits(1.0) - ((cut + 1) << 50)
-    const double bound = std::bit_cast<double>(k_one_bits - (int64_t(cut + 1) << k_bucket_shift));
     constexpr int k_block = 16;
     int i = 0;
     for (; i + k_block <= vocab; i += k_block) {
       F64x8 a, b;
       std::memcpy(&a, w + i, sizeof(a));
       std::memcpy(&b, w + i + 8, sizeof(b));
-      a = b > a ? b : a;
-      if (!any_at_least(a, bound)) continue;  // >= : a superset of the blocks with some w > bound
-      for (int j = i; j < i + k_block; ++j)
-        if (w[j] > bound) keys[size++] = order_key(x[j], j);
+      if (!any_at_least(b > a ? b : a, lower)) continue;
+      for (int j = i; j < i + k_block; ++j) {
+        found[n_found] = j;
+        n_found += w[j] >= lower;
+      }
     }
-    for (; i < vocab; ++i)
-      if (w[i] > bound) keys[size++] = order_key(x[i], i);
+    for (; i < vocab; ++i) {
+      found[n_found] = i;
+      n_found += w[i] >= lower;
+    }
   }
-  std::sort(keys, keys + size);
+  double hist[k_buckets] = {};
+  for (int j = 0; j < n_found; ++j) hist[bucket_of(w[found[j]])] += w[found[j]];
+  double mass = 0.0;
+  int cut = k_buckets - 1;
+  for (int b = 0; b < k_buckets; ++b) {
+    mass += hist[b];
+    if (mass >= target) {
+      cut = b;
+      break;
+    }
+  }
+  uint64_t* keys = s.keys.data();
+  int size = 0;
+  for (int j = 0; j < n_found; ++j) {
+    const int32_t id = found[j];
+    keys[size] = order_key(x[id], id);
+    size += bucket_of(w[id]) <= cut;
+  }
+  sort_keys(keys, keys + vocab, size);
   double before = 0.0;
   int kept = 0;
   while (kept < size && before < threshold) {
@@ -426,8 +466,8 @@ void ensure_scratch(std::vector<SamplerScratch>& all, int vocab) {
     s.chunk_sums.resize(vocab / k_chunk + 1);
     s.candidates.resize(vocab);
     s.candidate_weights.resize(vocab);
-    s.keys.resize(vocab);
-    s.histogram.resize(k_hist_copies * k_buckets);
+    s.keys.resize(2 * size_t(vocab));  // the keys and the radix sort's buffer
+    s.found.resize(vocab + 1);  // + 1: the branch-free compaction writes one past the last hit
     s.pairs.reserve(vocab);
     s.counts.assign(vocab, 0);
     s.seen.assign(vocab, 0);
@@ -523,14 +563,10 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
         n_list = kept;
       }
     } else if (p.top_p < 1.0) {
-      double* hist = s.histogram.data();
-      std::fill(hist, hist + k_hist_copies * k_buckets, 0.0);
-      // Blocks below the floor hold under vocab * floor = (1 - top_p) / 2 of the mass (total >= 1,
-      // the largest weight), so the histogram still reaches the threshold and finds the cut.
-      const double hist_floor = 0.5 * (1.0 - p.top_p) / vocab;
+      double mass_above[k_n_bounds];
       const double threshold =
-          p.top_p * weights_and_sum<true>(x, vocab, m, inv_t, 0.0, w, s.chunk_sums.data(), hist, hist_floor);
-      n_list = top_p_prefix(x, w, hist, vocab, threshold, ids, s);
+          p.top_p * weights_and_sum<true>(x, vocab, m, inv_t, 0.0, w, s.chunk_sums.data(), mass_above);
+      n_list = top_p_prefix(x, w, mass_above, vocab, threshold, ids, s);
       if (n_list < 0) {  // the cut was too tight (rounding): select progressively
         for (int size = 64;; size = std::min(vocab, size * 4)) {
           size = std::min(size, vocab);

@@ -83,7 +83,7 @@ struct SamplerScratch {
   std::vector<int32_t> candidates;                 // candidate ids, in the draw order
   std::vector<double> candidate_weights;           // their weights
   std::vector<std::pair<float, int32_t>> pairs;    // for nth_element on large selections
-  std::vector<double> histogram;                   // top-p: weight histogram
+  std::vector<int32_t> found;                      // top-p: ids above a weight bound
   std::vector<uint64_t> keys;                      // top-p: (x desc, id asc) sort keys
   std::vector<int32_t> counts;                     // output token counts (kept all zero)
   std::vector<uint32_t> seen;                      // stamp per id for distinct tokens
