@@ -31,6 +31,9 @@ OSSA_DECLARE(scheduler)
 #ifdef OSSA_WITH_ENGINE
 OSSA_DECLARE(engine)
 #endif
+#ifdef OSSA_WITH_BENCH
+OSSA_DECLARE(bench)
+#endif
 
 NB_MODULE(_core, m) {
   m.doc() = "ossa's C++ core (private; use the ossa package)";
@@ -58,5 +61,8 @@ NB_MODULE(_core, m) {
 #endif
 #ifdef OSSA_WITH_ENGINE
   bind_engine(m);
+#endif
+#ifdef OSSA_WITH_BENCH
+  bind_bench(m);
 #endif
 }
