@@ -611,7 +611,7 @@ void for_each_row(std::vector<SamplerScratch>& scratch, int n_rows, RowFn&& fn) 
     s.error = nullptr;
     s.error_row = -1;
   }
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (n_rows > 1)
   for (int r = 0; r < n_rows; ++r) {
     SamplerScratch& s = scratch[omp_get_thread_num()];
     try {
