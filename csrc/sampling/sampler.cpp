@@ -11,8 +11,14 @@
 
 #include <omp.h>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
+#endif
+
+// The 64-byte vector types below pass by value between functions of this file only (internal
+// linkage), so GCC's note that their ABI differs without AVX-512 concerns nobody.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
 #include <algorithm>
@@ -34,16 +40,23 @@ constexpr int k_lanes = 8;     // lanes per chunk: lane = id % 8
 constexpr double k_greedy_temperature = 1e-5;
 constexpr int k_buffer_select_max = 256;  // above this, selection uses nth_element
 
-// GCC/Clang vector types: the compiler lowers them to one AVX-512 register, two AVX2 registers or
-// plain scalar code, so one source serves -march=native, -DOSSA_PORTABLE=ON and anything else.
-// A running scalar max or sum is a serial chain the compiler may not reorder (no -ffast-math);
-// these make the lane order explicit, and it is the order the twin reproduces.
-using F32x8 = float __attribute__((vector_size(32)));
-using F32x16 = float __attribute__((vector_size(64)));
-using I32x16 = int32_t __attribute__((vector_size(64)));
-using F64x8 = double __attribute__((vector_size(64)));
-using I64x8 = int64_t __attribute__((vector_size(64)));
-static_assert(k_lanes == 8, "one F64x8 holds the 8 lanes of a chunk sum");
+// GCC/Clang vector types of the machine's native width (64 bytes with AVX-512, else 32: wider
+// generic vectors are split badly on AVX2), so one source serves -march=native, -DOSSA_PORTABLE=ON
+// and anything else. A running scalar max or sum is a serial chain the compiler may not reorder
+// (no -ffast-math); these make the lane order explicit, and it is the order the twin reproduces.
+#if defined(__AVX512F__)
+constexpr int k_width = 8;  // doubles per vector
+#else
+constexpr int k_width = 4;
+#endif
+using F32h = float __attribute__((vector_size(4 * k_width)));  // k_width floats
+using F32v = float __attribute__((vector_size(8 * k_width)));  // 2 * k_width floats
+using I32v = int32_t __attribute__((vector_size(8 * k_width)));
+using F64v = double __attribute__((vector_size(8 * k_width)));
+using I64v = int64_t __attribute__((vector_size(8 * k_width)));
+constexpr int k_f32_width = 2 * k_width;
+constexpr int k_vectors_per_group = k_lanes / k_width;  // a chunk's 8 lanes are these vectors
+static_assert(k_lanes % k_width == 0);
 
 // exp(z) for z <= 0: z = k ln2 + r (Cody-Waite), Taylor polynomial of degree 8 on |r| <= ln2 / 2
 // (relative error < 3e-10, far below the float32 results), times 2^k built from its bits. Plain
@@ -66,46 +79,43 @@ inline double exp_one(double z) {
   return z < -708.0 ? 0.0 : p * scale;
 }
 
-// exp_one on 8 lanes, bitwise the same per lane. The integer k is read from the bits of
+// exp_one on each lane, bitwise the same. The integer k is read from the bits of
 // t + shifter (1.5 * 2^52 + k, exact), which needs no float-to-int64 conversion (AVX2 has none).
-inline F64x8 exp8(F64x8 z) {
-  const F64x8 lo = F64x8{} - 708.0;
-  const F64x8 zc = z < lo ? lo : z;
-  const F64x8 t = zc * k_log2e;
-  const F64x8 shifted = t + k_shifter;
-  const F64x8 k = shifted - k_shifter;
-  const F64x8 r = (zc - k * k_ln2_hi) - k * k_ln2_lo;
-  F64x8 p = F64x8{} + k_exp_c[8];
+inline F64v exp_v(F64v z) {
+  const F64v lo = F64v{} - 708.0;
+  const F64v zc = z < lo ? lo : z;
+  const F64v t = zc * k_log2e;
+  const F64v shifted = t + k_shifter;
+  const F64v k = shifted - k_shifter;
+  const F64v r = (zc - k * k_ln2_hi) - k * k_ln2_lo;
+  F64v p = F64v{} + k_exp_c[8];
   for (int j = 7; j >= 0; --j) p = p * r + k_exp_c[j];
-  I64x8 bits;
+  I64v bits;
   std::memcpy(&bits, &shifted, sizeof(bits));
   bits = (bits - (std::bit_cast<int64_t>(k_shifter) - 1023)) << 52;
-  F64x8 scale;
+  F64v scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  const F64x8 e = p * scale;
-  return z < lo ? F64x8{} : e;
+  const F64v e = p * scale;
+  return z < lo ? F64v{} : e;
 }
 
 // Whether some lane of v is >= bound (v holds no NaN): one mask test where the ISA has it.
-inline bool any_at_least(F64x8 v, double bound) {
+inline bool any_at_least(F64v v, double bound) {
 #if defined(__AVX512F__)
   return _mm512_cmp_pd_mask(reinterpret_cast<__m512d>(v), _mm512_set1_pd(bound), _CMP_GE_OQ) != 0;
-#elif defined(__AVX2__)
-  const __m256d b = _mm256_set1_pd(bound);
-  const __m256d lo = _mm256_cmp_pd(_mm256_setr_pd(v[0], v[1], v[2], v[3]), b, _CMP_GE_OQ);
-  const __m256d hi = _mm256_cmp_pd(_mm256_setr_pd(v[4], v[5], v[6], v[7]), b, _CMP_GE_OQ);
-  return _mm256_movemask_pd(_mm256_or_pd(lo, hi)) != 0;
+#elif defined(__AVX__)
+  return _mm256_movemask_pd(_mm256_cmp_pd(reinterpret_cast<__m256d>(v), _mm256_set1_pd(bound), _CMP_GE_OQ)) != 0;
 #else
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < k_width; ++j)
     if (v[j] >= bound) return true;
   return false;
 #endif
 }
 
-inline F64x8 load_z(const float* x, int i, double m, double inv_t) {
-  F32x8 v;
+inline F64v load_z(const float* x, int i, double m, double inv_t) {
+  F32h v;
   std::memcpy(&v, x + i, sizeof(v));
-  return (__builtin_convertvector(v, F64x8) - m) * inv_t;
+  return (__builtin_convertvector(v, F64v) - m) * inv_t;
 }
 
 // Top-p's coarse search: the mass of the weights at or above each of these bounds (the largest
@@ -114,49 +124,49 @@ constexpr int k_n_bounds = 6;
 constexpr double k_bounds[k_n_bounds] = {0x1.0p-3, 0x1.0p-6, 0x1.0p-9, 0x1.0p-12, 0x1.0p-16, 0x1.0p-20};
 
 // Weights w_i = exp_ref((x_i - m) * inv_t), zeroed below min_p, over the ids [0, n) of one row, and
-// their sum in the documented chunk/lane order (one F64x8 accumulator per chunk is exactly
-// "lane = id % 8"; a short last group adds +0.0 to the missing lanes, which changes nothing).
+// their sum in the documented chunk/lane order (8 / k_width vector accumulators per chunk are
+// exactly "lane = id % 8"; a short last group adds +0.0 to the missing lanes, changing nothing).
 // w (optional) receives the weights, chunk_sums each chunk's sum; with with_bounds, mass_above[b]
 // the mass of the weights >= k_bounds[b] (in no documented order: only an estimate).
 template <bool with_bounds>
 double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
                        double* chunk_sums, double* mass_above) {
   double total = 0.0;
-  F64x8 above[k_n_bounds] = {};
-  auto add_above = [&](F64x8 e) {
-    for (int b = 0; b < k_n_bounds; ++b) above[b] += e >= k_bounds[b] ? e : F64x8{};
+  F64v above[k_n_bounds] = {};
+  // One group of 8 ids: weights, optional store, the chunk's lanes, the bound masses.
+  auto group = [&](const float* xs, F64v* lanes, double* w_out) {
+    for (int h = 0; h < k_vectors_per_group; ++h) {
+      F64v e = exp_v(load_z(xs, h * k_width, m, inv_t));
+      e = e >= min_p ? e : F64v{};
+      if (w_out != nullptr) std::memcpy(w_out + h * k_width, &e, sizeof(e));
+      if constexpr (with_bounds)
+        for (int b = 0; b < k_n_bounds; ++b) above[b] += e >= k_bounds[b] ? e : F64v{};
+      lanes[h] += e;
+    }
   };
   const int n_chunks = (n + k_chunk - 1) / k_chunk;
   for (int c = 0; c < n_chunks; ++c) {
     const int begin = c * k_chunk, end = std::min(begin + k_chunk, n);
-    F64x8 lanes = {};
+    F64v lanes[k_vectors_per_group] = {};
     int i = begin;
-    for (; i + k_lanes <= end; i += k_lanes) {
-      F64x8 e = exp8(load_z(x, i, m, inv_t));
-      e = e >= min_p ? e : F64x8{};
-      if (w != nullptr) std::memcpy(w + i, &e, sizeof(e));
-      if constexpr (with_bounds) add_above(e);
-      lanes += e;
-    }
+    for (; i + k_lanes <= end; i += k_lanes) group(x + i, lanes, w != nullptr ? w + i : nullptr);
     if (i < end) {
       float tail[k_lanes];
+      double w_tail[k_lanes];
       for (int j = 0; j < k_lanes; ++j) tail[j] = i + j < end ? x[i + j] : -k_inf;
-      F64x8 e = exp8(load_z(tail, 0, m, inv_t));
-      e = e >= min_p ? e : F64x8{};
+      group(tail, lanes, w_tail);
       if (w != nullptr)
-        for (int j = 0; i + j < end; ++j) w[i + j] = e[j];
-      if constexpr (with_bounds) add_above(e);
-      lanes += e;
+        for (int j = 0; i + j < end; ++j) w[i + j] = w_tail[j];
     }
-    double s = lanes[0];
-    for (int j = 1; j < k_lanes; ++j) s += lanes[j];
+    double s = lanes[0][0];
+    for (int j = 1; j < k_lanes; ++j) s += lanes[j / k_width][j % k_width];
     chunk_sums[c] = s;
     total += s;
   }
   if constexpr (with_bounds)
     for (int b = 0; b < k_n_bounds; ++b) {
       mass_above[b] = 0.0;
-      for (int j = 0; j < k_lanes; ++j) mass_above[b] += above[b][j];
+      for (int j = 0; j < k_width; ++j) mass_above[b] += above[b][j];
     }
   return total;
 }
@@ -214,9 +224,9 @@ int32_t draw_list(const int32_t* ids, const double* w, int n, double u) {
   return -1;
 }
 
-inline float horizontal_max(F32x16 v) {
+inline float horizontal_max(F32v v) {
   float m = v[0];
-  for (int j = 1; j < 16; ++j) m = v[j] > m ? v[j] : m;
+  for (int j = 1; j < k_f32_width; ++j) m = v[j] > m ? v[j] : m;
   return m;
 }
 
@@ -243,9 +253,9 @@ void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pai
     int i = 0;
     for (; i + k_block <= n; i += k_block) {
       if (size == k) {
-        F32x16 a, b;
+        F32v a, b;
         std::memcpy(&a, v + i, sizeof(a));
-        for (int q = 16; q < k_block; q += 16) {
+        for (int q = k_f32_width; q < k_block; q += k_f32_width) {
           std::memcpy(&b, v + i + q, sizeof(b));
           a = b > a ? b : a;
         }
@@ -266,7 +276,7 @@ void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pai
   for (int j = 0; j < k; ++j) ids[j] = pairs[j].second;
 }
 
-// The largest value and its lowest id, in one pass over 16 lanes (each lane keeps its first
+// The largest value and its lowest id, in one pass over 2 * k_width lanes (each lane keeps its first
 // maximum; lanes are combined by (value desc, id asc)). `bad`: some entry was NaN or +inf.
 struct ArgMax {
   float value = -k_inf;
@@ -275,24 +285,25 @@ struct ArgMax {
 };
 
 ArgMax lane_argmax(const float* x, int n) {
-  const F32x16 inf = F32x16{} + k_inf;
-  F32x16 acc = -inf;
-  I32x16 at = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  I32x16 index = at;
-  I32x16 flags = {};
+  const F32v inf = F32v{} + k_inf;
+  F32v acc = -inf;
+  I32v at;
+  for (int j = 0; j < k_f32_width; ++j) at[j] = j;
+  I32v index = at;
+  I32v flags = {};
   int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    F32x16 v;
+  for (; i + k_f32_width <= n; i += k_f32_width) {
+    F32v v;
     std::memcpy(&v, x + i, sizeof(v));
-    const I32x16 better = v > acc;
+    const I32v better = v > acc;
     acc = better ? v : acc;
     at = better ? index : at;
-    index += 16;
+    index += k_f32_width;
     flags |= ~(v < inf);
   }
   ArgMax best;
   int bad = 0;
-  for (int j = 0; j < 16 && i >= 16; ++j) {
+  for (int j = 0; j < k_f32_width && i >= k_f32_width; ++j) {
     if (acc[j] > best.value || (acc[j] == best.value && at[j] < best.index) || best.index < 0) {
       best.value = acc[j];
       best.index = at[j];
@@ -414,10 +425,13 @@ int top_p_prefix(const float* x, const double* w, const double* mass_above, int 
     constexpr int k_block = 16;
     int i = 0;
     for (; i + k_block <= vocab; i += k_block) {
-      F64x8 a, b;
+      F64v a, b;
       std::memcpy(&a, w + i, sizeof(a));
-      std::memcpy(&b, w + i + 8, sizeof(b));
-      if (!any_at_least(b > a ? b : a, lower)) continue;
+      for (int q = k_width; q < k_block; q += k_width) {
+        std::memcpy(&b, w + i + q, sizeof(b));
+        a = b > a ? b : a;
+      }
+      if (!any_at_least(a, lower)) continue;
       for (int j = i; j < i + k_block; ++j) {
         found[n_found] = j;
         n_found += w[j] >= lower;
@@ -642,10 +656,10 @@ void check_shape(int n_rows, int vocab, size_t n_in, size_t n_out) {
 
 void exp_ref(const double* z, double* out, int n) {
   int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    F64x8 v;
+  for (; i + k_width <= n; i += k_width) {
+    F64v v;
     std::memcpy(&v, z + i, sizeof(v));
-    v = exp8(v);
+    v = exp_v(v);
     std::memcpy(out + i, &v, sizeof(v));
   }
   for (; i < n; ++i) out[i] = exp_one(z[i]);
