@@ -291,8 +291,6 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
   update_owed_ = &so;
   for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
 
-  // Rows whose logits we need: the sampling rows, plus prompt positions of requests that asked for
-  // prompt logprobs (then the batch is copied with the extra rows; rare).
   bool want_prompt_lp = false;
   const double now = now_seconds();
   for (const ScheduledSeq& s : so.seqs) {
@@ -304,21 +302,23 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
     }
     if (r.params.prompt_logprobs >= 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
       want_prompt_lp = true;
-    if (r.params.prompt_logprobs < 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
-      stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
-    else if (s.num_computed < static_cast<int32_t>(r.prompt.size()))
+    if (s.num_computed < static_cast<int32_t>(r.prompt.size()))
       stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
   }
+  // The forward's logits rows: each sampling row once (a forking sequence owns n equal sampling
+  // rows but the runner wants strictly ascending rows), plus, for requests that asked for prompt
+  // logprobs, their prompt positions. sample_src_[i]: the forward row sampling row i reads;
+  // prompt_row_of_[j]: (request key, prompt position) of forward row j, or (-1, -1).
+  bool has_fork = false;
+  for (const ScheduledSeq& s : so.seqs) has_fork = has_fork || s.num_samples > 1;
+  const bool remap = want_prompt_lp || has_fork;
   const Batch* batch = &so.batch;
-  // For each logits row of the forward: the index of the sampling row it serves (-1: a prompt
-  // logprob row) and, for prompt rows, (request key, position).
-  std::vector<int32_t> sample_row_of;          // only used when want_prompt_lp
-  std::vector<std::pair<int64_t, int32_t>> prompt_row_of;
-  if (want_prompt_lp) {
+  const size_t n_samples = so.batch.logits_rows.size();
+  sample_src_.resize(n_samples);
+  prompt_row_of_.clear();
+  if (remap) {
     batch_ = so.batch;
     batch_.logits_rows.clear();
-    sample_row_of.clear();
-    prompt_row_of.clear();
     size_t next_sample = 0;
     for (size_t si = 0; si < so.seqs.size(); ++si) {
       const ScheduledSeq& s = so.seqs[si];
@@ -330,18 +330,19 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
           const int32_t pos = s.num_computed + j;
           if (pos + 1 >= prompt_len) break;
           batch_.logits_rows.push_back(start + j);
-          sample_row_of.push_back(-1);
-          prompt_row_of.emplace_back(s.request_id, pos + 1);
+          prompt_row_of_.emplace_back(s.request_id, pos + 1);
         }
       }
-      for (int32_t k = 0; k < s.num_samples; ++k) {
+      if (s.num_samples > 0) {
         batch_.logits_rows.push_back(so.batch.logits_rows[next_sample]);
-        sample_row_of.push_back(static_cast<int32_t>(next_sample));
-        prompt_row_of.emplace_back(-1, -1);
-        ++next_sample;
+        prompt_row_of_.emplace_back(-1, -1);
+        for (int32_t k = 0; k < s.num_samples; ++k)
+          sample_src_[next_sample++] = static_cast<int32_t>(batch_.logits_rows.size() - 1);
       }
     }
     batch = &batch_;
+  } else {
+    for (size_t i = 0; i < n_samples; ++i) sample_src_[i] = static_cast<int32_t>(i);
   }
   const size_t n_rows = batch->logits_rows.size();
   if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_)) logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
@@ -356,10 +357,8 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
   stats_.time_forward += t2 - t1;
 
   // Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
-  const size_t n_samples = so.batch.logits_rows.size();
   rows_.resize(n_samples);
   results_.resize(n_samples);
-  std::vector<const float*> row_ptr(n_samples);
   std::vector<std::pair<int64_t, int32_t>> row_child(n_samples);
   {
     size_t next = 0;
@@ -379,23 +378,22 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
       }
     }
   }
-  // Gather the sampling rows contiguously when prompt rows are interleaved.
+  // Gather the sampling rows contiguously when the forward's rows differ from them.
   const float* sample_logits = logits_.data();
-  std::vector<float> gathered;
-  if (want_prompt_lp) {
-    gathered.resize(n_samples * static_cast<size_t>(n_vocab_));
-    for (size_t i = 0; i < n_rows; ++i)
-      if (sample_row_of[i] >= 0)
-        std::copy_n(logits_.data() + i * n_vocab_, n_vocab_, gathered.data() + sample_row_of[i] * static_cast<size_t>(n_vocab_));
-    sample_logits = gathered.data();
+  if (remap) {
+    gathered_.resize(n_samples * static_cast<size_t>(n_vocab_));
+    for (size_t i = 0; i < n_samples; ++i)
+      std::copy_n(logits_.data() + static_cast<size_t>(sample_src_[i]) * n_vocab_, n_vocab_,
+                  gathered_.data() + i * static_cast<size_t>(n_vocab_));
+    sample_logits = gathered_.data();
   }
   try {
     sampler_.sample(sample_logits, static_cast<int>(n_samples), n_vocab_, rows_, results_);
     if (want_prompt_lp) {
       // Prompt logprobs: the logprob of prompt token pos at the row before it.
       for (size_t i = 0; i < n_rows; ++i) {
-        if (sample_row_of[i] >= 0) continue;
-        auto [key, pos] = prompt_row_of[i];
+        auto [key, pos] = prompt_row_of_[i];
+        if (key < 0) continue;
         RequestState& r = *requests_.at(key);
         if (pos < r.prompt_lp_next) continue;  // recomputed after a preemption
         const float* row = logits_.data() + i * n_vocab_;

@@ -180,6 +180,9 @@ class Engine {
   std::unordered_map<std::string, int64_t> keys_;
   std::vector<int64_t> touched_;
   std::vector<float> logits_;
+  std::vector<float> gathered_;  // sampling rows, when the forward's rows are not exactly them
+  std::vector<int32_t> sample_src_;
+  std::vector<std::pair<int64_t, int32_t>> prompt_row_of_;
   Batch batch_;  // a copy of the scheduled batch when prompt logprobs add rows
   std::vector<RowInput> rows_;
   std::vector<SampleResult> results_;

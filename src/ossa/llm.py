@@ -282,6 +282,12 @@ class LLM:
         )
 
     def _tokenize_prompt(self, p: PromptType) -> tuple[str | None, list[int]]:
+        text, ids = self._tokenize_prompt_unchecked(p)
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        return text, ids
+
+    def _tokenize_prompt_unchecked(self, p: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(p, str):
             return p, self.tokenizer.encode(p, add_special_tokens=True)
         if isinstance(p, dict):
