@@ -1,0 +1,305 @@
+"""The OpenAI-compatible server against the official ``openai`` client (and httpx for raw SSE).
+
+One server per module: uvicorn in a background thread on a free loopback port, the default model,
+a small KV cache. Outputs are checked against each other (stream == non-stream, concurrent == solo,
+seed == seed) and against the engine's own counters in /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+MODEL = "smol"
+
+
+class ServerThread:
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(60)
+
+
+@pytest.fixture(scope="module")
+def server(default_model_path: str) -> Iterator[ServerThread]:
+    from ossa.async_engine import AsyncEngine
+    from ossa.server.app import create_app
+
+    engine = AsyncEngine.from_model(
+        default_model_path, kv_cache_memory_bytes=64 << 20, max_num_seqs=64, max_num_batched_tokens=512
+    )
+    with ServerThread(create_app(engine, served_model_name=MODEL)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def metrics(server: ServerThread) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith("ossa:") and "{" in line:
+            name, value = line.rsplit(" ", 1)
+            out[name.split("{")[0]] = float(value)
+    return out
+
+
+def wait_idle(server: ServerThread, timeout_s: float = 60) -> dict[str, float]:
+    """Polls /metrics until nothing runs or waits (a deadline against hangs, not a timing check)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        m = metrics(server)
+        if m["ossa:num_requests_running"] == 0 and m["ossa:num_requests_waiting"] == 0:
+            return m
+        assert time.monotonic() < deadline, f"requests still active: {m}"
+        time.sleep(0.05)
+
+
+def test_models_health_version_tokenize(server: ServerThread, client: openai.OpenAI) -> None:
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    assert httpx.get(server.url + "/health").status_code == 200
+    from ossa import __version__
+
+    assert httpx.get(server.url + "/version").json() == {"version": __version__}
+    tok = httpx.post(server.url + "/tokenize", json={"prompt": "Hello world"}).json()
+    assert tok["count"] == len(tok["tokens"]) > 0
+    detok = httpx.post(server.url + "/detokenize", json={"tokens": tok["tokens"]}).json()
+    assert detok["prompt"].endswith("Hello world")
+
+
+def test_completion_stream_equals_non_stream(server: ServerThread, client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = dict(
+        model=MODEL, prompt="The capital of France is", max_tokens=12, temperature=0.8, seed=7
+    )
+    full = client.completions.create(**kw)
+    text = full.choices[0].text
+    assert text and full.choices[0].finish_reason in ("length", "stop")
+    chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.model_dump() == full.usage.model_dump()
+    # usage is exact: the prompt's token count as /tokenize sees it, and one count per generated token
+    n_prompt = httpx.post(server.url + "/tokenize", json={"prompt": kw["prompt"]}).json()["count"]
+    assert full.usage.prompt_tokens == n_prompt
+    if full.choices[0].finish_reason == "length":
+        assert full.usage.completion_tokens == 12
+    assert full.usage.total_tokens == n_prompt + full.usage.completion_tokens
+    # the same seed reproduces the text
+    assert client.completions.create(**kw).choices[0].text == text
+
+
+def test_chat_stream_equals_non_stream(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = dict(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name a color."}],
+        max_tokens=10,
+        temperature=0.7,
+        seed=3,
+    )
+    full = client.chat.completions.create(**kw)
+    msg = full.choices[0].message
+    assert msg.role == "assistant" and msg.content
+    chunks = list(client.chat.completions.create(**kw, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == msg.content
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    assert full.usage.completion_tokens <= 10
+    # max_completion_tokens is the newer name of max_tokens
+    again = client.chat.completions.create(
+        model=MODEL, messages=kw["messages"], max_completion_tokens=10, temperature=0.7, seed=3
+    )
+    assert again.choices[0].message.content == msg.content
+
+
+@pytest.mark.xfail(
+    reason="engine bug at the time of writing: n > 1 fails in ModelRunner.forward "
+    "('logits_rows must be ascending token indices'); the server answers it with a 500",
+    strict=False,
+)
+def test_n_and_multiple_prompts(client: openai.OpenAI) -> None:
+    r = client.completions.create(
+        model=MODEL, prompt=["Once upon a time", "1, 2, 3,"], n=3, max_tokens=5, temperature=1.0, seed=11
+    )
+    assert [c.index for c in r.choices] == list(range(6))
+    assert all(c.text for c in r.choices)
+    if all(c.finish_reason == "length" for c in r.choices):
+        assert r.usage.completion_tokens == 30
+    assert r.usage.completion_tokens <= 30
+    # streamed choices are told apart by index and match the non-streamed ones
+    stream = list(
+        client.completions.create(
+            model=MODEL, prompt="Once upon a time", n=3, max_tokens=5, temperature=1.0, seed=11, stream=True
+        )
+    )
+    texts = [
+        "".join(c.choices[0].text for c in stream if c.choices and c.choices[0].index == i) for i in range(3)
+    ]
+    assert texts == [c.text for c in r.choices[:3]]
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], n=2, max_tokens=4, temperature=1.0, seed=5
+    )
+    assert [c.index for c in chat.choices] == [0, 1]
+
+
+def test_logprobs(client: openai.OpenAI) -> None:
+    r = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=6, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert lp is not None and len(lp.tokens) == len(lp.token_logprobs) == r.usage.completion_tokens
+    assert "".join(lp.tokens) == r.choices[0].text
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert value <= 0 and len(top) >= 1
+        # greedy: the chosen token is the most likely one
+        assert top[tok] == pytest.approx(max(top.values()))
+        assert value == pytest.approx(top[tok])
+    assert lp.text_offset[0] == 0
+    c = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = c.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == c.choices[0].message.content
+    assert all(
+        len(t.top_logprobs) == 2 and t.top_logprobs[0].logprob == pytest.approx(t.logprob) for t in content
+    )
+
+
+def test_stop_strings(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = dict(model=MODEL, prompt="Count: one, two, three,", max_tokens=12, temperature=0)
+    base = client.completions.create(**kw).choices[0].text
+    assert len(base) > 4
+    stop = base[len(base) // 2 : len(base) // 2 + 2]
+    cut = base[: base.index(stop)]
+    r = client.completions.create(**kw, stop=[stop])
+    assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+    streamed = client.completions.create(**kw, stop=stop, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == cut
+
+
+def test_raw_sse_format(server: ServerThread) -> None:
+    body = {
+        "model": MODEL,
+        "prompt": "Hi",
+        "max_tokens": 3,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        raw = r.read().decode()
+    events = [e for e in raw.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    payloads = [json.loads(e[6:]) for e in events[:-1]]
+    assert all(p["object"] == "text_completion" and "usage" in p for p in payloads)
+    assert payloads[-1]["usage"]["completion_tokens"] == 3 and payloads[-1]["choices"] == []
+
+
+def test_errors_are_openai_shaped(server: ServerThread, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="nope", prompt="x", max_tokens=1)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=1, temperature=-1)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=1, top_p=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt=[10**9], max_tokens=1)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="word " * 2000, max_tokens=1)
+    assert "maximum context length" in e.value.message
+    r = httpx.get(server.url + "/v1/nothing")
+    assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    r = httpx.post(
+        server.url + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and "error" in r.json()
+    # still serving
+    assert client.completions.create(model=MODEL, prompt="ok", max_tokens=1).choices[0].text is not None
+
+
+def test_64_concurrent_streams_equal_solo_runs(server: ServerThread, client: openai.OpenAI) -> None:
+    prompts = [f"Item {i}: the" for i in range(64)]
+    kw: dict[str, Any] = dict(model=MODEL, max_tokens=4, temperature=0.9)
+    solo = [client.completions.create(prompt=p, seed=i, **kw).choices[0].text for i, p in enumerate(prompts)]
+
+    async def run() -> list[str]:
+        aclient = openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
+        )
+
+        async def one(i: int) -> str:
+            stream = await aclient.completions.create(prompt=prompts[i], seed=i, stream=True, **kw)
+            return "".join([c.choices[0].text async for c in stream])
+
+        try:
+            return await asyncio.gather(*[one(i) for i in range(64)])
+        finally:
+            await aclient.close()
+
+    assert asyncio.run(run()) == solo
+    m = wait_idle(server)
+    assert m["ossa:kv_cache_usage_perc"] == 0.0
+    assert m["ossa:time_to_first_token_seconds_count"] >= 128
+
+
+def test_disconnect_aborts_and_frees_blocks(server: ServerThread) -> None:
+    before = metrics(server)["ossa:generation_tokens_total"]
+    body = {
+        "model": MODEL,
+        "prompt": "Tell me a long story.",
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    for _ in range(3):
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    break  # one chunk, then drop the connection
+    # a non-streaming client that gives up
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, timeout=1.0)
+    m = wait_idle(server)
+    assert m["ossa:kv_cache_usage_perc"] == 0.0
+    # aborted, not run to the end: 4 x 1000 tokens were asked for
+    assert m["ossa:generation_tokens_total"] - before < 2000
+    assert server.thread.is_alive()
