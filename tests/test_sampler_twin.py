@@ -165,3 +165,44 @@ def test_prompt_logprobs_match() -> None:
         assert np.float32(got[1][r]).tobytes() == np.float32(w.logprob).tobytes()
         assert list(got[2][r, :7]) == w.top_ids
         assert np.array_equal(got[3][r, :7], np.asarray(w.top_logprobs, dtype=np.float32))
+
+
+@pytest.mark.parametrize("scale", [0.05, 0.5, 3.0, 20.0])
+def test_twin_whole_vocab_top_p_paths(scale: float) -> None:
+    """Top-p without top-k over a real vocabulary: candidate sets from a handful to the whole
+    vocabulary (the coarse bounds, the fine histogram, the radix sort of more than 64 keys), with
+    duplicated values and signed zeros at the top so ties must fall back on the lowest id."""
+    g = np.random.default_rng(int(scale * 100))
+    vocab, n = 49152, 16
+    logits = (g.standard_normal((n, vocab)) * scale).astype(np.float32)
+    logits[:, 100:4000:7] = logits[:, 50:51]  # many exact ties of one mid-ranked value
+    logits[::2] -= logits[::2].max(axis=1, keepdims=True)  # the top entries are zeros
+    logits[::2, 9] = 0.0
+    logits[::2, 3] = -0.0
+    logits[::4, 20000:] = -np.inf
+    rows = []
+    for i in range(n):
+        sp = SamplingParams(
+            temperature=float(g.choice([0.3, 1.0, 2.5])),
+            top_p=float(g.choice([0.05, 0.5, 0.9, 0.999, 0.999999])),
+            min_p=float(g.choice([0.0, 0.01])),
+            logprobs=int(g.integers(0, 3)),
+        )
+        rows.append(ref.RowInput(sp.to_reference(), seed=99 + i, step=i))
+    assert_same(logits, rows, [])
+
+
+def test_twin_greedy_ties_and_signed_zeros() -> None:
+    """Greedy is an argmax with the lowest id on ties; -0.0 and +0.0 tie."""
+    vocab = 5000
+    logits = np.full((4, vocab), -3.0, dtype=np.float32)
+    logits[0, [4000, 17, 2500]] = 1.5
+    logits[1, 4001] = 0.0
+    logits[1, 4000] = -0.0
+    logits[1, :3000] = -np.inf
+    logits[2, vocab - 1] = 9.0  # the max in the scalar tail after the vector blocks
+    logits[3, 0] = 9.0
+    rows = [ref.RowInput(SamplingParams(temperature=0.0).to_reference(), seed=i) for i in range(4)]
+    tokens = run_core(logits, rows, [])[0]
+    assert list(tokens) == [17, 4000, vocab - 1, 0]
+    assert_same(logits, rows, [])
