@@ -21,7 +21,7 @@ struct AttentionArgs {
   const int32_t* block_table_start = nullptr;  // [n_seqs + 1]
   float* scratch = nullptr;  // [n_threads, scratch_stride] floats, scratch_stride >= max context
   int64_t scratch_stride = 0;
-  int max_threads = 1;
+  int max_threads = 1;  // threads to use (scratch holds this many rows)
   float* out = nullptr;  // [n_tokens, n_head * head_dim], row stride ldo
   int64_t ldo = 0;
 };

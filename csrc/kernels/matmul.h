@@ -31,14 +31,23 @@ struct MatmulInput {
 };
 
 // y[r * ldy + o] = sum_k W[o, k] * x[r, k] for r < n_rows, o < w.rows. Parallel over output rows
-// (OpenMP). Throws ModelError if w's type is unsupported or cols is not a multiple of its block.
+// (kernels/parallel.h). Throws ModelError if w's type is unsupported or cols is not a multiple of
+// its block.
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy);
+
+// Several weights sharing the same activations (Q/K/V, gate/up) as one parallel job.
+struct MatmulTarget {
+  const TensorView* w = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x);
 
 // Process-wide activation mode for quantized weights used by the forward pass (default false: f32).
 void set_quantized_activations(bool on);
 bool quantized_activations();
 
-// Same, only for output rows [o_begin, o_end), run by the calling thread (no OpenMP).
+// Same, only for output rows [o_begin, o_end), run by the calling thread.
 void matmul_range(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy, int64_t o_begin,
                   int64_t o_end);
 

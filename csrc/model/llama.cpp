@@ -3,11 +3,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/parallel.h"
 #include "model/dequantize.h"
 #include "util/error.h"
 
@@ -55,9 +60,60 @@ float* ForwardState::v_cache(int layer) const {
 
 namespace {
 
+// OSSA_PROFILE=1 in the environment: wall time per op of the forward pass, summed over the process
+// and printed to stderr at exit (a developer tool; off by default, then each lap is one branch).
+enum Op { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kSwiglu, kDown, kOutput, kNumOps };
+constexpr const char* k_op_names[kNumOps] = {"embed",  "norm",   "qkv",  "rope/kv", "attention",
+                                             "wo",     "gate/up", "swiglu", "down",  "output"};
+std::atomic<int64_t> g_op_ns[kNumOps];
+std::atomic<int64_t> g_op_tokens{0}, g_op_steps{0};
+
+void print_profile() {
+  int64_t total = 0;
+  for (auto& v : g_op_ns) total += v.load();
+  std::fprintf(stderr, "ossa forward profile: %lld steps, %lld tokens, %.1f ms\n",
+               static_cast<long long>(g_op_steps.load()), static_cast<long long>(g_op_tokens.load()),
+               static_cast<double>(total) * 1e-6);
+  for (int i = 0; i < kNumOps; ++i)
+    std::fprintf(stderr, "  %-10s %10.2f ms  %5.1f%%\n", k_op_names[i], static_cast<double>(g_op_ns[i].load()) * 1e-6,
+                 total ? 100.0 * static_cast<double>(g_op_ns[i].load()) / static_cast<double>(total) : 0.0);
+}
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSA_PROFILE");
+    const bool enabled = v != nullptr && v[0] != '\0' && v[0] != '0';
+    if (enabled) std::atexit(print_profile);
+    return enabled;
+  }();
+  return on;
+}
+
+struct Laps {
+  bool on = profiling();
+  std::chrono::steady_clock::time_point last = on ? std::chrono::steady_clock::now()
+                                                  : std::chrono::steady_clock::time_point{};
+  void lap(Op op) {
+    if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    g_op_ns[op].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count(),
+                          std::memory_order_relaxed);
+    last = now;
+  }
+};
+
+// f(t) for each token t < n: inline for one token, else spread over the pool.
+template <class F>
+void per_token(int n, int threads, F&& f) {
+  if (n == 1) return f(0);
+  parallel_for(n, 4, threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) f(static_cast<int>(t));
+  });
+}
+
 // Prepares activations x[n, cols] for a set of weights sharing them: quantizes to 8-bit blocks
-// once if any of them is quantized.
-MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols,
+// once if any of them is quantized (only with core.set_quantized_activations(True)).
+MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
                     std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
@@ -66,9 +122,10 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols,
   if (quant) {
     if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
     const int64_t nb = cols / k_qblock;
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int64_t r = 0; r < n; ++r) quantize_rows_q8(x + r * cols, 1, cols, s.xq.data() + r * nb);
-    in.q8 = s.xq.data();
+    BlockQ8* xq = s.xq.data();
+    per_token(static_cast<int>(n), threads,
+              [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, xq + r * nb); });
+    in.q8 = xq;
   }
   return in;
 }
@@ -86,29 +143,31 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   const int n = batch.n_tokens();
   const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
   const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd;
+  const int threads = std::min(s.max_threads, parallel_threads());
+  Laps laps;
 
   for (int sq = 0; sq < batch.n_seqs(); ++sq)
     for (int t = batch.seq_start[sq]; t < batch.seq_start[sq + 1]; ++t) s.token_seq[t] = sq;
 
-#pragma omp parallel for schedule(static) if (n > 1)
-  for (int t = 0; t < n; ++t) {
+  per_token(n, threads, [&](int t) {
     dequantize_row(w.tok_embd, batch.token_ids[t], s.x.data() + t * E);
     rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
-  }
+  });
+  laps.lap(kEmbed);
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; ++t) rmsnorm_row(s.x.data() + t * E, attn_norm, E, c.rms_eps, s.h.data() + t * E);
-    MatmulInput in = prepare(s, s.h.data(), n, E, {&L.wq, &L.wk, &L.wv});
-    matmul(L.wq, in, s.q.data(), Q);
-    matmul(L.wk, in, s.k.data(), KV);
-    matmul(L.wv, in, s.v.data(), KV);
+    per_token(n, threads,
+              [&](int t) { rmsnorm_row(s.x.data() + t * E, attn_norm, E, c.rms_eps, s.h.data() + t * E); });
+    laps.lap(kNorm);
+    MatmulInput in = prepare(s, s.h.data(), n, E, threads, {&L.wq, &L.wk, &L.wv});
+    const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+    matmul_many(qkv, 3, in);
+    laps.lap(kQkv);
     float* k_cache = s.k_cache(l);
     float* v_cache = s.v_cache(l);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; ++t) {
+    per_token(n, threads, [&](int t) {
       float* q = s.q.data() + t * Q;
       float* k = s.k.data() + t * KV;
       float* v = s.v.data() + t * KV;
@@ -127,7 +186,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       const int64_t slot = batch.slot_mapping[t];
       std::memcpy(k_cache + slot * KV, k, KV * sizeof(float));
       std::memcpy(v_cache + slot * KV, v, KV * sizeof(float));
-    }
+    });
+    laps.lap(kRope);
     AttentionArgs a;
     a.q = s.q.data();
     a.ldq = Q;
@@ -144,37 +204,47 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     a.block_table_start = batch.block_table_start.data();
     a.scratch = s.scores.data();
     a.scratch_stride = s.n_slots;
-    a.max_threads = s.max_threads;
+    a.max_threads = threads;
     a.out = s.attn.data();
     a.ldo = Q;
     paged_attention(a);
+    laps.lap(kAttention);
 
-    in = prepare(s, s.attn.data(), n, Q, {&L.wo});
+    in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
     matmul(L.wo, in, s.tmp.data(), E);
+    laps.lap(kWo);
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; ++t) {
+    per_token(n, threads, [&](int t) {
       add_row(s.x.data() + t * E, s.tmp.data() + t * E, E);
       rmsnorm_row(s.x.data() + t * E, ffn_norm, E, c.rms_eps, s.h.data() + t * E);
-    }
-    in = prepare(s, s.h.data(), n, E, {&L.w_gate, &L.w_up});
-    matmul(L.w_gate, in, s.gate.data(), F);
-    matmul(L.w_up, in, s.up.data(), F);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; ++t) swiglu_row(s.gate.data() + t * F, s.up.data() + t * F, F, s.gate.data() + t * F);
-    in = prepare(s, s.gate.data(), n, F, {&L.w_down});
+    });
+    laps.lap(kNorm);
+    in = prepare(s, s.h.data(), n, E, threads, {&L.w_gate, &L.w_up});
+    const MatmulTarget gate_up[2] = {{&L.w_gate, s.gate.data(), F}, {&L.w_up, s.up.data(), F}};
+    matmul_many(gate_up, 2, in);
+    laps.lap(kGateUp);
+    per_token(n, threads,
+              [&](int t) { swiglu_row(s.gate.data() + t * F, s.up.data() + t * F, F, s.gate.data() + t * F); });
+    laps.lap(kSwiglu);
+    in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     matmul(L.w_down, in, s.tmp.data(), E);
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int t = 0; t < n; ++t) add_row(s.x.data() + t * E, s.tmp.data() + t * E, E);
+    per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
+    laps.lap(kDown);
   }
 
   const int n_out = static_cast<int>(batch.logits_rows.size());
-  if (n_out == 0) return;
-  const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
-  for (int i = 0; i < n_out; ++i)
-    rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
-  MatmulInput in = prepare(s, s.h.data(), n_out, E, {&w.output});
-  matmul(w.output, in, logits, c.n_vocab);
+  if (n_out > 0) {
+    const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
+    for (int i = 0; i < n_out; ++i)
+      rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
+    MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
+    matmul(w.output, in, logits, c.n_vocab);
+  }
+  laps.lap(kOutput);
+  if (laps.on) {
+    g_op_steps.fetch_add(1, std::memory_order_relaxed);
+    g_op_tokens.fetch_add(n, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace ossa

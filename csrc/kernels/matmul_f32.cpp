@@ -1,0 +1,375 @@
+// Tile kernels with f32 activations, for every weight type (see matmul_kernels.h for the contract).
+//
+// Quantized weights are decoded block by block in registers and widened to f32, one 32-element
+// block as two 16-lane halves, each weight exactly fma(float(q), scale, min); then multiplied into
+// the f32 activations with FMA. One accumulator per output element, updated in column order:
+//
+//   for block b:  acc = fma(w[b][0..15], x[32b .. 32b+15], acc)
+//                 acc = fma(w[b][16..31], x[32b+16 .. 32b+31], acc)
+//   y = horizontal_sum(acc)
+//
+// A tile shares each decoded block between its activation rows and runs `mo` weight rows side by
+// side, so the FMA chains overlap (decode, one activation row, is latency-bound otherwise) without
+// changing any element's order of operations.
+#include <cmath>
+
+#include "kernels/matmul_kernels.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace ossa {
+namespace {
+
+#if defined(__AVX512F__)
+
+inline float fsum16(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum8(_mm256_add_ps(lo, hi));
+}
+
+inline __m512 bcast_f16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+inline __m512 iota16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// Elements 0..15 and 16..31 of a 32-element block, as f32.
+struct Block32 {
+  __m512 lo, hi;
+};
+
+// 4-bit quants become f32 through a 16-entry table, table[k] = fma(k, scale, min), indexed by the
+// nibbles with vpermps (which reads only the low 4 bits of each index): the same value as widening
+// the nibble and applying the FMA, for half the instructions.
+inline Block32 nibbles_via_table(__m512i lo_idx, __m512i hi_idx, __m512 table) {
+  return {_mm512_permutexvar_ps(lo_idx, table), _mm512_permutexvar_ps(hi_idx, table)};
+}
+
+template <DType T>
+inline Block32 decode(const uint8_t* row, int64_t b) {
+  if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
+    // Q4_0 and Q4_1: element j is the low nibble of qs[j], element j + 16 the high nibble.
+    float scale, min = 0.0f;
+    const uint8_t* qs;
+    __m512 base = iota16();
+    if constexpr (T == DType::Q4_0) {
+      const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      scale = _cvtsh_ss(w.d);
+      qs = w.qs;
+      base = _mm512_sub_ps(base, _mm512_set1_ps(8.0f));  // q - 8, exact
+    } else {
+      const BlockQ4_1& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      scale = _cvtsh_ss(w.d);
+      min = _cvtsh_ss(w.m);
+      qs = w.qs;
+    }
+    const __m512i e = _mm512_cvtepu8_epi32(load16(qs));
+    const __m512 table = _mm512_fmadd_ps(base, _mm512_set1_ps(scale), _mm512_set1_ps(min));
+    return nibbles_via_table(e, _mm512_srli_epi32(e, 4), table);
+  } else if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    const __m512 d = bcast_f16(w.d), zero = _mm512_setzero_ps();
+    const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs)));
+    const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs + 16)));
+    return {_mm512_fmadd_ps(q0, d, zero), _mm512_fmadd_ps(q1, d, zero)};
+  } else if constexpr (T == DType::Q4_K) {
+    // Sub-block `sub` of a 256-element super-block: 32 bytes of qs, low nibbles for even sub,
+    // high nibbles for odd.
+    const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const uint8_t* q = w.qs + 32 * (sub / 2);
+    __m512i e0 = _mm512_cvtepu8_epi32(load16(q)), e1 = _mm512_cvtepu8_epi32(load16(q + 16));
+    if (sub % 2) e0 = _mm512_srli_epi32(e0, 4), e1 = _mm512_srli_epi32(e1, 4);
+    int sc, m;
+    q4_k_scale_min(sub, w.scales, sc, m);
+    const float scale = _cvtsh_ss(w.d) * static_cast<float>(sc);
+    const float min = -(_cvtsh_ss(w.dmin) * static_cast<float>(m));
+    const __m512 table = _mm512_fmadd_ps(iota16(), _mm512_set1_ps(scale), _mm512_set1_ps(min));
+    return nibbles_via_table(e0, e1, table);
+  } else {
+    static_assert(T == DType::Q6_K);
+    // Sub-block sub = 4 * half + k: low 4 bits from ql (low nibbles for k < 2, high for k >= 2),
+    // high 2 bits are bits 2k, 2k+1 of qh; value q6 - 32 with one scale per 16 elements.
+    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
+    const uint8_t* ql = w.ql + 64 * half + 32 * (k % 2);
+    const uint8_t* qh = w.qh + 32 * half;
+    const __m128i shift = _mm_cvtsi32_si128(2 * k);
+    const __m512i m3 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
+    const float d = _cvtsh_ss(w.d);
+    const int8_t* sc = w.scales + 8 * half + 2 * k;
+    __m512 out[2];
+    for (int p = 0; p < 2; ++p) {
+      __m512i l = _mm512_cvtepu8_epi32(load16(ql + 16 * p));
+      l = k < 2 ? _mm512_and_si512(l, _mm512_set1_epi32(15)) : _mm512_srli_epi32(l, 4);
+      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(load16(qh + 16 * p)), shift), m3);
+      const __m512i q = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(h, 4)), k32);
+      out[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(d * static_cast<float>(sc[p])),
+                               _mm512_setzero_ps());
+    }
+    return {out[0], out[1]};
+  }
+}
+
+template <DType T, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  const int64_t nb = cols / 32;
+  __m512 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int o = 0; o < MO; ++o) {
+      const Block32 v = decode<T>(w[o], b);
+      for (int r = 0; r < R; ++r) {
+        acc[o][r] = _mm512_fmadd_ps(v.lo, _mm512_loadu_ps(x[r] + 32 * b), acc[o][r]);
+        acc[o][r] = _mm512_fmadd_ps(v.hi, _mm512_loadu_ps(x[r] + 32 * b + 16), acc[o][r]);
+      }
+    }
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
+}
+
+// Float weights: 16 lanes, the last group masked.
+template <DType T>
+inline __m512 float_load(const uint8_t* row, int64_t i, __mmask16 m) {
+  if constexpr (T == DType::F32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i);
+  if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <DType T, int MO, int R>
+void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  __m512 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < cols; i += 16) {
+    const int n = static_cast<int>(cols - i < 16 ? cols - i : 16);
+    const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+    for (int o = 0; o < MO; ++o) {
+      const __m512 wv = float_load<T>(w[o], i, m);
+      for (int r = 0; r < R; ++r) acc[o][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[o][r]);
+    }
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
+}
+
+constexpr int k_max_rows = 8;
+
+template <DType T, int MO, int R>
+constexpr F32TileFn tile_fn() {
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return float_tile<T, MO, R>;
+  else return quant_tile<T, MO, R>;
+}
+
+// Tile shapes: one activation row (decode) runs 4 weight rows for 4 independent FMA chains; more
+// rows run 2 weight rows, up to 16 accumulators in zmm registers.
+template <DType T>
+F32Tile tile_for_rows(int rows) {
+  switch (rows) {
+    case 1: return {tile_fn<T, 4, 1>(), 4};
+    case 2: return {tile_fn<T, 4, 2>(), 4};
+    case 3: return {tile_fn<T, 4, 3>(), 4};
+    case 4: return {tile_fn<T, 2, 4>(), 2};
+    case 5: return {tile_fn<T, 2, 5>(), 2};
+    case 6: return {tile_fn<T, 2, 6>(), 2};
+    case 7: return {tile_fn<T, 2, 7>(), 2};
+    default: return {tile_fn<T, 2, 8>(), 2};
+  }
+}
+
+#elif defined(__AVX2__)
+
+// AVX2 (the portable build): 8 lanes, one weight row per call, up to 4 activation rows.
+inline __m256i tail_mask(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256 fload(const float* p, int n) {
+  return n == 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, tail_mask(n));
+}
+
+template <DType T>
+inline __m256 float_load(const uint8_t* row, int64_t i, int n) {
+  if constexpr (T == DType::F32) {
+    return fload(reinterpret_cast<const float*>(row) + i, n);
+  } else {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + i;
+    alignas(16) uint16_t tmp[8] = {};
+    for (int j = 0; j < n; ++j) tmp[j] = p[j];
+    const __m128i h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+    if constexpr (T == DType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <DType T, int MO, int R>
+void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  static_assert(MO == 1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < cols; i += 8) {
+    const int n = static_cast<int>(cols - i < 8 ? cols - i : 8);
+    const __m256 wv = float_load<T>(w[0], i, n);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, fload(x[r] + i, n), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+}
+
+// A 32-element block as 32 quants (s8 or u8), a scale per 16 elements and a minimum.
+struct QBlock {
+  __m256i q;
+  float scale[2];
+  float min;
+};
+
+template <DType T>
+inline QBlock decode_block(const uint8_t* row, int64_t b) {
+  QBlock o{};
+  if constexpr (T == DType::Q4_0) {
+    const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    o.q = _mm256_sub_epi8(unpack_nibbles(w.qs), _mm256_set1_epi8(8));
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+  } else if constexpr (T == DType::Q4_1) {
+    const BlockQ4_1& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
+    o.q = unpack_nibbles(w.qs);
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+    o.min = f16_to_f32(w.m);
+  } else if constexpr (T == DType::Q8_0) {
+    const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    o.q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+  } else if constexpr (T == DType::Q4_K) {
+    const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * (sub / 2)));
+    o.q = _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+    int sc, m;
+    q4_k_scale_min(sub, w.scales, sc, m);
+    o.scale[0] = o.scale[1] = f16_to_f32(w.d) * static_cast<float>(sc);
+    o.min = -(f16_to_f32(w.dmin) * static_cast<float>(m));
+  } else {
+    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
+    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * half + 32 * (k % 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * half));
+    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+    // bits 2k, 2k+1 of qh move to bits 4, 5
+    const __m256i hs = k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2)
+                     : k == 2 ? h : _mm256_srli_epi16(h, 2);
+    const __m256i hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
+    o.q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    const float d = f16_to_f32(w.d);
+    const int8_t* sc = w.scales + 8 * half + 2 * k;
+    o.scale[0] = d * static_cast<float>(sc[0]);
+    o.scale[1] = d * static_cast<float>(sc[1]);
+  }
+  return o;
+}
+
+// Lanes [8c, 8c + 8) of 32 quants as f32.
+template <bool kSigned>
+inline __m256 quants_to_f32(__m256i q, int c) {
+  __m128i part = c < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+  if (c % 2) part = _mm_srli_si128(part, 8);
+  return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(part) : _mm256_cvtepu8_epi32(part));
+}
+
+template <DType T, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  static_assert(MO == 1);
+  constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const QBlock blk = decode_block<T>(w[0], b);
+    const __m256 vmin = _mm256_set1_ps(blk.min);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c), _mm256_set1_ps(blk.scale[c / 2]), vmin);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+}
+
+constexpr int k_max_rows = 4;
+
+template <DType T, int MO, int R>
+constexpr F32TileFn tile_fn() {
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return float_tile<T, MO, R>;
+  else return quant_tile<T, MO, R>;
+}
+
+template <DType T>
+F32Tile tile_for_rows(int rows) {
+  switch (rows) {
+    case 1: return {tile_fn<T, 1, 1>(), 1};
+    case 2: return {tile_fn<T, 1, 2>(), 1};
+    case 3: return {tile_fn<T, 1, 3>(), 1};
+    default: return {tile_fn<T, 1, 4>(), 1};
+  }
+}
+
+#else  // scalar: one weight row and one activation row at a time
+
+template <DType T, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    int q[32];
+    float scale[8], wmin;
+    decode_block_scalar(T, w[0], b, q, scale, wmin);
+    for (int i = 0; i < 32; ++i)
+      acc = std::fma(std::fma(static_cast<float>(q[i]), scale[i / 4], wmin), x[0][b * 32 + i], acc);
+  }
+  out[0] = acc;
+}
+
+template <DType T, int MO, int R>
+void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  float acc = 0.0f;
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w[0]);
+  for (int64_t i = 0; i < cols; ++i) {
+    float wv;
+    if constexpr (T == DType::F32) wv = reinterpret_cast<const float*>(w[0])[i];
+    else if constexpr (T == DType::F16) wv = f16_to_f32(h[i]);
+    else wv = bf16_to_f32(h[i]);
+    acc = std::fma(wv, x[0][i], acc);
+  }
+  out[0] = acc;
+}
+
+constexpr int k_max_rows = 1;
+
+template <DType T>
+F32Tile tile_for_rows(int) {
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return {float_tile<T, 1, 1>, 1};
+  else return {quant_tile<T, 1, 1>, 1};
+}
+
+#endif
+
+}  // namespace
+
+int f32_tile_max_rows() { return k_max_rows; }
+
+F32Tile f32_tile(DType type, int rows) {
+  OSSA_ASSERT(rows >= 1 && rows <= k_max_rows);
+  switch (type) {
+    case DType::F32: return tile_for_rows<DType::F32>(rows);
+    case DType::F16: return tile_for_rows<DType::F16>(rows);
+    case DType::BF16: return tile_for_rows<DType::BF16>(rows);
+    case DType::Q4_0: return tile_for_rows<DType::Q4_0>(rows);
+    case DType::Q4_1: return tile_for_rows<DType::Q4_1>(rows);
+    case DType::Q8_0: return tile_for_rows<DType::Q8_0>(rows);
+    case DType::Q4_K: return tile_for_rows<DType::Q4_K>(rows);
+    case DType::Q6_K: return tile_for_rows<DType::Q6_K>(rows);
+  }
+  return {};
+}
+
+}  // namespace ossa

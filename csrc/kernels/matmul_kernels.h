@@ -1,0 +1,63 @@
+#pragma once
+// Internal to the matmul: the per-ISA tile kernels that matmul.cpp schedules.
+//
+// A tile kernel computes a block of dot products: `mo` weight rows times `rows` activation rows,
+//
+//   out[o * rows + r] = sum_k W[o, k] * x[r, k]      o < mo, r < rows
+//
+// and each of those sums is computed exactly as if the tile were 1 x 1 (one accumulator chain per
+// output element, in column order, then one fixed horizontal sum), which is what makes the matmul
+// batch invariant whatever tile a row lands in.
+#include <cstdint>
+
+#include "kernels/quant.h"
+#include "model/tensor.h"
+
+#if defined(__AVX2__)
+// GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#endif
+
+namespace ossa {
+
+// f32 activations (any weight type): w_rows[mo], x_rows[rows], cols elements.
+using F32TileFn = void (*)(const uint8_t* const* w_rows, const float* const* x_rows, int64_t cols,
+                           float* out);
+struct F32Tile {
+  F32TileFn fn = nullptr;
+  int mo = 1;  // weight rows per call
+};
+// Largest `rows` a tile takes on this build, and the kernel for 1 <= rows <= f32_tile_max_rows().
+int f32_tile_max_rows();
+F32Tile f32_tile(DType type, int rows);
+
+// 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
+using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
+                         float* out);
+Q8DotFn q8_dot(DType type, int rows);
+
+#if !defined(__AVX2__)
+// Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
+// elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight.
+void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin);
+#else
+inline float hsum8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 16 packed bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31).
+inline __m256i unpack_nibbles(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+  return _mm256_set_m128i(hi, lo);
+}
+#endif
+
+}  // namespace ossa
