@@ -1,0 +1,80 @@
+"""The ``ossa`` command in a subprocess: ``generate`` (plain and --chat), ``chat`` with piped stdin
+(/reset, EOF), ``inspect``, and a clean error for bad arguments. Expected text comes from
+``ossa.LLM`` in this process (same model, greedy)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ossa import LLM, SamplingParams
+
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def llm(default_model_path: str) -> LLM:
+    return LLM(default_model_path, kv_cache_memory_bytes=64 << 20)
+
+
+def ossa(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ossa.cli", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+def greedy(llm: LLM, prompt: str, max_tokens: int) -> str:
+    return (
+        llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)[0]
+        .outputs[0]
+        .text
+    )
+
+
+def chat_reply(llm: LLM, history: list[dict[str, str]], max_tokens: int) -> str:
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    return llm.chat(history, sp, use_tqdm=False)[0].outputs[0].text
+
+
+def test_generate_prints_prompt_and_completion(llm: LLM) -> None:
+    r = ossa("generate", PROMPT, "--max-tokens", "8", "--kv-cache-memory-bytes", str(64 << 20))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == PROMPT + greedy(llm, PROMPT, 8) + "\n"
+    assert "Paris" in r.stdout
+
+
+def test_generate_chat_flag(llm: LLM) -> None:
+    q = "What is the capital of France?"
+    r = ossa("generate", q, "--chat", "--max-tokens", "12")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == chat_reply(llm, [{"role": "user", "content": q}], 12) + "\n"
+
+
+def test_chat_with_piped_stdin_reset_and_eof(llm: LLM) -> None:
+    q1, q2 = "What is the capital of France?", "Say hi."
+    r = ossa("chat", "--max-tokens", "10", stdin=f"{q1}\n\n/reset\n{q2}\n")
+    assert r.returncode == 0, r.stderr
+    a1 = chat_reply(llm, [{"role": "user", "content": q1}], 10)
+    a2 = chat_reply(llm, [{"role": "user", "content": q2}], 10)  # /reset: no earlier turns
+    assert r.stdout == f"{a1}\n{a2}\n"
+    assert "history cleared" in r.stderr
+
+
+def test_inspect() -> None:
+    r = ossa("inspect")
+    assert r.returncode == 0, r.stderr
+    assert "llama" in r.stdout and "n_layer=30" in r.stdout and "KV cache" in r.stdout
+
+
+def test_bad_arguments_are_clean_errors() -> None:
+    r = ossa("generate", PROMPT, "--temperature", "-1")
+    assert r.returncode == 2
+    assert "temperature" in r.stderr and "Traceback" not in r.stderr
