@@ -122,8 +122,8 @@ class ModelRunner:
         ctx_slots = []
         for s in range(len(context_len)):
             table = np.asarray(block_tables[block_table_start[s] : block_table_start[s + 1]], dtype=np.int64)
-            p = np.arange(context_len[s])
-            ctx_slots.append(table[p // bs] * bs + p % bs)
+            ctx_pos = np.arange(context_len[s])
+            ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
 
         x = w["tok_embd"][ids].astype(np.float32)
         for i in range(c["n_layer"]):
