@@ -110,21 +110,22 @@ def test_stop_token_ids(llm: LLM, greedy_outputs: list[Any]) -> None:
     assert c.finish_reason == "stop" and c.stop_reason == ref[k]
 
 
-def boundary_stop(llm: LLM, token_ids: list[int]) -> tuple[str, str]:
-    """A stop string spanning a token boundary of this completion, and the full text."""
+def boundary_stop(llm: LLM, token_ids: list[int]) -> tuple[str, str, int]:
+    """A stop string spanning a token boundary of this completion, the full text, and the number of
+    tokens by which the stop string is complete."""
     tok = llm.get_tokenizer()
     full = tok.decode(token_ids, skip_special_tokens=True)
     for k in range(3, len(token_ids) - 2):
         cut = len(tok.decode(token_ids[:k], skip_special_tokens=True))
         stop = full[cut - 2 : cut + 2]
         if len(stop) == 4 and full.find(stop) == cut - 2 and full[:cut] == tok.decode(token_ids[:k]):
-            return stop, full
+            return stop, full, k + 1
     raise AssertionError("no usable token boundary")
 
 
 def test_stop_strings_across_token_boundaries(llm: LLM) -> None:
     ref = llm.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)[0]
-    stop, full = boundary_stop(llm, ref.outputs[0].token_ids)
+    stop, full, n_stop = boundary_stop(llm, ref.outputs[0].token_ids)
     at = full.find(stop)
     sp = SamplingParams(temperature=0.0, max_tokens=24, stop=[stop, "never appears"])
     c = llm.generate(PROMPTS[1], sp, use_tqdm=False)[0].outputs[0]
@@ -136,6 +137,12 @@ def test_stop_strings_across_token_boundaries(llm: LLM) -> None:
     # Streaming holds back text that might start a stop string: no delta ever shows part of it.
     deltas = list(llm.stream(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=24, stop=[stop])))
     assert "".join(deltas) == full[:at]
+    # As vLLM, stop strings only count once min_tokens are out.
+    sp = SamplingParams(temperature=0.0, max_tokens=24, stop=[stop], min_tokens=n_stop)
+    c3 = llm.generate(PROMPTS[1], sp, use_tqdm=False)[0].outputs[0]
+    assert len(c3.token_ids) > n_stop and c3.text.startswith(full[: at + len(stop)])
+    sp = SamplingParams(temperature=0.0, max_tokens=24, stop=[stop], min_tokens=n_stop - 1)
+    assert llm.generate(PROMPTS[1], sp, use_tqdm=False)[0].outputs[0].text == full[:at]
 
 
 def test_n_children_differ_and_share_the_prompt_blocks(llm: LLM) -> None:

@@ -218,7 +218,9 @@ void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, 
   }
   const size_t old_len = c.text.size();
   c.detok->push(token, c.text);
-  if (r.max_stop_len > 0 && c.text.size() > old_len) {
+  // As vLLM: stop strings count only once min_tokens are out (like EOS and stop ids in the sampler).
+  const bool past_min = static_cast<int64_t>(c.output_tokens.size()) > r.params.sampling.min_tokens;
+  if (r.max_stop_len > 0 && past_min && c.text.size() > old_len) {
     // A stop string can only newly appear in a window ending in the new text.
     const size_t from = old_len >= r.max_stop_len - 1 ? old_len - (r.max_stop_len - 1) : 0;
     size_t best = std::string::npos;

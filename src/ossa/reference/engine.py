@@ -330,7 +330,9 @@ class Engine:
             c.cumulative_logprob += float(np.float32(lp.logprob))
         old_len = len(c.text)
         c.text += c.detok.push(token).encode("utf-8")
-        if r.max_stop_len > 0 and len(c.text) > old_len:
+        # As vLLM: stop strings count only once min_tokens are out (like EOS and stop ids).
+        past_min = len(c.output_tokens) > r.params.sampling.min_tokens
+        if r.max_stop_len > 0 and past_min and len(c.text) > old_len:
             # A stop string can only newly appear in a window ending in the new text.
             start = old_len - (r.max_stop_len - 1) if old_len >= r.max_stop_len - 1 else 0
             best, best_stop = -1, b""
