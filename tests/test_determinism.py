@@ -34,6 +34,11 @@ def crowd() -> list[tuple[str, SamplingParams]]:
     return others[:20] + [TARGETS[0]] + others[20:41] + [TARGETS[1]] + others[41:]
 
 
+def kv_bytes_per_token() -> int:
+    n_layer, n_head_kv, head_dim = 30, 3, 64  # SmolLM2-135M
+    return 2 * n_layer * n_head_kv * head_dim * 4
+
+
 def signature(out: Any) -> tuple:
     c = out.outputs[0]
     lps = [[(t, lp.logprob, lp.rank) for t, lp in sorted(d.items())] for d in c.logprobs]
@@ -60,13 +65,14 @@ def reference(default_model_path: str, threads: None) -> list[tuple]:
 
 
 @pytest.mark.parametrize(
-    ("crowded", "prefix_caching", "max_batched", "n_threads"),
+    ("crowded", "prefix_caching", "max_batched", "n_threads", "kv_blocks"),
     [
-        (True, True, 2048, 2),
-        (True, False, 16, 2),
-        (True, True, 16, 1),
-        (False, False, 16, 1),
-        (False, True, 2048, 1),
+        (True, True, 2048, 2, 0),
+        (True, False, 16, 2, 0),
+        (True, True, 16, 1, 0),
+        (False, False, 16, 1, 0),
+        (False, True, 2048, 1, 0),
+        (True, True, 2048, 2, 8),  # a small cache (8 blocks): sequences are preempted and recomputed
     ],
 )
 def test_bitwise_identical(
@@ -76,10 +82,12 @@ def test_bitwise_identical(
     prefix_caching: bool,
     max_batched: int,
     n_threads: int,
+    kv_blocks: int,
 ) -> None:
+    block_bytes = 16 * kv_bytes_per_token()
     llm = LLM(
         default_model_path,
-        kv_cache_memory_bytes=64 << 20,
+        kv_cache_memory_bytes=kv_blocks * block_bytes if kv_blocks else 64 << 20,
         enable_prefix_caching=prefix_caching,
         max_num_batched_tokens=max_batched,
         num_threads=n_threads,
@@ -89,6 +97,8 @@ def test_bitwise_identical(
     stats = llm.stats()
     if crowded and prefix_caching:
         assert stats["prefix_hits"] > 0  # the targets' prefix really was shared
+    if kv_blocks:
+        assert stats["num_preemptions"] > 0
     if max_batched == 16:
         assert stats["steps"] >= stats["prompt_tokens"] // 16  # prompts really were chunked
 
