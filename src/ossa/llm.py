@@ -181,6 +181,8 @@ class LLM:
                     policy=scheduling_policy,
                     enable_prefix_caching=bool(enable_prefix_caching),
                     seed=int(seed) % (1 << 64),
+                    # Round activations like the C++ kernels when they are set to (8-bit blocks).
+                    quantized_activations=bool(getattr(core, "get_quantized_activations", lambda: False)()),
                 ),
             )
 
