@@ -182,3 +182,20 @@ def test_twin_generate_matches_cpp(cpp: LLM, py: LLM) -> None:
             for t in lx:
                 assert abs(lx[t].logprob - ly[t].logprob) < 1e-4
         assert cx.cumulative_logprob == pytest.approx(cy.cumulative_logprob, abs=1e-3)
+
+
+def test_engine_seed_derivation_matches_the_twin_formula(cpp: LLM) -> None:
+    """A request without a seed gets splitmix64(engine_seed ^ splitmix64(arrival key)), the twin's
+    request_seed: giving that seed explicitly reproduces its tokens."""
+    from ossa.reference.engine import request_seed
+
+    ids = cpp.get_tokenizer().encode(PROMPTS[2])
+    results = []
+    for seed in (None, request_seed(77, 1), request_seed(77, 2)):
+        sp = SamplingParams(temperature=1.0, seed=seed, max_tokens=10, ignore_eos=True)
+        ec = core.EngineConfig()
+        ec.num_blocks, ec.max_model_len, ec.seed = 64, 512, 77
+        e = core.Engine(cpp.model._handle, cpp.tokenizer.core, ec)
+        e.add_request("a", ids, params(cpp, sp, len(ids)))
+        results.append([t for o in e.run_to_completion() for d in o.completions for t in d.token_ids])
+    assert results[0] == results[1] != results[2]
