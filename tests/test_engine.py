@@ -199,3 +199,28 @@ def test_engine_seed_derivation_matches_the_twin_formula(cpp: LLM) -> None:
         e.add_request("a", ids, params(cpp, sp, len(ids)))
         results.append([t for o in e.run_to_completion() for d in o.completions for t in d.token_ids])
     assert results[0] == results[1] != results[2]
+
+
+def test_a_failing_row_ends_only_its_request(cpp: LLM, py: LLM) -> None:
+    """Parameters that mask every token (only EOS allowed, but min_tokens forbids it) make the
+    sampler throw for that row: the request ends with the error, its neighbour in the batch is
+    unaffected, and the twin does the same."""
+    tok = cpp.get_tokenizer()
+    eos = tok.eos_token_ids[0]
+    bad = SamplingParams(allowed_token_ids=[eos], min_tokens=3, max_tokens=5)
+    good = SamplingParams(temperature=0.0, max_tokens=5)
+    traces = {}
+    for llm in (cpp, py):
+        e = llm.engine
+        for rid, p, sp in (("bad", PROMPTS[0], bad), ("good", PROMPTS[1], good)):
+            ids = tok.encode(p)
+            e.add_request(rid, ids, params(llm, sp, len(ids)))
+        outs = e.run_to_completion()
+        traces[llm.backend] = deltas(outs)
+        errors = {o.request_id: o.error for o in outs if o.error}
+        assert list(errors) == ["bad"] and "every token is masked" in errors["bad"]
+        assert not e.has_unfinished() and e.stats()["num_running"] == 0
+    assert traces["python"] == traces["cpp"]
+    alone = cpp.generate(PROMPTS[1], good, use_tqdm=False)[0].outputs[0].token_ids
+    got = [t for o in traces["cpp"] if o[0] == "good" for d in o[5] for t in d[1]]
+    assert got == alone

@@ -242,6 +242,48 @@ void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, 
   }
 }
 
+void Engine::fail_request(int64_t key, const std::string& message, std::vector<EngineOutput>& outputs) {
+  auto it = requests_.find(key);
+  if (it == requests_.end()) return;
+  RequestState& r = *it->second;
+  scheduler_.abort(key);
+  for (ChildState& c : r.children)
+    if (!c.finished) finish_child(r, c, "abort");
+  EngineOutput out = make_output(r);
+  out.finished = true;
+  out.error = message;
+  outputs.push_back(std::move(out));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_ids_.erase(r.id);
+  }
+  keys_.erase(r.id);
+  requests_.erase(it);
+}
+
+void Engine::sample_rows(const float* logits, size_t n_rows,
+                         const std::vector<std::pair<int64_t, int32_t>>& row_child,
+                         std::vector<EngineOutput>& outputs) {
+  try {
+    sampler_.sample(logits, static_cast<int>(n_rows), n_vocab_, rows_, results_);
+    return;
+  } catch (const std::exception&) {
+    // One bad row (e.g. every token masked by its parameters) must not fail its neighbours: sample
+    // row by row (rows are independent, so the good ones get the same tokens) and end only the
+    // requests whose rows throw. Their rows still get a token, which update() drops.
+  }
+  for (size_t i = 0; i < n_rows; ++i) {
+    try {
+      sampler_.sample(logits + i * static_cast<size_t>(n_vocab_), 1, n_vocab_,
+                      std::span<const RowInput>(&rows_[i], 1), std::span<SampleResult>(&results_[i], 1));
+    } catch (const std::exception& e) {
+      results_[i] = SampleResult{};
+      results_[i].token = 0;
+      fail_request(row_child[i].first, std::string("sampling failed: ") + e.what(), outputs);
+    }
+  }
+}
+
 void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& outputs) {
   // Something inside the loop failed for this step's batch (e.g. non-finite logits): end the
   // requests in it with the error and keep serving the others. The scheduler still owes an update()
@@ -251,24 +293,7 @@ void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& o
     for (const ScheduledSeq& s : update_owed_->seqs) keys.push_back(s.request_id);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  for (int64_t key : keys) {
-    auto it = requests_.find(key);
-    if (it == requests_.end()) continue;
-    RequestState& r = *it->second;
-    scheduler_.abort(key);
-    for (ChildState& c : r.children)
-      if (!c.finished) finish_child(r, c, "abort");
-    EngineOutput out = make_output(r);
-    out.finished = true;
-    out.error = message;
-    outputs.push_back(std::move(out));
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      live_ids_.erase(r.id);
-    }
-    keys_.erase(r.id);
-    requests_.erase(it);
-  }
+  for (int64_t key : keys) fail_request(key, message, outputs);
   if (update_owed_ != nullptr) {
     sampled_.assign(update_owed_->batch.logits_rows.size(), 0);
     update_owed_ = nullptr;
@@ -390,13 +415,14 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
     sample_logits = gathered_.data();
   }
   try {
-    sampler_.sample(sample_logits, static_cast<int>(n_samples), n_vocab_, rows_, results_);
+    sample_rows(sample_logits, n_samples, row_child, outputs);
     if (want_prompt_lp) {
       // Prompt logprobs: the logprob of prompt token pos at the row before it.
       for (size_t i = 0; i < n_rows; ++i) {
         auto [key, pos] = prompt_row_of_[i];
-        if (key < 0) continue;
-        RequestState& r = *requests_.at(key);
+        auto it = key < 0 ? requests_.end() : requests_.find(key);
+        if (it == requests_.end()) continue;  // a sampling row, or a request that failed above
+        RequestState& r = *it->second;
         if (pos < r.prompt_lp_next) continue;  // recomputed after a preemption
         const float* row = logits_.data() + i * n_vocab_;
         int32_t tok = r.prompt[pos];
@@ -424,7 +450,9 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
   const double tok_time = now_seconds();
   for (size_t i = 0; i < n_samples; ++i) {
     auto [key, child] = row_child[i];
-    RequestState& r = *requests_.at(key);
+    auto it = requests_.find(key);
+    if (it == requests_.end()) continue;  // failed in sampling; the scheduler drops its row
+    RequestState& r = *it->second;
     if (r.first_token_time == 0) r.first_token_time = tok_time;
     const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
     if (lp != nullptr) {

@@ -163,6 +163,11 @@ class Engine {
   void finish_child(RequestState& r, ChildState& c, const std::string& reason);
   void collect_outputs(std::vector<EngineOutput>& outputs);
   void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
+  // Ends one request with an error (finish_reason "abort") and forgets it.
+  void fail_request(int64_t key, const std::string& message, std::vector<EngineOutput>& outputs);
+  // Samples every row into results_; rows whose parameters make the sampler throw fail their request.
+  void sample_rows(const float* logits, size_t n_rows, const std::vector<std::pair<int64_t, int32_t>>& row_child,
+                   std::vector<EngineOutput>& outputs);
   EngineOutput make_output(RequestState& r);
   void loop();
 

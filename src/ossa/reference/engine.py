@@ -424,12 +424,14 @@ class Engine:
         sample_logits = logits
         if want_prompt_lp:
             sample_logits = logits[[i for i, s in enumerate(sample_row_of) if s >= 0]]
-        results = ref_sampler.sample(sample_logits, row_inputs)
+        results = self._sample_rows(sample_logits, row_inputs, row_child, outputs)
         if want_prompt_lp:
             for i, s in enumerate(sample_row_of):
                 if s >= 0:
                     continue
                 key, pos = prompt_row_of[i]
+                if key not in self._requests:
+                    continue  # failed in sampling
                 r = self._requests[key]
                 if pos < r.prompt_lp_next:
                     continue  # recomputed after a preemption
@@ -446,6 +448,8 @@ class Engine:
         self._stats["generation_tokens"] += len(sampled)
         tok_time = time.time()
         for i, (key, child) in enumerate(row_child):
+            if key not in self._requests:
+                continue  # failed in sampling; the scheduler drops its row
             r = self._requests[key]
             if r.first_token_time == 0:
                 r.first_token_time = tok_time
@@ -468,6 +472,45 @@ class Engine:
         self._stats["steps"] += 1
         self._collect_outputs(outputs)
         return outputs
+
+    def _fail_request(self, key: int, message: str, outputs: list[EngineOutput]) -> None:
+        """Ends one request with an error (finish_reason "abort") and forgets it."""
+        r = self._requests.get(key)
+        if r is None:
+            return
+        self.scheduler.abort(key)
+        for c in r.children:
+            if not c.finished:
+                self._finish_child(c, "abort")
+        out = self._make_output(r)
+        out.finished = True
+        out.error = message
+        outputs.append(out)
+        self._live.discard(r.id)
+        del self._keys[r.id]
+        del self._requests[key]
+
+    def _sample_rows(
+        self,
+        logits: np.ndarray,
+        rows: list[ref_sampler.RowInput],
+        row_child: list[tuple[int, int]],
+        outputs: list[EngineOutput],
+    ) -> list[ref_sampler.SampleResult]:
+        """One result per row; a row whose parameters make the sampler raise fails only its request
+        (its row gets token 0, which update() drops)."""
+        try:
+            return ref_sampler.sample(logits, rows)
+        except ValueError:
+            pass
+        results = []
+        for i, row in enumerate(rows):
+            try:
+                results.append(ref_sampler.sample(logits[i : i + 1], [row])[0])
+            except ValueError as e:
+                results.append(ref_sampler.SampleResult(token=0))
+                self._fail_request(row_child[i][0], f"sampling failed: {e}", outputs)
+        return results
 
     def _make_output(self, r: _Request) -> EngineOutput:
         out = EngineOutput(
