@@ -37,10 +37,10 @@ def params(llm: LLM, sp: SamplingParams, prompt_len: int) -> Any:
     )
 
 
-def new_engine(llm: LLM, num_blocks: int = 64) -> Any:
+def new_engine(llm: LLM, num_blocks: int = 64, max_model_len: int = 512) -> Any:
     ec = core.EngineConfig()
     ec.num_blocks = num_blocks
-    ec.max_model_len = 512
+    ec.max_model_len = max_model_len
     return core.Engine(llm.model._handle, llm.tokenizer.core, ec)
 
 
@@ -50,14 +50,14 @@ def used_blocks(engine: Any) -> float:
 
 
 def test_background_mode_outputs_and_abort(cpp: LLM) -> None:
-    e = new_engine(cpp)
+    e = new_engine(cpp, num_blocks=160, max_model_len=2048)
     tok = cpp.get_tokenizer()
     e.start()
     assert e.running
     with pytest.raises(ValueError, match="background"):
         e.step()
     short = SamplingParams(temperature=0.0, max_tokens=6)
-    long = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
+    long = SamplingParams(temperature=0.0, max_tokens=2000, ignore_eos=True)
     for i, p in enumerate(PROMPTS[:3]):
         ids = tok.encode(p)
         e.add_request(f"r{i}", ids, params(cpp, short, len(ids)))
@@ -82,7 +82,7 @@ def test_background_mode_outputs_and_abort(cpp: LLM) -> None:
             break
     assert set(finished) == {"r0", "r1", "r2", "long"}
     assert finished["long"].completions[-1].finish_reason == "abort"
-    assert 2 <= len(tokens["long"]) < 400
+    assert 2 <= len(tokens["long"]) < 2000
     # The same tokens as the offline loop.
     ref = cpp.generate(PROMPTS[:3], short, use_tqdm=False)
     assert [tokens[f"r{i}"] for i in range(3)] == [o.outputs[0].token_ids for o in ref]
