@@ -12,6 +12,7 @@
 // side, so the FMA chains overlap (decode, one activation row, is latency-bound otherwise) without
 // changing any element's order of operations.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/matmul_kernels.h"
 #include "util/error.h"
@@ -28,12 +29,27 @@ inline float fsum16(__m512 v) {
   return hsum8(_mm256_add_ps(lo, hi));
 }
 
-inline __m512 bcast_f16(uint16_t h) { return _mm512_set1_ps(_cvtsh_ss(h)); }
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 inline __m512 iota16() {
   return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// Why the detour through memory: the decode kernels are bound by port 5 (vpmovzxbd, vpermps), and a
+// broadcast from a register also runs there, while a broadcast from memory is a plain load. So the
+// two f16 values at p (and the 6 bytes after them, ignored) are converted with one vcvtph2ps from
+// memory, stored, and broadcast from the store.
+struct F32Pair {
+  __m512 first, second;
+};
+inline F32Pair scales_f32(const uint16_t* p) {
+  alignas(16) float f[4];
+  _mm_store_ps(f, _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  F32Pair out;
+  asm("vbroadcastss %1, %0" : "=v"(out.first) : "m"(f[0]));
+  asm("vbroadcastss %1, %0" : "=v"(out.second) : "m"(f[1]));
+  return out;
 }
 
 // Elements 0..15 and 16..31 of a 32-element block, as f32.
@@ -52,26 +68,25 @@ template <DType T>
 inline Block32 decode(const uint8_t* row, int64_t b) {
   if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
     // Q4_0 and Q4_1: element j is the low nibble of qs[j], element j + 16 the high nibble.
-    float scale, min = 0.0f;
+    __m512 table;
     const uint8_t* qs;
-    __m512 base = iota16();
     if constexpr (T == DType::Q4_0) {
       const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
-      scale = _cvtsh_ss(w.d);
+      const __m512 base = _mm512_sub_ps(iota16(), _mm512_set1_ps(8.0f));  // q - 8, exact
+      table = _mm512_fmadd_ps(base, scales_f32(&w.d).first, _mm512_setzero_ps());
       qs = w.qs;
-      base = _mm512_sub_ps(base, _mm512_set1_ps(8.0f));  // q - 8, exact
     } else {
+      // d and m are adjacent: one conversion for both, broadcast back from the stack.
       const BlockQ4_1& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      scale = _cvtsh_ss(w.d);
-      min = _cvtsh_ss(w.m);
+      const F32Pair dm = scales_f32(&w.d);
+      table = _mm512_fmadd_ps(iota16(), dm.first, dm.second);
       qs = w.qs;
     }
     const __m512i e = _mm512_cvtepu8_epi32(load16(qs));
-    const __m512 table = _mm512_fmadd_ps(base, _mm512_set1_ps(scale), _mm512_set1_ps(min));
     return nibbles_via_table(e, _mm512_srli_epi32(e, 4), table);
   } else if constexpr (T == DType::Q8_0) {
     const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    const __m512 d = bcast_f16(w.d), zero = _mm512_setzero_ps();
+    const __m512 d = scales_f32(&w.d).first, zero = _mm512_setzero_ps();
     const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs)));
     const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs + 16)));
     return {_mm512_fmadd_ps(q0, d, zero), _mm512_fmadd_ps(q1, d, zero)};
@@ -121,11 +136,14 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    for (int o = 0; o < MO; ++o) {
-      const Block32 v = decode<T>(w[o], b);
-      for (int r = 0; r < R; ++r) {
-        acc[o][r] = _mm512_fmadd_ps(v.lo, _mm512_loadu_ps(x[r] + 32 * b), acc[o][r]);
-        acc[o][r] = _mm512_fmadd_ps(v.hi, _mm512_loadu_ps(x[r] + 32 * b + 16), acc[o][r]);
+    // Decode the tile's weight rows first, then load each activation half once for all of them.
+    Block32 v[MO];
+    for (int o = 0; o < MO; ++o) v[o] = decode<T>(w[o], b);
+    for (int r = 0; r < R; ++r) {
+      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
+      for (int o = 0; o < MO; ++o) {
+        acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
+        acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
       }
     }
   }
@@ -175,8 +193,8 @@ F32Tile tile_for_rows(int rows) {
     case 1: return {tile_fn<T, 4, 1>(), 4};
     case 2: return {tile_fn<T, 4, 2>(), 4};
     case 3: return {tile_fn<T, 4, 3>(), 4};
-    case 4: return {tile_fn<T, 2, 4>(), 2};
-    case 5: return {tile_fn<T, 2, 5>(), 2};
+    case 4: return {tile_fn<T, 4, 4>(), 4};
+    case 5: return {tile_fn<T, 4, 5>(), 4};
     case 6: return {tile_fn<T, 2, 6>(), 2};
     case 7: return {tile_fn<T, 2, 7>(), 2};
     default: return {tile_fn<T, 2, 8>(), 2};
