@@ -15,6 +15,11 @@ Three experiments, one table each (time per unit of work and speed-up over pure 
     OSSA_CORE_DIR=build/layers/csrc PYTHONPATH=src python benchmarks/layers.py [--quick]
 
 The core must be built with the "bench" component (it is in the default OSSA_COMPONENTS).
+
+What it shows: (1) the interpreter costs tens of nanoseconds per element, which any compiled loop
+(NumPy or C++) removes; (2) every Python/C++ crossing has a fixed cost of the order of a Python call,
+so the engine crosses per request and per batch, never per token; (3) a naive C++ loop loses to NumPy's
+BLAS-backed matmul: speed comes from the right kernel (blocked, vectorised), not from the language.
 """
 
 from __future__ import annotations

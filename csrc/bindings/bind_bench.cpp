@@ -52,7 +52,7 @@ void bind_bench(nb::module_& m) {
         nb::gil_scoped_release release;
         ossa::bench_affine_serial(x.data(), y.data(), static_cast<int64_t>(x.shape(0)));
       },
-      nb::arg("x"), nb::arg("y"), "y = 2x + 1 in one C++ thread (y is written in place).");
+      nb::arg("x"), nb::arg("y").noconvert(), "y = 2x + 1 in one C++ thread (y is written in place).");
   b.def(
       "affine_parallel",
       [](F64Vec x, F64VecOut y, int threads) {
@@ -60,7 +60,7 @@ void bind_bench(nb::module_& m) {
         nb::gil_scoped_release release;
         ossa::bench_affine_parallel(x.data(), y.data(), static_cast<int64_t>(x.shape(0)), threads);
       },
-      nb::arg("x"), nb::arg("y"), nb::arg("threads") = 0,
+      nb::arg("x"), nb::arg("y").noconvert(), nb::arg("threads") = 0,
       "y = 2x + 1 over OpenMP threads (0: all cores).");
   b.def("empty", &ossa::bench_empty, "Does nothing: the cost of one call is the crossing.");
   b.def(
