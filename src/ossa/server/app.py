@@ -66,7 +66,7 @@ def _error_json(
 
 
 async def _send_json(
-    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] = ()
+    send: Send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
     data = json.dumps(body).encode()
     await send(
@@ -109,7 +109,7 @@ class GuardMiddleware:
                     "missing or invalid API key (send 'Authorization: Bearer <key>')",
                     code="invalid_api_key",
                 ).body()
-                await _send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
+                await _send_json(send, 401, body, ((b"www-authenticate", b"Bearer"),))
                 return
         length = headers.get(b"content-length")
         too_large = APIError(
@@ -341,7 +341,7 @@ def create_app(
     return app
 
 
-def _uvicorn_server(app: Any, host: str, port: int, log_level: str = "info", graceful_s: float = 10.0) -> Any:
+def _uvicorn_server(app: Any, host: str, port: int, log_level: str = "info", graceful_s: int = 10) -> Any:
     import uvicorn
 
     class _Server(uvicorn.Server):

@@ -69,6 +69,13 @@ def sampling_params(
 ) -> SamplingParams:
     """The request's ``SamplingParams``; raises APIError(400) naming the bad field."""
     top_k = -1 if req.top_k in (None, 0) else req.top_k
+    bias: dict[int, float] | None = None
+    if req.logit_bias:
+        bias = {}
+        for key, value in req.logit_bias.items():
+            if not key.strip().lstrip("-").isdigit():
+                raise bad_request(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias")
+            bias[int(key)] = value
     try:
         return SamplingParams(
             n=req.n,
@@ -87,7 +94,7 @@ def sampling_params(
             min_tokens=req.min_tokens,
             logprobs=logprobs,
             skip_special_tokens=req.skip_special_tokens,
-            logit_bias=dict(req.logit_bias) if req.logit_bias else None,
+            logit_bias=bias,
             include_stop_str_in_output=req.include_stop_str_in_output,
         )
     except (ValueError, TypeError) as e:
@@ -420,6 +427,13 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                         "finish_reason": None,
                     }
                 )
+        if prep.echo:
+            for i, p in enumerate(prep.prompts):
+                text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
+                for j in range(prep.n):
+                    yield chunk(
+                        {"index": i * prep.n + j, "text": text, "logprobs": None, "finish_reason": None}
+                    )
         async for i, out in merged_outputs(engine, prep):
             if out.error:
                 raise engine_error(out)
