@@ -67,7 +67,10 @@ def run_chat(args: argparse.Namespace, engine_kwargs: dict) -> int:
         text = llm.tokenizer.apply_chat_template(history)
         ids = llm.tokenizer.encode(text, add_special_tokens=False)
         if len(ids) + 1 > llm.max_model_len:
-            print(f"(the conversation no longer fits max_model_len={llm.max_model_len}; /reset)", file=sys.stderr)
+            print(
+                f"(the conversation no longer fits max_model_len={llm.max_model_len}; /reset)",
+                file=sys.stderr,
+            )
             history.pop()
             continue
         reply = []
