@@ -5,7 +5,10 @@ default model (SmolLM2-135M-Instruct Q4_1) and on Q8_0 / BF16 files made from it
 under $OSSA_HOME/bench). Prints tok/s, the ratio ossa / llama.cpp and the decode bandwidth ceiling:
 measured memory read bandwidth / weight bytes read per token.
 
-    OSSA_CORE_DIR=build/forward/csrc PYTHONPATH=src python benchmarks/forward.py [--threads 2]
+    OSSA_CORE_DIR=build/forward2/csrc PYTHONPATH=src python benchmarks/forward.py [--threads 2]
+
+Each number is the best of repeated runs (prefill: 2, decode: 3 runs of --decode-steps steps at the
+same positions), because the machine may be shared; check `uptime` and compare --threads 1 too.
 """
 
 from __future__ import annotations
@@ -101,11 +104,15 @@ def ossa_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
             best = min(best, time.perf_counter() - t0)
         out[f"prefill {n}"] = n / best
         if n == 128:
-            tok = int(np.argmax(logits[0]))
-            t0 = time.perf_counter()
-            for i in range(n_decode):
-                tok = int(np.argmax(step([tok], n + i)[0]))
-            out["decode"] = n_decode / (time.perf_counter() - t0)
+            # Best of 3 runs over the same positions (the machine may be shared).
+            best = 1e9
+            for _ in range(3):
+                tok = int(np.argmax(logits[0]))
+                t0 = time.perf_counter()
+                for i in range(n_decode):
+                    tok = int(np.argmax(step([tok], n + i)[0]))
+                best = min(best, time.perf_counter() - t0)
+            out["decode"] = n_decode / best
     return out
 
 
@@ -125,10 +132,14 @@ def llama_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
             best = min(best, time.perf_counter() - t0)
         out[f"prefill {n}"] = n / best
         if n == 128:
-            t0 = time.perf_counter()
-            for i in range(n_decode):
-                llm.eval([int(100 + i)])
-            out["decode"] = n_decode / (time.perf_counter() - t0)
+            best = 1e9
+            for _ in range(3):
+                llm.n_tokens = n  # rewind to the end of the prompt: decode the same positions again
+                t0 = time.perf_counter()
+                for i in range(n_decode):
+                    llm.eval([int(100 + i)])
+                best = min(best, time.perf_counter() - t0)
+            out["decode"] = n_decode / best
     return out
 
 
@@ -150,7 +161,7 @@ def llama_speed_isolated(path: str, threads: int, n_decode: int) -> dict[str, fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--decode-steps", type=int, default=64)
+    ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--quantized-activations", action="store_true", help="ossa: 8-bit VNNI activations")
     args = ap.parse_args()
     from ossa import models
