@@ -5,6 +5,9 @@
 #include <cmath>
 
 #if defined(__AVX2__)
+// GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 
@@ -40,7 +43,8 @@ void axpy(float p, const float* v, float* out, int n) {
 }
 
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
-void attend(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim, float scale) {
+void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
+                    float scale) {
   const int t = static_cast<int>(item / a.n_head), h = static_cast<int>(item % a.n_head);
   const int kvh = h / group;
   float* scores = a.scratch + a.scratch_stride * thread;
@@ -66,6 +70,83 @@ void attend(const AttentionArgs& a, int64_t item, int thread, int group, int64_t
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
+}
+
+
+#if defined(__AVX512F__)
+// exp(x) for x <= 0 (Cephes' expf: x = n ln2 + r, degree-5 polynomial in r, times 2^n); within
+// 2 ulp of expf, the same lanes and order everywhere.
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+constexpr int k_max_chunks = 16;  // head_dim <= 256 on this path
+
+// The same contract as attend_generic with 16-lane vectors: q and the output accumulate in
+// registers, exp is vectorised over positions.
+void attend_avx512(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
+                   float scale) {
+  const int t = static_cast<int>(item / a.n_head), h = static_cast<int>(item % a.n_head);
+  const int64_t kv_off = static_cast<int64_t>(h / group) * a.head_dim;
+  float* scores = a.scratch + a.scratch_stride * thread;
+  const float* q = a.q + t * a.ldq + static_cast<int64_t>(h) * a.head_dim;
+  const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
+  const int ctx = a.positions[t] + 1;
+  const int hd = a.head_dim, nc = (hd + 15) / 16;
+  const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
+  auto chunk_mask = [&](int c) { return c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
+  __m512 qv[k_max_chunks];
+  for (int c = 0; c < nc; ++c) qv[c] = _mm512_maskz_loadu_ps(chunk_mask(c), q + 16 * c);
+  auto slot_of = [&](int j) {
+    return static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+  };
+  float max_score = -INFINITY;
+  for (int j = 0; j < ctx; ++j) {
+    const float* k = a.k_cache + slot_of(j) * kv_dim + kv_off;
+    __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(chunk_mask(0), k));
+    for (int c = 1; c < nc; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(chunk_mask(c), k + 16 * c), acc);
+    const float sc = _mm512_reduce_add_ps(acc) * scale;
+    scores[j] = sc;
+    max_score = std::fmax(max_score, sc);
+  }
+  const __m512 vmax = _mm512_set1_ps(max_score);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int j = 0; j < ctx; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
+    const __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmax));
+    _mm512_mask_storeu_ps(scores + j, m, p);
+    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, p));
+  }
+  __m512 o[k_max_chunks];
+  for (int c = 0; c < nc; ++c) o[c] = _mm512_setzero_ps();
+  for (int j = 0; j < ctx; ++j) {
+    const float* v = a.v_cache + slot_of(j) * kv_dim + kv_off;
+    const __m512 p = _mm512_set1_ps(scores[j]);
+    for (int c = 0; c < nc; ++c) o[c] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(chunk_mask(c), v + 16 * c), o[c]);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  float* out = a.out + t * a.ldo + static_cast<int64_t>(h) * a.head_dim;
+  for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(out + 16 * c, chunk_mask(c), _mm512_mul_ps(o[c], inv));
+}
+#endif
+
+void attend(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim, float scale) {
+#if defined(__AVX512F__)
+  if (a.head_dim <= 16 * k_max_chunks) return attend_avx512(a, item, thread, group, kv_dim, scale);
+#endif
+  attend_generic(a, item, thread, group, kv_dim, scale);
 }
 
 }  // namespace
