@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 
 #include <cmath>
 
@@ -74,24 +75,6 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 
 
 #if defined(__AVX512F__)
-// exp(x) for x <= 0 (Cephes' expf: x = n ln2 + r, degree-5 polynomial in r, times 2^n); within
-// 2 ulp of expf, the same lanes and order everywhere.
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(y, n);
-}
-
 constexpr int k_max_chunks = 16;  // head_dim <= 256 on this path
 
 // The same contract as attend_generic with 16-lane vectors: q and the output accumulate in
@@ -125,7 +108,7 @@ void attend_avx512(const AttentionArgs& a, int64_t item, int thread, int group, 
   __m512 vsum = _mm512_setzero_ps();
   for (int j = 0; j < ctx; j += 16) {
     const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
-    const __m512 p = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmax));
+    const __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmax));
     _mm512_mask_storeu_ps(scores + j, m, p);
     vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, p));
   }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/vec_math.h"
+
 namespace ossa {
 
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
@@ -62,7 +64,17 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
 }
 
 void swiglu_row(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  // 16 lanes with a polynomial exp (kernels/vec_math.h); the tail uses the scalar formula.
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+  }
+#endif
+  for (; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
