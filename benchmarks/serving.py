@@ -55,7 +55,13 @@ def free_port() -> int:
 
 
 def servers(model: str, peers: list[str], port: int) -> list[Server]:
-    base = {**os.environ, "OMP_NUM_THREADS": "2"}
+    # Passive OpenMP waits: libgomp's spinning barriers are ruinous on a shared, oversubscribed machine
+    # (the same default as benchmarks/throughput.py); applied to every server alike.
+    base = {
+        **os.environ,
+        "OMP_NUM_THREADS": "2",
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive"),
+    }
     out = [
         Server(
             "ossa",
