@@ -50,6 +50,19 @@ void check(const TensorView& w, const MatmulInput& x) {
 
 std::atomic<bool> g_quantized_activations{false};
 
+// Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
+// more requests in flight than the hardware prefetcher does on its own.
+constexpr int64_t k_prefetch_rows = 8;
+inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
+#if defined(__SSE__)
+  if (end > w.rows) end = w.rows;
+  if (begin >= end) return;
+  const char* p = reinterpret_cast<const char*>(w.row(begin));
+  const char* stop = reinterpret_cast<const char*>(w.row(end));
+  for (; p < stop; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+#endif
+}
+
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
              int64_t ldy, int64_t o_begin, int64_t o_end) {
@@ -81,6 +94,7 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
     const F32Tile tile = f32_tile(w.type, rt);
     for (int r = 0; r < rt; ++r) rows[r] = x.f32 + (r0 + r) * x.cols;
     for (int64_t o = o_begin; o < o_end; o += tile.mo) {
+      if (rt == 1) prefetch_rows(w, o + k_prefetch_rows, o + k_prefetch_rows + tile.mo);
       // Past the end, a tile repeats the last row (its results are dropped).
       for (int i = 0; i < tile.mo; ++i) w_rows[i] = w.row(std::min(o + i, o_end - 1));
       tile.fn(w_rows, rows, x.cols, out);
