@@ -14,6 +14,10 @@
 #include <atomic>
 #include <string>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "kernels/matmul_kernels.h"
 #include "kernels/parallel.h"
 #include "util/error.h"
