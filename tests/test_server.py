@@ -144,11 +144,6 @@ def test_chat_stream_equals_non_stream(client: openai.OpenAI) -> None:
     assert again.choices[0].message.content == msg.content
 
 
-@pytest.mark.xfail(
-    reason="engine bug at the time of writing: n > 1 fails in ModelRunner.forward "
-    "('logits_rows must be ascending token indices'); the server answers it with a 500",
-    strict=False,
-)
 def test_n_and_multiple_prompts(client: openai.OpenAI) -> None:
     r = client.completions.create(
         model=MODEL, prompt=["Once upon a time", "1, 2, 3,"], n=3, max_tokens=5, temperature=1.0, seed=11
