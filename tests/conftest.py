@@ -23,3 +23,6 @@ def tmp_models_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     # Keep the kernels' thread count fixed unless a test sets it.
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    # Tests run several thread pools at once (a server thread, the engine, the client); OpenMP's
+    # busy-waiting workers would steal the cores they need. Benchmarks leave the default.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
