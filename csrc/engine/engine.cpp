@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -583,7 +585,13 @@ std::vector<EngineOutput> Engine::run_to_completion() {
 void Engine::start() {
   if (running()) return;
   stop_ = false;
-  thread_ = std::thread([this] { loop(); });
+  // The kernels' thread count (omp nthreads-var) is per thread: carry the caller's setting
+  // (core.set_num_threads / LLM(num_threads=...)) over to the loop thread.
+  const int n_threads = omp_get_max_threads();
+  thread_ = std::thread([this, n_threads] {
+    omp_set_num_threads(n_threads);
+    loop();
+  });
 }
 
 void Engine::stop() {

@@ -138,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="print a model's architecture, tensor types and memory needs")
     p.add_argument("model", nargs="?", default=None)
     p.add_argument("--kv-tokens", type=int, default=None, help="size the KV cache for this many tokens")
-    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds")
+    p.add_argument(
+        "--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds"
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.set_defaults(func=_cmd_inspect)
     return parser

@@ -219,15 +219,7 @@ class LLM:
             if not isinstance(sp, SamplingParams):
                 raise ValueError(f"sampling_params[{i}] is not a SamplingParams")
             text, ids = self._tokenize_prompt(p)
-            g = generation_params(
-                sp,
-                prompt_len=len(ids),
-                max_model_len=self.max_model_len,
-                eos_token_ids=self._eos_ids,
-                vocab_size=self.model.config.n_vocab,
-                backend=self.backend,
-                priority=0 if priority is None else int(priority[i]),
-            )
+            g = self._generation_params(sp, len(ids), 0 if priority is None else int(priority[i]))
             requests.append((str(next(self._counter)), text, ids, sp, g))
         return self._run(requests, use_tqdm)
 
@@ -311,6 +303,17 @@ class LLM:
                 raise ValueError(f"prompt token id {t!r} is outside the vocabulary [0, {vocab})")
         return list(ids)
 
+    def _generation_params(self, sp: SamplingParams, prompt_len: int, priority: int = 0) -> Any:
+        return generation_params(
+            sp,
+            prompt_len=prompt_len,
+            max_model_len=self.max_model_len,
+            eos_token_ids=self._eos_ids,
+            vocab_size=self.model.config.n_vocab,
+            backend=self.backend,
+            priority=priority,
+        )
+
     def _decode_token(self, token_id: int) -> str:
         return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
 
@@ -367,14 +370,7 @@ class LLM:
         """Generates for one prompt, yielding text deltas of completion 0 as they are produced."""
         sp = sampling_params or SamplingParams()
         text, ids = self._tokenize_prompt(prompt)
-        g = generation_params(
-            sp,
-            prompt_len=len(ids),
-            max_model_len=self.max_model_len,
-            eos_token_ids=self._eos_ids,
-            vocab_size=self.model.config.n_vocab,
-            backend=self.backend,
-        )
+        g = self._generation_params(sp, len(ids))
         rid = str(next(self._counter))
         tracker = RequestTracker(rid, text, ids, sp, self._decode_token)
         self.engine.add_request(rid, ids, g)

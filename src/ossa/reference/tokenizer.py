@@ -72,11 +72,11 @@ class Tokenizer:
         if not merges and not byte_level and spec.scores:
             merges = derive_merges_from_scores(spec.vocab, spec.scores)
         self.merges: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, (a, b) in enumerate(merges):
-            for part in (a, b, a + b):
+        for rank, (left, right) in enumerate(merges):
+            for part in (left, right, left + right):
                 if part not in model_ids:
                     raise ModelError(f"BPE merge part '{part}' is not in the vocabulary")
-            self.merges.setdefault((model_ids[a], model_ids[b]), (rank, model_ids[a + b]))
+            self.merges.setdefault((model_ids[left], model_ids[right]), (rank, model_ids[left + right]))
         if byte_level:
             self.byte_ids = [self.vocab.get(chr(b), -1) for b in range(256)]
         else:
@@ -160,19 +160,19 @@ class Tokenizer:
                 return
             gap = text[begin:end]
             p = 0
-            for s, e, tid in self._split_added(gap, self.normalized_tokens):
+            for s, stop, tid in self._split_added(gap, self.normalized_tokens):
                 if p < s:
                     self._encode_segment(gap[p:s], begin + p == 0, out)
                 out.append(tid)
-                p = e
+                p = stop
             if p < len(gap):
                 self._encode_segment(gap[p:], begin + p == 0, out)
 
         pos = 0
-        for s, e, tid in self._split_added(text, self.raw_tokens):
+        for s, stop, tid in self._split_added(text, self.raw_tokens):
             encode_gap(pos, s)
             out.append(tid)
-            pos = e
+            pos = stop
         encode_gap(pos, len(text))
         if add_special_tokens:
             out.extend(self.spec.suffix_ids)

@@ -97,9 +97,7 @@ def spec_from_tokenizer_json(
     spec.vocab = [""] * size
     for tok, i in vocab.items():
         spec.vocab[i] = tok
-    spec.merges = [
-        tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])
-    ]
+    spec.merges = [_merge_pair(m) for m in model.get("merges", [])]
     spec.byte_fallback = bool(model.get("byte_fallback"))
     spec.fuse_unk = bool(model.get("fuse_unk"))
     spec.ignore_merges = bool(model.get("ignore_merges"))
@@ -343,3 +341,11 @@ def spec_from_file(path: str) -> TokenizerSpec:
             if f.read(4) == b"GGUF":
                 return spec_from_gguf(path)
     return spec_from_hf_path(path)
+
+
+def _merge_pair(m: Any) -> tuple[str, str]:
+    """A merge as tokenizer.json writes it: "a b" (older files) or ["a", "b"]."""
+    parts = m.split(" ", 1) if isinstance(m, str) else list(m)
+    if len(parts) != 2 or not all(isinstance(x, str) for x in parts):
+        raise ValueError(f"malformed BPE merge {m!r} in tokenizer.json")
+    return parts[0], parts[1]
