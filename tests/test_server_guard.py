@@ -21,7 +21,6 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_thread import ServerThread
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -30,22 +29,54 @@ KEY = "sk-test-key"
 MAX_BODY = 4096
 
 
-@pytest.fixture(scope="module")
-def server(default_model_path: str) -> Iterator[ServerThread]:
-    from ossa.async_engine import AsyncEngine
-    from ossa.server.app import create_app
+class ServedProcess:
+    """`ossa serve` in a child process: the fuzzed requests meet a server whose process state no
+    earlier test in this pytest process has touched."""
 
-    engine = AsyncEngine.from_model(
-        default_model_path, kv_cache_memory_bytes=16 << 20, max_model_len=48, max_num_seqs=8
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+@pytest.fixture(scope="module")
+def server(default_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedProcess]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    log = open(log_path, "wb")  # noqa: SIM115 (closed below)
+    cmd = [sys.executable, "-m", "ossa.cli", "serve", default_model_path, "--port", str(port)]
+    cmd += ["--served-model-name", MODEL, "--api-key", KEY, "--max-body-bytes", str(MAX_BODY)]
+    cmd += ["--kv-cache-memory-bytes", str(16 << 20), "--max-model-len", "48", "--max-num-seqs", "8"]
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT
     )
-    with ServerThread(create_app(engine, served_model_name=MODEL, api_key=KEY, max_body_bytes=MAX_BODY)) as s:
-        yield s
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.1)
+        yield ServedProcess(url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
 
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-def test_api_key(server: ServerThread) -> None:
+def test_api_key(server: ServedProcess) -> None:
     good = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
     assert good.completions.create(model=MODEL, prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
     for key in ["wrong", KEY + "x", KEY[:-1], ""]:
@@ -61,7 +92,7 @@ def test_api_key(server: ServerThread) -> None:
     assert httpx.get(server.url + "/metrics").status_code == 200
 
 
-def test_body_size_limit(server: ServerThread) -> None:
+def test_body_size_limit(server: ServedProcess) -> None:
     big = {"model": MODEL, "prompt": "x" * MAX_BODY, "max_tokens": 1}
     r = httpx.post(server.url + "/v1/completions", json=big, headers=AUTH)
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
@@ -81,7 +112,7 @@ def test_body_size_limit(server: ServerThread) -> None:
     )
 
 
-def test_prompt_over_context_says_the_limits(server: ServerThread) -> None:
+def test_prompt_over_context_says_the_limits(server: ServedProcess) -> None:
     r = httpx.post(
         server.url + "/v1/completions", json={"model": MODEL, "prompt": "word " * 60}, headers=AUTH
     )
@@ -143,7 +174,7 @@ _bodies = st.fixed_dictionaries({}, optional=_fields) | _json
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(body=_bodies, chat=st.booleans())
-def test_fuzz_no_5xx(server: ServerThread, body: Any, chat: bool) -> None:
+def test_fuzz_no_5xx(server: ServedProcess, body: Any, chat: bool) -> None:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     r = httpx.post(
         server.url + path,
@@ -158,7 +189,7 @@ def test_fuzz_no_5xx(server: ServerThread, body: Any, chat: bool) -> None:
         assert r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
 
 
-def test_fuzz_left_engine_clean(server: ServerThread) -> None:
+def test_fuzz_left_engine_clean(server: ServedProcess) -> None:
     deadline = time.monotonic() + 60
     while True:
         text = httpx.get(server.url + "/metrics").text
