@@ -128,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", default="http://127.0.0.1:8000")
     p.add_argument("--concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=float("inf"))
+    p.add_argument("--num-iters", type=int, default=5, help="latency: timed requests after a warm-up")
     _add_engine_args(p)
     p.set_defaults(func=_cmd_bench)
 
