@@ -202,11 +202,8 @@ void Engine::finish_child(RequestState& r, ChildState& c, const std::string& rea
   c.finished = true;
   c.dirty = true;
   c.finish_reason = reason;
-  if (reason != "stop" || c.stop_str.empty()) {
-    const size_t before = c.text.size();
-    c.detok->flush(c.text);
-    (void)before;
-  }
+  // A stop string already truncated the text; anything held back after it is not output.
+  if (reason != "stop" || c.stop_str.empty()) c.detok->flush(c.text);
 }
 
 void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp) {

@@ -93,9 +93,8 @@ class RequestTracker:
         """Applies one engine output; returns the (mutated) cumulative ``RequestOutput``."""
         out = self.output
         if delta.error:
-            raise_or = delta.error
             out.finished = True
-            out.extra["error"] = raise_or
+            out.extra["error"] = delta.error
             for c in out.outputs:
                 if c.finish_reason is None:
                     c.finish_reason = "abort"
