@@ -174,14 +174,19 @@ def test_twin_generate_matches_cpp(cpp: LLM, py: LLM) -> None:
     ]
     a = cpp.generate(PROMPTS, sps, use_tqdm=False)
     b = py.generate(PROMPTS, sps, use_tqdm=False)
+    # f32 kernels: the two differ only in float32 summation order (~5e-5 in the logits). The AMX
+    # kernels round each activation to 16 significant bits (bf16 hi + lo); the twin rounds the same
+    # way, but the two forwards' inputs already differ in the last bits, so roundings land apart:
+    # ~1e-3 in the logits (measured 1.1e-3 max on the default model), hence the wider bound.
+    tol = 4e-3 if cpp.model._handle.uses_amx else 1e-4
     for x, y in zip(a, b, strict=True):
         cx, cy = x.outputs[0], y.outputs[0]
         assert cx.token_ids == cy.token_ids and len(cx.token_ids) == 32
         assert cx.text == cy.text
         for lx, ly in zip(cx.logprobs, cy.logprobs, strict=True):
             for t in lx:
-                assert abs(lx[t].logprob - ly[t].logprob) < 1e-4
-        assert cx.cumulative_logprob == pytest.approx(cy.cumulative_logprob, abs=1e-3)
+                assert abs(lx[t].logprob - ly[t].logprob) < tol
+        assert cx.cumulative_logprob == pytest.approx(cy.cumulative_logprob, abs=10 * tol)
 
 
 def test_engine_seed_derivation_matches_the_twin_formula(cpp: LLM) -> None:

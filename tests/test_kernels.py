@@ -1,5 +1,8 @@
 """Matmul kernels per weight type against the gguf package's dequantization (a real oracle), and
-their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads."""
+their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads.
+
+Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
+the AMX bf16 kernels (repacked Q4_0/Q4_1/Q4_K/Q8_0; hi/lo panels for Q6_K/F16/BF16)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,18 @@ from ossa._native import core
 QT = gguf.GGMLQuantizationType
 QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
 FLOATS = ["F32", "F16", "BF16"]
+MODES = ["f32"] + (["amx"] if core.amx_available() else [])
+# AMX splits activations (and, on the panel path, weights) into bf16 hi + lo: 16 of 24 bits kept,
+# so each product is off by at most ~2^-16 of |x| |w| (measured max ~1.5e-5; f32 kernels ~1e-7).
+TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> object:
+    was = core.get_amx()
+    core.set_amx(request.param == "amx")
+    yield request.param
+    core.set_amx(was)
 
 
 def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +63,7 @@ def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, q8
 
 
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
-def test_matmul_matches_dequantized_reference(type_name: str) -> None:
+def test_matmul_matches_dequantized_reference(type_name: str, mode: str) -> None:
     rows, cols = 37, 512
     raw, w = make_weight(type_name, rows, cols, seed=1)
     x = np.random.default_rng(2).standard_normal((6, cols)).astype(np.float32)
@@ -56,7 +71,7 @@ def test_matmul_matches_dequantized_reference(type_name: str) -> None:
     # f32 activations (the default): a float32 product with the dequantized weights.
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
-    assert np.max(np.abs(y - ref) / scale) < 1e-6
+    assert np.max(np.abs(y - ref) / scale) < TOLERANCE[mode if type_name != "F32" else "f32"]
     if type_name in QUANTIZED:
         y = run(raw, type_name, rows, cols, x, q8=True)
         # 8-bit activations: exact up to f32 rounding against the values the kernel multiplies...
@@ -82,15 +97,16 @@ def test_quantize_q8_is_round_to_nearest() -> None:
 @pytest.mark.parametrize("q8", [False, True])
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
 @pytest.mark.parametrize("cols", [256, 768])
-def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool) -> None:
+def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool, mode: str) -> None:
     rows = 45  # not a multiple of the 16-row scheduling chunk
     raw, _ = make_weight(type_name, rows, cols, seed=4)
-    x = np.random.default_rng(5).standard_normal((11, cols)).astype(np.float32)
+    # Up to 150 rows: several 16-row AMX blocks and two 128-row work items.
+    x = np.random.default_rng(5).standard_normal((150, cols)).astype(np.float32)
     alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1], q8)[0] for i in range(len(x))])
     try:
         for threads in (1, 2):
             core.set_num_threads(threads)
-            for n in (1, 3, 4, 5, 8, 11):
+            for n in (1, 3, 4, 5, 8, 11, 16, 17, 40, 150):
                 np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], q8), alone[:n])
             # A row in a different tile position (shifted by one) is still the same.
             np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:], q8), alone[1:])

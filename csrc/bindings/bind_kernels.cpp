@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 #include "model/runner.h"
 #include "util/error.h"
@@ -113,6 +114,12 @@ void bind_kernels(nb::module_& m) {
         w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
         if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
         w.data = weight.data();
+        // As the loader does: weights the AMX kernels read repacked are repacked here too.
+        std::vector<uint8_t> packed(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0);
+        if (!packed.empty()) {
+          ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
+          w.packed = packed.data();
+        }
         const int64_t n = static_cast<int64_t>(x.shape(0));
         std::vector<ossa::BlockQ8> q8s;
         ossa::MatmulInput in{x.data(), nullptr, n, cols};
@@ -135,6 +142,11 @@ void bind_kernels(nb::module_& m) {
         "Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) "
         "instead of f32 activations (default).");
   m.def("get_quantized_activations", &ossa::quantized_activations);
+  m.def("set_amx", &ossa::set_amx, nb::arg("on"),
+        "Quantized, BF16 and F16 weights: use the AMX bf16x3 kernels (default where available). "
+        "Returns whether AMX is in use.");
+  m.def("get_amx", &ossa::amx_enabled);
+  m.def("amx_available", []() { return ossa::amx_available(); });
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

@@ -3,6 +3,7 @@
 #include "kernels/parallel.h"
 #include "kernels/vec_math.h"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__AVX2__)
@@ -13,28 +14,6 @@
 #endif
 
 namespace ossa {
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  float tail = 0.0f;
-#if defined(__AVX2__)
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  const __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  const float head = _mm_cvtss_f32(s);
-#else
-  float lanes[8] = {};
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] = std::fma(a[i + l], b[i + l], lanes[l]);
-  const float head = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
-                     ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-#endif
-  for (; i < n; ++i) tail = std::fma(a[i], b[i], tail);
-  return head + tail;
-}
 
 namespace {
 
@@ -52,14 +31,31 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   const float* q = a.q + t * a.ldq + static_cast<int64_t>(h) * a.head_dim;
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1;
-  float max_score = -INFINITY;
-  for (int j = 0; j < ctx; ++j) {
-    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const float s = dot_f32(q, a.k_cache + slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim,
-                            a.head_dim) * scale;
-    scores[j] = s;
-    max_score = std::fmax(max_score, s);
+  // K is stored transposed within each block ([dim][position]); scores go a block at a time, each
+  // position's dot product in dimension order.
+  const int bs = a.block_size, hd = a.head_dim;
+  for (int blk = 0; blk * bs < ctx; ++blk) {
+    const float* kb = a.k_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    float* sc = scores + blk * bs;
+    int i0 = 0;
+#if defined(__AVX2__)
+    // 8 positions per vector; the same per-position order as the scalar loop below.
+    for (; i0 + 8 <= n_in; i0 += 8) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int d = 0; d < hd; ++d)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kb + static_cast<int64_t>(d) * bs + i0), acc);
+      _mm256_storeu_ps(sc + i0, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+    }
+#endif
+    for (int i = i0; i < n_in; ++i) {
+      float dot = 0.0f;
+      for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kb[static_cast<int64_t>(d) * bs + i], dot);
+      sc[i] = dot * scale;
+    }
   }
+  float max_score = -INFINITY;
+  for (int j = 0; j < ctx; ++j) max_score = std::fmax(max_score, scores[j]);
   float* out = a.out + t * a.ldo + static_cast<int64_t>(h) * a.head_dim;
   for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
   float sum = 0.0f;
@@ -77,8 +73,9 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 #if defined(__AVX512F__)
 constexpr int k_max_chunks = 16;  // head_dim <= 256 on this path
 
-// The same contract as attend_generic with 16-lane vectors: q and the output accumulate in
-// registers, exp is vectorised over positions.
+// The same contract as attend_generic with 16-lane vectors: scores are computed 16 positions at a
+// time from the transposed K blocks (no horizontal sums), exp is vectorised over positions, and the
+// output accumulates in registers.
 void attend_avx512(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
                    float scale) {
   const int t = static_cast<int>(item / a.n_head), h = static_cast<int>(item % a.n_head);
@@ -90,20 +87,35 @@ void attend_avx512(const AttentionArgs& a, int64_t item, int thread, int group, 
   const int hd = a.head_dim, nc = (hd + 15) / 16;
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
   auto chunk_mask = [&](int c) { return c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
-  __m512 qv[k_max_chunks];
-  for (int c = 0; c < nc; ++c) qv[c] = _mm512_maskz_loadu_ps(chunk_mask(c), q + 16 * c);
   auto slot_of = [&](int j) {
     return static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
   };
-  float max_score = -INFINITY;
-  for (int j = 0; j < ctx; ++j) {
-    const float* k = a.k_cache + slot_of(j) * kv_dim + kv_off;
-    __m512 acc = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(chunk_mask(0), k));
-    for (int c = 1; c < nc; ++c) acc = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(chunk_mask(c), k + 16 * c), acc);
-    const float sc = _mm512_reduce_add_ps(acc) * scale;
-    scores[j] = sc;
-    max_score = std::fmax(max_score, sc);
+  // Scores 16 positions at a time from the transposed K block ([dim][position]): q[d] broadcast
+  // times a row of positions, in four partial sums over d mod 4, then ((s0 + s1) + (s2 + s3)).
+  const int bs = a.block_size;
+  __m512 vmax_acc = _mm512_set1_ps(-INFINITY);
+  for (int blk = 0; blk * bs < ctx; ++blk) {
+    const float* kb = a.k_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    for (int i0 = 0; i0 < n_in; i0 += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
+      const float* kc = kb + i0;
+      __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      int d = 0;
+      for (; d + 4 <= hd; d += 4) {
+        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs), s0);
+        s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 1) * bs), s1);
+        s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 2) * bs), s2);
+        s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 3) * bs), s3);
+      }
+      for (; d < hd; ++d)
+        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs), s0);
+      const __m512 sc = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)), _mm512_set1_ps(scale));
+      _mm512_mask_storeu_ps(scores + blk * bs + i0, m, sc);
+      vmax_acc = _mm512_mask_max_ps(vmax_acc, m, vmax_acc, sc);
+    }
   }
+  const float max_score = _mm512_reduce_max_ps(vmax_acc);
   const __m512 vmax = _mm512_set1_ps(max_score);
   __m512 vsum = _mm512_setzero_ps();
   for (int j = 0; j < ctx; j += 16) {

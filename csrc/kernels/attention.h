@@ -12,7 +12,10 @@ namespace ossa {
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens, n_head * head_dim], row stride ldq
   int64_t ldq = 0;
-  const float* k_cache = nullptr;  // [n_slots, n_head_kv * head_dim] of this layer
+  // This layer's cache. K is transposed within each block so that scores vectorise over positions:
+  // k_cache[((block * n_head_kv + kv_head) * head_dim + d) * block_size + i] for slot block * block_size + i;
+  // V is [n_slots, n_head_kv * head_dim]. Both hold block_size * n_head_kv * head_dim floats per block.
+  const float* k_cache = nullptr;
   const float* v_cache = nullptr;
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 0;
   const int32_t* positions = nullptr;          // [n_tokens]
@@ -28,7 +31,11 @@ struct AttentionArgs {
 
 void paged_attention(const AttentionArgs& a);
 
-// The dot product the attention scores use (8 f32 lanes, fixed order); exposed for tests.
-float dot_f32(const float* a, const float* b, int64_t n);
+// Stores one token's K row (kv_dim = n_head_kv * head_dim floats) at `slot` of a layer's K cache, in
+// the transposed block layout above.
+inline void store_k(float* k_cache, int64_t slot, int block_size, int64_t kv_dim, const float* k) {
+  float* dst = k_cache + (slot - slot % block_size) * kv_dim + slot % block_size;
+  for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = k[e];
+}
 
 }  // namespace ossa

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -54,6 +56,60 @@ void check(const TensorView& w, const MatmulInput& x) {
 
 std::atomic<bool> g_quantized_activations{false};
 
+bool amx_default() {
+  const char* env = std::getenv("OSSA_AMX");
+  if (env != nullptr && std::string(env) == "0") return false;
+  return amx_available();
+}
+std::atomic<bool> g_amx{amx_default()};
+
+constexpr int64_t k_amx_row_block = 128;  // activation rows per AMX work item (a multiple of 16)
+
+// True when this weight goes through the AMX kernels for these activations.
+bool uses_amx(const TensorView& w, const MatmulInput& x) {
+  return x.q8 == nullptr && g_amx.load(std::memory_order_relaxed) && amx_weight_type(w.type) &&
+         x.cols % 32 == 0;
+}
+
+// Activations prepared for AMX, owned by the thread that called the matmul (workers only read them
+// while that call is running): B tiles for the panel kernels, hi/lo rows and block sums for weights
+// repacked at load.
+struct AmxInputs {
+  const uint16_t* tiles = nullptr;
+  AmxActivations split;
+};
+thread_local std::vector<uint16_t> t_tiles, t_split;
+thread_local std::vector<float> t_block_sum;
+
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), T{});
+  return v.data();
+}
+
+AmxInputs prepare_amx(const MatmulInput& x, bool tiles, bool split, int threads) {
+  AmxInputs in;
+  const int64_t n_blocks = (x.n_rows + 15) / 16;
+  uint16_t* tile_out = tiles ? grow(t_tiles, amx_packed_size(x.n_rows, x.cols)) : nullptr;
+  uint16_t* split_out = nullptr;
+  float* sums = nullptr;
+  if (split) {
+    split_out = grow(t_split, n_blocks * 32 * x.cols);
+    sums = grow(t_block_sum, x.n_rows * (x.cols / 32));
+    in.split = AmxActivations{split_out, sums, x.n_rows, x.cols};
+  }
+  in.tiles = tile_out;
+  auto work = [&](int64_t begin, int64_t end, int) {
+    for (int64_t b = begin; b < end; ++b) {
+      if (tiles) amx_pack_rows(x.f32, x.n_rows, x.cols, b, tile_out);
+      if (split) amx_split_rows(x.f32, x.cols, b * 16, std::min(x.n_rows, b * 16 + 16), split_out, sums);
+    }
+  };
+  if (n_blocks == 1) work(0, 1, 0);
+  else parallel_for(n_blocks, 1, threads, work);
+  return in;
+}
+
 // Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
 // more requests in flight than the hardware prefetcher does on its own.
 constexpr int64_t k_prefetch_rows = 8;
@@ -69,7 +125,12 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
-             int64_t ldy, int64_t o_begin, int64_t o_end) {
+             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxInputs* amx) {
+  if (amx != nullptr && uses_amx(w, x)) {
+    if (w.packed != nullptr) amx_compute_packed(w, amx->split, r_begin, r_end, y, ldy, o_begin, o_end);
+    else amx_compute(w, amx->tiles, x.cols, x.n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    return;
+  }
   if (dtype_quantized(w.type) && x.q8 != nullptr) {
     const int64_t nb = x.cols / k_qblock;
     const Q8DotFn dot4 = q8_dot(w.type, 4), dot1 = q8_dot(w.type, 1);
@@ -111,27 +172,36 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
 
 }  // namespace
 
+bool set_amx(bool on) {
+  g_amx = on && amx_available();
+  return g_amx;
+}
+bool amx_enabled() { return g_amx; }
+
 void set_quantized_activations(bool on) { g_quantized_activations = on; }
 bool quantized_activations() { return g_quantized_activations; }
-
-void matmul_range(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy, int64_t o_begin,
-                  int64_t o_end) {
-  check(w, x);
-  compute(w, x, 0, x.n_rows, y, ldy, o_begin, o_end);
-}
 
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
+  bool amx = false, tiles = false, split = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
     first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + k_out_chunk - 1) / k_out_chunk;
+    if (uses_amx(*targets[t].w, x)) {
+      amx = true;
+      (targets[t].w->packed != nullptr ? split : tiles) = true;
+    }
   }
   const int64_t chunks_per_block = first_chunk[n_targets];
-  const int64_t n_row_blocks = (x.n_rows + k_row_block - 1) / k_row_block;
+  const int64_t row_block = amx ? k_amx_row_block : k_row_block;
+  const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
-  parallel_for(n_row_blocks * chunks_per_block, 1, parallel_threads(),
+  const int threads = parallel_threads();
+  AmxInputs amx_in;
+  if (amx) amx_in = prepare_amx(x, tiles, split, threads);
+  parallel_for(n_row_blocks * chunks_per_block, 1, threads,
                [&](int64_t begin, int64_t end, int) {
                  for (int64_t item = begin; item < end; ++item) {
                    const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
@@ -139,9 +209,9 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    while (c >= first_chunk[t + 1]) ++t;
                    const MatmulTarget& tg = targets[t];
                    const int64_t o = (c - first_chunk[t]) * k_out_chunk;
-                   const int64_t r = rb * k_row_block;
-                   compute(*tg.w, x, r, std::min(x.n_rows, r + k_row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + k_out_chunk));
+                   const int64_t r = rb * row_block;
+                   compute(*tg.w, x, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
+                           std::min(tg.w->rows, o + k_out_chunk), amx ? &amx_in : nullptr);
                  }
                });
 }

@@ -38,6 +38,39 @@ using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int
                          float* out);
 Q8DotFn q8_dot(DType type, int rows);
 
+// AMX (matmul_amx.cpp): bf16 tiles with f32 accumulation, each value split into hi + lo bf16.
+// amx_available(): compiled in (a native build on an AMX CPU) and the OS granted the tile state.
+bool amx_available();
+bool amx_weight_type(DType t);  // quantized types, BF16, F16 (F32 keeps the exact f32 kernels)
+// Packed activations: for each 16-row block and 32-column step, a hi and a lo B tile (bf16 pairs).
+int64_t amx_packed_size(int64_t n_rows, int64_t cols);  // uint16 elements
+void amx_pack_rows(const float* x, int64_t n_rows, int64_t cols, int64_t row_block, uint16_t* out);
+// y[r * ldy + o] for activation rows [r_begin, r_end) (r_begin a multiple of 16) and weight rows
+// [o_begin, o_end), by the calling thread.
+void amx_compute(const TensorView& w, const uint16_t* packed, int64_t cols, int64_t n_rows, int64_t r_begin,
+                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
+
+
+// Repacked Q4_0/Q4_1/Q4_K/Q8_0 weights (TensorView::packed, built at load by amx_repack_groups over
+// groups of 16 rows) multiply activations split into bf16 hi/lo rows plus f32 block sums.
+struct AmxActivations {
+  // A tiles: for 16-row block mb and 32-column step b, a hi tile then a lo tile of 16 rows x 32
+  // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j].
+  const uint16_t* tiles = nullptr;
+  const float* block_sum = nullptr;  // [rows][cols / 32]
+  int64_t n_rows = 0;
+  int64_t cols = 0;
+};
+bool amx_repackable(DType t);
+size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
+                    float* block_sum);
+// Rows [r_begin, r_end) (r_begin a multiple of 16, at most 128 rows) x weight rows [o_begin, o_end)
+// (o_begin a multiple of 16).
+void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                        int64_t ldy, int64_t o_begin, int64_t o_end);
+
 #if !defined(__AVX2__)
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
 // elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight.

@@ -184,7 +184,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
       rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
       const int64_t slot = batch.slot_mapping[t];
-      std::memcpy(k_cache + slot * KV, k, KV * sizeof(float));
+      store_k(k_cache, slot, s.block_size, KV, k);
       std::memcpy(v_cache + slot * KV, v, KV * sizeof(float));
     });
     laps.lap(kRope);

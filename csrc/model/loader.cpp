@@ -7,6 +7,9 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/matmul.h"
+#include "kernels/matmul_kernels.h"
+#include "kernels/parallel.h"
 #include "model/dequantize.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
@@ -26,6 +29,7 @@ struct Storage {
   std::vector<std::shared_ptr<GGUFFile>> gguf;
   std::vector<std::shared_ptr<SafetensorsFile>> safetensors;
   std::vector<std::vector<float>> buffers;
+  std::vector<std::vector<uint8_t>> packed;  // weights repacked for the AMX kernels
   std::map<std::string, TensorView> canonical;  // "layers.0.wq" -> view used by the forward pass
 };
 
@@ -421,6 +425,24 @@ const TensorView* Model::find_tensor(const std::string& name) const {
   return nullptr;
 }
 
+// Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp), when AMX
+// is in use; the file's views stay as they are for everything else (embedding lookups, listings).
+void repack_for_amx(Model& m, Storage& st) {
+  if (!amx_enabled()) return;
+  auto repack = [&](TensorView& v) {
+    const size_t bytes = amx_repacked_bytes(v);
+    if (bytes == 0) return;
+    std::vector<uint8_t>& buf = st.packed.emplace_back(bytes);
+    uint8_t* out = buf.data();
+    parallel_for((v.rows + 15) / 16, 8, parallel_threads(),
+                 [&](int64_t begin, int64_t end, int) { amx_repack_groups(v, out, begin, end); });
+    v.packed = out;
+  };
+  for (LayerWeights& l : m.weights.layers)
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*v);
+  repack(m.weights.output);
+}
+
 std::shared_ptr<Model> load_model(const std::string& path) {
   auto model = std::make_shared<Model>();
   auto storage = std::make_shared<Storage>();
@@ -440,6 +462,7 @@ std::shared_ptr<Model> load_model(const std::string& path) {
     }
     load_gguf(*model, *storage);
   }
+  repack_for_amx(*model, *storage);
   model->storage = storage;
   return model;
 }

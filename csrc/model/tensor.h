@@ -42,6 +42,9 @@ struct TensorView {
   int64_t cols = 0;
   const uint8_t* data = nullptr;  // owned by the model's storage
   size_t row_bytes = 0;           // bytes of one row
+  // The same weights repacked for the AMX kernels (kernels/matmul_amx.cpp), owned by the model's
+  // storage; null when not repacked.
+  const uint8_t* packed = nullptr;
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

@@ -183,6 +183,7 @@ class LLM:
                     seed=int(seed) % (1 << 64),
                     # Round activations like the C++ kernels when they are set to (8-bit blocks).
                     quantized_activations=bool(getattr(core, "get_quantized_activations", lambda: False)()),
+                    amx_activations=bool(getattr(self.model._handle, "uses_amx", False)),
                 ),
             )
 

@@ -63,6 +63,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match core.set_quantized_activations(True)
+    amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (core.set_amx)
 
 
 @dataclass
@@ -184,7 +185,12 @@ class Engine:
             )
         )
         self.runner = ModelRunner(
-            model_config, weights, config.num_blocks, config.block_size, config.quantized_activations
+            model_config,
+            weights,
+            config.num_blocks,
+            config.block_size,
+            config.quantized_activations,
+            config.amx_activations,
         )
         spec = tokenizer.spec
         eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])

@@ -5,8 +5,8 @@ over each head of q and k before RoPE), with grouped-query attention and Llama-3
 scaling. It runs in float32 on weights already dequantized (``ossa.reference.loader.load_weights``),
 one sequence at a time, without a KV cache: every token attends causally to the ones before it.
 
-The C++ kernels multiply quantized weights by 8-bit quantized activations, so on quantized models
-the two agree to within that quantization error, not bitwise.
+The C++ kernels may round the activations they multiply (bf16 hi + lo on AMX, 8-bit blocks when
+asked); ``forward`` can apply the same rounding, and then the two agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -95,6 +95,29 @@ def quantize_q8(x: np.ndarray) -> np.ndarray:
     return (np.rint(blocks * inv) * d).reshape(x.shape).astype(np.float32)
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def split_bf16(x: np.ndarray) -> np.ndarray:
+    """x as the C++ AMX kernels see their activations: hi = bf16(x) plus lo = bf16(x - hi), which
+    keeps 16 of float32's 24 significant bits (relative error below 2^-16)."""
+    hi = _bf16(x)
+    return (hi + _bf16(x.astype(np.float32) - hi)).astype(np.float32)
+
+
+def activation_rounding(quantized_activations: bool, amx_activations: bool) -> Any:
+    """The rounding the C++ kernels apply to every matmul input: 8-bit blocks, bf16 hi + lo, or none."""
+    if quantized_activations:
+        return quantize_q8
+    if amx_activations:
+        return split_bf16
+    return lambda a: a
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
@@ -104,14 +127,16 @@ def forward(
     weights: dict[str, np.ndarray],
     token_ids: list[int],
     quantized_activations: bool = False,
+    amx_activations: bool = False,
 ) -> np.ndarray:
     """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
 
     With ``quantized_activations`` every matmul input is first rounded like the C++ kernels round
-    it for quantized weights (``quantize_q8``); use it for models whose matrices are all quantized.
+    it for quantized weights (``quantize_q8``); with ``amx_activations`` as the AMX kernels split it
+    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16/F16).
     """
     c, w = config, weights
-    q8 = quantize_q8 if quantized_activations else (lambda a: a)
+    q8 = activation_rounding(quantized_activations, amx_activations)
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:

@@ -35,6 +35,7 @@ class ModelRunner:
         num_blocks: int,
         block_size: int,
         quantized_activations: bool = False,
+        amx_activations: bool = False,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
@@ -43,6 +44,7 @@ class ModelRunner:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.quantized_activations = quantized_activations
+        self.amx_activations = amx_activations
         kv_dim = config["n_head_kv"] * config["head_dim"]
         # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written.
         self.kv = np.zeros((config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.float32)
@@ -111,7 +113,7 @@ class ModelRunner:
             logits_rows,
         )
         c, w = self.config, self.weights
-        q8 = ref_model.quantize_q8 if self.quantized_activations else (lambda a: a)
+        q8 = ref_model.activation_rounding(self.quantized_activations, self.amx_activations)
         n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
         bs = self.block_size
         n = len(token_ids)

@@ -1,0 +1,540 @@
+// AMX tile kernels: quantized, BF16 and F16 weights times f32 activations, through bf16 tiles with
+// f32 accumulation ("bf16x3"), on CPUs with AMX-BF16 whose kernel grants the tile state.
+//
+// Why three products: a bf16 has 8 significant bits, far too few for weights decoded from Q4_1 or
+// Q8_0 (d * q + m needs up to 24) or for activations. Each value v is split into v_hi = bf16(v) and
+// v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its bits; then
+//
+//   w . x  ~=  w_hi . x_hi  +  w_lo . x_hi  +  w_hi . x_lo          (w_lo . x_lo, ~2^-16 smaller, dropped)
+//
+// Every bf16 x bf16 product is exact in f32, so the only errors are the split (relative 2^-17) and
+// f32 accumulation. On the default model this agrees with the f32 kernels to ~1e-5 relative in the
+// logits, where bf16 alone (vLLM's CPU numerics) is off by ~1e-2 and changes greedy continuations.
+//
+// Layout (orientation: weights are the A operand, activations the B operand):
+//   A tile  = 16 weight rows x 32 columns (one quant block), row-major bf16: a decoded block is
+//             exactly one tile row, so weights need no transposition.
+//   B tile  = 16 column pairs x 16 activation rows (VNNI): B[p][2m + j] = x[m][32s + 2p + j].
+//   C tile  = 16 weight rows x 16 activation rows, f32.
+// Activations are packed once per matmul (amx_pack_rows, hi and lo tiles per 16 rows and 32 columns);
+// each work item decodes its 16 weight rows once into a panel of hi/lo A tiles and sweeps them over
+// its activation row blocks.
+//
+// Batch invariance: C[o][m] is the sum over column steps s of
+//   C += Ahi[s]·Bhi[s]; C += Alo[s]·Bhi[s]; C += Ahi[s]·Blo[s]
+// in that order, from zero, whatever the number of rows, the tile pair it lands in or the thread;
+// a tile product computes each element from its own A row and B column only. Rows past the end of
+// a 16-row block hold stale data whose results are dropped.
+#include <algorithm>
+#include <cstring>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/matmul_kernels.h"
+#include "util/error.h"
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
+#define OSSA_HAVE_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace ossa {
+
+#if defined(OSSA_HAVE_AMX)
+namespace {
+
+#include "kernels/decode_avx512.h"
+
+constexpr int64_t k_tile_elems = 512;  // bf16 values in one 16 x 64-byte tile
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile is 16 rows x 64 bytes: C (f32 16x16), A (bf16 16x32), B (bf16 pairs 16x16).
+void load_tile_config() {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  _tile_loadconfig(&c);
+}
+
+bool request_amx() {
+  unsigned a, b, c, d;
+  __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+  if (!tile || !bf16) return false;
+  constexpr long k_arch_req_xcomp_perm = 0x1023, k_xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) == 0;
+}
+
+// Round to the nearest bf16 (ties to even), kept as f32.
+inline __m512 bf16_round(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// 16 bf16 values -> f32.
+inline __m512 bf16_widen(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+struct Split {
+  __m512i hi, lo;  // 32 bf16 each, element order
+};
+// 32 f32 values (elements 0..15 in v0, 16..31 in v1) -> hi = bf16(v), lo = bf16(v - hi).
+inline Split split32(__m512 v0, __m512 v1) {
+  const __m512 h0 = bf16_round(v0), h1 = bf16_round(v1);
+  Split s;
+  s.hi = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0));  // exact: already bf16 values
+  s.lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
+  return s;
+}
+
+// Block b (32 columns) of a weight row as f32, for every type the AMX path takes.
+template <DType T>
+inline Block32 decode_any(const uint8_t* row, int64_t b) {
+  if constexpr (T == DType::BF16) {
+    const __m512i v = _mm512_loadu_si512(reinterpret_cast<const uint16_t*>(row) + 32 * b);
+    const __m512i lo16 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
+    const __m512i hi16 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(lo16, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(hi16, 16))};
+  } else if constexpr (T == DType::F16) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + 32 * b;
+    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)))};
+  } else {
+    return decode<T>(row, b);
+  }
+}
+
+// BF16 weights are exact in one bf16: their lo part is zero and its product is skipped.
+template <DType T>
+constexpr bool k_weight_lo = T != DType::BF16;
+
+// Decodes weight rows [o0, o0 + 16) (rows past `o_end` repeat the last one) into hi/lo A tiles:
+// panel[(s * 2 + part) * 512 + r * 32 + j] = part of W[o0 + r][32 s + j].
+template <DType T>
+void decode_panel(const TensorView& w, int64_t o0, int64_t o_end, int64_t n_steps, uint16_t* panel) {
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* row = w.row(std::min(o0 + r, o_end - 1));
+    for (int64_t s = 0; s < n_steps; ++s) {
+      const Block32 v = decode_any<T>(row, s);
+      uint16_t* dst = panel + s * 2 * k_tile_elems + r * 32;
+      if constexpr (k_weight_lo<T>) {
+        const Split sp = split32(v.lo, v.hi);
+        _mm512_storeu_si512(dst, sp.hi);
+        _mm512_storeu_si512(dst + k_tile_elems, sp.lo);
+      } else {
+        const Split sp = split32(v.lo, v.hi);
+        _mm512_storeu_si512(dst, sp.hi);
+      }
+    }
+  }
+}
+
+// C tiles of one or two activation row blocks (`pair`) times the decoded panel, then stored into y.
+template <DType T, bool kPair>
+inline void tile_product(const uint16_t* panel, const uint16_t* b0, const uint16_t* b1, int64_t n_steps,
+                         float* c_out) {
+  _tile_zero(0);
+  if constexpr (kPair) _tile_zero(1);
+  for (int64_t s = 0; s < n_steps; ++s) {
+    const uint16_t* a = panel + s * 2 * k_tile_elems;
+    _tile_loadd(2, a, 64);
+    if constexpr (k_weight_lo<T>) _tile_loadd(3, a + k_tile_elems, 64);
+    _tile_loadd(4, b0 + s * 2 * k_tile_elems, 64);
+    _tile_loadd(5, b0 + s * 2 * k_tile_elems + k_tile_elems, 64);
+    _tile_dpbf16ps(0, 2, 4);
+    if constexpr (k_weight_lo<T>) _tile_dpbf16ps(0, 3, 4);
+    _tile_dpbf16ps(0, 2, 5);
+    if constexpr (kPair) {
+      _tile_loadd(6, b1 + s * 2 * k_tile_elems, 64);
+      _tile_loadd(7, b1 + s * 2 * k_tile_elems + k_tile_elems, 64);
+      _tile_dpbf16ps(1, 2, 6);
+      if constexpr (k_weight_lo<T>) _tile_dpbf16ps(1, 3, 6);
+      _tile_dpbf16ps(1, 2, 7);
+    }
+  }
+  _tile_stored(0, c_out, 64);
+  if constexpr (kPair) _tile_stored(1, c_out + 256, 64);
+}
+
+// Per-thread scratch: the decoded weight panel.
+thread_local std::vector<uint16_t> t_panel;
+
+template <DType T>
+void compute_amx(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t n_rows, int64_t r_begin,
+                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t n_steps = cols / 32;
+  const int64_t block_stride = n_steps * 2 * k_tile_elems;  // one 16-row block of packed activations
+  if (t_panel.size() < static_cast<size_t>(block_stride)) t_panel.assign(block_stride, 0);
+  uint16_t* panel = t_panel.data();
+  alignas(64) float c[512];
+  load_tile_config();
+  const int64_t mb_begin = r_begin / 16, mb_end = (r_end + 15) / 16;
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    decode_panel<T>(w, o0, o_end, n_steps, panel);
+    const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
+    for (int64_t mb = mb_begin; mb < mb_end; mb += 2) {
+      const bool pair = mb + 1 < mb_end;
+      const uint16_t* b0 = xp + mb * block_stride;
+      if (pair) tile_product<T, true>(panel, b0, b0 + block_stride, n_steps, c);
+      else tile_product<T, false>(panel, b0, nullptr, n_steps, c);
+      for (int half = 0; half < (pair ? 2 : 1); ++half) {
+        const int64_t m0 = (mb + half) * 16;
+        const int m_valid = static_cast<int>(std::min<int64_t>(16, std::min(r_end, n_rows) - m0));
+        const float* ct = c + half * 256;
+        for (int m = 0; m < m_valid; ++m)
+          for (int r = 0; r < n_valid; ++r) y[(m0 + m) * ldy + o0 + r] = ct[r * 16 + m];
+      }
+    }
+  }
+  _tile_release();
+}
+
+// ---- Repacked Q4_0 / Q4_1 / Q4_K / Q8_0 weights: the weights are the B operand -----------------
+//
+// For these types a block of 32 weights of one row is s * q + mn with small integers q, exact in
+// bf16. So the tile products run on the integers, and each block's scale and minimum are applied
+// afterwards in f32:
+//
+//   y[m][n] = sum over blocks b of  s[n][b] * (q[n][b] . x[m][b])  +  mn[n][b] * sum(x[m][b])
+//   with q . x = q . x_hi + q . x_lo (two tile products, exact products, f32 sums)
+//
+// The weights need no decoding to f32 and no hi/lo split, which keeps decode (one activation row)
+// as cheap as the f32 kernels; the activations are the A operand, plain row-major bf16 rows.
+// Layout, per group of 16 rows g and block b (group-major), built once at load (amx_repack):
+//   R4 (Q4_0, Q4_1, Q4_K): nibbles[p][n] = q[n][2p] | q[n][2p+1] << 4   (16 x 16 bytes, q in 0..15)
+//                          then s f32[16], mn f32[16]                      -> 384 bytes
+//      Q4_0 stores q + 8 and is decoded back to q - 8 (signed, no minimum).
+//   R8 (Q8_0):             bytes[p][j * 16 + n] = q[n][2p + j] (int8)       (16 x 32 bytes)
+//                          then s f32[16]                                  -> 576 bytes
+// Rows past the last one in a group are zero.
+//
+// Batch invariance: per element, C = 0; C += x_hi . q; C += x_lo . q (one tile pair per block), then
+// acc = fma(C, s, acc); acc = fma(sum(x), mn, acc), blocks in order; nothing depends on the rows.
+
+enum class Packed { R4Unsigned, R4Signed, R8 };
+
+constexpr int64_t packed_block_bytes(Packed p) { return p == Packed::R8 ? 576 : 384; }
+
+// B tile (16 pairs x 16 rows of bf16 pairs) of one packed block.
+template <Packed P>
+inline void build_b(const uint8_t* blk, uint16_t* out) {
+  const __m512i mask_hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int p = 0; p < 16; ++p) {
+    __m512i q0, q1;
+    if constexpr (P == Packed::R8) {
+      q0 = _mm512_cvtepi8_epi32(load16(blk + 32 * p));
+      q1 = _mm512_cvtepi8_epi32(load16(blk + 32 * p + 16));
+    } else {
+      const __m512i v = _mm512_cvtepu8_epi32(load16(blk + 16 * p));
+      q0 = _mm512_and_si512(v, _mm512_set1_epi32(15));
+      q1 = _mm512_srli_epi32(v, 4);
+      if constexpr (P == Packed::R4Signed) {
+        q0 = _mm512_sub_epi32(q0, _mm512_set1_epi32(8));
+        q1 = _mm512_sub_epi32(q1, _mm512_set1_epi32(8));
+      }
+    }
+    // bf16 of a small integer = the top half of its f32 (exact): pair = lo(q0) | hi(q1).
+    const __m512i f0 = _mm512_castps_si512(_mm512_cvtepi32_ps(q0));
+    const __m512i f1 = _mm512_castps_si512(_mm512_cvtepi32_ps(q1));
+    const __m512i pair = _mm512_ternarylogic_epi32(f1, mask_hi, _mm512_srli_epi32(f0, 16), 0xEA);
+    _mm512_storeu_si512(out + 32 * p, pair);
+  }
+}
+
+// Loaded at the start of every call and released at its end: other code on the same thread (oneDNN
+// inside torch, for one) may configure or release the tiles in between.
+void load_tile_config_rows(int rows) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = static_cast<uint8_t>(t >= 6 ? 16 : rows);  // tiles 6, 7 are B: always 16 pairs
+  }
+  _tile_loadconfig(&c);
+}
+
+// Per-thread scratch: a group's B tiles (one per block).
+thread_local std::vector<uint16_t> t_btiles;
+
+template <Packed P>
+void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                    int64_t ldy, int64_t o_begin, int64_t o_end) {
+  constexpr int64_t bb = packed_block_bytes(P);
+  constexpr bool k_min = P == Packed::R4Unsigned;
+  constexpr int64_t scale_at = P == Packed::R8 ? 512 : 256;
+  const int64_t nb = x.cols / 32;
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
+  if (t_btiles.size() < static_cast<size_t>(nb * 512)) t_btiles.assign(static_cast<size_t>(nb * 512), 0);
+  uint16_t* btiles = t_btiles.data();
+  alignas(64) float cbuf[4][256];
+  load_tile_config_rows(mr);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint8_t* group = w.packed + (o0 / 16) * nb * bb;
+    static const int dbg = getenv("OSSA_DBG") ? atoi(getenv("OSSA_DBG")) : 0;
+    for (int64_t b = 0; b < nb && !(dbg & 1); ++b) {
+      // The weights stream once: ask for the group's data a few blocks ahead.
+      const char* ahead = reinterpret_cast<const char*>(group + (b + 4) * bb);
+      for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      build_b<P>(group + b * bb, btiles + b * 512);
+    }
+    const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
+    const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
+      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
+      const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
+      __m512 acc[16];
+      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
+      // Block b's C tile is scaled two blocks later, once its store has landed.
+      auto product = [&](int64_t b) {
+        const uint16_t* ab = a + b * 1024;
+        if (b & 1) {
+          _tile_zero(1);
+          _tile_loadd(7, btiles + b * 512, 64);
+          _tile_loadd(4, ab, 64);
+          _tile_loadd(5, ab + 512, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(1, 5, 7);
+          _tile_stored(1, cbuf[b & 3], 64);
+        } else {
+          _tile_zero(0);
+          _tile_loadd(6, btiles + b * 512, 64);
+          _tile_loadd(2, ab, 64);
+          _tile_loadd(3, ab + 512, 64);
+          _tile_dpbf16ps(0, 2, 6);
+          _tile_dpbf16ps(0, 3, 6);
+          _tile_stored(0, cbuf[b & 3], 64);
+        }
+      };
+      auto scale = [&](int64_t b) {
+        const uint8_t* blk = group + b * bb;
+        const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + scale_at));
+        const float* c = cbuf[b & 3];
+        if constexpr (k_min) {
+          const __m512 mn = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + 320));
+          const float* sum = x.block_sum + m0 * nb + b;
+          for (int m = 0; m < rows; ++m) {
+            acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, acc[m]);
+            acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, acc[m]);
+          }
+        } else {
+          for (int m = 0; m < rows; ++m) acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, acc[m]);
+        }
+      };
+      for (int64_t b = 0; b < nb; ++b) {
+        if (!(dbg & 2)) product(b);
+        if (b >= 2 && !(dbg & 4)) scale(b - 2);
+      }
+      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
+      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o0, keep, acc[m]);
+    }
+  }
+  _tile_release();
+}
+
+// Scalar decode of block b of a row into integers q (see the layout above), scale and minimum.
+void block_ints(DType t, const uint8_t* row, int64_t b, int* q, float& scale, float& min) {
+  min = 0.0f;
+  switch (t) {
+    case DType::Q4_0: {
+      const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      for (int j = 0; j < 16; ++j) q[j] = blk.qs[j] & 15, q[j + 16] = blk.qs[j] >> 4;
+      scale = _cvtsh_ss(blk.d);
+      return;
+    }
+    case DType::Q4_1: {
+      const BlockQ4_1& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      for (int j = 0; j < 16; ++j) q[j] = blk.qs[j] & 15, q[j + 16] = blk.qs[j] >> 4;
+      scale = _cvtsh_ss(blk.d);
+      min = _cvtsh_ss(blk.m);
+      return;
+    }
+    case DType::Q8_0: {
+      const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      for (int j = 0; j < 32; ++j) q[j] = blk.qs[j];
+      scale = _cvtsh_ss(blk.d);
+      return;
+    }
+    case DType::Q4_K: {
+      const BlockQ4_K& blk = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+      const int sub = static_cast<int>(b % 8);
+      const uint8_t* qs = blk.qs + 32 * (sub / 2);
+      for (int j = 0; j < 32; ++j) q[j] = sub % 2 ? qs[j] >> 4 : qs[j] & 15;
+      int sc, m;
+      q4_k_scale_min(sub, blk.scales, sc, m);
+      scale = _cvtsh_ss(blk.d) * static_cast<float>(sc);
+      min = -(_cvtsh_ss(blk.dmin) * static_cast<float>(m));
+      return;
+    }
+    default: break;
+  }
+  throw ModelError("amx repack: unsupported weight type");
+}
+
+Packed packed_kind(DType t) {
+  return t == DType::Q8_0 ? Packed::R8 : t == DType::Q4_0 ? Packed::R4Signed : Packed::R4Unsigned;
+}
+
+}  // namespace
+
+bool amx_available() {
+  static const bool ok = request_amx();
+  return ok;
+}
+
+bool amx_weight_type(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+    case DType::BF16:
+    case DType::F16: return true;
+    case DType::F32: return false;
+  }
+  return false;
+}
+
+int64_t amx_packed_size(int64_t n_rows, int64_t cols) {
+  return (n_rows + 15) / 16 * (cols / 32) * 2 * k_tile_elems;
+}
+
+void amx_pack_rows(const float* x, int64_t n_rows, int64_t cols, int64_t mb, uint16_t* out) {
+  const int64_t n_steps = cols / 32;
+  uint16_t* block = out + mb * n_steps * 2 * k_tile_elems;
+  // Row m's 16 column pairs go down column m of the B tile: dword p at tile + p * 16 + m.
+  const __m512i index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(16));
+  const int64_t m_end = std::min<int64_t>(16, n_rows - mb * 16);
+  for (int64_t m = 0; m < m_end; ++m) {
+    const float* row = x + (mb * 16 + m) * cols;
+    for (int64_t s = 0; s < n_steps; ++s) {
+      const Split sp = split32(_mm512_loadu_ps(row + 32 * s), _mm512_loadu_ps(row + 32 * s + 16));
+      int* tile = reinterpret_cast<int*>(block + s * 2 * k_tile_elems) + m;
+      _mm512_i32scatter_epi32(tile, index, sp.hi, 4);
+      _mm512_i32scatter_epi32(tile + k_tile_elems / 2, index, sp.lo, 4);
+    }
+  }
+}
+
+void amx_compute(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t n_rows, int64_t r_begin,
+                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  switch (w.type) {
+    case DType::Q4_0: return compute_amx<DType::Q4_0>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::Q4_1: return compute_amx<DType::Q4_1>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::Q8_0: return compute_amx<DType::Q8_0>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::Q4_K: return compute_amx<DType::Q4_K>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::Q6_K: return compute_amx<DType::Q6_K>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::BF16: return compute_amx<DType::BF16>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::F16: return compute_amx<DType::F16>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    case DType::F32: break;
+  }
+  throw ModelError("amx matmul: unsupported weight type");
+}
+
+bool amx_repackable(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0;
+}
+
+size_t amx_repacked_bytes(const TensorView& w) {
+  if (!amx_repackable(w.type) || w.cols % 32 != 0) return 0;
+  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * packed_block_bytes(packed_kind(w.type)));
+}
+
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const Packed kind = packed_kind(w.type);
+  const int64_t nb = w.cols / 32, bb = packed_block_bytes(kind);
+  int q[32];
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + (g * nb + b) * bb;
+      std::memset(blk, 0, static_cast<size_t>(bb));
+      float* s = reinterpret_cast<float*>(blk + (kind == Packed::R8 ? 512 : 256));
+      float* mn = reinterpret_cast<float*>(blk + 320);
+      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+        float scale, min;
+        block_ints(w.type, w.row(g * 16 + n), b, q, scale, min);
+        s[n] = scale;
+        for (int p = 0; p < 16; ++p) {
+          if (kind == Packed::R8) {
+            blk[32 * p + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p]));
+            blk[32 * p + 16 + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p + 1]));
+          } else {
+            blk[16 * p + n] = static_cast<uint8_t>(q[2 * p] | q[2 * p + 1] << 4);
+          }
+        }
+        if (kind == Packed::R4Unsigned) mn[n] = min;
+      }
+    }
+  }
+}
+
+void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
+                    float* block_sum) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    uint16_t* t = tiles + (r / 16) * nb * 1024 + (r % 16) * 32;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* p = x + r * cols + 32 * b;
+      const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+      const Split sp = split32(v0, v1);
+      _mm512_storeu_si512(t + b * 1024, sp.hi);
+      _mm512_storeu_si512(t + b * 1024 + 512, sp.lo);
+      // The sum the minimums multiply is of the same split values (hi + lo) the tiles see.
+      const __m512 s0 = _mm512_add_ps(bf16_widen(_mm512_castsi512_si256(sp.hi)), bf16_widen(_mm512_castsi512_si256(sp.lo)));
+      const __m512 s1 = _mm512_add_ps(bf16_widen(_mm512_extracti64x4_epi64(sp.hi, 1)),
+                                      bf16_widen(_mm512_extracti64x4_epi64(sp.lo, 1)));
+      block_sum[r * nb + b] = fsum16(_mm512_add_ps(s0, s1));
+    }
+  }
+}
+
+void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                        int64_t ldy, int64_t o_begin, int64_t o_end) {
+  switch (packed_kind(w.type)) {
+    case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R8: return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  }
+}
+
+#else  // no AMX in this build
+
+bool amx_available() { return false; }
+bool amx_weight_type(DType) { return false; }
+int64_t amx_packed_size(int64_t, int64_t) { return 0; }
+void amx_pack_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) {
+  throw ModelError("amx matmul: not built");
+}
+void amx_compute(const TensorView&, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
+                 int64_t, int64_t) {
+  throw ModelError("amx matmul: not built");
+}
+bool amx_repackable(DType) { return false; }
+size_t amx_repacked_bytes(const TensorView&) { return 0; }
+void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) { throw ModelError("amx matmul: not built"); }
+void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) {
+  throw ModelError("amx matmul: not built");
+}
+void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t, int64_t,
+                        int64_t) {
+  throw ModelError("amx matmul: not built");
+}
+
+#endif
+
+
+}  // namespace ossa
