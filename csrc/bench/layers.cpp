@@ -68,7 +68,7 @@ void bench_paged_attention(const float* q, const float* k, const float* v, int64
   std::vector<int32_t> positions(static_cast<size_t>(seq), static_cast<int32_t>(seq - 1));
   std::vector<int32_t> token_seq(static_cast<size_t>(seq), 0);
   const int t = threads > 0 ? threads : omp_get_num_procs();
-  std::vector<float> scratch(static_cast<size_t>(t * seq));
+  std::vector<float> scratch(static_cast<size_t>(t * k_heads_per_item * seq));
 
   AttentionArgs a;
   a.q = q;
@@ -85,7 +85,7 @@ void bench_paged_attention(const float* q, const float* k, const float* v, int64
   a.block_tables = block_tables.data();
   a.block_table_start = block_table_start;
   a.scratch = scratch.data();
-  a.scratch_stride = seq;
+  a.scratch_stride = k_heads_per_item * seq;
   a.max_threads = t;
   a.out = out;
   a.ldo = d;

@@ -71,77 +71,137 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 
 
 #if defined(__AVX512F__)
-constexpr int k_max_chunks = 16;  // head_dim <= 256 on this path
 
-// The same contract as attend_generic with 16-lane vectors: scores are computed 16 positions at a
-// time from the transposed K blocks (no horizontal sums), exp is vectorised over positions, and the
-// output accumulates in registers.
-void attend_avx512(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
-                   float scale) {
-  const int t = static_cast<int>(item / a.n_head), h = static_cast<int>(item % a.n_head);
-  const int64_t kv_off = static_cast<int64_t>(h / group) * a.head_dim;
-  float* scores = a.scratch + a.scratch_stride * thread;
-  const float* q = a.q + t * a.ldq + static_cast<int64_t>(h) * a.head_dim;
+// The same contract as attend_generic, for GH heads of one KV group at once (they share every K and V
+// row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks (no
+// horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
+// arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
+template <int NC, int GH>
+void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale) {
+  const int hd = a.head_dim, bs = a.block_size;
+  const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
+  const int64_t head_stride = a.scratch_stride / k_heads_per_item;
+  float* scores[GH];
+  const float* q[GH];
+  for (int g = 0; g < GH; ++g) {
+    scores[g] = a.scratch + a.scratch_stride * thread + head_stride * g;
+    q[g] = a.q + t * a.ldq + static_cast<int64_t>(h0 + g) * hd;
+  }
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1;
-  const int hd = a.head_dim, nc = (hd + 15) / 16;
-  const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
-  auto chunk_mask = [&](int c) { return c == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
-  auto slot_of = [&](int j) {
-    return static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-  };
-  // Scores 16 positions at a time from the transposed K block ([dim][position]): q[d] broadcast
-  // times a row of positions, in four partial sums over d mod 4, then ((s0 + s1) + (s2 + s3)).
-  const int bs = a.block_size;
-  __m512 vmax_acc = _mm512_set1_ps(-INFINITY);
+  // Scores: q[d] broadcast times a row of 16 positions ([dim][position] in the block), four partial
+  // sums over d mod 4, then ((s0 + s1) + (s2 + s3)) * scale.
+  __m512 vmax[GH];
+  for (int g = 0; g < GH; ++g) vmax[g] = _mm512_set1_ps(-INFINITY);
   for (int blk = 0; blk * bs < ctx; ++blk) {
     const float* kb = a.k_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     for (int i0 = 0; i0 < n_in; i0 += 16) {
       const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
       const float* kc = kb + i0;
-      __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      __m512 acc[GH][4];
+      for (int g = 0; g < GH; ++g)
+        for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_setzero_ps();
       int d = 0;
       for (; d + 4 <= hd; d += 4) {
-        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs), s0);
-        s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 1) * bs), s1);
-        s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 2) * bs), s2);
-        s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + 3) * bs), s3);
+        for (int r = 0; r < 4; ++r) {
+          const __m512 k = _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + r) * bs);
+          for (int g = 0; g < GH; ++g) acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d + r]), k, acc[g][r]);
+        }
       }
-      for (; d < hd; ++d)
-        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs), s0);
-      const __m512 sc = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)), _mm512_set1_ps(scale));
-      _mm512_mask_storeu_ps(scores + blk * bs + i0, m, sc);
-      vmax_acc = _mm512_mask_max_ps(vmax_acc, m, vmax_acc, sc);
+      for (; d < hd; ++d) {
+        const __m512 k = _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs);
+        for (int g = 0; g < GH; ++g) acc[g][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d]), k, acc[g][0]);
+      }
+      for (int g = 0; g < GH; ++g) {
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+        const __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(scores[g] + blk * bs + i0, m, sc);
+        vmax[g] = _mm512_mask_max_ps(vmax[g], m, vmax[g], sc);
+      }
     }
   }
-  const float max_score = _mm512_reduce_max_ps(vmax_acc);
-  const __m512 vmax = _mm512_set1_ps(max_score);
-  __m512 vsum = _mm512_setzero_ps();
-  for (int j = 0; j < ctx; j += 16) {
-    const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
-    const __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmax));
-    _mm512_mask_storeu_ps(scores + j, m, p);
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, p));
+  // Softmax numerators in place; the sum in 16 lanes by position mod 16.
+  __m512 vsum[GH];
+  for (int g = 0; g < GH; ++g) {
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[g]));
+    vsum[g] = _mm512_setzero_ps();
+    for (int j = 0; j < ctx; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
+      const __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores[g] + j), mx));
+      _mm512_mask_storeu_ps(scores[g] + j, m, p);
+      vsum[g] = _mm512_add_ps(vsum[g], _mm512_maskz_mov_ps(m, p));
+    }
   }
-  __m512 o[k_max_chunks];
-  for (int c = 0; c < nc; ++c) o[c] = _mm512_setzero_ps();
-  for (int j = 0; j < ctx; ++j) {
-    const float* v = a.v_cache + slot_of(j) * kv_dim + kv_off;
-    const __m512 p = _mm512_set1_ps(scores[j]);
-    for (int c = 0; c < nc; ++c) o[c] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(chunk_mask(c), v + 16 * c), o[c]);
+  // Weighted sum of V rows in position order, block by block.
+  const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
+  __mmask16 masks[NC];
+  for (int c = 0; c < NC; ++c) masks[c] = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+  __m512 o[GH][NC];
+  for (int g = 0; g < GH; ++g)
+    for (int c = 0; c < NC; ++c) o[g][c] = _mm512_setzero_ps();
+  for (int blk = 0; blk * bs < ctx; ++blk) {
+    const float* vb = a.v_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    for (int i = 0; i < n_in; ++i) {
+      const float* v = vb + i * kv_dim;
+      const int j = blk * bs + i;
+      for (int c = 0; c < NC; ++c) {
+        const __m512 vc = _mm512_maskz_loadu_ps(masks[c], v + 16 * c);
+        for (int g = 0; g < GH; ++g) o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g][c]);
+      }
+    }
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-  float* out = a.out + t * a.ldo + static_cast<int64_t>(h) * a.head_dim;
-  for (int c = 0; c < nc; ++c) _mm512_mask_storeu_ps(out + 16 * c, chunk_mask(c), _mm512_mul_ps(o[c], inv));
+  for (int g = 0; g < GH; ++g) {
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
+    float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
+    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + 16 * c, masks[c], _mm512_mul_ps(o[g][c], inv));
+  }
+}
+
+template <int NC>
+void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim, float scale) {
+  if constexpr (4 * NC <= 16) {
+    if (gh == 4) return attend_heads<NC, 4>(a, t, h0, thread, group, kv_dim, scale);
+  }
+  if constexpr (3 * NC <= 16) {
+    if (gh == 3) return attend_heads<NC, 3>(a, t, h0, thread, group, kv_dim, scale);
+  }
+  if constexpr (2 * NC <= 16) {
+    if (gh == 2) return attend_heads<NC, 2>(a, t, h0, thread, group, kv_dim, scale);
+  }
+  for (int g = 0; g < gh; ++g) attend_heads<NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale);
 }
 #endif
 
-void attend(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim, float scale) {
+// Heads per work item: the largest divisor of the group size that is at most k_heads_per_item (and
+// leaves the accumulators in registers).
+int heads_per_item(int group, int head_dim) {
+  const int nc = (head_dim + 15) / 16;
+  for (int gh = k_heads_per_item; gh > 1; --gh)
+    if (group % gh == 0 && gh * nc <= 16) return gh;
+  return 1;
+}
+
+// Item = (token, first head of a run of gh heads in one KV group).
+void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim, float scale) {
+  const int per_token = a.n_head / gh;
+  const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
-  if (a.head_dim <= 16 * k_max_chunks) return attend_avx512(a, item, thread, group, kv_dim, scale);
+  switch ((a.head_dim + 15) / 16) {
+    case 1: return attend_nc<1>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 2: return attend_nc<2>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 3: return attend_nc<3>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 4: return attend_nc<4>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 5: return attend_nc<5>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 6: return attend_nc<6>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 7: return attend_nc<7>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 8: return attend_nc<8>(a, t, h0, gh, thread, group, kv_dim, scale);
+    default: break;  // head_dim > 128: the generic path
+  }
 #endif
-  attend_generic(a, item, thread, group, kv_dim, scale);
+  for (int g = 0; g < gh; ++g)
+    attend_generic(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim, scale);
 }
 
 }  // namespace
@@ -150,14 +210,15 @@ void paged_attention(const AttentionArgs& a) {
   const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
   const int group = a.n_head / a.n_head_kv;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  const int64_t n_items = static_cast<int64_t>(a.n_tokens) * a.n_head;
+  const int gh = heads_per_item(group, a.head_dim);
+  const int64_t n_items = static_cast<int64_t>(a.n_tokens) * (a.n_head / gh);
   // Roughly 2 * ctx * head_dim FMAs an item; small jobs (short decode contexts) stay on one thread.
   int64_t work = 0;
   for (int t = 0; t < a.n_tokens; ++t)
     work += static_cast<int64_t>(a.positions[t] + 1) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
   parallel_for(n_items, 1, threads, [&](int64_t begin, int64_t end, int thread) {
-    for (int64_t item = begin; item < end; ++item) attend(a, item, thread, group, kv_dim, scale);
+    for (int64_t item = begin; item < end; ++item) attend(a, item, gh, thread, group, kv_dim, scale);
   });
 }
 

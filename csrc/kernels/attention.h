@@ -9,6 +9,8 @@
 
 namespace ossa {
 
+constexpr int k_heads_per_item = 4;
+
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens, n_head * head_dim], row stride ldq
   int64_t ldq = 0;
@@ -22,7 +24,9 @@ struct AttentionArgs {
   const int32_t* token_seq = nullptr;          // [n_tokens] sequence of each token
   const int32_t* block_tables = nullptr;       // concatenated block ids
   const int32_t* block_table_start = nullptr;  // [n_seqs + 1]
-  float* scratch = nullptr;  // [n_threads, scratch_stride] floats, scratch_stride >= max context
+  // [n_threads, scratch_stride] floats, scratch_stride >= k_heads_per_item * max context (a thread
+  // scores up to k_heads_per_item heads of one KV group at once).
+  float* scratch = nullptr;
   int64_t scratch_stride = 0;
   int max_threads = 1;  // threads to use (scratch holds this many rows)
   float* out = nullptr;  // [n_tokens, n_head * head_dim], row stride ldo

@@ -64,6 +64,7 @@ bool amx_default() {
 std::atomic<bool> g_amx{amx_default()};
 
 constexpr int64_t k_amx_row_block = 128;  // activation rows per AMX work item (a multiple of 16)
+constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
 
 // True when this weight goes through the AMX kernels for these activations.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
@@ -188,12 +189,14 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   bool amx = false, tiles = false, split = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
-    first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + k_out_chunk - 1) / k_out_chunk;
     if (uses_amx(*targets[t].w, x)) {
       amx = true;
       (targets[t].w->packed != nullptr ? split : tiles) = true;
     }
   }
+  const int64_t out_chunk = amx ? k_amx_out_chunk : k_out_chunk;
+  for (int t = 0; t < n_targets; ++t)
+    first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + out_chunk - 1) / out_chunk;
   const int64_t chunks_per_block = first_chunk[n_targets];
   const int64_t row_block = amx ? k_amx_row_block : k_row_block;
   const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
@@ -208,10 +211,10 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    int t = 0;
                    while (c >= first_chunk[t + 1]) ++t;
                    const MatmulTarget& tg = targets[t];
-                   const int64_t o = (c - first_chunk[t]) * k_out_chunk;
+                   const int64_t o = (c - first_chunk[t]) * out_chunk;
                    const int64_t r = rb * row_block;
                    compute(*tg.w, x, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + k_out_chunk), amx ? &amx_in : nullptr);
+                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr);
                  }
                });
 }

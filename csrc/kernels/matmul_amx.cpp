@@ -27,7 +27,6 @@
 // a 16-row block hold stale data whose results are dropped.
 #include <algorithm>
 #include <cstring>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/matmul_kernels.h"
@@ -260,85 +259,117 @@ void load_tile_config_rows(int rows) {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= 6 ? 16 : rows);  // tiles 6, 7 are B: always 16 pairs
+    c.rows[t] = static_cast<uint8_t>(t >= 5 ? 16 : rows);  // tiles 5-7 are B: always 16 pairs
   }
   _tile_loadconfig(&c);
 }
 
-// Per-thread scratch: a group's B tiles (one per block).
+// Per-thread scratch: the B tiles of the groups a call works on (one per group and block).
 thread_local std::vector<uint16_t> t_btiles;
 
-template <Packed P>
-void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                    int64_t ldy, int64_t o_begin, int64_t o_end) {
+// Groups of 16 weight rows that share each loaded pair of activation tiles (tiles 0-1 hold the
+// activations, 2-4 the C tiles and 5-7 the B tiles of up to three groups).
+constexpr int k_groups = 3;
+
+template <Packed P, int G>
+void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                   int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles) {
   constexpr int64_t bb = packed_block_bytes(P);
   constexpr bool k_min = P == Packed::R4Unsigned;
   constexpr int64_t scale_at = P == Packed::R8 ? 512 : 256;
   const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  if (t_btiles.size() < static_cast<size_t>(nb * 512)) t_btiles.assign(static_cast<size_t>(nb * 512), 0);
-  uint16_t* btiles = t_btiles.data();
-  alignas(64) float cbuf[4][256];
-  load_tile_config_rows(mr);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * nb * bb;
-    static const int dbg = getenv("OSSA_DBG") ? atoi(getenv("OSSA_DBG")) : 0;
-    for (int64_t b = 0; b < nb && !(dbg & 1); ++b) {
-      // The weights stream once: ask for the group's data a few blocks ahead.
-      const char* ahead = reinterpret_cast<const char*>(group + (b + 4) * bb);
+  const uint8_t* groups[G];
+  for (int g = 0; g < G; ++g) {
+    groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
+    for (int64_t b = 0; b < nb; ++b) {
+      // The weights stream once: ask for the data a few blocks ahead.
+      const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + 4) * bb);
       for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      build_b<P>(group + b * bb, btiles + b * 512);
+      build_b<P>(groups[g] + b * bb, btiles + (g * nb + b) * 512);
     }
-    const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
-    const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-      const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
-      __m512 acc[16];
-      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-      // Block b's C tile is scaled two blocks later, once its store has landed.
-      auto product = [&](int64_t b) {
-        const uint16_t* ab = a + b * 1024;
-        if (b & 1) {
-          _tile_zero(1);
-          _tile_loadd(7, btiles + b * 512, 64);
-          _tile_loadd(4, ab, 64);
-          _tile_loadd(5, ab + 512, 64);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(1, 5, 7);
-          _tile_stored(1, cbuf[b & 3], 64);
-        } else {
-          _tile_zero(0);
-          _tile_loadd(6, btiles + b * 512, 64);
-          _tile_loadd(2, ab, 64);
-          _tile_loadd(3, ab + 512, 64);
-          _tile_dpbf16ps(0, 2, 6);
-          _tile_dpbf16ps(0, 3, 6);
-          _tile_stored(0, cbuf[b & 3], 64);
-        }
-      };
-      auto scale = [&](int64_t b) {
-        const uint8_t* blk = group + b * bb;
+  }
+  alignas(64) float acc[G][16][16];
+  alignas(64) float cbuf[4][G][256];
+  for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
+    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
+    const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
+    for (int g = 0; g < G; ++g)
+      for (int m = 0; m < rows; ++m) _mm512_store_ps(acc[g][m], _mm512_setzero_ps());
+    // Block b's C tiles are scaled two blocks later, once their stores have landed.
+    auto product = [&](int64_t b) {
+      const uint16_t* ab = a + b * 1024;
+      _mm_prefetch(reinterpret_cast<const char*>(ab + 2048), _MM_HINT_T0);
+      _tile_loadd(0, ab, 64);
+      _tile_loadd(1, ab + 512, 64);
+      float* c = cbuf[b & 3][0];
+      _tile_zero(2);
+      _tile_loadd(5, btiles + b * 512, 64);
+      _tile_dpbf16ps(2, 0, 5);
+      _tile_dpbf16ps(2, 1, 5);
+      _tile_stored(2, c, 64);
+      if constexpr (G > 1) {
+        _tile_zero(3);
+        _tile_loadd(6, btiles + (nb + b) * 512, 64);
+        _tile_dpbf16ps(3, 0, 6);
+        _tile_dpbf16ps(3, 1, 6);
+        _tile_stored(3, c + 256, 64);
+      }
+      if constexpr (G > 2) {
+        _tile_zero(4);
+        _tile_loadd(7, btiles + (2 * nb + b) * 512, 64);
+        _tile_dpbf16ps(4, 0, 7);
+        _tile_dpbf16ps(4, 1, 7);
+        _tile_stored(4, c + 512, 64);
+      }
+    };
+    auto scale = [&](int64_t b) {
+      const float* sum = x.block_sum + m0 * nb + b;
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* blk = groups[g] + b * bb;
         const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + scale_at));
-        const float* c = cbuf[b & 3];
+        const float* c = cbuf[b & 3][g];
         if constexpr (k_min) {
           const __m512 mn = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + 320));
-          const float* sum = x.block_sum + m0 * nb + b;
           for (int m = 0; m < rows; ++m) {
-            acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, acc[m]);
-            acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, acc[m]);
+            __m512 v = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m]));
+            v = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, v);
+            _mm512_store_ps(acc[g][m], v);
           }
         } else {
-          for (int m = 0; m < rows; ++m) acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, acc[m]);
+          for (int m = 0; m < rows; ++m)
+            _mm512_store_ps(acc[g][m], _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m])));
         }
-      };
-      for (int64_t b = 0; b < nb; ++b) {
-        if (!(dbg & 2)) product(b);
-        if (b >= 2 && !(dbg & 4)) scale(b - 2);
       }
-      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o0, keep, acc[m]);
+    };
+    for (int64_t b = 0; b < nb; ++b) {
+      product(b);
+      if (b >= 2) scale(b - 2);
+    }
+    for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
+    for (int g = 0; g < G; ++g) {
+      const int64_t o = o0 + 16 * g;
+      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
+      if (n_valid <= 0) break;
+      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(acc[g][m]));
+    }
+  }
+}
+
+template <Packed P>
+void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                    int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
+  const size_t need = static_cast<size_t>(k_groups * nb * 512);
+  if (t_btiles.size() < need) t_btiles.assign(need, 0);
+  load_tile_config_rows(mr);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
+    switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
+      case 1: packed_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
+      case 2: packed_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
+      default: packed_groups<P, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
     }
   }
   _tile_release();

@@ -44,7 +44,7 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   inv_freq.resize(c.head_dim / 2);
   rope_inv_freq(c, inv_freq.data());
   cos_sin.resize(t * c.head_dim);
-  scores.resize(static_cast<size_t>(max_threads) * n_slots);
+  scores.resize(static_cast<size_t>(max_threads) * k_heads_per_item * n_slots);
   token_seq.resize(t);
 }
 
@@ -203,7 +203,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     a.block_tables = batch.block_tables.data();
     a.block_table_start = batch.block_table_start.data();
     a.scratch = s.scores.data();
-    a.scratch_stride = s.n_slots;
+    a.scratch_stride = k_heads_per_item * s.n_slots;
     a.max_threads = threads;
     a.out = s.attn.data();
     a.ldo = Q;
