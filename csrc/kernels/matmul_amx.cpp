@@ -212,20 +212,36 @@ void compute_amx(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t 
 //
 // The weights need no decoding to f32 and no hi/lo split, which keeps decode (one activation row)
 // as cheap as the f32 kernels; the activations are the A operand, plain row-major bf16 rows.
-// Layout, per group of 16 rows g and block b (group-major), built once at load (amx_repack):
+// Layout, per group of 16 rows g and block b (group-major), built once at load (amx_repack_groups):
 //   R4 (Q4_0, Q4_1, Q4_K): nibbles[p][n] = q[n][2p] | q[n][2p+1] << 4   (16 x 16 bytes, q in 0..15)
-//                          then s f32[16], mn f32[16]                      -> 384 bytes
-//      Q4_0 stores q + 8 and is decoded back to q - 8 (signed, no minimum).
 //   R8 (Q8_0):             bytes[p][j * 16 + n] = q[n][2p + j] (int8)       (16 x 32 bytes)
-//                          then s f32[16]                                  -> 576 bytes
+//   then the 16 scales s, then (Q4_1, Q4_K) the 16 minimums mn: f16 as in the file (Q4_0, Q4_1,
+//   Q8_0: 320, 288, 544 bytes a block, the file's own size or less) or f32 for Q4_K (d * sc).
+//   Q4_0 stores q + 8 and is decoded back to q - 8 (signed, no minimum).
 // Rows past the last one in a group are zero.
 //
 // Batch invariance: per element, C = 0; C += x_hi . q; C += x_lo . q (one tile pair per block), then
 // acc = fma(C, s, acc); acc = fma(sum(x), mn, acc), blocks in order; nothing depends on the rows.
 
-enum class Packed { R4Unsigned, R4Signed, R8 };
+enum class Packed {
+  R4Unsigned,  // Q4_1: nibbles, f16 scale and minimum
+  R4Signed,    // Q4_0: nibbles (q + 8), f16 scale
+  R8,          // Q8_0: int8, f16 scale
+  R4K,         // Q4_K: nibbles, f32 scale and minimum (d * sc is not an f16 value)
+};
+constexpr int64_t packed_quant_bytes(Packed p) { return p == Packed::R8 ? 512 : 256; }
+constexpr bool packed_has_min(Packed p) { return p == Packed::R4Unsigned || p == Packed::R4K; }
+constexpr int64_t packed_scale_bytes(Packed p) { return p == Packed::R4K ? 64 : 32; }  // 16 scales
+constexpr int64_t packed_block_bytes(Packed p) {
+  return packed_quant_bytes(p) + packed_scale_bytes(p) * (packed_has_min(p) ? 2 : 1);
+}
 
-constexpr int64_t packed_block_bytes(Packed p) { return p == Packed::R8 ? 576 : 384; }
+// The 16 scales (or minimums) stored at p as f16 or f32.
+template <Packed P>
+inline __m512 load_scales(const uint8_t* p) {
+  if constexpr (P == Packed::R4K) return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
 // B tile (16 pairs x 16 rows of bf16 pairs) of one packed block.
 template <Packed P>
@@ -275,18 +291,30 @@ template <Packed P, int G>
 void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                    int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles) {
   constexpr int64_t bb = packed_block_bytes(P);
-  constexpr bool k_min = P == Packed::R4Unsigned;
-  constexpr int64_t scale_at = P == Packed::R8 ? 512 : 256;
+  constexpr bool k_min = packed_has_min(P);
+  constexpr int64_t scale_at = packed_quant_bytes(P), min_at = scale_at + packed_scale_bytes(P);
   const int64_t nb = x.cols / 32;
   const uint8_t* groups[G];
-  for (int g = 0; g < G; ++g) {
-    groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
-    for (int64_t b = 0; b < nb; ++b) {
+  for (int g = 0; g < G; ++g) groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
+  // One block of activation rows (decode, small batches): each block's B tiles are built just ahead
+  // of its tile products (two slots per group), so the vector units build while the tile unit
+  // multiplies. More rows: every B tile is built once up front and reused by each row block.
+  const bool streamed = r_end - r_begin <= 16;
+  auto btile = [&](int g, int64_t b) {
+    return btiles + (streamed ? g * 2 + (b & 1) : g * nb + b) * 512;
+  };
+  auto build = [&](int64_t b) {
+    for (int g = 0; g < G; ++g) {
       // The weights stream once: ask for the data a few blocks ahead.
       const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + 4) * bb);
       for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      build_b<P>(groups[g] + b * bb, btiles + (g * nb + b) * 512);
+      build_b<P>(groups[g] + b * bb, btile(g, b));
     }
+  };
+  if (streamed) {
+    build(0);
+  } else {
+    for (int64_t b = 0; b < nb; ++b) build(b);
   }
   alignas(64) float acc[G][16][16];
   alignas(64) float cbuf[4][G][256];
@@ -303,20 +331,20 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       _tile_loadd(1, ab + 512, 64);
       float* c = cbuf[b & 3][0];
       _tile_zero(2);
-      _tile_loadd(5, btiles + b * 512, 64);
+      _tile_loadd(5, btile(0, b), 64);
       _tile_dpbf16ps(2, 0, 5);
       _tile_dpbf16ps(2, 1, 5);
       _tile_stored(2, c, 64);
       if constexpr (G > 1) {
         _tile_zero(3);
-        _tile_loadd(6, btiles + (nb + b) * 512, 64);
+        _tile_loadd(6, btile(1, b), 64);
         _tile_dpbf16ps(3, 0, 6);
         _tile_dpbf16ps(3, 1, 6);
         _tile_stored(3, c + 256, 64);
       }
       if constexpr (G > 2) {
         _tile_zero(4);
-        _tile_loadd(7, btiles + (2 * nb + b) * 512, 64);
+        _tile_loadd(7, btile(2, b), 64);
         _tile_dpbf16ps(4, 0, 7);
         _tile_dpbf16ps(4, 1, 7);
         _tile_stored(4, c + 512, 64);
@@ -326,10 +354,10 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       const float* sum = x.block_sum + m0 * nb + b;
       for (int g = 0; g < G; ++g) {
         const uint8_t* blk = groups[g] + b * bb;
-        const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + scale_at));
+        const __m512 s = load_scales<P>(blk + scale_at);
         const float* c = cbuf[b & 3][g];
         if constexpr (k_min) {
-          const __m512 mn = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + 320));
+          const __m512 mn = load_scales<P>(blk + min_at);
           for (int m = 0; m < rows; ++m) {
             __m512 v = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m]));
             v = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, v);
@@ -342,6 +370,7 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       }
     };
     for (int64_t b = 0; b < nb; ++b) {
+      if (streamed && b + 1 < nb) build(b + 1);
       product(b);
       if (b >= 2) scale(b - 2);
     }
@@ -365,8 +394,11 @@ void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begi
   const size_t need = static_cast<size_t>(k_groups * nb * 512);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
   load_tile_config_rows(mr);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
-    switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
+  // One row block (decode): a group at a time measures faster; more rows: three groups share
+  // each activation tile load. The results are the same either way.
+  const int64_t groups = r_end - r_begin <= 16 ? 1 : k_groups;
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * groups) {
+    switch (std::min<int64_t>(groups, (o_end - o0 + 15) / 16)) {
       case 1: packed_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
       case 2: packed_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
       default: packed_groups<P, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
@@ -415,7 +447,12 @@ void block_ints(DType t, const uint8_t* row, int64_t b, int* q, float& scale, fl
 }
 
 Packed packed_kind(DType t) {
-  return t == DType::Q8_0 ? Packed::R8 : t == DType::Q4_0 ? Packed::R4Signed : Packed::R4Unsigned;
+  switch (t) {
+    case DType::Q8_0: return Packed::R8;
+    case DType::Q4_0: return Packed::R4Signed;
+    case DType::Q4_K: return Packed::R4K;
+    default: return Packed::R4Unsigned;
+  }
 }
 
 }  // namespace
@@ -493,12 +530,17 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = out + (g * nb + b) * bb;
       std::memset(blk, 0, static_cast<size_t>(bb));
-      float* s = reinterpret_cast<float*>(blk + (kind == Packed::R8 ? 512 : 256));
-      float* mn = reinterpret_cast<float*>(blk + 320);
+      uint8_t* scales = blk + packed_quant_bytes(kind);
+      uint8_t* mins = scales + packed_scale_bytes(kind);
+      // Stored as f32 (Q4_K) or f16 (exact: these scales are f16 values in the file).
+      auto put = [&](uint8_t* at, int n, float v) {
+        if (kind == Packed::R4K) reinterpret_cast<float*>(at)[n] = v;
+        else reinterpret_cast<uint16_t*>(at)[n] = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+      };
       for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
         float scale, min;
         block_ints(w.type, w.row(g * 16 + n), b, q, scale, min);
-        s[n] = scale;
+        put(scales, n, scale);
         for (int p = 0; p < 16; ++p) {
           if (kind == Packed::R8) {
             blk[32 * p + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p]));
@@ -507,7 +549,7 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
             blk[16 * p + n] = static_cast<uint8_t>(q[2 * p] | q[2 * p + 1] << 4);
           }
         }
-        if (kind == Packed::R4Unsigned) mn[n] = min;
+        if (packed_has_min(kind)) put(mins, n, min);
       }
     }
   }
@@ -539,6 +581,7 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
     case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R8: return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4K: return compute_packed<Packed::R4K>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   }
 }
 
