@@ -1,30 +1,32 @@
 // AMX tile kernels: quantized, BF16 and F16 weights times f32 activations, through bf16 tiles with
-// f32 accumulation ("bf16x3"), on CPUs with AMX-BF16 whose kernel grants the tile state.
+// f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. Three kernels:
 //
-// Why three products: a bf16 has 8 significant bits, far too few for weights decoded from Q4_1 or
-// Q8_0 (d * q + m needs up to 24) or for activations. Each value v is split into v_hi = bf16(v) and
-// v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its bits; then
+//  1. Repacked Q4_0 / Q4_1 / Q4_K / Q8_0 (the default model's types; most of this file): the
+//     weights' integers times activations split into bf16 hi + lo, scales applied per block in f32.
+//  2. Repacked BF16: the weights are the tiles; C accumulates over the whole row.
+//  3. Q6_K and F16 ("panel", below): weights decoded to f32 and split into hi + lo too.
 //
-//   w . x  ~=  w_hi . x_hi  +  w_lo . x_hi  +  w_hi . x_lo          (w_lo . x_lo, ~2^-16 smaller, dropped)
+// Why split: a bf16 has 8 significant bits, far too few for activations (or for weights decoded
+// from Q6_K, d * q needs more). A value v is split into v_hi = bf16(v) and v_lo = bf16(v - v_hi)
+// (v - v_hi is exact in f32), which carries 16 of its 24 bits. Every bf16 x bf16 product is exact in
+// f32, so the only errors are the split (relative 2^-17 per value) and f32 accumulation: on the
+// default model's weights ~3e-6 of sum |x w| per matmul (f32 kernels ~3e-7), where bf16 alone (vLLM's
+// CPU numerics) is off by ~1e-2 and changes greedy continuations.
 //
-// Every bf16 x bf16 product is exact in f32, so the only errors are the split (relative 2^-17) and
-// f32 accumulation. On the default model this agrees with the f32 kernels to ~1e-5 relative in the
-// logits, where bf16 alone (vLLM's CPU numerics) is off by ~1e-2 and changes greedy continuations.
-//
-// Layout (orientation: weights are the A operand, activations the B operand):
+// Panel layout (weights are the A operand, activations the B operand):
 //   A tile  = 16 weight rows x 32 columns (one quant block), row-major bf16: a decoded block is
 //             exactly one tile row, so weights need no transposition.
 //   B tile  = 16 column pairs x 16 activation rows (VNNI): B[p][2m + j] = x[m][32s + 2p + j].
 //   C tile  = 16 weight rows x 16 activation rows, f32.
 // Activations are packed once per matmul (amx_pack_rows, hi and lo tiles per 16 rows and 32 columns);
 // each work item decodes its 16 weight rows once into a panel of hi/lo A tiles and sweeps them over
-// its activation row blocks.
+// its activation row blocks. Per element, over column steps s, from zero:
+//   C += Ahi[s]·Bhi[s]; C += Alo[s]·Bhi[s]; C += Ahi[s]·Blo[s]      (w_lo . x_lo, ~2^-16 smaller, dropped)
 //
-// Batch invariance: C[o][m] is the sum over column steps s of
-//   C += Ahi[s]·Bhi[s]; C += Alo[s]·Bhi[s]; C += Ahi[s]·Blo[s]
-// in that order, from zero, whatever the number of rows, the tile pair it lands in or the thread;
-// a tile product computes each element from its own A row and B column only. Rows past the end of
-// a 16-row block hold stale data whose results are dropped.
+// Batch invariance, for all three: each output element is one fixed sequence of tile products and
+// f32 operations that depends only on its weight row and activation row, whatever the number of
+// rows, the tile it lands in or the thread (a tile product computes each element from its own A row
+// and B column only). Rows past the end of a 16-row block hold stale data whose results are dropped.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -407,6 +409,70 @@ void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begi
   _tile_release();
 }
 
+// ---- Repacked BF16 weights: already tiles --------------------------------------------------------
+//
+// A BF16 weight is exact in one bf16 and has no per-block scale, so its repacked form is simply the
+// B tiles (16 column pairs x 16 rows, VNNI: tile[p][2n + j] = W[n][32b + 2p + j]; 1 KiB per group
+// and block, the file's size) and each C tile accumulates over the whole row:
+//   C = 0; for each block b: C += x_hi[b] . W[b]; C += x_lo[b] . W[b]
+template <int G>
+void bf16_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                 int64_t ldy, int64_t o0, int64_t o_end, int mr) {
+  const int64_t nb = x.cols / 32;
+  const uint16_t* groups[G];
+  for (int g = 0; g < G; ++g) groups[g] = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16 + g) * nb * 512;
+  alignas(64) float c[G][256];
+  for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
+    const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
+    _tile_zero(2);
+    if constexpr (G > 1) _tile_zero(3);
+    if constexpr (G > 2) _tile_zero(4);
+    for (int64_t b = 0; b < nb; ++b) {
+      _tile_loadd(0, a + b * 1024, 64);
+      _tile_loadd(1, a + b * 1024 + 512, 64);
+      _tile_loadd(5, groups[0] + b * 512, 64);
+      _tile_dpbf16ps(2, 0, 5);
+      _tile_dpbf16ps(2, 1, 5);
+      if constexpr (G > 1) {
+        _tile_loadd(6, groups[1] + b * 512, 64);
+        _tile_dpbf16ps(3, 0, 6);
+        _tile_dpbf16ps(3, 1, 6);
+      }
+      if constexpr (G > 2) {
+        _tile_loadd(7, groups[2] + b * 512, 64);
+        _tile_dpbf16ps(4, 0, 7);
+        _tile_dpbf16ps(4, 1, 7);
+      }
+    }
+    _tile_stored(2, c[0], 64);
+    if constexpr (G > 1) _tile_stored(3, c[1], 64);
+    if constexpr (G > 2) _tile_stored(4, c[2], 64);
+    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
+    for (int g = 0; g < G; ++g) {
+      const int64_t o = o0 + 16 * g;
+      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
+      if (n_valid <= 0) break;
+      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(c[g] + 16 * m));
+    }
+  }
+}
+
+void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                  int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
+  load_tile_config_rows(mr);
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
+    switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
+      case 1: bf16_groups<1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
+      case 2: bf16_groups<2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
+      default: bf16_groups<3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
+    }
+  }
+  _tile_release();
+}
+
 // Scalar decode of block b of a row into integers q (see the layout above), scale and minimum.
 void block_ints(DType t, const uint8_t* row, int64_t b, int* q, float& scale, float& min) {
   min = 0.0f;
@@ -514,15 +580,30 @@ void amx_compute(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t 
 }
 
 bool amx_repackable(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0 || t == DType::BF16;
 }
 
 size_t amx_repacked_bytes(const TensorView& w) {
   if (!amx_repackable(w.type) || w.cols % 32 != 0) return 0;
-  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * packed_block_bytes(packed_kind(w.type)));
+  const int64_t bb = w.type == DType::BF16 ? 1024 : packed_block_bytes(packed_kind(w.type));
+  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * bb);
 }
 
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  if (w.type == DType::BF16) {
+    const int64_t nb = w.cols / 32;
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint16_t* tile = reinterpret_cast<uint16_t*>(out) + (g * nb + b) * 512;
+        std::memset(tile, 0, 1024);
+        for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+          const uint16_t* row = reinterpret_cast<const uint16_t*>(w.row(g * 16 + n)) + 32 * b;
+          for (int k = 0; k < 32; ++k) tile[(k / 2) * 32 + 2 * n + k % 2] = row[k];
+        }
+      }
+    }
+    return;
+  }
   const Packed kind = packed_kind(w.type);
   const int64_t nb = w.cols / 32, bb = packed_block_bytes(kind);
   int q[32];
@@ -577,6 +658,7 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
 
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end) {
+  if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
     case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
