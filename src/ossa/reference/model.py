@@ -98,8 +98,8 @@ def quantize_q8(x: np.ndarray) -> np.ndarray:
 def _bf16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.astype(np.uint32).view(np.float32)
+    rounded = (u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 def split_bf16(x: np.ndarray) -> np.ndarray:
