@@ -227,7 +227,11 @@ def main() -> None:
     from ossa import models
 
     model = models.resolve(args.model)
-    peers = [p for p in args.peers.split(",") if p]
+    # "llama" as benchmarks/throughput.py spells it; an unknown name is an error, not a silent skip.
+    peers = [{"llama": "llama.cpp"}.get(p, p) for p in args.peers.split(",") if p]
+    unknown = [p for p in peers if p not in ("llama.cpp", "vllm", "none")]
+    if unknown:
+        ap.error(f"unknown peer(s) {unknown}: use llama.cpp (or llama), vllm, none")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     port = free_port()
     table: dict[str, dict[int, ServeBenchResult]] = {}
