@@ -175,7 +175,9 @@ def main() -> None:
         "BF16": requantize(default, bench_dir() / "smollm2-135m-BF16.gguf", "BF16"),
     }
     bw = read_bandwidth(args.threads)
+    kernels = "8-bit activations" if args.quantized_activations else "AMX" if core.get_amx() else "f32"
     print(f"read bandwidth ({args.threads} threads): {bw / 1e9:.1f} GB/s; threads={args.threads}")
+    print(f"ossa kernels: {kernels} (OSSA_AMX=0 selects the f32 kernels)")
     print(f"{'model':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6} {'ceiling':>8}")
     for name, path in files.items():
         o = ossa_speed(path, args.threads, args.decode_steps)
