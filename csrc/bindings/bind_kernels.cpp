@@ -143,8 +143,8 @@ void bind_kernels(nb::module_& m) {
         "instead of f32 activations (default).");
   m.def("get_quantized_activations", &ossa::quantized_activations);
   m.def("set_amx", &ossa::set_amx, nb::arg("on"),
-        "Quantized, BF16 and F16 weights: use the AMX bf16x3 kernels (default where available). "
-        "Returns whether AMX is in use.");
+        "Use the AMX kernels for Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights repacked at load (default where "
+        "available); models loaded while off keep the f32 kernels. Returns whether AMX is in use.");
   m.def("get_amx", &ossa::amx_enabled);
   m.def("amx_available", []() { return ossa::amx_available(); });
 

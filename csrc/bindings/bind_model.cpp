@@ -108,7 +108,7 @@ void bind_model(nb::module_& m) {
           [](const ossa::Model& self) {
             // Whether the forward pass multiplies any matrix on the AMX kernels right now.
             if (!ossa::amx_enabled()) return false;
-            auto amx = [](const ossa::TensorView& v) { return ossa::amx_weight_type(v.type) && v.cols % 32 == 0; };
+            auto amx = [](const ossa::TensorView& v) { return v.packed != nullptr; };
             bool any = amx(self.weights.output);
             for (const ossa::LayerWeights& l : self.weights.layers)
               for (const ossa::TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})

@@ -67,19 +67,15 @@ constexpr int64_t k_amx_row_block = 128;  // activation rows per AMX work item (
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
 
 // True when this weight goes through the AMX kernels for these activations.
+// True when this weight goes through the AMX kernels for these activations: it was repacked at
+// load (a type the AMX kernels take) and AMX is on.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
-  return x.q8 == nullptr && g_amx.load(std::memory_order_relaxed) && amx_weight_type(w.type) &&
-         x.cols % 32 == 0;
+  return x.q8 == nullptr && w.packed != nullptr && g_amx.load(std::memory_order_relaxed);
 }
 
-// Activations prepared for AMX, owned by the thread that called the matmul (workers only read them
-// while that call is running): B tiles for the panel kernels, hi/lo rows and block sums for weights
-// repacked at load.
-struct AmxInputs {
-  const uint16_t* tiles = nullptr;
-  AmxActivations split;
-};
-thread_local std::vector<uint16_t> t_tiles, t_split;
+// Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
+// matmul; workers only read them while that call is running.
+thread_local std::vector<uint16_t> t_split;
 thread_local std::vector<float> t_block_sum;
 
 template <class T>
@@ -88,27 +84,17 @@ T* grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-AmxInputs prepare_amx(const MatmulInput& x, bool tiles, bool split, int threads) {
-  AmxInputs in;
+AmxActivations prepare_amx(const MatmulInput& x, int threads) {
   const int64_t n_blocks = (x.n_rows + 15) / 16;
-  uint16_t* tile_out = tiles ? grow(t_tiles, amx_packed_size(x.n_rows, x.cols)) : nullptr;
-  uint16_t* split_out = nullptr;
-  float* sums = nullptr;
-  if (split) {
-    split_out = grow(t_split, n_blocks * 32 * x.cols);
-    sums = grow(t_block_sum, x.n_rows * (x.cols / 32));
-    in.split = AmxActivations{split_out, sums, x.n_rows, x.cols};
-  }
-  in.tiles = tile_out;
+  uint16_t* tiles = grow(t_split, n_blocks * 32 * x.cols);
+  float* sums = grow(t_block_sum, x.n_rows * (x.cols / 32));
   auto work = [&](int64_t begin, int64_t end, int) {
-    for (int64_t b = begin; b < end; ++b) {
-      if (tiles) amx_pack_rows(x.f32, x.n_rows, x.cols, b, tile_out);
-      if (split) amx_split_rows(x.f32, x.cols, b * 16, std::min(x.n_rows, b * 16 + 16), split_out, sums);
-    }
+    for (int64_t b = begin; b < end; ++b)
+      amx_split_rows(x.f32, x.cols, b * 16, std::min(x.n_rows, b * 16 + 16), tiles, sums);
   };
   if (n_blocks == 1) work(0, 1, 0);
   else parallel_for(n_blocks, 1, threads, work);
-  return in;
+  return AmxActivations{tiles, sums, x.n_rows, x.cols};
 }
 
 // Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
@@ -126,10 +112,9 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
-             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxInputs* amx) {
+             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx) {
   if (amx != nullptr && uses_amx(w, x)) {
-    if (w.packed != nullptr) amx_compute_packed(w, amx->split, r_begin, r_end, y, ldy, o_begin, o_end);
-    else amx_compute(w, amx->tiles, x.cols, x.n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
+    amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end);
     return;
   }
   if (dtype_quantized(w.type) && x.q8 != nullptr) {
@@ -186,13 +171,10 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
-  bool amx = false, tiles = false, split = false;
+  bool amx = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
-    if (uses_amx(*targets[t].w, x)) {
-      amx = true;
-      (targets[t].w->packed != nullptr ? split : tiles) = true;
-    }
+    amx = amx || uses_amx(*targets[t].w, x);
   }
   const int64_t out_chunk = amx ? k_amx_out_chunk : k_out_chunk;
   for (int t = 0; t < n_targets; ++t)
@@ -202,8 +184,8 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
-  AmxInputs amx_in;
-  if (amx) amx_in = prepare_amx(x, tiles, split, threads);
+  AmxActivations amx_in;
+  if (amx) amx_in = prepare_amx(x, threads);
   parallel_for(n_row_blocks * chunks_per_block, 1, threads,
                [&](int64_t begin, int64_t end, int) {
                  for (int64_t item = begin; item < end; ++item) {

@@ -6,17 +6,17 @@
 // count or on which tile the row falls in. Rows are tiled (several activation rows share each decoded
 // weight block), but each row keeps its own accumulators in the same order as when computed alone.
 //
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are decoded block by block in registers (or into
-// a per-thread panel of 16 rows), never expanded in memory. Three activation modes:
-//  - AMX (default where the CPU has AMX-BF16): weights and activations split into hi + lo bf16,
-//    three tile products accumulated in f32 (matmul_amx.cpp); ~1e-5 relative to the f32 result.
-//    Also used for BF16 and F16 weights.
-//  - f32 (default without AMX, MatmulInput::q8 == nullptr): weights widened to f32, FMA with f32 activations;
-//    matches a float32 product with the dequantized weights (what transformers computes).
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are decoded block by block in registers, never
+// expanded to f32 in memory. Three activation modes:
+//  - AMX (default where the CPU has AMX-BF16): Q4_0/Q4_1/Q4_K/Q8_0/BF16 matrices repacked at load
+//    (same integers, tile layout) times activations split into bf16 hi + lo, f32 accumulation
+//    (matmul_amx.cpp); ~3e-6 of sum |x w| from the f32 result. Other types use the f32 kernels.
+//  - f32 (without AMX, or OSSA_AMX=0, MatmulInput::q8 == nullptr): weights widened to f32, FMA with
+//    f32 activations; matches a float32 product with the dequantized weights (what transformers computes).
 //  - 8-bit (q8 given): activations quantized to 8-bit blocks (BlockQ8, llama.cpp-style), each
 //    32-element block reduced exactly in int32 (VNNI vpdpbusd, or AVX2 maddubs/madd giving the same
 //    integers), blocks accumulated in f32 lanes. Faster for prefill, noisier.
-// F32 weights always take f32 activations and accumulate in f32 with FMA; F16/BF16 too without AMX.
+// F32 and F16 weights always take f32 activations and accumulate in f32 with FMA.
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -46,9 +46,9 @@ struct MatmulTarget {
 };
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x);
 
-// Process-wide: use the AMX kernels (bf16x3, see matmul_amx.cpp) for quantized, BF16 and F16 weights
-// when the CPU and OS allow (default on; OSSA_AMX=0 in the environment turns it off). Returns whether
-// AMX is in use after the call.
+// Process-wide: use the AMX kernels (matmul_amx.cpp) for the weights repacked for them, when the CPU
+// and OS allow (default on; OSSA_AMX=0 in the environment turns it off; models loaded while it is off
+// are not repacked and keep the f32 kernels). Returns whether AMX is in use after the call.
 bool set_amx(bool on);
 bool amx_available();
 bool amx_enabled();

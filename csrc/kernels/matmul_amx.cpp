@@ -1,32 +1,25 @@
-// AMX tile kernels: quantized, BF16 and F16 weights times f32 activations, through bf16 tiles with
-// f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. Three kernels:
+// AMX tile kernels: Q4_0 / Q4_1 / Q4_K / Q8_0 / BF16 weights times f32 activations, through bf16 tiles
+// with f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. Both kernels
+// multiply weights repacked once at load (amx_repack_groups; TensorView::packed):
 //
-//  1. Repacked Q4_0 / Q4_1 / Q4_K / Q8_0 (the default model's types; most of this file): the
-//     weights' integers times activations split into bf16 hi + lo, scales applied per block in f32.
-//  2. Repacked BF16: the weights are the tiles; C accumulates over the whole row.
-//  3. Q6_K and F16 ("panel", below): weights decoded to f32 and split into hi + lo too.
+//  1. Q4_0 / Q4_1 / Q4_K / Q8_0 (the default model's types; most of this file): the weights' integers
+//     times the activations, the block's scale and minimum applied in f32 afterwards.
+//  2. BF16: the weights are already tiles; C accumulates over the whole row.
 //
-// Why split: a bf16 has 8 significant bits, far too few for activations (or for weights decoded
-// from Q6_K, d * q needs more). A value v is split into v_hi = bf16(v) and v_lo = bf16(v - v_hi)
-// (v - v_hi is exact in f32), which carries 16 of its 24 bits. Every bf16 x bf16 product is exact in
-// f32, so the only errors are the split (relative 2^-17 per value) and f32 accumulation: on the
-// default model's weights ~3e-6 of sum |x w| per matmul (f32 kernels ~3e-7), where bf16 alone (vLLM's
-// CPU numerics) is off by ~1e-2 and changes greedy continuations.
+// Other types (Q6_K, whose 16-element scale groups do not fit a 32-column tile step; F16; F32) keep the
+// f32 kernels (matmul_f32.cpp), for every batch size.
 //
-// Panel layout (weights are the A operand, activations the B operand):
-//   A tile  = 16 weight rows x 32 columns (one quant block), row-major bf16: a decoded block is
-//             exactly one tile row, so weights need no transposition.
-//   B tile  = 16 column pairs x 16 activation rows (VNNI): B[p][2m + j] = x[m][32s + 2p + j].
-//   C tile  = 16 weight rows x 16 activation rows, f32.
-// Activations are packed once per matmul (amx_pack_rows, hi and lo tiles per 16 rows and 32 columns);
-// each work item decodes its 16 weight rows once into a panel of hi/lo A tiles and sweeps them over
-// its activation row blocks. Per element, over column steps s, from zero:
-//   C += Ahi[s]·Bhi[s]; C += Alo[s]·Bhi[s]; C += Ahi[s]·Blo[s]      (w_lo . x_lo, ~2^-16 smaller, dropped)
+// Activations: a bf16 has 8 significant bits, far too few, so each activation v is split into
+// v_hi = bf16(v) and v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its 24
+// bits, and both halves are multiplied. Every bf16 x bf16 product is exact in f32, so the only errors
+// are the split (relative 2^-17 per value) and f32 accumulation: on the default model's weights
+// ~3e-6 of sum |x w| per matmul (f32 kernels ~3e-7), where bf16 alone (vLLM's CPU numerics) is off
+// by ~1e-2 and changes greedy continuations.
 //
-// Batch invariance, for all three: each output element is one fixed sequence of tile products and
-// f32 operations that depends only on its weight row and activation row, whatever the number of
-// rows, the tile it lands in or the thread (a tile product computes each element from its own A row
-// and B column only). Rows past the end of a 16-row block hold stale data whose results are dropped.
+// Batch invariance: each output element is one fixed sequence of tile products and f32 operations
+// that depends only on its weight row and activation row, whatever the number of rows, the tile it
+// lands in or the thread (a tile product computes each element from its own A row and B column
+// only). Rows past the end of a 16-row block hold stale data whose results are dropped.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -47,8 +40,6 @@ namespace {
 
 #include "kernels/decode_avx512.h"
 
-constexpr int64_t k_tile_elems = 512;  // bf16 values in one 16 x 64-byte tile
-
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -56,16 +47,6 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-// Every tile is 16 rows x 64 bytes: C (f32 16x16), A (bf16 16x32), B (bf16 pairs 16x16).
-void load_tile_config() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = 16;
-  }
-  _tile_loadconfig(&c);
-}
 
 bool request_amx() {
   unsigned a, b, c, d;
@@ -99,108 +80,6 @@ inline Split split32(__m512 v0, __m512 v1) {
   s.hi = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0));  // exact: already bf16 values
   s.lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
   return s;
-}
-
-// Block b (32 columns) of a weight row as f32, for every type the AMX path takes.
-template <DType T>
-inline Block32 decode_any(const uint8_t* row, int64_t b) {
-  if constexpr (T == DType::BF16) {
-    const __m512i v = _mm512_loadu_si512(reinterpret_cast<const uint16_t*>(row) + 32 * b);
-    const __m512i lo16 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(v));
-    const __m512i hi16 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1));
-    return {_mm512_castsi512_ps(_mm512_slli_epi32(lo16, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(hi16, 16))};
-  } else if constexpr (T == DType::F16) {
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + 32 * b;
-    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)))};
-  } else {
-    return decode<T>(row, b);
-  }
-}
-
-// BF16 weights are exact in one bf16: their lo part is zero and its product is skipped.
-template <DType T>
-constexpr bool k_weight_lo = T != DType::BF16;
-
-// Decodes weight rows [o0, o0 + 16) (rows past `o_end` repeat the last one) into hi/lo A tiles:
-// panel[(s * 2 + part) * 512 + r * 32 + j] = part of W[o0 + r][32 s + j].
-template <DType T>
-void decode_panel(const TensorView& w, int64_t o0, int64_t o_end, int64_t n_steps, uint16_t* panel) {
-  for (int r = 0; r < 16; ++r) {
-    const uint8_t* row = w.row(std::min(o0 + r, o_end - 1));
-    for (int64_t s = 0; s < n_steps; ++s) {
-      const Block32 v = decode_any<T>(row, s);
-      uint16_t* dst = panel + s * 2 * k_tile_elems + r * 32;
-      if constexpr (k_weight_lo<T>) {
-        const Split sp = split32(v.lo, v.hi);
-        _mm512_storeu_si512(dst, sp.hi);
-        _mm512_storeu_si512(dst + k_tile_elems, sp.lo);
-      } else {
-        const Split sp = split32(v.lo, v.hi);
-        _mm512_storeu_si512(dst, sp.hi);
-      }
-    }
-  }
-}
-
-// C tiles of one or two activation row blocks (`pair`) times the decoded panel, then stored into y.
-template <DType T, bool kPair>
-inline void tile_product(const uint16_t* panel, const uint16_t* b0, const uint16_t* b1, int64_t n_steps,
-                         float* c_out) {
-  _tile_zero(0);
-  if constexpr (kPair) _tile_zero(1);
-  for (int64_t s = 0; s < n_steps; ++s) {
-    const uint16_t* a = panel + s * 2 * k_tile_elems;
-    _tile_loadd(2, a, 64);
-    if constexpr (k_weight_lo<T>) _tile_loadd(3, a + k_tile_elems, 64);
-    _tile_loadd(4, b0 + s * 2 * k_tile_elems, 64);
-    _tile_loadd(5, b0 + s * 2 * k_tile_elems + k_tile_elems, 64);
-    _tile_dpbf16ps(0, 2, 4);
-    if constexpr (k_weight_lo<T>) _tile_dpbf16ps(0, 3, 4);
-    _tile_dpbf16ps(0, 2, 5);
-    if constexpr (kPair) {
-      _tile_loadd(6, b1 + s * 2 * k_tile_elems, 64);
-      _tile_loadd(7, b1 + s * 2 * k_tile_elems + k_tile_elems, 64);
-      _tile_dpbf16ps(1, 2, 6);
-      if constexpr (k_weight_lo<T>) _tile_dpbf16ps(1, 3, 6);
-      _tile_dpbf16ps(1, 2, 7);
-    }
-  }
-  _tile_stored(0, c_out, 64);
-  if constexpr (kPair) _tile_stored(1, c_out + 256, 64);
-}
-
-// Per-thread scratch: the decoded weight panel.
-thread_local std::vector<uint16_t> t_panel;
-
-template <DType T>
-void compute_amx(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t n_rows, int64_t r_begin,
-                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t n_steps = cols / 32;
-  const int64_t block_stride = n_steps * 2 * k_tile_elems;  // one 16-row block of packed activations
-  if (t_panel.size() < static_cast<size_t>(block_stride)) t_panel.assign(block_stride, 0);
-  uint16_t* panel = t_panel.data();
-  alignas(64) float c[512];
-  load_tile_config();
-  const int64_t mb_begin = r_begin / 16, mb_end = (r_end + 15) / 16;
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    decode_panel<T>(w, o0, o_end, n_steps, panel);
-    const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
-    for (int64_t mb = mb_begin; mb < mb_end; mb += 2) {
-      const bool pair = mb + 1 < mb_end;
-      const uint16_t* b0 = xp + mb * block_stride;
-      if (pair) tile_product<T, true>(panel, b0, b0 + block_stride, n_steps, c);
-      else tile_product<T, false>(panel, b0, nullptr, n_steps, c);
-      for (int half = 0; half < (pair ? 2 : 1); ++half) {
-        const int64_t m0 = (mb + half) * 16;
-        const int m_valid = static_cast<int>(std::min<int64_t>(16, std::min(r_end, n_rows) - m0));
-        const float* ct = c + half * 256;
-        for (int m = 0; m < m_valid; ++m)
-          for (int r = 0; r < n_valid; ++r) y[(m0 + m) * ldy + o0 + r] = ct[r * 16 + m];
-      }
-    }
-  }
-  _tile_release();
 }
 
 // ---- Repacked Q4_0 / Q4_1 / Q4_K / Q8_0 weights: the weights are the B operand -----------------
@@ -528,57 +407,6 @@ bool amx_available() {
   return ok;
 }
 
-bool amx_weight_type(DType t) {
-  switch (t) {
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q8_0:
-    case DType::Q4_K:
-    case DType::Q6_K:
-    case DType::BF16:
-    case DType::F16: return true;
-    case DType::F32: return false;
-  }
-  return false;
-}
-
-int64_t amx_packed_size(int64_t n_rows, int64_t cols) {
-  return (n_rows + 15) / 16 * (cols / 32) * 2 * k_tile_elems;
-}
-
-void amx_pack_rows(const float* x, int64_t n_rows, int64_t cols, int64_t mb, uint16_t* out) {
-  const int64_t n_steps = cols / 32;
-  uint16_t* block = out + mb * n_steps * 2 * k_tile_elems;
-  // Row m's 16 column pairs go down column m of the B tile: dword p at tile + p * 16 + m.
-  const __m512i index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(16));
-  const int64_t m_end = std::min<int64_t>(16, n_rows - mb * 16);
-  for (int64_t m = 0; m < m_end; ++m) {
-    const float* row = x + (mb * 16 + m) * cols;
-    for (int64_t s = 0; s < n_steps; ++s) {
-      const Split sp = split32(_mm512_loadu_ps(row + 32 * s), _mm512_loadu_ps(row + 32 * s + 16));
-      int* tile = reinterpret_cast<int*>(block + s * 2 * k_tile_elems) + m;
-      _mm512_i32scatter_epi32(tile, index, sp.hi, 4);
-      _mm512_i32scatter_epi32(tile + k_tile_elems / 2, index, sp.lo, 4);
-    }
-  }
-}
-
-void amx_compute(const TensorView& w, const uint16_t* xp, int64_t cols, int64_t n_rows, int64_t r_begin,
-                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  switch (w.type) {
-    case DType::Q4_0: return compute_amx<DType::Q4_0>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::Q4_1: return compute_amx<DType::Q4_1>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::Q8_0: return compute_amx<DType::Q8_0>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::Q4_K: return compute_amx<DType::Q4_K>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::Q6_K: return compute_amx<DType::Q6_K>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::BF16: return compute_amx<DType::BF16>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::F16: return compute_amx<DType::F16>(w, xp, cols, n_rows, r_begin, r_end, y, ldy, o_begin, o_end);
-    case DType::F32: break;
-  }
-  throw ModelError("amx matmul: unsupported weight type");
-}
-
 bool amx_repackable(DType t) {
   return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0 || t == DType::BF16;
 }
@@ -670,15 +498,6 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 #else  // no AMX in this build
 
 bool amx_available() { return false; }
-bool amx_weight_type(DType) { return false; }
-int64_t amx_packed_size(int64_t, int64_t) { return 0; }
-void amx_pack_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) {
-  throw ModelError("amx matmul: not built");
-}
-void amx_compute(const TensorView&, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
-                 int64_t, int64_t) {
-  throw ModelError("amx matmul: not built");
-}
 bool amx_repackable(DType) { return false; }
 size_t amx_repacked_bytes(const TensorView&) { return 0; }
 void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) { throw ModelError("amx matmul: not built"); }

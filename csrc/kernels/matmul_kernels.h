@@ -38,21 +38,12 @@ using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int
                          float* out);
 Q8DotFn q8_dot(DType type, int rows);
 
-// AMX (matmul_amx.cpp): bf16 tiles with f32 accumulation, each value split into hi + lo bf16.
+// AMX (matmul_amx.cpp): bf16 tiles with f32 accumulation, activations split into hi + lo bf16.
 // amx_available(): compiled in (a native build on an AMX CPU) and the OS granted the tile state.
 bool amx_available();
-bool amx_weight_type(DType t);  // quantized types, BF16, F16 (F32 keeps the exact f32 kernels)
-// Packed activations: for each 16-row block and 32-column step, a hi and a lo B tile (bf16 pairs).
-int64_t amx_packed_size(int64_t n_rows, int64_t cols);  // uint16 elements
-void amx_pack_rows(const float* x, int64_t n_rows, int64_t cols, int64_t row_block, uint16_t* out);
-// y[r * ldy + o] for activation rows [r_begin, r_end) (r_begin a multiple of 16) and weight rows
-// [o_begin, o_end), by the calling thread.
-void amx_compute(const TensorView& w, const uint16_t* packed, int64_t cols, int64_t n_rows, int64_t r_begin,
-                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 
-
-// Repacked Q4_0/Q4_1/Q4_K/Q8_0 weights (TensorView::packed, built at load by amx_repack_groups over
-// groups of 16 rows) multiply activations split into bf16 hi/lo rows plus f32 block sums.
+// Repacked Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights (TensorView::packed, built at load by amx_repack_groups
+// over groups of 16 rows) multiply activations split into bf16 hi/lo tiles plus f32 block sums.
 struct AmxActivations {
   // A tiles: for 16-row block mb and 32-column step b, a hi tile then a lo tile of 16 rows x 32
   // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j].

@@ -102,7 +102,7 @@ def get_quantized_activations() -> bool: ...
 
 def set_amx(on: bool) -> bool:
     """
-    Quantized, BF16 and F16 weights: use the AMX bf16x3 kernels (default where available). Returns whether AMX is in use.
+    Use the AMX kernels for Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights repacked at load (default where available); models loaded while off keep the f32 kernels. Returns whether AMX is in use.
     """
 
 def get_amx() -> bool: ...
