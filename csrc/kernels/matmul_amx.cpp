@@ -38,7 +38,7 @@ namespace ossa {
 #if defined(OSSA_HAVE_AMX)
 namespace {
 
-#include "kernels/decode_avx512.h"
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -479,7 +479,7 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
       const __m512 s0 = _mm512_add_ps(bf16_widen(_mm512_castsi512_si256(sp.hi)), bf16_widen(_mm512_castsi512_si256(sp.lo)));
       const __m512 s1 = _mm512_add_ps(bf16_widen(_mm512_extracti64x4_epi64(sp.hi, 1)),
                                       bf16_widen(_mm512_extracti64x4_epi64(sp.lo, 1)));
-      block_sum[r * nb + b] = fsum16(_mm512_add_ps(s0, s1));
+      block_sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
     }
   }
 }
