@@ -161,6 +161,14 @@ void load_tile_config_rows(int rows) {
   _tile_loadconfig(&c);
 }
 
+// Rows 0..rows-1 of a 16 x 16 f32 result (row m at tile + 16 m) into y[m0 + m][o .. o + 16), the
+// columns at or past o_end dropped.
+inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64_t m0, int64_t o, int64_t o_end) {
+  const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
+  const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+  for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(tile + 16 * m));
+}
+
 // Per-thread scratch: the B tiles of the groups a call works on (one per group and block).
 thread_local std::vector<uint16_t> t_btiles;
 
@@ -256,13 +264,7 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       if (b >= 2) scale(b - 2);
     }
     for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-    for (int g = 0; g < G; ++g) {
-      const int64_t o = o0 + 16 * g;
-      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
-      if (n_valid <= 0) break;
-      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(acc[g][m]));
-    }
+    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) store_rows(acc[g][0], rows, y, ldy, m0, o0 + 16 * g, o_end);
   }
 }
 
@@ -327,13 +329,7 @@ void bf16_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, 
     if constexpr (G > 1) _tile_stored(3, c[1], 64);
     if constexpr (G > 2) _tile_stored(4, c[2], 64);
     const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-    for (int g = 0; g < G; ++g) {
-      const int64_t o = o0 + 16 * g;
-      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
-      if (n_valid <= 0) break;
-      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-      for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(c[g] + 16 * m));
-    }
+    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) store_rows(c[g], rows, y, ldy, m0, o0 + 16 * g, o_end);
   }
 }
 
@@ -350,45 +346,6 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
     }
   }
   _tile_release();
-}
-
-// Scalar decode of block b of a row into integers q (see the layout above), scale and minimum.
-void block_ints(DType t, const uint8_t* row, int64_t b, int* q, float& scale, float& min) {
-  min = 0.0f;
-  switch (t) {
-    case DType::Q4_0: {
-      const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-      for (int j = 0; j < 16; ++j) q[j] = blk.qs[j] & 15, q[j + 16] = blk.qs[j] >> 4;
-      scale = _cvtsh_ss(blk.d);
-      return;
-    }
-    case DType::Q4_1: {
-      const BlockQ4_1& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      for (int j = 0; j < 16; ++j) q[j] = blk.qs[j] & 15, q[j + 16] = blk.qs[j] >> 4;
-      scale = _cvtsh_ss(blk.d);
-      min = _cvtsh_ss(blk.m);
-      return;
-    }
-    case DType::Q8_0: {
-      const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-      for (int j = 0; j < 32; ++j) q[j] = blk.qs[j];
-      scale = _cvtsh_ss(blk.d);
-      return;
-    }
-    case DType::Q4_K: {
-      const BlockQ4_K& blk = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
-      const int sub = static_cast<int>(b % 8);
-      const uint8_t* qs = blk.qs + 32 * (sub / 2);
-      for (int j = 0; j < 32; ++j) q[j] = sub % 2 ? qs[j] >> 4 : qs[j] & 15;
-      int sc, m;
-      q4_k_scale_min(sub, blk.scales, sc, m);
-      scale = _cvtsh_ss(blk.d) * static_cast<float>(sc);
-      min = -(_cvtsh_ss(blk.dmin) * static_cast<float>(m));
-      return;
-    }
-    default: break;
-  }
-  throw ModelError("amx repack: unsupported weight type");
 }
 
 Packed packed_kind(DType t) {
@@ -447,9 +404,11 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
         else reinterpret_cast<uint16_t*>(at)[n] = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
       };
       for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-        float scale, min;
-        block_ints(w.type, w.row(g * 16 + n), b, q, scale, min);
-        put(scales, n, scale);
+        float scale[8], min;  // one scale for all 32 elements in these types
+        decode_block_scalar(w.type, w.row(g * 16 + n), b, q, scale, min);
+        if (kind == Packed::R4Signed)
+          for (int j = 0; j < 32; ++j) q[j] += 8;  // Q4_0 decodes to q - 8; the layout stores the nibble
+        put(scales, n, scale[0]);
         for (int p = 0; p < 16; ++p) {
           if (kind == Packed::R8) {
             blk[32 * p + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p]));

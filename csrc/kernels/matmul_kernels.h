@@ -62,11 +62,12 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end);
 
-#if !defined(__AVX2__)
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
-// elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight.
+// elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight (matmul_q8.cpp;
+// the scalar kernels and the AMX repack use it).
 void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin);
-#else
+
+#if defined(__AVX2__)
 inline float hsum8(__m256 v) {
   const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   __m128 s = _mm_add_ps(lo, hi);

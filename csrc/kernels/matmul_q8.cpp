@@ -15,6 +15,59 @@
 #include "util/half.h"
 
 namespace ossa {
+
+void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin) {
+  wmin = 0.0f;
+  auto fill = [&](float s) { for (int l = 0; l < 8; ++l) scale[l] = s; };
+  switch (t) {
+    case DType::Q4_0: {
+      const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      for (int j = 0; j < 16; ++j) w[j] = (q.qs[j] & 0xF) - 8, w[j + 16] = (q.qs[j] >> 4) - 8;
+      fill(f16_to_f32(q.d));
+      return;
+    }
+    case DType::Q4_1: {
+      const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
+      for (int j = 0; j < 16; ++j) w[j] = q.qs[j] & 0xF, w[j + 16] = q.qs[j] >> 4;
+      fill(f16_to_f32(q.d));
+      wmin = f16_to_f32(q.m);
+      return;
+    }
+    case DType::Q8_0: {
+      const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      for (int j = 0; j < 32; ++j) w[j] = q.qs[j];
+      fill(f16_to_f32(q.d));
+      return;
+    }
+    case DType::Q4_K: {
+      const BlockQ4_K& q = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+      const int sub = static_cast<int>(b % 8), j = sub / 2;
+      for (int l = 0; l < 32; ++l) w[l] = sub % 2 == 0 ? q.qs[32 * j + l] & 0xF : q.qs[32 * j + l] >> 4;
+      int sc, m;
+      q4_k_scale_min(sub, q.scales, sc, m);
+      fill(f16_to_f32(q.d) * static_cast<float>(sc));
+      wmin = -(f16_to_f32(q.dmin) * static_cast<float>(m));
+      return;
+    }
+    case DType::Q6_K: {
+      const BlockQ6_K& q = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+      const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
+      const uint8_t* ql = q.ql + 64 * half + (k % 2) * 32;
+      const uint8_t* qh = q.qh + 32 * half;
+      for (int l = 0; l < 32; ++l) {
+        const int lo = k < 2 ? ql[l] & 0xF : ql[l] >> 4;
+        w[l] = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+      }
+      const float d = f16_to_f32(q.d);
+      const int8_t* sc = q.scales + 8 * half + 2 * k;
+      for (int l = 0; l < 8; ++l) scale[l] = d * static_cast<float>(sc[l / 4]);
+      return;
+    }
+    default:
+      OSSA_ASSERT(false);
+  }
+}
+
 namespace {
 
 #if defined(__AVX2__)
@@ -140,62 +193,6 @@ void dot_q6_k(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* ou
 }
 
 #else  // scalar fallback: the same lane structure written out
-
-}  // namespace
-
-void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin) {
-  wmin = 0.0f;
-  auto fill = [&](float s) { for (int l = 0; l < 8; ++l) scale[l] = s; };
-  switch (t) {
-    case DType::Q4_0: {
-      const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
-      for (int j = 0; j < 16; ++j) w[j] = (q.qs[j] & 0xF) - 8, w[j + 16] = (q.qs[j] >> 4) - 8;
-      fill(f16_to_f32(q.d));
-      return;
-    }
-    case DType::Q4_1: {
-      const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
-      for (int j = 0; j < 16; ++j) w[j] = q.qs[j] & 0xF, w[j + 16] = q.qs[j] >> 4;
-      fill(f16_to_f32(q.d));
-      wmin = f16_to_f32(q.m);
-      return;
-    }
-    case DType::Q8_0: {
-      const BlockQ8_0& q = reinterpret_cast<const BlockQ8_0*>(row)[b];
-      for (int j = 0; j < 32; ++j) w[j] = q.qs[j];
-      fill(f16_to_f32(q.d));
-      return;
-    }
-    case DType::Q4_K: {
-      const BlockQ4_K& q = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
-      const int sub = static_cast<int>(b % 8), j = sub / 2;
-      for (int l = 0; l < 32; ++l) w[l] = sub % 2 == 0 ? q.qs[32 * j + l] & 0xF : q.qs[32 * j + l] >> 4;
-      int sc, m;
-      q4_k_scale_min(sub, q.scales, sc, m);
-      fill(f16_to_f32(q.d) * static_cast<float>(sc));
-      wmin = -(f16_to_f32(q.dmin) * static_cast<float>(m));
-      return;
-    }
-    case DType::Q6_K: {
-      const BlockQ6_K& q = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
-      const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
-      const uint8_t* ql = q.ql + 64 * half + (k % 2) * 32;
-      const uint8_t* qh = q.qh + 32 * half;
-      for (int l = 0; l < 32; ++l) {
-        const int lo = k < 2 ? ql[l] & 0xF : ql[l] >> 4;
-        w[l] = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-      }
-      const float d = f16_to_f32(q.d);
-      const int8_t* sc = q.scales + 8 * half + 2 * k;
-      for (int l = 0; l < 8; ++l) scale[l] = d * static_cast<float>(sc[l / 4]);
-      return;
-    }
-    default:
-      OSSA_ASSERT(false);
-  }
-}
-
-namespace {
 
 template <int R>
 void dot_quant_scalar(DType t, const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out) {
