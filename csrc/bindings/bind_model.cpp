@@ -4,8 +4,6 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
-#include "kernels/matmul.h"
-#include "kernels/matmul_kernels.h"
 #include "model/dequantize.h"
 #include "model/gguf.h"
 #include "model/weights.h"
@@ -103,19 +101,8 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("config", [](const ossa::Model& self) { return config_dict(self.config); })
       .def_prop_ro("path", [](const ossa::Model& self) { return self.path; })
       .def_prop_ro("format", [](const ossa::Model& self) { return self.format; })
-      .def_prop_ro(
-          "uses_amx",
-          [](const ossa::Model& self) {
-            // Whether the forward pass multiplies any matrix on the AMX kernels right now.
-            if (!ossa::amx_enabled()) return false;
-            auto amx = [](const ossa::TensorView& v) { return v.packed != nullptr; };
-            bool any = amx(self.weights.output);
-            for (const ossa::LayerWeights& l : self.weights.layers)
-              for (const ossa::TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-                any = any || amx(*v);
-            return any;
-          },
-          "Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).")
+      .def_prop_ro("uses_amx", &ossa::Model::uses_amx,
+                   "Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).")
       .def(
           "tensors",
           [](const ossa::Model& self) {

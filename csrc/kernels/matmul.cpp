@@ -66,7 +66,6 @@ std::atomic<bool> g_amx{amx_default()};
 constexpr int64_t k_amx_row_block = 128;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
 
-// True when this weight goes through the AMX kernels for these activations.
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
 // load (a type the AMX kernels take) and AMX is on.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {

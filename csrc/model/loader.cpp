@@ -425,6 +425,11 @@ const TensorView* Model::find_tensor(const std::string& name) const {
   return nullptr;
 }
 
+bool Model::uses_amx() const {
+  const auto* st = static_cast<const Storage*>(storage.get());
+  return st != nullptr && !st->packed.empty() && amx_enabled();
+}
+
 // Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp), when AMX
 // is in use; the file's views stay as they are for everything else (embedding lookups, listings).
 void repack_for_amx(Model& m, Storage& st) {

@@ -55,6 +55,10 @@ struct Model {
   // "output", ...); nullptr if there is none. Canonical views are what the forward pass uses (1-D
   // tensors converted to F32).
   const TensorView* find_tensor(const std::string& name) const;
+
+  // Whether the forward pass multiplies any matrix on the AMX kernels now: some were repacked for
+  // them at load (kernels/matmul_amx.cpp) and AMX is on.
+  bool uses_amx() const;
 };
 
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError
