@@ -133,7 +133,7 @@ def forward(
 
     With ``quantized_activations`` every matmul input is first rounded like the C++ kernels round
     it for quantized weights (``quantize_q8``); with ``amx_activations`` as the AMX kernels split it
-    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16/F16).
+    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16).
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations)
