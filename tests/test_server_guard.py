@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,6 +28,20 @@ pytestmark = pytest.mark.timeout(300)
 MODEL = "smol"
 KEY = "sk-test-key"
 MAX_BODY = 4096
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+    """Waits (up to 120 s) for the child server's /health; fails with its log if it exits first."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            if httpx.get(url + "/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server did not come up"
+        time.sleep(0.1)
 
 
 class ServedProcess:
@@ -52,16 +67,7 @@ def server(default_model_path: str, tmp_path_factory: pytest.TempPathFactory) ->
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+        wait_healthy(proc, url, log_path)
         yield ServedProcess(url)
     finally:
         proc.terminate()
@@ -233,16 +239,7 @@ def test_serve_cli_graceful_shutdown(default_model_path: str, tmp_path: Any) -> 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+        wait_healthy(proc, url, tmp_path / "serve.log")
         body = {"model": MODEL, "prompt": "Hello", "max_tokens": 4, "ignore_eos": True, "stream": True}
         events = []
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
