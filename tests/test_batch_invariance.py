@@ -1,6 +1,7 @@
 """Batch invariance of the forward pass: a sequence's logits are bitwise the same computed alone,
 inside a batch with 7 other sequences, prefilled in chunks of 1, 7 and 64 tokens, and with 1 or 2
-threads. Also copy-on-write (copy_block) and the runner's input validation."""
+threads, with a float32 or a float16 K/V cache. Also copy-on-write (copy_block), the runner's input
+validation and the float16 cache against the reference runner."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ class Runner:
     """A ModelRunner where sequence i owns blocks [i * BLOCKS_PER_SEQ, (i + 1) * BLOCKS_PER_SEQ),
     laid out in reverse so block ids and slots are not simply the positions."""
 
-    def __init__(self, model: Any, n_seqs: int, max_tokens: int) -> None:
-        self.runner = core.ModelRunner(model, n_seqs * BLOCKS_PER_SEQ, BLOCK, max_tokens)
+    def __init__(self, model: Any, n_seqs: int, max_tokens: int, kv: str = "float32") -> None:
+        self.runner = core.ModelRunner(model, n_seqs * BLOCKS_PER_SEQ, BLOCK, max_tokens, kv)
         self.n_seqs = n_seqs
 
     def table(self, seq: int) -> list[int]:
@@ -58,24 +59,24 @@ def chunked(tokens: list[int], size: int) -> Iterator[tuple[list[int], int]]:
         yield tokens[start : start + size], start
 
 
-def check_invariance(model: Any, vocab: int, seed: int) -> None:
+def check_invariance(model: Any, vocab: int, seed: int, kv: str = "float32") -> None:
     rng = np.random.default_rng(seed)
     seqs = [rng.integers(0, vocab, SEQ_LEN).tolist() for _ in range(8)]
     target = seqs[3]
     reference = None
     for threads in (1, 2):
         core.set_num_threads(threads)
-        alone = Runner(model, 1, SEQ_LEN).step([(0, target, 0)])[0]
+        alone = Runner(model, 1, SEQ_LEN, kv).step([(0, target, 0)])[0]
         if reference is None:
             reference = alone
         np.testing.assert_array_equal(alone, reference)
         # Inside a batch with 7 others (the target in the middle, others of varied lengths).
-        batch = Runner(model, 8, 8 * SEQ_LEN)
+        batch = Runner(model, 8, 8 * SEQ_LEN, kv)
         chunks = [(i, s[: SEQ_LEN - 5 * i] if i != 3 else s, 0) for i, s in enumerate(seqs)]
         np.testing.assert_array_equal(batch.step(chunks)[3], reference)
         # Chunked prefill, alone and next to another sequence's chunks.
         for size in (1, 7, 64):
-            r = Runner(model, 2, 2 * SEQ_LEN)
+            r = Runner(model, 2, 2 * SEQ_LEN, kv)
             got = []
             other = list(chunked(seqs[0], 5))
             for i, (toks, start) in enumerate(chunked(target, size)):
@@ -101,22 +102,63 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     )
 
 
+@pytest.mark.parametrize("kv", ["float32", "float16"])
 @pytest.mark.parametrize("fmt", ["F32", "BF16", "Q4_1"])
 def test_tiny_model_is_batch_invariant(
-    tiny_dir: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+    tiny_dir: str, fmt: str, kv: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     path = hf_to_gguf(tiny_dir, tmp_path_factory.mktemp("g") / f"m-{fmt}.gguf", fmt)
-    check_invariance(core.load_model(path), 96, seed=1)
+    check_invariance(core.load_model(path), 96, seed=1, kv=kv)
 
 
-def test_default_model_is_batch_invariant(default_model_path: str) -> None:
-    check_invariance(core.load_model(default_model_path), 49152, seed=2)
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_default_model_is_batch_invariant(default_model_path: str, kv: str) -> None:
+    check_invariance(core.load_model(default_model_path), 49152, seed=2, kv=kv)
 
 
-def test_copy_block_forks_a_sequence(tiny_dir: str) -> None:
+def test_float16_cache_matches_the_reference_runner(tiny_dir: str) -> None:
+    """The C++ float16 K/V cache rounds K and V as the reference runner's float16 pool does: with
+    f32 kernels (F32 weights) the two runners agree far more closely than either does with a
+    float32 cache, so the test would catch a cache that stored, or read back, something else."""
+    from ossa.reference.loader import load_weights
+    from ossa.reference.runner import ModelRunner as RefRunner
+
+    config, weights = load_weights(tiny_dir)
+    tokens = np.random.default_rng(4).integers(0, 96, SEQ_LEN).tolist()
+    table = list(range(BLOCKS_PER_SEQ))
+    args = (
+        tokens,
+        list(range(SEQ_LEN)),
+        [table[p // BLOCK] * BLOCK + p % BLOCK for p in range(SEQ_LEN)],
+        [0, SEQ_LEN],
+        [SEQ_LEN],
+        [0, BLOCKS_PER_SEQ],
+        table,
+        list(range(SEQ_LEN)),
+    )
+    model = core.load_model(tiny_dir)
+    got = {
+        kv: core.ModelRunner(model, BLOCKS_PER_SEQ, BLOCK, SEQ_LEN, kv).forward(*args)
+        for kv in ("float32", "float16")
+    }
+    ref = {
+        kv: RefRunner(config, weights, BLOCKS_PER_SEQ, BLOCK, kv_cache_dtype=kv).forward(*args)
+        for kv in ("float32", "float16")
+    }
+    rounding = np.abs(ref["float16"] - ref["float32"]).max()
+    assert rounding > 1e-5  # float16 K/V visibly moves the logits ...
+    assert np.abs(got["float16"] - ref["float16"]).max() < rounding / 10  # ... and both sides move alike
+    assert np.abs(got["float32"] - ref["float32"]).max() < rounding / 10
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        core.ModelRunner(model, 2, BLOCK, 8, "int8")
+    assert core.ModelRunner(model, 2, BLOCK, 8, "float16").kv_cache_dtype == "float16"
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_copy_block_forks_a_sequence(tiny_dir: str, kv: str) -> None:
     model = core.load_model(tiny_dir)
     tokens = np.random.default_rng(3).integers(0, 96, 40).tolist()
-    r = Runner(model, 2, 64)
+    r = Runner(model, 2, 64, kv)
     expect = r.step([(0, tokens, 0)])[0]
     # Sequence 1 shares sequence 0's first 32 tokens by copying its blocks, then computes the rest.
     for b in range(2):

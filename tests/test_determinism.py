@@ -36,7 +36,7 @@ def crowd() -> list[tuple[str, SamplingParams]]:
 
 def kv_bytes_per_token() -> int:
     n_layer, n_head_kv, head_dim = 30, 3, 64  # SmolLM2-135M
-    return 2 * n_layer * n_head_kv * head_dim * 4
+    return 2 * n_layer * n_head_kv * head_dim * 2  # float16 K and V (kv_cache_dtype="auto")
 
 
 def signature(out: Any) -> tuple:
@@ -60,7 +60,7 @@ def threads() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def reference(default_model_path: str, threads: None) -> list[tuple]:
-    llm = LLM(default_model_path, kv_cache_memory_bytes=64 << 20, num_threads=2)
+    llm = LLM(default_model_path, kv_cache_memory_bytes=32 << 20, num_threads=2)
     return run(llm, TARGETS)
 
 
@@ -87,7 +87,7 @@ def test_bitwise_identical(
     block_bytes = 16 * kv_bytes_per_token()
     llm = LLM(
         default_model_path,
-        kv_cache_memory_bytes=kv_blocks * block_bytes if kv_blocks else 64 << 20,
+        kv_cache_memory_bytes=kv_blocks * block_bytes if kv_blocks else 32 << 20,
         enable_prefix_caching=prefix_caching,
         max_num_batched_tokens=max_batched,
         num_threads=n_threads,

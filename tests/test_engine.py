@@ -14,15 +14,28 @@ from ossa.engine_io import generation_params
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "My favourite food is"]
 
 
+# The twin comparisons run with a float32 K/V cache: with float16 (the "auto" default) each side rounds
+# K and V that already differ in the last bits, and a value near a float16 rounding boundary lands
+# apart (~5e-4 relative), which lets greedy paths part after some tokens. test_batch_invariance checks
+# the float16 cache against the reference runner on F32 weights, where the inputs agree.
 @pytest.fixture(scope="module")
 def cpp(default_model_path: str) -> LLM:
-    return LLM(default_model_path, kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=256)
+    return LLM(
+        default_model_path,
+        kv_cache_memory_bytes=64 << 20,
+        max_num_batched_tokens=256,
+        kv_cache_dtype="float32",
+    )
 
 
 @pytest.fixture(scope="module")
 def py(default_model_path: str) -> LLM:
     return LLM(
-        default_model_path, kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=256, backend="python"
+        default_model_path,
+        kv_cache_memory_bytes=64 << 20,
+        max_num_batched_tokens=256,
+        backend="python",
+        kv_cache_dtype="float32",
     )
 
 

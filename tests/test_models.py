@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ossa import models
+from ossa._native import core
 
 
 def test_resolve_paths_and_names(
@@ -116,13 +117,21 @@ def test_inspect(default_model_path: str) -> None:
     assert info["weight_bytes"] == sum(t[4] for t in m.tensors())
     size = Path(default_model_path).stat().st_size
     assert 0.9 * size < info["weight_bytes"] < size
-    assert info["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    assert info["kv_cache_dtype"] == "float16"  # "auto"
+    assert info["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
     assert info["kv_bytes"] == info["kv_bytes_per_token"] * 1000
+    assert models.inspect(m, kv_cache_dtype="float32")["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    for dtype in ("float16", "float32"):
+        assert models.inspect(m, kv_cache_dtype=dtype)[
+            "kv_bytes_per_token"
+        ] == core.ModelRunner.kv_bytes_per_token(m._handle, dtype)
     assert models.inspect(m)["kv_tokens"] == 8192
     text = models.format_inspect(info)
     assert "llama" in text and "Q4_1 x210" in text and "1000 tokens" in text
     with pytest.raises(ValueError):
         models.inspect(m, kv_tokens=-1)
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        models.inspect(m, kv_cache_dtype="int8")
 
 
 def test_bad_model_raises_model_error(tmp_path: Path) -> None:

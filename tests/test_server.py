@@ -29,7 +29,7 @@ def server(default_model_path: str) -> Iterator[ServerThread]:
     from ossa.server.app import create_app
 
     engine = AsyncEngine.from_model(
-        default_model_path, kv_cache_memory_bytes=64 << 20, max_num_seqs=64, max_num_batched_tokens=512
+        default_model_path, kv_cache_memory_bytes=32 << 20, max_num_seqs=64, max_num_batched_tokens=512
     )
     with ServerThread(create_app(engine, served_model_name=MODEL)) as s:
         yield s

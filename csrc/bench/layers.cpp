@@ -59,7 +59,7 @@ void bench_paged_attention(const float* q, const float* k, const float* v, int64
   // One sequence whose blocks are 0..n_blocks-1 in order, so slot j holds position j.
   std::vector<float> k_cache(static_cast<size_t>(n_blocks * block_size * d), 0.0f);
   std::vector<float> v_cache(k_cache.size(), 0.0f);
-  for (int64_t j = 0; j < seq; ++j) store_k(k_cache.data(), j, block_size, d, k + j * d);
+  for (int64_t j = 0; j < seq; ++j) store_k(k_cache.data(), KvType::F32, j, block_size, d, k + j * d);
   std::copy(v, v + seq * d, v_cache.begin());
   std::vector<int32_t> block_tables(static_cast<size_t>(n_blocks));
   for (int64_t b = 0; b < n_blocks; ++b) block_tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);

@@ -46,7 +46,10 @@ void bind_engine(nb::module_& m) {
               throw ossa::InputError("scheduling policy must be 'fcfs' or 'priority', got '" + p + "'");
           })
       .def_rw("enable_prefix_caching", &EngineConfig::enable_prefix_caching)
-      .def_rw("seed", &EngineConfig::seed);
+      .def_rw("seed", &EngineConfig::seed)
+      .def_prop_rw(
+          "kv_cache_dtype", [](const EngineConfig& c) { return ossa::kv_type_name(c.kv_type); },
+          [](EngineConfig& c, const std::string& t) { c.kv_type = ossa::parse_kv_type(t); });
 
   nb::class_<GenerationParams>(m, "GenerationParams")
       .def(nb::init<>())

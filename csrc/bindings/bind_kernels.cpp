@@ -1,5 +1,6 @@
 // Bindings of the forward pass: core.model_logits, core.ModelRunner, and kernel hooks for tests.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -61,8 +62,15 @@ void bind_kernels(nb::module_& m) {
 
   nb::class_<ossa::ModelRunner>(m, "ModelRunner",
                                 "A model with its paged K/V pool and preallocated work buffers.")
-      .def(nb::init<std::shared_ptr<const ossa::Model>, int, int, int>(), nb::arg("model"),
-           nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"))
+      .def(
+          "__init__",
+          [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks, int block_size,
+             int max_num_batched_tokens, const std::string& kv_cache_dtype) {
+            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size, max_num_batched_tokens,
+                                      ossa::parse_kv_type(kv_cache_dtype));
+          },
+          nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"),
+          nb::arg("kv_cache_dtype") = "float32")
       .def(
           "forward",
           [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
@@ -92,10 +100,13 @@ void bind_kernels(nb::module_& m) {
       .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
       .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
       .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)
+      .def_prop_ro("kv_cache_dtype", [](const ossa::ModelRunner& r) { return ossa::kv_type_name(r.kv_type()); })
       .def_static(
           "kv_bytes_per_token",
-          [](std::shared_ptr<ossa::Model> model) { return ossa::ModelRunner::kv_bytes_per_token(model->config); },
-          nb::arg("model"));
+          [](std::shared_ptr<ossa::Model> model, const std::string& kv_cache_dtype) {
+            return ossa::ModelRunner::kv_bytes_per_token(model->config, ossa::parse_kv_type(kv_cache_dtype));
+          },
+          nb::arg("model"), nb::arg("kv_cache_dtype") = "float32");
 
   // Test hook: y = x @ W^T with W given as raw stored bytes of ggml type `ggml_type`.
   m.def(

@@ -65,7 +65,7 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
       scheduler_(SchedulerConfig{config.num_blocks, config.block_size, config.max_num_batched_tokens,
                                  config.max_num_seqs, config.max_model_len, config.policy,
                                  config.enable_prefix_caching, 0.01}),
-      runner_(model_, config.num_blocks, config.block_size, config.max_num_batched_tokens) {
+      runner_(model_, config.num_blocks, config.block_size, config.max_num_batched_tokens, config.kv_type) {
   if (tokenizer_) {
     eos_ids_ = tokenizer_->eos_ids();
     if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());

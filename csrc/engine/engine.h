@@ -35,6 +35,7 @@ struct EngineConfig {
   SchedulePolicy policy = SchedulePolicy::Fcfs;
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // seeds requests that bring none
+  KvType kv_type = KvType::F32;
 };
 
 // Everything about a request besides its prompt.

@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "util/error.h"
+#include "util/half.h"
 
 #if defined(__AVX2__)
 // GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
@@ -16,13 +20,60 @@
 namespace ossa {
 
 namespace {
+// f32 -> f16, round to nearest (ties to even), as _mm512_cvtps_ph does.
+inline uint16_t f16_round(float v) {
+#if defined(__F16C__)
+  return static_cast<uint16_t>(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+  return f32_to_f16(v);
+#endif
+}
+}  // namespace
 
-// out[d] = fma(p, v[d], out[d]) over a head.
-void axpy(float p, const float* v, float* out, int n) {
-  for (int d = 0; d < n; ++d) out[d] = std::fma(p, v[d], out[d]);
+KvType parse_kv_type(const std::string& name) {
+  if (name == "float32" || name == "fp32") return KvType::F32;
+  if (name == "float16" || name == "fp16" || name == "half") return KvType::F16;
+  throw InputError("kv_cache_dtype must be 'float32' or 'float16', got '" + name + "'");
 }
 
+void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_dim, const float* k) {
+  const int64_t at = (slot - slot % block_size) * kv_dim + slot % block_size;
+  if (t == KvType::F16) {
+    uint16_t* dst = static_cast<uint16_t*>(k_cache) + at;
+    for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = f16_round(k[e]);
+  } else {
+    float* dst = static_cast<float*>(k_cache) + at;
+    for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = k[e];
+  }
+}
+
+void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float* v) {
+  if (t == KvType::F32) {
+    std::memcpy(static_cast<float*>(v_cache) + slot * kv_dim, v, static_cast<size_t>(kv_dim) * sizeof(float));
+    return;
+  }
+  uint16_t* dst = static_cast<uint16_t*>(v_cache) + slot * kv_dim;
+  int64_t e = 0;
+#if defined(__AVX512F__)
+  for (; e + 16 <= kv_dim; e += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(v + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; e < kv_dim; ++e) dst[e] = f16_round(v[e]);
+}
+
+namespace {
+
+// Element i of a K/V row of type KV, as f32.
+template <KvType KV>
+inline float kv_at(const void* p, int64_t i) {
+  if constexpr (KV == KvType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  else return static_cast<const float*>(p)[i];
+}
+
+
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
+template <KvType KV>
 void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
                     float scale) {
   const int t = static_cast<int>(item / a.n_head), h = static_cast<int>(item % a.n_head);
@@ -35,22 +86,23 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   // position's dot product in dimension order.
   const int bs = a.block_size, hd = a.head_dim;
   for (int blk = 0; blk * bs < ctx; ++blk) {
-    const float* kb = a.k_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
+    const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     float* sc = scores + blk * bs;
     int i0 = 0;
 #if defined(__AVX2__)
     // 8 positions per vector; the same per-position order as the scalar loop below.
-    for (; i0 + 8 <= n_in; i0 += 8) {
+    for (; KV == KvType::F32 && i0 + 8 <= n_in; i0 += 8) {
+      const float* kf = static_cast<const float*>(a.k_cache) + kb;
       __m256 acc = _mm256_setzero_ps();
       for (int d = 0; d < hd; ++d)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kb + static_cast<int64_t>(d) * bs + i0), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kf + static_cast<int64_t>(d) * bs + i0), acc);
       _mm256_storeu_ps(sc + i0, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
     }
 #endif
     for (int i = i0; i < n_in; ++i) {
       float dot = 0.0f;
-      for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kb[static_cast<int64_t>(d) * bs + i], dot);
+      for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kv_at<KV>(a.k_cache, kb + static_cast<int64_t>(d) * bs + i), dot);
       sc[i] = dot * scale;
     }
   }
@@ -63,7 +115,8 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     const float p = std::exp(scores[j] - max_score);
     sum += p;
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    axpy(p, a.v_cache + slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim, out, a.head_dim);
+    const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
+    for (int d = 0; d < a.head_dim; ++d) out[d] = std::fma(p, kv_at<KV>(a.v_cache, v + d), out[d]);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
@@ -76,7 +129,15 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 // row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks (no
 // horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
 // arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
-template <int NC, int GH>
+// 16 K/V elements from p (masked), as f32.
+template <KvType KV>
+inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
+  if constexpr (KV == KvType::F16)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
+  else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+}
+
+template <KvType KV, int NC, int GH>
 void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale) {
   const int hd = a.head_dim, bs = a.block_size;
   const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
@@ -94,23 +155,23 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   __m512 vmax[GH];
   for (int g = 0; g < GH; ++g) vmax[g] = _mm512_set1_ps(-INFINITY);
   for (int blk = 0; blk * bs < ctx; ++blk) {
-    const float* kb = a.k_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
+    const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     for (int i0 = 0; i0 < n_in; i0 += 16) {
       const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
-      const float* kc = kb + i0;
+      const int64_t kc = kb + i0;
       __m512 acc[GH][4];
       for (int g = 0; g < GH; ++g)
         for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_setzero_ps();
       int d = 0;
       for (; d + 4 <= hd; d += 4) {
         for (int r = 0; r < 4; ++r) {
-          const __m512 k = _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d + r) * bs);
+          const __m512 k = load_kv<KV>(m, a.k_cache, kc + static_cast<int64_t>(d + r) * bs);
           for (int g = 0; g < GH; ++g) acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d + r]), k, acc[g][r]);
         }
       }
       for (; d < hd; ++d) {
-        const __m512 k = _mm512_maskz_loadu_ps(m, kc + static_cast<int64_t>(d) * bs);
+        const __m512 k = load_kv<KV>(m, a.k_cache, kc + static_cast<int64_t>(d) * bs);
         for (int g = 0; g < GH; ++g) acc[g][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d]), k, acc[g][0]);
       }
       for (int g = 0; g < GH; ++g) {
@@ -141,13 +202,13 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   for (int g = 0; g < GH; ++g)
     for (int c = 0; c < NC; ++c) o[g][c] = _mm512_setzero_ps();
   for (int blk = 0; blk * bs < ctx; ++blk) {
-    const float* vb = a.v_cache + static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
+    const int64_t vb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
     const int n_in = std::min(bs, ctx - blk * bs);
     for (int i = 0; i < n_in; ++i) {
-      const float* v = vb + i * kv_dim;
+      const int64_t v = vb + i * kv_dim;
       const int j = blk * bs + i;
       for (int c = 0; c < NC; ++c) {
-        const __m512 vc = _mm512_maskz_loadu_ps(masks[c], v + 16 * c);
+        const __m512 vc = load_kv<KV>(masks[c], a.v_cache, v + 16 * c);
         for (int g = 0; g < GH; ++g) o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g][c]);
       }
     }
@@ -159,18 +220,18 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   }
 }
 
-template <int NC>
+template <KvType KV, int NC>
 void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim, float scale) {
   if constexpr (4 * NC <= 16) {
-    if (gh == 4) return attend_heads<NC, 4>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale);
   }
   if constexpr (3 * NC <= 16) {
-    if (gh == 3) return attend_heads<NC, 3>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 3) return attend_heads<KV, NC, 3>(a, t, h0, thread, group, kv_dim, scale);
   }
   if constexpr (2 * NC <= 16) {
-    if (gh == 2) return attend_heads<NC, 2>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale);
   }
-  for (int g = 0; g < gh; ++g) attend_heads<NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale);
+  for (int g = 0; g < gh; ++g) attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale);
 }
 #endif
 
@@ -184,24 +245,25 @@ int heads_per_item(int group, int head_dim) {
 }
 
 // Item = (token, first head of a run of gh heads in one KV group).
+template <KvType KV>
 void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim, float scale) {
   const int per_token = a.n_head / gh;
   const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
   switch ((a.head_dim + 15) / 16) {
-    case 1: return attend_nc<1>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 2: return attend_nc<2>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 3: return attend_nc<3>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 4: return attend_nc<4>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 5: return attend_nc<5>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 6: return attend_nc<6>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 7: return attend_nc<7>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 8: return attend_nc<8>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 1: return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 2: return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 3: return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 4: return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 5: return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 6: return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 7: return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 8: return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale);
     default: break;  // head_dim > 128: the generic path
   }
 #endif
   for (int g = 0; g < gh; ++g)
-    attend_generic(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim, scale);
+    attend_generic<KV>(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim, scale);
 }
 
 }  // namespace
@@ -218,7 +280,10 @@ void paged_attention(const AttentionArgs& a) {
     work += static_cast<int64_t>(a.positions[t] + 1) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
   parallel_for(n_items, 1, threads, [&](int64_t begin, int64_t end, int thread) {
-    for (int64_t item = begin; item < end; ++item) attend(a, item, gh, thread, group, kv_dim, scale);
+    for (int64_t item = begin; item < end; ++item) {
+      if (a.kv_type == KvType::F16) attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale);
+      else attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale);
+    }
   });
 }
 

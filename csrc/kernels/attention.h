@@ -5,20 +5,32 @@
 // order, softmax, then the weighted sum of V rows in position order. Because the token's own K/V is
 // written to the cache before attention runs, the result is the same however the sequence was
 // chunked into steps or batched with others.
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ossa {
 
 constexpr int k_heads_per_item = 4;
+
+// Element type of the K/V cache: f32 (exact) or f16 (half the bytes that decode attention streams, as
+// llama.cpp keeps by default; 11 significant bits, magnitudes beyond 65504 become infinite).
+enum class KvType : uint8_t { F32, F16 };
+inline size_t kv_type_bytes(KvType t) { return t == KvType::F16 ? 2 : 4; }
+inline const char* kv_type_name(KvType t) { return t == KvType::F16 ? "float16" : "float32"; }
+// "float32" / "float16" (also "fp16", "half"); throws InputError otherwise.
+KvType parse_kv_type(const std::string& name);
 
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens, n_head * head_dim], row stride ldq
   int64_t ldq = 0;
   // This layer's cache. K is transposed within each block so that scores vectorise over positions:
   // k_cache[((block * n_head_kv + kv_head) * head_dim + d) * block_size + i] for slot block * block_size + i;
-  // V is [n_slots, n_head_kv * head_dim]. Both hold block_size * n_head_kv * head_dim floats per block.
-  const float* k_cache = nullptr;
-  const float* v_cache = nullptr;
+  // V is [n_slots, n_head_kv * head_dim]. Both hold block_size * n_head_kv * head_dim elements of
+  // kv_type per block.
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  KvType kv_type = KvType::F32;
   int n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 0;
   const int32_t* positions = nullptr;          // [n_tokens]
   const int32_t* token_seq = nullptr;          // [n_tokens] sequence of each token
@@ -36,10 +48,8 @@ struct AttentionArgs {
 void paged_attention(const AttentionArgs& a);
 
 // Stores one token's K row (kv_dim = n_head_kv * head_dim floats) at `slot` of a layer's K cache, in
-// the transposed block layout above.
-inline void store_k(float* k_cache, int64_t slot, int block_size, int64_t kv_dim, const float* k) {
-  float* dst = k_cache + (slot - slot % block_size) * kv_dim + slot % block_size;
-  for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = k[e];
-}
+// the transposed block layout above, and its V row; f16 caches round to nearest (ties to even).
+void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_dim, const float* k);
+void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float* v);
 
 }  // namespace ossa

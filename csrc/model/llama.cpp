@@ -18,7 +18,7 @@
 
 namespace ossa {
 
-void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, float* kv_pool) {
+void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, void* kv_pool, KvType kv_t) {
   const ModelConfig& c = m.config;
   model = &m;
   num_blocks = n_blocks;
@@ -26,6 +26,7 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   max_tokens = n_tokens_max;
   max_threads = std::max(omp_get_max_threads(), omp_get_num_procs());
   kv = kv_pool;
+  kv_type = kv_t;
   n_slots = static_cast<int64_t>(n_blocks) * blk_size;
   const int64_t t = n_tokens_max;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
@@ -48,14 +49,15 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   token_seq.resize(t);
 }
 
-float* ForwardState::k_cache(int layer) const {
+void* ForwardState::k_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
-  return kv + static_cast<int64_t>(layer) * 2 * n_slots * kv_dim;
+  const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
+  return static_cast<uint8_t*>(kv) + static_cast<int64_t>(layer) * 2 * bytes;
 }
 
-float* ForwardState::v_cache(int layer) const {
+void* ForwardState::v_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
-  return k_cache(layer) + n_slots * kv_dim;
+  return static_cast<uint8_t*>(k_cache(layer)) + n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
 }
 
 namespace {
@@ -165,8 +167,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
     matmul_many(qkv, 3, in);
     laps.lap(kQkv);
-    float* k_cache = s.k_cache(l);
-    float* v_cache = s.v_cache(l);
+    void* k_cache = s.k_cache(l);
+    void* v_cache = s.v_cache(l);
     per_token(n, threads, [&](int t) {
       float* q = s.q.data() + t * Q;
       float* k = s.k.data() + t * KV;
@@ -184,8 +186,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
       rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
       const int64_t slot = batch.slot_mapping[t];
-      store_k(k_cache, slot, s.block_size, KV, k);
-      std::memcpy(v_cache + slot * KV, v, KV * sizeof(float));
+      store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
+      store_v(v_cache, s.kv_type, slot, KV, v);
     });
     laps.lap(kRope);
     AttentionArgs a;
@@ -193,6 +195,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     a.ldq = Q;
     a.k_cache = k_cache;
     a.v_cache = v_cache;
+    a.kv_type = s.kv_type;
     a.n_tokens = n;
     a.n_head = c.n_head;
     a.n_head_kv = c.n_head_kv;

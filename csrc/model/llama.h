@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention.h"
 #include "kernels/quant.h"
 #include "model/batch.h"
 #include "model/weights.h"
@@ -15,7 +16,8 @@ namespace ossa {
 struct ForwardState {
   const Model* model = nullptr;
   int num_blocks = 0, block_size = 0, max_tokens = 0, max_threads = 1;
-  float* kv = nullptr;  // the K/V pool, layout in runner.h
+  void* kv = nullptr;  // the K/V pool, layout in runner.h
+  KvType kv_type = KvType::F32;
   int64_t n_slots = 0;  // num_blocks * block_size
 
   std::vector<float> x, h, q, k, v, attn, tmp, gate, up;  // [max_tokens, width]
@@ -25,9 +27,10 @@ struct ForwardState {
   std::vector<float> scores;                             // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                        // [max_tokens]
 
-  void plan(const Model& m, int num_blocks, int block_size, int max_tokens, float* kv_pool);
-  float* k_cache(int layer) const;
-  float* v_cache(int layer) const;
+  void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool, KvType kv_type);
+  // Layer `layer`'s K or V cache (elements of kv_type).
+  void* k_cache(int layer) const;
+  void* v_cache(int layer) const;
 };
 
 // logits: [batch.logits_rows.size(), n_vocab]. The batch must have been validated.

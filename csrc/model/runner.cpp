@@ -8,7 +8,7 @@
 namespace ossa {
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int block_size,
-                         int max_num_batched_tokens)
+                         int max_num_batched_tokens, KvType kv_type)
     : model_(std::move(model)),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -17,16 +17,16 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
   if (num_blocks < 1 || block_size < 1 || max_num_batched_tokens < 1)
     throw InputError("ModelRunner: num_blocks, block_size and max_num_batched_tokens must be >= 1");
   const size_t n_slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size);
-  const size_t n_floats = n_slots * kv_bytes_per_token(model_->config) / sizeof(float);
-  kv_.reset(static_cast<float*>(std::calloc(n_floats, sizeof(float))));
+  const size_t bytes = n_slots * kv_bytes_per_token(model_->config, kv_type);
+  kv_.reset(std::calloc(bytes, 1));
   if (!kv_)
-    throw InputError("ModelRunner: cannot allocate a KV cache of " + std::to_string(n_floats * sizeof(float)) +
+    throw InputError("ModelRunner: cannot allocate a KV cache of " + std::to_string(bytes) +
                      " bytes; lower kv_cache_memory_bytes");
-  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.get());
+  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.get(), kv_type);
 }
 
-size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c) {
-  return static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv * c.head_dim * sizeof(float);
+size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {
+  return static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv * c.head_dim * kv_type_bytes(kv_type);
 }
 
 void ModelRunner::copy_block(int src, int dst) {
@@ -35,10 +35,12 @@ void ModelRunner::copy_block(int src, int dst) {
   if (src == dst) return;
   const ModelConfig& c = model_->config;
   const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
-  const size_t n = static_cast<size_t>(block_size_) * kv_dim;
+  const size_t n = static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
-    for (float* base : {state_.k_cache(l), state_.v_cache(l)})
-      std::memcpy(base + static_cast<size_t>(dst) * n, base + static_cast<size_t>(src) * n, n * sizeof(float));
+    for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
+      uint8_t* base = static_cast<uint8_t*>(layer);
+      std::memcpy(base + static_cast<size_t>(dst) * n, base + static_cast<size_t>(src) * n, n);
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // ModelRunner: a model, its paged K/V pool and the work buffers of one step, all allocated up front.
 //
-// K/V pool (f32), one allocation; slot = block_id * block_size + offset:
+// K/V pool (f32 or f16 elements: KvType), one allocation; slot = block_id * block_size + offset:
 //
 //   layer 0: K | slot 0: [n_head_kv * head_dim] | slot 1 | ... | slot n_slots-1 |
 //            V | slot 0: [n_head_kv * head_dim] | slot 1 | ... | slot n_slots-1 |
@@ -24,7 +24,7 @@ namespace ossa {
 class ModelRunner {
  public:
   ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int block_size,
-              int max_num_batched_tokens);
+              int max_num_batched_tokens, KvType kv_type = KvType::F32);
 
   // Runs one step. logits: [batch.logits_rows.size(), n_vocab]. Throws InputError for a malformed
   // batch (token ids, slots, block ids, positions or table bounds out of range).
@@ -33,7 +33,8 @@ class ModelRunner {
   // Copy-on-write for forked sequences: block dst gets block src's K/V in every layer.
   void copy_block(int src, int dst);
 
-  static size_t kv_bytes_per_token(const ModelConfig& config);
+  static size_t kv_bytes_per_token(const ModelConfig& config, KvType kv_type = KvType::F32);
+  KvType kv_type() const { return state_.kv_type; }
 
   const Model& model() const { return *model_; }
   int num_blocks() const { return num_blocks_; }
@@ -44,14 +45,14 @@ class ModelRunner {
   void validate(const Batch& batch) const;
 
   struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(void* p) const { std::free(p); }
   };
 
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
   // calloc'd: a large pool comes from mmap as zero pages mapped on first touch, so constructing a
   // runner with a GiB-sized cache costs nothing until the cache is used (a vector would write it all).
-  std::unique_ptr<float, FreeDeleter> kv_;
+  std::unique_ptr<void, FreeDeleter> kv_;
   ForwardState state_;
 };
 

@@ -10,6 +10,12 @@ from collections.abc import Sequence
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
     p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV-cache budget in bytes")
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=["auto", "float16", "float32"],
+        default="auto",
+        help="element type of the cached K and V (auto: float16)",
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
@@ -23,6 +29,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
     return dict(
         max_model_len=args.max_model_len,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_dtype=args.kv_cache_dtype,
         block_size=args.block_size,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -44,7 +51,9 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from . import models
 
-    info = models.inspect(models.resolve(args.model), kv_tokens=args.kv_tokens)
+    info = models.inspect(
+        models.resolve(args.model), kv_tokens=args.kv_tokens, kv_cache_dtype=args.kv_cache_dtype
+    )
     print(models.format_inspect(info))
     if args.kv_cache_memory_bytes is not None:
         if args.kv_cache_memory_bytes <= 0:
@@ -142,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds"
     )
+    p.add_argument("--kv-cache-dtype", choices=["auto", "float16", "float32"], default="auto")
     p.add_argument("--block-size", type=int, default=16)
     p.set_defaults(func=_cmd_inspect)
     return parser

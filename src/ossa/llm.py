@@ -15,6 +15,16 @@ from .sampling_params import SamplingParams
 PromptType = str | list[int] | dict[str, Any]
 
 _DEFAULT_KV_BYTES = 1 << 30  # 1 GiB, or 20% of available memory if that is less
+# What kv_cache_dtype="auto" means (see the README's accuracy section for the choice).
+_KV_AUTO = "float16"
+_KV_DTYPES = {
+    "auto": _KV_AUTO,
+    "float32": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+}
 
 
 def _available_memory() -> int | None:
@@ -52,6 +62,8 @@ class LLM:
             fetched on first use).
         max_model_len: the longest sequence (prompt + output); default: the model's context length.
         kv_cache_memory_bytes: the KV-cache budget; default: 1 GiB or 20% of available memory.
+        kv_cache_dtype: ``"auto"`` (float16), ``"float16"`` or ``"float32"``: the element type of
+            the cached K and V (float16 halves what decode attention reads; float32 is exact).
         block_size: tokens per KV-cache block.
         max_num_seqs: the most sequences in one step.
         max_num_batched_tokens: the most tokens in one step (long prompts are chunked).
@@ -69,6 +81,7 @@ class LLM:
         tokenizer: str | None = None,
         max_model_len: int | None = None,
         kv_cache_memory_bytes: int | None = None,
+        kv_cache_dtype: str = "auto",
         block_size: int = 16,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int | None = None,
@@ -90,6 +103,9 @@ class LLM:
             raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
             raise ValueError(f"kv_cache_memory_bytes must be positive, got {kv_cache_memory_bytes}")
+        if kv_cache_dtype not in _KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_DTYPES)}, got {kv_cache_dtype!r}")
+        kv_dtype = _KV_DTYPES[kv_cache_dtype]
         if scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', got {scheduling_policy!r}")
         unknown = set(kwargs) - {
@@ -119,7 +135,9 @@ class LLM:
         model_len = config.n_ctx_train if max_model_len is None else int(max_model_len)
         if model_len <= 0:
             model_len = 2048
-        kv_per_token = 2 * config.n_layer * config.n_head_kv * config.head_dim * 4  # float32 K and V
+        kv_per_token = (
+            2 * config.n_layer * config.n_head_kv * config.head_dim * (2 if kv_dtype == "float16" else 4)
+        )
         if kv_cache_memory_bytes is None:
             avail = _available_memory()
             kv_cache_memory_bytes = _DEFAULT_KV_BYTES if avail is None else min(_DEFAULT_KV_BYTES, avail // 5)
@@ -151,6 +169,7 @@ class LLM:
         self.max_model_len = model_len
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.kv_cache_dtype = kv_dtype
         self._eos_ids = list(self.tokenizer.eos_token_ids)
         self._counter = itertools.count()
 
@@ -164,6 +183,7 @@ class LLM:
             ec.policy = scheduling_policy
             ec.enable_prefix_caching = bool(enable_prefix_caching)
             ec.seed = int(seed) % (1 << 64)
+            ec.kv_cache_dtype = kv_dtype
             self.engine: Any = core.Engine(self.model._handle, self.tokenizer.core, ec)
         else:
             from .reference.engine import Engine as RefEngine
@@ -184,6 +204,7 @@ class LLM:
                     # Round activations like the C++ kernels when they are set to (8-bit blocks).
                     quantized_activations=bool(getattr(core, "get_quantized_activations", lambda: False)()),
                     amx_activations=bool(getattr(self.model._handle, "uses_amx", False)),
+                    kv_cache_dtype=kv_dtype,
                 ),
             )
 

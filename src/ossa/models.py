@@ -211,20 +211,28 @@ def load_model(path_or_name: str | os.PathLike[str] | None = None) -> Model:
 
 
 def inspect(
-    model: str | os.PathLike[str] | Model | None = None, kv_tokens: int | None = None
+    model: str | os.PathLike[str] | Model | None = None,
+    kv_tokens: int | None = None,
+    kv_cache_dtype: str = "auto",
 ) -> dict[str, Any]:
     """Describe a model: architecture, dimensions, tensor types, context length and memory needs.
 
-    The KV cache is sized as float32 K and V for every layer: ``2 * n_layer * n_head_kv * head_dim *
-    4`` bytes per token, for ``kv_tokens`` tokens (default: the training context length).
+    The KV cache holds K and V for every layer: ``2 * n_layer * n_head_kv * head_dim * e`` bytes per
+    token (e = 2 for float16, the "auto" default, 4 for float32), for ``kv_tokens`` tokens (default:
+    the training context length).
     """
+    from .llm import _KV_DTYPES
+
+    if kv_cache_dtype not in _KV_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_DTYPES)}, got {kv_cache_dtype!r}")
+    kv_dtype = _KV_DTYPES[kv_cache_dtype]
     m = model if isinstance(model, Model) else load_model(model)
     c = m.config
     if kv_tokens is not None and kv_tokens < 0:
         raise ValueError(f"kv_tokens must be >= 0, got {kv_tokens}")
     tensors = m.tensors()
     type_counts = Counter(t[1] for t in tensors)
-    kv_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * 4
+    kv_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * (2 if kv_dtype == "float16" else 4)
     n_kv = c.n_ctx_train if kv_tokens is None else kv_tokens
     return {
         "path": m.path,
@@ -246,6 +254,7 @@ def inspect(
         "n_params": sum(t[2] * t[3] for t in tensors),
         "tensor_types": dict(sorted(type_counts.items())),
         "weight_bytes": sum(t[4] for t in tensors),
+        "kv_cache_dtype": kv_dtype,
         "kv_bytes_per_token": kv_per_token,
         "kv_tokens": n_kv,
         "kv_bytes": kv_per_token * n_kv,
@@ -275,7 +284,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"context       {info['n_ctx_train']} tokens (training)",
         f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",
-        f"KV cache      {_human(info['kv_bytes_per_token'])} per token (f32 K and V); "
+        f"KV cache      {_human(info['kv_bytes_per_token'])} per token ({info['kv_cache_dtype']} K and V); "
         f"{_human(info['kv_bytes'])} for {info['kv_tokens']} tokens",
     ]
     return "\n".join(lines)

@@ -64,6 +64,7 @@ class EngineConfig:
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match core.set_quantized_activations(True)
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (core.set_amx)
+    kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
 
 
 @dataclass
@@ -191,6 +192,7 @@ class Engine:
             config.block_size,
             config.quantized_activations,
             config.amx_activations,
+            config.kv_cache_dtype,
         )
         spec = tokenizer.spec
         eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])

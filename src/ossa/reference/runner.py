@@ -36,9 +36,13 @@ class ModelRunner:
         block_size: int,
         quantized_activations: bool = False,
         amx_activations: bool = False,
+        kv_cache_dtype: str = "float32",
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
+        if kv_cache_dtype not in ("float32", "float16"):
+            raise ValueError(f"kv_cache_dtype must be 'float32' or 'float16', got {kv_cache_dtype!r}")
+        self.kv_cache_dtype = kv_cache_dtype
         self.config = config
         self.weights = weights
         self.num_blocks = num_blocks
@@ -46,8 +50,11 @@ class ModelRunner:
         self.quantized_activations = quantized_activations
         self.amx_activations = amx_activations
         kv_dim = config["n_head_kv"] * config["head_dim"]
-        # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written.
-        self.kv = np.zeros((config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.float32)
+        # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written. An f16
+        # pool stores K and V rounded to nearest, as the C++ cache does; attention reads them as f32.
+        self.kv = np.zeros(
+            (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
+        )
         self.inv_freq = ref_model.rope_inv_freq(config)
 
     def copy_block(self, src: int, dst: int) -> None:
@@ -150,8 +157,8 @@ class ModelRunner:
                 lo, hi = seq_start[s], seq_start[s + 1]
                 if hi == lo:
                     continue
-                kc = self.kv[i, 0, ctx_slots[s]].reshape(-1, n_head_kv, hd)
-                vc = self.kv[i, 1, ctx_slots[s]].reshape(-1, n_head_kv, hd)
+                kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
+                vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi])
             x = x + _linear(q8(attn), w[p + "wo"])
             h = q8(ref_model.rms_norm(x, w[p + "ffn_norm"], eps))
