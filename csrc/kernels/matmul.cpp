@@ -63,7 +63,7 @@ bool amx_default() {
 }
 std::atomic<bool> g_amx{amx_default()};
 
-constexpr int64_t k_amx_row_block = 128;  // activation rows per AMX work item (a multiple of 16)
+constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at

@@ -57,7 +57,7 @@ size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
                     float* block_sum);
-// Rows [r_begin, r_end) (r_begin a multiple of 16, at most 128 rows) x weight rows [o_begin, o_end)
+// Rows [r_begin, r_end) (r_begin a multiple of 16) x weight rows [o_begin, o_end)
 // (o_begin a multiple of 16).
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end);
