@@ -71,7 +71,6 @@ inline float kv_at(const void* p, int64_t i) {
   else return static_cast<const float*>(p)[i];
 }
 
-
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
 template <KvType KV>
 void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
@@ -125,10 +124,6 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 
 #if defined(__AVX512F__)
 
-// The same contract as attend_generic, for GH heads of one KV group at once (they share every K and V
-// row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks (no
-// horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
-// arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
 // 16 K/V elements from p (masked), as f32.
 template <KvType KV>
 inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
@@ -137,6 +132,10 @@ inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
   else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
 }
 
+// The same contract as attend_generic, for GH heads of one KV group at once (they share every K and V
+// row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks (no
+// horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
+// arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
 template <KvType KV, int NC, int GH>
 void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale) {
   const int hd = a.head_dim, bs = a.block_size;

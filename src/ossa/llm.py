@@ -15,16 +15,6 @@ from .sampling_params import SamplingParams
 PromptType = str | list[int] | dict[str, Any]
 
 _DEFAULT_KV_BYTES = 1 << 30  # 1 GiB, or 20% of available memory if that is less
-# What kv_cache_dtype="auto" means (see the README's accuracy section for the choice).
-_KV_AUTO = "float16"
-_KV_DTYPES = {
-    "auto": _KV_AUTO,
-    "float32": "float32",
-    "fp32": "float32",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-}
 
 
 def _available_memory() -> int | None:
@@ -103,9 +93,7 @@ class LLM:
             raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         if kv_cache_memory_bytes is not None and kv_cache_memory_bytes <= 0:
             raise ValueError(f"kv_cache_memory_bytes must be positive, got {kv_cache_memory_bytes}")
-        if kv_cache_dtype not in _KV_DTYPES:
-            raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_DTYPES)}, got {kv_cache_dtype!r}")
-        kv_dtype = _KV_DTYPES[kv_cache_dtype]
+        kv_dtype = models.kv_cache_dtype_of(kv_cache_dtype)
         if scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling_policy must be 'fcfs' or 'priority', got {scheduling_policy!r}")
         unknown = set(kwargs) - {
@@ -135,9 +123,7 @@ class LLM:
         model_len = config.n_ctx_train if max_model_len is None else int(max_model_len)
         if model_len <= 0:
             model_len = 2048
-        kv_per_token = (
-            2 * config.n_layer * config.n_head_kv * config.head_dim * (2 if kv_dtype == "float16" else 4)
-        )
+        kv_per_token = models.kv_bytes_per_token(self.model, kv_dtype)
         if kv_cache_memory_bytes is None:
             avail = _available_memory()
             kv_cache_memory_bytes = _DEFAULT_KV_BYTES if avail is None else min(_DEFAULT_KV_BYTES, avail // 5)

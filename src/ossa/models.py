@@ -210,6 +210,32 @@ def load_model(path_or_name: str | os.PathLike[str] | None = None) -> Model:
     return Model(core.load_model(resolve(path_or_name)))
 
 
+# kv_cache_dtype names -> the K/V cache's element type. "auto" is float16, what llama.cpp keeps by
+# default (the README's architecture section gives the accuracy cost).
+_KV_CACHE_DTYPES = {
+    "auto": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+}
+
+
+def kv_cache_dtype_of(name: str) -> str:
+    """The element type ("float16" or "float32") a ``kv_cache_dtype`` name means; ValueError if unknown."""
+    if name not in _KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_CACHE_DTYPES)}, got {name!r}")
+    return _KV_CACHE_DTYPES[name]
+
+
+def kv_bytes_per_token(model: Model, dtype: str) -> int:
+    """Bytes of K and V one token takes in every layer, as the C++ runner sizes its pool."""
+    from ._native import core
+
+    return int(core.ModelRunner.kv_bytes_per_token(model._handle, dtype))
+
+
 def inspect(
     model: str | os.PathLike[str] | Model | None = None,
     kv_tokens: int | None = None,
@@ -221,18 +247,14 @@ def inspect(
     token (e = 2 for float16, the "auto" default, 4 for float32), for ``kv_tokens`` tokens (default:
     the training context length).
     """
-    from .llm import _KV_DTYPES
-
-    if kv_cache_dtype not in _KV_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_DTYPES)}, got {kv_cache_dtype!r}")
-    kv_dtype = _KV_DTYPES[kv_cache_dtype]
+    kv_dtype = kv_cache_dtype_of(kv_cache_dtype)
     m = model if isinstance(model, Model) else load_model(model)
     c = m.config
     if kv_tokens is not None and kv_tokens < 0:
         raise ValueError(f"kv_tokens must be >= 0, got {kv_tokens}")
     tensors = m.tensors()
     type_counts = Counter(t[1] for t in tensors)
-    kv_per_token = 2 * c.n_layer * c.n_head_kv * c.head_dim * (2 if kv_dtype == "float16" else 4)
+    kv_per_token = kv_bytes_per_token(m, kv_dtype)
     n_kv = c.n_ctx_train if kv_tokens is None else kv_tokens
     return {
         "path": m.path,
