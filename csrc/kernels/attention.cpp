@@ -124,6 +124,13 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 
 #if defined(__AVX512F__)
 
+// Decode at large batch streams the cache from memory: blocks are requested this many ahead of use.
+constexpr int k_prefetch_blocks = 4;
+
+// One cache line into L2 (into L1 measured no faster). An asm statement rather than _mm_prefetch:
+// GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code).
+inline void prefetch_line(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
+
 // 16 K/V elements from p (masked), as f32.
 template <KvType KV>
 inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
@@ -153,9 +160,31 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // sums over d mod 4, then ((s0 + s1) + (s2 + s3)) * scale.
   __m512 vmax[GH];
   for (int g = 0; g < GH; ++g) vmax[g] = _mm512_set1_ps(-INFINITY);
+  // At batch sizes where the cache outgrows the caches, attention waits on memory: each block's K
+  // (one head's [dim][position] slab, contiguous) and V rows (strided by kv_dim) are requested
+  // k_prefetch_blocks ahead of their use; the last K blocks request the first V blocks.
+  const int n_blocks = (ctx + bs - 1) / bs;
+  const int64_t k_bytes = static_cast<int64_t>(hd) * bs * static_cast<int64_t>(kv_type_bytes(KV));
+  const int64_t v_row_bytes = static_cast<int64_t>(hd) * static_cast<int64_t>(kv_type_bytes(KV));
+  const int64_t v_stride = kv_dim * static_cast<int64_t>(kv_type_bytes(KV));
+  auto prefetch_k = [&](int blk) {
+    const char* p = static_cast<const char*>(a.k_cache) +
+                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs) * static_cast<int64_t>(kv_type_bytes(KV));
+    for (int64_t l = 0; l < k_bytes; l += 64) prefetch_line(p + l);
+  };
+  auto prefetch_v = [&](int blk) {
+    const char* p = static_cast<const char*>(a.v_cache) +
+                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * static_cast<int64_t>(kv_type_bytes(KV));
+    const int n_in = std::min(bs, ctx - blk * bs);
+    for (int i = 0; i < n_in; ++i)
+      for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
+  };
+  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) prefetch_k(blk);
   for (int blk = 0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
+    if (blk + k_prefetch_blocks < n_blocks) prefetch_k(blk + k_prefetch_blocks);
+    else if (blk + k_prefetch_blocks - n_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks - n_blocks);
     for (int i0 = 0; i0 < n_in; i0 += 16) {
       const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
       const int64_t kc = kb + i0;
@@ -203,6 +232,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   for (int blk = 0; blk * bs < ctx; ++blk) {
     const int64_t vb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
     const int n_in = std::min(bs, ctx - blk * bs);
+    if (blk + k_prefetch_blocks < n_blocks && blk + k_prefetch_blocks >= std::min(n_blocks, k_prefetch_blocks))
+      prefetch_v(blk + k_prefetch_blocks);
     for (int i = 0; i < n_in; ++i) {
       const int64_t v = vb + i * kv_dim;
       const int j = blk * bs + i;
@@ -216,6 +247,22 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
     float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
     for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + 16 * c, masks[c], _mm512_mul_ps(o[g][c], inv));
+  }
+}
+
+// The first K blocks of an item into L2, so the item after the current one starts warm.
+void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim) {
+  const int per_token = a.n_head / gh;
+  const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
+  const int group = a.n_head / a.n_head_kv, bs = a.block_size;
+  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type));
+  const int64_t k_bytes = static_cast<int64_t>(a.head_dim) * bs * elem;
+  const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
+  const int n_blocks = (a.positions[t] + bs) / bs;
+  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) {
+    const char* p = static_cast<const char*>(a.k_cache) +
+                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(h0 / group) * a.head_dim * bs) * elem;
+    for (int64_t l = 0; l < k_bytes; l += 64) prefetch_line(p + l);
   }
 }
 
@@ -278,8 +325,13 @@ void paged_attention(const AttentionArgs& a) {
   for (int t = 0; t < a.n_tokens; ++t)
     work += static_cast<int64_t>(a.positions[t] + 1) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
-  parallel_for(n_items, 1, threads, [&](int64_t begin, int64_t end, int thread) {
+  // Several items a chunk (the result does not depend on the grain), so each can warm the next.
+  const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));
+  parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t item = begin; item < end; ++item) {
+#if defined(__AVX512F__)
+      if (item + 1 < end) prefetch_item(a, item + 1, gh, kv_dim);
+#endif
       if (a.kv_type == KvType::F16) attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale);
       else attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale);
     }

@@ -18,11 +18,13 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
     throw InputError("ModelRunner: num_blocks, block_size and max_num_batched_tokens must be >= 1");
   const size_t n_slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size);
   const size_t bytes = n_slots * kv_bytes_per_token(model_->config, kv_type);
-  kv_.reset(std::calloc(bytes, 1));
-  if (!kv_)
+  try {
+    kv_ = LargeBuffer(bytes);
+  } catch (const std::bad_alloc&) {
     throw InputError("ModelRunner: cannot allocate a KV cache of " + std::to_string(bytes) +
                      " bytes; lower kv_cache_memory_bytes");
-  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.get(), kv_type);
+  }
+  state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.data(), kv_type);
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {

@@ -18,6 +18,7 @@
 #include "model/batch.h"
 #include "model/llama.h"
 #include "model/weights.h"
+#include "util/mmap.h"
 
 namespace ossa {
 
@@ -44,15 +45,11 @@ class ModelRunner {
  private:
   void validate(const Batch& batch) const;
 
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
-  // calloc'd: a large pool comes from mmap as zero pages mapped on first touch, so constructing a
-  // runner with a GiB-sized cache costs nothing until the cache is used (a vector would write it all).
-  std::unique_ptr<void, FreeDeleter> kv_;
+  // Zero pages mapped on first touch (constructing a runner with a GiB-sized cache costs nothing until
+  // the cache is used), advised for huge pages (util/mmap.h).
+  LargeBuffer kv_;
   ForwardState state_;
 };
 

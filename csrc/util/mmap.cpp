@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <utility>
 
 #include "util/error.h"
 
@@ -34,6 +36,29 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+LargeBuffer::LargeBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the pool still works
+#endif
+  data_ = static_cast<uint8_t*>(p);
+}
+
+LargeBuffer& LargeBuffer::operator=(LargeBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+LargeBuffer::~LargeBuffer() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
 }  // namespace ossa

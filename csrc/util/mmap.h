@@ -23,4 +23,26 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Zero-filled anonymous memory for large pools (the KV cache, repacked weights), advised for
+// transparent huge pages: pages are mapped on first touch (a GiB-sized pool costs nothing until used),
+// and 2 MiB pages keep the TLB from missing on every block when a step walks hundreds of MiB of K/V.
+// Throws std::bad_alloc if the mapping fails.
+class LargeBuffer {
+ public:
+  LargeBuffer() = default;
+  explicit LargeBuffer(size_t bytes);
+  ~LargeBuffer();
+  LargeBuffer(LargeBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
+  LargeBuffer& operator=(LargeBuffer&& o) noexcept;
+  LargeBuffer(const LargeBuffer&) = delete;
+  LargeBuffer& operator=(const LargeBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 }  // namespace ossa
