@@ -22,6 +22,7 @@
 
 #include "kernels/matmul_kernels.h"
 #include "kernels/parallel.h"
+#include "util/aligned.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -74,11 +75,11 @@ bool uses_amx(const TensorView& w, const MatmulInput& x) {
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
 // matmul; workers only read them while that call is running.
-thread_local std::vector<uint16_t> t_split;
-thread_local std::vector<float> t_block_sum;
+thread_local AlignedVector<uint16_t> t_split;
+thread_local AlignedVector<float> t_block_sum;
 
 template <class T>
-T* grow(std::vector<T>& v, int64_t n) {
+T* grow(AlignedVector<T>& v, int64_t n) {
   if (v.size() < static_cast<size_t>(n)) v.assign(static_cast<size_t>(n), T{});
   return v.data();
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/matmul_kernels.h"
+#include "util/aligned.h"
 #include "util/error.h"
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
@@ -170,7 +171,7 @@ inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64
 }
 
 // Per-thread scratch: the B tiles of the groups a call works on (one per group and block).
-thread_local std::vector<uint16_t> t_btiles;
+thread_local AlignedVector<uint16_t> t_btiles;
 
 // Groups of 16 weight rows that share each loaded pair of activation tiles (tiles 0-1 hold the
 // activations, 2-4 the C tiles and 5-7 the B tiles of up to three groups).

@@ -13,6 +13,7 @@
 #include "model/dequantize.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
+#include "util/aligned.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -29,7 +30,7 @@ struct Storage {
   std::vector<std::shared_ptr<GGUFFile>> gguf;
   std::vector<std::shared_ptr<SafetensorsFile>> safetensors;
   std::vector<std::vector<float>> buffers;
-  std::vector<std::vector<uint8_t>> packed;  // weights repacked for the AMX kernels
+  std::vector<AlignedVector<uint8_t>> packed;  // weights repacked for the AMX kernels (tile rows on cache lines)
   std::map<std::string, TensorView> canonical;  // "layers.0.wq" -> view used by the forward pass
 };
 
@@ -437,7 +438,7 @@ void repack_for_amx(Model& m, Storage& st) {
   auto repack = [&](TensorView& v) {
     const size_t bytes = amx_repacked_bytes(v);
     if (bytes == 0) return;
-    std::vector<uint8_t>& buf = st.packed.emplace_back(bytes);
+    AlignedVector<uint8_t>& buf = st.packed.emplace_back(bytes);
     uint8_t* out = buf.data();
     parallel_for((v.rows + 15) / 16, 8, parallel_threads(),
                  [&](int64_t begin, int64_t end, int) { amx_repack_groups(v, out, begin, end); });
