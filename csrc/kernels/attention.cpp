@@ -40,7 +40,17 @@ void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_d
   const int64_t at = (slot - slot % block_size) * kv_dim + slot % block_size;
   if (t == KvType::F16) {
     uint16_t* dst = static_cast<uint16_t*>(k_cache) + at;
-    for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = f16_round(k[e]);
+    int64_t e = 0;
+#if defined(__AVX512F__)
+    // 16 conversions at once (the same rounding), then the strided stores.
+    alignas(32) uint16_t h[16];
+    for (; e + 16 <= kv_dim; e += 16) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(h),
+                         _mm512_cvtps_ph(_mm512_loadu_ps(k + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      for (int j = 0; j < 16; ++j) dst[(e + j) * block_size] = h[j];
+    }
+#endif
+    for (; e < kv_dim; ++e) dst[e * block_size] = f16_round(k[e]);
   } else {
     float* dst = static_cast<float*>(k_cache) + at;
     for (int64_t e = 0; e < kv_dim; ++e) dst[e * block_size] = k[e];

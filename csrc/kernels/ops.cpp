@@ -8,10 +8,32 @@
 namespace ossa {
 
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+  // Sum of squares in float64 (each square is exact there), in a fixed order: four 8-lane
+  // accumulators over 32-element steps, combined as (a0 + a1) + (a2 + a3), lanes summed by the
+  // reduction, then the tail in order. The scaling is float32, element by element.
   double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512d v0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), v1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    const __m512d v2 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16)), v3 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24));
+    a0 = _mm512_fmadd_pd(v0, v0, a0);
+    a1 = _mm512_fmadd_pd(v1, v1, a1);
+    a2 = _mm512_fmadd_pd(v2, v2, a2);
+    a3 = _mm512_fmadd_pd(v3, v3, a3);
+  }
+  ss = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+#endif
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)));
+#endif
+  for (; j < n; ++j) out[j] = w[j] * (x[j] * inv);
 }
 
 void rope_inv_freq(const ModelConfig& c, float* inv_freq) {
@@ -48,7 +70,45 @@ void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* 
 }
 
 void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const float* cs) {
+  // Each rotated element is (a * c) - (b * s) or (a * s) + (b * c) with both products rounded first
+  // (the build has -ffp-contract=off), the same in the vector paths and the scalar one.
   const int half = head_dim / 2;
+#if defined(__AVX512F__)
+  if (style == RopeStyle::Neox && half % 16 == 0 && half <= 128) {
+    // cs holds (cos, sin) pairs: split them once for all heads.
+    alignas(64) float cosv[128], sinv[128];
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int i = 0; i < half; i += 16) {
+      const __m512 lo = _mm512_loadu_ps(cs + 2 * i), hi = _mm512_loadu_ps(cs + 2 * i + 16);
+      _mm512_store_ps(cosv + i, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_store_ps(sinv + i, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + static_cast<int64_t>(h) * head_dim;
+      for (int i = 0; i < half; i += 16) {
+        const __m512 a = _mm512_loadu_ps(v + i), b = _mm512_loadu_ps(v + half + i);
+        const __m512 c = _mm512_load_ps(cosv + i), sn = _mm512_load_ps(sinv + i);
+        _mm512_storeu_ps(v + i, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, sn)));
+        _mm512_storeu_ps(v + half + i, _mm512_add_ps(_mm512_mul_ps(a, sn), _mm512_mul_ps(b, c)));
+      }
+    }
+    return;
+  }
+  if (style == RopeStyle::Interleaved && head_dim % 16 == 0) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + static_cast<int64_t>(h) * head_dim;
+      for (int i = 0; i < head_dim; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(v + i), pair = _mm512_loadu_ps(cs + i);  // (cos, sin) of 8 pairs
+        const __m512 c = _mm512_moveldup_ps(pair), sn = _mm512_movehdup_ps(pair);
+        const __m512 p = _mm512_mul_ps(xv, c);                                    // a*c | b*c
+        const __m512 q = _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), sn);          // b*s | a*s
+        _mm512_storeu_ps(v + i, _mm512_mask_blend_ps(0xAAAA, _mm512_sub_ps(p, q), _mm512_add_ps(q, p)));
+      }
+    }
+    return;
+  }
+#endif
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < half; ++i) {
