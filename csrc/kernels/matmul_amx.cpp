@@ -186,9 +186,9 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
   const int64_t nb = x.cols / 32;
   const uint8_t* groups[G];
   for (int g = 0; g < G; ++g) groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
-  // One block of activation rows (decode, small batches): each block's B tiles are built just ahead
-  // of its tile products (two slots per group), so the vector units build while the tile unit
-  // multiplies. More rows: every B tile is built once up front and reused by each row block.
+  // Each block's B tiles are built just ahead of their first tile products (during the first row
+  // block), so the vector units build while the tile unit multiplies; later row blocks reuse them.
+  // One row block (decode, small batches) needs only two slots per group.
   const bool streamed = r_end - r_begin <= 16;
   auto btile = [&](int g, int64_t b) {
     return btiles + (streamed ? g * 2 + (b & 1) : g * nb + b) * 512;
@@ -201,11 +201,7 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       build_b<P>(groups[g] + b * bb, btile(g, b));
     }
   };
-  if (streamed) {
-    build(0);
-  } else {
-    for (int64_t b = 0; b < nb; ++b) build(b);
-  }
+  build(0);
   alignas(64) float acc[G][16][16];
   alignas(64) float cbuf[4][G][256];
   for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
@@ -260,7 +256,7 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       }
     };
     for (int64_t b = 0; b < nb; ++b) {
-      if (streamed && b + 1 < nb) build(b + 1);
+      if (m0 == r_begin && b + 1 < nb) build(b + 1);
       product(b);
       if (b >= 2) scale(b - 2);
     }
