@@ -47,8 +47,8 @@ class ModelRunner {
 
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
-  // Zero pages mapped on first touch (constructing a runner with a GiB-sized cache costs nothing until
-  // the cache is used), advised for huge pages (util/mmap.h).
+  // Zero pages mapped on first touch: constructing a runner with a GiB-sized cache costs nothing until
+  // the cache is used (util/mmap.h).
   LargeBuffer kv_;
   ForwardState state_;
 };

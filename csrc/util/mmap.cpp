@@ -42,9 +42,6 @@ LargeBuffer::LargeBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the pool still works
-#endif
   data_ = static_cast<uint8_t*>(p);
 }
 
