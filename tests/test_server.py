@@ -288,3 +288,57 @@ def test_logit_bias_and_echo(server: ServerThread, client: openai.OpenAI) -> Non
         model=MODEL, prompt="Echo me", max_tokens=2, temperature=0, echo=True, stream=True
     )
     assert "".join(c.choices[0].text for c in streamed) == r.choices[0].text
+
+
+def test_echo_with_logprobs_scores_the_prompt(
+    server: ServerThread, client: openai.OpenAI, default_model_path: str
+) -> None:
+    # What lm-evaluation-harness sends to score a prompt: echo + logprobs. The prompt's tokens lead
+    # the logprobs (the first one without a logprob), then the generated tokens, whose entries equal
+    # those of the same request without echo.
+    import numpy as np
+
+    import ossa
+
+    prompt = "The capital of France is"
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": prompt}).json()["tokens"]
+    kw: dict[str, Any] = dict(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, logprobs=2)
+    r = client.completions.create(echo=True, **kw)
+    plain = client.completions.create(**kw)
+    lp = r.choices[0].logprobs
+    assert lp is not None and plain.choices[0].logprobs is not None
+    n = len(ids)
+    assert len(lp.tokens) == n + 3
+    assert "".join(lp.tokens[:n]) == prompt
+    assert r.choices[0].text == prompt + plain.choices[0].text
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.tokens[n:] == plain.choices[0].logprobs.tokens
+    assert lp.token_logprobs[n:] == plain.choices[0].logprobs.token_logprobs
+    assert lp.text_offset[n] == len(prompt) and lp.text_offset == sorted(lp.text_offset)
+    assert all(len(t) <= 2 for t in lp.top_logprobs[1:])
+    # The oracle: log-softmax of the model's own logits over the prompt (f32 K/V there, the server's
+    # cache is float16: ~1e-3).
+    logits = ossa.load_model(default_model_path).logits(ids).astype(np.float64)
+    ref = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
+    want = [ref[i - 1, ids[i]] for i in range(1, n)]
+    np.testing.assert_allclose(lp.token_logprobs[1:n], want, atol=5e-3)
+
+    # Streaming: the echoed prompt with its logprobs comes first; everything concatenates to the above.
+    chunks = list(client.completions.create(echo=True, stream=True, **kw))
+    assert "".join(c.choices[0].text for c in chunks) == r.choices[0].text
+    s_tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    s_lps = [v for c in chunks if c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
+    s_offsets = [v for c in chunks if c.choices[0].logprobs for v in c.choices[0].logprobs.text_offset]
+    assert s_tokens == lp.tokens and s_lps == lp.token_logprobs and s_offsets == lp.text_offset
+
+    # vLLM's prompt_logprobs field: the same numbers, keyed by token id.
+    v = httpx.post(
+        server.url + "/v1/completions", json={**kw, "logprobs": None, "prompt_logprobs": 1}
+    ).json()["choices"][0]["prompt_logprobs"]
+    assert v[0] is None and len(v) == n
+    assert [v[i][str(ids[i])]["logprob"] for i in range(1, n)] == lp.token_logprobs[1:n]
+    assert all(len(d) <= 2 and min(e["rank"] for e in d.values()) >= 1 for d in v[1:])

@@ -122,8 +122,10 @@ class RequestTracker:
             m.first_scheduled_time = delta.first_scheduled_time
         if delta.first_token_time:
             m.first_token_time = delta.first_token_time
-        m.last_token_time = time.time()
         if delta.finished:
             out.finished = True
             m.finished_time = delta.finished_time or time.time()
+            m.last_token_time = m.finished_time
+        else:
+            m.last_token_time = time.time()
         return out

@@ -348,7 +348,10 @@ class LLM:
         done = 0
         errors: list[str] = []
         while done < len(requests):
-            for delta in self.engine.step():
+            # Without a progress bar nothing needs the outputs step by step: one crossing runs every
+            # step in C++ (the deltas carry the engine's own timestamps for the metrics).
+            deltas = self.engine.step() if pbar is not None else self.engine.run_to_completion()
+            for delta in deltas:
                 tr = trackers.get(delta.request_id)
                 if tr is None:
                     continue

@@ -69,6 +69,8 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(default=16, ge=1)
     logprobs: int | None = Field(default=None, ge=0, le=20)
+    # vLLM's extra: top-N logprobs of every prompt token, returned as each choice's prompt_logprobs.
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None

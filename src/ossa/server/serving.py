@@ -61,11 +61,20 @@ class PreparedRequest:
     stream: bool
     include_usage: bool
     echo: bool = False
+    prompt_logprobs: int | None = None  # vLLM's field, as asked
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def echo_logprobs(self) -> bool:
+        # OpenAI's echo with logprobs: the prompt's tokens lead each choice's logprobs.
+        return self.echo and self.logprobs is not None
 
 
 def sampling_params(
-    req: CompletionRequest | ChatCompletionRequest, max_tokens: int | None, logprobs: int | None
+    req: CompletionRequest | ChatCompletionRequest,
+    max_tokens: int | None,
+    logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     """The request's ``SamplingParams``; raises APIError(400) naming the bad field."""
     top_k = -1 if req.top_k in (None, 0) else req.top_k
@@ -93,6 +102,7 @@ def sampling_params(
             max_tokens=max_tokens,
             min_tokens=req.min_tokens,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             skip_special_tokens=req.skip_special_tokens,
             logit_bias=bias,
             include_stop_str_in_output=req.include_stop_str_in_output,
@@ -208,11 +218,11 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
         raise bad_request("suffix is not supported", param="suffix")
     if req.best_of is not None and req.best_of != req.n:
         raise bad_request("best_of is not supported (it must equal n)", param="best_of")
-    if req.echo and req.logprobs is not None:
-        raise bad_request("echo with logprobs is not supported", param="echo")
     prompts = completion_prompts(engine, req.prompt)
     check_n(engine, req.n, len(prompts))
-    sp = sampling_params(req, req.max_tokens, req.logprobs)
+    # The engine computes one set of prompt logprobs per prompt, wide enough for both uses.
+    wanted = [k for k in (req.prompt_logprobs, req.logprobs if req.echo else None) if k is not None]
+    sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None)
     params = [engine_params(engine, p, sp, req.priority) for p in prompts]
     return PreparedRequest(
         random_id("cmpl"),
@@ -225,6 +235,7 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
         bool(req.stream),
         bool(req.stream_options and req.stream_options.include_usage),
         echo=bool(req.echo),
+        prompt_logprobs=req.prompt_logprobs,
     )
 
 
@@ -311,16 +322,55 @@ def decode_token(engine: AsyncEngine, token: int) -> str:
     return engine.tokenizer.decode([int(token)], skip_special_tokens=False)
 
 
-def completion_logprobs(engine: AsyncEngine, entries: list[Any], offset: int) -> dict[str, Any]:
-    tokens, token_lps, tops, offsets = [], [], [], []
+@dataclass
+class FirstToken:
+    """The prompt's first token in echoed logprobs: nothing precedes it, so no logprob (OpenAI: null)."""
+
+    token: int
+
+
+def completion_logprobs(
+    engine: AsyncEngine, entries: list[Any], offset: int, top_n: int | None = None
+) -> dict[str, Any]:
+    """OpenAI's legacy completions logprobs. ``top_n`` trims top lists (prompt entries may carry more
+    alternatives than the request's ``logprobs`` when ``prompt_logprobs`` asked for more)."""
+    tokens: list[str] = []
+    token_lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
     for e in entries:
         s = decode_token(engine, e.token)
         tokens.append(s)
-        token_lps.append(float(e.logprob))
-        tops.append({decode_token(engine, t): float(lp) for t, lp in e.top})
         offsets.append(offset)
         offset += len(s)
+        if isinstance(e, FirstToken):
+            token_lps.append(None)
+            tops.append(None)
+            continue
+        token_lps.append(float(e.logprob))
+        top = e.top if top_n is None else list(e.top)[:top_n]
+        tops.append({decode_token(engine, t): float(lp) for t, lp in top})
     return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def prompt_logprob_dicts(engine: AsyncEngine, entries: list[Any], top_n: int) -> list[Any]:
+    """vLLM's ``prompt_logprobs``: None for the first token, then {token id: {logprob, rank,
+    decoded_token}} holding the prompt's token and the top ``top_n``."""
+    out: list[Any] = [None]
+    for e in entries:
+        d = {
+            str(int(e.token)): {
+                "logprob": float(e.logprob),
+                "rank": int(e.rank),
+                "decoded_token": decode_token(engine, e.token),
+            }
+        }
+        for rank, (t, lp) in enumerate(list(e.top)[:top_n], start=1):
+            d.setdefault(
+                str(int(t)), {"logprob": float(lp), "rank": rank, "decoded_token": decode_token(engine, t)}
+            )
+        out.append(d)
+    return out
 
 
 def chat_logprobs(engine: AsyncEngine, entries: list[Any]) -> dict[str, Any]:
@@ -352,9 +402,12 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
             text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
             for j in range(prep.n):
                 choices[i * prep.n + j].text = text
+    prompt_lps: list[list[Any]] = [[] for _ in prep.prompts]
     async for i, out in merged_outputs(engine, prep):
         if out.error:
             raise engine_error(out)
+        if out.has_prompt_logprobs:
+            prompt_lps[i] = list(out.prompt_logprobs)
         for d in out.completions:
             c = choices[i * prep.n + d.index]
             c.text += d.text
@@ -386,16 +439,23 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
                 }
             )
         else:
-            lp = completion_logprobs(engine, c.logprobs, 0) if prep.logprobs is not None else None
-            body["choices"].append(
-                {
-                    "index": k,
-                    "text": c.text,
-                    "logprobs": lp,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": c.stop_reason,
-                }
-            )
+            i = k // prep.n
+            lp = None
+            if prep.logprobs is not None:
+                entries = c.logprobs
+                if prep.echo_logprobs:
+                    entries = [FirstToken(prep.prompts[i].token_ids[0]), *prompt_lps[i], *c.logprobs]
+                lp = completion_logprobs(engine, entries, 0, prep.logprobs)
+            choice: dict[str, Any] = {
+                "index": k,
+                "text": c.text,
+                "logprobs": lp,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if prep.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = prompt_logprob_dicts(engine, prompt_lps[i], prep.prompt_logprobs)
+            body["choices"].append(choice)
     body["usage"] = usage(n_prompt, n_out)
     return body
 
@@ -427,16 +487,44 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                         "finish_reason": None,
                     }
                 )
-        if prep.echo:
+        # The echoed prompt goes first; when it carries logprobs (or vLLM's prompt_logprobs were
+        # asked for) it waits for the prompt's logprobs, which come with the prompt's first output.
+        opening = prep.echo_logprobs or prep.prompt_logprobs is not None
+        if prep.echo and not opening:
             for i, p in enumerate(prep.prompts):
                 text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
                 for j in range(prep.n):
                     yield chunk(
                         {"index": i * prep.n + j, "text": text, "logprobs": None, "finish_reason": None}
                     )
+        opened = [not opening] * len(prep.prompts)
         async for i, out in merged_outputs(engine, prep):
             if out.error:
                 raise engine_error(out)
+            if not opened[i]:
+                opened[i] = True
+                p = prep.prompts[i]
+                plps = list(out.prompt_logprobs) if out.has_prompt_logprobs else []
+                text = ""
+                if prep.echo:
+                    text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
+                for j in range(prep.n):
+                    k = i * prep.n + j
+                    first: dict[str, Any] = {
+                        "index": k,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                    if prep.echo_logprobs:
+                        head_lp = completion_logprobs(
+                            engine, [FirstToken(p.token_ids[0]), *plps], 0, prep.logprobs
+                        )
+                        first["logprobs"] = head_lp
+                        offsets[k] = sum(len(s) for s in head_lp["tokens"])
+                    if prep.prompt_logprobs is not None:
+                        first["prompt_logprobs"] = prompt_logprob_dicts(engine, plps, prep.prompt_logprobs)
+                    yield chunk(first)
             for d in out.completions:
                 k = i * prep.n + d.index
                 n_out += len(d.token_ids)
