@@ -76,13 +76,19 @@ def run_ossa(
     engine = llm.engine
     in_step = [0.0]
 
-    class TimedEngine:  # times the C++ step calls; forwards everything else
+    class TimedEngine:  # times the C++ step calls (one or all steps a call); forwards everything else
         def __getattr__(self, name: str) -> Any:
             return getattr(engine, name)
 
         def step(self) -> Any:
             t = time.perf_counter()
             out = engine.step()
+            in_step[0] += time.perf_counter() - t
+            return out
+
+        def run_to_completion(self) -> Any:
+            t = time.perf_counter()
+            out = engine.run_to_completion()
             in_step[0] += time.perf_counter() - t
             return out
 

@@ -73,7 +73,7 @@ def print_profile(p: dict[str, float], title: str) -> None:
         ("C++ sample", cpp["sample"]),
         ("C++ detokenize + stop checks", cpp["detokenize"]),
         ("C++ other (step overhead, outputs to Python)", cpp_other),
-        ("Python (LLM.generate outside engine.step)", python),
+        ("Python (LLM.generate outside the engine's calls)", python),
     ]
     for name, t in rows:
         print(f"{name:44} {t:9.4f} {100 * t / wall:6.2f}%")

@@ -21,6 +21,7 @@
 #endif
 
 #include "kernels/matmul_kernels.h"
+#include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -199,6 +200,45 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                            std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr);
                  }
                });
+}
+
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
+                           int64_t ldo) {
+  check(gate, x);
+  check(up, x);
+  OSSA_ASSERT(gate.rows == up.rows);
+  const bool amx_any = uses_amx(gate, x) || uses_amx(up, x);
+  const int64_t out_chunk = amx_any ? k_amx_out_chunk : k_out_chunk;  // multiples of 16
+  const int64_t row_block = amx_any ? k_amx_row_block : k_row_block;
+  const int64_t n_chunks = (gate.rows + out_chunk - 1) / out_chunk;
+  const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
+  if (n_chunks == 0 || n_row_blocks == 0) return;
+  const int threads = parallel_threads();
+  AmxActivations amx_in;
+  if (amx_any) amx_in = prepare_amx(x, threads);
+  parallel_for(n_row_blocks * n_chunks, 1, threads, [&](int64_t begin, int64_t end, int) {
+    thread_local AlignedVector<float> scratch;
+    const int64_t need = 2 * row_block * out_chunk;
+    if (static_cast<int64_t>(scratch.size()) < need) scratch.assign(static_cast<size_t>(need), 0.0f);
+    float* g = scratch.data();
+    float* u = g + row_block * out_chunk;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t rb = item / n_chunks, o = (item % n_chunks) * out_chunk;
+      const int64_t r0 = rb * row_block, r1 = std::min(x.n_rows, r0 + row_block);
+      const int64_t o1 = std::min(gate.rows, o + out_chunk);
+      // compute() writes y[r * ld + col] for the item's absolute rows and columns; the scratch holds
+      // them from (r0, o) on, so it is passed as a base that many floats earlier (only the item's own
+      // elements, all inside the scratch, are written).
+      const int64_t ld = out_chunk;
+      const auto base = [&](float* p) {
+        return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
+      };
+      compute(gate, x, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr);
+      compute(up, x, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr);
+      for (int64_t r = r0; r < r1; ++r)
+        swiglu_row(g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
+    }
+  });
 }
 
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy) {

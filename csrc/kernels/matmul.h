@@ -46,6 +46,14 @@ struct MatmulTarget {
 };
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x);
 
+// The feed-forward's first half in one pass: out[r * ldo + o] = swiglu(gate[r, o], up[r, o]) with
+// gate = x @ W_gate^T and up = x @ W_up^T (same shapes). Each work item computes a block of both
+// products into thread-local scratch and applies swiglu_row (kernels/ops.h) to it, so the two
+// products are never written out whole; bitwise equal to matmul_many followed by swiglu_row on each
+// row (items start at multiples of 16 columns, where swiglu_row's vector lanes do).
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
+                           int64_t ldo);
+
 // Process-wide: use the AMX kernels (matmul_amx.cpp) for the weights repacked for them, when the CPU
 // and OS allow (default on; OSSA_AMX=0 in the environment turns it off; models loaded while it is off
 // are not repacked and keep the f32 kernels). Returns whether AMX is in use after the call.

@@ -39,7 +39,6 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   attn.resize(t * q_dim);
   tmp.resize(t * c.n_embd);
   gate.resize(t * c.n_ff);
-  up.resize(t * c.n_ff);
   const int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);
@@ -64,9 +63,9 @@ namespace {
 
 // OSSA_PROFILE=1 in the environment: wall time per op of the forward pass, summed over the process
 // and printed to stderr at exit (a developer tool; off by default, then each lap is one branch).
-enum Op { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kSwiglu, kDown, kOutput, kNumOps };
-constexpr const char* k_op_names[kNumOps] = {"embed",  "norm",   "qkv",  "rope/kv", "attention",
-                                             "wo",     "gate/up", "swiglu", "down",  "output"};
+enum Op { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kDown, kOutput, kNumOps };
+constexpr const char* k_op_names[kNumOps] = {"embed", "norm",         "qkv",  "rope/kv", "attention",
+                                             "wo",    "gate/up+swiglu", "down", "output"};
 std::atomic<int64_t> g_op_ns[kNumOps];
 std::atomic<int64_t> g_op_tokens{0}, g_op_steps{0};
 
@@ -77,7 +76,7 @@ void print_profile() {
                static_cast<long long>(g_op_steps.load()), static_cast<long long>(g_op_tokens.load()),
                static_cast<double>(total) * 1e-6);
   for (int i = 0; i < kNumOps; ++i)
-    std::fprintf(stderr, "  %-10s %10.2f ms  %5.1f%%\n", k_op_names[i], static_cast<double>(g_op_ns[i].load()) * 1e-6,
+    std::fprintf(stderr, "  %-15s %10.2f ms  %5.1f%%\n", k_op_names[i], static_cast<double>(g_op_ns[i].load()) * 1e-6,
                  total ? 100.0 * static_cast<double>(g_op_ns[i].load()) / static_cast<double>(total) : 0.0);
 }
 
@@ -223,12 +222,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     });
     laps.lap(kNorm);
     in = prepare(s, s.h.data(), n, E, threads, {&L.w_gate, &L.w_up});
-    const MatmulTarget gate_up[2] = {{&L.w_gate, s.gate.data(), F}, {&L.w_up, s.up.data(), F}};
-    matmul_many(gate_up, 2, in);
+    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);  // SwiGLU fused: see kernels/matmul.h
     laps.lap(kGateUp);
-    per_token(n, threads,
-              [&](int t) { swiglu_row(s.gate.data() + t * F, s.up.data() + t * F, F, s.gate.data() + t * F); });
-    laps.lap(kSwiglu);
     in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     matmul(L.w_down, in, s.tmp.data(), E);
     per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });

@@ -21,7 +21,7 @@ struct ForwardState {
   KvType kv_type = KvType::F32;
   int64_t n_slots = 0;  // num_blocks * block_size
 
-  AlignedVector<float> x, h, q, k, v, attn, tmp, gate, up;  // [max_tokens, width]
+  AlignedVector<float> x, h, q, k, v, attn, tmp, gate;  // [max_tokens, width]; gate holds swiglu(gate, up)
   std::vector<BlockQ8> xq;                               // [max_tokens, max_width / 32]
   std::vector<float> inv_freq;                           // [head_dim / 2]
   std::vector<float> cos_sin;                            // [max_tokens, head_dim]
