@@ -141,6 +141,13 @@ constexpr int k_prefetch_blocks = 4;
 // GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code).
 inline void prefetch_line(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
 
+// One head's K slab of cache block `block` ([dim][position], contiguous), line by line.
+void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_off, int64_t kv_dim) {
+  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type)), bs = a.block_size;
+  const char* p = static_cast<const char*>(a.k_cache) + (static_cast<int64_t>(block) * bs * kv_dim + kv_off * bs) * elem;
+  for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * bs * elem; l += 64) prefetch_line(p + l);
+}
+
 // 16 K/V elements from p (masked), as f32.
 template <KvType KV>
 inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
@@ -174,14 +181,9 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // (one head's [dim][position] slab, contiguous) and V rows (strided by kv_dim) are requested
   // k_prefetch_blocks ahead of their use; the last K blocks request the first V blocks.
   const int n_blocks = (ctx + bs - 1) / bs;
-  const int64_t k_bytes = static_cast<int64_t>(hd) * bs * static_cast<int64_t>(kv_type_bytes(KV));
   const int64_t v_row_bytes = static_cast<int64_t>(hd) * static_cast<int64_t>(kv_type_bytes(KV));
   const int64_t v_stride = kv_dim * static_cast<int64_t>(kv_type_bytes(KV));
-  auto prefetch_k = [&](int blk) {
-    const char* p = static_cast<const char*>(a.k_cache) +
-                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs) * static_cast<int64_t>(kv_type_bytes(KV));
-    for (int64_t l = 0; l < k_bytes; l += 64) prefetch_line(p + l);
-  };
+  auto prefetch_k = [&](int blk) { prefetch_k_slab(a, table[blk], kv_off, kv_dim); };
   auto prefetch_v = [&](int blk) {
     const char* p = static_cast<const char*>(a.v_cache) +
                     (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * static_cast<int64_t>(kv_type_bytes(KV));
@@ -242,8 +244,7 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   for (int blk = 0; blk * bs < ctx; ++blk) {
     const int64_t vb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
     const int n_in = std::min(bs, ctx - blk * bs);
-    if (blk + k_prefetch_blocks < n_blocks && blk + k_prefetch_blocks >= std::min(n_blocks, k_prefetch_blocks))
-      prefetch_v(blk + k_prefetch_blocks);
+    if (blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
     for (int i = 0; i < n_in; ++i) {
       const int64_t v = vb + i * kv_dim;
       const int j = blk * bs + i;
@@ -264,16 +265,11 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
 void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim) {
   const int per_token = a.n_head / gh;
   const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
-  const int group = a.n_head / a.n_head_kv, bs = a.block_size;
-  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type));
-  const int64_t k_bytes = static_cast<int64_t>(a.head_dim) * bs * elem;
+  const int group = a.n_head / a.n_head_kv;
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
-  const int n_blocks = (a.positions[t] + bs) / bs;
-  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) {
-    const char* p = static_cast<const char*>(a.k_cache) +
-                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(h0 / group) * a.head_dim * bs) * elem;
-    for (int64_t l = 0; l < k_bytes; l += 64) prefetch_line(p + l);
-  }
+  const int n_blocks = (a.positions[t] + a.block_size) / a.block_size;
+  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk)
+    prefetch_k_slab(a, table[blk], static_cast<int64_t>(h0 / group) * a.head_dim, kv_dim);
 }
 
 template <KvType KV, int NC>

@@ -51,11 +51,14 @@ def generation_params(
     return g
 
 
-def _logprob_dicts(entries: Any, decode: Any) -> list[dict[int, Logprob]]:
+def logprob_dicts(entries: Any, decode: Any, top_n: int | None = None) -> list[dict[int, Logprob]]:
+    """The engine's logprob entries as vLLM's {token id: Logprob}: the actual token first, then the top
+    alternatives (the first ``top_n`` of them, when given)."""
     out: list[dict[int, Logprob]] = []
     for e in entries:
         d: dict[int, Logprob] = {int(e.token): Logprob(float(e.logprob), int(e.rank), decode(e.token))}
-        for rank, (tok, lp) in enumerate(e.top, start=1):
+        top = e.top if top_n is None else list(e.top)[:top_n]
+        for rank, (tok, lp) in enumerate(top, start=1):
             if tok not in d:
                 d[int(tok)] = Logprob(float(lp), rank, decode(tok))
         out.append(d)
@@ -99,13 +102,13 @@ class RequestTracker:
                 if c.finish_reason is None:
                     c.finish_reason = "abort"
         if delta.has_prompt_logprobs:
-            out.prompt_logprobs = [None, *_logprob_dicts(delta.prompt_logprobs, self.decode_token)]
+            out.prompt_logprobs = [None, *logprob_dicts(delta.prompt_logprobs, self.decode_token)]
         for d in delta.completions:
             c = out.outputs[d.index]
             c.token_ids.extend(d.token_ids)
             c.text += d.text
             if c.logprobs is not None:
-                c.logprobs.extend(_logprob_dicts(d.logprobs, self.decode_token))
+                c.logprobs.extend(logprob_dicts(d.logprobs, self.decode_token))
                 c.cumulative_logprob = float(d.cumulative_logprob)
             if d.finish_reason:
                 c.finish_reason = d.finish_reason

@@ -10,11 +10,12 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from ..async_engine import AsyncEngine
-from ..engine_io import generation_params
+from ..engine_io import generation_params, logprob_dicts
 from ..sampling_params import SamplingParams
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
 
@@ -355,22 +356,14 @@ def completion_logprobs(
 
 def prompt_logprob_dicts(engine: AsyncEngine, entries: list[Any], top_n: int) -> list[Any]:
     """vLLM's ``prompt_logprobs``: None for the first token, then {token id: {logprob, rank,
-    decoded_token}} holding the prompt's token and the top ``top_n``."""
-    out: list[Any] = [None]
-    for e in entries:
-        d = {
-            str(int(e.token)): {
-                "logprob": float(e.logprob),
-                "rank": int(e.rank),
-                "decoded_token": decode_token(engine, e.token),
-            }
-        }
-        for rank, (t, lp) in enumerate(list(e.top)[:top_n], start=1):
-            d.setdefault(
-                str(int(t)), {"logprob": float(lp), "rank": rank, "decoded_token": decode_token(engine, t)}
-            )
-        out.append(d)
-    return out
+    decoded_token}} holding the prompt's token and the top ``top_n`` (as ``LLM.generate`` gives them)."""
+    dicts = logprob_dicts(entries, partial(decode_token, engine), top_n)
+    return [None, *({str(t): asdict(lp) for t, lp in d.items()} for d in dicts)]
+
+
+def echo_text(engine: AsyncEngine, p: EnginePrompt) -> str:
+    """The prompt as echoed: its text, or the decoded ids of a token-id prompt."""
+    return p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
 
 
 def chat_logprobs(engine: AsyncEngine, entries: list[Any]) -> dict[str, Any]:
@@ -399,7 +392,7 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
     choices = [Choice() for _ in range(prep.n * len(prep.prompts))]
     for i, p in enumerate(prep.prompts):
         if prep.echo:
-            text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
+            text = echo_text(engine, p)
             for j in range(prep.n):
                 choices[i * prep.n + j].text = text
     prompt_lps: list[list[Any]] = [[] for _ in prep.prompts]
@@ -492,7 +485,7 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
         opening = prep.echo_logprobs or prep.prompt_logprobs is not None
         if prep.echo and not opening:
             for i, p in enumerate(prep.prompts):
-                text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
+                text = echo_text(engine, p)
                 for j in range(prep.n):
                     yield chunk(
                         {"index": i * prep.n + j, "text": text, "logprobs": None, "finish_reason": None}
@@ -507,7 +500,7 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                 plps = list(out.prompt_logprobs) if out.has_prompt_logprobs else []
                 text = ""
                 if prep.echo:
-                    text = p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
+                    text = echo_text(engine, p)
                 for j in range(prep.n):
                     k = i * prep.n + j
                     first: dict[str, Any] = {
