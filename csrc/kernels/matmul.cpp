@@ -67,7 +67,6 @@ std::atomic<bool> g_amx{amx_default()};
 
 constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
-constexpr int64_t k_amx_rows_out_chunk = 32;  // the same for the whole-row kernel (two groups)
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
 // load (a type the AMX kernels take) and AMX is on.
@@ -75,16 +74,9 @@ bool uses_amx(const TensorView& w, const MatmulInput& x) {
   return x.q8 == nullptr && w.packed != nullptr && g_amx.load(std::memory_order_relaxed);
 }
 
-// Output rows per work item for this weight.
-int64_t out_chunk_for(const TensorView& w, const MatmulInput& x) {
-  if (!uses_amx(w, x)) return k_out_chunk;
-  return amx_whole_rows(w.type) ? k_amx_rows_out_chunk : k_amx_out_chunk;
-}
-
-// Activations split for AMX (bf16 hi/lo tiles and block sums, or the whole-row kernel's VNNI tiles),
-// owned by the thread that called the matmul; workers only read them while that call is running.
+// Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
+// matmul; workers only read them while that call is running.
 thread_local AlignedVector<uint16_t> t_split;
-thread_local AlignedVector<uint16_t> t_split_vnni;
 thread_local AlignedVector<float> t_block_sum;
 
 template <class T>
@@ -93,34 +85,17 @@ T* grow(AlignedVector<T>& v, int64_t n) {
   return v.data();
 }
 
-// The layouts the AMX weights among `ws` multiply (the integer kernel's tiles and sums, the
-// whole-row kernel's VNNI tiles, or both).
-AmxActivations prepare_amx(const MatmulInput& x, int threads, const TensorView* const* ws, int n_ws) {
-  bool rows = false, tiles_needed = false;
-  for (int i = 0; i < n_ws; ++i) {
-    if (!uses_amx(*ws[i], x)) continue;
-    (amx_whole_rows(ws[i]->type) ? rows : tiles_needed) = true;
-  }
+AmxActivations prepare_amx(const MatmulInput& x, int threads) {
   const int64_t n_blocks = (x.n_rows + 15) / 16;
-  AmxActivations a;
-  a.n_rows = x.n_rows;
-  a.cols = x.cols;
-  uint16_t* tiles = tiles_needed ? grow(t_split, n_blocks * 32 * x.cols) : nullptr;
-  float* sums = tiles_needed ? grow(t_block_sum, x.n_rows * (x.cols / 32)) : nullptr;
-  uint16_t* vnni = rows ? grow(t_split_vnni, n_blocks * 32 * x.cols) : nullptr;
+  uint16_t* tiles = grow(t_split, n_blocks * 32 * x.cols);
+  float* sums = grow(t_block_sum, x.n_rows * (x.cols / 32));
   auto work = [&](int64_t begin, int64_t end, int) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
-      if (tiles != nullptr) amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
-      if (vnni != nullptr) amx_split_rows_vnni(x.f32, x.cols, r0, r1, vnni);
-    }
+    for (int64_t b = begin; b < end; ++b)
+      amx_split_rows(x.f32, x.cols, b * 16, std::min(x.n_rows, b * 16 + 16), tiles, sums);
   };
   if (n_blocks == 1) work(0, 1, 0);
   else parallel_for(n_blocks, 1, threads, work);
-  a.tiles = tiles;
-  a.block_sum = sums;
-  a.vnni = vnni;
-  return a;
+  return AmxActivations{tiles, sums, x.n_rows, x.cols};
 }
 
 // Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
@@ -197,24 +172,21 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
-  int64_t out_chunk[k_max_targets];
-  const TensorView* ws[k_max_targets];
   bool amx = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
     amx = amx || uses_amx(*targets[t].w, x);
-    out_chunk[t] = out_chunk_for(*targets[t].w, x);
-    ws[t] = targets[t].w;
   }
+  const int64_t out_chunk = amx ? k_amx_out_chunk : k_out_chunk;
   for (int t = 0; t < n_targets; ++t)
-    first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + out_chunk[t] - 1) / out_chunk[t];
+    first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + out_chunk - 1) / out_chunk;
   const int64_t chunks_per_block = first_chunk[n_targets];
   const int64_t row_block = amx ? k_amx_row_block : k_row_block;
   const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
-  if (amx) amx_in = prepare_amx(x, threads, ws, n_targets);
+  if (amx) amx_in = prepare_amx(x, threads);
   parallel_for(n_row_blocks * chunks_per_block, 1, threads,
                [&](int64_t begin, int64_t end, int) {
                  for (int64_t item = begin; item < end; ++item) {
@@ -222,10 +194,10 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    int t = 0;
                    while (c >= first_chunk[t + 1]) ++t;
                    const MatmulTarget& tg = targets[t];
-                   const int64_t o = (c - first_chunk[t]) * out_chunk[t];
+                   const int64_t o = (c - first_chunk[t]) * out_chunk;
                    const int64_t r = rb * row_block;
                    compute(*tg.w, x, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + out_chunk[t]), amx ? &amx_in : nullptr);
+                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr);
                  }
                });
 }
@@ -236,15 +208,14 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
   const bool amx_any = uses_amx(gate, x) || uses_amx(up, x);
-  const int64_t out_chunk = std::max(out_chunk_for(gate, x), out_chunk_for(up, x));  // multiples of 16
+  const int64_t out_chunk = amx_any ? k_amx_out_chunk : k_out_chunk;  // multiples of 16
   const int64_t row_block = amx_any ? k_amx_row_block : k_row_block;
   const int64_t n_chunks = (gate.rows + out_chunk - 1) / out_chunk;
   const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
   if (n_chunks == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
-  const TensorView* ws[2] = {&gate, &up};
-  if (amx_any) amx_in = prepare_amx(x, threads, ws, 2);
+  if (amx_any) amx_in = prepare_amx(x, threads);
   parallel_for(n_row_blocks * n_chunks, 1, threads, [&](int64_t begin, int64_t end, int) {
     thread_local AlignedVector<float> scratch;
     const int64_t need = 2 * row_block * out_chunk;

@@ -345,176 +345,6 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
   _tile_release();
 }
 
-// ---- Repacked Q4_0 / Q4_1 / Q4_K weights: the weights are the A operand, whole-row accumulation ----
-//
-// A 4-bit block of 32 weights is s * q + mn with q in 0..15 (Q4_0: mn = -8 s), so its 16 possible
-// values make a table, and the block's row of an A tile is a table lookup per weight (vpermw). Each
-// value v = fma(q, s, mn) (f32) is split like the activations: v_hi = bf16(v) (nearest), v_lo = v - v_hi
-// truncated to bf16 (relative 2^-17 of v left out). The activations are the B operand (VNNI: tile row p
-// holds the pairs (x[m][2p], x[m][2p+1]) of up to 16 activation rows m), and each C tile (16 weight rows
-// x activation rows) accumulates over the whole row with no per-block scaling or tile stores:
-//
-//   C = 0; for each block b: C += W_hi[b] . x_hi[b]; C += W_hi[b] . x_lo[b]; C += W_lo[b] . x_hi[b]
-//
-// (W_lo . x_lo, ~2^-18 of each product, is left out.) The per-block f32 scaling of the integer kernel
-// above needs a tile store per block, and a TILESTORED holds up the work after it until the tile unit
-// finishes, which made that kernel wait on its own tile products at every block.
-//
-// Layout per group of 16 rows g and block b (group-major; the integer kernel's R4 size): nibbles
-// [16 n + p] = q[n][2p] | q[n][2p+1] << 4 (16 x 16 bytes), then the 16 scales s and (Q4_1, Q4_K) the 16
-// minimums mn, f16 (Q4_0, Q4_1) or f32 (Q4_K).
-//
-// Batch invariance: each output element is one fixed sequence of tile products over its weight row
-// and its activation row (a tile product computes each element from its own A row and B column only),
-// whatever the number of activation rows, the tile or the thread; columns past the last activation
-// row hold zeros whose results are dropped.
-
-// The A tiles (hi, lo: 16 rows x 32 bf16 each) of one packed block.
-template <Packed P>
-inline void build_a(const uint8_t* blk, uint16_t* hi, uint16_t* lo) {
-  constexpr int64_t scale_at = packed_quant_bytes(P), min_at = scale_at + packed_scale_bytes(P);
-  alignas(64) float s[16], mn[16];
-  _mm512_store_ps(s, load_scales<P>(blk + scale_at));
-  if constexpr (packed_has_min(P)) _mm512_store_ps(mn, load_scales<P>(blk + min_at));
-  else _mm512_store_ps(mn, _mm512_mul_ps(_mm512_load_ps(s), _mm512_set1_ps(-8.0f)));  // exact
-  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  for (int n = 0; n < 16; ++n) {
-    const __m512 v = _mm512_fmadd_ps(q, _mm512_set1_ps(s[n]), _mm512_set1_ps(mn[n]));
-    const __m512 h = bf16_round(v);
-    const __m512 l = _mm512_sub_ps(v, h);  // exact
-    // Tables: word j = bf16 of the value for q = j (the top half of the f32; exact for h).
-    const __m512i th = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(h), 16)));
-    const __m512i tl = _mm512_castsi256_si512(
-        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_and_si512(_mm512_castps_si512(l), top), 16)));
-    // Word k of the index = q[n][k]: dword p = q[2p] | q[2p+1] << 16.
-    const __m512i d = _mm512_cvtepu8_epi32(load16(blk + 16 * n));
-    const __m512i idx = _mm512_or_si512(_mm512_and_si512(d, _mm512_set1_epi32(15)),
-                                        _mm512_slli_epi32(_mm512_srli_epi32(d, 4), 16));
-    _mm512_store_si512(hi + 32 * n, _mm512_permutexvar_epi16(idx, th));
-    _mm512_store_si512(lo + 32 * n, _mm512_permutexvar_epi16(idx, tl));
-  }
-}
-
-// dst[j * 16 + i] = src[i * 16 + j] for 16 x 16 32-bit values (both 64-byte aligned): pairs of rows
-// interleaved by 32 then 64 bits within each 128-bit lane, then the lanes gathered across rows.
-inline void transpose16(const void* src, void* dst) {
-  const __m512i* s = static_cast<const __m512i*>(src);
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    const __m512i a = _mm512_load_si512(s + 2 * i), b = _mm512_load_si512(s + 2 * i + 1);
-    t[2 * i] = _mm512_unpacklo_epi32(a, b);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(a, b);
-  }
-  // u[4 i + j], lane L: rows 4i..4i+3 of column 4 L + j.
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  __m512i* d = static_cast<__m512i*>(dst);
-  for (int j = 0; j < 4; ++j) {
-    const __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
-    const __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
-    const __m512i s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
-    _mm512_store_si512(d + j, _mm512_shuffle_i32x4(s0, s2, 0x88));
-    _mm512_store_si512(d + 4 + j, _mm512_shuffle_i32x4(s0, s2, 0xDD));
-    _mm512_store_si512(d + 8 + j, _mm512_shuffle_i32x4(s1, s3, 0x88));
-    _mm512_store_si512(d + 12 + j, _mm512_shuffle_i32x4(s1, s3, 0xDD));
-  }
-}
-
-void load_tile_config_cols(int cols) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = static_cast<uint16_t>(t >= 2 && t < 6 ? 64 : 4 * cols);  // 2-5: A (weights); 0-1 B, 6-7 C
-  }
-  _tile_loadconfig(&c);
-}
-
-thread_local AlignedVector<uint16_t> t_atiles;  // A tiles of the groups a call works on
-thread_local AlignedVector<float> t_partial;    // C tiles between K chunks, per 16-row activation tile
-
-constexpr int64_t k_rows_chunk = 4;  // blocks per K chunk: the chunk's A tiles (16 KiB) stay in L1
-
-template <Packed P, int G>
-void rows_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                 int64_t ldy, int64_t o0, int64_t o_end, uint16_t* atiles, float* partial) {
-  constexpr int64_t bb = packed_block_bytes(P);
-  const int64_t nb = x.cols / 32, n_tiles = (r_end - r_begin + 15) / 16;
-  const uint8_t* groups[G];
-  for (int g = 0; g < G; ++g) groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
-  auto atile = [&](int g, int64_t b) { return atiles + ((b % k_rows_chunk) * G + g) * 1024; };
-  for (int64_t kb0 = 0; kb0 < nb; kb0 += k_rows_chunk) {
-    const int64_t kb1 = std::min(nb, kb0 + k_rows_chunk);
-    for (int64_t b = kb0; b < kb1; ++b)
-      for (int g = 0; g < G; ++g) {
-        const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + k_rows_chunk) * bb);
-        for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-        build_a<P>(groups[g] + b * bb, atile(g, b), atile(g, b) + 512);
-      }
-    for (int64_t t = 0; t < n_tiles; ++t) {
-      const uint16_t* a = x.vnni + ((r_begin / 16 + t) * nb) * 1024;
-      float* part = partial + t * G * 256;
-      if (kb0 == 0) {
-        _tile_zero(6);
-        if constexpr (G > 1) _tile_zero(7);
-      } else {
-        _tile_loadd(6, part, 64);
-        if constexpr (G > 1) _tile_loadd(7, part + 256, 64);
-      }
-      for (int64_t b = kb0; b < kb1; ++b) {
-        // The activations stream from L2: ask for the next block's tiles.
-        const char* next = reinterpret_cast<const char*>(a + (b + 1) * 1024);
-        for (int l = 0; l < 2048; l += 64) _mm_prefetch(next + l, _MM_HINT_T0);
-        _tile_loadd(0, a + b * 1024, 64);        // x_hi
-        _tile_loadd(1, a + b * 1024 + 512, 64);  // x_lo
-        _tile_loadd(2, atile(0, b), 64);         // W_hi, group 0
-        _tile_loadd(3, atile(0, b) + 512, 64);   // W_lo
-        if constexpr (G > 1) {
-          _tile_loadd(4, atile(1, b), 64);
-          _tile_loadd(5, atile(1, b) + 512, 64);
-        }
-        _tile_dpbf16ps(6, 2, 0);
-        if constexpr (G > 1) _tile_dpbf16ps(7, 4, 0);
-        _tile_dpbf16ps(6, 2, 1);
-        if constexpr (G > 1) _tile_dpbf16ps(7, 4, 1);
-        _tile_dpbf16ps(6, 3, 0);
-        if constexpr (G > 1) _tile_dpbf16ps(7, 5, 0);
-      }
-      _tile_stored(6, part, 64);
-      if constexpr (G > 1) _tile_stored(7, part + 256, 64);
-    }
-  }
-  // C tiles are [weight row][activation row]: transposed into y.
-  alignas(64) float tr[256];
-  for (int64_t t = 0; t < n_tiles; ++t) {
-    const int64_t m0 = r_begin + 16 * t;
-    const int rows = static_cast<int>(std::min<int64_t>(16, r_end - m0));
-    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) {
-      transpose16(partial + (t * G + g) * 256, tr);
-      store_rows(tr, rows, y, ldy, m0, o0 + 16 * g, o_end);
-    }
-  }
-}
-
-template <Packed P>
-void compute_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                  int64_t ldy, int64_t o_begin, int64_t o_end) {
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.vnni != nullptr);
-  const int64_t n_tiles = (r_end - r_begin + 15) / 16;
-  if (t_atiles.size() < static_cast<size_t>(2 * k_rows_chunk * 1024)) t_atiles.assign(2 * k_rows_chunk * 1024, 0);
-  if (t_partial.size() < static_cast<size_t>(n_tiles * 2 * 256)) t_partial.assign(static_cast<size_t>(n_tiles * 2 * 256), 0.0f);
-  load_tile_config_cols(static_cast<int>(std::min<int64_t>(16, x.n_rows)));
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 32) {
-    if (o_end - o0 > 16) rows_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, t_atiles.data(), t_partial.data());
-    else rows_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, t_atiles.data(), t_partial.data());
-  }
-  _tile_release();
-}
-
 Packed packed_kind(DType t) {
   switch (t) {
     case DType::Q8_0: return Packed::R8;
@@ -581,7 +411,7 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
             blk[32 * p + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p]));
             blk[32 * p + 16 + n] = static_cast<uint8_t>(static_cast<int8_t>(q[2 * p + 1]));
           } else {
-            blk[16 * n + p] = static_cast<uint8_t>(q[2 * p] | q[2 * p + 1] << 4);  // rows kernel
+            blk[16 * p + n] = static_cast<uint8_t>(q[2 * p] | q[2 * p + 1] << 4);
           }
         }
         if (packed_has_min(kind)) put(mins, n, min);
@@ -610,39 +440,14 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
   }
 }
 
-
-void amx_split_rows_vnni(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
-  OSSA_ASSERT(r_begin % 16 == 0 && r_end - r_begin <= 16);
-  const int64_t nb = cols / 32;
-  alignas(64) uint32_t hi[256], lo[256];
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t m = 0; m < 16; ++m) {
-      if (r_begin + m < r_end) {
-        const float* p = x + (r_begin + m) * cols + 32 * b;
-        const Split sp = split32(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16));
-        _mm512_store_si512(hi + 16 * m, sp.hi);  // dword j = the pair (2j, 2j + 1)
-        _mm512_store_si512(lo + 16 * m, sp.lo);
-      } else {
-        _mm512_store_si512(hi + 16 * m, _mm512_setzero_si512());
-        _mm512_store_si512(lo + 16 * m, _mm512_setzero_si512());
-      }
-    }
-    uint16_t* t = tiles + ((r_begin / 16) * nb + b) * 1024;
-    transpose16(hi, t);
-    transpose16(lo, t + 512);
-  }
-}
-
-bool amx_whole_rows(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K; }
-
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end) {
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
-    case Packed::R4Unsigned: return compute_rows<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    case Packed::R4Signed: return compute_rows<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R8: return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    case Packed::R4K: return compute_rows<Packed::R4K>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4K: return compute_packed<Packed::R4K>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   }
 }
 
@@ -659,8 +464,6 @@ void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64
                         int64_t) {
   throw ModelError("amx matmul: not built");
 }
-void amx_split_rows_vnni(const float*, int64_t, int64_t, int64_t, uint16_t*) { throw ModelError("amx matmul: not built"); }
-bool amx_whole_rows(DType) { return false; }
 
 #endif
 

@@ -49,10 +49,6 @@ struct AmxActivations {
   // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j].
   const uint16_t* tiles = nullptr;
   const float* block_sum = nullptr;  // [rows][cols / 32]
-  // B tiles for the whole-row kernel (amx_whole_rows): for 16-row block mb and 32-column step b, a hi
-  // tile then a lo tile of 16 column pairs x 16 rows (VNNI): vnni[((mb * steps + b) * 2 + part) * 512 +
-  // pair * 32 + row * 2 + j] = x[16 mb + row][32 b + 2 pair + j]; rows past the end are zero.
-  const uint16_t* vnni = nullptr;
   int64_t n_rows = 0;
   int64_t cols = 0;
 };
@@ -61,11 +57,6 @@ size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
                     float* block_sum);
-// The vnni tiles of rows [r_begin, r_end) (r_begin a multiple of 16, at most 16 rows).
-void amx_split_rows_vnni(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles);
-// Weights of this type multiply the vnni tiles (whole-row kernel, items of 32 outputs); other
-// repacked types the A tiles and block sums (items of 48 outputs).
-bool amx_whole_rows(DType t);
 // Rows [r_begin, r_end) (r_begin a multiple of 16) x weight rows [o_begin, o_end)
 // (o_begin a multiple of 16).
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
