@@ -5,6 +5,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -27,6 +28,42 @@ F32Array new_f32(size_t rows, size_t cols) {
   nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
   return F32Array(data, {rows, cols}, owner);
 }
+
+// A weight given as raw stored bytes of ggml type `ggml_type`, checked and (as the loader does, when
+// AMX is on) repacked, and the activations x [n, cols] (8-bit blocks too when `q8`).
+struct KernelMatmul {
+  ossa::TensorView w;
+  ossa::MatmulInput in;
+  std::vector<uint8_t> packed;
+  std::vector<ossa::BlockQ8> q8s;
+
+  KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type, int64_t rows,
+               int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x, bool q8) {
+    if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
+    const ossa::DType t = static_cast<ossa::DType>(ggml_type);
+    const ossa::DTypeTraits tr = ossa::dtype_traits(t);
+    if (rows < 1 || cols < 1 || cols % tr.block_elems != 0 || static_cast<int64_t>(x.shape(1)) != cols)
+      throw ossa::InputError("kernel_matmul: bad shape");
+    w.type = t;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
+    if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
+    w.data = weight.data();
+    packed.resize(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0);
+    if (!packed.empty()) {
+      ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
+      w.packed = packed.data();
+    }
+    const int64_t n = static_cast<int64_t>(x.shape(0));
+    in = ossa::MatmulInput{x.data(), nullptr, n, cols};
+    if (q8 && ossa::dtype_quantized(t)) {
+      q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
+      ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
+      in.q8 = q8s.data();
+    }
+  }
+};
 
 F32Array model_logits(std::shared_ptr<ossa::Model> model, const std::vector<int32_t>& token_ids) {
   if (token_ids.empty()) throw ossa::InputError("model_logits: token_ids is empty");
@@ -113,41 +150,38 @@ void bind_kernels(nb::module_& m) {
       "kernel_matmul",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
          nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8) {
-        if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
-        const ossa::DType t = static_cast<ossa::DType>(ggml_type);
-        const ossa::DTypeTraits tr = ossa::dtype_traits(t);
-        if (rows < 1 || cols < 1 || cols % tr.block_elems != 0 || static_cast<int64_t>(x.shape(1)) != cols)
-          throw ossa::InputError("kernel_matmul: bad shape");
-        ossa::TensorView w;
-        w.type = t;
-        w.rows = rows;
-        w.cols = cols;
-        w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
-        if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
-        w.data = weight.data();
-        // As the loader does: weights the AMX kernels read repacked are repacked here too.
-        std::vector<uint8_t> packed(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0);
-        if (!packed.empty()) {
-          ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
-          w.packed = packed.data();
-        }
-        const int64_t n = static_cast<int64_t>(x.shape(0));
-        std::vector<ossa::BlockQ8> q8s;
-        ossa::MatmulInput in{x.data(), nullptr, n, cols};
-        if (q8 && ossa::dtype_quantized(t)) {
-          q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
-          ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
-          in.q8 = q8s.data();
-        }
-        F32Array out = new_f32(n, rows);
+        KernelMatmul k(weight, ggml_type, rows, cols, x, q8);
+        F32Array out = new_f32(static_cast<size_t>(k.in.n_rows), static_cast<size_t>(rows));
         {
           nb::gil_scoped_release release;
-          ossa::matmul(w, in, out.data(), rows);
+          ossa::matmul(k.w, k.in, out.data(), rows);
         }
         return out;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
       nb::arg("q8") = false);
+
+  // Benchmark hook (benchmarks/matmul.py): the same product `reps` times into one output buffer,
+  // the weight repacked once as the loader does; returns the seconds of each run.
+  m.def(
+      "kernel_matmul_timed",
+      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps) {
+        if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
+        KernelMatmul k(weight, ggml_type, rows, cols, x, false);
+        std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
+        std::vector<double> seconds;
+        {
+          nb::gil_scoped_release release;
+          for (int r = 0; r < reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            ossa::matmul(k.w, k.in, out.data(), rows);
+            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+        }
+        return seconds;
+      },
+      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"));
 
   m.def("set_quantized_activations", &ossa::set_quantized_activations, nb::arg("on"),
         "Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) "

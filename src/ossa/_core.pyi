@@ -96,6 +96,8 @@ class ModelRunner:
 
 def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
 
+def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int) -> list[float]: ...
+
 def set_quantized_activations(on: bool) -> None:
     """
     Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) instead of f32 activations (default).
