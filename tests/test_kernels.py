@@ -123,6 +123,18 @@ def test_float_matmul_odd_columns() -> None:
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def test_timed_matmul_checks_its_input(mode: str) -> None:
+    # benchmarks/matmul.py's hook: the same checks as kernel_matmul, one time per run.
+    raw, _ = make_weight("Q4_1", 32, 64, seed=9)
+    x = np.random.default_rng(3).standard_normal((20, 64)).astype(np.float32)
+    seconds = core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 64, x, 3)
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    with pytest.raises(ValueError):
+        core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 64, x, 0)
+    with pytest.raises(ValueError):
+        core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 48, np.zeros((1, 48), np.float32), 1)
+
+
 def test_matmul_rejects_bad_shapes() -> None:
     raw, _ = make_weight("Q8_0", 4, 64, seed=8)
     with pytest.raises(ValueError):
