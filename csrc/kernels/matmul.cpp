@@ -68,6 +68,17 @@ std::atomic<bool> g_amx{amx_default()};
 constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
 
+// How a call cuts its work into items: out_chunk output rows (a multiple of 16) by row_block
+// activation rows; the AMX kernels take larger items.
+struct ItemShape {
+  int64_t out_chunk, row_block;
+  int64_t chunks(int64_t out_rows) const { return (out_rows + out_chunk - 1) / out_chunk; }
+  int64_t row_blocks(int64_t n_rows) const { return (n_rows + row_block - 1) / row_block; }
+};
+ItemShape item_shape(bool amx) {
+  return amx ? ItemShape{k_amx_out_chunk, k_amx_row_block} : ItemShape{k_out_chunk, k_row_block};
+}
+
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
 // load (a type the AMX kernels take) and AMX is on.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
@@ -177,12 +188,11 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
     check(*targets[t].w, x);
     amx = amx || uses_amx(*targets[t].w, x);
   }
-  const int64_t out_chunk = amx ? k_amx_out_chunk : k_out_chunk;
-  for (int t = 0; t < n_targets; ++t)
-    first_chunk[t + 1] = first_chunk[t] + (targets[t].w->rows + out_chunk - 1) / out_chunk;
+  const ItemShape shape = item_shape(amx);
+  const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
+  for (int t = 0; t < n_targets; ++t) first_chunk[t + 1] = first_chunk[t] + shape.chunks(targets[t].w->rows);
   const int64_t chunks_per_block = first_chunk[n_targets];
-  const int64_t row_block = amx ? k_amx_row_block : k_row_block;
-  const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
+  const int64_t n_row_blocks = shape.row_blocks(x.n_rows);
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
@@ -208,10 +218,9 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
   const bool amx_any = uses_amx(gate, x) || uses_amx(up, x);
-  const int64_t out_chunk = amx_any ? k_amx_out_chunk : k_out_chunk;  // multiples of 16
-  const int64_t row_block = amx_any ? k_amx_row_block : k_row_block;
-  const int64_t n_chunks = (gate.rows + out_chunk - 1) / out_chunk;
-  const int64_t n_row_blocks = (x.n_rows + row_block - 1) / row_block;
+  const ItemShape shape = item_shape(amx_any);  // the same items as matmul_many
+  const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
+  const int64_t n_chunks = shape.chunks(gate.rows), n_row_blocks = shape.row_blocks(x.n_rows);
   if (n_chunks == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
