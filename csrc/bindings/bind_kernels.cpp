@@ -15,6 +15,7 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
 #include "model/runner.h"
+#include "util/aligned.h"
 #include "util/error.h"
 
 namespace nb = nanobind;
@@ -34,11 +35,14 @@ F32Array new_f32(size_t rows, size_t cols) {
 struct KernelMatmul {
   ossa::TensorView w;
   ossa::MatmulInput in;
-  std::vector<uint8_t> packed;
+  ossa::AlignedVector<uint8_t> packed;
   std::vector<ossa::BlockQ8> q8s;
 
   KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type, int64_t rows,
-               int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x, bool q8) {
+               int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x, bool q8,
+               const std::string& dtype) {
+    if (dtype != "float32" && dtype != "bfloat16")
+      throw ossa::InputError("kernel_matmul: dtype must be 'float32' or 'bfloat16'");
     if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
     const ossa::DType t = static_cast<ossa::DType>(ggml_type);
     const ossa::DTypeTraits tr = ossa::dtype_traits(t);
@@ -50,13 +54,18 @@ struct KernelMatmul {
     w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
     if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
     w.data = weight.data();
-    packed.resize(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0);
+    const int64_t n = static_cast<int64_t>(x.shape(0));
+    in = ossa::MatmulInput{x.data(), nullptr, n, cols};
+    if (dtype == "bfloat16") {  // as load_model(dtype="bfloat16") converts each matrix
+      packed.assign(ossa::bf16_compute_bytes(w), 0);
+      w = ossa::make_bf16_compute(w, packed.data());
+      return;
+    }
+    packed.assign(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0, 0);
     if (!packed.empty()) {
       ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
       w.packed = packed.data();
     }
-    const int64_t n = static_cast<int64_t>(x.shape(0));
-    in = ossa::MatmulInput{x.data(), nullptr, n, cols};
     if (q8 && ossa::dtype_quantized(t)) {
       q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
       ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
@@ -149,8 +158,8 @@ void bind_kernels(nb::module_& m) {
   m.def(
       "kernel_matmul",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8) {
-        KernelMatmul k(weight, ggml_type, rows, cols, x, q8);
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8, const std::string& dtype) {
+        KernelMatmul k(weight, ggml_type, rows, cols, x, q8, dtype);
         F32Array out = new_f32(static_cast<size_t>(k.in.n_rows), static_cast<size_t>(rows));
         {
           nb::gil_scoped_release release;
@@ -159,16 +168,16 @@ void bind_kernels(nb::module_& m) {
         return out;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
-      nb::arg("q8") = false);
+      nb::arg("q8") = false, nb::arg("dtype") = "float32");
 
   // Benchmark hook (benchmarks/matmul.py): the same product `reps` times into one output buffer,
   // the weight repacked once as the loader does; returns the seconds of each run.
   m.def(
       "kernel_matmul_timed",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps) {
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype) {
         if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
-        KernelMatmul k(weight, ggml_type, rows, cols, x, false);
+        KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype);
         std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
         std::vector<double> seconds;
         {
@@ -181,7 +190,8 @@ void bind_kernels(nb::module_& m) {
         }
         return seconds;
       },
-      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"));
+      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"),
+      nb::arg("dtype") = "float32");
 
   m.def("set_quantized_activations", &ossa::set_quantized_activations, nb::arg("on"),
         "Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) "

@@ -101,6 +101,8 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("config", [](const ossa::Model& self) { return config_dict(self.config); })
       .def_prop_ro("path", [](const ossa::Model& self) { return self.path; })
       .def_prop_ro("format", [](const ossa::Model& self) { return self.format; })
+      .def_prop_ro("compute_dtype", [](const ossa::Model& self) { return self.compute_dtype; },
+                   "'float32' or 'bfloat16' (load_model's dtype)")
       .def_prop_ro("uses_amx", &ossa::Model::uses_amx,
                    "Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).")
       .def(
@@ -115,13 +117,15 @@ void bind_model(nb::module_& m) {
 
   m.def(
       "load_model",
-      [](const std::string& path) {
+      [](const std::string& path, const std::string& dtype) {
         return guarded([&] {
           nb::gil_scoped_release release;
-          return ossa::load_model(path);
+          return ossa::load_model(path, dtype);
         });
       },
-      nb::arg("path"), "Load a GGUF file or a Hugging Face folder. Raises ModelError naming the problem.");
+      nb::arg("path"), nb::arg("dtype") = "auto",
+      "Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or "
+      "'bfloat16' (matrices and their inputs rounded to bf16). Raises ModelError naming the problem.");
 
   m.def(
       "gguf_metadata",

@@ -25,6 +25,8 @@
 #include "kernels/parallel.h"
 #include "util/aligned.h"
 #include "util/error.h"
+#include "model/dequantize.h"
+#include "util/half.h"
 
 namespace ossa {
 namespace {
@@ -67,6 +69,7 @@ std::atomic<bool> g_amx{amx_default()};
 
 constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
+constexpr int64_t k_bf16c_out_chunk = 32;  // bfloat16 compute on AMX: two 16-row groups
 
 // How a call cuts its work into items: out_chunk output rows (a multiple of 16) by row_block
 // activation rows; the AMX kernels take larger items.
@@ -75,15 +78,19 @@ struct ItemShape {
   int64_t chunks(int64_t out_rows) const { return (out_rows + out_chunk - 1) / out_chunk; }
   int64_t row_blocks(int64_t n_rows) const { return (n_rows + row_block - 1) / row_block; }
 };
-ItemShape item_shape(bool amx) {
-  return amx ? ItemShape{k_amx_out_chunk, k_amx_row_block} : ItemShape{k_out_chunk, k_row_block};
+ItemShape item_shape(bool amx, bool bf16c) {
+  if (!amx) return ItemShape{k_out_chunk, k_row_block};
+  return ItemShape{bf16c ? k_bf16c_out_chunk : k_amx_out_chunk, k_amx_row_block};
 }
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
-// load (a type the AMX kernels take) and AMX is on.
+// load (a type the AMX kernels take) and AMX is on. Weights rounded to bf16 at load (bf16_compute)
+// exist only as tiles when packed, so they stay on AMX whatever set_amx says later.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
-  return x.q8 == nullptr && w.packed != nullptr && g_amx.load(std::memory_order_relaxed);
+  if (w.packed == nullptr) return false;
+  return w.bf16_compute || (x.q8 == nullptr && g_amx.load(std::memory_order_relaxed));
 }
+
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
 // matmul; workers only read them while that call is running.
@@ -96,13 +103,33 @@ T* grow(AlignedVector<T>& v, int64_t n) {
   return v.data();
 }
 
-AmxActivations prepare_amx(const MatmulInput& x, int threads) {
+// bfloat16 compute without AMX: the f32 kernels multiply the BF16 copy of the weights by the
+// activations rounded to bf16 here (ties to even), into a buffer owned by the calling thread.
+thread_local AlignedVector<float> t_rounded;
+MatmulInput round_to_bf16(const MatmulInput& x) {
+  float* out = grow(t_rounded, x.n_rows * x.cols);
+  const int64_t n = x.n_rows * x.cols;
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x.f32[i]));
+  MatmulInput r = x;
+  r.f32 = out;
+  r.q8 = nullptr;
+  return r;
+}
+
+// bf16c: the weights were rounded to bf16 (bfloat16 compute), so the activations are only rounded
+// (one tile per block, no sums) rather than split.
+AmxActivations prepare_amx(const MatmulInput& x, int threads, bool bf16c) {
+  if (bf16c && x.bf16_tiles != nullptr) return AmxActivations{x.bf16_tiles, nullptr, x.n_rows, x.cols};
+  OSSA_ASSERT(x.f32 != nullptr);
   const int64_t n_blocks = (x.n_rows + 15) / 16;
-  uint16_t* tiles = grow(t_split, n_blocks * 32 * x.cols);
-  float* sums = grow(t_block_sum, x.n_rows * (x.cols / 32));
+  uint16_t* tiles = grow(t_split, n_blocks * (bf16c ? 16 : 32) * x.cols);
+  float* sums = bf16c ? nullptr : grow(t_block_sum, x.n_rows * (x.cols / 32));
   auto work = [&](int64_t begin, int64_t end, int) {
-    for (int64_t b = begin; b < end; ++b)
-      amx_split_rows(x.f32, x.cols, b * 16, std::min(x.n_rows, b * 16 + 16), tiles, sums);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
+      if (bf16c) amx_round_rows(x.f32, x.cols, r0, r1, tiles);
+      else amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
+    }
   };
   if (n_blocks == 1) work(0, 1, 0);
   else parallel_for(n_blocks, 1, threads, work);
@@ -129,7 +156,8 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
     amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end);
     return;
   }
-  if (dtype_quantized(w.type) && x.q8 != nullptr) {
+  OSSA_ASSERT(!w.bf16_compute || w.type == DType::BF16);  // without tiles: the BF16 copy
+  if (dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute) {
     const int64_t nb = x.cols / k_qblock;
     const Q8DotFn dot4 = q8_dot(w.type, 4), dot1 = q8_dot(w.type, 1);
     const BlockQ8* rows[4];
@@ -183,12 +211,13 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
-  bool amx = false;
+  bool amx = false, bf16c = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
     amx = amx || uses_amx(*targets[t].w, x);
+    bf16c = bf16c || targets[t].w->bf16_compute;
   }
-  const ItemShape shape = item_shape(amx);
+  const ItemShape shape = item_shape(amx, bf16c);
   const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
   for (int t = 0; t < n_targets; ++t) first_chunk[t + 1] = first_chunk[t] + shape.chunks(targets[t].w->rows);
   const int64_t chunks_per_block = first_chunk[n_targets];
@@ -196,7 +225,9 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
-  if (amx) amx_in = prepare_amx(x, threads);
+  if (amx) amx_in = prepare_amx(x, threads, bf16c);
+  OSSA_ASSERT(x.f32 != nullptr || (amx && bf16c));
+  const MatmulInput xin = bf16c && !amx ? round_to_bf16(x) : x;
   parallel_for(n_row_blocks * chunks_per_block, 1, threads,
                [&](int64_t begin, int64_t end, int) {
                  for (int64_t item = begin; item < end; ++item) {
@@ -206,25 +237,35 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    const MatmulTarget& tg = targets[t];
                    const int64_t o = (c - first_chunk[t]) * out_chunk;
                    const int64_t r = rb * row_block;
-                   compute(*tg.w, x, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
+                   compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
                            std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr);
                  }
                });
 }
 
+bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
+
+int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols) { return (n_rows + 15) / 16 * 16 * cols; }
+
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo) {
+                           int64_t ldo, uint16_t* out_tiles) {
   check(gate, x);
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
   const bool amx_any = uses_amx(gate, x) || uses_amx(up, x);
-  const ItemShape shape = item_shape(amx_any);  // the same items as matmul_many
+  const bool bf16c = gate.bf16_compute || up.bf16_compute;
+  const ItemShape shape = item_shape(amx_any, bf16c);  // the same items as matmul_many
   const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
   const int64_t n_chunks = shape.chunks(gate.rows), n_row_blocks = shape.row_blocks(x.n_rows);
   if (n_chunks == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
-  if (amx_any) amx_in = prepare_amx(x, threads);
+  if (amx_any) amx_in = prepare_amx(x, threads, bf16c);
+  const MatmulInput xin = bf16c && !amx_any ? round_to_bf16(x) : x;
+  OSSA_ASSERT(x.f32 != nullptr || (amx_any && bf16c));
+  OSSA_ASSERT(out_tiles == nullptr || (takes_bf16_tiles(gate) && takes_bf16_tiles(up) && out_chunk % 32 == 0 &&
+                                       gate.rows % 32 == 0));
+  const int64_t tile_steps = gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
   parallel_for(n_row_blocks * n_chunks, 1, threads, [&](int64_t begin, int64_t end, int) {
     thread_local AlignedVector<float> scratch;
     const int64_t need = 2 * row_block * out_chunk;
@@ -242,12 +283,51 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
       const auto base = [&](float* p) {
         return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
       };
-      compute(gate, x, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr);
-      compute(up, x, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr);
+      compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr);
+      compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr);
+      if (out_tiles != nullptr) {
+        alignas(64) float row[32];
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = o; c < o1; c += 32) {
+            swiglu_row(g + (r - r0) * ld + (c - o), u + (r - r0) * ld + (c - o), 32, row);
+            round_bf16_32(row, out_tiles + ((r / 16) * tile_steps + c / 32) * 512 + (r % 16) * 32);
+          }
+        continue;
+      }
       for (int64_t r = r0; r < r1; ++r)
         swiglu_row(g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
     }
   });
+}
+
+size_t bf16_compute_bytes(const TensorView& w) {
+  return static_cast<size_t>((w.rows + 15) / 16 * 16 * w.cols * 2);  // tiles: rows rounded up to 16
+}
+
+TensorView make_bf16_compute(const TensorView& w, uint8_t* out) {
+  if (w.cols % 32 != 0)
+    throw ModelError("dtype bfloat16: a matrix row of " + std::to_string(w.cols) + " values is not a multiple of 32");
+  TensorView bf = w;
+  bf.bf16_compute = true;
+  if (g_amx.load()) {
+    parallel_for((w.rows + 15) / 16, 8, parallel_threads(),
+                 [&](int64_t begin, int64_t end, int) { amx_repack_bf16_rounded(w, out, begin, end); });
+    bf.packed = out;
+    return bf;
+  }
+  uint16_t* dst = reinterpret_cast<uint16_t*>(out);
+  parallel_for(w.rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_row(w, r, row.data());
+      for (int64_t k = 0; k < w.cols; ++k) dst[r * w.cols + k] = f32_to_bf16(row[static_cast<size_t>(k)]);
+    }
+  });
+  bf.type = DType::BF16;
+  bf.data = out;
+  bf.row_bytes = static_cast<size_t>(w.cols * 2);
+  bf.packed = nullptr;
+  return bf;
 }
 
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy) {

@@ -17,6 +17,10 @@
 //    32-element block reduced exactly in int32 (VNNI vpdpbusd, or AVX2 maddubs/madd giving the same
 //    integers), blocks accumulated in f32 lanes. Faster for prefill, noisier.
 // F32 and F16 weights always take f32 activations and accumulate in f32 with FMA.
+// A fourth mode is chosen per model at load, not per call: dtype "bfloat16" (make_bf16_compute,
+// TensorView::bf16_compute) rounds every matrix and its activations to bf16 and accumulates in f32:
+// one AMX tile product per 16 x 16 x 32 step (matmul_amx.cpp), vLLM-CPU's numerics, ~3x the
+// prefill speed of the Q4 kernels; without AMX the f32 kernels on a BF16 copy.
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -31,7 +35,16 @@ struct MatmulInput {
   const BlockQ8* q8 = nullptr;  // [n_rows, cols / 32]
   int64_t n_rows = 0;
   int64_t cols = 0;
+  // Instead of f32, for weights that take_bf16_tiles(): the activations already rounded to bf16 in
+  // the AMX tile layout (as matmul_gate_up_swiglu's out_tiles writes them; bf16_tiles_elems long).
+  const uint16_t* bf16_tiles = nullptr;
 };
+
+// Whether w multiplies bf16 activation tiles on AMX (dtype bfloat16 on an AMX machine), so that the
+// op producing its input may write MatmulInput::bf16_tiles directly.
+bool takes_bf16_tiles(const TensorView& w);
+// uint16 elements of the bf16 tiles of n_rows x cols activations.
+int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols);
 
 // y[r * ldy + o] = sum_k W[o, k] * x[r, k] for r < n_rows, o < w.rows. Parallel over output rows
 // (kernels/parallel.h). Throws ModelError if w's type is unsupported or cols is not a multiple of
@@ -51,8 +64,20 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 // products into thread-local scratch and applies swiglu_row (kernels/ops.h) to it, so the two
 // products are never written out whole; bitwise equal to matmul_many followed by swiglu_row on each
 // row (items start at multiples of 16 columns, where swiglu_row's vector lanes do).
+//
+// out_tiles (only when both weights take_bf16_tiles(), which makes every item 32 columns wide): the
+// result is written as the next matmul's bf16 activation tiles instead of f32 rows (out unused),
+// the same values matmul_many would round them to.
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo);
+                           int64_t ldo, uint16_t* out_tiles = nullptr);
+
+// dtype "bfloat16": W dequantized and rounded to bf16 (ties to even) once, into `out`
+// (bf16_compute_bytes(w) bytes, 64-byte aligned, kept alive by the caller): AMX tiles when AMX is
+// on, else a row-major BF16 copy for the f32 kernels. Returns the view to multiply instead of w
+// (bf16_compute set: its activations are rounded to bf16 too, products accumulated in f32).
+// ModelError if a row is not a multiple of 32 values.
+size_t bf16_compute_bytes(const TensorView& w);
+TensorView make_bf16_compute(const TensorView& w, uint8_t* out);
 
 // Process-wide: use the AMX kernels (matmul_amx.cpp) for the weights repacked for them, when the CPU
 // and OS allow (default on; OSSA_AMX=0 in the environment turns it off; models loaded while it is off

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "kernels/matmul_kernels.h"
+#include "model/dequantize.h"
+#include "util/half.h"
 #include "util/aligned.h"
 #include "util/error.h"
 
@@ -345,6 +347,106 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
   _tile_release();
 }
 
+// ---- bfloat16 compute (dtype "bfloat16"): one tile product per block -------------------------------
+//
+// The weights were dequantized and rounded to bf16 at load (amx_repack_bf16_rounded: the BF16 tile
+// layout above), the activations are rounded to bf16 (the hi tiles of the split; lo is not used), and
+// C accumulates over the whole row: C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is
+// vLLM-CPU's numerics and one tile product per 16 x 16 x 32 step instead of two plus f32 scaling.
+// Two 16-row activation blocks (A tiles 4, 5) times two 16-row weight groups (B tiles 6, 7) into
+// four C tiles (0-3): each loaded tile feeds two products. Rows of C are activation rows, so a full
+// C tile is stored straight into y.
+void load_tile_config_bf16c(int rows) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = static_cast<uint8_t>(t >= 6 ? 16 : rows);  // tiles 6-7 are B: always 16 pairs
+  }
+  _tile_loadconfig(&c);
+}
+
+template <int R, int G>
+void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int64_t m0, int64_t r_end, float* y,
+                 int64_t ldy, int64_t o0, int64_t o_end, bool stream, const float* y_next, int next_rows) {
+  const uint16_t* a1 = a + nb * 512;  // the next 16-row activation block
+  const uint16_t* w1 = wg + nb * 512;  // the next 16-row weight group
+  _tile_zero(0);
+  if constexpr (G > 1) _tile_zero(1);
+  if constexpr (R > 1) _tile_zero(2);
+  if constexpr (R > 1 && G > 1) _tile_zero(3);
+  for (int64_t b = 0; b < nb; ++b) {
+    // The next block's 32 output rows into L2 now: its tile stores would otherwise wait on them.
+    for (int64_t i = 2 * b; i < std::min<int64_t>(2 * b + 2, next_rows); ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(y_next + i * ldy), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(y_next + i * ldy + 16), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(y_next + i * ldy + 31), _MM_HINT_T1);
+    }
+    if (stream) {  // decode: the weights come from memory once; ask a few blocks ahead
+      const char* p0 = reinterpret_cast<const char*>(wg + (b + 6) * 512);
+      const char* p1 = reinterpret_cast<const char*>(w1 + (b + 6) * 512);
+      for (int l = 0; l < 1024; l += 64) {
+        _mm_prefetch(p0 + l, _MM_HINT_T0);
+        if constexpr (G > 1) _mm_prefetch(p1 + l, _MM_HINT_T0);
+      }
+    }
+    // The activation tiles stream past (non-temporal hint), so that the weight tiles, which every
+    // row pair of the item reuses, stay in L1.
+    _tile_stream_loadd(4, a + b * 512, 64);
+    _tile_loadd(6, wg + b * 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (G > 1) {
+      _tile_loadd(7, w1 + b * 512, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (R > 1) {
+      _tile_stream_loadd(5, a1 + b * 512, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (G > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  alignas(64) float c[256];
+  auto put = [&](int r, int g, auto store_tile) {
+    const int64_t mb = m0 + 16 * r, o = o0 + 16 * g;
+    if (o >= o_end) return;
+    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - mb));
+    if (rows == mr && o + 16 <= o_end) {
+      store_tile(y + mb * ldy + o, ldy * static_cast<int64_t>(sizeof(float)));
+    } else {
+      store_tile(c, 64);
+      store_rows(c, rows, y, ldy, mb, o, o_end);
+    }
+  };
+  put(0, 0, [](float* p, int64_t st) { _tile_stored(0, p, st); });
+  if constexpr (G > 1) put(0, 1, [](float* p, int64_t st) { _tile_stored(1, p, st); });
+  if constexpr (R > 1) put(1, 0, [](float* p, int64_t st) { _tile_stored(2, p, st); });
+  if constexpr (R > 1 && G > 1) put(1, 1, [](float* p, int64_t st) { _tile_stored(3, p, st); });
+}
+
+void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                   int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
+  load_tile_config_bf16c(mr);
+  const bool stream = r_end - r_begin <= 16;
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 32) {
+    const uint16_t* wg = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16) * nb * 512;
+    const bool two_groups = o0 + 16 < o_end;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += 32) {
+      const uint16_t* a = x.tiles + (m0 / 16) * nb * 512;
+      const bool two_blocks = m0 + 16 < r_end;
+      const float* y_next = y + (m0 + 32) * ldy + o0;
+      const int next_rows = static_cast<int>(std::clamp<int64_t>(r_end - (m0 + 32), 0, 32));
+      if (two_blocks && two_groups)
+        bf16c_block<2, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
+      else if (two_blocks) bf16c_block<2, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
+      else if (two_groups) bf16c_block<1, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
+      else bf16c_block<1, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
+    }
+  }
+  _tile_release();
+}
+
 Packed packed_kind(DType t) {
   switch (t) {
     case DType::Q8_0: return Packed::R8;
@@ -420,6 +522,20 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
   }
 }
 
+void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint16_t* group = reinterpret_cast<uint16_t*>(out) + g * nb * 512;
+    std::memset(group, 0, static_cast<size_t>(nb) * 1024);
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      dequantize_row(w, g * 16 + n, row.data());
+      for (int64_t k = 0; k < w.cols; ++k)
+        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] = f32_to_bf16(row[static_cast<size_t>(k)]);
+    }
+  }
+}
+
 void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
                     float* block_sum) {
   const int64_t nb = cols / 32;
@@ -440,8 +556,23 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
   }
 }
 
+void round_bf16_32(const float* x, uint16_t* out) {
+  // vcvtne2ps2bf16 rounds to nearest even but flushes subnormal inputs to zero, which the tile
+  // product would do to a subnormal bf16 anyway (TDPBF16PS treats subnormal inputs as zero).
+  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
+}
+
+void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    uint16_t* t = tiles + (r / 16) * nb * 512 + (r % 16) * 32;
+    for (int64_t b = 0; b < nb; ++b) round_bf16_32(x + r * cols + 32 * b, t + b * 512);
+  }
+}
+
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end) {
+  if (w.bf16_compute) return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
     case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
@@ -457,6 +588,11 @@ bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
 size_t amx_repacked_bytes(const TensorView&) { return 0; }
 void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) { throw ModelError("amx matmul: not built"); }
+void amx_repack_bf16_rounded(const TensorView&, uint8_t*, int64_t, int64_t) {
+  throw ModelError("amx matmul: not built");
+}
+void amx_round_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) { throw ModelError("amx matmul: not built"); }
+void round_bf16_32(const float*, uint16_t*) { throw ModelError("amx matmul: not built"); }
 void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) {
   throw ModelError("amx matmul: not built");
 }

@@ -46,17 +46,26 @@ bool amx_available();
 // over groups of 16 rows) multiply activations split into bf16 hi/lo tiles plus f32 block sums.
 struct AmxActivations {
   // A tiles: for 16-row block mb and 32-column step b, a hi tile then a lo tile of 16 rows x 32
-  // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j].
+  // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j]; for bfloat16 compute only
+  // the rounded tile: tiles[(mb * steps + b) * 512 + row * 32 + j] (amx_round_rows).
   const uint16_t* tiles = nullptr;
-  const float* block_sum = nullptr;  // [rows][cols / 32]
+  const float* block_sum = nullptr;  // [rows][cols / 32]; null for bfloat16 compute
   int64_t n_rows = 0;
   int64_t cols = 0;
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+// bfloat16 compute (TensorView::bf16_compute): W dequantized and rounded to bf16 (ties to even) in
+// the BF16 tile layout, amx_repacked_bytes of a BF16 matrix of the same shape.
+void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
                     float* block_sum);
+// bfloat16 compute: rows rounded to bf16 (ties to even), one tile per 16-row block and 32-column
+// step: tiles[(mb * steps + b) * 512 + row * 32 + j].
+void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles);
+// 32 values rounded the same way, into one 32-element row of a tile.
+void round_bf16_32(const float* x, uint16_t* out);
 // Rows [r_begin, r_end) (r_begin a multiple of 16) x weight rows [o_begin, o_end)
 // (o_begin a multiple of 16).
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,

@@ -39,6 +39,8 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   attn.resize(t * q_dim);
   tmp.resize(t * c.n_embd);
   gate.resize(t * c.n_ff);
+  if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].w_down))
+    ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_ff)));
   const int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);
@@ -222,9 +224,17 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     });
     laps.lap(kNorm);
     in = prepare(s, s.h.data(), n, E, threads, {&L.w_gate, &L.w_up});
-    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);  // SwiGLU fused: see kernels/matmul.h
+    // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.
+    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) && takes_bf16_tiles(L.w_up) &&
+                       takes_bf16_tiles(L.w_down);
+    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F,  // SwiGLU fused: see kernels/matmul.h
+                          tiles ? s.ffn_tiles.data() : nullptr);
     laps.lap(kGateUp);
-    in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+    if (tiles) {
+      in = MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()};
+    } else {
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+    }
     matmul(L.w_down, in, s.tmp.data(), E);
     per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
     laps.lap(kDown);

@@ -428,14 +428,23 @@ const TensorView* Model::find_tensor(const std::string& name) const {
 
 bool Model::uses_amx() const {
   const auto* st = static_cast<const Storage*>(storage.get());
-  return st != nullptr && !st->packed.empty() && amx_enabled();
+  if (st == nullptr || st->packed.empty()) return false;
+  return amx_enabled() || weights.output.packed != nullptr;  // bf16-compute tiles stay on AMX
+}
+
+// The matrices the forward pass multiplies (not the embedding lookup's view of a tied output).
+template <class F>
+void for_each_matrix(Model& m, F&& f) {
+  for (LayerWeights& l : m.weights.layers)
+    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
+  f(m.weights.output);
 }
 
 // Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp), when AMX
 // is in use; the file's views stay as they are for everything else (embedding lookups, listings).
 void repack_for_amx(Model& m, Storage& st) {
   if (!amx_enabled()) return;
-  auto repack = [&](TensorView& v) {
+  for_each_matrix(m, [&](TensorView& v) {
     const size_t bytes = amx_repacked_bytes(v);
     if (bytes == 0) return;
     AlignedVector<uint8_t>& buf = st.packed.emplace_back(bytes);
@@ -443,13 +452,23 @@ void repack_for_amx(Model& m, Storage& st) {
     parallel_for((v.rows + 15) / 16, 8, parallel_threads(),
                  [&](int64_t begin, int64_t end, int) { amx_repack_groups(v, out, begin, end); });
     v.packed = out;
-  };
-  for (LayerWeights& l : m.weights.layers)
-    for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) repack(*v);
-  repack(m.weights.output);
+  });
 }
 
-std::shared_ptr<Model> load_model(const std::string& path) {
+// dtype "bfloat16": every matrix is dequantized and rounded to bf16 once (make_bf16_compute: tiles
+// on AMX, 2 bytes a weight; the file's views stay for listings and the embedding lookup).
+void convert_to_bf16(Model& m, Storage& st) {
+  for_each_matrix(m, [&](TensorView& v) {
+    if (v.empty()) return;
+    AlignedVector<uint8_t>& buf = st.packed.emplace_back(bf16_compute_bytes(v));
+    v = make_bf16_compute(v, buf.data());
+  });
+  m.compute_dtype = "bfloat16";
+}
+
+std::shared_ptr<Model> load_model(const std::string& path, const std::string& dtype) {
+  if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16")
+    throw InputError("dtype must be 'auto', 'float32' or 'bfloat16', got '" + dtype + "'");
   auto model = std::make_shared<Model>();
   auto storage = std::make_shared<Storage>();
   model->path = path;
@@ -468,7 +487,8 @@ std::shared_ptr<Model> load_model(const std::string& path) {
     }
     load_gguf(*model, *storage);
   }
-  repack_for_amx(*model, *storage);
+  if (dtype == "bfloat16") convert_to_bf16(*model, *storage);
+  else repack_for_amx(*model, *storage);
   model->storage = storage;
   return model;
 }

@@ -45,6 +45,9 @@ struct TensorView {
   // The same weights repacked for the AMX kernels (kernels/matmul_amx.cpp), owned by the model's
   // storage; null when not repacked.
   const uint8_t* packed = nullptr;
+  // bfloat16 compute (load_model with dtype "bfloat16"): this matrix multiplies activations rounded
+  // to bf16, its weights rounded to bf16 too (in `packed` on AMX, else `data` is a BF16 copy).
+  bool bf16_compute = false;
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

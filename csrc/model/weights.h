@@ -50,6 +50,9 @@ struct Model {
   std::string format;  // "gguf" or "safetensors"
   std::shared_ptr<void> storage;
   std::vector<NamedTensor> tensors;  // all tensors of the file(s)
+  // "float32" (default: quantized weights exact, activations with 16 significant bits on AMX) or
+  // "bfloat16" (weights and matmul inputs rounded to bf16, f32 accumulation: vLLM-CPU's numerics).
+  std::string compute_dtype = "float32";
 
   // A tensor by file name ("blk.0.attn_q.weight") or canonical name ("layers.0.wq", "tok_embd",
   // "output", ...); nullptr if there is none. Canonical views are what the forward pass uses (1-D
@@ -64,6 +67,8 @@ struct Model {
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError
 // naming the problem: unknown architecture, unsupported tensor type, missing tensor, shape mismatch,
 // corrupt or truncated file.
-std::shared_ptr<Model> load_model(const std::string& path);
+// dtype: "auto" or "float32" (the default numerics) or "bfloat16" (every matrix rounded to bf16 at
+// load and multiplied by bf16-rounded activations; faster prefill). InputError for any other.
+std::shared_ptr<Model> load_model(const std::string& path, const std::string& dtype = "auto");
 
 }  // namespace ossa

@@ -40,6 +40,10 @@ class Model:
     def format(self) -> str: ...
 
     @property
+    def compute_dtype(self) -> str:
+        """'float32' or 'bfloat16' (load_model's dtype)"""
+
+    @property
     def uses_amx(self) -> bool:
         """
         Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).
@@ -48,9 +52,9 @@ class Model:
     def tensors(self) -> list:
         """All tensors of the file(s): (name, type_name, rows, cols, nbytes)."""
 
-def load_model(path: str) -> Model:
+def load_model(path: str, dtype: str = 'auto') -> Model:
     """
-    Load a GGUF file or a Hugging Face folder. Raises ModelError naming the problem.
+    Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). Raises ModelError naming the problem.
     """
 
 def gguf_metadata(path: str) -> dict:
@@ -94,9 +98,9 @@ class ModelRunner:
     @staticmethod
     def kv_bytes_per_token(model: Model, kv_cache_dtype: str = 'float32') -> int: ...
 
-def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
+def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False, dtype: str = 'float32') -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
 
-def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int) -> list[float]: ...
+def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int, dtype: str = 'float32') -> list[float]: ...
 
 def set_quantized_activations(on: bool) -> None:
     """

@@ -16,6 +16,13 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="element type of the cached K and V (auto: float16)",
     )
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="matmul precision (auto: float32, quantized weights exact; bfloat16: vLLM-CPU's numerics, "
+        "faster prefill)",
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
@@ -30,6 +37,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
         max_model_len=args.max_model_len,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         kv_cache_dtype=args.kv_cache_dtype,
+        dtype=args.dtype,
         block_size=args.block_size,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,

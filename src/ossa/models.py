@@ -178,6 +178,11 @@ class Model:
         """ "gguf" or "safetensors"."""
         return str(self._handle.format)
 
+    @property
+    def compute_dtype(self) -> str:
+        """ "float32" (the default numerics) or "bfloat16" (``load_model(dtype="bfloat16")``)."""
+        return str(self._handle.compute_dtype)
+
     def tensors(self) -> list[tuple[str, str, int, int, int]]:
         """All stored tensors: (name, type_name, rows, cols, nbytes)."""
         return [tuple(t) for t in self._handle.tensors()]  # type: ignore[misc]
@@ -200,14 +205,36 @@ class Model:
         return f"Model({self.path!r}, arch={c.arch}, n_layer={c.n_layer}, n_embd={c.n_embd})"
 
 
-def load_model(path_or_name: str | os.PathLike[str] | None = None) -> Model:
+# dtype names (vLLM's spellings included) -> the compute precision of the matmuls. "float32": the
+# quantized weights exact, f32 activations (split into two bf16 halves on AMX); "bfloat16": weights
+# and matmul inputs rounded to bf16 with f32 accumulation, vLLM-CPU's numerics, for faster prefill.
+_DTYPES = {
+    "auto": "float32",
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
+
+
+def dtype_of(name: str) -> str:
+    """The compute precision ("float32" or "bfloat16") a ``dtype`` name means; ValueError if unknown."""
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
+    return _DTYPES[name]
+
+
+def load_model(path_or_name: str | os.PathLike[str] | None = None, dtype: str = "auto") -> Model:
     """Load a GGUF file, a Hugging Face folder, or a known model by name (fetched on first use).
 
+    ``dtype`` sets the matmuls' precision (see ``dtype_of``): "auto"/"float32" or "bfloat16".
     Raises ``ossa.ModelError`` (a ValueError) naming the problem for a bad or unsupported model.
     """
     from ._native import core
 
-    return Model(core.load_model(resolve(path_or_name)))
+    compute = dtype_of(dtype)
+    return Model(core.load_model(resolve(path_or_name), compute))
 
 
 # kv_cache_dtype names -> the K/V cache's element type. "auto" is float16, what llama.cpp keeps by

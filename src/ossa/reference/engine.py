@@ -65,6 +65,7 @@ class EngineConfig:
     quantized_activations: bool = False  # match core.set_quantized_activations(True)
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (core.set_amx)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
+    compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
 
 
 @dataclass
@@ -193,6 +194,7 @@ class Engine:
             config.quantized_activations,
             config.amx_activations,
             config.kv_cache_dtype,
+            config.compute_dtype,
         )
         spec = tokenizer.spec
         eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])

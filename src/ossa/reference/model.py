@@ -109,8 +109,26 @@ def split_bf16(x: np.ndarray) -> np.ndarray:
     return (hi + _bf16(x.astype(np.float32) - hi)).astype(np.float32)
 
 
-def activation_rounding(quantized_activations: bool, amx_activations: bool) -> Any:
-    """The rounding the C++ kernels apply to every matmul input: 8-bit blocks, bf16 hi + lo, or none."""
+MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights as ``load_model(dtype="bfloat16")`` multiplies them: every matrix (the layers' and
+    the output's, not the embedding lookup's) rounded to bf16, ties to even."""
+    out = dict(weights)
+    names = [f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES] + ["output"]
+    for name in names:
+        out[name] = _bf16(weights[name])
+    return out
+
+
+def activation_rounding(
+    quantized_activations: bool, amx_activations: bool, bf16_compute: bool = False
+) -> Any:
+    """The rounding the C++ kernels apply to every matmul input: bf16 (dtype "bfloat16"), 8-bit
+    blocks, bf16 hi + lo, or none."""
+    if bf16_compute:
+        return _bf16
     if quantized_activations:
         return quantize_q8
     if amx_activations:
@@ -128,15 +146,18 @@ def forward(
     token_ids: list[int],
     quantized_activations: bool = False,
     amx_activations: bool = False,
+    bf16_compute: bool = False,
 ) -> np.ndarray:
     """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
 
     With ``quantized_activations`` every matmul input is first rounded like the C++ kernels round
     it for quantized weights (``quantize_q8``); with ``amx_activations`` as the AMX kernels split it
-    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16).
+    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16). With
+    ``bf16_compute`` (dtype "bfloat16") the inputs are rounded to bf16 and ``weights`` should come
+    from ``bf16_matrices``.
     """
     c, w = config, weights
-    q8 = activation_rounding(quantized_activations, amx_activations)
+    q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute)
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:

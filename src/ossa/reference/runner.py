@@ -37,14 +37,19 @@ class ModelRunner:
         quantized_activations: bool = False,
         amx_activations: bool = False,
         kv_cache_dtype: str = "float32",
+        compute_dtype: str = "float32",
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
         if kv_cache_dtype not in ("float32", "float16"):
             raise ValueError(f"kv_cache_dtype must be 'float32' or 'float16', got {kv_cache_dtype!r}")
+        if compute_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"compute_dtype must be 'float32' or 'bfloat16', got {compute_dtype!r}")
         self.kv_cache_dtype = kv_cache_dtype
+        self.compute_dtype = compute_dtype
         self.config = config
-        self.weights = weights
+        # dtype "bfloat16": matrices rounded once here, every matmul input rounded in forward.
+        self.weights = ref_model.bf16_matrices(config, weights) if compute_dtype == "bfloat16" else weights
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.quantized_activations = quantized_activations
@@ -120,7 +125,9 @@ class ModelRunner:
             logits_rows,
         )
         c, w = self.config, self.weights
-        q8 = ref_model.activation_rounding(self.quantized_activations, self.amx_activations)
+        q8 = ref_model.activation_rounding(
+            self.quantized_activations, self.amx_activations, self.compute_dtype == "bfloat16"
+        )
         n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
         bs = self.block_size
         n = len(token_ids)
