@@ -138,8 +138,9 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 constexpr int k_prefetch_blocks = 4;
 
 // One cache line into L2 (into L1 measured no faster). An asm statement rather than _mm_prefetch:
-// GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code).
-inline void prefetch_line(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
+// GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code). The
+// address is a register operand: a memory operand would tell GCC the asm reads memory there.
+inline void prefetch_line(const char* p) { asm volatile("prefetcht1 (%0)" : : "r"(p)); }
 
 // One head's K slab of cache block `block` ([dim][position], contiguous), line by line.
 void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_off, int64_t kv_dim) {
@@ -161,7 +162,8 @@ inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
 // horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
 // arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
 template <KvType KV, int NC, int GH>
-void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale) {
+void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale,
+                  bool prefetch) {
   const int hd = a.head_dim, bs = a.block_size;
   const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
   const int64_t head_stride = a.scratch_stride / k_heads_per_item;
@@ -191,12 +193,17 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     for (int i = 0; i < n_in; ++i)
       for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
   };
-  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) prefetch_k(blk);
+  if (prefetch)
+    for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) prefetch_k(blk);
   for (int blk = 0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
-    if (blk + k_prefetch_blocks < n_blocks) prefetch_k(blk + k_prefetch_blocks);
-    else if (blk + k_prefetch_blocks - n_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks - n_blocks);
+    if (!prefetch) {
+    } else if (blk + k_prefetch_blocks < n_blocks) {
+      prefetch_k(blk + k_prefetch_blocks);
+    } else if (blk + k_prefetch_blocks - n_blocks < n_blocks) {
+      prefetch_v(blk + k_prefetch_blocks - n_blocks);
+    }
     for (int i0 = 0; i0 < n_in; i0 += 16) {
       const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
       const int64_t kc = kb + i0;
@@ -241,18 +248,21 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   __m512 o[GH][NC];
   for (int g = 0; g < GH; ++g)
     for (int c = 0; c < NC; ++c) o[g][c] = _mm512_setzero_ps();
-  for (int blk = 0; blk * bs < ctx; ++blk) {
-    const int64_t vb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
-    const int n_in = std::min(bs, ctx - blk * bs);
-    if (blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
-    for (int i = 0; i < n_in; ++i) {
-      const int64_t v = vb + i * kv_dim;
-      const int j = blk * bs + i;
-      for (int c = 0; c < NC; ++c) {
-        const __m512 vc = load_kv<KV>(masks[c], a.v_cache, v + 16 * c);
-        for (int g = 0; g < GH; ++g) o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g][c]);
-      }
+  // One flat loop over positions, the block and offset kept incrementally.
+  int64_t v = static_cast<int64_t>(table[0]) * bs * kv_dim + kv_off;
+  for (int j = 0, blk = 0, i = 0; j < ctx; ++j) {
+    if (i == bs) {
+      i = 0;
+      ++blk;
+      v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
     }
+    if (i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+    for (int c = 0; c < NC; ++c) {
+      const __m512 vc = load_kv<KV>(masks[c], a.v_cache, v + 16 * c);
+      for (int g = 0; g < GH; ++g) o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g][c]);
+    }
+    v += kv_dim;
+    ++i;
   }
   for (int g = 0; g < GH; ++g) {
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
@@ -273,17 +283,18 @@ void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim)
 }
 
 template <KvType KV, int NC>
-void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim, float scale) {
+void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim, float scale,
+               bool prefetch) {
   if constexpr (4 * NC <= 16) {
-    if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale, prefetch);
   }
   if constexpr (3 * NC <= 16) {
-    if (gh == 3) return attend_heads<KV, NC, 3>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 3) return attend_heads<KV, NC, 3>(a, t, h0, thread, group, kv_dim, scale, prefetch);
   }
   if constexpr (2 * NC <= 16) {
-    if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale);
+    if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale, prefetch);
   }
-  for (int g = 0; g < gh; ++g) attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale);
+  for (int g = 0; g < gh; ++g) attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale, prefetch);
 }
 #endif
 
@@ -298,21 +309,24 @@ int heads_per_item(int group, int head_dim) {
 
 // Item = (token, first head of a run of gh heads in one KV group).
 template <KvType KV>
-void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim, float scale) {
+void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim, float scale,
+            bool prefetch) {
   const int per_token = a.n_head / gh;
   const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
   switch ((a.head_dim + 15) / 16) {
-    case 1: return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 2: return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 3: return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 4: return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 5: return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 6: return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 7: return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale);
-    case 8: return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale);
+    case 1: return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 2: return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 3: return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 4: return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 5: return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 6: return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 7: return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 8: return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
     default: break;  // head_dim > 128: the generic path
   }
+#else
+  (void)prefetch;
 #endif
   for (int g = 0; g < gh; ++g)
     attend_generic<KV>(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim, scale);
@@ -331,15 +345,22 @@ void paged_attention(const AttentionArgs& a) {
   for (int t = 0; t < a.n_tokens; ++t)
     work += static_cast<int64_t>(a.positions[t] + 1) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
+  // Prefetching pays when the step's caches outgrow L2 (decode at large batch, long contexts); a
+  // prefill chunk reads K/V it has just written, and the prefetches would only cost instructions.
+  int64_t cache_bytes = 0;
+  for (int t = 0; t < a.n_tokens; ++t)
+    if (t + 1 == a.n_tokens || a.token_seq[t + 1] != a.token_seq[t])
+      cache_bytes += static_cast<int64_t>(a.positions[t] + 1) * kv_dim * 2 * static_cast<int64_t>(kv_type_bytes(a.kv_type));
+  const bool prefetch = cache_bytes > (int64_t{1} << 20);
   // Several items a chunk (the result does not depend on the grain), so each can warm the next.
   const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));
   parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t item = begin; item < end; ++item) {
 #if defined(__AVX512F__)
-      if (item + 1 < end) prefetch_item(a, item + 1, gh, kv_dim);
+      if (prefetch && item + 1 < end) prefetch_item(a, item + 1, gh, kv_dim);
 #endif
-      if (a.kv_type == KvType::F16) attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale);
-      else attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale);
+      if (a.kv_type == KvType::F16) attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale, prefetch);
+      else attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale, prefetch);
     }
   });
 }

@@ -151,11 +151,12 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
-             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx) {
+             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx, bool accumulate = false) {
   if (amx != nullptr && uses_amx(w, x)) {
-    amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end);
+    amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
     return;
   }
+  OSSA_ASSERT(!accumulate);
   OSSA_ASSERT(!w.bf16_compute || w.type == DType::BF16);  // without tiles: the BF16 copy
   if (dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute) {
     const int64_t nb = x.cols / k_qblock;
@@ -214,6 +215,8 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   bool amx = false, bf16c = false;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
+    if (targets[t].accumulate && !takes_bf16_tiles(*targets[t].w))
+      throw ModelError("matmul: accumulate needs a weight that takes bf16 tiles");
     amx = amx || uses_amx(*targets[t].w, x);
     bf16c = bf16c || targets[t].w->bf16_compute;
   }
@@ -238,7 +241,7 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    const int64_t o = (c - first_chunk[t]) * out_chunk;
                    const int64_t r = rb * row_block;
                    compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr);
+                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr, tg.accumulate);
                  }
                });
 }
@@ -246,6 +249,11 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
 
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols) { return (n_rows + 15) / 16 * 16 * cols; }
+
+void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) {
+  OSSA_ASSERT(cols % 32 == 0);
+  amx_round_rows(row - r * cols, cols, r, r + 1, tiles);
+}
 
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
                            int64_t ldo, uint16_t* out_tiles) {

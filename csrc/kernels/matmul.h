@@ -45,6 +45,8 @@ struct MatmulInput {
 bool takes_bf16_tiles(const TensorView& w);
 // uint16 elements of the bf16 tiles of n_rows x cols activations.
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols);
+// Row r (cols values, a multiple of 32) into those tiles, rounded as matmul_many rounds it.
+void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles);
 
 // y[r * ldy + o] = sum_k W[o, k] * x[r, k] for r < n_rows, o < w.rows. Parallel over output rows
 // (kernels/parallel.h). Throws ModelError if w's type is unsupported or cols is not a multiple of
@@ -56,6 +58,9 @@ struct MatmulTarget {
   const TensorView* w = nullptr;
   float* y = nullptr;
   int64_t ldy = 0;
+  // y += x @ W^T (one f32 addition per element, as add_row) instead of y = x @ W^T; only for
+  // weights that take_bf16_tiles(), whose kernel adds in its epilogue (the residual connections).
+  bool accumulate = false;
 };
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x);
 

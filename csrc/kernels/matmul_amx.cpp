@@ -367,7 +367,8 @@ void load_tile_config_bf16c(int rows) {
 
 template <int R, int G>
 void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int64_t m0, int64_t r_end, float* y,
-                 int64_t ldy, int64_t o0, int64_t o_end, bool stream, const float* y_next, int next_rows) {
+                 int64_t ldy, int64_t o0, int64_t o_end, bool stream, const float* y_next, int next_rows,
+                 bool accumulate) {
   const uint16_t* a1 = a + nb * 512;  // the next 16-row activation block
   const uint16_t* w1 = wg + nb * 512;  // the next 16-row weight group
   _tile_zero(0);
@@ -409,7 +410,15 @@ void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int6
     const int64_t mb = m0 + 16 * r, o = o0 + 16 * g;
     if (o >= o_end) return;
     const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - mb));
-    if (rows == mr && o + 16 <= o_end) {
+    if (accumulate) {  // y += C, one f32 addition per element (what add_row does)
+      store_tile(c, 64);
+      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
+      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+      for (int m = 0; m < rows; ++m) {
+        float* row = y + (mb + m) * ldy + o;
+        _mm512_mask_storeu_ps(row, keep, _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), _mm512_load_ps(c + 16 * m)));
+      }
+    } else if (rows == mr && o + 16 <= o_end) {
       store_tile(y + mb * ldy + o, ldy * static_cast<int64_t>(sizeof(float)));
     } else {
       store_tile(c, 64);
@@ -423,7 +432,7 @@ void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int6
 }
 
 void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                   int64_t ldy, int64_t o_begin, int64_t o_end) {
+                   int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
@@ -438,10 +447,10 @@ void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin
       const float* y_next = y + (m0 + 32) * ldy + o0;
       const int next_rows = static_cast<int>(std::clamp<int64_t>(r_end - (m0 + 32), 0, 32));
       if (two_blocks && two_groups)
-        bf16c_block<2, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
-      else if (two_blocks) bf16c_block<2, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
-      else if (two_groups) bf16c_block<1, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
-      else bf16c_block<1, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows);
+        bf16c_block<2, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
+      else if (two_blocks) bf16c_block<2, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
+      else if (two_groups) bf16c_block<1, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
+      else bf16c_block<1, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
     }
   }
   _tile_release();
@@ -571,8 +580,9 @@ void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
 }
 
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                        int64_t ldy, int64_t o_begin, int64_t o_end) {
-  if (w.bf16_compute) return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+                        int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
+  if (w.bf16_compute) return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
+  OSSA_ASSERT(!accumulate);
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
     case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
@@ -597,7 +607,7 @@ void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) 
   throw ModelError("amx matmul: not built");
 }
 void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t, int64_t,
-                        int64_t) {
+                        int64_t, bool) {
   throw ModelError("amx matmul: not built");
 }
 

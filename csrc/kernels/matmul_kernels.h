@@ -68,8 +68,9 @@ void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
 void round_bf16_32(const float* x, uint16_t* out);
 // Rows [r_begin, r_end) (r_begin a multiple of 16) x weight rows [o_begin, o_end)
 // (o_begin a multiple of 16).
+// accumulate (bfloat16 compute only): y += the product instead of y = it.
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                        int64_t ldy, int64_t o_begin, int64_t o_end);
+                        int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate = false);
 
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
 // elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight (matmul_q8.cpp;

@@ -39,8 +39,10 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   attn.resize(t * q_dim);
   tmp.resize(t * c.n_embd);
   gate.resize(t * c.n_ff);
-  if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].w_down))
+  if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].w_down)) {
+    norm_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_embd)));
     ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_ff)));
+  }
   const int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);
@@ -133,6 +135,40 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
   return in;
 }
 
+// x[t] normalised for the matmuls of `weights`: as f32 rows in s.h, or (dtype bfloat16 on AMX)
+// straight into s.norm_tiles, skipping the f32 rows and the matmul's own rounding pass.
+MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
+                     std::initializer_list<const TensorView*> weights) {
+  const ModelConfig& c = s.model->config;
+  const int64_t E = c.n_embd;
+  bool tiles = !s.norm_tiles.empty() && E % 32 == 0;
+  for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
+  if (!tiles) {
+    per_token(n, threads, [&](int t) { rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E); });
+    return prepare(s, s.h.data(), n, E, threads, weights);
+  }
+  per_token(n, threads, [&](int t) {
+    thread_local AlignedVector<float> row;
+    if (static_cast<int64_t>(row.size()) < E) row.assign(static_cast<size_t>(E), 0.0f);
+    rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, row.data());
+    bf16_tiles_row(row.data(), E, t, s.norm_tiles.data());
+  });
+  return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
+}
+
+// x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
+// (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way.
+void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads) {
+  const int64_t E = s.model->config.n_embd;
+  if (takes_bf16_tiles(w)) {
+    const MatmulTarget t{&w, s.x.data(), E, true};
+    matmul_many(&t, 1, in);
+    return;
+  }
+  matmul(w, in, s.tmp.data(), E);
+  per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
+}
+
 void add_bias(float* y, const TensorView& b, int64_t n) {
   if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
 }
@@ -161,10 +197,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
-    per_token(n, threads,
-              [&](int t) { rmsnorm_row(s.x.data() + t * E, attn_norm, E, c.rms_eps, s.h.data() + t * E); });
+    MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
     laps.lap(kNorm);
-    MatmulInput in = prepare(s, s.h.data(), n, E, threads, {&L.wq, &L.wk, &L.wv});
     const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
     matmul_many(qkv, 3, in);
     laps.lap(kQkv);
@@ -215,15 +249,11 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kAttention);
 
     in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
-    matmul(L.wo, in, s.tmp.data(), E);
+    residual(s, L.wo, in, n, threads);
     laps.lap(kWo);
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
-    per_token(n, threads, [&](int t) {
-      add_row(s.x.data() + t * E, s.tmp.data() + t * E, E);
-      rmsnorm_row(s.x.data() + t * E, ffn_norm, E, c.rms_eps, s.h.data() + t * E);
-    });
+    in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
-    in = prepare(s, s.h.data(), n, E, threads, {&L.w_gate, &L.w_up});
     // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.
     const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) && takes_bf16_tiles(L.w_up) &&
                        takes_bf16_tiles(L.w_down);
@@ -235,8 +265,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     } else {
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     }
-    matmul(L.w_down, in, s.tmp.data(), E);
-    per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
+    residual(s, L.w_down, in, n, threads);
     laps.lap(kDown);
   }
 

@@ -23,7 +23,9 @@ struct ForwardState {
 
   AlignedVector<float> x, h, q, k, v, attn, tmp, gate;  // [max_tokens, width]; gate holds swiglu(gate, up)
   std::vector<BlockQ8> xq;                               // [max_tokens, max_width / 32]
-  AlignedVector<uint16_t> ffn_tiles;  // swiglu's output as the down matmul's bf16 tiles (dtype bfloat16 on AMX)
+  // dtype bfloat16 on AMX: matmul inputs written straight as bf16 tiles (kernels/matmul.h) by the op
+  // that produces them: the norms' outputs (norm_tiles) and swiglu's (ffn_tiles).
+  AlignedVector<uint16_t> norm_tiles, ffn_tiles;
   std::vector<float> inv_freq;                           // [head_dim / 2]
   std::vector<float> cos_sin;                            // [max_tokens, head_dim]
   std::vector<float> scores;                             // [max_threads, n_slots]
