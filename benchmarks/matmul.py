@@ -4,8 +4,9 @@ The weights are the default model's own (SmolLM2-135M-Instruct Q4_1, layer 0: th
 the MLP gate and the MLP down projection); the activations are random rows, 1 to 2048 of them (one
 decode step of one sequence up to a 16 x 128-token prefill). ossa multiplies the file's Q4_1 bytes
 as the engine does (AMX where the CPU has it: activations split into bf16 hi + lo, the block's scale
-and minimum applied in f32); torch multiplies the same weights dequantized, in bf16 (vLLM-CPU's
-numerics: oneDNN's AMX GEMM) and in f32. Each is timed over --reps runs (best kept) on the same
+and minimum applied in f32), and, as "ossa-bf", as with dtype "bfloat16" (weights and activations
+rounded to bf16, one tile product per step); torch multiplies the same weights dequantized, in bf16
+(vLLM-CPU's numerics: oneDNN's AMX GEMM) and in f32. Each is timed over --reps runs (best kept) on the same
 number of threads, and compared with a float64 product of the dequantized weights: the error is the
 largest |y - y64| over the output, relative to sum |x| |w| of that output.
 
@@ -82,8 +83,8 @@ def main() -> None:
     print(f"matmul: {path}, {args.threads} threads; ossa's {kernel} vs torch {torch.__version__} (oneDNN)")
     print("GMAC/s (best of --reps); err: max |y - y64| / sum |x||w|")
     header = (
-        f"{'weight':<22}{'shape':>11}{'rows':>6}  {'ossa':>7} {'bf16':>7} {'f32':>7}  "
-        f"{'ossa/bf16':>9} {'ossa/f32':>8}  {'err ossa':>9} {'err bf16':>9} {'err f32':>9}"
+        f"{'weight':<22}{'shape':>11}{'rows':>6}  {'ossa':>7} {'ossa-bf':>7} {'bf16':>7} {'f32':>7}  "
+        f"{'ossa/f32':>8} {'o-bf/bf16':>9}  {'err ossa':>9} {'err o-bf':>9} {'err bf16':>9} {'err f32':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -96,18 +97,20 @@ def main() -> None:
             xb, xf = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(x)
             reps = args.reps if m >= 128 else args.reps * 10
             t_ossa = min(core.kernel_matmul_timed(raw, gtype, rows, cols, x, reps + 1)[1:])
+            t_obf = min(core.kernel_matmul_timed(raw, gtype, rows, cols, x, reps + 1, dtype="bfloat16")[1:])
             with torch.inference_mode():
                 yb, t_bf16 = torch_matmul(xb, wb, reps)
                 yf, t_f32 = torch_matmul(xf, wf, reps)
             y_bf16, y_f32 = yb.float().numpy(), yf.numpy()
             y_ossa = core.kernel_matmul(raw, gtype, rows, cols, x)
+            y_obf = core.kernel_matmul(raw, gtype, rows, cols, x, dtype="bfloat16")
             macs = m * rows * cols / 1e9
-            g = [macs / t for t in (t_ossa, t_bf16, t_f32)]
-            errs = [rel_error(y, x, w) for y in (y_ossa, y_bf16, y_f32)]
+            g = [macs / t for t in (t_ossa, t_obf, t_bf16, t_f32)]
+            errs = [rel_error(y, x, w) for y in (y_ossa, y_obf, y_bf16, y_f32)]
             print(
                 f"{name.replace('.weight', ''):<22}{f'{rows}x{cols}':>11}{m:>6}  {g[0]:>7.1f} {g[1]:>7.1f} "
-                f"{g[2]:>7.1f}  {g[0] / g[1]:>8.2f}x {g[0] / g[2]:>7.2f}x  "
-                f"{errs[0]:>9.1e} {errs[1]:>9.1e} {errs[2]:>9.1e}"
+                f"{g[2]:>7.1f} {g[3]:>7.1f}  {g[0] / g[3]:>7.2f}x {g[1] / g[2]:>8.2f}x  "
+                f"{errs[0]:>9.1e} {errs[1]:>9.1e} {errs[2]:>9.1e} {errs[3]:>9.1e}"
             )
 
 
