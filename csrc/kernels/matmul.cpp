@@ -23,9 +23,9 @@
 #include "kernels/matmul_kernels.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
+#include "model/dequantize.h"
 #include "util/aligned.h"
 #include "util/error.h"
-#include "model/dequantize.h"
 #include "util/half.h"
 
 namespace ossa {
@@ -90,7 +90,6 @@ bool uses_amx(const TensorView& w, const MatmulInput& x) {
   if (w.packed == nullptr) return false;
   return w.bf16_compute || (x.q8 == nullptr && g_amx.load(std::memory_order_relaxed));
 }
-
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
 // matmul; workers only read them while that call is running.

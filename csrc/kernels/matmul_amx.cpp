@@ -1,10 +1,12 @@
 // AMX tile kernels: Q4_0 / Q4_1 / Q4_K / Q8_0 / BF16 weights times f32 activations, through bf16 tiles
-// with f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. Both kernels
+// with f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. The kernels
 // multiply weights repacked once at load (amx_repack_groups; TensorView::packed):
 //
 //  1. Q4_0 / Q4_1 / Q4_K / Q8_0 (the default model's types; most of this file): the weights' integers
 //     times the activations, the block's scale and minimum applied in f32 afterwards.
 //  2. BF16: the weights are already tiles; C accumulates over the whole row.
+//  3. dtype "bfloat16" (TensorView::bf16_compute): any type rounded to bf16 tiles at load, times
+//     activations rounded to bf16 (no hi/lo split): one tile product per step (compute_bf16c).
 //
 // Other types (Q6_K, whose 16-element scale groups do not fit a 32-column tile step; F16; F32) keep the
 // f32 kernels (matmul_f32.cpp), for every batch size.
@@ -26,9 +28,9 @@
 
 #include "kernels/matmul_kernels.h"
 #include "model/dequantize.h"
-#include "util/half.h"
 #include "util/aligned.h"
 #include "util/error.h"
+#include "util/half.h"
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
 #define OSSA_HAVE_AMX 1
@@ -350,8 +352,8 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
 // ---- bfloat16 compute (dtype "bfloat16"): one tile product per block -------------------------------
 //
 // The weights were dequantized and rounded to bf16 at load (amx_repack_bf16_rounded: the BF16 tile
-// layout above), the activations are rounded to bf16 (the hi tiles of the split; lo is not used), and
-// C accumulates over the whole row: C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is
+// layout above), the activations are rounded to bf16 (amx_round_rows, or written so by the op that
+// produced them: one tile per 16 rows and 32 columns), and C accumulates over the whole row: C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is
 // vLLM-CPU's numerics and one tile product per 16 x 16 x 32 step instead of two plus f32 scaling.
 // Two 16-row activation blocks (A tiles 4, 5) times two 16-row weight groups (B tiles 6, 7) into
 // four C tiles (0-3): each loaded tile feeds two products. Rows of C are activation rows, so a full

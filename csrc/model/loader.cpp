@@ -429,7 +429,8 @@ const TensorView* Model::find_tensor(const std::string& name) const {
 bool Model::uses_amx() const {
   const auto* st = static_cast<const Storage*>(storage.get());
   if (st == nullptr || st->packed.empty()) return false;
-  return amx_enabled() || weights.output.packed != nullptr;  // bf16-compute tiles stay on AMX
+  // A bfloat16 model's tiles stay on AMX whatever set_amx says later (kernels/matmul.cpp).
+  return amx_enabled() || (compute_dtype == "bfloat16" && weights.output.packed != nullptr);
 }
 
 // The matrices the forward pass multiplies (not the embedding lookup's view of a tied output).
