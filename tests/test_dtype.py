@@ -20,18 +20,24 @@ from ossa.reference import model as ref_model
 
 
 @pytest.fixture(scope="module")
-def tiny_q4(tmp_path_factory: pytest.TempPathFactory) -> str:
-    hf = make_hf_model(
-        tmp_path_factory.mktemp("dt") / "llama",
-        arch="llama",
+def tiny_hf(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Qwen2 (qkv bias, tied embeddings) as a safetensors folder."""
+    return make_hf_model(
+        tmp_path_factory.mktemp("dt") / "qwen2",
+        arch="qwen2",
         hidden_size=128,
         num_layers=2,
         num_heads=4,
         num_kv_heads=2,
         intermediate_size=256,
         vocab_size=160,
+        tie=True,
     )
-    return hf_to_gguf(hf, tmp_path_factory.mktemp("dtg") / "m.gguf", "Q4_1")
+
+
+@pytest.fixture(scope="module")
+def tiny_q4(tiny_hf: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return hf_to_gguf(tiny_hf, tmp_path_factory.mktemp("dtg") / "m.gguf", "Q4_1")
 
 
 def logits(path: str, dtype: str, ids: list[int]) -> np.ndarray:
@@ -55,17 +61,19 @@ def test_bad_dtype_is_a_clear_error(tiny_q4: str) -> None:
     assert models.load_model(tiny_q4, "bfloat16").compute_dtype == "bfloat16"
 
 
+@pytest.mark.parametrize("fmt", ["gguf-q4_1", "safetensors-f32"])
 @pytest.mark.parametrize("amx", [False, True] if core.amx_available() else [False])
-def test_bf16_logits_match_the_twin(tiny_q4: str, amx: bool) -> None:
+def test_bf16_logits_match_the_twin(tiny_q4: str, tiny_hf: str, fmt: str, amx: bool) -> None:
     """The C++ bfloat16 forward (AMX tiles, or the f32 kernels on BF16 copies) is the twin's
     bf16 emulation up to f32 accumulation order: several times closer to it than to the float32
     numerics, which it is still near."""
+    path = tiny_q4 if fmt.startswith("gguf") else tiny_hf
     was = core.get_amx()
     core.set_amx(amx)
     try:
         ids = np.random.default_rng(3).integers(0, 160, 40).tolist()
-        got = logits(tiny_q4, "bfloat16", ids)
-        config, weights = loader.load_weights(tiny_q4)
+        got = logits(path, "bfloat16", ids)
+        config, weights = loader.load_weights(path)
         twin = ref_model.forward(config, ref_model.bf16_matrices(config, weights), ids, bf16_compute=True)
         exact = ref_model.forward(config, weights, ids)
         to_twin = np.max(np.abs(got - twin))

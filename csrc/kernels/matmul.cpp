@@ -69,7 +69,8 @@ std::atomic<bool> g_amx{amx_default()};
 
 constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
-constexpr int64_t k_bf16c_out_chunk = 32;  // bfloat16 compute on AMX: two 16-row groups
+constexpr int64_t k_bf16c_out_chunk = 32;   // bfloat16 compute on AMX: two 16-row groups...
+constexpr int64_t k_bf16c_row_block = 512;  // ...by a whole 512-token step (measured a few % faster than 256)
 
 // How a call cuts its work into items: out_chunk output rows (a multiple of 16) by row_block
 // activation rows; the AMX kernels take larger items.
@@ -80,7 +81,7 @@ struct ItemShape {
 };
 ItemShape item_shape(bool amx, bool bf16c) {
   if (!amx) return ItemShape{k_out_chunk, k_row_block};
-  return ItemShape{bf16c ? k_bf16c_out_chunk : k_amx_out_chunk, k_amx_row_block};
+  return bf16c ? ItemShape{k_bf16c_out_chunk, k_bf16c_row_block} : ItemShape{k_amx_out_chunk, k_amx_row_block};
 }
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
