@@ -107,11 +107,11 @@ struct Laps {
   }
 };
 
-// f(t) for each token t < n: inline for one token, else spread over the pool.
+// f(t) for each token t < n: inline for one token, else spread over the pool in runs of `grain`.
 template <class F>
-void per_token(int n, int threads, F&& f) {
+void per_token(int n, int threads, F&& f, int64_t grain = 4) {
   if (n == 1) return f(0);
-  parallel_for(n, 4, threads, [&](int64_t begin, int64_t end, int) {
+  parallel_for(n, grain, threads, [&](int64_t begin, int64_t end, int) {
     for (int64_t t = begin; t < end; ++t) f(static_cast<int>(t));
   });
 }
@@ -223,7 +223,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       const int64_t slot = batch.slot_mapping[t];
       store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
       store_v(v_cache, s.kv_type, slot, KV, v);
-    });
+    }, s.block_size);  // K is transposed per block: one thread writes a block's lines
     laps.lap(kRope);
     AttentionArgs a;
     a.q = s.q.data();
