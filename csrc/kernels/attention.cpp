@@ -241,33 +241,33 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       vsum[g] = _mm512_add_ps(vsum[g], _mm512_maskz_mov_ps(m, p));
     }
   }
-  // Weighted sum of V rows in position order, block by block.
+  // Weighted sum of V rows in position order, one 16-wide column chunk of the heads at a time (GH
+  // accumulators: with all GH x NC of them live, GCC kept them in memory and stored each one at every
+  // position). The block and offset are kept incrementally.
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
-  __mmask16 masks[NC];
-  for (int c = 0; c < NC; ++c) masks[c] = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
-  __m512 o[GH][NC];
-  for (int g = 0; g < GH; ++g)
-    for (int c = 0; c < NC; ++c) o[g][c] = _mm512_setzero_ps();
-  // One flat loop over positions, the block and offset kept incrementally.
-  int64_t v = static_cast<int64_t>(table[0]) * bs * kv_dim + kv_off;
-  for (int j = 0, blk = 0, i = 0; j < ctx; ++j) {
-    if (i == bs) {
-      i = 0;
-      ++blk;
-      v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off;
+  __m512 inv[GH];
+  for (int g = 0; g < GH; ++g) inv[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
+  for (int c = 0; c < NC; ++c) {
+    const __mmask16 mask = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+    __m512 o[GH];
+    for (int g = 0; g < GH; ++g) o[g] = _mm512_setzero_ps();
+    int64_t v = static_cast<int64_t>(table[0]) * bs * kv_dim + kv_off + 16 * c;
+    for (int j = 0, blk = 0, i = 0; j < ctx; ++j) {
+      if (i == bs) {
+        i = 0;
+        ++blk;
+        v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 16 * c;
+      }
+      if (c == 0 && i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+      const __m512 vc = load_kv<KV>(mask, a.v_cache, v);
+      for (int g = 0; g < GH; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g]);
+      v += kv_dim;
+      ++i;
     }
-    if (i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
-    for (int c = 0; c < NC; ++c) {
-      const __m512 vc = load_kv<KV>(masks[c], a.v_cache, v + 16 * c);
-      for (int g = 0; g < GH; ++g) o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g][c]);
+    for (int g = 0; g < GH; ++g) {
+      float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
+      _mm512_mask_storeu_ps(out + 16 * c, mask, _mm512_mul_ps(o[g], inv[g]));
     }
-    v += kv_dim;
-    ++i;
-  }
-  for (int g = 0; g < GH; ++g) {
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
-    float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + 16 * c, masks[c], _mm512_mul_ps(o[g][c], inv));
   }
 }
 
