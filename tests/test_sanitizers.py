@@ -3,7 +3,8 @@
 The perfgate driver (tools/perfgate/perfgate_main.cpp) is built natively with -DOSSA_SANITIZE=ON into
 build/asan-ci and runs its workloads outside valgrind: a 1 MB tokenizer encode, a batch-64 sampler step,
 a 256-request scheduler step, and a 128-token prefill plus a decode step of the default model (through
-the AMX kernels where the CPU has them, else the f32 kernels). Any sanitizer report, or any exit other
+the AMX kernels where the CPU has them, else the f32 kernels), as loaded by default and with dtype
+"bfloat16". Any sanitizer report, or any exit other
 than 0, fails the test. About 4 minutes of build on 2 cores the first time; skipped where cmake is
 missing.
 """
@@ -20,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "asan-ci"
 COMPONENTS = "util;model;kernels;tokenizer;sampling;cache;scheduler;engine"
-WORKLOADS = ["encode_1mb", "sampler_b64", "scheduler_256", "prefill_128", "decode_1"]
+WORKLOADS = ["encode_1mb", "sampler_b64", "scheduler_256", "prefill_128", "decode_1", "bf16_model"]
 
 
 @pytest.fixture(scope="module")

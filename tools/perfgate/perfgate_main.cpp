@@ -1,7 +1,7 @@
 // ossa_perfgate: runs workloads of the callgrind regression gate (tools/perfgate/perfgate.py).
 //
 //   ossa_perfgate <model.gguf> <workload>...
-//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1
+//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1 (gated), bf16_model (not)
 //
 // Setup (loading the model, building inputs, warm-up calls that size scratch buffers) runs outside the
 // measured regions. Each region is bracketed by callgrind client requests: with
@@ -205,9 +205,12 @@ Batch make_batch(const std::vector<int32_t>& tokens, int start, int context, int
 
 // prefill_128: the first forward of a fresh runner over a 128-token prompt; decode_1: the next token
 // (context 129). Either or both; the prefill runs (unmeasured) when only decode_1 is asked for.
-void run_model(const std::string& model_path, bool prefill, bool decode, std::vector<std::string>& lines) {
+// bf16: the same two steps on the model loaded with dtype "bfloat16" (workload bf16_model: not
+// gated, for the sanitizer run; its lines report the two argmaxes).
+void run_model(const std::string& model_path, bool prefill, bool decode, std::vector<std::string>& lines,
+               bool bf16 = false) {
   constexpr int prompt_len = 128, block_size = 16;
-  std::shared_ptr<Model> model = load_model(model_path);
+  std::shared_ptr<Model> model = load_model(model_path, bf16 ? "bfloat16" : "auto");
   const int vocab = model->config.n_vocab;
   ModelRunner runner(model, 16, block_size, prompt_len);
   std::vector<int32_t> prompt;
@@ -220,6 +223,13 @@ void run_model(const std::string& model_path, bool prefill, bool decode, std::ve
     return best;
   };
   const Batch first = make_batch(prompt, 0, prompt_len, block_size);
+  if (bf16) {
+    runner.forward(first, logits.data());
+    const int a = argmax();
+    runner.forward(make_batch({42}, prompt_len, prompt_len + 1, block_size), logits.data());
+    lines.push_back("workload=bf16_model result=" + std::to_string(a) + "," + std::to_string(argmax()));
+    return;
+  }
   if (prefill) {
     measured_region("prefill_128", [&] { runner.forward(first, logits.data()); });
     lines.push_back("workload=prefill_128 result=" + std::to_string(argmax()));
@@ -237,7 +247,7 @@ void run_model(const std::string& model_path, bool prefill, bool decode, std::ve
 
 int main(int argc, char** argv) {
   const std::vector<std::string> known = {"encode_1mb", "sampler_b64", "scheduler_256", "prefill_128",
-                                          "decode_1"};
+                                          "decode_1",   "bf16_model"};
   if (argc < 3) {
     std::fprintf(stderr, "usage: ossa_perfgate <model.gguf> <workload>...\nworkloads:");
     for (const std::string& w : known) std::fprintf(stderr, " %s", w.c_str());
@@ -269,12 +279,13 @@ int main(int argc, char** argv) {
       } else if (w == "scheduler_256") {
         result = run_scheduler(checksum);
       } else {
-        continue;  // the model workloads run together below
+        continue;  // the model workloads run below
       }
       lines.push_back("workload=" + w + " result=" + std::to_string(result) +
                       " checksum=" + std::to_string(checksum));
     }
     if (wants("prefill_128") || wants("decode_1")) run_model(model_path, wants("prefill_128"), wants("decode_1"), lines);
+    if (wants("bf16_model")) run_model(model_path, true, true, lines, true);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ossa_perfgate: %s\n", e.what());
     return 1;
