@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -162,11 +161,8 @@ def test_cli_generate_with_dtype(llm_bf16: LLM) -> None:
 def test_bf16_server_concurrent_streams_equal_solo_runs(default_model_path: str) -> None:
     """The OpenAI server on a bfloat16 engine: 16 concurrent seeded streams equal their solo runs,
     and the KV cache is empty afterwards."""
-    import asyncio
-
-    import httpx
     import openai
-    from server_thread import ServerThread
+    from server_thread import ServerThread, concurrent_streams, wait_idle
 
     from ossa.async_engine import AsyncEngine
     from ossa.server.app import create_app
@@ -181,27 +177,5 @@ def test_bf16_server_concurrent_streams_equal_solo_runs(default_model_path: str)
         solo = [
             client.completions.create(prompt=p, seed=i, **kw).choices[0].text for i, p in enumerate(prompts)
         ]
-
-        async def run() -> list[str]:
-            aclient = openai.AsyncOpenAI(
-                base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
-            )
-
-            async def one(i: int) -> str:
-                stream = await aclient.completions.create(prompt=prompts[i], seed=i, stream=True, **kw)
-                return "".join([c.choices[0].text async for c in stream])
-
-            try:
-                return await asyncio.gather(*[one(i) for i in range(16)])
-            finally:
-                await aclient.close()
-
-        assert asyncio.run(run()) == solo
-        for _ in range(200):
-            text = httpx.get(server.url + "/metrics").text
-            usage = [line for line in text.splitlines() if line.startswith("ossa:kv_cache_usage_perc")]
-            if usage and float(usage[0].rsplit(" ", 1)[1]) == 0.0:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("KV blocks still in use after every stream finished")
+        assert concurrent_streams(server, prompts, **kw) == solo
+        assert wait_idle(server)["ossa:kv_cache_usage_perc"] == 0.0

@@ -146,10 +146,10 @@ def test_matmul_rejects_bad_shapes() -> None:
 
 
 def bf16(a: np.ndarray) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16 (ties to even), as float64."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    r = (u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
-    return r.astype(np.uint32).view(np.float32).astype(np.float64)
+    """float32 values rounded to the nearest bfloat16 (ties to even; the twin's rounding), as float64."""
+    from ossa.reference.model import _bf16
+
+    return _bf16(a).astype(np.float64)
 
 
 def run_bf16(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray) -> np.ndarray:

@@ -7,16 +7,14 @@ seed == seed) and against the engine's own counters in /metrics.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from server_thread import ServerThread
+from server_thread import ServerThread, concurrent_streams, metrics, wait_idle
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,26 +36,6 @@ def server(default_model_path: str) -> Iterator[ServerThread]:
 @pytest.fixture(scope="module")
 def client(server: ServerThread) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def metrics(server: ServerThread) -> dict[str, float]:
-    out = {}
-    for line in httpx.get(server.url + "/metrics").text.splitlines():
-        if line.startswith("ossa:") and "{" in line:
-            name, value = line.rsplit(" ", 1)
-            out[name.split("{")[0]] = float(value)
-    return out
-
-
-def wait_idle(server: ServerThread, timeout_s: float = 60) -> dict[str, float]:
-    """Polls /metrics until nothing runs or waits (a deadline against hangs, not a timing check)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        m = metrics(server)
-        if m["ossa:num_requests_running"] == 0 and m["ossa:num_requests_waiting"] == 0:
-            return m
-        assert time.monotonic() < deadline, f"requests still active: {m}"
-        time.sleep(0.05)
 
 
 def test_models_health_version_tokenize(server: ServerThread, client: openai.OpenAI) -> None:
@@ -228,22 +206,7 @@ def test_64_concurrent_streams_equal_solo_runs(server: ServerThread, client: ope
     prompts = [f"Item {i}: the" for i in range(64)]
     kw: dict[str, Any] = dict(model=MODEL, max_tokens=4, temperature=0.9)
     solo = [client.completions.create(prompt=p, seed=i, **kw).choices[0].text for i, p in enumerate(prompts)]
-
-    async def run() -> list[str]:
-        aclient = openai.AsyncOpenAI(
-            base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
-        )
-
-        async def one(i: int) -> str:
-            stream = await aclient.completions.create(prompt=prompts[i], seed=i, stream=True, **kw)
-            return "".join([c.choices[0].text async for c in stream])
-
-        try:
-            return await asyncio.gather(*[one(i) for i in range(64)])
-        finally:
-            await aclient.close()
-
-    assert asyncio.run(run()) == solo
+    assert concurrent_streams(server, prompts, **kw) == solo
     m = wait_idle(server)
     assert m["ossa:kv_cache_usage_perc"] == 0.0
     assert m["ossa:time_to_first_token_seconds_count"] >= 128

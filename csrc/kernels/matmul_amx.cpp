@@ -156,12 +156,13 @@ inline void build_b(const uint8_t* blk, uint16_t* out) {
 }
 
 // Loaded at the start of every call and released at its end: other code on the same thread (oneDNN
-// inside torch, for one) may configure or release the tiles in between.
-void load_tile_config_rows(int rows) {
+// inside torch, for one) may configure or release the tiles in between. Tiles first_b..7 are B
+// tiles (always 16 pairs), the others A and C tiles of `rows` rows.
+void load_tile_config(int rows, int first_b) {
   TileConfig c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= 5 ? 16 : rows);  // tiles 5-7 are B: always 16 pairs
+    c.rows[t] = static_cast<uint8_t>(t >= first_b ? 16 : rows);
   }
   _tile_loadconfig(&c);
 }
@@ -277,7 +278,7 @@ void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begi
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
   const size_t need = static_cast<size_t>(k_groups * nb * 512);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  load_tile_config_rows(mr);
+  load_tile_config(mr, 5);  // tiles 5-7: B
   // One row block (decode): a group at a time measures faster; more rows: three groups share
   // each activation tile load. The results are the same either way.
   const int64_t groups = r_end - r_begin <= 16 ? 1 : k_groups;
@@ -338,7 +339,7 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
                   int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  load_tile_config_rows(mr);
+  load_tile_config(mr, 5);  // tiles 5-7: B
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
     switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
       case 1: bf16_groups<1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
@@ -353,20 +354,11 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
 //
 // The weights were dequantized and rounded to bf16 at load (amx_repack_bf16_rounded: the BF16 tile
 // layout above), the activations are rounded to bf16 (amx_round_rows, or written so by the op that
-// produced them: one tile per 16 rows and 32 columns), and C accumulates over the whole row: C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is
-// vLLM-CPU's numerics and one tile product per 16 x 16 x 32 step instead of two plus f32 scaling.
+// produced them: one tile per 16 rows and 32 columns), and C accumulates over the whole row:
+// C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is vLLM-CPU's numerics and one tile product per 16 x 16 x 32 step instead of two plus f32 scaling.
 // Two 16-row activation blocks (A tiles 4, 5) times two 16-row weight groups (B tiles 6, 7) into
 // four C tiles (0-3): each loaded tile feeds two products. Rows of C are activation rows, so a full
 // C tile is stored straight into y.
-void load_tile_config_bf16c(int rows) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= 6 ? 16 : rows);  // tiles 6-7 are B: always 16 pairs
-  }
-  _tile_loadconfig(&c);
-}
-
 template <int R, int G>
 void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int64_t m0, int64_t r_end, float* y,
                  int64_t ldy, int64_t o0, int64_t o_end, bool stream, const float* y_next, int next_rows,
@@ -438,7 +430,7 @@ void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  load_tile_config_bf16c(mr);
+  load_tile_config(mr, 6);  // tiles 6-7: B
   const bool stream = r_end - r_begin <= 16;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 32) {
     const uint16_t* wg = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16) * nb * 512;

@@ -141,7 +141,7 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
                      std::initializer_list<const TensorView*> weights) {
   const ModelConfig& c = s.model->config;
   const int64_t E = c.n_embd;
-  bool tiles = !s.norm_tiles.empty() && E % 32 == 0;
+  bool tiles = !s.norm_tiles.empty();  // taking tiles implies rows of whole 32-value steps
   for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
   if (!tiles) {
     per_token(n, threads, [&](int t) { rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E); });

@@ -30,7 +30,8 @@ struct Storage {
   std::vector<std::shared_ptr<GGUFFile>> gguf;
   std::vector<std::shared_ptr<SafetensorsFile>> safetensors;
   std::vector<std::vector<float>> buffers;
-  std::vector<AlignedVector<uint8_t>> packed;  // weights repacked for the AMX kernels (tile rows on cache lines)
+  // Weights repacked for the AMX kernels (tile rows on cache lines), or dtype bfloat16's copies.
+  std::vector<AlignedVector<uint8_t>> packed;
   std::map<std::string, TensorView> canonical;  // "layers.0.wq" -> view used by the forward pass
 };
 

@@ -218,11 +218,16 @@ _DTYPES = {
 }
 
 
+def _named(option: str, names: dict[str, str], name: str) -> str:
+    """What `name` means in the table `names` of an option; ValueError listing the names if unknown."""
+    if name not in names:
+        raise ValueError(f"{option} must be one of {sorted(names)}, got {name!r}")
+    return names[name]
+
+
 def dtype_of(name: str) -> str:
     """The compute precision ("float32" or "bfloat16") a ``dtype`` name means; ValueError if unknown."""
-    if name not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {name!r}")
-    return _DTYPES[name]
+    return _named("dtype", _DTYPES, name)
 
 
 def load_model(path_or_name: str | os.PathLike[str] | None = None, dtype: str = "auto") -> Model:
@@ -251,9 +256,7 @@ _KV_CACHE_DTYPES = {
 
 def kv_cache_dtype_of(name: str) -> str:
     """The element type ("float16" or "float32") a ``kv_cache_dtype`` name means; ValueError if unknown."""
-    if name not in _KV_CACHE_DTYPES:
-        raise ValueError(f"kv_cache_dtype must be one of {sorted(_KV_CACHE_DTYPES)}, got {name!r}")
-    return _KV_CACHE_DTYPES[name]
+    return _named("kv_cache_dtype", _KV_CACHE_DTYPES, name)
 
 
 def kv_bytes_per_token(model: Model, dtype: str) -> int:
