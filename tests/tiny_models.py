@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral")
 
 
 def make_hf_model(
@@ -38,11 +38,13 @@ def make_hf_model(
     rope_theta: float = 10000.0,
     max_position_embeddings: int = 512,
     rms_norm_eps: float = 1e-6,
+    **extra: Any,
 ) -> str:
     """Write a random ``arch`` model to ``out_dir`` (config.json + model.safetensors); return the path.
 
     ``rope_scaling`` is e.g. ``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}``.
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}``. ``extra`` goes to the config
+    as is (e.g. ``num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40`` for the MoE archs).
     """
     import torch
     import transformers
@@ -59,6 +61,7 @@ def make_hf_model(
         tie_word_embeddings=tie,
         max_position_embeddings=max_position_embeddings,
         rms_norm_eps=rms_norm_eps,
+        **extra,
     )
     if head_dim is not None:
         kwargs["head_dim"] = head_dim
@@ -73,8 +76,11 @@ def make_hf_model(
         "qwen2": transformers.Qwen2Config,
         "qwen3": transformers.Qwen3Config,
         "mistral": transformers.MistralConfig,
+        "qwen3_moe": transformers.Qwen3MoeConfig,
+        "qwen2_moe": transformers.Qwen2MoeConfig,
+        "mixtral": transformers.MixtralConfig,
     }[arch]
-    if arch == "mistral":
+    if arch in ("mistral", "mixtral"):
         kwargs["sliding_window"] = None
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
@@ -89,7 +95,7 @@ def make_hf_model(
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=gen))
             else:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
     if tie:
         model.tie_weights()
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
@@ -155,12 +161,19 @@ def _read_hf_tensors(hf_dir: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str], ftype: str = "F32") -> str:
+def hf_to_gguf(
+    hf_dir: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    ftype: str = "F32",
+    split_experts: bool = False,
+) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
     ``ftype`` ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1") applies to every 2-D weight, token_embd
     included; 1-D tensors (norms, biases) stay F32. A matrix whose row length is not a multiple of the
-    quantization block falls back to F16, as llama.cpp does.
+    quantization block falls back to F16, as llama.cpp does. MoE models: experts stacked into
+    llama.cpp's 3-D ``ffn_*_exps`` tensors (``split_experts``: one 2-D tensor per expert, as older
+    Mixtral conversions), routers kept F32.
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -168,7 +181,10 @@ def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str],
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
-    arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[model_type]
+    arch = {
+        "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+        "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama",
+    }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
@@ -205,6 +221,8 @@ def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str],
         writer.add_float32(f"{arch}.rope.scaling.high_freq_factor", float(scaling["high_freq_factor"]))
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
     writer.add_tokenizer_model("gpt2")
+    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
+        _add_moe_keys(writer, arch, cfg)
 
     qtype = {
         "F32": QT.F32,
@@ -217,15 +235,15 @@ def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str],
     tensors = _read_hf_tensors(hf_dir)
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
-    for hf_name in sorted(tensors):
-        w = tensors[hf_name]
-        name = _gguf_name(hf_name)
+    moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
+    named = {**{_gguf_name(n): tensors[n] for n in sorted(tensors)}, **moe}
+    for name, w in named.items():
         if arch == "llama" and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
         elif arch == "llama" and name.endswith("attn_k.weight"):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
-        t = qtype if w.ndim == 2 else QT.F32
+        t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32
         if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
             t = QT.F16
         if t == QT.F32:
@@ -240,3 +258,51 @@ def hf_to_gguf(hf_dir: str | os.PathLike[str], out_path: str | os.PathLike[str],
     writer.write_tensors_to_file()
     writer.close()
     return str(out_path)
+
+
+def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:
+    """llama.cpp's MoE keys; expert_weights_norm only where norm_topk_prob differs from what llama.cpp
+    assumes for the architecture (renormalised for Qwen3-MoE and Mixtral, not for Qwen2-MoE)."""
+    writer.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    if arch == "llama":  # Mixtral
+        return
+    writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if arch == "qwen2moe":
+        writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    norm = bool(cfg.get("norm_topk_prob"))
+    if norm != (arch != "qwen2moe"):
+        writer.add_bool(f"{arch}.expert_weights_norm", norm)
+
+
+def _moe_tensors(tensors: dict[str, np.ndarray], n_layer: int, split: bool) -> dict[str, np.ndarray]:
+    """Pops the MoE tensors of an HF state dict; returns them under their GGUF names, experts stacked
+    into [n_expert, rows, cols] (``split``: one tensor per expert)."""
+    out: dict[str, np.ndarray] = {}
+    stems = {
+        "gate_proj": "gate",
+        "up_proj": "up",
+        "down_proj": "down",
+        "w1": "gate",
+        "w3": "up",
+        "w2": "down",
+    }
+    for i in range(n_layer):
+        for block in ("mlp", "block_sparse_moe"):
+            p = f"model.layers.{i}.{block}."
+            if p + "gate.weight" not in tensors:
+                continue
+            out[f"blk.{i}.ffn_gate_inp.weight"] = tensors.pop(p + "gate.weight")
+            for hf, stem in stems.items():
+                experts = []
+                while f"{p}experts.{len(experts)}.{hf}.weight" in tensors:
+                    experts.append(tensors.pop(f"{p}experts.{len(experts)}.{hf}.weight"))
+                if experts and split:
+                    out.update({f"blk.{i}.ffn_{stem}.{e}.weight": w for e, w in enumerate(experts)})
+                elif experts:
+                    out[f"blk.{i}.ffn_{stem}_exps.weight"] = np.stack(experts)
+                if p + f"shared_expert.{hf}.weight" in tensors:
+                    out[f"blk.{i}.ffn_{stem}_shexp.weight"] = tensors.pop(p + f"shared_expert.{hf}.weight")
+            if p + "shared_expert_gate.weight" in tensors:
+                out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = tensors.pop(p + "shared_expert_gate.weight")
+    return out

@@ -91,6 +91,16 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["qkv_bias"] = c.qkv_bias;
   d["qk_norm"] = c.qk_norm;
   d["tied_embeddings"] = c.tied_embeddings;
+  nb::dict moe;
+  moe["n_expert"] = c.moe.n_expert;
+  moe["n_expert_used"] = c.moe.n_expert_used;
+  moe["n_ff_expert"] = c.moe.n_ff_expert;
+  moe["n_ff_shared"] = c.moe.n_ff_shared;
+  moe["norm_topk_prob"] = c.moe.norm_topk_prob;
+  nb::list layers;
+  for (int l : c.moe.layers) layers.append(l);
+  moe["layers"] = layers;
+  d["moe"] = moe;
   return d;
 }
 

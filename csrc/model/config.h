@@ -1,6 +1,7 @@
 #pragma once
 // The shape and hyper-parameters of a Llama-family model, from GGUF metadata or config.json.
 #include <string>
+#include <vector>
 
 namespace ossa {
 
@@ -18,8 +19,21 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// Mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; model/moe.h): in the layers listed, the
+// feed-forward is a router over n_expert experts of which each token uses its n_expert_used best.
+// n_expert == 0 for a dense model.
+struct MoeConfig {
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_expert = 0;          // rows of each expert's gate and up matrices
+  int n_ff_shared = 0;          // Qwen2-MoE's shared expert (0: none)
+  bool norm_topk_prob = false;  // the chosen experts' weights renormalised to sum to 1
+  std::vector<int> layers;      // the MoE layers, ascending (the others are dense)
+  bool is_moe_layer(int layer) const;
+};
+
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "mistral"
+  std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -35,6 +49,7 @@ struct ModelConfig {
   bool qkv_bias = false;         // Qwen2
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;  // output projection shares tok_embd
+  MoeConfig moe;
 };
 
 }  // namespace ossa

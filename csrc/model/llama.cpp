@@ -39,7 +39,7 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   attn.resize(t * q_dim);
   tmp.resize(t * c.n_embd);
   gate.resize(t * c.n_ff);
-  if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].w_down)) {
+  if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].wq)) {
     norm_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_embd)));
     ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_ff)));
   }
@@ -50,6 +50,7 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   cos_sin.resize(t * c.head_dim);
   scores.resize(static_cast<size_t>(max_threads) * k_heads_per_item * n_slots);
   token_seq.resize(t);
+  moe.plan(c, n_tokens_max);
 }
 
 void* ForwardState::k_cache(int layer) const {
@@ -251,6 +252,11 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
     residual(s, L.wo, in, n, threads);
     laps.lap(kWo);
+    if (L.moe.active()) {
+      moe_forward(s, L, n, threads);  // model/moe.cpp
+      laps.lap(kGateUp);
+      continue;
+    }
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
     in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);

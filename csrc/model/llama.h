@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/quant.h"
 #include "model/batch.h"
+#include "model/moe.h"
 #include "model/weights.h"
 #include "util/aligned.h"
 
@@ -30,6 +31,7 @@ struct ForwardState {
   std::vector<float> cos_sin;                            // [max_tokens, head_dim]
   std::vector<float> scores;                             // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                        // [max_tokens]
+  MoeBuffers moe;                                        // MoE layers' buffers (model/moe.h)
 
   void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool, KvType kv_type);
   // Layer `layer`'s K or V cache (elements of kv_type).

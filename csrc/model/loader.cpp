@@ -12,6 +12,7 @@
 #include "kernels/parallel.h"
 #include "model/dequantize.h"
 #include "model/gguf.h"
+#include "model/moe.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "util/aligned.h"
@@ -64,7 +65,9 @@ struct Builder {
       throw ModelError("unsupported tensor type '" + r.type_name + "' for tensor '" + name + "' in '" + path + "'");
     const TensorView& v = r.view;
     const bool vector = rows == 1;
-    if (v.rows != rows || v.cols != cols || (vector && r.n_dims != 1) || (!vector && r.n_dims < 2)) {
+    // A vector may be stored 1-D or as one row (HF's shared_expert_gate is [1, n_embd]).
+    const bool vector_dims = r.n_dims == 1 || (r.n_dims == 2 && v.rows == 1);
+    if (v.rows != rows || v.cols != cols || (vector && !vector_dims) || (!vector && r.n_dims < 2)) {
       std::ostringstream msg;
       msg << "shape mismatch for tensor '" << name << "' in '" << path << "': expected ";
       if (vector) msg << "a vector of " << cols;
@@ -149,10 +152,20 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
     if (b.has(name_of(i, "bo")))
       throw ModelError("tensor '" + name_of(i, "bo") + "' (an attention output bias) is not supported");
     l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
+    if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
     l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
   }
+}
+
+// The router and experts of every MoE layer (model/moe_loader.cpp).
+void build_moe_layers(Model& m, Builder& b, bool gguf) {
+  const TensorSource src{[&](const std::string& name) { return b.has(name); },
+                         [&](const std::string& name, const std::string& canonical, int64_t rows, int64_t cols) {
+                           return b.take(name, canonical, rows, cols);
+                         }};
+  for (int i : m.config.moe.layers) build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
 
 // ---- GGUF -----------------------------------------------------------------------------------
@@ -190,9 +203,10 @@ void load_gguf(Model& m, Storage& st) {
   ModelConfig& c = m.config;
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen3moe" &&
+      arch != "qwen2moe")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path +
-                     "' (ossa supports llama, qwen2, qwen3, mistral)");
+                     "' (ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe)");
   c.arch = arch;
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
@@ -231,10 +245,12 @@ void load_gguf(Model& m, Storage& st) {
   }
   c.rope_style = (arch == "llama" || arch == "mistral") ? RopeStyle::Interleaved : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
-  c.qk_norm = arch == "qwen3";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
   validate_config(c, m.path);
+  read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   build_weights(m, b, gguf_name, "token_embd.weight", "output_norm.weight", "output.weight");
+  build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
 }
@@ -360,11 +376,13 @@ void load_hf(Model& m, Storage& st) {
   }
   static const std::map<std::string, std::string> k_archs = {
       {"llama", "llama"},     {"LlamaForCausalLM", "llama"}, {"qwen2", "qwen2"},     {"Qwen2ForCausalLM", "qwen2"},
-      {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"}};
+      {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"},
+      {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"}, {"qwen2_moe", "qwen2moe"},
+      {"Qwen2MoeForCausalLM", "qwen2moe"}, {"mixtral", "mixtral"}, {"MixtralForCausalLM", "mixtral"}};
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
     throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path +
-                     "' (ossa supports llama, qwen2, qwen3, mistral)");
+                     "' (ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral)");
   c.arch = found->second;
   c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
   c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);
@@ -405,13 +423,15 @@ void load_hf(Model& m, Storage& st) {
   }
   c.rope_style = RopeStyle::Neox;
   if (cfg.boolean("mlp_bias", false)) throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
-  if (c.arch != "qwen2" && cfg.boolean("attention_bias", false))
+  if (c.arch != "qwen2" && c.arch != "qwen2moe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
-  c.qkv_bias = c.arch == "qwen2";
-  c.qk_norm = c.arch == "qwen3";
+  c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true));
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
+  read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b, hf_name, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
+  build_moe_layers(m, b, false);
 }
 
 }  // namespace
@@ -437,8 +457,10 @@ bool Model::uses_amx() const {
 // The matrices the forward pass multiplies (not the embedding lookup's view of a tied output).
 template <class F>
 void for_each_matrix(Model& m, F&& f) {
-  for (LayerWeights& l : m.weights.layers)
+  for (LayerWeights& l : m.weights.layers) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
+    for_each_moe_matrix(l.moe, f);
+  }
   f(m.weights.output);
 }
 

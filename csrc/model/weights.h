@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/moe.h"
 #include "model/tensor.h"
 
 namespace ossa {
@@ -17,7 +18,8 @@ namespace ossa {
 //   attn_norm/ffn_norm 1 x n_embd. Optional ones are empty().
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
-  TensorView ffn_norm, w_gate, w_up, w_down;
+  TensorView ffn_norm, w_gate, w_up, w_down;  // w_gate/w_up/w_down empty in a MoE layer
+  MoeWeights moe;                             // a MoE layer's router and experts (model/moe.h)
 };
 
 struct ModelWeights {

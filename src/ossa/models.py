@@ -135,10 +135,22 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class MoeConfig:
+    """Mixture of experts (mirrors ``ossa::MoeConfig``): n_expert == 0 for a dense model."""
+
+    n_expert: int
+    n_expert_used: int  # experts each token is routed to (top-k)
+    n_ff_expert: int
+    n_ff_shared: int  # Qwen2-MoE's shared expert, 0 if none
+    norm_topk_prob: bool
+    layers: list[int]  # the MoE layers (the others are dense)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
-    arch: str  # "llama", "qwen2", "qwen3", "mistral"
+    arch: str  # "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral"
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -154,11 +166,13 @@ class ModelConfig:
     qkv_bias: bool
     qk_norm: bool
     tied_embeddings: bool
+    moe: MoeConfig
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         values = {f.name: d[f.name] for f in fields(cls)}
         values["rope_scaling"] = RopeScaling(**d["rope_scaling"])
+        values["moe"] = MoeConfig(**d["moe"])
         return cls(**values)
 
 
@@ -302,6 +316,11 @@ def inspect(
         "rope_scaling": c.rope_scaling.type,
         "rope_style": c.rope_style,
         "tied_embeddings": c.tied_embeddings,
+        "n_expert": c.moe.n_expert,
+        "n_expert_used": c.moe.n_expert_used,
+        "n_ff_expert": c.moe.n_ff_expert,
+        "n_ff_shared": c.moe.n_ff_shared,
+        "moe_layers": len(c.moe.layers),
         "n_tensors": len(tensors),
         "n_params": sum(t[2] * t[3] for t in tensors),
         "tensor_types": dict(sorted(type_counts.items())),
@@ -321,6 +340,16 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _experts_line(info: dict[str, Any]) -> list[str]:
+    if not info["n_expert"]:
+        return []
+    shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
+    return [
+        f"experts       {info['n_expert']} of {info['n_ff_expert']} rows, {info['n_expert_used']} used per "
+        f"token, in {info['moe_layers']} of {info['n_layer']} layers{shared}"
+    ]
+
+
 def format_inspect(info: dict[str, Any]) -> str:
     """The text ``ossa inspect`` prints for an :func:`inspect` result."""
     types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
@@ -333,6 +362,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
         f"scaling={info['rope_scaling']}",
         f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}",
+        *_experts_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
         f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",

@@ -14,18 +14,22 @@ from typing import Any
 
 import numpy as np
 
+from . import moe as moe_twin
 from .gguf import read_gguf
 from .safetensors import read_safetensors
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
-    "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings",
+    "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
 )  # fmt: skip
-_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral)"
+_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe)"
+_SUPPORTED_HF = "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral)"
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
+    "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
+    "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -48,7 +52,7 @@ def _f32(x: float) -> float:
 
 def _config(arch: str, **kw: Any) -> dict[str, Any]:
     scaling = kw.pop("rope_scaling", None) or {}
-    cfg: dict[str, Any] = {"arch": arch, **kw}
+    cfg: dict[str, Any] = {"arch": arch, "moe": moe_twin.dense_moe(), **kw}
     cfg["rms_eps"] = _f32(cfg["rms_eps"])
     cfg["rope_theta"] = _f32(cfg["rope_theta"])
     cfg["rope_scaling"] = {
@@ -105,7 +109,9 @@ def _weights(
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"]:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
-        shapes.update(ffn_norm=(1, e), w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
+        shapes.update(ffn_norm=(1, e))
+        if i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
+            shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
     return w
@@ -157,14 +163,17 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved" if arch in ("llama", "mistral") else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings="output.weight" not in g.tensors,
     )
     names = set(g.tensors)
+    cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{_GGUF_LAYER[f]}",
         "token_embd.weight", "output_norm.weight", "output.weight",
     )  # fmt: skip
+    for i in cfg["moe"]["layers"]:
+        moe_twin.gguf_layer_weights(cfg, i, g.tensor, names, w)
     if "rope_freqs.weight" in names:
         w["rope_freqs"] = g.tensor("rope_freqs.weight").reshape(-1)
     return cfg, w
@@ -184,7 +193,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
     if arch not in _HF_ARCHS:
-        raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED}")
+        raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED_HF}")
     arch = _HF_ARCHS[arch]
 
     def get(key: str, default: Any) -> Any:
@@ -221,12 +230,15 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_theta=theta,
         rope_scaling=scaling,
         rope_style="neox",
-        qkv_bias=arch == "qwen2",
-        qk_norm=arch == "qwen3",
+        qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
+        qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
+    cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(
         cfg, lambda n: where[n].tensor(n), set(where), lambda i, f: f"model.layers.{i}.{_HF_LAYER[f]}",
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
+    for i in cfg["moe"]["layers"]:
+        moe_twin.hf_layer_weights(cfg, i, lambda n: where[n].tensor(n), set(where), w)
     return cfg, w

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from . import moe as moe_twin
+
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Scale each row of ``x`` to unit root-mean-square, then by ``weight``.
@@ -116,7 +118,10 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
     """The weights as ``load_model(dtype="bfloat16")`` multiplies them: every matrix (the layers' and
     the output's, not the embedding lookup's) rounded to bf16, ties to even."""
     out = dict(weights)
-    names = [f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES] + ["output"]
+    names = [
+        f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES if f"layers.{i}.{m}" in weights
+    ]
+    names += ["output", *moe_twin.matrix_names(config)]
     for name in names:
         out[name] = _bf16(weights[name])
     return out
@@ -180,6 +185,9 @@ def forward(
         q = apply_rope(q, positions, inv_freq, c["rope_style"])
         k = apply_rope(k, positions, inv_freq, c["rope_style"])
         x = x + q8(attention(q, k, v)) @ w[p + "wo"].T
+        if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
+            x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
+            continue
         h = q8(rms_norm(x, w[p + "ffn_norm"], eps))
         x = x + q8(silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
     return (q8(rms_norm(x, w["output_norm"], eps)) @ w["output"].T).astype(np.float32)

@@ -1,0 +1,187 @@
+// The mixture-of-experts feed-forward (see moe.h for the math and the batch-invariance argument).
+//
+// One pass over up to pass_tokens tokens:
+//
+//   router logits ──> top-k per token ──> count rows per expert ──> group_start (prefix sums)
+//   gather:   in[group_start[e] + i] = h[token]      (the i-th row routed to e, tokens ascending)
+//   experts:  mid = swiglu(in @ gate_e^T, in @ up_e^T), out = mid @ down_e^T   (per expert)
+//   combine:  x[t] += sum_j weight[t, j] * out[row_of[t, j]]  (+ the gated shared expert)
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/parallel.h"
+#include "model/llama.h"
+#include "util/error.h"
+
+namespace ossa {
+
+namespace {
+
+constexpr int k_pass_tokens = 512;  // tokens routed per pass: bounds the grouped buffers
+
+template <class F>
+void per_token(int n, int threads, F&& f) {
+  if (n == 1) return f(0);
+  parallel_for(n, 4, threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) f(static_cast<int>(t));
+  });
+}
+
+// Rows x[n, cols] as the matmul input of `weights`, quantized to 8-bit blocks into q8 when one of
+// them is quantized and core.set_quantized_activations(True) (as the dense layers' prepare does).
+MatmulInput input_for(const float* x, int64_t n, int64_t cols, BlockQ8* q8, int threads,
+                      std::initializer_list<const TensorView*> weights) {
+  MatmulInput in{x, nullptr, n, cols};
+  bool quant = false;
+  if (quantized_activations())
+    for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
+  if (!quant) return in;
+  if (cols % k_qblock != 0)
+    throw ModelError("a quantized weight needs rows that are a multiple of 32");
+  const int64_t nb = cols / k_qblock;
+  per_token(static_cast<int>(n), threads,
+            [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, q8 + r * nb); });
+  in.q8 = q8;
+  return in;
+}
+
+// The chosen experts of one token from its router logits: the k largest logits (equal ones: the
+// lower index first), softmax weights over all experts, renormalised over the chosen ones when
+// asked, then sorted by expert index, the order in which the token sums them.
+void route(const float* logits, int n_expert, int k, bool norm, int32_t* chosen, float* weight) {
+  // Selection by partial insertion: chosen[0..k) holds the best so far, best first.
+  int n_chosen = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    if (n_chosen == k && !(logits[e] > logits[chosen[k - 1]]))
+      continue;  // ties keep the earlier expert
+    int at = n_chosen < k ? n_chosen++ : k - 1;
+    while (at > 0 && logits[e] > logits[chosen[at - 1]]) {
+      chosen[at] = chosen[at - 1];
+      --at;
+    }
+    chosen[at] = e;
+  }
+  float max = logits[0];
+  for (int e = 1; e < n_expert; ++e) max = std::max(max, logits[e]);
+  double sum = 0.0;
+  for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
+  std::sort(chosen, chosen + k);
+  double chosen_sum = 0.0;
+  for (int j = 0; j < k; ++j) {
+    weight[j] = static_cast<float>(std::exp(static_cast<double>(logits[chosen[j]] - max)) / sum);
+    chosen_sum += weight[j];
+  }
+  if (norm)
+    for (int j = 0; j < k; ++j) weight[j] = static_cast<float>(weight[j] / chosen_sum);
+}
+
+float sigmoid(float v) {
+  return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+}
+
+}  // namespace
+
+void MoeBuffers::plan(const ModelConfig& c, int max_tokens) {
+  const MoeConfig& m = c.moe;
+  if (m.n_expert == 0) return;
+  pass_tokens = std::min(max_tokens, k_pass_tokens);
+  const size_t t = static_cast<size_t>(pass_tokens), k = static_cast<size_t>(m.n_expert_used);
+  const size_t E = static_cast<size_t>(c.n_embd), F = static_cast<size_t>(m.n_ff_expert);
+  const size_t S = static_cast<size_t>(m.n_ff_shared);
+  logits.resize(t * static_cast<size_t>(m.n_expert));
+  chosen.resize(t * k);
+  weight.resize(t * k);
+  row_of.resize(t * k);
+  group_start.resize(static_cast<size_t>(m.n_expert) + 1);
+  fill.resize(static_cast<size_t>(m.n_expert) + 1);
+  in.resize(t * k * E);
+  mid.resize(t * k * F);
+  out.resize(t * k * E);
+  in_q8.resize(t * k * ((E + k_qblock - 1) / k_qblock));
+  mid_q8.resize(t * k * ((std::max(F, S) + k_qblock - 1) / k_qblock));
+  if (S > 0) {
+    shared_mid.resize(t * S);
+    shared_out.resize(t * E);
+    shared_gate.resize(t);
+  }
+}
+
+void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
+  const ModelConfig& c = s.model->config;
+  const MoeConfig& mc = c.moe;
+  const MoeWeights& W = L.moe;
+  MoeBuffers& b = s.moe;
+  const int64_t E = c.n_embd, F = mc.n_ff_expert, S = mc.n_ff_shared;
+  const int k = mc.n_expert_used, n_expert = mc.n_expert;
+  const float* norm_w = reinterpret_cast<const float*>(L.ffn_norm.data);
+  per_token(n, threads, [&](int t) {
+    rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
+  });
+
+  for (int base = 0; base < n; base += b.pass_tokens) {
+    const int m = std::min(b.pass_tokens, n - base);
+    const float* h = s.h.data() + static_cast<int64_t>(base) * E;
+    // Routing: exact f32 products (the router is never repacked, its input never rounded).
+    matmul(W.router, MatmulInput{h, nullptr, m, E}, b.logits.data(), n_expert);
+    per_token(m, threads, [&](int t) {
+      route(b.logits.data() + static_cast<int64_t>(t) * n_expert, n_expert, k, mc.norm_topk_prob,
+            b.chosen.data() + t * k, b.weight.data() + t * k);
+    });
+    // Group the (token, j) pairs by expert, tokens ascending within each expert.
+    std::fill(b.group_start.begin(), b.group_start.end(), 0);
+    for (int i = 0; i < m * k; ++i) ++b.group_start[b.chosen[i] + 1];
+    for (int e = 0; e < n_expert; ++e) b.group_start[e + 1] += b.group_start[e];
+    std::copy(b.group_start.begin(), b.group_start.end(), b.fill.begin());
+    for (int i = 0; i < m * k; ++i) b.row_of[i] = b.fill[b.chosen[i]]++;
+    per_token(m, threads, [&](int t) {
+      for (int j = 0; j < k; ++j)
+        std::memcpy(b.in.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E,
+                    h + static_cast<int64_t>(t) * E, static_cast<size_t>(E) * sizeof(float));
+    });
+    for (int e = 0; e < n_expert; ++e) {
+      const int64_t r0 = b.group_start[e], rows = b.group_start[e + 1] - r0;
+      if (rows == 0) continue;
+      const ExpertWeights& x = W.experts[e];
+      const MatmulInput in =
+          input_for(b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
+                    {&x.w_gate, &x.w_up});
+      float* mid = b.mid.data() + r0 * F;
+      matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
+      const MatmulInput in_mid =
+          input_for(mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
+      matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
+    }
+    if (S > 0) {
+      const ExpertWeights& x = W.shared;
+      const MatmulInput in = input_for(h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
+      matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
+      const MatmulInput in_mid =
+          input_for(b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
+      matmul(x.w_down, in_mid, b.shared_out.data(), E);
+      matmul(W.shared_gate_inp, MatmulInput{h, nullptr, m, E}, b.shared_gate.data(), 1);
+    }
+    per_token(m, threads, [&](int t) {
+      thread_local AlignedVector<float> acc;
+      if (static_cast<int64_t>(acc.size()) < E) acc.assign(static_cast<size_t>(E), 0.0f);
+      std::fill(acc.begin(), acc.begin() + E, 0.0f);
+      for (int j = 0; j < k; ++j) {
+        const float w = b.weight[t * k + j];
+        const float* o = b.out.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E;
+        for (int64_t i = 0; i < E; ++i) acc[i] += w * o[i];
+      }
+      if (S > 0) {
+        const float g = sigmoid(b.shared_gate[t]);
+        const float* o = b.shared_out.data() + static_cast<int64_t>(t) * E;
+        for (int64_t i = 0; i < E; ++i) acc[i] += g * o[i];
+      }
+      add_row(s.x.data() + static_cast<int64_t>(base + t) * E, acc.data(), E);
+    });
+  }
+}
+
+}  // namespace ossa

@@ -1,0 +1,218 @@
+// Loading mixture-of-experts layers: config keys and expert weights from GGUF files and HF folders.
+//
+// GGUF (llama.cpp's converter): per layer blk.N.ffn_gate_inp.weight (router, n_expert x n_embd) and
+// the experts stacked in 3-D tensors, sliced here into one view per expert:
+//
+//   ffn_gate_exps / ffn_up_exps  ne = [n_embd, n_ff, n_expert]   expert e: rows [e*n_ff,
+//   (e+1)*n_ff) ffn_down_exps                ne = [n_ff, n_embd, n_expert]   expert e: rows
+//   [e*n_embd, (e+1)*n_embd) ffn_gate_up_exps (fused)     ne = [n_embd, 2*n_ff, n_expert] gate then
+//   up within each expert
+//
+// (older Mixtral files: one 2-D tensor per expert, blk.N.ffn_gate.E.weight), plus Qwen2-MoE's
+// shared expert blk.N.ffn_{gate,up,down}_shexp.weight and its gate blk.N.ffn_gate_inp_shexp.weight.
+// HF folders: model.layers.N.mlp.gate.weight and mlp.experts.E.{gate,up,down}_proj.weight (Qwen),
+// block_sparse_moe.gate.weight and block_sparse_moe.experts.E.w{1,3,2}.weight (Mixtral).
+#include <algorithm>
+#include <string>
+
+#include "model/gguf.h"
+#include "model/moe.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace ossa {
+
+bool MoeConfig::is_moe_layer(int layer) const {
+  return std::binary_search(layers.begin(), layers.end(), layer);
+}
+
+namespace {
+
+constexpr int64_t k_max_experts = 4096;
+
+void validate_moe(ModelConfig& c, const std::string& path) {
+  MoeConfig& m = c.moe;
+  if (m.n_expert == 0) {
+    m = MoeConfig{};
+    return;
+  }
+  auto fail = [&](const std::string& what) { throw ModelError(what + " in '" + path + "'"); };
+  if (m.n_expert < 0 || m.n_expert > k_max_experts)
+    fail("invalid expert count " + std::to_string(m.n_expert));
+  if (m.n_expert_used < 1 || m.n_expert_used > m.n_expert)
+    fail("experts used per token " + std::to_string(m.n_expert_used) + " is not within 1.." +
+         std::to_string(m.n_expert));
+  if (m.n_ff_expert <= 0 || m.n_ff_expert > (1 << 30))
+    fail("invalid expert feed-forward size " + std::to_string(m.n_ff_expert));
+  if (m.n_ff_shared < 0 || m.n_ff_shared > (1 << 30))
+    fail("invalid shared expert size " + std::to_string(m.n_ff_shared));
+  if (m.layers.empty()) fail("a mixture-of-experts model without expert layers");
+}
+
+// A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
+// starting at row `first` within each expert's block of `stride` rows.
+TensorView expert_slice(const TensorView& all, int64_t e, int64_t stride, int64_t first,
+                        int64_t rows) {
+  TensorView v = all;
+  v.rows = rows;
+  v.data = all.data + static_cast<size_t>(e * stride + first) * all.row_bytes;
+  return v;
+}
+
+}  // namespace
+
+void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
+                          const std::function<bool(const std::string&)>& has,
+                          const std::string& path) {
+  const std::string k = c.arch + ".";
+  MoeConfig& m = c.moe;
+  m.n_expert = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
+  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe") && m.n_expert == 0)
+    throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
+  if (m.n_expert == 0) return;
+  m.n_expert_used = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "expert_used_count", 0), -1, k_max_experts + 1));
+  m.n_ff_expert = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "expert_feed_forward_length", c.n_ff), -1, 1 << 30));
+  if (c.arch == "qwen2moe")
+    m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
+        g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
+  // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
+  m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", c.arch != "qwen2moe");
+  const int64_t gating = g.get_int(k + "expert_gating_func", 1);
+  if (gating != 0 && gating != 1)
+    throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
+                     "' is not supported (only softmax)");
+  for (int i = 0; i < c.n_layer; ++i)
+    if (has("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) m.layers.push_back(i);
+  validate_moe(c, path);
+}
+
+void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
+  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral") return;
+  auto integer = [&](const char* key, int64_t dflt) -> int64_t {
+    const JsonValue* v = cfg.get(key);
+    if (v == nullptr || v->is_null()) return dflt;
+    if (!v->is_number() || !v->is_integer)
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be an integer");
+    return std::clamp<int64_t>(v->integer, -1, int64_t{1} << 30);
+  };
+  auto boolean = [&](const char* key, bool dflt) {
+    const JsonValue* v = cfg.get(key);
+    if (v == nullptr || v->is_null()) return dflt;
+    if (v->kind != JsonValue::Kind::Bool)
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be true or false");
+    return v->boolean;
+  };
+  MoeConfig& m = c.moe;
+  // Defaults: transformers' own for each config class.
+  if (c.arch == "mixtral") {
+    m.n_expert = static_cast<int>(integer("num_local_experts", 8));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = c.n_ff;
+    m.norm_topk_prob = true;
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else {
+    const bool q3 = c.arch == "qwen3moe";
+    // transformers 5 writes num_local_experts for Qwen-MoE too; the Hub's files say num_experts.
+    m.n_expert =
+        static_cast<int>(integer("num_experts", integer("num_local_experts", q3 ? 128 : 60)));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", q3 ? 8 : 4));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", q3 ? 768 : 1408));
+    if (!q3) m.n_ff_shared = static_cast<int>(integer("shared_expert_intermediate_size", 5632));
+    m.norm_topk_prob = boolean("norm_topk_prob", false);
+    const int64_t step = integer("decoder_sparse_step", 1);
+    if (step < 1) throw ModelError("config 'decoder_sparse_step' in '" + path + "' must be >= 1");
+    std::vector<int64_t> dense;
+    if (const JsonValue* v = cfg.get("mlp_only_layers"); v != nullptr && !v->is_null()) {
+      if (!v->is_array())
+        throw ModelError("config 'mlp_only_layers' in '" + path + "' must be a list");
+      for (const JsonValue& e : v->array) {
+        if (!e.is_number() || !e.is_integer)
+          throw ModelError("config 'mlp_only_layers' in '" + path + "' must hold layer indices");
+        dense.push_back(e.integer);
+      }
+    }
+    // transformers: a layer is sparse when not in mlp_only_layers and (i + 1) % step == 0.
+    if (m.n_expert > 0)
+      for (int i = 0; i < c.n_layer; ++i)
+        if (std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0)
+          m.layers.push_back(i);
+  }
+  validate_moe(c, path);
+}
+
+void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSource& src,
+                     MoeWeights& out) {
+  const MoeConfig& m = c.moe;
+  const int64_t E = c.n_embd, F = m.n_ff_expert, n = m.n_expert;
+  const std::string l = std::to_string(layer);
+  const std::string canon = "layers." + l + ".";
+  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
+  if (gguf) {
+    const std::string p = "blk." + l + ".";
+    out.router = src.take(p + "ffn_gate_inp.weight", canon + "router", n, E);
+    if (src.has(p + "ffn_gate_up_exps.weight")) {
+      const TensorView gu =
+          src.take(p + "ffn_gate_up_exps.weight", canon + "gate_up_exps", n * 2 * F, E);
+      for (int64_t e = 0; e < n; ++e) {
+        out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
+        out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
+      }
+    } else if (src.has(p + "ffn_gate_exps.weight") || !src.has(p + "ffn_gate.0.weight")) {
+      const TensorView g = src.take(p + "ffn_gate_exps.weight", canon + "gate_exps", n * F, E);
+      const TensorView u = src.take(p + "ffn_up_exps.weight", canon + "up_exps", n * F, E);
+      for (int64_t e = 0; e < n; ++e) {
+        out.experts[e].w_gate = expert_slice(g, e, F, 0, F);
+        out.experts[e].w_up = expert_slice(u, e, F, 0, F);
+      }
+    }
+    if (src.has(p + "ffn_down_exps.weight") || !src.has(p + "ffn_down.0.weight")) {
+      const TensorView d = src.take(p + "ffn_down_exps.weight", canon + "down_exps", n * E, F);
+      for (int64_t e = 0; e < n; ++e) out.experts[e].w_down = expert_slice(d, e, E, 0, E);
+    }
+    // Older Mixtral conversions: one 2-D tensor per expert.
+    for (int64_t e = 0; e < n; ++e) {
+      ExpertWeights& x = out.experts[e];
+      const std::string idx = std::to_string(e);
+      const std::string s = std::string(".").append(idx).append(".weight"),
+                        ce = canon + "experts." + idx + ".";
+      if (x.w_gate.empty()) x.w_gate = src.take(p + "ffn_gate" + s, ce + "w_gate", F, E);
+      if (x.w_up.empty()) x.w_up = src.take(p + "ffn_up" + s, ce + "w_up", F, E);
+      if (x.w_down.empty()) x.w_down = src.take(p + "ffn_down" + s, ce + "w_down", E, F);
+    }
+    if (m.n_ff_shared > 0) {
+      const int64_t S = m.n_ff_shared;
+      out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
+      out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
+      out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
+      out.shared_gate_inp =
+          src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
+    }
+    return;
+  }
+  const bool mixtral = c.arch == "mixtral";
+  const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
+  out.router = src.take(p + "gate.weight", canon + "router", n, E);
+  for (int64_t e = 0; e < n; ++e) {
+    ExpertWeights& x = out.experts[e];
+    const std::string pe = p + "experts." + std::to_string(e) + ".",
+                      ce = canon + "experts." + std::to_string(e) + ".";
+    x.w_gate = src.take(pe + (mixtral ? "w1.weight" : "gate_proj.weight"), ce + "w_gate", F, E);
+    x.w_up = src.take(pe + (mixtral ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
+    x.w_down = src.take(pe + (mixtral ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
+  }
+  if (m.n_ff_shared > 0) {
+    const int64_t S = m.n_ff_shared;
+    out.shared.w_gate =
+        src.take(p + "shared_expert.gate_proj.weight", canon + "shared.w_gate", S, E);
+    out.shared.w_up = src.take(p + "shared_expert.up_proj.weight", canon + "shared.w_up", S, E);
+    out.shared.w_down =
+        src.take(p + "shared_expert.down_proj.weight", canon + "shared.w_down", E, S);
+    out.shared_gate_inp =
+        src.take(p + "shared_expert_gate.weight", canon + "shared_gate_inp", 1, E);
+  }
+}
+
+}  // namespace ossa

@@ -1,0 +1,230 @@
+"""Mixture-of-experts feed-forward (Qwen3-MoE, Qwen2-MoE, Mixtral) in NumPy: config, weights, forward.
+
+The twin of ``csrc/model/moe.h`` / ``moe.cpp`` / ``moe_loader.cpp``. In a MoE layer each token's
+feed-forward is a weighted sum of a few experts (small SwiGLU networks) chosen by a router::
+
+    p       = softmax(h @ router.T)                       over all n_expert experts
+    chosen  = the n_expert_used largest logits (equal logits: the lower expert index first)
+    w       = p[chosen], divided by its sum when norm_topk_prob
+    out     = sum over chosen experts, in ascending index, of w_e * expert_e(h)
+              + sigmoid(h . shared_gate_inp) * shared(h)     (Qwen2-MoE's shared expert)
+
+Weights use the canonical names of ``MoeWeights``: "layers.{i}.router", "layers.{i}.experts.{e}.w_gate"
+(and w_up, w_down), "layers.{i}.shared.w_gate" (...), "layers.{i}.shared_gate_inp".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral")
+EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
+
+
+def dense_moe() -> dict[str, Any]:
+    """The ``moe`` config entry of a dense model."""
+    return {
+        "n_expert": 0, "n_expert_used": 0, "n_ff_expert": 0, "n_ff_shared": 0,
+        "norm_topk_prob": False, "layers": [],
+    }  # fmt: skip
+
+
+def _validate(moe: dict[str, Any]) -> dict[str, Any]:
+    if moe["n_expert"] == 0:
+        return dense_moe()
+    if not 0 < moe["n_expert"] <= 4096:
+        raise ValueError(f"invalid expert count {moe['n_expert']}")
+    if not 1 <= moe["n_expert_used"] <= moe["n_expert"]:
+        raise ValueError(f"experts used per token {moe['n_expert_used']} is not within 1..{moe['n_expert']}")
+    if moe["n_ff_expert"] <= 0 or moe["n_ff_shared"] < 0:
+        raise ValueError("invalid expert feed-forward size")
+    if not moe["layers"]:
+        raise ValueError("a mixture-of-experts model without expert layers")
+    return moe
+
+
+def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors: Any) -> dict[str, Any]:
+    """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
+    k = arch + "."
+    n_expert = md.get(k + "expert_count", 0)
+    if arch in ("qwen3moe", "qwen2moe") and n_expert == 0:
+        raise ValueError(f"architecture {arch} without {k}expert_count")
+    if n_expert == 0:
+        return dense_moe()
+    if md.get(k + "expert_gating_func", 1) not in (0, 1):
+        raise ValueError("only softmax expert gating is supported")
+    return _validate({
+        "n_expert": n_expert,
+        "n_expert_used": md.get(k + "expert_used_count", 0),
+        "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
+        "n_ff_shared": md.get(k + "expert_shared_feed_forward_length", n_ff) if arch == "qwen2moe" else 0,
+        # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
+        "norm_topk_prob": bool(md.get(k + "expert_weights_norm", arch != "qwen2moe")),
+        "layers": [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors],
+    })  # fmt: skip
+
+
+def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str, Any]:
+    """The ``moe`` entry from a config.json (transformers' defaults where a key is absent)."""
+    if arch not in MOE_ARCHS:
+        return dense_moe()
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    if arch == "mixtral":
+        return _validate({
+            "n_expert": get("num_local_experts", 8), "n_expert_used": get("num_experts_per_tok", 2),
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": True, "layers": list(range(n_layer)),
+        })  # fmt: skip
+    q3 = arch == "qwen3moe"
+    n_expert = get("num_experts", get("num_local_experts", 128 if q3 else 60))  # transformers 5: the latter
+    step = get("decoder_sparse_step", 1)
+    dense = get("mlp_only_layers", [])
+    return _validate({
+        "n_expert": n_expert,
+        "n_expert_used": get("num_experts_per_tok", 8 if q3 else 4),
+        "n_ff_expert": get("moe_intermediate_size", 768 if q3 else 1408),
+        "n_ff_shared": 0 if q3 else get("shared_expert_intermediate_size", 5632),
+        "norm_topk_prob": bool(get("norm_topk_prob", False)),
+        # transformers: a layer is sparse when not in mlp_only_layers and (i + 1) % step == 0.
+        "layers": [i for i in range(n_layer) if n_expert > 0 and i not in dense and (i + 1) % step == 0],
+    })  # fmt: skip
+
+
+def gguf_layer_weights(
+    cfg: dict[str, Any], i: int, get: Callable[[str], np.ndarray], names: set[Any], w: dict[str, np.ndarray]
+) -> None:
+    """Layer i's MoE weights from a GGUF file: 3-D expert stacks (or per-expert 2-D tensors) sliced."""
+    moe, e_dim = cfg["moe"], cfg["n_embd"]
+    n, f, p, c = moe["n_expert"], moe["n_ff_expert"], f"blk.{i}.", f"layers.{i}."
+    w[c + "router"] = _shaped(get(p + "ffn_gate_inp.weight"), n, e_dim)
+    if p + "ffn_gate_up_exps.weight" in names:
+        gate_up = _shaped(get(p + "ffn_gate_up_exps.weight"), n * 2 * f, e_dim).reshape(n, 2 * f, e_dim)
+        stacks = {"w_gate": gate_up[:, :f], "w_up": gate_up[:, f:]}
+    else:
+        stacks = {}
+        for field, name in (("w_gate", "ffn_gate_exps"), ("w_up", "ffn_up_exps")):
+            if p + name + ".weight" in names:
+                stacks[field] = _shaped(get(p + name + ".weight"), n * f, e_dim).reshape(n, f, e_dim)
+    if p + "ffn_down_exps.weight" in names:
+        stacks["w_down"] = _shaped(get(p + "ffn_down_exps.weight"), n * e_dim, f).reshape(n, e_dim, f)
+    per_expert = {
+        "w_gate": ("ffn_gate", f, e_dim),
+        "w_up": ("ffn_up", f, e_dim),
+        "w_down": ("ffn_down", e_dim, f),
+    }
+    for field, (stem, rows, cols) in per_expert.items():
+        for e in range(n):
+            if field in stacks:
+                w[f"{c}experts.{e}.{field}"] = stacks[field][e]
+            else:  # older Mixtral files: one tensor per expert
+                w[f"{c}experts.{e}.{field}"] = _shaped(_need(get, names, f"{p}{stem}.{e}.weight"), rows, cols)
+    if moe["n_ff_shared"]:
+        s = moe["n_ff_shared"]
+        for field, stem, rows, cols in (
+            ("w_gate", "gate", s, e_dim),
+            ("w_up", "up", s, e_dim),
+            ("w_down", "down", e_dim, s),
+        ):
+            w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
+        w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
+
+
+def hf_layer_weights(
+    cfg: dict[str, Any], i: int, get: Callable[[str], np.ndarray], names: set[Any], w: dict[str, np.ndarray]
+) -> None:
+    """Layer i's MoE weights from a HF folder (Qwen's mlp.experts.E.*_proj, Mixtral's w1/w3/w2)."""
+    moe, e_dim, mixtral = cfg["moe"], cfg["n_embd"], cfg["arch"] == "mixtral"
+    n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
+    p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "mlp.")
+    w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
+    stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral else {
+        "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
+    for e in range(n):
+        for field, stem in stems.items():
+            rows, cols = (e_dim, f) if field == "w_down" else (f, e_dim)
+            w[f"{c}experts.{e}.{field}"] = _shaped(
+                _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
+            )
+    if moe["n_ff_shared"]:
+        s = moe["n_ff_shared"]
+        for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+            rows, cols = (e_dim, s) if field == "w_down" else (s, e_dim)
+            w[f"{c}shared.{field}"] = _shaped(
+                _need(get, names, f"{p}shared_expert.{stem}.weight"), rows, cols
+            )
+        w[c + "shared_gate_inp"] = _shaped(
+            _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
+        ).reshape(e_dim)
+
+
+def _need(get: Callable[[str], np.ndarray], names: set[Any], name: str) -> np.ndarray:
+    if name not in names:
+        raise ValueError(f"missing tensor '{name}'")
+    return get(name)
+
+
+def _shaped(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    x = x.reshape(-1, x.shape[-1])
+    if x.shape != (rows, cols):
+        raise ValueError(f"shape mismatch: expected {rows} x {cols}, got {x.shape}")
+    return x
+
+
+def matrix_names(cfg: dict[str, Any]) -> list[str]:
+    """The MoE matrices the C++ kernels multiply (and dtype bfloat16 rounds): experts and shared
+    expert, not the router, whose products stay exact."""
+    moe, out = cfg["moe"], []
+    for i in moe["layers"]:
+        for m in EXPERT_MATRICES:
+            out += [f"layers.{i}.experts.{e}.{m}" for e in range(moe["n_expert"])]
+            if moe["n_ff_shared"]:
+                out.append(f"layers.{i}.shared.{m}")
+    return out
+
+
+def route(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One token's chosen experts (ascending) and their weights from its router logits [n_expert]."""
+    order = np.argsort(-logits, kind="stable")  # stable: equal logits keep the lower index first
+    chosen = np.sort(order[:k])
+    p = np.exp(logits.astype(np.float64) - logits.max())
+    weight = (p[chosen] / p.sum()).astype(np.float32)
+    if norm:
+        weight = (weight / weight.astype(np.float64).sum()).astype(np.float32)
+    return chosen, weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def moe_ffn(
+    cfg: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    rounding: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """The MoE feed-forward of layer i for normalised rows h [n, n_embd]; ``rounding`` is applied
+    to every expert matmul input, as the C++ kernels round them (the router's stays exact)."""
+    moe, c = cfg["moe"], f"layers.{i}."
+    logits = h @ w[c + "router"].T
+    out = np.zeros_like(h)
+    hr = rounding(h)
+    for t in range(len(h)):
+        chosen, weight = route(logits[t], moe["n_expert_used"], moe["norm_topk_prob"])
+        for e, we in zip(chosen, weight, strict=True):
+            p = f"{c}experts.{e}."
+            mid = silu(hr[t] @ w[p + "w_gate"].T) * (hr[t] @ w[p + "w_up"].T)
+            out[t] += we * (rounding(mid) @ w[p + "w_down"].T)
+    if moe["n_ff_shared"]:
+        p = c + "shared."
+        mid = silu(hr @ w[p + "w_gate"].T) * (hr @ w[p + "w_up"].T)
+        gate = 1 / (1 + np.exp(-(h.astype(np.float64) @ w[c + "shared_gate_inp"].astype(np.float64))))
+        out += gate.astype(np.float32)[:, None] * (rounding(mid) @ w[p + "w_down"].T)
+    return out.astype(np.float32)

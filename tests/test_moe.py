@@ -1,0 +1,263 @@
+"""Mixture-of-experts models (Qwen3-MoE, Qwen2-MoE, Mixtral): golden tests of the C++ forward pass
+against Hugging Face transformers and the NumPy twin (ossa.reference.moe) on tiny random models with
+odd shapes, from safetensors folders and GGUF conversions (3-D expert stacks, or one tensor per
+expert as older Mixtral files), greedy decoding against transformers, routing ties, batch
+invariance, and clear errors for inconsistent files.
+
+Every optional feature is on in some case: Qwen2-MoE's shared expert and its sigmoid gate,
+norm_topk_prob on and off, decoder_sparse_step and mlp_only_layers (dense layers between MoE ones),
+tied embeddings, qkv bias, q/k norm.
+
+Stated tolerances: max |logit error| / max |HF logit|. Safetensors and GGUF F32 against transformers
+1e-5 (measured ~5e-7). F16 and Q8_0 GGUFs only against the twin on the same dequantized weights,
+1e-5: their weight rounding moves the router's logits enough to switch an expert now and then, a
+discontinuous change no tolerance on logits describes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_invariance import check_invariance
+from test_default_model import greedy
+from tiny_models import hf_to_gguf, make_hf_model
+
+from ossa._native import core
+from ossa.reference import loader as ref_loader
+from ossa.reference import model as ref_model
+
+CASES: dict[str, dict[str, Any]] = {
+    # q/k norm, norm_topk_prob, a dense layer in the middle (mlp_only_layers), head_dim 24 != 64/4.
+    "qwen3_moe": dict(
+        arch="qwen3_moe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=24,
+        intermediate_size=80, vocab_size=150, num_experts=5, num_experts_per_tok=2,
+        moe_intermediate_size=64, norm_topk_prob=True, mlp_only_layers=[1],
+    ),
+    # Weights not renormalised, every second layer sparse, tied embeddings, experts of 40 rows (not a
+    # multiple of 32: the GGUF conversions keep those F16).
+    "qwen3_moe_sparse": dict(
+        arch="qwen3_moe", hidden_size=96, num_layers=2, num_heads=3, num_kv_heads=1, head_dim=32,
+        intermediate_size=64, vocab_size=130, num_experts=7, num_experts_per_tok=3,
+        moe_intermediate_size=40, norm_topk_prob=False, decoder_sparse_step=2, tie=True,
+    ),
+    # Shared expert (56 rows) with its gate, qkv bias, every second layer sparse, not renormalised.
+    "qwen2_moe": dict(
+        arch="qwen2_moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, vocab_size=140, num_experts=6, num_experts_per_tok=3,
+        moe_intermediate_size=32, shared_expert_intermediate_size=56, norm_topk_prob=False,
+        decoder_sparse_step=2,
+    ),
+    # Shared expert, renormalised, the first layer dense.
+    "qwen2_moe_norm": dict(
+        arch="qwen2_moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4,
+        intermediate_size=96, vocab_size=140, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=64, shared_expert_intermediate_size=64, norm_topk_prob=True,
+        mlp_only_layers=[0],
+    ),
+    # Mixtral: every layer sparse, always renormalised; GGUF as "llama" (interleaved RoPE).
+    "mixtral": dict(
+        arch="mixtral", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, vocab_size=150, num_local_experts=4, num_experts_per_tok=2,
+    ),
+}  # fmt: skip
+N_TOKENS = 40
+HF_TOL = 1e-5
+TWIN_TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    """name -> (HF folder, HF float32 logits, token ids)."""
+    import torch
+    import transformers
+
+    root = tmp_path_factory.mktemp("moe")
+    out = {}
+    for i, (name, kw) in enumerate(CASES.items()):
+        path = make_hf_model(root / name, seed=10 + i, **kw)
+        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].numpy()
+        out[name] = (path, logits, ids)
+    return out
+
+
+def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
+    hf_dir = hf_models[name][0]
+    if fmt == "safetensors":
+        return str(hf_dir)
+    return hf_to_gguf(hf_dir, tmp.mktemp("gguf") / f"{name}-{fmt}.gguf", fmt, split_experts=name == "mixtral")
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_logits_match_hf_and_twin(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = model_path(hf_models, name, fmt, tmp_path_factory)
+    _, hf_logits, ids = hf_models[name]
+    model = core.load_model(path)
+    config, weights = ref_loader.load_weights(path)
+    assert model.config == config
+    assert config["moe"]["n_expert"] == CASES[name].get("num_experts", CASES[name].get("num_local_experts"))
+    logits = core.model_logits(model, ids)
+    scale = float(np.max(np.abs(hf_logits)))
+    twin = ref_model.forward(config, weights, ids)
+    err_twin = float(np.max(np.abs(logits - twin))) / scale
+    assert err_twin < TWIN_TOL, f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
+    if fmt in ("safetensors", "F32"):
+        err_hf = float(np.max(np.abs(logits - hf_logits))) / scale
+        assert err_hf < HF_TOL, f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
+        assert float(np.max(np.abs(twin - hf_logits))) / scale < HF_TOL
+
+
+def test_moe_config_and_layers(hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
+    expect = {
+        "qwen3_moe": ([0, 2], True, 0),
+        "qwen3_moe_sparse": ([1], False, 0),
+        "qwen2_moe": ([1], False, 56),
+        "qwen2_moe_norm": ([1], True, 64),
+        "mixtral": ([0, 1], True, 0),
+    }
+    for name, (layers, norm, shared) in expect.items():
+        for fmt in ("safetensors", "F32"):
+            moe = core.load_model(model_path(hf_models, name, fmt, tmp_path_factory)).config["moe"]
+            assert (moe["layers"], moe["norm_topk_prob"], moe["n_ff_shared"]) == (layers, norm, shared), name
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "qwen2_moe", "mixtral"])
+def test_greedy_matches_transformers(hf_models: dict[str, Any], name: str) -> None:
+    """Prefill then one-token decode steps through the paged runner, against HF generate."""
+    import torch
+    import transformers
+
+    path, _, ids = hf_models[name]
+    prompt = ids[:9]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        t = torch.tensor([prompt])
+        out = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=16, do_sample=False)
+    expect = out[0, len(prompt) :].tolist()
+    assert greedy(core.load_model(path), prompt, 16) == expect
+
+
+def test_router_ties_pick_the_lowest_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Experts 0, 2 and 4 share a router row, so their logits tie exactly for every token; the top-2
+    must then take the lowest indices among the tied ones, as the twin does (transformers' topk leaves
+    ties unspecified). The tied experts differ, so the other choice moves the logits far."""
+    from safetensors.numpy import load_file, save_file
+
+    from ossa.reference import moe as ref_moe
+
+    kw = dict(CASES["qwen3_moe"], num_layers=1, mlp_only_layers=[])
+    path = make_hf_model(tmp_path / "tie", seed=3, **kw)
+    tensors = load_file(f"{path}/model.safetensors")
+    router = tensors["model.layers.0.mlp.gate.weight"]
+    router[2] = router[4] = router[0]
+    save_file(tensors, f"{path}/model.safetensors", metadata={"format": "pt"})
+    ids = np.random.default_rng(5).integers(0, kw["vocab_size"], 24).tolist()
+    config, weights = ref_loader.load_weights(path)
+    got = core.model_logits(core.load_model(path), ids)
+    twin = ref_model.forward(config, weights, ids)
+    scale = float(np.max(np.abs(twin)))
+    assert np.max(np.abs(got - twin)) / scale < TWIN_TOL
+
+    route = ref_moe.route
+
+    def highest_first(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The twin's routing with ties broken the other way: run it on the experts in reverse order."""
+        n = len(logits)
+        chosen_reversed, weight_reversed = route(logits[::-1].copy(), k, norm)
+        order = np.argsort(n - 1 - chosen_reversed)
+        return (n - 1 - chosen_reversed)[order], weight_reversed[order]
+
+    monkeypatch.setattr(ref_moe, "route", highest_first)
+    other = ref_model.forward(config, weights, ids)
+    assert np.max(np.abs(got - other)) / scale > 1e-3
+
+
+@pytest.mark.parametrize("fmt", ["F32", "BF16", "Q4_1"])
+@pytest.mark.parametrize("name", ["qwen2_moe_norm", "mixtral"])
+def test_moe_is_batch_invariant(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Alone, in a batch of 8, chunked prefill (1, 7, 64), 1 and 2 threads: bitwise equal logits."""
+    path = hf_to_gguf(hf_models[name][0], tmp_path_factory.mktemp("inv") / f"{name}-{fmt}.gguf", fmt)
+    check_invariance(core.load_model(path), CASES[name]["vocab_size"], seed=7)
+
+
+def test_moe_safetensors_is_batch_invariant(hf_models: dict[str, Any]) -> None:
+    check_invariance(core.load_model(hf_models["qwen3_moe"][0]), CASES["qwen3_moe"]["vocab_size"], seed=8)
+
+
+def _edit_config(src: str, dst: Path, **changes: Any) -> str:
+    import shutil
+
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(changes)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return str(dst)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(num_experts_per_tok=6), "experts used per token 6"),
+        (dict(num_experts_per_tok=0), "experts used per token 0"),
+        (dict(num_local_experts=6), r"tensor 'model.layers.0.mlp.gate.weight'.*expected 6 x 64"),
+        (dict(moe_intermediate_size=48), "shape mismatch for tensor 'model.layers.0.mlp.experts.0"),
+        (dict(decoder_sparse_step=0), "decoder_sparse_step"),
+        (dict(mlp_only_layers="1"), "mlp_only_layers"),
+    ],
+)
+def test_inconsistent_configs_raise(
+    hf_models: dict[str, Any], tmp_path: Path, changes: dict[str, Any], message: str
+) -> None:
+    path = _edit_config(hf_models["qwen3_moe"][0], tmp_path / "m", **changes)
+    with pytest.raises(core.ModelError, match=message):
+        core.load_model(path)
+
+
+def test_gguf_without_experts_raises(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """A qwen3moe GGUF without one layer's expert up matrices names the missing tensor."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "cut"
+    shutil.copytree(hf_models["qwen3_moe"][0], folder)
+    tensors = load_file(folder / "model.safetensors")
+    kept = {
+        k: v
+        for k, v in tensors.items()
+        if not (k.startswith("model.layers.2.mlp.experts.") and "up_proj" in k)
+    }
+    save_file(kept, folder / "model.safetensors", metadata={"format": "pt"})
+    path = hf_to_gguf(folder, tmp_path / "cut.gguf", "F32")
+    with pytest.raises(core.ModelError, match="missing tensor 'blk.2.ffn_up_exps.weight'"):
+        core.load_model(path)
+
+
+def test_inspect_describes_experts(
+    hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from ossa import models
+
+    info = models.inspect(model_path(hf_models, "qwen2_moe", "F32", tmp_path_factory))
+    assert (info["arch"], info["n_expert"], info["n_expert_used"], info["n_ff_expert"]) == (
+        "qwen2moe",
+        6,
+        3,
+        32,
+    )
+    assert (info["n_ff_shared"], info["moe_layers"]) == (56, 1)
+    assert "experts       6 of 32 rows, 3 used per token, in 1 of 2 layers, a shared expert of 56" in (
+        models.format_inspect(info)
+    )
+    assert models.inspect(hf_models["qwen3_moe"][0])["moe_layers"] == 2
