@@ -331,10 +331,11 @@ def test_error_missing_tensor(tiny_gguf: str, tmp_path: Path) -> None:
 
 
 def test_error_unsupported_type(tiny_gguf: str, tmp_path: Path) -> None:
-    raw = np.zeros((96, 176), np.uint8)  # one Q5_K block per row (256 values, not the 64 expected)
-    bad = rewrite_gguf(tiny_gguf, str(tmp_path / "x.gguf"), replace={"blk.0.ffn_up.weight": (raw, QT.Q5_K)})
+    raw = np.zeros((96, 66), np.uint8)  # one IQ2_XXS block per row (256 values, not the 64 expected)
+    replace = {"blk.0.ffn_up.weight": (raw, QT.IQ2_XXS)}
+    bad = rewrite_gguf(tiny_gguf, str(tmp_path / "x.gguf"), replace=replace)
     with pytest.raises(
-        core.ModelError, match="unsupported tensor type 'Q5_K' for tensor 'blk.0.ffn_up.weight'"
+        core.ModelError, match="unsupported tensor type 'IQ2_XXS' for tensor 'blk.0.ffn_up.weight'"
     ):
         core.load_model(bad)
     assert core.gguf_metadata(bad)["general.architecture"] == "llama"  # the header itself reads fine

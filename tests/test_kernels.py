@@ -10,11 +10,14 @@ import gguf
 import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
+from quant_blocks import NEW_TYPES, random_blocks
 
 from ossa._native import core
 
 QT = gguf.GGMLQuantizationType
 QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
+# Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path), f32 kernels under AMX too.
+MORE = list(NEW_TYPES)
 FLOATS = ["F32", "F16", "BF16"]
 MODES = ["f32"] + (["amx"] if core.amx_available() else [])
 # AMX splits activations into bf16 hi + lo: 16 of 24 bits kept, so each product is off by at most
@@ -52,6 +55,8 @@ def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.nda
         else:  # d is the last two bytes
             raw[:, :, 208:210] = scale.reshape(rows, nb, 2)
         raw = raw.reshape(rows, nb * block_bytes)
+    elif type_name in MORE:
+        raw = random_blocks(type_name, rows, cols, rng)
     else:
         raw = quantize(w, t)
     raw = np.ascontiguousarray(raw).reshape(rows, -1)
@@ -63,7 +68,7 @@ def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, q8
     return core.kernel_matmul(raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), q8)
 
 
-@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS + MORE)
 def test_matmul_matches_dequantized_reference(type_name: str, mode: str) -> None:
     rows, cols = 37, 512
     raw, w = make_weight(type_name, rows, cols, seed=1)
@@ -86,6 +91,22 @@ def test_matmul_matches_dequantized_reference(type_name: str, mode: str) -> None
         assert np.max(np.abs(y - full) / scale) < 1e-2
 
 
+@pytest.mark.parametrize("type_name", QUANTIZED + MORE)
+def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
+    # Multiplying by the identity reads every weight out through the kernel's own decoding: each
+    # output is one weight times 1 plus products with 0, so it equals the dequantized weight exactly.
+    rows, cols = 21, 512
+    raw, w = make_weight(type_name, rows, cols, seed=16)
+    was = core.get_amx()
+    core.set_amx(False)
+    try:
+        for n in (1, 5, 8, cols):  # every tile shape
+            eye = np.eye(cols, dtype=np.float32)[:n]
+            np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye), w.T[:n])
+    finally:
+        core.set_amx(was)
+
+
 def test_quantize_q8_is_round_to_nearest() -> None:
     x = np.random.default_rng(3).standard_normal((3, 64)).astype(np.float32)
     qs, d = core.kernel_quantize_q8(x)
@@ -96,9 +117,11 @@ def test_quantize_q8_is_round_to_nearest() -> None:
 
 
 @pytest.mark.parametrize("q8", [False, True])
-@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS + MORE)
 @pytest.mark.parametrize("cols", [256, 768])
 def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool, mode: str) -> None:
+    if q8 and type_name in MORE:
+        pytest.skip("no 8-bit activation path for this type (q8 is the same f32 run)")
     rows = 45  # not a multiple of the 16-row scheduling chunk
     raw, _ = make_weight(type_name, rows, cols, seed=4)
     # Up to 150 rows: several 16-row AMX blocks and two 128-row work items.
@@ -159,7 +182,7 @@ def run_bf16(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarra
     )
 
 
-@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS)
+@pytest.mark.parametrize("type_name", QUANTIZED + FLOATS + MORE)
 def test_bf16_compute_matches_rounded_product(type_name: str, mode: str) -> None:
     # dtype "bfloat16": the product of the bf16-rounded weights and activations, accumulated in f32
     # (AMX tile products, or the f32 kernels on a BF16 copy without AMX), for every weight type.
@@ -176,7 +199,7 @@ def test_bf16_compute_matches_rounded_product(type_name: str, mode: str) -> None
     assert 1e-5 < err < 2e-2
 
 
-@pytest.mark.parametrize("type_name", ["Q4_1", "Q6_K", "BF16"])
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q6_K", "BF16", "Q5_K", "Q3_K", "IQ4_XS"])
 @pytest.mark.parametrize("cols", [256, 1536])
 def test_bf16_compute_is_batch_invariant(type_name: str, cols: int, mode: str) -> None:
     rows = 80  # two 32-column items and a lone 16-row group

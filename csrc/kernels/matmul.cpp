@@ -42,6 +42,8 @@ int64_t block_elems(DType t) {
     case DType::Q4_0:
     case DType::Q4_1:
     case DType::Q8_0: return 32;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q5_K: case DType::IQ4_XS: return 256;
+    case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: return 32;
     case DType::F32:
     case DType::F16:
     case DType::BF16: return 1;

@@ -386,6 +386,9 @@ F32Tile f32_tile(DType type, int rows) {
     case DType::Q8_0: return tile_for_rows<DType::Q8_0>(rows);
     case DType::Q4_K: return tile_for_rows<DType::Q4_K>(rows);
     case DType::Q6_K: return tile_for_rows<DType::Q6_K>(rows);
+    case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: return f32_tile_q5(type, rows);
+    case DType::Q2_K: case DType::Q3_K: return f32_tile_q23k(type, rows);
+    case DType::IQ4_NL: case DType::IQ4_XS: return f32_tile_iq4(type, rows);
   }
   return {};
 }

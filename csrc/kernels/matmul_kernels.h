@@ -33,6 +33,12 @@ struct F32Tile {
 int f32_tile_max_rows();
 F32Tile f32_tile(DType type, int rows);
 
+// The types of the Q2_K..Q5_K_M and IQ4 files (f32 activations only; matmul_tile.h):
+// Q5_0/Q5_1/Q5_K (matmul_q5.cpp), Q2_K/Q3_K (matmul_q23k.cpp), IQ4_NL/IQ4_XS (matmul_iq4.cpp).
+F32Tile f32_tile_q5(DType type, int rows);
+F32Tile f32_tile_q23k(DType type, int rows);
+F32Tile f32_tile_iq4(DType type, int rows);
+
 // 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
 using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
                          float* out);

@@ -43,6 +43,82 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 
+// ---- The types inside Q2_K..Q5_K_M and IQ4_XS files (matmul_q5.cpp, matmul_q23k.cpp, matmul_iq4.cpp)
+//
+//   Q5_0  | d f16 | qh u32 | qs[16] |               32 elems, w = (q5 - 16) * d
+//   Q5_1  | d f16 | m f16 | qh u32 | qs[16] |       32 elems, w = q5 * d + m
+//         q5 of element j = nibble j (as Q4_0: low nibbles of qs are 0..15, high 16..31) | bit j of qh << 4
+//   IQ4_NL | d f16 | qs[16] |                       32 elems, w = k_iq4_levels[nibble] * d
+//
+//   Q5_K  | d f16 | dmin f16 | scales[12] | qh[32] | qs[128] |       256 elems, 8 sub-blocks of 32
+//         sub-block j, element l:  q5 = nibble of qs[32 (j / 2) + l] (low for even j, high for odd)
+//                                       | bit j of qh[l] << 4
+//         w = d * sc[j] * q5 - dmin * m[j]  (sc, m: 6 bits, packed as Q4_K's)
+//   IQ4_XS | d f16 | scales_h u16 | scales_l[4] | qs[128] |          256 elems, 8 sub-blocks of 32
+//         sub-block j: ls = (nibble j of scales_l | bits 2j, 2j+1 of scales_h << 4) - 32,
+//         elements 0..15 / 16..31 the low / high nibbles of qs[16 j .. 16 j + 16),
+//         w = d * ls * k_iq4_levels[nibble]
+//
+//   Q2_K and Q3_K spread each value's bits over the block, four 2-bit fields per byte:
+//
+//         value  128h + 32s + l      (h: half 0..1, s: shift 0..3, l: 0..31)
+//         low 2 bits = bits 2s, 2s+1 of qs[32h + l];   scale group g = value / 16 (16 groups of 16)
+//
+//   Q2_K  | scales[16] | qs[64] | d f16 | dmin f16 |                 256 elems
+//         w = d * (scales[g] & 15) * q2 - dmin * (scales[g] >> 4)
+//   Q3_K  | hmask[32] | qs[64] | scales[12] | d f16 |                256 elems
+//         q3 = q2 - 4 unless bit 4h + s of hmask[l] is set;  w = d * sc[g] * q3,
+//         sc[g] = (low nibble g of scales[0..8) | bits 2 (g / 4).. of scales[8 + g % 4] << 4) - 32
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockIQ4_XS {
+  uint16_t d, scales_h;
+  uint8_t scales_l[4];
+  uint8_t qs[128];
+};
+struct BlockQ2_K {
+  uint8_t scales[16];
+  uint8_t qs[64];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
+
+// IQ4_NL / IQ4_XS: the 16 levels a 4-bit index selects (a non-uniform grid, llama.cpp's kvalues).
+inline constexpr int8_t k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q3_K's signed 6-bit scale of group g (0..15).
+inline int q3_k_scale(const uint8_t* s, int g) {
+  const int low = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
+  return (low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+}
+
 // One activation block: 32 values as int8 with a float scale, x ~= d * qs, and s = d * sum(qs)
 // (the term the weight minimums of Q4_1/Q4_K multiply). Quantization depends only on the 32 values,
 // so a row quantizes the same whatever batch it sits in.

@@ -15,6 +15,14 @@ namespace ossa {
 //   Q4_K (256 elems, 144 B): f16 d | f16 dmin | u8 scales[12] (8 x 6-bit scale, 8 x 6-bit min)
 //                            | u8 qs[128]
 //   Q6_K (256 elems, 210 B): u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d
+// and the ones of the Q2_K..Q5_K_M and IQ4 files (diagrams in kernels/quant.h):
+//   Q5_0 (32, 22 B): f16 d | u32 qh | u8 qs[16]            x = (q5 - 16) * d
+//   Q5_1 (32, 24 B): f16 d | f16 m | u32 qh | u8 qs[16]    x = q5 * d + m
+//   Q2_K (256, 84 B): u8 scales[16] | u8 qs[64] | f16 d | f16 dmin
+//   Q3_K (256, 110 B): u8 hmask[32] | u8 qs[64] | u8 scales[12] | f16 d
+//   Q5_K (256, 176 B): f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128]
+//   IQ4_NL (32, 18 B): f16 d | u8 qs[16]                   x = levels[nibble] * d
+//   IQ4_XS (256, 136 B): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
 DTypeTraits dtype_traits(DType type) {
   switch (type) {
     case DType::F32: return {1, 4};
@@ -25,6 +33,13 @@ DTypeTraits dtype_traits(DType type) {
     case DType::Q8_0: return {32, 34};
     case DType::Q4_K: return {256, 144};
     case DType::Q6_K: return {256, 210};
+    case DType::Q5_0: return {32, 22};
+    case DType::Q5_1: return {32, 24};
+    case DType::Q2_K: return {256, 84};
+    case DType::Q3_K: return {256, 110};
+    case DType::Q5_K: return {256, 176};
+    case DType::IQ4_NL: return {32, 18};
+    case DType::IQ4_XS: return {256, 136};
   }
   throw ModelError("unsupported tensor type '" + ggml_type_name(static_cast<uint32_t>(type)) + "'");
 }
@@ -32,6 +47,7 @@ DTypeTraits dtype_traits(DType type) {
 bool dtype_supported(uint32_t ggml_type) {
   switch (ggml_type) {
     case 0: case 1: case 2: case 3: case 8: case 12: case 14: case 30: return true;
+    case 6: case 7: case 10: case 11: case 13: case 20: case 23: return true;  // Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_*
     default: return false;
   }
 }
@@ -46,6 +62,13 @@ const char* dtype_name(DType type) {
     case DType::Q8_0: return "Q8_0";
     case DType::Q4_K: return "Q4_K";
     case DType::Q6_K: return "Q6_K";
+    case DType::Q5_0: return "Q5_0";
+    case DType::Q5_1: return "Q5_1";
+    case DType::Q2_K: return "Q2_K";
+    case DType::Q3_K: return "Q3_K";
+    case DType::Q5_K: return "Q5_K";
+    case DType::IQ4_NL: return "IQ4_NL";
+    case DType::IQ4_XS: return "IQ4_XS";
   }
   return "?";
 }
@@ -76,6 +99,83 @@ inline void k4_scale_min(int j, const uint8_t* q, int& sc, int& m) {
   } else {
     sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
     m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// The 5-bit quant j of a Q5_0 / Q5_1 block: low nibble from qs (element j < 16: low half of qs[j],
+// else high half of qs[j - 16]), fifth bit j of the little-endian u32 qh.
+inline int q5_at(const uint8_t* qh, const uint8_t* qs, int j) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const int low = j < 16 ? qs[j] & 0xf : qs[j - 16] >> 4;
+  return low | static_cast<int>(((h >> j) & 1) << 4);
+}
+
+constexpr int k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// Q3_K's signed 6-bit scale g (0..15): 4 low bits in scales[0..8) (nibble g / 8), 2 high bits in
+// scales[8 + g % 4] (bits 2 (g / 4), +1).
+inline int q3_k_scale(const uint8_t* s, int g) {
+  const int low = g < 8 ? s[g] & 0xf : s[g - 8] >> 4;
+  return (low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+}
+
+// Q2_K / Q3_K / Q5_K / IQ4_XS: one 256-value block into out[0..256).
+void dequantize_block_256(DType t, const uint8_t* p, float* out) {
+  switch (t) {
+    case DType::Q2_K: {  // value 128h + 32s + l: bits 2s.. of qs[32h + l]; scale/min per 16 values
+      const uint8_t* sc = p;
+      const uint8_t* qs = p + 16;
+      const float d = load_f16(p + 80), dmin = load_f16(p + 82);
+      for (int i = 0; i < 256; ++i) {
+        const int h = i / 128, s = (i / 32) % 4, l = i % 32, g = i / 16;
+        const int q = (qs[32 * h + l] >> (2 * s)) & 3;
+        out[i] = d * static_cast<float>(sc[g] & 0xf) * static_cast<float>(q) - dmin * static_cast<float>(sc[g] >> 4);
+      }
+      return;
+    }
+    case DType::Q3_K: {  // as Q2_K, plus a third bit (bit 4h + s of hmask[l]; clear means minus 4)
+      const uint8_t* hmask = p;
+      const uint8_t* qs = p + 32;
+      const float d = load_f16(p + 108);
+      for (int i = 0; i < 256; ++i) {
+        const int h = i / 128, s = (i / 32) % 4, l = i % 32;
+        const int q = ((qs[32 * h + l] >> (2 * s)) & 3) - (((hmask[l] >> (4 * h + s)) & 1) ? 0 : 4);
+        out[i] = d * static_cast<float>(q3_k_scale(p + 96, i / 16)) * static_cast<float>(q);
+      }
+      return;
+    }
+    case DType::Q5_K: {  // sub-block j: nibbles of qs[32 (j / 2) + l] (low for even j), bit j of qh[l]
+      const float d = load_f16(p), dmin = load_f16(p + 2);
+      const uint8_t* qh = p + 16;
+      const uint8_t* qs = p + 48;
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        k4_scale_min(j, p + 4, sc, m);
+        const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+        for (int l = 0; l < 32; ++l) {
+          const int low = j % 2 == 0 ? qs[32 * (j / 2) + l] & 0xf : qs[32 * (j / 2) + l] >> 4;
+          const int q = low | (((qh[l] >> j) & 1) << 4);
+          out[32 * j + l] = d1 * static_cast<float>(q) - m1;
+        }
+      }
+      return;
+    }
+    default: {  // IQ4_XS: sub-block j has scale d * (6-bit ls - 32) and the nibbles of qs[16 j ..]
+      OSSA_ASSERT(t == DType::IQ4_XS);
+      const float d = load_f16(p);
+      const int scales_h = p[2] | (p[3] << 8);
+      for (int j = 0; j < 8; ++j) {
+        const int ls = (((p[4 + j / 2] >> (4 * (j % 2))) & 0xf) | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
+        const float dl = d * static_cast<float>(ls);
+        const uint8_t* qs = p + 8 + 16 * j;
+        for (int l = 0; l < 16; ++l) {
+          out[32 * j + l] = dl * static_cast<float>(k_iq4_levels[qs[l] & 0xf]);
+          out[32 * j + l + 16] = dl * static_cast<float>(k_iq4_levels[qs[l] >> 4]);
+        }
+      }
+      return;
+    }
   }
 }
 
@@ -161,6 +261,35 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
         }
       }
       return;
+    case DType::Q5_0:
+      for (int64_t b = 0; b < n / 32; ++b, p += 22, out += 32) {
+        const float d = load_f16(p);
+        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(p + 2, p + 6, j) - 16) * d;
+      }
+      return;
+    case DType::Q5_1:
+      for (int64_t b = 0; b < n / 32; ++b, p += 24, out += 32) {
+        const float d = load_f16(p), m = load_f16(p + 2);
+        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(p + 4, p + 8, j)) * d + m;
+      }
+      return;
+    case DType::IQ4_NL:
+      for (int64_t b = 0; b < n / 32; ++b, p += 18, out += 32) {
+        const float d = load_f16(p);
+        for (int j = 0; j < 16; ++j) {
+          out[j] = static_cast<float>(k_iq4_levels[p[2 + j] & 0xf]) * d;
+          out[j + 16] = static_cast<float>(k_iq4_levels[p[2 + j] >> 4]) * d;
+        }
+      }
+      return;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_XS: {
+      const int bytes = dtype_traits(view.type).block_bytes;
+      for (int64_t b = 0; b < n / 256; ++b, p += bytes, out += 256) dequantize_block_256(view.type, p, out);
+      return;
+    }
   }
   throw ModelError("cannot dequantize tensor type " + std::to_string(static_cast<uint32_t>(view.type)));
 }

@@ -14,9 +14,16 @@ TYPES: dict[int, tuple[str, int, int]] = {
     1: ("F16", 1, 2),
     2: ("Q4_0", 32, 18),
     3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
     8: ("Q8_0", 32, 34),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
     12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
     14: ("Q6_K", 256, 210),
+    20: ("IQ4_NL", 32, 18),
+    23: ("IQ4_XS", 256, 136),
     30: ("BF16", 1, 2),
 }
 
@@ -72,22 +79,30 @@ def dequantize(raw: np.ndarray, type_id: int, cols: int) -> np.ndarray:
         out = blocks[..., 2:34].view(np.int8).astype(np.float32) * d
     elif name == "Q4_K":
         out = _dequantize_q4_k(blocks)
-    else:
+    elif name == "Q6_K":
         out = _dequantize_q6_k(blocks)
+    else:
+        out = _MORE[name](blocks)
     return out.reshape(rows, cols).astype(np.float32)
+
+
+def _k4_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 8 six-bit scales and minimums packed in the 12 bytes ``s`` of a Q4_K / Q5_K block."""
+    s = s.astype(np.int32)
+    sc = np.empty(s.shape[:-1] + (8,), np.int32)
+    mn = np.empty_like(sc)
+    sc[..., :4] = s[..., 0:4] & 63
+    mn[..., :4] = s[..., 4:8] & 63
+    sc[..., 4:] = (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)
+    mn[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
+    return sc, mn
 
 
 def _dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
     # f16 d | f16 dmin | scales[12] (8 six-bit scales and mins) | qs[128]
     d = _f16(blocks[..., 0:2])[..., None]
     dmin = _f16(blocks[..., 2:4])[..., None]
-    s = blocks[..., 4:16].astype(np.int32)
-    sc = np.empty(blocks.shape[:-1] + (8,), np.int32)
-    mn = np.empty_like(sc)
-    sc[..., :4] = s[..., 0:4] & 63
-    mn[..., :4] = s[..., 4:8] & 63
-    sc[..., 4:] = (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)
-    mn[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
+    sc, mn = _k4_scales_mins(blocks[..., 4:16])
     qs = blocks[..., 16:144].reshape(blocks.shape[:-1] + (4, 32))
     # sub-block 2j uses the low nibbles of chunk j, sub-block 2j+1 the high ones
     q = np.stack([qs & 0xF, qs >> 4], axis=-2).reshape(blocks.shape[:-1] + (8, 32)).astype(np.float32)
@@ -120,3 +135,108 @@ def _dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
                 d[..., None] * scale * (q - 32).astype(np.float32)
             )
     return out
+
+
+# ---- Q5_0, Q5_1, Q5_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS ------------------------------------------------
+# Every value below is again an exact product of scales and a small integer (at most 24 significant
+# bits) plus at most one rounded addition, so any evaluation order gives the same float32.
+
+# IQ4_NL / IQ4_XS: a 4-bit index selects one of these 16 int8 levels (a non-linear grid).
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int32)
+
+
+def _nibbles32(qs: np.ndarray) -> np.ndarray:
+    """16 bytes -> 32 indices: element j is the low nibble of qs[j], element j + 16 the high one."""
+    return np.concatenate([qs & 0xF, qs >> 4], axis=-1).astype(np.int32)
+
+
+def _bits32(qh: np.ndarray) -> np.ndarray:
+    """4 bytes (a little-endian u32) -> its 32 bits, bit j for element j."""
+    word = np.ascontiguousarray(qh).view("<u4").astype(np.int64)  # [..., 1]
+    return ((word >> np.arange(32)) & 1).astype(np.int32)
+
+
+def _dequantize_q5_0(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | u32 qh (fifth bits) | qs[16] (low nibbles); w = (q - 16) * d
+    d = _f16(blocks[..., 0:2])[..., None]
+    q = _nibbles32(blocks[..., 6:22]) | (_bits32(blocks[..., 2:6]) << 4)
+    return (q - 16).astype(np.float32) * d
+
+
+def _dequantize_q5_1(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | f16 m | u32 qh | qs[16]; w = q * d + m
+    d = _f16(blocks[..., 0:2])[..., None]
+    m = _f16(blocks[..., 2:4])[..., None]
+    q = _nibbles32(blocks[..., 8:24]) | (_bits32(blocks[..., 4:8]) << 4)
+    return q.astype(np.float32) * d + m
+
+
+def _crumbs(qs: np.ndarray) -> np.ndarray:
+    """[..., 64] bytes of 2-bit quants -> [..., 256]: element 128h + 32s + l is bits 2s, 2s+1 of
+    qs[32h + l] (the Q2_K / Q3_K order)."""
+    q = qs.astype(np.int32).reshape(qs.shape[:-1] + (2, 1, 32)) >> (2 * np.arange(4)).reshape(4, 1)
+    return (q & 3).reshape(qs.shape[:-1] + (256,))
+
+
+def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
+    # scales[16] (low nibble: scale, high nibble: minimum of each 16 values) | qs[64] | f16 d | f16 dmin
+    sc = blocks[..., 0:16].astype(np.int32)
+    d = _f16(blocks[..., 80:82])[..., None]
+    dmin = _f16(blocks[..., 82:84])[..., None]
+    scale = np.repeat(d * (sc & 0xF).astype(np.float32), 16, axis=-1)
+    minimum = np.repeat(dmin * (sc >> 4).astype(np.float32), 16, axis=-1)
+    return scale * _crumbs(blocks[..., 16:80]).astype(np.float32) - minimum
+
+
+def _dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
+    # hmask[32] | qs[64] | scales[12] (16 six-bit signed scales) | f16 d; w = d * scale * q, q in -4..3
+    hmask = blocks[..., 0:32].astype(np.int32)
+    s = blocks[..., 96:108].astype(np.int32)
+    d = _f16(blocks[..., 108:110])[..., None]
+    low = np.concatenate([s[..., 0:8] & 0xF, s[..., 0:8] >> 4], axis=-1)  # scale g: bits 0..3
+    high = (s[..., 8:12, None] >> (2 * np.arange(4))) & 3  # [..., byte, g // 4]
+    high = np.swapaxes(high, -1, -2).reshape(s.shape[:-1] + (16,))  # scale g: bits 4, 5
+    scale = np.repeat(d * ((low | (high << 4)) - 32).astype(np.float32), 16, axis=-1)
+    # the third bit of element 128h + 32s + l is bit 4h + s of hmask[l]; clear means "minus 4"
+    hbit = (hmask[..., None, :] >> np.arange(8).reshape(8, 1)) & 1  # [..., 4h + s, l]
+    q = _crumbs(blocks[..., 32:96]) - 4 * (1 - hbit.reshape(hmask.shape[:-1] + (256,)))
+    return scale * q.astype(np.float32)
+
+
+def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | f16 dmin | scales[12] (as Q4_K) | qh[32] | qs[128]; 8 sub-blocks of 32
+    d = _f16(blocks[..., 0:2])[..., None]
+    dmin = _f16(blocks[..., 2:4])[..., None]
+    sc, mn = _k4_scales_mins(blocks[..., 4:16])
+    qh = blocks[..., 16:48].astype(np.int32)
+    qs = blocks[..., 48:176].reshape(blocks.shape[:-1] + (4, 32)).astype(np.int32)
+    # sub-block j: nibbles of chunk j // 2 (low for even j), fifth bit = bit j of qh[l]
+    low = np.stack([qs & 0xF, qs >> 4], axis=-2).reshape(blocks.shape[:-1] + (8, 32))
+    q = low | (((qh[..., None, :] >> np.arange(8).reshape(8, 1)) & 1) << 4)
+    d_sub = (d * sc.astype(np.float32))[..., None]
+    m_sub = (dmin * mn.astype(np.float32))[..., None]
+    return (d_sub * q.astype(np.float32) - m_sub).reshape(blocks.shape[:-1] + (256,))
+
+
+def _dequantize_iq4_nl(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | qs[16]; w = d * IQ4_LEVELS[index]
+    d = _f16(blocks[..., 0:2])[..., None]
+    return IQ4_LEVELS[_nibbles32(blocks[..., 2:18])].astype(np.float32) * d
+
+
+def _dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | u16 scales_h | scales_l[4] | qs[128]; 8 sub-blocks of 32, each with a 6-bit scale - 32
+    d = _f16(blocks[..., 0:2])[..., None]
+    high = np.ascontiguousarray(blocks[..., 2:4]).view("<u2").astype(np.int32)  # [..., 1]
+    sl = blocks[..., 4:8].astype(np.int32)
+    low = np.stack([sl & 0xF, sl >> 4], axis=-1).reshape(sl.shape[:-1] + (8,))
+    ls = (low | (((high >> (2 * np.arange(8))) & 3) << 4)) - 32
+    qs = blocks[..., 8:136].reshape(blocks.shape[:-1] + (8, 16))
+    levels = IQ4_LEVELS[_nibbles32(qs)].astype(np.float32)
+    return ((d * ls.astype(np.float32))[..., None] * levels).reshape(blocks.shape[:-1] + (256,))
+
+
+_MORE = {
+    "Q5_0": _dequantize_q5_0, "Q5_1": _dequantize_q5_1, "Q2_K": _dequantize_q2_k, "Q3_K": _dequantize_q3_k,
+    "Q5_K": _dequantize_q5_k, "IQ4_NL": _dequantize_iq4_nl, "IQ4_XS": _dequantize_iq4_xs,
+}  # fmt: skip

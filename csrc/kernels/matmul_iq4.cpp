@@ -1,0 +1,83 @@
+// f32 tile kernels for IQ4_NL and IQ4_XS weights (layouts in kernels/quant.h; the tile loop and its
+// batch-invariance contract in kernels/matmul_tile.h).
+//
+// A 4-bit index selects one of 16 fixed int8 levels (k_iq4_levels), times the block's scale (IQ4_NL:
+// d; IQ4_XS: d * ls of the 32-value sub-block). On AVX-512 the 16 scaled levels are one zmm table,
+// table[k] = level[k] * scale (exact: at most 24 significant bits), and vpermps picks each weight by
+// its nibble, as the Q4 kernels do.
+#include "kernels/matmul_tile.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace ossa {
+namespace {
+
+#if defined(__AVX512F__)
+using tile::Block32;
+using tile::load16;
+
+inline __m512 levels16() {
+  return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
+// 16 bytes of nibbles (elements 0..15 low, 16..31 high) through the scaled level table.
+inline Block32 lookup4(const uint8_t* qs, float scale) {
+  const __m512 table = _mm512_mul_ps(levels16(), _mm512_set1_ps(scale));
+  const __m512i e = _mm512_cvtepu8_epi32(load16(qs));  // vpermps reads the low 4 bits of each index
+  return {_mm512_permutexvar_ps(e, table), _mm512_permutexvar_ps(_mm512_srli_epi32(e, 4), table)};
+}
+#endif
+
+inline void levels32(const uint8_t* qs, int* q) {
+  for (int j = 0; j < 16; ++j) q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
+}
+
+struct IQ4_NL {
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    levels32(w.qs, q);
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = 0.0f;
+  }
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b) {
+    const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    return lookup4(w.qs, _cvtsh_ss(w.d));
+  }
+#endif
+};
+
+// IQ4_XS: sub-block b % 8 of super-block b / 8.
+struct IQ4_XS {
+  static float scale_of(const BlockIQ4_XS& w, int sub) {
+    const int ls = (((w.scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((w.scales_h >> (2 * sub)) & 3) << 4)) - 32;
+    return f16_to_f32(w.d) * static_cast<float>(ls);
+  }
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    levels32(w.qs + 16 * sub, q);
+    scale[0] = scale[1] = scale_of(w, sub);
+    min[0] = min[1] = 0.0f;
+  }
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b) {
+    const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    return lookup4(w.qs + 16 * sub, scale_of(w, sub));
+  }
+#endif
+};
+
+}  // namespace
+
+F32Tile f32_tile_iq4(DType type, int rows) {
+  switch (type) {
+    case DType::IQ4_NL: return tile::tile_for_rows<IQ4_NL>(rows);
+    case DType::IQ4_XS: return tile::tile_for_rows<IQ4_XS>(rows);
+    default: OSSA_ASSERT(false);
+  }
+  return {};
+}
+
+}  // namespace ossa

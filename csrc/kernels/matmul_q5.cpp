@@ -1,0 +1,143 @@
+// f32 tile kernels for Q5_0, Q5_1 and Q5_K weights (layouts in kernels/quant.h; the tile loop and its
+// batch-invariance contract in kernels/matmul_tile.h).
+//
+// A 5-bit quant is a nibble plus a fifth bit stored apart (qh). On AVX-512 the fifth bits become a
+// 16-bit lane mask (straight from qh for Q5_0 / Q5_1, vptestmb against bit j of the bytes qh[l] for
+// Q5_K), OR-ed into the nibble as 16, and the 5-bit index selects the weight from a 32-entry table
+// (two zmm, vpermt2ps): table[k] = fma(k, scale, min), exactly the dequantized value of quant k.
+#include <cstring>
+
+#include "kernels/matmul_tile.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace ossa {
+namespace {
+
+// Q5_0 / Q5_1: the 32 quants of one block, unsigned 0..31.
+inline void q5_quants(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1) << 4);
+    q[j + 16] = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
+#if defined(__AVX512F__)
+using tile::Block32;
+using tile::iota16;
+using tile::load16;
+
+// The nibbles of 16 bytes (elements 0..15 low, 16..31 high) with bit 4 set where `high` says, looked
+// up in the 32-entry table (t0: entries 0..15, t1: 16..31).
+inline Block32 lookup5(const uint8_t* qs, uint32_t high, __m512 t0, __m512 t1) {
+  const __m512i e = _mm512_cvtepu8_epi32(load16(qs));
+  const __m512i k16 = _mm512_set1_epi32(16);
+  __m512i lo = _mm512_and_si512(e, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(e, 4);
+  lo = _mm512_mask_or_epi32(lo, static_cast<__mmask16>(high), lo, k16);
+  hi = _mm512_mask_or_epi32(hi, static_cast<__mmask16>(high >> 16), hi, k16);
+  return {_mm512_permutex2var_ps(t0, lo, t1), _mm512_permutex2var_ps(t0, hi, t1)};
+}
+#endif
+
+struct Q5_0 {
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    q5_quants(w.qh, w.qs, q);
+    for (int i = 0; i < 32; ++i) q[i] -= 16;
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = 0.0f;
+  }
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b) {
+    const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d));
+    uint32_t qh;
+    std::memcpy(&qh, w.qh, 4);
+    // (k - 16) * d: exact, as the dequantized value
+    const __m512 t0 = _mm512_mul_ps(_mm512_sub_ps(iota16(), _mm512_set1_ps(16.0f)), d);
+    const __m512 t1 = _mm512_mul_ps(iota16(), d);
+    return lookup5(w.qs, qh, t0, t1);
+  }
+#endif
+};
+
+struct Q5_1 {
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    q5_quants(w.qh, w.qs, q);
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = f16_to_f32(w.m);
+  }
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b) {
+    const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d)), m = _mm512_set1_ps(_cvtsh_ss(w.m));
+    uint32_t qh;
+    std::memcpy(&qh, w.qh, 4);
+    const __m512 t0 = _mm512_fmadd_ps(iota16(), d, m);
+    const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(iota16(), _mm512_set1_ps(16.0f)), d, m);
+    return lookup5(w.qs, qh, t0, t1);
+  }
+#endif
+};
+
+// Q5_K: sub-block b % 8 of super-block b / 8.
+struct Q5_K {
+  static void scale_min(const BlockQ5_K& w, int sub, float& scale, float& min) {
+    int sc, m;
+    q4_k_scale_min(sub, w.scales, sc, m);
+    scale = f16_to_f32(w.d) * static_cast<float>(sc);
+    min = -(f16_to_f32(w.dmin) * static_cast<float>(m));
+  }
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const uint8_t* qs = w.qs + 32 * (sub / 2);
+    for (int l = 0; l < 32; ++l)
+      q[l] = (sub % 2 == 0 ? qs[l] & 0xF : qs[l] >> 4) | (((w.qh[l] >> sub) & 1) << 4);
+    scale_min(w, sub, scale[0], min[0]);
+    scale[1] = scale[0], min[1] = min[0];
+  }
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b) {
+    const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const uint8_t* qs = w.qs + 32 * (sub / 2);
+    __m512i e0 = _mm512_cvtepu8_epi32(load16(qs)), e1 = _mm512_cvtepu8_epi32(load16(qs + 16));
+    if (sub % 2) {
+      e0 = _mm512_srli_epi32(e0, 4), e1 = _mm512_srli_epi32(e1, 4);
+    } else {
+      const __m512i m15 = _mm512_set1_epi32(15);
+      e0 = _mm512_and_si512(e0, m15), e1 = _mm512_and_si512(e1, m15);
+    }
+    // fifth bits: bit `sub` of qh[l] for l = 0..15 and 16..31
+    const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << sub));
+    const __mmask16 h0 = _mm_test_epi8_mask(load16(w.qh), bit), h1 = _mm_test_epi8_mask(load16(w.qh + 16), bit);
+    const __m512i k16 = _mm512_set1_epi32(16);
+    e0 = _mm512_mask_or_epi32(e0, h0, e0, k16);
+    e1 = _mm512_mask_or_epi32(e1, h1, e1, k16);
+    float scale, min;
+    scale_min(w, sub, scale, min);
+    const __m512 s = _mm512_set1_ps(scale), mn = _mm512_set1_ps(min);
+    const __m512 t0 = _mm512_fmadd_ps(iota16(), s, mn);
+    const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(iota16(), _mm512_set1_ps(16.0f)), s, mn);
+    return {_mm512_permutex2var_ps(t0, e0, t1), _mm512_permutex2var_ps(t0, e1, t1)};
+  }
+#endif
+};
+
+}  // namespace
+
+F32Tile f32_tile_q5(DType type, int rows) {
+  switch (type) {
+    case DType::Q5_0: return tile::tile_for_rows<Q5_0>(rows);
+    case DType::Q5_1: return tile::tile_for_rows<Q5_1>(rows);
+    case DType::Q5_K: return tile::tile_for_rows<Q5_K>(rows);
+    default: OSSA_ASSERT(false);
+  }
+  return {};
+}
+
+}  // namespace ossa

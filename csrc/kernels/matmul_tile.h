@@ -1,0 +1,128 @@
+#pragma once
+// The f32 tile loop of the Q5_0 / Q5_1 / Q5_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS kernels (matmul_q5.cpp,
+// matmul_q23k.cpp, matmul_iq4.cpp), generic over a block decoder; the same contract and the same
+// order of operations as matmul_f32.cpp's quant_tile (see matmul_kernels.h):
+//
+//   for block b (32 weights):  acc = fma(w[b][0..15], x[32b .. 32b+15], acc)
+//                              acc = fma(w[b][16..31], x[32b+16 .. 32b+31], acc)
+//   y = horizontal_sum(acc)
+//
+// Every weight is its exact dequantized float32 value, decoded in registers (never expanded in
+// memory): fma(q, scale, min) for a small integer q, which is q * scale + min rounded once, the value
+// the dequantizers give (q * scale is exact in every one of these types).
+//
+// A decoder D provides, for block b (32 consecutive weights) of a row:
+//   AVX-512: static Block32 decode(const uint8_t* row, int64_t b): the 32 weights as f32;
+//   always:  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min):
+//            weight i = fma(q[i], scale[i / 16], min[i / 16]) (the AVX2 and scalar builds use it).
+#include <cmath>
+
+#include "kernels/matmul_kernels.h"
+
+namespace ossa::tile {
+
+#if defined(__AVX512F__)
+
+struct Block32 {
+  __m512 lo, hi;  // weights 0..15 and 16..31
+};
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m512 iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
+inline float fsum16(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum8(_mm256_add_ps(lo, hi));
+}
+
+template <class D, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  const int64_t nb = cols / 32;
+  __m512 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    Block32 v[MO];
+    for (int o = 0; o < MO; ++o) v[o] = D::decode(w[o], b);
+    for (int r = 0; r < R; ++r) {
+      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
+      for (int o = 0; o < MO; ++o) {
+        acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
+        acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
+      }
+    }
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
+}
+
+// The tile shapes of matmul_f32.cpp: 4 weight rows side by side up to 5 activation rows, then 2.
+template <class D>
+F32Tile tile_for_rows(int rows) {
+  switch (rows) {
+    case 1: return {quant_tile<D, 4, 1>, 4};
+    case 2: return {quant_tile<D, 4, 2>, 4};
+    case 3: return {quant_tile<D, 4, 3>, 4};
+    case 4: return {quant_tile<D, 4, 4>, 4};
+    case 5: return {quant_tile<D, 4, 5>, 4};
+    case 6: return {quant_tile<D, 2, 6>, 2};
+    case 7: return {quant_tile<D, 2, 7>, 2};
+    default: return {quant_tile<D, 2, 8>, 2};
+  }
+}
+
+#elif defined(__AVX2__)
+
+// The portable build: one weight row, up to 4 activation rows, 8 lanes; the block decoded by the
+// scalar decoder and widened 8 values at a time.
+template <class D, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  alignas(32) int q[32];
+  float scale[2], min[2];
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    D::scalar(w[0], b, q, scale, min);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 qf = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+      const __m256 wv = _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]), _mm256_set1_ps(min[c / 2]));
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+}
+
+template <class D>
+F32Tile tile_for_rows(int rows) {
+  switch (rows) {
+    case 1: return {quant_tile<D, 1, 1>, 1};
+    case 2: return {quant_tile<D, 1, 2>, 1};
+    case 3: return {quant_tile<D, 1, 3>, 1};
+    default: return {quant_tile<D, 1, 4>, 1};
+  }
+}
+
+#else  // scalar: one weight row and one activation row at a time
+
+template <class D>
+void quant_tile_1(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  float acc = 0.0f;
+  int q[32];
+  float scale[2], min[2];
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    D::scalar(w[0], b, q, scale, min);
+    for (int i = 0; i < 32; ++i)
+      acc = std::fma(std::fma(static_cast<float>(q[i]), scale[i / 16], min[i / 16]), x[0][b * 32 + i], acc);
+  }
+  out[0] = acc;
+}
+
+template <class D>
+F32Tile tile_for_rows(int) {
+  return {quant_tile_1<D>, 1};
+}
+
+#endif
+
+}  // namespace ossa::tile

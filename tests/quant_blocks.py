@@ -1,0 +1,41 @@
+"""Random blocks of llama.cpp's quantized types for tests.
+
+The `gguf` package cannot quantize most of these types, and random bytes exercise every bit of a
+layout anyway: every byte of a block is random except its f16 scales (and minimums), which are set to
+sane values so the weights stay finite and of ordinary size.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+
+QT = gguf.GGMLQuantizationType
+
+# Byte offsets of each type's f16 fields (d, and dmin / m where it has one) inside a block.
+F16_FIELDS: dict[str, tuple[int, ...]] = {
+    "Q4_K": (0, 2),
+    "Q6_K": (208,),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q5_K": (0, 2),
+    "Q2_K": (80, 82),
+    "Q3_K": (108,),
+    "IQ4_NL": (0,),
+    "IQ4_XS": (0,),
+}
+# The types added for the Q2_K..Q5_K_M and IQ4_XS files (issue 17).
+NEW_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS")
+
+
+def random_blocks(
+    type_name: str, rows: int, cols: int, rng: np.random.Generator, scale: float = 0.05
+) -> np.ndarray:
+    """Stored bytes uint8 [rows, row_bytes] of a random ``type_name`` matrix of ``cols`` columns."""
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[QT[type_name]]
+    assert cols % block_elems == 0, (type_name, cols)
+    raw = rng.integers(0, 256, size=(rows, cols // block_elems, block_bytes), dtype=np.uint8)
+    for at in F16_FIELDS[type_name]:
+        half = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
+        raw[..., at : at + 2] = half.view(np.uint8).reshape(raw.shape[:2] + (2,))
+    return np.ascontiguousarray(raw.reshape(rows, -1))

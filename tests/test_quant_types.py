@@ -1,0 +1,164 @@
+"""The GGUF types of Q2_K..Q5_K_M and IQ4_XS files (Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS):
+the twin's dequantization against the `gguf` package's (the oracle), the C++ loader's against both,
+and tiny models whose matrices are in each type, run by ossa against the NumPy twin on the same
+dequantized weights (float32 and bfloat16 numerics, greedy tokens, batch invariance). The kernels
+themselves are checked per type in test_kernels.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from quant_blocks import F16_FIELDS, NEW_TYPES, QT, random_blocks
+from test_batch_invariance import Runner, check_invariance
+
+from ossa import models
+from ossa._native import core
+from ossa.reference import loader, quants
+from ossa.reference import model as ref_model
+from ossa.reference.gguf import read_gguf
+
+E, FF, VOCAB, LAYERS = 256, 512, 96, 2  # every K-quant row needs a multiple of 256 values
+
+
+@pytest.mark.parametrize("type_name", NEW_TYPES)
+def test_twin_dequantizer_matches_gguf_oracle(type_name: str) -> None:
+    rng = np.random.default_rng(1)
+    block_elems = gguf.GGML_QUANT_SIZES[QT[type_name]][0]
+    for rows, n_blocks in ((1, 1), (7, 3), (64, 2)):
+        raw = random_blocks(type_name, rows, block_elems * n_blocks, rng)
+        mine = quants.dequantize(raw, int(QT[type_name]), block_elems * n_blocks)
+        oracle = gguf.quants.dequantize(raw, QT[type_name]).astype(np.float32).reshape(mine.shape)
+        assert mine.dtype == np.float32
+        assert np.array_equal(mine.view(np.uint32), oracle.view(np.uint32)), type_name
+
+
+def scaled_blocks(type_name: str, rows: int, cols: int, rng: np.random.Generator, rms: float) -> np.ndarray:
+    """Random blocks whose dequantized weights have about the given root mean square (the f16 scale
+    fields set so, every other byte random)."""
+    raw = random_blocks(type_name, rows, cols, rng, scale=1.0)
+    w = quants.dequantize(raw, int(QT[type_name]), cols)
+    factor = rms / float(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
+    block_bytes = gguf.GGML_QUANT_SIZES[QT[type_name]][1]
+    blocks = raw.reshape(rows, -1, block_bytes)
+    for at in F16_FIELDS[type_name]:
+        half = np.ascontiguousarray(blocks[..., at : at + 2]).view(np.float16)
+        blocks[..., at : at + 2] = (half.astype(np.float32) * factor).astype(np.float16).view(np.uint8)
+    return np.ascontiguousarray(blocks.reshape(rows, -1))
+
+
+def write_model(path: Path, types: list[str], seed: int) -> str:
+    """A tiny llama GGUF whose matrices take the given types in turn (norms F32, output untied)."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_embedding_length(E)
+    w.add_block_count(LAYERS)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_feed_forward_length(FF)
+    w.add_context_length(256)
+    w.add_layer_norm_rms_eps(1e-5)
+    mats = [("token_embd.weight", VOCAB, E), ("output.weight", VOCAB, E)]
+    shapes = {"attn_q": (E, E), "attn_k": (E // 2, E), "attn_v": (E // 2, E), "attn_output": (E, E),
+              "ffn_gate": (FF, E), "ffn_up": (FF, E), "ffn_down": (E, FF)}  # fmt: skip
+    mats += [(f"blk.{i}.{n}.weight", *shape) for i in range(LAYERS) for n, shape in shapes.items()]
+    for k, (name, rows, cols) in enumerate(mats):
+        t = types[k % len(types)]
+        raw = scaled_blocks(t, rows, cols, rng, rms=1.0 if name == "token_embd.weight" else 0.06)
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=QT[t])
+    norms = [f"blk.{i}.{n}_norm.weight" for i in range(LAYERS) for n in ("attn", "ffn")]
+    for name in ["output_norm.weight", *norms]:
+        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("quant-types")
+
+
+def greedy(model: object, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
+    """n greedy tokens through the paged runner: one prefill step, then one-token decode steps.
+    Returns the tokens and the logits of every position (prompt and generated)."""
+    r = Runner(model, 1, len(prompt) + n)
+    rows = [r.step([(0, prompt, 0)])[0]]
+    tokens = list(prompt)
+    for _ in range(n):
+        tokens.append(int(np.argmax(rows[-1][-1])))
+        rows.append(r.step([(0, tokens[-1:], len(tokens) - 1)])[0])
+    return tokens[len(prompt) :], np.concatenate(rows)
+
+
+@pytest.mark.parametrize("type_name", NEW_TYPES)
+def test_model_in_each_type_matches_the_twin(model_dir: Path, type_name: str) -> None:
+    path = write_model(model_dir / f"{type_name}.gguf", [type_name], seed=int(QT[type_name]))
+    m = core.load_model(path)
+    listed = {t[0]: t[1] for t in m.tensors()}
+    assert listed["blk.1.ffn_down.weight"] == listed["token_embd.weight"] == type_name
+    # The loader's dequantization: the twin's and the oracle's, bitwise.
+    twin_file = read_gguf(path)
+    for t in gguf.GGUFReader(path).tensors:
+        mine = core.dequantize_tensor(m, t.name)
+        oracle = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(mine.shape)
+        assert np.array_equal(mine.view(np.uint32), oracle.view(np.uint32)), t.name
+        assert np.array_equal(mine.view(np.uint32), twin_file.tensor(t.name).view(np.uint32)), t.name
+    # Logits of the paged runner (prefill, then decode one token at a time) against the twin's
+    # float32 forward on the same weights; greedy tokens equal.
+    config, weights = loader.load_weights(path)
+    prompt = np.random.default_rng(7).integers(0, VOCAB, 11).tolist()
+    tokens, got = greedy(m, prompt, 8)
+    ids = prompt + tokens
+    twin = ref_model.forward(config, weights, ids)
+    scale = float(np.max(np.abs(twin)))
+    assert scale > 1.0  # logits of ordinary size, not a degenerate model
+    assert float(np.max(np.abs(got - twin))) / scale < 1e-4
+    twin_tokens = [int(np.argmax(twin[len(prompt) - 1 + i])) for i in range(8)]
+    assert tokens == twin_tokens
+    # A whole-sequence forward gives the same logits as the decode steps did, bitwise.
+    np.testing.assert_array_equal(core.model_logits(m, ids), got)
+    # dtype "bfloat16": the new types dequantize and round like the others (each matmul exactly the
+    # rounded product: test_kernels.py). In a whole forward, bf16 roundings of activations that the
+    # f32 accumulation order tips one way or the other (~1e-3 of a logit each) keep the C++ and the
+    # twin's emulation apart by about as much as either is from float32, so only closeness is checked.
+    bf_model = models.load_model(path, "bfloat16")
+    assert bf_model.compute_dtype == "bfloat16"
+    bf = np.asarray(bf_model.logits(ids), np.float64)
+    twin_bf = ref_model.forward(config, ref_model.bf16_matrices(config, weights), ids, bf16_compute=True)
+    assert 0 < np.max(np.abs(bf - twin)) < 0.05 * scale
+    assert np.max(np.abs(bf - twin_bf)) < 0.05 * scale
+
+
+def test_mixed_model_is_batch_invariant_and_inspected(model_dir: Path) -> None:
+    path = write_model(model_dir / "mixed.gguf", list(NEW_TYPES), seed=3)
+    check_invariance(core.load_model(path), VOCAB, seed=4)
+    info = models.inspect(path)
+    assert set(info["tensor_types"]) == set(NEW_TYPES) | {"F32"}
+    text = models.format_inspect(info)
+    assert all(f"{t} x" in text for t in NEW_TYPES)
+
+
+def test_malformed_tensors_are_clear_errors(model_dir: Path) -> None:
+    good = write_model(model_dir / "good.gguf", ["Q5_K", "IQ4_XS", "Q3_K"], seed=9)
+    data = Path(good).read_bytes()
+    last = [t for t in gguf.GGUFReader(good).tensors if t.tensor_type != QT.F32][-1]
+    trunc = model_dir / "trunc.gguf"
+    trunc.write_bytes(data[: int(last.data_offset) + int(last.n_bytes) // 2])  # inside a quantized tensor
+    with pytest.raises(core.ModelError, match=f"tensor '{last.name}'.*runs past the end of the file"):
+        core.load_model(str(trunc))
+    with pytest.raises(ValueError, match="runs past the end"):
+        read_gguf(str(trunc))
+    # A row length that is not a whole number of 256-value blocks (the header says 128 columns).
+    at = data.index(b"blk.0.attn_q.weight") + len(b"blk.0.attn_q.weight")
+    assert data[at : at + 12] == (2).to_bytes(4, "little") + (E).to_bytes(8, "little")
+    bad = model_dir / "bad-cols.gguf"
+    bad.write_bytes(data[: at + 4] + (128).to_bytes(8, "little") + data[at + 12 :])
+    with pytest.raises(core.ModelError, match="tensor 'blk.0.attn_q.weight' of type Q3_K has 128 columns"):
+        core.load_model(str(bad))
+    with pytest.raises(ValueError):
+        read_gguf(str(bad)).tensor("blk.0.attn_q.weight")
