@@ -32,7 +32,7 @@ inline void levels32(const uint8_t* qs, int* q) {
   for (int j = 0; j < 16; ++j) q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
 }
 
-struct IQ4_NL {
+struct IQ4_NL : tile::NoPrep {
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
     levels32(w.qs, q);
@@ -40,31 +40,41 @@ struct IQ4_NL {
     min[0] = min[1] = 0.0f;
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
     return lookup4(w.qs, _cvtsh_ss(w.d));
   }
 #endif
 };
 
-// IQ4_XS: sub-block b % 8 of super-block b / 8.
+// IQ4_XS: sub-block b % 8 of super-block b / 8, scale d * ls.
 struct IQ4_XS {
-  static float scale_of(const BlockIQ4_XS& w, int sub) {
-    const int ls = (((w.scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((w.scales_h >> (2 * sub)) & 3) << 4)) - 32;
-    return f16_to_f32(w.d) * static_cast<float>(ls);
+  static int ls(const BlockIQ4_XS& w, int sub) {
+    return (((w.scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((w.scales_h >> (2 * sub)) & 3) << 4)) - 32;
   }
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8);
     levels32(w.qs + 16 * sub, q);
-    scale[0] = scale[1] = scale_of(w, sub);
+    scale[0] = scale[1] = f16_to_f32(w.d) * static_cast<float>(ls(w, sub));
     min[0] = min[1] = 0.0f;
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static constexpr int k_sub = 8;
+  struct Prep {
+    alignas(32) float scale[8];
+  };
+  static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
+    const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
+    alignas(32) int l[8];
+    for (int j = 0; j < 8; ++j) l[j] = ls(w, j);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w.d));
+    _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(l)))));
+  }
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8);
-    return lookup4(w.qs + 16 * sub, scale_of(w, sub));
+    return lookup4(w.qs + 16 * sub, p.scale[sub]);
   }
 #endif
 };

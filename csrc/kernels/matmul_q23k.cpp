@@ -28,29 +28,36 @@ inline void crumbs(const uint8_t* qs, int shift, __m512i& e0, __m512i& e1) {
 #endif
 
 struct Q2_K {
-  // scale and minimum of group g
-  static void group(const BlockQ2_K& w, int g, float& scale, float& min) {
-    scale = f16_to_f32(w.d) * static_cast<float>(w.scales[g] & 0xF);
-    min = -(f16_to_f32(w.dmin) * static_cast<float>(w.scales[g] >> 4));
-  }
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockQ2_K& w = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     for (int l = 0; l < 32; ++l) q[l] = (w.qs[32 * h + l] >> (2 * s)) & 3;
-    group(w, 2 * sub, scale[0], min[0]);
-    group(w, 2 * sub + 1, scale[1], min[1]);
+    for (int k = 0; k < 2; ++k) {
+      const int g = 2 * sub + k;
+      scale[k] = f16_to_f32(w.d) * static_cast<float>(w.scales[g] & 0xF);
+      min[k] = -(f16_to_f32(w.dmin) * static_cast<float>(w.scales[g] >> 4));
+    }
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static constexpr int k_sub = 8;
+  struct Prep {
+    alignas(64) float scale[16], min[16];  // d * (scales[g] & 15), -(dmin * (scales[g] >> 4))
+  };
+  static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
+    const BlockQ2_K& w = reinterpret_cast<const BlockQ2_K*>(row)[sb];
+    const __m512i e = _mm512_cvtepu8_epi32(load16(w.scales));
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(e, _mm512_set1_epi32(15)));
+    const __m512 m = _mm512_cvtepi32_ps(_mm512_srli_epi32(e, 4));
+    _mm512_store_ps(p.scale, _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(w.d)), sc));
+    _mm512_store_ps(p.min, _mm512_mul_ps(_mm512_set1_ps(-_cvtsh_ss(w.dmin)), m));
+  }
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockQ2_K& w = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     __m512i e0, e1;
     crumbs(w.qs + 32 * h, 2 * s, e0, e1);
-    float s0, m0, s1, m1;
-    group(w, 2 * sub, s0, m0);
-    group(w, 2 * sub + 1, s1, m1);
-    const __m512 t0 = _mm512_fmadd_ps(iota16(), _mm512_set1_ps(s0), _mm512_set1_ps(m0));
-    const __m512 t1 = _mm512_fmadd_ps(iota16(), _mm512_set1_ps(s1), _mm512_set1_ps(m1));
+    const __m512 t0 = _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub), tile::bcast(p.min + 2 * sub));
+    const __m512 t1 = _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub + 1), tile::bcast(p.min + 2 * sub + 1));
     return {_mm512_permutexvar_ps(e0, t0), _mm512_permutexvar_ps(e1, t1)};
   }
 #endif
@@ -68,7 +75,18 @@ struct Q3_K {
     min[0] = min[1] = 0.0f;
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static constexpr int k_sub = 8;
+  struct Prep {
+    alignas(64) float scale[16];  // d * sc[g]
+  };
+  static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
+    const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[sb];
+    alignas(64) int sc[16];
+    for (int g = 0; g < 16; ++g) sc[g] = q3_k_scale(w.scales, g);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d));
+    _mm512_store_ps(p.scale, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_load_si512(sc))));
+  }
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     __m512i e0, e1;
@@ -78,10 +96,9 @@ struct Q3_K {
     const __m512i k4 = _mm512_set1_epi32(4);
     e0 = _mm512_mask_or_epi32(e0, _mm_test_epi8_mask(load16(w.hmask), bit), e0, k4);
     e1 = _mm512_mask_or_epi32(e1, _mm_test_epi8_mask(load16(w.hmask + 16), bit), e1, k4);
-    const float d = _cvtsh_ss(w.d);
     const __m512 level = _mm512_sub_ps(iota16(), _mm512_set1_ps(4.0f));  // index k: k - 4
-    const __m512 t0 = _mm512_mul_ps(level, _mm512_set1_ps(d * static_cast<float>(q3_k_scale(w.scales, 2 * sub))));
-    const __m512 t1 = _mm512_mul_ps(level, _mm512_set1_ps(d * static_cast<float>(q3_k_scale(w.scales, 2 * sub + 1))));
+    const __m512 t0 = _mm512_mul_ps(level, tile::bcast(p.scale + 2 * sub));
+    const __m512 t1 = _mm512_mul_ps(level, tile::bcast(p.scale + 2 * sub + 1));
     return {_mm512_permutexvar_ps(e0, t0), _mm512_permutexvar_ps(e1, t1)};
   }
 #endif

@@ -41,7 +41,7 @@ inline Block32 lookup5(const uint8_t* qs, uint32_t high, __m512 t0, __m512 t1) {
 }
 #endif
 
-struct Q5_0 {
+struct Q5_0 : tile::NoPrep {
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
     q5_quants(w.qh, w.qs, q);
@@ -50,7 +50,7 @@ struct Q5_0 {
     min[0] = min[1] = 0.0f;
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d));
     uint32_t qh;
@@ -63,7 +63,7 @@ struct Q5_0 {
 #endif
 };
 
-struct Q5_1 {
+struct Q5_1 : tile::NoPrep {
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
     q5_quants(w.qh, w.qs, q);
@@ -71,7 +71,7 @@ struct Q5_1 {
     min[0] = min[1] = f16_to_f32(w.m);
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d)), m = _mm512_set1_ps(_cvtsh_ss(w.m));
     uint32_t qh;
@@ -85,23 +85,31 @@ struct Q5_1 {
 
 // Q5_K: sub-block b % 8 of super-block b / 8.
 struct Q5_K {
-  static void scale_min(const BlockQ5_K& w, int sub, float& scale, float& min) {
-    int sc, m;
-    q4_k_scale_min(sub, w.scales, sc, m);
-    scale = f16_to_f32(w.d) * static_cast<float>(sc);
-    min = -(f16_to_f32(w.dmin) * static_cast<float>(m));
-  }
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8);
     const uint8_t* qs = w.qs + 32 * (sub / 2);
     for (int l = 0; l < 32; ++l)
       q[l] = (sub % 2 == 0 ? qs[l] & 0xF : qs[l] >> 4) | (((w.qh[l] >> sub) & 1) << 4);
-    scale_min(w, sub, scale[0], min[0]);
-    scale[1] = scale[0], min[1] = min[0];
+    int sc, m;
+    q4_k_scale_min(sub, w.scales, sc, m);
+    scale[0] = scale[1] = f16_to_f32(w.d) * static_cast<float>(sc);
+    min[0] = min[1] = -(f16_to_f32(w.dmin) * static_cast<float>(m));
   }
 #if defined(__AVX512F__)
-  static Block32 decode(const uint8_t* row, int64_t b) {
+  static constexpr int k_sub = 8;
+  struct Prep {
+    alignas(32) float scale[8], min[8];  // d * sc[j], -(dmin * m[j])
+  };
+  static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
+    const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[sb];
+    alignas(32) int sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4_k_scale_min(j, w.scales, sc[j], m[j]);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w.d)), dmin = _mm256_set1_ps(-_cvtsh_ss(w.dmin));
+    _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(sc)))));
+    _mm256_store_ps(p.min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(m)))));
+  }
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8);
     const uint8_t* qs = w.qs + 32 * (sub / 2);
@@ -118,9 +126,7 @@ struct Q5_K {
     const __m512i k16 = _mm512_set1_epi32(16);
     e0 = _mm512_mask_or_epi32(e0, h0, e0, k16);
     e1 = _mm512_mask_or_epi32(e1, h1, e1, k16);
-    float scale, min;
-    scale_min(w, sub, scale, min);
-    const __m512 s = _mm512_set1_ps(scale), mn = _mm512_set1_ps(min);
+    const __m512 s = tile::bcast(p.scale + sub), mn = tile::bcast(p.min + sub);
     const __m512 t0 = _mm512_fmadd_ps(iota16(), s, mn);
     const __m512 t1 = _mm512_fmadd_ps(_mm512_add_ps(iota16(), _mm512_set1_ps(16.0f)), s, mn);
     return {_mm512_permutex2var_ps(t0, e0, t1), _mm512_permutex2var_ps(t0, e1, t1)};

@@ -12,7 +12,10 @@
 // the dequantizers give (q * scale is exact in every one of these types).
 //
 // A decoder D provides, for block b (32 consecutive weights) of a row:
-//   AVX-512: static Block32 decode(const uint8_t* row, int64_t b): the 32 weights as f32;
+//   AVX-512: k_sub (blocks per super-block: 8 for the 256-value types, else 1), a struct Prep of
+//            what a super-block's blocks share (its scales and minimums as f32, unpacked once),
+//            static void prepare(const uint8_t* row, int64_t sb, Prep&) and
+//            static Block32 decode(const uint8_t* row, int64_t b, const Prep&): the 32 weights as f32;
 //   always:  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min):
 //            weight i = fma(q[i], scale[i / 16], min[i / 16]) (the AVX2 and scalar builds use it).
 #include <cmath>
@@ -20,6 +23,13 @@
 #include "kernels/matmul_kernels.h"
 
 namespace ossa::tile {
+
+// For the 32-value block types: nothing shared between blocks.
+struct NoPrep {
+  static constexpr int k_sub = 1;
+  struct Prep {};
+  static void prepare(const uint8_t*, int64_t, Prep&) {}
+};
 
 #if defined(__AVX512F__)
 
@@ -29,6 +39,9 @@ struct Block32 {
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m512 iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
+// 16 f32 in memory, broadcast one at a time from there (a load, not a shuffle).
+inline __m512 bcast(const float* p) { return _mm512_set1_ps(*p); }
 
 inline float fsum16(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
@@ -42,14 +55,18 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   __m512 acc[MO][R];
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    Block32 v[MO];
-    for (int o = 0; o < MO; ++o) v[o] = D::decode(w[o], b);
-    for (int r = 0; r < R; ++r) {
-      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
-      for (int o = 0; o < MO; ++o) {
-        acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
-        acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
+  for (int64_t sb = 0; sb < nb / D::k_sub; ++sb) {
+    typename D::Prep prep[MO];
+    for (int o = 0; o < MO; ++o) D::prepare(w[o], sb, prep[o]);
+    for (int64_t b = sb * D::k_sub; b < (sb + 1) * D::k_sub; ++b) {
+      Block32 v[MO];
+      for (int o = 0; o < MO; ++o) v[o] = D::decode(w[o], b, prep[o]);
+      for (int r = 0; r < R; ++r) {
+        const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
+        for (int o = 0; o < MO; ++o) {
+          acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
+          acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
+        }
       }
     }
   }
