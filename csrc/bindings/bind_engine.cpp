@@ -2,6 +2,7 @@
 #include <functional>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -19,6 +20,49 @@ std::vector<ossa::EngineOutput> released(const std::function<std::vector<ossa::E
   nb::gil_scoped_release release;
   return f();
 }
+
+// A numpy array on memory the caller keeps alive for the call (no copy: rv_policy::reference).
+template <typename T>
+nb::object view(T* data, std::initializer_list<size_t> shape) {
+  return nb::cast(nb::ndarray<nb::numpy, T>(data, shape, nb::handle()), nb::rv_policy::reference);
+}
+
+// A ConstraintHost implemented in Python (ossa.structured.ConstraintHost): one call per step with
+// numpy views of the batch (valid only during the call) and the masks to fill in place. Runs on the
+// engine's constraint worker, so it takes the GIL; Python errors become C++ ones inside it.
+class PyConstraintHost final : public ossa::ConstraintHost {
+ public:
+  explicit PyConstraintHost(nb::object host) : host_(std::move(host)) {}
+  ~PyConstraintHost() override {
+    nb::gil_scoped_acquire gil;
+    host_.reset();
+  }
+
+  void compute(const ossa::ConstraintBatch& b, uint32_t* masks, std::vector<std::string>& errors) override {
+    nb::gil_scoped_acquire gil;
+    try {
+      const size_t n = b.size();
+      auto* tokens = const_cast<int32_t*>(b.feed_tokens.data());
+      nb::object result = host_.attr("compute")(
+          view(const_cast<int64_t*>(b.handles.data()), {n}), view(const_cast<int32_t*>(b.children.data()), {n}),
+          view(const_cast<int32_t*>(b.feed_offsets.data()), {n + 1}), view(tokens, {b.feed_tokens.size()}),
+          view(const_cast<int64_t*>(b.released.data()), {b.released.size()}),
+          view(reinterpret_cast<int32_t*>(masks), {n, static_cast<size_t>(b.words)}));
+      if (!result.is_none())
+        for (nb::handle item : result) {
+          auto [row, message] = nb::cast<std::pair<size_t, std::string>>(item);
+          if (row < errors.size()) errors[row] = message;
+        }
+    } catch (nb::python_error& e) {
+      throw std::runtime_error(std::string("the constraint host failed: ") + e.what());
+    } catch (const nb::cast_error& e) {
+      throw std::runtime_error(std::string("the constraint host returned a malformed result: ") + e.what());
+    }
+  }
+
+ private:
+  nb::object host_;
+};
 
 }  // namespace
 
@@ -60,7 +104,8 @@ void bind_engine(nb::module_& m) {
       .def_rw("stop", &GenerationParams::stop)
       .def_rw("include_stop_str_in_output", &GenerationParams::include_stop_str_in_output)
       .def_rw("skip_special_tokens", &GenerationParams::skip_special_tokens)
-      .def_rw("prompt_logprobs", &GenerationParams::prompt_logprobs);
+      .def_rw("prompt_logprobs", &GenerationParams::prompt_logprobs)
+      .def_rw("constraint", &GenerationParams::constraint);
 
   nb::class_<ossa::TokenLogprobs>(m, "TokenLogprobs")
       .def_ro("token", &ossa::TokenLogprobs::token)
@@ -104,6 +149,15 @@ void bind_engine(nb::module_& m) {
       .def("step", [](Engine& e) { return released([&] { return e.step(); }); })
       .def("run_to_completion", [](Engine& e) { return released([&] { return e.run_to_completion(); }); })
       .def("has_unfinished", &Engine::has_unfinished)
+      .def(
+          "set_constraint_host",
+          [](Engine& e, nb::object host, bool overlap) {
+            e.set_constraint_host(host.is_none() ? nullptr : std::make_shared<PyConstraintHost>(host), overlap);
+          },
+          "host"_a.none(), "overlap"_a = true,
+          "Where constrained rows get their token masks: an object with compute(handles, children,\n"
+          "feed_offsets, feed_tokens, released, masks) -> [(row, error)] (ossa.structured.ConstraintHost).\n"
+          "overlap: compute on a worker thread while the forward pass runs.")
       .def("start", &Engine::start)
       .def("stop", [](Engine& e) {
         nb::gil_scoped_release release;
@@ -132,6 +186,9 @@ void bind_engine(nb::module_& m) {
         d["time_sample"] = s.time_sample;
         d["time_schedule"] = s.time_schedule;
         d["time_detokenize"] = s.time_detokenize;
+        d["constraint_calls"] = s.constraint_calls;
+        d["time_constraint"] = s.time_constraint;
+        d["time_constraint_wait"] = s.time_constraint_wait;
         return d;
       });
 }

@@ -20,6 +20,7 @@ namespace nb = nanobind;
 namespace {
 
 using Logits = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using Masks = nb::ndarray<const int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 template <typename T>
 nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& v, std::initializer_list<size_t> shape) {
@@ -79,8 +80,13 @@ void bind_sampling(nb::module_& m) {
           [](ossa::Sampler& self, Logits logits, const std::vector<const SamplingParams*>& params,
              const std::vector<std::vector<int32_t>>& prompt_token_ids,
              const std::vector<std::vector<int32_t>>& output_token_ids, const std::vector<uint64_t>& seeds,
-             const std::vector<uint64_t>& streams, const std::vector<uint64_t>& steps) {
+             const std::vector<uint64_t>& streams, const std::vector<uint64_t>& steps,
+             std::optional<Masks> token_masks) {
             const size_t n = logits.shape(0);
+            const size_t words = (logits.shape(1) + 31) / 32;
+            if (token_masks && (token_masks->shape(0) != n || token_masks->shape(1) != words))
+              throw ossa::InputError("Sampler.sample: token_masks must be [n_rows, ceil(vocab / 32)] = [" +
+                                     std::to_string(n) + ", " + std::to_string(words) + "]");
             for (size_t len : {params.size(), prompt_token_ids.size(), output_token_ids.size(), seeds.size(),
                                streams.size(), steps.size()})
               if (len != n)
@@ -89,7 +95,9 @@ void bind_sampling(nb::module_& m) {
             std::vector<ossa::RowInput> rows(n);
             for (size_t r = 0; r < n; ++r) {
               if (params[r] == nullptr) throw ossa::InputError("Sampler.sample: params must not be None");
-              rows[r] = {params[r], prompt_token_ids[r], output_token_ids[r], seeds[r], streams[r], steps[r]};
+              rows[r] = {params[r], prompt_token_ids[r], output_token_ids[r], seeds[r], streams[r], steps[r],
+                         token_masks ? reinterpret_cast<const uint32_t*>(token_masks->data()) + r * words
+                                     : nullptr};
             }
             std::vector<ossa::SampleResult> out(n);
             {
@@ -99,8 +107,9 @@ void bind_sampling(nb::module_& m) {
             return results_to_numpy(out);
           },
           nb::arg("logits"), nb::arg("params"), nb::arg("prompt_token_ids"), nb::arg("output_token_ids"),
-          nb::arg("seeds"), nb::arg("streams"), nb::arg("steps"),
-          "Sample one token per row. Returns (tokens, logprobs, top_ids, top_logprobs, n_top); top_* are\n"
+          nb::arg("seeds"), nb::arg("streams"), nb::arg("steps"), nb::arg("token_masks") = nb::none(),
+          "Sample one token per row (token_masks: optional int32 [n_rows, ceil(vocab / 32)] allowed-token\n"
+          "bits, llguidance's layout). Returns (tokens, logprobs, top_ids, top_logprobs, n_top); top_* are\n"
           "[n_rows, MAX_LOGPROBS] with n_top valid entries per row; logprobs is NaN where not requested.")
       .def(
           "logprobs",

@@ -179,8 +179,7 @@ void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
         out.arrival_time = r.arrival_time;
         out.finished_time = now_seconds();
         outputs.push_back(std::move(out));
-        std::lock_guard<std::mutex> lock(mutex_);
-        live_ids_.erase(r.id);
+        forget(r);
         continue;
       }
       keys_[r.id] = r.key;
@@ -252,12 +251,72 @@ void Engine::fail_request(int64_t key, const std::string& message, std::vector<E
   out.finished = true;
   out.error = message;
   outputs.push_back(std::move(out));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_ids_.erase(r.id);
-  }
+  forget(r);
   keys_.erase(r.id);
   requests_.erase(it);
+}
+
+void Engine::forget(RequestState& r) {
+  if (r.params.constraint >= 0) constraints_.release(r.params.constraint);
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_ids_.erase(r.id);
+}
+
+void Engine::set_constraint_host(std::shared_ptr<ConstraintHost> host, bool overlap) {
+  if (running()) throw InputError("set_constraint_host() cannot be called while the background loop runs");
+  constraints_.set_host(std::move(host), overlap);
+}
+
+bool Engine::prepare_constraints(const SchedulerOutput& so) {
+  if (!constraints_.has_host()) return false;
+  ConstraintBatch& b = constraints_.batch();
+  b.clear();
+  b.words = (n_vocab_ + 31) / 32;
+  constraint_rows_.clear();
+  size_t next = 0;
+  for (const ScheduledSeq& s : so.seqs) {
+    RequestState& r = *requests_.at(s.request_id);
+    if (r.params.constraint < 0) {
+      next += static_cast<size_t>(s.num_samples);
+      continue;
+    }
+    for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
+      const int32_t child = s.num_samples > 1 ? k : s.child;
+      ChildState& c = r.children[child];
+      b.handles.push_back(r.params.constraint);
+      b.children.push_back(child);
+      b.feed_tokens.insert(b.feed_tokens.end(), c.output_tokens.begin() + static_cast<ptrdiff_t>(c.constraint_fed),
+                           c.output_tokens.end());
+      c.constraint_fed = c.output_tokens.size();
+      b.feed_offsets.push_back(static_cast<int32_t>(b.feed_tokens.size()));
+      constraint_rows_.push_back(next);
+    }
+  }
+  return b.size() > 0 || constraints_.has_released();
+}
+
+void Engine::apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
+                               const std::vector<std::pair<int64_t, int32_t>>& row_child) {
+  const double t0 = mono_seconds();
+  std::string batch_error;
+  try {
+    constraints_.wait();
+  } catch (const std::exception& e) {
+    batch_error = e.what();  // no masks at all: every constrained row fails with it
+  }
+  stats_.time_constraint_wait += mono_seconds() - t0;
+  stats_.time_constraint = constraints_.compute_seconds();
+  ++stats_.constraint_calls;
+  for (size_t j = 0; j < constraint_rows_.size(); ++j) {
+    const size_t row = constraint_rows_[j];
+    const std::string& error = batch_error.empty() ? constraints_.error(j) : batch_error;
+    if (error.empty()) {
+      rows_[row].token_mask = constraints_.mask(j);
+    } else {
+      rows_[row].token_mask = nullptr;  // sampled unconstrained, then dropped with its request
+      failed.emplace_back(row_child[row].first, "structured output: " + error);
+    }
+  }
 }
 
 void Engine::sample_rows(const float* logits, size_t n_rows,
@@ -373,9 +432,18 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
   const size_t n_rows = batch->logits_rows.size();
   if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_)) logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
 
+  // Structured output: the constrained rows' masks are computed while the forward runs.
+  const bool constrained = prepare_constraints(so);
+  if (constrained) constraints_.launch();
   try {
     runner_.forward(*batch, logits_.data());
   } catch (const std::exception& e) {
+    if (constrained) {
+      try {
+        constraints_.wait();
+      } catch (const std::exception&) {  // the batch fails anyway
+      }
+    }
     fail_batch(std::string("forward pass failed: ") + e.what(), outputs);
     return;
   }
@@ -400,6 +468,7 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
         in.seed = r.seed;
         in.stream = static_cast<uint64_t>(child);
         in.step = c.output_tokens.size();
+        in.token_mask = nullptr;
         row_child[next] = {s.request_id, child};
       }
     }
@@ -413,8 +482,11 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
                   gathered_.data() + i * static_cast<size_t>(n_vocab_));
     sample_logits = gathered_.data();
   }
+  std::vector<std::pair<int64_t, std::string>> constraint_failed;
+  if (constrained) apply_constraints(constraint_failed, row_child);
   try {
     sample_rows(sample_logits, n_samples, row_child, outputs);
+    for (const auto& [key, message] : constraint_failed) fail_request(key, message, outputs);
     if (want_prompt_lp) {
       // Prompt logprobs: the logprob of prompt token pos at the row before it.
       for (size_t i = 0; i < n_rows; ++i) {
@@ -536,10 +608,7 @@ void Engine::collect_outputs(std::vector<EngineOutput>& outputs) {
     outputs.push_back(std::move(out));
     if (done) {
       ++stats_.requests_finished;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        live_ids_.erase(r.id);
-      }
+      forget(r);
       keys_.erase(r.id);
       requests_.erase(it);
     }

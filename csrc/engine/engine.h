@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/constraints.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
@@ -48,6 +49,7 @@ struct GenerationParams {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   int32_t prompt_logprobs = -1;  // -1: none; k >= 0: each prompt token's logprob and the top k
+  int64_t constraint = -1;       // structured output: the ConstraintHost's handle; -1: none
 };
 
 struct TokenLogprobs {
@@ -89,6 +91,9 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t requests_finished = 0;
   double time_forward = 0, time_sample = 0, time_schedule = 0, time_detokenize = 0;  // seconds
+  int64_t constraint_calls = 0;     // crossings into the ConstraintHost
+  double time_constraint = 0;       // seconds the host spent computing masks (overlapped or not)
+  double time_constraint_wait = 0;  // seconds the step waited for masks after the forward
 };
 
 class Engine {
@@ -117,6 +122,10 @@ class Engine {
   // Waits up to timeout_s for outputs of the background loop; returns all that are ready.
   std::vector<EngineOutput> get_outputs(double timeout_s);
 
+  // Structured output: where constrained rows get their masks (set before start(); overlap: compute
+  // them on a worker thread during the forward pass).
+  void set_constraint_host(std::shared_ptr<ConstraintHost> host, bool overlap = true);
+
   EngineStats stats() const;
   const EngineConfig& config() const { return config_; }
   int32_t vocab_size() const { return n_vocab_; }
@@ -135,6 +144,7 @@ class Engine {
     bool dirty = false;
     std::string finish_reason, stop_str;
     int32_t stop_token = -1;
+    size_t constraint_fed = 0;  // output tokens its matcher has consumed
   };
   struct RequestState {
     std::string id;
@@ -170,6 +180,12 @@ class Engine {
   void sample_rows(const float* logits, size_t n_rows, const std::vector<std::pair<int64_t, int32_t>>& row_child,
                    std::vector<EngineOutput>& outputs);
   EngineOutput make_output(RequestState& r);
+  // Fills the constraint stage's batch for this step's sampling rows; true if the host must be called.
+  bool prepare_constraints(const SchedulerOutput& so);
+  // Points the constrained rows of rows_ at their masks; rows whose matcher failed go to failed.
+  void apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
+                         const std::vector<std::pair<int64_t, int32_t>>& row_child);
+  void forget(RequestState& r);  // the request is gone: release what it held outside the engine
   void loop();
 
   std::shared_ptr<const Model> model_;
@@ -194,6 +210,8 @@ class Engine {
   std::vector<SampleResult> results_;
   std::vector<int32_t> sampled_;
   std::vector<int32_t> lp_tokens_;
+  ConstraintStage constraints_;
+  std::vector<size_t> constraint_rows_;  // the sampling row of each constraint batch row
   std::vector<SampleResult> lp_results_;
   int64_t next_key_ = 1;
   const SchedulerOutput* update_owed_ = nullptr;  // the scheduled batch until update() is called

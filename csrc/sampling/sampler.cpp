@@ -292,6 +292,21 @@ void ensure_scratch(std::vector<SamplerScratch>& all, int vocab) {
   }
 }
 
+// Tokens whose bit is clear -> -inf. Words are all-set or all-clear for most of a vocabulary.
+void apply_token_mask(const uint32_t* mask, int vocab, float* work) {
+  for (int w = 0; w * 32 < vocab; ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == ~0u) continue;
+    const int begin = w * 32, end = std::min(begin + 32, vocab);
+    if (bits == 0u) {
+      std::fill(work + begin, work + end, -k_inf);
+      continue;
+    }
+    for (int t = begin; t < end; ++t)
+      if (((bits >> (t - begin)) & 1u) == 0u) work[t] = -k_inf;
+  }
+}
+
 void sample_row(int row, const float* raw, int vocab, const RowInput& in, SamplerScratch& s,
                 SampleResult& out) {
   if (in.params == nullptr) row_error(row, "no sampling parameters");
@@ -302,8 +317,8 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
   // 1-3 write a processed copy only when some stage applies; otherwise x is the raw row.
   const bool min_tokens_mask = int64_t(in.output_token_ids.size()) < p.min_tokens;
   const bool penalise = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
-  const bool modified = !p.allowed_token_ids.empty() || !p.logit_bias.empty() || min_tokens_mask ||
-                        p.repetition_penalty != 1.0 || penalise;
+  const bool modified = in.token_mask != nullptr || !p.allowed_token_ids.empty() || !p.logit_bias.empty() ||
+                        min_tokens_mask || p.repetition_penalty != 1.0 || penalise;
   const float* x = raw;
   ArgMax best = raw_best;
   if (modified) {
@@ -315,6 +330,8 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
     } else {
       std::copy(raw, raw + vocab, work);
     }
+    // 0. the structured-output mask (applied after the copy: -inf stays -inf through every stage)
+    if (in.token_mask != nullptr) apply_token_mask(in.token_mask, vocab, work);
     for (const auto& [id, bias] : p.logit_bias) work[id] = work[id] + bias;
     // 2. min_tokens
     if (min_tokens_mask) {
@@ -353,7 +370,11 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
     x = work;
     best = lane_argmax(x, vocab);
   }
-  if (best.value == -k_inf) row_error(row, "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
+  if (best.value == -k_inf)
+    row_error(row, in.token_mask != nullptr
+                       ? "every token is masked: the structured-output grammar allows only tokens that "
+                         "allowed_token_ids, logit_bias or min_tokens (end of sequence) forbid"
+                       : "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
 
   int32_t token = -1;
   if (p.temperature < k_greedy_temperature) {

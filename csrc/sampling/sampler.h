@@ -2,6 +2,7 @@
 // The sampler: one batch of logits rows in, one token per row out (plus logprobs on request).
 //
 // The chain, per row, in this order (float32 unless noted):
+//   0. the row's token mask (structured output): every token whose bit is clear -> -inf
 //   1. allowed_token_ids (all others -> -inf), then logit_bias (logit += bias)
 //   2. min_tokens: while the output is shorter than min_tokens, stop_token_ids and (unless
 //      ignore_eos) eos_token_ids -> -inf
@@ -65,6 +66,9 @@ struct RowInput {
   uint64_t seed = 0;    // params.seed, or one derived from the engine's seed
   uint64_t stream = 0;  // distinguishes requests sharing a seed (n > 1 children)
   uint64_t step = 0;    // the number of output tokens so far
+  // Structured output: ceil(vocab / 32) words, token t allowed iff bit t % 32 of word t / 32 is set
+  // (llguidance's layout). nullptr: no constraint.
+  const uint32_t* token_mask = nullptr;
 };
 
 struct SampleResult {

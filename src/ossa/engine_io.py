@@ -21,8 +21,11 @@ def generation_params(
     vocab_size: int,
     backend: str,
     priority: int = 0,
+    constraints: Any = None,
 ) -> Any:
-    """Builds the engine's per-request parameters; raises ValueError for anything out of range."""
+    """Builds the engine's per-request parameters; raises ValueError for anything out of range.
+    A request with ``structured_outputs`` registers its grammar with ``constraints`` (the engine's
+    ``ossa.structured.ConstraintHost``); whoever fails to add the request releases ``g.constraint``."""
     params.check_vocab(vocab_size)
     if prompt_len + 1 > max_model_len:
         raise ValueError(
@@ -48,6 +51,10 @@ def generation_params(
     g.include_stop_str_in_output = bool(params.include_stop_str_in_output)
     g.skip_special_tokens = bool(params.skip_special_tokens)
     g.prompt_logprobs = -1 if params.prompt_logprobs is None else int(params.prompt_logprobs)
+    if params.structured_outputs is not None:
+        if constraints is None:
+            raise ValueError("this engine takes no structured_outputs (no constraint host)")
+        g.constraint = constraints.register(params.structured_outputs, int(params.n))
     return g
 
 

@@ -201,6 +201,13 @@ class LLM:
                 ),
             )
 
+        from .structured import ConstraintHost
+
+        # Structured outputs: the engine asks this for the masks of constrained rows (llguidance is
+        # imported only when a request brings a grammar).
+        self.constraints = ConstraintHost(self.tokenizer, config.n_vocab)
+        self.engine.set_constraint_host(self.constraints)
+
     # -- public API ----------------------------------------------------------------------------
 
     def get_tokenizer(self) -> Any:
@@ -230,12 +237,18 @@ class LLM:
             raise ValueError(f"got {len(priority)} priorities for {len(plist)} prompts")
         # Validate everything before any work starts.
         requests = []
-        for i, (p, sp) in enumerate(zip(plist, params_list, strict=True)):
-            if not isinstance(sp, SamplingParams):
-                raise ValueError(f"sampling_params[{i}] is not a SamplingParams")
-            text, ids = self._tokenize_prompt(p)
-            g = self._generation_params(sp, len(ids), 0 if priority is None else int(priority[i]))
-            requests.append((str(next(self._counter)), text, ids, sp, g))
+        try:
+            for i, (p, sp) in enumerate(zip(plist, params_list, strict=True)):
+                if not isinstance(sp, SamplingParams):
+                    raise ValueError(f"sampling_params[{i}] is not a SamplingParams")
+                text, ids = self._tokenize_prompt(p)
+                g = self._generation_params(sp, len(ids), 0 if priority is None else int(priority[i]))
+                requests.append((str(next(self._counter)), text, ids, sp, g))
+        except Exception:
+            for *_, g in requests:
+                if g.constraint >= 0:
+                    self.constraints.release(g.constraint)
+            raise
         return self._run(requests, use_tqdm)
 
     def chat(
@@ -245,9 +258,16 @@ class LLM:
         use_tqdm: bool = True,
         add_generation_prompt: bool = True,
         chat_template: str | None = None,
+        continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[RequestOutput]:
-        """Renders each conversation with the model's chat template and generates a reply."""
+        """Renders each conversation with the model's chat template and generates a reply.
+
+        ``tools`` (OpenAI function definitions) reach the template as its ``tools`` variable;
+        ``continue_final_message`` ends the prompt inside the last (assistant) message so the model
+        continues it; ``chat_template_kwargs`` are further template variables."""
         if not messages:
             raise ValueError("messages is empty")
         conversations = [messages] if isinstance(messages[0], dict) else messages
@@ -260,7 +280,9 @@ class LLM:
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
                 chat_template=chat_template,
-                **kwargs,
+                continue_final_message=continue_final_message,
+                tools=tools,
+                **{**(chat_template_kwargs or {}), **kwargs},
             )
             # The template writes its own special tokens: don't add BOS again.
             ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -327,6 +349,7 @@ class LLM:
             vocab_size=self.model.config.n_vocab,
             backend=self.backend,
             priority=priority,
+            constraints=self.constraints,
         )
 
     def _decode_token(self, token_id: int) -> str:
@@ -343,6 +366,9 @@ class LLM:
         except Exception:
             for rid in order:
                 self.engine.abort(rid)
+            for _rid, _text, _ids, _sp, g in requests[len(order) :]:
+                if g.constraint >= 0:
+                    self.constraints.release(g.constraint)
             self._drain()
             raise
         pbar = None
@@ -391,7 +417,12 @@ class LLM:
         g = self._generation_params(sp, len(ids))
         rid = str(next(self._counter))
         tracker = RequestTracker(rid, text, ids, sp, self._decode_token)
-        self.engine.add_request(rid, ids, g)
+        try:
+            self.engine.add_request(rid, ids, g)
+        except Exception:
+            if g.constraint >= 0:
+                self.constraints.release(g.constraint)
+            raise
         finished = False
         try:
             while not finished:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .structured import StructuredOutputsParams
+
 MAX_LOGPROBS = 20  # the C++ sampler's k_max_logprobs
 _U64 = 1 << 64
 
@@ -48,6 +50,9 @@ class SamplingParams:
     -> ``min_p`` -> a draw from a Philox stream keyed by (``seed``, request, step). Ties go to the
     lowest token id.
 
+    ``structured_outputs`` (a ``StructuredOutputsParams``) constrains the output to a JSON schema,
+    a regex, a choice list or a grammar; its mask comes before every stage above.
+
     ``logprobs`` / ``prompt_logprobs`` report raw logprobs (vLLM's default): log_softmax of the
     model's logits before any of the transforms above, plus the top N alternatives (N <= 20).
     Out-of-range values raise ValueError naming the field and its range.
@@ -73,6 +78,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
+    structured_outputs: StructuredOutputsParams | None = None
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -135,6 +141,14 @@ class SamplingParams:
                     raise ValueError(f"logit_bias[{key}] must be in [-100, 100], got {b}")
                 bias[key] = b
             self.logit_bias = bias
+        so = self.structured_outputs
+        if so is not None and not isinstance(so, StructuredOutputsParams):
+            if not isinstance(so, dict):
+                raise ValueError(f"structured_outputs must be a StructuredOutputsParams, got {so!r}")
+            try:
+                self.structured_outputs = StructuredOutputsParams(**so)
+            except TypeError as e:
+                raise ValueError(f"structured_outputs: {e}") from None
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = _token_ids("allowed_token_ids", self.allowed_token_ids)
             if not self.allowed_token_ids:

@@ -143,23 +143,54 @@ class Tokenizer:
         add_generation_prompt: bool = True,
         tokenize: bool = False,
         chat_template: str | None = None,
+        continue_final_message: bool = False,
+        tools: list[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> str | list[int]:
         """Renders messages with the model's chat template as Hugging Face does (jinja2 sandbox).
 
-        The text already holds any special tokens the template writes, so tokenizing it adds none.
+        ``tools`` become the template's ``tools`` variable. ``continue_final_message`` cuts the text
+        right after the last message's content, so the model continues that message instead of
+        starting a new one (it excludes ``add_generation_prompt``). The text already holds any
+        special tokens the template writes, so tokenizing it adds none.
         """
         template = chat_template or self.chat_template
         if template is None:
             raise ValueError("this tokenizer has no chat template; pass chat_template=...")
-        variables = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("continue_final_message and add_generation_prompt cannot both be set")
+        variables: dict[str, Any] = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
         variables.update(kwargs)
+        if tools is not None:
+            variables["tools"] = tools
         text = _compile(template).render(
             messages=messages, add_generation_prompt=add_generation_prompt, **variables
         )
+        if continue_final_message:
+            text = _cut_after_final_message(text, messages)
         if tokenize:
             return self.encode(text, add_special_tokens=False)
         return text
+
+
+def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
+    """text up to the end of the last message's content (templates may strip its outer spaces)."""
+    if not messages:
+        raise ValueError("continue_final_message needs at least one message")
+    content = messages[-1].get("content")
+    if isinstance(content, list):  # OpenAI content parts: the last text part
+        texts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        content = texts[-1] if texts else None
+    if not isinstance(content, str):
+        raise ValueError("continue_final_message needs the last message to have text content")
+    core = content.strip()
+    at = text.rfind(core)
+    if at < 0:
+        raise ValueError("continue_final_message: the chat template did not write the last message's text")
+    # Keep the message's trailing spaces where the template kept them.
+    kept = content.lstrip()
+    end = at + len(kept) if text.startswith(kept, at) else at + len(core)
+    return text[:end]
 
 
 def _opt(i: int) -> int | None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import sampler as ref_sampler
+from .constraints import ConstraintStage
 from .loader import load_weights
 from .request import Request
 from .runner import ModelRunner
@@ -80,6 +81,7 @@ class GenerationParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     prompt_logprobs: int = -1  # -1: none; k >= 0: each prompt token's logprob and the top k
+    constraint: int = -1  # structured output: the ConstraintHost's handle; -1: none
 
 
 @dataclass
@@ -133,6 +135,7 @@ class _Child:
     finish_reason: str = ""
     stop_str: bytes = b""
     stop_token: int = -1
+    constraint_fed: int = 0  # output tokens its matcher has consumed
 
 
 @dataclass
@@ -205,14 +208,26 @@ class Engine:
         self._commands: list[tuple[bool, str, _Request | None]] = []
         self._touched: list[int] = []
         self._next_key = 1
+        self._constraints = ConstraintStage()
         self._stats = {
             "prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "requests_finished": 0,
             "time_forward": 0.0, "time_sample": 0.0, "time_schedule": 0.0, "time_detokenize": 0.0,
+            "time_constraint": 0.0, "time_constraint_wait": 0.0,
         }  # fmt: skip
 
     @property
     def vocab_size(self) -> int:
         return self.n_vocab
+
+    def set_constraint_host(self, host: Any, overlap: bool = True) -> None:
+        """Where constrained rows get their token masks (``ossa.structured.ConstraintHost``); the twin
+        always computes them inline."""
+        self._constraints.host = host
+
+    def _forget(self, r: _Request) -> None:
+        if r.params.constraint >= 0:
+            self._constraints.release(r.params.constraint)
+        self._live.discard(r.id)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -303,7 +318,7 @@ class Engine:
                             finished_time=now,
                         )
                     )
-                    self._live.discard(r.id)
+                    self._forget(r)
                     continue
                 self._keys[r.id] = r.key
                 self._requests[r.key] = r
@@ -411,6 +426,7 @@ class Engine:
                     sample_row_of.append(next_sample)
                     prompt_row_of.append((-1, -1))
                     next_sample += 1
+        masks, mask_errors = self._constraint_masks(so)
         logits = self.runner.forward(
             so.token_ids, so.positions, so.slot_mapping, so.seq_start, so.context_len, so.block_table_start,
             so.block_tables, rows,
@@ -431,10 +447,17 @@ class Engine:
                                          len(c.output_tokens))
                 )  # fmt: skip
                 row_child.append((rid, child))
+        constraint_failed: list[tuple[int, str]] = []
+        for i, mask in masks.items():
+            row_inputs[i].token_mask = mask
+            if mask_errors[i]:
+                constraint_failed.append((row_child[i][0], f"structured output: {mask_errors[i]}"))
         sample_logits = logits
         if want_prompt_lp:
             sample_logits = logits[[i for i, s in enumerate(sample_row_of) if s >= 0]]
         results = self._sample_rows(sample_logits, row_inputs, row_child, outputs)
+        for key, message in constraint_failed:
+            self._fail_request(key, message, outputs)
         if want_prompt_lp:
             for i, s in enumerate(sample_row_of):
                 if s >= 0:
@@ -483,6 +506,31 @@ class Engine:
         self._collect_outputs(outputs)
         return outputs
 
+    def _constraint_masks(self, so: Any) -> tuple[dict[int, np.ndarray | None], dict[int, str]]:
+        """Masks (None where the matcher failed) and errors of the constrained sampling rows, by row."""
+        stage = self._constraints
+        if stage.host is None:
+            return {}, {}
+        rows: list[tuple[int, int, list[int], int]] = []
+        row_of: list[int] = []
+        next_row = 0
+        for rid, child0, _nc, _nt, num_samples in so.seqs:
+            r = self._requests[rid]
+            for k in range(num_samples):
+                if r.params.constraint >= 0:
+                    child = k if num_samples > 1 else child0
+                    c = r.children[child]
+                    rows.append((r.params.constraint, child, c.output_tokens, c.constraint_fed))
+                    c.constraint_fed = len(c.output_tokens)
+                    row_of.append(next_row)
+                next_row += 1
+        if not rows and not stage.released:
+            return {}, {}
+        t0 = time.perf_counter()
+        masks, errors = stage.run(rows, self.n_vocab)
+        self._stats["time_constraint"] += time.perf_counter() - t0
+        return dict(zip(row_of, masks, strict=True)), dict(zip(row_of, errors, strict=True))
+
     def _fail_request(self, key: int, message: str, outputs: list[EngineOutput]) -> None:
         """Ends one request with an error (finish_reason "abort") and forgets it."""
         r = self._requests.get(key)
@@ -496,7 +544,7 @@ class Engine:
         out.finished = True
         out.error = message
         outputs.append(out)
-        self._live.discard(r.id)
+        self._forget(r)
         del self._keys[r.id]
         del self._requests[key]
 
@@ -569,7 +617,7 @@ class Engine:
             outputs.append(out)
             if out.finished:
                 self._stats["requests_finished"] += 1
-                self._live.discard(r.id)
+                self._forget(r)
                 del self._keys[r.id]
                 del self._requests[key]
         self._touched = []
@@ -594,4 +642,5 @@ class Engine:
             "num_preemptions": s.num_preemptions,
             "num_blocks": self.config.num_blocks,
             **self._stats,
+            "constraint_calls": self._constraints.calls,
         }

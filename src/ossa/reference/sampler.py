@@ -3,6 +3,7 @@
 Same chain, same float32/float64 operations in the same order, same RNG stream, so it picks
 bitwise the same tokens and logprobs as the C++ sampler on identical logits. The chain per row:
 
+0. the row's ``token_mask`` (structured output): tokens whose bit is clear -> -inf
 1. ``allowed_token_ids`` (all others -> -inf), then ``logit_bias`` (float32 add)
 2. ``min_tokens``: while the output is shorter, stop ids and (unless ``ignore_eos``) eos ids -> -inf
 3. repetition penalty on distinct prompt and output tokens (``x > 0 ? x / p : x * p``), then
@@ -73,6 +74,8 @@ class RowInput:
     seed: int = 0
     stream: int = 0
     step: int = 0
+    # Structured output: int32 words, token t allowed iff bit t % 32 of word t // 32 is set.
+    token_mask: np.ndarray | None = None
 
 
 @dataclass
@@ -193,6 +196,12 @@ def _fill_logprobs(raw: np.ndarray, raw_max: float, token: int, top_n: int, out:
     out.top_logprobs = [float(lp[i]) for i in top]
 
 
+def token_mask_bits(mask: np.ndarray, vocab: int) -> np.ndarray:
+    """The allowed-token booleans of an int32 bitmask (bit t % 32 of word t // 32)."""
+    words = np.ascontiguousarray(mask, dtype=np.int32)
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab].astype(bool)
+
+
 def _check_ids(row: int, name: str, ids: Sequence[int], vocab: int) -> None:
     for i in ids:
         if not 0 <= i < vocab:
@@ -213,6 +222,8 @@ def sample_row(row: int, raw: np.ndarray, r: RowInput) -> SampleResult:
         x[allowed] = raw[allowed]
     else:
         x = raw.copy()
+    if r.token_mask is not None:
+        x[~token_mask_bits(r.token_mask, vocab)] = -np.inf
     for i, b in p.logit_bias:
         x[i] = x[i] + f32(b)
     if len(r.output_token_ids) < p.min_tokens:
@@ -237,6 +248,11 @@ def sample_row(row: int, raw: np.ndarray, r: RowInput) -> SampleResult:
 
     x_max = float(x.max())
     if x_max == -math.inf:
+        if r.token_mask is not None:
+            raise ValueError(
+                f"sampler: row {row}: every token is masked: the structured-output grammar allows only "
+                "tokens that allowed_token_ids, logit_bias or min_tokens (end of sequence) forbid"
+            )
         raise ValueError(
             f"sampler: row {row}: every token is masked (allowed_token_ids, logit_bias, min_tokens)"
         )
