@@ -8,7 +8,8 @@ come out, all on this vocabulary:
 - ``gpt2``: GPT-2 itself (ByteLevel pre-tokenizer with the GPT-2 regex, <|endoftext|>);
 - ``qwen2``: Qwen2's pre-tokenizer (Split with Qwen2's regex, then ByteLevel) and Qwen2's chat special
   tokens appended, a Qwen2-style tokenizer on a vocabulary available offline;
-- ``llama3``: Llama 3's pre-tokenizer regex and ``ignore_merges``, likewise.
+- ``llama3``: Llama 3's pre-tokenizer regex and ``ignore_merges``, likewise;
+- ``qwen25``: ``qwen2`` with the NFC normalizer in front, the pipeline of Qwen2.5's tokenizer.json.
 
 The sdist is fetched with ``pip download --no-deps --no-binary :all: openai-whisper==20250625`` into
 ``$OSSA_HOME/tokenizer_assets`` (default ~/.cache/ossa); mistral-common (for a SentencePiece model)
@@ -144,7 +145,7 @@ def _added(i: int, content: str) -> dict:
 
 
 def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
-    """{"gpt2": ..., "qwen2": ..., "llama3": ...} tokenizer.json contents."""
+    """{"gpt2": ..., "qwen2": ..., "llama3": ..., "qwen25": ...} tokenizer.json contents."""
     ranks = load_tiktoken(tiktoken_path)
     alphabet = _byte_alphabet()
 
@@ -179,18 +180,20 @@ def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
 
     qwen2 = split_variant(QWEN2_REGEX, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False)
     llama3 = split_variant(LLAMA3_REGEX, ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], True)
-    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3}
+    qwen25 = dict(qwen2, normalizer={"type": "NFC"})
+    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25}
 
 
 def write_tokenizers(out_dir: str) -> dict[str, str]:
     """Writes out_dir/<name>/tokenizer.json (+ tokenizer_config.json) once; returns the folders."""
-    folders = {name: os.path.join(out_dir, name) for name in ("gpt2", "qwen2", "llama3")}
+    folders = {name: os.path.join(out_dir, name) for name in ("gpt2", "qwen2", "llama3", "qwen25")}
     if all(os.path.exists(os.path.join(f, "tokenizer.json")) for f in folders.values()):
         return folders
     configs = {
         "gpt2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
         "qwen2": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+        "qwen25": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     }
     for name, tj in build_tokenizer_jsons(gpt2_tiktoken_path()).items():
         os.makedirs(folders[name], exist_ok=True)

@@ -2,8 +2,9 @@
 
 Vocabularies: SmolLM2 (the default GGUF, via transformers' GGUF conversion), GPT-2 (rebuilt from
 openai-whisper's gpt2.tiktoken by scripts/make_gpt2_tokenizer.py), Qwen2- and Llama 3-style
-pre-tokenizers on that vocabulary, and a SentencePiece BPE (mistral-common's tokenizer.model.v1,
-converted by transformers). Ids must be identical, not similar.
+pre-tokenizers on that vocabulary (and Qwen2.5's: Qwen2's with the NFC normalizer), and a
+SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by transformers). Ids must be
+identical, not similar.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral"]
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25"]
 
 
 def _assets() -> Any:
@@ -75,7 +77,7 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     else:
         path = assets.write_tokenizers(os.path.join(assets.cache_dir(), "hf"))[name]
         hf = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
-        lossless = True
+        lossless = name != "qwen25"  # NFC: decode(encode(s)) is NFC(s)
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
@@ -104,6 +106,9 @@ def check_text(v: Vocab, text: str, twin: bool = True) -> list[int]:
         assert "".join(deltas) == decoded
     if v.lossless or v.name == "smollm2" and text.isprintable():
         assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == text
+    if v.name == "qwen25":
+        nfc = unicodedata.normalize("NFC", text)
+        assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == nfc
     return ids
 
 

@@ -8,6 +8,8 @@ letters in several scripts, combining marks, emoji with ZWJ, and special tokens.
 
 from __future__ import annotations
 
+import unicodedata
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_tokenizer import VOCABS, Vocab, load_vocab
@@ -40,6 +42,9 @@ def check_case(v: Vocab, text: str) -> None:
     assert "".join([d.push(i) for i in ids]) + d.flush() == decoded
     if v.lossless or (v.name == "smollm2" and text.isprintable()):
         assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == text
+    if v.name == "qwen25":
+        nfc = unicodedata.normalize("NFC", text)
+        assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == nfc
 
 
 def test_fuzz_matches_hf_and_twin(default_model_path: str) -> None:

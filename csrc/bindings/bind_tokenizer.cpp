@@ -11,6 +11,7 @@
 
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/unicode.h"
 #include "util/error.h"
 
@@ -95,6 +96,7 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
   s.byte_fallback = get<bool>(d, "byte_fallback", false);
   s.fuse_unk = get<bool>(d, "fuse_unk", false);
   s.ignore_merges = get<bool>(d, "ignore_merges", false);
+  s.nfc = get<bool>(d, "nfc", false);
   s.unk_id = get<int32_t>(d, "unk_id", -1);
   s.prefix_ids = get<std::vector<int32_t>>(d, "prefix_ids", {});
   s.suffix_ids = get<std::vector<int32_t>>(d, "suffix_ids", {});
@@ -207,4 +209,11 @@ void bind_tokenizer(nb::module_& m) {
       .def_prop_ro("pending_bytes", &ossa::IncrementalDetokenizer::pending_bytes);
 
   m.attr("unicode_version") = ossa::unicode_version();
+  m.def(
+      "unicode_nfc",
+      [](const std::string& text) {
+        if (ossa::utf8_valid_prefix(text) != text.size()) throw ossa::InputError("text is not valid UTF-8");
+        return ossa::nfc(text);
+      },
+      nb::arg("text"), "Unicode normalization form C of the text (the tokenizer's NFC normalizer).");
 }

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/normalize.h"
 #include "tokenizer/sentencepiece.h"
 #include "tokenizer/unicode.h"
 #include "util/error.h"
@@ -299,6 +300,11 @@ void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std:
   auto encode_gap = [&](size_t begin, size_t end) {
     if (begin >= end) return;
     std::string_view gap = text.substr(begin, end - begin);
+    std::string composed;
+    if (spec_.nfc && !nfc_trivially_stable(gap)) {
+      composed = nfc(gap);
+      gap = composed;
+    }
     normalized.clear();
     split_added(gap, true, normalized);
     size_t p = 0;

@@ -47,6 +47,9 @@ struct TokenizerSpec {
   bool metaspace_split = false;   // split before every U+2581
 
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
+  // The NFC normalizer (tokenizer/normalize.h): applied to the text between raw added tokens, before
+  // normalized added tokens are split out and before the pre-tokenizer.
+  bool nfc = false;
   int32_t unk_id = -1;
 
   std::vector<int32_t> prefix_ids, suffix_ids;  // added when add_special_tokens is set

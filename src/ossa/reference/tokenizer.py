@@ -1,13 +1,15 @@
 """Python twin of the C++ tokenizer (csrc/tokenizer/tokenizer.cpp, bpe.cpp, detokenizer.cpp).
 
 Same spec, same algorithms, same ids: added tokens split out leftmost-longest (raw pass, then
-normalized pass), per segment [metaspace] -> pre-tokenizer -> BPE merging the lowest rank (leftmost
-first) with a heap, decode through token bytes with byte-fallback runs resolved as a unit.
+[NFC] and the normalized pass), per segment [metaspace] -> pre-tokenizer -> BPE merging the lowest
+rank (leftmost first) with a heap, decode through token bytes with byte-fallback runs resolved as a
+unit.
 """
 
 from __future__ import annotations
 
 import heapq
+import unicodedata
 from typing import Any
 
 from .pretokenizer import WHITE_SPACE, byte_level_decode, flags, pre_tokenize
@@ -159,6 +161,8 @@ class Tokenizer:
             if begin >= end:
                 return
             gap = text[begin:end]
+            if self.spec.nfc:
+                gap = unicodedata.normalize("NFC", gap)
             p = 0
             for s, stop, tid in self._split_added(gap, self.normalized_tokens):
                 if p < s:

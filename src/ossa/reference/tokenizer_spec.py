@@ -42,6 +42,7 @@ class TokenizerSpec:
     byte_fallback: bool = False
     fuse_unk: bool = False
     ignore_merges: bool = False
+    nfc: bool = False  # the NFC normalizer, applied to the text between raw added tokens
     unk_id: int = -1
     prefix_ids: list[int] = field(default_factory=list)
     suffix_ids: list[int] = field(default_factory=list)
@@ -149,6 +150,9 @@ def spec_from_tokenizer_json(
         else:
             raise _unsupported("pre-tokenizer", kind)
     normalizers = _flatten(tj.get("normalizer"))
+    if normalizers and normalizers[0].get("type") == "NFC":  # Qwen2 / Qwen2.5: NFC first (or alone)
+        spec.nfc = True
+        normalizers = normalizers[1:]
     for norm in normalizers:
         kind = norm.get("type")
         if kind == "Prepend" and norm.get("prepend") == METASPACE:
