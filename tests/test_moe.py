@@ -261,3 +261,24 @@ def test_inspect_describes_experts(
         models.format_inspect(info)
     )
     assert models.inspect(hf_models["qwen3_moe"][0])["moe_layers"] == 2
+
+
+def test_quantized_activations_match_twin(
+    hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """8-bit activation blocks (core.set_quantized_activations) reach the experts' and the shared
+    expert's matmuls as the twin rounds them; the router keeps exact f32 inputs."""
+    name = "qwen2_moe_norm"  # every matrix quantizable (rows of 64 and 96)
+    path = model_path(hf_models, name, "Q8_0", tmp_path_factory)
+    _, hf_logits, ids = hf_models[name]
+    config, weights = ref_loader.load_weights(path)
+    core.set_quantized_activations(True)
+    try:
+        logits = core.model_logits(core.load_model(path), ids)
+    finally:
+        core.set_quantized_activations(False)
+    twin = ref_model.forward(config, weights, ids, quantized_activations=True)
+    scale = float(np.max(np.abs(hf_logits)))
+    assert float(np.max(np.abs(logits - twin))) / scale < TWIN_TOL
+    plain = ref_model.forward(config, weights, ids)
+    assert float(np.max(np.abs(plain - twin))) / scale > 10 * TWIN_TOL  # the rounding is visible

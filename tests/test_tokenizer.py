@@ -3,8 +3,9 @@
 Vocabularies: SmolLM2 (the default GGUF, via transformers' GGUF conversion), GPT-2 (rebuilt from
 openai-whisper's gpt2.tiktoken by scripts/make_gpt2_tokenizer.py), Qwen2- and Llama 3-style
 pre-tokenizers on that vocabulary (and Qwen2.5's: Qwen2's with the NFC normalizer), and a
-SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by transformers). Ids must be
-identical, not similar.
+SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by transformers), and Gemma 3's
+tokenizer.json pipeline on that SentencePiece vocabulary (Replace normalizer, Split on " ", no
+prefix space, BOS added). Ids must be identical, not similar.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25"]
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3"]
 
 
 def _assets() -> Any:
@@ -74,6 +75,12 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
             hf.save(os.path.join(path, "tokenizer.json.tmp"))
             os.replace(os.path.join(path, "tokenizer.json.tmp"), os.path.join(path, "tokenizer.json"))
         lossless = False  # the leading-space strip loses a leading space
+    elif name == "gemma3":
+        path = os.path.join(assets.cache_dir(), "hf", "gemma3_style")
+        if not os.path.exists(os.path.join(path, "tokenizer.json")):
+            _write_gemma3_style(load_vocab("mistral", gguf_path).path, path)
+        hf = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        lossless = False  # U+2581 in the text decodes as a space
     else:
         path = assets.write_tokenizers(os.path.join(assets.cache_dir(), "hf"))[name]
         hf = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
@@ -81,6 +88,36 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
+
+
+def _write_gemma3_style(mistral_folder: str, out: str) -> None:
+    """Gemma 3's tokenizer.json components (as transformers' GemmaTokenizer builds them) around the
+    Mistral SentencePiece vocabulary: spaces replaced by U+2581 in the normalizer, a Split on " "
+    (left with nothing to split), no prefix space, byte fallback, BOS added by the post-processor."""
+    with open(os.path.join(mistral_folder, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tj["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    tj["pre_tokenizer"] = {
+        "type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False,
+    }  # fmt: skip
+    tj["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"}, {"type": "Fuse"}]}  # fmt: skip
+    tj["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+    }  # fmt: skip
+    os.makedirs(out, exist_ok=True)
+    for name, content in (
+        ("tokenizer_config.json", {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}),
+        ("tokenizer.json", tj),
+    ):
+        with open(os.path.join(out, name + ".tmp"), "w", encoding="utf-8") as f:
+            json.dump(content, f, ensure_ascii=False)
+        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
 @pytest.fixture(scope="module", params=VOCABS)
@@ -106,9 +143,9 @@ def check_text(v: Vocab, text: str, twin: bool = True) -> list[int]:
         assert "".join(deltas) == decoded
     if v.lossless or v.name == "smollm2" and text.isprintable():
         assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == text
-    if v.name == "qwen25":
-        nfc = unicodedata.normalize("NFC", text)
-        assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == nfc
+    round_trip = {"qwen25": unicodedata.normalize("NFC", text), "gemma3": text.replace("\u2581", " ")}
+    if v.name in round_trip:
+        assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == round_trip[v.name]
     return ids
 
 
@@ -218,6 +255,17 @@ def test_unsupported_components_are_named(tmp_path: pathlib.Path, default_model_
             },
         ),
         "post-processor": dict(tj, post_processor={"type": "RobertaProcessing"}),
+        # Splitting on " " is a no-op only after Gemma's Replace normalizer; here it would split.
+        "Split pre-tokenizer on ' '": dict(
+            tj,
+            pre_tokenizer={
+                "type": "Sequence",
+                "pretokenizers": [
+                    {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious"},
+                    tj["pre_tokenizer"],
+                ],
+            },
+        ),
     }
     for what, content in cases.items():
         p = tmp_path / what.replace(" ", "_")

@@ -120,8 +120,12 @@ def spec_from_tokenizer_json(
         spec.unk_id = id_of(model["unk_token"])
 
     byte_level = metaspace = False
+    space_split = False  # Gemma's Split(" ", MergedWithPrevious): see below
     for i, pre in enumerate(_flatten(tj.get("pre_tokenizer"))):
         kind = pre.get("type")
+        if kind == "Split" and pre.get("pattern") == {"String": " "} and not pre.get("invert"):
+            space_split = True
+            continue
         if kind == "ByteLevel":
             byte_level = True
             if pre.get("use_regex", True):
@@ -165,6 +169,11 @@ def spec_from_tokenizer_json(
             raise _unsupported("normalizer", norm)
     if normalizers and [n["type"] for n in normalizers] not in (["Prepend", "Replace"], ["Replace"]):
         raise _unsupported("normalizer sequence", tj.get("normalizer"))
+    # Gemma's tokenizer.json splits on " " after its Replace normalizer has turned every space into
+    # U+2581: nothing is left to split on, so the step changes nothing. Without that normalizer it
+    # would split, which ossa does not implement.
+    if space_split and "Replace" not in [n["type"] for n in normalizers]:
+        raise _unsupported("Split pre-tokenizer on ' '", tj.get("pre_tokenizer"))
     if byte_level == metaspace:
         raise _unsupported(
             "BPE without exactly one of ByteLevel / Metaspace",
