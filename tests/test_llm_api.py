@@ -223,6 +223,8 @@ def test_errors_before_any_work_and_serving_continues(llm: LLM, greedy_outputs: 
         llm.generate([PROMPTS[0], ""], GREEDY, use_tqdm=False)
     with pytest.raises(ValueError, match="vocabulary"):
         llm.generate(PROMPTS[0], SamplingParams(stop_token_ids=[vocab]), use_tqdm=False)
+    with pytest.raises(ValueError, match=r"priority must be an integer in \[-2\*\*31"):
+        llm.generate(PROMPTS[0], GREEDY, use_tqdm=False, priority=[2**70])
     for bad in ({"temperature": -1.0}, {"top_p": 0.0}, {"max_tokens": 0}, {"n": 0}, {"logprobs": 99}):
         with pytest.raises(ValueError):
             SamplingParams(**bad)

@@ -43,6 +43,10 @@ def test_defaults_match_vllm() -> None:
         ({"stop_token_ids": [-3]}, r"stop_token_ids\[0\]", ">= 0"),
         ({"seed": 2**64}, "seed", "2\\*\\*64"),
         ({"allowed_token_ids": []}, "allowed_token_ids", "not be empty"),
+        # past the C++ engine's int32 fields, or not encodable as UTF-8: named here, not by nanobind
+        ({"top_k": 2**70}, "top_k", "2\\*\\*31-1"),
+        ({"min_tokens": 2**70, "max_tokens": None}, "min_tokens", "2\\*\\*31-1"),
+        ({"stop": ["ok", "\ud800"]}, r"stop\[1\]", "not valid Unicode"),
     ],
 )
 def test_out_of_range_names_field_and_range(kw: dict, field: str, rng: str) -> None:

@@ -282,3 +282,39 @@ def test_corrupt_gguf_is_a_model_error(tmp_path: pathlib.Path) -> None:
     for backend in ("cpp", "python"):
         with pytest.raises(ValueError):
             Tokenizer.from_file(str(p), backend=backend)
+
+
+def _patched_gguf(src: str, dst: pathlib.Path, old: bytes, new: bytes) -> str:
+    """A copy of src with one GGUF string (length-prefixed) replaced by another of the same length."""
+    assert len(old) == len(new)
+    data = pathlib.Path(src).read_bytes()
+    key = len(old).to_bytes(8, "little") + old
+    i = data.index(key)
+    dst.write_bytes(data[: i + 8] + new + data[i + 8 + len(old) :])
+    return str(dst)
+
+
+def test_gguf_token_that_is_not_utf8(default_model_path: str, tmp_path: pathlib.Path) -> None:
+    """A token stored as bytes that are not UTF-8 (the GGUF reader returns bytes for it): both
+    backends load the file as LLM does (the C++ loader re-spells the raw bytes), and agree."""
+    from ossa.reference.pretokenizer import byte_level_encode
+    from ossa.reference.tokenizer_spec import spec_from_gguf
+
+    path = _patched_gguf(default_model_path, tmp_path / "t.gguf", b"<repo_name>", b"<repo_nam\xff>")
+    spec = spec_from_gguf(path)
+    assert byte_level_encode(b"<repo_nam\xff>") in spec.vocab
+    cpp, py = Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python")
+    text = "Hello <repo_name> world, caf\u00e9"
+    assert cpp.encode(text) == py.encode(text) and cpp.encode(text)
+
+
+def test_gguf_merge_broken_by_a_non_utf8_token_names_file_and_field(
+    default_model_path: str, tmp_path: pathlib.Path
+) -> None:
+    import ossa
+
+    path = _patched_gguf(default_model_path, tmp_path / "m.gguf", b"hello", b"hel\xff\xfe")
+    with pytest.raises(ossa.ModelError, match=r"m\.gguf: tokenizer\.ggml\.tokens/merges: .*'hello'"):
+        Tokenizer.from_file(path)
+    with pytest.raises(ossa.ModelError, match=r"m\.gguf: tokenizer\.ggml"):
+        ossa.LLM(path)

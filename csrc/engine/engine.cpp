@@ -246,7 +246,7 @@ void Engine::fail_request(int64_t key, const std::string& message, std::vector<E
   RequestState& r = *it->second;
   scheduler_.abort(key);
   for (ChildState& c : r.children)
-    if (!c.finished) finish_child(r, c, "abort");
+    if (!c.finished) finish_child(r, c, "error");
   EngineOutput out = make_output(r);
   out.finished = true;
   out.error = message;

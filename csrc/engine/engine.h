@@ -66,7 +66,7 @@ struct CompletionDelta {
   std::string text;
   std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
   double cumulative_logprob = 0.0;
-  std::string finish_reason;  // empty while running; "stop", "length" or "abort"
+  std::string finish_reason;  // empty while running; "stop", "length", "abort" or "error" (failed in the loop)
   std::string stop_str;       // the stop string that ended it
   int32_t stop_token = -1;    // or the stop token id / EOS
 };
@@ -174,7 +174,7 @@ class Engine {
   void finish_child(RequestState& r, ChildState& c, const std::string& reason);
   void collect_outputs(std::vector<EngineOutput>& outputs);
   void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
-  // Ends one request with an error (finish_reason "abort") and forgets it.
+  // Ends one request with an error (finish_reason "error") and forgets it.
   void fail_request(int64_t key, const std::string& message, std::vector<EngineOutput>& outputs);
   // Samples every row into results_; rows whose parameters make the sampler throw fail their request.
   void sample_rows(const float* logits, size_t n_rows, const std::vector<std::pair<int64_t, int32_t>>& row_child,

@@ -4,8 +4,10 @@
 #include "kernels/vec_math.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "util/error.h"
 #include "util/half.h"
@@ -116,8 +118,18 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     }
   }
   float max_score = -INFINITY;
-  for (int j = 0; j < ctx; ++j) max_score = std::fmax(max_score, scores[j]);
+  bool finite = true;
+  for (int j = 0; j < ctx; ++j) {
+    max_score = std::fmax(max_score, scores[j]);
+    finite = finite && std::fabs(scores[j]) <= FLT_MAX;
+  }
   float* out = a.out + t * a.ldo + static_cast<int64_t>(h) * a.head_dim;
+  if (!finite) {
+    // A NaN or infinite score (damaged weights or cache) makes the output NaN, as in the twin, so
+    // that the sampler refuses the row instead of fmax and exp quietly turning it into numbers.
+    for (int d = 0; d < a.head_dim; ++d) out[d] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
   float sum = 0.0f;
   for (int j = 0; j < ctx; ++j) {
@@ -178,7 +190,12 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // Scores: q[d] broadcast times a row of 16 positions ([dim][position] in the block), four partial
   // sums over d mod 4, then ((s0 + s1) + (s2 + s3)) * scale.
   __m512 vmax[GH];
-  for (int g = 0; g < GH; ++g) vmax[g] = _mm512_set1_ps(-INFINITY);
+  __mmask16 bad[GH];  // lanes that met a NaN or infinite score: the head's output is NaN (see above)
+  for (int g = 0; g < GH; ++g) {
+    vmax[g] = _mm512_set1_ps(-INFINITY);
+    bad[g] = 0;
+  }
+  const __m512 vinf = _mm512_set1_ps(INFINITY);
   // At batch sizes where the cache outgrows the caches, attention waits on memory: each block's K
   // (one head's [dim][position] slab, contiguous) and V rows (strided by kv_dim) are requested
   // k_prefetch_blocks ahead of their use; the last K blocks request the first V blocks.
@@ -226,6 +243,7 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
         const __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
         _mm512_mask_storeu_ps(scores[g] + blk * bs + i0, m, sc);
         vmax[g] = _mm512_mask_max_ps(vmax[g], m, vmax[g], sc);
+        bad[g] |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(sc), vinf, _CMP_NLT_UQ);
       }
     }
   }
@@ -266,7 +284,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     }
     for (int g = 0; g < GH; ++g) {
       float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-      _mm512_mask_storeu_ps(out + 16 * c, mask, _mm512_mul_ps(o[g], inv[g]));
+      const __m512 r = bad[g] ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()) : _mm512_mul_ps(o[g], inv[g]);
+      _mm512_mask_storeu_ps(out + 16 * c, mask, r);
     }
   }
 }

@@ -132,7 +132,11 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
       spec.added_tokens.push_back(t);
     }
   }
-  return std::make_shared<Tokenizer>(std::move(spec));
+  try {
+    return std::make_shared<Tokenizer>(std::move(spec));
+  } catch (const ModelError& e) {
+    throw ModelError(path + ": tokenizer.ggml.tokens/merges: " + e.what());
+  }
 }
 
 #else

@@ -45,6 +45,7 @@ class AsyncEngine:
         self.on_finished = on_finished
         self.max_num_seqs = int(max_num_seqs)  # LLM's default; the engine does not expose its config
         self._queues: dict[str, asyncio.Queue[Any]] = {}
+        self._abandoned: dict[str, int] = {}  # aborted by their consumer: tokens seen, until the end
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -110,6 +111,22 @@ class AsyncEngine:
             q = self._queues.get(out.request_id)
             if q is not None:
                 q.put_nowait(out)
+            elif out.request_id in self._abandoned:
+                # A request its consumer left: its last output (finish reason "abort") still counts.
+                generated = self._abandoned[out.request_id]
+                generated += sum(len(c.token_ids) for c in out.completions)
+                if out.finished:
+                    del self._abandoned[out.request_id]
+                    self._observe(out, generated)
+                else:
+                    self._abandoned[out.request_id] = generated
+
+    def _observe(self, out: Any, generated: int) -> None:
+        if self.on_finished is not None:
+            try:
+                self.on_finished(out, generated)
+            except Exception:
+                logger.exception("on_finished hook failed")
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -144,18 +161,14 @@ class AsyncEngine:
                     generated += len(c.token_ids)
                 if out.finished:
                     finished = True
-                    if self.on_finished is not None:
-                        try:
-                            self.on_finished(out, generated)
-                        except Exception:
-                            logger.exception("on_finished hook failed")
+                    self._observe(out, generated)
                 yield out
                 if finished:
                     return
         finally:
             self._queues.pop(request_id, None)
-            if not finished and not self._stopped:
-                self.engine.abort(request_id)
+            if not finished and not self._stopped and self.engine.abort(request_id):
+                self._abandoned[request_id] = generated
 
     @property
     def num_active(self) -> int:

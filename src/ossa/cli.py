@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +54,54 @@ def _fold_gguf_file(args: argparse.Namespace) -> None:
     if model is None or hub.parse_id(model) is None or ":" in model:
         raise ValueError("--gguf-file needs a Hugging Face model id org/name as the model")
     args.model = f"{model}:{name}"
+
+
+def _add_serve_args(p: argparse.ArgumentParser) -> None:
+    # Defaults live in ossa.server.launcher (not imported here: it pulls in the web stack).
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        help="a chat template (a file, or the template itself) used instead of the model's",
+    )
+    p.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="let requests bring their own chat template (rendered in a worker process under a time "
+        "and memory limit); off by default",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=None,
+        help="on SIGTERM, seconds in-flight requests get to finish before they are ended with an error "
+        "(default 10)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        help="seconds a client has to send its request headers (default 10; 0: no limit)",
+    )
+    p.add_argument(
+        "--timeout-keep-alive", type=float, default=None,
+        help="seconds an idle keep-alive connection stays open (default 5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=None,
+        help="connections and requests at once before new requests get a 503 (default 4096)",
+    )
+    p.add_argument(
+        "--allowed-origins", type=json.loads, default=["*"], help='CORS origins, as JSON (default: ["*"])'
+    )
+    p.add_argument(
+        "--allowed-methods", type=json.loads, default=["*"], help='CORS methods, as JSON (default: ["*"])'
+    )
+    p.add_argument(
+        "--allowed-headers", type=json.loads, default=["*"], help='CORS headers, as JSON (default: ["*"])'
+    )
+    p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
@@ -111,7 +160,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .server.app import run_server
+    from .server.launcher import run_server
 
     return run_server(args, _engine_kwargs(args))
 
@@ -160,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None)
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    _add_serve_args(p)
     _add_engine_args(p)
     p.set_defaults(func=_cmd_serve)
 

@@ -27,6 +27,8 @@ def generation_params(
     A request with ``structured_outputs`` registers its grammar with ``constraints`` (the engine's
     ``ossa.structured.ConstraintHost``); whoever fails to add the request releases ``g.constraint``."""
     params.check_vocab(vocab_size)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(1 << 31) <= priority < 1 << 31:
+        raise ValueError(f"priority must be an integer in [-2**31, 2**31-1], got {priority!r}")
     if prompt_len + 1 > max_model_len:
         raise ValueError(
             f"the prompt has {prompt_len} tokens; with at least one output token that exceeds "
@@ -107,7 +109,7 @@ class RequestTracker:
             out.extra["error"] = delta.error
             for c in out.outputs:
                 if c.finish_reason is None:
-                    c.finish_reason = "abort"
+                    c.finish_reason = "error"
         if delta.has_prompt_logprobs:
             out.prompt_logprobs = [None, *logprob_dicts(delta.prompt_logprobs, self.decode_token)]
         for d in delta.completions:

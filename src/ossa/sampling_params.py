@@ -11,6 +11,7 @@ from .structured import StructuredOutputsParams
 
 MAX_LOGPROBS = 20  # the C++ sampler's k_max_logprobs
 _U64 = 1 << 64
+_I32_MAX = (1 << 31) - 1  # the C++ engine's int32 fields
 
 
 def _number(name: str, value: Any) -> float:
@@ -97,8 +98,8 @@ class SamplingParams:
         tp = _number("top_p", self.top_p)
         if not 0.0 < tp <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {tp}")
-        if _integer("top_k", self.top_k) < -1 or self.top_k == 0:
-            raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
+        if not -1 <= _integer("top_k", self.top_k) <= _I32_MAX or self.top_k == 0:
+            raise ValueError(f"top_k must be -1 (disabled) or >= 1 and <= 2**31-1, got {self.top_k}")
         mp = _number("min_p", self.min_p)
         if not 0.0 <= mp <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {mp}")
@@ -112,13 +113,20 @@ class SamplingParams:
             self.stop_strings = list(self.stop)
         else:
             raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
-        if any(s == "" for s in self.stop_strings):
-            raise ValueError("stop must not contain empty strings")
+        for i, s in enumerate(self.stop_strings):
+            if s == "":
+                raise ValueError("stop must not contain empty strings")
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(
+                    f"stop[{i}] is not valid Unicode text ({e.reason} at index {e.start})"
+                ) from None
         self.stop_token_ids = _token_ids("stop_token_ids", self.stop_token_ids)
         if self.max_tokens is not None and _integer("max_tokens", self.max_tokens) < 1:
             raise ValueError(f"max_tokens must be >= 1 (or None), got {self.max_tokens}")
-        if _integer("min_tokens", self.min_tokens) < 0:
-            raise ValueError(f"min_tokens must be >= 0, got {self.min_tokens}")
+        if not 0 <= _integer("min_tokens", self.min_tokens) <= _I32_MAX:
+            raise ValueError(f"min_tokens must be >= 0 and <= 2**31-1, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}")
         for name in ("logprobs", "prompt_logprobs"):

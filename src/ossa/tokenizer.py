@@ -7,13 +7,12 @@ text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .chat_template import TemplateCache, render
 from .reference import tokenizer as _ref
 from .reference.tokenizer_spec import TokenizerSpec, spec_from_file
 
@@ -163,9 +162,7 @@ class Tokenizer:
         variables.update(kwargs)
         if tools is not None:
             variables["tools"] = tools
-        text = _compile(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **variables
-        )
+        text = render(_TEMPLATES, template, messages, add_generation_prompt, variables)
         if continue_final_message:
             text = _cut_after_final_message(text, messages)
         if tokenize:
@@ -204,33 +201,4 @@ def _is_gguf(path: str) -> bool:
         return f.read(4) == b"GGUF"
 
 
-_TEMPLATES: dict[str, Any] = {}
-
-
-def _compile(template: str) -> Any:
-    """A jinja2 template in an ImmutableSandboxedEnvironment set up as transformers does."""
-    if template in _TEMPLATES:
-        return _TEMPLATES[template]
-    import jinja2
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-               sort_keys: bool = False) -> str:  # fmt: skip
-        return json.dumps(
-            x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-        )
-
-    def strftime_now(fmt: str) -> str:
-        return datetime.datetime.now().strftime(fmt)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = strftime_now
-    compiled = env.from_string(template)
-    _TEMPLATES[template] = compiled
-    return compiled
+_TEMPLATES = TemplateCache()  # bounded: LLM.chat(chat_template=...) may pass many distinct ones

@@ -99,7 +99,7 @@ class CompletionDelta:
     text: str = ""
     logprobs: list[TokenLogprobs] = field(default_factory=list)
     cumulative_logprob: float = 0.0
-    finish_reason: str = ""  # empty while running; "stop", "length" or "abort"
+    finish_reason: str = ""  # empty while running; "stop", "length", "abort" or "error" (failed in the loop)
     stop_str: str = ""
     stop_token: int = -1
 
@@ -427,10 +427,12 @@ class Engine:
                     prompt_row_of.append((-1, -1))
                     next_sample += 1
         masks, mask_errors = self._constraint_masks(so)
-        logits = self.runner.forward(
-            so.token_ids, so.positions, so.slot_mapping, so.seq_start, so.context_len, so.block_table_start,
-            so.block_tables, rows,
-        )  # fmt: skip
+        # IEEE arithmetic as in C++: non-finite weights give NaN logits, which the sampler refuses.
+        with np.errstate(invalid="ignore", over="ignore"):
+            logits = self.runner.forward(
+                so.token_ids, so.positions, so.slot_mapping, so.seq_start, so.context_len,
+                so.block_table_start, so.block_tables, rows,
+            )  # fmt: skip
         t2 = time.perf_counter()
         self._stats["time_forward"] += t2 - t1
 
@@ -532,14 +534,14 @@ class Engine:
         return dict(zip(row_of, masks, strict=True)), dict(zip(row_of, errors, strict=True))
 
     def _fail_request(self, key: int, message: str, outputs: list[EngineOutput]) -> None:
-        """Ends one request with an error (finish_reason "abort") and forgets it."""
+        """Ends one request with an error (finish_reason "error") and forgets it."""
         r = self._requests.get(key)
         if r is None:
             return
         self.scheduler.abort(key)
         for c in r.children:
             if not c.finished:
-                self._finish_child(c, "abort")
+                self._finish_child(c, "error")
         out = self._make_output(r)
         out.finished = True
         out.error = message

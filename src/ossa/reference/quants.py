@@ -50,7 +50,13 @@ def _f16(raw: np.ndarray) -> np.ndarray:
 
 
 def dequantize(raw: np.ndarray, type_id: int, cols: int) -> np.ndarray:
-    """Dequantize ``raw`` (uint8 [rows, row_bytes]), rows of ``cols`` values, to float32 [rows, cols]."""
+    """Dequantize ``raw`` (uint8 [rows, row_bytes]), rows of ``cols`` values, to float32 [rows, cols].
+    A damaged file's infinite scales give inf/NaN values, silently, as in C++."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _dequantize(raw, type_id, cols)
+
+
+def _dequantize(raw: np.ndarray, type_id: int, cols: int) -> np.ndarray:
     if type_id not in TYPES:
         raise ValueError(f"unsupported tensor type '{type_name(type_id)}'")
     raw = np.ascontiguousarray(raw, dtype=np.uint8)

@@ -281,21 +281,28 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
     spec = TokenizerSpec()
     byte_level = model == "gpt2"
 
-    def in_alphabet(t: str) -> bool:
-        return byte_level_decode(t) is not None
+    # A string that is not UTF-8 comes back from the GGUF reader as bytes (C++ keeps the raw bytes).
+    def in_alphabet(t: str | bytes) -> bool:
+        return isinstance(t, str) and byte_level_decode(t) is not None
+
+    def raw(t: str | bytes) -> bytes:
+        return t if isinstance(t, bytes) else t.encode("utf-8")
+
+    def text(t: str | bytes) -> str:
+        return t if isinstance(t, str) else t.decode("utf-8", "surrogateescape")
 
     if byte_level:
         pre = md.get("tokenizer.ggml.pre", "")
         if pre in _UNSUPPORTED_PRE:
             raise ModelError(f"{path}: unsupported GGUF pre-tokenizer '{pre}'")
         spec.pre_tokenizer = ["llama3" if pre in _LLAMA3_PRE else "qwen2" if pre in _QWEN2_PRE else "gpt2"]
-        spec.vocab = [t if in_alphabet(t) else byte_level_encode(t.encode("utf-8")) for t in tokens]
+        spec.vocab = [t if in_alphabet(t) else byte_level_encode(raw(t)) for t in tokens]
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
     elif model == "llama":
         if arch in ("gemma", "gemma2", "gemma3", "phi3"):
             raise ModelError(f"{path}: unsupported GGUF SentencePiece tokenizer for architecture '{arch}'")
         spec.model = "sentencepiece_bpe"
-        spec.vocab = tokens
+        spec.vocab = [text(t) for t in tokens]
         spec.byte_fallback = spec.fuse_unk = spec.strip_leading_space = True
         spec.prefix = "first" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
         if not merges:
@@ -306,7 +313,7 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
     else:
         raise ModelError(f"{path}: unsupported GGUF tokenizer model '{model}' (supported: gpt2, llama)")
-    for m in merges:
+    for m in map(text, merges):
         if " " not in m:
             raise ModelError(f"{path}: malformed merge '{m}'")
         a, b = m.split(" ", 1)
@@ -334,7 +341,7 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
     for i, (tok, ty) in enumerate(zip(tokens, types, strict=False)):
         if ty in (3, 4) and (not byte_level or in_alphabet(tok)):
             flags = {"lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
-            spec.added_tokens.append({"id": i, "content": tok, "special": ty == 3, **flags})
+            spec.added_tokens.append({"id": i, "content": text(tok), "special": ty == 3, **flags})
     spec.chat_template = md.get("tokenizer.chat_template")
     return spec
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .app import create_app, run_server
+from .app import create_app
+from .launcher import run_server
 
 __all__ = ["create_app", "run_server"]

@@ -15,25 +15,27 @@ import contextlib
 import hmac
 import json
 import logging
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from ..async_engine import AsyncEngine, EngineStoppedError
+from .chat_templates import TemplateSandbox, request_template
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    ErrorResponse,
     ModelCard,
     ModelList,
     TokenizeRequest,
@@ -44,6 +46,7 @@ from .serving import (
     chat_prompt,
     encode,
     full_response,
+    message_dicts,
     prepare_chat,
     prepare_completion,
     stream_response,
@@ -55,20 +58,33 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 _OPEN_PATHS = ("/health", "/version", "/metrics", "/docs", "/openapi.json", "/redoc")
 
 
+class SafeJSONResponse(JSONResponse):
+    """JSON that any string survives: text with a lone surrogate (which a client can send, e.g. as a
+    model name, and an error message may quote) is written with \\u escapes instead of failing."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
 def _error_json(
     status: int,
     message: str,
     type_: str = "invalid_request_error",
     param: str | None = None,
     code: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    return JSONResponse(APIError(status, message, type_, param, code).body(), status_code=status)
+    body = APIError(status, message, type_, param, code).body()
+    return SafeJSONResponse(body, status_code=status, headers=headers)
 
 
 async def _send_json(
     send: Send, status: int, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
-    data = json.dumps(body).encode()
+    data = json.dumps(body).encode()  # ASCII: safe for any string
     await send(
         {
             "type": "http.response.start",
@@ -203,17 +219,60 @@ async def _unless_disconnected(request: Request, work: Awaitable[Any]) -> tuple[
     return False, None
 
 
+def _openapi_400(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI documents 422 for a body that fails validation; this server answers 400 with an
+    OpenAI-shaped error, so the schema says that."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["ErrorResponse"] = ErrorResponse.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        for name, sub in components["ErrorResponse"].pop("$defs", {}).items():
+            components[name] = sub
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        error = {
+            "description": "Invalid request (OpenAI-shaped error)",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+        }
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                responses = op.get("responses", {})
+                if responses.pop("422", None) is not None:
+                    responses["400"] = error
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
 def create_app(
     engine: AsyncEngine,
     served_model_name: str = "ossa",
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     owns_engine: bool = True,
+    allowed_origins: list[str] | None = None,
+    allowed_methods: list[str] | None = None,
+    allowed_headers: list[str] | None = None,
+    allow_credentials: bool = False,
+    trust_request_chat_template: bool = False,
+    template_sandbox: TemplateSandbox | None = None,
 ) -> FastAPI:
     """The FastAPI app. With ``owns_engine`` the app starts the engine on startup and stops it on
-    shutdown (after uvicorn has let in-flight requests finish)."""
+    shutdown (after uvicorn has let in-flight requests finish).
+
+    CORS as vLLM's defaults: any origin, method and header, no credentials; a preflight needs no API
+    key. ``trust_request_chat_template`` lets requests bring their own chat template, rendered in
+    ``template_sandbox`` (default: a ``TemplateSandbox()``)."""
     metrics = ServerMetrics(engine.stats, served_model_name)
     engine.on_finished = metrics.observe_finished
+    sandbox = template_sandbox or TemplateSandbox()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -222,17 +281,31 @@ def create_app(
         try:
             yield
         finally:
+            await sandbox.close()
             if owns_engine:
                 engine.shutdown()
 
-    app = FastAPI(title="ossa", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="ossa", version=__version__, lifespan=lifespan, default_response_class=SafeJSONResponse
+    )
+    app.openapi = _openapi_400(app)  # type: ignore[method-assign]
     app.state.engine = engine
     app.state.metrics = metrics
+    app.state.draining = False  # set by the launcher on SIGTERM: /health answers 503
     app.add_middleware(GuardMiddleware, api_key=api_key, max_body_bytes=max_body_bytes)
+    # Added last, so outermost: a preflight is answered before the API key is asked for, and every
+    # answer (401 and 413 included) carries the CORS headers.
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=["*"] if allowed_origins is None else allowed_origins,
+        allow_methods=["*"] if allowed_methods is None else allowed_methods,
+        allow_headers=["*"] if allowed_headers is None else allowed_headers,
+        allow_credentials=allow_credentials,
+    )
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
+        return SafeJSONResponse(e.body(), status_code=e.status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -251,11 +324,16 @@ def create_app(
         msg = (
             f"no route {request.method} {request.url.path}" if e.status_code in (404, 405) else str(e.detail)
         )
-        return _error_json(e.status_code, msg, code=code)
+        return _error_json(e.status_code, msg, code=code, headers=e.headers)  # 405 keeps its Allow
 
     @app.exception_handler(EngineStoppedError)
     async def _stopped(request: Request, e: EngineStoppedError) -> JSONResponse:
         return _error_json(503, str(e), type_="server_error", code="shutting_down")
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, e: Exception) -> JSONResponse:
+        logger.error("%s %s failed: %s: %s", request.method, request.url.path, type(e).__name__, e)
+        return _error_json(500, f"internal error: {type(e).__name__}", type_="server_error")
 
     def check_model(name: str | None) -> str:
         if name is not None and name != served_model_name:
@@ -267,6 +345,16 @@ def create_app(
             )
         return served_model_name
 
+    async def render_request_template(
+        template: str, messages: list[Any], add_generation_prompt: bool, kwargs: dict[str, Any] | None
+    ) -> str:
+        variables = {
+            "bos_token": engine.tokenizer.bos_token or "",
+            "eos_token": engine.tokenizer.eos_token or "",
+        }
+        variables.update(kwargs or {})
+        return await sandbox.render(template, message_dicts(messages), add_generation_prompt, variables)
+
     async def respond(request: Request, prep: Any, chat: bool) -> Response:
         if prep.stream:
             return SSEResponse(
@@ -277,7 +365,7 @@ def create_app(
         completed, body = await _unless_disconnected(request, full_response(engine, prep, chat))
         if not completed:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
-        return JSONResponse(body)
+        return SafeJSONResponse(body)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -285,7 +373,14 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        return await respond(request, prepare_chat(engine, body, check_model(body.model)), chat=True)
+        model = check_model(body.model)
+        template = request_template(body, trust_request_chat_template)
+        rendered = None
+        if template is not None:
+            rendered = await render_request_template(
+                template, body.messages, body.add_generation_prompt, body.chat_template_kwargs
+            )
+        return await respond(request, prepare_chat(engine, body, model, rendered), chat=True)
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:
@@ -305,7 +400,14 @@ def create_app(
         if (body.prompt is None) == (body.messages is None):
             raise bad_request("give exactly one of prompt or messages")
         if body.messages is not None:
-            ids = chat_prompt(engine, body.messages, body.add_generation_prompt, None).token_ids
+            template = request_template(body, trust_request_chat_template)
+            rendered = None
+            if template is not None:
+                rendered = await render_request_template(
+                    template, body.messages, body.add_generation_prompt, body.chat_template_kwargs
+                )
+            kwargs = body.chat_template_kwargs
+            ids = chat_prompt(engine, body.messages, body.add_generation_prompt, kwargs, rendered).token_ids
         else:
             assert body.prompt is not None
             if body.prompt == "":
@@ -326,9 +428,11 @@ def create_app(
 
     @app.get("/health")
     async def health() -> Response:
+        if app.state.draining:
+            return _error_json(503, "the server is shutting down", type_="server_error", code="shutting_down")
         if not engine.running:
             return _error_json(503, "the engine is not running", type_="server_error")
-        return Response(status_code=200)
+        return SafeJSONResponse({"status": "ok"})
 
     @app.get("/version")
     async def version() -> dict[str, str]:
@@ -339,60 +443,3 @@ def create_app(
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     return app
-
-
-def _uvicorn_server(app: Any, host: str, port: int, log_level: str = "info", graceful_s: int = 10) -> Any:
-    import uvicorn
-
-    class _Server(uvicorn.Server):
-        # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown; a clean shutdown that
-        # finished (or aborted) every request is a success, so keep the exit status 0.
-        @contextlib.contextmanager
-        def capture_signals(self) -> Generator[None, None, None]:
-            import signal
-            import threading
-
-            if threading.current_thread() is not threading.main_thread():
-                yield
-                return
-            sigs = (signal.SIGINT, signal.SIGTERM)
-            original = {s: signal.signal(s, self.handle_exit) for s in sigs}
-            try:
-                yield
-            finally:
-                for s, h in original.items():
-                    signal.signal(s, h)
-
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_s, access_log=False
-    )
-    return _Server(config)
-
-
-def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
-    """``ossa serve``: loads the model, serves until SIGINT/SIGTERM, then exits 0."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    engine = AsyncEngine.from_model(args.model, **engine_kwargs)
-    from ..hub import parse_id
-
-    default_name = os.path.basename(str(engine.llm.model_path)).removesuffix(".gguf")
-    if args.model is not None and not os.path.exists(args.model) and parse_id(args.model) is not None:
-        default_name = args.model  # a Hub id is served under its own name, as vLLM does
-    name = args.served_model_name or default_name
-    max_body = getattr(args, "max_body_bytes", DEFAULT_MAX_BODY_BYTES)
-    if max_body is None or max_body < 1:
-        raise ValueError(f"--max-body-bytes must be >= 1, got {max_body}")
-    app = create_app(engine, served_model_name=name, api_key=args.api_key, max_body_bytes=max_body)
-    logger.info(
-        "serving %s as '%s' on http://%s:%d (max_model_len=%d)",
-        engine.llm.model_path,
-        name,
-        args.host,
-        args.port,
-        engine.max_model_len,
-    )
-    server = _uvicorn_server(app, args.host, args.port)
-    server.run()
-    if not server.started:
-        return 1
-    return 0

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+INT32_MAX = (1 << 31) - 1  # the C++ engine's int32 fields
+
 
 def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
@@ -54,15 +56,15 @@ class _SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     user: str | None = None
     # vLLM's extras
-    top_k: int | None = None
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
-    min_tokens: int = Field(default=0, ge=0)
+    min_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
-    priority: int = 0
+    priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
 
 
 class CompletionRequest(_SamplingFields):
@@ -89,6 +91,7 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_generation_prompt: bool = True
+    chat_template: str | None = None  # vLLM's; refused unless --trust-request-chat-template
     chat_template_kwargs: dict[str, Any] | None = None
 
 
@@ -99,6 +102,8 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class DetokenizeRequest(BaseModel):

@@ -112,7 +112,11 @@ def sampling_params(
         raise bad_request(str(e)) from None
 
 
-def engine_params(engine: AsyncEngine, prompt: EnginePrompt, sp: SamplingParams, priority: int) -> Any:
+def engine_params(
+    engine: AsyncEngine, prompt: EnginePrompt, sp: SamplingParams, priority: int, explicit_max: bool = False
+) -> Any:
+    """``explicit_max``: the client set max_tokens, so prompt + max_tokens past the context is its
+    error (vLLM's 400); a default max_tokens is cut to what the context has room for."""
     n_prompt = len(prompt.token_ids)
     if n_prompt + 1 > engine.max_model_len:
         raise bad_request(
@@ -120,6 +124,13 @@ def engine_params(engine: AsyncEngine, prompt: EnginePrompt, sp: SamplingParams,
             f"{n_prompt} tokens, which leaves no room for output (at most {engine.max_model_len - 1} "
             f"prompt tokens).",
             param="messages" if prompt.text is None else "prompt",
+        )
+    if explicit_max and sp.max_tokens is not None and n_prompt + sp.max_tokens > engine.max_model_len:
+        raise bad_request(
+            f"This model's maximum context length is {engine.max_model_len} tokens. However, you "
+            f"requested {n_prompt + sp.max_tokens} tokens ({n_prompt} in the prompt, {sp.max_tokens} "
+            f"in the completion). Please reduce the length of the prompt or the completion.",
+            param="max_tokens",
         )
     try:
         return generation_params(
@@ -188,8 +199,16 @@ def message_dicts(messages: list[Any]) -> list[dict[str, Any]]:
 
 
 def chat_prompt(
-    engine: AsyncEngine, messages: list[Any], add_generation_prompt: bool, kwargs: dict[str, Any] | None
+    engine: AsyncEngine,
+    messages: list[Any],
+    add_generation_prompt: bool,
+    kwargs: dict[str, Any] | None,
+    rendered: str | None = None,
 ) -> EnginePrompt:
+    """The prompt of a chat: rendered with the server's template, or given already ``rendered`` (a
+    request's own template, rendered in the template sandbox)."""
+    if rendered is not None:
+        return EnginePrompt(rendered, encode(engine, rendered, False, "messages"))
     try:
         text = engine.tokenizer.apply_chat_template(
             message_dicts(messages),
@@ -224,7 +243,8 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
     # The engine computes one set of prompt logprobs per prompt, wide enough for both uses.
     wanted = [k for k in (req.prompt_logprobs, req.logprobs if req.echo else None) if k is not None]
     sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None)
-    params = [engine_params(engine, p, sp, req.priority) for p in prompts]
+    explicit = "max_tokens" in req.model_fields_set and req.max_tokens is not None
+    params = [engine_params(engine, p, sp, req.priority, explicit) for p in prompts]
     return PreparedRequest(
         random_id("cmpl"),
         model,
@@ -240,15 +260,18 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
     )
 
 
-def prepare_chat(engine: AsyncEngine, req: ChatCompletionRequest, model: str) -> PreparedRequest:
-    prompt = chat_prompt(engine, req.messages, req.add_generation_prompt, req.chat_template_kwargs)
+def prepare_chat(
+    engine: AsyncEngine, req: ChatCompletionRequest, model: str, rendered: str | None = None
+) -> PreparedRequest:
+    prompt = chat_prompt(engine, req.messages, req.add_generation_prompt, req.chat_template_kwargs, rendered)
     check_n(engine, req.n, 1)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
     sp = sampling_params(req, max_tokens, logprobs)
-    params = [engine_params(engine, prompt, sp, req.priority)]
+    explicit = req.max_completion_tokens is not None or req.max_tokens is not None
+    params = [engine_params(engine, prompt, sp, req.priority, explicit)]
     return PreparedRequest(
         random_id("chatcmpl"),
         model,
@@ -454,7 +477,11 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
 
 
 def sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    try:
+        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # a lone surrogate (from the request) in an error message
+        data = json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode()
+    return b"data: " + data + b"\n\n"
 
 
 async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) -> AsyncIterator[bytes]:
@@ -492,8 +519,8 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                     )
         opened = [not opening] * len(prep.prompts)
         async for i, out in merged_outputs(engine, prep):
-            if out.error:
-                raise engine_error(out)
+            if out.error and not out.first_scheduled_time:
+                raise engine_error(out)  # refused before it ran: nothing to end
             if not opened[i]:
                 opened[i] = True
                 p = prep.prompts[i]
@@ -553,6 +580,8 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                             "stop_reason": stop_reason,
                         }
                     )
+            if out.error:  # failed while running: its choices ended with finish_reason "error" above
+                raise engine_error(out)
         if prep.include_usage:
             n_prompt = sum(len(p.token_ids) for p in prep.prompts)
             yield sse({**head, "choices": [], "usage": usage(n_prompt, n_out)})
