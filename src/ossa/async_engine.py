@@ -24,6 +24,13 @@ class EngineStoppedError(RuntimeError):
     """The engine stopped before the request finished (server shutting down)."""
 
 
+class _Stopped:
+    """A request's last output when the engine stopped under it."""
+
+    def __init__(self, output: Any) -> None:
+        self.output = output
+
+
 class AsyncEngine:
     """Wraps an ``ossa.LLM`` (built, not running) for concurrent async generation.
 
@@ -82,8 +89,14 @@ class AsyncEngine:
         self.engine.stop()
         leftover = self.engine.get_outputs(0.0)
         self._stopped = True
-        if leftover:
-            self._dispatch(leftover)
+        # The engine ended what was still running with finish reason "abort": for their consumers that
+        # is the server going away (EngineStoppedError), not an ordinary end.
+        cut = [o for o in leftover if o.finished and all(c.finish_reason == "abort" for c in o.completions)]
+        self._dispatch([o for o in leftover if not any(o is c for c in cut)])
+        for out in cut:
+            q = self._queues.get(out.request_id)
+            if q is not None:
+                q.put_nowait(_Stopped(out))
         for q in list(self._queues.values()):
             q.put_nowait(None)  # engine gone: no more deltas are coming
 
@@ -155,6 +168,11 @@ class AsyncEngine:
         try:
             while True:
                 out = await q.get()
+                if isinstance(out, _Stopped):
+                    generated += sum(len(c.token_ids) for c in out.output.completions)
+                    finished = True
+                    self._observe(out.output, generated)
+                    out = None
                 if out is None:
                     raise EngineStoppedError("the server is shutting down")
                 for c in out.completions:

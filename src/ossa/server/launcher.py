@@ -68,10 +68,15 @@ class AcceptErrorFilter:
 
 
 def _protocol_class(header_timeout_s: float) -> type:
-    """uvicorn's h11 protocol with a deadline for request headers."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    """uvicorn's HTTP protocol (httptools where installed, as uvicorn's "auto" picks, else h11) with a
+    deadline for request headers."""
+    base: type
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
 
-    class HeaderTimeoutProtocol(H11Protocol):  # type: ignore[misc]
+    class HeaderTimeoutProtocol(base):  # type: ignore[misc, valid-type]
         _header_timer: asyncio.TimerHandle | None = None
 
         def _waiting_for_headers(self) -> bool:
@@ -109,10 +114,8 @@ def _protocol_class(header_timeout_s: float) -> type:
 
         def shutdown(self) -> None:
             # The drain asks every connection to shut down, then uvicorn's shutdown asks again.
-            import h11
-
             if not self.transport.is_closing():
-                with contextlib.suppress(h11.LocalProtocolError):
+                with contextlib.suppress(Exception):  # h11's LocalProtocolError on a closed connection
                     super().shutdown()
 
         def on_response_complete(self) -> None:
