@@ -631,8 +631,30 @@ void Engine::step_guarded(std::vector<EngineOutput>& outputs) {
   }
 }
 
+namespace {
+
+// Marks a thread stepping the engine from outside; a second one at the same time is refused instead
+// of corrupting the scheduler (LLM shares an engine between threads through ossa.step_driver).
+class SteppingGuard {
+ public:
+  SteppingGuard(std::atomic<bool>& flag, const char* what) : flag_(flag) {
+    if (flag_.exchange(true))
+      throw InputError(std::string(what) + " was called while another thread is stepping this engine; "
+                       "step an engine from one thread at a time (ossa.LLM may be shared between threads)");
+  }
+  ~SteppingGuard() { flag_ = false; }
+  SteppingGuard(const SteppingGuard&) = delete;
+  SteppingGuard& operator=(const SteppingGuard&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+}  // namespace
+
 std::vector<EngineOutput> Engine::step() {
   if (running()) throw InputError("step() cannot be called while the background loop runs");
+  SteppingGuard guard(stepping_, "step()");
   std::vector<EngineOutput> outputs;
   step_guarded(outputs);
   return outputs;
@@ -640,6 +662,7 @@ std::vector<EngineOutput> Engine::step() {
 
 std::vector<EngineOutput> Engine::run_to_completion() {
   if (running()) throw InputError("run_to_completion() cannot be called while the background loop runs");
+  SteppingGuard guard(stepping_, "run_to_completion()");
   std::vector<EngineOutput> outputs;
   while (true) {
     step_guarded(outputs);

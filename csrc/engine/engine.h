@@ -226,6 +226,7 @@ class Engine {
   std::vector<EngineOutput> pending_outputs_;
   std::atomic<bool> has_work_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stepping_{false};  // a caller's thread is in step() or run_to_completion()
   std::thread thread_;
   mutable std::mutex stats_mutex_;
   EngineStats stats_snapshot_;

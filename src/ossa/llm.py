@@ -163,7 +163,7 @@ class LLM:
         self.block_size = block_size
         self.kv_cache_dtype = kv_dtype
         self._eos_ids = list(self.tokenizer.eos_token_ids)
-        self._counter = itertools.count()
+        self._counter = itertools.count()  # next() on it is atomic: request ids are unique across threads
 
         if backend == "cpp":
             ec = core.EngineConfig()
@@ -207,6 +207,9 @@ class LLM:
         # imported only when a request brings a grammar).
         self.constraints = ConstraintHost(self.tokenizer, config.n_vocab)
         self.engine.set_constraint_host(self.constraints)
+        from .step_driver import StepDriver
+
+        self._driver = StepDriver(self.engine, serialize=backend == "python")
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -358,57 +361,47 @@ class LLM:
     def _run(self, requests: list[tuple], use_tqdm: bool) -> list[RequestOutput]:
         trackers: dict[str, RequestTracker] = {}
         order: list[str] = []
-        try:
-            for rid, text, ids, sp, g in requests:
-                self.engine.add_request(rid, ids, g)
-                trackers[rid] = RequestTracker(rid, text, ids, sp, self._decode_token)
-                order.append(rid)
-        except Exception:
-            for rid in order:
-                self.engine.abort(rid)
-            for _rid, _text, _ids, _sp, g in requests[len(order) :]:
-                if g.constraint >= 0:
-                    self.constraints.release(g.constraint)
-            self._drain()
-            raise
-        pbar = None
-        if use_tqdm and len(requests) > 1:
-            from tqdm.auto import tqdm
-
-            pbar = tqdm(total=len(requests), desc="Processed prompts", dynamic_ncols=True)
-        start = time.perf_counter()
-        n_out = 0
-        done = 0
         errors: list[str] = []
-        while done < len(requests):
-            # Without a progress bar nothing needs the outputs step by step: one crossing runs every
-            # step in C++ (the deltas carry the engine's own timestamps for the metrics).
-            deltas = self.engine.step() if pbar is not None else self.engine.run_to_completion()
-            for delta in deltas:
-                tr = trackers.get(delta.request_id)
-                if tr is None:
-                    continue
-                n_out += sum(len(c.token_ids) for c in delta.completions)
-                out = tr.update(delta)
-                if delta.error:
-                    errors.append(f"request {delta.request_id}: {delta.error}")
-                if out.finished and delta.finished:
-                    done += 1
-                    if pbar is not None:
-                        elapsed = max(time.perf_counter() - start, 1e-9)
-                        pbar.set_postfix_str(f"output {n_out / elapsed:.1f} tok/s", refresh=False)
-                        pbar.update(1)
-            if done < len(requests) and not self.engine.has_unfinished():
-                break
-        if pbar is not None:
-            pbar.close()
+        # Any number of threads may be in here at once: their requests share the engine's batch, and
+        # the driver hands each caller its own outputs (ossa.step_driver).
+        with self._driver.session() as session:
+            try:
+                for rid, text, ids, sp, g in requests:
+                    session.add(rid, ids, g)
+                    trackers[rid] = RequestTracker(rid, text, ids, sp, self._decode_token)
+                    order.append(rid)
+            except Exception:
+                for _rid, _text, _ids, _sp, g in requests[len(order) :]:
+                    if g.constraint >= 0:
+                        self.constraints.release(g.constraint)
+                raise  # the session aborts what was added
+            pbar = None
+            if use_tqdm and len(requests) > 1:
+                from tqdm.auto import tqdm
+
+                pbar = tqdm(total=len(requests), desc="Processed prompts", dynamic_ncols=True)
+            start = time.perf_counter()
+            n_out = 0
+            # Without a progress bar nothing needs the outputs step by step: alone, one crossing runs
+            # every step in C++ (the deltas carry the engine's own timestamps for the metrics).
+            try:
+                for deltas in session.outputs(step_by_step=pbar is not None):
+                    for delta in deltas:
+                        tr = trackers[delta.request_id]
+                        n_out += sum(len(c.token_ids) for c in delta.completions)
+                        out = tr.update(delta)
+                        if delta.error:
+                            errors.append(f"request {delta.request_id}: {delta.error}")
+                        if out.finished and delta.finished and pbar is not None:
+                            elapsed = max(time.perf_counter() - start, 1e-9)
+                            pbar.set_postfix_str(f"output {n_out / elapsed:.1f} tok/s", refresh=False)
+                            pbar.update(1)
+            finally:
+                if pbar is not None:
+                    pbar.close()
         if errors:
             raise RuntimeError("; ".join(errors))
         return [trackers[rid].output for rid in order]
-
-    def _drain(self) -> None:
-        while self.engine.has_unfinished():
-            self.engine.step()
 
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None) -> Any:
         """Generates for one prompt, yielding text deltas of completion 0 as they are produced."""
@@ -417,29 +410,20 @@ class LLM:
         g = self._generation_params(sp, len(ids))
         rid = str(next(self._counter))
         tracker = RequestTracker(rid, text, ids, sp, self._decode_token)
-        try:
-            self.engine.add_request(rid, ids, g)
-        except Exception:
-            if g.constraint >= 0:
-                self.constraints.release(g.constraint)
-            raise
-        finished = False
-        try:
-            while not finished:
-                for delta in self.engine.step():
-                    if delta.request_id != rid:
-                        continue
+        # Leaving early (the generator closed, an exception) aborts the request and waits for its end.
+        with self._driver.session() as session:
+            try:
+                session.add(rid, ids, g)
+            except Exception:
+                if g.constraint >= 0:
+                    self.constraints.release(g.constraint)
+                raise
+            for deltas in session.outputs(step_by_step=True):
+                for delta in deltas:
                     if delta.error:
                         raise RuntimeError(delta.error)
                     tracker.update(delta)
                     for d in delta.completions:
                         if d.index == 0 and d.text:
                             yield d.text
-                    finished = delta.finished
-                if not finished and not self.engine.has_unfinished():
-                    break
-        finally:
-            if not finished:
-                self.engine.abort(rid)
-                self._drain()
         self.last_output = tracker.output

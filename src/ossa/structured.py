@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +219,8 @@ class ConstraintHost:
         self._handles = itertools.count()
         self._grammars: dict[int, str] = {}
         self._matchers: dict[tuple[int, int], Any] = {}
+        # LLM callers on several threads register and release while the stepping thread computes.
+        self._lock = threading.RLock()
 
     def _ready(self) -> None:
         if self._llg is None:
@@ -229,7 +232,8 @@ class ConstraintHost:
 
     def register(self, params: StructuredOutputsParams, n: int = 1) -> int:
         """A handle for a request's grammar, with one matcher for each of its n sequences."""
-        self._ready()
+        with self._lock:
+            self._ready()
         handle = next(self._handles)
         matchers = [
             self._llg.LLMatcher(self._lltok, params.compiled, log_level=0, limits=self._limits)
@@ -238,16 +242,18 @@ class ConstraintHost:
         error = matchers[0].get_error()
         if error:
             raise ValueError(f"structured_outputs.{params.kind} does not compile: {error.strip()}")
-        self._grammars[handle] = params.compiled
-        for child, m in enumerate(matchers):
-            self._matchers[(handle, child)] = m
+        with self._lock:
+            self._grammars[handle] = params.compiled
+            for child, m in enumerate(matchers):
+                self._matchers[(handle, child)] = m
         return handle
 
     def release(self, handle: int) -> None:
         """Forget a request's matchers (the engine reports ended requests in compute())."""
-        if self._grammars.pop(int(handle), None) is not None:
-            for key in [k for k in self._matchers if k[0] == handle]:
-                del self._matchers[key]
+        with self._lock:
+            if self._grammars.pop(int(handle), None) is not None:
+                for key in [k for k in self._matchers if k[0] == handle]:
+                    del self._matchers[key]
 
     @property
     def num_live(self) -> int:
@@ -265,6 +271,18 @@ class ConstraintHost:
         """Releases ended requests, feeds each row the tokens it sampled since its last mask, and
         writes row i's next-token bitmask into ``masks[i]``. Returns (row, message) for rows whose
         matcher cannot continue."""
+        with self._lock:
+            return self._compute(handles, children, feed_offsets, feed_tokens, released, masks)
+
+    def _compute(
+        self,
+        handles: np.ndarray,
+        children: np.ndarray,
+        feed_offsets: np.ndarray,
+        feed_tokens: np.ndarray,
+        released: np.ndarray,
+        masks: np.ndarray,
+    ) -> list[tuple[int, str]]:
         for h in released.tolist():
             self.release(h)
         errors: list[tuple[int, str]] = []
