@@ -134,7 +134,8 @@ def test_config_transformers4_style(folders: dict[str, str], tmp_path: Path) -> 
     assert cfg == load_weights(path)[0]
     assert cfg["rope_theta"] == 500000.0
     assert cfg["rope_scaling"] == {"type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                   "high_freq_factor": 4.0, "original_max_position": 8192}  # fmt: skip
+                                   "high_freq_factor": 4.0, "original_max_position": 8192,
+                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0}  # fmt: skip
 
 
 def test_config_transformers5_rope_parameters(tmp_path: Path) -> None:
@@ -149,7 +150,8 @@ def test_config_transformers5_rope_parameters(tmp_path: Path) -> None:
     assert cfg == load_weights(path)[0]
     assert cfg["rope_theta"] == 12345.0
     assert cfg["rope_scaling"] == {"type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
-                                   "high_freq_factor": 4.0, "original_max_position": 64}  # fmt: skip
+                                   "high_freq_factor": 4.0, "original_max_position": 64,
+                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0}  # fmt: skip
 
 
 def test_errors_name_the_problem(folders: dict[str, str], tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3")
 
 
 def make_hf_model(
@@ -44,13 +44,16 @@ def make_hf_model(
 
     ``rope_scaling`` is e.g. ``{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}``. ``extra`` goes to the config
-    as is (e.g. ``num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40`` for the MoE archs).
+    as is (e.g. ``num_experts=5, num_experts_per_tok=2, moe_intermediate_size=40`` for the MoE archs;
+    Gemma 3's sliding_window, layer_types, query_pre_attn_scalar, final_logit_softcapping). For gemma3
+    ``rope_theta`` / ``rope_scaling`` are the global layers'; ``rope_local_base_freq`` the local ones'.
     """
     import torch
     import transformers
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}")
+    local_theta = extra.pop("rope_local_base_freq", 10000.0)
     kwargs: dict[str, Any] = dict(
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
@@ -71,6 +74,9 @@ def make_hf_model(
         if "type" in rope and "rope_type" not in rope_scaling:
             rope["rope_type"] = rope.pop("type")
     kwargs["rope_parameters"] = rope
+    if arch == "gemma3":
+        local = {"rope_theta": local_theta, "rope_type": "default"}
+        kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
     config_cls = {
         "llama": transformers.LlamaConfig,
         "qwen2": transformers.Qwen2Config,
@@ -79,6 +85,7 @@ def make_hf_model(
         "qwen3_moe": transformers.Qwen3MoeConfig,
         "qwen2_moe": transformers.Qwen2MoeConfig,
         "mixtral": transformers.MixtralConfig,
+        "gemma3": transformers.Gemma3TextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs["sliding_window"] = None
@@ -88,7 +95,9 @@ def make_hf_model(
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and "norm" in name:
+            if p.ndim == 1 and "norm" in name and arch == "gemma3":
+                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
+            elif p.ndim == 1 and "norm" in name:
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
             elif p.ndim == 1:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))  # biases
@@ -132,9 +141,15 @@ _LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
+# Gemma 3's four norms per layer (llama.cpp's tensor names).
+_GEMMA3_NAMES = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
 
 
-def _gguf_name(hf_name: str) -> str:
+def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     if hf_name == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
@@ -144,6 +159,8 @@ def _gguf_name(hf_name: str) -> str:
     parts = hf_name.split(".")
     if parts[:2] == ["model", "layers"]:
         rest = ".".join(parts[3:])
+        if arch == "gemma3" and rest in _GEMMA3_NAMES:
+            return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
             return f"blk.{parts[2]}.{_LAYER_NAMES[rest]}"
     raise ValueError(f"no GGUF name for tensor {hf_name!r}")
@@ -183,13 +200,15 @@ def hf_to_gguf(
     model_type = cfg["model_type"]
     arch = {
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-        "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama",
+        "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or n_embd // n_head
     rope = cfg.get("rope_parameters") or {}
+    if arch == "gemma3":
+        rope = rope.get("full_attention") or {}
     rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     scaling = cfg.get("rope_scaling") or rope
     scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
@@ -220,6 +239,8 @@ def hf_to_gguf(
         writer.add_float32(f"{arch}.rope.scaling.low_freq_factor", float(scaling["low_freq_factor"]))
         writer.add_float32(f"{arch}.rope.scaling.high_freq_factor", float(scaling["high_freq_factor"]))
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    if arch == "gemma3":
+        _gemma3_keys(writer, cfg, head_dim)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
         _add_moe_keys(writer, arch, cfg)
@@ -236,8 +257,10 @@ def hf_to_gguf(
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
-    named = {**{_gguf_name(n): tensors[n] for n in sorted(tensors)}, **moe}
+    named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
     for name, w in named.items():
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
         if arch == "llama" and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
         elif arch == "llama" and name.endswith("attn_k.weight"):
@@ -306,3 +329,23 @@ def _moe_tensors(tensors: dict[str, np.ndarray], n_layer: int, split: bool) -> d
             if p + "shared_expert_gate.weight" in tensors:
                 out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = tensors.pop(p + "shared_expert_gate.weight")
     return out
+
+
+def _gemma3_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
+    """Gemma 3's keys as llama.cpp's converter writes them (the sliding window; the final soft-cap when
+    set). llama.cpp assumes every 6th layer global and scores scaled by head_dim^-1/2; a model that
+    differs gets keys ossa reads (a bool per layer in attention.sliding_window_pattern,
+    attention.scale), which llama.cpp itself would ignore."""
+    n_layer = cfg["num_hidden_layers"]
+    if cfg.get("sliding_window"):
+        writer.add_sliding_window(cfg["sliding_window"])
+        sliding = [t == "sliding_attention" for t in cfg["layer_types"]]
+        if sliding != [(i + 1) % 6 != 0 for i in range(n_layer)]:
+            writer.add_sliding_window_pattern(sliding)
+        local = cfg["rope_parameters"]["sliding_attention"]["rope_theta"]
+        if local != 10000.0:
+            writer.add_rope_freq_base_swa(float(local))
+    if cfg.get("query_pre_attn_scalar", 256) != head_dim:
+        writer.add_float32("gemma3.attention.scale", cfg["query_pre_attn_scalar"] ** -0.5)
+    if cfg.get("final_logit_softcapping"):
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))

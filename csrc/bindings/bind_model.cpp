@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "model/dequantize.h"
 #include "model/gguf.h"
@@ -86,6 +87,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   s["low_freq_factor"] = c.rope_scaling.low_freq_factor;
   s["high_freq_factor"] = c.rope_scaling.high_freq_factor;
   s["original_max_position"] = c.rope_scaling.original_max_position;
+  s["short_factor"] = c.rope_scaling.short_factor;
+  s["long_factor"] = c.rope_scaling.long_factor;
+  s["attn_factor"] = c.rope_scaling.attn_factor;
   d["rope_scaling"] = s;
   d["rope_style"] = c.rope_style == ossa::RopeStyle::Interleaved ? "interleaved" : "neox";
   d["qkv_bias"] = c.qkv_bias;
@@ -101,6 +105,15 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;
   d["moe"] = moe;
+  d["sliding_window"] = c.sliding_window;
+  nb::list sliding;
+  for (uint8_t v : c.layer_sliding) sliding.append(nb::bool_(v != 0));
+  d["layer_sliding"] = sliding;
+  d["rope_theta_swa"] = c.rope_theta_swa;
+  d["rope_dim"] = c.rope_dim;
+  d["attn_scale"] = c.attn_scale;
+  d["final_softcap"] = c.final_softcap;
+  d["embd_scale"] = c.embd_scale;
   return d;
 }
 

@@ -76,6 +76,9 @@ void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float*
 
 namespace {
 
+// The first cache position a token at context length ctx attends to (its layer's window).
+inline int first_position(const AttentionArgs& a, int ctx) { return a.window > 0 ? std::max(0, ctx - a.window) : 0; }
+
 // Element i of a K/V row of type KV, as f32.
 template <KvType KV>
 inline float kv_at(const void* p, int64_t i) {
@@ -92,15 +95,15 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   float* scores = a.scratch + a.scratch_stride * thread;
   const float* q = a.q + t * a.ldq + static_cast<int64_t>(h) * a.head_dim;
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
-  const int ctx = a.positions[t] + 1;
+  const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx);
   // K is stored transposed within each block ([dim][position]); scores go a block at a time, each
   // position's dot product in dimension order.
   const int bs = a.block_size, hd = a.head_dim;
-  for (int blk = 0; blk * bs < ctx; ++blk) {
+  for (int blk = j0 / bs; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     float* sc = scores + blk * bs;
-    int i0 = 0;
+    int i0 = std::max(0, j0 - blk * bs);
 #if defined(__AVX2__)
     // 8 positions per vector; the same per-position order as the scalar loop below.
     for (; KV == KvType::F32 && i0 + 8 <= n_in; i0 += 8) {
@@ -119,7 +122,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   }
   float max_score = -INFINITY;
   bool finite = true;
-  for (int j = 0; j < ctx; ++j) {
+  for (int j = j0; j < ctx; ++j) {
     max_score = std::fmax(max_score, scores[j]);
     finite = finite && std::fabs(scores[j]) <= FLT_MAX;
   }
@@ -132,7 +135,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   }
   for (int d = 0; d < a.head_dim; ++d) out[d] = 0.0f;
   float sum = 0.0f;
-  for (int j = 0; j < ctx; ++j) {
+  for (int j = j0; j < ctx; ++j) {
     const float p = std::exp(scores[j] - max_score);
     sum += p;
     const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
@@ -186,7 +189,7 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     q[g] = a.q + t * a.ldq + static_cast<int64_t>(h0 + g) * hd;
   }
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
-  const int ctx = a.positions[t] + 1;
+  const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx), blk0 = j0 / bs;
   // Scores: q[d] broadcast times a row of 16 positions ([dim][position] in the block), four partial
   // sums over d mod 4, then ((s0 + s1) + (s2 + s3)) * scale.
   __m512 vmax[GH];
@@ -211,18 +214,20 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
   };
   if (prefetch)
-    for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk) prefetch_k(blk);
-  for (int blk = 0; blk * bs < ctx; ++blk) {
+    for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk) prefetch_k(blk);
+  for (int blk = blk0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
+    const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
     if (!prefetch) {
     } else if (blk + k_prefetch_blocks < n_blocks) {
       prefetch_k(blk + k_prefetch_blocks);
-    } else if (blk + k_prefetch_blocks - n_blocks < n_blocks) {
-      prefetch_v(blk + k_prefetch_blocks - n_blocks);
+    } else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks) {
+      prefetch_v(blk + k_prefetch_blocks - n_blocks + blk0);
     }
-    for (int i0 = 0; i0 < n_in; i0 += 16) {
-      const __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
+    for (int i0 = lo / 16 * 16; i0 < n_in; i0 += 16) {
+      __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
+      if (i0 < lo) m = static_cast<__mmask16>(m & ~((1u << (lo - i0)) - 1));
       const int64_t kc = kb + i0;
       __m512 acc[GH][4];
       for (int g = 0; g < GH; ++g)
@@ -247,12 +252,12 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       }
     }
   }
-  // Softmax numerators in place; the sum in 16 lanes by position mod 16.
+  // Softmax numerators in place; the sum in 16 lanes by position (from j0) mod 16.
   __m512 vsum[GH];
   for (int g = 0; g < GH; ++g) {
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[g]));
     vsum[g] = _mm512_setzero_ps();
-    for (int j = 0; j < ctx; j += 16) {
+    for (int j = j0; j < ctx; j += 16) {
       const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
       const __m512 p = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores[g] + j), mx));
       _mm512_mask_storeu_ps(scores[g] + j, m, p);
@@ -269,8 +274,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     const __mmask16 mask = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
     __m512 o[GH];
     for (int g = 0; g < GH; ++g) o[g] = _mm512_setzero_ps();
-    int64_t v = static_cast<int64_t>(table[0]) * bs * kv_dim + kv_off + 16 * c;
-    for (int j = 0, blk = 0, i = 0; j < ctx; ++j) {
+    int64_t v = (static_cast<int64_t>(table[blk0]) * bs + j0 % bs) * kv_dim + kv_off + 16 * c;
+    for (int j = j0, blk = blk0, i = j0 % bs; j < ctx; ++j) {
       if (i == bs) {
         i = 0;
         ++blk;
@@ -296,8 +301,9 @@ void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim)
   const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
   const int group = a.n_head / a.n_head_kv;
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
-  const int n_blocks = (a.positions[t] + a.block_size) / a.block_size;
-  for (int blk = 0; blk < std::min(n_blocks, k_prefetch_blocks); ++blk)
+  const int ctx = a.positions[t] + 1, blk0 = first_position(a, ctx) / a.block_size;
+  const int n_blocks = (ctx + a.block_size - 1) / a.block_size;
+  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk)
     prefetch_k_slab(a, table[blk], static_cast<int64_t>(h0 / group) * a.head_dim, kv_dim);
 }
 
@@ -342,7 +348,8 @@ void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group,
     case 6: return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
     case 7: return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
     case 8: return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    default: break;  // head_dim > 128: the generic path
+    case 16: return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);  // Gemma's 256
+    default: break;  // other head_dim > 128: the generic path
   }
 #else
   (void)prefetch;
@@ -356,20 +363,21 @@ void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group,
 void paged_attention(const AttentionArgs& a) {
   const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
   const int group = a.n_head / a.n_head_kv;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  const float scale =
+      a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   const int gh = heads_per_item(group, a.head_dim);
   const int64_t n_items = static_cast<int64_t>(a.n_tokens) * (a.n_head / gh);
   // Roughly 2 * ctx * head_dim FMAs an item; small jobs (short decode contexts) stay on one thread.
   int64_t work = 0;
-  for (int t = 0; t < a.n_tokens; ++t)
-    work += static_cast<int64_t>(a.positions[t] + 1) * a.head_dim * a.n_head;
+  auto span = [&](int t) { return a.positions[t] + 1 - first_position(a, a.positions[t] + 1); };
+  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(span(t)) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
   // Prefetching pays when the step's caches outgrow L2 (decode at large batch, long contexts); a
   // prefill chunk reads K/V it has just written, and the prefetches would only cost instructions.
   int64_t cache_bytes = 0;
   for (int t = 0; t < a.n_tokens; ++t)
     if (t + 1 == a.n_tokens || a.token_seq[t + 1] != a.token_seq[t])
-      cache_bytes += static_cast<int64_t>(a.positions[t] + 1) * kv_dim * 2 * static_cast<int64_t>(kv_type_bytes(a.kv_type));
+      cache_bytes += static_cast<int64_t>(span(t)) * kv_dim * 2 * static_cast<int64_t>(kv_type_bytes(a.kv_type));
   const bool prefetch = cache_bytes > (int64_t{1} << 20);
   // Several items a chunk (the result does not depend on the grain), so each can warm the next.
   const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));

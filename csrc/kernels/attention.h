@@ -2,7 +2,8 @@
 // Paged attention with grouped-query heads, over the K/V cache of each token's sequence.
 //
 // Every (token, head) pair is computed by one thread: scores against cache positions 0..position in
-// order, softmax, then the weighted sum of V rows in position order. Because the token's own K/V is
+// order (position - window + 1..position for a sliding-window layer), softmax, then the weighted sum
+// of V rows in position order. Because the token's own K/V is
 // written to the cache before attention runs, the result is the same however the sequence was
 // chunked into steps or batched with others.
 #include <cstddef>
@@ -43,6 +44,8 @@ struct AttentionArgs {
   int max_threads = 1;  // threads to use (scratch holds this many rows)
   float* out = nullptr;  // [n_tokens, n_head * head_dim], row stride ldo
   int64_t ldo = 0;
+  float scale = 0.0f;    // scores = q.k * scale; 0 = 1/sqrt(head_dim)
+  int window = 0;        // > 0: a token attends to the last `window` positions only, itself included
 };
 
 void paged_attention(const AttentionArgs& a);

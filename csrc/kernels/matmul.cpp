@@ -258,7 +258,7 @@ void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) 
 }
 
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo, uint16_t* out_tiles) {
+                           int64_t ldo, uint16_t* out_tiles, Glu glu) {
   check(gate, x);
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
@@ -299,13 +299,13 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
         alignas(64) float row[32];
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t c = o; c < o1; c += 32) {
-            swiglu_row(g + (r - r0) * ld + (c - o), u + (r - r0) * ld + (c - o), 32, row);
+            glu_row(glu, g + (r - r0) * ld + (c - o), u + (r - r0) * ld + (c - o), 32, row);
             round_bf16_32(row, out_tiles + ((r / 16) * tile_steps + c / 32) * 512 + (r % 16) * 32);
           }
         continue;
       }
       for (int64_t r = r0; r < r1; ++r)
-        swiglu_row(g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
+        glu_row(glu, g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
     }
   });
 }

@@ -23,6 +23,7 @@
 // prefill speed of the Q4 kernels; without AMX the f32 kernels on a BF16 copy.
 #include <cstdint>
 
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/tensor.h"
 
@@ -73,8 +74,9 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 // out_tiles (only when both weights take_bf16_tiles(), which makes every item 32 columns wide): the
 // result is written as the next matmul's bf16 activation tiles instead of f32 rows (out unused),
 // the same values matmul_many would round them to.
+// glu: the activation (kernels/ops.h glu_row); SwiGLU unless told.
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo, uint16_t* out_tiles = nullptr);
+                           int64_t ldo, uint16_t* out_tiles = nullptr, Glu glu = Glu::Silu);
 
 // dtype "bfloat16": W dequantized and rounded to bf16 (ties to even) once, into `out`
 // (bf16_compute_bytes(w) bytes, 64-byte aligned, kept alive by the caller): AMX tiles when AMX is

@@ -22,6 +22,17 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
 // out[i] = silu(gate[i]) * up[i].
 void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU, Gemma; PyTorch's gelu(approximate="tanh")), computed
+// as g * sigmoid(2u) with u = sqrt(2/pi) (g + 0.044715 g^3), which equals 0.5 g (1 + tanh(u)).
+void geglu_row(const float* gate, const float* up, int64_t n, float* out);
+
+// The gated activation of a feed-forward: SwiGLU (Llama family) or GeGLU (Gemma).
+enum class Glu { Silu, GeluTanh };
+inline void glu_row(Glu glu, const float* gate, const float* up, int64_t n, float* out) {
+  if (glu == Glu::GeluTanh) geglu_row(gate, up, n, out);
+  else swiglu_row(gate, up, n, out);
+}
+
 // x[i] += y[i].
 void add_row(float* x, const float* y, int64_t n);
 

@@ -1,5 +1,6 @@
 #pragma once
 // The shape and hyper-parameters of a Llama-family model, from GGUF metadata or config.json.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,15 @@ namespace ossa {
 enum class RopeStyle { Interleaved, Neox };
 
 struct RopeScaling {
-  std::string type = "none";  // "none", "linear", "llama3"
+  std::string type = "none";  // "none", "linear", "llama3", "longrope"
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position = 8192;
+  // "longrope" (Phi-3's "su"): per-frequency divisors [head_dim_rotated / 2] for positions below
+  // original_max_position (short) and from it on (long), and the factor cos/sin are multiplied by.
+  std::vector<float> short_factor, long_factor;
+  float attn_factor = 1.0f;
 };
 
 // Mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; model/moe.h): in the layers listed, the
@@ -33,7 +38,7 @@ struct MoeConfig {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral"
+  std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral", "gemma3", "phi3"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -50,6 +55,17 @@ struct ModelConfig {
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;  // output projection shares tok_embd
   MoeConfig moe;
+
+  // Beyond the Llama family (zero / empty when unused; see docs/models.md).
+  int sliding_window = 0;               // a windowed layer attends to this many positions, itself included
+  std::vector<uint8_t> layer_sliding;   // [n_layer] 1 = sliding-window layer (empty: none)
+  float rope_theta_swa = 0.0f;          // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
+  int rope_dim = 0;                     // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
+  float attn_scale = 0.0f;              // scores scale; 0 = 1/sqrt(head_dim)
+  float final_softcap = 0.0f;           // logits -> cap * tanh(logits / cap); 0 = off
+  float embd_scale = 0.0f;              // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
+
+  bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
 };
 
 }  // namespace ossa

@@ -29,6 +29,7 @@ struct ForwardState {
   AlignedVector<uint16_t> norm_tiles, ffn_tiles;
   std::vector<float> inv_freq;                           // [head_dim / 2]
   std::vector<float> cos_sin;                            // [max_tokens, head_dim]
+  std::vector<float> inv_freq_swa, cos_sin_swa;          // the sliding layers' (config.rope_theta_swa > 0)
   std::vector<float> scores;                             // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                        // [max_tokens]
   MoeBuffers moe;                                        // MoE layers' buffers (model/moe.h)

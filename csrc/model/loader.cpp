@@ -1,5 +1,6 @@
 // load_model: a GGUF file or a Hugging Face folder -> ossa::Model (config + validated weight views).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -10,6 +11,8 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/parallel.h"
+#include "model/arch_config.h"
+#include "model/config_json.h"
 #include "model/dequantize.h"
 #include "model/gguf.h"
 #include "model/moe.h"
@@ -116,7 +119,15 @@ void validate_config(ModelConfig& c, const std::string& path) {
   if (!(c.rms_eps > 0.0f) || !(c.rope_theta > 0.0f))
     throw ModelError("invalid rms_eps or rope_theta in '" + path + "'");
   if (!(c.rope_scaling.factor > 0.0f)) throw ModelError("invalid rope scaling factor in '" + path + "'");
+  if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
+      !std::isfinite(c.final_softcap))
+    throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
 }
+
+// The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
+const char* const k_supported = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3)";
+const char* const k_supported_hf =
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3)";
 
 void build_weights(Model& m, Builder& b, const std::function<std::string(int, const char*)>& name_of,
                    const std::string& tok, const std::string& norm, const std::string& out) {
@@ -156,6 +167,10 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
     l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
     l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
+    if (c.arch == "gemma3") {
+      l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
+      l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
+    }
   }
 }
 
@@ -176,7 +191,8 @@ std::string gguf_name(int layer, const char* field) {
       {"wv", "attn_v.weight"},           {"wo", "attn_output.weight"},     {"bq", "attn_q.bias"},
       {"bk", "attn_k.bias"},             {"bv", "attn_v.bias"},            {"bo", "attn_output.bias"},
       {"q_norm", "attn_q_norm.weight"},  {"k_norm", "attn_k_norm.weight"}, {"ffn_norm", "ffn_norm.weight"},
-      {"w_gate", "ffn_gate.weight"},     {"w_up", "ffn_up.weight"},        {"w_down", "ffn_down.weight"}};
+      {"w_gate", "ffn_gate.weight"},     {"w_up", "ffn_up.weight"},        {"w_down", "ffn_down.weight"},
+      {"post_attn_norm", "post_attention_norm.weight"}, {"post_ffn_norm", "post_ffw_norm.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -204,9 +220,8 @@ void load_gguf(Model& m, Storage& st) {
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen3moe" &&
-      arch != "qwen2moe")
-    throw ModelError("unknown architecture '" + arch + "' in '" + m.path +
-                     "' (ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe)");
+      arch != "qwen2moe" && arch != "gemma3")
+    throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
@@ -247,6 +262,7 @@ void load_gguf(Model& m, Storage& st) {
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
+  if (arch == "gemma3") gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   build_weights(m, b, gguf_name, "token_embd.weight", "output_norm.weight", "output.weight");
@@ -268,42 +284,6 @@ std::string read_text(const fs::path& p, uint64_t max_bytes) {
   return s;
 }
 
-struct Json {
-  const JsonValue& v;
-  const std::string& path;
-
-  const JsonValue* get(const char* key) const {
-    const JsonValue* x = v.get(key);
-    return x == nullptr || x->is_null() ? nullptr : x;
-  }
-  double number(const char* key, double dflt) const {
-    const JsonValue* x = get(key);
-    if (x == nullptr) return dflt;
-    if (!x->is_number()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a number");
-    return x->number;
-  }
-  int64_t integer(const char* key, int64_t dflt) const {
-    const JsonValue* x = get(key);
-    if (x == nullptr) return dflt;
-    if (!x->is_number() || !x->is_integer)
-      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be an integer");
-    return x->integer;
-  }
-  std::string string(const char* key, const std::string& dflt) const {
-    const JsonValue* x = get(key);
-    if (x == nullptr) return dflt;
-    if (!x->is_string()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a string");
-    return x->string;
-  }
-  bool boolean(const char* key, bool dflt) const {
-    const JsonValue* x = get(key);
-    if (x == nullptr) return dflt;
-    if (x->kind != JsonValue::Kind::Bool)
-      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be true or false");
-    return x->boolean;
-  }
-};
-
 std::string hf_name(int layer, const char* field) {
   static const std::map<std::string, std::string> k_names = {
       {"attn_norm", "input_layernorm.weight"},  {"wq", "self_attn.q_proj.weight"},
@@ -315,6 +295,50 @@ std::string hf_name(int layer, const char* field) {
       {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
       {"w_down", "mlp.down_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
+}
+
+// Gemma 3 from a folder: HF stores RMSNorm weights w and multiplies by 1 + w (in float32); the forward
+// pass multiplies by the stored factor, so each norm is replaced by 1 + w here, as llama.cpp's converter
+// does. A multimodal folder keeps the language model's tensors under model.language_model. (or
+// language_model.model. before transformers 4.52).
+void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
+  ModelConfig& c = m.config;
+  c.arch = "gemma3";
+  gemma3_config_hf(cfg, c);
+  validate_config(c, cfg.path);
+  std::string prefix = "model.";
+  if (multimodal) prefix = b.has("language_model.model.embed_tokens.weight") ? "language_model.model." : "model.language_model.";
+  const auto name_of = [&prefix](int layer, const char* field) {
+    static const std::map<std::string, std::string> k_gemma = {
+        {"ffn_norm", "pre_feedforward_layernorm.weight"},
+        {"post_attn_norm", "post_attention_layernorm.weight"},
+        {"post_ffn_norm", "post_feedforward_layernorm.weight"}};
+    auto it = k_gemma.find(field);
+    const std::string name = it != k_gemma.end() ? "model.layers." + std::to_string(layer) + "." + it->second
+                                                 : hf_name(layer, field);
+    return prefix + name.substr(6);  // "model." -> the folder's prefix
+  };
+  // A multimodal folder's lm_head: at the top since transformers 4.52, under language_model. before.
+  const std::string head =
+      multimodal && !b.has("lm_head.weight") ? "language_model.lm_head.weight" : "lm_head.weight";
+  if (!c.tied_embeddings && !b.has(head)) c.tied_embeddings = true;
+  build_weights(m, b, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head);
+  auto shift = [&](TensorView& v, const std::string& canonical) {
+    std::vector<float>& buf = b.storage->buffers.emplace_back(static_cast<size_t>(v.cols));
+    const float* w = reinterpret_cast<const float*>(v.data);
+    for (int64_t i = 0; i < v.cols; ++i) buf[static_cast<size_t>(i)] = 1.0f + w[i];
+    v.data = reinterpret_cast<const uint8_t*>(buf.data());
+    b.storage->canonical[canonical] = v;
+  };
+  shift(m.weights.output_norm, "output_norm");
+  for (int i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = m.weights.layers[static_cast<size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    for (auto [v, name] : {std::pair{&l.attn_norm, "attn_norm"}, {&l.q_norm, "q_norm"}, {&l.k_norm, "k_norm"},
+                           {&l.post_attn_norm, "post_attn_norm"}, {&l.ffn_norm, "ffn_norm"},
+                           {&l.post_ffn_norm, "post_ffn_norm"}})
+      shift(*v, p + name);
+  }
 }
 
 void load_hf(Model& m, Storage& st) {
@@ -369,6 +393,13 @@ void load_hf(Model& m, Storage& st) {
 
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
+  if (arch == "gemma3" || arch == "Gemma3ForConditionalGeneration") {
+    // A multimodal Gemma 3 folder: its language model alone, as Gemma3ForCausalLM.
+    const JsonValue* text = cfg.get("text_config");
+    if (text == nullptr || !text->is_object()) throw ModelError("'" + cfg_path + "' has no text_config object");
+    load_gemma3_hf(m, b, Json{*text, cfg_path}, true);
+    return;
+  }
   if (arch.empty()) {
     const JsonValue* archs = cfg.get("architectures");
     if (archs != nullptr && archs->is_array() && !archs->array.empty() && archs->array[0].is_string())
@@ -379,10 +410,10 @@ void load_hf(Model& m, Storage& st) {
       {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"},
       {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"}, {"qwen2_moe", "qwen2moe"},
       {"Qwen2MoeForCausalLM", "qwen2moe"}, {"mixtral", "mixtral"}, {"MixtralForCausalLM", "mixtral"}};
+  if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
-    throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path +
-                     "' (ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral)");
+    throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path + "' " + k_supported_hf);
   c.arch = found->second;
   c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
   c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/gemma3.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -88,7 +89,8 @@ void ModelRunner::validate(const Batch& b) const {
 
 void ModelRunner::forward(const Batch& batch, float* logits) {
   validate(batch);
-  llama_forward(state_, batch, logits);
+  if (model_->config.arch == "gemma3") gemma3_forward(state_, batch, logits);
+  else llama_forward(state_, batch, logits);
 }
 
 }  // namespace ossa

@@ -16,10 +16,13 @@ namespace ossa {
 //   wq q x n_embd, wk/wv kv x n_embd, wo n_embd x q, bq/bk/bv 1 x (q|kv),
 //   q_norm/k_norm 1 x head_dim, w_gate/w_up n_ff x n_embd, w_down n_embd x n_ff,
 //   attn_norm/ffn_norm 1 x n_embd. Optional ones are empty().
+// Gemma 3 also normalises each sublayer's output before the residual addition (post_attn_norm,
+// post_ffn_norm, 1 x n_embd); its norm weights are stored as the factor applied (HF's 1 + w).
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm;
   TensorView ffn_norm, w_gate, w_up, w_down;  // w_gate/w_up/w_down empty in a MoE layer
   MoeWeights moe;                             // a MoE layer's router and experts (model/moe.h)
+  TensorView post_attn_norm, post_ffn_norm;
 };
 
 struct ModelWeights {

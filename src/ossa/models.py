@@ -17,7 +17,7 @@ import sys
 import tempfile
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -139,11 +139,14 @@ def resolve(model: str | os.PathLike[str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class RopeScaling:
-    type: str  # "none", "linear", "llama3"
+    type: str  # "none", "linear", "llama3", "longrope"
     factor: float
     low_freq_factor: float
     high_freq_factor: float
     original_max_position: int
+    short_factor: list[float] = field(default_factory=list)  # longrope: divisors below original_max_position
+    long_factor: list[float] = field(default_factory=list)  # longrope: divisors from it on
+    attn_factor: float = 1.0  # longrope: cos/sin multiplied by it
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ class MoeConfig:
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
-    arch: str  # "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral"
+    arch: str  # "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral", "gemma3"
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -179,10 +182,17 @@ class ModelConfig:
     qk_norm: bool
     tied_embeddings: bool
     moe: MoeConfig
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (itself included); 0: none
+    layer_sliding: list[bool] = field(default_factory=list)  # per layer: sliding-window attention
+    rope_theta_swa: float = 0.0  # RoPE base of the sliding layers (0: rope_theta)
+    rope_dim: int = 0  # rotated dimensions of a head (0: all)
+    attn_scale: float = 0.0  # attention scores scale (0: head_dim ** -0.5)
+    final_softcap: float = 0.0  # final logits soft-capping (0: off)
+    embd_scale: float = 0.0  # embeddings multiplier (0: off)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        values = {f.name: d[f.name] for f in fields(cls)}
+        values = {f.name: d[f.name] for f in fields(cls) if f.name in d}
         values["rope_scaling"] = RopeScaling(**d["rope_scaling"])
         values["moe"] = MoeConfig(**d["moe"])
         return cls(**values)
@@ -327,6 +337,12 @@ def inspect(
         "rope_theta": c.rope_theta,
         "rope_scaling": c.rope_scaling.type,
         "rope_style": c.rope_style,
+        "rope_scaling_factor": c.rope_scaling.factor,
+        "rope_theta_swa": c.rope_theta_swa,
+        "rope_dim": c.rope_dim or c.head_dim,
+        "sliding_window": c.sliding_window,
+        "n_sliding_layers": sum(c.layer_sliding),
+        "final_softcap": c.final_softcap,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -372,10 +388,21 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"n_head_kv={info['n_head_kv']} head_dim={info['head_dim']} n_ff={info['n_ff']} "
         f"n_vocab={info['n_vocab']}",
         f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
-        f"scaling={info['rope_scaling']}",
-        f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}",
+        f"scaling={info['rope_scaling']}"
+        + (f" factor={info['rope_scaling_factor']:g}" if info["rope_scaling"] != "none" else "")
+        + (f" rotated={info['rope_dim']}/{info['head_dim']}" if info["rope_dim"] != info["head_dim"] else ""),
+        f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}"
+        + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
+    ]
+    if info["sliding_window"]:
+        local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
+        lines.append(
+            f"attention     sliding window of {info['sliding_window']} tokens in "
+            f"{info['n_sliding_layers']} of {info['n_layer']} layers{local}"
+        )
+    lines += [
         f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",
         f"KV cache      {_human(info['kv_bytes_per_token'])} per token ({info['kv_cache_dtype']} K and V); "

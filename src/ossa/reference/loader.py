@@ -14,17 +14,25 @@ from typing import Any
 
 import numpy as np
 
+from . import arch_config
 from . import moe as moe_twin
 from .gguf import read_gguf
 from .safetensors import read_safetensors
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma3")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
+    "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
+    "embd_scale",
 )  # fmt: skip
-_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe)"
-_SUPPORTED_HF = "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral)"
+# Beyond the Llama family: the values that leave those architectures' forward pass as it is.
+_EXTRA_DEFAULTS: dict[str, Any] = {
+    "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
+    "final_softcap": 0.0, "embd_scale": 0.0,
+}  # fmt: skip
+_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3)"
+_SUPPORTED_HF = "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3)"
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
@@ -36,6 +44,7 @@ _GGUF_LAYER = {
     "wo": "attn_output.weight", "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
+    "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -52,15 +61,19 @@ def _f32(x: float) -> float:
 
 def _config(arch: str, **kw: Any) -> dict[str, Any]:
     scaling = kw.pop("rope_scaling", None) or {}
-    cfg: dict[str, Any] = {"arch": arch, "moe": moe_twin.dense_moe(), **kw}
-    cfg["rms_eps"] = _f32(cfg["rms_eps"])
-    cfg["rope_theta"] = _f32(cfg["rope_theta"])
+    cfg: dict[str, Any] = {"arch": arch, "moe": moe_twin.dense_moe(), **_EXTRA_DEFAULTS, **kw}
+    for key in ("rms_eps", "rope_theta", "rope_theta_swa", "attn_scale", "final_softcap", "embd_scale"):
+        cfg[key] = _f32(cfg[key])
+    cfg["layer_sliding"] = [bool(v) for v in cfg["layer_sliding"]]
     cfg["rope_scaling"] = {
         "type": scaling.get("type", "none"),
         "factor": _f32(scaling.get("factor", 1.0)),
         "low_freq_factor": _f32(scaling.get("low_freq_factor", 1.0)),
         "high_freq_factor": _f32(scaling.get("high_freq_factor", 4.0)),
         "original_max_position": int(scaling.get("original_max_position", 8192)),
+        "short_factor": [_f32(v) for v in scaling.get("short_factor", [])],
+        "long_factor": [_f32(v) for v in scaling.get("long_factor", [])],
+        "attn_factor": _f32(scaling.get("attn_factor", 1.0)),
     }
     if cfg["n_ctx_train"] <= 0:
         cfg["n_ctx_train"] = 4096
@@ -112,6 +125,8 @@ def _weights(
         shapes.update(ffn_norm=(1, e))
         if i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
+        if cfg["arch"] == "gemma3":
+            shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
     return w
@@ -148,8 +163,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         }
     elif scaling_type != "none":
         raise ValueError(f"unsupported rope scaling type '{scaling_type}' in '{path}'")
-    cfg = _config(
-        arch,
+    common = dict(
         n_vocab=md.get(k + "vocab_size", embd.ne[1] if embd is not None and len(embd.ne) > 1 else 0),
         n_embd=n_embd,
         n_layer=md.get(k + "block_count", 0),
@@ -166,6 +180,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings="output.weight" not in g.tensors,
     )
+    if arch == "gemma3":  # norms stored as 1 + w by llama.cpp's converter
+        common.update(arch_config.gemma3_gguf(md, common))
+    cfg = _config(arch, **common)
     names = set(g.tensors)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     w = _weights(
@@ -190,8 +207,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         files = ["model.safetensors"]
     shards = [read_safetensors(os.path.join(path, name)) for name in files]
     where = {name: s for s in shards for name in s.tensors}
+    names = set(where)
+
+    def get_tensor(n: str) -> np.ndarray:
+        return where[n].tensor(n)
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
+    if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
+        return _gemma3_hf(c["text_config"], get_tensor, names, multimodal=True)
+    if arch in ("gemma3_text", "Gemma3ForCausalLM"):
+        return _gemma3_hf(c, get_tensor, names, multimodal=False)
     if arch not in _HF_ARCHS:
         raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED_HF}")
     arch = _HF_ARCHS[arch]
@@ -241,4 +266,36 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, lambda n: where[n].tensor(n), set(where), w)
+    return cfg, w
+
+
+_GEMMA3_HF = {
+    "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
+    "post_ffn_norm": "post_feedforward_layernorm.weight",
+}  # fmt: skip
+_GEMMA3_NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", "post_ffn_norm")
+
+
+def _gemma3_hf(
+    c: dict[str, Any], get: Any, names: set[str], multimodal: bool
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Gemma 3 from a folder. HF stores RMSNorm weights w and multiplies by 1 + w (float32): each norm
+    becomes 1 + w here, the factor the forward pass applies (as llama.cpp's converter stores it)."""
+    kw = arch_config.gemma3_hf(c)
+    prefix = "model."
+    if multimodal:
+        prefix = "language_model.model." if "language_model.model.embed_tokens.weight" in names else (
+            "model.language_model.")  # fmt: skip
+    head = "lm_head.weight"
+    if multimodal and head not in names:  # before transformers 4.52
+        head = "language_model.lm_head.weight"
+    kw["tied_embeddings"] = kw["tied_embeddings"] or head not in names
+    cfg = _config("gemma3", **kw)
+
+    def name_of(i: int, f: str) -> str:
+        return f"{prefix}layers.{i}.{_GEMMA3_HF.get(f, _HF_LAYER.get(f, ''))}"
+
+    w = _weights(cfg, get, names, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head)
+    for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in _GEMMA3_NORMS]:
+        w[key] = (np.float32(1) + w[key].astype(np.float32)).astype(np.float32)
     return cfg, w

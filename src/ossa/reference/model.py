@@ -74,14 +74,22 @@ def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, style
     return out
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d]."""
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, window: int = 0) -> np.ndarray:
+    """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d].
+
+    Scores are q.k times ``scale`` (0: divided by sqrt(d)); with ``window`` > 0 a token sees only the
+    last ``window`` positions, itself included.
+    """
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
     k = np.repeat(k, group, axis=1)  # each KV head serves `group` query heads
     v = np.repeat(v, group, axis=1)
-    scores = np.einsum("qhd,khd->hqk", q, k) / np.float32(math.sqrt(d))
-    scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+    scores = np.einsum("qhd,khd->hqk", q, k)
+    scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    seen = np.tril(np.ones((n, n), dtype=bool))
+    if window > 0:
+        seen &= ~np.tril(np.ones((n, n), dtype=bool), -window)  # key index <= query index - window
+    scores = np.where(seen[None], scores, -np.inf)
     scores = scores - scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)
     probs = probs / probs.sum(axis=-1, keepdims=True)
@@ -163,6 +171,10 @@ def forward(
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute)
+    if c["arch"] == "gemma3":
+        from .gemma3 import forward_gemma3
+
+        return forward_gemma3(c, w, token_ids, q8)
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:

@@ -9,9 +9,9 @@ K/V pool, float32, slot = block_id * block_size + offset:
 
     kv[layer, 0 (K) | 1 (V), slot, n_head_kv * head_dim]
 
-Built on the functions of ``ossa.reference.model`` (the one-sequence twin of the forward pass), so
-both compute the same thing; here each step's tokens come from several sequences and attend to the
-cached K/V of their own sequence through its block table.
+Built on the functions of ``ossa.reference.model`` and ``ossa.reference.gemma3`` (the one-sequence
+twins of the forward passes), so both compute the same thing; here each step's tokens come from
+several sequences and attend to the cached K/V of their own sequence through its block table.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import model as ref_model
+from .gemma3 import gelu_tanh_glu
 
 
 class ModelRunner:
@@ -61,6 +62,10 @@ class ModelRunner:
             (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
         )
         self.inv_freq = ref_model.rope_inv_freq(config)
+        self.inv_freq_local = self.inv_freq  # Gemma 3's sliding layers: their own base, unscaled
+        if config["rope_theta_swa"] > 0:
+            local = dict(config, rope_theta=config["rope_theta_swa"], rope_scaling={"type": "none"})
+            self.inv_freq_local = ref_model.rope_inv_freq(local)
 
     def copy_block(self, src: int, dst: int) -> None:
         """Block ``dst`` gets block ``src``'s K/V in every layer."""
@@ -142,8 +147,14 @@ class ModelRunner:
             ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
 
         x = w["tok_embd"][ids].astype(np.float32)
+        if c["embd_scale"] > 0:
+            x = x * np.float32(c["embd_scale"])
+        gemma = c["arch"] == "gemma3"
         for i in range(c["n_layer"]):
             p = f"layers.{i}."
+            sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
+            freq = self.inv_freq_local if sliding else self.inv_freq
+            window = c["sliding_window"] if sliding else 0
             h = q8(ref_model.rms_norm(x, w[p + "attn_norm"], eps))
             q, k, v = _linear(h, w[p + "wq"]), _linear(h, w[p + "wk"]), _linear(h, w[p + "wv"])
             if c["qkv_bias"]:
@@ -155,8 +166,8 @@ class ModelRunner:
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
                 )
-            q = ref_model.apply_rope(q, pos, self.inv_freq, c["rope_style"])
-            k = ref_model.apply_rope(k, pos, self.inv_freq, c["rope_style"])
+            q = ref_model.apply_rope(q, pos, freq, c["rope_style"])
+            k = ref_model.apply_rope(k, pos, freq, c["rope_style"])
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
@@ -166,14 +177,21 @@ class ModelRunner:
                     continue
                 kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
-                attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi])
-            x = x + _linear(q8(attn), w[p + "wo"])
+                attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
+            out = _linear(q8(attn), w[p + "wo"])
+            x = x + (ref_model.rms_norm(out, w[p + "post_attn_norm"], eps) if gemma else out)
             h = q8(ref_model.rms_norm(x, w[p + "ffn_norm"], eps))
-            x = x + _linear(
-                q8(ref_model.silu(_linear(h, w[p + "w_gate"])) * _linear(h, w[p + "w_up"])), w[p + "w_down"]
-            )
+            gate, up = _linear(h, w[p + "w_gate"]), _linear(h, w[p + "w_up"])
+            act = gelu_tanh_glu(gate, up) if gemma else ref_model.silu(gate) * up
+            out = _linear(q8(act), w[p + "w_down"])
+            x = x + (ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps) if gemma else out)
         rows = np.asarray(logits_rows, dtype=np.int64)
-        return _linear(q8(ref_model.rms_norm(x[rows], w["output_norm"], eps)), w["output"]).astype(np.float32)
+        h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps))
+        logits = _linear(h, w["output"]).astype(np.float32)
+        if c["final_softcap"] > 0:
+            cap = np.float32(c["final_softcap"])
+            logits = (cap * np.tanh(logits / cap)).astype(np.float32)
+        return logits
 
 
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -183,15 +201,22 @@ def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.einsum("ij,kj->ik", x, weight)
 
 
-def _paged_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def _paged_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray, scale: float = 0.0, window: int = 0
+) -> np.ndarray:
     """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
-    context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p."""
+    context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p (and, with a
+    ``window``, > p - window). Scores are scaled by ``scale`` (0: 1/sqrt(d))."""
     m, n_head, d = q.shape
     group = n_head // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
-    scores = np.einsum("qhd,khd->hqk", q, k) / np.float32(math.sqrt(d))
-    visible = np.arange(k.shape[0])[None, :] <= positions[:, None]  # [m, ctx]
+    scores = np.einsum("qhd,khd->hqk", q, k)
+    scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    ctx = np.arange(k.shape[0])[None, :]
+    visible = ctx <= positions[:, None]  # [m, ctx]
+    if window > 0:
+        visible &= ctx > positions[:, None] - window
     scores = np.where(visible[None], scores, -np.inf)
     scores = scores - scores.max(axis=-1, keepdims=True)
     probs = np.exp(scores)

@@ -1,0 +1,127 @@
+#include "model/arch_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace ossa {
+
+namespace {
+
+// Gemma's sliding_window_pattern: layer i is global when (i + 1) % pattern == 0.
+std::vector<uint8_t> pattern_layers(int n_layer, int64_t pattern) {
+  std::vector<uint8_t> out(static_cast<size_t>(n_layer));
+  for (int i = 0; i < n_layer; ++i) out[i] = pattern > 0 && (i + 1) % pattern != 0;
+  return out;
+}
+
+int window_of(int64_t w, const std::string& where) {
+  if (w < 0 || w > (int64_t{1} << 30)) throw ModelError("invalid sliding window " + std::to_string(w) + " (" + where + ")");
+  return static_cast<int>(w);
+}
+
+}  // namespace
+
+void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string k = "gemma3.";
+  c.rope_style = RopeStyle::Neox;
+  c.qk_norm = true;
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.sliding_window = window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
+  if (c.sliding_window > 0) {
+    const GGUFValue* p = g.find(k + "attention.sliding_window_pattern");
+    if (p != nullptr && p->type == GGUFType::ARRAY) {
+      const auto& arr = std::get<std::shared_ptr<GGUFArray>>(p->value);
+      if (p->elem_type != GGUFType::BOOL || arr == nullptr || arr->size() != static_cast<size_t>(c.n_layer))
+        throw ModelError("gemma3.attention.sliding_window_pattern must be one bool per layer");
+      for (const GGUFValue& v : *arr) c.layer_sliding.push_back(std::get<bool>(v.value) ? 1 : 0);
+    } else {
+      c.layer_sliding = pattern_layers(c.n_layer, g.get_int(k + "attention.sliding_window_pattern", 6));
+    }
+    c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
+  }
+  const double scale = g.get_float(k + "attention.scale", 0.0);
+  const double scalar = c.n_layer == 62 ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
+  c.attn_scale = static_cast<float>(scale > 0.0 ? scale : 1.0 / std::sqrt(scalar));
+  c.final_softcap = static_cast<float>(g.get_float(k + "final_logit_softcapping", 0.0));
+}
+
+void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string& path = cfg.path;
+  auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
+    const int64_t v = cfg.integer(key, dflt);
+    if (v <= 0 || v > max) throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in '" + path + "'");
+    return static_cast<int>(v);
+  };
+  c.n_vocab = dim("vocab_size", 262208);
+  c.n_embd = dim("hidden_size", 2304);
+  c.n_layer = dim("num_hidden_layers", 26, 4096);
+  c.n_head = dim("num_attention_heads", 8, 65536);
+  c.n_head_kv = dim("num_key_value_heads", 4, 65536);
+  c.head_dim = dim("head_dim", 256, 65536);
+  c.n_ff = dim("intermediate_size", 9216);
+  c.n_ctx_train = dim("max_position_embeddings", 131072);
+  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
+  const std::string act = cfg.string("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh")
+    throw ModelError("hidden_activation '" + act + "' in '" + path + "' is not supported (gelu_pytorch_tanh is)");
+  if (cfg.boolean("attention_bias", false)) throw ModelError("attention_bias=true in '" + path + "' is not supported");
+  if (cfg.boolean("use_bidirectional_attention", false))
+    throw ModelError("use_bidirectional_attention=true in '" + path + "' (an encoder) is not supported");
+
+  // RoPE: transformers 5 writes rope_parameters {full_attention: {...}, sliding_attention: {...}};
+  // 4.x wrote rope_theta, rope_local_base_freq and rope_scaling (the global layers').
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", 1e6));
+  c.rope_theta_swa = static_cast<float>(cfg.number("rope_local_base_freq", 1e4));
+  const JsonValue* scaling = cfg.get("rope_scaling");
+  if (const JsonValue* params = cfg.get("rope_parameters"); params != nullptr) {
+    if (!params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
+    const JsonValue* full = params->get("full_attention");
+    const JsonValue* local = params->get("sliding_attention");
+    if (full != nullptr && full->is_object()) {
+      c.rope_theta = static_cast<float>(Json{*full, path}.number("rope_theta", c.rope_theta));
+      scaling = full;
+    }
+    if (local != nullptr && local->is_object()) {
+      const Json l{*local, path};
+      c.rope_theta_swa = static_cast<float>(l.number("rope_theta", c.rope_theta_swa));
+      if (l.string("rope_type", "default") != "default")
+        throw ModelError("RoPE scaling of the sliding layers in '" + path + "' is not supported");
+    }
+  }
+  if (scaling != nullptr && scaling->is_object()) {
+    const Json s{*scaling, path};
+    const std::string type = s.string("rope_type", s.string("type", "default"));
+    if (type == "linear") {
+      c.rope_scaling.type = "linear";
+      c.rope_scaling.factor = static_cast<float>(s.number("factor", 1.0));
+    } else if (type != "default") {
+      throw ModelError("unsupported rope scaling type '" + type + "' in '" + path + "'");
+    }
+  }
+
+  c.sliding_window = window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
+  if (const JsonValue* types = cfg.get("layer_types"); types != nullptr) {
+    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'layer_types' in '" + path + "' must list one type per layer");
+    for (const JsonValue& t : types->array) {
+      if (!t.is_string() || (t.string != "sliding_attention" && t.string != "full_attention"))
+        throw ModelError("config 'layer_types' in '" + path + "' holds an unknown layer type");
+      c.layer_sliding.push_back(t.string == "sliding_attention");
+    }
+  } else {
+    c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
+  }
+  if (c.sliding_window == 0) c.layer_sliding.clear();
+  const double scalar = cfg.number("query_pre_attn_scalar", 256.0);
+  if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
+  c.attn_scale = static_cast<float>(1.0 / std::sqrt(scalar));
+  c.final_softcap = static_cast<float>(cfg.number("final_logit_softcapping", 0.0));
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.rope_style = RopeStyle::Neox;
+  c.qk_norm = true;
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
+}
+
+}  // namespace ossa

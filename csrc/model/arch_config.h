@@ -1,0 +1,22 @@
+#pragma once
+// Reading the hyper-parameters of the architectures beyond the Llama family from a GGUF file's
+// metadata or a Hugging Face config.json (loader.cpp calls these; docs/models.md describes them).
+#include <string>
+
+#include "model/config.h"
+#include "model/config_json.h"
+#include "model/gguf.h"
+
+namespace ossa {
+
+// Gemma 3 from GGUF, after the keys every architecture shares were read into c: what llama.cpp's
+// converter writes (attention.sliding_window, final_logit_softcapping, rope scaling of the global
+// layers) and what llama.cpp assumes where it writes nothing (every 6th layer global, local RoPE base
+// 10000, scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 62-layer 27B).
+void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
+
+// Gemma 3 from config.json (Gemma3TextConfig, or the text_config of a Gemma3ForConditionalGeneration
+// folder): every field, with Gemma3TextConfig's defaults for those a file leaves out.
+void gemma3_config_hf(const Json& cfg, ModelConfig& c);
+
+}  // namespace ossa

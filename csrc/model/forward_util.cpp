@@ -1,0 +1,146 @@
+#include "model/forward_util.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/ops.h"
+#include "util/aligned.h"
+#include "util/error.h"
+
+namespace ossa::fwd {
+
+namespace {
+
+constexpr const char* k_op_names[kNumOps] = {"embed", "norm",         "qkv",  "rope/kv", "attention",
+                                             "wo",    "gate/up+swiglu", "down", "output"};
+std::atomic<int64_t> g_op_ns[kNumOps];
+std::atomic<int64_t> g_op_tokens{0}, g_op_steps{0};
+
+void print_profile() {
+  int64_t total = 0;
+  for (auto& v : g_op_ns) total += v.load();
+  std::fprintf(stderr, "ossa forward profile: %lld steps, %lld tokens, %.1f ms\n",
+               static_cast<long long>(g_op_steps.load()), static_cast<long long>(g_op_tokens.load()),
+               static_cast<double>(total) * 1e-6);
+  for (int i = 0; i < kNumOps; ++i)
+    std::fprintf(stderr, "  %-15s %10.2f ms  %5.1f%%\n", k_op_names[i], static_cast<double>(g_op_ns[i].load()) * 1e-6,
+                 total ? 100.0 * static_cast<double>(g_op_ns[i].load()) / static_cast<double>(total) : 0.0);
+}
+
+}  // namespace
+
+bool profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSA_PROFILE");
+    const bool enabled = v != nullptr && v[0] != '\0' && v[0] != '0';
+    if (enabled) std::atexit(print_profile);
+    return enabled;
+  }();
+  return on;
+}
+
+void add_op_time(Op op, int64_t ns) { g_op_ns[op].fetch_add(ns, std::memory_order_relaxed); }
+
+void count_step(int n_tokens) {
+  if (!profiling()) return;
+  g_op_steps.fetch_add(1, std::memory_order_relaxed);
+  g_op_tokens.fetch_add(n_tokens, std::memory_order_relaxed);
+}
+
+MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
+                    std::initializer_list<const TensorView*> weights) {
+  MatmulInput in{x, nullptr, n, cols};
+  bool quant = false;
+  if (quantized_activations())
+    for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
+  if (quant) {
+    if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
+    const int64_t nb = cols / k_qblock;
+    BlockQ8* xq = s.xq.data();
+    per_token(static_cast<int>(n), threads,
+              [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, xq + r * nb); });
+    in.q8 = xq;
+  }
+  return in;
+}
+
+MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
+                     std::initializer_list<const TensorView*> weights) {
+  const ModelConfig& c = s.model->config;
+  const int64_t E = c.n_embd;
+  bool tiles = !s.norm_tiles.empty();  // taking tiles implies rows of whole 32-value steps
+  for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
+  if (!tiles) {
+    per_token(n, threads, [&](int t) { rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E); });
+    return prepare(s, s.h.data(), n, E, threads, weights);
+  }
+  per_token(n, threads, [&](int t) {
+    thread_local AlignedVector<float> row;
+    if (static_cast<int64_t>(row.size()) < E) row.assign(static_cast<size_t>(E), 0.0f);
+    rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, row.data());
+    bf16_tiles_row(row.data(), E, t, s.norm_tiles.data());
+  });
+  return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
+}
+
+void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads) {
+  const int64_t E = s.model->config.n_embd;
+  if (takes_bf16_tiles(w)) {
+    const MatmulTarget t{&w, s.x.data(), E, true};
+    matmul_many(&t, 1, in);
+    return;
+  }
+  matmul(w, in, s.tmp.data(), E);
+  per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
+}
+
+void add_bias(float* y, const TensorView& b, int64_t n) {
+  if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
+}
+
+void fill_token_seq(ForwardState& s, const Batch& batch) {
+  for (int sq = 0; sq < batch.n_seqs(); ++sq)
+    for (int t = batch.seq_start[sq]; t < batch.seq_start[sq + 1]; ++t) s.token_seq[t] = sq;
+}
+
+AttentionArgs attention_args(const ForwardState& s, const Batch& batch, int layer, int threads) {
+  const ModelConfig& c = s.model->config;
+  const int64_t Q = static_cast<int64_t>(c.n_head) * c.head_dim;
+  AttentionArgs a;
+  a.q = s.q.data();
+  a.ldq = Q;
+  a.k_cache = s.k_cache(layer);
+  a.v_cache = s.v_cache(layer);
+  a.kv_type = s.kv_type;
+  a.n_tokens = batch.n_tokens();
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.block_size = s.block_size;
+  a.positions = batch.positions.data();
+  a.token_seq = s.token_seq.data();
+  a.block_tables = batch.block_tables.data();
+  a.block_table_start = batch.block_table_start.data();
+  a.scratch = const_cast<float*>(s.scores.data());
+  a.scratch_stride = k_heads_per_item * s.n_slots;
+  a.max_threads = threads;
+  a.out = const_cast<float*>(s.attn.data());
+  a.ldo = Q;
+  return a;
+}
+
+void output_logits(ForwardState& s, const Batch& batch, int threads, float* logits) {
+  const ModelConfig& c = s.model->config;
+  const ModelWeights& w = s.model->weights;
+  const int64_t E = c.n_embd;
+  const int n_out = static_cast<int>(batch.logits_rows.size());
+  if (n_out == 0) return;
+  const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
+  for (int i = 0; i < n_out; ++i)
+    rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
+  MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
+  matmul(w.output, in, logits, c.n_vocab);
+}
+
+}  // namespace ossa::fwd

@@ -1,0 +1,72 @@
+#pragma once
+// Pieces of the forward pass shared by the architecture files (llama.cpp, gemma3.cpp): per-token
+// loops, matmul inputs, norms feeding matmuls, residual additions, the attention call and the output
+// head. Each keeps the batch invariance of the kernels it calls: a row's result depends on that row.
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/parallel.h"
+#include "model/batch.h"
+#include "model/llama.h"
+
+namespace ossa::fwd {
+
+// OSSA_PROFILE=1 in the environment: wall time per op of the forward pass, summed over the process
+// and printed to stderr at exit (a developer tool; off by default, then each lap is one branch).
+enum Op { kEmbed, kNorm, kQkv, kRope, kAttention, kWo, kGateUp, kDown, kOutput, kNumOps };
+bool profiling();
+void add_op_time(Op op, int64_t ns);
+void count_step(int n_tokens);
+
+struct Laps {
+  bool on = profiling();
+  std::chrono::steady_clock::time_point last = on ? std::chrono::steady_clock::now()
+                                                  : std::chrono::steady_clock::time_point{};
+  void lap(Op op) {
+    if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    add_op_time(op, std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+    last = now;
+  }
+};
+
+// f(t) for each token t < n: inline for one token, else spread over the pool in runs of `grain`.
+template <class F>
+void per_token(int n, int threads, F&& f, int64_t grain = 4) {
+  if (n == 1) return f(0);
+  parallel_for(n, grain, threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) f(static_cast<int>(t));
+  });
+}
+
+// Prepares activations x[n, cols] for a set of weights sharing them: quantizes to 8-bit blocks
+// once if any of them is quantized (only with core.set_quantized_activations(True)).
+MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
+                    std::initializer_list<const TensorView*> weights);
+
+// x[t] normalised for the matmuls of `weights`: as f32 rows in s.h, or (dtype bfloat16 on AMX)
+// straight into s.norm_tiles, skipping the f32 rows and the matmul's own rounding pass.
+MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
+                     std::initializer_list<const TensorView*> weights);
+
+// x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
+// (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way.
+void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads);
+
+// y += b, when the bias b exists.
+void add_bias(float* y, const TensorView& b, int64_t n);
+
+// s.token_seq from the batch's sequence starts.
+void fill_token_seq(ForwardState& s, const Batch& batch);
+
+// The arguments of paged_attention over layer `layer`'s cache for s.q -> s.attn (default scale, no
+// window, no soft-capping; the caller sets those).
+AttentionArgs attention_args(const ForwardState& s, const Batch& batch, int layer, int threads);
+
+// logits[i] = output(norm(x[logits_rows[i]])) for the batch's logits rows.
+void output_logits(ForwardState& s, const Batch& batch, int threads, float* logits);
+
+}  // namespace ossa::fwd

@@ -1,0 +1,114 @@
+#include "model/gemma3.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/parallel.h"
+#include "model/dequantize.h"
+#include "model/forward_util.h"
+
+namespace ossa {
+
+using namespace fwd;
+
+namespace {
+
+const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
+
+// x += norm(s.tmp): a sublayer's output, normalised by `post_norm`, into the residual stream.
+void add_normed(ForwardState& s, const float* post_norm, int n, int threads) {
+  const ModelConfig& c = s.model->config;
+  const int64_t E = c.n_embd;
+  per_token(n, threads, [&](int t) {
+    float* y = s.tmp.data() + t * E;
+    rmsnorm_row(y, post_norm, E, c.rms_eps, y);
+    add_row(s.x.data() + t * E, y, E);
+  });
+}
+
+}  // namespace
+
+void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
+  const Model& m = *s.model;
+  const ModelConfig& c = m.config;
+  const ModelWeights& w = m.weights;
+  const int n = batch.n_tokens();
+  const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
+  const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd;
+  const int threads = std::min(s.max_threads, parallel_threads());
+  const bool local_rope = !s.cos_sin_swa.empty();
+  Laps laps;
+
+  fill_token_seq(s, batch);
+  per_token(n, threads, [&](int t) {
+    float* x = s.x.data() + t * E;
+    dequantize_row(w.tok_embd, batch.token_ids[t], x);
+    if (c.embd_scale > 0.0f)
+      for (int64_t e = 0; e < E; ++e) x[e] *= c.embd_scale;
+    rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
+    if (local_rope) rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim, s.cos_sin_swa.data() + t * hd);
+  });
+  laps.lap(kEmbed);
+
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const bool sliding = c.sliding(l);
+    const std::vector<float>& cos_sin = sliding && local_rope ? s.cos_sin_swa : s.cos_sin;
+    MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.wq, &L.wk, &L.wv});
+    laps.lap(kNorm);
+    const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+    matmul_many(qkv, 3, in);
+    laps.lap(kQkv);
+    void* k_cache = s.k_cache(l);
+    void* v_cache = s.v_cache(l);
+    per_token(n, threads, [&](int t) {
+      float* q = s.q.data() + t * Q;
+      float* k = s.k.data() + t * KV;
+      const float* v = s.v.data() + t * KV;
+      for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, f32(L.q_norm), hd, c.rms_eps, q + h * hd);
+      for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, f32(L.k_norm), hd, c.rms_eps, k + h * hd);
+      const float* cs = cos_sin.data() + t * hd;
+      rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
+      rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
+      const int64_t slot = batch.slot_mapping[t];
+      store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
+      store_v(v_cache, s.kv_type, slot, KV, v);
+    }, s.block_size);  // K is transposed per block: one thread writes a block's lines
+    laps.lap(kRope);
+    AttentionArgs a = attention_args(s, batch, l, threads);
+    a.scale = c.attn_scale;
+    a.window = sliding ? c.sliding_window : 0;
+    paged_attention(a);
+    laps.lap(kAttention);
+
+    in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
+    matmul(L.wo, in, s.tmp.data(), E);
+    add_normed(s, f32(L.post_attn_norm), n, threads);
+    laps.lap(kWo);
+    in = norm_for(s, f32(L.ffn_norm), n, threads, {&L.w_gate, &L.w_up});
+    laps.lap(kNorm);
+    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) && takes_bf16_tiles(L.w_up) &&
+                       takes_bf16_tiles(L.w_down);
+    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F, tiles ? s.ffn_tiles.data() : nullptr,
+                          Glu::GeluTanh);
+    laps.lap(kGateUp);
+    in = tiles ? MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()}
+               : prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+    matmul(L.w_down, in, s.tmp.data(), E);
+    add_normed(s, f32(L.post_ffn_norm), n, threads);
+    laps.lap(kDown);
+  }
+
+  output_logits(s, batch, threads, logits);
+  if (c.final_softcap > 0.0f) {
+    const int64_t total = static_cast<int64_t>(batch.logits_rows.size()) * c.n_vocab;
+    for (int64_t i = 0; i < total; ++i) logits[i] = c.final_softcap * std::tanh(logits[i] / c.final_softcap);
+  }
+  laps.lap(kOutput);
+  count_step(n);
+}
+
+}  // namespace ossa

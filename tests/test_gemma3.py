@@ -1,0 +1,231 @@
+"""Gemma 3 (text) against Hugging Face transformers (torch CPU, float32) and the NumPy twin, on tiny
+random models built by transformers: from safetensors folders (Gemma3ForCausalLM and a
+Gemma3ForConditionalGeneration folder's language model) and from GGUF files laid out as llama.cpp's
+converter writes them (norms stored as 1 + w, every 6th layer global unless the file says otherwise).
+
+Every optional feature is on in at least one case: sliding-window layers with their own RoPE base,
+linear RoPE scaling of the global layers, GQA, query_pre_attn_scalar != head_dim, final-logit
+soft-capping, untied output, layer_types that are not the default pattern. Prompts run 5x and 7x
+the window, also prefilled in chunks, and greedy decoding runs past the window.
+
+Stated tolerances as in test_forward_hf.py (max |error| / max |HF logit|); measured here: 4e-7 for
+safetensors and GGUF F32, against the twin 4e-7 for every format.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_invariance import check_invariance
+from tiny_models import hf_to_gguf, make_hf_model
+
+from ossa import models
+from ossa._native import core
+from ossa.reference import loader as ref_loader
+from ossa.reference import model as ref_model
+from ossa.reference.runner import ModelRunner as RefRunner
+
+CASES: dict[str, dict[str, Any]] = {
+    # 6 layers in llama.cpp's default pattern (5 sliding, the 6th global), window 8, GQA 3, head_dim
+    # 24 != 72/3, linear scaling of the global layers' RoPE, tied output.
+    "gemma3": dict(
+        arch="gemma3", hidden_size=72, num_layers=6, num_heads=3, num_kv_heads=1, head_dim=24,
+        intermediate_size=112, vocab_size=160, tie=True, rope_theta=1e6,
+        rope_scaling={"rope_type": "linear", "factor": 2.0},
+        sliding_window=8, query_pre_attn_scalar=24,
+    ),
+    # Explicit layer types (global first), window 6, local RoPE base 500, scores scaled by 40^-1/2,
+    # final logits soft-capped at 3, untied output, head_dim 32.
+    "gemma3-capped": dict(
+        arch="gemma3", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=32,
+        intermediate_size=96, vocab_size=128, tie=False,
+        sliding_window=6, layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+        query_pre_attn_scalar=40, final_logit_softcapping=3.0, rope_local_base_freq=500.0,
+    ),
+}  # fmt: skip
+WINDOW = {"gemma3": 8, "gemma3-capped": 6}
+HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
+TWIN_TOL = 1e-5
+N_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    """name -> (HF folder, HF float32 logits, token ids)."""
+    import torch
+    import transformers
+
+    root = tmp_path_factory.mktemp("gemma3")
+    out = {}
+    for i, (name, kw) in enumerate(CASES.items()):
+        path = make_hf_model(root / name, seed=10 + i, **kw)
+        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].numpy()
+        out[name] = (path, logits, ids)
+    return out
+
+
+def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
+    if fmt == "safetensors":
+        return str(hf_models[name][0])
+    return hf_to_gguf(hf_models[name][0], tmp.mktemp("gguf") / f"{name}-{fmt}.gguf", fmt)
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_logits_match_hf_and_twin(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = model_path(hf_models, name, fmt, tmp_path_factory)
+    _, hf_logits, ids = hf_models[name]
+    model = core.load_model(path)
+    assert model.config["arch"] == "gemma3"
+    assert model.config["sliding_window"] == WINDOW[name]
+    logits = core.model_logits(model, ids)
+    scale = float(np.max(np.abs(hf_logits)))
+    err_hf = float(np.max(np.abs(logits - hf_logits))) / scale
+    assert err_hf < HF_TOL[fmt], f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
+    config, weights = ref_loader.load_weights(path)
+    assert config == model.config  # the twin reads the same hyper-parameters
+    twin = ref_model.forward(config, weights, ids)
+    err_twin = float(np.max(np.abs(logits - twin))) / scale
+    assert err_twin < TWIN_TOL, f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
+    if fmt in ("safetensors", "F32"):
+        assert float(np.max(np.abs(twin - hf_logits))) / scale < HF_TOL[fmt]
+
+
+def runner_logits(runner: Any, tokens: list[int], chunk: int, block: int = 4) -> np.ndarray:
+    """Logits of every token of one sequence prefilled `chunk` tokens a step (blocks in reverse)."""
+    n_blocks = (len(tokens) + block - 1) // block
+    table = list(range(n_blocks))[::-1]
+    out = []
+    for start in range(0, len(tokens), chunk):
+        toks = tokens[start : start + chunk]
+        pos = list(range(start, start + len(toks)))
+        slots = [table[p // block] * block + p % block for p in pos]
+        out.append(
+            runner.forward(
+                toks, pos, slots, [0, len(toks)], [pos[-1] + 1], [0, n_blocks], table, list(range(len(toks)))
+            )  # fmt: skip
+        )
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_chunked_prefill_past_the_window(hf_models: dict[str, Any], name: str) -> None:
+    """Chunks of 1, 5 and 40 tokens through the paged runner (blocks of 4, so a window of 8 spans
+    parts of three blocks): bitwise equal to one another, equal to HF, and to the twin's runner."""
+    path, hf_logits, ids = hf_models[name]
+    model = core.load_model(path)
+    n_blocks = N_TOKENS // 4
+    whole = runner_logits(core.ModelRunner(model, n_blocks, 4, N_TOKENS), ids, N_TOKENS)
+    for chunk in (1, 5):
+        got = runner_logits(core.ModelRunner(model, n_blocks, 4, N_TOKENS), ids, chunk)
+        np.testing.assert_array_equal(got, whole, err_msg=f"chunk {chunk}")
+    scale = float(np.max(np.abs(hf_logits)))
+    assert float(np.max(np.abs(whole - hf_logits))) / scale < 1e-5
+    config, weights = ref_loader.load_weights(path)
+    twin = runner_logits(RefRunner(config, weights, n_blocks, 4), ids, 5)
+    assert float(np.max(np.abs(twin - whole))) / scale < TWIN_TOL
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_greedy_matches_transformers(hf_models: dict[str, Any], name: str) -> None:
+    """A 10-token prompt and 30 greedy tokens (past 3x the window), one decode step at a time."""
+    import torch
+    import transformers
+
+    path, _, ids = hf_models[name]
+    prompt, n_new = ids[:10], 30
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        t = torch.tensor([prompt])
+        expect = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, do_sample=False,
+                             min_new_tokens=n_new)[0, len(prompt):].tolist()  # fmt: skip
+    model = core.load_model(path)
+    block, n_blocks = 4, (len(prompt) + n_new + 3) // 4
+    table = list(range(n_blocks))[::-1]
+    runner = core.ModelRunner(model, n_blocks, block, len(prompt))
+    tokens, got = list(prompt), []
+    start, step = 0, list(prompt)
+    while len(got) < n_new:
+        pos = list(range(start, start + len(step)))
+        slots = [table[p // block] * block + p % block for p in pos]
+        logits = runner.forward(step, pos, slots, [0, len(step)], [pos[-1] + 1], [0, n_blocks], table,
+                                [len(step) - 1])  # fmt: skip
+        nxt = int(np.argmax(logits[0]))
+        got.append(nxt)
+        tokens.append(nxt)
+        start, step = pos[-1] + 1, [nxt]
+    assert got == expect
+
+
+@pytest.mark.parametrize("fmt", ["F32", "Q8_0"])
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_batch_invariant(
+    hf_models: dict[str, Any], fmt: str, kv: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits, over 72
+    tokens (9x the window)."""
+    path = model_path(hf_models, "gemma3", fmt, tmp_path_factory)
+    check_invariance(core.load_model(path), CASES["gemma3"]["vocab_size"], seed=5, kv=kv)
+
+
+def test_multimodal_folder_runs_its_language_model(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """A Gemma3ForConditionalGeneration folder (config with text_config, tensors under
+    model.language_model., a vision tower ossa skips) gives the text model's logits bitwise."""
+    from safetensors.numpy import load_file, save_file
+
+    src = Path(hf_models["gemma3-capped"][0])
+    text_cfg = json.loads((src / "config.json").read_text())
+    tensors = load_file(str(src / "model.safetensors"))
+    renamed = {k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k: v
+               for k, v in tensors.items()}  # fmt: skip
+    renamed["model.vision_tower.patch_embed.weight"] = np.zeros((4, 4), dtype=np.float32)
+    dst = tmp_path / "mm"
+    dst.mkdir()
+    save_file(renamed, str(dst / "model.safetensors"))
+    arch = ["Gemma3ForConditionalGeneration"]
+    cfg = {"model_type": "gemma3", "architectures": arch, "text_config": text_cfg}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    ids = hf_models["gemma3-capped"][2]
+    want = core.model_logits(core.load_model(str(src)), ids)
+    got = core.model_logits(core.load_model(str(dst)), ids)
+    np.testing.assert_array_equal(got, want)
+    config, weights = ref_loader.load_weights(str(dst))
+    twin = ref_model.forward(config, weights, ids)
+    assert float(np.max(np.abs(twin - got))) / float(np.max(np.abs(got))) < TWIN_TOL
+
+
+def test_inspect_describes_window_and_capping(hf_models: dict[str, Any]) -> None:
+    info = models.inspect(hf_models["gemma3-capped"][0])
+    assert info["arch"] == "gemma3" and info["sliding_window"] == 6 and info["n_sliding_layers"] == 2
+    text = models.format_inspect(info)
+    assert "sliding window of 6 tokens in 2 of 3 layers, local RoPE theta=500" in text
+    assert "soft-capped at 3" in text
+    text = models.format_inspect(models.inspect(hf_models["gemma3"][0]))
+    assert "scaling=linear factor=2" in text and "in 5 of 6 layers" in text
+
+
+def test_bad_gemma3_configs_fail_clearly(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    src = Path(hf_models["gemma3-capped"][0])
+    for key, value, match in [
+        ("hidden_activation", "relu", "hidden_activation"),
+        ("layer_types", ["full_attention"], "layer_types"),
+        ("sliding_window", -3, "sliding window"),
+        ("use_bidirectional_attention", True, "bidirectional"),
+    ]:
+        dst = tmp_path / key
+        shutil.copytree(src, dst)
+        cfg = json.loads((dst / "config.json").read_text())
+        cfg[key] = value
+        (dst / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(core.ModelError, match=match):
+            core.load_model(str(dst))
