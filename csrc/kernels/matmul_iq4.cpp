@@ -5,6 +5,8 @@
 // d; IQ4_XS: d * ls of the 32-value sub-block). On AVX-512 the 16 scaled levels are one zmm table,
 // table[k] = level[k] * scale (exact: at most 24 significant bits), and vpermps picks each weight by
 // its nibble, as the Q4 kernels do.
+#include <cstring>
+
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -64,12 +66,19 @@ struct IQ4_XS {
   struct Prep {
     alignas(32) float scale[8];
   };
+  // ls of the 8 sub-blocks at once: nibble j % 2 of scales_l[j / 2], bits 2j, 2j+1 of scales_h.
   static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
     const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[sb];
-    alignas(32) int l[8];
-    for (int j = 0; j < 8; ++j) l[j] = ls(w, j);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w.d));
-    _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(l)))));
+    uint32_t sl;
+    std::memcpy(&sl, w.scales_l, 4);
+    const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
+                                          _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256i ls = _mm256_sub_epi32(
+        _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi32(15)),
+                        _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4)),
+        _mm256_set1_epi32(32));
+    _mm256_store_ps(p.scale, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d)), _mm256_cvtepi32_ps(ls)));
   }
   static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];

@@ -6,6 +6,8 @@
 // field is (qs[32h + l] >> 2s) & 3; Q3_K's third bit (bit 4h + s of hmask[l]) becomes a lane mask
 // (vptestmb) that adds 4 to the index. Each half looks its weights up in a table of its group,
 // table[k] = fma(k, scale, min) (Q3_K: (k - 4) * scale), exactly the dequantized value of quant k.
+#include <cstring>
+
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -79,12 +81,21 @@ struct Q3_K {
   struct Prep {
     alignas(64) float scale[16];  // d * sc[g]
   };
+  // The 16 six-bit scales as bytes in group order (what q3_k_scale reads one at a time): low
+  // nibbles of scales[0..8) then their high nibbles; bits 4, 5 of group g = 4q + b from byte b of
+  // the word scales[8..12) shifted right by 2q.
   static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
     const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[sb];
-    alignas(64) int sc[16];
-    for (int g = 0; g < 16; ++g) sc[g] = q3_k_scale(w.scales, g);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales));
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    uint32_t h;
+    std::memcpy(&h, w.scales + 8, 4);
+    const __m128i hs = _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(h)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i high = _mm_slli_epi16(_mm_and_si128(hs, _mm_set1_epi8(3)), 4);
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d));
-    _mm512_store_ps(p.scale, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_load_si512(sc))));
+    _mm512_store_ps(p.scale, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc))));
   }
   static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[b / 8];

@@ -101,13 +101,21 @@ struct Q5_K {
   struct Prep {
     alignas(32) float scale[8], min[8];  // d * sc[j], -(dmin * m[j])
   };
+  // The 6-bit scales and minimums of q4_k_scale_min, four sub-blocks per 32-bit word:
+  // sc 0..3 = low 6 bits of bytes 0..3, m 0..3 of bytes 4..7; sc 4..7 = low nibbles of bytes 8..11
+  // with bits 6, 7 of bytes 0..3 above them; m 4..7 = high nibbles of 8..11 with bits 6, 7 of 4..7.
   static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
     const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[sb];
-    alignas(32) int sc[8], m[8];
-    for (int j = 0; j < 8; ++j) q4_k_scale_min(j, w.scales, sc[j], m[j]);
+    uint32_t s[3];
+    std::memcpy(s, w.scales, 12);
+    const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
+    const __m128i sc = _mm_setr_epi32(static_cast<int>(s[0] & low6),
+                                      static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)), 0, 0);
+    const __m128i m = _mm_setr_epi32(static_cast<int>(s[1] & low6),
+                                     static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)), 0, 0);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(w.d)), dmin = _mm256_set1_ps(-_cvtsh_ss(w.dmin));
-    _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(sc)))));
-    _mm256_store_ps(p.min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<__m256i*>(m)))));
+    _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+    _mm256_store_ps(p.min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))));
   }
   static Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
     const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
