@@ -9,7 +9,9 @@ come out, all on this vocabulary:
 - ``qwen2``: Qwen2's pre-tokenizer (Split with Qwen2's regex, then ByteLevel) and Qwen2's chat special
   tokens appended, a Qwen2-style tokenizer on a vocabulary available offline;
 - ``llama3``: Llama 3's pre-tokenizer regex and ``ignore_merges``, likewise;
-- ``qwen25``: ``qwen2`` with the NFC normalizer in front, the pipeline of Qwen2.5's tokenizer.json.
+- ``qwen25``: ``qwen2`` with the NFC normalizer in front, the pipeline of Qwen2.5's tokenizer.json;
+- ``phi4``: the o200k split regex (tiktoken's o200k_base, as Phi-4-mini's tokenizer.json uses it)
+  with Phi's chat special tokens.
 
 The sdist is fetched with ``pip download --no-deps --no-binary :all: openai-whisper==20250625`` into
 ``$OSSA_HOME/tokenizer_assets`` (default ~/.cache/ossa); mistral-common (for a SentencePiece model)
@@ -39,6 +41,11 @@ QWEN2_REGEX = (
 LLAMA3_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+O200K_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 
@@ -181,12 +188,14 @@ def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
     qwen2 = split_variant(QWEN2_REGEX, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False)
     llama3 = split_variant(LLAMA3_REGEX, ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], True)
     qwen25 = dict(qwen2, normalizer={"type": "NFC"})
-    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25}
+    phi_specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+    phi4 = split_variant(O200K_REGEX, phi_specials, False)
+    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4}
 
 
 def write_tokenizers(out_dir: str) -> dict[str, str]:
     """Writes out_dir/<name>/tokenizer.json (+ tokenizer_config.json) once; returns the folders."""
-    folders = {name: os.path.join(out_dir, name) for name in ("gpt2", "qwen2", "llama3", "qwen25")}
+    folders = {name: os.path.join(out_dir, name) for name in ("gpt2", "qwen2", "llama3", "qwen25", "phi4")}
     if all(os.path.exists(os.path.join(f, "tokenizer.json")) for f in folders.values()):
         return folders
     configs = {
@@ -194,6 +203,7 @@ def write_tokenizers(out_dir: str) -> dict[str, str]:
         "qwen2": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
         "qwen25": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        "phi4": {"eos_token": "<|end|>", "pad_token": "<|endoftext|>"},
     }
     for name, tj in build_tokenizer_jsons(gpt2_tiktoken_path()).items():
         os.makedirs(folders[name], exist_ok=True)

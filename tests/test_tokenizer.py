@@ -2,10 +2,10 @@
 
 Vocabularies: SmolLM2 (the default GGUF, via transformers' GGUF conversion), GPT-2 (rebuilt from
 openai-whisper's gpt2.tiktoken by scripts/make_gpt2_tokenizer.py), Qwen2- and Llama 3-style
-pre-tokenizers on that vocabulary (and Qwen2.5's: Qwen2's with the NFC normalizer), and a
-SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by transformers), and Gemma 3's
-tokenizer.json pipeline on that SentencePiece vocabulary (Replace normalizer, Split on " ", no
-prefix space, BOS added). Ids must be identical, not similar.
+pre-tokenizers on that vocabulary (and Qwen2.5's: Qwen2's with the NFC normalizer; Phi-4-mini's o200k
+split regex), a SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by
+transformers), and Gemma 3's tokenizer.json pipeline on that SentencePiece vocabulary (Replace
+normalizer, Split on " ", no prefix space, BOS added). Ids must be identical, not similar.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3"]
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4"]
 
 
 def _assets() -> Any:

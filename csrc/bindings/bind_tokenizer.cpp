@@ -82,6 +82,7 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
     else if (step == "gpt2") p.pattern = ossa::SplitPattern::GPT2;
     else if (step == "llama3") p.pattern = ossa::SplitPattern::LLAMA3;
     else if (step == "qwen2") p.pattern = ossa::SplitPattern::QWEN2;
+    else if (step == "o200k") p.pattern = ossa::SplitPattern::O200K;
     else throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
     s.pre_tokenizer.push_back(p);
   }

@@ -14,6 +14,10 @@ constexpr const char* k_llama3_regex =
 constexpr const char* k_qwen2_regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k (tiktoken's o200k_base, Phi-4-mini): letter runs split by case, contractions as suffixes.
+constexpr const char* k_o200k_regex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // The text decoded once: code points, their flags and byte offsets (offset[n] = text size).
 struct Decoded {
   std::vector<uint32_t> cp;
@@ -131,6 +135,57 @@ size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
   return 1;
 }
 
+// The o200k pattern's classes: "upper" [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], "lower"
+// [\p{Ll}\p{Lm}\p{Lo}\p{M}] (they share Lm, Lo and marks), and the optional lead [^\r\n\p{L}\p{N}].
+bool is_upper_class(uint8_t f) { return ((f & k_letter) && !(f & k_lower)) || (f & k_mark); }
+bool is_lower_class(uint8_t f) { return ((f & k_letter) && !(f & k_upper)) || (f & k_mark); }
+bool is_lead(const Decoded& d, size_t i) { return !is_crlf(d.cp[i]) && !(d.flags[i] & (k_letter | k_number)); }
+
+// One match of the o200k pattern at i, following the regex's backtracking: each letter branch
+// tries with the optional lead, then without; lead? upper* lower+ gives back upper-class code points
+// (from the right) until a lower-class one follows.
+size_t match_o200k(const Decoded& d, size_t i, size_t n) {
+  auto run = [&](size_t k, bool (*cls)(uint8_t)) {
+    while (k < n && cls(d.flags[k])) ++k;
+    return k;
+  };
+  auto suffix = [&](size_t k) { return k < n ? k + match_contraction(d, k, n, true) : k; };
+  const size_t starts[2] = {i + 1, i};  // with the lead, then without
+  for (size_t s = is_lead(d, i) ? 0 : 1; s < 2; ++s) {  // [lead]? upper* lower+ contraction?
+    const size_t j = starts[s];
+    for (size_t k = run(j, is_upper_class) + 1; k-- > j;)
+      if (k < n && is_lower_class(d.flags[k])) return suffix(run(k, is_lower_class)) - i;
+  }
+  for (size_t s = is_lead(d, i) ? 0 : 1; s < 2; ++s) {  // [lead]? upper+ lower* contraction?
+    const size_t j = starts[s];
+    if (j < n && is_upper_class(d.flags[j])) return suffix(run(run(j, is_upper_class), is_lower_class)) - i;
+  }
+  const uint8_t f = d.flags[i];
+  if (f & k_number) {  // \p{N}{1,3}
+    size_t k = i;
+    while (k < n && k - i < 3 && (d.flags[k] & k_number)) ++k;
+    return k - i;
+  }
+  {  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    size_t j = d.cp[i] == ' ' ? i + 1 : i;
+    if (j < n && is_other(d.flags[j])) {
+      size_t k = run(j, is_other);
+      while (k < n && (is_crlf(d.cp[k]) || d.cp[k] == '/')) ++k;
+      return k - i;
+    }
+  }
+  if (f & k_white_space) {  // \s*[\r\n]+ | \s+(?!\S) | \s+, as in Llama 3's pattern
+    size_t k = i, last_crlf = n;
+    while (k < n && (d.flags[k] & k_white_space)) {
+      if (is_crlf(d.cp[k])) last_crlf = k;
+      ++k;
+    }
+    if (last_crlf != n) return last_crlf + 1 - i;
+    return match_space_run(d, i, n);
+  }
+  return 1;
+}
+
 thread_local Decoded t_decoded;
 
 }  // namespace
@@ -139,6 +194,7 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
   if (regex == k_gpt2_regex) return SplitPattern::GPT2;
   if (regex == k_llama3_regex) return SplitPattern::LLAMA3;
   if (regex == k_qwen2_regex) return SplitPattern::QWEN2;
+  if (regex == k_o200k_regex) return SplitPattern::O200K;
   return std::nullopt;
 }
 
@@ -147,6 +203,7 @@ const char* split_pattern_regex(SplitPattern pattern) {
     case SplitPattern::GPT2: return k_gpt2_regex;
     case SplitPattern::LLAMA3: return k_llama3_regex;
     case SplitPattern::QWEN2: return k_qwen2_regex;
+    case SplitPattern::O200K: return k_o200k_regex;
   }
   return "";
 }
@@ -158,6 +215,7 @@ void split_regex(SplitPattern pattern, std::string_view text, std::vector<std::s
   while (i < n) {
     size_t m = pattern == SplitPattern::GPT2     ? match_gpt2(d, i, n)
                : pattern == SplitPattern::LLAMA3 ? match_llama3(d, i, n, 3)
+               : pattern == SplitPattern::O200K  ? match_o200k(d, i, n)
                                                  : match_llama3(d, i, n, 1);
     out.push_back(text.substr(d.offset[i], d.offset[i + m] - d.offset[i]));
     i += m;

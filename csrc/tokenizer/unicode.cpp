@@ -13,7 +13,7 @@ struct CategoryRange {
 #include "tokenizer/unicode_tables.inc"
 
 // Indices into the generator's CATEGORIES list.
-constexpr uint8_t k_cat_lu = 1, k_cat_lo = 5, k_cat_mn = 6, k_cat_me = 8, k_cat_nd = 9, k_cat_no = 11;
+constexpr uint8_t k_cat_lu = 1, k_cat_ll = 2, k_cat_lt = 3, k_cat_lo = 5, k_cat_mn = 6, k_cat_me = 8, k_cat_nd = 9, k_cat_no = 11;
 
 // A flat table (1.1 MB) built once: the pre-tokenizer looks up every code point of the input.
 const std::vector<uint8_t>& flag_table() {
@@ -22,6 +22,8 @@ const std::vector<uint8_t>& flag_table() {
     for (const auto& r : k_category_ranges) {
       uint8_t f = 0;
       if (r.category >= k_cat_lu && r.category <= k_cat_lo) f = k_letter;
+      if (r.category == k_cat_lu || r.category == k_cat_lt) f |= k_upper;
+      if (r.category == k_cat_ll) f |= k_lower;
       else if (r.category >= k_cat_mn && r.category <= k_cat_me) f = k_mark;
       else if (r.category >= k_cat_nd && r.category <= k_cat_no) f = k_number;
       for (uint32_t cp = r.first; cp <= r.last; ++cp) t[cp] = f;

@@ -14,6 +14,8 @@ enum : uint8_t {
   k_number = 2,       // \p{N}: Nd Nl No
   k_white_space = 4,  // \s: the White_Space property
   k_mark = 8,         // \p{M}: Mn Mc Me
+  k_upper = 16,       // Lu Lt (with k_letter): the o200k pattern's case classes
+  k_lower = 32,       // Ll (with k_letter)
 };
 
 // Flags of a code point (0 for unassigned or out of range).

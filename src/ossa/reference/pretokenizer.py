@@ -8,6 +8,7 @@ source as the C++ tables) plus the White_Space property list.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from functools import lru_cache
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -19,9 +20,15 @@ QWEN2_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-PATTERNS = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}
+# tiktoken's o200k_base (Phi-4-mini): letter runs split by case, contractions only as suffixes.
+O200K_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PATTERNS = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX, "o200k": O200K_REGEX}
 
-LETTER, NUMBER, WHITE_SPACE, MARK = 1, 2, 4, 8
+LETTER, NUMBER, WHITE_SPACE, MARK, UPPER, LOWER = 1, 2, 4, 8, 16, 32
 _WHITE_SPACE = frozenset(
     [
         *range(0x09, 0x0E),
@@ -49,11 +56,11 @@ def pattern_from_regex(regex: str) -> str | None:
 
 @lru_cache(maxsize=65536)
 def flags(ch: str) -> int:
-    """LETTER/NUMBER/WHITE_SPACE/MARK bits of one character."""
+    """LETTER/NUMBER/WHITE_SPACE/MARK bits of one character (letters: UPPER for Lu Lt, LOWER for Ll)."""
     cat = unicodedata.category(ch)
     f = 0
     if cat[0] == "L":
-        f = LETTER
+        f = LETTER | (UPPER if cat in ("Lu", "Lt") else LOWER if cat == "Ll" else 0)
     elif cat[0] == "N":
         f = NUMBER
     elif cat[0] == "M":
@@ -155,6 +162,51 @@ def _match_llama3(s: str, f: list[int], i: int, max_digits: int) -> int:
     return 1
 
 
+def _upper_class(f: int) -> bool:  # [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+    return bool((f & LETTER and not f & LOWER) or f & MARK)
+
+
+def _lower_class(f: int) -> bool:  # [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+    return bool((f & LETTER and not f & UPPER) or f & MARK)
+
+
+def _match_o200k(s: str, f: list[int], i: int) -> int:
+    r"""One match of the o200k pattern at i, with the regex's backtracking: each letter branch tries
+    with its optional lead [^\r\n\p{L}\p{N}], then without; upper* lower+ gives back upper-class
+    characters from the right until a lower-class one follows."""
+    n = len(s)
+
+    def run(k: int, cls: Callable[[int], bool]) -> int:
+        while k < n and cls(f[k]):
+            k += 1
+        return k
+
+    def suffix(k: int) -> int:
+        return k + (_contraction(s, k, True) if k < n else 0)
+
+    lead = s[i] not in "\r\n" and not f[i] & (LETTER | NUMBER)
+    starts = [i + 1, i] if lead else [i]
+    for j in starts:  # lead? upper* lower+ contraction?
+        for k in range(run(j, _upper_class), j - 1, -1):
+            if k < n and _lower_class(f[k]):
+                return suffix(run(k, _lower_class)) - i
+    for j in starts:  # lead? upper+ lower* contraction?
+        if j < n and _upper_class(f[j]):
+            return suffix(run(run(j, _upper_class), _lower_class)) - i
+    if f[i] & NUMBER:
+        k = i
+        while k < n and k - i < 3 and f[k] & NUMBER:
+            k += 1
+        return k - i
+    j = i + 1 if s[i] == " " else i
+    if j < n and _is_other(f[j]):
+        k = run(j, _is_other)
+        while k < n and s[k] in "\r\n/":
+            k += 1
+        return k - i
+    return _match_llama3(s, f, i, 3)  # only white space is left: the same branches as Llama 3's
+
+
 def split_regex(pattern: str, text: str) -> list[str]:
     """Pieces of text under one of the known split patterns (matches isolated, none empty)."""
     f = [flags(c) for c in text]
@@ -163,6 +215,8 @@ def split_regex(pattern: str, text: str) -> list[str]:
     while i < len(text):
         if pattern == "gpt2":
             m = _match_gpt2(text, f, i)
+        elif pattern == "o200k":
+            m = _match_o200k(text, f, i)
         else:
             m = _match_llama3(text, f, i, 3 if pattern == "llama3" else 1)
         out.append(text[i : i + m])
@@ -193,7 +247,7 @@ def split_digits(individual: bool, text: str) -> list[str]:
 
 
 def pre_tokenize(steps: list[str], text: str) -> list[str]:
-    """Applies each step ("gpt2", "llama3", "qwen2", "digits_individual", "digits_contiguous")."""
+    """Applies each step ("gpt2", "llama3", "qwen2", "o200k", "digits_individual", "digits_contiguous")."""
     if not text:
         return []
     pieces = [text]
