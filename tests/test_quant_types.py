@@ -6,6 +6,8 @@ themselves are checked per type in test_kernels.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
@@ -162,3 +164,35 @@ def test_malformed_tensors_are_clear_errors(model_dir: Path) -> None:
         core.load_model(str(bad))
     with pytest.raises(ValueError):
         read_gguf(str(bad)).tensor("blk.0.attn_q.weight")
+
+
+def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
+    """A type ossa does not read (IQ2_XXS) fails load and `ossa inspect` with one line naming it."""
+    good = gguf.GGUFReader(write_model(model_dir / "for-iq2.gguf", ["Q5_K"], seed=5))
+    bad = str(model_dir / "iq2.gguf")
+    w = gguf.GGUFWriter(bad, "llama")
+    for key, field in good.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            w.add_key_value(
+                key, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None
+            )
+    for t in good.tensors:
+        data = np.asarray(t.data)
+        if t.name == "blk.1.ffn_up.weight":  # 512 rows of one 256-value IQ2_XXS block (66 bytes)
+            data, t_type = np.zeros((FF, 66), np.uint8), QT.IQ2_XXS
+        else:
+            t_type = t.tensor_type
+        w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(
+        core.ModelError, match="unsupported tensor type 'IQ2_XXS' for tensor 'blk.1.ffn_up.weight'"
+    ):
+        core.load_model(bad)
+    r = subprocess.run(
+        [sys.executable, "-m", "ossa.cli", "inspect", bad], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode != 0 and r.stdout == ""
+    assert r.stderr.strip().count("\n") == 0 and "'IQ2_XXS'" in r.stderr and "blk.1.ffn_up.weight" in r.stderr
