@@ -74,11 +74,12 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
 }
 
-// The tile shapes of matmul_f32.cpp: 4 weight rows side by side up to 5 activation rows, then 2.
+// Tile shapes: one activation row (decode) runs 8 weight rows side by side, 8 independent FMA chains
+// (4 leave it bound by FMA latency); 2..5 rows run 4 weight rows, more rows 2.
 template <class D>
 F32Tile tile_for_rows(int rows) {
   switch (rows) {
-    case 1: return {quant_tile<D, 4, 1>, 4};
+    case 1: return {quant_tile<D, 8, 1>, 8};
     case 2: return {quant_tile<D, 4, 2>, 4};
     case 3: return {quant_tile<D, 4, 3>, 4};
     case 4: return {quant_tile<D, 4, 4>, 4};
