@@ -5,7 +5,9 @@ build/asan-ci and runs its workloads outside valgrind: a 1 MB tokenizer encode, 
 a 256-request scheduler step, and a 128-token prefill plus a decode step of the default model (through
 the AMX kernels where the CPU has them, else the f32 kernels), as loaded by default and with dtype
 "bfloat16". Any sanitizer report, or any exit other
-than 0, fails the test. About 4 minutes of build on 2 cores the first time; skipped where cmake is
+than 0, fails the test. The same build holds the Python module, and tests/test_llm_threads.py runs on it
+(the sanitizer runtimes preloaded into Python): many threads sharing one LLM, with aborts and
+exceptions, one round each. About 5 minutes of build on 2 cores the first time; skipped where cmake is
 missing.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,11 +34,12 @@ def driver() -> Path:
     generator = ["-G", "Ninja"] if shutil.which("ninja") and not (BUILD / "Makefile").exists() else []
     configure = [
         "cmake", "-S", str(ROOT), "-B", str(BUILD), *generator, "-DCMAKE_BUILD_TYPE=Release",
-        "-DOSSA_SANITIZE=ON", "-DOSSA_BUILD_PYTHON=OFF", "-DOSSA_BUILD_PERFGATE=ON",
-        f"-DOSSA_COMPONENTS={COMPONENTS}",
+        "-DOSSA_SANITIZE=ON", "-DOSSA_BUILD_PYTHON=ON", f"-DPython_EXECUTABLE={sys.executable}",
+        "-DOSSA_BUILD_PERFGATE=ON", f"-DOSSA_COMPONENTS={COMPONENTS}",
     ]  # fmt: skip
     jobs = str(max(1, min(4, os.cpu_count() or 1)))
-    for cmd in (configure, ["cmake", "--build", str(BUILD), "--target", "ossa_perfgate", "-j", jobs]):
+    build = ["cmake", "--build", str(BUILD), "--target", "ossa_perfgate", "_core", "-j", jobs]
+    for cmd in (configure, build):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     path = BUILD / "csrc" / "ossa_perfgate"
@@ -58,3 +62,30 @@ def test_core_workloads_are_clean_under_asan_and_ubsan(driver: Path, default_mod
     assert r.returncode == 0, f"driver exited {r.returncode}:\n{report}"
     for marker in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
         assert marker not in r.stderr, report
+
+
+def test_llm_threads_under_asan_and_ubsan(driver: Path) -> None:
+    def runtime(lib: str) -> str:
+        r = subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True)
+        return r.stdout.strip()
+
+    runtimes = [runtime("libasan.so"), runtime("libubsan.so")]
+    if not all(os.path.isabs(r) for r in runtimes):
+        pytest.skip("gcc does not say where its sanitizer runtimes are")
+    env = {
+        **os.environ,
+        "LD_PRELOAD": ":".join(runtimes),
+        "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0",
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
+        "OSSA_CORE_DIR": str(driver.parent),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "OSSA_THREAD_ROUNDS": "1",
+        "OMP_NUM_THREADS": "2",
+    }
+    test = str(ROOT / "tests" / "test_llm_threads.py")
+    cmd = [sys.executable, "-m", "pytest", test, "-q", "-x", "-p", "no:cacheprovider", "-k", "not twin"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    report = (r.stdout + r.stderr)[-6000:]
+    assert r.returncode == 0, f"pytest exited {r.returncode}:\n{report}"
+    for marker in ("ERROR: AddressSanitizer", "runtime error:"):
+        assert marker not in r.stdout + r.stderr, report
