@@ -24,6 +24,7 @@ from .serving import APIError, bad_request
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MEMORY_BYTES = 1 << 30
 DEFAULT_WORKERS = 2
+_START_TIMEOUT_S = 120.0  # a worker's start (imports) on a busy machine
 
 
 def load_operator_template(value: str) -> str:
@@ -68,10 +69,14 @@ class _Worker:
         self.proc = proc
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
         data = json.dumps(request, ensure_ascii=True).encode()
         self.proc.stdin.write(struct.pack(">I", len(data)) + data)
         await self.proc.stdin.drain()
+        return await self.reply()
+
+    async def reply(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
         (n,) = struct.unpack(">I", await self.proc.stdout.readexactly(4))
         if n > (chat_template.MAX_OUTPUT_CHARS * 6 + 4096):  # \uXXXX escapes are 6 bytes
             raise ConnectionError("oversized reply")
@@ -108,6 +113,11 @@ class TemplateSandbox:
         )  # fmt: skip
         w = _Worker(proc)
         self._all.add(w)
+        try:  # its imports are not the template's time: wait for it to say it is ready
+            await asyncio.wait_for(w.reply(), _START_TIMEOUT_S)
+        except BaseException:
+            await self._discard(w)
+            raise
         return w
 
     async def _discard(self, w: _Worker) -> None:
@@ -131,9 +141,13 @@ class TemplateSandbox:
             "variables": variables,
         }
         async with self._slots:
-            w = self._idle.pop() if self._idle else await self._spawn()
             try:
-                # The clock includes a fresh worker's start (about 0.2 s of imports).
+                w = self._idle.pop() if self._idle else await self._spawn()
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
+                raise APIError(
+                    503, f"cannot start a chat template renderer: {e}", type_="server_error"
+                ) from None
+            try:
                 reply = await asyncio.wait_for(w.call(request), self.timeout_s)
             except asyncio.TimeoutError:
                 await self._discard(w)

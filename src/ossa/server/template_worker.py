@@ -3,8 +3,8 @@
 It caps its own address space (``RLIMIT_AS``, from argv[1] in bytes) and reads requests from stdin,
 writing one reply per request to stdout; the server kills it when a reply is late. Frames are a 4-byte
 big-endian length and ASCII JSON (lone surrogates in messages survive as escapes):
-request ``{"template", "messages", "add_generation_prompt", "variables"}``, reply ``{"text"}`` or
-``{"error"}``.
+first ``{"ready": true}`` once started, then per request ``{"template", "messages",
+"add_generation_prompt", "variables"}`` a reply ``{"text"}`` or ``{"error"}``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def serve(memory_bytes: int) -> None:
 
     cache = TemplateCache(limited=True)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    write_frame(stdout, {"ready": True})  # imports done: the server's time limit starts per render
     while True:
         req = read_frame(stdin)
         if req is None:
