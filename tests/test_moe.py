@@ -17,6 +17,7 @@ discontinuous change no tolerance on logits describes.
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,74 @@ def test_bfloat16_matches_the_twin(hf_models: dict[str, Any], name: str) -> None
     to_twin, to_exact = np.max(np.abs(got - twin)), np.max(np.abs(got - exact))
     assert to_twin < 0.25 * to_exact, (to_twin, to_exact)
     check_invariance(core.load_model(path, "bfloat16"), CASES[name]["vocab_size"], seed=9)
+
+
+def test_fuzz_moe_gguf_and_config(tmp_path: Path) -> None:
+    """Corrupt MoE files (as test_loader_fuzz does for dense ones): every header position of a tiny
+    qwen3moe GGUF set to absurd values, random damage, truncations, and absurd MoE keys in a
+    config.json: ModelError or a clean load, never a crash."""
+    from collections import Counter
+
+    from test_loader_fuzz import HUGE_U32, HUGE_U64, try_load
+
+    hf = make_hf_model(
+        tmp_path / "hf", "qwen3_moe", hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+        intermediate_size=32, vocab_size=32, num_experts=3, num_experts_per_tok=2,
+        moe_intermediate_size=32, mlp_only_layers=[0], seed=6,
+    )  # fmt: skip
+    seed = Path(hf_to_gguf(hf, tmp_path / "seed.gguf", "Q8_0"))
+    import gguf
+
+    data = seed.read_bytes()
+    header_end = min(t.data_offset for t in gguf.GGUFReader(seed).tensors)
+    target = str(tmp_path / "mut.gguf")
+    rng = np.random.default_rng(77)
+    outcomes: Counter[str] = Counter()
+
+    def run(buf: bytes | bytearray) -> None:
+        with open(target, "wb") as f:
+            f.write(buf)
+        try_load(target, outcomes, metadata=True)
+
+    for pos in range(4, header_end - 4, 3):
+        buf = bytearray(data)
+        buf[pos : pos + 8] = struct.pack("<Q", HUGE_U64[int(rng.integers(3))])
+        run(buf)
+        buf = bytearray(data)
+        buf[pos : pos + 4] = struct.pack("<I", HUGE_U32[int(rng.integers(len(HUGE_U32)))])
+        run(buf)
+    for _ in range(1000):
+        buf = bytearray(data)
+        for _ in range(int(rng.integers(1, 9))):
+            buf[int(rng.integers(0, header_end))] = int(rng.integers(0, 256))
+        run(buf)
+    for cut in sorted(set(rng.integers(0, len(data), 100).tolist()) | {header_end}):
+        run(data[:cut])
+    cfg = json.loads((Path(hf) / "config.json").read_text())
+    absurd = [("num_local_experts", 2**40), ("num_local_experts", -1), ("num_experts", 0),
+              ("num_experts_per_tok", 2**40), ("moe_intermediate_size", 2**40), ("moe_intermediate_size", -5),
+              ("decoder_sparse_step", 2**62), ("mlp_only_layers", [2**70]), ("mlp_only_layers", [0, 1]),
+              ("norm_topk_prob", 3)]  # fmt: skip
+    for key, value in absurd:
+        c = dict(cfg, **{key: value})
+        (Path(hf) / "config.json").write_text(json.dumps(c))
+        try_load(hf, outcomes, metadata=False)
+    print(dict(outcomes))
+    assert outcomes["error"] > 300 and outcomes["loaded"] > 0, outcomes
+
+
+def test_all_layers_dense(tmp_path: Path) -> None:
+    """mlp_only_layers naming every layer leaves a dense model, as transformers builds it."""
+    import torch
+    import transformers
+
+    kw = dict(CASES["qwen3_moe"], num_layers=2, mlp_only_layers=[0, 1])
+    path = make_hf_model(tmp_path / "dense", seed=4, **kw)
+    ids = np.random.default_rng(4).integers(0, kw["vocab_size"], 20).tolist()
+    with torch.no_grad():
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)(torch.tensor([ids]))
+    expect = hf.logits[0].numpy()
+    model = core.load_model(path)
+    assert model.config["moe"]["n_expert"] == 0 and ref_loader.load_weights(path)[0] == model.config
+    got = core.model_logits(model, ids)
+    assert np.max(np.abs(got - expect)) / np.max(np.abs(expect)) < HF_TOL

@@ -32,7 +32,7 @@ constexpr int64_t k_max_experts = 4096;
 
 void validate_moe(ModelConfig& c, const std::string& path) {
   MoeConfig& m = c.moe;
-  if (m.n_expert == 0) {
+  if (m.n_expert == 0 || m.layers.empty()) {  // no sparse layer (mlp_only_layers may name them all): dense
     m = MoeConfig{};
     return;
   }
@@ -46,7 +46,6 @@ void validate_moe(ModelConfig& c, const std::string& path) {
     fail("invalid expert feed-forward size " + std::to_string(m.n_ff_expert));
   if (m.n_ff_shared < 0 || m.n_ff_shared > (1 << 30))
     fail("invalid shared expert size " + std::to_string(m.n_ff_shared));
-  if (m.layers.empty()) fail("a mixture-of-experts model without expert layers");
 }
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows

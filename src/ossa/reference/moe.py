@@ -33,7 +33,7 @@ def dense_moe() -> dict[str, Any]:
 
 
 def _validate(moe: dict[str, Any]) -> dict[str, Any]:
-    if moe["n_expert"] == 0:
+    if moe["n_expert"] == 0 or not moe["layers"]:  # no sparse layer (mlp_only_layers may name all): dense
         return dense_moe()
     if not 0 < moe["n_expert"] <= 4096:
         raise ValueError(f"invalid expert count {moe['n_expert']}")
@@ -41,8 +41,6 @@ def _validate(moe: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"experts used per token {moe['n_expert_used']} is not within 1..{moe['n_expert']}")
     if moe["n_ff_expert"] <= 0 or moe["n_ff_shared"] < 0:
         raise ValueError("invalid expert feed-forward size")
-    if not moe["layers"]:
-        raise ValueError("a mixture-of-experts model without expert layers")
     return moe
 
 
