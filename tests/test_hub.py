@@ -93,7 +93,7 @@ def test_incomplete_snapshot_is_not_used(cache: Path) -> None:
         "config.json": b"{}", "model.safetensors.index.json": json.dumps(index).encode(),
         "model-00001-of-00002.safetensors": b"x",
     })  # fmt: skip
-    with pytest.raises(ValueError, match="not in the Hugging Face cache"):
+    with pytest.raises(ValueError, match="nor in the Hugging Face cache"):
         models.resolve("org/sharded")
 
 
@@ -119,7 +119,7 @@ def test_offline_and_not_cached_is_one_line(cache: Path) -> None:
         models.resolve("Qwen/Qwen2.5-0.5B-Instruct")
     msg = str(e.value)
     assert "\n" not in msg
-    assert "not in the Hugging Face cache" in msg and "HF_HUB_OFFLINE" in msg
+    assert "neither a local path nor in the Hugging Face cache" in msg and "HF_HUB_OFFLINE" in msg
     assert "ossa pull Qwen/Qwen2.5-0.5B-Instruct" in msg
     with pytest.raises(ValueError, match="not a GGUF file, a Hugging Face folder, a Hub id"):
         models.resolve("no-such-model")

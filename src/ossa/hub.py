@@ -211,7 +211,8 @@ def resolve(text: str, quiet: bool = False) -> str:
         return path
     if offline():
         raise ValueError(
-            f"model {text!r} is not in the Hugging Face cache ({cache_dir()}) and HF_HUB_OFFLINE is set; "
-            f"fetch it when online with: ossa pull {text}  (or huggingface-cli download {repo_id})"
+            f"model {text!r} is neither a local path nor in the Hugging Face cache ({cache_dir()}), and "
+            f"HF_HUB_OFFLINE is set; fetch it when online with: ossa pull {text}  "
+            f"(or huggingface-cli download {repo_id})"
         )
     return fetch(repo_id, quant, quiet)
