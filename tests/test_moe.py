@@ -369,3 +369,15 @@ def test_all_layers_dense(tmp_path: Path) -> None:
     assert model.config["moe"]["n_expert"] == 0 and ref_loader.load_weights(path)[0] == model.config
     got = core.model_logits(model, ids)
     assert np.max(np.abs(got - expect)) / np.max(np.abs(expect)) < HF_TOL
+
+
+def test_expert_parallel_schedule_is_invariant(tmp_path: Path) -> None:
+    """With few rows per expert and at least two active experts per thread (here decode steps: 4 of 8
+    experts per token, 2 threads) the experts run side by side, each on one thread; long prefills run
+    them one after another, each matmul over all threads. Both schedules give every row the same
+    bits: one-token chunks equal the prefill alone and in a batch."""
+    kw = dict(CASES["qwen3_moe"], num_experts=8, num_experts_per_tok=4, mlp_only_layers=[])
+    path = make_hf_model(tmp_path / "wide", seed=8, **kw)
+    check_invariance(
+        core.load_model(hf_to_gguf(path, tmp_path / "wide.gguf", "Q8_0")), kw["vocab_size"], seed=3
+    )

@@ -22,7 +22,8 @@ namespace ossa {
 
 namespace {
 
-constexpr int k_pass_tokens = 512;  // tokens routed per pass: bounds the grouped buffers
+constexpr int k_pass_tokens = 512;             // tokens routed per pass: bounds the grouped buffers
+constexpr int64_t k_expert_parallel_rows = 8;  // see moe_forward: up to this many rows per expert
 
 template <class F>
 void per_token(int n, int threads, F&& f) {
@@ -99,6 +100,7 @@ void MoeBuffers::plan(const ModelConfig& c, int max_tokens) {
   row_of.resize(t * k);
   group_start.resize(static_cast<size_t>(m.n_expert) + 1);
   fill.resize(static_cast<size_t>(m.n_expert) + 1);
+  active.resize(static_cast<size_t>(m.n_expert));
   in.resize(t * k * E);
   mid.resize(t * k * F);
   out.resize(t * k * E);
@@ -143,9 +145,19 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
         std::memcpy(b.in.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E,
                     h + static_cast<int64_t>(t) * E, static_cast<size_t>(E) * sizeof(float));
     });
+    // Each expert's gate/up and down over its rows. Few rows per expert (decode, small batches) and
+    // enough experts for the threads: one parallel job over the experts, each expert's matmuls
+    // running inline on one thread; otherwise expert after expert, each matmul spread over the
+    // threads. Either way every row gets the matmul's one result for it (kernels/matmul.h).
+    int n_active = 0;
+    int64_t max_rows = 0;
     for (int e = 0; e < n_expert; ++e) {
+      const int64_t rows = b.group_start[e + 1] - b.group_start[e];
+      if (rows > 0) b.active[n_active++] = e;
+      max_rows = std::max(max_rows, rows);
+    }
+    auto run_expert = [&](int e) {
       const int64_t r0 = b.group_start[e], rows = b.group_start[e + 1] - r0;
-      if (rows == 0) continue;
       const ExpertWeights& x = W.experts[e];
       const MatmulInput in =
           input_for(b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
@@ -155,6 +167,13 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const MatmulInput in_mid =
           input_for(mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
+    };
+    if (threads > 1 && n_active >= 2 * threads && max_rows <= k_expert_parallel_rows) {
+      parallel_for(n_active, 1, threads, [&](int64_t begin, int64_t end, int) {
+        for (int64_t i = begin; i < end; ++i) run_expert(b.active[i]);
+      });
+    } else {
+      for (int i = 0; i < n_active; ++i) run_expert(b.active[i]);
     }
     if (S > 0) {
       const ExpertWeights& x = W.shared;

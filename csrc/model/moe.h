@@ -93,6 +93,7 @@ struct MoeBuffers {
   std::vector<int32_t> chosen;             // [pass, n_expert_used] experts, ascending
   std::vector<float> weight;               // [pass, n_expert_used] their weights
   std::vector<int32_t> group_start, fill;  // [n_expert + 1]: each expert's first grouped row
+  std::vector<int32_t> active;             // [n_expert]: the experts with rows in this pass
   std::vector<int32_t> row_of;             // [pass, n_expert_used]: (token, j) -> grouped row
   AlignedVector<float> in, mid, out;   // grouped rows: [pass * k, n_embd | n_ff_expert | n_embd]
   std::vector<BlockQ8> in_q8, mid_q8;  // the same rows as 8-bit blocks (quantized activations)
