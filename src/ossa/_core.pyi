@@ -182,6 +182,11 @@ class Detokenizer:
 
 unicode_version: str = '14.0.0'
 
+def unicode_nfc(text: str) -> str:
+    """
+    Unicode normalization form C of the text (the tokenizer's NFC normalizer).
+    """
+
 class SamplingParams:
     """
     The C++ sampler's per-request parameters (build with ossa.SamplingParams.to_core).
@@ -289,9 +294,10 @@ class Sampler:
 
     def __init__(self) -> None: ...
 
-    def sample(self, logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], params: Sequence[SamplingParams], prompt_token_ids: Sequence[Sequence[int]], output_token_ids: Sequence[Sequence[int]], seeds: Sequence[int], streams: Sequence[int], steps: Sequence[int]) -> tuple:
+    def sample(self, logits: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C', device='cpu', writable=False)], params: Sequence[SamplingParams], prompt_token_ids: Sequence[Sequence[int]], output_token_ids: Sequence[Sequence[int]], seeds: Sequence[int], streams: Sequence[int], steps: Sequence[int], token_masks: Annotated[NDArray[numpy.int32], dict(shape=(None, None), order='C', device='cpu', writable=False)] | None = None) -> tuple:
         """
-        Sample one token per row. Returns (tokens, logprobs, top_ids, top_logprobs, n_top); top_* are
+        Sample one token per row (token_masks: optional int32 [n_rows, ceil(vocab / 32)] allowed-token
+        bits, llguidance's layout). Returns (tokens, logprobs, top_ids, top_logprobs, n_top); top_* are
         [n_rows, MAX_LOGPROBS] with n_top valid entries per row; logprobs is NaN where not requested.
         """
 
@@ -713,6 +719,12 @@ class GenerationParams:
     @prompt_logprobs.setter
     def prompt_logprobs(self, arg: int, /) -> None: ...
 
+    @property
+    def constraint(self) -> int: ...
+
+    @constraint.setter
+    def constraint(self, arg: int, /) -> None: ...
+
 class TokenLogprobs:
     @property
     def token(self) -> int: ...
@@ -804,6 +816,13 @@ class Engine:
     def run_to_completion(self) -> list[EngineOutput]: ...
 
     def has_unfinished(self) -> bool: ...
+
+    def set_constraint_host(self, host: object | None, overlap: bool = True) -> None:
+        """
+        Where constrained rows get their token masks: an object with compute(handles, children,
+        feed_offsets, feed_tokens, released, masks) -> [(row, error)] (ossa.structured.ConstraintHost).
+        overlap: compute on a worker thread while the forward pass runs.
+        """
 
     def start(self) -> None: ...
 
