@@ -160,6 +160,12 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.ray:
+        from .ray.serve import run_from_cli
+
+        return run_from_cli(args, _engine_kwargs(args))
+    if args.num_replicas is not None or args.prefix_routing:
+        raise ValueError("--num-replicas and --prefix-routing need --ray")
     from .server.launcher import run_server
 
     return run_server(args, _engine_kwargs(args))
@@ -210,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     _add_serve_args(p)
+    p.add_argument(
+        "--ray", action="store_true", help="serve through Ray Serve replicas (pip install 'ossa[ray]')"
+    )
+    p.add_argument("--num-replicas", type=int, default=None, help="--ray: engine replicas (default 1)")
+    p.add_argument(
+        "--prefix-routing", action="store_true", help="--ray: send shared prompt prefixes to one replica"
+    )
     _add_engine_args(p)
     p.set_defaults(func=_cmd_serve)
 
@@ -252,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"ossa: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,367 @@
+"""ossa behind Ray Serve: replicas that each hold one engine behind the OpenAI-compatible app.
+
+    from ray import serve
+    from ossa.ray.serve import build_app
+
+    serve.run(build_app(model="smollm2-135m", num_replicas=2, num_threads=1))
+    # or autoscaling: build_app(model=..., autoscaling_config={"min_replicas": 1, "max_replicas": 4})
+
+From the shell: ``serve run ossa.ray.serve:build_app model=smollm2-135m num_replicas=2`` or
+``ossa serve smollm2-135m --ray --num-replicas 2``.
+
+Every replica (``OssaReplica``) loads one engine with ``num_threads`` kernel threads, reserves as many
+CPUs (``num_cpus``), and serves the very app ``ossa serve`` runs (``ossa.server.app.create_app``,
+built on the replica around its engine through ``@serve.ingress``): the same routes, streaming,
+errors, API key and body limit. Ray Serve's HTTP proxy routes each request to the least loaded of two
+random replicas. ``prefix_routing=True`` puts a light router ingress (``OssaRouter``) in front: it
+reads the request body, forwards the request to a replica picked by ``PrefixAffinityRouter``
+(requests sharing a prompt prefix go where that prefix is cached), and relays the replica's response
+(the replica still answers with the same app). Health checks ask the replica's engine; a replica
+taken away by a scale-down drains (Serve stops routing to it and waits up to
+``graceful_shutdown_timeout_s`` for its in-flight requests and streams); a replica that dies is
+replaced by Serve. Each replica's engine gauges go to Ray's metrics (``ossa_*`` tagged with the
+replica) next to Serve's own; ``/metrics`` over HTTP is the answering replica's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from . import require
+
+serve = require("ray.serve")
+from ray.serve.config import RequestRouterConfig  # noqa: E402
+from ray.serve.exceptions import RequestCancelledError  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response  # noqa: E402
+
+from ..server.app import DEFAULT_MAX_BODY_BYTES  # noqa: E402
+
+logger = logging.getLogger("ossa.ray.serve")
+
+_ENGINE_FIELDS = (
+    "max_model_len",
+    "kv_cache_memory_bytes",
+    "kv_cache_dtype",
+    "dtype",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+    "seed",
+)
+
+
+class ServeArgs(BaseModel):
+    """The arguments of ``build_app`` (strings from ``serve run ... key=value`` are converted)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str | None = None
+    served_model_name: str | None = None
+    num_replicas: int | None = Field(default=None, ge=1)
+    autoscaling_config: dict[str, Any] | None = None
+    num_threads: int = Field(default=1, ge=1)
+    max_ongoing_requests: int | None = Field(default=None, ge=1)
+    prefix_routing: bool = False
+    api_key: str | None = None
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
+    graceful_shutdown_timeout_s: float = Field(default=60.0, gt=0)
+    health_check_period_s: float = Field(default=10.0, gt=0)
+    # engine options (ossa.LLM's arguments)
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    block_size: int = 16
+    max_num_seqs: int = Field(default=64, ge=1)
+    max_num_batched_tokens: int | None = 512
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+    @field_validator("autoscaling_config", mode="before")
+    @classmethod
+    def _json_dict(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _replicas(self) -> ServeArgs:
+        if self.num_replicas is not None and self.autoscaling_config is not None:
+            raise ValueError("give num_replicas or autoscaling_config, not both")
+        return self
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        kwargs = {name: getattr(self, name) for name in _ENGINE_FIELDS}
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+
+@dataclass
+class ForwardedRequest:
+    """An HTTP request relayed by ``OssaRouter`` to a replica; ``routing_text`` is what
+    ``PrefixAffinityRouter`` keys on."""
+
+    scope: dict[str, Any]
+    body: bytes
+    routing_text: str
+
+
+def _served_name(args: ServeArgs, model_path: str) -> str:
+    return args.served_model_name or os.path.basename(str(model_path)).removesuffix(".gguf")
+
+
+class _EngineGauges:
+    """Pushes the replica's engine gauges to Ray's metrics every ``period_s`` (a daemon thread)."""
+
+    def __init__(self, engine: Any, period_s: float = 2.0) -> None:
+        from ray.serve.metrics import Gauge
+
+        names = {
+            "num_running": "requests running in the replica's engine",
+            "num_waiting": "requests waiting in the replica's engine",
+            "kv_usage_percent": "KV-cache blocks in use, percent",
+            "prefix_queries": "prompt tokens looked up in the prefix cache",
+            "prefix_hits": "prompt tokens found in the prefix cache",
+        }
+        self.gauges = {k: Gauge(f"ossa_{k}", description=d) for k, d in names.items()}
+        self.engine = engine
+        self.period_s = period_s
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, name="ossa-ray-gauges", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period_s):
+            with contextlib.suppress(Exception):  # the engine is stopping
+                stats = self.engine.stats()
+                for key, gauge in self.gauges.items():
+                    gauge.set(float(stats.get(key, 0)))
+
+
+@serve.ingress()
+class OssaReplica:
+    """One Serve replica: one engine (``num_threads`` kernel threads) and its OpenAI app."""
+
+    def __init__(self, args: ServeArgs) -> None:
+        from ..async_engine import AsyncEngine
+
+        self.args = args
+        self.engine = AsyncEngine.from_model(args.model, num_threads=args.num_threads, **args.engine_kwargs())
+        self.gauges = _EngineGauges(self.engine)
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from ..server.app import create_app
+
+        return create_app(
+            self.engine,
+            served_model_name=_served_name(self.args, self.engine.llm.model_path),
+            api_key=self.args.api_key,
+            max_body_bytes=self.args.max_body_bytes,
+        )
+
+    def check_health(self) -> None:
+        """Serve's health check: the engine's loop and output pump must be running."""
+        thread = getattr(self.engine, "_thread", None)
+        if not self.engine.running or thread is None or not thread.is_alive():
+            raise RuntimeError("the ossa engine is not running")
+
+    async def forward(self, request: ForwardedRequest) -> AsyncIterator[dict[str, Any]]:
+        """Runs a relayed HTTP request through this replica's app, yielding its ASGI messages.
+        Cancelling the call (the client left) cancels the app, which aborts the engine request."""
+        sent: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        delivered = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": request.body, "more_body": False}
+            await asyncio.Event().wait()  # the client's disconnect arrives as a cancellation
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            await sent.put(message)
+
+        async def run() -> None:
+            try:
+                await self.app(request.scope, receive, send)  # type: ignore[attr-defined]
+            finally:
+                await sent.put(None)
+
+        task = asyncio.ensure_future(run())
+        try:
+            while (message := await sent.get()) is not None:
+                yield message
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+_SCOPE_KEYS = ("type", "http_version", "method", "scheme", "path", "raw_path", "query_string", "headers")
+
+
+def _routing_text(path: str, body: bytes) -> str:
+    """The prompt or the chat messages' contents of a request body (the path for other requests)."""
+    try:
+        data = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict):
+        prompt = data.get("prompt")
+        if isinstance(prompt, str):
+            return prompt
+        messages = data.get("messages")
+        if isinstance(messages, list):
+            parts = []
+            for m in messages:
+                content = m.get("content") if isinstance(m, dict) else None
+                if isinstance(content, list):
+                    content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                parts.append(f"{m.get('role', '') if isinstance(m, dict) else ''}:{content or ''}\n")
+            return "".join(parts)
+    return path
+
+
+class _Relay(Response):
+    """Sends the ASGI messages of a replica's ``forward`` stream to the client; a client that
+    leaves cancels the stream (and so the request in the replica's engine)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.background = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        left = False
+
+        async def watch_disconnect() -> None:
+            nonlocal left
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            left = True
+            self.stream.cancel()
+
+        watcher = asyncio.ensure_future(watch_disconnect())
+        try:
+            async for message in self.stream:
+                await send(message)
+        except RequestCancelledError:
+            if not left:
+                raise  # cancelled by someone else than the client: let Serve report it
+        finally:
+            watcher.cancel()
+
+
+class OssaRouter:
+    """The HTTP entry of ``prefix_routing``: relays each request to an ``OssaReplica`` chosen by
+    ``PrefixAffinityRouter``, which needs the request body (Serve's HTTP proxy routes on the path
+    and headers alone). Not an ASGI ingress itself: an application has one, the replicas' app."""
+
+    def __init__(self, replicas: Any, max_body_bytes: int) -> None:
+        self.replicas = replicas.options(stream=True)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, request: Request) -> Response:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.max_body_bytes:  # the replica's app answers 413; no need to read on
+                break
+        body = b"".join(chunks)
+        scope = {k: request.scope[k] for k in _SCOPE_KEYS if k in request.scope}
+        forwarded = ForwardedRequest(
+            scope | {"root_path": "", "state": {}}, body, _routing_text(scope.get("path", ""), body)
+        )
+        return _Relay(self.replicas.forward.remote(forwarded))
+
+
+def _build(args: ServeArgs) -> Any:
+    options: dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": args.num_threads},
+        "max_ongoing_requests": args.max_ongoing_requests or args.max_num_seqs,
+        "graceful_shutdown_timeout_s": args.graceful_shutdown_timeout_s,
+        "health_check_period_s": args.health_check_period_s,
+    }
+    if args.autoscaling_config is not None:
+        options["autoscaling_config"] = args.autoscaling_config
+    else:
+        options["num_replicas"] = args.num_replicas or 1
+    if args.prefix_routing:
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class="ossa.ray.prefix_router:PrefixAffinityRouter"
+        )
+    replicas = serve.deployment(OssaReplica, name="OssaReplica").options(**options).bind(args)
+    if not args.prefix_routing:
+        return replicas
+    router = serve.deployment(OssaRouter, name="OssaRouter").options(
+        ray_actor_options={"num_cpus": 0}, max_ongoing_requests=100_000
+    )
+    return router.bind(replicas, args.max_body_bytes)
+
+
+def build_app(args: ServeArgs | dict[str, Any] | None = None, /, **kwargs: Any) -> Any:
+    """A Serve application of ossa replicas for ``serve.run`` (see the module doc for the options).
+
+    ``build_app(model=..., num_replicas=2)`` from Python; ``serve run ossa.ray.serve:build_app
+    model=... num_replicas=2`` from the shell (Serve passes the ``key=value`` pairs as one dict).
+    """
+    if isinstance(args, ServeArgs):
+        parsed = args.model_copy(update=kwargs) if kwargs else args
+        parsed = ServeArgs.model_validate(parsed.model_dump())
+    else:
+        parsed = ServeArgs.model_validate({**(args or {}), **kwargs})
+    return _build(parsed)
+
+
+def run_from_cli(args: Any, engine_kwargs: dict[str, Any]) -> int:
+    """``ossa serve MODEL --ray``: deploys on the Ray cluster (``RAY_ADDRESS``, a local ``ray start``,
+    or a new one-machine cluster) and serves on ``--host:--port`` until Ctrl-C."""
+    import time
+
+    ray = require("ray")
+    if engine_kwargs.get("backend", "cpp") != "cpp":
+        raise ValueError("--ray serves the C++ engine; --backend python is for offline use")
+    kwargs = {k: v for k, v in engine_kwargs.items() if k in _ENGINE_FIELDS and v is not None}
+    parsed = ServeArgs(
+        model=args.model,
+        served_model_name=args.served_model_name,
+        num_replicas=args.num_replicas,
+        num_threads=engine_kwargs.get("num_threads") or 1,
+        prefix_routing=args.prefix_routing,
+        api_key=args.api_key,
+        max_body_bytes=args.max_body_bytes,
+        **kwargs,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    ray.init(address=os.environ.get("RAY_ADDRESS"))
+    try:
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(_build(parsed), name="ossa")
+        logger.info("serving on http://%s:%d through Ray Serve (Ctrl-C stops)", args.host, args.port)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+# `serve run module:builder key=value ...` wants a builder of exactly one parameter (and converts the
+# dict into its pydantic annotation); the keyword form above is for Python callers.
+build_app.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("args", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ServeArgs)]
+)
