@@ -26,3 +26,25 @@ def pytest_configure(config: pytest.Config) -> None:
     # Tests run several thread pools at once (a server thread, the engine, the client); OpenMP's
     # busy-waiting workers would steal the cores they need. Benchmarks leave the default.
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster: a head and two worker "nodes" on this machine, 1 CPU each (Serve's
+    controller and proxy need none), shut down with everything it started at the end of the session."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()

@@ -305,3 +305,19 @@ def test_echo_with_logprobs_scores_the_prompt(
     assert v[0] is None and len(v) == n
     assert [v[i][str(ids[i])]["logprob"] for i in range(1, n)] == lp.token_logprobs[1:n]
     assert all(len(d) <= 2 and min(e["rank"] for e in d.values()) >= 1 for d in v[1:])
+
+
+def test_usage_reports_prefix_cached_tokens(client: openai.OpenAI) -> None:
+    # A prompt of several KV blocks, new to this server: the first request computes it all, a repeat
+    # finds its whole blocks in the prefix cache and says so (OpenAI's prompt_tokens_details).
+    kw: dict[str, Any] = dict(
+        model=MODEL, prompt="A unique preamble for the cache test. " * 12, max_tokens=2, temperature=0
+    )
+    first = client.completions.create(**kw).usage
+    again = client.completions.create(**kw).usage
+    chunks = list(client.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    streamed = chunks[-1].usage
+    assert first.prompt_tokens_details.cached_tokens == 0
+    cached = again.prompt_tokens_details.cached_tokens
+    assert 0 < cached < again.prompt_tokens and cached % 16 == 0  # whole blocks of block_size 16
+    assert streamed.prompt_tokens_details.cached_tokens == cached

@@ -113,7 +113,10 @@ class _EngineActor:
 
     def _prompt(self, row: Row) -> Any:
         if row.get("prompt_token_ids") is not None:
-            return {"prompt_token_ids": [int(t) for t in row["prompt_token_ids"]], "prompt": row.get("prompt")}
+            return {
+                "prompt_token_ids": [int(t) for t in row["prompt_token_ids"]],
+                "prompt": row.get("prompt"),
+            }
         if row.get("messages") is not None:
             if not self.config.apply_chat_template:
                 raise ValueError("a row has 'messages' but apply_chat_template is False")

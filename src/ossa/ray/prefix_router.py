@@ -7,9 +7,10 @@ It keys each request by its routing text (the prompt, or the chat messages' cont
 fixed chunks of characters; chunk *i*'s key hashes chunks 0..i, so a key names a whole prefix, like
 the engine's block hashes name whole token prefixes. The router remembers which replica each key
 was last routed to (an LRU map of bounded size) and, for a new request, prefers the replica that owns
-its longest known prefix. It falls back to the least-loaded replica when that one is full or has
-``imbalance_threshold`` more requests queued than the least-loaded replica, and for requests with no
-known prefix.
+its longest known prefix, unless that one has more than ``imbalance_threshold`` requests queued
+beyond the least-loaded replica's (then: least loaded). A request with no known prefix goes to the
+not-busy replica that owns the fewest prefixes, which spreads distinct prefixes over the replicas.
+If the chosen replica is full (``max_ongoing_requests``), Serve takes the least-loaded one.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class PrefixAffinityRouter(FIFOMixin, LocalityMixin, MultiplexMixin, RequestRout
         self.chunk_chars = int(chunk_chars)
         self.max_keys = int(max_keys)
         self.imbalance_threshold = int(imbalance_threshold)
-        self._owner: OrderedDict[int, ReplicaID] = OrderedDict()
+        self._owner: OrderedDict[int, ReplicaID] = OrderedDict()  # prefix key -> last replica (LRU)
+        self._owned: dict[ReplicaID, int] = {}  # replica -> how many keys it owns
         self.num_preferred = 0  # requests routed with a preferred replica (for tests and logs)
 
     def _queue_len(self, replica: RunningReplica) -> int | None:
@@ -79,28 +81,40 @@ class PrefixAffinityRouter(FIFOMixin, LocalityMixin, MultiplexMixin, RequestRout
         if not candidate_replicas:
             return []
         text = None if pending_request is None else routing_text(tuple(pending_request.args))
-        preferred = None if text is None else self._preferred(text, candidate_replicas)
+        lengths = {r.replica_id: self._queue_len(r) for r in candidate_replicas}
+        known = [q for q in lengths.values() if q is not None]
+        least = min(known) if known else 0
+        # Replicas within the threshold of the least loaded one (unknown lengths count as idle).
+        free = [
+            r for r in candidate_replicas if (lengths[r.replica_id] or 0) - least <= self.imbalance_threshold
+        ]
+        preferred = None if text is None else self._preferred(text, free)
         if preferred is None:
-            return [candidate_replicas]  # the framework picks the least loaded that accepts
-        others = [r for r in candidate_replicas if r.replica_id != preferred.replica_id]
-        mine = self._queue_len(preferred)
-        lengths = [q for q in (self._queue_len(r) for r in others) if q is not None]
-        if mine is not None and lengths and mine - min(lengths) > self.imbalance_threshold:
-            return [candidate_replicas]  # the preferred replica is busy: least loaded instead
-        self.num_preferred += 1
-        return [[preferred], others] if others else [[preferred]]
+            # No replica holds this prefix (or the one that does is busy): the replica holding the
+            # fewest prefixes among the not-busy ones spreads new prefixes, then the least loaded.
+            preferred = min(free, key=lambda r: self._owned.get(r.replica_id, 0), default=None)
+        else:
+            self.num_preferred += 1
+        if preferred is None:
+            return [candidate_replicas]
+        return [[preferred], candidate_replicas]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         text = routing_text(tuple(pending_request.args)) if pending_request is not None else None
         if not text:
             return
         for key in prefix_keys(text, self.chunk_chars):
+            old = self._owner.pop(key, None)
+            if old is not None:
+                self._owned[old] -= 1
             self._owner[key] = replica_id
-            self._owner.move_to_end(key)
+            self._owned[replica_id] = self._owned.get(replica_id, 0) + 1
         while len(self._owner) > self.max_keys:
-            self._owner.popitem(last=False)
+            _, old = self._owner.popitem(last=False)
+            self._owned[old] -= 1
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)
         for key in [k for k, v in self._owner.items() if v == replica_id]:
             del self._owner[key]
+        self._owned.pop(replica_id, None)

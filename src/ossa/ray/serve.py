@@ -147,6 +147,28 @@ class _EngineGauges:
                     gauge.set(float(stats.get(key, 0)))
 
 
+class _ReplicaHeader:
+    """Names the answering replica in an ``x-ossa-replica`` response header (which engine, and so
+    which prefix cache and which /metrics, a response came from)."""
+
+    def __init__(self, app: Any, replica: str) -> None:
+        self.app = app
+        self.replica = replica.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_named(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (b"x-ossa-replica", self.replica)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_named)
+
+
 @serve.ingress()
 class OssaReplica:
     """One Serve replica: one engine (``num_threads`` kernel threads) and its OpenAI app."""
@@ -161,12 +183,14 @@ class OssaReplica:
     def __serve_build_asgi_app__(self) -> Any:
         from ..server.app import create_app
 
-        return create_app(
+        app = create_app(
             self.engine,
             served_model_name=_served_name(self.args, self.engine.llm.model_path),
             api_key=self.args.api_key,
             max_body_bytes=self.args.max_body_bytes,
         )
+        app.add_middleware(_ReplicaHeader, replica=serve.get_replica_context().replica_id.unique_id)
+        return app
 
     def check_health(self) -> None:
         """Serve's health check: the engine's loop and output pump must be running."""
@@ -299,8 +323,9 @@ def _build(args: ServeArgs) -> Any:
     else:
         options["num_replicas"] = args.num_replicas or 1
     if args.prefix_routing:
+        # (Ray's pydantic-v1 shim misleads mypy about this field's type: it takes an import path.)
         options["request_router_config"] = RequestRouterConfig(
-            request_router_class="ossa.ray.prefix_router:PrefixAffinityRouter"
+            request_router_class="ossa.ray.prefix_router:PrefixAffinityRouter"  # type: ignore[arg-type]
         )
     replicas = serve.deployment(OssaReplica, name="OssaReplica").options(**options).bind(args)
     if not args.prefix_routing:

@@ -403,11 +403,14 @@ def chat_logprobs(engine: AsyncEngine, entries: list[Any]) -> dict[str, Any]:
     return {"content": content}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage; ``cached_tokens``: prompt tokens the prefix cache served (as OpenAI and vLLM
+    report prompt caching)."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -419,9 +422,11 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
             for j in range(prep.n):
                 choices[i * prep.n + j].text = text
     prompt_lps: list[list[Any]] = [[] for _ in prep.prompts]
+    cached = [0] * len(prep.prompts)
     async for i, out in merged_outputs(engine, prep):
         if out.error:
             raise engine_error(out)
+        cached[i] = max(cached[i], out.num_cached_tokens)
         if out.has_prompt_logprobs:
             prompt_lps[i] = list(out.prompt_logprobs)
         for d in out.completions:
@@ -472,7 +477,7 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
             if prep.prompt_logprobs is not None:
                 choice["prompt_logprobs"] = prompt_logprob_dicts(engine, prompt_lps[i], prep.prompt_logprobs)
             body["choices"].append(choice)
-    body["usage"] = usage(n_prompt, n_out)
+    body["usage"] = usage(n_prompt, n_out, sum(cached))
     return body
 
 
@@ -518,9 +523,11 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                         {"index": i * prep.n + j, "text": text, "logprobs": None, "finish_reason": None}
                     )
         opened = [not opening] * len(prep.prompts)
+        cached = [0] * len(prep.prompts)
         async for i, out in merged_outputs(engine, prep):
             if out.error and not out.first_scheduled_time:
                 raise engine_error(out)  # refused before it ran: nothing to end
+            cached[i] = max(cached[i], out.num_cached_tokens)
             if not opened[i]:
                 opened[i] = True
                 p = prep.prompts[i]
@@ -584,7 +591,7 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                 raise engine_error(out)
         if prep.include_usage:
             n_prompt = sum(len(p.token_ids) for p in prep.prompts)
-            yield sse({**head, "choices": [], "usage": usage(n_prompt, n_out)})
+            yield sse({**head, "choices": [], "usage": usage(n_prompt, n_out, sum(cached))})
     except APIError as e:
         yield sse(e.body())
     except Exception as e:  # e.g. the engine stopping under a live stream

@@ -1,0 +1,239 @@
+"""ossa on Ray Serve, on a local three-node cluster: two replicas (one per node, one kernel thread
+each) answer the official openai client (streaming, concurrent) with the texts a single in-process
+engine gives; a killed replica fails only its own requests and is replaced; prefix-affinity routing
+keeps a shared system prompt on one replica, whose prefix cache then serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ENGINE = {"kv_cache_memory_bytes": 64 << 20, "max_model_len": 1024}
+NAME = "smollm2"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_url(ray_cluster: Any) -> Any:
+    from ray import serve
+
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.delete("ossa")
+
+
+def _deploy(prefix_routing: bool) -> None:
+    from ray import serve
+
+    from ossa.ray.serve import build_app
+
+    serve.delete("ossa")  # each test deploys its own; the cluster has CPUs for two replicas at a time
+    app = build_app(
+        num_replicas=2, num_threads=1, served_model_name=NAME, prefix_routing=prefix_routing, **ENGINE
+    )
+    serve.run(app, name="ossa")
+
+
+def _replicas() -> dict[str, tuple[int, str]]:
+    """Live OssaReplica actors: replica id -> (pid, node id), asked of each actor itself."""
+    import ray
+
+    out = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if "#OssaReplica#" not in entry["name"]:
+            continue
+        try:
+            actor = ray.get_actor(entry["name"], namespace=entry["namespace"])
+            where = actor.__ray_call__.remote(
+                lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())
+            )
+            out[entry["name"].rsplit("#", 1)[-1]] = ray.get(where, timeout=30)
+        except (ValueError, ray.exceptions.RayError):
+            continue  # gone (or going) meanwhile
+    return out
+
+
+@pytest.fixture(scope="module")
+def solo() -> Any:
+    """The reference: one engine in this process."""
+    from ossa import LLM
+
+    return LLM(num_threads=1, **ENGINE)
+
+
+def test_two_replicas_answer_the_openai_client(serve_url: str, solo: Any) -> None:
+    import httpx
+    import openai
+
+    from ossa import SamplingParams
+
+    _deploy(prefix_routing=False)
+    replicas = _replicas()
+    assert len(replicas) == 2 and len({node for _, node in replicas.values()}) == 2, replicas
+
+    prompts = [f"Question {i}: what is {i} plus {i + 1}? Answer:" for i in range(8)]
+    chats = [[{"role": "user", "content": f"Name a fruit that starts with {c}."}] for c in "ABCDEFGH"]
+
+    async def run() -> tuple[list[str], list[str]]:
+        client = openai.AsyncOpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+        async def complete(i: int) -> str:
+            stream = await client.completions.create(
+                model=NAME, prompt=prompts[i], max_tokens=16, temperature=0.8, seed=i, stream=True
+            )
+            return "".join([c.choices[0].text async for c in stream])
+
+        async def chat(i: int) -> str:
+            stream = await client.chat.completions.create(
+                model=NAME, messages=chats[i], max_tokens=16, temperature=0.8, seed=100 + i, stream=True
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        try:
+            return await asyncio.gather(
+                asyncio.gather(*[complete(i) for i in range(8)]), asyncio.gather(*[chat(i) for i in range(8)])
+            )
+        finally:
+            await client.close()
+
+    got_completions, got_chats = asyncio.run(run())
+    want = solo.generate(
+        prompts, [SamplingParams(max_tokens=16, temperature=0.8, seed=i) for i in range(8)], use_tqdm=False
+    )
+    assert got_completions == [o.outputs[0].text for o in want]
+    want = solo.chat(
+        chats,
+        [SamplingParams(max_tokens=16, temperature=0.8, seed=100 + i) for i in range(8)],
+        use_tqdm=False,
+    )
+    assert got_chats == [o.outputs[0].text for o in want]
+
+    # Not streamed, the same app's answers and errors; every response names its replica.
+    client = openai.OpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0)
+    r = client.completions.create(model=NAME, prompt=prompts[0], max_tokens=16, temperature=0.8, seed=0)
+    assert r.choices[0].text == got_completions[0]
+    bad = httpx.post(serve_url + "/v1/completions", json={"model": NAME, "prompt": "x", "max_tokens": 0})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+    seen = {httpx.get(serve_url + "/health").headers["x-ossa-replica"] for _ in range(16)}
+    assert seen <= set(replicas)
+    assert "ossa:" in httpx.get(serve_url + "/metrics").text
+
+
+async def _stream(client: Any, url: str, i: int, started: asyncio.Event, replica_of: dict[int, str]) -> str:
+    """A streamed completion through httpx (its replica noted in replica_of); raises if it breaks."""
+    import json
+
+    body = {"model": NAME, "prompt": f"Story {i}: once upon a time", "max_tokens": 48, "temperature": 0.8}
+    async with client.stream("POST", url + "/v1/completions", json={**body, "seed": i, "stream": True}) as r:
+        assert r.status_code == 200
+        replica_of[i] = r.headers["x-ossa-replica"]
+        text, done = "", False
+        async for line in r.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                text += json.loads(line[6:])["choices"][0]["text"]
+                started.set()
+        assert done, "the stream ended without [DONE]"
+        return text
+
+
+def test_killed_replica_fails_only_its_requests_and_is_replaced(serve_url: str, solo: Any) -> None:
+    import httpx
+
+    from ossa import SamplingParams
+
+    _deploy(prefix_routing=False)
+    before = _replicas()
+    n = 12
+
+    replica_of: dict[int, str] = {}
+
+    async def run() -> list[Any]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            events = [asyncio.Event() for _ in range(n)]
+            tasks = [
+                asyncio.ensure_future(_stream(client, serve_url, i, events[i], replica_of)) for i in range(n)
+            ]
+            await asyncio.wait_for(asyncio.gather(*[e.wait() for e in events]), 120)  # all in flight
+            victim = sorted(before)[0]
+            os.kill(before[victim][0], signal.SIGKILL)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            return [victim, results]
+
+    victim, results = asyncio.run(run())
+    want = solo.generate(
+        [f"Story {i}: once upon a time" for i in range(n)],
+        [SamplingParams(max_tokens=48, temperature=0.8, seed=i) for i in range(n)],
+        use_tqdm=False,
+    )
+    assert set(replica_of.values()) == set(before), replica_of  # both replicas had streams in flight
+    for i, result in enumerate(results):
+        if replica_of[i] != victim:  # only the killed replica's requests may fail
+            assert result == want[i].outputs[0].text, (i, result)
+
+    # Serve replaces the dead replica; the service answers meanwhile and after.
+    deadline = time.monotonic() + 180
+    answered = 0
+    while True:
+        try:
+            r = httpx.post(
+                serve_url + "/v1/completions",
+                json={"model": NAME, "prompt": "Hi", "max_tokens": 2},
+                timeout=60,
+            )
+            answered += r.status_code == 200
+        except httpx.HTTPError:
+            pass
+        now = _replicas()
+        if len(now) == 2 and victim not in now and answered >= 3:
+            break
+        assert time.monotonic() < deadline, f"replica not replaced: {now}"
+        time.sleep(0.5)
+
+
+def test_prefix_routing_keeps_a_system_prompt_on_one_replica(serve_url: str) -> None:
+    import httpx
+
+    _deploy(prefix_routing=True)
+    systems = [
+        f"You are assistant number {k}. " + "Answer briefly, politely and truthfully. " * 8 for k in range(4)
+    ]
+    by_group: dict[int, set[str]] = {k: set() for k in range(4)}
+    cached, prompt = 0, 0
+    for q in range(4):
+        for k in range(4):
+            messages = [
+                {"role": "system", "content": systems[k]},
+                {"role": "user", "content": f"Question {q}?"},
+            ]
+            r = httpx.post(
+                serve_url + "/v1/chat/completions",
+                json={"model": NAME, "messages": messages, "max_tokens": 2, "temperature": 0},
+                timeout=120,
+            )
+            assert r.status_code == 200, r.text
+            by_group[k].add(r.headers["x-ossa-replica"])
+            usage = r.json()["usage"]
+            if q > 0:
+                cached += usage["prompt_tokens_details"]["cached_tokens"]
+                prompt += usage["prompt_tokens"]
+    # Each system prompt stays on one replica, and the groups spread over both.
+    assert all(len(v) == 1 for v in by_group.values()), by_group
+    assert len(set().union(*by_group.values())) == 2, by_group
+    # After its first request, a group finds its system prompt (about 100 tokens of ~115) cached.
+    assert cached / prompt > 0.7, (cached, prompt)
