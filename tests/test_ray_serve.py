@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 ENGINE = {"kv_cache_memory_bytes": 64 << 20, "max_model_len": 1024}
 NAME = "smollm2"
 
@@ -36,14 +34,19 @@ def serve_url(ray_cluster: Any) -> Any:
     serve.delete("ossa")
 
 
-def _deploy(prefix_routing: bool) -> None:
+def _deploy(prefix_routing: bool, num_replicas: int = 2, fresh: bool = True) -> None:
     from ray import serve
 
     from ossa.ray.serve import build_app
 
-    serve.delete("ossa")  # each test deploys its own; the cluster has CPUs for two replicas at a time
+    if fresh:
+        serve.delete("ossa")  # each test deploys its own; the cluster has CPUs for two replicas at a time
     app = build_app(
-        num_replicas=2, num_threads=1, served_model_name=NAME, prefix_routing=prefix_routing, **ENGINE
+        num_replicas=num_replicas,
+        num_threads=1,
+        served_model_name=NAME,
+        prefix_routing=prefix_routing,
+        **ENGINE,
     )
     serve.run(app, name="ossa")
 
@@ -75,6 +78,7 @@ def solo() -> Any:
     return LLM(num_threads=1, **ENGINE)
 
 
+@pytest.mark.slow
 def test_two_replicas_answer_the_openai_client(serve_url: str, solo: Any) -> None:
     import httpx
     import openai
@@ -152,6 +156,7 @@ async def _stream(client: Any, url: str, i: int, started: asyncio.Event, replica
         return text
 
 
+@pytest.mark.slow
 def test_killed_replica_fails_only_its_requests_and_is_replaced(serve_url: str, solo: Any) -> None:
     import httpx
 
@@ -206,6 +211,7 @@ def test_killed_replica_fails_only_its_requests_and_is_replaced(serve_url: str, 
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_prefix_routing_keeps_a_system_prompt_on_one_replica(serve_url: str) -> None:
     import httpx
 
@@ -237,3 +243,66 @@ def test_prefix_routing_keeps_a_system_prompt_on_one_replica(serve_url: str) -> 
     assert len(set().union(*by_group.values())) == 2, by_group
     # After its first request, a group finds its system prompt (about 100 tokens of ~115) cached.
     assert cached / prompt > 0.7, (cached, prompt)
+
+
+@pytest.mark.slow
+def test_scale_down_drains_in_flight_streams(serve_url: str, solo: Any) -> None:
+    import threading
+
+    import httpx
+
+    from ossa import SamplingParams
+
+    _deploy(prefix_routing=False)
+    n = 8
+    replica_of: dict[int, str] = {}
+
+    async def run() -> list[str]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            events = [asyncio.Event() for _ in range(n)]
+            tasks = [
+                asyncio.ensure_future(_stream(client, serve_url, i, events[i], replica_of)) for i in range(n)
+            ]
+            await asyncio.wait_for(asyncio.gather(*[e.wait() for e in events]), 120)
+            # Scale to one replica while every stream is in flight (an in-place update).
+            scale = threading.Thread(target=_deploy, args=(False, 1, False))
+            scale.start()
+            try:
+                return await asyncio.gather(*tasks)
+            finally:
+                await asyncio.to_thread(scale.join)
+
+    texts = asyncio.run(run())
+    assert len(set(replica_of.values())) == 2, replica_of  # both replicas had streams to drain
+    want = solo.generate(
+        [f"Story {i}: once upon a time" for i in range(n)],
+        [SamplingParams(max_tokens=48, temperature=0.8, seed=i) for i in range(n)],
+        use_tqdm=False,
+    )
+    assert texts == [o.outputs[0].text for o in want]
+    assert len(_replicas()) == 1
+
+
+def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from ossa.cli import main
+    from ossa.ray.serve import ServeArgs, build_app
+
+    # `serve run ... key=value` hands over strings; they are converted and checked.
+    args = ServeArgs.model_validate(
+        {"num_replicas": "2", "autoscaling_config": None, "prefix_routing": "true"}
+    )
+    assert args.num_replicas == 2 and args.prefix_routing is True
+    auto = ServeArgs.model_validate({"autoscaling_config": '{"min_replicas": 1, "max_replicas": 3}'})
+    assert auto.autoscaling_config == {"min_replicas": 1, "max_replicas": 3}
+    for bad in (
+        {"num_replicas": 0},
+        {"num_threads": 0},
+        {"num_replicas": 2, "autoscaling_config": {}},
+        {"x": 1},
+    ):
+        with pytest.raises(ValueError):
+            build_app(bad)
+    with pytest.raises(ValueError):
+        build_app(num_replicas=2, autoscaling_config={"max_replicas": 2})
+    assert main(["serve", "--num-replicas", "2"]) == 2
+    assert "need --ray" in capsys.readouterr().err

@@ -63,6 +63,15 @@ _ENGINE_FIELDS = (
 )
 
 
+_DEPLOYMENT_FIELDS = (
+    "num_replicas",
+    "autoscaling_config",
+    "max_ongoing_requests",
+    "graceful_shutdown_timeout_s",
+    "health_check_period_s",
+)
+
+
 class ServeArgs(BaseModel):
     """The arguments of ``build_app`` (strings from ``serve run ... key=value`` are converted)."""
 
@@ -327,7 +336,10 @@ def _build(args: ServeArgs) -> Any:
         options["request_router_config"] = RequestRouterConfig(
             request_router_class="ossa.ray.prefix_router:PrefixAffinityRouter"  # type: ignore[arg-type]
         )
-    replicas = serve.deployment(OssaReplica, name="OssaReplica").options(**options).bind(args)
+    # The replicas get only what they use: a change of replica count or timeouts then scales the
+    # deployment in place (Serve's lightweight update) instead of replacing every replica.
+    replica_args = args.model_copy(update={k: ServeArgs.model_fields[k].default for k in _DEPLOYMENT_FIELDS})
+    replicas = serve.deployment(OssaReplica, name="OssaReplica").options(**options).bind(replica_args)
     if not args.prefix_routing:
         return replicas
     router = serve.deployment(OssaRouter, name="OssaRouter").options(
@@ -374,7 +386,7 @@ def run_from_cli(args: Any, engine_kwargs: dict[str, Any]) -> int:
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(_build(parsed), name="ossa")
-        logger.info("serving on http://%s:%d through Ray Serve (Ctrl-C stops)", args.host, args.port)
+        print(f"ossa: serving on http://{args.host}:{args.port} through Ray Serve (Ctrl-C stops)", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
