@@ -86,6 +86,12 @@ class ServeArgs(BaseModel):
     prefix_routing: bool = False
     api_key: str | None = None
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
+    chat_template: str | None = None  # a file, or the template itself, instead of the model's
+    trust_request_chat_template: bool = False
+    allowed_origins: list[str] | None = None
+    allowed_methods: list[str] | None = None
+    allowed_headers: list[str] | None = None
+    allow_credentials: bool = False
     graceful_shutdown_timeout_s: float = Field(default=60.0, gt=0)
     health_check_period_s: float = Field(default=10.0, gt=0)
     # engine options (ossa.LLM's arguments)
@@ -99,7 +105,9 @@ class ServeArgs(BaseModel):
     enable_prefix_caching: bool = True
     seed: int = 0
 
-    @field_validator("autoscaling_config", mode="before")
+    @field_validator(
+        "autoscaling_config", "allowed_origins", "allowed_methods", "allowed_headers", mode="before"
+    )
     @classmethod
     def _json_dict(cls, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
@@ -126,7 +134,9 @@ class ForwardedRequest:
 
 
 def _served_name(args: ServeArgs, model_path: str) -> str:
-    return args.served_model_name or os.path.basename(str(model_path)).removesuffix(".gguf")
+    from ..server.launcher import default_served_name
+
+    return args.served_model_name or default_served_name(args.model, model_path)
 
 
 class _EngineGauges:
@@ -187,6 +197,10 @@ class OssaReplica:
 
         self.args = args
         self.engine = AsyncEngine.from_model(args.model, num_threads=args.num_threads, **args.engine_kwargs())
+        if args.chat_template:
+            from ..server.chat_templates import load_operator_template
+
+            self.engine.tokenizer.chat_template = load_operator_template(args.chat_template)
         self.gauges = _EngineGauges(self.engine)
 
     def __serve_build_asgi_app__(self) -> Any:
@@ -197,6 +211,11 @@ class OssaReplica:
             served_model_name=_served_name(self.args, self.engine.llm.model_path),
             api_key=self.args.api_key,
             max_body_bytes=self.args.max_body_bytes,
+            allowed_origins=self.args.allowed_origins,
+            allowed_methods=self.args.allowed_methods,
+            allowed_headers=self.args.allowed_headers,
+            allow_credentials=self.args.allow_credentials,
+            trust_request_chat_template=self.args.trust_request_chat_template,
         )
         app.add_middleware(_ReplicaHeader, replica=serve.get_replica_context().replica_id.unique_id)
         return app
@@ -370,7 +389,20 @@ def run_from_cli(args: Any, engine_kwargs: dict[str, Any]) -> int:
     ray = require("ray")
     if engine_kwargs.get("backend", "cpp") != "cpp":
         raise ValueError("--ray serves the C++ engine; --backend python is for offline use")
+    for flag in ("header_timeout", "timeout_keep_alive", "limit_concurrency"):
+        if getattr(args, flag, None) is not None:
+            raise ValueError(
+                f"--{flag.replace('_', '-')} does not apply with --ray: Ray Serve's HTTP proxy holds the "
+                "connections (configure it through Serve's http_options)"
+            )
     kwargs = {k: v for k, v in engine_kwargs.items() if k in _ENGINE_FIELDS and v is not None}
+    if getattr(args, "shutdown_timeout", None) is not None:
+        kwargs["graceful_shutdown_timeout_s"] = args.shutdown_timeout
+    for name in ("chat_template", "allowed_origins", "allowed_methods", "allowed_headers"):
+        if getattr(args, name, None) is not None:
+            kwargs[name] = getattr(args, name)
+    kwargs["allow_credentials"] = bool(getattr(args, "allow_credentials", False))
+    kwargs["trust_request_chat_template"] = bool(getattr(args, "trust_request_chat_template", False))
     parsed = ServeArgs(
         model=args.model,
         served_model_name=args.served_model_name,

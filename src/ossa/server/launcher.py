@@ -205,6 +205,16 @@ def make_server(
     return _Server(config)
 
 
+def default_served_name(model: str | None, model_path: str) -> str:
+    """The name a model is served under when none is given: its file's, or a Hub id as given (as vLLM
+    does). ``ossa serve`` and the Ray Serve replicas share it."""
+    from ..hub import parse_id
+
+    if model is not None and not os.path.exists(model) and parse_id(model) is not None:
+        return model
+    return os.path.basename(str(model_path)).removesuffix(".gguf")
+
+
 def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
     """``ossa serve``: loads the model, serves until SIGINT/SIGTERM, then exits 0."""
     from ..async_engine import AsyncEngine
@@ -236,12 +246,7 @@ def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
     engine = AsyncEngine.from_model(args.model, **engine_kwargs)
     if operator_template is not None:
         engine.tokenizer.chat_template = operator_template
-    from ..hub import parse_id
-
-    default_name = os.path.basename(str(engine.llm.model_path)).removesuffix(".gguf")
-    if args.model is not None and not os.path.exists(args.model) and parse_id(args.model) is not None:
-        default_name = args.model  # a Hub id is served under its own name, as vLLM does
-    name = args.served_model_name or default_name
+    name = args.served_model_name or default_served_name(args.model, engine.llm.model_path)
     app = create_app(
         engine,
         served_model_name=name,
