@@ -138,6 +138,40 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, bool bf16c) {
   return AmxActivations{tiles, sums, x.n_rows, x.cols};
 }
 
+// Activation rows laid out for the AVX-512 Q4_K / Q6_K kernels (kquant_prepare_row), one buffer per
+// type, owned by the thread that called the matmul (like t_split).
+struct KQuantRows {
+  const float* rows[2] = {nullptr, nullptr};  // Q4_K, Q6_K
+  int64_t stride[2] = {0, 0};
+};
+thread_local AlignedVector<float> t_kquant[2];
+int kquant_slot(DType t) { return t == DType::Q4_K ? 0 : t == DType::Q6_K ? 1 : -1; }
+
+// Whether compute() runs w through the f32 tile kernels (not AMX, not 8-bit activations).
+bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {
+  return !uses_amx(w, x) && !(dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute);
+}
+
+KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x, int threads) {
+  KQuantRows out;
+  for (int i = 0; i < n_ws; ++i) {
+    const TensorView& w = *ws[i];
+    const int slot = kquant_slot(w.type);
+    if (slot < 0 || out.rows[slot] != nullptr || !uses_f32_tiles(w, x)) continue;
+    const int64_t stride = kquant_prepared_floats(w.type, x.cols);
+    if (stride == 0) continue;
+    float* buf = grow(t_kquant[slot], stride * x.n_rows);
+    const auto work = [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r) kquant_prepare_row(w.type, x.f32 + r * x.cols, x.cols, buf + r * stride);
+    };
+    if (x.n_rows <= 8) work(0, x.n_rows, 0);
+    else parallel_for(x.n_rows, 8, threads, work);
+    out.rows[slot] = buf;
+    out.stride[slot] = stride;
+  }
+  return out;
+}
+
 // Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
 // more requests in flight than the hardware prefetcher does on its own.
 constexpr int64_t k_prefetch_rows = 8;
@@ -153,7 +187,8 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
-             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx, bool accumulate = false) {
+             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx, const KQuantRows& kq,
+             bool accumulate = false) {
   if (amx != nullptr && uses_amx(w, x)) {
     amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
     return;
@@ -183,10 +218,14 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
   const float* rows[16];
   const uint8_t* w_rows[8];
   float out[64];
+  const int slot = kquant_slot(w.type);
+  const bool prepared = slot >= 0 && kq.rows[slot] != nullptr;
+  OSSA_ASSERT(prepared || kquant_prepared_floats(w.type, x.cols) == 0);
   for (int64_t r0 = r_begin; r0 < r_end; r0 += max_rows) {
     const int rt = static_cast<int>(std::min<int64_t>(max_rows, r_end - r0));
     const F32Tile tile = f32_tile(w.type, rt);
-    for (int r = 0; r < rt; ++r) rows[r] = x.f32 + (r0 + r) * x.cols;
+    for (int r = 0; r < rt; ++r)
+      rows[r] = prepared ? kq.rows[slot] + (r0 + r) * kq.stride[slot] : x.f32 + (r0 + r) * x.cols;
     for (int64_t o = o_begin; o < o_end; o += tile.mo) {
       if (rt == 1) prefetch_rows(w, o + k_prefetch_rows, o + k_prefetch_rows + tile.mo);
       // Past the end, a tile repeats the last row (its results are dropped).
@@ -233,6 +272,9 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   if (amx) amx_in = prepare_amx(x, threads, bf16c);
   OSSA_ASSERT(x.f32 != nullptr || (amx && bf16c));
   const MatmulInput xin = bf16c && !amx ? round_to_bf16(x) : x;
+  const TensorView* ws[k_max_targets];
+  for (int t = 0; t < n_targets; ++t) ws[t] = targets[t].w;
+  const KQuantRows kq = prepare_kquant(ws, n_targets, xin, threads);
   parallel_for(n_row_blocks * chunks_per_block, 1, threads,
                [&](int64_t begin, int64_t end, int) {
                  for (int64_t item = begin; item < end; ++item) {
@@ -243,7 +285,7 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    const int64_t o = (c - first_chunk[t]) * out_chunk;
                    const int64_t r = rb * row_block;
                    compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr, tg.accumulate);
+                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr, kq, tg.accumulate);
                  }
                });
 }
@@ -273,6 +315,8 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   if (amx_any) amx_in = prepare_amx(x, threads, bf16c);
   const MatmulInput xin = bf16c && !amx_any ? round_to_bf16(x) : x;
   OSSA_ASSERT(x.f32 != nullptr || (amx_any && bf16c));
+  const TensorView* ws[2] = {&gate, &up};
+  const KQuantRows kq = prepare_kquant(ws, 2, xin, threads);
   OSSA_ASSERT(out_tiles == nullptr || (takes_bf16_tiles(gate) && takes_bf16_tiles(up) && out_chunk % 32 == 0 &&
                                        gate.rows % 32 == 0));
   const int64_t tile_steps = gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
@@ -293,8 +337,8 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
       const auto base = [&](float* p) {
         return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
       };
-      compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr);
-      compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr);
+      compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
+      compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
       if (out_tiles != nullptr) {
         alignas(64) float row[32];
         for (int64_t r = r0; r < r1; ++r)

@@ -90,42 +90,8 @@ inline Block32 decode(const uint8_t* row, int64_t b) {
     const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs)));
     const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(w.qs + 16)));
     return {_mm512_fmadd_ps(q0, d, zero), _mm512_fmadd_ps(q1, d, zero)};
-  } else if constexpr (T == DType::Q4_K) {
-    // Sub-block `sub` of a 256-element super-block: 32 bytes of qs, low nibbles for even sub,
-    // high nibbles for odd.
-    const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
-    const int sub = static_cast<int>(b % 8);
-    const uint8_t* q = w.qs + 32 * (sub / 2);
-    __m512i e0 = _mm512_cvtepu8_epi32(load16(q)), e1 = _mm512_cvtepu8_epi32(load16(q + 16));
-    if (sub % 2) e0 = _mm512_srli_epi32(e0, 4), e1 = _mm512_srli_epi32(e1, 4);
-    int sc, m;
-    q4_k_scale_min(sub, w.scales, sc, m);
-    const float scale = _cvtsh_ss(w.d) * static_cast<float>(sc);
-    const float min = -(_cvtsh_ss(w.dmin) * static_cast<float>(m));
-    const __m512 table = _mm512_fmadd_ps(iota16(), _mm512_set1_ps(scale), _mm512_set1_ps(min));
-    return nibbles_via_table(e0, e1, table);
   } else {
-    static_assert(T == DType::Q6_K);
-    // Sub-block sub = 4 * half + k: low 4 bits from ql (low nibbles for k < 2, high for k >= 2),
-    // high 2 bits are bits 2k, 2k+1 of qh; value q6 - 32 with one scale per 16 elements.
-    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
-    const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
-    const uint8_t* ql = w.ql + 64 * half + 32 * (k % 2);
-    const uint8_t* qh = w.qh + 32 * half;
-    const __m128i shift = _mm_cvtsi32_si128(2 * k);
-    const __m512i m3 = _mm512_set1_epi32(3), k32 = _mm512_set1_epi32(32);
-    const float d = _cvtsh_ss(w.d);
-    const int8_t* sc = w.scales + 8 * half + 2 * k;
-    __m512 out[2];
-    for (int p = 0; p < 2; ++p) {
-      __m512i l = _mm512_cvtepu8_epi32(load16(ql + 16 * p));
-      l = k < 2 ? _mm512_and_si512(l, _mm512_set1_epi32(15)) : _mm512_srli_epi32(l, 4);
-      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(load16(qh + 16 * p)), shift), m3);
-      const __m512i q = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(h, 4)), k32);
-      out[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(d * static_cast<float>(sc[p])),
-                               _mm512_setzero_ps());
-    }
-    return {out[0], out[1]};
+    static_assert(T == DType::Q8_0, "Q4_K and Q6_K: matmul_kquant.cpp");
   }
 }
 
@@ -186,18 +152,22 @@ constexpr F32TileFn tile_fn() {
 }
 
 // Tile shapes: one activation row (decode) runs 4 weight rows for 4 independent FMA chains; more
-// rows run 2 weight rows, up to 16 accumulators in zmm registers.
+// rows run 2 weight rows, up to 16 accumulators in zmm registers. Q4_K and Q6_K: matmul_kquant.cpp.
 template <DType T>
 F32Tile tile_for_rows(int rows) {
-  switch (rows) {
-    case 1: return {tile_fn<T, 4, 1>(), 4};
-    case 2: return {tile_fn<T, 4, 2>(), 4};
-    case 3: return {tile_fn<T, 4, 3>(), 4};
-    case 4: return {tile_fn<T, 4, 4>(), 4};
-    case 5: return {tile_fn<T, 4, 5>(), 4};
-    case 6: return {tile_fn<T, 2, 6>(), 2};
-    case 7: return {tile_fn<T, 2, 7>(), 2};
-    default: return {tile_fn<T, 2, 8>(), 2};
+  if constexpr (T == DType::Q4_K || T == DType::Q6_K) {
+    return kquant_tile(T, rows);
+  } else {
+    switch (rows) {
+      case 1: return {tile_fn<T, 4, 1>(), 4};
+      case 2: return {tile_fn<T, 4, 2>(), 4};
+      case 3: return {tile_fn<T, 4, 3>(), 4};
+      case 4: return {tile_fn<T, 4, 4>(), 4};
+      case 5: return {tile_fn<T, 4, 5>(), 4};
+      case 6: return {tile_fn<T, 2, 6>(), 2};
+      case 7: return {tile_fn<T, 2, 7>(), 2};
+      default: return {tile_fn<T, 2, 8>(), 2};
+    }
   }
 }
 

@@ -39,6 +39,13 @@ F32Tile f32_tile_q5(DType type, int rows);
 F32Tile f32_tile_q23k(DType type, int rows);
 F32Tile f32_tile_iq4(DType type, int rows);
 
+// Q4_K and Q6_K on AVX-512 (matmul_kquant.cpp): f32_tile returns kernels that read each activation
+// row laid out by kquant_prepare_row (kquant_prepared_floats(t, cols) floats; 0 where this build's
+// kernels read plain rows), once per matmul call.
+int64_t kquant_prepared_floats(DType t, int64_t cols);
+void kquant_prepare_row(DType t, const float* x, int64_t cols, float* out);
+F32Tile kquant_tile(DType t, int rows);
+
 // 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
 using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
                          float* out);
