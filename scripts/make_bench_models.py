@@ -18,7 +18,9 @@ values in Hugging Face's layout (llama.cpp's Q/K row interleave undone) for vLLM
 
 Output: $OSSA_HOME/bench (default ~/.cache/ossa/bench), names like `llama-1b-Q4_K_M.gguf`,
 `llama-1b-bf16-hf/`. Existing outputs are kept. `--layers N` makes a shallower model of the same
-shape (its file names say `-LN`), which the perf gate uses to stay within CI's time.
+shape (its file names say `-LN`). `--perfgate` writes only the perf gate's model: 2 layers of the
+shape (`llama-1b-L2-random-Q4_K_M.gguf`), random Q4_K / Q6_K blocks laid out as Q4_K_M, no llama.cpp
+needed (the gate runs in CI, where llama-cpp-python is not installed).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -123,30 +126,36 @@ def gguf_values(s: Shape, name: str, shape: tuple[int, ...], std: float) -> np.n
     return v
 
 
-def write_f16(s: Shape, layers: int, out: Path) -> None:
+def add_metadata(w: Any, s: Shape, layers: int, name: str, file_type: int) -> None:
+    """The architecture keys of the shape and the default model's tokenizer keys."""
     import gguf
 
-    reader = gguf.GGUFReader(default_model())
-    tmp = out.with_name(out.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), s.arch)
     a = s.arch + "."
-    w.add_string("general.name", f"ossa bench {stem(s, layers)} (random weights)")
-    w.add_uint32(a + "block_count", layers)
-    w.add_uint32(a + "context_length", s.context)
-    w.add_uint32(a + "embedding_length", s.n_embd)
-    w.add_uint32(a + "feed_forward_length", s.n_ff)
-    w.add_uint32(a + "attention.head_count", s.n_head)
-    w.add_uint32(a + "attention.head_count_kv", s.n_head_kv)
+    w.add_string("general.name", name)
+    w.add_uint32("general.file_type", file_type)
+    keys = {
+        "block_count": layers, "context_length": s.context, "embedding_length": s.n_embd,
+        "feed_forward_length": s.n_ff, "attention.head_count": s.n_head,
+        "attention.head_count_kv": s.n_head_kv, "rope.dimension_count": s.n_embd // s.n_head,
+        "vocab_size": 49152,
+    }  # fmt: skip
+    for key, value in keys.items():
+        w.add_uint32(a + key, value)
     w.add_float32(a + "rope.freq_base", s.rope_base)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_uint32(a + "rope.dimension_count", s.n_embd // s.n_head)
-    w.add_uint32(a + "vocab_size", 49152)
-    w.add_uint32("general.file_type", 1)  # mostly F16
-    for key, field in reader.fields.items():
+    for key, field in gguf.GGUFReader(default_model()).fields.items():
         if key.startswith("tokenizer."):
             vtype = field.types[0]
             sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
             w.add_key_value(key, field.contents(), vtype, sub_type=sub)
+
+
+def write_f16(s: Shape, layers: int, out: Path) -> None:
+    import gguf
+
+    tmp = out.with_name(out.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), s.arch)
+    add_metadata(w, s, layers, f"ossa bench {stem(s, layers)} (random weights)", 1)  # mostly F16
     specs = tensor_specs(s, layers)
     for name, shape, _ in specs:
         dt = np.float32 if len(shape) == 1 else np.float16
@@ -226,6 +235,50 @@ def write_hf(s: Shape, layers: int, out: Path) -> None:
     tmp.rename(out)
 
 
+def write_random_q4_k_m(s: Shape, layers: int, out: Path) -> None:
+    """The shape's tensors as random Q4_K / Q6_K blocks in a Q4_K_M-like layout (Q6_K: attn_v,
+    ffn_down and the tied token embedding / output matrix; Q4_K: the other matrices), without
+    llama.cpp: every quant bit random, f16 scales drawn small enough for a finite forward. The perf
+    gate's model (tools/perfgate): deterministic, numpy only, seconds to write."""
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    tmp = out.with_name(out.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), s.arch)
+    add_metadata(w, s, layers, f"ossa perfgate {stem(s, layers)} (random Q4_K_M blocks)", 15)
+    for name, shape, std in tensor_specs(s, layers):
+        if len(shape) == 1:
+            w.add_tensor(name, values(s, name, shape, std))
+            continue
+        digest = hashlib.sha256(f"{SEED}/randq/{s.name}/{name}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        rows, cols = shape
+        q6 = name.endswith(("attn_v.weight", "ffn_down.weight", "token_embd.weight"))
+        qt = QT.Q6_K if q6 else QT.Q4_K
+        nb, block_bytes = cols // 256, gguf.GGML_QUANT_SIZES[qt][1]
+        raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
+        if q6:  # d: the last 2 bytes
+            raw[:, :, 208:210] = rng.uniform(1e-5, 1e-4, (rows, nb, 1)).astype(np.float16).view(np.uint8)
+        else:  # d, dmin: bytes 0..3
+            raw[:, :, 0:4] = rng.uniform(1e-4, 1e-3, (rows, nb, 2)).astype(np.float16).view(np.uint8)
+        raw = raw.reshape(rows, nb * block_bytes)
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.rename(out)
+
+
+def perfgate_model(shape: str = "1b", layers: int = 2) -> str:
+    """The perf gate's K-quant model: `layers` layers of the shape, random Q4_K_M-layout blocks."""
+    s = SHAPES[shape]
+    out = bench_dir() / f"{stem(s, layers)}-random-Q4_K_M.gguf"
+    if not out.exists():
+        write_random_q4_k_m(s, layers, out)
+    return str(out)
+
+
 def make(shape: str, types: tuple[str, ...], hf: bool, layers: int | None = None) -> dict[str, str]:
     """Makes what is missing; returns {type or 'hf': path}."""
     s = SHAPES[shape]
@@ -260,7 +313,11 @@ def main() -> None:
     ap.add_argument("--hf", action="store_true", help="also the bf16 Hugging Face folder (for vLLM)")
     ap.add_argument("--layers", type=int, default=None, help="fewer layers than the shape's (same widths)")
     ap.add_argument("--keep-f16", action="store_true", help="keep the F16 GGUF the quantized files came from")
+    ap.add_argument("--perfgate", action="store_true", help="only the perf gate's random Q4_K_M model")
     args = ap.parse_args()
+    if args.perfgate:
+        print(perfgate_model(args.shape, args.layers or 2))
+        return
     types = tuple(t.strip() for t in args.types.split(",") if t.strip())
     paths = make(args.shape, types, args.hf, args.layers)
     s = SHAPES[args.shape]

@@ -13,6 +13,9 @@ only the measured region counted):
     scheduler_256  one schedule() + update() step with 256 running requests
     prefill_128    a 128-token prefill of the default model
     decode_1       one decode step of the default model after that prefill
+    decode_1b_q4km one decode step (after 8 tokens) of a 2-layer Llama-3.2-1B-shaped model of random
+                   Q4_K / Q6_K blocks laid out as Q4_K_M, tied 49152 x 2048 output (the K-quant
+                   single-row kernels; made by scripts/make_bench_models.py --perfgate, numpy only)
 
 A workload more than --tolerance (5%) above its baseline fails, by name. The core is built portable
 (-DOSSA_PORTABLE=ON, AVX2 at most) into build/perfgate, because valgrind 3.19 cannot decode AVX-512.
@@ -38,11 +41,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BASELINE = Path(__file__).resolve().parent / "baseline.json"
 BUILD_DIR = ROOT / "build" / "perfgate"
 COMPONENTS = "util;model;kernels;tokenizer;sampling;cache;scheduler"
-WORKLOADS = ("encode_1mb", "sampler_b64", "scheduler_256", "prefill_128", "decode_1")
+WORKLOADS = ("encode_1mb", "sampler_b64", "scheduler_256", "prefill_128", "decode_1", "decode_1b_q4km")
 # One driver process per group, so a workload's count never depends on which others were asked for
 # (they would share the heap's state). The model workloads share one process (the load and the
 # prefill) and always run together. Groups run in parallel, the longest (the model) first.
-GROUPS = (("prefill_128", "decode_1"), ("encode_1mb",), ("sampler_b64",), ("scheduler_256",))
+GROUPS = (
+    ("prefill_128", "decode_1"),
+    ("decode_1b_q4km",),
+    ("encode_1mb",),
+    ("sampler_b64",),
+    ("scheduler_256",),
+)
+# Groups whose driver takes the K-quant model instead of the default one (kquant_model()).
+KQUANT_GROUPS = (("decode_1b_q4km",),)
 TOLERANCE = 0.05
 # See no_fma.h: valgrind 3.19 emulates FMA instructions ~1000x slower than native, so the gate's build
 # splits them into multiply + add, and libm's fma()/fmaf() take glibc's non-FMA variant.
@@ -217,6 +228,18 @@ def default_model() -> str:
     return resolve("smollm2-135m")
 
 
+def kquant_model() -> str:
+    """The decode_1b_q4km model, written on first use (deterministic: seeded numpy, a few seconds)."""
+    env = os.environ.get("OSSA_PERFGATE_KQUANT_MODEL")
+    if env:
+        return env
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "src"))
+    from make_bench_models import perfgate_model
+
+    return perfgate_model("1b", 2)
+
+
 def measure(driver: Path, model: str, workloads: list[str], jobs: int) -> dict[str, Measurement]:
     if shutil.which("taskset") is None:
         raise GateError("taskset (util-linux) is needed to pin the driver to one CPU")
@@ -227,7 +250,14 @@ def measure(driver: Path, model: str, workloads: list[str], jobs: int) -> dict[s
     with tempfile.TemporaryDirectory(prefix="perfgate.") as tmp:
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [
-                pool.submit(run_group, driver, model, group, Path(tmp), cpus[i % jobs])
+                pool.submit(
+                    run_group,
+                    driver,
+                    kquant_model() if group in KQUANT_GROUPS else model,
+                    group,
+                    Path(tmp),
+                    cpus[i % jobs],
+                )  # fmt: skip
                 for i, group in enumerate(groups)
             ]
             for future in futures:

@@ -1,7 +1,8 @@
 // ossa_perfgate: runs workloads of the callgrind regression gate (tools/perfgate/perfgate.py).
 //
 //   ossa_perfgate <model.gguf> <workload>...
-//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1 (gated), bf16_model (not)
+//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1 (gated), bf16_model (not);
+//   decode_1b_q4km (gated) takes the perf gate's K-quant model as <model.gguf>, in a process of its own
 //
 // Setup (loading the model, building inputs, warm-up calls that size scratch buffers) runs outside the
 // measured regions. Each region is bracketed by callgrind client requests: with
@@ -243,11 +244,31 @@ void run_model(const std::string& model_path, bool prefill, bool decode, std::ve
   }
 }
 
+// decode_1b_q4km, on the K-quant model (scripts/make_bench_models.py --perfgate: 2 layers of the
+// Llama-3.2-1B shape, random Q4_K / Q6_K blocks, the tied 49152 x 2048 Q6_K output matrix): one
+// decode step after an 8-token prompt, which is nearly all Q4_K and Q6_K single-row matmuls.
+void run_kquant_decode(const std::string& model_path, std::vector<std::string>& lines) {
+  constexpr int prompt_len = 8, block_size = 16;
+  std::shared_ptr<Model> model = load_model(model_path, "auto");
+  const int vocab = model->config.n_vocab;
+  ModelRunner runner(model, 2, block_size, prompt_len);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < prompt_len; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  runner.forward(make_batch(prompt, 0, prompt_len, block_size), logits.data());
+  const Batch step = make_batch({42}, prompt_len, prompt_len + 1, block_size);
+  measured_region("decode_1b_q4km", [&] { runner.forward(step, logits.data()); });
+  int best = 0;
+  for (int i = 1; i < vocab; ++i)
+    if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
+  lines.push_back("workload=decode_1b_q4km result=" + std::to_string(best));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> known = {"encode_1mb", "sampler_b64", "scheduler_256", "prefill_128",
-                                          "decode_1",   "bf16_model"};
+                                          "decode_1",   "bf16_model",  "decode_1b_q4km"};
   if (argc < 3) {
     std::fprintf(stderr, "usage: ossa_perfgate <model.gguf> <workload>...\nworkloads:");
     for (const std::string& w : known) std::fprintf(stderr, " %s", w.c_str());
@@ -286,6 +307,7 @@ int main(int argc, char** argv) {
     }
     if (wants("prefill_128") || wants("decode_1")) run_model(model_path, wants("prefill_128"), wants("decode_1"), lines);
     if (wants("bf16_model")) run_model(model_path, true, true, lines, true);
+    if (wants("decode_1b_q4km")) run_kquant_decode(model_path, lines);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ossa_perfgate: %s\n", e.what());
     return 1;
