@@ -140,14 +140,18 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, bool bf16c) {
   return AmxActivations{tiles, sums, x.n_rows, x.cols};
 }
 
-// Activation rows laid out for the AVX-512 Q4_K / Q6_K kernels (kquant_prepare_row), one buffer per
-// type, owned by the thread that called the matmul (like t_split).
+// Activation rows laid out for the AVX-512 K-quant kernels (kquant_prepare_row), one buffer per
+// layout, owned by the thread that called the matmul (like t_split). Slots: 0 Q4_K and Q5_K (Q5_K's
+// qs are Q4_K's, so a matmul with both lays the rows out once), 1 Q6_K, 2 IQ4_XS, 3 Q2_K and Q3_K.
 struct KQuantRows {
-  const float* rows[2] = {nullptr, nullptr};  // Q4_K, Q6_K
-  int64_t stride[2] = {0, 0};
+  const float* rows[4] = {nullptr, nullptr, nullptr, nullptr};
+  int64_t stride[4] = {0, 0, 0, 0};
 };
-thread_local AlignedVector<float> t_kquant[2];
-int kquant_slot(DType t) { return t == DType::Q4_K ? 0 : t == DType::Q6_K ? 1 : -1; }
+thread_local AlignedVector<float> t_kquant[4];
+int kquant_slot(DType t) {
+  if (t == DType::Q2_K || t == DType::Q3_K) return 3;
+  return t == DType::Q4_K || t == DType::Q5_K ? 0 : t == DType::Q6_K ? 1 : t == DType::IQ4_XS ? 2 : -1;
+}
 
 // Whether compute() runs w through the f32 tile kernels (not AMX, not 8-bit activations).
 bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {

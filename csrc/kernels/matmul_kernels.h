@@ -38,6 +38,10 @@ F32Tile f32_tile(DType type, int rows);
 F32Tile f32_tile_q5(DType type, int rows);
 F32Tile f32_tile_q23k(DType type, int rows);
 F32Tile f32_tile_iq4(DType type, int rows);
+// On AVX-512, Q5_K reads the rows kquant_prepare_row lays out for Q4_K; IQ4_XS and Q2_K / Q3_K read
+// rows laid out by these (called through kquant_prepare_row; q23k adds the sums of each 16 values).
+void iq4xs_prepare_row(const float* x, int64_t cols, float* out);
+void q23k_prepare_row(const float* x, int64_t cols, float* out);
 
 // Q4_K and Q6_K on AVX-512 (matmul_kquant.cpp): f32_tile returns kernels that read each activation
 // row laid out by kquant_prepare_row (kquant_prepared_floats(t, cols) floats; 0 where this build's

@@ -185,12 +185,16 @@ F32TileFn tile_fn(DType t) {
 }  // namespace
 
 int64_t kquant_prepared_floats(DType t, int64_t cols) {
-  if (t == DType::Q4_K) return cols + cols / 16;
+  if (t == DType::Q4_K || t == DType::Q5_K) return cols + cols / 16;  // Q5_K: matmul_q5.cpp
+  if (t == DType::IQ4_XS) return cols;                                 // matmul_iq4.cpp
+  if (t == DType::Q2_K || t == DType::Q3_K) return cols + cols / 16;   // matmul_q23k.cpp
   if (t == DType::Q6_K) return cols;
   return 0;
 }
 
 void kquant_prepare_row(DType t, const float* x, int64_t cols, float* out) {
+  if (t == DType::IQ4_XS) return iq4xs_prepare_row(x, cols, out);
+  if (t == DType::Q2_K || t == DType::Q3_K) return q23k_prepare_row(x, cols, out);
   static constexpr auto perm = [](bool q4) {
     struct P {
       int e[128];
@@ -200,10 +204,11 @@ void kquant_prepare_row(DType t, const float* x, int64_t cols, float* out) {
     return p;
   };
   static constexpr auto p4 = perm(true), p6 = perm(false);
-  const int* e = t == DType::Q4_K ? p4.e : p6.e;
+  const bool q4 = t == DType::Q4_K || t == DType::Q5_K;  // Q5_K's qs are Q4_K's
+  const int* e = q4 ? p4.e : p6.e;
   for (int64_t c = 0; c < cols; c += 128)
     for (int j = 0; j < 128; ++j) out[c + j] = x[c + e[j]];
-  if (t != DType::Q4_K) return;
+  if (!q4) return;
   float* sums = out + cols;
   for (int64_t sb = 0; sb < cols / 256; ++sb) {
     for (int j = 0; j < 8; ++j) {

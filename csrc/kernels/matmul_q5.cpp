@@ -142,13 +142,130 @@ struct Q5_K {
 #endif
 };
 
+#if defined(__AVX512F__)
+// ---- Q5_K on activations laid out as Q4_K's (matmul_kquant.cpp, kquant_prepare_row) -------------
+//
+// Q5_K's qs are Q4_K's, byte for byte, so the Q4_K kernel's trick applies: 64 bytes of qs as 16
+// dwords, shifted right by 4k, give in lane i the nibble of element
+//   e = 64 (i / 8) + 32 (k % 2) + 4 (i % 8) + k / 2        of the 128-value chunk c,
+// whose fifth bit is bit j = 4c + 2 (i / 8) + k % 2 of qh[l], l = 4 (i % 8) + k / 2. qh's 32 bytes are
+// loaded into both halves of a register (lane i: bytes 4 (i % 8) .. + 3) and shifted right by
+// 2 (i / 8) + 4c, which leaves that bit at 8 (k / 2) + k % 2; one more shift puts it at bit 4, and
+// vpternlogd takes bits 0..3 from the nibble and the rest from it, a 5-bit index into the 32-entry
+// table 0..31 (vpermt2ps ignores the higher bits). Products are summed per sub-block and scaled
+// afterwards, minimums subtracted with the sub-block sums of the activations, as for Q4_K:
+//
+//   acc = f_0 x_0; acc = fma(f_2, x_2, acc) ... f_6      tot = fma(acc, scales_even, tot)   (and odd k)
+//   tot -= dmin m_j * sum(x of sub-block j)   once per super-block
+//
+// The same sequence for every output element whatever the tile shape: batch invariant.
+
+// Lanes 0..7: d * sc_j, lanes 8..15: dmin * m_j.
+inline __m512 q5k_scales(const BlockQ5_K& b) {
+  uint32_t s[3];
+  std::memcpy(s, b.scales, 12);
+  const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
+  const __m128i v = _mm_setr_epi32(static_cast<int>(s[0] & low6),
+                                   static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)),
+                                   static_cast<int>(s[1] & low6),
+                                   static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)));
+  const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
+  return _mm512_mul_ps(q, _mm512_insertf32x8(_mm512_castps256_ps512(d), dmin, 1));
+}
+
+template <int MO, int R>
+void q5k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
+  const int64_t nsb = cols / 256;
+  const float* xs[R];  // per super-block: 8 zeros, then the 8 sub-block sums (kquant_prepare_row)
+  for (int r = 0; r < R; ++r) xs[r] = x[r] + cols;
+  const __m512 t0 = iota16(), t1 = _mm512_add_ps(iota16(), _mm512_set1_ps(16.0f));
+  const __m512i m15 = _mm512_set1_epi32(15);
+  // Scale vectors of chunk c, even / odd k: lanes 0..7 sub-block 4c + k % 2, lanes 8..15 4c + 2 + k % 2.
+  const __m512i sel[2][2] = {
+      {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+       _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3)},
+      {_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+       _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)}};
+  const __m512i upper[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                            _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
+  __m512 tot[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) tot[o][r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512 sm[MO];
+    __m512i qh[MO];
+    for (int o = 0; o < MO; ++o) {
+      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w[o])[sb];
+      sm[o] = q5k_scales(b);
+      qh[o] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
+    }
+    for (int c = 0; c < 2; ++c) {
+      __m512i v[MO], h[MO];
+      for (int o = 0; o < MO; ++o) {
+        const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w[o])[sb];
+        v[o] = _mm512_loadu_si512(b.qs + 64 * c);
+        h[o] = _mm512_srlv_epi32(qh[o], upper[c]);  // fifth bit of (i, k) at bit 8 (k / 2) + k % 2
+      }
+      const int64_t xo = sb * 256 + c * 128;
+#pragma GCC unroll 2
+      for (int t = 0; t < 2; ++t) {
+        __m512 acc[MO][R];
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; ++kk) {
+          const int k = 2 * kk + t;
+          const int at = 8 * (k / 2) + k % 2;  // where the fifth bit is; it goes to bit 4
+          __m512 xk[R];
+          for (int r = 0; r < R; ++r) xk[r] = _mm512_loadu_ps(x[r] + xo + 16 * k);
+          for (int o = 0; o < MO; ++o) {
+            const __m512i nib = k == 0 ? v[o] : _mm512_srli_epi32(v[o], 4 * k);
+            const __m512i hb = tile::move_bit(h[o], at, 4);
+            const __m512i idx = _mm512_ternarylogic_epi32(nib, hb, m15, 0xE4);  // m15 ? nib : hb, bitwise
+            const __m512 f = _mm512_permutex2var_ps(t0, idx, t1);
+            for (int r = 0; r < R; ++r)
+              acc[o][r] = kk == 0 ? _mm512_mul_ps(f, xk[r]) : _mm512_fmadd_ps(f, xk[r], acc[o][r]);
+          }
+        }
+        for (int o = 0; o < MO; ++o) {
+          const __m512 s = _mm512_permutexvar_ps(sel[c][t], sm[o]);
+          for (int r = 0; r < R; ++r) tot[o][r] = _mm512_fmadd_ps(acc[o][r], s, tot[o][r]);
+        }
+      }
+    }
+    for (int o = 0; o < MO; ++o)
+      for (int r = 0; r < R; ++r)
+        tot[o][r] = _mm512_mask3_fnmadd_ps(sm[o], _mm512_loadu_ps(xs[r] + 16 * sb), tot[o][r], 0xFF00);
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[o * R + r] = tile::fsum16(tot[o][r]);
+}
+
+// The tile shapes of the Q4_K kernel.
+F32Tile q5k_tile_for_rows(int rows) {
+  switch (rows) {
+    case 1: return {q5k_tile<8, 1>, 8};
+    case 2: return {q5k_tile<4, 2>, 4};
+    case 3: return {q5k_tile<2, 3>, 2};
+    case 4: return {q5k_tile<2, 4>, 2};
+    case 5: return {q5k_tile<1, 5>, 1};
+    case 6: return {q5k_tile<1, 6>, 1};
+    case 7: return {q5k_tile<1, 7>, 1};
+    default: return {q5k_tile<1, 8>, 1};
+  }
+}
+#endif
+
 }  // namespace
 
 F32Tile f32_tile_q5(DType type, int rows) {
   switch (type) {
     case DType::Q5_0: return tile::tile_for_rows<Q5_0>(rows);
     case DType::Q5_1: return tile::tile_for_rows<Q5_1>(rows);
+#if defined(__AVX512F__)
+    case DType::Q5_K: return q5k_tile_for_rows(rows);  // activations as kquant_prepare_row(Q4_K) lays them out
+#else
     case DType::Q5_K: return tile::tile_for_rows<Q5_K>(rows);
+#endif
     default: OSSA_ASSERT(false);
   }
   return {};

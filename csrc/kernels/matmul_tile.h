@@ -43,6 +43,12 @@ inline __m512 iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
 // 16 f32 in memory, broadcast one at a time from there (a load, not a shuffle).
 inline __m512 bcast(const float* p) { return _mm512_set1_ps(*p); }
 
+// Each lane shifted so that its bit `from` lands at bit `to` (constants after unrolling).
+inline __m512i move_bit(__m512i v, int from, int to) {
+  if (from < to) return _mm512_slli_epi32(v, static_cast<unsigned>(to - from));
+  return from == to ? v : _mm512_srli_epi32(v, static_cast<unsigned>(from - to));
+}
+
 inline float fsum16(__m512 v) {
   const __m256 lo = _mm512_castps512_ps256(v);
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
