@@ -208,3 +208,73 @@ def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
     )
     assert r.returncode != 0 and r.stdout == ""
     assert r.stderr.strip().count("\n") == 0 and "'IQ2_XXS'" in r.stderr and "blk.1.ffn_up.weight" in r.stderr
+
+
+# llama.cpp's own quantizer, where llama-cpp-python is installed: real blocks (not random bytes) of
+# every new type, in the mixes llama.cpp writes. The files must read back close to the F16 weights
+# they came from (an independent check that ossa, the twin and the gguf package all read llama.cpp's
+# bytes as llama.cpp meant them), and bitwise as the oracle and the twin read them.
+LLAMA_MIXES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
+# Root-mean-square quantization error relative to the weights' RMS, per type: what rounding Gaussian
+# weights to that many bits gives (measured 0.018, 0.036-0.043, 0.071-0.077, 0.15, 0.30), with margin.
+TYPE_ERROR = {"F32": 0.0, "Q6_K": 0.03, "Q5_0": 0.06, "Q5_1": 0.06, "Q5_K": 0.06, "Q4_K": 0.1,
+              "IQ4_NL": 0.1, "IQ4_XS": 0.1, "Q3_K": 0.2, "Q2_K": 0.4}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def f16_model(model_dir: Path) -> str:
+    rng = np.random.default_rng(11)
+    path = model_dir / "base-f16.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_embedding_length(E)
+    w.add_block_count(LAYERS)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_feed_forward_length(FF)
+    w.add_context_length(256)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(E // 4)
+    w.add_tensor("token_embd.weight", rng.standard_normal((VOCAB, E)).astype(np.float16))
+    w.add_tensor("output.weight", (0.06 * rng.standard_normal((VOCAB, E))).astype(np.float16))
+    shapes = {"attn_q": (E, E), "attn_k": (E // 2, E), "attn_v": (E // 2, E), "attn_output": (E, E),
+              "ffn_gate": (FF, E), "ffn_up": (FF, E), "ffn_down": (E, FF)}  # fmt: skip
+    for i in range(LAYERS):
+        for n, shape in shapes.items():
+            w.add_tensor(f"blk.{i}.{n}.weight", (0.06 * rng.standard_normal(shape)).astype(np.float16))
+    for name in ["output_norm.weight"] + [
+        f"blk.{i}.{n}_norm.weight" for i in range(LAYERS) for n in ("attn", "ffn")
+    ]:
+        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+@pytest.mark.parametrize("mix", LLAMA_MIXES)
+def test_files_quantized_by_llama_cpp(f16_model: str, model_dir: Path, mix: str) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import ctypes
+
+    path = model_dir / f"llama-{mix}.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{mix}")
+    assert llama_cpp.llama_model_quantize(f16_model.encode(), str(path).encode(), ctypes.byref(params)) == 0
+    m = core.load_model(str(path))
+    types = {t[1] for t in m.tensors()}
+    assert types & set(NEW_TYPES), types
+    base = {t.name: np.asarray(t.data, np.float32) for t in gguf.GGUFReader(f16_model).tensors}
+    twin_file = read_gguf(str(path))
+    for t in gguf.GGUFReader(str(path)).tensors:
+        mine = core.dequantize_tensor(m, t.name)
+        oracle = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(mine.shape)
+        assert np.array_equal(mine.view(np.uint32), oracle.view(np.uint32)), t.name
+        assert np.array_equal(mine.view(np.uint32), twin_file.tensor(t.name).view(np.uint32)), t.name
+        ref = base[t.name].reshape(mine.shape)
+        err = np.sqrt(np.mean((mine - ref) ** 2) / np.mean(ref**2))
+        assert err <= TYPE_ERROR[t.tensor_type.name], (t.name, t.tensor_type.name, err)
+    config, weights = loader.load_weights(str(path))
+    ids = np.random.default_rng(2).integers(0, VOCAB, 16).tolist()
+    twin = ref_model.forward(config, weights, ids)
+    assert float(np.max(np.abs(core.model_logits(m, ids) - twin))) / float(np.max(np.abs(twin))) < 1e-4
