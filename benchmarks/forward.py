@@ -82,11 +82,11 @@ def read_bandwidth(threads: int) -> float:
     return best
 
 
-def ossa_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
+def ossa_speed(path: str, threads: int, n_decode: int, quantized_activations: bool = False) -> dict[str, float]:
     from ossa._native import core
 
     core.set_num_threads(threads)
-    model = core.load_model(path)
+    model = core.load_model(path, quantized_activations=quantized_activations)
     block = 16
     out = {}
     for n in (128, 512):
@@ -156,9 +156,12 @@ def speed_isolated(engine: str, path: str, threads: int, n_decode: int, quant_ac
 
     from peer_env import engine_env
 
-    fn = "ossa_speed" if engine == "ossa" else "llama_speed"
-    pre = "from ossa._native import core; core.set_quantized_activations(True); " if quant_act else ""
-    code = f"import json, forward; {pre}print(json.dumps(forward.{fn}({path!r}, {threads}, {n_decode})))"
+    call = f"{path!r}, {threads}, {n_decode}"
+    if engine == "ossa":
+        call = f"ossa_speed({call}, quantized_activations={quant_act})"  # a load option of the model
+    else:
+        call = f"llama_speed({call})"
+    code = f"import json, forward; print(json.dumps(forward.{call}))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=engine_env(engine))
     if r.returncode != 0:
         print(f"{engine} failed on {os.path.basename(path)} (exit {r.returncode}): {r.stderr[-500:]}")

@@ -3,18 +3,20 @@
 Three experiments, one table each (time per unit of work and speed-up over pure Python):
 
 1. y = 2x + 1 over 10,000,000 float64 values: a Python list comprehension, NumPy, a C++ loop in one
-   thread (core.bench.affine_serial) and the same loop with OpenMP on all cores.
+   thread (layers.affine_serial) and the same loop with OpenMP on all cores.
 2. The fixed cost of a crossing, per call over 2,000,000 calls (median of the repeats): an empty
    Python loop iteration, a call of an empty Python function, of an empty C++ function bound with
-   nanobind (core.bench.empty) and of one bound with pybind11 (benchmarks/pybind_empty, built here
+   nanobind (layers.empty) and of one bound with pybind11 (benchmarks/pybind_empty, built here
    into $OSSA_HOME/bench/pybind_empty on first use).
 3. Single-head attention softmax(QK^T/sqrt(d))V at seq 512, d 64: pure Python loops, NumPy, a naive
    C++ triple loop (float64) and ossa's production paged-attention kernel (float32 only), each with
    its maximum absolute error against NumPy float64.
 
-    OSSA_CORE_DIR=build/layers/csrc PYTHONPATH=src python benchmarks/layers.py [--quick]
+    python benchmarks/layers.py [--quick]
 
-The core must be built with the "bench" component (it is in the default OSSA_COMPONENTS).
+The kernels are benchmarks/layers_ext, a small module of their own (ossa_layers) built with CMake into
+$OSSA_HOME/bench on first use; the pybind11 row needs pybind11 (pip install ".[bench]") and is skipped
+with a note without it.
 
 What it shows: (1) the interpreter costs tens of nanoseconds per element, which any compiled loop
 (NumPy or C++) removes; (2) every Python/C++ crossing has a fixed cost of the order of a Python call,
@@ -25,6 +27,7 @@ BLAS-backed matmul: speed comes from the right kernel (blocked, vectorised), not
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import math
 import os
@@ -38,8 +41,6 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-
-from ossa._native import core
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,7 +77,7 @@ def print_table(title: str, rows: list[tuple[str, float, str]], unit: str, extra
         print(f"{name:<34} {fmt_time(seconds):>12} {speedup:>9.1f}x" + (f"  {note}" if extra else ""))
 
 
-def experiment_affine(n: int, repeats: int) -> None:
+def experiment_affine(layers: ModuleType, n: int, repeats: int) -> None:
     x = np.random.default_rng(0).standard_normal(n)
     x_list = x.tolist()
     y = np.empty_like(x)
@@ -91,14 +92,14 @@ def experiment_affine(n: int, repeats: int) -> None:
         np.add(y, 1.0, out=y)
 
     rows.append(("NumPy in place (out=)", median_time(numpy_in_place, repeats), ""))
-    rows.append(("C++ loop, 1 thread", median_time(lambda: core.bench.affine_serial(x, y), repeats), ""))
+    rows.append(("C++ loop, 1 thread", median_time(lambda: layers.affine_serial(x, y), repeats), ""))
     assert np.array_equal(y, expected)
     y.fill(0.0)
     threads = os.cpu_count() or 1
     rows.append(
         (
             f"C++ loop, OpenMP {threads} threads",
-            median_time(lambda: core.bench.affine_parallel(x, y, 0), repeats),
+            median_time(lambda: layers.affine_parallel(x, y, 0), repeats),
             "",
         )
     )
@@ -106,43 +107,63 @@ def experiment_affine(n: int, repeats: int) -> None:
     print_table(f"1. y = 2x + 1 over {n:,} float64 (median of {repeats}; Python: 1 run)", rows, "time")
 
 
-def build_pybind_empty() -> ModuleType:
-    """Builds benchmarks/pybind_empty with pybind11's CMake into a cache folder, once, and imports it."""
-    import pybind11
-
+def build_extension(source: Path, name: str, sources: list[Path], cmake_args: list[str]) -> ModuleType:
+    """Builds the CMake project in ``source`` into $OSSA_HOME/bench/<folder> (again only when one of
+    ``sources`` changed) and imports its module ``name``."""
     home = Path(os.environ.get("OSSA_HOME", Path.home() / ".cache" / "ossa"))
-    build = home / "bench" / "pybind_empty"
-    source = HERE / "pybind_empty"
+    build = home / "bench" / source.name
     stamp = build / "source.stamp"
-    digest = "".join(p.read_text() for p in sorted(source.glob("*")) if p.is_file())
-    built = list(build.glob("pybind_empty*.so"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()
+    built = list(build.glob(f"{name}*.so"))
     if not built or not stamp.exists() or stamp.read_text() != digest:
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
         subprocess.run(
-            ["cmake", "-S", str(source), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
-             f"-DPython_EXECUTABLE={sys.executable}", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"],
+            ["cmake", "-S", str(source), "-B", str(build), *generator, *launcher,
+             "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}", *cmake_args],
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, stdout=subprocess.DEVNULL)
         stamp.write_text(digest)
-        built = list(build.glob("pybind_empty*.so"))
-    spec = importlib.util.spec_from_file_location("pybind_empty", built[0])
+        built = list(build.glob(f"{name}*.so"))
+    spec = importlib.util.spec_from_file_location(name, built[0])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def experiment_crossing(n_calls: int, repeats: int) -> None:
+def build_layers() -> ModuleType:
+    """benchmarks/layers_ext: the experiments' loops and ossa's attention kernel, as module ossa_layers."""
+    source = HERE / "layers_ext"
+    csrc = HERE.parent / "csrc"
+    sources = (
+        sorted(source.glob("*")) + sorted((csrc / "kernels").glob("*")) + sorted((csrc / "util").glob("*.h"))
+    )
+    return build_extension(source, "ossa_layers", [p for p in sources if p.is_file()], [])
+
+
+def build_pybind_empty() -> ModuleType | None:
+    """benchmarks/pybind_empty built with pybind11's CMake, or None when pybind11 is not installed."""
+    try:
+        import pybind11
+    except ImportError:
+        return None
+    source = HERE / "pybind_empty"
+    sources = sorted(p for p in source.glob("*") if p.is_file())
+    return build_extension(source, "pybind_empty", sources, [f"-Dpybind11_DIR={pybind11.get_cmake_dir()}"])
+
+
+def experiment_crossing(layers: ModuleType, n_calls: int, repeats: int) -> None:
     pybind_empty = build_pybind_empty()
 
     def py_empty() -> None:
         pass
 
-    nb_empty = core.bench.empty
-    pb_empty = pybind_empty.empty
+    nb_empty = layers.empty
+    pb_empty = pybind_empty.empty if pybind_empty is not None else None
     r = range(n_calls)
 
     # Each body is a plain for loop, so every row pays the same loop overhead; the last column
@@ -160,18 +181,24 @@ def experiment_crossing(n_calls: int, repeats: int) -> None:
             nb_empty()
 
     def loop_pb() -> None:
+        assert pb_empty is not None
         for _ in r:
             pb_empty()
 
-    per = {name: median_time(fn, repeats) / n_calls for name, fn in
-           [("loop", loop_only), ("py", loop_py), ("nb", loop_nb), ("pb", loop_pb)]}  # fmt: skip
+    loops = [("loop", loop_only), ("py", loop_py), ("nb", loop_nb)]
+    if pb_empty is not None:
+        loops.append(("pb", loop_pb))
+    per = {name: median_time(fn, repeats) / n_calls for name, fn in loops}
     loop = per["loop"]
     rows = [
         ("empty Python function", per["py"], fmt_time(per["py"] - loop)),
         ("empty C++ function, nanobind", per["nb"], fmt_time(per["nb"] - loop)),
-        ("empty C++ function, pybind11", per["pb"], fmt_time(per["pb"] - loop)),
-        ("empty Python loop iteration", loop, "-"),
     ]
+    if "pb" in per:
+        rows.append(("empty C++ function, pybind11", per["pb"], fmt_time(per["pb"] - loop)))
+    else:
+        print('(pybind11 is not installed: its row is skipped; pip install ".[bench]" adds it)')
+    rows.append(("empty Python loop iteration", loop, "-"))
     print_table(
         f"2. Crossing cost per call, {n_calls:,} calls (median of {repeats})",
         rows, "per call", "call alone (minus the loop)",
@@ -198,7 +225,7 @@ def numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (p @ v) / p.sum(axis=1, keepdims=True)
 
 
-def experiment_attention(seq: int, d: int, repeats: int) -> None:
+def experiment_attention(layers: ModuleType, seq: int, d: int, repeats: int) -> None:
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((seq, d)) for _ in range(3))
     q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
@@ -215,13 +242,13 @@ def experiment_attention(seq: int, d: int, repeats: int) -> None:
     rows.append(("NumPy (float32 inputs)", median_time(lambda: numpy_attention(q32, k32, v32), repeats),
                  err(numpy_attention(q32, k32, v32))))  # fmt: skip
     rows.append(("naive C++ triple loop (float64)",
-                 median_time(lambda: core.bench.naive_attention(q, k, v), repeats),
-                 err(core.bench.naive_attention(q, k, v))))  # fmt: skip
+                 median_time(lambda: layers.naive_attention(q, k, v), repeats),
+                 err(layers.naive_attention(q, k, v))))  # fmt: skip
     threads = os.cpu_count() or 1
     for t in sorted({1, threads}):
         rows.append((f"ossa paged_attention (f32), {t} thr",
-                     median_time(lambda t=t: core.bench.paged_attention(q32, k32, v32, t), repeats),
-                     err(core.bench.paged_attention(q32, k32, v32, t))))  # fmt: skip
+                     median_time(lambda t=t: layers.paged_attention(q32, k32, v32, t), repeats),
+                     err(layers.paged_attention(q32, k32, v32, t))))  # fmt: skip
     print_table(
         f"3. Single-head attention, seq {seq}, d {d} (median of {repeats}; Python: 1 run)",
         rows, "time", "max |err| vs NumPy f64",
@@ -233,14 +260,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes (a smoke run)")
     args = parser.parse_args()
-    if not hasattr(core, "bench"):
-        sys.exit("this ossa core was built without the 'bench' component (OSSA_COMPONENTS)")
+    layers = build_layers()
     scale = 10 if args.quick else 1
     python = sys.version.split()[0]
     print(f"ossa layering benchmarks; {os.cpu_count()} CPUs; numpy {np.__version__}; Python {python}")
-    experiment_affine(10_000_000 // scale, args.repeats)
-    experiment_crossing(2_000_000 // scale, args.repeats)
-    experiment_attention(512 // (2 if args.quick else 1), 64, args.repeats)
+    experiment_affine(layers, 10_000_000 // scale, args.repeats)
+    experiment_crossing(layers, 2_000_000 // scale, args.repeats)
+    experiment_attention(layers, 512 // (2 if args.quick else 1), 64, args.repeats)
 
 
 if __name__ == "__main__":

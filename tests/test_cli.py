@@ -78,3 +78,22 @@ def test_bad_arguments_are_clean_errors() -> None:
     r = ossa("generate", PROMPT, "--temperature", "-1")
     assert r.returncode == 2
     assert "temperature" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_throughput_batch_sweep(default_model_path: str) -> None:
+    r = ossa(
+        "bench", "throughput", "--model", default_model_path, "--batch-sizes", "1,3",
+        "--input-len", "8", "--output-len", "4", "--kv-cache-memory-bytes", str(32 << 20),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["batch", "requests/s", "output"])
+    rows = [line.split() for line in lines[header + 1 : header + 3]]
+    assert [row[0] for row in rows] == ["1", "3"]
+    for row in rows:
+        requests_per_s, tok_per_s = float(row[1]), float(row[2])
+        assert abs(tok_per_s - 4 * requests_per_s) <= 0.1  # 4 output tokens a request (printed rounded)
+    bars = [line for line in lines if line.lstrip().startswith(("1 |", "3 |"))]
+    assert len(bars) == 2 and max(b.count("#") for b in bars) == 40
+    bad = ossa("bench", "throughput", "--batch-sizes", "1,x")
+    assert bad.returncode == 2 and "--batch-sizes" in bad.stderr

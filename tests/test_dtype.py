@@ -40,8 +40,8 @@ def tiny_q4(tiny_hf: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     return hf_to_gguf(tiny_hf, tmp_path_factory.mktemp("dtg") / "m.gguf", "Q4_1")
 
 
-def logits(path: str, dtype: str, ids: list[int]) -> np.ndarray:
-    return np.asarray(models.load_model(path, dtype).logits(ids), dtype=np.float64)
+def logits(path: str, dtype: str, ids: list[int], amx: bool = True) -> np.ndarray:
+    return np.asarray(models.load_model(path, dtype, amx=amx).logits(ids), dtype=np.float64)
 
 
 def test_dtype_names() -> None:
@@ -68,20 +68,15 @@ def test_bf16_logits_match_the_twin(tiny_q4: str, tiny_hf: str, fmt: str, amx: b
     bf16 emulation up to f32 accumulation order: several times closer to it than to the float32
     numerics, which it is still near."""
     path = tiny_q4 if fmt.startswith("gguf") else tiny_hf
-    was = core.get_amx()
-    core.set_amx(amx)
-    try:
-        ids = np.random.default_rng(3).integers(0, 160, 40).tolist()
-        got = logits(path, "bfloat16", ids)
-        config, weights = loader.load_weights(path)
-        twin = ref_model.forward(config, ref_model.bf16_matrices(config, weights), ids, bf16_compute=True)
-        exact = ref_model.forward(config, weights, ids)
-        to_twin = np.max(np.abs(got - twin))
-        to_exact = np.max(np.abs(got - exact))
-        assert to_twin < 0.25 * to_exact, (to_twin, to_exact)
-        assert to_exact < 0.05 * np.max(np.abs(exact))
-    finally:
-        core.set_amx(was)
+    ids = np.random.default_rng(3).integers(0, 160, 40).tolist()
+    got = logits(path, "bfloat16", ids, amx=amx)
+    config, weights = loader.load_weights(path)
+    twin = ref_model.forward(config, ref_model.bf16_matrices(config, weights), ids, bf16_compute=True)
+    exact = ref_model.forward(config, weights, ids)
+    to_twin = np.max(np.abs(got - twin))
+    to_exact = np.max(np.abs(got - exact))
+    assert to_twin < 0.25 * to_exact, (to_twin, to_exact)
+    assert to_exact < 0.05 * np.max(np.abs(exact))
 
 
 def test_bf16_tiny_model_is_batch_invariant(tiny_q4: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from ossa import LLM, SamplingParams
 from ossa._native import core
-from ossa.engine_io import generation_params
+from ossa.input_processor import generation_params
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", "My favourite food is"]
 

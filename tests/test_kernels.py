@@ -28,10 +28,7 @@ AMX_TYPES = {"Q4_0", "Q4_1", "Q4_K", "Q8_0", "BF16"}  # the rest keep the f32 ke
 
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> object:
-    was = core.get_amx()
-    core.set_amx(request.param == "amx")
-    yield request.param
-    core.set_amx(was)
+    return request.param
 
 
 def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -63,9 +60,14 @@ def make_weight(type_name: str, rows: int, cols: int, seed: int) -> tuple[np.nda
     return raw, dequantize(raw, t).astype(np.float32).reshape(rows, cols)
 
 
-def run(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, q8: bool = False) -> np.ndarray:
-    """y = x @ W^T; q8 selects the 8-bit activation path for quantized weights."""
-    return core.kernel_matmul(raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), q8)
+def run(
+    raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, q8: bool = False, mode: str = "f32"
+) -> np.ndarray:
+    """y = x @ W^T; q8 selects the 8-bit activation path for quantized weights, mode the kernels
+    (the weight repacked for AMX or not, as a model's load option decides)."""
+    return core.kernel_matmul(
+        raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), q8, amx=mode == "amx"
+    )
 
 
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS + MORE)
@@ -73,13 +75,13 @@ def test_matmul_matches_dequantized_reference(type_name: str, mode: str) -> None
     rows, cols = 37, 512
     raw, w = make_weight(type_name, rows, cols, seed=1)
     x = np.random.default_rng(2).standard_normal((6, cols)).astype(np.float32)
-    y = run(raw, type_name, rows, cols, x)
+    y = run(raw, type_name, rows, cols, x, mode=mode)
     # f32 activations (the default): a float32 product with the dequantized weights.
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
     assert np.max(np.abs(y - ref) / scale) < TOLERANCE[mode if type_name in AMX_TYPES else "f32"]
     if type_name in QUANTIZED:
-        y = run(raw, type_name, rows, cols, x, q8=True)
+        y = run(raw, type_name, rows, cols, x, q8=True, mode=mode)
         # 8-bit activations: exact up to f32 rounding against the values the kernel multiplies...
         qs, d = core.kernel_quantize_q8(x)
         xq = (qs.reshape(6, -1, 32) * d[:, :, None]).reshape(6, cols)
@@ -97,14 +99,9 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
     # output is one weight times 1 plus products with 0, so it equals the dequantized weight exactly.
     rows, cols = 21, 512
     raw, w = make_weight(type_name, rows, cols, seed=16)
-    was = core.get_amx()
-    core.set_amx(False)
-    try:
-        for n in (1, 5, 8, cols):  # every tile shape
-            eye = np.eye(cols, dtype=np.float32)[:n]
-            np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye), w.T[:n])
-    finally:
-        core.set_amx(was)
+    for n in (1, 5, 8, cols):  # every tile shape
+        eye = np.eye(cols, dtype=np.float32)[:n]
+        np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
 def test_quantize_q8_is_round_to_nearest() -> None:
@@ -126,14 +123,16 @@ def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool, mode: st
     raw, _ = make_weight(type_name, rows, cols, seed=4)
     # Up to 150 rows: several 16-row AMX blocks and two 128-row work items.
     x = np.random.default_rng(5).standard_normal((150, cols)).astype(np.float32)
-    alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1], q8)[0] for i in range(len(x))])
+    alone = np.stack([run(raw, type_name, rows, cols, x[i : i + 1], q8, mode=mode)[0] for i in range(len(x))])
     try:
         for threads in (1, 2):
             core.set_num_threads(threads)
             for n in (1, 3, 4, 5, 8, 11, 16, 17, 40, 150):
-                np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], q8), alone[:n])
+                np.testing.assert_array_equal(
+                    run(raw, type_name, rows, cols, x[:n], q8, mode=mode), alone[:n]
+                )
             # A row in a different tile position (shifted by one) is still the same.
-            np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:], q8), alone[1:])
+            np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[1:], q8, mode=mode), alone[1:])
     finally:
         core.set_num_threads(2)
 
@@ -175,10 +174,18 @@ def bf16(a: np.ndarray) -> np.ndarray:
     return _bf16(a).astype(np.float64)
 
 
-def run_bf16(raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray) -> np.ndarray:
+def run_bf16(
+    raw: np.ndarray, type_name: str, rows: int, cols: int, x: np.ndarray, mode: str = "f32"
+) -> np.ndarray:
     """y = x @ W^T as load_model(dtype="bfloat16") multiplies: W and x rounded to bf16."""
     return core.kernel_matmul(
-        raw.reshape(-1), int(QT[type_name]), rows, cols, np.ascontiguousarray(x), dtype="bfloat16"
+        raw.reshape(-1),
+        int(QT[type_name]),
+        rows,
+        cols,
+        np.ascontiguousarray(x),
+        dtype="bfloat16",
+        amx=mode == "amx",
     )
 
 
@@ -189,7 +196,7 @@ def test_bf16_compute_matches_rounded_product(type_name: str, mode: str) -> None
     rows, cols = 45, 512
     raw, w = make_weight(type_name, rows, cols, seed=11)
     x = np.random.default_rng(12).standard_normal((37, cols)).astype(np.float32)
-    y = run_bf16(raw, type_name, rows, cols, x)
+    y = run_bf16(raw, type_name, rows, cols, x, mode=mode)
     ref = bf16(x) @ bf16(w).T
     scale = np.abs(bf16(x)) @ np.abs(bf16(w)).T
     assert np.max(np.abs(y - ref) / scale) < 1e-6
@@ -205,14 +212,18 @@ def test_bf16_compute_is_batch_invariant(type_name: str, cols: int, mode: str) -
     rows = 80  # two 32-column items and a lone 16-row group
     raw, _ = make_weight(type_name, rows, cols, seed=13)
     x = np.random.default_rng(14).standard_normal((300, cols)).astype(np.float32)
-    alone = np.stack([run_bf16(raw, type_name, rows, cols, x[i : i + 1])[0] for i in range(0, 300, 7)])
+    alone = np.stack(
+        [run_bf16(raw, type_name, rows, cols, x[i : i + 1], mode=mode)[0] for i in range(0, 300, 7)]
+    )
     try:
         for threads in (1, 2):
             core.set_num_threads(threads)
             for n in (1, 2, 16, 17, 33, 300):
-                got = run_bf16(raw, type_name, rows, cols, x[:n])
+                got = run_bf16(raw, type_name, rows, cols, x[:n], mode=mode)
                 np.testing.assert_array_equal(got[::7], alone[: len(got[::7])])
-            np.testing.assert_array_equal(run_bf16(raw, type_name, rows, cols, x[7:])[::7], alone[1:])
+            np.testing.assert_array_equal(
+                run_bf16(raw, type_name, rows, cols, x[7:], mode=mode)[::7], alone[1:]
+            )
     finally:
         core.set_num_threads(2)
 

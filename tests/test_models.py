@@ -141,3 +141,23 @@ def test_bad_model_raises_model_error(tmp_path: Path) -> None:
     bad.write_bytes(b"GGUF" + np.zeros(4, np.uint8).tobytes())
     with pytest.raises(ossa.ModelError, match="unsupported GGUF version 0"):
         models.load_model(str(bad))
+
+
+def test_kernel_options_belong_to_each_model(default_model_path: str) -> None:
+    """amx and quantized_activations are load options, not process-wide switches: two models loaded
+    with different options run side by side, each as it would alone."""
+    ids = [1, 504, 3458, 282, 4649, 314, 17, 33, 280]
+    exact = models.load_model(default_model_path, amx=False)
+    quant = models.load_model(default_model_path, amx=False, quantized_activations=True)
+    assert not exact._handle.uses_amx and not exact._handle.quantized_activations
+    assert quant._handle.quantized_activations
+    a, b = exact.logits(ids), quant.logits(ids)
+    assert not np.array_equal(a, b)  # 8-bit activation blocks round differently...
+    assert np.max(np.abs(a - b)) < 0.1 * np.max(np.abs(a))  # ...but not by much
+    alone = models.load_model(default_model_path, amx=False).logits(ids)
+    np.testing.assert_array_equal(exact.logits(ids), alone)
+    np.testing.assert_array_equal(quant.logits(ids), b)
+    default = models.load_model(default_model_path)
+    assert default._handle.uses_amx == core.amx_default()
+    if not core.amx_available():
+        np.testing.assert_array_equal(default.logits(ids), alone)

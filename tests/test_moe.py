@@ -267,17 +267,13 @@ def test_inspect_describes_experts(
 def test_quantized_activations_match_twin(
     hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """8-bit activation blocks (core.set_quantized_activations) reach the experts' and the shared
+    """8-bit activation blocks (load option quantized_activations) reach the experts' and the shared
     expert's matmuls as the twin rounds them; the router keeps exact f32 inputs."""
     name = "qwen2_moe_norm"  # every matrix quantizable (rows of 64 and 96)
     path = model_path(hf_models, name, "Q8_0", tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
     config, weights = ref_loader.load_weights(path)
-    core.set_quantized_activations(True)
-    try:
-        logits = core.model_logits(core.load_model(path), ids)
-    finally:
-        core.set_quantized_activations(False)
+    logits = core.model_logits(core.load_model(path, quantized_activations=True), ids)
     twin = ref_model.forward(config, weights, ids, quantized_activations=True)
     scale = float(np.max(np.abs(hf_logits)))
     assert float(np.max(np.abs(logits - twin))) / scale < TWIN_TOL

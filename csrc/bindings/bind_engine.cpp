@@ -71,29 +71,37 @@ void bind_engine(nb::module_& m) {
   using ossa::EngineConfig;
   using ossa::GenerationParams;
 
+  // Flat, as ossa.config fills it: the scheduler's fields are views of config.scheduler.
+#define OSSA_SCHED_FIELD(name) \
+  def_prop_rw(#name, [](const EngineConfig& c) { return c.scheduler.name; }, \
+              [](EngineConfig& c, decltype(ossa::SchedulerConfig::name) v) { c.scheduler.name = v; })
   nb::class_<EngineConfig>(m, "EngineConfig")
       .def(nb::init<>())
-      .def_rw("num_blocks", &EngineConfig::num_blocks)
-      .def_rw("block_size", &EngineConfig::block_size)
-      .def_rw("max_num_batched_tokens", &EngineConfig::max_num_batched_tokens)
-      .def_rw("max_num_seqs", &EngineConfig::max_num_seqs)
-      .def_rw("max_model_len", &EngineConfig::max_model_len)
+      .OSSA_SCHED_FIELD(num_blocks)
+      .OSSA_SCHED_FIELD(block_size)
+      .OSSA_SCHED_FIELD(max_num_batched_tokens)
+      .OSSA_SCHED_FIELD(max_num_seqs)
+      .OSSA_SCHED_FIELD(max_model_len)
+      .OSSA_SCHED_FIELD(enable_prefix_caching)
+      .OSSA_SCHED_FIELD(watermark)
       .def_prop_rw(
           "policy",
-          [](const EngineConfig& c) { return c.policy == ossa::SchedulePolicy::Priority ? "priority" : "fcfs"; },
+          [](const EngineConfig& c) {
+            return c.scheduler.policy == ossa::SchedulePolicy::Priority ? "priority" : "fcfs";
+          },
           [](EngineConfig& c, const std::string& p) {
             if (p == "fcfs")
-              c.policy = ossa::SchedulePolicy::Fcfs;
+              c.scheduler.policy = ossa::SchedulePolicy::Fcfs;
             else if (p == "priority")
-              c.policy = ossa::SchedulePolicy::Priority;
+              c.scheduler.policy = ossa::SchedulePolicy::Priority;
             else
               throw ossa::InputError("scheduling policy must be 'fcfs' or 'priority', got '" + p + "'");
           })
-      .def_rw("enable_prefix_caching", &EngineConfig::enable_prefix_caching)
       .def_rw("seed", &EngineConfig::seed)
       .def_prop_rw(
           "kv_cache_dtype", [](const EngineConfig& c) { return ossa::kv_type_name(c.kv_type); },
           [](EngineConfig& c, const std::string& t) { c.kv_type = ossa::parse_kv_type(t); });
+#undef OSSA_SCHED_FIELD
 
   nb::class_<GenerationParams>(m, "GenerationParams")
       .def(nb::init<>())
@@ -168,6 +176,8 @@ void bind_engine(nb::module_& m) {
         return released([&] { return e.get_outputs(timeout_s); });
       }, "timeout_s"_a = 0.0)
       .def_prop_ro("vocab_size", &Engine::vocab_size)
+      .def_prop_ro("config", [](const Engine& e) { return e.config(); },
+                   "A copy of the engine's EngineConfig (as built; changing it changes nothing).")
       .def("stats", [](const Engine& e) {
         ossa::EngineStats s = e.stats();
         nb::dict d;

@@ -40,7 +40,7 @@ struct KernelMatmul {
 
   KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type, int64_t rows,
                int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x, bool q8,
-               const std::string& dtype) {
+               const std::string& dtype, bool amx) {
     if (dtype != "float32" && dtype != "bfloat16")
       throw ossa::InputError("kernel_matmul: dtype must be 'float32' or 'bfloat16'");
     if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
@@ -58,10 +58,10 @@ struct KernelMatmul {
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
     if (dtype == "bfloat16") {  // as load_model(dtype="bfloat16") converts each matrix
       packed.assign(ossa::bf16_compute_bytes(w), 0);
-      w = ossa::make_bf16_compute(w, packed.data());
+      w = ossa::make_bf16_compute(w, packed.data(), amx);
       return;
     }
-    packed.assign(ossa::amx_enabled() ? ossa::amx_repacked_bytes(w) : 0, 0);
+    packed.assign(amx && ossa::amx_available() ? ossa::amx_repacked_bytes(w) : 0, 0);
     if (!packed.empty()) {
       ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
       w.packed = packed.data();
@@ -158,8 +158,8 @@ void bind_kernels(nb::module_& m) {
   m.def(
       "kernel_matmul",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8, const std::string& dtype) {
-        KernelMatmul k(weight, ggml_type, rows, cols, x, q8, dtype);
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8, const std::string& dtype, bool amx) {
+        KernelMatmul k(weight, ggml_type, rows, cols, x, q8, dtype, amx);
         F32Array out = new_f32(static_cast<size_t>(k.in.n_rows), static_cast<size_t>(rows));
         {
           nb::gil_scoped_release release;
@@ -168,16 +168,16 @@ void bind_kernels(nb::module_& m) {
         return out;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
-      nb::arg("q8") = false, nb::arg("dtype") = "float32");
+      nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = ossa::amx_default());
 
   // Benchmark hook (benchmarks/matmul.py): the same product `reps` times into one output buffer,
   // the weight repacked once as the loader does; returns the seconds of each run.
   m.def(
       "kernel_matmul_timed",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype) {
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype, bool amx) {
         if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
-        KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype);
+        KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype, amx);
         std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
         std::vector<double> seconds;
         {
@@ -191,17 +191,12 @@ void bind_kernels(nb::module_& m) {
         return seconds;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"),
-      nb::arg("dtype") = "float32");
+      nb::arg("dtype") = "float32", nb::arg("amx") = ossa::amx_default());
 
-  m.def("set_quantized_activations", &ossa::set_quantized_activations, nb::arg("on"),
-        "Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) "
-        "instead of f32 activations (default).");
-  m.def("get_quantized_activations", &ossa::quantized_activations);
-  m.def("set_amx", &ossa::set_amx, nb::arg("on"),
-        "Use the AMX kernels for Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights repacked at load (default where "
-        "available); models loaded while off keep the f32 kernels. Returns whether AMX is in use.");
-  m.def("get_amx", &ossa::amx_enabled);
-  m.def("amx_available", []() { return ossa::amx_available(); });
+  m.def("amx_available", []() { return ossa::amx_available(); },
+        "Whether the AMX kernels can run here (compiled in and granted by the OS).");
+  m.def("amx_default", []() { return ossa::amx_default(); },
+        "load_model's default for amx: amx_available() unless OSSA_AMX=0 is in the environment.");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

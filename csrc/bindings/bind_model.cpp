@@ -127,7 +127,9 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("compute_dtype", [](const ossa::Model& self) { return self.compute_dtype; },
                    "'float32' or 'bfloat16' (load_model's dtype)")
       .def_prop_ro("uses_amx", &ossa::Model::uses_amx,
-                   "Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).")
+                   "Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).")
+      .def_ro("quantized_activations", &ossa::Model::quantized_activations,
+              "Whether quantized weights multiply 8-bit activation blocks (load_model's option).")
       .def(
           "tensors",
           [](const ossa::Model& self) {
@@ -140,15 +142,18 @@ void bind_model(nb::module_& m) {
 
   m.def(
       "load_model",
-      [](const std::string& path, const std::string& dtype) {
+      [](const std::string& path, const std::string& dtype, bool amx, bool quantized_activations) {
         return guarded([&] {
           nb::gil_scoped_release release;
-          return ossa::load_model(path, dtype);
+          return ossa::load_model(path, ossa::LoadOptions{dtype, amx, quantized_activations});
         });
       },
-      nb::arg("path"), nb::arg("dtype") = "auto",
+      nb::arg("path"), nb::arg("dtype") = "auto", nb::arg("amx") = true, nb::arg("quantized_activations") = false,
       "Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or "
-      "'bfloat16' (matrices and their inputs rounded to bf16). Raises ModelError naming the problem.");
+      "'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels "
+      "where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. "
+      "quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact). "
+      "Raises ModelError naming the problem.");
 
   m.def(
       "gguf_metadata",

@@ -46,7 +46,7 @@ void bind_scheduler(nb::module_& m) {
           nb::arg("num_blocks"), nb::arg("block_size") = 16,
           nb::arg("max_num_batched_tokens") = 2048, nb::arg("max_num_seqs") = 256,
           nb::arg("max_model_len") = 2048, nb::arg("policy") = "fcfs",
-          nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = 0.01)
+          nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = ossa::k_default_watermark)
       .def_rw("num_blocks", &SchedulerConfig::num_blocks)
       .def_rw("block_size", &SchedulerConfig::block_size)
       .def_rw("max_num_batched_tokens", &SchedulerConfig::max_num_batched_tokens)

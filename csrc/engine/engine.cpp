@@ -30,30 +30,6 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Largest prefix length of s (<= limit) that ends on a UTF-8 character boundary.
-size_t utf8_floor(const std::string& s, size_t limit) {
-  if (limit >= s.size()) return s.size();
-  while (limit > 0 && (static_cast<unsigned char>(s[limit]) & 0xC0) == 0x80) --limit;
-  return limit;
-}
-
-int32_t raw_rank(const float* row, int vocab, int32_t token) {
-  const float x = row[token];
-  int32_t greater = 0;
-  for (int i = 0; i < vocab; ++i) greater += row[i] > x;
-  return greater + 1;
-}
-
-TokenLogprobs to_token_logprobs(const SampleResult& r, int32_t token, const float* row, int vocab) {
-  TokenLogprobs t;
-  t.token = token;
-  t.logprob = r.logprob;
-  t.rank = raw_rank(row, vocab, token);
-  t.top.reserve(r.n_top);
-  for (int i = 0; i < r.n_top; ++i) t.top.emplace_back(r.top_ids[i], r.top_logprobs[i]);
-  return t;
-}
-
 }  // namespace
 
 Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -62,16 +38,15 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
       tokenizer_(std::move(tokenizer)),
       config_(config),
       n_vocab_(model_->config.n_vocab),
-      scheduler_(SchedulerConfig{config.num_blocks, config.block_size, config.max_num_batched_tokens,
-                                 config.max_num_seqs, config.max_model_len, config.policy,
-                                 config.enable_prefix_caching, 0.01}),
-      runner_(model_, config.num_blocks, config.block_size, config.max_num_batched_tokens, config.kv_type) {
+      scheduler_(config.scheduler),
+      runner_(model_, config.scheduler.num_blocks, config.scheduler.block_size,
+              config.scheduler.max_num_batched_tokens, config.kv_type) {
   if (tokenizer_) {
     eos_ids_ = tokenizer_->eos_ids();
     if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());
   }
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
-  stats_.num_blocks = config.num_blocks;
+  stats_.num_blocks = config.scheduler.num_blocks;
   stats_snapshot_ = stats_;
 }
 
@@ -79,20 +54,22 @@ Engine::~Engine() { stop(); }
 
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
                          const GenerationParams& params) {
+  // User input is validated once, in Python (ossa.input_processor); these checks keep the engine's
+  // invariants for any caller, with errors that say what is wrong.
   if (prompt.empty()) throw InputError("the prompt is empty: give at least one token");
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw InputError("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                        std::to_string(n_vocab_) + ")");
   const int64_t len = static_cast<int64_t>(prompt.size());
-  if (len + 1 > config_.max_model_len)
+  if (len + 1 > config_.scheduler.max_model_len)
     throw InputError("the prompt has " + std::to_string(len) +
                      " tokens, and with at least one output token that exceeds max_model_len=" +
-                     std::to_string(config_.max_model_len));
-  const int64_t blocks_needed = (len + 1 + config_.block_size - 1) / config_.block_size;
-  if (blocks_needed > config_.num_blocks)
+                     std::to_string(config_.scheduler.max_model_len));
+  const int64_t blocks_needed = (len + 1 + config_.scheduler.block_size - 1) / config_.scheduler.block_size;
+  if (blocks_needed > config_.scheduler.num_blocks)
     throw InputError("the prompt needs " + std::to_string(blocks_needed) +
-                     " KV-cache blocks but the whole cache has " + std::to_string(config_.num_blocks) +
+                     " KV-cache blocks but the whole cache has " + std::to_string(config_.scheduler.num_blocks) +
                      "; raise kv_cache_memory_bytes");
   if (params.max_tokens < 1) throw InputError("max_tokens must be >= 1");
   if (params.n < 1) throw InputError("n must be >= 1");
@@ -109,7 +86,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
   r->params = params;
   r->params.sampling = std::move(sp);
   r->prompt = std::move(prompt);
-  for (const std::string& s : params.stop) r->max_stop_len = std::max(r->max_stop_len, s.size());
+  r->stops = StopStrings(params.stop, params.include_stop_str_in_output, params.sampling.min_tokens);
   r->children.resize(params.n);
   for (ChildState& c : r->children)
     c.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_, params.skip_special_tokens);
@@ -190,52 +167,8 @@ void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
       RequestState& r = *requests_.at(it->second);
       scheduler_.abort(r.key);
       for (ChildState& c : r.children)
-        if (!c.finished) finish_child(r, c, "abort");
+        if (!c.finished) finish_completion(c, "abort");
       touched_.push_back(r.key);
-    }
-  }
-}
-
-void Engine::finish_child(RequestState& r, ChildState& c, const std::string& reason) {
-  (void)r;
-  c.finished = true;
-  c.dirty = true;
-  c.finish_reason = reason;
-  // A stop string already truncated the text; anything held back after it is not output.
-  if (reason != "stop" || c.stop_str.empty()) c.detok->flush(c.text);
-}
-
-void Engine::process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp) {
-  ChildState& c = r.children[child];
-  if (c.finished) return;
-  c.new_tokens.push_back(token);
-  c.output_tokens.push_back(token);
-  c.dirty = true;
-  if (lp != nullptr) {
-    c.cumulative_logprob += lp->logprob;
-  }
-  const size_t old_len = c.text.size();
-  c.detok->push(token, c.text);
-  // As vLLM: stop strings count only once min_tokens are out (like EOS and stop ids in the sampler).
-  const bool past_min = static_cast<int64_t>(c.output_tokens.size()) > r.params.sampling.min_tokens;
-  if (r.max_stop_len > 0 && past_min && c.text.size() > old_len) {
-    // A stop string can only newly appear in a window ending in the new text.
-    const size_t from = old_len >= r.max_stop_len - 1 ? old_len - (r.max_stop_len - 1) : 0;
-    size_t best = std::string::npos;
-    const std::string* best_stop = nullptr;
-    for (const std::string& s : r.params.stop) {
-      const size_t p = c.text.find(s, from);
-      if (p != std::string::npos && p < best) {
-        best = p;
-        best_stop = &s;
-      }
-    }
-    if (best_stop != nullptr) {
-      c.stop_str = *best_stop;
-      c.text.resize(r.params.include_stop_str_in_output ? best + best_stop->size() : best);
-      if (c.emitted > c.text.size()) c.emitted = c.text.size();
-      scheduler_.finish(r.key, child);
-      finish_child(r, c, "stop");
     }
   }
 }
@@ -246,7 +179,7 @@ void Engine::fail_request(int64_t key, const std::string& message, std::vector<E
   RequestState& r = *it->second;
   scheduler_.abort(key);
   for (ChildState& c : r.children)
-    if (!c.finished) finish_child(r, c, "error");
+    if (!c.finished) finish_completion(c, "error");
   EngineOutput out = make_output(r);
   out.finished = true;
   out.error = message;
@@ -359,7 +292,7 @@ void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& o
   }
 }
 
-void Engine::step_locked(std::vector<EngineOutput>& outputs) {
+void Engine::run_step(std::vector<EngineOutput>& outputs) {
   apply_commands(outputs);
   if (!scheduler_.has_unfinished()) {
     collect_outputs(outputs);
@@ -453,7 +386,8 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
   // Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
   rows_.resize(n_samples);
   results_.resize(n_samples);
-  std::vector<std::pair<int64_t, int32_t>> row_child(n_samples);
+  row_child_.resize(n_samples);
+  std::vector<std::pair<int64_t, int32_t>>& row_child = row_child_;
   {
     size_t next = 0;
     for (const ScheduledSeq& s : so.seqs) {
@@ -500,7 +434,7 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
         SampleResult lp;
         sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1), r.params.prompt_logprobs,
                           std::span<SampleResult>(&lp, 1));
-        r.prompt_logprobs.push_back(to_token_logprobs(lp, tok, row, n_vocab_));
+        r.prompt_logprobs.push_back(token_logprobs(lp, tok, row, n_vocab_));
         r.prompt_lp_next = pos + 1;
         touched_.push_back(key);
       }
@@ -525,13 +459,14 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
     if (it == requests_.end()) continue;  // failed in sampling; the scheduler drops its row
     RequestState& r = *it->second;
     if (r.first_token_time == 0) r.first_token_time = tok_time;
-    const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
-    if (lp != nullptr) {
-      const float* row = sample_logits + i * n_vocab_;
-      r.children[child].new_logprobs.push_back(to_token_logprobs(*lp, lp->token, row, n_vocab_));
-    }
-    process_child_token(r, child, sampled_[i], lp);
+    ChildState& c = r.children[child];
     touched_.push_back(key);
+    if (c.finished) continue;
+    const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
+    if (lp != nullptr)
+      c.new_logprobs.push_back(token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
+    if (append_token(c, r.stops, sampled_[i], lp != nullptr ? &lp->logprob : nullptr))
+      scheduler_.finish(r.key, child);
   }
   for (const FinishEvent& ev : events) {
     auto it = requests_.find(ev.request_id);
@@ -540,7 +475,7 @@ void Engine::step_locked(std::vector<EngineOutput>& outputs) {
     ChildState& c = r.children[ev.child];
     if (c.finished) continue;  // already ended by a stop string this step
     c.stop_token = ev.stop_token;
-    finish_child(r, c, ev.reason == FinishReason::Length ? "length" : "stop");
+    finish_completion(c, ev.reason == FinishReason::Length ? "length" : "stop");
     touched_.push_back(ev.request_id);
   }
   stats_.time_detokenize += mono_seconds() - t3;
@@ -566,30 +501,7 @@ EngineOutput Engine::make_output(RequestState& r) {
   for (size_t i = 0; i < r.children.size(); ++i) {
     ChildState& c = r.children[i];
     all_finished = all_finished && c.finished;
-    if (!c.dirty) continue;
-    CompletionDelta d;
-    d.index = static_cast<int32_t>(i);
-    d.token_ids = std::move(c.new_tokens);
-    c.new_tokens.clear();
-    d.logprobs = std::move(c.new_logprobs);
-    c.new_logprobs.clear();
-    // Hold back text that could still be the start of a stop string.
-    size_t limit = c.text.size();
-    if (!c.finished && r.max_stop_len > 1)
-      limit = utf8_floor(c.text, c.text.size() >= r.max_stop_len - 1 ? c.text.size() - (r.max_stop_len - 1) : 0);
-    if (limit > c.emitted) {
-      d.text = c.text.substr(c.emitted, limit - c.emitted);
-      c.emitted = limit;
-    }
-    d.cumulative_logprob = c.cumulative_logprob;
-    if (c.finished && !c.reported_finish) {
-      d.finish_reason = c.finish_reason;
-      d.stop_str = c.stop_str;
-      d.stop_token = c.stop_token;
-      c.reported_finish = true;
-    }
-    c.dirty = false;
-    out.completions.push_back(std::move(d));
+    if (c.dirty) out.completions.push_back(take_delta(c, r.stops, static_cast<int32_t>(i)));
   }
   out.finished = all_finished;
   if (all_finished) out.finished_time = now_seconds();
@@ -621,7 +533,7 @@ void Engine::collect_outputs(std::vector<EngineOutput>& outputs) {
 
 void Engine::step_guarded(std::vector<EngineOutput>& outputs) {
   try {
-    step_locked(outputs);
+    run_step(outputs);
   } catch (const std::exception& e) {
     try {
       fail_batch(std::string("engine step failed: ") + e.what(), outputs);

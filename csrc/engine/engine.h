@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/constraints.h"
+#include "engine/output_processor.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
@@ -27,14 +28,10 @@
 
 namespace ossa {
 
+// The scheduler's config (blocks, budgets, max_model_len, policy, prefix caching, watermark) plus what
+// only the engine uses. ossa.config builds it, validated, from the user's options.
 struct EngineConfig {
-  int32_t num_blocks = 0;
-  int32_t block_size = 16;
-  int32_t max_num_batched_tokens = 2048;
-  int32_t max_num_seqs = 64;
-  int32_t max_model_len = 2048;
-  SchedulePolicy policy = SchedulePolicy::Fcfs;
-  bool enable_prefix_caching = true;
+  SchedulerConfig scheduler{.max_num_seqs = 64};
   uint64_t seed = 0;  // seeds requests that bring none
   KvType kv_type = KvType::F32;
 };
@@ -50,25 +47,6 @@ struct GenerationParams {
   bool skip_special_tokens = true;
   int32_t prompt_logprobs = -1;  // -1: none; k >= 0: each prompt token's logprob and the top k
   int64_t constraint = -1;       // structured output: the ConstraintHost's handle; -1: none
-};
-
-struct TokenLogprobs {
-  int32_t token = -1;
-  float logprob = 0.0f;
-  int32_t rank = 0;  // 1 + the number of tokens with a strictly larger raw logit
-  std::vector<std::pair<int32_t, float>> top;
-};
-
-// What one child produced since the last output of its request.
-struct CompletionDelta {
-  int32_t index = 0;
-  std::vector<int32_t> token_ids;
-  std::string text;
-  std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs were asked for
-  double cumulative_logprob = 0.0;
-  std::string finish_reason;  // empty while running; "stop", "length", "abort" or "error" (failed in the loop)
-  std::string stop_str;       // the stop string that ended it
-  int32_t stop_token = -1;    // or the stop token id / EOS
 };
 
 struct EngineOutput {
@@ -131,19 +109,7 @@ class Engine {
   int32_t vocab_size() const { return n_vocab_; }
 
  private:
-  struct ChildState {
-    std::unique_ptr<IncrementalDetokenizer> detok;
-    std::string text;      // decoded text, truncated at a stop string
-    size_t emitted = 0;    // bytes of text already reported
-    std::vector<int32_t> new_tokens;
-    std::vector<TokenLogprobs> new_logprobs;
-    std::vector<int32_t> output_tokens;
-    double cumulative_logprob = 0.0;
-    bool finished = false;
-    bool reported_finish = false;
-    bool dirty = false;
-    std::string finish_reason, stop_str;
-    int32_t stop_token = -1;
+  struct ChildState : CompletionState {  // engine/output_processor.h
     size_t constraint_fed = 0;  // output tokens its matcher has consumed
   };
   struct RequestState {
@@ -152,7 +118,7 @@ class Engine {
     GenerationParams params;
     std::vector<int32_t> prompt;
     uint64_t seed = 0;
-    size_t max_stop_len = 0;
+    StopStrings stops;
     std::vector<ChildState> children;
     int32_t prompt_lp_next = 1;  // next prompt position whose logprob is owed
     std::vector<TokenLogprobs> prompt_logprobs;
@@ -168,10 +134,10 @@ class Engine {
   };
 
   void apply_commands(std::vector<EngineOutput>& outputs);
-  void step_locked(std::vector<EngineOutput>& outputs);
-  void step_guarded(std::vector<EngineOutput>& outputs);  // step_locked; a failure ends its batch
-  void process_child_token(RequestState& r, int32_t child, int32_t token, const SampleResult* lp);
-  void finish_child(RequestState& r, ChildState& c, const std::string& reason);
+  // One step: commands, schedule, forward, sample, outputs (on the stepping thread, which owns all
+  // it touches; the shared state it reads is behind mutex_).
+  void run_step(std::vector<EngineOutput>& outputs);
+  void step_guarded(std::vector<EngineOutput>& outputs);  // run_step; a failure ends its batch
   void collect_outputs(std::vector<EngineOutput>& outputs);
   void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
   // Ends one request with an error (finish_reason "error") and forgets it.
@@ -207,12 +173,11 @@ class Engine {
   std::vector<std::pair<int64_t, int32_t>> prompt_row_of_;
   Batch batch_;  // a copy of the scheduled batch when prompt logprobs add rows
   std::vector<RowInput> rows_;
+  std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;
   std::vector<int32_t> sampled_;
-  std::vector<int32_t> lp_tokens_;
   ConstraintStage constraints_;
   std::vector<size_t> constraint_rows_;  // the sampling row of each constraint batch row
-  std::vector<SampleResult> lp_results_;
   int64_t next_key_ = 1;
   const SchedulerOutput* update_owed_ = nullptr;  // the scheduled batch until update() is called
   EngineStats stats_;
@@ -224,7 +189,6 @@ class Engine {
   std::deque<Command> commands_;
   std::unordered_map<std::string, bool> live_ids_;  // ids added and not yet finished
   std::vector<EngineOutput> pending_outputs_;
-  std::atomic<bool> has_work_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> stepping_{false};  // a caller's thread is in step() or run_to_completion()
   std::thread thread_;

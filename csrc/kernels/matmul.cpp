@@ -62,14 +62,6 @@ void check(const TensorView& w, const MatmulInput& x) {
                      std::string(dtype_name(w.type)) + " block size");
 }
 
-std::atomic<bool> g_quantized_activations{false};
-
-bool amx_default() {
-  const char* env = std::getenv("OSSA_AMX");
-  if (env != nullptr && std::string(env) == "0") return false;
-  return amx_available();
-}
-std::atomic<bool> g_amx{amx_default()};
 
 constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
 constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
@@ -89,11 +81,11 @@ ItemShape item_shape(bool amx, bool bf16c) {
 }
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
-// load (a type the AMX kernels take) and AMX is on. Weights rounded to bf16 at load (bf16_compute)
-// exist only as tiles when packed, so they stay on AMX whatever set_amx says later.
+// load (its model was loaded with amx on), and the activations are not 8-bit blocks, which only the
+// f32-side kernels take (weights rounded to bf16 exist only as tiles when packed: always AMX).
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
   if (w.packed == nullptr) return false;
-  return w.bf16_compute || (x.q8 == nullptr && g_amx.load(std::memory_order_relaxed));
+  return w.bf16_compute || x.q8 == nullptr;
 }
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
@@ -258,14 +250,11 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
 
 }  // namespace
 
-bool set_amx(bool on) {
-  g_amx = on && amx_available();
-  return g_amx;
+bool amx_default() {
+  const char* env = std::getenv("OSSA_AMX");
+  if (env != nullptr && std::string(env) == "0") return false;
+  return amx_available();
 }
-bool amx_enabled() { return g_amx; }
-
-void set_quantized_activations(bool on) { g_quantized_activations = on; }
-bool quantized_activations() { return g_quantized_activations; }
 
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
@@ -383,12 +372,12 @@ size_t bf16_compute_bytes(const TensorView& w) {
   return static_cast<size_t>((w.rows + 15) / 16 * 16 * w.cols * 2);  // tiles: rows rounded up to 16
 }
 
-TensorView make_bf16_compute(const TensorView& w, uint8_t* out) {
+TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
   if (w.cols % 32 != 0)
     throw ModelError("dtype bfloat16: a matrix row of " + std::to_string(w.cols) + " values is not a multiple of 32");
   TensorView bf = w;
   bf.bf16_compute = true;
-  if (g_amx.load()) {
+  if (amx && amx_available()) {
     parallel_for((w.rows + 15) / 16, 8, parallel_threads(),
                  [&](int64_t begin, int64_t end, int) { amx_repack_bf16_rounded(w, out, begin, end); });
     bf.packed = out;

@@ -19,8 +19,9 @@
 // F32 and F16 weights always take f32 activations and accumulate in f32 with FMA.
 // A fourth mode is chosen per model at load, not per call: dtype "bfloat16" (make_bf16_compute,
 // TensorView::bf16_compute) rounds every matrix and its activations to bf16 and accumulates in f32:
-// one AMX tile product per 16 x 16 x 32 step (matmul_amx.cpp), vLLM-CPU's numerics, ~3x the
-// prefill speed of the Q4 kernels; without AMX the f32 kernels on a BF16 copy.
+// one AMX tile product per 16 x 16 x 32 step (matmul_amx.cpp), vLLM-CPU's numerics, about 2.4x the
+// prefill throughput of the Q4 kernels (docs/performance.md); without AMX the f32 kernels on a BF16
+// copy.
 #include <cstdint>
 
 #include "kernels/ops.h"
@@ -84,17 +85,14 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
 // (bf16_compute set: its activations are rounded to bf16 too, products accumulated in f32).
 // ModelError if a row is not a multiple of 32 values.
 size_t bf16_compute_bytes(const TensorView& w);
-TensorView make_bf16_compute(const TensorView& w, uint8_t* out);
+// amx: as tiles for the AMX kernels (only when amx_available()).
+TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx);
 
-// Process-wide: use the AMX kernels (matmul_amx.cpp) for the weights repacked for them, when the CPU
-// and OS allow (default on; OSSA_AMX=0 in the environment turns it off; models loaded while it is off
-// are not repacked and keep the f32 kernels). Returns whether AMX is in use after the call.
-bool set_amx(bool on);
+// Whether the AMX kernels (matmul_amx.cpp) can run here: compiled in and granted by the OS. A weight
+// goes through them when it was repacked for them at load (TensorView::packed), which a model's load
+// option decides (load_model's amx, default amx_default()).
 bool amx_available();
-bool amx_enabled();
-
-// Process-wide activation mode for quantized weights used by the forward pass (default false: f32).
-void set_quantized_activations(bool on);
-bool quantized_activations();
+// The load default: amx_available(), unless OSSA_AMX=0 is in the environment.
+bool amx_default();
 
 }  // namespace ossa

@@ -1,4 +1,4 @@
-// The 8-bit activation path of the quantized matmuls (core.set_quantized_activations(True)).
+// The 8-bit activation path of the quantized matmuls (a model loaded with quantized_activations).
 //
 // Per 32-element block b of weight row o and activation row r:
 //

@@ -52,7 +52,7 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
                     std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
-  if (quantized_activations())
+  if (s.model->quantized_activations)
     for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
   if (quant) {
     if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");

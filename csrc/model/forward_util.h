@@ -43,7 +43,7 @@ void per_token(int n, int threads, F&& f, int64_t grain = 4) {
 }
 
 // Prepares activations x[n, cols] for a set of weights sharing them: quantizes to 8-bit blocks
-// once if any of them is quantized (only with core.set_quantized_activations(True)).
+// once if any of them is quantized (only for a model loaded with quantized_activations).
 MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
                     std::initializer_list<const TensorView*> weights);
 

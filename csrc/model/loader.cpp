@@ -478,12 +478,7 @@ const TensorView* Model::find_tensor(const std::string& name) const {
   return nullptr;
 }
 
-bool Model::uses_amx() const {
-  const auto* st = static_cast<const Storage*>(storage.get());
-  if (st == nullptr || st->packed.empty()) return false;
-  // A bfloat16 model's tiles stay on AMX whatever set_amx says later (kernels/matmul.cpp).
-  return amx_enabled() || (compute_dtype == "bfloat16" && weights.output.packed != nullptr);
-}
+bool Model::uses_amx() const { return amx; }
 
 // The matrices the forward pass multiplies (not the embedding lookup's view of a tied output).
 template <class F>
@@ -495,13 +490,13 @@ void for_each_matrix(Model& m, F&& f) {
   f(m.weights.output);
 }
 
-// Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp), when AMX
-// is in use; the file's views stay as they are for everything else (embedding lookups, listings).
+// Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp); the
+// file's views stay as they are for everything else (embedding lookups, listings).
 void repack_for_amx(Model& m, Storage& st) {
-  if (!amx_enabled()) return;
   for_each_matrix(m, [&](TensorView& v) {
     const size_t bytes = amx_repacked_bytes(v);
     if (bytes == 0) return;
+    m.amx = true;
     AlignedVector<uint8_t>& buf = st.packed.emplace_back(bytes);
     uint8_t* out = buf.data();
     parallel_for((v.rows + 15) / 16, 8, parallel_threads(),
@@ -512,16 +507,18 @@ void repack_for_amx(Model& m, Storage& st) {
 
 // dtype "bfloat16": every matrix is dequantized and rounded to bf16 once (make_bf16_compute: tiles
 // on AMX, 2 bytes a weight; the file's views stay for listings and the embedding lookup).
-void convert_to_bf16(Model& m, Storage& st) {
+void convert_to_bf16(Model& m, Storage& st, bool amx) {
   for_each_matrix(m, [&](TensorView& v) {
     if (v.empty()) return;
     AlignedVector<uint8_t>& buf = st.packed.emplace_back(bf16_compute_bytes(v));
-    v = make_bf16_compute(v, buf.data());
+    v = make_bf16_compute(v, buf.data(), amx);
+    m.amx = m.amx || v.packed != nullptr;
   });
   m.compute_dtype = "bfloat16";
 }
 
-std::shared_ptr<Model> load_model(const std::string& path, const std::string& dtype) {
+std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  const std::string& dtype = options.dtype;
   if (dtype != "auto" && dtype != "float32" && dtype != "bfloat16")
     throw InputError("dtype must be 'auto', 'float32' or 'bfloat16', got '" + dtype + "'");
   auto model = std::make_shared<Model>();
@@ -542,8 +539,10 @@ std::shared_ptr<Model> load_model(const std::string& path, const std::string& dt
     }
     load_gguf(*model, *storage);
   }
-  if (dtype == "bfloat16") convert_to_bf16(*model, *storage);
-  else repack_for_amx(*model, *storage);
+  model->quantized_activations = options.quantized_activations;
+  const bool amx = options.amx && amx_default();
+  if (dtype == "bfloat16") convert_to_bf16(*model, *storage, amx);
+  else if (amx) repack_for_amx(*model, *storage);
   model->storage = storage;
   return model;
 }

@@ -34,12 +34,13 @@ void per_token(int n, int threads, F&& f) {
 }
 
 // Rows x[n, cols] as the matmul input of `weights`, quantized to 8-bit blocks into q8 when one of
-// them is quantized and core.set_quantized_activations(True) (as the dense layers' prepare does).
-MatmulInput input_for(const float* x, int64_t n, int64_t cols, BlockQ8* q8, int threads,
-                      std::initializer_list<const TensorView*> weights) {
+// them is quantized and the model was loaded with quantized_activations (as the dense layers'
+// prepare does).
+MatmulInput input_for(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
+                      int threads, std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
-  if (quantized_activations())
+  if (quantized_activations)
     for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
   if (!quant) return in;
   if (cols % k_qblock != 0)
@@ -115,6 +116,7 @@ void MoeBuffers::plan(const ModelConfig& c, int max_tokens) {
 
 void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
   const ModelConfig& c = s.model->config;
+  const bool qa = s.model->quantized_activations;
   const MoeConfig& mc = c.moe;
   const MoeWeights& W = L.moe;
   MoeBuffers& b = s.moe;
@@ -160,12 +162,12 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const int64_t r0 = b.group_start[e], rows = b.group_start[e + 1] - r0;
       const ExpertWeights& x = W.experts[e];
       const MatmulInput in =
-          input_for(b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
+          input_for(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
                     {&x.w_gate, &x.w_up});
       float* mid = b.mid.data() + r0 * F;
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
       const MatmulInput in_mid =
-          input_for(mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
+          input_for(qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
     };
     if (threads > 1 && n_active >= 2 * threads && max_rows <= k_expert_parallel_rows) {
@@ -177,10 +179,10 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     }
     if (S > 0) {
       const ExpertWeights& x = W.shared;
-      const MatmulInput in = input_for(h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
+      const MatmulInput in = input_for(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
       const MatmulInput in_mid =
-          input_for(b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
+          input_for(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.shared_out.data(), E);
       matmul(W.shared_gate_inp, MatmulInput{h, nullptr, m, E}, b.shared_gate.data(), 1);
     }

@@ -1,14 +1,17 @@
 #pragma once
 // ModelRunner: a model, its paged K/V pool and the work buffers of one step, all allocated up front.
 //
-// K/V pool (f32 or f16 elements: KvType), one allocation; slot = block_id * block_size + offset:
+// K/V pool (f32 or f16 elements: KvType), one allocation; slot = block_id * block_size + offset.
+// Each layer holds its K blocks, then its V blocks; K is transposed within a block so that attention
+// scores vectorise over positions (kernels/attention.h), V is a row per slot:
 //
-//   layer 0: K | slot 0: [n_head_kv * head_dim] | slot 1 | ... | slot n_slots-1 |
-//            V | slot 0: [n_head_kv * head_dim] | slot 1 | ... | slot n_slots-1 |
-//   layer 1: K | ...                                                            |
-//            V | ...                                                            |
+//   layer 0: K | block 0: [kv head][dim][position in block] | block 1 | ... | block n_blocks-1 |
+//            V | block 0: [position in block][kv head * dim] | block 1 | ... |                  |
+//   layer 1: K | ...                                                                          |
+//            V | ...                                                                          |
 //
-// A block is block_size consecutive slots in every layer's K and V; copy_block copies those.
+// A block is block_size * n_head_kv * head_dim elements of K and as many of V in every layer, the
+// same bytes either way; copy_block copies those.
 // forward() allocates nothing for batches of at most max_num_batched_tokens tokens.
 #include <cstddef>
 #include <cstdlib>
@@ -47,8 +50,8 @@ class ModelRunner {
 
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
-  // Zero pages mapped on first touch: constructing a runner with a GiB-sized cache costs nothing until
-  // the cache is used (util/mmap.h).
+  // Anonymous memory populated when mapped (util/mmap.h: MAP_POPULATE), so no step takes the page
+  // faults of first touches; a runner's construction pays for its whole cache once.
   LargeBuffer kv_;
   ForwardState state_;
 };

@@ -58,14 +58,17 @@ struct Model {
   // "float32" (default: quantized weights exact, activations with 16 significant bits on AMX) or
   // "bfloat16" (weights and matmul inputs rounded to bf16, f32 accumulation: vLLM-CPU's numerics).
   std::string compute_dtype = "float32";
+  // Load options that shape the forward pass (see load_model).
+  bool amx = false;                    // matrices repacked for the AMX kernels
+  bool quantized_activations = false;  // quantized weights multiply 8-bit activation blocks
 
   // A tensor by file name ("blk.0.attn_q.weight") or canonical name ("layers.0.wq", "tok_embd",
   // "output", ...); nullptr if there is none. Canonical views are what the forward pass uses (1-D
   // tensors converted to F32).
   const TensorView* find_tensor(const std::string& name) const;
 
-  // Whether the forward pass multiplies any matrix on the AMX kernels now: some were repacked for
-  // them at load (kernels/matmul_amx.cpp) and AMX is on.
+  // Whether the forward pass multiplies any matrix on the AMX kernels: some were repacked for them
+  // at load (kernels/matmul_amx.cpp).
   bool uses_amx() const;
 };
 
@@ -74,6 +77,16 @@ struct Model {
 // corrupt or truncated file.
 // dtype: "auto" or "float32" (the default numerics) or "bfloat16" (every matrix rounded to bf16 at
 // load and multiplied by bf16-rounded activations; faster prefill). InputError for any other.
-std::shared_ptr<Model> load_model(const std::string& path, const std::string& dtype = "auto");
+struct LoadOptions {
+  std::string dtype = "auto";
+  // Repack the matrices for the AMX kernels where the CPU allows and OSSA_AMX=0 is not in the
+  // environment (kernels/matmul.h: amx_default). false: the exact f32 kernels, what a CPU without
+  // AMX runs.
+  bool amx = true;
+  // Quantized weights multiply activations rounded to 8-bit blocks (llama.cpp's scheme; faster, less
+  // exact); default: f32 activations.
+  bool quantized_activations = false;
+};
+std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace ossa

@@ -34,7 +34,7 @@ struct SchedulerConfig {
   int32_t max_model_len = 2048;
   SchedulePolicy policy = SchedulePolicy::Fcfs;
   bool enable_prefix_caching = true;
-  double watermark = 0.01;  // fraction of blocks kept free when admitting waiting sequences
+  double watermark = k_default_watermark;  // fraction of blocks kept free when admitting waiting sequences
 };
 
 struct ScheduledSeq {
@@ -94,7 +94,7 @@ class Scheduler {
   const KVCacheManager& kv() const { return kv_; }
   // Block table of a live child (empty when waiting); InputError when unknown.
   const std::vector<int32_t>& block_table(int64_t request_id, int32_t child) const;
-  // Live (request, child, seq slot) in running order, then waiting order.
+  // Live (request, child) pairs: running ones in running order; waiting ones in waiting order.
   std::vector<std::pair<int64_t, int32_t>> running() const;
   std::vector<std::pair<int64_t, int32_t>> waiting() const;
   // Tokens of a live child (prompt then outputs).

@@ -21,13 +21,10 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-#ifdef OSSA_WITH_MODEL
 #include "model/gguf.h"
-#endif
 
 namespace ossa {
 
-#ifdef OSSA_WITH_MODEL
 namespace {
 
 const std::set<std::string>& llama3_pre_names() {
@@ -138,13 +135,5 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     throw ModelError(path + ": tokenizer.ggml.tokens/merges: " + e.what());
   }
 }
-
-#else
-
-std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
-  throw ModelError("ossa was built without the model component, so it cannot read GGUF files (" + path + ")");
-}
-
-#endif
 
 }  // namespace ossa

@@ -24,12 +24,11 @@ class MappedFile {
 };
 
 // Zero-filled anonymous memory for large pools (the KV cache), populated when mapped (MAP_POPULATE):
-// a step that first touches its blocks would otherwise take the page faults (measured: the K/V stores
-// of a 64 x 128-token prefill 225 -> 175 ms of a 2.2 s run), and a server's first requests would pay
-// for them; vLLM and llama.cpp also fill their caches at startup. Deliberately not advised for
-// transparent huge pages: with the usual defrag=madvise setting every first touch of a 2 MiB page
-// compacts memory synchronously, which measured slower (64 x 128-token prefill: K/V stores 0.5 s -> 0.22 s without the advice; whole
-// 64 x (128 + 128) run 12.9 -> 12.1 s), and attention did not gain from the larger pages.
+// a step that first touches its blocks would otherwise take the page faults, and a server's first
+// requests would pay for them; vLLM and llama.cpp also fill their caches at startup. Deliberately not
+// advised for transparent huge pages: with the usual defrag=madvise setting every first touch of a
+// 2 MiB page compacts memory synchronously, which measured slower, and attention did not gain from
+// the larger pages (docs/performance.md).
 // Throws std::bad_alloc if the mapping fails.
 class LargeBuffer {
  public:

@@ -1,8 +1,7 @@
 """ossa's C++ core (private; use the ossa package).
 
-Generated from the built extension by nanobind's stubgen (`python -m nanobind.stubgen -m _core` with the
-build folder on PYTHONPATH); regenerate when the bindings change. The layer benchmarks' submodule
-`bench` (csrc/bindings/bind_bench.cpp) is left untyped.
+Generated from the built extension by nanobind's stubgen: run `python tools/stubgen.py --core-dir
+<build>/csrc` after changing the bindings (CI checks that this file matches the built module).
 """
 
 from collections.abc import Sequence
@@ -10,10 +9,6 @@ from typing import Annotated, overload
 
 import numpy
 from numpy.typing import NDArray
-
-from typing import Any
-
-bench: Any
 
 
 class ModelError(ValueError):
@@ -46,15 +41,21 @@ class Model:
     @property
     def uses_amx(self) -> bool:
         """
-        Whether the forward pass multiplies any matrix on the AMX kernels (see core.set_amx).
+        Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).
+        """
+
+    @property
+    def quantized_activations(self) -> bool:
+        """
+        Whether quantized weights multiply 8-bit activation blocks (load_model's option).
         """
 
     def tensors(self) -> list:
         """All tensors of the file(s): (name, type_name, rows, cols, nbytes)."""
 
-def load_model(path: str, dtype: str = 'auto') -> Model:
+def load_model(path: str, dtype: str = 'auto', amx: bool = True, quantized_activations: bool = False) -> Model:
     """
-    Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). Raises ModelError naming the problem.
+    Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact). Raises ModelError naming the problem.
     """
 
 def gguf_metadata(path: str) -> dict:
@@ -98,25 +99,19 @@ class ModelRunner:
     @staticmethod
     def kv_bytes_per_token(model: Model, kv_cache_dtype: str = 'float32') -> int: ...
 
-def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False, dtype: str = 'float32') -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
+def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False, dtype: str = 'float32', amx: bool = False) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
 
-def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int, dtype: str = 'float32') -> list[float]: ...
+def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int, dtype: str = 'float32', amx: bool = False) -> list[float]: ...
 
-def set_quantized_activations(on: bool) -> None:
+def amx_available() -> bool:
     """
-    Quantized weights: multiply by 8-bit activation blocks (VNNI; faster prefill, noisier) instead of f32 activations (default).
-    """
-
-def get_quantized_activations() -> bool: ...
-
-def set_amx(on: bool) -> bool:
-    """
-    Use the AMX kernels for Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights repacked at load (default where available); models loaded while off keep the f32 kernels. Returns whether AMX is in use.
+    Whether the AMX kernels can run here (compiled in and granted by the OS).
     """
 
-def get_amx() -> bool: ...
-
-def amx_available() -> bool: ...
+def amx_default() -> bool:
+    """
+    load_model's default for amx: amx_available() unless OSSA_AMX=0 is in the environment.
+    """
 
 def kernel_quantize_q8(x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]) -> tuple: ...
 
@@ -321,6 +316,13 @@ def kv_block_bytes(n_layer: int, n_head_kv: int, head_dim: int, block_size: int 
 
 def num_blocks_for_memory(memory_bytes: int, n_layer: int, n_head_kv: int, head_dim: int, block_size: int = 16, dtype_bytes: int = 2) -> int:
     """How many KV-cache blocks a byte budget holds."""
+
+def watermark_blocks_for(watermark: float, num_blocks: int) -> int:
+    """
+    floor(watermark * num_blocks): the blocks the scheduler keeps free when admitting.
+    """
+
+DEFAULT_WATERMARK: float = 0.01
 
 class BlockPool:
     """KV-cache blocks: ref counts, LRU free queue, prefix-cache map."""
@@ -645,16 +647,22 @@ class EngineConfig:
     def max_model_len(self, arg: int, /) -> None: ...
 
     @property
-    def policy(self) -> str: ...
-
-    @policy.setter
-    def policy(self, arg: str, /) -> None: ...
-
-    @property
     def enable_prefix_caching(self) -> bool: ...
 
     @enable_prefix_caching.setter
     def enable_prefix_caching(self, arg: bool, /) -> None: ...
+
+    @property
+    def watermark(self) -> float: ...
+
+    @watermark.setter
+    def watermark(self, arg: float, /) -> None: ...
+
+    @property
+    def policy(self) -> str: ...
+
+    @policy.setter
+    def policy(self, arg: str, /) -> None: ...
 
     @property
     def seed(self) -> int: ...
@@ -835,5 +843,11 @@ class Engine:
 
     @property
     def vocab_size(self) -> int: ...
+
+    @property
+    def config(self) -> EngineConfig:
+        """
+        A copy of the engine's EngineConfig (as built; changing it changes nothing).
+        """
 
     def stats(self) -> dict: ...

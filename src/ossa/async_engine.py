@@ -2,7 +2,8 @@
 
 One thread pulls batches of output deltas from the engine (``get_outputs`` blocks with the GIL
 released) and hands each batch to the event loop with a single ``call_soon_threadsafe``; the loop
-routes every delta to its request's ``asyncio.Queue``. Python does no per-token work beyond that.
+turns them into ``RequestOutput``s (``ossa.output_processor``, as ``LLM`` does) and routes each to
+its request's ``asyncio.Queue``. Python does no per-token work beyond that.
 A request whose consumer goes away (client disconnect, task cancellation, generator closed) is
 aborted in the engine, which frees its KV blocks.
 """
@@ -14,6 +15,10 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from .input_processor import EngineRequest
+from .output_processor import OutputProcessor, RequestState
+from .outputs import RequestOutput
 
 logger = logging.getLogger("ossa.async_engine")
 
@@ -27,32 +32,30 @@ class EngineStoppedError(RuntimeError):
 class _Stopped:
     """A request's last output when the engine stopped under it."""
 
-    def __init__(self, output: Any) -> None:
-        self.output = output
+    def __init__(self, state: RequestState) -> None:
+        self.state = state
 
 
 class AsyncEngine:
     """Wraps an ``ossa.LLM`` (built, not running) for concurrent async generation.
 
     ``on_finished(output, num_generated_tokens)`` is called on the event loop once per finished
-    request with its last engine output (timings) and its total number of generated tokens.
+    request with its final ``RequestOutput`` (engine timings) and its number of generated tokens.
     """
 
-    def __init__(
-        self, llm: Any, on_finished: Callable[[Any, int], None] | None = None, max_num_seqs: int = 256
-    ) -> None:
-        if getattr(llm, "backend", "cpp") != "cpp":
+    def __init__(self, llm: Any, on_finished: Callable[[RequestOutput, int], None] | None = None) -> None:
+        if not llm._backend.serves:
             raise ValueError("the server runs the C++ engine; backend='python' is for offline use")
         self.llm = llm
         self.engine = llm.engine
         self.tokenizer = llm.tokenizer
+        self.input_processor = llm.input_processor
         self.max_model_len: int = int(llm.max_model_len)
-        self.vocab_size: int = int(llm.model.config.n_vocab)
-        self.eos_token_ids: list[int] = list(llm.tokenizer.eos_token_ids)
+        self.vocab_size: int = int(llm.config.load.vocab_size)
+        self.max_num_seqs: int = int(self.engine.config.max_num_seqs)
         self.on_finished = on_finished
-        self.max_num_seqs = int(max_num_seqs)  # LLM's default; the engine does not expose its config
+        self.output_processor = OutputProcessor(llm._decode_token)
         self._queues: dict[str, asyncio.Queue[Any]] = {}
-        self._abandoned: dict[str, int] = {}  # aborted by their consumer: tokens seen, until the end
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -60,11 +63,10 @@ class AsyncEngine:
 
     @classmethod
     def from_model(cls, model: str | None = None, **engine_kwargs: Any) -> AsyncEngine:
-        """Loads a model (``ossa.LLM``'s arguments) and wraps its engine."""
+        """Loads a model (``ossa.LLM``'s options; None values are left at their defaults)."""
         from .llm import LLM
 
-        kwargs = {k: v for k, v in engine_kwargs.items() if v is not None}
-        return cls(LLM(model, **kwargs), max_num_seqs=int(kwargs.get("max_num_seqs", 256)))
+        return cls(LLM(model, **{k: v for k, v in engine_kwargs.items() if v is not None}))
 
     # -- life cycle --------------------------------------------------------------------------------
 
@@ -91,12 +93,20 @@ class AsyncEngine:
         self._stopped = True
         # The engine ended what was still running with finish reason "abort": for their consumers that
         # is the server going away (EngineStoppedError), not an ordinary end.
-        cut = [o for o in leftover if o.finished and all(c.finish_reason == "abort" for c in o.completions)]
-        self._dispatch([o for o in leftover if not any(o is c for c in cut)])
-        for out in cut:
-            q = self._queues.get(out.request_id)
-            if q is not None:
-                q.put_nowait(_Stopped(out))
+        cut = {
+            o.request_id
+            for o in leftover
+            if o.finished and all(c.finish_reason == "abort" for c in o.completions)
+        }
+        for state, new in self.output_processor.process(leftover):
+            q = self._queues.get(new.request_id)
+            if q is None:
+                if new.finished:
+                    self._observe(state)
+            elif new.request_id in cut:
+                q.put_nowait(_Stopped(state))
+            else:
+                q.put_nowait((state, new))
         for q in list(self._queues.values()):
             q.put_nowait(None)  # engine gone: no more deltas are coming
 
@@ -120,24 +130,17 @@ class AsyncEngine:
                     return
 
     def _dispatch(self, outputs: list[Any]) -> None:
-        for out in outputs:
-            q = self._queues.get(out.request_id)
+        for state, new in self.output_processor.process(outputs):
+            q = self._queues.get(new.request_id)
             if q is not None:
-                q.put_nowait(out)
-            elif out.request_id in self._abandoned:
-                # A request its consumer left: its last output (finish reason "abort") still counts.
-                generated = self._abandoned[out.request_id]
-                generated += sum(len(c.token_ids) for c in out.completions)
-                if out.finished:
-                    del self._abandoned[out.request_id]
-                    self._observe(out, generated)
-                else:
-                    self._abandoned[out.request_id] = generated
+                q.put_nowait((state, new))
+            elif new.finished:  # a request its consumer left: its last output (aborted) still counts
+                self._observe(state)
 
-    def _observe(self, out: Any, generated: int) -> None:
+    def _observe(self, state: RequestState) -> None:
         if self.on_finished is not None:
             try:
-                self.on_finished(out, generated)
+                self.on_finished(state.output, state.num_generated_tokens)
             except Exception:
                 logger.exception("on_finished hook failed")
 
@@ -146,47 +149,51 @@ class AsyncEngine:
     def stats(self) -> dict[str, Any]:
         return dict(self.engine.stats())
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int], params: Any) -> AsyncIterator[Any]:
-        """Adds a request and yields its ``EngineOutput`` deltas until it finishes.
+    async def generate(self, request: EngineRequest, delta: bool = True) -> AsyncIterator[RequestOutput]:
+        """Adds a validated request (``ossa.input_processor``) and yields its ``RequestOutput``s until
+        it finishes: with ``delta`` only what each step brought, else the cumulative output.
 
-        Raises ValueError (from the engine) for invalid input before anything is yielded, and
+        Raises ValueError (from the engine) before anything is yielded if the engine refuses it, and
         ``EngineStoppedError`` if the engine stops first. Leaving the iteration early aborts it.
         """
         if not self.running:
             raise EngineStoppedError("the engine is not running")
+        request_id = request.request_id
         if request_id in self._queues:
             raise ValueError(f"request id {request_id!r} is already in use")
         q: asyncio.Queue[Any] = asyncio.Queue()
         self._queues[request_id] = q
         try:
-            self.engine.add_request(request_id, prompt_token_ids, params)
+            self.output_processor.add_request(request)
+            self.engine.add_request(request_id, request.prompt.token_ids, request.engine_params)
         except BaseException:
             del self._queues[request_id]
+            self.output_processor.forget(request_id)
             raise
         finished = False
-        generated = 0
         try:
             while True:
-                out = await q.get()
-                if isinstance(out, _Stopped):
-                    generated += sum(len(c.token_ids) for c in out.output.completions)
+                item = await q.get()
+                if isinstance(item, _Stopped):
                     finished = True
-                    self._observe(out.output, generated)
-                    out = None
-                if out is None:
+                    self._observe(item.state)
+                    item = None
+                if item is None:
                     raise EngineStoppedError("the server is shutting down")
-                for c in out.completions:
-                    generated += len(c.token_ids)
-                if out.finished:
+                state: RequestState = item[0]
+                new: RequestOutput = item[1]
+                if new.finished:
                     finished = True
-                    self._observe(out, generated)
-                yield out
+                    self._observe(state)
+                yield new if delta else state.output
                 if finished:
                     return
         finally:
             self._queues.pop(request_id, None)
-            if not finished and not self._stopped and self.engine.abort(request_id):
-                self._abandoned[request_id] = generated
+            # An abandoned request stays with the output processor until the engine ends it, so its
+            # last output (finish reason "abort") is still counted.
+            if not finished and (self._stopped or not self.engine.abort(request_id)):
+                self.output_processor.forget(request_id)
 
     @property
     def num_active(self) -> int:

@@ -1,7 +1,9 @@
 """``ossa bench throughput | latency | serve``: vLLM-style benchmarks of the engine on one machine.
 
 - throughput: N random prompts of ``--input-len`` tokens, each generating exactly ``--output-len``
-  tokens (EOS ignored), submitted at once to ``LLM.generate``; prints requests/s and tokens/s.
+  tokens (EOS ignored), submitted at once to ``LLM.generate``; prints requests/s and tokens/s. With
+  ``--batch-sizes 1,4,8,16,32`` it sweeps instead: for each size B, B requests submitted at once (one
+  batch), and prints requests/s and output tok/s per size as a table and an ASCII bar plot.
 - latency: one request at a time, ``--output-len`` tokens; prints time to first token (TTFT), time
   per output token after the first (TPOT) and end-to-end latency over a few iterations.
 - serve: load against a running server, in ``ossa.bench_serve``.
@@ -81,21 +83,29 @@ def _check_lengths(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
 
 
-def bench_throughput(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> ThroughputResult:
-    """Runs the offline throughput workload once (after a short warm-up) and returns its numbers."""
+def _throughput_setup(
+    args: argparse.Namespace, engine_kwargs: dict[str, Any], n: int
+) -> tuple[Any, float, Any]:
+    """The LLM (warmed up), its load time and n prompts for the throughput workload."""
     from .sampling_params import SamplingParams
 
     _check_lengths(args)
-    if args.num_prompts < 1:
-        raise ValueError(f"--num-prompts must be a positive integer, got {args.num_prompts}")
     llm, ready = _make_llm(args, engine_kwargs)
     vocab = int(llm.model.config.n_vocab)
-    prompts = random_prompts(args.num_prompts, args.input_len, vocab, getattr(args, "engine_seed", 0))
-    # vLLM's `bench throughput` settings: temperature 1, top_p 1, every request runs to output_len.
-    sp = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=args.output_len, ignore_eos=True)
+    prompts = random_prompts(n, args.input_len, vocab, getattr(args, "engine_seed", 0))
     llm.generate([prompts[0][: min(16, args.input_len)]], SamplingParams(max_tokens=2), use_tqdm=False)
+    return llm, ready, prompts
+
+
+def _timed_generate(
+    llm: Any, prompts: list[list[int]], output_len: int, ready: float, bar: bool
+) -> ThroughputResult:
+    from .sampling_params import SamplingParams
+
+    # vLLM's `bench throughput` settings: temperature 1, top_p 1, every request runs to output_len.
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=output_len, ignore_eos=True)
     t = time.perf_counter()
-    outs = llm.generate(prompts, sp, use_tqdm=True)
+    outs = llm.generate(prompts, sp, use_tqdm=bar)
     elapsed = time.perf_counter() - t
     return ThroughputResult(
         num_requests=len(outs),
@@ -104,6 +114,50 @@ def bench_throughput(args: argparse.Namespace, engine_kwargs: dict[str, Any]) ->
         elapsed_s=elapsed,
         ready_s=ready,
     )
+
+
+def bench_throughput(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> ThroughputResult:
+    """Runs the offline throughput workload once (after a short warm-up) and returns its numbers."""
+    if args.num_prompts < 1:
+        raise ValueError(f"--num-prompts must be a positive integer, got {args.num_prompts}")
+    llm, ready, prompts = _throughput_setup(args, engine_kwargs, args.num_prompts)
+    return _timed_generate(llm, prompts, args.output_len, ready, bar=True)
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """ "1,4,8" -> [1, 4, 8]; ValueError unless every entry is a positive integer."""
+    sizes = []
+    for part in text.split(","):
+        if not part.strip().isdigit() or int(part) < 1:
+            raise ValueError(f"--batch-sizes takes positive integers separated by commas, got {text!r}")
+        sizes.append(int(part))
+    return sizes
+
+
+def bench_sweep(
+    args: argparse.Namespace, engine_kwargs: dict[str, Any]
+) -> list[tuple[int, ThroughputResult]]:
+    """The throughput workload once per batch size: B requests submitted at once, one engine."""
+    sizes = parse_batch_sizes(args.batch_sizes)
+    llm, ready, prompts = _throughput_setup(args, engine_kwargs, max(sizes))
+    max_num_seqs = llm.config.scheduler.max_num_seqs
+    if max(sizes) > max_num_seqs:
+        raise ValueError(f"batch size {max(sizes)} is above --max-num-seqs {max_num_seqs}; raise it")
+    return [(b, _timed_generate(llm, prompts[:b], args.output_len, ready, bar=False)) for b in sizes]
+
+
+def format_sweep(rows: list[tuple[int, ThroughputResult]], width: int = 40) -> str:
+    """The sweep as a table and an ASCII bar plot of output tok/s (bars scaled to the largest)."""
+    lines = [f"{'batch':>5}  {'requests/s':>10}  {'output tok/s':>12}  {'elapsed s':>9}"]
+    for b, r in rows:
+        lines.append(f"{b:5d}  {r.requests_per_s:10.2f}  {r.output_tokens_per_s:12.1f}  {r.elapsed_s:9.2f}")
+    top = max(r.output_tokens_per_s for _, r in rows)
+    lines.append("")
+    lines.append("output tok/s")
+    for b, r in rows:
+        n = round(width * r.output_tokens_per_s / top) if top > 0 else 0
+        lines.append(f"{b:5d} |{'#' * n:<{width}}| {r.output_tokens_per_s:.1f}")
+    return "\n".join(lines)
 
 
 def bench_latency(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> LatencyResult:
@@ -154,6 +208,14 @@ def run_bench(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> int:
         return run_serve_bench(args)
     threads = engine_kwargs.get("num_threads") or os.cpu_count()
     backend = engine_kwargs.get("backend", "cpp")
+    if args.mode == "throughput" and getattr(args, "batch_sizes", None):
+        rows = bench_sweep(args, engine_kwargs)
+        print(
+            f"ossa bench throughput sweep: B requests x ({args.input_len} prompt, {args.output_len} output) "
+            f"tokens per batch size B, {threads} threads, backend {backend}"
+        )
+        print(format_sweep(rows))
+        return 0
     if args.mode == "throughput":
         r = bench_throughput(args, engine_kwargs)
         print(

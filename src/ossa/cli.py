@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
-    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV-cache budget in bytes")
-    p.add_argument(
-        "--kv-cache-dtype",
-        choices=["auto", "float16", "float32"],
-        default="auto",
-        help="element type of the cached K and V (auto: float16)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=["auto", "float32", "bfloat16"],
-        default="auto",
-        help="matmul precision (auto: float32, quantized weights exact; bfloat16: vLLM-CPU's numerics, "
-        "faster prefill)",
-    )
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
-    p.add_argument("--num-threads", type=int, default=None)
-    p.add_argument("--engine-seed", type=int, default=0, help="seed for requests that give none")
-    p.add_argument("--backend", choices=["cpp", "python"], default="cpp")
+    from .config import EngineArgs
+
+    EngineArgs.add_cli_args(p)
     _add_gguf_file_arg(p)
 
 
@@ -105,19 +87,12 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:
-    return dict(
-        max_model_len=args.max_model_len,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-        kv_cache_dtype=args.kv_cache_dtype,
-        dtype=args.dtype,
-        block_size=args.block_size,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        enable_prefix_caching=not args.no_prefix_caching,
-        num_threads=args.num_threads,
-        seed=args.engine_seed,
-        backend=args.backend,
-    )
+    """The engine options the flags give (validated), as ``LLM``'s keyword arguments."""
+    from .config import EngineArgs
+
+    options = dataclasses.asdict(EngineArgs.from_cli_args(args))
+    del options["model"]
+    return options
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
@@ -236,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=None)
     p.add_argument("--request-rate", type=float, default=float("inf"))
     p.add_argument("--num-iters", type=int, default=5, help="latency: timed requests after a warm-up")
+    p.add_argument(
+        "--batch-sizes",
+        default=None,
+        help="throughput: sweep these batch sizes (e.g. 1,4,8,16,32): requests/s and output tok/s each",
+    )
     _add_engine_args(p)
     p.set_defaults(func=_cmd_bench)
 

@@ -26,8 +26,8 @@ def run_generate(args: argparse.Namespace, engine_kwargs: dict) -> int:
     llm = LLM(args.model, **engine_kwargs)
     prompt: Any = args.prompt
     if args.chat:
-        text = llm.tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
-        prompt = {"prompt": text, "prompt_token_ids": llm.tokenizer.encode(text, add_special_tokens=False)}
+        p = llm.input_processor.chat([{"role": "user", "content": args.prompt}])
+        prompt = {"prompt": p.text, "prompt_token_ids": p.token_ids}
     else:
         sys.stdout.write(args.prompt)
     for delta in llm.stream(prompt, sp):
@@ -64,9 +64,10 @@ def run_chat(args: argparse.Namespace, engine_kwargs: dict) -> int:
             print("(history cleared)", file=sys.stderr)
             continue
         history.append({"role": "user", "content": line})
-        text = llm.tokenizer.apply_chat_template(history)
-        ids = llm.tokenizer.encode(text, add_special_tokens=False)
-        if len(ids) + 1 > llm.max_model_len:
+        p = llm.input_processor.chat(history)
+        try:
+            llm.input_processor.check_length(p)
+        except ValueError:
             print(
                 f"(the conversation no longer fits max_model_len={llm.max_model_len}; /reset)",
                 file=sys.stderr,
@@ -74,7 +75,7 @@ def run_chat(args: argparse.Namespace, engine_kwargs: dict) -> int:
             history.pop()
             continue
         reply = []
-        for delta in llm.stream({"prompt": text, "prompt_token_ids": ids}, sp):
+        for delta in llm.stream({"prompt": p.text, "prompt_token_ids": p.token_ids}, sp):
             reply.append(delta)
             sys.stdout.write(delta)
             sys.stdout.flush()

@@ -266,16 +266,29 @@ def dtype_of(name: str) -> str:
     return _named("dtype", _DTYPES, name)
 
 
-def load_model(path_or_name: str | os.PathLike[str] | None = None, dtype: str = "auto") -> Model:
+def load_model(
+    path_or_name: str | os.PathLike[str] | None = None,
+    dtype: str = "auto",
+    *,
+    amx: bool = True,
+    quantized_activations: bool = False,
+) -> Model:
     """Load a GGUF file, a Hugging Face folder, or a known model by name (fetched on first use).
 
     ``dtype`` sets the matmuls' precision (see ``dtype_of``): "auto"/"float32" or "bfloat16".
+    ``amx``: multiply on the AMX kernels where the CPU has them (``OSSA_AMX=0`` in the environment
+    turns them off everywhere); False selects the exact f32 kernels, what a CPU without AMX runs.
+    ``quantized_activations``: quantized weights multiply activations rounded to 8-bit blocks
+    (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
     Raises ``ossa.ModelError`` (a ValueError) naming the problem for a bad or unsupported model.
     """
     from ._native import core
 
     compute = dtype_of(dtype)
-    return Model(core.load_model(resolve(path_or_name), compute))
+    handle = core.load_model(
+        resolve(path_or_name), compute, amx=amx, quantized_activations=quantized_activations
+    )
+    return Model(handle)
 
 
 # kv_cache_dtype names -> the K/V cache's element type. "auto" is float16, what llama.cpp keeps by

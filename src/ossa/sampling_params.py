@@ -54,6 +54,9 @@ class SamplingParams:
     ``structured_outputs`` (a ``StructuredOutputsParams``) constrains the output to a JSON schema,
     a regex, a choice list or a grammar; its mask comes before every stage above.
 
+    ``truncate_prompt_tokens`` (vLLM's) keeps only the prompt's last k tokens; -1 keeps as many as
+    leave room for one output token.
+
     ``logprobs`` / ``prompt_logprobs`` report raw logprobs (vLLM's default): log_softmax of the
     model's logits before any of the transforms above, plus the top N alternatives (N <= 20).
     Out-of-range values raise ValueError naming the field and its range.
@@ -80,6 +83,7 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None
+    truncate_prompt_tokens: int | None = None  # keep the prompt's last k tokens (-1: all that fit)
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -157,6 +161,10 @@ class SamplingParams:
                 self.structured_outputs = StructuredOutputsParams(**so)
             except TypeError as e:
                 raise ValueError(f"structured_outputs: {e}") from None
+        if self.truncate_prompt_tokens is not None:
+            t = _integer("truncate_prompt_tokens", self.truncate_prompt_tokens)
+            if t < 1 and t != -1:
+                raise ValueError(f"truncate_prompt_tokens must be None, -1 or >= 1, got {t}")
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = _token_ids("allowed_token_ids", self.allowed_token_ids)
             if not self.allowed_token_ids:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chat_template import TemplateCache, render
-from .reference import tokenizer as _ref
 from .reference.tokenizer_spec import TokenizerSpec, spec_from_file
 
 
@@ -45,23 +44,17 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str, backend: str = "cpp") -> Tokenizer:
         """Loads a tokenizer.json, a Hugging Face folder (tokenizer.json + configs) or a GGUF file."""
-        if backend not in ("cpp", "python"):
-            raise ValueError(f"backend must be 'cpp' or 'python', got {backend!r}")
-        spec = spec_from_file(path)
-        if backend == "python":
-            return cls(_ref.Tokenizer(spec), spec, backend, spec.chat_template)
-        from ._native import core
+        from .backend import get_backend
 
-        impl = core.Tokenizer.from_gguf(path) if _is_gguf(path) else core.Tokenizer.from_spec(spec.to_dict())
-        return cls(impl, spec, backend, spec.chat_template)
+        impl = get_backend(backend)  # ValueError for an unknown backend, before any file is read
+        spec = spec_from_file(path)
+        return cls(impl.tokenizer_impl(spec, path), spec, backend, spec.chat_template)
 
     @classmethod
     def from_spec(cls, spec: TokenizerSpec, backend: str = "cpp") -> Tokenizer:
-        if backend == "python":
-            return cls(_ref.Tokenizer(spec), spec, backend, spec.chat_template)
-        from ._native import core
+        from .backend import get_backend
 
-        return cls(core.Tokenizer.from_spec(spec.to_dict()), spec, backend, spec.chat_template)
+        return cls(get_backend(backend).tokenizer_impl(spec), spec, backend, spec.chat_template)
 
     @property
     def core(self) -> Any:
@@ -86,21 +79,16 @@ class Tokenizer:
 
     def detokenizer(self, skip_special_tokens: bool = False) -> Any:
         """A streaming detokenizer: ``push(id) -> str`` deltas, ``flush() -> str`` at the end."""
-        if self.backend == "python":
-            return _ref.Detokenizer(self._impl, skip_special_tokens)
-        from ._native import core
+        from .backend import get_backend
 
-        return core.Detokenizer(self._impl, skip_special_tokens)
+        return get_backend(self.backend).detokenizer(self._impl, skip_special_tokens)
 
     @property
     def vocab_size(self) -> int:
         return int(self._impl.vocab_size)
 
     def _specials(self) -> _Specials:
-        s = self._spec
-        if s is not None and self.backend == "python":
-            return _Specials(_opt(s.bos_id), _opt(s.eos_id), _opt(s.pad_id), list(s.eos_ids))
-        i = self._impl
+        i = self._impl  # core.Tokenizer or its twin: the same properties
         return _Specials(i.bos_token_id, i.eos_token_id, i.pad_token_id, list(i.eos_token_ids))
 
     @property
@@ -121,9 +109,6 @@ class Tokenizer:
         return self._specials().eos_ids
 
     def id_to_token(self, token_id: int) -> str | None:
-        if self.backend == "python":
-            t = self._impl.token_strings
-            return t[token_id] if 0 <= token_id < len(t) and t[token_id] else None
         return self._impl.id_to_token(token_id)
 
     @property
@@ -188,10 +173,6 @@ def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
     kept = content.lstrip()
     end = at + len(kept) if text.startswith(kept, at) else at + len(core)
     return text[:end]
-
-
-def _opt(i: int) -> int | None:
-    return i if i >= 0 else None
 
 
 def _is_gguf(path: str) -> bool:

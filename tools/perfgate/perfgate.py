@@ -16,6 +16,8 @@ only the measured region counted):
     decode_1b_q4km one decode step (after 8 tokens) of a 2-layer Llama-3.2-1B-shaped model of random
                    Q4_K / Q6_K blocks laid out as Q4_K_M, tied 49152 x 2048 output (the K-quant
                    single-row kernels; made by scripts/make_bench_models.py --perfgate, numpy only)
+    engine_step_b16  one engine step decoding 16 requests (schedule, forward, sample, detokenize,
+                   stop strings, outputs): the seam around the kernels
 
 A workload more than --tolerance (5%) above its baseline fails, by name. The core is built portable
 (-DOSSA_PORTABLE=ON, AVX2 at most) into build/perfgate, because valgrind 3.19 cannot decode AVX-512.
@@ -40,14 +42,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = Path(__file__).resolve().parent / "baseline.json"
 BUILD_DIR = ROOT / "build" / "perfgate"
-COMPONENTS = "util;model;kernels;tokenizer;sampling;cache;scheduler"
-WORKLOADS = ("encode_1mb", "sampler_b64", "scheduler_256", "prefill_128", "decode_1", "decode_1b_q4km")
+WORKLOADS = (
+    "encode_1mb",
+    "sampler_b64",
+    "scheduler_256",
+    "prefill_128",
+    "decode_1",
+    "decode_1b_q4km",
+    "engine_step_b16",
+)
 # One driver process per group, so a workload's count never depends on which others were asked for
 # (they would share the heap's state). The model workloads share one process (the load and the
 # prefill) and always run together. Groups run in parallel, the longest (the model) first.
 GROUPS = (
     ("prefill_128", "decode_1"),
     ("decode_1b_q4km",),
+    ("engine_step_b16",),
     ("encode_1mb",),
     ("sampler_b64",),
     ("scheduler_256",),
@@ -158,7 +168,7 @@ def build(build_dir: Path, quiet: bool) -> Path:
     configure = [
         "cmake", "-S", str(ROOT), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",
         "-DOSSA_PORTABLE=ON", "-DOSSA_BUILD_PYTHON=OFF", "-DOSSA_BUILD_PERFGATE=ON",
-        f"-DOSSA_COMPONENTS={COMPONENTS}", f"-DCMAKE_CXX_FLAGS=-mno-fma -include {NO_FMA_HEADER}",
+        f"-DCMAKE_CXX_FLAGS=-mno-fma -include {NO_FMA_HEADER}",
     ]  # fmt: skip
     out = subprocess.DEVNULL if quiet else None
     for cmd in (configure, ["cmake", "--build", str(build_dir), "--target", "ossa_perfgate", "-j2"]):

@@ -1,8 +1,9 @@
 // ossa_perfgate: runs workloads of the callgrind regression gate (tools/perfgate/perfgate.py).
 //
 //   ossa_perfgate <model.gguf> <workload>...
-//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1 (gated), bf16_model (not);
-//   decode_1b_q4km (gated) takes the perf gate's K-quant model as <model.gguf>, in a process of its own
+//   workloads: encode_1mb sampler_b64 scheduler_256 prefill_128 decode_1 engine_step_b16 (gated),
+//              bf16_model (not); decode_1b_q4km (gated) takes the perf gate's K-quant model as
+//              <model.gguf>, in a process of its own
 //
 // Setup (loading the model, building inputs, warm-up calls that size scratch buffers) runs outside the
 // measured regions. Each region is bracketed by callgrind client requests: with
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "model/runner.h"
 #include "model/weights.h"
 #include "sampling/sampler.h"
@@ -185,6 +187,48 @@ int run_scheduler(uint64_t& checksum) {
   return n_tokens;
 }
 
+// One engine step decoding 16 requests (8-token prompts, prefilled and decoding beforehand): what a
+// server's step runs, schedule + forward + sample + detokenize + stop strings + outputs, so a
+// regression in the engine's own bookkeeping shows up beside the kernels'.
+int run_engine_step(const std::string& model_path, uint64_t& checksum) {
+  constexpr int n_requests = 16, prompt_len = 8;
+  std::shared_ptr<Model> model = load_model(model_path);
+  std::shared_ptr<const Tokenizer> tok = Tokenizer::from_gguf(model_path);
+  const int vocab = model->config.n_vocab;
+  EngineConfig config;
+  config.scheduler.num_blocks = n_requests * 4 + 8;
+  config.scheduler.block_size = 16;
+  config.scheduler.max_num_batched_tokens = 256;
+  config.scheduler.max_num_seqs = n_requests;
+  config.scheduler.max_model_len = 64;
+  config.kv_type = KvType::F16;  // the engine's default (kv_cache_dtype "auto")
+  Engine engine(model, tok, config);
+  for (int r = 0; r < n_requests; ++r) {
+    std::vector<int32_t> prompt;
+    for (int j = 0; j < prompt_len; ++j) prompt.push_back(static_cast<int32_t>((r * 7919 + j * 31 + 13) % vocab));
+    GenerationParams params;
+    params.max_tokens = 32;
+    params.sampling.temperature = 0.8;
+    params.sampling.top_p = 0.95;
+    params.sampling.seed = 1000 + r;
+    params.sampling.ignore_eos = true;
+    params.stop = {"\n\n"};
+    engine.add_request("r" + std::to_string(r), prompt, params);
+  }
+  // The prefill (128 tokens, one step), then two decode steps so every buffer has its steady size.
+  for (int i = 0; i < 3; ++i) engine.step();
+  std::vector<EngineOutput> outputs;
+  measured_region("engine_step_b16", [&] { outputs = engine.step(); });
+  int n_tokens = 0;
+  for (const EngineOutput& o : outputs)
+    for (const CompletionDelta& d : o.completions)
+      for (int32_t t : d.token_ids) {
+        checksum = checksum * 31 + static_cast<uint64_t>(t);
+        ++n_tokens;
+      }
+  return n_tokens;
+}
+
 // A single sequence of n tokens at positions start.. in blocks 0, 1, ... of block_size slots.
 Batch make_batch(const std::vector<int32_t>& tokens, int start, int context, int block_size) {
   Batch b;
@@ -211,7 +255,7 @@ Batch make_batch(const std::vector<int32_t>& tokens, int start, int context, int
 void run_model(const std::string& model_path, bool prefill, bool decode, std::vector<std::string>& lines,
                bool bf16 = false) {
   constexpr int prompt_len = 128, block_size = 16;
-  std::shared_ptr<Model> model = load_model(model_path, bf16 ? "bfloat16" : "auto");
+  std::shared_ptr<Model> model = load_model(model_path, LoadOptions{.dtype = bf16 ? "bfloat16" : "auto"});
   const int vocab = model->config.n_vocab;
   ModelRunner runner(model, 16, block_size, prompt_len);
   std::vector<int32_t> prompt;
@@ -267,8 +311,9 @@ void run_kquant_decode(const std::string& model_path, std::vector<std::string>& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> known = {"encode_1mb", "sampler_b64", "scheduler_256", "prefill_128",
-                                          "decode_1",   "bf16_model",  "decode_1b_q4km"};
+  const std::vector<std::string> known = {"encode_1mb",      "sampler_b64", "scheduler_256",
+                                          "prefill_128",     "decode_1",    "engine_step_b16",
+                                          "bf16_model",      "decode_1b_q4km"};
   if (argc < 3) {
     std::fprintf(stderr, "usage: ossa_perfgate <model.gguf> <workload>...\nworkloads:");
     for (const std::string& w : known) std::fprintf(stderr, " %s", w.c_str());
@@ -299,6 +344,8 @@ int main(int argc, char** argv) {
         result = run_sampler(checksum);
       } else if (w == "scheduler_256") {
         result = run_scheduler(checksum);
+      } else if (w == "engine_step_b16") {
+        result = run_engine_step(model_path, checksum);
       } else {
         continue;  // the model workloads run below
       }

@@ -6,7 +6,7 @@ One step, in the same order as the C++ engine:
       -> sampler -> Scheduler.update -> Detokenizer + stop strings -> outputs
 
 It is what ``LLM(backend="python")`` runs. Its outputs have the attribute names of
-``core.EngineOutput`` / ``CompletionDelta`` / ``TokenLogprobs``, so ``ossa.engine_io.RequestTracker``
+``core.EngineOutput`` / ``CompletionDelta`` / ``TokenLogprobs``, so ``ossa.output_processor``
 consumes either. Text is kept as UTF-8 bytes, as the C++ engine keeps it, so stop strings, their
 hold-back and the emitted deltas cut at the same byte offsets. Only the offline mode (``step`` /
 ``run_to_completion``) is mirrored; the background thread of the C++ engine adds no logic.
@@ -23,6 +23,16 @@ import numpy as np
 from . import sampler as ref_sampler
 from .constraints import ConstraintStage
 from .loader import load_weights
+from .output_processor import (
+    CompletionDelta,
+    CompletionState,
+    StopStrings,
+    TokenLogprobs,
+    append_token,
+    finish_completion,
+    take_delta,
+    token_logprobs,
+)
 from .request import Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
@@ -44,15 +54,6 @@ def request_seed(engine_seed: int, key: int) -> int:
     return splitmix64((engine_seed ^ splitmix64(key)) & _U64)
 
 
-def utf8_floor(s: bytes, limit: int) -> int:
-    """Largest prefix length of s (<= limit) that ends on a UTF-8 character boundary."""
-    if limit >= len(s):
-        return len(s)
-    while limit > 0 and (s[limit] & 0xC0) == 0x80:
-        limit -= 1
-    return limit
-
-
 @dataclass
 class EngineConfig:
     num_blocks: int = 0
@@ -62,9 +63,10 @@ class EngineConfig:
     max_model_len: int = 2048
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
+    watermark: float = 0.01  # share of blocks kept free when admitting waiting sequences
     seed: int = 0  # seeds requests that bring none
-    quantized_activations: bool = False  # match core.set_quantized_activations(True)
-    amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (core.set_amx)
+    quantized_activations: bool = False  # match a model loaded with quantized_activations=True
+    amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
     compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
 
@@ -85,26 +87,6 @@ class GenerationParams:
 
 
 @dataclass
-class TokenLogprobs:
-    token: int = -1
-    logprob: float = 0.0
-    rank: int = 0  # 1 + the number of tokens with a strictly larger raw logit
-    top: list[tuple[int, float]] = field(default_factory=list)
-
-
-@dataclass
-class CompletionDelta:
-    index: int = 0
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    logprobs: list[TokenLogprobs] = field(default_factory=list)
-    cumulative_logprob: float = 0.0
-    finish_reason: str = ""  # empty while running; "stop", "length", "abort" or "error" (failed in the loop)
-    stop_str: str = ""
-    stop_token: int = -1
-
-
-@dataclass
 class EngineOutput:
     request_id: str = ""
     completions: list[CompletionDelta] = field(default_factory=list)
@@ -121,20 +103,7 @@ class EngineOutput:
 
 
 @dataclass
-class _Child:
-    detok: Detokenizer
-    text: bytes = b""  # decoded text, truncated at a stop string
-    emitted: int = 0  # bytes of text already reported
-    new_tokens: list[int] = field(default_factory=list)
-    new_logprobs: list[TokenLogprobs] = field(default_factory=list)
-    output_tokens: list[int] = field(default_factory=list)
-    cumulative_logprob: float = 0.0
-    finished: bool = False
-    reported_finish: bool = False
-    dirty: bool = False
-    finish_reason: str = ""
-    stop_str: bytes = b""
-    stop_token: int = -1
+class _Child(CompletionState):
     constraint_fed: int = 0  # output tokens its matcher has consumed
 
 
@@ -143,11 +112,10 @@ class _Request:
     id: str
     params: GenerationParams
     prompt: list[int]
-    stops: list[bytes]
+    stops: StopStrings
     children: list[_Child]
     key: int = 0
     seed: int = 0
-    max_stop_len: int = 0
     prompt_lp_next: int = 1  # next prompt position whose logprob is owed
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
     prompt_logprobs_sent: bool = False
@@ -156,16 +124,6 @@ class _Request:
     arrival_time: float = 0.0
     first_scheduled_time: float = 0.0
     first_token_time: float = 0.0
-
-
-def _raw_rank(row: np.ndarray, token: int) -> int:
-    return int(np.count_nonzero(row > row[token])) + 1
-
-
-def _token_logprobs(r: ref_sampler.SampleResult, token: int, row: np.ndarray) -> TokenLogprobs:
-    return TokenLogprobs(
-        token, r.logprob, _raw_rank(row, token), list(zip(r.top_ids, r.top_logprobs, strict=True))
-    )
 
 
 class Engine:
@@ -186,7 +144,7 @@ class Engine:
                 config.max_model_len,
                 config.policy,
                 config.enable_prefix_caching,
-                0.01,
+                config.watermark,
             )
         )
         self.runner = ModelRunner(
@@ -262,7 +220,7 @@ class Engine:
             raise ValueError("stop strings must not be empty")
         sp = ref_sampler.SamplerParams(**{**vars(params.sampling), "eos_token_ids": list(self.eos_ids)})
         ref_sampler.validate(sp, self.n_vocab)
-        stops = [s.encode("utf-8") for s in params.stop]
+        stops = StopStrings.of(list(params.stop), params.include_stop_str_in_output, sp.min_tokens)
         gp = GenerationParams(**{**vars(params), "sampling": sp, "stop": list(params.stop)})
         skip = params.skip_special_tokens
         r = _Request(
@@ -271,7 +229,6 @@ class Engine:
             prompt=prompt,
             stops=stops,
             children=[_Child(Detokenizer(self.tokenizer, skip)) for _ in range(params.n)],
-            max_stop_len=max((len(s) for s in stops), default=0),
             arrival_time=time.time(),
         )
         if request_id in self._live:
@@ -330,47 +287,10 @@ class Engine:
                 self.scheduler.abort(key)
                 for ch in req_state.children:
                     if not ch.finished:
-                        self._finish_child(ch, "abort")
+                        finish_completion(ch, "abort")
                 self._touched.append(key)
 
     # -- the step ---------------------------------------------------------------------------------
-
-    def _finish_child(self, c: _Child, reason: str) -> None:
-        c.finished = True
-        c.dirty = True
-        c.finish_reason = reason
-        if reason != "stop" or not c.stop_str:
-            c.text += c.detok.flush().encode("utf-8")
-
-    def _process_child_token(
-        self, r: _Request, child: int, token: int, lp: ref_sampler.SampleResult | None
-    ) -> None:
-        c = r.children[child]
-        if c.finished:
-            return
-        c.new_tokens.append(token)
-        c.output_tokens.append(token)
-        c.dirty = True
-        if lp is not None:
-            c.cumulative_logprob += float(np.float32(lp.logprob))
-        old_len = len(c.text)
-        c.text += c.detok.push(token).encode("utf-8")
-        # As vLLM: stop strings count only once min_tokens are out (like EOS and stop ids).
-        past_min = len(c.output_tokens) > r.params.sampling.min_tokens
-        if r.max_stop_len > 0 and past_min and len(c.text) > old_len:
-            # A stop string can only newly appear in a window ending in the new text.
-            start = old_len - (r.max_stop_len - 1) if old_len >= r.max_stop_len - 1 else 0
-            best, best_stop = -1, b""
-            for s in r.stops:
-                p = c.text.find(s, start)
-                if p >= 0 and (best < 0 or p < best):
-                    best, best_stop = p, s
-            if best >= 0:
-                c.stop_str = best_stop
-                c.text = c.text[: best + len(best_stop) if r.params.include_stop_str_in_output else best]
-                c.emitted = min(c.emitted, len(c.text))
-                self.scheduler.finish(r.key, child)
-                self._finish_child(c, "stop")
 
     def step(self) -> list[EngineOutput]:
         """One step; returns the outputs of every request it touched."""
@@ -472,7 +392,7 @@ class Engine:
                     continue  # recomputed after a preemption
                 tok = r.prompt[pos]
                 lp = ref_sampler.logprobs(logits[i : i + 1], [tok], r.params.prompt_logprobs)[0]
-                r.prompt_logprobs.append(_token_logprobs(lp, tok, logits[i]))
+                r.prompt_logprobs.append(token_logprobs(lp, tok, logits[i]))
                 r.prompt_lp_next = pos + 1
                 self._touched.append(key)
         t3 = time.perf_counter()
@@ -488,11 +408,15 @@ class Engine:
             r = self._requests[key]
             if r.first_token_time == 0:
                 r.first_token_time = tok_time
+            c = r.children[child]
+            self._touched.append(key)
+            if c.finished:
+                continue
             lp_res = results[i] if r.params.sampling.logprobs >= 0 else None
             if lp_res is not None:
-                r.children[child].new_logprobs.append(_token_logprobs(lp_res, lp_res.token, sample_logits[i]))
-            self._process_child_token(r, child, sampled[i], lp_res)
-            self._touched.append(key)
+                c.new_logprobs.append(token_logprobs(lp_res, lp_res.token, sample_logits[i]))
+            if append_token(c, r.stops, sampled[i], None if lp_res is None else lp_res.logprob):
+                self.scheduler.finish(r.key, child)
         for ev in events:
             r_opt = self._requests.get(ev.request_id)
             if r_opt is None:
@@ -501,7 +425,7 @@ class Engine:
             if c.finished:
                 continue  # already ended by a stop string this step
             c.stop_token = ev.stop_token
-            self._finish_child(c, "length" if ev.reason == "length" else "stop")
+            finish_completion(c, "length" if ev.reason == "length" else "stop")
             self._touched.append(ev.request_id)
         self._stats["time_detokenize"] += time.perf_counter() - t3
         self._stats["steps"] += 1
@@ -541,7 +465,7 @@ class Engine:
         self.scheduler.abort(key)
         for c in r.children:
             if not c.finished:
-                self._finish_child(c, "error")
+                finish_completion(c, "error")
         out = self._make_output(r)
         out.finished = True
         out.error = message
@@ -585,26 +509,8 @@ class Engine:
         all_finished = True
         for i, c in enumerate(r.children):
             all_finished = all_finished and c.finished
-            if not c.dirty:
-                continue
-            d = CompletionDelta(index=i, token_ids=c.new_tokens, logprobs=c.new_logprobs)
-            c.new_tokens, c.new_logprobs = [], []
-            # Hold back text that could still be the start of a stop string.
-            limit = len(c.text)
-            if not c.finished and r.max_stop_len > 1:
-                hold = r.max_stop_len - 1
-                limit = utf8_floor(c.text, len(c.text) - hold if len(c.text) >= hold else 0)
-            if limit > c.emitted:
-                d.text = c.text[c.emitted : limit].decode("utf-8")
-                c.emitted = limit
-            d.cumulative_logprob = c.cumulative_logprob
-            if c.finished and not c.reported_finish:
-                d.finish_reason = c.finish_reason
-                d.stop_str = c.stop_str.decode("utf-8")
-                d.stop_token = c.stop_token
-                c.reported_finish = True
-            c.dirty = False
-            out.completions.append(d)
+            if c.dirty:
+                out.completions.append(take_delta(c, r.stops, i))
         out.finished = all_finished
         if all_finished:
             out.finished_time = time.time()

@@ -106,6 +106,28 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self.token_bytes)
 
+    # -- special tokens, as core.Tokenizer answers (what ossa.Tokenizer reads) -------------------
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.spec.bos_id if self.spec.bos_id >= 0 else None
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.spec.eos_id if self.spec.eos_id >= 0 else None
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.spec.pad_id if self.spec.pad_id >= 0 else None
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self.spec.eos_ids)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        t = self.token_strings
+        return t[token_id] if 0 <= token_id < len(t) and t[token_id] else None
+
     # -- encoding ---------------------------------------------------------------------------------
 
     def _split_added(self, text: str, table: dict[str, dict[str, Any]]) -> list[tuple[int, int, int]]:

@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from .. import __version__
 from ..async_engine import AsyncEngine, EngineStoppedError
+from ..input_processor import chat_messages
 from .chat_templates import TemplateSandbox, request_template
 from .guard import GuardMiddleware
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -43,10 +44,8 @@ from .protocol import (
 from .serving import (
     APIError,
     bad_request,
-    chat_prompt,
-    encode,
+    checked,
     full_response,
-    message_dicts,
     prepare_chat,
     prepare_completion,
     stream_response,
@@ -262,7 +261,9 @@ def create_app(
             "eos_token": engine.tokenizer.eos_token or "",
         }
         variables.update(kwargs or {})
-        return await sandbox.render(template, message_dicts(messages), add_generation_prompt, variables)
+        return await sandbox.render(
+            template, checked(chat_messages, messages), add_generation_prompt, variables
+        )
 
     async def respond(request: Request, prep: Any, chat: bool) -> Response:
         if prep.stream:
@@ -310,29 +311,28 @@ def create_app(
             raise bad_request("give exactly one of prompt or messages")
         if body.messages is not None:
             template = request_template(body, trust_request_chat_template)
-            rendered = None
+            proc = engine.input_processor
+            kwargs = body.chat_template_kwargs
             if template is not None:
                 rendered = await render_request_template(
-                    template, body.messages, body.add_generation_prompt, body.chat_template_kwargs
+                    template, body.messages, body.add_generation_prompt, kwargs
                 )
-            kwargs = body.chat_template_kwargs
-            ids = chat_prompt(engine, body.messages, body.add_generation_prompt, kwargs, rendered).token_ids
+                ids = checked(proc.encode, rendered, False, "messages")
+            else:
+                ids = checked(proc.chat, body.messages, body.add_generation_prompt, None, kwargs).token_ids
         else:
             assert body.prompt is not None
             if body.prompt == "":
                 ids = []
             else:
-                ids = encode(engine, body.prompt, body.add_special_tokens, "prompt")
+                ids = checked(engine.input_processor.encode, body.prompt, body.add_special_tokens)
         return {"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids}
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         check_model(body.model)
-        for t in body.tokens:
-            if not 0 <= t < engine.vocab_size:
-                raise bad_request(
-                    f"token id {t} is outside the vocabulary [0, {engine.vocab_size})", param="tokens"
-                )
+        if body.tokens:
+            checked(engine.input_processor.token_ids, body.tokens, "tokens")
         return {"prompt": engine.tokenizer.decode(body.tokens)}
 
     @app.get("/health")

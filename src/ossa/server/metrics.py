@@ -123,17 +123,18 @@ class ServerMetrics:
         )
 
     def observe_finished(self, out: Any, num_generated_tokens: int) -> None:
-        """Records one finished request from its last ``EngineOutput`` (engine timestamps)."""
-        arrival, first, done = out.arrival_time, out.first_token_time, out.finished_time
+        """Records one finished request from its final ``RequestOutput`` (engine timestamps)."""
+        m = out.metrics
+        arrival, first, done = m.arrival_time, m.first_token_time or 0.0, m.finished_time or 0.0
         if arrival > 0 and first >= arrival:
             self.ttft.observe(first - arrival)
         if arrival > 0 and done >= arrival:
             self.e2e.observe(done - arrival)
-        n_children = max(1, len(out.completions))
+        n_children = max(1, len(out.outputs))
         per_child = num_generated_tokens / n_children
         if first > 0 and done > first and per_child > 1:
             self.tpot.observe((done - first) / (per_child - 1))
-        reasons = {c.finish_reason for c in out.completions if c.finish_reason} or {"abort"}
+        reasons = {c.finish_reason for c in out.outputs if c.finish_reason} or {"abort"}
         for r in reasons:
             self.requests.labels(self.model_name, r).inc()
 

@@ -65,6 +65,7 @@ class _SamplingFields(BaseModel):
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # keep the last k
 
 
 class CompletionRequest(_SamplingFields):

@@ -1,7 +1,9 @@
 """Completions and chat completions: request -> engine requests -> OpenAI-shaped JSON or SSE chunks.
 
-Python's per-delta work is only what the wire format needs: wrap the engine's text delta in a JSON
-chunk. Logprob entries are decoded only when the client asked for them.
+Inputs go through the engine's ``InputProcessor`` (the one place that validates; its errors become
+400s naming the field) and outputs come back as ``RequestOutput``s from ``ossa.output_processor``,
+as they do for ``LLM``; this module only renders them in OpenAI's wire format. Logprob entries are
+decoded only when the client asked for them.
 """
 
 from __future__ import annotations
@@ -9,15 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from ..async_engine import AsyncEngine
-from ..engine_io import generation_params, logprob_dicts
+from ..input_processor import EngineRequest, InputError, ProcessedPrompt
+from ..output_processor import top_logprobs, trim_logprobs
+from ..outputs import CompletionOutput, Logprob, RequestOutput
 from ..sampling_params import SamplingParams
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
+
+T = TypeVar("T")
 
 
 class APIError(Exception):
@@ -42,21 +47,24 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
 
 
-@dataclass
-class EnginePrompt:
-    text: str | None
-    token_ids: list[int]
+def checked(f: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Calls the input processor; its InputError (or any ValueError) becomes a 400 naming the field."""
+    try:
+        return f(*args, **kwargs)
+    except InputError as e:
+        raise bad_request(str(e), param=e.param) from None
+    except (ValueError, TypeError) as e:
+        raise bad_request(str(e)) from None
 
 
 @dataclass
 class PreparedRequest:
-    """Everything validated up front: engine params per prompt, so a bad field fails before any work."""
+    """Everything validated up front: one engine request per prompt, so a bad field fails before any work."""
 
     request_id: str
     model: str
-    prompts: list[EnginePrompt]
+    requests: list[EngineRequest]
     params: SamplingParams
-    engine_params: list[Any]
     n: int
     logprobs: int | None
     stream: bool
@@ -64,6 +72,10 @@ class PreparedRequest:
     echo: bool = False
     prompt_logprobs: int | None = None  # vLLM's field, as asked
     created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def prompts(self) -> list[ProcessedPrompt]:
+        return [r.prompt for r in self.requests]
 
     @property
     def echo_logprobs(self) -> bool:
@@ -107,130 +119,10 @@ def sampling_params(
             skip_special_tokens=req.skip_special_tokens,
             logit_bias=bias,
             include_stop_str_in_output=req.include_stop_str_in_output,
+            truncate_prompt_tokens=req.truncate_prompt_tokens,
         )
     except (ValueError, TypeError) as e:
         raise bad_request(str(e)) from None
-
-
-def engine_params(
-    engine: AsyncEngine, prompt: EnginePrompt, sp: SamplingParams, priority: int, explicit_max: bool = False
-) -> Any:
-    """``explicit_max``: the client set max_tokens, so prompt + max_tokens past the context is its
-    error (vLLM's 400); a default max_tokens is cut to what the context has room for."""
-    n_prompt = len(prompt.token_ids)
-    if n_prompt + 1 > engine.max_model_len:
-        raise bad_request(
-            f"This model's maximum context length is {engine.max_model_len} tokens; the prompt has "
-            f"{n_prompt} tokens, which leaves no room for output (at most {engine.max_model_len - 1} "
-            f"prompt tokens).",
-            param="messages" if prompt.text is None else "prompt",
-        )
-    if explicit_max and sp.max_tokens is not None and n_prompt + sp.max_tokens > engine.max_model_len:
-        raise bad_request(
-            f"This model's maximum context length is {engine.max_model_len} tokens. However, you "
-            f"requested {n_prompt + sp.max_tokens} tokens ({n_prompt} in the prompt, {sp.max_tokens} "
-            f"in the completion). Please reduce the length of the prompt or the completion.",
-            param="max_tokens",
-        )
-    try:
-        return generation_params(
-            sp,
-            prompt_len=n_prompt,
-            max_model_len=engine.max_model_len,
-            eos_token_ids=engine.eos_token_ids,
-            vocab_size=engine.vocab_size,
-            backend="cpp",
-            priority=priority,
-        )
-    except (ValueError, TypeError) as e:
-        raise bad_request(str(e)) from None
-
-
-def check_ids(engine: AsyncEngine, ids: list[int], param: str) -> list[int]:
-    if not ids:
-        raise bad_request("the prompt is empty: give at least one token", param=param)
-    for t in ids:
-        if not 0 <= t < engine.vocab_size:
-            raise bad_request(f"token id {t} is outside the vocabulary [0, {engine.vocab_size})", param=param)
-    return ids
-
-
-def encode(engine: AsyncEngine, text: str, add_special_tokens: bool, param: str) -> list[int]:
-    try:
-        ids = engine.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-    except (ValueError, UnicodeError) as e:
-        raise bad_request(f"cannot tokenize the {param}: {e}", param=param) from None
-    return check_ids(engine, list(ids), param)
-
-
-def completion_prompts(engine: AsyncEngine, prompt: Any) -> list[EnginePrompt]:
-    if isinstance(prompt, str):
-        return [EnginePrompt(prompt, encode(engine, prompt, True, "prompt"))]
-    if not prompt:
-        raise bad_request("prompt must not be empty", param="prompt")
-    if all(isinstance(p, int) for p in prompt):
-        return [EnginePrompt(None, check_ids(engine, list(prompt), "prompt"))]
-    out = []
-    for p in prompt:
-        if isinstance(p, str):
-            out.append(EnginePrompt(p, encode(engine, p, True, "prompt")))
-        else:
-            out.append(EnginePrompt(None, check_ids(engine, list(p), "prompt")))
-    return out
-
-
-def message_dicts(messages: list[Any]) -> list[dict[str, Any]]:
-    """Messages for the chat template: content parts of type text are joined into one string."""
-    out = []
-    for i, m in enumerate(messages):
-        d = m.model_dump(exclude_none=True)
-        content = m.content
-        if isinstance(content, list):
-            texts = []
-            for part in content:
-                if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise bad_request("only text content parts are supported", param=f"messages[{i}].content")
-                texts.append(part["text"])
-            d["content"] = "\n".join(texts)
-        elif content is None:
-            d["content"] = ""
-        out.append(d)
-    return out
-
-
-def chat_prompt(
-    engine: AsyncEngine,
-    messages: list[Any],
-    add_generation_prompt: bool,
-    kwargs: dict[str, Any] | None,
-    rendered: str | None = None,
-) -> EnginePrompt:
-    """The prompt of a chat: rendered with the server's template, or given already ``rendered`` (a
-    request's own template, rendered in the template sandbox)."""
-    if rendered is not None:
-        return EnginePrompt(rendered, encode(engine, rendered, False, "messages"))
-    try:
-        text = engine.tokenizer.apply_chat_template(
-            message_dicts(messages),
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **(kwargs or {}),
-        )
-    except APIError:
-        raise
-    except Exception as e:  # template errors (raise_exception, bad roles, jinja) are the caller's input
-        raise bad_request(f"cannot apply the chat template: {e}", param="messages") from None
-    # The template writes its own special tokens: no BOS on top.
-    return EnginePrompt(text, encode(engine, text, False, "messages"))
-
-
-def check_n(engine: AsyncEngine, n: int, prompts: int) -> None:
-    if n * prompts > engine.max_num_seqs:
-        raise bad_request(
-            f"n * number of prompts is {n * prompts}; this server runs at most "
-            f"{engine.max_num_seqs} sequences at once",
-            param="n",
-        )
 
 
 def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) -> PreparedRequest:
@@ -238,19 +130,23 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
         raise bad_request("suffix is not supported", param="suffix")
     if req.best_of is not None and req.best_of != req.n:
         raise bad_request("best_of is not supported (it must equal n)", param="best_of")
-    prompts = completion_prompts(engine, req.prompt)
-    check_n(engine, req.n, len(prompts))
+    proc = engine.input_processor
+    prompts = checked(proc.prompts, req.prompt)
+    checked(proc.check_n, req.n, len(prompts))
     # The engine computes one set of prompt logprobs per prompt, wide enough for both uses.
     wanted = [k for k in (req.prompt_logprobs, req.logprobs if req.echo else None) if k is not None]
     sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None)
+    request_id = random_id("cmpl")
+    ids = [request_id] if len(prompts) == 1 else [f"{request_id}-{i}" for i in range(len(prompts))]
     explicit = "max_tokens" in req.model_fields_set and req.max_tokens is not None
-    params = [engine_params(engine, p, sp, req.priority, explicit) for p in prompts]
     return PreparedRequest(
-        random_id("cmpl"),
+        request_id,
         model,
-        prompts,
+        [
+            checked(proc.process, rid, p, sp, req.priority, explicit_max_tokens=explicit)
+            for rid, p in zip(ids, prompts, strict=True)
+        ],
         sp,
-        params,
         req.n,
         req.logprobs,
         bool(req.stream),
@@ -263,21 +159,30 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
 def prepare_chat(
     engine: AsyncEngine, req: ChatCompletionRequest, model: str, rendered: str | None = None
 ) -> PreparedRequest:
-    prompt = chat_prompt(engine, req.messages, req.add_generation_prompt, req.chat_template_kwargs, rendered)
-    check_n(engine, req.n, 1)
+    """``rendered``: the prompt already rendered (a request's own chat template, rendered in the
+    template sandbox); else the server's template renders it."""
+    proc = engine.input_processor
+    if rendered is not None:
+        prompt = ProcessedPrompt(rendered, checked(proc.encode, rendered, False, "messages"))
+    else:
+        prompt = checked(proc.chat, req.messages, req.add_generation_prompt, None, req.chat_template_kwargs)
+    checked(proc.check_n, req.n, 1)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
     sp = sampling_params(req, max_tokens, logprobs)
+    request_id = random_id("chatcmpl")
     explicit = req.max_completion_tokens is not None or req.max_tokens is not None
-    params = [engine_params(engine, prompt, sp, req.priority, explicit)]
     return PreparedRequest(
-        random_id("chatcmpl"),
+        request_id,
         model,
-        [prompt],
+        [
+            checked(
+                proc.process, request_id, prompt, sp, req.priority, "messages", explicit_max_tokens=explicit
+            )
+        ],
         sp,
-        params,
         req.n,
         logprobs,
         bool(req.stream),
@@ -288,27 +193,25 @@ def prepare_chat(
 # -- running ---------------------------------------------------------------------------------------
 
 
-async def merged_outputs(engine: AsyncEngine, prep: PreparedRequest) -> AsyncIterator[tuple[int, Any]]:
-    """Yields (prompt index, engine delta) for all prompts of a request as they arrive."""
-    if len(prep.prompts) == 1:
-        async for out in engine.generate(prep.request_id, prep.prompts[0].token_ids, prep.engine_params[0]):
+async def merged_outputs(
+    engine: AsyncEngine, prep: PreparedRequest, delta: bool
+) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Yields (prompt index, ``RequestOutput``) for all prompts of a request as they arrive."""
+    if len(prep.requests) == 1:
+        async for out in engine.generate(prep.requests[0], delta):
             yield 0, out
         return
-    gens = [
-        engine.generate(f"{prep.request_id}-{i}", p.token_ids, g)
-        for i, (p, g) in enumerate(zip(prep.prompts, prep.engine_params, strict=True))
-    ]
-    queue: asyncio.Queue[tuple[int, Any] | BaseException | None] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, RequestOutput] | BaseException | None] = asyncio.Queue()
 
-    async def pump(i: int, gen: AsyncIterator[Any]) -> None:
+    async def pump(i: int, request: EngineRequest) -> None:
         try:
-            async for out in gen:
+            async for out in engine.generate(request, delta):
                 queue.put_nowait((i, out))
             queue.put_nowait(None)
         except Exception as e:
             queue.put_nowait(e)
 
-    tasks = [asyncio.ensure_future(pump(i, g)) for i, g in enumerate(gens)]
+    tasks = [asyncio.ensure_future(pump(i, r)) for i, r in enumerate(prep.requests)]
     try:
         remaining = len(tasks)
         while remaining:
@@ -325,82 +228,94 @@ async def merged_outputs(engine: AsyncEngine, prep: PreparedRequest) -> AsyncIte
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def engine_error(out: Any) -> APIError:
-    # Rejected by the scheduler before running (e.g. too big for the cache) is the caller's input;
-    # anything that failed inside the loop is ours.
-    if not out.first_scheduled_time:
-        return bad_request(out.error)
-    return APIError(500, f"generation failed: {out.error}", type_="server_error")
+def engine_error(out: RequestOutput) -> APIError | None:
+    """The error of a failed request, if it failed. Rejected by the scheduler before running (e.g. too
+    big for the cache) is the caller's input; anything that failed inside the loop is ours."""
+    error = out.extra.get("error")
+    if not error:
+        return None
+    if out.metrics is None or not out.metrics.first_scheduled_time:
+        return bad_request(error)
+    return APIError(500, f"generation failed: {error}", type_="server_error")
 
 
-@dataclass
-class Choice:
-    text: str = ""
-    token_ids: int = 0
-    finish_reason: str | None = None
-    stop_reason: str | int | None = None
-    logprobs: list[Any] = field(default_factory=list)
+# -- rendering -------------------------------------------------------------------------------------
+
+# One position of a logprob list: its token id and its {token id: Logprob} (None: nothing precedes
+# the prompt's first token, so it has no logprob; OpenAI: null).
+Position = tuple[int, dict[int, Logprob] | None]
+
+
+def positions(logprobs: list[dict[int, Logprob]] | None) -> list[Position]:
+    return [(next(iter(d)), d) for d in logprobs or []]
+
+
+def prompt_positions(out: RequestOutput) -> list[Position]:
+    """The prompt's positions in echoed logprobs: its first token (no logprob), then the rest."""
+    plps = out.prompt_logprobs or [None]
+    return [(out.prompt_token_ids[0], None), *positions([d for d in plps[1:] if d is not None])]
+
+
+def completion_logprobs(
+    engine: AsyncEngine, entries: list[Position], offset: int, num_top: int, top_n: int | None = None
+) -> dict[str, Any]:
+    """OpenAI's legacy completions logprobs. ``num_top``: alternatives the engine computed per
+    position; ``top_n`` trims them (prompt entries may carry more than the request's ``logprobs``
+    when ``prompt_logprobs`` asked for more)."""
+    tokens: list[str] = []
+    token_lps: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    for token, d in entries:
+        s = decode_token(engine, token) if d is None else str(d[token].decoded_token)
+        tokens.append(s)
+        offsets.append(offset)
+        offset += len(s)
+        if d is None:
+            token_lps.append(None)
+            tops.append(None)
+            continue
+        token_lps.append(d[token].logprob)
+        tops.append({str(lp.decoded_token): lp.logprob for _, lp in top_logprobs(d, num_top, top_n)})
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def prompt_logprob_dicts(out: RequestOutput, num_top: int, top_n: int) -> list[Any]:
+    """vLLM's ``prompt_logprobs``: None for the first token, then {token id: {logprob, rank,
+    decoded_token}} holding the prompt's token and the top ``top_n`` (as ``LLM.generate`` gives them)."""
+    plps = out.prompt_logprobs or [None]
+    return [
+        None,
+        *(
+            {str(t): asdict(lp) for t, lp in trim_logprobs(d, num_top, top_n).items()}
+            for d in plps[1:]
+            if d is not None
+        ),
+    ]
+
+
+def chat_logprobs(entries: list[Position], num_top: int) -> dict[str, Any]:
+    content = []
+    for token, d in entries:
+        assert d is not None
+        s = str(d[token].decoded_token)
+        top = []
+        for _, lp in top_logprobs(d, num_top):
+            ts = str(lp.decoded_token)
+            top.append({"token": ts, "logprob": lp.logprob, "bytes": list(ts.encode())})
+        content.append(
+            {"token": s, "logprob": d[token].logprob, "bytes": list(s.encode()), "top_logprobs": top}
+        )
+    return {"content": content}
 
 
 def decode_token(engine: AsyncEngine, token: int) -> str:
     return engine.tokenizer.decode([int(token)], skip_special_tokens=False)
 
 
-@dataclass
-class FirstToken:
-    """The prompt's first token in echoed logprobs: nothing precedes it, so no logprob (OpenAI: null)."""
-
-    token: int
-
-
-def completion_logprobs(
-    engine: AsyncEngine, entries: list[Any], offset: int, top_n: int | None = None
-) -> dict[str, Any]:
-    """OpenAI's legacy completions logprobs. ``top_n`` trims top lists (prompt entries may carry more
-    alternatives than the request's ``logprobs`` when ``prompt_logprobs`` asked for more)."""
-    tokens: list[str] = []
-    token_lps: list[float | None] = []
-    tops: list[dict[str, float] | None] = []
-    offsets: list[int] = []
-    for e in entries:
-        s = decode_token(engine, e.token)
-        tokens.append(s)
-        offsets.append(offset)
-        offset += len(s)
-        if isinstance(e, FirstToken):
-            token_lps.append(None)
-            tops.append(None)
-            continue
-        token_lps.append(float(e.logprob))
-        top = e.top if top_n is None else list(e.top)[:top_n]
-        tops.append({decode_token(engine, t): float(lp) for t, lp in top})
-    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
-
-
-def prompt_logprob_dicts(engine: AsyncEngine, entries: list[Any], top_n: int) -> list[Any]:
-    """vLLM's ``prompt_logprobs``: None for the first token, then {token id: {logprob, rank,
-    decoded_token}} holding the prompt's token and the top ``top_n`` (as ``LLM.generate`` gives them)."""
-    dicts = logprob_dicts(entries, partial(decode_token, engine), top_n)
-    return [None, *({str(t): asdict(lp) for t, lp in d.items()} for d in dicts)]
-
-
-def echo_text(engine: AsyncEngine, p: EnginePrompt) -> str:
+def echo_text(engine: AsyncEngine, p: ProcessedPrompt) -> str:
     """The prompt as echoed: its text, or the decoded ids of a token-id prompt."""
     return p.text if p.text is not None else engine.tokenizer.decode(p.token_ids)
-
-
-def chat_logprobs(engine: AsyncEngine, entries: list[Any]) -> dict[str, Any]:
-    content = []
-    for e in entries:
-        s = decode_token(engine, e.token)
-        top = []
-        for t, lp in e.top:
-            ts = decode_token(engine, t)
-            top.append({"token": ts, "logprob": float(lp), "bytes": list(ts.encode())})
-        content.append(
-            {"token": s, "logprob": float(e.logprob), "bytes": list(s.encode()), "top_logprobs": top}
-        )
-    return {"content": content}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -414,71 +329,77 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
+def choice_body(
+    engine: AsyncEngine,
+    prep: PreparedRequest,
+    chat: bool,
+    k: int,
+    out: RequestOutput,
+    c: CompletionOutput,
+    streaming: bool,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """One choice of a response (``streaming``: of a chunk, ``c`` holding only what is new)."""
+    finish = c.finish_reason or None
+    stop_reason = c.stop_reason if finish else None
+    if chat:
+        lp = chat_logprobs(positions(c.logprobs), prep.logprobs) if prep.logprobs is not None else None
+        content: dict[str, Any]
+        if streaming:
+            content = {"delta": {"content": c.text} if c.text else {}}
+        else:
+            content = {"message": {"role": "assistant", "content": c.text}}
+        return {"index": k, **content, "logprobs": lp, "finish_reason": finish, "stop_reason": stop_reason}
+    lp = None
+    text = c.text
+    if prep.logprobs is not None:
+        entries = positions(c.logprobs)
+        if prep.echo_logprobs and not streaming:
+            head = completion_logprobs(
+                engine, prompt_positions(out), 0, prep.params.prompt_logprobs or 0, prep.logprobs
+            )
+            tail = completion_logprobs(engine, entries, sum(len(s) for s in head["tokens"]), prep.logprobs)
+            lp = {key: head[key] + tail[key] for key in head}
+        else:
+            lp = completion_logprobs(engine, entries, offset, prep.logprobs)
+    if prep.echo and not streaming:
+        text = echo_text(engine, prep.requests[k // prep.n].prompt) + text
+    choice: dict[str, Any] = {
+        "index": k,
+        "text": text,
+        "logprobs": lp,
+        "finish_reason": finish,
+        "stop_reason": stop_reason,
+    }
+    if prep.prompt_logprobs is not None and not streaming:
+        choice["prompt_logprobs"] = prompt_logprob_dicts(
+            out, prep.params.prompt_logprobs or 0, prep.prompt_logprobs
+        )
+    return choice
+
+
 async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) -> dict[str, Any]:
-    choices = [Choice() for _ in range(prep.n * len(prep.prompts))]
-    for i, p in enumerate(prep.prompts):
-        if prep.echo:
-            text = echo_text(engine, p)
-            for j in range(prep.n):
-                choices[i * prep.n + j].text = text
-    prompt_lps: list[list[Any]] = [[] for _ in prep.prompts]
-    cached = [0] * len(prep.prompts)
-    async for i, out in merged_outputs(engine, prep):
-        if out.error:
-            raise engine_error(out)
-        cached[i] = max(cached[i], out.num_cached_tokens)
-        if out.has_prompt_logprobs:
-            prompt_lps[i] = list(out.prompt_logprobs)
-        for d in out.completions:
-            c = choices[i * prep.n + d.index]
-            c.text += d.text
-            c.token_ids += len(d.token_ids)
-            if prep.logprobs is not None:
-                c.logprobs.extend(d.logprobs)
-            if d.finish_reason:
-                c.finish_reason = d.finish_reason
-                c.stop_reason = d.stop_str or (d.stop_token if d.stop_token >= 0 else None)
+    finals: list[RequestOutput | None] = [None] * len(prep.requests)
+    async for i, out in merged_outputs(engine, prep, delta=False):
+        error = engine_error(out)
+        if error is not None:
+            raise error
+        finals[i] = out
+    choices = []
+    for i, final in enumerate(finals):
+        assert final is not None
+        for c in final.outputs:
+            choices.append(choice_body(engine, prep, chat, i * prep.n + c.index, final, c, streaming=False))
     n_prompt = sum(len(p.token_ids) for p in prep.prompts)
-    n_out = sum(c.token_ids for c in choices)
-    body: dict[str, Any] = {
+    n_out = sum(len(c.token_ids) for out in finals if out is not None for c in out.outputs)
+    return {
         "id": prep.request_id,
         "object": "chat.completion" if chat else "text_completion",
         "created": prep.created,
         "model": prep.model,
-        "choices": [],
+        "choices": choices,
+        "usage": usage(n_prompt, n_out, sum(f.num_cached_tokens for f in finals if f is not None)),
     }
-    for k, c in enumerate(choices):
-        if chat:
-            lp = chat_logprobs(engine, c.logprobs) if prep.logprobs is not None else None
-            body["choices"].append(
-                {
-                    "index": k,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": lp,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": c.stop_reason,
-                }
-            )
-        else:
-            i = k // prep.n
-            lp = None
-            if prep.logprobs is not None:
-                entries = c.logprobs
-                if prep.echo_logprobs:
-                    entries = [FirstToken(prep.prompts[i].token_ids[0]), *prompt_lps[i], *c.logprobs]
-                lp = completion_logprobs(engine, entries, 0, prep.logprobs)
-            choice: dict[str, Any] = {
-                "index": k,
-                "text": c.text,
-                "logprobs": lp,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            if prep.prompt_logprobs is not None:
-                choice["prompt_logprobs"] = prompt_logprob_dicts(engine, prompt_lps[i], prep.prompt_logprobs)
-            body["choices"].append(choice)
-    body["usage"] = usage(n_prompt, n_out, sum(cached))
-    return body
 
 
 def sse(obj: Any) -> bytes:
@@ -496,7 +417,7 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
     head = {"id": prep.request_id, "object": obj, "created": prep.created, "model": prep.model}
     usage_field = {"usage": None} if prep.include_usage else {}
     n_out = 0
-    offsets = [0] * (prep.n * len(prep.prompts))
+    offsets = [0] * (prep.n * len(prep.requests))
 
     def chunk(choice: dict[str, Any]) -> bytes:
         return sse({**head, "choices": [choice], **usage_field})
@@ -522,19 +443,16 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                     yield chunk(
                         {"index": i * prep.n + j, "text": text, "logprobs": None, "finish_reason": None}
                     )
-        opened = [not opening] * len(prep.prompts)
-        cached = [0] * len(prep.prompts)
-        async for i, out in merged_outputs(engine, prep):
-            if out.error and not out.first_scheduled_time:
-                raise engine_error(out)  # refused before it ran: nothing to end
+        opened = [not opening] * len(prep.requests)
+        cached = [0] * len(prep.requests)
+        async for i, out in merged_outputs(engine, prep, delta=True):
             cached[i] = max(cached[i], out.num_cached_tokens)
+            error = engine_error(out)
+            if error is not None and error.status == 400:
+                raise error  # refused before it ran: nothing to end
             if not opened[i]:
                 opened[i] = True
-                p = prep.prompts[i]
-                plps = list(out.prompt_logprobs) if out.has_prompt_logprobs else []
-                text = ""
-                if prep.echo:
-                    text = echo_text(engine, p)
+                text = echo_text(engine, prep.prompts[i]) if prep.echo else ""
                 for j in range(prep.n):
                     k = i * prep.n + j
                     first: dict[str, Any] = {
@@ -545,50 +463,24 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                     }
                     if prep.echo_logprobs:
                         head_lp = completion_logprobs(
-                            engine, [FirstToken(p.token_ids[0]), *plps], 0, prep.logprobs
+                            engine, prompt_positions(out), 0, prep.params.prompt_logprobs or 0, prep.logprobs
                         )
                         first["logprobs"] = head_lp
                         offsets[k] = sum(len(s) for s in head_lp["tokens"])
                     if prep.prompt_logprobs is not None:
-                        first["prompt_logprobs"] = prompt_logprob_dicts(engine, plps, prep.prompt_logprobs)
+                        first["prompt_logprobs"] = prompt_logprob_dicts(
+                            out, prep.params.prompt_logprobs or 0, prep.prompt_logprobs
+                        )
                     yield chunk(first)
-            for d in out.completions:
-                k = i * prep.n + d.index
-                n_out += len(d.token_ids)
-                if not d.text and not d.finish_reason and not d.logprobs:
+            for c in out.outputs:
+                k = i * prep.n + c.index
+                n_out += len(c.token_ids)
+                if not c.text and not c.finish_reason and not c.logprobs:
                     continue
-                finish = d.finish_reason or None
-                stop_reason = (
-                    (d.stop_str or (d.stop_token if d.stop_token >= 0 else None)) if finish else None
-                )
-                if chat:
-                    lp = chat_logprobs(engine, list(d.logprobs)) if prep.logprobs is not None else None
-                    delta = {"content": d.text} if d.text else {}
-                    yield chunk(
-                        {
-                            "index": k,
-                            "delta": delta,
-                            "logprobs": lp,
-                            "finish_reason": finish,
-                            "stop_reason": stop_reason,
-                        }
-                    )
-                else:
-                    lp = None
-                    if prep.logprobs is not None:
-                        lp = completion_logprobs(engine, list(d.logprobs), offsets[k])
-                    offsets[k] += len(d.text)
-                    yield chunk(
-                        {
-                            "index": k,
-                            "text": d.text,
-                            "logprobs": lp,
-                            "finish_reason": finish,
-                            "stop_reason": stop_reason,
-                        }
-                    )
-            if out.error:  # failed while running: its choices ended with finish_reason "error" above
-                raise engine_error(out)
+                yield chunk(choice_body(engine, prep, chat, k, out, c, streaming=True, offset=offsets[k]))
+                offsets[k] += len(c.text)
+            if error is not None:  # failed while running: its choices ended with finish_reason "error"
+                raise error
         if prep.include_usage:
             n_prompt = sum(len(p.token_ids) for p in prep.prompts)
             yield sse({**head, "choices": [], "usage": usage(n_prompt, n_out, sum(cached))})

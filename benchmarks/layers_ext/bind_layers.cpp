@@ -1,12 +1,13 @@
-// Bindings of the layering experiments (benchmarks/layers.py): core.bench.*. Arrays are checked here
-// (shape, dtype, contiguity) so the kernels can take plain pointers.
+// ossa_layers: the layering experiments' own small module (benchmarks/layers.py builds it on first
+// use; never part of the ossa package). Arrays are checked here (shape, dtype, contiguity) so the
+// kernels can take plain pointers.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
 #include <cstring>
 #include <string>
 
-#include "bench/layers.h"
+#include "layers.h"
 #include "util/error.h"
 
 namespace nb = nanobind;
@@ -43,8 +44,15 @@ void check_qkv(const Mat<T>& q, const Mat<T>& k, const Mat<T>& v) {
 
 }  // namespace
 
-void bind_bench(nb::module_& m) {
-  nb::module_ b = m.def_submodule("bench", "Kernels of benchmarks/layers.py (not part of the engine)");
+NB_MODULE(ossa_layers, b) {
+  b.doc() = "Kernels of benchmarks/layers.py (not part of the engine)";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ossa::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
   b.def(
       "affine_serial",
       [](F64Vec x, F64VecOut y) {

@@ -1,4 +1,4 @@
-#include "bench/layers.h"
+#include "layers.h"
 
 #include <omp.h>
 

@@ -1,0 +1,365 @@
+"""The one validated configuration of an engine: what ``LLM``, the async engine, the server and the CLI
+all build from.
+
+``EngineArgs`` holds the user's options, flat, with vLLM's names; ``EngineArgs.validate`` checks each
+before anything loads. ``EngineArgs.create_config(model)`` then derives, once, what depends on the
+loaded model: the longest sequence (``max_model_len``), the KV-cache budget and its block count (the
+C++ ``num_blocks_for_memory``) and the scheduler's watermark (the C++ default), into an ``OssaConfig``
+of four parts (load, cache, scheduler, parallel) from which each backend builds its engine.
+
+Memory on a CPU: ``kv_cache_memory_bytes`` sets the KV cache's budget directly. Without it,
+``gpu_memory_utilization`` (vLLM's name, kept so scripts port) means the share of the machine's
+available memory that the weights plus the KV cache may take: the KV cache gets that share less the
+weights. Without either, the KV cache gets 1 GiB or a fifth of the available memory, whichever is less.
+
+ossa runs one engine per process: ``tensor_parallel_size``, ``pipeline_parallel_size`` and
+``data_parallel_size`` other than 1 are refused (a ValueError), never ignored; to use more cores or
+machines, run several engines as Ray replicas (``ossa.ray``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB, or a fifth of available memory if that is less
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+BACKENDS = ("cpp", "python")
+POLICIES = ("fcfs", "priority")
+# Options vLLM takes that mean nothing on one CPU process; accepted (and ignored) so scripts port.
+IGNORED_OPTIONS = frozenset({"trust_remote_code", "enforce_eager", "disable_log_stats"})
+
+
+def available_memory() -> int | None:
+    """The kernel's estimate of memory available to a new process (MemAvailable), in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError):
+        return None
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass
+class EngineArgs:
+    """An engine's options (``LLM(model, **options)``; the CLI's ``--flags`` have the same names).
+
+    Args:
+        model: a GGUF file, a Hugging Face folder, or a short name (default ``"smollm2-135m"``,
+            fetched on first use).
+        tokenizer: where to read the tokenizer from (default: the model).
+        max_model_len: the longest sequence (prompt + output); default: the model's context length,
+            or what the KV cache holds if that is less.
+        kv_cache_memory_bytes: the KV-cache budget in bytes (see ``gpu_memory_utilization``).
+        gpu_memory_utilization: on a CPU, the share (0, 1] of available memory that the weights plus
+            the KV cache may take; sizes the KV cache when ``kv_cache_memory_bytes`` is not given.
+        kv_cache_dtype: ``"auto"`` (float16), ``"float16"`` or ``"float32"``: the element type of
+            the cached K and V (float16 halves what decode attention reads; float32 is exact).
+        dtype: the matmuls' precision. ``"auto"``/``"float32"``: quantized weights exact, activations
+            f32 (on AMX split into two bf16 halves, ~3e-6 of sum |x w|). ``"bfloat16"``: every matrix
+            rounded to bf16 once at load and its inputs rounded to bf16, f32 accumulation (vLLM-CPU's
+            numerics): faster prefill on AMX, weights take 2 bytes each. Both are deterministic and
+            batch invariant.
+        block_size: tokens per KV-cache block.
+        max_num_seqs: the most sequences in one step.
+        max_num_batched_tokens: the most tokens in one step (long prompts are chunked).
+        enable_prefix_caching: reuse the KV blocks of shared prompt prefixes.
+        seed: seeds every request that brings no seed of its own.
+        num_threads: kernel threads (default: all cores).
+        backend: ``"cpp"`` (the C++ engine) or ``"python"`` (the ``ossa.reference`` twins; slow).
+        scheduling_policy: ``"fcfs"`` or ``"priority"``.
+        amx: multiply on the AMX kernels where the CPU has them (``OSSA_AMX=0`` in the environment
+            turns them off everywhere); False: the exact f32 kernels, what a CPU without AMX runs.
+        quantized_activations: quantized weights multiply activations rounded to 8-bit blocks
+            (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
+        tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
+            process; run Ray replicas to scale out).
+    """
+
+    model: str | None = None
+    tokenizer: str | None = None
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str = "auto"
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    num_threads: int | None = None
+    backend: str = "cpp"
+    scheduling_policy: str = "fcfs"
+    amx: bool = True
+    quantized_activations: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+
+    @classmethod
+    def from_kwargs(cls, model: str | None, kwargs: dict[str, Any]) -> EngineArgs:
+        """``LLM(model, **kwargs)``'s options; TypeError for a name that is no option."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(kwargs) - names - IGNORED_OPTIONS
+        if unknown:
+            raise TypeError(f"LLM() got unexpected keyword arguments: {sorted(unknown)}")
+        args = cls(model=model, **{k: v for k, v in kwargs.items() if k in names})
+        args.validate()
+        return args
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first option out of range (nothing is loaded yet)."""
+        from . import models
+
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be 'cpp' or 'python', got {self.backend!r}")
+        _positive_int("block_size", self.block_size)
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        if self.max_num_batched_tokens is not None:
+            _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_model_len is not None:
+            _positive_int("max_model_len", self.max_model_len, minimum=2)
+        if self.kv_cache_memory_bytes is not None:
+            _positive_int("kv_cache_memory_bytes", self.kv_cache_memory_bytes)
+        if self.gpu_memory_utilization is not None:
+            u = self.gpu_memory_utilization
+            if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
+                raise ValueError(
+                    f"gpu_memory_utilization must be in (0, 1] (the share of available memory the "
+                    f"weights plus the KV cache may take), got {u!r}"
+                )
+        if self.num_threads is not None:
+            _positive_int("num_threads", self.num_threads)
+        if self.scheduling_policy not in POLICIES:
+            raise ValueError(
+                f"scheduling_policy must be 'fcfs' or 'priority', got {self.scheduling_policy!r}"
+            )
+        for name in ("amx", "quantized_activations", "enable_prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        models.kv_cache_dtype_of(self.kv_cache_dtype)
+        models.dtype_of(self.dtype)
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            value = getattr(self, name)
+            _positive_int(name, value)
+            if value > 1:
+                raise ValueError(
+                    f"{name}={value}: ossa runs one engine per process, with no tensor, pipeline or "
+                    f"data parallelism; to use more cores or machines, run several engines as Ray "
+                    f"replicas (ossa.ray) and give each its share of the cores (num_threads)"
+                )
+
+    # -- the CLI ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def add_cli_args(p: argparse.ArgumentParser) -> None:
+        """The engine's ``--flags`` (the CLI's defaults suit serving: 64 sequences, 512-token steps)."""
+        p.add_argument(
+            "--max-model-len", type=int, default=None, help="context length (default: the model's)"
+        )
+        p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV-cache budget in bytes")
+        p.add_argument(
+            "--gpu-memory-utilization",
+            type=float,
+            default=None,
+            help="share of available memory the weights plus KV cache may take (sizes the KV cache "
+            "when --kv-cache-memory-bytes is not given)",
+        )
+        p.add_argument(
+            "--kv-cache-dtype",
+            choices=["auto", "float16", "float32"],
+            default="auto",
+            help="element type of the cached K and V (auto: float16)",
+        )
+        p.add_argument(
+            "--dtype",
+            choices=["auto", "float32", "bfloat16"],
+            default="auto",
+            help="matmul precision (auto: float32, quantized weights exact; bfloat16: vLLM-CPU's "
+            "numerics, faster prefill)",
+        )
+        p.add_argument("--block-size", type=int, default=16)
+        p.add_argument("--max-num-seqs", type=int, default=64)
+        p.add_argument("--max-num-batched-tokens", type=int, default=512)
+        p.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
+        p.add_argument("--num-threads", type=int, default=None)
+        p.add_argument("--engine-seed", type=int, default=0, help="seed for requests that give none")
+        p.add_argument("--backend", choices=list(BACKENDS), default="cpp")
+        p.add_argument("--scheduling-policy", choices=list(POLICIES), default="fcfs")
+        for name in ("tensor", "pipeline", "data"):
+            p.add_argument(
+                f"--{name}-parallel-size",
+                type=int,
+                default=1,
+                help="must be 1: ossa runs one engine per process (scale out with Ray replicas)",
+            )
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
+        """The options the CLI's flags give (``model`` included when the command has one): each flag
+        is the option's name, but for ``--no-prefix-caching`` and ``--engine-seed``."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+        values["enable_prefix_caching"] = not args.no_prefix_caching
+        values["seed"] = args.engine_seed
+        engine_args = cls(**values)
+        engine_args.validate()
+        return engine_args
+
+    # -- derived values ---------------------------------------------------------------------------
+
+    def create_config(self, model: Any, model_path: str) -> OssaConfig:
+        """The validated config with every derived value, for a loaded ``ossa.models.Model``."""
+        from . import models
+        from ._native import core
+
+        self.validate()
+        arch = model.config
+        kv_dtype = models.kv_cache_dtype_of(self.kv_cache_dtype)
+        weight_bytes = os.path.getsize(model_path) if os.path.isfile(model_path) else 0
+        avail = available_memory()
+        kv_bytes = self.kv_cache_memory_bytes
+        if kv_bytes is None and self.gpu_memory_utilization is not None:
+            if avail is None:
+                raise ValueError("gpu_memory_utilization needs the available memory, which is unknown here")
+            kv_bytes = int(self.gpu_memory_utilization * avail) - weight_bytes
+            if kv_bytes <= 0:
+                raise ValueError(
+                    f"gpu_memory_utilization={self.gpu_memory_utilization} of the available memory "
+                    f"({avail / 2**20:.0f} MiB) leaves nothing for the KV cache beside the weights "
+                    f"({weight_bytes / 2**20:.0f} MiB); raise it or give kv_cache_memory_bytes"
+                )
+        if kv_bytes is None:
+            kv_bytes = DEFAULT_KV_CACHE_BYTES if avail is None else min(DEFAULT_KV_CACHE_BYTES, avail // 5)
+        if avail is not None and weight_bytes + kv_bytes > avail:
+            raise ValueError(
+                f"the model ({weight_bytes / 2**20:.0f} MiB) and the KV cache "
+                f"({kv_bytes / 2**20:.0f} MiB) do not fit in the available memory "
+                f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
+            )
+        dtype_bytes = 2 if kv_dtype == "float16" else 4
+        num_blocks = int(
+            core.num_blocks_for_memory(
+                kv_bytes, arch.n_layer, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes
+            )
+        )
+        watermark = float(core.DEFAULT_WATERMARK)
+        # One sequence must fit beside the blocks the scheduler keeps free.
+        usable_tokens = (num_blocks - int(core.watermark_blocks_for(watermark, num_blocks))) * self.block_size
+        model_len = arch.n_ctx_train if self.max_model_len is None else int(self.max_model_len)
+        if model_len <= 0:
+            model_len = 2048
+        if usable_tokens < model_len:
+            if self.max_model_len is not None:
+                raise ValueError(
+                    f"the KV cache ({kv_bytes} bytes = {usable_tokens} usable tokens) cannot hold one "
+                    f"sequence of max_model_len={model_len} tokens; raise kv_cache_memory_bytes or "
+                    f"lower max_model_len"
+                )
+            model_len = usable_tokens  # the model's own context does not fit: use what does
+            if model_len < 2:
+                raise ValueError(f"kv_cache_memory_bytes={kv_bytes} holds no KV-cache block")
+        return OssaConfig(
+            load=LoadConfig(
+                model_path=model_path,
+                tokenizer_path=self.tokenizer or model_path,
+                dtype=models.dtype_of(self.dtype),
+                backend=self.backend,
+                vocab_size=int(arch.n_vocab),
+            ),
+            cache=CacheConfig(
+                block_size=self.block_size,
+                kv_cache_dtype=kv_dtype,
+                kv_cache_memory_bytes=int(kv_bytes),
+                num_blocks=num_blocks,
+                watermark=watermark,
+                enable_prefix_caching=bool(self.enable_prefix_caching),
+            ),
+            scheduler=SchedulerConfig(
+                max_model_len=model_len,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                policy=self.scheduling_policy,
+            ),
+            parallel=ParallelConfig(num_threads=self.num_threads),
+            seed=int(self.seed) % (1 << 64),
+        )
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    model_path: str
+    tokenizer_path: str
+    dtype: str  # the matmuls' precision: "float32" or "bfloat16"
+    backend: str  # "cpp" or "python"
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    block_size: int
+    kv_cache_dtype: str  # "float16" or "float32"
+    kv_cache_memory_bytes: int
+    num_blocks: int
+    watermark: float  # share of blocks the scheduler keeps free when admitting waiting sequences
+    enable_prefix_caching: bool
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    num_threads: int | None = None  # kernel threads; None: all cores
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+
+
+@dataclass(frozen=True)
+class OssaConfig:
+    """Everything an engine is built from, validated, with the derived values computed once."""
+
+    load: LoadConfig
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    seed: int = 0
+
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.max_model_len
+
+    def engine_fields(self) -> dict[str, Any]:
+        """The fields of the C++ ``EngineConfig`` (and of its twin's)."""
+        return {
+            "num_blocks": self.cache.num_blocks,
+            "block_size": self.cache.block_size,
+            "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
+            "max_num_seqs": self.scheduler.max_num_seqs,
+            "max_model_len": self.scheduler.max_model_len,
+            "policy": self.scheduler.policy,
+            "enable_prefix_caching": self.cache.enable_prefix_caching,
+            "watermark": self.cache.watermark,
+            "seed": self.seed,
+            "kv_cache_dtype": self.cache.kv_cache_dtype,
+        }
