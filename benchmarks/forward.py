@@ -82,7 +82,9 @@ def read_bandwidth(threads: int) -> float:
     return best
 
 
-def ossa_speed(path: str, threads: int, n_decode: int, quantized_activations: bool = False) -> dict[str, float]:
+def ossa_speed(
+    path: str, threads: int, n_decode: int, quantized_activations: bool = False
+) -> dict[str, float]:
     from ossa._native import core
 
     core.set_num_threads(threads)

@@ -123,7 +123,7 @@ def test_stepping_one_engine_from_two_threads_is_refused(llm: LLM) -> None:
     """Whoever drives a core.Engine by hand from two threads gets an error, not a corrupted heap."""
     if llm.backend != "cpp":
         pytest.skip("the C++ engine's guard")
-    g = llm._generation_params(SamplingParams(max_tokens=400, ignore_eos=True), 3)
+    g = llm.input_processor.engine_params(SamplingParams(max_tokens=400, ignore_eos=True), 3)
     llm.engine.add_request("by-hand", [1, 2, 3], g)
     errors: list[str] = []
 

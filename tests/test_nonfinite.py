@@ -45,7 +45,7 @@ def run_engine(llm: Any, prompts: list[list[int]], max_tokens: int = 4) -> dict[
 
     deltas: dict[str, list[Any]] = {}
     for i, ids in enumerate(prompts):
-        g = llm._generation_params(SamplingParams(max_tokens=max_tokens, temperature=0), len(ids))
+        g = llm.input_processor.engine_params(SamplingParams(max_tokens=max_tokens, temperature=0), len(ids))
         llm.engine.add_request(str(i), ids, g)
         deltas[str(i)] = []
     for d in llm.engine.run_to_completion():

@@ -60,7 +60,8 @@ NB_MODULE(ossa_layers, b) {
         nb::gil_scoped_release release;
         ossa::bench_affine_serial(x.data(), y.data(), static_cast<int64_t>(x.shape(0)));
       },
-      nb::arg("x"), nb::arg("y").noconvert(), "y = 2x + 1 in one C++ thread (y is written in place).");
+      nb::arg("x"), nb::arg("y").noconvert(),
+      "y = 2x + 1 in one C++ thread (y is written in place).");
   b.def(
       "affine_parallel",
       [](F64Vec x, F64VecOut y, int threads) {

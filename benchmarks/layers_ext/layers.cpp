@@ -26,8 +26,8 @@ __attribute__((noinline)) void bench_empty() {
   asm volatile("");
 }
 
-void bench_naive_attention(const double* q, const double* k, const double* v, int64_t seq, int64_t d,
-                           double* out) {
+void bench_naive_attention(const double* q, const double* k, const double* v, int64_t seq,
+                           int64_t d, double* out) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> scores(static_cast<size_t>(seq));
   for (int64_t i = 0; i < seq; ++i) {
@@ -59,12 +59,15 @@ void bench_paged_attention(const float* q, const float* k, const float* v, int64
   // One sequence whose blocks are 0..n_blocks-1 in order, so slot j holds position j.
   std::vector<float> k_cache(static_cast<size_t>(n_blocks * block_size * d), 0.0f);
   std::vector<float> v_cache(k_cache.size(), 0.0f);
-  for (int64_t j = 0; j < seq; ++j) store_k(k_cache.data(), KvType::F32, j, block_size, d, k + j * d);
+  for (int64_t j = 0; j < seq; ++j)
+    store_k(k_cache.data(), KvType::F32, j, block_size, d, k + j * d);
   std::copy(v, v + seq * d, v_cache.begin());
   std::vector<int32_t> block_tables(static_cast<size_t>(n_blocks));
-  for (int64_t b = 0; b < n_blocks; ++b) block_tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  for (int64_t b = 0; b < n_blocks; ++b)
+    block_tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   const int32_t block_table_start[2] = {0, static_cast<int32_t>(n_blocks)};
-  // Every query sits at the last position, so each one sees all seq keys: full (non-causal) attention.
+  // Every query sits at the last position, so each one sees all seq keys: full (non-causal)
+  // attention.
   std::vector<int32_t> positions(static_cast<size_t>(seq), static_cast<int32_t>(seq - 1));
   std::vector<int32_t> token_seq(static_cast<size_t>(seq), 0);
   const int t = threads > 0 ? threads : omp_get_num_procs();

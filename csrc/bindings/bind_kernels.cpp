@@ -58,10 +58,10 @@ struct KernelMatmul {
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
     if (dtype == "bfloat16") {  // as load_model(dtype="bfloat16") converts each matrix
       packed.assign(ossa::bf16_compute_bytes(w), 0);
-      w = ossa::make_bf16_compute(w, packed.data(), amx);
+      w = ossa::make_bf16_compute(w, packed.data(), amx && ossa::amx_default());
       return;
     }
-    packed.assign(amx && ossa::amx_available() ? ossa::amx_repacked_bytes(w) : 0, 0);
+    packed.assign(amx && ossa::amx_default() ? ossa::amx_repacked_bytes(w) : 0, 0);
     if (!packed.empty()) {
       ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
       w.packed = packed.data();
@@ -168,7 +168,7 @@ void bind_kernels(nb::module_& m) {
         return out;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
-      nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = ossa::amx_default());
+      nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = true);
 
   // Benchmark hook (benchmarks/matmul.py): the same product `reps` times into one output buffer,
   // the weight repacked once as the loader does; returns the seconds of each run.
@@ -191,7 +191,7 @@ void bind_kernels(nb::module_& m) {
         return seconds;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"),
-      nb::arg("dtype") = "float32", nb::arg("amx") = ossa::amx_default());
+      nb::arg("dtype") = "float32", nb::arg("amx") = true);
 
   m.def("amx_available", []() { return ossa::amx_available(); },
         "Whether the AMX kernels can run here (compiled in and granted by the OS).");

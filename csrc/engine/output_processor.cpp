@@ -27,7 +27,8 @@ StopStrings::StopStrings(std::vector<std::string> stop, bool include, int64_t mi
   for (const std::string& s : strings) max_len = std::max(max_len, s.size());
 }
 
-bool append_token(CompletionState& c, const StopStrings& stops, int32_t token, const float* logprob) {
+bool append_token(CompletionState& c, const StopStrings& stops, int32_t token,
+                  const float* logprob) {
   c.new_tokens.push_back(token);
   c.output_tokens.push_back(token);
   c.dirty = true;
@@ -73,7 +74,8 @@ CompletionDelta take_delta(CompletionState& c, const StopStrings& stops, int32_t
   // Hold back text that could still be the start of a stop string.
   size_t limit = c.text.size();
   if (!c.finished && stops.max_len > 1)
-    limit = utf8_floor(c.text, c.text.size() >= stops.max_len - 1 ? c.text.size() - (stops.max_len - 1) : 0);
+    limit = utf8_floor(
+        c.text, c.text.size() >= stops.max_len - 1 ? c.text.size() - (stops.max_len - 1) : 0);
   if (limit > c.emitted) {
     d.text.assign(c.text, c.emitted, limit - c.emitted);
     c.emitted = limit;
