@@ -1,4 +1,4 @@
-// Bindings of the forward pass: core.model_logits, core.ModelRunner, and kernel hooks for tests.
+// Bindings of the kernels: hooks for tests and benchmarks (matmul, 8-bit quantization), AMX queries.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/ndarray.h>
@@ -14,21 +14,16 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/quant.h"
-#include "model/runner.h"
 #include "util/aligned.h"
+#include "bindings/common.h"
 #include "util/error.h"
 
 namespace nb = nanobind;
 
 namespace {
 
-using F32Array = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
-
-F32Array new_f32(size_t rows, size_t cols) {
-  float* data = new float[rows * cols > 0 ? rows * cols : 1];
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  return F32Array(data, {rows, cols}, owner);
-}
+using ossa::F32Array;
+using ossa::new_f32;
 
 // A weight given as raw stored bytes of ggml type `ggml_type`, checked and (as the loader does, when
 // AMX is on) repacked, and the activations x [n, cols] (8-bit blocks too when `q8`).
@@ -74,86 +69,9 @@ struct KernelMatmul {
   }
 };
 
-F32Array model_logits(std::shared_ptr<ossa::Model> model, const std::vector<int32_t>& token_ids) {
-  if (token_ids.empty()) throw ossa::InputError("model_logits: token_ids is empty");
-  const int n = static_cast<int>(token_ids.size());
-  constexpr int block_size = 16;
-  const int n_blocks = (n + block_size - 1) / block_size;
-  ossa::Batch b;
-  b.clear();
-  b.token_ids = token_ids;
-  for (int t = 0; t < n; ++t) {
-    b.positions.push_back(t);
-    b.slot_mapping.push_back(t);
-    b.logits_rows.push_back(t);
-  }
-  b.seq_start.push_back(n);
-  b.context_len.push_back(n);
-  for (int i = 0; i < n_blocks; ++i) b.block_tables.push_back(i);
-  b.block_table_start.push_back(n_blocks);
-  F32Array out = new_f32(n, model->config.n_vocab);
-  {
-    nb::gil_scoped_release release;
-    ossa::ModelRunner runner(model, n_blocks, block_size, n);
-    runner.forward(b, out.data());
-  }
-  return out;
-}
-
 }  // namespace
 
 void bind_kernels(nb::module_& m) {
-  m.def("model_logits", &model_logits, nb::arg("model"), nb::arg("token_ids"),
-        "Logits [n_tokens, n_vocab] of a fresh forward over one sequence.");
-
-  nb::class_<ossa::ModelRunner>(m, "ModelRunner",
-                                "A model with its paged K/V pool and preallocated work buffers.")
-      .def(
-          "__init__",
-          [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks, int block_size,
-             int max_num_batched_tokens, const std::string& kv_cache_dtype) {
-            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size, max_num_batched_tokens,
-                                      ossa::parse_kv_type(kv_cache_dtype));
-          },
-          nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"),
-          nb::arg("kv_cache_dtype") = "float32")
-      .def(
-          "forward",
-          [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
-             std::vector<int64_t> slot_mapping, std::vector<int32_t> seq_start,
-             std::vector<int32_t> context_len, std::vector<int32_t> block_table_start,
-             std::vector<int32_t> block_tables, std::vector<int32_t> logits_rows) {
-            ossa::Batch b;
-            b.token_ids = std::move(token_ids);
-            b.positions = std::move(positions);
-            b.slot_mapping = std::move(slot_mapping);
-            b.seq_start = std::move(seq_start);
-            b.context_len = std::move(context_len);
-            b.block_table_start = std::move(block_table_start);
-            b.block_tables = std::move(block_tables);
-            b.logits_rows = std::move(logits_rows);
-            if (b.context_len.size() + 1 != b.seq_start.size())
-              throw ossa::InputError("ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
-            F32Array out = new_f32(b.logits_rows.size(), r.model().config.n_vocab);
-            nb::gil_scoped_release release;
-            r.forward(b, out.data());
-            return out;
-          },
-          nb::arg("token_ids"), nb::arg("positions"), nb::arg("slot_mapping"), nb::arg("seq_start"),
-          nb::arg("context_len"), nb::arg("block_table_start"), nb::arg("block_tables"),
-          nb::arg("logits_rows"), "One batched step; returns logits [len(logits_rows), n_vocab].")
-      .def("copy_block", &ossa::ModelRunner::copy_block, nb::arg("src"), nb::arg("dst"))
-      .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
-      .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
-      .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)
-      .def_prop_ro("kv_cache_dtype", [](const ossa::ModelRunner& r) { return ossa::kv_type_name(r.kv_type()); })
-      .def_static(
-          "kv_bytes_per_token",
-          [](std::shared_ptr<ossa::Model> model, const std::string& kv_cache_dtype) {
-            return ossa::ModelRunner::kv_bytes_per_token(model->config, ossa::parse_kv_type(kv_cache_dtype));
-          },
-          nb::arg("model"), nb::arg("kv_cache_dtype") = "float32");
-
   // Test hook: y = x @ W^T with W given as raw stored bytes of ggml type `ggml_type`.
   m.def(
       "kernel_matmul",

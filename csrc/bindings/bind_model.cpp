@@ -1,12 +1,15 @@
-// Model loading: core.Model, core.load_model, core.gguf_metadata, core.dequantize_tensor.
+// Models: core.Model, core.load_model, core.gguf_metadata, core.dequantize_tensor, and the forward
+// pass: core.ModelRunner (a model with its paged K/V pool), core.model_logits.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "bindings/common.h"
 #include "model/dequantize.h"
 #include "model/gguf.h"
+#include "model/runner.h"
 #include "model/weights.h"
 #include "util/error.h"
 
@@ -117,6 +120,32 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   return d;
 }
 
+ossa::F32Array model_logits(std::shared_ptr<ossa::Model> model, const std::vector<int32_t>& token_ids) {
+  if (token_ids.empty()) throw ossa::InputError("model_logits: token_ids is empty");
+  const int n = static_cast<int>(token_ids.size());
+  constexpr int block_size = 16;
+  const int n_blocks = (n + block_size - 1) / block_size;
+  ossa::Batch b;
+  b.clear();
+  b.token_ids = token_ids;
+  for (int t = 0; t < n; ++t) {
+    b.positions.push_back(t);
+    b.slot_mapping.push_back(t);
+    b.logits_rows.push_back(t);
+  }
+  b.seq_start.push_back(n);
+  b.context_len.push_back(n);
+  for (int i = 0; i < n_blocks; ++i) b.block_tables.push_back(i);
+  b.block_table_start.push_back(n_blocks);
+  ossa::F32Array out = ossa::new_f32(n, model->config.n_vocab);
+  {
+    nb::gil_scoped_release release;
+    ossa::ModelRunner runner(model, n_blocks, block_size, n);
+    runner.forward(b, out.data());
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_model(nb::module_& m) {
@@ -190,4 +219,55 @@ void bind_model(nb::module_& m) {
         return dequantize(model, std::string(name.c_str(), name.size()));
       },
       nb::arg("model"), nb::arg("name"), "The same, for a tensor whose stored name is not UTF-8.");
+
+  m.def("model_logits", &model_logits, nb::arg("model"), nb::arg("token_ids"),
+        "Logits [n_tokens, n_vocab] of a fresh forward over one sequence.");
+
+  nb::class_<ossa::ModelRunner>(m, "ModelRunner",
+                                "A model with its paged K/V pool and preallocated work buffers.")
+      .def(
+          "__init__",
+          [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks, int block_size,
+             int max_num_batched_tokens, const std::string& kv_cache_dtype) {
+            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size, max_num_batched_tokens,
+                                      ossa::parse_kv_type(kv_cache_dtype));
+          },
+          nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"),
+          nb::arg("kv_cache_dtype") = "float32")
+      .def(
+          "forward",
+          [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
+             std::vector<int64_t> slot_mapping, std::vector<int32_t> seq_start,
+             std::vector<int32_t> context_len, std::vector<int32_t> block_table_start,
+             std::vector<int32_t> block_tables, std::vector<int32_t> logits_rows) {
+            ossa::Batch b;
+            b.token_ids = std::move(token_ids);
+            b.positions = std::move(positions);
+            b.slot_mapping = std::move(slot_mapping);
+            b.seq_start = std::move(seq_start);
+            b.context_len = std::move(context_len);
+            b.block_table_start = std::move(block_table_start);
+            b.block_tables = std::move(block_tables);
+            b.logits_rows = std::move(logits_rows);
+            if (b.context_len.size() + 1 != b.seq_start.size())
+              throw ossa::InputError("ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
+            ossa::F32Array out = ossa::new_f32(b.logits_rows.size(), r.model().config.n_vocab);
+            nb::gil_scoped_release release;
+            r.forward(b, out.data());
+            return out;
+          },
+          nb::arg("token_ids"), nb::arg("positions"), nb::arg("slot_mapping"), nb::arg("seq_start"),
+          nb::arg("context_len"), nb::arg("block_table_start"), nb::arg("block_tables"),
+          nb::arg("logits_rows"), "One batched step; returns logits [len(logits_rows), n_vocab].")
+      .def("copy_block", &ossa::ModelRunner::copy_block, nb::arg("src"), nb::arg("dst"))
+      .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
+      .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
+      .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)
+      .def_prop_ro("kv_cache_dtype", [](const ossa::ModelRunner& r) { return ossa::kv_type_name(r.kv_type()); })
+      .def_static(
+          "kv_bytes_per_token",
+          [](std::shared_ptr<ossa::Model> model, const std::string& kv_cache_dtype) {
+            return ossa::ModelRunner::kv_bytes_per_token(model->config, ossa::parse_kv_type(kv_cache_dtype));
+          },
+          nb::arg("model"), nb::arg("kv_cache_dtype") = "float32");
 }

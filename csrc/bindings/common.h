@@ -1,7 +1,9 @@
 #pragma once
-// Shared helpers for the binding files: exception translation.
+// Shared helpers for the binding files: exception translation, float32 arrays handed to NumPy.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "util/error.h"
@@ -36,6 +38,14 @@ inline void bind_exceptions(nanobind::module_& m) {
       set_error_text(PyExc_ValueError, e.what());
     }
   });
+}
+
+// A new float32 [rows, cols] NumPy array (owning its memory) to fill and return.
+using F32Array = nanobind::ndarray<nanobind::numpy, float, nanobind::ndim<2>>;
+inline F32Array new_f32(size_t rows, size_t cols) {
+  float* data = new float[rows * cols > 0 ? rows * cols : 1];
+  nanobind::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  return F32Array(data, {rows, cols}, owner);
 }
 
 }  // namespace ossa
