@@ -293,7 +293,7 @@ void run_model(const std::string& model_path, bool prefill, bool decode, std::ve
 // decode step after an 8-token prompt, which is nearly all Q4_K and Q6_K single-row matmuls.
 void run_kquant_decode(const std::string& model_path, std::vector<std::string>& lines) {
   constexpr int prompt_len = 8, block_size = 16;
-  std::shared_ptr<Model> model = load_model(model_path, "auto");
+  std::shared_ptr<Model> model = load_model(model_path);
   const int vocab = model->config.n_vocab;
   ModelRunner runner(model, 2, block_size, prompt_len);
   std::vector<int32_t> prompt;
