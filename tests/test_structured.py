@@ -385,3 +385,18 @@ def test_chat_passes_tools_and_continues_the_final_message(llm: LLM) -> None:
         use_tqdm=False,
     )
     assert out[0].prompt == "TOOLS:get_weather;" + cont
+
+
+def test_preempted_constrained_requests_stay_valid_and_reproducible(default_model_path: str) -> None:
+    """A KV cache too small for the batch preempts requests; their matchers keep their state across
+    the recompute, so every output still matches and equals its solo run."""
+    small = LLM(default_model_path, kv_cache_memory_bytes=12 << 20, max_model_len=200)
+    pattern = r"[a-z]{3,8}( [a-z]{3,8}){20,30}\."
+    so = StructuredOutputsParams(regex=pattern)
+    sps = [SamplingParams(seed=i, max_tokens=190, structured_outputs=so) for i in range(16)]
+    outs = small.generate([f"Story {i}:" for i in range(16)], sps, use_tqdm=False)
+    assert small.stats()["num_preemptions"] > 0
+    for o in outs:
+        assert o.outputs[0].finish_reason == "stop" and re.fullmatch(pattern, o.outputs[0].text)
+    solo = small.generate(["Story 5:"], sps[5], use_tqdm=False)[0].outputs[0]
+    assert solo.token_ids == outs[5].outputs[0].token_ids
