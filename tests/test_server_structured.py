@@ -85,7 +85,7 @@ def test_openai_parse_returns_a_pydantic_object(client: openai.OpenAI) -> None:
         ("guided_choice", ["sunny", "rainy"], lambda t: t in ("sunny", "rainy")),
         ("guided_regex", r"[0-9]{2}\.[0-9]", lambda t: len(t) == 4 and t[2] == "."),
         ("structured_outputs", {"choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
-        ("guided_json", City.model_json_schema(), lambda t: City.model_validate_json(t) is not None),
+        ("guided_json", {**City.model_json_schema(), "additionalProperties": False}, lambda t: City.model_validate_json(t) is not None),
     ],
 )
 def test_vllm_and_openai_constraint_fields(server: ServerThread, field: str, value: Any, check: Any) -> None:

@@ -169,6 +169,7 @@ class AsyncEngine:
         except BaseException:
             del self._queues[request_id]
             self.output_processor.forget(request_id)
+            self.input_processor.release([request])  # its grammar, if any: the engine never saw it
             raise
         finished = False
         try:

@@ -84,6 +84,12 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
         "--allowed-headers", type=json.loads, default=["*"], help='CORS headers, as JSON (default: ["*"])'
     )
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    p.add_argument(
+        "--tool-call-parser",
+        choices=["hermes", "llama3_json", "mistral"],
+        default=None,
+        help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",
+    )
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:

@@ -171,13 +171,15 @@ def create_app(
     allow_credentials: bool = False,
     trust_request_chat_template: bool = False,
     template_sandbox: TemplateSandbox | None = None,
+    tool_call_parser: str | None = None,
 ) -> FastAPI:
     """The FastAPI app. With ``owns_engine`` the app starts the engine on startup and stops it on
     shutdown (after uvicorn has let in-flight requests finish).
 
     CORS as vLLM's defaults: any origin, method and header, no credentials; a preflight needs no API
     key. ``trust_request_chat_template`` lets requests bring their own chat template, rendered in
-    ``template_sandbox`` (default: a ``TemplateSandbox()``)."""
+    ``template_sandbox`` (default: a ``TemplateSandbox()``). ``tool_call_parser``: the model's tool-call
+    format for ``tool_choice="auto"`` (hermes, llama3_json, mistral; default: from the chat template)."""
     metrics = ServerMetrics(engine.stats, served_model_name)
     engine.on_finished = metrics.observe_finished
     sandbox = template_sandbox or TemplateSandbox()
@@ -287,10 +289,12 @@ def create_app(
         template = request_template(body, trust_request_chat_template)
         rendered = None
         if template is not None:
+            kwargs = {**(body.chat_template_kwargs or {}), **({"tools": body.tools} if body.tools else {})}
             rendered = await render_request_template(
-                template, body.messages, body.add_generation_prompt, body.chat_template_kwargs
+                template, body.messages, body.add_generation_prompt, kwargs
             )
-        return await respond(request, prepare_chat(engine, body, model, rendered), chat=True)
+        prep = prepare_chat(engine, body, model, rendered, tool_call_parser)
+        return await respond(request, prep, chat=True)
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:

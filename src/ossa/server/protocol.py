@@ -38,9 +38,12 @@ class StreamOptions(BaseModel):
 
 
 class _SamplingFields(BaseModel):
-    """Fields shared by completions and chat completions (OpenAI's, then vLLM's extras)."""
+    """Fields shared by completions and chat completions (OpenAI's, then vLLM's extras). Fields not
+    declared land in ``model_extra``: vLLM's constraint fields (``structured_outputs``, ``guided_*``)
+    are read from there, OpenAI fields without an implementation are refused (request_fields.py),
+    anything else is ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -66,6 +69,7 @@ class _SamplingFields(BaseModel):
     include_stop_str_in_output: bool = False
     priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # keep the last k
+    response_format: dict[str, Any] | None = None  # text | json_object | json_schema (vLLM: completions too)
 
 
 class CompletionRequest(_SamplingFields):
@@ -94,6 +98,10 @@ class ChatCompletionRequest(_SamplingFields):
     add_generation_prompt: bool = True
     chat_template: str | None = None  # vLLM's; refused unless --trust-request-chat-template
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    continue_final_message: bool = False
 
 
 class TokenizeRequest(BaseModel):

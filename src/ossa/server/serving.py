@@ -13,14 +13,29 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from ..async_engine import AsyncEngine
-from ..input_processor import EngineRequest, InputError, ProcessedPrompt
+from ..input_processor import EngineRequest, InputError, ProcessedPrompt, chat_messages
 from ..output_processor import top_logprobs, trim_logprobs
 from ..outputs import CompletionOutput, Logprob, RequestOutput
 from ..sampling_params import SamplingParams
+from ..structured import StructuredOutputsParams
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
+from .request_fields import FieldError, reject_unimplemented, requested_constraint
+from .tools import (
+    ToolError,
+    ToolStream,
+    arguments_as_dicts,
+    check_tools,
+    forced_calls,
+    forced_output,
+    parse_tool_calls,
+    parser_for_template,
+    template_shows_tools,
+    tools_system_message,
+)
 
 T = TypeVar("T")
 
@@ -72,6 +87,9 @@ class PreparedRequest:
     echo: bool = False
     prompt_logprobs: int | None = None  # vLLM's field, as asked
     created: int = field(default_factory=lambda: int(time.time()))
+    tool_mode: str | None = None  # None or "none": no parsing; "auto", "required" or a function name
+    tool_parser: str = "hermes"
+    tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
 
     @property
     def prompts(self) -> list[ProcessedPrompt]:
@@ -88,6 +106,7 @@ def sampling_params(
     max_tokens: int | None,
     logprobs: int | None,
     prompt_logprobs: int | None = None,
+    structured: StructuredOutputsParams | None = None,
 ) -> SamplingParams:
     """The request's ``SamplingParams``; raises APIError(400) naming the bad field."""
     top_k = -1 if req.top_k in (None, 0) else req.top_k
@@ -120,9 +139,34 @@ def sampling_params(
             logit_bias=bias,
             include_stop_str_in_output=req.include_stop_str_in_output,
             truncate_prompt_tokens=req.truncate_prompt_tokens,
+            structured_outputs=structured,
         )
     except (ValueError, TypeError) as e:
         raise bad_request(str(e)) from None
+
+
+def output_constraint(
+    req: CompletionRequest | ChatCompletionRequest, forced: StructuredOutputsParams | None = None
+) -> StructuredOutputsParams | None:
+    """The constraint the request asks for (response_format, structured_outputs, guided_*, a forced
+    tool call); a 400 naming the field for a bad one, and for OpenAI fields this server lacks."""
+    try:
+        reject_unimplemented(req.model_extra)
+        return requested_constraint(req.response_format, req.model_extra, forced)
+    except FieldError as e:
+        raise bad_request(str(e), param=e.param) from None
+
+
+def process_all(engine: AsyncEngine, make: list[Callable[[], EngineRequest]]) -> list[EngineRequest]:
+    """Engine requests built one by one; if one fails, the grammars of those built are released."""
+    done: list[EngineRequest] = []
+    try:
+        for f in make:
+            done.append(f())
+    except BaseException:
+        engine.input_processor.release(done)
+        raise
+    return done
 
 
 def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) -> PreparedRequest:
@@ -135,17 +179,21 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
     checked(proc.check_n, req.n, len(prompts))
     # The engine computes one set of prompt logprobs per prompt, wide enough for both uses.
     wanted = [k for k in (req.prompt_logprobs, req.logprobs if req.echo else None) if k is not None]
-    sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None)
+    structured = output_constraint(req)
+    sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None, structured)
     request_id = random_id("cmpl")
     ids = [request_id] if len(prompts) == 1 else [f"{request_id}-{i}" for i in range(len(prompts))]
     explicit = "max_tokens" in req.model_fields_set and req.max_tokens is not None
     return PreparedRequest(
         request_id,
         model,
-        [
-            checked(proc.process, rid, p, sp, req.priority, explicit_max_tokens=explicit)
-            for rid, p in zip(ids, prompts, strict=True)
-        ],
+        process_all(
+            engine,
+            [
+                partial(checked, proc.process, rid, p, sp, req.priority, explicit_max_tokens=explicit)
+                for rid, p in zip(ids, prompts, strict=True)
+            ],
+        ),
         sp,
         req.n,
         req.logprobs,
@@ -157,36 +205,66 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
 
 
 def prepare_chat(
-    engine: AsyncEngine, req: ChatCompletionRequest, model: str, rendered: str | None = None
+    engine: AsyncEngine,
+    req: ChatCompletionRequest,
+    model: str,
+    rendered: str | None = None,
+    tool_call_parser: str | None = None,
 ) -> PreparedRequest:
     """``rendered``: the prompt already rendered (a request's own chat template, rendered in the
-    template sandbox); else the server's template renders it."""
+    template sandbox); else the server's template renders it. ``tool_call_parser``: the server's
+    --tool-call-parser (default: recognised in the chat template)."""
     proc = engine.input_processor
+    try:
+        functions, mode = check_tools(req.tools, req.tool_choice)
+    except ToolError as e:
+        raise bad_request(str(e), param=e.param) from None
+    forced = forced_output(functions, mode, req.parallel_tool_calls is not False) if mode else None
+    structured = output_constraint(req, forced)
     if rendered is not None:
         prompt = ProcessedPrompt(rendered, checked(proc.encode, rendered, False, "messages"))
     else:
-        prompt = checked(proc.chat, req.messages, req.add_generation_prompt, None, req.chat_template_kwargs)
+        messages = checked(chat_messages, req.messages)
+        arguments_as_dicts(messages)
+        template = engine.tokenizer.chat_template
+        if functions and mode != "none" and not template_shows_tools(template):
+            # The template has no place for tools: describe them in the system message.
+            note = tools_system_message(functions)
+            if messages and messages[0].get("role") == "system":
+                messages[0] = {**messages[0], "content": f"{messages[0].get('content') or ''}\n\n{note}"}
+            else:
+                messages.insert(0, {"role": "system", "content": note})
+        prompt = checked(
+            proc.chat,
+            messages,
+            req.add_generation_prompt,
+            None,
+            req.chat_template_kwargs,
+            continue_final_message=req.continue_final_message,
+            tools=[{"type": "function", "function": f} for f in functions] or None,
+        )
     checked(proc.check_n, req.n, 1)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
-    sp = sampling_params(req, max_tokens, logprobs)
+    sp = sampling_params(req, max_tokens, logprobs, None, structured)
     request_id = random_id("chatcmpl")
     explicit = req.max_completion_tokens is not None or req.max_tokens is not None
+    request = checked(
+        proc.process, request_id, prompt, sp, req.priority, "messages", explicit_max_tokens=explicit
+    )
     return PreparedRequest(
         request_id,
         model,
-        [
-            checked(
-                proc.process, request_id, prompt, sp, req.priority, "messages", explicit_max_tokens=explicit
-            )
-        ],
+        [request],
         sp,
         req.n,
         logprobs,
         bool(req.stream),
         bool(req.stream_options and req.stream_options.include_usage),
+        tool_mode=mode,
+        tool_parser=tool_call_parser or parser_for_template(engine.tokenizer.chat_template),
     )
 
 
@@ -329,6 +407,34 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
+def tool_call_body(
+    prep: PreparedRequest, k: int, c: CompletionOutput, streaming: bool
+) -> tuple[dict[str, Any], bool]:
+    """A chat choice's message (or delta) with the tool calls of its text; True if it made calls."""
+    mode = prep.tool_mode
+    assert mode is not None
+    if streaming:
+        ts = prep.tool_streams.setdefault(k, ToolStream(prep.tool_parser, mode))
+        text, calls = ts.feed(c.text)
+        if c.finish_reason:
+            more_text, more_calls = ts.finish()
+            text, calls = text + more_text, calls + more_calls
+        delta: dict[str, Any] = {}
+        if text:
+            delta["content"] = text
+        if calls:
+            delta["tool_calls"] = calls
+        return {"delta": delta}, bool(ts.calls)
+    if mode == "auto":
+        content, found = parse_tool_calls(prep.tool_parser, c.text)
+    else:
+        content, found = None, forced_calls(c.text, mode)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if found:
+        message["tool_calls"] = [call.to_openai() for call in found]
+    return {"message": message}, bool(found)
+
+
 def choice_body(
     engine: AsyncEngine,
     prep: PreparedRequest,
@@ -345,7 +451,11 @@ def choice_body(
     if chat:
         lp = chat_logprobs(positions(c.logprobs), prep.logprobs) if prep.logprobs is not None else None
         content: dict[str, Any]
-        if streaming:
+        if prep.tool_mode not in (None, "none"):
+            content, called = tool_call_body(prep, k, c, streaming)
+            if called and finish == "stop":
+                finish = "tool_calls"
+        elif streaming:
             content = {"delta": {"content": c.text} if c.text else {}}
         else:
             content = {"message": {"role": "assistant", "content": c.text}}

@@ -186,7 +186,8 @@ def _call_from(obj: Any, args_key: str = "arguments") -> ToolCall | None:
 def _json_values(text: str) -> list[Any] | None:
     """Consecutive JSON values in text separated by whitespace or ';' (None if anything else)."""
     dec = json.JSONDecoder()
-    out, i = [], 0
+    out: list[Any] = []
+    i = 0
     while True:
         while i < len(text) and text[i] in " \t\r\n;":
             i += 1
@@ -326,7 +327,7 @@ class ToolStream:
 
     def _complete_elements(self) -> list[dict[str, Any]]:
         """Calls for every array element of _buf that closed since the last look."""
-        deltas = []
+        deltas: list[dict[str, Any]] = []
         dec = json.JSONDecoder()
         i = self._sent or (self._buf.find("[") + 1 if "[" in self._buf else 0)
         if i == 0:
