@@ -85,15 +85,27 @@ def test_openai_parse_returns_a_pydantic_object(client: openai.OpenAI) -> None:
         ("guided_choice", ["sunny", "rainy"], lambda t: t in ("sunny", "rainy")),
         ("guided_regex", r"[0-9]{2}\.[0-9]", lambda t: len(t) == 4 and t[2] == "."),
         ("structured_outputs", {"choice": ["yes", "no"]}, lambda t: t in ("yes", "no")),
-        ("guided_json", {**City.model_json_schema(), "additionalProperties": False}, lambda t: City.model_validate_json(t) is not None),
+        (
+            "guided_json",
+            {**City.model_json_schema(), "additionalProperties": False},
+            lambda t: City.model_validate_json(t) is not None,
+        ),
     ],
 )
 def test_vllm_and_openai_constraint_fields(server: ServerThread, field: str, value: Any, check: Any) -> None:
     for endpoint in ("chat", "completions"):
-        body: dict[str, Any] = {"model": MODEL, field: value, "max_tokens": 120, "seed": 3, "temperature": 0.5}
+        body: dict[str, Any] = {
+            "model": MODEL,
+            field: value,
+            "max_tokens": 120,
+            "seed": 3,
+            "temperature": 0.5,
+        }
         if field == "response_format":
             body["messages" if endpoint == "chat" else "prompt"] = (
-                [{"role": "user", "content": 'Copy: {"a": 1}'}] if endpoint == "chat" else 'JSON: {"a": 1}. Again:'
+                [{"role": "user", "content": 'Copy: {"a": 1}'}]
+                if endpoint == "chat"
+                else 'JSON: {"a": 1}. Again:'
             )
         elif endpoint == "chat":
             body["messages"] = [{"role": "user", "content": "Answer."}]
@@ -113,13 +125,22 @@ def test_vllm_and_openai_constraint_fields(server: ServerThread, field: str, val
 def test_named_and_required_tool_calls(client: openai.OpenAI) -> None:
     msgs: Any = [{"role": "user", "content": "What is the weather in Oslo?"}]
     named = client.chat.completions.create(
-        model=MODEL, messages=msgs, tools=[WEATHER], seed=1, max_tokens=80,  # type: ignore[list-item]
+        model=MODEL,
+        messages=msgs,
+        tools=[WEATHER],
+        seed=1,
+        max_tokens=80,  # type: ignore[list-item]
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
-    )  # fmt: skip
+    )
     required = client.chat.completions.create(
-        model=MODEL, messages=msgs, tools=[WEATHER], tool_choice="required", seed=1, max_tokens=80,  # type: ignore[list-item]
+        model=MODEL,
+        messages=msgs,
+        tools=[WEATHER],
+        tool_choice="required",
+        seed=1,
+        max_tokens=80,  # type: ignore[list-item]
         parallel_tool_calls=False,
-    )  # fmt: skip
+    )
     for done in (named, required):
         c = done.choices[0]
         assert c.finish_reason == "tool_calls"
@@ -130,10 +151,21 @@ def test_named_and_required_tool_calls(client: openai.OpenAI) -> None:
         jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
 
 
-@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
-def test_streamed_tool_call_reassembles_to_the_non_streamed_one(client: openai.OpenAI, tool_choice: Any) -> None:
-    kw: Any = dict(model=MODEL, messages=[{"role": "user", "content": "Weather in Rome?"}], tools=[WEATHER],
-                   tool_choice=tool_choice, seed=5, temperature=0.8, max_tokens=80)  # fmt: skip
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+def test_streamed_tool_call_reassembles_to_the_non_streamed_one(
+    client: openai.OpenAI, tool_choice: Any
+) -> None:
+    kw: Any = dict(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather in Rome?"}],
+        tools=[WEATHER],
+        tool_choice=tool_choice,
+        seed=5,
+        temperature=0.8,
+        max_tokens=80,
+    )
     full = client.chat.completions.create(**kw).choices[0]
     calls: dict[int, dict[str, str]] = {}
     finish = None
@@ -158,12 +190,22 @@ def test_streamed_tool_call_reassembles_to_the_non_streamed_one(client: openai.O
 def test_tool_results_go_back_through_the_template(client: openai.OpenAI) -> None:
     msgs: Any = [
         {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-         "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "C"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "C"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 3}'},
-    ]  # fmt: skip
-    done = client.chat.completions.create(model=MODEL, messages=msgs, tools=[WEATHER], tool_choice="none",
-                                          max_tokens=8, seed=0)  # fmt: skip
+    ]
+    done = client.chat.completions.create(
+        model=MODEL, messages=msgs, tools=[WEATHER], tool_choice="none", max_tokens=8, seed=0
+    )
     assert done.choices[0].message.content
     assert done.choices[0].finish_reason in ("stop", "length")
     assert done.usage is not None and done.usage.prompt_tokens > 20  # the tool result reached the prompt
@@ -172,18 +214,29 @@ def test_tool_results_go_back_through_the_template(client: openai.OpenAI) -> Non
 @pytest.mark.parametrize(
     ("body", "param", "message"),
     [
-        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}},
-         "response_format", "does not compile"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "nope"}},
+                }
+            },
+            "response_format",
+            "does not compile",
+        ),
         ({"guided_regex": "[a-"}, "guided_regex", "does not compile"),
         ({"guided_choice": []}, "guided_choice", "must not be empty"),
         ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools", "needs a name"),
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
-         "not in tools"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+            "not in tools",
+        ),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio is not supported"),
         ({"functions": [{"name": "f"}]}, "functions", "use tools"),
         ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_*", "only one"),
     ],
-)  # fmt: skip
+)
 def test_bad_structured_requests_are_400s_naming_the_problem(
     server: ServerThread, body: dict[str, Any], param: str, message: str
 ) -> None:
@@ -195,9 +248,18 @@ def test_bad_structured_requests_are_400s_naming_the_problem(
 
 
 def test_continue_final_message(server: ServerThread) -> None:
-    msgs = [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "My favourite is the"}]
-    r = chat(server, messages=msgs, add_generation_prompt=False, continue_final_message=True, max_tokens=4,
-             temperature=0)  # fmt: skip
+    msgs = [
+        {"role": "user", "content": "Name a fruit."},
+        {"role": "assistant", "content": "My favourite is the"},
+    ]
+    r = chat(
+        server,
+        messages=msgs,
+        add_generation_prompt=False,
+        continue_final_message=True,
+        max_tokens=4,
+        temperature=0,
+    )
     assert r.status_code == 200, r.text
     r2 = chat(server, messages=msgs, continue_final_message=True, max_tokens=4)
     assert r2.status_code == 400 and "cannot both be set" in r2.json()["error"]["message"]
@@ -205,8 +267,15 @@ def test_continue_final_message(server: ServerThread) -> None:
 
 def test_langchain_structured_output_and_bind_tools(server: ServerThread) -> None:
     lc = pytest.importorskip("langchain_openai")
-    llm = lc.ChatOpenAI(model=MODEL, base_url=server.url + "/v1", api_key="unused", temperature=0.5, seed=2,
-                        max_tokens=120, max_retries=0)  # fmt: skip
+    llm = lc.ChatOpenAI(
+        model=MODEL,
+        base_url=server.url + "/v1",
+        api_key="unused",
+        temperature=0.5,
+        seed=2,
+        max_tokens=120,
+        max_retries=0,
+    )
     question = "Describe Paris: name, country, population in millions."
     for method in ("json_schema", "function_calling"):
         obj = llm.with_structured_output(City, method=method).invoke(question)
