@@ -1,15 +1,17 @@
 """A child process that renders untrusted chat templates (``python -m ossa.server.template_worker``).
 
-It caps its own address space (``RLIMIT_AS``, from argv[1] in bytes) and reads requests from stdin,
-writing one reply per request to stdout; the server kills it when a reply is late. Frames are a 4-byte
-big-endian length and ASCII JSON (lone surrogates in messages survive as escapes):
-first ``{"ready": true}`` once started, then per request ``{"template", "messages",
+It caps its own address space (``RLIMIT_AS``, from argv[1] in bytes), lowers its own priority, and
+reads requests from stdin, writing one reply per request to stdout; the server kills it when a reply
+is late. Frames are a 4-byte big-endian length and ASCII JSON (lone surrogates in messages survive as
+escapes): first ``{"ready": true}`` once started, then per request ``{"template", "messages",
 "add_generation_prompt", "variables"}`` a reply ``{"text"}`` or ``{"error"}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import resource
 import struct
 import sys
@@ -40,6 +42,9 @@ def write_frame(f: BinaryIO, obj: Any) -> None:
 def serve(memory_bytes: int) -> None:
     if memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    # A hostile template burns a core until the server kills it: the engine's threads come first.
+    with contextlib.suppress(OSError):
+        os.nice(10)
     from ossa.chat_template import TemplateCache, render
 
     cache = TemplateCache(limited=True)
