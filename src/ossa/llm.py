@@ -18,6 +18,9 @@ from .sampling_params import SamplingParams
 class LLM:
     """An LLM with its tokenizer and a KV cache, ready to generate.
 
+    Safe to share between threads: ``generate``, ``chat`` and ``stream`` may be called from any number
+    of threads at once; their requests join one continuous batch and each call returns its own outputs.
+
     ``LLM(model, **options)``: ``model`` is a GGUF file, a Hugging Face folder, or a short name
     (default ``"smollm2-135m"``, fetched on first use); the options are ``ossa.config.EngineArgs``'s
     (``max_model_len``, ``kv_cache_memory_bytes``, ``gpu_memory_utilization``, ``kv_cache_dtype``,
