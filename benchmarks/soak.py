@@ -147,6 +147,26 @@ async def monitor(url: str, pid: int, stop_at: float, st: State, t_start: float)
             await asyncio.sleep(0.5)
 
 
+async def health_during_hostile(url: str, hostile: int) -> list[float]:
+    """/health latencies (s), polled every 20 ms while ``hostile`` nested-loop templates render (until
+    they are answered; 3 s when none)."""
+    async with httpx.AsyncClient(timeout=60) as client:
+        body = {"messages": [{"role": "user", "content": "hi"}], "chat_template": HOSTILE}
+        path = url + "/v1/chat/completions"
+        renders = [asyncio.ensure_future(client.post(path, json=body)) for _ in range(hostile)]
+        await asyncio.sleep(0.3)  # let them reach the workers
+        lat: list[float] = []
+        t_end = time.monotonic() + 3
+        while not all(r.done() for r in renders) if renders else time.monotonic() < t_end:
+            t0 = time.monotonic()
+            await client.get(url + "/health")
+            lat.append(time.monotonic() - t0)
+            await asyncio.sleep(0.02)
+        for r in renders:
+            assert (await r).status_code == 400
+        return lat
+
+
 def pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -214,6 +234,12 @@ def main() -> int:
     print(
         f"ossa serve (pid {proc.pid}), {args.concurrency} clients for {args.duration:g} s; load {load[0]:.2f}"
     )
+    for n in (0, 2):
+        lat = [x * 1e3 for x in asyncio.run(health_during_hostile(url, n))]
+        print(
+            f"/health while {n} hostile templates render: {len(lat)} polls, p50 {pct(lat, 0.5):.1f} ms, "
+            f"p99 {pct(lat, 0.99):.1f} ms, max {max(lat):.1f} ms"
+        )
     st = State()
     t_start = time.monotonic()
     stop_at = t_start + args.duration
