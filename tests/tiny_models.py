@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3", "phi3")
 
 
 def make_hf_model(
@@ -86,6 +86,7 @@ def make_hf_model(
         "qwen2_moe": transformers.Qwen2MoeConfig,
         "mixtral": transformers.MixtralConfig,
         "gemma3": transformers.Gemma3TextConfig,
+        "phi3": transformers.Phi3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs["sliding_window"] = None
@@ -147,6 +148,8 @@ _GEMMA3_NAMES = {
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
+# Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
+_PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
 def _gguf_name(hf_name: str, arch: str = "llama") -> str:
@@ -161,6 +164,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         rest = ".".join(parts[3:])
         if arch == "gemma3" and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
+        if arch == "phi3" and rest in _PHI3_NAMES:
+            return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
             return f"blk.{parts[2]}.{_LAYER_NAMES[rest]}"
     raise ValueError(f"no GGUF name for tensor {hf_name!r}")
@@ -201,6 +206,7 @@ def hf_to_gguf(
     arch = {
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
+        "phi3": "phi3",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -223,7 +229,10 @@ def hf_to_gguf(
     writer.add_head_count_kv(n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
     writer.add_rope_freq_base(float(rope_theta))
-    writer.add_rope_dimension_count(head_dim)
+    if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
+        writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    else:
+        writer.add_rope_dimension_count(head_dim)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_vocab_size(cfg["vocab_size"])
@@ -241,6 +250,8 @@ def hf_to_gguf(
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
     if arch == "gemma3":
         _gemma3_keys(writer, cfg, head_dim)
+    if arch == "phi3":
+        _phi3_keys(writer, cfg, rope)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
         _add_moe_keys(writer, arch, cfg)
@@ -390,3 +401,20 @@ def with_random_kquants(src: str | os.PathLike[str], dst: str | os.PathLike[str]
     writer.write_tensors_to_file()
     writer.close()
     return str(dst)
+
+
+def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
+    """Phi-3's keys and LongRoPE tensors as llama.cpp's converter writes them: the original context,
+    the sliding window (0 when none), and for LongRoPE the attention factor computed from
+    context / original context, with rope_factors_long / rope_factors_short as F32 tensors."""
+    original = cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+    if original:
+        writer.add_rope_scaling_orig_ctx_len(int(original))
+    writer.add_sliding_window(int(cfg.get("sliding_window") or 0))
+    if rope.get("rope_type") not in ("longrope", "su"):
+        return
+    scale = cfg["max_position_embeddings"] / original
+    attn = 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(original))
+    writer.add_rope_scaling_attn_factors(attn)
+    writer.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+    writer.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))

@@ -36,12 +36,15 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
   for (; j < n; ++j) out[j] = w[j] * (x[j] * inv);
 }
 
-void rope_inv_freq(const ModelConfig& c, float* inv_freq) {
-  const int half = c.head_dim / 2;
+void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors) {
+  const int dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim, half = dim / 2;
   const RopeScaling& s = c.rope_scaling;
   for (int i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / c.head_dim);
-    if (s.type == "linear") {
+    double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
+    if (s.type == "longrope") {
+      // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the lengths).
+      f /= static_cast<double>(long_factors ? s.long_factor[i] : s.short_factor[i]);
+    } else if (s.type == "linear") {
       f /= s.factor;
     } else if (s.type == "llama3") {
       // Hugging Face's _compute_llama3_parameters: long wavelengths are slowed by `factor`,

@@ -10,8 +10,9 @@ namespace ossa {
 // out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)); the mean is summed in double, in index order.
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 
-// RoPE frequencies: inv_freq[i] for i < head_dim/2, after linear or Llama-3 scaling.
-void rope_inv_freq(const ModelConfig& config, float* inv_freq);
+// RoPE frequencies: inv_freq[i] for i < rotated/2 (rotated = config.rope_dim or head_dim), after
+// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short ones).
+void rope_inv_freq(const ModelConfig& config, float* inv_freq, bool long_factors = false);
 
 // cos/sin of position * inv_freq[i]: cs[2i] = cos, cs[2i+1] = sin, i < head_dim/2.
 void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs);

@@ -124,4 +124,97 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
 }
 
+namespace {
+
+// LongRoPE's factor on cos/sin when a file does not give it (transformers' default): with
+// factor = context / original context, sqrt(1 + ln(factor) / ln(original)), or 1 for factor <= 1.
+float longrope_attn_factor(double factor, int original) {
+  if (factor <= 1.0 || original <= 1) return 1.0f;
+  return static_cast<float>(std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original))));
+}
+
+void check_longrope(const ModelConfig& c, const std::string& where) {
+  const size_t half = static_cast<size_t>((c.rope_dim > 0 ? c.rope_dim : c.head_dim) / 2);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.long_factor.size() != half || s.short_factor.size() != half)
+    throw ModelError("LongRoPE factors of " + where + " must hold " + std::to_string(half) + " values each");
+  for (float v : s.long_factor)
+    if (!(v > 0.0f) || !std::isfinite(v)) throw ModelError("invalid LongRoPE factor in " + where);
+  for (float v : s.short_factor)
+    if (!(v > 0.0f) || !std::isfinite(v)) throw ModelError("invalid LongRoPE factor in " + where);
+  if (!(s.attn_factor > 0.0f) || !std::isfinite(s.attn_factor) || s.original_max_position < 1)
+    throw ModelError("invalid LongRoPE attention factor or original context in " + where);
+}
+
+void all_sliding(ModelConfig& c, int64_t window, const std::string& where) {
+  c.sliding_window = window_of(window, where);
+  if (c.sliding_window > 0) c.layer_sliding.assign(static_cast<size_t>(c.n_layer), 1);
+}
+
+int rotated_dims(int64_t dims, const ModelConfig& c, const std::string& where) {
+  if (dims <= 0 || dims > c.head_dim || dims % 2 != 0)
+    throw ModelError("invalid rotated dimensions " + std::to_string(dims) + " (" + where + ")");
+  return dims == c.head_dim ? 0 : static_cast<int>(dims);
+}
+
+}  // namespace
+
+void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                      std::vector<float> short_factor) {
+  const std::string k = "phi3.";
+  c.rope_style = RopeStyle::Neox;
+  c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c, k + "rope.dimension_count");
+  all_sliding(c, g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
+  if (long_factor.empty() && short_factor.empty()) return;
+  RopeScaling& s = c.rope_scaling;
+  s.type = "longrope";
+  s.long_factor = std::move(long_factor);
+  s.short_factor = std::move(short_factor);
+  s.original_max_position = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
+  const double attn = g.get_float(k + "rope.scaling.attn_factor", 0.0);
+  s.attn_factor = attn > 0.0 ? static_cast<float>(attn)
+                             : longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
+                                                    s.original_max_position);
+  check_longrope(c, "the GGUF file");
+}
+
+void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
+  const std::string& path = cfg.path;
+  const std::string act = cfg.string("hidden_act", "silu");
+  if (act != "silu") throw ModelError("hidden_act '" + act + "' in '" + path + "' is not supported (silu is)");
+  c.rope_style = RopeStyle::Neox;
+  double partial = cfg.number("partial_rotary_factor", 1.0);
+  if (scaling != nullptr && scaling->is_object()) partial = Json{*scaling, path}.number("partial_rotary_factor", partial);
+  if (!(partial > 0.0 && partial <= 1.0)) throw ModelError("invalid partial_rotary_factor in '" + path + "'");
+  c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, "'" + path + "'");
+  all_sliding(c, cfg.integer("sliding_window", 0), "'" + path + "'");
+  if (scaling == nullptr || !scaling->is_object()) return;
+  const Json s{*scaling, path};
+  const std::string type = s.string("rope_type", s.string("type", "default"));
+  if (type != "longrope" && type != "su") return;  // other types: the caller's
+  auto factors = [&](const char* key) {
+    const JsonValue* v = s.get(key);
+    std::vector<float> out;
+    if (v == nullptr || !v->is_array()) throw ModelError(std::string("rope scaling '") + key + "' in '" + path + "' must be a list");
+    for (const JsonValue& x : v->array) {
+      if (!x.is_number()) throw ModelError(std::string("rope scaling '") + key + "' in '" + path + "' must hold numbers");
+      out.push_back(static_cast<float>(x.number));
+    }
+    return out;
+  };
+  RopeScaling& r = c.rope_scaling;
+  r.type = "longrope";
+  r.long_factor = factors("long_factor");
+  r.short_factor = factors("short_factor");
+  // The top-level key wins (transformers copies it into rope_parameters).
+  const int64_t original = cfg.integer("original_max_position_embeddings",
+                                       s.integer("original_max_position_embeddings", c.n_ctx_train));
+  r.original_max_position = static_cast<int>(std::clamp<int64_t>(original, 1, int64_t{1} << 30));
+  const double factor = s.number("factor", static_cast<double>(c.n_ctx_train) / r.original_max_position);
+  const double attn = s.number("attention_factor", 0.0);
+  r.attn_factor = attn > 0.0 ? static_cast<float>(attn) : longrope_attn_factor(factor, r.original_max_position);
+  check_longrope(c, "'" + path + "'");
+}
+
 }  // namespace ossa

@@ -19,4 +19,15 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
 // folder): every field, with Gemma3TextConfig's defaults for those a file leaves out.
 void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 
+// Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary
+// (rope.dimension_count), LongRoPE from llama.cpp's rope_factors_long / rope_factors_short tensors
+// (given here, empty when the file has none) with rope.scaling.original_context_length and
+// rope.scaling.attn_factor, and attention.sliding_window over every layer.
+void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                      std::vector<float> short_factor);
+
+// Phi-3 from config.json, after the shared keys: partial_rotary_factor, rope scaling "longrope" /
+// "su" (`scaling`: rope_scaling or rope_parameters, may be null) and sliding_window.
+void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
+
 }  // namespace ossa

@@ -95,6 +95,20 @@ void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n
   per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
 }
 
+void token_cos_sin(const ForwardState& s, int32_t position, float* cs) {
+  const ModelConfig& c = s.model->config;
+  const int rot = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
+  const bool long_factors = !s.inv_freq_long.empty() && position >= c.rope_scaling.original_max_position;
+  rope_cos_sin(position, long_factors ? s.inv_freq_long.data() : s.inv_freq.data(), rot, cs);
+  if (c.rope_scaling.attn_factor != 1.0f)
+    for (int i = 0; i < rot; ++i) cs[i] *= c.rope_scaling.attn_factor;
+}
+
+void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs) {
+  if (c.rope_dim <= 0 || c.rope_dim == c.head_dim) return rope_apply(x, n_heads, c.head_dim, c.rope_style, cs);
+  for (int h = 0; h < n_heads; ++h) rope_apply(x + static_cast<int64_t>(h) * c.head_dim, 1, c.rope_dim, c.rope_style, cs);
+}
+
 void add_bias(float* y, const TensorView& b, int64_t n) {
   if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
 }

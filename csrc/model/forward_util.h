@@ -56,6 +56,15 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
 // (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way.
 void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads);
 
+// RoPE cos/sin of a token at `position` (rope_cos_sin over the rotated dimensions), from the global
+// table: LongRoPE's long factors from original_max_position on, its short ones before (a fixed
+// choice per position, so a token's rotation never depends on the batch or the sequence's length),
+// times LongRoPE's attention factor.
+void token_cos_sin(const ForwardState& s, int32_t position, float* cs);
+
+// Rotates n_heads heads of one token in place: their first rotated (config.rope_dim) dimensions.
+void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
+
 // y += b, when the bias b exists.
 void add_bias(float* y, const TensorView& b, int64_t n);
 

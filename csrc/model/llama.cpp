@@ -44,6 +44,10 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);
   rope_inv_freq(c, inv_freq.data());
+  if (c.rope_scaling.type == "longrope") {
+    inv_freq_long.resize(c.head_dim / 2);
+    rope_inv_freq(c, inv_freq_long.data(), true);
+  }
   cos_sin.resize(t * c.head_dim);
   if (c.rope_theta_swa > 0.0f) {  // the sliding layers' own table (Gemma 3): their base, no scaling
     ModelConfig local = c;
@@ -85,7 +89,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
 
   per_token(n, threads, [&](int t) {
     dequantize_row(w.tok_embd, batch.token_ids[t], s.x.data() + t * E);
-    rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
+    token_cos_sin(s, batch.positions[t], s.cos_sin.data() + t * hd);
   });
   laps.lap(kEmbed);
 
@@ -113,14 +117,15 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
         for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
       }
       const float* cs = s.cos_sin.data() + t * hd;
-      rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
-      rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
+      rope_heads(q, c.n_head, c, cs);
+      rope_heads(k, c.n_head_kv, c, cs);
       const int64_t slot = batch.slot_mapping[t];
       store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
       store_v(v_cache, s.kv_type, slot, KV, v);
     }, s.block_size);  // K is transposed per block: one thread writes a block's lines
     laps.lap(kRope);
-    const AttentionArgs a = attention_args(s, batch, l, threads);
+    AttentionArgs a = attention_args(s, batch, l, threads);
+    a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
     paged_attention(a);
     laps.lap(kAttention);
 

@@ -30,6 +30,7 @@ struct ForwardState {
   std::vector<float> inv_freq;                           // [head_dim / 2]
   std::vector<float> cos_sin;                            // [max_tokens, head_dim]
   std::vector<float> inv_freq_swa, cos_sin_swa;          // the sliding layers' (config.rope_theta_swa > 0)
+  std::vector<float> inv_freq_long;                      // LongRoPE: from original_max_position on
   std::vector<float> scores;                             // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                        // [max_tokens]
   MoeBuffers moe;                                        // MoE layers' buffers (model/moe.h)

@@ -95,6 +95,27 @@ struct Builder {
     storage->canonical[canonical] = out;
     return out;
   }
+
+  // A fused matrix (Phi-3's qkv_proj, gate_up_proj) taken whole and viewed as consecutive row ranges,
+  // in place: parts[i] gets rows[i] rows under canonical names[i].
+  void take_split(const std::string& name, const std::string& canonical, std::initializer_list<TensorView*> parts,
+                  std::initializer_list<const char*> names, std::initializer_list<int64_t> rows, int64_t cols) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    const TensorView whole = take(name, canonical, total, cols);
+    int64_t at = 0;
+    auto part = parts.begin();
+    auto part_name = names.begin();
+    const std::string prefix = canonical.substr(0, canonical.rfind('.') + 1);
+    for (int64_t r : rows) {
+      TensorView v = whole;
+      v.rows = r;
+      v.data = whole.data + static_cast<size_t>(at) * whole.row_bytes;
+      **part++ = v;
+      storage->canonical[prefix + *part_name++] = v;
+      at += r;
+    }
+  }
 };
 
 int checked_dim(int64_t v, const char* what, const std::string& path, int64_t max = int64_t{1} << 30) {
@@ -125,9 +146,10 @@ void validate_config(ModelConfig& c, const std::string& path) {
 }
 
 // The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
-const char* const k_supported = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3)";
+const char* const k_supported =
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3, phi3)";
 const char* const k_supported_hf =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3)";
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3, phi3)";
 
 void build_weights(Model& m, Builder& b, const std::function<std::string(int, const char*)>& name_of,
                    const std::string& tok, const std::string& norm, const std::string& out) {
@@ -147,9 +169,13 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
     l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
-    l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
-    l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
-    l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
+    if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
+      b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"}, {q, kv, kv}, c.n_embd);
+    } else {
+      l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
+      l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
+      l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
+    }
     l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
     if (c.qkv_bias) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
@@ -164,8 +190,13 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
       throw ModelError("tensor '" + name_of(i, "bo") + "' (an attention output bias) is not supported");
     l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
-    l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
-    l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
+    if (c.arch == "phi3") {  // gate and up fused, gate first (GGUF: ffn_up holds both)
+      b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up}, {"w_gate", "w_up"},
+                   {c.n_ff, c.n_ff}, c.n_embd);
+    } else {
+      l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
+      l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
+    }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
     if (c.arch == "gemma3") {
       l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
@@ -192,7 +223,8 @@ std::string gguf_name(int layer, const char* field) {
       {"bk", "attn_k.bias"},             {"bv", "attn_v.bias"},            {"bo", "attn_output.bias"},
       {"q_norm", "attn_q_norm.weight"},  {"k_norm", "attn_k_norm.weight"}, {"ffn_norm", "ffn_norm.weight"},
       {"w_gate", "ffn_gate.weight"},     {"w_up", "ffn_up.weight"},        {"w_down", "ffn_down.weight"},
-      {"post_attn_norm", "post_attention_norm.weight"}, {"post_ffn_norm", "post_ffw_norm.weight"}};
+      {"post_attn_norm", "post_attention_norm.weight"}, {"post_ffn_norm", "post_ffw_norm.weight"},
+      {"wqkv", "attn_qkv.weight"},      {"w_gate_up", "ffn_up.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -220,7 +252,7 @@ void load_gguf(Model& m, Storage& st) {
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen3moe" &&
-      arch != "qwen2moe" && arch != "gemma3")
+      arch != "qwen2moe" && arch != "gemma3" && arch != "phi3")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
@@ -235,7 +267,7 @@ void load_gguf(Model& m, Storage& st) {
                            65536);
   if (g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path + "' (not supported)");
-  if (g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+  if (arch != "phi3" && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path + "' is not supported");
   const GGUFTensorInfo* embd = g->find_tensor("token_embd.weight");
   const int64_t embd_rows = embd != nullptr && embd->ne.size() >= 2 ? embd->ne[1] : 0;
@@ -263,6 +295,18 @@ void load_gguf(Model& m, Storage& st) {
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
   if (arch == "gemma3") gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
+  if (arch == "phi3") {
+    const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
+    auto factors = [&](const char* name) {
+      std::vector<float> out;
+      if (!b.has(name)) return out;
+      const TensorView v = b.take(name, name, 1, half);
+      const float* f = reinterpret_cast<const float*>(v.data);
+      out.assign(f, f + half);
+      return out;
+    };
+    phi3_config_gguf(*g, c, factors("rope_factors_long.weight"), factors("rope_factors_short.weight"));
+  }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   build_weights(m, b, gguf_name, "token_embd.weight", "output_norm.weight", "output.weight");
@@ -293,7 +337,8 @@ std::string hf_name(int layer, const char* field) {
       {"bo", "self_attn.o_proj.bias"},          {"q_norm", "self_attn.q_norm.weight"},
       {"k_norm", "self_attn.k_norm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
       {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
-      {"w_down", "mlp.down_proj.weight"}};
+      {"w_down", "mlp.down_proj.weight"},       {"wqkv", "self_attn.qkv_proj.weight"},
+      {"w_gate_up", "mlp.gate_up_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -409,7 +454,8 @@ void load_hf(Model& m, Storage& st) {
       {"llama", "llama"},     {"LlamaForCausalLM", "llama"}, {"qwen2", "qwen2"},     {"Qwen2ForCausalLM", "qwen2"},
       {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"},
       {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"}, {"qwen2_moe", "qwen2moe"},
-      {"Qwen2MoeForCausalLM", "qwen2moe"}, {"mixtral", "mixtral"}, {"MixtralForCausalLM", "mixtral"}};
+      {"Qwen2MoeForCausalLM", "qwen2moe"}, {"mixtral", "mixtral"}, {"MixtralForCausalLM", "mixtral"},
+      {"phi3", "phi3"},       {"Phi3ForCausalLM", "phi3"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
@@ -426,7 +472,7 @@ void load_hf(Model& m, Storage& st) {
   c.head_dim = checked_dim(cfg.integer("head_dim", default_head_dim), "head_dim", cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (cfg.number("partial_rotary_factor", 1.0) != 1.0)
+  if (c.arch != "phi3" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -448,11 +494,12 @@ void load_hf(Model& m, Storage& st) {
       c.rope_scaling.high_freq_factor = static_cast<float>(s.number("high_freq_factor", 4.0));
       c.rope_scaling.original_max_position = static_cast<int>(
           std::clamp<int64_t>(s.integer("original_max_position_embeddings", 8192), 1, 1 << 30));
-    } else if (type != "default") {
+    } else if (type != "default" && !(c.arch == "phi3" && (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
   }
   c.rope_style = RopeStyle::Neox;
+  if (c.arch == "phi3") phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
   if (cfg.boolean("mlp_bias", false)) throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");

@@ -101,3 +101,83 @@ def gemma3_hf(c: dict[str, Any]) -> dict[str, Any]:
         final_softcap=get("final_logit_softcapping", 0.0),
         embd_scale=math.sqrt(np.float32(n_embd)),
     )  # fmt: skip
+
+
+def _longrope_attn_factor(factor: float, original: int) -> float:
+    """transformers' default: sqrt(1 + ln(factor) / ln(original)), or 1 for factor <= 1."""
+    if factor <= 1.0 or original <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def _rotated(dims: int, head_dim: int) -> int:
+    if not (0 < dims <= head_dim and dims % 2 == 0):
+        raise ValueError(f"invalid rotated dimensions {dims}")
+    return 0 if dims == head_dim else int(dims)
+
+
+def _check_longrope(scaling: dict[str, Any], rope_dim: int, head_dim: int) -> None:
+    half = (rope_dim or head_dim) // 2
+    factors = list(scaling["long_factor"]) + list(scaling["short_factor"])
+    if len(scaling["long_factor"]) != half or len(scaling["short_factor"]) != half:
+        raise ValueError(f"LongRoPE factors must hold {half} values each")
+    if not all(np.isfinite(v) and v > 0 for v in factors):
+        raise ValueError("invalid LongRoPE factor")
+
+
+def phi3_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]) -> dict[str, Any]:
+    """Phi-3 keys of a GGUF file: partial rotary (rope.dimension_count), LongRoPE from llama.cpp's
+    rope_factors_long / rope_factors_short tensors, attention.sliding_window over every layer."""
+    k = "phi3."
+    out: dict[str, Any] = {"rope_style": "neox"}
+    out["rope_dim"] = _rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
+    window = _window(md.get(k + "attention.sliding_window", 0))
+    out["sliding_window"] = window
+    out["layer_sliding"] = [True] * common["n_layer"] if window > 0 else []
+    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
+        original = max(
+            1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
+        )
+        attn = md.get(k + "rope.scaling.attn_factor", 0.0)
+        scaling = {
+            "type": "longrope",
+            "original_max_position": original,
+            "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
+            "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
+            "attn_factor": attn
+            if attn > 0
+            else _longrope_attn_factor(common["n_ctx_train"] / original, original),
+        }
+        _check_longrope(scaling, out["rope_dim"], common["head_dim"])
+        out["rope_scaling"] = scaling
+    return out
+
+
+def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Phi-3 keys of a config.json: partial_rotary_factor, "longrope" / "su" rope scaling, sliding_window."""
+    if (c.get("hidden_act") or "silu") != "silu":
+        raise ValueError(f"hidden_act {c['hidden_act']!r} is not supported")
+    s = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    partial = s.get("partial_rotary_factor", c.get("partial_rotary_factor") or 1.0)
+    if not 0 < partial <= 1:
+        raise ValueError("invalid partial_rotary_factor")
+    out: dict[str, Any] = {"rope_style": "neox"}
+    out["rope_dim"] = _rotated(int(common["head_dim"] * partial), common["head_dim"])
+    window = _window(c.get("sliding_window") or 0)
+    out["sliding_window"] = window
+    out["layer_sliding"] = [True] * common["n_layer"] if window > 0 else []
+    if s.get("rope_type", s.get("type")) in ("longrope", "su"):
+        # The top-level key wins (transformers copies it into rope_parameters).
+        original = c.get("original_max_position_embeddings") or s.get("original_max_position_embeddings")
+        original = max(1, min(original or common["n_ctx_train"], 1 << 30))
+        factor = s.get("factor") or common["n_ctx_train"] / original
+        scaling = {
+            "type": "longrope",
+            "original_max_position": original,
+            "long_factor": list(s["long_factor"]),
+            "short_factor": list(s["short_factor"]),
+            "attn_factor": s.get("attention_factor") or _longrope_attn_factor(factor, original),
+        }
+        _check_longrope(scaling, out["rope_dim"], common["head_dim"])
+        out["rope_scaling"] = scaling
+    return out

@@ -19,7 +19,7 @@ from . import moe as moe_twin
 from .gguf import read_gguf
 from .safetensors import read_safetensors
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma3", "phi3")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -31,13 +31,16 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
     "final_softcap": 0.0, "embd_scale": 0.0,
 }  # fmt: skip
-_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3)"
-_SUPPORTED_HF = "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3)"
+_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3, phi3)"
+_SUPPORTED_HF = (
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3, phi3)"
+)
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
+    "phi3": "phi3", "Phi3ForCausalLM": "phi3",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -45,6 +48,7 @@ _GGUF_LAYER = {
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
+    "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -52,6 +56,7 @@ _HF_LAYER = {
     "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
     "k_norm": "self_attn.k_norm.weight", "ffn_norm": "post_attention_layernorm.weight",
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
+    "wqkv": "self_attn.qkv_proj.weight", "w_gate_up": "mlp.gate_up_proj.weight",
 }  # fmt: skip
 
 
@@ -118,12 +123,21 @@ def _weights(
         _take(get, names, w, out, "output", cfg["n_vocab"], e)
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
+        if cfg["arch"] == "phi3" and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
+            _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
+            qkv = w.pop("qkv")
+            w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
+            del shapes["wq"], shapes["wk"], shapes["wv"]
         if cfg["qkv_bias"]:
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"]:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
         shapes.update(ffn_norm=(1, e))
-        if i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
+        if cfg["arch"] == "phi3":  # gate and up fused, gate first
+            _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
+            w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"] = np.split(w.pop("gate_up"), [ff])
+            shapes.update(w_down=(e, ff))
+        elif i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
         if cfg["arch"] == "gemma3":
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
@@ -180,10 +194,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings="output.weight" not in g.tensors,
     )
+    names = set(g.tensors)
     if arch == "gemma3":  # norms stored as 1 + w by llama.cpp's converter
         common.update(arch_config.gemma3_gguf(md, common))
+    if arch == "phi3":
+        common.update(arch_config.phi3_gguf(md, common, g.tensor, names))
     cfg = _config(arch, **common)
-    names = set(g.tensors)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{_GGUF_LAYER[f]}",
@@ -238,11 +254,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "high_freq_factor": s.get("high_freq_factor", 4.0),
             "original_max_position": s.get("original_max_position_embeddings", 8192),
         }
-    elif stype != "default":
+    elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
+    if arch != "phi3" and get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
-    cfg = _config(
-        arch,
+    common = dict(
         n_vocab=get("vocab_size", 0),
         n_embd=n_embd,
         n_layer=get("num_hidden_layers", 0),
@@ -259,6 +276,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
+    if arch == "phi3":
+        common.update(arch_config.phi3_hf(c, common))
+    cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(
         cfg, lambda n: where[n].tensor(n), set(where), lambda i, f: f"model.layers.{i}.{_HF_LAYER[f]}",

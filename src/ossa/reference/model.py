@@ -29,12 +29,16 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (weight * (x.astype(np.float32) * inv)).astype(np.float32)
 
 
-def rope_inv_freq(config: dict[str, Any]) -> np.ndarray:
-    """Per-pair rotation frequencies, after linear or Llama-3 scaling."""
-    head_dim = config["head_dim"]
-    inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndarray:
+    """Per-pair rotation frequencies of the rotated dimensions (``rope_dim``, else all of a head),
+    after linear, Llama-3 or LongRoPE scaling (``long_factors``: LongRoPE's long divisors)."""
+    dim = config.get("rope_dim") or config["head_dim"]
+    inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     scaling = config["rope_scaling"]
-    if scaling["type"] == "linear":
+    if scaling["type"] == "longrope":  # Phi-3: a divisor per frequency
+        factors = scaling["long_factor"] if long_factors else scaling["short_factor"]
+        inv_freq = inv_freq / np.asarray(factors, dtype=np.float64)
+    elif scaling["type"] == "linear":
         inv_freq = inv_freq / scaling["factor"]
     elif scaling["type"] == "llama3":
         # Long wavelengths are slowed by `factor`, short ones kept, the band between interpolated.
@@ -51,15 +55,37 @@ def rope_inv_freq(config: dict[str, Any]) -> np.ndarray:
     return inv_freq.astype(np.float32)
 
 
-def apply_rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, style: str) -> np.ndarray:
+def token_inv_freq(config: dict[str, Any], positions: np.ndarray) -> np.ndarray:
+    """The frequencies each token is rotated with: ``rope_inv_freq``, except that with LongRoPE a
+    token at or past original_max_position takes the long factors ([n_tokens, rotated/2] then). The
+    choice is the position's alone, so it never depends on the batch or the sequence's length."""
+    short = rope_inv_freq(config)
+    scaling = config["rope_scaling"]
+    if scaling["type"] != "longrope":
+        return short
+    long = rope_inv_freq(config, long_factors=True)
+    return np.where((positions >= scaling["original_max_position"])[:, None], long[None], short[None])
+
+
+def apply_rope(
+    x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, style: str, attn_factor: float = 1.0
+) -> np.ndarray:
     """Rotate ``x`` [n_tokens, n_heads, head_dim] by each token's position.
 
     "neox" pairs dimension i with i + head_dim/2 (Hugging Face's rotate_half); "interleaved" pairs
-    2i with 2i+1 (llama.cpp's layout, whose converter permutes Llama's Q/K rows to match).
+    2i with 2i+1 (llama.cpp's layout, whose converter permutes Llama's Q/K rows to match). With fewer
+    frequencies than head_dim/2 (partial rotary) only the first 2 * len(inv_freq) dimensions turn;
+    ``inv_freq`` may be per token ([n_tokens, rotated/2]); cos and sin are multiplied by ``attn_factor``
+    (LongRoPE's).
     """
-    angle = positions.astype(np.float32)[:, None] * inv_freq[None, :]  # [n_tokens, head_dim/2]
-    cos = np.cos(angle.astype(np.float64)).astype(np.float32)[:, None, :]
-    sin = np.sin(angle.astype(np.float64)).astype(np.float32)[:, None, :]
+    rot = 2 * inv_freq.shape[-1]
+    if rot < x.shape[-1]:
+        out = x.copy()
+        out[..., :rot] = apply_rope(x[..., :rot], positions, inv_freq, style, attn_factor)
+        return out
+    angle = positions.astype(np.float32)[:, None] * inv_freq  # [n_tokens, head_dim/2]
+    cos = np.cos(angle.astype(np.float64)).astype(np.float32)[:, None, :] * np.float32(attn_factor)
+    sin = np.sin(angle.astype(np.float64)).astype(np.float32)[:, None, :] * np.float32(attn_factor)
     half = x.shape[-1] // 2
     if style == "neox":
         a, b = x[..., :half], x[..., half:]
@@ -180,7 +206,8 @@ def forward(
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
         raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
     positions = np.arange(len(ids))
-    inv_freq = rope_inv_freq(c)
+    inv_freq = token_inv_freq(c, positions)
+    mscale = c["rope_scaling"]["attn_factor"]
     x = w["tok_embd"][ids].astype(np.float32)
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
@@ -194,9 +221,10 @@ def forward(
         v = v.reshape(len(ids), n_head_kv, hd)
         if c["qk_norm"]:
             q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
-        q = apply_rope(q, positions, inv_freq, c["rope_style"])
-        k = apply_rope(k, positions, inv_freq, c["rope_style"])
-        x = x + q8(attention(q, k, v)) @ w[p + "wo"].T
+        q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
+        k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
+        window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
+        x = x + q8(attention(q, k, v, window=window)) @ w[p + "wo"].T
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             continue

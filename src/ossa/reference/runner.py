@@ -61,8 +61,7 @@ class ModelRunner:
         self.kv = np.zeros(
             (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
         )
-        self.inv_freq = ref_model.rope_inv_freq(config)
-        self.inv_freq_local = self.inv_freq  # Gemma 3's sliding layers: their own base, unscaled
+        self.inv_freq_local: np.ndarray | None = None  # Gemma 3's sliding layers: their own base, unscaled
         if config["rope_theta_swa"] > 0:
             local = dict(config, rope_theta=config["rope_theta_swa"], rope_scaling={"type": "none"})
             self.inv_freq_local = ref_model.rope_inv_freq(local)
@@ -150,10 +149,12 @@ class ModelRunner:
         if c["embd_scale"] > 0:
             x = x * np.float32(c["embd_scale"])
         gemma = c["arch"] == "gemma3"
+        global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
+        mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
             p = f"layers.{i}."
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
-            freq = self.inv_freq_local if sliding else self.inv_freq
+            freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
             h = q8(ref_model.rms_norm(x, w[p + "attn_norm"], eps))
             q, k, v = _linear(h, w[p + "wq"]), _linear(h, w[p + "wk"]), _linear(h, w[p + "wv"])
@@ -166,8 +167,8 @@ class ModelRunner:
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
                 )
-            q = ref_model.apply_rope(q, pos, freq, c["rope_style"])
-            k = ref_model.apply_rope(k, pos, freq, c["rope_style"])
+            q = ref_model.apply_rope(q, pos, freq, c["rope_style"], mscale)
+            k = ref_model.apply_rope(k, pos, freq, c["rope_style"], mscale)
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
