@@ -229,3 +229,41 @@ def test_bad_gemma3_configs_fail_clearly(hf_models: dict[str, Any], tmp_path: Pa
         (dst / "config.json").write_text(json.dumps(cfg))
         with pytest.raises(core.ModelError, match=match):
             core.load_model(str(dst))
+
+
+# Gemma 3's chat-template idioms: a system message folded into the first user turn, roles checked
+# with raise_exception, "assistant" renamed "model", trimmed contents, <start_of_turn> markers.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else -%}"
+    "{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
+
+
+def test_chat_template_idioms() -> None:
+    import jinja2
+
+    from ossa import chat_template
+
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi "},
+            {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}]  # fmt: skip
+    want = (
+        jinja2.Environment()
+        .from_string(GEMMA_TEMPLATE)
+        .render(messages=msgs, bos_token="<bos>", add_generation_prompt=True)
+    )
+    cache = chat_template.TemplateCache()
+    got = chat_template.render(cache, GEMMA_TEMPLATE, msgs, True, {"bos_token": "<bos>"})
+    assert got == want
+    assert got.endswith("<start_of_turn>user\nAgain<end_of_turn>\n<start_of_turn>model\n")
+    with pytest.raises(Exception, match="roles must alternate"):
+        chat_template.render(chat_template.TemplateCache(), GEMMA_TEMPLATE, msgs[1:2] * 2, True, {})
