@@ -48,21 +48,25 @@ void count_step(int n_tokens) {
   g_op_tokens.fetch_add(n_tokens, std::memory_order_relaxed);
 }
 
-MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
-                    std::initializer_list<const TensorView*> weights) {
+MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
+                         int threads, std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
-  if (s.model->quantized_activations)
+  if (quantized_activations)
     for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
   if (quant) {
     if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
     const int64_t nb = cols / k_qblock;
-    BlockQ8* xq = s.xq.data();
     per_token(static_cast<int>(n), threads,
-              [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, xq + r * nb); });
-    in.q8 = xq;
+              [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, q8 + r * nb); });
+    in.q8 = q8;
   }
   return in;
+}
+
+MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
+                    std::initializer_list<const TensorView*> weights) {
+  return matmul_input(s.model->quantized_activations, x, n, cols, s.xq.data(), threads, weights);
 }
 
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,

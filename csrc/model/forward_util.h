@@ -42,8 +42,12 @@ void per_token(int n, int threads, F&& f, int64_t grain = 4) {
   });
 }
 
-// Prepares activations x[n, cols] for a set of weights sharing them: quantizes to 8-bit blocks
-// once if any of them is quantized (only for a model loaded with quantized_activations).
+// Activations x[n, cols] as the matmul input of a set of weights sharing them: quantized to 8-bit
+// blocks into q8 (n * cols / 32 blocks) once if quantized_activations and any of them is quantized.
+MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
+                         int threads, std::initializer_list<const TensorView*> weights);
+
+// matmul_input for the dense layers: the model's own switch, quantized into s.xq.
 MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,
                     std::initializer_list<const TensorView*> weights);
 

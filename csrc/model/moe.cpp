@@ -15,6 +15,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
+#include "model/forward_util.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -24,33 +25,6 @@ namespace {
 
 constexpr int k_pass_tokens = 512;             // tokens routed per pass: bounds the grouped buffers
 constexpr int64_t k_expert_parallel_rows = 8;  // see moe_forward: up to this many rows per expert
-
-template <class F>
-void per_token(int n, int threads, F&& f) {
-  if (n == 1) return f(0);
-  parallel_for(n, 4, threads, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) f(static_cast<int>(t));
-  });
-}
-
-// Rows x[n, cols] as the matmul input of `weights`, quantized to 8-bit blocks into q8 when one of
-// them is quantized and the model was loaded with quantized_activations (as the dense layers'
-// prepare does).
-MatmulInput input_for(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
-                      int threads, std::initializer_list<const TensorView*> weights) {
-  MatmulInput in{x, nullptr, n, cols};
-  bool quant = false;
-  if (quantized_activations)
-    for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
-  if (!quant) return in;
-  if (cols % k_qblock != 0)
-    throw ModelError("a quantized weight needs rows that are a multiple of 32");
-  const int64_t nb = cols / k_qblock;
-  per_token(static_cast<int>(n), threads,
-            [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, q8 + r * nb); });
-  in.q8 = q8;
-  return in;
-}
 
 // The chosen experts of one token from its router logits: the k largest logits (equal ones: the
 // lower index first), softmax weights over all experts, renormalised over the chosen ones when
@@ -123,7 +97,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
   const int64_t E = c.n_embd, F = mc.n_ff_expert, S = mc.n_ff_shared;
   const int k = mc.n_expert_used, n_expert = mc.n_expert;
   const float* norm_w = reinterpret_cast<const float*>(L.ffn_norm.data);
-  per_token(n, threads, [&](int t) {
+  fwd::per_token(n, threads, [&](int t) {
     rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
   });
 
@@ -132,7 +106,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     const float* h = s.h.data() + static_cast<int64_t>(base) * E;
     // Routing: exact f32 products (the router is never repacked, its input never rounded).
     matmul(W.router, MatmulInput{h, nullptr, m, E}, b.logits.data(), n_expert);
-    per_token(m, threads, [&](int t) {
+    fwd::per_token(m, threads, [&](int t) {
       route(b.logits.data() + static_cast<int64_t>(t) * n_expert, n_expert, k, mc.norm_topk_prob,
             b.chosen.data() + t * k, b.weight.data() + t * k);
     });
@@ -142,7 +116,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     for (int e = 0; e < n_expert; ++e) b.group_start[e + 1] += b.group_start[e];
     std::copy(b.group_start.begin(), b.group_start.end(), b.fill.begin());
     for (int i = 0; i < m * k; ++i) b.row_of[i] = b.fill[b.chosen[i]]++;
-    per_token(m, threads, [&](int t) {
+    fwd::per_token(m, threads, [&](int t) {
       for (int j = 0; j < k; ++j)
         std::memcpy(b.in.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E,
                     h + static_cast<int64_t>(t) * E, static_cast<size_t>(E) * sizeof(float));
@@ -162,12 +136,12 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const int64_t r0 = b.group_start[e], rows = b.group_start[e + 1] - r0;
       const ExpertWeights& x = W.experts[e];
       const MatmulInput in =
-          input_for(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
+          fwd::matmul_input(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
                     {&x.w_gate, &x.w_up});
       float* mid = b.mid.data() + r0 * F;
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
       const MatmulInput in_mid =
-          input_for(qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
+          fwd::matmul_input(qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
     };
     if (threads > 1 && n_active >= 2 * threads && max_rows <= k_expert_parallel_rows) {
@@ -179,14 +153,14 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     }
     if (S > 0) {
       const ExpertWeights& x = W.shared;
-      const MatmulInput in = input_for(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
+      const MatmulInput in = fwd::matmul_input(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
       const MatmulInput in_mid =
-          input_for(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
+          fwd::matmul_input(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.shared_out.data(), E);
       matmul(W.shared_gate_inp, MatmulInput{h, nullptr, m, E}, b.shared_gate.data(), 1);
     }
-    per_token(m, threads, [&](int t) {
+    fwd::per_token(m, threads, [&](int t) {
       thread_local AlignedVector<float> acc;
       if (static_cast<int64_t>(acc.size()) < E) acc.assign(static_cast<size_t>(E), 0.0f);
       std::fill(acc.begin(), acc.begin() + E, 0.0f);

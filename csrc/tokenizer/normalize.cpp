@@ -71,24 +71,6 @@ uint32_t compose(uint32_t a, uint32_t b) {
   return it != end && it->a == a && it->b == b ? it->c : 0;
 }
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 }  // namespace
 
 bool nfc_trivially_stable(std::string_view utf8) {
@@ -152,7 +134,7 @@ std::string nfc(std::string_view utf8) {
   }
   std::string out;
   out.reserve(utf8.size());
-  for (size_t i = 0; i < kept; ++i) append_utf8(cps[i], out);
+  for (size_t i = 0; i < kept; ++i) utf8_append(out, cps[i]);
   return out;
 }
 
