@@ -149,13 +149,13 @@ class Tokenizer:
             variables["tools"] = tools
         text = render(_TEMPLATES, template, messages, add_generation_prompt, variables)
         if continue_final_message:
-            text = _cut_after_final_message(text, messages)
+            text = cut_after_final_message(text, messages)
         if tokenize:
             return self.encode(text, add_special_tokens=False)
         return text
 
 
-def _cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
+def cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:
     """text up to the end of the last message's content (templates may strip its outer spaces)."""
     if not messages:
         raise ValueError("continue_final_message needs at least one message")

@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 from .. import __version__
 from ..async_engine import AsyncEngine, EngineStoppedError
 from ..input_processor import chat_messages
+from ..tokenizer import cut_after_final_message
 from .chat_templates import TemplateSandbox, request_template
 from .guard import GuardMiddleware
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -44,6 +45,8 @@ from .protocol import (
 from .serving import (
     APIError,
     bad_request,
+    chat_inputs,
+    check_generation_prompt,
     checked,
     full_response,
     prepare_chat,
@@ -255,17 +258,30 @@ def create_app(
             )
         return served_model_name
 
-    async def render_request_template(
-        template: str, messages: list[Any], add_generation_prompt: bool, kwargs: dict[str, Any] | None
-    ) -> str:
+    def template_variables(kwargs: dict[str, Any] | None) -> dict[str, Any]:
         variables = {
             "bos_token": engine.tokenizer.bos_token or "",
             "eos_token": engine.tokenizer.eos_token or "",
         }
         variables.update(kwargs or {})
-        return await sandbox.render(
-            template, checked(chat_messages, messages), add_generation_prompt, variables
-        )
+        return variables
+
+    async def render_in_sandbox(
+        template: str,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        kwargs: dict[str, Any] | None,
+    ) -> str:
+        """A request's own template rendered in the sandbox; ``continue_final_message`` cuts it
+        after the last message's text, as the server's own template is cut."""
+        rendered = await sandbox.render(template, messages, add_generation_prompt, template_variables(kwargs))
+        if continue_final_message:
+            try:
+                rendered = cut_after_final_message(rendered, messages)
+            except ValueError as e:
+                raise bad_request(f"cannot apply the chat template: {e}", param="messages") from None
+        return rendered
 
     async def respond(request: Request, prep: Any, chat: bool) -> Response:
         if prep.stream:
@@ -289,11 +305,15 @@ def create_app(
         template = request_template(body, trust_request_chat_template)
         rendered = None
         if template is not None:
-            kwargs = {**(body.chat_template_kwargs or {}), **({"tools": body.tools} if body.tools else {})}
-            rendered = await render_request_template(
-                template, body.messages, body.add_generation_prompt, kwargs
+            inputs = chat_inputs(body, template)
+            kwargs = {
+                **(body.chat_template_kwargs or {}),
+                **({"tools": inputs.tools} if inputs.tools else {}),
+            }
+            rendered = await render_in_sandbox(
+                template, inputs.messages, body.add_generation_prompt, body.continue_final_message, kwargs
             )
-        prep = prepare_chat(engine, body, model, rendered, tool_call_parser)
+        prep = prepare_chat(engine, body, model, rendered, tool_call_parser, template)
         return await respond(request, prep, chat=True)
 
     @app.get("/v1/models")
@@ -314,16 +334,28 @@ def create_app(
         if (body.prompt is None) == (body.messages is None):
             raise bad_request("give exactly one of prompt or messages")
         if body.messages is not None:
+            check_generation_prompt(body.add_generation_prompt, body.continue_final_message)
             template = request_template(body, trust_request_chat_template)
             proc = engine.input_processor
             kwargs = body.chat_template_kwargs
             if template is not None:
-                rendered = await render_request_template(
-                    template, body.messages, body.add_generation_prompt, kwargs
+                rendered = await render_in_sandbox(
+                    template,
+                    checked(chat_messages, body.messages),
+                    body.add_generation_prompt,
+                    body.continue_final_message,
+                    kwargs,
                 )
                 ids = checked(proc.encode, rendered, False, "messages")
             else:
-                ids = checked(proc.chat, body.messages, body.add_generation_prompt, None, kwargs).token_ids
+                ids = checked(
+                    proc.chat,
+                    body.messages,
+                    body.add_generation_prompt,
+                    None,
+                    kwargs,
+                    continue_final_message=body.continue_final_message,
+                ).token_ids
         else:
             assert body.prompt is not None
             if body.prompt == "":

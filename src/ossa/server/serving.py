@@ -31,6 +31,7 @@ from .tools import (
     check_tools,
     forced_calls,
     forced_output,
+    marker_decoding,
     parse_tool_calls,
     parser_for_template,
     template_shows_tools,
@@ -89,6 +90,7 @@ class PreparedRequest:
     created: int = field(default_factory=lambda: int(time.time()))
     tool_mode: str | None = None  # None or "none": no parsing; "auto", "required" or a function name
     tool_parser: str = "hermes"
+    tool_drop: list[str] = field(default_factory=list)  # special-token texts to drop (see tools.py)
     tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
 
     @property
@@ -107,6 +109,7 @@ def sampling_params(
     logprobs: int | None,
     prompt_logprobs: int | None = None,
     structured: StructuredOutputsParams | None = None,
+    decode_specials: bool = False,
 ) -> SamplingParams:
     """The request's ``SamplingParams``; raises APIError(400) naming the bad field."""
     top_k = -1 if req.top_k in (None, 0) else req.top_k
@@ -135,7 +138,7 @@ def sampling_params(
             min_tokens=req.min_tokens,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
-            skip_special_tokens=req.skip_special_tokens,
+            skip_special_tokens=req.skip_special_tokens and not decode_specials,
             logit_bias=bias,
             include_stop_str_in_output=req.include_stop_str_in_output,
             truncate_prompt_tokens=req.truncate_prompt_tokens,
@@ -204,51 +207,86 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
     )
 
 
+def check_generation_prompt(add_generation_prompt: bool, continue_final_message: bool) -> None:
+    """vLLM's rule: a prompt either opens a new assistant turn or continues the last message."""
+    if continue_final_message and add_generation_prompt:
+        raise bad_request(
+            "continue_final_message and add_generation_prompt cannot both be set (pass "
+            "add_generation_prompt=false to continue the last message)",
+            param="continue_final_message",
+        )
+
+
+@dataclass
+class ChatInputs:
+    """A chat request's tools and the messages its template renders."""
+
+    functions: list[dict[str, Any]]
+    mode: str | None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None  # the template's ``tools`` variable
+
+
+def chat_inputs(req: ChatCompletionRequest, template: str | None) -> ChatInputs:
+    """Validates tools and the generation-prompt flags and prepares the messages for ``template``
+    (the one that will render them); a 400 naming the field for anything wrong."""
+    check_generation_prompt(req.add_generation_prompt, req.continue_final_message)
+    try:
+        functions, mode = check_tools(req.tools, req.tool_choice)
+    except ToolError as e:
+        raise bad_request(str(e), param=e.param) from None
+    messages = checked(chat_messages, req.messages)
+    arguments_as_dicts(messages)
+    if functions and mode != "none" and not template_shows_tools(template):
+        # The template has no place for tools: describe them in the system message.
+        note = tools_system_message(functions)
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": f"{messages[0].get('content') or ''}\n\n{note}"}
+        else:
+            messages.insert(0, {"role": "system", "content": note})
+    tools = [{"type": "function", "function": f} for f in functions] or None
+    return ChatInputs(functions, mode, messages, tools)
+
+
 def prepare_chat(
     engine: AsyncEngine,
     req: ChatCompletionRequest,
     model: str,
     rendered: str | None = None,
     tool_call_parser: str | None = None,
+    template: str | None = None,
 ) -> PreparedRequest:
-    """``rendered``: the prompt already rendered (a request's own chat template, rendered in the
-    template sandbox); else the server's template renders it. ``tool_call_parser``: the server's
-    --tool-call-parser (default: recognised in the chat template)."""
+    """``rendered``: the prompt already rendered from ``template`` (a request's own chat template,
+    rendered in the template sandbox); else the server's template renders it. ``tool_call_parser``:
+    the server's --tool-call-parser (default: recognised in the chat template)."""
     proc = engine.input_processor
-    try:
-        functions, mode = check_tools(req.tools, req.tool_choice)
-    except ToolError as e:
-        raise bad_request(str(e), param=e.param) from None
+    template = template if rendered is not None else engine.tokenizer.chat_template
+    inputs = chat_inputs(req, template)
+    functions, mode = inputs.functions, inputs.mode
     forced = forced_output(functions, mode, req.parallel_tool_calls is not False) if mode else None
     structured = output_constraint(req, forced)
     if rendered is not None:
         prompt = ProcessedPrompt(rendered, checked(proc.encode, rendered, False, "messages"))
     else:
-        messages = checked(chat_messages, req.messages)
-        arguments_as_dicts(messages)
-        template = engine.tokenizer.chat_template
-        if functions and mode != "none" and not template_shows_tools(template):
-            # The template has no place for tools: describe them in the system message.
-            note = tools_system_message(functions)
-            if messages and messages[0].get("role") == "system":
-                messages[0] = {**messages[0], "content": f"{messages[0].get('content') or ''}\n\n{note}"}
-            else:
-                messages.insert(0, {"role": "system", "content": note})
         prompt = checked(
             proc.chat,
-            messages,
+            inputs.messages,
             req.add_generation_prompt,
             None,
             req.chat_template_kwargs,
             continue_final_message=req.continue_final_message,
-            tools=[{"type": "function", "function": f} for f in functions] or None,
+            tools=inputs.tools,
         )
     checked(proc.check_n, req.n, 1)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
-    sp = sampling_params(req, max_tokens, logprobs, None, structured)
+    parser = tool_call_parser or parser_for_template(template)
+    # Markers that are special tokens only reach the parser when special tokens are decoded; the
+    # other special tokens' texts are then dropped from the reply.
+    drop = marker_decoding(engine.tokenizer, parser) if mode == "auto" and req.skip_special_tokens else None
+    sp = sampling_params(req, max_tokens, logprobs, None, structured, decode_specials=drop is not None)
     request_id = random_id("chatcmpl")
     explicit = req.max_completion_tokens is not None or req.max_tokens is not None
     request = checked(
@@ -264,7 +302,8 @@ def prepare_chat(
         bool(req.stream),
         bool(req.stream_options and req.stream_options.include_usage),
         tool_mode=mode,
-        tool_parser=tool_call_parser or parser_for_template(engine.tokenizer.chat_template),
+        tool_parser=parser,
+        tool_drop=drop or [],
     )
 
 
@@ -414,7 +453,7 @@ def tool_call_body(
     mode = prep.tool_mode
     assert mode is not None
     if streaming:
-        ts = prep.tool_streams.setdefault(k, ToolStream(prep.tool_parser, mode))
+        ts = prep.tool_streams.setdefault(k, ToolStream(prep.tool_parser, mode, prep.tool_drop))
         text, calls = ts.feed(c.text)
         if c.finish_reason:
             more_text, more_calls = ts.finish()
@@ -426,7 +465,7 @@ def tool_call_body(
             delta["tool_calls"] = calls
         return {"delta": delta}, bool(ts.calls)
     if mode == "auto":
-        content, found = parse_tool_calls(prep.tool_parser, c.text)
+        content, found = parse_tool_calls(prep.tool_parser, c.text, prep.tool_drop)
     else:
         content, found = None, forced_calls(c.text, mode)
     message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -534,11 +573,15 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
 
     try:
         if chat:
+            tools = prep.tool_mode not in (None, "none")
             for k in range(prep.n):
                 yield chunk(
                     {
                         "index": k,
-                        "delta": {"role": "assistant", "content": ""},
+                        # With tools the reply may be calls only: content stays null until
+                        # there is some (OpenAI's clients then add up to content=None, as sent
+                        # whole).
+                        "delta": {"role": "assistant", "content": None if tools else ""},
                         "logprobs": None,
                         "finish_reason": None,
                     }
@@ -587,7 +630,10 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                 n_out += len(c.token_ids)
                 if not c.text and not c.finish_reason and not c.logprobs:
                     continue
-                yield chunk(choice_body(engine, prep, chat, k, out, c, streaming=True, offset=offsets[k]))
+                body = choice_body(engine, prep, chat, k, out, c, streaming=True, offset=offsets[k])
+                if body.get("delta") == {} and not body["finish_reason"] and body["logprobs"] is None:
+                    continue  # text a tool-call scanner holds back for now
+                yield chunk(body)
                 offsets[k] += len(c.text)
             if error is not None:  # failed while running: its choices ended with finish_reason "error"
                 raise error

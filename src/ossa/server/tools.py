@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from ..structured import StructuredOutputsParams
+from .tool_stream import LLAMA_TAG, MARKERS, MISTRAL_START, ToolCall, ToolStream, parse_tool_calls
+
+__all__ = ["ToolCall", "ToolStream", "parse_tool_calls"]
 
 PARSERS = ("hermes", "llama3_json", "mistral")
 _NAME = re.compile(r"^[a-zA-Z0-9_.\-]{1,64}$")
@@ -37,27 +38,6 @@ class ToolError(ValueError):
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param
-
-
-@dataclass
-class ToolCall:
-    name: str
-    arguments: str  # a JSON text, as OpenAI sends it
-    id: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.id:
-            self.id = f"call_{uuid.uuid4().hex[:24]}"
-
-    def to_openai(self, index: int | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-        if index is not None:
-            d["index"] = index
-        return d
 
 
 def check_tools(tools: list[Any] | None, tool_choice: Any) -> tuple[list[dict[str, Any]], str | None]:
@@ -138,7 +118,8 @@ def forced_calls(text: str, mode: str) -> list[ToolCall]:
         return [ToolCall(mode, text)]
     ts = ToolStream("hermes", "required")  # the array's complete elements (all, unless cut short)
     ts.feed(text)
-    return ts.calls
+    ts.finish()
+    return ts.done
 
 
 # -- the model's own formats ("auto") ----------------------------------------------------------------
@@ -152,6 +133,32 @@ def parser_for_template(template: str | None) -> str:
     if "<|python_tag|>" in t or "ipython" in t:
         return "llama3_json"
     return "hermes"
+
+
+def special_texts(tokenizer: Any) -> list[str]:
+    """The texts of the tokenizer's special tokens (found once per tokenizer, kept on it)."""
+    cached = tokenizer.__dict__.get("_special_texts")
+    if cached is None:
+        impl = tokenizer._impl
+        n = int(tokenizer.vocab_size)
+        if tokenizer.backend == "cpp":
+            ids = [i for i in range(n) if impl.is_special(i)]
+        else:
+            ids = [i for i, s in enumerate(impl.is_special) if s]
+        cached = [t for t in (tokenizer.decode([i]) for i in ids) if t]
+        tokenizer.__dict__["_special_texts"] = cached
+    return list(cached)
+
+
+def marker_decoding(tokenizer: Any, parser: str) -> list[str] | None:
+    """None when the parser's markers are plain text in this tokenizer; else the special-token
+    texts to drop from a reply decoded with special tokens (all but the markers), as the markers
+    only reach the parser that way (vLLM turns skip_special_tokens off for them likewise)."""
+    specials = special_texts(tokenizer)
+    markers = MARKERS[parser]
+    if not any(m in specials for m in markers):
+        return None
+    return [t for t in specials if t not in markers]
 
 
 def template_shows_tools(template: str | None) -> bool:
@@ -170,81 +177,6 @@ def tools_system_message(functions: list[dict[str, Any]]) -> str:
     )
 
 
-def _call_from(obj: Any, args_key: str = "arguments") -> ToolCall | None:
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    args = obj.get(args_key, obj.get("parameters" if args_key == "arguments" else "arguments", {}))
-    if isinstance(args, str):
-        try:
-            json.loads(args)
-        except json.JSONDecodeError:
-            return None
-        return ToolCall(obj["name"], args)
-    return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False))
-
-
-def _json_values(text: str) -> list[Any] | None:
-    """Consecutive JSON values in text separated by whitespace or ';' (None if anything else)."""
-    dec = json.JSONDecoder()
-    out: list[Any] = []
-    i = 0
-    while True:
-        while i < len(text) and text[i] in " \t\r\n;":
-            i += 1
-        if i == len(text):
-            return out
-        try:
-            value, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
-            return None
-        out.append(value)
-
-
-HERMES_START, MISTRAL_START, LLAMA_TAG = "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
-
-
-def parse_tool_calls(parser: str, text: str) -> tuple[str | None, list[ToolCall]]:
-    """(content, calls) of a reply in the model's own format; the text stays content when it holds
-    no call that parses."""
-    if parser == "hermes":
-        at = text.find(HERMES_START)
-        if at < 0:
-            return text, []
-        calls = []
-        for m in _HERMES.finditer(text, at):
-            try:
-                calls.append(_call_from(json.loads(m.group(1))))
-            except json.JSONDecodeError:
-                return text, []
-        if not calls or any(c is None for c in calls):
-            return text, []
-        return (text[:at].strip() or None), [c for c in calls if c is not None]
-    if parser == "mistral":
-        at = text.find(MISTRAL_START)
-        if at < 0:
-            return text, []
-        values = _json_values(text[at + len(MISTRAL_START) :])
-        items = values[0] if values and len(values) == 1 and isinstance(values[0], list) else values
-        calls = [_call_from(v) for v in items or []]
-        if not calls or any(c is None for c in calls):
-            return text, []
-        return (text[:at].strip() or None), [c for c in calls if c is not None]
-    body = text.split(LLAMA_TAG, 1)[1] if LLAMA_TAG in text else text
-    if not body.lstrip().startswith("{"):
-        return text, []
-    values = _json_values(body)
-    calls = [_call_from(v, "parameters") for v in values or []]
-    if not calls or any(c is None for c in calls):
-        return text, []
-    return None, [c for c in calls if c is not None]
-
-
-def call_start(parser: str) -> str:
-    """Text that begins a call in this format (held back from streamed content)."""
-    return {"hermes": HERMES_START, "mistral": MISTRAL_START, "llama3_json": "{"}[parser]
-
-
 def arguments_as_dicts(messages: list[dict[str, Any]]) -> None:
     """Assistant tool_calls' ``arguments`` JSON strings -> objects, as chat templates expect them."""
     for m in messages:
@@ -255,98 +187,6 @@ def arguments_as_dicts(messages: list[dict[str, Any]]) -> None:
                     fn["arguments"] = json.loads(fn["arguments"])
                 except json.JSONDecodeError:
                     pass  # leave it as the client sent it
-
-
-class ToolStream:
-    """Turns a streamed reply into OpenAI chat deltas: content text and ``tool_calls`` entries.
-
-    A named function streams its arguments as they are generated; "required" emits each call as soon
-    as its array element is complete; "auto" streams content until the format's call marker shows,
-    holds back text that could begin one, and parses the rest when the reply ends (text that turns
-    out to hold no call is sent as content then)."""
-
-    def __init__(self, parser: str, mode: str) -> None:
-        self.parser, self.mode = parser, mode
-        self.calls: list[ToolCall] = []
-        self._buf = ""
-        self._sent = 0  # required: characters of _buf already turned into calls; auto: content sent
-        self._in_call = False
-
-    def feed(self, text: str) -> tuple[str, list[dict[str, Any]]]:
-        self._buf += text
-        if self.mode not in ("auto", "required"):  # a named function: arguments as they come
-            deltas: list[dict[str, Any]] = []
-            if not self.calls:
-                self.calls.append(ToolCall(self.mode, ""))
-                deltas.append(
-                    {**self.calls[0].to_openai(0), "function": {"name": self.mode, "arguments": ""}}
-                )
-            if text:
-                self.calls[0].arguments += text
-                deltas.append({"index": 0, "function": {"arguments": text}})
-            return "", deltas
-        if self.mode == "required":
-            return "", self._complete_elements()
-        if self._in_call:
-            return "", []
-        start = call_start(self.parser)
-        if self.parser == "llama3_json":
-            head = self._buf.lstrip()
-            if head.startswith("{") or head.startswith(LLAMA_TAG) or LLAMA_TAG.startswith(head):
-                self._in_call = bool(head) and not LLAMA_TAG.startswith(head)
-                return "", []
-            out, self._sent = self._buf[self._sent :], len(self._buf)
-            return out, []
-        at = self._buf.find(start, self._sent)
-        if at >= 0:
-            self._in_call = True
-            out, self._sent = self._buf[self._sent : at], at
-            return out, []
-        keep = 0  # the longest tail that could still grow into the marker
-        for k in range(min(len(start) - 1, len(self._buf) - self._sent), 0, -1):
-            if start.startswith(self._buf[-k:]):
-                keep = k
-                break
-        end = len(self._buf) - keep
-        out, self._sent = self._buf[self._sent : end], max(self._sent, end)
-        return out, []
-
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        """What is left when the reply ends."""
-        if self.mode == "auto":
-            rest = self._buf[self._sent :]
-            content, calls = parse_tool_calls(self.parser, rest)
-            self.calls = calls
-            deltas = [c.to_openai(i) for i, c in enumerate(calls)]
-            return (content or "") if calls else rest, deltas
-        if self.mode == "required":
-            return "", self._complete_elements()
-        if not self.calls:  # a named function that produced nothing at all
-            return self.feed("")
-        return "", []
-
-    def _complete_elements(self) -> list[dict[str, Any]]:
-        """Calls for every array element of _buf that closed since the last look."""
-        deltas: list[dict[str, Any]] = []
-        dec = json.JSONDecoder()
-        i = self._sent or (self._buf.find("[") + 1 if "[" in self._buf else 0)
-        if i == 0:
-            return deltas
-        while True:
-            while i < len(self._buf) and self._buf[i] in " \t\r\n,":
-                i += 1
-            try:
-                item, end = dec.raw_decode(self._buf, i)
-            except json.JSONDecodeError:
-                break
-            if not isinstance(item, dict) or "name" not in item:
-                break
-            call = ToolCall(item["name"], json.dumps(item.get("parameters", {}), ensure_ascii=False))
-            deltas.append(call.to_openai(len(self.calls)))
-            self.calls.append(call)
-            i = end
-        self._sent = i
-        return deltas
 
 
 def format_tool_calls(parser: str, calls: list[ToolCall], content: str = "") -> str:
