@@ -18,13 +18,13 @@ from typing import Any
 
 import openai
 import pytest
+from marker_model import MARKERS, make_marker_model
 from server_thread import ServerThread, wait_idle
 
 pytest.importorskip("llguidance")
 pytestmark = pytest.mark.timeout(600)
 
 MODEL = "tiny"
-MARKERS = ["<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"]
 WEATHER = {
     "type": "function",
     "function": {
@@ -56,21 +56,7 @@ CONTENT = {"hermes": "Let me check.", "llama3_json": None, "mistral": "One momen
 
 @pytest.fixture(scope="module")
 def marker_model(tmp_models_dir: str, default_model_path: str) -> str:
-    """SmolLM2's tokenizer with the markers added as special tokens, on a tiny random Llama."""
-    from tiny_models import make_hf_model
-    from transformers import AutoTokenizer
-
-    out = os.path.join(tmp_models_dir, "tool_markers")
-    if not os.path.exists(os.path.join(out, "model.safetensors")):
-        folder, file = os.path.split(default_model_path)
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=file)
-        tok.add_special_tokens({"additional_special_tokens": MARKERS})  # type: ignore[dict-item]
-        tok.save_pretrained(out)
-        make_hf_model(
-            out, "llama", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-            intermediate_size=128, vocab_size=len(tok),
-        )  # fmt: skip
-    return out
+    return make_marker_model(os.path.join(tmp_models_dir, "tool_markers"), default_model_path)
 
 
 @pytest.fixture(scope="module", params=list(GRAMMARS))

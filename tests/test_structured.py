@@ -112,7 +112,9 @@ def test_a_grammar_that_does_not_compile_quotes_llguidance(kwargs: dict[str, Any
 def test_sampling_params_take_structured_outputs() -> None:
     sp = SamplingParams(structured_outputs={"choice": ["a", "b"]})  # type: ignore[arg-type]
     assert isinstance(sp.structured_outputs, StructuredOutputsParams)
-    with pytest.raises(ValueError, match="unexpected keyword argument 'structural_tag'"):
+    with pytest.raises(ValueError, match="unexpected keyword argument 'bogus'"):
+        SamplingParams(structured_outputs={"bogus": "x"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="structural_tag is not valid JSON"):
         SamplingParams(structured_outputs={"structural_tag": "x"})  # type: ignore[arg-type]
 
 

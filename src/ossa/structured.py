@@ -40,7 +40,7 @@ def llguidance() -> Any:
     return llg
 
 
-_KINDS = ("json", "regex", "choice", "grammar", "json_object")
+_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
 @dataclass
@@ -52,6 +52,10 @@ class StructuredOutputsParams:
     - ``choice``: the output is one of these strings
     - ``grammar``: a Lark grammar (llguidance's dialect) or a GBNF/EBNF grammar (llama.cpp's)
     - ``json_object=True``: any JSON object (OpenAI's ``response_format={"type": "json_object"}``)
+    - ``structural_tag``: free text in which each ``begin`` (opened by one of the ``triggers``) is
+      followed by JSON that validates against its ``schema`` and then its ``end``: ``{"structures":
+      [{"begin", "schema", "end"}, ...], "triggers": [...]}`` (dict or JSON text, vLLM's shape). A
+      trigger written ``<...>`` that is a special token of the model's tokenizer means that token.
 
     ``disable_any_whitespace`` keeps JSON compact (no free whitespace between tokens);
     ``disable_additional_properties`` treats objects without ``additionalProperties`` as closed.
@@ -62,10 +66,14 @@ class StructuredOutputsParams:
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    structural_tag: str | dict[str, Any] | None = None
     disable_any_whitespace: bool = False
     disable_additional_properties: bool = False
     whitespace_pattern: str | None = None
     compiled: str = field(init=False, repr=False, compare=False, default="")
+    _tags: list[tuple[str, str, dict[str, Any], str]] = field(
+        init=False, repr=False, compare=False, default_factory=list
+    )
 
     def __post_init__(self) -> None:
         given = [k for k in _KINDS if getattr(self, k) not in (None, False)]
@@ -93,6 +101,8 @@ class StructuredOutputsParams:
             if any(s == "" for s in c):
                 raise ValueError("structured_outputs.choice must not contain an empty string")
             self.choice = list(c)
+        if kind == "structural_tag":
+            self._tags = _struct_tags(self.structural_tag, self._json_options())
         if kind == "json" and not isinstance(self.json, (str, dict)):
             raise ValueError(
                 f"structured_outputs.json must be a JSON schema (dict or str), got {self.json!r}"
@@ -131,6 +141,8 @@ class StructuredOutputsParams:
                 grammar = M.grammar_from_lark(
                     "start: " + " | ".join(json.dumps(s) for s in self.choice or [])
                 )
+            elif kind == "structural_tag":
+                grammar = _struct_tag_lark(self._tags, {})
             else:
                 grammar = llg.grammar_from("grammar", self.grammar or "")
         except ValueError as e:
@@ -141,6 +153,81 @@ class StructuredOutputsParams:
         if error:
             raise ValueError(f"structured_outputs.{kind} does not compile: {error.strip()}")
         return grammar
+
+    def grammar_for(self, special_texts: dict[str, int]) -> str:
+        """The grammar for a tokenizer with these special tokens: a structural tag's trigger or end
+        that is one of them means that token (as the model writes it), else text; the other kinds
+        do not depend on the tokenizer."""
+        if self.kind != "structural_tag":
+            return self.compiled
+        if not any(t[0] in special_texts or t[3] in special_texts for t in self._tags):
+            return self.compiled
+        return _struct_tag_lark(self._tags, special_texts)
+
+
+def _struct_tag_lark(tags: list[tuple[str, str, dict[str, Any], str]], specials: dict[str, int]) -> str:
+    """A Lark grammar (llguidance's dialect) for structural tags: free text in which a trigger
+    starts its tag's begin, schema-valid JSON and end. A text trigger is a lazy lexeme (it ends
+    the free text as soon as it appears); a special-token trigger is that token."""
+
+    def piece(text: str) -> str:
+        if not text:
+            return ""
+        return f"<[{specials[text]}]>" if text in specials else json.dumps(text)
+
+    rules = ["%llguidance {}", "start: (" + " | ".join(f"tag_{i}" for i in range(len(tags))) + ")* FREE"]
+    rules.append(r"FREE: /(.|\n)*/")
+    for i, (trigger, begin, schema, end) in enumerate(tags):
+        body = f"{piece(begin[len(trigger) :])} %json {json.dumps(schema)} {piece(end)}"
+        if trigger in specials:
+            rules.append(f"tag_{i}: FREE {piece(trigger)} {body}")
+        else:
+            rules.append(f"tag_{i}_open[lazy]: FREE {json.dumps(trigger)}")
+            rules.append(f"tag_{i}: tag_{i}_open {body}")
+    return "\n".join(rules) + "\n"
+
+
+def _struct_tags(spec: Any, json_options: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], str]]:
+    """(trigger, begin, schema, end) of each structure of a structural_tag spec; ValueError naming
+    what is wrong."""
+    where = "structured_outputs.structural_tag"
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where} must be an object with structures and triggers")
+    if "format" in spec and "structures" not in spec:
+        raise ValueError(
+            f"{where}: the 'format' form (xgrammar's) is not supported; give structures and triggers"
+        )
+    structures, triggers = spec.get("structures"), spec.get("triggers")
+    if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
+        raise ValueError(f"{where}.triggers must be a non-empty list of non-empty strings")
+    if not isinstance(structures, list) or not structures:
+        raise ValueError(f"{where}.structures must be a non-empty list")
+    tags = []
+    for i, st in enumerate(structures):
+        if (
+            not isinstance(st, dict)
+            or not isinstance(st.get("begin"), str)
+            or not isinstance(st.get("end"), str)
+        ):
+            raise ValueError(f"{where}.structures[{i}] needs 'begin' and 'end' strings")
+        schema = st.get("schema", {})
+        if schema is None:
+            schema = {}
+        if not isinstance(schema, dict):
+            raise ValueError(f"{where}.structures[{i}].schema must be a JSON schema object")
+        trigger = next((t for t in triggers if st["begin"].startswith(t)), None)
+        if trigger is None:
+            raise ValueError(
+                f"{where}.structures[{i}].begin {st['begin']!r} starts with none of the triggers"
+            )
+        options = {**json_options, **(schema.get("x-guidance") or {})}
+        tags.append((trigger, st["begin"], {**schema, "x-guidance": options}, st["end"]))
+    return tags
 
 
 def _close_objects(schema: Any) -> Any:
@@ -181,11 +268,22 @@ class _Vocabulary:
         bos = tokenizer.bos_token_id
         self.bos_token_id = bos if bos is not None and 0 <= bos < n_vocab else None
         self._encode = impl.encode
+        self._special = special
+        self._special_text = {i: tokenizer.decode([i]) for i in self.special_token_ids}
 
     def __call__(self, text: str) -> list[int]:
+        """Text's tokens, a special token's text spelled out as text: llguidance tokenizes the text
+        a grammar forces, and a special token there would not be the text the grammar asked for."""
         if not isinstance(text, str):
             raise TypeError("text only")  # tells llguidance to pass str, not bytes
-        return list(self._encode(text, False))
+        ids = list(self._encode(text, False))
+        if not any(self._special[i] for i in ids if i < len(self._special)):
+            return ids
+        out: list[int] = []
+        for i in ids:
+            t = self._special_text.get(i, "") if i < len(self._special) and self._special[i] else ""
+            out += self(t[:1]) + self(t[1:]) if len(t) > 1 else [i]
+        return out
 
 
 def llg_tokenizer(tokenizer: Any, n_vocab: int) -> Any:
@@ -228,6 +326,10 @@ class ConstraintHost:
             self._lltok = llg_tokenizer(self._tokenizer, self.n_vocab)
             self._executor = llg.LLExecutor(num_threads=self._num_threads)
             self._limits = llg.LLParserLimits(verbose_errors=False)  # messages without parser dumps
+            lt = self._lltok
+            self._special_texts = {
+                self._tokenizer.decode([i]): i for i in range(self.n_vocab) if lt.is_special_token(i)
+            }
             self._llg = llg
 
     def register(self, params: StructuredOutputsParams, n: int = 1) -> int:
@@ -235,15 +337,15 @@ class ConstraintHost:
         with self._lock:
             self._ready()
         handle = next(self._handles)
+        grammar = params.grammar_for(self._special_texts)
         matchers = [
-            self._llg.LLMatcher(self._lltok, params.compiled, log_level=0, limits=self._limits)
-            for _ in range(n)
+            self._llg.LLMatcher(self._lltok, grammar, log_level=0, limits=self._limits) for _ in range(n)
         ]
         error = matchers[0].get_error()
         if error:
             raise ValueError(f"structured_outputs.{params.kind} does not compile: {error.strip()}")
         with self._lock:
-            self._grammars[handle] = params.compiled
+            self._grammars[handle] = grammar
             for child, m in enumerate(matchers):
                 self._matchers[(handle, child)] = m
         return handle

@@ -3,9 +3,11 @@ this server does not implement (a 400 naming the field, never silently ignored).
 
 Constraint sources, at most one per request:
 
-- ``response_format``: ``{"type": "text"}`` (none), ``{"type": "json_object"}``, or
-  ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``
-- vLLM's ``structured_outputs`` extra body: ``{"json" | "regex" | "choice" | "grammar" | "json_object": ...}``
+- ``response_format``: ``{"type": "text"}`` (none), ``{"type": "json_object"}``,
+  ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}``, or vLLM's
+  ``{"type": "structural_tag", "structures": [{"begin", "schema", "end"}], "triggers": [...]}``
+- vLLM's ``structured_outputs`` extra body: ``{"json" | "regex" | "choice" | "grammar" | "json_object" |
+  "structural_tag": ...}``
 - vLLM's older ``guided_json``, ``guided_regex``, ``guided_choice``, ``guided_grammar`` (with
   ``guided_whitespace_pattern``)
 - a forced tool call (``tool_choice`` "required" or a named function)
@@ -73,8 +75,17 @@ def _response_format(rf: Any) -> StructuredOutputsParams | None:
             raise FieldError("response_format.json_schema.strict must be a bool", "response_format")
         # strict is accepted: the grammar enforces the schema whether or not it is set.
         return StructuredOutputsParams(json=schema if isinstance(schema, dict) else {})
+    if kind == "structural_tag":  # vLLM's: {"type", "structures": [{begin, schema, end}], "triggers"}
+        tag = {k: v for k, v in rf.items() if k != "type"}
+        try:
+            return StructuredOutputsParams(structural_tag=tag)
+        except ValueError as e:
+            raise FieldError(
+                str(e).replace("structured_outputs.", "response_format.", 1), "response_format"
+            ) from None
     raise FieldError(
-        f"response_format type {kind!r} is not supported (text, json_object, json_schema)", "response_format"
+        f"response_format type {kind!r} is not supported (text, json_object, json_schema, structural_tag)",
+        "response_format",
     )
 
 

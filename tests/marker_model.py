@@ -1,0 +1,25 @@
+"""A tiny random Llama whose tokenizer is SmolLM2's plus the tool-call markers of common formats as
+special added tokens (Hermes-2-Pro's ``<tool_call>`` / ``</tool_call>``, Llama 3's
+``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``), for tests of what special-token markers change."""
+
+from __future__ import annotations
+
+import os
+
+MARKERS = ["<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"]
+
+
+def make_marker_model(out: str, default_model_path: str) -> str:
+    from tiny_models import make_hf_model
+    from transformers import AutoTokenizer
+
+    if not os.path.exists(os.path.join(out, "model.safetensors")):
+        folder, file = os.path.split(default_model_path)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+        tok.add_special_tokens({"additional_special_tokens": MARKERS})  # type: ignore[dict-item]
+        tok.save_pretrained(out)
+        make_hf_model(
+            out, "llama", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+            intermediate_size=128, vocab_size=len(tok),
+        )  # fmt: skip
+    return out
