@@ -7,8 +7,8 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings/common.h"
-#include "model/dequantize.h"
-#include "model/gguf.h"
+#include "formats/dequantize.h"
+#include "formats/gguf.h"
 #include "model/runner.h"
 #include "model/weights.h"
 #include "util/error.h"

@@ -21,11 +21,11 @@
 #include <xmmintrin.h>
 #endif
 
+#include "formats/dequantize.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/matmul_profile.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
-#include "model/dequantize.h"
 #include "util/aligned.h"
 #include "util/error.h"
 #include "util/half.h"

@@ -24,9 +24,9 @@
 // copy.
 #include <cstdint>
 
+#include "formats/tensor.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
-#include "model/tensor.h"
 
 namespace ossa {
 

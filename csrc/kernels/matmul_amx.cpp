@@ -26,8 +26,8 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/dequantize.h"
 #include "kernels/matmul_kernels.h"
-#include "model/dequantize.h"
 #include "util/aligned.h"
 #include "util/error.h"
 #include "util/half.h"

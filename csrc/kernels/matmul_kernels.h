@@ -10,8 +10,8 @@
 // batch invariant whatever tile a row lands in.
 #include <cstdint>
 
+#include "formats/tensor.h"
 #include "kernels/quant.h"
-#include "model/tensor.h"
 
 #if defined(__AVX2__)
 // GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).

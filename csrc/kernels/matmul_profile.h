@@ -5,7 +5,7 @@
 // weights once) and calls of more rows. Off by default; then each call costs one branch.
 #include <cstdint>
 
-#include "model/tensor.h"
+#include "formats/tensor.h"
 
 namespace ossa {
 

@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/tensor.h"
+#include "formats/tensor.h"
 
 namespace ossa {
 

@@ -3,9 +3,9 @@
 // metadata or a Hugging Face config.json (loader.cpp calls these; docs/models.md describes them).
 #include <string>
 
+#include "formats/config_json.h"
+#include "formats/gguf.h"
 #include "model/config.h"
-#include "model/config_json.h"
-#include "model/gguf.h"
 
 namespace ossa {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "formats/dequantize.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
-#include "model/dequantize.h"
 #include "model/forward_util.h"
 
 namespace ossa {

@@ -8,15 +8,15 @@
 #include <map>
 #include <sstream>
 
+#include "formats/config_json.h"
+#include "formats/dequantize.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/parallel.h"
 #include "model/arch_config.h"
-#include "model/config_json.h"
-#include "model/dequantize.h"
-#include "model/gguf.h"
 #include "model/moe.h"
-#include "model/safetensors.h"
 #include "model/weights.h"
 #include "util/aligned.h"
 #include "util/error.h"

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/tensor.h"
 #include "kernels/quant.h"
 #include "model/config.h"
-#include "model/tensor.h"
 #include "util/aligned.h"
 
 namespace ossa {

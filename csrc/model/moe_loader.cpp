@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <string>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/moe.h"
 #include "util/error.h"
 #include "util/json.h"

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/tensor.h"
 #include "model/config.h"
 #include "model/moe.h"
-#include "model/tensor.h"
 
 namespace ossa {
 

@@ -21,7 +21,7 @@
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace ossa {
 

@@ -1,4 +1,4 @@
-"""A GGUF v2/v3 reader in plain Python/NumPy (twin of ``csrc/model/gguf.cpp``).
+"""A GGUF v2/v3 reader in plain Python/NumPy (twin of ``csrc/formats/gguf.cpp``).
 
 Layout: ``"GGUF" | u32 version | u64 n_tensors | u64 n_kv | kv... | tensor infos... | pad | data``;
 tensor data sits at ``data_offset + offset`` with ``data_offset`` the header end rounded up to

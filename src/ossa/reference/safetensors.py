@@ -1,4 +1,4 @@
-"""A safetensors reader in plain Python/NumPy (twin of ``csrc/model/safetensors.cpp``).
+"""A safetensors reader in plain Python/NumPy (twin of ``csrc/formats/safetensors.cpp``).
 
 ``u64 header_len | JSON header | data``; each header entry is ``{"dtype", "shape", "data_offsets"}``
 with offsets relative to the data section.

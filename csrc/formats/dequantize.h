@@ -6,7 +6,7 @@
 // twin (ossa.reference.quants) bitwise.
 #include <cstdint>
 
-#include "model/tensor.h"
+#include "formats/tensor.h"
 
 namespace ossa {
 

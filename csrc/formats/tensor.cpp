@@ -1,8 +1,8 @@
 #include <cstring>
 #include <string>
 
-#include "model/dequantize.h"
-#include "model/tensor.h"
+#include "formats/dequantize.h"
+#include "formats/tensor.h"
 #include "util/error.h"
 #include "util/half.h"
 

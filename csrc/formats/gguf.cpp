@@ -1,4 +1,4 @@
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 #include <cstring>
 #include <limits>

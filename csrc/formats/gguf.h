@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "model/tensor.h"
+#include "formats/tensor.h"
 
 namespace ossa {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor.h"
+#include "formats/tensor.h"
 
 namespace ossa {
 
