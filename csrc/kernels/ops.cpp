@@ -1,7 +1,6 @@
 #include "kernels/ops.h"
 
 #include <cmath>
-#include <numbers>
 
 #include "kernels/vec_math.h"
 
@@ -34,34 +33,6 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
     _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)));
 #endif
   for (; j < n; ++j) out[j] = w[j] * (x[j] * inv);
-}
-
-void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors) {
-  const int dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim, half = dim / 2;
-  const RopeScaling& s = c.rope_scaling;
-  for (int i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
-    if (s.type == "longrope") {
-      // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the lengths).
-      f /= static_cast<double>(long_factors ? s.long_factor[i] : s.short_factor[i]);
-    } else if (s.type == "linear") {
-      f /= s.factor;
-    } else if (s.type == "llama3") {
-      // Hugging Face's _compute_llama3_parameters: long wavelengths are slowed by `factor`,
-      // short ones kept, the band between interpolated.
-      const double low_wavelen = s.original_max_position / s.low_freq_factor;
-      const double high_wavelen = s.original_max_position / s.high_freq_factor;
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen > low_wavelen) {
-        f /= s.factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
-                              (s.high_freq_factor - s.low_freq_factor);
-        f = (1.0 - smooth) * f / s.factor + smooth * f;
-      }
-    }
-    inv_freq[i] = static_cast<float>(f);
-  }
 }
 
 void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs) {

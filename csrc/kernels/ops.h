@@ -3,16 +3,17 @@
 // order, so a row's result never depends on the rows around it.
 #include <cstdint>
 
-#include "model/config.h"
-
 namespace ossa {
+
+// How RoPE pairs the dimensions of a head.
+//  Interleaved: pairs (2i, 2i+1). llama.cpp's convert permutes the Q/K rows of Llama-architecture
+//               GGUF files so that this form gives HF's result; we use those files as they are.
+//  Neox:        pairs (i, i + head_dim/2), Hugging Face's rotate_half (HF Llama, Qwen2/3 in any
+//               format).
+enum class RopeStyle { Interleaved, Neox };
 
 // out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)); the mean is summed in double, in index order.
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
-
-// RoPE frequencies: inv_freq[i] for i < rotated/2 (rotated = config.rope_dim or head_dim), after
-// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short ones).
-void rope_inv_freq(const ModelConfig& config, float* inv_freq, bool long_factors = false);
 
 // cos/sin of position * inv_freq[i]: cs[2i] = cos, cs[2i+1] = sin, i < head_dim/2.
 void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs);

@@ -4,13 +4,9 @@
 #include <string>
 #include <vector>
 
-namespace ossa {
+#include "kernels/ops.h"
 
-// How RoPE pairs the dimensions of a head.
-//  Interleaved: pairs (2i, 2i+1). llama.cpp's convert permutes the Q/K rows of Llama-architecture
-//               GGUF files so that this form gives HF's result; we use those files as they are.
-//  Neox:        pairs (i, i + head_dim/2), Hugging Face's rotate_half (HF Llama, Qwen2/3 in any format).
-enum class RopeStyle { Interleaved, Neox };
+namespace ossa {
 
 struct RopeScaling {
   std::string type = "none";  // "none", "linear", "llama3", "longrope"

@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "formats/dequantize.h"
 #include "kernels/attention.h"
@@ -14,6 +16,40 @@
 #include "util/error.h"
 
 namespace ossa {
+
+namespace {
+
+// RoPE frequencies: inv_freq[i] for i < rotated/2 (rotated = config.rope_dim or head_dim), after
+// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short ones).
+void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = false) {
+  const int dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim, half = dim / 2;
+  const RopeScaling& s = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
+    if (s.type == "longrope") {
+      // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the lengths).
+      f /= static_cast<double>(long_factors ? s.long_factor[i] : s.short_factor[i]);
+    } else if (s.type == "linear") {
+      f /= s.factor;
+    } else if (s.type == "llama3") {
+      // Hugging Face's _compute_llama3_parameters: long wavelengths are slowed by `factor`,
+      // short ones kept, the band between interpolated.
+      const double low_wavelen = s.original_max_position / s.low_freq_factor;
+      const double high_wavelen = s.original_max_position / s.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        f = (1.0 - smooth) * f / s.factor + smooth * f;
+      }
+    }
+    inv_freq[i] = static_cast<float>(f);
+  }
+}
+
+}  // namespace
 
 void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, void* kv_pool, KvType kv_t) {
   const ModelConfig& c = m.config;
