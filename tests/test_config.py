@@ -93,3 +93,60 @@ def test_cli_parallel_flags_are_clean_errors() -> None:
         )
         assert r.returncode == 2, r.stderr
         assert "one engine per process" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "serve", "bench"])
+def test_every_option_has_a_cli_flag_with_its_default(command: str) -> None:
+    """The CLI's engine flags come from EngineArgs: one per option (``model`` is each command's own
+    argument), with the option's default, and parsing no flags gives EngineArgs() itself."""
+    import dataclasses
+
+    from ossa.cli import build_parser
+
+    parser = build_parser()
+    argv = {
+        "generate": ["generate", "hi"],
+        "chat": ["chat"],
+        "serve": ["serve"],
+        "bench": ["bench", "latency"],
+    }
+    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+    by_dest = {a.dest: a for a in sub._actions}
+    for f in dataclasses.fields(EngineArgs):
+        dest = "engine_seed" if f.name == "seed" else f.name
+        assert dest in by_dest, f"no flag for {f.name}"
+        if f.name != "model":
+            assert by_dest[dest].default == f.default, f.name
+            assert by_dest[dest].help, f.name
+    parsed = EngineArgs.from_cli_args(parser.parse_args(argv[command]))
+    assert dataclasses.replace(parsed, model=None) == EngineArgs()
+
+
+def test_cli_flags_reach_the_options() -> None:
+    from ossa.cli import build_parser
+
+    argv = ["serve", "m.gguf", "--max-num-seqs", "8", "--max-num-batched-tokens", "96", "--no-amx"]
+    argv += ["--engine-seed", "7", "--dtype", "bfloat16", "--scheduling-policy", "priority"]
+    args = EngineArgs.from_cli_args(build_parser().parse_args(argv + ["--no-prefix-caching"]))
+    assert (args.model, args.max_num_seqs, args.max_num_batched_tokens) == ("m.gguf", 8, 96)
+    assert (args.amx, args.seed, args.dtype, args.scheduling_policy) == (False, 7, "bfloat16", "priority")
+    assert args.enable_prefix_caching is False
+    args = EngineArgs.from_cli_args(build_parser().parse_args(argv + ["--no-enable-prefix-caching"]))
+    assert args.enable_prefix_caching is False
+
+
+def test_step_limits_by_usage(default_model_path: str) -> None:
+    """Left unset, an offline engine gets OFFLINE_LIMITS and a server's (AsyncEngine.from_model)
+    SERVER_LIMITS; a value given wins in both."""
+    from ossa.async_engine import AsyncEngine
+    from ossa.config import OFFLINE_LIMITS, SERVER_LIMITS
+
+    small = {"kv_cache_memory_bytes": 16 << 20}
+    offline = LLM(default_model_path, **small).config.scheduler
+    server = AsyncEngine.from_model(default_model_path, **small).engine.config
+    given = AsyncEngine.from_model(default_model_path, max_num_seqs=5, **small).engine.config
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        assert getattr(offline, name) == OFFLINE_LIMITS[name]
+        assert getattr(server, name) == SERVER_LIMITS[name]
+    assert given.max_num_seqs == 5 and given.max_num_batched_tokens == SERVER_LIMITS["max_num_batched_tokens"]
+    assert OFFLINE_LIMITS != SERVER_LIMITS

@@ -63,10 +63,13 @@ class AsyncEngine:
 
     @classmethod
     def from_model(cls, model: str | None = None, **engine_kwargs: Any) -> AsyncEngine:
-        """Loads a model (``ossa.LLM``'s options; None values are left at their defaults)."""
+        """Loads a model for a server (``ossa.LLM``'s options; a None value or an option not given
+        takes its default, a server's step limits for ``max_num_seqs`` and ``max_num_batched_tokens``:
+        ``ossa.config.SERVER_LIMITS``)."""
+        from .config import server_defaults
         from .llm import LLM
 
-        return cls(LLM(model, **{k: v for k, v in engine_kwargs.items() if v is not None}))
+        return cls(LLM(model, **server_defaults(engine_kwargs)))
 
     # -- life cycle --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     from .config import EngineArgs
 
-    EngineArgs.add_cli_args(p)
+    EngineArgs.add_cli_args(p)  # every engine option, its default EngineArgs' own
     _add_gguf_file_arg(p)
 
 
@@ -159,6 +159,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import EngineArgs
+
     parser = argparse.ArgumentParser(prog="ossa", description="ossa: LLM inference on CPUs")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -237,8 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds"
     )
-    p.add_argument("--kv-cache-dtype", choices=["auto", "float16", "float32"], default="auto")
-    p.add_argument("--block-size", type=int, default=16)
+    EngineArgs.add_cli_args(p, only=("kv_cache_dtype", "block_size"))
     _add_gguf_file_arg(p)
     p.set_defaults(func=_cmd_inspect)
     return parser

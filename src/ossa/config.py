@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB, or a fifth of available memory if that is less
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+# The step limits a sequence count and token budget left unset get, by how the engine is used (vLLM's
+# usage contexts): an offline batch (``LLM``, ``ossa generate | chat | bench``) favours throughput; a
+# server (``AsyncEngine.from_model``: ``ossa serve``, Ray Serve) keeps steps short, so that a burst of
+# new prompts holds up the streams already running for less time.
+OFFLINE_LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+SERVER_LIMITS = {"max_num_seqs": 64, "max_num_batched_tokens": 512}
 BACKENDS = ("cpp", "python")
 POLICIES = ("fcfs", "priority")
 # Options vLLM takes that mean nothing on one CPU process; accepted (and ignored) so scripts port.
@@ -73,8 +81,10 @@ class EngineArgs:
             numerics): faster prefill on AMX, weights take 2 bytes each. Both are deterministic and
             batch invariant.
         block_size: tokens per KV-cache block.
-        max_num_seqs: the most sequences in one step.
-        max_num_batched_tokens: the most tokens in one step (long prompts are chunked).
+        max_num_seqs: the most sequences in one step (default: 256 offline, 64 in a server such as
+            ``ossa serve``).
+        max_num_batched_tokens: the most tokens in one step, long prompts chunked (default: 2048
+            offline, 512 in a server).
         enable_prefix_caching: reuse the KV blocks of shared prompt prefixes.
         seed: seeds every request that brings no seed of its own.
         num_threads: kernel threads (default: all cores).
@@ -96,7 +106,7 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"
     dtype: str = "auto"
     block_size: int = 16
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool = True
     seed: int = 0
@@ -127,9 +137,9 @@ class EngineArgs:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be 'cpp' or 'python', got {self.backend!r}")
         _positive_int("block_size", self.block_size)
-        _positive_int("max_num_seqs", self.max_num_seqs)
-        if self.max_num_batched_tokens is not None:
-            _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
         if self.max_model_len is not None:
             _positive_int("max_model_len", self.max_model_len, minimum=2)
         if self.kv_cache_memory_bytes is not None:
@@ -166,56 +176,48 @@ class EngineArgs:
 
     # -- the CLI ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def add_cli_args(p: argparse.ArgumentParser) -> None:
-        """The engine's ``--flags`` (the CLI's defaults suit serving: 64 sequences, 512-token steps)."""
-        p.add_argument(
-            "--max-model-len", type=int, default=None, help="context length (default: the model's)"
-        )
-        p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV-cache budget in bytes")
-        p.add_argument(
-            "--gpu-memory-utilization",
-            type=float,
-            default=None,
-            help="share of available memory the weights plus KV cache may take (sizes the KV cache "
-            "when --kv-cache-memory-bytes is not given)",
-        )
-        p.add_argument(
-            "--kv-cache-dtype",
-            choices=["auto", "float16", "float32"],
-            default="auto",
-            help="element type of the cached K and V (auto: float16)",
-        )
-        p.add_argument(
-            "--dtype",
-            choices=["auto", "float32", "bfloat16"],
-            default="auto",
-            help="matmul precision (auto: float32, quantized weights exact; bfloat16: vLLM-CPU's "
-            "numerics, faster prefill)",
-        )
-        p.add_argument("--block-size", type=int, default=16)
-        p.add_argument("--max-num-seqs", type=int, default=64)
-        p.add_argument("--max-num-batched-tokens", type=int, default=512)
-        p.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
-        p.add_argument("--num-threads", type=int, default=None)
-        p.add_argument("--engine-seed", type=int, default=0, help="seed for requests that give none")
-        p.add_argument("--backend", choices=list(BACKENDS), default="cpp")
-        p.add_argument("--scheduling-policy", choices=list(POLICIES), default="fcfs")
-        for name in ("tensor", "pipeline", "data"):
-            p.add_argument(
-                f"--{name}-parallel-size",
-                type=int,
-                default=1,
-                help="must be 1: ossa runs one engine per process (scale out with Ray replicas)",
+    @classmethod
+    def add_cli_args(cls, p: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+        """One ``--flag`` per option (``model`` aside: each command takes it its own way), built from
+        the fields: the flag is the name with dashes, its default the field's, its help the class
+        docstring's; bools get ``--name/--no-name``. ``only``: just these options."""
+        from . import models
+
+        helps = _docstring_args(cls.__doc__ or "")
+        hints = typing.get_type_hints(cls)
+        choices = {
+            "kv_cache_dtype": models.KV_CACHE_DTYPE_NAMES,
+            "dtype": models.DTYPE_NAMES,
+            "backend": BACKENDS,
+            "scheduling_policy": POLICIES,
+        }
+        for f in fields(cls):
+            if f.name == "model" or (only is not None and f.name not in only):
+                continue
+            flag = _CLI_FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            kwargs: dict[str, Any] = {"dest": _cli_dest(f.name), "default": f.default}
+            kwargs["help"] = _with_default(helps[f.name], f.default).replace("%", "%%")
+            if hints[f.name] is bool:
+                p.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+                continue
+            hint = hints[f.name]  # int, str, or `int | None` and the like
+            kwargs["type"] = next(t for t in (int, float, str) if t == hint or t in typing.get_args(hint))
+            if f.name in choices:
+                kwargs["choices"] = list(choices[f.name])
+            p.add_argument(flag, **kwargs)
+        if only is None or "enable_prefix_caching" in only:
+            p.add_argument(  # the spelling ossa's CLI had first
+                "--no-prefix-caching",
+                dest="enable_prefix_caching",
+                action="store_false",
+                help=argparse.SUPPRESS,
             )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> EngineArgs:
-        """The options the CLI's flags give (``model`` included when the command has one): each flag
-        is the option's name, but for ``--no-prefix-caching`` and ``--engine-seed``."""
-        values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
-        values["enable_prefix_caching"] = not args.no_prefix_caching
-        values["seed"] = args.engine_seed
+        """The options the flags of ``add_cli_args`` give (``model`` too when the command has one)."""
+        names = [f.name for f in fields(cls)]
+        values = {n: getattr(args, _cli_dest(n)) for n in names if hasattr(args, _cli_dest(n))}
         engine_args = cls(**values)
         engine_args.validate()
         return engine_args
@@ -273,6 +275,7 @@ class EngineArgs:
             model_len = usable_tokens  # the model's own context does not fit: use what does
             if model_len < 2:
                 raise ValueError(f"kv_cache_memory_bytes={kv_bytes} holds no KV-cache block")
+        limits = OFFLINE_LIMITS  # for the options left unset (a server sets its own: server_defaults)
         return OssaConfig(
             load=LoadConfig(
                 model_path=model_path,
@@ -291,13 +294,50 @@ class EngineArgs:
             ),
             scheduler=SchedulerConfig(
                 max_model_len=model_len,
-                max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                max_num_seqs=self.max_num_seqs or limits["max_num_seqs"],
+                max_num_batched_tokens=self.max_num_batched_tokens or limits["max_num_batched_tokens"],
                 policy=self.scheduling_policy,
             ),
             parallel=ParallelConfig(num_threads=self.num_threads),
             seed=int(self.seed) % (1 << 64),
         )
+
+
+def server_defaults(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A server's engine options: those given (None values dropped), ``SERVER_LIMITS`` for the rest."""
+    return SERVER_LIMITS | {k: v for k, v in engine_kwargs.items() if v is not None}
+
+
+# The flags spelled otherwise than their option: the commands that take a request seed as --seed.
+_CLI_FLAGS = {"seed": "--engine-seed"}
+
+
+def _cli_dest(name: str) -> str:
+    return _CLI_FLAGS[name].removeprefix("--").replace("-", "_") if name in _CLI_FLAGS else name
+
+
+def _with_default(text: str, default: Any) -> str:
+    if default is None or isinstance(default, bool):
+        return text
+    return f"{text.rstrip('.')} (default: {default})."
+
+
+def _docstring_args(doc: str) -> dict[str, str]:
+    """The ``Args:`` entries of a Google-style docstring, name -> one line of text without rST markup
+    (``a, b: text`` gives both names the text)."""
+    out: dict[str, str] = {}
+    names: list[str] = []
+    body = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    for line in body.splitlines():
+        entry = re.match(r"^ {8}([a-z_, ]+): (.*)$", line)
+        if entry:
+            names = [n.strip() for n in entry.group(1).split(",")]
+            for n in names:
+                out[n] = entry.group(2)
+        elif line.startswith(" " * 12) and names:
+            for n in names:
+                out[n] += " " + line.strip()
+    return {k: v.replace("``", "") for k, v in out.items()}
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,8 @@ _DTYPES = {
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
 }
+# The names the CLI offers: "auto" and each precision's own name.
+DTYPE_NAMES = ("auto", *sorted(set(_DTYPES.values())))
 
 
 def _named(option: str, names: dict[str, str], name: str) -> str:
@@ -301,6 +303,7 @@ _KV_CACHE_DTYPES = {
     "fp16": "float16",
     "half": "float16",
 }
+KV_CACHE_DTYPE_NAMES = ("auto", *sorted(set(_KV_CACHE_DTYPES.values())))
 
 
 def kv_cache_dtype_of(name: str) -> str:
