@@ -6,6 +6,7 @@ keeps a shared system prompt on one replica, whose prefix cache then serves it."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -285,7 +286,8 @@ def test_scale_down_drains_in_flight_streams(serve_url: str, solo: Any) -> None:
 
 def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     from ossa.cli import main
-    from ossa.ray.serve import ServeArgs, build_app
+    from ossa.config import EngineArgs
+    from ossa.ray.serve import _ENGINE_FIELDS, ServeArgs, build_app
 
     # `serve run ... key=value` hands over strings; they are converted and checked.
     args = ServeArgs.model_validate(
@@ -294,11 +296,23 @@ def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert args.num_replicas == 2 and args.prefix_routing is True
     auto = ServeArgs.model_validate({"autoscaling_config": '{"min_replicas": 1, "max_replicas": 3}'})
     assert auto.autoscaling_config == {"min_replicas": 1, "max_replicas": 3}
+    # The engine options are EngineArgs' own (all but model / num_threads / backend), given flat;
+    # those left unset are not passed on (the replica's AsyncEngine gives a server's defaults).
+    engine = ServeArgs.model_validate({"max_num_seqs": "8", "enable_prefix_caching": "false", "amx": "0"})
+    kwargs = engine.engine_kwargs()
+    assert (kwargs["max_num_seqs"], kwargs["enable_prefix_caching"], kwargs["amx"]) == (8, False, False)
+    assert "max_num_batched_tokens" not in kwargs and "model" not in kwargs and "backend" not in kwargs
+    names = {f.name for f in dataclasses.fields(EngineArgs)} - {"model", "num_threads", "backend"}
+    assert set(_ENGINE_FIELDS) == names
     for bad in (
         {"num_replicas": 0},
         {"num_threads": 0},
         {"num_replicas": 2, "autoscaling_config": {}},
         {"x": 1},
+        {"max_num_seqs": 0},
+        {"dtype": "int3"},
+        {"backend": "python"},
+        {"engine": {"backend": "python"}},
     ):
         with pytest.raises(ValueError):
             build_app(bad)

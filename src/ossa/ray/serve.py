@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -46,20 +47,15 @@ from ray.serve.exceptions import RequestCancelledError  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response  # noqa: E402
 
+from ..config import SERVER_LIMITS, EngineArgs  # noqa: E402
 from ..server.app import DEFAULT_MAX_BODY_BYTES  # noqa: E402
 
 logger = logging.getLogger("ossa.ray.serve")
 
-_ENGINE_FIELDS = (
-    "max_model_len",
-    "kv_cache_memory_bytes",
-    "kv_cache_dtype",
-    "dtype",
-    "block_size",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enable_prefix_caching",
-    "seed",
+# The engine options a replica takes, given flat like the others: every EngineArgs option but those
+# the deployment decides (``model`` and ``num_threads`` are ServeArgs' own; replicas run the C++ engine).
+_ENGINE_FIELDS = tuple(
+    f.name for f in dataclasses.fields(EngineArgs) if f.name not in ("model", "num_threads", "backend")
 )
 
 
@@ -94,16 +90,19 @@ class ServeArgs(BaseModel):
     allow_credentials: bool = False
     graceful_shutdown_timeout_s: float = Field(default=60.0, gt=0)
     health_check_period_s: float = Field(default=10.0, gt=0)
-    # engine options (ossa.LLM's arguments)
-    max_model_len: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    kv_cache_dtype: str = "auto"
-    dtype: str = "auto"
-    block_size: int = 16
-    max_num_seqs: int = Field(default=64, ge=1)
-    max_num_batched_tokens: int | None = 512
-    enable_prefix_caching: bool = True
-    seed: int = 0
+    # The engine options (``_ENGINE_FIELDS``, given flat: ``max_num_seqs=8``), gathered here; those
+    # left unset take a server's defaults (AsyncEngine.from_model).
+    engine: EngineArgs = Field(default_factory=EngineArgs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_engine_options(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(k in data for k in _ENGINE_FIELDS):
+            given = data.get("engine")
+            engine = dataclasses.asdict(given) if isinstance(given, EngineArgs) else dict(given or {})
+            engine |= {k: v for k, v in data.items() if k in _ENGINE_FIELDS}
+            data = {k: v for k, v in data.items() if k not in _ENGINE_FIELDS} | {"engine": engine}
+        return data
 
     @field_validator(
         "autoscaling_config", "allowed_origins", "allowed_methods", "allowed_headers", mode="before"
@@ -113,13 +112,16 @@ class ServeArgs(BaseModel):
         return json.loads(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _replicas(self) -> ServeArgs:
+    def _consistent(self) -> ServeArgs:
         if self.num_replicas is not None and self.autoscaling_config is not None:
             raise ValueError("give num_replicas or autoscaling_config, not both")
+        if (self.engine.model, self.engine.num_threads, self.engine.backend) != (None, None, "cpp"):
+            raise ValueError("model and num_threads are ServeArgs' own options; replicas run backend 'cpp'")
+        self.engine.validate()
         return self
 
     def engine_kwargs(self) -> dict[str, Any]:
-        kwargs = {name: getattr(self, name) for name in _ENGINE_FIELDS}
+        kwargs = {name: getattr(self.engine, name) for name in _ENGINE_FIELDS}
         return {k: v for k, v in kwargs.items() if v is not None}
 
 
@@ -342,7 +344,9 @@ class OssaRouter:
 def _build(args: ServeArgs) -> Any:
     options: dict[str, Any] = {
         "ray_actor_options": {"num_cpus": args.num_threads},
-        "max_ongoing_requests": args.max_ongoing_requests or args.max_num_seqs,
+        "max_ongoing_requests": args.max_ongoing_requests
+        or args.engine.max_num_seqs
+        or SERVER_LIMITS["max_num_seqs"],
         "graceful_shutdown_timeout_s": args.graceful_shutdown_timeout_s,
         "health_check_period_s": args.health_check_period_s,
     }
