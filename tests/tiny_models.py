@@ -89,7 +89,7 @@ def make_hf_model(
         "phi3": transformers.Phi3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
-        kwargs["sliding_window"] = None
+        kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
@@ -252,6 +252,8 @@ def hf_to_gguf(
         _gemma3_keys(writer, cfg, head_dim)
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
+    elif arch != "gemma3":
+        _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
         _add_moe_keys(writer, arch, cfg)
@@ -362,6 +364,19 @@ def _gemma3_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
 
 
+def _window_keys(writer: Any, model_type: str, cfg: dict[str, Any]) -> None:
+    """The sliding window transformers applies to this config (the twin's reading of it), as the keys
+    ossa reads for these architectures: attention.sliding_window, and attention.sliding_window_pattern
+    (a bool per layer) when not every layer is windowed. llama.cpp's converter writes neither."""
+    from ossa.reference import arch_config, loader
+
+    w = arch_config.window_hf(loader._HF_ARCHS[model_type], cfg, cfg["num_hidden_layers"])
+    if w["sliding_window"]:
+        writer.add_sliding_window(w["sliding_window"])
+        if not all(w["layer_sliding"]):
+            writer.add_sliding_window_pattern(w["layer_sliding"])
+
+
 def with_random_kquants(src: str | os.PathLike[str], dst: str | os.PathLike[str], seed: int = 0) -> str:
     """A copy of GGUF `src` whose matrices are random Q4_K / Q6_K blocks, laid out as llama.cpp's
     Q4_K_M mix lays them (Q6_K: attn_v, ffn_down and the token embedding; Q4_K: the rest); 1-D
@@ -418,3 +433,109 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
     writer.add_rope_scaling_attn_factors(attn)
     writer.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
     writer.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden comparisons shared by the architecture tests
+
+
+def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
+    """transformers' float32 logits of one sequence, [len(ids), vocab]."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
+
+
+def build_hf_cases(
+    root: str | os.PathLike[str], cases: dict[str, dict[str, Any]], seed: int = 0, n_tokens: int = 40
+) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    """name -> (HF folder, HF float32 logits, token ids): case i built with seed ``seed + i`` and
+    ``n_tokens`` ids drawn with seed i."""
+    out = {}
+    for i, (name, kw) in enumerate(cases.items()):
+        path = make_hf_model(Path(root) / name, seed=seed + i, **kw)
+        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], n_tokens).tolist()
+        out[name] = (path, hf_logits(path, ids), ids)
+    return out
+
+
+def model_file(hf_dir: str, fmt: str, out_dir: str | os.PathLike[str], name: str, **kw: Any) -> str:
+    """The folder itself for "safetensors", else its GGUF conversion in ``fmt`` under ``out_dir``."""
+    if fmt == "safetensors":
+        return str(hf_dir)
+    return hf_to_gguf(hf_dir, Path(out_dir) / f"{name}-{fmt}.gguf", fmt, **kw)
+
+
+def relative_errors(path: str, ids: list[int], hf: np.ndarray) -> tuple[Any, float, float, float]:
+    """ossa's model for `path`, and the max |error| / max |HF logit| of ossa vs HF, ossa vs the NumPy
+    twin, and the twin vs HF; also asserts that the twin reads the same hyper-parameters."""
+    from ossa._native import core
+    from ossa.reference import loader as ref_loader
+    from ossa.reference import model as ref_model
+
+    model = core.load_model(path)
+    logits = core.model_logits(model, ids)
+    assert logits.shape == hf.shape
+    config, weights = ref_loader.load_weights(path)
+    assert config == model.config, "the twin reads other hyper-parameters"
+    twin = ref_model.forward(config, weights, ids)
+    scale = float(np.max(np.abs(hf)))
+
+    def err(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.max(np.abs(a - b))) / scale
+
+    return model, err(logits, hf), err(logits, twin), err(twin, hf)
+
+
+def runner_logits(runner: Any, tokens: list[int], chunk: int, block: int = 4) -> np.ndarray:
+    """Logits of every token of one sequence prefilled `chunk` tokens a step (blocks in reverse)."""
+    n_blocks = (len(tokens) + block - 1) // block
+    table = list(range(n_blocks))[::-1]
+    out = []
+    for start in range(0, len(tokens), chunk):
+        toks = tokens[start : start + chunk]
+        pos = list(range(start, start + len(toks)))
+        slots = [table[p // block] * block + p % block for p in pos]
+        out.append(
+            runner.forward(
+                toks, pos, slots, [0, len(toks)], [pos[-1] + 1], [0, n_blocks], table, list(range(len(toks)))
+            )  # fmt: skip
+        )
+    return np.concatenate(out)
+
+
+def greedy(model: Any, prompt: list[int], n_new: int, block: int = 16) -> list[int]:
+    """Prefill then one-token decode steps through a paged ModelRunner (blocks in reverse order)."""
+    from ossa._native import core
+
+    n_blocks = (len(prompt) + n_new + block - 1) // block
+    table = list(range(n_blocks))[::-1]
+    runner = core.ModelRunner(model, n_blocks, block, len(prompt))
+
+    def step(tokens: list[int], start: int) -> int:
+        pos = list(range(start, start + len(tokens)))
+        slots = [table[p // block] * block + p % block for p in pos]
+        n = len(tokens)
+        logits = runner.forward(tokens, pos, slots, [0, n], [start + n], [0, n_blocks], table, [n - 1])
+        return int(np.argmax(logits[0]))
+
+    out = [step(prompt, 0)]
+    while len(out) < n_new:
+        out.append(step([out[-1]], len(prompt) + len(out) - 1))
+    return out
+
+
+def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
+    """transformers' generate(): exactly `n_new` greedy tokens after `prompt`."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        t = torch.tensor([prompt])
+        out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, min_new_tokens=n_new,
+                             do_sample=False)  # fmt: skip
+    return out[0, len(prompt) :].tolist()  # type: ignore[no-any-return]

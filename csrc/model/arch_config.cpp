@@ -21,6 +21,34 @@ int window_of(int64_t w, const std::string& where) {
   return static_cast<int>(w);
 }
 
+// {arch}.attention.sliding_window_pattern when it is a bool per layer (true: sliding); empty when the
+// key is absent or an integer (the caller's default then applies).
+std::vector<uint8_t> gguf_layer_pattern(const GGUFFile& g, const std::string& key, int n_layer) {
+  std::vector<uint8_t> out;
+  const GGUFValue* p = g.find(key);
+  if (p == nullptr || p->type != GGUFType::ARRAY) return out;
+  const auto& arr = std::get<std::shared_ptr<GGUFArray>>(p->value);
+  if (p->elem_type != GGUFType::BOOL || arr == nullptr || arr->size() != static_cast<size_t>(n_layer))
+    throw ModelError(key + " must be one bool per layer");
+  for (const GGUFValue& v : *arr) out.push_back(std::get<bool>(v.value) ? 1 : 0);
+  return out;
+}
+
+// config.json's layer_types (1: "sliding_attention"); empty when absent.
+std::vector<uint8_t> hf_layer_types(const Json& cfg, int n_layer) {
+  std::vector<uint8_t> out;
+  const JsonValue* types = cfg.get("layer_types");
+  if (types == nullptr) return out;
+  if (!types->is_array() || types->array.size() != static_cast<size_t>(n_layer))
+    throw ModelError("config 'layer_types' in '" + cfg.path + "' must list one type per layer");
+  for (const JsonValue& t : types->array) {
+    if (!t.is_string() || (t.string != "sliding_attention" && t.string != "full_attention"))
+      throw ModelError("config 'layer_types' in '" + cfg.path + "' holds an unknown layer type");
+    out.push_back(t.string == "sliding_attention");
+  }
+  return out;
+}
+
 }  // namespace
 
 void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
@@ -30,15 +58,9 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.sliding_window = window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
   if (c.sliding_window > 0) {
-    const GGUFValue* p = g.find(k + "attention.sliding_window_pattern");
-    if (p != nullptr && p->type == GGUFType::ARRAY) {
-      const auto& arr = std::get<std::shared_ptr<GGUFArray>>(p->value);
-      if (p->elem_type != GGUFType::BOOL || arr == nullptr || arr->size() != static_cast<size_t>(c.n_layer))
-        throw ModelError("gemma3.attention.sliding_window_pattern must be one bool per layer");
-      for (const GGUFValue& v : *arr) c.layer_sliding.push_back(std::get<bool>(v.value) ? 1 : 0);
-    } else {
+    c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
+    if (c.layer_sliding.empty())
       c.layer_sliding = pattern_layers(c.n_layer, g.get_int(k + "attention.sliding_window_pattern", 6));
-    }
     c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
   }
   const double scale = g.get_float(k + "attention.scale", 0.0);
@@ -102,17 +124,8 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   }
 
   c.sliding_window = window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
-  if (const JsonValue* types = cfg.get("layer_types"); types != nullptr) {
-    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
-      throw ModelError("config 'layer_types' in '" + path + "' must list one type per layer");
-    for (const JsonValue& t : types->array) {
-      if (!t.is_string() || (t.string != "sliding_attention" && t.string != "full_attention"))
-        throw ModelError("config 'layer_types' in '" + path + "' holds an unknown layer type");
-      c.layer_sliding.push_back(t.string == "sliding_attention");
-    }
-  } else {
-    c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
-  }
+  c.layer_sliding = hf_layer_types(cfg, c.n_layer);
+  if (c.layer_sliding.empty()) c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
   if (c.sliding_window == 0) c.layer_sliding.clear();
   const double scalar = cfg.number("query_pre_attn_scalar", 256.0);
   if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
@@ -148,6 +161,7 @@ void check_longrope(const ModelConfig& c, const std::string& where) {
 
 void all_sliding(ModelConfig& c, int64_t window, const std::string& where) {
   c.sliding_window = window_of(window, where);
+  c.layer_sliding.clear();
   if (c.sliding_window > 0) c.layer_sliding.assign(static_cast<size_t>(c.n_layer), 1);
 }
 
@@ -164,7 +178,7 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
   const std::string k = "phi3.";
   c.rope_style = RopeStyle::Neox;
   c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c, k + "rope.dimension_count");
-  all_sliding(c, g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
+  window_config_gguf(g, c);
   if (long_factor.empty() && short_factor.empty()) return;
   RopeScaling& s = c.rope_scaling;
   s.type = "longrope";
@@ -215,6 +229,45 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   const double attn = s.number("attention_factor", 0.0);
   r.attn_factor = attn > 0.0 ? static_cast<float>(attn) : longrope_attn_factor(factor, r.original_max_position);
   check_longrope(c, "'" + path + "'");
+}
+
+void window_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string key = c.arch + ".attention.sliding_window";
+  all_sliding(c, g.get_int(key, 0), key);
+  if (c.sliding_window == 0) return;
+  std::vector<uint8_t> pattern = gguf_layer_pattern(g, key + "_pattern", c.n_layer);
+  if (!pattern.empty()) c.layer_sliding = std::move(pattern);
+}
+
+void window_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  const std::string& a = c.arch;
+  if (a == "mistral" || a == "mixtral") {
+    // MistralConfig's default window is 4096 (a file without the key gets it); null means none.
+    const JsonValue* raw = cfg.v.get("sliding_window");
+    const int64_t dflt = a == "mistral" && raw == nullptr ? 4096 : 0;
+    all_sliding(c, cfg.integer("sliding_window", dflt), where);
+    return;
+  }
+  if (a != "qwen2" && a != "qwen3" && a != "qwen2moe" && a != "qwen3moe") return;  // llama: none
+  // The Qwen configs keep sliding_window (4096 by default) but apply it only with use_sliding_window.
+  const bool use = cfg.boolean("use_sliding_window", false);
+  all_sliding(c, use ? cfg.integer("sliding_window", 4096) : 0, where);
+  if (c.sliding_window == 0 || a == "qwen3moe") return;  // Qwen3-MoE: every layer
+  std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+  if (types.empty()) {
+    // transformers' defaults: Qwen2 / Qwen3 window the layers from max_window_layers on, Qwen2-MoE
+    // the even-numbered layers below it.
+    const int64_t max_window_layers = cfg.integer("max_window_layers", 28);
+    types.resize(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i)
+      types[i] = a == "qwen2moe" ? (i % 2 == 0 && i < max_window_layers) : i >= max_window_layers;
+  }
+  c.layer_sliding = std::move(types);
+  if (std::find(c.layer_sliding.begin(), c.layer_sliding.end(), 1) == c.layer_sliding.end()) {
+    c.sliding_window = 0;
+    c.layer_sliding.clear();
+  }
 }
 
 }  // namespace ossa

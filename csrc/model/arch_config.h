@@ -30,4 +30,18 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
 // "su" (`scaling`: rope_scaling or rope_parameters, may be null) and sliding_window.
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
+// The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:
+// {arch}.attention.sliding_window over every layer, or over the layers a bool per layer in
+// {arch}.attention.sliding_window_pattern marks. llama.cpp's converter writes the key for Phi-3
+// only; a Mistral or Qwen2 file that carries it gets the window transformers applies.
+void window_config_gguf(const GGUFFile& g, ModelConfig& c);
+
+// The same from config.json, as transformers applies it (c.arch set, n_layer read):
+//   mistral, mixtral  sliding_window on every layer (absent: Mistral 4096, Mixtral none; null: none);
+//   qwen2, qwen3      only with use_sliding_window: the layers layer_types marks, else those from
+//                     max_window_layers (28) on;
+//   qwen2moe          the same, else the even-numbered layers below max_window_layers;
+//   qwen3moe          only with use_sliding_window, every layer; llama: none.
+void window_config_hf(const Json& cfg, ModelConfig& c);
+
 }  // namespace ossa

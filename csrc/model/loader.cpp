@@ -295,6 +295,7 @@ void load_gguf(Model& m, Storage& st) {
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
   if (arch == "gemma3") gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
+  if (arch != "gemma3" && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -500,6 +501,7 @@ void load_hf(Model& m, Storage& st) {
   }
   c.rope_style = RopeStyle::Neox;
   if (c.arch == "phi3") phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
+  if (c.arch != "phi3") window_config_hf(cfg, c);
   if (cfg.boolean("mlp_bias", false)) throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");

@@ -23,6 +23,67 @@ def _window(w: int) -> int:
     return int(w)
 
 
+def _gguf_layer_pattern(md: dict[str, Any], key: str, n_layer: int) -> list[bool] | None:
+    """A bool per layer under ``key`` (True: sliding); None when absent or an integer."""
+    pattern = md.get(key)
+    if not isinstance(pattern, list):
+        return None
+    if len(pattern) != n_layer or not all(isinstance(v, bool) for v in pattern):
+        raise ValueError(f"{key} must be one bool per layer")
+    return [bool(v) for v in pattern]
+
+
+def _hf_layer_types(c: dict[str, Any], n_layer: int) -> list[bool] | None:
+    """config.json's layer_types (True: "sliding_attention"); None when absent."""
+    types = c.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layer:
+        raise ValueError("config 'layer_types' must list one type per layer")
+    if any(t not in ("sliding_attention", "full_attention") for t in types):
+        raise ValueError("config 'layer_types' holds an unknown layer type")
+    return [t == "sliding_attention" for t in types]
+
+
+def window_gguf(arch: str, md: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """{arch}.attention.sliding_window over every layer, or the layers a bool per layer in
+    {arch}.attention.sliding_window_pattern marks (llama.cpp's converter writes the key for Phi-3 only)."""
+    key = arch + ".attention.sliding_window"
+    window = _window(md.get(key, 0))
+    if window == 0:
+        return {"sliding_window": 0, "layer_sliding": []}
+    layers = _gguf_layer_pattern(md, key + "_pattern", n_layer)
+    return {"sliding_window": window, "layer_sliding": layers if layers is not None else [True] * n_layer}
+
+
+def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """The sliding window of a config.json as transformers applies it: Mistral / Mixtral on every layer
+    (a missing key: Mistral's default 4096, Mixtral's none; null: none); the Qwen families only with
+    use_sliding_window, on the layers of layer_types, else from max_window_layers on (Qwen2, Qwen3),
+    the even-numbered layers below it (Qwen2-MoE), or every layer (Qwen3-MoE)."""
+    none: dict[str, Any] = {"sliding_window": 0, "layer_sliding": []}
+    if arch in ("mistral", "mixtral"):
+        default = 4096 if arch == "mistral" and "sliding_window" not in c else 0
+        window = _window(default if c.get("sliding_window") is None else c["sliding_window"])
+        return {"sliding_window": window, "layer_sliding": [True] * n_layer} if window else none
+    if arch not in ("qwen2", "qwen3", "qwen2moe", "qwen3moe") or not c.get("use_sliding_window"):
+        return none
+    window = _window(4096 if c.get("sliding_window") is None else c["sliding_window"])
+    if window == 0:
+        return none
+    if arch == "qwen3moe":
+        return {"sliding_window": window, "layer_sliding": [True] * n_layer}
+    layers = _hf_layer_types(c, n_layer)
+    if layers is None:
+        first = c.get("max_window_layers")
+        first = 28 if first is None else first
+        if arch == "qwen2moe":
+            layers = [i % 2 == 0 and i < first for i in range(n_layer)]
+        else:
+            layers = [i >= first for i in range(n_layer)]
+    return {"sliding_window": window, "layer_sliding": layers} if any(layers) else none
+
+
 def gemma3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Gemma 3 keys of a GGUF file (``common`` holds the shared ones already read). Where llama.cpp's
     converter writes nothing, llama.cpp's assumptions: every 6th layer global, local RoPE base 10000,
@@ -33,13 +94,10 @@ def gemma3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     window = _window(md.get(k + "attention.sliding_window", 0))
     out["sliding_window"] = window
     if window > 0:
-        pattern = md.get(k + "attention.sliding_window_pattern", 6)
-        if isinstance(pattern, list):
-            if len(pattern) != common["n_layer"]:
-                raise ValueError("gemma3.attention.sliding_window_pattern must be one bool per layer")
-            out["layer_sliding"] = [bool(v) for v in pattern]
-        else:
-            out["layer_sliding"] = _pattern_layers(common["n_layer"], pattern)
+        layers = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", common["n_layer"])
+        if layers is None:
+            layers = _pattern_layers(common["n_layer"], md.get(k + "attention.sliding_window_pattern", 6))
+        out["layer_sliding"] = layers
         out["rope_theta_swa"] = md.get(k + "rope.freq_base_swa", 10000.0)
     scale = md.get(k + "attention.scale", 0.0)
     if common["n_layer"] == 62:
@@ -82,12 +140,8 @@ def gemma3_hf(c: dict[str, Any]) -> dict[str, Any]:
         elif stype != "default":
             raise ValueError(f"unsupported rope scaling type '{stype}'")
     window = _window(get("sliding_window", 4096))
-    types = c.get("layer_types")
-    if types is not None:
-        if len(types) != n_layer or any(t not in ("sliding_attention", "full_attention") for t in types):
-            raise ValueError("config 'layer_types' must list one known type per layer")
-        sliding = [t == "sliding_attention" for t in types]
-    else:
+    sliding = _hf_layer_types(c, n_layer)
+    if sliding is None:
         sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 6))
     return dict(
         n_vocab=get("vocab_size", 262208), n_embd=n_embd, n_layer=n_layer,
@@ -131,9 +185,7 @@ def phi3_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names: se
     k = "phi3."
     out: dict[str, Any] = {"rope_style": "neox"}
     out["rope_dim"] = _rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
-    window = _window(md.get(k + "attention.sliding_window", 0))
-    out["sliding_window"] = window
-    out["layer_sliding"] = [True] * common["n_layer"] if window > 0 else []
+    out.update(window_gguf("phi3", md, common["n_layer"]))
     if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
         original = max(
             1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)

@@ -199,6 +199,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.gemma3_gguf(md, common))
     if arch == "phi3":
         common.update(arch_config.phi3_gguf(md, common, g.tensor, names))
+    elif arch != "gemma3":
+        common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     w = _weights(
@@ -278,6 +280,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     )
     if arch == "phi3":
         common.update(arch_config.phi3_hf(c, common))
+    else:
+        common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(
