@@ -188,6 +188,7 @@ def hf_to_gguf(
     out_path: str | os.PathLike[str],
     ftype: str = "F32",
     split_experts: bool = False,
+    split_max_tensors: int = 0,
 ) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
@@ -195,7 +196,9 @@ def hf_to_gguf(
     included; 1-D tensors (norms, biases) stay F32. A matrix whose row length is not a multiple of the
     quantization block falls back to F16, as llama.cpp does. MoE models: experts stacked into
     llama.cpp's 3-D ``ffn_*_exps`` tensors (``split_experts``: one 2-D tensor per expert, as older
-    Mixtral conversions), routers kept F32.
+    Mixtral conversions), routers kept F32. ``split_max_tensors`` > 0 writes a split model as llama.cpp
+    does (``out-00001-of-0000N.gguf`` …, at most that many tensors a shard); the first shard's path is
+    returned.
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -219,7 +222,7 @@ def hf_to_gguf(
     scaling = cfg.get("rope_scaling") or rope
     scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
 
-    writer = gguf.GGUFWriter(str(out_path), arch)
+    writer = gguf.GGUFWriter(str(out_path), arch, split_max_tensors=split_max_tensors)
     writer.add_name(f"tiny-{model_type}")
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(n_embd)
@@ -293,7 +296,7 @@ def hf_to_gguf(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return str(out_path)
+    return str(writer.format_shard_names(Path(out_path))[0])
 
 
 def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:
@@ -377,6 +380,38 @@ def _window_keys(writer: Any, model_type: str, cfg: dict[str, Any]) -> None:
             writer.add_sliding_window_pattern(w["layer_sliding"])
 
 
+def split_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], max_tensors: int) -> list[str]:
+    """GGUF file `src` rewritten as a split model as llama.cpp's gguf-split writes one: shards
+    ``dst-00001-of-0000N.gguf`` … of at most `max_tensors` tensors, the metadata in the first, the
+    split keys in every one (gguf-py's writer). Returns the shards' paths."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    writer = gguf.GGUFWriter(str(dst), arch, split_max_tensors=max_tensors)
+    _copy_metadata(reader, writer)
+    for t in reader.tensors:
+        data = np.asarray(t.data)  # quantized types: the bytes, [rows, row bytes]
+        writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return [str(p) for p in writer.format_shard_names(Path(dst))]
+
+
+def _copy_metadata(reader: Any, writer: Any, skip: tuple[str, ...] = ()) -> None:
+    """Every metadata key of a GGUFReader but the header's and general.architecture (the writer's)."""
+    import gguf
+
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name in skip:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+
+
 def with_random_kquants(src: str | os.PathLike[str], dst: str | os.PathLike[str], seed: int = 0) -> str:
     """A copy of GGUF `src` whose matrices are random Q4_K / Q6_K blocks, laid out as llama.cpp's
     Q4_K_M mix lays them (Q6_K: attn_v, ffn_down and the token embedding; Q4_K: the rest); 1-D
@@ -389,12 +424,7 @@ def with_random_kquants(src: str | os.PathLike[str], dst: str | os.PathLike[str]
     reader = gguf.GGUFReader(str(src))
     arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
     writer = gguf.GGUFWriter(str(dst), arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    _copy_metadata(reader, writer, skip=("general.file_type",))
     for t in reader.tensors:
         shape = [int(x) for x in t.shape[::-1]]
         if len(shape) == 1 or shape[0] == 1:

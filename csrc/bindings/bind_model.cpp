@@ -9,6 +9,7 @@
 #include "bindings/common.h"
 #include "formats/dequantize.h"
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 #include "model/runner.h"
 #include "model/weights.h"
 #include "util/error.h"
@@ -187,15 +188,28 @@ void bind_model(nb::module_& m) {
   m.def(
       "gguf_metadata",
       [](const std::string& path) {
-        std::shared_ptr<ossa::GGUFFile> f = guarded([&] {
+        ossa::GGUFModelFiles f = guarded([&] {
           nb::gil_scoped_release release;
-          return ossa::GGUFFile::open(path);
+          return ossa::open_gguf_model(path);
         });
         nb::dict d;
-        for (const auto& [key, value] : f->metadata()) d[str_or_bytes(key)] = gguf_to_python(value);
+        for (const auto& [key, value] : f.metadata().metadata()) d[str_or_bytes(key)] = gguf_to_python(value);
         return d;
       },
-      nb::arg("path"), "The metadata of a GGUF file as Python values (arrays as lists).");
+      nb::arg("path"),
+      "The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split model, "
+      "the model's (its first shard's).");
+  m.def(
+      "gguf_shard_paths",
+      [](const std::string& path) {
+        return guarded([&] {
+          nb::gil_scoped_release release;
+          return ossa::open_gguf_model(path).paths;
+        });
+      },
+      nb::arg("path"),
+      "Every file of the GGUF model `path` is a file of: [path] for an unsplit file, else its shards in "
+      "order, all opened and checked (a missing or mismatched shard raises ModelError).");
 
   auto dequantize = [](const ossa::Model& model, const std::string& name) {
     const ossa::TensorView* v = model.find_tensor(name);

@@ -11,6 +11,7 @@
 #include "formats/config_json.h"
 #include "formats/dequantize.h"
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 #include "formats/safetensors.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
@@ -229,23 +230,26 @@ std::string gguf_name(int layer, const char* field) {
 }
 
 void load_gguf(Model& m, Storage& st) {
-  auto g = GGUFFile::open(m.path);
-  st.gguf.push_back(g);
+  const GGUFModelFiles files = open_gguf_model(m.path);  // every shard of a split model
+  const GGUFFile* g = &files.metadata();
   Builder b{m.path, {}, &st};
-  for (const GGUFTensorInfo& info : g->tensors()) {
-    Raw r;
-    r.type_name = ggml_type_name(info.ggml_type);
-    r.supported = dtype_supported(info.ggml_type);
-    r.n_dims = info.ne.size();
-    NamedTensor nt{info.name, r.type_name, 1, info.ne[0], 0, {}};
-    for (size_t d = 1; d < info.ne.size(); ++d) nt.rows *= info.ne[d];
-    if (r.supported) {
-      r.view = g->view(info);
-      nt.view = r.view;
-      nt.nbytes = r.view.nbytes();
+  for (const std::shared_ptr<GGUFFile>& shard : files.shards) {
+    st.gguf.push_back(shard);
+    for (const GGUFTensorInfo& info : shard->tensors()) {
+      Raw r;
+      r.type_name = ggml_type_name(info.ggml_type);
+      r.supported = dtype_supported(info.ggml_type);
+      r.n_dims = info.ne.size();
+      NamedTensor nt{info.name, r.type_name, 1, info.ne[0], 0, {}};
+      for (size_t d = 1; d < info.ne.size(); ++d) nt.rows *= info.ne[d];
+      if (r.supported) {
+        r.view = shard->view(info);
+        nt.view = r.view;
+        nt.nbytes = r.view.nbytes();
+      }
+      m.tensors.push_back(nt);
+      b.raw.emplace(info.name, r);
     }
-    m.tensors.push_back(nt);
-    b.raw.emplace(info.name, r);
   }
 
   ModelConfig& c = m.config;
@@ -269,7 +273,7 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("attention.value_length differs from key_length in '" + m.path + "' (not supported)");
   if (arch != "phi3" && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path + "' is not supported");
-  const GGUFTensorInfo* embd = g->find_tensor("token_embd.weight");
+  const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
   const int64_t embd_rows = embd != nullptr && embd->ne.size() >= 2 ? embd->ne[1] : 0;
   c.n_vocab = checked_dim(g->get_int(k + "vocab_size", embd_rows), "vocab_size", m.path);
   c.n_ctx_train = static_cast<int>(std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));

@@ -22,6 +22,7 @@
 #include "util/error.h"
 
 #include "formats/gguf.h"
+#include "formats/gguf_split.h"
 
 namespace ossa {
 
@@ -49,8 +50,8 @@ bool spelled_in_byte_alphabet(const std::string& s) {
 }  // namespace
 
 std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
-  auto file = GGUFFile::open(path);
-  const GGUFFile& g = *file;
+  const GGUFModelFiles files = open_gguf_model(path);  // a split model's metadata is in its first shard
+  const GGUFFile& g = files.metadata();
   std::string model = g.get_string("tokenizer.ggml.model");
   if (model.empty()) throw ModelError(path + ": no tokenizer in this GGUF (tokenizer.ggml.model is missing)");
   std::string arch = g.get_string("general.architecture");

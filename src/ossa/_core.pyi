@@ -59,7 +59,14 @@ def load_model(path: str, dtype: str = 'auto', amx: bool = True, quantized_activ
     """
 
 def gguf_metadata(path: str) -> dict:
-    """The metadata of a GGUF file as Python values (arrays as lists)."""
+    """
+    The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split model, the model's (its first shard's).
+    """
+
+def gguf_shard_paths(path: str) -> list[str]:
+    """
+    Every file of the GGUF model `path` is a file of: [path] for an unsplit file, else its shards in order, all opened and checked (a missing or mismatched shard raises ModelError).
+    """
 
 @overload
 def dequantize_tensor(model: Model, name: str) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:

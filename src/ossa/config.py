@@ -232,7 +232,11 @@ class EngineArgs:
         self.validate()
         arch = model.config
         kv_dtype = models.kv_cache_dtype_of(self.kv_cache_dtype)
-        weight_bytes = os.path.getsize(model_path) if os.path.isfile(model_path) else 0
+        weight_bytes = (
+            sum(os.path.getsize(f) for f in models.model_files(model_path))
+            if os.path.isfile(model_path)
+            else 0
+        )
         avail = available_memory()
         kv_bytes = self.kv_cache_memory_bytes
         if kv_bytes is None and self.gpu_memory_utilization is not None:

@@ -15,7 +15,9 @@ tokenizer files, chat template), or the one GGUF file asked for, with a progress
 What a repository resolves to: its folder when it holds config.json and safetensors weights, else
 one of its GGUF files: the one named by ``:QUANT`` (``Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M``, a
 quantization tag at the end of the file name, or the file name itself), else the only one, else
-Q4_K_M when present, as llama.cpp's ``-hf`` and Ollama pick.
+Q4_K_M when present, as llama.cpp's ``-hf`` and Ollama pick. A split GGUF model
+(``x-Q4_K_M-00001-of-00003.gguf`` …) counts as one file named ``x-Q4_K_M.gguf``: every shard is
+fetched, and the path is its first shard's (loading any shard loads them all).
 
 ``huggingface_hub`` is an optional import (the ``hub`` extra): reading the cache needs only this
 module, and fetching is the one thing that needs it.
@@ -29,7 +31,8 @@ from pathlib import Path
 
 DEFAULT_QUANT = "Q4_K_M"
 _ID = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)/([A-Za-z0-9][A-Za-z0-9._-]*)(?::([^/:\s]+))?$")
-_SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)  # sharded GGUF files (not supported)
+# A shard of a split GGUF model (llama.cpp's gguf-split): name-00001-of-00003.gguf, ...
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 # The files of a safetensors repository a model needs; weights are the *.safetensors at the top level.
 _MODEL_FILES = (
     "config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
@@ -81,7 +84,27 @@ def cached_snapshot(repo_id: str, revision: str = "main") -> Path | None:
 
 
 def _ggufs(files: list[str]) -> list[str]:
-    return sorted(f for f in files if f.lower().endswith(".gguf") and not _SPLIT.search(f))
+    """The GGUF models among ``files``: whole files, and split models by their first shard."""
+    out = []
+    for f in files:
+        m = _SPLIT.search(f)
+        if f.lower().endswith(".gguf") and (m is None or int(m.group(1)) == 1):
+            out.append(f)
+    return sorted(out)
+
+
+def _unsplit_name(f: str) -> str:
+    """A split model's name without its shard suffix (x-Q4_K_M-00001-of-00002.gguf -> x-Q4_K_M.gguf)."""
+    return _SPLIT.sub(".gguf", f)
+
+
+def gguf_shards(first: str) -> list[str]:
+    """Every shard of the GGUF model whose first file is ``first`` (``[first]`` when it is not split)."""
+    m = _SPLIT.search(first)
+    if m is None:
+        return [first]
+    count, stem = int(m.group(2)), first[: m.start()]
+    return [f"{stem}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 
 def pick_gguf(repo_id: str, files: list[str], quant: str | None) -> str | None:
@@ -108,10 +131,11 @@ def pick_gguf(repo_id: str, files: list[str], quant: str | None) -> str | None:
 def _matching(ggufs: list[str], quant: str) -> list[str]:
     """Files named ``quant`` exactly, or whose name ends in ``[-._]quant.gguf`` (any case)."""
     q = quant.lower()
-    exact = [f for f in ggufs if f.lower() == q or Path(f).name.lower() == q]
+    exact = [f for f in ggufs if q in (f.lower(), Path(f).name.lower(), Path(_unsplit_name(f)).name.lower())]
     if exact:
         return exact
-    return [f for f in ggufs if re.search(r"[-._]" + re.escape(q) + r"\.gguf$", Path(f).name.lower())]
+    tail = re.compile(r"[-._]" + re.escape(q) + r"\.gguf$")
+    return [f for f in ggufs if tail.search(Path(_unsplit_name(f)).name.lower())]
 
 
 def _folder_files(files: list[str]) -> list[str] | None:
@@ -159,7 +183,18 @@ def from_cache(repo_id: str, quant: str | None) -> str | None:
         if offline():
             raise  # names the GGUF files that are cached
         return None  # the one asked for may be on the Hub (fetch lists them all)
-    return str(snap / gguf) if gguf is not None else None
+    if gguf is None:
+        return None
+    missing = [f for f in gguf_shards(gguf) if not (snap / f).is_file()]
+    if missing and not offline():
+        return None  # a split model partly downloaded: fetch fetches the rest
+    if missing:
+        raise ValueError(
+            f"the Hugging Face cache ({cache_dir()}) holds {Path(gguf).name} of {repo_id} without "
+            f"{len(missing)} of its shards ({Path(missing[0]).name}, ...), and HF_HUB_OFFLINE is set; "
+            f"fetch them when online with: ossa pull {repo_id}:{quant or Path(_unsplit_name(gguf)).name}"
+        )
+    return str(snap / gguf)
 
 
 def fetch(repo_id: str, quant: str | None, quiet: bool = False) -> str:
@@ -188,7 +223,10 @@ def fetch(repo_id: str, quant: str | None, quiet: bool = False) -> str:
                 raise ValueError(
                     f"{repo_id} holds neither safetensors weights with a config.json nor a GGUF file"
                 )
-            return str(huggingface_hub.hf_hub_download(repo_id, gguf, cache_dir=cache_dir()))
+            paths = [
+                huggingface_hub.hf_hub_download(repo_id, f, cache_dir=cache_dir()) for f in gguf_shards(gguf)
+            ]
+            return str(paths[0])  # a split model: every shard fetched, the first one loads them all
         finally:
             if quiet:
                 enable_progress_bars()

@@ -373,7 +373,16 @@ def inspect(
         "kv_bytes_per_token": kv_per_token,
         "kv_tokens": n_kv,
         "kv_bytes": kv_per_token * n_kv,
+        "files": model_files(m.path) if m.format == "gguf" else [m.path],
     }
+
+
+def model_files(path: str | os.PathLike[str]) -> list[str]:
+    """The files of a GGUF model: [path], or every shard of a split model (``-00001-of-00003.gguf``)
+    in order, whichever shard ``path`` names. ModelError for a missing or mismatched shard."""
+    from ._native import core
+
+    return list(core.gguf_shard_paths(str(path)))
 
 
 def _human(n: float) -> str:
@@ -394,11 +403,20 @@ def _experts_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _shards_line(info: dict[str, Any]) -> list[str]:
+    files = info.get("files") or []
+    if len(files) < 2:
+        return []
+    names = ", ".join(os.path.basename(f) for f in files)
+    return [f"files         split into {len(files)} shards: {names}"]
+
+
 def format_inspect(info: dict[str, Any]) -> str:
     """The text ``ossa inspect`` prints for an :func:`inspect` result."""
     types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
     lines = [
         f"model         {info['path']} ({info['format']})",
+        *_shards_line(info),
         f"architecture  {info['arch']}",
         f"dimensions    n_embd={info['n_embd']} n_layer={info['n_layer']} n_head={info['n_head']} "
         f"n_head_kv={info['n_head_kv']} head_dim={info['head_dim']} n_ff={info['n_ff']} "

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import arch_config
 from . import moe as moe_twin
-from .gguf import read_gguf
+from .gguf_split import read_gguf_model
 from .safetensors import read_safetensors
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma3", "phi3")
@@ -154,7 +154,7 @@ def load_weights(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    g = read_gguf(path)
+    g = read_gguf_model(path)  # every shard of a split model
     md = g.metadata
     arch = md.get("general.architecture", "")
     if arch not in ARCHS:

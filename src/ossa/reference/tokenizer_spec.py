@@ -347,9 +347,9 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
 
 
 def spec_from_gguf(path: str) -> TokenizerSpec:
-    from .gguf import read_gguf
+    from .gguf_split import read_gguf_model
 
-    return spec_from_gguf_metadata(read_gguf(path).metadata, path)
+    return spec_from_gguf_metadata(read_gguf_model(path).metadata, path)  # a split model's first shard
 
 
 def spec_from_file(path: str) -> TokenizerSpec:
