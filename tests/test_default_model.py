@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tiny_models import greedy
 
 from ossa._native import core
 from ossa.reference import loader as ref_loader
@@ -32,28 +33,6 @@ def tokenizer(default_model_path: str) -> Any:
 
     folder, name = os.path.split(default_model_path)
     return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-
-
-def greedy(model: Any, prompt: list[int], n_new: int) -> list[int]:
-    """Prefill then one-token decode steps through a paged ModelRunner."""
-    block = 16
-    n_blocks = (len(prompt) + n_new + block - 1) // block
-    table = list(range(n_blocks))[::-1]
-    runner = core.ModelRunner(model, n_blocks, block, len(prompt))
-
-    def step(tokens: list[int], start: int) -> int:
-        pos = list(range(start, start + len(tokens)))
-        slots = [table[p // block] * block + p % block for p in pos]
-        end = start + len(tokens)
-        logits = runner.forward(
-            tokens, pos, slots, [0, len(tokens)], [end], [0, n_blocks], table, [len(tokens) - 1]
-        )
-        return int(np.argmax(logits[0]))
-
-    out = [step(prompt, 0)]
-    while len(out) < n_new:
-        out.append(step([out[-1]], len(prompt) + len(out) - 1))
-    return out
 
 
 def test_logits_match_twin(model: Any, tokenizer: Any, default_model_path: str) -> None:

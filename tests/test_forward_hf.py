@@ -16,11 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tiny_models import hf_to_gguf, make_hf_model
+from tiny_models import build_hf_cases, golden, model_file
 
 from ossa._native import core
-from ossa.reference import loader as ref_loader
-from ossa.reference import model as ref_model
 
 CASES: dict[str, dict[str, Any]] = {
     # GQA ratio 4, head_dim 24 != 64/4, untied, Llama-3 rope scaling that bites at these positions.
@@ -54,29 +52,7 @@ N_TOKENS = 40
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     """name -> (HF folder, HF float32 logits, token ids)."""
-    import torch
-    import transformers
-
-    root = tmp_path_factory.mktemp("hf")
-    out = {}
-    for i, (name, kw) in enumerate(CASES.items()):
-        path = make_hf_model(root / name, seed=i, **kw)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0].numpy()
-        out[name] = (path, logits, ids)
-    return out
-
-
-def model_path(
-    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
-) -> str:
-    hf_dir = hf_models[name][0]
-    if fmt == "safetensors":
-        return hf_dir
-    out = tmp_path_factory.mktemp("gguf") / f"{name}-{fmt}.gguf"
-    return hf_to_gguf(hf_dir, out, fmt)
+    return build_hf_cases(tmp_path_factory.mktemp("hf"), CASES, seed=0, n_tokens=N_TOKENS)
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
@@ -84,21 +60,15 @@ def model_path(
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = model_path(hf_models, name, fmt, tmp_path_factory)
+    path = model_file(hf_models[name][0], fmt, tmp_path_factory.mktemp("gguf"), name)
     _, hf_logits, ids = hf_models[name]
-    model = core.load_model(path)
-    logits = core.model_logits(model, ids)
-    assert logits.shape == (N_TOKENS, CASES[name]["vocab_size"])
-    scale = float(np.max(np.abs(hf_logits)))
-    err_hf = float(np.max(np.abs(logits - hf_logits))) / scale
+    assert hf_logits.shape == (N_TOKENS, CASES[name]["vocab_size"])  # golden() checks ossa's shape is HF's
+    _, _, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
     assert err_hf < HF_TOL[fmt], f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
-    config, weights = ref_loader.load_weights(path)
-    twin = ref_model.forward(config, weights, ids)
-    err_twin = float(np.max(np.abs(logits - twin))) / scale
     assert err_twin < TWIN_TOL[fmt], f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
     # The twin itself is a faithful float32 forward of the same architecture.
     if fmt in ("safetensors", "F32"):
-        assert float(np.max(np.abs(twin - hf_logits))) / scale < HF_TOL[fmt]
+        assert twin_hf < HF_TOL[fmt]
 
 
 def test_model_logits_rejects_bad_ids(hf_models: dict[str, Any]) -> None:

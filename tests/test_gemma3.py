@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from tiny_models import hf_to_gguf, make_hf_model
+from tiny_models import build_hf_cases, golden, greedy, hf_greedy, model_file, runner_logits
 
 from ossa import models
 from ossa._native import core
@@ -57,25 +57,11 @@ N_TOKENS = 40
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     """name -> (HF folder, HF float32 logits, token ids)."""
-    import torch
-    import transformers
-
-    root = tmp_path_factory.mktemp("gemma3")
-    out = {}
-    for i, (name, kw) in enumerate(CASES.items()):
-        path = make_hf_model(root / name, seed=10 + i, **kw)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0].numpy()
-        out[name] = (path, logits, ids)
-    return out
+    return build_hf_cases(tmp_path_factory.mktemp("gemma3"), CASES, seed=10, n_tokens=N_TOKENS)
 
 
 def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    if fmt == "safetensors":
-        return str(hf_models[name][0])
-    return hf_to_gguf(hf_models[name][0], tmp.mktemp("gguf") / f"{name}-{fmt}.gguf", fmt)
+    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name)
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
@@ -85,37 +71,14 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = model_path(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    model = core.load_model(path)
+    model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
     assert model.config["arch"] == "gemma3"
     assert model.config["sliding_window"] == WINDOW[name]
-    logits = core.model_logits(model, ids)
-    scale = float(np.max(np.abs(hf_logits)))
-    err_hf = float(np.max(np.abs(logits - hf_logits))) / scale
     assert err_hf < HF_TOL[fmt], f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
-    config, weights = ref_loader.load_weights(path)
     assert config == model.config  # the twin reads the same hyper-parameters
-    twin = ref_model.forward(config, weights, ids)
-    err_twin = float(np.max(np.abs(logits - twin))) / scale
     assert err_twin < TWIN_TOL, f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
     if fmt in ("safetensors", "F32"):
-        assert float(np.max(np.abs(twin - hf_logits))) / scale < HF_TOL[fmt]
-
-
-def runner_logits(runner: Any, tokens: list[int], chunk: int, block: int = 4) -> np.ndarray:
-    """Logits of every token of one sequence prefilled `chunk` tokens a step (blocks in reverse)."""
-    n_blocks = (len(tokens) + block - 1) // block
-    table = list(range(n_blocks))[::-1]
-    out = []
-    for start in range(0, len(tokens), chunk):
-        toks = tokens[start : start + chunk]
-        pos = list(range(start, start + len(toks)))
-        slots = [table[p // block] * block + p % block for p in pos]
-        out.append(
-            runner.forward(
-                toks, pos, slots, [0, len(toks)], [pos[-1] + 1], [0, n_blocks], table, list(range(len(toks)))
-            )  # fmt: skip
-        )
-    return np.concatenate(out)
+        assert twin_hf < HF_TOL[fmt]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -139,32 +102,9 @@ def test_chunked_prefill_past_the_window(hf_models: dict[str, Any], name: str) -
 @pytest.mark.parametrize("name", list(CASES))
 def test_greedy_matches_transformers(hf_models: dict[str, Any], name: str) -> None:
     """A 10-token prompt and 30 greedy tokens (past 3x the window), one decode step at a time."""
-    import torch
-    import transformers
-
     path, _, ids = hf_models[name]
     prompt, n_new = ids[:10], 30
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        t = torch.tensor([prompt])
-        expect = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, do_sample=False,
-                             min_new_tokens=n_new)[0, len(prompt):].tolist()  # fmt: skip
-    model = core.load_model(path)
-    block, n_blocks = 4, (len(prompt) + n_new + 3) // 4
-    table = list(range(n_blocks))[::-1]
-    runner = core.ModelRunner(model, n_blocks, block, len(prompt))
-    tokens, got = list(prompt), []
-    start, step = 0, list(prompt)
-    while len(got) < n_new:
-        pos = list(range(start, start + len(step)))
-        slots = [table[p // block] * block + p % block for p in pos]
-        logits = runner.forward(step, pos, slots, [0, len(step)], [pos[-1] + 1], [0, n_blocks], table,
-                                [len(step) - 1])  # fmt: skip
-        nxt = int(np.argmax(logits[0]))
-        got.append(nxt)
-        tokens.append(nxt)
-        start, step = pos[-1] + 1, [nxt]
-    assert got == expect
+    assert greedy(core.load_model(path), prompt, n_new, block=4) == hf_greedy(path, prompt, n_new)
 
 
 @pytest.mark.parametrize("fmt", ["F32", "Q8_0"])

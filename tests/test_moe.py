@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from test_default_model import greedy
-from tiny_models import hf_to_gguf, make_hf_model
+from tiny_models import build_hf_cases, golden, greedy, hf_greedy, hf_to_gguf, make_hf_model, model_file
 
 from ossa._native import core
 from ossa.reference import loader as ref_loader
@@ -73,26 +72,11 @@ TWIN_TOL = 1e-5
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     """name -> (HF folder, HF float32 logits, token ids)."""
-    import torch
-    import transformers
-
-    root = tmp_path_factory.mktemp("moe")
-    out = {}
-    for i, (name, kw) in enumerate(CASES.items()):
-        path = make_hf_model(root / name, seed=10 + i, **kw)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0].numpy()
-        out[name] = (path, logits, ids)
-    return out
+    return build_hf_cases(tmp_path_factory.mktemp("moe"), CASES, seed=10, n_tokens=N_TOKENS)
 
 
 def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    hf_dir = hf_models[name][0]
-    if fmt == "safetensors":
-        return str(hf_dir)
-    return hf_to_gguf(hf_dir, tmp.mktemp("gguf") / f"{name}-{fmt}.gguf", fmt, split_experts=name == "mixtral")
+    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name, split_experts=name == "mixtral")
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
@@ -102,19 +86,13 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = model_path(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    model = core.load_model(path)
-    config, weights = ref_loader.load_weights(path)
+    model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
     assert model.config == config
     assert config["moe"]["n_expert"] == CASES[name].get("num_experts", CASES[name].get("num_local_experts"))
-    logits = core.model_logits(model, ids)
-    scale = float(np.max(np.abs(hf_logits)))
-    twin = ref_model.forward(config, weights, ids)
-    err_twin = float(np.max(np.abs(logits - twin))) / scale
     assert err_twin < TWIN_TOL, f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
     if fmt in ("safetensors", "F32"):
-        err_hf = float(np.max(np.abs(logits - hf_logits))) / scale
         assert err_hf < HF_TOL, f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
-        assert float(np.max(np.abs(twin - hf_logits))) / scale < HF_TOL
+        assert twin_hf < HF_TOL
 
 
 def test_moe_config_and_layers(hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -134,17 +112,9 @@ def test_moe_config_and_layers(hf_models: dict[str, Any], tmp_path_factory: pyte
 @pytest.mark.parametrize("name", ["qwen3_moe", "qwen2_moe", "mixtral"])
 def test_greedy_matches_transformers(hf_models: dict[str, Any], name: str) -> None:
     """Prefill then one-token decode steps through the paged runner, against HF generate."""
-    import torch
-    import transformers
-
     path, _, ids = hf_models[name]
     prompt = ids[:9]
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        t = torch.tensor([prompt])
-        out = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=16, do_sample=False)
-    expect = out[0, len(prompt) :].tolist()
-    assert greedy(core.load_model(path), prompt, 16) == expect
+    assert greedy(core.load_model(path), prompt, 16) == hf_greedy(path, prompt, 16)
 
 
 def test_router_ties_pick_the_lowest_expert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,16 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from test_gemma3 import runner_logits
-from tiny_models import hf_to_gguf, make_hf_model
+from tiny_models import (
+    build_hf_cases,
+    golden,
+    greedy,
+    hf_greedy,
+    hf_logits,
+    hf_to_gguf,
+    model_file,
+    runner_logits,
+)
 
 from ossa import models
 from ossa._native import core
@@ -54,42 +62,20 @@ TWIN_TOL = 1e-5
 N_TOKENS = 40
 
 
-def hf_logits(path: str, ids: list[int]) -> np.ndarray:
-    import torch
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
-
-
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     """name -> (HF folder, HF float32 logits, token ids)."""
-    root = tmp_path_factory.mktemp("phi3")
-    out = {}
-    for i, (name, kw) in enumerate(CASES.items()):
-        path = make_hf_model(root / name, seed=20 + i, **kw)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        out[name] = (path, hf_logits(path, ids), ids)
-    return out
+    return build_hf_cases(tmp_path_factory.mktemp("phi3"), CASES, seed=20, n_tokens=N_TOKENS)
 
 
 def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    if fmt == "safetensors":
-        return str(hf_models[name][0])
-    return hf_to_gguf(hf_models[name][0], tmp.mktemp("gguf") / f"{name}-{fmt}.gguf", fmt)
+    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name)
 
 
 def check_logits(path: str, ids: list[int], hf: np.ndarray, tol: float) -> None:
-    model = core.load_model(path)
-    logits = core.model_logits(model, ids)
-    scale = float(np.max(np.abs(hf)))
-    err_hf = float(np.max(np.abs(logits - hf))) / scale
+    model, config, err_hf, err_twin, _ = golden(path, ids, hf)
     assert err_hf < tol, f"{path}: max |ossa - HF| / max |HF| = {err_hf}"
-    config, weights = ref_loader.load_weights(path)
     assert config == model.config  # the twin reads the same hyper-parameters
-    err_twin = float(np.max(np.abs(logits - ref_model.forward(config, weights, ids)))) / scale
     assert err_twin < TWIN_TOL, f"{path}: max |ossa - twin| / max |HF| = {err_twin}"
 
 
@@ -155,9 +141,6 @@ def test_long_factors_past_the_original_context(
 def test_chunked_prefill_and_greedy_match_transformers(hf_models: dict[str, Any], name: str) -> None:
     """Chunks of 1 and 5 through the paged runner equal one pass bitwise and HF; then a 10-token
     prompt and 30 greedy tokens (past 3x the window) equal transformers' generate()."""
-    import torch
-    import transformers
-
     path, hf, ids = hf_models[name]
     model = core.load_model(path)
     whole = runner_logits(core.ModelRunner(model, N_TOKENS // 4, 4, N_TOKENS), ids, N_TOKENS)
@@ -167,25 +150,7 @@ def test_chunked_prefill_and_greedy_match_transformers(hf_models: dict[str, Any]
     assert float(np.max(np.abs(whole - hf))) / float(np.max(np.abs(hf))) < 1e-5
 
     prompt, n_new = ids[:10], 30
-    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        t = torch.tensor([prompt])
-        out = m.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, min_new_tokens=n_new,
-                         do_sample=False)  # fmt: skip
-    expect = out[0, len(prompt) :].tolist()
-    block, n_blocks = 4, (len(prompt) + n_new + 3) // 4
-    table = list(range(n_blocks))[::-1]
-    runner = core.ModelRunner(model, n_blocks, block, len(prompt))
-    got: list[int] = []
-    start, step = 0, list(prompt)
-    while len(got) < n_new:
-        pos = list(range(start, start + len(step)))
-        slots = [table[p // block] * block + p % block for p in pos]
-        logits = runner.forward(step, pos, slots, [0, len(step)], [pos[-1] + 1], [0, n_blocks], table,
-                                [len(step) - 1])  # fmt: skip
-        got.append(int(np.argmax(logits[0])))
-        start, step = pos[-1] + 1, [got[-1]]
-    assert got == expect
+    assert greedy(model, prompt, n_new, block=4) == hf_greedy(path, prompt, n_new)
 
 
 @pytest.mark.parametrize("kv", ["float32", "float16"])

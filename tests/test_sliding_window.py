@@ -21,11 +21,11 @@ import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
     build_hf_cases,
+    golden,
     greedy,
     hf_greedy,
     hf_logits,
     model_file,
-    relative_errors,
     runner_logits,
 )
 
@@ -97,7 +97,8 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = path_of(hf_models, name, fmt, tmp_path_factory)
     _, hf, ids = hf_models[name]
-    model, err_hf, err_twin, twin_hf = relative_errors(path, ids, hf)
+    model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf)
+    assert config == model.config  # the twin reads the same hyper-parameters
     assert model.config["sliding_window"] == CASES[name]["sliding_window"]
     assert [bool(v) for v in model.config["layer_sliding"]] == LAYERS[name]
     assert err_hf < HF_TOL[fmt], f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"

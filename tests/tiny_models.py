@@ -13,7 +13,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -499,9 +499,20 @@ def model_file(hf_dir: str, fmt: str, out_dir: str | os.PathLike[str], name: str
     return hf_to_gguf(hf_dir, Path(out_dir) / f"{name}-{fmt}.gguf", fmt, **kw)
 
 
-def relative_errors(path: str, ids: list[int], hf: np.ndarray) -> tuple[Any, float, float, float]:
-    """ossa's model for `path`, and the max |error| / max |HF logit| of ossa vs HF, ossa vs the NumPy
-    twin, and the twin vs HF; also asserts that the twin reads the same hyper-parameters."""
+class Golden(NamedTuple):
+    """ossa's model of a file, the twin's config of it, and the max |error| / max |HF logit| of ossa
+    vs HF, ossa vs the NumPy twin (same dequantized weights) and the twin vs HF."""
+
+    model: Any
+    config: dict[str, Any]
+    err_hf: float
+    err_twin: float
+    twin_hf: float
+
+
+def golden(path: str, ids: list[int], hf: np.ndarray) -> Golden:
+    """Runs ossa (``core.model_logits``) and the twin (``reference.model.forward``) on `ids` and compares
+    both with transformers' logits `hf`."""
     from ossa._native import core
     from ossa.reference import loader as ref_loader
     from ossa.reference import model as ref_model
@@ -510,14 +521,13 @@ def relative_errors(path: str, ids: list[int], hf: np.ndarray) -> tuple[Any, flo
     logits = core.model_logits(model, ids)
     assert logits.shape == hf.shape
     config, weights = ref_loader.load_weights(path)
-    assert config == model.config, "the twin reads other hyper-parameters"
     twin = ref_model.forward(config, weights, ids)
     scale = float(np.max(np.abs(hf)))
 
     def err(a: np.ndarray, b: np.ndarray) -> float:
         return float(np.max(np.abs(a - b))) / scale
 
-    return model, err(logits, hf), err(logits, twin), err(twin, hf)
+    return Golden(model, config, err(logits, hf), err(logits, twin), err(twin, hf))
 
 
 def runner_logits(runner: Any, tokens: list[int], chunk: int, block: int = 4) -> np.ndarray:
