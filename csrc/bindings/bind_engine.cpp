@@ -100,7 +100,20 @@ void bind_engine(nb::module_& m) {
       .def_rw("seed", &EngineConfig::seed)
       .def_prop_rw(
           "kv_cache_dtype", [](const EngineConfig& c) { return ossa::kv_type_name(c.kv_type); },
-          [](EngineConfig& c, const std::string& t) { c.kv_type = ossa::parse_kv_type(t); });
+          [](EngineConfig& c, const std::string& t) { c.kv_type = ossa::parse_kv_type(t); })
+      .def_prop_rw(
+          "spec_method", [](const EngineConfig& c) { return ossa::spec_method_name(c.speculative.method); },
+          [](EngineConfig& c, const std::string& m) { c.speculative.method = ossa::parse_spec_method(m); },
+          "Speculative decoding: 'none' or 'ngram'.")
+      .def_prop_rw(
+          "num_speculative_tokens", [](const EngineConfig& c) { return c.speculative.num_speculative_tokens; },
+          [](EngineConfig& c, int32_t v) { c.speculative.num_speculative_tokens = v; })
+      .def_prop_rw(
+          "prompt_lookup_min", [](const EngineConfig& c) { return c.speculative.prompt_lookup_min; },
+          [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_min = v; })
+      .def_prop_rw(
+          "prompt_lookup_max", [](const EngineConfig& c) { return c.speculative.prompt_lookup_max; },
+          [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_max = v; });
 #undef OSSA_SCHED_FIELD
 
   nb::class_<GenerationParams>(m, "GenerationParams")
@@ -146,7 +159,9 @@ void bind_engine(nb::module_& m) {
       .def_ro("first_scheduled_time", &ossa::EngineOutput::first_scheduled_time)
       .def_ro("first_token_time", &ossa::EngineOutput::first_token_time)
       .def_ro("finished_time", &ossa::EngineOutput::finished_time)
-      .def_ro("error", &ossa::EngineOutput::error);
+      .def_ro("error", &ossa::EngineOutput::error)
+      .def_ro("num_draft_tokens", &ossa::EngineOutput::num_draft_tokens)
+      .def_ro("num_accepted_tokens", &ossa::EngineOutput::num_accepted_tokens);
 
   nb::class_<Engine>(m, "Engine", "The C++ decode loop (schedule, forward, sample, detokenize, stop checks).")
       .def(nb::init<std::shared_ptr<const ossa::Model>, std::shared_ptr<const ossa::Tokenizer>,
@@ -199,6 +214,10 @@ void bind_engine(nb::module_& m) {
         d["constraint_calls"] = s.constraint_calls;
         d["time_constraint"] = s.time_constraint;
         d["time_constraint_wait"] = s.time_constraint_wait;
+        d["spec_num_drafts"] = s.spec.num_drafts;
+        d["spec_num_draft_tokens"] = s.spec.num_draft_tokens;
+        d["spec_num_accepted_tokens"] = s.spec.num_accepted_tokens;
+        d["spec_accepted_per_pos"] = s.spec.accepted_per_pos;
         return d;
       });
 }

@@ -111,6 +111,22 @@ void bind_scheduler(nb::module_& m) {
           },
           "(request_id, child, num_computed before, num_tokens scheduled, num_samples) per "
           "sequence.")
+      .def_prop_ro(
+          "num_draft",
+          [](const SchedulerOutput& o) {
+            std::vector<int32_t> v;
+            for (const auto& s : o.seqs) v.push_back(s.num_draft);
+            return v;
+          },
+          "Draft tokens each sequence verifies this step (speculative decoding).")
+      .def_prop_ro(
+          "num_appended",
+          [](const SchedulerOutput& o) {
+            std::vector<int32_t> v;
+            for (const auto& s : o.seqs) v.push_back(s.num_appended);
+            return v;
+          },
+          "After update(): tokens each verifying sequence appended (its accepted run).")
       .def_prop_ro("block_copies", [](const SchedulerOutput& o) { return o.block_copies; })
       .def_prop_ro("preempted", [](const SchedulerOutput& o) { return o.preempted; })
       .def_prop_ro("finished_requests",
@@ -129,6 +145,12 @@ void bind_scheduler(nb::module_& m) {
       .def("add_request", &Scheduler::add_request, nb::arg("request"))
       .def("abort", &Scheduler::abort, nb::arg("request_id"))
       .def("finish", &Scheduler::finish, nb::arg("request_id"), nb::arg("child"))
+      .def(
+          "set_draft",
+          [](Scheduler& s, int64_t request_id, int32_t child, const std::vector<int32_t>& draft) {
+            return s.set_draft(request_id, child, draft);
+          },
+          nb::arg("request_id"), nb::arg("child"), nb::arg("draft"))
       .def("schedule", &Scheduler::schedule, nb::rv_policy::reference_internal)
       .def(
           "update",

@@ -46,6 +46,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
     if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());
   }
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
+  validate_speculative_config(config.speculative);
+  stats_.spec.accepted_per_pos.assign(config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0, 0);
   stats_.num_blocks = config.scheduler.num_blocks;
   stats_snapshot_ = stats_;
 }
@@ -328,7 +330,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   // logprobs, their prompt positions. sample_src_[i]: the forward row sampling row i reads;
   // prompt_row_of_[j]: (request key, prompt position) of forward row j, or (-1, -1).
   bool has_fork = false;
-  for (const ScheduledSeq& s : so.seqs) has_fork = has_fork || s.num_samples > 1;
+  for (const ScheduledSeq& s : so.seqs) has_fork = has_fork || (s.num_samples > 1 && s.num_draft == 0);
   const bool remap = want_prompt_lp || has_fork;
   const Batch* batch = &so.batch;
   const size_t n_samples = so.batch.logits_rows.size();
@@ -351,10 +353,12 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
           prompt_row_of_.emplace_back(s.request_id, pos + 1);
         }
       }
-      if (s.num_samples > 0) {
+      // Distinct forward rows: one shared by a fork's n samples, or one per verified position.
+      const int32_t distinct = s.num_draft > 0 ? s.num_samples : std::min(s.num_samples, 1);
+      for (int32_t d = 0; d < distinct; ++d) {
         batch_.logits_rows.push_back(so.batch.logits_rows[next_sample]);
         prompt_row_of_.emplace_back(-1, -1);
-        for (int32_t k = 0; k < s.num_samples; ++k)
+        for (int32_t k = 0; k < (s.num_draft > 0 ? 1 : s.num_samples); ++k)
           sample_src_[next_sample++] = static_cast<int32_t>(batch_.logits_rows.size() - 1);
       }
     }
@@ -390,7 +394,13 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   std::vector<std::pair<int64_t, int32_t>>& row_child = row_child_;
   {
     size_t next = 0;
-    for (const ScheduledSeq& s : so.seqs) {
+    for (size_t si = 0; si < so.seqs.size(); ++si) {
+      const ScheduledSeq& s = so.seqs[si];
+      if (s.num_draft > 0) {
+        verify_rows(so, si, next);
+        next += static_cast<size_t>(s.num_samples);
+        continue;
+      }
       RequestState& r = *requests_.at(s.request_id);
       for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
         const int32_t child = s.num_samples > 1 ? k : s.child;
@@ -453,20 +463,32 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   stats_.generation_tokens += static_cast<int64_t>(n_samples);
 
   const double tok_time = now_seconds();
-  for (size_t i = 0; i < n_samples; ++i) {
-    auto [key, child] = row_child[i];
-    auto it = requests_.find(key);
-    if (it == requests_.end()) continue;  // failed in sampling; the scheduler drops its row
-    RequestState& r = *it->second;
-    if (r.first_token_time == 0) r.first_token_time = tok_time;
-    ChildState& c = r.children[child];
-    touched_.push_back(key);
-    if (c.finished) continue;
-    const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
-    if (lp != nullptr)
-      c.new_logprobs.push_back(token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
-    if (append_token(c, r.stops, sampled_[i], lp != nullptr ? &lp->logprob : nullptr))
-      scheduler_.finish(r.key, child);
+  size_t i = 0;
+  for (size_t si = 0; si < so.seqs.size(); ++si) {
+    const ScheduledSeq& s = so.seqs[si];
+    // A verifying sequence's rows after its run (update() appended num_appended) are dropped.
+    const int32_t n_used = s.num_draft > 0 ? s.num_appended : s.num_samples;
+    if (s.num_draft > 0)
+      record_verification(s, so.batch.token_ids.data() + so.batch.seq_start[si] + 1, sampled_.data() + i);
+    for (int32_t k = 0; k < s.num_samples; ++k, ++i) {
+      if (k >= n_used) {
+        --stats_.generation_tokens;
+        continue;
+      }
+      auto [key, child] = row_child[i];
+      auto it = requests_.find(key);
+      if (it == requests_.end()) continue;  // failed in sampling; the scheduler drops its row
+      RequestState& r = *it->second;
+      if (r.first_token_time == 0) r.first_token_time = tok_time;
+      ChildState& c = r.children[child];
+      touched_.push_back(key);
+      if (c.finished) continue;
+      const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
+      if (lp != nullptr)
+        c.new_logprobs.push_back(token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
+      if (append_token(c, r.stops, sampled_[i], lp != nullptr ? &lp->logprob : nullptr))
+        scheduler_.finish(r.key, child);
+    }
   }
   for (const FinishEvent& ev : events) {
     auto it = requests_.find(ev.request_id);
@@ -478,6 +500,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     finish_completion(c, ev.reason == FinishReason::Length ? "length" : "stop");
     touched_.push_back(ev.request_id);
   }
+  if (config_.speculative.enabled()) propose_drafts(so);
   stats_.time_detokenize += mono_seconds() - t3;
   ++stats_.steps;
   collect_outputs(outputs);
@@ -491,6 +514,8 @@ EngineOutput Engine::make_output(RequestState& r) {
   out.arrival_time = r.arrival_time;
   out.first_scheduled_time = r.first_scheduled_time;
   out.first_token_time = r.first_token_time;
+  out.num_draft_tokens = r.num_draft_tokens;
+  out.num_accepted_tokens = r.num_accepted_tokens;
   if (r.params.prompt_logprobs >= 0 && !r.prompt_logprobs_sent &&
       r.prompt_lp_next >= static_cast<int32_t>(r.prompt.size())) {
     out.has_prompt_logprobs = true;

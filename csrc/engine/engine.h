@@ -21,6 +21,7 @@
 
 #include "engine/constraints.h"
 #include "engine/output_processor.h"
+#include "engine/speculative.h"
 #include "model/runner.h"
 #include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
@@ -34,6 +35,7 @@ struct EngineConfig {
   SchedulerConfig scheduler{.max_num_seqs = 64};
   uint64_t seed = 0;  // seeds requests that bring none
   KvType kv_type = KvType::F32;
+  SpeculativeConfig speculative;  // off unless its method is set (engine/speculative.h)
 };
 
 // Everything about a request besides its prompt.
@@ -59,6 +61,8 @@ struct EngineOutput {
   int32_t num_cached_tokens = 0;
   double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0, finished_time = 0;
   std::string error;  // set when the request was rejected or failed inside the loop
+  int64_t num_draft_tokens = 0;     // speculative decoding so far: draft tokens verified
+  int64_t num_accepted_tokens = 0;  // and of them accepted
 };
 
 struct EngineStats {
@@ -72,6 +76,7 @@ struct EngineStats {
   int64_t constraint_calls = 0;     // crossings into the ConstraintHost
   double time_constraint = 0;       // seconds the host spent computing masks (overlapped or not)
   double time_constraint_wait = 0;  // seconds the step waited for masks after the forward
+  SpecStats spec;
 };
 
 class Engine {
@@ -111,6 +116,8 @@ class Engine {
  private:
   struct ChildState : CompletionState {  // engine/output_processor.h
     size_t constraint_fed = 0;  // output tokens its matcher has consumed
+    SpecControl spec;
+    std::vector<int32_t> verify_tokens;  // outputs then the draft being verified
   };
   struct RequestState {
     std::string id;
@@ -125,6 +132,7 @@ class Engine {
     bool prompt_logprobs_sent = false;
     int32_t num_cached_tokens = 0;
     bool scheduled = false;
+    int64_t num_draft_tokens = 0, num_accepted_tokens = 0;
     double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0;
   };
   struct Command {
@@ -151,6 +159,12 @@ class Engine {
   // Points the constrained rows of rows_ at their masks; rows whose matcher failed go to failed.
   void apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
                          const std::vector<std::pair<int64_t, int32_t>>& row_child);
+  // Speculative decoding (engine/speculative.cpp): the sampling rows of a sequence verifying its
+  // draft, from row `next`; the run's tokens, once update() has told how many it appended; the
+  // drafts of this step's decoding children for the next.
+  void verify_rows(const SchedulerOutput& so, size_t si, size_t next);
+  void record_verification(const ScheduledSeq& s, const int32_t* draft, const int32_t* sampled);
+  void propose_drafts(const SchedulerOutput& so);
   void forget(RequestState& r);  // the request is gone: release what it held outside the engine
   void loop();
 
@@ -176,6 +190,7 @@ class Engine {
   std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;
   std::vector<int32_t> sampled_;
+  std::vector<int32_t> draft_;  // the proposer's output
   ConstraintStage constraints_;
   std::vector<size_t> constraint_rows_;  // the sampling row of each constraint batch row
   int64_t next_key_ = 1;

@@ -46,6 +46,9 @@ struct Sequence {
   int32_t num_prompt_tokens = 0;
   int32_t num_computed = 0;  // tokens whose K/V is in the cache
   int32_t num_output = 0;
+  // Speculative decoding: tokens proposed to follow `tokens` (the engine's proposer sets them after
+  // each update); the next schedule() verifies them when the sequence is decoding, and drops them.
+  std::vector<int32_t> draft;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };

@@ -79,6 +79,7 @@ int32_t Scheduler::new_seq(int32_t request, int32_t child) {
   s.num_prompt_tokens = 0;
   s.num_computed = 0;
   s.num_output = 0;
+  s.draft.clear();
   return sid;
 }
 
@@ -131,6 +132,7 @@ void Scheduler::preempt(int32_t sid) {
   Sequence& s = seqs_[sid];
   kv_.free(sid);
   s.num_computed = 0;
+  s.draft.clear();
   s.status = SeqStatus::Waiting;
   insert_sorted(waiting_, sid);
   out_.preempted.emplace_back(requests_[s.request].params.id, s.child);
@@ -192,6 +194,13 @@ bool Scheduler::finish(int64_t request_id, int32_t child) {
   return true;
 }
 
+bool Scheduler::set_draft(int64_t request_id, int32_t child, std::span<const int32_t> draft) {
+  const int32_t sid = find_seq(request_id, child);
+  if (sid < 0) return false;
+  seqs_[sid].draft.assign(draft.begin(), draft.end());
+  return true;
+}
+
 const SchedulerOutput& Scheduler::schedule() {
   if (update_pending_)
     throw InputError("schedule() called again before update() for the previous step");
@@ -201,12 +210,13 @@ const SchedulerOutput& Scheduler::schedule() {
   const int32_t bs = config_.block_size;
   int32_t budget = config_.max_num_batched_tokens;
 
-  auto emit = [&](int32_t sid, int32_t num_new) {
-    const Sequence& s = seqs_[sid];
+  // num_draft > 0: the last num_draft of the num_new positions hold the sequence's draft.
+  auto emit = [&](int32_t sid, int32_t num_new, int32_t num_draft) {
+    Sequence& s = seqs_[sid];
     const std::vector<int32_t>& table = kv_.block_table(sid);
     const int32_t start = s.num_computed;
     for (int32_t pos = start; pos < start + num_new; ++pos) {
-      b.token_ids.push_back(s.tokens[pos]);
+      b.token_ids.push_back(pos < s.num_tokens() ? s.tokens[pos] : s.draft[pos - s.num_tokens()]);
       b.positions.push_back(pos);
       b.slot_mapping.push_back(static_cast<int64_t>(table[pos / bs]) * bs + pos % bs);
     }
@@ -216,10 +226,16 @@ const SchedulerOutput& Scheduler::schedule() {
     b.block_table_start.push_back(static_cast<int32_t>(b.block_tables.size()));
     const RequestState& r = requests_[s.request];
     int32_t samples = 0;
-    if (start + num_new == s.num_tokens()) samples = s.pending_fork ? r.params.n : 1;
-    for (int32_t k = 0; k < samples; ++k) b.logits_rows.push_back(b.n_tokens() - 1);
-    out_.seqs.push_back({r.params.id, s.child, sid, s.generation, start, num_new, samples});
+    if (num_draft > 0) {
+      samples = num_draft + 1;
+      for (int32_t k = num_draft; k >= 0; --k) b.logits_rows.push_back(b.n_tokens() - 1 - k);
+    } else {
+      if (start + num_new == s.num_tokens()) samples = s.pending_fork ? r.params.n : 1;
+      for (int32_t k = 0; k < samples; ++k) b.logits_rows.push_back(b.n_tokens() - 1);
+    }
+    out_.seqs.push_back({r.params.id, s.child, sid, s.generation, start, num_new, samples, num_draft, 0});
     budget -= num_new;
+    s.draft.clear();  // used or stale
   };
 
   // Running sequences first, in policy order; when blocks run out the last one is preempted.
@@ -231,6 +247,18 @@ const SchedulerOutput& Scheduler::schedule() {
     const Sequence& s = seqs_[sid];
     const int32_t num_new = std::min(s.num_tokens() - s.num_computed, budget);
     OSSA_ASSERT(num_new > 0);
+    // A draft is verified only by a decoding sequence, within the budget and max_model_len, and
+    // only where its blocks fit without preempting anyone.
+    if (!s.draft.empty() && s.num_computed + 1 == s.num_tokens()) {
+      const int32_t num_draft = std::min({static_cast<int32_t>(s.draft.size()), budget - 1,
+                                          config_.max_model_len - s.num_tokens()});
+      if (num_draft > 0 &&
+          kv_.allocate_slots(sid, s.num_computed, 1 + num_draft, {}, false, out_.block_copies)) {
+        emit(sid, 1 + num_draft, num_draft);
+        ++i;
+        continue;
+      }
+    }
     bool ok = false;
     while (!(ok = kv_.allocate_slots(sid, s.num_computed, num_new, {}, false, out_.block_copies))) {
       const int32_t victim = running_.back();
@@ -240,7 +268,7 @@ const SchedulerOutput& Scheduler::schedule() {
       if (victim == sid) break;
     }
     if (!ok) break;
-    emit(sid, num_new);
+    emit(sid, num_new, 0);
     ++i;
   }
 
@@ -258,7 +286,7 @@ const SchedulerOutput& Scheduler::schedule() {
     s.num_computed = num_hit;
     s.status = SeqStatus::Running;
     insert_sorted(running_, sid);
-    emit(sid, num_new);
+    emit(sid, num_new, 0);
   }
   update_pending_ = !out_.seqs.empty();
   return out_;
@@ -290,13 +318,42 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
   bool any_finished = false;
 
   size_t row = 0;
-  for (const ScheduledSeq& ss : out_.seqs) {
+  for (size_t si = 0; si < out_.seqs.size(); ++si) {
+    ScheduledSeq& ss = out_.seqs[si];
     const size_t first_row = row;
     row += ss.num_samples;
     const int32_t sid = ss.seq;
     // Aborted or finished (stop string) between schedule() and update(): drop its tokens.
     if (seqs_[sid].generation != ss.generation || seqs_[sid].status != SeqStatus::Running) continue;
     const int32_t rid = seqs_[sid].request;
+    if (ss.num_draft > 0) {
+      // Verification: the run of tokens plain decoding would have appended one step at a time.
+      Sequence& s = seqs_[sid];
+      const Request& params = requests_[rid].params;
+      const int32_t* draft = out_.batch.token_ids.data() + out_.batch.seq_start[si] + 1;
+      FinishReason reason = FinishReason::None;
+      int32_t token = -1, appended = 0;
+      for (int32_t j = 0; j <= ss.num_draft; ++j) {
+        token = sampled[first_row + j];
+        s.tokens.push_back(token);
+        ++s.num_output;
+        ++appended;
+        reason = check_stop(s, params, token);
+        if (reason != FinishReason::None || (j < ss.num_draft && token != draft[j])) break;
+      }
+      ss.num_appended = appended;
+      s.num_computed += appended;  // the last token and the accepted drafts
+      kv_.cache_full_blocks(sid, s.tokens, s.num_computed, params.cache_salt);
+      if (reason != FinishReason::None) {
+        FinishEvent ev{params.id, s.child, reason, reason == FinishReason::Stop ? token : -1, false};
+        ev.request_done = retire(sid);
+        if (ev.request_done) retire_request(rid);
+        retired.push_back(sid);
+        events_.push_back(ev);
+        any_finished = true;
+      }
+      continue;
+    }
     seqs_[sid].num_computed += ss.num_tokens;
     kv_.cache_full_blocks(sid, seqs_[sid].tokens, seqs_[sid].num_computed,
                           requests_[rid].params.cache_salt);

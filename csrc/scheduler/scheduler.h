@@ -12,6 +12,15 @@
 // The step protocol: out = schedule(); the runner performs out.block_copies, then the forward over
 // out.batch, then samples one token per out.batch.logits_rows entry; update(tokens). A sequence
 // that forks this step has n equal consecutive entries in logits_rows (one per child).
+//
+// Speculative decoding: a decoding sequence (all but its last token computed) with a draft d1..dk
+// (set_draft) is scheduled as the k + 1 positions [last token, d1..dk] with a logits row at each;
+// k shrinks to fit the token budget and max_model_len, and to 0 when its blocks would not fit
+// without preempting. update() reads the k + 1 sampled tokens as a run: it appends row i's token,
+// checks the stop conditions, and goes on to row i + 1 only while row i's token equals d(i+1). So the
+// tokens appended are exactly those plain decoding would have sampled one step at a time, and
+// num_computed advances only over the positions whose input token was right (the slots written
+// for rejected drafts are overwritten later and never reach the prefix cache).
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -44,7 +53,10 @@ struct ScheduledSeq {
   uint32_t generation = 0;
   int32_t num_computed = 0;  // before this step
   int32_t num_tokens = 0;    // scheduled this step
-  int32_t num_samples = 0;   // logits rows it owns: 0 (mid-prefill), 1, or n when it forks
+  int32_t num_samples = 0;   // logits rows it owns: 0 (mid-prefill), 1, n when it forks, k + 1
+                             // when it verifies k draft tokens
+  int32_t num_draft = 0;     // draft tokens verified this step (batch tokens 1..k of the sequence)
+  int32_t num_appended = 0;  // set by update(): tokens it appended (a run, when it verified drafts)
 };
 
 struct SchedulerOutput {
@@ -82,10 +94,14 @@ class Scheduler {
   bool abort(int64_t request_id);
   // Ends one child (a stop string found by the detokenizer); false when unknown or already done.
   bool finish(int64_t request_id, int32_t child);
+  // Speculative decoding: the tokens proposed to follow a live child's current tokens, verified at
+  // its next decoding step (replacing any earlier draft). False when the child is unknown.
+  bool set_draft(int64_t request_id, int32_t child, std::span<const int32_t> draft);
 
   const SchedulerOutput& schedule();
   // One token per logits row of the last schedule(), also for rows of requests aborted or
   // finished since (their tokens are dropped); returns the children that finished.
+  // Each ScheduledSeq's num_appended tells how many tokens it appended.
   const std::vector<FinishEvent>& update(std::span<const int32_t> sampled_tokens);
 
   bool has_unfinished() const { return !request_index_.empty(); }

@@ -20,6 +20,7 @@ machines, run several engines as Ray replicas (``ossa.ray``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import typing
@@ -94,6 +95,11 @@ class EngineArgs:
             turns them off everywhere); False: the exact f32 kernels, what a CPU without AMX runs.
         quantized_activations: quantized weights multiply activations rounded to 8-bit blocks
             (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
+        speculative_config: speculative decoding (vLLM's dict, or its JSON text):
+            ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
+            "prompt_lookup_min": 2}`` drafts k tokens by prompt lookup; outputs are bitwise those of
+            plain decoding (docs/speculative.md). Constrained (structured-output) requests do not
+            speculate.
         tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
             process; run Ray replicas to scale out).
     """
@@ -115,6 +121,7 @@ class EngineArgs:
     scheduling_policy: str = "fcfs"
     amx: bool = True
     quantized_activations: bool = False
+    speculative_config: dict[str, Any] | str | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
@@ -164,6 +171,7 @@ class EngineArgs:
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
         models.kv_cache_dtype_of(self.kv_cache_dtype)
         models.dtype_of(self.dtype)
+        speculative_config_of(self.speculative_config)
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             value = getattr(self, name)
             _positive_int(name, value)
@@ -304,7 +312,49 @@ class EngineArgs:
             ),
             parallel=ParallelConfig(num_threads=self.num_threads),
             seed=int(self.seed) % (1 << 64),
+            speculative=speculative_config_of(self.speculative_config),
         )
+
+
+SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "model")
+
+
+def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConfig:
+    """``speculative_config`` (a dict, its JSON text, or None) validated: ValueError naming the field.
+    As vLLM: with neither prompt_lookup bound given both are 5; with one, the other equals it."""
+    if value is None:
+        return SpeculativeConfig()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"speculative_config is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"speculative_config must be a dict (or its JSON text), got {value!r}")
+    unknown = sorted(set(value) - set(SPECULATIVE_KEYS))
+    if unknown:
+        raise ValueError(f"speculative_config has unknown fields {unknown}; known: {list(SPECULATIVE_KEYS)}")
+    if value.get("model") is not None:
+        raise ValueError(
+            "speculative_config model: draft-model speculation is not available yet; use method 'ngram'"
+        )
+    method = value.get("method")
+    if method != "ngram":
+        raise ValueError(f"speculative_config method must be 'ngram', got {method!r}")
+    k = value.get("num_speculative_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
+        raise ValueError(f"speculative_config num_speculative_tokens must be an integer in [1, 64], got {k!r}")
+    lo, hi = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+    if lo is None and hi is None:
+        lo = hi = 5
+    lo = hi if lo is None else lo
+    hi = lo if hi is None else hi
+    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"speculative_config {name} must be an integer >= 1, got {v!r}")
+    if hi < lo:
+        raise ValueError(f"speculative_config prompt_lookup_max ({hi}) must be >= prompt_lookup_min ({lo})")
+    return SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_min=lo, prompt_lookup_max=hi)
 
 
 def server_defaults(engine_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -380,6 +430,16 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding (``method`` "none": off)."""
+
+    method: str = "none"
+    num_speculative_tokens: int = 0
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
+
+
+@dataclass(frozen=True)
 class OssaConfig:
     """Everything an engine is built from, validated, with the derived values computed once."""
 
@@ -388,6 +448,7 @@ class OssaConfig:
     scheduler: SchedulerConfig
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     seed: int = 0
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
 
     @property
     def max_model_len(self) -> int:
@@ -406,4 +467,8 @@ class OssaConfig:
             "watermark": self.cache.watermark,
             "seed": self.seed,
             "kv_cache_dtype": self.cache.kv_cache_dtype,
+            "spec_method": self.speculative.method,
+            "num_speculative_tokens": self.speculative.num_speculative_tokens,
+            "prompt_lookup_min": self.speculative.prompt_lookup_min,
+            "prompt_lookup_max": self.speculative.prompt_lookup_max,
         }

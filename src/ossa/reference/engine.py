@@ -36,6 +36,8 @@ from .output_processor import (
 from .request import Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
+from .speculative import SpecControl, SpeculativeConfig, SpecStats, ngram_propose
+from .speculative import validate as validate_speculative
 from .tokenizer import Detokenizer, Tokenizer
 
 _U64 = (1 << 64) - 1
@@ -69,6 +71,10 @@ class EngineConfig:
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
     compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
+    spec_method: str = "none"  # speculative decoding: "none" or "ngram"
+    num_speculative_tokens: int = 0
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
 
 
 @dataclass
@@ -100,11 +106,14 @@ class EngineOutput:
     first_token_time: float = 0.0
     finished_time: float = 0.0
     error: str = ""
+    num_draft_tokens: int = 0  # speculative decoding so far: draft tokens verified
+    num_accepted_tokens: int = 0  # and of them accepted
 
 
 @dataclass
 class _Child(CompletionState):
     constraint_fed: int = 0  # output tokens its matcher has consumed
+    spec: SpecControl = field(default_factory=SpecControl)
 
 
 @dataclass
@@ -121,6 +130,8 @@ class _Request:
     prompt_logprobs_sent: bool = False
     num_cached_tokens: int = 0
     scheduled: bool = False
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
     arrival_time: float = 0.0
     first_scheduled_time: float = 0.0
     first_token_time: float = 0.0
@@ -167,6 +178,11 @@ class Engine:
         self._touched: list[int] = []
         self._next_key = 1
         self._constraints = ConstraintStage()
+        self.spec = SpeculativeConfig(
+            config.spec_method, config.num_speculative_tokens, config.prompt_lookup_min, config.prompt_lookup_max
+        )
+        validate_speculative(self.spec)
+        self._spec_stats = SpecStats(accepted_per_pos=[0] * (config.num_speculative_tokens if self.spec.enabled else 0))
         self._stats = {
             "prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "requests_finished": 0,
             "time_forward": 0.0, "time_sample": 0.0, "time_schedule": 0.0, "time_detokenize": 0.0,
@@ -359,8 +375,20 @@ class Engine:
         # Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
         row_inputs: list[ref_sampler.RowInput] = []
         row_child: list[tuple[int, int]] = []
-        for rid, child0, _nc, _nt, num_samples in so.seqs:
+        for si, (rid, child0, _nc, _nt, num_samples) in enumerate(so.seqs):
             r = self._requests[rid]
+            if so.num_draft[si] > 0:
+                # Row k is output index n_out + k, as plain decoding samples it: the outputs then d1..dk.
+                c = r.children[child0]
+                start = so.seq_start[si] + 1
+                verify = list(c.output_tokens) + so.token_ids[start : start + so.num_draft[si]]
+                n_out = len(c.output_tokens)
+                for k in range(num_samples):
+                    row_inputs.append(
+                        ref_sampler.RowInput(r.params.sampling, r.prompt, verify[: n_out + k], r.seed, child0, n_out + k)
+                    )
+                    row_child.append((rid, child0))
+                continue
             for k in range(num_samples):
                 child = k if num_samples > 1 else child0
                 c = r.children[child]
@@ -402,7 +430,19 @@ class Engine:
         events = self.scheduler.update(sampled)
         self._stats["generation_tokens"] += len(sampled)
         tok_time = time.time()
+        used = []  # per row: whether it is part of its sequence's run
+        for si, seq in enumerate(so.seqs):
+            nd = so.num_draft[si]
+            n_used = so.num_appended[si] if nd > 0 else seq[4]
+            used.extend(k < n_used for k in range(seq[4]))
+            if nd > 0:
+                first = len(used) - seq[4]
+                start = so.seq_start[si] + 1
+                self._record_verification(seq[0], seq[1], so.token_ids[start : start + nd], sampled[first:], so.num_appended[si])
+        self._stats["generation_tokens"] -= used.count(False)
         for i, (key, child) in enumerate(row_child):
+            if not used[i]:
+                continue
             if key not in self._requests:
                 continue  # failed in sampling; the scheduler drops its row
             r = self._requests[key]
@@ -427,10 +467,61 @@ class Engine:
             c.stop_token = ev.stop_token
             finish_completion(c, "length" if ev.reason == "length" else "stop")
             self._touched.append(ev.request_id)
+        if self.spec.enabled:
+            self._propose_drafts(so)
         self._stats["time_detokenize"] += time.perf_counter() - t3
         self._stats["steps"] += 1
         self._collect_outputs(outputs)
         return outputs
+
+    def _record_verification(
+        self, key: int, child: int, draft: list[int], sampled: list[int], appended: int
+    ) -> None:
+        r = self._requests.get(key)
+        if r is None:
+            return
+        accepted = 0
+        while accepted < min(appended, len(draft)) and sampled[accepted] == draft[accepted]:
+            accepted += 1
+        r.children[child].spec.record(len(draft), accepted, self.spec.num_speculative_tokens)
+        r.num_draft_tokens += len(draft)
+        r.num_accepted_tokens += accepted
+        st = self._spec_stats
+        st.num_drafts += 1
+        st.num_draft_tokens += len(draft)
+        st.num_accepted_tokens += accepted
+        for j in range(accepted):
+            st.accepted_per_pos[j] += 1
+
+    def _propose_drafts(self, so: Any) -> None:
+        """The drafts of this step's decoding children, for the next step."""
+        sc = self.spec
+        for si, (rid, child0, _nc, _nt, num_samples) in enumerate(so.seqs):
+            if num_samples == 0:
+                continue
+            r = self._requests.get(rid)
+            if r is None or r.params.constraint >= 0:
+                continue  # constrained requests do not speculate
+            n_children = num_samples if num_samples > 1 and so.num_draft[si] == 0 else 1
+            for k in range(n_children):
+                child = k if n_children > 1 else child0
+                c = r.children[child]
+                if c.finished:
+                    continue
+                n_out = len(c.output_tokens)
+                n_tokens = len(r.prompt) + n_out
+                limit = min(
+                    c.spec.next(sc.num_speculative_tokens),
+                    r.params.max_tokens - n_out - 1,
+                    self.config.max_model_len - n_tokens - 1,
+                )
+                if limit <= 0:
+                    continue
+                draft = ngram_propose(
+                    self.scheduler.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max, limit
+                )
+                if draft:
+                    self.scheduler.set_draft(r.key, child, draft)
 
     def _constraint_masks(self, so: Any) -> tuple[dict[int, np.ndarray | None], dict[int, str]]:
         """Masks (None where the matcher failed) and errors of the constrained sampling rows, by row."""
@@ -500,7 +591,8 @@ class Engine:
         out = EngineOutput(
             request_id=r.id, num_prompt_tokens=len(r.prompt), num_cached_tokens=r.num_cached_tokens,
             arrival_time=r.arrival_time, first_scheduled_time=r.first_scheduled_time,
-            first_token_time=r.first_token_time,
+            first_token_time=r.first_token_time, num_draft_tokens=r.num_draft_tokens,
+            num_accepted_tokens=r.num_accepted_tokens,
         )  # fmt: skip
         if r.params.prompt_logprobs >= 0 and not r.prompt_logprobs_sent and r.prompt_lp_next >= len(r.prompt):
             out.has_prompt_logprobs = True
@@ -551,4 +643,8 @@ class Engine:
             "num_blocks": self.config.num_blocks,
             **self._stats,
             "constraint_calls": self._constraints.calls,
+            "spec_num_drafts": self._spec_stats.num_drafts,
+            "spec_num_draft_tokens": self._spec_stats.num_draft_tokens,
+            "spec_num_accepted_tokens": self._spec_stats.num_accepted_tokens,
+            "spec_accepted_per_pos": list(self._spec_stats.accepted_per_pos),
         }

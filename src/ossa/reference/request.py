@@ -58,6 +58,8 @@ class Sequence:
     num_prompt_tokens: int = 0
     num_computed: int = 0
     num_output: int = 0
+    # Speculative decoding: tokens proposed to follow ``tokens``, verified at the next decoding step.
+    draft: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -10,6 +10,12 @@ it re-enters the waiting list ahead of everything ordered after it. Preemption i
 Step protocol: ``out = schedule()``; the runner copies ``out.block_copies``, runs the forward over
 the batch and samples one token per ``out.logits_rows`` entry; ``update(tokens)``. A sequence that
 forks this step owns n equal consecutive logits rows, one per child.
+
+Speculative decoding: a decoding sequence with a draft d1..dk (``set_draft``) is scheduled as the
+k + 1 positions [last token, d1..dk] with a logits row at each (k shrunk to the budget and
+max_model_len, and to 0 when its blocks would not fit without preempting); ``update`` appends row i's
+token, checks the stop conditions, and goes on only while it equals d(i+1). ``num_computed`` advances
+over the positions whose input token was right, so rejected drafts never reach the prefix cache.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class SchedulerOutput:
     finished_requests: list[int] = field(default_factory=list)
     # (seq slot, generation) per sequence, for update()
     scheduled: list[tuple[int, int]] = field(default_factory=list)
+    num_draft: list[int] = field(default_factory=list)  # draft tokens each sequence verifies
+    num_appended: list[int] = field(default_factory=list)  # set by update() for verifying ones
 
     @property
     def num_tokens(self) -> int:
@@ -154,6 +162,7 @@ class Scheduler:
         s.num_prompt_tokens = 0
         s.num_computed = 0
         s.num_output = 0
+        s.draft = []
         return sid
 
     def add_request(self, r: Request) -> None:
@@ -211,6 +220,7 @@ class Scheduler:
         s = self._seqs[sid]
         self.kv.free(sid)
         s.num_computed = 0
+        s.draft = []
         s.status = SeqStatus.WAITING
         self._insert_sorted(self._waiting, sid)
         self._out.preempted.append((self._req(s.request).params.id, s.child))
@@ -270,15 +280,23 @@ class Scheduler:
             self._retire_request(rid)
         return True
 
+    def set_draft(self, request_id: int, child: int, draft: SequenceABC[int]) -> bool:
+        """The tokens proposed to follow a live child's tokens, verified at its next decoding step."""
+        sid = self._find_seq(request_id, child)
+        if sid < 0:
+            return False
+        self._seqs[sid].draft = list(draft)
+        return True
+
     # -- the step -----------------------------------------------------------------------------------
 
-    def _emit(self, out: SchedulerOutput, sid: int, num_new: int) -> None:
+    def _emit(self, out: SchedulerOutput, sid: int, num_new: int, num_draft: int = 0) -> None:
         s = self._seqs[sid]
         bs = self.config.block_size
         table = self.kv.table_view(sid)
         start = s.num_computed
         for pos in range(start, start + num_new):
-            out.token_ids.append(s.tokens[pos])
+            out.token_ids.append(s.tokens[pos] if pos < s.num_tokens else s.draft[pos - s.num_tokens])
             out.positions.append(pos)
             out.slot_mapping.append(table[pos // bs] * bs + pos % bs)
         out.seq_start.append(len(out.token_ids))
@@ -287,11 +305,18 @@ class Scheduler:
         out.block_table_start.append(len(out.block_tables))
         r = self._req(s.request)
         samples = 0
-        if start + num_new == s.num_tokens:
-            samples = r.params.n if s.pending_fork else 1
-        out.logits_rows.extend([len(out.token_ids) - 1] * samples)
+        if num_draft > 0:
+            samples = num_draft + 1
+            out.logits_rows.extend(range(len(out.token_ids) - 1 - num_draft, len(out.token_ids)))
+        else:
+            if start + num_new == s.num_tokens:
+                samples = r.params.n if s.pending_fork else 1
+            out.logits_rows.extend([len(out.token_ids) - 1] * samples)
         out.seqs.append((r.params.id, s.child, start, num_new, samples))
         out.scheduled.append((sid, s.generation))
+        out.num_draft.append(num_draft)
+        out.num_appended.append(0)
+        s.draft = []  # used or stale
 
     def schedule(self) -> SchedulerOutput:
         """Decides this step's batch."""
@@ -309,6 +334,16 @@ class Scheduler:
             s = self._seqs[sid]
             num_new = min(s.num_tokens - s.num_computed, budget)
             assert num_new > 0
+            if s.draft and s.num_computed + 1 == s.num_tokens:
+                num_draft = min(len(s.draft), budget - 1, c.max_model_len - s.num_tokens)
+                if num_draft > 0:
+                    ok, copies = self.kv.allocate_slots(sid, s.num_computed, 1 + num_draft, (), False)
+                    if ok:
+                        out.block_copies.extend(copies)
+                        self._emit(out, sid, 1 + num_draft, num_draft)
+                        budget -= 1 + num_draft
+                        i += 1
+                        continue
             while True:
                 ok, copies = self.kv.allocate_slots(sid, s.num_computed, num_new, (), False)
                 if ok:
@@ -371,7 +406,7 @@ class Scheduler:
         forked: list[int] = []
         retired: list[int] = []
         row = 0
-        for seq_info, (sid, generation) in zip(out.seqs, out.scheduled, strict=True):
+        for si, (seq_info, (sid, generation)) in enumerate(zip(out.seqs, out.scheduled, strict=True)):
             num_tokens, num_samples = seq_info[3], seq_info[4]
             first_row = row
             row += num_samples
@@ -380,6 +415,30 @@ class Scheduler:
                 continue  # aborted or finished between schedule() and update()
             rid = s.request
             r = self._req(rid)
+            num_draft = out.num_draft[si]
+            if num_draft > 0:
+                # Verification: the run plain decoding would have appended one step at a time.
+                start = out.seq_start[si] + 1
+                draft = out.token_ids[start : start + num_draft]
+                reason, token, appended = "", -1, 0
+                for j in range(num_draft + 1):
+                    token = sampled_tokens[first_row + j]
+                    s.tokens.append(token)
+                    s.num_output += 1
+                    appended += 1
+                    reason = self._check_stop(s, r.params, token)
+                    if reason or (j < num_draft and token != draft[j]):
+                        break
+                out.num_appended[si] = appended
+                s.num_computed += appended
+                self.kv.cache_full_blocks(sid, s.tokens, s.num_computed, r.params.cache_salt)
+                if reason:
+                    done = self._retire(sid)
+                    if done:
+                        self._retire_request(rid)
+                    retired.append(sid)
+                    events.append(FinishEvent(r.params.id, s.child, reason, token if reason == "stop" else -1, done))
+                continue
             s.num_computed += num_tokens
             self.kv.cache_full_blocks(sid, s.tokens, s.num_computed, r.params.cache_salt)
             if num_samples == 0:

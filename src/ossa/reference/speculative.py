@@ -1,0 +1,100 @@
+"""Python twin of ``csrc/engine/speculative``: speculative decoding that never changes a token.
+
+A decoding child proposes up to k draft tokens; the scheduler runs [last token, d1..dk] as one chunk
+with a logits row at each position, and row i is sampled exactly as plain decoding samples output
+index ``num_output + i`` (the outputs plus d1..di for the penalties, the draw of that step). d(i+1) is
+accepted only if it equals row i's draw, so every appended token is the one plain decoding appends.
+
+Proposer: n-gram prompt lookup (the longest suffix of n in [prompt_lookup_min, prompt_lookup_max]
+tokens that occurred earlier; the draft is what followed its most recent earlier occurrence).
+``SpecControl``: how many drafts, from the child's own acceptance history (see the C++ header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+METHODS = ("none", "ngram")
+
+
+@dataclass
+class SpeculativeConfig:
+    method: str = "none"
+    num_speculative_tokens: int = 0
+    prompt_lookup_min: int = 5
+    prompt_lookup_max: int = 5
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none" and self.num_speculative_tokens > 0
+
+
+def validate(c: SpeculativeConfig) -> None:
+    """ValueError naming the field, as the C++ engine's InputError."""
+    if c.method not in METHODS:
+        raise ValueError(f"speculative_config method must be 'ngram', got '{c.method}'")
+    if c.method == "none":
+        return
+    if not 1 <= c.num_speculative_tokens <= 64:
+        raise ValueError(
+            f"speculative_config num_speculative_tokens must be in [1, 64], got {c.num_speculative_tokens}"
+        )
+    if c.prompt_lookup_min < 1:
+        raise ValueError(f"speculative_config prompt_lookup_min must be >= 1, got {c.prompt_lookup_min}")
+    if c.prompt_lookup_max < c.prompt_lookup_min:
+        raise ValueError(
+            f"speculative_config prompt_lookup_max must be >= prompt_lookup_min ({c.prompt_lookup_min}), "
+            f"got {c.prompt_lookup_max}"
+        )
+
+
+def ngram_propose(tokens: Sequence[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """Up to k tokens that followed the most recent earlier occurrence of the longest suffix of
+    ``tokens`` of n in [min_n, max_n] tokens; [] when none matches."""
+    length = len(tokens)
+    if k < 1:
+        return []
+    toks = list(tokens)
+    for n in range(min(max_n, length - 1), min_n - 1, -1):
+        suffix = toks[length - n :]
+        for i in range(length - n - 1, -1, -1):
+            if toks[i : i + n] == suffix:
+                return toks[i + n : min(i + n + k, length)]
+    return []
+
+
+@dataclass
+class SpecControl:
+    """One child's speculation length."""
+
+    k: int = -1  # drafts to propose next; -1: not started
+    misses: int = 0  # verifications in a row that accepted nothing
+    pause: int = 0  # the child's steps left without speculation
+
+    def next(self, k_max: int) -> int:
+        if self.k < 0:
+            self.k = k_max
+        if self.pause > 0:
+            self.pause -= 1
+            return 0
+        return self.k
+
+    def record(self, drafted: int, accepted: int, k_max: int) -> None:
+        if accepted > 0:
+            self.misses = 0
+            self.k = min(k_max, max(self.k, drafted) + 1 if accepted == drafted else accepted + 1)
+            return
+        self.misses += 1
+        self.k = max(1, self.k // 2)
+        if self.misses >= 2:
+            self.pause = 1 << min(self.misses, 6)
+            self.k = 1
+
+
+@dataclass
+class SpecStats:
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
