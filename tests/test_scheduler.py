@@ -38,6 +38,7 @@ OUTPUT_FIELDS = (
     "block_tables",
     "logits_rows",
     "seqs",
+    "num_draft",
     "block_copies",
     "preempted",
     "finished_requests",
@@ -101,7 +102,13 @@ class KVModel:
             self.slots[slot] = (tok, pos)
 
 
-def check_batch(out: Any, config: dict, expected: dict[tuple[int, int], list[int]], kv: KVModel) -> None:
+def check_batch(
+    out: Any,
+    config: dict,
+    expected: dict[tuple[int, int], list[int]],
+    kv: KVModel,
+    drafts: dict[tuple[int, int], list[int]] | None = None,
+) -> None:
     bs = config["block_size"]
     n_seqs = len(out.seqs)
     assert len(out.seq_start) == n_seqs + 1 and len(out.context_len) == n_seqs
@@ -117,8 +124,13 @@ def check_batch(out: Any, config: dict, expected: dict[tuple[int, int], list[int
         table = out.block_tables[out.block_table_start[i] : out.block_table_start[i + 1]]
         assert len(table) == -(-out.context_len[i] // bs)
         tokens = expected[(rid, child)]
+        nd = out.num_draft[i]
+        if nd:  # verifying a draft: the last token then d1..d_nd, a logits row at each
+            assert drafts is not None and num_computed + 1 == len(tokens) and num_tokens == nd + 1 == num_samples
+            tokens = tokens + drafts[(rid, child)][:nd]
+            rows += list(range(a, b))
         assert list(out.token_ids[a:b]) == tokens[num_computed : num_computed + num_tokens]
-        if num_samples:
+        if num_samples and not nd:
             assert num_computed + num_tokens == len(tokens)
             rows += [b - 1] * num_samples
         # Every position this sequence attends to holds its own token (prefix hits, forks, copies).
@@ -182,7 +194,7 @@ def random_request(rng: random.Random, rid: int, config: dict, prefixes: list[li
     )
 
 
-def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
+def run_trace(seed: int, config: dict | None = None, speculate: bool = False) -> dict[str, int]:
     rng = random.Random(seed)
     config = config or random_config(rng)
     max_arrivals = rng.randint(1, 30)
@@ -194,7 +206,8 @@ def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
     n_of: dict[int, int] = {}
     next_id = 0
     arrivals = 0
-    facts = {"steps": 0, "preempted": 0, "copies": 0, "hits": 0, "finished": 0}
+    facts = {"steps": 0, "preempted": 0, "copies": 0, "hits": 0, "finished": 0, "verified": 0, "accepted": 0}
+    drafts: dict[tuple[int, int], list[int]] = {}  # speculate: the draft each live child was given
 
     def random_cancel() -> None:
         if not n_of or rng.random() > 0.06:
@@ -232,9 +245,22 @@ def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
         facts["preempted"] += len(d["preempted"])
         facts["copies"] += len(d["block_copies"])
         kv.apply(out_c)
-        check_batch(out_c, config, expected, kv)
+        check_batch(out_c, config, expected, kv, drafts)
+        for rid, child, *_ in d["seqs"]:
+            drafts.pop((rid, child), None)  # a scheduled child's draft is used or dropped
+        for key in [k for k in drafts if (k[0], k[1]) in set(out_c.preempted)]:
+            del drafts[key]
         random_cancel()  # abort / finish between schedule() and update()
         sampled = [EOS if rng.random() < 0.1 else rng.randrange(2, VOCAB) for _ in d["logits_rows"]]
+        row = 0
+        for i, (rid, child, _, _, num_samples) in enumerate(d["seqs"]):
+            nd = d["num_draft"][i]
+            if nd:  # rows that mostly draw the draft, so that runs get accepted
+                draft = out_c.token_ids[out_c.seq_start[i] + 1 : out_c.seq_start[i] + 1 + nd]
+                for j in range(nd):
+                    if rng.random() < 0.75:
+                        sampled[row + j] = draft[j]
+            row += num_samples
         if d["seqs"]:
             events = cpp.update(sampled)
             assert [tuple(e) for e in events] == [tuple(e) for e in twin.update(sampled)]
@@ -242,7 +268,16 @@ def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
             assert not sampled
             events = []
         row = 0
-        for rid, child, _, _, num_samples in d["seqs"]:
+        appended = list(out_c.num_appended) if d["seqs"] else []
+        assert appended == (list(out_t.num_appended) if d["seqs"] else [])
+        for i, (rid, child, _, _, num_samples) in enumerate(d["seqs"]):
+            if d["num_draft"][i]:
+                facts["verified"] += 1
+                facts["accepted"] += max(0, appended[i] - 1)
+                if (rid, child) in expected:
+                    expected[(rid, child)].extend(sampled[row : row + appended[i]])
+                row += num_samples
+                continue
             if (rid, child) in expected:
                 base = expected[(rid, child)]
                 for k in range(num_samples):
@@ -259,6 +294,12 @@ def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
             facts["finished"] += 1
         for key, tokens in expected.items():
             assert cpp.tokens(*key) == tokens == twin.tokens(*key)
+        if speculate:
+            for key in sorted(expected):
+                if rng.random() < 0.5:
+                    draft = [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 5))]
+                    assert cpp.set_draft(*key, draft) and twin.set_draft(*key, draft)
+                    drafts[key] = draft
         assert cpp.running() == twin.running() and cpp.waiting() == twin.waiting()
         assert cpp.ref_counts() == twin.ref_counts()
         assert cpp.free_queue() == twin.free_queue()
@@ -280,6 +321,23 @@ def run_trace(seed: int, config: dict | None = None) -> dict[str, int]:
 @given(st.integers(0, 2**32 - 1))
 def test_random_traces_cpp_equals_twin(seed: int) -> None:
     run_trace(seed)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_random_speculative_traces_cpp_equals_twin(seed: int) -> None:
+    """Drafts on random children, rows that mostly draw them: the same batches, accepted runs, stop
+    events, block tables and prefix cache on both sides, and every attended slot holds its token."""
+    run_trace(seed, speculate=True)
+
+
+def test_speculative_traces_verify_and_accept() -> None:
+    totals = {"verified": 0, "accepted": 0, "preempted": 0, "hits": 0}
+    for seed in range(30):
+        facts = run_trace(seed, speculate=True)
+        for k in totals:
+            totals[k] += facts[k]
+    assert all(v > 0 for v in totals.values()), totals
 
 
 def test_traces_exercise_preemption_forks_and_hits() -> None:

@@ -143,6 +143,16 @@ void KVCacheManager::free(int32_t seq) {
   s.num_cached = 0;
 }
 
+void KVCacheManager::trim(int32_t seq, int32_t num_tokens) {
+  SeqBlocks& s = seq_blocks(seq);
+  const size_t keep = static_cast<size_t>((num_tokens + pool_.block_size - 1) / pool_.block_size);
+  OSSA_ASSERT(keep >= static_cast<size_t>(s.num_cached));
+  while (s.table.size() > keep) {
+    pool_.release(s.table.back());
+    s.table.pop_back();
+  }
+}
+
 void KVCacheManager::fork(int32_t parent, int32_t child) {
   seq_blocks(child);  // may grow seqs_; take references only afterwards
   seq_blocks(parent);

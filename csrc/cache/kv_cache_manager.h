@@ -60,6 +60,10 @@ class KVCacheManager {
   // Releases the blocks of `seq`, last block first so chain ends are evicted before their parents.
   void free(int32_t seq);
 
+  // Releases the blocks of `seq` past its first num_tokens positions, last first (the slots of
+  // rejected draft tokens); they hold no hash, being past every verified position.
+  void trim(int32_t seq, int32_t num_tokens);
+
   // `child` shares all of `parent`'s blocks (and their hashes); `child` must hold none.
   void fork(int32_t parent, int32_t child);
 

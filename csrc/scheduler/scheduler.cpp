@@ -344,6 +344,7 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
       ss.num_appended = appended;
       s.num_computed += appended;  // the last token and the accepted drafts
       kv_.cache_full_blocks(sid, s.tokens, s.num_computed, params.cache_salt);
+      kv_.trim(sid, s.num_computed);  // blocks that held only rejected drafts
       if (reason != FinishReason::None) {
         FinishEvent ev{params.id, s.child, reason, reason == FinishReason::Stop ? token : -1, false};
         ev.request_done = retire(sid);

@@ -185,6 +185,14 @@ class KVCacheManager:
         s.hashes.clear()
         s.num_cached = 0
 
+    def trim(self, seq: int, num_tokens: int) -> None:
+        """Releases the blocks past the first ``num_tokens`` positions, last first (the slots of
+        rejected draft tokens)."""
+        s = self._seq(seq)
+        keep = -(-num_tokens // self._pool.block_size)
+        while len(s.table) > keep:
+            self._pool.release(s.table.pop())
+
     def fork(self, parent: int, child: int) -> None:
         """``child`` shares all of ``parent``'s blocks and hashes."""
         p = self._seq(parent)

@@ -432,6 +432,7 @@ class Scheduler:
                 out.num_appended[si] = appended
                 s.num_computed += appended
                 self.kv.cache_full_blocks(sid, s.tokens, s.num_computed, r.params.cache_salt)
+                self.kv.trim(sid, s.num_computed)  # blocks that held only rejected drafts
                 if reason:
                     done = self._retire(sid)
                     if done:
