@@ -126,7 +126,9 @@ def check_batch(
         tokens = expected[(rid, child)]
         nd = out.num_draft[i]
         if nd:  # verifying a draft: the last token then d1..d_nd, a logits row at each
-            assert drafts is not None and num_computed + 1 == len(tokens) and num_tokens == nd + 1 == num_samples
+            assert (
+                drafts is not None and num_computed + 1 == len(tokens) and num_tokens == nd + 1 == num_samples
+            )
             tokens = tokens + drafts[(rid, child)][:nd]
             rows += list(range(a, b))
         assert list(out.token_ids[a:b]) == tokens[num_computed : num_computed + num_tokens]
@@ -253,7 +255,7 @@ def run_trace(seed: int, config: dict | None = None, speculate: bool = False) ->
         random_cancel()  # abort / finish between schedule() and update()
         sampled = [EOS if rng.random() < 0.1 else rng.randrange(2, VOCAB) for _ in d["logits_rows"]]
         row = 0
-        for i, (rid, child, _, _, num_samples) in enumerate(d["seqs"]):
+        for i, (_, _, _, _, num_samples) in enumerate(d["seqs"]):
             nd = d["num_draft"][i]
             if nd:  # rows that mostly draw the draft, so that runs get accepted
                 draft = out_c.token_ids[out_c.seq_start[i] + 1 : out_c.seq_start[i] + 1 + nd]

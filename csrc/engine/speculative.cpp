@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "engine/engine.h"
-
 #include "util/error.h"
 
 namespace ossa {
@@ -26,7 +25,8 @@ void validate_speculative_config(const SpeculativeConfig& c) {
                      std::to_string(c.prompt_lookup_min));
   if (c.prompt_lookup_max < c.prompt_lookup_min)
     throw InputError("speculative_config prompt_lookup_max must be >= prompt_lookup_min (" +
-                     std::to_string(c.prompt_lookup_min) + "), got " + std::to_string(c.prompt_lookup_max));
+                     std::to_string(c.prompt_lookup_min) + "), got " +
+                     std::to_string(c.prompt_lookup_max));
 }
 
 void ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k,
@@ -71,7 +71,8 @@ void SpecControl::record(int32_t drafted, int32_t accepted, int32_t k_max) {
 
 }  // namespace ossa
 
-// -- the engine's side -------------------------------------------------------------------------------
+// -- the engine's side
+// -------------------------------------------------------------------------------
 
 namespace ossa {
 
@@ -97,15 +98,18 @@ void Engine::verify_rows(const SchedulerOutput& so, size_t si, size_t next) {
   }
 }
 
-void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft, const int32_t* sampled) {
+void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft,
+                                 const int32_t* sampled) {
   auto it = requests_.find(s.request_id);
   if (it == requests_.end()) return;
   RequestState& r = *it->second;
   // Drafts accepted: those equal to the draw at their position, up to the first that is not, among
   // the tokens the run appended.
   int32_t accepted = 0;
-  while (accepted < std::min(s.num_appended, s.num_draft) && sampled[accepted] == draft[accepted]) ++accepted;
-  r.children[s.child].spec.record(s.num_draft, accepted, config_.speculative.num_speculative_tokens);
+  while (accepted < std::min(s.num_appended, s.num_draft) && sampled[accepted] == draft[accepted])
+    ++accepted;
+  r.children[s.child].spec.record(s.num_draft, accepted,
+                                  config_.speculative.num_speculative_tokens);
   r.num_draft_tokens += s.num_draft;
   r.num_accepted_tokens += accepted;
   SpecStats& st = stats_.spec;
@@ -131,10 +135,12 @@ void Engine::propose_drafts(const SchedulerOutput& so) {
       const int32_t n_out = static_cast<int32_t>(c.output_tokens.size());
       const int32_t n_tokens = static_cast<int32_t>(r.prompt.size()) + n_out;
       // A run appends at most k + 1 tokens: none past max_tokens or max_model_len.
-      const int32_t limit = std::min({c.spec.next(sc.num_speculative_tokens), r.params.max_tokens - n_out - 1,
-                                      config_.scheduler.max_model_len - n_tokens - 1});
+      const int32_t limit =
+          std::min({c.spec.next(sc.num_speculative_tokens), r.params.max_tokens - n_out - 1,
+                    config_.scheduler.max_model_len - n_tokens - 1});
       if (limit <= 0) continue;
-      ngram_propose(scheduler_.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max, limit, draft_);
+      ngram_propose(scheduler_.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max,
+                    limit, draft_);
       if (!draft_.empty()) scheduler_.set_draft(r.key, child, draft_);
     }
   }

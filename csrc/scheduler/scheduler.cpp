@@ -233,7 +233,8 @@ const SchedulerOutput& Scheduler::schedule() {
       if (start + num_new == s.num_tokens()) samples = s.pending_fork ? r.params.n : 1;
       for (int32_t k = 0; k < samples; ++k) b.logits_rows.push_back(b.n_tokens() - 1);
     }
-    out_.seqs.push_back({r.params.id, s.child, sid, s.generation, start, num_new, samples, num_draft, 0});
+    out_.seqs.push_back(
+        {r.params.id, s.child, sid, s.generation, start, num_new, samples, num_draft, 0});
     budget -= num_new;
     s.draft.clear();  // used or stale
   };
@@ -346,7 +347,8 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
       kv_.cache_full_blocks(sid, s.tokens, s.num_computed, params.cache_salt);
       kv_.trim(sid, s.num_computed);  // blocks that held only rejected drafts
       if (reason != FinishReason::None) {
-        FinishEvent ev{params.id, s.child, reason, reason == FinishReason::Stop ? token : -1, false};
+        FinishEvent ev{params.id, s.child, reason, reason == FinishReason::Stop ? token : -1,
+                       false};
         ev.request_done = retire(sid);
         if (ev.request_done) retire_request(rid);
         retired.push_back(sid);

@@ -555,6 +555,16 @@ class SchedulerOutput:
         """
 
     @property
+    def num_draft(self) -> list[int]:
+        """Draft tokens each sequence verifies this step (speculative decoding)."""
+
+    @property
+    def num_appended(self) -> list[int]:
+        """
+        After update(): tokens each verifying sequence appended (its accepted run).
+        """
+
+    @property
     def block_copies(self) -> list[tuple[int, int]]: ...
 
     @property
@@ -592,6 +602,8 @@ class Scheduler:
     def abort(self, request_id: int) -> bool: ...
 
     def finish(self, request_id: int, child: int) -> bool: ...
+
+    def set_draft(self, request_id: int, child: int, draft: Sequence[int]) -> bool: ...
 
     def schedule(self) -> SchedulerOutput: ...
 
@@ -682,6 +694,31 @@ class EngineConfig:
 
     @kv_cache_dtype.setter
     def kv_cache_dtype(self, arg: str, /) -> None: ...
+
+    @property
+    def spec_method(self) -> str:
+        """Speculative decoding: 'none' or 'ngram'."""
+
+    @spec_method.setter
+    def spec_method(self, arg: str, /) -> None: ...
+
+    @property
+    def num_speculative_tokens(self) -> int: ...
+
+    @num_speculative_tokens.setter
+    def num_speculative_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def prompt_lookup_min(self) -> int: ...
+
+    @prompt_lookup_min.setter
+    def prompt_lookup_min(self, arg: int, /) -> None: ...
+
+    @property
+    def prompt_lookup_max(self) -> int: ...
+
+    @prompt_lookup_max.setter
+    def prompt_lookup_max(self, arg: int, /) -> None: ...
 
 class GenerationParams:
     def __init__(self) -> None: ...
@@ -814,6 +851,12 @@ class EngineOutput:
 
     @property
     def error(self) -> str: ...
+
+    @property
+    def num_draft_tokens(self) -> int: ...
+
+    @property
+    def num_accepted_tokens(self) -> int: ...
 
 class Engine:
     """

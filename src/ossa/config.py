@@ -343,18 +343,21 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
         raise ValueError(f"speculative_config method must be 'ngram', got {method!r}")
     k = value.get("num_speculative_tokens")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
-        raise ValueError(f"speculative_config num_speculative_tokens must be an integer in [1, 64], got {k!r}")
-    lo, hi = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
-    if lo is None and hi is None:
-        lo = hi = 5
-    lo = hi if lo is None else lo
-    hi = lo if hi is None else hi
-    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(
+            f"speculative_config num_speculative_tokens must be an integer in [1, 64], got {k!r}"
+        )
+    given = {name: value.get(name) for name in ("prompt_lookup_min", "prompt_lookup_max")}
+    for name, v in given.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"speculative_config {name} must be an integer >= 1, got {v!r}")
+    lo_given, hi_given = given["prompt_lookup_min"], given["prompt_lookup_max"]
+    lo: int = lo_given if lo_given is not None else hi_given if hi_given is not None else 5
+    hi: int = hi_given if hi_given is not None else lo
     if hi < lo:
         raise ValueError(f"speculative_config prompt_lookup_max ({hi}) must be >= prompt_lookup_min ({lo})")
-    return SpeculativeConfig(method="ngram", num_speculative_tokens=k, prompt_lookup_min=lo, prompt_lookup_max=hi)
+    return SpeculativeConfig(
+        method="ngram", num_speculative_tokens=k, prompt_lookup_min=lo, prompt_lookup_max=hi
+    )
 
 
 def server_defaults(engine_kwargs: dict[str, Any]) -> dict[str, Any]:

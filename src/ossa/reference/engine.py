@@ -36,7 +36,7 @@ from .output_processor import (
 from .request import Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
-from .speculative import SpecControl, SpeculativeConfig, SpecStats, ngram_propose
+from .speculative import SpecControl, SpecStats, SpeculativeConfig, ngram_propose
 from .speculative import validate as validate_speculative
 from .tokenizer import Detokenizer, Tokenizer
 
@@ -179,10 +179,15 @@ class Engine:
         self._next_key = 1
         self._constraints = ConstraintStage()
         self.spec = SpeculativeConfig(
-            config.spec_method, config.num_speculative_tokens, config.prompt_lookup_min, config.prompt_lookup_max
+            config.spec_method,
+            config.num_speculative_tokens,
+            config.prompt_lookup_min,
+            config.prompt_lookup_max,
         )
         validate_speculative(self.spec)
-        self._spec_stats = SpecStats(accepted_per_pos=[0] * (config.num_speculative_tokens if self.spec.enabled else 0))
+        self._spec_stats = SpecStats(
+            accepted_per_pos=[0] * (config.num_speculative_tokens if self.spec.enabled else 0)
+        )
         self._stats = {
             "prompt_tokens": 0, "generation_tokens": 0, "steps": 0, "requests_finished": 0,
             "time_forward": 0.0, "time_sample": 0.0, "time_schedule": 0.0, "time_detokenize": 0.0,
@@ -385,7 +390,9 @@ class Engine:
                 n_out = len(c.output_tokens)
                 for k in range(num_samples):
                     row_inputs.append(
-                        ref_sampler.RowInput(r.params.sampling, r.prompt, verify[: n_out + k], r.seed, child0, n_out + k)
+                        ref_sampler.RowInput(
+                            r.params.sampling, r.prompt, verify[: n_out + k], r.seed, child0, n_out + k
+                        )
                     )
                     row_child.append((rid, child0))
                 continue
@@ -430,7 +437,7 @@ class Engine:
         events = self.scheduler.update(sampled)
         self._stats["generation_tokens"] += len(sampled)
         tok_time = time.time()
-        used = []  # per row: whether it is part of its sequence's run
+        used: list[bool] = []  # per row: whether it is part of its sequence's run
         for si, seq in enumerate(so.seqs):
             nd = so.num_draft[si]
             n_used = so.num_appended[si] if nd > 0 else seq[4]
@@ -438,7 +445,9 @@ class Engine:
             if nd > 0:
                 first = len(used) - seq[4]
                 start = so.seq_start[si] + 1
-                self._record_verification(seq[0], seq[1], so.token_ids[start : start + nd], sampled[first:], so.num_appended[si])
+                self._record_verification(
+                    seq[0], seq[1], so.token_ids[start : start + nd], sampled[first:], so.num_appended[si]
+                )
         self._stats["generation_tokens"] -= used.count(False)
         for i, (key, child) in enumerate(row_child):
             if not used[i]:

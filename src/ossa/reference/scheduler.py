@@ -438,7 +438,9 @@ class Scheduler:
                     if done:
                         self._retire_request(rid)
                     retired.append(sid)
-                    events.append(FinishEvent(r.params.id, s.child, reason, token if reason == "stop" else -1, done))
+                    events.append(
+                        FinishEvent(r.params.id, s.child, reason, token if reason == "stop" else -1, done)
+                    )
                 continue
             s.num_computed += num_tokens
             self.kv.cache_full_blocks(sid, s.tokens, s.num_computed, r.params.cache_salt)

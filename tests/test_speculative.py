@@ -1,0 +1,305 @@
+"""Speculative decoding (n-gram prompt lookup) changes no token: with and without it, every request's
+tokens, text, logprobs, finish reason and stop reason are bitwise identical, greedy and seeded, alone and
+among 32 others, with chunked prefill, forced preemption and prefix caching, and with EOS, stop ids,
+stop strings, max_tokens and min_tokens falling inside an accepted run. Each test also checks that
+drafts were accepted: one that never accepts a draft would prove nothing. The twin (backend="python")
+follows the C++ engine step by step with speculation on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ossa import LLM, SamplingParams
+from ossa.config import EngineArgs
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+KV = 64 << 20
+
+# Prompts whose answers reuse spans of the prompt (code edits, copies, lists), and one free prompt.
+COPY = [
+    "Rewrite the following code with better names.\n\n"
+    "def f(a, b):\n    c = a + b\n    d = c * 2\n    return d\n\n"
+    "def g(x):\n    y = f(x, x)\n    return y\n\nRewritten code:\n\ndef f(a, b):\n",
+    "Copy the list exactly.\nList: apples, bananas, cherries, dates, elderberries, figs, grapes, honeydew.\n"
+    "Copy: apples, bananas,",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick",
+    "Question: what did the report say?\nReport: Sales rose by ten percent in the first quarter, driven by "
+    "strong demand in Europe and Asia, while costs stayed flat.\nAnswer: The report said that sales rose by",
+]
+FREE = ["Once upon a time, in a small village by the sea,"]
+
+
+def signature(out: Any) -> tuple:
+    comps = []
+    for c in out.outputs:
+        lps = (
+            None
+            if c.logprobs is None
+            else [[(t, lp.logprob, lp.rank) for t, lp in d.items()] for d in c.logprobs]
+        )
+        comps.append(
+            (
+                c.index,
+                tuple(c.token_ids),
+                c.text,
+                str(lps),
+                c.cumulative_logprob,
+                c.finish_reason,
+                c.stop_reason,
+            )
+        )
+    return (out.prompt, tuple(comps))
+
+
+def accepted(llm: LLM) -> int:
+    return int(llm.stats()["spec_num_accepted_tokens"])
+
+
+@pytest.fixture(scope="module")
+def plain(default_model_path: str) -> LLM:
+    return LLM(default_model_path, kv_cache_memory_bytes=KV)
+
+
+@pytest.fixture(scope="module")
+def spec(default_model_path: str) -> LLM:
+    return LLM(default_model_path, kv_cache_memory_bytes=KV, speculative_config=NGRAM)
+
+
+def same(a: LLM, b: LLM, prompts: list[str], sps: list[SamplingParams]) -> list[Any]:
+    """Generates on both; asserts equal signatures; returns b's outputs."""
+    x = a.generate(prompts, sps, use_tqdm=False)
+    y = b.generate(prompts, sps, use_tqdm=False)
+    for ox, oy in zip(x, y, strict=True):
+        assert signature(ox) == signature(oy)
+    return y
+
+
+def test_speculative_config_is_validated() -> None:
+    bad = [
+        ({"method": "ngram"}, "num_speculative_tokens"),
+        ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"method": "eagle", "num_speculative_tokens": 2}, "method"),
+        ({"num_speculative_tokens": 2}, "method"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 0}, "prompt_lookup_min"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2},
+         "prompt_lookup_max"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1}, "lookahead"),
+        ({"model": "/no/such/draft", "num_speculative_tokens": 2}, "model"),
+        ("{not json", "JSON"),
+        ([1, 2], "dict"),
+    ]  # fmt: skip
+    for value, field in bad:
+        with pytest.raises(ValueError, match=field):
+            EngineArgs.from_kwargs(None, {"speculative_config": value})
+    args = EngineArgs.from_kwargs(
+        None, {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 3}'}
+    )
+    from ossa.config import speculative_config_of
+
+    c = speculative_config_of(args.speculative_config)
+    assert (c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max) == (
+        3,
+        5,
+        5,
+    )  # vLLM's defaults
+    c = speculative_config_of({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})
+    assert (c.prompt_lookup_min, c.prompt_lookup_max) == (3, 3)
+
+
+def test_greedy_and_seeded_alone(plain: LLM, spec: LLM) -> None:
+    sps = [
+        SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True, logprobs=2),
+        SamplingParams(temperature=0.8, top_p=0.95, seed=7, max_tokens=48, ignore_eos=True, logprobs=1),
+        SamplingParams(temperature=1.0, top_k=40, seed=11, max_tokens=40, ignore_eos=True),
+    ]
+    before = accepted(spec)
+    for prompt in COPY + FREE:
+        for sp in sps:
+            same(plain, spec, [prompt], [sp])
+    assert accepted(spec) - before > 50
+
+
+def crowd() -> tuple[list[str], list[SamplingParams]]:
+    """32 requests: greedy and seeded, penalties, min_tokens with EOS, stop ids, stop strings, n > 1."""
+    prompts, sps = [], []
+    for i in range(32):
+        prompts.append((COPY + FREE)[i % 5] + ("" if i < 5 else f" ({i})"))
+        kind = i % 8
+        if kind == 0:
+            sp = SamplingParams(temperature=0.0, max_tokens=40, logprobs=1)
+        elif kind == 1:
+            sp = SamplingParams(temperature=0.7, seed=i, max_tokens=36, ignore_eos=True)
+        elif kind == 2:
+            sp = SamplingParams(temperature=0.0, max_tokens=32, repetition_penalty=1.2, frequency_penalty=0.3)
+        elif kind == 3:
+            sp = SamplingParams(temperature=0.9, seed=i, max_tokens=30, presence_penalty=0.5, min_tokens=12)
+        elif kind == 4:
+            sp = SamplingParams(temperature=0.0, max_tokens=40, stop=[" grapes", "return y"], logprobs=2)
+        elif kind == 5:
+            sp = SamplingParams(temperature=0.8, seed=i, max_tokens=28, n=2, logprobs=1)
+        elif kind == 6:
+            sp = SamplingParams(temperature=0.0, max_tokens=3 + i, stop_token_ids=[198], min_tokens=2)
+        else:
+            sp = SamplingParams(temperature=1.0, top_p=0.9, seed=i, max_tokens=25 + i % 7, ignore_eos=True)
+        sps.append(sp)
+    return prompts, sps
+
+
+def test_among_32_requests(plain: LLM, spec: LLM) -> None:
+    before = accepted(spec)
+    same(plain, spec, *crowd())
+    assert accepted(spec) - before > 50
+
+
+def test_chunked_prefill(plain: LLM, default_model_path: str) -> None:
+    small = LLM(
+        default_model_path, kv_cache_memory_bytes=KV, max_num_batched_tokens=16, speculative_config=NGRAM
+    )
+    prompts, sps = crowd()
+    same(plain, small, prompts[:12], sps[:12])
+    assert accepted(small) > 20
+
+
+def test_forced_preemption(plain: LLM, default_model_path: str) -> None:
+    # 23040 bytes a token (30 layers, 3 KV heads of 64, float16 K and V): 40 blocks of 16 tokens.
+    tiny = LLM(
+        default_model_path,
+        kv_cache_memory_bytes=40 * 16 * 23040,
+        max_model_len=256,
+        speculative_config=NGRAM,
+    )
+    prompts, sps = crowd()
+    same(plain, tiny, prompts[:16], sps[:16])
+    st = tiny.stats()
+    assert st["num_preemptions"] > 0 and st["spec_num_accepted_tokens"] > 20
+
+
+def test_prefix_caching_over_speculated_blocks(plain: LLM, spec: LLM) -> None:
+    # A second request whose prompt is the first one's prompt and output hits blocks whose K/V was
+    # written by verification steps.
+    sp = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    first = same(plain, spec, [COPY[0]], [sp])[0]
+    hits = spec.stats()["prefix_hits"]
+    follow = COPY[0] + first.outputs[0].text + "\n# again\n"
+    second = same(plain, spec, [follow], [sp])[0]
+    assert spec.stats()["prefix_hits"] - hits >= 64 and second.num_cached_tokens >= 64
+
+
+def runs(llm: LLM, prompt: str, sp: SamplingParams) -> list[list[int]]:
+    """The tokens each step appended to the request's (only) completion."""
+    from ossa.input_processor import generation_params
+
+    tok = llm.get_tokenizer()
+    ids = tok.encode(prompt)
+    e = llm.engine
+    e.add_request(
+        "runs",
+        ids,
+        generation_params(
+            sp,
+            prompt_len=len(ids),
+            max_model_len=llm.max_model_len,
+            eos_token_ids=tok.eos_token_ids,
+            vocab_size=llm.model.config.n_vocab,
+            backend=llm.backend,
+        ),
+    )
+    steps = []
+    while e.has_unfinished():
+        for o in e.step():
+            for d in o.completions:
+                if d.token_ids:
+                    steps.append(list(d.token_ids))
+    return steps
+
+
+def test_stops_inside_accepted_runs(plain: LLM, spec: LLM) -> None:
+    """EOS / stop ids, stop strings, max_tokens and min_tokens that fall inside a run of accepted
+    drafts end the request exactly where plain decoding ends it."""
+    prompt = COPY[0]
+    base = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    steps = runs(spec, prompt, base)
+    tokens = [t for s in steps for t in s]
+    # Output positions inside a run: not the first token of their step.
+    inside = []
+    pos = 0
+    for s in steps:
+        inside += list(range(pos + 1, pos + len(s)))
+        pos += len(s)
+    assert len(inside) > 10
+    cut = [p for p in inside if tokens.index(tokens[p]) == p]  # the token's first occurrence
+    assert cut
+    p = cut[len(cut) // 2]
+    tok = spec.get_tokenizer()
+    text_before = tok.decode(tokens[:p])
+    piece = tok.decode(tokens[: p + 1])[len(text_before) :]
+    assert piece.strip()
+    cases = [
+        SamplingParams(temperature=0.0, max_tokens=64, stop_token_ids=[tokens[p]]),  # a stop id in a run
+        SamplingParams(temperature=0.0, max_tokens=64, stop=[piece.strip()]),  # a stop string in a run
+        SamplingParams(temperature=0.0, max_tokens=64, stop=[piece.strip()], include_stop_str_in_output=True),
+        SamplingParams(temperature=0.0, max_tokens=inside[len(inside) // 2], ignore_eos=True),  # max_tokens
+        SamplingParams(temperature=0.0, max_tokens=64, stop_token_ids=[tokens[p]], min_tokens=p + 3),
+        SamplingParams(temperature=0.0, max_tokens=64, logprobs=3, stop_token_ids=[tokens[p]]),
+    ]
+    for sp in cases:
+        out = same(plain, spec, [prompt], [sp])[0]
+        assert len(out.outputs[0].token_ids) < 64
+    # EOS ids take the same per-token check as stop ids (Scheduler::check_stop); test_scheduler's
+    # speculative traces draw EOS inside accepted runs.
+
+
+def test_n_greater_than_one(plain: LLM, spec: LLM) -> None:
+    sps = [SamplingParams(temperature=0.8, seed=3, n=3, max_tokens=40, ignore_eos=True, logprobs=1)]
+    before = accepted(spec)
+    same(plain, spec, [COPY[2]], sps)
+    same(plain, spec, [COPY[1]], [SamplingParams(temperature=0.0, n=2, max_tokens=40)])
+    assert accepted(spec) > before
+
+
+def test_request_metrics_count_drafts(spec: LLM) -> None:
+    st0 = spec.stats()
+    out = spec.generate(
+        [COPY[2]], SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True), use_tqdm=False
+    )[0]
+    st = spec.stats()
+    drafted = st["spec_num_draft_tokens"] - st0["spec_num_draft_tokens"]
+    acc = st["spec_num_accepted_tokens"] - st0["spec_num_accepted_tokens"]
+    assert 0 < acc <= drafted
+    assert sum(st["spec_accepted_per_pos"]) == st["spec_num_accepted_tokens"]
+    # Steps: fewer than tokens, since runs of accepted drafts take one step each.
+    assert st["steps"] - st0["steps"] < len(out.outputs[0].token_ids)
+
+
+def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:
+    """backend="python" implements the same rule: the same outputs step for step, and drafts accepted."""
+    from test_engine import deltas, params
+
+    kw = dict(
+        kv_cache_memory_bytes=KV,
+        max_num_batched_tokens=256,
+        kv_cache_dtype="float32",
+        speculative_config=NGRAM,
+    )
+    llms = [LLM(default_model_path, **kw), LLM(default_model_path, backend="python", **kw)]
+    sps = [
+        SamplingParams(temperature=0.0, max_tokens=24, logprobs=1),
+        SamplingParams(temperature=0.8, seed=4, max_tokens=24, n=2, repetition_penalty=1.1),
+    ]
+    traces = []
+    for llm in llms:
+        e = llm.engine
+        tok = llm.get_tokenizer()
+        for i, (p, sp) in enumerate(zip([COPY[1], COPY[3]], sps, strict=True)):
+            ids = tok.encode(p)
+            e.add_request(f"t{i}", ids, params(llm, sp, len(ids)))
+        trace = []
+        while e.has_unfinished():
+            trace.append(deltas(e.step()))
+        traces.append(trace)
+        assert llm.stats()["spec_num_accepted_tokens"] > 10
+    assert traces[0] == traces[1]
+    keys = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_accepted_per_pos")
+    assert [llms[0].stats()[k] for k in keys] == [llms[1].stats()[k] for k in keys]
