@@ -271,6 +271,36 @@ def test_request_metrics_count_drafts(spec: LLM) -> None:
     assert sum(st["spec_accepted_per_pos"]) == st["spec_num_accepted_tokens"]
     # Steps: fewer than tokens, since runs of accepted drafts take one step each.
     assert st["steps"] - st0["steps"] < len(out.outputs[0].token_ids)
+    m = out.metrics
+    assert m is not None
+    assert (m.spec_num_draft_tokens, m.spec_num_accepted_tokens) == (drafted, acc)
+    assert m.spec_num_drafts == st["spec_num_drafts"] - st0["spec_num_drafts"] > 0
+    assert m.spec_acceptance_rate == acc / drafted
+    assert m.spec_mean_accepted_length == 1 + acc / m.spec_num_drafts
+
+
+def test_prometheus_spec_decode_counters(spec: LLM) -> None:
+    from ossa.server.metrics import ServerMetrics
+
+    spec.generate([COPY[1]], SamplingParams(temperature=0.0, max_tokens=24), use_tqdm=False)
+    st = spec.stats()
+    text = ServerMetrics(spec.stats, "m").render().decode()
+    lines = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("ossa:")
+    }
+    assert lines['ossa:spec_decode_num_draft_tokens_total{model_name="m"}'] == st["spec_num_draft_tokens"]
+    assert (
+        lines['ossa:spec_decode_num_accepted_tokens_total{model_name="m"}'] == st["spec_num_accepted_tokens"]
+    )
+    assert lines['ossa:spec_decode_num_drafts_total{model_name="m"}'] == st["spec_num_drafts"]
+    assert (
+        lines['ossa:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"}']
+        == (st["spec_accepted_per_pos"][0])
+    )
+    rate = lines['ossa:spec_decode_acceptance_rate{model_name="m"}']
+    assert rate == pytest.approx(st["spec_num_accepted_tokens"] / st["spec_num_draft_tokens"])
 
 
 def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:

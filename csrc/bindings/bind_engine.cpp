@@ -160,6 +160,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("first_token_time", &ossa::EngineOutput::first_token_time)
       .def_ro("finished_time", &ossa::EngineOutput::finished_time)
       .def_ro("error", &ossa::EngineOutput::error)
+      .def_ro("num_drafts", &ossa::EngineOutput::num_drafts)
       .def_ro("num_draft_tokens", &ossa::EngineOutput::num_draft_tokens)
       .def_ro("num_accepted_tokens", &ossa::EngineOutput::num_accepted_tokens);
 

@@ -514,6 +514,7 @@ EngineOutput Engine::make_output(RequestState& r) {
   out.arrival_time = r.arrival_time;
   out.first_scheduled_time = r.first_scheduled_time;
   out.first_token_time = r.first_token_time;
+  out.num_drafts = r.num_drafts;
   out.num_draft_tokens = r.num_draft_tokens;
   out.num_accepted_tokens = r.num_accepted_tokens;
   if (r.params.prompt_logprobs >= 0 && !r.prompt_logprobs_sent &&

@@ -61,7 +61,8 @@ struct EngineOutput {
   int32_t num_cached_tokens = 0;
   double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0, finished_time = 0;
   std::string error;  // set when the request was rejected or failed inside the loop
-  int64_t num_draft_tokens = 0;     // speculative decoding so far: draft tokens verified
+  int64_t num_drafts = 0;           // speculative decoding so far: verification steps
+  int64_t num_draft_tokens = 0;     // draft tokens verified
   int64_t num_accepted_tokens = 0;  // and of them accepted
 };
 
@@ -132,7 +133,7 @@ class Engine {
     bool prompt_logprobs_sent = false;
     int32_t num_cached_tokens = 0;
     bool scheduled = false;
-    int64_t num_draft_tokens = 0, num_accepted_tokens = 0;
+    int64_t num_drafts = 0, num_draft_tokens = 0, num_accepted_tokens = 0;
     double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0;
   };
   struct Command {

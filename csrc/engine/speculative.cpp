@@ -110,6 +110,7 @@ void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft,
     ++accepted;
   r.children[s.child].spec.record(s.num_draft, accepted,
                                   config_.speculative.num_speculative_tokens);
+  ++r.num_drafts;
   r.num_draft_tokens += s.num_draft;
   r.num_accepted_tokens += accepted;
   SpecStats& st = stats_.spec;

@@ -853,6 +853,9 @@ class EngineOutput:
     def error(self) -> str: ...
 
     @property
+    def num_drafts(self) -> int: ...
+
+    @property
     def num_draft_tokens(self) -> int: ...
 
     @property

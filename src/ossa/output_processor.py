@@ -135,6 +135,9 @@ class RequestState:
             m.first_scheduled_time = delta.first_scheduled_time
         if delta.first_token_time:
             m.first_token_time = delta.first_token_time
+        m.spec_num_drafts = int(getattr(delta, "num_drafts", 0))
+        m.spec_num_draft_tokens = int(getattr(delta, "num_draft_tokens", 0))
+        m.spec_num_accepted_tokens = int(getattr(delta, "num_accepted_tokens", 0))
         if delta.finished:
             out.finished = True
             m.finished_time = delta.finished_time or time.time()

@@ -37,13 +37,29 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock times (``time.time()`` seconds) of a request's life."""
+    """Wall-clock times (``time.time()`` seconds) of a request's life, and what speculative decoding
+    did for it (all its completions together)."""
 
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
     finished_time: float | None = None
+    spec_num_drafts: int = 0  # verification steps (one per completion step that had a draft)
+    spec_num_draft_tokens: int = 0  # draft tokens verified
+    spec_num_accepted_tokens: int = 0  # of which accepted
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None before any draft."""
+        d = self.spec_num_draft_tokens
+        return self.spec_num_accepted_tokens / d if d else None
+
+    @property
+    def spec_mean_accepted_length(self) -> float | None:
+        """Tokens a verification step appended on average (1 + accepted drafts); None before any."""
+        n = self.spec_num_drafts
+        return 1.0 + self.spec_num_accepted_tokens / n if n else None
 
 
 @dataclass

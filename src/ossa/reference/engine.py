@@ -106,7 +106,8 @@ class EngineOutput:
     first_token_time: float = 0.0
     finished_time: float = 0.0
     error: str = ""
-    num_draft_tokens: int = 0  # speculative decoding so far: draft tokens verified
+    num_drafts: int = 0  # speculative decoding so far: verification steps
+    num_draft_tokens: int = 0  # draft tokens verified
     num_accepted_tokens: int = 0  # and of them accepted
 
 
@@ -130,6 +131,7 @@ class _Request:
     prompt_logprobs_sent: bool = False
     num_cached_tokens: int = 0
     scheduled: bool = False
+    num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     arrival_time: float = 0.0
@@ -493,6 +495,7 @@ class Engine:
         while accepted < min(appended, len(draft)) and sampled[accepted] == draft[accepted]:
             accepted += 1
         r.children[child].spec.record(len(draft), accepted, self.spec.num_speculative_tokens)
+        r.num_drafts += 1
         r.num_draft_tokens += len(draft)
         r.num_accepted_tokens += accepted
         st = self._spec_stats
@@ -600,7 +603,7 @@ class Engine:
         out = EngineOutput(
             request_id=r.id, num_prompt_tokens=len(r.prompt), num_cached_tokens=r.num_cached_tokens,
             arrival_time=r.arrival_time, first_scheduled_time=r.first_scheduled_time,
-            first_token_time=r.first_token_time, num_draft_tokens=r.num_draft_tokens,
+            first_token_time=r.first_token_time, num_drafts=r.num_drafts, num_draft_tokens=r.num_draft_tokens,
             num_accepted_tokens=r.num_accepted_tokens,
         )  # fmt: skip
         if r.params.prompt_logprobs >= 0 and not r.prompt_logprobs_sent and r.prompt_lp_next >= len(r.prompt):

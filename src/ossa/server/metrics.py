@@ -84,6 +84,32 @@ class _EngineCollector(Collector):
         yield counter(
             "ossa:num_preemptions", "Requests preempted for lack of KV blocks.", s["num_preemptions"]
         )
+        # Speculative decoding, vLLM's spec_decode counters (zero when it is off).
+        drafts, drafted = float(s.get("spec_num_drafts", 0)), float(s.get("spec_num_draft_tokens", 0))
+        accepted = float(s.get("spec_num_accepted_tokens", 0))
+        yield counter(
+            "ossa:spec_decode_num_drafts", "Verification steps (one per sequence step with a draft).", drafts
+        )
+        yield counter("ossa:spec_decode_num_draft_tokens", "Draft tokens verified.", drafted)
+        yield counter("ossa:spec_decode_num_accepted_tokens", "Draft tokens accepted.", accepted)
+        per_pos = CounterMetricFamily(
+            "ossa:spec_decode_num_accepted_tokens_per_pos",
+            "Verifications that accepted the draft token at this position.",
+            labels=[*labels, "position"],
+        )
+        for pos, n in enumerate(s.get("spec_accepted_per_pos", [])):
+            per_pos.add_metric([*value, str(pos)], float(n))
+        yield per_pos
+        yield gauge(
+            "ossa:spec_decode_acceptance_rate",
+            "Accepted / drafted tokens since start.",
+            accepted / drafted if drafted > 0 else 0.0,
+        )
+        yield gauge(
+            "ossa:spec_decode_mean_accepted_length",
+            "Tokens a verification step appended on average (1 + accepted drafts) since start.",
+            1.0 + accepted / drafts if drafts > 0 else 0.0,
+        )
 
 
 class ServerMetrics:
