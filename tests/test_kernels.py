@@ -2,7 +2,8 @@
 their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads.
 
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
-the AMX bf16 kernels (Q4_0/Q4_1/Q4_K/Q8_0/BF16 repacked; Q6_K/F16/F32 stay on the f32 kernels)."""
+the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K for int8 tiles and VNNI;
+Q6_K/F16/F32 stay on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,37 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
     for n in (1, 5, 8, cols):  # every tile shape
         eye = np.eye(cols, dtype=np.float32)[:n]
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
+
+
+@pytest.mark.skipif(not core.amx_available(), reason="no AMX on this CPU")
+def test_q4k_int8_kernels_multiply_the_twins_split() -> None:
+    # Q4_K on AMX multiplies the activations' int8 pieces (reference.model.split_int8) exactly, in
+    # int32, then scales in f32: within f32 rounding of the product with the twin's split values,
+    # for a decode row (VNNI), a few rows and a prefill batch (int8 tiles), on activations whose
+    # blocks mix large and small magnitudes.
+    from ossa.reference.model import split_int8
+
+    rows, cols = 40, 1024
+    raw, _ = make_weight("Q4_K", rows, cols, seed=21)
+    # dmin = 0: no minimums, whose term multiplies the sums of the unsplit activations.
+    raw = raw.reshape(rows, -1, 144).copy()
+    raw[:, :, 2:4] = 0
+    raw = raw.reshape(rows, -1)
+    w = dequantize(raw, QT.Q4_K).astype(np.float32).reshape(rows, cols)
+    rng = np.random.default_rng(22)
+    x = (rng.standard_normal((40, cols)) * np.exp(2 * rng.standard_normal((40, cols)))).astype(np.float32)
+    x[3, :32] = 0.0  # an all-zero block
+    xs = split_int8(x)
+    ref = xs @ w.T.astype(np.float64)
+    scale = np.abs(xs) @ np.abs(w.T).astype(np.float64)
+    for n in (1, 3, 40):
+        y = run(raw, "Q4_K", rows, cols, x[:n], mode="amx")
+        assert np.max(np.abs(y - ref[:n]) / scale[:n]) < 1e-6
+    # The split itself is within 1 / (127 * 4096) (~1.9e-6) of each block's largest value, plus
+    # float32 rounding.
+    blocks = x.reshape(40, -1, 32).astype(np.float64)
+    err = np.abs(xs.reshape(blocks.shape) - blocks).max(axis=-1)
+    assert np.all(err <= np.abs(blocks).max(axis=-1) * 2e-6)
 
 
 def test_quantize_q8_is_round_to_nearest() -> None:

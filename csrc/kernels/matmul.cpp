@@ -112,24 +112,55 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
   return r;
 }
 
+// Which activation layouts the AMX weights of a call read: bf16 tiles (bfloat16 compute), the bf16
+// hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K, matmul_amx_i8.cpp).
+struct AmxNeeds {
+  bool any = false, bf16c = false, split = false, i8 = false;
+  void add(const TensorView& w, const MatmulInput& x) {
+    if (!uses_amx(w, x)) return;
+    any = true;
+    if (w.bf16_compute) bf16c = true;
+    else if (amx_i8_type(w.type)) i8 = true;
+    else split = true;
+  }
+};
+
+thread_local AlignedVector<int8_t> t_i8;
+thread_local AlignedVector<float> t_i8_scale, t_i8_sum;
+
 // bf16c: the weights were rounded to bf16 (bfloat16 compute), so the activations are only rounded
 // (one tile per block, no sums) rather than split.
-AmxActivations prepare_amx(const MatmulInput& x, int threads, bool bf16c) {
-  if (bf16c && x.bf16_tiles != nullptr) return AmxActivations{x.bf16_tiles, nullptr, x.n_rows, x.cols};
+AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& need) {
+  const bool bf16c = need.bf16c;
+  AmxActivations out{nullptr, nullptr, x.n_rows, x.cols};
+  if (bf16c && x.bf16_tiles != nullptr) {
+    out.tiles = x.bf16_tiles;
+    return out;
+  }
   OSSA_ASSERT(x.f32 != nullptr);
-  const int64_t n_blocks = (x.n_rows + 15) / 16;
-  uint16_t* tiles = grow(t_split, n_blocks * (bf16c ? 16 : 32) * x.cols);
-  float* sums = bf16c ? nullptr : grow(t_block_sum, x.n_rows * (x.cols / 32));
+  const int64_t n_blocks = (x.n_rows + 15) / 16, steps = x.cols / 32;
+  const bool tiles_needed = bf16c || need.split;
+  uint16_t* tiles = tiles_needed ? grow(t_split, n_blocks * (bf16c ? 16 : 32) * x.cols) : nullptr;
+  float* sums = need.split && !bf16c ? grow(t_block_sum, x.n_rows * steps) : nullptr;
+  int8_t* i8 = need.i8 ? grow(t_i8, n_blocks * 16 * 3 * x.cols) : nullptr;
+  float* i8_scale = need.i8 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
+  float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
   auto work = [&](int64_t begin, int64_t end, int) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
       if (bf16c) amx_round_rows(x.f32, x.cols, r0, r1, tiles);
-      else amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
+      else if (need.split) amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
+      if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum);
     }
   };
   if (n_blocks == 1) work(0, 1, 0);
   else parallel_for(n_blocks, 1, threads, work);
-  return AmxActivations{tiles, sums, x.n_rows, x.cols};
+  out.tiles = tiles;
+  out.block_sum = sums;
+  out.i8 = i8;
+  out.i8_scale = i8_scale;
+  out.i8_sum = i8_sum;
+  return out;
 }
 
 // Activation rows laid out for the AVX-512 K-quant kernels (kquant_prepare_row), one buffer per
@@ -260,14 +291,16 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
-  bool amx = false, bf16c = false;
+  bool bf16c = false;
+  AmxNeeds need;
   for (int t = 0; t < n_targets; ++t) {
     check(*targets[t].w, x);
     if (targets[t].accumulate && !takes_bf16_tiles(*targets[t].w))
       throw ModelError("matmul: accumulate needs a weight that takes bf16 tiles");
-    amx = amx || uses_amx(*targets[t].w, x);
+    need.add(*targets[t].w, x);
     bf16c = bf16c || targets[t].w->bf16_compute;
   }
+  const bool amx = need.any;
   const ItemShape shape = item_shape(amx, bf16c);
   const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
   for (int t = 0; t < n_targets; ++t) first_chunk[t + 1] = first_chunk[t] + shape.chunks(targets[t].w->rows);
@@ -277,7 +310,7 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const int threads = parallel_threads();
   if (matmul_profiling()) matmul_profile_threads(threads);
   AmxActivations amx_in;
-  if (amx) amx_in = prepare_amx(x, threads, bf16c);
+  if (amx) amx_in = prepare_amx(x, threads, need);
   OSSA_ASSERT(x.f32 != nullptr || (amx && bf16c));
   const MatmulInput xin = bf16c && !amx ? round_to_bf16(x) : x;
   const TensorView* ws[k_max_targets];
@@ -314,7 +347,10 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   check(gate, x);
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
-  const bool amx_any = uses_amx(gate, x) || uses_amx(up, x);
+  AmxNeeds need;
+  need.add(gate, x);
+  need.add(up, x);
+  const bool amx_any = need.any;
   const bool bf16c = gate.bf16_compute || up.bf16_compute;
   const ItemShape shape = item_shape(amx_any, bf16c);  // the same items as matmul_many
   const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
@@ -322,7 +358,7 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   if (n_chunks == 0 || n_row_blocks == 0) return;
   const int threads = parallel_threads();
   AmxActivations amx_in;
-  if (amx_any) amx_in = prepare_amx(x, threads, bf16c);
+  if (amx_any) amx_in = prepare_amx(x, threads, need);
   const MatmulInput xin = bf16c && !amx_any ? round_to_bf16(x) : x;
   OSSA_ASSERT(x.f32 != nullptr || (amx_any && bf16c));
   const TensorView* ws[2] = {&gate, &up};

@@ -1,15 +1,16 @@
-// AMX tile kernels: Q4_0 / Q4_1 / Q4_K / Q8_0 / BF16 weights times f32 activations, through bf16 tiles
+// AMX tile kernels: Q4_0 / Q4_1 / Q8_0 / BF16 weights times f32 activations, through bf16 tiles
 // with f32 accumulation, on CPUs with AMX-BF16 whose kernel grants the tile state. The kernels
 // multiply weights repacked once at load (amx_repack_groups; TensorView::packed):
 //
-//  1. Q4_0 / Q4_1 / Q4_K / Q8_0 (the default model's types; most of this file): the weights' integers
+//  1. Q4_0 / Q4_1 / Q8_0 (the default model's types; most of this file): the weights' integers
 //     times the activations, the block's scale and minimum applied in f32 afterwards.
 //  2. BF16: the weights are already tiles; C accumulates over the whole row.
 //  3. dtype "bfloat16" (TensorView::bf16_compute): any type rounded to bf16 tiles at load, times
 //     activations rounded to bf16 (no hi/lo split): one tile product per step (compute_bf16c).
 //
-// Other types (Q6_K, whose 16-element scale groups do not fit a 32-column tile step; F16; F32) keep the
-// f32 kernels (matmul_f32.cpp), for every batch size.
+// Q4_K has its own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8 activation pieces),
+// dispatched from here. Other types (Q6_K, whose 16-element scale groups do not fit a 32-column tile
+// step; F16; F32) keep the f32 kernels (matmul_f32.cpp), for every batch size.
 //
 // Activations: a bf16 has 8 significant bits, far too few, so each activation v is split into
 // v_hi = bf16(v) and v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its 24
@@ -56,8 +57,8 @@ struct alignas(64) TileConfig {
 bool request_amx() {
   unsigned a, b, c, d;
   __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
-  if (!tile || !bf16) return false;
+  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1, int8 = (d >> 25) & 1;  // int8: matmul_amx_i8.cpp
+  if (!tile || !bf16 || !int8) return false;
   constexpr long k_arch_req_xcomp_perm = 0x1023, k_xfeature_xtiledata = 18;
   return syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) == 0;
 }
@@ -87,7 +88,7 @@ inline Split split32(__m512 v0, __m512 v1) {
   return s;
 }
 
-// ---- Repacked Q4_0 / Q4_1 / Q4_K / Q8_0 weights: the weights are the B operand -----------------
+// ---- Repacked Q4_0 / Q4_1 / Q8_0 weights: the weights are the B operand -----------------
 //
 // For these types a block of 32 weights of one row is s * q + mn with small integers q, exact in
 // bf16. So the tile products run on the integers, and each block's scale and minimum are applied
@@ -99,10 +100,10 @@ inline Split split32(__m512 v0, __m512 v1) {
 // The weights need no decoding to f32 and no hi/lo split, which keeps decode (one activation row)
 // as cheap as the f32 kernels; the activations are the A operand, plain row-major bf16 rows.
 // Layout, per group of 16 rows g and block b (group-major), built once at load (amx_repack_groups):
-//   R4 (Q4_0, Q4_1, Q4_K): nibbles[p][n] = q[n][2p] | q[n][2p+1] << 4   (16 x 16 bytes, q in 0..15)
+//   R4 (Q4_0, Q4_1): nibbles[p][n] = q[n][2p] | q[n][2p+1] << 4   (16 x 16 bytes, q in 0..15)
 //   R8 (Q8_0):             bytes[p][j * 16 + n] = q[n][2p + j] (int8)       (16 x 32 bytes)
-//   then the 16 scales s, then (Q4_1, Q4_K) the 16 minimums mn: f16 as in the file (Q4_0, Q4_1,
-//   Q8_0: 320, 288, 544 bytes a block, the file's own size or less) or f32 for Q4_K (d * sc).
+//   then the 16 scales s, then (Q4_1) the 16 minimums mn: f16 as in the file (Q4_0, Q4_1, Q8_0:
+//   320, 288, 544 bytes a block, the file's own size or less).
 //   Q4_0 stores q + 8 and is decoded back to q - 8 (signed, no minimum).
 // Rows past the last one in a group are zero.
 //
@@ -113,40 +114,46 @@ enum class Packed {
   R4Unsigned,  // Q4_1: nibbles, f16 scale and minimum
   R4Signed,    // Q4_0: nibbles (q + 8), f16 scale
   R8,          // Q8_0: int8, f16 scale
-  R4K,         // Q4_K: nibbles, f32 scale and minimum (d * sc is not an f16 value)
 };
 constexpr int64_t packed_quant_bytes(Packed p) { return p == Packed::R8 ? 512 : 256; }
-constexpr bool packed_has_min(Packed p) { return p == Packed::R4Unsigned || p == Packed::R4K; }
-constexpr int64_t packed_scale_bytes(Packed p) { return p == Packed::R4K ? 64 : 32; }  // 16 scales
+constexpr bool packed_has_min(Packed p) { return p == Packed::R4Unsigned; }
+constexpr int64_t packed_scale_bytes(Packed) { return 32; }  // 16 f16 scales
 constexpr int64_t packed_block_bytes(Packed p) {
   return packed_quant_bytes(p) + packed_scale_bytes(p) * (packed_has_min(p) ? 2 : 1);
 }
 
-// The 16 scales (or minimums) stored at p as f16 or f32.
-template <Packed P>
+// The 16 scales (or minimums) stored at p as f16.
 inline __m512 load_scales(const uint8_t* p) {
-  if constexpr (P == Packed::R4K) return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-  else return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// bf16 of the small integers a 4-bit type's nibble n stands for (n, or n - 8 for Q4_0), at words
+// n and n + 16: vpermw reads 5 bits of each index word, and bit 4 of an index below is not ours.
+template <Packed P>
+inline __m512i nibble_bf16_table() {
+  alignas(64) uint16_t t[32];
+  for (int i = 0; i < 32; ++i) t[i] = f32_to_bf16(static_cast<float>((i & 15) - (P == Packed::R4Signed ? 8 : 0)));
+  return _mm512_load_si512(t);
 }
 
 // B tile (16 pairs x 16 rows of bf16 pairs) of one packed block.
 template <Packed P>
-inline void build_b(const uint8_t* blk, uint16_t* out) {
+inline void build_b(const uint8_t* blk, uint16_t* out, [[maybe_unused]] __m512i table) {
+  if constexpr (P != Packed::R8) {
+    // Byte n of tile row p is q[n][2p] | q[n][2p+1] << 4; as dword n, v | v << 12 has the low
+    // nibble in the low word's bits 0..3 and the high nibble in the high word's: one vpermw then
+    // gives the pair (bf16 q[n][2p], bf16 q[n][2p+1]), the same bits as the integers' f32 tops.
+    for (int p = 0; p < 16; ++p) {
+      const __m512i v = _mm512_cvtepu8_epi32(load16(blk + 16 * p));
+      const __m512i idx = _mm512_or_si512(v, _mm512_slli_epi32(v, 12));
+      _mm512_storeu_si512(out + 32 * p, _mm512_permutexvar_epi16(idx, table));
+    }
+    return;
+  }
   const __m512i mask_hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int p = 0; p < 16; ++p) {
-    __m512i q0, q1;
-    if constexpr (P == Packed::R8) {
-      q0 = _mm512_cvtepi8_epi32(load16(blk + 32 * p));
-      q1 = _mm512_cvtepi8_epi32(load16(blk + 32 * p + 16));
-    } else {
-      const __m512i v = _mm512_cvtepu8_epi32(load16(blk + 16 * p));
-      q0 = _mm512_and_si512(v, _mm512_set1_epi32(15));
-      q1 = _mm512_srli_epi32(v, 4);
-      if constexpr (P == Packed::R4Signed) {
-        q0 = _mm512_sub_epi32(q0, _mm512_set1_epi32(8));
-        q1 = _mm512_sub_epi32(q1, _mm512_set1_epi32(8));
-      }
-    }
+    const __m512i q0 = _mm512_cvtepi8_epi32(load16(blk + 32 * p));
+    const __m512i q1 = _mm512_cvtepi8_epi32(load16(blk + 32 * p + 16));
     // bf16 of a small integer = the top half of its f32 (exact): pair = lo(q0) | hi(q1).
     const __m512i f0 = _mm512_castps_si512(_mm512_cvtepi32_ps(q0));
     const __m512i f1 = _mm512_castps_si512(_mm512_cvtepi32_ps(q1));
@@ -198,12 +205,13 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
   auto btile = [&](int g, int64_t b) {
     return btiles + (streamed ? g * 2 + (b & 1) : g * nb + b) * 512;
   };
+  const __m512i table = nibble_bf16_table<P>();
   auto build = [&](int64_t b) {
     for (int g = 0; g < G; ++g) {
       // The weights stream once: ask for the data a few blocks ahead.
       const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + 4) * bb);
       for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      build_b<P>(groups[g] + b * bb, btile(g, b));
+      build_b<P>(groups[g] + b * bb, btile(g, b), table);
     }
   };
   build(0);
@@ -245,10 +253,10 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       const float* sum = x.block_sum + m0 * nb + b;
       for (int g = 0; g < G; ++g) {
         const uint8_t* blk = groups[g] + b * bb;
-        const __m512 s = load_scales<P>(blk + scale_at);
+        const __m512 s = load_scales(blk + scale_at);
         const float* c = cbuf[b & 3][g];
         if constexpr (k_min) {
-          const __m512 mn = load_scales<P>(blk + min_at);
+          const __m512 mn = load_scales(blk + min_at);
           for (int m = 0; m < rows; ++m) {
             __m512 v = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m]));
             v = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, v);
@@ -454,7 +462,6 @@ Packed packed_kind(DType t) {
   switch (t) {
     case DType::Q8_0: return Packed::R8;
     case DType::Q4_0: return Packed::R4Signed;
-    case DType::Q4_K: return Packed::R4K;
     default: return Packed::R4Unsigned;
   }
 }
@@ -471,12 +478,14 @@ bool amx_repackable(DType t) {
 }
 
 size_t amx_repacked_bytes(const TensorView& w) {
+  if (amx_i8_type(w.type)) return amx_i8_repacked_bytes(w);
   if (!amx_repackable(w.type) || w.cols % 32 != 0) return 0;
   const int64_t bb = w.type == DType::BF16 ? 1024 : packed_block_bytes(packed_kind(w.type));
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * bb);
 }
 
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
   if (w.type == DType::BF16) {
     const int64_t nb = w.cols / 32;
     for (int64_t g = g_begin; g < g_end; ++g) {
@@ -500,10 +509,9 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
       std::memset(blk, 0, static_cast<size_t>(bb));
       uint8_t* scales = blk + packed_quant_bytes(kind);
       uint8_t* mins = scales + packed_scale_bytes(kind);
-      // Stored as f32 (Q4_K) or f16 (exact: these scales are f16 values in the file).
+      // Stored as f16 (exact: these scales are f16 values in the file).
       auto put = [&](uint8_t* at, int n, float v) {
-        if (kind == Packed::R4K) reinterpret_cast<float*>(at)[n] = v;
-        else reinterpret_cast<uint16_t*>(at)[n] = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
+        reinterpret_cast<uint16_t*>(at)[n] = _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT);
       };
       for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
         float scale[8], min;  // one scale for all 32 elements in these types
@@ -578,11 +586,11 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
   if (w.bf16_compute) return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
   OSSA_ASSERT(!accumulate);
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (amx_i8_type(w.type)) return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
     case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case Packed::R8: return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    case Packed::R4K: return compute_packed<Packed::R4K>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   }
 }
 

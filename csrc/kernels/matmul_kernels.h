@@ -69,6 +69,13 @@ struct AmxActivations {
   const float* block_sum = nullptr;  // [rows][cols / 32]; null for bfloat16 compute
   int64_t n_rows = 0;
   int64_t cols = 0;
+  // Q4_K (matmul_amx_i8.cpp): the rows as three int8 pieces per 32 values, per 16-row block mb and
+  // step b 1,536 bytes at i8 + (mb * steps + b) * 1536: the a0 tile (16 rows x 32 bytes), then the
+  // [a1, a2] tile (16 rows x 64); the scale and the sum of each 32 values: i8_scale / i8_sum[row *
+  // steps + b]. Null where no Q4_K matrix takes part.
+  const int8_t* i8 = nullptr;
+  const float* i8_scale = nullptr;
+  const float* i8_sum = nullptr;
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
@@ -88,6 +95,18 @@ void round_bf16_32(const float* x, uint16_t* out);
 // accumulate (bfloat16 compute only): y += the product instead of y = it.
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate = false);
+
+// Q4_K on AMX-INT8 / AVX512-VNNI (matmul_amx_i8.cpp): exact int32 products of the 4-bit quants
+// with activations split into three int8 pieces, the same sums from the tile kernel (16 rows at a
+// time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
+// dispatch Q4_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
+bool amx_i8_type(DType t);
+size_t amx_i8_repacked_bytes(const TensorView& w);
+void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles, float* scale,
+                       float* sum);
+void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                    int64_t ldy, int64_t o_begin, int64_t o_end);
 
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
 // elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight (matmul_q8.cpp;

@@ -131,6 +131,24 @@ def quantize_q8(x: np.ndarray) -> np.ndarray:
     return (np.rint(blocks * inv) * d).reshape(x.shape).astype(np.float32)
 
 
+def split_int8(x: np.ndarray) -> np.ndarray:
+    """x as the C++ Q4_K kernels on AMX-INT8 / VNNI see it (kernels/matmul_amx_i8.cpp), in float64:
+    each block of 32 values is d * (a0 + a1 / 2^7 + a2 / 2^11) with d = max|block| / 127 and int8
+    pieces y = x * (127 / max), a0 = rint(y), a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1))
+    (float32 steps, as the kernel computes them); off by ~1 / (127 * 4096) of the block's largest value."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
+    mx = np.max(np.abs(blocks), axis=-1, keepdims=True)
+    inv = np.divide(np.float32(127), mx, out=np.zeros_like(mx), where=mx != 0).astype(np.float32)
+    y = (blocks * inv).astype(np.float32)
+    a0 = np.rint(y)
+    r1 = ((y - a0) * np.float32(128)).astype(np.float32)
+    a1 = np.rint(r1)
+    a2 = np.rint(((r1 - a1) * np.float32(16)).astype(np.float32))
+    d = (mx / np.float32(127)).astype(np.float64)
+    value = d * (a0.astype(np.float64) + a1 / 128.0 + a2 / 2048.0)
+    return value.reshape(x.shape)
+
+
 def _bf16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)

@@ -1,0 +1,345 @@
+// Q4_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact integer dot
+// products of the weights' 4-bit quants with activations split into three int8 pieces.
+//
+// Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
+// with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
+// a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1)); every step but the first product is
+// exact, |a0| <= 127, |a1| <= 64, |a2| <= 8, and the representation is off by ~1 / (127 * 4096)
+// (1.9e-6) of the block's largest value (the bf16 hi + lo split of matmul_amx.cpp keeps 2^-17 of
+// each value).
+//
+// Weights: a Q4_K sub-block of one row is s * q + mn with q in 0..15, s = d * sc and mn = -dmin * m
+// (f32, computed as the f32 kernels compute them). Per sub-block b, activation row r and weight
+// row n, the pieces' dot products with q are int32 sums, exact whatever their order:
+//
+//   D = 2^11 (q . a0) + 16 (q . a1) + (q . a2)         (|D| < 2^27: no overflow)
+//   acc = fma(f32(D), s[n] * (2^-11 d[r][b]), acc);  acc = fma(sum(x[r][b]), mn[n], acc)   blocks
+//   in order
+//
+// and y[r][n] = acc. The tile products (TDPBSUD, 16 rows at a time: q . a0 with K = 32, and
+// [16 q, q] . [a1, a2] with K = 64, which is 16 (q . a1) + (q . a2)) and the VNNI loop (VPDPBUSD,
+// one row at a time) compute the same integers and then the same f32 operations per element, with
+// the weight rows in the vector lanes in both, so they give bitwise the same output: a decode row
+// and the same row inside a prefill batch agree (batch invariance), and the matmul may choose
+// either kernel by row count.
+//
+// Repacked layout (amx_i8_repack_groups), per group of 16 weight rows g and sub-block b
+// (group-major), 384 bytes: the quants as TDPBSUD's B tile wants them (rows of 4 consecutive k for
+// 16 n), two tile rows per byte: byte [r][4 n + i] = q[n][4 r + i] | q[n][16 + 4 r + i] << 4 (r <
+// 4, 256 bytes), then the 16 scales s and the 16 minimums mn as f32. Rows past the matrix are zero.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/matmul_kernels.h"
+#include "util/aligned.h"
+#include "util/error.h"
+
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512VNNI__) && \
+    defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
+#define OSSA_HAVE_AMX_I8 \
+  1  // with matmul_amx.cpp's OSSA_HAVE_AMX (amx_available() asks the OS for both)
+#endif
+
+namespace ossa {
+
+namespace {
+constexpr int64_t k_block_bytes = 384;  // per 16 rows and 32 columns
+constexpr int64_t k_scale_at = 256, k_min_at = 320;
+}  // namespace
+
+bool amx_i8_type(DType t) { return t == DType::Q4_K; }
+
+size_t amx_i8_repacked_bytes(const TensorView& w) {
+#if !defined(OSSA_HAVE_AMX_I8)
+  if (w.cols >= 0) return 0;  // Q4_K keeps the f32 kernels
+#endif
+  if (!amx_i8_type(w.type) || w.cols % 256 != 0) return 0;
+  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * k_block_bytes);
+}
+
+void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  OSSA_ASSERT(amx_i8_type(w.type));
+  const int64_t nb = w.cols / 32;
+  int q[32];
+  float scale[8], mn;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + (g * nb + b) * k_block_bytes;
+      std::memset(blk, 0, static_cast<size_t>(k_block_bytes));
+      float* s = reinterpret_cast<float*>(blk + k_scale_at);
+      float* m = reinterpret_cast<float*>(blk + k_min_at);
+      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+        decode_block_scalar(w.type, w.row(g * 16 + n), b, q, scale, mn);
+        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < 4; ++i)
+            blk[64 * r + 4 * n + i] = static_cast<uint8_t>(q[4 * r + i] | q[16 + 4 * r + i] << 4);
+        s[n] = scale[0];
+        m[n] = mn;
+      }
+    }
+  }
+}
+
+#if defined(OSSA_HAVE_AMX_I8)
+namespace {
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tile 0: a0 (rows x 32 bytes); 1: [a1, a2] (rows x 64); 2: B of q (8 rows of 64 bytes: K = 32);
+// 3: B of [16 q, q] (16 rows: K = 64); 4, 5: C (rows x 16 int32) of tiles 0 x 2 and 1 x 3.
+void load_tile_config(int rows) {
+  TileConfig c;
+  const uint8_t r = static_cast<uint8_t>(rows);
+  c.colsb[0] = 32;
+  c.rows[0] = r;
+  c.colsb[1] = 64;
+  c.rows[1] = r;
+  c.colsb[2] = 64;
+  c.rows[2] = 8;
+  c.colsb[3] = 64;
+  c.rows[3] = 16;
+  for (int t = 4; t < 6; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = r;
+  }
+  _tile_loadconfig(&c);
+}
+
+// acc = fma(f32(D), s * d, acc); acc = fma(sum, mn, acc) for one activation row: the epilogue both
+// kernels run, D = 2^11 c0 + c12 from the pieces' int32 sums (c0 = q . a0, c12 = 16 q . a1 + q .
+// a2).
+inline __m512 epilogue(__m512i c0, __m512i c12, __m512 s, __m512 mn, float d, float sum,
+                       __m512 acc) {
+  const __m512i dd = _mm512_add_epi32(_mm512_slli_epi32(c0, 11), c12);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc);
+  return _mm512_fmadd_ps(_mm512_set1_ps(sum), mn, acc);
+}
+
+inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
+  const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
+  _mm512_mask_storeu_ps(y + o, static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1),
+                        v);
+}
+
+// The A tiles of 16-row block mb and sub-block b: a0 (16 rows x 32 bytes), then [a1, a2] (16 rows x
+// 64).
+inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
+  return x.i8 + (mb * nb + b) * 1536;
+}
+
+// ---- VNNI: a few activation rows at a time ---------------------------------------------------
+// R rows share each unpacked block of weights; the int32 sums of a piece may be split over NC
+// accumulator chains (integer sums: any order gives the same value).
+template <int R>
+void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
+                int64_t o0, int64_t o_end) {
+  constexpr int NC = R <= 2 ? 2 : 1;
+  const int64_t nb = x.cols / 32;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * k_block_bytes;
+    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k_block_bytes);
+    for (int l = 0; l < k_block_bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    __m512i wq[8];  // wq[j]: k = 4 j .. 4 j + 3 (j < 4: low nibbles; j >= 4: high ones, k + 16)
+    for (int rr = 0; rr < 4; ++rr) {
+      const __m512i v = _mm512_load_si512(blk + 64 * rr);
+      wq[rr] = _mm512_and_si512(v, low4);
+      wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+    const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_scale_at));
+    const __m512 mn = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_min_at));
+    for (int j = 0; j < R; ++j) {
+      const int64_t r = r0 + j;
+      const int8_t* at = a_tiles(x, nb, r / 16, b);
+      const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
+                            at + 512 + (r % 16) * 64 + 32};
+      __m512i c[3][NC];
+      for (int p = 0; p < 3; ++p)
+        for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        for (int p = 0; p < 3; ++p) {
+          int32_t a4;
+          std::memcpy(&a4, a[p] + 4 * (k % 4) + 16 * (k / 4), 4);
+          c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], wq[k], _mm512_set1_epi32(a4));
+        }
+      }
+      if constexpr (NC == 2)
+        for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
+      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1][0], 4), c[2][0]);
+      acc[j] = epilogue(c[0][0], c12, s, mn, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
+}
+
+void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+               float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint8_t* group = w.packed + (o0 / 16) * nb * k_block_bytes;
+    for (int64_t r = r_begin; r < r_end; r += 4) {
+      switch (std::min<int64_t>(4, r_end - r)) {
+        case 1:
+          vnni_group<1>(group, x, r, y, ldy, o0, o_end);
+          break;
+        case 2:
+          vnni_group<2>(group, x, r, y, ldy, o0, o_end);
+          break;
+        case 3:
+          vnni_group<3>(group, x, r, y, ldy, o0, o_end);
+          break;
+        default:
+          vnni_group<4>(group, x, r, y, ldy, o0, o_end);
+          break;
+      }
+    }
+  }
+}
+
+// ---- AMX: 16 activation rows at a time --------------------------------------------------------
+thread_local AlignedVector<uint8_t> t_btiles;
+
+// The B tile [16 q, q] of one packed block (16 rows of 64 bytes); its rows 8..15 are the B tile of
+// q. Tile row j < 8 holds k = 4 j .. 4 j + 3: the low nibbles for j < 4, the high ones for 4 <= j
+// < 8.
+inline void build_b(const uint8_t* blk, uint8_t* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  for (int r = 0; r < 4; ++r) {
+    const __m512i v = _mm512_load_si512(blk + 64 * r);
+    _mm512_store_si512(out + 64 * r, _mm512_and_si512(_mm512_slli_epi16(v, 4), high4));
+    _mm512_store_si512(out + 64 * (r + 4), _mm512_and_si512(v, high4));
+    _mm512_store_si512(out + 64 * (r + 8), _mm512_and_si512(v, low4));
+    _mm512_store_si512(out + 64 * (r + 12), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+  }
+}
+
+void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+              float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  const size_t need = static_cast<size_t>(nb * 1024);
+  if (t_btiles.size() < need) t_btiles.assign(need, 0);
+  uint8_t* btiles = t_btiles.data();
+  load_tile_config(mr);
+  alignas(64) int32_t cbuf[4][2][256];
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint8_t* group = w.packed + (o0 / 16) * nb * k_block_bytes;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
+      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
+      __m512 acc[16];
+      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
+      const bool first = m0 == r_begin;
+      auto product = [&](int64_t b) {
+        uint8_t* bt = btiles + b * 1024;
+        if (first) {
+          const uint8_t* ahead = group + (b + 4) * k_block_bytes;
+          for (int l = 0; l < k_block_bytes; l += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
+          build_b(group + b * k_block_bytes, bt);
+        }
+        const int8_t* a = a_tiles(x, nb, m0 / 16, b);
+        _tile_loadd(0, a, 32);
+        _tile_loadd(1, a + 512, 64);
+        _tile_loadd(2, bt + 512, 64);
+        _tile_loadd(3, bt, 64);
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_dpbsud(4, 0, 2);
+        _tile_dpbsud(5, 1, 3);
+        int32_t* c = cbuf[b & 3][0];
+        _tile_stored(4, c, 64);
+        _tile_stored(5, c + 256, 64);
+      };
+      auto scale = [&](int64_t b) {
+        const uint8_t* blk = group + b * k_block_bytes;
+        const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_scale_at));
+        const __m512 mn = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_min_at));
+        const int32_t* c = cbuf[b & 3][0];
+        const float* dsc = x.i8_scale + m0 * nb + b;
+        const float* sum = x.i8_sum + m0 * nb + b;
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; ++m) {
+          if (m >= rows) break;
+          acc[m] = epilogue(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m), s,
+                            mn, dsc[m * nb], sum[m * nb], acc[m]);
+        }
+      };
+      // Block b's C tiles are scaled two blocks later, once their stores have landed.
+      for (int64_t b = 0; b < nb; ++b) {
+        product(b);
+        if (b >= 2) scale(b - 2);
+      }
+      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
+      for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
+    }
+  }
+  _tile_release();
+}
+
+// Rows below this go through the VNNI loop (the same results; measured faster for few rows).
+constexpr int64_t k_vnni_rows = 4;
+
+}  // namespace
+
+void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
+                       float* scale, float* sum) {
+  const int64_t nb = cols / 32;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* p = x + r * cols + 32 * b;
+      const __m512 v[2] = {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)};
+      const float mx = _mm512_reduce_max_ps(
+          _mm512_max_ps(_mm512_and_ps(v[0], abs_mask), _mm512_and_ps(v[1], abs_mask)));
+      const __m512 inv = _mm512_set1_ps(mx > 0.0f ? 127.0f / mx : 0.0f);
+      int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
+      int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
+      for (int h = 0; h < 2; ++h) {
+        const __m512 yv = _mm512_mul_ps(v[h], inv);
+        const __m512 a0 = _mm512_roundscale_ps(yv, k_rint);
+        const __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(yv, a0), _mm512_set1_ps(128.0f));  // exact
+        const __m512 a1 = _mm512_roundscale_ps(r1, k_rint);
+        const __m512 a2 = _mm512_roundscale_ps(
+            _mm512_mul_ps(_mm512_sub_ps(r1, a1), _mm512_set1_ps(16.0f)), k_rint);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(t0 + 16 * h),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a0)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(t12 + 16 * h),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a1)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(t12 + 32 + 16 * h),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a2)));
+      }
+      scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
+      sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
+    }
+  }
+}
+
+void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                    float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
+  if (r_end - r_begin < k_vnni_rows) return vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  amx_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+}
+
+#else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it (amx_available() is false)
+
+void amx_i8_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*) {
+  throw ModelError("amx int8 matmul: not built");
+}
+void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,
+                    int64_t, int64_t) {
+  throw ModelError("amx int8 matmul: not built");
+}
+
+#endif
+
+}  // namespace ossa
