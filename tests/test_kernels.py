@@ -2,8 +2,8 @@
 their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads.
 
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
-the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K for int8 tiles and VNNI;
-Q6_K/F16/F32 stay on the f32 kernels)."""
+the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K/Q6_K for int8 tiles and VNNI;
+F16/F32 and the newer types stay on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ MODES = ["f32"] + (["amx"] if core.amx_available() else [])
 # AMX splits activations into bf16 hi + lo: 16 of 24 bits kept, so each product is off by at most
 # ~2^-16 of |x| |w| (measured max ~1.5e-5; f32 kernels ~1e-7).
 TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
-AMX_TYPES = {"Q4_0", "Q4_1", "Q4_K", "Q8_0", "BF16"}  # the rest keep the f32 kernels under AMX too
+AMX_TYPES = {"Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0", "BF16"}  # the rest keep the f32 kernels under AMX too
 
 
 @pytest.fixture(params=MODES)

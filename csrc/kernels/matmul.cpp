@@ -127,6 +127,7 @@ struct AmxNeeds {
 
 thread_local AlignedVector<int8_t> t_i8;
 thread_local AlignedVector<float> t_i8_scale, t_i8_sum;
+thread_local AlignedVector<int32_t> t_i8_isum16;
 
 // bf16c: the weights were rounded to bf16 (bfloat16 compute), so the activations are only rounded
 // (one tile per block, no sums) rather than split.
@@ -145,12 +146,13 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   int8_t* i8 = need.i8 ? grow(t_i8, n_blocks * 16 * 3 * x.cols) : nullptr;
   float* i8_scale = need.i8 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
   float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
+  int32_t* i8_isum16 = need.i8 ? grow(t_i8_isum16, x.n_rows * 2 * steps) : nullptr;
   auto work = [&](int64_t begin, int64_t end, int) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
       if (bf16c) amx_round_rows(x.f32, x.cols, r0, r1, tiles);
       else if (need.split) amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
-      if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum);
+      if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16);
     }
   };
   if (n_blocks == 1) work(0, 1, 0);
@@ -160,6 +162,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   out.i8 = i8;
   out.i8_scale = i8_scale;
   out.i8_sum = i8_sum;
+  out.i8_isum16 = i8_isum16;
   return out;
 }
 

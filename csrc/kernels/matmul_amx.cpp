@@ -8,9 +8,9 @@
 //  3. dtype "bfloat16" (TensorView::bf16_compute): any type rounded to bf16 tiles at load, times
 //     activations rounded to bf16 (no hi/lo split): one tile product per step (compute_bf16c).
 //
-// Q4_K has its own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8 activation pieces),
-// dispatched from here. Other types (Q6_K, whose 16-element scale groups do not fit a 32-column tile
-// step; F16; F32) keep the f32 kernels (matmul_f32.cpp), for every batch size.
+// Q4_K and Q6_K have their own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8 activation
+// pieces), dispatched from here. Other types (F16, F32, the newer quant types) keep the f32 kernels
+// (matmul_f32.cpp), for every batch size.
 //
 // Activations: a bf16 has 8 significant bits, far too few, so each activation v is split into
 // v_hi = bf16(v) and v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its 24

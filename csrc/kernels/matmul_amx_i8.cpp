@@ -1,32 +1,38 @@
-// Q4_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact integer dot
-// products of the weights' 4-bit quants with activations split into three int8 pieces.
+// Q4_K and Q6_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact
+// integer dot products of the weights' quants with activations split into three int8 pieces.
 //
 // Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
 // with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
 // a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1)); every step but the first product is
 // exact, |a0| <= 127, |a1| <= 64, |a2| <= 8, and the representation is off by ~1 / (127 * 4096)
 // (1.9e-6) of the block's largest value (the bf16 hi + lo split of matmul_amx.cpp keeps 2^-17 of
-// each value).
+// each value). Twin: reference.model.split_int8.
 //
-// Weights: a Q4_K sub-block of one row is s * q + mn with q in 0..15, s = d * sc and mn = -dmin * m
-// (f32, computed as the f32 kernels compute them). Per sub-block b, activation row r and weight
-// row n, the pieces' dot products with q are int32 sums, exact whatever their order:
+// Q4_K: a sub-block of 32 weights of one row is s * q + mn with q in 0..15, s = d * sc and
+// mn = -dmin * m (f32). Per sub-block b, activation row r and weight row n, the pieces' dot
+// products with q are int32 sums, exact whatever their order:
 //
 //   D = 2^11 (q . a0) + 16 (q . a1) + (q . a2)         (|D| < 2^27: no overflow)
-//   acc = fma(f32(D), s[n] * (2^-11 d[r][b]), acc);  acc = fma(sum(x[r][b]), mn[n], acc)   blocks
-//   in order
+//   acc = fma(f32(D), s[n] * (2^-11 d[r][b]), acc);  acc = fma(sum(x[r][b]), mn[n], acc)
 //
-// and y[r][n] = acc. The tile products (TDPBSUD, 16 rows at a time: q . a0 with K = 32, and
-// [16 q, q] . [a1, a2] with K = 64, which is 16 (q . a1) + (q . a2)) and the VNNI loop (VPDPBUSD,
-// one row at a time) compute the same integers and then the same f32 operations per element, with
-// the weight rows in the vector lanes in both, so they give bitwise the same output: a decode row
-// and the same row inside a prefill batch agree (batch invariance), and the matmul may choose
-// either kernel by row count.
+// sub-blocks in order, and y[r][n] = acc. Q6_K: per 16 weights w = s * q with q = u - 32 and
+// s = d * sc; D as above over the 16 values with the unsigned u, then
+// acc = fma(f32(D - 32 S), s[n] * (2^-11 d[r][b]), acc), S the row's sum of 2^11 a0 + 16 a1 + a2
+// over those 16 values (so D - 32 S is the signed quants' dot product, no minimum term).
 //
-// Repacked layout (amx_i8_repack_groups), per group of 16 weight rows g and sub-block b
-// (group-major), 384 bytes: the quants as TDPBSUD's B tile wants them (rows of 4 consecutive k for
-// 16 n), two tile rows per byte: byte [r][4 n + i] = q[n][4 r + i] | q[n][16 + 4 r + i] << 4 (r <
-// 4, 256 bytes), then the 16 scales s and the 16 minimums mn as f32. Rows past the matrix are zero.
+// The tile products (TDPBSUD, 16 rows at a time; Q4_K: q . a0 with K = 32, and [16 q, q] . [a1, a2]
+// with K = 64, which is 16 (q . a1) + (q . a2); Q6_K: one K = 16 product per piece) and the VNNI
+// loop (VPDPBUSD, a few rows at a time) compute the same integers and then the same f32 operations
+// per element, with the weight rows in the vector lanes in both, so they give bitwise the same
+// output: a decode row and the same row inside a prefill batch agree (batch invariance), and the
+// matmul may choose either kernel by row count.
+//
+// Repacked layouts (amx_i8_repack_groups), per group of 16 weight rows g and 32 columns b
+// (group-major). Q4_K, 384 bytes: the quants as TDPBSUD's B tile wants them (rows of 4 consecutive
+// k for 16 n), two tile rows per byte: byte [r][4 n + i] = q[n][4 r + i] | q[n][16 + 4 r + i] << 4
+// (r < 4, 256 bytes), then the 16 scales s and the 16 minimums mn as f32. Q6_K, 448 bytes (the
+// file's 420 and the rows' d): the low nibbles of u likewise, their high 2 bits (128 bytes), the
+// int8 scales sc of both sub-blocks and the f16 d of the 16 rows. Rows past the matrix are zero.
 #include <algorithm>
 #include <cstring>
 
@@ -36,29 +42,72 @@
 
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512VNNI__) && \
     defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
-#define OSSA_HAVE_AMX_I8 \
-  1  // with matmul_amx.cpp's OSSA_HAVE_AMX (amx_available() asks the OS for both)
+// With matmul_amx.cpp's OSSA_HAVE_AMX (amx_available() asks the OS for both).
+#define OSSA_HAVE_AMX_I8 1
 #endif
 
 namespace ossa {
 
 namespace {
-constexpr int64_t k_block_bytes = 384;  // per 16 rows and 32 columns
+constexpr int64_t k_block_bytes = 384;  // Q4_K, per 16 rows and 32 columns
 constexpr int64_t k_scale_at = 256, k_min_at = 320;
+// Q6_K, per 16 rows and 32 columns: low nibbles as Q4_K's (256 bytes), the high 2 bits (128), the
+// int8 scales of the two 16-value sub-blocks [h][n] (32) and the rows' f16 d (32).
+constexpr int64_t k6_block_bytes = 448;
+constexpr int64_t k6_high_at = 256, k6_sc_at = 384, k6_d_at = 416;
+int64_t block_bytes(DType t) { return t == DType::Q6_K ? k6_block_bytes : k_block_bytes; }
 }  // namespace
 
-bool amx_i8_type(DType t) { return t == DType::Q4_K; }
+bool amx_i8_type(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
 size_t amx_i8_repacked_bytes(const TensorView& w) {
 #if !defined(OSSA_HAVE_AMX_I8)
-  if (w.cols >= 0) return 0;  // Q4_K keeps the f32 kernels
+  if (w.cols >= 0) return 0;  // Q4_K and Q6_K keep the f32 kernels
 #endif
   if (!amx_i8_type(w.type) || w.cols % 256 != 0) return 0;
-  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * k_block_bytes);
+  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * block_bytes(w.type));
 }
+
+namespace {
+// Q6_K: u = q + 32 in 0..63 (unsigned, as VPDPBUSD / TDPBSUD take the weights), s = d * sc per 16
+// values. Byte [r][4 n + i] of the high part (r < 2) holds the high 2 bits of u[n][8 m + 4 r + i]
+// at bit 2 m.
+void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  int q[32];
+  float scale[8], mn;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + (g * nb + b) * k6_block_bytes;
+      std::memset(blk, 0, static_cast<size_t>(k6_block_bytes));
+      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+        const uint8_t* row = w.row(g * 16 + n);
+        decode_block_scalar(w.type, row, b, q, scale, mn);
+        int u[32];
+        for (int k = 0; k < 32; ++k) u[k] = q[k] + 32;
+        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < 4; ++i)
+            blk[64 * r + 4 * n + i] =
+                static_cast<uint8_t>((u[4 * r + i] & 15) | (u[16 + 4 * r + i] & 15) << 4);
+        for (int r = 0; r < 2; ++r)
+          for (int i = 0; i < 4; ++i) {
+            int h = 0;
+            for (int m = 0; m < 4; ++m) h |= (u[8 * m + 4 * r + i] >> 4) << (2 * m);
+            blk[k6_high_at + 64 * r + 4 * n + i] = static_cast<uint8_t>(h);
+          }
+        const BlockQ6_K& sb = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+        for (int h = 0; h < 2; ++h)
+          blk[k6_sc_at + 16 * h + n] = static_cast<uint8_t>(sb.scales[2 * (b % 8) + h]);
+        std::memcpy(blk + k6_d_at + 2 * n, &sb.d, 2);
+      }
+    }
+  }
+}
+}  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
+  if (w.type == DType::Q6_K) return repack_q6k(w, out, g_begin, g_end);
   const int64_t nb = w.cols / 32;
   int q[32];
   float scale[8], mn;
@@ -127,6 +176,39 @@ inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
                         v);
 }
 
+// Q6_K: acc = fma(f32(D - 32 S), s * d, acc), where D - 32 S = sum of q * (the pieces' integer) for
+// the signed quants q = u - 32 (S: the row's sum of 2^11 a0 + 16 a1 + a2 over the 16 values).
+inline __m512 epilogue_q6k(__m512i c0, __m512i c12, __m512 s, float d, int32_t s32, __m512 acc) {
+  const __m512i dd = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(c0, 11), c12),
+                                      _mm512_set1_epi32(32 * s32));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc);
+}
+
+// Q6_K: the 8 weight vectors of a packed block (wq[j]: u of k = 4 j .. 4 j + 3 for the 16 rows,
+// exactly the rows of its two B tiles), and the scales s = d * sc of its sub-block h.
+inline void q6k_unpack(const uint8_t* blk, __m512i* wq) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+  const __m512i h[2] = {_mm512_load_si512(blk + k6_high_at),
+                        _mm512_load_si512(blk + k6_high_at + 64)};
+  for (int j = 0; j < 8; ++j) {
+    const __m512i v = _mm512_load_si512(blk + 64 * (j % 4));
+    const __m512i lo =
+        j < 4 ? _mm512_and_si512(v, low4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    const int m =
+        j / 2;  // the high bits of k = 4 j + i sit at bit 2 m of h[j % 2]: move them to bits 4..5
+    const __m512i hs = m == 2  ? h[j % 2]
+                       : m < 2 ? _mm512_slli_epi16(h[j % 2], 4 - 2 * m)
+                               : _mm512_srli_epi16(h[j % 2], 2);
+    wq[j] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
+  }
+}
+inline __m512 q6k_scales(const uint8_t* blk, int h) {
+  const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(blk + k6_sc_at + 16 * h))));
+  return _mm512_mul_ps(
+      sc, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(blk + k6_d_at))));
+}
+
 // The A tiles of 16-row block mb and sub-block b: a0 (16 rows x 32 bytes), then [a1, a2] (16 rows x
 // 64).
 inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
@@ -180,25 +262,70 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
 }
 
+// Q6_K: per 16-value sub-block h, D = 2^11 (u . a0) + 16 (u . a1) + (u . a2), then
+// acc = fma(f32(D - 32 S), s * d, acc) (epilogue_q6k).
+template <int R>
+void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                    int64_t ldy, int64_t o0, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * k6_block_bytes;
+    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k6_block_bytes);
+    for (int l = 0; l < k6_block_bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    __m512i wq[8];
+    q6k_unpack(blk, wq);
+    const __m512 s[2] = {q6k_scales(blk, 0), q6k_scales(blk, 1)};
+    for (int j = 0; j < R; ++j) {
+      const int64_t r = r0 + j;
+      const int8_t* at = a_tiles(x, nb, r / 16, b);
+      const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
+                            at + 512 + (r % 16) * 64 + 32};
+      for (int h = 0; h < 2; ++h) {
+        __m512i c[3];
+        for (int p = 0; p < 3; ++p) c[p] = _mm512_setzero_si512();
+        for (int k = 4 * h; k < 4 * h + 4; ++k)
+          for (int p = 0; p < 3; ++p) {
+            int32_t a4;
+            std::memcpy(&a4, a[p] + 4 * k, 4);
+            c[p] = _mm512_dpbusd_epi32(c[p], wq[k], _mm512_set1_epi32(a4));
+          }
+        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+        acc[j] = epilogue_q6k(c[0], c12, s[h], x.i8_scale[r * nb + b],
+                              x.i8_isum16[r * 2 * nb + 2 * b + h], acc[j]);
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
+}
+
+template <bool Q6>
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int64_t nb = x.cols / 32;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * nb * k_block_bytes;
+    const uint8_t* group = w.packed + (o0 / 16) * nb * (Q6 ? k6_block_bytes : k_block_bytes);
     for (int64_t r = r_begin; r < r_end; r += 4) {
-      switch (std::min<int64_t>(4, r_end - r)) {
-        case 1:
+      const int64_t n = std::min<int64_t>(4, r_end - r);
+      if constexpr (Q6) {
+        if (n == 1)
+          vnni_group_q6k<1>(group, x, r, y, ldy, o0, o_end);
+        else if (n == 2)
+          vnni_group_q6k<2>(group, x, r, y, ldy, o0, o_end);
+        else if (n == 3)
+          vnni_group_q6k<3>(group, x, r, y, ldy, o0, o_end);
+        else
+          vnni_group_q6k<4>(group, x, r, y, ldy, o0, o_end);
+      } else {
+        if (n == 1)
           vnni_group<1>(group, x, r, y, ldy, o0, o_end);
-          break;
-        case 2:
+        else if (n == 2)
           vnni_group<2>(group, x, r, y, ldy, o0, o_end);
-          break;
-        case 3:
+        else if (n == 3)
           vnni_group<3>(group, x, r, y, ldy, o0, o_end);
-          break;
-        default:
+        else
           vnni_group<4>(group, x, r, y, ldy, o0, o_end);
-          break;
       }
     }
   }
@@ -284,13 +411,105 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
   _tile_release();
 }
 
+// Q6_K: per sub-block h, the A tiles are 16 of the 32 columns of each piece (strided loads of the
+// shared layout), B is 4 rows (K = 16) of u, and each piece has its own C tile.
+// Tiles 0-2: a0, a1, a2 (rows x 16 bytes); 3: B (4 rows of 64 bytes); 4-6: C.
+void load_tile_config_q6k(int rows) {
+  TileConfig c;
+  const uint8_t r = static_cast<uint8_t>(rows);
+  for (int t = 0; t < 3; ++t) {
+    c.colsb[t] = 16;
+    c.rows[t] = r;
+  }
+  c.colsb[3] = 64;
+  c.rows[3] = 4;
+  for (int t = 4; t < 7; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = r;
+  }
+  _tile_loadconfig(&c);
+}
+
+void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                  float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
+  const size_t need = static_cast<size_t>(nb * 512);
+  if (t_btiles.size() < need) t_btiles.assign(need, 0);
+  uint8_t* btiles = t_btiles.data();
+  load_tile_config_q6k(mr);
+  alignas(64) int32_t cbuf[4][2][3][256];
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint8_t* group = w.packed + (o0 / 16) * nb * k6_block_bytes;
+    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
+      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
+      __m512 acc[16];
+      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
+      const bool first = m0 == r_begin;
+      auto product = [&](int64_t b) {
+        uint8_t* bt = btiles + b * 512;
+        if (first) {
+          const uint8_t* ahead = group + (b + 4) * k6_block_bytes;
+          for (int l = 0; l < k6_block_bytes; l += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
+          __m512i wq[8];
+          q6k_unpack(group + b * k6_block_bytes, wq);
+          for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
+        }
+        const int8_t* a = a_tiles(x, nb, m0 / 16, b);
+        for (int h = 0; h < 2; ++h) {
+          _tile_loadd(0, a + 16 * h, 32);
+          _tile_loadd(1, a + 512 + 16 * h, 64);
+          _tile_loadd(2, a + 512 + 32 + 16 * h, 64);
+          _tile_loadd(3, bt + 256 * h, 64);
+          _tile_zero(4);
+          _tile_zero(5);
+          _tile_zero(6);
+          _tile_dpbsud(4, 0, 3);
+          _tile_dpbsud(5, 1, 3);
+          _tile_dpbsud(6, 2, 3);
+          int32_t* c = cbuf[b & 3][h][0];
+          _tile_stored(4, c, 64);
+          _tile_stored(5, c + 256, 64);
+          _tile_stored(6, c + 512, 64);
+        }
+      };
+      auto scale = [&](int64_t b) {
+        const uint8_t* blk = group + b * k6_block_bytes;
+        const float* dsc = x.i8_scale + m0 * nb + b;
+        const int32_t* sum = x.i8_isum16 + m0 * 2 * nb + 2 * b;
+        for (int h = 0; h < 2; ++h) {
+          const __m512 s = q6k_scales(blk, h);
+          const int32_t* c = cbuf[b & 3][h][0];
+#pragma GCC unroll 16
+          for (int m = 0; m < 16; ++m) {
+            if (m >= rows) break;
+            const __m512i c12 =
+                _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * m), 4),
+                                 _mm512_load_si512(c + 512 + 16 * m));
+            acc[m] = epilogue_q6k(_mm512_load_si512(c + 16 * m), c12, s, dsc[m * nb],
+                                  sum[m * 2 * nb + h], acc[m]);
+          }
+        }
+      };
+      for (int64_t b = 0; b < nb; ++b) {
+        product(b);
+        if (b >= 2) scale(b - 2);
+      }
+      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
+      for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
+    }
+  }
+  _tile_release();
+}
+
 // Rows below this go through the VNNI loop (the same results; measured faster for few rows).
 constexpr int64_t k_vnni_rows = 4;
 
 }  // namespace
 
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
-                       float* scale, float* sum) {
+                       float* scale, float* sum, int32_t* isum16) {
   const int64_t nb = cols / 32;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -316,6 +535,10 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                          _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a1)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(t12 + 32 + 16 * h),
                          _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a2)));
+        // 2^11 a0 + 16 a1 + a2 and their sum are integers below 2^24: exact in f32.
+        const __m512 whole = _mm512_fmadd_ps(a0, _mm512_set1_ps(2048.0f),
+                                             _mm512_fmadd_ps(a1, _mm512_set1_ps(16.0f), a2));
+        isum16[r * 2 * nb + 2 * b + h] = static_cast<int32_t>(_mm512_reduce_add_ps(whole));
       }
       scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
       sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
@@ -326,13 +549,18 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
-  if (r_end - r_begin < k_vnni_rows) return vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  const bool q6 = w.type == DType::Q6_K;
+  if (r_end - r_begin < k_vnni_rows) {
+    if (q6) return vnni_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    return vnni_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  }
+  if (q6) return amx_rows_q6k(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   amx_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 
 #else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it (amx_available() is false)
 
-void amx_i8_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*) {
+void amx_i8_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*, int32_t*) {
   throw ModelError("amx int8 matmul: not built");
 }
 void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,

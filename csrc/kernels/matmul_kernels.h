@@ -76,6 +76,8 @@ struct AmxActivations {
   const int8_t* i8 = nullptr;
   const float* i8_scale = nullptr;
   const float* i8_sum = nullptr;
+  // Q6_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps + j].
+  const int32_t* i8_isum16 = nullptr;
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
@@ -96,15 +98,15 @@ void round_bf16_32(const float* x, uint16_t* out);
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                         int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate = false);
 
-// Q4_K on AMX-INT8 / AVX512-VNNI (matmul_amx_i8.cpp): exact int32 products of the 4-bit quants
+// Q4_K and Q6_K on AMX-INT8 / AVX512-VNNI (matmul_amx_i8.cpp): exact int32 products of the quants
 // with activations split into three int8 pieces, the same sums from the tile kernel (16 rows at a
 // time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
-// dispatch Q4_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
+// dispatch Q4_K and Q6_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
 bool amx_i8_type(DType t);
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles, float* scale,
-                       float* sum);
+                       float* sum, int32_t* isum16);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                     int64_t ldy, int64_t o_begin, int64_t o_end);
 
