@@ -109,6 +109,14 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                        float* sum, int32_t* isum16);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
                     int64_t ldy, int64_t o_begin, int64_t o_end);
+// Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS on AMX (matmul_amx_ext.cpp): the bf16 hi + lo scheme of the
+// types above, weights repacked at about the file's size; amx_repacked_bytes / amx_repack_groups /
+// amx_compute_packed dispatch these types there (amx_ext_repacked_bytes is 0 without AMX).
+bool amx_ext_type(DType t);
+size_t amx_ext_repacked_bytes(const TensorView& w);
+void amx_ext_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+void amx_ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
+                     int64_t ldy, int64_t o_begin, int64_t o_end);
 
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
 // elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight (matmul_q8.cpp;
