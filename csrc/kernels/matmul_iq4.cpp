@@ -7,6 +7,7 @@
 // its nibble, as the Q4 kernels do.
 #include <cstring>
 
+#include "kernels/matmul_kblock.h"
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -101,77 +102,40 @@ struct IQ4_XS {
 // output element gets the same sequence whatever the tile: batch invariant.
 constexpr int iq4xs_elem(int k, int i) { return 32 * (i / 4) + 16 * (k % 2) + 4 * (i % 4) + k / 2; }
 
-template <int MO, int R>
-void iq4xs_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  const int64_t nsb = cols / 256;
-  const __m512 levels = levels16();
-  const __m512i sel[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                          _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
-  __m512 tot[MO][R];
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) tot[o][r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512 sc[MO];
-    for (int o = 0; o < MO; ++o) {
-      IQ4_XS::Prep p;
-      IQ4_XS::prepare(w[o], sb, p);
-      sc[o] = _mm512_castps256_ps512(_mm256_load_ps(p.scale));
-    }
-    for (int c = 0; c < 2; ++c) {
-      __m512i v[MO];
-      for (int o = 0; o < MO; ++o)
-        v[o] = _mm512_loadu_si512(reinterpret_cast<const BlockIQ4_XS*>(w[o])[sb].qs + 64 * c);
-      const int64_t xo = sb * 256 + c * 128;
-      __m512 acc[MO][R];
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        __m512 xk[R];
-        for (int r = 0; r < R; ++r) xk[r] = _mm512_loadu_ps(x[r] + xo + 16 * k);
-        for (int o = 0; o < MO; ++o) {
-          const __m512 f = _mm512_permutexvar_ps(k == 0 ? v[o] : _mm512_srli_epi32(v[o], 4 * k), levels);
-          for (int r = 0; r < R; ++r)
-            acc[o][r] = k == 0 ? _mm512_mul_ps(f, xk[r]) : _mm512_fmadd_ps(f, xk[r], acc[o][r]);
-        }
-      }
-      for (int o = 0; o < MO; ++o) {
-        const __m512 s = _mm512_permutexvar_ps(sel[c], sc[o]);
-        for (int r = 0; r < R; ++r) tot[o][r] = _mm512_fmadd_ps(acc[o][r], s, tot[o][r]);
-      }
-    }
+struct IQ4XSLayout {
+  static constexpr int k_chunks = 2, k_per_chunk = 8;  // chunk c: the 64-byte run c, k = 0..7
+  static constexpr bool k_min = false;
+  struct Consts {
+    __m512 levels = levels16();
+    __m512i sel[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                      _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
+  };
+  struct Row {
+    __m512 sc;  // d * ls of the 8 sub-blocks (lanes 0..7)
+  };
+  using Quants = __m512i;
+  static void load(const uint8_t* w, int64_t sb, Row& r) {
+    IQ4_XS::Prep p;
+    IQ4_XS::prepare(w, sb, p);
+    r.sc = _mm512_castps256_ps512(_mm256_load_ps(p.scale));
   }
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) out[o * R + r] = tile::fsum16(tot[o][r]);
-}
-
-F32Tile iq4xs_tile_for_rows(int rows) {
-  switch (rows) {
-    case 1: return {iq4xs_tile<8, 1>, 8};
-    case 2: return {iq4xs_tile<4, 2>, 4};
-    case 3: return {iq4xs_tile<2, 3>, 2};
-    case 4: return {iq4xs_tile<2, 4>, 2};
-    case 5: return {iq4xs_tile<1, 5>, 1};
-    case 6: return {iq4xs_tile<1, 6>, 1};
-    case 7: return {iq4xs_tile<1, 7>, 1};
-    default: return {iq4xs_tile<1, 8>, 1};
+  static constexpr int k_of(int, int j) { return j; }
+  static constexpr int x_at(int c, int k) { return c * 128 + 16 * k; }
+  static Quants quants(const Consts&, const uint8_t* w, int64_t sb, const Row&, int c) {
+    return _mm512_loadu_si512(reinterpret_cast<const BlockIQ4_XS*>(w)[sb].qs + 64 * c);
   }
-}
+  static __m512 weights(const Consts& k, const Quants& v, int, int kk) {
+    return _mm512_permutexvar_ps(kk == 0 ? v : _mm512_srli_epi32(v, 4 * kk), k.levels);
+  }
+  static __m512 scale(const Consts& k, const Row& r, int c) { return _mm512_permutexvar_ps(k.sel[c], r.sc); }
+  static __m512 min_term(const Row&, const float*, __m512 tot) { return tot; }
+};
 #endif
 
 }  // namespace
 
 #if defined(__AVX512F__)
-void iq4xs_prepare_row(const float* x, int64_t cols, float* out) {
-  static constexpr auto perm = [] {
-    struct P {
-      int e[128];
-    } p{};
-    for (int k = 0; k < 8; ++k)
-      for (int i = 0; i < 16; ++i) p.e[16 * k + i] = iq4xs_elem(k, i);
-    return p;
-  }();
-  for (int64_t c = 0; c < cols; c += 128)
-    for (int j = 0; j < 128; ++j) out[c + j] = x[c + perm.e[j]];
-}
+void iq4xs_prepare_row(const float* x, int64_t cols, float* out) { kblock::reorder_row<128, iq4xs_elem>(x, cols, out); }
 #else
 void iq4xs_prepare_row(const float*, int64_t, float*) {}
 #endif
@@ -180,7 +144,7 @@ F32Tile f32_tile_iq4(DType type, int rows) {
   switch (type) {
     case DType::IQ4_NL: return tile::tile_for_rows<IQ4_NL>(rows);
 #if defined(__AVX512F__)
-    case DType::IQ4_XS: return iq4xs_tile_for_rows(rows);  // activations laid out by iq4xs_prepare_row
+    case DType::IQ4_XS: return kblock::shapes<IQ4XSLayout>(rows);  // activations laid out by iq4xs_prepare_row
 #else
     case DType::IQ4_XS: return tile::tile_for_rows<IQ4_XS>(rows);
 #endif

@@ -8,6 +8,7 @@
 // table[k] = fma(k, scale, min) (Q3_K: (k - 4) * scale), exactly the dequantized value of quant k.
 #include <cstring>
 
+#include "kernels/matmul_kblock.h"
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -130,106 +131,71 @@ struct Q3_K {
 // multiply the 16 group sums of the activations, kept after the permuted row: tot -= dmin m * sum.
 constexpr int q23k_elem(int k, int i) { return 128 * (i / 8) + 32 * (k % 4) + 4 * (i % 8) + k / 4; }
 
-template <bool kQ3, int MO, int R>
-void q23k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  const int64_t nsb = cols / 256;
-  const float* xs[R];  // per super-block: the 16 group sums (q23k_prepare_row)
-  for (int r = 0; r < R; ++r) xs[r] = x[r] + cols;
-  const __m512 table = kQ3 ? _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3)
-                           : _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-  const __m512i m3 = _mm512_set1_epi32(3);
-  const __m512i upper = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
-  // group of lane i for k % 4 = s: 8 (i / 8) + 2 s + (i % 8) / 4
-  __m512i sel[4];
-  for (int s = 0; s < 4; ++s)
-    sel[s] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 8, 8, 8, 8, 9, 9, 9, 9),
-                              _mm512_set1_epi32(2 * s));
-  __m512 tot[MO][R];
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) tot[o][r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512 sc[MO], mn[MO];
-    __m512i v[MO], hm[MO];
-    for (int o = 0; o < MO; ++o) {
-      if constexpr (kQ3) {
-        const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(w[o])[sb];
-        Q3_K::Prep p;
-        Q3_K::prepare(w[o], sb, p);
-        sc[o] = _mm512_load_ps(p.scale);
-        v[o] = _mm512_loadu_si512(b.qs);
-        const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
-        hm[o] = _mm512_srlv_epi32(_mm512_broadcast_i64x4(hmask), upper);
-      } else {
-        Q2_K::Prep p;
-        Q2_K::prepare(w[o], sb, p);
-        sc[o] = _mm512_load_ps(p.scale);
-        mn[o] = _mm512_load_ps(p.min);  // -(dmin m)
-        v[o] = _mm512_loadu_si512(reinterpret_cast<const BlockQ2_K*>(w[o])[sb].qs);
-      }
-    }
-    const int64_t xo = sb * 256;
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      __m512 acc[MO][R];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const int k = 4 * j + s;
-        __m512 xk[R];
-        for (int r = 0; r < R; ++r) xk[r] = _mm512_loadu_ps(x[r] + xo + 16 * k);
-        for (int o = 0; o < MO; ++o) {
-          __m512i idx = k == 0 ? v[o] : _mm512_srli_epi32(v[o], 2 * k);
-          if constexpr (kQ3) {
-            const int at = 8 * j + s;  // where lane i's third bit is in hm; it goes to bit 2
-            const __m512i hb = tile::move_bit(hm[o], at, 2);
-            idx = _mm512_ternarylogic_epi32(idx, hb, m3, 0xE4);  // m3 ? idx : hb, bitwise
-          }
-          const __m512 f = _mm512_permutexvar_ps(idx, table);
-          for (int r = 0; r < R; ++r)
-            acc[o][r] = j == 0 ? _mm512_mul_ps(f, xk[r]) : _mm512_fmadd_ps(f, xk[r], acc[o][r]);
-        }
-      }
-      for (int o = 0; o < MO; ++o) {
-        const __m512 scale = _mm512_permutexvar_ps(sel[s], sc[o]);
-        for (int r = 0; r < R; ++r) tot[o][r] = _mm512_fmadd_ps(acc[o][r], scale, tot[o][r]);
-      }
-    }
-    if constexpr (!kQ3)
-      for (int o = 0; o < MO; ++o)
-        for (int r = 0; r < R; ++r) tot[o][r] = _mm512_fmadd_ps(mn[o], _mm512_loadu_ps(xs[r] + 16 * sb), tot[o][r]);
-  }
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) out[o * R + r] = tile::fsum16(tot[o][r]);
-}
-
 template <bool kQ3>
-F32Tile q23k_tile_for_rows(int rows) {
-  switch (rows) {
-    case 1: return {q23k_tile<kQ3, 8, 1>, 8};
-    case 2: return {q23k_tile<kQ3, 4, 2>, 4};
-    case 3: return {q23k_tile<kQ3, 2, 3>, 2};
-    case 4: return {q23k_tile<kQ3, 2, 4>, 2};
-    case 5: return {q23k_tile<kQ3, 1, 5>, 1};
-    case 6: return {q23k_tile<kQ3, 1, 6>, 1};
-    case 7: return {q23k_tile<kQ3, 1, 7>, 1};
-    default: return {q23k_tile<kQ3, 1, 8>, 1};
+struct Q23KLayout {
+  static constexpr int k_chunks = 4, k_per_chunk = 4;  // chunk s: k = s, s + 4, s + 8, s + 12
+  static constexpr bool k_min = !kQ3;                  // Q2_K's minimums
+  struct Consts {
+    __m512 table = kQ3 ? _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3)
+                       : _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    __m512i m3 = _mm512_set1_epi32(3);
+    __m512i sel[4];  // group of lane i for k % 4 = s: 8 (i / 8) + 2 s + (i % 8) / 4
+    Consts() {
+      for (int s = 0; s < 4; ++s)
+        sel[s] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 8, 8, 8, 8, 9, 9, 9, 9),
+                                  _mm512_set1_epi32(2 * s));
+    }
+  };
+  struct Quants {
+    __m512i v, hm;  // qs as 16 dwords; Q3_K: hmask in both halves, shifted right by 4 (i / 8)
+  };
+  struct Row {
+    __m512 sc, mn;  // the 16 group scales; Q2_K: -(dmin m)
+    Quants q;
+  };
+  static void load(const uint8_t* w, int64_t sb, Row& r) {
+    if constexpr (kQ3) {
+      const BlockQ3_K& b = reinterpret_cast<const BlockQ3_K*>(w)[sb];
+      Q3_K::Prep p;
+      Q3_K::prepare(w, sb, p);
+      r.sc = _mm512_load_ps(p.scale);
+      r.q.v = _mm512_loadu_si512(b.qs);
+      const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+      const __m512i upper = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+      r.q.hm = _mm512_srlv_epi32(_mm512_broadcast_i64x4(hmask), upper);
+    } else {
+      Q2_K::Prep p;
+      Q2_K::prepare(w, sb, p);
+      r.sc = _mm512_load_ps(p.scale);
+      r.mn = _mm512_load_ps(p.min);
+      r.q.v = _mm512_loadu_si512(reinterpret_cast<const BlockQ2_K*>(w)[sb].qs);
+    }
   }
-}
+  static constexpr int k_of(int s, int j) { return 4 * j + s; }
+  static constexpr int x_at(int, int k) { return 16 * k; }
+  static Quants quants(const Consts&, const uint8_t*, int64_t, const Row& r, int) { return r.q; }
+  static __m512 weights(const Consts& k, const Quants& q, int, int kk) {
+    __m512i idx = kk == 0 ? q.v : _mm512_srli_epi32(q.v, 2 * kk);
+    if constexpr (kQ3) {
+      const int at = 8 * (kk / 4) + kk % 4;  // where lane i's third bit is in hm; it goes to bit 2
+      const __m512i hb = tile::move_bit(q.hm, at, 2);
+      idx = _mm512_ternarylogic_epi32(idx, hb, k.m3, 0xE4);  // m3 ? idx : hb, bitwise
+    }
+    return _mm512_permutexvar_ps(idx, k.table);
+  }
+  static __m512 scale(const Consts& k, const Row& r, int s) { return _mm512_permutexvar_ps(k.sel[s], r.sc); }
+  // The 16 group sums of the activations (q23k_prepare_row).
+  static __m512 min_term(const Row& r, const float* sums, __m512 tot) {
+    return _mm512_fmadd_ps(r.mn, _mm512_loadu_ps(sums), tot);
+  }
+};
 #endif
 
 }  // namespace
 
 #if defined(__AVX512F__)
 void q23k_prepare_row(const float* x, int64_t cols, float* out) {
-  static constexpr auto perm = [] {
-    struct P {
-      int e[256];
-    } p{};
-    for (int k = 0; k < 16; ++k)
-      for (int i = 0; i < 16; ++i) p.e[16 * k + i] = q23k_elem(k, i);
-    return p;
-  }();
-  for (int64_t c = 0; c < cols; c += 256)
-    for (int j = 0; j < 256; ++j) out[c + j] = x[c + perm.e[j]];
+  kblock::reorder_row<256, q23k_elem>(x, cols, out);
   float* sums = out + cols;
   for (int64_t g = 0; g < cols / 16; ++g) {
     float s = 0.0f;
@@ -244,8 +210,8 @@ void q23k_prepare_row(const float*, int64_t, float*) {}
 F32Tile f32_tile_q23k(DType type, int rows) {
   switch (type) {
 #if defined(__AVX512F__)  // activations laid out by q23k_prepare_row
-    case DType::Q2_K: return q23k_tile_for_rows<false>(rows);
-    case DType::Q3_K: return q23k_tile_for_rows<true>(rows);
+    case DType::Q2_K: return kblock::shapes<Q23KLayout<false>>(rows);
+    case DType::Q3_K: return kblock::shapes<Q23KLayout<true>>(rows);
 #else
     case DType::Q2_K: return tile::tile_for_rows<Q2_K>(rows);
     case DType::Q3_K: return tile::tile_for_rows<Q3_K>(rows);

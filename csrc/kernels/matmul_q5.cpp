@@ -7,6 +7,7 @@
 // (two zmm, vpermt2ps): table[k] = fma(k, scale, min), exactly the dequantized value of quant k.
 #include <cstring>
 
+#include "kernels/matmul_kblock.h"
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -174,85 +175,52 @@ inline __m512 q5k_scales(const BlockQ5_K& b) {
   return _mm512_mul_ps(q, _mm512_insertf32x8(_mm512_castps256_ps512(d), dmin, 1));
 }
 
-template <int MO, int R>
-void q5k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  const int64_t nsb = cols / 256;
-  const float* xs[R];  // per super-block: 8 zeros, then the 8 sub-block sums (kquant_prepare_row)
-  for (int r = 0; r < R; ++r) xs[r] = x[r] + cols;
-  const __m512 t0 = iota16(), t1 = _mm512_add_ps(iota16(), _mm512_set1_ps(16.0f));
-  const __m512i m15 = _mm512_set1_epi32(15);
-  // Scale vectors of chunk c, even / odd k: lanes 0..7 sub-block 4c + k % 2, lanes 8..15 4c + 2 + k % 2.
-  const __m512i sel[2][2] = {
-      {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
-       _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3)},
-      {_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
-       _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)}};
-  const __m512i upper[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
-                            _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
-  __m512 tot[MO][R];
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) tot[o][r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512 sm[MO];
-    __m512i qh[MO];
-    for (int o = 0; o < MO; ++o) {
-      const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w[o])[sb];
-      sm[o] = q5k_scales(b);
-      qh[o] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
-    }
-    for (int c = 0; c < 2; ++c) {
-      __m512i v[MO], h[MO];
-      for (int o = 0; o < MO; ++o) {
-        const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w[o])[sb];
-        v[o] = _mm512_loadu_si512(b.qs + 64 * c);
-        h[o] = _mm512_srlv_epi32(qh[o], upper[c]);  // fifth bit of (i, k) at bit 8 (k / 2) + k % 2
-      }
-      const int64_t xo = sb * 256 + c * 128;
-#pragma GCC unroll 2
-      for (int t = 0; t < 2; ++t) {
-        __m512 acc[MO][R];
-#pragma GCC unroll 4
-        for (int kk = 0; kk < 4; ++kk) {
-          const int k = 2 * kk + t;
-          const int at = 8 * (k / 2) + k % 2;  // where the fifth bit is; it goes to bit 4
-          __m512 xk[R];
-          for (int r = 0; r < R; ++r) xk[r] = _mm512_loadu_ps(x[r] + xo + 16 * k);
-          for (int o = 0; o < MO; ++o) {
-            const __m512i nib = k == 0 ? v[o] : _mm512_srli_epi32(v[o], 4 * k);
-            const __m512i hb = tile::move_bit(h[o], at, 4);
-            const __m512i idx = _mm512_ternarylogic_epi32(nib, hb, m15, 0xE4);  // m15 ? nib : hb, bitwise
-            const __m512 f = _mm512_permutex2var_ps(t0, idx, t1);
-            for (int r = 0; r < R; ++r)
-              acc[o][r] = kk == 0 ? _mm512_mul_ps(f, xk[r]) : _mm512_fmadd_ps(f, xk[r], acc[o][r]);
-          }
-        }
-        for (int o = 0; o < MO; ++o) {
-          const __m512 s = _mm512_permutexvar_ps(sel[c][t], sm[o]);
-          for (int r = 0; r < R; ++r) tot[o][r] = _mm512_fmadd_ps(acc[o][r], s, tot[o][r]);
-        }
-      }
-    }
-    for (int o = 0; o < MO; ++o)
-      for (int r = 0; r < R; ++r)
-        tot[o][r] = _mm512_mask3_fnmadd_ps(sm[o], _mm512_loadu_ps(xs[r] + 16 * sb), tot[o][r], 0xFF00);
+struct Q5KLayout {
+  static constexpr int k_chunks = 4, k_per_chunk = 4;  // chunk 2c + t: k = t, t + 2, t + 4, t + 6 of run c
+  static constexpr bool k_min = true;
+  struct Consts {
+    __m512 t0 = iota16(), t1 = _mm512_add_ps(iota16(), _mm512_set1_ps(16.0f));
+    __m512i m15 = _mm512_set1_epi32(15);
+    // Scales of chunk 2c + t: lanes 0..7 sub-block 4c + t, lanes 8..15 4c + 2 + t.
+    __m512i sel[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                      _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+                      _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+                      _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)};
+    __m512i upper[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                        _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6)};
+  };
+  struct Row {
+    __m512 sm;   // q5k_scales
+    __m512i qh;  // qh's 32 bytes in both halves
+  };
+  struct Quants {
+    __m512i v, h;
+  };
+  static void load(const uint8_t* w, int64_t sb, Row& r) {
+    const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w)[sb];
+    r.sm = q5k_scales(b);
+    r.qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh)));
   }
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) out[o * R + r] = tile::fsum16(tot[o][r]);
-}
-
-// The tile shapes of the Q4_K kernel.
-F32Tile q5k_tile_for_rows(int rows) {
-  switch (rows) {
-    case 1: return {q5k_tile<8, 1>, 8};
-    case 2: return {q5k_tile<4, 2>, 4};
-    case 3: return {q5k_tile<2, 3>, 2};
-    case 4: return {q5k_tile<2, 4>, 2};
-    case 5: return {q5k_tile<1, 5>, 1};
-    case 6: return {q5k_tile<1, 6>, 1};
-    case 7: return {q5k_tile<1, 7>, 1};
-    default: return {q5k_tile<1, 8>, 1};
+  static constexpr int k_of(int c, int j) { return 2 * j + c % 2; }
+  static constexpr int x_at(int c, int k) { return (c / 2) * 128 + 16 * k; }
+  static Quants quants(const Consts& k, const uint8_t* w, int64_t sb, const Row& r, int c) {
+    const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(w)[sb];
+    // fifth bit of (i, k) at bit 8 (k / 2) + k % 2
+    return {_mm512_loadu_si512(b.qs + 64 * (c / 2)), _mm512_srlv_epi32(r.qh, k.upper[c / 2])};
   }
-}
+  static __m512 weights(const Consts& k, const Quants& q, int, int kk) {
+    const int at = 8 * (kk / 2) + kk % 2;  // where the fifth bit is; it goes to bit 4
+    const __m512i nib = kk == 0 ? q.v : _mm512_srli_epi32(q.v, 4 * kk);
+    const __m512i hb = tile::move_bit(q.h, at, 4);
+    const __m512i idx = _mm512_ternarylogic_epi32(nib, hb, k.m15, 0xE4);  // m15 ? nib : hb, bitwise
+    return _mm512_permutex2var_ps(k.t0, idx, k.t1);
+  }
+  static __m512 scale(const Consts& k, const Row& r, int c) { return _mm512_permutexvar_ps(k.sel[c], r.sm); }
+  // Per super-block: 8 zeros, then the 8 sub-block sums (kquant_prepare_row).
+  static __m512 min_term(const Row& r, const float* sums, __m512 tot) {
+    return _mm512_mask3_fnmadd_ps(r.sm, _mm512_loadu_ps(sums), tot, 0xFF00);
+  }
+};
 #endif
 
 }  // namespace
@@ -262,7 +230,7 @@ F32Tile f32_tile_q5(DType type, int rows) {
     case DType::Q5_0: return tile::tile_for_rows<Q5_0>(rows);
     case DType::Q5_1: return tile::tile_for_rows<Q5_1>(rows);
 #if defined(__AVX512F__)
-    case DType::Q5_K: return q5k_tile_for_rows(rows);  // activations as kquant_prepare_row(Q4_K) lays them out
+    case DType::Q5_K: return kblock::shapes<Q5KLayout>(rows);  // activations as kquant_prepare_row(Q4_K) lays them out
 #else
     case DType::Q5_K: return tile::tile_for_rows<Q5_K>(rows);
 #endif
