@@ -120,12 +120,14 @@ def test_two_replicas_answer_the_openai_client(serve_url: str, solo: Any) -> Non
         prompts, [SamplingParams(max_tokens=16, temperature=0.8, seed=i) for i in range(8)], use_tqdm=False
     )
     assert got_completions == [o.outputs[0].text for o in want]
+    generated = sum(len(o.outputs[0].token_ids) for o in want)
     want = solo.chat(
         chats,
         [SamplingParams(max_tokens=16, temperature=0.8, seed=100 + i) for i in range(8)],
         use_tqdm=False,
     )
     assert got_chats == [o.outputs[0].text for o in want]
+    generated += sum(len(o.outputs[0].token_ids) for o in want)
 
     # Not streamed, the same app's answers and errors; every response names its replica.
     client = openai.OpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0)
@@ -135,7 +137,16 @@ def test_two_replicas_answer_the_openai_client(serve_url: str, solo: Any) -> Non
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
     seen = {httpx.get(serve_url + "/health").headers["x-ossa-replica"] for _ in range(16)}
     assert seen <= set(replicas)
-    assert "ossa:" in httpx.get(serve_url + "/metrics").text
+    generated += r.usage.completion_tokens
+    # /metrics is the answering replica's own: the replicas' token counters add up to what was generated.
+    counted: dict[str, float] = {}
+    for _ in range(64):
+        m = httpx.get(serve_url + "/metrics")
+        tokens = [line for line in m.text.splitlines() if line.startswith("ossa:generation_tokens_total")]
+        counted[m.headers["x-ossa-replica"]] = float(tokens[0].split()[-1])
+        if len(counted) == 2:
+            break
+    assert set(counted) == set(replicas) and sum(counted.values()) == generated, (counted, generated)
 
 
 async def _stream(client: Any, url: str, i: int, started: asyncio.Event, replica_of: dict[int, str]) -> str:
@@ -282,6 +293,37 @@ def test_scale_down_drains_in_flight_streams(serve_url: str, solo: Any) -> None:
     )
     assert texts == [o.outputs[0].text for o in want]
     assert len(_replicas()) == 1
+
+
+@pytest.mark.slow
+def test_serve_run_from_the_shell(ray_cluster: Any, serve_url: str) -> None:
+    """`serve run ossa.ray.serve:build_app key=value ...` deploys on a running cluster (Serve hands the
+    pairs to build_app as strings, converted through ServeArgs)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+    from ray import serve
+
+    serve.delete("ossa")  # CPUs for the shell's replica
+    script = Path(sys.executable).with_name("serve")  # the `serve` command of this environment
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "ray.serve.scripts"]
+    cmd = [*cli, "run", "--non-blocking", "--address", ray_cluster.address]
+    cmd += ["--name", "ossa-shell", "--route-prefix", "/shell", "ossa.ray.serve:build_app"]
+    cmd += ["num_replicas=1", "num_threads=1", "served_model_name=shell", "max_num_seqs=4"]
+    cmd += [f"{k}={v}" for k, v in ENGINE.items()]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert httpx.get(serve_url + "/shell/v1/models").json()["data"][0]["id"] == "shell"
+        out = httpx.post(
+            serve_url + "/shell/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=120
+        ).json()
+        assert out["usage"]["completion_tokens"] == 4
+        assert serve.status().applications["ossa-shell"].deployments["OssaReplica"].status == "HEALTHY"
+    finally:
+        serve.delete("ossa-shell")
 
 
 def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:

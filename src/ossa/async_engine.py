@@ -3,7 +3,9 @@
 One thread pulls batches of output deltas from the engine (``get_outputs`` blocks with the GIL
 released) and hands each batch to the event loop with a single ``call_soon_threadsafe``; the loop
 turns them into ``RequestOutput``s (``ossa.output_processor``, as ``LLM`` does) and routes each to
-its request's ``asyncio.Queue``. Python does no per-token work beyond that.
+its request's ``asyncio.Queue``. Python does no per-token work beyond that. A consumer that falls
+behind (a slow client, a busy loop) gets the outputs of the steps it missed merged into one, so it
+sends one stream chunk for them instead of one per step.
 A request whose consumer goes away (client disconnect, task cancellation, generator closed) is
 aborted in the engine, which frees its KV blocks.
 """
@@ -17,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .input_processor import EngineRequest
-from .output_processor import OutputProcessor, RequestState
+from .output_processor import OutputProcessor, RequestState, merge_delta
 from .outputs import RequestOutput
 
 logger = logging.getLogger("ossa.async_engine")
@@ -175,9 +177,10 @@ class AsyncEngine:
             self.input_processor.release([request])  # its grammar, if any: the engine never saw it
             raise
         finished = False
+        held: Any = None  # taken from the queue while catching up, handled next
         try:
             while True:
-                item = await q.get()
+                item, held = (held, None) if held is not None else (await q.get(), None)
                 if isinstance(item, _Stopped):
                     finished = True
                     self._observe(item.state)
@@ -186,6 +189,13 @@ class AsyncEngine:
                     raise EngineStoppedError("the server is shutting down")
                 state: RequestState = item[0]
                 new: RequestOutput = item[1]
+                # A consumer that fell behind gets what the missed steps brought as one output.
+                while not new.finished and not q.empty():
+                    held = q.get_nowait()
+                    if not isinstance(held, tuple):
+                        break
+                    new = merge_delta(new, held[1]) if delta else held[1]
+                    held = None
                 if new.finished:
                     finished = True
                     self._observe(state)

@@ -148,6 +148,36 @@ class RequestState:
         return new
 
 
+def merge_delta(into: RequestOutput, later: RequestOutput) -> RequestOutput:
+    """Folds the delta ``later`` into the earlier delta ``into`` of the same request (a consumer that
+    fell behind gets one output for the steps it missed, as vLLM's collector merges them): each
+    completion's text, tokens and logprobs appended, the later finish, counts and errors kept."""
+    pieces = {c.index: c for c in into.outputs}
+    for c in later.outputs:
+        piece = pieces.get(c.index)
+        if piece is None:
+            into.outputs.append(c)
+            pieces[c.index] = c
+            continue
+        piece.text += c.text
+        piece.token_ids.extend(c.token_ids)
+        if piece.logprobs is not None and c.logprobs is not None:
+            piece.logprobs.extend(c.logprobs)
+        elif c.logprobs is not None:
+            piece.logprobs = c.logprobs
+        if c.cumulative_logprob is not None:
+            piece.cumulative_logprob = c.cumulative_logprob
+        if c.finish_reason is not None:
+            piece.finish_reason, piece.stop_reason = c.finish_reason, c.stop_reason
+    if into.prompt_logprobs is None:
+        into.prompt_logprobs = later.prompt_logprobs
+    into.extra.update(later.extra)
+    into.num_cached_tokens = later.num_cached_tokens
+    into.finished = later.finished
+    into.metrics = later.metrics
+    return into
+
+
 class OutputProcessor:
     """Routes engine outputs to their requests' states (the requests this caller added)."""
 

@@ -341,9 +341,17 @@ class OssaRouter:
         return _Relay(self.replicas.forward.remote(forwarded))
 
 
+# Serve runs a replica's user code on a second event loop in its own thread by default, so that code
+# which blocks its loop cannot stall the replica's own work; every ASGI message (one per streamed
+# token) then crosses between the two loops. ossa's app never blocks its loop (the engine computes in
+# its own threads), so replicas run it on the replica's loop, as Serve's throughput-optimized mode
+# does (docs/scale-out.md has the measurements).
+REPLICA_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+
+
 def _build(args: ServeArgs) -> Any:
     options: dict[str, Any] = {
-        "ray_actor_options": {"num_cpus": args.num_threads},
+        "ray_actor_options": {"num_cpus": args.num_threads, "runtime_env": {"env_vars": dict(REPLICA_ENV)}},
         "max_ongoing_requests": args.max_ongoing_requests
         or args.engine.max_num_seqs
         or SERVER_LIMITS["max_num_seqs"],
