@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ossa.server.tool_stream import SpecialTextFilter, ToolStream, parse_tool_calls
@@ -142,6 +142,7 @@ def test_required_calls_stream_their_arguments(cuts: list[int]) -> None:
     ),
     cuts=st.lists(st.integers(min_value=0, max_value=100), max_size=8),
 )
+@example(pieces=["<|im", "<|im_end|>", "_end|>"], cuts=[14])  # what is left around a drop is kept
 def test_special_text_filter(pieces: list[str], cuts: list[int]) -> None:
     text = "".join(pieces)
     f = SpecialTextFilter(["<|im_end|>", "<|endoftext|>"])

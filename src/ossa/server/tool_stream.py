@@ -70,15 +70,20 @@ class SpecialTextFilter:
     def feed(self, text: str, final: bool = False) -> str:
         if self._re is None:
             return text
-        s = self._re.sub("", self._held + text)
-        keep = 0
+        # The held tail is raw text: what the filter removed must not join what is left into a new
+        # match ("<|im" + "<|im_end|>" + "_end|>" keeps its outer "<|im_end|>", as one pass would).
+        raw = self._held + text
+        split = len(raw)
         if not final:
-            for k in range(min(self._longest - 1, len(s)), 0, -1):
-                if s[-k:] in self._prefixes:
-                    keep = k
+            for k in range(min(self._longest - 1, len(raw)), 0, -1):
+                if raw[-k:] in self._prefixes:
+                    split -= k
                     break
-        self._held = s[len(s) - keep :] if keep else ""
-        return s[: len(s) - keep]
+            for m in self._re.finditer(raw):  # a whole match across the split goes out whole
+                if m.start() < split < m.end():
+                    split = m.end()
+        self._held = raw[split:]
+        return self._re.sub("", raw[:split])
 
 
 class _Incomplete(Exception):
