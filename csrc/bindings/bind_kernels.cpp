@@ -13,6 +13,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
+#include "kernels/prepare_weights.h"
 #include "kernels/quant.h"
 #include "util/aligned.h"
 #include "bindings/common.h"
@@ -30,7 +31,7 @@ using ossa::new_f32;
 struct KernelMatmul {
   ossa::TensorView w;
   ossa::MatmulInput in;
-  ossa::AlignedVector<uint8_t> packed;
+  ossa::PreparedWeights prepared;
   std::vector<ossa::BlockQ8> q8s;
 
   KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type, int64_t rows,
@@ -51,16 +52,9 @@ struct KernelMatmul {
     w.data = weight.data();
     const int64_t n = static_cast<int64_t>(x.shape(0));
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
-    if (dtype == "bfloat16") {  // as load_model(dtype="bfloat16") converts each matrix
-      packed.assign(ossa::bf16_compute_bytes(w), 0);
-      w = ossa::make_bf16_compute(w, packed.data(), amx && ossa::amx_default());
-      return;
-    }
-    packed.assign(amx && ossa::amx_default() ? ossa::amx_repacked_bytes(w) : 0, 0);
-    if (!packed.empty()) {
-      ossa::amx_repack_groups(w, packed.data(), 0, (rows + 15) / 16);
-      w.packed = packed.data();
-    }
+    // As load_model prepares each matrix (dtype "bfloat16" copies, AMX repacks).
+    ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::amx_default(), prepared);
+    if (dtype == "bfloat16") return;
     if (q8 && ossa::dtype_quantized(t)) {
       q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
       ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());

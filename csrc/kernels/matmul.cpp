@@ -407,36 +407,6 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   });
 }
 
-size_t bf16_compute_bytes(const TensorView& w) {
-  return static_cast<size_t>((w.rows + 15) / 16 * 16 * w.cols * 2);  // tiles: rows rounded up to 16
-}
-
-TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
-  if (w.cols % 32 != 0)
-    throw ModelError("dtype bfloat16: a matrix row of " + std::to_string(w.cols) + " values is not a multiple of 32");
-  TensorView bf = w;
-  bf.bf16_compute = true;
-  if (amx && amx_available()) {
-    parallel_for((w.rows + 15) / 16, 8, parallel_threads(),
-                 [&](int64_t begin, int64_t end, int) { amx_repack_bf16_rounded(w, out, begin, end); });
-    bf.packed = out;
-    return bf;
-  }
-  uint16_t* dst = reinterpret_cast<uint16_t*>(out);
-  parallel_for(w.rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-    std::vector<float> row(static_cast<size_t>(w.cols));
-    for (int64_t r = begin; r < end; ++r) {
-      dequantize_row(w, r, row.data());
-      for (int64_t k = 0; k < w.cols; ++k) dst[r * w.cols + k] = f32_to_bf16(row[static_cast<size_t>(k)]);
-    }
-  });
-  bf.type = DType::BF16;
-  bf.data = out;
-  bf.row_bytes = static_cast<size_t>(w.cols * 2);
-  bf.packed = nullptr;
-  return bf;
-}
-
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy) {
   const MatmulTarget t{&w, y, ldy};
   matmul_many(&t, 1, x);

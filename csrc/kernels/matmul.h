@@ -8,16 +8,18 @@
 //
 // Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are decoded block by block in registers, never
 // expanded to f32 in memory. Three activation modes:
-//  - AMX (default where the CPU has AMX-BF16): Q4_0/Q4_1/Q4_K/Q8_0/BF16 matrices repacked at load
+//  - AMX (default where the CPU has AMX): Q4_0/Q4_1/Q8_0/BF16 matrices repacked at load
 //    (same integers, tile layout) times activations split into bf16 hi + lo, f32 accumulation
-//    (matmul_amx.cpp); ~3e-6 of sum |x w| from the f32 result. Other types use the f32 kernels.
+//    (matmul_amx.cpp); ~3e-6 of sum |x w| from the f32 result. Q4_K/Q6_K repacked for int8 tiles
+//    times activations split into three int8 pieces, exact int32 sums (matmul_amx_i8.cpp: AMX-INT8
+//    for batches, VNNI for a few rows, bitwise the same). Other types use the f32 kernels.
 //  - f32 (without AMX, or OSSA_AMX=0, MatmulInput::q8 == nullptr): weights widened to f32, FMA with
 //    f32 activations; matches a float32 product with the dequantized weights (what transformers computes).
 //  - 8-bit (q8 given): activations quantized to 8-bit blocks (BlockQ8, llama.cpp-style), each
 //    32-element block reduced exactly in int32 (VNNI vpdpbusd, or AVX2 maddubs/madd giving the same
 //    integers), blocks accumulated in f32 lanes. Faster for prefill, noisier.
 // F32 and F16 weights always take f32 activations and accumulate in f32 with FMA.
-// A fourth mode is chosen per model at load, not per call: dtype "bfloat16" (make_bf16_compute,
+// A fourth mode is chosen per model at load, not per call: dtype "bfloat16" (prepare_weights.h,
 // TensorView::bf16_compute) rounds every matrix and its activations to bf16 and accumulates in f32:
 // one AMX tile product per 16 x 16 x 32 step (matmul_amx.cpp), vLLM-CPU's numerics, about 2.4x the
 // prefill throughput of the Q4 kernels (docs/performance.md); without AMX the f32 kernels on a BF16
@@ -79,14 +81,8 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
                            int64_t ldo, uint16_t* out_tiles = nullptr, Glu glu = Glu::Silu);
 
-// dtype "bfloat16": W dequantized and rounded to bf16 (ties to even) once, into `out`
-// (bf16_compute_bytes(w) bytes, 64-byte aligned, kept alive by the caller): AMX tiles when AMX is
-// on, else a row-major BF16 copy for the f32 kernels. Returns the view to multiply instead of w
-// (bf16_compute set: its activations are rounded to bf16 too, products accumulated in f32).
-// ModelError if a row is not a multiple of 32 values.
-size_t bf16_compute_bytes(const TensorView& w);
-// amx: as tiles for the AMX kernels (only when amx_available()).
-TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx);
+// dtype "bfloat16"'s weight copies (bf16_compute_bytes, make_bf16_compute) and the AMX repacks are
+// made at load by kernels/prepare_weights.h.
 
 // Whether the AMX kernels (matmul_amx.cpp) can run here: compiled in and granted by the OS. A weight
 // goes through them when it was repacked for them at load (TensorView::packed), which a model's load

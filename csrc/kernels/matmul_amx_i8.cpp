@@ -39,6 +39,7 @@
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
+#include "util/half.h"
 
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512VNNI__) && \
     defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
@@ -68,66 +69,116 @@ size_t amx_i8_repacked_bytes(const TensorView& w) {
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * block_bytes(w.type));
 }
 
+#if defined(__SSE4_1__)
 namespace {
-// Q6_K: u = q + 32 in 0..63 (unsigned, as VPDPBUSD / TDPBSUD take the weights), s = d * sc per 16
-// values. Byte [r][4 n + i] of the high part (r < 2) holds the high 2 bits of u[n][8 m + 4 r + i]
-// at bit 2 m.
-void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+
+inline void store4(uint8_t* at, __m128i v, int lane) {
+  alignas(16) uint8_t t[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(t), v);
+  std::memcpy(at, t + 4 * lane, 4);
+}
+
+// lo[t] | hi[t] << 4 for the 16 bytes of two 4-bit vectors, stored as the 4 dwords of row n of
+// a block's B-tile nibbles (byte [r][4 n + i], r < 4).
+inline void put_nibbles(uint8_t* blk, int n, __m128i lo, __m128i hi) {
+  const __m128i c =
+      _mm_or_si128(lo, _mm_slli_epi16(hi, 4));  // hi <= 15: no carry into the next byte
+  for (int r = 0; r < 4; ++r) store4(blk + 64 * r + 4 * n, c, r);
+}
+
+// Q4_K: straight from the file's blocks (s = d * sc and mn = -(dmin * m), as decode_block_scalar
+// computes them).
+void repack_q4k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   const int64_t nb = w.cols / 32;
-  int q[32];
-  float scale[8], mn;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
   for (int64_t g = g_begin; g < g_end; ++g) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + (g * nb + b) * k6_block_bytes;
-      std::memset(blk, 0, static_cast<size_t>(k6_block_bytes));
-      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-        const uint8_t* row = w.row(g * 16 + n);
-        decode_block_scalar(w.type, row, b, q, scale, mn);
-        int u[32];
-        for (int k = 0; k < 32; ++k) u[k] = q[k] + 32;
-        for (int r = 0; r < 4; ++r)
-          for (int i = 0; i < 4; ++i)
-            blk[64 * r + 4 * n + i] =
-                static_cast<uint8_t>((u[4 * r + i] & 15) | (u[16 + 4 * r + i] & 15) << 4);
-        for (int r = 0; r < 2; ++r)
-          for (int i = 0; i < 4; ++i) {
-            int h = 0;
-            for (int m = 0; m < 4; ++m) h |= (u[8 * m + 4 * r + i] >> 4) << (2 * m);
-            blk[k6_high_at + 64 * r + 4 * n + i] = static_cast<uint8_t>(h);
+    uint8_t* group = out + g * nb * k_block_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k_block_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockQ4_K* row = reinterpret_cast<const BlockQ4_K*>(w.row(g * 16 + n));
+      for (int64_t sb = 0; sb < nb / 8; ++sb) {
+        const BlockQ4_K& q = row[sb];
+        const float d = f16_to_f32(q.d), dmin = f16_to_f32(q.dmin);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* blk = group + (sb * 8 + j) * k_block_bytes;
+          int sc, m;
+          q4_k_scale_min(j, q.scales, sc, m);
+          reinterpret_cast<float*>(blk + k_scale_at)[n] = d * static_cast<float>(sc);
+          reinterpret_cast<float*>(blk + k_min_at)[n] = -(dmin * static_cast<float>(m));
+          const uint8_t* src = q.qs + 32 * (j / 2);
+          __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+          __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+          if (j % 2 == 1) {
+            v0 = _mm_srli_epi16(v0, 4);
+            v1 = _mm_srli_epi16(v1, 4);
           }
-        const BlockQ6_K& sb = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
-        for (int h = 0; h < 2; ++h)
-          blk[k6_sc_at + 16 * h + n] = static_cast<uint8_t>(sb.scales[2 * (b % 8) + h]);
-        std::memcpy(blk + k6_d_at + 2 * n, &sb.d, 2);
+          put_nibbles(blk, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
+        }
       }
     }
   }
 }
+
+// Q6_K: u = q + 32 in 0..63 (unsigned, as VPDPBUSD / TDPBSUD take the weights), s = d * sc per 16
+// values. Byte [r][4 n + i] of the high part (r < 2) holds the high 2 bits of u[n][8 m + 4 r + i]
+// at bit 2 m. In the file, the 32 values of 32-block j of a super-block are (ql nibble) | (qh 2
+// bits)
+// << 4 - 32, the nibble from ql + 64 (j / 4) + 32 (j % 2), low for j % 4 < 2, and the 2 bits at bit
+// 2 (j % 4) of qh + 32 (j / 4).
+void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  const __m128i low4 = _mm_set1_epi8(0x0F), low2 = _mm_set1_epi8(0x03);
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nb * k6_block_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k6_block_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockQ6_K* row = reinterpret_cast<const BlockQ6_K*>(w.row(g * 16 + n));
+      for (int64_t sb = 0; sb < nb / 8; ++sb) {
+        const BlockQ6_K& q = row[sb];
+        for (int j = 0; j < 8; ++j) {
+          uint8_t* blk = group + (sb * 8 + j) * k6_block_bytes;
+          const int half = j / 4, k = j % 4;
+          const uint8_t* ql = q.ql + 64 * half + (k % 2) * 32;
+          const uint8_t* qh = q.qh + 32 * half;
+          __m128i l0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql));
+          __m128i l1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16));
+          if (k >= 2) {
+            l0 = _mm_srli_epi16(l0, 4);
+            l1 = _mm_srli_epi16(l1, 4);
+          }
+          put_nibbles(blk, n, _mm_and_si128(l0, low4), _mm_and_si128(l1, low4));
+          const __m128i sh = _mm_cvtsi32_si128(2 * k);
+          const __m128i h0 = _mm_and_si128(
+              _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)), sh), low2);
+          const __m128i h1 = _mm_and_si128(
+              _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16)), sh), low2);
+          // byte t (t < 8): bits of values t, 8 + t, 16 + t, 24 + t (each <= 3: no carries).
+          const __m128i x = _mm_or_si128(h0, _mm_slli_epi16(_mm_srli_si128(h0, 8), 2));
+          const __m128i y = _mm_or_si128(h1, _mm_slli_epi16(_mm_srli_si128(h1, 8), 2));
+          const __m128i hh = _mm_or_si128(x, _mm_slli_epi16(y, 4));
+          store4(blk + k6_high_at + 4 * n, hh, 0);
+          store4(blk + k6_high_at + 64 + 4 * n, hh, 1);
+          blk[k6_sc_at + n] = static_cast<uint8_t>(q.scales[2 * j]);
+          blk[k6_sc_at + 16 + n] = static_cast<uint8_t>(q.scales[2 * j + 1]);
+          std::memcpy(blk + k6_d_at + 2 * n, &q.d, 2);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
   if (w.type == DType::Q6_K) return repack_q6k(w, out, g_begin, g_end);
-  const int64_t nb = w.cols / 32;
-  int q[32];
-  float scale[8], mn;
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + (g * nb + b) * k_block_bytes;
-      std::memset(blk, 0, static_cast<size_t>(k_block_bytes));
-      float* s = reinterpret_cast<float*>(blk + k_scale_at);
-      float* m = reinterpret_cast<float*>(blk + k_min_at);
-      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-        decode_block_scalar(w.type, w.row(g * 16 + n), b, q, scale, mn);
-        for (int r = 0; r < 4; ++r)
-          for (int i = 0; i < 4; ++i)
-            blk[64 * r + 4 * n + i] = static_cast<uint8_t>(q[4 * r + i] | q[16 + 4 * r + i] << 4);
-        s[n] = scale[0];
-        m[n] = mn;
-      }
-    }
-  }
+  repack_q4k(w, out, g_begin, g_end);
 }
+#else
+void amx_i8_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
+  throw ModelError("amx int8 matmul: not built");
+}
+#endif
 
 #if defined(OSSA_HAVE_AMX_I8)
 namespace {

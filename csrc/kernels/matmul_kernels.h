@@ -59,8 +59,9 @@ Q8DotFn q8_dot(DType type, int rows);
 // amx_available(): compiled in (a native build on an AMX CPU) and the OS granted the tile state.
 bool amx_available();
 
-// Repacked Q4_0/Q4_1/Q4_K/Q8_0/BF16 weights (TensorView::packed, built at load by amx_repack_groups
-// over groups of 16 rows) multiply activations split into bf16 hi/lo tiles plus f32 block sums.
+// Repacked Q4_0/Q4_1/Q8_0/BF16 weights (TensorView::packed, built at load by amx_repack_groups over
+// groups of 16 rows) multiply activations split into bf16 hi/lo tiles plus f32 block sums; Q4_K
+// and Q6_K (also repacked by amx_repack_groups) the int8 pieces below.
 struct AmxActivations {
   // A tiles: for 16-row block mb and 32-column step b, a hi tile then a lo tile of 16 rows x 32
   // bf16: tiles[((mb * steps + b) * 2 + part) * 512 + row * 32 + j]; for bfloat16 compute only

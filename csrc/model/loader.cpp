@@ -16,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/parallel.h"
+#include "kernels/prepare_weights.h"
 #include "model/arch_config.h"
 #include "model/moe.h"
 #include "model/weights.h"
@@ -35,8 +36,8 @@ struct Storage {
   std::vector<std::shared_ptr<GGUFFile>> gguf;
   std::vector<std::shared_ptr<SafetensorsFile>> safetensors;
   std::vector<std::vector<float>> buffers;
-  // Weights repacked for the AMX kernels (tile rows on cache lines), or dtype bfloat16's copies.
-  std::vector<AlignedVector<uint8_t>> packed;
+  // Weights repacked for the AMX kernels, or dtype bfloat16's copies (kernels/prepare_weights.h).
+  PreparedWeights prepared;
   std::map<std::string, TensorView> canonical;  // "layers.0.wq" -> view used by the forward pass
 };
 
@@ -543,31 +544,13 @@ void for_each_matrix(Model& m, F&& f) {
   f(m.weights.output);
 }
 
-// Repacks the matrices the AMX kernels read in their own layout (kernels/matmul_amx.cpp); the
-// file's views stay as they are for everything else (embedding lookups, listings).
-void repack_for_amx(Model& m, Storage& st) {
-  for_each_matrix(m, [&](TensorView& v) {
-    const size_t bytes = amx_repacked_bytes(v);
-    if (bytes == 0) return;
-    m.amx = true;
-    AlignedVector<uint8_t>& buf = st.packed.emplace_back(bytes);
-    uint8_t* out = buf.data();
-    parallel_for((v.rows + 15) / 16, 8, parallel_threads(),
-                 [&](int64_t begin, int64_t end, int) { amx_repack_groups(v, out, begin, end); });
-    v.packed = out;
-  });
-}
-
-// dtype "bfloat16": every matrix is dequantized and rounded to bf16 once (make_bf16_compute: tiles
-// on AMX, 2 bytes a weight; the file's views stay for listings and the embedding lookup).
-void convert_to_bf16(Model& m, Storage& st, bool amx) {
-  for_each_matrix(m, [&](TensorView& v) {
-    if (v.empty()) return;
-    AlignedVector<uint8_t>& buf = st.packed.emplace_back(bf16_compute_bytes(v));
-    v = make_bf16_compute(v, buf.data(), amx);
-    m.amx = m.amx || v.packed != nullptr;
-  });
-  m.compute_dtype = "bfloat16";
+// The layouts the kernels multiply (kernels/prepare_weights.h): AMX repacks or dtype bfloat16's
+// copies; the file's views stay as they are for everything else (embedding lookups, listings).
+void prepare_matrices(Model& m, Storage& st, bool bf16_compute, bool amx) {
+  std::vector<TensorView*> matrices;
+  for_each_matrix(m, [&](TensorView& v) { matrices.push_back(&v); });
+  m.amx = prepare_weights(matrices, bf16_compute, amx, st.prepared);
+  if (bf16_compute) m.compute_dtype = "bfloat16";
 }
 
 std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
@@ -594,8 +577,7 @@ std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   }
   model->quantized_activations = options.quantized_activations;
   const bool amx = options.amx && amx_default();
-  if (dtype == "bfloat16") convert_to_bf16(*model, *storage, amx);
-  else if (amx) repack_for_amx(*model, *storage);
+  prepare_matrices(*model, *storage, dtype == "bfloat16", amx);
   model->storage = storage;
   return model;
 }
