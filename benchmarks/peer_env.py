@@ -14,15 +14,22 @@ removed, then gets its own:
   its default OpenMP policy.
 
 `describe` gives the line printed for each engine (every OMP_/KMP_/OSSA_/VLLM_ variable it sees).
+`server_process` runs one HTTP server (``ossa serve``, a peer's) for the serving benchmarks: started in
+its own session, waited for, stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +92,70 @@ def run_child(engine: str, job: dict[str, Any], threads: int, timeout_s: float =
             tail = (proc.stderr or proc.stdout)[-3000:]
             raise RuntimeError(f"{engine} worker failed (exit {proc.returncode}):\n{tail}")
         return json.loads(res_path.read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(
+    url: str, proc: subprocess.Popen | None = None, timeout_s: float = 300, path: str = "/v1/models"
+) -> None:
+    """Polls ``url + path`` until it answers 200; RuntimeError if ``proc`` exits or time runs out."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not become ready in {timeout_s:g} s")
+
+
+def ossa_serve_cmd(model: str | None, port: int, *flags: str) -> list[str]:
+    """``ossa serve`` on a loopback port, from this checkout (run it with ``engine_env("ossa")``)."""
+    return [
+        sys.executable,
+        "-m",
+        "ossa.cli",
+        "serve",
+        *([model] if model else []),
+        "--port",
+        str(port),
+        *flags,
+    ]
+
+
+@contextlib.contextmanager
+def server_process(
+    cmd: list[str],
+    env: dict[str, str],
+    url: str,
+    log_path: str,
+    startup_s: float = 300,
+    ready_path: str = "/v1/models",
+) -> Iterator[subprocess.Popen]:
+    """Runs a server until the block ends: in its own session (its own process group and, where the
+    kernel groups CPU time by session, its own share, as a server started from a shell has), its output
+    in ``log_path``; waits until ``url + ready_path`` answers. At the end, if still running: SIGTERM,
+    then SIGKILL to its group after 30 s."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_ready(url, proc, startup_s, ready_path)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()

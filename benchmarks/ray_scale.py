@@ -8,9 +8,13 @@
 (d) Prefix-cache hit rate over 2 replicas, with and without prefix-affinity routing: conversations
     that share a system prompt, 4 clients (hit rate = cached prompt tokens / prompt tokens).
 
-Everything runs one after the other (a server is stopped before the next starts), each side with
-its best settings for 2 cores; each serving figure is the best of ``--rounds`` runs. Ray runs as a
-local one-machine cluster started here (``ray.init(num_cpus=2)``).
+Everything runs one after the other (a server, or the Ray cluster, is stopped before the next
+starts), both sides with ossa's process settings (benchmarks/peer_env.py). (a) and (b) run
+``--repeats`` times, interleaved, each run printed with the load average; the summary gives the best
+and the median output tok/s of each, and the CPU seconds per 1000 output tokens its processes used
+(the plain server's; for Ray every Ray process: raylet, GCS, agents, Serve's controller, proxy and
+replicas), which other people's work on the machine disturbs less than tok/s. Ray runs as a local
+one-machine cluster started here (``ray.init(num_cpus=2)``); ``--ray-env`` passes Serve's switches.
 
     python benchmarks/ray_scale.py              # all parts, 512 prompts for (c)
     python benchmarks/ray_scale.py --quick      # shorter runs (fewer requests and prompts)
@@ -22,79 +26,105 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
-import subprocess
+import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from peer_env import engine_env, free_port, ossa_serve_cmd, server_process  # noqa: E402
 
 from ossa.bench_serve import ServeBenchResult, bench_serve_async, make_prompts  # noqa: E402
 
 KV_BYTES = 256 << 20
+# ossa's own process settings (benchmarks/peer_env.py), for the plain server and the Ray cluster alike.
+OSSA_ENV = engine_env("ossa")
 
 
 def load() -> str:
-    return open("/proc/loadavg").read().split(" ", 3)[:3].__str__()
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, timeout_s: float = 300, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+def cpu_seconds(match: str | None = None, pid: int | None = None) -> float:
+    """CPU time used so far by process ``pid`` (with its children), or by every process whose command
+    line contains one of Ray's markers (``match="ray"``: the raylet, GCS, dashboard agent, Serve's
+    controller, proxy and replicas, log monitor)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} did not become ready")
+            stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            if pid is not None:
+                if int(entry) != pid and int(stat[1]) != pid:  # the process or a child of it
+                    continue
+            else:
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read()
+                if not (
+                    b"ray::" in cmd
+                    or b"/ray/core/src/" in cmd
+                    or b"/ray/_private/" in cmd
+                    or b"/ray/dashboard/" in cmd
+                    or b"/ray/autoscaler/" in cmd
+                ):
+                    continue
+            total += (int(stat[11]) + int(stat[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
-def measure(url: str, prompts: list[str], output_len: int, clients: int, rounds: int) -> ServeBenchResult:
-    """Best of ``rounds`` runs of the prompts at ``clients`` concurrency (after one warm-up)."""
-    asyncio.run(bench_serve_async(url, prompts[:2], 4, 2, float("inf")))
-    best = None
-    for _ in range(rounds):
-        r = asyncio.run(bench_serve_async(url, prompts, output_len, clients, float("inf")))
-        if r.num_failed:
-            raise RuntimeError(f"{r.num_failed} requests failed")
-        if best is None or r.output_throughput > best.output_throughput:
-            best = r
-    assert best is not None
-    return best
+def measure(
+    url: str, prompts: list[str], output_len: int, clients: int, cpu: Callable[[], float]
+) -> tuple[ServeBenchResult, float]:
+    """One run of the prompts at ``clients`` concurrency after a warm-up: the result, and the serving
+    side's CPU seconds per 1000 output tokens."""
+    asyncio.run(bench_serve_async(url, prompts[:4], 8, 4, float("inf")))
+    before = cpu()
+    r = asyncio.run(bench_serve_async(url, prompts, output_len, clients, float("inf")))
+    if r.num_failed:
+        raise RuntimeError(f"{r.num_failed} requests failed")
+    return r, 1000 * (cpu() - before) / max(r.output_tokens, 1)
 
 
-def plain_server(
-    model: str, prompts: list[str], output_len: int, clients: int, rounds: int
-) -> ServeBenchResult:
+@contextmanager
+def plain_server(model: str) -> Iterator[tuple[str, Callable[[], float]]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "ossa.cli", "serve", model, "--port", str(port), "--num-threads", "2"]
-    cmd += ["--kv-cache-memory-bytes", str(KV_BYTES)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    with open("/tmp/ray_scale_plain.log", "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_ready(f"http://127.0.0.1:{port}", proc=proc)
-            return measure(f"http://127.0.0.1:{port}", prompts, output_len, clients, rounds)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    url = f"http://127.0.0.1:{port}"
+    flags = ["--num-threads", "2", "--kv-cache-memory-bytes", str(KV_BYTES)]
+    with server_process(
+        ossa_serve_cmd(model, port, *flags), OSSA_ENV, url, "/tmp/ray_scale_plain.log"
+    ) as proc:
+        yield url, lambda: cpu_seconds(pid=proc.pid)
+
+
+@contextmanager
+def ray_cluster(ray_env: dict[str, str]) -> Iterator[str]:
+    """A one-machine Ray cluster with Serve's proxy on a free port, started with ossa's process
+    settings (and ``ray_env``: Serve's own switches) in its environment; shut down at the end."""
+    import ray
+    from ray import serve
+
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in OSSA_ENV.items() if k.startswith(("OMP_", "OSSA_"))} | ray_env)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def deploy(model: str, replicas: int, threads: int, prefix_routing: bool = False) -> None:
@@ -180,6 +210,35 @@ def ray_data_vs_llm(model: str, prompts: list[str], output_len: int) -> dict[str
     return out
 
 
+def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set[str]) -> dict[str, list]:
+    """(a) and (b), ``--repeats`` times, interleaved (the machine is shared: each configuration sees
+    the same spread of load). Per configuration, a list of (output tok/s, CPU-s per 1k tokens)."""
+    runs: dict[str, list[tuple[float, float]]] = {}
+    ray_env = dict(kv.split("=", 1) for kv in args.ray_env.split(",") if kv)
+
+    def record(rep: int, name: str, r: ServeBenchResult, cpu: float) -> None:
+        runs.setdefault(name, []).append((r.output_throughput, cpu))
+        print(
+            f"[{rep + 1}/{args.repeats}] {name}: {r.output_throughput:.1f} out tok/s, {cpu:.2f} CPU-s per "
+            f"1k tokens (load {load()})",
+            flush=True,
+        )
+
+    configs = [(1, 2)] + ([(2, 1)] if "b" in parts else [])
+    for rep in range(args.repeats):
+        if "a" in parts:
+            with plain_server(model) as (url, cpu):
+                record(
+                    rep, "ossa serve, 2 threads", *measure(url, prompts, args.output_len, args.clients, cpu)
+                )
+        with ray_cluster(ray_env) as url:
+            for replicas, threads in configs:
+                deploy(model, replicas, threads)
+                result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
+                record(rep, f"Ray Serve, {replicas} replica(s) x {threads} thread(s)", *result)
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None)
@@ -189,66 +248,64 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--num-prompts", type=int, default=512, help="(c): prompts for Ray Data and LLM.generate")
-    ap.add_argument("--rounds", type=int, default=2, help="serving: best of this many runs")
-    ap.add_argument("--quick", action="store_true", help="2 requests per client, 128 prompts, 1 round")
+    ap.add_argument("--repeats", type=int, default=3, help="(a), (b): runs of each, interleaved")
+    ap.add_argument(
+        "--ray-env",
+        default="",
+        help="KEY=VALUE,... for the Ray cluster (Serve's switches, e.g. "
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)",
+    )
+    ap.add_argument("--quick", action="store_true", help="2 requests per client, 128 prompts, 1 repeat")
     args = ap.parse_args()
     if args.quick:
-        args.requests_per_client, args.num_prompts, args.rounds = 2, 128, 1
+        args.requests_per_client, args.num_prompts, args.repeats = 2, 128, 1
     parts = set(args.parts.split(","))
     from ossa import models
 
     model = models.resolve(args.model)
     prompts, _ = make_prompts(args.clients * args.requests_per_client, args.input_len, model, seed=1)
     print(f"model {os.path.basename(model)}, {args.input_len} in / {args.output_len} out, load {load()}")
+    runs = serving(model, prompts, args, parts) if parts & {"a", "b"} else {}
     results: dict[str, float] = {}
-    if "a" in parts:
-        r = plain_server(model, prompts, args.output_len, args.clients, args.rounds)
-        results["ossa serve, 2 threads"] = r.output_throughput
-        print(f"[a] plain ossa serve: {r.output_throughput:.1f} out tok/s (load {load()})", flush=True)
+    if parts & {"c", "d"}:
+        with ray_cluster({}) as url:
+            if "d" in parts:
+                convs = conversations(8, 6)
+                for routing in (False, True):
+                    deploy(model, 2, 1, prefix_routing=routing)
+                    rate = asyncio.run(hit_rate(url, convs, 4))
+                    print(f"[d] prefix routing {'on' if routing else 'off'}: hit rate {rate:.1%}", flush=True)
+                    results[f"prefix-cache hit rate, routing {'on' if routing else 'off'}"] = rate
+            from ray import serve
 
-    import ray
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        url = f"http://127.0.0.1:{port}"
-        for replicas, threads in ((1, 2), (2, 1)):
-            if "a" not in parts and "b" not in parts or (replicas == 2 and "b" not in parts):
-                continue
-            deploy(model, replicas, threads)
-            r = measure(url, prompts, args.output_len, args.clients, args.rounds)
-            name = f"Ray Serve, {replicas} replica(s) x {threads} thread(s)"
-            results[name] = r.output_throughput
-            print(f"[ab] {name}: {r.output_throughput:.1f} out tok/s (load {load()})", flush=True)
-        if "d" in parts:
-            convs = conversations(8, 6)
-            for routing in (False, True):
-                deploy(model, 2, 1, prefix_routing=routing)
-                rate = asyncio.run(hit_rate(url, convs, 4))
-                print(f"[d] prefix routing {'on' if routing else 'off'}: hit rate {rate:.1%}", flush=True)
-                results[f"prefix-cache hit rate, routing {'on' if routing else 'off'}"] = rate
-        serve.delete("ossa")
-        if "c" in parts:
-            data_prompts, _ = make_prompts(args.num_prompts, args.input_len, model, seed=2)
-            for name, value in ray_data_vs_llm(model, data_prompts, args.output_len).items():
-                results[name] = value
-                print(f"[c] {name}: {value:.1f} out tok/s (load {load()})", flush=True)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+            serve.delete("ossa")
+            if "c" in parts:
+                data_prompts, _ = make_prompts(args.num_prompts, args.input_len, model, seed=2)
+                for name, value in ray_data_vs_llm(model, data_prompts, args.output_len).items():
+                    results[name] = value
+                    print(f"[c] {name}: {value:.1f} out tok/s (load {load()})", flush=True)
 
     print(f"\n== results (load {load()}) ==")
+    if runs:
+        print(f"{f'serving, {args.clients} clients':<40} {'best tok/s':>10} {'median':>8} {'CPU-s/1k':>9}")
+    summary = {}
+    for name, values in runs.items():
+        tps = [t for t, _ in values]
+        summary[name] = (max(tps), statistics.median(tps), statistics.median(c for _, c in values))
+        print(f"{name:<40} {summary[name][0]:>10.1f} {summary[name][1]:>8.1f} {summary[name][2]:>9.2f}")
     for name, value in results.items():
         print(f"{name:<48} {value:>10.1%}" if "hit rate" in name else f"{name:<48} {value:>10.1f} tok/s")
-    plain = results.get("ossa serve, 2 threads")
-    one = results.get("Ray Serve, 1 replica(s) x 2 thread(s)")
-    two = results.get("Ray Serve, 2 replica(s) x 1 thread(s)")
+    plain = summary.get("ossa serve, 2 threads")
+    one = summary.get("Ray Serve, 1 replica(s) x 2 thread(s)")
+    two = summary.get("Ray Serve, 2 replica(s) x 1 thread(s)")
     if plain and one:
-        print(f"(a) Ray Serve 1x2 / ossa serve: {one / plain:.3f} (overhead {1 - one / plain:+.1%})")
+        print(
+            f"(a) Ray Serve 1x2 / ossa serve: best {one[0] / plain[0]:.3f} "
+            f"(overhead {1 - one[0] / plain[0]:+.1%}), median {one[1] / plain[1]:.3f}; "
+            f"CPU per token {one[2] / plain[2]:.3f}x"
+        )
     if one and two:
-        print(f"(b) Ray Serve 2x1 / 1x2: {two / one:.3f}")
+        print(f"(b) Ray Serve 2x1 / 1x2: best {two[0] / one[0]:.3f}, median {two[1] / one[1]:.3f}")
     llm = results.get("LLM.generate, 2 threads")
     for name, value in results.items():
         if llm and name.startswith("Ray Data"):

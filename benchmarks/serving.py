@@ -21,15 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -52,38 +47,21 @@ class Server:
     startup_s: float = 300.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> list[Server]:
     # Each server in its own environment (benchmarks/peer_env.py): ossa's OMP_WAIT_POLICY=passive
     # stays with ossa; llama.cpp and vLLM-CPU keep their default OpenMP policy, vLLM its CPU settings.
-    from peer_env import engine_env
+    from peer_env import engine_env, ossa_serve_cmd
 
     ossa_env = engine_env("ossa")
     out = [
         Server(
             OSSA_NAMES[dtype],
-            [
-                sys.executable,
-                "-m",
-                "ossa.cli",
-                "serve",
+            ossa_serve_cmd(
                 model,
-                "--port",
-                str(port),
-                "--num-threads",
-                "2",
-                "--max-num-seqs",
-                "64",
-                "--kv-cache-memory-bytes",
-                str(512 << 20),
-                "--dtype",
-                dtype,
-            ],
+                port,
+                *("--num-threads", "2", "--max-num-seqs", "64", "--kv-cache-memory-bytes", str(512 << 20)),
+                *("--dtype", dtype),
+            ),
             ossa_env,
             120,
         )
@@ -142,20 +120,6 @@ def servers(model: str, peers: list[str], port: int, ossa_dtypes: list[str]) -> 
     return out
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server did not become ready in time")
-
-
 def run_one(
     server: Server,
     port: int,
@@ -166,42 +130,30 @@ def run_one(
     model: str,
 ) -> dict[int, ServeBenchResult]:
     url = f"http://127.0.0.1:{port}"
-    from peer_env import describe
+    from peer_env import describe, server_process
 
     print(f"[{server.name}] env: {describe(server.env)}", flush=True)
-    log = open(f"/tmp/serving_{server.name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        server.cmd, env=server.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    log = f"/tmp/serving_{server.name}.log"
     results: dict[int, ServeBenchResult] = {}
     try:
         t0 = time.perf_counter()
-        wait_ready(url, proc, server.startup_s)
-        print(f"[{server.name}] ready in {time.perf_counter() - t0:.1f} s", flush=True)
-        # one warm-up request (first-call costs are not serving costs)
-        warm, _ = make_prompts(1, input_len, model, seed=99)
-        asyncio.run(bench_serve_async(url, warm, 4, 1, float("inf")))
-        for c in concurrencies:
-            prompts, n_in = make_prompts(max(prompts_per * c, 4), input_len, model, seed=c)
-            res = asyncio.run(bench_serve_async(url, prompts, output_len, c, float("inf")))
-            res.input_tokens = n_in
-            results[c] = res
-            print(
-                f"[{server.name}] c={c}: {res.output_throughput:.1f} out tok/s, "
-                f"failed {res.num_failed}/{res.num_requests}",
-                flush=True,
-            )
+        with server_process(server.cmd, server.env, url, log, server.startup_s):
+            print(f"[{server.name}] ready in {time.perf_counter() - t0:.1f} s", flush=True)
+            # one warm-up request (first-call costs are not serving costs)
+            warm, _ = make_prompts(1, input_len, model, seed=99)
+            asyncio.run(bench_serve_async(url, warm, 4, 1, float("inf")))
+            for c in concurrencies:
+                prompts, n_in = make_prompts(max(prompts_per * c, 4), input_len, model, seed=c)
+                res = asyncio.run(bench_serve_async(url, prompts, output_len, c, float("inf")))
+                res.input_tokens = n_in
+                results[c] = res
+                print(
+                    f"[{server.name}] c={c}: {res.output_throughput:.1f} out tok/s, "
+                    f"failed {res.num_failed}/{res.num_requests}",
+                    flush=True,
+                )
     except Exception as e:
-        print(f"[{server.name}] skipped: {e} (log: /tmp/serving_{server.name}.log)", flush=True)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
+        print(f"[{server.name}] skipped: {e} (log: {log})", flush=True)
     return results
 
 
@@ -242,6 +194,8 @@ def main() -> None:
     if not ossa_dtypes or any(d not in OSSA_NAMES for d in ossa_dtypes):
         ap.error(f"--ossa-dtypes takes a comma-separated subset of {sorted(OSSA_NAMES)}")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    from peer_env import free_port
+
     port = free_port()
     table: dict[str, dict[int, ServeBenchResult]] = {}
     for s in servers(model, peers, port, ossa_dtypes):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +28,11 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from peer_env import engine_env, free_port, ossa_serve_cmd, server_process  # noqa: E402
+
+LOG = "/tmp/ossa-soak-serve.log"
 
 BAD = [
     ("/v1/completions", '{"model": "\\ud800", "prompt": "x"}'),
@@ -201,35 +206,21 @@ def main() -> int:
     ap.add_argument("--max-model-len", type=int, default=512)
     args = ap.parse_args()
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    cmd = [
-        sys.executable,
-        "-m",
-        "ossa.cli",
-        "serve",
-        *([args.model] if args.model else []),
-        "--port",
-        str(port),
-    ]
-    cmd += ["--max-model-len", str(args.max_model_len), "--kv-cache-memory-bytes", str(256 << 20)]
-    cmd += ["--trust-request-chat-template", "--shutdown-timeout", "5", "--max-num-seqs", "64"]
-    log = open("/tmp/ossa-soak-serve.log", "wb")  # noqa: SIM115 (closed at the end)
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while True:
+    flags = ["--max-model-len", str(args.max_model_len), "--kv-cache-memory-bytes", str(256 << 20)]
+    flags += ["--trust-request-chat-template", "--shutdown-timeout", "5", "--max-num-seqs", "64"]
+    with contextlib.ExitStack() as stack:
         try:
-            if httpx.get(url + "/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            print("server did not start; see /tmp/ossa-soak-serve.log")
+            cmd = ossa_serve_cmd(args.model, port, *flags)
+            proc = stack.enter_context(server_process(cmd, engine_env("ossa"), url, LOG, 120, "/health"))
+        except RuntimeError as e:
+            print(f"server did not start ({e}); see {LOG}")
             return 1
-        time.sleep(0.2)
+        return soak(args, url, proc)
+
+
+def soak(args: argparse.Namespace, url: str, proc: subprocess.Popen) -> int:
     load = os.getloadavg()
     print(
         f"ossa serve (pid {proc.pid}), {args.concurrency} clients for {args.duration:g} s; load {load[0]:.2f}"
@@ -266,8 +257,7 @@ def main() -> int:
     print(f"RSS MiB (server + template workers): first {rss[0]:.0f}, last {rss[-1]:.0f}, max {max(rss):.0f}")
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(60)
-    log.close()
-    text = Path("/tmp/ossa-soak-serve.log").read_text(errors="replace")
+    text = Path(LOG).read_text(errors="replace")
     print(f"SIGTERM: exit {code}; tracebacks in the log: {text.count('Traceback')}")
     return 0 if not errors and code == 0 else 1
 

@@ -39,6 +39,10 @@ class Backend:
     def detokenizer(self, impl: Any, skip_special_tokens: bool) -> Any:
         raise NotImplementedError
 
+    def token_table(self, impl: Any) -> tuple[list[bytes], list[bool]]:
+        """Every token of a tokenizer as bytes, and whether it is a special token."""
+        raise NotImplementedError
+
     def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
         raise NotImplementedError
 
@@ -81,6 +85,10 @@ class CppBackend(Backend):
 
         return core.Detokenizer(impl, skip_special_tokens)
 
+    def token_table(self, impl: Any) -> tuple[list[bytes], list[bool]]:
+        n = int(impl.vocab_size)
+        return [impl.token_bytes(i) for i in range(n)], [bool(impl.is_special(i)) for i in range(n)]
+
     def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
         from ._native import core
 
@@ -110,6 +118,9 @@ class PythonBackend(Backend):
         from .reference.tokenizer import Detokenizer
 
         return Detokenizer(impl, skip_special_tokens)
+
+    def token_table(self, impl: Any) -> tuple[list[bytes], list[bool]]:
+        return list(impl.token_bytes), list(impl.is_special)
 
     def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
         from .reference.engine import Engine, EngineConfig

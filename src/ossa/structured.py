@@ -252,12 +252,7 @@ class _Vocabulary:
     def __init__(self, tokenizer: Any, n_vocab: int) -> None:
         impl = tokenizer._impl
         n = int(tokenizer.vocab_size)
-        if tokenizer.backend == "cpp":
-            raw = [impl.token_bytes(i) for i in range(n)]
-            special = [bool(impl.is_special(i)) for i in range(n)]
-        else:
-            raw = list(impl.token_bytes)
-            special = list(impl.is_special)
+        raw, special = tokenizer.token_table()
         tokens = [b"\xff" + b if s and b else b for b, s in zip(raw, special, strict=True)]
         tokens += [b""] * max(0, n_vocab - n)  # ids the model has beyond the tokenizer's
         self.tokens = tokens[:n_vocab]

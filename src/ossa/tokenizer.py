@@ -56,6 +56,12 @@ class Tokenizer:
 
         return cls(get_backend(backend).tokenizer_impl(spec), spec, backend, spec.chat_template)
 
+    def token_table(self) -> tuple[list[bytes], list[bool]]:
+        """Every token as bytes, and whether it is a special token (for grammars and tool markers)."""
+        from .backend import get_backend
+
+        return get_backend(self.backend).token_table(self._impl)
+
     @property
     def core(self) -> Any:
         """The ``core.Tokenizer`` (C++ backend only), for the engine."""

@@ -139,12 +139,7 @@ def special_texts(tokenizer: Any) -> list[str]:
     """The texts of the tokenizer's special tokens (found once per tokenizer, kept on it)."""
     cached = tokenizer.__dict__.get("_special_texts")
     if cached is None:
-        impl = tokenizer._impl
-        n = int(tokenizer.vocab_size)
-        if tokenizer.backend == "cpp":
-            ids = [i for i in range(n) if impl.is_special(i)]
-        else:
-            ids = [i for i, s in enumerate(impl.is_special) if s]
+        ids = [i for i, special in enumerate(tokenizer.token_table()[1]) if special]
         cached = [t for t in (tokenizer.decode([i]) for i in ids) if t]
         tokenizer.__dict__["_special_texts"] = cached
     return list(cached)
