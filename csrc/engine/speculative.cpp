@@ -46,27 +46,23 @@ void ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n
   }
 }
 
-int32_t SpecControl::next(int32_t k_max) {
-  if (k < 0) k = k_max;
-  if (pause > 0) {
-    --pause;
-    return 0;
+int32_t SpecControl::next(int32_t k_max, int32_t batch) {
+  const double alpha =
+      (static_cast<double>(accepted) + 256.0) / (static_cast<double>(accepted + rejected) + 384.0);
+  const double worth =
+      static_cast<double>(batch) / (k_spec_cost_ratio + static_cast<double>(batch));
+  int32_t k = 0;
+  for (double p = alpha; k < k_max && p > worth; p *= alpha) ++k;
+  if (k == 0 && ++idle >= k_spec_probe_interval) {
+    idle = 0;
+    k = 1;
   }
   return k;
 }
 
-void SpecControl::record(int32_t drafted, int32_t accepted, int32_t k_max) {
-  if (accepted > 0) {
-    misses = 0;
-    k = std::min(k_max, accepted == drafted ? std::max(k, drafted) + 1 : accepted + 1);
-    return;
-  }
-  ++misses;
-  k = std::max(1, k / 2);
-  if (misses >= 2) {
-    pause = 1 << std::min(misses, 6);
-    k = 1;
-  }
+void SpecControl::record(int32_t drafted, int32_t accepted_now) {
+  accepted += 256 * static_cast<int64_t>(accepted_now) - accepted / 8;
+  rejected += (accepted_now < drafted ? 256 : 0) - rejected / 8;
 }
 
 }  // namespace ossa
@@ -108,8 +104,7 @@ void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft,
   int32_t accepted = 0;
   while (accepted < std::min(s.num_appended, s.num_draft) && sampled[accepted] == draft[accepted])
     ++accepted;
-  r.children[s.child].spec.record(s.num_draft, accepted,
-                                  config_.speculative.num_speculative_tokens);
+  r.children[s.child].spec.record(s.num_draft, accepted);
   ++r.num_drafts;
   r.num_draft_tokens += s.num_draft;
   r.num_accepted_tokens += accepted;
@@ -122,6 +117,9 @@ void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft,
 
 void Engine::propose_drafts(const SchedulerOutput& so) {
   const SpeculativeConfig& sc = config_.speculative;
+  int32_t batch = 0;  // sequences that decoded this step
+  for (const ScheduledSeq& s : so.seqs)
+    batch += s.num_samples > 0 ? (s.num_draft > 0 ? 1 : s.num_samples) : 0;
   for (const ScheduledSeq& s : so.seqs) {
     if (s.num_samples == 0) continue;
     auto it = requests_.find(s.request_id);
@@ -137,7 +135,7 @@ void Engine::propose_drafts(const SchedulerOutput& so) {
       const int32_t n_tokens = static_cast<int32_t>(r.prompt.size()) + n_out;
       // A run appends at most k + 1 tokens: none past max_tokens or max_model_len.
       const int32_t limit =
-          std::min({c.spec.next(sc.num_speculative_tokens), r.params.max_tokens - n_out - 1,
+          std::min({c.spec.next(sc.num_speculative_tokens, batch), r.params.max_tokens - n_out - 1,
                     config_.scheduler.max_model_len - n_tokens - 1});
       if (limit <= 0) continue;
       ngram_propose(scheduler_.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max,

@@ -15,12 +15,17 @@
 // in [prompt_lookup_min, prompt_lookup_max] tokens that occurred earlier; the draft is what
 // followed its most recent earlier occurrence.
 //
-// How many (SpecControl): k adapts to the child's own acceptance history, deterministically, so a
-// request's schedule depends on nothing but its own tokens: after a verification that accepted a of
-// d drafts, the next k is a + 1 (k + 1 when all were accepted), capped at num_speculative_tokens;
-// after one that accepted none k halves, and from the second such in a row the child pauses
-// speculation for 2^misses of its steps (at most 64) and then re-probes with k = 1.
-// Twin: src/ossa/reference/speculative.py.
+// How many (SpecControl): the child's per-token acceptance alpha is estimated from its own history
+// (decayed counts of accepted drafts and of rejections, prior 2/3), and a draft position is worth
+// verifying while its chance of being reached and accepted, alpha^i, exceeds the share of a step's
+// cost one more position adds. A step over B decoding sequences costs about a + b * tokens (a:
+// reading the weights, b: one position's arithmetic; a / b ~ 12 measured for the default model on 2
+// cores), so one more position is worth B / (12 + B) of a step's tokens: k is the largest i <=
+// k_max with alpha^i > B / (12 + B). A single stream speculates freely; a batch of 16 only where
+// drafts are mostly right. A child whose k is 0 probes with k = 1 every 16th step, so it can
+// recover. k never changes a token (every appended token is verified), only the cost; the rule is
+// deterministic, so the twin's step traces equal the C++ engine's. Twin:
+// src/ossa/reference/speculative.py.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,16 +55,20 @@ SpecMethod parse_spec_method(const std::string& name);
 void ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k,
                    std::vector<int32_t>& out);
 
-// One child's speculation length (see above).
-struct SpecControl {
-  int32_t k = -1;      // drafts to propose next; -1: not started (num_speculative_tokens)
-  int32_t misses = 0;  // verifications in a row that accepted nothing
-  int32_t pause = 0;   // the child's steps left without speculation
+inline constexpr double k_spec_cost_ratio = 12.0;  // a / b above
+inline constexpr int32_t k_spec_probe_interval = 16;
 
-  // Drafts to propose at this step of the child (0: none); call once per step it decodes.
-  int32_t next(int32_t k_max);
+// One child's speculation length (see above). Counts are fixed point (256 = one), decayed by 1/8 a
+// verification, so C++ and the twin compute them exactly alike.
+struct SpecControl {
+  int64_t accepted = 0;  // decayed accepted drafts
+  int64_t rejected = 0;  // decayed verifications that ended on a rejected draft
+  int32_t idle = 0;      // steps with k = 0 since the last probe
+
+  // Drafts to propose at this step of the child, in a step of `batch` decoding sequences.
+  int32_t next(int32_t k_max, int32_t batch);
   // After a verification of `drafted` tokens that accepted `accepted`.
-  void record(int32_t drafted, int32_t accepted, int32_t k_max);
+  void record(int32_t drafted, int32_t accepted);
 };
 
 // Counters, vLLM's spec-decode metrics.

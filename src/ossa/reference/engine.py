@@ -494,7 +494,7 @@ class Engine:
         accepted = 0
         while accepted < min(appended, len(draft)) and sampled[accepted] == draft[accepted]:
             accepted += 1
-        r.children[child].spec.record(len(draft), accepted, self.spec.num_speculative_tokens)
+        r.children[child].spec.record(len(draft), accepted)
         r.num_drafts += 1
         r.num_draft_tokens += len(draft)
         r.num_accepted_tokens += accepted
@@ -508,6 +508,9 @@ class Engine:
     def _propose_drafts(self, so: Any) -> None:
         """The drafts of this step's decoding children, for the next step."""
         sc = self.spec
+        batch = sum(
+            (1 if so.num_draft[si] > 0 else seq[4]) for si, seq in enumerate(so.seqs) if seq[4] > 0
+        )  # sequences that decoded this step
         for si, (rid, child0, _nc, _nt, num_samples) in enumerate(so.seqs):
             if num_samples == 0:
                 continue
@@ -523,7 +526,7 @@ class Engine:
                 n_out = len(c.output_tokens)
                 n_tokens = len(r.prompt) + n_out
                 limit = min(
-                    c.spec.next(sc.num_speculative_tokens),
+                    c.spec.next(sc.num_speculative_tokens, batch),
                     r.params.max_tokens - n_out - 1,
                     self.config.max_model_len - n_tokens - 1,
                 )

@@ -64,32 +64,38 @@ def ngram_propose(tokens: Sequence[int], min_n: int, max_n: int, k: int) -> list
     return []
 
 
+SPEC_COST_RATIO = 12.0  # a step costs ~ a + b * tokens; a / b
+SPEC_PROBE_INTERVAL = 16
+
+
 @dataclass
 class SpecControl:
-    """One child's speculation length."""
+    """One child's speculation length: the largest k <= k_max with alpha^k > B / (12 + B), alpha its
+    decayed acceptance (fixed point, 256 = one), B the step's decoding sequences; k = 1 every 16th
+    step while it is 0."""
 
-    k: int = -1  # drafts to propose next; -1: not started
-    misses: int = 0  # verifications in a row that accepted nothing
-    pause: int = 0  # the child's steps left without speculation
+    accepted: int = 0  # decayed accepted drafts
+    rejected: int = 0  # decayed verifications that ended on a rejected draft
+    idle: int = 0  # steps with k = 0 since the last probe
 
-    def next(self, k_max: int) -> int:
-        if self.k < 0:
-            self.k = k_max
-        if self.pause > 0:
-            self.pause -= 1
-            return 0
-        return self.k
+    def next(self, k_max: int, batch: int) -> int:
+        alpha = (float(self.accepted) + 256.0) / (float(self.accepted + self.rejected) + 384.0)
+        worth = float(batch) / (SPEC_COST_RATIO + float(batch))
+        k = 0
+        p = alpha
+        while k < k_max and p > worth:
+            k += 1
+            p *= alpha
+        if k == 0:
+            self.idle += 1
+            if self.idle >= SPEC_PROBE_INTERVAL:
+                self.idle = 0
+                k = 1
+        return k
 
-    def record(self, drafted: int, accepted: int, k_max: int) -> None:
-        if accepted > 0:
-            self.misses = 0
-            self.k = min(k_max, max(self.k, drafted) + 1 if accepted == drafted else accepted + 1)
-            return
-        self.misses += 1
-        self.k = max(1, self.k // 2)
-        if self.misses >= 2:
-            self.pause = 1 << min(self.misses, 6)
-            self.k = 1
+    def record(self, drafted: int, accepted: int) -> None:
+        self.accepted += 256 * accepted - self.accepted // 8
+        self.rejected += (256 if accepted < drafted else 0) - self.rejected // 8
 
 
 @dataclass
