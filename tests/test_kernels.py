@@ -185,6 +185,9 @@ def test_timed_matmul_checks_its_input(mode: str) -> None:
     x = np.random.default_rng(3).standard_normal((20, 64)).astype(np.float32)
     seconds = core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 64, x, 3)
     assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    # benchmarks/kernel_rows.py: the calling thread's CPU time instead (a product's CPU time is >= 0).
+    cpu = core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 64, x, 3, cpu_time=True)
+    assert len(cpu) == 3 and all(s >= 0 for s in cpu)
     with pytest.raises(ValueError):
         core.kernel_matmul_timed(raw.reshape(-1), int(QT["Q4_1"]), 32, 64, x, 0)
     with pytest.raises(ValueError):

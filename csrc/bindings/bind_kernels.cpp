@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -82,28 +83,38 @@ void bind_kernels(nb::module_& m) {
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
       nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = true);
 
-  // Benchmark hook (benchmarks/matmul.py): the same product `reps` times into one output buffer,
-  // the weight repacked once as the loader does; returns the seconds of each run.
+  // Benchmark hook (benchmarks/matmul.py, kernel_rows.py): the same product `reps` times into one
+  // output buffer, the weight prepared once as the loader does; returns the seconds of each run,
+  // wall time or (cpu_time) the calling thread's CPU time, which ignores time the OS gave to other
+  // processes (only the caller's share of the work when more than one thread runs).
   m.def(
       "kernel_matmul_timed",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype, bool amx) {
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype, bool amx,
+         bool cpu_time) {
         if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
         KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype, amx);
         std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
         std::vector<double> seconds;
         {
           nb::gil_scoped_release release;
+          const auto thread_seconds = [] {
+            timespec ts{};
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+            return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+          };
           for (int r = 0; r < reps; ++r) {
             const auto t0 = std::chrono::steady_clock::now();
+            const double c0 = cpu_time ? thread_seconds() : 0.0;
             ossa::matmul(k.w, k.in, out.data(), rows);
-            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            seconds.push_back(cpu_time ? thread_seconds() - c0
+                                       : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           }
         }
         return seconds;
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"),
-      nb::arg("dtype") = "float32", nb::arg("amx") = true);
+      nb::arg("dtype") = "float32", nb::arg("amx") = true, nb::arg("cpu_time") = false);
 
   m.def("amx_available", []() { return ossa::amx_available(); },
         "Whether the AMX kernels can run here (compiled in and granted by the OS).");
