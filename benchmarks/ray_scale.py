@@ -236,7 +236,27 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
                 deploy(model, replicas, threads)
                 result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
                 record(rep, f"Ray Serve, {replicas} replica(s) x {threads} thread(s)", *result)
+        if args.direct_ingress:
+            # Serve's direct ingress: the replica serves HTTP on its own port, no proxy hop per chunk.
+            port = free_port()
+            env = {
+                "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+                "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+            }
+            env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"] = str(port + 50)
+            with ray_cluster(ray_env | env):
+                deploy(model, 1, 2)
+                url = next(u for u in (f"http://127.0.0.1:{port + i}" for i in range(50)) if answers(u))
+                result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
+                record(rep, "Ray Serve 1x2, direct ingress", *result)
     return runs
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/v1/models", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def main() -> None:
@@ -254,6 +274,9 @@ def main() -> None:
         default="",
         help="KEY=VALUE,... for the Ray cluster (Serve's switches, e.g. "
         "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)",
+    )
+    ap.add_argument(
+        "--direct-ingress", action="store_true", help="(a) also with Serve's direct ingress (no proxy hop)"
     )
     ap.add_argument("--quick", action="store_true", help="2 requests per client, 128 prompts, 1 repeat")
     args = ap.parse_args()
@@ -298,6 +321,13 @@ def main() -> None:
     plain = summary.get("ossa serve, 2 threads")
     one = summary.get("Ray Serve, 1 replica(s) x 2 thread(s)")
     two = summary.get("Ray Serve, 2 replica(s) x 1 thread(s)")
+    direct = summary.get("Ray Serve 1x2, direct ingress")
+    if plain and direct:
+        print(
+            f"(a) direct ingress / ossa serve: best {direct[0] / plain[0]:.3f}, "
+            f"median {direct[1] / plain[1]:.3f}; "
+            f"CPU per token {direct[2] / plain[2]:.3f}x"
+        )
     if plain and one:
         print(
             f"(a) Ray Serve 1x2 / ossa serve: best {one[0] / plain[0]:.3f} "
