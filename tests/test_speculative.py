@@ -336,3 +336,41 @@ def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:
     assert traces[0] == traces[1]
     keys = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_accepted_per_pos")
     assert [llms[0].stats()[k] for k in keys] == [llms[1].stats()[k] for k in keys]
+
+
+def test_beside_prompt_logprobs_and_forks(plain: LLM, spec: LLM) -> None:
+    """A verifying sequence in a step whose logits rows are remapped (another request's prompt
+    logprobs, a fork) keeps its own rows: requests join while the first one verifies drafts."""
+    from test_engine import params
+
+    sps = {
+        "a": (COPY[0], SamplingParams(temperature=0.0, max_tokens=48, logprobs=1)),
+        "b": (COPY[3], SamplingParams(temperature=0.0, max_tokens=8, prompt_logprobs=2)),
+        "c": (COPY[1], SamplingParams(temperature=0.7, seed=2, max_tokens=24, n=2)),
+    }
+    tok = spec.get_tokenizer()
+    e = spec.engine
+    before = accepted(spec)
+    got: dict[tuple[str, int], list[int]] = {}
+
+    def add(rid: str) -> None:
+        ids = tok.encode(sps[rid][0])
+        e.add_request(rid, ids, params(spec, sps[rid][1], len(ids)))
+
+    add("a")
+    for _ in range(6):
+        outs = e.step()
+        for o in outs:
+            for d in o.completions:
+                got.setdefault((o.request_id, d.index), []).extend(d.token_ids)
+    assert accepted(spec) > before  # "a" verifies drafts when the others join
+    add("b")
+    add("c")
+    while e.has_unfinished():
+        for o in e.step():
+            for d in o.completions:
+                got.setdefault((o.request_id, d.index), []).extend(d.token_ids)
+    for rid, (prompt, sp) in sps.items():
+        ref = plain.generate([prompt], sp, use_tqdm=False)[0]
+        for c in ref.outputs:
+            assert got[(rid, c.index)] == list(c.token_ids)
