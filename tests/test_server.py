@@ -159,6 +159,27 @@ def test_stop_strings(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].text for c in streamed) == cut
 
 
+def test_streamed_text_offsets_survive_held_back_text(client: openai.OpenAI) -> None:
+    """A stop string that the first token starts (but that never completes) holds that token's text
+    back for a chunk; the streamed text_offset must still be the whole response's (each token's
+    offset is the length of the token strings before it), and the text the same."""
+    kw: dict[str, Any] = dict(
+        model=MODEL, prompt="Count: one, two, three,", max_tokens=8, temperature=0, logprobs=1
+    )
+    base = client.completions.create(**kw).choices[0]
+    assert base.logprobs is not None and base.logprobs.tokens[0]
+    stop = base.logprobs.tokens[0] + "\u2603\u2603"  # never generated: only holds the first token back
+    full = client.completions.create(**kw, stop=[stop]).choices[0]
+    assert full.text == base.text and full.logprobs is not None
+    offsets = [sum(map(len, full.logprobs.tokens[:i])) for i in range(len(full.logprobs.tokens))]
+    assert full.logprobs.text_offset == offsets
+    chunks = list(client.completions.create(**kw, stop=[stop], stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == full.text
+    assert chunks[0].choices[0].text == "" and chunks[0].choices[0].logprobs is not None  # held back
+    streamed = [v for c in chunks if c.choices[0].logprobs for v in c.choices[0].logprobs.text_offset]
+    assert streamed == offsets
+
+
 def test_raw_sse_format(server: ServerThread) -> None:
     body = {
         "model": MODEL,

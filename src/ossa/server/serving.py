@@ -634,7 +634,10 @@ async def stream_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool
                 if body.get("delta") == {} and not body["finish_reason"] and body["logprobs"] is None:
                     continue  # text a tool-call scanner holds back for now
                 yield chunk(body)
-                offsets[k] += len(c.text)
+                # text_offset counts the tokens' own strings, as the whole response does: text a
+                # stop string holds back, or a character split across tokens, must not shift it.
+                if not chat and body["logprobs"] is not None:
+                    offsets[k] += sum(len(s) for s in body["logprobs"]["tokens"])
             if error is not None:  # failed while running: its choices ended with finish_reason "error"
                 raise error
         if prep.include_usage:
