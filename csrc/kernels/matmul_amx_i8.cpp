@@ -69,7 +69,7 @@ size_t amx_i8_repacked_bytes(const TensorView& w) {
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * block_bytes(w.type));
 }
 
-#if defined(__SSE4_1__)
+#if defined(__AVX2__)  // (immintrin.h comes with matmul_kernels.h on AVX2 builds)
 namespace {
 
 inline void store4(uint8_t* at, __m128i v, int lane) {
