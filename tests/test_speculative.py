@@ -14,7 +14,15 @@ import pytest
 from ossa import LLM, SamplingParams
 from ossa.config import EngineArgs
 
-NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+# disable_by_batch_size None: the batches of these tests speculate whatever their size (the threshold has
+# its own test below).
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 4,
+    "prompt_lookup_max": 4,
+    "prompt_lookup_min": 2,
+    "disable_by_batch_size": None,
+}
 KV = 64 << 20
 
 # Prompts whose answers reuse spans of the prompt (code edits, copies, lists), and one free prompt.
@@ -76,7 +84,7 @@ def same(a: LLM, b: LLM, prompts: list[str], sps: list[SamplingParams]) -> list[
     return y
 
 
-def test_speculative_config_is_validated() -> None:
+def test_speculative_config_is_validated(plain: LLM) -> None:
     bad = [
         ({"method": "ngram"}, "num_speculative_tokens"),
         ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens"),
@@ -86,6 +94,12 @@ def test_speculative_config_is_validated() -> None:
         ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2},
          "prompt_lookup_max"),
         ({"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1}, "lookahead"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 1}, "disable_by_batch_size"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}, "disable_by_batch_size"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": True},
+         "disable_by_batch_size"),
+        ({"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": "8"},
+         "disable_by_batch_size"),
         ({"model": "/no/such/draft", "num_speculative_tokens": 2}, "model"),
         ("{not json", "JSON"),
         ([1, 2], "dict"),
@@ -106,6 +120,29 @@ def test_speculative_config_is_validated() -> None:
     )  # vLLM's defaults
     c = speculative_config_of({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3})
     assert (c.prompt_lookup_min, c.prompt_lookup_max) == (3, 3)
+    # disable_by_batch_size: absent, the measured default (the same in C++, the twin and the config);
+    # None, never (0 in the engines).
+    from ossa._native import core as _core
+    from ossa.config import DEFAULT_DISABLE_BY_BATCH_SIZE
+    from ossa.reference.engine import EngineConfig as TwinConfig
+
+    assert c.disable_by_batch_size == DEFAULT_DISABLE_BY_BATCH_SIZE
+    assert _core.EngineConfig().spec_disable_by_batch_size == DEFAULT_DISABLE_BY_BATCH_SIZE
+    assert TwinConfig().spec_disable_by_batch_size == DEFAULT_DISABLE_BY_BATCH_SIZE
+    assert speculative_config_of({**NGRAM, "disable_by_batch_size": None}).disable_by_batch_size == 0
+    assert speculative_config_of({**NGRAM, "disable_by_batch_size": 5}).disable_by_batch_size == 5
+    from ossa.reference.speculative import SpeculativeConfig as TwinSpec
+    from ossa.reference.speculative import validate
+
+    for bad_value in (1, -3):
+        with pytest.raises(ValueError, match="disable_by_batch_size"):
+            validate(TwinSpec("ngram", 2, 2, 2, bad_value))
+        ec = _core.EngineConfig()
+        for name, value in plain.config.engine_fields().items():
+            setattr(ec, name, value)
+        ec.spec_method, ec.num_speculative_tokens, ec.spec_disable_by_batch_size = "ngram", 2, bad_value
+        with pytest.raises(ValueError, match="disable_by_batch_size"):
+            _core.Engine(plain.model._handle, plain.tokenizer.core, ec)
 
 
 def test_greedy_and_seeded_alone(plain: LLM, spec: LLM) -> None:
@@ -374,3 +411,44 @@ def test_beside_prompt_logprobs_and_forks(plain: LLM, spec: LLM) -> None:
         ref = plain.generate([prompt], sp, use_tqdm=False)[0]
         for c in ref.outputs:
             assert got[(rid, c.index)] == list(c.token_ids)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "python"])
+def test_disable_by_batch_size(plain: LLM, default_model_path: str, backend: str) -> None:
+    """With more sequences running than disable_by_batch_size no child drafts (the draft counter stays
+    put in the next step); once fewer run, drafts come back; tokens equal plain decoding throughout, and
+    the twin follows the C++ engine step for step."""
+    from test_engine import deltas, params
+
+    spec_cfg = {**NGRAM, "disable_by_batch_size": 2}
+    kw: dict[str, Any] = dict(kv_cache_memory_bytes=KV, max_num_batched_tokens=256, kv_cache_dtype="float32")
+    llm = LLM(default_model_path, backend=backend, speculative_config=spec_cfg, **kw)
+    sps = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (6, 12, 40, 48)]
+    e = llm.engine
+    tok = llm.get_tokenizer()
+    for i, (p, sp) in enumerate(zip(COPY, sps, strict=True)):
+        ids = tok.encode(p)
+        e.add_request(f"d{i}", ids, params(llm, sp, len(ids)))
+    running, drafts, trace = [], [], []
+    while e.has_unfinished():
+        trace.append(deltas(e.step()))
+        st = llm.stats()
+        running.append(st["num_running"])
+        drafts.append(st["spec_num_drafts"])
+    assert max(running) == 4
+    for t in range(len(running) - 1):
+        if running[t] > 2:
+            assert drafts[t + 1] == drafts[t], (t, running, drafts)
+    assert drafts[-1] > 0 and accepted(llm) > 0  # drafts came back with 2 running
+    assert any(r > 2 for r, d in zip(running, drafts, strict=True) if d == 0)
+    # The same requests without speculation: the same tokens.
+    same(plain, llm, COPY, sps)
+    if backend == "python":
+        ref = LLM(default_model_path, speculative_config=spec_cfg, **kw)
+        for i, (p, sp) in enumerate(zip(COPY, sps, strict=True)):
+            ids = tok.encode(p)
+            ref.engine.add_request(f"d{i}", ids, params(ref, sp, len(ids)))
+        ref_trace = []
+        while ref.engine.has_unfinished():
+            ref_trace.append(deltas(ref.engine.step()))
+        assert ref_trace == trace

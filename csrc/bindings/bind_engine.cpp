@@ -113,7 +113,12 @@ void bind_engine(nb::module_& m) {
           [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_min = v; })
       .def_prop_rw(
           "prompt_lookup_max", [](const EngineConfig& c) { return c.speculative.prompt_lookup_max; },
-          [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_max = v; });
+          [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_max = v; })
+      .def_prop_rw(
+          "spec_disable_by_batch_size",
+          [](const EngineConfig& c) { return c.speculative.disable_by_batch_size; },
+          [](EngineConfig& c, int32_t v) { c.speculative.disable_by_batch_size = v; },
+          "No speculation in a step when more sequences than this run (0: never).");
 #undef OSSA_SCHED_FIELD
 
   nb::class_<GenerationParams>(m, "GenerationParams")

@@ -27,6 +27,10 @@ void validate_speculative_config(const SpeculativeConfig& c) {
     throw InputError("speculative_config prompt_lookup_max must be >= prompt_lookup_min (" +
                      std::to_string(c.prompt_lookup_min) + "), got " +
                      std::to_string(c.prompt_lookup_max));
+  if (c.disable_by_batch_size != 0 && c.disable_by_batch_size < 2)
+    throw InputError(
+        "speculative_config disable_by_batch_size must be >= 2 (or 0 / None: never), got " +
+        std::to_string(c.disable_by_batch_size));
 }
 
 void ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k,
@@ -117,6 +121,9 @@ void Engine::record_verification(const ScheduledSeq& s, const int32_t* draft,
 
 void Engine::propose_drafts(const SchedulerOutput& so) {
   const SpeculativeConfig& sc = config_.speculative;
+  // Above the threshold no child drafts: the next step decodes plainly (tokens never depend on k).
+  if (sc.disable_by_batch_size > 0 && scheduler_.stats().num_running > sc.disable_by_batch_size)
+    return;
   int32_t batch = 0;  // sequences that decoded this step
   for (const ScheduledSeq& s : so.seqs)
     batch += s.num_samples > 0 ? (s.num_draft > 0 ? 1 : s.num_samples) : 0;

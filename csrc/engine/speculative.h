@@ -35,11 +35,16 @@ namespace ossa {
 
 enum class SpecMethod : int8_t { None, Ngram };
 
+// disable_by_batch_size when not given (measured: docs/speculative.md).
+inline constexpr int32_t k_spec_default_disable_by_batch_size = 8;
+
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::None;
   int32_t num_speculative_tokens = 0;
   int32_t prompt_lookup_min = 5;
   int32_t prompt_lookup_max = 5;
+  // No child drafts for a step when more than this many sequences run (vLLM's field; 0: never).
+  int32_t disable_by_batch_size = k_spec_default_disable_by_batch_size;
 
   bool enabled() const { return method != SpecMethod::None && num_speculative_tokens > 0; }
 };

@@ -98,7 +98,8 @@ class EngineArgs:
         speculative_config: speculative decoding (vLLM's dict, or its JSON text):
             ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
             "prompt_lookup_min": 2}`` drafts k tokens by prompt lookup; outputs are bitwise those of
-            plain decoding (docs/speculative.md). Constrained (structured-output) requests do not
+            plain decoding (docs/speculative.md). ``disable_by_batch_size`` (default 8, None: never):
+            no drafts in a step with more sequences running. Constrained (structured-output) requests do not
             speculate.
         tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
             process; run Ray replicas to scale out).
@@ -316,7 +317,17 @@ class EngineArgs:
         )
 
 
-SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "model")
+# No drafts in a step with more sequences running than this, unless given (measured: docs/speculative.md;
+# the same default as the C++ SpeculativeConfig and the twin's).
+DEFAULT_DISABLE_BY_BATCH_SIZE = 8
+SPECULATIVE_KEYS = (
+    "method",
+    "num_speculative_tokens",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "disable_by_batch_size",
+    "model",
+)
 
 
 def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConfig:
@@ -355,8 +366,16 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
     hi: int = hi_given if hi_given is not None else lo
     if hi < lo:
         raise ValueError(f"speculative_config prompt_lookup_max ({hi}) must be >= prompt_lookup_min ({lo})")
+    # As vLLM: None (given) never disables; ossa's default when absent comes from measurement.
+    dbs = value.get("disable_by_batch_size", DEFAULT_DISABLE_BY_BATCH_SIZE)
+    if dbs is not None and (isinstance(dbs, bool) or not isinstance(dbs, int) or dbs < 2):
+        raise ValueError(f"speculative_config disable_by_batch_size must be an integer >= 2 or None, got {dbs!r}")
     return SpeculativeConfig(
-        method="ngram", num_speculative_tokens=k, prompt_lookup_min=lo, prompt_lookup_max=hi
+        method="ngram",
+        num_speculative_tokens=k,
+        prompt_lookup_min=lo,
+        prompt_lookup_max=hi,
+        disable_by_batch_size=0 if dbs is None else dbs,
     )
 
 
@@ -440,6 +459,7 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
+    disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # 0: never
 
 
 @dataclass(frozen=True)
@@ -474,4 +494,5 @@ class OssaConfig:
             "num_speculative_tokens": self.speculative.num_speculative_tokens,
             "prompt_lookup_min": self.speculative.prompt_lookup_min,
             "prompt_lookup_max": self.speculative.prompt_lookup_max,
+            "spec_disable_by_batch_size": self.speculative.disable_by_batch_size,
         }

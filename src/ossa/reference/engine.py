@@ -36,7 +36,7 @@ from .output_processor import (
 from .request import Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
-from .speculative import SpecControl, SpecStats, SpeculativeConfig, ngram_propose
+from .speculative import DEFAULT_DISABLE_BY_BATCH_SIZE, SpecControl, SpecStats, SpeculativeConfig, ngram_propose
 from .speculative import validate as validate_speculative
 from .tokenizer import Detokenizer, Tokenizer
 
@@ -75,6 +75,7 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
+    spec_disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running; 0: never
 
 
 @dataclass
@@ -185,6 +186,7 @@ class Engine:
             config.num_speculative_tokens,
             config.prompt_lookup_min,
             config.prompt_lookup_max,
+            config.spec_disable_by_batch_size,
         )
         validate_speculative(self.spec)
         self._spec_stats = SpecStats(
@@ -508,6 +510,9 @@ class Engine:
     def _propose_drafts(self, so: Any) -> None:
         """The drafts of this step's decoding children, for the next step."""
         sc = self.spec
+        # Above the threshold no child drafts: the next step decodes plainly (tokens never depend on k).
+        if sc.disable_by_batch_size > 0 and self.scheduler.stats().num_running > sc.disable_by_batch_size:
+            return
         batch = sum(
             (1 if so.num_draft[si] > 0 else seq[4]) for si, seq in enumerate(so.seqs) if seq[4] > 0
         )  # sequences that decoded this step

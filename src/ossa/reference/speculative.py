@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 METHODS = ("none", "ngram")
+DEFAULT_DISABLE_BY_BATCH_SIZE = 8  # when not given (measured: docs/speculative.md)
 
 
 @dataclass
@@ -24,6 +25,7 @@ class SpeculativeConfig:
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
+    disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running; 0: never
 
     @property
     def enabled(self) -> bool:
@@ -46,6 +48,11 @@ def validate(c: SpeculativeConfig) -> None:
         raise ValueError(
             f"speculative_config prompt_lookup_max must be >= prompt_lookup_min ({c.prompt_lookup_min}), "
             f"got {c.prompt_lookup_max}"
+        )
+    if c.disable_by_batch_size != 0 and c.disable_by_batch_size < 2:
+        raise ValueError(
+            "speculative_config disable_by_batch_size must be >= 2 (or 0 / None: never), "
+            f"got {c.disable_by_batch_size}"
         )
 
 
