@@ -720,6 +720,13 @@ class EngineConfig:
     @prompt_lookup_max.setter
     def prompt_lookup_max(self, arg: int, /) -> None: ...
 
+    @property
+    def spec_disable_by_batch_size(self) -> int:
+        """No speculation in a step when more sequences than this run (0: never)."""
+
+    @spec_disable_by_batch_size.setter
+    def spec_disable_by_batch_size(self, arg: int, /) -> None: ...
+
 class GenerationParams:
     def __init__(self) -> None: ...
 

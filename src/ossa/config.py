@@ -369,7 +369,9 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
     # As vLLM: None (given) never disables; ossa's default when absent comes from measurement.
     dbs = value.get("disable_by_batch_size", DEFAULT_DISABLE_BY_BATCH_SIZE)
     if dbs is not None and (isinstance(dbs, bool) or not isinstance(dbs, int) or dbs < 2):
-        raise ValueError(f"speculative_config disable_by_batch_size must be an integer >= 2 or None, got {dbs!r}")
+        raise ValueError(
+            f"speculative_config disable_by_batch_size must be an integer >= 2 or None, got {dbs!r}"
+        )
     return SpeculativeConfig(
         method="ngram",
         num_speculative_tokens=k,

@@ -36,7 +36,13 @@ from .output_processor import (
 from .request import Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
-from .speculative import DEFAULT_DISABLE_BY_BATCH_SIZE, SpecControl, SpecStats, SpeculativeConfig, ngram_propose
+from .speculative import (
+    DEFAULT_DISABLE_BY_BATCH_SIZE,
+    SpecControl,
+    SpecStats,
+    SpeculativeConfig,
+    ngram_propose,
+)
 from .speculative import validate as validate_speculative
 from .tokenizer import Detokenizer, Tokenizer
 
@@ -75,7 +81,7 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
-    spec_disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running; 0: never
+    spec_disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running
 
 
 @dataclass
