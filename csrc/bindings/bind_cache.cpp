@@ -43,7 +43,8 @@ void bind_cache(nb::module_& m) {
   m.def("num_blocks_for_memory", &ossa::num_blocks_for_memory, nb::arg("memory_bytes"),
         nb::arg("n_layer"), nb::arg("n_head_kv"), nb::arg("head_dim"), nb::arg("block_size") = 16,
         nb::arg("dtype_bytes") = 2, "How many KV-cache blocks a byte budget holds.");
-  m.def("watermark_blocks_for", &ossa::watermark_blocks_for, nb::arg("watermark"), nb::arg("num_blocks"),
+  m.def("watermark_blocks_for", &ossa::watermark_blocks_for, nb::arg("watermark"),
+        nb::arg("num_blocks"),
         "floor(watermark * num_blocks): the blocks the scheduler keeps free when admitting.");
   m.attr("DEFAULT_WATERMARK") = ossa::k_default_watermark;
 
@@ -114,7 +115,8 @@ void bind_cache(nb::module_& m) {
 
   nb::class_<KVCacheManager>(m, "KVCacheManager", "Block tables per sequence over a BlockPool.")
       .def(nb::init<int32_t, int32_t, bool, double>(), nb::arg("num_blocks"), nb::arg("block_size"),
-           nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = ossa::k_default_watermark)
+           nb::arg("enable_prefix_caching") = true,
+           nb::arg("watermark") = ossa::k_default_watermark)
       .def_prop_ro("watermark_blocks", &KVCacheManager::watermark_blocks)
       .def(
           "get_computed_blocks",

@@ -1,12 +1,12 @@
 // ossa._core.Engine: the decode loop. Every blocking call releases the GIL.
-#include <functional>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <functional>
 
 #include "engine/engine.h"
 #include "util/error.h"
@@ -16,7 +16,8 @@ using namespace nb::literals;
 
 namespace {
 
-std::vector<ossa::EngineOutput> released(const std::function<std::vector<ossa::EngineOutput>()>& f) {
+std::vector<ossa::EngineOutput> released(
+    const std::function<std::vector<ossa::EngineOutput>()>& f) {
   nb::gil_scoped_release release;
   return f();
 }
@@ -38,14 +39,17 @@ class PyConstraintHost final : public ossa::ConstraintHost {
     host_.reset();
   }
 
-  void compute(const ossa::ConstraintBatch& b, uint32_t* masks, std::vector<std::string>& errors) override {
+  void compute(const ossa::ConstraintBatch& b, uint32_t* masks,
+               std::vector<std::string>& errors) override {
     nb::gil_scoped_acquire gil;
     try {
       const size_t n = b.size();
       auto* tokens = const_cast<int32_t*>(b.feed_tokens.data());
       nb::object result = host_.attr("compute")(
-          view(const_cast<int64_t*>(b.handles.data()), {n}), view(const_cast<int32_t*>(b.children.data()), {n}),
-          view(const_cast<int32_t*>(b.feed_offsets.data()), {n + 1}), view(tokens, {b.feed_tokens.size()}),
+          view(const_cast<int64_t*>(b.handles.data()), {n}),
+          view(const_cast<int32_t*>(b.children.data()), {n}),
+          view(const_cast<int32_t*>(b.feed_offsets.data()), {n + 1}),
+          view(tokens, {b.feed_tokens.size()}),
           view(const_cast<int64_t*>(b.released.data()), {b.released.size()}),
           view(reinterpret_cast<int32_t*>(masks), {n, static_cast<size_t>(b.words)}));
       if (!result.is_none())
@@ -56,7 +60,8 @@ class PyConstraintHost final : public ossa::ConstraintHost {
     } catch (nb::python_error& e) {
       throw std::runtime_error(std::string("the constraint host failed: ") + e.what());
     } catch (const nb::cast_error& e) {
-      throw std::runtime_error(std::string("the constraint host returned a malformed result: ") + e.what());
+      throw std::runtime_error(std::string("the constraint host returned a malformed result: ") +
+                               e.what());
     }
   }
 
@@ -72,9 +77,10 @@ void bind_engine(nb::module_& m) {
   using ossa::GenerationParams;
 
   // Flat, as ossa.config fills it: the scheduler's fields are views of config.scheduler.
-#define OSSA_SCHED_FIELD(name) \
-  def_prop_rw(#name, [](const EngineConfig& c) { return c.scheduler.name; }, \
-              [](EngineConfig& c, decltype(ossa::SchedulerConfig::name) v) { c.scheduler.name = v; })
+#define OSSA_SCHED_FIELD(name)                                       \
+  def_prop_rw(                                                       \
+      #name, [](const EngineConfig& c) { return c.scheduler.name; }, \
+      [](EngineConfig& c, decltype(ossa::SchedulerConfig::name) v) { c.scheduler.name = v; })
   nb::class_<EngineConfig>(m, "EngineConfig")
       .def(nb::init<>())
       .OSSA_SCHED_FIELD(num_blocks)
@@ -95,24 +101,31 @@ void bind_engine(nb::module_& m) {
             else if (p == "priority")
               c.scheduler.policy = ossa::SchedulePolicy::Priority;
             else
-              throw ossa::InputError("scheduling policy must be 'fcfs' or 'priority', got '" + p + "'");
+              throw ossa::InputError("scheduling policy must be 'fcfs' or 'priority', got '" + p +
+                                     "'");
           })
       .def_rw("seed", &EngineConfig::seed)
       .def_prop_rw(
           "kv_cache_dtype", [](const EngineConfig& c) { return ossa::kv_type_name(c.kv_type); },
           [](EngineConfig& c, const std::string& t) { c.kv_type = ossa::parse_kv_type(t); })
       .def_prop_rw(
-          "spec_method", [](const EngineConfig& c) { return ossa::spec_method_name(c.speculative.method); },
-          [](EngineConfig& c, const std::string& m) { c.speculative.method = ossa::parse_spec_method(m); },
+          "spec_method",
+          [](const EngineConfig& c) { return ossa::spec_method_name(c.speculative.method); },
+          [](EngineConfig& c, const std::string& m) {
+            c.speculative.method = ossa::parse_spec_method(m);
+          },
           "Speculative decoding: 'none' or 'ngram'.")
       .def_prop_rw(
-          "num_speculative_tokens", [](const EngineConfig& c) { return c.speculative.num_speculative_tokens; },
+          "num_speculative_tokens",
+          [](const EngineConfig& c) { return c.speculative.num_speculative_tokens; },
           [](EngineConfig& c, int32_t v) { c.speculative.num_speculative_tokens = v; })
       .def_prop_rw(
-          "prompt_lookup_min", [](const EngineConfig& c) { return c.speculative.prompt_lookup_min; },
+          "prompt_lookup_min",
+          [](const EngineConfig& c) { return c.speculative.prompt_lookup_min; },
           [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_min = v; })
       .def_prop_rw(
-          "prompt_lookup_max", [](const EngineConfig& c) { return c.speculative.prompt_lookup_max; },
+          "prompt_lookup_max",
+          [](const EngineConfig& c) { return c.speculative.prompt_lookup_max; },
           [](EngineConfig& c, int32_t v) { c.speculative.prompt_lookup_max = v; })
       .def_prop_rw(
           "spec_disable_by_batch_size",
@@ -142,10 +155,12 @@ void bind_engine(nb::module_& m) {
   nb::class_<ossa::CompletionDelta>(m, "CompletionDelta")
       .def_ro("index", &ossa::CompletionDelta::index)
       .def_ro("token_ids", &ossa::CompletionDelta::token_ids)
-      .def_prop_ro("text", [](const ossa::CompletionDelta& d) {
-        // Text is valid UTF-8 by construction (the detokenizer replaces bad bytes with U+FFFD).
-        return nb::str(d.text.data(), d.text.size());
-      })
+      .def_prop_ro("text",
+                   [](const ossa::CompletionDelta& d) {
+                     // Text is valid UTF-8 by construction (the detokenizer replaces bad bytes with
+                     // U+FFFD).
+                     return nb::str(d.text.data(), d.text.size());
+                   })
       .def_ro("logprobs", &ossa::CompletionDelta::logprobs)
       .def_ro("cumulative_logprob", &ossa::CompletionDelta::cumulative_logprob)
       .def_ro("finish_reason", &ossa::CompletionDelta::finish_reason)
@@ -169,36 +184,46 @@ void bind_engine(nb::module_& m) {
       .def_ro("num_draft_tokens", &ossa::EngineOutput::num_draft_tokens)
       .def_ro("num_accepted_tokens", &ossa::EngineOutput::num_accepted_tokens);
 
-  nb::class_<Engine>(m, "Engine", "The C++ decode loop (schedule, forward, sample, detokenize, stop checks).")
+  nb::class_<Engine>(m, "Engine",
+                     "The C++ decode loop (schedule, forward, sample, detokenize, stop checks).")
       .def(nb::init<std::shared_ptr<const ossa::Model>, std::shared_ptr<const ossa::Tokenizer>,
                     const EngineConfig&>(),
            "model"_a, "tokenizer"_a, "config"_a)
       .def("add_request", &Engine::add_request, "request_id"_a, "prompt_token_ids"_a, "params"_a)
       .def("abort", &Engine::abort, "request_id"_a)
       .def("step", [](Engine& e) { return released([&] { return e.step(); }); })
-      .def("run_to_completion", [](Engine& e) { return released([&] { return e.run_to_completion(); }); })
+      .def("run_to_completion",
+           [](Engine& e) { return released([&] { return e.run_to_completion(); }); })
       .def("has_unfinished", &Engine::has_unfinished)
       .def(
           "set_constraint_host",
           [](Engine& e, nb::object host, bool overlap) {
-            e.set_constraint_host(host.is_none() ? nullptr : std::make_shared<PyConstraintHost>(host), overlap);
+            e.set_constraint_host(
+                host.is_none() ? nullptr : std::make_shared<PyConstraintHost>(host), overlap);
           },
           "host"_a.none(), "overlap"_a = true,
-          "Where constrained rows get their token masks: an object with compute(handles, children,\n"
-          "feed_offsets, feed_tokens, released, masks) -> [(row, error)] (ossa.structured.ConstraintHost).\n"
+          "Where constrained rows get their token masks: an object with compute(handles, "
+          "children,\n"
+          "feed_offsets, feed_tokens, released, masks) -> [(row, error)] "
+          "(ossa.structured.ConstraintHost).\n"
           "overlap: compute on a worker thread while the forward pass runs.")
       .def("start", &Engine::start)
-      .def("stop", [](Engine& e) {
-        nb::gil_scoped_release release;
-        e.stop();
-      })
+      .def("stop",
+           [](Engine& e) {
+             nb::gil_scoped_release release;
+             e.stop();
+           })
       .def_prop_ro("running", &Engine::running)
-      .def("get_outputs", [](Engine& e, double timeout_s) {
-        return released([&] { return e.get_outputs(timeout_s); });
-      }, "timeout_s"_a = 0.0)
+      .def(
+          "get_outputs",
+          [](Engine& e, double timeout_s) {
+            return released([&] { return e.get_outputs(timeout_s); });
+          },
+          "timeout_s"_a = 0.0)
       .def_prop_ro("vocab_size", &Engine::vocab_size)
-      .def_prop_ro("config", [](const Engine& e) { return e.config(); },
-                   "A copy of the engine's EngineConfig (as built; changing it changes nothing).")
+      .def_prop_ro(
+          "config", [](const Engine& e) { return e.config(); },
+          "A copy of the engine's EngineConfig (as built; changing it changes nothing).")
       .def("stats", [](const Engine& e) {
         ossa::EngineStats s = e.stats();
         nb::dict d;

@@ -1,23 +1,24 @@
-// Bindings of the kernels: hooks for tests and benchmarks (matmul, 8-bit quantization), AMX queries.
+// Bindings of the kernels: hooks for tests and benchmarks (matmul, 8-bit quantization), AMX
+// queries.
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/string.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bindings/common.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_kernels.h"
 #include "kernels/prepare_weights.h"
 #include "kernels/quant.h"
 #include "util/aligned.h"
-#include "bindings/common.h"
 #include "util/error.h"
 
 namespace nb = nanobind;
@@ -27,29 +28,32 @@ namespace {
 using ossa::F32Array;
 using ossa::new_f32;
 
-// A weight given as raw stored bytes of ggml type `ggml_type`, checked and (as the loader does, when
-// AMX is on) repacked, and the activations x [n, cols] (8-bit blocks too when `q8`).
+// A weight given as raw stored bytes of ggml type `ggml_type`, checked and (as the loader does,
+// when AMX is on) repacked, and the activations x [n, cols] (8-bit blocks too when `q8`).
 struct KernelMatmul {
   ossa::TensorView w;
   ossa::MatmulInput in;
   ossa::PreparedWeights prepared;
   std::vector<ossa::BlockQ8> q8s;
 
-  KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type, int64_t rows,
-               int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x, bool q8,
-               const std::string& dtype, bool amx) {
+  KernelMatmul(const nb::ndarray<const uint8_t, nb::c_contig>& weight, uint32_t ggml_type,
+               int64_t rows, int64_t cols, const nb::ndarray<float, nb::ndim<2>, nb::c_contig>& x,
+               bool q8, const std::string& dtype, bool amx) {
     if (dtype != "float32" && dtype != "bfloat16")
       throw ossa::InputError("kernel_matmul: dtype must be 'float32' or 'bfloat16'");
-    if (!ossa::dtype_supported(ggml_type)) throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
+    if (!ossa::dtype_supported(ggml_type))
+      throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
     const ossa::DType t = static_cast<ossa::DType>(ggml_type);
     const ossa::DTypeTraits tr = ossa::dtype_traits(t);
-    if (rows < 1 || cols < 1 || cols % tr.block_elems != 0 || static_cast<int64_t>(x.shape(1)) != cols)
+    if (rows < 1 || cols < 1 || cols % tr.block_elems != 0 ||
+        static_cast<int64_t>(x.shape(1)) != cols)
       throw ossa::InputError("kernel_matmul: bad shape");
     w.type = t;
     w.rows = rows;
     w.cols = cols;
     w.row_bytes = static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
-    if (weight.size() != w.nbytes()) throw ossa::InputError("kernel_matmul: weight has the wrong size");
+    if (weight.size() != w.nbytes())
+      throw ossa::InputError("kernel_matmul: weight has the wrong size");
     w.data = weight.data();
     const int64_t n = static_cast<int64_t>(x.shape(0));
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
@@ -70,8 +74,9 @@ void bind_kernels(nb::module_& m) {
   // Test hook: y = x @ W^T with W given as raw stored bytes of ggml type `ggml_type`.
   m.def(
       "kernel_matmul",
-      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8, const std::string& dtype, bool amx) {
+      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows,
+         int64_t cols, nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, bool q8,
+         const std::string& dtype, bool amx) {
         KernelMatmul k(weight, ggml_type, rows, cols, x, q8, dtype, amx);
         F32Array out = new_f32(static_cast<size_t>(k.in.n_rows), static_cast<size_t>(rows));
         {
@@ -89,9 +94,9 @@ void bind_kernels(nb::module_& m) {
   // processes (only the caller's share of the work when more than one thread runs).
   m.def(
       "kernel_matmul_timed",
-      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows, int64_t cols,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps, const std::string& dtype, bool amx,
-         bool cpu_time) {
+      [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows,
+         int64_t cols, nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps,
+         const std::string& dtype, bool amx, bool cpu_time) {
         if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
         KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype, amx);
         std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
@@ -107,26 +112,32 @@ void bind_kernels(nb::module_& m) {
             const auto t0 = std::chrono::steady_clock::now();
             const double c0 = cpu_time ? thread_seconds() : 0.0;
             ossa::matmul(k.w, k.in, out.data(), rows);
-            seconds.push_back(cpu_time ? thread_seconds() - c0
-                                       : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            seconds.push_back(
+                cpu_time
+                    ? thread_seconds() - c0
+                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           }
         }
         return seconds;
       },
-      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"), nb::arg("reps"),
-      nb::arg("dtype") = "float32", nb::arg("amx") = true, nb::arg("cpu_time") = false);
+      nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
+      nb::arg("reps"), nb::arg("dtype") = "float32", nb::arg("amx") = true,
+      nb::arg("cpu_time") = false);
 
-  m.def("amx_available", []() { return ossa::amx_available(); },
-        "Whether the AMX kernels can run here (compiled in and granted by the OS).");
-  m.def("amx_default", []() { return ossa::amx_default(); },
-        "load_model's default for amx: amx_available() unless OSSA_AMX=0 is in the environment.");
+  m.def(
+      "amx_available", []() { return ossa::amx_available(); },
+      "Whether the AMX kernels can run here (compiled in and granted by the OS).");
+  m.def(
+      "amx_default", []() { return ossa::amx_default(); },
+      "load_model's default for amx: amx_available() unless OSSA_AMX=0 is in the environment.");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(
       "kernel_quantize_q8",
       [](nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
         const int64_t n = static_cast<int64_t>(x.shape(0)), k = static_cast<int64_t>(x.shape(1));
-        if (k % ossa::k_qblock != 0) throw ossa::InputError("kernel_quantize_q8: k must be a multiple of 32");
+        if (k % ossa::k_qblock != 0)
+          throw ossa::InputError("kernel_quantize_q8: k must be a multiple of 32");
         std::vector<ossa::BlockQ8> q8(static_cast<size_t>(n * k / ossa::k_qblock));
         ossa::quantize_rows_q8(x.data(), n, k, q8.data());
         F32Array qs = new_f32(n, k), d = new_f32(n, k / ossa::k_qblock);

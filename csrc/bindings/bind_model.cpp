@@ -57,15 +57,19 @@ nb::object gguf_to_python(const ossa::GGUFValue& v) {
   switch (v.type) {
     case GGUFType::ARRAY: {
       nb::list out;
-      for (const ossa::GGUFValue& e : *std::get<std::shared_ptr<ossa::GGUFArray>>(v.value)) out.append(gguf_to_python(e));
+      for (const ossa::GGUFValue& e : *std::get<std::shared_ptr<ossa::GGUFArray>>(v.value))
+        out.append(gguf_to_python(e));
       return out;
     }
     case GGUFType::STRING:
-      // Strings are meant to be UTF-8; one that is not comes back as bytes (the twin does the same).
+      // Strings are meant to be UTF-8; one that is not comes back as bytes (the twin does the
+      // same).
       return str_or_bytes(std::get<std::string>(v.value));
-    case GGUFType::BOOL: return nb::bool_(std::get<bool>(v.value));
+    case GGUFType::BOOL:
+      return nb::bool_(std::get<bool>(v.value));
     case GGUFType::FLOAT32:
-    case GGUFType::FLOAT64: return nb::float_(std::get<double>(v.value));
+    case GGUFType::FLOAT64:
+      return nb::float_(std::get<double>(v.value));
     default:
       if (const auto* i = std::get_if<int64_t>(&v.value)) return nb::int_(*i);
       return nb::steal(PyLong_FromUnsignedLongLong(std::get<uint64_t>(v.value)));
@@ -121,7 +125,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   return d;
 }
 
-ossa::F32Array model_logits(std::shared_ptr<ossa::Model> model, const std::vector<int32_t>& token_ids) {
+ossa::F32Array model_logits(std::shared_ptr<ossa::Model> model,
+                            const std::vector<int32_t>& token_ids) {
   if (token_ids.empty()) throw ossa::InputError("model_logits: token_ids is empty");
   const int n = static_cast<int>(token_ids.size());
   constexpr int block_size = 16;
@@ -154,10 +159,12 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("config", [](const ossa::Model& self) { return config_dict(self.config); })
       .def_prop_ro("path", [](const ossa::Model& self) { return self.path; })
       .def_prop_ro("format", [](const ossa::Model& self) { return self.format; })
-      .def_prop_ro("compute_dtype", [](const ossa::Model& self) { return self.compute_dtype; },
-                   "'float32' or 'bfloat16' (load_model's dtype)")
-      .def_prop_ro("uses_amx", &ossa::Model::uses_amx,
-                   "Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).")
+      .def_prop_ro(
+          "compute_dtype", [](const ossa::Model& self) { return self.compute_dtype; },
+          "'float32' or 'bfloat16' (load_model's dtype)")
+      .def_prop_ro(
+          "uses_amx", &ossa::Model::uses_amx,
+          "Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).")
       .def_ro("quantized_activations", &ossa::Model::quantized_activations,
               "Whether quantized weights multiply 8-bit activation blocks (load_model's option).")
       .def(
@@ -165,7 +172,8 @@ void bind_model(nb::module_& m) {
           [](const ossa::Model& self) {
             nb::list out;
             for (const ossa::NamedTensor& t : self.tensors)
-              out.append(nb::make_tuple(str_or_bytes(t.name), t.type_name, t.rows, t.cols, t.nbytes));
+              out.append(
+                  nb::make_tuple(str_or_bytes(t.name), t.type_name, t.rows, t.cols, t.nbytes));
             return out;
           },
           "All tensors of the file(s): (name, type_name, rows, cols, nbytes).");
@@ -178,11 +186,14 @@ void bind_model(nb::module_& m) {
           return ossa::load_model(path, ossa::LoadOptions{dtype, amx, quantized_activations});
         });
       },
-      nb::arg("path"), nb::arg("dtype") = "auto", nb::arg("amx") = true, nb::arg("quantized_activations") = false,
+      nb::arg("path"), nb::arg("dtype") = "auto", nb::arg("amx") = true,
+      nb::arg("quantized_activations") = false,
       "Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or "
-      "'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels "
+      "'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX "
+      "kernels "
       "where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. "
-      "quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact). "
+      "quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less "
+      "exact). "
       "Raises ModelError naming the problem.");
 
   m.def(
@@ -193,11 +204,13 @@ void bind_model(nb::module_& m) {
           return ossa::open_gguf_model(path);
         });
         nb::dict d;
-        for (const auto& [key, value] : f.metadata().metadata()) d[str_or_bytes(key)] = gguf_to_python(value);
+        for (const auto& [key, value] : f.metadata().metadata())
+          d[str_or_bytes(key)] = gguf_to_python(value);
         return d;
       },
       nb::arg("path"),
-      "The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split model, "
+      "The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split "
+      "model, "
       "the model's (its first shard's).");
   m.def(
       "gguf_shard_paths",
@@ -208,25 +221,29 @@ void bind_model(nb::module_& m) {
         });
       },
       nb::arg("path"),
-      "Every file of the GGUF model `path` is a file of: [path] for an unsplit file, else its shards in "
+      "Every file of the GGUF model `path` is a file of: [path] for an unsplit file, else its "
+      "shards in "
       "order, all opened and checked (a missing or mismatched shard raises ModelError).");
 
   auto dequantize = [](const ossa::Model& model, const std::string& name) {
     const ossa::TensorView* v = model.find_tensor(name);
     if (v == nullptr)
-      throw ossa::InputError("no tensor '" + printable(name) + "' in the model (or of a type ossa cannot read)");
+      throw ossa::InputError("no tensor '" + printable(name) +
+                             "' in the model (or of a type ossa cannot read)");
     const size_t n = static_cast<size_t>(v->rows) * static_cast<size_t>(v->cols);
     float* out = new float[n > 0 ? n : 1];
     nb::capsule owner(out, [](void* p) noexcept { delete[] static_cast<float*>(p); });
     {
       nb::gil_scoped_release release;
-      for (int64_t r = 0; r < v->rows; ++r) ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
+      for (int64_t r = 0; r < v->rows; ++r)
+        ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
     }
-    return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)},
-                                                       owner);
+    return nb::ndarray<nb::numpy, float, nb::ndim<2>>(
+        out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)}, owner);
   };
   m.def("dequantize_tensor", dequantize, nb::arg("model"), nb::arg("name"),
-        "A tensor (file name or canonical name such as 'layers.0.wq') dequantized to float32 [rows, cols].");
+        "A tensor (file name or canonical name such as 'layers.0.wq') dequantized to float32 "
+        "[rows, cols].");
   m.def(
       "dequantize_tensor",
       [dequantize](const ossa::Model& model, nb::bytes name) {
@@ -241,13 +258,13 @@ void bind_model(nb::module_& m) {
                                 "A model with its paged K/V pool and preallocated work buffers.")
       .def(
           "__init__",
-          [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks, int block_size,
-             int max_num_batched_tokens, const std::string& kv_cache_dtype) {
-            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size, max_num_batched_tokens,
-                                      ossa::parse_kv_type(kv_cache_dtype));
+          [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks,
+             int block_size, int max_num_batched_tokens, const std::string& kv_cache_dtype) {
+            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size,
+                                      max_num_batched_tokens, ossa::parse_kv_type(kv_cache_dtype));
           },
-          nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("max_num_batched_tokens"),
-          nb::arg("kv_cache_dtype") = "float32")
+          nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"),
+          nb::arg("max_num_batched_tokens"), nb::arg("kv_cache_dtype") = "float32")
       .def(
           "forward",
           [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
@@ -264,7 +281,8 @@ void bind_model(nb::module_& m) {
             b.block_tables = std::move(block_tables);
             b.logits_rows = std::move(logits_rows);
             if (b.context_len.size() + 1 != b.seq_start.size())
-              throw ossa::InputError("ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
+              throw ossa::InputError(
+                  "ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
             ossa::F32Array out = ossa::new_f32(b.logits_rows.size(), r.model().config.n_vocab);
             nb::gil_scoped_release release;
             r.forward(b, out.data());
@@ -277,11 +295,13 @@ void bind_model(nb::module_& m) {
       .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
       .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
       .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)
-      .def_prop_ro("kv_cache_dtype", [](const ossa::ModelRunner& r) { return ossa::kv_type_name(r.kv_type()); })
+      .def_prop_ro("kv_cache_dtype",
+                   [](const ossa::ModelRunner& r) { return ossa::kv_type_name(r.kv_type()); })
       .def_static(
           "kv_bytes_per_token",
           [](std::shared_ptr<ossa::Model> model, const std::string& kv_cache_dtype) {
-            return ossa::ModelRunner::kv_bytes_per_token(model->config, ossa::parse_kv_type(kv_cache_dtype));
+            return ossa::ModelRunner::kv_bytes_per_token(model->config,
+                                                         ossa::parse_kv_type(kv_cache_dtype));
           },
           nb::arg("model"), nb::arg("kv_cache_dtype") = "float32");
 }

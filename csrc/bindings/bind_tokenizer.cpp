@@ -1,17 +1,16 @@
 // ossa._core.Tokenizer and ossa._core.Detokenizer. The tokenizer is held by std::shared_ptr so the
 // C++ engine can share it; encode/encode_batch/decode release the GIL.
-#include <omp.h>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+#include <omp.h>
 
 #include <exception>
 
 #include "tokenizer/detokenizer.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/normalize.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "util/error.h"
 
@@ -23,13 +22,15 @@ namespace {
 
 // str (UTF-8 encoded; lone surrogates are a ValueError) or bytes (validated later by encode).
 std::string text_arg(nb::handle obj) {
-  if (PyBytes_Check(obj.ptr())) return std::string(PyBytes_AS_STRING(obj.ptr()), PyBytes_GET_SIZE(obj.ptr()));
+  if (PyBytes_Check(obj.ptr()))
+    return std::string(PyBytes_AS_STRING(obj.ptr()), PyBytes_GET_SIZE(obj.ptr()));
   if (PyUnicode_Check(obj.ptr())) {
     Py_ssize_t size = 0;
     const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
     if (!data) {
       PyErr_Clear();
-      throw ossa::InputError("text contains a lone surrogate code point, which has no UTF-8 encoding");
+      throw ossa::InputError(
+          "text contains a lone surrogate code point, which has no UTF-8 encoding");
     }
     return std::string(data, static_cast<size_t>(size));
   }
@@ -52,9 +53,12 @@ T get(const nb::dict& d, const char* key, T dflt) {
 TokenizerSpec spec_from_dict(const nb::dict& d) {
   TokenizerSpec s;
   std::string model = get<std::string>(d, "model", "byte_level_bpe");
-  if (model == "byte_level_bpe") s.model = TokenizerSpec::Model::BYTE_LEVEL_BPE;
-  else if (model == "sentencepiece_bpe") s.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
-  else throw ossa::ModelError("unsupported tokenizer model '" + model + "'");
+  if (model == "byte_level_bpe")
+    s.model = TokenizerSpec::Model::BYTE_LEVEL_BPE;
+  else if (model == "sentencepiece_bpe")
+    s.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
+  else
+    throw ossa::ModelError("unsupported tokenizer model '" + model + "'");
   s.vocab = get<std::vector<std::string>>(d, "vocab", {});
   for (const auto& m : get<std::vector<std::vector<std::string>>>(d, "merges", {})) {
     if (m.size() != 2) throw ossa::ModelError("a merge must have two parts");
@@ -77,22 +81,34 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
   }
   for (const auto& step : get<std::vector<std::string>>(d, "pre_tokenizer", {})) {
     ossa::PreTokenizerStep p;
-    if (step == "digits_individual") p.kind = ossa::PreTokenizerStep::DIGITS_INDIVIDUAL;
-    else if (step == "digits_contiguous") p.kind = ossa::PreTokenizerStep::DIGITS_CONTIGUOUS;
-    else if (step == "gpt2") p.pattern = ossa::SplitPattern::GPT2;
-    else if (step == "llama3") p.pattern = ossa::SplitPattern::LLAMA3;
-    else if (step == "qwen2") p.pattern = ossa::SplitPattern::QWEN2;
-    else if (step == "o200k") p.pattern = ossa::SplitPattern::O200K;
-    else throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
+    if (step == "digits_individual")
+      p.kind = ossa::PreTokenizerStep::DIGITS_INDIVIDUAL;
+    else if (step == "digits_contiguous")
+      p.kind = ossa::PreTokenizerStep::DIGITS_CONTIGUOUS;
+    else if (step == "gpt2")
+      p.pattern = ossa::SplitPattern::GPT2;
+    else if (step == "llama3")
+      p.pattern = ossa::SplitPattern::LLAMA3;
+    else if (step == "qwen2")
+      p.pattern = ossa::SplitPattern::QWEN2;
+    else if (step == "o200k")
+      p.pattern = ossa::SplitPattern::O200K;
+    else
+      throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
     s.pre_tokenizer.push_back(p);
   }
   s.add_prefix_space = get<bool>(d, "add_prefix_space", false);
   std::string prefix = get<std::string>(d, "prefix", "never");
-  if (prefix == "never") s.prefix = TokenizerSpec::Prefix::NEVER;
-  else if (prefix == "first") s.prefix = TokenizerSpec::Prefix::FIRST;
-  else if (prefix == "always") s.prefix = TokenizerSpec::Prefix::ALWAYS;
-  else if (prefix == "prepend") s.prefix = TokenizerSpec::Prefix::PREPEND;
-  else throw ossa::ModelError("unsupported prefix rule '" + prefix + "'");
+  if (prefix == "never")
+    s.prefix = TokenizerSpec::Prefix::NEVER;
+  else if (prefix == "first")
+    s.prefix = TokenizerSpec::Prefix::FIRST;
+  else if (prefix == "always")
+    s.prefix = TokenizerSpec::Prefix::ALWAYS;
+  else if (prefix == "prepend")
+    s.prefix = TokenizerSpec::Prefix::PREPEND;
+  else
+    throw ossa::ModelError("unsupported prefix rule '" + prefix + "'");
   s.metaspace_split = get<bool>(d, "metaspace_split", false);
   s.byte_fallback = get<bool>(d, "byte_fallback", false);
   s.fuse_unk = get<bool>(d, "fuse_unk", false);
@@ -109,18 +125,22 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
   return s;
 }
 
-nb::object optional_id(int32_t id) { return id >= 0 ? nb::object(nb::int_(id)) : nb::object(nb::none()); }
+nb::object optional_id(int32_t id) {
+  return id >= 0 ? nb::object(nb::int_(id)) : nb::object(nb::none());
+}
 
 }  // namespace
 
 void bind_tokenizer(nb::module_& m) {
   nb::class_<Tokenizer>(m, "Tokenizer", "A BPE tokenizer (byte-level or SentencePiece-style).")
       .def_static(
-          "from_gguf", [](const std::string& path) { return Tokenizer::from_gguf(path); }, nb::arg("path"),
-          "The tokenizer described by a GGUF file's metadata.")
+          "from_gguf", [](const std::string& path) { return Tokenizer::from_gguf(path); },
+          nb::arg("path"), "The tokenizer described by a GGUF file's metadata.")
       .def_static(
-          "from_spec", [](const nb::dict& spec) { return std::make_shared<Tokenizer>(spec_from_dict(spec)); },
-          nb::arg("spec"), "A tokenizer from a spec dict (see ossa.reference.tokenizer.TokenizerSpec).")
+          "from_spec",
+          [](const nb::dict& spec) { return std::make_shared<Tokenizer>(spec_from_dict(spec)); },
+          nb::arg("spec"),
+          "A tokenizer from a spec dict (see ossa.reference.tokenizer.TokenizerSpec).")
       .def(
           "encode",
           [](const Tokenizer& t, nb::handle text, bool add_special_tokens) {
@@ -178,12 +198,14 @@ void bind_tokenizer(nb::module_& m) {
              const std::string& b = t.token_bytes(id);
              return nb::bytes(b.data(), b.size());
            })
-      .def("id_to_token", [](const Tokenizer& t, int32_t id) -> nb::object {
-        const std::string& s = t.token_string(id);
-        if (s.empty()) return nb::none();
-        return nb::str(s.data(), s.size());
-      })
-      .def("token_to_id", [](const Tokenizer& t, const std::string& s) { return optional_id(t.token_to_id(s)); })
+      .def("id_to_token",
+           [](const Tokenizer& t, int32_t id) -> nb::object {
+             const std::string& s = t.token_string(id);
+             if (s.empty()) return nb::none();
+             return nb::str(s.data(), s.size());
+           })
+      .def("token_to_id",
+           [](const Tokenizer& t, const std::string& s) { return optional_id(t.token_to_id(s)); })
       .def("is_special", &Tokenizer::is_special)
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def_prop_ro("bos_token_id", [](const Tokenizer& t) { return optional_id(t.bos_id()); })
@@ -192,8 +214,8 @@ void bind_tokenizer(nb::module_& m) {
       .def_prop_ro("eos_token_ids", [](const Tokenizer& t) { return t.eos_ids(); })
       .def_prop_ro("add_bos", [](const Tokenizer& t) { return !t.spec().prefix_ids.empty(); });
 
-  nb::class_<ossa::IncrementalDetokenizer>(m, "Detokenizer",
-                                           "Streaming detokenizer: push ids, get complete UTF-8 text deltas.")
+  nb::class_<ossa::IncrementalDetokenizer>(
+      m, "Detokenizer", "Streaming detokenizer: push ids, get complete UTF-8 text deltas.")
       .def(nb::init<std::shared_ptr<const Tokenizer>, bool>(), nb::arg("tokenizer"),
            nb::arg("skip_special_tokens") = false)
       .def("push",
@@ -213,8 +235,10 @@ void bind_tokenizer(nb::module_& m) {
   m.def(
       "unicode_nfc",
       [](const std::string& text) {
-        if (ossa::utf8_valid_prefix(text) != text.size()) throw ossa::InputError("text is not valid UTF-8");
+        if (ossa::utf8_valid_prefix(text) != text.size())
+          throw ossa::InputError("text is not valid UTF-8");
         return ossa::nfc(text);
       },
-      nb::arg("text"), "Unicode normalization form C of the text (the tokenizer's NFC normalizer).");
+      nb::arg("text"),
+      "Unicode normalization form C of the text (the tokenizer's NFC normalizer).");
 }

@@ -90,8 +90,8 @@ class KVCacheManager {
   int64_t prefix_hits_ = 0;
 };
 
-// The share of blocks the scheduler keeps free when admitting waiting sequences (vLLM's 1%), so that
-// running sequences can grow without preempting at once. ossa.config reads it from here.
+// The share of blocks the scheduler keeps free when admitting waiting sequences (vLLM's 1%), so
+// that running sequences can grow without preempting at once. ossa.config reads it from here.
 inline constexpr double k_default_watermark = 0.01;
 
 // Watermark in blocks: floor(watermark * num_blocks), the same double arithmetic as the twin.

@@ -6,8 +6,8 @@
 // One step, only when some sampled row is constrained (or a constrained request ended since the
 // last call, so its matchers can be dropped):
 //
-//   engine thread:  schedule -> stage.launch(batch) -> forward ............ -> stage.wait() -> sample
-//   stage worker:                   host.compute(feed previous tokens, masks) |
+//   engine thread:  schedule -> stage.launch(batch) -> forward ............ -> stage.wait() ->
+//   sample stage worker:                   host.compute(feed previous tokens, masks) |
 //
 // So there is at most one crossing into the host per step for all constrained rows together, and
 // the mask work overlaps the forward pass. A batch names each row's matcher by (handle, child), the
@@ -31,7 +31,7 @@ struct ConstraintBatch {
   std::vector<int32_t> children;      // per row: the child (n > 1 samples) whose matcher it is
   std::vector<int32_t> feed_offsets;  // rows + 1 entries: row i feeds feed_tokens[off[i], off[i+1])
   std::vector<int32_t> feed_tokens;
-  std::vector<int64_t> released;      // handles of requests that ended since the last call
+  std::vector<int64_t> released;  // handles of requests that ended since the last call
 
   size_t size() const { return handles.size(); }
   void clear();
@@ -44,7 +44,8 @@ class ConstraintHost {
   // Drops the released matchers, feeds each row its tokens, then writes row i's next-token mask to
   // masks + i * batch.words. errors[i] (sized to the rows, empty) gets a message for a row whose
   // matcher cannot continue; its mask is then ignored.
-  virtual void compute(const ConstraintBatch& batch, uint32_t* masks, std::vector<std::string>& errors) = 0;
+  virtual void compute(const ConstraintBatch& batch, uint32_t* masks,
+                       std::vector<std::string>& errors) = 0;
 };
 
 class ConstraintStage {

@@ -47,7 +47,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   }
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
   validate_speculative_config(config.speculative);
-  stats_.spec.accepted_per_pos.assign(config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0, 0);
+  stats_.spec.accepted_per_pos.assign(
+      config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0, 0);
   stats_.num_blocks = config.scheduler.num_blocks;
   stats_snapshot_ = stats_;
 }
@@ -68,10 +69,12 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     throw InputError("the prompt has " + std::to_string(len) +
                      " tokens, and with at least one output token that exceeds max_model_len=" +
                      std::to_string(config_.scheduler.max_model_len));
-  const int64_t blocks_needed = (len + 1 + config_.scheduler.block_size - 1) / config_.scheduler.block_size;
+  const int64_t blocks_needed =
+      (len + 1 + config_.scheduler.block_size - 1) / config_.scheduler.block_size;
   if (blocks_needed > config_.scheduler.num_blocks)
     throw InputError("the prompt needs " + std::to_string(blocks_needed) +
-                     " KV-cache blocks but the whole cache has " + std::to_string(config_.scheduler.num_blocks) +
+                     " KV-cache blocks but the whole cache has " +
+                     std::to_string(config_.scheduler.num_blocks) +
                      "; raise kv_cache_memory_bytes");
   if (params.max_tokens < 1) throw InputError("max_tokens must be >= 1");
   if (params.n < 1) throw InputError("n must be >= 1");
@@ -88,7 +91,8 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
   r->params = params;
   r->params.sampling = std::move(sp);
   r->prompt = std::move(prompt);
-  r->stops = StopStrings(params.stop, params.include_stop_str_in_output, params.sampling.min_tokens);
+  r->stops =
+      StopStrings(params.stop, params.include_stop_str_in_output, params.sampling.min_tokens);
   r->children.resize(params.n);
   for (ChildState& c : r->children)
     c.detok = std::make_unique<IncrementalDetokenizer>(tokenizer_, params.skip_special_tokens);
@@ -134,8 +138,9 @@ void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
     if (!cmd.is_abort) {
       RequestState& r = *cmd.request;
       r.key = next_key_++;
-      r.seed = r.params.sampling.seed ? *r.params.sampling.seed
-                                      : splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(r.key)));
+      r.seed = r.params.sampling.seed
+                   ? *r.params.sampling.seed
+                   : splitmix64(config_.seed ^ splitmix64(static_cast<uint64_t>(r.key)));
       Request req;
       req.id = r.key;
       req.prompt = r.prompt;
@@ -147,7 +152,8 @@ void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
       req.n = r.params.n;
       req.priority = r.params.priority;
       // Prompt logprobs need every prompt position computed, so such requests skip prefix hits.
-      req.cache_salt = r.params.prompt_logprobs >= 0 ? splitmix64(static_cast<uint64_t>(r.key)) | 1 : 0;
+      req.cache_salt =
+          r.params.prompt_logprobs >= 0 ? splitmix64(static_cast<uint64_t>(r.key)) | 1 : 0;
       try {
         scheduler_.add_request(req);
       } catch (const std::exception& e) {
@@ -175,7 +181,8 @@ void Engine::apply_commands(std::vector<EngineOutput>& outputs) {
   }
 }
 
-void Engine::fail_request(int64_t key, const std::string& message, std::vector<EngineOutput>& outputs) {
+void Engine::fail_request(int64_t key, const std::string& message,
+                          std::vector<EngineOutput>& outputs) {
   auto it = requests_.find(key);
   if (it == requests_.end()) return;
   RequestState& r = *it->second;
@@ -198,7 +205,8 @@ void Engine::forget(RequestState& r) {
 }
 
 void Engine::set_constraint_host(std::shared_ptr<ConstraintHost> host, bool overlap) {
-  if (running()) throw InputError("set_constraint_host() cannot be called while the background loop runs");
+  if (running())
+    throw InputError("set_constraint_host() cannot be called while the background loop runs");
   constraints_.set_host(std::move(host), overlap);
 }
 
@@ -220,7 +228,8 @@ bool Engine::prepare_constraints(const SchedulerOutput& so) {
       ChildState& c = r.children[child];
       b.handles.push_back(r.params.constraint);
       b.children.push_back(child);
-      b.feed_tokens.insert(b.feed_tokens.end(), c.output_tokens.begin() + static_cast<ptrdiff_t>(c.constraint_fed),
+      b.feed_tokens.insert(b.feed_tokens.end(),
+                           c.output_tokens.begin() + static_cast<ptrdiff_t>(c.constraint_fed),
                            c.output_tokens.end());
       c.constraint_fed = c.output_tokens.size();
       b.feed_offsets.push_back(static_cast<int32_t>(b.feed_tokens.size()));
@@ -268,7 +277,8 @@ void Engine::sample_rows(const float* logits, size_t n_rows,
   for (size_t i = 0; i < n_rows; ++i) {
     try {
       sampler_.sample(logits + i * static_cast<size_t>(n_vocab_), 1, n_vocab_,
-                      std::span<const RowInput>(&rows_[i], 1), std::span<SampleResult>(&results_[i], 1));
+                      std::span<const RowInput>(&rows_[i], 1),
+                      std::span<SampleResult>(&results_[i], 1));
     } catch (const std::exception& e) {
       results_[i] = SampleResult{};
       results_[i].token = 0;
@@ -323,14 +333,16 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     if (r.params.prompt_logprobs >= 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
       want_prompt_lp = true;
     if (s.num_computed < static_cast<int32_t>(r.prompt.size()))
-      stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
+      stats_.prompt_tokens +=
+          std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
   }
   // The forward's logits rows: each sampling row once (a forking sequence owns n equal sampling
   // rows but the runner wants strictly ascending rows), plus, for requests that asked for prompt
   // logprobs, their prompt positions. sample_src_[i]: the forward row sampling row i reads;
   // prompt_row_of_[j]: (request key, prompt position) of forward row j, or (-1, -1).
   bool has_fork = false;
-  for (const ScheduledSeq& s : so.seqs) has_fork = has_fork || (s.num_samples > 1 && s.num_draft == 0);
+  for (const ScheduledSeq& s : so.seqs)
+    has_fork = has_fork || (s.num_samples > 1 && s.num_draft == 0);
   const bool remap = want_prompt_lp || has_fork;
   const Batch* batch = &so.batch;
   const size_t n_samples = so.batch.logits_rows.size();
@@ -367,7 +379,8 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     for (size_t i = 0; i < n_samples; ++i) sample_src_[i] = static_cast<int32_t>(i);
   }
   const size_t n_rows = batch->logits_rows.size();
-  if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_)) logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
+  if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_))
+    logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
 
   // Structured output: the constrained rows' masks are computed while the forward runs.
   const bool constrained = prepare_constraints(so);
@@ -442,8 +455,8 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
         const float* row = logits_.data() + i * n_vocab_;
         int32_t tok = r.prompt[pos];
         SampleResult lp;
-        sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1), r.params.prompt_logprobs,
-                          std::span<SampleResult>(&lp, 1));
+        sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1),
+                          r.params.prompt_logprobs, std::span<SampleResult>(&lp, 1));
         r.prompt_logprobs.push_back(token_logprobs(lp, tok, row, n_vocab_));
         r.prompt_lp_next = pos + 1;
         touched_.push_back(key);
@@ -469,7 +482,8 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     // A verifying sequence's rows after its run (update() appended num_appended) are dropped.
     const int32_t n_used = s.num_draft > 0 ? s.num_appended : s.num_samples;
     if (s.num_draft > 0)
-      record_verification(s, so.batch.token_ids.data() + so.batch.seq_start[si] + 1, sampled_.data() + i);
+      record_verification(s, so.batch.token_ids.data() + so.batch.seq_start[si] + 1,
+                          sampled_.data() + i);
     for (int32_t k = 0; k < s.num_samples; ++k, ++i) {
       if (k >= n_used) {
         --stats_.generation_tokens;
@@ -485,7 +499,8 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
       if (c.finished) continue;
       const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
       if (lp != nullptr)
-        c.new_logprobs.push_back(token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
+        c.new_logprobs.push_back(
+            token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
       if (append_token(c, r.stops, sampled_[i], lp != nullptr ? &lp->logprob : nullptr))
         scheduler_.finish(r.key, child);
     }
@@ -577,8 +592,10 @@ class SteppingGuard {
  public:
   SteppingGuard(std::atomic<bool>& flag, const char* what) : flag_(flag) {
     if (flag_.exchange(true))
-      throw InputError(std::string(what) + " was called while another thread is stepping this engine; "
-                       "step an engine from one thread at a time (ossa.LLM may be shared between threads)");
+      throw InputError(
+          std::string(what) +
+          " was called while another thread is stepping this engine; "
+          "step an engine from one thread at a time (ossa.LLM may be shared between threads)");
   }
   ~SteppingGuard() { flag_ = false; }
   SteppingGuard(const SteppingGuard&) = delete;
@@ -599,7 +616,8 @@ std::vector<EngineOutput> Engine::step() {
 }
 
 std::vector<EngineOutput> Engine::run_to_completion() {
-  if (running()) throw InputError("run_to_completion() cannot be called while the background loop runs");
+  if (running())
+    throw InputError("run_to_completion() cannot be called while the background loop runs");
   SteppingGuard guard(stepping_, "run_to_completion()");
   std::vector<EngineOutput> outputs;
   while (true) {

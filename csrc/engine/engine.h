@@ -29,8 +29,8 @@
 
 namespace ossa {
 
-// The scheduler's config (blocks, budgets, max_model_len, policy, prefix caching, watermark) plus what
-// only the engine uses. ossa.config builds it, validated, from the user's options.
+// The scheduler's config (blocks, budgets, max_model_len, policy, prefix caching, watermark) plus
+// what only the engine uses. ossa.config builds it, validated, from the user's options.
 struct EngineConfig {
   SchedulerConfig scheduler{.max_num_seqs = 64};
   uint64_t seed = 0;  // seeds requests that bring none
@@ -60,7 +60,7 @@ struct EngineOutput {
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;
   double arrival_time = 0, first_scheduled_time = 0, first_token_time = 0, finished_time = 0;
-  std::string error;  // set when the request was rejected or failed inside the loop
+  std::string error;                // set when the request was rejected or failed inside the loop
   int64_t num_drafts = 0;           // speculative decoding so far: verification steps
   int64_t num_draft_tokens = 0;     // draft tokens verified
   int64_t num_accepted_tokens = 0;  // and of them accepted
@@ -116,7 +116,7 @@ class Engine {
 
  private:
   struct ChildState : CompletionState {  // engine/output_processor.h
-    size_t constraint_fed = 0;  // output tokens its matcher has consumed
+    size_t constraint_fed = 0;           // output tokens its matcher has consumed
     SpecControl spec;
     std::vector<int32_t> verify_tokens;  // outputs then the draft being verified
   };
@@ -151,11 +151,14 @@ class Engine {
   void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
   // Ends one request with an error (finish_reason "error") and forgets it.
   void fail_request(int64_t key, const std::string& message, std::vector<EngineOutput>& outputs);
-  // Samples every row into results_; rows whose parameters make the sampler throw fail their request.
-  void sample_rows(const float* logits, size_t n_rows, const std::vector<std::pair<int64_t, int32_t>>& row_child,
+  // Samples every row into results_; rows whose parameters make the sampler throw fail their
+  // request.
+  void sample_rows(const float* logits, size_t n_rows,
+                   const std::vector<std::pair<int64_t, int32_t>>& row_child,
                    std::vector<EngineOutput>& outputs);
   EngineOutput make_output(RequestState& r);
-  // Fills the constraint stage's batch for this step's sampling rows; true if the host must be called.
+  // Fills the constraint stage's batch for this step's sampling rows; true if the host must be
+  // called.
   bool prepare_constraints(const SchedulerOutput& so);
   // Points the constrained rows of rows_ at their masks; rows whose matcher failed go to failed.
   void apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,

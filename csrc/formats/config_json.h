@@ -20,7 +20,8 @@ struct Json {
   double number(const char* key, double dflt) const {
     const JsonValue* x = get(key);
     if (x == nullptr) return dflt;
-    if (!x->is_number()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a number");
+    if (!x->is_number())
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a number");
     return x->number;
   }
   int64_t integer(const char* key, int64_t dflt) const {
@@ -33,7 +34,8 @@ struct Json {
   std::string string(const char* key, const std::string& dflt) const {
     const JsonValue* x = get(key);
     if (x == nullptr) return dflt;
-    if (!x->is_string()) throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a string");
+    if (!x->is_string())
+      throw ModelError(std::string("config '") + key + "' in '" + path + "' must be a string");
     return x->string;
   }
   bool boolean(const char* key, bool dflt) const {

@@ -1,9 +1,9 @@
 #pragma once
 // Scalar dequantization of stored rows to float32, following llama.cpp's block layouts. This is the
 // loader's reference path (tests, conversions of small tensors), not a kernel: the matmul kernels
-// dequantize in registers. Every value is an exact product of the block scale and the quant, plus at
-// most one rounded addition, so the result does not depend on FMA contraction and equals the NumPy
-// twin (ossa.reference.quants) bitwise.
+// dequantize in registers. Every value is an exact product of the block scale and the quant, plus
+// at most one rounded addition, so the result does not depend on FMA contraction and equals the
+// NumPy twin (ossa.reference.quants) bitwise.
 #include <cstdint>
 
 #include "formats/tensor.h"

@@ -64,19 +64,33 @@ struct Reader {
   // The fewest bytes one value of `type` can occupy, to bound counts before reserving.
   static uint64_t min_size(GGUFType type) {
     switch (type) {
-      case GGUFType::UINT8: case GGUFType::INT8: case GGUFType::BOOL: return 1;
-      case GGUFType::UINT16: case GGUFType::INT16: return 2;
-      case GGUFType::UINT32: case GGUFType::INT32: case GGUFType::FLOAT32: return 4;
-      case GGUFType::UINT64: case GGUFType::INT64: case GGUFType::FLOAT64: return 8;
-      case GGUFType::STRING: return 8;
-      case GGUFType::ARRAY: return 12;
+      case GGUFType::UINT8:
+      case GGUFType::INT8:
+      case GGUFType::BOOL:
+        return 1;
+      case GGUFType::UINT16:
+      case GGUFType::INT16:
+        return 2;
+      case GGUFType::UINT32:
+      case GGUFType::INT32:
+      case GGUFType::FLOAT32:
+        return 4;
+      case GGUFType::UINT64:
+      case GGUFType::INT64:
+      case GGUFType::FLOAT64:
+        return 8;
+      case GGUFType::STRING:
+        return 8;
+      case GGUFType::ARRAY:
+        return 12;
     }
     return 1;
   }
 
   GGUFType read_type(const char* what) {
     const uint32_t t = read<uint32_t>(what);
-    if (t > static_cast<uint32_t>(GGUFType::FLOAT64)) fail("unknown metadata value type " + std::to_string(t));
+    if (t > static_cast<uint32_t>(GGUFType::FLOAT64))
+      fail("unknown metadata value type " + std::to_string(t));
     return static_cast<GGUFType>(t);
   }
 
@@ -84,28 +98,52 @@ struct Reader {
     GGUFValue v;
     v.type = type;
     switch (type) {
-      case GGUFType::UINT8: v.value = static_cast<uint64_t>(read<uint8_t>("value")); break;
-      case GGUFType::INT8: v.value = static_cast<int64_t>(read<int8_t>("value")); break;
-      case GGUFType::UINT16: v.value = static_cast<uint64_t>(read<uint16_t>("value")); break;
-      case GGUFType::INT16: v.value = static_cast<int64_t>(read<int16_t>("value")); break;
-      case GGUFType::UINT32: v.value = static_cast<uint64_t>(read<uint32_t>("value")); break;
-      case GGUFType::INT32: v.value = static_cast<int64_t>(read<int32_t>("value")); break;
-      case GGUFType::UINT64: v.value = read<uint64_t>("value"); break;
-      case GGUFType::INT64: v.value = read<int64_t>("value"); break;
-      case GGUFType::FLOAT32: v.value = static_cast<double>(read<float>("value")); break;
-      case GGUFType::FLOAT64: v.value = read<double>("value"); break;
+      case GGUFType::UINT8:
+        v.value = static_cast<uint64_t>(read<uint8_t>("value"));
+        break;
+      case GGUFType::INT8:
+        v.value = static_cast<int64_t>(read<int8_t>("value"));
+        break;
+      case GGUFType::UINT16:
+        v.value = static_cast<uint64_t>(read<uint16_t>("value"));
+        break;
+      case GGUFType::INT16:
+        v.value = static_cast<int64_t>(read<int16_t>("value"));
+        break;
+      case GGUFType::UINT32:
+        v.value = static_cast<uint64_t>(read<uint32_t>("value"));
+        break;
+      case GGUFType::INT32:
+        v.value = static_cast<int64_t>(read<int32_t>("value"));
+        break;
+      case GGUFType::UINT64:
+        v.value = read<uint64_t>("value");
+        break;
+      case GGUFType::INT64:
+        v.value = read<int64_t>("value");
+        break;
+      case GGUFType::FLOAT32:
+        v.value = static_cast<double>(read<float>("value"));
+        break;
+      case GGUFType::FLOAT64:
+        v.value = read<double>("value");
+        break;
       case GGUFType::BOOL: {
         const uint8_t b = read<uint8_t>("value");
         if (b > 1) fail("bool value " + std::to_string(b));
         v.value = b != 0;
         break;
       }
-      case GGUFType::STRING: v.value = read_string("string value"); break;
+      case GGUFType::STRING:
+        v.value = read_string("string value");
+        break;
       case GGUFType::ARRAY: {
-        if (depth >= k_max_array_depth) fail("arrays nested deeper than " + std::to_string(k_max_array_depth));
+        if (depth >= k_max_array_depth)
+          fail("arrays nested deeper than " + std::to_string(k_max_array_depth));
         v.elem_type = read_type("array type");
         const uint64_t n = read<uint64_t>("array length");
-        if (n > left() / min_size(v.elem_type)) fail("array of " + std::to_string(n) + " elements cannot fit");
+        if (n > left() / min_size(v.elem_type))
+          fail("array of " + std::to_string(n) + " elements cannot fit");
         array_elems += n;
         if (array_elems > k_max_array_elems_total) fail("more than 2^24 metadata array elements");
         auto arr = std::make_shared<GGUFArray>();
@@ -120,13 +158,15 @@ struct Reader {
 };
 
 const char* type_name(GGUFType t) {
-  static const char* const k_names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32", "float32",
-                                        "bool",  "string", "array",  "uint64", "int64",  "float64"};
+  static const char* const k_names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                        "int32",  "float32", "bool",   "string", "array",
+                                        "uint64", "int64",   "float64"};
   return k_names[static_cast<uint32_t>(t)];
 }
 
 [[noreturn]] void wrong_type(const std::string& key, const GGUFValue& v, const char* wanted) {
-  throw ModelError("GGUF metadata '" + key + "' has type " + type_name(v.type) + ", expected " + wanted);
+  throw ModelError("GGUF metadata '" + key + "' has type " + type_name(v.type) + ", expected " +
+                   wanted);
 }
 
 }  // namespace
@@ -147,14 +187,17 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
   const uint64_t n_tensors = r.read<uint64_t>("tensor count");
   const uint64_t n_kv = r.read<uint64_t>("metadata count");
   // A kv needs at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least 8 + 4 + 4 + 8.
-  if (n_kv > r.left() / 13) r.fail("metadata count " + std::to_string(n_kv) + " cannot fit in the file");
-  if (n_tensors > r.left() / 24) r.fail("tensor count " + std::to_string(n_tensors) + " cannot fit in the file");
+  if (n_kv > r.left() / 13)
+    r.fail("metadata count " + std::to_string(n_kv) + " cannot fit in the file");
+  if (n_tensors > r.left() / 24)
+    r.fail("tensor count " + std::to_string(n_tensors) + " cannot fit in the file");
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = r.read_string("metadata key");
     const GGUFType type = r.read_type("metadata type");
     GGUFValue value = r.read_value(type, 0);
-    if (!gguf->metadata_.emplace(key, std::move(value)).second) r.fail("duplicate metadata key '" + key + "'");
+    if (!gguf->metadata_.emplace(key, std::move(value)).second)
+      r.fail("duplicate metadata key '" + key + "'");
   }
 
   uint64_t alignment = 32;
@@ -190,7 +233,8 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
   }
 
   const uint64_t data_offset = (r.pos + alignment - 1) / alignment * alignment;
-  if (data_offset > f.size() && n_tensors > 0) r.fail("data section starts past the end of the file");
+  if (data_offset > f.size() && n_tensors > 0)
+    r.fail("data section starts past the end of the file");
   gguf->data_offset_ = data_offset;
 
   // Check every supported tensor's extent now, so later views are known to be inside the file.
@@ -199,8 +243,9 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
     if (!dtype_supported(info.ggml_type)) continue;  // reported by view(), if the tensor is used
     const DTypeTraits tr = dtype_traits(static_cast<DType>(info.ggml_type));
     if (info.ne[0] % tr.block_elems != 0)
-      throw ModelError("tensor '" + info.name + "' of type " + ggml_type_name(info.ggml_type) + " has " +
-                       std::to_string(info.ne[0]) + " columns, not a multiple of the block size " +
+      throw ModelError("tensor '" + info.name + "' of type " + ggml_type_name(info.ggml_type) +
+                       " has " + std::to_string(info.ne[0]) +
+                       " columns, not a multiple of the block size " +
                        std::to_string(tr.block_elems));
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(info.ne[0] / tr.block_elems),
@@ -263,7 +308,8 @@ bool GGUFFile::get_bool(const std::string& key, bool dflt) const {
 }
 
 namespace {
-const GGUFArray* find_array(const GGUFFile& f, const std::string& key, GGUFType elem, const char* wanted) {
+const GGUFArray* find_array(const GGUFFile& f, const std::string& key, GGUFType elem,
+                            const char* wanted) {
   const GGUFValue* v = f.find(key);
   if (v == nullptr) return nullptr;
   if (v->type != GGUFType::ARRAY) wrong_type(key, *v, wanted);
@@ -291,10 +337,14 @@ std::vector<double> GGUFFile::get_float_array(const std::string& key) const {
   if (arr == nullptr) return out;
   out.reserve(arr->size());
   for (const GGUFValue& e : *arr) {
-    if (const auto* d = std::get_if<double>(&e.value)) out.push_back(*d);
-    else if (const auto* i = std::get_if<int64_t>(&e.value)) out.push_back(static_cast<double>(*i));
-    else if (const auto* u = std::get_if<uint64_t>(&e.value)) out.push_back(static_cast<double>(*u));
-    else wrong_type(key, e, "an array of numbers");
+    if (const auto* d = std::get_if<double>(&e.value))
+      out.push_back(*d);
+    else if (const auto* i = std::get_if<int64_t>(&e.value))
+      out.push_back(static_cast<double>(*i));
+    else if (const auto* u = std::get_if<uint64_t>(&e.value))
+      out.push_back(static_cast<double>(*u));
+    else
+      wrong_type(key, e, "an array of numbers");
   }
   return out;
 }
@@ -305,18 +355,20 @@ std::vector<int64_t> GGUFFile::get_int_array(const std::string& key) const {
   if (arr == nullptr) return out;
   out.reserve(arr->size());
   for (const GGUFValue& e : *arr) {
-    if (const auto* i = std::get_if<int64_t>(&e.value)) out.push_back(*i);
+    if (const auto* i = std::get_if<int64_t>(&e.value))
+      out.push_back(*i);
     else if (const auto* u = std::get_if<uint64_t>(&e.value))
       out.push_back(static_cast<int64_t>(*u));
-    else wrong_type(key, e, "an array of integers");
+    else
+      wrong_type(key, e, "an array of integers");
   }
   return out;
 }
 
 TensorView GGUFFile::view(const GGUFTensorInfo& info) const {
   if (!dtype_supported(info.ggml_type))
-    throw ModelError("unsupported tensor type '" + ggml_type_name(info.ggml_type) + "' for tensor '" +
-                     info.name + "'");
+    throw ModelError("unsupported tensor type '" + ggml_type_name(info.ggml_type) +
+                     "' for tensor '" + info.name + "'");
   const DType type = static_cast<DType>(info.ggml_type);
   const DTypeTraits tr = dtype_traits(type);
   TensorView v;

@@ -15,14 +15,26 @@ namespace ossa {
 class MappedFile;
 
 enum class GGUFType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 
 struct GGUFValue;
 using GGUFArray = std::vector<GGUFValue>;
 
-// Scalars are widened: all integers to int64/uint64, floats to double. Arrays keep their element type.
+// Scalars are widened: all integers to int64/uint64, floats to double. Arrays keep their element
+// type.
 struct GGUFValue {
   GGUFType type = GGUFType::UINT8;
   GGUFType elem_type = GGUFType::UINT8;  // for ARRAY
@@ -33,7 +45,7 @@ struct GGUFTensorInfo {
   std::string name;
   std::vector<int64_t> ne;  // ne[0] is the contiguous dimension
   uint32_t ggml_type = 0;
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
 };
 
 class GGUFFile {

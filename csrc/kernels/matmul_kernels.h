@@ -96,8 +96,9 @@ void round_bf16_32(const float* x, uint16_t* out);
 // Rows [r_begin, r_end) (r_begin a multiple of 16) x weight rows [o_begin, o_end)
 // (o_begin a multiple of 16).
 // accumulate (bfloat16 compute only): y += the product instead of y = it.
-void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                        int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate = false);
+void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin,
+                        int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end,
+                        bool accumulate = false);
 
 // Q4_K and Q6_K on AMX-INT8 / AVX512-VNNI (matmul_amx_i8.cpp): exact int32 products of the quants
 // with activations split into three int8 pieces, the same sums from the tile kernel (16 rows at a
@@ -106,18 +107,18 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 bool amx_i8_type(DType t);
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
-void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles, float* scale,
-                       float* sum, int32_t* isum16);
-void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                    int64_t ldy, int64_t o_begin, int64_t o_end);
+void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
+                       float* scale, float* sum, int32_t* isum16);
+void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                    float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 // Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS on AMX (matmul_amx_ext.cpp): the bf16 hi + lo scheme of the
 // types above, weights repacked at about the file's size; amx_repacked_bytes / amx_repack_groups /
 // amx_compute_packed dispatch these types there (amx_ext_repacked_bytes is 0 without AMX).
 bool amx_ext_type(DType t);
 size_t amx_ext_repacked_bytes(const TensorView& w);
 void amx_ext_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
-void amx_ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end, float* y,
-                     int64_t ldy, int64_t o_begin, int64_t o_end);
+void amx_ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 
 // Block b (32 elements) of a quantized weight row as integers, the scale of each group of 4
 // elements (scale[l] for elements 4l..4l+3) and the minimum added to every weight (matmul_q8.cpp;

@@ -1,4 +1,5 @@
-// Q4_K and Q6_K with f32 activations on AVX-512: the tile kernels and the activation layout they read.
+// Q4_K and Q6_K with f32 activations on AVX-512: the tile kernels and the activation layout they
+// read.
 //
 // The quants are turned into f32 without widening bytes first. 64 bytes of 4-bit quants are loaded
 // as 16 dwords; shifting every dword right by 4k puts nibble k of each dword in its low 4 bits, and
@@ -6,9 +7,10 @@
 // two instructions for 16 weights. Element order follows the bytes, so the activations are laid out
 // once per matmul call in the same order (kquant_prepare_row), instead of the weights at load:
 //
-//   dword-vector v, lane i = bytes 4i..4i+3;  f_k = table[(v >> 4k) & 15]  is nibble k % 2 of byte 4i + k / 2
-//   Q4_K (128 elements per 64 bytes of qs): element 64 (i / 8) + 32 (k % 2) + 4 (i % 8) + k / 2
-//   Q6_K (128 elements per 64 bytes of ql): element 32 (i / 8) + 64 (k % 2) + 4 (i % 8) + k / 2
+//   dword-vector v, lane i = bytes 4i..4i+3;  f_k = table[(v >> 4k) & 15]  is nibble k % 2 of byte
+//   4i + k / 2 Q4_K (128 elements per 64 bytes of qs): element 64 (i / 8) + 32 (k % 2) + 4 (i % 8)
+//   + k / 2 Q6_K (128 elements per 64 bytes of ql): element 32 (i / 8) + 64 (k % 2) + 4 (i % 8) + k
+//   / 2
 //
 // Scales are taken out of the sums: per 64 bytes, the products of even k and those of odd k are
 // summed separately (each sum's lanes belong to two or four sub-blocks, which the scale vector
@@ -42,7 +44,9 @@ inline float fsum16(__m512 v) {
   return hsum8(_mm256_add_ps(lo, hi));
 }
 
-inline __m512 iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+inline __m512 iota16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
 
 // Lanes 0..7: d * sc_j, lanes 8..15: dmin * m_j, for the 8 sub-blocks of a Q4_K super-block. The
 // 6-bit fields are gathered with 32-bit masks and shifts (4 sub-blocks per dword), exactly as
@@ -52,14 +56,17 @@ inline __m512 q4k_scales(const BlockQ4_K& b) {
   std::memcpy(s, b.scales, 12);
   const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
   alignas(16) uint32_t v[4] = {
-      s[0] & low6,                                     // sc 0..3
-      (s[2] & low4) | (((s[0] >> 6) & top2) << 4),     // sc 4..7
-      s[1] & low6,                                     // m 0..3
+      s[0] & low6,                                         // sc 0..3
+      (s[2] & low4) | (((s[0] >> 6) & top2) << 4),         // sc 4..7
+      s[1] & low6,                                         // m 0..3
       ((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4),  // m 4..7
   };
-  const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v))));
-  const __m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&b.d))));
-  const __m512 dd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm);
+  const __m512 q =
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(v))));
+  const __m512 dm =
+      _mm512_castps128_ps512(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&b.d))));
+  const __m512 dd =
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), dm);
   return _mm512_mul_ps(q, dd);
 }
 
@@ -70,11 +77,10 @@ void q4k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
   for (int r = 0; r < R; ++r) xs[r] = x[r] + cols;
   const __m512 table = iota16();
   // Scale vectors of 64-byte chunk c: even k -> sub-blocks 4c (lanes 0..7) and 4c + 2 (8..15).
-  const __m512i sel[2][2] = {
-      {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
-       _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3)},
-      {_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
-       _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)}};
+  const __m512i sel[2][2] = {{_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                              _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3)},
+                             {_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+                              _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)}};
   __m512 tot[MO][R];
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) tot[o][r] = _mm512_setzero_ps();
@@ -109,7 +115,8 @@ void q4k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
     }
     for (int o = 0; o < MO; ++o)
       for (int r = 0; r < R; ++r)
-        tot[o][r] = _mm512_mask3_fnmadd_ps(sm[o], _mm512_loadu_ps(xs[r] + 16 * sb), tot[o][r], 0xFF00);
+        tot[o][r] =
+            _mm512_mask3_fnmadd_ps(sm[o], _mm512_loadu_ps(xs[r] + 16 * sb), tot[o][r], 0xFF00);
   }
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(tot[o][r]);
@@ -120,7 +127,8 @@ void q6k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
   const int64_t nsb = cols / 256;
   const __m512 lo_table = iota16();
   // Index n (its low 2 bits are the high bits h of the quant): 16 h - 32.
-  const __m512 hi_table = _mm512_setr_ps(-32, -16, 0, 16, -32, -16, 0, 16, -32, -16, 0, 16, -32, -16, 0, 16);
+  const __m512 hi_table =
+      _mm512_setr_ps(-32, -16, 0, 16, -32, -16, 0, 16, -32, -16, 0, 16, -32, -16, 0, 16);
   // Scale vectors of half h, even/odd k: lane quarter Q -> sub-block 8h + 4 (k % 2) + Q.
   const __m512i sel[2][2] = {
       {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
@@ -137,7 +145,8 @@ void q6k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
     __m512 sc[MO];
     for (int o = 0; o < MO; ++o) {
       const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w[o])[sb];
-      const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+      const __m512 q = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
       sc[o] = _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(b.d)));
     }
     for (int h = 0; h < 2; ++h) {
@@ -145,7 +154,9 @@ void q6k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
       for (int o = 0; o < MO; ++o) {
         const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(w[o])[sb];
         lo[o] = _mm512_loadu_si512(b.ql + 64 * h);
-        hi[o] = _mm512_srlv_epi32(_mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h))), upper);
+        hi[o] = _mm512_srlv_epi32(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(b.qh + 32 * h))),
+                                  upper);
       }
       const int64_t xo = sb * 256 + h * 128;
 #pragma GCC unroll 2
@@ -161,7 +172,8 @@ void q6k_tile(const uint8_t* const* w, const float* const* x, int64_t cols, floa
             // field of byte k / 2 for parity k % 2: bit 8 (k / 2) + 4 (k % 2)
             const int hs = 8 * (k / 2) + 4 * (k % 2);
             const __m512i ih = hs == 0 ? hi[o] : _mm512_srli_epi32(hi[o], hs);
-            const __m512 f = _mm512_add_ps(_mm512_permutexvar_ps(il, lo_table), _mm512_permutexvar_ps(ih, hi_table));
+            const __m512 f = _mm512_add_ps(_mm512_permutexvar_ps(il, lo_table),
+                                           _mm512_permutexvar_ps(ih, hi_table));
             for (int r = 0; r < R; ++r)
               acc[o][r] = kk == 0 ? _mm512_mul_ps(f, xk[r]) : _mm512_fmadd_ps(f, xk[r], acc[o][r]);
           }
@@ -186,8 +198,8 @@ F32TileFn tile_fn(DType t) {
 
 int64_t kquant_prepared_floats(DType t, int64_t cols) {
   if (t == DType::Q4_K || t == DType::Q5_K) return cols + cols / 16;  // Q5_K: matmul_q5.cpp
-  if (t == DType::IQ4_XS) return cols;                                 // matmul_iq4.cpp
-  if (t == DType::Q2_K || t == DType::Q3_K) return cols + cols / 16;   // matmul_q23k.cpp
+  if (t == DType::IQ4_XS) return cols;                                // matmul_iq4.cpp
+  if (t == DType::Q2_K || t == DType::Q3_K) return cols + cols / 16;  // matmul_q23k.cpp
   if (t == DType::Q6_K) return cols;
   return 0;
 }
@@ -222,14 +234,22 @@ void kquant_prepare_row(DType t, const float* x, int64_t cols, float* out) {
 
 F32Tile kquant_tile(DType t, int rows) {
   switch (rows) {
-    case 1: return {tile_fn<4, 1>(t), 4};
-    case 2: return {tile_fn<4, 2>(t), 4};
-    case 3: return {tile_fn<2, 3>(t), 2};
-    case 4: return {tile_fn<2, 4>(t), 2};
-    case 5: return {tile_fn<1, 5>(t), 1};
-    case 6: return {tile_fn<1, 6>(t), 1};
-    case 7: return {tile_fn<1, 7>(t), 1};
-    default: return {tile_fn<1, 8>(t), 1};
+    case 1:
+      return {tile_fn<4, 1>(t), 4};
+    case 2:
+      return {tile_fn<4, 2>(t), 4};
+    case 3:
+      return {tile_fn<2, 3>(t), 2};
+    case 4:
+      return {tile_fn<2, 4>(t), 2};
+    case 5:
+      return {tile_fn<1, 5>(t), 1};
+    case 6:
+      return {tile_fn<1, 6>(t), 1};
+    case 7:
+      return {tile_fn<1, 7>(t), 1};
+    default:
+      return {tile_fn<1, 8>(t), 1};
   }
 }
 

@@ -16,15 +16,18 @@ std::atomic<int> g_threads{1};
 
 void print_matmul_profile() {
   const int threads = g_threads.load();
-  std::fprintf(stderr, "ossa matmul profile by weight type (%d threads; GB/s = bytes / (thread time / threads)):\n",
-               threads);
+  std::fprintf(
+      stderr,
+      "ossa matmul profile by weight type (%d threads; GB/s = bytes / (thread time / threads)):\n",
+      threads);
   for (int one = 1; one >= 0; --one)
     for (int t = 0; t < k_types; ++t) {
       const Counters& c = g_counts[one][t];
       if (c.items.load() == 0) continue;
       const double s = static_cast<double>(c.ns.load()) * 1e-9 / threads;
-      std::fprintf(stderr, "  %-5s %-9s %10.2f ms %9.1f MB %7.1f GB/s\n", dtype_name(static_cast<DType>(t)),
-                   one ? "1 row" : "many rows", s * 1e3, static_cast<double>(c.bytes.load()) * 1e-6,
+      std::fprintf(stderr, "  %-5s %-9s %10.2f ms %9.1f MB %7.1f GB/s\n",
+                   dtype_name(static_cast<DType>(t)), one ? "1 row" : "many rows", s * 1e3,
+                   static_cast<double>(c.bytes.load()) * 1e-6,
                    s > 0 ? static_cast<double>(c.bytes.load()) * 1e-9 / s : 0.0);
     }
 }

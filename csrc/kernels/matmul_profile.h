@@ -1,8 +1,9 @@
 #pragma once
-// OSSA_PROFILE=1: where the matmuls' time goes by weight type. Each work item's time is added to its
-// weight's type (thread time), with the bytes of the weight rows it read; printed to stderr at exit
-// as GB/s = bytes / (thread time / threads), split into one-row calls (decode: the kernel streams the
-// weights once) and calls of more rows. Off by default; then each call costs one branch.
+// OSSA_PROFILE=1: where the matmuls' time goes by weight type. Each work item's time is added to
+// its weight's type (thread time), with the bytes of the weight rows it read; printed to stderr at
+// exit as GB/s = bytes / (thread time / threads), split into one-row calls (decode: the kernel
+// streams the weights once) and calls of more rows. Off by default; then each call costs one
+// branch.
 #include <cstdint>
 
 #include "formats/tensor.h"

@@ -59,8 +59,10 @@ struct Q2_K {
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     __m512i e0, e1;
     crumbs(w.qs + 32 * h, 2 * s, e0, e1);
-    const __m512 t0 = _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub), tile::bcast(p.min + 2 * sub));
-    const __m512 t1 = _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub + 1), tile::bcast(p.min + 2 * sub + 1));
+    const __m512 t0 =
+        _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub), tile::bcast(p.min + 2 * sub));
+    const __m512 t1 = _mm512_fmadd_ps(iota16(), tile::bcast(p.scale + 2 * sub + 1),
+                                      tile::bcast(p.min + 2 * sub + 1));
     return {_mm512_permutexvar_ps(e0, t0), _mm512_permutexvar_ps(e1, t1)};
   }
 #endif
@@ -89,10 +91,12 @@ struct Q3_K {
     const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[sb];
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.scales));
-    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i low =
+        _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
     uint32_t h;
     std::memcpy(&h, w.scales + 8, 4);
-    const __m128i hs = _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(h)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hs =
+        _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(h)), _mm_setr_epi32(0, 2, 4, 6));
     const __m128i high = _mm_slli_epi16(_mm_and_si128(hs, _mm_set1_epi8(3)), 4);
     const __m128i sc = _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32));
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w.d));
@@ -117,18 +121,21 @@ struct Q3_K {
 };
 
 #if defined(__AVX512F__)
-// ---- Q2_K / Q3_K on activations laid out to match their bytes (q23k_prepare_row) -----------------
+// ---- Q2_K / Q3_K on activations laid out to match their bytes (q23k_prepare_row)
+// -----------------
 //
 // As the Q4_K kernel does (matmul_kquant.cpp), but with 2-bit fields: the 64 bytes of qs are loaded
 // as 16 dwords, and shifting right by 2k leaves in the low bits of lane i the field of value
-//   e = 128 (i / 8) + 32 (k % 4) + 4 (i % 8) + k / 4          (group g = e / 16 = 8 (i / 8) + 2 (k % 4) + (i % 8) / 4)
+//   e = 128 (i / 8) + 32 (k % 4) + 4 (i % 8) + k / 4          (group g = e / 16 = 8 (i / 8) + 2 (k
+//   % 4) + (i % 8) / 4)
 // vpermps reads 4 bits, the field and the next one, so its table repeats every 4 entries (Q2_K:
 // 0 1 2 3 ...). For Q3_K, vpternlogd puts the third bit (bit 4h + s of hmask[l], taken from hmask's
 // 32 bytes in both register halves, shifted right by 4 (i / 8) and then to bit 2) above the field,
-// and the table repeats every 8 entries: k - 4 for k < 4, else k - 4 + ... i.e. q3 = field - 4 + 4 bit.
-// The four k with the same k % 4 share each lane's group, so their products are summed and then
-// scaled: acc = f x; acc = fma(f, x, acc) (x3); tot = fma(acc, scales of k % 4, tot). Q2_K's minimums
-// multiply the 16 group sums of the activations, kept after the permuted row: tot -= dmin m * sum.
+// and the table repeats every 8 entries: k - 4 for k < 4, else k - 4 + ... i.e. q3 = field - 4 + 4
+// bit. The four k with the same k % 4 share each lane's group, so their products are summed and
+// then scaled: acc = f x; acc = fma(f, x, acc) (x3); tot = fma(acc, scales of k % 4, tot). Q2_K's
+// minimums multiply the 16 group sums of the activations, kept after the permuted row: tot -= dmin
+// m * sum.
 constexpr int q23k_elem(int k, int i) { return 128 * (i / 8) + 32 * (k % 4) + 4 * (i % 8) + k / 4; }
 
 template <bool kQ3>
@@ -183,7 +190,9 @@ struct Q23KLayout {
     }
     return _mm512_permutexvar_ps(idx, k.table);
   }
-  static __m512 scale(const Consts& k, const Row& r, int s) { return _mm512_permutexvar_ps(k.sel[s], r.sc); }
+  static __m512 scale(const Consts& k, const Row& r, int s) {
+    return _mm512_permutexvar_ps(k.sel[s], r.sc);
+  }
   // The 16 group sums of the activations (q23k_prepare_row).
   static __m512 min_term(const Row& r, const float* sums, __m512 tot) {
     return _mm512_fmadd_ps(r.mn, _mm512_loadu_ps(sums), tot);
@@ -210,13 +219,18 @@ void q23k_prepare_row(const float*, int64_t, float*) {}
 F32Tile f32_tile_q23k(DType type, int rows) {
   switch (type) {
 #if defined(__AVX512F__)  // activations laid out by q23k_prepare_row
-    case DType::Q2_K: return kblock::shapes<Q23KLayout<false>>(rows);
-    case DType::Q3_K: return kblock::shapes<Q23KLayout<true>>(rows);
+    case DType::Q2_K:
+      return kblock::shapes<Q23KLayout<false>>(rows);
+    case DType::Q3_K:
+      return kblock::shapes<Q23KLayout<true>>(rows);
 #else
-    case DType::Q2_K: return tile::tile_for_rows<Q2_K>(rows);
-    case DType::Q3_K: return tile::tile_for_rows<Q3_K>(rows);
+    case DType::Q2_K:
+      return tile::tile_for_rows<Q2_K>(rows);
+    case DType::Q3_K:
+      return tile::tile_for_rows<Q3_K>(rows);
 #endif
-    default: OSSA_ASSERT(false);
+    default:
+      OSSA_ASSERT(false);
   }
   return {};
 }

@@ -1,5 +1,5 @@
-// f32 tile kernels for Q5_0, Q5_1 and Q5_K weights (layouts in kernels/quant.h; the tile loop and its
-// batch-invariance contract in kernels/matmul_tile.h).
+// f32 tile kernels for Q5_0, Q5_1 and Q5_K weights (layouts in kernels/quant.h; the tile loop and
+// its batch-invariance contract in kernels/matmul_tile.h).
 //
 // A 5-bit quant is a nibble plus a fifth bit stored apart (qh). On AVX-512 the fifth bits become a
 // 16-bit lane mask (straight from qh for Q5_0 / Q5_1, vptestmb against bit j of the bytes qh[l] for
@@ -30,8 +30,8 @@ using tile::Block32;
 using tile::iota16;
 using tile::load16;
 
-// The nibbles of 16 bytes (elements 0..15 low, 16..31 high) with bit 4 set where `high` says, looked
-// up in the 32-entry table (t0: entries 0..15, t1: 16..31).
+// The nibbles of 16 bytes (elements 0..15 low, 16..31 high) with bit 4 set where `high` says,
+// looked up in the 32-entry table (t0: entries 0..15, t1: 16..31).
 inline Block32 lookup5(const uint8_t* qs, uint32_t high, __m512 t0, __m512 t1) {
   const __m512i e = _mm512_cvtepu8_epi32(load16(qs));
   const __m512i k16 = _mm512_set1_epi32(16);
@@ -110,10 +110,12 @@ struct Q5_K {
     uint32_t s[3];
     std::memcpy(s, w.scales, 12);
     const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
-    const __m128i sc = _mm_setr_epi32(static_cast<int>(s[0] & low6),
-                                      static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)), 0, 0);
-    const __m128i m = _mm_setr_epi32(static_cast<int>(s[1] & low6),
-                                     static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)), 0, 0);
+    const __m128i sc =
+        _mm_setr_epi32(static_cast<int>(s[0] & low6),
+                       static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)), 0, 0);
+    const __m128i m =
+        _mm_setr_epi32(static_cast<int>(s[1] & low6),
+                       static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)), 0, 0);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(w.d)), dmin = _mm256_set1_ps(-_cvtsh_ss(w.dmin));
     _mm256_store_ps(p.scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
     _mm256_store_ps(p.min, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))));
@@ -131,7 +133,8 @@ struct Q5_K {
     }
     // fifth bits: bit `sub` of qh[l] for l = 0..15 and 16..31
     const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << sub));
-    const __mmask16 h0 = _mm_test_epi8_mask(load16(w.qh), bit), h1 = _mm_test_epi8_mask(load16(w.qh + 16), bit);
+    const __mmask16 h0 = _mm_test_epi8_mask(load16(w.qh), bit),
+                    h1 = _mm_test_epi8_mask(load16(w.qh + 16), bit);
     const __m512i k16 = _mm512_set1_epi32(16);
     e0 = _mm512_mask_or_epi32(e0, h0, e0, k16);
     e1 = _mm512_mask_or_epi32(e1, h1, e1, k16);
@@ -149,15 +152,15 @@ struct Q5_K {
 // Q5_K's qs are Q4_K's, byte for byte, so the Q4_K kernel's trick applies: 64 bytes of qs as 16
 // dwords, shifted right by 4k, give in lane i the nibble of element
 //   e = 64 (i / 8) + 32 (k % 2) + 4 (i % 8) + k / 2        of the 128-value chunk c,
-// whose fifth bit is bit j = 4c + 2 (i / 8) + k % 2 of qh[l], l = 4 (i % 8) + k / 2. qh's 32 bytes are
-// loaded into both halves of a register (lane i: bytes 4 (i % 8) .. + 3) and shifted right by
+// whose fifth bit is bit j = 4c + 2 (i / 8) + k % 2 of qh[l], l = 4 (i % 8) + k / 2. qh's 32 bytes
+// are loaded into both halves of a register (lane i: bytes 4 (i % 8) .. + 3) and shifted right by
 // 2 (i / 8) + 4c, which leaves that bit at 8 (k / 2) + k % 2; one more shift puts it at bit 4, and
 // vpternlogd takes bits 0..3 from the nibble and the rest from it, a 5-bit index into the 32-entry
 // table 0..31 (vpermt2ps ignores the higher bits). Products are summed per sub-block and scaled
 // afterwards, minimums subtracted with the sub-block sums of the activations, as for Q4_K:
 //
-//   acc = f_0 x_0; acc = fma(f_2, x_2, acc) ... f_6      tot = fma(acc, scales_even, tot)   (and odd k)
-//   tot -= dmin m_j * sum(x of sub-block j)   once per super-block
+//   acc = f_0 x_0; acc = fma(f_2, x_2, acc) ... f_6      tot = fma(acc, scales_even, tot)   (and
+//   odd k) tot -= dmin m_j * sum(x of sub-block j)   once per super-block
 //
 // The same sequence for every output element whatever the tile shape: batch invariant.
 
@@ -166,17 +169,18 @@ inline __m512 q5k_scales(const BlockQ5_K& b) {
   uint32_t s[3];
   std::memcpy(s, b.scales, 12);
   const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, top2 = 0x03030303;
-  const __m128i v = _mm_setr_epi32(static_cast<int>(s[0] & low6),
-                                   static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)),
-                                   static_cast<int>(s[1] & low6),
-                                   static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)));
+  const __m128i v = _mm_setr_epi32(
+      static_cast<int>(s[0] & low6), static_cast<int>((s[2] & low4) | (((s[0] >> 6) & top2) << 4)),
+      static_cast<int>(s[1] & low6),
+      static_cast<int>(((s[2] >> 4) & low4) | (((s[1] >> 6) & top2) << 4)));
   const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d)), dmin = _mm256_set1_ps(_cvtsh_ss(b.dmin));
   return _mm512_mul_ps(q, _mm512_insertf32x8(_mm512_castps256_ps512(d), dmin, 1));
 }
 
 struct Q5KLayout {
-  static constexpr int k_chunks = 4, k_per_chunk = 4;  // chunk 2c + t: k = t, t + 2, t + 4, t + 6 of run c
+  static constexpr int k_chunks = 4,
+                       k_per_chunk = 4;  // chunk 2c + t: k = t, t + 2, t + 4, t + 6 of run c
   static constexpr bool k_min = true;
   struct Consts {
     __m512 t0 = iota16(), t1 = _mm512_add_ps(iota16(), _mm512_set1_ps(16.0f));
@@ -215,7 +219,9 @@ struct Q5KLayout {
     const __m512i idx = _mm512_ternarylogic_epi32(nib, hb, k.m15, 0xE4);  // m15 ? nib : hb, bitwise
     return _mm512_permutex2var_ps(k.t0, idx, k.t1);
   }
-  static __m512 scale(const Consts& k, const Row& r, int c) { return _mm512_permutexvar_ps(k.sel[c], r.sm); }
+  static __m512 scale(const Consts& k, const Row& r, int c) {
+    return _mm512_permutexvar_ps(k.sel[c], r.sm);
+  }
   // Per super-block: 8 zeros, then the 8 sub-block sums (kquant_prepare_row).
   static __m512 min_term(const Row& r, const float* sums, __m512 tot) {
     return _mm512_mask3_fnmadd_ps(r.sm, _mm512_loadu_ps(sums), tot, 0xFF00);
@@ -227,14 +233,20 @@ struct Q5KLayout {
 
 F32Tile f32_tile_q5(DType type, int rows) {
   switch (type) {
-    case DType::Q5_0: return tile::tile_for_rows<Q5_0>(rows);
-    case DType::Q5_1: return tile::tile_for_rows<Q5_1>(rows);
+    case DType::Q5_0:
+      return tile::tile_for_rows<Q5_0>(rows);
+    case DType::Q5_1:
+      return tile::tile_for_rows<Q5_1>(rows);
 #if defined(__AVX512F__)
-    case DType::Q5_K: return kblock::shapes<Q5KLayout>(rows);  // activations as kquant_prepare_row(Q4_K) lays them out
+    case DType::Q5_K:
+      return kblock::shapes<Q5KLayout>(
+          rows);  // activations as kquant_prepare_row(Q4_K) lays them out
 #else
-    case DType::Q5_K: return tile::tile_for_rows<Q5_K>(rows);
+    case DType::Q5_K:
+      return tile::tile_for_rows<Q5_K>(rows);
 #endif
-    default: OSSA_ASSERT(false);
+    default:
+      OSSA_ASSERT(false);
   }
   return {};
 }

@@ -16,9 +16,12 @@
 
 namespace ossa {
 
-void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin) {
+void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale,
+                         float& wmin) {
   wmin = 0.0f;
-  auto fill = [&](float s) { for (int l = 0; l < 8; ++l) scale[l] = s; };
+  auto fill = [&](float s) {
+    for (int l = 0; l < 8; ++l) scale[l] = s;
+  };
   switch (t) {
     case DType::Q4_0: {
       const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
@@ -42,7 +45,8 @@ void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* 
     case DType::Q4_K: {
       const BlockQ4_K& q = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
       const int sub = static_cast<int>(b % 8), j = sub / 2;
-      for (int l = 0; l < 32; ++l) w[l] = sub % 2 == 0 ? q.qs[32 * j + l] & 0xF : q.qs[32 * j + l] >> 4;
+      for (int l = 0; l < 32; ++l)
+        w[l] = sub % 2 == 0 ? q.qs[32 * j + l] & 0xF : q.qs[32 * j + l] >> 4;
       int sc, m;
       q4_k_scale_min(sub, q.scales, sc, m);
       fill(f16_to_f32(q.d) * static_cast<float>(sc));
@@ -149,8 +153,8 @@ void dot_q4_k(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* ou
       for (int h = 0; h < 2; ++h) {
         int sc, m;
         q4_k_scale_min(2 * j + h, w[sb].scales, sc, m);
-        const __m256i q = h == 0 ? _mm256_and_si256(v, mask)
-                                 : _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        const __m256i q =
+            h == 0 ? _mm256_and_si256(v, mask) : _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
         const int64_t b = sb * 8 + 2 * j + h;
         accumulate<R, false>(acc, q, _mm256_set1_ps(d * static_cast<float>(sc)), x, b);
         const float wm = dmin * static_cast<float>(m);
@@ -176,14 +180,18 @@ void dot_q6_k(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* ou
       const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[sb].qh + 32 * half));
       __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-      q[1] = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30));
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+      q[1] =
+          _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+      q[2] =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30));
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
                              _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
       const int8_t* sc = w[sb].scales + 8 * half;
       for (int k = 0; k < 4; ++k) {
-        const float s0 = d * static_cast<float>(sc[2 * k]), s1 = d * static_cast<float>(sc[2 * k + 1]);
+        const float s0 = d * static_cast<float>(sc[2 * k]),
+                    s1 = d * static_cast<float>(sc[2 * k + 1]);
         const __m256 w_scale = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
         accumulate<R, true>(acc, _mm256_sub_epi8(q[k], k32), w_scale, x, sb * 8 + 4 * half + k);
       }
@@ -195,7 +203,8 @@ void dot_q6_k(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* ou
 #else  // scalar fallback: the same lane structure written out
 
 template <int R>
-void dot_quant_scalar(DType t, const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out) {
+void dot_quant_scalar(DType t, const uint8_t* row, const BlockQ8* const* x, int64_t nb,
+                      float* out) {
   for (int r = 0; r < R; ++r) {
     float acc[8] = {}, acc_min = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
@@ -207,16 +216,18 @@ void dot_quant_scalar(DType t, const uint8_t* row, const BlockQ8* const* x, int6
         for (int i = 0; i < 4; ++i) s += w[4 * l + i] * x[r][b].qs[4 * l + i];
         acc[l] = std::fma(static_cast<float>(s), scale[l] * x[r][b].d, acc[l]);
       }
-      if (wmin != 0.0f || t == DType::Q4_1 || t == DType::Q4_K) acc_min = std::fma(wmin, x[r][b].s, acc_min);
+      if (wmin != 0.0f || t == DType::Q4_1 || t == DType::Q4_K)
+        acc_min = std::fma(wmin, x[r][b].s, acc_min);
     }
-    out[r] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) + acc_min;
+    out[r] = (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) +
+             acc_min;
   }
 }
 
-#define OSSA_SCALAR_DOT(name, type)                                                       \
-  template <int R>                                                                        \
-  void name(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out) {        \
-    dot_quant_scalar<R>(type, row, x, nb, out);                                           \
+#define OSSA_SCALAR_DOT(name, type)                                                \
+  template <int R>                                                                 \
+  void name(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out) { \
+    dot_quant_scalar<R>(type, row, x, nb, out);                                    \
   }
 OSSA_SCALAR_DOT(dot_q4_0, DType::Q4_0)
 OSSA_SCALAR_DOT(dot_q4_1, DType::Q4_1)
@@ -229,12 +240,18 @@ OSSA_SCALAR_DOT(dot_q6_k, DType::Q6_K)
 template <int R>
 Q8DotFn q8_dot_rows(DType t) {
   switch (t) {
-    case DType::Q4_0: return dot_q4_0<R>;
-    case DType::Q4_1: return dot_q4_1<R>;
-    case DType::Q8_0: return dot_q8_0<R>;
-    case DType::Q4_K: return dot_q4_k<R>;
-    case DType::Q6_K: return dot_q6_k<R>;
-    default: return nullptr;
+    case DType::Q4_0:
+      return dot_q4_0<R>;
+    case DType::Q4_1:
+      return dot_q4_1<R>;
+    case DType::Q8_0:
+      return dot_q8_0<R>;
+    case DType::Q4_K:
+      return dot_q4_k<R>;
+    case DType::Q6_K:
+      return dot_q6_k<R>;
+    default:
+      return nullptr;
   }
 }
 

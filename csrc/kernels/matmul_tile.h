@@ -1,21 +1,22 @@
 #pragma once
-// The f32 tile loop of the Q5_0 / Q5_1 / Q5_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS kernels (matmul_q5.cpp,
-// matmul_q23k.cpp, matmul_iq4.cpp), generic over a block decoder; the same contract and the same
-// order of operations as matmul_f32.cpp's quant_tile (see matmul_kernels.h):
+// The f32 tile loop of the Q5_0 / Q5_1 / Q5_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS kernels
+// (matmul_q5.cpp, matmul_q23k.cpp, matmul_iq4.cpp), generic over a block decoder; the same contract
+// and the same order of operations as matmul_f32.cpp's quant_tile (see matmul_kernels.h):
 //
 //   for block b (32 weights):  acc = fma(w[b][0..15], x[32b .. 32b+15], acc)
 //                              acc = fma(w[b][16..31], x[32b+16 .. 32b+31], acc)
 //   y = horizontal_sum(acc)
 //
 // Every weight is its exact dequantized float32 value, decoded in registers (never expanded in
-// memory): fma(q, scale, min) for a small integer q, which is q * scale + min rounded once, the value
-// the dequantizers give (q * scale is exact in every one of these types).
+// memory): fma(q, scale, min) for a small integer q, which is q * scale + min rounded once, the
+// value the dequantizers give (q * scale is exact in every one of these types).
 //
 // A decoder D provides, for block b (32 consecutive weights) of a row:
 //   AVX-512: k_sub (blocks per super-block: 8 for the 256-value types, else 1), a struct Prep of
 //            what a super-block's blocks share (its scales and minimums as f32, unpacked once),
 //            static void prepare(const uint8_t* row, int64_t sb, Prep&) and
-//            static Block32 decode(const uint8_t* row, int64_t b, const Prep&): the 32 weights as f32;
+//            static Block32 decode(const uint8_t* row, int64_t b, const Prep&): the 32 weights as
+//            f32;
 //   always:  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min):
 //            weight i = fma(q[i], scale[i / 16], min[i / 16]) (the AVX2 and scalar builds use it).
 #include <cmath>
@@ -38,7 +39,9 @@ struct Block32 {
 };
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline __m512 iota16() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+inline __m512 iota16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
 
 // 16 f32 in memory, broadcast one at a time from there (a load, not a shuffle).
 inline __m512 bcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -68,7 +71,8 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
       Block32 v[MO];
       for (int o = 0; o < MO; ++o) v[o] = D::decode(w[o], b, prep[o]);
       for (int r = 0; r < R; ++r) {
-        const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b), x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
+        const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b),
+                     x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
         for (int o = 0; o < MO; ++o) {
           acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
           acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
@@ -80,19 +84,27 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
 }
 
-// Tile shapes: one activation row (decode) runs 8 weight rows side by side, 8 independent FMA chains
-// (4 leave it bound by FMA latency); 2..5 rows run 4 weight rows, more rows 2.
+// Tile shapes: one activation row (decode) runs 8 weight rows side by side, 8 independent FMA
+// chains (4 leave it bound by FMA latency); 2..5 rows run 4 weight rows, more rows 2.
 template <class D>
 F32Tile tile_for_rows(int rows) {
   switch (rows) {
-    case 1: return {quant_tile<D, 8, 1>, 8};
-    case 2: return {quant_tile<D, 4, 2>, 4};
-    case 3: return {quant_tile<D, 4, 3>, 4};
-    case 4: return {quant_tile<D, 4, 4>, 4};
-    case 5: return {quant_tile<D, 4, 5>, 4};
-    case 6: return {quant_tile<D, 2, 6>, 2};
-    case 7: return {quant_tile<D, 2, 7>, 2};
-    default: return {quant_tile<D, 2, 8>, 2};
+    case 1:
+      return {quant_tile<D, 8, 1>, 8};
+    case 2:
+      return {quant_tile<D, 4, 2>, 4};
+    case 3:
+      return {quant_tile<D, 4, 3>, 4};
+    case 4:
+      return {quant_tile<D, 4, 4>, 4};
+    case 5:
+      return {quant_tile<D, 4, 5>, 4};
+    case 6:
+      return {quant_tile<D, 2, 6>, 2};
+    case 7:
+      return {quant_tile<D, 2, 7>, 2};
+    default:
+      return {quant_tile<D, 2, 8>, 2};
   }
 }
 
@@ -109,9 +121,12 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   for (int64_t b = 0; b < cols / 32; ++b) {
     D::scalar(w[0], b, q, scale, min);
     for (int c = 0; c < 4; ++c) {
-      const __m256 qf = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
-      const __m256 wv = _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]), _mm256_set1_ps(min[c / 2]));
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
+      const __m256 qf =
+          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+      const __m256 wv =
+          _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]), _mm256_set1_ps(min[c / 2]));
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
@@ -120,10 +135,14 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
 template <class D>
 F32Tile tile_for_rows(int rows) {
   switch (rows) {
-    case 1: return {quant_tile<D, 1, 1>, 1};
-    case 2: return {quant_tile<D, 1, 2>, 1};
-    case 3: return {quant_tile<D, 1, 3>, 1};
-    default: return {quant_tile<D, 1, 4>, 1};
+    case 1:
+      return {quant_tile<D, 1, 1>, 1};
+    case 2:
+      return {quant_tile<D, 1, 2>, 1};
+    case 3:
+      return {quant_tile<D, 1, 3>, 1};
+    default:
+      return {quant_tile<D, 1, 4>, 1};
   }
 }
 
@@ -137,7 +156,8 @@ void quant_tile_1(const uint8_t* const* w, const float* const* x, int64_t cols, 
   for (int64_t b = 0; b < cols / 32; ++b) {
     D::scalar(w[0], b, q, scale, min);
     for (int i = 0; i < 32; ++i)
-      acc = std::fma(std::fma(static_cast<float>(q[i]), scale[i / 16], min[i / 16]), x[0][b * 32 + i], acc);
+      acc = std::fma(std::fma(static_cast<float>(q[i]), scale[i / 16], min[i / 16]),
+                     x[0][b * 32 + i], acc);
   }
   out[0] = acc;
 }

@@ -15,8 +15,10 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
 #if defined(__AVX512F__)
   __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   for (; i + 32 <= n; i += 32) {
-    const __m512d v0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)), v1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
-    const __m512d v2 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16)), v3 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24));
+    const __m512d v0 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i)),
+                  v1 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    const __m512d v2 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 16)),
+                  v3 = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 24));
     a0 = _mm512_fmadd_pd(v0, v0, a0);
     a1 = _mm512_fmadd_pd(v1, v1, a1);
     a2 = _mm512_fmadd_pd(v2, v2, a2);
@@ -30,7 +32,8 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
 #if defined(__AVX512F__)
   const __m512 vinv = _mm512_set1_ps(inv);
   for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)));
+    _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_loadu_ps(w + j),
+                                            _mm512_mul_ps(_mm512_loadu_ps(x + j), vinv)));
 #endif
   for (; j < n; ++j) out[j] = w[j] * (x[j] * inv);
 }
@@ -51,7 +54,8 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
   if (style == RopeStyle::Neox && half % 16 == 0 && half <= 128) {
     // cs holds (cos, sin) pairs: split them once for all heads.
     alignas(64) float cosv[128], sinv[128];
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int i = 0; i < half; i += 16) {
       const __m512 lo = _mm512_loadu_ps(cs + 2 * i), hi = _mm512_loadu_ps(cs + 2 * i + 16);
@@ -73,11 +77,13 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + static_cast<int64_t>(h) * head_dim;
       for (int i = 0; i < head_dim; i += 16) {
-        const __m512 xv = _mm512_loadu_ps(v + i), pair = _mm512_loadu_ps(cs + i);  // (cos, sin) of 8 pairs
+        const __m512 xv = _mm512_loadu_ps(v + i),
+                     pair = _mm512_loadu_ps(cs + i);  // (cos, sin) of 8 pairs
         const __m512 c = _mm512_moveldup_ps(pair), sn = _mm512_movehdup_ps(pair);
-        const __m512 p = _mm512_mul_ps(xv, c);                                    // a*c | b*c
-        const __m512 q = _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), sn);          // b*s | a*s
-        _mm512_storeu_ps(v + i, _mm512_mask_blend_ps(0xAAAA, _mm512_sub_ps(p, q), _mm512_add_ps(q, p)));
+        const __m512 p = _mm512_mul_ps(xv, c);                            // a*c | b*c
+        const __m512 q = _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), sn);  // b*s | a*s
+        _mm512_storeu_ps(v + i,
+                         _mm512_mask_blend_ps(0xAAAA, _mm512_sub_ps(p, q), _mm512_add_ps(q, p)));
       }
     }
     return;
@@ -105,7 +111,8 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out) {
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(
+        out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
   }
 #endif
   for (; i < n; ++i) {
@@ -118,12 +125,14 @@ void geglu_row(const float* gate, const float* up, int64_t n, float* out) {
   constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2/pi)
   int64_t i = 0;
 #if defined(__AVX512F__)
-  const __m512 one = _mm512_set1_ps(1.0f), m2c = _mm512_set1_ps(-2.0f * k_c), a = _mm512_set1_ps(k_a);
+  const __m512 one = _mm512_set1_ps(1.0f), m2c = _mm512_set1_ps(-2.0f * k_c),
+               a = _mm512_set1_ps(k_a);
   for (; i + 16 <= n; i += 16) {
     const __m512 g = _mm512_loadu_ps(gate + i);
     const __m512 inner = _mm512_add_ps(g, _mm512_mul_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, g), g)));
     const __m512 e = exp16(_mm512_mul_ps(m2c, inner));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(
+        out + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
   }
 #endif
   for (; i < n; ++i) {

@@ -31,8 +31,10 @@ void geglu_row(const float* gate, const float* up, int64_t n, float* out);
 // The gated activation of a feed-forward: SwiGLU (Llama family) or GeGLU (Gemma).
 enum class Glu { Silu, GeluTanh };
 inline void glu_row(Glu glu, const float* gate, const float* up, int64_t n, float* out) {
-  if (glu == Glu::GeluTanh) geglu_row(gate, up, n, out);
-  else swiglu_row(gate, up, n, out);
+  if (glu == Glu::GeluTanh)
+    geglu_row(gate, up, n, out);
+  else
+    swiglu_row(gate, up, n, out);
 }
 
 // x[i] += y[i].

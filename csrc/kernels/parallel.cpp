@@ -56,8 +56,8 @@ constexpr int64_t k_max_chunks = static_cast<int64_t>(k_chunk_mask);
 constexpr uint32_t k_gen_mask = (1u << 24) - 1;
 
 uint64_t pack(uint32_t gen, uint64_t n_chunks, uint64_t next) {
-  return (static_cast<uint64_t>(gen & k_gen_mask) << (2 * k_chunk_bits)) | (n_chunks << k_chunk_bits) |
-         next;
+  return (static_cast<uint64_t>(gen & k_gen_mask) << (2 * k_chunk_bits)) |
+         (n_chunks << k_chunk_bits) | next;
 }
 
 // Spins before a worker sleeps: long enough to cover the gap between two kernels of one forward,
@@ -88,7 +88,8 @@ struct Pool {
       if ((c >> (2 * k_chunk_bits)) != (gen & k_gen_mask)) return;
       const uint64_t next = c & k_chunk_mask, n_chunks = (c >> k_chunk_bits) & k_chunk_mask;
       if (next >= n_chunks) return;
-      if (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
+      if (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed))
         continue;
       const int64_t begin = static_cast<int64_t>(next) * grain;
       task(ctx, begin, std::min(n, begin + grain), thread);

@@ -4,9 +4,9 @@
 // Why not OpenMP: each `#pragma omp parallel` costs a team wake-up, and libgomp's idle threads spin
 // hard between regions; on a shared, oversubscribed machine a forward with ~7 regions per layer
 // spent most of its time in libgomp. Here the caller always works too, and items are claimed one
-// chunk at a time from a shared counter, so a worker that the OS has not scheduled yet costs nothing:
-// the caller (or the other workers) simply take its chunks. Idle workers spin briefly, then sleep
-// on a futex.
+// chunk at a time from a shared counter, so a worker that the OS has not scheduled yet costs
+// nothing: the caller (or the other workers) simply take its chunks. Idle workers spin briefly,
+// then sleep on a futex.
 //
 // Determinism: which thread runs a chunk is not fixed, so a task must compute each item the same
 // way whichever thread runs it (the kernels do: an output element is one thread's fixed sequence of

@@ -43,11 +43,13 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 
-// ---- The types inside Q2_K..Q5_K_M and IQ4_XS files (matmul_q5.cpp, matmul_q23k.cpp, matmul_iq4.cpp)
+// ---- The types inside Q2_K..Q5_K_M and IQ4_XS files (matmul_q5.cpp, matmul_q23k.cpp,
+// matmul_iq4.cpp)
 //
 //   Q5_0  | d f16 | qh u32 | qs[16] |               32 elems, w = (q5 - 16) * d
 //   Q5_1  | d f16 | m f16 | qh u32 | qs[16] |       32 elems, w = q5 * d + m
-//         q5 of element j = nibble j (as Q4_0: low nibbles of qs are 0..15, high 16..31) | bit j of qh << 4
+//         q5 of element j = nibble j (as Q4_0: low nibbles of qs are 0..15, high 16..31) | bit j of
+//         qh << 4
 //   IQ4_NL | d f16 | qs[16] |                       32 elems, w = k_iq4_levels[nibble] * d
 //
 //   Q5_K  | d f16 | dmin f16 | scales[12] | qh[32] | qs[128] |       256 elems, 8 sub-blocks of 32

@@ -17,18 +17,20 @@ std::vector<uint8_t> pattern_layers(int n_layer, int64_t pattern) {
 }
 
 int window_of(int64_t w, const std::string& where) {
-  if (w < 0 || w > (int64_t{1} << 30)) throw ModelError("invalid sliding window " + std::to_string(w) + " (" + where + ")");
+  if (w < 0 || w > (int64_t{1} << 30))
+    throw ModelError("invalid sliding window " + std::to_string(w) + " (" + where + ")");
   return static_cast<int>(w);
 }
 
-// {arch}.attention.sliding_window_pattern when it is a bool per layer (true: sliding); empty when the
-// key is absent or an integer (the caller's default then applies).
+// {arch}.attention.sliding_window_pattern when it is a bool per layer (true: sliding); empty when
+// the key is absent or an integer (the caller's default then applies).
 std::vector<uint8_t> gguf_layer_pattern(const GGUFFile& g, const std::string& key, int n_layer) {
   std::vector<uint8_t> out;
   const GGUFValue* p = g.find(key);
   if (p == nullptr || p->type != GGUFType::ARRAY) return out;
   const auto& arr = std::get<std::shared_ptr<GGUFArray>>(p->value);
-  if (p->elem_type != GGUFType::BOOL || arr == nullptr || arr->size() != static_cast<size_t>(n_layer))
+  if (p->elem_type != GGUFType::BOOL || arr == nullptr ||
+      arr->size() != static_cast<size_t>(n_layer))
     throw ModelError(key + " must be one bool per layer");
   for (const GGUFValue& v : *arr) out.push_back(std::get<bool>(v.value) ? 1 : 0);
   return out;
@@ -56,15 +58,18 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
   c.rope_style = RopeStyle::Neox;
   c.qk_norm = true;
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.sliding_window = window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
+  c.sliding_window =
+      window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
   if (c.sliding_window > 0) {
     c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
     if (c.layer_sliding.empty())
-      c.layer_sliding = pattern_layers(c.n_layer, g.get_int(k + "attention.sliding_window_pattern", 6));
+      c.layer_sliding =
+          pattern_layers(c.n_layer, g.get_int(k + "attention.sliding_window_pattern", 6));
     c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
   }
   const double scale = g.get_float(k + "attention.scale", 0.0);
-  const double scalar = c.n_layer == 62 ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
+  const double scalar =
+      c.n_layer == 62 ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
   c.attn_scale = static_cast<float>(scale > 0.0 ? scale : 1.0 / std::sqrt(scalar));
   c.final_softcap = static_cast<float>(g.get_float(k + "final_logit_softcapping", 0.0));
 }
@@ -73,7 +78,9 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
   auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
     const int64_t v = cfg.integer(key, dflt);
-    if (v <= 0 || v > max) throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in '" + path + "'");
+    if (v <= 0 || v > max)
+      throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in '" + path +
+                       "'");
     return static_cast<int>(v);
   };
   c.n_vocab = dim("vocab_size", 262208);
@@ -87,10 +94,13 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   const std::string act = cfg.string("hidden_activation", "gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh")
-    throw ModelError("hidden_activation '" + act + "' in '" + path + "' is not supported (gelu_pytorch_tanh is)");
-  if (cfg.boolean("attention_bias", false)) throw ModelError("attention_bias=true in '" + path + "' is not supported");
+    throw ModelError("hidden_activation '" + act + "' in '" + path +
+                     "' is not supported (gelu_pytorch_tanh is)");
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in '" + path + "' is not supported");
   if (cfg.boolean("use_bidirectional_attention", false))
-    throw ModelError("use_bidirectional_attention=true in '" + path + "' (an encoder) is not supported");
+    throw ModelError("use_bidirectional_attention=true in '" + path +
+                     "' (an encoder) is not supported");
 
   // RoPE: transformers 5 writes rope_parameters {full_attention: {...}, sliding_attention: {...}};
   // 4.x wrote rope_theta, rope_local_base_freq and rope_scaling (the global layers').
@@ -125,7 +135,8 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
 
   c.sliding_window = window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
-  if (c.layer_sliding.empty()) c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
+  if (c.layer_sliding.empty())
+    c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
   if (c.sliding_window == 0) c.layer_sliding.clear();
   const double scalar = cfg.number("query_pre_attn_scalar", 256.0);
   if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
@@ -143,14 +154,16 @@ namespace {
 // factor = context / original context, sqrt(1 + ln(factor) / ln(original)), or 1 for factor <= 1.
 float longrope_attn_factor(double factor, int original) {
   if (factor <= 1.0 || original <= 1) return 1.0f;
-  return static_cast<float>(std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original))));
+  return static_cast<float>(
+      std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original))));
 }
 
 void check_longrope(const ModelConfig& c, const std::string& where) {
   const size_t half = static_cast<size_t>((c.rope_dim > 0 ? c.rope_dim : c.head_dim) / 2);
   const RopeScaling& s = c.rope_scaling;
   if (s.long_factor.size() != half || s.short_factor.size() != half)
-    throw ModelError("LongRoPE factors of " + where + " must hold " + std::to_string(half) + " values each");
+    throw ModelError("LongRoPE factors of " + where + " must hold " + std::to_string(half) +
+                     " values each");
   for (float v : s.long_factor)
     if (!(v > 0.0f) || !std::isfinite(v)) throw ModelError("invalid LongRoPE factor in " + where);
   for (float v : s.short_factor)
@@ -177,30 +190,35 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
                       std::vector<float> short_factor) {
   const std::string k = "phi3.";
   c.rope_style = RopeStyle::Neox;
-  c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c, k + "rope.dimension_count");
+  c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
+                            k + "rope.dimension_count");
   window_config_gguf(g, c);
   if (long_factor.empty() && short_factor.empty()) return;
   RopeScaling& s = c.rope_scaling;
   s.type = "longrope";
   s.long_factor = std::move(long_factor);
   s.short_factor = std::move(short_factor);
-  s.original_max_position = static_cast<int>(
-      std::clamp<int64_t>(g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
+  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
+      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
   const double attn = g.get_float(k + "rope.scaling.attn_factor", 0.0);
   s.attn_factor = attn > 0.0 ? static_cast<float>(attn)
-                             : longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
-                                                    s.original_max_position);
+                             : longrope_attn_factor(
+                                   static_cast<double>(c.n_ctx_train) / s.original_max_position,
+                                   s.original_max_position);
   check_longrope(c, "the GGUF file");
 }
 
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   const std::string& path = cfg.path;
   const std::string act = cfg.string("hidden_act", "silu");
-  if (act != "silu") throw ModelError("hidden_act '" + act + "' in '" + path + "' is not supported (silu is)");
+  if (act != "silu")
+    throw ModelError("hidden_act '" + act + "' in '" + path + "' is not supported (silu is)");
   c.rope_style = RopeStyle::Neox;
   double partial = cfg.number("partial_rotary_factor", 1.0);
-  if (scaling != nullptr && scaling->is_object()) partial = Json{*scaling, path}.number("partial_rotary_factor", partial);
-  if (!(partial > 0.0 && partial <= 1.0)) throw ModelError("invalid partial_rotary_factor in '" + path + "'");
+  if (scaling != nullptr && scaling->is_object())
+    partial = Json{*scaling, path}.number("partial_rotary_factor", partial);
+  if (!(partial > 0.0 && partial <= 1.0))
+    throw ModelError("invalid partial_rotary_factor in '" + path + "'");
   c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, "'" + path + "'");
   all_sliding(c, cfg.integer("sliding_window", 0), "'" + path + "'");
   if (scaling == nullptr || !scaling->is_object()) return;
@@ -210,9 +228,12 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   auto factors = [&](const char* key) {
     const JsonValue* v = s.get(key);
     std::vector<float> out;
-    if (v == nullptr || !v->is_array()) throw ModelError(std::string("rope scaling '") + key + "' in '" + path + "' must be a list");
+    if (v == nullptr || !v->is_array())
+      throw ModelError(std::string("rope scaling '") + key + "' in '" + path + "' must be a list");
     for (const JsonValue& x : v->array) {
-      if (!x.is_number()) throw ModelError(std::string("rope scaling '") + key + "' in '" + path + "' must hold numbers");
+      if (!x.is_number())
+        throw ModelError(std::string("rope scaling '") + key + "' in '" + path +
+                         "' must hold numbers");
       out.push_back(static_cast<float>(x.number));
     }
     return out;
@@ -222,12 +243,15 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   r.long_factor = factors("long_factor");
   r.short_factor = factors("short_factor");
   // The top-level key wins (transformers copies it into rope_parameters).
-  const int64_t original = cfg.integer("original_max_position_embeddings",
-                                       s.integer("original_max_position_embeddings", c.n_ctx_train));
+  const int64_t original =
+      cfg.integer("original_max_position_embeddings",
+                  s.integer("original_max_position_embeddings", c.n_ctx_train));
   r.original_max_position = static_cast<int>(std::clamp<int64_t>(original, 1, int64_t{1} << 30));
-  const double factor = s.number("factor", static_cast<double>(c.n_ctx_train) / r.original_max_position);
+  const double factor =
+      s.number("factor", static_cast<double>(c.n_ctx_train) / r.original_max_position);
   const double attn = s.number("attention_factor", 0.0);
-  r.attn_factor = attn > 0.0 ? static_cast<float>(attn) : longrope_attn_factor(factor, r.original_max_position);
+  r.attn_factor =
+      attn > 0.0 ? static_cast<float>(attn) : longrope_attn_factor(factor, r.original_max_position);
   check_longrope(c, "'" + path + "'");
 }
 
@@ -250,7 +274,8 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
     return;
   }
   if (a != "qwen2" && a != "qwen3" && a != "qwen2moe" && a != "qwen3moe") return;  // llama: none
-  // The Qwen configs keep sliding_window (4096 by default) but apply it only with use_sliding_window.
+  // The Qwen configs keep sliding_window (4096 by default) but apply it only with
+  // use_sliding_window.
   const bool use = cfg.boolean("use_sliding_window", false);
   all_sliding(c, use ? cfg.integer("sliding_window", 4096) : 0, where);
   if (c.sliding_window == 0 || a == "qwen3moe") return;  // Qwen3-MoE: every layer

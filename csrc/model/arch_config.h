@@ -11,12 +11,13 @@ namespace ossa {
 
 // Gemma 3 from GGUF, after the keys every architecture shares were read into c: what llama.cpp's
 // converter writes (attention.sliding_window, final_logit_softcapping, rope scaling of the global
-// layers) and what llama.cpp assumes where it writes nothing (every 6th layer global, local RoPE base
-// 10000, scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 62-layer 27B).
+// layers) and what llama.cpp assumes where it writes nothing (every 6th layer global, local RoPE
+// base 10000, scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 62-layer 27B).
 void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
 
-// Gemma 3 from config.json (Gemma3TextConfig, or the text_config of a Gemma3ForConditionalGeneration
-// folder): every field, with Gemma3TextConfig's defaults for those a file leaves out.
+// Gemma 3 from config.json (Gemma3TextConfig, or the text_config of a
+// Gemma3ForConditionalGeneration folder): every field, with Gemma3TextConfig's defaults for those a
+// file leaves out.
 void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 
 // Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary
@@ -37,8 +38,9 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 void window_config_gguf(const GGUFFile& g, ModelConfig& c);
 
 // The same from config.json, as transformers applies it (c.arch set, n_layer read):
-//   mistral, mixtral  sliding_window on every layer (absent: Mistral 4096, Mixtral none; null: none);
-//   qwen2, qwen3      only with use_sliding_window: the layers layer_types marks, else those from
+//   mistral, mixtral  sliding_window on every layer (absent: Mistral 4096, Mixtral none; null:
+//   none); qwen2, qwen3      only with use_sliding_window: the layers layer_types marks, else those
+//   from
 //                     max_window_layers (28) on;
 //   qwen2moe          the same, else the even-numbered layers below max_window_layers;
 //   qwen3moe          only with use_sliding_window, every layer; llama: none.

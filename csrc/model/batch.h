@@ -1,11 +1,12 @@
 #pragma once
-// One step's work for the model runner, flattened: the scheduler fills it, the forward pass reads it.
+// One step's work for the model runner, flattened: the scheduler fills it, the forward pass reads
+// it.
 //
-// Tokens of several sequences sit back to back; sequence s owns tokens [seq_start[s], seq_start[s+1]).
-// Its K/V lives in the blocks block_tables[block_table_start[s] .. block_table_start[s+1]), and the
-// token at flat index t writes its K/V into slot slot_mapping[t] = block_id * block_size + offset.
-// After this step sequence s has context_len[s] tokens of K/V (cached ones plus this chunk), and the
-// chunk's tokens attend causally to everything before them.
+// Tokens of several sequences sit back to back; sequence s owns tokens [seq_start[s],
+// seq_start[s+1]). Its K/V lives in the blocks block_tables[block_table_start[s] ..
+// block_table_start[s+1]), and the token at flat index t writes its K/V into slot slot_mapping[t] =
+// block_id * block_size + offset. After this step sequence s has context_len[s] tokens of K/V
+// (cached ones plus this chunk), and the chunk's tokens attend causally to everything before them.
 #include <cstdint>
 #include <vector>
 

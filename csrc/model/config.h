@@ -34,7 +34,8 @@ struct MoeConfig {
 };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral", "gemma3", "phi3"
+  std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
+                     // "gemma3", "phi3"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -53,13 +54,14 @@ struct ModelConfig {
   MoeConfig moe;
 
   // Beyond the Llama family (zero / empty when unused; see docs/models.md).
-  int sliding_window = 0;               // a windowed layer attends to this many positions, itself included
-  std::vector<uint8_t> layer_sliding;   // [n_layer] 1 = sliding-window layer (empty: none)
-  float rope_theta_swa = 0.0f;          // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
-  int rope_dim = 0;                     // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
-  float attn_scale = 0.0f;              // scores scale; 0 = 1/sqrt(head_dim)
-  float final_softcap = 0.0f;           // logits -> cap * tanh(logits / cap); 0 = off
-  float embd_scale = 0.0f;              // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
+  int sliding_window = 0;  // a windowed layer attends to this many positions, itself included
+  std::vector<uint8_t> layer_sliding;  // [n_layer] 1 = sliding-window layer (empty: none)
+  float rope_theta_swa =
+      0.0f;                 // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
+  int rope_dim = 0;         // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
+  float attn_scale = 0.0f;  // scores scale; 0 = 1/sqrt(head_dim)
+  float final_softcap = 0.0f;  // logits -> cap * tanh(logits / cap); 0 = off
+  float embd_scale = 0.0f;     // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
 };

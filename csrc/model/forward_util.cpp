@@ -12,8 +12,8 @@ namespace ossa::fwd {
 
 namespace {
 
-constexpr const char* k_op_names[kNumOps] = {"embed", "norm",         "qkv",  "rope/kv", "attention",
-                                             "wo",    "gate/up+swiglu", "down", "output"};
+constexpr const char* k_op_names[kNumOps] = {
+    "embed", "norm", "qkv", "rope/kv", "attention", "wo", "gate/up+swiglu", "down", "output"};
 std::atomic<int64_t> g_op_ns[kNumOps];
 std::atomic<int64_t> g_op_tokens{0}, g_op_steps{0};
 
@@ -21,11 +21,13 @@ void print_profile() {
   int64_t total = 0;
   for (auto& v : g_op_ns) total += v.load();
   std::fprintf(stderr, "ossa forward profile: %lld steps, %lld tokens, %.1f ms\n",
-               static_cast<long long>(g_op_steps.load()), static_cast<long long>(g_op_tokens.load()),
-               static_cast<double>(total) * 1e-6);
+               static_cast<long long>(g_op_steps.load()),
+               static_cast<long long>(g_op_tokens.load()), static_cast<double>(total) * 1e-6);
   for (int i = 0; i < kNumOps; ++i)
-    std::fprintf(stderr, "  %-15s %10.2f ms  %5.1f%%\n", k_op_names[i], static_cast<double>(g_op_ns[i].load()) * 1e-6,
-                 total ? 100.0 * static_cast<double>(g_op_ns[i].load()) / static_cast<double>(total) : 0.0);
+    std::fprintf(
+        stderr, "  %-15s %10.2f ms  %5.1f%%\n", k_op_names[i],
+        static_cast<double>(g_op_ns[i].load()) * 1e-6,
+        total ? 100.0 * static_cast<double>(g_op_ns[i].load()) / static_cast<double>(total) : 0.0);
 }
 
 }  // namespace
@@ -48,14 +50,16 @@ void count_step(int n_tokens) {
   g_op_tokens.fetch_add(n_tokens, std::memory_order_relaxed);
 }
 
-MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
-                         int threads, std::initializer_list<const TensorView*> weights) {
+MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols,
+                         BlockQ8* q8, int threads,
+                         std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
   if (quantized_activations)
     for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
   if (quant) {
-    if (cols % k_qblock != 0) throw ModelError("a quantized weight needs rows that are a multiple of 32");
+    if (cols % k_qblock != 0)
+      throw ModelError("a quantized weight needs rows that are a multiple of 32");
     const int64_t nb = cols / k_qblock;
     per_token(static_cast<int>(n), threads,
               [&](int r) { quantize_rows_q8(x + r * cols, 1, cols, q8 + r * nb); });
@@ -76,7 +80,9 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
   bool tiles = !s.norm_tiles.empty();  // taking tiles implies rows of whole 32-value steps
   for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
   if (!tiles) {
-    per_token(n, threads, [&](int t) { rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E); });
+    per_token(n, threads, [&](int t) {
+      rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
+    });
     return prepare(s, s.h.data(), n, E, threads, weights);
   }
   per_token(n, threads, [&](int t) {
@@ -102,15 +108,18 @@ void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n
 void token_cos_sin(const ForwardState& s, int32_t position, float* cs) {
   const ModelConfig& c = s.model->config;
   const int rot = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
-  const bool long_factors = !s.inv_freq_long.empty() && position >= c.rope_scaling.original_max_position;
+  const bool long_factors =
+      !s.inv_freq_long.empty() && position >= c.rope_scaling.original_max_position;
   rope_cos_sin(position, long_factors ? s.inv_freq_long.data() : s.inv_freq.data(), rot, cs);
   if (c.rope_scaling.attn_factor != 1.0f)
     for (int i = 0; i < rot; ++i) cs[i] *= c.rope_scaling.attn_factor;
 }
 
 void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs) {
-  if (c.rope_dim <= 0 || c.rope_dim == c.head_dim) return rope_apply(x, n_heads, c.head_dim, c.rope_style, cs);
-  for (int h = 0; h < n_heads; ++h) rope_apply(x + static_cast<int64_t>(h) * c.head_dim, 1, c.rope_dim, c.rope_style, cs);
+  if (c.rope_dim <= 0 || c.rope_dim == c.head_dim)
+    return rope_apply(x, n_heads, c.head_dim, c.rope_style, cs);
+  for (int h = 0; h < n_heads; ++h)
+    rope_apply(x + static_cast<int64_t>(h) * c.head_dim, 1, c.rope_dim, c.rope_style, cs);
 }
 
 void add_bias(float* y, const TensorView& b, int64_t n) {

@@ -1,7 +1,8 @@
 #pragma once
 // Pieces of the forward pass shared by the architecture files (llama.cpp, gemma3.cpp): per-token
-// loops, matmul inputs, norms feeding matmuls, residual additions, the attention call and the output
-// head. Each keeps the batch invariance of the kernels it calls: a row's result depends on that row.
+// loops, matmul inputs, norms feeding matmuls, residual additions, the attention call and the
+// output head. Each keeps the batch invariance of the kernels it calls: a row's result depends on
+// that row.
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
@@ -23,8 +24,8 @@ void count_step(int n_tokens);
 
 struct Laps {
   bool on = profiling();
-  std::chrono::steady_clock::time_point last = on ? std::chrono::steady_clock::now()
-                                                  : std::chrono::steady_clock::time_point{};
+  std::chrono::steady_clock::time_point last =
+      on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   void lap(Op op) {
     if (!on) return;
     const auto now = std::chrono::steady_clock::now();
@@ -44,8 +45,9 @@ void per_token(int n, int threads, F&& f, int64_t grain = 4) {
 
 // Activations x[n, cols] as the matmul input of a set of weights sharing them: quantized to 8-bit
 // blocks into q8 (n * cols / 32 blocks) once if quantized_activations and any of them is quantized.
-MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols, BlockQ8* q8,
-                         int threads, std::initializer_list<const TensorView*> weights);
+MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, int64_t cols,
+                         BlockQ8* q8, int threads,
+                         std::initializer_list<const TensorView*> weights);
 
 // matmul_input for the dense layers: the model's own switch, quantized into s.xq.
 MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, int threads,

@@ -49,7 +49,9 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     if (c.embd_scale > 0.0f)
       for (int64_t e = 0; e < E; ++e) x[e] *= c.embd_scale;
     rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
-    if (local_rope) rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim, s.cos_sin_swa.data() + t * hd);
+    if (local_rope)
+      rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim,
+                   s.cos_sin_swa.data() + t * hd);
   });
   laps.lap(kEmbed);
 
@@ -59,24 +61,30 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     const std::vector<float>& cos_sin = sliding && local_rope ? s.cos_sin_swa : s.cos_sin;
     MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.wq, &L.wk, &L.wv});
     laps.lap(kNorm);
-    const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+    const MatmulTarget qkv[3] = {
+        {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
     matmul_many(qkv, 3, in);
     laps.lap(kQkv);
     void* k_cache = s.k_cache(l);
     void* v_cache = s.v_cache(l);
-    per_token(n, threads, [&](int t) {
-      float* q = s.q.data() + t * Q;
-      float* k = s.k.data() + t * KV;
-      const float* v = s.v.data() + t * KV;
-      for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, f32(L.q_norm), hd, c.rms_eps, q + h * hd);
-      for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, f32(L.k_norm), hd, c.rms_eps, k + h * hd);
-      const float* cs = cos_sin.data() + t * hd;
-      rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
-      rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
-      const int64_t slot = batch.slot_mapping[t];
-      store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
-      store_v(v_cache, s.kv_type, slot, KV, v);
-    }, s.block_size);  // K is transposed per block: one thread writes a block's lines
+    per_token(
+        n, threads,
+        [&](int t) {
+          float* q = s.q.data() + t * Q;
+          float* k = s.k.data() + t * KV;
+          const float* v = s.v.data() + t * KV;
+          for (int h = 0; h < c.n_head; ++h)
+            rmsnorm_row(q + h * hd, f32(L.q_norm), hd, c.rms_eps, q + h * hd);
+          for (int h = 0; h < c.n_head_kv; ++h)
+            rmsnorm_row(k + h * hd, f32(L.k_norm), hd, c.rms_eps, k + h * hd);
+          const float* cs = cos_sin.data() + t * hd;
+          rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
+          rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
+          const int64_t slot = batch.slot_mapping[t];
+          store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
+          store_v(v_cache, s.kv_type, slot, KV, v);
+        },
+        s.block_size);  // K is transposed per block: one thread writes a block's lines
     laps.lap(kRope);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.scale = c.attn_scale;
@@ -90,10 +98,10 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kWo);
     in = norm_for(s, f32(L.ffn_norm), n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
-    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) && takes_bf16_tiles(L.w_up) &&
-                       takes_bf16_tiles(L.w_down);
-    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F, tiles ? s.ffn_tiles.data() : nullptr,
-                          Glu::GeluTanh);
+    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) &&
+                       takes_bf16_tiles(L.w_up) && takes_bf16_tiles(L.w_down);
+    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F,
+                          tiles ? s.ffn_tiles.data() : nullptr, Glu::GeluTanh);
     laps.lap(kGateUp);
     in = tiles ? MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()}
                : prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
@@ -105,7 +113,8 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
   output_logits(s, batch, threads, logits);
   if (c.final_softcap > 0.0f) {
     const int64_t total = static_cast<int64_t>(batch.logits_rows.size()) * c.n_vocab;
-    for (int64_t i = 0; i < total; ++i) logits[i] = c.final_softcap * std::tanh(logits[i] / c.final_softcap);
+    for (int64_t i = 0; i < total; ++i)
+      logits[i] = c.final_softcap * std::tanh(logits[i] / c.final_softcap);
   }
   laps.lap(kOutput);
   count_step(n);

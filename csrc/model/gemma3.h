@@ -6,9 +6,9 @@
 //  - each sublayer's output normalised again before the residual addition (post_attn_norm,
 //    post_ffn_norm);
 //  - sliding-window layers (config.layer_sliding) with their own RoPE base, global layers with the
-//    file's base and scaling; scores scaled by query_pre_attn_scalar^-1/2 (config.attn_scale); final
-//    logits optionally soft-capped (Gemma 3 has no attention soft-capping: transformers ignores
-//    attn_logit_softcapping for it and llama.cpp's converter refuses it);
+//    file's base and scaling; scores scaled by query_pre_attn_scalar^-1/2 (config.attn_scale);
+//    final logits optionally soft-capped (Gemma 3 has no attention soft-capping: transformers
+//    ignores attn_logit_softcapping for it and llama.cpp's converter refuses it);
 //  - GeGLU (tanh-approximate GELU) instead of SwiGLU.
 #include "model/batch.h"
 #include "model/llama.h"

@@ -20,14 +20,16 @@ namespace ossa {
 namespace {
 
 // RoPE frequencies: inv_freq[i] for i < rotated/2 (rotated = config.rope_dim or head_dim), after
-// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short ones).
+// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short
+// ones).
 void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = false) {
   const int dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim, half = dim / 2;
   const RopeScaling& s = c.rope_scaling;
   for (int i = 0; i < half; ++i) {
     double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
     if (s.type == "longrope") {
-      // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the lengths).
+      // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the
+      // lengths).
       f /= static_cast<double>(long_factors ? s.long_factor[i] : s.short_factor[i]);
     } else if (s.type == "linear") {
       f /= s.factor;
@@ -51,7 +53,8 @@ void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = fa
 
 }  // namespace
 
-void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, void* kv_pool, KvType kv_t) {
+void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens_max, void* kv_pool,
+                        KvType kv_t) {
   const ModelConfig& c = m.config;
   model = &m;
   num_blocks = n_blocks;
@@ -106,7 +109,8 @@ void* ForwardState::k_cache(int layer) const {
 
 void* ForwardState::v_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
-  return static_cast<uint8_t*>(k_cache(layer)) + n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
+  return static_cast<uint8_t*>(k_cache(layer)) +
+         n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
 }
 
 using namespace fwd;
@@ -134,31 +138,37 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
     MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
     laps.lap(kNorm);
-    const MatmulTarget qkv[3] = {{&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+    const MatmulTarget qkv[3] = {
+        {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
     matmul_many(qkv, 3, in);
     laps.lap(kQkv);
     void* k_cache = s.k_cache(l);
     void* v_cache = s.v_cache(l);
-    per_token(n, threads, [&](int t) {
-      float* q = s.q.data() + t * Q;
-      float* k = s.k.data() + t * KV;
-      float* v = s.v.data() + t * KV;
-      add_bias(q, L.bq, Q);
-      add_bias(k, L.bk, KV);
-      add_bias(v, L.bv, KV);
-      if (c.qk_norm) {
-        const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
-        const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
-        for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
-        for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
-      }
-      const float* cs = s.cos_sin.data() + t * hd;
-      rope_heads(q, c.n_head, c, cs);
-      rope_heads(k, c.n_head_kv, c, cs);
-      const int64_t slot = batch.slot_mapping[t];
-      store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
-      store_v(v_cache, s.kv_type, slot, KV, v);
-    }, s.block_size);  // K is transposed per block: one thread writes a block's lines
+    per_token(
+        n, threads,
+        [&](int t) {
+          float* q = s.q.data() + t * Q;
+          float* k = s.k.data() + t * KV;
+          float* v = s.v.data() + t * KV;
+          add_bias(q, L.bq, Q);
+          add_bias(k, L.bk, KV);
+          add_bias(v, L.bv, KV);
+          if (c.qk_norm) {
+            const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
+            const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
+            for (int h = 0; h < c.n_head; ++h)
+              rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+            for (int h = 0; h < c.n_head_kv; ++h)
+              rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+          }
+          const float* cs = s.cos_sin.data() + t * hd;
+          rope_heads(q, c.n_head, c, cs);
+          rope_heads(k, c.n_head_kv, c, cs);
+          const int64_t slot = batch.slot_mapping[t];
+          store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
+          store_v(v_cache, s.kv_type, slot, KV, v);
+        },
+        s.block_size);  // K is transposed per block: one thread writes a block's lines
     laps.lap(kRope);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
@@ -177,9 +187,10 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
     // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.
-    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) && takes_bf16_tiles(L.w_up) &&
-                       takes_bf16_tiles(L.w_down);
-    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F,  // SwiGLU fused: see kernels/matmul.h
+    const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) &&
+                       takes_bf16_tiles(L.w_up) && takes_bf16_tiles(L.w_down);
+    matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(),
+                          F,  // SwiGLU fused: see kernels/matmul.h
                           tiles ? s.ffn_tiles.data() : nullptr);
     laps.lap(kGateUp);
     if (tiles) {

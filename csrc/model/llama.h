@@ -22,20 +22,22 @@ struct ForwardState {
   KvType kv_type = KvType::F32;
   int64_t n_slots = 0;  // num_blocks * block_size
 
-  AlignedVector<float> x, h, q, k, v, attn, tmp, gate;  // [max_tokens, width]; gate holds swiglu(gate, up)
-  std::vector<BlockQ8> xq;                               // [max_tokens, max_width / 32]
-  // dtype bfloat16 on AMX: matmul inputs written straight as bf16 tiles (kernels/matmul.h) by the op
-  // that produces them: the norms' outputs (norm_tiles) and swiglu's (ffn_tiles).
+  AlignedVector<float> x, h, q, k, v, attn, tmp,
+      gate;                 // [max_tokens, width]; gate holds swiglu(gate, up)
+  std::vector<BlockQ8> xq;  // [max_tokens, max_width / 32]
+  // dtype bfloat16 on AMX: matmul inputs written straight as bf16 tiles (kernels/matmul.h) by the
+  // op that produces them: the norms' outputs (norm_tiles) and swiglu's (ffn_tiles).
   AlignedVector<uint16_t> norm_tiles, ffn_tiles;
-  std::vector<float> inv_freq;                           // [head_dim / 2]
-  std::vector<float> cos_sin;                            // [max_tokens, head_dim]
-  std::vector<float> inv_freq_swa, cos_sin_swa;          // the sliding layers' (config.rope_theta_swa > 0)
-  std::vector<float> inv_freq_long;                      // LongRoPE: from original_max_position on
-  std::vector<float> scores;                             // [max_threads, n_slots]
-  std::vector<int32_t> token_seq;                        // [max_tokens]
-  MoeBuffers moe;                                        // MoE layers' buffers (model/moe.h)
+  std::vector<float> inv_freq;                   // [head_dim / 2]
+  std::vector<float> cos_sin;                    // [max_tokens, head_dim]
+  std::vector<float> inv_freq_swa, cos_sin_swa;  // the sliding layers' (config.rope_theta_swa > 0)
+  std::vector<float> inv_freq_long;              // LongRoPE: from original_max_position on
+  std::vector<float> scores;                     // [max_threads, n_slots]
+  std::vector<int32_t> token_seq;                // [max_tokens]
+  MoeBuffers moe;                                // MoE layers' buffers (model/moe.h)
 
-  void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool, KvType kv_type);
+  void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool,
+            KvType kv_type);
   // Layer `layer`'s K or V cache (elements of kv_type).
   void* k_cache(int layer) const;
   void* v_cache(int layer) const;

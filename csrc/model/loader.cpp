@@ -1,10 +1,11 @@
-// load_model: a GGUF file or a Hugging Face folder -> ossa::Model (config + validated weight views).
+// load_model: a GGUF file or a Hugging Face folder -> ossa::Model (config + validated weight
+// views).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -67,7 +68,8 @@ struct Builder {
     }
     const Raw& r = it->second;
     if (!r.supported)
-      throw ModelError("unsupported tensor type '" + r.type_name + "' for tensor '" + name + "' in '" + path + "'");
+      throw ModelError("unsupported tensor type '" + r.type_name + "' for tensor '" + name +
+                       "' in '" + path + "'");
     const TensorView& v = r.view;
     const bool vector = rows == 1;
     // A vector may be stored 1-D or as one row (HF's shared_expert_gate is [1, n_embd]).
@@ -75,13 +77,17 @@ struct Builder {
     if (v.rows != rows || v.cols != cols || (vector && !vector_dims) || (!vector && r.n_dims < 2)) {
       std::ostringstream msg;
       msg << "shape mismatch for tensor '" << name << "' in '" << path << "': expected ";
-      if (vector) msg << "a vector of " << cols;
-      else msg << rows << " x " << cols << " (rows x cols)";
+      if (vector)
+        msg << "a vector of " << cols;
+      else
+        msg << rows << " x " << cols << " (rows x cols)";
       msg << ", got " << v.rows << " x " << v.cols << " (" << r.n_dims << "-D)";
       throw ModelError(msg.str());
     }
     TensorView out = v;
-    const size_t align = v.type == DType::F32 ? 4 : (v.type == DType::F16 || v.type == DType::BF16) ? 2 : 1;
+    const size_t align = v.type == DType::F32                              ? 4
+                         : (v.type == DType::F16 || v.type == DType::BF16) ? 2
+                                                                           : 1;
     if (vector && v.type != DType::F32) {
       std::vector<float>& buf = storage->buffers.emplace_back(static_cast<size_t>(cols));
       dequantize_row(v, 0, buf.data());
@@ -98,10 +104,12 @@ struct Builder {
     return out;
   }
 
-  // A fused matrix (Phi-3's qkv_proj, gate_up_proj) taken whole and viewed as consecutive row ranges,
-  // in place: parts[i] gets rows[i] rows under canonical names[i].
-  void take_split(const std::string& name, const std::string& canonical, std::initializer_list<TensorView*> parts,
-                  std::initializer_list<const char*> names, std::initializer_list<int64_t> rows, int64_t cols) {
+  // A fused matrix (Phi-3's qkv_proj, gate_up_proj) taken whole and viewed as consecutive row
+  // ranges, in place: parts[i] gets rows[i] rows under canonical names[i].
+  void take_split(const std::string& name, const std::string& canonical,
+                  std::initializer_list<TensorView*> parts,
+                  std::initializer_list<const char*> names, std::initializer_list<int64_t> rows,
+                  int64_t cols) {
     int64_t total = 0;
     for (int64_t r : rows) total += r;
     const TensorView whole = take(name, canonical, total, cols);
@@ -120,9 +128,11 @@ struct Builder {
   }
 };
 
-int checked_dim(int64_t v, const char* what, const std::string& path, int64_t max = int64_t{1} << 30) {
+int checked_dim(int64_t v, const char* what, const std::string& path,
+                int64_t max = int64_t{1} << 30) {
   if (v <= 0 || v > max)
-    throw ModelError(std::string("invalid ") + what + " " + std::to_string(v) + " in '" + path + "'");
+    throw ModelError(std::string("invalid ") + what + " " + std::to_string(v) + " in '" + path +
+                     "'");
   return static_cast<int>(v);
 }
 
@@ -135,13 +145,16 @@ void validate_config(ModelConfig& c, const std::string& path) {
   checked_dim(c.head_dim, "head dimension", path, 65536);
   checked_dim(c.n_ff, "feed-forward size", path);
   if (c.n_head % c.n_head_kv != 0)
-    throw ModelError("head count " + std::to_string(c.n_head) + " is not a multiple of the KV head count " +
-                     std::to_string(c.n_head_kv) + " in '" + path + "'");
-  if (c.head_dim % 2 != 0) throw ModelError("odd head dimension " + std::to_string(c.head_dim) + " in '" + path + "'");
+    throw ModelError("head count " + std::to_string(c.n_head) +
+                     " is not a multiple of the KV head count " + std::to_string(c.n_head_kv) +
+                     " in '" + path + "'");
+  if (c.head_dim % 2 != 0)
+    throw ModelError("odd head dimension " + std::to_string(c.head_dim) + " in '" + path + "'");
   if (c.n_ctx_train <= 0) c.n_ctx_train = 4096;
   if (!(c.rms_eps > 0.0f) || !(c.rope_theta > 0.0f))
     throw ModelError("invalid rms_eps or rope_theta in '" + path + "'");
-  if (!(c.rope_scaling.factor > 0.0f)) throw ModelError("invalid rope scaling factor in '" + path + "'");
+  if (!(c.rope_scaling.factor > 0.0f))
+    throw ModelError("invalid rope scaling factor in '" + path + "'");
   if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
       !std::isfinite(c.final_softcap))
     throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
@@ -151,9 +164,11 @@ void validate_config(ModelConfig& c, const std::string& path) {
 const char* const k_supported =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3, phi3)";
 const char* const k_supported_hf =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3, phi3)";
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, "
+    "gemma3, phi3)";
 
-void build_weights(Model& m, Builder& b, const std::function<std::string(int, const char*)>& name_of,
+void build_weights(Model& m, Builder& b,
+                   const std::function<std::string(int, const char*)>& name_of,
                    const std::string& tok, const std::string& norm, const std::string& out) {
   const ModelConfig& c = m.config;
   const int64_t q = int64_t{c.n_head} * c.head_dim, kv = int64_t{c.n_head_kv} * c.head_dim;
@@ -172,7 +187,8 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
     const std::string p = "layers." + std::to_string(i) + ".";
     l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
     if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
-      b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"}, {q, kv, kv}, c.n_embd);
+      b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
+                   {q, kv, kv}, c.n_embd);
     } else {
       l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
@@ -189,12 +205,13 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
       l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.head_dim);
     }
     if (b.has(name_of(i, "bo")))
-      throw ModelError("tensor '" + name_of(i, "bo") + "' (an attention output bias) is not supported");
+      throw ModelError("tensor '" + name_of(i, "bo") +
+                       "' (an attention output bias) is not supported");
     l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
-    if (c.arch == "phi3") {  // gate and up fused, gate first (GGUF: ffn_up holds both)
-      b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up}, {"w_gate", "w_up"},
-                   {c.n_ff, c.n_ff}, c.n_embd);
+    if (c.arch == "phi3") {               // gate and up fused, gate first (GGUF: ffn_up holds both)
+      b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
+                   {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
       l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
@@ -210,23 +227,35 @@ void build_weights(Model& m, Builder& b, const std::function<std::string(int, co
 // The router and experts of every MoE layer (model/moe_loader.cpp).
 void build_moe_layers(Model& m, Builder& b, bool gguf) {
   const TensorSource src{[&](const std::string& name) { return b.has(name); },
-                         [&](const std::string& name, const std::string& canonical, int64_t rows, int64_t cols) {
-                           return b.take(name, canonical, rows, cols);
-                         }};
-  for (int i : m.config.moe.layers) build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
+                         [&](const std::string& name, const std::string& canonical, int64_t rows,
+                             int64_t cols) { return b.take(name, canonical, rows, cols); }};
+  for (int i : m.config.moe.layers)
+    build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
 
 // ---- GGUF -----------------------------------------------------------------------------------
 
 std::string gguf_name(int layer, const char* field) {
   static const std::map<std::string, std::string> k_names = {
-      {"attn_norm", "attn_norm.weight"}, {"wq", "attn_q.weight"},          {"wk", "attn_k.weight"},
-      {"wv", "attn_v.weight"},           {"wo", "attn_output.weight"},     {"bq", "attn_q.bias"},
-      {"bk", "attn_k.bias"},             {"bv", "attn_v.bias"},            {"bo", "attn_output.bias"},
-      {"q_norm", "attn_q_norm.weight"},  {"k_norm", "attn_k_norm.weight"}, {"ffn_norm", "ffn_norm.weight"},
-      {"w_gate", "ffn_gate.weight"},     {"w_up", "ffn_up.weight"},        {"w_down", "ffn_down.weight"},
-      {"post_attn_norm", "post_attention_norm.weight"}, {"post_ffn_norm", "post_ffw_norm.weight"},
-      {"wqkv", "attn_qkv.weight"},      {"w_gate_up", "ffn_up.weight"}};
+      {"attn_norm", "attn_norm.weight"},
+      {"wq", "attn_q.weight"},
+      {"wk", "attn_k.weight"},
+      {"wv", "attn_v.weight"},
+      {"wo", "attn_output.weight"},
+      {"bq", "attn_q.bias"},
+      {"bk", "attn_k.bias"},
+      {"bv", "attn_v.bias"},
+      {"bo", "attn_output.bias"},
+      {"q_norm", "attn_q_norm.weight"},
+      {"k_norm", "attn_k_norm.weight"},
+      {"ffn_norm", "ffn_norm.weight"},
+      {"w_gate", "ffn_gate.weight"},
+      {"w_up", "ffn_up.weight"},
+      {"w_down", "ffn_down.weight"},
+      {"post_attn_norm", "post_attention_norm.weight"},
+      {"post_ffn_norm", "post_ffw_norm.weight"},
+      {"wqkv", "attn_qkv.weight"},
+      {"w_gate_up", "ffn_up.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -256,28 +285,32 @@ void load_gguf(Model& m, Storage& st) {
   ModelConfig& c = m.config;
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" && arch != "qwen3moe" &&
-      arch != "qwen2moe" && arch != "gemma3" && arch != "phi3")
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" &&
+      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma3" && arch != "phi3")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
-  c.n_head = checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
-  c.n_head_kv = checked_dim(g->get_int(k + "attention.head_count_kv", c.n_head), "attention.head_count_kv",
-                            m.path, 65536);
+  c.n_head =
+      checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
+  c.n_head_kv = checked_dim(g->get_int(k + "attention.head_count_kv", c.n_head),
+                            "attention.head_count_kv", m.path, 65536);
   c.n_ff = checked_dim(g->get_int(k + "feed_forward_length", 0), "feed_forward_length", m.path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
-  c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim), "head dimension", m.path,
-                           65536);
+  c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
+                           "head dimension", m.path, 65536);
   if (g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
-    throw ModelError("attention.value_length differs from key_length in '" + m.path + "' (not supported)");
+    throw ModelError("attention.value_length differs from key_length in '" + m.path +
+                     "' (not supported)");
   if (arch != "phi3" && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
-    throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path + "' is not supported");
+    throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
+                     "' is not supported");
   const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
   const int64_t embd_rows = embd != nullptr && embd->ne.size() >= 2 ? embd->ne[1] : 0;
   c.n_vocab = checked_dim(g->get_int(k + "vocab_size", embd_rows), "vocab_size", m.path);
-  c.n_ctx_train = static_cast<int>(std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));
+  c.n_ctx_train =
+      static_cast<int>(std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));
   c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_rms_epsilon", 1e-5));
   c.rope_theta = static_cast<float>(g->get_float(k + "rope.freq_base", 10000.0));
   std::string scaling = g->get_string(k + "rope.scaling.type", "none");
@@ -287,9 +320,12 @@ void load_gguf(Model& m, Storage& st) {
   }
   if (scaling == "linear" || scaling == "llama3") {
     c.rope_scaling.type = scaling;
-    c.rope_scaling.factor = static_cast<float>(g->get_float(k + "rope.scaling.factor", c.rope_scaling.factor));
-    c.rope_scaling.low_freq_factor = static_cast<float>(g->get_float(k + "rope.scaling.low_freq_factor", 1.0));
-    c.rope_scaling.high_freq_factor = static_cast<float>(g->get_float(k + "rope.scaling.high_freq_factor", 4.0));
+    c.rope_scaling.factor =
+        static_cast<float>(g->get_float(k + "rope.scaling.factor", c.rope_scaling.factor));
+    c.rope_scaling.low_freq_factor =
+        static_cast<float>(g->get_float(k + "rope.scaling.low_freq_factor", 1.0));
+    c.rope_scaling.high_freq_factor =
+        static_cast<float>(g->get_float(k + "rope.scaling.high_freq_factor", 4.0));
     c.rope_scaling.original_max_position = static_cast<int>(std::clamp<int64_t>(
         g->get_int(k + "rope.scaling.original_context_length", 8192), 1, int64_t{1} << 30));
   } else if (scaling != "none") {
@@ -299,7 +335,8 @@ void load_gguf(Model& m, Storage& st) {
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
-  if (arch == "gemma3") gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
+  if (arch == "gemma3")
+    gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (arch != "gemma3" && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
@@ -311,7 +348,8 @@ void load_gguf(Model& m, Storage& st) {
       out.assign(f, f + half);
       return out;
     };
-    phi3_config_gguf(*g, c, factors("rope_factors_long.weight"), factors("rope_factors_short.weight"));
+    phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
+                     factors("rope_factors_short.weight"));
   }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
@@ -330,46 +368,51 @@ std::string read_text(const fs::path& p, uint64_t max_bytes) {
   if (size > max_bytes) throw ModelError("'" + p.string() + "' is implausibly large");
   std::ifstream in(p, std::ios::binary);
   std::string s(static_cast<size_t>(size), '\0');
-  if (!in.read(s.data(), static_cast<std::streamsize>(size))) throw ModelError("cannot read '" + p.string() + "'");
+  if (!in.read(s.data(), static_cast<std::streamsize>(size)))
+    throw ModelError("cannot read '" + p.string() + "'");
   return s;
 }
 
 std::string hf_name(int layer, const char* field) {
   static const std::map<std::string, std::string> k_names = {
-      {"attn_norm", "input_layernorm.weight"},  {"wq", "self_attn.q_proj.weight"},
-      {"wk", "self_attn.k_proj.weight"},        {"wv", "self_attn.v_proj.weight"},
-      {"wo", "self_attn.o_proj.weight"},        {"bq", "self_attn.q_proj.bias"},
-      {"bk", "self_attn.k_proj.bias"},          {"bv", "self_attn.v_proj.bias"},
-      {"bo", "self_attn.o_proj.bias"},          {"q_norm", "self_attn.q_norm.weight"},
-      {"k_norm", "self_attn.k_norm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
-      {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
-      {"w_down", "mlp.down_proj.weight"},       {"wqkv", "self_attn.qkv_proj.weight"},
+      {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},       {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},         {"bv", "self_attn.v_proj.bias"},
+      {"bo", "self_attn.o_proj.bias"},         {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},   {"ffn_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},      {"wqkv", "self_attn.qkv_proj.weight"},
       {"w_gate_up", "mlp.gate_up_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
-// Gemma 3 from a folder: HF stores RMSNorm weights w and multiplies by 1 + w (in float32); the forward
-// pass multiplies by the stored factor, so each norm is replaced by 1 + w here, as llama.cpp's converter
-// does. A multimodal folder keeps the language model's tensors under model.language_model. (or
-// language_model.model. before transformers 4.52).
+// Gemma 3 from a folder: HF stores RMSNorm weights w and multiplies by 1 + w (in float32); the
+// forward pass multiplies by the stored factor, so each norm is replaced by 1 + w here, as
+// llama.cpp's converter does. A multimodal folder keeps the language model's tensors under
+// model.language_model. (or language_model.model. before transformers 4.52).
 void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
   ModelConfig& c = m.config;
   c.arch = "gemma3";
   gemma3_config_hf(cfg, c);
   validate_config(c, cfg.path);
   std::string prefix = "model.";
-  if (multimodal) prefix = b.has("language_model.model.embed_tokens.weight") ? "language_model.model." : "model.language_model.";
+  if (multimodal)
+    prefix = b.has("language_model.model.embed_tokens.weight") ? "language_model.model."
+                                                               : "model.language_model.";
   const auto name_of = [&prefix](int layer, const char* field) {
     static const std::map<std::string, std::string> k_gemma = {
         {"ffn_norm", "pre_feedforward_layernorm.weight"},
         {"post_attn_norm", "post_attention_layernorm.weight"},
         {"post_ffn_norm", "post_feedforward_layernorm.weight"}};
     auto it = k_gemma.find(field);
-    const std::string name = it != k_gemma.end() ? "model.layers." + std::to_string(layer) + "." + it->second
-                                                 : hf_name(layer, field);
+    const std::string name = it != k_gemma.end()
+                                 ? "model.layers." + std::to_string(layer) + "." + it->second
+                                 : hf_name(layer, field);
     return prefix + name.substr(6);  // "model." -> the folder's prefix
   };
-  // A multimodal folder's lm_head: at the top since transformers 4.52, under language_model. before.
+  // A multimodal folder's lm_head: at the top since transformers 4.52, under language_model.
+  // before.
   const std::string head =
       multimodal && !b.has("lm_head.weight") ? "language_model.lm_head.weight" : "lm_head.weight";
   if (!c.tied_embeddings && !b.has(head)) c.tied_embeddings = true;
@@ -385,8 +428,11 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = m.weights.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
-    for (auto [v, name] : {std::pair{&l.attn_norm, "attn_norm"}, {&l.q_norm, "q_norm"}, {&l.k_norm, "k_norm"},
-                           {&l.post_attn_norm, "post_attn_norm"}, {&l.ffn_norm, "ffn_norm"},
+    for (auto [v, name] : {std::pair{&l.attn_norm, "attn_norm"},
+                           {&l.q_norm, "q_norm"},
+                           {&l.k_norm, "k_norm"},
+                           {&l.post_attn_norm, "post_attn_norm"},
+                           {&l.ffn_norm, "ffn_norm"},
                            {&l.post_ffn_norm, "post_ffn_norm"}})
       shift(*v, p + name);
   }
@@ -395,7 +441,8 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
 void load_hf(Model& m, Storage& st) {
   const fs::path dir(m.path);
   const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path)) throw ModelError("'" + m.path + "' is a folder without config.json");
+  if (!fs::exists(config_path))
+    throw ModelError("'" + m.path + "' is a folder without config.json");
   const std::string cfg_path = config_path.string();
   const JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
@@ -405,20 +452,24 @@ void load_hf(Model& m, Storage& st) {
   std::vector<std::string> files;
   const fs::path index_path = dir / "model.safetensors.index.json";
   if (fs::exists(index_path)) {
-    const JsonValue index = parse_json(read_text(index_path, 100 << 20), "'" + index_path.string() + "'");
+    const JsonValue index =
+        parse_json(read_text(index_path, 100 << 20), "'" + index_path.string() + "'");
     const JsonValue* map = index.get("weight_map");
     if (map == nullptr || !map->is_object())
       throw ModelError("'" + index_path.string() + "' has no weight_map object");
     for (const auto& [name, file] : map->object) {
       if (!file.is_string() || file.string.empty() || file.string.find('/') != std::string::npos ||
           file.string.find("..") != std::string::npos)
-        throw ModelError("'" + index_path.string() + "' maps '" + name + "' to an invalid file name");
-      if (std::find(files.begin(), files.end(), file.string) == files.end()) files.push_back(file.string);
+        throw ModelError("'" + index_path.string() + "' maps '" + name +
+                         "' to an invalid file name");
+      if (std::find(files.begin(), files.end(), file.string) == files.end())
+        files.push_back(file.string);
     }
   } else if (fs::exists(dir / "model.safetensors")) {
     files.push_back("model.safetensors");
   } else {
-    throw ModelError("'" + m.path + "' has neither model.safetensors nor model.safetensors.index.json");
+    throw ModelError("'" + m.path +
+                     "' has neither model.safetensors nor model.safetensors.index.json");
   }
 
   Builder b{m.path, {}, &st};
@@ -430,7 +481,12 @@ void load_hf(Model& m, Storage& st) {
       r.type_name = info.dtype;
       r.supported = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16";
       r.n_dims = info.shape.size();
-      NamedTensor nt{info.name, info.dtype, 1, info.shape.empty() ? 1 : info.shape.back(), info.end - info.begin, {}};
+      NamedTensor nt{info.name,
+                     info.dtype,
+                     1,
+                     info.shape.empty() ? 1 : info.shape.back(),
+                     info.end - info.begin,
+                     {}};
       for (size_t d = 0; d + 1 < info.shape.size(); ++d) nt.rows *= info.shape[d];
       if (r.supported) {
         r.view = sf->view(info);
@@ -447,21 +503,26 @@ void load_hf(Model& m, Storage& st) {
   if (arch == "gemma3" || arch == "Gemma3ForConditionalGeneration") {
     // A multimodal Gemma 3 folder: its language model alone, as Gemma3ForCausalLM.
     const JsonValue* text = cfg.get("text_config");
-    if (text == nullptr || !text->is_object()) throw ModelError("'" + cfg_path + "' has no text_config object");
+    if (text == nullptr || !text->is_object())
+      throw ModelError("'" + cfg_path + "' has no text_config object");
     load_gemma3_hf(m, b, Json{*text, cfg_path}, true);
     return;
   }
   if (arch.empty()) {
     const JsonValue* archs = cfg.get("architectures");
-    if (archs != nullptr && archs->is_array() && !archs->array.empty() && archs->array[0].is_string())
+    if (archs != nullptr && archs->is_array() && !archs->array.empty() &&
+        archs->array[0].is_string())
       arch = archs->array[0].string;
   }
   static const std::map<std::string, std::string> k_archs = {
-      {"llama", "llama"},     {"LlamaForCausalLM", "llama"}, {"qwen2", "qwen2"},     {"Qwen2ForCausalLM", "qwen2"},
-      {"qwen3", "qwen3"},     {"Qwen3ForCausalLM", "qwen3"}, {"mistral", "mistral"}, {"MistralForCausalLM", "mistral"},
-      {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"}, {"qwen2_moe", "qwen2moe"},
-      {"Qwen2MoeForCausalLM", "qwen2moe"}, {"mixtral", "mixtral"}, {"MixtralForCausalLM", "mixtral"},
-      {"phi3", "phi3"},       {"Phi3ForCausalLM", "phi3"}};
+      {"llama", "llama"},        {"LlamaForCausalLM", "llama"},
+      {"qwen2", "qwen2"},        {"Qwen2ForCausalLM", "qwen2"},
+      {"qwen3", "qwen3"},        {"Qwen3ForCausalLM", "qwen3"},
+      {"mistral", "mistral"},    {"MistralForCausalLM", "mistral"},
+      {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"},
+      {"qwen2_moe", "qwen2moe"}, {"Qwen2MoeForCausalLM", "qwen2moe"},
+      {"mixtral", "mixtral"},    {"MixtralForCausalLM", "mixtral"},
+      {"phi3", "phi3"},          {"Phi3ForCausalLM", "phi3"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
@@ -470,13 +531,15 @@ void load_hf(Model& m, Storage& st) {
   c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
   c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);
   c.n_layer = checked_dim(cfg.integer("num_hidden_layers", 0), "num_hidden_layers", cfg_path, 4096);
-  c.n_head = checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
-  c.n_head_kv =
-      checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads", cfg_path, 65536);
+  c.n_head =
+      checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
+  c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
+                            cfg_path, 65536);
   c.n_ff = checked_dim(cfg.integer("intermediate_size", 0), "intermediate_size", cfg_path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   c.head_dim = checked_dim(cfg.integer("head_dim", default_head_dim), "head_dim", cfg_path, 65536);
-  c.n_ctx_train = static_cast<int>(std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
+  c.n_ctx_train = static_cast<int>(
+      std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
@@ -484,11 +547,14 @@ void load_hf(Model& m, Storage& st) {
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
   // 5.x writes rope_parameters {rope_theta, rope_type, factor, ...}.
   const JsonValue* params = cfg.get("rope_parameters");
-  if (params != nullptr && !params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
+  if (params != nullptr && !params->is_object())
+    throw ModelError("config 'rope_parameters' must be an object");
   const JsonValue* scaling = cfg.get("rope_scaling");
-  if (scaling != nullptr && !scaling->is_object()) throw ModelError("config 'rope_scaling' must be an object");
+  if (scaling != nullptr && !scaling->is_object())
+    throw ModelError("config 'rope_scaling' must be an object");
   c.rope_theta = static_cast<float>(cfg.number("rope_theta", 10000.0));
-  if (params != nullptr) c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
+  if (params != nullptr)
+    c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
   if (scaling != nullptr) {
     const Json s{*scaling, cfg_path};
@@ -505,9 +571,11 @@ void load_hf(Model& m, Storage& st) {
     }
   }
   c.rope_style = RopeStyle::Neox;
-  if (c.arch == "phi3") phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
+  if (c.arch == "phi3")
+    phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
   if (c.arch != "phi3") window_config_hf(cfg, c);
-  if (cfg.boolean("mlp_bias", false)) throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
+  if (cfg.boolean("mlp_bias", false))
+    throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true));
@@ -571,7 +639,8 @@ std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     {
       MappedFile f(path);
       if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0)
-        throw ModelError("'" + path + "' is neither a GGUF file (bad magic) nor a Hugging Face folder");
+        throw ModelError("'" + path +
+                         "' is neither a GGUF file (bad magic) nor a Hugging Face folder");
     }
     load_gguf(*model, *storage);
   }

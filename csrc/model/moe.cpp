@@ -136,12 +136,12 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const int64_t r0 = b.group_start[e], rows = b.group_start[e + 1] - r0;
       const ExpertWeights& x = W.experts[e];
       const MatmulInput in =
-          fwd::matmul_input(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock), threads,
-                    {&x.w_gate, &x.w_up});
+          fwd::matmul_input(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock),
+                            threads, {&x.w_gate, &x.w_up});
       float* mid = b.mid.data() + r0 * F;
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
-      const MatmulInput in_mid =
-          fwd::matmul_input(qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
+      const MatmulInput in_mid = fwd::matmul_input(
+          qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
     };
     if (threads > 1 && n_active >= 2 * threads && max_rows <= k_expert_parallel_rows) {
@@ -153,7 +153,8 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     }
     if (S > 0) {
       const ExpertWeights& x = W.shared;
-      const MatmulInput in = fwd::matmul_input(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
+      const MatmulInput in =
+          fwd::matmul_input(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
       matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
       const MatmulInput in_mid =
           fwd::matmul_input(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});

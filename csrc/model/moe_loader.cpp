@@ -32,7 +32,8 @@ constexpr int64_t k_max_experts = 4096;
 
 void validate_moe(ModelConfig& c, const std::string& path) {
   MoeConfig& m = c.moe;
-  if (m.n_expert == 0 || m.layers.empty()) {  // no sparse layer (mlp_only_layers may name them all): dense
+  if (m.n_expert == 0 ||
+      m.layers.empty()) {  // no sparse layer (mlp_only_layers may name them all): dense
     m = MoeConfig{};
     return;
   }

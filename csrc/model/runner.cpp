@@ -38,7 +38,8 @@ void ModelRunner::copy_block(int src, int dst) {
   if (src == dst) return;
   const ModelConfig& c = model_->config;
   const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
-  const size_t n = static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
+  const size_t n =
+      static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
     for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
       uint8_t* base = static_cast<uint8_t*>(layer);
@@ -52,14 +53,18 @@ void ModelRunner::validate(const Batch& b) const {
   const int n = b.n_tokens(), n_seqs = b.n_seqs();
   if (n < 1) fail("empty batch");
   if (n > max_tokens_)
-    fail(std::to_string(n) + " tokens exceed max_num_batched_tokens " + std::to_string(max_tokens_));
-  if (b.positions.size() != static_cast<size_t>(n) || b.slot_mapping.size() != static_cast<size_t>(n))
+    fail(std::to_string(n) + " tokens exceed max_num_batched_tokens " +
+         std::to_string(max_tokens_));
+  if (b.positions.size() != static_cast<size_t>(n) ||
+      b.slot_mapping.size() != static_cast<size_t>(n))
     fail("positions and slot_mapping need one entry per token");
   if (n_seqs < 1 || b.seq_start.size() != static_cast<size_t>(n_seqs) + 1 ||
       b.block_table_start.size() != static_cast<size_t>(n_seqs) + 1)
     fail("seq_start and block_table_start need n_seqs + 1 entries");
-  if (b.seq_start[0] != 0 || b.seq_start[n_seqs] != n) fail("seq_start must run from 0 to n_tokens");
-  if (b.block_table_start[0] != 0 || b.block_table_start[n_seqs] != static_cast<int>(b.block_tables.size()))
+  if (b.seq_start[0] != 0 || b.seq_start[n_seqs] != n)
+    fail("seq_start must run from 0 to n_tokens");
+  if (b.block_table_start[0] != 0 ||
+      b.block_table_start[n_seqs] != static_cast<int>(b.block_tables.size()))
     fail("block_table_start must run from 0 to len(block_tables)");
   const int n_vocab = model_->config.n_vocab;
   const int64_t n_slots = static_cast<int64_t>(num_blocks_) * block_size_;
@@ -70,7 +75,8 @@ void ModelRunner::validate(const Batch& b) const {
   for (int s = 0; s < n_seqs; ++s) {
     if (b.seq_start[s + 1] < b.seq_start[s] || b.block_table_start[s + 1] < b.block_table_start[s])
       fail("seq_start and block_table_start must be non-decreasing");
-    const int64_t capacity = static_cast<int64_t>(b.block_table_start[s + 1] - b.block_table_start[s]) * block_size_;
+    const int64_t capacity =
+        static_cast<int64_t>(b.block_table_start[s + 1] - b.block_table_start[s]) * block_size_;
     if (b.context_len[s] < 0 || b.context_len[s] > capacity)
       fail("context_len of sequence " + std::to_string(s) + " exceeds its block table");
     for (int t = b.seq_start[s]; t < b.seq_start[s + 1]; ++t) {
@@ -89,8 +95,10 @@ void ModelRunner::validate(const Batch& b) const {
 
 void ModelRunner::forward(const Batch& batch, float* logits) {
   validate(batch);
-  if (model_->config.arch == "gemma3") gemma3_forward(state_, batch, logits);
-  else llama_forward(state_, batch, logits);
+  if (model_->config.arch == "gemma3")
+    gemma3_forward(state_, batch, logits);
+  else
+    llama_forward(state_, batch, logits);
 }
 
 }  // namespace ossa

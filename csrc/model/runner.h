@@ -1,9 +1,10 @@
 #pragma once
-// ModelRunner: a model, its paged K/V pool and the work buffers of one step, all allocated up front.
+// ModelRunner: a model, its paged K/V pool and the work buffers of one step, all allocated up
+// front.
 //
 // K/V pool (f32 or f16 elements: KvType), one allocation; slot = block_id * block_size + offset.
-// Each layer holds its K blocks, then its V blocks; K is transposed within a block so that attention
-// scores vectorise over positions (kernels/attention.h), V is a row per slot:
+// Each layer holds its K blocks, then its V blocks; K is transposed within a block so that
+// attention scores vectorise over positions (kernels/attention.h), V is a row per slot:
 //
 //   layer 0: K | block 0: [kv head][dim][position in block] | block 1 | ... | block n_blocks-1 |
 //            V | block 0: [position in block][kv head * dim] | block 1 | ... |                  |

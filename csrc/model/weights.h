@@ -30,9 +30,10 @@ struct ModelWeights {
   TensorView output_norm;  // 1 x n_embd
   TensorView output;       // n_vocab x n_embd; equals tok_embd when tied
   std::vector<LayerWeights> layers;
-  // Optional, 1 x head_dim/2 F32: llama.cpp's per-frequency RoPE divisors (theta_i / rope_freqs[i]),
-  // written by llama.cpp's converter for Llama-3 rope scaling. Present only in such GGUF files; when
-  // config.rope_scaling.type is "llama3" the same scaling is described by the config as well.
+  // Optional, 1 x head_dim/2 F32: llama.cpp's per-frequency RoPE divisors (theta_i /
+  // rope_freqs[i]), written by llama.cpp's converter for Llama-3 rope scaling. Present only in such
+  // GGUF files; when config.rope_scaling.type is "llama3" the same scaling is described by the
+  // config as well.
   TensorView rope_freqs;
 };
 
@@ -73,18 +74,18 @@ struct Model {
 };
 
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError
-// naming the problem: unknown architecture, unsupported tensor type, missing tensor, shape mismatch,
-// corrupt or truncated file.
-// dtype: "auto" or "float32" (the default numerics) or "bfloat16" (every matrix rounded to bf16 at
-// load and multiplied by bf16-rounded activations; faster prefill). InputError for any other.
+// naming the problem: unknown architecture, unsupported tensor type, missing tensor, shape
+// mismatch, corrupt or truncated file. dtype: "auto" or "float32" (the default numerics) or
+// "bfloat16" (every matrix rounded to bf16 at load and multiplied by bf16-rounded activations;
+// faster prefill). InputError for any other.
 struct LoadOptions {
   std::string dtype = "auto";
   // Repack the matrices for the AMX kernels where the CPU allows and OSSA_AMX=0 is not in the
   // environment (kernels/matmul.h: amx_default). false: the exact f32 kernels, what a CPU without
   // AMX runs.
   bool amx = true;
-  // Quantized weights multiply activations rounded to 8-bit blocks (llama.cpp's scheme; faster, less
-  // exact); default: f32 activations.
+  // Quantized weights multiply activations rounded to 8-bit blocks (llama.cpp's scheme; faster,
+  // less exact); default: f32 activations.
   bool quantized_activations = false;
 };
 std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});

@@ -78,8 +78,10 @@ int32_t draw_list(const int32_t* ids, const double* w, int n, double u) {
   return -1;
 }
 
-// ids[0..k) = the k largest values by (value desc, id asc), in that order. 1 <= k <= n. v has no NaN.
-void select_top(const float* v, int n, int k, int32_t* ids, std::vector<std::pair<float, int32_t>>& pairs) {
+// ids[0..k) = the k largest values by (value desc, id asc), in that order. 1 <= k <= n. v has no
+// NaN.
+void select_top(const float* v, int n, int k, int32_t* ids,
+                std::vector<std::pair<float, int32_t>>& pairs) {
   if (k <= k_buffer_select_max) {
     // Ids arrive ascending, so a newcomer ranks below any equal value already kept. Once the
     // buffer is full, a block of 64 whose max does not beat the smallest kept value is skipped.
@@ -150,10 +152,11 @@ ArgMax checked_argmax(int row, const float* x, int n) {
 float raw_logprob(float x, double max, double log_z) { return float((double(x) - max) - log_z); }
 
 // Raw logprob of `token` and the top_n alternatives, into out.
-void fill_logprobs(const float* raw, int vocab, float raw_max, int32_t token, int top_n, SamplerScratch& s,
-                   SampleResult& out) {
+void fill_logprobs(const float* raw, int vocab, float raw_max, int32_t token, int top_n,
+                   SamplerScratch& s, SampleResult& out) {
   const double m = raw_max;
-  const double log_z = std::log(weights_and_sum(raw, vocab, m, 1.0, 0.0, nullptr, s.chunk_sums.data()));
+  const double log_z =
+      std::log(weights_and_sum(raw, vocab, m, 1.0, 0.0, nullptr, s.chunk_sums.data()));
   out.logprob = raw_logprob(raw[token], m, log_z);
   const int n = std::min(top_n, vocab);
   out.n_top = n;
@@ -210,8 +213,8 @@ inline int bucket_of(double w) {
 // only the tokens above the cut are sorted and walked. The walk is the same as over the fully
 // sorted vocabulary; -1 if it ran off the end of the prefix (the estimates are rounded
 // differently from the walk, hence the small margin).
-int top_p_prefix(const float* x, const double* w, const double* mass_above, int vocab, double threshold,
-                 int32_t* ids, SamplerScratch& s) {
+int top_p_prefix(const float* x, const double* w, const double* mass_above, int vocab,
+                 double threshold, int32_t* ids, SamplerScratch& s) {
   const double target = threshold * (1.0 + 1e-9);
   double lower = 0.0;  // 0: every id
   for (int b = 0; b < k_n_bounds; ++b)
@@ -317,8 +320,9 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
   // 1-3 write a processed copy only when some stage applies; otherwise x is the raw row.
   const bool min_tokens_mask = int64_t(in.output_token_ids.size()) < p.min_tokens;
   const bool penalise = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
-  const bool modified = in.token_mask != nullptr || !p.allowed_token_ids.empty() || !p.logit_bias.empty() ||
-                        min_tokens_mask || p.repetition_penalty != 1.0 || penalise;
+  const bool modified = in.token_mask != nullptr || !p.allowed_token_ids.empty() ||
+                        !p.logit_bias.empty() || min_tokens_mask || p.repetition_penalty != 1.0 ||
+                        penalise;
   const float* x = raw;
   ArgMax best = raw_best;
   if (modified) {
@@ -371,10 +375,11 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
     best = lane_argmax(x, vocab);
   }
   if (best.value == -k_inf)
-    row_error(row, in.token_mask != nullptr
-                       ? "every token is masked: the structured-output grammar allows only tokens that "
-                         "allowed_token_ids, logit_bias or min_tokens (end of sequence) forbid"
-                       : "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
+    row_error(row,
+              in.token_mask != nullptr
+                  ? "every token is masked: the structured-output grammar allows only tokens that "
+                    "allowed_token_ids, logit_bias or min_tokens (end of sequence) forbid"
+                  : "every token is masked (allowed_token_ids, logit_bias, min_tokens)");
 
   int32_t token = -1;
   if (p.temperature < k_greedy_temperature) {
@@ -402,8 +407,8 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
       }
     } else if (p.top_p < 1.0) {
       double mass_above[k_n_bounds];
-      const double threshold =
-          p.top_p * weights_and_sum<true>(x, vocab, m, inv_t, 0.0, w, s.chunk_sums.data(), mass_above);
+      const double threshold = p.top_p * weights_and_sum<true>(x, vocab, m, inv_t, 0.0, w,
+                                                               s.chunk_sums.data(), mass_above);
       n_list = top_p_prefix(x, w, mass_above, vocab, threshold, ids, s);
       if (n_list < 0) {  // the cut was too tight (rounding): select progressively
         for (int size = 64;; size = std::min(vocab, size * 4)) {
@@ -472,8 +477,8 @@ void check_shape(int n_rows, int vocab, size_t n_in, size_t n_out) {
   if (n_rows < 0 || vocab < 1)
     throw InputError("sampler: logits must be [n_rows, vocab] with vocab >= 1");
   if (n_in != size_t(n_rows) || n_out != size_t(n_rows))
-    throw InputError("sampler: " + std::to_string(n_rows) + " logits rows but " + std::to_string(n_in) +
-                     " inputs and " + std::to_string(n_out) + " outputs");
+    throw InputError("sampler: " + std::to_string(n_rows) + " logits rows but " +
+                     std::to_string(n_in) + " inputs and " + std::to_string(n_out) + " outputs");
 }
 
 }  // namespace
@@ -491,9 +496,11 @@ void exp_ref(const double* z, double* out, int n) {
 
 void validate_sampling_params(const SamplingParams& p, int vocab) {
   auto fail = [](const std::string& field, const std::string& range, double value) {
-    throw InputError("SamplingParams." + field + " must be " + range + ", got " + std::to_string(value));
+    throw InputError("SamplingParams." + field + " must be " + range + ", got " +
+                     std::to_string(value));
   };
-  if (!(p.temperature >= 0.0) || std::isinf(p.temperature)) fail("temperature", "finite and >= 0", p.temperature);
+  if (!(p.temperature >= 0.0) || std::isinf(p.temperature))
+    fail("temperature", "finite and >= 0", p.temperature);
   if (p.top_k < -1 || p.top_k == 0) fail("top_k", "-1 (off) or >= 1", p.top_k);
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) fail("top_p", "in (0, 1]", p.top_p);
   if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) fail("min_p", "in [0, 1]", p.min_p);
@@ -508,8 +515,8 @@ void validate_sampling_params(const SamplingParams& p, int vocab) {
     fail("logprobs", "None or in [0, " + std::to_string(k_max_logprobs) + "]", p.logprobs);
   auto ids_in_range = [vocab](const char* field, int32_t id) {
     if (id < 0 || id >= vocab)
-      throw InputError(std::string("SamplingParams.") + field + " holds token id " + std::to_string(id) +
-                       ", outside [0, " + std::to_string(vocab) + ")");
+      throw InputError(std::string("SamplingParams.") + field + " holds token id " +
+                       std::to_string(id) + ", outside [0, " + std::to_string(vocab) + ")");
   };
   for (const auto& [id, bias] : p.logit_bias) {
     ids_in_range("logit_bias", id);
@@ -529,12 +536,12 @@ void Sampler::sample(const float* logits, int n_rows, int vocab, std::span<const
   });
 }
 
-void Sampler::logprobs(const float* logits, int n_rows, int vocab, std::span<const int32_t> token_ids,
-                       int top_n, std::span<SampleResult> out) {
+void Sampler::logprobs(const float* logits, int n_rows, int vocab,
+                       std::span<const int32_t> token_ids, int top_n, std::span<SampleResult> out) {
   check_shape(n_rows, vocab, token_ids.size(), out.size());
   if (top_n < 0 || top_n > k_max_logprobs)
-    throw InputError("prompt_logprobs must be in [0, " + std::to_string(k_max_logprobs) + "], got " +
-                     std::to_string(top_n));
+    throw InputError("prompt_logprobs must be in [0, " + std::to_string(k_max_logprobs) +
+                     "], got " + std::to_string(top_n));
   ensure_scratch(scratch, vocab);
   for_each_row(scratch, n_rows, [&](int r, SamplerScratch& s) {
     const float* raw = logits + size_t(r) * vocab;

@@ -81,17 +81,17 @@ struct SampleResult {
 
 // Per-thread work buffers, sized for the largest vocabulary seen.
 struct SamplerScratch {
-  std::vector<float> work;                         // processed logits
-  std::vector<double> weights;                     // exp_ref over the vocabulary
-  std::vector<double> chunk_sums;                  // per 1024-id chunk
-  std::vector<int32_t> candidates;                 // candidate ids, in the draw order
-  std::vector<double> candidate_weights;           // their weights
-  std::vector<std::pair<float, int32_t>> pairs;    // for nth_element on large selections
-  std::vector<int32_t> found;                      // top-p: ids above a weight bound
-  std::vector<uint64_t> keys;                      // top-p: (x desc, id asc) sort keys
-  std::vector<int32_t> counts;                     // output token counts (kept all zero)
-  std::vector<uint32_t> seen;                      // stamp per id for distinct tokens
-  std::vector<int32_t> touched;                    // ids whose count is nonzero
+  std::vector<float> work;                       // processed logits
+  std::vector<double> weights;                   // exp_ref over the vocabulary
+  std::vector<double> chunk_sums;                // per 1024-id chunk
+  std::vector<int32_t> candidates;               // candidate ids, in the draw order
+  std::vector<double> candidate_weights;         // their weights
+  std::vector<std::pair<float, int32_t>> pairs;  // for nth_element on large selections
+  std::vector<int32_t> found;                    // top-p: ids above a weight bound
+  std::vector<uint64_t> keys;                    // top-p: (x desc, id asc) sort keys
+  std::vector<int32_t> counts;                   // output token counts (kept all zero)
+  std::vector<uint32_t> seen;                    // stamp per id for distinct tokens
+  std::vector<int32_t> touched;                  // ids whose count is nonzero
   uint32_t stamp = 0;
   std::exception_ptr error;
   int error_row = -1;

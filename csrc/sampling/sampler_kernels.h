@@ -51,7 +51,7 @@ static_assert(k_lanes % k_width == 0);
 // (relative error < 3e-10, far below the float32 results), times 2^k built from its bits. Plain
 // IEEE float64 operations only, in this order, so NumPy reproduces it exactly.
 constexpr double k_log2e = 1.4426950408889634;
-constexpr double k_shifter = 6755399441055744.0;          // 1.5 * 2^52: rounds to an integer
+constexpr double k_shifter = 6755399441055744.0;         // 1.5 * 2^52: rounds to an integer
 constexpr double k_ln2_hi = 6.93147180369123816490e-01;  // 32 bits: k * hi is exact
 constexpr double k_ln2_lo = 1.90821492927058770002e-10;
 constexpr double k_exp_c[9] = {1.0,         1.0,         1.0 / 2.0,    1.0 / 6.0,    1.0 / 24.0,
@@ -93,7 +93,8 @@ inline bool any_at_least(F64v v, double bound) {
 #if defined(__AVX512F__)
   return _mm512_cmp_pd_mask(reinterpret_cast<__m512d>(v), _mm512_set1_pd(bound), _CMP_GE_OQ) != 0;
 #elif defined(__AVX__)
-  return _mm256_movemask_pd(_mm256_cmp_pd(reinterpret_cast<__m256d>(v), _mm256_set1_pd(bound), _CMP_GE_OQ)) != 0;
+  return _mm256_movemask_pd(
+             _mm256_cmp_pd(reinterpret_cast<__m256d>(v), _mm256_set1_pd(bound), _CMP_GE_OQ)) != 0;
 #else
   for (int j = 0; j < k_width; ++j)
     if (v[j] >= bound) return true;
@@ -110,7 +111,8 @@ inline F64v load_z(const float* x, int i, double m, double inv_t) {
 // Top-p's coarse search: the mass of the weights at or above each of these bounds (the largest
 // weight is 1), summed along with the weights themselves.
 constexpr int k_n_bounds = 6;
-constexpr double k_bounds[k_n_bounds] = {0x1.0p-3, 0x1.0p-6, 0x1.0p-9, 0x1.0p-12, 0x1.0p-16, 0x1.0p-20};
+constexpr double k_bounds[k_n_bounds] = {0x1.0p-3,  0x1.0p-6,  0x1.0p-9,
+                                         0x1.0p-12, 0x1.0p-16, 0x1.0p-20};
 
 // Weights w_i = exp_ref((x_i - m) * inv_t), zeroed below min_p, over the ids [0, n) of one row, and
 // their sum in the documented chunk/lane order (8 / k_width vector accumulators per chunk are
@@ -118,8 +120,8 @@ constexpr double k_bounds[k_n_bounds] = {0x1.0p-3, 0x1.0p-6, 0x1.0p-9, 0x1.0p-12
 // w (optional) receives the weights, chunk_sums each chunk's sum; with with_bounds, mass_above[b]
 // the mass of the weights >= k_bounds[b] (in no documented order: only an estimate).
 template <bool with_bounds>
-inline double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
-                       double* chunk_sums, double* mass_above) {
+inline double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p,
+                              double* w, double* chunk_sums, double* mass_above) {
   double total = 0.0;
   F64v above[k_n_bounds] = {};
   // One group of 8 ids: weights, optional store, the chunk's lanes, the bound masses.
@@ -160,8 +162,8 @@ inline double weights_and_sum(const float* x, int n, double m, double inv_t, dou
   return total;
 }
 
-inline double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p, double* w,
-                       double* chunk_sums) {
+inline double weights_and_sum(const float* x, int n, double m, double inv_t, double min_p,
+                              double* w, double* chunk_sums) {
   return weights_and_sum<false>(x, n, m, inv_t, min_p, w, chunk_sums, nullptr);
 }
 inline float horizontal_max(F32v v) {
@@ -169,8 +171,8 @@ inline float horizontal_max(F32v v) {
   for (int j = 1; j < k_f32_width; ++j) m = v[j] > m ? v[j] : m;
   return m;
 }
-// The largest value and its lowest id, in one pass over 2 * k_width lanes (each lane keeps its first
-// maximum; lanes are combined by (value desc, id asc)). `bad`: some entry was NaN or +inf.
+// The largest value and its lowest id, in one pass over 2 * k_width lanes (each lane keeps its
+// first maximum; lanes are combined by (value desc, id asc)). `bad`: some entry was NaN or +inf.
 struct ArgMax {
   float value = -k_inf;
   int32_t index = -1;

@@ -17,8 +17,8 @@
 // (set_draft) is scheduled as the k + 1 positions [last token, d1..dk] with a logits row at each;
 // k shrinks to fit the token budget and max_model_len, and to 0 when its blocks would not fit
 // without preempting. update() reads the k + 1 sampled tokens as a run: it appends row i's token,
-// checks the stop conditions, and goes on to row i + 1 only while row i's token equals d(i+1). So the
-// tokens appended are exactly those plain decoding would have sampled one step at a time, and
+// checks the stop conditions, and goes on to row i + 1 only while row i's token equals d(i+1). So
+// the tokens appended are exactly those plain decoding would have sampled one step at a time, and
 // num_computed advances only over the positions whose input token was right (the slots written
 // for rejected drafts are overwritten later and never reach the prefix cache).
 #include <cstdint>
@@ -43,7 +43,8 @@ struct SchedulerConfig {
   int32_t max_model_len = 2048;
   SchedulePolicy policy = SchedulePolicy::Fcfs;
   bool enable_prefix_caching = true;
-  double watermark = k_default_watermark;  // fraction of blocks kept free when admitting waiting sequences
+  double watermark =
+      k_default_watermark;  // fraction of blocks kept free when admitting waiting sequences
 };
 
 struct ScheduledSeq {

@@ -20,7 +20,8 @@ void MergeTable::reserve(size_t n) {
   count_ = 0;
   for (const Slot& s : old)
     if (s.key != k_empty)
-      insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu), s.rank, s.merged);
+      insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu), s.rank,
+             s.merged);
 }
 
 void MergeTable::grow() { reserve(std::max<size_t>(16, count_ * 2)); }
@@ -49,7 +50,8 @@ struct Symbol {
 
 struct Candidate {
   int32_t rank, pos, merged;
-  // std heap is a max-heap: the "largest" element must be the lowest rank, then the lowest position.
+  // std heap is a max-heap: the "largest" element must be the lowest rank, then the lowest
+  // position.
   bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
@@ -63,8 +65,10 @@ void bpe_merge(const MergeTable& merges, std::vector<int32_t>& ids, std::vector<
   }
   if (n == 2) {  // the common short case, without a heap
     int32_t rank, merged;
-    if (merges.find(ids[0], ids[1], rank, merged)) out.push_back(merged);
-    else out.insert(out.end(), ids.begin(), ids.end());
+    if (merges.find(ids[0], ids[1], rank, merged))
+      out.push_back(merged);
+    else
+      out.insert(out.end(), ids.begin(), ids.end());
     return;
   }
   thread_local std::vector<Symbol> sym;

@@ -7,7 +7,9 @@
 namespace ossa {
 namespace {
 
-bool spells_itself(int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); }
+bool spells_itself(int b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
 
 struct Alphabet {
   std::array<uint32_t, 256> to_char{};

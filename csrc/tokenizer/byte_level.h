@@ -12,7 +12,8 @@ namespace ossa {
 uint32_t byte_level_char(uint8_t b);
 // Spells raw bytes in the alphabet.
 std::string byte_level_encode(std::string_view raw);
-// Undoes the spelling; false (raw untouched past what was written) if s has a code point outside it.
+// Undoes the spelling; false (raw untouched past what was written) if s has a code point outside
+// it.
 bool byte_level_decode(std::string_view s, std::string& raw);
 
 }  // namespace ossa

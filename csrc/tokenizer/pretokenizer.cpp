@@ -47,7 +47,8 @@ bool is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
 // Case-insensitive letter match as Unicode simple case folding does it for the contraction letters:
 // only 's' has an extra fold (U+017F LATIN SMALL LETTER LONG S).
 bool ci_eq(uint32_t c, char lower) {
-  if (c == static_cast<uint32_t>(lower) || c == static_cast<uint32_t>(lower - 'a' + 'A')) return true;
+  if (c == static_cast<uint32_t>(lower) || c == static_cast<uint32_t>(lower - 'a' + 'A'))
+    return true;
   return lower == 's' && c == 0x17F;
 }
 
@@ -57,7 +58,8 @@ size_t match_contraction(const Decoded& d, size_t i, size_t n, bool ignore_case)
   auto eq = [&](size_t k, char lower) {
     return k < n && (ignore_case ? ci_eq(d.cp[k], lower) : d.cp[k] == static_cast<uint32_t>(lower));
   };
-  // 's|'t|'re|'ve|'m|'ll|'d: the letters after the quote are all distinct, so order does not matter.
+  // 's|'t|'re|'ve|'m|'ll|'d: the letters after the quote are all distinct, so order does not
+  // matter.
   if (eq(i + 1, 's') || eq(i + 1, 't') || eq(i + 1, 'm') || eq(i + 1, 'd')) return 2;
   if ((eq(i + 1, 'r') || eq(i + 1, 'v')) && eq(i + 2, 'e')) return 3;
   if (eq(i + 1, 'l') && eq(i + 2, 'l')) return 3;
@@ -139,18 +141,20 @@ size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
 // [\p{Ll}\p{Lm}\p{Lo}\p{M}] (they share Lm, Lo and marks), and the optional lead [^\r\n\p{L}\p{N}].
 bool is_upper_class(uint8_t f) { return ((f & k_letter) && !(f & k_lower)) || (f & k_mark); }
 bool is_lower_class(uint8_t f) { return ((f & k_letter) && !(f & k_upper)) || (f & k_mark); }
-bool is_lead(const Decoded& d, size_t i) { return !is_crlf(d.cp[i]) && !(d.flags[i] & (k_letter | k_number)); }
+bool is_lead(const Decoded& d, size_t i) {
+  return !is_crlf(d.cp[i]) && !(d.flags[i] & (k_letter | k_number));
+}
 
 // One match of the o200k pattern at i, following the regex's backtracking: each letter branch
-// tries with the optional lead, then without; lead? upper* lower+ gives back upper-class code points
-// (from the right) until a lower-class one follows.
+// tries with the optional lead, then without; lead? upper* lower+ gives back upper-class code
+// points (from the right) until a lower-class one follows.
 size_t match_o200k(const Decoded& d, size_t i, size_t n) {
   auto run = [&](size_t k, bool (*cls)(uint8_t)) {
     while (k < n && cls(d.flags[k])) ++k;
     return k;
   };
   auto suffix = [&](size_t k) { return k < n ? k + match_contraction(d, k, n, true) : k; };
-  const size_t starts[2] = {i + 1, i};  // with the lead, then without
+  const size_t starts[2] = {i + 1, i};                  // with the lead, then without
   for (size_t s = is_lead(d, i) ? 0 : 1; s < 2; ++s) {  // [lead]? upper* lower+ contraction?
     const size_t j = starts[s];
     for (size_t k = run(j, is_upper_class) + 1; k-- > j;)
@@ -158,7 +162,8 @@ size_t match_o200k(const Decoded& d, size_t i, size_t n) {
   }
   for (size_t s = is_lead(d, i) ? 0 : 1; s < 2; ++s) {  // [lead]? upper+ lower* contraction?
     const size_t j = starts[s];
-    if (j < n && is_upper_class(d.flags[j])) return suffix(run(run(j, is_upper_class), is_lower_class)) - i;
+    if (j < n && is_upper_class(d.flags[j]))
+      return suffix(run(run(j, is_upper_class), is_lower_class)) - i;
   }
   const uint8_t f = d.flags[i];
   if (f & k_number) {  // \p{N}{1,3}
@@ -200,10 +205,14 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
 
 const char* split_pattern_regex(SplitPattern pattern) {
   switch (pattern) {
-    case SplitPattern::GPT2: return k_gpt2_regex;
-    case SplitPattern::LLAMA3: return k_llama3_regex;
-    case SplitPattern::QWEN2: return k_qwen2_regex;
-    case SplitPattern::O200K: return k_o200k_regex;
+    case SplitPattern::GPT2:
+      return k_gpt2_regex;
+    case SplitPattern::LLAMA3:
+      return k_llama3_regex;
+    case SplitPattern::QWEN2:
+      return k_qwen2_regex;
+    case SplitPattern::O200K:
+      return k_o200k_regex;
   }
   return "";
 }
@@ -257,8 +266,10 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view t
     std::vector<std::string_view>& dst = s + 1 == steps.size() ? out : next;
     if (&dst == &next) next.clear();
     for (std::string_view piece : current) {
-      if (steps[s].kind == PreTokenizerStep::REGEX) split_regex(steps[s].pattern, piece, dst);
-      else split_digits(steps[s].kind == PreTokenizerStep::DIGITS_INDIVIDUAL, piece, dst);
+      if (steps[s].kind == PreTokenizerStep::REGEX)
+        split_regex(steps[s].pattern, piece, dst);
+      else
+        split_digits(steps[s].kind == PreTokenizerStep::DIGITS_INDIVIDUAL, piece, dst);
     }
     if (&dst == &next) current.swap(next);
   }

@@ -1,7 +1,8 @@
 #pragma once
-// Pre-tokenization: splitting text into the pieces BPE runs on. The split regexes of GPT-2, Llama 3,
-// Qwen2 and o200k (Phi-4-mini) are run by hand-written matchers that follow the regex's alternation order and
-// backtracking exactly (there is no general regex engine); an unknown regex is rejected by name.
+// Pre-tokenization: splitting text into the pieces BPE runs on. The split regexes of GPT-2, Llama
+// 3, Qwen2 and o200k (Phi-4-mini) are run by hand-written matchers that follow the regex's
+// alternation order and backtracking exactly (there is no general regex engine); an unknown regex
+// is rejected by name.
 #include <optional>
 #include <string_view>
 #include <vector>

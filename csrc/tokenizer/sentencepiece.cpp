@@ -7,9 +7,10 @@
 
 namespace ossa {
 
-std::vector<std::pair<std::string, std::string>> derive_merges_from_scores(const std::vector<std::string>& vocab,
-                                                                          const std::vector<float>& scores) {
-  if (scores.size() != vocab.size()) throw ModelError("tokenizer scores and tokens differ in length");
+std::vector<std::pair<std::string, std::string>> derive_merges_from_scores(
+    const std::vector<std::string>& vocab, const std::vector<float>& scores) {
+  if (scores.size() != vocab.size())
+    throw ModelError("tokenizer scores and tokens differ in length");
   // Python dict semantics: a repeated token keeps its first position but its last id and score.
   std::unordered_map<std::string, size_t> id_of;
   std::unordered_map<std::string, float> score_of;
@@ -35,11 +36,13 @@ std::vector<std::pair<std::string, std::string>> derive_merges_from_scores(const
     for (unsigned char c : t) total_cps += (c & 0xC0) != 0x80;
     for (size_t i = 1; i < t.size(); ++i) {
       if ((static_cast<unsigned char>(t[i - 1]) & 0xC0) != 0x80) ++cps_before;
-      if ((static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) continue;  // split only between code points
+      if ((static_cast<unsigned char>(t[i]) & 0xC0) == 0x80)
+        continue;  // split only between code points
       auto l = id_of.find(t.substr(0, i));
       auto r = id_of.find(t.substr(i));
       if (l == id_of.end() || r == id_of.end()) continue;
-      local.push_back(Merge{l->second, r->second, score_of[t], cps_before, total_cps - cps_before, 0, l->first, r->first});
+      local.push_back(Merge{l->second, r->second, score_of[t], cps_before, total_cps - cps_before,
+                            0, l->first, r->first});
     }
     std::stable_sort(local.begin(), local.end(), [](const Merge& a, const Merge& b) {
       return a.left_id != b.left_id ? a.left_id < b.left_id : a.right_id < b.right_id;

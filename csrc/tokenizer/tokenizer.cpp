@@ -24,7 +24,10 @@ int parse_byte_token(std::string_view s) {
   int v = 0;
   for (int i = 3; i < 5; ++i) {
     char c = s[i];
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                   : -1;
     if (d < 0) return -1;
     v = v * 16 + d;
   }
@@ -169,7 +172,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   // Merges, by rank.
   auto id_of = [&](const std::string& s, const char* what) {
     auto it = model_spelled.find(s);
-    if (it == model_spelled.end()) throw ModelError(std::string("BPE merge ") + what + " '" + s + "' is not in the vocabulary");
+    if (it == model_spelled.end())
+      throw ModelError(std::string("BPE merge ") + what + " '" + s + "' is not in the vocabulary");
     return it->second;
   };
   std::vector<std::pair<std::string, std::string>> derived;
@@ -181,7 +185,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   merges_.reserve(merge_list->size());
   for (size_t r = 0; r < merge_list->size(); ++r) {
     const auto& [a, b] = (*merge_list)[r];
-    merges_.insert(id_of(a, "part"), id_of(b, "part"), static_cast<int32_t>(r), id_of(a + b, "result"));
+    merges_.insert(id_of(a, "part"), id_of(b, "part"), static_cast<int32_t>(r),
+                   id_of(a + b, "result"));
   }
 
   for (int b = 0; b < 256; ++b) {
@@ -204,11 +209,13 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     const auto& t = added_by_index_[i];
     if (t.special) is_special_[t.id] = 1;
     if (t.normalized && spec_.prefix == TokenizerSpec::Prefix::PREPEND)
-      throw ModelError("added token '" + t.content + "' is normalized=true with a Prepend normalizer: unsupported");
+      throw ModelError("added token '" + t.content +
+                       "' is normalized=true with a Prepend normalizer: unsupported");
     (t.normalized ? *trie_normalized_ : *trie_raw_).add(t.content, static_cast<int32_t>(i));
   }
   auto check_id = [&](int32_t id, const char* what) {
-    if (id < -1 || id >= static_cast<int32_t>(n)) throw ModelError(std::string(what) + " id " + std::to_string(id) + " is out of range");
+    if (id < -1 || id >= static_cast<int32_t>(n))
+      throw ModelError(std::string(what) + " id " + std::to_string(id) + " is out of range");
   };
   check_id(spec_.bos_id, "bos");
   check_id(spec_.eos_id, "eos");
@@ -241,7 +248,8 @@ bool Tokenizer::is_eos(int32_t id) const {
   return std::find(spec_.eos_ids.begin(), spec_.eos_ids.end(), id) != spec_.eos_ids.end();
 }
 
-void Tokenizer::split_added(std::string_view text, bool normalized_pass, std::vector<AddedMatch>& out) const {
+void Tokenizer::split_added(std::string_view text, bool normalized_pass,
+                            std::vector<AddedMatch>& out) const {
   const Trie& trie = normalized_pass ? *trie_normalized_ : *trie_raw_;
   if (trie.empty()) return;
   size_t start_offset = 0, i = 0;
@@ -289,10 +297,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view utf8, bool add_special_t
   return out;
 }
 
-void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
+void Tokenizer::encode_into(std::string_view text, bool add_special_tokens,
+                            std::vector<int32_t>& out) const {
   size_t valid = utf8_valid_prefix(text);
   if (valid != text.size())
-    throw InputError("text is not valid UTF-8 (first bad byte at offset " + std::to_string(valid) + ")");
+    throw InputError("text is not valid UTF-8 (first bad byte at offset " + std::to_string(valid) +
+                     ")");
   if (add_special_tokens) out.insert(out.end(), spec_.prefix_ids.begin(), spec_.prefix_ids.end());
   std::vector<AddedMatch> raw, normalized;
   split_added(text, false, raw);
@@ -324,7 +334,8 @@ void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std:
   if (add_special_tokens) out.insert(out.end(), spec_.suffix_ids.begin(), spec_.suffix_ids.end());
 }
 
-void Tokenizer::encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& out) const {
+void Tokenizer::encode_segment(std::string_view segment, bool at_text_start,
+                               std::vector<int32_t>& out) const {
   thread_local std::vector<std::string_view> pieces;
   if (spec_.model == TokenizerSpec::Model::BYTE_LEVEL_BPE) {
     std::string prefixed;
@@ -342,13 +353,16 @@ void Tokenizer::encode_segment(std::string_view segment, bool at_text_start, std
   std::string normalized;
   normalized.reserve(segment.size() + 8);
   for (char c : segment) {
-    if (c == ' ') normalized.append(k_metaspace);
-    else normalized.push_back(c);
+    if (c == ' ')
+      normalized.append(k_metaspace);
+    else
+      normalized.push_back(c);
   }
   bool starts_with_metaspace = normalized.compare(0, 3, k_metaspace) == 0;
-  bool prepend = spec_.prefix == TokenizerSpec::Prefix::PREPEND ||
-                 (spec_.prefix == TokenizerSpec::Prefix::ALWAYS && !starts_with_metaspace) ||
-                 (spec_.prefix == TokenizerSpec::Prefix::FIRST && !starts_with_metaspace && at_text_start);
+  bool prepend =
+      spec_.prefix == TokenizerSpec::Prefix::PREPEND ||
+      (spec_.prefix == TokenizerSpec::Prefix::ALWAYS && !starts_with_metaspace) ||
+      (spec_.prefix == TokenizerSpec::Prefix::FIRST && !starts_with_metaspace && at_text_start);
   if (prepend) normalized.insert(0, k_metaspace);
   std::string_view text = normalized;
   if (!spec_.metaspace_split) {

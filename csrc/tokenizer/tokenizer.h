@@ -6,8 +6,10 @@
 // the spec is built, naming the component.
 //
 // Encoding:  text -> split out added tokens -> per remaining segment: [metaspace: ' ' -> U+2581,
-//            prefix] -> pre-tokenizer pieces -> BPE per piece (word cache) -> ids (+ prefix/suffix ids)
-// Decoding:  ids -> token bytes (byte-level alphabet undone, U+2581 -> ' ', <0xXX> -> byte) -> UTF-8
+//            prefix] -> pre-tokenizer pieces -> BPE per piece (word cache) -> ids (+ prefix/suffix
+//            ids)
+// Decoding:  ids -> token bytes (byte-level alphabet undone, U+2581 -> ' ', <0xXX> -> byte) ->
+// UTF-8
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,10 +30,10 @@ struct AddedTokenSpec {
 
 struct TokenizerSpec {
   enum class Model { BYTE_LEVEL_BPE, SENTENCEPIECE_BPE };
-  // How a SentencePiece-style model puts U+2581 before a segment (spaces become U+2581 in all cases):
-  // FIRST/ALWAYS are Metaspace's prepend_scheme (only if the segment does not already start with
-  // U+2581; FIRST only for the segment at the start of the text), PREPEND is the Prepend normalizer
-  // (always), NEVER adds nothing.
+  // How a SentencePiece-style model puts U+2581 before a segment (spaces become U+2581 in all
+  // cases): FIRST/ALWAYS are Metaspace's prepend_scheme (only if the segment does not already start
+  // with U+2581; FIRST only for the segment at the start of the text), PREPEND is the Prepend
+  // normalizer (always), NEVER adds nothing.
   enum class Prefix { NEVER, FIRST, ALWAYS, PREPEND };
 
   Model model = Model::BYTE_LEVEL_BPE;
@@ -47,8 +49,8 @@ struct TokenizerSpec {
   bool metaspace_split = false;   // split before every U+2581
 
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
-  // The NFC normalizer (tokenizer/normalize.h): applied to the text between raw added tokens, before
-  // normalized added tokens are split out and before the pre-tokenizer.
+  // The NFC normalizer (tokenizer/normalize.h): applied to the text between raw added tokens,
+  // before normalized added tokens are split out and before the pre-tokenizer.
   bool nfc = false;
   int32_t unk_id = -1;
 
@@ -103,7 +105,8 @@ class Tokenizer {
   };
   struct Trie;
   void split_added(std::string_view text, bool normalized_pass, std::vector<AddedMatch>& out) const;
-  void encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& out) const;
+  void encode_segment(std::string_view segment, bool at_text_start,
+                      std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void bpe_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -111,8 +114,8 @@ class Tokenizer {
   uint64_t instance_id_ = 0;  // keys the per-thread word cache
   std::vector<std::string> token_bytes_;
   std::vector<uint8_t> is_special_, is_byte_token_;
-  StringIdMap vocab_;      // BPE key space: raw bytes (byte-level) or U+2581 pieces
-  StringIdMap spelled_;    // token as spelled -> id (model vocab and added tokens)
+  StringIdMap vocab_;    // BPE key space: raw bytes (byte-level) or U+2581 pieces
+  StringIdMap spelled_;  // token as spelled -> id (model vocab and added tokens)
   MergeTable merges_;
   int32_t byte_ids_[256];  // byte-level: id of each byte; SentencePiece: id of <0xXX> or -1
   std::shared_ptr<Trie> trie_raw_, trie_normalized_;

@@ -1,14 +1,14 @@
 // Tokenizer::from_gguf: a TokenizerSpec from tokenizer.ggml.* metadata. The rules follow
-// transformers' GGUF tokenizer conversion (integrations/gguf/gguf_tokenizer_mapping.py), which is the
-// oracle the tests compare against:
+// transformers' GGUF tokenizer conversion (integrations/gguf/gguf_tokenizer_mapping.py), which is
+// the oracle the tests compare against:
 //  - tokenizer.ggml.model "gpt2": byte-level BPE. A token spelled outside the byte alphabet is
 //    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre: the Llama 3
 //    family ("llama3", "llama-bpe", ...) and the Qwen2 family ("qwen2", ...) use their split regex;
 //    names with another known regex (tekken, gpt-4o, qwen35, ...) are rejected; anything else
 //    ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
-//    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from scores.
-//    BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
+//    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
+//    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
 //  - token_type 3 (control) tokens become special added tokens (in a byte-level vocabulary only
 //    those spelled in the byte alphabet); type 4 (user-defined) become plain added tokens.
 //  - EOS-like ids (eos_ids): tokenizer.ggml.eos_token_id, tokenizer.ggml.eot_token_id and
@@ -17,28 +17,30 @@
 #include <algorithm>
 #include <set>
 
+#include "formats/gguf.h"
+#include "formats/gguf_split.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
-
-#include "formats/gguf.h"
-#include "formats/gguf_split.h"
 
 namespace ossa {
 
 namespace {
 
 const std::set<std::string>& llama3_pre_names() {
-  static const std::set<std::string> s = {"llama3",  "llama-v3", "llama-bpe",    "falcon3", "falcon-h1", "pixtral",
-                                          "midm-2.0", "lfm2",    "jina-v5-nano", "dbrx",    "smaug-bpe"};
+  static const std::set<std::string> s = {"llama3",       "llama-v3", "llama-bpe", "falcon3",
+                                          "falcon-h1",    "pixtral",  "midm-2.0",  "lfm2",
+                                          "jina-v5-nano", "dbrx",     "smaug-bpe"};
   return s;
 }
 const std::set<std::string>& qwen2_pre_names() {
-  static const std::set<std::string> s = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"};
+  static const std::set<std::string> s = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
+                                          "megrez"};
   return s;
 }
 const std::set<std::string>& unsupported_pre_names() {
-  static const std::set<std::string> s = {"tekken", "qwen35", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"};
+  static const std::set<std::string> s = {"tekken",  "qwen35", "gpt-4o",    "llama4",
+                                          "kanana2", "talkie", "minimax-m2"};
   return s;
 }
 
@@ -50,10 +52,12 @@ bool spelled_in_byte_alphabet(const std::string& s) {
 }  // namespace
 
 std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
-  const GGUFModelFiles files = open_gguf_model(path);  // a split model's metadata is in its first shard
+  const GGUFModelFiles files =
+      open_gguf_model(path);  // a split model's metadata is in its first shard
   const GGUFFile& g = files.metadata();
   std::string model = g.get_string("tokenizer.ggml.model");
-  if (model.empty()) throw ModelError(path + ": no tokenizer in this GGUF (tokenizer.ggml.model is missing)");
+  if (model.empty())
+    throw ModelError(path + ": no tokenizer in this GGUF (tokenizer.ggml.model is missing)");
   std::string arch = g.get_string("general.architecture");
   TokenizerSpec spec;
   std::vector<std::string> tokens = g.get_string_array("tokenizer.ggml.tokens");
@@ -66,33 +70,39 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
   if (byte_level) {
     spec.model = TokenizerSpec::Model::BYTE_LEVEL_BPE;
     std::string pre = g.get_string("tokenizer.ggml.pre");
-    if (unsupported_pre_names().count(pre)) throw ModelError(path + ": unsupported GGUF pre-tokenizer '" + pre + "'");
+    if (unsupported_pre_names().count(pre))
+      throw ModelError(path + ": unsupported GGUF pre-tokenizer '" + pre + "'");
     PreTokenizerStep step;
     step.pattern = llama3_pre_names().count(pre)  ? SplitPattern::LLAMA3
                    : qwen2_pre_names().count(pre) ? SplitPattern::QWEN2
                                                   : SplitPattern::GPT2;
     spec.pre_tokenizer.push_back(step);
     spec.vocab.reserve(tokens.size());
-    for (const auto& t : tokens) spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));
+    for (const auto& t : tokens)
+      spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));
     add_bos = g.get_bool("tokenizer.ggml.add_bos_token", false);
   } else if (model == "llama") {
     if (arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "phi3")
-      throw ModelError(path + ": unsupported GGUF SentencePiece tokenizer for architecture '" + arch + "'");
+      throw ModelError(path + ": unsupported GGUF SentencePiece tokenizer for architecture '" +
+                       arch + "'");
     spec.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
     spec.vocab = tokens;
     spec.byte_fallback = true;
     spec.fuse_unk = true;
-    spec.prefix = g.get_bool("tokenizer.ggml.add_space_prefix", true) ? TokenizerSpec::Prefix::FIRST
-                                                                     : TokenizerSpec::Prefix::NEVER;
+    spec.prefix = g.get_bool("tokenizer.ggml.add_space_prefix", true)
+                      ? TokenizerSpec::Prefix::FIRST
+                      : TokenizerSpec::Prefix::NEVER;
     spec.strip_leading_space = true;
     if (merges.empty()) {
       std::vector<double> scores = g.get_float_array("tokenizer.ggml.scores");
-      if (scores.size() != tokens.size()) throw ModelError(path + ": tokenizer.ggml.scores is missing or has the wrong length");
+      if (scores.size() != tokens.size())
+        throw ModelError(path + ": tokenizer.ggml.scores is missing or has the wrong length");
       spec.scores.assign(scores.begin(), scores.end());
     }
     add_bos = g.get_bool("tokenizer.ggml.add_bos_token", true);
   } else {
-    throw ModelError(path + ": unsupported GGUF tokenizer model '" + model + "' (supported: gpt2, llama)");
+    throw ModelError(path + ": unsupported GGUF tokenizer model '" + model +
+                     "' (supported: gpt2, llama)");
   }
   for (const auto& m : merges) {
     size_t sp = m.find(' ');
@@ -101,19 +111,23 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
   }
   auto id_key = [&](const char* key) {
     int64_t id = g.get_int(key, -1);
-    if (id < -1 || id >= static_cast<int64_t>(tokens.size())) throw ModelError(path + ": " + key + " is out of range");
+    if (id < -1 || id >= static_cast<int64_t>(tokens.size()))
+      throw ModelError(path + ": " + key + " is out of range");
     return static_cast<int32_t>(id);
   };
   spec.bos_id = id_key("tokenizer.ggml.bos_token_id");
   spec.eos_id = id_key("tokenizer.ggml.eos_token_id");
   spec.pad_id = id_key("tokenizer.ggml.padding_token_id");
   if (!byte_level) spec.unk_id = id_key("tokenizer.ggml.unknown_token_id");
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
     int32_t id = id_key(key);
-    if (id >= 0 && std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) == spec.eos_ids.end()) spec.eos_ids.push_back(id);
+    if (id >= 0 && std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) == spec.eos_ids.end())
+      spec.eos_ids.push_back(id);
   }
   if (add_bos && spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
-  if (g.get_bool("tokenizer.ggml.add_eos_token", false) && spec.eos_id >= 0) spec.suffix_ids.push_back(spec.eos_id);
+  if (g.get_bool("tokenizer.ggml.add_eos_token", false) && spec.eos_id >= 0)
+    spec.suffix_ids.push_back(spec.eos_id);
 
   for (size_t id = 0; id < tokens.size() && id < types.size(); ++id) {
     if (types[id] == 3 && (!byte_level || spelled_in_byte_alphabet(tokens[id]))) {

@@ -13,7 +13,8 @@ struct CategoryRange {
 #include "tokenizer/unicode_tables.inc"
 
 // Indices into the generator's CATEGORIES list.
-constexpr uint8_t k_cat_lu = 1, k_cat_ll = 2, k_cat_lt = 3, k_cat_lo = 5, k_cat_mn = 6, k_cat_me = 8, k_cat_nd = 9, k_cat_no = 11;
+constexpr uint8_t k_cat_lu = 1, k_cat_ll = 2, k_cat_lt = 3, k_cat_lo = 5, k_cat_mn = 6,
+                  k_cat_me = 8, k_cat_nd = 9, k_cat_no = 11;
 
 // A flat table (1.1 MB) built once: the pre-tokenizer looks up every code point of the input.
 const std::vector<uint8_t>& flag_table() {
@@ -23,9 +24,12 @@ const std::vector<uint8_t>& flag_table() {
       uint8_t f = 0;
       if (r.category >= k_cat_lu && r.category <= k_cat_lo) f = k_letter;
       if (r.category == k_cat_lu || r.category == k_cat_lt) f |= k_upper;
-      if (r.category == k_cat_ll) f |= k_lower;
-      else if (r.category >= k_cat_mn && r.category <= k_cat_me) f = k_mark;
-      else if (r.category >= k_cat_nd && r.category <= k_cat_no) f = k_number;
+      if (r.category == k_cat_ll)
+        f |= k_lower;
+      else if (r.category >= k_cat_mn && r.category <= k_cat_me)
+        f = k_mark;
+      else if (r.category >= k_cat_nd && r.category <= k_cat_no)
+        f = k_number;
       for (uint32_t cp = r.first; cp <= r.last; ++cp) t[cp] = f;
     }
     for (const auto& r : k_white_space_ranges)
@@ -61,7 +65,8 @@ size_t invalid_subpart_length(const unsigned char* s, size_t n) {
   unsigned char c = s[0];
   int need = 0;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) need = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    need = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     need = 3;
     if (c == 0xE0) lo = 0xA0;
@@ -176,7 +181,10 @@ size_t utf8_lossy_stream(std::string_view s, std::string& out) {
     if (i + sub == n) {
       // Everything left is a prefix of a valid sequence only if it stopped for lack of bytes.
       unsigned char c = p[i];
-      size_t need = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+      size_t need = (c >= 0xC2 && c <= 0xDF)   ? 2
+                    : (c >= 0xE0 && c <= 0xEF) ? 3
+                    : (c >= 0xF0 && c <= 0xF4) ? 4
+                                               : 0;
       if (need > sub) break;
     }
     out.append("\xEF\xBF\xBD");

@@ -1,7 +1,7 @@
 #pragma once
 // Code point classes for the pre-tokenizer (\p{L}, \p{N}, \s) and UTF-8 helpers. The tables are
-// generated from Python's unicodedata by scripts/gen_unicode_tables.py, so the C++ tokenizer and its
-// Python twin classify every code point the same way.
+// generated from Python's unicodedata by scripts/gen_unicode_tables.py, so the C++ tokenizer and
+// its Python twin classify every code point the same way.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,8 +48,8 @@ void utf8_append(std::string& out, uint32_t cp);
 // Length of the longest prefix of s that is valid UTF-8 (no surrogates, no overlongs).
 size_t utf8_valid_prefix(std::string_view s);
 
-// Length of the longest prefix of s that ends on a code point boundary, given s is valid UTF-8 except
-// possibly for an incomplete final sequence.
+// Length of the longest prefix of s that ends on a code point boundary, given s is valid UTF-8
+// except possibly for an incomplete final sequence.
 size_t utf8_complete_prefix(std::string_view s);
 
 // Lossy conversion: each maximal invalid subpart becomes U+FFFD (as Rust's from_utf8_lossy and

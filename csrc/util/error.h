@@ -8,7 +8,8 @@
 
 namespace ossa {
 
-// A model file or folder that cannot be loaded: corrupt, truncated, unsupported. Python: ossa.ModelError.
+// A model file or folder that cannot be loaded: corrupt, truncated, unsupported. Python:
+// ossa.ModelError.
 struct ModelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -20,11 +21,11 @@ struct InputError : std::invalid_argument {
 
 }  // namespace ossa
 
-#define OSSA_ASSERT(cond)                                                              \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "ossa: internal assertion failed: %s at %s:%d\n", #cond,    \
-                   __FILE__, __LINE__);                                                \
-      std::abort();                                                                    \
-    }                                                                                  \
+#define OSSA_ASSERT(cond)                                                                     \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      std::fprintf(stderr, "ossa: internal assertion failed: %s at %s:%d\n", #cond, __FILE__, \
+                   __LINE__);                                                                 \
+      std::abort();                                                                           \
+    }                                                                                         \
   } while (0)

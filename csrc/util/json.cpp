@@ -18,12 +18,18 @@ const JsonValue* JsonValue::get(std::string_view key) const {
 
 const char* json_kind_name(JsonValue::Kind kind) {
   switch (kind) {
-    case JsonValue::Kind::Null: return "null";
-    case JsonValue::Kind::Bool: return "boolean";
-    case JsonValue::Kind::Number: return "number";
-    case JsonValue::Kind::String: return "string";
-    case JsonValue::Kind::Array: return "array";
-    case JsonValue::Kind::Object: return "object";
+    case JsonValue::Kind::Null:
+      return "null";
+    case JsonValue::Kind::Bool:
+      return "boolean";
+    case JsonValue::Kind::Number:
+      return "number";
+    case JsonValue::Kind::String:
+      return "string";
+    case JsonValue::Kind::Array:
+      return "array";
+    case JsonValue::Kind::Object:
+      return "object";
   }
   return "?";
 }
@@ -41,7 +47,8 @@ struct Parser {
   }
 
   void skip_ws() {
-    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\n' || s[pos] == '\r')) ++pos;
+    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\n' || s[pos] == '\r'))
+      ++pos;
   }
 
   char peek() {
@@ -78,10 +85,14 @@ struct Parser {
     for (int i = 0; i < 4; ++i) {
       const char c = s[pos++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else fail("bad hex digit in \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        fail("bad hex digit in \\u escape");
     }
     return v;
   }
@@ -106,14 +117,30 @@ struct Parser {
       if (pos >= s.size()) fail("unterminated escape");
       const char e = s[pos++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xd800 && cp < 0xdc00) {  // high surrogate: a low one must follow
@@ -128,7 +155,8 @@ struct Parser {
           append_utf8(out, cp);
           break;
         }
-        default: fail("bad escape");
+        default:
+          fail("bad escape");
       }
     }
   }

@@ -1,7 +1,7 @@
 #pragma once
-// A small strict JSON parser (RFC 8259) for safetensors headers and config.json. Input is untrusted:
-// nesting depth is bounded, duplicate object keys are rejected, and every error is a ModelError
-// naming the byte offset.
+// A small strict JSON parser (RFC 8259) for safetensors headers and config.json. Input is
+// untrusted: nesting depth is bounded, duplicate object keys are rejected, and every error is a
+// ModelError naming the byte offset.
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -23,19 +23,22 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Zero-filled anonymous memory for large pools (the KV cache), populated when mapped (MAP_POPULATE):
-// a step that first touches its blocks would otherwise take the page faults, and a server's first
-// requests would pay for them; vLLM and llama.cpp also fill their caches at startup. Deliberately not
-// advised for transparent huge pages: with the usual defrag=madvise setting every first touch of a
-// 2 MiB page compacts memory synchronously, which measured slower, and attention did not gain from
-// the larger pages (docs/performance.md).
-// Throws std::bad_alloc if the mapping fails.
+// Zero-filled anonymous memory for large pools (the KV cache), populated when mapped
+// (MAP_POPULATE): a step that first touches its blocks would otherwise take the page faults, and a
+// server's first requests would pay for them; vLLM and llama.cpp also fill their caches at startup.
+// Deliberately not advised for transparent huge pages: with the usual defrag=madvise setting every
+// first touch of a 2 MiB page compacts memory synchronously, which measured slower, and attention
+// did not gain from the larger pages (docs/performance.md). Throws std::bad_alloc if the mapping
+// fails.
 class LargeBuffer {
  public:
   LargeBuffer() = default;
   explicit LargeBuffer(size_t bytes);
   ~LargeBuffer();
-  LargeBuffer(LargeBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; o.size_ = 0; }
+  LargeBuffer(LargeBuffer&& o) noexcept : data_(o.data_), size_(o.size_) {
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
   LargeBuffer& operator=(LargeBuffer&& o) noexcept;
   LargeBuffer(const LargeBuffer&) = delete;
   LargeBuffer& operator=(const LargeBuffer&) = delete;

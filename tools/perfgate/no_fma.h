@@ -1,11 +1,12 @@
-// Force-included (-include) into every translation unit of the gate's build, compiled with -mno-fma.
+// Force-included (-include) into every translation unit of the gate's build, compiled with
+// -mno-fma.
 //
 // Why: valgrind 3.19 emulates each FMA instruction with a software helper, about 1 us per 256-bit
-// vfmadd (measured: 20M of them take 18 s under --tool=none), which would make a 128-token prefill of
-// the default model take half an hour under callgrind. So the gate's build turns every FMA intrinsic
-// into a multiply and an add (the same work, one more instruction each) and -mno-fma stops the
-// compiler from contracting a*b+c on its own. The counts remain a faithful measure of how much work
-// each workload does; the numbers differ from the shipped build only in that split.
+// vfmadd (measured: 20M of them take 18 s under --tool=none), which would make a 128-token prefill
+// of the default model take half an hour under callgrind. So the gate's build turns every FMA
+// intrinsic into a multiply and an add (the same work, one more instruction each) and -mno-fma
+// stops the compiler from contracting a*b+c on its own. The counts remain a faithful measure of how
+// much work each workload does; the numbers differ from the shipped build only in that split.
 #pragma once
 #if defined(__x86_64__) && defined(__cplusplus)
 #include <immintrin.h>

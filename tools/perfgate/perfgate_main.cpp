@@ -5,18 +5,18 @@
 //              bf16_model (not); decode_1b_q4km (gated) takes the perf gate's K-quant model as
 //              <model.gguf>, in a process of its own
 //
-// Setup (loading the model, building inputs, warm-up calls that size scratch buffers) runs outside the
-// measured regions. Each region is bracketed by callgrind client requests: with
-// `valgrind --tool=callgrind --instr-atstart=no` only its instructions are counted, and it ends with a
-// dump named after the workload, so one process can measure several workloads (prefill_128 and
-// decode_1 share the model load and the prefill). Without valgrind the requests are no-ops and the
-// driver is an ordinary program.
+// Setup (loading the model, building inputs, warm-up calls that size scratch buffers) runs outside
+// the measured regions. Each region is bracketed by callgrind client requests: with `valgrind
+// --tool=callgrind --instr-atstart=no` only its instructions are counted, and it ends with a dump
+// named after the workload, so one process can measure several workloads (prefill_128 and decode_1
+// share the model load and the prefill). Without valgrind the requests are no-ops and the driver is
+// an ordinary program.
 //
 // Every input is fixed (a counter-based generator, fixed seeds), and the gate runs the driver with
-// OMP_THREAD_LIMIT=1 and one CPU in its affinity mask (so the forward's own pool has no workers), so
-// each count is a function of the binary alone. The driver prints a checksum of
-// each workload's result, which the gate records next to the count: a workload that silently stopped
-// doing its work would show up there.
+// OMP_THREAD_LIMIT=1 and one CPU in its affinity mask (so the forward's own pool has no workers),
+// so each count is a function of the binary alone. The driver prints a checksum of each workload's
+// result, which the gate records next to the count: a workload that silently stopped doing its work
+// would show up there.
 #include <omp.h>
 
 #include <algorithm>
@@ -77,19 +77,52 @@ void measured_region(const char* name, const std::function<void()>& work) {
 // breaks and some non-ASCII words, so the pretokenizer and BPE see a realistic mix (and the word
 // cache sees repeats, as it would on real text).
 std::string make_text(size_t n_bytes) {
-  static const char* const words[] = {
-      "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be",
-      "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have",
-      "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there",
-      "been", "if", "more", "when", "will", "would", "who", "so", "no", "inference", "engine",
-      "scheduler", "tokenizer", "attention", "probability", "continuous", "batching", "kernel",
-      "instruction", "regression", "Python", "C++", "CMake", "naïve", "café", "résumé", "Zürich",
-      "東京", "данные", "λόγος", "🙂", "don't", "it's", "we'll", "I'm", "they've", "x86-64",
-      "2024", "3.14159", "1,000,000", "e-mail", "https://example.com/path?q=1", "snake_case",
-      "CamelCase", "    indented", "\ttabbed"};
+  static const char* const words[] = {"the",          "of",
+                                      "and",          "to",
+                                      "in",           "a",
+                                      "is",           "that",
+                                      "for",          "it",
+                                      "as",           "was",
+                                      "with",         "be",
+                                      "by",           "on",
+                                      "not",          "he",
+                                      "this",         "are",
+                                      "or",           "his",
+                                      "from",         "at",
+                                      "which",        "but",
+                                      "have",         "an",
+                                      "had",          "they",
+                                      "you",          "were",
+                                      "their",        "one",
+                                      "all",          "we",
+                                      "can",          "her",
+                                      "has",          "there",
+                                      "been",         "if",
+                                      "more",         "when",
+                                      "will",         "would",
+                                      "who",          "so",
+                                      "no",           "inference",
+                                      "engine",       "scheduler",
+                                      "tokenizer",    "attention",
+                                      "probability",  "continuous",
+                                      "batching",     "kernel",
+                                      "instruction",  "regression",
+                                      "Python",       "C++",
+                                      "CMake",        "naïve",
+                                      "café",         "résumé",
+                                      "Zürich",       "東京",
+                                      "данные",       "λόγος",
+                                      "🙂",           "don't",
+                                      "it's",         "we'll",
+                                      "I'm",          "they've",
+                                      "x86-64",       "2024",
+                                      "3.14159",      "1,000,000",
+                                      "e-mail",       "https://example.com/path?q=1",
+                                      "snake_case",   "CamelCase",
+                                      "    indented", "\ttabbed"};
   constexpr size_t n_words = sizeof(words) / sizeof(words[0]);
-  static const char* const punct[] = {" ", " ", " ", " ", " ", " ", ", ", ". ", "; ", ": ", "! ",
-                                      "? ", " (", ") ", " \"", "\" ", "\n", "\n\n"};
+  static const char* const punct[] = {" ",  " ",  " ",  " ",  " ",  " ",   ", ",  ". ", "; ",
+                                      ": ", "! ", "? ", " (", ") ", " \"", "\" ", "\n", "\n\n"};
   constexpr size_t n_punct = sizeof(punct) / sizeof(punct[0]);
   Rng rng{12345};
   std::string text;
@@ -116,7 +149,8 @@ int run_encode(const std::string& model_path, uint64_t& checksum) {
 }
 
 // One sampler step at batch 64 over the default model's vocabulary: every row runs the full chain
-// (repetition penalty over a 64-token prompt and 32 outputs, temperature, top-k, top-p, min-p, draw).
+// (repetition penalty over a 64-token prompt and 32 outputs, temperature, top-k, top-p, min-p,
+// draw).
 int run_sampler(uint64_t& checksum) {
   constexpr int n_rows = 64, vocab = 49152, prompt_len = 64, n_out = 32;
   Rng rng{777};
@@ -132,7 +166,8 @@ int run_sampler(uint64_t& checksum) {
   std::vector<std::vector<int32_t>> prompts(n_rows), outputs(n_rows);
   std::vector<RowInput> rows(n_rows);
   for (int r = 0; r < n_rows; ++r) {
-    for (int i = 0; i < prompt_len; ++i) prompts[r].push_back(static_cast<int32_t>(rng.next() % vocab));
+    for (int i = 0; i < prompt_len; ++i)
+      prompts[r].push_back(static_cast<int32_t>(rng.next() % vocab));
     for (int i = 0; i < n_out; ++i) outputs[r].push_back(static_cast<int32_t>(rng.next() % vocab));
     rows[r].params = &params;
     rows[r].prompt_token_ids = prompts[r];
@@ -183,7 +218,8 @@ int run_scheduler(uint64_t& checksum) {
     step();
     n_tokens = static_cast<int>(sampled.size());
   });
-  checksum = static_cast<uint64_t>(n_tokens) * 1000003u + static_cast<uint64_t>(sched.stats().num_running);
+  checksum =
+      static_cast<uint64_t>(n_tokens) * 1000003u + static_cast<uint64_t>(sched.stats().num_running);
   return n_tokens;
 }
 
@@ -205,7 +241,8 @@ int run_engine_step(const std::string& model_path, uint64_t& checksum) {
   Engine engine(model, tok, config);
   for (int r = 0; r < n_requests; ++r) {
     std::vector<int32_t> prompt;
-    for (int j = 0; j < prompt_len; ++j) prompt.push_back(static_cast<int32_t>((r * 7919 + j * 31 + 13) % vocab));
+    for (int j = 0; j < prompt_len; ++j)
+      prompt.push_back(static_cast<int32_t>((r * 7919 + j * 31 + 13) % vocab));
     GenerationParams params;
     params.max_tokens = 32;
     params.sampling.temperature = 0.8;
@@ -248,18 +285,20 @@ Batch make_batch(const std::vector<int32_t>& tokens, int start, int context, int
   return b;
 }
 
-// prefill_128: the first forward of a fresh runner over a 128-token prompt; decode_1: the next token
-// (context 129). Either or both; the prefill runs (unmeasured) when only decode_1 is asked for.
-// bf16: the same two steps on the model loaded with dtype "bfloat16" (workload bf16_model: not
+// prefill_128: the first forward of a fresh runner over a 128-token prompt; decode_1: the next
+// token (context 129). Either or both; the prefill runs (unmeasured) when only decode_1 is asked
+// for. bf16: the same two steps on the model loaded with dtype "bfloat16" (workload bf16_model: not
 // gated, for the sanitizer run; its lines report the two argmaxes).
-void run_model(const std::string& model_path, bool prefill, bool decode, std::vector<std::string>& lines,
-               bool bf16 = false) {
+void run_model(const std::string& model_path, bool prefill, bool decode,
+               std::vector<std::string>& lines, bool bf16 = false) {
   constexpr int prompt_len = 128, block_size = 16;
-  std::shared_ptr<Model> model = load_model(model_path, LoadOptions{.dtype = bf16 ? "bfloat16" : "auto"});
+  std::shared_ptr<Model> model =
+      load_model(model_path, LoadOptions{.dtype = bf16 ? "bfloat16" : "auto"});
   const int vocab = model->config.n_vocab;
   ModelRunner runner(model, 16, block_size, prompt_len);
   std::vector<int32_t> prompt;
-  for (int i = 0; i < prompt_len; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
+  for (int i = 0; i < prompt_len; ++i)
+    prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
   std::vector<float> logits(static_cast<size_t>(vocab));
   auto argmax = [&] {
     int best = 0;
@@ -272,7 +311,8 @@ void run_model(const std::string& model_path, bool prefill, bool decode, std::ve
     runner.forward(first, logits.data());
     const int a = argmax();
     runner.forward(make_batch({42}, prompt_len, prompt_len + 1, block_size), logits.data());
-    lines.push_back("workload=bf16_model result=" + std::to_string(a) + "," + std::to_string(argmax()));
+    lines.push_back("workload=bf16_model result=" + std::to_string(a) + "," +
+                    std::to_string(argmax()));
     return;
   }
   if (prefill) {
@@ -297,7 +337,8 @@ void run_kquant_decode(const std::string& model_path, std::vector<std::string>& 
   const int vocab = model->config.n_vocab;
   ModelRunner runner(model, 2, block_size, prompt_len);
   std::vector<int32_t> prompt;
-  for (int i = 0; i < prompt_len; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
+  for (int i = 0; i < prompt_len; ++i)
+    prompt.push_back(static_cast<int32_t>((i * 7919 + 13) % vocab));
   std::vector<float> logits(static_cast<size_t>(vocab));
   runner.forward(make_batch(prompt, 0, prompt_len, block_size), logits.data());
   const Batch step = make_batch({42}, prompt_len, prompt_len + 1, block_size);
@@ -311,9 +352,9 @@ void run_kquant_decode(const std::string& model_path, std::vector<std::string>& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> known = {"encode_1mb",      "sampler_b64", "scheduler_256",
-                                          "prefill_128",     "decode_1",    "engine_step_b16",
-                                          "bf16_model",      "decode_1b_q4km"};
+  const std::vector<std::string> known = {"encode_1mb",  "sampler_b64",   "scheduler_256",
+                                          "prefill_128", "decode_1",      "engine_step_b16",
+                                          "bf16_model",  "decode_1b_q4km"};
   if (argc < 3) {
     std::fprintf(stderr, "usage: ossa_perfgate <model.gguf> <workload>...\nworkloads:");
     for (const std::string& w : known) std::fprintf(stderr, " %s", w.c_str());
@@ -328,11 +369,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto wants = [&](const char* w) { return std::find(workloads.begin(), workloads.end(), w) != workloads.end(); };
+  auto wants = [&](const char* w) {
+    return std::find(workloads.begin(), workloads.end(), w) != workloads.end();
+  };
   omp_set_num_threads(1);
   // The gate requires thread_limit=1 and num_procs=1 (the forward's pool is sized by num_procs).
-  std::printf("thread_limit=%d num_procs=%d client_requests=%d\n", omp_get_thread_limit(), omp_get_num_procs(),
-              k_client_requests);
+  std::printf("thread_limit=%d num_procs=%d client_requests=%d\n", omp_get_thread_limit(),
+              omp_get_num_procs(), k_client_requests);
   std::vector<std::string> lines;
   try {
     for (const std::string& w : workloads) {
@@ -352,7 +395,8 @@ int main(int argc, char** argv) {
       lines.push_back("workload=" + w + " result=" + std::to_string(result) +
                       " checksum=" + std::to_string(checksum));
     }
-    if (wants("prefill_128") || wants("decode_1")) run_model(model_path, wants("prefill_128"), wants("decode_1"), lines);
+    if (wants("prefill_128") || wants("decode_1"))
+      run_model(model_path, wants("prefill_128"), wants("decode_1"), lines);
     if (wants("bf16_model")) run_model(model_path, true, true, lines, true);
     if (wants("decode_1b_q4km")) run_kquant_decode(model_path, lines);
   } catch (const std::exception& e) {
