@@ -281,3 +281,18 @@ def test_client_aborts_are_counted(server: ServerThread) -> None:
         deadline_polls -= 1
         threading.Event().wait(0.05)
     assert aborts() == before + 2
+
+
+def test_fields_the_server_cannot_honour_are_400s_not_ignored(server: ServerThread) -> None:
+    base = {"prompt": "1, 2, 3, 4,", "max_tokens": 2, "temperature": 0}
+    err = error_of(post(server, "/v1/completions", {**base, "bad_words": [" 5"]}), 400)
+    assert err["param"] == "bad_words" and "not supported" in err["message"]
+    opts = {"include_usage": True, "continuous_usage_stats": True}
+    err = error_of(post(server, "/v1/completions", {**base, "stream": True, "stream_options": opts}), 400)
+    assert err["param"] == "stream_options" and "continuous_usage_stats" in err["message"]
+    msgs = [{"role": "user", "content": "Hi"}]
+    chat = {"messages": msgs, "max_tokens": 2, "stream": True, "stream_options": opts}
+    assert error_of(post(server, "/v1/chat/completions", chat), 400)["param"] == "stream_options"
+    # the values that ask for nothing are fine
+    ok = {**base, "bad_words": [], "stream": True, "stream_options": {"include_usage": True}}
+    assert post(server, "/v1/completions", ok).status_code == 200

@@ -155,6 +155,10 @@ def output_constraint(
     tool call); a 400 naming the field for a bad one, and for OpenAI fields this server lacks."""
     try:
         reject_unimplemented(req.model_extra)
+        if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+            raise FieldError(
+                "stream_options.continuous_usage_stats is not supported by this server", "stream_options"
+            )
         return requested_constraint(req.response_format, req.model_extra, forced)
     except FieldError as e:
         raise bad_request(str(e), param=e.param) from None
