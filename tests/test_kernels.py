@@ -107,7 +107,7 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-@pytest.mark.skipif(not core.amx_available(), reason="no AMX on this CPU")
+@pytest.mark.skipif(not core.amx_default(), reason="AMX off: not on this CPU, or OSSA_AMX=0")
 def test_q4k_int8_kernels_multiply_the_twins_split() -> None:
     # Q4_K on AMX multiplies the activations' int8 pieces (reference.model.split_int8) exactly, in
     # int32, then scales in f32: within f32 rounding of the product with the twin's split values,
