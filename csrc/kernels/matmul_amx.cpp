@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "formats/dequantize.h"
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -45,14 +46,6 @@ namespace ossa {
 namespace {
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 bool request_amx() {
   unsigned a, b, c, d;

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -172,14 +173,6 @@ inline __m512 load_scales(const uint8_t* p) {
   else
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tiles 0-1: activations (hi, lo) of `rows` rows; then C tiles of `rows` rows; from first_b on: B
 // tiles (16 pairs).

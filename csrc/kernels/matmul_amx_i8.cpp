@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -182,14 +183,6 @@ void amx_i8_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
 
 #if defined(OSSA_HAVE_AMX_I8)
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tile 0: a0 (rows x 32 bytes); 1: [a1, a2] (rows x 64); 2: B of q (8 rows of 64 bytes: K = 32);
 // 3: B of [16 q, q] (16 rows: K = 64); 4, 5: C (rows x 16 int32) of tiles 0 x 2 and 1 x 3.
