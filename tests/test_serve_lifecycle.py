@@ -117,6 +117,11 @@ def test_sigterm_drains_then_ends_every_request_well(serve: Any) -> None:
             results["short"] = httpx.post(s.url + "/v1/completions", json=body, timeout=120).status_code
         except httpx.ConnectError:
             results["short"] = "refused"  # the listener had closed: also a clean answer
+        except httpx.ReadError as e:
+            # Connected into the kernel's backlog just as the listener closed: the kernel resets
+            # it, which clients read as refused. A connection the server accepted is always answered.
+            assert isinstance(e.__cause__ or e.__context__, ConnectionResetError) or "reset" in str(e), e
+            results["short"] = "refused"
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
     threads += [threading.Thread(target=plain, args=(i,)) for i in range(2)]
@@ -145,6 +150,56 @@ def test_sigterm_drains_then_ends_every_request_well(serve: Any) -> None:
     log = s.text()
     assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
     assert "shutdown timeout (1 s) reached" in log
+
+
+def _raw_request(body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(data)}\r\n\r\n"
+    return head.encode() + data
+
+
+def _read_response(c: socket.socket, until_close: bool) -> bytes:
+    c.settimeout(30)
+    buf = b""
+    while True:
+        chunk = c.recv(65536)
+        if not chunk:
+            return buf
+        buf += chunk
+        if not until_close and b"\r\n\r\n" in buf:
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            length = [
+                int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")
+            ]
+            if length and len(rest) >= length[0]:
+                return buf
+
+
+def test_request_sent_as_sigterm_lands_gets_503_not_a_closed_socket(serve: Any) -> None:
+    """A client cannot know the server is leaving: a request sent on an open connection (fresh, or kept
+    alive after an earlier response) just after SIGTERM gets a whole answer (served within the drain,
+    or a JSON 503) and then the connection closes; it is not dropped without a response. The process
+    still exits 0."""
+    s = serve("--shutdown-timeout", "1")
+    body = {"model": MODEL, "prompt": "Hi", "max_tokens": 2, "ignore_eos": True}
+    fresh = socket.create_connection(("127.0.0.1", s.port))
+    kept = socket.create_connection(("127.0.0.1", s.port))
+    kept.sendall(_raw_request(body))
+    assert _read_response(kept, until_close=False).startswith(b"HTTP/1.1 200")
+    time.sleep(0.3)  # both connections accepted and idle
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # the server has begun its drain
+    for c in (fresh, kept):
+        c.sendall(_raw_request(body))
+        answer = _read_response(c, until_close=True)  # the server closes after answering
+        # Served within the drain (it is short), or a JSON 503 if the drain ran out first.
+        assert answer.startswith((b"HTTP/1.1 200", b"HTTP/1.1 503")), answer[:200]
+        assert answer.startswith(b"HTTP/1.1 200") or b"shutting_down" in answer, answer
+        assert b"connection: close" in answer.lower(), answer[:300]
+        c.close()
+    assert s.proc.wait(60) == 0, s.text()
+    assert "Traceback" not in s.text()
 
 
 def slow_sockets(s: Served, n: int) -> list[socket.socket]:

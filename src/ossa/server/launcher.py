@@ -5,7 +5,10 @@
   after ``timeout_keep_alive_s``; past ``limit_concurrency`` connections or requests uvicorn answers
   503. The open-file limit is raised to its hard limit, and "too many open files" from ``accept()`` is
   logged at most once per ``_ACCEPT_LOG_EVERY_S`` with a count, not once per attempt.
-- SIGTERM/SIGINT: stop accepting; /health answers 503; requests in flight get up to
+- SIGTERM/SIGINT: stop accepting; an idle connection stays open for ``_IDLE_GRACE_S`` (capped by the
+  header timeout) so that a request already sent on it is answered (within the drain, else with a
+  JSON 503) rather than met by a closed socket, then closes; /health answers 503; requests in flight
+  get up to
   ``shutdown_timeout_s`` to finish; then the engine stops, which ends each remaining stream with an
   OpenAI-shaped error event and ``data: [DONE]`` and answers each remaining non-streaming request with
   a JSON 503; then uvicorn's own shutdown (the app's lifespan) runs, and the process exits 0.
@@ -31,6 +34,9 @@ DEFAULT_SHUTDOWN_TIMEOUT_S = 10.0
 DEFAULT_LIMIT_CONCURRENCY = 4096
 _ACCEPT_LOG_EVERY_S = 10.0
 _FLUSH_S = 10.0  # after the engine stops, how long the ended requests get to write their last bytes
+# On shutdown, how long an idle connection stays open for a request already on its way: one whose
+# bytes are in flight (or in the socket buffer) when SIGTERM lands is answered, not met by a closed socket.
+_IDLE_GRACE_S = 1.0
 
 
 def raise_open_file_limit(target: int = 65535) -> None:
@@ -76,8 +82,11 @@ def _protocol_class(header_timeout_s: float) -> type:
     except ImportError:
         from uvicorn.protocols.http.h11_impl import H11Protocol as base
 
+    grace_s = min(_IDLE_GRACE_S, header_timeout_s) if header_timeout_s > 0 else _IDLE_GRACE_S
+
     class HeaderTimeoutProtocol(base):  # type: ignore[misc, valid-type]
         _header_timer: asyncio.TimerHandle | None = None
+        _grace_timer: asyncio.TimerHandle | None = None
 
         def _waiting_for_headers(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -102,6 +111,9 @@ def _protocol_class(header_timeout_s: float) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._grace_timer is not None:
+                self._grace_timer.cancel()
+                self._grace_timer = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -111,12 +123,29 @@ def _protocol_class(header_timeout_s: float) -> type:
             super().data_received(data)
             if self.cycle is not cycle:  # the headers are in: a request started
                 self._disarm()
+                if self._shutting_down and self.cycle is not None:
+                    self.cycle.keep_alive = False  # answered, then closed
+
+        _shutting_down = False
+
+        def _close_if_idle(self) -> None:
+            self._grace_timer = None
+            if self._waiting_for_headers() and not self.transport.is_closing():
+                self.transport.close()
 
         def shutdown(self) -> None:
             # The drain asks every connection to shut down, then uvicorn's shutdown asks again.
-            if not self.transport.is_closing():
-                with contextlib.suppress(Exception):  # h11's LocalProtocolError on a closed connection
-                    super().shutdown()
+            if self.transport.is_closing():
+                return
+            self._shutting_down = True
+            if self._waiting_for_headers() and grace_s > 0:
+                # Idle: a request may already be on the wire (the client cannot know we are leaving);
+                # give it a moment to arrive and be answered 503 before the connection closes.
+                if self._grace_timer is None:
+                    self._grace_timer = self.loop.call_later(grace_s, self._close_if_idle)
+                return
+            with contextlib.suppress(Exception):  # h11's LocalProtocolError on a closed connection
+                super().shutdown()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
