@@ -17,8 +17,7 @@ from ossa._native import core
 
 QT = gguf.GGMLQuantizationType
 QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
-# Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path); Q2_K: f32
-# kernels under AMX too.
+# Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path).
 MORE = list(NEW_TYPES)
 FLOATS = ["F32", "F16", "BF16"]
 MODES = ["f32"] + (["amx"] if core.amx_available() else [])
@@ -27,6 +26,7 @@ MODES = ["f32"] + (["amx"] if core.amx_available() else [])
 TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
 AMX_TYPES = {"Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0", "BF16"}
 AMX_TYPES |= {"Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS", "Q3_K"}  # matmul_amx_ext.cpp
+AMX_TYPES |= {"Q2_K"}  # matmul_amx_q2k.cpp (int8 pieces, as Q4_K)
 
 
 @pytest.fixture(params=MODES)

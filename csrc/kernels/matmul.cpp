@@ -125,7 +125,7 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 }
 
 // Which activation layouts the AMX weights of a call read: bf16 tiles (bfloat16 compute), the bf16
-// hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K, matmul_amx_i8.cpp).
+// hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K, Q6_K, Q2_K).
 struct AmxNeeds {
   bool any = false, bf16c = false, split = false, i8 = false;
   void add(const TensorView& w, const MatmulInput& x) {
@@ -133,7 +133,7 @@ struct AmxNeeds {
     any = true;
     if (w.bf16_compute)
       bf16c = true;
-    else if (amx_i8_type(w.type))
+    else if (amx_i8_type(w.type) || amx_q2k_type(w.type))
       i8 = true;
     else
       split = true;
