@@ -124,14 +124,29 @@ inline __m512 load_f16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// The epilogue both kernels run for one activation row and block: c_p = u . a_p (int32).
+// The activations' side of the minimums, f32(S_h) * dsc for each row r in [r_begin, r_end), block
+// b and group h at xs[(r - r_begin) * 2 nb + 2 b + h]: computed once per call (both kernels).
+thread_local AlignedVector<float> t_xs;
+const float* min_sums(const AmxActivations& x, int64_t r_begin, int64_t r_end) {
+  const int64_t nb = x.cols / 32, n = (r_end - r_begin) * 2 * nb;
+  if (t_xs.size() < static_cast<size_t>(n)) t_xs.assign(static_cast<size_t>(n), 0.0f);
+  float* xs = t_xs.data();
+  for (int64_t r = r_begin; r < r_end; ++r)
+    for (int64_t i = 0; i < 2 * nb; ++i)
+      xs[(r - r_begin) * 2 * nb + i] =
+          static_cast<float>(x.i8_isum16[r * 2 * nb + i]) * x.i8_scale[r * nb + i / 2];
+  return xs;
+}
+
+// The epilogue both kernels run for one activation row and block: c_p = u . a_p (int32), xs the
+// block's two min_sums.
 inline __m512 q2k_epilogue(__m512i c0, __m512i c1, __m512i c2, __m512 d, __m512 mn0, __m512 mn1,
-                           float dsc, const int32_t* s16, __m512 acc) {
+                           float dsc, const float* xs, __m512 acc) {
   const __m512i dd =
       _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(c0, 11), _mm512_slli_epi32(c1, 4)), c2);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(d, _mm512_set1_ps(dsc)), acc);
-  acc = _mm512_fmadd_ps(mn0, _mm512_set1_ps(static_cast<float>(s16[0]) * dsc), acc);
-  return _mm512_fmadd_ps(mn1, _mm512_set1_ps(static_cast<float>(s16[1]) * dsc), acc);
+  acc = _mm512_fmadd_ps(mn0, _mm512_set1_ps(xs[0]), acc);
+  return _mm512_fmadd_ps(mn1, _mm512_set1_ps(xs[1]), acc);
 }
 
 inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
@@ -147,8 +162,8 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 
 // ---- VNNI: a few activation rows at a time ---------------------------------------------------
 template <int R>
-void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
-                int64_t o0, int64_t o_end) {
+void vnni_group(const uint8_t* group, const AmxActivations& x, const float* xs, int64_t r0,
+                float* y, int64_t ldy, int64_t o0, int64_t o_end) {
   constexpr int NC = R <= 2 ? 2 : 1;  // accumulator chains per piece (integer sums: any order)
   const int64_t nb = x.cols / 32, n_sb = nb / 8;
   __m512 acc[R];
@@ -182,7 +197,7 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
         if constexpr (NC == 2)
           for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
         acc[rr] = q2k_epilogue(c[0][0], c[1][0], c[2][0], d, mn0, mn1, x.i8_scale[r * nb + b],
-                               x.i8_isum16 + r * 2 * nb + 2 * b, acc[rr]);
+                               xs + rr * 2 * nb + 2 * b, acc[rr]);
       }
     }
   }
@@ -192,18 +207,20 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int64_t n_sb = x.cols / 256;
+  const float* xs_all = min_sums(x, r_begin, r_end);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * n_sb * k_sb_bytes;
     for (int64_t r = r_begin; r < r_end; r += 4) {
       const int64_t n = std::min<int64_t>(4, r_end - r);
+      const float* xs = xs_all + (r - r_begin) * 16 * n_sb;
       if (n == 1)
-        vnni_group<1>(group, x, r, y, ldy, o0, o_end);
+        vnni_group<1>(group, x, xs, r, y, ldy, o0, o_end);
       else if (n == 2)
-        vnni_group<2>(group, x, r, y, ldy, o0, o_end);
+        vnni_group<2>(group, x, xs, r, y, ldy, o0, o_end);
       else if (n == 3)
-        vnni_group<3>(group, x, r, y, ldy, o0, o_end);
+        vnni_group<3>(group, x, xs, r, y, ldy, o0, o_end);
       else
-        vnni_group<4>(group, x, r, y, ldy, o0, o_end);
+        vnni_group<4>(group, x, xs, r, y, ldy, o0, o_end);
     }
   }
 }
@@ -235,6 +252,7 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
   const size_t need = static_cast<size_t>(nb * 512);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
   uint8_t* btiles = t_btiles.data();
+  const float* xs_all = min_sums(x, r_begin, r_end);
   load_tile_config(mr);
   alignas(64) int32_t cbuf[4][3][256];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
@@ -280,13 +298,13 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
         const __m512 mn0 = mins(sb, j, 0, neg_dmin), mn1 = mins(sb, j, 1, neg_dmin);
         const int32_t* c = cbuf[b & 3][0];
         const float* dsc = x.i8_scale + m0 * nb + b;
-        const int32_t* s16 = x.i8_isum16 + m0 * 2 * nb + 2 * b;
+        const float* xs = xs_all + (m0 - r_begin) * 2 * nb + 2 * b;
 #pragma GCC unroll 16
         for (int m = 0; m < 16; ++m) {
           if (m >= rows) break;
           acc[m] = q2k_epilogue(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m),
                                 _mm512_load_si512(c + 512 + 16 * m), d, mn0, mn1, dsc[m * nb],
-                                s16 + m * 2 * nb, acc[m]);
+                                xs + m * 2 * nb, acc[m]);
         }
       };
       // Block b's C tiles are scaled two blocks later, once their stores have landed.
