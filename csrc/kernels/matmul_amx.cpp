@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "formats/dequantize.h"
-#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -38,6 +37,8 @@
 #define OSSA_HAVE_AMX 1
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "kernels/amx_bf16_groups.h"
 #endif
 
 namespace ossa {
@@ -159,18 +160,6 @@ inline void build_b(const uint8_t* blk, uint16_t* out, [[maybe_unused]] __m512i 
   }
 }
 
-// Loaded at the start of every call and released at its end: other code on the same thread (oneDNN
-// inside torch, for one) may configure or release the tiles in between. Tiles first_b..7 are B
-// tiles (always 16 pairs), the others A and C tiles of `rows` rows.
-void load_tile_config(int rows, int first_b) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= first_b ? 16 : rows);
-  }
-  _tile_loadconfig(&c);
-}
-
 // Rows 0..rows-1 of a 16 x 16 f32 result (row m at tile + 16 m) into y[m0 + m][o .. o + 16), the
 // columns at or past o_end dropped.
 inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64_t m0, int64_t o,
@@ -184,127 +173,26 @@ inline void store_rows(const float* tile, int rows, float* y, int64_t ldy, int64
 // Per-thread scratch: the B tiles of the groups a call works on (one per group and block).
 thread_local AlignedVector<uint16_t> t_btiles;
 
-// Groups of 16 weight rows that share each loaded pair of activation tiles (tiles 0-1 hold the
-// activations, 2-4 the C tiles and 5-7 the B tiles of up to three groups).
-constexpr int k_groups = 3;
+// The BF16 kernels below run three groups of 16 weight rows per loaded pair of activation tiles.
+constexpr int k_groups = amx_bf16::k_groups;
 
-template <Packed P, int G>
-void packed_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                   float* y, int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles) {
-  constexpr int64_t bb = packed_block_bytes(P);
-  constexpr bool k_min = packed_has_min(P);
-  constexpr int64_t scale_at = packed_quant_bytes(P), min_at = scale_at + packed_scale_bytes(P);
-  const int64_t nb = x.cols / 32;
-  const uint8_t* groups[G];
-  for (int g = 0; g < G; ++g) groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
-  // Each block's B tiles are built just ahead of their first tile products (during the first row
-  // block), so the vector units build while the tile unit multiplies; later row blocks reuse them.
-  // One row block (decode, small batches) needs only two slots per group.
-  const bool streamed = r_end - r_begin <= 16;
-  auto btile = [&](int g, int64_t b) {
-    return btiles + (streamed ? g * 2 + (b & 1) : g * nb + b) * 512;
-  };
-  const __m512i table = nibble_bf16_table<P>();
-  auto build = [&](int64_t b) {
-    for (int g = 0; g < G; ++g) {
-      // The weights stream once: ask for the data a few blocks ahead.
-      const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + 4) * bb);
-      for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      build_b<P>(groups[g] + b * bb, btile(g, b), table);
-    }
-  };
-  build(0);
-  alignas(64) float acc[G][16][16];
-  alignas(64) float cbuf[4][G][256];
-  for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-    const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
-    for (int g = 0; g < G; ++g)
-      for (int m = 0; m < rows; ++m) _mm512_store_ps(acc[g][m], _mm512_setzero_ps());
-    // Block b's C tiles are scaled two blocks later, once their stores have landed.
-    auto product = [&](int64_t b) {
-      const uint16_t* ab = a + b * 1024;
-      _mm_prefetch(reinterpret_cast<const char*>(ab + 2048), _MM_HINT_T0);
-      _tile_loadd(0, ab, 64);
-      _tile_loadd(1, ab + 512, 64);
-      float* c = cbuf[b & 3][0];
-      _tile_zero(2);
-      _tile_loadd(5, btile(0, b), 64);
-      _tile_dpbf16ps(2, 0, 5);
-      _tile_dpbf16ps(2, 1, 5);
-      _tile_stored(2, c, 64);
-      if constexpr (G > 1) {
-        _tile_zero(3);
-        _tile_loadd(6, btile(1, b), 64);
-        _tile_dpbf16ps(3, 0, 6);
-        _tile_dpbf16ps(3, 1, 6);
-        _tile_stored(3, c + 256, 64);
-      }
-      if constexpr (G > 2) {
-        _tile_zero(4);
-        _tile_loadd(7, btile(2, b), 64);
-        _tile_dpbf16ps(4, 0, 7);
-        _tile_dpbf16ps(4, 1, 7);
-        _tile_stored(4, c + 512, 64);
-      }
-    };
-    auto scale = [&](int64_t b) {
-      const float* sum = x.block_sum + m0 * nb + b;
-      for (int g = 0; g < G; ++g) {
-        const uint8_t* blk = groups[g] + b * bb;
-        const __m512 s = load_scales(blk + scale_at);
-        const float* c = cbuf[b & 3][g];
-        if constexpr (k_min) {
-          const __m512 mn = load_scales(blk + min_at);
-          for (int m = 0; m < rows; ++m) {
-            __m512 v = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m]));
-            v = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), mn, v);
-            _mm512_store_ps(acc[g][m], v);
-          }
-        } else {
-          for (int m = 0; m < rows; ++m)
-            _mm512_store_ps(acc[g][m], _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s,
-                                                       _mm512_load_ps(acc[g][m])));
-        }
-      }
-    };
-    for (int64_t b = 0; b < nb; ++b) {
-      if (m0 == r_begin && b + 1 < nb) build(b + 1);
-      product(b);
-      if (b >= 2) scale(b - 2);
-    }
-    for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g)
-      store_rows(acc[g][0], rows, y, ldy, m0, o0 + 16 * g, o_end);
+// Q4_0 / Q4_1 / Q8_0 as block decoders of the shared tile loop (kernels/amx_bf16_groups.h).
+template <Packed P>
+struct PackedDecoder {
+  static constexpr int64_t block_bytes = packed_block_bytes(P);
+  static constexpr bool has_min = packed_has_min(P);
+  __m512i table = nibble_bf16_table<P>();
+  void build(const uint8_t* blk, uint16_t* out) const { build_b<P>(blk, out, table); }
+  __m512 scales(const uint8_t* blk) const { return load_scales(blk + packed_quant_bytes(P)); }
+  __m512 mins(const uint8_t* blk) const {
+    return load_scales(blk + packed_quant_bytes(P) + packed_scale_bytes(P));
   }
-}
+};
 
 template <Packed P>
 void compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  const size_t need = static_cast<size_t>(k_groups * nb * 512);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  load_tile_config(mr, 5);  // tiles 5-7: B
-  // One row block (decode): a group at a time measures faster; more rows: three groups share
-  // each activation tile load. The results are the same either way.
-  const int64_t groups = r_end - r_begin <= 16 ? 1 : k_groups;
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * groups) {
-    switch (std::min<int64_t>(groups, (o_end - o0 + 15) / 16)) {
-      case 1:
-        packed_groups<P, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
-        break;
-      case 2:
-        packed_groups<P, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
-        break;
-      default:
-        packed_groups<P, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data());
-        break;
-    }
-  }
-  _tile_release();
+  amx_bf16::compute(PackedDecoder<P>{}, w, x, r_begin, r_end, y, ldy, o_begin, o_end, t_btiles);
 }
 
 // ---- Repacked BF16 weights: already tiles
@@ -357,7 +245,7 @@ void compute_bf16(const TensorView& w, const AmxActivations& x, int64_t r_begin,
                   float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  load_tile_config(mr, 5);  // tiles 5-7: B
+  amx_load_tile_config(mr, 5);  // tiles 5-7: B
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * k_groups) {
     switch (std::min<int64_t>(k_groups, (o_end - o0 + 15) / 16)) {
       case 1:
@@ -457,7 +345,7 @@ void compute_bf16c(const TensorView& w, const AmxActivations& x, int64_t r_begin
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  load_tile_config(mr, 6);  // tiles 6-7: B
+  amx_load_tile_config(mr, 6);  // tiles 6-7: B
   const bool stream = r_end - r_begin <= 16;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 32) {
     const uint16_t* wg = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16) * nb * 512;

@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -39,6 +38,7 @@
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
 #define OSSA_HAVE_AMX_EXT 1
+#include "kernels/amx_bf16_groups.h"
 #endif
 
 namespace ossa {
@@ -174,135 +174,27 @@ inline __m512 load_scales(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Tiles 0-1: activations (hi, lo) of `rows` rows; then C tiles of `rows` rows; from first_b on: B
-// tiles (16 pairs).
-void load_tile_config(int rows, int first_b = 5) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= first_b ? 16 : rows);
-  }
-  _tile_loadconfig(&c);
-}
-
 thread_local AlignedVector<uint16_t> t_btiles;
-constexpr int k_groups = 3;
 
-template <bool FiveBit, bool F32, bool Min, int G>
-void ext_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                float* y, int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles,
-                __m512i table) {
-  constexpr Ext e{FiveBit, F32, Min};
-  constexpr int64_t bb = ext_block_bytes(e), scale_at = ext_scale_at(e),
-                    min_at = scale_at + ext_scale_bytes(e);
-  const int64_t nb = x.cols / 32;
-  const uint8_t* groups[G];
-  for (int g = 0; g < G; ++g) groups[g] = w.packed + (o0 / 16 + g) * nb * bb;
-  // One row block (decode, small batches): B tiles built just ahead of their products, two slots
-  // per group; more rows: every block's tiles built during the first row block, reused after.
-  const bool streamed = r_end - r_begin <= 16;
-  auto btile = [&](int g, int64_t b) {
-    return btiles + (streamed ? g * 2 + (b & 1) : g * nb + b) * 512;
-  };
-  auto build = [&](int64_t b) {
-    for (int g = 0; g < G; ++g) {
-      const char* ahead = reinterpret_cast<const char*>(groups[g] + (b + 4) * bb);
-      for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      build_b<FiveBit>(groups[g] + b * bb, btile(g, b), table);
-    }
-  };
-  build(0);
-  alignas(64) float acc[G][16][16];
-  alignas(64) float cbuf[4][G][256];
-  for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-    const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
-    for (int g = 0; g < G; ++g)
-      for (int m = 0; m < rows; ++m) _mm512_store_ps(acc[g][m], _mm512_setzero_ps());
-    auto product = [&](int64_t b) {
-      const uint16_t* ab = a + b * 1024;
-      _tile_loadd(0, ab, 64);
-      _tile_loadd(1, ab + 512, 64);
-      float* c = cbuf[b & 3][0];
-      _tile_zero(2);
-      _tile_loadd(5, btile(0, b), 64);
-      _tile_dpbf16ps(2, 0, 5);
-      _tile_dpbf16ps(2, 1, 5);
-      _tile_stored(2, c, 64);
-      if constexpr (G > 1) {
-        _tile_zero(3);
-        _tile_loadd(6, btile(1, b), 64);
-        _tile_dpbf16ps(3, 0, 6);
-        _tile_dpbf16ps(3, 1, 6);
-        _tile_stored(3, c + 256, 64);
-      }
-      if constexpr (G > 2) {
-        _tile_zero(4);
-        _tile_loadd(7, btile(2, b), 64);
-        _tile_dpbf16ps(4, 0, 7);
-        _tile_dpbf16ps(4, 1, 7);
-        _tile_stored(4, c + 512, 64);
-      }
-    };
-    // Block b's C tiles are scaled two blocks later, once their stores have landed.
-    auto scale = [&](int64_t b) {
-      const float* sum = x.block_sum + m0 * nb + b;
-      for (int g = 0; g < G; ++g) {
-        const uint8_t* blk = groups[g] + b * bb;
-        const __m512 s = load_scales<F32>(blk + scale_at);
-        const float* c = cbuf[b & 3][g];
-        for (int m = 0; m < rows; ++m) {
-          __m512 v = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), s, _mm512_load_ps(acc[g][m]));
-          if constexpr (Min)
-            v = _mm512_fmadd_ps(_mm512_set1_ps(sum[m * nb]), load_scales<F32>(blk + min_at), v);
-          _mm512_store_ps(acc[g][m], v);
-        }
-      }
-    };
-    for (int64_t b = 0; b < nb; ++b) {
-      if (m0 == r_begin && b + 1 < nb) build(b + 1);
-      product(b);
-      if (b >= 2) scale(b - 2);
-    }
-    for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-    for (int g = 0; g < G && o0 + 16 * g < o_end; ++g) {
-      const int64_t o = o0 + 16 * g;
-      const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
-      const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-      for (int m = 0; m < rows; ++m)
-        _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o, keep, _mm512_load_ps(acc[g][m]));
-    }
+// Each type as a block decoder of the shared tile loop (kernels/amx_bf16_groups.h).
+template <bool FiveBit, bool F32, bool Min>
+struct ExtDecoder {
+  static constexpr Ext e{FiveBit, F32, Min};
+  static constexpr int64_t block_bytes = ext_block_bytes(e);
+  static constexpr bool has_min = Min;
+  __m512i table;
+  void build(const uint8_t* blk, uint16_t* out) const { build_b<FiveBit>(blk, out, table); }
+  __m512 scales(const uint8_t* blk) const { return load_scales<F32>(blk + ext_scale_at(e)); }
+  __m512 mins(const uint8_t* blk) const {
+    return load_scales<F32>(blk + ext_scale_at(e) + ext_scale_bytes(e));
   }
-}
+};
 
 template <bool FiveBit, bool F32, bool Min>
 void ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                  float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  const size_t need = static_cast<size_t>(k_groups * nb * 512);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  const __m512i table = value_table(w.type);
-  load_tile_config(mr);
-  const int64_t groups = r_end - r_begin <= 16 ? 1 : k_groups;
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16 * groups) {
-    switch (std::min<int64_t>(groups, (o_end - o0 + 15) / 16)) {
-      case 1:
-        ext_groups<FiveBit, F32, Min, 1>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr,
-                                         t_btiles.data(), table);
-        break;
-      case 2:
-        ext_groups<FiveBit, F32, Min, 2>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr,
-                                         t_btiles.data(), table);
-        break;
-      default:
-        ext_groups<FiveBit, F32, Min, 3>(w, x, r_begin, r_end, y, ldy, o0, o_end, mr,
-                                         t_btiles.data(), table);
-        break;
-    }
-  }
-  _tile_release();
+  const ExtDecoder<FiveBit, F32, Min> dec{value_table(w.type)};
+  amx_bf16::compute(dec, w, x, r_begin, r_end, y, ldy, o_begin, o_end, t_btiles);
 }
 
 // ---- Q3_K: a scale per 16 values ---------------------------------------------------------------
@@ -395,7 +287,7 @@ void q3k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, 
   const size_t need = static_cast<size_t>(2 * nb * 512);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
   const __m512i table = value_table(w.type);
-  load_tile_config(mr, 4);
+  amx_load_tile_config(mr, 4);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16)
     q3k_groups(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data(), table);
   _tile_release();
