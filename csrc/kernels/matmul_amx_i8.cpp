@@ -27,12 +27,15 @@
 // output: a decode row and the same row inside a prefill batch agree (batch invariance), and the
 // matmul may choose either kernel by row count.
 //
-// Repacked layouts (amx_i8_repack_groups), per group of 16 weight rows g and 32 columns b
-// (group-major). Q4_K, 384 bytes: the quants as TDPBSUD's B tile wants them (rows of 4 consecutive
-// k for 16 n), two tile rows per byte: byte [r][4 n + i] = q[n][4 r + i] | q[n][16 + 4 r + i] << 4
-// (r < 4, 256 bytes), then the 16 scales s and the 16 minimums mn as f32. Q6_K, 448 bytes (the
-// file's 420 and the rows' d): the low nibbles of u likewise, their high 2 bits (128 bytes), the
-// int8 scales sc of both sub-blocks and the f16 d of the 16 rows. Rows past the matrix are zero.
+// Repacked layouts (amx_i8_repack_groups), per group of 16 weight rows (group-major), per
+// super-block of 256 columns, at about the file's size (decode streams them: bytes are time).
+// Q4_K, 2,368 bytes (the file's 2,304 and 64 of unpacked scales): per 32-column block b the quants
+// as TDPBSUD's B tile wants them (rows of 4 consecutive k for 16 n), two tile rows per byte: byte
+// [r][4 n + i] = q[n][4 r + i] | q[n][16 + 4 r + i] << 4 (r < 4, 256 bytes); then the 6-bit sc and
+// m of the 8 blocks as bytes [b][n], and the f16 d and dmin of the 16 rows; the kernels form
+// s = d * sc and dmin * m (f32 products, the same in both). Q6_K, 3,392 bytes (the file's 3,360 and
+// 32 of padding): per block the low nibbles of u likewise and their high 2 bits (384 bytes), then
+// the int8 scales [b][h][n] and the f16 d of the rows. Rows past the matrix are zero.
 #include <algorithm>
 #include <cstring>
 
@@ -51,13 +54,19 @@
 namespace ossa {
 
 namespace {
-constexpr int64_t k_block_bytes = 384;  // Q4_K, per 16 rows and 32 columns
-constexpr int64_t k_scale_at = 256, k_min_at = 320;
-// Q6_K, per 16 rows and 32 columns: low nibbles as Q4_K's (256 bytes), the high 2 bits (128), the
-// int8 scales of the two 16-value sub-blocks [h][n] (32) and the rows' f16 d (32).
-constexpr int64_t k6_block_bytes = 448;
-constexpr int64_t k6_high_at = 256, k6_sc_at = 384, k6_d_at = 416;
-int64_t block_bytes(DType t) { return t == DType::Q6_K ? k6_block_bytes : k_block_bytes; }
+// Q4_K, per 16 rows and 256 columns (one super-block of each row): 8 blocks of 256 quant bytes,
+// the 6-bit scales sc [j][n] and minimums m [j][n] (one byte each), then the rows' f16 d and dmin.
+constexpr int64_t k4_sb_bytes = 2368;
+constexpr int64_t k4_sc_at = 2048, k4_m_at = 2176, k4_d_at = 2304, k4_dmin_at = 2336;
+// Q6_K, per 16 rows and 256 columns: 8 blocks of 384 bytes (the low nibbles as Q4_K's, then the
+// high 2 bits: k6_high_at), the int8 scales of the 16-value sub-blocks [j][h][n] (16 per h), the
+// rows' f16 d, and 32 bytes of padding (to a multiple of 64 bytes).
+constexpr int64_t k6_block_bytes = 384, k6_high_at = 256;
+constexpr int64_t k6_sb_bytes = 3392, k6_sc_at = 3072, k6_d_at = 3328, k6_pad_at = 3360;
+// Bytes of one group of 16 weight rows (group g starts at g times this), of one block's quants
+// and of one super-block (the scales follow the 8 blocks).
+int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes; }
+int64_t group_bytes(DType t, int64_t cols) { return cols / 256 * sb_bytes(t); }
 }  // namespace
 
 bool amx_i8_type(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
@@ -67,7 +76,7 @@ size_t amx_i8_repacked_bytes(const TensorView& w) {
   if (w.cols >= 0) return 0;  // Q4_K and Q6_K keep the f32 kernels
 #endif
   if (!amx_i8_type(w.type) || w.cols % 256 != 0) return 0;
-  return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * block_bytes(w.type));
+  return static_cast<size_t>((w.rows + 15) / 16 * group_bytes(w.type, w.cols));
 }
 
 #if defined(__AVX2__)  // (immintrin.h comes with matmul_kernels.h on AVX2 builds)
@@ -87,25 +96,25 @@ inline void put_nibbles(uint8_t* blk, int n, __m128i lo, __m128i hi) {
   for (int r = 0; r < 4; ++r) store4(blk + 64 * r + 4 * n, c, r);
 }
 
-// Q4_K: straight from the file's blocks (s = d * sc and mn = -(dmin * m), as decode_block_scalar
-// computes them).
+// Q4_K: straight from the file's blocks; the kernels form s = d * sc and dmin * m (q4k_scales).
 void repack_q4k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nb = w.cols / 32;
+  const int64_t nsb = w.cols / 256;
   const __m128i low4 = _mm_set1_epi8(0x0F);
   for (int64_t g = g_begin; g < g_end; ++g) {
-    uint8_t* group = out + g * nb * k_block_bytes;
-    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k_block_bytes));
+    uint8_t* group = out + g * nsb * k4_sb_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * k4_sb_bytes));
     for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
       const BlockQ4_K* row = reinterpret_cast<const BlockQ4_K*>(w.row(g * 16 + n));
-      for (int64_t sb = 0; sb < nb / 8; ++sb) {
+      for (int64_t sb = 0; sb < nsb; ++sb) {
         const BlockQ4_K& q = row[sb];
-        const float d = f16_to_f32(q.d), dmin = f16_to_f32(q.dmin);
+        uint8_t* sbp = group + sb * k4_sb_bytes;
+        std::memcpy(sbp + k4_d_at + 2 * n, &q.d, 2);
+        std::memcpy(sbp + k4_dmin_at + 2 * n, &q.dmin, 2);
         for (int j = 0; j < 8; ++j) {
-          uint8_t* blk = group + (sb * 8 + j) * k_block_bytes;
           int sc, m;
           q4_k_scale_min(j, q.scales, sc, m);
-          reinterpret_cast<float*>(blk + k_scale_at)[n] = d * static_cast<float>(sc);
-          reinterpret_cast<float*>(blk + k_min_at)[n] = -(dmin * static_cast<float>(m));
+          sbp[k4_sc_at + 16 * j + n] = static_cast<uint8_t>(sc);
+          sbp[k4_m_at + 16 * j + n] = static_cast<uint8_t>(m);
           const uint8_t* src = q.qs + 32 * (j / 2);
           __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
           __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
@@ -113,7 +122,7 @@ void repack_q4k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_en
             v0 = _mm_srli_epi16(v0, 4);
             v1 = _mm_srli_epi16(v1, 4);
           }
-          put_nibbles(blk, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
+          put_nibbles(sbp + 256 * j, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
         }
       }
     }
@@ -130,14 +139,17 @@ void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_en
   const int64_t nb = w.cols / 32;
   const __m128i low4 = _mm_set1_epi8(0x0F), low2 = _mm_set1_epi8(0x03);
   for (int64_t g = g_begin; g < g_end; ++g) {
-    uint8_t* group = out + g * nb * k6_block_bytes;
-    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k6_block_bytes));
+    uint8_t* group = out + g * (nb / 8) * k6_sb_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb / 8 * k6_sb_bytes));
+    for (int64_t sb = 0; sb < nb / 8; ++sb)
+      std::memset(group + sb * k6_sb_bytes + k6_pad_at, 0, k6_sb_bytes - k6_pad_at);
     for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
       const BlockQ6_K* row = reinterpret_cast<const BlockQ6_K*>(w.row(g * 16 + n));
       for (int64_t sb = 0; sb < nb / 8; ++sb) {
         const BlockQ6_K& q = row[sb];
         for (int j = 0; j < 8; ++j) {
-          uint8_t* blk = group + (sb * 8 + j) * k6_block_bytes;
+          uint8_t* sbp = group + sb * k6_sb_bytes;
+          uint8_t* blk = sbp + j * k6_block_bytes;
           const int half = j / 4, k = j % 4;
           const uint8_t* ql = q.ql + 64 * half + (k % 2) * 32;
           const uint8_t* qh = q.qh + 32 * half;
@@ -159,9 +171,9 @@ void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_en
           const __m128i hh = _mm_or_si128(x, _mm_slli_epi16(y, 4));
           store4(blk + k6_high_at + 4 * n, hh, 0);
           store4(blk + k6_high_at + 64 + 4 * n, hh, 1);
-          blk[k6_sc_at + n] = static_cast<uint8_t>(q.scales[2 * j]);
-          blk[k6_sc_at + 16 + n] = static_cast<uint8_t>(q.scales[2 * j + 1]);
-          std::memcpy(blk + k6_d_at + 2 * n, &q.d, 2);
+          sbp[k6_sc_at + 32 * j + n] = static_cast<uint8_t>(q.scales[2 * j]);
+          sbp[k6_sc_at + 32 * j + 16 + n] = static_cast<uint8_t>(q.scales[2 * j + 1]);
+          if (j == 0) std::memcpy(sbp + k6_d_at + 2 * n, &q.d, 2);
         }
       }
     }
@@ -204,14 +216,43 @@ void load_tile_config(int rows) {
   _tile_loadconfig(&c);
 }
 
-// acc = fma(f32(D), s * d, acc); acc = fma(sum, mn, acc) for one activation row: the epilogue both
-// kernels run, D = 2^11 c0 + c12 from the pieces' int32 sums (c0 = q . a0, c12 = 16 q . a1 + q .
-// a2).
-inline __m512 epilogue(__m512i c0, __m512i c12, __m512 s, __m512 mn, float d, float sum,
+// acc = fma(f32(D), s * d, acc); acc = fnma(sum, dm, acc) for one activation row: the epilogue
+// both kernels run, D = 2^11 c0 + c12 from the pieces' int32 sums (c0 = q . a0, c12 = 16 q . a1 +
+// q . a2), dm = dmin * m.
+inline __m512 epilogue(__m512i c0, __m512i c12, __m512 s, __m512 dm, float d, float sum,
                        __m512 acc) {
   const __m512i dd = _mm512_add_epi32(_mm512_slli_epi32(c0, 11), c12);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc);
-  return _mm512_fmadd_ps(_mm512_set1_ps(sum), mn, acc);
+  return _mm512_fnmadd_ps(_mm512_set1_ps(sum), dm, acc);
+}
+
+// The super-block holding block b of a group, and block b's quants (Q4_K: 256 bytes, Q6_K: 384).
+template <bool Q6>
+inline const uint8_t* super_at(const uint8_t* group, int64_t b) {
+  return group + (b >> 3) * (Q6 ? k6_sb_bytes : k4_sb_bytes);
+}
+template <bool Q6>
+inline const uint8_t* block_at(const uint8_t* group, int64_t b) {
+  return super_at<Q6>(group, b) + (Q6 ? k6_block_bytes : 256) * (b & 7);
+}
+// The 16 rows' f16 d (or dmin) of a super-block, and s = d * sc, dm = dmin * m of its block j.
+inline __m512 q4k_d(const uint8_t* sbp, int64_t at) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sbp + at)));
+}
+inline __m512 q4k_times(const uint8_t* sbp, int64_t at, int64_t j, __m512 d) {
+  const __m128i u = _mm_load_si128(reinterpret_cast<const __m128i*>(sbp + at + 16 * j));
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u)));
+}
+// Prefetch for the stream of a group: the bytes of block b + 16 (two super-blocks ahead), with the
+// scales after its super-block's last block.
+template <bool Q6>
+inline void prefetch_ahead(const uint8_t* group, int64_t b) {
+  constexpr int block_lines = Q6 ? k6_block_bytes / 64 : 4;
+  constexpr int tail_lines =
+      Q6 ? (k6_sb_bytes - 8 * k6_block_bytes) / 64 : (k4_sb_bytes - 2048) / 64;
+  const char* p = reinterpret_cast<const char*>(block_at<Q6>(group, b + 16));
+  const int lines = (b & 7) == 7 ? block_lines + tail_lines : block_lines;
+  for (int l = 0; l < lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
 }
 
 inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
@@ -246,11 +287,11 @@ inline void q6k_unpack(const uint8_t* blk, __m512i* wq) {
     wq[j] = _mm512_ternarylogic_epi32(lo, hs, bits45, 0xF8);  // lo | (hs & 0x30)
   }
 }
-inline __m512 q6k_scales(const uint8_t* blk, int h) {
+inline __m512 q6k_scales(const uint8_t* sbp, int64_t j, int h) {
   const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-      _mm_load_si128(reinterpret_cast<const __m128i*>(blk + k6_sc_at + 16 * h))));
+      _mm_load_si128(reinterpret_cast<const __m128i*>(sbp + k6_sc_at + 32 * j + 16 * h))));
   return _mm512_mul_ps(
-      sc, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(blk + k6_d_at))));
+      sc, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sbp + k6_d_at))));
 }
 
 // The A tiles of 16-row block mb and sub-block b: a0 (16 rows x 32 bytes), then [a1, a2] (16 rows x
@@ -270,37 +311,41 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * k_block_bytes;
-    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k_block_bytes);
-    for (int l = 0; l < k_block_bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-    __m512i wq[8];  // wq[j]: k = 4 j .. 4 j + 3 (j < 4: low nibbles; j >= 4: high ones, k + 16)
-    for (int rr = 0; rr < 4; ++rr) {
-      const __m512i v = _mm512_load_si512(blk + 64 * rr);
-      wq[rr] = _mm512_and_si512(v, low4);
-      wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-    }
-    const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_scale_at));
-    const __m512 mn = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_min_at));
-    for (int j = 0; j < R; ++j) {
-      const int64_t r = r0 + j;
-      const int8_t* at = a_tiles(x, nb, r / 16, b);
-      const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
-                            at + 512 + (r % 16) * 64 + 32};
-      __m512i c[3][NC];
-      for (int p = 0; p < 3; ++p)
-        for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) {
-        for (int p = 0; p < 3; ++p) {
-          int32_t a4;
-          std::memcpy(&a4, a[p] + 4 * (k % 4) + 16 * (k / 4), 4);
-          c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], wq[k], _mm512_set1_epi32(a4));
-        }
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    const uint8_t* sbp = group + sb * k4_sb_bytes;
+    const __m512 d = q4k_d(sbp, k4_d_at), dmin = q4k_d(sbp, k4_dmin_at);
+    for (int64_t b = 8 * sb; b < 8 * sb + 8; ++b) {
+      const uint8_t* blk = block_at<false>(group, b);
+      prefetch_ahead<false>(group, b);
+      __m512i wq[8];  // wq[j]: k = 4 j .. 4 j + 3 (j < 4: low nibbles; j >= 4: high ones, k + 16)
+      for (int rr = 0; rr < 4; ++rr) {
+        const __m512i v = _mm512_load_si512(blk + 64 * rr);
+        wq[rr] = _mm512_and_si512(v, low4);
+        wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       }
-      if constexpr (NC == 2)
-        for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
-      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1][0], 4), c[2][0]);
-      acc[j] = epilogue(c[0][0], c12, s, mn, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
+      const __m512 s = q4k_times(sbp, k4_sc_at, b & 7, d);
+      const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, dmin);
+      for (int j = 0; j < R; ++j) {
+        const int64_t r = r0 + j;
+        const int8_t* at = a_tiles(x, nb, r / 16, b);
+        const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
+                              at + 512 + (r % 16) * 64 + 32};
+        __m512i c[3][NC];
+        for (int p = 0; p < 3; ++p)
+          for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; ++k) {
+          for (int p = 0; p < 3; ++p) {
+            int32_t a4;
+            std::memcpy(&a4, a[p] + 4 * (k % 4) + 16 * (k / 4), 4);
+            c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], wq[k], _mm512_set1_epi32(a4));
+          }
+        }
+        if constexpr (NC == 2)
+          for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
+        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1][0], 4), c[2][0]);
+        acc[j] =
+            epilogue(c[0][0], c12, s, dm, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
+      }
     }
   }
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
@@ -315,12 +360,11 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
   __m512 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * k6_block_bytes;
-    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k6_block_bytes);
-    for (int l = 0; l < k6_block_bytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+    const uint8_t* sbp = super_at<true>(group, b);
+    prefetch_ahead<true>(group, b);
     __m512i wq[8];
-    q6k_unpack(blk, wq);
-    const __m512 s[2] = {q6k_scales(blk, 0), q6k_scales(blk, 1)};
+    q6k_unpack(block_at<true>(group, b), wq);
+    const __m512 s[2] = {q6k_scales(sbp, b & 7, 0), q6k_scales(sbp, b & 7, 1)};
     for (int j = 0; j < R; ++j) {
       const int64_t r = r0 + j;
       const int8_t* at = a_tiles(x, nb, r / 16, b);
@@ -347,9 +391,8 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
 template <bool Q6>
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * nb * (Q6 ? k6_block_bytes : k_block_bytes);
+    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4) {
       const int64_t n = std::min<int64_t>(4, r_end - r);
       if constexpr (Q6) {
@@ -402,7 +445,7 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
   load_tile_config(mr);
   alignas(64) int32_t cbuf[4][2][256];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * nb * k_block_bytes;
+    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
       const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
       __m512 acc[16];
@@ -411,10 +454,8 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
       auto product = [&](int64_t b) {
         uint8_t* bt = btiles + b * 1024;
         if (first) {
-          const uint8_t* ahead = group + (b + 4) * k_block_bytes;
-          for (int l = 0; l < k_block_bytes; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
-          build_b(group + b * k_block_bytes, bt);
+          prefetch_ahead<false>(group, b);
+          build_b(block_at<false>(group, b), bt);
         }
         const int8_t* a = a_tiles(x, nb, m0 / 16, b);
         _tile_loadd(0, a, 32);
@@ -430,9 +471,9 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
         _tile_stored(5, c + 256, 64);
       };
       auto scale = [&](int64_t b) {
-        const uint8_t* blk = group + b * k_block_bytes;
-        const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_scale_at));
-        const __m512 mn = _mm512_load_ps(reinterpret_cast<const float*>(blk + k_min_at));
+        const uint8_t* sbp = super_at<false>(group, b);
+        const __m512 s = q4k_times(sbp, k4_sc_at, b & 7, q4k_d(sbp, k4_d_at));
+        const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, q4k_d(sbp, k4_dmin_at));
         const int32_t* c = cbuf[b & 3][0];
         const float* dsc = x.i8_scale + m0 * nb + b;
         const float* sum = x.i8_sum + m0 * nb + b;
@@ -440,7 +481,7 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
         for (int m = 0; m < 16; ++m) {
           if (m >= rows) break;
           acc[m] = epilogue(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m), s,
-                            mn, dsc[m * nb], sum[m * nb], acc[m]);
+                            dm, dsc[m * nb], sum[m * nb], acc[m]);
         }
       };
       // Block b's C tiles are scaled two blocks later, once their stores have landed.
@@ -484,7 +525,7 @@ void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin,
   load_tile_config_q6k(mr);
   alignas(64) int32_t cbuf[4][2][3][256];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * nb * k6_block_bytes;
+    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
       const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
       __m512 acc[16];
@@ -493,11 +534,9 @@ void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin,
       auto product = [&](int64_t b) {
         uint8_t* bt = btiles + b * 512;
         if (first) {
-          const uint8_t* ahead = group + (b + 4) * k6_block_bytes;
-          for (int l = 0; l < k6_block_bytes; l += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
+          prefetch_ahead<true>(group, b);
           __m512i wq[8];
-          q6k_unpack(group + b * k6_block_bytes, wq);
+          q6k_unpack(block_at<true>(group, b), wq);
           for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
         }
         const int8_t* a = a_tiles(x, nb, m0 / 16, b);
@@ -519,11 +558,11 @@ void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin,
         }
       };
       auto scale = [&](int64_t b) {
-        const uint8_t* blk = group + b * k6_block_bytes;
+        const uint8_t* sbp = super_at<true>(group, b);
         const float* dsc = x.i8_scale + m0 * nb + b;
         const int32_t* sum = x.i8_isum16 + m0 * 2 * nb + 2 * b;
         for (int h = 0; h < 2; ++h) {
-          const __m512 s = q6k_scales(blk, h);
+          const __m512 s = q6k_scales(sbp, b & 7, h);
           const int32_t* c = cbuf[b & 3][h][0];
 #pragma GCC unroll 16
           for (int m = 0; m < 16; ++m) {
