@@ -24,6 +24,7 @@ from ..sampling_params import SamplingParams
 from ..structured import StructuredOutputsParams
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
 from .request_fields import FieldError, reject_unimplemented, requested_constraint
+from .tool_stream import coalesce_tool_deltas
 from .tools import (
     ToolError,
     ToolStream,
@@ -461,7 +462,7 @@ def tool_call_body(
         text, calls = ts.feed(c.text)
         if c.finish_reason:
             more_text, more_calls = ts.finish()
-            text, calls = text + more_text, calls + more_calls
+            text, calls = text + more_text, coalesce_tool_deltas(calls + more_calls)
         delta: dict[str, Any] = {}
         if text:
             delta["content"] = text

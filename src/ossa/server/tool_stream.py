@@ -233,11 +233,13 @@ class ToolStream:
         self._array = False
 
     def feed(self, text: str) -> tuple[str, list[dict[str, Any]]]:
-        return self._step(self._filter.feed(text), final=False)
+        content, deltas = self._step(self._filter.feed(text), final=False)
+        return content, coalesce_tool_deltas(deltas)
 
     def finish(self) -> tuple[str, list[dict[str, Any]]]:
         """What is left when the reply ends."""
-        return self._step(self._filter.feed("", final=True), final=True)
+        content, deltas = self._step(self._filter.feed("", final=True), final=True)
+        return content, coalesce_tool_deltas(deltas)
 
     # -- the scanner ------------------------------------------------------------------------------
 
@@ -394,6 +396,26 @@ class ToolStream:
             "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }
+
+
+def coalesce_tool_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per call index, in order, as OpenAI streams them: a call's header and argument
+    pieces that fall in one chunk become one entry (a client that reads each chunk's entries by
+    position, not by index, then still sees every argument)."""
+    out: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        index = d["index"]
+        if index not in out:
+            out[index] = {**d, "function": dict(d.get("function", {}))}
+            continue
+        merged = out[index]
+        for key in ("id", "type"):
+            if key in d:
+                merged.setdefault(key, d[key])
+        function = merged["function"]
+        for key, value in d.get("function", {}).items():
+            function[key] = function.get(key, "") + value if key == "arguments" else function.get(key, value)
+    return list(out.values())
 
 
 def parse_tool_calls(parser: str, text: str, drop: Iterable[str] = ()) -> tuple[str | None, list[ToolCall]]:
