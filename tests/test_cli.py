@@ -97,3 +97,50 @@ def test_bench_throughput_batch_sweep(default_model_path: str) -> None:
     assert len(bars) == 2 and max(b.count("#") for b in bars) == 40
     bad = ossa("bench", "throughput", "--batch-sizes", "1,x")
     assert bad.returncode == 2 and "--batch-sizes" in bad.stderr
+
+
+def test_model_given_the_vllm_way_or_as_a_flag() -> None:
+    """Every command takes the model as vLLM's `serve MODEL` does and as `--model MODEL`; the old
+    forms keep working (`generate PROMPT` alone uses the default model)."""
+    from ossa.cli import _fold_model_args, build_parser
+
+    def parsed(*argv: str) -> tuple[str | None, str | None]:
+        args = build_parser().parse_args(list(argv))
+        _fold_model_args(args)
+        return args.model, getattr(args, "prompt", None)
+
+    assert parsed("generate", "m.gguf", "hi there") == ("m.gguf", "hi there")
+    assert parsed("generate", "--model", "m.gguf", "hi") == ("m.gguf", "hi")
+    assert parsed("generate", "hi", "--model", "m.gguf") == ("m.gguf", "hi")
+    assert parsed("generate", "hi") == (None, "hi")
+    assert parsed("serve", "m.gguf") == parsed("serve", "--model", "m.gguf") == ("m.gguf", None)
+    assert parsed("serve") == (None, None)
+    assert parsed("chat", "m.gguf") == parsed("chat", "--model", "m.gguf") == ("m.gguf", None)
+    assert parsed("serve", "m.gguf", "--model", "m.gguf") == ("m.gguf", None)
+    for argv in (["generate", "a.gguf", "hi", "--model", "b.gguf"], ["serve", "a", "--model", "b"]):
+        with pytest.raises(ValueError, match="given twice"):
+            parsed(*argv)
+    with pytest.raises(ValueError, match="quote"):
+        parsed("generate", "m.gguf", "hello", "world")
+
+
+def test_bench_prints_the_speculative_acceptance(
+    default_model_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ossa bench latency --speculative-config ...` ends with the acceptance rate and mean accepted
+    length of its timed requests (their RequestOutput.metrics added up)."""
+    from ossa.bench import spec_line
+    from ossa.cli import main
+
+    spec = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2, "prompt_lookup_min": 1}'
+    argv = ["bench", "latency", "--model", default_model_path, "--input-len", "8", "--output-len", "48"]
+    argv += ["--num-iters", "1", "--kv-cache-memory-bytes", str(16 << 20), "--speculative-config", spec]
+    assert main(argv) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.lstrip().startswith("speculative:")]
+    assert len(line) == 1 and "acceptance rate" in line[0] and " drafts, " in line[0], (
+        line
+    )  # (greedy: drafts)
+    assert spec_line((0, 0, 0)).endswith("no drafts made")
+    assert spec_line((4, 12, 6)).split(":", 1)[1].strip() == (
+        "acceptance rate 50.0%, mean accepted length 2.50 (4 drafts, 6/12 draft tokens accepted)"
+    )

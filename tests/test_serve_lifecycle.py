@@ -315,7 +315,10 @@ def test_operator_chat_template(serve: Any, tmp_path: Path) -> None:
     template.write_text(
         "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}>>", encoding="utf-8"
     )
-    s = serve("--chat-template", str(template))
+    spec = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2}'
+    s = serve("--chat-template", str(template), "--speculative-config", spec)
+    # The start-up log names the speculative config the engine runs with.
+    assert "speculative decoding: ngram num_speculative_tokens=3, prompt_lookup_min=2, " in s.text()
     msgs = [{"role": "user", "content": "Hello"}]
     ids = httpx.post(s.url + "/tokenize", json={"messages": msgs}).json()["tokens"]
     assert httpx.post(s.url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "[user] Hello\n>>"

@@ -33,6 +33,7 @@ class ThroughputResult:
     output_tokens: int
     elapsed_s: float
     ready_s: float
+    spec: tuple[int, int, int] = (0, 0, 0)  # speculative drafts, draft tokens, accepted tokens
 
     @property
     def requests_per_s(self) -> float:
@@ -56,6 +57,30 @@ class LatencyResult:
     e2e: list[float]
     output_tokens: int
     ready_s: float
+    spec: tuple[int, int, int] = (0, 0, 0)  # speculative drafts, draft tokens, accepted tokens
+
+
+def _spec_totals(outs: Any) -> tuple[int, int, int]:
+    """Speculative drafts, draft tokens and accepted tokens over the requests' metrics."""
+    totals = [0, 0, 0]
+    for o in outs:
+        m = o.metrics
+        if m is not None:
+            totals[0] += m.spec_num_drafts
+            totals[1] += m.spec_num_draft_tokens
+            totals[2] += m.spec_num_accepted_tokens
+    return totals[0], totals[1], totals[2]
+
+
+def spec_line(spec: tuple[int, int, int]) -> str:
+    """``--speculative-config``'s outcome as vLLM reports it: acceptance rate, mean accepted length."""
+    drafts, drafted, accepted = spec
+    if not drafts:
+        return "  speculative:         no drafts made"
+    return (
+        f"  speculative:         acceptance rate {accepted / max(drafted, 1):.1%}, mean accepted length "
+        f"{1 + accepted / drafts:.2f} ({drafts} drafts, {accepted}/{drafted} draft tokens accepted)"
+    )
 
 
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -113,6 +138,7 @@ def _timed_generate(
         output_tokens=sum(len(c.token_ids) for o in outs for c in o.outputs),
         elapsed_s=elapsed,
         ready_s=ready,
+        spec=_spec_totals(outs),
     )
 
 
@@ -172,12 +198,14 @@ def bench_latency(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> La
     prompts = random_prompts(iters + 1, args.input_len, vocab, getattr(args, "engine_seed", 0))
     sp = SamplingParams(temperature=0.0, max_tokens=args.output_len, ignore_eos=True)
     res = LatencyResult([], [], [], 0, ready)
+    timed = []
     for i, prompt in enumerate(prompts):
         t = time.perf_counter()
         out = llm.generate([prompt], sp, use_tqdm=False)[0]
         e2e = time.perf_counter() - t
         if i == 0:
             continue  # warm-up
+        timed.append(out)
         m = out.metrics
         n = len(out.outputs[0].token_ids)
         res.output_tokens = n
@@ -186,6 +214,7 @@ def bench_latency(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> La
             res.ttft.append(m.first_token_time - m.arrival_time)
             if n > 1:
                 res.tpot.append((m.finished_time - m.first_token_time) / (n - 1))
+    res.spec = _spec_totals(timed)
     return res
 
 
@@ -207,6 +236,7 @@ def run_bench(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> int:
 
         return run_serve_bench(args)
     threads = engine_kwargs.get("num_threads") or os.cpu_count()
+    speculative = engine_kwargs.get("speculative_config") is not None
     backend = engine_kwargs.get("backend", "cpp")
     if args.mode == "throughput" and getattr(args, "batch_sizes", None):
         rows = bench_sweep(args, engine_kwargs)
@@ -227,6 +257,8 @@ def run_bench(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> int:
         print(f"  requests/s:          {r.requests_per_s:10.2f}")
         print(f"  total tokens/s:      {r.total_tokens_per_s:10.1f}")
         print(f"  output tokens/s:     {r.output_tokens_per_s:10.1f}")
+        if speculative:
+            print(spec_line(r.spec))
         return 0
     if args.mode == "latency":
         lat = bench_latency(args, engine_kwargs)
@@ -240,5 +272,7 @@ def run_bench(args: argparse.Namespace, engine_kwargs: dict[str, Any]) -> int:
         print(_stats_line("  end-to-end latency", lat.e2e, 1.0, "s "))
         if lat.tpot:
             print(f"  decode tokens/s:     {1.0 / statistics.fmean(lat.tpot):10.1f}")
+        if speculative:
+            print(spec_line(lat.spec))
         return 0
     raise ValueError(f"unknown bench mode {args.mode!r}; choose throughput, latency or serve")

@@ -25,6 +25,28 @@ def _add_gguf_file_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+MODEL_HELP = "GGUF path, HF folder, Hub id org/name[:QUANT] or short name (default: smollm2-135m)"
+
+
+def _fold_model_args(args: argparse.Namespace) -> None:
+    """The model given as vLLM does (``serve MODEL``) or as a flag (``--model MODEL``), either way on
+    every command: ``generate [MODEL] PROMPT``, ``chat [MODEL]``, ``serve [MODEL]``, all with ``--model``."""
+    given: list[str] = []
+    if args.command == "generate":
+        if len(args.words) > 2:
+            raise ValueError("generate takes [MODEL] PROMPT: quote a prompt of several words")
+        *model, args.prompt = args.words
+        given = model
+    elif args.command == "chat":
+        given = [args.model_positional] if args.model_positional is not None else []
+    elif args.command == "serve":
+        given = [args.model_option] if args.model_option is not None else []
+    for other in given:
+        if args.model is not None and args.model != other:
+            raise ValueError(f"the model is given twice: {other!r} and {args.model!r}")
+        args.model = other
+
+
 def _fold_gguf_file(args: argparse.Namespace) -> None:
     """--gguf-file NAME with model org/name -> model org/name:NAME (ossa.hub resolves both)."""
     name = getattr(args, "gguf_file", None)
@@ -165,12 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="generate text from a prompt, streamed to the terminal")
-    p.add_argument("prompt")
     p.add_argument(
-        "--model",
-        default=None,
-        help="GGUF path, HF folder, Hub id org/name[:QUANT] or short name (default: smollm2-135m)",
+        "words", nargs="+", metavar="[MODEL] PROMPT", help="the prompt, after the model if it is given here"
     )
+    p.add_argument("--model", default=None, help=f"{MODEL_HELP} (or the first argument)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -181,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser("chat", help="interactive multi-turn chat (/reset clears history, Ctrl-D quits)")
-    p.add_argument("--model", default=None)
+    p.add_argument("model_positional", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--model", default=None, help="the same as MODEL")
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -192,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_chat)
 
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
-    p.add_argument("model", nargs="?", default=None)
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("--model", dest="model_option", metavar="MODEL", default=None, help="the same as MODEL")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None)
@@ -248,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _fold_model_args(args)
         _fold_gguf_file(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -244,6 +245,14 @@ def default_served_name(model: str | None, model_path: str) -> str:
     return os.path.basename(str(model_path)).removesuffix(".gguf")
 
 
+def describe_speculative(spec: Any) -> str:
+    """The speculative config an engine runs with, for its start-up log ("off" when none)."""
+    if spec.method == "none":
+        return "off"
+    fields = dataclasses.asdict(spec)
+    return f"{fields.pop('method')} " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
 def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
     """``ossa serve``: loads the model, serves until SIGINT/SIGTERM, then exits 0."""
     from ..async_engine import AsyncEngine
@@ -296,6 +305,7 @@ def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
         args.port,
         engine.max_model_len,
     )
+    logger.info("speculative decoding: %s", describe_speculative(engine.llm.config.speculative))
     server = make_server(
         app,
         args.host,
