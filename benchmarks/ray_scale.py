@@ -127,7 +127,9 @@ def ray_cluster(ray_env: dict[str, str]) -> Iterator[str]:
         os.environ.update(saved)
 
 
-def deploy(model: str, replicas: int, threads: int, prefix_routing: bool = False) -> None:
+def deploy(
+    model: str, replicas: int, threads: int, prefix_routing: bool = False, batching_ms: float | None = None
+) -> None:
     from ray import serve
 
     from ossa.ray.serve import build_app
@@ -139,6 +141,7 @@ def deploy(model: str, replicas: int, threads: int, prefix_routing: bool = False
         num_threads=threads,
         kv_cache_memory_bytes=KV_BYTES,
         prefix_routing=prefix_routing,
+        **({} if batching_ms is None else {"stream_batching_interval_ms": batching_ms}),
     )
     serve.run(app, name="ossa")
 
@@ -224,7 +227,8 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
             flush=True,
         )
 
-    configs = [(1, 2)] + ([(2, 1)] if "b" in parts else [])
+    batchings = [float(b) for b in args.batching_ms.split(",")] if args.batching_ms else [None]
+    configs = [(1, 2, b) for b in batchings] + ([(2, 1, batchings[-1])] if "b" in parts else [])
     for rep in range(args.repeats):
         if "a" in parts:
             with plain_server(model) as (url, cpu):
@@ -232,10 +236,11 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
                     rep, "ossa serve, 2 threads", *measure(url, prompts, args.output_len, args.clients, cpu)
                 )
         with ray_cluster(ray_env) as url:
-            for replicas, threads in configs:
-                deploy(model, replicas, threads)
+            for replicas, threads, batching in configs:
+                deploy(model, replicas, threads, batching_ms=batching)
                 result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
-                record(rep, f"Ray Serve, {replicas} replica(s) x {threads} thread(s)", *result)
+                name = f"Ray Serve, {replicas} replica(s) x {threads} thread(s)"
+                record(rep, name + ("" if len(batchings) == 1 else f", batching {batching:g} ms"), *result)
         if args.direct_ingress:
             # Serve's direct ingress: the replica serves HTTP on its own port, no proxy hop per chunk.
             port = free_port()
@@ -278,6 +283,11 @@ def main() -> None:
     ap.add_argument(
         "--direct-ingress", action="store_true", help="(a) also with Serve's direct ingress (no proxy hop)"
     )
+    ap.add_argument(
+        "--batching-ms",
+        default="",
+        help="(a), (b): Ray Serve with these stream_batching_interval_ms, e.g. 0,50 (default: build_app's)",
+    )
     ap.add_argument("--quick", action="store_true", help="2 requests per client, 128 prompts, 1 repeat")
     args = ap.parse_args()
     if args.quick:
@@ -310,17 +320,17 @@ def main() -> None:
 
     print(f"\n== results (load {load()}) ==")
     if runs:
-        print(f"{f'serving, {args.clients} clients':<40} {'best tok/s':>10} {'median':>8} {'CPU-s/1k':>9}")
+        print(f"{f'serving, {args.clients} clients':<52} {'best tok/s':>10} {'median':>8} {'CPU-s/1k':>9}")
     summary = {}
     for name, values in runs.items():
         tps = [t for t, _ in values]
         summary[name] = (max(tps), statistics.median(tps), statistics.median(c for _, c in values))
-        print(f"{name:<40} {summary[name][0]:>10.1f} {summary[name][1]:>8.1f} {summary[name][2]:>9.2f}")
+        print(f"{name:<52} {summary[name][0]:>10.1f} {summary[name][1]:>8.1f} {summary[name][2]:>9.2f}")
     for name, value in results.items():
         print(f"{name:<48} {value:>10.1%}" if "hit rate" in name else f"{name:<48} {value:>10.1f} tok/s")
     plain = summary.get("ossa serve, 2 threads")
-    one = summary.get("Ray Serve, 1 replica(s) x 2 thread(s)")
-    two = summary.get("Ray Serve, 2 replica(s) x 1 thread(s)")
+    ones = {k: v for k, v in summary.items() if k.startswith("Ray Serve, 1 replica(s) x 2 thread(s)")}
+    two = next((v for k, v in summary.items() if k.startswith("Ray Serve, 2 replica(s)")), None)
     direct = summary.get("Ray Serve 1x2, direct ingress")
     if plain and direct:
         print(
@@ -328,12 +338,14 @@ def main() -> None:
             f"median {direct[1] / plain[1]:.3f}; "
             f"CPU per token {direct[2] / plain[2]:.3f}x"
         )
-    if plain and one:
-        print(
-            f"(a) Ray Serve 1x2 / ossa serve: best {one[0] / plain[0]:.3f} "
-            f"(overhead {1 - one[0] / plain[0]:+.1%}), median {one[1] / plain[1]:.3f}; "
-            f"CPU per token {one[2] / plain[2]:.3f}x"
-        )
+    for name, one in ones.items():
+        if plain:
+            print(
+                f"(a) {name.removeprefix('Ray Serve, 1 replica(s) x 2 thread(s)') or 'Ray Serve 1x2'} / "
+                f"ossa serve: best {one[0] / plain[0]:.3f} (overhead {1 - one[0] / plain[0]:+.1%}), "
+                f"median {one[1] / plain[1]:.3f}; CPU per token {one[2] / plain[2]:.3f}x"
+            )
+    one = list(ones.values())[-1] if ones else None
     if one and two:
         print(f"(b) Ray Serve 2x1 / 1x2: best {two[0] / one[0]:.3f}, median {two[1] / one[1]:.3f}")
     llm = results.get("LLM.generate, 2 threads")

@@ -326,6 +326,60 @@ def test_serve_run_from_the_shell(ray_cluster: Any, serve_url: str) -> None:
         serve.delete("ossa-shell")
 
 
+@pytest.mark.slow
+def test_ossa_serve_ray_from_the_cli(ray_cluster: Any, serve_url: str, solo: Any) -> None:
+    """`ossa serve MODEL --ray` on a running cluster (RAY_ADDRESS): it deploys, answers a chat
+    completion and a stream with the single engine's texts, logs its speculative config, and on SIGINT
+    takes down its application only (the cluster's Serve, which it did not start, keeps running)."""
+    import subprocess
+    import sys
+
+    import openai
+    from ray import serve
+
+    from ossa import SamplingParams
+
+    serve.delete("ossa")  # the command deploys its own "ossa" (and needs the CPUs)
+    cmd = [sys.executable, "-m", "ossa.cli", "serve", solo.model_path, "--ray", "--num-replicas", "1"]
+    cmd += ["--num-threads", "1", "--served-model-name", "cli", "--port", "1"]  # (Serve's port wins)
+    cmd += ["--kv-cache-memory-bytes", str(ENGINE["kv_cache_memory_bytes"]), "--max-model-len", "1024"]
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.address, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("ossa: serving on "):
+                break
+        assert lines and lines[-1].startswith(f"ossa: serving on {serve_url} "), "".join(lines[-30:])
+        log = "".join(lines)
+        assert "speculative_config" not in log and "1 replica(s) x 1 thread(s)" in log, log
+        assert "--host/--port are not applied" in log
+
+        client = openai.OpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        messages = [{"role": "user", "content": "Name a colour."}]
+        want = solo.chat([messages], SamplingParams(max_tokens=12, temperature=0), use_tqdm=False)
+        r = client.chat.completions.create(model="cli", messages=messages, max_tokens=12, temperature=0)
+        assert r.choices[0].message.content == want[0].outputs[0].text
+        greedy = SamplingParams(max_tokens=8, temperature=0)
+        want_text = solo.generate(["1, 2, 3,"], greedy, use_tqdm=False)[0].outputs[0].text
+        stream = client.completions.create(
+            model="cli", prompt="1, 2, 3,", max_tokens=8, temperature=0, stream=True
+        )
+        assert "".join(c.choices[0].text for c in stream) == want_text
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, rest[-3000:]
+        # Its application is gone and Serve's controller still answers (serve.status() raises when
+        # Serve was shut down).
+        assert "ossa" not in serve.status().applications
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     from ossa.cli import main
     from ossa.config import EngineArgs
@@ -362,3 +416,78 @@ def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:
         build_app(num_replicas=2, autoscaling_config={"max_replicas": 2})
     assert main(["serve", "--num-replicas", "2"]) == 2
     assert "need --ray" in capsys.readouterr().err
+
+
+def _batched_run(interval_s: float, app: Any) -> list[dict[str, Any]]:
+    """The ASGI messages BatchedStream(app) sends for one HTTP request."""
+    from ossa.ray.stream_batching import BatchedStream
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(BatchedStream(app, interval_s)({"type": "http"}, receive, send))
+    return sent
+
+
+def _start() -> dict[str, Any]:
+    return {"type": "http.response.start", "status": 200, "headers": []}
+
+
+def test_batched_stream_joins_chunks_and_keeps_bytes() -> None:
+    chunks = [f"data: {i}\n\n".encode() for i in range(10)]
+
+    async def burst(scope: Any, receive: Any, send: Any) -> None:  # every chunk at once
+        await send(_start())
+        for c in chunks:
+            await send({"type": "http.response.body", "body": c, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # Within one (long) interval: the first chunk at once, the others with the last message.
+    sent = _batched_run(3600.0, burst)
+    assert [m["type"] for m in sent] == ["http.response.start"] + ["http.response.body"] * 2
+    assert sent[1] == {"type": "http.response.body", "body": chunks[0], "more_body": True}
+    assert sent[2] == {"type": "http.response.body", "body": b"".join(chunks[1:]), "more_body": False}
+    # Interval 0 passes every message through as it is.
+    assert len(_batched_run(0.0, burst)) == 12
+    # Not streamed: untouched.
+    whole = {"type": "http.response.body", "body": b"{}", "more_body": False}
+
+    async def plain(scope: Any, receive: Any, send: Any) -> None:
+        await send(_start())
+        await send(whole)
+
+    assert _batched_run(3600.0, plain)[1] == whole
+
+
+def test_batched_stream_flushes_held_chunks_after_the_interval() -> None:
+    """A chunk held back goes out when its interval ends, without waiting for the next one (the app
+    here waits until it has been sent; a stream that stalled would hang, not pass)."""
+    got: list[bytes] = []
+    flushed = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(_start())
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"b", "more_body": True})
+        await send({"type": "http.response.body", "body": b"c", "more_body": True})
+        await asyncio.wait_for(flushed.wait(), 60)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    from ossa.ray.stream_batching import BatchedStream
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            got.append(message["body"])
+            if b"".join(got) == b"abc":
+                flushed.set()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    asyncio.run(BatchedStream(app, 0.05)({"type": "http"}, receive, send))
+    assert got[0] == b"a" and got[-1] == b"" and b"".join(got) == b"abc"  # (b"bc" held, unless slow)

@@ -32,6 +32,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from starlette.responses import Response  # noqa: E402
 
 from ..config import SERVER_LIMITS, EngineArgs  # noqa: E402
 from ..server.app import DEFAULT_MAX_BODY_BYTES  # noqa: E402
+from .stream_batching import DEFAULT_INTERVAL_MS, BatchedStream  # noqa: E402
 
 logger = logging.getLogger("ossa.ray.serve")
 
@@ -90,6 +92,9 @@ class ServeArgs(BaseModel):
     allow_credentials: bool = False
     graceful_shutdown_timeout_s: float = Field(default=60.0, gt=0)
     health_check_period_s: float = Field(default=10.0, gt=0)
+    # A streamed response's chunks within this many ms of the last one sent go to Serve's proxy as one
+    # message (ossa.ray.stream_batching; 0: one message per chunk, i.e. per token).
+    stream_batching_interval_ms: float = Field(default=DEFAULT_INTERVAL_MS, ge=0)
     # The engine options (``_ENGINE_FIELDS``, given flat: ``max_num_seqs=8``), gathered here; those
     # left unset take a server's defaults (AsyncEngine.from_model).
     engine: EngineArgs = Field(default_factory=EngineArgs)
@@ -204,6 +209,9 @@ class OssaReplica:
 
             self.engine.tokenizer.chat_template = load_operator_template(args.chat_template)
         self.gauges = _EngineGauges(self.engine)
+        from ..server.launcher import describe_speculative
+
+        logger.info("speculative decoding: %s", describe_speculative(self.engine.llm.config.speculative))
 
     def __serve_build_asgi_app__(self) -> Any:
         from ..server.app import create_app
@@ -220,6 +228,7 @@ class OssaReplica:
             trust_request_chat_template=self.args.trust_request_chat_template,
         )
         app.add_middleware(_ReplicaHeader, replica=serve.get_replica_context().replica_id.unique_id)
+        app.add_middleware(BatchedStream, interval_s=self.args.stream_batching_interval_ms / 1000)
         return app
 
     def check_health(self) -> None:
@@ -427,18 +436,57 @@ def run_from_cli(args: Any, engine_kwargs: dict[str, Any]) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     ray.init(address=os.environ.get("RAY_ADDRESS"))
+    started_serve = _serve_client() is None  # else Serve runs on the cluster already, with its own proxy
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends it like Ctrl-C: the replicas are taken down
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
+        http = getattr(_serve_client(), "http_config", None)
+        host, port = (http.host, http.port) if http is not None else (args.host, args.port)
+        if (host, port) != (args.host, args.port):
+            logger.warning(
+                "Serve already runs on this cluster with its proxy on %s:%s; --host/--port are not applied",
+                host,
+                port,
+            )
+        logger.info("deploying %s", _describe(parsed))
         serve.run(_build(parsed), name="ossa")
-        print(f"ossa: serving on http://{args.host}:{args.port} through Ray Serve (Ctrl-C stops)", flush=True)
+        print(f"ossa: serving on http://{host}:{port} through Ray Serve (Ctrl-C stops)", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # Take down what this command started: Serve itself if it did, else only its application.
+        with contextlib.suppress(Exception):
+            if started_serve:
+                serve.shutdown()
+            else:
+                serve.delete("ossa")
+        ray.shutdown()  # (stops a cluster ray.init started here; only disconnects from another)
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve_client() -> Any:
+    """Serve's controller client when Serve runs on the connected cluster, else None."""
+    from ray.serve.context import _get_global_client
+
+    return _get_global_client(raise_if_no_controller_running=False)
+
+
+def _describe(args: ServeArgs) -> str:
+    """One log line: the deployment and the engine options given (the speculative config among them)."""
+    scale = (
+        f"autoscaling {json.dumps(args.autoscaling_config)}"
+        if args.autoscaling_config is not None
+        else f"{args.num_replicas or 1} replica(s)"
+    )
+    engine = ", ".join(f"{k}={v!r}" for k, v in sorted(args.engine_kwargs().items())) or "server defaults"
+    return f"{args.model or 'the default model'}: {scale} x {args.num_threads} thread(s); engine: {engine}"
 
 
 # `serve run module:builder key=value ...` wants a builder of exactly one parameter (and converts the
