@@ -5,8 +5,9 @@
 
 Columns: the C++ step driven from C++ (the engine's view: Scheduler.bench_steps loops in C++), the C++
 step driven from Python through the bindings (one schedule() and one update(list) call a step), and
-the twin. Each step includes the per-token work the engine pays: building the flat batch, allocating a
-block every block_size steps per request, hashing and caching the filled blocks (prefix caching on).
+the twin. Each step includes the scheduler's per-token work: allocating a block every block_size steps
+per request, hashing and caching the filled blocks (prefix caching on); the flat batch is built by the
+engine (engine/batch_builder), not here.
 Goal (issue 5): < 20 us a step at 256 requests for C++, and >= 20x the twin.
 """
 
@@ -50,7 +51,7 @@ def make(kind: str, n_running: int, total_steps: int) -> Any:
     # Prefill until every request is decoding.
     while True:
         out = sched.schedule()
-        sched.update([5] * len(out.logits_rows))
+        sched.update([5] * out.num_samples)
         if sched.stats().num_running == n_running and all(s[3] == 1 for s in out.seqs):
             break
     return sched
@@ -60,7 +61,7 @@ def python_steps(sched: Any, n_steps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n_steps):
         out = sched.schedule()
-        sched.update([5] * len(out.logits_rows))
+        sched.update([5] * out.num_samples)
     return time.perf_counter() - t0
 
 

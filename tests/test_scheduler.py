@@ -24,11 +24,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ossa.reference import batch_builder as ref_batch
 from ossa.reference import scheduler as ref
 
 core = pytest.importorskip("ossa._native").core
 
+# What the scheduler reports, and the model's batch the engine builds from it (engine/batch_builder).
 OUTPUT_FIELDS = (
+    "seqs",
+    "num_draft",
+    "drafts",
+    "block_table_start",
+    "block_tables",
+    "num_tokens",
+    "num_samples",
+    "block_copies",
+    "preempted",
+    "finished_requests",
+)
+BATCH_FIELDS = (
     "token_ids",
     "positions",
     "slot_mapping",
@@ -37,11 +51,6 @@ OUTPUT_FIELDS = (
     "block_table_start",
     "block_tables",
     "logits_rows",
-    "seqs",
-    "num_draft",
-    "block_copies",
-    "preempted",
-    "finished_requests",
 )
 STATS_FIELDS = (
     "num_running",
@@ -55,11 +64,21 @@ EOS = 1
 VOCAB = 40
 
 
-def output_dict(out: Any) -> dict[str, list]:
-    return {
-        name: [tuple(x) if isinstance(x, tuple | list) else x for x in getattr(out, name)]
-        for name in OUTPUT_FIELDS
-    }
+def batch_of(out: Any, block_size: int) -> Any:
+    """The batch built from a scheduler output, by the builder of the same side."""
+    if isinstance(out, ref.SchedulerOutput):
+        return ref_batch.build_batch(out, block_size)
+    return core.build_batch(out, block_size)
+
+
+def _plain(v: Any) -> Any:
+    return [tuple(x) if isinstance(x, tuple | list) else x for x in v] if isinstance(v, list) else v
+
+
+def output_dict(out: Any, batch: Any) -> dict[str, Any]:
+    d = {name: _plain(getattr(out, name)) for name in OUTPUT_FIELDS}
+    d.update({f"batch.{name}": _plain(getattr(batch, name)) for name in BATCH_FIELDS})
+    return d
 
 
 def stats_tuple(s: Any) -> tuple:
@@ -90,7 +109,7 @@ class KVModel:
     block_size: int
     slots: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def apply(self, out: Any) -> None:
+    def apply(self, out: Any, batch: Any) -> None:
         bs = self.block_size
         for src, dst in out.block_copies:
             for i in range(bs):
@@ -98,12 +117,13 @@ class KVModel:
                     self.slots[dst * bs + i] = self.slots[src * bs + i]
                 else:
                     self.slots.pop(dst * bs + i, None)
-        for tok, pos, slot in zip(out.token_ids, out.positions, out.slot_mapping, strict=True):
+        for tok, pos, slot in zip(batch.token_ids, batch.positions, batch.slot_mapping, strict=True):
             self.slots[slot] = (tok, pos)
 
 
 def check_batch(
     out: Any,
+    batch: Any,
     config: dict,
     expected: dict[tuple[int, int], list[int]],
     kv: KVModel,
@@ -111,18 +131,21 @@ def check_batch(
 ) -> None:
     bs = config["block_size"]
     n_seqs = len(out.seqs)
-    assert len(out.seq_start) == n_seqs + 1 and len(out.context_len) == n_seqs
-    assert len(out.token_ids) <= config["max_num_batched_tokens"]
+    assert list(batch.block_tables) == list(out.block_tables)
+    assert list(batch.block_table_start) == list(out.block_table_start)
+    assert out.num_tokens == len(batch.token_ids) and out.num_samples == len(batch.logits_rows)
+    assert len(batch.seq_start) == n_seqs + 1 and len(batch.context_len) == n_seqs
+    assert len(batch.token_ids) <= config["max_num_batched_tokens"]
     assert n_seqs <= config["max_num_seqs"]
-    assert list(out.logits_rows) == sorted(out.logits_rows)
+    assert list(batch.logits_rows) == sorted(batch.logits_rows)
     rows = []
     for i, (rid, child, num_computed, num_tokens, num_samples) in enumerate(out.seqs):
-        a, b = out.seq_start[i], out.seq_start[i + 1]
+        a, b = batch.seq_start[i], batch.seq_start[i + 1]
         assert b - a == num_tokens > 0
-        assert list(out.positions[a:b]) == list(range(num_computed, num_computed + num_tokens))
-        assert out.context_len[i] == num_computed + num_tokens
-        table = out.block_tables[out.block_table_start[i] : out.block_table_start[i + 1]]
-        assert len(table) == -(-out.context_len[i] // bs)
+        assert list(batch.positions[a:b]) == list(range(num_computed, num_computed + num_tokens))
+        assert batch.context_len[i] == num_computed + num_tokens
+        table = batch.block_tables[batch.block_table_start[i] : batch.block_table_start[i + 1]]
+        assert len(table) == -(-batch.context_len[i] // bs)
         tokens = expected[(rid, child)]
         nd = out.num_draft[i]
         if nd:  # verifying a draft: the last token then d1..d_nd, a logits row at each
@@ -131,14 +154,14 @@ def check_batch(
             )
             tokens = tokens + drafts[(rid, child)][:nd]
             rows += list(range(a, b))
-        assert list(out.token_ids[a:b]) == tokens[num_computed : num_computed + num_tokens]
+        assert list(batch.token_ids[a:b]) == tokens[num_computed : num_computed + num_tokens]
         if num_samples and not nd:
             assert num_computed + num_tokens == len(tokens)
             rows += [b - 1] * num_samples
         # Every position this sequence attends to holds its own token (prefix hits, forks, copies).
-        for p in range(out.context_len[i]):
+        for p in range(batch.context_len[i]):
             assert kv.slots.get(table[p // bs] * bs + p % bs) == (tokens[p], p), (rid, child, p)
-    assert list(out.logits_rows) == rows
+    assert list(batch.logits_rows) == rows
 
 
 def check_blocks(sched: Any, config: dict, live: set[tuple[int, int]]) -> None:
@@ -241,24 +264,25 @@ def run_trace(seed: int, config: dict | None = None, speculate: bool = False) ->
         if arrivals >= max_arrivals and not cpp.has_unfinished():
             break
         out_c, out_t = cpp.schedule(), twin.schedule()
-        d = output_dict(out_c)
-        assert d == output_dict(out_t), f"step {step}"
+        batch_c = batch_of(out_c, config["block_size"])
+        d = output_dict(out_c, batch_c)
+        assert d == output_dict(out_t, batch_of(out_t, config["block_size"])), f"step {step}"
         facts["steps"] += 1
         facts["preempted"] += len(d["preempted"])
         facts["copies"] += len(d["block_copies"])
-        kv.apply(out_c)
-        check_batch(out_c, config, expected, kv, drafts)
+        kv.apply(out_c, batch_c)
+        check_batch(out_c, batch_c, config, expected, kv, drafts)
         for rid, child, *_ in d["seqs"]:
             drafts.pop((rid, child), None)  # a scheduled child's draft is used or dropped
         for key in [k for k in drafts if (k[0], k[1]) in set(out_c.preempted)]:
             del drafts[key]
         random_cancel()  # abort / finish between schedule() and update()
-        sampled = [EOS if rng.random() < 0.1 else rng.randrange(2, VOCAB) for _ in d["logits_rows"]]
+        sampled = [EOS if rng.random() < 0.1 else rng.randrange(2, VOCAB) for _ in d["batch.logits_rows"]]
         row = 0
         for i, (_, _, _, _, num_samples) in enumerate(d["seqs"]):
             nd = d["num_draft"][i]
             if nd:  # rows that mostly draw the draft, so that runs get accepted
-                draft = out_c.token_ids[out_c.seq_start[i] + 1 : out_c.seq_start[i] + 1 + nd]
+                draft = batch_c.token_ids[batch_c.seq_start[i] + 1 : batch_c.seq_start[i] + 1 + nd]
                 for j in range(nd):
                     if rng.random() < 0.75:
                         sampled[row + j] = draft[j]
@@ -372,7 +396,7 @@ def new_sched(impl: tuple[Any, Any, Any], **config: Any) -> tuple[Any, Any]:
 
 def step(sched: Any, token: int = 5) -> tuple[Any, list]:
     out = sched.schedule()
-    events = [tuple(e) for e in sched.update([token] * len(out.logits_rows))] if out.seqs else []
+    events = [tuple(e) for e in sched.update([token] * out.num_samples)] if out.seqs else []
     return out, events
 
 
@@ -405,7 +429,8 @@ def test_chunked_prefill_then_decode(impl: tuple) -> None:
     chunks = []
     while sched.has_unfinished():
         out, events = step(sched)
-        chunks.append((list(out.positions), list(out.logits_rows), events))
+        batch = batch_of(out, 4)
+        chunks.append((list(batch.positions), list(batch.logits_rows), events))
     assert chunks == [
         ([0, 1, 2, 3, 4], [], []),
         ([5, 6, 7, 8, 9], [], []),
@@ -468,7 +493,7 @@ def test_fork_shares_prompt_and_copies_the_partial_block(impl: tuple) -> None:
     )
     sched.add_request(Request(id=1, prompt=[3] * 6, max_tokens=2, n=3))
     out, _ = step(sched)
-    assert list(out.logits_rows) == [5, 5, 5]  # one row per child, same logits
+    assert list(batch_of(out, 4).logits_rows) == [5, 5, 5]  # one row per child, same logits
     assert [tuple(s) for s in out.seqs] == [(1, 0, 0, 6, 3)]
     tables = [sched.block_table(1, c) for c in range(3)]
     assert tables[0] == tables[1] == tables[2] == [0, 1]
@@ -477,7 +502,7 @@ def test_fork_shares_prompt_and_copies_the_partial_block(impl: tuple) -> None:
     # Children 0 and 1 write position 6 into shared block 1 and get private copies; child 2 keeps it.
     assert list(out.block_copies) == [(1, 2), (1, 3)]
     assert [sched.block_table(1, c) for c in range(3)] == [[0, 2], [0, 3], [0, 1]]
-    assert list(out.slot_mapping) == [2 * 4 + 2, 3 * 4 + 2, 1 * 4 + 2]
+    assert list(batch_of(out, 4).slot_mapping) == [2 * 4 + 2, 3 * 4 + 2, 1 * 4 + 2]
     events = sched.update([8, 9, 10])
     assert [tuple(e) for e in events] == [
         (1, 0, "length", -1, False),
@@ -512,13 +537,13 @@ def test_abort_and_finish_in_every_state(impl: tuple) -> None:
     assert list(out.finished_requests) == [3]
     assert sched.abort(0)  # scheduled, between schedule() and update()
     assert sched.finish(1, 0)
-    assert sched.update([5] * len(out.logits_rows)) == []
+    assert sched.update([5] * out.num_samples) == []
     assert sched.running() == [] and sched.waiting() == [(2, 0)]
     out = sched.schedule()
     assert sorted(out.finished_requests) == [0, 1]
     assert [s[0] for s in out.seqs] == [2]
     assert sched.abort(2) and not sched.has_unfinished()
-    assert list(sched.update([5] * len(out.logits_rows))) == []
+    assert list(sched.update([5] * out.num_samples)) == []
     assert sorted(sched.free_queue()) == list(range(16))
 
 
@@ -526,7 +551,7 @@ def test_step_protocol_errors(impl: tuple) -> None:
     sched, Request = new_sched(impl, num_blocks=16, block_size=4, max_model_len=32)
     with pytest.raises(ValueError, match="without a scheduled step"):
         sched.update([])
-    assert list(sched.schedule().token_ids) == []  # nothing to do: no update needed
+    assert list(batch_of(sched.schedule(), 4).token_ids) == []  # nothing to do: no update needed
     sched.add_request(Request(id=1, prompt=[3, 4], max_tokens=2))
     sched.schedule()
     with pytest.raises(ValueError, match="before update"):

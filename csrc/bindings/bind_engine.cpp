@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "engine/batch_builder.h"
 #include "engine/engine.h"
 #include "util/error.h"
 
@@ -75,6 +76,27 @@ void bind_engine(nb::module_& m) {
   using ossa::Engine;
   using ossa::EngineConfig;
   using ossa::GenerationParams;
+
+  // The model's Batch as the engine builds it from a SchedulerOutput (tests compare it with the
+  // twin's, reference/batch_builder.py).
+  nb::class_<ossa::Batch>(m, "Batch", "One step's flat batch for the forward pass (model/batch.h).")
+      .def_ro("token_ids", &ossa::Batch::token_ids)
+      .def_ro("positions", &ossa::Batch::positions)
+      .def_ro("slot_mapping", &ossa::Batch::slot_mapping)
+      .def_ro("seq_start", &ossa::Batch::seq_start)
+      .def_ro("context_len", &ossa::Batch::context_len)
+      .def_ro("block_table_start", &ossa::Batch::block_table_start)
+      .def_ro("block_tables", &ossa::Batch::block_tables)
+      .def_ro("logits_rows", &ossa::Batch::logits_rows);
+  m.def(
+      "build_batch",
+      [](const ossa::SchedulerOutput& so, int32_t block_size) {
+        ossa::Batch b;
+        ossa::build_batch(so, block_size, b);
+        return b;
+      },
+      nb::arg("scheduler_output"), nb::arg("block_size"),
+      "The Batch of one scheduled step: one logits row per sampled token.");
 
   // Flat, as ossa.config fills it: the scheduler's fields are views of config.scheduler.
 #define OSSA_SCHED_FIELD(name)                                       \

@@ -89,17 +89,24 @@ void bind_scheduler(nb::module_& m) {
       .def_rw("cache_salt", &Request::cache_salt);
 
   nb::class_<SchedulerOutput>(m, "SchedulerOutput",
-                              "One step: the flat batch plus per-sequence facts.")
-      .def_prop_ro("token_ids", [](const SchedulerOutput& o) { return o.batch.token_ids; })
-      .def_prop_ro("positions", [](const SchedulerOutput& o) { return o.batch.positions; })
-      .def_prop_ro("slot_mapping", [](const SchedulerOutput& o) { return o.batch.slot_mapping; })
-      .def_prop_ro("seq_start", [](const SchedulerOutput& o) { return o.batch.seq_start; })
-      .def_prop_ro("context_len", [](const SchedulerOutput& o) { return o.batch.context_len; })
+                              "One step, per sequence: positions, draft, block table, samples "
+                              "(build_batch turns it into the model's Batch).")
       .def_prop_ro("block_table_start",
-                   [](const SchedulerOutput& o) { return o.batch.block_table_start; })
-      .def_prop_ro("block_tables", [](const SchedulerOutput& o) { return o.batch.block_tables; })
-      .def_prop_ro("logits_rows", [](const SchedulerOutput& o) { return o.batch.logits_rows; })
-      .def_prop_ro("num_tokens", [](const SchedulerOutput& o) { return o.batch.n_tokens(); })
+                   [](const SchedulerOutput& o) { return o.block_table_start; })
+      .def_prop_ro("block_tables", [](const SchedulerOutput& o) { return o.block_tables; })
+      .def_prop_ro("num_tokens", [](const SchedulerOutput& o) { return o.num_tokens; })
+      .def_prop_ro("num_samples", [](const SchedulerOutput& o) { return o.num_samples; })
+      .def_prop_ro(
+          "drafts",
+          [](const SchedulerOutput& o) {
+            std::vector<std::vector<int32_t>> v;
+            for (size_t s = 0; s < o.seqs.size(); ++s) {
+              const auto d = o.draft(s);
+              v.emplace_back(d.begin(), d.end());
+            }
+            return v;
+          },
+          "The draft each sequence verifies this step (empty when none).")
       .def_prop_ro(
           "seqs",
           [](const SchedulerOutput& o) {
@@ -188,7 +195,7 @@ void bind_scheduler(nb::module_& m) {
             auto t0 = std::chrono::steady_clock::now();
             for (int32_t i = 0; i < n_steps; ++i) {
               const SchedulerOutput& out = s.schedule();
-              sampled.assign(out.batch.logits_rows.size(), token);
+              sampled.assign(static_cast<size_t>(out.num_samples), token);
               s.update(sampled);
             }
             return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

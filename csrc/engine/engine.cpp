@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 
+#include "engine/batch_builder.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -298,7 +299,7 @@ void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& o
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   for (int64_t key : keys) fail_request(key, message, outputs);
   if (update_owed_ != nullptr) {
-    sampled_.assign(update_owed_->batch.logits_rows.size(), 0);
+    sampled_.assign(static_cast<size_t>(update_owed_->num_samples), 0);
     update_owed_ = nullptr;
     scheduler_.update(sampled_);
   }
@@ -314,7 +315,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   const SchedulerOutput& so = scheduler_.schedule();
   double t1 = mono_seconds();
   stats_.time_schedule += t1 - t0;
-  if (so.batch.n_tokens() == 0) {
+  if (so.seqs.empty()) {
     collect_outputs(outputs);
     return;
   }
@@ -344,18 +345,18 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   for (const ScheduledSeq& s : so.seqs)
     has_fork = has_fork || (s.num_samples > 1 && s.num_draft == 0);
   const bool remap = want_prompt_lp || has_fork;
-  const Batch* batch = &so.batch;
-  const size_t n_samples = so.batch.logits_rows.size();
+  build_batch(so, config_.scheduler.block_size, batch_);
+  const size_t n_samples = static_cast<size_t>(so.num_samples);
   sample_src_.resize(n_samples);
   prompt_row_of_.clear();
   if (remap) {
-    batch_ = so.batch;
+    sample_rows_.assign(batch_.logits_rows.begin(), batch_.logits_rows.end());
     batch_.logits_rows.clear();
     size_t next_sample = 0;
     for (size_t si = 0; si < so.seqs.size(); ++si) {
       const ScheduledSeq& s = so.seqs[si];
       RequestState& r = *requests_.at(s.request_id);
-      const int32_t start = so.batch.seq_start[si];
+      const int32_t start = batch_.seq_start[si];
       const int32_t prompt_len = static_cast<int32_t>(r.prompt.size());
       if (r.params.prompt_logprobs >= 0 && s.num_computed < prompt_len) {
         for (int32_t j = 0; j < s.num_tokens; ++j) {
@@ -368,17 +369,16 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
       // Distinct forward rows: one shared by a fork's n samples, or one per verified position.
       const int32_t distinct = s.num_draft > 0 ? s.num_samples : std::min(s.num_samples, 1);
       for (int32_t d = 0; d < distinct; ++d) {
-        batch_.logits_rows.push_back(so.batch.logits_rows[next_sample]);
+        batch_.logits_rows.push_back(sample_rows_[next_sample]);
         prompt_row_of_.emplace_back(-1, -1);
         for (int32_t k = 0; k < (s.num_draft > 0 ? 1 : s.num_samples); ++k)
           sample_src_[next_sample++] = static_cast<int32_t>(batch_.logits_rows.size() - 1);
       }
     }
-    batch = &batch_;
   } else {
     for (size_t i = 0; i < n_samples; ++i) sample_src_[i] = static_cast<int32_t>(i);
   }
-  const size_t n_rows = batch->logits_rows.size();
+  const size_t n_rows = batch_.logits_rows.size();
   if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_))
     logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
 
@@ -386,7 +386,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   const bool constrained = prepare_constraints(so);
   if (constrained) constraints_.launch();
   try {
-    runner_.forward(*batch, logits_.data());
+    runner_.forward(batch_, logits_.data());
   } catch (const std::exception& e) {
     if (constrained) {
       try {
@@ -481,9 +481,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     const ScheduledSeq& s = so.seqs[si];
     // A verifying sequence's rows after its run (update() appended num_appended) are dropped.
     const int32_t n_used = s.num_draft > 0 ? s.num_appended : s.num_samples;
-    if (s.num_draft > 0)
-      record_verification(s, so.batch.token_ids.data() + so.batch.seq_start[si] + 1,
-                          sampled_.data() + i);
+    if (s.num_draft > 0) record_verification(s, so.draft(si).data(), sampled_.data() + i);
     for (int32_t k = 0; k < s.num_samples; ++k, ++i) {
       if (k >= n_used) {
         --stats_.generation_tokens;

@@ -1,8 +1,9 @@
 #pragma once
 // The engine: the whole decode loop in C++. One step is
 //
-//   commands (add/abort) -> Scheduler.schedule -> block copies -> ModelRunner.forward
-//     -> Sampler -> Scheduler.update -> Detokenizer + stop strings -> outputs
+//   commands (add/abort) -> Scheduler.schedule -> block copies -> build_batch
+//     -> ModelRunner.forward -> Sampler -> Scheduler.update -> Detokenizer + stop strings ->
+//     outputs
 //
 // Two ways to drive it: step() / run_to_completion() from the caller's thread (offline), or
 // start() a background thread and collect outputs with get_outputs() (servers). add_request and
@@ -189,7 +190,8 @@ class Engine {
   std::vector<float> gathered_;  // sampling rows, when the forward's rows are not exactly them
   std::vector<int32_t> sample_src_;
   std::vector<std::pair<int64_t, int32_t>> prompt_row_of_;
-  Batch batch_;  // a copy of the scheduled batch when prompt logprobs add rows
+  Batch batch_;  // the forward's batch, rebuilt each step (engine/batch_builder.h)
+  std::vector<int32_t> sample_rows_;  // the scheduler's sampling rows, when the forward's differ
   std::vector<RowInput> rows_;
   std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;

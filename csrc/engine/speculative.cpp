@@ -80,7 +80,7 @@ void Engine::verify_rows(const SchedulerOutput& so, size_t si, size_t next) {
   const ScheduledSeq& s = so.seqs[si];
   RequestState& r = *requests_.at(s.request_id);
   ChildState& c = r.children[s.child];
-  const int32_t* draft = so.batch.token_ids.data() + so.batch.seq_start[si] + 1;
+  const int32_t* draft = so.draft(si).data();
   // Row k is output index n_out + k, as plain decoding samples it: the outputs then d1..dk.
   const size_t n_out = c.output_tokens.size();
   c.verify_tokens.assign(c.output_tokens.begin(), c.output_tokens.end());

@@ -1,6 +1,6 @@
 #pragma once
-// One step's work for the model runner, flattened: the scheduler fills it, the forward pass reads
-// it.
+// One step's work for the model runner, flattened: the engine builds it from the scheduler's output
+// (engine/batch_builder.h), the forward pass reads it.
 //
 // Tokens of several sequences sit back to back; sequence s owns tokens [seq_start[s],
 // seq_start[s+1]). Its K/V lives in the blocks block_tables[block_table_start[s] ..

@@ -206,7 +206,6 @@ const SchedulerOutput& Scheduler::schedule() {
     throw InputError("schedule() called again before update() for the previous step");
   out_.clear();
   out_.finished_requests.swap(finished_since_schedule_);
-  Batch& b = out_.batch;
   const int32_t bs = config_.block_size;
   int32_t budget = config_.max_num_batched_tokens;
 
@@ -214,27 +213,21 @@ const SchedulerOutput& Scheduler::schedule() {
   auto emit = [&](int32_t sid, int32_t num_new, int32_t num_draft) {
     Sequence& s = seqs_[sid];
     const std::vector<int32_t>& table = kv_.block_table(sid);
-    const int32_t start = s.num_computed;
-    for (int32_t pos = start; pos < start + num_new; ++pos) {
-      b.token_ids.push_back(pos < s.num_tokens() ? s.tokens[pos] : s.draft[pos - s.num_tokens()]);
-      b.positions.push_back(pos);
-      b.slot_mapping.push_back(static_cast<int64_t>(table[pos / bs]) * bs + pos % bs);
-    }
-    b.seq_start.push_back(b.n_tokens());
-    b.context_len.push_back(start + num_new);
-    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-    b.block_table_start.push_back(static_cast<int32_t>(b.block_tables.size()));
+    OSSA_ASSERT(static_cast<int64_t>(table.size()) * bs >= s.num_computed + num_new);
+    out_.block_tables.insert(out_.block_tables.end(), table.begin(), table.end());
+    out_.block_table_start.push_back(static_cast<int32_t>(out_.block_tables.size()));
+    const int32_t draft_start = static_cast<int32_t>(out_.draft_tokens.size());
+    out_.draft_tokens.insert(out_.draft_tokens.end(), s.draft.begin(), s.draft.begin() + num_draft);
     const RequestState& r = requests_[s.request];
     int32_t samples = 0;
-    if (num_draft > 0) {
+    if (num_draft > 0)
       samples = num_draft + 1;
-      for (int32_t k = num_draft; k >= 0; --k) b.logits_rows.push_back(b.n_tokens() - 1 - k);
-    } else {
-      if (start + num_new == s.num_tokens()) samples = s.pending_fork ? r.params.n : 1;
-      for (int32_t k = 0; k < samples; ++k) b.logits_rows.push_back(b.n_tokens() - 1);
-    }
-    out_.seqs.push_back(
-        {r.params.id, s.child, sid, s.generation, start, num_new, samples, num_draft, 0});
+    else if (s.num_computed + num_new == s.num_tokens())
+      samples = s.pending_fork ? r.params.n : 1;
+    out_.seqs.push_back({r.params.id, s.child, sid, s.generation, s.num_computed, num_new, samples,
+                         num_draft, 0, draft_start, std::span<const int32_t>(s.tokens)});
+    out_.num_tokens += num_new;
+    out_.num_samples += samples;
     budget -= num_new;
     s.draft.clear();  // used or stale
   };
@@ -305,8 +298,8 @@ FinishReason Scheduler::check_stop(const Sequence& s, const Request& r, int32_t 
 
 const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampled) {
   if (!update_pending_) throw InputError("update() called without a scheduled step to update");
-  if (sampled.size() != out_.batch.logits_rows.size())
-    throw InputError("update() expects " + str(out_.batch.logits_rows.size()) +
+  if (sampled.size() != static_cast<size_t>(out_.num_samples))
+    throw InputError("update() expects " + str(out_.num_samples) +
                      " sampled tokens (one per logits row), got " + str(sampled.size()));
   for (int32_t t : sampled)
     if (t < 0) throw InputError("sampled token ids must be >= 0, got " + str(t));
@@ -331,7 +324,7 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
       // Verification: the run of tokens plain decoding would have appended one step at a time.
       Sequence& s = seqs_[sid];
       const Request& params = requests_[rid].params;
-      const int32_t* draft = out_.batch.token_ids.data() + out_.batch.seq_start[si] + 1;
+      const std::span<const int32_t> draft = out_.draft(si);
       FinishReason reason = FinishReason::None;
       int32_t token = -1, appended = 0;
       for (int32_t j = 0; j <= ss.num_draft; ++j) {

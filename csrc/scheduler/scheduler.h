@@ -9,9 +9,10 @@
 // the last running one (lowest priority, latest arrival) and a preempted sequence goes back ahead
 // of every later-ordered waiting one. Preemption is by recompute: it drops all its blocks.
 //
-// The step protocol: out = schedule(); the runner performs out.block_copies, then the forward over
-// out.batch, then samples one token per out.batch.logits_rows entry; update(tokens). A sequence
-// that forks this step has n equal consecutive entries in logits_rows (one per child).
+// The step protocol: out = schedule(); the engine performs out.block_copies, builds the model's
+// Batch from out (engine/batch_builder.h), runs the forward over it, then samples out.num_samples
+// tokens, each sequence's num_samples in order; update(tokens). A sequence that forks this step
+// samples n tokens (one per child) from the logits of its last token.
 //
 // Speculative decoding: a decoding sequence (all but its last token computed) with a draft d1..dk
 // (set_draft) is scheduled as the k + 1 positions [last token, d1..dk] with a logits row at each;
@@ -28,7 +29,6 @@
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
-#include "model/batch.h"
 #include "scheduler/request.h"
 
 namespace ossa {
@@ -53,23 +53,44 @@ struct ScheduledSeq {
   int32_t seq = 0;  // scheduler-internal sequence slot
   uint32_t generation = 0;
   int32_t num_computed = 0;  // before this step
-  int32_t num_tokens = 0;    // scheduled this step
-  int32_t num_samples = 0;   // logits rows it owns: 0 (mid-prefill), 1, n when it forks, k + 1
+  int32_t num_tokens = 0;    // scheduled this step: positions [num_computed, + num_tokens)
+  int32_t num_samples = 0;   // tokens it samples: 0 (mid-prefill), 1, n when it forks, k + 1
                              // when it verifies k draft tokens
-  int32_t num_draft = 0;     // draft tokens verified this step (batch tokens 1..k of the sequence)
+  int32_t num_draft = 0;     // draft tokens verified this step (its last num_draft positions)
   int32_t num_appended = 0;  // set by update(): tokens it appended (a run, when it verified drafts)
+  int32_t draft_start = 0;   // its draft is SchedulerOutput::draft_tokens[draft_start, + num_draft)
+  // The sequence's tokens (prompt then outputs; the draft follows them); valid until update().
+  std::span<const int32_t> tokens;
 };
 
+// What one step runs, per sequence (what vLLM's SchedulerOutput carries): which positions, the
+// tokens and draft they read, the block table, how many tokens it samples. The engine turns it into
+// the model's Batch (engine/batch_builder.h).
 struct SchedulerOutput {
-  Batch batch;
-  std::vector<ScheduledSeq> seqs;                         // parallel to the batch's sequences
+  std::vector<ScheduledSeq> seqs;
+  std::vector<int32_t> block_table_start;  // [n_seqs + 1]: sequence s's table is
+  std::vector<int32_t> block_tables;       // block_tables[block_table_start[s], [s + 1])
+  std::vector<int32_t> draft_tokens;       // the drafts being verified, back to back
+  int32_t num_tokens = 0;                  // positions scheduled, all sequences
+  int32_t num_samples = 0;                 // tokens update() expects, all sequences
   std::vector<std::pair<int32_t, int32_t>> block_copies;  // (src, dst) to copy before the forward
   std::vector<std::pair<int64_t, int32_t>> preempted;     // (request, child) sent back to waiting
   std::vector<int64_t> finished_requests;  // all children done since the last schedule
 
+  std::span<const int32_t> block_table(size_t s) const {
+    return std::span<const int32_t>(block_tables)
+        .subspan(block_table_start[s], block_table_start[s + 1] - block_table_start[s]);
+  }
+  std::span<const int32_t> draft(size_t s) const {
+    return std::span<const int32_t>(draft_tokens).subspan(seqs[s].draft_start, seqs[s].num_draft);
+  }
   void clear() {
-    batch.clear();
     seqs.clear();
+    block_table_start.assign(1, 0);
+    block_tables.clear();
+    draft_tokens.clear();
+    num_tokens = 0;
+    num_samples = 0;
     block_copies.clear();
     preempted.clear();
     finished_requests.clear();
@@ -100,8 +121,8 @@ class Scheduler {
   bool set_draft(int64_t request_id, int32_t child, std::span<const int32_t> draft);
 
   const SchedulerOutput& schedule();
-  // One token per logits row of the last schedule(), also for rows of requests aborted or
-  // finished since (their tokens are dropped); returns the children that finished.
+  // The last schedule()'s num_samples tokens, sequence by sequence, also for sequences of requests
+  // aborted or finished since (their tokens are dropped); returns the children that finished.
   // Each ScheduledSeq's num_appended tells how many tokens it appended.
   const std::vector<FinishEvent>& update(std::span<const int32_t> sampled_tokens);
 

@@ -519,22 +519,9 @@ class Request:
     def cache_salt(self, arg: int, /) -> None: ...
 
 class SchedulerOutput:
-    """One step: the flat batch plus per-sequence facts."""
-
-    @property
-    def token_ids(self) -> list[int]: ...
-
-    @property
-    def positions(self) -> list[int]: ...
-
-    @property
-    def slot_mapping(self) -> list[int]: ...
-
-    @property
-    def seq_start(self) -> list[int]: ...
-
-    @property
-    def context_len(self) -> list[int]: ...
+    """
+    One step, per sequence: positions, draft, block table, samples (build_batch turns it into the model's Batch).
+    """
 
     @property
     def block_table_start(self) -> list[int]: ...
@@ -543,10 +530,14 @@ class SchedulerOutput:
     def block_tables(self) -> list[int]: ...
 
     @property
-    def logits_rows(self) -> list[int]: ...
+    def num_tokens(self) -> int: ...
 
     @property
-    def num_tokens(self) -> int: ...
+    def num_samples(self) -> int: ...
+
+    @property
+    def drafts(self) -> list[list[int]]:
+        """The draft each sequence verifies this step (empty when none)."""
 
     @property
     def seqs(self) -> list:
@@ -631,6 +622,36 @@ class Scheduler:
     def cached_blocks(self) -> list[tuple[int, int]]: ...
 
     def bench_steps(self, n_steps: int, token: int) -> float: ...
+
+class Batch:
+    """One step's flat batch for the forward pass (model/batch.h)."""
+
+    @property
+    def token_ids(self) -> list[int]: ...
+
+    @property
+    def positions(self) -> list[int]: ...
+
+    @property
+    def slot_mapping(self) -> list[int]: ...
+
+    @property
+    def seq_start(self) -> list[int]: ...
+
+    @property
+    def context_len(self) -> list[int]: ...
+
+    @property
+    def block_table_start(self) -> list[int]: ...
+
+    @property
+    def block_tables(self) -> list[int]: ...
+
+    @property
+    def logits_rows(self) -> list[int]: ...
+
+def build_batch(scheduler_output: SchedulerOutput, block_size: int) -> Batch:
+    """The Batch of one scheduled step: one logits row per sampled token."""
 
 class EngineConfig:
     def __init__(self) -> None: ...

@@ -207,7 +207,7 @@ int run_scheduler(uint64_t& checksum) {
   std::vector<int32_t> sampled;
   auto step = [&] {
     const SchedulerOutput& out = sched.schedule();
-    sampled.assign(out.batch.logits_rows.size(), 5);
+    sampled.assign(static_cast<size_t>(out.num_samples), 5);
     sched.update(sampled);
   };
   // Prefill, then a few decode steps so every buffer has reached its steady size.

@@ -2,7 +2,7 @@
 
 One step, in the same order as the C++ engine:
 
-    commands (add/abort) -> Scheduler.schedule -> block copies -> ModelRunner.forward
+    commands (add/abort) -> Scheduler.schedule -> block copies -> build_batch -> ModelRunner.forward
       -> sampler -> Scheduler.update -> Detokenizer + stop strings -> outputs
 
 It is what ``LLM(backend="python")`` runs. Its outputs have the attribute names of
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import sampler as ref_sampler
+from .batch_builder import build_batch
 from .constraints import ConstraintStage
 from .loader import load_weights
 from .output_processor import (
@@ -337,6 +338,7 @@ class Engine:
         if so.num_tokens == 0:
             self._collect_outputs(outputs)
             return outputs
+        batch = build_batch(so, self.scheduler.config.block_size)
         for src, dst in so.block_copies:
             self.runner.copy_block(src, dst)
 
@@ -355,7 +357,7 @@ class Engine:
         # Rows whose logits we need: the sampling rows, plus the prompt positions of requests that
         # asked for prompt logprobs. sample_row_of[i]: the sampling row a logits row serves (-1: a
         # prompt row, then prompt_row_of[i] = (request key, prompt position)).
-        rows = list(so.logits_rows)
+        rows = list(batch.logits_rows)
         sample_row_of: list[int] = []
         prompt_row_of: list[tuple[int, int]] = []
         if want_prompt_lp:
@@ -363,7 +365,7 @@ class Engine:
             next_sample = 0
             for si, (rid, _child, num_computed, num_tokens, num_samples) in enumerate(so.seqs):
                 r = self._requests[rid]
-                start = so.seq_start[si]
+                start = batch.seq_start[si]
                 if r.params.prompt_logprobs >= 0 and num_computed < len(r.prompt):
                     for j in range(num_tokens):
                         pos = num_computed + j
@@ -373,7 +375,7 @@ class Engine:
                         sample_row_of.append(-1)
                         prompt_row_of.append((rid, pos + 1))
                 for _ in range(num_samples):
-                    rows.append(so.logits_rows[next_sample])
+                    rows.append(batch.logits_rows[next_sample])
                     sample_row_of.append(next_sample)
                     prompt_row_of.append((-1, -1))
                     next_sample += 1
@@ -381,8 +383,8 @@ class Engine:
         # IEEE arithmetic as in C++: non-finite weights give NaN logits, which the sampler refuses.
         with np.errstate(invalid="ignore", over="ignore"):
             logits = self.runner.forward(
-                so.token_ids, so.positions, so.slot_mapping, so.seq_start, so.context_len,
-                so.block_table_start, so.block_tables, rows,
+                batch.token_ids, batch.positions, batch.slot_mapping, batch.seq_start, batch.context_len,
+                batch.block_table_start, batch.block_tables, rows,
             )  # fmt: skip
         t2 = time.perf_counter()
         self._stats["time_forward"] += t2 - t1
@@ -395,8 +397,7 @@ class Engine:
             if so.num_draft[si] > 0:
                 # Row k is output index n_out + k, as plain decoding samples it: the outputs then d1..dk.
                 c = r.children[child0]
-                start = so.seq_start[si] + 1
-                verify = list(c.output_tokens) + so.token_ids[start : start + so.num_draft[si]]
+                verify = list(c.output_tokens) + so.drafts[si]
                 n_out = len(c.output_tokens)
                 for k in range(num_samples):
                     row_inputs.append(
@@ -454,10 +455,7 @@ class Engine:
             used.extend(k < n_used for k in range(seq[4]))
             if nd > 0:
                 first = len(used) - seq[4]
-                start = so.seq_start[si] + 1
-                self._record_verification(
-                    seq[0], seq[1], so.token_ids[start : start + nd], sampled[first:], so.num_appended[si]
-                )
+                self._record_verification(seq[0], seq[1], so.drafts[si], sampled[first:], so.num_appended[si])
         self._stats["generation_tokens"] -= used.count(False)
         for i, (key, child) in enumerate(row_child):
             if not used[i]:

@@ -7,9 +7,10 @@ split across steps. fcfs orders by (arrival, child), priority by (priority, arri
 lists keep that order, so the sequence preempted when blocks run out is the last running one, and
 it re-enters the waiting list ahead of everything ordered after it. Preemption is by recompute.
 
-Step protocol: ``out = schedule()``; the runner copies ``out.block_copies``, runs the forward over
-the batch and samples one token per ``out.logits_rows`` entry; ``update(tokens)``. A sequence that
-forks this step owns n equal consecutive logits rows, one per child.
+Step protocol: ``out = schedule()``; the engine copies ``out.block_copies``, builds the model's batch
+from ``out`` (``batch_builder``), runs the forward and samples ``out.num_samples`` tokens, each
+sequence's in order; ``update(tokens)``. A sequence that forks this step samples n tokens, one per
+child, from its last token's logits.
 
 Speculative decoding: a decoding sequence with a draft d1..dk (``set_draft``) is scheduled as the
 k + 1 positions [last token, d1..dk] with a logits row at each (k shrunk to the budget and
@@ -42,18 +43,17 @@ class SchedulerConfig:
 
 @dataclass
 class SchedulerOutput:
-    """One step: the flat batch (as ``ossa::Batch``) plus per-sequence facts."""
+    """One step, per sequence (as ``ossa::SchedulerOutput``): positions, tokens and draft, block
+    table, samples; ``batch_builder.build_batch`` turns it into the model's batch."""
 
-    token_ids: list[int] = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)
-    slot_mapping: list[int] = field(default_factory=list)
-    seq_start: list[int] = field(default_factory=lambda: [0])
-    context_len: list[int] = field(default_factory=list)
-    block_table_start: list[int] = field(default_factory=lambda: [0])
-    block_tables: list[int] = field(default_factory=list)
-    logits_rows: list[int] = field(default_factory=list)
     # (request_id, child, num_computed before, num_tokens scheduled, num_samples) per sequence
     seqs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    block_table_start: list[int] = field(default_factory=lambda: [0])
+    block_tables: list[int] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)  # each sequence's tokens, valid until update()
+    drafts: list[list[int]] = field(default_factory=list)  # the draft each sequence verifies
+    num_tokens: int = 0  # positions scheduled, all sequences
+    num_samples: int = 0  # tokens update() expects
     block_copies: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[tuple[int, int]] = field(default_factory=list)
     finished_requests: list[int] = field(default_factory=list)
@@ -62,9 +62,8 @@ class SchedulerOutput:
     num_draft: list[int] = field(default_factory=list)  # draft tokens each sequence verifies
     num_appended: list[int] = field(default_factory=list)  # set by update() for verifying ones
 
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
+    def block_table(self, si: int) -> list[int]:
+        return self.block_tables[self.block_table_start[si] : self.block_table_start[si + 1]]
 
 
 @dataclass
@@ -292,27 +291,22 @@ class Scheduler:
 
     def _emit(self, out: SchedulerOutput, sid: int, num_new: int, num_draft: int = 0) -> None:
         s = self._seqs[sid]
-        bs = self.config.block_size
         table = self.kv.table_view(sid)
         start = s.num_computed
-        for pos in range(start, start + num_new):
-            out.token_ids.append(s.tokens[pos] if pos < s.num_tokens else s.draft[pos - s.num_tokens])
-            out.positions.append(pos)
-            out.slot_mapping.append(table[pos // bs] * bs + pos % bs)
-        out.seq_start.append(len(out.token_ids))
-        out.context_len.append(start + num_new)
+        assert len(table) * self.config.block_size >= start + num_new
         out.block_tables.extend(table)
         out.block_table_start.append(len(out.block_tables))
         r = self._req(s.request)
         samples = 0
         if num_draft > 0:
             samples = num_draft + 1
-            out.logits_rows.extend(range(len(out.token_ids) - 1 - num_draft, len(out.token_ids)))
-        else:
-            if start + num_new == s.num_tokens:
-                samples = r.params.n if s.pending_fork else 1
-            out.logits_rows.extend([len(out.token_ids) - 1] * samples)
+        elif start + num_new == s.num_tokens:
+            samples = r.params.n if s.pending_fork else 1
         out.seqs.append((r.params.id, s.child, start, num_new, samples))
+        out.tokens.append(s.tokens)
+        out.drafts.append(s.draft[:num_draft])
+        out.num_tokens += num_new
+        out.num_samples += samples
         out.scheduled.append((sid, s.generation))
         out.num_draft.append(num_draft)
         out.num_appended.append(0)
@@ -389,13 +383,14 @@ class Scheduler:
         return ""
 
     def update(self, sampled_tokens: SequenceABC[int]) -> list[FinishEvent]:
-        """One token per logits row of the last schedule(); returns the children that finished."""
+        """The last schedule()'s ``num_samples`` tokens, sequence by sequence; returns the children that
+        finished."""
         out = self._out
         if not self._update_pending:
             raise ValueError("update() called without a scheduled step to update")
-        if len(sampled_tokens) != len(out.logits_rows):
+        if len(sampled_tokens) != out.num_samples:
             raise ValueError(
-                f"update() expects {len(out.logits_rows)} sampled tokens (one per logits row), "
+                f"update() expects {out.num_samples} sampled tokens (one per logits row), "
                 f"got {len(sampled_tokens)}"
             )
         for t in sampled_tokens:
@@ -418,8 +413,7 @@ class Scheduler:
             num_draft = out.num_draft[si]
             if num_draft > 0:
                 # Verification: the run plain decoding would have appended one step at a time.
-                start = out.seq_start[si] + 1
-                draft = out.token_ids[start : start + num_draft]
+                draft = out.drafts[si]
                 reason, token, appended = "", -1, 0
                 for j in range(num_draft + 1):
                     token = sampled_tokens[first_row + j]
