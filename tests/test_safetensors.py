@@ -106,6 +106,21 @@ def test_sharded_folder(folders: dict[str, str], tmp_path: Path) -> None:
     assert cfg == b.config
     for name in w:
         assert np.array_equal(core.dequantize_tensor(a, name), core.dequantize_tensor(b, name)), name
+    # ossa inspect names the shards; a shard's own path, or the shards without their config.json,
+    # say what to pass instead
+    from ossa import models
+
+    info = models.inspect(str(dst))
+    assert info["files"] == [str(dst / f) for f in shards] and info["n_tensors"] == len(names)
+    assert "split into 2 shards: model-00001-of-00002.safetensors" in models.format_inspect(info)
+    with pytest.raises(core.ModelError, match="file of the Hugging Face model folder .*: pass the folder"):
+        core.load_model(str(dst / "model-00001-of-00002.safetensors"))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for file in shards:
+        shutil.copy(dst / file, bare / file)
+    with pytest.raises(core.ModelError, match=r"weights \(2 files: .*\) but no config.json"):
+        core.load_model(str(bare))
     # a shard name escaping the folder is refused
     weight_map[names[0]] = "../evil.safetensors"
     (dst / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))

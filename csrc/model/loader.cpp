@@ -438,11 +438,35 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
   }
 }
 
+// What a folder without config.json holds, for the error: safetensors weights without their
+// config (a partial download, or the weights copied alone), GGUF files (pass one), or neither.
+std::string no_config_message(const fs::path& dir) {
+  std::vector<std::string> weights, ggufs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".safetensors") weights.push_back(name);
+    if (e.path().extension() == ".gguf") ggufs.push_back(name);
+  }
+  std::sort(weights.begin(), weights.end());
+  std::sort(ggufs.begin(), ggufs.end());
+  const std::string where = "'" + dir.string() + "'";
+  if (!weights.empty())
+    return where + " holds safetensors weights (" + std::to_string(weights.size()) +
+           (weights.size() == 1 ? " file: " : " files: ") + weights.front() +
+           (weights.size() > 1 ? " ... " + weights.back() : "") +
+           ") but no config.json: a Hugging Face model folder needs the repo's config.json (and "
+           "tokenizer files) beside the weights";
+  if (!ggufs.empty())
+    return where + " is a folder of GGUF files without config.json: pass one file (" +
+           ggufs.front() + (ggufs.size() > 1 ? ", ..." : "") + ")";
+  return where + " is a folder without config.json (not a Hugging Face model folder)";
+}
+
 void load_hf(Model& m, Storage& st) {
   const fs::path dir(m.path);
   const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path))
-    throw ModelError("'" + m.path + "' is a folder without config.json");
+  if (!fs::exists(config_path)) throw ModelError(no_config_message(dir));
   const std::string cfg_path = config_path.string();
   const JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
@@ -638,9 +662,15 @@ std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     model->format = "gguf";
     {
       MappedFile f(path);
-      if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0)
+      if (f.size() < 4 || std::memcmp(f.data(), "GGUF", 4) != 0) {
+        // A file of a Hugging Face folder (a safetensors shard, config.json): name the folder.
+        const fs::path parent = fs::path(path).parent_path();
+        if (!parent.empty() && fs::exists(parent / "config.json"))
+          throw ModelError("'" + path + "' is not a GGUF file; it is a file of the Hugging Face " +
+                           "model folder '" + parent.string() + "': pass the folder");
         throw ModelError("'" + path +
                          "' is neither a GGUF file (bad magic) nor a Hugging Face folder");
+      }
     }
     load_gguf(*model, *storage);
   }

@@ -11,6 +11,7 @@ short name of a known model (``smollm2-135m``) that is fetched into the cache on
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -373,8 +374,18 @@ def inspect(
         "kv_bytes_per_token": kv_per_token,
         "kv_tokens": n_kv,
         "kv_bytes": kv_per_token * n_kv,
-        "files": model_files(m.path) if m.format == "gguf" else [m.path],
+        "files": model_files(m.path) if m.format == "gguf" else safetensors_files(m.path),
     }
+
+
+def safetensors_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The weight files of a Hugging Face folder, in order: the shards its
+    ``model.safetensors.index.json`` names, else ``model.safetensors``."""
+    index = Path(folder) / "model.safetensors.index.json"
+    if not index.is_file():
+        return [str(Path(folder) / "model.safetensors")]
+    weight_map = json.loads(index.read_text()).get("weight_map", {})
+    return [str(Path(folder) / name) for name in sorted(set(weight_map.values()))]
 
 
 def model_files(path: str | os.PathLike[str]) -> list[str]:
@@ -407,7 +418,8 @@ def _shards_line(info: dict[str, Any]) -> list[str]:
     files = info.get("files") or []
     if len(files) < 2:
         return []
-    names = ", ".join(os.path.basename(f) for f in files)
+    base = [os.path.basename(f) for f in files]
+    names = ", ".join(base) if len(base) <= 4 else f"{base[0]}, {base[1]}, ..., {base[-1]}"
     return [f"files         split into {len(files)} shards: {names}"]
 
 
