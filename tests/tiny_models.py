@@ -579,3 +579,77 @@ def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
         out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, min_new_tokens=n_new,
                              do_sample=False)  # fmt: skip
     return out[0, len(prompt) :].tolist()  # type: ignore[no-any-return]
+
+
+def tiny_draft_gguf(
+    out_path: str | os.PathLike[str],
+    tokenizer_gguf: str | os.PathLike[str],
+    *,
+    vocab_size: int | None = None,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    swap_tokens: tuple[int, int] | None = None,
+) -> str:
+    """A tiny random Llama GGUF (F32, tied embeddings) carrying ``tokenizer_gguf``'s tokenizer keys: a
+    draft model for speculative decoding with another model's vocabulary. ``vocab_size``: its rows
+    (default: the tokenizer's); ``swap_tokens``: two token strings exchanged, a token table that
+    differs from the tokenizer's own."""
+    import gguf
+
+    from ossa._native import core
+
+    # ossa's own metadata reader: gguf-py's parses the whole 49k-token vocabulary for seconds.
+    meta = {k: v for k, v in core.gguf_metadata(str(tokenizer_gguf)).items() if k.startswith("tokenizer.")}
+    n_vocab = vocab_size or len(meta["tokenizer.ggml.tokens"])
+    n_head, n_head_kv, n_ff = 4, 2, 2 * hidden_size
+    head_dim = hidden_size // n_head
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_name("tiny-draft")
+    writer.add_context_length(2048)
+    writer.add_embedding_length(hidden_size)
+    writer.add_block_count(num_layers)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(0)
+    for name, value in meta.items():
+        if name == "tokenizer.ggml.tokens" and swap_tokens is not None:
+            a, b = swap_tokens
+            value = list(value)
+            value[a], value[b] = value[b], value[a]
+        if isinstance(value, bool):
+            writer.add_bool(name, value)
+        elif isinstance(value, int):
+            writer.add_uint32(name, value)
+        elif isinstance(value, str):
+            writer.add_string(name, value)
+        else:
+            writer.add_array(name, list(value))  # strings, or token types (int32)
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / math.sqrt(cols)).astype(np.float32)
+
+    writer.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, hidden_size)).astype(np.float32))
+    for i in range(num_layers):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(hidden_size, dtype=np.float32))
+        writer.add_tensor(p + "attn_q.weight", mat(hidden_size, hidden_size))
+        writer.add_tensor(p + "attn_k.weight", mat(n_head_kv * head_dim, hidden_size))
+        writer.add_tensor(p + "attn_v.weight", mat(n_head_kv * head_dim, hidden_size))
+        writer.add_tensor(p + "attn_output.weight", mat(hidden_size, hidden_size))
+        writer.add_tensor(p + "ffn_norm.weight", np.ones(hidden_size, dtype=np.float32))
+        writer.add_tensor(p + "ffn_gate.weight", mat(n_ff, hidden_size))
+        writer.add_tensor(p + "ffn_up.weight", mat(n_ff, hidden_size))
+        writer.add_tensor(p + "ffn_down.weight", mat(hidden_size, n_ff))
+    writer.add_tensor("output_norm.weight", np.ones(hidden_size, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(out_path)

@@ -153,7 +153,11 @@ void bind_engine(nb::module_& m) {
           "spec_disable_by_batch_size",
           [](const EngineConfig& c) { return c.speculative.disable_by_batch_size; },
           [](EngineConfig& c, int32_t v) { c.speculative.disable_by_batch_size = v; },
-          "No speculation in a step when more sequences than this run (0: never).");
+          "No speculation in a step when more sequences than this run (0: never).")
+      .def_prop_rw(
+          "spec_draft_cost", [](const EngineConfig& c) { return c.speculative.draft_cost; },
+          [](EngineConfig& c, double v) { c.speculative.draft_cost = v; },
+          "Method draft_model: a draft position's cost as a share of a target step.");
 #undef OSSA_SCHED_FIELD
 
   nb::class_<GenerationParams>(m, "GenerationParams")
@@ -209,8 +213,10 @@ void bind_engine(nb::module_& m) {
   nb::class_<Engine>(m, "Engine",
                      "The C++ decode loop (schedule, forward, sample, detokenize, stop checks).")
       .def(nb::init<std::shared_ptr<const ossa::Model>, std::shared_ptr<const ossa::Tokenizer>,
-                    const EngineConfig&>(),
-           "model"_a, "tokenizer"_a, "config"_a)
+                    const EngineConfig&, std::shared_ptr<const ossa::Model>>(),
+           "model"_a, "tokenizer"_a, "config"_a, "draft_model"_a.none() = nb::none(),
+           "draft_model: the proposer of speculative_config method 'draft_model' (the target's "
+           "vocabulary).")
       .def("add_request", &Engine::add_request, "request_id"_a, "prompt_token_ids"_a, "params"_a)
       .def("abort", &Engine::abort, "request_id"_a)
       .def("step", [](Engine& e) { return released([&] { return e.step(); }); })

@@ -34,7 +34,7 @@ uint64_t splitmix64(uint64_t x) {
 }  // namespace
 
 Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-               const EngineConfig& config)
+               const EngineConfig& config, std::shared_ptr<const Model> draft_model)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       config_(config),
@@ -48,6 +48,10 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   }
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
   validate_speculative_config(config.speculative);
+  if (config.speculative.enabled() && config.speculative.method == SpecMethod::DraftModel)
+    draft_model_ = make_draft_model(std::move(draft_model), *model_, config.scheduler.num_blocks,
+                                    config.scheduler.block_size,
+                                    config.scheduler.max_num_batched_tokens, config.kv_type);
   stats_.spec.accepted_per_pos.assign(
       config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0, 0);
   stats_.num_blocks = config.scheduler.num_blocks;
@@ -201,6 +205,7 @@ void Engine::fail_request(int64_t key, const std::string& message,
 
 void Engine::forget(RequestState& r) {
   if (r.params.constraint >= 0) constraints_.release(r.params.constraint);
+  if (draft_model_) draft_model_->release(r.key);
   std::lock_guard<std::mutex> lock(mutex_);
   live_ids_.erase(r.id);
 }

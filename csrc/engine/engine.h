@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/constraints.h"
+#include "engine/draft_model.h"
 #include "engine/output_processor.h"
 #include "engine/speculative.h"
 #include "model/runner.h"
@@ -83,8 +84,9 @@ struct EngineStats {
 
 class Engine {
  public:
+  // draft_model: the proposer of speculative_config method "draft_model" (same vocabulary).
   Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tokenizer,
-         const EngineConfig& config);
+         const EngineConfig& config, std::shared_ptr<const Model> draft_model = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -196,7 +198,8 @@ class Engine {
   std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;
   std::vector<int32_t> sampled_;
-  std::vector<int32_t> draft_;  // the proposer's output
+  std::vector<int32_t> draft_;               // the n-gram proposer's output
+  std::unique_ptr<DraftModel> draft_model_;  // method "draft_model"
   ConstraintStage constraints_;
   std::vector<size_t> constraint_rows_;  // the sampling row of each constraint batch row
   int64_t next_key_ = 1;

@@ -7,12 +7,16 @@
 
 namespace ossa {
 
-const char* spec_method_name(SpecMethod m) { return m == SpecMethod::Ngram ? "ngram" : "none"; }
+const char* spec_method_name(SpecMethod m) {
+  return m == SpecMethod::Ngram ? "ngram" : m == SpecMethod::DraftModel ? "draft_model" : "none";
+}
 
 SpecMethod parse_spec_method(const std::string& name) {
   if (name == "ngram") return SpecMethod::Ngram;
+  if (name == "draft_model") return SpecMethod::DraftModel;
   if (name == "none" || name.empty()) return SpecMethod::None;
-  throw InputError("speculative_config method must be 'ngram', got '" + name + "'");
+  throw InputError("speculative_config method must be 'ngram' or 'draft_model', got '" + name +
+                   "'");
 }
 
 void validate_speculative_config(const SpeculativeConfig& c) {
@@ -27,6 +31,9 @@ void validate_speculative_config(const SpeculativeConfig& c) {
     throw InputError("speculative_config prompt_lookup_max must be >= prompt_lookup_min (" +
                      std::to_string(c.prompt_lookup_min) + "), got " +
                      std::to_string(c.prompt_lookup_max));
+  if (!(c.draft_cost >= 0 && c.draft_cost <= 1))
+    throw InputError("speculative_config draft_cost must be in [0, 1], got " +
+                     std::to_string(c.draft_cost));
   if (c.disable_by_batch_size != 0 && c.disable_by_batch_size < 2)
     throw InputError(
         "speculative_config disable_by_batch_size must be >= 2 (or 0 / None: never), got " +
@@ -50,11 +57,11 @@ void ngram_propose(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n
   }
 }
 
-int32_t SpecControl::next(int32_t k_max, int32_t batch) {
+int32_t SpecControl::next(int32_t k_max, int32_t batch, double draft_cost) {
   const double alpha =
       (static_cast<double>(accepted) + 256.0) / (static_cast<double>(accepted + rejected) + 384.0);
   const double worth =
-      static_cast<double>(batch) / (k_spec_cost_ratio + static_cast<double>(batch));
+      static_cast<double>(batch) / (k_spec_cost_ratio + static_cast<double>(batch)) + draft_cost;
   int32_t k = 0;
   for (double p = alpha; k < k_max && p > worth; p *= alpha) ++k;
   if (k == 0 && ++idle >= k_spec_probe_interval) {
@@ -127,6 +134,7 @@ void Engine::propose_drafts(const SchedulerOutput& so) {
   int32_t batch = 0;  // sequences that decoded this step
   for (const ScheduledSeq& s : so.seqs)
     batch += s.num_samples > 0 ? (s.num_draft > 0 ? 1 : s.num_samples) : 0;
+  if (draft_model_) draft_model_->clear();
   for (const ScheduledSeq& s : so.seqs) {
     if (s.num_samples == 0) continue;
     auto it = requests_.find(s.request_id);
@@ -141,14 +149,24 @@ void Engine::propose_drafts(const SchedulerOutput& so) {
       const int32_t n_out = static_cast<int32_t>(c.output_tokens.size());
       const int32_t n_tokens = static_cast<int32_t>(r.prompt.size()) + n_out;
       // A run appends at most k + 1 tokens: none past max_tokens or max_model_len.
-      const int32_t limit =
-          std::min({c.spec.next(sc.num_speculative_tokens, batch), r.params.max_tokens - n_out - 1,
-                    config_.scheduler.max_model_len - n_tokens - 1});
+      const int32_t limit = std::min({c.spec.next(sc.num_speculative_tokens, batch, sc.draft_cost),
+                                      r.params.max_tokens - n_out - 1,
+                                      config_.scheduler.max_model_len - n_tokens - 1});
       if (limit <= 0) continue;
+      if (draft_model_) {
+        draft_model_->add(r.key, child, scheduler_.tokens(r.key, child), limit);
+        continue;
+      }
       ngram_propose(scheduler_.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max,
                     limit, draft_);
       if (!draft_.empty()) scheduler_.set_draft(r.key, child, draft_);
     }
+  }
+  if (!draft_model_ || draft_model_->size() == 0) return;
+  draft_model_->run();
+  for (size_t i = 0; i < draft_model_->size(); ++i) {
+    std::span<const int32_t> d = draft_model_->draft(i);
+    if (!d.empty()) scheduler_.set_draft(draft_model_->request(i), draft_model_->child(i), d);
   }
 }
 

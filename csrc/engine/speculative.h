@@ -11,9 +11,10 @@
 // stop ids, max_tokens, stop strings and logprobs are applied to the run token by token
 // (scheduler/scheduler.h).
 //
-// Proposer: n-gram prompt lookup. The longest suffix of the child's tokens (prompt + outputs) of n
+// Proposers: n-gram prompt lookup (the longest suffix of the child's tokens (prompt + outputs) of n
 // in [prompt_lookup_min, prompt_lookup_max] tokens that occurred earlier; the draft is what
-// followed its most recent earlier occurrence.
+// followed its most recent earlier occurrence), or a draft model that shares the target's
+// vocabulary, proposing greedily (engine/draft_model.h).
 //
 // How many (SpecControl): the child's per-token acceptance alpha is estimated from its own history
 // (decayed counts of accepted drafts and of rejections, prior 2/3), and a draft position is worth
@@ -21,8 +22,9 @@
 // cost one more position adds. A step over B decoding sequences costs about a + b * tokens (a:
 // reading the weights, b: one position's arithmetic; a / b ~ 12 measured for the default model on 2
 // cores), so one more position is worth B / (12 + B) of a step's tokens: k is the largest i <=
-// k_max with alpha^i > B / (12 + B). A single stream speculates freely; a batch of 16 only where
-// drafts are mostly right. A child whose k is 0 probes with k = 1 every 16th step, so it can
+// k_max with alpha^i > B / (12 + B) + c, c a draft model's cost per position (draft_cost; 0 for
+// n-gram lookup). A single stream speculates freely; a batch of 16 only where drafts are mostly
+// right. A child whose k is 0 probes with k = 1 every 16th step, so it can
 // recover. k never changes a token (every appended token is verified), only the cost; the rule is
 // deterministic, so the twin's step traces equal the C++ engine's. Twin:
 // src/ossa/reference/speculative.py.
@@ -33,7 +35,7 @@
 
 namespace ossa {
 
-enum class SpecMethod : int8_t { None, Ngram };
+enum class SpecMethod : int8_t { None, Ngram, DraftModel };
 
 // disable_by_batch_size when not given (measured: docs/speculative.md).
 inline constexpr int32_t k_spec_default_disable_by_batch_size = 8;
@@ -45,6 +47,9 @@ struct SpeculativeConfig {
   int32_t prompt_lookup_max = 5;
   // No child drafts for a step when more than this many sequences run (vLLM's field; 0: never).
   int32_t disable_by_batch_size = k_spec_default_disable_by_batch_size;
+  // Method "draft_model": what one draft position costs the draft, as a share of a target step
+  // (ossa.config sets the ratio of their weight bytes: decode reads the weights once a step).
+  double draft_cost = 0;
 
   bool enabled() const { return method != SpecMethod::None && num_speculative_tokens > 0; }
 };
@@ -70,8 +75,9 @@ struct SpecControl {
   int64_t rejected = 0;  // decayed verifications that ended on a rejected draft
   int32_t idle = 0;      // steps with k = 0 since the last probe
 
-  // Drafts to propose at this step of the child, in a step of `batch` decoding sequences.
-  int32_t next(int32_t k_max, int32_t batch);
+  // Drafts to propose at this step of the child, in a step of `batch` decoding sequences, each
+  // draft position costing draft_cost of a step besides its verification.
+  int32_t next(int32_t k_max, int32_t batch, double draft_cost = 0);
   // After a verification of `drafted` tokens that accepted `accepted`.
   void record(int32_t drafted, int32_t accepted);
 };

@@ -748,6 +748,15 @@ class EngineConfig:
     @spec_disable_by_batch_size.setter
     def spec_disable_by_batch_size(self, arg: int, /) -> None: ...
 
+    @property
+    def spec_draft_cost(self) -> float:
+        """
+        Method draft_model: a draft position's cost as a share of a target step.
+        """
+
+    @spec_draft_cost.setter
+    def spec_draft_cost(self, arg: float, /) -> None: ...
+
 class GenerationParams:
     def __init__(self) -> None: ...
 
@@ -894,7 +903,10 @@ class Engine:
     The C++ decode loop (schedule, forward, sample, detokenize, stop checks).
     """
 
-    def __init__(self, model: Model, tokenizer: Tokenizer, config: EngineConfig) -> None: ...
+    def __init__(self, model: Model, tokenizer: Tokenizer, config: EngineConfig, draft_model: Model | None = None) -> None:
+        """
+        draft_model: the proposer of speculative_config method 'draft_model' (the target's vocabulary).
+        """
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], params: GenerationParams) -> None: ...
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import OssaConfig
+    from .draft_model import DraftModel
     from .models import Model
     from .reference.tokenizer_spec import TokenizerSpec
     from .sampling_params import SamplingParams
@@ -43,7 +44,10 @@ class Backend:
         """Every token of a tokenizer as bytes, and whether it is a special token."""
         raise NotImplementedError
 
-    def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
+    def create_engine(
+        self, model: Model, tokenizer: Tokenizer, config: OssaConfig, draft: DraftModel | None = None
+    ) -> Any:
+        """The engine; ``draft``: the proposer of speculative_config method "draft_model"."""
         raise NotImplementedError
 
     def new_generation_params(self) -> Any:
@@ -89,13 +93,15 @@ class CppBackend(Backend):
         n = int(impl.vocab_size)
         return [impl.token_bytes(i) for i in range(n)], [bool(impl.is_special(i)) for i in range(n)]
 
-    def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
+    def create_engine(
+        self, model: Model, tokenizer: Tokenizer, config: OssaConfig, draft: DraftModel | None = None
+    ) -> Any:
         from ._native import core
 
         ec = core.EngineConfig()
         for name, value in config.engine_fields().items():
             setattr(ec, name, value)
-        return core.Engine(model._handle, tokenizer.core, ec)
+        return core.Engine(model._handle, tokenizer.core, ec, None if draft is None else draft.model._handle)
 
     def new_generation_params(self) -> Any:
         from ._native import core
@@ -122,7 +128,10 @@ class PythonBackend(Backend):
     def token_table(self, impl: Any) -> tuple[list[bytes], list[bool]]:
         return list(impl.token_bytes), list(impl.is_special)
 
-    def create_engine(self, model: Model, tokenizer: Tokenizer, config: OssaConfig) -> Any:
+    def create_engine(
+        self, model: Model, tokenizer: Tokenizer, config: OssaConfig, draft: DraftModel | None = None
+    ) -> Any:
+        from .reference.draft_model import DraftOptions
         from .reference.engine import Engine, EngineConfig
 
         return Engine(
@@ -134,6 +143,13 @@ class PythonBackend(Backend):
                 quantized_activations=bool(model._handle.quantized_activations),
                 amx_activations=bool(model._handle.uses_amx),
                 compute_dtype=config.load.dtype,
+            ),
+            None
+            if draft is None
+            else DraftOptions(
+                draft.path,
+                quantized_activations=bool(draft.model._handle.quantized_activations),
+                amx_activations=bool(draft.model._handle.uses_amx),
             ),
         )
 

@@ -26,6 +26,7 @@ import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 DEFAULT_KV_CACHE_BYTES = 1 << 30  # 1 GiB, or a fifth of available memory if that is less
@@ -98,9 +99,10 @@ class EngineArgs:
         speculative_config: speculative decoding (vLLM's dict, or its JSON text):
             ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
             "prompt_lookup_min": 2}`` drafts k tokens by prompt lookup; outputs are bitwise those of
-            plain decoding (docs/speculative.md). ``disable_by_batch_size`` (default 8, None: never):
-            no drafts in a step with more sequences running. Constrained (structured-output) requests do not
-            speculate.
+            plain decoding (docs/speculative.md); ``{"model": DRAFT, "num_speculative_tokens": k}``
+            has a draft model of the same vocabulary propose them greedily. ``disable_by_batch_size``
+            (default 8, None: never): no drafts in a step with more sequences running. Constrained
+            (structured-output) requests do not speculate.
         tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
             process; run Ray replicas to scale out).
     """
@@ -327,6 +329,7 @@ SPECULATIVE_KEYS = (
     "prompt_lookup_min",
     "disable_by_batch_size",
     "model",
+    "draft_cost",
 )
 
 
@@ -345,13 +348,27 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
     unknown = sorted(set(value) - set(SPECULATIVE_KEYS))
     if unknown:
         raise ValueError(f"speculative_config has unknown fields {unknown}; known: {list(SPECULATIVE_KEYS)}")
-    if value.get("model") is not None:
-        raise ValueError(
-            "speculative_config model: draft-model speculation is not available yet; use method 'ngram'"
-        )
     method = value.get("method")
-    if method != "ngram":
-        raise ValueError(f"speculative_config method must be 'ngram', got {method!r}")
+    draft = value.get("model")
+    if draft is not None or method == "draft_model":
+        if method not in (None, "draft_model"):
+            raise ValueError(f"speculative_config method must be 'draft_model' with a model, got {method!r}")
+        if not isinstance(draft, str) or not draft:
+            raise ValueError(f"speculative_config model must be a draft model's path or name, got {draft!r}")
+        _check_draft_model(draft)
+        for name in ("prompt_lookup_min", "prompt_lookup_max"):
+            if value.get(name) is not None:
+                raise ValueError(f"speculative_config {name} is for method 'ngram', not a draft model")
+        method = "draft_model"
+        cost = value.get("draft_cost")
+        if cost is not None and (
+            isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0 <= cost <= 1
+        ):
+            raise ValueError(f"speculative_config draft_cost must be a number in [0, 1], got {cost!r}")
+    elif value.get("draft_cost") is not None:
+        raise ValueError("speculative_config draft_cost is for a draft model (its 'model')")
+    elif method != "ngram":
+        raise ValueError(f"speculative_config method must be 'ngram' or 'draft_model', got {method!r}")
     k = value.get("num_speculative_tokens")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
         raise ValueError(
@@ -373,11 +390,26 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
             f"speculative_config disable_by_batch_size must be an integer >= 2 or None, got {dbs!r}"
         )
     return SpeculativeConfig(
-        method="ngram",
+        method=method,
         num_speculative_tokens=k,
         prompt_lookup_min=lo,
         prompt_lookup_max=hi,
         disable_by_batch_size=0 if dbs is None else dbs,
+        model=draft,
+        draft_cost=None if value.get("draft_cost") is None else float(value["draft_cost"]),
+    )
+
+
+def _check_draft_model(text: str) -> None:
+    """ValueError naming speculative_config model unless ``text`` is a model ``models.resolve`` takes
+    (an existing file or folder, a known name, a Hub id); nothing is fetched here."""
+    from . import hub, models
+
+    if Path(text).expanduser().exists() or text in models.KNOWN_MODELS or hub.parse_id(text) is not None:
+        return
+    raise ValueError(
+        f"speculative_config model {text!r} is not a GGUF file, a Hugging Face folder, a Hub id or a "
+        "known name"
     )
 
 
@@ -462,6 +494,10 @@ class SpeculativeConfig:
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
     disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # 0: never
+    model: str | None = None  # method "draft_model": the draft's path or name (as given)
+    # A draft position's cost as a share of a target step (None: the ratio of the weight bytes, set
+    # when the draft loads; ossa's own field).
+    draft_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -497,4 +533,5 @@ class OssaConfig:
             "prompt_lookup_min": self.speculative.prompt_lookup_min,
             "prompt_lookup_max": self.speculative.prompt_lookup_max,
             "spec_disable_by_batch_size": self.speculative.disable_by_batch_size,
+            "spec_draft_cost": self.speculative.draft_cost or 0.0,
         }

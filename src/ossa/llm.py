@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -50,7 +51,19 @@ class LLM:
         self.block_size = self.config.cache.block_size
         self.kv_cache_dtype = self.config.cache.kv_cache_dtype
         self._counter = itertools.count()  # next() on it is atomic: request ids are unique across threads
-        self.engine: Any = self._backend.create_engine(self.model, self.tokenizer, self.config)
+        self.draft_model = None
+        if self.config.speculative.model is not None:
+            from .draft_model import load_draft_model
+
+            self.draft_model = load_draft_model(
+                args, self.config.speculative.model, self.model, self.tokenizer, self._backend
+            )
+            if self.config.speculative.draft_cost is None:
+                spec = dataclasses.replace(self.config.speculative, draft_cost=self.draft_model.cost)
+                self.config = dataclasses.replace(self.config, speculative=spec)
+        self.engine: Any = self._backend.create_engine(
+            self.model, self.tokenizer, self.config, self.draft_model
+        )
         from .structured import ConstraintHost
 
         # Structured outputs: the engine asks this for the masks of constrained rows (llguidance is

@@ -23,6 +23,7 @@ import numpy as np
 from . import sampler as ref_sampler
 from .batch_builder import build_batch
 from .constraints import ConstraintStage
+from .draft_model import DraftModel, DraftOptions
 from .loader import load_weights
 from .output_processor import (
     CompletionDelta,
@@ -78,11 +79,12 @@ class EngineConfig:
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
     compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
-    spec_method: str = "none"  # speculative decoding: "none" or "ngram"
+    spec_method: str = "none"  # speculative decoding: "none", "ngram" or "draft_model"
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
     spec_disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running
+    spec_draft_cost: float = 0.0  # method draft_model: a draft position's cost as a share of a step
 
 
 @dataclass
@@ -150,7 +152,9 @@ class _Request:
 class Engine:
     """The decode loop on the ``ossa.reference`` twins (``LLM(backend="python")``)."""
 
-    def __init__(self, model_path: str, tokenizer: Tokenizer, config: EngineConfig) -> None:
+    def __init__(
+        self, model_path: str, tokenizer: Tokenizer, config: EngineConfig, draft: DraftOptions | None = None
+    ) -> None:
         model_config, weights = load_weights(model_path)
         self.model_config = model_config
         self.config = config
@@ -194,8 +198,22 @@ class Engine:
             config.prompt_lookup_min,
             config.prompt_lookup_max,
             config.spec_disable_by_batch_size,
+            config.spec_draft_cost,
         )
         validate_speculative(self.spec)
+        self.draft_model: DraftModel | None = None
+        if self.spec.enabled and self.spec.method == "draft_model":
+            if draft is None:
+                raise ValueError("speculative_config method 'draft_model' needs a draft model (its 'model')")
+            self.draft_model = DraftModel(
+                draft, config.num_blocks, config.block_size, config.max_num_batched_tokens,
+                config.kv_cache_dtype, config.compute_dtype,
+            )  # fmt: skip
+            if self.draft_model.n_vocab != self.n_vocab:
+                raise ValueError(
+                    f"speculative_config model: the draft's vocab_size {self.draft_model.n_vocab} differs "
+                    f"from the target's {self.n_vocab}"
+                )
         self._spec_stats = SpecStats(
             accepted_per_pos=[0] * (config.num_speculative_tokens if self.spec.enabled else 0)
         )
@@ -217,6 +235,8 @@ class Engine:
     def _forget(self, r: _Request) -> None:
         if r.params.constraint >= 0:
             self._constraints.release(r.params.constraint)
+        if self.draft_model is not None:
+            self.draft_model.release(r.key)
         self._live.discard(r.id)
 
     # -- requests ---------------------------------------------------------------------------------
@@ -520,6 +540,9 @@ class Engine:
         batch = sum(
             (1 if so.num_draft[si] > 0 else seq[4]) for si, seq in enumerate(so.seqs) if seq[4] > 0
         )  # sequences that decoded this step
+        dm = self.draft_model
+        if dm is not None:
+            dm.clear()
         for si, (rid, child0, _nc, _nt, num_samples) in enumerate(so.seqs):
             if num_samples == 0:
                 continue
@@ -535,17 +558,26 @@ class Engine:
                 n_out = len(c.output_tokens)
                 n_tokens = len(r.prompt) + n_out
                 limit = min(
-                    c.spec.next(sc.num_speculative_tokens, batch),
+                    c.spec.next(sc.num_speculative_tokens, batch, sc.draft_cost),
                     r.params.max_tokens - n_out - 1,
                     self.config.max_model_len - n_tokens - 1,
                 )
                 if limit <= 0:
+                    continue
+                if dm is not None:
+                    dm.add(r.key, child, self.scheduler.tokens(r.key, child), limit)
                     continue
                 draft = ngram_propose(
                     self.scheduler.tokens(r.key, child), sc.prompt_lookup_min, sc.prompt_lookup_max, limit
                 )
                 if draft:
                     self.scheduler.set_draft(r.key, child, draft)
+        if dm is None or not dm.props:
+            return
+        dm.run()
+        for i, p in enumerate(dm.props):
+            if p.draft:
+                self.scheduler.set_draft(p.request, p.child, dm.draft(i))
 
     def _constraint_masks(self, so: Any) -> tuple[dict[int, np.ndarray | None], dict[int, str]]:
         """Masks (None where the matcher failed) and errors of the constrained sampling rows, by row."""

@@ -5,8 +5,9 @@ with a logits row at each position, and row i is sampled exactly as plain decodi
 index ``num_output + i`` (the outputs plus d1..di for the penalties, the draw of that step). d(i+1) is
 accepted only if it equals row i's draw, so every appended token is the one plain decoding appends.
 
-Proposer: n-gram prompt lookup (the longest suffix of n in [prompt_lookup_min, prompt_lookup_max]
-tokens that occurred earlier; the draft is what followed its most recent earlier occurrence).
+Proposers: n-gram prompt lookup (the longest suffix of n in [prompt_lookup_min, prompt_lookup_max]
+tokens that occurred earlier; the draft is what followed its most recent earlier occurrence), or a draft
+model of the target's vocabulary (``ossa.reference.draft_model``).
 ``SpecControl``: how many drafts, from the child's own acceptance history (see the C++ header).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-METHODS = ("none", "ngram")
+METHODS = ("none", "ngram", "draft_model")
 DEFAULT_DISABLE_BY_BATCH_SIZE = 8  # when not given (measured: docs/speculative.md)
 
 
@@ -26,6 +27,7 @@ class SpeculativeConfig:
     prompt_lookup_min: int = 5
     prompt_lookup_max: int = 5
     disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no drafts above this many running; 0: never
+    draft_cost: float = 0.0  # method draft_model: a draft position's cost as a share of a target step
 
     @property
     def enabled(self) -> bool:
@@ -35,7 +37,7 @@ class SpeculativeConfig:
 def validate(c: SpeculativeConfig) -> None:
     """ValueError naming the field, as the C++ engine's InputError."""
     if c.method not in METHODS:
-        raise ValueError(f"speculative_config method must be 'ngram', got '{c.method}'")
+        raise ValueError(f"speculative_config method must be 'ngram' or 'draft_model', got '{c.method}'")
     if c.method == "none":
         return
     if not 1 <= c.num_speculative_tokens <= 64:
@@ -49,6 +51,8 @@ def validate(c: SpeculativeConfig) -> None:
             f"speculative_config prompt_lookup_max must be >= prompt_lookup_min ({c.prompt_lookup_min}), "
             f"got {c.prompt_lookup_max}"
         )
+    if not 0.0 <= c.draft_cost <= 1.0:
+        raise ValueError(f"speculative_config draft_cost must be in [0, 1], got {c.draft_cost}")
     if c.disable_by_batch_size != 0 and c.disable_by_batch_size < 2:
         raise ValueError(
             "speculative_config disable_by_batch_size must be >= 2 (or 0 / None: never), "
@@ -77,17 +81,17 @@ SPEC_PROBE_INTERVAL = 16
 
 @dataclass
 class SpecControl:
-    """One child's speculation length: the largest k <= k_max with alpha^k > B / (12 + B), alpha its
-    decayed acceptance (fixed point, 256 = one), B the step's decoding sequences; k = 1 every 16th
-    step while it is 0."""
+    """One child's speculation length: the largest k <= k_max with alpha^k > B / (12 + B) + c, alpha
+    its decayed acceptance (fixed point, 256 = one), B the step's decoding sequences, c a draft model's
+    cost per position; k = 1 every 16th step while it is 0."""
 
     accepted: int = 0  # decayed accepted drafts
     rejected: int = 0  # decayed verifications that ended on a rejected draft
     idle: int = 0  # steps with k = 0 since the last probe
 
-    def next(self, k_max: int, batch: int) -> int:
+    def next(self, k_max: int, batch: int, draft_cost: float = 0.0) -> int:
         alpha = (float(self.accepted) + 256.0) / (float(self.accepted + self.rejected) + 384.0)
-        worth = float(batch) / (SPEC_COST_RATIO + float(batch))
+        worth = float(batch) / (SPEC_COST_RATIO + float(batch)) + draft_cost
         k = 0
         p = alpha
         while k < k_max and p > worth:
