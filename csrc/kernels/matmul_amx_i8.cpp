@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_i8_pieces.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
@@ -595,7 +596,6 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                        float* scale, float* sum, int32_t* isum16) {
   const int64_t nb = cols / 32;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-  constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       const float* p = x + r * cols + 32 * b;
@@ -606,21 +606,8 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
       int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
       int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
       for (int h = 0; h < 2; ++h) {
-        const __m512 yv = _mm512_mul_ps(v[h], inv);
-        const __m512 a0 = _mm512_roundscale_ps(yv, k_rint);
-        const __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(yv, a0), _mm512_set1_ps(128.0f));  // exact
-        const __m512 a1 = _mm512_roundscale_ps(r1, k_rint);
-        const __m512 a2 = _mm512_roundscale_ps(
-            _mm512_mul_ps(_mm512_sub_ps(r1, a1), _mm512_set1_ps(16.0f)), k_rint);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(t0 + 16 * h),
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a0)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(t12 + 16 * h),
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a1)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(t12 + 32 + 16 * h),
-                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(a2)));
-        // 2^11 a0 + 16 a1 + a2 and their sum are integers below 2^24: exact in f32.
-        const __m512 whole = _mm512_fmadd_ps(a0, _mm512_set1_ps(2048.0f),
-                                             _mm512_fmadd_ps(a1, _mm512_set1_ps(16.0f), a2));
+        const __m512 whole =
+            i8_pieces16(_mm512_mul_ps(v[h], inv), t0 + 16 * h, t12 + 16 * h, t12 + 32 + 16 * h);
         isum16[r * 2 * nb + 2 * b + h] = static_cast<int32_t>(_mm512_reduce_add_ps(whole));
       }
       scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/amx_i8_pieces.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
@@ -92,15 +93,44 @@ void amx_q2k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, i
 }
 
 #if defined(OSSA_HAVE_AMX_Q2K)
+
+void amx_q2k_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
+                        float* scale, float* xs) {
+  const int64_t nb = cols / 64;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* p = x + r * cols + 64 * b;
+      __m512 v[4], mx = _mm512_setzero_ps();
+      for (int h = 0; h < 4; ++h) {
+        v[h] = _mm512_loadu_ps(p + 16 * h);
+        mx = _mm512_max_ps(mx, _mm512_and_ps(v[h], abs_mask));
+      }
+      const float m = _mm512_reduce_max_ps(mx);
+      const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+      const float dsc = m / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
+      int8_t* t = tiles + ((r / 16) * nb + b) * 3072 + (r % 16) * 64;
+      for (int h = 0; h < 4; ++h) {
+        const __m512 whole =
+            i8_pieces16(_mm512_mul_ps(v[h], inv), t + 16 * h, t + 1024 + 16 * h, t + 2048 + 16 * h);
+        xs[r * (cols / 16) + 4 * b + h] = _mm512_reduce_add_ps(whole) * dsc;
+      }
+      scale[r * nb + b] = dsc;
+    }
+  }
+}
+
 namespace {
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
-// The 8 vectors of u = sc q of block j of a super-block (u[k]: k = 4 k' .. 4 k' + 3 of the 16
-// rows, the rows of its B tile).
-inline void unpack_u(const uint8_t* sb, int j, __m512i* u) {
+// The 8 vectors of u = sc q of half `half` (32 values: block 2 t + half) of 64-value step t of a
+// super-block (u[k]: values 32 half + 4 k .. + 3 of the step for the 16 rows, rows 8 half + k of
+// its B tile).
+inline void unpack_u(const uint8_t* sb, int t, int half, __m512i* u) {
   const __m512i low2 = _mm512_set1_epi8(0x03);
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < 2; ++h) {  // the block's 16-value groups
+    const int j = 2 * t + half;
     const __m512i v = _mm512_load_si512(sb + 128 * j + 64 * h);
     // sc of row n in both 16-bit words of dword n: the word products sc * (q_lo + 256 q_hi) keep
     // each byte's sc * q (<= 45) in its byte.
@@ -114,39 +144,27 @@ inline void unpack_u(const uint8_t* sb, int j, __m512i* u) {
   }
 }
 
-// -(dmin m_h) of the 16 rows for group h of block j (exact: f16 times a 4-bit integer).
-inline __m512 mins(const uint8_t* sb, int j, int h, __m512 neg_dmin) {
-  const __m512i m =
-      _mm512_srli_epi32(_mm512_cvtepu8_epi32(load16(sb + k_sc_at + 32 * j + 16 * h)), 4);
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(m), neg_dmin);
+// -(dmin m) of the 16 rows for the 16-value groups of step t (exact: f16 times a 4-bit integer).
+inline void mins(const uint8_t* sb, int t, __m512 neg_dmin, __m512* mn) {
+  for (int h = 0; h < 4; ++h) {
+    const __m512i m =
+        _mm512_srli_epi32(_mm512_cvtepu8_epi32(load16(sb + k_sc_at + 64 * t + 16 * h)), 4);
+    mn[h] = _mm512_mul_ps(_mm512_cvtepi32_ps(m), neg_dmin);
+  }
 }
 inline __m512 load_f16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// The activations' side of the minimums, f32(S_h) * dsc for each row r in [r_begin, r_end), block
-// b and group h at xs[(r - r_begin) * 2 nb + 2 b + h]: computed once per call (both kernels).
-thread_local AlignedVector<float> t_xs;
-const float* min_sums(const AmxActivations& x, int64_t r_begin, int64_t r_end) {
-  const int64_t nb = x.cols / 32, n = (r_end - r_begin) * 2 * nb;
-  if (t_xs.size() < static_cast<size_t>(n)) t_xs.assign(static_cast<size_t>(n), 0.0f);
-  float* xs = t_xs.data();
-  for (int64_t r = r_begin; r < r_end; ++r)
-    for (int64_t i = 0; i < 2 * nb; ++i)
-      xs[(r - r_begin) * 2 * nb + i] =
-          static_cast<float>(x.i8_isum16[r * 2 * nb + i]) * x.i8_scale[r * nb + i / 2];
-  return xs;
-}
-
-// The epilogue both kernels run for one activation row and block: c_p = u . a_p (int32), xs the
-// block's two min_sums.
-inline __m512 q2k_epilogue(__m512i c0, __m512i c1, __m512i c2, __m512 d, __m512 mn0, __m512 mn1,
+// The epilogue both kernels run for one activation row and 64-value step: c_p = u . a_p (int32),
+// xs the step's four f32(S_g) dsc.
+inline __m512 q2k_epilogue(__m512i c0, __m512i c1, __m512i c2, __m512 d, const __m512* mn,
                            float dsc, const float* xs, __m512 acc) {
   const __m512i dd =
       _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(c0, 11), _mm512_slli_epi32(c1, 4)), c2);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(d, _mm512_set1_ps(dsc)), acc);
-  acc = _mm512_fmadd_ps(mn0, _mm512_set1_ps(xs[0]), acc);
-  return _mm512_fmadd_ps(mn1, _mm512_set1_ps(xs[1]), acc);
+  for (int h = 0; h < 4; ++h) acc = _mm512_fmadd_ps(mn[h], _mm512_set1_ps(xs[h]), acc);
+  return acc;
 }
 
 inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
@@ -155,49 +173,54 @@ inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
                         v);
 }
 
-// The A tiles of 16-row block mb and block b: a0 (16 rows x 32 bytes), then [a1, a2] (16 x 64).
+// The A tiles (a0, a1, a2: 16 rows x 64 bytes each) of 16-row block mb and step b.
 inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
-  return x.i8 + (mb * nb + b) * 1536;
+  return x.q2k + (mb * nb + b) * 3072;
 }
 
 // ---- VNNI: a few activation rows at a time ---------------------------------------------------
 template <int R>
-void vnni_group(const uint8_t* group, const AmxActivations& x, const float* xs, int64_t r0,
-                float* y, int64_t ldy, int64_t o0, int64_t o_end) {
+void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
+                int64_t o0, int64_t o_end) {
   constexpr int NC = R <= 2 ? 2 : 1;  // accumulator chains per piece (integer sums: any order)
-  const int64_t nb = x.cols / 32, n_sb = nb / 8;
+  const int64_t nb = x.cols / 64, n_sb = nb / 4, ng = x.cols / 16;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t sbi = 0; sbi < n_sb; ++sbi) {
     const uint8_t* sb = group + sbi * k_sb_bytes;
     const __m512 d = load_f16(sb + k_d_at);
     const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16(sb + k_dmin_at));
-    for (int j = 0; j < 8; ++j) {
+    for (int t = 0; t < 4; ++t) {
       const char* ahead = reinterpret_cast<const char*>(sb + 2 * k_sb_bytes);
-      for (int l = 3 * j; l < std::min(3 * j + 3, 21); ++l)
+      for (int l = 6 * t; l < std::min(6 * t + 6, 21); ++l)
         _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-      __m512i u[8];
-      unpack_u(sb, j, u);
-      const __m512 mn0 = mins(sb, j, 0, neg_dmin), mn1 = mins(sb, j, 1, neg_dmin);
-      const int64_t b = sbi * 8 + j;
+      __m512 mn[4];
+      mins(sb, t, neg_dmin, mn);
+      const int64_t b = sbi * 4 + t;
+      __m512i c[R][3][NC];
+      for (int rr = 0; rr < R; ++rr)
+        for (int p = 0; p < 3; ++p)
+          for (int h = 0; h < NC; ++h) c[rr][p][h] = _mm512_setzero_si512();
+      for (int half = 0; half < 2; ++half) {
+        __m512i u[8];
+        unpack_u(sb, t, half, u);
+        for (int rr = 0; rr < R; ++rr) {
+          const int64_t r = r0 + rr;
+          const int8_t* a = a_tiles(x, nb, r / 16, b) + (r % 16) * 64 + 32 * half;
+          for (int k = 0; k < 8; ++k)
+            for (int p = 0; p < 3; ++p) {
+              int32_t a4;
+              std::memcpy(&a4, a + 1024 * p + 4 * k, 4);
+              c[rr][p][k % NC] = _mm512_dpbusd_epi32(c[rr][p][k % NC], u[k], _mm512_set1_epi32(a4));
+            }
+        }
+      }
       for (int rr = 0; rr < R; ++rr) {
         const int64_t r = r0 + rr;
-        const int8_t* at = a_tiles(x, nb, r / 16, b);
-        const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
-                              at + 512 + (r % 16) * 64 + 32};
-        __m512i c[3][NC];
-        for (int p = 0; p < 3; ++p)
-          for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k)
-          for (int p = 0; p < 3; ++p) {
-            int32_t a4;
-            std::memcpy(&a4, a[p] + 4 * k, 4);
-            c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], u[k], _mm512_set1_epi32(a4));
-          }
         if constexpr (NC == 2)
-          for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
-        acc[rr] = q2k_epilogue(c[0][0], c[1][0], c[2][0], d, mn0, mn1, x.i8_scale[r * nb + b],
-                               xs + rr * 2 * nb + 2 * b, acc[rr]);
+          for (int p = 0; p < 3; ++p) c[rr][p][0] = _mm512_add_epi32(c[rr][p][0], c[rr][p][1]);
+        acc[rr] = q2k_epilogue(c[rr][0][0], c[rr][1][0], c[rr][2][0], d, mn,
+                               x.q2k_scale[r * nb + b], x.q2k_xs + r * ng + 4 * b, acc[rr]);
       }
     }
   }
@@ -207,38 +230,30 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, const float* xs, 
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int64_t n_sb = x.cols / 256;
-  const float* xs_all = min_sums(x, r_begin, r_end);
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * n_sb * k_sb_bytes;
     for (int64_t r = r_begin; r < r_end; r += 4) {
       const int64_t n = std::min<int64_t>(4, r_end - r);
-      const float* xs = xs_all + (r - r_begin) * 16 * n_sb;
       if (n == 1)
-        vnni_group<1>(group, x, xs, r, y, ldy, o0, o_end);
+        vnni_group<1>(group, x, r, y, ldy, o0, o_end);
       else if (n == 2)
-        vnni_group<2>(group, x, xs, r, y, ldy, o0, o_end);
+        vnni_group<2>(group, x, r, y, ldy, o0, o_end);
       else if (n == 3)
-        vnni_group<3>(group, x, xs, r, y, ldy, o0, o_end);
+        vnni_group<3>(group, x, r, y, ldy, o0, o_end);
       else
-        vnni_group<4>(group, x, xs, r, y, ldy, o0, o_end);
+        vnni_group<4>(group, x, r, y, ldy, o0, o_end);
     }
   }
 }
 
 // ---- AMX: 16 activation rows at a time --------------------------------------------------------
-// Tiles 0-2: a0, a1, a2 (rows x 32 bytes); 3: B of u (8 rows of 64 bytes: K = 32); 4-6: C.
+// Tiles 0-2: a0, a1, a2 (rows x 64 bytes); 3: B of u (16 rows of 64 bytes: K = 64); 4-6: C.
 void load_tile_config(int rows) {
   TileConfig c;
   const uint8_t r = static_cast<uint8_t>(rows);
-  for (int t = 0; t < 3; ++t) {
-    c.colsb[t] = 32;
-    c.rows[t] = r;
-  }
-  c.colsb[3] = 64;
-  c.rows[3] = 8;
-  for (int t = 4; t < 7; ++t) {
+  for (int t = 0; t < 7; ++t) {
     c.colsb[t] = 64;
-    c.rows[t] = r;
+    c.rows[t] = t == 3 ? 16 : r;
   }
   _tile_loadconfig(&c);
 }
@@ -247,12 +262,11 @@ thread_local AlignedVector<uint8_t> t_btiles;
 
 void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
               float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32, n_sb = nb / 8;
+  const int64_t nb = x.cols / 64, n_sb = nb / 4, ng = x.cols / 16;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  const size_t need = static_cast<size_t>(nb * 512);
+  const size_t need = static_cast<size_t>(nb * 1024);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
   uint8_t* btiles = t_btiles.data();
-  const float* xs_all = min_sums(x, r_begin, r_end);
   load_tile_config(mr);
   alignas(64) int32_t cbuf[4][3][256];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
@@ -263,21 +277,23 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
       for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
       const bool first = m0 == r_begin;
       auto product = [&](int64_t b) {
-        uint8_t* bt = btiles + b * 512;
+        uint8_t* bt = btiles + b * 1024;
         if (first) {
-          const uint8_t* sb = group + (b / 8) * k_sb_bytes;
-          if (b % 8 == 0) {
+          const uint8_t* sb = group + (b / 4) * k_sb_bytes;
+          if (b % 4 == 0) {
             const char* ahead = reinterpret_cast<const char*>(sb + k_sb_bytes);
             for (int l = 0; l < 21; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
           }
-          __m512i u[8];
-          unpack_u(sb, static_cast<int>(b % 8), u);
-          for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 64 * k, u[k]);
+          for (int half = 0; half < 2; ++half) {
+            __m512i u[8];
+            unpack_u(sb, static_cast<int>(b % 4), half, u);
+            for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * half + 64 * k, u[k]);
+          }
         }
         const int8_t* a = a_tiles(x, nb, m0 / 16, b);
-        _tile_loadd(0, a, 32);
-        _tile_loadd(1, a + 512, 64);
-        _tile_loadd(2, a + 512 + 32, 64);
+        _tile_loadd(0, a, 64);
+        _tile_loadd(1, a + 1024, 64);
+        _tile_loadd(2, a + 2048, 64);
         _tile_loadd(3, bt, 64);
         _tile_zero(4);
         _tile_zero(5);
@@ -291,23 +307,23 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
         _tile_stored(6, c + 512, 64);
       };
       auto scale = [&](int64_t b) {
-        const uint8_t* sb = group + (b / 8) * k_sb_bytes;
-        const int j = static_cast<int>(b % 8);
+        const uint8_t* sb = group + (b / 4) * k_sb_bytes;
         const __m512 d = load_f16(sb + k_d_at);
         const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), load_f16(sb + k_dmin_at));
-        const __m512 mn0 = mins(sb, j, 0, neg_dmin), mn1 = mins(sb, j, 1, neg_dmin);
+        __m512 mn[4];
+        mins(sb, static_cast<int>(b % 4), neg_dmin, mn);
         const int32_t* c = cbuf[b & 3][0];
-        const float* dsc = x.i8_scale + m0 * nb + b;
-        const float* xs = xs_all + (m0 - r_begin) * 2 * nb + 2 * b;
+        const float* dsc = x.q2k_scale + m0 * nb + b;
+        const float* xs = x.q2k_xs + m0 * ng + 4 * b;
 #pragma GCC unroll 16
         for (int m = 0; m < 16; ++m) {
           if (m >= rows) break;
           acc[m] = q2k_epilogue(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m),
-                                _mm512_load_si512(c + 512 + 16 * m), d, mn0, mn1, dsc[m * nb],
-                                xs + m * 2 * nb, acc[m]);
+                                _mm512_load_si512(c + 512 + 16 * m), d, mn, dsc[m * nb],
+                                xs + m * ng, acc[m]);
         }
       };
-      // Block b's C tiles are scaled two blocks later, once their stores have landed.
+      // Step b's C tiles are scaled two steps later, once their stores have landed.
       for (int64_t b = 0; b < nb; ++b) {
         product(b);
         if (b >= 2) scale(b - 2);
@@ -326,13 +342,16 @@ constexpr int64_t k_vnni_rows = 4;
 
 void amx_q2k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                      float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr && x.cols % 256 == 0);
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.q2k != nullptr && x.cols % 256 == 0);
   if (r_end - r_begin < k_vnni_rows) return vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   amx_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 
 #else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it
 
+void amx_q2k_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*) {
+  throw ModelError("amx int8 matmul: not built");
+}
 void amx_q2k_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,
                      int64_t, int64_t) {
   throw ModelError("amx int8 matmul: not built");

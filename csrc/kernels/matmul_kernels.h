@@ -70,16 +70,23 @@ struct AmxActivations {
   const float* block_sum = nullptr;  // [rows][cols / 32]; null for bfloat16 compute
   int64_t n_rows = 0;
   int64_t cols = 0;
-  // Q4_K, Q6_K, Q2_K (matmul_amx_i8.cpp, matmul_amx_q2k.cpp): the rows as three int8 pieces per 32
+  // Q4_K, Q6_K (matmul_amx_i8.cpp): the rows as three int8 pieces per 32
   // values, per 16-row block mb and step b 1,536 bytes at i8 + (mb * steps + b) * 1536: the a0 tile
   // (16 rows x 32 bytes), then the [a1, a2] tile (16 rows x 64); the scale and the sum of each 32
   // values: i8_scale / i8_sum[row * steps + b]. Null where no such matrix takes part.
   const int8_t* i8 = nullptr;
   const float* i8_scale = nullptr;
   const float* i8_sum = nullptr;
-  // Q6_K, Q2_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps
+  // Q6_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps
   // + j].
   const int32_t* i8_isum16 = nullptr;
+  // Q2_K (matmul_amx_q2k.cpp): the same pieces per 64 values, per 16-row block mb and 64-column
+  // step b 3,072 bytes at q2k + (mb * steps64 + b) * 3072 (the a0, a1, a2 tiles, 16 rows x 64
+  // bytes each); q2k_scale[row * steps64 + b] the step's scale, q2k_xs[row * cols / 16 + g] the
+  // pieces' integer sum over 16 values times it. Null where no Q2_K matrix takes part.
+  const int8_t* q2k = nullptr;
+  const float* q2k_scale = nullptr;
+  const float* q2k_xs = nullptr;
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
@@ -112,9 +119,11 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                        float* scale, float* sum, int32_t* isum16);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
-// Q2_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q2k.cpp): the same int8 pieces and scheme as Q4_K,
-// the scale folded into the quant (sc q); repacked at the file's size.
+// Q2_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q2k.cpp): Q4_K's scheme with int8 pieces per 64
+// values (amx_q2k_split_rows), the scale folded into the quant (sc q); repacked at the file's size.
 bool amx_q2k_type(DType t);
+void amx_q2k_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
+                        float* scale, float* xs);
 size_t amx_q2k_repacked_bytes(const TensorView& w);
 void amx_q2k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_q2k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
