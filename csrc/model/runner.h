@@ -51,8 +51,8 @@ class ModelRunner {
 
   std::shared_ptr<const Model> model_;
   int num_blocks_, block_size_, max_tokens_;
-  // Anonymous memory populated when mapped (util/mmap.h: MAP_POPULATE), so no step takes the page
-  // faults of first touches; a runner's construction pays for its whole cache once.
+  // Anonymous memory populated by a background thread from construction on (util/mmap.h), so steps
+  // do not take the page faults of first touches and construction does not wait for them.
   LargeBuffer kv_;
   ForwardState state_;
 };
