@@ -1,5 +1,5 @@
-"""Speculative decoding: ossa's n-gram prompt lookup against plain decoding, and llama.cpp's prompt-lookup
-decoding (llama-cpp-python's LlamaPromptLookupDecoding) beside it.
+"""Speculative decoding: ossa's n-gram prompt lookup (and, with --draft, a draft model) against plain
+decoding, and llama.cpp's prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding) beside it.
 
 Two workloads of 16 prompts each, greedy, up to --max-tokens output tokens (EOS ends a request):
 
@@ -16,6 +16,11 @@ plain decoding, and the acceptance rate (accepted / drafted tokens) and mean acc
     OSSA_CORE_DIR=build/bench/csrc PYTHONPATH=src python benchmarks/speculative.py
     ... benchmarks/speculative.py --shape 1b          # scripts/make_bench_models.py's 1B model
     ... benchmarks/speculative.py --speculative-config '{"method": "ngram", "num_speculative_tokens": 6}'
+    ... benchmarks/speculative.py --shape 1b --draft default   # the default model drafting for the 1B
+
+--draft MODEL adds a row per run for speculative_config {"model": MODEL, "num_speculative_tokens":
+--draft-k} (the draft must share the target's vocabulary: the bench models carry the default model's
+tokenizer; llama-cpp-python has no draft-model decoding to set beside it).
 """
 
 from __future__ import annotations
@@ -174,6 +179,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--speculative-config", default=json.dumps(NGRAM))
     ap.add_argument("--peers", default="llama", help="'llama' or 'none'")
+    ap.add_argument(
+        "--draft", default=None, help="a draft model for the target ('default': the default model)"
+    )
+    ap.add_argument("--draft-k", type=int, default=4, help="with --draft: num_speculative_tokens")
+    ap.add_argument("--workloads", default="copy-heavy,free")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -189,6 +199,12 @@ def main() -> None:
         model = models.resolve(args.model)
     spec = json.loads(args.speculative_config)
     spec.setdefault("prompt_lookup_max", spec.get("prompt_lookup_min", 5))
+    draft = None
+    if args.draft:
+        from ossa import models
+
+        draft = {"model": models.resolve(None if args.draft == "default" else args.draft),
+                 "num_speculative_tokens": args.draft_k}  # fmt: skip
     peers = [] if args.peers == "none" else ["llama"]
     if peers:
         try:
@@ -197,6 +213,8 @@ def main() -> None:
             print("llama_cpp does not import: llama.cpp's prompt lookup is left out")
             peers = []
     print(f"model: {model}")
+    if draft is not None:
+        print(f"draft: {json.dumps(draft)}")
     print(f"speculative_config: {json.dumps(spec)}; greedy, max_tokens {args.max_tokens}, "
           f"{args.threads} threads; single stream = {args.single} prompts in turn, batch = all 16; "
           f"{args.repeats} round(s), best kept")  # fmt: skip
@@ -205,35 +223,41 @@ def main() -> None:
         print(f"env llama.cpp: {describe(engine_env('llama', args.threads))}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
-    configs = [("ossa", None), ("ossa", spec)] + [("llama", None), ("llama", spec)] * bool(peers)
-    best: dict[tuple[str, str, bool], dict[str, Any]] = {}
+    configs: list[tuple[str, str, dict[str, Any] | None]] = [("ossa", "plain", None), ("ossa", "ngram", spec)]
+    if draft is not None:
+        configs.append(("ossa", "draft", draft))
+    if peers:
+        configs += [("llama", "plain", None), ("llama", "ngram", spec)]
+    workloads = [(w, {"copy-heavy": COPY, "free": FREE}[w]) for w in args.workloads.split(",")]
+    best: dict[tuple[str, str, str], dict[str, Any]] = {}
     for _ in range(args.repeats):
-        for wname, prompts in (("copy-heavy", COPY), ("free", FREE)):
-            for engine, sc in configs:
+        for wname, prompts in workloads:
+            for engine, label, sc in configs:
                 job = dict(model=model, prompts=prompts, max_tokens=args.max_tokens, single=args.single,
                            threads=args.threads, spec=sc)  # fmt: skip
                 res = run_child(engine, job, args.threads)
                 for mode, r in res.items():
-                    key = (wname, f"{engine} {mode}", sc is not None)
+                    key = (wname, f"{engine} {mode}", label)
                     r["tok_s"] = r["tokens"] / r["wall_s"]
                     if key not in best or r["tok_s"] > best[key]["tok_s"]:
                         best[key] = r
                 rates = ", ".join(f"{m} {r['tok_s']:.1f} tok/s" for m, r in res.items())
-                print(f"  {wname} {engine} {'spec' if sc else 'plain'}: {rates}", flush=True)
+                print(f"  {wname} {engine} {label}: {rates} (load {os.getloadavg()[0]:.2f})", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"\n{'workload':11} {'run':16} {'plain tok/s':>11} {'spec tok/s':>10} {'speed-up':>8} "
+    print(f"\n{'workload':11} {'run':16} {'spec':6} {'plain tok/s':>11} {'spec tok/s':>10} {'speed-up':>8} "
           f"{'accept':>6} {'mean len':>8} {'same tokens':>11}")  # fmt: skip
-    for wname in ("copy-heavy", "free"):
+    for wname, _ in workloads:
         for run in ("ossa single", "ossa batch", "llama single"):
-            p, s = best.get((wname, run, False)), best.get((wname, run, True))
-            if p is None or s is None:
-                continue
-            same = "-" if "token_ids" not in p else ("yes" if p["token_ids"] == s["token_ids"] else "NO")
-            acc = "-" if s["acceptance"] is None else f"{100 * s['acceptance']:.0f}%"
-            mlen = "-" if s["mean_len"] is None else f"{s['mean_len']:.2f}"
-            up = s["tok_s"] / p["tok_s"]
-            print(f"{wname:11} {run:16} {p['tok_s']:11.1f} {s['tok_s']:10.1f} {up:7.2f}x "
-                  f"{acc:>6} {mlen:>8} {same:>11}")  # fmt: skip
+            for label in ("ngram", "draft"):
+                p, s = best.get((wname, run, "plain")), best.get((wname, run, label))
+                if p is None or s is None:
+                    continue
+                same = "-" if "token_ids" not in p else ("yes" if p["token_ids"] == s["token_ids"] else "NO")
+                acc = "-" if s["acceptance"] is None else f"{100 * s['acceptance']:.0f}%"
+                mlen = "-" if s["mean_len"] is None else f"{s['mean_len']:.2f}"
+                up = s["tok_s"] / p["tok_s"]
+                print(f"{wname:11} {run:16} {label:6} {p['tok_s']:11.1f} {s['tok_s']:10.1f} {up:7.2f}x "
+                      f"{acc:>6} {mlen:>8} {same:>11}")  # fmt: skip
     print("(tok/s: output tokens / wall time incl. prefill; accept: accepted / drafted tokens; mean len:")
     print(" tokens a verification step appended; same tokens: speculation's tokens equal plain decoding's)")
 

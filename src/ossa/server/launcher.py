@@ -249,7 +249,10 @@ def describe_speculative(spec: Any) -> str:
     """The speculative config an engine runs with, for its start-up log ("off" when none)."""
     if spec.method == "none":
         return "off"
-    fields = dataclasses.asdict(spec)
+    fields = {k: v for k, v in dataclasses.asdict(spec).items() if v is not None}
+    if spec.method == "draft_model":  # prompt lookup's fields mean nothing to a draft model
+        fields.pop("prompt_lookup_min", None)
+        fields.pop("prompt_lookup_max", None)
     return f"{fields.pop('method')} " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
