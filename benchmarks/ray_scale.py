@@ -341,7 +341,7 @@ def main() -> None:
     for name, one in ones.items():
         if plain:
             print(
-                f"(a) {name.removeprefix('Ray Serve, 1 replica(s) x 2 thread(s)') or 'Ray Serve 1x2'} / "
+                f"(a) Ray Serve 1x2{name.removeprefix('Ray Serve, 1 replica(s) x 2 thread(s)')} / "
                 f"ossa serve: best {one[0] / plain[0]:.3f} (overhead {1 - one[0] / plain[0]:+.1%}), "
                 f"median {one[1] / plain[1]:.3f}; CPU per token {one[2] / plain[2]:.3f}x"
             )
