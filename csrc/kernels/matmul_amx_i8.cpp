@@ -389,33 +389,19 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
 }
 
-template <bool Q6>
+using VnniGroup = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
+                           int64_t);
+constexpr VnniGroup k_vnni_groups[2][4] = {
+    {vnni_group<1>, vnni_group<2>, vnni_group<3>, vnni_group<4>},
+    {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>, vnni_group_q6k<4>}};
+
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  const VnniGroup* fns = k_vnni_groups[w.type == DType::Q6_K ? 1 : 0];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
-    for (int64_t r = r_begin; r < r_end; r += 4) {
-      const int64_t n = std::min<int64_t>(4, r_end - r);
-      if constexpr (Q6) {
-        if (n == 1)
-          vnni_group_q6k<1>(group, x, r, y, ldy, o0, o_end);
-        else if (n == 2)
-          vnni_group_q6k<2>(group, x, r, y, ldy, o0, o_end);
-        else if (n == 3)
-          vnni_group_q6k<3>(group, x, r, y, ldy, o0, o_end);
-        else
-          vnni_group_q6k<4>(group, x, r, y, ldy, o0, o_end);
-      } else {
-        if (n == 1)
-          vnni_group<1>(group, x, r, y, ldy, o0, o_end);
-        else if (n == 2)
-          vnni_group<2>(group, x, r, y, ldy, o0, o_end);
-        else if (n == 3)
-          vnni_group<3>(group, x, r, y, ldy, o0, o_end);
-        else
-          vnni_group<4>(group, x, r, y, ldy, o0, o_end);
-      }
-    }
+    for (int64_t r = r_begin; r < r_end; r += 4)
+      fns[std::min<int64_t>(4, r_end - r) - 1](group, x, r, y, ldy, o0, o_end);
   }
 }
 
@@ -436,66 +422,45 @@ inline void build_b(const uint8_t* blk, uint8_t* out) {
   }
 }
 
-void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-              float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  const size_t need = static_cast<size_t>(nb * 1024);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  uint8_t* btiles = t_btiles.data();
-  load_tile_config(mr);
-  alignas(64) int32_t cbuf[4][2][256];
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
-    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-      __m512 acc[16];
-      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-      const bool first = m0 == r_begin;
-      auto product = [&](int64_t b) {
-        uint8_t* bt = btiles + b * 1024;
-        if (first) {
-          prefetch_ahead<false>(group, b);
-          build_b(block_at<false>(group, b), bt);
-        }
-        const int8_t* a = a_tiles(x, nb, m0 / 16, b);
-        _tile_loadd(0, a, 32);
-        _tile_loadd(1, a + 512, 64);
-        _tile_loadd(2, bt + 512, 64);
-        _tile_loadd(3, bt, 64);
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_dpbsud(4, 0, 2);
-        _tile_dpbsud(5, 1, 3);
-        int32_t* c = cbuf[b & 3][0];
-        _tile_stored(4, c, 64);
-        _tile_stored(5, c + 256, 64);
-      };
-      auto scale = [&](int64_t b) {
-        const uint8_t* sbp = super_at<false>(group, b);
-        const __m512 s = q4k_times(sbp, k4_sc_at, b & 7, q4k_d(sbp, k4_d_at));
-        const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, q4k_d(sbp, k4_dmin_at));
-        const int32_t* c = cbuf[b & 3][0];
-        const float* dsc = x.i8_scale + m0 * nb + b;
-        const float* sum = x.i8_sum + m0 * nb + b;
+// The tile kernels of the two types, for amx_rows: B tiles of a block built into bt (when `build`),
+// its products with the A tiles at a into C buffer c, and c scaled into 16 rows of accumulators.
+struct Q4kTiles {
+  static constexpr int64_t b_bytes = 1024;  // B tiles of a block
+  using CBuf = int32_t[2][256];             // q . a0 and [16 q, q] . [a1, a2]
+  static void config(int rows) { load_tile_config(rows); }
+  static void product(const uint8_t* group, int64_t b, bool build, uint8_t* bt, const int8_t* a,
+                      CBuf& c) {
+    if (build) {
+      prefetch_ahead<false>(group, b);
+      build_b(block_at<false>(group, b), bt);
+    }
+    _tile_loadd(0, a, 32);
+    _tile_loadd(1, a + 512, 64);
+    _tile_loadd(2, bt + 512, 64);
+    _tile_loadd(3, bt, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_dpbsud(4, 0, 2);
+    _tile_dpbsud(5, 1, 3);
+    _tile_stored(4, c[0], 64);
+    _tile_stored(5, c[1], 64);
+  }
+  static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
+                    int64_t m0, int rows, __m512* acc) {
+    const int64_t nb = x.cols / 32;
+    const uint8_t* sbp = super_at<false>(group, b);
+    const __m512 s = q4k_times(sbp, k4_sc_at, b & 7, q4k_d(sbp, k4_d_at));
+    const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, q4k_d(sbp, k4_dmin_at));
+    const float* dsc = x.i8_scale + m0 * nb + b;
+    const float* sum = x.i8_sum + m0 * nb + b;
 #pragma GCC unroll 16
-        for (int m = 0; m < 16; ++m) {
-          if (m >= rows) break;
-          acc[m] = epilogue(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m), s,
-                            dm, dsc[m * nb], sum[m * nb], acc[m]);
-        }
-      };
-      // Block b's C tiles are scaled two blocks later, once their stores have landed.
-      for (int64_t b = 0; b < nb; ++b) {
-        product(b);
-        if (b >= 2) scale(b - 2);
-      }
-      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-      for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
+    for (int m = 0; m < 16; ++m) {
+      if (m >= rows) break;
+      acc[m] = epilogue(_mm512_load_si512(c[0] + 16 * m), _mm512_load_si512(c[1] + 16 * m), s, dm,
+                        dsc[m * nb], sum[m * nb], acc[m]);
     }
   }
-  _tile_release();
-}
+};
 
 // Q6_K: per sub-block h, the A tiles are 16 of the 32 columns of each piece (strided loads of the
 // shared layout), B is 4 rows (K = 16) of u, and each piece has its own C tile.
@@ -516,15 +481,68 @@ void load_tile_config_q6k(int rows) {
   _tile_loadconfig(&c);
 }
 
-void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                  float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+struct Q6kTiles {
+  static constexpr int64_t b_bytes = 512;
+  using CBuf = int32_t[2][3][256];  // per sub-block h, u . a0, u . a1, u . a2
+  static void config(int rows) { load_tile_config_q6k(rows); }
+  static void product(const uint8_t* group, int64_t b, bool build, uint8_t* bt, const int8_t* a,
+                      CBuf& c) {
+    if (build) {
+      prefetch_ahead<true>(group, b);
+      __m512i wq[8];
+      q6k_unpack(block_at<true>(group, b), wq);
+      for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      _tile_loadd(0, a + 16 * h, 32);
+      _tile_loadd(1, a + 512 + 16 * h, 64);
+      _tile_loadd(2, a + 512 + 32 + 16 * h, 64);
+      _tile_loadd(3, bt + 256 * h, 64);
+      _tile_zero(4);
+      _tile_zero(5);
+      _tile_zero(6);
+      _tile_dpbsud(4, 0, 3);
+      _tile_dpbsud(5, 1, 3);
+      _tile_dpbsud(6, 2, 3);
+      _tile_stored(4, c[h][0], 64);
+      _tile_stored(5, c[h][1], 64);
+      _tile_stored(6, c[h][2], 64);
+    }
+  }
+  static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
+                    int64_t m0, int rows, __m512* acc) {
+    const int64_t nb = x.cols / 32;
+    const uint8_t* sbp = super_at<true>(group, b);
+    const float* dsc = x.i8_scale + m0 * nb + b;
+    const int32_t* sum = x.i8_isum16 + m0 * 2 * nb + 2 * b;
+    for (int h = 0; h < 2; ++h) {
+      const __m512 s = q6k_scales(sbp, b & 7, h);
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) {
+        if (m >= rows) break;
+        const __m512i c12 =
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c[h][1] + 16 * m), 4),
+                             _mm512_load_si512(c[h][2] + 16 * m));
+        acc[m] = epilogue_q6k(_mm512_load_si512(c[h][0] + 16 * m), c12, s, dsc[m * nb],
+                              sum[m * 2 * nb + h], acc[m]);
+      }
+    }
+  }
+};
+
+// 16 activation rows at a time: the B tiles of each block are built once, by the first 16 rows,
+// and kept for the others; block b's C tiles are scaled two blocks later, once their stores have
+// landed.
+template <class K>
+void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+              float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int64_t nb = x.cols / 32;
   const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  const size_t need = static_cast<size_t>(nb * 512);
+  const size_t need = static_cast<size_t>(nb * K::b_bytes);
   if (t_btiles.size() < need) t_btiles.assign(need, 0);
   uint8_t* btiles = t_btiles.data();
-  load_tile_config_q6k(mr);
-  alignas(64) int32_t cbuf[4][2][3][256];
+  K::config(mr);
+  alignas(64) typename K::CBuf cbuf[4];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
@@ -532,55 +550,13 @@ void amx_rows_q6k(const TensorView& w, const AmxActivations& x, int64_t r_begin,
       __m512 acc[16];
       for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
       const bool first = m0 == r_begin;
-      auto product = [&](int64_t b) {
-        uint8_t* bt = btiles + b * 512;
-        if (first) {
-          prefetch_ahead<true>(group, b);
-          __m512i wq[8];
-          q6k_unpack(block_at<true>(group, b), wq);
-          for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
-        }
-        const int8_t* a = a_tiles(x, nb, m0 / 16, b);
-        for (int h = 0; h < 2; ++h) {
-          _tile_loadd(0, a + 16 * h, 32);
-          _tile_loadd(1, a + 512 + 16 * h, 64);
-          _tile_loadd(2, a + 512 + 32 + 16 * h, 64);
-          _tile_loadd(3, bt + 256 * h, 64);
-          _tile_zero(4);
-          _tile_zero(5);
-          _tile_zero(6);
-          _tile_dpbsud(4, 0, 3);
-          _tile_dpbsud(5, 1, 3);
-          _tile_dpbsud(6, 2, 3);
-          int32_t* c = cbuf[b & 3][h][0];
-          _tile_stored(4, c, 64);
-          _tile_stored(5, c + 256, 64);
-          _tile_stored(6, c + 512, 64);
-        }
-      };
-      auto scale = [&](int64_t b) {
-        const uint8_t* sbp = super_at<true>(group, b);
-        const float* dsc = x.i8_scale + m0 * nb + b;
-        const int32_t* sum = x.i8_isum16 + m0 * 2 * nb + 2 * b;
-        for (int h = 0; h < 2; ++h) {
-          const __m512 s = q6k_scales(sbp, b & 7, h);
-          const int32_t* c = cbuf[b & 3][h][0];
-#pragma GCC unroll 16
-          for (int m = 0; m < 16; ++m) {
-            if (m >= rows) break;
-            const __m512i c12 =
-                _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * m), 4),
-                                 _mm512_load_si512(c + 512 + 16 * m));
-            acc[m] = epilogue_q6k(_mm512_load_si512(c + 16 * m), c12, s, dsc[m * nb],
-                                  sum[m * 2 * nb + h], acc[m]);
-          }
-        }
-      };
       for (int64_t b = 0; b < nb; ++b) {
-        product(b);
-        if (b >= 2) scale(b - 2);
+        K::product(group, b, first, btiles + b * K::b_bytes, a_tiles(x, nb, m0 / 16, b),
+                   cbuf[b & 3]);
+        if (b >= 2) K::scale(group, b - 2, cbuf[(b - 2) & 3], x, m0, rows, acc);
       }
-      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
+      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b)
+        K::scale(group, b, cbuf[b & 3], x, m0, rows, acc);
       for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
     }
   }
@@ -620,12 +596,9 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
   const bool q6 = w.type == DType::Q6_K;
-  if (r_end - r_begin < k_vnni_rows) {
-    if (q6) return vnni_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-    return vnni_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  }
-  if (q6) return amx_rows_q6k(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  amx_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (r_end - r_begin < k_vnni_rows) return vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (q6) return amx_rows<Q6kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  amx_rows<Q4kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 
 #else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it (amx_available() is false)
