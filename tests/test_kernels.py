@@ -25,8 +25,8 @@ MODES = ["f32"] + (["amx"] if core.amx_available() else [])
 # ~2^-16 of |x| |w| (measured max ~1.5e-5; f32 kernels ~1e-7).
 TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
 AMX_TYPES = {"Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0", "BF16"}
-AMX_TYPES |= {"Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS", "Q3_K"}  # matmul_amx_ext.cpp
-AMX_TYPES |= {"Q2_K"}  # matmul_amx_q2k.cpp (int8 pieces, as Q4_K)
+AMX_TYPES |= {"Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS"}  # matmul_amx_ext.cpp
+AMX_TYPES |= {"Q2_K", "Q3_K"}  # matmul_amx_q23k.cpp (int8 pieces, as Q4_K)
 
 
 @pytest.fixture(params=MODES)

@@ -1,6 +1,6 @@
 #pragma once
 // The activations' three int8 pieces of the exact integer AMX / VNNI kernels (matmul_amx_i8.cpp:
-// per 32 values; matmul_amx_q2k.cpp: per 64): with y = x * (127 / max|x|) over the block,
+// per 32 values; matmul_amx_q23k.cpp: per 64): with y = x * (127 / max|x|) over the block,
 // a0 = rint(y), a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1)); every step but the
 // first product is exact, |a0| <= 127, |a1| <= 64, |a2| <= 8.
 #if defined(__AVX512F__)

@@ -128,7 +128,7 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 // hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K and Q6_K per 32 values, Q2_K per
 // 64).
 struct AmxNeeds {
-  bool any = false, bf16c = false, split = false, i8 = false, q2k = false;
+  bool any = false, bf16c = false, split = false, i8 = false, q23k = false;
   void add(const TensorView& w, const MatmulInput& x) {
     if (!uses_amx(w, x)) return;
     any = true;
@@ -136,8 +136,8 @@ struct AmxNeeds {
       bf16c = true;
     else if (amx_i8_type(w.type))
       i8 = true;
-    else if (amx_q2k_type(w.type))
-      q2k = true;
+    else if (amx_q23k_type(w.type))
+      q23k = true;
     else
       split = true;
   }
@@ -146,8 +146,8 @@ struct AmxNeeds {
 thread_local AlignedVector<int8_t> t_i8;
 thread_local AlignedVector<float> t_i8_scale, t_i8_sum;
 thread_local AlignedVector<int32_t> t_i8_isum16;
-thread_local AlignedVector<int8_t> t_q2k;
-thread_local AlignedVector<float> t_q2k_scale, t_q2k_xs;
+thread_local AlignedVector<int8_t> t_q23k;
+thread_local AlignedVector<float> t_q23k_scale, t_q23k_xs;
 
 // bf16c: the weights were rounded to bf16 (bfloat16 compute), so the activations are only rounded
 // (one tile per block, no sums) rather than split.
@@ -167,9 +167,9 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   float* i8_scale = need.i8 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
   float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
   int32_t* i8_isum16 = need.i8 ? grow(t_i8_isum16, x.n_rows * 2 * steps) : nullptr;
-  int8_t* q2k = need.q2k ? grow(t_q2k, n_blocks * 16 * 3 * x.cols) : nullptr;
-  float* q2k_scale = need.q2k ? grow(t_q2k_scale, x.n_rows * (x.cols / 64)) : nullptr;
-  float* q2k_xs = need.q2k ? grow(t_q2k_xs, x.n_rows * (x.cols / 16)) : nullptr;
+  int8_t* q23k = need.q23k ? grow(t_q23k, n_blocks * 16 * 3 * x.cols) : nullptr;
+  float* q23k_scale = need.q23k ? grow(t_q23k_scale, x.n_rows * (x.cols / 64)) : nullptr;
+  float* q23k_xs = need.q23k ? grow(t_q23k_xs, x.n_rows * (x.cols / 16)) : nullptr;
   auto work = [&](int64_t begin, int64_t end, int) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t r0 = b * 16, r1 = std::min(x.n_rows, b * 16 + 16);
@@ -178,7 +178,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
       else if (need.split)
         amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
       if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16);
-      if (need.q2k) amx_q2k_split_rows(x.f32, x.cols, r0, r1, q2k, q2k_scale, q2k_xs);
+      if (need.q23k) amx_q23k_split_rows(x.f32, x.cols, r0, r1, q23k, q23k_scale, q23k_xs);
     }
   };
   if (n_blocks == 1)
@@ -191,9 +191,9 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   out.i8_scale = i8_scale;
   out.i8_sum = i8_sum;
   out.i8_isum16 = i8_isum16;
-  out.q2k = q2k;
-  out.q2k_scale = q2k_scale;
-  out.q2k_xs = q2k_xs;
+  out.q23k = q23k;
+  out.q23k_scale = q23k_scale;
+  out.q23k_xs = q23k_xs;
   return out;
 }
 

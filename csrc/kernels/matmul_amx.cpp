@@ -397,8 +397,8 @@ bool amx_repackable(DType t) {
 
 size_t amx_repacked_bytes(const TensorView& w) {
   if (amx_i8_type(w.type)) return amx_i8_repacked_bytes(w);
-  if (amx_q2k_type(w.type)) return amx_q2k_repacked_bytes(w);  // matmul_amx_q2k.cpp
-  if (amx_ext_type(w.type)) return amx_ext_repacked_bytes(w);  // matmul_amx_ext.cpp
+  if (amx_q23k_type(w.type)) return amx_q23k_repacked_bytes(w);  // matmul_amx_q23k.cpp
+  if (amx_ext_type(w.type)) return amx_ext_repacked_bytes(w);    // matmul_amx_ext.cpp
   if (!amx_repackable(w.type) || w.cols % 32 != 0) return 0;
   const int64_t bb = w.type == DType::BF16 ? 1024 : packed_block_bytes(packed_kind(w.type));
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * bb);
@@ -406,7 +406,7 @@ size_t amx_repacked_bytes(const TensorView& w) {
 
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
-  if (amx_q2k_type(w.type)) return amx_q2k_repack_groups(w, out, g_begin, g_end);
+  if (amx_q23k_type(w.type)) return amx_q23k_repack_groups(w, out, g_begin, g_end);
   if (amx_ext_type(w.type)) return amx_ext_repack_groups(w, out, g_begin, g_end);
   if (w.type == DType::BF16) {
     const int64_t nb = w.cols / 32;
@@ -515,7 +515,7 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
   OSSA_ASSERT(!accumulate);
   if (w.type == DType::BF16) return compute_bf16(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (amx_i8_type(w.type)) return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  if (amx_q2k_type(w.type)) return amx_q2k_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (amx_q23k_type(w.type)) return amx_q23k_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (amx_ext_type(w.type)) return amx_ext_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   switch (packed_kind(w.type)) {
     case Packed::R4Unsigned:

@@ -70,7 +70,6 @@ constexpr int64_t ext_block_bytes(Ext e) {
   return ext_scale_at(e) + ext_scale_bytes(e) * (e.has_min ? 2 : 1);
 }
 constexpr int64_t ext_block_bytes(DType t) { return ext_block_bytes(ext_of(t)); }
-constexpr int64_t k_q3k_block_bytes = 320;  // Q3_K: nibbles, 2 x 16 int8 sc, 16 f16 d
 
 // The 32 indices of block b (32 values) of a weight row, its scale and its minimum.
 void decode_block(DType t, const uint8_t* row, int64_t b, int* q, float& scale, float& min) {
@@ -144,7 +143,6 @@ __m512i value_table(DType t) {
   for (int k = 0; k < 32; ++k) {
     int v = k;
     if (t == DType::Q5_0) v = k - 16;
-    if (t == DType::Q3_K) v = (k & 7) - 4;
     if (t == DType::IQ4_NL || t == DType::IQ4_XS) v = k_iq4_levels[k & 15];
     w[k] = f32_to_bf16(static_cast<float>(v));
   }
@@ -197,137 +195,19 @@ void ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, 
   amx_bf16::compute(dec, w, x, r_begin, r_end, y, ldy, o_begin, o_end, t_btiles);
 }
 
-// ---- Q3_K: a scale per 16 values ---------------------------------------------------------------
-//
-// Q3_K's two scale groups per 32-value block (values 0..15 and 16..31: tile rows p 0..7 and 8..15)
-// get a B tile each, the other half's rows zero, so one C tile per group:
-//   C0 = x_hi . B0 + x_lo . B0,  C1 = the same with B1;  acc = fma(C0, d sc_0, acc); acc = fma(C1,
-//   d sc_1, acc)
-// with v = q3 in -4..3 (exact in bf16) and the scales d * sc_g exact in f32 (f16 d, 6-bit sc).
-// Layout per 16 rows and 32 columns, 320 bytes (the file has 220): nibbles of q3 + 4 as above,
-// the 2 x 16 int8 sc (group 0 then 1, row n at n), the 16 f16 d. Tiles: 0-1 A, 2-3 C, 4-5 B.
-void q3k_groups(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                float* y, int64_t ldy, int64_t o0, int64_t o_end, int mr, uint16_t* btiles,
-                __m512i table) {
-  const int64_t nb = x.cols / 32, bb = k_q3k_block_bytes;
-  const uint8_t* group = w.packed + (o0 / 16) * nb * bb;
-  const bool streamed = r_end - r_begin <= 16;
-  auto btile = [&](int half, int64_t b) {
-    return btiles + ((streamed ? (b & 1) : b) * 2 + half) * 512;
-  };
-  auto build = [&](int64_t b) {
-    const uint8_t* blk = group + b * bb;
-    const char* ahead = reinterpret_cast<const char*>(group + (b + 4) * bb);
-    for (int64_t l = 0; l < bb; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-    uint16_t* b0 = btile(0, b);
-    uint16_t* b1 = btile(1, b);
-    for (int p = 0; p < 16; ++p) {
-      const __m512i v = _mm512_cvtepu8_epi32(load16(blk + 16 * p));
-      const __m512i pair =
-          _mm512_permutexvar_epi16(_mm512_or_si512(v, _mm512_slli_epi32(v, 12)), table);
-      _mm512_storeu_si512((p < 8 ? b0 : b1) + 32 * p, pair);
-      _mm512_storeu_si512((p < 8 ? b1 : b0) + 32 * p, _mm512_setzero_si512());
-    }
-  };
-  build(0);
-  alignas(64) float acc[16][16];
-  alignas(64) float cbuf[4][2][256];
-  for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-    const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-    const uint16_t* a = x.tiles + (m0 / 16) * nb * 1024;
-    for (int m = 0; m < rows; ++m) _mm512_store_ps(acc[m], _mm512_setzero_ps());
-    auto product = [&](int64_t b) {
-      const uint16_t* ab = a + b * 1024;
-      _tile_loadd(0, ab, 64);
-      _tile_loadd(1, ab + 512, 64);
-      _tile_zero(2);
-      _tile_zero(3);
-      _tile_loadd(4, btile(0, b), 64);
-      _tile_loadd(5, btile(1, b), 64);
-      _tile_dpbf16ps(2, 0, 4);
-      _tile_dpbf16ps(2, 1, 4);
-      _tile_dpbf16ps(3, 0, 5);
-      _tile_dpbf16ps(3, 1, 5);
-      _tile_stored(2, cbuf[b & 3][0], 64);
-      _tile_stored(3, cbuf[b & 3][1], 64);
-    };
-    auto scale = [&](int64_t b) {
-      const uint8_t* blk = group + b * bb;
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 288)));
-      const __m512 s0 =
-          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(blk + 256))));
-      const __m512 s1 =
-          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(blk + 272))));
-      for (int m = 0; m < rows; ++m) {
-        __m512 v =
-            _mm512_fmadd_ps(_mm512_load_ps(cbuf[b & 3][0] + 16 * m), s0, _mm512_load_ps(acc[m]));
-        v = _mm512_fmadd_ps(_mm512_load_ps(cbuf[b & 3][1] + 16 * m), s1, v);
-        _mm512_store_ps(acc[m], v);
-      }
-    };
-    for (int64_t b = 0; b < nb; ++b) {
-      if (m0 == r_begin && b + 1 < nb) build(b + 1);
-      product(b);
-      if (b >= 2) scale(b - 2);
-    }
-    for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-    const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
-    const __mmask16 keep = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
-    for (int m = 0; m < rows; ++m)
-      _mm512_mask_storeu_ps(y + (m0 + m) * ldy + o0, keep, _mm512_load_ps(acc[m]));
-  }
-}
-
-void q3k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                 float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0);
-  const size_t need = static_cast<size_t>(2 * nb * 512);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  const __m512i table = value_table(w.type);
-  amx_load_tile_config(mr, 4);
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16)
-    q3k_groups(w, x, r_begin, r_end, y, ldy, o0, o_end, mr, t_btiles.data(), table);
-  _tile_release();
-}
-
 #endif  // OSSA_HAVE_AMX_EXT
-
-void q3k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nb = w.cols / 32;
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + (g * nb + b) * k_q3k_block_bytes;
-      std::memset(blk, 0, static_cast<size_t>(k_q3k_block_bytes));
-      for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-        const auto& q = reinterpret_cast<const BlockQ3_K*>(w.row(g * 16 + n))[b / 8];
-        const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
-        int v[32];
-        for (int l = 0; l < 32; ++l)  // q3 + 4 in 0..7
-          v[l] = ((q.qs[32 * h + l] >> (2 * s)) & 3) + (((q.hmask[l] >> sub) & 1) ? 4 : 0);
-        for (int p = 0; p < 16; ++p)
-          blk[16 * p + n] = static_cast<uint8_t>(v[2 * p] | v[2 * p + 1] << 4);
-        blk[256 + n] = static_cast<uint8_t>(static_cast<int8_t>(q3_k_scale(q.scales, 2 * sub)));
-        blk[272 + n] = static_cast<uint8_t>(static_cast<int8_t>(q3_k_scale(q.scales, 2 * sub + 1)));
-        reinterpret_cast<uint16_t*>(blk + 288)[n] = q.d;
-      }
-    }
-  }
-}
 
 }  // namespace
 
 bool amx_ext_type(DType t) {
   return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::Q5_K ||
-         t == DType::IQ4_XS || t == DType::Q3_K;
+         t == DType::IQ4_XS;
 }
 
 size_t amx_ext_repacked_bytes(const TensorView& w) {
 #if defined(OSSA_HAVE_AMX_EXT)
   if (!amx_ext_type(w.type) || w.cols % 32 != 0) return 0;
-  const int64_t bb = w.type == DType::Q3_K ? k_q3k_block_bytes : ext_block_bytes(w.type);
+  const int64_t bb = ext_block_bytes(w.type);
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * bb);
 #else
   (void)w;
@@ -337,7 +217,6 @@ size_t amx_ext_repacked_bytes(const TensorView& w) {
 
 void amx_ext_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_ext_type(w.type));
-  if (w.type == DType::Q3_K) return q3k_repack_groups(w, out, g_begin, g_end);
   const Ext e = ext_of(w.type);
   const int64_t nb = w.cols / 32, bb = ext_block_bytes(e);
   int q[32];
@@ -377,8 +256,6 @@ void amx_ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_beg
                      float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
 #if defined(OSSA_HAVE_AMX_EXT)
   switch (w.type) {
-    case DType::Q3_K:
-      return q3k_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case DType::Q5_0:
       return ext_compute<true, false, false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
     case DType::Q5_1:

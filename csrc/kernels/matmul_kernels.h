@@ -80,13 +80,13 @@ struct AmxActivations {
   // Q6_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps
   // + j].
   const int32_t* i8_isum16 = nullptr;
-  // Q2_K (matmul_amx_q2k.cpp): the same pieces per 64 values, per 16-row block mb and 64-column
-  // step b 3,072 bytes at q2k + (mb * steps64 + b) * 3072 (the a0, a1, a2 tiles, 16 rows x 64
-  // bytes each); q2k_scale[row * steps64 + b] the step's scale, q2k_xs[row * cols / 16 + g] the
-  // pieces' integer sum over 16 values times it. Null where no Q2_K matrix takes part.
-  const int8_t* q2k = nullptr;
-  const float* q2k_scale = nullptr;
-  const float* q2k_xs = nullptr;
+  // Q2_K, Q3_K (matmul_amx_q23k.cpp): the same pieces per 64 values, per 16-row block mb and
+  // 64-column step b 3,072 bytes at q23k + (mb * steps64 + b) * 3072 (the a0, a1, a2 tiles, 16 rows
+  // x 64 bytes each); q23k_scale[row * steps64 + b] the step's scale, q23k_xs[row * cols / 16 + g]
+  // the pieces' integer sum over 16 values times it. Null where no Q2_K / Q3_K matrix takes part.
+  const int8_t* q23k = nullptr;
+  const float* q23k_scale = nullptr;
+  const float* q23k_xs = nullptr;
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
@@ -119,15 +119,16 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                        float* scale, float* sum, int32_t* isum16);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
-// Q2_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q2k.cpp): Q4_K's scheme with int8 pieces per 64
-// values (amx_q2k_split_rows), the scale folded into the quant (sc q); repacked at the file's size.
-bool amx_q2k_type(DType t);
-void amx_q2k_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
-                        float* scale, float* xs);
-size_t amx_q2k_repacked_bytes(const TensorView& w);
-void amx_q2k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
-void amx_q2k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
+// Q2_K and Q3_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q23k.cpp): Q4_K's scheme with int8 pieces
+// per 64 values (amx_q23k_split_rows), the scale folded into the quant; repacked at about the
+// file's size. amx_repacked_bytes / amx_repack_groups / amx_compute_packed dispatch them here.
+bool amx_q23k_type(DType t);
+void amx_q23k_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
+                         int8_t* tiles, float* scale, float* xs);
+size_t amx_q23k_repacked_bytes(const TensorView& w);
+void amx_q23k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+void amx_q23k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                      float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 // Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS on AMX (matmul_amx_ext.cpp): the bf16 hi + lo scheme of the
 // types above, weights repacked at about the file's size; amx_repacked_bytes / amx_repack_groups /
 // amx_compute_packed dispatch these types there (amx_ext_repacked_bytes is 0 without AMX).
