@@ -373,8 +373,16 @@ def _vllm_structured_worker(job: dict[str, Any], result_path: str) -> None:
         made = [StructuredOutputsParams(**so) for _ in range(n)]
         return [SamplingParams(seed=i, structured_outputs=made[i], **common) for i in range(n)]
 
-    warm = constrained()[:2]
-    llm.generate(prompts[:2], warm, use_tqdm=False)  # warm up: grammar compile, kernels
+    # Warm up at the timed batch size, plain and constrained, so that no first-time work (graphs for a
+    # new batch shape, the grammar) falls in a timed run.
+    short = {**common, "max_tokens": 4}
+    llm.generate(
+        prompts, [SamplingParams(seed=i, ignore_eos=True, **short) for i in range(n)], use_tqdm=False
+    )
+    warm = [
+        SamplingParams(seed=i, structured_outputs=StructuredOutputsParams(**so), **short) for i in range(n)
+    ]
+    llm.generate(prompts, warm, use_tqdm=False)
     backend = getattr(warm[0].structured_outputs, "_backend", None)
     runs: dict[str, Any] = {}
     for _ in range(job["repeats"]):
