@@ -13,7 +13,9 @@
 //    (same integers, tile layout) times activations split into bf16 hi + lo, f32 accumulation
 //    (matmul_amx.cpp); ~3e-6 of sum |x w| from the f32 result. Q4_K/Q6_K repacked for int8 tiles
 //    times activations split into three int8 pieces, exact int32 sums (matmul_amx_i8.cpp: AMX-INT8
-//    for batches, VNNI for a few rows, bitwise the same). Other types use the f32 kernels.
+//    for batches, VNNI for a few rows, bitwise the same), Q2_K/Q3_K likewise with pieces per 64
+//    values (matmul_amx_q23k.cpp), Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS as Q4_0 (matmul_amx_ext.cpp).
+//    F16/F32 use the f32 kernels.
 //  - f32 (without AMX, or OSSA_AMX=0, MatmulInput::q8 == nullptr): weights widened to f32, FMA with
 //    f32 activations; matches a float32 product with the dequantized weights (what transformers
 //    computes).

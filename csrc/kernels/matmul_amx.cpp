@@ -9,8 +9,9 @@
 //     activations rounded to bf16 (no hi/lo split): one tile product per step (compute_bf16c).
 //
 // Q4_K and Q6_K have their own integer kernels (matmul_amx_i8.cpp: AMX-INT8 and VNNI, int8
-// activation pieces), dispatched from here. Other types (F16, F32, the newer quant types) keep the
-// f32 kernels (matmul_f32.cpp), for every batch size.
+// activation pieces), as do Q2_K and Q3_K (matmul_amx_q23k.cpp); Q5_0 / Q5_1 / IQ4_NL / Q5_K /
+// IQ4_XS run this file's bf16 scheme (matmul_amx_ext.cpp); all are dispatched from here. F16 and
+// F32 keep the f32 kernels (matmul_f32.cpp), for every batch size.
 //
 // Activations: a bf16 has 8 significant bits, far too few, so each activation v is split into
 // v_hi = bf16(v) and v_lo = bf16(v - v_hi) (v - v_hi is exact in f32), which carries 16 of its 24
