@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "engine/engine.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -90,6 +91,67 @@ void ConstraintStage::worker_loop() {
     error_ = error;
     done_ = true;
     cv_.notify_all();
+  }
+}
+
+}  // namespace ossa
+
+// -- the engine's side
+// -------------------------------------------------------------------------------
+
+namespace ossa {
+
+bool Engine::prepare_constraints(const SchedulerOutput& so) {
+  if (!constraints_.has_host()) return false;
+  ConstraintBatch& b = constraints_.batch();
+  b.clear();
+  b.words = (n_vocab_ + 31) / 32;
+  constraint_rows_.clear();
+  size_t next = 0;
+  for (const ScheduledSeq& s : so.seqs) {
+    RequestState& r = *requests_.at(s.request_id);
+    if (r.params.constraint < 0) {
+      next += static_cast<size_t>(s.num_samples);
+      continue;
+    }
+    for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
+      const int32_t child = s.num_samples > 1 ? k : s.child;
+      ChildState& c = r.children[child];
+      b.handles.push_back(r.params.constraint);
+      b.children.push_back(child);
+      b.feed_tokens.insert(b.feed_tokens.end(),
+                           c.output_tokens.begin() + static_cast<ptrdiff_t>(c.constraint_fed),
+                           c.output_tokens.end());
+      c.constraint_fed = c.output_tokens.size();
+      b.feed_offsets.push_back(static_cast<int32_t>(b.feed_tokens.size()));
+      constraint_rows_.push_back(next);
+    }
+  }
+  return b.size() > 0 || constraints_.has_released();
+}
+
+void Engine::apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
+                               const std::vector<std::pair<int64_t, int32_t>>& row_child) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  std::string batch_error;
+  try {
+    constraints_.wait();
+  } catch (const std::exception& e) {
+    batch_error = e.what();  // no masks at all: every constrained row fails with it
+  }
+  stats_.time_constraint_wait += std::chrono::duration<double>(clock::now() - t0).count();
+  stats_.time_constraint = constraints_.compute_seconds();
+  ++stats_.constraint_calls;
+  for (size_t j = 0; j < constraint_rows_.size(); ++j) {
+    const size_t row = constraint_rows_[j];
+    const std::string& error = batch_error.empty() ? constraints_.error(j) : batch_error;
+    if (error.empty()) {
+      rows_[row].token_mask = constraints_.mask(j);
+    } else {
+      rows_[row].token_mask = nullptr;  // sampled unconstrained, then dropped with its request
+      failed.emplace_back(row_child[row].first, "structured output: " + error);
+    }
   }
 }
 

@@ -216,59 +216,6 @@ void Engine::set_constraint_host(std::shared_ptr<ConstraintHost> host, bool over
   constraints_.set_host(std::move(host), overlap);
 }
 
-bool Engine::prepare_constraints(const SchedulerOutput& so) {
-  if (!constraints_.has_host()) return false;
-  ConstraintBatch& b = constraints_.batch();
-  b.clear();
-  b.words = (n_vocab_ + 31) / 32;
-  constraint_rows_.clear();
-  size_t next = 0;
-  for (const ScheduledSeq& s : so.seqs) {
-    RequestState& r = *requests_.at(s.request_id);
-    if (r.params.constraint < 0) {
-      next += static_cast<size_t>(s.num_samples);
-      continue;
-    }
-    for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
-      const int32_t child = s.num_samples > 1 ? k : s.child;
-      ChildState& c = r.children[child];
-      b.handles.push_back(r.params.constraint);
-      b.children.push_back(child);
-      b.feed_tokens.insert(b.feed_tokens.end(),
-                           c.output_tokens.begin() + static_cast<ptrdiff_t>(c.constraint_fed),
-                           c.output_tokens.end());
-      c.constraint_fed = c.output_tokens.size();
-      b.feed_offsets.push_back(static_cast<int32_t>(b.feed_tokens.size()));
-      constraint_rows_.push_back(next);
-    }
-  }
-  return b.size() > 0 || constraints_.has_released();
-}
-
-void Engine::apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
-                               const std::vector<std::pair<int64_t, int32_t>>& row_child) {
-  const double t0 = mono_seconds();
-  std::string batch_error;
-  try {
-    constraints_.wait();
-  } catch (const std::exception& e) {
-    batch_error = e.what();  // no masks at all: every constrained row fails with it
-  }
-  stats_.time_constraint_wait += mono_seconds() - t0;
-  stats_.time_constraint = constraints_.compute_seconds();
-  ++stats_.constraint_calls;
-  for (size_t j = 0; j < constraint_rows_.size(); ++j) {
-    const size_t row = constraint_rows_[j];
-    const std::string& error = batch_error.empty() ? constraints_.error(j) : batch_error;
-    if (error.empty()) {
-      rows_[row].token_mask = constraints_.mask(j);
-    } else {
-      rows_[row].token_mask = nullptr;  // sampled unconstrained, then dropped with its request
-      failed.emplace_back(row_child[row].first, "structured output: " + error);
-    }
-  }
-}
-
 void Engine::sample_rows(const float* logits, size_t n_rows,
                          const std::vector<std::pair<int64_t, int32_t>>& row_child,
                          std::vector<EngineOutput>& outputs) {
@@ -290,6 +237,47 @@ void Engine::sample_rows(const float* logits, size_t n_rows,
       results_[i].token = 0;
       fail_request(row_child[i].first, std::string("sampling failed: ") + e.what(), outputs);
     }
+  }
+}
+
+void Engine::fill_sampling_rows(const SchedulerOutput& so) {
+  const size_t n_samples = static_cast<size_t>(so.num_samples);
+  rows_.resize(n_samples);
+  results_.resize(n_samples);
+  row_child_.resize(n_samples);
+  size_t next = 0;
+  for (size_t si = 0; si < so.seqs.size(); ++si) {
+    const ScheduledSeq& s = so.seqs[si];
+    if (s.num_draft > 0) {
+      verify_rows(so, si, next);
+      next += static_cast<size_t>(s.num_samples);
+      continue;
+    }
+    RequestState& r = *requests_.at(s.request_id);
+    for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
+      const int32_t child = s.num_samples > 1 ? k : s.child;
+      rows_[next] = row_input(r, child, r.children[child].output_tokens);
+      row_child_[next] = {s.request_id, child};
+    }
+  }
+}
+
+void Engine::record_prompt_logprobs(size_t n_rows) {
+  const std::vector<std::pair<int64_t, int32_t>>& prompt_rows = logits_plan_.prompt_rows();
+  for (size_t i = 0; i < n_rows; ++i) {
+    auto [key, pos] = prompt_rows[i];
+    auto it = key < 0 ? requests_.end() : requests_.find(key);
+    if (it == requests_.end()) continue;  // a sampling row, or a request that failed in sampling
+    RequestState& r = *it->second;
+    if (pos < r.prompt_lp_next) continue;  // recomputed after a preemption
+    const float* row = logits_.data() + i * n_vocab_;
+    int32_t tok = r.prompt[pos];
+    SampleResult lp;
+    sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1), r.params.prompt_logprobs,
+                      std::span<SampleResult>(&lp, 1));
+    r.prompt_logprobs.push_back(token_logprobs(lp, tok, row, n_vocab_));
+    r.prompt_lp_next = pos + 1;
+    touched_.push_back(key);
   }
 }
 
@@ -327,8 +315,8 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   update_owed_ = &so;
   for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
 
-  bool want_prompt_lp = false;
   const double now = now_seconds();
+  prompt_lp_len_.clear();
   for (const ScheduledSeq& s : so.seqs) {
     RequestState& r = *requests_.at(s.request_id);
     if (!r.scheduled) {
@@ -336,53 +324,14 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
       r.first_scheduled_time = now;
       r.num_cached_tokens = s.num_computed;
     }
-    if (r.params.prompt_logprobs >= 0 && s.num_computed < static_cast<int32_t>(r.prompt.size()))
-      want_prompt_lp = true;
-    if (s.num_computed < static_cast<int32_t>(r.prompt.size()))
-      stats_.prompt_tokens +=
-          std::min<int32_t>(s.num_tokens, static_cast<int32_t>(r.prompt.size()) - s.num_computed);
+    const int32_t prompt_len = static_cast<int32_t>(r.prompt.size());
+    prompt_lp_len_.push_back(r.params.prompt_logprobs >= 0 ? prompt_len : 0);
+    if (s.num_computed < prompt_len)
+      stats_.prompt_tokens += std::min<int32_t>(s.num_tokens, prompt_len - s.num_computed);
   }
-  // The forward's logits rows: each sampling row once (a forking sequence owns n equal sampling
-  // rows but the runner wants strictly ascending rows), plus, for requests that asked for prompt
-  // logprobs, their prompt positions. sample_src_[i]: the forward row sampling row i reads;
-  // prompt_row_of_[j]: (request key, prompt position) of forward row j, or (-1, -1).
-  bool has_fork = false;
-  for (const ScheduledSeq& s : so.seqs)
-    has_fork = has_fork || (s.num_samples > 1 && s.num_draft == 0);
-  const bool remap = want_prompt_lp || has_fork;
   build_batch(so, config_.scheduler.block_size, batch_);
+  logits_plan_.plan(so, prompt_lp_len_, batch_);
   const size_t n_samples = static_cast<size_t>(so.num_samples);
-  sample_src_.resize(n_samples);
-  prompt_row_of_.clear();
-  if (remap) {
-    sample_rows_.assign(batch_.logits_rows.begin(), batch_.logits_rows.end());
-    batch_.logits_rows.clear();
-    size_t next_sample = 0;
-    for (size_t si = 0; si < so.seqs.size(); ++si) {
-      const ScheduledSeq& s = so.seqs[si];
-      RequestState& r = *requests_.at(s.request_id);
-      const int32_t start = batch_.seq_start[si];
-      const int32_t prompt_len = static_cast<int32_t>(r.prompt.size());
-      if (r.params.prompt_logprobs >= 0 && s.num_computed < prompt_len) {
-        for (int32_t j = 0; j < s.num_tokens; ++j) {
-          const int32_t pos = s.num_computed + j;
-          if (pos + 1 >= prompt_len) break;
-          batch_.logits_rows.push_back(start + j);
-          prompt_row_of_.emplace_back(s.request_id, pos + 1);
-        }
-      }
-      // Distinct forward rows: one shared by a fork's n samples, or one per verified position.
-      const int32_t distinct = s.num_draft > 0 ? s.num_samples : std::min(s.num_samples, 1);
-      for (int32_t d = 0; d < distinct; ++d) {
-        batch_.logits_rows.push_back(sample_rows_[next_sample]);
-        prompt_row_of_.emplace_back(-1, -1);
-        for (int32_t k = 0; k < (s.num_draft > 0 ? 1 : s.num_samples); ++k)
-          sample_src_[next_sample++] = static_cast<int32_t>(batch_.logits_rows.size() - 1);
-      }
-    }
-  } else {
-    for (size_t i = 0; i < n_samples; ++i) sample_src_[i] = static_cast<int32_t>(i);
-  }
   const size_t n_rows = batch_.logits_rows.size();
   if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_))
     logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
@@ -405,68 +354,15 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   double t2 = mono_seconds();
   stats_.time_forward += t2 - t1;
 
-  // Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
-  rows_.resize(n_samples);
-  results_.resize(n_samples);
-  row_child_.resize(n_samples);
-  std::vector<std::pair<int64_t, int32_t>>& row_child = row_child_;
-  {
-    size_t next = 0;
-    for (size_t si = 0; si < so.seqs.size(); ++si) {
-      const ScheduledSeq& s = so.seqs[si];
-      if (s.num_draft > 0) {
-        verify_rows(so, si, next);
-        next += static_cast<size_t>(s.num_samples);
-        continue;
-      }
-      RequestState& r = *requests_.at(s.request_id);
-      for (int32_t k = 0; k < s.num_samples; ++k, ++next) {
-        const int32_t child = s.num_samples > 1 ? k : s.child;
-        ChildState& c = r.children[child];
-        RowInput& in = rows_[next];
-        in.params = &r.params.sampling;
-        in.prompt_token_ids = std::span<const int32_t>(r.prompt);
-        in.output_token_ids = std::span<const int32_t>(c.output_tokens);
-        in.seed = r.seed;
-        in.stream = static_cast<uint64_t>(child);
-        in.step = c.output_tokens.size();
-        in.token_mask = nullptr;
-        row_child[next] = {s.request_id, child};
-      }
-    }
-  }
-  // Gather the sampling rows contiguously when the forward's rows differ from them.
-  const float* sample_logits = logits_.data();
-  if (remap) {
-    gathered_.resize(n_samples * static_cast<size_t>(n_vocab_));
-    for (size_t i = 0; i < n_samples; ++i)
-      std::copy_n(logits_.data() + static_cast<size_t>(sample_src_[i]) * n_vocab_, n_vocab_,
-                  gathered_.data() + i * static_cast<size_t>(n_vocab_));
-    sample_logits = gathered_.data();
-  }
+  fill_sampling_rows(so);
+  const std::vector<std::pair<int64_t, int32_t>>& row_child = row_child_;
+  const float* sample_logits = logits_plan_.sample_logits(logits_.data(), n_vocab_);
   std::vector<std::pair<int64_t, std::string>> constraint_failed;
   if (constrained) apply_constraints(constraint_failed, row_child);
   try {
     sample_rows(sample_logits, n_samples, row_child, outputs);
     for (const auto& [key, message] : constraint_failed) fail_request(key, message, outputs);
-    if (want_prompt_lp) {
-      // Prompt logprobs: the logprob of prompt token pos at the row before it.
-      for (size_t i = 0; i < n_rows; ++i) {
-        auto [key, pos] = prompt_row_of_[i];
-        auto it = key < 0 ? requests_.end() : requests_.find(key);
-        if (it == requests_.end()) continue;  // a sampling row, or a request that failed above
-        RequestState& r = *it->second;
-        if (pos < r.prompt_lp_next) continue;  // recomputed after a preemption
-        const float* row = logits_.data() + i * n_vocab_;
-        int32_t tok = r.prompt[pos];
-        SampleResult lp;
-        sampler_.logprobs(row, 1, n_vocab_, std::span<const int32_t>(&tok, 1),
-                          r.params.prompt_logprobs, std::span<SampleResult>(&lp, 1));
-        r.prompt_logprobs.push_back(token_logprobs(lp, tok, row, n_vocab_));
-        r.prompt_lp_next = pos + 1;
-        touched_.push_back(key);
-      }
-    }
+    if (logits_plan_.has_prompt_rows()) record_prompt_logprobs(n_rows);
   } catch (const std::exception& e) {
     fail_batch(std::string("sampling failed: ") + e.what(), outputs);
     return;

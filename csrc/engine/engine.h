@@ -22,6 +22,7 @@
 
 #include "engine/constraints.h"
 #include "engine/draft_model.h"
+#include "engine/logits_plan.h"
 #include "engine/output_processor.h"
 #include "engine/speculative.h"
 #include "model/runner.h"
@@ -159,9 +160,24 @@ class Engine {
   void sample_rows(const float* logits, size_t n_rows,
                    const std::vector<std::pair<int64_t, int32_t>>& row_child,
                    std::vector<EngineOutput>& outputs);
+  // This step's sampling rows (rows_, row_child_), in the scheduler's order: a forking sequence
+  // owns n consecutive rows, a verifying one k + 1 (verify_rows).
+  void fill_sampling_rows(const SchedulerOutput& so);
+  // The sampler's input for a row of r's child whose outputs so far are `outputs` (its step).
+  static RowInput row_input(const RequestState& r, int32_t child,
+                            std::span<const int32_t> outputs) {
+    return {.params = &r.params.sampling,
+            .prompt_token_ids = r.prompt,
+            .output_token_ids = outputs,
+            .seed = r.seed,
+            .stream = static_cast<uint64_t>(child),
+            .step = outputs.size()};
+  }
+  // Prompt logprobs from the plan's prompt rows among the forward's first n_rows logits rows.
+  void record_prompt_logprobs(size_t n_rows);
   EngineOutput make_output(RequestState& r);
-  // Fills the constraint stage's batch for this step's sampling rows; true if the host must be
-  // called.
+  // Structured output (engine/constraints.cpp): fills the constraint stage's batch for this step's
+  // sampling rows; true if the host must be called.
   bool prepare_constraints(const SchedulerOutput& so);
   // Points the constrained rows of rows_ at their masks; rows whose matcher failed go to failed.
   void apply_constraints(std::vector<std::pair<int64_t, std::string>>& failed,
@@ -189,11 +205,10 @@ class Engine {
   std::unordered_map<std::string, int64_t> keys_;
   std::vector<int64_t> touched_;
   std::vector<float> logits_;
-  std::vector<float> gathered_;  // sampling rows, when the forward's rows are not exactly them
-  std::vector<int32_t> sample_src_;
-  std::vector<std::pair<int64_t, int32_t>> prompt_row_of_;
   Batch batch_;  // the forward's batch, rebuilt each step (engine/batch_builder.h)
-  std::vector<int32_t> sample_rows_;  // the scheduler's sampling rows, when the forward's differ
+  std::vector<int32_t> prompt_lp_len_;  // per scheduled sequence: its prompt's length if it wants
+                                        // prompt logprobs, else 0
+  LogitsPlan logits_plan_;              // the forward's logits rows and what each sample reads
   std::vector<RowInput> rows_;
   std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;

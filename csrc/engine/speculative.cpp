@@ -93,14 +93,8 @@ void Engine::verify_rows(const SchedulerOutput& so, size_t si, size_t next) {
   c.verify_tokens.assign(c.output_tokens.begin(), c.output_tokens.end());
   c.verify_tokens.insert(c.verify_tokens.end(), draft, draft + s.num_draft);
   for (int32_t k = 0; k < s.num_samples; ++k) {
-    RowInput& in = rows_[next + k];
-    in.params = &r.params.sampling;
-    in.prompt_token_ids = std::span<const int32_t>(r.prompt);
-    in.output_token_ids = std::span<const int32_t>(c.verify_tokens.data(), n_out + k);
-    in.seed = r.seed;
-    in.stream = static_cast<uint64_t>(s.child);
-    in.step = n_out + k;
-    in.token_mask = nullptr;
+    rows_[next + k] =
+        row_input(r, s.child, std::span<const int32_t>(c.verify_tokens.data(), n_out + k));
     row_child_[next + k] = {s.request_id, s.child};
   }
 }

@@ -25,6 +25,7 @@ from .batch_builder import build_batch
 from .constraints import ConstraintStage
 from .draft_model import DraftModel, DraftOptions
 from .loader import load_weights
+from .logits_plan import LogitsPlan
 from .output_processor import (
     CompletionDelta,
     CompletionState,
@@ -363,48 +364,24 @@ class Engine:
             self.runner.copy_block(src, dst)
 
         now = time.time()
-        want_prompt_lp = False
+        prompt_len: list[int] = []  # per sequence: its prompt's length if it wants prompt logprobs
         for rid, _child, num_computed, num_tokens, _ns in so.seqs:
             r = self._requests[rid]
             if not r.scheduled:
                 r.scheduled = True
                 r.first_scheduled_time = now
                 r.num_cached_tokens = num_computed
+            prompt_len.append(len(r.prompt) if r.params.prompt_logprobs >= 0 else 0)
             if num_computed < len(r.prompt):
-                want_prompt_lp = want_prompt_lp or r.params.prompt_logprobs >= 0
                 self._stats["prompt_tokens"] += min(num_tokens, len(r.prompt) - num_computed)
-
-        # Rows whose logits we need: the sampling rows, plus the prompt positions of requests that
-        # asked for prompt logprobs. sample_row_of[i]: the sampling row a logits row serves (-1: a
-        # prompt row, then prompt_row_of[i] = (request key, prompt position)).
-        rows = list(batch.logits_rows)
-        sample_row_of: list[int] = []
-        prompt_row_of: list[tuple[int, int]] = []
-        if want_prompt_lp:
-            rows = []
-            next_sample = 0
-            for si, (rid, _child, num_computed, num_tokens, num_samples) in enumerate(so.seqs):
-                r = self._requests[rid]
-                start = batch.seq_start[si]
-                if r.params.prompt_logprobs >= 0 and num_computed < len(r.prompt):
-                    for j in range(num_tokens):
-                        pos = num_computed + j
-                        if pos + 1 >= len(r.prompt):
-                            break
-                        rows.append(start + j)
-                        sample_row_of.append(-1)
-                        prompt_row_of.append((rid, pos + 1))
-                for _ in range(num_samples):
-                    rows.append(batch.logits_rows[next_sample])
-                    sample_row_of.append(next_sample)
-                    prompt_row_of.append((-1, -1))
-                    next_sample += 1
+        plan = LogitsPlan()
+        plan.plan(so, prompt_len, batch)
         masks, mask_errors = self._constraint_masks(so)
         # IEEE arithmetic as in C++: non-finite weights give NaN logits, which the sampler refuses.
         with np.errstate(invalid="ignore", over="ignore"):
             logits = self.runner.forward(
                 batch.token_ids, batch.positions, batch.slot_mapping, batch.seq_start, batch.context_len,
-                batch.block_table_start, batch.block_tables, rows,
+                batch.block_table_start, batch.block_tables, batch.logits_rows,
             )  # fmt: skip
         t2 = time.perf_counter()
         self._stats["time_forward"] += t2 - t1
@@ -440,19 +417,14 @@ class Engine:
             row_inputs[i].token_mask = mask
             if mask_errors[i]:
                 constraint_failed.append((row_child[i][0], f"structured output: {mask_errors[i]}"))
-        sample_logits = logits
-        if want_prompt_lp:
-            sample_logits = logits[[i for i, s in enumerate(sample_row_of) if s >= 0]]
+        sample_logits = plan.sample_logits(logits)
         results = self._sample_rows(sample_logits, row_inputs, row_child, outputs)
         for key, message in constraint_failed:
             self._fail_request(key, message, outputs)
-        if want_prompt_lp:
-            for i, s in enumerate(sample_row_of):
-                if s >= 0:
-                    continue
-                key, pos = prompt_row_of[i]
+        if plan.has_prompt_rows:
+            for i, (key, pos) in enumerate(plan.prompt_rows):
                 if key not in self._requests:
-                    continue  # failed in sampling
+                    continue  # a sampling row (key -1), or a request that failed in sampling
                 r = self._requests[key]
                 if pos < r.prompt_lp_next:
                     continue  # recomputed after a preemption
