@@ -32,6 +32,18 @@ const SchedulerConfig& validated(const SchedulerConfig& c) {
   return c;
 }
 
+// An index into items to reuse: the last freed one, else a new element at the end.
+template <typename T>
+int32_t take_slot(std::vector<T>& items, std::vector<int32_t>& free) {
+  if (free.empty()) {
+    items.emplace_back();
+    return static_cast<int32_t>(items.size() - 1);
+  }
+  const int32_t i = free.back();
+  free.pop_back();
+  return i;
+}
+
 bool contains(const std::vector<int32_t>& v, int32_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -61,14 +73,7 @@ void Scheduler::insert_sorted(std::vector<int32_t>& list, int32_t seq) {
 }
 
 int32_t Scheduler::new_seq(int32_t request, int32_t child) {
-  int32_t sid;
-  if (!free_seqs_.empty()) {
-    sid = free_seqs_.back();
-    free_seqs_.pop_back();
-  } else {
-    sid = static_cast<int32_t>(seqs_.size());
-    seqs_.emplace_back();
-  }
+  const int32_t sid = take_slot(seqs_, free_seqs_);
   Sequence& s = seqs_[sid];
   s.request = request;
   s.child = child;
@@ -105,14 +110,7 @@ void Scheduler::add_request(const Request& r) {
                      " KV-cache blocks, more than the cache's " +
                      str(config_.num_blocks - kv_.watermark_blocks()));
 
-  int32_t rid;
-  if (!free_requests_.empty()) {
-    rid = free_requests_.back();
-    free_requests_.pop_back();
-  } else {
-    rid = static_cast<int32_t>(requests_.size());
-    requests_.emplace_back();
-  }
+  const int32_t rid = take_slot(requests_, free_requests_);
   RequestState& st = requests_[rid];
   st.params = r;
   st.arrival = next_arrival_++;

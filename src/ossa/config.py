@@ -62,6 +62,17 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
+def parse_json_text(value: Any, where: str) -> Any:
+    """An option given as a value or as its JSON text (vLLM takes both): the value, parsed when it is a
+    string; ValueError "<where> is not valid JSON: ..." when that fails."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where} is not valid JSON: {e}") from None
+
+
 @dataclass
 class EngineArgs:
     """An engine's options (``LLM(model, **options)``; the CLI's ``--flags`` have the same names).
@@ -338,11 +349,7 @@ def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConf
     As vLLM: with neither prompt_lookup bound given both are 5; with one, the other equals it."""
     if value is None:
         return SpeculativeConfig()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"speculative_config is not valid JSON: {e}") from None
+    value = parse_json_text(value, "speculative_config")
     if not isinstance(value, dict):
         raise ValueError(f"speculative_config must be a dict (or its JSON text), got {value!r}")
     unknown = sorted(set(value) - set(SPECULATIVE_KEYS))

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .config import parse_json_text
+
 INSTALL_HINT = "structured outputs need llguidance: pip install 'ossa[structured]'"
 
 
@@ -125,11 +127,7 @@ class StructuredOutputsParams:
         try:
             if kind in ("json", "json_object"):
                 schema: Any = {"type": "object"} if kind == "json_object" else self.json
-                if isinstance(schema, str):
-                    try:
-                        schema = json.loads(schema)
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"structured_outputs.json is not valid JSON: {e}") from None
+                schema = parse_json_text(schema, "structured_outputs.json")
                 if not isinstance(schema, (dict, bool)):
                     raise ValueError("structured_outputs.json must be a JSON schema object")
                 if self.disable_additional_properties and isinstance(schema, dict):
@@ -191,11 +189,7 @@ def _struct_tags(spec: Any, json_options: dict[str, Any]) -> list[tuple[str, str
     """(trigger, begin, schema, end) of each structure of a structural_tag spec; ValueError naming
     what is wrong."""
     where = "structured_outputs.structural_tag"
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where} is not valid JSON: {e}") from None
+    spec = parse_json_text(spec, where)
     if not isinstance(spec, dict):
         raise ValueError(f"{where} must be an object with structures and triggers")
     if "format" in spec and "structures" not in spec:
