@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/batch_builder.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -151,19 +152,8 @@ void DraftModel::forward_chunk() {
   b.clear();
   for (const Piece& piece : chunk_) {
     const Seq& s = *props_[piece.prop].seq;
-    const std::vector<int32_t>& table = kv_.block_table(s.slot);
-    for (int32_t t = piece.pos; t < piece.pos + piece.len; ++t) {
-      b.token_ids.push_back(s.tokens[static_cast<size_t>(t)]);
-      b.positions.push_back(t);
-      b.slot_mapping.push_back(static_cast<int64_t>(table[static_cast<size_t>(t / block_size_)]) *
-                                   block_size_ +
-                               t % block_size_);
-    }
+    append_sequence(b, block_size_, s.tokens, {}, piece.pos, piece.len, kv_.block_table(s.slot));
     if (piece.want) b.logits_rows.push_back(b.n_tokens() - 1);
-    b.seq_start.push_back(b.n_tokens());
-    b.context_len.push_back(piece.pos + piece.len);
-    b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-    b.block_table_start.push_back(static_cast<int32_t>(b.block_tables.size()));
   }
   const size_t n_vocab = static_cast<size_t>(this->n_vocab());
   if (logits_.size() < b.logits_rows.size() * n_vocab)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batch_builder import Batch, append_sequence
 from .kv_cache_manager import KVCacheManager
 from .loader import load_weights
 from .runner import ModelRunner
@@ -164,29 +165,18 @@ class DraftModel:
             self._forward(chunk)
 
     def _forward(self, chunk: list[tuple[int, int, int, bool]]) -> None:
-        bs = self.block_size
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        seq_start, context_len, bt_start, tables, rows = [0], [], [0], [], []
+        b = Batch()
         for i, pos, n, want in chunk:
             s = self.props[i].seq
             assert s is not None
-            table = self.kv.table_view(s.slot)
-            for t in range(pos, pos + n):
-                ids.append(s.tokens[t])
-                positions.append(t)
-                slots.append(table[t // bs] * bs + t % bs)
+            append_sequence(b, self.block_size, s.tokens, [], pos, n, self.kv.table_view(s.slot))
             if want:
-                rows.append(len(ids) - 1)
-            seq_start.append(len(ids))
-            context_len.append(pos + n)
-            tables.extend(table)
-            bt_start.append(len(tables))
+                b.logits_rows.append(len(b.token_ids) - 1)
         with np.errstate(invalid="ignore", over="ignore"):
             logits = self.runner.forward(
-                ids, positions, slots, seq_start, context_len, bt_start, tables, rows
-            )
+                b.token_ids, b.positions, b.slot_mapping, b.seq_start, b.context_len,
+                b.block_table_start, b.block_tables, b.logits_rows,
+            )  # fmt: skip
         r = 0
         for i, _pos, _n, want in chunk:
             if want:
