@@ -319,6 +319,8 @@ def test_operator_chat_template(serve: Any, tmp_path: Path) -> None:
     s = serve("--chat-template", str(template), "--speculative-config", spec)
     # The start-up log names the speculative config the engine runs with.
     assert "speculative decoding: ngram num_speculative_tokens=3, prompt_lookup_min=2, " in s.text()
+    assert " KV cache: " in s.text() and " blocks of 16 tokens, " in s.text()  # no draft, no draft's share
+    assert "the draft model's" not in s.text()
     msgs = [{"role": "user", "content": "Hello"}]
     ids = httpx.post(s.url + "/tokenize", json={"messages": msgs}).json()["tokens"]
     assert httpx.post(s.url + "/detokenize", json={"tokens": ids}).json()["prompt"] == "[user] Hello\n>>"

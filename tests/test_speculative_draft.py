@@ -80,6 +80,49 @@ def test_draft_config_is_validated(default_model_path: str, tmp_path: Path, plai
         core.Engine(plain.model._handle, plain.tokenizer.core, ec)
 
 
+def test_draft_kv_cache_counts_in_the_memory_check(
+    default_model_path: str, tiny_draft: str, plain: LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from ossa import config as config_module
+    from ossa import models
+    from ossa._native import core
+
+    draft = models.load_model(tiny_draft)
+    spec = {"model": tiny_draft, "num_speculative_tokens": 2}
+    cfg = EngineArgs(kv_cache_memory_bytes=KV, speculative_config=spec).create_config(
+        plain.model, plain.model_path, draft
+    )
+    d, cache = draft.config, cfg.cache
+    per_block = core.kv_block_bytes(
+        d.n_layer, d.n_head_kv, d.head_dim, cache.block_size, 2 if cache.kv_cache_dtype == "float16" else 4
+    )
+    # As many blocks as the target's, on top of the target's budget; none without a draft.
+    assert cache.draft_kv_cache_memory_bytes == cache.num_blocks * per_block > 0
+    assert cache.kv_cache_memory_bytes == KV and plain.config.cache.draft_kv_cache_memory_bytes == 0
+    weights, draft_weights = os.path.getsize(plain.model_path), os.path.getsize(tiny_draft)
+    # Room for both models and the target's KV cache, not for the draft's: refused, naming the draft.
+    room = weights + KV + draft_weights + cache.draft_kv_cache_memory_bytes - 1
+    monkeypatch.setattr(config_module, "available_memory", lambda: room)
+    EngineArgs(kv_cache_memory_bytes=KV).create_config(plain.model, plain.model_path)  # fits without it
+    with pytest.raises(ValueError, match=r"the draft's KV cache \(\d+ blocks, as many as the target's"):
+        LLM(default_model_path, kv_cache_memory_bytes=KV, speculative_config=spec)
+    # gpu_memory_utilization: its share holds both models and both KV caches.
+    monkeypatch.setattr(config_module, "available_memory", lambda: 1 << 30)
+    shared = EngineArgs(gpu_memory_utilization=0.5, speculative_config=spec).create_config(
+        plain.model, plain.model_path, draft
+    )
+    c = shared.cache
+    used = weights + draft_weights + c.kv_cache_memory_bytes + c.draft_kv_cache_memory_bytes
+    assert c.draft_kv_cache_memory_bytes == c.num_blocks * per_block and 0 < used <= 1 << 29
+    small = (weights + draft_weights // 2) / (1 << 30)
+    with pytest.raises(ValueError, match="leaves nothing for the KV cache .* and the draft model"):
+        EngineArgs(gpu_memory_utilization=small, speculative_config=spec).create_config(
+            plain.model, plain.model_path, draft
+        )
+
+
 def test_self_draft_greedy_seeded_and_crowd(plain: LLM, selfspec: LLM) -> None:
     sps = [
         SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True, logprobs=2),

@@ -246,45 +246,65 @@ class EngineArgs:
 
     # -- derived values ---------------------------------------------------------------------------
 
-    def create_config(self, model: Any, model_path: str) -> OssaConfig:
-        """The validated config with every derived value, for a loaded ``ossa.models.Model``."""
+    def create_config(self, model: Any, model_path: str, draft: Any | None = None) -> OssaConfig:
+        """The validated config with every derived value, for a loaded ``ossa.models.Model`` (and the
+        loaded draft model of ``speculative_config``, whose KV cache has as many blocks as the target's
+        and comes on top of ``kv_cache_memory_bytes``: it counts in the available-memory check)."""
         from . import models
         from ._native import core
 
         self.validate()
         arch = model.config
         kv_dtype = models.kv_cache_dtype_of(self.kv_cache_dtype)
-        weight_bytes = (
-            sum(os.path.getsize(f) for f in models.model_files(model_path))
-            if os.path.isfile(model_path)
-            else 0
+        dtype_bytes = 2 if kv_dtype == "float16" else 4
+        weight_bytes = _weight_bytes(model_path)
+        block_bytes = int(
+            core.kv_block_bytes(arch.n_layer, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes)
         )
+        draft_weight_bytes = draft_block_bytes = 0
+        if draft is not None:
+            d = draft.config
+            draft_weight_bytes = _weight_bytes(draft.path)
+            draft_block_bytes = int(
+                core.kv_block_bytes(d.n_layer, d.n_head_kv, d.head_dim, self.block_size, dtype_bytes)
+            )
+        with_draft = f" and the draft model ({draft_weight_bytes / 2**20:.0f} MiB)" if draft else ""
         avail = available_memory()
         kv_bytes = self.kv_cache_memory_bytes
         if kv_bytes is None and self.gpu_memory_utilization is not None:
             if avail is None:
                 raise ValueError("gpu_memory_utilization needs the available memory, which is unknown here")
-            kv_bytes = int(self.gpu_memory_utilization * avail) - weight_bytes
+            share = int(self.gpu_memory_utilization * avail) - weight_bytes - draft_weight_bytes
+            # The share holds both KV caches, of one block count: the target's gets its part of it.
+            kv_bytes = share * block_bytes // (block_bytes + draft_block_bytes) if share > 0 else 0
             if kv_bytes <= 0:
                 raise ValueError(
                     f"gpu_memory_utilization={self.gpu_memory_utilization} of the available memory "
                     f"({avail / 2**20:.0f} MiB) leaves nothing for the KV cache beside the weights "
-                    f"({weight_bytes / 2**20:.0f} MiB); raise it or give kv_cache_memory_bytes"
+                    f"({weight_bytes / 2**20:.0f} MiB){with_draft}; raise it or give kv_cache_memory_bytes"
                 )
         if kv_bytes is None:
             kv_bytes = DEFAULT_KV_CACHE_BYTES if avail is None else min(DEFAULT_KV_CACHE_BYTES, avail // 5)
-        if avail is not None and weight_bytes + kv_bytes > avail:
-            raise ValueError(
-                f"the model ({weight_bytes / 2**20:.0f} MiB) and the KV cache "
-                f"({kv_bytes / 2**20:.0f} MiB) do not fit in the available memory "
-                f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
-            )
-        dtype_bytes = 2 if kv_dtype == "float16" else 4
         num_blocks = int(
             core.num_blocks_for_memory(
                 kv_bytes, arch.n_layer, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes
             )
         )
+        draft_kv_bytes = num_blocks * draft_block_bytes
+        if avail is not None and weight_bytes + kv_bytes + draft_weight_bytes + draft_kv_bytes > avail:
+            if draft is None:
+                raise ValueError(
+                    f"the model ({weight_bytes / 2**20:.0f} MiB) and the KV cache "
+                    f"({kv_bytes / 2**20:.0f} MiB) do not fit in the available memory "
+                    f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
+                )
+            raise ValueError(
+                f"the model ({weight_bytes / 2**20:.0f} MiB), its KV cache ({kv_bytes / 2**20:.0f} MiB), "
+                f"the draft model of speculative_config ({draft_weight_bytes / 2**20:.0f} MiB) and the "
+                f"draft's KV cache ({num_blocks} blocks, as many as the target's, x {draft_block_bytes} "
+                f"bytes = {draft_kv_bytes / 2**20:.0f} MiB) do not fit in the available memory "
+                f"({avail / 2**20:.0f} MiB); lower kv_cache_memory_bytes"
+            )
         watermark = float(core.DEFAULT_WATERMARK)
         # One sequence must fit beside the blocks the scheduler keeps free.
         usable_tokens = (num_blocks - int(core.watermark_blocks_for(watermark, num_blocks))) * self.block_size
@@ -315,6 +335,7 @@ class EngineArgs:
                 kv_cache_dtype=kv_dtype,
                 kv_cache_memory_bytes=int(kv_bytes),
                 num_blocks=num_blocks,
+                draft_kv_cache_memory_bytes=draft_kv_bytes,
                 watermark=watermark,
                 enable_prefix_caching=bool(self.enable_prefix_caching),
             ),
@@ -342,6 +363,13 @@ SPECULATIVE_KEYS = (
     "model",
     "draft_cost",
 )
+
+
+def _weight_bytes(path: str) -> int:
+    """Bytes of a GGUF model's files (every shard); 0 for a Hugging Face folder (loaded into memory)."""
+    from . import models
+
+    return sum(os.path.getsize(f) for f in models.model_files(path)) if os.path.isfile(path) else 0
 
 
 def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConfig:
@@ -474,6 +502,8 @@ class CacheConfig:
     num_blocks: int
     watermark: float  # share of blocks the scheduler keeps free when admitting waiting sequences
     enable_prefix_caching: bool
+    # The draft model's KV cache (as many blocks as the target's), on top of kv_cache_memory_bytes.
+    draft_kv_cache_memory_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .backend import get_backend
-from .config import EngineArgs
+from .config import EngineArgs, speculative_config_of
 from .input_processor import EngineRequest, InputError, InputProcessor, PromptType
 from .output_processor import OutputProcessor
 from .outputs import RequestOutput
@@ -42,25 +42,30 @@ class LLM:
         self.model = models.load_model(
             self.model_path, args.dtype, amx=args.amx, quantized_activations=args.quantized_activations
         )
-        self.config = args.create_config(self.model, self.model_path)
         self._backend = get_backend(args.backend)
         self.backend = self._backend.name
-        self.tokenizer = self._backend.load_tokenizer(self.config.load.tokenizer_path)
+        self.tokenizer = self._backend.load_tokenizer(args.tokenizer or self.model_path)
+        self.draft_model = None
+        draft_name = speculative_config_of(args.speculative_config).model
+        if draft_name is not None:
+            from .draft_model import load_draft_model
+
+            self.draft_model = load_draft_model(args, draft_name, self.model, self.tokenizer, self._backend)
+        # The draft's KV cache (as many blocks as the target's) counts in the memory check.
+        self.config = args.create_config(
+            self.model, self.model_path, None if self.draft_model is None else self.draft_model.model
+        )
+        if self.draft_model is not None and self.config.speculative.draft_cost is None:
+            spec = dataclasses.replace(self.config.speculative, draft_cost=self.draft_model.cost)
+            self.config = dataclasses.replace(self.config, speculative=spec)
         self.max_model_len = self.config.max_model_len
         self.num_blocks = self.config.cache.num_blocks
         self.block_size = self.config.cache.block_size
         self.kv_cache_dtype = self.config.cache.kv_cache_dtype
+        # KV-cache memory: the target's (kv_cache_memory_bytes) and, on top of it, the draft model's.
+        self.kv_cache_memory_bytes = self.config.cache.kv_cache_memory_bytes
+        self.draft_kv_cache_memory_bytes = self.config.cache.draft_kv_cache_memory_bytes
         self._counter = itertools.count()  # next() on it is atomic: request ids are unique across threads
-        self.draft_model = None
-        if self.config.speculative.model is not None:
-            from .draft_model import load_draft_model
-
-            self.draft_model = load_draft_model(
-                args, self.config.speculative.model, self.model, self.tokenizer, self._backend
-            )
-            if self.config.speculative.draft_cost is None:
-                spec = dataclasses.replace(self.config.speculative, draft_cost=self.draft_model.cost)
-                self.config = dataclasses.replace(self.config, speculative=spec)
         self.engine: Any = self._backend.create_engine(
             self.model, self.tokenizer, self.config, self.draft_model
         )

@@ -256,6 +256,16 @@ def describe_speculative(spec: Any) -> str:
     return f"{fields.pop('method')} " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
+def describe_kv_memory(cache: Any) -> str:
+    """The KV cache's blocks and memory for the start-up log, the draft model's cache (as many blocks,
+    on top of kv_cache_memory_bytes) included."""
+    mib = cache.kv_cache_memory_bytes / 2**20
+    text = f"{cache.num_blocks} blocks of {cache.block_size} tokens, {mib:.0f} MiB"
+    if cache.draft_kv_cache_memory_bytes:
+        text += f" + the draft model's {cache.draft_kv_cache_memory_bytes / 2**20:.0f} MiB"
+    return text
+
+
 def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
     """``ossa serve``: loads the model, serves until SIGINT/SIGTERM, then exits 0."""
     from ..async_engine import AsyncEngine
@@ -308,6 +318,7 @@ def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
         args.port,
         engine.max_model_len,
     )
+    logger.info("KV cache: %s", describe_kv_memory(engine.llm.config.cache))
     logger.info("speculative decoding: %s", describe_speculative(engine.llm.config.speculative))
     server = make_server(
         app,
