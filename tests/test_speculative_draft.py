@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_speculative import COPY, FREE, KV, crowd, runs, same
+from test_speculative import COPY, FREE, KV, accepted, crowd, runs, same
 from tiny_models import tiny_draft_gguf
 
 from ossa import LLM, SamplingParams
@@ -27,10 +27,6 @@ def self_draft(path: str, k: int = 4) -> dict[str, Any]:
     # draft_cost 0: the default model drafting for itself costs a whole step a position, so by cost
     # alone it would never draft; the tests want its long accepted runs.
     return {"model": path, "num_speculative_tokens": k, "disable_by_batch_size": None, "draft_cost": 0}
-
-
-def accepted(llm: LLM) -> int:
-    return int(llm.stats()["spec_num_accepted_tokens"])
 
 
 @pytest.fixture(scope="module")
