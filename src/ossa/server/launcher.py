@@ -88,6 +88,7 @@ def _protocol_class(header_timeout_s: float) -> type:
     class HeaderTimeoutProtocol(base):  # type: ignore[misc, valid-type]
         _header_timer: asyncio.TimerHandle | None = None
         _grace_timer: asyncio.TimerHandle | None = None
+        _shutting_down = False
 
         def _waiting_for_headers(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -101,10 +102,13 @@ def _protocol_class(header_timeout_s: float) -> type:
                 self._header_timer.cancel()
                 self._header_timer = None
 
-        def _header_timeout(self) -> None:
-            self._header_timer = None
+        def _close_if_waiting(self) -> None:
             if self._waiting_for_headers() and not self.transport.is_closing():
                 self.transport.close()
+
+        def _header_timeout(self) -> None:
+            self._header_timer = None
+            self._close_if_waiting()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -127,23 +131,20 @@ def _protocol_class(header_timeout_s: float) -> type:
                 if self._shutting_down and self.cycle is not None:
                     self.cycle.keep_alive = False  # answered, then closed
 
-        _shutting_down = False
-
-        def _close_if_idle(self) -> None:
+        def _end_of_grace(self) -> None:
             self._grace_timer = None
-            if self._waiting_for_headers() and not self.transport.is_closing():
-                self.transport.close()
+            self._close_if_waiting()
 
         def shutdown(self) -> None:
             # The drain asks every connection to shut down, then uvicorn's shutdown asks again.
             if self.transport.is_closing():
                 return
             self._shutting_down = True
-            if self._waiting_for_headers() and grace_s > 0:
+            if self._waiting_for_headers():
                 # Idle: a request may already be on the wire (the client cannot know we are leaving);
                 # give it a moment to arrive and be answered 503 before the connection closes.
                 if self._grace_timer is None:
-                    self._grace_timer = self.loop.call_later(grace_s, self._close_if_idle)
+                    self._grace_timer = self.loop.call_later(grace_s, self._end_of_grace)
                 return
             with contextlib.suppress(Exception):  # h11's LocalProtocolError on a closed connection
                 super().shutdown()
