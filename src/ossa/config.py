@@ -369,7 +369,7 @@ def _weight_bytes(path: str) -> int:
     """Bytes of a GGUF model's files (every shard); 0 for a Hugging Face folder (loaded into memory)."""
     from . import models
 
-    return sum(os.path.getsize(f) for f in models.model_files(path)) if os.path.isfile(path) else 0
+    return models.weight_bytes(path) if os.path.isfile(path) else 0
 
 
 def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConfig:

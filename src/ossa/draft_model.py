@@ -38,20 +38,8 @@ def load_draft_model(
     except (ValueError, OSError) as e:
         raise ValueError(f"speculative_config model {name!r}: {e}") from None
     check_vocabulary(target, tokenizer, model, draft_tokenizer)
-    ratio = _weight_bytes(path) / max(_weight_bytes(target.path), 1)
+    ratio = models.weight_bytes(path) / max(models.weight_bytes(target.path), 1)
     return DraftModel(model, path, min(ratio, 1.0))
-
-
-def _weight_bytes(path: str) -> int:
-    """Bytes of a GGUF model's files (every shard), or of a Hugging Face folder's safetensors."""
-    import os
-    from pathlib import Path
-
-    from . import models
-
-    if os.path.isdir(path):
-        return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
-    return sum(os.path.getsize(f) for f in models.model_files(path))
 
 
 def check_vocabulary(target: Model, tokenizer: Tokenizer, draft: Model, draft_tokenizer: Tokenizer) -> None:

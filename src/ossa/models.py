@@ -396,6 +396,14 @@ def model_files(path: str | os.PathLike[str]) -> list[str]:
     return list(core.gguf_shard_paths(str(path)))
 
 
+def weight_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of a model's weight files: a GGUF model's (every shard), or a Hugging Face folder's
+    safetensors."""
+    if os.path.isdir(path):
+        return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
+    return sum(os.path.getsize(f) for f in model_files(path))
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
