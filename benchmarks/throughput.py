@@ -14,12 +14,18 @@ one's OpenMP/vLLM variables are printed), and the engines take turns, --repeats 
   VLLM_CPU_KVCACHE_SPACE=4), its default OpenMP policy, prefix caching off, max_num_seqs=64;
 - HF transformers `generate`, bf16, batch 16.
 
+`--ossa-dtypes auto,bfloat16` adds a row of ossa in vLLM-CPU's bf16 numerics (`dtype="bfloat16"`), with
+its own ratios against each peer. `--output-len 1` measures prefill: tok/s then counts prompt tokens
+(N x P / wall), since each engine makes one token per request.
+
 Prints output tok/s, wall time and ossa's ratio against each peer, the time from constructing the
 engine to ready, and a profile of ossa's batched run: kernels (forward), C++ bookkeeping (schedule,
 sample, detokenize, the rest of the step call) and Python (everything outside the step calls).
 
     OSSA_CORE_DIR=build/bench/csrc PYTHONPATH=src python benchmarks/throughput.py [--peers llama,vllm,hf]
     ... benchmarks/throughput.py --shape 1b [--type Q4_K_M]   # scripts/make_bench_models.py's model
+    ... benchmarks/throughput.py --peers vllm --ossa-dtypes auto,bfloat16 --num-prompts 16 --input-len 450 \
+        --output-len 1                                        # prefill, both numerics, against vLLM-CPU
 """
 
 from __future__ import annotations
@@ -49,9 +55,12 @@ def _cell(r: Run | None) -> str:
     return f"{'-':>8} {'-':>7}" if r is None else f"{r.tok_s:8.1f} {r.wall_s:7.2f}"
 
 
-def print_table(results: dict[str, dict[str, Run]], ready: dict[str, float], batch_name: str) -> None:
-    ossa = results.get("ossa", {})
-    print(f"\n{'engine':24} {batch_name + ' tok/s':>14} {'wall s':>7} {'ossa/x':>7}   "
+def print_table(
+    results: dict[str, dict[str, Run]], ready: dict[str, float], batch_name: str, ref: str = "ossa"
+) -> None:
+    ossa = results.get(ref, {})
+    col = "ossa/x" if ref == "ossa" else "bf16/x"
+    print(f"\n{'engine':24} {batch_name + ' tok/s':>14} {'wall s':>7} {col:>7}   "
           f"{'single tok/s':>12} {'wall s':>7} {'ossa/x':>7}   {'ready s':>8}")  # fmt: skip
     for name, runs in results.items():
         b, s = runs.get("batched"), runs.get("single")
@@ -93,9 +102,17 @@ def _done(name: str, runs: dict[str, Run], started: float) -> None:
     )
 
 
-def _runs(name: str, data: dict) -> dict[str, Run]:  # type: ignore[type-arg]
+def _runs(name: str, data: dict, prompt_tokens: dict[str, int] | None) -> dict[str, Run]:  # type: ignore[type-arg]
+    """The child's runs; with `prompt_tokens` (a prefill measurement) each counts its prompt tokens."""
     return {
-        k: Run(name, r["wall_s"], r["output_tokens"], data["ready_s"], r.get("note", ""), r.get("extra", {}))
+        k: Run(
+            name,
+            r["wall_s"],
+            prompt_tokens[k] if prompt_tokens else r["output_tokens"],
+            data["ready_s"],
+            r.get("note", ""),
+            r.get("extra", {}),
+        )  # fmt: skip
         for k, r in data["runs"].items()
     }
 
@@ -114,7 +131,11 @@ def main() -> None:
     ap.add_argument("--llama-modes", default="batched,sequential", help="llama.cpp modes to try; best wins")
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ossa-dtypes", default="auto", help="ossa rows: auto, bfloat16 or both (comma list)")
     args = ap.parse_args()
+    dtypes = [d.strip() for d in args.ossa_dtypes.split(",") if d.strip()]
+    if not dtypes or any(d not in ("auto", "bfloat16") for d in dtypes):
+        ap.error("--ossa-dtypes takes auto and/or bfloat16")
     peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p.strip()]
     for p in peers:
         if p not in ALL_PEERS:
@@ -136,15 +157,20 @@ def main() -> None:
     prompts = make_prompts(args.num_prompts, args.input_len, vocab, args.seed)
     single = make_prompts(1, args.input_len, vocab, args.seed + 1)
     batches = {"batched": prompts, "single": single}
-    batch_name = f"{args.num_prompts}x{args.input_len}+{args.output_len}"
+    prefill = args.output_len == 1
+    prompt_tokens = {k: len(v) * args.input_len for k, v in batches.items()} if prefill else None
+    batch_name = f"{args.num_prompts}x{args.input_len}+{args.output_len}" + (" prefill" if prefill else "")
     print(f"model: {model}")
     print(f"workloads: batched = {args.num_prompts} requests x ({args.input_len} prompt, "
           f"{args.output_len} output) tokens; single = 1 request, same lengths; greedy, EOS ignored; "
           f"{args.threads} threads; {args.repeats} round(s), best kept")  # fmt: skip
-    engines = ["ossa"] + [p for p in ("llama", "vllm", "hf") if p in peers]
-    names = {"ossa": "ossa", "llama": "llama.cpp", "vllm": "vLLM-CPU", "hf": "transformers"}
+    ossa_rows = {"auto": "ossa", "bfloat16": "ossa-bf16"}
+    engines = [ossa_rows[d] for d in dtypes] + [p for p in ("llama", "vllm", "hf") if p in peers]
+    names = {"llama": "llama.cpp", "vllm": "vLLM-CPU", "hf": "transformers"}
+    names.update({e: e for e in ossa_rows.values()})
+    kind = {e: "ossa" if e.startswith("ossa") else e for e in engines}  # the process environment
     for e in engines:
-        print(f"env {names[e]}: {describe(engine_env(e, args.threads))}")
+        print(f"env {names[e]}: {describe(engine_env(kind[e], args.threads))}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
     modes = [m.strip() for m in args.llama_modes.split(",")]
@@ -159,16 +185,17 @@ def main() -> None:
         for e in engines:
             t = time.perf_counter()
             try:
-                data = run_child(e, job, args.threads)
+                dtype = {"ossa-bf16": {"dtype": "bfloat16"}}.get(e, {})
+                data = run_child(kind[e], {**job, **dtype}, args.threads)
             except Exception as err:  # a peer failing must not lose the others' numbers
                 print(f"{names[e]} failed: {err}", file=sys.stderr)
                 continue
-            runs = _runs(names[e], data)
+            runs = _runs(names[e], data, prompt_tokens)
             best = results.setdefault(names[e], {})
             for k, r in runs.items():
                 if k not in best or r.tok_s > best[k].tok_s:
                     best[k] = r
-                    if e == "ossa":
+                    if e == engines[0]:
                         profile[k] = data["profile"][k]
             ready[names[e]] = min(ready.get(names[e], float("inf")), data["ready_s"])
             _done(f"{names[e]} (round {rnd + 1})", runs, t)
@@ -177,8 +204,13 @@ def main() -> None:
                 print(f"  llama.cpp batched workload tok/s by mode: {modes_s}", flush=True)
 
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print_table(results, ready, batch_name)
-    print("(tok/s: output tokens / wall time of the whole workload incl. prefill; ossa/x: ossa tok/s over the"
+    refs = [names[ossa_rows[d]] for d in dtypes]
+    print_table(results, ready, batch_name, ref=refs[0])
+    for ref in refs[1:]:  # the same rows against the other numerics
+        print_table(results, ready, batch_name, ref=ref)
+    what = "prompt tokens / wall time (one output token each)" if prefill else None
+    what = what or "output tokens / wall time of the whole workload incl. prefill"
+    print(f"(tok/s: {what}; ossa/x, bf16/x: ossa's (ossa-bf16's) tok/s over the"
           " row's; ready: constructor to ready, model file in page cache)")  # fmt: skip
     if "batched" in profile:
         print_profile(profile["batched"], f"batched workload ({batch_name})")
