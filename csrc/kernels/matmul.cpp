@@ -268,6 +268,10 @@ struct ItemTimer {
   }
 };
 
+// Work items of at least this many activation rows take F32Tile::decode where the build has it.
+constexpr int64_t k_decoded_min_rows = 4;
+thread_local AlignedVector<float> t_decoded;
+
 // Output rows [o_begin, o_end) for activation rows [r_begin, r_end).
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
              int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx,
@@ -304,6 +308,20 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
   const int slot = kquant_slot(w.type);
   const bool prepared = slot >= 0 && kq.rows[slot] != nullptr;
   OSSA_ASSERT(prepared || kquant_prepared_floats(w.type, x.cols) == 0);
+  if (const F32DecodeFn decode = f32_tile(w.type, 1).decode;
+      decode != nullptr && !prepared && r_end - r_begin >= k_decoded_min_rows) {
+    // AVX2: each weight row of the item decoded once for all its activation rows (the same sums).
+    const int64_t n_out = o_end - o_begin;
+    float* wf = grow(t_decoded, n_out * x.cols);
+    for (int64_t o = 0; o < n_out; ++o) decode(w.row(o_begin + o), x.cols, wf + o * x.cols);
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += 16) {
+      const int rt = static_cast<int>(std::min<int64_t>(16, r_end - r0));
+      for (int r = 0; r < rt; ++r) rows[r] = x.f32 + (r0 + r) * x.cols;
+      f32_decoded_rows(wf, x.cols, static_cast<int>(n_out), rows, rt, x.cols,
+                       y + r0 * ldy + o_begin, ldy);
+    }
+    return;
+  }
   for (int64_t r0 = r_begin; r0 < r_end; r0 += max_rows) {
     const int rt = static_cast<int>(std::min<int64_t>(max_rows, r_end - r0));
     const F32Tile tile = f32_tile(w.type, rt);

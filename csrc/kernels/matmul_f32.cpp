@@ -11,6 +11,7 @@
 // A tile shares each decoded block between its activation rows and runs `mo` weight rows side by
 // side, so the FMA chains overlap (decode, one activation row, is latency-bound otherwise) without
 // changing any element's order of operations.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -302,6 +303,48 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
 }
 
+// quant_tile's weights, stored: the same wv vectors, 8 at a time.
+template <DType T>
+void decode_row(const uint8_t* w, int64_t cols, float* out) {
+  constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const QBlock blk = decode_block<T>(w, b);
+    const __m256 vmin = _mm256_set1_ps(blk.min);
+    for (int c = 0; c < 4; ++c)
+      _mm256_storeu_ps(out + 32 * b + 8 * c,
+                       _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
+                                       _mm256_set1_ps(blk.scale[c / 2]), vmin));
+  }
+}
+
+// MO decoded weight rows x R activation rows: each element's chain as float_tile's.
+template <int MO, int R>
+void decoded_tile(const float* w, int64_t ldw, const float* const* x, int64_t cols, float* out,
+                  int64_t ldo) {
+  __m256 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < cols; i += 8) {
+    __m256 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x[r] + i);
+    for (int o = 0; o < MO; ++o) {
+      const __m256 wv = _mm256_loadu_ps(w + o * ldw + i);
+      for (int r = 0; r < R; ++r) acc[o][r] = _mm256_fmadd_ps(wv, xv[r], acc[o][r]);
+    }
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[r * ldo + o] = hsum8(acc[o][r]);
+}
+
+using DecodedTileFn = void (*)(const float*, int64_t, const float* const*, int64_t, float*,
+                               int64_t);
+constexpr int k_dec_mo = 4, k_dec_rows = 3;
+template <int MO>
+constexpr DecodedTileFn k_decoded_row_fns[k_dec_rows] = {decoded_tile<MO, 1>, decoded_tile<MO, 2>,
+                                                         decoded_tile<MO, 3>};
+constexpr const DecodedTileFn* k_decoded_fns[k_dec_mo] = {
+    k_decoded_row_fns<1>, k_decoded_row_fns<2>, k_decoded_row_fns<3>, k_decoded_row_fns<4>};
+
 constexpr int k_max_rows = 4;
 
 template <DType T, int MO, int R>
@@ -314,17 +357,35 @@ constexpr F32TileFn tile_fn() {
 
 template <DType T>
 F32Tile tile_for_rows(int rows) {
+  constexpr bool k_float = T == DType::F32 || T == DType::F16 || T == DType::BF16;
+  F32DecodeFn dec = nullptr;
+  if constexpr (!k_float) dec = decode_row<T>;
   switch (rows) {
     case 1:
-      return {tile_fn<T, 1, 1>(), 1};
+      return {tile_fn<T, 1, 1>(), 1, dec};
     case 2:
-      return {tile_fn<T, 1, 2>(), 1};
+      return {tile_fn<T, 1, 2>(), 1, dec};
     case 3:
-      return {tile_fn<T, 1, 3>(), 1};
+      return {tile_fn<T, 1, 3>(), 1, dec};
     default:
-      return {tile_fn<T, 1, 4>(), 1};
+      return {tile_fn<T, 1, 4>(), 1, dec};
   }
 }
+
+}  // namespace
+
+void f32_decoded_rows(const float* w, int64_t ldw, int mo, const float* const* x, int rows,
+                      int64_t cols, float* out, int64_t ldo) {
+  for (int o = 0; o < mo; o += k_dec_mo) {
+    const int m = std::min(k_dec_mo, mo - o);
+    for (int r = 0; r < rows; r += k_dec_rows) {
+      const int n = std::min(k_dec_rows, rows - r);
+      k_decoded_fns[m - 1][n - 1](w + o * ldw, ldw, x + r, cols, out + r * ldo + o, ldo);
+    }
+  }
+}
+
+namespace {
 
 #else  // scalar: one weight row and one activation row at a time
 
@@ -371,6 +432,14 @@ F32Tile tile_for_rows(int) {
 #endif
 
 }  // namespace
+
+#if defined(__AVX512F__) || !defined(__AVX2__)
+// These builds' tiles decode in registers (F32Tile::decode is null): never called.
+void f32_decoded_rows(const float*, int64_t, int, const float* const*, int, int64_t, float*,
+                      int64_t) {
+  OSSA_ASSERT(false);
+}
+#endif
 
 int f32_tile_max_rows() { return k_max_rows; }
 

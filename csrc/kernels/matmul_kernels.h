@@ -25,13 +25,25 @@ namespace ossa {
 // f32 activations (any weight type): w_rows[mo], x_rows[rows], cols elements.
 using F32TileFn = void (*)(const uint8_t* const* w_rows, const float* const* x_rows, int64_t cols,
                            float* out);
+// A weight row's exact f32 values, as the build's tile kernel forms them in registers (cols
+// elements, a multiple of 32).
+using F32DecodeFn = void (*)(const uint8_t* w_row, int64_t cols, float* out);
 struct F32Tile {
   F32TileFn fn = nullptr;
   int mo = 1;  // weight rows per call
+  // AVX2 builds, quantized types: the weights fn multiplies, decoded once into memory, so that a
+  // work item of many activation rows decodes each weight row once (f32_decoded_rows) instead of
+  // once per tile. fn and f32_decoded_rows on the decoded rows give bitwise the same output (the
+  // same FMAs per element in the same order). Null where the tiles decode in registers only.
+  F32DecodeFn decode = nullptr;
 };
 // Largest `rows` a tile takes on this build, and the kernel for 1 <= rows <= f32_tile_max_rows().
 int f32_tile_max_rows();
 F32Tile f32_tile(DType type, int rows);
+// AVX2: out[r * ldo + o] = the dot product of decoded weight row o (w + o * ldw) and x_rows[r],
+// o < mo, r < rows, in float_tile's order (8 lanes per column step, columns in order, hsum8).
+void f32_decoded_rows(const float* w, int64_t ldw, int mo, const float* const* x_rows, int rows,
+                      int64_t cols, float* out, int64_t ldo);
 
 // The types of the Q2_K..Q5_K_M and IQ4 files (f32 activations only; matmul_tile.h):
 // Q5_0/Q5_1/Q5_K (matmul_q5.cpp), Q2_K/Q3_K (matmul_q23k.cpp), IQ4_NL/IQ4_XS (matmul_iq4.cpp).

@@ -132,17 +132,33 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
 }
 
+// quant_tile's weights, stored (F32Tile::decode): the same wv vectors, 8 at a time.
+template <class D>
+void decode_row(const uint8_t* w, int64_t cols, float* out) {
+  alignas(32) int q[32];
+  float scale[2], min[2];
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    D::scalar(w, b, q, scale, min);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 qf =
+          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+      _mm256_storeu_ps(out + 32 * b + 8 * c, _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]),
+                                                             _mm256_set1_ps(min[c / 2])));
+    }
+  }
+}
+
 template <class D>
 F32Tile tile_for_rows(int rows) {
   switch (rows) {
     case 1:
-      return {quant_tile<D, 1, 1>, 1};
+      return {quant_tile<D, 1, 1>, 1, decode_row<D>};
     case 2:
-      return {quant_tile<D, 1, 2>, 1};
+      return {quant_tile<D, 1, 2>, 1, decode_row<D>};
     case 3:
-      return {quant_tile<D, 1, 3>, 1};
+      return {quant_tile<D, 1, 3>, 1, decode_row<D>};
     default:
-      return {quant_tile<D, 1, 4>, 1};
+      return {quant_tile<D, 1, 4>, 1, decode_row<D>};
   }
 }
 
