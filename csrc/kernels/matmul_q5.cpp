@@ -92,11 +92,31 @@ struct Q5_K {
     const uint8_t* qs = w.qs + 32 * (sub / 2);
     for (int l = 0; l < 32; ++l)
       q[l] = (sub % 2 == 0 ? qs[l] & 0xF : qs[l] >> 4) | (((w.qh[l] >> sub) & 1) << 4);
+    scale_min(w, sub, scale, min);
+  }
+  static void scale_min(const BlockQ5_K& w, int sub, float* scale, float* min) {
     int sc, m;
     q4_k_scale_min(sub, w.scales, sc, m);
     scale[0] = scale[1] = f16_to_f32(w.d) * static_cast<float>(sc);
     min[0] = min[1] = -(f16_to_f32(w.dmin) * static_cast<float>(m));
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // scalar()'s quants as 32 bytes (tile::quant_tile's AVX2 path takes this instead).
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockQ5_K& w = reinterpret_cast<const BlockQ5_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * (sub / 2)));
+    const __m256i lo =
+        _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+    // bit `sub` of qh[l] to bit 4 of byte l
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh));
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << sub));
+    const __m256i hi =
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(16));
+    scale_min(w, sub, scale, min);
+    return _mm256_or_si256(lo, hi);
+  }
+#endif
 #if defined(__AVX512F__)
   static constexpr int k_sub = 8;
   struct Prep {

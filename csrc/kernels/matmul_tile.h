@@ -110,8 +110,31 @@ F32Tile tile_for_rows(int rows) {
 
 #elif defined(__AVX2__)
 
+// A block's 32 quants: from D::quants8 as unsigned bytes where the decoder has it (the same
+// integers as D::scalar), else D::scalar's ints in q.
+struct Quants32 {
+  __m256i bytes;
+  bool in_bytes;
+  __m256 f32(const int* q, int c) const {
+    if (!in_bytes)
+      return _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+    __m128i part = c < 2 ? _mm256_castsi256_si128(bytes) : _mm256_extracti128_si256(bytes, 1);
+    if (c % 2) part = _mm_srli_si128(part, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
+  }
+};
+template <class D>
+inline Quants32 quants32(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+  if constexpr (requires { D::quants8(row, b, scale, min); }) {
+    return {D::quants8(row, b, scale, min), true};
+  } else {
+    D::scalar(row, b, q, scale, min);
+    return {_mm256_setzero_si256(), false};
+  }
+}
+
 // The portable build: one weight row, up to 4 activation rows, 8 lanes; the block decoded by the
-// scalar decoder and widened 8 values at a time.
+// scalar decoder (or D::quants8) and widened 8 values at a time.
 template <class D, int MO, int R>
 void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
   __m256 acc[R];
@@ -119,10 +142,9 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
   alignas(32) int q[32];
   float scale[2], min[2];
   for (int64_t b = 0; b < cols / 32; ++b) {
-    D::scalar(w[0], b, q, scale, min);
+    const Quants32 qv = quants32<D>(w[0], b, q, scale, min);
     for (int c = 0; c < 4; ++c) {
-      const __m256 qf =
-          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+      const __m256 qf = qv.f32(q, c);
       const __m256 wv =
           _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]), _mm256_set1_ps(min[c / 2]));
       for (int r = 0; r < R; ++r)
@@ -138,10 +160,9 @@ void decode_row(const uint8_t* w, int64_t cols, float* out) {
   alignas(32) int q[32];
   float scale[2], min[2];
   for (int64_t b = 0; b < cols / 32; ++b) {
-    D::scalar(w, b, q, scale, min);
+    const Quants32 qv = quants32<D>(w, b, q, scale, min);
     for (int c = 0; c < 4; ++c) {
-      const __m256 qf =
-          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
+      const __m256 qf = qv.f32(q, c);
       _mm256_storeu_ps(out + 32 * b + 8 * c, _mm256_fmadd_ps(qf, _mm256_set1_ps(scale[c / 2]),
                                                              _mm256_set1_ps(min[c / 2])));
     }
