@@ -74,11 +74,29 @@ struct Q3_K {
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     for (int l = 0; l < 32; ++l)
       q[l] = ((w.qs[32 * h + l] >> (2 * s)) & 3) - (((w.hmask[l] >> sub) & 1) ? 0 : 4);
+    scale_min(w, sub, scale, min);
+  }
+  static void scale_min(const BlockQ3_K& w, int sub, float* scale, float* min) {
     const float d = f16_to_f32(w.d);
     scale[0] = d * static_cast<float>(q3_k_scale(w.scales, 2 * sub));
     scale[1] = d * static_cast<float>(q3_k_scale(w.scales, 2 * sub + 1));
     min[0] = min[1] = 0.0f;
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // scalar()'s quants as 32 signed bytes (tile::quant_tile's AVX2 path takes this instead).
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockQ3_K& w = reinterpret_cast<const BlockQ3_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * h));
+    const __m256i lo =
+        _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.hmask));
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << sub));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+    scale_min(w, sub, scale, min);
+    return _mm256_sub_epi8(lo, _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
+  }
+#endif
 #if defined(__AVX512F__)
   static constexpr int k_sub = 8;
   struct Prep {

@@ -110,7 +110,7 @@ F32Tile tile_for_rows(int rows) {
 
 #elif defined(__AVX2__)
 
-// A block's 32 quants: from D::quants8 as unsigned bytes where the decoder has it (the same
+// A block's 32 quants: from D::quants8 as signed bytes where the decoder has it (the same
 // integers as D::scalar), else D::scalar's ints in q.
 struct Quants32 {
   __m256i bytes;
@@ -120,7 +120,7 @@ struct Quants32 {
       return _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(q + 8 * c)));
     __m128i part = c < 2 ? _mm256_castsi256_si128(bytes) : _mm256_extracti128_si256(bytes, 1);
     if (c % 2) part = _mm_srli_si128(part, 8);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
   }
 };
 template <class D>
