@@ -25,6 +25,7 @@ TYPES = {
     "Q4_0": (2, 32, 18),
     "Q4_1": (3, 32, 20),
     "Q8_0": (8, 32, 34),
+    "Q3_K": (11, 256, 110),
     "Q4_K": (12, 256, 144),
     "Q5_K": (13, 256, 176),
     "Q6_K": (14, 256, 210),
@@ -44,7 +45,9 @@ def random_weight(name: str, rows: int, cols: int, rng: np.random.Generator) -> 
     def f16(lo: float, hi: float, n: int) -> np.ndarray:
         return rng.uniform(lo, hi, (rows, nb, n)).astype(np.float16).view(np.uint8)
 
-    if name == "Q6_K":
+    if name == "Q3_K":
+        raw[:, :, 108:110] = f16(1e-5, 1e-4, 1)
+    elif name == "Q6_K":
         raw[:, :, 208:210] = f16(1e-5, 1e-4, 1)
     elif name in ("Q4_K", "Q5_K"):
         raw[:, :, 0:4] = f16(1e-4, 1e-3, 2)
