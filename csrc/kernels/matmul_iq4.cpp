@@ -36,6 +36,15 @@ inline void levels32(const uint8_t* qs, int* q) {
     q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// levels32 as 32 signed bytes.
+inline __m256i levels8(const uint8_t* qs) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
+  return _mm256_shuffle_epi8(table, tile::nibbles32(qs));
+}
+#endif
+
 struct IQ4_NL : tile::NoPrep {
   static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
     const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -43,6 +52,14 @@ struct IQ4_NL : tile::NoPrep {
     scale[0] = scale[1] = f16_to_f32(w.d);
     min[0] = min[1] = 0.0f;
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = 0.0f;
+    return levels8(w.qs);
+  }
+#endif
 #if defined(__AVX512F__)
   static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
@@ -65,6 +82,15 @@ struct IQ4_XS {
     scale[0] = scale[1] = f16_to_f32(w.d) * static_cast<float>(ls(w, sub));
     min[0] = min[1] = 0.0f;
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockIQ4_XS& w = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8);
+    scale[0] = scale[1] = f16_to_f32(w.d) * static_cast<float>(ls(w, sub));
+    min[0] = min[1] = 0.0f;
+    return levels8(w.qs + 16 * sub);
+  }
+#endif
 #if defined(__AVX512F__)
   static constexpr int k_sub = 8;
   struct Prep {

@@ -35,12 +35,25 @@ struct Q2_K {
     const BlockQ2_K& w = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
     for (int l = 0; l < 32; ++l) q[l] = (w.qs[32 * h + l] >> (2 * s)) & 3;
+    scale_min(w, sub, scale, min);
+  }
+  static void scale_min(const BlockQ2_K& w, int sub, float* scale, float* min) {
     for (int k = 0; k < 2; ++k) {
       const int g = 2 * sub + k;
       scale[k] = f16_to_f32(w.d) * static_cast<float>(w.scales[g] & 0xF);
       min[k] = -(f16_to_f32(w.dmin) * static_cast<float>(w.scales[g] >> 4));
     }
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  // scalar()'s quants as 32 bytes (tile::quant_tile's AVX2 path takes this instead).
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockQ2_K& w = reinterpret_cast<const BlockQ2_K*>(row)[b / 8];
+    const int sub = static_cast<int>(b % 8), h = sub / 4, s = sub % 4;
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * h));
+    scale_min(w, sub, scale, min);
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+  }
+#endif
 #if defined(__AVX512F__)
   static constexpr int k_sub = 8;
   struct Prep {

@@ -50,6 +50,15 @@ struct Q5_0 : tile::NoPrep {
     scale[0] = scale[1] = f16_to_f32(w.d);
     min[0] = min[1] = 0.0f;
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = 0.0f;
+    return _mm256_sub_epi8(_mm256_or_si256(tile::nibbles32(w.qs), tile::bits32_as_16(w.qh)),
+                           _mm256_set1_epi8(16));
+  }
+#endif
 #if defined(__AVX512F__)
   static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockQ5_0& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
@@ -71,6 +80,14 @@ struct Q5_1 : tile::NoPrep {
     scale[0] = scale[1] = f16_to_f32(w.d);
     min[0] = min[1] = f16_to_f32(w.m);
   }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    scale[0] = scale[1] = f16_to_f32(w.d);
+    min[0] = min[1] = f16_to_f32(w.m);
+    return _mm256_or_si256(tile::nibbles32(w.qs), tile::bits32_as_16(w.qh));
+  }
+#endif
 #if defined(__AVX512F__)
   static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockQ5_1& w = reinterpret_cast<const BlockQ5_1*>(row)[b];

@@ -20,6 +20,7 @@
 //   always:  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min):
 //            weight i = fma(q[i], scale[i / 16], min[i / 16]) (the AVX2 and scalar builds use it).
 #include <cmath>
+#include <cstring>
 
 #include "kernels/matmul_kernels.h"
 
@@ -109,6 +110,25 @@ F32Tile tile_for_rows(int rows) {
 }
 
 #elif defined(__AVX2__)
+
+// 16 bytes of packed nibbles as 32 bytes: the low nibbles (values 0..15), then the high ones.
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+// 16 in byte j where bit j of the 32-bit word at qh is set, else 0.
+inline __m256i bits32_as_16(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                          _mm256_set1_epi8(16));
+}
 
 // A block's 32 quants: from D::quants8 as signed bytes where the decoder has it (the same
 // integers as D::scalar), else D::scalar's ints in q.
