@@ -93,6 +93,19 @@ inline float kv_at(const void* p, int64_t i) {
     return static_cast<const float*>(p)[i];
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+#define OSSA_ATTN_AVX2 1
+// Elements i .. i + 7 of a K/V row of type KV, as f32 (exact, as kv_at).
+template <KvType KV>
+inline __m256 kv8(const void* p, int64_t i) {
+  if constexpr (KV == KvType::F16)
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+  else
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+}
+#endif
+
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
 template <KvType KV>
 void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
@@ -112,14 +125,25 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     const int n_in = std::min(bs, ctx - blk * bs);
     float* sc = scores + blk * bs;
     int i0 = std::max(0, j0 - blk * bs);
-#if defined(__AVX2__)
-    // 8 positions per vector; the same per-position order as the scalar loop below.
-    for (; KV == KvType::F32 && i0 + 8 <= n_in; i0 += 8) {
-      const float* kf = static_cast<const float*>(a.k_cache) + kb;
+#if defined(OSSA_ATTN_AVX2)
+    // 8 positions per vector, two vectors at a time (independent chains); the same per-position
+    // order as the scalar loop below, so the same bits.
+    for (; i0 + 16 <= n_in; i0 += 16) {
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (int d = 0; d < hd; ++d) {
+        const int64_t at = kb + static_cast<int64_t>(d) * bs + i0;
+        const __m256 qd = _mm256_set1_ps(q[d]);
+        acc0 = _mm256_fmadd_ps(qd, kv8<KV>(a.k_cache, at), acc0);
+        acc1 = _mm256_fmadd_ps(qd, kv8<KV>(a.k_cache, at + 8), acc1);
+      }
+      _mm256_storeu_ps(sc + i0, _mm256_mul_ps(acc0, _mm256_set1_ps(scale)));
+      _mm256_storeu_ps(sc + i0 + 8, _mm256_mul_ps(acc1, _mm256_set1_ps(scale)));
+    }
+    for (; i0 + 8 <= n_in; i0 += 8) {
       __m256 acc = _mm256_setzero_ps();
       for (int d = 0; d < hd; ++d)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(q[d]),
-                              _mm256_loadu_ps(kf + static_cast<int64_t>(d) * bs + i0), acc);
+                              kv8<KV>(a.k_cache, kb + static_cast<int64_t>(d) * bs + i0), acc);
       _mm256_storeu_ps(sc + i0, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
     }
 #endif
@@ -151,7 +175,15 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     const int64_t slot =
         static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
     const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
-    for (int d = 0; d < a.head_dim; ++d) out[d] = std::fma(p, kv_at<KV>(a.v_cache, v + d), out[d]);
+    int d = 0;
+#if defined(OSSA_ATTN_AVX2)
+    // 8 dimensions per vector: each out[d] gets the same fma as in the scalar loop.
+    const __m256 pv = _mm256_set1_ps(p);
+    for (; d + 8 <= a.head_dim; d += 8)
+      _mm256_storeu_ps(out + d,
+                       _mm256_fmadd_ps(pv, kv8<KV>(a.v_cache, v + d), _mm256_loadu_ps(out + d)));
+#endif
+    for (; d < a.head_dim; ++d) out[d] = std::fma(p, kv_at<KV>(a.v_cache, v + d), out[d]);
   }
   const float inv = 1.0f / sum;
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
