@@ -228,6 +228,15 @@ struct QBlock {
   float min;
 };
 
+// f16 -> f32 (exact, as f16_to_f32), one instruction where the CPU has F16C.
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return f16_to_f32(h);
+#endif
+}
+
 template <DType T>
 inline QBlock decode_block(const uint8_t* row, int64_t b) {
   QBlock o{};
@@ -251,8 +260,8 @@ inline QBlock decode_block(const uint8_t* row, int64_t b) {
     o.q = _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
     int sc, m;
     q4_k_scale_min(sub, w.scales, sc, m);
-    o.scale[0] = o.scale[1] = f16_to_f32(w.d) * static_cast<float>(sc);
-    o.min = -(f16_to_f32(w.dmin) * static_cast<float>(m));
+    o.scale[0] = o.scale[1] = half_to_float(w.d) * static_cast<float>(sc);
+    o.min = -(half_to_float(w.dmin) * static_cast<float>(m));
   } else {
     const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8), half = sub / 4, k = sub % 4;
@@ -268,7 +277,7 @@ inline QBlock decode_block(const uint8_t* row, int64_t b) {
                                 : _mm256_srli_epi16(h, 2);
     const __m256i hi = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
     o.q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-    const float d = f16_to_f32(w.d);
+    const float d = half_to_float(w.d);
     const int8_t* sc = w.scales + 8 * half + 2 * k;
     o.scale[0] = d * static_cast<float>(sc[0]);
     o.scale[1] = d * static_cast<float>(sc[1]);
@@ -284,23 +293,28 @@ inline __m256 quants_to_f32(__m256i q, int c) {
   return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(part) : _mm256_cvtepu8_epi32(part));
 }
 
+// MO weight rows x R activation rows; each element's chain is the same for every MO and R (MO > 1
+// only gives the one-row decode independent chains to overlap).
 template <DType T, int MO, int R>
 void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  static_assert(MO == 1);
   constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  __m256 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / 32; ++b) {
-    const QBlock blk = decode_block<T>(w[0], b);
-    const __m256 vmin = _mm256_set1_ps(blk.min);
-    for (int c = 0; c < 4; ++c) {
-      const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
-                                        _mm256_set1_ps(blk.scale[c / 2]), vmin);
-      for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[r]);
+    for (int o = 0; o < MO; ++o) {
+      const QBlock blk = decode_block<T>(w[o], b);
+      const __m256 vmin = _mm256_set1_ps(blk.min);
+      for (int c = 0; c < 4; ++c) {
+        const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
+                                          _mm256_set1_ps(blk.scale[c / 2]), vmin);
+        for (int r = 0; r < R; ++r)
+          acc[o][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[o][r]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[o * R + r] = hsum8(acc[o][r]);
 }
 
 // quant_tile's weights, stored: the same wv vectors, 8 at a time.
@@ -360,9 +374,11 @@ F32Tile tile_for_rows(int rows) {
   constexpr bool k_float = T == DType::F32 || T == DType::F16 || T == DType::BF16;
   F32DecodeFn dec = nullptr;
   if constexpr (!k_float) dec = decode_row<T>;
+  // One row (decode) of Q4_K / Q6_K: 4 weight rows a call, 4 independent FMA chains.
+  constexpr int k_one_row_mo = T == DType::Q4_K || T == DType::Q6_K ? 4 : 1;
   switch (rows) {
     case 1:
-      return {tile_fn<T, 1, 1>(), 1, dec};
+      return {tile_fn<T, k_one_row_mo, 1>(), k_one_row_mo, dec};
     case 2:
       return {tile_fn<T, 1, 2>(), 1, dec};
     case 3:
