@@ -60,36 +60,24 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
 
 Engine::~Engine() { stop(); }
 
+void Engine::check_request(std::span<const int32_t> prompt, const GenerationParams& params,
+                           const SamplingParams& sampling) const {
+  scheduler_.check_request(prompt, params.max_tokens, params.sampling.min_tokens, params.n);
+  for (int32_t t : prompt)
+    OSSA_CHECK(t < n_vocab_, "prompt token id " + std::to_string(t) +
+                                 " is outside the vocabulary [0, " + std::to_string(n_vocab_) +
+                                 ")");
+  OSSA_CHECK(params.prompt_logprobs <= k_max_logprobs,
+             "prompt_logprobs must be <= " + std::to_string(k_max_logprobs));
+  for (const std::string& s : params.stop) OSSA_CHECK(!s.empty(), "stop strings must not be empty");
+  validate_sampling_params(sampling, n_vocab_);
+}
+
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
                          const GenerationParams& params) {
-  // User input is validated once, in Python (ossa.input_processor); these checks keep the engine's
-  // invariants for any caller, with errors that say what is wrong.
-  if (prompt.empty()) throw InputError("the prompt is empty: give at least one token");
-  for (int32_t t : prompt)
-    if (t < 0 || t >= n_vocab_)
-      throw InputError("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
-                       std::to_string(n_vocab_) + ")");
-  const int64_t len = static_cast<int64_t>(prompt.size());
-  if (len + 1 > config_.scheduler.max_model_len)
-    throw InputError("the prompt has " + std::to_string(len) +
-                     " tokens, and with at least one output token that exceeds max_model_len=" +
-                     std::to_string(config_.scheduler.max_model_len));
-  const int64_t blocks_needed =
-      (len + 1 + config_.scheduler.block_size - 1) / config_.scheduler.block_size;
-  if (blocks_needed > config_.scheduler.num_blocks)
-    throw InputError("the prompt needs " + std::to_string(blocks_needed) +
-                     " KV-cache blocks but the whole cache has " +
-                     std::to_string(config_.scheduler.num_blocks) +
-                     "; raise kv_cache_memory_bytes");
-  if (params.max_tokens < 1) throw InputError("max_tokens must be >= 1");
-  if (params.n < 1) throw InputError("n must be >= 1");
-  if (params.prompt_logprobs > k_max_logprobs || params.sampling.logprobs > k_max_logprobs)
-    throw InputError("logprobs and prompt_logprobs must be <= " + std::to_string(k_max_logprobs));
-  for (const std::string& s : params.stop)
-    if (s.empty()) throw InputError("stop strings must not be empty");
   SamplingParams sp = params.sampling;
   sp.eos_token_ids = eos_ids_;
-  validate_sampling_params(sp, n_vocab_);
+  check_request(prompt, params, sp);
 
   auto r = std::make_unique<RequestState>();
   r->id = request_id;
@@ -300,21 +288,30 @@ void Engine::fail_batch(const std::string& message, std::vector<EngineOutput>& o
 
 void Engine::run_step(std::vector<EngineOutput>& outputs) {
   apply_commands(outputs);
-  if (!scheduler_.has_unfinished()) {
-    collect_outputs(outputs);
-    return;
-  }
-  double t0 = mono_seconds();
+  if (!scheduler_.has_unfinished()) return collect_outputs(outputs);
+  const double t0 = mono_seconds();
   const SchedulerOutput& so = scheduler_.schedule();
-  double t1 = mono_seconds();
+  const double t1 = mono_seconds();
   stats_.time_schedule += t1 - t0;
-  if (so.seqs.empty()) {
-    collect_outputs(outputs);
-    return;
-  }
+  if (so.seqs.empty()) return collect_outputs(outputs);
   update_owed_ = &so;
-  for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
+  // A piece that fails ends the batch's requests (fail_batch) and the step, as before collecting.
+  prepare_batch(so);
+  if (!forward_batch(so, outputs)) return;
+  const double t2 = mono_seconds();
+  stats_.time_forward += t2 - t1;
+  if (!sample_batch(so, outputs)) return;
+  const double t3 = mono_seconds();
+  stats_.time_sample += t3 - t2;
+  commit_samples(so);
+  if (config_.speculative.enabled()) propose_drafts(so);
+  stats_.time_detokenize += mono_seconds() - t3;
+  ++stats_.steps;
+  collect_outputs(outputs);
+}
 
+void Engine::prepare_batch(const SchedulerOutput& so) {
+  for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
   const double now = now_seconds();
   prompt_lp_len_.clear();
   for (const ScheduledSeq& s : so.seqs) {
@@ -331,51 +328,57 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
   }
   build_batch(so, config_.scheduler.block_size, batch_);
   logits_plan_.plan(so, prompt_lp_len_, batch_);
-  const size_t n_samples = static_cast<size_t>(so.num_samples);
-  const size_t n_rows = batch_.logits_rows.size();
-  if (logits_.size() < n_rows * static_cast<size_t>(n_vocab_))
-    logits_.resize(n_rows * static_cast<size_t>(n_vocab_));
+  const size_t n_logits = batch_.logits_rows.size() * static_cast<size_t>(n_vocab_);
+  if (logits_.size() < n_logits) logits_.resize(n_logits);
+}
 
+bool Engine::forward_batch(const SchedulerOutput& so, std::vector<EngineOutput>& outputs) {
   // Structured output: the constrained rows' masks are computed while the forward runs.
-  const bool constrained = prepare_constraints(so);
-  if (constrained) constraints_.launch();
+  constrained_ = prepare_constraints(so);
+  if (constrained_) constraints_.launch();
   try {
     runner_.forward(batch_, logits_.data());
   } catch (const std::exception& e) {
-    if (constrained) {
+    if (constrained_) {
       try {
         constraints_.wait();
       } catch (const std::exception&) {  // the batch fails anyway
       }
     }
     fail_batch(std::string("forward pass failed: ") + e.what(), outputs);
-    return;
+    return false;
   }
-  double t2 = mono_seconds();
-  stats_.time_forward += t2 - t1;
+  return true;
+}
 
+bool Engine::sample_batch(const SchedulerOutput& so, std::vector<EngineOutput>& outputs) {
   fill_sampling_rows(so);
-  const std::vector<std::pair<int64_t, int32_t>>& row_child = row_child_;
-  const float* sample_logits = logits_plan_.sample_logits(logits_.data(), n_vocab_);
-  std::vector<std::pair<int64_t, std::string>> constraint_failed;
-  if (constrained) apply_constraints(constraint_failed, row_child);
+  sample_logits_ = logits_plan_.sample_logits(logits_.data(), n_vocab_);
+  constraint_failed_.clear();
+  if (constrained_) apply_constraints(constraint_failed_, row_child_);
   try {
-    sample_rows(sample_logits, n_samples, row_child, outputs);
-    for (const auto& [key, message] : constraint_failed) fail_request(key, message, outputs);
-    if (logits_plan_.has_prompt_rows()) record_prompt_logprobs(n_rows);
+    sample_rows(sample_logits_, static_cast<size_t>(so.num_samples), row_child_, outputs);
+    for (const auto& [key, message] : constraint_failed_) fail_request(key, message, outputs);
+    if (logits_plan_.has_prompt_rows()) record_prompt_logprobs(batch_.logits_rows.size());
   } catch (const std::exception& e) {
     fail_batch(std::string("sampling failed: ") + e.what(), outputs);
-    return;
+    return false;
   }
-  double t3 = mono_seconds();
-  stats_.time_sample += t3 - t2;
+  return true;
+}
 
+void Engine::commit_samples(const SchedulerOutput& so) {
+  const size_t n_samples = static_cast<size_t>(so.num_samples);
   sampled_.resize(n_samples);
   for (size_t i = 0; i < n_samples; ++i) sampled_[i] = results_[i].token;
   update_owed_ = nullptr;
   const std::vector<FinishEvent>& events = scheduler_.update(sampled_);
   stats_.generation_tokens += static_cast<int64_t>(n_samples);
+  append_samples(so);
+  apply_finish_events(events);
+}
 
+void Engine::append_samples(const SchedulerOutput& so) {
   const double tok_time = now_seconds();
   size_t i = 0;
   for (size_t si = 0; si < so.seqs.size(); ++si) {
@@ -388,7 +391,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
         --stats_.generation_tokens;
         continue;
       }
-      auto [key, child] = row_child[i];
+      auto [key, child] = row_child_[i];
       auto it = requests_.find(key);
       if (it == requests_.end()) continue;  // failed in sampling; the scheduler drops its row
       RequestState& r = *it->second;
@@ -399,11 +402,14 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
       const SampleResult* lp = r.params.sampling.logprobs >= 0 ? &results_[i] : nullptr;
       if (lp != nullptr)
         c.new_logprobs.push_back(
-            token_logprobs(*lp, lp->token, sample_logits + i * n_vocab_, n_vocab_));
+            token_logprobs(*lp, lp->token, sample_logits_ + i * n_vocab_, n_vocab_));
       if (append_token(c, r.stops, sampled_[i], lp != nullptr ? &lp->logprob : nullptr))
         scheduler_.finish(r.key, child);
     }
   }
+}
+
+void Engine::apply_finish_events(const std::vector<FinishEvent>& events) {
   for (const FinishEvent& ev : events) {
     auto it = requests_.find(ev.request_id);
     if (it == requests_.end()) continue;
@@ -414,10 +420,6 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
     finish_completion(c, ev.reason == FinishReason::Length ? "length" : "stop");
     touched_.push_back(ev.request_id);
   }
-  if (config_.speculative.enabled()) propose_drafts(so);
-  stats_.time_detokenize += mono_seconds() - t3;
-  ++stats_.steps;
-  collect_outputs(outputs);
 }
 
 EngineOutput Engine::make_output(RequestState& r) {
@@ -564,13 +566,14 @@ void Engine::stop() {
 }
 
 void Engine::loop() {
+  std::vector<EngineOutput> outputs;  // one step's, moved on to pending_outputs_; keeps its capacity
   while (!stop_) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || !commands_.empty() || !requests_.empty(); });
       if (stop_) break;
     }
-    std::vector<EngineOutput> outputs;
+    outputs.clear();
     step_guarded(outputs);
     if (!outputs.empty()) {
       {

@@ -92,7 +92,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates (InputError naming the problem) and queues a request. Thread-safe.
+  // Queues a request. Thread-safe. User input is validated once, by ossa.input_processor; a
+  // request it would refuse throws ContractError here (check_request), a live id InputError.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt,
                    const GenerationParams& params);
   // Queues an abort; the request ends with finish_reason "abort". Thread-safe. False if unknown.
@@ -146,10 +147,29 @@ class Engine {
     std::unique_ptr<RequestState> request;
   };
 
+  // add_request's contract (cheap; ContractError naming what is broken): the scheduler's for the
+  // request's shape, ids inside the vocabulary, logprob counts, non-empty stop strings, and the
+  // sampler's for its parameters (sampling: params.sampling with the engine's EOS ids).
+  void check_request(std::span<const int32_t> prompt, const GenerationParams& params,
+                     const SamplingParams& sampling) const;
   void apply_commands(std::vector<EngineOutput>& outputs);
-  // One step: commands, schedule, forward, sample, outputs (on the stepping thread, which owns all
-  // it touches; the shared state it reads is behind mutex_).
+  // One step: commands, schedule, then the batch's pieces below, outputs (on the stepping thread,
+  // which owns all it touches; the shared state it reads is behind mutex_). Every per-step buffer
+  // is a member that keeps its capacity.
   void run_step(std::vector<EngineOutput>& outputs);
+  // Block copies, first-schedule bookkeeping, the forward's Batch and its logits plan.
+  void prepare_batch(const SchedulerOutput& so);
+  // The forward pass into logits_ (constrained rows' masks computed meanwhile). False when it
+  // failed, and with it the batch (fail_batch).
+  bool forward_batch(const SchedulerOutput& so, std::vector<EngineOutput>& outputs);
+  // Sampling rows, masks, samples, prompt logprobs. False when the batch failed.
+  bool sample_batch(const SchedulerOutput& so, std::vector<EngineOutput>& outputs);
+  // The samples go to the scheduler (update) and to their completions.
+  void commit_samples(const SchedulerOutput& so);
+  // Each used sample to its child's completion: logprobs, detokenized text, stop strings.
+  void append_samples(const SchedulerOutput& so);
+  // Children the scheduler ended this step (EOS, stop ids, length).
+  void apply_finish_events(const std::vector<FinishEvent>& events);
   void step_guarded(std::vector<EngineOutput>& outputs);  // run_step; a failure ends its batch
   void collect_outputs(std::vector<EngineOutput>& outputs);
   void fail_batch(const std::string& message, std::vector<EngineOutput>& outputs);
@@ -212,11 +232,14 @@ class Engine {
   std::vector<RowInput> rows_;
   std::vector<std::pair<int64_t, int32_t>> row_child_;  // (request key, child) of each sampling row
   std::vector<SampleResult> results_;
+  const float* sample_logits_ = nullptr;  // this step's sampling rows' logits (logits_plan_)
   std::vector<int32_t> sampled_;
   std::vector<int32_t> draft_;               // the n-gram proposer's output
   std::unique_ptr<DraftModel> draft_model_;  // method "draft_model"
   ConstraintStage constraints_;
   std::vector<size_t> constraint_rows_;  // the sampling row of each constraint batch row
+  bool constrained_ = false;             // this step's batch has constrained rows
+  std::vector<std::pair<int64_t, std::string>> constraint_failed_;  // (key, error) of this step
   int64_t next_key_ = 1;
   const SchedulerOutput* update_owed_ = nullptr;  // the scheduled batch until update() is called
   EngineStats stats_;

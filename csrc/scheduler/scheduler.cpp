@@ -88,27 +88,25 @@ int32_t Scheduler::new_seq(int32_t request, int32_t child) {
   return sid;
 }
 
+void Scheduler::check_request(std::span<const int32_t> prompt, int32_t max_tokens,
+                              int32_t min_tokens, int32_t n) const {
+  OSSA_CHECK(!prompt.empty(), "the prompt must hold at least one token");
+  for (int32_t t : prompt) OSSA_CHECK(t >= 0, "prompt token ids must be >= 0, got " + str(t));
+  OSSA_CHECK(max_tokens >= 1, "max_tokens must be >= 1, got " + str(max_tokens));
+  OSSA_CHECK(min_tokens >= 0 && min_tokens <= max_tokens,
+             "min_tokens must be in [0, max_tokens=" + str(max_tokens) + "], got " + str(min_tokens));
+  OSSA_CHECK(n >= 1, "n must be >= 1, got " + str(n));
+  // The constructor made sure one max_model_len sequence fits the cache beside the watermark, so
+  // a prompt that leaves room for one output token fits it too.
+  OSSA_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= config_.max_model_len,
+             "the prompt has " + str(static_cast<int64_t>(prompt.size())) +
+                 " tokens, which leaves no room to generate within max_model_len=" +
+                 str(config_.max_model_len));
+}
+
 void Scheduler::add_request(const Request& r) {
-  if (request_index_.count(r.id))
-    throw InputError("request id " + str(r.id) + " is already in use");
-  if (r.prompt.empty()) throw InputError("the prompt must hold at least one token");
-  for (int32_t t : r.prompt)
-    if (t < 0) throw InputError("prompt token ids must be >= 0, got " + str(t));
-  if (r.max_tokens < 1) throw InputError("max_tokens must be >= 1, got " + str(r.max_tokens));
-  if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
-    throw InputError("min_tokens must be in [0, max_tokens=" + str(r.max_tokens) + "], got " +
-                     str(r.min_tokens));
-  if (r.n < 1) throw InputError("n must be >= 1, got " + str(r.n));
-  const int64_t len = static_cast<int64_t>(r.prompt.size());
-  if (len + 1 > config_.max_model_len)
-    throw InputError("the prompt has " + str(len) +
-                     " tokens, which leaves no room to generate within max_model_len=" +
-                     str(config_.max_model_len));
-  const int64_t blocks = (len + 1 + config_.block_size - 1) / config_.block_size;
-  if (blocks > config_.num_blocks - kv_.watermark_blocks())
-    throw InputError("the prompt has " + str(len) + " tokens and needs " + str(blocks) +
-                     " KV-cache blocks, more than the cache's " +
-                     str(config_.num_blocks - kv_.watermark_blocks()));
+  OSSA_CHECK(request_index_.count(r.id) == 0, "request id " + str(r.id) + " is already in use");
+  check_request(r.prompt, r.max_tokens, r.min_tokens, r.n);
 
   const int32_t rid = take_slot(requests_, free_requests_);
   RequestState& st = requests_[rid];

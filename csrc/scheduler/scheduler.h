@@ -110,8 +110,14 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);
 
-  // Queues a request; InputError when it is malformed or can never fit.
+  // Queues a request: a fresh id and check_request's contract, or ContractError.
   void add_request(const Request& request);
+  // add_request's contract for a request's shape (ContractError naming what is broken): a
+  // non-empty prompt of ids >= 0 leaving room for one output token within max_model_len,
+  // max_tokens >= 1, min_tokens in [0, max_tokens], n >= 1. Reads only the config, so any thread
+  // may call it (the engine does when a request is queued).
+  void check_request(std::span<const int32_t> prompt, int32_t max_tokens, int32_t min_tokens,
+                     int32_t n) const;
   // Drops a request in any state; false when it is unknown (finished already, never added).
   bool abort(int64_t request_id);
   // Ends one child (a stop string found by the detokenizer); false when unknown or already done.

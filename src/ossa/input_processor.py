@@ -5,7 +5,8 @@ which tokenizes (or renders the chat template and tokenizes), checks every token
 vocabulary, truncates the prompt if asked (``SamplingParams.truncate_prompt_tokens``), checks that
 prompt plus one output token fit ``max_model_len``, and builds the engine's per-request parameters.
 Anything out of range raises ``InputError`` (a ValueError) naming the problem and, for the server's
-400 answers, the request field (``param``). The C++ engine repeats only cheap checks, as asserts.
+400 answers, the request field (``param``). The engine (C++ and twin) keeps only cheap checks of its contract,
+which raise a ValueError starting "internal contract:" if a caller skips this module.
 """
 
 from __future__ import annotations
@@ -255,6 +256,12 @@ class InputProcessor:
         g = self.backend.new_generation_params()
         g.sampling = self.backend.sampler_params(params, self.eos_token_ids)
         g.max_tokens = room if params.max_tokens is None else min(int(params.max_tokens), room)
+        if params.min_tokens > g.max_tokens:
+            raise InputError(
+                f"min_tokens is {params.min_tokens}, but this prompt leaves room for at most "
+                f"{g.max_tokens} output tokens within max_model_len={self.max_model_len}",
+                "min_tokens",
+            )
         g.n = int(params.n)
         g.priority = int(priority)
         g.stop = list(params.stop_strings)

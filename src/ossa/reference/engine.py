@@ -36,7 +36,7 @@ from .output_processor import (
     take_delta,
     token_logprobs,
 )
-from .request import Request
+from .request import ContractError, Request
 from .runner import ModelRunner
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import (
@@ -242,37 +242,24 @@ class Engine:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: GenerationParams) -> None:
-        """Validates (ValueError naming the problem) and queues a request."""
-        prompt = list(prompt_token_ids)
-        c = self.config
-        if not prompt:
-            raise ValueError("the prompt is empty: give at least one token")
+    def check_request(self, prompt: list[int], params: GenerationParams, sampling: Any) -> None:
+        """add_request's contract (ContractError naming what is broken); as ``Engine::check_request``."""
+        self.scheduler.check_request(prompt, params.max_tokens, params.sampling.min_tokens, params.n)
         for t in prompt:
-            if not 0 <= t < self.n_vocab:
-                raise ValueError(f"prompt token id {t} is outside the vocabulary [0, {self.n_vocab})")
-        if len(prompt) + 1 > c.max_model_len:
-            raise ValueError(
-                f"the prompt has {len(prompt)} tokens, and with at least one output token that exceeds "
-                f"max_model_len={c.max_model_len}"
-            )
-        blocks_needed = (len(prompt) + 1 + c.block_size - 1) // c.block_size
-        if blocks_needed > c.num_blocks:
-            raise ValueError(
-                f"the prompt needs {blocks_needed} KV-cache blocks but the whole cache has {c.num_blocks}; "
-                "raise kv_cache_memory_bytes"
-            )
-        if params.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        if params.n < 1:
-            raise ValueError("n must be >= 1")
-        mx = ref_sampler.MAX_LOGPROBS
-        if params.prompt_logprobs > mx or params.sampling.logprobs > mx:
-            raise ValueError(f"logprobs and prompt_logprobs must be <= {mx}")
+            if t >= self.n_vocab:
+                raise ContractError(f"prompt token id {t} is outside the vocabulary [0, {self.n_vocab})")
+        if params.prompt_logprobs > ref_sampler.MAX_LOGPROBS:
+            raise ContractError(f"prompt_logprobs must be <= {ref_sampler.MAX_LOGPROBS}")
         if any(s == "" for s in params.stop):
-            raise ValueError("stop strings must not be empty")
+            raise ContractError("stop strings must not be empty")
+        ref_sampler.validate(sampling, self.n_vocab)
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: GenerationParams) -> None:
+        """Queues a request. User input is validated once, by ossa.input_processor; a request it would
+        refuse raises ContractError here (check_request), a live id ValueError."""
+        prompt = list(prompt_token_ids)
         sp = ref_sampler.SamplerParams(**{**vars(params.sampling), "eos_token_ids": list(self.eos_ids)})
-        ref_sampler.validate(sp, self.n_vocab)
+        self.check_request(prompt, params, sp)
         stops = StopStrings.of(list(params.stop), params.include_stop_str_in_output, sp.min_tokens)
         gp = GenerationParams(**{**vars(params), "sampling": sp, "stop": list(params.stop)})
         skip = params.skip_special_tokens
@@ -346,7 +333,7 @@ class Engine:
     # -- the step ---------------------------------------------------------------------------------
 
     def step(self) -> list[EngineOutput]:
-        """One step; returns the outputs of every request it touched."""
+        """One step; returns the outputs of every request it touched (as ``Engine::run_step``)."""
         outputs: list[EngineOutput] = []
         self._apply_commands(outputs)
         if not self.scheduler.has_unfinished():
@@ -359,10 +346,25 @@ class Engine:
         if so.num_tokens == 0:
             self._collect_outputs(outputs)
             return outputs
-        batch = build_batch(so, self.scheduler.config.block_size)
+        batch, plan = self._prepare_batch(so)
+        logits, masks = self._forward_batch(so, batch)
+        t2 = time.perf_counter()
+        self._stats["time_forward"] += t2 - t1
+        row_child, results, sample_logits = self._sample_batch(so, plan, logits, masks, outputs)
+        t3 = time.perf_counter()
+        self._stats["time_sample"] += t3 - t2
+        self._commit_samples(so, row_child, results, sample_logits)
+        if self.spec.enabled:
+            self._propose_drafts(so)
+        self._stats["time_detokenize"] += time.perf_counter() - t3
+        self._stats["steps"] += 1
+        self._collect_outputs(outputs)
+        return outputs
+
+    def _prepare_batch(self, so: Any) -> tuple[Any, LogitsPlan]:
+        """Block copies, first-schedule bookkeeping, the forward's batch and its logits plan."""
         for src, dst in so.block_copies:
             self.runner.copy_block(src, dst)
-
         now = time.time()
         prompt_len: list[int] = []  # per sequence: its prompt's length if it wants prompt logprobs
         for rid, _child, num_computed, num_tokens, _ns in so.seqs:
@@ -374,19 +376,24 @@ class Engine:
             prompt_len.append(len(r.prompt) if r.params.prompt_logprobs >= 0 else 0)
             if num_computed < len(r.prompt):
                 self._stats["prompt_tokens"] += min(num_tokens, len(r.prompt) - num_computed)
+        batch = build_batch(so, self.scheduler.config.block_size)
         plan = LogitsPlan()
         plan.plan(so, prompt_len, batch)
-        masks, mask_errors = self._constraint_masks(so)
+        return batch, plan
+
+    def _forward_batch(self, so: Any, batch: Any) -> tuple[np.ndarray, tuple[dict, dict]]:
+        """The forward pass's logits, and the constrained rows' masks and errors."""
+        masks = self._constraint_masks(so)
         # IEEE arithmetic as in C++: non-finite weights give NaN logits, which the sampler refuses.
         with np.errstate(invalid="ignore", over="ignore"):
             logits = self.runner.forward(
                 batch.token_ids, batch.positions, batch.slot_mapping, batch.seq_start, batch.context_len,
                 batch.block_table_start, batch.block_tables, batch.logits_rows,
             )  # fmt: skip
-        t2 = time.perf_counter()
-        self._stats["time_forward"] += t2 - t1
+        return logits, masks
 
-        # Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows.
+    def _sampling_rows(self, so: Any) -> tuple[list[ref_sampler.RowInput], list[tuple[int, int]]]:
+        """Sampling rows in the scheduler's order; a forking sequence owns n consecutive rows."""
         row_inputs: list[ref_sampler.RowInput] = []
         row_child: list[tuple[int, int]] = []
         for si, (rid, child0, _nc, _nt, num_samples) in enumerate(so.seqs):
@@ -412,8 +419,21 @@ class Engine:
                                          len(c.output_tokens))
                 )  # fmt: skip
                 row_child.append((rid, child))
+        return row_inputs, row_child
+
+    def _sample_batch(
+        self,
+        so: Any,
+        plan: LogitsPlan,
+        logits: np.ndarray,
+        masks: tuple[dict, dict],
+        outputs: list[EngineOutput],
+    ) -> tuple[list[tuple[int, int]], list[ref_sampler.SampleResult], np.ndarray]:
+        """Sampling rows, masks, samples, prompt logprobs: (row_child, results, sampling logits)."""
+        row_inputs, row_child = self._sampling_rows(so)
         constraint_failed: list[tuple[int, str]] = []
-        for i, mask in masks.items():
+        row_masks, mask_errors = masks
+        for i, mask in row_masks.items():
             row_inputs[i].token_mask = mask
             if mask_errors[i]:
                 constraint_failed.append((row_child[i][0], f"structured output: {mask_errors[i]}"))
@@ -422,23 +442,45 @@ class Engine:
         for key, message in constraint_failed:
             self._fail_request(key, message, outputs)
         if plan.has_prompt_rows:
-            for i, (key, pos) in enumerate(plan.prompt_rows):
-                if key not in self._requests:
-                    continue  # a sampling row (key -1), or a request that failed in sampling
-                r = self._requests[key]
-                if pos < r.prompt_lp_next:
-                    continue  # recomputed after a preemption
-                tok = r.prompt[pos]
-                lp = ref_sampler.logprobs(logits[i : i + 1], [tok], r.params.prompt_logprobs)[0]
-                r.prompt_logprobs.append(token_logprobs(lp, tok, logits[i]))
-                r.prompt_lp_next = pos + 1
-                self._touched.append(key)
-        t3 = time.perf_counter()
-        self._stats["time_sample"] += t3 - t2
+            self._record_prompt_logprobs(plan, logits)
+        return row_child, results, sample_logits
 
+    def _record_prompt_logprobs(self, plan: LogitsPlan, logits: np.ndarray) -> None:
+        for i, (key, pos) in enumerate(plan.prompt_rows):
+            if key not in self._requests:
+                continue  # a sampling row (key -1), or a request that failed in sampling
+            r = self._requests[key]
+            if pos < r.prompt_lp_next:
+                continue  # recomputed after a preemption
+            tok = r.prompt[pos]
+            lp = ref_sampler.logprobs(logits[i : i + 1], [tok], r.params.prompt_logprobs)[0]
+            r.prompt_logprobs.append(token_logprobs(lp, tok, logits[i]))
+            r.prompt_lp_next = pos + 1
+            self._touched.append(key)
+
+    def _commit_samples(
+        self,
+        so: Any,
+        row_child: list[tuple[int, int]],
+        results: list[ref_sampler.SampleResult],
+        sample_logits: np.ndarray,
+    ) -> None:
+        """The samples go to the scheduler (update) and to their completions."""
         sampled = [res.token for res in results]
         events = self.scheduler.update(sampled)
         self._stats["generation_tokens"] += len(sampled)
+        self._append_samples(so, row_child, results, sample_logits, sampled)
+        self._apply_finish_events(events)
+
+    def _append_samples(
+        self,
+        so: Any,
+        row_child: list[tuple[int, int]],
+        results: list[ref_sampler.SampleResult],
+        sample_logits: np.ndarray,
+        sampled: list[int],
+    ) -> None:
+        """Each used sample to its child's completion: logprobs, detokenized text, stop strings."""
         tok_time = time.time()
         used: list[bool] = []  # per row: whether it is part of its sequence's run
         for si, seq in enumerate(so.seqs):
@@ -466,6 +508,9 @@ class Engine:
                 c.new_logprobs.append(token_logprobs(lp_res, lp_res.token, sample_logits[i]))
             if append_token(c, r.stops, sampled[i], None if lp_res is None else lp_res.logprob):
                 self.scheduler.finish(r.key, child)
+
+    def _apply_finish_events(self, events: list[Any]) -> None:
+        """Children the scheduler ended this step (EOS, stop ids, length)."""
         for ev in events:
             r_opt = self._requests.get(ev.request_id)
             if r_opt is None:
@@ -476,12 +521,6 @@ class Engine:
             c.stop_token = ev.stop_token
             finish_completion(c, "length" if ev.reason == "length" else "stop")
             self._touched.append(ev.request_id)
-        if self.spec.enabled:
-            self._propose_drafts(so)
-        self._stats["time_detokenize"] += time.perf_counter() - t3
-        self._stats["steps"] += 1
-        self._collect_outputs(outputs)
-        return outputs
 
     def _record_verification(
         self, key: int, child: int, draft: list[int], sampled: list[int], appended: int

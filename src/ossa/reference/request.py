@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
+class ContractError(ValueError):
+    """Twin of ``ossa::ContractError`` (``csrc/util/error.h``): a caller broke the engine's or the
+    scheduler's contract (user input is validated once, by ``ossa.input_processor``)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"internal contract: {what}")
+
+
 @dataclass
 class Request:
     """A generation request as the scheduler sees it (token ids only)."""

@@ -26,7 +26,7 @@ from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 
 from .kv_cache_manager import KVCacheManager, watermark_blocks_for
-from .request import FinishEvent, Request, SeqStatus, Sequence
+from .request import ContractError, FinishEvent, Request, SeqStatus, Sequence
 
 
 @dataclass
@@ -164,35 +164,31 @@ class Scheduler:
         s.draft = []
         return sid
 
-    def add_request(self, r: Request) -> None:
-        """Queues a request; ValueError when it is malformed or can never fit."""
-        c = self.config
-        if r.id in self._request_index:
-            raise ValueError(f"request id {r.id} is already in use")
-        if not r.prompt:
-            raise ValueError("the prompt must hold at least one token")
-        for t in r.prompt:
+    def check_request(self, prompt: list[int], max_tokens: int, min_tokens: int, n: int) -> None:
+        """add_request's contract for a request's shape (ContractError naming what is broken)."""
+        if not prompt:
+            raise ContractError("the prompt must hold at least one token")
+        for t in prompt:
             if t < 0:
-                raise ValueError(f"prompt token ids must be >= 0, got {t}")
-        if r.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {r.max_tokens}")
-        if r.min_tokens < 0 or r.min_tokens > r.max_tokens:
-            raise ValueError(f"min_tokens must be in [0, max_tokens={r.max_tokens}], got {r.min_tokens}")
-        if r.n < 1:
-            raise ValueError(f"n must be >= 1, got {r.n}")
-        n_prompt = len(r.prompt)
-        if n_prompt + 1 > c.max_model_len:
-            raise ValueError(
-                f"the prompt has {n_prompt} tokens, which leaves no room to generate within "
-                f"max_model_len={c.max_model_len}"
+                raise ContractError(f"prompt token ids must be >= 0, got {t}")
+        if max_tokens < 1:
+            raise ContractError(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0 <= min_tokens <= max_tokens:
+            raise ContractError(f"min_tokens must be in [0, max_tokens={max_tokens}], got {min_tokens}")
+        if n < 1:
+            raise ContractError(f"n must be >= 1, got {n}")
+        # The constructor made sure one max_model_len sequence fits the cache beside the watermark.
+        if len(prompt) + 1 > self.config.max_model_len:
+            raise ContractError(
+                f"the prompt has {len(prompt)} tokens, which leaves no room to generate within "
+                f"max_model_len={self.config.max_model_len}"
             )
-        blocks = (n_prompt + 1 + c.block_size - 1) // c.block_size
-        capacity = c.num_blocks - self.kv.watermark_blocks
-        if blocks > capacity:
-            raise ValueError(
-                f"the prompt has {n_prompt} tokens and needs {blocks} KV-cache blocks, more than the "
-                f"cache's {capacity}"
-            )
+
+    def add_request(self, r: Request) -> None:
+        """Queues a request: a fresh id and check_request's contract, or ContractError."""
+        if r.id in self._request_index:
+            raise ContractError(f"request id {r.id} is already in use")
+        self.check_request(r.prompt, r.max_tokens, r.min_tokens, r.n)
         state = _RequestState(params=r, arrival=self._next_arrival, num_live=1, child_seq=[-1] * r.n)
         self._next_arrival += 1
         if self._free_requests:
@@ -204,7 +200,7 @@ class Scheduler:
         sid = self._new_seq(rid, 0)
         s = self._seqs[sid]
         s.tokens = list(r.prompt)
-        s.num_prompt_tokens = n_prompt
+        s.num_prompt_tokens = len(r.prompt)
         s.pending_fork = r.n > 1
         state.child_seq[0] = sid
         self._request_index[r.id] = rid
