@@ -242,3 +242,35 @@ def test_a_failing_row_ends_only_its_request(cpp: LLM, py: LLM) -> None:
     alone = cpp.generate(PROMPTS[1], good, use_tqdm=False)[0].outputs[0].token_ids
     got = [t for o in traces["cpp"] if o[0] == "good" for d in o[5] for t in d[1]]
     assert got == alone
+
+
+def test_engine_contract_errors_match_the_twin(cpp: LLM, py: LLM) -> None:
+    """A request that ossa.input_processor would refuse, handed to the engine directly, is refused by
+    the engine's contract check (a ValueError naming it, nothing queued), the same on both sides."""
+    vocab = cpp.model.config.n_vocab
+
+    def min_above_max(g: Any) -> None:
+        sampling = g.sampling
+        sampling.min_tokens = g.max_tokens + 1
+        g.sampling = sampling
+
+    cases = [
+        ([1, vocab], None, "prompt token id"),
+        ([], None, "at least one token"),
+        ([1] * cpp.max_model_len, None, "max_model_len"),
+        ([1, 2], min_above_max, "min_tokens"),
+    ]
+    messages: dict[str, list[str]] = {}
+    for llm in (cpp, py):
+        e = llm.engine
+        got = []
+        for i, (prompt, spoil, words) in enumerate(cases):
+            g = params(llm, SamplingParams(temperature=0.0, max_tokens=4), 2)
+            if spoil is not None:
+                spoil(g)
+            with pytest.raises(ValueError, match=f"^internal contract: .*{words}") as err:
+                e.add_request(f"c{i}", prompt, g)
+            got.append(str(err.value))
+        assert not e.has_unfinished()
+        messages[llm.backend] = got
+    assert messages["python"] == messages["cpp"]

@@ -58,6 +58,11 @@ def test_input_errors_name_the_field(llm: LLM) -> None:
         (lambda: proc.chat([{"content": "no role"}]), "messages", "role"),
         (lambda: proc.check_n(5, 2), "n", "at most 8"),
         (lambda: proc.process("r", ProcessedPrompt(None, [1] * 64), greedy()), "prompt", "max_model_len"),
+        (
+            lambda: proc.process("r", ProcessedPrompt(None, [1] * 60), greedy(16, min_tokens=10)),
+            "min_tokens",
+            "at most 4 output tokens",
+        ),
     ]
     for call, param, words in cases:
         with pytest.raises(InputError, match=words) as e:

@@ -566,7 +566,8 @@ void Engine::stop() {
 }
 
 void Engine::loop() {
-  std::vector<EngineOutput> outputs;  // one step's, moved on to pending_outputs_; keeps its capacity
+  // One step's outputs, moved on to pending_outputs_; the vector keeps its capacity.
+  std::vector<EngineOutput> outputs;
   while (!stop_) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

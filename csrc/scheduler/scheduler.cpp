@@ -93,8 +93,9 @@ void Scheduler::check_request(std::span<const int32_t> prompt, int32_t max_token
   OSSA_CHECK(!prompt.empty(), "the prompt must hold at least one token");
   for (int32_t t : prompt) OSSA_CHECK(t >= 0, "prompt token ids must be >= 0, got " + str(t));
   OSSA_CHECK(max_tokens >= 1, "max_tokens must be >= 1, got " + str(max_tokens));
-  OSSA_CHECK(min_tokens >= 0 && min_tokens <= max_tokens,
-             "min_tokens must be in [0, max_tokens=" + str(max_tokens) + "], got " + str(min_tokens));
+  OSSA_CHECK(
+      min_tokens >= 0 && min_tokens <= max_tokens,
+      "min_tokens must be in [0, max_tokens=" + str(max_tokens) + "], got " + str(min_tokens));
   OSSA_CHECK(n >= 1, "n must be >= 1, got " + str(n));
   // The constructor made sure one max_model_len sequence fits the cache beside the watermark, so
   // a prompt that leaves room for one output token fits it too.

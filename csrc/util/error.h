@@ -22,8 +22,8 @@ struct InputError : std::invalid_argument {
 
 // A caller broke a component's contract: the engine or the scheduler was handed something the layer
 // above guarantees never reaches it (user input is validated once, by ossa.input_processor). The
-// cheap checks at their entry points throw this instead of corrupting state. Python: ValueError, its
-// message starting "internal contract: ".
+// cheap checks at their entry points throw this instead of corrupting state. Python: ValueError,
+// its message starting "internal contract: ".
 struct ContractError : InputError {
   explicit ContractError(const std::string& what) : InputError("internal contract: " + what) {}
 };
@@ -31,9 +31,9 @@ struct ContractError : InputError {
 }  // namespace ossa
 
 // Throws ContractError(what) unless cond; `what` is only built when the check fails.
-#define OSSA_CHECK(cond, what)                               \
-  do {                                                       \
-    if (!(cond)) throw ::ossa::ContractError(what);          \
+#define OSSA_CHECK(cond, what)                      \
+  do {                                              \
+    if (!(cond)) throw ::ossa::ContractError(what); \
   } while (0)
 
 #define OSSA_ASSERT(cond)                                                                     \
