@@ -21,7 +21,9 @@ import argparse
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,6 +84,28 @@ def read_bandwidth(threads: int) -> float:
     return best
 
 
+def prompt_and_step(
+    model: Any, n: int, n_decode: int
+) -> tuple[list[int], Callable[[list[int], int], np.ndarray]]:
+    """A random n-token prompt and step(tokens, start): one sequence's forward over tokens at positions
+    start.. through a ModelRunner sized for the prompt plus n_decode tokens (last row's logits)."""
+    from ossa._native import core
+
+    block = 16
+    ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
+    nb = (n + n_decode + block - 1) // block
+    runner = core.ModelRunner(model, nb, block, n)
+    table = list(range(nb))
+
+    def step(tokens: list[int], start: int) -> np.ndarray:
+        k = len(tokens)
+        pos = list(range(start, start + k))
+        slots = [table[p // block] * block + p % block for p in pos]
+        return runner.forward(tokens, pos, slots, [0, k], [start + k], [0, nb], table, [k - 1])
+
+    return ids, step
+
+
 def ossa_speed(
     path: str, threads: int, n_decode: int, quantized_activations: bool = False
 ) -> dict[str, float]:
@@ -89,20 +113,9 @@ def ossa_speed(
 
     core.set_num_threads(threads)
     model = core.load_model(path, quantized_activations=quantized_activations)
-    block = 16
     out = {}
     for n in (128, 512):
-        ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
-        nb = (n + n_decode + block - 1) // block
-        runner = core.ModelRunner(model, nb, block, n)
-        table = list(range(nb))
-
-        def step(tokens: list[int], start: int, runner=runner, table=table, nb=nb) -> np.ndarray:  # noqa: ANN001
-            k = len(tokens)
-            pos = list(range(start, start + k))
-            slots = [table[p // block] * block + p % block for p in pos]
-            return runner.forward(tokens, pos, slots, [0, k], [start + k], [0, nb], table, [k - 1])
-
+        ids, step = prompt_and_step(model, n, n_decode)
         best = 1e9
         for _ in range(2):
             t0 = time.perf_counter()

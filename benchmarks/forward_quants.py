@@ -143,18 +143,8 @@ def measure(engine: str, path: str, threads: int, n_decode: int, repeats: int) -
 
         core.set_num_threads(threads)
         model = core.load_model(path)
-        block = 16
         for n in (128, 512):
-            ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
-            nb = (n + n_decode + block - 1) // block
-            runner = core.ModelRunner(model, nb, block, n)
-            table = list(range(nb))
-
-            def step(tokens: list[int], start: int, runner=runner, table=table, nb=nb) -> np.ndarray:  # noqa: ANN001
-                k = len(tokens)
-                pos = list(range(start, start + k))
-                slots = [table[p // block] * block + p % block for p in pos]
-                return runner.forward(tokens, pos, slots, [0, k], [start + k], [0, nb], table, [k - 1])
+            ids, step = forward.prompt_and_step(model, n, n_decode)
 
             def decode(step=step, n=n) -> None:  # noqa: ANN001
                 for i in range(n_decode):

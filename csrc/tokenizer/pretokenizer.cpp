@@ -75,6 +75,18 @@ size_t match_space_run(const Decoded& d, size_t i, size_t n) {
   return k - i;
 }
 
+// \s*[\r\n]+|\s+(?!\S)|\s+ at a white-space code point (Llama 3's and o200k's patterns): up to and
+// including the last CR/LF of the run when it holds one, else match_space_run.
+size_t match_space_lines(const Decoded& d, size_t i, size_t n) {
+  size_t k = i, last_crlf = n;
+  while (k < n && (d.flags[k] & k_white_space)) {
+    if (is_crlf(d.cp[k])) last_crlf = k;
+    ++k;
+  }
+  if (last_crlf != n) return last_crlf + 1 - i;
+  return match_space_run(d, i, n);
+}
+
 // One match of the GPT-2 pattern at i; returns its length in code points (>= 1).
 size_t match_gpt2(const Decoded& d, size_t i, size_t n) {
   if (size_t m = match_contraction(d, i, n, false)) return m;
@@ -124,16 +136,7 @@ size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
       return k - i;
     }
   }
-  if (f & k_white_space) {
-    // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
-    size_t k = i, last_crlf = n;
-    while (k < n && (d.flags[k] & k_white_space)) {
-      if (is_crlf(d.cp[k])) last_crlf = k;
-      ++k;
-    }
-    if (last_crlf != n) return last_crlf + 1 - i;
-    return match_space_run(d, i, n);
-  }
+  if (f & k_white_space) return match_space_lines(d, i, n);
   return 1;
 }
 
@@ -179,15 +182,7 @@ size_t match_o200k(const Decoded& d, size_t i, size_t n) {
       return k - i;
     }
   }
-  if (f & k_white_space) {  // \s*[\r\n]+ | \s+(?!\S) | \s+, as in Llama 3's pattern
-    size_t k = i, last_crlf = n;
-    while (k < n && (d.flags[k] & k_white_space)) {
-      if (is_crlf(d.cp[k])) last_crlf = k;
-      ++k;
-    }
-    if (last_crlf != n) return last_crlf + 1 - i;
-    return match_space_run(d, i, n);
-  }
+  if (f & k_white_space) return match_space_lines(d, i, n);  // as in Llama 3's pattern
   return 1;
 }
 
