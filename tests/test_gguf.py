@@ -367,3 +367,29 @@ def test_error_truncated_and_not_gguf(tiny_gguf: str, tmp_path: Path) -> None:
     with pytest.raises(core.ModelError, match="no such model"):
         core.load_model(str(tmp_path / "missing.gguf"))
     assert os.path.exists(tiny_gguf)
+
+
+def test_open_file_shares_its_parse_until_the_file_changes(tiny_gguf: str, tmp_path: Path) -> None:
+    """While a loaded model holds a GGUF file, opening it again (the tokenizer, the metadata, the shard
+    list) reuses its parse (csrc/formats/gguf.h): the same answers as a fresh parse, and a file changed in
+    place or replaced at the same path is parsed anew."""
+    path = tmp_path / "m.gguf"
+    data = Path(tiny_gguf).read_bytes()
+    path.write_bytes(data)
+    fresh = core.gguf_metadata(str(path))  # nothing holds the file: parsed, then closed
+    m = core.load_model(str(path))
+    assert core.gguf_metadata(str(path)) == fresh
+    assert core.gguf_metadata(str(path), ["general.architecture", "no.such.key"]) == {"general.architecture": "llama"}
+    assert core.gguf_shard_paths(str(path)) == [str(path)]
+    # The same inode, its header changed in place (same size): not the old parse.
+    at = data.index(struct.pack("<Q", 5) + b"llama")
+    with open(path, "r+b") as f:
+        f.seek(at + 8)
+        f.write(b"llamb")
+    assert core.gguf_metadata(str(path))["general.architecture"] == "llamb"
+    # Replaced at the same path by a truncated copy: the error, not a parse of the file that was there.
+    (tmp_path / "t.gguf").write_bytes(data[:-100])
+    os.replace(tmp_path / "t.gguf", path)
+    with pytest.raises(core.ModelError, match="runs past the end of the file"):
+        core.gguf_metadata(str(path))
+    del m

@@ -2,6 +2,7 @@
 // pass: core.ModelRunner (a model with its paged K/V pool), core.model_logits.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -198,20 +199,26 @@ void bind_model(nb::module_& m) {
 
   m.def(
       "gguf_metadata",
-      [](const std::string& path) {
+      [](const std::string& path, const std::optional<std::vector<std::string>>& keys) {
         ossa::GGUFModelFiles f = guarded([&] {
           nb::gil_scoped_release release;
           return ossa::open_gguf_model(path);
         });
         nb::dict d;
+        if (keys) {
+          for (const std::string& key : *keys)
+            if (const ossa::GGUFValue* value = f.metadata().find(key))
+              d[str_or_bytes(key)] = gguf_to_python(*value);
+          return d;
+        }
         for (const auto& [key, value] : f.metadata().metadata())
           d[str_or_bytes(key)] = gguf_to_python(value);
         return d;
       },
-      nb::arg("path"),
+      nb::arg("path"), nb::arg("keys") = nb::none(),
       "The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split "
-      "model, "
-      "the model's (its first shard's).");
+      "model, the model's (its first shard's). keys: only these (those present), e.g. one "
+      "string without converting a 100k-entry vocabulary.");
   m.def(
       "gguf_shard_paths",
       [](const std::string& path) {

@@ -1,7 +1,10 @@
 #include "formats/gguf.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "util/error.h"
 #include "util/mmap.h"
@@ -171,7 +174,45 @@ const char* type_name(GGUFType t) {
 
 }  // namespace
 
+namespace {
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+}  // namespace
+
 std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
+  // The files open now, by path; an entry whose file has closed is dropped when next looked up.
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<GGUFFile>> open_files;
+  struct stat before{};
+  const bool regular = ::stat(path.c_str(), &before) == 0 && S_ISREG(before.st_mode);
+  if (regular) {
+    std::shared_ptr<GGUFFile> known;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = open_files.find(path);
+      if (it != open_files.end() && !(known = it->second.lock())) open_files.erase(it);
+    }
+    if (known && known->dev_ == static_cast<uint64_t>(before.st_dev) &&
+        known->ino_ == static_cast<uint64_t>(before.st_ino) &&
+        known->file_->size() == static_cast<size_t>(before.st_size) &&
+        std::memcmp(known->file_->data(), known->header_.data(), known->header_.size()) == 0)
+      return known;
+  }
+  std::shared_ptr<GGUFFile> gguf = parse(path);
+  // Shared only if the file did not change while it was parsed (the map is of that inode).
+  struct stat after{};
+  if (regular && ::stat(path.c_str(), &after) == 0 && same_file(before, after)) {
+    gguf->dev_ = static_cast<uint64_t>(after.st_dev);
+    gguf->ino_ = static_cast<uint64_t>(after.st_ino);
+    std::lock_guard<std::mutex> lock(mu);
+    open_files[path] = gguf;
+  }
+  return gguf;
+}
+
+std::shared_ptr<GGUFFile> GGUFFile::parse(const std::string& path) {
   auto gguf = std::make_shared<GGUFFile>();
   gguf->file_ = std::make_shared<MappedFile>(path);
   const MappedFile& f = *gguf->file_;
@@ -259,6 +300,7 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
                        " bytes at data offset " + std::to_string(info.offset) +
                        ") runs past the end of the file '" + path + "' (truncated?)");
   }
+  gguf->header_.assign(f.data(), f.data() + r.pos);
   return gguf;
 }
 

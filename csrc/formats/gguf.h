@@ -50,6 +50,10 @@ struct GGUFTensorInfo {
 
 class GGUFFile {
  public:
+  // Parses the file's header, or returns the GGUFFile already open for it: while one is alive
+  // (a loaded model holds its shards), opening the same file again (the tokenizer, the metadata,
+  // the shard list of one LLM(...)) shares its parse, as long as the path names the same inode
+  // with the same size and the same header bytes (a file rewritten or replaced is parsed anew).
   static std::shared_ptr<GGUFFile> open(const std::string& path);
 
   uint32_t version() const { return version_; }
@@ -80,6 +84,11 @@ class GGUFFile {
   std::vector<GGUFTensorInfo> tensors_;
   std::map<std::string, size_t> tensor_index_;
   uint64_t data_offset_ = 0;
+  // What open() compares before sharing this parse: the file's identity and its header's bytes.
+  uint64_t dev_ = 0, ino_ = 0;
+  std::vector<uint8_t> header_;
+
+  static std::shared_ptr<GGUFFile> parse(const std::string& path);
 };
 
 }  // namespace ossa

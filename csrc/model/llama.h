@@ -11,6 +11,7 @@
 #include "model/moe.h"
 #include "model/weights.h"
 #include "util/aligned.h"
+#include "util/zero_pages.h"
 
 namespace ossa {
 
@@ -22,9 +23,11 @@ struct ForwardState {
   KvType kv_type = KvType::F32;
   int64_t n_slots = 0;  // num_blocks * block_size
 
-  AlignedVector<float> x, h, q, k, v, attn, tmp,
-      gate;                 // [max_tokens, width]; gate holds swiglu(gate, up)
-  std::vector<BlockQ8> xq;  // [max_tokens, max_width / 32]
+  // The buffers sized by max_tokens are mapped, not written, when planned (util/zero_pages.h): a
+  // step touches the pages of the tokens it runs.
+  ZeroPageVector<float> x, h, q, k, v, attn, tmp,
+      gate;                    // [max_tokens, width]; gate holds swiglu(gate, up)
+  ZeroPageVector<BlockQ8> xq;  // [max_tokens, max_width / 32]
   // dtype bfloat16 on AMX: matmul inputs written straight as bf16 tiles (kernels/matmul.h) by the
   // op that produces them: the norms' outputs (norm_tiles) and swiglu's (ffn_tiles).
   AlignedVector<uint16_t> norm_tiles, ffn_tiles;
@@ -32,7 +35,7 @@ struct ForwardState {
   std::vector<float> cos_sin;                    // [max_tokens, head_dim]
   std::vector<float> inv_freq_swa, cos_sin_swa;  // the sliding layers' (config.rope_theta_swa > 0)
   std::vector<float> inv_freq_long;              // LongRoPE: from original_max_position on
-  std::vector<float> scores;                     // [max_threads, n_slots]
+  ZeroPageVector<float> scores;                  // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                // [max_tokens]
   MoeBuffers moe;                                // MoE layers' buffers (model/moe.h)
 

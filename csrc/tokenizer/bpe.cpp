@@ -4,7 +4,7 @@
 
 namespace ossa {
 
-size_t StringHash::operator()(std::string_view s) const noexcept {
+size_t StringHash::operator()(std::string_view s) const {
   // FNV-1a, 64-bit: the pieces are short, so a simple byte hash beats std::hash's setup cost.
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;

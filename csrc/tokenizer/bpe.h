@@ -11,9 +11,12 @@
 
 namespace ossa {
 
+// Deliberately not noexcept: libstdc++ then keeps each node's hash code (it recomputes the hash of
+// every node it walks past for a noexcept hash it thinks fast), which made walking the buckets most
+// of building a 49k-token tokenizer.
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept;
+  size_t operator()(std::string_view s) const;
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 

@@ -155,6 +155,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   }
   // Model vocabulary in BPE key space.
   StringIdMap model_spelled;
+  model_spelled.reserve(spec_.vocab.size() + spec_.added_tokens.size());
+  vocab_.reserve(spec_.vocab.size());
   for (size_t id = 0; id < spec_.vocab.size(); ++id) {
     const std::string& s = spec_.vocab[id];
     if (s.empty()) continue;
@@ -166,9 +168,6 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
       vocab_.emplace(s, static_cast<int32_t>(id));
     }
   }
-  spelled_ = model_spelled;
-  for (const auto& t : spec_.added_tokens) spelled_[t.content] = t.id;
-
   // Merges, by rank.
   auto id_of = [&](const std::string& s, const char* what) {
     auto it = model_spelled.find(s);
@@ -188,6 +187,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     merges_.insert(id_of(a, "part"), id_of(b, "part"), static_cast<int32_t>(r),
                    id_of(a + b, "result"));
   }
+  spelled_ = std::move(model_spelled);  // the merges above name model tokens only
+  for (const auto& t : spec_.added_tokens) spelled_[t.content] = t.id;
 
   for (int b = 0; b < 256; ++b) {
     byte_ids_[b] = -1;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/zero_pages.h"
 
 namespace ossa {
 
@@ -107,5 +108,31 @@ LargeBuffer& LargeBuffer::operator=(LargeBuffer&& o) noexcept {
 
 LargeBuffer::LargeBuffer() = default;
 LargeBuffer::~LargeBuffer() { release(); }
+
+// util/zero_pages.h: anonymous memory from 64 KiB on (glibc would mmap such sizes too, but may
+// hand back freed heap memory that is not zero), else the aligned heap, zero-filled.
+namespace {
+constexpr size_t k_zero_pages_min = size_t{64} << 10;
+constexpr std::align_val_t k_zero_pages_align{64};
+}  // namespace
+
+void* zero_pages_allocate(size_t bytes) {
+  if (bytes < k_zero_pages_min) {
+    void* p = ::operator new(std::max<size_t>(bytes, 1), k_zero_pages_align);
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+void zero_pages_free(void* p, size_t bytes) noexcept {
+  if (p == nullptr) return;
+  if (bytes < k_zero_pages_min)
+    ::operator delete(p, k_zero_pages_align);
+  else
+    ::munmap(p, bytes);
+}
 
 }  // namespace ossa

@@ -71,7 +71,7 @@ class CppBackend(Backend):
 
         if not _is_gguf(path):
             return Tokenizer.from_file(path, backend=self.name)
-        template = core.gguf_metadata(path).get("tokenizer.chat_template")
+        template = core.gguf_metadata(path, ["tokenizer.chat_template"]).get("tokenizer.chat_template")
         return Tokenizer(
             core.Tokenizer.from_gguf(path), None, self.name, template if isinstance(template, str) else None
         )
