@@ -5,8 +5,9 @@ in a fresh process (cold Python, warm page cache), with the wall and CPU time of
 
 MODEL defaults to the 1B Q4_K_M benchmark file (scripts/make_bench_models.py). Prints, per run,
 the wall seconds of import / LLM() / first 1-token request and the process CPU seconds of LLM();
-``--stages`` adds the wall, user and system CPU seconds and page faults of each part of ``LLM()`` (the load average is printed
-too: on a busy machine wall time is a lower bound of what a quiet one gives, CPU time is not).
+``--stages`` adds the wall, user and system CPU seconds and page faults of each part of
+``LLM()``. The load average is printed too: on a busy machine the wall times are upper bounds of
+a quiet one's; the CPU times move less.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _child(model: str, stages: bool) -> None:
                     return fn(*args, **kwargs)
                 finally:
                     t = timings.setdefault(label, [0.0, 0.0, 0.0, 0.0])
-                    for i, (a, b) in enumerate(zip(_usage(), before)):
+                    for i, (a, b) in enumerate(zip(_usage(), before, strict=True)):
                         t[i] += a - b
 
             setattr(owner, name, timed)
@@ -60,7 +61,7 @@ def _child(model: str, stages: bool) -> None:
         wrap(llm, "InputProcessor", "input_processor")
     llm_obj = ossa.LLM(model=model)
     t2, c2 = time.perf_counter(), time.process_time()
-    timings["LLM() total"] = [a - b for a, b in zip(_usage(), u1)]
+    timings["LLM() total"] = [a - b for a, b in zip(_usage(), u1, strict=True)]
     params = ossa.SamplingParams(max_tokens=1, temperature=0.0)
     llm_obj.generate(["Hello, my name is"], params, use_tqdm=False)
     t3, c3 = time.perf_counter(), time.process_time()
@@ -92,9 +93,8 @@ def main() -> None:
         cmd = [sys.executable, __file__, args.model, "--child"] + (["--stages"] if args.stages else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(
-            f"{i + 1:3d} {r['import'][0]:9.3f} {r['LLM'][0]:8.3f} {r['LLM'][1]:10.3f} {r['first_token'][0]:12.3f}"
-        )
+        imp, ready, first = r["import"], r["LLM"], r["first_token"]
+        print(f"{i + 1:3d} {imp[0]:9.3f} {ready[0]:8.3f} {ready[1]:10.3f} {first[0]:12.3f}")
         for name, (wall, user, system, faults) in r["stages"].items():
             print(
                 f"      {name:16s} wall {wall:6.3f} s  user {user:6.3f} s  sys {system:6.3f} s  "

@@ -379,7 +379,9 @@ def test_open_file_shares_its_parse_until_the_file_changes(tiny_gguf: str, tmp_p
     fresh = core.gguf_metadata(str(path))  # nothing holds the file: parsed, then closed
     m = core.load_model(str(path))
     assert core.gguf_metadata(str(path)) == fresh
-    assert core.gguf_metadata(str(path), ["general.architecture", "no.such.key"]) == {"general.architecture": "llama"}
+    assert core.gguf_metadata(str(path), ["general.architecture", "no.such.key"]) == {
+        "general.architecture": "llama"
+    }
     assert core.gguf_shard_paths(str(path)) == [str(path)]
     # The same inode, its header changed in place (same size): not the old parse.
     at = data.index(struct.pack("<Q", 5) + b"llama")

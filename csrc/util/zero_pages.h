@@ -36,12 +36,8 @@ struct ZeroPageAllocator {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
   template <class U>
-  bool operator==(const ZeroPageAllocator<U>&) const noexcept {
+  bool operator==(const ZeroPageAllocator<U>&) const noexcept {  // (C++20 derives !=)
     return true;
-  }
-  template <class U>
-  bool operator!=(const ZeroPageAllocator<U>&) const noexcept {
-    return false;
   }
 };
 

@@ -58,9 +58,9 @@ def load_model(path: str, dtype: str = 'auto', amx: bool = True, quantized_activ
     Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact). Raises ModelError naming the problem.
     """
 
-def gguf_metadata(path: str) -> dict:
+def gguf_metadata(path: str, keys: Sequence[str] | None = None) -> dict:
     """
-    The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split model, the model's (its first shard's).
+    The metadata of a GGUF file as Python values (arrays as lists); for any shard of a split model, the model's (its first shard's). keys: only these (those present), e.g. one string without converting a 100k-entry vocabulary.
     """
 
 def gguf_shard_paths(path: str) -> list[str]:
