@@ -34,6 +34,7 @@ def _child(model: str, stages: bool) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     import ossa
 
+    llm_class, params_class = ossa.LLM, ossa.SamplingParams  # what `from ossa import LLM` imports
     t1, c1 = time.perf_counter(), time.process_time()
     timings: dict[str, list[float]] = {}
     u1 = _usage()
@@ -59,10 +60,10 @@ def _child(model: str, stages: bool) -> None:
         wrap(config.EngineArgs, "create_config", "create_config")
         wrap(backend.CppBackend, "create_engine", "create_engine")
         wrap(llm, "InputProcessor", "input_processor")
-    llm_obj = ossa.LLM(model=model)
+    llm_obj = llm_class(model=model)
     t2, c2 = time.perf_counter(), time.process_time()
     timings["LLM() total"] = [a - b for a, b in zip(_usage(), u1, strict=True)]
-    params = ossa.SamplingParams(max_tokens=1, temperature=0.0)
+    params = params_class(max_tokens=1, temperature=0.0)
     llm_obj.generate(["Hello, my name is"], params, use_tqdm=False)
     t3, c3 = time.perf_counter(), time.process_time()
     print(
