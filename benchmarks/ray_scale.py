@@ -7,6 +7,10 @@
     (2 threads) on the same prompts (``--num-prompts``, default 512).
 (d) Prefix-cache hit rate over 2 replicas, with and without prefix-affinity routing: conversations
     that share a system prompt, 4 clients (hit rate = cached prompt tokens / prompt tokens).
+(m) Serve's machinery alone (not in the default parts): a deployment with no engine streams
+    ``--output-len`` chunks per request at one per ``--step-ms`` to the same clients; Ray's CPU
+    seconds per 1000 chunks, by process, with Serve's default proxy transport and with ossa's
+    (``PROXY_ENV``), interleaved. Cheap and little disturbed by other work on the machine.
 
 Everything runs one after the other (a server, or the Ray cluster, is stopped before the next
 starts), both sides with ossa's process settings (benchmarks/peer_env.py). (a) and (b) run
@@ -14,11 +18,13 @@ starts), both sides with ossa's process settings (benchmarks/peer_env.py). (a) a
 and the median output tok/s of each, and the CPU seconds per 1000 output tokens its processes used
 (the plain server's; for Ray every Ray process: raylet, GCS, agents, Serve's controller, proxy and
 replicas), which other people's work on the machine disturbs less than tok/s. Ray runs as a local
-one-machine cluster started here (``ray.init(num_cpus=2)``); ``--ray-env`` passes Serve's switches.
+one-machine cluster started here (``ray.init(num_cpus=2)``) with the proxy settings ``ossa serve --ray``
+gives a cluster it starts (``ossa.ray.serve.PROXY_ENV``); ``--ray-env`` passes Serve's switches.
 
     python benchmarks/ray_scale.py              # all parts, 512 prompts for (c)
     python benchmarks/ray_scale.py --quick      # shorter runs (fewer requests and prompts)
     python benchmarks/ray_scale.py --parts a,b  # a subset
+    python benchmarks/ray_scale.py --parts m    # Serve's costs per streamed message, no engine
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,17 +88,51 @@ def cpu_seconds(match: str | None = None, pid: int | None = None) -> float:
     return total
 
 
+_RAY_ROLES = (
+    (b"ProxyActor", "proxy"),
+    (b"ServeReplica", "replica"),
+    (b"ServeController", "controller"),
+    (b"raylet", "raylet"),
+    (b"gcs_server", "gcs"),
+)
+
+
+def ray_cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by Ray's processes, by role (proxy, replica(s), controller, raylet, gcs,
+    other: the agents, log monitor and idle workers)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            cmd = open(f"/proc/{entry}/cmdline", "rb").read()
+        except (OSError, IndexError):
+            continue
+        if not any(m in cmd for m in (b"ray::", b"/ray/core/src/", b"/ray/_private/", b"/ray/dashboard/")):
+            continue
+        role = next((name for marker, name in _RAY_ROLES if marker in cmd), "other")
+        out[role] = out.get(role, 0.0) + (int(stat[11]) + int(stat[12])) / tick
+    return out
+
+
 def measure(
     url: str, prompts: list[str], output_len: int, clients: int, cpu: Callable[[], float]
 ) -> tuple[ServeBenchResult, float]:
     """One run of the prompts at ``clients`` concurrency after a warm-up: the result, and the serving
-    side's CPU seconds per 1000 output tokens."""
+    side's CPU seconds per 1000 output tokens (for Ray, also printed per process role)."""
     asyncio.run(bench_serve_async(url, prompts[:4], 8, 4, float("inf")))
-    before = cpu()
+    before, roles = cpu(), ray_cpu_by_role()
     r = asyncio.run(bench_serve_async(url, prompts, output_len, clients, float("inf")))
     if r.num_failed:
         raise RuntimeError(f"{r.num_failed} requests failed")
-    return r, 1000 * (cpu() - before) / max(r.output_tokens, 1)
+    per_1k = 1000 / max(r.output_tokens, 1)
+    after = ray_cpu_by_role()
+    if after:
+        parts = {k: (v - roles.get(k, 0.0)) * per_1k for k, v in sorted(after.items())}
+        print("    CPU-s per 1k tokens by Ray process:", ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+    return r, (cpu() - before) * per_1k
 
 
 @contextmanager
@@ -113,8 +153,12 @@ def ray_cluster(ray_env: dict[str, str]) -> Iterator[str]:
     import ray
     from ray import serve
 
+    from ossa.ray.serve import PROXY_ENV
+
     saved = dict(os.environ)
-    os.environ.update({k: v for k, v in OSSA_ENV.items() if k.startswith(("OMP_", "OSSA_"))} | ray_env)
+    os.environ.update(
+        {k: v for k, v in OSSA_ENV.items() if k.startswith(("OMP_", "OSSA_"))} | PROXY_ENV | ray_env
+    )
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         port = free_port()
@@ -257,6 +301,88 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
     return runs
 
 
+def synthetic_app(tokens: int, step_s: float, batching_ms: float) -> object:
+    """(m): a Serve deployment with no engine whose app streams ``tokens`` SSE chunks (one completion
+    chunk's bytes each), one per ``step_s``, through ossa's ``BatchedStream``, as a replica streams
+    its engine's tokens: Serve's own costs per request and per message, without the kernels'."""
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+    from ray import serve
+
+    from ossa.ray.serve import REPLICA_ENV
+    from ossa.ray.stream_batching import BatchedStream
+
+    app = FastAPI()
+    chunk = (
+        b'data: {"id":"cmpl-0","object":"text_completion","created":0,"model":"m","choices":'
+        b'[{"index":0,"text":" word","logprobs":null,"finish_reason":null}]}\n\n'
+    )
+
+    @app.post("/v1/completions")
+    async def completions() -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(tokens):
+                await asyncio.sleep(step_s)
+                yield chunk
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    app.add_middleware(BatchedStream, interval_s=batching_ms / 1000)
+    options = {"num_cpus": 0, "runtime_env": {"env_vars": dict(REPLICA_ENV)}}
+
+    @serve.deployment(ray_actor_options=options, max_ongoing_requests=64)
+    @serve.ingress(app)
+    class Synthetic:
+        pass
+
+    return Synthetic.bind()  # type: ignore[attr-defined]
+
+
+async def stream_chunks(url: str, requests: int, clients: int) -> int:
+    """Streams ``requests`` completions from ``url`` at ``clients`` concurrency; the chunks read."""
+    sem = asyncio.Semaphore(clients)
+    count = 0
+    async with httpx.AsyncClient(timeout=300) as client:
+
+        async def one() -> None:
+            nonlocal count
+            async with sem, client.stream("POST", url + "/v1/completions", json={}) as r:
+                async for line in r.aiter_lines():
+                    count += line.startswith("data: {")
+
+        await asyncio.gather(*[one() for _ in range(requests)])
+    return count
+
+
+def machinery(args: argparse.Namespace) -> None:
+    """(m) ``--repeats`` times, interleaved: Ray's CPU per 1k streamed chunks with Serve's default
+    proxy transport and with ``PROXY_ENV`` (``RAY_SERVE_PROXY_USE_GRPC=1``), by process."""
+    from ray import serve
+
+    configs = {"proxy over Ray calls": {"RAY_SERVE_PROXY_USE_GRPC": "0"}, "proxy over gRPC": {}}
+    batching = float(args.batching_ms.split(",")[-1]) if args.batching_ms else 100.0
+    runs: dict[str, list[float]] = {}
+    for rep in range(args.repeats):
+        for name, env in configs.items():
+            with ray_cluster(env) as url:
+                serve.run(synthetic_app(args.output_len, args.step_ms / 1000, batching), name="ossa")
+                asyncio.run(stream_chunks(url, 4, 4))
+                before = ray_cpu_by_role()
+                n = asyncio.run(stream_chunks(url, args.clients * args.requests_per_client, args.clients))
+                after = ray_cpu_by_role()
+                parts = {k: (v - before.get(k, 0.0)) * 1000 / n for k, v in sorted(after.items())}
+                runs.setdefault(name, []).append(sum(parts.values()))
+                shown = ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                print(
+                    f"[m {rep + 1}/{args.repeats}] {name}: {sum(parts.values()):.3f} CPU-s per 1k chunks "
+                    f"({shown}; load {load()})",
+                    flush=True,
+                )
+    for name, values in runs.items():
+        print(f"(m) {name}: median {statistics.median(values):.3f} CPU-s per 1k chunks")
+
+
 def answers(url: str) -> bool:
     try:
         return httpx.get(url + "/v1/models", timeout=2).status_code == 200
@@ -278,7 +404,8 @@ def main() -> None:
         "--ray-env",
         default="",
         help="KEY=VALUE,... for the Ray cluster (Serve's switches, e.g. "
-        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)",
+        "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0; ossa.ray.serve.PROXY_ENV, which `ossa serve --ray` "
+        "sets, is the default: RAY_SERVE_PROXY_USE_GRPC=0 turns it off)",
     )
     ap.add_argument(
         "--direct-ingress", action="store_true", help="(a) also with Serve's direct ingress (no proxy hop)"
@@ -288,6 +415,7 @@ def main() -> None:
         default="",
         help="(a), (b): Ray Serve with these stream_batching_interval_ms, e.g. 0,50 (default: build_app's)",
     )
+    ap.add_argument("--step-ms", type=float, default=40.0, help="(m): ms between a stream's chunks")
     ap.add_argument("--quick", action="store_true", help="2 requests per client, 128 prompts, 1 repeat")
     args = ap.parse_args()
     if args.quick:
@@ -298,6 +426,8 @@ def main() -> None:
     model = models.resolve(args.model)
     prompts, _ = make_prompts(args.clients * args.requests_per_client, args.input_len, model, seed=1)
     print(f"model {os.path.basename(model)}, {args.input_len} in / {args.output_len} out, load {load()}")
+    if "m" in parts:
+        machinery(args)
     runs = serving(model, prompts, args, parts) if parts & {"a", "b"} else {}
     results: dict[str, float] = {}
     if parts & {"c", "d"}:

@@ -31,10 +31,15 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray cluster: a head and two worker "nodes" on this machine, 1 CPU each (Serve's
-    controller and proxy need none), shut down with everything it started at the end of the session."""
+    controller and proxy need none), shut down with everything it started at the end of the session.
+    Its processes get the proxy settings `ossa serve --ray` gives a cluster it starts."""
     import ray
     from ray.cluster_utils import Cluster
 
+    from ossa.ray.serve import PROXY_ENV
+
+    for key, value in PROXY_ENV.items():
+        os.environ.setdefault(key, value)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
