@@ -58,10 +58,8 @@ def load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def cpu_seconds(match: str | None = None, pid: int | None = None) -> float:
-    """CPU time used so far by process ``pid`` (with its children), or by every process whose command
-    line contains one of Ray's markers (``match="ray"``: the raylet, GCS, dashboard agent, Serve's
-    controller, proxy and replicas, log monitor)."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time used so far by process ``pid`` and its children."""
     total = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
@@ -69,20 +67,8 @@ def cpu_seconds(match: str | None = None, pid: int | None = None) -> float:
             continue
         try:
             stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            if pid is not None:
-                if int(entry) != pid and int(stat[1]) != pid:  # the process or a child of it
-                    continue
-            else:
-                cmd = open(f"/proc/{entry}/cmdline", "rb").read()
-                if not (
-                    b"ray::" in cmd
-                    or b"/ray/core/src/" in cmd
-                    or b"/ray/_private/" in cmd
-                    or b"/ray/dashboard/" in cmd
-                    or b"/ray/autoscaler/" in cmd
-                ):
-                    continue
-            total += (int(stat[11]) + int(stat[12])) / tick
+            if int(entry) == pid or int(stat[1]) == pid:  # the process or a child of it
+                total += (int(stat[11]) + int(stat[12])) / tick
         except (OSError, IndexError, ValueError):
             continue
     return total
@@ -98,20 +84,39 @@ _RAY_ROLES = (
 
 
 def ray_cpu_by_role() -> dict[str, float]:
-    """CPU seconds used so far by Ray's processes, by role (proxy, replica(s), controller, raylet, gcs,
-    other: the agents, log monitor and idle workers)."""
+    """CPU seconds used so far by the processes of the Ray cluster this process started (its
+    descendants: the GCS, the raylet and its workers; not another cluster on the machine), by role:
+    proxy, replica(s), controller, raylet, gcs, other (the agents, log monitor and idle workers)."""
     out: dict[str, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, stat in stats.items():
+        children.setdefault(int(stat[1]), []).append(pid)
+    mine: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in mine:
+                mine.add(child)
+                todo.append(child)
+    for pid in mine:
         try:
-            stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            cmd = open(f"/proc/{entry}/cmdline", "rb").read()
-        except (OSError, IndexError):
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
             continue
-        if not any(m in cmd for m in (b"ray::", b"/ray/core/src/", b"/ray/_private/", b"/ray/dashboard/")):
+        if not any(
+            m in cmd
+            for m in (b"ray::", b"/ray/core/src/", b"/ray/_private/", b"/ray/dashboard/", b"/ray/autoscaler/")
+        ):
             continue
+        stat = stats[pid]
         role = next((name for marker, name in _RAY_ROLES if marker in cmd), "other")
         out[role] = out.get(role, 0.0) + (int(stat[11]) + int(stat[12])) / tick
     return out
@@ -160,7 +165,8 @@ def ray_cluster(ray_env: dict[str, str]) -> Iterator[str]:
         {k: v for k, v in OSSA_ENV.items() if k.startswith(("OMP_", "OSSA_"))} | PROXY_ENV | ray_env
     )
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # (address="local": a cluster of its own, never one another process started on this machine)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
@@ -282,7 +288,9 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
         with ray_cluster(ray_env) as url:
             for replicas, threads, batching in configs:
                 deploy(model, replicas, threads, batching_ms=batching)
-                result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
+                result = measure(
+                    url, prompts, args.output_len, args.clients, lambda: sum(ray_cpu_by_role().values())
+                )
                 name = f"Ray Serve, {replicas} replica(s) x {threads} thread(s)"
                 record(rep, name + ("" if len(batchings) == 1 else f", batching {batching:g} ms"), *result)
         if args.direct_ingress:
@@ -296,7 +304,9 @@ def serving(model: str, prompts: list[str], args: argparse.Namespace, parts: set
             with ray_cluster(ray_env | env):
                 deploy(model, 1, 2)
                 url = next(u for u in (f"http://127.0.0.1:{port + i}" for i in range(50)) if answers(u))
-                result = measure(url, prompts, args.output_len, args.clients, lambda: cpu_seconds("ray"))
+                result = measure(
+                    url, prompts, args.output_len, args.clients, lambda: sum(ray_cpu_by_role().values())
+                )
                 record(rep, "Ray Serve 1x2, direct ingress", *result)
     return runs
 
@@ -318,7 +328,7 @@ def synthetic_app(tokens: int, step_s: float, batching_ms: float) -> object:
         b'[{"index":0,"text":" word","logprobs":null,"finish_reason":null}]}\n\n'
     )
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", response_model=None)  # (no response model to pickle for the replica)
     async def completions() -> StreamingResponse:
         async def chunks() -> AsyncIterator[bytes]:
             for _ in range(tokens):
