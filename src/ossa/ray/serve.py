@@ -359,8 +359,8 @@ REPLICA_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 
 # Serve's HTTP proxy hands each request to a replica and receives each of its streamed messages as Ray
 # actor calls whose results go through Ray's object layer; with ``RAY_SERVE_PROXY_USE_GRPC=1`` (part
-# of Serve's throughput-optimized mode) it talks to the replicas over gRPC instead, which takes the
-# proxy and the replica about a third less CPU per message (docs/scale-out.md). The proxy reads it
+# of Serve's throughput-optimized mode) it talks to the replicas over gRPC instead, which takes
+# Serve 25-30% less CPU per streamed message (docs/scale-out.md). The proxy reads it
 # from its own process's environment, set where the cluster starts: ``ossa serve --ray`` sets it
 # (unless given) when it starts the cluster itself; for ``ray start``, set it there.
 PROXY_ENV = {"RAY_SERVE_PROXY_USE_GRPC": "1"}
