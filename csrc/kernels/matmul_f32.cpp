@@ -243,16 +243,16 @@ inline QBlock decode_block(const uint8_t* row, int64_t b) {
   if constexpr (T == DType::Q4_0) {
     const BlockQ4_0& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
     o.q = _mm256_sub_epi8(unpack_nibbles(w.qs), _mm256_set1_epi8(8));
-    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+    o.scale[0] = o.scale[1] = half_to_float(w.d);
   } else if constexpr (T == DType::Q4_1) {
     const BlockQ4_1& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
     o.q = unpack_nibbles(w.qs);
-    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
-    o.min = f16_to_f32(w.m);
+    o.scale[0] = o.scale[1] = half_to_float(w.d);
+    o.min = half_to_float(w.m);
   } else if constexpr (T == DType::Q8_0) {
     const BlockQ8_0& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
     o.q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
-    o.scale[0] = o.scale[1] = f16_to_f32(w.d);
+    o.scale[0] = o.scale[1] = half_to_float(w.d);
   } else if constexpr (T == DType::Q4_K) {
     const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
     const int sub = static_cast<int>(b % 8);
@@ -374,8 +374,8 @@ F32Tile tile_for_rows(int rows) {
   constexpr bool k_float = T == DType::F32 || T == DType::F16 || T == DType::BF16;
   F32DecodeFn dec = nullptr;
   if constexpr (!k_float) dec = decode_row<T>;
-  // One row (decode) of Q4_K / Q6_K: 4 weight rows a call, 4 independent FMA chains.
-  constexpr int k_one_row_mo = T == DType::Q4_K || T == DType::Q6_K ? 4 : 1;
+  // One row (decode) of a quantized type: 4 weight rows a call, 4 independent FMA chains.
+  constexpr int k_one_row_mo = k_float ? 1 : 4;
   switch (rows) {
     case 1:
       return {tile_fn<T, k_one_row_mo, 1>(), k_one_row_mo, dec};
