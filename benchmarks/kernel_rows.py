@@ -78,8 +78,10 @@ def main() -> None:
 
     core.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    modes = [True, False] if core.amx_available() else [False]
-    print(f"threads={args.threads} clock={args.clock} dram={args.dram} amx available={core.amx_available()}; "
+    # "amx" (amx=True): the repacked kernels, AMX where the CPU has it, else AVX2 int8 for Q4_K/Q6_K.
+    modes = [True, False] if core.repack_default() else [False]
+    print(f"threads={args.threads} clock={args.clock} dram={args.dram} amx available={core.amx_available()} "
+          f"avx2 int8={core.i8_avx2_available()}; "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")  # fmt: skip
     print(f"{'type':5} {'matrix':>13} {'rows':>5} {'kernels':>7} {'ms':>9} {'GB/s':>7}")
     for name in args.types.split(","):

@@ -20,7 +20,7 @@ QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
 # Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path).
 MORE = list(NEW_TYPES)
 FLOATS = ["F32", "F16", "BF16"]
-MODES = ["f32"] + (["amx"] if core.amx_available() else [])
+MODES = ["f32"] + (["amx"] if core.repack_default() else [])  # "amx": the repacked kernels (AMX, or AVX2 int8)
 # AMX splits activations into bf16 hi + lo: 16 of 24 bits kept, so each product is off by at most
 # ~2^-16 of |x| |w| (measured max ~1.5e-5; f32 kernels ~1e-7).
 TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
@@ -107,7 +107,7 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-@pytest.mark.skipif(not core.amx_default(), reason="AMX off: not on this CPU, or OSSA_AMX=0")
+@pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
 def test_q4k_int8_kernels_multiply_the_twins_split() -> None:
     # Q4_K on AMX multiplies the activations' int8 pieces (reference.model.split_int8) exactly, in
     # int32, then scales in f32: within f32 rounding of the product with the twin's split values,

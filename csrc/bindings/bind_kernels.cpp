@@ -58,7 +58,7 @@ struct KernelMatmul {
     const int64_t n = static_cast<int64_t>(x.shape(0));
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
     // As load_model prepares each matrix (dtype "bfloat16" copies, AMX repacks).
-    ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::amx_default(), prepared);
+    ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::repack_default(), prepared);
     if (dtype == "bfloat16") return;
     if (q8 && ossa::dtype_quantized(t)) {
       q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
@@ -129,7 +129,14 @@ void bind_kernels(nb::module_& m) {
       "Whether the AMX kernels can run here (compiled in and granted by the OS).");
   m.def(
       "amx_default", []() { return ossa::amx_default(); },
-      "load_model's default for amx: amx_available() unless OSSA_AMX=0 is in the environment.");
+      "Whether AMX is used by default: amx_available() unless OSSA_AMX=0 is in the environment.");
+  m.def(
+      "repack_default", []() { return ossa::repack_default(); },
+      "Whether load_model repacks weights by default (amx=True): for AMX, or without AMX Q4_K "
+      "and Q6_K for the AVX2 int8 kernels; OSSA_AMX=0 turns both off.");
+  m.def(
+      "i8_avx2_available", []() { return ossa::i8_avx2_available(); },
+      "Whether this build has the AVX2 int8 Q4_K / Q6_K kernels (used where there is no AMX).");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

@@ -87,7 +87,8 @@ struct ItemShape {
   int64_t row_blocks(int64_t n_rows) const { return (n_rows + row_block - 1) / row_block; }
 };
 ItemShape item_shape(bool amx, bool bf16c) {
-  if (!amx) return ItemShape{k_out_chunk, k_row_block};
+  // The AVX2 int8 kernels (no AMX) take the f32 kernels' items: 64 rows of pieces stay in L2.
+  if (!amx || !amx_available()) return ItemShape{k_out_chunk, k_row_block};
   return bf16c ? ItemShape{k_bf16c_out_chunk, k_bf16c_row_block}
                : ItemShape{k_amx_out_chunk, k_amx_row_block};
 }
@@ -341,11 +342,16 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
 
 }  // namespace
 
-bool amx_default() {
+namespace {
+bool amx_env_off() {
   const char* env = std::getenv("OSSA_AMX");
-  if (env != nullptr && std::string(env) == "0") return false;
-  return amx_available();
+  return env != nullptr && std::string(env) == "0";
 }
+}  // namespace
+
+bool amx_default() { return !amx_env_off() && amx_available(); }
+
+bool repack_default() { return !amx_env_off() && (amx_available() || i8_avx2_available()); }
 
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);

@@ -95,5 +95,9 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
 bool amx_available();
 // The load default: amx_available(), unless OSSA_AMX=0 is in the environment.
 bool amx_default();
+// Whether load_model repacks weights by default (its amx option): for the AMX kernels, or where
+// there is no AMX, Q4_K and Q6_K for the AVX2 int8 kernels (the AMX / VNNI numerics); OSSA_AMX=0
+// turns both off (every matrix on the f32 kernels).
+bool repack_default();
 
 }  // namespace ossa

@@ -532,8 +532,12 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 
 bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
-size_t amx_repacked_bytes(const TensorView&) { return 0; }
-void amx_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
+// Without AMX, Q4_K and Q6_K may still be repacked for the AVX2 int8 kernels (i8_avx2_available).
+size_t amx_repacked_bytes(const TensorView& w) {
+  return amx_i8_type(w.type) ? amx_i8_repacked_bytes(w) : 0;
+}
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
   throw ModelError("amx matmul: not built");
 }
 void amx_repack_bf16_rounded(const TensorView&, uint8_t*, int64_t, int64_t) {
@@ -546,8 +550,11 @@ void round_bf16_32(const float*, uint16_t*) { throw ModelError("amx matmul: not 
 void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) {
   throw ModelError("amx matmul: not built");
 }
-void amx_compute_packed(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,
-                        int64_t, int64_t, bool) {
+void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin,
+                        int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end,
+                        bool accumulate) {
+  if (amx_i8_type(w.type) && !accumulate && !w.bf16_compute)
+    return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   throw ModelError("amx matmul: not built");
 }
 

@@ -50,6 +50,10 @@
     defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
 // With matmul_amx.cpp's OSSA_HAVE_AMX (amx_available() asks the OS for both).
 #define OSSA_HAVE_AMX_I8 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// No AMX / VNNI: the same integers from AVX2's VPMADDUBSW, the same f32 epilogue
+// (i8_avx2_available).
+#define OSSA_HAVE_I8_AVX2 1
 #endif
 
 namespace ossa {
@@ -72,8 +76,16 @@ int64_t group_bytes(DType t, int64_t cols) { return cols / 256 * sb_bytes(t); }
 
 bool amx_i8_type(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
+bool i8_avx2_available() {
+#if defined(OSSA_HAVE_I8_AVX2)
+  return true;
+#else
+  return false;
+#endif
+}
+
 size_t amx_i8_repacked_bytes(const TensorView& w) {
-#if !defined(OSSA_HAVE_AMX_I8)
+#if !defined(OSSA_HAVE_AMX_I8) && !defined(OSSA_HAVE_I8_AVX2)
   if (w.cols >= 0) return 0;  // Q4_K and Q6_K keep the f32 kernels
 #endif
   if (!amx_i8_type(w.type) || w.cols % 256 != 0) return 0;
@@ -599,6 +611,301 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   if (r_end - r_begin < k_vnni_rows) return vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (q6) return amx_rows<Q6kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   amx_rows<Q4kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+}
+
+#elif defined(OSSA_HAVE_I8_AVX2)
+// ---- AVX2 (no AMX, no VNNI): the same integers and the same f32 operations ----------------------
+// The activations are split into the same pieces, in the same layout, as amx_i8_split_rows does
+// with AVX-512 (every step is elementwise but the block sum, whose additions are grouped as
+// _mm512_reduce_add_ps groups them). The kernels hold 8 weight rows in the lanes (half of a packed
+// group): VPMADDUBSW multiplies a row's 4 quants of a lane with 4 broadcast activation bytes into
+// two int16 pair sums, which are added over the block in int16 while they cannot overflow, then
+// widened by VPMADDWD. The int32 D, and every f32 operation after it, are the VNNI loop's.
+namespace {
+
+// 32 int32 lanes of int8 values (4 vectors of 8) -> 32 bytes in order.
+inline __m256i pack_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline int32_t hsum8_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 4 bytes broadcast to every lane, straight from memory (VBROADCASTSS: no scalar register).
+inline __m256i bcast4(const int8_t* p) {
+  return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
+}
+
+inline __m256 widen8_u8(const uint8_t* p) {  // 8 unsigned bytes as f32
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 widen8_s8(const uint8_t* p) {  // 8 signed bytes as f32
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The int16 sums below never reach the saturation bounds, so VPADDSW is VPADDW here; the compiler
+// cannot reassociate saturating adds, which keeps each chain in one register (rebalanced trees of
+// plain adds held all 24 products live and spilled the weights).
+inline __m256i acc16(__m256i c, __m256i w, __m256i a) {
+  return _mm256_adds_epi16(c, _mm256_maddubs_epi16(w, a));
+}
+
+// Q4_K, one block of 32 columns, 8 weight rows: D = 2^11 (q . a0) + 16 (q . a1) + (q . a2) per
+// lane. wq[k] holds columns 4 k .. 4 k + 3 (q <= 15); the pieces of those columns are at 4 k.
+// Per int16: |q . a0| over 16 columns <= 16 * 15 * 127 = 30480, |q . a1| <= 15360, |q . a2| <=
+// 1920.
+inline __m256i q4k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, const int8_t* a2) {
+  __m256i c0 = _mm256_maddubs_epi16(wq[0], bcast4(a0));
+  __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
+  __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
+  for (int k = 1; k < 8; ++k) {
+    c0 = acc16(c0, wq[k], bcast4(a0 + 4 * k));
+    c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
+    c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
+  }
+  const __m256i d0 = _mm256_madd_epi16(c0, _mm256_set1_epi16(2048));
+  const __m256i d1 = _mm256_madd_epi16(c1, _mm256_set1_epi16(16));
+  const __m256i d2 = _mm256_madd_epi16(c2, _mm256_set1_epi16(1));
+  return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
+}
+
+// Q6_K, one 16-column sub-block, 8 weight rows: D = 2^11 (u . a0) + 16 (u . a1) + (u . a2) for the
+// unsigned u <= 63 of wq[0..3]. Per int16: two columns' pairs of u . a0 (<= 2 * 2 * 63 * 127 =
+// 32004), four of u . a1 (<= 32256) and of u . a2.
+inline __m256i q6k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, const int8_t* a2) {
+  const __m256i c0a = acc16(_mm256_maddubs_epi16(wq[0], bcast4(a0)), wq[1], bcast4(a0 + 4));
+  const __m256i c0b = acc16(_mm256_maddubs_epi16(wq[2], bcast4(a0 + 8)), wq[3], bcast4(a0 + 12));
+  __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
+  __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
+  for (int k = 1; k < 4; ++k) {
+    c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
+    c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
+  }
+  const __m256i k2048 = _mm256_set1_epi16(2048);
+  const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(c0a, k2048), _mm256_madd_epi16(c0b, k2048));
+  const __m256i d1 = _mm256_madd_epi16(c1, _mm256_set1_epi16(16));
+  const __m256i d2 = _mm256_madd_epi16(c2, _mm256_set1_epi16(1));
+  return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
+}
+
+// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a packed Q6_K block: u of columns
+// 4 j .. 4 j + 3 (q6k_unpack's, 8 rows instead of 16).
+inline void q6k_unpack8(const uint8_t* blk, int h, __m256i* wq) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+  const __m256i hb[2] = {
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + k6_high_at + 32 * h)),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + k6_high_at + 64 + 32 * h))};
+  for (int j = 0; j < 8; ++j) {
+    const __m256i v =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 64 * (j % 4) + 32 * h));
+    const __m256i lo =
+        j < 4 ? _mm256_and_si256(v, low4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    const int m = j / 2;
+    const __m256i hs = m == 2  ? hb[j % 2]
+                       : m < 2 ? _mm256_slli_epi16(hb[j % 2], 4 - 2 * m)
+                               : _mm256_srli_epi16(hb[j % 2], 2);
+    wq[j] = _mm256_or_si256(lo, _mm256_and_si256(hs, bits45));
+  }
+}
+
+inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
+  return x.i8 + (mb * nb + b) * 1536;
+}
+
+inline void store_half(__m256 v, float* y, int64_t o, int64_t o_end) {
+  const int64_t n_valid = std::min<int64_t>(8, o_end - o);
+  if (n_valid <= 0) return;
+  if (n_valid == 8) return _mm256_storeu_ps(y + o, v);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  std::memcpy(y + o, t, static_cast<size_t>(n_valid) * sizeof(float));
+}
+
+// Prefetch the bytes of block b + 16 of a group's stream (two super-blocks ahead).
+template <bool Q6>
+inline void prefetch_ahead(const uint8_t* group, int64_t b) {
+  constexpr int64_t blk_bytes = Q6 ? k6_block_bytes : 256, sb = Q6 ? k6_sb_bytes : k4_sb_bytes;
+  const int64_t bb = b + 16;
+  const char* p = reinterpret_cast<const char*>(group + (bb >> 3) * sb + blk_bytes * (bb & 7));
+  const int lines = (bb & 7) == 7 ? static_cast<int>((sb - 7 * blk_bytes) / 64)
+                                  : static_cast<int>(blk_bytes / 64);
+  for (int l = 0; l < lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+}
+
+// Per activation row of a kernel call: its pieces (a0 of block 0; a1 is 512 - 32 (r % 16) further
+// on, a2 32 after a1; block b is 1,536 bytes on), its block scales and sums.
+struct RowPieces {
+  const int8_t* a0;
+  const int8_t* a1;
+  const float* scale;
+  const float* sum;
+  const int32_t* isum16;
+};
+inline RowPieces row_pieces(const AmxActivations& x, int64_t r) {
+  const int64_t nb = x.cols / 32;
+  const int8_t* at = x.i8 + (r / 16) * nb * 1536;
+  return RowPieces{at + (r % 16) * 32, at + 512 + (r % 16) * 64, x.i8_scale + r * nb,
+                   x.i8_sum + r * nb, x.i8_isum16 + r * 2 * nb};
+}
+
+// R activation rows [r0, r0 + R) by the 16 weight rows of one packed group (output columns o0..).
+template <int R>
+void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                    int64_t ldy, int64_t o0, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  RowPieces rp[R];
+  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  __m256 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* sbp = group + (b >> 3) * k4_sb_bytes;
+    const uint8_t* blk = sbp + 256 * (b & 7);
+    prefetch_ahead<false>(group, b);
+    for (int h = 0; h < 2; ++h) {
+      __m256i wq[8];  // wq[k]: columns 4 k .. 4 k + 3 (k < 4: low nibbles; k >= 4: high ones)
+      for (int rr = 0; rr < 4; ++rr) {
+        const __m256i v =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
+        wq[rr] = _mm256_and_si256(v, low4);
+        wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      const __m256 s = _mm256_mul_ps(f16x8(sbp + k4_d_at + 16 * h),
+                                     widen8_u8(sbp + k4_sc_at + 16 * (b & 7) + 8 * h));
+      const __m256 dm = _mm256_mul_ps(f16x8(sbp + k4_dmin_at + 16 * h),
+                                      widen8_u8(sbp + k4_m_at + 16 * (b & 7) + 8 * h));
+      for (int j = 0; j < R; ++j) {
+        const int8_t* a1 = rp[j].a1 + b * 1536;
+        const __m256i dd = q4k_dot(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                                   _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
+        acc[j][h] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
+template <int R>
+void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                    int64_t ldy, int64_t o0, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  RowPieces rp[R];
+  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  __m256 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* sbp = group + (b >> 3) * k6_sb_bytes;
+    const uint8_t* blk = sbp + k6_block_bytes * (b & 7);
+    prefetch_ahead<true>(group, b);
+    for (int h = 0; h < 2; ++h) {
+      __m256i wq[8];
+      q6k_unpack8(blk, h, wq);
+      const __m256 d = f16x8(sbp + k6_d_at + 16 * h);
+      const __m256 s[2] = {_mm256_mul_ps(widen8_s8(sbp + k6_sc_at + 32 * (b & 7) + 8 * h), d),
+                           _mm256_mul_ps(widen8_s8(sbp + k6_sc_at + 32 * (b & 7) + 16 + 8 * h), d)};
+      for (int j = 0; j < R; ++j) {
+        const int8_t* a0 = rp[j].a0 + b * 1536;
+        const int8_t* a1 = rp[j].a1 + b * 1536;
+        const __m256 dsc = _mm256_set1_ps(rp[j].scale[b]);
+        for (int sub = 0; sub < 2; ++sub) {
+          const __m256i dd = _mm256_sub_epi32(
+              q6k_dot(wq + 4 * sub, a0 + 16 * sub, a1 + 16 * sub, a1 + 32 + 16 * sub),
+              _mm256_set1_epi32(32 * rp[j].isum16[2 * b + sub]));
+          acc[j][h] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(s[sub], dsc), acc[j][h]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
+using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
+                           int64_t);
+constexpr Avx2Group k_avx2_groups[2][4] = {
+    {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
+    {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>}};
+
+}  // namespace
+
+void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
+                       float* scale, float* sum, int32_t* isum16) {
+  constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const int64_t nb = cols / 32;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* p = x + r * cols + 32 * b;
+      const __m256 v[4] = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _mm256_loadu_ps(p + 16),
+                           _mm256_loadu_ps(p + 24)};
+      const float mx = hmax8(_mm256_max_ps(
+          _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+          _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask))));
+      const __m256 inv = _mm256_set1_ps(mx > 0.0f ? 127.0f / mx : 0.0f);
+      __m256i q[3][4];
+      for (int i = 0; i < 4; ++i) {
+        const __m256 yv = _mm256_mul_ps(v[i], inv);
+        const __m256 a0 = _mm256_round_ps(yv, k_rint);
+        const __m256 r1 = _mm256_mul_ps(_mm256_sub_ps(yv, a0), _mm256_set1_ps(128.0f));  // exact
+        const __m256 a1 = _mm256_round_ps(r1, k_rint);
+        const __m256 a2 =
+            _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(r1, a1), _mm256_set1_ps(16.0f)), k_rint);
+        q[0][i] = _mm256_cvtps_epi32(a0);
+        q[1][i] = _mm256_cvtps_epi32(a1);
+        q[2][i] = _mm256_cvtps_epi32(a2);
+      }
+      int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
+      int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
+      int8_t* dst[3] = {t0, t12, t12 + 32};
+      for (int pc = 0; pc < 3; ++pc)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[pc]),
+                            pack_i8(q[pc][0], q[pc][1], q[pc][2], q[pc][3]));
+      for (int h = 0; h < 2; ++h) {  // 2^11 a0 + 16 a1 + a2 over 16 values: exact integers
+        __m256i whole = _mm256_setzero_si256();
+        for (int i = 2 * h; i < 2 * h + 2; ++i)
+          whole = _mm256_add_epi32(whole,
+                                   _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q[0][i], 11),
+                                                                     _mm256_slli_epi32(q[1][i], 4)),
+                                                    q[2][i]));
+        isum16[r * 2 * nb + 2 * b + h] = hsum8_epi32(whole);
+      }
+      scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
+      // _mm512_reduce_add_ps(v0 + v1)'s grouping: lanes i and i + 16, then i + 8, i + 4, ...
+      sum[r * nb + b] = hsum8(_mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[0], v[2])));
+    }
+  }
+}
+
+void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                    float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
+  const Avx2Group* fns = k_avx2_groups[w.type == DType::Q6_K ? 1 : 0];
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
+    for (int64_t r = r_begin; r < r_end; r += 4)
+      fns[std::min<int64_t>(4, r_end - r) - 1](group, x, r, y, ldy, o0, o_end);
+  }
 }
 
 #else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it (amx_available() is false)

@@ -125,6 +125,9 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 // time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
 // dispatch Q4_K and Q6_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
 bool amx_i8_type(DType t);
+// Without AMX: the same integers and f32 epilogue on AVX2 (VPMADDUBSW), for every row count;
+// amx_i8_repacked_bytes is then non-zero and the matmul dispatches the repacked Q4_K / Q6_K here.
+bool i8_avx2_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,

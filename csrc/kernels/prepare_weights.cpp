@@ -73,8 +73,10 @@ TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
 
 bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute, bool amx,
                      PreparedWeights& out) {
+  // Without AMX, amx still repacks Q4_K and Q6_K for the AVX2 int8 kernels (not for bfloat16).
+  const bool i8_only = amx && !amx_available() && !bf16_compute && i8_avx2_available();
   amx = amx && amx_available();
-  if (!bf16_compute && !amx) return false;
+  if (!bf16_compute && !amx && !i8_only) return false;
   // Which matrices get a copy, and the work items: (matrix, first group) pieces of all of them.
   struct Job {
     TensorView* view;
@@ -89,7 +91,7 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
       check_bf16_compute(*v);
       bytes = bf16_compute_bytes(*v);
     } else {
-      bytes = amx_repacked_bytes(*v);
+      bytes = amx || amx_i8_type(v->type) ? amx_repacked_bytes(*v) : 0;
     }
     if (bytes == 0) continue;
     out.buffers.emplace_back(bytes);

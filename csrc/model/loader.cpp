@@ -675,7 +675,7 @@ std::shared_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     load_gguf(*model, *storage);
   }
   model->quantized_activations = options.quantized_activations;
-  const bool amx = options.amx && amx_default();
+  const bool amx = options.amx && repack_default();
   prepare_matrices(*model, *storage, dtype == "bfloat16", amx);
   model->storage = storage;
   return model;
