@@ -79,7 +79,13 @@ def main() -> None:
     path = args.model or str(ossa.models.resolve(ossa.models.DEFAULT_MODEL))
     core.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    kernel = "AMX" if core.amx_default() else "f32 kernels"
+    kernel = (
+        "AMX"
+        if core.amx_default()
+        else "AVX2 int8 (Q4_K, Q6_K) + f32"
+        if core.repack_default()
+        else "f32 kernels"
+    )
     print(f"matmul: {path}, {args.threads} threads; ossa's {kernel} vs torch {torch.__version__} (oneDNN)")
     print("GMAC/s (best of --reps); err: max |y - y64| / sum |x||w|")
     header = (

@@ -107,7 +107,9 @@ def main() -> None:
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
-    kernels = "AMX" if core.amx_default() else "f32"
+    kernels = (
+        "AMX" if core.amx_default() else "AVX2 int8 (Q4_K, Q6_K) + f32" if core.repack_default() else "f32"
+    )
     s = SHAPE
     print(f"synthetic qwen3moe: {s}; threads={args.threads}; ossa kernels: {kernels}")
     print(f"{'type':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")

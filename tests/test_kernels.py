@@ -20,7 +20,9 @@ QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
 # Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path).
 MORE = list(NEW_TYPES)
 FLOATS = ["F32", "F16", "BF16"]
-MODES = ["f32"] + (["amx"] if core.repack_default() else [])  # "amx": the repacked kernels (AMX, or AVX2 int8)
+MODES = ["f32"] + (
+    ["amx"] if core.repack_default() else []
+)  # "amx": the repacked kernels (AMX, or AVX2 int8)
 # AMX splits activations into bf16 hi + lo: 16 of 24 bits kept, so each product is off by at most
 # ~2^-16 of |x| |w| (measured max ~1.5e-5; f32 kernels ~1e-7).
 TOLERANCE = {"f32": 1e-6, "amx": 4e-5}
@@ -108,29 +110,34 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
-def test_q4k_int8_kernels_multiply_the_twins_split() -> None:
-    # Q4_K on AMX multiplies the activations' int8 pieces (reference.model.split_int8) exactly, in
-    # int32, then scales in f32: within f32 rounding of the product with the twin's split values,
-    # for a decode row (VNNI), a few rows and a prefill batch (int8 tiles), on activations whose
-    # blocks mix large and small magnitudes.
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+def test_int8_kernels_multiply_the_twins_split(type_name: str) -> None:
+    # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX)
+    # multiply the activations' int8 pieces (reference.model.split_int8) exactly, in int32, then
+    # scale in f32: within f32 rounding of the product with the twin's split values, for a decode
+    # row, every tail of the few-row kernels and a prefill batch, on activations whose blocks mix
+    # large and small magnitudes. Q4_K's minimums multiply the sums of the unsplit activations.
+    # (The f32 kernels are ~2e-6 off the split product here: the bound tells the two apart.)
     from ossa.reference.model import split_int8
 
     rows, cols = 40, 1024
-    raw, _ = make_weight("Q4_K", rows, cols, seed=21)
-    # dmin = 0: no minimums, whose term multiplies the sums of the unsplit activations.
-    raw = raw.reshape(rows, -1, 144).copy()
-    raw[:, :, 2:4] = 0
-    raw = raw.reshape(rows, -1)
-    w = dequantize(raw, QT.Q4_K).astype(np.float32).reshape(rows, cols)
+    raw, w = make_weight(type_name, rows, cols, seed=21)
+    w = w.astype(np.float64)
+    mins = np.zeros_like(w)
+    if type_name == "Q4_K":  # the weights with every quant 0 are the minimums -dmin m
+        zq = raw.reshape(rows, -1, 144).copy()
+        zq[:, :, 16:] = 0
+        mins = dequantize(zq.reshape(rows, -1), QT.Q4_K).astype(np.float64).reshape(rows, cols)
     rng = np.random.default_rng(22)
     x = (rng.standard_normal((40, cols)) * np.exp(2 * rng.standard_normal((40, cols)))).astype(np.float32)
     x[3, :32] = 0.0  # an all-zero block
     xs = split_int8(x)
-    ref = xs @ w.T.astype(np.float64)
-    scale = np.abs(xs) @ np.abs(w.T).astype(np.float64)
-    for n in (1, 3, 40):
-        y = run(raw, "Q4_K", rows, cols, x[:n], mode="amx")
-        assert np.max(np.abs(y - ref[:n]) / scale[:n]) < 1e-6
+    ref = xs @ (w - mins).T + x.astype(np.float64) @ mins.T
+    scale = np.abs(xs) @ np.abs(w - mins).T + np.abs(x.astype(np.float64)) @ np.abs(mins).T
+    full = run(raw, type_name, rows, cols, x, mode="amx")
+    assert np.max(np.abs(full - ref) / scale) < 1e-6
+    for n in (1, 2, 3, 4, 5, 7):  # alone and in every few-row tile: bitwise the batch's rows
+        np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], mode="amx"), full[:n])
     # The split itself is within 1 / (127 * 4096) (~1.9e-6) of each block's largest value, plus
     # float32 rounding.
     blocks = x.reshape(40, -1, 32).astype(np.float64)

@@ -1,7 +1,10 @@
 // prepare_weights: the load-time layouts of the matmul kernels' weights (see prepare_weights.h).
 #include "kernels/prepare_weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -19,9 +22,40 @@ constexpr std::align_val_t k_align{64};
 constexpr int64_t k_piece_groups = 16;  // 16-row groups per work item: 256 rows
 }  // namespace
 
-AlignedBytes::AlignedBytes(size_t n)
-    : p_(static_cast<uint8_t*>(::operator new(std::max<size_t>(n, 1), k_align))), n_(n) {}
-void AlignedBytes::Free::operator()(uint8_t* p) const noexcept { ::operator delete(p, k_align); }
+namespace {
+constexpr size_t k_huge = size_t{2} << 20;
+// n bytes (n >= k_huge) of anonymous memory at a 2 MiB boundary, advised for huge pages; returns
+// the mapping's size through `mapped`.
+uint8_t* map_huge(size_t n, size_t& mapped) {
+  mapped = (n + 4095) / 4096 * 4096;
+  void* p =
+      ::mmap(nullptr, mapped + k_huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t start = (at + k_huge - 1) / k_huge * k_huge;
+  if (start > at) ::munmap(p, start - at);
+  const uintptr_t end = at + mapped + k_huge;
+  if (end > start + mapped) ::munmap(reinterpret_cast<void*>(start + mapped), end - start - mapped);
+  ::madvise(reinterpret_cast<void*>(start), mapped, MADV_HUGEPAGE);  // advice only: may fail
+  return reinterpret_cast<uint8_t*>(start);
+}
+}  // namespace
+
+AlignedBytes::AlignedBytes(size_t n) : p_(nullptr, Free{0}), n_(n) {
+  if (n >= k_huge) {
+    size_t mapped = 0;
+    p_.reset(map_huge(n, mapped));
+    p_.get_deleter().mapped = mapped;
+    return;
+  }
+  p_.reset(static_cast<uint8_t*>(::operator new(std::max<size_t>(n, 1), k_align)));
+}
+void AlignedBytes::Free::operator()(uint8_t* p) const noexcept {
+  if (mapped != 0)
+    ::munmap(p, mapped);
+  else
+    ::operator delete(p, k_align);
+}
 
 size_t bf16_compute_bytes(const TensorView& w) {
   return static_cast<size_t>((w.rows + 15) / 16 * 16 * w.cols * 2);  // tiles: rows rounded up to 16

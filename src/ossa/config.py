@@ -103,8 +103,9 @@ class EngineArgs:
         num_threads: kernel threads (default: all cores).
         backend: ``"cpp"`` (the C++ engine) or ``"python"`` (the ``ossa.reference`` twins; slow).
         scheduling_policy: ``"fcfs"`` or ``"priority"``.
-        amx: multiply on the AMX kernels where the CPU has them (``OSSA_AMX=0`` in the environment
-            turns them off everywhere); False: the exact f32 kernels, what a CPU without AMX runs.
+        amx: the repacked kernels: AMX where the CPU has it; on AVX2 CPUs without AMX, Q4_K and
+            Q6_K matrices on the int8 kernels (the AMX / VNNI numerics). ``OSSA_AMX=0`` in the
+            environment turns them off everywhere; False: the exact f32 kernels for every matrix.
         quantized_activations: quantized weights multiply activations rounded to 8-bit blocks
             (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
         speculative_config: speculative decoding (vLLM's dict, or its JSON text):
