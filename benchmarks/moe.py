@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forward import bench_dir, llama_speed_isolated, ossa_speed  # noqa: E402
+from forward import bench_dir, speed_isolated  # noqa: E402
 
 SHAPE = dict(n_embd=768, n_layer=8, n_head=12, n_head_kv=4, head_dim=64, n_expert=32, n_expert_used=8,
              n_ff_expert=256)  # fmt: skip
@@ -115,11 +115,12 @@ def main() -> None:
     print(f"{'type':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
     for t in args.types.split(","):
         path = build(bench_dir() / f"qwen3moe-synthetic-{t}.gguf", t, default)
-        o = ossa_speed(path, args.threads, args.decode_steps)
-        ll = llama_speed_isolated(path, args.threads, args.decode_steps) or {}
+        # Each engine in its own process with its own environment (forward.speed_isolated).
+        o = speed_isolated("ossa", path, args.threads, args.decode_steps, False)
+        ll = speed_isolated("llama", path, args.threads, args.decode_steps, False)
         for phase in ("prefill 128", "prefill 512", "decode"):
-            peer = ll.get(phase, float("nan"))
-            print(f"{t:6} {phase:12} {o[phase]:11.1f} {peer:10.1f} {o[phase] / peer:6.2f}")
+            mine, peer = o.get(phase, float("nan")), ll.get(phase, float("nan"))
+            print(f"{t:6} {phase:12} {mine:11.1f} {peer:10.1f} {mine / peer:6.2f}")
 
 
 if __name__ == "__main__":

@@ -206,3 +206,31 @@ def test_twin_greedy_ties_and_signed_zeros() -> None:
     tokens = run_core(logits, rows, [])[0]
     assert list(tokens) == [17, 4000, vocab - 1, 0]
     assert_same(logits, rows, [])
+
+
+@pytest.mark.parametrize("penalty", [1.1754943508222875e-38, 1e-30, 1e-3, 1e3, 1e30, 3.4028234663852886e38])
+def test_twin_extreme_repetition_penalty(penalty: float) -> None:
+    """A penalty at either end of float32's range pushes logits to the finite limits, never to inf
+    (whose weights would be NaN): both sides sample the same finite distribution."""
+    g = np.random.default_rng(11)
+    vocab = 500
+    logits = random_logits(g, 40, vocab)
+    rows = []
+    for i in range(40):
+        sp = SamplingParams(temperature=[0.0, 0.7, 1.5][i % 3], top_p=[1.0, 0.9][i % 2],
+                            top_k=[-1, 50][(i // 2) % 2], repetition_penalty=penalty, logprobs=3)  # fmt: skip
+        history = [int(t) for t in g.integers(0, vocab, size=40)]
+        rows.append(ref.RowInput(sp.to_reference(), history[:20], history[20:], seed=i, step=20))
+    got = ref.sample(logits, rows)
+    assert all(0 <= w.token < vocab for w in got)
+    assert_same(logits, rows, [])
+
+
+@pytest.mark.parametrize("penalty", [5e-324, 1e-39, 0.0, 3.5e38, math.inf, math.nan])
+def test_repetition_penalty_outside_float32_refused(penalty: float) -> None:
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        SamplingParams(repetition_penalty=penalty)
+    p = core.SamplingParams()
+    p.repetition_penalty = penalty
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        core.Sampler().sample(np.zeros((1, 8), np.float32), [p], [[]], [[1]], [0], [0], [0])

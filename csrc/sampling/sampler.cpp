@@ -355,7 +355,11 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
           check_id(row, "the token history", id, vocab);
           if (s.seen[id] == s.stamp) continue;
           s.seen[id] = s.stamp;
-          work[id] = work[id] > 0.0f ? work[id] / penalty : work[id] * penalty;
+          // Clamped to the finite range: a small penalty must not turn a logit into inf (whose
+          // weights would be NaN); -inf (masked) stays -inf.
+          const float v = work[id];
+          work[id] = v > 0.0f ? std::min(v / penalty, k_max_logit)
+                              : (v == -k_inf ? v : std::max(v * penalty, -k_max_logit));
         }
     }
     if (penalise) {
@@ -504,8 +508,12 @@ void validate_sampling_params(const SamplingParams& p, int vocab) {
   if (p.top_k < -1 || p.top_k == 0) fail("top_k", "-1 (off) or >= 1", p.top_k);
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) fail("top_p", "in (0, 1]", p.top_p);
   if (!(p.min_p >= 0.0 && p.min_p <= 1.0)) fail("min_p", "in [0, 1]", p.min_p);
-  if (!(p.repetition_penalty > 0.0) || std::isinf(p.repetition_penalty))
-    fail("repetition_penalty", "finite and > 0", p.repetition_penalty);
+  // Applied in float32: the value must be a normal float32 (a smaller one rounds to 0 or loses
+  // precision, a larger one to inf).
+  if (!(p.repetition_penalty >= double(std::numeric_limits<float>::min()) &&
+        p.repetition_penalty <= double(k_max_logit)))
+    fail("repetition_penalty", "in [1.18e-38, 3.4e38] (a normal float32 > 0)",
+         p.repetition_penalty);
   if (!(p.frequency_penalty >= -2.0 && p.frequency_penalty <= 2.0))
     fail("frequency_penalty", "in [-2, 2]", p.frequency_penalty);
   if (!(p.presence_penalty >= -2.0 && p.presence_penalty <= 2.0))

@@ -27,6 +27,7 @@
 namespace ossa::sampler_kernels {
 
 constexpr float k_inf = std::numeric_limits<float>::infinity();
+constexpr float k_max_logit = std::numeric_limits<float>::max();  // the largest finite logit
 constexpr int k_chunk = 1024;  // ids per chunk of a vocabulary-wide sum
 constexpr int k_lanes = 8;     // lanes per chunk: lane = id % 8
 // GCC/Clang vector types of the machine's native width (64 bytes with AVX-512, else 32: wider

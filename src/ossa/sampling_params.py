@@ -10,6 +10,8 @@ from typing import Any
 from .structured import StructuredOutputsParams
 
 MAX_LOGPROBS = 20  # the C++ sampler's k_max_logprobs
+_F32_MAX = 3.4028234663852886e38  # float32's largest finite value and smallest normal one
+_F32_MIN_NORMAL = 1.1754943508222875e-38
 _U64 = 1 << 64
 _I32_MAX = (1 << 31) - 1  # the C++ engine's int32 fields
 
@@ -94,8 +96,10 @@ class SamplingParams:
             if not lo <= v <= hi:
                 raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
         rp = _number("repetition_penalty", self.repetition_penalty)
-        if not 0.0 < rp < math.inf:
-            raise ValueError(f"repetition_penalty must be finite and > 0, got {rp}")
+        if not _F32_MIN_NORMAL <= rp <= _F32_MAX:  # the sampler applies it in float32
+            raise ValueError(
+                f"repetition_penalty must be in [1.18e-38, 3.4e38] (a normal float32 > 0), got {rp}"
+            )
         t = _number("temperature", self.temperature)
         if not 0.0 <= t < math.inf:
             raise ValueError(f"temperature must be finite and >= 0, got {t}")

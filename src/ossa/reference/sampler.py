@@ -35,6 +35,8 @@ MAX_LOGPROBS = 20
 GREEDY_TEMPERATURE = 1e-5
 CHUNK = 1024
 LANES = 8
+F32_MAX = np.float32(np.finfo(np.float32).max)  # the largest finite logit
+F32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 
 _LOG2E = 1.4426950408889634
 _SHIFTER = 6755399441055744.0  # 1.5 * 2**52
@@ -152,8 +154,8 @@ def validate(p: SamplerParams, vocab: int) -> None:
         fail("top_p", "in (0, 1]", p.top_p)
     if not (0.0 <= p.min_p <= 1.0):
         fail("min_p", "in [0, 1]", p.min_p)
-    if not (p.repetition_penalty > 0.0) or math.isinf(p.repetition_penalty):
-        fail("repetition_penalty", "finite and > 0", p.repetition_penalty)
+    if not (F32_MIN_NORMAL <= p.repetition_penalty <= F32_MAX):  # applied in float32
+        fail("repetition_penalty", "in [1.18e-38, 3.4e38] (a normal float32 > 0)", p.repetition_penalty)
     if not (-2.0 <= p.frequency_penalty <= 2.0):
         fail("frequency_penalty", "in [-2, 2]", p.frequency_penalty)
     if not (-2.0 <= p.presence_penalty <= 2.0):
@@ -234,8 +236,13 @@ def sample_row(row: int, raw: np.ndarray, r: RowInput) -> SampleResult:
         penalty = f32(p.repetition_penalty)
         history = list(r.prompt_token_ids) + list(r.output_token_ids)
         _check_ids(row, "the token history", history, vocab)
-        for i in dict.fromkeys(history):
-            x[i] = x[i] / penalty if x[i] > 0 else x[i] * penalty
+        with np.errstate(over="ignore"):  # an overflow is clamped
+            for i in dict.fromkeys(history):
+                # clamped to the finite range (no inf whose weight is NaN); -inf (masked) stays -inf
+                if x[i] > 0:
+                    x[i] = min(x[i] / penalty, F32_MAX)
+                elif x[i] != -np.inf:
+                    x[i] = max(x[i] * penalty, -F32_MAX)
     if p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
         _check_ids(row, "output_token_ids", r.output_token_ids, vocab)
         counts: dict[int, int] = {}
