@@ -93,6 +93,15 @@ ItemShape item_shape(bool amx, bool bf16c) {
                : ItemShape{k_amx_out_chunk, k_amx_row_block};
 }
 
+// Items a thread claims at a time: runs of neighbouring items, so each thread streams one
+// contiguous stretch of the weights (what its hardware prefetcher follows) instead of every other
+// 16-row item, while each thread still gets about 4 claims for balance. 1B Q4_K_M one-row products
+// from DRAM, 2 threads: 13.7 GB/s item by item, 22.4 GB/s in runs of 64. Which thread computes an
+// item never changes its result.
+int64_t claim_grain(int64_t n_items, int threads) {
+  return std::clamp<int64_t>(n_items / (4 * int64_t{threads}), 1, 64);
+}
+
 // True when this weight goes through the AMX kernels for these activations: it was repacked at
 // load (its model was loaded with amx on), and the activations are not 8-bit blocks, which only the
 // f32-side kernels take (weights rounded to bf16 exist only as tiles when packed: always AMX).
@@ -383,7 +392,8 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const TensorView* ws[k_max_targets];
   for (int t = 0; t < n_targets; ++t) ws[t] = targets[t].w;
   const KQuantRows kq = prepare_kquant(ws, n_targets, xin, threads);
-  parallel_for(n_row_blocks * chunks_per_block, 1, threads, [&](int64_t begin, int64_t end, int) {
+  const int64_t n_items = n_row_blocks * chunks_per_block, grain = claim_grain(n_items, threads);
+  parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
       int t = 0;
@@ -433,7 +443,8 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
                                        out_chunk % 32 == 0 && gate.rows % 32 == 0));
   const int64_t tile_steps =
       gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
-  parallel_for(n_row_blocks * n_chunks, 1, threads, [&](int64_t begin, int64_t end, int) {
+  const int64_t n_items = n_row_blocks * n_chunks, grain = claim_grain(n_items, threads);
+  parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int) {
     thread_local AlignedVector<float> scratch;
     const int64_t need = 2 * row_block * out_chunk;
     if (static_cast<int64_t>(scratch.size()) < need)
