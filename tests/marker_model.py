@@ -10,12 +10,11 @@ MARKERS = ["<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"]
 
 
 def make_marker_model(out: str, default_model_path: str) -> str:
+    import hf_gguf
     from tiny_models import make_hf_model
-    from transformers import AutoTokenizer
 
     if not os.path.exists(os.path.join(out, "model.safetensors")):
-        folder, file = os.path.split(default_model_path)
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+        tok = hf_gguf.tokenizer(default_model_path)  # a copy: the tokens added here stay in it
         tok.add_special_tokens({"additional_special_tokens": MARKERS})  # type: ignore[dict-item]
         tok.save_pretrained(out)
         make_hf_model(

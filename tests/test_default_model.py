@@ -7,9 +7,9 @@ and the same argmax at every position."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+import hf_gguf
 import numpy as np
 import pytest
 from tiny_models import greedy
@@ -29,10 +29,7 @@ def model(default_model_path: str) -> Any:
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_path: str) -> Any:
-    import transformers
-
-    folder, name = os.path.split(default_model_path)
-    return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return hf_gguf.tokenizer(default_model_path)
 
 
 def test_logits_match_twin(model: Any, tokenizer: Any, default_model_path: str) -> None:
@@ -48,11 +45,9 @@ def test_logits_match_twin(model: Any, tokenizer: Any, default_model_path: str) 
 
 def test_greedy_matches_transformers(model: Any, tokenizer: Any, default_model_path: str) -> None:
     import torch
-    import transformers
 
-    folder, name = os.path.split(default_model_path)
     prompt = tokenizer(PROMPT)["input_ids"]
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    hf = hf_gguf.causal_lm(default_model_path)
     with torch.no_grad():
         ids = torch.tensor([prompt])
         out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_NEW, do_sample=False)

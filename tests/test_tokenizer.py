@@ -19,6 +19,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+import hf_gguf
 import pytest
 
 from ossa.tokenizer import Tokenizer
@@ -55,10 +56,7 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
 
     assets = _assets()
     if name == "smollm2":
-        from transformers import AutoTokenizer
-
-        folder, file = os.path.split(gguf_path)
-        hf = AutoTokenizer.from_pretrained(folder, gguf_file=file).backend_tokenizer
+        hf = hf_gguf.tokenizer(gguf_path).backend_tokenizer
         # SmolLM2's vocabulary lacks a few control bytes (e.g. 0x1D): HF drops them too.
         path, lossless = gguf_path, False
     elif name == "mistral":
@@ -216,10 +214,7 @@ def test_streaming_never_splits_characters(default_model_path: str) -> None:
 
 
 def test_chat_template_matches_transformers(default_model_path: str) -> None:
-    from transformers import AutoTokenizer
-
-    folder, file = os.path.split(default_model_path)
-    hf = AutoTokenizer.from_pretrained(folder, gguf_file=file)
+    hf = hf_gguf.tokenizer(default_model_path)
     tok = load_vocab("smollm2", default_model_path).cpp
     messages = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
                 {"role": "user", "content": "What's 2+2?"}]  # fmt: skip
