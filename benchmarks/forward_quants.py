@@ -209,7 +209,11 @@ def main() -> None:
         base = forward.requantize(default, d / "smollm2-135m-F16.gguf", "F16")
         stem = "smollm2-135m"
     kernels = (
-        "AMX" if core.amx_default() else "AVX2 int8 (Q4_K, Q6_K) + f32" if core.repack_default() else "f32"
+        "AMX"
+        if core.amx_default()
+        else "AVX2 int8 (Q4_K, Q6_K, Q8_0) + f32"
+        if core.repack_default()
+        else "f32"
     )
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"ossa kernels: {kernels}; threads={args.threads}; base {os.path.basename(base)}; load {load}")

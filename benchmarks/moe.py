@@ -108,7 +108,11 @@ def main() -> None:
 
     default = models.resolve("smollm2-135m")
     kernels = (
-        "AMX" if core.amx_default() else "AVX2 int8 (Q4_K, Q6_K) + f32" if core.repack_default() else "f32"
+        "AMX"
+        if core.amx_default()
+        else "AVX2 int8 (Q4_K, Q6_K, Q8_0) + f32"
+        if core.repack_default()
+        else "f32"
     )
     s = SHAPE
     print(f"synthetic qwen3moe: {s}; threads={args.threads}; ossa kernels: {kernels}")

@@ -3,7 +3,8 @@ their batch invariance: a row's result is bitwise the same alone, inside any til
 
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K/Q6_K for int8 tiles and VNNI;
-F16/F32 and the newer types stay on the f32 kernels)."""
+F16/F32 and the newer types stay on the f32 kernels), or without AMX the AVX2 int8 kernels (Q4_K,
+Q6_K, Q8_0; the rest on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -109,19 +110,30 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
+# Q8_0 joins the int8 kernels only where there is no AMX (on AMX it keeps the bf16 tiles).
+INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0"] if core.i8_avx2_available() else [])
+
+
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("type_name", INT8_TYPES)
 def test_int8_kernels_multiply_the_twins_split(type_name: str) -> None:
-    # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX)
-    # multiply the activations' int8 pieces (reference.model.split_int8) exactly, in int32, then
-    # scale in f32: within f32 rounding of the product with the twin's split values, for a decode
-    # row, every tail of the few-row kernels and a prefill batch, on activations whose blocks mix
-    # large and small magnitudes. Q4_K's minimums multiply the sums of the unsplit activations.
+    # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX), and
+    # Q8_0 on AVX2, multiply the activations' int8 pieces (reference.model.split_int8) exactly, in
+    # int32, then scale in f32: within f32 rounding of the product with the twin's split values,
+    # for a decode row, every tail of the few-row kernels and a prefill batch, on activations whose
+    # blocks mix large and small magnitudes. Q4_K's minimums multiply the sums of the unsplit
+    # activations. Q8_0's quants take every int8 value, -128 included.
     # (The f32 kernels are ~2e-6 off the split product here: the bound tells the two apart.)
     from ossa.reference.model import split_int8
 
     rows, cols = 40, 1024
     raw, w = make_weight(type_name, rows, cols, seed=21)
+    if type_name == "Q8_0":  # d (2 bytes) then 32 int8 quants per block: random bytes, all of them
+        blocks = raw.reshape(rows, -1, 34).copy()
+        blocks[:, :, 2:] = np.random.default_rng(23).integers(0, 256, blocks[:, :, 2:].shape, dtype=np.uint8)
+        blocks[0, 0, 2:] = 0x80  # a block of -128 only
+        raw = blocks.reshape(rows, -1)
+        w = dequantize(raw, QT.Q8_0).astype(np.float32).reshape(rows, cols)
     w = w.astype(np.float64)
     mins = np.zeros_like(w)
     if type_name == "Q4_K":  # the weights with every quant 0 are the minimums -dmin m

@@ -136,14 +136,16 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 
 // Which activation layouts the AMX weights of a call read: bf16 tiles (bfloat16 compute), the bf16
 // hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K and Q6_K per 32 values, Q2_K per
-// 64).
+// 64; Q8_0 on AVX2 as int16).
 struct AmxNeeds {
-  bool any = false, bf16c = false, split = false, i8 = false, q23k = false;
+  bool any = false, bf16c = false, split = false, i8 = false, i16 = false, q23k = false;
   void add(const TensorView& w, const MatmulInput& x) {
     if (!uses_amx(w, x)) return;
     any = true;
     if (w.bf16_compute)
       bf16c = true;
+    else if (amx_i8_type(w.type) && w.type == DType::Q8_0)
+      i16 = true;
     else if (amx_i8_type(w.type))
       i8 = true;
     else if (amx_q23k_type(w.type))
@@ -156,6 +158,7 @@ struct AmxNeeds {
 thread_local AlignedVector<int8_t> t_i8;
 thread_local AlignedVector<float> t_i8_scale, t_i8_sum;
 thread_local AlignedVector<int32_t> t_i8_isum16;
+thread_local AlignedVector<int16_t> t_i16;
 thread_local AlignedVector<int8_t> t_q23k;
 thread_local AlignedVector<float> t_q23k_scale, t_q23k_xs;
 
@@ -174,7 +177,8 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   uint16_t* tiles = tiles_needed ? grow(t_split, n_blocks * (bf16c ? 16 : 32) * x.cols) : nullptr;
   float* sums = need.split && !bf16c ? grow(t_block_sum, x.n_rows * steps) : nullptr;
   int8_t* i8 = need.i8 ? grow(t_i8, n_blocks * 16 * 3 * x.cols) : nullptr;
-  float* i8_scale = need.i8 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
+  int16_t* i16 = need.i16 ? grow(t_i16, x.n_rows * 2 * x.cols) : nullptr;
+  float* i8_scale = need.i8 || need.i16 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
   float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
   int32_t* i8_isum16 = need.i8 ? grow(t_i8_isum16, x.n_rows * 2 * steps) : nullptr;
   int8_t* q23k = need.q23k ? grow(t_q23k, n_blocks * 16 * 3 * x.cols) : nullptr;
@@ -188,6 +192,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
       else if (need.split)
         amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
       if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16);
+      if (need.i16) i8_avx2_split_rows16(x.f32, x.cols, r0, r1, i16, i8_scale);
       if (need.q23k) amx_q23k_split_rows(x.f32, x.cols, r0, r1, q23k, q23k_scale, q23k_xs);
     }
   };
@@ -201,6 +206,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   out.i8_scale = i8_scale;
   out.i8_sum = i8_sum;
   out.i8_isum16 = i8_isum16;
+  out.i16 = i16;
   out.q23k = q23k;
   out.q23k_scale = q23k_scale;
   out.q23k_xs = q23k_xs;

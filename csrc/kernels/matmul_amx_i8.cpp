@@ -36,6 +36,17 @@
 // s = d * sc and dmin * m (f32 products, the same in both). Q6_K, 3,392 bytes (the file's 3,360 and
 // 32 of padding): per block the low nibbles of u likewise and their high 2 bits (384 bytes), then
 // the int8 scales [b][h][n] and the f16 d of the rows. Rows past the matrix are zero.
+//
+// Q8_0, on AVX2 builds only (an AMX machine keeps Q8_0 on matmul_amx.cpp's bf16 tiles): w = d * q
+// per 32 values, q any int8 (-128 included). The same pieces, held as int16 (a0, and a12 = 16 a1 +
+// a2 with |a12| <= 1032; i8_avx2_split_rows16) multiply the sign-extended quants by VPMADDWD into
+// int32 pair sums, which cannot overflow, so D = 2^11 (q . a0) + (q . a12) is exact as above
+// (|D| <= 32 * 128 * (2^11 * 127 + 1032) < 2^31) and acc = fma(f32(D), d[n] * (2^-11 d[r][b]),
+// acc), blocks in order. (VPMADDUBSW's unsigned x signed bytes would need the quants' signs moved
+// onto the broadcast pieces lane by lane and int16 sums widened after each step: more instructions
+// than VPMADDWD's 2 pieces.) Layout per group of 16 rows and block of 32 columns, 544 bytes (the
+// file's 16 x 34): byte [h][p][n][i] = q[8 h + n][2 p + i] (h < 2, p < 16, n < 8, i < 2), so one
+// 16-byte load widened by VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows, then the rows' f16 d.
 #include <algorithm>
 #include <cstring>
 
@@ -71,10 +82,21 @@ constexpr int64_t k6_sb_bytes = 3392, k6_sc_at = 3072, k6_d_at = 3328, k6_pad_at
 // Bytes of one group of 16 weight rows (group g starts at g times this), of one block's quants
 // and of one super-block (the scales follow the 8 blocks).
 int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes; }
-int64_t group_bytes(DType t, int64_t cols) { return cols / 256 * sb_bytes(t); }
+// Q8_0 (AVX2 builds only), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
+// half h of 8 rows), then the rows' f16 d: the file's 16 x 34 bytes.
+constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
+int64_t group_bytes(DType t, int64_t cols) {
+  if (t == DType::Q8_0) return cols / 32 * k8_block_bytes;
+  return cols / 256 * sb_bytes(t);
+}
 }  // namespace
 
-bool amx_i8_type(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+bool amx_i8_type(DType t) {
+#if defined(OSSA_HAVE_I8_AVX2)
+  if (t == DType::Q8_0) return true;  // on AMX machines Q8_0 stays on the bf16 tiles
+#endif
+  return t == DType::Q4_K || t == DType::Q6_K;
+}
 
 bool i8_avx2_available() {
 #if defined(OSSA_HAVE_I8_AVX2)
@@ -88,7 +110,7 @@ size_t amx_i8_repacked_bytes(const TensorView& w) {
 #if !defined(OSSA_HAVE_AMX_I8) && !defined(OSSA_HAVE_I8_AVX2)
   if (w.cols >= 0) return 0;  // Q4_K and Q6_K keep the f32 kernels
 #endif
-  if (!amx_i8_type(w.type) || w.cols % 256 != 0) return 0;
+  if (!amx_i8_type(w.type) || w.cols % (w.type == DType::Q8_0 ? 32 : 256) != 0) return 0;
   return static_cast<size_t>((w.rows + 15) / 16 * group_bytes(w.type, w.cols));
 }
 
@@ -193,10 +215,30 @@ void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_en
   }
 }
 
+// Q8_0: byte [h][p][n][i] of a block is q[8 h + n][2 p + i], so one 16-byte load widened by
+// VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows as int16 pairs; the f16 d of the 16 rows follow.
+void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nb * k8_block_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k8_block_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockQ8_0* row = reinterpret_cast<const BlockQ8_0*>(w.row(g * 16 + n));
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = group + b * k8_block_bytes;
+        uint8_t* q = blk + 256 * (n / 8) + 2 * (n % 8);
+        for (int p = 0; p < 16; ++p) std::memcpy(q + 16 * p, row[b].qs + 2 * p, 2);
+        std::memcpy(blk + k8_d_at + 2 * n, &row[b].d, 2);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
+  if (w.type == DType::Q8_0) return repack_q8_0(w, out, g_begin, g_end);
   if (w.type == DType::Q6_K) return repack_q6k(w, out, g_begin, g_end);
   repack_q4k(w, out, g_begin, g_end);
 }
@@ -841,40 +883,128 @@ void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
+// c + VPMADDWD(w, a), kept one chain: the empty asm hides c's value from the compiler, which would
+// otherwise reassociate the unrolled int32 adds into trees holding every product live (spills).
+inline __m256i madd_chain(__m256i c, __m256i w, __m256i a) {
+  c = _mm256_add_epi32(c, _mm256_madd_epi16(w, a));
+  __asm__("" : "+v"(c));
+  return c;
+}
+
+// Q8_0: R activation rows by the 16 weight rows of a packed group. Per block and half h of 8 rows,
+// D = 2^11 (q . a0) + (q . a12), a12 = 16 a1 + a2 (int16, |a12| <= 1032), from VPMADDWD of the
+// sign-extended quants (2 columns of 8 rows a vector) with broadcast int16 pairs of the pieces:
+// |q . a0| <= 32 * 128 * 127 and |q . a12| <= 32 * 128 * 1032 in int32, |D| < 2^31. Then
+// acc = fma(f32(D), d * (2^-11 scale), acc), blocks in order.
+template <int R>
+void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                     int64_t ldy, int64_t o0, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const int16_t* a[R];
+  const float* scale[R];
+  for (int j = 0; j < R; ++j) {
+    a[j] = x.i16 + (r0 + j) * nb * 64;
+    scale[j] = x.i8_scale + (r0 + j) * nb;
+  }
+  __m256 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * k8_block_bytes;
+    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k8_block_bytes);
+    for (int l = 0; l < 9; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    // Both halves per broadcast where the int32 sums fit the registers (R <= 2), else one half at
+    // a time (integer sums: the same D either way).
+    constexpr int H = R <= 2 ? 2 : 1;
+    const int8_t* ab[R];  // the block's a0 pairs (a12's 64 bytes on)
+    for (int j = 0; j < R; ++j) {
+      ab[j] = reinterpret_cast<const int8_t*>(a[j] + b * 64);
+      // Opaque: else GCC makes each of the 32 addresses an induction variable of its own (spills).
+      __asm__("" : "+r"(ab[j]));
+    }
+    for (int h0 = 0; h0 < 2; h0 += H) {
+      __m256i c0[R][H], c12[R][H];
+      for (int j = 0; j < R; ++j)
+        for (int h = 0; h < H; ++h) c0[j][h] = c12[j][h] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) {
+        __m256i wv[H];
+        for (int h = 0; h < H; ++h)
+          wv[h] = _mm256_cvtepi8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 256 * (h0 + h) + 16 * p)));
+        for (int j = 0; j < R; ++j) {
+          const __m256i p0 = bcast4(ab[j] + 4 * p), p12 = bcast4(ab[j] + 64 + 4 * p);
+          for (int h = 0; h < H; ++h) {
+            c0[j][h] = madd_chain(c0[j][h], wv[h], p0);
+            c12[j][h] = madd_chain(c12[j][h], wv[h], p12);
+          }
+        }
+      }
+      for (int h = 0; h < H; ++h) {
+        const __m256 d = f16x8(blk + k8_d_at + 16 * (h0 + h));
+        for (int j = 0; j < R; ++j) {
+          const __m256i dd = _mm256_add_epi32(_mm256_slli_epi32(c0[j][h], 11), c12[j][h]);
+          acc[j][h0 + h] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(d, _mm256_set1_ps(scale[j][b])),
+                              acc[j][h0 + h]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-constexpr Avx2Group k_avx2_groups[2][4] = {
+constexpr Avx2Group k_avx2_groups[3][4] = {
     {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
-    {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>}};
+    {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
+    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>}};
+
+// One block of 32 values of a row split into the pieces (amx_i8_split_rows' steps): the values v,
+// max |v| and a0, a1, a2 as int32 lanes, 8 values a vector.
+struct BlockPieces {
+  __m256 v[4];
+  float mx;
+  __m256i q[3][4];
+};
+inline void split_block(const float* p, BlockPieces& o) {
+  constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int i = 0; i < 4; ++i) o.v[i] = _mm256_loadu_ps(p + 8 * i);
+  o.mx = hmax8(_mm256_max_ps(
+      _mm256_max_ps(_mm256_and_ps(o.v[0], abs_mask), _mm256_and_ps(o.v[1], abs_mask)),
+      _mm256_max_ps(_mm256_and_ps(o.v[2], abs_mask), _mm256_and_ps(o.v[3], abs_mask))));
+  const __m256 inv = _mm256_set1_ps(o.mx > 0.0f ? 127.0f / o.mx : 0.0f);
+  for (int i = 0; i < 4; ++i) {
+    const __m256 yv = _mm256_mul_ps(o.v[i], inv);
+    const __m256 a0 = _mm256_round_ps(yv, k_rint);
+    const __m256 r1 = _mm256_mul_ps(_mm256_sub_ps(yv, a0), _mm256_set1_ps(128.0f));  // exact
+    const __m256 a1 = _mm256_round_ps(r1, k_rint);
+    const __m256 a2 =
+        _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(r1, a1), _mm256_set1_ps(16.0f)), k_rint);
+    o.q[0][i] = _mm256_cvtps_epi32(a0);
+    o.q[1][i] = _mm256_cvtps_epi32(a1);
+    o.q[2][i] = _mm256_cvtps_epi32(a2);
+  }
+}
+
+// 16 int32 lanes of int16 values (2 vectors of 8) -> 16 int16 in order.
+inline __m256i pack_i16(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+}
 
 }  // namespace
 
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
                        float* scale, float* sum, int32_t* isum16) {
-  constexpr int k_rint = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const int64_t nb = cols / 32;
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      const float* p = x + r * cols + 32 * b;
-      const __m256 v[4] = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), _mm256_loadu_ps(p + 16),
-                           _mm256_loadu_ps(p + 24)};
-      const float mx = hmax8(_mm256_max_ps(
-          _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-          _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask))));
-      const __m256 inv = _mm256_set1_ps(mx > 0.0f ? 127.0f / mx : 0.0f);
-      __m256i q[3][4];
-      for (int i = 0; i < 4; ++i) {
-        const __m256 yv = _mm256_mul_ps(v[i], inv);
-        const __m256 a0 = _mm256_round_ps(yv, k_rint);
-        const __m256 r1 = _mm256_mul_ps(_mm256_sub_ps(yv, a0), _mm256_set1_ps(128.0f));  // exact
-        const __m256 a1 = _mm256_round_ps(r1, k_rint);
-        const __m256 a2 =
-            _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(r1, a1), _mm256_set1_ps(16.0f)), k_rint);
-        q[0][i] = _mm256_cvtps_epi32(a0);
-        q[1][i] = _mm256_cvtps_epi32(a1);
-        q[2][i] = _mm256_cvtps_epi32(a2);
-      }
+      BlockPieces bp;
+      split_block(x + r * cols + 32 * b, bp);
+      const auto& q = bp.q;
+      const __m256* v = bp.v;
       int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
       int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
       int8_t* dst[3] = {t0, t12, t12 + 32};
@@ -890,17 +1020,39 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
                                                     q[2][i]));
         isum16[r * 2 * nb + 2 * b + h] = hsum8_epi32(whole);
       }
-      scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
+      scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
       // _mm512_reduce_add_ps(v0 + v1)'s grouping: lanes i and i + 16, then i + 8, i + 4, ...
       sum[r * nb + b] = hsum8(_mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[0], v[2])));
     }
   }
 }
 
+void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
+                          int16_t* pieces, float* scale) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockPieces bp;
+      split_block(x + r * cols + 32 * b, bp);
+      int16_t* out = pieces + (r * nb + b) * 64;
+      for (int i = 0; i < 4; i += 2) {
+        const __m256i a12[2] = {
+            _mm256_add_epi32(_mm256_slli_epi32(bp.q[1][i], 4), bp.q[2][i]),
+            _mm256_add_epi32(_mm256_slli_epi32(bp.q[1][i + 1], 4), bp.q[2][i + 1])};
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * i),
+                            pack_i16(bp.q[0][i], bp.q[0][i + 1]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 + 8 * i), pack_i16(a12[0], a12[1]));
+      }
+      scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // amx_i8_split_rows' scale
+    }
+  }
+}
+
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
-  const Avx2Group* fns = k_avx2_groups[w.type == DType::Q6_K ? 1 : 0];
+  const bool q8 = w.type == DType::Q8_0;
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));
+  const Avx2Group* fns = k_avx2_groups[q8 ? 2 : w.type == DType::Q6_K ? 1 : 0];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)
@@ -918,6 +1070,12 @@ void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, 
   throw ModelError("amx int8 matmul: not built");
 }
 
+#endif
+
+#if !defined(OSSA_HAVE_I8_AVX2)
+void i8_avx2_split_rows16(const float*, int64_t, int64_t, int64_t, int16_t*, float*) {
+  throw ModelError("AVX2 int8 Q8_0 matmul: not built");
+}
 #endif
 
 }  // namespace ossa

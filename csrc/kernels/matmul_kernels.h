@@ -92,6 +92,9 @@ struct AmxActivations {
   // Q6_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps
   // + j].
   const int32_t* i8_isum16 = nullptr;
+  // Q8_0 on AVX2 (matmul_amx_i8.cpp, i8_avx2_split_rows16): the same pieces of each 32 values as
+  // int16, a0 then a12 = 16 a1 + a2, at i16 + (row * steps + b) * 64; the scale is i8_scale's.
+  const int16_t* i16 = nullptr;
   // Q2_K, Q3_K (matmul_amx_q23k.cpp): the same pieces per 64 values, per 16-row block mb and
   // 64-column step b 3,072 bytes at q23k + (mb * steps64 + b) * 3072 (the a0, a1, a2 tiles, 16 rows
   // x 64 bytes each); q23k_scale[row * steps64 + b] the step's scale, q23k_xs[row * cols / 16 + g]
@@ -127,11 +130,15 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 bool amx_i8_type(DType t);
 // Without AMX: the same integers and f32 epilogue on AVX2 (VPMADDUBSW), for every row count;
 // amx_i8_repacked_bytes is then non-zero and the matmul dispatches the repacked Q4_K / Q6_K here.
+// There (only: AMX machines keep Q8_0 on the bf16 tiles) amx_i8_type(Q8_0) is true as well: Q8_0
+// multiplies the same pieces as int16 (a0 and 16 a1 + a2, i8_avx2_split_rows16) by VPMADDWD.
 bool i8_avx2_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
                        float* scale, float* sum, int32_t* isum16);
+void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
+                          int16_t* pieces, float* scale);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 // Q2_K and Q3_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q23k.cpp): Q4_K's scheme with int8 pieces
