@@ -4,7 +4,7 @@ their batch invariance: a row's result is bitwise the same alone, inside any til
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K/Q6_K for int8 tiles and VNNI;
 F16/F32 and the newer types stay on the f32 kernels), or without AMX the AVX2 int8 kernels (Q4_K,
-Q6_K, Q8_0; the rest on the f32 kernels)."""
+Q6_K, Q8_0, Q4_0, Q4_1; the rest on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -110,19 +110,19 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-# Q8_0 joins the int8 kernels only where there is no AMX (on AMX it keeps the bf16 tiles).
-INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0"] if core.i8_avx2_available() else [])
+# Q8_0, Q4_0 and Q4_1 join the int8 kernels only where there is no AMX (on AMX: the bf16 tiles).
+INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0", "Q4_0", "Q4_1"] if core.i8_avx2_available() else [])
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
 @pytest.mark.parametrize("type_name", INT8_TYPES)
 def test_int8_kernels_multiply_the_twins_split(type_name: str) -> None:
     # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX), and
-    # Q8_0 on AVX2, multiply the activations' int8 pieces (reference.model.split_int8) exactly, in
-    # int32, then scale in f32: within f32 rounding of the product with the twin's split values,
-    # for a decode row, every tail of the few-row kernels and a prefill batch, on activations whose
-    # blocks mix large and small magnitudes. Q4_K's minimums multiply the sums of the unsplit
-    # activations. Q8_0's quants take every int8 value, -128 included.
+    # Q8_0 / Q4_0 / Q4_1 on AVX2, multiply the activations' int8 pieces (reference.model.split_int8)
+    # exactly, in int32, then scale in f32: within f32 rounding of the product with the twin's
+    # split values, for a decode row, every tail of the few-row kernels and a prefill batch, on
+    # activations whose blocks mix large and small magnitudes. Q4_K's and Q4_1's minimums multiply
+    # the sums of the unsplit activations. Q8_0's quants take every int8 value, -128 included.
     # (The f32 kernels are ~2e-6 off the split product here: the bound tells the two apart.)
     from ossa.reference.model import split_int8
 
@@ -136,10 +136,12 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str) -> None:
         w = dequantize(raw, QT.Q8_0).astype(np.float32).reshape(rows, cols)
     w = w.astype(np.float64)
     mins = np.zeros_like(w)
-    if type_name == "Q4_K":  # the weights with every quant 0 are the minimums -dmin m
-        zq = raw.reshape(rows, -1, 144).copy()
-        zq[:, :, 16:] = 0
-        mins = dequantize(zq.reshape(rows, -1), QT.Q4_K).astype(np.float64).reshape(rows, cols)
+    # The weights with every quant 0 are the minimums: -dmin m (Q4_K), m (Q4_1).
+    if type_name in ("Q4_K", "Q4_1"):
+        block_bytes, quants_at = (144, 16) if type_name == "Q4_K" else (20, 4)
+        zq = raw.reshape(rows, -1, block_bytes).copy()
+        zq[:, :, quants_at:] = 0
+        mins = dequantize(zq.reshape(rows, -1), QT[type_name]).astype(np.float64).reshape(rows, cols)
     rng = np.random.default_rng(22)
     x = (rng.standard_normal((40, cols)) * np.exp(2 * rng.standard_normal((40, cols)))).astype(np.float32)
     x[3, :32] = 0.0  # an all-zero block

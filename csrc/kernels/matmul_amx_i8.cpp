@@ -1,5 +1,6 @@
 // Q4_K and Q6_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact
 // integer dot products of the weights' quants with activations split into three int8 pieces.
+// Without AMX, the same on AVX2 for every row count, and Q8_0 / Q4_0 / Q4_1 as well (below).
 //
 // Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
 // with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
@@ -47,6 +48,13 @@
 // than VPMADDWD's 2 pieces.) Layout per group of 16 rows and block of 32 columns, 544 bytes (the
 // file's 16 x 34): byte [h][p][n][i] = q[8 h + n][2 p + i] (h < 2, p < 16, n < 8, i < 2), so one
 // 16-byte load widened by VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows, then the rows' f16 d.
+//
+// Q4_0 (w = d (u - 8)) and Q4_1 (w = d u + m), u in 0..15 per 32 values, on AVX2 builds only as
+// Q8_0: D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S), d[n] * (2^-11 d[r][b]),
+// acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of i8_isum16); Q4_1:
+// acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]), m[n], acc). Layout per
+// group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already pair column j
+// with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x 18 (16 x 20).
 #include <algorithm>
 #include <cstring>
 
@@ -85,15 +93,24 @@ int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes;
 // Q8_0 (AVX2 builds only), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
 // half h of 8 rows), then the rows' f16 d: the file's 16 x 34 bytes.
 constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
+// Q4_0 / Q4_1 (AVX2 builds only), per 16 rows and 32-column block: the nibbles as a Q4_K block's
+// (256 bytes), the rows' f16 d, and Q4_1's f16 m: the file's 16 x 18 and 16 x 20 bytes.
+constexpr int64_t k40_block_bytes = 288, k41_block_bytes = 320, k4x_d_at = 256, k41_m_at = 288;
+// Types with a block of 32 columns (the rest have super-blocks of 256).
+bool block32(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+int64_t block32_bytes(DType t) {
+  return t == DType::Q8_0 ? k8_block_bytes : t == DType::Q4_1 ? k41_block_bytes : k40_block_bytes;
+}
 int64_t group_bytes(DType t, int64_t cols) {
-  if (t == DType::Q8_0) return cols / 32 * k8_block_bytes;
+  if (block32(t)) return cols / 32 * block32_bytes(t);
   return cols / 256 * sb_bytes(t);
 }
 }  // namespace
 
 bool amx_i8_type(DType t) {
 #if defined(OSSA_HAVE_I8_AVX2)
-  if (t == DType::Q8_0) return true;  // on AMX machines Q8_0 stays on the bf16 tiles
+  // On AMX machines these stay on the bf16 tiles (matmul_amx.cpp).
+  if (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1) return true;
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
 }
@@ -110,7 +127,7 @@ size_t amx_i8_repacked_bytes(const TensorView& w) {
 #if !defined(OSSA_HAVE_AMX_I8) && !defined(OSSA_HAVE_I8_AVX2)
   if (w.cols >= 0) return 0;  // Q4_K and Q6_K keep the f32 kernels
 #endif
-  if (!amx_i8_type(w.type) || w.cols % (w.type == DType::Q8_0 ? 32 : 256) != 0) return 0;
+  if (!amx_i8_type(w.type) || w.cols % (block32(w.type) ? 32 : 256) != 0) return 0;
   return static_cast<size_t>((w.rows + 15) / 16 * group_bytes(w.type, w.cols));
 }
 
@@ -234,11 +251,41 @@ void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
   }
 }
 
+// Q4_0 / Q4_1: the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and 16 + j):
+// byte [r][4 n + i] = qs[4 r + i] of row n; then the rows' f16 d (and m).
+void repack_q4_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const bool q41 = w.type == DType::Q4_1;
+  const int64_t nb = w.cols / 32, bb = block32_bytes(w.type);
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nb * bb;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * bb));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const uint8_t* row = w.row(g * 16 + n);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = group + b * bb;
+        const uint8_t* qs;
+        if (q41) {
+          const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
+          std::memcpy(blk + k4x_d_at + 2 * n, &q.d, 2);
+          std::memcpy(blk + k41_m_at + 2 * n, &q.m, 2);
+          qs = q.qs;
+        } else {
+          const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
+          std::memcpy(blk + k4x_d_at + 2 * n, &q.d, 2);
+          qs = q.qs;
+        }
+        for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, qs + 4 * r, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
   if (w.type == DType::Q8_0) return repack_q8_0(w, out, g_begin, g_end);
+  if (w.type == DType::Q4_0 || w.type == DType::Q4_1) return repack_q4_01(w, out, g_begin, g_end);
   if (w.type == DType::Q6_K) return repack_q6k(w, out, g_begin, g_end);
   repack_q4k(w, out, g_begin, g_end);
 }
@@ -954,12 +1001,76 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
+// Q4_0 / Q4_1: Q4_K's D of the nibbles u (q4k_dot) per block; Q4_0 (w = d (u - 8)): acc =
+// fma(f32(D - 8 S), d * (2^-11 scale), acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 8 S
+// is the signed quants' product); Q4_1 (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc),
+// then acc = fma(sum, m, acc) with the block's sum of the unsplit activations, as Q4_K's minimum.
+template <bool Q41, int R>
+void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                      int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;
+  const int64_t nb = x.cols / 32;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  RowPieces rp[R];
+  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  __m256 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * bb;
+    const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
+    for (int l = 0; l < (Q41 ? 6 : 5); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    for (int h = 0; h < 2; ++h) {
+      __m256i wq[8];  // wq[k]: columns 4 k .. 4 k + 3 (k < 4: low nibbles; k >= 4: high ones)
+      for (int rr = 0; rr < 4; ++rr) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
+        wq[rr] = _mm256_and_si256(v, low4);
+        wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      const __m256 d = f16x8(blk + k4x_d_at + 16 * h);
+      for (int j = 0; j < R; ++j) {
+        const int8_t* a1 = rp[j].a1 + b * 1536;
+        __m256i dd = q4k_dot(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        if constexpr (!Q41)
+          dd = _mm256_sub_epi32(
+              dd, _mm256_set1_epi32(8 * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                                   _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
+        if constexpr (Q41)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + k41_m_at + 16 * h), a);
+        acc[j][h] = a;
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-constexpr Avx2Group k_avx2_groups[3][4] = {
+// By type: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1 (avx2_kind).
+constexpr Avx2Group k_avx2_groups[5][4] = {
     {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
     {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
-    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>}};
+    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>},
+    {avx2_group_q4_01<false, 1>, avx2_group_q4_01<false, 2>, avx2_group_q4_01<false, 3>,
+     avx2_group_q4_01<false, 4>},
+    {avx2_group_q4_01<true, 1>, avx2_group_q4_01<true, 2>, avx2_group_q4_01<true, 3>,
+     avx2_group_q4_01<true, 4>}};
+int avx2_kind(DType t) {
+  switch (t) {
+    case DType::Q6_K:
+      return 1;
+    case DType::Q8_0:
+      return 2;
+    case DType::Q4_0:
+      return 3;
+    case DType::Q4_1:
+      return 4;
+    default:
+      return 0;
+  }
+}
 
 // One block of 32 values of a row split into the pieces (amx_i8_split_rows' steps): the values v,
 // max |v| and a0, a1, a2 as int32 lanes, 8 values a vector.
@@ -1052,7 +1163,7 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const bool q8 = w.type == DType::Q8_0;
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));
-  const Avx2Group* fns = k_avx2_groups[q8 ? 2 : w.type == DType::Q6_K ? 1 : 0];
+  const Avx2Group* fns = k_avx2_groups[avx2_kind(w.type)];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)

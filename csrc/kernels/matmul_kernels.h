@@ -82,7 +82,7 @@ struct AmxActivations {
   const float* block_sum = nullptr;  // [rows][cols / 32]; null for bfloat16 compute
   int64_t n_rows = 0;
   int64_t cols = 0;
-  // Q4_K, Q6_K (matmul_amx_i8.cpp): the rows as three int8 pieces per 32
+  // Q4_K, Q6_K (AVX2: also Q4_0, Q4_1; matmul_amx_i8.cpp): the rows as three int8 pieces per 32
   // values, per 16-row block mb and step b 1,536 bytes at i8 + (mb * steps + b) * 1536: the a0 tile
   // (16 rows x 32 bytes), then the [a1, a2] tile (16 rows x 64); the scale and the sum of each 32
   // values: i8_scale / i8_sum[row * steps + b]. Null where no such matrix takes part.
@@ -130,8 +130,9 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 bool amx_i8_type(DType t);
 // Without AMX: the same integers and f32 epilogue on AVX2 (VPMADDUBSW), for every row count;
 // amx_i8_repacked_bytes is then non-zero and the matmul dispatches the repacked Q4_K / Q6_K here.
-// There (only: AMX machines keep Q8_0 on the bf16 tiles) amx_i8_type(Q8_0) is true as well: Q8_0
-// multiplies the same pieces as int16 (a0 and 16 a1 + a2, i8_avx2_split_rows16) by VPMADDWD.
+// There (only: AMX machines keep them on the bf16 tiles) amx_i8_type is true for Q8_0, Q4_0 and
+// Q4_1 as well: Q8_0 multiplies the same pieces as int16 (a0 and 16 a1 + a2,
+// i8_avx2_split_rows16) by VPMADDWD, Q4_0 / Q4_1 the int8 pieces as Q4_K does.
 bool i8_avx2_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
