@@ -78,7 +78,8 @@ def main() -> None:
 
     core.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    # "amx" (amx=True): the repacked kernels, AMX where the CPU has it, else AVX2 int8 for Q4_K/Q6_K/Q8_0.
+    # "amx" (amx=True): the repacked kernels, AMX where the CPU has it, else AVX2 int8 for
+    # Q4_0/Q4_1/Q8_0/Q4_K/Q6_K.
     modes = [True, False] if core.repack_default() else [False]
     print(f"threads={args.threads} clock={args.clock} dram={args.dram} amx available={core.amx_available()} "
           f"avx2 int8={core.i8_avx2_available()}; "

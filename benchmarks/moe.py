@@ -110,7 +110,7 @@ def main() -> None:
     kernels = (
         "AMX"
         if core.amx_default()
-        else "AVX2 int8 (Q4_K, Q6_K, Q8_0) + f32"
+        else "AVX2 int8 (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) + f32"
         if core.repack_default()
         else "f32"
     )

@@ -132,12 +132,12 @@ void bind_kernels(nb::module_& m) {
       "Whether AMX is used by default: amx_available() unless OSSA_AMX=0 is in the environment.");
   m.def(
       "repack_default", []() { return ossa::repack_default(); },
-      "Whether load_model repacks weights by default (amx=True): for AMX, or without AMX Q4_K, "
-      "Q6_K and Q8_0 for the AVX2 int8 kernels; OSSA_AMX=0 turns both off.");
+      "Whether load_model repacks weights by default (amx=True): for AMX, or without AMX Q4_0, "
+      "Q4_1, Q8_0, Q4_K and Q6_K for the AVX2 int8 kernels; OSSA_AMX=0 turns both off.");
   m.def(
       "i8_avx2_available", []() { return ossa::i8_avx2_available(); },
-      "Whether this build has the AVX2 int8 Q4_K / Q6_K / Q8_0 kernels (used where there is no "
-      "AMX).");
+      "Whether this build has the AVX2 int8 Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K kernels (used where "
+      "there is no AMX).");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

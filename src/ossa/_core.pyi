@@ -122,12 +122,12 @@ def amx_default() -> bool:
 
 def repack_default() -> bool:
     """
-    Whether load_model repacks weights by default (amx=True): for AMX, or without AMX Q4_K, Q6_K and Q8_0 for the AVX2 int8 kernels; OSSA_AMX=0 turns both off.
+    Whether load_model repacks weights by default (amx=True): for AMX, or without AMX Q4_0, Q4_1, Q8_0, Q4_K and Q6_K for the AVX2 int8 kernels; OSSA_AMX=0 turns both off.
     """
 
 def i8_avx2_available() -> bool:
     """
-    Whether this build has the AVX2 int8 Q4_K / Q6_K / Q8_0 kernels (used where there is no AMX).
+    Whether this build has the AVX2 int8 Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K kernels (used where there is no AMX).
     """
 
 def kernel_quantize_q8(x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]) -> tuple: ...

@@ -279,10 +279,10 @@ def load_model(
     """Load a GGUF file, a Hugging Face folder, or a known model by name (fetched on first use).
 
     ``dtype`` sets the matmuls' precision (see ``dtype_of``): "auto"/"float32" or "bfloat16".
-    ``amx``: the repacked kernels: AMX where the CPU has it; on AVX2 CPUs without AMX, Q4_K, Q6_K and
-    Q8_0 matrices on the int8 kernels (exact integer products of the activations' int8 pieces: the
-    AMX / VNNI numerics for Q4_K and Q6_K). ``OSSA_AMX=0`` in the environment turns
-    them off everywhere; False selects the exact f32 kernels for every matrix.
+    ``amx``: the repacked kernels: AMX where the CPU has it; on AVX2 CPUs without AMX, Q4_0, Q4_1,
+    Q8_0, Q4_K and Q6_K matrices on the int8 kernels (exact integer products of the activations'
+    int8 pieces: the AMX / VNNI numerics for Q4_K and Q6_K). ``OSSA_AMX=0`` in the environment
+    turns them off everywhere; False selects the exact f32 kernels for every matrix.
     ``quantized_activations``: quantized weights multiply activations rounded to 8-bit blocks
     (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
     Raises ``ossa.ModelError`` (a ValueError) naming the problem for a bad or unsupported model.
