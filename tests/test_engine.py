@@ -191,7 +191,11 @@ def test_twin_generate_matches_cpp(cpp: LLM, py: LLM) -> None:
     # kernels round each activation to 16 significant bits (bf16 hi + lo); the twin rounds the same
     # way, but the two forwards' inputs already differ in the last bits, so roundings land apart:
     # ~1e-3 in the logits (measured 1.1e-3 max on the default model), hence the wider bound.
-    tol = 4e-3 if cpp.model._handle.uses_amx else 1e-4
+    # Without AMX, the AVX2 int8 kernels (the default model's Q4_1 matrices and Q8_0 head) multiply
+    # the activations' int8 pieces (~2e-6 of each block's largest value), which the twin does not
+    # round to: measured 3.8e-4 in the logprobs, hence the same wider bound.
+    int8 = core.i8_avx2_available() and core.repack_default()
+    tol = 4e-3 if cpp.model._handle.uses_amx or int8 else 1e-4
     for x, y in zip(a, b, strict=True):
         cx, cy = x.outputs[0], y.outputs[0]
         assert cx.token_ids == cy.token_ids and len(cx.token_ids) == 32
