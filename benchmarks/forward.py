@@ -184,6 +184,17 @@ def speed_isolated(engine: str, path: str, threads: int, n_decode: int, quant_ac
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def kernels_label(core: Any) -> str:
+    """Which kernels a repacked (default) load runs on this build's CPU."""
+    if core.amx_default():
+        return "AMX"
+    if not core.repack_default():
+        return "f32"
+    if core.i8_vnni_available():
+        return "VNNI int8 (Q4_K, Q6_K), AVX2 int8 (Q8_0) + f32"
+    return "AVX2 int8 (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) + f32"
+
+
 def weight_bytes_per_token(path: str) -> int:
     """Bytes of the tensors one decode step reads: all but the token embedding, which is read whole
     only when there is no separate output matrix (tied embeddings)."""
@@ -230,6 +241,9 @@ def main() -> None:
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
     for e in ("ossa", "llama"):
         print(f"env {e}: {describe(engine_env(e))}")
+    from ossa._native import core
+
+    print(f"ossa kernels: {kernels_label(core)}")
     if args.quantized_activations:
         print("ossa kernels: 8-bit activations")
     print(f"{'model':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6} {'ceiling':>8} "

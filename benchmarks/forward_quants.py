@@ -208,13 +208,7 @@ def main() -> None:
     else:
         base = forward.requantize(default, d / "smollm2-135m-F16.gguf", "F16")
         stem = "smollm2-135m"
-    kernels = (
-        "AMX"
-        if core.amx_default()
-        else "AVX2 int8 (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) + f32"
-        if core.repack_default()
-        else "f32"
-    )
+    kernels = forward.kernels_label(core)
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     print(f"ossa kernels: {kernels}; threads={args.threads}; base {os.path.basename(base)}; load {load}")
     print("tok/s, best of --repeats: wall clock | per CPU second of the process")

@@ -22,9 +22,14 @@ oneDNN calls: at some shapes (128 rows here) it picks a much slower path.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from forward import kernels_label  # noqa: E402
 
 TENSORS = ["blk.0.attn_q.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_down.weight"]
 
@@ -79,13 +84,7 @@ def main() -> None:
     path = args.model or str(ossa.models.resolve(ossa.models.DEFAULT_MODEL))
     core.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    kernel = (
-        "AMX"
-        if core.amx_default()
-        else "AVX2 int8 (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) + f32"
-        if core.repack_default()
-        else "f32 kernels"
-    )
+    kernel = kernels_label(core)
     print(f"matmul: {path}, {args.threads} threads; ossa's {kernel} vs torch {torch.__version__} (oneDNN)")
     print("GMAC/s (best of --reps); err: max |y - y64| / sum |x||w|")
     header = (

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forward import bench_dir, speed_isolated  # noqa: E402
+from forward import bench_dir, kernels_label, speed_isolated  # noqa: E402
 
 SHAPE = dict(n_embd=768, n_layer=8, n_head=12, n_head_kv=4, head_dim=64, n_expert=32, n_expert_used=8,
              n_ff_expert=256)  # fmt: skip
@@ -107,13 +107,7 @@ def main() -> None:
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
-    kernels = (
-        "AMX"
-        if core.amx_default()
-        else "AVX2 int8 (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) + f32"
-        if core.repack_default()
-        else "f32"
-    )
+    kernels = kernels_label(core)
     s = SHAPE
     print(f"synthetic qwen3moe: {s}; threads={args.threads}; ossa kernels: {kernels}")
     print(f"{'type':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")

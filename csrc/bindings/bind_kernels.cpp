@@ -138,6 +138,10 @@ void bind_kernels(nb::module_& m) {
       "i8_avx2_available", []() { return ossa::i8_avx2_available(); },
       "Whether this build has the AVX2 int8 Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K kernels (used where "
       "there is no AMX).");
+  m.def(
+      "i8_vnni_available", []() { return ossa::i8_vnni_available(); },
+      "Whether Q4_K / Q6_K run the AVX-512 VNNI int8 loop: with AMX for few rows, without AMX for "
+      "every row count (the same results as the AMX and AVX2 kernels).");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

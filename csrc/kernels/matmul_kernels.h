@@ -134,6 +134,8 @@ bool amx_i8_type(DType t);
 // Q4_1 as well: Q8_0 multiplies the same pieces as int16 (a0 and 16 a1 + a2,
 // i8_avx2_split_rows16) by VPMADDWD, Q4_0 / Q4_1 the int8 pieces as Q4_K does.
 bool i8_avx2_available();
+// Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX).
+bool i8_vnni_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,

@@ -130,6 +130,11 @@ def i8_avx2_available() -> bool:
     Whether this build has the AVX2 int8 Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K kernels (used where there is no AMX).
     """
 
+def i8_vnni_available() -> bool:
+    """
+    Whether Q4_K / Q6_K run the AVX-512 VNNI int8 loop: with AMX for few rows, without AMX for every row count (the same results as the AMX and AVX2 kernels).
+    """
+
 def kernel_quantize_q8(x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]) -> tuple: ...
 
 class Tokenizer:
