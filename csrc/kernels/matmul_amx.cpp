@@ -532,7 +532,8 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 
 bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
-// Without AMX, Q4_K and Q6_K may still be repacked for the AVX2 int8 kernels (i8_avx2_available).
+// Without AMX, the int8 types may still be repacked for the VNNI / AVX2 int8 kernels
+// (i8_vnni_available, i8_avx2_available).
 size_t amx_repacked_bytes(const TensorView& w) {
   return amx_i8_type(w.type) ? amx_i8_repacked_bytes(w) : 0;
 }

@@ -128,10 +128,11 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 // time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
 // dispatch Q4_K and Q6_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
 bool amx_i8_type(DType t);
-// Without AMX: the same integers and f32 epilogue on AVX2 (VPMADDUBSW), for every row count;
-// amx_i8_repacked_bytes is then non-zero and the matmul dispatches the repacked Q4_K / Q6_K here.
-// There (only: AMX machines keep them on the bf16 tiles) amx_i8_type is true for Q8_0, Q4_0 and
-// Q4_1 as well: Q8_0 multiplies the same pieces as int16 (a0 and 16 a1 + a2,
+// Without AMX: the same integers and f32 epilogue from the AVX-512 VNNI loop (Q4_K / Q6_K, where
+// the CPU has VNNI) or AVX2 (VPMADDUBSW), for every row count; amx_i8_repacked_bytes is then
+// non-zero and the matmul dispatches the repacked matrices here. There (only: AMX machines keep
+// them on the bf16 tiles) amx_i8_type is true for Q8_0 as well, and for Q4_0 / Q4_1 in builds
+// without VNNI: Q8_0 multiplies the same pieces as int16 (a0 and 16 a1 + a2,
 // i8_avx2_split_rows16) by VPMADDWD, Q4_0 / Q4_1 the int8 pieces as Q4_K does.
 bool i8_avx2_available();
 // Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX).
