@@ -734,7 +734,7 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
 #endif  // OSSA_HAVE_I8_VNNI
 
 #if defined(OSSA_HAVE_I8_AVX2)
-// ---- AVX2 (no AMX, no VNNI): the same integers and the same f32 operations ----------------------
+// ---- AVX2 (no AMX; with VNNI only Q8_0): the same integers and the same f32 operations --------
 // The activations are split into the same pieces, in the same layout, as amx_i8_split_rows does
 // with AVX-512 (every step is elementwise but the block sum, whose additions are grouped as
 // _mm512_reduce_add_ps groups them). The kernels hold 8 weight rows in the lanes (half of a packed
@@ -826,6 +826,18 @@ inline __m256i q6k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, co
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
 }
 
+// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a block of nibbles laid out as a
+// packed Q4_K block's (Q4_K, Q4_0, Q4_1): wq[k] holds columns 4 k .. 4 k + 3 (k < 4: the low
+// nibbles; k >= 4: the high ones).
+inline void nibbles8(const uint8_t* blk, int h, __m256i* wq) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int rr = 0; rr < 4; ++rr) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
+    wq[rr] = _mm256_and_si256(v, low4);
+    wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  }
+}
+
 // The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a packed Q6_K block: u of columns
 // 4 j .. 4 j + 3 (q6k_unpack's, 8 rows instead of 16).
 inline void q6k_unpack8(const uint8_t* blk, int h, __m256i* wq) {
@@ -891,7 +903,6 @@ template <int R>
 void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
   const int64_t nb = x.cols / 32;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
   __m256 acc[R][2];
@@ -901,13 +912,8 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
     const uint8_t* blk = sbp + 256 * (b & 7);
     prefetch_ahead<false>(group, b);
     for (int h = 0; h < 2; ++h) {
-      __m256i wq[8];  // wq[k]: columns 4 k .. 4 k + 3 (k < 4: low nibbles; k >= 4: high ones)
-      for (int rr = 0; rr < 4; ++rr) {
-        const __m256i v =
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
-        wq[rr] = _mm256_and_si256(v, low4);
-        wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      }
+      __m256i wq[8];
+      nibbles8(blk, h, wq);
       const __m256 s = _mm256_mul_ps(f16x8(sbp + k4_d_at + 16 * h),
                                      widen8_u8(sbp + k4_sc_at + 16 * (b & 7) + 8 * h));
       const __m256 dm = _mm256_mul_ps(f16x8(sbp + k4_dmin_at + 16 * h),
@@ -1041,7 +1047,6 @@ void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
                       int64_t ldy, int64_t o0, int64_t o_end) {
   constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;
   const int64_t nb = x.cols / 32;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
   __m256 acc[R][2];
@@ -1051,13 +1056,8 @@ void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
     const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
     for (int l = 0; l < (Q41 ? 6 : 5); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     for (int h = 0; h < 2; ++h) {
-      __m256i wq[8];  // wq[k]: columns 4 k .. 4 k + 3 (k < 4: low nibbles; k >= 4: high ones)
-      for (int rr = 0; rr < 4; ++rr) {
-        const __m256i v =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
-        wq[rr] = _mm256_and_si256(v, low4);
-        wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      }
+      __m256i wq[8];
+      nibbles8(blk, h, wq);
       const __m256 d = f16x8(blk + k4x_d_at + 16 * h);
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
