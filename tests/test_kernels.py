@@ -110,10 +110,8 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles), Q4_0 and Q4_1
-# only where there is no AVX-512 VNNI either (there: the AVX-512 f32 kernels).
+# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles).
 INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0"] if core.i8_avx2_available() else [])
-INT8_TYPES += ["Q4_0", "Q4_1"] if core.i8_avx2_available() and not core.i8_vnni_available() else []
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")

@@ -117,13 +117,12 @@ int64_t group_bytes(DType t, int64_t cols) {
 
 bool amx_i8_type(DType t) {
 #if defined(OSSA_HAVE_I8_AVX2)
-  // On AMX machines these stay on the bf16 tiles (matmul_amx.cpp). With AVX-512 (the VNNI builds)
-  // Q4_0 / Q4_1 stay on the f32 kernels, which are as fast there at one row (1.0-1.5x) and faster
-  // at many (the int8 kernel 0.92-0.94x at 512 rows), with exact f32 products.
+  // On AMX machines Q8_0 stays on the bf16 tiles (matmul_amx.cpp). Q4_0 / Q4_1 stay on the f32
+  // kernels in every build for now: their int8 kernels below (2.2x the default model's decode in an
+  // AVX2-only build) change the default model's numerics, which the twin engine does not model yet
+  // (test_engine's step-by-step comparison then samples a different token), and with AVX-512 they
+  // gain nothing (1.0-1.5x at one row, 0.92-0.94x at 512 rows).
   if (t == DType::Q8_0) return true;
-#if !defined(OSSA_HAVE_I8_VNNI)
-  if (t == DType::Q4_0 || t == DType::Q4_1) return true;
-#endif
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
 }
