@@ -136,7 +136,7 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 
 // Which activation layouts the AMX weights of a call read: bf16 tiles (bfloat16 compute), the bf16
 // hi/lo split (Q4_0, Q4_1, Q8_0, BF16) and the int8 pieces (Q4_K and Q6_K per 32 values, Q2_K per
-// 64; Q8_0 on AVX2 as int16).
+// 64; Q8_0 without AMX: the int8 pieces with VNNI, as int16 on AVX2).
 struct AmxNeeds {
   bool any = false, bf16c = false, split = false, i8 = false, i16 = false, q23k = false;
   void add(const TensorView& w, const MatmulInput& x) {
@@ -144,8 +144,8 @@ struct AmxNeeds {
     any = true;
     if (w.bf16_compute)
       bf16c = true;
-    else if (amx_i8_type(w.type) && w.type == DType::Q8_0)
-      i16 = true;
+    else if (amx_i8_type(w.type) && w.type == DType::Q8_0 && !i8_vnni_available())
+      i16 = true;  // (the AVX2 Q8_0 kernel; with VNNI it takes the int8 pieces)
     else if (amx_i8_type(w.type))
       i8 = true;
     else if (amx_q23k_type(w.type))

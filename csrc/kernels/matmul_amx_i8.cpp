@@ -1,6 +1,6 @@
 // Q4_K and Q6_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact
 // integer dot products of the weights' quants with activations split into three int8 pieces.
-// Without AMX, the same on AVX2 for every row count, and Q8_0 / Q4_0 / Q4_1 as well (below).
+// Without AMX, the same for every row count (VNNI, or AVX2 below), and Q8_0 as well.
 //
 // Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
 // with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
@@ -38,16 +38,19 @@
 // 32 of padding): per block the low nibbles of u likewise and their high 2 bits (384 bytes), then
 // the int8 scales [b][h][n] and the f16 d of the rows. Rows past the matrix are zero.
 //
-// Q8_0, on AVX2 builds only (an AMX machine keeps Q8_0 on matmul_amx.cpp's bf16 tiles): w = d * q
-// per 32 values, q any int8 (-128 included). The same pieces, held as int16 (a0, and a12 = 16 a1 +
-// a2 with |a12| <= 1032; i8_avx2_split_rows16) multiply the sign-extended quants by VPMADDWD into
-// int32 pair sums, which cannot overflow, so D = 2^11 (q . a0) + (q . a12) is exact as above
-// (|D| <= 32 * 128 * (2^11 * 127 + 1032) < 2^31) and acc = fma(f32(D), d[n] * (2^-11 d[r][b]),
-// acc), blocks in order. (VPMADDUBSW's unsigned x signed bytes would need the quants' signs moved
-// onto the broadcast pieces lane by lane and int16 sums widened after each step: more instructions
-// than VPMADDWD's 2 pieces.) Layout per group of 16 rows and block of 32 columns, 544 bytes (the
-// file's 16 x 34): byte [h][p][n][i] = q[8 h + n][2 p + i] (h < 2, p < 16, n < 8, i < 2), so one
-// 16-byte load widened by VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows, then the rows' f16 d.
+// Q8_0, on builds without AMX only (an AMX machine keeps Q8_0 on matmul_amx.cpp's bf16 tiles):
+// w = d * q per 32 values, q any int8 (-128 included). With VNNI, the quants are stored as
+// u = q + 128 and multiplied with the three int8 pieces as Q6_K's u are: D = (u's D) - 128 S
+// (vnni_group_q8_0, layout at repack_q8_0). On AVX2: the same pieces, held as int16 (a0, and a12 =
+// 16 a1 + a2 with |a12| <= 1032; i8_avx2_split_rows16) multiply the sign-extended quants by
+// VPMADDWD into int32 pair sums, which cannot overflow, so D = 2^11 (q . a0) + (q . a12) is exact
+// as above (|D| <= 32 * 128 * (2^11 * 127 + 1032) < 2^31) and acc = fma(f32(D), d[n] * (2^-11
+// d[r][b]), acc), blocks in order. (VPMADDUBSW's unsigned x signed bytes would need the quants'
+// signs moved onto the broadcast pieces lane by lane and int16 sums widened after each step: more
+// instructions than VPMADDWD's 2 pieces.) Layout per group of 16 rows and block of 32 columns, 544
+// bytes (the file's 16 x 34): byte [h][p][n][i] = q[8 h + n][2 p + i] (h < 2, p < 16, n < 8, i <
+// 2), so one 16-byte load widened by VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows, then the rows'
+// f16 d.
 //
 // Q4_0 (w = d (u - 8)) and Q4_1 (w = d u + m), u in 0..15 per 32 values, on AVX2 builds only as
 // Q8_0: D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S), d[n] * (2^-11 d[r][b]),
@@ -73,8 +76,8 @@
 #elif defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__) && \
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // VNNI without AMX (AMD Zen 4 and 5, Intel before Sapphire Rapids): the VNNI loop for Q4_K / Q6_K
-// at every row count (the AMX builds' few-row kernel: the same integers, the same f32 epilogue),
-// the AVX2 kernel for Q8_0 (i8_avx2_available; Q4_0 / Q4_1 keep the AVX-512 f32 kernels).
+// and Q8_0 at every row count (the AMX builds' few-row kernel for Q4_K / Q6_K: the same integers,
+// the same f32 epilogue; i8_avx2_available; Q4_0 / Q4_1 keep the AVX-512 f32 kernels).
 #define OSSA_HAVE_I8_VNNI 1
 #define OSSA_HAVE_I8_AVX2 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -98,9 +101,12 @@ constexpr int64_t k6_sb_bytes = 3392, k6_sc_at = 3072, k6_d_at = 3328, k6_pad_at
 // Bytes of one group of 16 weight rows (group g starts at g times this), of one block's quants
 // and of one super-block (the scales follow the 8 blocks).
 int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes; }
-// Q8_0 (AVX2 builds only), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
+// Q8_0 (builds without AMX), per 16 rows and 32-column block (AVX2 layout; VNNI: repack_q8_0):
+// the quants [h][p][n][i] (256 bytes per
 // half h of 8 rows), then the rows' f16 d: the file's 16 x 34 bytes.
 constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
+// Q8_0 in VNNI builds (repack_q8_0): per group the blocks' 512 bytes of quants, then their d.
+constexpr int64_t k8v_quant_bytes = 512;
 // Q4_0 / Q4_1 (AVX2 builds only), per 16 rows and 32-column block: the nibbles as a Q4_K block's
 // (256 bytes), the rows' f16 d, and Q4_1's f16 m: the file's 16 x 18 and 16 x 20 bytes.
 constexpr int64_t k40_block_bytes = 288, k41_block_bytes = 320, k4x_d_at = 256, k41_m_at = 288;
@@ -252,6 +258,29 @@ void repack_q6k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_en
   }
 }
 
+#if defined(OSSA_HAVE_I8_VNNI)
+// Q8_0 for the VNNI loop: u = q + 128 (q ^ 0x80: the unsigned bytes VPDPBUSD takes) in a Q4_K
+// block's tile rows, byte [k][4 n + i] = u[n][4 k + i] (k < 8: 512 bytes a block), the group's
+// blocks one after another, then the f16 d of the 16 rows per block (32 bytes each): the group is
+// the file's 16 x 34 bytes, and its quant vectors are 64-byte aligned when its block count is even.
+void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nb * k8_block_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * k8_block_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockQ8_0* row = reinterpret_cast<const BlockQ8_0*>(w.row(g * 16 + n));
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = group + b * k8v_quant_bytes;
+        for (int k = 0; k < 8; ++k)
+          for (int i = 0; i < 4; ++i)
+            blk[64 * k + 4 * n + i] = static_cast<uint8_t>(row[b].qs[4 * k + i]) ^ 0x80;
+        std::memcpy(group + nb * k8v_quant_bytes + 32 * b + 2 * n, &row[b].d, 2);
+      }
+    }
+  }
+}
+#else
 // Q8_0: byte [h][p][n][i] of a block is q[8 h + n][2 p + i], so one 16-byte load widened by
 // VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows as int16 pairs; the f16 d of the 16 rows follow.
 void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
@@ -270,6 +299,7 @@ void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
     }
   }
 }
+#endif
 
 // Q4_0 / Q4_1: the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and 16 + j):
 // byte [r][4 n + i] = qs[4 r + i] of row n; then the rows' f16 d (and m).
@@ -426,8 +456,34 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 }
 
 // ---- VNNI: a few activation rows at a time ---------------------------------------------------
-// R rows share each unpacked block of weights; the int32 sums of a piece may be split over NC
-// accumulator chains (integer sums: any order gives the same value).
+// The three pieces of activation row r in the A tiles of block b: a0, a1, a2 (32 bytes each).
+inline void row_pieces(const AmxActivations& x, int64_t nb, int64_t r, int64_t b,
+                       const int8_t* a[3]) {
+  const int8_t* at = a_tiles(x, nb, r / 16, b);
+  a[0] = at + (r % 16) * 32;
+  a[1] = at + 512 + (r % 16) * 64;
+  a[2] = a[1] + 32;
+}
+
+// c[p] = wq . a[p] over a block of 32 columns, for the 16 weight rows in the lanes: wq[k] holds
+// columns 4 k .. 4 k + 3 (unsigned bytes), whose pieces are at a[p] + 4 k. The sums may be split
+// over NC accumulator chains (integer sums: any order gives the same value).
+template <int NC>
+inline void dot_pieces(const __m512i* wq, const int8_t* const* a, __m512i* c) {
+  __m512i cc[3][NC];
+  for (int p = 0; p < 3; ++p)
+    for (int h = 0; h < NC; ++h) cc[p][h] = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) {
+    for (int p = 0; p < 3; ++p) {
+      int32_t a4;
+      std::memcpy(&a4, a[p] + 4 * k, 4);
+      cc[p][k % NC] = _mm512_dpbusd_epi32(cc[p][k % NC], wq[k], _mm512_set1_epi32(a4));
+    }
+  }
+  for (int p = 0; p < 3; ++p) c[p] = NC == 2 ? _mm512_add_epi32(cc[p][0], cc[p][NC - 1]) : cc[p][0];
+}
+
+// R rows share each unpacked block of weights.
 template <int R>
 void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
                 int64_t o0, int64_t o_end) {
@@ -452,24 +508,12 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
       const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, dmin);
       for (int j = 0; j < R; ++j) {
         const int64_t r = r0 + j;
-        const int8_t* at = a_tiles(x, nb, r / 16, b);
-        const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
-                              at + 512 + (r % 16) * 64 + 32};
-        __m512i c[3][NC];
-        for (int p = 0; p < 3; ++p)
-          for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
-        for (int k = 0; k < 8; ++k) {
-          for (int p = 0; p < 3; ++p) {
-            int32_t a4;
-            std::memcpy(&a4, a[p] + 4 * (k % 4) + 16 * (k / 4), 4);
-            c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], wq[k], _mm512_set1_epi32(a4));
-          }
-        }
-        if constexpr (NC == 2)
-          for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
-        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1][0], 4), c[2][0]);
-        acc[j] =
-            epilogue(c[0][0], c12, s, dm, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
+        const int8_t* a[3];
+        row_pieces(x, nb, r, b, a);
+        __m512i c[3];
+        dot_pieces<NC>(wq, a, c);
+        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+        acc[j] = epilogue(c[0], c12, s, dm, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
       }
     }
   }
@@ -513,15 +557,63 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
 }
 
+#if !defined(OSSA_HAVE_AMX_I8)
+// Q8_0 (VNNI without AMX; repack_q8_0's layout): per block, D = 2^11 (u . a0) + 16 (u . a1) +
+// (u . a2) - 128 S for u = q + 128, S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of
+// i8_isum16), which is the signed quants' D of the AVX2 kernel (|2^11 (u . a0)| <= 2^11 * 32 *
+// 255 * 127 and the other terms leave the int32 sum below 2^31), then the same epilogue:
+// acc = fma(f32(D), d * scale, acc), blocks in order.
+template <int R>
+void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                     int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr int NC = R <= 2 ? 2 : 1;
+  const int64_t nb = x.cols / 32;
+  const uint8_t* d_at = group + nb * k8v_quant_bytes;
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * k8v_quant_bytes;
+    const char* ahead = reinterpret_cast<const char*>(blk + 8 * k8v_quant_bytes);
+    for (int l = 0; l < 8; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(d_at + 32 * (b + 16)), _MM_HINT_T0);
+    __m512i wq[8];
+    // (unaligned loads: a group of an odd number of blocks starts 32 bytes into a line)
+    for (int k = 0; k < 8; ++k) wq[k] = _mm512_loadu_si512(blk + 64 * k);
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d_at + 32 * b)));
+    for (int j = 0; j < R; ++j) {
+      const int64_t r = r0 + j;
+      const int8_t* a[3];
+      row_pieces(x, nb, r, b, a);
+      __m512i c[3];
+      dot_pieces<NC>(wq, a, c);
+      const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
+      const __m512i dd = _mm512_sub_epi32(
+          _mm512_add_epi32(
+              _mm512_add_epi32(_mm512_slli_epi32(c[0], 11), _mm512_slli_epi32(c[1], 4)), c[2]),
+          _mm512_set1_epi32(128 * (isum[0] + isum[1])));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd),
+                               _mm512_mul_ps(d, _mm512_set1_ps(x.i8_scale[r * nb + b])), acc[j]);
+    }
+  }
+  for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
+}
+#endif
+
 using VnniGroup = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-constexpr VnniGroup k_vnni_groups[2][4] = {
+// By type: Q4_K, Q6_K and (without AMX) Q8_0.
+constexpr VnniGroup k_vnni_groups[][4] = {
     {vnni_group<1>, vnni_group<2>, vnni_group<3>, vnni_group<4>},
-    {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>, vnni_group_q6k<4>}};
+    {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>, vnni_group_q6k<4>},
+#if !defined(OSSA_HAVE_AMX_I8)
+    {vnni_group_q8_0<1>, vnni_group_q8_0<2>, vnni_group_q8_0<3>, vnni_group_q8_0<4>},
+#endif
+};
 
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const VnniGroup* fns = k_vnni_groups[w.type == DType::Q6_K ? 1 : 0];
+  const VnniGroup* fns = k_vnni_groups[w.type == DType::Q6_K ? 1 : w.type == DType::Q8_0 ? 2 : 0];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)
@@ -733,7 +825,7 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
 #endif  // OSSA_HAVE_I8_VNNI
 
 #if defined(OSSA_HAVE_I8_AVX2)
-// ---- AVX2 (no AMX; with VNNI only Q8_0): the same integers and the same f32 operations --------
+// ---- AVX2 (no AMX, no VNNI): the same integers and the same f32 operations -------------------
 // The activations are split into the same pieces, in the same layout, as amx_i8_split_rows does
 // with AVX-512 (every step is elementwise but the block sum, whose additions are grouped as
 // _mm512_reduce_add_ps groups them). The kernels hold 8 weight rows in the lanes (half of a packed
@@ -1194,12 +1286,15 @@ void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t
 
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  // Q4_K / Q6_K / Q8_0 with VNNI: VPDPBUSD on 16 weight rows (the same results as the kernels
+  // below)
+#if defined(OSSA_HAVE_I8_VNNI)
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
+  if (w.type == DType::Q4_K || w.type == DType::Q6_K || w.type == DType::Q8_0)
+    return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+#else
   const bool q8 = w.type == DType::Q8_0;
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));
-  // Q4_K / Q6_K: VPDPBUSD on 16 weight rows (the same results as the kernels below)
-#if defined(OSSA_HAVE_I8_VNNI)
-  if (w.type == DType::Q4_K || w.type == DType::Q6_K)
-    return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #endif
   const Avx2Group* fns = k_avx2_groups[avx2_kind(w.type)];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {

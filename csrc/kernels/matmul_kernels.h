@@ -89,11 +89,13 @@ struct AmxActivations {
   const int8_t* i8 = nullptr;
   const float* i8_scale = nullptr;
   const float* i8_sum = nullptr;
-  // Q6_K: per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row * 2 steps
+  // Q6_K and Q8_0 (VNNI): per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row
+  // * 2 steps
   // + j].
   const int32_t* i8_isum16 = nullptr;
-  // Q8_0 on AVX2 (matmul_amx_i8.cpp, i8_avx2_split_rows16): the same pieces of each 32 values as
-  // int16, a0 then a12 = 16 a1 + a2, at i16 + (row * steps + b) * 64; the scale is i8_scale's.
+  // Q8_0 on AVX2 without VNNI (matmul_amx_i8.cpp, i8_avx2_split_rows16): the same pieces of each 32
+  // values as int16, a0 then a12 = 16 a1 + a2, at i16 + (row * steps + b) * 64; the scale is
+  // i8_scale's.
   const int16_t* i16 = nullptr;
   // Q2_K, Q3_K (matmul_amx_q23k.cpp): the same pieces per 64 values, per 16-row block mb and
   // 64-column step b 3,072 bytes at q23k + (mb * steps64 + b) * 3072 (the a0, a1, a2 tiles, 16 rows
@@ -128,14 +130,15 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 // time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
 // dispatch Q4_K and Q6_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
 bool amx_i8_type(DType t);
-// Without AMX: the same integers and f32 epilogue from the AVX-512 VNNI loop (Q4_K / Q6_K, where
-// the CPU has VNNI) or AVX2 (VPMADDUBSW), for every row count; amx_i8_repacked_bytes is then
-// non-zero and the matmul dispatches the repacked matrices here. There (only: AMX machines keep
-// them on the bf16 tiles) amx_i8_type is true for Q8_0 as well, and for Q4_0 / Q4_1 in builds
-// without VNNI: Q8_0 multiplies the same pieces as int16 (a0 and 16 a1 + a2,
-// i8_avx2_split_rows16) by VPMADDWD, Q4_0 / Q4_1 the int8 pieces as Q4_K does.
+// Without AMX: the same integers and f32 epilogue from the AVX-512 VNNI loop (where the CPU has
+// VNNI) or AVX2 (VPMADDUBSW), for every row count; amx_i8_repacked_bytes is then non-zero and the
+// matmul dispatches the repacked matrices here. There (only: AMX machines keep it on the bf16
+// tiles) amx_i8_type is true for Q8_0 as well: with VNNI it multiplies the int8 pieces as Q6_K
+// does (quants stored as q + 128), on AVX2 the same pieces as int16 (a0 and 16 a1 + a2,
+// i8_avx2_split_rows16) by VPMADDWD.
 bool i8_avx2_available();
-// Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX).
+// Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX; and Q8_0
+// without AMX).
 bool i8_vnni_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
