@@ -110,8 +110,13 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles).
-INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0"] if core.i8_avx2_available() else [])
+# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles), Q4_0 / Q4_1 only
+# with VNNI and no AMX.
+INT8_TYPES = (
+    ["Q4_K", "Q6_K"]
+    + (["Q8_0"] if core.i8_avx2_available() else [])
+    + (["Q4_0", "Q4_1"] if core.i8_avx2_available() and core.i8_vnni_available() else [])
+)
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
@@ -119,11 +124,13 @@ INT8_TYPES = ["Q4_K", "Q6_K"] + (["Q8_0"] if core.i8_avx2_available() else [])
 @pytest.mark.parametrize("cols", [1024, 1056])
 def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> None:
     # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX), and
-    # Q8_0 / Q4_0 / Q4_1 on AVX2, multiply the activations' int8 pieces (reference.model.split_int8)
+    # Q8_0 / Q4_0 / Q4_1 without AMX, multiply the activations' int8 pieces (reference.model.split_int8)
     # exactly, in int32, then scale in f32: within f32 rounding of the product with the twin's
     # split values, for a decode row, every tail of the few-row kernels and a prefill batch, on
     # activations whose blocks mix large and small magnitudes. Q4_K's and Q4_1's minimums multiply
-    # the sums of the unsplit activations. Q8_0's quants take every int8 value, -128 included.
+    # the sums of the split activations too (the product is the twin's split_int8(x) @ w.T; with the
+    # sums of the unsplit values it is ~4e-6 off here). Q8_0's quants take every int8 value, -128
+    # included.
     # (The f32 kernels are ~2e-6 off the split product here: the bound tells the two apart.)
     # 1056 columns: an odd number of 32-column blocks (a repacked Q8_0 group then starts 32 bytes
     # into a cache line).
@@ -151,8 +158,8 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> Non
     x = (rng.standard_normal((40, cols)) * np.exp(2 * rng.standard_normal((40, cols)))).astype(np.float32)
     x[3, :32] = 0.0  # an all-zero block
     xs = split_int8(x)
-    ref = xs @ (w - mins).T + x.astype(np.float64) @ mins.T
-    scale = np.abs(xs) @ np.abs(w - mins).T + np.abs(x.astype(np.float64)) @ np.abs(mins).T
+    ref = xs @ w.T
+    scale = np.abs(xs) @ (np.abs(w - mins) + np.abs(mins)).T
     full = run(raw, type_name, rows, cols, x, mode="amx")
     assert np.max(np.abs(full - ref) / scale) < 1e-6
     for n in (1, 2, 3, 4, 5, 7):  # alone and in every few-row tile: bitwise the batch's rows

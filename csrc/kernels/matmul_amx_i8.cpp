@@ -16,10 +16,12 @@
 //   D = 2^11 (q . a0) + 16 (q . a1) + (q . a2)         (|D| < 2^27: no overflow)
 //   acc = fma(f32(D), s[n] * (2^-11 d[r][b]), acc);  acc = fma(sum(x[r][b]), mn[n], acc)
 //
-// sub-blocks in order, and y[r][n] = acc. Q6_K: per 16 weights w = s * q with q = u - 32 and
-// s = d * sc; D as above over the 16 values with the unsigned u, then
-// acc = fma(f32(D - 32 S), s[n] * (2^-11 d[r][b]), acc), S the row's sum of 2^11 a0 + 16 a1 + a2
-// over those 16 values (so D - 32 S is the signed quants' dot product, no minimum term).
+// sub-blocks in order, and y[r][n] = acc, where sum(x[r][b]) is the sum of the block's split
+// values (split_sum: 2^-11 d[r][b] times the integer sum of 2^11 a0 + 16 a1 + a2), so every term
+// multiplies the split activations (the twin: split_int8(x) @ w.T). Q6_K: per 16 weights w = s * q
+// with q = u - 32 and s = d * sc; D as above over the 16 values with the unsigned u, then acc =
+// fma(f32(D - 32 S), s[n] * (2^-11 d[r][b]), acc), S the row's sum of 2^11 a0 + 16 a1 + a2 over
+// those 16 values (so D - 32 S is the signed quants' dot product, no minimum term).
 //
 // The tile products (TDPBSUD, 16 rows at a time; Q4_K: q . a0 with K = 32, and [16 q, q] . [a1, a2]
 // with K = 64, which is 16 (q . a1) + (q . a2); Q6_K: one K = 16 product per piece) and the VNNI
@@ -52,12 +54,13 @@
 // 2), so one 16-byte load widened by VPMOVSXBW holds columns 2 p, 2 p + 1 of 8 rows, then the rows'
 // f16 d.
 //
-// Q4_0 (w = d (u - 8)) and Q4_1 (w = d u + m), u in 0..15 per 32 values, on AVX2 builds only as
-// Q8_0: D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S), d[n] * (2^-11 d[r][b]),
-// acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of i8_isum16); Q4_1:
-// acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]), m[n], acc). Layout per
-// group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already pair column j
-// with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x 18 (16 x 20).
+// Q4_0 (w = d (u - 8)) and Q4_1 (w = d u + m), u in 0..15 per 32 values, on VNNI builds without
+// AMX only (vnni_group_q4_01): D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S), d[n]
+// * (2^-11 d[r][b]), acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of
+// i8_isum16); Q4_1: acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]), m[n],
+// acc). Layout per group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already
+// pair column j with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x
+// 18 (16 x 20).
 #include <algorithm>
 #include <cstring>
 
@@ -77,10 +80,11 @@
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // VNNI without AMX (AMD Zen 4 and 5, Intel before Sapphire Rapids): the VNNI loop for Q4_K / Q6_K
 // and Q8_0 at every row count (the AMX builds' few-row kernel for Q4_K / Q6_K: the same integers,
-// the same f32 epilogue; i8_avx2_available; Q4_0 / Q4_1 keep the AVX-512 f32 kernels).
+// the same f32 epilogue; i8_avx2_available), and Q4_0 / Q4_1.
 #define OSSA_HAVE_I8_VNNI 1
 #define OSSA_HAVE_I8_AVX2 1
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED)) && defined(__F16C__)
+// (OSSA_FMA_EMULATED: the perf gate's build, tools/perfgate/no_fma.h)
 // No AMX / VNNI: the same integers from AVX2's VPMADDUBSW, the same f32 epilogue
 // (i8_avx2_available).
 #define OSSA_HAVE_I8_AVX2 1
@@ -107,8 +111,8 @@ int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes;
 constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
 // Q8_0 in VNNI builds (repack_q8_0): per group the blocks' 512 bytes of quants, then their d.
 constexpr int64_t k8v_quant_bytes = 512;
-// Q4_0 / Q4_1 (AVX2 builds only), per 16 rows and 32-column block: the nibbles as a Q4_K block's
-// (256 bytes), the rows' f16 d, and Q4_1's f16 m: the file's 16 x 18 and 16 x 20 bytes.
+// Q4_0 / Q4_1 (VNNI builds without AMX), per 16 rows and 32-column block: the nibbles as a Q4_K
+// block's (256 bytes), the rows' f16 d, and Q4_1's f16 m: the file's 16 x 18 and 16 x 20 bytes.
 constexpr int64_t k40_block_bytes = 288, k41_block_bytes = 320, k4x_d_at = 256, k41_m_at = 288;
 // Types with a block of 32 columns (the rest have super-blocks of 256).
 bool block32(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
@@ -119,16 +123,24 @@ int64_t group_bytes(DType t, int64_t cols) {
   if (block32(t)) return cols / 32 * block32_bytes(t);
   return cols / 256 * sb_bytes(t);
 }
+// The sum of a block's split values, which multiplies the minimums (Q4_K's dmin m, Q4_1's m):
+// from its two halves' integer sums 2^11 a0 + 16 a1 + a2 (|S| < 2^24, exact in f32) times the
+// block's scale d / 2^11, so every term of the product is of the split activations.
+[[maybe_unused]] inline float split_sum(const int32_t* isum16, float scale) {
+  return static_cast<float>(isum16[0] + isum16[1]) * scale;
+}
 }  // namespace
 
 bool amx_i8_type(DType t) {
 #if defined(OSSA_HAVE_I8_AVX2)
-  // On AMX machines Q8_0 stays on the bf16 tiles (matmul_amx.cpp). Q4_0 / Q4_1 stay on the f32
-  // kernels in every build for now: their int8 kernels below (2.2x the default model's decode in an
-  // AVX2-only build) change the default model's numerics, which the twin engine does not model yet
-  // (test_engine's step-by-step comparison then samples a different token), and with AVX-512 they
-  // gain nothing (1.0-1.5x at one row, 0.92-0.94x at 512 rows).
+  // Without AMX (an AMX machine keeps these on the bf16 tiles of matmul_amx.cpp): Q8_0, and with
+  // VNNI Q4_0 / Q4_1 (over the AVX-512 f32 kernels, one thread: 3.6x at one row, 2.0-2.5x at 512
+  // rows). An AVX2-only build keeps Q4_0 / Q4_1 on the f32 kernels: an int8 kernel there (three
+  // pieces through VPMADDUBSW) decoded the default model 1.9x faster but prefilled it at 0.74x.
   if (t == DType::Q8_0) return true;
+#if defined(OSSA_HAVE_I8_VNNI)
+  if (t == DType::Q4_0 || t == DType::Q4_1) return true;
+#endif
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
 }
@@ -598,6 +610,55 @@ void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
   }
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
 }
+
+// Q4_0 / Q4_1 (VNNI without AMX; repack_q4_01's layout): D of the nibbles u as Q4_K's, then Q4_0
+// (w = d (u - 8)): acc = fma(f32(D - 8 S), d * scale, acc); Q4_1 (w = d u + m): acc = fma(f32(D),
+// d * scale, acc), acc = fma(sum, m, acc) with the block's split sum, as Q4_K's minimum.
+template <bool Q41, int R>
+void vnni_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                      int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr int NC = R <= 2 ? 2 : 1;
+  constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;
+  const int64_t nb = x.cols / 32;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R];
+  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * bb;
+    const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
+    for (int l = 0; l < (Q41 ? 6 : 5); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    __m512i wq[8];  // (unaligned: a block is 4.5 or 5 cache lines)
+    for (int rr = 0; rr < 4; ++rr) {
+      const __m512i v = _mm512_loadu_si512(blk + 64 * rr);
+      wq[rr] = _mm512_and_si512(v, low4);
+      wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + k4x_d_at)));
+    for (int j = 0; j < R; ++j) {
+      const int64_t r = r0 + j;
+      const int8_t* a[3];
+      row_pieces(x, nb, r, b, a);
+      __m512i c[3];
+      dot_pieces<NC>(wq, a, c);
+      __m512i dd = _mm512_add_epi32(
+          _mm512_add_epi32(_mm512_slli_epi32(c[0], 11), _mm512_slli_epi32(c[1], 4)), c[2]);
+      if constexpr (!Q41) {
+        const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
+        dd = _mm512_sub_epi32(dd, _mm512_set1_epi32(8 * (isum[0] + isum[1])));
+      }
+      __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd),
+                                 _mm512_mul_ps(d, _mm512_set1_ps(x.i8_scale[r * nb + b])), acc[j]);
+      if constexpr (Q41)
+        v = _mm512_fmadd_ps(
+            _mm512_set1_ps(x.i8_sum[r * nb + b]),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + k41_m_at))),
+            v);
+      acc[j] = v;
+    }
+  }
+  for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
+}
 #endif
 
 using VnniGroup = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
@@ -608,12 +669,21 @@ constexpr VnniGroup k_vnni_groups[][4] = {
     {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>, vnni_group_q6k<4>},
 #if !defined(OSSA_HAVE_AMX_I8)
     {vnni_group_q8_0<1>, vnni_group_q8_0<2>, vnni_group_q8_0<3>, vnni_group_q8_0<4>},
+    {vnni_group_q4_01<false, 1>, vnni_group_q4_01<false, 2>, vnni_group_q4_01<false, 3>,
+     vnni_group_q4_01<false, 4>},
+    {vnni_group_q4_01<true, 1>, vnni_group_q4_01<true, 2>, vnni_group_q4_01<true, 3>,
+     vnni_group_q4_01<true, 4>},
 #endif
 };
 
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const VnniGroup* fns = k_vnni_groups[w.type == DType::Q6_K ? 1 : w.type == DType::Q8_0 ? 2 : 0];
+  const int kind = w.type == DType::Q6_K   ? 1
+                   : w.type == DType::Q8_0 ? 2
+                   : w.type == DType::Q4_0 ? 3
+                   : w.type == DType::Q4_1 ? 4
+                                           : 0;
+  const VnniGroup* fns = k_vnni_groups[kind];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)
@@ -806,7 +876,7 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
         isum16[r * 2 * nb + 2 * b + h] = static_cast<int32_t>(_mm512_reduce_add_ps(whole));
       }
       scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
-      sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
+      sum[r * nb + b] = split_sum(isum16 + r * 2 * nb + 2 * b, scale[r * nb + b]);
     }
   }
 }
@@ -827,11 +897,11 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
 #if defined(OSSA_HAVE_I8_AVX2)
 // ---- AVX2 (no AMX, no VNNI): the same integers and the same f32 operations -------------------
 // The activations are split into the same pieces, in the same layout, as amx_i8_split_rows does
-// with AVX-512 (every step is elementwise but the block sum, whose additions are grouped as
-// _mm512_reduce_add_ps groups them). The kernels hold 8 weight rows in the lanes (half of a packed
-// group): VPMADDUBSW multiplies a row's 4 quants of a lane with 4 broadcast activation bytes into
-// two int16 pair sums, which are added over the block in int16 while they cannot overflow, then
-// widened by VPMADDWD. The int32 D, and every f32 operation after it, are the VNNI loop's.
+// with AVX-512 (every step is elementwise, and the block sums are of the pieces' integers). The
+// kernels hold 8 weight rows in the lanes (half of a packed group): VPMADDUBSW multiplies a row's 4
+// quants of a lane with 4 broadcast activation bytes into two int16 pair sums, which are added over
+// the block in int16 while they cannot overflow, then widened by VPMADDWD. The int32 D, and every
+// f32 operation after it, are the VNNI loop's.
 namespace {
 
 // 32 int32 lanes of int8 values (4 vectors of 8) -> 32 bytes in order.
@@ -917,9 +987,8 @@ inline __m256i q6k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, co
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
 }
 
-// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a block of nibbles laid out as a
-// packed Q4_K block's (Q4_K, Q4_0, Q4_1): wq[k] holds columns 4 k .. 4 k + 3 (k < 4: the low
-// nibbles; k >= 4: the high ones).
+// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a packed Q4_K block: wq[k] holds
+// columns 4 k .. 4 k + 3 (k < 4: the low nibbles; k >= 4: the high ones).
 inline void nibbles8(const uint8_t* blk, int h, __m256i* wq) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int rr = 0; rr < 4; ++rr) {
@@ -1129,70 +1198,14 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
-// Q4_0 / Q4_1: Q4_K's D of the nibbles u (q4k_dot) per block; Q4_0 (w = d (u - 8)): acc =
-// fma(f32(D - 8 S), d * (2^-11 scale), acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 8 S
-// is the signed quants' product); Q4_1 (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc),
-// then acc = fma(sum, m, acc) with the block's sum of the unsplit activations, as Q4_K's minimum.
-template <bool Q41, int R>
-void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
-                      int64_t ldy, int64_t o0, int64_t o_end) {
-  constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;
-  const int64_t nb = x.cols / 32;
-  RowPieces rp[R];
-  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
-  __m256 acc[R][2];
-  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * bb;
-    const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
-    for (int l = 0; l < (Q41 ? 6 : 5); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-    for (int h = 0; h < 2; ++h) {
-      __m256i wq[8];
-      nibbles8(blk, h, wq);
-      const __m256 d = f16x8(blk + k4x_d_at + 16 * h);
-      for (int j = 0; j < R; ++j) {
-        const int8_t* a1 = rp[j].a1 + b * 1536;
-        __m256i dd = q4k_dot(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
-        if constexpr (!Q41)
-          dd = _mm256_sub_epi32(
-              dd, _mm256_set1_epi32(8 * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
-        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
-                                   _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
-        if constexpr (Q41)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + k41_m_at + 16 * h), a);
-        acc[j][h] = a;
-      }
-    }
-  }
-  for (int j = 0; j < R; ++j)
-    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
-}
-
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By type: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1 (avx2_kind).
-constexpr Avx2Group k_avx2_groups[5][4] = {
+// By type: Q4_K, Q6_K, Q8_0 (avx2_kind).
+constexpr Avx2Group k_avx2_groups[3][4] = {
     {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
     {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
-    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>},
-    {avx2_group_q4_01<false, 1>, avx2_group_q4_01<false, 2>, avx2_group_q4_01<false, 3>,
-     avx2_group_q4_01<false, 4>},
-    {avx2_group_q4_01<true, 1>, avx2_group_q4_01<true, 2>, avx2_group_q4_01<true, 3>,
-     avx2_group_q4_01<true, 4>}};
-int avx2_kind(DType t) {
-  switch (t) {
-    case DType::Q6_K:
-      return 1;
-    case DType::Q8_0:
-      return 2;
-    case DType::Q4_0:
-      return 3;
-    case DType::Q4_1:
-      return 4;
-    default:
-      return 0;
-  }
-}
+    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>}};
+int avx2_kind(DType t) { return t == DType::Q6_K ? 1 : t == DType::Q8_0 ? 2 : 0; }
 
 // One block of 32 values of a row split into the pieces (amx_i8_split_rows' steps): the values v,
 // max |v| and a0, a1, a2 as int32 lanes, 8 values a vector.
@@ -1238,7 +1251,6 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
       BlockPieces bp;
       split_block(x + r * cols + 32 * b, bp);
       const auto& q = bp.q;
-      const __m256* v = bp.v;
       int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
       int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
       int8_t* dst[3] = {t0, t12, t12 + 32};
@@ -1256,7 +1268,7 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
       }
       scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
       // _mm512_reduce_add_ps(v0 + v1)'s grouping: lanes i and i + 16, then i + 8, i + 4, ...
-      sum[r * nb + b] = hsum8(_mm256_add_ps(_mm256_add_ps(v[1], v[3]), _mm256_add_ps(v[0], v[2])));
+      sum[r * nb + b] = split_sum(isum16 + r * 2 * nb + 2 * b, scale[r * nb + b]);
     }
   }
 }
@@ -1290,8 +1302,7 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   // below)
 #if defined(OSSA_HAVE_I8_VNNI)
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
-  if (w.type == DType::Q4_K || w.type == DType::Q6_K || w.type == DType::Q8_0)
-    return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #else
   const bool q8 = w.type == DType::Q8_0;
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));

@@ -135,7 +135,7 @@ bool amx_i8_type(DType t);
 // matmul dispatches the repacked matrices here. There (only: AMX machines keep it on the bf16
 // tiles) amx_i8_type is true for Q8_0 as well: with VNNI it multiplies the int8 pieces as Q6_K
 // does (quants stored as q + 128), on AVX2 the same pieces as int16 (a0 and 16 a1 + a2,
-// i8_avx2_split_rows16) by VPMADDWD.
+// i8_avx2_split_rows16) by VPMADDWD; and with VNNI for Q4_0 / Q4_1 (their nibbles as Q4_K's).
 bool i8_avx2_available();
 // Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX; and Q8_0
 // without AMX).

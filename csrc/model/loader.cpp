@@ -626,6 +626,22 @@ const TensorView* Model::find_tensor(const std::string& name) const {
 
 bool Model::uses_amx() const { return amx; }
 
+std::vector<std::string> Model::int8_matrices() const {
+  std::vector<std::string> out;
+  if (quantized_activations) return out;  // (8-bit activation blocks take every quantized matrix)
+  const auto add = [&](const TensorView& v, const std::string& name) {
+    if (v.packed != nullptr && !v.bf16_compute && amx_i8_type(v.type)) out.push_back(name);
+  };
+  const char* names[] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const LayerWeights& l = weights.layers[i];
+    const TensorView* views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
+    for (int k = 0; k < 7; ++k) add(*views[k], "layers." + std::to_string(i) + "." + names[k]);
+  }
+  add(weights.output, "output");
+  return out;
+}
+
 // The matrices the forward pass multiplies (not the embedding lookup's view of a tied output).
 template <class F>
 void for_each_matrix(Model& m, F&& f) {

@@ -71,6 +71,10 @@ struct Model {
   // Whether the forward pass multiplies any matrix on the AMX kernels: some were repacked for them
   // at load (kernels/matmul_amx.cpp).
   bool uses_amx() const;
+  // The matrices multiplied with activations split into int8 pieces (kernels/matmul_amx_i8.cpp),
+  // by the twin's names ("layers.3.wq", "output"), so ossa.reference can round their inputs alike.
+  // Experts of MoE layers are not listed.
+  std::vector<std::string> int8_matrices() const;
 };
 
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError

@@ -45,6 +45,12 @@ class Model:
         """
 
     @property
+    def int8_matrices(self) -> list[str]:
+        """
+        The matrices the forward pass multiplies with activations split into int8 pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not listed.
+        """
+
+    @property
     def quantized_activations(self) -> bool:
         """
         Whether quantized weights multiply 8-bit activation blocks (load_model's option).

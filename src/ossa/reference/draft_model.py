@@ -30,6 +30,7 @@ class DraftOptions:
     path: str
     quantized_activations: bool = False
     amx_activations: bool = False
+    int8_matrices: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -70,7 +71,7 @@ class DraftModel:
         self.n_vocab = int(config["n_vocab"])
         self.runner = ModelRunner(
             config, weights, num_blocks, block_size, options.quantized_activations,
-            options.amx_activations, kv_cache_dtype, compute_dtype,
+            options.amx_activations, kv_cache_dtype, compute_dtype, options.int8_matrices,
         )  # fmt: skip
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=False, watermark=0.0)
         self.block_size = block_size

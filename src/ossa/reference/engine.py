@@ -78,6 +78,7 @@ class EngineConfig:
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match a model loaded with quantized_activations=True
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
+    int8_matrices: frozenset[str] = frozenset()  # inputs split into int8 pieces (model.int8_matrices)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
     compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
     spec_method: str = "none"  # speculative decoding: "none", "ngram" or "draft_model"
@@ -182,6 +183,7 @@ class Engine:
             config.amx_activations,
             config.kv_cache_dtype,
             config.compute_dtype,
+            config.int8_matrices,
         )
         spec = tokenizer.spec
         eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])

@@ -52,20 +52,21 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
         p = f"layers.{i}."
         sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
         freq = inv_freq_local if sliding else inv_freq
-        h = q8(rms_norm(x, w[p + "attn_norm"], eps))
-        q = (h @ w[p + "wq"].T).reshape(n, n_head, hd)
-        k = (h @ w[p + "wk"].T).reshape(n, n_head_kv, hd)
-        v = (h @ w[p + "wv"].T).reshape(n, n_head_kv, hd)
+        h = rms_norm(x, w[p + "attn_norm"], eps)
+        q = (q8(h, p + "wq") @ w[p + "wq"].T).reshape(n, n_head, hd)
+        k = (q8(h, p + "wk") @ w[p + "wk"].T).reshape(n, n_head_kv, hd)
+        v = (q8(h, p + "wv") @ w[p + "wv"].T).reshape(n, n_head_kv, hd)
         q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
         q = apply_rope(q, positions, freq, c["rope_style"])
         k = apply_rope(k, positions, freq, c["rope_style"])
         window = c["sliding_window"] if sliding else 0
         a = attention(q, k, v, scale=c["attn_scale"], window=window)
-        x = x + rms_norm(q8(a) @ w[p + "wo"].T, w[p + "post_attn_norm"], eps)
-        h = q8(rms_norm(x, w[p + "ffn_norm"], eps))
-        f = q8(gelu_tanh_glu(h @ w[p + "w_gate"].T, h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
+        x = x + rms_norm(q8(a, p + "wo") @ w[p + "wo"].T, w[p + "post_attn_norm"], eps)
+        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        gate, up = q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T
+        f = q8(gelu_tanh_glu(gate, up), p + "w_down") @ w[p + "w_down"].T
         x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
-    logits = (q8(rms_norm(x, w["output_norm"], eps)) @ w["output"].T).astype(np.float32)
+    logits = (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
     if c["final_softcap"] > 0:
         cap = np.float32(c["final_softcap"])
         logits = (cap * np.tanh(logits / cap)).astype(np.float32)

@@ -180,18 +180,35 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
     return out
 
 
+class ActivationRounding:
+    """The rounding the C++ kernels apply to a matmul input: ``rounding(x, name)`` for the input of
+    matrix ``name`` ("layers.0.wq", "output"): bf16 (dtype "bfloat16"), 8-bit blocks, the int8 pieces
+    (``split_int8``) for the matrices the model's ``int8_matrices`` lists, bf16 hi + lo (AMX) or none.
+    Without a name (an expert's input), the rounding of the matrices not listed."""
+
+    def __init__(self, base: Any, int8_matrices: frozenset[str] = frozenset()) -> None:
+        self.base = base
+        self.int8_matrices = int8_matrices
+
+    def __call__(self, x: np.ndarray, name: str | None = None) -> np.ndarray:
+        if name is not None and name in self.int8_matrices:
+            return split_int8(x).astype(np.float32)
+        return self.base(x)  # type: ignore[no-any-return]
+
+
 def activation_rounding(
-    quantized_activations: bool, amx_activations: bool, bf16_compute: bool = False
-) -> Any:
-    """The rounding the C++ kernels apply to every matmul input: bf16 (dtype "bfloat16"), 8-bit
-    blocks, bf16 hi + lo, or none."""
+    quantized_activations: bool,
+    amx_activations: bool,
+    bf16_compute: bool = False,
+    int8_matrices: frozenset[str] = frozenset(),
+) -> ActivationRounding:
+    """The C++ kernels' matmul input rounding for a model loaded with these options (see
+    ``ActivationRounding``; ``int8_matrices``: the loaded model's ``int8_matrices``)."""
     if bf16_compute:
-        return _bf16
+        return ActivationRounding(_bf16)
     if quantized_activations:
-        return quantize_q8
-    if amx_activations:
-        return split_bf16
-    return lambda a: a
+        return ActivationRounding(quantize_q8)
+    return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), int8_matrices)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -205,6 +222,7 @@ def forward(
     quantized_activations: bool = False,
     amx_activations: bool = False,
     bf16_compute: bool = False,
+    int8_matrices: frozenset[str] = frozenset(),
 ) -> np.ndarray:
     """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
 
@@ -212,10 +230,11 @@ def forward(
     it for quantized weights (``quantize_q8``); with ``amx_activations`` as the AMX kernels split it
     (``split_bf16``). Use them for models whose matrices are all quantized (or BF16). With
     ``bf16_compute`` (dtype "bfloat16") the inputs are rounded to bf16 and ``weights`` should come
-    from ``bf16_matrices``.
+    from ``bf16_matrices``. ``int8_matrices``: the matrices whose inputs the C++ kernels split into
+    int8 pieces (the loaded model's ``int8_matrices``).
     """
     c, w = config, weights
-    q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute)
+    q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)
     if c["arch"] == "gemma3":
         from .gemma3 import forward_gemma3
 
@@ -231,8 +250,7 @@ def forward(
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = rms_norm(x, w[p + "attn_norm"], eps)
-        h = q8(h)
-        q, k, v = h @ w[p + "wq"].T, h @ w[p + "wk"].T, h @ w[p + "wv"].T
+        q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
         if c["qkv_bias"]:
             q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
         q = q.reshape(len(ids), n_head, hd)
@@ -243,10 +261,11 @@ def forward(
         q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
         k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
         window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
-        x = x + q8(attention(q, k, v, window=window)) @ w[p + "wo"].T
+        x = x + q8(attention(q, k, v, window=window), p + "wo") @ w[p + "wo"].T
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             continue
-        h = q8(rms_norm(x, w[p + "ffn_norm"], eps))
-        x = x + q8(silu(h @ w[p + "w_gate"].T) * (h @ w[p + "w_up"].T)) @ w[p + "w_down"].T
-    return (q8(rms_norm(x, w["output_norm"], eps)) @ w["output"].T).astype(np.float32)
+        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
+        x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
+    return (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)

@@ -39,6 +39,7 @@ class ModelRunner:
         amx_activations: bool = False,
         kv_cache_dtype: str = "float32",
         compute_dtype: str = "float32",
+        int8_matrices: frozenset[str] = frozenset(),
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
@@ -55,6 +56,7 @@ class ModelRunner:
         self.block_size = block_size
         self.quantized_activations = quantized_activations
         self.amx_activations = amx_activations
+        self.int8_matrices = int8_matrices  # inputs split into int8 pieces (the model's int8_matrices)
         kv_dim = config["n_head_kv"] * config["head_dim"]
         # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written. An f16
         # pool stores K and V rounded to nearest, as the C++ cache does; attention reads them as f32.
@@ -130,7 +132,10 @@ class ModelRunner:
         )
         c, w = self.config, self.weights
         q8 = ref_model.activation_rounding(
-            self.quantized_activations, self.amx_activations, self.compute_dtype == "bfloat16"
+            self.quantized_activations,
+            self.amx_activations,
+            self.compute_dtype == "bfloat16",
+            self.int8_matrices,
         )
         n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
         bs = self.block_size
@@ -156,8 +161,8 @@ class ModelRunner:
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
-            h = q8(ref_model.rms_norm(x, w[p + "attn_norm"], eps))
-            q, k, v = _linear(h, w[p + "wq"]), _linear(h, w[p + "wk"]), _linear(h, w[p + "wv"])
+            h = ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
             q = q.reshape(n, n_head, hd)
@@ -179,15 +184,18 @@ class ModelRunner:
                 kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
-            out = _linear(q8(attn), w[p + "wo"])
+            out = _linear(q8(attn, p + "wo"), w[p + "wo"])
             x = x + (ref_model.rms_norm(out, w[p + "post_attn_norm"], eps) if gemma else out)
-            h = q8(ref_model.rms_norm(x, w[p + "ffn_norm"], eps))
-            gate, up = _linear(h, w[p + "w_gate"]), _linear(h, w[p + "w_up"])
+            h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+            gate, up = (
+                _linear(q8(h, p + "w_gate"), w[p + "w_gate"]),
+                _linear(q8(h, p + "w_up"), w[p + "w_up"]),
+            )
             act = gelu_tanh_glu(gate, up) if gemma else ref_model.silu(gate) * up
-            out = _linear(q8(act), w[p + "w_down"])
+            out = _linear(q8(act, p + "w_down"), w[p + "w_down"])
             x = x + (ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps) if gemma else out)
         rows = np.asarray(logits_rows, dtype=np.int64)
-        h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps))
+        h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
         logits = _linear(h, w["output"]).astype(np.float32)
         if c["final_softcap"] > 0:
             cap = np.float32(c["final_softcap"])
