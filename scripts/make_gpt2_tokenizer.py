@@ -2,7 +2,7 @@
 
 GPT-2's vocabulary is ``whisper/assets/gpt2.tiktoken`` in the openai-whisper sdist (base64 token bytes
 and rank per line). The merges are recovered from the ranks: the merge that creates the token of rank
-r is the pair BPE reaches on the token's bytes using only ranks below r. Three tokenizer.json files
+r is the pair BPE reaches on the token's bytes using only ranks below r. Five tokenizer.json files
 come out, all on this vocabulary:
 
 - ``gpt2``: GPT-2 itself (ByteLevel pre-tokenizer with the GPT-2 regex, <|endoftext|>);
@@ -17,7 +17,8 @@ The sdist is fetched with ``pip download --no-deps --no-binary :all: openai-whis
 ``$OSSA_HOME/tokenizer_assets`` (default ~/.cache/ossa); mistral-common (for a SentencePiece model)
 the same way. The tests and benchmarks/tokenizer.py call the functions here.
 
-Run: python scripts/make_gpt2_tokenizer.py OUT_DIR   (writes OUT_DIR/{gpt2,qwen2,llama3}/tokenizer.json)
+Run: python scripts/make_gpt2_tokenizer.py OUT_DIR
+(writes OUT_DIR/{gpt2,qwen2,llama3,qwen25,phi4}/tokenizer.json)
 """
 
 from __future__ import annotations
@@ -31,22 +32,12 @@ import sys
 import tarfile
 import zipfile
 
+# The split regexes and GPT-2's byte alphabet are the pretokenizer twin's (one definition of each).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src"))
+from ossa.reference.pretokenizer import BYTE_TO_CHAR, LLAMA3_REGEX, O200K_REGEX, QWEN2_REGEX  # noqa: E402
+
 WHISPER = "openai-whisper==20250625"
 MISTRAL_COMMON = "mistral-common==1.13.1"
-GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-QWEN2_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-LLAMA3_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-O200K_REGEX = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 
 
 def cache_dir() -> str:
@@ -110,18 +101,6 @@ def load_tiktoken(path: str) -> dict[bytes, int]:
     return ranks
 
 
-def _byte_alphabet() -> list[str]:
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars, extra = [], 0
-    for b in range(256):
-        if b in keep:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
-
-
 def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """The merge list, in rank order, that reproduces a tiktoken rank table."""
     merges: list[tuple[int, bytes, bytes]] = []
@@ -154,10 +133,9 @@ def _added(i: int, content: str) -> dict:
 def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
     """{"gpt2": ..., "qwen2": ..., "llama3": ..., "qwen25": ...} tokenizer.json contents."""
     ranks = load_tiktoken(tiktoken_path)
-    alphabet = _byte_alphabet()
 
     def spell(b: bytes) -> str:
-        return "".join(alphabet[x] for x in b)
+        return "".join(BYTE_TO_CHAR[x] for x in b)
 
     vocab = {spell(t): r for t, r in ranks.items()}
     merges = [f"{spell(a)} {spell(b)}" for a, b in recover_merges(ranks)]
