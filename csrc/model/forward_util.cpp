@@ -126,6 +126,48 @@ void add_bias(float* y, const TensorView& b, int64_t n) {
   if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
 }
 
+void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* cos_sin,
+                   int threads, Laps& laps) {
+  const ModelConfig& c = s.model->config;
+  const LayerWeights& L = s.model->weights.layers[layer];
+  const int n = batch.n_tokens();
+  const int64_t hd = c.head_dim, Q = c.n_head * hd, KV = c.n_head_kv * hd;
+  const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
+  const MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
+  laps.lap(kNorm);
+  const MatmulTarget qkv[3] = {
+      {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+  matmul_many(qkv, 3, in);
+  laps.lap(kQkv);
+  void* k_cache = s.k_cache(layer);
+  void* v_cache = s.v_cache(layer);
+  per_token(
+      n, threads,
+      [&](int t) {
+        float* q = s.q.data() + t * Q;
+        float* k = s.k.data() + t * KV;
+        float* v = s.v.data() + t * KV;
+        add_bias(q, L.bq, Q);
+        add_bias(k, L.bk, KV);
+        add_bias(v, L.bv, KV);
+        if (c.qk_norm) {
+          const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
+          const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
+          for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+          for (int h = 0; h < c.n_head_kv; ++h)
+            rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+        }
+        const float* cs = cos_sin + t * hd;
+        rope_heads(q, c.n_head, c, cs);
+        rope_heads(k, c.n_head_kv, c, cs);
+        const int64_t slot = batch.slot_mapping[t];
+        store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
+        store_v(v_cache, s.kv_type, slot, KV, v);
+      },
+      s.block_size);  // K is transposed per block: one thread writes a block's lines
+  laps.lap(kRope);
+}
+
 void fill_token_seq(ForwardState& s, const Batch& batch) {
   for (int sq = 0; sq < batch.n_seqs(); ++sq)
     for (int t = batch.seq_start[sq]; t < batch.seq_start[sq + 1]; ++t) s.token_seq[t] = sq;

@@ -74,6 +74,14 @@ void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
 // y += b, when the bias b exists.
 void add_bias(float* y, const TensorView& b, int64_t n);
 
+// The first half of layer `layer`'s attention, for the batch's n tokens: q, k, v = norm(x) @
+// (wq, wk, wv)^T (one matmul_many over the normalised rows), plus the biases where the model has
+// them; where it has q/k norms (Qwen3, Gemma 3) each head of q and k RMS-normalised; q and k
+// rotated by the tokens' rows of `cos_sin` ([n, head_dim]: s.cos_sin, or Gemma 3's sliding layers'
+// table); k and v stored in the layer's cache at the batch's slots. Laps kNorm, kQkv and kRope.
+void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* cos_sin,
+                   int threads, Laps& laps);
+
 // s.token_seq from the batch's sequence starts.
 void fill_token_seq(ForwardState& s, const Batch& batch);
 

@@ -37,7 +37,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
   const ModelWeights& w = m.weights;
   const int n = batch.n_tokens();
   const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
-  const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd;
+  const int64_t Q = c.n_head * hd;
   const int threads = std::min(s.max_threads, parallel_threads());
   const bool local_rope = !s.cos_sin_swa.empty();
   Laps laps;
@@ -59,40 +59,14 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     const LayerWeights& L = w.layers[l];
     const bool sliding = c.sliding(l);
     const std::vector<float>& cos_sin = sliding && local_rope ? s.cos_sin_swa : s.cos_sin;
-    MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.wq, &L.wk, &L.wv});
-    laps.lap(kNorm);
-    const MatmulTarget qkv[3] = {
-        {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
-    matmul_many(qkv, 3, in);
-    laps.lap(kQkv);
-    void* k_cache = s.k_cache(l);
-    void* v_cache = s.v_cache(l);
-    per_token(
-        n, threads,
-        [&](int t) {
-          float* q = s.q.data() + t * Q;
-          float* k = s.k.data() + t * KV;
-          const float* v = s.v.data() + t * KV;
-          for (int h = 0; h < c.n_head; ++h)
-            rmsnorm_row(q + h * hd, f32(L.q_norm), hd, c.rms_eps, q + h * hd);
-          for (int h = 0; h < c.n_head_kv; ++h)
-            rmsnorm_row(k + h * hd, f32(L.k_norm), hd, c.rms_eps, k + h * hd);
-          const float* cs = cos_sin.data() + t * hd;
-          rope_apply(q, c.n_head, c.head_dim, c.rope_style, cs);
-          rope_apply(k, c.n_head_kv, c.head_dim, c.rope_style, cs);
-          const int64_t slot = batch.slot_mapping[t];
-          store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
-          store_v(v_cache, s.kv_type, slot, KV, v);
-        },
-        s.block_size);  // K is transposed per block: one thread writes a block's lines
-    laps.lap(kRope);
+    attention_qkv(s, batch, l, cos_sin.data(), threads, laps);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.scale = c.attn_scale;
     a.window = sliding ? c.sliding_window : 0;
     paged_attention(a);
     laps.lap(kAttention);
 
-    in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
+    MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
     matmul(L.wo, in, s.tmp.data(), E);
     add_normed(s, f32(L.post_attn_norm), n, threads);
     laps.lap(kWo);

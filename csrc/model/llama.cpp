@@ -121,7 +121,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   const ModelWeights& w = m.weights;
   const int n = batch.n_tokens();
   const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
-  const int64_t Q = c.n_head * hd, KV = c.n_head_kv * hd;
+  const int64_t Q = c.n_head * hd;
   const int threads = std::min(s.max_threads, parallel_threads());
   Laps laps;
 
@@ -135,47 +135,13 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
-    MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
-    laps.lap(kNorm);
-    const MatmulTarget qkv[3] = {
-        {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
-    matmul_many(qkv, 3, in);
-    laps.lap(kQkv);
-    void* k_cache = s.k_cache(l);
-    void* v_cache = s.v_cache(l);
-    per_token(
-        n, threads,
-        [&](int t) {
-          float* q = s.q.data() + t * Q;
-          float* k = s.k.data() + t * KV;
-          float* v = s.v.data() + t * KV;
-          add_bias(q, L.bq, Q);
-          add_bias(k, L.bk, KV);
-          add_bias(v, L.bv, KV);
-          if (c.qk_norm) {
-            const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
-            const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
-            for (int h = 0; h < c.n_head; ++h)
-              rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
-            for (int h = 0; h < c.n_head_kv; ++h)
-              rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
-          }
-          const float* cs = s.cos_sin.data() + t * hd;
-          rope_heads(q, c.n_head, c, cs);
-          rope_heads(k, c.n_head_kv, c, cs);
-          const int64_t slot = batch.slot_mapping[t];
-          store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
-          store_v(v_cache, s.kv_type, slot, KV, v);
-        },
-        s.block_size);  // K is transposed per block: one thread writes a block's lines
-    laps.lap(kRope);
+    attention_qkv(s, batch, l, s.cos_sin.data(), threads, laps);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
     paged_attention(a);
     laps.lap(kAttention);
 
-    in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
+    MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
     residual(s, L.wo, in, n, threads);
     laps.lap(kWo);
     if (L.moe.active()) {
