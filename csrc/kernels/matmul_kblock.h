@@ -83,13 +83,13 @@ void tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* o
     for (int r = 0; r < R; ++r) out[o * R + r] = tile::fsum16(tot[o][r]);
 }
 
-// The tile shapes of these kernels (and of Q4_K's): 8 weight rows for one activation row, fewer
-// as the rows grow.
-template <class L>
+// The tile shapes of these kernels: MO1 weight rows for one activation row (8, 4 for Q4_K and
+// Q6_K), fewer as the rows grow.
+template <class L, int MO1 = 8>
 F32Tile shapes(int rows) {
   switch (rows) {
     case 1:
-      return {tile<L, 8, 1>, 8};
+      return {tile<L, MO1, 1>, MO1};
     case 2:
       return {tile<L, 4, 2>, 4};
     case 3:
