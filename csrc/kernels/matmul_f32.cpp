@@ -16,25 +16,35 @@
 #include <cstring>
 
 #include "kernels/matmul_kernels.h"
+#include "kernels/matmul_tile.h"
 #include "util/error.h"
 #include "util/half.h"
 
 namespace ossa {
 namespace {
 
+constexpr bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// MO weight rows x R activation rows of type T, defined per instruction set below.
+template <DType T, int MO, int R>
+void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out);
+template <DType T, int MO, int R>
+void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out);
+
+template <DType T, int MO, int R>
+constexpr F32TileFn tile_fn() {
+  if constexpr (is_float(T))
+    return float_tile<T, MO, R>;
+  else
+    return quant_tile<T, MO, R>;
+}
+
 #if defined(__AVX512F__)
 
-inline float fsum16(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum8(_mm256_add_ps(lo, hi));
-}
-
-inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-inline __m512 iota16() {
-  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
+using tile::Block32;
+using tile::fsum16;
+using tile::iota16;
+using tile::load16;
 
 // Why the detour through memory: the decode kernels are bound by port 5 (vpmovzxbd, vpermps), and a
 // broadcast from a register also runs there, while a broadcast from memory is a plain load. So the
@@ -52,11 +62,6 @@ inline F32Pair scales_f32(const uint16_t* p) {
   return out;
 }
 
-// Elements 0..15 and 16..31 of a 32-element block, as f32.
-struct Block32 {
-  __m512 lo, hi;
-};
-
 // 4-bit quants become f32 through a 16-entry table, table[k] = fma(k, scale, min), indexed by the
 // nibbles with vpermps (which reads only the low 4 bits of each index): the same value as widening
 // the nibble and applying the FMA, for half the instructions.
@@ -64,8 +69,14 @@ inline Block32 nibbles_via_table(__m512i lo_idx, __m512i hi_idx, __m512 table) {
   return {_mm512_permutexvar_ps(lo_idx, table), _mm512_permutexvar_ps(hi_idx, table)};
 }
 
+// A 32-element block as f32 (matmul_tile.h's decoder contract; nothing shared between blocks).
 template <DType T>
-inline Block32 decode(const uint8_t* row, int64_t b) {
+struct Decoder : tile::NoPrep {
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep&);
+};
+
+template <DType T>
+Block32 Decoder<T>::decode(const uint8_t* row, int64_t b, const Prep&) {
   if constexpr (T == DType::Q4_0 || T == DType::Q4_1) {
     // Q4_0 and Q4_1: element j is the low nibble of qs[j], element j + 16 the high nibble.
     __m512 table;
@@ -95,27 +106,11 @@ inline Block32 decode(const uint8_t* row, int64_t b) {
   }
 }
 
+// matmul_tile.h's loop (the Q5 / Q2_K / Q3_K / IQ4 kernels' too) over these blocks, inlined here.
 template <DType T, int MO, int R>
-void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  const int64_t nb = cols / 32;
-  __m512 acc[MO][R];
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    // Decode the tile's weight rows first, then load each activation half once for all of them.
-    Block32 v[MO];
-    for (int o = 0; o < MO; ++o) v[o] = decode<T>(w[o], b);
-    for (int r = 0; r < R; ++r) {
-      const __m512 x_lo = _mm512_loadu_ps(x[r] + 32 * b),
-                   x_hi = _mm512_loadu_ps(x[r] + 32 * b + 16);
-      for (int o = 0; o < MO; ++o) {
-        acc[o][r] = _mm512_fmadd_ps(v[o].lo, x_lo, acc[o][r]);
-        acc[o][r] = _mm512_fmadd_ps(v[o].hi, x_hi, acc[o][r]);
-      }
-    }
-  }
-  for (int o = 0; o < MO; ++o)
-    for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
+[[gnu::flatten]] void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols,
+                                 float* out) {
+  tile::quant_tile<Decoder<T>, MO, R>(w, x, cols, out);
 }
 
 // Float weights: 16 lanes, the last group masked.
@@ -147,14 +142,6 @@ void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
 }
 
 constexpr int k_max_rows = 8;
-
-template <DType T, int MO, int R>
-constexpr F32TileFn tile_fn() {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
-    return float_tile<T, MO, R>;
-  else
-    return quant_tile<T, MO, R>;
-}
 
 // Tile shapes: one activation row (decode) runs 4 weight rows for 4 independent FMA chains; more
 // rows run 2 weight rows, up to 16 accumulators in zmm registers. Q4_K and Q6_K: matmul_kquant.cpp.
@@ -293,21 +280,26 @@ inline __m256 quants_to_f32(__m256i q, int c) {
   return _mm256_cvtepi32_ps(kSigned ? _mm256_cvtepi8_epi32(part) : _mm256_cvtepu8_epi32(part));
 }
 
+// Weights [8c, 8c + 8) of a block: fma(q, scale, min), exactly.
+template <DType T>
+inline __m256 block_weights(const QBlock& blk, int c) {
+  constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
+  return _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c), _mm256_set1_ps(blk.scale[c / 2]),
+                         _mm256_set1_ps(blk.min));
+}
+
 // MO weight rows x R activation rows; each element's chain is the same for every MO and R (MO > 1
 // only gives the one-row decode independent chains to overlap).
 template <DType T, int MO, int R>
 void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
-  constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
   __m256 acc[MO][R];
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) acc[o][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / 32; ++b) {
     for (int o = 0; o < MO; ++o) {
       const QBlock blk = decode_block<T>(w[o], b);
-      const __m256 vmin = _mm256_set1_ps(blk.min);
       for (int c = 0; c < 4; ++c) {
-        const __m256 wv = _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
-                                          _mm256_set1_ps(blk.scale[c / 2]), vmin);
+        const __m256 wv = block_weights<T>(blk, c);
         for (int r = 0; r < R; ++r)
           acc[o][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + b * 32 + c * 8), acc[o][r]);
       }
@@ -320,14 +312,9 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
 // quant_tile's weights, stored: the same wv vectors, 8 at a time.
 template <DType T>
 void decode_row(const uint8_t* w, int64_t cols, float* out) {
-  constexpr bool k_signed = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q6_K;
   for (int64_t b = 0; b < cols / 32; ++b) {
     const QBlock blk = decode_block<T>(w, b);
-    const __m256 vmin = _mm256_set1_ps(blk.min);
-    for (int c = 0; c < 4; ++c)
-      _mm256_storeu_ps(out + 32 * b + 8 * c,
-                       _mm256_fmadd_ps(quants_to_f32<k_signed>(blk.q, c),
-                                       _mm256_set1_ps(blk.scale[c / 2]), vmin));
+    for (int c = 0; c < 4; ++c) _mm256_storeu_ps(out + 32 * b + 8 * c, block_weights<T>(blk, c));
   }
 }
 
@@ -361,17 +348,9 @@ constexpr const DecodedTileFn* k_decoded_fns[k_dec_mo] = {
 
 constexpr int k_max_rows = 4;
 
-template <DType T, int MO, int R>
-constexpr F32TileFn tile_fn() {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
-    return float_tile<T, MO, R>;
-  else
-    return quant_tile<T, MO, R>;
-}
-
 template <DType T>
 F32Tile tile_for_rows(int rows) {
-  constexpr bool k_float = T == DType::F32 || T == DType::F16 || T == DType::BF16;
+  constexpr bool k_float = is_float(T);
   F32DecodeFn dec = nullptr;
   if constexpr (!k_float) dec = decode_row<T>;
   // One row (decode) of a quantized type: 4 weight rows a call, 4 independent FMA chains.
@@ -439,10 +418,7 @@ constexpr int k_max_rows = 1;
 
 template <DType T>
 F32Tile tile_for_rows(int) {
-  if constexpr (T == DType::F32 || T == DType::F16 || T == DType::BF16)
-    return {float_tile<T, 1, 1>, 1};
-  else
-    return {quant_tile<T, 1, 1>, 1};
+  return {tile_fn<T, 1, 1>(), 1};
 }
 
 #endif
