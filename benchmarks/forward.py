@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,12 +28,8 @@ from typing import Any
 
 import numpy as np
 
-
-def bench_dir() -> Path:
-    home = Path(os.environ.get("OSSA_HOME", Path.home() / ".cache" / "ossa"))
-    d = home / "bench"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from make_bench_models import bench_dir, copy_gguf_metadata  # noqa: E402
 
 
 def requantize(src: str, dst: Path, type_name: str) -> str:
@@ -46,12 +43,13 @@ def requantize(src: str, dst: Path, type_name: str) -> str:
     arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
     tmp = dst.with_suffix(".tmp")
     writer = gguf.GGUFWriter(str(tmp), arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name in ("general.architecture", "general.file_type"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_gguf_metadata(
+        reader,
+        writer,
+        lambda name: (
+            not name.startswith("GGUF.") and name not in ("general.architecture", "general.file_type")
+        ),
+    )
     target = gguf.GGMLQuantizationType[type_name]
     for t in reader.tensors:
         w = dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(x) for x in t.shape[::-1]])
@@ -207,10 +205,7 @@ def weight_bytes_per_token(path: str) -> int:
 
 
 def main() -> None:
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from peer_env import describe, engine_env
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

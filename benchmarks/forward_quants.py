@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import forward  # noqa: E402
+from make_bench_models import copy_gguf_metadata  # noqa: E402  (forward put scripts/ on the path)
 
 FTYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K_M", "Q5_K_S", "Q3_K_M", "Q2_K", "IQ4_XS"]
 SHAPE = {"n_embd": 1024, "n_ff": 2816, "n_layer": 8, "n_head": 16, "n_head_kv": 4}
@@ -52,11 +53,7 @@ def random_f16_model(dst: Path, tokenizer_src: str) -> str:
     reader = gguf.GGUFReader(tokenizer_src)
     tmp = dst.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "llama")
-    for name, field in reader.fields.items():
-        if name.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
     e, ff, n_layer, n_head, n_kv = (SHAPE[k] for k in ("n_embd", "n_ff", "n_layer", "n_head", "n_head_kv"))
     hd = e // n_head
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from forward import bench_dir, kernels_label, speed_isolated  # noqa: E402
+from make_bench_models import copy_gguf_metadata  # noqa: E402  (forward put scripts/ on the path)
 
 SHAPE = dict(n_embd=768, n_layer=8, n_head=12, n_head_kv=4, head_dim=64, n_expert=32, n_expert_used=8,
              n_ff_expert=256)  # fmt: skip
@@ -38,11 +39,7 @@ def build(dst: Path, type_name: str, tokenizer_gguf: str) -> str:
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     tmp = dst.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "qwen3moe")
-    for name, field in reader.fields.items():
-        if name.startswith("tokenizer."):
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
     w.add_context_length(4096)
     w.add_embedding_length(s["n_embd"])
     w.add_block_count(s["n_layer"])

@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,11 +144,19 @@ def add_metadata(w: Any, s: Shape, layers: int, name: str, file_type: int) -> No
         w.add_uint32(a + key, value)
     w.add_float32(a + "rope.freq_base", s.rope_base)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-5)
-    for key, field in gguf.GGUFReader(default_model()).fields.items():
-        if key.startswith("tokenizer."):
+    copy_gguf_metadata(gguf.GGUFReader(default_model()), w, lambda key: key.startswith("tokenizer."))
+
+
+def copy_gguf_metadata(reader: Any, writer: Any, keep: Callable[[str], bool]) -> None:
+    """Copies the metadata keys of a gguf.GGUFReader that ``keep`` accepts into a gguf.GGUFWriter, with
+    their value types (benchmarks/forward.py, forward_quants.py and moe.py write files this way too)."""
+    import gguf
+
+    for key, field in reader.fields.items():
+        if keep(key):
             vtype = field.types[0]
             sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(key, field.contents(), vtype, sub_type=sub)
+            writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
 
 
 def write_f16(s: Shape, layers: int, out: Path) -> None:
