@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from make_bench_models import bench_dir, copy_gguf_metadata  # noqa: E402
+from make_bench_models import bench_dir, copy_gguf_metadata, write_gguf  # noqa: E402
 
 
 def requantize(src: str, dst: Path, type_name: str) -> str:
@@ -58,12 +58,7 @@ def requantize(src: str, dst: Path, type_name: str) -> str:
         else:
             q = quantize(w, target)
             writer.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=target)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.rename(dst)
-    return str(dst)
+    return write_gguf(writer, tmp, dst)
 
 
 def read_bandwidth(threads: int) -> float:

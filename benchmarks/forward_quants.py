@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import forward  # noqa: E402
-from make_bench_models import copy_gguf_metadata  # noqa: E402  (forward put scripts/ on the path)
+from make_bench_models import copy_gguf_metadata, write_gguf  # noqa: E402  (forward put scripts/ on the path)
 
 FTYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K_M", "Q5_K_S", "Q3_K_M", "Q2_K", "IQ4_XS"]
 SHAPE = {"n_embd": 1024, "n_ff": 2816, "n_layer": 8, "n_head": 16, "n_head_kv": 4}
@@ -86,12 +86,7 @@ def random_f16_model(dst: Path, tokenizer_src: str) -> str:
         w.add_tensor(p + "ffn_gate.weight", mat(ff, e))
         w.add_tensor(p + "ffn_up.weight", mat(ff, e))
         w.add_tensor(p + "ffn_down.weight", mat(e, ff))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.rename(dst)
-    return str(dst)
+    return write_gguf(w, tmp, dst)
 
 
 def llama_quantize(src: str, dst: Path, ftype: str, threads: int) -> str:

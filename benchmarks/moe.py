@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from forward import bench_dir, kernels_label, speed_isolated  # noqa: E402
-from make_bench_models import copy_gguf_metadata  # noqa: E402  (forward put scripts/ on the path)
+from make_bench_models import copy_gguf_metadata, write_gguf  # noqa: E402  (forward put scripts/ on the path)
 
 SHAPE = dict(n_embd=768, n_layer=8, n_head=12, n_head_kv=4, head_dim=64, n_expert=32, n_expert_used=8,
              n_ff_expert=256)  # fmt: skip
@@ -86,12 +86,7 @@ def build(dst: Path, type_name: str, tokenizer_gguf: str) -> str:
         add(p + "ffn_gate_exps.weight", ne, f, e)
         add(p + "ffn_up_exps.weight", ne, f, e)
         add(p + "ffn_down_exps.weight", ne, e, f)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.rename(dst)
-    return str(dst)
+    return write_gguf(w, tmp, dst)
 
 
 def main() -> None:

@@ -147,6 +147,17 @@ def add_metadata(w: Any, s: Shape, layers: int, name: str, file_type: int) -> No
     copy_gguf_metadata(gguf.GGUFReader(default_model()), w, lambda key: key.startswith("tokenizer."))
 
 
+def write_gguf(writer: Any, tmp: Path, dst: Path) -> str:
+    """Writes out a gguf.GGUFWriter opened on ``tmp``, then renames the finished file to ``dst`` (an
+    interrupted run leaves no half-written ``dst`` behind); returns ``str(dst)``."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.rename(dst)
+    return str(dst)
+
+
 def copy_gguf_metadata(reader: Any, writer: Any, keep: Callable[[str], bool]) -> None:
     """Copies the metadata keys of a gguf.GGUFReader that ``keep`` accepts into a gguf.GGUFWriter, with
     their value types (benchmarks/forward.py, forward_quants.py and moe.py write files this way too)."""
@@ -272,11 +283,7 @@ def write_random_q4_k_m(s: Shape, layers: int, out: Path) -> None:
             raw[:, :, 0:4] = rng.uniform(1e-4, 1e-3, (rows, nb, 2)).astype(np.float16).view(np.uint8)
         raw = raw.reshape(rows, nb * block_bytes)
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.rename(out)
+    write_gguf(w, tmp, out)
 
 
 def perfgate_model(shape: str = "1b", layers: int = 2) -> str:
