@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import os
 import pathlib
 import sys
@@ -22,20 +21,13 @@ from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import make_gpt2_tokenizer  # noqa: E402
 
 from ossa.tokenizer import Tokenizer  # noqa: E402
 
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-def load_assets() -> object:
-    spec = importlib.util.spec_from_file_location(
-        "make_gpt2_tokenizer", ROOT / "scripts" / "make_gpt2_tokenizer.py"
-    )
-    assert spec is not None and spec.loader is not None
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
 
 
 def corpus(mb: float) -> str:
@@ -82,7 +74,7 @@ def main() -> int:
     import tiktoken
     import tokenizers
 
-    assets = load_assets()
+    assets = make_gpt2_tokenizer  # GPT-2's vocabulary, offline
     folders = assets.write_tokenizers(os.path.join(assets.cache_dir(), "hf"))
     text = corpus(args.mb)
     nbytes = len(text.encode())
