@@ -22,7 +22,17 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from tiny_models import build_hf_cases, golden, greedy, hf_greedy, model_file, runner_logits
+from tiny_models import (
+    HF_TOL,
+    N_TOKENS,
+    TWIN_TOL,
+    build_hf_cases,
+    case_file,
+    golden,
+    greedy,
+    hf_greedy,
+    runner_logits,
+)
 
 from ossa import models
 from ossa._native import core
@@ -49,9 +59,6 @@ CASES: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 WINDOW = {"gemma3": 8, "gemma3-capped": 6}
-HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
-TWIN_TOL = 1e-5
-N_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +67,12 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     return build_hf_cases(tmp_path_factory.mktemp("gemma3"), CASES, seed=10, n_tokens=N_TOKENS)
 
 
-def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name)
-
-
 @pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = model_path(hf_models, name, fmt, tmp_path_factory)
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
     model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
     assert model.config["arch"] == "gemma3"
@@ -114,7 +117,7 @@ def test_batch_invariant(
 ) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits, over 72
     tokens (9x the window)."""
-    path = model_path(hf_models, "gemma3", fmt, tmp_path_factory)
+    path = case_file(hf_models, "gemma3", fmt, tmp_path_factory)
     check_invariance(core.load_model(path), CASES["gemma3"]["vocab_size"], seed=5, kv=kv)
 
 

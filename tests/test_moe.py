@@ -24,7 +24,17 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from tiny_models import build_hf_cases, golden, greedy, hf_greedy, hf_to_gguf, make_hf_model, model_file
+from tiny_models import (
+    N_TOKENS,
+    TWIN_TOL,
+    build_hf_cases,
+    case_file,
+    golden,
+    greedy,
+    hf_greedy,
+    hf_to_gguf,
+    make_hf_model,
+)
 
 from ossa._native import core
 from ossa.reference import loader as ref_loader
@@ -64,9 +74,7 @@ CASES: dict[str, dict[str, Any]] = {
         intermediate_size=96, vocab_size=150, num_local_experts=4, num_experts_per_tok=2,
     ),
 }  # fmt: skip
-N_TOKENS = 40
-HF_TOL = 1e-5
-TWIN_TOL = 1e-5
+HF_TOL = 1e-5  # against transformers, checked for safetensors and F32 (HF's float32 weights kept)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +84,7 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
 
 
 def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name, split_experts=name == "mixtral")
+    return case_file(hf_models, name, fmt, tmp, split_experts=name == "mixtral")
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])

@@ -24,13 +24,16 @@ import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
+    HF_TOL,
+    N_TOKENS,
+    TWIN_TOL,
     build_hf_cases,
+    case_file,
     golden,
     greedy,
     hf_greedy,
     hf_logits,
     hf_to_gguf,
-    model_file,
     runner_logits,
 )
 
@@ -57,19 +60,12 @@ CASES: dict[str, dict[str, Any]] = {
         rope_scaling={"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG}, **IDS,
     ),
 }  # fmt: skip
-HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
-TWIN_TOL = 1e-5
-N_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     """name -> (HF folder, HF float32 logits, token ids)."""
     return build_hf_cases(tmp_path_factory.mktemp("phi3"), CASES, seed=20, n_tokens=N_TOKENS)
-
-
-def model_path(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name)
 
 
 def check_logits(path: str, ids: list[int], hf: np.ndarray, tol: float) -> None:
@@ -84,7 +80,7 @@ def check_logits(path: str, ids: list[int], hf: np.ndarray, tol: float) -> None:
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = model_path(hf_models, name, fmt, tmp_path_factory)
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
     c = core.load_model(path).config
     assert c["arch"] == "phi3"
     if name == "phi4-mini":
@@ -160,7 +156,7 @@ def test_batch_invariant(
 ) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits over 72
     tokens (8x the window; past the LongRoPE model's original context of 48), Q8_0 GGUF."""
-    path = model_path(hf_models, name, "Q8_0", tmp_path_factory)
+    path = case_file(hf_models, name, "Q8_0", tmp_path_factory)
     check_invariance(core.load_model(path), CASES[name]["vocab_size"], seed=6, kv=kv)
 
 
@@ -170,7 +166,7 @@ def test_inspect_and_listing(hf_models: dict[str, Any], tmp_path_factory: pytest
     text = models.format_inspect(models.inspect(hf_models["phi3-mini"][0]))
     assert "sliding window of 9 tokens in 2 of 2 layers" in text
     # The fused tensors are listed as stored; their parts are views under the canonical names.
-    m = core.load_model(model_path(hf_models, "phi4-mini", "F32", tmp_path_factory))
+    m = core.load_model(case_file(hf_models, "phi4-mini", "F32", tmp_path_factory))
     names = [t[0] for t in m.tensors()]
     assert "blk.0.attn_qkv.weight" in names and "rope_factors_long.weight" in names
     qkv = core.dequantize_tensor(m, "blk.0.attn_qkv.weight")

@@ -20,12 +20,15 @@ import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
+    HF_TOL,
+    N_TOKENS,
+    TWIN_TOL,
     build_hf_cases,
+    case_file,
     golden,
     greedy,
     hf_greedy,
     hf_logits,
-    model_file,
     runner_logits,
 )
 
@@ -60,18 +63,11 @@ CASES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 LAYERS = {"mistral": [True, True], "qwen2": [False, True, True], "qwen3": [True, False, True],
           "mixtral": [True, True]}  # fmt: skip
-HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
-TWIN_TOL = 1e-5
-N_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     return build_hf_cases(tmp_path_factory.mktemp("swa"), CASES, seed=40, n_tokens=N_TOKENS)
-
-
-def path_of(hf_models: dict[str, Any], name: str, fmt: str, tmp: pytest.TempPathFactory) -> str:
-    return model_file(hf_models[name][0], fmt, tmp.mktemp("gguf"), name)
 
 
 DROP = object()
@@ -95,7 +91,7 @@ def edited(src: str, dst: Path, **changes: Any) -> str:
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = path_of(hf_models, name, fmt, tmp_path_factory)
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf, ids = hf_models[name]
     model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf)
     assert config == model.config  # the twin reads the same hyper-parameters
@@ -131,7 +127,7 @@ def test_chunked_prefill_and_greedy_past_the_window(
     """Chunks of 1 and 5 through the paged runner (blocks of 4: a window spans parts of 2-3 blocks)
     equal one pass bitwise, and the twin's paged runner (MoE: its forward); safetensors: equal to HF,
     and a 10-token prompt then 30 greedy tokens equal to transformers' generate()."""
-    path = path_of(hf_models, name, fmt, tmp_path_factory)
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
     src, hf, ids = hf_models[name]
     model = core.load_model(path)
     n_blocks = N_TOKENS // 4
@@ -158,7 +154,7 @@ def test_batch_invariant(
 ) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits over 72
     tokens (10x the window), Q8_0 GGUF."""
-    path = path_of(hf_models, name, "Q8_0", tmp_path_factory)
+    path = case_file(hf_models, name, "Q8_0", tmp_path_factory)
     check_invariance(core.load_model(path), CASES[name]["vocab_size"], seed=7)
 
 
@@ -194,5 +190,5 @@ def test_inspect_describes_the_window(
 ) -> None:
     text = models.format_inspect(models.inspect(hf_models["qwen2"][0]))
     assert "sliding window of 6 tokens in 2 of 3 layers" in text
-    text = models.format_inspect(models.inspect(path_of(hf_models, "mistral", "F32", tmp_path_factory)))
+    text = models.format_inspect(models.inspect(case_file(hf_models, "mistral", "F32", tmp_path_factory)))
     assert "sliding window of 7 tokens in 2 of 2 layers" in text

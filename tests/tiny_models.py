@@ -492,6 +492,20 @@ def build_hf_cases(
     return out
 
 
+# The tiny-model tests' bounds on max |error| / max |HF logit| (test_forward_hf.py states why): against
+# transformers per format (F16 and Q8_0 files round the weights HF keeps), against the twin on the
+# same stored weights; and the length of their prompts.
+HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
+TWIN_TOL = 1e-5
+N_TOKENS = 40
+
+
+def case_file(cases: dict[str, Any], name: str, fmt: str, tmp: Any, **kw: Any) -> str:
+    """Case ``name`` of a build_hf_cases dict as ``fmt`` (model_file into a fresh folder of the pytest
+    TempPathFactory ``tmp``)."""
+    return model_file(cases[name][0], fmt, tmp.mktemp("gguf"), name, **kw)
+
+
 def model_file(hf_dir: str, fmt: str, out_dir: str | os.PathLike[str], name: str, **kw: Any) -> str:
     """The folder itself for "safetensors", else its GGUF conversion in ``fmt`` under ``out_dir``."""
     if fmt == "safetensors":
