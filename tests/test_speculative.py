@@ -345,10 +345,24 @@ def test_prometheus_spec_decode_counters(spec: LLM) -> None:
     assert rate == pytest.approx(st["spec_num_accepted_tokens"] / st["spec_num_draft_tokens"])
 
 
-def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:
-    """backend="python" implements the same rule: the same outputs step for step, and drafts accepted."""
+def engine_trace(llm: LLM, prompts: list[str], sps: list[SamplingParams]) -> list[Any]:
+    """The engine's outputs step by step (test_engine.deltas) for prompts[i] under sps[i], all added at
+    once to ``llm``'s engine."""
     from test_engine import deltas, params
 
+    e = llm.engine
+    tok = llm.get_tokenizer()
+    for i, (p, sp) in enumerate(zip(prompts, sps, strict=True)):
+        ids = tok.encode(p)
+        e.add_request(f"t{i}", ids, params(llm, sp, len(ids)))
+    trace = []
+    while e.has_unfinished():
+        trace.append(deltas(e.step()))
+    return trace
+
+
+def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:
+    """backend="python" implements the same rule: the same outputs step for step, and drafts accepted."""
     kw = dict(
         kv_cache_memory_bytes=KV,
         max_num_batched_tokens=256,
@@ -362,15 +376,7 @@ def test_twin_matches_cpp_with_speculation(default_model_path: str) -> None:
     ]
     traces = []
     for llm in llms:
-        e = llm.engine
-        tok = llm.get_tokenizer()
-        for i, (p, sp) in enumerate(zip([COPY[1], COPY[3]], sps, strict=True)):
-            ids = tok.encode(p)
-            e.add_request(f"t{i}", ids, params(llm, sp, len(ids)))
-        trace = []
-        while e.has_unfinished():
-            trace.append(deltas(e.step()))
-        traces.append(trace)
+        traces.append(engine_trace(llm, [COPY[1], COPY[3]], sps))
         assert llm.stats()["spec_num_accepted_tokens"] > 10
     assert traces[0] == traces[1]
     keys = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_accepted_per_pos")

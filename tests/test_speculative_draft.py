@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_speculative import COPY, FREE, KV, accepted, crowd, runs, same
+from test_speculative import COPY, FREE, KV, accepted, crowd, engine_trace, runs, same
 from tiny_models import tiny_draft_gguf
 
 from ossa import LLM, SamplingParams
@@ -207,8 +207,6 @@ def test_tiny_random_draft_rejections_and_metrics(
 
 
 def test_twin_matches_cpp_with_draft_model(default_model_path: str, tiny_draft: str) -> None:
-    from test_engine import deltas, params
-
     spec_cfg = {
         "model": tiny_draft,
         "num_speculative_tokens": 3,
@@ -222,17 +220,7 @@ def test_twin_matches_cpp_with_draft_model(default_model_path: str, tiny_draft: 
         SamplingParams(temperature=0.0, max_tokens=8, logprobs=1),
         SamplingParams(temperature=0.8, seed=4, max_tokens=6, n=2),
     ]
-    traces = []
-    for llm in llms:
-        e = llm.engine
-        tok = llm.get_tokenizer()
-        for i, (p, sp) in enumerate(zip([COPY[1], COPY[2]], sps, strict=True)):
-            ids = tok.encode(p)
-            e.add_request(f"t{i}", ids, params(llm, sp, len(ids)))
-        trace = []
-        while e.has_unfinished():
-            trace.append(deltas(e.step()))
-        traces.append(trace)
+    traces = [engine_trace(llm, [COPY[1], COPY[2]], sps) for llm in llms]
     assert traces[0] == traces[1]
     keys = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_accepted_per_pos")
     assert [llms[0].stats()[k] for k in keys] == [llms[1].stats()[k] for k in keys]
