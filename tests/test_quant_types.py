@@ -52,9 +52,14 @@ def scaled_blocks(type_name: str, rows: int, cols: int, rng: np.random.Generator
     return np.ascontiguousarray(blocks.reshape(rows, -1))
 
 
-def write_model(path: Path, types: list[str], seed: int) -> str:
-    """A tiny llama GGUF whose matrices take the given types in turn (norms F32, output untied)."""
-    rng = np.random.default_rng(seed)
+# The matrices of a layer of the tiny llama: name -> (rows, cols).
+LAYER_SHAPES = {"attn_q": (E, E), "attn_k": (E // 2, E), "attn_v": (E // 2, E), "attn_output": (E, E),
+                "ffn_gate": (FF, E), "ffn_up": (FF, E), "ffn_down": (E, FF)}  # fmt: skip
+
+
+def llama_writer(path: Path) -> gguf.GGUFWriter:
+    """A GGUF writer at ``path`` with the tiny llama's hyper-parameters (E wide, LAYERS layers, 4 heads,
+    2 KV heads, FF)."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_embedding_length(E)
     w.add_block_count(LAYERS)
@@ -63,14 +68,11 @@ def write_model(path: Path, types: list[str], seed: int) -> str:
     w.add_feed_forward_length(FF)
     w.add_context_length(256)
     w.add_layer_norm_rms_eps(1e-5)
-    mats = [("token_embd.weight", VOCAB, E), ("output.weight", VOCAB, E)]
-    shapes = {"attn_q": (E, E), "attn_k": (E // 2, E), "attn_v": (E // 2, E), "attn_output": (E, E),
-              "ffn_gate": (FF, E), "ffn_up": (FF, E), "ffn_down": (E, FF)}  # fmt: skip
-    mats += [(f"blk.{i}.{n}.weight", *shape) for i in range(LAYERS) for n, shape in shapes.items()]
-    for k, (name, rows, cols) in enumerate(mats):
-        t = types[k % len(types)]
-        raw = scaled_blocks(t, rows, cols, rng, rms=1.0 if name == "token_embd.weight" else 0.06)
-        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=QT[t])
+    return w
+
+
+def add_norms_and_write(w: gguf.GGUFWriter, rng: np.random.Generator) -> None:
+    """The output norm and each layer's two norms (F32, near 1), then the file written and closed."""
     norms = [f"blk.{i}.{n}_norm.weight" for i in range(LAYERS) for n in ("attn", "ffn")]
     for name in ["output_norm.weight", *norms]:
         w.add_tensor(name, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
@@ -78,6 +80,19 @@ def write_model(path: Path, types: list[str], seed: int) -> str:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_model(path: Path, types: list[str], seed: int) -> str:
+    """A tiny llama GGUF whose matrices take the given types in turn (norms F32, output untied)."""
+    rng = np.random.default_rng(seed)
+    w = llama_writer(path)
+    mats = [("token_embd.weight", VOCAB, E), ("output.weight", VOCAB, E)]
+    mats += [(f"blk.{i}.{n}.weight", *shape) for i in range(LAYERS) for n, shape in LAYER_SHAPES.items()]
+    for k, (name, rows, cols) in enumerate(mats):
+        t = types[k % len(types)]
+        raw = scaled_blocks(t, rows, cols, rng, rms=1.0 if name == "token_embd.weight" else 0.06)
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=QT[t])
+    add_norms_and_write(w, rng)
     return str(path)
 
 
@@ -226,30 +241,14 @@ TYPE_ERROR = {"F32": 0.0, "Q6_K": 0.03, "Q5_0": 0.06, "Q5_1": 0.06, "Q5_K": 0.06
 def f16_model(model_dir: Path) -> str:
     rng = np.random.default_rng(11)
     path = model_dir / "base-f16.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_embedding_length(E)
-    w.add_block_count(LAYERS)
-    w.add_head_count(4)
-    w.add_head_count_kv(2)
-    w.add_feed_forward_length(FF)
-    w.add_context_length(256)
-    w.add_layer_norm_rms_eps(1e-5)
+    w = llama_writer(path)
     w.add_rope_dimension_count(E // 4)
     w.add_tensor("token_embd.weight", rng.standard_normal((VOCAB, E)).astype(np.float16))
     w.add_tensor("output.weight", (0.06 * rng.standard_normal((VOCAB, E))).astype(np.float16))
-    shapes = {"attn_q": (E, E), "attn_k": (E // 2, E), "attn_v": (E // 2, E), "attn_output": (E, E),
-              "ffn_gate": (FF, E), "ffn_up": (FF, E), "ffn_down": (E, FF)}  # fmt: skip
     for i in range(LAYERS):
-        for n, shape in shapes.items():
+        for n, shape in LAYER_SHAPES.items():
             w.add_tensor(f"blk.{i}.{n}.weight", (0.06 * rng.standard_normal(shape)).astype(np.float16))
-    for name in ["output_norm.weight"] + [
-        f"blk.{i}.{n}_norm.weight" for i in range(LAYERS) for n in ("attn", "ffn")
-    ]:
-        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(E)).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_norms_and_write(w, rng)
     return str(path)
 
 
