@@ -1,7 +1,7 @@
 #pragma once
 // The AVX-512 f32 kernels of the 256-value types that read activations laid out to match their
-// bytes (Q5_K in matmul_q5.cpp, IQ4_XS in matmul_iq4.cpp, Q2_K / Q3_K in matmul_q23k.cpp; the
-// layout trick is matmul_kquant.cpp's for Q4_K / Q6_K): one loop, generic over a layout L.
+// bytes (Q4_K / Q6_K in matmul_kquant.cpp, which explains the layout trick, Q5_K in matmul_q5.cpp,
+// IQ4_XS in matmul_iq4.cpp, Q2_K / Q3_K in matmul_q23k.cpp): one loop, generic over a layout L.
 //
 // Each matmul call lays every activation row out once (reorder_row: out[16 k + i] = x[elem(k, i)]
 // for each chunk of values), so that a 64-byte run of quants loaded as 16 dwords and shifted right

@@ -1,7 +1,8 @@
 #pragma once
-// The f32 tile loop of the Q5_0 / Q5_1 / Q5_K / Q2_K / Q3_K / IQ4_NL / IQ4_XS kernels
-// (matmul_q5.cpp, matmul_q23k.cpp, matmul_iq4.cpp), generic over a block decoder; the same contract
-// and the same order of operations as matmul_f32.cpp's quant_tile (see matmul_kernels.h):
+// The f32 tile loop generic over a block decoder: Q5_0 / Q5_1 / IQ4_NL (matmul_q5.cpp,
+// matmul_iq4.cpp), Q4_0 / Q4_1 / Q8_0 on AVX-512 (matmul_f32.cpp), and Q5_K / Q2_K / Q3_K / IQ4_XS
+// in the AVX2 and scalar builds (AVX-512 runs those on matmul_kblock.h's layouts); the contract of
+// matmul_kernels.h, in this order of operations:
 //
 //   for block b (32 weights):  acc = fma(w[b][0..15], x[32b .. 32b+15], acc)
 //                              acc = fma(w[b][16..31], x[32b+16 .. 32b+31], acc)
