@@ -106,7 +106,7 @@ Block32 Decoder<T>::decode(const uint8_t* row, int64_t b, const Prep&) {
   }
 }
 
-// matmul_tile.h's loop (the Q5 / Q2_K / Q3_K / IQ4 kernels' too) over these blocks, inlined here.
+// matmul_tile.h's loop (Q5_0 / Q5_1 / IQ4_NL run it too) over these blocks, inlined here.
 template <DType T, int MO, int R>
 [[gnu::flatten]] void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols,
                                  float* out) {

@@ -70,6 +70,7 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     typename D::Prep prep[MO];
     for (int o = 0; o < MO; ++o) D::prepare(w[o], sb, prep[o]);
     for (int64_t b = sb * D::k_sub; b < (sb + 1) * D::k_sub; ++b) {
+      // The tile's weight rows decoded first, then each activation half loaded once for all.
       Block32 v[MO];
       for (int o = 0; o < MO; ++o) v[o] = D::decode(w[o], b, prep[o]);
       for (int r = 0; r < R; ++r) {
