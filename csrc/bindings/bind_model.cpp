@@ -166,10 +166,11 @@ void bind_model(nb::module_& m) {
       .def_prop_ro(
           "uses_amx", &ossa::Model::uses_amx,
           "Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).")
-      .def_prop_ro("int8_matrices", &ossa::Model::int8_matrices,
-                   "The matrices the forward pass multiplies with activations split into int8 "
-                   "pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not "
-                   "listed.")
+      .def_prop_ro(
+          "int8_matrices", &ossa::Model::int8_matrices,
+          "The matrices the forward pass multiplies with activations split into int8 "
+          "pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not "
+          "listed.")
       .def_ro("quantized_activations", &ossa::Model::quantized_activations,
               "Whether quantized weights multiply 8-bit activation blocks (load_model's option).")
       .def(
