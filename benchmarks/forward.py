@@ -184,7 +184,7 @@ def kernels_label(core: Any) -> str:
     if not core.repack_default():
         return "f32"
     if core.i8_vnni_available():
-        return "VNNI int8 (Q4_K, Q6_K, Q8_0) + f32"
+        return "VNNI int8 (Q4_0, Q4_1, Q4_K, Q6_K, Q8_0) + f32"
     return "AVX2 int8 (Q4_K, Q6_K, Q8_0) + f32"
 
 
