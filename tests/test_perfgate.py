@@ -115,8 +115,10 @@ def test_gate_passes_against_the_committed_baseline(gate_run: tuple[int, str, di
     # A forward pass over 128 tokens is far more work than one decode step.
     w = counts["workloads"]
     assert w["prefill_128"]["instructions"] > 10 * w["decode_1"]["instructions"]
-    # The K-quant decode step streams ~160 MB of Q4_K / Q6_K weights, the default model's ~100 MB of Q4_1.
-    assert w["decode_1b_q4km"]["instructions"] > w["decode_1"]["instructions"]
+    # The K-quant decode step streams ~160 MB of Q4_K / Q6_K weights through the int8 kernels: well over
+    # one instruction per 4 bytes (they run ~1 per byte; the default model's f32 Q4_1 step costs more
+    # instructions per byte, so the two steps are not compared).
+    assert w["decode_1b_q4km"]["instructions"] > 160e6 / 4
     assert w["decode_1b_q4km"]["result"].startswith("result=")
 
 
