@@ -25,12 +25,20 @@ TYPES = {
     "Q4_0": (2, 32, 18),
     "Q4_1": (3, 32, 20),
     "Q8_0": (8, 32, 34),
+    "Q5_0": (6, 32, 22),
+    "Q5_1": (7, 32, 24),
+    "Q2_K": (10, 256, 84),
     "Q3_K": (11, 256, 110),
     "Q4_K": (12, 256, 144),
     "Q5_K": (13, 256, 176),
     "Q6_K": (14, 256, 210),
+    "IQ4_NL": (20, 32, 18),
+    "IQ4_XS": (23, 256, 136),
     "BF16": (30, 1, 2),
 }
+# Byte offsets of each type's f16 fields (d, and dmin / m where it has one) where not at the start.
+F16_AT = {"Q2_K": (80, 82), "Q3_K": (108,), "Q6_K": (208,), "Q8_0": (0,), "Q5_0": (0,), "IQ4_NL": (0,),
+          "IQ4_XS": (0,)}  # fmt: skip
 
 
 def random_weight(name: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -45,16 +53,13 @@ def random_weight(name: str, rows: int, cols: int, rng: np.random.Generator) -> 
     def f16(lo: float, hi: float, n: int) -> np.ndarray:
         return rng.uniform(lo, hi, (rows, nb, n)).astype(np.float16).view(np.uint8)
 
-    if name == "Q3_K":
-        raw[:, :, 108:110] = f16(1e-5, 1e-4, 1)
-    elif name == "Q6_K":
-        raw[:, :, 208:210] = f16(1e-5, 1e-4, 1)
+    if name in F16_AT:
+        for at in F16_AT[name]:
+            raw[:, :, at : at + 2] = f16(1e-5, 1e-4, 1) if per_block == 256 else f16(1e-3, 1e-2, 1)
     elif name in ("Q4_K", "Q5_K"):
         raw[:, :, 0:4] = f16(1e-4, 1e-3, 2)
-    elif name == "Q8_0":
-        raw[:, :, 0:2] = f16(1e-3, 1e-2, 1)
-    else:  # Q4_0 (d), Q4_1 (d, m)
-        raw[:, :, 0 : block_bytes - 16] = f16(1e-3, 1e-2, (block_bytes - 16) // 2)
+    else:  # Q4_0 (d), Q4_1 / Q5_1 (d, m)
+        raw[:, :, 0 : 2 if name == "Q4_0" else 4] = f16(1e-3, 1e-2, 1 if name == "Q4_0" else 2)
     return np.ascontiguousarray(raw.reshape(rows, -1))
 
 

@@ -2,9 +2,10 @@
 their batch invariance: a row's result is bitwise the same alone, inside any tile, with 1 or 2 threads.
 
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
-the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 repacked for bf16 tiles, Q4_K/Q6_K for int8 tiles and VNNI;
-F16/F32 and the newer types stay on the f32 kernels), or without AMX the AVX2 int8 kernels (Q4_K,
-Q6_K, Q8_0, Q4_0, Q4_1; the rest on the f32 kernels)."""
+the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 and Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS repacked for bf16 tiles,
+Q4_K/Q6_K/Q2_K/Q3_K for int8 tiles and VNNI; F16/F32 stay on the f32 kernels), or without AMX the
+int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/Q2_K/Q3_K on VPDPBUSD and Q8_0 on
+AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K (the rest on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -110,34 +111,48 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, eye, mode="f32"), w.T[:n])
 
 
-# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles), Q4_0 / Q4_1 only
-# with VNNI and no AMX.
+# Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles); Q2_K / Q3_K
+# wherever there is VNNI (AMX or not); Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS with VNNI
+# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K on AVX2 without VNNI.
+VNNI_ONLY = core.i8_vnni_available() and not core.amx_available()
 INT8_TYPES = (
     ["Q4_K", "Q6_K"]
     + (["Q8_0"] if core.i8_avx2_available() else [])
-    + (["Q4_0", "Q4_1"] if core.i8_avx2_available() and core.i8_vnni_available() else [])
+    + (["Q2_K", "Q3_K"] if core.i8_vnni_available() else [])
+    + (["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS"] if VNNI_ONLY else [])
+    + (["Q5_0", "Q5_1", "Q5_K"] if core.i8_avx2_available() and not core.i8_vnni_available() else [])
 )
+# Where a block's weights with every quant 0 sit, for the types with minimums: (block bytes, first
+# quant byte).
+MIN_TYPES = {"Q4_K": (144, 16), "Q5_K": (176, 16), "Q4_1": (20, 4), "Q5_1": (24, 4)}
+BLOCK32_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
 @pytest.mark.parametrize("type_name", INT8_TYPES)
 @pytest.mark.parametrize("cols", [1024, 1056])
 def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> None:
-    # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX), and
-    # Q8_0 / Q4_0 / Q4_1 without AMX, multiply the activations' int8 pieces (reference.model.split_int8)
-    # exactly, in int32, then scale in f32: within f32 rounding of the product with the twin's
-    # split values, for a decode row, every tail of the few-row kernels and a prefill batch, on
-    # activations whose blocks mix large and small magnitudes. Q4_K's and Q4_1's minimums multiply
-    # the sums of the split activations too (the product is the twin's split_int8(x) @ w.T; with the
-    # sums of the unsplit values it is ~4e-6 off here). Q8_0's quants take every int8 value, -128
-    # included.
-    # (The f32 kernels are ~2e-6 off the split product here: the bound tells the two apart.)
-    # 1056 columns: an odd number of 32-column blocks (a repacked Q8_0 group then starts 32 bytes
-    # into a cache line).
+    # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX),
+    # Q8_0 without AMX, Q2_K / Q3_K (pieces per 64 values) and, without AMX, Q4_0 / Q4_1 / Q5_0 /
+    # Q5_1 / IQ4_NL / Q5_K / IQ4_XS on VNNI (Q5_0 / Q5_1 / Q5_K on AVX2 without VNNI) multiply the
+    # activations' int8 pieces (reference.model.split_int8) exactly, in int32, then scale in f32:
+    # within f32 rounding of the product with the twin's split values, for a decode row, every tail
+    # of the few-row kernels and a prefill batch, on activations whose blocks mix large and small
+    # magnitudes. The minimums (Q4_K, Q5_K, Q4_1, Q5_1, Q2_K) multiply the sums of the split
+    # activations too, so the product is the twin's split_int8(x) @ w.T (with the sums of the
+    # unsplit values it is ~4e-6 off here). Q8_0's quants take every int8 value, -128 included;
+    # IQ4's levels run from -127 to 113. Q3_K's kernels multiply v = sc u (u = q3 + 4) and subtract
+    # the minimum 4 sc per group (-3 sc for sc < 0) as a second f32 term: both terms are up to ~2x
+    # the weights' size, so their f32 roundings are too (measured 3.9e-6 here). (The f32 kernels are
+    # 2e-6 to 2e-4 off the split product here, measured: the bounds tell the two apart.) 1056
+    # columns: an odd number of 32-column blocks (a repacked Q8_0 group then starts 32 bytes into a
+    # cache line).
     from ossa.reference.model import split_int8
 
-    if cols % 256 != 0 and type_name not in ("Q8_0", "Q4_0", "Q4_1"):
+    if cols % 256 != 0 and type_name not in BLOCK32_TYPES:
         pytest.skip("super-blocks of 256 columns")
+    block = 64 if type_name in ("Q2_K", "Q3_K") else 32
+    bound = 1e-5 if type_name == "Q3_K" else 1e-6
     rows = 40
     raw, w = make_weight(type_name, rows, cols, seed=21)
     if type_name == "Q8_0":  # d (2 bytes) then 32 int8 quants per block: random bytes, all of them
@@ -148,25 +163,25 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> Non
         w = dequantize(raw, QT.Q8_0).astype(np.float32).reshape(rows, cols)
     w = w.astype(np.float64)
     mins = np.zeros_like(w)
-    # The weights with every quant 0 are the minimums: -dmin m (Q4_K), m (Q4_1).
-    if type_name in ("Q4_K", "Q4_1"):
-        block_bytes, quants_at = (144, 16) if type_name == "Q4_K" else (20, 4)
+    # The weights with every quant 0 are the minimums: -dmin m (Q4_K, Q5_K), m (Q4_1, Q5_1).
+    if type_name in MIN_TYPES:
+        block_bytes, quants_at = MIN_TYPES[type_name]
         zq = raw.reshape(rows, -1, block_bytes).copy()
         zq[:, :, quants_at:] = 0
         mins = dequantize(zq.reshape(rows, -1), QT[type_name]).astype(np.float64).reshape(rows, cols)
     rng = np.random.default_rng(22)
     x = (rng.standard_normal((40, cols)) * np.exp(2 * rng.standard_normal((40, cols)))).astype(np.float32)
     x[3, :32] = 0.0  # an all-zero block
-    xs = split_int8(x)
+    xs = split_int8(x, block)
     ref = xs @ w.T
     scale = np.abs(xs) @ (np.abs(w - mins) + np.abs(mins)).T
     full = run(raw, type_name, rows, cols, x, mode="amx")
-    assert np.max(np.abs(full - ref) / scale) < 1e-6
-    for n in (1, 2, 3, 4, 5, 7):  # alone and in every few-row tile: bitwise the batch's rows
+    assert np.max(np.abs(full - ref) / scale) < bound
+    for n in (1, 2, 3, 4, 5, 7, 8, 9):  # alone and in every few-row tile: bitwise the batch's rows
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], mode="amx"), full[:n])
     # The split itself is within 1 / (127 * 4096) (~1.9e-6) of each block's largest value, plus
     # float32 rounding.
-    blocks = x.reshape(40, -1, 32).astype(np.float64)
+    blocks = x.reshape(40, -1, block).astype(np.float64)
     err = np.abs(xs.reshape(blocks.shape) - blocks).max(axis=-1)
     assert np.all(err <= np.abs(blocks).max(axis=-1) * 2e-6)
 

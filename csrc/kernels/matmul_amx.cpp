@@ -533,12 +533,15 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
 // Without AMX, the int8 types may still be repacked for the VNNI / AVX2 int8 kernels
-// (i8_vnni_available, i8_avx2_available).
+// (i8_vnni_available, i8_avx2_available), and Q2_K / Q3_K for the VNNI loop of
+// matmul_amx_q23k.cpp (amx_q23k_repacked_bytes is 0 in builds without VNNI).
 size_t amx_repacked_bytes(const TensorView& w) {
+  if (amx_q23k_type(w.type)) return amx_q23k_repacked_bytes(w);
   return amx_i8_type(w.type) ? amx_i8_repacked_bytes(w) : 0;
 }
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
+  if (amx_q23k_type(w.type)) return amx_q23k_repack_groups(w, out, g_begin, g_end);
   throw ModelError("amx matmul: not built");
 }
 void amx_repack_bf16_rounded(const TensorView&, uint8_t*, int64_t, int64_t) {
@@ -556,6 +559,8 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
                         bool accumulate) {
   if (amx_i8_type(w.type) && !accumulate && !w.bf16_compute)
     return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (amx_q23k_type(w.type) && !accumulate && !w.bf16_compute)
+    return amx_q23k_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   throw ModelError("amx matmul: not built");
 }
 

@@ -1,6 +1,9 @@
 // Q4_K and Q6_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact
 // integer dot products of the weights' quants with activations split into three int8 pieces.
-// Without AMX, the same for every row count (VNNI, or AVX2 below), and Q8_0 as well.
+// Without AMX, the same for every row count, and Q8_0 as well: with VNNI the VNNI loops take every
+// row count, and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS too (vnni::Kind: the same
+// pieces and epilogues; AMX machines keep those on matmul_amx.cpp / matmul_amx_ext.cpp's bf16
+// tiles); with AVX2 only, Q8_0 and Q5_0 / Q5_1 / Q5_K on AVX2 kernels (below).
 //
 // Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
 // with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
@@ -55,12 +58,13 @@
 // f16 d.
 //
 // Q4_0 (w = d (u - 8)) and Q4_1 (w = d u + m), u in 0..15 per 32 values, on VNNI builds without
-// AMX only (vnni_group_q4_01): D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S), d[n]
-// * (2^-11 d[r][b]), acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of
-// i8_isum16); Q4_1: acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]), m[n],
-// acc). Layout per group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already
-// pair column j with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x
-// 18 (16 x 20).
+// AMX only (vnni::Kind Q40 / Q41): D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S),
+// d[n] * (2^-11 d[r][b]), acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of
+// i8_isum16); Q4_1: acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]),
+// m[n], acc). (An AVX2-only build keeps them on the f32 kernels: its int8 kernel decoded the
+// default model 1.9x faster but prefilled it at 0.74x.) Layout per
+// group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already pair column j
+// with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x 18 (16 x 20).
 #include <algorithm>
 #include <cstring>
 
@@ -79,8 +83,9 @@
 #elif defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__) && \
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // VNNI without AMX (AMD Zen 4 and 5, Intel before Sapphire Rapids): the VNNI loop for Q4_K / Q6_K
-// and Q8_0 at every row count (the AMX builds' few-row kernel for Q4_K / Q6_K: the same integers,
-// the same f32 epilogue; i8_avx2_available), and Q4_0 / Q4_1.
+// at every row count (the AMX builds' few-row kernel: the same integers, the same f32 epilogue)
+// and for Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS, the AVX2 kernel for Q8_0 (i8_avx2_available;
+// Q4_0 / Q4_1 keep the AVX-512 f32 kernels).
 #define OSSA_HAVE_I8_VNNI 1
 #define OSSA_HAVE_I8_AVX2 1
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED)) && defined(__F16C__)
@@ -105,8 +110,7 @@ constexpr int64_t k6_sb_bytes = 3392, k6_sc_at = 3072, k6_d_at = 3328, k6_pad_at
 // Bytes of one group of 16 weight rows (group g starts at g times this), of one block's quants
 // and of one super-block (the scales follow the 8 blocks).
 int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes; }
-// Q8_0 (builds without AMX), per 16 rows and 32-column block (AVX2 layout; VNNI: repack_q8_0):
-// the quants [h][p][n][i] (256 bytes per
+// Q8_0 (AVX2 builds only), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
 // half h of 8 rows), then the rows' f16 d: the file's 16 x 34 bytes.
 constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
 // Q8_0 in VNNI builds (repack_q8_0): per group the blocks' 512 bytes of quants, then their d.
@@ -114,13 +118,43 @@ constexpr int64_t k8v_quant_bytes = 512;
 // Q4_0 / Q4_1 (VNNI builds without AMX), per 16 rows and 32-column block: the nibbles as a Q4_K
 // block's (256 bytes), the rows' f16 d, and Q4_1's f16 m: the file's 16 x 18 and 16 x 20 bytes.
 constexpr int64_t k40_block_bytes = 288, k41_block_bytes = 320, k4x_d_at = 256, k41_m_at = 288;
+// Q5_0 / Q5_1 / IQ4_NL (VNNI builds without AMX), per 16 rows and 32-column block: the nibbles as
+// a Q4_K block's (256 bytes; IQ4_NL: the level indices, its layout is Q4_0's), Q5's fifth bits
+// (64 bytes: k5_high_at), the rows' f16 d and Q5_1's f16 m: the file's 16 x 22 and 16 x 24 bytes.
+constexpr int64_t k5_high_at = 256, k50_block_bytes = 352, k51_block_bytes = 384, k5x_d_at = 320,
+                  k51_m_at = 352;
+// Q5_K (VNNI builds without AMX), per 16 rows and 256 columns: 8 blocks of 320 bytes (Q4_K's
+// nibbles, then the fifth bits as Q5_0's), then Q4_K's scales, minimums, d and dmin: 2,880 bytes
+// (the file's 2,816 and 64 of unpacked scales).
+constexpr int64_t k5k_block_bytes = 320, k5k_sb_bytes = 2880, k5k_sc_at = 2560, k5k_m_at = 2688,
+                  k5k_d_at = 2816, k5k_dmin_at = 2848;
+// IQ4_XS (VNNI builds without AMX), per 16 rows and 256 columns: 8 blocks of 256 bytes of level
+// indices (Q4_K's nibbles), the scales ls - 32 as int8 [j][n], the rows' f16 d, and 32 bytes of
+// padding: 2,240 bytes (the file's 2,176).
+constexpr int64_t kxs_sb_bytes = 2240, kxs_sc_at = 2048, kxs_d_at = 2176, kxs_pad_at = 2208;
 // Types with a block of 32 columns (the rest have super-blocks of 256).
-bool block32(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool block32(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
+         t == DType::Q5_1 || t == DType::IQ4_NL;
+}
 int64_t block32_bytes(DType t) {
-  return t == DType::Q8_0 ? k8_block_bytes : t == DType::Q4_1 ? k41_block_bytes : k40_block_bytes;
+  switch (t) {
+    case DType::Q8_0:
+      return k8_block_bytes;
+    case DType::Q4_1:
+      return k41_block_bytes;
+    case DType::Q5_0:
+      return k50_block_bytes;
+    case DType::Q5_1:
+      return k51_block_bytes;
+    default:  // Q4_0, IQ4_NL
+      return k40_block_bytes;
+  }
 }
 int64_t group_bytes(DType t, int64_t cols) {
   if (block32(t)) return cols / 32 * block32_bytes(t);
+  if (t == DType::Q5_K) return cols / 256 * k5k_sb_bytes;
+  if (t == DType::IQ4_XS) return cols / 256 * kxs_sb_bytes;
   return cols / 256 * sb_bytes(t);
 }
 // The sum of a block's split values, which multiplies the minimums (Q4_K's dmin m, Q4_1's m):
@@ -133,14 +167,21 @@ int64_t group_bytes(DType t, int64_t cols) {
 
 bool amx_i8_type(DType t) {
 #if defined(OSSA_HAVE_I8_AVX2)
-  // Without AMX (an AMX machine keeps these on the bf16 tiles of matmul_amx.cpp): Q8_0, and with
-  // VNNI Q4_0 / Q4_1 (over the AVX-512 f32 kernels, one thread: 3.6x at one row, 2.0-2.5x at 512
-  // rows). An AVX2-only build keeps Q4_0 / Q4_1 on the f32 kernels: an int8 kernel there (three
-  // pieces through VPMADDUBSW) decoded the default model 1.9x faster but prefilled it at 0.74x.
+  // Without AMX (an AMX machine keeps Q8_0 on the bf16 tiles of matmul_amx.cpp), on VNNI or AVX2.
   if (t == DType::Q8_0) return true;
-#if defined(OSSA_HAVE_I8_VNNI)
-  if (t == DType::Q4_0 || t == DType::Q4_1) return true;
 #endif
+#if defined(OSSA_HAVE_I8_VNNI) && !defined(OSSA_HAVE_AMX_I8)
+  // Without AMX, the VNNI loop (AMX machines keep these on matmul_amx.cpp / matmul_amx_ext.cpp's
+  // bf16 tiles). Q4_0 / Q4_1 over the AVX-512 f32 kernels, one thread: 3.6x at one row, 2.0-2.5x
+  // at 512 rows.
+  if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
+      t == DType::IQ4_NL || t == DType::Q5_K || t == DType::IQ4_XS)
+    return true;
+#elif defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
+  // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
+  // rows 0.7x; the IQ4 levels + 128 would overflow VPMADDUBSW's int16 pair sums, so they keep the
+  // f32 kernels, as Q4_0 / Q4_1 do: see the header).
+  if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K) return true;
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
 }
@@ -342,14 +383,141 @@ void repack_q4_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_
   }
 }
 
+// The fifth bits h (bit l: column l of a 32-column block) of one row as its 4 bytes of a packed
+// block's high part: bit k of byte i is column 16 (k / 4) + 4 (k % 4) + i, the column of byte
+// [k % 4][4 n + i]'s low (k < 4) or high (k >= 4) nibble.
+void put_high_bits(uint32_t h, uint8_t* high, int n) {
+  for (int i = 0; i < 4; ++i) {
+    uint8_t byte = 0;
+    for (int k = 0; k < 8; ++k)
+      byte |= static_cast<uint8_t>(((h >> (16 * (k / 4) + 4 * (k % 4) + i)) & 1) << k);
+    high[4 * n + i] = byte;
+  }
+}
+
+// Q5_0 / Q5_1: the nibbles as Q4_0's (qs[j] holds columns j and 16 + j), bit j of qh the fifth bit
+// of column j; then the rows' f16 d (and m).
+void repack_q5_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const bool q51 = w.type == DType::Q5_1;
+  const int64_t nb = w.cols / 32, bb = block32_bytes(w.type);
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nb * bb;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * bb));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const uint8_t* row = w.row(g * 16 + n);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = group + b * bb;
+        const uint8_t* qs;
+        const uint8_t* qh;
+        if (q51) {
+          const BlockQ5_1& q = reinterpret_cast<const BlockQ5_1*>(row)[b];
+          std::memcpy(blk + k5x_d_at + 2 * n, &q.d, 2);
+          std::memcpy(blk + k51_m_at + 2 * n, &q.m, 2);
+          qs = q.qs;
+          qh = q.qh;
+        } else {
+          const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(row)[b];
+          std::memcpy(blk + k5x_d_at + 2 * n, &q.d, 2);
+          qs = q.qs;
+          qh = q.qh;
+        }
+        for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, qs + 4 * r, 4);
+        uint32_t h;
+        std::memcpy(&h, qh, 4);
+        put_high_bits(h, blk + k5_high_at, n);
+      }
+    }
+  }
+}
+
+// Q5_K: Q4_K's nibbles and scales (repack_q4k's), bit j of qh[l] the fifth bit of column l of
+// block j.
+void repack_q5k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nsb = w.cols / 256;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nsb * k5k_sb_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * k5k_sb_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockQ5_K* row = reinterpret_cast<const BlockQ5_K*>(w.row(g * 16 + n));
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockQ5_K& q = row[sb];
+        uint8_t* sbp = group + sb * k5k_sb_bytes;
+        std::memcpy(sbp + k5k_d_at + 2 * n, &q.d, 2);
+        std::memcpy(sbp + k5k_dmin_at + 2 * n, &q.dmin, 2);
+        for (int j = 0; j < 8; ++j) {
+          int sc, m;
+          q4_k_scale_min(j, q.scales, sc, m);
+          sbp[k5k_sc_at + 16 * j + n] = static_cast<uint8_t>(sc);
+          sbp[k5k_m_at + 16 * j + n] = static_cast<uint8_t>(m);
+          const uint8_t* src = q.qs + 32 * (j / 2);
+          __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+          __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+          if (j % 2 == 1) {
+            v0 = _mm_srli_epi16(v0, 4);
+            v1 = _mm_srli_epi16(v1, 4);
+          }
+          uint8_t* blk = sbp + k5k_block_bytes * j;
+          put_nibbles(blk, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
+          uint32_t h = 0;
+          for (int l = 0; l < 32; ++l) h |= static_cast<uint32_t>((q.qh[l] >> j) & 1) << l;
+          put_high_bits(h, blk + k5_high_at, n);
+        }
+      }
+    }
+  }
+}
+
+// IQ4_XS: the level indices of block j (low nibbles of qs[16 j ..] columns 0..15, high ones 16..31:
+// Q4_0's order), ls - 32 of each block, d.
+void repack_iq4xs(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nsb = w.cols / 256;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nsb * kxs_sb_bytes;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * kxs_sb_bytes));
+    for (int64_t sb = 0; sb < nsb; ++sb)
+      std::memset(group + sb * kxs_sb_bytes + kxs_pad_at, 0, kxs_sb_bytes - kxs_pad_at);
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const BlockIQ4_XS* row = reinterpret_cast<const BlockIQ4_XS*>(w.row(g * 16 + n));
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const BlockIQ4_XS& q = row[sb];
+        uint8_t* sbp = group + sb * kxs_sb_bytes;
+        std::memcpy(sbp + kxs_d_at + 2 * n, &q.d, 2);
+        for (int j = 0; j < 8; ++j) {
+          const int ls =
+              ((q.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((q.scales_h >> (2 * j)) & 3) << 4);
+          sbp[kxs_sc_at + 16 * j + n] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+          for (int r = 0; r < 4; ++r)
+            std::memcpy(sbp + 256 * j + 64 * r + 4 * n, q.qs + 16 * j + 4 * r, 4);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
-  if (w.type == DType::Q8_0) return repack_q8_0(w, out, g_begin, g_end);
-  if (w.type == DType::Q4_0 || w.type == DType::Q4_1) return repack_q4_01(w, out, g_begin, g_end);
-  if (w.type == DType::Q6_K) return repack_q6k(w, out, g_begin, g_end);
-  repack_q4k(w, out, g_begin, g_end);
+  switch (w.type) {
+    case DType::Q8_0:
+      return repack_q8_0(w, out, g_begin, g_end);
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::IQ4_NL:  // (Q4_0's block: d, then the 16 bytes of indices)
+      return repack_q4_01(w, out, g_begin, g_end);
+    case DType::Q5_0:
+    case DType::Q5_1:
+      return repack_q5_01(w, out, g_begin, g_end);
+    case DType::Q5_K:
+      return repack_q5k(w, out, g_begin, g_end);
+    case DType::IQ4_XS:
+      return repack_iq4xs(w, out, g_begin, g_end);
+    case DType::Q6_K:
+      return repack_q6k(w, out, g_begin, g_end);
+    default:
+      return repack_q4k(w, out, g_begin, g_end);
+  }
 }
 #else
 void amx_i8_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
@@ -428,12 +596,16 @@ inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
                         v);
 }
 
-// Q6_K: acc = fma(f32(D - 32 S), s * d, acc), where D - 32 S = sum of q * (the pieces' integer) for
-// the signed quants q = u - 32 (S: the row's sum of 2^11 a0 + 16 a1 + a2 over the 16 values).
-inline __m512 epilogue_q6k(__m512i c0, __m512i c12, __m512 s, float d, int32_t s32, __m512 acc) {
-  const __m512i dd = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(c0, 11), c12),
-                                      _mm512_set1_epi32(32 * s32));
+// acc = fma(f32(D - oS), s * d, acc) for weights s (u - o): D - oS, with oS = o times the row's sum
+// of 2^11 a0 + 16 a1 + a2 over the values, is the signed quants' dot product with the pieces.
+inline __m512 epilogue_signed(__m512i c0, __m512i c12, __m512 s, float d, int32_t os, __m512 acc) {
+  const __m512i dd =
+      _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(c0, 11), c12), _mm512_set1_epi32(os));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc);
+}
+// Q6_K: q = u - 32 per 16 values (S: the row's sum over those 16).
+inline __m512 epilogue_q6k(__m512i c0, __m512i c12, __m512 s, float d, int32_t s32, __m512 acc) {
+  return epilogue_signed(c0, c12, s, d, 32 * s32, acc);
 }
 
 // Q6_K: the 8 weight vectors of a packed block (wq[j]: u of k = 4 j .. 4 j + 3 for the 16 rows,
@@ -468,6 +640,155 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 }
 
 // ---- VNNI: a few activation rows at a time ---------------------------------------------------
+// One loop for the types whose blocks of 32 columns unpack into 8 vectors of unsigned bytes u (one
+// weight row per dword lane, 4 columns each: the B tile's rows), with a scale s per row and block
+// and either a minimum dm per row and block or a constant offset o (the weight is s (u - o)):
+//   Q4_K  u = nibble;                 s = d sc, dm = dmin m                (super-blocks of 256)
+//   Q5_K  u = nibble | fifth bit << 4; s, dm as Q4_K's                     (super-blocks of 256)
+//   IQ4_XS u = level[nibble] + 128;   s = d (ls - 32), o = 128             (super-blocks of 256)
+//   Q5_0  u as Q5_K's;                s = d, o = 16
+//   Q5_1  u as Q5_K's;                s = d, dm = -m
+//   IQ4_NL u as IQ4_XS's;             s = d, o = 128
+//   Q4_0  u = nibble;                 s = d, o = 8
+//   Q4_1  u = nibble;                 s = d, dm = -m
+// and per activation row and block, with the pieces' int32 sums c0 = u . a0, c12 = 16 u . a1 +
+// u . a2 (|D| < 2^31: 2^11 32 241 127 + 16 32 241 64 + 32 241 8 for the largest u):
+//   D = 2^11 c0 + c12;  minimum: acc = fma(f32(D), s * dsc, acc); acc = fnma(sum, dm, acc)
+//                       offset:  acc = fma(f32(D - o S), s * dsc, acc), S the block's sum of
+//                                2^11 a0 + 16 a1 + a2 (so D - o S is the signed weights' product)
+// Without AMX this loop takes every row count (one kernel: batch invariant); with AMX, Q4_K's
+// few-row kernel (the tile kernel computes the same). Q6_K has its own loop (vnni_group_q6k).
+enum class Kind { Q4K, Q5K, IQ4XS, Q50, Q51, IQ4NL, Q40, Q41 };
+constexpr bool super_kind(Kind k) { return k == Kind::Q4K || k == Kind::Q5K || k == Kind::IQ4XS; }
+constexpr bool high_kind(Kind k) { return k == Kind::Q5K || k == Kind::Q50 || k == Kind::Q51; }
+constexpr bool iq4_kind(Kind k) { return k == Kind::IQ4XS || k == Kind::IQ4NL; }
+constexpr bool min_kind(Kind k) {
+  return k == Kind::Q4K || k == Kind::Q5K || k == Kind::Q51 || k == Kind::Q41;
+}
+constexpr int offset_of(Kind k) {
+  return iq4_kind(k) ? 128 : k == Kind::Q50 ? 16 : k == Kind::Q40 ? 8 : 0;
+}
+// Bytes of a block's quants (super-block kinds) or of a whole block (the others), and where the
+// scales sit: in the super-block (sc, m as bytes [j][n]; d, dmin f16 [n]) or in the block (d, m).
+struct KindLayout {
+  int64_t block, super, sc, m, d, dmin;
+};
+constexpr KindLayout layout_of(Kind k) {
+  switch (k) {
+    case Kind::Q4K:
+      return {256, k4_sb_bytes, k4_sc_at, k4_m_at, k4_d_at, k4_dmin_at};
+    case Kind::Q5K:
+      return {k5k_block_bytes, k5k_sb_bytes, k5k_sc_at, k5k_m_at, k5k_d_at, k5k_dmin_at};
+    case Kind::IQ4XS:
+      return {256, kxs_sb_bytes, kxs_sc_at, 0, kxs_d_at, 0};
+    case Kind::Q50:
+      return {k50_block_bytes, 0, 0, 0, k5x_d_at, 0};
+    case Kind::Q51:
+      return {k51_block_bytes, 0, 0, k51_m_at, k5x_d_at, 0};
+    case Kind::IQ4NL:
+    case Kind::Q40:
+      return {k40_block_bytes, 0, 0, 0, k4x_d_at, 0};
+    case Kind::Q41:
+      return {k41_block_bytes, 0, 0, k41_m_at, k4x_d_at, 0};
+  }
+  return {};
+}
+inline int vnni_kind(DType t) {  // the k_vnni_groups row of a type; -1: not this loop's
+  switch (t) {
+    case DType::Q4_K:
+      return static_cast<int>(Kind::Q4K);
+    case DType::Q5_K:
+      return static_cast<int>(Kind::Q5K);
+    case DType::IQ4_XS:
+      return static_cast<int>(Kind::IQ4XS);
+    case DType::Q5_0:
+      return static_cast<int>(Kind::Q50);
+    case DType::Q5_1:
+      return static_cast<int>(Kind::Q51);
+    case DType::IQ4_NL:
+      return static_cast<int>(Kind::IQ4NL);
+    case DType::Q4_0:
+      return static_cast<int>(Kind::Q40);
+    case DType::Q4_1:
+      return static_cast<int>(Kind::Q41);
+    default:
+      return -1;
+  }
+}
+
+template <Kind K>
+inline const uint8_t* kind_block(const uint8_t* group, int64_t b) {
+  constexpr KindLayout L = layout_of(K);
+  if constexpr (super_kind(K)) return group + (b >> 3) * L.super + L.block * (b & 7);
+  return group + b * L.block;
+}
+// Prefetch for the stream of a group: block b + 16's bytes (two super-blocks ahead; with the
+// scales after a super-block's last block).
+template <Kind K>
+inline void kind_prefetch(const uint8_t* group, int64_t b) {
+  if constexpr (K == Kind::Q4K) return prefetch_ahead<false>(group, b);
+  constexpr KindLayout L = layout_of(K);
+  const char* p = reinterpret_cast<const char*>(kind_block<K>(group, b + 16));
+  int64_t bytes = L.block;
+  if constexpr (super_kind(K))
+    if ((b & 7) == 7) bytes = L.super - 7 * L.block;
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
+  if constexpr (!super_kind(K))
+    _mm_prefetch(p + bytes - 1, _MM_HINT_T0);  // (blocks straddle lines)
+}
+// The 8 weight vectors u of a packed block: wq[k] holds columns 4 k .. 4 k + 3 for k < 4 (low
+// nibbles), 16 + 4 (k - 4) .. for k >= 4 (high ones); Q5's fifth bit of column 16 (k / 4) +
+// 4 (k % 4) + i is bit k of byte [4 n + i] of the high part; IQ4's nibbles index the levels + 128.
+template <Kind K>
+inline void kind_unpack(const uint8_t* blk, __m512i* wq) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int rr = 0; rr < 4; ++rr) {
+    const __m512i v = _mm512_loadu_si512(blk + 64 * rr);
+    wq[rr] = _mm512_and_si512(v, low4);
+    wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  }
+  if constexpr (high_kind(K)) {
+    const __m512i hb = _mm512_loadu_si512(blk + k5_high_at), bit4 = _mm512_set1_epi8(0x10);
+    for (int k = 0; k < 8; ++k) {  // bit k -> bit 4 (bits moved across bytes are masked off)
+      const __m512i hs = k < 4   ? _mm512_slli_epi16(hb, 4 - k)
+                         : k > 4 ? _mm512_srli_epi16(hb, k - 4)
+                                 : hb;
+      wq[k] = _mm512_ternarylogic_epi32(wq[k], hs, bit4, 0xF8);  // wq | (hs & 0x10)
+    }
+  }
+  if constexpr (iq4_kind(K)) {
+    alignas(16) int8_t t[16];
+    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(k_iq4_levels[i] + 128);  // 1..241
+    const __m512i levels =
+        _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+    for (int k = 0; k < 8; ++k) wq[k] = _mm512_shuffle_epi8(levels, wq[k]);
+  }
+}
+// s (and dm) of block b for the 16 rows.
+template <Kind K>
+inline void kind_scales(const uint8_t* group, int64_t b, __m512& s, __m512& dm) {
+  constexpr KindLayout L = layout_of(K);
+  if constexpr (super_kind(K)) {
+    const uint8_t* sbp = group + (b >> 3) * L.super;
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sbp + L.d)));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sbp + L.sc + 16 * (b & 7)));
+    if constexpr (K == Kind::IQ4XS) {
+      s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+    } else {
+      s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+      dm = q4k_times(sbp, L.m, b & 7, q4k_d(sbp, L.dmin));
+    }
+  } else {
+    const uint8_t* blk = kind_block<K>(group, b);
+    s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L.d)));
+    if constexpr (K == Kind::Q51 || K == Kind::Q41)  // -m: fnma(sum, -m, acc) = fma(sum, m, acc)
+      dm = _mm512_sub_ps(
+          _mm512_setzero_ps(),
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L.m))));
+  }
+}
+
 // The three pieces of activation row r in the A tiles of block b: a0, a1, a2 (32 bytes each).
 inline void row_pieces(const AmxActivations& x, int64_t nb, int64_t r, int64_t b,
                        const int8_t* a[3]) {
@@ -496,36 +817,33 @@ inline void dot_pieces(const __m512i* wq, const int8_t* const* a, __m512i* c) {
 }
 
 // R rows share each unpacked block of weights.
-template <int R>
+template <Kind K, int R>
 void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
                 int64_t o0, int64_t o_end) {
   constexpr int NC = R <= 2 ? 2 : 1;
   const int64_t nb = x.cols / 32;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nb / 8; ++sb) {
-    const uint8_t* sbp = group + sb * k4_sb_bytes;
-    const __m512 d = q4k_d(sbp, k4_d_at), dmin = q4k_d(sbp, k4_dmin_at);
-    for (int64_t b = 8 * sb; b < 8 * sb + 8; ++b) {
-      const uint8_t* blk = block_at<false>(group, b);
-      prefetch_ahead<false>(group, b);
-      __m512i wq[8];  // wq[j]: k = 4 j .. 4 j + 3 (j < 4: low nibbles; j >= 4: high ones, k + 16)
-      for (int rr = 0; rr < 4; ++rr) {
-        const __m512i v = _mm512_load_si512(blk + 64 * rr);
-        wq[rr] = _mm512_and_si512(v, low4);
-        wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-      }
-      const __m512 s = q4k_times(sbp, k4_sc_at, b & 7, d);
-      const __m512 dm = q4k_times(sbp, k4_m_at, b & 7, dmin);
-      for (int j = 0; j < R; ++j) {
-        const int64_t r = r0 + j;
-        const int8_t* a[3];
-        row_pieces(x, nb, r, b, a);
-        __m512i c[3];
-        dot_pieces<NC>(wq, a, c);
-        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = kind_block<K>(group, b);
+    kind_prefetch<K>(group, b);
+    __m512i wq[8];
+    kind_unpack<K>(blk, wq);
+    __m512 s, dm = _mm512_setzero_ps();
+    kind_scales<K>(group, b, s, dm);
+    for (int j = 0; j < R; ++j) {
+      const int64_t r = r0 + j;
+      const int8_t* a[3];
+      row_pieces(x, nb, r, b, a);
+      __m512i c[3];
+      dot_pieces<NC>(wq, a, c);
+      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+      if constexpr (min_kind(K)) {
         acc[j] = epilogue(c[0], c12, s, dm, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
+      } else {
+        const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
+        acc[j] = epilogue_signed(c[0], c12, s, x.i8_scale[r * nb + b],
+                                 offset_of(K) * (isum[0] + isum[1]), acc[j]);
       }
     }
   }
@@ -663,31 +981,50 @@ void vnni_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 
 using VnniGroup = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By type: Q4_K, Q6_K and (without AMX) Q8_0.
-constexpr VnniGroup k_vnni_groups[][4] = {
-    {vnni_group<1>, vnni_group<2>, vnni_group<3>, vnni_group<4>},
-    {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>, vnni_group_q6k<4>},
+// By row count 1..4, then 8 (Q6_K, Q8_0: 4 again).
+constexpr VnniGroup k_kind_groups_q6k[5] = {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>,
+                                            vnni_group_q6k<4>, vnni_group_q6k<4>};
 #if !defined(OSSA_HAVE_AMX_I8)
-    {vnni_group_q8_0<1>, vnni_group_q8_0<2>, vnni_group_q8_0<3>, vnni_group_q8_0<4>},
-    {vnni_group_q4_01<false, 1>, vnni_group_q4_01<false, 2>, vnni_group_q4_01<false, 3>,
-     vnni_group_q4_01<false, 4>},
-    {vnni_group_q4_01<true, 1>, vnni_group_q4_01<true, 2>, vnni_group_q4_01<true, 3>,
-     vnni_group_q4_01<true, 4>},
+constexpr VnniGroup k_kind_groups_q8_0[5] = {vnni_group_q8_0<1>, vnni_group_q8_0<2>,
+                                             vnni_group_q8_0<3>, vnni_group_q8_0<4>,
+                                             vnni_group_q8_0<4>};
+#endif
+template <Kind K>
+constexpr VnniGroup k_kind_groups[5] = {vnni_group<K, 1>, vnni_group<K, 2>, vnni_group<K, 3>,
+                                        vnni_group<K, 4>, vnni_group<K, 8>};
+// By vnni_kind, then Q6_K (k_q6k_row) and, without AMX, Q8_0 (k_q8_0_row).
+constexpr int k_q6k_row = 8, k_q8_0_row = 9;
+constexpr const VnniGroup* k_vnni_groups[] = {
+    k_kind_groups<Kind::Q4K>, k_kind_groups<Kind::Q5K>, k_kind_groups<Kind::IQ4XS>,
+    k_kind_groups<Kind::Q50>, k_kind_groups<Kind::Q51>, k_kind_groups<Kind::IQ4NL>,
+    k_kind_groups<Kind::Q40>, k_kind_groups<Kind::Q41>, k_kind_groups_q6k,
+#if !defined(OSSA_HAVE_AMX_I8)
+    k_kind_groups_q8_0,
 #endif
 };
 
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int kind = w.type == DType::Q6_K   ? 1
-                   : w.type == DType::Q8_0 ? 2
-                   : w.type == DType::Q4_0 ? 3
-                   : w.type == DType::Q4_1 ? 4
-                                           : 0;
-  const VnniGroup* fns = k_vnni_groups[kind];
+  const int kind = vnni_kind(w.type);
+#if defined(OSSA_HAVE_AMX_I8)
+  OSSA_ASSERT(kind >= 0 || w.type == DType::Q6_K);
+  const VnniGroup* fns = k_vnni_groups[kind >= 0 ? kind : k_q6k_row];
+#else
+  OSSA_ASSERT(kind >= 0 || w.type == DType::Q6_K || w.type == DType::Q8_0);
+  const VnniGroup* fns = k_vnni_groups[kind >= 0               ? kind
+                                       : w.type == DType::Q6_K ? k_q6k_row
+                                                               : k_q8_0_row];
+#endif
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
-    for (int64_t r = r_begin; r < r_end; r += 4)
-      fns[std::min<int64_t>(4, r_end - r) - 1](group, x, r, y, ldy, o0, o_end);
+    // 8 rows at a time share each unpacked block (Q6_K: 4), then the rest 4 or fewer at a time:
+    // every row gets the same integers and epilogue whichever group it falls in.
+    const int64_t wide = kind >= 0 ? 8 : 4;
+    for (int64_t r = r_begin; r < r_end;) {
+      const int64_t n = r_end - r >= wide ? wide : std::min<int64_t>(4, r_end - r);
+      fns[n == 8 ? 4 : n - 1](group, x, r, y, ldy, o0, o_end);
+      r += n;
+    }
   }
 }
 
@@ -895,7 +1232,7 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
 #endif  // OSSA_HAVE_I8_VNNI
 
 #if defined(OSSA_HAVE_I8_AVX2)
-// ---- AVX2 (no AMX, no VNNI): the same integers and the same f32 operations -------------------
+// ---- AVX2 (no AMX; with VNNI only Q8_0): the same integers and the same f32 operations --------
 // The activations are split into the same pieces, in the same layout, as amx_i8_split_rows does
 // with AVX-512 (every step is elementwise, and the block sums are of the pieces' integers). The
 // kernels hold 8 weight rows in the lanes (half of a packed group): VPMADDUBSW multiplies a row's 4
@@ -953,16 +1290,25 @@ inline __m256i acc16(__m256i c, __m256i w, __m256i a) {
 // lane. wq[k] holds columns 4 k .. 4 k + 3 (q <= 15); the pieces of those columns are at 4 k.
 // Per int16: |q . a0| over 16 columns <= 16 * 15 * 127 = 30480, |q . a1| <= 15360, |q . a2| <=
 // 1920.
+// Q5 (Q5_0, Q5_1, Q5_K: q <= 31): q . a0 in two int16 chains of 16 columns each (<= 8 * 31 * 127 =
+// 31496 per int16), q . a1 (<= 16 * 31 * 64 = 31744) and q . a2 in one.
+template <bool Q5 = false>
 inline __m256i q4k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, const int8_t* a2) {
   __m256i c0 = _mm256_maddubs_epi16(wq[0], bcast4(a0));
+  __m256i c0b = Q5 ? _mm256_maddubs_epi16(wq[4], bcast4(a0 + 16)) : _mm256_setzero_si256();
   __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
   __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
   for (int k = 1; k < 8; ++k) {
-    c0 = acc16(c0, wq[k], bcast4(a0 + 4 * k));
+    if (Q5 && k >= 4) {
+      if (k > 4) c0b = acc16(c0b, wq[k], bcast4(a0 + 4 * k));
+    } else {
+      c0 = acc16(c0, wq[k], bcast4(a0 + 4 * k));
+    }
     c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
     c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
   }
-  const __m256i d0 = _mm256_madd_epi16(c0, _mm256_set1_epi16(2048));
+  __m256i d0 = _mm256_madd_epi16(c0, _mm256_set1_epi16(2048));
+  if (Q5) d0 = _mm256_add_epi32(d0, _mm256_madd_epi16(c0b, _mm256_set1_epi16(2048)));
   const __m256i d1 = _mm256_madd_epi16(c1, _mm256_set1_epi16(16));
   const __m256i d2 = _mm256_madd_epi16(c2, _mm256_set1_epi16(1));
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
@@ -987,14 +1333,27 @@ inline __m256i q6k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, co
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
 }
 
-// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a packed Q4_K block: wq[k] holds
-// columns 4 k .. 4 k + 3 (k < 4: the low nibbles; k >= 4: the high ones).
+// The 8 weight vectors of half `h` (rows 8 h .. 8 h + 7) of a block of nibbles laid out as a
+// packed Q4_K block's (Q4_K, Q4_0, Q4_1): wq[k] holds columns 4 k .. 4 k + 3 (k < 4: the low
+// nibbles; k >= 4: the high ones).
 inline void nibbles8(const uint8_t* blk, int h, __m256i* wq) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int rr = 0; rr < 4; ++rr) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * rr + 32 * h));
     wq[rr] = _mm256_and_si256(v, low4);
     wq[rr + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  }
+}
+// The fifth bits of a Q5 block's (Q5_0, Q5_1, Q5_K: vnni::kind_unpack's high part) half h added
+// to its nibbles8.
+inline void add_high8(const uint8_t* high, int h, __m256i* wq) {
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(high + 32 * h));
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  for (int k = 0; k < 8; ++k) {  // bit k -> bit 4 (bits moved across bytes are masked off)
+    const __m256i hs = k < 4   ? _mm256_slli_epi16(hb, 4 - k)
+                       : k > 4 ? _mm256_srli_epi16(hb, k - 4)
+                               : hb;
+    wq[k] = _mm256_or_si256(wq[k], _mm256_and_si256(hs, bit4));
   }
 }
 
@@ -1031,10 +1390,11 @@ inline void store_half(__m256 v, float* y, int64_t o, int64_t o_end) {
   std::memcpy(y + o, t, static_cast<size_t>(n_valid) * sizeof(float));
 }
 
-// Prefetch the bytes of block b + 16 of a group's stream (two super-blocks ahead).
-template <bool Q6>
+// Prefetch the bytes of block b + 16 of a group's stream (two super-blocks ahead): Q4_K, Q6_K, or
+// super-blocks of sb bytes with blocks of blk_bytes (Q5_K).
+template <bool Q6, int64_t blk_bytes = Q6 ? k6_block_bytes : 256,
+          int64_t sb = Q6 ? k6_sb_bytes : k4_sb_bytes>
 inline void prefetch_ahead(const uint8_t* group, int64_t b) {
-  constexpr int64_t blk_bytes = Q6 ? k6_block_bytes : 256, sb = Q6 ? k6_sb_bytes : k4_sb_bytes;
   const int64_t bb = b + 16;
   const char* p = reinterpret_cast<const char*>(group + (bb >> 3) * sb + blk_bytes * (bb & 7));
   const int lines = (bb & 7) == 7 ? static_cast<int>((sb - 7 * blk_bytes) / 64)
@@ -1059,28 +1419,34 @@ inline RowPieces row_pieces(const AmxActivations& x, int64_t r) {
 }
 
 // R activation rows [r0, r0 + R) by the 16 weight rows of one packed group (output columns o0..).
-template <int R>
+// Q5: Q5_K (Q4_K's scheme with the fifth bits of its layout).
+template <int R, bool Q5 = false>
 void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr int64_t sb_bytes = Q5 ? k5k_sb_bytes : k4_sb_bytes;
+  constexpr int64_t blk_bytes = Q5 ? k5k_block_bytes : 256;
+  constexpr int64_t sc_at = Q5 ? k5k_sc_at : k4_sc_at, m_at = Q5 ? k5k_m_at : k4_m_at;
+  constexpr int64_t d_at = Q5 ? k5k_d_at : k4_d_at, dmin_at = Q5 ? k5k_dmin_at : k4_dmin_at;
   const int64_t nb = x.cols / 32;
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
   __m256 acc[R][2];
   for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* sbp = group + (b >> 3) * k4_sb_bytes;
-    const uint8_t* blk = sbp + 256 * (b & 7);
-    prefetch_ahead<false>(group, b);
+    const uint8_t* sbp = group + (b >> 3) * sb_bytes;
+    const uint8_t* blk = sbp + blk_bytes * (b & 7);
+    prefetch_ahead<false, blk_bytes, sb_bytes>(group, b);
     for (int h = 0; h < 2; ++h) {
       __m256i wq[8];
       nibbles8(blk, h, wq);
-      const __m256 s = _mm256_mul_ps(f16x8(sbp + k4_d_at + 16 * h),
-                                     widen8_u8(sbp + k4_sc_at + 16 * (b & 7) + 8 * h));
-      const __m256 dm = _mm256_mul_ps(f16x8(sbp + k4_dmin_at + 16 * h),
-                                      widen8_u8(sbp + k4_m_at + 16 * (b & 7) + 8 * h));
+      if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
+      const __m256 s =
+          _mm256_mul_ps(f16x8(sbp + d_at + 16 * h), widen8_u8(sbp + sc_at + 16 * (b & 7) + 8 * h));
+      const __m256 dm = _mm256_mul_ps(f16x8(sbp + dmin_at + 16 * h),
+                                      widen8_u8(sbp + m_at + 16 * (b & 7) + 8 * h));
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        const __m256i dd = q4k_dot(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        const __m256i dd = q4k_dot<Q5>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
         __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                    _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
         acc[j][h] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
@@ -1198,14 +1564,87 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
+// Q4_0 / Q4_1: Q4_K's D of the nibbles u (q4k_dot) per block; Q4_0 (w = d (u - 8)): acc =
+// fma(f32(D - 8 S), d * (2^-11 scale), acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 8 S
+// is the signed quants' product); Q4_1 (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc),
+// then acc = fma(sum, m, acc) with the block's sum of the unsplit activations, as Q4_K's minimum.
+// Q5 (Q5_0 / Q5_1): the same with the fifth bits, u in 0..31 and Q5_0's offset 16.
+template <bool Q41, int R, bool Q5 = false>
+void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                      int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr int64_t bb =
+      Q5 ? (Q41 ? k51_block_bytes : k50_block_bytes) : (Q41 ? k41_block_bytes : k40_block_bytes);
+  constexpr int64_t d_at = Q5 ? k5x_d_at : k4x_d_at, m_at = Q5 ? k51_m_at : k41_m_at;
+  constexpr int offset = Q5 ? 16 : 8;
+  const int64_t nb = x.cols / 32;
+  RowPieces rp[R];
+  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  __m256 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * bb;
+    const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
+    for (int l = 0; l < bb / 64 + 1; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    for (int h = 0; h < 2; ++h) {
+      __m256i wq[8];
+      nibbles8(blk, h, wq);
+      if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
+      const __m256 d = f16x8(blk + d_at + 16 * h);
+      for (int j = 0; j < R; ++j) {
+        const int8_t* a1 = rp[j].a1 + b * 1536;
+        __m256i dd = q4k_dot<Q5>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        if constexpr (!Q41)
+          dd = _mm256_sub_epi32(
+              dd, _mm256_set1_epi32(offset * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
+        __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                                   _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
+        if constexpr (Q41)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + m_at + 16 * h), a);
+        acc[j][h] = a;
+      }
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By type: Q4_K, Q6_K, Q8_0 (avx2_kind).
-constexpr Avx2Group k_avx2_groups[3][4] = {
+// By type: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q5_K (avx2_kind).
+constexpr Avx2Group k_avx2_groups[8][4] = {
     {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
     {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
-    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>}};
-int avx2_kind(DType t) { return t == DType::Q6_K ? 1 : t == DType::Q8_0 ? 2 : 0; }
+    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>},
+    {avx2_group_q4_01<false, 1>, avx2_group_q4_01<false, 2>, avx2_group_q4_01<false, 3>,
+     avx2_group_q4_01<false, 4>},
+    {avx2_group_q4_01<true, 1>, avx2_group_q4_01<true, 2>, avx2_group_q4_01<true, 3>,
+     avx2_group_q4_01<true, 4>},
+    {avx2_group_q4_01<false, 1, true>, avx2_group_q4_01<false, 2, true>,
+     avx2_group_q4_01<false, 3, true>, avx2_group_q4_01<false, 4, true>},
+    {avx2_group_q4_01<true, 1, true>, avx2_group_q4_01<true, 2, true>,
+     avx2_group_q4_01<true, 3, true>, avx2_group_q4_01<true, 4, true>},
+    {avx2_group_q4k<1, true>, avx2_group_q4k<2, true>, avx2_group_q4k<3, true>,
+     avx2_group_q4k<4, true>}};
+int avx2_kind(DType t) {
+  switch (t) {
+    case DType::Q6_K:
+      return 1;
+    case DType::Q8_0:
+      return 2;
+    case DType::Q4_0:
+      return 3;
+    case DType::Q4_1:
+      return 4;
+    case DType::Q5_0:
+      return 5;
+    case DType::Q5_1:
+      return 6;
+    case DType::Q5_K:
+      return 7;
+    default:
+      return 0;
+  }
+}
 
 // One block of 32 values of a row split into the pieces (amx_i8_split_rows' steps): the values v,
 // max |v| and a0, a1, a2 as int32 lanes, 8 values a vector.
@@ -1267,7 +1706,6 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
         isum16[r * 2 * nb + 2 * b + h] = hsum8_epi32(whole);
       }
       scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
-      // _mm512_reduce_add_ps(v0 + v1)'s grouping: lanes i and i + 16, then i + 8, i + 4, ...
       sum[r * nb + b] = split_sum(isum16 + r * 2 * nb + 2 * b, scale[r * nb + b]);
     }
   }
@@ -1298,7 +1736,7 @@ void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t
 
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  // Q4_K / Q6_K / Q8_0 with VNNI: VPDPBUSD on 16 weight rows (the same results as the kernels
+  // With VNNI every type here runs VPDPBUSD on 16 weight rows (the same results as the kernels
   // below)
 #if defined(OSSA_HAVE_I8_VNNI)
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);

@@ -47,6 +47,10 @@
 #if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512VNNI__) && \
     defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
 #define OSSA_HAVE_AMX_Q23K 1
+#define OSSA_HAVE_Q23K_VNNI 1
+#elif defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+// VNNI without AMX (matmul_amx_i8.cpp's OSSA_HAVE_I8_VNNI): the VNNI loop at every row count.
+#define OSSA_HAVE_Q23K_VNNI 1
 #endif
 
 namespace ossa {
@@ -79,7 +83,7 @@ void put_low_bits(const uint8_t* v, uint8_t* blk, int n) {
 bool amx_q23k_type(DType t) { return t == DType::Q2_K || t == DType::Q3_K; }
 
 size_t amx_q23k_repacked_bytes(const TensorView& w) {
-#if defined(OSSA_HAVE_AMX_Q23K)
+#if defined(OSSA_HAVE_Q23K_VNNI)
   if (!amx_q23k_type(w.type) || w.cols % 256 != 0) return 0;
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 256) * sb_bytes(w.type));
 #else
@@ -139,7 +143,7 @@ void amx_q23k_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, 
   }
 }
 
-#if defined(OSSA_HAVE_AMX_Q23K)
+#if defined(OSSA_HAVE_Q23K_VNNI)
 
 void amx_q23k_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
                          int8_t* tiles, float* scale, float* xs) {
@@ -270,10 +274,13 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 }
 
 // ---- VNNI: a few activation rows at a time ---------------------------------------------------
+// Both halves of a 64-value step are unpacked once for the R rows, then each row's three piece sums
+// run over the 64 values (integer sums: any order and chain split give the same value) and go
+// straight into its epilogue.
 template <bool Q3, int R>
 void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
                 int64_t o0, int64_t o_end) {
-  constexpr int NC = R <= 2 ? 2 : 1;  // accumulator chains per piece (integer sums: any order)
+  constexpr int NC = R <= 2 ? 2 : 1;  // accumulator chains per piece
   const int64_t nb = x.cols / 64, n_sb = nb / 4, ng = x.cols / 16;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -288,30 +295,26 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
       __m512 mn[4];
       mins<Q3>(sb, t, ds.neg_dmin, mn);
       const int64_t b = sbi * 4 + t;
-      __m512i c[R][3][NC];
-      for (int rr = 0; rr < R; ++rr)
+      __m512i u[2][8];
+      unpack_v<Q3>(sb, t, 0, u[0]);
+      unpack_v<Q3>(sb, t, 1, u[1]);
+      for (int rr = 0; rr < R; ++rr) {
+        const int64_t r = r0 + rr;
+        const int8_t* a = a_tiles(x, nb, r / 16, b) + (r % 16) * 64;
+        __m512i c[3][NC];
         for (int p = 0; p < 3; ++p)
-          for (int h = 0; h < NC; ++h) c[rr][p][h] = _mm512_setzero_si512();
-      for (int half = 0; half < 2; ++half) {
-        __m512i u[8];
-        unpack_v<Q3>(sb, t, half, u);
-        for (int rr = 0; rr < R; ++rr) {
-          const int64_t r = r0 + rr;
-          const int8_t* a = a_tiles(x, nb, r / 16, b) + (r % 16) * 64 + 32 * half;
+          for (int h = 0; h < NC; ++h) c[p][h] = _mm512_setzero_si512();
+        for (int half = 0; half < 2; ++half)
           for (int k = 0; k < 8; ++k)
             for (int p = 0; p < 3; ++p) {
               int32_t a4;
-              std::memcpy(&a4, a + 1024 * p + 4 * k, 4);
-              c[rr][p][k % NC] = _mm512_dpbusd_epi32(c[rr][p][k % NC], u[k], _mm512_set1_epi32(a4));
+              std::memcpy(&a4, a + 1024 * p + 32 * half + 4 * k, 4);
+              c[p][k % NC] = _mm512_dpbusd_epi32(c[p][k % NC], u[half][k], _mm512_set1_epi32(a4));
             }
-        }
-      }
-      for (int rr = 0; rr < R; ++rr) {
-        const int64_t r = r0 + rr;
         if constexpr (NC == 2)
-          for (int p = 0; p < 3; ++p) c[rr][p][0] = _mm512_add_epi32(c[rr][p][0], c[rr][p][1]);
-        acc[rr] = epilogue<Q3>(c[rr][0][0], c[rr][1][0], c[rr][2][0], ds.d, mn,
-                               x.q23k_scale[r * nb + b], x.q23k_xs + r * ng + 4 * b, acc[rr]);
+          for (int p = 0; p < 3; ++p) c[p][0] = _mm512_add_epi32(c[p][0], c[p][1]);
+        acc[rr] = epilogue<Q3>(c[0][0], c[1][0], c[2][0], ds.d, mn, x.q23k_scale[r * nb + b],
+                               x.q23k_xs + r * ng + 4 * b, acc[rr]);
       }
     }
   }
@@ -324,20 +327,25 @@ void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, in
   const int64_t n_sb = x.cols / 256;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * n_sb * Layout<Q3>::sb_bytes;
-    for (int64_t r = r_begin; r < r_end; r += 4) {
-      const int64_t n = std::min<int64_t>(4, r_end - r);
+    // 8 rows at a time share each unpacked step, then the rest 4 or fewer at a time.
+    for (int64_t r = r_begin; r < r_end;) {
+      const int64_t n = r_end - r >= 8 ? 8 : std::min<int64_t>(4, r_end - r);
       if (n == 1)
         vnni_group<Q3, 1>(group, x, r, y, ldy, o0, o_end);
       else if (n == 2)
         vnni_group<Q3, 2>(group, x, r, y, ldy, o0, o_end);
       else if (n == 3)
         vnni_group<Q3, 3>(group, x, r, y, ldy, o0, o_end);
-      else
+      else if (n == 4)
         vnni_group<Q3, 4>(group, x, r, y, ldy, o0, o_end);
+      else
+        vnni_group<Q3, 8>(group, x, r, y, ldy, o0, o_end);
+      r += n;
     }
   }
 }
 
+#if defined(OSSA_HAVE_AMX_Q23K)
 // ---- AMX: 16 activation rows at a time --------------------------------------------------------
 // Tiles 0-2: a0, a1, a2 (rows x 64 bytes); 3: B of v (16 rows of 64 bytes: K = 64); 4-6: C.
 void load_tile_config(int rows) {
@@ -430,18 +438,22 @@ void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int
 
 // Rows below this go through the VNNI loop (the same results).
 constexpr int64_t k_vnni_rows = 4;
+#endif  // OSSA_HAVE_AMX_Q23K
 
 }  // namespace
 
 void amx_q23k_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                       float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.q23k != nullptr && x.cols % 256 == 0);
-  const bool vnni = r_end - r_begin < k_vnni_rows;
-  if (w.type == DType::Q3_K)
-    return vnni ? vnni_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end)
-                : amx_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  if (vnni) return vnni_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  amx_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  const bool q3 = w.type == DType::Q3_K;
+#if defined(OSSA_HAVE_AMX_Q23K)
+  if (r_end - r_begin >= k_vnni_rows)
+    return q3 ? amx_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end)
+              : amx_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+#endif
+  // Few rows, or no AMX (the VNNI loop then takes every row count: one kernel, batch invariant).
+  if (q3) return vnni_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  vnni_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 
 #else  // no AMX-INT8 / VNNI in this build: nothing is repacked for it

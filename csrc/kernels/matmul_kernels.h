@@ -130,15 +130,16 @@ void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_
 // time) and the VNNI one (a few rows). amx_repacked_bytes / amx_repack_groups / amx_compute_packed
 // dispatch Q4_K and Q6_K here; amx_i8_repacked_bytes is 0 where this build has no such kernels.
 bool amx_i8_type(DType t);
-// Without AMX: the same integers and f32 epilogue from the AVX-512 VNNI loop (where the CPU has
+// Without AMX: the same integers and f32 epilogue from the AVX-512 VNNI loops (where the CPU has
 // VNNI) or AVX2 (VPMADDUBSW), for every row count; amx_i8_repacked_bytes is then non-zero and the
-// matmul dispatches the repacked matrices here. There (only: AMX machines keep it on the bf16
-// tiles) amx_i8_type is true for Q8_0 as well: with VNNI it multiplies the int8 pieces as Q6_K
-// does (quants stored as q + 128), on AVX2 the same pieces as int16 (a0 and 16 a1 + a2,
-// i8_avx2_split_rows16) by VPMADDWD; and with VNNI for Q4_0 / Q4_1 (their nibbles as Q4_K's).
+// matmul dispatches the repacked matrices here. There (only: AMX machines keep them on the bf16
+// tiles) amx_i8_type is true for Q8_0 as well (with VNNI it multiplies the int8 pieces as Q6_K
+// does, quants stored as q + 128; on AVX2 the same pieces as int16, a0 and 16 a1 + a2,
+// i8_avx2_split_rows16, by VPMADDWD), for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS
+// with VNNI (the VNNI loop) and for Q5_0 / Q5_1 / Q5_K with AVX2 only (the int8 pieces as Q4_K).
 bool i8_avx2_available();
-// Whether this build has the AVX-512 VNNI loop for Q4_K / Q6_K (with or without AMX; and Q8_0
-// without AMX).
+// Whether this build has the AVX-512 VNNI loops (Q4_K / Q6_K and Q2_K / Q3_K, with or without AMX;
+// without AMX also the types above).
 bool i8_vnni_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
