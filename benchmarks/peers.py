@@ -92,7 +92,9 @@ def run_ossa(
 
     runs: dict[str, Run] = {}
     profile: dict[str, Any] = {}
-    llm.engine = TimedEngine()  # ~2 perf_counter calls per step: negligible against a step
+    # The LLM's step driver holds the engine it steps (ossa.step_driver): time it there.
+    driver = llm._driver
+    driver.engine = TimedEngine()  # ~2 perf_counter calls per step: negligible against a step
     try:
         for name, prompts in batches.items():
             in_step[0] = 0.0
@@ -106,7 +108,7 @@ def run_ossa(
             d = {k: after[k] - before[k] for k in after if k.startswith("time_") or k == "steps"}
             profile[name] = dict(wall=wall, in_step=in_step[0], **d)
     finally:
-        llm.engine = engine
+        driver.engine = engine
     return ready, runs, profile
 
 
