@@ -354,7 +354,16 @@ def _vllm_worker(job_path: str, result_path: str) -> None:
         return
     t0 = time.perf_counter()
     dtype = job.get("vllm_dtype") or vllm_best_dtype()
-    llm = LLM(model=job["hf_folder"], dtype=dtype, enable_prefix_caching=False, max_num_seqs=64)
+    # The longest sequence of the workload (a 1B-shaped folder's config allows 131,072 tokens, whose
+    # KV cache alone fills VLLM_CPU_KVCACHE_SPACE's 4 GiB and vLLM then refuses to start).
+    longest = max(len(p) for b in job["batches"].values() for p in b) + job["output_len"] + 16
+    llm = LLM(
+        model=job["hf_folder"],
+        dtype=dtype,
+        enable_prefix_caching=False,
+        max_num_seqs=64,
+        max_model_len=longest,
+    )
     ready = time.perf_counter() - t0
     sp = SamplingParams(temperature=0.0, max_tokens=job["output_len"], ignore_eos=True)
     first = next(iter(job["batches"].values()))
