@@ -67,6 +67,7 @@
 // with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x 18 (16 x 20).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/amx_i8_pieces.h"
 #include "kernels/amx_tile_config.h"
@@ -227,39 +228,6 @@ inline void put_nibbles(uint8_t* blk, int n, __m128i lo, __m128i hi) {
   for (int r = 0; r < 4; ++r) store4(blk + 64 * r + 4 * n, c, r);
 }
 
-// Q4_K: straight from the file's blocks; the kernels form s = d * sc and dmin * m (q4k_scales).
-void repack_q4k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nsb = w.cols / 256;
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    uint8_t* group = out + g * nsb * k4_sb_bytes;
-    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * k4_sb_bytes));
-    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      const BlockQ4_K* row = reinterpret_cast<const BlockQ4_K*>(w.row(g * 16 + n));
-      for (int64_t sb = 0; sb < nsb; ++sb) {
-        const BlockQ4_K& q = row[sb];
-        uint8_t* sbp = group + sb * k4_sb_bytes;
-        std::memcpy(sbp + k4_d_at + 2 * n, &q.d, 2);
-        std::memcpy(sbp + k4_dmin_at + 2 * n, &q.dmin, 2);
-        for (int j = 0; j < 8; ++j) {
-          int sc, m;
-          q4_k_scale_min(j, q.scales, sc, m);
-          sbp[k4_sc_at + 16 * j + n] = static_cast<uint8_t>(sc);
-          sbp[k4_m_at + 16 * j + n] = static_cast<uint8_t>(m);
-          const uint8_t* src = q.qs + 32 * (j / 2);
-          __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-          __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-          if (j % 2 == 1) {
-            v0 = _mm_srli_epi16(v0, 4);
-            v1 = _mm_srli_epi16(v1, 4);
-          }
-          put_nibbles(sbp + 256 * j, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
-        }
-      }
-    }
-  }
-}
-
 // Q6_K: u = q + 32 in 0..63 (unsigned, as VPDPBUSD / TDPBSUD take the weights), s = d * sc per 16
 // values. Byte [r][4 n + i] of the high part (r < 2) holds the high 2 bits of u[n][8 m + 4 r + i]
 // at bit 2 m. In the file, the 32 values of 32-block j of a super-block are (ql nibble) | (qh 2
@@ -395,6 +363,52 @@ void put_high_bits(uint32_t h, uint8_t* high, int n) {
   }
 }
 
+// Q4_K and Q5_K (Block: BlockQ4_K / BlockQ5_K, which share the d, dmin, scales and qs fields):
+// straight from the file's blocks, the kernels form s = d * sc and dmin * m (q4k_scales); Q5_K's
+// bit j of qh[l] is the fifth bit of column l of block j, stored after the block's nibbles.
+template <class Block>
+void repack_q45k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_K>;
+  constexpr int64_t sbb = q5 ? k5k_sb_bytes : k4_sb_bytes, blkb = q5 ? k5k_block_bytes : 256;
+  constexpr int64_t sc_at = q5 ? k5k_sc_at : k4_sc_at, m_at = q5 ? k5k_m_at : k4_m_at;
+  constexpr int64_t d_at = q5 ? k5k_d_at : k4_d_at, dmin_at = q5 ? k5k_dmin_at : k4_dmin_at;
+  const int64_t nsb = w.cols / 256;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * nsb * sbb;
+    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * sbb));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      const Block* row = reinterpret_cast<const Block*>(w.row(g * 16 + n));
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        const Block& q = row[sb];
+        uint8_t* sbp = group + sb * sbb;
+        std::memcpy(sbp + d_at + 2 * n, &q.d, 2);
+        std::memcpy(sbp + dmin_at + 2 * n, &q.dmin, 2);
+        for (int j = 0; j < 8; ++j) {
+          int sc, m;
+          q4_k_scale_min(j, q.scales, sc, m);
+          sbp[sc_at + 16 * j + n] = static_cast<uint8_t>(sc);
+          sbp[m_at + 16 * j + n] = static_cast<uint8_t>(m);
+          const uint8_t* src = q.qs + 32 * (j / 2);
+          __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+          __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+          if (j % 2 == 1) {
+            v0 = _mm_srli_epi16(v0, 4);
+            v1 = _mm_srli_epi16(v1, 4);
+          }
+          uint8_t* blk = sbp + blkb * j;
+          put_nibbles(blk, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
+          if constexpr (q5) {
+            uint32_t h = 0;
+            for (int l = 0; l < 32; ++l) h |= static_cast<uint32_t>((q.qh[l] >> j) & 1) << l;
+            put_high_bits(h, blk + k5_high_at, n);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Q5_0 / Q5_1: the nibbles as Q4_0's (qs[j] holds columns j and 16 + j), bit j of qh the fifth bit
 // of column j; then the rows' f16 d (and m).
 void repack_q5_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
@@ -425,44 +439,6 @@ void repack_q5_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_
         uint32_t h;
         std::memcpy(&h, qh, 4);
         put_high_bits(h, blk + k5_high_at, n);
-      }
-    }
-  }
-}
-
-// Q5_K: Q4_K's nibbles and scales (repack_q4k's), bit j of qh[l] the fifth bit of column l of
-// block j.
-void repack_q5k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nsb = w.cols / 256;
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    uint8_t* group = out + g * nsb * k5k_sb_bytes;
-    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nsb * k5k_sb_bytes));
-    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      const BlockQ5_K* row = reinterpret_cast<const BlockQ5_K*>(w.row(g * 16 + n));
-      for (int64_t sb = 0; sb < nsb; ++sb) {
-        const BlockQ5_K& q = row[sb];
-        uint8_t* sbp = group + sb * k5k_sb_bytes;
-        std::memcpy(sbp + k5k_d_at + 2 * n, &q.d, 2);
-        std::memcpy(sbp + k5k_dmin_at + 2 * n, &q.dmin, 2);
-        for (int j = 0; j < 8; ++j) {
-          int sc, m;
-          q4_k_scale_min(j, q.scales, sc, m);
-          sbp[k5k_sc_at + 16 * j + n] = static_cast<uint8_t>(sc);
-          sbp[k5k_m_at + 16 * j + n] = static_cast<uint8_t>(m);
-          const uint8_t* src = q.qs + 32 * (j / 2);
-          __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-          __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-          if (j % 2 == 1) {
-            v0 = _mm_srli_epi16(v0, 4);
-            v1 = _mm_srli_epi16(v1, 4);
-          }
-          uint8_t* blk = sbp + k5k_block_bytes * j;
-          put_nibbles(blk, n, _mm_and_si128(v0, low4), _mm_and_si128(v1, low4));
-          uint32_t h = 0;
-          for (int l = 0; l < 32; ++l) h |= static_cast<uint32_t>((q.qh[l] >> j) & 1) << l;
-          put_high_bits(h, blk + k5_high_at, n);
-        }
       }
     }
   }
@@ -510,13 +486,13 @@ void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, in
     case DType::Q5_1:
       return repack_q5_01(w, out, g_begin, g_end);
     case DType::Q5_K:
-      return repack_q5k(w, out, g_begin, g_end);
+      return repack_q45k<BlockQ5_K>(w, out, g_begin, g_end);
     case DType::IQ4_XS:
       return repack_iq4xs(w, out, g_begin, g_end);
     case DType::Q6_K:
       return repack_q6k(w, out, g_begin, g_end);
     default:
-      return repack_q4k(w, out, g_begin, g_end);
+      return repack_q45k<BlockQ4_K>(w, out, g_begin, g_end);
   }
 }
 #else
