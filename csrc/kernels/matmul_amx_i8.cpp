@@ -322,35 +322,6 @@ void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
 }
 #endif
 
-// Q4_0 / Q4_1: the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and 16 + j):
-// byte [r][4 n + i] = qs[4 r + i] of row n; then the rows' f16 d (and m).
-void repack_q4_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const bool q41 = w.type == DType::Q4_1;
-  const int64_t nb = w.cols / 32, bb = block32_bytes(w.type);
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    uint8_t* group = out + g * nb * bb;
-    if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * bb));
-    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      const uint8_t* row = w.row(g * 16 + n);
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* blk = group + b * bb;
-        const uint8_t* qs;
-        if (q41) {
-          const BlockQ4_1& q = reinterpret_cast<const BlockQ4_1*>(row)[b];
-          std::memcpy(blk + k4x_d_at + 2 * n, &q.d, 2);
-          std::memcpy(blk + k41_m_at + 2 * n, &q.m, 2);
-          qs = q.qs;
-        } else {
-          const BlockQ4_0& q = reinterpret_cast<const BlockQ4_0*>(row)[b];
-          std::memcpy(blk + k4x_d_at + 2 * n, &q.d, 2);
-          qs = q.qs;
-        }
-        for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, qs + 4 * r, 4);
-      }
-    }
-  }
-}
-
 // The fifth bits h (bit l: column l of a 32-column block) of one row as its 4 bytes of a packed
 // block's high part: bit k of byte i is column 16 (k / 4) + 4 (k % 4) + i, the column of byte
 // [k % 4][4 n + i]'s low (k < 4) or high (k >= 4) nibble.
@@ -409,36 +380,32 @@ void repack_q45k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
   }
 }
 
-// Q5_0 / Q5_1: the nibbles as Q4_0's (qs[j] holds columns j and 16 + j), bit j of qh the fifth bit
-// of column j; then the rows' f16 d (and m).
-void repack_q5_01(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const bool q51 = w.type == DType::Q5_1;
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 (Block: their file blocks; IQ4_NL's is Q4_0's, d then 16 bytes of
+// indices): the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and 16 + j):
+// byte [r][4 n + i] = qs[4 r + i] of row n; Q5's bit j of qh the fifth bit of column j (after the
+// nibbles); then the rows' f16 d (and m).
+template <class Block>
+void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr bool with_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr int64_t d_at = q5 ? k5x_d_at : k4x_d_at, m_at = q5 ? k51_m_at : k41_m_at;
   const int64_t nb = w.cols / 32, bb = block32_bytes(w.type);
   for (int64_t g = g_begin; g < g_end; ++g) {
     uint8_t* group = out + g * nb * bb;
     if (g * 16 + 16 > w.rows) std::memset(group, 0, static_cast<size_t>(nb * bb));
     for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      const uint8_t* row = w.row(g * 16 + n);
+      const Block* row = reinterpret_cast<const Block*>(w.row(g * 16 + n));
       for (int64_t b = 0; b < nb; ++b) {
+        const Block& q = row[b];
         uint8_t* blk = group + b * bb;
-        const uint8_t* qs;
-        const uint8_t* qh;
-        if (q51) {
-          const BlockQ5_1& q = reinterpret_cast<const BlockQ5_1*>(row)[b];
-          std::memcpy(blk + k5x_d_at + 2 * n, &q.d, 2);
-          std::memcpy(blk + k51_m_at + 2 * n, &q.m, 2);
-          qs = q.qs;
-          qh = q.qh;
-        } else {
-          const BlockQ5_0& q = reinterpret_cast<const BlockQ5_0*>(row)[b];
-          std::memcpy(blk + k5x_d_at + 2 * n, &q.d, 2);
-          qs = q.qs;
-          qh = q.qh;
+        std::memcpy(blk + d_at + 2 * n, &q.d, 2);
+        if constexpr (with_m) std::memcpy(blk + m_at + 2 * n, &q.m, 2);
+        for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, q.qs + 4 * r, 4);
+        if constexpr (q5) {
+          uint32_t h;
+          std::memcpy(&h, q.qh, 4);
+          put_high_bits(h, blk + k5_high_at, n);
         }
-        for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, qs + 4 * r, 4);
-        uint32_t h;
-        std::memcpy(&h, qh, 4);
-        put_high_bits(h, blk + k5_high_at, n);
       }
     }
   }
@@ -479,12 +446,14 @@ void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, in
     case DType::Q8_0:
       return repack_q8_0(w, out, g_begin, g_end);
     case DType::Q4_0:
-    case DType::Q4_1:
     case DType::IQ4_NL:  // (Q4_0's block: d, then the 16 bytes of indices)
-      return repack_q4_01(w, out, g_begin, g_end);
+      return repack_block32<BlockQ4_0>(w, out, g_begin, g_end);
+    case DType::Q4_1:
+      return repack_block32<BlockQ4_1>(w, out, g_begin, g_end);
     case DType::Q5_0:
+      return repack_block32<BlockQ5_0>(w, out, g_begin, g_end);
     case DType::Q5_1:
-      return repack_q5_01(w, out, g_begin, g_end);
+      return repack_block32<BlockQ5_1>(w, out, g_begin, g_end);
     case DType::Q5_K:
       return repack_q45k<BlockQ5_K>(w, out, g_begin, g_end);
     case DType::IQ4_XS:
@@ -905,7 +874,7 @@ void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
 }
 
-// Q4_0 / Q4_1 (VNNI without AMX; repack_q4_01's layout): D of the nibbles u as Q4_K's, then Q4_0
+// Q4_0 / Q4_1 (VNNI without AMX; repack_block32's layout): D of the nibbles u as Q4_K's, then Q4_0
 // (w = d (u - 8)): acc = fma(f32(D - 8 S), d * scale, acc); Q4_1 (w = d u + m): acc = fma(f32(D),
 // d * scale, acc), acc = fma(sum, m, acc) with the block's split sum, as Q4_K's minimum.
 template <bool Q41, int R>
