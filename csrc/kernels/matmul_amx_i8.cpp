@@ -811,9 +811,8 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
     const __m512 s[2] = {q6k_scales(sbp, b & 7, 0), q6k_scales(sbp, b & 7, 1)};
     for (int j = 0; j < R; ++j) {
       const int64_t r = r0 + j;
-      const int8_t* at = a_tiles(x, nb, r / 16, b);
-      const int8_t* a[3] = {at + (r % 16) * 32, at + 512 + (r % 16) * 64,
-                            at + 512 + (r % 16) * 64 + 32};
+      const int8_t* a[3];
+      row_pieces(x, nb, r, b, a);
       for (int h = 0; h < 2; ++h) {
         __m512i c[3];
         for (int p = 0; p < 3; ++p) c[p] = _mm512_setzero_si512();
@@ -863,61 +862,9 @@ void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
       __m512i c[3];
       dot_pieces<NC>(wq, a, c);
       const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
-      const __m512i dd = _mm512_sub_epi32(
-          _mm512_add_epi32(
-              _mm512_add_epi32(_mm512_slli_epi32(c[0], 11), _mm512_slli_epi32(c[1], 4)), c[2]),
-          _mm512_set1_epi32(128 * (isum[0] + isum[1])));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd),
-                               _mm512_mul_ps(d, _mm512_set1_ps(x.i8_scale[r * nb + b])), acc[j]);
-    }
-  }
-  for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
-}
-
-// Q4_0 / Q4_1 (VNNI without AMX; repack_block32's layout): D of the nibbles u as Q4_K's, then Q4_0
-// (w = d (u - 8)): acc = fma(f32(D - 8 S), d * scale, acc); Q4_1 (w = d u + m): acc = fma(f32(D),
-// d * scale, acc), acc = fma(sum, m, acc) with the block's split sum, as Q4_K's minimum.
-template <bool Q41, int R>
-void vnni_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
-                      int64_t ldy, int64_t o0, int64_t o_end) {
-  constexpr int NC = R <= 2 ? 2 : 1;
-  constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;
-  const int64_t nb = x.cols / 32;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[R];
-  for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = group + b * bb;
-    const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
-    for (int l = 0; l < (Q41 ? 6 : 5); ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-    __m512i wq[8];  // (unaligned: a block is 4.5 or 5 cache lines)
-    for (int rr = 0; rr < 4; ++rr) {
-      const __m512i v = _mm512_loadu_si512(blk + 64 * rr);
-      wq[rr] = _mm512_and_si512(v, low4);
-      wq[rr + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-    }
-    const __m512 d =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + k4x_d_at)));
-    for (int j = 0; j < R; ++j) {
-      const int64_t r = r0 + j;
-      const int8_t* a[3];
-      row_pieces(x, nb, r, b, a);
-      __m512i c[3];
-      dot_pieces<NC>(wq, a, c);
-      __m512i dd = _mm512_add_epi32(
-          _mm512_add_epi32(_mm512_slli_epi32(c[0], 11), _mm512_slli_epi32(c[1], 4)), c[2]);
-      if constexpr (!Q41) {
-        const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
-        dd = _mm512_sub_epi32(dd, _mm512_set1_epi32(8 * (isum[0] + isum[1])));
-      }
-      __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd),
-                                 _mm512_mul_ps(d, _mm512_set1_ps(x.i8_scale[r * nb + b])), acc[j]);
-      if constexpr (Q41)
-        v = _mm512_fmadd_ps(
-            _mm512_set1_ps(x.i8_sum[r * nb + b]),
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + k41_m_at))),
-            v);
-      acc[j] = v;
+      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+      acc[j] =
+          epilogue_signed(c[0], c12, d, x.i8_scale[r * nb + b], 128 * (isum[0] + isum[1]), acc[j]);
     }
   }
   for (int j = 0; j < R; ++j) store_row(acc[j], y + (r0 + j) * ldy, o0, o_end);
