@@ -1456,18 +1456,15 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
-// Q4_0 / Q4_1: Q4_K's D of the nibbles u (q4k_dot) per block; Q4_0 (w = d (u - 8)): acc =
-// fma(f32(D - 8 S), d * (2^-11 scale), acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 8 S
-// is the signed quants' product); Q4_1 (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc),
-// then acc = fma(sum, m, acc) with the block's sum of the unsplit activations, as Q4_K's minimum.
-// Q5 (Q5_0 / Q5_1): the same with the fifth bits, u in 0..31 and Q5_0's offset 16.
-template <bool Q41, int R, bool Q5 = false>
-void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+// Q5_0 / Q5_1 (AVX2 without VNNI): Q4_K's D of the nibbles with the fifth bits, u in 0..31
+// (q4k_dot<true>), per block; Q5_0 (w = d (u - 16)): acc = fma(f32(D - 16 S), d * (2^-11 scale),
+// acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 16 S is the signed quants' product); Q5_1
+// (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc), then acc = fma(sum, m, acc) with the
+// block's split sum, as Q4_K's minimum. (Q4_0 / Q4_1 keep the f32 kernels on AVX2: amx_i8_type.)
+template <bool Q51, int R>
+void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                       int64_t ldy, int64_t o0, int64_t o_end) {
-  constexpr int64_t bb =
-      Q5 ? (Q41 ? k51_block_bytes : k50_block_bytes) : (Q41 ? k41_block_bytes : k40_block_bytes);
-  constexpr int64_t d_at = Q5 ? k5x_d_at : k4x_d_at, m_at = Q5 ? k51_m_at : k41_m_at;
-  constexpr int offset = Q5 ? 16 : 8;
+  constexpr int64_t bb = Q51 ? k51_block_bytes : k50_block_bytes;
   const int64_t nb = x.cols / 32;
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
@@ -1480,18 +1477,18 @@ void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
     for (int h = 0; h < 2; ++h) {
       __m256i wq[8];
       nibbles8(blk, h, wq);
-      if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
-      const __m256 d = f16x8(blk + d_at + 16 * h);
+      add_high8(blk + k5_high_at, h, wq);
+      const __m256 d = f16x8(blk + k5x_d_at + 16 * h);
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        __m256i dd = q4k_dot<Q5>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
-        if constexpr (!Q41)
+        __m256i dd = q4k_dot<true>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        if constexpr (!Q51)
           dd = _mm256_sub_epi32(
-              dd, _mm256_set1_epi32(offset * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
+              dd, _mm256_set1_epi32(16 * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
         __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                    _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
-        if constexpr (Q41)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + m_at + 16 * h), a);
+        if constexpr (Q51)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + k51_m_at + 16 * h), a);
         acc[j][h] = a;
       }
     }
@@ -1502,19 +1499,15 @@ void avx2_group_q4_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By type: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q5_K (avx2_kind).
-constexpr Avx2Group k_avx2_groups[8][4] = {
+// By type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K (avx2_kind).
+constexpr Avx2Group k_avx2_groups[6][4] = {
     {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
     {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
     {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>},
-    {avx2_group_q4_01<false, 1>, avx2_group_q4_01<false, 2>, avx2_group_q4_01<false, 3>,
-     avx2_group_q4_01<false, 4>},
-    {avx2_group_q4_01<true, 1>, avx2_group_q4_01<true, 2>, avx2_group_q4_01<true, 3>,
-     avx2_group_q4_01<true, 4>},
-    {avx2_group_q4_01<false, 1, true>, avx2_group_q4_01<false, 2, true>,
-     avx2_group_q4_01<false, 3, true>, avx2_group_q4_01<false, 4, true>},
-    {avx2_group_q4_01<true, 1, true>, avx2_group_q4_01<true, 2, true>,
-     avx2_group_q4_01<true, 3, true>, avx2_group_q4_01<true, 4, true>},
+    {avx2_group_q5_01<false, 1>, avx2_group_q5_01<false, 2>, avx2_group_q5_01<false, 3>,
+     avx2_group_q5_01<false, 4>},
+    {avx2_group_q5_01<true, 1>, avx2_group_q5_01<true, 2>, avx2_group_q5_01<true, 3>,
+     avx2_group_q5_01<true, 4>},
     {avx2_group_q4k<1, true>, avx2_group_q4k<2, true>, avx2_group_q4k<3, true>,
      avx2_group_q4k<4, true>}};
 int avx2_kind(DType t) {
@@ -1523,16 +1516,12 @@ int avx2_kind(DType t) {
       return 1;
     case DType::Q8_0:
       return 2;
-    case DType::Q4_0:
-      return 3;
-    case DType::Q4_1:
-      return 4;
     case DType::Q5_0:
-      return 5;
+      return 3;
     case DType::Q5_1:
-      return 6;
+      return 4;
     case DType::Q5_K:
-      return 7;
+      return 5;
     default:
       return 0;
   }
