@@ -85,8 +85,8 @@
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // VNNI without AMX (AMD Zen 4 and 5, Intel before Sapphire Rapids): the VNNI loop for Q4_K / Q6_K
 // at every row count (the AMX builds' few-row kernel: the same integers, the same f32 epilogue)
-// and for Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS, the AVX2 kernel for Q8_0 (i8_avx2_available;
-// Q4_0 / Q4_1 keep the AVX-512 f32 kernels).
+// and for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS and Q8_0 (i8_avx2_available: the
+// AVX2 kernels are compiled too, for the split of the activations).
 #define OSSA_HAVE_I8_VNNI 1
 #define OSSA_HAVE_I8_AVX2 1
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED)) && defined(__F16C__)
@@ -111,7 +111,7 @@ constexpr int64_t k6_sb_bytes = 3392, k6_sc_at = 3072, k6_d_at = 3328, k6_pad_at
 // Bytes of one group of 16 weight rows (group g starts at g times this), of one block's quants
 // and of one super-block (the scales follow the 8 blocks).
 int64_t sb_bytes(DType t) { return t == DType::Q6_K ? k6_sb_bytes : k4_sb_bytes; }
-// Q8_0 (AVX2 builds only), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
+// Q8_0 (AVX2 without VNNI), per 16 rows and 32-column block: the quants [h][p][n][i] (256 bytes per
 // half h of 8 rows), then the rows' f16 d: the file's 16 x 34 bytes.
 constexpr int64_t k8_block_bytes = 544, k8_d_at = 512;
 // Q8_0 in VNNI builds (repack_q8_0): per group the blocks' 512 bytes of quants, then their d.
