@@ -85,8 +85,8 @@
     defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // VNNI without AMX (AMD Zen 4 and 5, Intel before Sapphire Rapids): the VNNI loop for Q4_K / Q6_K
 // at every row count (the AMX builds' few-row kernel: the same integers, the same f32 epilogue)
-// and for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS and Q8_0 (i8_avx2_available: the
-// AVX2 kernels are compiled too, for the split of the activations).
+// and for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS and Q8_0 (i8_avx2_available; the
+// AVX2 kernels below are compiled but not dispatched).
 #define OSSA_HAVE_I8_VNNI 1
 #define OSSA_HAVE_I8_AVX2 1
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED)) && defined(__F16C__)
