@@ -23,6 +23,9 @@ F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q3_K": (108,),
     "IQ4_NL": (0,),
     "IQ4_XS": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q8_0": (0,),
 }
 # The types added for the Q2_K..Q5_K_M and IQ4_XS files (issue 17).
 NEW_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS")

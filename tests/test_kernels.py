@@ -19,7 +19,8 @@ from ossa._native import core
 
 QT = gguf.GGMLQuantizationType
 QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
-# Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: f32 activations only (no 8-bit path).
+# Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: no matmul_q8.cpp kernel; 8-bit activations only where the
+# build repacks them for the int8 kernels (core.kernel_takes_q8).
 MORE = list(NEW_TYPES)
 FLOATS = ["F32", "F16", "BF16"]
 MODES = ["f32"] + (
@@ -87,7 +88,11 @@ def test_matmul_matches_dequantized_reference(type_name: str, mode: str) -> None
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     scale = np.abs(x).astype(np.float64) @ np.abs(w.T).astype(np.float64)
     assert np.max(np.abs(y - ref) / scale) < TOLERANCE[mode if type_name in AMX_TYPES else "f32"]
-    if type_name in QUANTIZED:
+    takes_q8 = core.kernel_takes_q8(int(QT[type_name]), rows, cols, amx=mode == "amx")
+    assert takes_q8 == (type_name in QUANTIZED) or mode == "amx"
+    if not takes_q8 and type_name not in FLOATS:  # q8=True changes nothing
+        np.testing.assert_array_equal(run(raw, type_name, rows, cols, x, q8=True, mode=mode), y)
+    if takes_q8:
         y = run(raw, type_name, rows, cols, x, q8=True, mode=mode)
         # 8-bit activations: exact up to f32 rounding against the values the kernel multiplies...
         qs, d = core.kernel_quantize_q8(x)
@@ -192,14 +197,15 @@ def test_quantize_q8_is_round_to_nearest() -> None:
     blocks = x.reshape(3, 2, 32)
     expect_d = np.abs(blocks).max(axis=2) / np.float32(127)
     np.testing.assert_array_equal(d, expect_d)
-    np.testing.assert_array_equal(qs.reshape(3, 2, 32), np.rint(blocks * (1 / expect_d)[:, :, None]))
+    inv = np.float32(127) / np.abs(blocks).max(axis=2)  # the int8 kernels' scaling (their first piece)
+    np.testing.assert_array_equal(qs.reshape(3, 2, 32), np.rint(blocks * inv[:, :, None]))
 
 
 @pytest.mark.parametrize("q8", [False, True])
 @pytest.mark.parametrize("type_name", QUANTIZED + FLOATS + MORE)
 @pytest.mark.parametrize("cols", [256, 768])
 def test_matmul_is_batch_invariant(type_name: str, cols: int, q8: bool, mode: str) -> None:
-    if q8 and type_name in MORE:
+    if q8 and type_name in MORE and mode != "amx":
         pytest.skip("no 8-bit activation path for this type (q8 is the same f32 run)")
     rows = 45  # not a multiple of the 16-row scheduling chunk
     raw, _ = make_weight(type_name, rows, cols, seed=4)

@@ -60,7 +60,7 @@ struct KernelMatmul {
     // As load_model prepares each matrix (dtype "bfloat16" copies, AMX repacks).
     ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::repack_default(), prepared);
     if (dtype == "bfloat16") return;
-    if (q8 && ossa::dtype_quantized(t)) {
+    if (q8 && ossa::takes_q8(w)) {  // (as a model loaded with quantized_activations rounds it)
       q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
       ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
       in.q8 = q8s.data();
@@ -96,9 +96,9 @@ void bind_kernels(nb::module_& m) {
       "kernel_matmul_timed",
       [](nb::ndarray<const uint8_t, nb::c_contig> weight, uint32_t ggml_type, int64_t rows,
          int64_t cols, nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps,
-         const std::string& dtype, bool amx, bool cpu_time) {
+         const std::string& dtype, bool amx, bool cpu_time, bool q8) {
         if (reps < 1) throw ossa::InputError("kernel_matmul_timed: reps must be at least 1");
-        KernelMatmul k(weight, ggml_type, rows, cols, x, false, dtype, amx);
+        KernelMatmul k(weight, ggml_type, rows, cols, x, q8, dtype, amx);
         std::vector<float> out(static_cast<size_t>(k.in.n_rows * rows));
         std::vector<double> seconds;
         {
@@ -122,7 +122,28 @@ void bind_kernels(nb::module_& m) {
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
       nb::arg("reps"), nb::arg("dtype") = "float32", nb::arg("amx") = true,
-      nb::arg("cpu_time") = false);
+      nb::arg("cpu_time") = false, nb::arg("q8") = false);
+
+  m.def(
+      "kernel_takes_q8",
+      [](uint32_t ggml_type, int64_t rows, int64_t cols, bool amx) {
+        if (!ossa::dtype_supported(ggml_type))
+          throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
+        const ossa::DTypeTraits tr = ossa::dtype_traits(static_cast<ossa::DType>(ggml_type));
+        if (rows < 1 || cols < 1 || cols % tr.block_elems != 0)
+          throw ossa::InputError("kernel_takes_q8: bad shape");
+        std::vector<uint8_t> zeros(static_cast<size_t>(rows * (cols / tr.block_elems)) *
+                                   tr.block_bytes);
+        std::vector<float> x(static_cast<size_t>(cols));
+        const auto w = nb::ndarray<const uint8_t, nb::c_contig>(zeros.data(), {zeros.size()});
+        const auto xa =
+            nb::ndarray<float, nb::ndim<2>, nb::c_contig>(x.data(), {1, static_cast<size_t>(cols)});
+        KernelMatmul k(w, ggml_type, rows, cols, xa, true, "float32", amx);
+        return k.in.q8 != nullptr;
+      },
+      nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("amx") = true,
+      "Whether kernel_matmul(q8=True) rounds the activations to 8-bit blocks for this weight (as "
+      "a model loaded with quantized_activations does; kernels/matmul.h takes_q8).");
 
   m.def(
       "amx_available", []() { return ossa::amx_available(); },

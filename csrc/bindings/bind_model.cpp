@@ -170,7 +170,7 @@ void bind_model(nb::module_& m) {
           "int8_matrices", &ossa::Model::int8_matrices,
           "The matrices the forward pass multiplies with activations split into int8 "
           "pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not "
-          "listed.")
+          "listed. With quantized_activations: those whose inputs are rounded to 8-bit blocks.")
       .def_ro("quantized_activations", &ossa::Model::quantized_activations,
               "Whether quantized weights multiply 8-bit activation blocks (load_model's option).")
       .def(

@@ -102,12 +102,14 @@ int64_t claim_grain(int64_t n_items, int threads) {
   return std::clamp<int64_t>(n_items / (4 * int64_t{threads}), 1, 64);
 }
 
-// True when this weight goes through the AMX kernels for these activations: it was repacked at
-// load (its model was loaded with amx on), and the activations are not 8-bit blocks, which only the
-// f32-side kernels take (weights rounded to bf16 exist only as tiles when packed: always AMX).
+// True when this weight goes through the repacked kernels for these activations: it was repacked
+// at load (its model was loaded with amx on), unless the activations are 8-bit blocks and w is a
+// quantized type that matmul_q8.cpp multiplies instead (the int8 kernels take the blocks as their
+// first piece; weights rounded to bf16 exist only as tiles when packed: always AMX). So whether
+// the call carries 8-bit blocks for other matrices never changes w's kernel.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
   if (w.packed == nullptr) return false;
-  return w.bf16_compute || x.q8 == nullptr;
+  return w.bf16_compute || x.q8 == nullptr || !dtype_quantized(w.type) || amx_i8_type(w.type);
 }
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
@@ -177,6 +179,9 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   uint16_t* tiles = tiles_needed ? grow(t_split, n_blocks * (bf16c ? 16 : 32) * x.cols) : nullptr;
   float* sums = need.split && !bf16c ? grow(t_block_sum, x.n_rows * steps) : nullptr;
   int8_t* i8 = need.i8 ? grow(t_i8, n_blocks * 16 * 3 * x.cols) : nullptr;
+  // 8-bit activations (quantized_activations): a0 alone. Every int8 matrix takes_q8, so a call
+  // with one carries the blocks and the matrix always gets the one piece in such a model.
+  const int pieces = x.q8 != nullptr ? 1 : 3;
   int16_t* i16 = need.i16 ? grow(t_i16, x.n_rows * 2 * x.cols) : nullptr;
   float* i8_scale = need.i8 || need.i16 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
   float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
@@ -191,8 +196,9 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
         amx_round_rows(x.f32, x.cols, r0, r1, tiles);
       else if (need.split)
         amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
-      if (need.i8) amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16);
-      if (need.i16) i8_avx2_split_rows16(x.f32, x.cols, r0, r1, i16, i8_scale);
+      if (need.i8)
+        amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16, pieces);
+      if (need.i16) i8_avx2_split_rows16(x.f32, x.cols, r0, r1, i16, i8_scale, pieces);
       if (need.q23k) amx_q23k_split_rows(x.f32, x.cols, r0, r1, q23k, q23k_scale, q23k_xs);
     }
   };
@@ -203,6 +209,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   out.tiles = tiles;
   out.block_sum = sums;
   out.i8 = i8;
+  out.i8_pieces = pieces;
   out.i8_scale = i8_scale;
   out.i8_sum = i8_sum;
   out.i8_isum16 = i8_isum16;
@@ -416,6 +423,11 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
 }
 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
+
+bool takes_q8(const TensorView& w) {
+  if (w.empty() || w.bf16_compute) return false;
+  return dtype_quantized(w.type) || (w.packed != nullptr && amx_i8_type(w.type));
+}
 
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols) { return (n_rows + 15) / 16 * 16 * cols; }
 

@@ -51,6 +51,11 @@ struct MatmulInput {
 // Whether w multiplies bf16 activation tiles on AMX (dtype bfloat16 on an AMX machine), so that the
 // op producing its input may write MatmulInput::bf16_tiles directly.
 bool takes_bf16_tiles(const TensorView& w);
+// Whether a model loaded with quantized_activations rounds w's inputs to 8-bit blocks of 32 values
+// (MatmulInput::q8): the quantized types of matmul_q8.cpp's kernels, and the matrices repacked for
+// the int8 kernels (matmul_amx_i8.cpp), which then multiply the first piece alone, the same
+// rounding. The others (Q2_K / Q3_K, float types, bfloat16 compute) keep their own inputs.
+bool takes_q8(const TensorView& w);
 // uint16 elements of the bf16 tiles of n_rows x cols activations.
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols);
 // Row r (cols values, a multiple of 32) into those tiles, rounded as matmul_many rounds it.

@@ -745,14 +745,16 @@ inline void row_pieces(const AmxActivations& x, int64_t nb, int64_t r, int64_t b
 
 // c[p] = wq . a[p] over a block of 32 columns, for the 16 weight rows in the lanes: wq[k] holds
 // columns 4 k .. 4 k + 3 (unsigned bytes), whose pieces are at a[p] + 4 k. The sums may be split
-// over NC accumulator chains (integer sums: any order gives the same value).
-template <int NC>
+// over NC accumulator chains (integer sums: any order gives the same value). P = 1: the
+// activations are a0 alone (AmxActivations::i8_pieces), and c[1] = c[2] = 0 without multiplying the
+// zero pieces.
+template <int NC, int P>
 inline void dot_pieces(const __m512i* wq, const int8_t* const* a, __m512i* c) {
   __m512i cc[3][NC];
   for (int p = 0; p < 3; ++p)
     for (int h = 0; h < NC; ++h) cc[p][h] = _mm512_setzero_si512();
   for (int k = 0; k < 8; ++k) {
-    for (int p = 0; p < 3; ++p) {
+    for (int p = 0; p < P; ++p) {
       int32_t a4;
       std::memcpy(&a4, a[p] + 4 * k, 4);
       cc[p][k % NC] = _mm512_dpbusd_epi32(cc[p][k % NC], wq[k], _mm512_set1_epi32(a4));
@@ -760,9 +762,15 @@ inline void dot_pieces(const __m512i* wq, const int8_t* const* a, __m512i* c) {
   }
   for (int p = 0; p < 3; ++p) c[p] = NC == 2 ? _mm512_add_epi32(cc[p][0], cc[p][NC - 1]) : cc[p][0];
 }
+// c12 = 16 c1 + c2 (zero for one piece).
+template <int P>
+inline __m512i pieces12(const __m512i* c) {
+  if constexpr (P == 1) return _mm512_setzero_si512();
+  return _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+}
 
-// R rows share each unpacked block of weights.
-template <Kind K, int R>
+// R rows share each unpacked block of weights; P activation pieces (3, or 1: dot_pieces).
+template <Kind K, int R, int P>
 void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
                 int64_t o0, int64_t o_end) {
   constexpr int NC = R <= 2 ? 2 : 1;
@@ -781,8 +789,8 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
       const int8_t* a[3];
       row_pieces(x, nb, r, b, a);
       __m512i c[3];
-      dot_pieces<NC>(wq, a, c);
-      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+      dot_pieces<NC, P>(wq, a, c);
+      const __m512i c12 = pieces12<P>(c);
       if constexpr (min_kind(K)) {
         acc[j] = epilogue(c[0], c12, s, dm, x.i8_scale[r * nb + b], x.i8_sum[r * nb + b], acc[j]);
       } else {
@@ -797,7 +805,7 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
 
 // Q6_K: per 16-value sub-block h, D = 2^11 (u . a0) + 16 (u . a1) + (u . a2), then
 // acc = fma(f32(D - 32 S), s * d, acc) (epilogue_q6k).
-template <int R>
+template <int R, int P>
 void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
   const int64_t nb = x.cols / 32;
@@ -817,12 +825,12 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
         __m512i c[3];
         for (int p = 0; p < 3; ++p) c[p] = _mm512_setzero_si512();
         for (int k = 4 * h; k < 4 * h + 4; ++k)
-          for (int p = 0; p < 3; ++p) {
+          for (int p = 0; p < P; ++p) {
             int32_t a4;
             std::memcpy(&a4, a[p] + 4 * k, 4);
             c[p] = _mm512_dpbusd_epi32(c[p], wq[k], _mm512_set1_epi32(a4));
           }
-        const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+        const __m512i c12 = pieces12<P>(c);
         acc[j] = epilogue_q6k(c[0], c12, s[h], x.i8_scale[r * nb + b],
                               x.i8_isum16[r * 2 * nb + 2 * b + h], acc[j]);
       }
@@ -837,7 +845,7 @@ void vnni_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
 // i8_isum16), which is the signed quants' D of the AVX2 kernel (|2^11 (u . a0)| <= 2^11 * 32 *
 // 255 * 127 and the other terms leave the int32 sum below 2^31), then the same epilogue:
 // acc = fma(f32(D), d * scale, acc), blocks in order.
-template <int R>
+template <int R, int P>
 void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                      int64_t ldy, int64_t o0, int64_t o_end) {
   constexpr int NC = R <= 2 ? 2 : 1;
@@ -860,9 +868,9 @@ void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
       const int8_t* a[3];
       row_pieces(x, nb, r, b, a);
       __m512i c[3];
-      dot_pieces<NC>(wq, a, c);
+      dot_pieces<NC, P>(wq, a, c);
       const int32_t* isum = x.i8_isum16 + r * 2 * nb + 2 * b;
-      const __m512i c12 = _mm512_add_epi32(_mm512_slli_epi32(c[1], 4), c[2]);
+      const __m512i c12 = pieces12<P>(c);
       acc[j] =
           epilogue_signed(c[0], c12, d, x.i8_scale[r * nb + b], 128 * (isum[0] + isum[1]), acc[j]);
     }
@@ -873,39 +881,44 @@ void vnni_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
 
 using VnniGroup = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By row count 1..4, then 8 (Q6_K, Q8_0: 4 again).
-constexpr VnniGroup k_kind_groups_q6k[5] = {vnni_group_q6k<1>, vnni_group_q6k<2>, vnni_group_q6k<3>,
-                                            vnni_group_q6k<4>, vnni_group_q6k<4>};
+// By row count 1..4, then 8 (Q6_K, Q8_0: 4 again), for P pieces.
+template <int P>
+constexpr VnniGroup k_kind_groups_q6k[5] = {vnni_group_q6k<1, P>, vnni_group_q6k<2, P>,
+                                            vnni_group_q6k<3, P>, vnni_group_q6k<4, P>,
+                                            vnni_group_q6k<4, P>};
 #if !defined(OSSA_HAVE_AMX_I8)
-constexpr VnniGroup k_kind_groups_q8_0[5] = {vnni_group_q8_0<1>, vnni_group_q8_0<2>,
-                                             vnni_group_q8_0<3>, vnni_group_q8_0<4>,
-                                             vnni_group_q8_0<4>};
+template <int P>
+constexpr VnniGroup k_kind_groups_q8_0[5] = {vnni_group_q8_0<1, P>, vnni_group_q8_0<2, P>,
+                                             vnni_group_q8_0<3, P>, vnni_group_q8_0<4, P>,
+                                             vnni_group_q8_0<4, P>};
 #endif
-template <Kind K>
-constexpr VnniGroup k_kind_groups[5] = {vnni_group<K, 1>, vnni_group<K, 2>, vnni_group<K, 3>,
-                                        vnni_group<K, 4>, vnni_group<K, 8>};
-// By vnni_kind, then Q6_K (k_q6k_row) and, without AMX, Q8_0 (k_q8_0_row).
+template <Kind K, int P>
+constexpr VnniGroup k_kind_groups[5] = {vnni_group<K, 1, P>, vnni_group<K, 2, P>,
+                                        vnni_group<K, 3, P>, vnni_group<K, 4, P>,
+                                        vnni_group<K, 8, P>};
+// By vnni_kind, then Q6_K (k_q6k_row) and, without AMX, Q8_0 (k_q8_0_row), for P pieces.
 constexpr int k_q6k_row = 8, k_q8_0_row = 9;
+template <int P>
 constexpr const VnniGroup* k_vnni_groups[] = {
-    k_kind_groups<Kind::Q4K>, k_kind_groups<Kind::Q5K>, k_kind_groups<Kind::IQ4XS>,
-    k_kind_groups<Kind::Q50>, k_kind_groups<Kind::Q51>, k_kind_groups<Kind::IQ4NL>,
-    k_kind_groups<Kind::Q40>, k_kind_groups<Kind::Q41>, k_kind_groups_q6k,
+    k_kind_groups<Kind::Q4K, P>, k_kind_groups<Kind::Q5K, P>, k_kind_groups<Kind::IQ4XS, P>,
+    k_kind_groups<Kind::Q50, P>, k_kind_groups<Kind::Q51, P>, k_kind_groups<Kind::IQ4NL, P>,
+    k_kind_groups<Kind::Q40, P>, k_kind_groups<Kind::Q41, P>, k_kind_groups_q6k<P>,
 #if !defined(OSSA_HAVE_AMX_I8)
-    k_kind_groups_q8_0,
+    k_kind_groups_q8_0<P>,
 #endif
 };
 
 void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
   const int kind = vnni_kind(w.type);
+  OSSA_ASSERT(x.i8_pieces == 1 || x.i8_pieces == 3);
+  const VnniGroup* const* table = x.i8_pieces == 1 ? k_vnni_groups<1> : k_vnni_groups<3>;
 #if defined(OSSA_HAVE_AMX_I8)
   OSSA_ASSERT(kind >= 0 || w.type == DType::Q6_K);
-  const VnniGroup* fns = k_vnni_groups[kind >= 0 ? kind : k_q6k_row];
+  const VnniGroup* fns = table[kind >= 0 ? kind : k_q6k_row];
 #else
   OSSA_ASSERT(kind >= 0 || w.type == DType::Q6_K || w.type == DType::Q8_0);
-  const VnniGroup* fns = k_vnni_groups[kind >= 0               ? kind
-                                       : w.type == DType::Q6_K ? k_q6k_row
-                                                               : k_q8_0_row];
+  const VnniGroup* fns = table[kind >= 0 ? kind : w.type == DType::Q6_K ? k_q6k_row : k_q8_0_row];
 #endif
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
@@ -1087,7 +1100,8 @@ constexpr int64_t k_vnni_rows = 4;
 }  // namespace
 
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
-                       float* scale, float* sum, int32_t* isum16) {
+                       float* scale, float* sum, int32_t* isum16, int pieces) {
+  OSSA_ASSERT(pieces == 1 || pieces == 3);
   const int64_t nb = cols / 32;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   for (int64_t r = r_begin; r < r_end; ++r) {
@@ -1100,8 +1114,8 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
       int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
       int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
       for (int h = 0; h < 2; ++h) {
-        const __m512 whole =
-            i8_pieces16(_mm512_mul_ps(v[h], inv), t0 + 16 * h, t12 + 16 * h, t12 + 32 + 16 * h);
+        const __m512 whole = i8_pieces16(_mm512_mul_ps(v[h], inv), t0 + 16 * h, t12 + 16 * h,
+                                         t12 + 32 + 16 * h, pieces == 1);
         isum16[r * 2 * nb + 2 * b + h] = static_cast<int32_t>(_mm512_reduce_add_ps(whole));
       }
       scale[r * nb + b] = mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
@@ -1564,12 +1578,15 @@ inline __m256i pack_i16(__m256i a, __m256i b) {
 
 #if !defined(OSSA_HAVE_I8_VNNI)  // (VNNI builds split with AVX-512 above: the same pieces)
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
-                       float* scale, float* sum, int32_t* isum16) {
+                       float* scale, float* sum, int32_t* isum16, int pieces) {
+  OSSA_ASSERT(pieces == 1 || pieces == 3);
   const int64_t nb = cols / 32;
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       BlockPieces bp;
       split_block(x + r * cols + 32 * b, bp);
+      if (pieces == 1)
+        for (int i = 0; i < 4; ++i) bp.q[1][i] = bp.q[2][i] = _mm256_setzero_si256();
       const auto& q = bp.q;
       int8_t* t0 = tiles + ((r / 16) * nb + b) * 1536 + (r % 16) * 32;
       int8_t* t12 = tiles + ((r / 16) * nb + b) * 1536 + 512 + (r % 16) * 64;
@@ -1595,12 +1612,15 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
 #endif
 
 void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
-                          int16_t* pieces, float* scale) {
+                          int16_t* pieces, float* scale, int n_pieces) {
+  OSSA_ASSERT(n_pieces == 1 || n_pieces == 3);
   const int64_t nb = cols / 32;
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
       BlockPieces bp;
       split_block(x + r * cols + 32 * b, bp);
+      if (n_pieces == 1)  // (a12 = 0: a0 alone, as amx_i8_split_rows' one piece)
+        for (int i = 0; i < 4; ++i) bp.q[1][i] = bp.q[2][i] = _mm256_setzero_si256();
       int16_t* out = pieces + (r * nb + b) * 64;
       for (int i = 0; i < 4; i += 2) {
         const __m256i a12[2] = {
@@ -1639,7 +1659,8 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
 #if !defined(OSSA_HAVE_I8_VNNI) && !defined(OSSA_HAVE_I8_AVX2)
 // No int8 kernels in this build: nothing is repacked for them (amx_available() is false).
 
-void amx_i8_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*, int32_t*) {
+void amx_i8_split_rows(const float*, int64_t, int64_t, int64_t, int8_t*, float*, float*, int32_t*,
+                       int) {
   throw ModelError("amx int8 matmul: not built");
 }
 void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, float*, int64_t,
@@ -1650,7 +1671,7 @@ void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, 
 #endif
 
 #if !defined(OSSA_HAVE_I8_AVX2)
-void i8_avx2_split_rows16(const float*, int64_t, int64_t, int64_t, int16_t*, float*) {
+void i8_avx2_split_rows16(const float*, int64_t, int64_t, int64_t, int16_t*, float*, int) {
   throw ModelError("AVX2 int8 Q8_0 matmul: not built");
 }
 #endif

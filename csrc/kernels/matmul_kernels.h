@@ -87,6 +87,9 @@ struct AmxActivations {
   // (16 rows x 32 bytes), then the [a1, a2] tile (16 rows x 64); the scale and the sum of each 32
   // values: i8_scale / i8_sum[row * steps + b]. Null where no such matrix takes part.
   const int8_t* i8 = nullptr;
+  // 3, or 1 for a model loaded with quantized_activations (i8 holds a0 alone, a1 = a2 = 0: the
+  // VNNI loops skip those products; the AMX tile kernels multiply the zeros).
+  int i8_pieces = 3;
   const float* i8_scale = nullptr;
   const float* i8_sum = nullptr;
   // Q6_K and Q8_0 (VNNI): per 16 values, the sum of the pieces' integers 2^11 a0 + 16 a1 + a2, [row
@@ -143,10 +146,11 @@ bool i8_avx2_available();
 bool i8_vnni_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+// pieces 3 (exact) or 1 (a0 alone; a1 = a2 = 0, and the sums are of a0's integers).
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
-                       float* scale, float* sum, int32_t* isum16);
+                       float* scale, float* sum, int32_t* isum16, int pieces = 3);
 void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
-                          int16_t* pieces, float* scale);
+                          int16_t* pieces, float* scale, int n_pieces = 3);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 // Q2_K and Q3_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q23k.cpp): Q4_K's scheme with int8 pieces

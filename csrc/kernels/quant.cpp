@@ -28,8 +28,9 @@ void quantize_rows_q8(const float* x, int64_t n_rows, int64_t k, BlockQ8* out) {
       BlockQ8& o = out[r * nb + b];
       float amax = 0.0f;
       for (int i = 0; i < k_qblock; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+      // (127 / amax, as amx_i8_split_rows scales: the blocks are the int8 kernels' one piece)
       const float d = amax / 127.0f;
-      const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+      const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
       int sum = 0;
       for (int i = 0; i < k_qblock; ++i) {
         const int q = static_cast<int>(std::nearbyint(v[i] * inv));

@@ -56,7 +56,7 @@ MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, 
   MatmulInput in{x, nullptr, n, cols};
   bool quant = false;
   if (quantized_activations)
-    for (const TensorView* w : weights) quant |= !w->empty() && dtype_quantized(w->type);
+    for (const TensorView* w : weights) quant |= takes_q8(*w);
   if (quant) {
     if (cols % k_qblock != 0)
       throw ModelError("a quantized weight needs rows that are a multiple of 32");

@@ -628,9 +628,11 @@ bool Model::uses_amx() const { return amx; }
 
 std::vector<std::string> Model::int8_matrices() const {
   std::vector<std::string> out;
-  if (quantized_activations) return out;  // (8-bit activation blocks take every quantized matrix)
+  // With quantized_activations: the matrices whose inputs are rounded to 8-bit blocks instead.
   const auto add = [&](const TensorView& v, const std::string& name) {
-    if (v.packed != nullptr && !v.bf16_compute && amx_i8_type(v.type)) out.push_back(name);
+    if (quantized_activations ? takes_q8(v)
+                              : v.packed != nullptr && !v.bf16_compute && amx_i8_type(v.type))
+      out.push_back(name);
   };
   const char* names[] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
   for (size_t i = 0; i < weights.layers.size(); ++i) {

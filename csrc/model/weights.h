@@ -73,7 +73,8 @@ struct Model {
   bool uses_amx() const;
   // The matrices multiplied with activations split into int8 pieces (kernels/matmul_amx_i8.cpp),
   // by the twin's names ("layers.3.wq", "output"), so ossa.reference can round their inputs alike.
-  // Experts of MoE layers are not listed.
+  // Experts of MoE layers are not listed. With quantized_activations: the matrices whose inputs are
+  // rounded to 8-bit blocks (kernels/matmul.h takes_q8) instead.
   std::vector<std::string> int8_matrices() const;
 };
 

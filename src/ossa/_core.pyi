@@ -47,7 +47,7 @@ class Model:
     @property
     def int8_matrices(self) -> list[str]:
         """
-        The matrices the forward pass multiplies with activations split into int8 pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not listed.
+        The matrices the forward pass multiplies with activations split into int8 pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not listed. With quantized_activations: those whose inputs are rounded to 8-bit blocks.
         """
 
     @property
@@ -114,7 +114,12 @@ class ModelRunner:
 
 def kernel_matmul(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], q8: bool = False, dtype: str = 'float32', amx: bool = True) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]: ...
 
-def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int, dtype: str = 'float32', amx: bool = True, cpu_time: bool = False) -> list[float]: ...
+def kernel_matmul_timed(weight: Annotated[NDArray[numpy.uint8], dict(order='C', writable=False)], ggml_type: int, rows: int, cols: int, x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')], reps: int, dtype: str = 'float32', amx: bool = True, cpu_time: bool = False, q8: bool = False) -> list[float]: ...
+
+def kernel_takes_q8(ggml_type: int, rows: int, cols: int, amx: bool = True) -> bool:
+    """
+    Whether kernel_matmul(q8=True) rounds the activations to 8-bit blocks for this weight (as a model loaded with quantized_activations does; kernels/matmul.h takes_q8).
+    """
 
 def amx_available() -> bool:
     """

@@ -124,20 +124,19 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, w
 
 def quantize_q8(x: np.ndarray) -> np.ndarray:
     """Round each block of 32 values to int8 steps of max|block|/127, as the C++ kernels do with the
-    activations they multiply by quantized weights (llama.cpp's Q8 activation blocks)."""
-    blocks = x.reshape(*x.shape[:-1], -1, 32).astype(np.float32)
-    d = np.max(np.abs(blocks), axis=-1, keepdims=True) / np.float32(127)
-    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
-    return (np.rint(blocks * inv) * d).reshape(x.shape).astype(np.float32)
+    activations they multiply by quantized weights (llama.cpp's Q8 activation blocks) in a model
+    loaded with ``quantized_activations``: the first of ``split_int8``'s pieces."""
+    return split_int8(x, pieces=1).astype(np.float32)
 
 
-def split_int8(x: np.ndarray, block: int = 32) -> np.ndarray:
+def split_int8(x: np.ndarray, block: int = 32, pieces: int = 3) -> np.ndarray:
     """x as the C++ int8 kernels see it (kernels/matmul_amx_i8.cpp: Q4_K / Q6_K on AMX-INT8, VNNI or
     AVX2; without AMX Q8_0 and Q5_0 / Q5_1 / Q5_K on VNNI or AVX2, Q4_0 / Q4_1 / IQ4_NL / IQ4_XS on VNNI;
     kernels/matmul_amx_q23k.cpp: Q2_K / Q3_K with ``block`` 64), in float64:
     each block of ``block`` values is d * (a0 + a1 / 2^7 + a2 / 2^11) with d = max|block| / 127 and int8
     pieces y = x * (127 / max), a0 = rint(y), a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1))
-    (float32 steps, as the kernel computes them); off by ~1 / (127 * 4096) of the block's largest value."""
+    (float32 steps, as the kernel computes them); off by ~1 / (127 * 4096) of the block's largest value.
+    ``pieces`` 1 (a model loaded with ``quantized_activations``): a0 alone, d * a0, an 8-bit block."""
     blocks = x.reshape(*x.shape[:-1], -1, block).astype(np.float32)
     mx = np.max(np.abs(blocks), axis=-1, keepdims=True)
     inv = np.divide(np.float32(127), mx, out=np.zeros_like(mx), where=mx != 0).astype(np.float32)
@@ -146,6 +145,10 @@ def split_int8(x: np.ndarray, block: int = 32) -> np.ndarray:
     r1 = ((y - a0) * np.float32(128)).astype(np.float32)
     a1 = np.rint(r1)
     a2 = np.rint(((r1 - a1) * np.float32(16)).astype(np.float32))
+    if pieces == 1:
+        a1 = a2 = np.zeros_like(a0)
+    elif pieces != 3:
+        raise ValueError(f"pieces must be 1 or 3, got {pieces}")
     d = (mx / np.float32(127)).astype(np.float64)
     value = d * (a0.astype(np.float64) + a1 / 128.0 + a2 / 2048.0)
     return value.reshape(x.shape)
@@ -185,31 +188,48 @@ class ActivationRounding:
     """The rounding the C++ kernels apply to a matmul input: ``rounding(x, name)`` for the input of
     matrix ``name`` ("layers.0.wq", "output"): bf16 (dtype "bfloat16"), 8-bit blocks, the int8 pieces
     (``split_int8``) for the matrices the model's ``int8_matrices`` lists, bf16 hi + lo (AMX) or none.
-    Without a name (an expert's input), the rounding of the matrices not listed."""
+    ``listed`` / ``unlisted``: the roundings of the listed matrices and of the others (default:
+    ``split_int8`` and ``base``). Without a name (an expert's input), ``base``."""
 
-    def __init__(self, base: Any, int8_matrices: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        base: Any,
+        int8_matrices: frozenset[str] = frozenset(),
+        listed: Any = None,
+        unlisted: Any = None,
+    ) -> None:
         self.base = base
         self.int8_matrices = int8_matrices
+        self.listed = listed if listed is not None else (lambda a: split_int8(a).astype(np.float32))
+        self.unlisted = unlisted if unlisted is not None else base
 
     def __call__(self, x: np.ndarray, name: str | None = None) -> np.ndarray:
-        if name is not None and name in self.int8_matrices:
-            return split_int8(x).astype(np.float32)
-        return self.base(x)  # type: ignore[no-any-return]
+        if name is None:
+            return self.base(x)  # type: ignore[no-any-return]
+        if name in self.int8_matrices:
+            return self.listed(x)  # type: ignore[no-any-return]
+        return self.unlisted(x)  # type: ignore[no-any-return]
 
 
 def activation_rounding(
     quantized_activations: bool,
     amx_activations: bool,
     bf16_compute: bool = False,
-    int8_matrices: frozenset[str] = frozenset(),
+    int8_matrices: frozenset[str] | None = None,
 ) -> ActivationRounding:
     """The C++ kernels' matmul input rounding for a model loaded with these options (see
-    ``ActivationRounding``; ``int8_matrices``: the loaded model's ``int8_matrices``)."""
+    ``ActivationRounding``; ``int8_matrices``: the loaded model's ``int8_matrices``). With
+    ``quantized_activations`` the loaded model lists the matrices whose inputs are rounded to 8-bit
+    blocks (``quantize_q8``, which is also the int8 kernels' first piece alone); the others keep
+    theirs (exact here). Without a list (None), every input is rounded (a model whose matrices all
+    take the blocks)."""
     if bf16_compute:
         return ActivationRounding(_bf16)
     if quantized_activations:
-        return ActivationRounding(quantize_q8)
-    return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), int8_matrices)
+        if int8_matrices is None:
+            return ActivationRounding(quantize_q8)
+        return ActivationRounding(quantize_q8, int8_matrices, listed=quantize_q8, unlisted=lambda a: a)
+    return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), int8_matrices or frozenset())
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -223,16 +243,17 @@ def forward(
     quantized_activations: bool = False,
     amx_activations: bool = False,
     bf16_compute: bool = False,
-    int8_matrices: frozenset[str] = frozenset(),
+    int8_matrices: frozenset[str] | None = None,
 ) -> np.ndarray:
     """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
 
-    With ``quantized_activations`` every matmul input is first rounded like the C++ kernels round
-    it for quantized weights (``quantize_q8``); with ``amx_activations`` as the AMX kernels split it
-    (``split_bf16``). Use them for models whose matrices are all quantized (or BF16). With
+    With ``quantized_activations`` the matmul inputs are first rounded like the C++ kernels round
+    them for quantized weights (``quantize_q8``): those of the listed ``int8_matrices`` (the loaded
+    model's list), or every one without a list. With ``amx_activations`` as the AMX kernels split
+    them (``split_bf16``; for models whose matrices are all quantized or BF16). With
     ``bf16_compute`` (dtype "bfloat16") the inputs are rounded to bf16 and ``weights`` should come
-    from ``bf16_matrices``. ``int8_matrices``: the matrices whose inputs the C++ kernels split into
-    int8 pieces (the loaded model's ``int8_matrices``).
+    from ``bf16_matrices``. Otherwise ``int8_matrices``: the matrices whose inputs the C++ kernels
+    split into int8 pieces (the loaded model's ``int8_matrices``).
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)
