@@ -57,16 +57,23 @@ def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[in
 
 
 def run_ossa(
-    model: str, batches: dict[str, list[list[int]]], output_len: int, threads: int, dtype: str = "auto"
+    model: str,
+    batches: dict[str, list[list[int]]],
+    output_len: int,
+    threads: int,
+    dtype: str = "auto",
+    quantized_activations: bool = False,
 ) -> tuple[float, dict[str, Run], dict[str, Any]]:
     """Runs each named batch of prompts on one `ossa.LLM` (`dtype` "auto" or "bfloat16", vLLM-CPU's
-    numerics); returns (ready_s, runs, profiles).
+    numerics; `quantized_activations`: 8-bit activation blocks); returns (ready_s, runs, profiles).
     Each batch's profile splits the wall time of `generate` into the engine's own timers, the
     rest of the C++ step calls, and Python (everything outside the step calls)."""
     from ossa import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(model, num_threads=threads, max_num_seqs=64, dtype=dtype)
+    llm = LLM(
+        model, num_threads=threads, max_num_seqs=64, dtype=dtype, quantized_activations=quantized_activations
+    )
     ready = time.perf_counter() - t0
     sp = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     llm.generate([batches[next(iter(batches))][0][:16]], SamplingParams(max_tokens=4), use_tqdm=False)
@@ -437,7 +444,14 @@ def worker(engine: str, job_path: str, result_path: str) -> None:
     batches, output_len, threads = job["batches"], job["output_len"], job["threads"]
     profile: dict[str, Any] = {}
     if engine == "ossa":
-        ready, runs, profile = run_ossa(job["model"], batches, output_len, threads, job.get("dtype", "auto"))
+        ready, runs, profile = run_ossa(
+            job["model"],
+            batches,
+            output_len,
+            threads,
+            job.get("dtype", "auto"),
+            bool(job.get("quantized_activations", False)),
+        )
     elif engine == "llama":
         modes = tuple(job.get("llama_modes", ("batched", "sequential")))
         runs = {"batched": run_llama(job["model"], batches["batched"], output_len, threads, modes)}

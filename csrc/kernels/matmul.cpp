@@ -109,7 +109,7 @@ int64_t claim_grain(int64_t n_items, int threads) {
 // the call carries 8-bit blocks for other matrices never changes w's kernel.
 bool uses_amx(const TensorView& w, const MatmulInput& x) {
   if (w.packed == nullptr) return false;
-  return w.bf16_compute || x.q8 == nullptr || !dtype_quantized(w.type) || amx_i8_type(w.type);
+  return w.bf16_compute || !x.quantized || !dtype_quantized(w.type) || amx_i8_type(w.type);
 }
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
@@ -133,6 +133,7 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
   MatmulInput r = x;
   r.f32 = out;
   r.q8 = nullptr;
+  r.quantized = false;
   return r;
 }
 
@@ -181,7 +182,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   int8_t* i8 = need.i8 ? grow(t_i8, n_blocks * 16 * 3 * x.cols) : nullptr;
   // 8-bit activations (quantized_activations): a0 alone. Every int8 matrix takes_q8, so a call
   // with one carries the blocks and the matrix always gets the one piece in such a model.
-  const int pieces = x.q8 != nullptr ? 1 : 3;
+  const int pieces = x.quantized ? 1 : 3;
   int16_t* i16 = need.i16 ? grow(t_i16, x.n_rows * 2 * x.cols) : nullptr;
   float* i8_scale = need.i8 || need.i16 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
   float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
@@ -238,7 +239,7 @@ int kquant_slot(DType t) {
 
 // Whether compute() runs w through the f32 tile kernels (not AMX, not 8-bit activations).
 bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {
-  return !uses_amx(w, x) && !(dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute);
+  return !uses_amx(w, x) && !(dtype_quantized(w.type) && x.quantized && !w.bf16_compute);
 }
 
 KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x,
@@ -305,7 +306,8 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
   }
   OSSA_ASSERT(!accumulate);
   OSSA_ASSERT(!w.bf16_compute || w.type == DType::BF16);  // without tiles: the BF16 copy
-  if (dtype_quantized(w.type) && x.q8 != nullptr && !w.bf16_compute) {
+  if (dtype_quantized(w.type) && x.quantized && !w.bf16_compute) {
+    OSSA_ASSERT(x.q8 != nullptr);  // (matmul_input builds the blocks for needs_q8_blocks)
     const int64_t nb = x.cols / k_qblock;
     const Q8DotFn dot4 = q8_dot(w.type, 4), dot1 = q8_dot(w.type, 1);
     const BlockQ8* rows[4];
@@ -427,6 +429,10 @@ bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed !
 bool takes_q8(const TensorView& w) {
   if (w.empty() || w.bf16_compute) return false;
   return dtype_quantized(w.type) || (w.packed != nullptr && amx_i8_type(w.type));
+}
+
+bool needs_q8_blocks(const TensorView& w) {
+  return takes_q8(w) && !(w.packed != nullptr && amx_i8_type(w.type));
 }
 
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols) { return (n_rows + 15) / 16 * 16 * cols; }

@@ -46,6 +46,10 @@ struct MatmulInput {
   // Instead of f32, for weights that take_bf16_tiles(): the activations already rounded to bf16 in
   // the AMX tile layout (as matmul_gate_up_swiglu's out_tiles writes them; bf16_tiles_elems long).
   const uint16_t* bf16_tiles = nullptr;
+  // 8-bit activations (a model loaded with quantized_activations): the takes_q8 matrices multiply
+  // x rounded to blocks of 32: q8 (built only when a matrix of matmul_q8.cpp's kernels takes
+  // part), or the int8 kernels' first piece alone.
+  bool quantized = false;
 };
 
 // Whether w multiplies bf16 activation tiles on AMX (dtype bfloat16 on an AMX machine), so that the
@@ -56,6 +60,8 @@ bool takes_bf16_tiles(const TensorView& w);
 // the int8 kernels (matmul_amx_i8.cpp), which then multiply the first piece alone, the same
 // rounding. The others (Q2_K / Q3_K, float types, bfloat16 compute) keep their own inputs.
 bool takes_q8(const TensorView& w);
+// Whether such a matrix multiplies MatmulInput::q8 (matmul_q8.cpp's kernels), not the int8 ones.
+bool needs_q8_blocks(const TensorView& w);
 // uint16 elements of the bf16 tiles of n_rows x cols activations.
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols);
 // Row r (cols values, a multiple of 32) into those tiles, rounded as matmul_many rounds it.

@@ -54,10 +54,14 @@ MatmulInput matmul_input(bool quantized_activations, const float* x, int64_t n, 
                          BlockQ8* q8, int threads,
                          std::initializer_list<const TensorView*> weights) {
   MatmulInput in{x, nullptr, n, cols};
-  bool quant = false;
+  bool quant = false, blocks = false;
   if (quantized_activations)
-    for (const TensorView* w : weights) quant |= takes_q8(*w);
-  if (quant) {
+    for (const TensorView* w : weights) {
+      quant |= takes_q8(*w);
+      blocks |= needs_q8_blocks(*w);
+    }
+  in.quantized = quant;
+  if (blocks) {
     if (cols % k_qblock != 0)
       throw ModelError("a quantized weight needs rows that are a multiple of 32");
     const int64_t nb = cols / k_qblock;
