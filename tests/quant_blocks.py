@@ -42,3 +42,17 @@ def random_blocks(
         half = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
         raw[..., at : at + 2] = half.view(np.uint8).reshape(raw.shape[:2] + (2,))
     return np.ascontiguousarray(raw.reshape(rows, -1))
+
+
+def split_product_error(
+    got: np.ndarray, x: np.ndarray, w: np.ndarray, name: str, int8_matrices: dict[str, int]
+) -> float:
+    """How far a kernel's product ``got`` of activations x [n, cols] and matrix ``name`` (dequantized
+    weights w [rows, cols]) is from the twin's, x rounded for that matrix by
+    ``reference.model.activation_rounding`` with ``int8_matrices`` (f32 kernels otherwise): the
+    largest error of an output relative to the sum of its products' magnitudes."""
+    from ossa.reference import model as ref_model
+
+    xs = ref_model.activation_rounding(False, False, False, int8_matrices)(x, name).astype(np.float64)
+    w = w.astype(np.float64)
+    return float(np.max(np.abs(got - xs @ w.T) / (np.abs(xs) @ np.abs(w).T)))

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from quant_blocks import split_product_error
 from test_batch_invariance import check_invariance
 from tiny_models import (
     N_TOKENS,
@@ -257,6 +258,48 @@ def test_quantized_activations_match_twin(
     assert float(np.max(np.abs(logits - twin))) / scale < TWIN_TOL
     plain = ref_model.forward(config, weights, ids)
     assert float(np.max(np.abs(plain - twin))) / scale > 10 * TWIN_TOL  # the rounding is visible
+
+
+def test_int8_matrices_list_the_experts(
+    hf_models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The experts' and the shared expert's matrices take the kernels the dense ones do: where a
+    build splits Q8_0 inputs into int8 pieces (VNNI or AVX2 without AMX), ``Model.int8_matrices``
+    lists every Q8_0 expert matrix by the twin's name, and the twin's rounding for that name is what
+    the kernel multiplies (within f32 rounding, ~1e-7; the unrounded input is > 3e-6 off)."""
+    import gguf
+
+    name = "qwen2_moe_norm"
+    path = model_path(hf_models, name, "Q8_0", tmp_path_factory)
+    m = core.load_model(path)
+    listed = m.int8_matrices
+    config, weights = ref_loader.load_weights(path)
+    assert set(listed) <= set(weights)
+    stacks = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    experts = [n for n in listed if ".experts." in n or ".shared." in n]
+    if "layers.0.wq" not in listed:  # Q8_0 on f32 or AMX bf16 kernels in this build
+        assert experts == []
+        pytest.skip("this build does not split Q8_0 inputs into int8 pieces")
+    moe = config["moe"]
+    want = {f"layers.{i}.experts.{e}.{w}" for i in moe["layers"] for e in range(moe["n_expert"])
+            for w in ("w_gate", "w_up", "w_down")}  # fmt: skip
+    want |= {f"layers.{i}.shared.{w}" for i in moe["layers"] for w in ("w_gate", "w_up", "w_down")}
+    assert set(experts) == want and all(listed[n] == 32 for n in experts)
+    rng = np.random.default_rng(4)
+    i = moe["layers"][0]
+    for twin_name, file_name, e in [
+        (f"layers.{i}.experts.2.w_up", f"blk.{i}.ffn_up_exps.weight", 2),
+        (f"layers.{i}.experts.3.w_down", f"blk.{i}.ffn_down_exps.weight", 3),
+        (f"layers.{i}.shared.w_gate", f"blk.{i}.ffn_gate_shexp.weight", None),
+    ]:
+        t = stacks[file_name]
+        raw = np.ascontiguousarray(t.data if e is None else t.data[e])
+        w = weights[twin_name]
+        x = rng.standard_normal((5, w.shape[1])).astype(np.float32)
+        x[:, ::32] *= 30
+        got = core.kernel_matmul(raw, int(t.tensor_type), w.shape[0], w.shape[1], x)
+        exact, unrounded = (split_product_error(got, x, w, twin_name, i8) for i8 in (listed, {}))
+        assert exact < 1e-6 < 3e-6 < unrounded, (twin_name, exact, unrounded)
 
 
 @pytest.mark.parametrize("name", ["qwen2_moe_norm", "mixtral"])

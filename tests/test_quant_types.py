@@ -14,7 +14,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from quant_blocks import F16_FIELDS, NEW_TYPES, QT, random_blocks
+from quant_blocks import F16_FIELDS, NEW_TYPES, QT, random_blocks, split_product_error
 from test_batch_invariance import Runner, check_invariance
 
 from ossa import models
@@ -127,12 +127,13 @@ def test_model_in_each_type_matches_the_twin(model_dir: Path, type_name: str) ->
         assert np.array_equal(mine.view(np.uint32), oracle.view(np.uint32)), t.name
         assert np.array_equal(mine.view(np.uint32), twin_file.tensor(t.name).view(np.uint32)), t.name
     # Logits of the paged runner (prefill, then decode one token at a time) against the twin's
-    # float32 forward on the same weights; greedy tokens equal.
+    # float32 forward on the same weights (each int8 kernel's input split as it splits it:
+    # int8_matrices); greedy tokens equal.
     config, weights = loader.load_weights(path)
     prompt = np.random.default_rng(7).integers(0, VOCAB, 11).tolist()
     tokens, got = greedy(m, prompt, 8)
     ids = prompt + tokens
-    twin = ref_model.forward(config, weights, ids)
+    twin = ref_model.forward(config, weights, ids, int8_matrices=m.int8_matrices)
     scale = float(np.max(np.abs(twin)))
     assert scale > 1.0  # logits of ordinary size, not a degenerate model
     assert float(np.max(np.abs(got - twin))) / scale < 1e-4
@@ -167,7 +168,7 @@ def test_quantized_activations_match_twin_and_are_batch_invariant(model_dir: Pat
     path = write_model(model_dir / f"q8-{'-'.join(types)}.gguf", types, seed=5)
     m = core.load_model(path, quantized_activations=True)
     config, weights = loader.load_weights(path)
-    listed = frozenset(m.int8_matrices)
+    listed = m.int8_matrices
     ids = np.random.default_rng(9).integers(0, VOCAB, 24).tolist()
     twin = ref_model.forward(config, weights, ids, quantized_activations=True, int8_matrices=listed)
     scale = float(np.max(np.abs(twin)))
@@ -192,13 +193,68 @@ def test_mixed_model_matches_twin_is_batch_invariant_and_inspected(model_dir: Pa
     m = core.load_model(path)
     config, weights = loader.load_weights(path)
     ids = np.random.default_rng(8).integers(0, VOCAB, 24).tolist()
-    twin = ref_model.forward(config, weights, ids)
+    twin = ref_model.forward(config, weights, ids, int8_matrices=m.int8_matrices)
     assert float(np.max(np.abs(core.model_logits(m, ids) - twin))) / float(np.max(np.abs(twin))) < 1e-4
     check_invariance(m, VOCAB, seed=4)
     info = models.inspect(path)
     assert set(info["tensor_types"]) == set(types) | {"F32"}
     text = models.format_inspect(info)
     assert all(f"{t} x" in text for t in types)
+
+
+# GGUF matrix names -> the twin's (ossa.reference's) names.
+TWIN_NAMES = {"attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo", "ffn_gate": "w_gate",
+              "ffn_up": "w_up", "ffn_down": "w_down"}  # fmt: skip
+
+
+def twin_name(gguf_name: str) -> str | None:
+    parts = gguf_name.split(".")
+    if gguf_name == "output.weight":
+        return "output"
+    if parts[0] != "blk" or parts[2] not in TWIN_NAMES:
+        return None
+    return f"layers.{parts[1]}.{TWIN_NAMES[parts[2]]}"
+
+
+def test_int8_matrices_name_the_split_each_kernel_multiplies(model_dir: Path) -> None:
+    """``Model.int8_matrices`` lists each matrix whose kernel splits its input into int8 pieces, with
+    the values per block (Q2_K / Q3_K: 64; the other int8 kernels: 32), and the twin's rounding for
+    that name (``ActivationRounding``) is what the kernel multiplies: each matrix of a mixed file, by
+    the kernel the model runs it on, within f32 rounding (~1e-7 measured) of the twin's rounded input
+    times the dequantized weights, where the unrounded input, or the other block size, is 6e-6 to
+    1.4e-5 off (the activations have one value 30x the others at the start of every 64, so the
+    32- and 64-value blocks' scales differ). Matrices not listed take their input as it is."""
+    types = MIXES["k-mix"]
+    path = write_model(model_dir / "int8-names.gguf", types, seed=3)
+    m = core.load_model(path)
+    listed = m.int8_matrices
+    config, weights = loader.load_weights(path)
+    assert set(listed) <= set(weights)
+    q23k = core.i8_vnni_available() and core.repack_default()  # matmul_amx_q23k.cpp's builds
+    rng = np.random.default_rng(5)
+    checked = 0
+    for t in gguf.GGUFReader(path).tensors:
+        name = twin_name(t.name)
+        if name is None:
+            continue
+        type_name = t.tensor_type.name
+        if type_name in ("Q2_K", "Q3_K"):
+            assert listed.get(name) == (64 if q23k else None), (name, type_name)
+        else:
+            assert listed.get(name) in (None, 32), (name, type_name)
+        if name not in listed and m.uses_amx:
+            continue  # (the AMX bf16 kernels: test_kernels.py)
+        rows, cols = int(t.shape[1]), int(t.shape[0])
+        x = rng.standard_normal((9, cols)).astype(np.float32)
+        x[:, ::64] *= 30
+        got = core.kernel_matmul(np.ascontiguousarray(t.data), int(t.tensor_type), rows, cols, x)
+        exact = split_product_error(got, x, weights[name], name, listed)
+        assert exact < 1e-6, (name, type_name, listed.get(name), exact)
+        if name in listed:  # the unrounded input, and the other block size, are visibly off
+            for wrong in ({}, {name: 96 - listed[name]}):
+                assert split_product_error(got, x, weights[name], name, wrong) > 3e-6, (name, wrong)
+            checked += 1
+    assert checked >= (8 if q23k else 0)
 
 
 def test_malformed_tensors_are_clear_errors(model_dir: Path) -> None:
@@ -308,5 +364,5 @@ def test_files_quantized_by_llama_cpp(f16_model: str, model_dir: Path, mix: str)
         assert err <= TYPE_ERROR[t.tensor_type.name], (t.name, t.tensor_type.name, err)
     config, weights = loader.load_weights(str(path))
     ids = np.random.default_rng(2).integers(0, VOCAB, 16).tolist()
-    twin = ref_model.forward(config, weights, ids)
+    twin = ref_model.forward(config, weights, ids, int8_matrices=m.int8_matrices)
     assert float(np.max(np.abs(core.model_logits(m, ids) - twin))) / float(np.max(np.abs(twin))) < 1e-4

@@ -2,6 +2,7 @@
 // pass: core.ModelRunner (a model with its paged K/V pool), core.model_logits.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -166,11 +167,12 @@ void bind_model(nb::module_& m) {
       .def_prop_ro(
           "uses_amx", &ossa::Model::uses_amx,
           "Whether the forward pass multiplies any matrix on the AMX kernels (load_model's amx).")
-      .def_prop_ro(
-          "int8_matrices", &ossa::Model::int8_matrices,
-          "The matrices the forward pass multiplies with activations split into int8 "
-          "pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not "
-          "listed. With quantized_activations: those whose inputs are rounded to 8-bit blocks.")
+      .def_prop_ro("int8_matrices", &ossa::Model::int8_matrices,
+                   "The matrices the forward pass multiplies with activations split into int8 "
+                   "pieces, by ossa.reference's names ('layers.0.wq', 'layers.1.experts.3.w_up', "
+                   "'output'), each with the values per split block: 32, or 64 (Q2_K / Q3_K). "
+                   "With quantized_activations, 32 marks the matrices whose inputs are rounded "
+                   "to 8-bit blocks instead.")
       .def_ro("quantized_activations", &ossa::Model::quantized_activations,
               "Whether quantized weights multiply 8-bit activation blocks (load_model's option).")
       .def(

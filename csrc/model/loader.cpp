@@ -626,19 +626,37 @@ const TensorView* Model::find_tensor(const std::string& name) const {
 
 bool Model::uses_amx() const { return amx; }
 
-std::vector<std::string> Model::int8_matrices() const {
-  std::vector<std::string> out;
-  // With quantized_activations: the matrices whose inputs are rounded to 8-bit blocks instead.
+std::map<std::string, int> Model::int8_matrices() const {
+  std::map<std::string, int> out;
   const auto add = [&](const TensorView& v, const std::string& name) {
-    if (quantized_activations ? takes_q8(v)
-                              : v.packed != nullptr && !v.bf16_compute && amx_i8_type(v.type))
-      out.push_back(name);
+    if (quantized_activations && takes_q8(v)) {
+      out[name] = 32;  // 8-bit blocks (matmul_q8.cpp, or the int8 kernels' first piece)
+      return;
+    }
+    if (v.packed == nullptr || v.bf16_compute) return;
+    if (amx_i8_type(v.type) && !quantized_activations)
+      out[name] = 32;  // matmul_amx_i8.cpp: amx_i8_split_rows
+    else if (amx_q23k_type(v.type))
+      out[name] = 64;  // Q2_K / Q3_K, matmul_amx_q23k.cpp: amx_q23k_split_rows
   };
   const char* names[] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
+  const char* ffn[] = {"w_gate", "w_up", "w_down"};
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
+    const std::string layer = "layers." + std::to_string(i) + ".";
     const TensorView* views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
-    for (int k = 0; k < 7; ++k) add(*views[k], "layers." + std::to_string(i) + "." + names[k]);
+    for (int k = 0; k < 7; ++k) add(*views[k], layer + names[k]);
+    // MoE experts (moe.cpp's matmuls take the same kernels), by ossa.reference.moe's names.
+    for (size_t e = 0; e < l.moe.experts.size(); ++e) {
+      const ExpertWeights& x = l.moe.experts[e];
+      const TensorView* ev[] = {&x.w_gate, &x.w_up, &x.w_down};
+      for (int k = 0; k < 3; ++k)
+        add(*ev[k], layer + "experts." + std::to_string(e) + "." + ffn[k]);
+    }
+    if (!l.moe.shared.empty()) {
+      const TensorView* sv[] = {&l.moe.shared.w_gate, &l.moe.shared.w_up, &l.moe.shared.w_down};
+      for (int k = 0; k < 3; ++k) add(*sv[k], layer + "shared." + ffn[k]);
+    }
   }
   add(weights.output, "output");
   return out;

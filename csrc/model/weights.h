@@ -2,6 +2,7 @@
 // The weights of a Llama-family model, as views into the file(s) it came from.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,11 +72,13 @@ struct Model {
   // Whether the forward pass multiplies any matrix on the AMX kernels: some were repacked for them
   // at load (kernels/matmul_amx.cpp).
   bool uses_amx() const;
-  // The matrices multiplied with activations split into int8 pieces (kernels/matmul_amx_i8.cpp),
-  // by the twin's names ("layers.3.wq", "output"), so ossa.reference can round their inputs alike.
-  // Experts of MoE layers are not listed. With quantized_activations: the matrices whose inputs are
-  // rounded to 8-bit blocks (kernels/matmul.h takes_q8) instead.
-  std::vector<std::string> int8_matrices() const;
+  // The matrices multiplied with activations split into int8 pieces, by the twin's names
+  // ("layers.3.wq", "layers.1.experts.5.w_up", "output"), each with the number of values that share
+  // a scale: 32 (kernels/matmul_amx_i8.cpp) or 64 (Q2_K / Q3_K, kernels/matmul_amx_q23k.cpp), so
+  // ossa.reference can round their inputs alike (reference.model.split_int8). With
+  // quantized_activations, 32 marks the matrices whose inputs are rounded to 8-bit blocks instead
+  // (kernels/matmul.h takes_q8; the int8 kernels' first piece alone).
+  std::map<std::string, int> int8_matrices() const;
 };
 
 // Loads a GGUF file or a Hugging Face folder (config.json + *.safetensors). Throws ModelError

@@ -45,9 +45,9 @@ class Model:
         """
 
     @property
-    def int8_matrices(self) -> list[str]:
+    def int8_matrices(self) -> dict[str, int]:
         """
-        The matrices the forward pass multiplies with activations split into int8 pieces, by ossa.reference's names ('layers.0.wq', 'output'); MoE experts are not listed. With quantized_activations: those whose inputs are rounded to 8-bit blocks.
+        The matrices the forward pass multiplies with activations split into int8 pieces, by ossa.reference's names ('layers.0.wq', 'layers.1.experts.3.w_up', 'output'), each with the values per split block: 32, or 64 (Q2_K / Q3_K). With quantized_activations, 32 marks the matrices whose inputs are rounded to 8-bit blocks instead.
         """
 
     @property

@@ -142,7 +142,7 @@ class PythonBackend(Backend):
                 # Round activations as the model's C++ kernels do (8-bit blocks, AMX's bf16 halves).
                 quantized_activations=bool(model._handle.quantized_activations),
                 amx_activations=bool(model._handle.uses_amx),
-                int8_matrices=frozenset(model._handle.int8_matrices),
+                int8_matrices=dict(model._handle.int8_matrices),
                 compute_dtype=config.load.dtype,
             ),
             None
@@ -151,7 +151,7 @@ class PythonBackend(Backend):
                 draft.path,
                 quantized_activations=bool(draft.model._handle.quantized_activations),
                 amx_activations=bool(draft.model._handle.uses_amx),
-                int8_matrices=frozenset(draft.model._handle.int8_matrices),
+                int8_matrices=dict(draft.model._handle.int8_matrices),
             ),
         )
 

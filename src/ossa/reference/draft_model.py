@@ -12,7 +12,7 @@ gets no draft. The same steps in the same order as the C++ class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +30,7 @@ class DraftOptions:
     path: str
     quantized_activations: bool = False
     amx_activations: bool = False
-    int8_matrices: frozenset[str] = frozenset()
+    int8_matrices: Mapping[str, int] = field(default_factory=dict)  # the draft's int8_matrices
 
 
 @dataclass

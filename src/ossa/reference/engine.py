@@ -15,6 +15,7 @@ hold-back and the emitted deltas cut at the same byte offsets. Only the offline 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +79,8 @@ class EngineConfig:
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match a model loaded with quantized_activations=True
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
-    int8_matrices: frozenset[str] = frozenset()  # inputs split into int8 pieces (model.int8_matrices)
+    # inputs split into int8 pieces, name -> values per block (model.int8_matrices)
+    int8_matrices: Mapping[str, int] = field(default_factory=dict)
     kv_cache_dtype: str = "float32"  # or "float16", as the C++ engine's K/V cache
     compute_dtype: str = "float32"  # or "bfloat16", as load_model(dtype=...)
     spec_method: str = "none"  # speculative decoding: "none", "ngram" or "draft_model"

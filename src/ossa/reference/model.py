@@ -12,11 +12,16 @@ asked); ``forward`` can apply the same rounding, and then the two agree to float
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from . import moe as moe_twin
+
+# No matrix split into int8 pieces (the default of ``int8_matrices``: name -> values per block).
+NO_INT8: Mapping[str, int] = MappingProxyType({})
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -186,50 +191,55 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
 
 class ActivationRounding:
     """The rounding the C++ kernels apply to a matmul input: ``rounding(x, name)`` for the input of
-    matrix ``name`` ("layers.0.wq", "output"): bf16 (dtype "bfloat16"), 8-bit blocks, the int8 pieces
-    (``split_int8``) for the matrices the model's ``int8_matrices`` lists, bf16 hi + lo (AMX) or none.
-    ``listed`` / ``unlisted``: the roundings of the listed matrices and of the others (default:
-    ``split_int8`` and ``base``). Without a name (an expert's input), ``base``."""
+    matrix ``name`` ("layers.0.wq", "layers.1.experts.3.w_up", "output"): bf16 (dtype "bfloat16"),
+    8-bit blocks, the int8 pieces (``split_int8``, per 32 or 64 values as ``int8_matrices`` says:
+    the loaded model's ``int8_matrices``) for the matrices listed there, else ``base`` (bf16 hi + lo
+    on AMX, or none). With ``quantized`` (a model loaded with ``quantized_activations``) a matrix
+    listed with 32 takes 8-bit blocks (``quantize_q8``) and an unlisted one ``unlisted``."""
 
     def __init__(
         self,
         base: Any,
-        int8_matrices: frozenset[str] = frozenset(),
-        listed: Any = None,
+        int8_matrices: Mapping[str, int] = NO_INT8,
+        quantized: bool = False,
         unlisted: Any = None,
     ) -> None:
         self.base = base
         self.int8_matrices = int8_matrices
-        self.listed = listed if listed is not None else (lambda a: split_int8(a).astype(np.float32))
+        self.quantized = quantized
         self.unlisted = unlisted if unlisted is not None else base
 
     def __call__(self, x: np.ndarray, name: str | None = None) -> np.ndarray:
         if name is None:
             return self.base(x)  # type: ignore[no-any-return]
-        if name in self.int8_matrices:
-            return self.listed(x)  # type: ignore[no-any-return]
-        return self.unlisted(x)  # type: ignore[no-any-return]
+        block = self.int8_matrices.get(name)
+        if block is None:
+            return self.unlisted(x)  # type: ignore[no-any-return]
+        if self.quantized and block == 32:
+            return quantize_q8(x)
+        return split_int8(x, block).astype(np.float32)
 
 
 def activation_rounding(
     quantized_activations: bool,
     amx_activations: bool,
     bf16_compute: bool = False,
-    int8_matrices: frozenset[str] | None = None,
+    int8_matrices: Mapping[str, int] | None = None,
 ) -> ActivationRounding:
     """The C++ kernels' matmul input rounding for a model loaded with these options (see
     ``ActivationRounding``; ``int8_matrices``: the loaded model's ``int8_matrices``). With
-    ``quantized_activations`` the loaded model lists the matrices whose inputs are rounded to 8-bit
-    blocks (``quantize_q8``, which is also the int8 kernels' first piece alone); the others keep
-    theirs (exact here). Without a list (None), every input is rounded (a model whose matrices all
-    take the blocks)."""
+    ``quantized_activations`` the loaded model lists with 32 the matrices whose inputs are rounded to
+    8-bit blocks (``quantize_q8``, which is also the int8 kernels' first piece alone), with 64 the
+    Q2_K / Q3_K ones (their own split); the others keep theirs (exact here). Without a list (None),
+    every input is rounded to 8-bit blocks (a model whose matrices all take them)."""
     if bf16_compute:
         return ActivationRounding(_bf16)
     if quantized_activations:
         if int8_matrices is None:
             return ActivationRounding(quantize_q8)
-        return ActivationRounding(quantize_q8, int8_matrices, listed=quantize_q8, unlisted=lambda a: a)
-    return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), int8_matrices or frozenset())
+        return ActivationRounding(quantize_q8, int8_matrices, quantized=True, unlisted=lambda a: a)
+    listed = int8_matrices if int8_matrices is not None else NO_INT8
+    return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), listed)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -243,7 +253,7 @@ def forward(
     quantized_activations: bool = False,
     amx_activations: bool = False,
     bf16_compute: bool = False,
-    int8_matrices: frozenset[str] | None = None,
+    int8_matrices: Mapping[str, int] | None = None,
 ) -> np.ndarray:
     """Logits [len(token_ids), n_vocab] (float32) of one sequence starting at position 0.
 
@@ -253,7 +263,7 @@ def forward(
     them (``split_bf16``; for models whose matrices are all quantized or BF16). With
     ``bf16_compute`` (dtype "bfloat16") the inputs are rounded to bf16 and ``weights`` should come
     from ``bf16_matrices``. Otherwise ``int8_matrices``: the matrices whose inputs the C++ kernels
-    split into int8 pieces (the loaded model's ``int8_matrices``).
+    split into int8 pieces, with the values per block (the loaded model's ``int8_matrices``).
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)

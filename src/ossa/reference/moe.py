@@ -206,23 +206,25 @@ def moe_ffn(
     w: dict[str, np.ndarray],
     i: int,
     h: np.ndarray,
-    rounding: Callable[[np.ndarray], np.ndarray],
+    rounding: Callable[[np.ndarray, str], np.ndarray],
 ) -> np.ndarray:
-    """The MoE feed-forward of layer i for normalised rows h [n, n_embd]; ``rounding`` is applied
-    to every expert matmul input, as the C++ kernels round them (the router's stays exact)."""
+    """The MoE feed-forward of layer i for normalised rows h [n, n_embd]; ``rounding(x, name)`` is
+    applied to the input of every expert matrix, as the C++ kernels round it for that matrix
+    (``model.ActivationRounding``; the router's input stays exact)."""
     moe, c = cfg["moe"], f"layers.{i}."
     logits = h @ w[c + "router"].T
     out = np.zeros_like(h)
-    hr = rounding(h)
     for t in range(len(h)):
         chosen, weight = route(logits[t], moe["n_expert_used"], moe["norm_topk_prob"])
         for e, we in zip(chosen, weight, strict=True):
             p = f"{c}experts.{e}."
-            mid = silu(hr[t] @ w[p + "w_gate"].T) * (hr[t] @ w[p + "w_up"].T)
-            out[t] += we * (rounding(mid) @ w[p + "w_down"].T)
+            gate, up = (rounding(h[t], p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
+            mid = silu(gate) * up
+            out[t] += we * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
     if moe["n_ff_shared"]:
         p = c + "shared."
-        mid = silu(hr @ w[p + "w_gate"].T) * (hr @ w[p + "w_up"].T)
-        gate = 1 / (1 + np.exp(-(h.astype(np.float64) @ w[c + "shared_gate_inp"].astype(np.float64))))
-        out += gate.astype(np.float32)[:, None] * (rounding(mid) @ w[p + "w_down"].T)
+        gate, up = (rounding(h, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
+        mid = silu(gate) * up
+        shared_gate = 1 / (1 + np.exp(-(h.astype(np.float64) @ w[c + "shared_gate_inp"].astype(np.float64))))
+        out += shared_gate.astype(np.float32)[:, None] * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
     return out.astype(np.float32)

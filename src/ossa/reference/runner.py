@@ -17,7 +17,7 @@ several sequences and attend to the cached K/V of their own sequence through its
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ class ModelRunner:
         amx_activations: bool = False,
         kv_cache_dtype: str = "float32",
         compute_dtype: str = "float32",
-        int8_matrices: frozenset[str] = frozenset(),
+        int8_matrices: Mapping[str, int] = ref_model.NO_INT8,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
@@ -56,7 +56,7 @@ class ModelRunner:
         self.block_size = block_size
         self.quantized_activations = quantized_activations
         self.amx_activations = amx_activations
-        self.int8_matrices = int8_matrices  # inputs split into int8 pieces (the model's int8_matrices)
+        self.int8_matrices = int8_matrices  # inputs split into int8 pieces: the model's int8_matrices
         kv_dim = config["n_head_kv"] * config["head_dim"]
         # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written. An f16
         # pool stores K and V rounded to nearest, as the C++ cache does; attention reads them as f32.
