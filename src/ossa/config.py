@@ -103,12 +103,13 @@ class EngineArgs:
         num_threads: kernel threads (default: all cores).
         backend: ``"cpp"`` (the C++ engine) or ``"python"`` (the ``ossa.reference`` twins; slow).
         scheduling_policy: ``"fcfs"`` or ``"priority"``.
-        amx: the repacked kernels: AMX where the CPU has it; on AVX2 CPUs without AMX, Q4_0,
-            Q4_1, Q8_0, Q4_K and Q6_K matrices on the int8 kernels (exact integer products of the
-            activations' int8 pieces: the AMX / VNNI numerics for Q4_K and Q6_K). ``OSSA_AMX=0``
+        amx: the repacked kernels: AMX where the CPU has it; without AMX the int8 kernels (exact
+            integer products of the activations' int8 pieces) for the quantized types the CPU's
+            VNNI or AVX2 loops take (docs/quant-types.md). ``OSSA_AMX=0``
             in the environment turns them off everywhere; False: the exact f32 kernels for every matrix.
-        quantized_activations: quantized weights multiply activations rounded to 8-bit blocks
-            (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
+        quantized_activations: quantized weights multiply activations rounded to 8-bit blocks of
+            32 values (llama.cpp's scheme: 1.5-2.7x the prefill on CPUs without AMX, and it changes
+            answers); default exact activations.
         speculative_config: speculative decoding (vLLM's dict, or its JSON text):
             ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
             "prompt_lookup_min": 2}`` drafts k tokens by prompt lookup; outputs are bitwise those of
