@@ -63,9 +63,10 @@ def random_weight(name: str, rows: int, cols: int, rng: np.random.Generator) -> 
     return np.ascontiguousarray(raw.reshape(rows, -1))
 
 
-def seconds_per_product(core, raw, gid, rows, cols, x, reps, amx, clock) -> float:  # noqa: ANN001
-    """Best of `reps` products (the weight is prepared once, outside the timed runs)."""
-    runs = core.kernel_matmul_timed(raw, gid, rows, cols, x, reps, "float32", amx, clock == "cpu")
+def seconds_per_product(core, raw, gid, rows, cols, x, reps, amx, clock, q8=False) -> float:  # noqa: ANN001
+    """Best of `reps` products (the weight is prepared once, outside the timed runs); q8: the
+    activations as 8-bit blocks (a model loaded with quantized_activations)."""
+    runs = core.kernel_matmul_timed(raw, gid, rows, cols, x, reps, "float32", amx, clock == "cpu", q8)
     return max(1e-9, min(runs))
 
 
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--dram", action="store_true", help="a ~1 GB matrix instead of ~5 MB")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--q8", action="store_true", help="8-bit activation blocks (quantized_activations)")
     args = ap.parse_args()
     from ossa._native import core
 
@@ -86,7 +88,8 @@ def main() -> None:
     # "amx" (amx=True): the repacked kernels, AMX where the CPU has it, else AVX2 int8 for
     # Q4_0/Q4_1/Q8_0/Q4_K/Q6_K.
     modes = [True, False] if core.repack_default() else [False]
-    print(f"threads={args.threads} clock={args.clock} dram={args.dram} amx available={core.amx_available()} "
+    print(f"threads={args.threads} clock={args.clock} dram={args.dram} q8={args.q8} "
+          f"amx available={core.amx_available()} "
           f"avx2 int8={core.i8_avx2_available()}; "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")  # fmt: skip
     print(f"{'type':5} {'matrix':>13} {'rows':>5} {'kernels':>7} {'ms':>9} {'GB/s':>7}")
@@ -99,7 +102,9 @@ def main() -> None:
             x = rng.standard_normal((n, args.cols)).astype(np.float32)
             reps = args.reps if not args.dram else 3
             for amx in modes:
-                s = seconds_per_product(core, raw, gid, out_rows, args.cols, x, reps, amx, args.clock)
+                s = seconds_per_product(
+                    core, raw, gid, out_rows, args.cols, x, reps, amx, args.clock, args.q8
+                )
                 print(f"{name:5} {f'{out_rows}x{args.cols}':>13} {n:5d} {'amx' if amx else 'f32':>7} "
                       f"{s * 1e3:9.3f} {raw.nbytes / s / 1e9:7.1f}", flush=True)  # fmt: skip
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
