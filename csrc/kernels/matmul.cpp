@@ -87,6 +87,9 @@ struct ItemShape {
   int64_t row_blocks(int64_t n_rows) const { return (n_rows + row_block - 1) / row_block; }
 };
 ItemShape item_shape(bool amx, bool bf16c) {
+  // bfloat16 on VDPBF16PS (no AMX): 32 output rows, so that a gate/up item writes whole 32-column
+  // steps of the bf16 tiles the down matmul reads (matmul_gate_up_swiglu's out_tiles).
+  if (amx && bf16c && !amx_available()) return ItemShape{2 * k_out_chunk, k_row_block};
   // The AVX2 int8 kernels (no AMX) take the f32 kernels' items: 64 rows of pieces stay in L2.
   if (!amx || !amx_available()) return ItemShape{k_out_chunk, k_row_block};
   return bf16c ? ItemShape{k_bf16c_out_chunk, k_bf16c_row_block}

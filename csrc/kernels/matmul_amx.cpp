@@ -40,11 +40,15 @@
 #include <unistd.h>
 
 #include "kernels/amx_bf16_groups.h"
+#elif defined(__AVX512BF16__) && defined(__AVX512F__)
+#define OSSA_HAVE_BF16DP 1
 #endif
 
 namespace ossa {
 
 #if defined(OSSA_HAVE_AMX)
+bool bf16dp_available() { return false; }
+
 namespace {
 
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
@@ -544,6 +548,93 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
   if (amx_q23k_type(w.type)) return amx_q23k_repack_groups(w, out, g_begin, g_end);
   throw ModelError("amx matmul: not built");
 }
+#if defined(OSSA_HAVE_BF16DP)
+// ---- dtype bfloat16 without AMX: VDPBF16PS ------------------------------------------------------
+// The weights in AMX's bf16 tile layout (per group of 16 rows and 32-column step, 16 pairs p of
+// [16 rows n][2]: the bf16 of columns 2 p, 2 p + 1 of row n), the activations rounded to bf16 in
+// amx_round_rows' tiles. Per activation row and step, VDPBF16PS takes pair p of the 16 weight rows
+// (one 64-byte load) with the row's pair p broadcast: lane n gets w[n][2p] x[2p] + w[n][2p+1]
+// x[2p+1] added in f32. Even and odd pairs go to two accumulators, added at the end; every row
+// runs the same instructions in the same order whichever rows share its weight loads, so a row's
+// result does not depend on its batch.
+bool bf16dp_available() { return true; }
+void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint16_t* group = reinterpret_cast<uint16_t*>(out) + g * nb * 512;
+    std::memset(group, 0, static_cast<size_t>(nb) * 1024);
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      dequantize_row(w, g * 16 + n, row.data());
+      for (int64_t k = 0; k < w.cols; ++k)
+        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] =
+            f32_to_bf16(row[static_cast<size_t>(k)]);
+    }
+  }
+}
+void round_bf16_32(const float* x, uint16_t* out) {
+  // (vcvtne2ps2bf16: ties to even; subnormal inputs flushed to zero, as VDPBF16PS treats them)
+  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(
+                               _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
+}
+void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    uint16_t* t = tiles + (r / 16) * nb * 512 + (r % 16) * 32;
+    for (int64_t b = 0; b < nb; ++b) round_bf16_32(x + r * cols + 32 * b, t + b * 512);
+  }
+}
+
+namespace {
+template <int R>
+void bf16dp_group(const uint16_t* group, const AmxActivations& x, int64_t r0, float* y, int64_t ldy,
+                  int64_t o0, int64_t o_end, bool accumulate) {
+  const int64_t nb = x.cols / 32;
+  __m512 acc[R][2];
+  for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint16_t* wb = group + b * 512;
+    const char* ahead = reinterpret_cast<const char*>(wb + 4 * 512);
+    for (int l = 0; l < 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    const uint16_t* a[R];
+    for (int j = 0; j < R; ++j)
+      a[j] = x.tiles + ((r0 + j) / 16 * nb + b) * 512 + ((r0 + j) % 16) * 32;
+    for (int p = 0; p < 16; ++p) {
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + 32 * p));
+      for (int j = 0; j < R; ++j) {
+        int32_t pair;
+        std::memcpy(&pair, a[j] + 2 * p, 4);
+        acc[j][p & 1] = _mm512_dpbf16_ps(acc[j][p & 1], wv,
+                                         reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair)));
+      }
+    }
+  }
+  const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o0));
+  const __mmask16 mask = static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1);
+  for (int j = 0; j < R; ++j) {
+    float* out = y + (r0 + j) * ldy + o0;
+    __m512 v = _mm512_add_ps(acc[j][0], acc[j][1]);
+    if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out), v);
+    _mm512_mask_storeu_ps(out, mask, v);
+  }
+}
+
+void compute_bf16dp(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
+                    float* y, int64_t ldy, int64_t o_begin, int64_t o_end, bool accumulate) {
+  OSSA_ASSERT(x.tiles != nullptr && o_begin % 16 == 0);
+  using Group = void (*)(const uint16_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
+                         int64_t, bool);
+  constexpr Group fns[4] = {bf16dp_group<1>, bf16dp_group<2>, bf16dp_group<3>, bf16dp_group<4>};
+  const int64_t nb = x.cols / 32;
+  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
+    const uint16_t* group = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16) * nb * 512;
+    for (int64_t r = r_begin; r < r_end; r += 4)
+      fns[std::min<int64_t>(4, r_end - r) - 1](group, x, r, y, ldy, o0, o_end, accumulate);
+  }
+}
+}  // namespace
+#else
+bool bf16dp_available() { return false; }
 void amx_repack_bf16_rounded(const TensorView&, uint8_t*, int64_t, int64_t) {
   throw ModelError("amx matmul: not built");
 }
@@ -551,12 +642,17 @@ void amx_round_rows(const float*, int64_t, int64_t, int64_t, uint16_t*) {
   throw ModelError("amx matmul: not built");
 }
 void round_bf16_32(const float*, uint16_t*) { throw ModelError("amx matmul: not built"); }
+#endif
 void amx_split_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, float*) {
   throw ModelError("amx matmul: not built");
 }
 void amx_compute_packed(const TensorView& w, const AmxActivations& x, int64_t r_begin,
                         int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end,
                         bool accumulate) {
+#if defined(OSSA_HAVE_BF16DP)
+  if (w.bf16_compute)
+    return compute_bf16dp(w, x, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
+#endif
   if (amx_i8_type(w.type) && !accumulate && !w.bf16_compute)
     return amx_i8_compute(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
   if (amx_q23k_type(w.type) && !accumulate && !w.bf16_compute)

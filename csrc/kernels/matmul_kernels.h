@@ -70,6 +70,11 @@ Q8DotFn q8_dot(DType type, int rows);
 // AMX (matmul_amx.cpp): bf16 tiles with f32 accumulation, activations split into hi + lo bf16.
 // amx_available(): compiled in (a native build on an AMX CPU) and the OS granted the tile state.
 bool amx_available();
+// Without AMX, dtype bfloat16's weights on AVX512_BF16's VDPBF16PS (matmul_amx.cpp, bf16dp): the
+// same bf16 tile layout as AMX's (amx_repack_bf16_rounded, activations amx_round_rows), two bf16
+// products per f32 lane an instruction, for every row count. False in builds without AVX512_BF16
+// (or with AMX, whose tiles take that layout instead).
+bool bf16dp_available();
 
 // Repacked Q4_0/Q4_1/Q8_0/BF16 weights (TensorView::packed, built at load by amx_repack_groups over
 // groups of 16 rows) multiply activations split into bf16 hi/lo tiles plus f32 block sums; Q4_K

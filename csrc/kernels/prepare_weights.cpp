@@ -99,7 +99,7 @@ TensorView bf16_view(const TensorView& w, uint8_t* out, bool amx) {
 
 TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
   check_bf16_compute(w);
-  amx = amx && amx_available();
+  amx = amx && (amx_available() || bf16dp_available());
   parallel_for((w.rows + 15) / 16, 8, parallel_threads(),
                [&](int64_t begin, int64_t end, int) { bf16_groups(w, out, amx, begin, end); });
   return bf16_view(w, out, amx);
@@ -111,6 +111,8 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
   // VNNI / AVX2 int8 kernels, and Q2_K / Q3_K for the VNNI loop where the build has it (not for
   // bfloat16).
   const bool i8_only = amx && !amx_available() && !bf16_compute && i8_avx2_available();
+  // bfloat16 without AMX: the tile layout where VDPBF16PS takes it (bf16dp_available).
+  const bool bf16_tiles = bf16_compute && amx && (amx_available() || bf16dp_available());
   amx = amx && amx_available();
   if (!bf16_compute && !amx && !i8_only) return false;
   // Which matrices get a copy, and the work items: (matrix, first group) pieces of all of them.
@@ -144,14 +146,14 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
                    const int64_t g0 = pieces[static_cast<size_t>(p)].second;
                    const int64_t g1 = std::min((job.src.rows + 15) / 16, g0 + k_piece_groups);
                    if (bf16_compute)
-                     bf16_groups(job.src, job.dst, amx, g0, g1);
+                     bf16_groups(job.src, job.dst, bf16_tiles, g0, g1);
                    else
                      amx_repack_groups(job.src, job.dst, g0, g1);
                  }
                });
   for (Job& job : jobs) {
     if (bf16_compute) {
-      *job.view = bf16_view(job.src, job.dst, amx);
+      *job.view = bf16_view(job.src, job.dst, bf16_tiles);
     } else {
       job.view->packed = job.dst;
     }
