@@ -624,12 +624,15 @@ void compute_bf16dp(const TensorView& w, const AmxActivations& x, int64_t r_begi
   OSSA_ASSERT(x.tiles != nullptr && o_begin % 16 == 0);
   using Group = void (*)(const uint16_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                          int64_t, bool);
-  constexpr Group fns[4] = {bf16dp_group<1>, bf16dp_group<2>, bf16dp_group<3>, bf16dp_group<4>};
+  // (8 rows share each weight load: 16 accumulators, the weight vector and the broadcasts fit the
+  // 32 registers)
+  constexpr Group fns[8] = {bf16dp_group<1>, bf16dp_group<2>, bf16dp_group<3>, bf16dp_group<4>,
+                            bf16dp_group<5>, bf16dp_group<6>, bf16dp_group<7>, bf16dp_group<8>};
   const int64_t nb = x.cols / 32;
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint16_t* group = reinterpret_cast<const uint16_t*>(w.packed) + (o0 / 16) * nb * 512;
-    for (int64_t r = r_begin; r < r_end; r += 4)
-      fns[std::min<int64_t>(4, r_end - r) - 1](group, x, r, y, ldy, o0, o_end, accumulate);
+    for (int64_t r = r_begin; r < r_end; r += 8)
+      fns[std::min<int64_t>(8, r_end - r) - 1](group, x, r, y, ldy, o0, o_end, accumulate);
   }
 }
 }  // namespace
