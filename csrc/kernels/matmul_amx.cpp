@@ -46,6 +46,40 @@
 
 namespace ossa {
 
+#if defined(OSSA_HAVE_AMX) || defined(OSSA_HAVE_BF16DP)
+// The bf16 tile layout of dtype bfloat16's weights and activations, for AMX's TDPBF16PS and
+// (without AMX) VDPBF16PS alike.
+void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  const int64_t nb = w.cols / 32;
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint16_t* group = reinterpret_cast<uint16_t*>(out) + g * nb * 512;
+    std::memset(group, 0, static_cast<size_t>(nb) * 1024);
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      dequantize_row(w, g * 16 + n, row.data());
+      for (int64_t k = 0; k < w.cols; ++k)
+        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] =
+            f32_to_bf16(row[static_cast<size_t>(k)]);
+    }
+  }
+}
+
+void round_bf16_32(const float* x, uint16_t* out) {
+  // vcvtne2ps2bf16 rounds to nearest even but flushes subnormal inputs to zero, which the products
+  // would do to a subnormal bf16 anyway (TDPBF16PS and VDPBF16PS treat subnormal inputs as zero).
+  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(
+                               _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
+}
+
+void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
+  const int64_t nb = cols / 32;
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    uint16_t* t = tiles + (r / 16) * nb * 512 + (r % 16) * 32;
+    for (int64_t b = 0; b < nb; ++b) round_bf16_32(x + r * cols + 32 * b, t + b * 512);
+  }
+}
+#endif
+
 #if defined(OSSA_HAVE_AMX)
 bool bf16dp_available() { return false; }
 
@@ -461,21 +495,6 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
   }
 }
 
-void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nb = w.cols / 32;
-  std::vector<float> row(static_cast<size_t>(w.cols));
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    uint16_t* group = reinterpret_cast<uint16_t*>(out) + g * nb * 512;
-    std::memset(group, 0, static_cast<size_t>(nb) * 1024);
-    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      dequantize_row(w, g * 16 + n, row.data());
-      for (int64_t k = 0; k < w.cols; ++k)
-        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] =
-            f32_to_bf16(row[static_cast<size_t>(k)]);
-    }
-  }
-}
-
 void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles,
                     float* block_sum) {
   const int64_t nb = cols / 32;
@@ -494,21 +513,6 @@ void amx_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end
                                       bf16_widen(_mm512_extracti64x4_epi64(sp.lo, 1)));
       block_sum[r * nb + b] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
     }
-  }
-}
-
-void round_bf16_32(const float* x, uint16_t* out) {
-  // vcvtne2ps2bf16 rounds to nearest even but flushes subnormal inputs to zero, which the tile
-  // product would do to a subnormal bf16 anyway (TDPBF16PS treats subnormal inputs as zero).
-  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(
-                               _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
-}
-
-void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
-  const int64_t nb = cols / 32;
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    uint16_t* t = tiles + (r / 16) * nb * 512 + (r % 16) * 32;
-    for (int64_t b = 0; b < nb; ++b) round_bf16_32(x + r * cols + 32 * b, t + b * 512);
   }
 }
 
@@ -558,32 +562,6 @@ void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64
 // runs the same instructions in the same order whichever rows share its weight loads, so a row's
 // result does not depend on its batch.
 bool bf16dp_available() { return true; }
-void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  const int64_t nb = w.cols / 32;
-  std::vector<float> row(static_cast<size_t>(w.cols));
-  for (int64_t g = g_begin; g < g_end; ++g) {
-    uint16_t* group = reinterpret_cast<uint16_t*>(out) + g * nb * 512;
-    std::memset(group, 0, static_cast<size_t>(nb) * 1024);
-    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
-      dequantize_row(w, g * 16 + n, row.data());
-      for (int64_t k = 0; k < w.cols; ++k)
-        group[(k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * n + k % 2] =
-            f32_to_bf16(row[static_cast<size_t>(k)]);
-    }
-  }
-}
-void round_bf16_32(const float* x, uint16_t* out) {
-  // (vcvtne2ps2bf16: ties to even; subnormal inputs flushed to zero, as VDPBF16PS treats them)
-  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(
-                               _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x))));
-}
-void amx_round_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, uint16_t* tiles) {
-  const int64_t nb = cols / 32;
-  for (int64_t r = r_begin; r < r_end; ++r) {
-    uint16_t* t = tiles + (r / 16) * nb * 512 + (r % 16) * 32;
-    for (int64_t b = 0; b < nb; ++b) round_bf16_32(x + r * cols + 32 * b, t + b * 512);
-  }
-}
 
 namespace {
 template <int R>
