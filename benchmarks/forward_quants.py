@@ -123,8 +123,11 @@ def timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def measure(engine: str, path: str, threads: int, n_decode: int, repeats: int) -> dict[str, list[float]]:
-    """{phase: [wall tok/s, CPU tok/s]} for one engine (run in this process), best of `repeats`."""
+def measure(
+    engine: str, path: str, threads: int, n_decode: int, repeats: int, quantized_activations: bool = False
+) -> dict[str, list[float]]:
+    """{phase: [wall tok/s, CPU tok/s]} for one engine (run in this process), best of `repeats`;
+    `quantized_activations`: ossa with 8-bit activation blocks (llama.cpp's kind of rounding)."""
     best: dict[str, list[float]] = {p: [0.0, 0.0] for p in PHASES}
 
     def keep(phase: str, n: int, wall: float, cpu: float) -> None:
@@ -134,7 +137,7 @@ def measure(engine: str, path: str, threads: int, n_decode: int, repeats: int) -
         from ossa._native import core
 
         core.set_num_threads(threads)
-        model = core.load_model(path)
+        model = core.load_model(path, quantized_activations=quantized_activations)
         for n in (128, 512):
             ids, step = forward.prompt_and_step(model, n, n_decode)
 
@@ -169,7 +172,8 @@ def measure(engine: str, path: str, threads: int, n_decode: int, repeats: int) -
 
 def measure_isolated(engine: str, path: str, args: argparse.Namespace) -> dict[str, list[float]] | None:
     """measure() in a child process, so each engine has its own libraries and a crash is reported."""
-    call = f"{engine!r}, {path!r}, {args.threads}, {args.decode_steps}, {args.repeats}"
+    qa = args.quantized_activations and engine == "ossa"
+    call = f"{engine!r}, {path!r}, {args.threads}, {args.decode_steps}, {args.repeats}, {qa}"
     code = f"import json, forward_quants as f; print(json.dumps(f.measure({call})))"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     here = os.path.dirname(os.path.abspath(__file__))
@@ -188,6 +192,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--types", default=",".join(FTYPES), help="llama.cpp file types (mixes), comma-separated")
     ap.add_argument("--shape", choices=["k", "smollm2"], default="k")
+    ap.add_argument("--quantized-activations", action="store_true", help="ossa: 8-bit activation blocks")
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
@@ -202,7 +207,9 @@ def main() -> None:
         stem = "smollm2-135m"
     kernels = forward.kernels_label(core)
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
-    print(f"ossa kernels: {kernels}; threads={args.threads}; base {os.path.basename(base)}; load {load}")
+    mode = "; 8-bit activations" if args.quantized_activations else ""
+    base_name = os.path.basename(base)
+    print(f"ossa kernels: {kernels}{mode}; threads={args.threads}; base {base_name}; load {load}")
     print("tok/s, best of --repeats: wall clock | per CPU second of the process")
     cols = f"{'ossa':>8} {'llama':>8} {'ratio':>6}"
     print(f"{'file':8} {'phase':12} {cols} | {cols}  tensor types")
