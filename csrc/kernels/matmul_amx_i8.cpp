@@ -1198,23 +1198,28 @@ inline __m256i acc16(__m256i c, __m256i w, __m256i a) {
 // 1920.
 // Q5 (Q5_0, Q5_1, Q5_K: q <= 31): q . a0 in two int16 chains of 16 columns each (<= 8 * 31 * 127 =
 // 31496 per int16), q . a1 (<= 16 * 31 * 64 = 31744) and q . a2 in one.
-template <bool Q5 = false>
+// P: the activation pieces (AmxActivations::i8_pieces): 3, or 1 where a1 = a2 = 0 (8-bit
+// activations), whose products are zeros and are skipped: the same D.
+template <bool Q5 = false, int P = 3>
 inline __m256i q4k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, const int8_t* a2) {
   __m256i c0 = _mm256_maddubs_epi16(wq[0], bcast4(a0));
   __m256i c0b = Q5 ? _mm256_maddubs_epi16(wq[4], bcast4(a0 + 16)) : _mm256_setzero_si256();
-  __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
-  __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
+  __m256i c1 = P == 3 ? _mm256_maddubs_epi16(wq[0], bcast4(a1)) : _mm256_setzero_si256();
+  __m256i c2 = P == 3 ? _mm256_maddubs_epi16(wq[0], bcast4(a2)) : _mm256_setzero_si256();
   for (int k = 1; k < 8; ++k) {
     if (Q5 && k >= 4) {
       if (k > 4) c0b = acc16(c0b, wq[k], bcast4(a0 + 4 * k));
     } else {
       c0 = acc16(c0, wq[k], bcast4(a0 + 4 * k));
     }
-    c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
-    c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
+    if constexpr (P == 3) {
+      c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
+      c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
+    }
   }
   __m256i d0 = _mm256_madd_epi16(c0, _mm256_set1_epi16(2048));
   if (Q5) d0 = _mm256_add_epi32(d0, _mm256_madd_epi16(c0b, _mm256_set1_epi16(2048)));
+  if constexpr (P == 1) return d0;
   const __m256i d1 = _mm256_madd_epi16(c1, _mm256_set1_epi16(16));
   const __m256i d2 = _mm256_madd_epi16(c2, _mm256_set1_epi16(1));
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
@@ -1222,18 +1227,20 @@ inline __m256i q4k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, co
 
 // Q6_K, one 16-column sub-block, 8 weight rows: D = 2^11 (u . a0) + 16 (u . a1) + (u . a2) for the
 // unsigned u <= 63 of wq[0..3]. Per int16: two columns' pairs of u . a0 (<= 2 * 2 * 63 * 127 =
-// 32004), four of u . a1 (<= 32256) and of u . a2.
+// 32004), four of u . a1 (<= 32256) and of u . a2. P as q4k_dot's.
+template <int P = 3>
 inline __m256i q6k_dot(const __m256i* wq, const int8_t* a0, const int8_t* a1, const int8_t* a2) {
   const __m256i c0a = acc16(_mm256_maddubs_epi16(wq[0], bcast4(a0)), wq[1], bcast4(a0 + 4));
   const __m256i c0b = acc16(_mm256_maddubs_epi16(wq[2], bcast4(a0 + 8)), wq[3], bcast4(a0 + 12));
+  const __m256i k2048 = _mm256_set1_epi16(2048);
+  const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(c0a, k2048), _mm256_madd_epi16(c0b, k2048));
+  if constexpr (P == 1) return d0;
   __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
   __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
   for (int k = 1; k < 4; ++k) {
     c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
     c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
   }
-  const __m256i k2048 = _mm256_set1_epi16(2048);
-  const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(c0a, k2048), _mm256_madd_epi16(c0b, k2048));
   const __m256i d1 = _mm256_madd_epi16(c1, _mm256_set1_epi16(16));
   const __m256i d2 = _mm256_madd_epi16(c2, _mm256_set1_epi16(1));
   return _mm256_add_epi32(d0, _mm256_add_epi32(d1, d2));
@@ -1326,7 +1333,7 @@ inline RowPieces row_pieces(const AmxActivations& x, int64_t r) {
 
 // R activation rows [r0, r0 + R) by the 16 weight rows of one packed group (output columns o0..).
 // Q5: Q5_K (Q4_K's scheme with the fifth bits of its layout).
-template <int R, bool Q5 = false>
+template <int R, bool Q5 = false, int P = 3>
 void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
   constexpr int64_t sb_bytes = Q5 ? k5k_sb_bytes : k4_sb_bytes;
@@ -1336,6 +1343,36 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
   const int64_t nb = x.cols / 32;
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  if constexpr (P == 1 && R > 1) {
+    // 8-bit activations, several rows: one half (8 weight rows) over every block, then the other,
+    // so that the R accumulators, the chain and the 8 weight vectors stay in the 16 registers (2x
+    // the speed of both halves per block at 4 rows). Each accumulator takes the same operations in
+    // the same order either way.
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* sbp = group + (b >> 3) * sb_bytes;
+        const uint8_t* blk = sbp + blk_bytes * (b & 7);
+        if (h == 0) prefetch_ahead<false, blk_bytes, sb_bytes>(group, b);
+        __m256i wq[8];
+        nibbles8(blk, h, wq);
+        if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
+        const __m256 s = _mm256_mul_ps(f16x8(sbp + d_at + 16 * h),
+                                       widen8_u8(sbp + sc_at + 16 * (b & 7) + 8 * h));
+        const __m256 dm = _mm256_mul_ps(f16x8(sbp + dmin_at + 16 * h),
+                                        widen8_u8(sbp + m_at + 16 * (b & 7) + 8 * h));
+        for (int j = 0; j < R; ++j) {
+          const __m256i dd = q4k_dot<Q5, 1>(wq, rp[j].a0 + b * 1536, nullptr, nullptr);
+          __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                                     _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j]);
+          acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
+        }
+      }
+      for (int j = 0; j < R; ++j) store_half(acc[j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+    }
+    return;
+  }
   __m256 acc[R][2];
   for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -1352,7 +1389,7 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
                                       widen8_u8(sbp + m_at + 16 * (b & 7) + 8 * h));
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        const __m256i dd = q4k_dot<Q5>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        const __m256i dd = q4k_dot<Q5, P>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
         __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                    _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
         acc[j][h] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
@@ -1363,12 +1400,41 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
-template <int R>
+template <int R, int P = 3>
 void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
   const int64_t nb = x.cols / 32;
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  if constexpr (P == 1 && R > 1) {  // one half over every block, then the other (as Q4_K's)
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* sbp = group + (b >> 3) * k6_sb_bytes;
+        const uint8_t* blk = sbp + k6_block_bytes * (b & 7);
+        if (h == 0) prefetch_ahead<true>(group, b);
+        __m256i wq[8];
+        q6k_unpack8(blk, h, wq);
+        const __m256 d = f16x8(sbp + k6_d_at + 16 * h);
+        const __m256 s[2] = {
+            _mm256_mul_ps(widen8_s8(sbp + k6_sc_at + 32 * (b & 7) + 8 * h), d),
+            _mm256_mul_ps(widen8_s8(sbp + k6_sc_at + 32 * (b & 7) + 16 + 8 * h), d)};
+        for (int j = 0; j < R; ++j) {
+          const int8_t* a0 = rp[j].a0 + b * 1536;
+          const __m256 dsc = _mm256_set1_ps(rp[j].scale[b]);
+          for (int sub = 0; sub < 2; ++sub) {
+            const __m256i dd =
+                _mm256_sub_epi32(q6k_dot<1>(wq + 4 * sub, a0 + 16 * sub, nullptr, nullptr),
+                                 _mm256_set1_epi32(32 * rp[j].isum16[2 * b + sub]));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(s[sub], dsc), acc[j]);
+          }
+        }
+      }
+      for (int j = 0; j < R; ++j) store_half(acc[j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+    }
+    return;
+  }
   __m256 acc[R][2];
   for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -1387,7 +1453,7 @@ void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
         const __m256 dsc = _mm256_set1_ps(rp[j].scale[b]);
         for (int sub = 0; sub < 2; ++sub) {
           const __m256i dd = _mm256_sub_epi32(
-              q6k_dot(wq + 4 * sub, a0 + 16 * sub, a1 + 16 * sub, a1 + 32 + 16 * sub),
+              q6k_dot<P>(wq + 4 * sub, a0 + 16 * sub, a1 + 16 * sub, a1 + 32 + 16 * sub),
               _mm256_set1_epi32(32 * rp[j].isum16[2 * b + sub]));
           acc[j][h] =
               _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(s[sub], dsc), acc[j][h]);
@@ -1412,7 +1478,7 @@ inline __m256i madd_chain(__m256i c, __m256i w, __m256i a) {
 // sign-extended quants (2 columns of 8 rows a vector) with broadcast int16 pairs of the pieces:
 // |q . a0| <= 32 * 128 * 127 and |q . a12| <= 32 * 128 * 1032 in int32, |D| < 2^31. Then
 // acc = fma(f32(D), d * (2^-11 scale), acc), blocks in order.
-template <int R>
+template <int R, int P = 3>
 void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                      int64_t ldy, int64_t o0, int64_t o_end) {
   const int64_t nb = x.cols / 32;
@@ -1428,9 +1494,10 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
     const uint8_t* blk = group + b * k8_block_bytes;
     const char* ahead = reinterpret_cast<const char*>(blk + 8 * k8_block_bytes);
     for (int l = 0; l < 9; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-    // Both halves per broadcast where the int32 sums fit the registers (R <= 2), else one half at
-    // a time (integer sums: the same D either way).
-    constexpr int H = R <= 2 ? 2 : 1;
+    // Both halves per broadcast where the int32 sums fit the registers (R <= 2, or every R with
+    // 8-bit activations: no a12 sums), else one half at a time (integer sums: the same D either
+    // way).
+    constexpr int H = R <= 2 || P == 1 ? 2 : 1;
     const int8_t* ab[R];  // the block's a0 pairs (a12's 64 bytes on)
     for (int j = 0; j < R; ++j) {
       ab[j] = reinterpret_cast<const int8_t*>(a[j] + b * 64);
@@ -1451,7 +1518,7 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
           const __m256i p0 = bcast4(ab[j] + 4 * p), p12 = bcast4(ab[j] + 64 + 4 * p);
           for (int h = 0; h < H; ++h) {
             c0[j][h] = madd_chain(c0[j][h], wv[h], p0);
-            c12[j][h] = madd_chain(c12[j][h], wv[h], p12);
+            if constexpr (P == 3) c12[j][h] = madd_chain(c12[j][h], wv[h], p12);
           }
         }
       }
@@ -1475,7 +1542,7 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
 // acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 16 S is the signed quants' product); Q5_1
 // (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc), then acc = fma(sum, m, acc) with the
 // block's split sum, as Q4_K's minimum. (Q4_0 / Q4_1 keep the f32 kernels on AVX2: amx_i8_type.)
-template <bool Q51, int R>
+template <bool Q51, int R, int P = 3>
 void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                       int64_t ldy, int64_t o0, int64_t o_end) {
   constexpr int64_t bb = Q51 ? k51_block_bytes : k50_block_bytes;
@@ -1495,7 +1562,7 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
       const __m256 d = f16x8(blk + k5x_d_at + 16 * h);
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        __m256i dd = q4k_dot<true>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        __m256i dd = q4k_dot<true, P>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
         if constexpr (!Q51)
           dd = _mm256_sub_epi32(
               dd, _mm256_set1_epi32(16 * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
@@ -1513,17 +1580,19 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K (avx2_kind).
+// By pieces (3, 1: index P / 2) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K (avx2_kind).
+template <int P>
 constexpr Avx2Group k_avx2_groups[6][4] = {
-    {avx2_group_q4k<1>, avx2_group_q4k<2>, avx2_group_q4k<3>, avx2_group_q4k<4>},
-    {avx2_group_q6k<1>, avx2_group_q6k<2>, avx2_group_q6k<3>, avx2_group_q6k<4>},
-    {avx2_group_q8_0<1>, avx2_group_q8_0<2>, avx2_group_q8_0<3>, avx2_group_q8_0<4>},
-    {avx2_group_q5_01<false, 1>, avx2_group_q5_01<false, 2>, avx2_group_q5_01<false, 3>,
-     avx2_group_q5_01<false, 4>},
-    {avx2_group_q5_01<true, 1>, avx2_group_q5_01<true, 2>, avx2_group_q5_01<true, 3>,
-     avx2_group_q5_01<true, 4>},
-    {avx2_group_q4k<1, true>, avx2_group_q4k<2, true>, avx2_group_q4k<3, true>,
-     avx2_group_q4k<4, true>}};
+    {avx2_group_q4k<1, false, P>, avx2_group_q4k<2, false, P>, avx2_group_q4k<3, false, P>,
+     avx2_group_q4k<4, false, P>},
+    {avx2_group_q6k<1, P>, avx2_group_q6k<2, P>, avx2_group_q6k<3, P>, avx2_group_q6k<4, P>},
+    {avx2_group_q8_0<1, P>, avx2_group_q8_0<2, P>, avx2_group_q8_0<3, P>, avx2_group_q8_0<4, P>},
+    {avx2_group_q5_01<false, 1, P>, avx2_group_q5_01<false, 2, P>, avx2_group_q5_01<false, 3, P>,
+     avx2_group_q5_01<false, 4, P>},
+    {avx2_group_q5_01<true, 1, P>, avx2_group_q5_01<true, 2, P>, avx2_group_q5_01<true, 3, P>,
+     avx2_group_q5_01<true, 4, P>},
+    {avx2_group_q4k<1, true, P>, avx2_group_q4k<2, true, P>, avx2_group_q4k<3, true, P>,
+     avx2_group_q4k<4, true, P>}};
 int avx2_kind(DType t) {
   switch (t) {
     case DType::Q6_K:
@@ -1646,7 +1715,9 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   const bool q8 = w.type == DType::Q8_0;
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));
 #endif
-  const Avx2Group* fns = k_avx2_groups[avx2_kind(w.type)];
+  OSSA_ASSERT(x.i8_pieces == 1 || x.i8_pieces == 3);
+  const Avx2Group* fns =
+      x.i8_pieces == 1 ? k_avx2_groups<1>[avx2_kind(w.type)] : k_avx2_groups<3>[avx2_kind(w.type)];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)
