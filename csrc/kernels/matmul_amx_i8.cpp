@@ -181,10 +181,24 @@ bool amx_i8_type(DType t) {
 #elif defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
   // rows 0.7x; the IQ4 levels + 128 would overflow VPMADDUBSW's int16 pair sums, so they keep the
-  // f32 kernels, as Q4_0 / Q4_1 do: see the header).
-  if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K) return true;
+  // f32 kernels), and Q4_0 / Q4_1 where amx_i8_repacks says (8-bit activations only).
+  if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q4_0 ||
+      t == DType::Q4_1)
+    return true;
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
+}
+
+bool amx_i8_repacks(DType t, bool quantized_activations) {
+#if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
+  // AVX2 without VNNI: Q4_0 / Q4_1 only for 8-bit activations. With the exact three pieces their
+  // int8 kernel prefilled at 0.74x the f32 kernels (decode 1.9x), so they keep the f32 kernels
+  // there; with one piece it is 1.7-2.5x the f32 kernels' 8-bit dot products (matmul_q8.cpp).
+  if ((t == DType::Q4_0 || t == DType::Q4_1) && !quantized_activations) return false;
+#else
+  (void)quantized_activations;
+#endif
+  return amx_i8_type(t);
 }
 
 bool i8_vnni_available() {
@@ -1542,13 +1556,48 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
 // acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 16 S is the signed quants' product); Q5_1
 // (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc), then acc = fma(sum, m, acc) with the
 // block's split sum, as Q4_K's minimum. (Q4_0 / Q4_1 keep the f32 kernels on AVX2: amx_i8_type.)
-template <bool Q51, int R, int P = 3>
+// Q5 = false: Q4_0 / Q4_1 (u in 0..15, no fifth bits; Q4_0's offset 8), which AVX2 builds repack
+// for 8-bit activations only (amx_i8_repacks).
+template <bool Q51, int R, int P = 3, bool Q5 = true>
 void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                       int64_t ldy, int64_t o0, int64_t o_end) {
-  constexpr int64_t bb = Q51 ? k51_block_bytes : k50_block_bytes;
+  constexpr int64_t bb =
+      Q5 ? (Q51 ? k51_block_bytes : k50_block_bytes) : (Q51 ? k41_block_bytes : k40_block_bytes);
+  constexpr int64_t d_at = Q5 ? k5x_d_at : k4x_d_at, m_at = Q5 ? k51_m_at : k41_m_at;
+  constexpr int offset = Q5 ? 16 : 8;
   const int64_t nb = x.cols / 32;
   RowPieces rp[R];
   for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  if constexpr (P == 1 && R > 1) {  // one half over every block, then the other (as Q4_K's)
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = group + b * bb;
+        if (h == 0) {
+          const char* ahead = reinterpret_cast<const char*>(blk + 16 * bb);
+          for (int l = 0; l < bb / 64 + 1; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+        }
+        __m256i wq[8];
+        nibbles8(blk, h, wq);
+        if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
+        const __m256 d = f16x8(blk + d_at + 16 * h);
+        for (int j = 0; j < R; ++j) {
+          __m256i dd = q4k_dot<Q5, 1>(wq, rp[j].a0 + b * 1536, nullptr, nullptr);
+          if constexpr (!Q51)
+            dd = _mm256_sub_epi32(
+                dd, _mm256_set1_epi32(offset * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
+          __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                                     _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j]);
+          if constexpr (Q51)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + m_at + 16 * h), a);
+          acc[j] = a;
+        }
+      }
+      for (int j = 0; j < R; ++j) store_half(acc[j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+    }
+    return;
+  }
   __m256 acc[R][2];
   for (int j = 0; j < R; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -1558,18 +1607,18 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
     for (int h = 0; h < 2; ++h) {
       __m256i wq[8];
       nibbles8(blk, h, wq);
-      add_high8(blk + k5_high_at, h, wq);
-      const __m256 d = f16x8(blk + k5x_d_at + 16 * h);
+      if constexpr (Q5) add_high8(blk + k5_high_at, h, wq);
+      const __m256 d = f16x8(blk + d_at + 16 * h);
       for (int j = 0; j < R; ++j) {
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        __m256i dd = q4k_dot<true, P>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        __m256i dd = q4k_dot<Q5, P>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
         if constexpr (!Q51)
           dd = _mm256_sub_epi32(
-              dd, _mm256_set1_epi32(16 * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
+              dd, _mm256_set1_epi32(offset * (rp[j].isum16[2 * b] + rp[j].isum16[2 * b + 1])));
         __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                    _mm256_mul_ps(d, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
         if constexpr (Q51)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + k51_m_at + 16 * h), a);
+          a = _mm256_fmadd_ps(_mm256_set1_ps(rp[j].sum[b]), f16x8(blk + m_at + 16 * h), a);
         acc[j][h] = a;
       }
     }
@@ -1580,9 +1629,9 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By pieces (3, 1: index P / 2) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K (avx2_kind).
+// By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1 (avx2_kind).
 template <int P>
-constexpr Avx2Group k_avx2_groups[6][4] = {
+constexpr Avx2Group k_avx2_groups[8][4] = {
     {avx2_group_q4k<1, false, P>, avx2_group_q4k<2, false, P>, avx2_group_q4k<3, false, P>,
      avx2_group_q4k<4, false, P>},
     {avx2_group_q6k<1, P>, avx2_group_q6k<2, P>, avx2_group_q6k<3, P>, avx2_group_q6k<4, P>},
@@ -1592,7 +1641,11 @@ constexpr Avx2Group k_avx2_groups[6][4] = {
     {avx2_group_q5_01<true, 1, P>, avx2_group_q5_01<true, 2, P>, avx2_group_q5_01<true, 3, P>,
      avx2_group_q5_01<true, 4, P>},
     {avx2_group_q4k<1, true, P>, avx2_group_q4k<2, true, P>, avx2_group_q4k<3, true, P>,
-     avx2_group_q4k<4, true, P>}};
+     avx2_group_q4k<4, true, P>},
+    {avx2_group_q5_01<false, 1, P, false>, avx2_group_q5_01<false, 2, P, false>,
+     avx2_group_q5_01<false, 3, P, false>, avx2_group_q5_01<false, 4, P, false>},
+    {avx2_group_q5_01<true, 1, P, false>, avx2_group_q5_01<true, 2, P, false>,
+     avx2_group_q5_01<true, 3, P, false>, avx2_group_q5_01<true, 4, P, false>}};
 int avx2_kind(DType t) {
   switch (t) {
     case DType::Q6_K:
@@ -1605,6 +1658,10 @@ int avx2_kind(DType t) {
       return 4;
     case DType::Q5_K:
       return 5;
+    case DType::Q4_0:
+      return 6;
+    case DType::Q4_1:
+      return 7;
     default:
       return 0;
   }

@@ -144,8 +144,12 @@ bool amx_i8_type(DType t);
 // tiles) amx_i8_type is true for Q8_0 as well (with VNNI it multiplies the int8 pieces as Q6_K
 // does, quants stored as q + 128; on AVX2 the same pieces as int16, a0 and 16 a1 + a2,
 // i8_avx2_split_rows16, by VPMADDWD), for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS
-// with VNNI (the VNNI loop) and for Q5_0 / Q5_1 / Q5_K with AVX2 only (the int8 pieces as Q4_K).
+// with VNNI (the VNNI loop) and for Q5_0 / Q5_1 / Q5_K and Q4_0 / Q4_1 with AVX2 only (the int8
+// pieces as Q4_K).
 bool i8_avx2_available();
+// Whether a matrix of type t is repacked for these kernels at load: amx_i8_type, except Q4_0 / Q4_1
+// on AVX2 without VNNI, which only 8-bit activations (quantized_activations) take there.
+bool amx_i8_repacks(DType t, bool quantized_activations);
 // Whether this build has the AVX-512 VNNI loops (Q4_K / Q6_K and Q2_K / Q3_K, with or without AMX;
 // without AMX also the types above).
 bool i8_vnni_available();

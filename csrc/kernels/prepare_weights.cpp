@@ -106,7 +106,7 @@ TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
 }
 
 bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute, bool amx,
-                     PreparedWeights& out) {
+                     PreparedWeights& out, bool quantized_activations) {
   // Without AMX, amx still repacks the int8 types (amx_i8_type: Q4_K, Q6_K, Q8_0, ...) for the
   // VNNI / AVX2 int8 kernels, and Q2_K / Q3_K for the VNNI loop where the build has it (not for
   // bfloat16).
@@ -129,7 +129,8 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
       check_bf16_compute(*v);
       bytes = bf16_compute_bytes(*v);
     } else {
-      bytes = amx || amx_i8_type(v->type) || amx_q23k_type(v->type) ? amx_repacked_bytes(*v) : 0;
+      const bool i8 = amx_i8_repacks(v->type, quantized_activations);
+      bytes = amx || i8 || amx_q23k_type(v->type) ? amx_repacked_bytes(*v) : 0;
     }
     if (bytes == 0) continue;
     out.buffers.emplace_back(bytes);

@@ -45,10 +45,11 @@ struct PreparedWeights {
 };
 
 // Prepares `matrices` in place for the kernels (views of empty matrices are skipped): bf16_compute
-// is dtype "bfloat16"; amx asks for the AMX layouts where the CPU has AMX. Returns whether any
-// matrix now runs the AMX kernels. ModelError as make_bf16_compute throws it.
+// is dtype "bfloat16"; amx asks for the AMX layouts where the CPU has AMX; quantized_activations
+// (the model's 8-bit activation mode) adds the types only that mode repacks (amx_i8_repacks).
+// Returns whether any matrix now runs the AMX kernels. ModelError as make_bf16_compute throws it.
 bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute, bool amx,
-                     PreparedWeights& out);
+                     PreparedWeights& out, bool quantized_activations = false);
 
 // dtype "bfloat16": W dequantized and rounded to bf16 (ties to even) once, into `out`
 // (bf16_compute_bytes(w) bytes, 64-byte aligned, kept alive by the caller): AMX tiles when amx (and
