@@ -5,7 +5,8 @@ Every test runs both compute paths of a native build: the f32 kernels and, where
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 and Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS repacked for bf16 tiles,
 Q4_K/Q6_K/Q2_K/Q3_K for int8 tiles and VNNI; F16/F32 stay on the f32 kernels), or without AMX the
 int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/Q2_K/Q3_K on VPDPBUSD and Q8_0 on
-AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K (the rest on the f32 kernels)."""
+AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K, and Q4_0/Q4_1 with 8-bit activations (the rest
+on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,30 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> Non
     blocks = x.reshape(40, -1, block).astype(np.float64)
     err = np.abs(xs.reshape(blocks.shape) - blocks).max(axis=-1)
     assert np.all(err <= np.abs(blocks).max(axis=-1) * 2e-6)
+
+
+@pytest.mark.skipif(
+    not (core.repack_default() and core.i8_avx2_available() and not core.i8_vnni_available()),
+    reason="AVX2 without VNNI only (VNNI and AMX builds repack Q4_0 / Q4_1 in both modes)",
+)
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1"])
+def test_avx2_repacks_q4_0_and_q4_1_for_8bit_activations_only(type_name: str) -> None:
+    # With the exact pieces their int8 kernel would prefill slower than the f32 kernels, so a repacked
+    # load leaves them there: bitwise the f32 kernels' product. With 8-bit activations they are
+    # repacked and run the int8 kernels (one piece): the same rounded inputs as matmul_q8.cpp's dot
+    # products, summed in another order (within f32 rounding of each other, not bitwise).
+    rows, cols = 48, 1024
+    raw, _ = make_weight(type_name, rows, cols, seed=31)
+    x = np.random.default_rng(32).standard_normal((9, cols)).astype(np.float32)
+    np.testing.assert_array_equal(
+        run(raw, type_name, rows, cols, x, mode="amx"), run(raw, type_name, rows, cols, x)
+    )
+    int8 = run(raw, type_name, rows, cols, x, q8=True, mode="amx")
+    dots = run(raw, type_name, rows, cols, x, q8=True)
+    assert not np.array_equal(int8, dots)
+    assert np.max(np.abs(int8 - dots)) < 1e-5 * np.max(np.abs(dots))
+    for n in (1, 2, 3, 4, 5):  # the int8 kernels' few-row tiles: bitwise the batch's rows
+        np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], q8=True, mode="amx"), int8[:n])
 
 
 def test_quantize_q8_is_round_to_nearest() -> None:
