@@ -80,6 +80,16 @@ def describe(env: dict[str, str]) -> str:
     return " ".join(f"{k}={env[k]}" for k in shown) or "(no OpenMP/ossa/vLLM variables: defaults)"
 
 
+def _die_with_parent() -> None:
+    """In a worker, before exec (Linux): SIGKILL when the benchmark that started it dies, so a killed
+    run leaves no peer computing under the next measurement."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 def run_child(engine: str, job: dict[str, Any], threads: int, timeout_s: float = 1800) -> dict[str, Any]:
     """Runs `python peers.py --worker ENGINE job result` in `engine`'s environment; returns its JSON."""
     python = VLLM_PYTHON if engine == "vllm" else sys.executable
@@ -89,7 +99,12 @@ def run_child(engine: str, job: dict[str, Any], threads: int, timeout_s: float =
         script = str(ROOT / "benchmarks" / "peers.py")
         cmd = [python, script, "--worker", engine, str(job_path), str(res_path)]
         proc = subprocess.run(
-            cmd, env=engine_env(engine, threads), capture_output=True, text=True, timeout=timeout_s
+            cmd,
+            env=engine_env(engine, threads),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            preexec_fn=_die_with_parent,
         )
         if proc.returncode != 0 or not res_path.exists():
             tail = (proc.stderr or proc.stdout)[-3000:]
