@@ -58,8 +58,7 @@ struct KernelMatmul {
     const int64_t n = static_cast<int64_t>(x.shape(0));
     in = ossa::MatmulInput{x.data(), nullptr, n, cols};
     // As load_model prepares each matrix (dtype "bfloat16" copies, AMX repacks).
-    ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::repack_default(), prepared,
-                          q8 && dtype != "bfloat16");
+    ossa::prepare_weights({&w}, dtype == "bfloat16", amx && ossa::repack_default(), prepared, q8);
     if (dtype == "bfloat16") return;
     if (q8 && ossa::takes_q8(w)) {  // (as a model loaded with quantized_activations rounds it)
       in.quantized = true;

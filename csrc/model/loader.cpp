@@ -677,8 +677,7 @@ void for_each_matrix(Model& m, F&& f) {
 void prepare_matrices(Model& m, Storage& st, bool bf16_compute, bool amx) {
   std::vector<TensorView*> matrices;
   for_each_matrix(m, [&](TensorView& v) { matrices.push_back(&v); });
-  m.amx = prepare_weights(matrices, bf16_compute, amx, st.prepared,
-                          m.quantized_activations && !bf16_compute);
+  m.amx = prepare_weights(matrices, bf16_compute, amx, st.prepared, m.quantized_activations);
   if (bf16_compute) m.compute_dtype = "bfloat16";
 }
 
