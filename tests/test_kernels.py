@@ -5,8 +5,8 @@ Every test runs both compute paths of a native build: the f32 kernels and, where
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 and Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS repacked for bf16 tiles,
 Q4_K/Q6_K/Q2_K/Q3_K for int8 tiles and VNNI; F16/F32 stay on the f32 kernels), or without AMX the
 int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/Q2_K/Q3_K on VPDPBUSD and Q8_0 on
-AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K, and Q4_0/Q4_1 with 8-bit activations (the rest
-on the f32 kernels)."""
+AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K/IQ4_NL/IQ4_XS, and Q4_0/Q4_1 with 8-bit
+activations (the rest on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -119,14 +119,19 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
 
 # Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles); Q2_K / Q3_K
 # wherever there is VNNI (AMX or not); Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS with VNNI
-# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K on AVX2 without VNNI.
+# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS on AVX2
+# without VNNI.
 VNNI_ONLY = core.i8_vnni_available() and not core.amx_available()
 INT8_TYPES = (
     ["Q4_K", "Q6_K"]
     + (["Q8_0"] if core.i8_avx2_available() else [])
     + (["Q2_K", "Q3_K"] if core.i8_vnni_available() else [])
     + (["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS"] if VNNI_ONLY else [])
-    + (["Q5_0", "Q5_1", "Q5_K"] if core.i8_avx2_available() and not core.i8_vnni_available() else [])
+    + (
+        ["Q5_0", "Q5_1", "Q5_K", "IQ4_NL", "IQ4_XS"]
+        if core.i8_avx2_available() and not core.i8_vnni_available()
+        else []
+    )
 )
 # Where a block's weights with every quant 0 sit, for the types with minimums: (block bytes, first
 # quant byte).
@@ -140,8 +145,9 @@ BLOCK32_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
 def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> None:
     # Q4_K and Q6_K on the repacked kernels (AMX-INT8 / VNNI, or AVX2 where there is no AMX),
     # Q8_0 without AMX, Q2_K / Q3_K (pieces per 64 values) and, without AMX, Q4_0 / Q4_1 / Q5_0 /
-    # Q5_1 / IQ4_NL / Q5_K / IQ4_XS on VNNI (Q5_0 / Q5_1 / Q5_K on AVX2 without VNNI) multiply the
-    # activations' int8 pieces (reference.model.split_int8) exactly, in int32, then scale in f32:
+    # Q5_1 / IQ4_NL / Q5_K / IQ4_XS on VNNI (Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS on AVX2 without
+    # VNNI) multiply the activations' int8 pieces (reference.model.split_int8) exactly, in int32,
+    # then scale in f32:
     # within f32 rounding of the product with the twin's split values, for a decode row, every tail
     # of the few-row kernels and a prefill batch, on activations whose blocks mix large and small
     # magnitudes. The minimums (Q4_K, Q5_K, Q4_1, Q5_1, Q2_K) multiply the sums of the split

@@ -150,8 +150,8 @@ struct AmxNeeds {
     any = true;
     if (w.bf16_compute)
       bf16c = true;
-    else if (amx_i8_type(w.type) && w.type == DType::Q8_0 && !i8_vnni_available())
-      i16 = true;  // (the AVX2 Q8_0 kernel; with VNNI it takes the int8 pieces)
+    else if (amx_i8_type(w.type) && amx_i8_takes_i16(w.type))
+      i16 = true;  // (AVX2's Q8_0 / IQ4 kernels; with VNNI they take the int8 pieces)
     else if (amx_i8_type(w.type))
       i8 = true;
     else if (amx_q23k_type(w.type))

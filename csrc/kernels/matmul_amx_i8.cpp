@@ -180,10 +180,11 @@ bool amx_i8_type(DType t) {
     return true;
 #elif defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
-  // rows 0.7x; the IQ4 levels + 128 would overflow VPMADDUBSW's int16 pair sums, so they keep the
-  // f32 kernels), and Q4_0 / Q4_1 where amx_i8_repacks says (8-bit activations only).
+  // rows 0.7x), IQ4_NL / IQ4_XS on Q8_0's int16 scheme (avx2_group_iq4: the levels + 128 would
+  // overflow VPMADDUBSW's int16 pair sums), and Q4_0 / Q4_1 where amx_i8_repacks says (8-bit
+  // activations only).
   if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q4_0 ||
-      t == DType::Q4_1)
+      t == DType::Q4_1 || t == DType::IQ4_NL || t == DType::IQ4_XS)
     return true;
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
@@ -199,6 +200,15 @@ bool amx_i8_repacks(DType t, bool quantized_activations) {
   (void)quantized_activations;
 #endif
   return amx_i8_type(t);
+}
+
+bool amx_i8_takes_i16(DType t) {
+#if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
+  return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::IQ4_XS;
+#else
+  (void)t;
+  return false;
+#endif
 }
 
 bool i8_vnni_available() {
@@ -336,6 +346,23 @@ void repack_q8_0(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
 }
 #endif
 
+#if !defined(OSSA_HAVE_I8_VNNI)
+// IQ4_NL / IQ4_XS for the AVX2 kernel (avx2_group_iq4), per 16 rows and 32-column block: the level
+// indices as 256 bytes [h][m][l][j] (half h of 8 rows, chunk m < 4, 128-bit lane l < 2, byte j <
+// 16), where byte j < 8 of lane l is the file's qs[2 m + j % 2] of row 8 h + 4 l + j / 2 and byte
+// j >= 8 its qs[2 m + 8 + j % 2] (qs[c] holds column c in its low nibble, c + 16 in its high one).
+// A chunk's 32 bytes, looked up and widened by VPUNPCKL/HBW, are then 4 vectors of 8 rows x 2
+// columns as int16 pairs, Q8_0's VPMADDWD operands: columns 2 m + 8 t + (0, 1) for t < 4 (low
+// nibbles: t = 0 unpacked low, 1 high; high nibbles: 2, 3).
+void put_iq4_i16(const uint8_t* qs, uint8_t* blk, int n) {
+  uint8_t* at = blk + 128 * (n / 8) + 16 * ((n % 8) / 4) + 2 * (n % 4);
+  for (int m = 0; m < 4; ++m) {
+    std::memcpy(at + 32 * m, qs + 2 * m, 2);
+    std::memcpy(at + 32 * m + 8, qs + 2 * m + 8, 2);
+  }
+}
+#endif
+
 // The fifth bits h (bit l: column l of a 32-column block) of one row as its 4 bytes of a packed
 // block's high part: bit k of byte i is column 16 (k / 4) + 4 (k % 4) + i, the column of byte
 // [k % 4][4 n + i]'s low (k < 4) or high (k >= 4) nibble.
@@ -414,6 +441,12 @@ void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t 
         uint8_t* blk = group + b * bb;
         std::memcpy(blk + d_at + 2 * n, &q.d, 2);
         if constexpr (with_m) std::memcpy(blk + m_at + 2 * n, &q.m, 2);
+#if !defined(OSSA_HAVE_I8_VNNI)
+        if (w.type == DType::IQ4_NL) {  // (AVX2: the int16 kernel's order)
+          put_iq4_i16(q.qs, blk, n);
+          continue;
+        }
+#endif
         for (int r = 0; r < 4; ++r) std::memcpy(blk + 64 * r + 4 * n, q.qs + 4 * r, 4);
         if constexpr (q5) {
           uint32_t h;
@@ -444,8 +477,12 @@ void repack_iq4xs(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_
           const int ls =
               ((q.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((q.scales_h >> (2 * j)) & 3) << 4);
           sbp[kxs_sc_at + 16 * j + n] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+#if defined(OSSA_HAVE_I8_VNNI)
           for (int r = 0; r < 4; ++r)
             std::memcpy(sbp + 256 * j + 64 * r + 4 * n, q.qs + 16 * j + 4 * r, 4);
+#else
+          put_iq4_i16(q.qs + 16 * j, sbp + 256 * j, n);  // (AVX2: the int16 kernel's order)
+#endif
         }
       }
     }
@@ -1627,11 +1664,126 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
+// IQ4_NL / IQ4_XS (AVX2 without VNNI): the levels -127..113 are signed and up to 127 in size, so
+// VPMADDUBSW's pair sums of |w| a0 would reach 2 * 127 * 127 alone (no room to add two). Instead
+// Q8_0's scheme: the levels, looked up from the indices (VPSHUFB) and widened to int16, multiply
+// the same int16 pieces a0 and a12 = 16 a1 + a2 (i8_avx2_split_rows16) by VPMADDWD into int32
+// pair sums: D = 2^11 (w . a0) + (w . a12) per block (|D| <= 32 * 127 * (2^11 * 127 + 1032) <
+// 2^31), the signed levels' D of the VNNI loop (which forms it as (w + 128) . pieces - 128 S),
+// then the same epilogue, acc = fma(f32(D), s * (2^-11 scale), acc) with s = d (IQ4_NL) or
+// d (ls - 32) (IQ4_XS), blocks in order: bitwise the VNNI builds' sums. Layout: put_iq4_i16.
+//
+// The 4 int16 weight vectors of one 32-byte chunk (put_iq4_i16): w[t] holds columns
+// 2 m + 8 t + (0, 1) of the half's 8 rows, as Q8_0's VPMADDWD operands.
+inline void iq4_levels16(const uint8_t* chunk, __m256i table, __m256i* w) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
+  const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low4));
+  const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+  const __m256i slo = _mm256_cmpgt_epi8(zero, lo), shi = _mm256_cmpgt_epi8(zero, hi);
+  w[0] = _mm256_unpacklo_epi8(lo, slo);
+  w[1] = _mm256_unpackhi_epi8(lo, slo);
+  w[2] = _mm256_unpacklo_epi8(hi, shi);
+  w[3] = _mm256_unpackhi_epi8(hi, shi);
+}
+
+// c0[j] += w . a0, c12[j] += w . a12 over one half (8 weight rows, 128 index bytes at q) of a
+// block, for R rows whose block pieces are at ab[j] (a0's 32 int16, then a12's).
+template <int R, int P>
+inline void iq4_half(const uint8_t* q, __m256i table, const int8_t* const* ab, __m256i* c0,
+                     __m256i* c12) {
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    __m256i w[4];
+    iq4_levels16(q + 32 * m, table, w);
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < R; ++j) {
+        const int at = 4 * (m + 4 * t);  // the byte of columns 2 m + 8 t's int16 pair
+        c0[j] = madd_chain(c0[j], w[t], bcast4(ab[j] + at));
+        if constexpr (P == 3) c12[j] = madd_chain(c12[j], w[t], bcast4(ab[j] + 64 + at));
+      }
+  }
+}
+
+template <int R, int P, bool XS>
+void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                    int64_t ldy, int64_t o0, int64_t o_end) {
+  const int64_t nb = x.cols / 32;
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
+  const int16_t* a[R];
+  const float* scale[R];
+  for (int j = 0; j < R; ++j) {
+    a[j] = x.i16 + (r0 + j) * nb * 64;
+    scale[j] = x.i8_scale + (r0 + j) * nb;
+  }
+  auto quants = [group](int64_t b) {
+    return XS ? group + (b >> 3) * kxs_sb_bytes + 256 * (b & 7) : group + b * k40_block_bytes;
+  };
+  auto scales = [group](int64_t b, int h) {
+    if constexpr (XS) {
+      const uint8_t* sbp = group + (b >> 3) * kxs_sb_bytes;
+      return _mm256_mul_ps(f16x8(sbp + kxs_d_at + 16 * h),
+                           widen8_s8(sbp + kxs_sc_at + 16 * (b & 7) + 8 * h));
+    } else {
+      return f16x8(group + b * k40_block_bytes + k4x_d_at + 16 * h);
+    }
+  };
+  auto prefetch = [group](int64_t b) {
+    if constexpr (XS) {
+      prefetch_ahead<false, 256, kxs_sb_bytes>(group, b);
+    } else {
+      const char* ahead = reinterpret_cast<const char*>(group + (b + 16) * k40_block_bytes);
+      for (int l = 0; l < 5; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    }
+  };
+  // One block's half h for the R rows into acc (the same integer D and f32 operations per
+  // element in either loop order below).
+  auto block_half = [&](int64_t b, int h, __m256* acc) {
+    const int8_t* ab[R];
+    for (int j = 0; j < R; ++j) {
+      ab[j] = reinterpret_cast<const int8_t*>(a[j] + b * 64);
+      __asm__("" : "+r"(ab[j]));  // (one address register per row: Q8_0's)
+    }
+    __m256i c0[R], c12[R];
+    for (int j = 0; j < R; ++j) c0[j] = c12[j] = _mm256_setzero_si256();
+    iq4_half<R, P>(quants(b) + 128 * h, table, ab, c0, c12);
+    const __m256 s = scales(b, h);
+    for (int j = 0; j < R; ++j) {
+      const __m256i dd = _mm256_add_epi32(_mm256_slli_epi32(c0[j], 11), c12[j]);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(s, _mm256_set1_ps(scale[j][b])),
+                               acc[j]);
+    }
+  };
+  if constexpr (R > 1) {
+    // Several rows: one half over every block, then the other (the accumulators stay in
+    // registers).
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        if (h == 0) prefetch(b);
+        block_half(b, h, acc);
+      }
+      for (int j = 0; j < R; ++j) store_half(acc[j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+    }
+  } else {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch(b);
+      block_half(b, 0, acc);
+      block_half(b, 1, acc + 1);
+    }
+    for (int h = 0; h < 2; ++h) store_half(acc[h], y + r0 * ldy, o0 + 8 * h, o_end);
+  }
+}
+
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1 (avx2_kind).
+// By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1, IQ4_NL, IQ4_XS
+// (avx2_kind).
 template <int P>
-constexpr Avx2Group k_avx2_groups[8][4] = {
+constexpr Avx2Group k_avx2_groups[10][4] = {
     {avx2_group_q4k<1, false, P>, avx2_group_q4k<2, false, P>, avx2_group_q4k<3, false, P>,
      avx2_group_q4k<4, false, P>},
     {avx2_group_q6k<1, P>, avx2_group_q6k<2, P>, avx2_group_q6k<3, P>, avx2_group_q6k<4, P>},
@@ -1645,7 +1797,11 @@ constexpr Avx2Group k_avx2_groups[8][4] = {
     {avx2_group_q5_01<false, 1, P, false>, avx2_group_q5_01<false, 2, P, false>,
      avx2_group_q5_01<false, 3, P, false>, avx2_group_q5_01<false, 4, P, false>},
     {avx2_group_q5_01<true, 1, P, false>, avx2_group_q5_01<true, 2, P, false>,
-     avx2_group_q5_01<true, 3, P, false>, avx2_group_q5_01<true, 4, P, false>}};
+     avx2_group_q5_01<true, 3, P, false>, avx2_group_q5_01<true, 4, P, false>},
+    {avx2_group_iq4<1, P, false>, avx2_group_iq4<2, P, false>, avx2_group_iq4<3, P, false>,
+     avx2_group_iq4<4, P, false>},
+    {avx2_group_iq4<1, P, true>, avx2_group_iq4<2, P, true>, avx2_group_iq4<3, P, true>,
+     avx2_group_iq4<4, P, true>}};
 int avx2_kind(DType t) {
   switch (t) {
     case DType::Q6_K:
@@ -1662,6 +1818,10 @@ int avx2_kind(DType t) {
       return 6;
     case DType::Q4_1:
       return 7;
+    case DType::IQ4_NL:
+      return 8;
+    case DType::IQ4_XS:
+      return 9;
     default:
       return 0;
   }
@@ -1769,8 +1929,8 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
   return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #else
-  const bool q8 = w.type == DType::Q8_0;
-  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && (q8 ? x.i16 != nullptr : x.i8 != nullptr));
+  OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 &&
+              (amx_i8_takes_i16(w.type) ? x.i16 != nullptr : x.i8 != nullptr));
 #endif
   OSSA_ASSERT(x.i8_pieces == 1 || x.i8_pieces == 3);
   const Avx2Group* fns =

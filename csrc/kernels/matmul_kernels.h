@@ -150,6 +150,9 @@ bool i8_avx2_available();
 // Whether a matrix of type t is repacked for these kernels at load: amx_i8_type, except Q4_0 / Q4_1
 // on AVX2 without VNNI, which only 8-bit activations (quantized_activations) take there.
 bool amx_i8_repacks(DType t, bool quantized_activations);
+// Whether the kernels of type t read the int16 pieces (i8_avx2_split_rows16) instead of the int8
+// ones: Q8_0, IQ4_NL and IQ4_XS on AVX2 without VNNI.
+bool amx_i8_takes_i16(DType t);
 // Whether this build has the AVX-512 VNNI loops (Q4_K / Q6_K and Q2_K / Q3_K, with or without AMX;
 // without AMX also the types above).
 bool i8_vnni_available();
