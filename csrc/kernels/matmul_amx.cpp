@@ -542,10 +542,12 @@ bool amx_available() { return false; }
 bool amx_repackable(DType) { return false; }
 // Without AMX, the int8 types may still be repacked for the VNNI / AVX2 int8 kernels
 // (i8_vnni_available, i8_avx2_available), and Q2_K / Q3_K for the VNNI loop of
-// matmul_amx_q23k.cpp (amx_q23k_repacked_bytes is 0 in builds without VNNI).
+// matmul_amx_q23k.cpp (amx_q23k_repacked_bytes is 0 in builds without VNNI, where AVX2 takes them
+// to matmul_amx_i8.cpp: amx_i8_type).
 size_t amx_repacked_bytes(const TensorView& w) {
+  if (amx_i8_type(w.type)) return amx_i8_repacked_bytes(w);
   if (amx_q23k_type(w.type)) return amx_q23k_repacked_bytes(w);
-  return amx_i8_type(w.type) ? amx_i8_repacked_bytes(w) : 0;
+  return 0;
 }
 void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);

@@ -133,6 +133,21 @@ constexpr int64_t k5k_block_bytes = 320, k5k_sb_bytes = 2880, k5k_sc_at = 2560, 
 // indices (Q4_K's nibbles), the scales ls - 32 as int8 [j][n], the rows' f16 d, and 32 bytes of
 // padding: 2,240 bytes (the file's 2,176).
 constexpr int64_t kxs_sb_bytes = 2240, kxs_sc_at = 2048, kxs_d_at = 2176, kxs_pad_at = 2208;
+// Q2_K / Q3_K (AVX2 without VNNI; VNNI builds take them to matmul_amx_q23k.cpp), per 16 rows and
+// 256 columns: 8 blocks of (128 bytes of the quants' low 2 bits, Q3_K's 64 bytes of third bits,
+// the scale bytes [g][n] of the block's 2 groups: Q2_K the file's sc | m << 4, Q3_K sc as int8),
+// then the rows' f16 d and (Q2_K) dmin: 1,344 bytes (the file's 16 x 84) and 1,824 (16 x 110 =
+// 1,760, and 64 of unpacked scales). One block's bytes are contiguous: with the third bits and
+// scales in regions of their own (matmul_amx_q23k.cpp's order), Q3_K streamed from DRAM at half
+// its in-cache rate. Layout: repack_q23k_avx2.
+template <bool Q3>
+struct Q23kAvx2 {
+  static constexpr int64_t hb_at = 128;               // in a block (Q3_K)
+  static constexpr int64_t sc_at = Q3 ? 192 : 128;    // in a block
+  static constexpr int64_t block_bytes = sc_at + 32;  // 224, 160
+  static constexpr int64_t d_at = 8 * block_bytes, dmin_at = d_at + 32;
+  static constexpr int64_t sb_bytes = d_at + (Q3 ? 32 : 64);
+};
 // Types with a block of 32 columns (the rest have super-blocks of 256).
 bool block32(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
@@ -156,6 +171,8 @@ int64_t group_bytes(DType t, int64_t cols) {
   if (block32(t)) return cols / 32 * block32_bytes(t);
   if (t == DType::Q5_K) return cols / 256 * k5k_sb_bytes;
   if (t == DType::IQ4_XS) return cols / 256 * kxs_sb_bytes;
+  if (t == DType::Q2_K) return cols / 256 * Q23kAvx2<false>::sb_bytes;
+  if (t == DType::Q3_K) return cols / 256 * Q23kAvx2<true>::sb_bytes;
   return cols / 256 * sb_bytes(t);
 }
 // The sum of a block's split values, which multiplies the minimums (Q4_K's dmin m, Q4_1's m):
@@ -181,10 +198,12 @@ bool amx_i8_type(DType t) {
 #elif defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
   // rows 0.7x), IQ4_NL / IQ4_XS on Q8_0's int16 scheme (avx2_group_iq4: the levels + 128 would
-  // overflow VPMADDUBSW's int16 pair sums), and Q4_0 / Q4_1 where amx_i8_repacks says (8-bit
-  // activations only).
+  // overflow VPMADDUBSW's int16 pair sums), Q2_K / Q3_K with the 32-value pieces (avx2_group_q23k;
+  // VNNI builds split per 64 values for them, matmul_amx_q23k.cpp), and Q4_0 / Q4_1 where
+  // amx_i8_repacks says (8-bit activations only).
   if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q4_0 ||
-      t == DType::Q4_1 || t == DType::IQ4_NL || t == DType::IQ4_XS)
+      t == DType::Q4_1 || t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::Q2_K ||
+      t == DType::Q3_K)
     return true;
 #endif
   return t == DType::Q4_K || t == DType::Q6_K;
@@ -489,11 +508,79 @@ void repack_iq4xs(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_
   }
 }
 
+#if !defined(OSSA_HAVE_I8_VNNI)
+// Q2_K / Q3_K for the AVX2 kernel (avx2_group_q23k; Q23kAvx2). Value l of 32-column block j of a
+// super-block is bits 2 (j % 4) of qs[32 (j / 4) + l] (Q3_K: u = that plus 4 where bit j of
+// hmask[l] is set, so the quant is u - 4), in group 2 j + l / 16. Byte [r][4 n + i] (r < 2) of
+// block j's 128 bytes holds, at bits 2 s, the low 2 bits of value 8 s + 4 r + i of row n, so
+// (byte >> 2 s) & 3 over a half's 32 bytes at 64 r + 32 h is the vector of columns 4 k .. 4 k + 3,
+// k = 2 s + r, of rows 8 h .. 8 h + 7 (Q4_K's wq[k]). Q3_K: byte [4 n + i] of block j's 64 bytes
+// holds u's bit 2 of value 4 k + i at bit k.
+template <bool Q3>
+void repack_q23k_avx2(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+  using L = Q23kAvx2<Q3>;
+  const int64_t n_sb = w.cols / 256;
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    uint8_t* group = out + g * n_sb * L::sb_bytes;
+    std::memset(group, 0, static_cast<size_t>(n_sb * L::sb_bytes));
+    for (int n = 0; n < 16 && g * 16 + n < w.rows; ++n) {
+      for (int64_t sb = 0; sb < n_sb; ++sb) {
+        uint8_t* at = group + sb * L::sb_bytes;
+        const uint8_t* qs;
+        const uint8_t* hmask = nullptr;
+        if constexpr (Q3) {
+          const auto& q = reinterpret_cast<const BlockQ3_K*>(w.row(g * 16 + n))[sb];
+          qs = q.qs;
+          hmask = q.hmask;
+          std::memcpy(at + L::d_at + 2 * n, &q.d, 2);
+          for (int gi = 0; gi < 16; ++gi)
+            at[L::block_bytes * (gi / 2) + L::sc_at + 16 * (gi % 2) + n] =
+                static_cast<uint8_t>(static_cast<int8_t>(q3_k_scale(q.scales, gi)));
+        } else {
+          const auto& q = reinterpret_cast<const BlockQ2_K*>(w.row(g * 16 + n))[sb];
+          qs = q.qs;
+          std::memcpy(at + L::d_at + 2 * n, &q.d, 2);
+          std::memcpy(at + L::dmin_at + 2 * n, &q.dmin, 2);
+          for (int gi = 0; gi < 16; ++gi)
+            at[L::block_bytes * (gi / 2) + L::sc_at + 16 * (gi % 2) + n] = q.scales[gi];
+        }
+        for (int j = 0; j < 8; ++j) {
+          uint8_t v[32];
+          for (int l = 0; l < 32; ++l) {
+            v[l] = (qs[32 * (j / 4) + l] >> (2 * (j % 4))) & 3;
+            if (Q3 && ((hmask[l] >> j) & 1)) v[l] |= 4;
+          }
+          for (int r = 0; r < 2; ++r)
+            for (int i = 0; i < 4; ++i) {
+              uint8_t byte = 0;
+              for (int sh = 0; sh < 4; ++sh)
+                byte |= static_cast<uint8_t>((v[8 * sh + 4 * r + i] & 3) << (2 * sh));
+              at[L::block_bytes * j + 64 * r + 4 * n + i] = byte;
+            }
+          if constexpr (Q3)
+            for (int i = 0; i < 4; ++i) {
+              uint8_t byte = 0;
+              for (int k = 0; k < 8; ++k) byte |= static_cast<uint8_t>((v[4 * k + i] >> 2) << k);
+              at[L::block_bytes * j + L::hb_at + 4 * n + i] = byte;
+            }
+        }
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
   OSSA_ASSERT(amx_i8_type(w.type));
   switch (w.type) {
+#if !defined(OSSA_HAVE_I8_VNNI)
+    case DType::Q2_K:
+      return repack_q23k_avx2<false>(w, out, g_begin, g_end);
+    case DType::Q3_K:
+      return repack_q23k_avx2<true>(w, out, g_begin, g_end);
+#endif
     case DType::Q8_0:
       return repack_q8_0(w, out, g_begin, g_end);
     case DType::Q4_0:
@@ -1778,12 +1865,151 @@ void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, f
   }
 }
 
+// Q2_K / Q3_K (AVX2 without VNNI), per 32-column block and 16-value group g of a weight row, the
+// quants (Q2_K: q in 0..3; Q3_K: u in 0..7, the quant u - 4) times the int8 pieces of the block
+// (amx_i8_split_rows, as Q4_K's) in int16 (VPMADDUBSW over the group's 4 vectors: <= 8 * 7 * 127
+// per int16), times the group's scale sc_g by VPMADDWD (Q2_K 0..15, Q3_K -32..31; exact int32):
+//   D = sum over the block's 2 groups of sc_g (2^11 (q . a0) + 16 (q . a1) + (q . a2))
+// (|D| <= 2 * 16 * 7 * 32 * (2^11 * 127 + 16 * 64 + 8) < 2^31 for Q3_K), then
+//   acc = fma(f32(D), d * (2^-11 scale), acc);  acc = fnma(S_g 2^-11 scale, mn_g, acc), g = both
+// with S_g the group's sum of 2^11 a0 + 16 a1 + a2 (i8_isum16) and mn_g = dmin m_g (Q2_K) or
+// d 4 sc_g (Q3_K: w = d sc_g (u - 4)), exact f32 products of an f16 and a small integer; blocks in
+// order. (The VNNI builds fold sc_g into the quants and split per 64 values: other roundings, the
+// same weights.)
+//
+// The 8 vectors of half h (rows 8 h .. 8 h + 7) of block j of a super-block (wq[k]: columns 4 k ..
+// 4 k + 3, Q4_K's order).
+template <bool Q3>
+inline void q23k_unpack8(const uint8_t* blk, int h, __m256i* wq) {
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  for (int r = 0; r < 2; ++r) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * r + 32 * h));
+    for (int sh = 0; sh < 4; ++sh)
+      wq[2 * sh + r] = _mm256_and_si256(sh == 0 ? v : _mm256_srli_epi16(v, 2 * sh), low2);
+  }
+  if constexpr (Q3) {
+    const __m256i hb = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(blk + Q23kAvx2<true>::hb_at + 32 * h));
+    const __m256i bit2 = _mm256_set1_epi8(0x04);
+    for (int k = 0; k < 8; ++k) {  // bit k -> bit 2 (bits moved across bytes are masked off)
+      const __m256i hs = k < 2   ? _mm256_slli_epi16(hb, 2 - k)
+                         : k > 2 ? _mm256_srli_epi16(hb, k - 2)
+                                 : hb;
+      wq[k] = _mm256_or_si256(wq[k], _mm256_and_si256(hs, bit2));
+    }
+  }
+}
+
+// The scales of a block's group gg for half h's 8 rows: sc16 the int16 pair (sc, sc) per row's
+// dword (VPMADDWD's multiplier), mn the minimum per row (f32).
+template <bool Q3>
+inline void q23k_group_scales(const uint8_t* blk, int gg, int h, __m256 dh, __m256 dminh,
+                              __m256i& sc16, __m256& mn) {
+  using L = Q23kAvx2<Q3>;
+  const __m128i b8 =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + L::sc_at + 16 * gg + 8 * h));
+  __m256i sc;
+  if constexpr (Q3) {
+    sc = _mm256_cvtepi8_epi32(b8);
+    mn = _mm256_mul_ps(dh, _mm256_cvtepi32_ps(_mm256_slli_epi32(sc, 2)));  // d 4 sc
+  } else {
+    const __m256i byte = _mm256_cvtepu8_epi32(b8);
+    sc = _mm256_and_si256(byte, _mm256_set1_epi32(0x0F));
+    mn = _mm256_mul_ps(dminh, _mm256_cvtepi32_ps(_mm256_srli_epi32(byte, 4)));  // dmin m
+  }
+  sc16 = _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xAA);
+}
+
+// sc_g (2^11 (q . a0) + 16 (q . a1) + (q . a2)) over one group's 4 vectors (16 columns) for one
+// row, whose pieces of those columns are at a0, a1, a2.
+template <int P>
+inline __m256i q23k_group_dot(const __m256i* wq, __m256i sc16, const int8_t* a0, const int8_t* a1,
+                              const int8_t* a2) {
+  __m256i c0 = _mm256_maddubs_epi16(wq[0], bcast4(a0));
+  for (int k = 1; k < 4; ++k) c0 = acc16(c0, wq[k], bcast4(a0 + 4 * k));
+  const __m256i d0 = _mm256_slli_epi32(_mm256_madd_epi16(c0, sc16), 11);
+  if constexpr (P == 1) return d0;
+  __m256i c1 = _mm256_maddubs_epi16(wq[0], bcast4(a1));
+  __m256i c2 = _mm256_maddubs_epi16(wq[0], bcast4(a2));
+  for (int k = 1; k < 4; ++k) {
+    c1 = acc16(c1, wq[k], bcast4(a1 + 4 * k));
+    c2 = acc16(c2, wq[k], bcast4(a2 + 4 * k));
+  }
+  const __m256i d1 = _mm256_slli_epi32(_mm256_madd_epi16(c1, sc16), 4);
+  return _mm256_add_epi32(d0, _mm256_add_epi32(d1, _mm256_madd_epi16(c2, sc16)));
+}
+
+// Block b's half h for R rows into acc[j] (rp: the rows' pieces).
+template <bool Q3, int R, int P>
+[[gnu::always_inline]] inline void q23k_block_half(const uint8_t* group, int64_t b, int h,
+                                                   const RowPieces* rp, __m256* acc) {
+  using L = Q23kAvx2<Q3>;
+  const uint8_t* sbp = group + (b >> 3) * L::sb_bytes;
+  const uint8_t* blk = sbp + L::block_bytes * (b & 7);
+  __m256i wq[8];
+  q23k_unpack8<Q3>(blk, h, wq);
+  const __m256 dh = f16x8(sbp + L::d_at + 16 * h);
+  const __m256 dminh = Q3 ? dh : f16x8(sbp + L::dmin_at + 16 * h);
+  __m256i sc16[2];
+  __m256 mn[2];
+  for (int gg = 0; gg < 2; ++gg) q23k_group_scales<Q3>(blk, gg, h, dh, dminh, sc16[gg], mn[gg]);
+  for (int r = 0; r < R; ++r) {
+    const int8_t* a0 = rp[r].a0 + b * 1536;
+    const int8_t* a1 = rp[r].a1 + b * 1536;
+    __m256i dd = q23k_group_dot<P>(wq, sc16[0], a0, a1, a1 + 32);
+    dd = _mm256_add_epi32(dd, q23k_group_dot<P>(wq + 4, sc16[1], a0 + 16, a1 + 16, a1 + 48));
+    const float scale = rp[r].scale[b];
+    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(dh, _mm256_set1_ps(scale)),
+                               acc[r]);
+    for (int gg = 0; gg < 2; ++gg)
+      a = _mm256_fnmadd_ps(_mm256_set1_ps(static_cast<float>(rp[r].isum16[2 * b + gg]) * scale),
+                           mn[gg], a);
+    acc[r] = a;
+  }
+}
+
+template <bool Q3, int R, int P>
+void avx2_group_q23k(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
+                     int64_t ldy, int64_t o0, int64_t o_end) {
+  using L = Q23kAvx2<Q3>;
+  const int64_t nb = x.cols / 32;
+  RowPieces rp[R];
+  for (int j = 0; j < R; ++j) rp[j] = row_pieces(x, r0 + j);
+  auto prefetch = [group](int64_t b) {  // super-block b / 8 + 2, spread over the 8 blocks
+    const char* ahead = reinterpret_cast<const char*>(group + ((b >> 3) + 2) * L::sb_bytes);
+    constexpr int64_t lines = (L::sb_bytes + 63) / 64, per = (lines + 7) / 8;
+    const int64_t l0 = per * (b & 7);
+    for (int64_t l = l0; l < std::min(lines, l0 + per); ++l)
+      _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+  };
+  if constexpr (P == 1 && R > 1) {  // one half over every block, then the other (as Q4_K's)
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[R];
+      for (int j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        if (h == 0) prefetch(b);
+        q23k_block_half<Q3, R, P>(group, b, h, rp, acc);
+      }
+      for (int j = 0; j < R; ++j) store_half(acc[j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+    }
+    return;
+  }
+  __m256 acc[2][R];
+  for (int j = 0; j < R; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch(b);
+    for (int h = 0; h < 2; ++h) q23k_block_half<Q3, R, P>(group, b, h, rp, acc[h]);
+  }
+  for (int j = 0; j < R; ++j)
+    for (int h = 0; h < 2; ++h) store_half(acc[h][j], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
+}
+
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
-// By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1, IQ4_NL, IQ4_XS
-// (avx2_kind).
+// By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1, IQ4_NL, IQ4_XS,
+// Q2_K, Q3_K (avx2_kind).
 template <int P>
-constexpr Avx2Group k_avx2_groups[10][4] = {
+constexpr Avx2Group k_avx2_groups[12][4] = {
     {avx2_group_q4k<1, false, P>, avx2_group_q4k<2, false, P>, avx2_group_q4k<3, false, P>,
      avx2_group_q4k<4, false, P>},
     {avx2_group_q6k<1, P>, avx2_group_q6k<2, P>, avx2_group_q6k<3, P>, avx2_group_q6k<4, P>},
@@ -1801,7 +2027,11 @@ constexpr Avx2Group k_avx2_groups[10][4] = {
     {avx2_group_iq4<1, P, false>, avx2_group_iq4<2, P, false>, avx2_group_iq4<3, P, false>,
      avx2_group_iq4<4, P, false>},
     {avx2_group_iq4<1, P, true>, avx2_group_iq4<2, P, true>, avx2_group_iq4<3, P, true>,
-     avx2_group_iq4<4, P, true>}};
+     avx2_group_iq4<4, P, true>},
+    {avx2_group_q23k<false, 1, P>, avx2_group_q23k<false, 2, P>, avx2_group_q23k<false, 3, P>,
+     avx2_group_q23k<false, 4, P>},
+    {avx2_group_q23k<true, 1, P>, avx2_group_q23k<true, 2, P>, avx2_group_q23k<true, 3, P>,
+     avx2_group_q23k<true, 4, P>}};
 int avx2_kind(DType t) {
   switch (t) {
     case DType::Q6_K:
@@ -1822,6 +2052,10 @@ int avx2_kind(DType t) {
       return 8;
     case DType::IQ4_XS:
       return 9;
+    case DType::Q2_K:
+      return 10;
+    case DType::Q3_K:
+      return 11;
     default:
       return 0;
   }
