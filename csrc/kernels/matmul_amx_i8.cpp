@@ -1796,8 +1796,8 @@ template <int R, int P, bool XS>
 void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
   const int64_t nb = x.cols / 32;
-  const __m256i table = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
   const int16_t* a[R];
   const float* scale[R];
   for (int j = 0; j < R; ++j) {
@@ -1838,8 +1838,8 @@ void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, f
     const __m256 s = scales(b, h);
     for (int j = 0; j < R; ++j) {
       const __m256i dd = _mm256_add_epi32(_mm256_slli_epi32(c0[j], 11), c12[j]);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(s, _mm256_set1_ps(scale[j][b])),
-                               acc[j]);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
+                               _mm256_mul_ps(s, _mm256_set1_ps(scale[j][b])), acc[j]);
     }
   };
   if constexpr (R > 1) {
@@ -1888,8 +1888,8 @@ inline void q23k_unpack8(const uint8_t* blk, int h, __m256i* wq) {
       wq[2 * sh + r] = _mm256_and_si256(sh == 0 ? v : _mm256_srli_epi16(v, 2 * sh), low2);
   }
   if constexpr (Q3) {
-    const __m256i hb = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(blk + Q23kAvx2<true>::hb_at + 32 * h));
+    const __m256i hb =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + Q23kAvx2<true>::hb_at + 32 * h));
     const __m256i bit2 = _mm256_set1_epi8(0x04);
     for (int k = 0; k < 8; ++k) {  // bit k -> bit 2 (bits moved across bytes are masked off)
       const __m256i hs = k < 2   ? _mm256_slli_epi16(hb, 2 - k)
@@ -1959,8 +1959,8 @@ template <bool Q3, int R, int P>
     __m256i dd = q23k_group_dot<P>(wq, sc16[0], a0, a1, a1 + 32);
     dd = _mm256_add_epi32(dd, q23k_group_dot<P>(wq + 4, sc16[1], a0 + 16, a1 + 16, a1 + 48));
     const float scale = rp[r].scale[b];
-    __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(dh, _mm256_set1_ps(scale)),
-                               acc[r]);
+    __m256 a =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd), _mm256_mul_ps(dh, _mm256_set1_ps(scale)), acc[r]);
     for (int gg = 0; gg < 2; ++gg)
       a = _mm256_fnmadd_ps(_mm256_set1_ps(static_cast<float>(rp[r].isum16[2 * b + gg]) * scale),
                            mn[gg], a);
