@@ -1956,6 +1956,8 @@ template <bool Q3, int R, int P>
   for (int r = 0; r < R; ++r) {
     const int8_t* a0 = rp[r].a0 + b * 1536;
     const int8_t* a1 = rp[r].a1 + b * 1536;
+    // Opaque: else GCC makes each of the 24 addresses an induction variable of its own (spills).
+    __asm__("" : "+r"(a0), "+r"(a1));
     __m256i dd = q23k_group_dot<P>(wq, sc16[0], a0, a1, a1 + 32);
     dd = _mm256_add_epi32(dd, q23k_group_dot<P>(wq + 4, sc16[1], a0 + 16, a1 + 16, a1 + 48));
     const float scale = rp[r].scale[b];
