@@ -1501,7 +1501,9 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
         const __m256 dm = _mm256_mul_ps(f16x8(sbp + dmin_at + 16 * h),
                                         widen8_u8(sbp + m_at + 16 * (b & 7) + 8 * h));
         for (int j = 0; j < R; ++j) {
-          const __m256i dd = q4k_dot<Q5, 1>(wq, rp[j].a0 + b * 1536, nullptr, nullptr);
+          const int8_t* a0 = rp[j].a0 + b * 1536;
+          __asm__("" : "+r"(a0));  // (opaque: q23k_block_half's)
+          const __m256i dd = q4k_dot<Q5, 1>(wq, a0, nullptr, nullptr);
           __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                      _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j]);
           acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
@@ -1526,8 +1528,10 @@ void avx2_group_q4k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
       const __m256 dm = _mm256_mul_ps(f16x8(sbp + dmin_at + 16 * h),
                                       widen8_u8(sbp + m_at + 16 * (b & 7) + 8 * h));
       for (int j = 0; j < R; ++j) {
+        const int8_t* a0 = rp[j].a0 + b * 1536;
         const int8_t* a1 = rp[j].a1 + b * 1536;
-        const __m256i dd = q4k_dot<Q5, P>(wq, rp[j].a0 + b * 1536, a1, a1 + 32);
+        __asm__("" : "+r"(a0), "+r"(a1));  // (opaque: q23k_block_half's)
+        const __m256i dd = q4k_dot<Q5, P>(wq, a0, a1, a1 + 32);
         __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                    _mm256_mul_ps(s, _mm256_set1_ps(rp[j].scale[b])), acc[j][h]);
         acc[j][h] = _mm256_fnmadd_ps(_mm256_set1_ps(rp[j].sum[b]), dm, a);
@@ -1560,6 +1564,7 @@ void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
             _mm256_mul_ps(widen8_s8(sbp + k6_sc_at + 32 * (b & 7) + 16 + 8 * h), d)};
         for (int j = 0; j < R; ++j) {
           const int8_t* a0 = rp[j].a0 + b * 1536;
+          __asm__("" : "+r"(a0));  // (opaque: q23k_block_half's)
           const __m256 dsc = _mm256_set1_ps(rp[j].scale[b]);
           for (int sub = 0; sub < 2; ++sub) {
             const __m256i dd =
@@ -1588,6 +1593,7 @@ void avx2_group_q6k(const uint8_t* group, const AmxActivations& x, int64_t r0, f
       for (int j = 0; j < R; ++j) {
         const int8_t* a0 = rp[j].a0 + b * 1536;
         const int8_t* a1 = rp[j].a1 + b * 1536;
+        __asm__("" : "+r"(a0), "+r"(a1));  // (opaque: q23k_block_half's)
         const __m256 dsc = _mm256_set1_ps(rp[j].scale[b]);
         for (int sub = 0; sub < 2; ++sub) {
           const __m256i dd = _mm256_sub_epi32(
