@@ -5,8 +5,7 @@ Every test runs both compute paths of a native build: the f32 kernels and, where
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 and Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS repacked for bf16 tiles,
 Q4_K/Q6_K/Q2_K/Q3_K for int8 tiles and VNNI; F16/F32 stay on the f32 kernels), or without AMX the
 int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/Q2_K/Q3_K on VPDPBUSD and Q8_0 on
-AVX2, with AVX2 only Q4_K/Q6_K/Q8_0/Q5_0/Q5_1/Q5_K/IQ4_NL/IQ4_XS, and Q4_0/Q4_1 with 8-bit
-activations (the rest on the f32 kernels)."""
+AVX2, with AVX2 only every quantized type (F32/F16/BF16 stay on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -119,8 +118,8 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
 
 # Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles); Q2_K / Q3_K
 # wherever there is VNNI (AMX or not); Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS with VNNI
-# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS on AVX2
-# without VNNI.
+# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS / Q2_K /
+# Q3_K / Q4_0 / Q4_1 on AVX2 without VNNI.
 VNNI_ONLY = core.i8_vnni_available() and not core.amx_available()
 INT8_TYPES = (
     ["Q4_K", "Q6_K"]
@@ -128,7 +127,7 @@ INT8_TYPES = (
     + (["Q2_K", "Q3_K"] if core.i8_vnni_available() else [])
     + (["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS"] if VNNI_ONLY else [])
     + (
-        ["Q5_0", "Q5_1", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K"]
+        ["Q5_0", "Q5_1", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_0", "Q4_1"]
         if core.i8_avx2_available() and not core.i8_vnni_available()
         else []
     )
@@ -201,25 +200,33 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> Non
 
 @pytest.mark.skipif(
     not (core.repack_default() and core.i8_avx2_available() and not core.i8_vnni_available()),
-    reason="AVX2 without VNNI only (VNNI and AMX builds repack Q4_0 / Q4_1 in both modes)",
+    reason="AVX2 without VNNI only (VNNI and AMX builds have one Q4_0 / Q4_1 kernel for both modes)",
 )
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1"])
-def test_avx2_repacks_q4_0_and_q4_1_for_8bit_activations_only(type_name: str) -> None:
-    # With the exact pieces their int8 kernel would prefill slower than the f32 kernels, so a repacked
-    # load leaves them there: bitwise the f32 kernels' product. With 8-bit activations they are
-    # repacked and run the int8 kernels (one piece): the same rounded inputs as matmul_q8.cpp's dot
-    # products, summed in another order (within f32 rounding of each other, not bitwise).
+def test_avx2_q4_0_and_q4_1_take_a_kernel_per_activation_mode(type_name: str) -> None:
+    # AVX2 without VNNI repacks Q4_0 / Q4_1 for the int16 kernel (the exact three pieces as two int16
+    # ones, VPMADDWD) in an exact load and for the VPMADDUBSW one (one piece) in a load with 8-bit
+    # activations. Exact: the twin's split product (test_int8_kernels_multiply_the_twins_split),
+    # not the f32 kernels' bits. 8-bit: the same rounded inputs as matmul_q8.cpp's dot products,
+    # summed in another order (within f32 rounding of each other, not bitwise). Both bitwise batch
+    # invariant over the few-row tiles.
+    from ossa.reference.model import split_int8
+
     rows, cols = 48, 1024
-    raw, _ = make_weight(type_name, rows, cols, seed=31)
+    raw, w = make_weight(type_name, rows, cols, seed=31)
     x = np.random.default_rng(32).standard_normal((9, cols)).astype(np.float32)
-    np.testing.assert_array_equal(
-        run(raw, type_name, rows, cols, x, mode="amx"), run(raw, type_name, rows, cols, x)
-    )
+    exact = run(raw, type_name, rows, cols, x, mode="amx")
+    f32 = run(raw, type_name, rows, cols, x)
+    assert not np.array_equal(exact, f32)
+    xs = split_int8(x, 32)
+    scale = np.abs(xs) @ np.abs(w.astype(np.float64)).T
+    assert np.max(np.abs(exact - xs @ w.T.astype(np.float64)) / scale) < 1e-6
     int8 = run(raw, type_name, rows, cols, x, q8=True, mode="amx")
     dots = run(raw, type_name, rows, cols, x, q8=True)
     assert not np.array_equal(int8, dots)
     assert np.max(np.abs(int8 - dots)) < 1e-5 * np.max(np.abs(dots))
-    for n in (1, 2, 3, 4, 5):  # the int8 kernels' few-row tiles: bitwise the batch's rows
+    for n in (1, 2, 3, 4, 5):  # the kernels' few-row tiles: bitwise the batch's rows
+        np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], mode="amx"), exact[:n])
         np.testing.assert_array_equal(run(raw, type_name, rows, cols, x[:n], q8=True, mode="amx"), int8[:n])
 
 

@@ -162,9 +162,9 @@ def test_kernel_options_belong_to_each_model(default_model_path: str) -> None:
     if not core.repack_default():
         np.testing.assert_array_equal(default.logits(ids), alone)
     elif not core.amx_available():
-        # Without AMX: the model's Q8_0 head (the tied embedding), and with VNNI its Q4_1 matrices
-        # too (AVX2 without VNNI repacks those for 8-bit activations only), are repacked for the int8
-        # kernels, which multiply the activations' int8 pieces (~2e-6 of each block's largest
+        # Without AMX: the model's Q8_0 head (the tied embedding) and its Q4_1 matrices are repacked
+        # for the int8 kernels (AVX2 without VNNI: the int16 ones), which multiply the activations'
+        # int8 pieces (~2e-6 of each block's largest
         # value): not the f32 kernels' logits, but close (measured 6.7e-5 of the largest).
         d = default.logits(ids)
         assert not np.array_equal(d, alone)

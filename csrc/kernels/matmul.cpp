@@ -150,7 +150,7 @@ struct AmxNeeds {
     any = true;
     if (w.bf16_compute)
       bf16c = true;
-    else if (amx_i8_type(w.type) && amx_i8_takes_i16(w.type))
+    else if (amx_i8_type(w.type) && amx_i8_takes_i16(w.type, x.quantized))
       i16 = true;  // (AVX2's Q8_0 / IQ4 kernels; with VNNI they take the int8 pieces)
     else if (amx_i8_type(w.type))
       i8 = true;
@@ -188,7 +188,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
   const int pieces = x.quantized ? 1 : 3;
   int16_t* i16 = need.i16 ? grow(t_i16, x.n_rows * 2 * x.cols) : nullptr;
   float* i8_scale = need.i8 || need.i16 ? grow(t_i8_scale, x.n_rows * steps) : nullptr;
-  float* i8_sum = need.i8 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
+  float* i8_sum = need.i8 || need.i16 ? grow(t_i8_sum, x.n_rows * steps) : nullptr;
   int32_t* i8_isum16 = need.i8 ? grow(t_i8_isum16, x.n_rows * 2 * steps) : nullptr;
   int8_t* q23k = need.q23k ? grow(t_q23k, n_blocks * 16 * 3 * x.cols) : nullptr;
   float* q23k_scale = need.q23k ? grow(t_q23k_scale, x.n_rows * (x.cols / 64)) : nullptr;
@@ -202,7 +202,7 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
         amx_split_rows(x.f32, x.cols, r0, r1, tiles, sums);
       if (need.i8)
         amx_i8_split_rows(x.f32, x.cols, r0, r1, i8, i8_scale, i8_sum, i8_isum16, pieces);
-      if (need.i16) i8_avx2_split_rows16(x.f32, x.cols, r0, r1, i16, i8_scale, pieces);
+      if (need.i16) i8_avx2_split_rows16(x.f32, x.cols, r0, r1, i16, i8_scale, i8_sum, pieces);
       if (need.q23k) amx_q23k_split_rows(x.f32, x.cols, r0, r1, q23k, q23k_scale, q23k_xs);
     }
   };

@@ -443,8 +443,10 @@ size_t amx_repacked_bytes(const TensorView& w) {
   return static_cast<size_t>((w.rows + 15) / 16 * (w.cols / 32) * bb);
 }
 
-void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                       bool quantized_activations) {
+  if (amx_i8_type(w.type))
+    return amx_i8_repack_groups(w, out, g_begin, g_end, quantized_activations);
   if (amx_q23k_type(w.type)) return amx_q23k_repack_groups(w, out, g_begin, g_end);
   if (amx_ext_type(w.type)) return amx_ext_repack_groups(w, out, g_begin, g_end);
   if (w.type == DType::BF16) {
@@ -549,8 +551,10 @@ size_t amx_repacked_bytes(const TensorView& w) {
   if (amx_q23k_type(w.type)) return amx_q23k_repacked_bytes(w);
   return 0;
 }
-void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
-  if (amx_i8_type(w.type)) return amx_i8_repack_groups(w, out, g_begin, g_end);
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                       bool quantized_activations) {
+  if (amx_i8_type(w.type))
+    return amx_i8_repack_groups(w, out, g_begin, g_end, quantized_activations);
   if (amx_q23k_type(w.type)) return amx_q23k_repack_groups(w, out, g_begin, g_end);
   throw ModelError("amx matmul: not built");
 }

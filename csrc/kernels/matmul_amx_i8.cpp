@@ -3,7 +3,9 @@
 // Without AMX, the same for every row count, and Q8_0 as well: with VNNI the VNNI loops take every
 // row count, and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS too (vnni::Kind: the same
 // pieces and epilogues; AMX machines keep those on matmul_amx.cpp / matmul_amx_ext.cpp's bf16
-// tiles); with AVX2 only, Q8_0 and Q5_0 / Q5_1 / Q5_K on AVX2 kernels (below).
+// tiles); with AVX2 only, every quantized type on AVX2 kernels (below: Q4_0 / Q4_1 / Q5_0 / Q5_1
+// / Q5_K / Q2_K / Q3_K on VPMADDUBSW as Q4_K, Q8_0 / IQ4_NL / IQ4_XS and the exact Q4_0 / Q4_1 on
+// VPMADDWD).
 //
 // Activations: each block of 32 values x of a row is written as d * (a0 + a1 / 2^7 + a2 / 2^11)
 // with d = max|x| / 127 and int8 pieces (amx_i8_split_rows): y = x * (127 / max|x|), a0 = rint(y),
@@ -61,8 +63,8 @@
 // AMX only (vnni::Kind Q40 / Q41): D of the nibbles as Q4_K's, then Q4_0: acc = fma(f32(D - 8 S),
 // d[n] * (2^-11 d[r][b]), acc) with S the block's sum of 2^11 a0 + 16 a1 + a2 (both halves of
 // i8_isum16); Q4_1: acc = fma(f32(D), d[n] * (2^-11 d[r][b]), acc), acc = fma(sum(x[r][b]),
-// m[n], acc). (An AVX2-only build keeps them on the f32 kernels: its int8 kernel decoded the
-// default model 1.9x faster but prefilled it at 0.74x.) Layout per
+// m[n], acc). (An AVX2-only build multiplies the exact pieces with the int16 kernel of IQ4_NL,
+// avx2_group_iq4, and 8-bit activations with Q4_K's VPMADDUBSW kernel.) Layout per
 // group of 16 rows and block: a Q4_K block of nibbles (the file's qs bytes already pair column j
 // with 16 + j), then the f16 d (and m) of the rows: 288 (320) bytes, the file's 16 x 18 (16 x 20).
 #include <algorithm>
@@ -199,8 +201,8 @@ bool amx_i8_type(DType t) {
   // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
   // rows 0.7x), IQ4_NL / IQ4_XS on Q8_0's int16 scheme (avx2_group_iq4: the levels + 128 would
   // overflow VPMADDUBSW's int16 pair sums), Q2_K / Q3_K with the 32-value pieces (avx2_group_q23k;
-  // VNNI builds split per 64 values for them, matmul_amx_q23k.cpp), and Q4_0 / Q4_1 where
-  // amx_i8_repacks says (8-bit activations only).
+  // VNNI builds split per 64 values for them, matmul_amx_q23k.cpp), and Q4_0 / Q4_1 (the int16
+  // kernel with the exact pieces, the VPMADDUBSW one with 8-bit activations: amx_i8_takes_i16).
   if (t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K || t == DType::Q4_0 ||
       t == DType::Q4_1 || t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::Q2_K ||
       t == DType::Q3_K)
@@ -210,22 +212,21 @@ bool amx_i8_type(DType t) {
 }
 
 bool amx_i8_repacks(DType t, bool quantized_activations) {
-#if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
-  // AVX2 without VNNI: Q4_0 / Q4_1 only for 8-bit activations. With the exact three pieces their
-  // int8 kernel prefilled at 0.74x the f32 kernels (decode 1.9x), so they keep the f32 kernels
-  // there; with one piece it is 1.7-2.5x the f32 kernels' 8-bit dot products (matmul_q8.cpp).
-  if ((t == DType::Q4_0 || t == DType::Q4_1) && !quantized_activations) return false;
-#else
-  (void)quantized_activations;
-#endif
+  (void)quantized_activations;  // (it picks Q4_0 / Q4_1's layout on AVX2: amx_i8_takes_i16)
   return amx_i8_type(t);
 }
 
-bool amx_i8_takes_i16(DType t) {
+bool amx_i8_takes_i16(DType t, bool quantized_activations) {
 #if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
+  // Q4_0 / Q4_1 with the exact three pieces: the int16 kernel (avx2_group_iq4's, their quants
+  // looked up as IQ4's levels are), which decodes 2.8x faster than the f32 kernels and prefills at
+  // 0.93x of them, where the three-piece VPMADDUBSW kernel prefilled at 0.74x; with one piece
+  // (8-bit activations) the VPMADDUBSW kernel (1.4x the int16 one at 64 rows).
+  if (t == DType::Q4_0 || t == DType::Q4_1) return !quantized_activations;
   return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::IQ4_XS;
 #else
   (void)t;
+  (void)quantized_activations;
   return false;
 #endif
 }
@@ -445,7 +446,8 @@ void repack_q45k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
 // byte [r][4 n + i] = qs[4 r + i] of row n; Q5's bit j of qh the fifth bit of column j (after the
 // nibbles); then the rows' f16 d (and m).
 template <class Block>
-void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                    [[maybe_unused]] bool i16_order) {
   constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
   constexpr bool with_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
   constexpr int64_t d_at = q5 ? k5x_d_at : k4x_d_at, m_at = q5 ? k51_m_at : k41_m_at;
@@ -461,7 +463,7 @@ void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t 
         std::memcpy(blk + d_at + 2 * n, &q.d, 2);
         if constexpr (with_m) std::memcpy(blk + m_at + 2 * n, &q.m, 2);
 #if !defined(OSSA_HAVE_I8_VNNI)
-        if (w.type == DType::IQ4_NL) {  // (AVX2: the int16 kernel's order)
+        if (i16_order) {  // (AVX2: the int16 kernel's order, amx_i8_takes_i16)
           put_iq4_i16(q.qs, blk, n);
           continue;
         }
@@ -572,8 +574,10 @@ void repack_q23k_avx2(const TensorView& w, uint8_t* out, int64_t g_begin, int64_
 
 }  // namespace
 
-void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end) {
+void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                          bool quantized_activations) {
   OSSA_ASSERT(amx_i8_type(w.type));
+  const bool i16 = amx_i8_takes_i16(w.type, quantized_activations);
   switch (w.type) {
 #if !defined(OSSA_HAVE_I8_VNNI)
     case DType::Q2_K:
@@ -585,13 +589,13 @@ void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, in
       return repack_q8_0(w, out, g_begin, g_end);
     case DType::Q4_0:
     case DType::IQ4_NL:  // (Q4_0's block: d, then the 16 bytes of indices)
-      return repack_block32<BlockQ4_0>(w, out, g_begin, g_end);
+      return repack_block32<BlockQ4_0>(w, out, g_begin, g_end, i16);
     case DType::Q4_1:
-      return repack_block32<BlockQ4_1>(w, out, g_begin, g_end);
+      return repack_block32<BlockQ4_1>(w, out, g_begin, g_end, i16);
     case DType::Q5_0:
-      return repack_block32<BlockQ5_0>(w, out, g_begin, g_end);
+      return repack_block32<BlockQ5_0>(w, out, g_begin, g_end, false);
     case DType::Q5_1:
-      return repack_block32<BlockQ5_1>(w, out, g_begin, g_end);
+      return repack_block32<BlockQ5_1>(w, out, g_begin, g_end, false);
     case DType::Q5_K:
       return repack_q45k<BlockQ5_K>(w, out, g_begin, g_end);
     case DType::IQ4_XS:
@@ -603,7 +607,7 @@ void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, in
   }
 }
 #else
-void amx_i8_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t) {
+void amx_i8_repack_groups(const TensorView&, uint8_t*, int64_t, int64_t, bool) {
   throw ModelError("amx int8 matmul: not built");
 }
 #endif
@@ -1685,9 +1689,9 @@ void avx2_group_q8_0(const uint8_t* group, const AmxActivations& x, int64_t r0, 
 // (q4k_dot<true>), per block; Q5_0 (w = d (u - 16)): acc = fma(f32(D - 16 S), d * (2^-11 scale),
 // acc), S the block's sum of 2^11 a0 + 16 a1 + a2 (so D - 16 S is the signed quants' product); Q5_1
 // (w = d u + m): acc = fma(f32(D), d * (2^-11 scale), acc), then acc = fma(sum, m, acc) with the
-// block's split sum, as Q4_K's minimum. (Q4_0 / Q4_1 keep the f32 kernels on AVX2: amx_i8_type.)
-// Q5 = false: Q4_0 / Q4_1 (u in 0..15, no fifth bits; Q4_0's offset 8), which AVX2 builds repack
-// for 8-bit activations only (amx_i8_repacks).
+// block's split sum, as Q4_K's minimum.
+// Q5 = false: Q4_0 / Q4_1 (u in 0..15, no fifth bits; Q4_0's offset 8) in a model loaded with 8-bit
+// activations (one piece; the exact pieces take them to avx2_group_iq4: amx_i8_takes_i16).
 template <bool Q51, int R, int P = 3, bool Q5 = true>
 void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                       int64_t ldy, int64_t o0, int64_t o_end) {
@@ -1757,7 +1761,9 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
     for (int h = 0; h < 2; ++h) store_half(acc[j][h], y + (r0 + j) * ldy, o0 + 8 * h, o_end);
 }
 
-// IQ4_NL / IQ4_XS (AVX2 without VNNI): the levels -127..113 are signed and up to 127 in size, so
+// IQ4_NL / IQ4_XS (AVX2 without VNNI), and Q4_0 / Q4_1 with the exact pieces (their quants, u - 8
+// and u, looked up the same way; Q4_1 adds acc = fma(sum, m, acc) with the block's split sum, as
+// its VNNI loop): the levels -127..113 are signed and up to 127 in size, so
 // VPMADDUBSW's pair sums of |w| a0 would reach 2 * 127 * 127 alone (no room to add two). Instead
 // Q8_0's scheme: the levels, looked up from the indices (VPSHUFB) and widened to int16, multiply
 // the same int16 pieces a0 and a12 = 16 a1 + a2 (i8_avx2_split_rows16) by VPMADDWD into int32
@@ -1768,6 +1774,17 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 //
 // The 4 int16 weight vectors of one 32-byte chunk (put_iq4_i16): w[t] holds columns
 // 2 m + 8 t + (0, 1) of the half's 8 rows, as Q8_0's VPMADDWD operands.
+enum class I16Kind { IQ4NL, IQ4XS, Q40, Q41 };
+template <I16Kind K>
+inline __m256i i16_table() {
+  alignas(16) static constexpr int8_t q40[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
+                                                 0,  1,  2,  3,  4,  5,  6,  7};
+  alignas(16) static constexpr int8_t q41[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                 8, 9, 10, 11, 12, 13, 14, 15};
+  const int8_t* t = K == I16Kind::Q40 ? q40 : K == I16Kind::Q41 ? q41 : k_iq4_levels;
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
 inline void iq4_levels16(const uint8_t* chunk, __m256i table, __m256i* w) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
@@ -1798,20 +1815,23 @@ inline void iq4_half(const uint8_t* q, __m256i table, const int8_t* const* ab, _
   }
 }
 
-template <int R, int P, bool XS>
+template <int R, int P, I16Kind K>
 void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, float* y,
                     int64_t ldy, int64_t o0, int64_t o_end) {
+  constexpr bool XS = K == I16Kind::IQ4XS, Q41 = K == I16Kind::Q41;
+  constexpr int64_t bb = Q41 ? k41_block_bytes : k40_block_bytes;  // (block32 kinds)
   const int64_t nb = x.cols / 32;
-  const __m256i table =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
+  const __m256i table = i16_table<K>();
   const int16_t* a[R];
   const float* scale[R];
+  [[maybe_unused]] const float* sum[R];
   for (int j = 0; j < R; ++j) {
     a[j] = x.i16 + (r0 + j) * nb * 64;
     scale[j] = x.i8_scale + (r0 + j) * nb;
+    sum[j] = x.i8_sum + (r0 + j) * nb;
   }
   auto quants = [group](int64_t b) {
-    return XS ? group + (b >> 3) * kxs_sb_bytes + 256 * (b & 7) : group + b * k40_block_bytes;
+    return XS ? group + (b >> 3) * kxs_sb_bytes + 256 * (b & 7) : group + b * bb;
   };
   auto scales = [group](int64_t b, int h) {
     if constexpr (XS) {
@@ -1819,15 +1839,15 @@ void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, f
       return _mm256_mul_ps(f16x8(sbp + kxs_d_at + 16 * h),
                            widen8_s8(sbp + kxs_sc_at + 16 * (b & 7) + 8 * h));
     } else {
-      return f16x8(group + b * k40_block_bytes + k4x_d_at + 16 * h);
+      return f16x8(group + b * bb + k4x_d_at + 16 * h);
     }
   };
   auto prefetch = [group](int64_t b) {
     if constexpr (XS) {
       prefetch_ahead<false, 256, kxs_sb_bytes>(group, b);
     } else {
-      const char* ahead = reinterpret_cast<const char*>(group + (b + 16) * k40_block_bytes);
-      for (int l = 0; l < 5; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+      const char* ahead = reinterpret_cast<const char*>(group + (b + 16) * bb);
+      for (int l = 0; l < bb / 64 + 1; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     }
   };
   // One block's half h for the R rows into acc (the same integer D and f32 operations per
@@ -1846,6 +1866,9 @@ void avx2_group_iq4(const uint8_t* group, const AmxActivations& x, int64_t r0, f
       const __m256i dd = _mm256_add_epi32(_mm256_slli_epi32(c0[j], 11), c12[j]);
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dd),
                                _mm256_mul_ps(s, _mm256_set1_ps(scale[j][b])), acc[j]);
+      if constexpr (Q41)
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(sum[j][b]),
+                                 f16x8(group + b * bb + k41_m_at + 16 * h), acc[j]);
     }
   };
   if constexpr (R > 1) {
@@ -2015,9 +2038,9 @@ void avx2_group_q23k(const uint8_t* group, const AmxActivations& x, int64_t r0, 
 using Avx2Group = void (*)(const uint8_t*, const AmxActivations&, int64_t, float*, int64_t, int64_t,
                            int64_t);
 // By pieces (3, 1) and type: Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q5_K, Q4_0, Q4_1, IQ4_NL, IQ4_XS,
-// Q2_K, Q3_K (avx2_kind).
+// Q2_K, Q3_K, then Q4_0 / Q4_1 on the int16 kernel (avx2_kind).
 template <int P>
-constexpr Avx2Group k_avx2_groups[12][4] = {
+constexpr Avx2Group k_avx2_groups[14][4] = {
     {avx2_group_q4k<1, false, P>, avx2_group_q4k<2, false, P>, avx2_group_q4k<3, false, P>,
      avx2_group_q4k<4, false, P>},
     {avx2_group_q6k<1, P>, avx2_group_q6k<2, P>, avx2_group_q6k<3, P>, avx2_group_q6k<4, P>},
@@ -2032,15 +2055,19 @@ constexpr Avx2Group k_avx2_groups[12][4] = {
      avx2_group_q5_01<false, 3, P, false>, avx2_group_q5_01<false, 4, P, false>},
     {avx2_group_q5_01<true, 1, P, false>, avx2_group_q5_01<true, 2, P, false>,
      avx2_group_q5_01<true, 3, P, false>, avx2_group_q5_01<true, 4, P, false>},
-    {avx2_group_iq4<1, P, false>, avx2_group_iq4<2, P, false>, avx2_group_iq4<3, P, false>,
-     avx2_group_iq4<4, P, false>},
-    {avx2_group_iq4<1, P, true>, avx2_group_iq4<2, P, true>, avx2_group_iq4<3, P, true>,
-     avx2_group_iq4<4, P, true>},
+    {avx2_group_iq4<1, P, I16Kind::IQ4NL>, avx2_group_iq4<2, P, I16Kind::IQ4NL>,
+     avx2_group_iq4<3, P, I16Kind::IQ4NL>, avx2_group_iq4<4, P, I16Kind::IQ4NL>},
+    {avx2_group_iq4<1, P, I16Kind::IQ4XS>, avx2_group_iq4<2, P, I16Kind::IQ4XS>,
+     avx2_group_iq4<3, P, I16Kind::IQ4XS>, avx2_group_iq4<4, P, I16Kind::IQ4XS>},
     {avx2_group_q23k<false, 1, P>, avx2_group_q23k<false, 2, P>, avx2_group_q23k<false, 3, P>,
      avx2_group_q23k<false, 4, P>},
     {avx2_group_q23k<true, 1, P>, avx2_group_q23k<true, 2, P>, avx2_group_q23k<true, 3, P>,
-     avx2_group_q23k<true, 4, P>}};
-int avx2_kind(DType t) {
+     avx2_group_q23k<true, 4, P>},
+    {avx2_group_iq4<1, P, I16Kind::Q40>, avx2_group_iq4<2, P, I16Kind::Q40>,
+     avx2_group_iq4<3, P, I16Kind::Q40>, avx2_group_iq4<4, P, I16Kind::Q40>},
+    {avx2_group_iq4<1, P, I16Kind::Q41>, avx2_group_iq4<2, P, I16Kind::Q41>,
+     avx2_group_iq4<3, P, I16Kind::Q41>, avx2_group_iq4<4, P, I16Kind::Q41>}};
+int avx2_kind(DType t, bool i16) {
   switch (t) {
     case DType::Q6_K:
       return 1;
@@ -2053,9 +2080,9 @@ int avx2_kind(DType t) {
     case DType::Q5_K:
       return 5;
     case DType::Q4_0:
-      return 6;
+      return i16 ? 12 : 6;
     case DType::Q4_1:
-      return 7;
+      return i16 ? 13 : 7;
     case DType::IQ4_NL:
       return 8;
     case DType::IQ4_XS:
@@ -2140,7 +2167,7 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
 #endif
 
 void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
-                          int16_t* pieces, float* scale, int n_pieces) {
+                          int16_t* pieces, float* scale, float* sum, int n_pieces) {
   OSSA_ASSERT(n_pieces == 1 || n_pieces == 3);
   const int64_t nb = cols / 32;
   for (int64_t r = r_begin; r < r_end; ++r) {
@@ -2159,6 +2186,19 @@ void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 + 8 * i), pack_i16(a12[0], a12[1]));
       }
       scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // amx_i8_split_rows' scale
+      if (sum != nullptr) {                           // amx_i8_split_rows' sum (Q4_1's minimum)
+        int32_t isum[2];
+        for (int h = 0; h < 2; ++h) {
+          __m256i whole = _mm256_setzero_si256();
+          for (int i = 2 * h; i < 2 * h + 2; ++i)
+            whole = _mm256_add_epi32(
+                whole, _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(bp.q[0][i], 11),
+                                                         _mm256_slli_epi32(bp.q[1][i], 4)),
+                                        bp.q[2][i]));
+          isum[h] = hsum8_epi32(whole);
+        }
+        sum[r * nb + b] = split_sum(isum, scale[r * nb + b]);
+      }
     }
   }
 }
@@ -2171,12 +2211,15 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
   return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #else
+  // (the layout of Q4_0 / Q4_1 follows the model's activations: they are 8-bit blocks, one piece,
+  // in every matmul of a model loaded with quantized_activations, the repack's flag)
+  const bool i16 = amx_i8_takes_i16(w.type, x.i8_pieces == 1);
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 &&
-              (amx_i8_takes_i16(w.type) ? x.i16 != nullptr : x.i8 != nullptr));
+              (i16 ? x.i16 != nullptr : x.i8 != nullptr) && (!i16 || x.i8_sum != nullptr));
 #endif
   OSSA_ASSERT(x.i8_pieces == 1 || x.i8_pieces == 3);
-  const Avx2Group* fns =
-      x.i8_pieces == 1 ? k_avx2_groups<1>[avx2_kind(w.type)] : k_avx2_groups<3>[avx2_kind(w.type)];
+  const int kind = avx2_kind(w.type, i16);
+  const Avx2Group* fns = x.i8_pieces == 1 ? k_avx2_groups<1>[kind] : k_avx2_groups<3>[kind];
   for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
     const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
     for (int64_t r = r_begin; r < r_end; r += 4)
@@ -2201,7 +2244,7 @@ void amx_i8_compute(const TensorView&, const AmxActivations&, int64_t, int64_t, 
 #endif
 
 #if !defined(OSSA_HAVE_I8_AVX2)
-void i8_avx2_split_rows16(const float*, int64_t, int64_t, int64_t, int16_t*, float*, int) {
+void i8_avx2_split_rows16(const float*, int64_t, int64_t, int64_t, int16_t*, float*, float*, int) {
   throw ModelError("AVX2 int8 Q8_0 matmul: not built");
 }
 #endif

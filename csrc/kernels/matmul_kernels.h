@@ -115,7 +115,9 @@ struct AmxActivations {
 };
 bool amx_repackable(DType t);
 size_t amx_repacked_bytes(const TensorView& w);  // 0 if w cannot be repacked
-void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+// quantized_activations: the model's (Q4_0 / Q4_1 on AVX2 take another layout: amx_i8_takes_i16).
+void amx_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                       bool quantized_activations = false);
 // bfloat16 compute (TensorView::bf16_compute): W dequantized and rounded to bf16 (ties to even) in
 // the BF16 tile layout, amx_repacked_bytes of a BF16 matrix of the same shape.
 void amx_repack_bf16_rounded(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
@@ -151,18 +153,22 @@ bool i8_avx2_available();
 // on AVX2 without VNNI, which only 8-bit activations (quantized_activations) take there.
 bool amx_i8_repacks(DType t, bool quantized_activations);
 // Whether the kernels of type t read the int16 pieces (i8_avx2_split_rows16) instead of the int8
-// ones: Q8_0, IQ4_NL and IQ4_XS on AVX2 without VNNI.
-bool amx_i8_takes_i16(DType t);
+// ones, for activations of one piece (quantized_activations) or three: Q8_0, IQ4_NL, IQ4_XS and,
+// with three pieces, Q4_0 / Q4_1, on AVX2 without VNNI (their layout follows: a model loaded with
+// quantized_activations repacks Q4_0 / Q4_1 for the one-piece kernels).
+bool amx_i8_takes_i16(DType t, bool quantized_activations);
 // Whether this build has the AVX-512 VNNI loops (Q4_K / Q6_K and Q2_K / Q3_K, with or without AMX;
 // without AMX also the types above).
 bool i8_vnni_available();
 size_t amx_i8_repacked_bytes(const TensorView& w);
-void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end);
+void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
+                          bool quantized_activations = false);
 // pieces 3 (exact) or 1 (a0 alone; a1 = a2 = 0, and the sums are of a0's integers).
 void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_end, int8_t* tiles,
                        float* scale, float* sum, int32_t* isum16, int pieces = 3);
+// sum (nullable): the blocks' split sums, as amx_i8_split_rows' (Q4_1's minimum).
 void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t r_end,
-                          int16_t* pieces, float* scale, int n_pieces = 3);
+                          int16_t* pieces, float* scale, float* sum, int n_pieces = 3);
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 // Q2_K and Q3_K on AMX-INT8 / AVX512-VNNI (matmul_amx_q23k.cpp): Q4_K's scheme with int8 pieces

@@ -149,7 +149,7 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
                    if (bf16_compute)
                      bf16_groups(job.src, job.dst, bf16_tiles, g0, g1);
                    else
-                     amx_repack_groups(job.src, job.dst, g0, g1);
+                     amx_repack_groups(job.src, job.dst, g0, g1, quantized_activations);
                  }
                });
   for (Job& job : jobs) {
