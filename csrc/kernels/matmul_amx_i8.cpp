@@ -219,8 +219,8 @@ bool amx_i8_repacks(DType t, bool quantized_activations) {
 bool amx_i8_takes_i16(DType t, bool quantized_activations) {
 #if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // Q4_0 / Q4_1 with the exact three pieces: the int16 kernel (avx2_group_iq4's, their quants
-  // looked up as IQ4's levels are), which decodes 2.8x faster than the f32 kernels and prefills at
-  // 0.93x of them, where the three-piece VPMADDUBSW kernel prefilled at 0.74x; with one piece
+  // looked up as IQ4's levels are), which decodes ~2.7x faster than the f32 kernels and prefills at
+  // 0.88-0.9x of them, where the three-piece VPMADDUBSW kernel prefilled at 0.74x; with one piece
   // (8-bit activations) the VPMADDUBSW kernel (1.4x the int16 one at 64 rows).
   if (t == DType::Q4_0 || t == DType::Q4_1) return !quantized_activations;
   return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::IQ4_XS;
