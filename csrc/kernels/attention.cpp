@@ -189,6 +189,120 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
 }
 
+#if defined(OSSA_ATTN_AVX2) && !defined(__AVX512F__) && defined(__FMA__)
+#define OSSA_ATTN_AVX2_HEADS 1
+// AVX2 without AVX-512: attend_heads' scheme on 8-lane vectors, for GH heads of one KV group at
+// once (they share every K and V row loaded). Scores 8 positions at a time from the transposed K
+// blocks, two partial sums over d mod 2, (s0 + s1) * scale; exp8 over positions; the softmax sum in
+// 8 lanes by position (from j0) mod 8; the weighted V sum in registers, one 8-wide column chunk at
+// a time, positions in order. Each head's arithmetic is what it would be alone, so a token's output
+// does not depend on its batch. Needs head_dim and block_size multiples of 8 (else
+// attend_generic).
+inline __m256 lane_mask(int lo, int hi) {  // lanes lo <= k < hi all ones
+  const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(hi), k),
+                                              _mm256_cmpgt_epi32(k, _mm256_set1_epi32(lo - 1))));
+}
+inline float hmax8f(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+inline float hsum8f(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+template <KvType KV, int GH>
+void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim,
+                   float scale) {
+  const int hd = a.head_dim, bs = a.block_size;
+  const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
+  const int64_t head_stride = a.scratch_stride / k_heads_per_item;
+  float* scores[GH];
+  const float* q[GH];
+  for (int g = 0; g < GH; ++g) {
+    scores[g] = a.scratch + a.scratch_stride * thread + head_stride * g;
+    q[g] = a.q + t * a.ldq + static_cast<int64_t>(h0 + g) * hd;
+  }
+  const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
+  const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx), blk0 = j0 / bs;
+  __m256 vmax[GH], bad[GH];
+  for (int g = 0; g < GH; ++g) {
+    vmax[g] = _mm256_set1_ps(-INFINITY);
+    bad[g] = _mm256_setzero_ps();
+  }
+  const __m256 vinf = _mm256_set1_ps(INFINITY);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int blk = blk0; blk * bs < ctx; ++blk) {
+    const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
+    for (int i0 = lo / 8 * 8; i0 < n_in; i0 += 8) {
+      // (a whole vector of the block's slab is read; lanes outside [lo, n_in) are masked off)
+      const __m256 m = lane_mask(lo - i0, n_in - i0);
+      const int64_t kc = kb + i0;
+      __m256 acc[GH][2];
+      for (int g = 0; g < GH; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+      int d = 0;
+      for (; d + 2 <= hd; d += 2)
+        for (int r = 0; r < 2; ++r) {
+          const __m256 k = kv8<KV>(a.k_cache, kc + static_cast<int64_t>(d + r) * bs);
+          for (int g = 0; g < GH; ++g)
+            acc[g][r] = _mm256_fmadd_ps(_mm256_set1_ps(q[g][d + r]), k, acc[g][r]);
+        }
+      for (int g = 0; g < GH; ++g) {
+        const __m256 sc = _mm256_mul_ps(_mm256_add_ps(acc[g][0], acc[g][1]), _mm256_set1_ps(scale));
+        _mm256_maskstore_ps(scores[g] + blk * bs + i0, _mm256_castps_si256(m), sc);
+        vmax[g] = _mm256_max_ps(vmax[g], _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc, m));
+        bad[g] = _mm256_or_ps(bad[g], _mm256_and_ps(m, _mm256_cmp_ps(_mm256_and_ps(sc, abs_mask),
+                                                                     vinf, _CMP_NLT_UQ)));
+      }
+    }
+  }
+  // Softmax numerators in place; the sum in 8 lanes by position (from j0) mod 8.
+  float inv[GH];
+  bool is_bad[GH];
+  for (int g = 0; g < GH; ++g) {
+    is_bad[g] = _mm256_movemask_ps(bad[g]) != 0;
+    const __m256 mx = _mm256_set1_ps(hmax8f(vmax[g]));
+    __m256 vsum = _mm256_setzero_ps();
+    for (int j = j0; j < ctx; j += 8) {
+      const __m256 m = lane_mask(0, ctx - j);
+      const __m256i mi = _mm256_castps_si256(m);
+      const __m256 p = exp8(_mm256_sub_ps(_mm256_maskload_ps(scores[g] + j, mi), mx));
+      _mm256_maskstore_ps(scores[g] + j, mi, p);
+      vsum = _mm256_add_ps(vsum, _mm256_and_ps(m, p));
+    }
+    inv[g] = 1.0f / hsum8f(vsum);
+  }
+  // Weighted sum of V rows in position order, one 8-wide column chunk of the GH heads at a time.
+  for (int c = 0; c < hd / 8; ++c) {
+    __m256 o[GH];
+    for (int g = 0; g < GH; ++g) o[g] = _mm256_setzero_ps();
+    int64_t v = (static_cast<int64_t>(table[blk0]) * bs + j0 % bs) * kv_dim + kv_off + 8 * c;
+    for (int j = j0, blk = blk0, i = j0 % bs; j < ctx; ++j) {
+      if (i == bs) {
+        i = 0;
+        ++blk;
+        v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 8 * c;
+      }
+      const __m256 vc = kv8<KV>(a.v_cache, v);
+      for (int g = 0; g < GH; ++g) o[g] = _mm256_fmadd_ps(_mm256_set1_ps(scores[g][j]), vc, o[g]);
+      v += kv_dim;
+      ++i;
+    }
+    for (int g = 0; g < GH; ++g) {
+      float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
+      const __m256 r = is_bad[g] ? _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN())
+                                 : _mm256_mul_ps(o[g], _mm256_set1_ps(inv[g]));
+      _mm256_storeu_ps(out + 8 * c, r);
+    }
+  }
+}
+#endif
+
 #if defined(__AVX512F__)
 
 // Decode at large batch streams the cache from memory: blocks are requested this many ahead of use.
@@ -417,6 +531,20 @@ void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group,
   }
 #else
   (void)prefetch;
+#if defined(OSSA_ATTN_AVX2_HEADS)
+  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0) {
+    switch (gh) {
+      case 4:
+        return attend_heads8<KV, 4>(a, t, h0, thread, group, kv_dim, scale);
+      case 3:
+        return attend_heads8<KV, 3>(a, t, h0, thread, group, kv_dim, scale);
+      case 2:
+        return attend_heads8<KV, 2>(a, t, h0, thread, group, kv_dim, scale);
+      default:
+        return attend_heads8<KV, 1>(a, t, h0, thread, group, kv_dim, scale);
+    }
+  }
+#endif
 #endif
   for (int g = 0; g < gh; ++g)
     attend_generic<KV>(a, static_cast<int64_t>(t) * a.n_head + h0 + g, thread, group, kv_dim,
