@@ -185,7 +185,7 @@ def kernels_label(core: Any) -> str:
         return "f32"
     if core.i8_vnni_available():
         return "VNNI int8 (Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL, Q5_K, IQ4_XS, Q2_K, Q3_K) + f32"
-    return "AVX2 int8 (Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K) + f32"
+    return "AVX2 int8 / int16 (every quantized type) + f32"
 
 
 def weight_bytes_per_token(path: str) -> int:
