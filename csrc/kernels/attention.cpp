@@ -189,7 +189,8 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
 }
 
-#if defined(OSSA_ATTN_AVX2) && !defined(__AVX512F__) && defined(__FMA__)
+#if defined(OSSA_ATTN_AVX2) && !defined(__AVX512F__) && \
+    (defined(__FMA__) || defined(OSSA_FMA_EMULATED))
 #define OSSA_ATTN_AVX2_HEADS 1
 // AVX2 without AVX-512: attend_heads' scheme on 8-lane vectors, for GH heads of one KV group at
 // once (they share every K and V row loaded). Scores 8 positions at a time from the transposed K

@@ -2205,15 +2205,15 @@ void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t
 
 void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                     float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
+  // (the layout of Q4_0 / Q4_1 follows the model's activations: they are 8-bit blocks, one piece,
+  // in every matmul of a model loaded with quantized_activations, the repack's flag)
+  const bool i16 = amx_i8_takes_i16(w.type, x.i8_pieces == 1);
   // With VNNI every type here runs VPDPBUSD on 16 weight rows (the same results as the kernels
   // below)
 #if defined(OSSA_HAVE_I8_VNNI)
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 && x.i8 != nullptr);
   return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #else
-  // (the layout of Q4_0 / Q4_1 follows the model's activations: they are 8-bit blocks, one piece,
-  // in every matmul of a model loaded with quantized_activations, the repack's flag)
-  const bool i16 = amx_i8_takes_i16(w.type, x.i8_pieces == 1);
   OSSA_ASSERT(r_begin % 16 == 0 && o_begin % 16 == 0 &&
               (i16 ? x.i16 != nullptr : x.i8 != nullptr) && (!i16 || x.i8_sum != nullptr));
 #endif

@@ -28,7 +28,7 @@ inline __m512 exp16(__m512 x) {
 }
 
 }  // namespace ossa
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED))
 #include <immintrin.h>
 
 namespace ossa {
