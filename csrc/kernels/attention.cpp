@@ -204,16 +204,6 @@ inline __m256 lane_mask(int lo, int hi) {  // lanes lo <= k < hi all ones
   return _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(hi), k),
                                               _mm256_cmpgt_epi32(k, _mm256_set1_epi32(lo - 1))));
 }
-inline float hmax8f(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
-inline float hsum8f(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 template <KvType KV, int GH>
 void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim,
@@ -267,7 +257,7 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
   bool is_bad[GH];
   for (int g = 0; g < GH; ++g) {
     is_bad[g] = _mm256_movemask_ps(bad[g]) != 0;
-    const __m256 mx = _mm256_set1_ps(hmax8f(vmax[g]));
+    const __m256 mx = _mm256_set1_ps(hmax8(vmax[g]));
     __m256 vsum = _mm256_setzero_ps();
     for (int j = j0; j < ctx; j += 8) {
       const __m256 m = lane_mask(0, ctx - j);
@@ -276,7 +266,7 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
       _mm256_maskstore_ps(scores[g] + j, mi, p);
       vsum = _mm256_add_ps(vsum, _mm256_and_ps(m, p));
     }
-    inv[g] = 1.0f / hsum8f(vsum);
+    inv[g] = 1.0f / hsum8(vsum);
   }
   // Weighted sum of V rows in position order, one 8-wide column chunk of the GH heads at a time.
   for (int c = 0; c < hd / 8; ++c) {

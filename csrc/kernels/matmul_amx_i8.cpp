@@ -211,11 +211,6 @@ bool amx_i8_type(DType t) {
   return t == DType::Q4_K || t == DType::Q6_K;
 }
 
-bool amx_i8_repacks(DType t, bool quantized_activations) {
-  (void)quantized_activations;  // (it picks Q4_0 / Q4_1's layout on AVX2: amx_i8_takes_i16)
-  return amx_i8_type(t);
-}
-
 bool amx_i8_takes_i16(DType t, bool quantized_activations) {
 #if defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // Q4_0 / Q4_1 with the exact three pieces: the int16 kernel (avx2_group_iq4's, their quants
@@ -1303,13 +1298,6 @@ inline int32_t hsum8_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-inline float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // 4 bytes broadcast to every lane, straight from memory (VBROADCASTSS: no scalar register).
 inline __m256i bcast4(const int8_t* p) {
   return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
@@ -1770,7 +1758,8 @@ void avx2_group_q5_01(const uint8_t* group, const AmxActivations& x, int64_t r0,
 // pair sums: D = 2^11 (w . a0) + (w . a12) per block (|D| <= 32 * 127 * (2^11 * 127 + 1032) <
 // 2^31), the signed levels' D of the VNNI loop (which forms it as (w + 128) . pieces - 128 S),
 // then the same epilogue, acc = fma(f32(D), s * (2^-11 scale), acc) with s = d (IQ4_NL) or
-// d (ls - 32) (IQ4_XS), blocks in order: bitwise the VNNI builds' sums. Layout: put_iq4_i16.
+// d (ls - 32) (IQ4_XS), blocks in order: by construction the VNNI builds' sums (not compared across
+// builds). Layout: put_iq4_i16.
 //
 // The 4 int16 weight vectors of one 32-byte chunk (put_iq4_i16): w[t] holds columns
 // 2 m + 8 t + (0, 1) of the half's 8 rows, as Q8_0's VPMADDWD operands.
@@ -2124,6 +2113,20 @@ inline void split_block(const float* p, BlockPieces& o) {
   }
 }
 
+// The integer sums 2^11 a0 + 16 a1 + a2 of a split block's two halves of 16 values (exact), as the
+// block sums of amx_i8_split_rows (i8_isum16) and the split sums (split_sum) take them.
+inline void block_isum16(const BlockPieces& bp, int32_t* isum) {
+  for (int h = 0; h < 2; ++h) {
+    __m256i whole = _mm256_setzero_si256();
+    for (int i = 2 * h; i < 2 * h + 2; ++i)
+      whole = _mm256_add_epi32(whole,
+                               _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(bp.q[0][i], 11),
+                                                                 _mm256_slli_epi32(bp.q[1][i], 4)),
+                                                bp.q[2][i]));
+    isum[h] = hsum8_epi32(whole);
+  }
+}
+
 // 16 int32 lanes of int16 values (2 vectors of 8) -> 16 int16 in order.
 inline __m256i pack_i16(__m256i a, __m256i b) {
   return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
@@ -2149,15 +2152,7 @@ void amx_i8_split_rows(const float* x, int64_t cols, int64_t r_begin, int64_t r_
       for (int pc = 0; pc < 3; ++pc)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[pc]),
                             pack_i8(q[pc][0], q[pc][1], q[pc][2], q[pc][3]));
-      for (int h = 0; h < 2; ++h) {  // 2^11 a0 + 16 a1 + a2 over 16 values: exact integers
-        __m256i whole = _mm256_setzero_si256();
-        for (int i = 2 * h; i < 2 * h + 2; ++i)
-          whole = _mm256_add_epi32(whole,
-                                   _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(q[0][i], 11),
-                                                                     _mm256_slli_epi32(q[1][i], 4)),
-                                                    q[2][i]));
-        isum16[r * 2 * nb + 2 * b + h] = hsum8_epi32(whole);
-      }
+      block_isum16(bp, isum16 + r * 2 * nb + 2 * b);
       scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // D counts units of 2^-11 (exact scaling)
       sum[r * nb + b] = split_sum(isum16 + r * 2 * nb + 2 * b, scale[r * nb + b]);
     }
@@ -2188,15 +2183,7 @@ void i8_avx2_split_rows16(const float* x, int64_t cols, int64_t r_begin, int64_t
       scale[r * nb + b] = bp.mx / 127.0f * 0x1p-11f;  // amx_i8_split_rows' scale
       if (sum != nullptr) {                           // amx_i8_split_rows' sum (Q4_1's minimum)
         int32_t isum[2];
-        for (int h = 0; h < 2; ++h) {
-          __m256i whole = _mm256_setzero_si256();
-          for (int i = 2 * h; i < 2 * h + 2; ++i)
-            whole = _mm256_add_epi32(
-                whole, _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(bp.q[0][i], 11),
-                                                         _mm256_slli_epi32(bp.q[1][i], 4)),
-                                        bp.q[2][i]));
-          isum[h] = hsum8_epi32(whole);
-        }
+        block_isum16(bp, isum);
         sum[r * nb + b] = split_sum(isum, scale[r * nb + b]);
       }
     }

@@ -12,6 +12,7 @@
 
 #include "formats/tensor.h"
 #include "kernels/quant.h"
+#include "kernels/vec_math.h"  // (hsum8, hmax8)
 
 #if defined(__AVX2__)
 // GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
@@ -149,9 +150,6 @@ bool amx_i8_type(DType t);
 // with VNNI (the VNNI loop) and for Q5_0 / Q5_1 / Q5_K and Q4_0 / Q4_1 with AVX2 only (the int8
 // pieces as Q4_K).
 bool i8_avx2_available();
-// Whether a matrix of type t is repacked for these kernels at load: amx_i8_type, except Q4_0 / Q4_1
-// on AVX2 without VNNI, which only 8-bit activations (quantized_activations) take there.
-bool amx_i8_repacks(DType t, bool quantized_activations);
 // Whether the kernels of type t read the int16 pieces (i8_avx2_split_rows16) instead of the int8
 // ones, for activations of one piece (quantized_activations) or three: Q8_0, IQ4_NL, IQ4_XS and,
 // with three pieces, Q4_0 / Q4_1, on AVX2 without VNNI (their layout follows: a model loaded with
@@ -196,14 +194,6 @@ void amx_ext_compute(const TensorView& w, const AmxActivations& x, int64_t r_beg
 void decode_block_scalar(DType t, const uint8_t* row, int64_t b, int* w, float* scale, float& wmin);
 
 #if defined(__AVX2__)
-inline float hsum8(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // 16 packed bytes -> 32 bytes: low nibbles (elements 0..15) then high nibbles (16..31).
 inline __m256i unpack_nibbles(const uint8_t* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

@@ -129,7 +129,7 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
       check_bf16_compute(*v);
       bytes = bf16_compute_bytes(*v);
     } else {
-      const bool i8 = amx_i8_repacks(v->type, quantized_activations);
+      const bool i8 = amx_i8_type(v->type);
       bytes = amx || i8 || amx_q23k_type(v->type) ? amx_repacked_bytes(*v) : 0;
     }
     if (bytes == 0) continue;

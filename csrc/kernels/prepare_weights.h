@@ -46,8 +46,8 @@ struct PreparedWeights {
 
 // Prepares `matrices` in place for the kernels (views of empty matrices are skipped): bf16_compute
 // is dtype "bfloat16"; amx asks for the AMX layouts where the CPU has AMX; quantized_activations
-// (the model's 8-bit activation mode) adds the types only that mode repacks (amx_i8_repacks; a
-// bf16_compute copy ignores it).
+// (the model's 8-bit activation mode) picks the layout of the types whose AVX2 kernel depends on it
+// (Q4_0 / Q4_1: amx_i8_takes_i16; a bf16_compute copy ignores it).
 // Returns whether any matrix now runs the AMX kernels. ModelError as make_bf16_compute throws it.
 bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute, bool amx,
                      PreparedWeights& out, bool quantized_activations = false);

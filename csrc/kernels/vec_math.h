@@ -1,11 +1,33 @@
 #pragma once
-// Vector math shared by the kernels (AVX-512 builds: exp16; AVX2 builds without AVX-512: exp8).
-#if defined(__AVX512F__)
+// Vector math shared by the kernels: the horizontal sum and max of 8 lanes (AVX2 builds), exp16
+// (AVX-512 builds) and exp8 (AVX2 builds without AVX-512).
+#if defined(__AVX2__)
 // GCC 12 flags the _mm512_undefined_* inside the intrinsic headers (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+namespace ossa {
+
+inline float hsum8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+}  // namespace ossa
+#endif
+
+#if defined(__AVX512F__)
 namespace ossa {
 
 // exp(x) per lane, Cephes' expf: x = n ln2 + r, a degree-5 polynomial in r, times 2^n (scalef).
@@ -29,8 +51,6 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace ossa
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(OSSA_FMA_EMULATED))
-#include <immintrin.h>
-
 namespace ossa {
 
 // exp16's algorithm on 8 lanes (AVX2 has no scalef: 2^n is built from its exponent bits, n in
