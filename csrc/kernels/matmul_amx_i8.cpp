@@ -1315,11 +1315,16 @@ inline __m256 f16x8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The int16 sums below never reach the saturation bounds, so VPADDSW is VPADDW here; the compiler
-// cannot reassociate saturating adds, which keeps each chain in one register (rebalanced trees of
-// plain adds held all 24 products live and spilled the weights).
+// c + VPMADDUBSW(w, a) in int16. The sums below never reach the int16 bounds (each kernel states
+// its bound), so plain VPADDW is exact. Not VPADDSW: on Zen 3 it issues 2 per cycle, VPADDW 4
+// (benchmarks/isa_ports.py); with it the 8-bit Q4_K kernel took 11.1-11.5 ms for 64 rows where it
+// now takes 8.4-8.6 (kernel_rows.py --q8, one thread). The empty asm keeps each chain one register:
+// the compiler would otherwise rebalance the plain adds into trees holding all 24 products live
+// (spills).
 inline __m256i acc16(__m256i c, __m256i w, __m256i a) {
-  return _mm256_adds_epi16(c, _mm256_maddubs_epi16(w, a));
+  c = _mm256_add_epi16(c, _mm256_maddubs_epi16(w, a));
+  __asm__("" : "+v"(c));
+  return c;
 }
 
 // Q4_K, one block of 32 columns, 8 weight rows: D = 2^11 (q . a0) + 16 (q . a1) + (q . a2) per
