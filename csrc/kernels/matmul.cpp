@@ -96,11 +96,11 @@ ItemShape item_shape(bool amx, bool bf16c) {
                : ItemShape{k_amx_out_chunk, k_amx_row_block};
 }
 
-// Items a thread claims at a time: runs of neighbouring items, so each thread streams one
-// contiguous stretch of the weights (what its hardware prefetcher follows) instead of every other
-// 16-row item, while each thread still gets about 4 claims for balance. 1B Q4_K_M one-row products
-// from DRAM, 2 threads: 13.7 GB/s item by item, 22.4 GB/s in runs of 64. Which thread computes an
-// item never changes its result.
+// Items a thread claims at most at a time (parallel_for's max_claim: the claims shrink to single
+// items at the end): runs of neighbouring items, so each thread streams one contiguous stretch of
+// the weights (what its hardware prefetcher follows) instead of every other 16-row item. 1B Q4_K_M
+// one-row products from DRAM, 2 threads: 13.7 GB/s item by item, 22.4 GB/s in runs of 64. Which
+// thread computes an item never changes its result.
 int64_t claim_grain(int64_t n_items, int threads) {
   return std::clamp<int64_t>(n_items / (4 * int64_t{threads}), 1, 64);
 }
@@ -410,21 +410,24 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
   const TensorView* ws[k_max_targets];
   for (int t = 0; t < n_targets; ++t) ws[t] = targets[t].w;
   const KQuantRows kq = prepare_kquant(ws, n_targets, xin, threads);
-  const int64_t n_items = n_row_blocks * chunks_per_block, grain = claim_grain(n_items, threads);
-  parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
-      int t = 0;
-      while (c >= first_chunk[t + 1]) ++t;
-      const MatmulTarget& tg = targets[t];
-      const int64_t o = (c - first_chunk[t]) * out_chunk;
-      const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
-      const ItemTimer timer;
-      compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
-              amx ? &amx_in : nullptr, kq, tg.accumulate);
-      timer.done(*tg.w, x.n_rows, o_end - o);
-    }
-  });
+  const int64_t n_items = n_row_blocks * chunks_per_block;
+  parallel_for(
+      n_items, 1, threads,
+      [&](int64_t begin, int64_t end, int) {
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t rb = item / chunks_per_block, c = item % chunks_per_block;
+          int t = 0;
+          while (c >= first_chunk[t + 1]) ++t;
+          const MatmulTarget& tg = targets[t];
+          const int64_t o = (c - first_chunk[t]) * out_chunk;
+          const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
+          const ItemTimer timer;
+          compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
+                  amx ? &amx_in : nullptr, kq, tg.accumulate);
+          timer.done(*tg.w, x.n_rows, o_end - o);
+        }
+      },
+      claim_grain(n_items, threads));
 }
 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
@@ -470,45 +473,49 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
                                        out_chunk % 32 == 0 && gate.rows % 32 == 0));
   const int64_t tile_steps =
       gate.rows / 32;  // of the tiles written: the next matmul's 32-column steps
-  const int64_t n_items = n_row_blocks * n_chunks, grain = claim_grain(n_items, threads);
-  parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int) {
-    thread_local AlignedVector<float> scratch;
-    const int64_t need = 2 * row_block * out_chunk;
-    if (static_cast<int64_t>(scratch.size()) < need)
-      scratch.assign(static_cast<size_t>(need), 0.0f);
-    float* g = scratch.data();
-    float* u = g + row_block * out_chunk;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t rb = item / n_chunks, o = (item % n_chunks) * out_chunk;
-      const int64_t r0 = rb * row_block, r1 = std::min(x.n_rows, r0 + row_block);
-      const int64_t o1 = std::min(gate.rows, o + out_chunk);
-      // compute() writes y[r * ld + col] for the item's absolute rows and columns; the scratch
-      // holds them from (r0, o) on, so it is passed as a base that many floats earlier (only the
-      // item's own elements, all inside the scratch, are written).
-      const int64_t ld = out_chunk;
-      const auto base = [&](float* p) {
-        return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) -
-                                        static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
-      };
-      const ItemTimer t_gate;
-      compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
-      t_gate.done(gate, x.n_rows, o1 - o);
-      const ItemTimer t_up;
-      compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
-      t_up.done(up, x.n_rows, o1 - o);
-      if (out_tiles != nullptr) {
-        alignas(64) float row[32];
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = o; c < o1; c += 32) {
-            glu_row(glu, g + (r - r0) * ld + (c - o), u + (r - r0) * ld + (c - o), 32, row);
-            round_bf16_32(row, out_tiles + ((r / 16) * tile_steps + c / 32) * 512 + (r % 16) * 32);
+  const int64_t n_items = n_row_blocks * n_chunks;
+  parallel_for(
+      n_items, 1, threads,
+      [&](int64_t begin, int64_t end, int) {
+        thread_local AlignedVector<float> scratch;
+        const int64_t need = 2 * row_block * out_chunk;
+        if (static_cast<int64_t>(scratch.size()) < need)
+          scratch.assign(static_cast<size_t>(need), 0.0f);
+        float* g = scratch.data();
+        float* u = g + row_block * out_chunk;
+        for (int64_t item = begin; item < end; ++item) {
+          const int64_t rb = item / n_chunks, o = (item % n_chunks) * out_chunk;
+          const int64_t r0 = rb * row_block, r1 = std::min(x.n_rows, r0 + row_block);
+          const int64_t o1 = std::min(gate.rows, o + out_chunk);
+          // compute() writes y[r * ld + col] for the item's absolute rows and columns; the scratch
+          // holds them from (r0, o) on, so it is passed as a base that many floats earlier (only
+          // the item's own elements, all inside the scratch, are written).
+          const int64_t ld = out_chunk;
+          const auto base = [&](float* p) {
+            return reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(p) -
+                                            static_cast<uintptr_t>(r0 * ld + o) * sizeof(float));
+          };
+          const ItemTimer t_gate;
+          compute(gate, xin, r0, r1, base(g), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
+          t_gate.done(gate, x.n_rows, o1 - o);
+          const ItemTimer t_up;
+          compute(up, xin, r0, r1, base(u), ld, o, o1, amx_any ? &amx_in : nullptr, kq);
+          t_up.done(up, x.n_rows, o1 - o);
+          if (out_tiles != nullptr) {
+            alignas(64) float row[32];
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t c = o; c < o1; c += 32) {
+                glu_row(glu, g + (r - r0) * ld + (c - o), u + (r - r0) * ld + (c - o), 32, row);
+                round_bf16_32(row,
+                              out_tiles + ((r / 16) * tile_steps + c / 32) * 512 + (r % 16) * 32);
+              }
+            continue;
           }
-        continue;
-      }
-      for (int64_t r = r0; r < r1; ++r)
-        glu_row(glu, g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
-    }
-  });
+          for (int64_t r = r0; r < r1; ++r)
+            glu_row(glu, g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
+        }
+      },
+      claim_grain(n_items, threads));
 }
 
 void matmul(const TensorView& w, const MatmulInput& x, float* y, int64_t ldy) {

@@ -80,6 +80,7 @@ struct Pool {
   ParallelTask task = nullptr;
   void* ctx = nullptr;
   int64_t n = 0, grain = 1;
+  uint64_t max_claim = 1, claim_div = 2;  // chunks per claim: see parallel_run
 
   // Claims and runs chunks of job `gen` until none are left.
   void run_chunks(uint32_t gen, int thread) {
@@ -88,12 +89,13 @@ struct Pool {
       if ((c >> (2 * k_chunk_bits)) != (gen & k_gen_mask)) return;
       const uint64_t next = c & k_chunk_mask, n_chunks = (c >> k_chunk_bits) & k_chunk_mask;
       if (next >= n_chunks) return;
-      if (!claim.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+      const uint64_t take = std::clamp<uint64_t>((n_chunks - next) / claim_div, 1, max_claim);
+      if (!claim.compare_exchange_weak(c, c + take, std::memory_order_acq_rel,
                                        std::memory_order_relaxed))
         continue;
       const int64_t begin = static_cast<int64_t>(next) * grain;
-      task(ctx, begin, std::min(n, begin + grain), thread);
-      done.fetch_add(1, std::memory_order_release);
+      task(ctx, begin, std::min(n, begin + static_cast<int64_t>(take) * grain), thread);
+      done.fetch_add(static_cast<int64_t>(take), std::memory_order_release);
     }
   }
 
@@ -133,7 +135,8 @@ void run_inline(int64_t n, int64_t grain, ParallelTask task, void* ctx) {
 
 int parallel_threads() { return std::max(1, omp_get_max_threads()); }
 
-void parallel_run(int64_t n, int64_t grain, int max_threads, ParallelTask task, void* ctx) {
+void parallel_run(int64_t n, int64_t grain, int max_threads, ParallelTask task, void* ctx,
+                  int64_t max_claim) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int64_t n_chunks = (n + grain - 1) / grain;
@@ -156,6 +159,8 @@ void parallel_run(int64_t n, int64_t grain, int max_threads, ParallelTask task, 
   p.ctx = ctx;
   p.n = n;
   p.grain = grain;
+  p.max_claim = static_cast<uint64_t>(std::max<int64_t>(max_claim, 1));
+  p.claim_div = 2 * static_cast<uint64_t>(max_threads);
   p.job_threads.store(max_threads, std::memory_order_relaxed);
   p.done.store(0, std::memory_order_relaxed);
   const uint32_t gen = p.generation.load(std::memory_order_relaxed) + 1;

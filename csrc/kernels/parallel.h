@@ -26,16 +26,22 @@ using ParallelTask = void (*)(void* ctx, int64_t begin, int64_t end, int thread)
 // plus up to max_threads - 1 pool workers; thread < max_threads. Returns when every chunk is done.
 // Runs inline (one chunk after another, thread 0) when only one thread is allowed, when called from
 // inside a task, or while another caller holds the pool.
-void parallel_run(int64_t n, int64_t grain, int max_threads, ParallelTask task, void* ctx);
+//
+// A thread claims up to max_claim neighbouring chunks at a time: the chunks left divided by twice
+// the threads, at least one (guided self-scheduling). Long contiguous runs first, which a core's
+// hardware prefetcher streams, and single chunks at the end, so that the threads finish together
+// instead of one waiting out the other's last long run. max_claim = 1: one chunk per claim.
+void parallel_run(int64_t n, int64_t grain, int max_threads, ParallelTask task, void* ctx,
+                  int64_t max_claim = 1);
 
 // Convenience wrapper: f(begin, end, thread).
 template <class F>
-void parallel_for(int64_t n, int64_t grain, int max_threads, F&& f) {
+void parallel_for(int64_t n, int64_t grain, int max_threads, F&& f, int64_t max_claim = 1) {
   using Fn = std::remove_reference_t<F>;
   parallel_run(
       n, grain, max_threads,
       [](void* ctx, int64_t b, int64_t e, int t) { (*static_cast<Fn*>(ctx))(b, e, t); },
-      const_cast<void*>(static_cast<const void*>(&f)));
+      const_cast<void*>(static_cast<const void*>(&f)), max_claim);
 }
 
 }  // namespace ossa
