@@ -236,7 +236,9 @@ def test_seeded_sampled_generations_all_validate(llm: LLM, kind: str) -> None:
         if kind == "json_object" and c.finish_reason == "length":
             continue  # free-form objects can nest on and on in a 135M model; the prefix was checked
         assert c.finish_reason == "stop", (c.text, c.finish_reason)
-        assert c.stop_reason in llm.get_tokenizer().eos_token_ids  # the finished grammar allowed only EOS
+        # The finished grammar allowed only EOS (stop_reason None: the tokenizer's EOS, as vLLM's).
+        assert c.token_ids[-1] in llm.get_tokenizer().eos_token_ids
+        assert c.stop_reason in (None, *llm.get_tokenizer().eos_token_ids)
         check(kind, c.text)
         finished += 1
     assert finished >= 4

@@ -56,7 +56,7 @@ class AsyncEngine:
         self.vocab_size: int = int(llm.config.load.vocab_size)
         self.max_num_seqs: int = int(self.engine.config.max_num_seqs)
         self.on_finished = on_finished
-        self.output_processor = OutputProcessor(llm._decode_token)
+        self.output_processor = OutputProcessor(llm._decode_token, llm.tokenizer.eos_token_id)
         self._queues: dict[str, asyncio.Queue[Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

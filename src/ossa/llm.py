@@ -147,7 +147,7 @@ class LLM:
         """Generates for one prompt, yielding text deltas of completion 0 as they are produced; the
         final ``RequestOutput`` is ``last_output`` afterwards."""
         (request,) = self._requests([self.input_processor.prompt(prompt)], sampling_params, None)
-        outputs = OutputProcessor(self._decode_token)
+        outputs = OutputProcessor(self._decode_token, self.tokenizer.eos_token_id)
         state = outputs.add_request(request)
         # Leaving early (the generator closed, an exception) aborts the request and waits for its end.
         with self._driver.session() as session:
@@ -205,7 +205,7 @@ class LLM:
         return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
 
     def _run(self, requests: list[EngineRequest], use_tqdm: bool) -> list[RequestOutput]:
-        outputs = OutputProcessor(self._decode_token)
+        outputs = OutputProcessor(self._decode_token, self.tokenizer.eos_token_id)
         states = []
         errors: list[str] = []
         with self._driver.session() as session:

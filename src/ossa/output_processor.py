@@ -62,10 +62,19 @@ class RequestState:
     """One request's progress: its cumulative ``RequestOutput`` (``output``)."""
 
     def __init__(
-        self, request_id: str, prompt: ProcessedPrompt, params: SamplingParams, decode: DecodeToken
+        self,
+        request_id: str,
+        prompt: ProcessedPrompt,
+        params: SamplingParams,
+        decode: DecodeToken,
+        eos_token_id: int | None = None,
     ) -> None:
         self.params = params
         self.decode = decode
+        # vLLM's stop_reason: the stop string or stop token id that ended a completion, None when
+        # it ended on the tokenizer's EOS (the model's other end ids, e.g. Llama 3's <|eom_id|>,
+        # are stop token ids there, so they are reported).
+        self.eos_token_id = None if params.ignore_eos else eos_token_id
         self.want_logprobs = params.logprobs is not None
         want = self.want_logprobs
         self.output = RequestOutput(
@@ -122,7 +131,7 @@ class RequestState:
                 c.finish_reason = d.finish_reason
                 if d.stop_str:
                     c.stop_reason = d.stop_str
-                elif d.finish_reason == "stop" and d.stop_token >= 0:
+                elif d.finish_reason == "stop" and d.stop_token >= 0 and d.stop_token != self.eos_token_id:
                     c.stop_reason = int(d.stop_token)
                 piece.finish_reason, piece.stop_reason = c.finish_reason, c.stop_reason
             new.outputs.append(piece)
@@ -181,12 +190,15 @@ def merge_delta(into: RequestOutput, later: RequestOutput) -> RequestOutput:
 class OutputProcessor:
     """Routes engine outputs to their requests' states (the requests this caller added)."""
 
-    def __init__(self, decode: DecodeToken) -> None:
+    def __init__(self, decode: DecodeToken, eos_token_id: int | None = None) -> None:
         self.decode = decode
+        self.eos_token_id = eos_token_id  # reported as stop_reason None (vLLM's)
         self.states: dict[str, RequestState] = {}
 
     def add_request(self, request: EngineRequest) -> RequestState:
-        state = RequestState(request.request_id, request.prompt, request.params, self.decode)
+        state = RequestState(
+            request.request_id, request.prompt, request.params, self.decode, self.eos_token_id
+        )
         self.states[request.request_id] = state
         return state
 
