@@ -232,6 +232,17 @@ def test_tool_results_go_back_through_the_template(client: openai.OpenAI) -> Non
             "tool_choice",
             "not in tools",
         ),
+        *(
+            (
+                {
+                    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
+                    "tool_choice": choice,
+                },
+                "tools",
+                "parameters schema does not compile",
+            )
+            for choice in ("required", {"type": "function", "function": {"name": "f"}})
+        ),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio is not supported"),
         ({"functions": [{"name": "f"}]}, "functions", "use tools"),
         ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_*", "only one"),
@@ -245,6 +256,15 @@ def test_bad_structured_requests_are_400s_naming_the_problem(
     err = r.json()["error"]
     assert message in err["message"] and err["param"] == param
     assert wait_idle(server)["ossa:kv_cache_usage_perc"] == 0.0
+
+
+def test_a_required_call_cut_short_keeps_its_text(server: ServerThread) -> None:
+    # max_tokens ends the array before one call is whole: no tool_calls, and the text is not lost.
+    r = chat(server, max_tokens=3, tools=[WEATHER], tool_choice="required")
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "length" and not choice["message"].get("tool_calls")
+    assert choice["message"]["content"] and choice["message"]["content"].lstrip().startswith("[")
 
 
 def test_continue_final_message(server: ServerThread) -> None:

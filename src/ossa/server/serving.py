@@ -268,7 +268,11 @@ def prepare_chat(
     template = template if rendered is not None else engine.tokenizer.chat_template
     inputs = chat_inputs(req, template)
     functions, mode = inputs.functions, inputs.mode
-    forced = forced_output(functions, mode, req.parallel_tool_calls is not False) if mode else None
+    try:  # a function's parameters schema that does not compile: the client's error
+        forced = forced_output(functions, mode, req.parallel_tool_calls is not False) if mode else None
+    except ValueError as e:
+        why = str(e).split("does not compile: ", 1)[-1]
+        raise bad_request(f"a function's parameters schema does not compile: {why}", param="tools") from None
     structured = output_constraint(req, forced)
     if rendered is not None:
         prompt = ProcessedPrompt(rendered, checked(proc.encode, rendered, False, "messages"))
@@ -472,7 +476,10 @@ def tool_call_body(
     if mode == "auto":
         content, found = parse_tool_calls(prep.tool_parser, c.text, prep.tool_drop)
     else:
-        content, found = None, forced_calls(c.text, mode)
+        found = forced_calls(c.text, mode)
+        # Cut short before a whole call was written (finish_reason "length"): the text is kept as the
+        # content rather than lost.
+        content = None if found or not c.text else c.text
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if found:
         message["tool_calls"] = [call.to_openai() for call in found]
