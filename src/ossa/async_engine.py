@@ -53,6 +53,8 @@ class AsyncEngine:
         self.tokenizer = llm.tokenizer
         self.input_processor = llm.input_processor
         self.max_model_len: int = int(llm.max_model_len)
+        # Fields of the model's generation config that requests leaving them unset take (vLLM's).
+        self.sampling_defaults: dict[str, Any] = dict(llm.config.sampling_defaults)
         self.vocab_size: int = int(llm.config.load.vocab_size)
         self.max_num_seqs: int = int(self.engine.config.max_num_seqs)
         self.on_finished = on_finished

@@ -117,6 +117,11 @@ class EngineArgs:
             has a draft model of the same vocabulary propose them greedily. ``disable_by_batch_size``
             (default 8, None: never): no drafts in a step with more sequences running. Constrained
             (structured-output) requests do not speculate.
+        generation_config: where requests' default sampling comes from (vLLM's option):
+            ``"auto"`` reads the model folder's ``generation_config.json`` (its temperature, top_p,
+            top_k, min_p, repetition_penalty and max_new_tokens, as the model's authors recommend),
+            ``"vllm"`` ignores it (vLLM's neutral defaults), or a folder holding such a file.
+        override_generation_config: those fields set over the file's (a dict, or its JSON text).
         tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
             process; run Ray replicas to scale out).
     """
@@ -139,6 +144,8 @@ class EngineArgs:
     amx: bool = True
     quantized_activations: bool = False
     speculative_config: dict[str, Any] | str | None = None
+    generation_config: str = "auto"
+    override_generation_config: dict[str, Any] | str | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
@@ -189,6 +196,25 @@ class EngineArgs:
         models.kv_cache_dtype_of(self.kv_cache_dtype)
         models.dtype_of(self.dtype)
         speculative_config_of(self.speculative_config)
+        if not isinstance(self.generation_config, str) or not self.generation_config:
+            raise ValueError(
+                f"generation_config must be 'auto', 'vllm' or a folder, got {self.generation_config!r}"
+            )
+        if self.generation_config not in ("auto", "vllm") and not os.path.isdir(self.generation_config):
+            raise ValueError(
+                f"generation_config={self.generation_config!r} is not 'auto', 'vllm' or a folder"
+            )
+        override = sampling_fields(
+            parse_json_text(self.override_generation_config, "override_generation_config"),
+            "override_generation_config",
+        )
+        if override:
+            from .sampling_params import SamplingParams
+
+            try:
+                SamplingParams(**override)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"override_generation_config: {e}") from None
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             value = getattr(self, name)
             _positive_int(name, value)
@@ -351,7 +377,31 @@ class EngineArgs:
             parallel=ParallelConfig(num_threads=self.num_threads),
             seed=int(self.seed) % (1 << 64),
             speculative=speculative_config_of(self.speculative_config),
+            sampling_defaults=self.sampling_defaults(model_path),
         )
+
+    def sampling_defaults(self, model_path: str) -> dict[str, Any]:
+        """The SamplingParams fields that generation_config / override_generation_config set (vLLM's
+        "diff" sampling parameters): requests that leave a field unset take its value."""
+        folder = None
+        if self.generation_config == "auto":
+            folder = model_path if os.path.isdir(model_path) else None
+        elif self.generation_config != "vllm":
+            folder = self.generation_config
+        found: dict[str, Any] = {}
+        if folder is not None:
+            path = os.path.join(folder, "generation_config.json")
+            if os.path.isfile(path):
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        found = json.load(f)
+                except (OSError, ValueError) as e:
+                    raise ValueError(f"{path}: not a readable JSON file ({e})") from None
+                found = sampling_fields(found, path, strict=False)
+            elif self.generation_config not in ("auto", "vllm"):
+                raise ValueError(f"generation_config={folder!r}: the folder has no generation_config.json")
+        override = parse_json_text(self.override_generation_config, "override_generation_config")
+        return {**found, **sampling_fields(override, "override_generation_config")}
 
 
 # No drafts in a step with more sequences running than this, unless given (measured: docs/speculative.md;
@@ -373,6 +423,47 @@ def _weight_bytes(path: str) -> int:
     from . import models
 
     return models.weight_bytes(path) if os.path.isfile(path) else 0
+
+
+# generation_config.json's fields that become default sampling parameters (vLLM's list), and their
+# SamplingParams names.
+GENERATION_SAMPLING_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_new_tokens": "max_tokens",
+}
+
+
+def sampling_fields(config: Any, where: str, strict: bool = True) -> dict[str, Any]:
+    """The sampling defaults a generation config sets, as SamplingParams fields. ``strict`` (an
+    override someone typed): a key that is no such field, or a value of the wrong type, is a
+    ValueError; a model's file may hold other keys (do_sample, eos_token_id, ...), which are skipped."""
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{where} must be a dict (or its JSON text), got {config!r}")
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = GENERATION_SAMPLING_FIELDS.get(key, key if key == "max_tokens" else None)
+        if name is None:
+            if strict:
+                known = ", ".join(GENERATION_SAMPLING_FIELDS)
+                raise ValueError(f"{where}: {key!r} is not a sampling field ({known})")
+            continue
+        if value is None:
+            continue
+        integral = name in ("top_k", "max_tokens")
+        if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
+            if not strict:  # a model file's odd value: left to the neutral default
+                continue
+            raise ValueError(
+                f"{where}: {key} must be a{'n integer' if integral else ' number'}, got {value!r}"
+            )
+        out[name] = -1 if name == "top_k" and value == 0 else value  # top_k 0: no top-k (vLLM's)
+    return out
 
 
 def speculative_config_of(value: dict[str, Any] | str | None) -> SpeculativeConfig:
@@ -550,6 +641,8 @@ class OssaConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     seed: int = 0
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    # Default SamplingParams fields from the model's generation_config.json (EngineArgs.generation_config).
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def max_model_len(self) -> int:

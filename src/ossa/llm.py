@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -55,6 +56,12 @@ class LLM:
         self.config = args.create_config(
             self.model, self.model_path, None if self.draft_model is None else self.draft_model.model
         )
+        if self.config.sampling_defaults:
+            logging.getLogger("ossa").info(
+                "default sampling parameters from the model's generation config: %s "
+                "(generation_config='vllm' ignores it)",
+                self.config.sampling_defaults,
+            )
         if self.draft_model is not None and self.config.speculative.draft_cost is None:
             spec = dataclasses.replace(self.config.speculative, draft_cost=self.draft_model.cost)
             self.config = dataclasses.replace(self.config, speculative=spec)
@@ -93,6 +100,12 @@ class LLM:
 
     def get_tokenizer(self) -> Any:
         return self.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The SamplingParams a request without its own gets: the model's generation_config.json
+        fields (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) unless the
+        engine was created with ``generation_config="vllm"``; else SamplingParams()."""
+        return SamplingParams(**self.config.sampling_defaults)
 
     def generate(
         self,
@@ -178,7 +191,7 @@ class LLM:
     ) -> list[EngineRequest]:
         """Validates everything before any work starts."""
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params] * len(prompts)
         else:

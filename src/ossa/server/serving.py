@@ -111,9 +111,17 @@ def sampling_params(
     prompt_logprobs: int | None = None,
     structured: StructuredOutputsParams | None = None,
     decode_specials: bool = False,
+    defaults: dict[str, Any] | None = None,
 ) -> SamplingParams:
-    """The request's ``SamplingParams``; raises APIError(400) naming the bad field."""
-    top_k = -1 if req.top_k in (None, 0) else req.top_k
+    """The request's ``SamplingParams``; raises APIError(400) naming the bad field. ``defaults``:
+    the model's generation-config sampling fields, for those the request leaves unset (vLLM's)."""
+    d = defaults or {}
+
+    def given(value: Any, name: str, neutral: Any) -> Any:
+        return value if value is not None else d.get(name, neutral)
+
+    top_k = given(req.top_k, "top_k", -1)
+    top_k = -1 if top_k == 0 else top_k
     bias: dict[int, float] | None = None
     if req.logit_bias:
         bias = {}
@@ -126,16 +134,16 @@ def sampling_params(
             n=req.n,
             presence_penalty=req.presence_penalty or 0.0,
             frequency_penalty=req.frequency_penalty or 0.0,
-            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-            temperature=1.0 if req.temperature is None else req.temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            repetition_penalty=given(req.repetition_penalty, "repetition_penalty", 1.0),
+            temperature=given(req.temperature, "temperature", 1.0),
+            top_p=given(req.top_p, "top_p", 1.0),
             top_k=top_k,
-            min_p=req.min_p or 0.0,
+            min_p=given(req.min_p, "min_p", 0.0),
             seed=req.seed,
             stop=req.stop,
             stop_token_ids=req.stop_token_ids,
             ignore_eos=req.ignore_eos,
-            max_tokens=max_tokens,
+            max_tokens=given(max_tokens, "max_tokens", None),
             min_tokens=req.min_tokens,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
@@ -188,10 +196,16 @@ def prepare_completion(engine: AsyncEngine, req: CompletionRequest, model: str) 
     # The engine computes one set of prompt logprobs per prompt, wide enough for both uses.
     wanted = [k for k in (req.prompt_logprobs, req.logprobs if req.echo else None) if k is not None]
     structured = output_constraint(req)
-    sp = sampling_params(req, req.max_tokens, req.logprobs, max(wanted) if wanted else None, structured)
+    explicit = "max_tokens" in req.model_fields_set and req.max_tokens is not None
+    defaults = engine.sampling_defaults
+    # max_tokens left unset: the model's max_new_tokens where its generation config has one, else
+    # the OpenAI default of 16.
+    max_tokens = req.max_tokens if explicit or "max_tokens" not in defaults else None
+    sp = sampling_params(
+        req, max_tokens, req.logprobs, max(wanted) if wanted else None, structured, defaults=defaults
+    )
     request_id = random_id("cmpl")
     ids = [request_id] if len(prompts) == 1 else [f"{request_id}-{i}" for i in range(len(prompts))]
-    explicit = "max_tokens" in req.model_fields_set and req.max_tokens is not None
     return PreparedRequest(
         request_id,
         model,
@@ -295,7 +309,15 @@ def prepare_chat(
     # Markers that are special tokens only reach the parser when special tokens are decoded; the
     # other special tokens' texts are then dropped from the reply.
     drop = marker_decoding(engine.tokenizer, parser) if mode == "auto" and req.skip_special_tokens else None
-    sp = sampling_params(req, max_tokens, logprobs, None, structured, decode_specials=drop is not None)
+    sp = sampling_params(
+        req,
+        max_tokens,
+        logprobs,
+        None,
+        structured,
+        decode_specials=drop is not None,
+        defaults=engine.sampling_defaults,
+    )
     request_id = random_id("chatcmpl")
     explicit = req.max_completion_tokens is not None or req.max_tokens is not None
     request = checked(
