@@ -100,9 +100,15 @@ def test_twin_random_mixes(vocab: int) -> None:
         sp = random_params(g, vocab, eos) if vocab > 1 else SamplingParams(logprobs=int(g.integers(0, 3)))
         prompt = [int(t) for t in g.integers(0, vocab, size=int(g.integers(0, 30)))]
         output = [int(t) for t in g.integers(0, vocab, size=int(g.integers(0, 30)))]
+        bad_words: list[list[int]] = []  # token sequences; half end the output (so they mask)
+        for _ in range(int(g.integers(1, 4)) if vocab > 1 and g.random() < 0.3 else 0):
+            k = int(g.integers(0, 3))
+            head = output[len(output) - k :] if k and g.random() < 0.5 and len(output) >= k else []
+            head = head or [int(t) for t in g.integers(0, vocab, size=k)]
+            bad_words.append(head + [int(g.integers(0, vocab))])
         rows.append(
             ref.RowInput(
-                sp.to_reference(eos),
+                sp.to_reference(eos, bad_words),
                 prompt,
                 output,
                 seed=int(g.integers(0, 2**63)),

@@ -283,10 +283,21 @@ def test_client_aborts_are_counted(server: ServerThread) -> None:
     assert aborts() == before + 2
 
 
+def test_bad_words_and_allowed_token_ids_are_honoured(server: ServerThread) -> None:
+    base = {"prompt": "1, 2, 3, 4,", "max_tokens": 2, "temperature": 0}
+    plain = post(server, "/v1/completions", base).json()["choices"][0]["text"]
+    assert plain.startswith(" 5")  # what the ban below has to change
+    banned = post(server, "/v1/completions", {**base, "bad_words": ["5"]}).json()["choices"][0]["text"]
+    assert "5" not in banned
+    err = error_of(post(server, "/v1/completions", {**base, "bad_words": [""]}), 400)
+    assert "bad_words" in err["message"]
+    body = {**base, "allowed_token_ids": [28, 29]}  # the default model's "," and "-"
+    chat = post(server, "/v1/completions", body).json()["choices"][0]["text"]
+    assert set(chat) <= {",", "-"}
+
+
 def test_fields_the_server_cannot_honour_are_400s_not_ignored(server: ServerThread) -> None:
     base = {"prompt": "1, 2, 3, 4,", "max_tokens": 2, "temperature": 0}
-    err = error_of(post(server, "/v1/completions", {**base, "bad_words": [" 5"]}), 400)
-    assert err["param"] == "bad_words" and "not supported" in err["message"]
     opts = {"include_usage": True, "continuous_usage_stats": True}
     err = error_of(post(server, "/v1/completions", {**base, "stream": True, "stream_options": opts}), 400)
     assert err["param"] == "stream_options" and "continuous_usage_stats" in err["message"]

@@ -65,6 +65,7 @@ void bind_sampling(nb::module_& m) {
       .def_rw("seed", &SamplingParams::seed, nb::arg().none())
       .def_rw("logit_bias", &SamplingParams::logit_bias)
       .def_rw("allowed_token_ids", &SamplingParams::allowed_token_ids)
+      .def_rw("bad_words", &SamplingParams::bad_words)
       .def_rw("min_tokens", &SamplingParams::min_tokens)
       .def_rw("stop_token_ids", &SamplingParams::stop_token_ids)
       .def_rw("eos_token_ids", &SamplingParams::eos_token_ids)

@@ -321,8 +321,8 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
   const bool min_tokens_mask = int64_t(in.output_token_ids.size()) < p.min_tokens;
   const bool penalise = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
   const bool modified = in.token_mask != nullptr || !p.allowed_token_ids.empty() ||
-                        !p.logit_bias.empty() || min_tokens_mask || p.repetition_penalty != 1.0 ||
-                        penalise;
+                        !p.logit_bias.empty() || !p.bad_words.empty() || min_tokens_mask ||
+                        p.repetition_penalty != 1.0 || penalise;
   const float* x = raw;
   ArgMax best = raw_best;
   if (modified) {
@@ -337,6 +337,14 @@ void sample_row(int row, const float* raw, int vocab, const RowInput& in, Sample
     // 0. the structured-output mask (applied after the copy: -inf stays -inf through every stage)
     if (in.token_mask != nullptr) apply_token_mask(in.token_mask, vocab, work);
     for (const auto& [id, bias] : p.logit_bias) work[id] = work[id] + bias;
+    // bad words: a word's last token where the output ends with the tokens before it
+    const auto out_ids = in.output_token_ids;
+    for (const auto& word : p.bad_words) {
+      const size_t before = word.size() - 1;
+      if (before <= out_ids.size() &&
+          std::equal(word.begin(), word.end() - 1, out_ids.end() - std::ptrdiff_t(before)))
+        work[word.back()] = -k_inf;
+    }
     // 2. min_tokens
     if (min_tokens_mask) {
       for (int32_t id : p.stop_token_ids) work[id] = -k_inf;
@@ -531,6 +539,10 @@ void validate_sampling_params(const SamplingParams& p, int vocab) {
     if (!std::isfinite(bias)) fail("logit_bias values", "finite", bias);
   }
   for (int32_t id : p.allowed_token_ids) ids_in_range("allowed_token_ids", id);
+  for (const auto& word : p.bad_words) {
+    if (word.empty()) throw InputError("SamplingParams.bad_words holds an empty token sequence");
+    for (int32_t id : word) ids_in_range("bad_words", id);
+  }
   for (int32_t id : p.stop_token_ids) ids_in_range("stop_token_ids", id);
   for (int32_t id : p.eos_token_ids) ids_in_range("eos_token_ids", id);
 }

@@ -3,7 +3,8 @@
 //
 // The chain, per row, in this order (float32 unless noted):
 //   0. the row's token mask (structured output): every token whose bit is clear -> -inf
-//   1. allowed_token_ids (all others -> -inf), then logit_bias (logit += bias)
+//   1. allowed_token_ids (all others -> -inf), then logit_bias (logit += bias), then bad_words
+//      (the last token of each word whose earlier tokens end the output -> -inf)
 //   2. min_tokens: while the output is shorter than min_tokens, stop_token_ids and (unless
 //      ignore_eos) eos_token_ids -> -inf
 //   3. repetition penalty on every distinct prompt and output token (Hugging Face / vLLM:
@@ -48,6 +49,9 @@ struct SamplingParams {
   std::optional<uint64_t> seed;  // none: the engine supplies one (RowInput::seed)
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<int32_t> allowed_token_ids;  // empty: all tokens allowed
+  // Token sequences that must not be generated (vLLM's bad_words, tokenized): the last token of
+  // each is masked when the output ends with the ones before it (a one-token word: always).
+  std::vector<std::vector<int32_t>> bad_words;
   int min_tokens = 0;
   std::vector<int32_t> stop_token_ids;
   std::vector<int32_t> eos_token_ids;  // set by the engine from the model

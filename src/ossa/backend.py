@@ -53,7 +53,12 @@ class Backend:
     def new_generation_params(self) -> Any:
         raise NotImplementedError
 
-    def sampler_params(self, params: SamplingParams, eos_token_ids: Sequence[int]) -> Any:
+    def sampler_params(
+        self,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int],
+        bad_words_ids: Sequence[Sequence[int]] = (),
+    ) -> Any:
         raise NotImplementedError
 
 
@@ -108,8 +113,13 @@ class CppBackend(Backend):
 
         return core.GenerationParams()
 
-    def sampler_params(self, params: SamplingParams, eos_token_ids: Sequence[int]) -> Any:
-        return params.to_core(eos_token_ids=eos_token_ids)
+    def sampler_params(
+        self,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int],
+        bad_words_ids: Sequence[Sequence[int]] = (),
+    ) -> Any:
+        return params.to_core(eos_token_ids=eos_token_ids, bad_words_ids=bad_words_ids)
 
 
 class PythonBackend(Backend):
@@ -160,8 +170,13 @@ class PythonBackend(Backend):
 
         return GenerationParams()
 
-    def sampler_params(self, params: SamplingParams, eos_token_ids: Sequence[int]) -> Any:
-        return params.to_reference(eos_token_ids=eos_token_ids)
+    def sampler_params(
+        self,
+        params: SamplingParams,
+        eos_token_ids: Sequence[int],
+        bad_words_ids: Sequence[Sequence[int]] = (),
+    ) -> Any:
+        return params.to_reference(eos_token_ids=eos_token_ids, bad_words_ids=bad_words_ids)
 
 
 _BACKENDS: dict[str, Backend] = {b.name: b for b in (CppBackend(), PythonBackend())}

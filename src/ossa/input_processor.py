@@ -254,7 +254,9 @@ class InputProcessor:
             )
         room = self.max_model_len - prompt_len
         g = self.backend.new_generation_params()
-        g.sampling = self.backend.sampler_params(params, self.eos_token_ids)
+        g.sampling = self.backend.sampler_params(
+            params, self.eos_token_ids, self.bad_words_ids(params.bad_words or [])
+        )
         g.max_tokens = room if params.max_tokens is None else min(int(params.max_tokens), room)
         if params.min_tokens > g.max_tokens:
             raise InputError(
@@ -276,6 +278,26 @@ class InputProcessor:
             except ValueError as e:
                 raise InputError(str(e), "structured_outputs") from None
         return g
+
+    def bad_words_ids(self, words: Sequence[str]) -> list[list[int]]:
+        """``bad_words`` as token sequences, vLLM's rule: each word (leading spaces stripped) alone,
+        and after a space where that spells it with as many tokens, starting with another one (the
+        word inside a text); InputError naming an id past the model's vocabulary."""
+        seqs: list[list[int]] = []
+        for word in words:
+            alone = list(self.tokenizer.encode(word.lstrip(), add_special_tokens=False))
+            spaced = list(self.tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
+            seqs.append(alone)
+            if spaced and alone and spaced[0] != alone[0] and len(spaced) == len(alone):
+                seqs.append(spaced)
+        bad = sorted({i for seq in seqs for i in seq if not 0 <= i < self.vocab_size})
+        if bad:
+            raise InputError(
+                f"bad_words: the model's vocabulary has {self.vocab_size} tokens, but these bad word "
+                f"tokens are past it: {bad}",
+                "bad_words",
+            )
+        return [seq for seq in seqs if seq]
 
     def release(self, requests: Sequence[EngineRequest]) -> None:
         """Releases the grammars of requests that did not reach the engine."""

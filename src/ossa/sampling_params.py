@@ -56,6 +56,9 @@ class SamplingParams:
     ``structured_outputs`` (a ``StructuredOutputsParams``) constrains the output to a JSON schema,
     a regex, a choice list or a grammar; its mask comes before every stage above.
 
+    ``bad_words`` (vLLM's): words that must not be generated, each tokenized alone and after a
+    space; a word's last token is masked whenever the output ends with its other tokens.
+
     ``truncate_prompt_tokens`` (vLLM's) keeps only the prompt's last k tokens; -1 keeps as many as
     leave room for one output token.
 
@@ -83,6 +86,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None
     truncate_prompt_tokens: int | None = None  # keep the prompt's last k tokens (-1: all that fit)
@@ -169,6 +173,13 @@ class SamplingParams:
             t = _integer("truncate_prompt_tokens", self.truncate_prompt_tokens)
             if t < 1 and t != -1:
                 raise ValueError(f"truncate_prompt_tokens must be None, -1 or >= 1, got {t}")
+        if self.bad_words is not None:
+            if isinstance(self.bad_words, str) or not isinstance(self.bad_words, Sequence):
+                raise ValueError(f"bad_words must be a list of strings, got {self.bad_words!r}")
+            for w in self.bad_words:
+                if not isinstance(w, str) or not w.strip():
+                    raise ValueError(f"bad_words must hold non-empty strings, got {w!r}")
+            self.bad_words = list(self.bad_words)
         if self.allowed_token_ids is not None:
             self.allowed_token_ids = _token_ids("allowed_token_ids", self.allowed_token_ids)
             if not self.allowed_token_ids:
@@ -191,9 +202,13 @@ class SamplingParams:
                 if not 0 <= i < vocab_size:
                     raise ValueError(f"{name} holds token id {i}, outside the vocabulary [0, {vocab_size})")
 
-    def sampler_fields(self, eos_token_ids: Sequence[int] = ()) -> dict[str, Any]:
-        """The per-request fields of the C++ ``ossa::SamplingParams`` (and the twin's SamplerParams)."""
+    def sampler_fields(
+        self, eos_token_ids: Sequence[int] = (), bad_words_ids: Sequence[Sequence[int]] = ()
+    ) -> dict[str, Any]:
+        """The per-request fields of the C++ ``ossa::SamplingParams`` (and the twin's SamplerParams);
+        ``bad_words_ids``: ``bad_words`` tokenized (``InputProcessor.bad_words_ids``)."""
         return {
+            "bad_words": [[int(i) for i in w] for w in bad_words_ids],
             "temperature": float(self.temperature),
             "top_k": int(self.top_k),
             "top_p": float(self.top_p),
@@ -211,19 +226,26 @@ class SamplingParams:
             "logprobs": -1 if self.logprobs is None else int(self.logprobs),
         }
 
-    def to_core(self, eos_token_ids: Sequence[int] = (), vocab_size: int | None = None) -> Any:
+    def to_core(
+        self,
+        eos_token_ids: Sequence[int] = (),
+        vocab_size: int | None = None,
+        bad_words_ids: Sequence[Sequence[int]] = (),
+    ) -> Any:
         """The C++ sampler's ``_core.SamplingParams`` for this request (vocabulary-checked if given)."""
         from ossa._native import core
 
         if vocab_size is not None:
             self.check_vocab(vocab_size)
         params = core.SamplingParams()
-        for name, value in self.sampler_fields(eos_token_ids).items():
+        for name, value in self.sampler_fields(eos_token_ids, bad_words_ids).items():
             setattr(params, name, value)
         return params
 
-    def to_reference(self, eos_token_ids: Sequence[int] = ()) -> Any:
+    def to_reference(
+        self, eos_token_ids: Sequence[int] = (), bad_words_ids: Sequence[Sequence[int]] = ()
+    ) -> Any:
         """The same parameters for ``ossa.reference.sampler`` (the NumPy twin)."""
         from ossa.reference.sampler import SamplerParams
 
-        return SamplerParams(**self.sampler_fields(eos_token_ids))
+        return SamplerParams(**self.sampler_fields(eos_token_ids, bad_words_ids))

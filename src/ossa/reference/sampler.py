@@ -4,7 +4,8 @@ Same chain, same float32/float64 operations in the same order, same RNG stream, 
 bitwise the same tokens and logprobs as the C++ sampler on identical logits. The chain per row:
 
 0. the row's ``token_mask`` (structured output): tokens whose bit is clear -> -inf
-1. ``allowed_token_ids`` (all others -> -inf), then ``logit_bias`` (float32 add)
+1. ``allowed_token_ids`` (all others -> -inf), then ``logit_bias`` (float32 add), then ``bad_words``
+   (the last token of each word whose earlier tokens end the output -> -inf)
 2. ``min_tokens``: while the output is shorter, stop ids and (unless ``ignore_eos``) eos ids -> -inf
 3. repetition penalty on distinct prompt and output tokens (``x > 0 ? x / p : x * p``), then
    ``x -= frequency * count`` and ``x -= presence`` on output tokens (float32)
@@ -59,6 +60,7 @@ class SamplerParams:
     seed: int | None = None
     logit_bias: list[tuple[int, float]] = field(default_factory=list)
     allowed_token_ids: list[int] = field(default_factory=list)
+    bad_words: list[list[int]] = field(default_factory=list)
     min_tokens: int = 0
     stop_token_ids: list[int] = field(default_factory=list)
     eos_token_ids: list[int] = field(default_factory=list)
@@ -173,6 +175,12 @@ def validate(p: SamplerParams, vocab: int) -> None:
     for _, b in p.logit_bias:
         if not math.isfinite(np.float32(b)):
             fail("logit_bias values", "finite", b)
+    for word in p.bad_words:
+        if not word:
+            raise ValueError("SamplingParams.bad_words holds an empty token sequence")
+        for i in word:
+            if not 0 <= i < vocab:
+                raise ValueError(f"SamplingParams.bad_words holds token id {i}, outside [0, {vocab})")
 
 
 def _checked_max(row: int, raw: np.ndarray) -> float:
@@ -228,6 +236,11 @@ def sample_row(row: int, raw: np.ndarray, r: RowInput) -> SampleResult:
         x[~token_mask_bits(r.token_mask, vocab)] = -np.inf
     for i, b in p.logit_bias:
         x[i] = x[i] + f32(b)
+    produced = list(r.output_token_ids)
+    for word in p.bad_words:
+        k = len(word) - 1  # the tokens before the masked one
+        if k <= len(produced) and produced[len(produced) - k :] == list(word[:-1]):
+            x[word[-1]] = -np.inf
     if len(r.output_token_ids) < p.min_tokens:
         x[list(p.stop_token_ids)] = -np.inf
         if not p.ignore_eos:

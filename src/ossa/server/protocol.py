@@ -65,6 +65,8 @@ class _SamplingFields(BaseModel):
     min_tokens: int = Field(default=0, ge=0, le=INT32_MAX)
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    allowed_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     priority: int = Field(default=0, ge=-INT32_MAX - 1, le=INT32_MAX)

@@ -39,8 +39,6 @@ _UNIMPLEMENTED: dict[str, tuple[Any, ...]] = {
     "store": (None, False),
     "metadata": (None, {}),
     "service_tier": (None, "auto", "default"),
-    # vLLM's extras that ossa does not honour either (silently ignoring them would change outputs)
-    "bad_words": (None, []),
 }
 
 

@@ -142,6 +142,8 @@ def sampling_params(
             seed=req.seed,
             stop=req.stop,
             stop_token_ids=req.stop_token_ids,
+            bad_words=req.bad_words,
+            allowed_token_ids=req.allowed_token_ids,
             ignore_eos=req.ignore_eos,
             max_tokens=given(max_tokens, "max_tokens", None),
             min_tokens=req.min_tokens,
