@@ -113,6 +113,8 @@ def test_unimplemented_openai_fields_are_named() -> None:
         ("reasoning_effort", "low"),
         ("modalities", ["audio"]),
         ("store", True),
+        ("use_beam_search", True),
+        ("return_tokens_as_token_ids", True),
     ]:
         with pytest.raises(FieldError, match=f"{name} is not supported") as e:
             reject_unimplemented({name: value})
