@@ -122,6 +122,13 @@ def test_model_given_the_vllm_way_or_as_a_flag() -> None:
             parsed(*argv)
     with pytest.raises(ValueError, match="quote"):
         parsed("generate", "m.gguf", "hello", "world")
+    # vLLM's flags that change nothing here are taken (hidden), so command lines port.
+    vllm_flags = ["--trust-remote-code", "--enable-chunked-prefill", "--swap-space", "4", "--enforce-eager"]
+    assert parsed("serve", "m.gguf", *vllm_flags) == ("m.gguf", None)
+    from ossa.config import EngineArgs
+
+    args = build_parser().parse_args(["serve", "m.gguf", *vllm_flags, "--max-model-len", "64"])
+    assert EngineArgs.from_cli_args(args).max_model_len == 64
 
 
 def test_bench_prints_the_speculative_acceptance(

@@ -44,6 +44,7 @@ def test_unknown_option_is_a_type_error_and_vllm_options_are_accepted() -> None:
     EngineArgs.from_kwargs(
         None, {"trust_remote_code": True, "enforce_eager": True, "tensor_parallel_size": 1}
     )
+    EngineArgs.from_kwargs(None, {"swap_space": 4, "enable_chunked_prefill": True, "compilation_config": 3})
 
 
 def test_kv_blocks_agree_with_the_runner(llm: LLM) -> None:

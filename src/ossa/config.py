@@ -38,8 +38,31 @@ OFFLINE_LIMITS = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
 SERVER_LIMITS = {"max_num_seqs": 64, "max_num_batched_tokens": 512}
 BACKENDS = ("cpp", "python")
 POLICIES = ("fcfs", "priority")
-# Options vLLM takes that mean nothing on one CPU process; accepted (and ignored) so scripts port.
-IGNORED_OPTIONS = frozenset({"trust_remote_code", "enforce_eager", "disable_log_stats"})
+# Options vLLM takes that mean nothing on one CPU process and change no output; accepted (and
+# ignored) so scripts port; the CLI takes them as hidden flags. (ossa always chunks long prompts: with
+# batch invariance the tokens are the same either way.)
+IGNORED_OPTIONS = frozenset(
+    {
+        "trust_remote_code",
+        "enforce_eager",
+        "disable_log_stats",
+        "swap_space",
+        "enable_chunked_prefill",
+        "disable_custom_all_reduce",
+        "max_seq_len_to_capture",
+        "compilation_config",
+        "distributed_executor_backend",
+    }
+)
+_IGNORED_SWITCHES = frozenset(
+    {
+        "trust_remote_code",
+        "enforce_eager",
+        "disable_log_stats",
+        "enable_chunked_prefill",
+        "disable_custom_all_reduce",
+    }
+)
 
 
 def available_memory() -> int | None:
@@ -256,6 +279,18 @@ class EngineArgs:
             if f.name in choices:
                 kwargs["choices"] = list(choices[f.name])
             p.add_argument(flag, **kwargs)
+        if only is None:  # vLLM's flags that change nothing here (IGNORED_OPTIONS), hidden
+            for name in sorted(IGNORED_OPTIONS):
+                flag = "--" + name.replace("_", "-")
+                if name in _IGNORED_SWITCHES:
+                    p.add_argument(
+                        flag,
+                        dest="ignored_" + name,
+                        action=argparse.BooleanOptionalAction,
+                        help=argparse.SUPPRESS,
+                    )
+                else:
+                    p.add_argument(flag, dest="ignored_" + name, metavar="VALUE", help=argparse.SUPPRESS)
         if only is None or "enable_prefix_caching" in only:
             p.add_argument(  # the spelling ossa's CLI had first
                 "--no-prefix-caching",
