@@ -85,6 +85,12 @@ def test_llm_threads_under_asan_and_ubsan(driver: Path) -> None:
         "OSSA_THREAD_ROUNDS": "1",
         "OMP_NUM_THREADS": "2",
     }
+    # The Python side must be this tree's, which the ASan core was built from: an editable install
+    # of another checkout puts its import hook ahead of PYTHONPATH.
+    probe = [sys.executable, "-c", "import ossa; print(ossa.__file__)"]
+    where = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=ROOT).stdout.strip()
+    if not where.startswith(str(ROOT / "src")):
+        pytest.skip(f"ossa imports from {where or '?'} here, not from this tree's src/")
     test = str(ROOT / "tests" / "test_llm_threads.py")
     cmd = [sys.executable, "-m", "pytest", test, "-q", "-x", "-p", "no:cacheprovider", "-k", "not twin"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
