@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from .sampling_params import SamplingParams
     from .tokenizer import Tokenizer
 
+Words = Sequence[Sequence[int]]  # bad_words as token sequences
+
 
 class Backend:
     """What one kind of engine needs from the Python side."""
@@ -53,12 +55,7 @@ class Backend:
     def new_generation_params(self) -> Any:
         raise NotImplementedError
 
-    def sampler_params(
-        self,
-        params: SamplingParams,
-        eos_token_ids: Sequence[int],
-        bad_words_ids: Sequence[Sequence[int]] = (),
-    ) -> Any:
+    def sampler_params(self, params: SamplingParams, eos_ids: Sequence[int], bad_words: Words = ()) -> Any:
         raise NotImplementedError
 
 
@@ -113,13 +110,8 @@ class CppBackend(Backend):
 
         return core.GenerationParams()
 
-    def sampler_params(
-        self,
-        params: SamplingParams,
-        eos_token_ids: Sequence[int],
-        bad_words_ids: Sequence[Sequence[int]] = (),
-    ) -> Any:
-        return params.to_core(eos_token_ids=eos_token_ids, bad_words_ids=bad_words_ids)
+    def sampler_params(self, params: SamplingParams, eos_ids: Sequence[int], bad_words: Words = ()) -> Any:
+        return params.to_core(eos_ids, bad_words_ids=bad_words)
 
 
 class PythonBackend(Backend):
@@ -170,13 +162,8 @@ class PythonBackend(Backend):
 
         return GenerationParams()
 
-    def sampler_params(
-        self,
-        params: SamplingParams,
-        eos_token_ids: Sequence[int],
-        bad_words_ids: Sequence[Sequence[int]] = (),
-    ) -> Any:
-        return params.to_reference(eos_token_ids=eos_token_ids, bad_words_ids=bad_words_ids)
+    def sampler_params(self, params: SamplingParams, eos_ids: Sequence[int], bad_words: Words = ()) -> Any:
+        return params.to_reference(eos_ids, bad_words)
 
 
 _BACKENDS: dict[str, Backend] = {b.name: b for b in (CppBackend(), PythonBackend())}
