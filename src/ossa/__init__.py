@@ -18,6 +18,11 @@ _LAZY = {
     "Tokenizer": ("ossa.tokenizer", "Tokenizer"),
     "SamplingParams": ("ossa.sampling_params", "SamplingParams"),
     "LLM": ("ossa.llm", "LLM"),
+    "AsyncLLM": ("ossa.async_engine", "AsyncLLM"),
+    "AsyncLLMEngine": ("ossa.async_engine", "AsyncLLMEngine"),
+    "EngineArgs": ("ossa.config", "EngineArgs"),
+    "AsyncEngineArgs": ("ossa.config", "EngineArgs"),
+    "RequestOutputKind": ("ossa.sampling_params", "RequestOutputKind"),
     "RequestOutput": ("ossa.outputs", "RequestOutput"),
     "CompletionOutput": ("ossa.outputs", "CompletionOutput"),
 }

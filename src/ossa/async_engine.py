@@ -88,6 +88,23 @@ class AsyncEngine:
         self._thread = threading.Thread(target=self._pump, name="ossa-output-pump", daemon=True)
         self._thread.start()
 
+    def bind_loop(self) -> None:
+        """Starts the engine, or moves the output pump to the running event loop if it was started
+        in another one (``asyncio.run`` called again): outputs go to the loop that waits for them."""
+        loop = asyncio.get_running_loop()
+        if self._thread is None:
+            return self.start()
+        if self._loop is loop:
+            return
+        if self._queues:
+            raise RuntimeError("this engine is serving requests on another event loop")
+        self._stop.set()
+        self._thread.join()
+        self._stop.clear()
+        self._loop = loop
+        self._thread = threading.Thread(target=self._pump, name="ossa-output-pump", daemon=True)
+        self._thread.start()
+
     def shutdown(self) -> None:
         """Stops the engine (running requests are aborted) and wakes every waiting request."""
         if self._thread is None:
@@ -211,7 +228,103 @@ class AsyncEngine:
             if not finished and (self._stopped or not self.engine.abort(request_id)):
                 self.output_processor.forget(request_id)
 
+    def has_request(self, request_id: str) -> bool:
+        """A request of this id has a consumer waiting on it."""
+        return request_id in self._queues
+
     @property
     def num_active(self) -> int:
         """Requests that have a consumer waiting on them."""
         return len(self._queues)
+
+
+class AsyncLLM:
+    """vLLM's asyncio engine API (``vllm.v1.engine.async_llm.AsyncLLM``, also ``AsyncLLMEngine``)
+    over ``AsyncEngine``: ``generate(prompt, sampling_params, request_id)`` is an async generator of
+    ``RequestOutput``s, shaped by ``sampling_params.output_kind`` (cumulative by default, as vLLM's).
+
+        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model="model.gguf"))
+        async for out in llm.generate("Hello", SamplingParams(max_tokens=32), "req-1"):
+            print(out.outputs[0].text)
+        llm.shutdown()
+
+    The engine starts on the first ``generate`` (inside the running event loop). Breaking out of the
+    iteration, cancelling its task or ``abort(request_id)`` ends the request and frees its KV blocks.
+    The step limits are a server's (``ossa.config.SERVER_LIMITS``) unless given."""
+
+    def __init__(self, model: str | None = None, **engine_kwargs: Any) -> None:
+        self.engine = AsyncEngine.from_model(model, **engine_kwargs)
+        self.llm = self.engine.llm
+        self._aborted: set[str] = set()
+
+    @classmethod
+    def from_engine_args(cls, engine_args: Any) -> AsyncLLM:
+        """From an ``ossa.config.EngineArgs`` (``AsyncEngineArgs``), the options it sets."""
+        import dataclasses
+
+        from .config import EngineArgs
+
+        defaults = {f.name: f.default for f in dataclasses.fields(EngineArgs)}
+        given = {
+            name: value
+            for name, value in dataclasses.asdict(engine_args).items()
+            if name != "model" and value != defaults[name]
+        }
+        return cls(engine_args.model, **given)
+
+    async def generate(
+        self,
+        prompt: Any,
+        sampling_params: Any = None,
+        request_id: str | None = None,
+        *,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        """The outputs of one request: ``prompt`` as ``LLM.generate`` takes one (a string, token
+        ids, ``{"prompt": ...}`` or ``{"prompt_token_ids": ...}``). ValueError (before anything is
+        yielded) for a bad prompt or parameters, or a request id in use."""
+        import copy
+        import uuid
+
+        from .sampling_params import RequestOutputKind
+
+        if sampling_params is None:
+            sampling_params = self.llm.get_default_sampling_params()
+        request_id = uuid.uuid4().hex if request_id is None else str(request_id)
+        if self.engine.has_request(request_id):
+            raise ValueError(f"request id {request_id!r} is already in use")
+        proc = self.llm.input_processor
+        request = proc.process(request_id, proc.prompt(prompt), sampling_params, priority)
+        self.engine.bind_loop()
+        kind = sampling_params.output_kind
+        self._aborted.discard(request_id)
+        async for out in self.engine.generate(request, delta=kind == RequestOutputKind.DELTA):
+            if request_id in self._aborted:
+                self._aborted.discard(request_id)
+                return
+            if kind == RequestOutputKind.DELTA:
+                yield out
+            elif kind == RequestOutputKind.CUMULATIVE or out.finished:
+                yield copy.deepcopy(out)  # a snapshot: the request's output grows on
+
+    async def abort(self, request_id: str) -> None:
+        """Ends a request: its generator returns (without a final output) and its KV blocks free."""
+        self._aborted.add(str(request_id))
+        self.engine.engine.abort(str(request_id))
+
+    async def get_tokenizer(self) -> Any:
+        return self.llm.get_tokenizer()
+
+    def get_default_sampling_params(self) -> Any:
+        return self.llm.get_default_sampling_params()
+
+    @property
+    def is_running(self) -> bool:
+        return self.engine.running
+
+    def shutdown(self) -> None:
+        """Stops the engine; requests still running end with ``EngineStoppedError``."""
+        self.engine.shutdown()
+
+
+AsyncLLMEngine = AsyncLLM

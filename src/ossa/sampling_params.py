@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,15 @@ def _token_ids(name: str, value: Any) -> list[int]:
         if v < 0:
             raise ValueError(f"{name}[{i}] must be a token id >= 0, got {v}")
     return ids
+
+
+class RequestOutputKind(enum.IntEnum):
+    """What ``AsyncLLM.generate`` yields (vLLM's): the whole output so far at every step, only what
+    each step added, or only the final output. ``LLM.generate`` returns final outputs either way."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 
 @dataclass
@@ -90,6 +100,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None
     truncate_prompt_tokens: int | None = None  # keep the prompt's last k tokens (-1: all that fit)
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE  # what AsyncLLM.generate yields
     stop_strings: list[str] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -173,6 +184,12 @@ class SamplingParams:
             t = _integer("truncate_prompt_tokens", self.truncate_prompt_tokens)
             if t < 1 and t != -1:
                 raise ValueError(f"truncate_prompt_tokens must be None, -1 or >= 1, got {t}")
+        try:
+            self.output_kind = RequestOutputKind(self.output_kind)
+        except ValueError:
+            raise ValueError(
+                f"output_kind must be a RequestOutputKind (0, 1 or 2), got {self.output_kind!r}"
+            ) from None
         if self.bad_words is not None:
             if isinstance(self.bad_words, str) or not isinstance(self.bad_words, Sequence):
                 raise ValueError(f"bad_words must be a list of strings, got {self.bad_words!r}")
