@@ -89,9 +89,14 @@ def test_auto_reads_the_model_folder(tmp_path: Path) -> None:
     assert EngineArgs(generation_config="vllm").sampling_defaults(str(tmp_path)) == {}
     # A GGUF file has no generation config beside it to read.
     assert args.sampling_defaults(str(tmp_path / "model.gguf")) == {}
-    # A model file's odd value is skipped, not fatal.
-    (tmp_path / "generation_config.json").write_text('{"temperature": "hot", "top_p": 0.5}')
+    # A model file's odd values are skipped, and a file that is no JSON is ignored: neither is fatal.
+    odd = '{"temperature": "hot", "top_p": 0.5, "top_k": -7, "repetition_penalty": 0}'
+    (tmp_path / "generation_config.json").write_text(odd)
     assert args.sampling_defaults(str(tmp_path)) == {"top_p": 0.5}
+    (tmp_path / "generation_config.json").write_text("{not json")
+    assert args.sampling_defaults(str(tmp_path)) == {}
+    with pytest.raises(ValueError, match="not a readable generation config"):
+        EngineArgs(generation_config=str(tmp_path)).sampling_defaults("model.gguf")
 
 
 @pytest.mark.parametrize(

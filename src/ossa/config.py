@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import typing
@@ -227,17 +228,10 @@ class EngineArgs:
             raise ValueError(
                 f"generation_config={self.generation_config!r} is not 'auto', 'vllm' or a folder"
             )
-        override = sampling_fields(
+        sampling_fields(
             parse_json_text(self.override_generation_config, "override_generation_config"),
             "override_generation_config",
         )
-        if override:
-            from .sampling_params import SamplingParams
-
-            try:
-                SamplingParams(**override)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"override_generation_config: {e}") from None
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             value = getattr(self, name)
             _positive_int(name, value)
@@ -429,10 +423,12 @@ class EngineArgs:
             if os.path.isfile(path):
                 try:
                     with open(path, encoding="utf-8") as f:
-                        found = json.load(f)
+                        found = sampling_fields(json.load(f), path, strict=False)
                 except (OSError, ValueError) as e:
-                    raise ValueError(f"{path}: not a readable JSON file ({e})") from None
-                found = sampling_fields(found, path, strict=False)
+                    if self.generation_config != "auto":
+                        raise ValueError(f"{path}: not a readable generation config ({e})") from None
+                    # a model's own odd file does not stop it loading: vLLM's defaults then
+                    logging.getLogger("ossa").warning("%s ignored: %s", path, e)
             elif self.generation_config not in ("auto", "vllm"):
                 raise ValueError(f"generation_config={folder!r}: the folder has no generation_config.json")
         override = parse_json_text(self.override_generation_config, "override_generation_config")
@@ -491,13 +487,23 @@ def sampling_fields(config: Any, where: str, strict: bool = True) -> dict[str, A
         if value is None:
             continue
         integral = name in ("top_k", "max_tokens")
+        value = -1 if name == "top_k" and value == 0 else value  # top_k 0: no top-k (vLLM's)
+        problem = None
         if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
-            if not strict:  # a model file's odd value: left to the neutral default
-                continue
-            raise ValueError(
-                f"{where}: {key} must be a{'n integer' if integral else ' number'}, got {value!r}"
-            )
-        out[name] = -1 if name == "top_k" and value == 0 else value  # top_k 0: no top-k (vLLM's)
+            problem = f"{key} must be {'an integer' if integral else 'a number'}, got {value!r}"
+        else:
+            from .sampling_params import SamplingParams
+
+            try:
+                SamplingParams(**{name: value})
+            except ValueError as e:
+                problem = str(e)
+        if problem is None:
+            out[name] = value
+        elif strict:
+            raise ValueError(f"{where}: {problem}")
+        else:  # a model file's odd value: left to the neutral default
+            logging.getLogger("ossa").warning("%s: %s; ignored", where, problem)
     return out
 
 
