@@ -495,7 +495,8 @@ def sampling_fields(config: Any, where: str, strict: bool = True) -> dict[str, A
             from .sampling_params import SamplingParams
 
             try:
-                SamplingParams(**{name: value})
+                field_value: dict[str, Any] = {name: value}
+                SamplingParams(**field_value)
             except ValueError as e:
                 problem = str(e)
         if problem is None:

@@ -42,6 +42,7 @@ from .protocol import (
     ModelList,
     TokenizeRequest,
 )
+from .responses import ResponsesRequest, full_responses, responses_prep, stream_responses
 from .serving import (
     APIError,
     bad_request,
@@ -315,6 +316,20 @@ def create_app(
             )
         prep = prepare_chat(engine, body, model, rendered, tool_call_parser, template)
         return await respond(request, prep, chat=True)
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, request: Request) -> Response:
+        prep = responses_prep(engine, body, check_model(body.model), tool_call_parser)
+        if prep.stream:
+            return SSEResponse(
+                stream_responses(engine, prep, body),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        completed, obj = await _unless_disconnected(request, full_responses(engine, prep, body))
+        if not completed:
+            return Response(status_code=499)
+        return SafeJSONResponse(obj)
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:
