@@ -284,17 +284,31 @@ def create_app(
                 raise bad_request(f"cannot apply the chat template: {e}", param="messages") from None
         return rendered
 
-    async def respond(request: Request, prep: Any, chat: bool) -> Response:
-        if prep.stream:
+    async def reply(
+        request: Request,
+        stream: bool,
+        events: Callable[[], AsyncIterator[bytes]],
+        whole: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> Response:
+        """An SSE stream of ``events()``, or the JSON body ``whole()`` builds."""
+        if stream:
             return SSEResponse(
-                stream_response(engine, prep, chat),
+                events(),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        completed, body = await _unless_disconnected(request, full_response(engine, prep, chat))
+        completed, body = await _unless_disconnected(request, whole())
         if not completed:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed request"
         return SafeJSONResponse(body)
+
+    async def respond(request: Request, prep: Any, chat: bool) -> Response:
+        return await reply(
+            request,
+            prep.stream,
+            partial(stream_response, engine, prep, chat),
+            partial(full_response, engine, prep, chat),
+        )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -320,16 +334,12 @@ def create_app(
     @app.post("/v1/responses")
     async def responses(body: ResponsesRequest, request: Request) -> Response:
         prep = responses_prep(engine, body, check_model(body.model), tool_call_parser)
-        if prep.stream:
-            return SSEResponse(
-                stream_responses(engine, prep, body),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        completed, obj = await _unless_disconnected(request, full_responses(engine, prep, body))
-        if not completed:
-            return Response(status_code=499)
-        return SafeJSONResponse(obj)
+        return await reply(
+            request,
+            prep.stream,
+            partial(stream_responses, engine, prep, body),
+            partial(full_responses, engine, prep, body),
+        )
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:

@@ -284,6 +284,7 @@ async def stream_responses(
     yield event("response.in_progress", next_seq(), response=snapshot("in_progress", []))
     items: list[dict[str, Any]] = []  # the output items, as they end up
     text_at: int | None = None  # the message item's index, once text has come
+    at: dict[str, Any] = {}  # its place, as the text events name it
     calls_at: dict[int, int] = {}  # a chat delta's tool call index -> its item's index
     finish = None
     n_in = n_out = cached = 0
@@ -304,6 +305,7 @@ async def stream_responses(
                     if text_at is None:
                         text_at = len(items)
                         items.append(message_item(_id("msg"), "", "in_progress"))
+                        at = {"item_id": items[text_at]["id"], "output_index": text_at, "content_index": 0}
                         yield event(
                             "response.output_item.added",
                             next_seq(),
@@ -311,24 +313,10 @@ async def stream_responses(
                             item=items[text_at],
                         )
                         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                        yield event(
-                            "response.content_part.added",
-                            next_seq(),
-                            item_id=items[text_at]["id"],
-                            output_index=text_at,
-                            content_index=0,
-                            part=part,
-                        )
-                    items[text_at].setdefault("_text", "")
-                    items[text_at]["_text"] += d["content"]
+                        yield event("response.content_part.added", next_seq(), **at, part=part)
+                    items[text_at]["_text"] = items[text_at].get("_text", "") + d["content"]
                     yield event(
-                        "response.output_text.delta",
-                        next_seq(),
-                        item_id=items[text_at]["id"],
-                        output_index=text_at,
-                        content_index=0,
-                        delta=d["content"],
-                        logprobs=[],
+                        "response.output_text.delta", next_seq(), **at, delta=d["content"], logprobs=[]
                     )
                 for tc in d.get("tool_calls") or []:
                     k = int(tc.get("index", 0))
