@@ -128,6 +128,11 @@ def test_function_results_go_back_in(client: openai.OpenAI) -> None:
     assert r.status in ("completed", "incomplete") and r.output
 
 
+def test_store_is_taken_and_not_kept(client: openai.OpenAI) -> None:
+    r = client.responses.create(model=MODEL, input="Hi", store=True, max_output_tokens=2)
+    assert r.store is False and r.output_text
+
+
 def test_json_schema_output(client: openai.OpenAI) -> None:
     schema = {
         "type": "object",
@@ -153,7 +158,6 @@ def test_json_schema_output(client: openai.OpenAI) -> None:
     "body, param",
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"store": True}, "store"),
         ({"reasoning": {"effort": "high"}}, "reasoning"),
         ({"tools": [{"type": "web_search"}]}, "tools"),
         ({"input": [{"type": "input_image", "image_url": "http://x/y.png"}]}, "input"),

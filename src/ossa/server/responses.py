@@ -9,9 +9,9 @@ item per tool call. Streaming sends the Responses events (``response.created`` .
 ``response.output_text.delta`` ... ``response.completed``), each with ``event:`` and ``data:`` lines
 and a ``sequence_number``.
 
-Not kept: responses are not stored, so ``previous_response_id`` and ``store: true`` retrieval, the
-hosted tools (web or file search, ...), reasoning items, images and ``background`` are 400s naming the
-field.
+Not kept: responses are not stored (``store: true`` is taken and the response says ``store: false``,
+as vLLM does without its store), so ``previous_response_id`` is a 400, as are the hosted tools (web or
+file search, ...), reasoning settings, images and ``background``, each naming the field.
 """
 
 from __future__ import annotations
@@ -119,12 +119,11 @@ def chat_request_of(req: ResponsesRequest) -> ChatCompletionRequest:
     """The chat completion request that does this response's work; 400s naming unsupported fields."""
     for name, value, asks in (
         ("previous_response_id", req.previous_response_id, req.previous_response_id is not None),
-        ("store", req.store, bool(req.store)),
         ("background", req.background, bool(req.background)),
         ("reasoning", req.reasoning, bool(req.reasoning and any(req.reasoning.values()))),
     ):
         if asks:
-            hint = " (responses are not stored here)" if name in ("previous_response_id", "store") else ""
+            hint = " (responses are not stored here)" if name == "previous_response_id" else ""
             raise bad_request(f"{name}={value!r} is not supported by this server{hint}", param=name)
     tools = None
     if req.tools is not None:
