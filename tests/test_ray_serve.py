@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -378,6 +379,23 @@ def test_ossa_serve_ray_from_the_cli(ray_cluster: Any, serve_url: str, solo: Any
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_routing_text_reads_chat_and_responses_bodies_alike() -> None:
+    from ossa.ray.serve import _routing_text
+
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}
+    responses = {"instructions": "Be brief.", "input": "Hi"}
+    items = {
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+    }
+    text = _routing_text("/v1/chat/completions", json.dumps(chat).encode())
+    assert text == "system:Be brief.\nuser:Hi\n"
+    assert _routing_text("/v1/responses", json.dumps(responses).encode()) == text
+    assert _routing_text("/v1/responses", json.dumps(items).encode()) == text
+    assert _routing_text("/v1/completions", b'{"prompt": "abc"}') == "abc"
+    assert _routing_text("/v1/models", b"") == "/v1/models"
 
 
 def test_build_app_arguments(capsys: pytest.CaptureFixture[str]) -> None:

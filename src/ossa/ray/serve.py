@@ -276,7 +276,9 @@ _SCOPE_KEYS = ("type", "http_version", "method", "scheme", "path", "raw_path", "
 
 
 def _routing_text(path: str, body: bytes) -> str:
-    """The prompt or the chat messages' contents of a request body (the path for other requests)."""
+    """The prompt or the chat messages' contents of a request body (the path for other requests). A
+    Responses API body (instructions, input) reads as the chat messages it becomes, so both endpoints
+    route a shared conversation prefix alike."""
     try:
         data = json.loads(body) if body else None
     except (ValueError, UnicodeDecodeError):
@@ -286,6 +288,12 @@ def _routing_text(path: str, body: bytes) -> str:
         if isinstance(prompt, str):
             return prompt
         messages = data.get("messages")
+        inp = data.get("input")
+        if messages is None and isinstance(inp, (str, list)):
+            messages = (
+                [{"role": "system", "content": data["instructions"]}] if data.get("instructions") else []
+            )
+            messages += [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
         if isinstance(messages, list):
             parts = []
             for m in messages:
