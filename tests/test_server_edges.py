@@ -283,6 +283,19 @@ def test_client_aborts_are_counted(server: ServerThread) -> None:
     assert aborts() == before + 2
 
 
+def test_chat_prompt_logprobs_are_the_completions_ones(server: ServerThread) -> None:
+    msgs = [{"role": "user", "content": "Name a city."}]
+    ids = post(server, "/tokenize", {"messages": msgs}).json()["tokens"]
+    chat = post(
+        server, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1, "prompt_logprobs": 2}
+    ).json()
+    plain = post(server, "/v1/completions", {"prompt": ids, "max_tokens": 1, "prompt_logprobs": 2}).json()
+    assert chat["prompt_logprobs"] == plain["choices"][0]["prompt_logprobs"]
+    assert len(chat["prompt_logprobs"]) == len(ids) and chat["prompt_logprobs"][0] is None
+    streamed = {"messages": msgs, "max_tokens": 1, "prompt_logprobs": 2, "stream": True}
+    assert error_of(post(server, "/v1/chat/completions", streamed), 400)["param"] == "prompt_logprobs"
+
+
 def test_bad_words_and_allowed_token_ids_are_honoured(server: ServerThread) -> None:
     base = {"prompt": "1, 2, 3, 4,", "max_tokens": 2, "temperature": 0}
     plain = post(server, "/v1/completions", base).json()["choices"][0]["text"]

@@ -97,6 +97,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    # vLLM's extra: top-N logprobs of every prompt token, as the response's prompt_logprobs.
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
     add_generation_prompt: bool = True
     chat_template: str | None = None  # vLLM's; refused unless --trust-request-chat-template
     chat_template_kwargs: dict[str, Any] | None = None

@@ -39,14 +39,13 @@ _UNIMPLEMENTED: dict[str, tuple[Any, ...]] = {
     "store": (None, False),
     "metadata": (None, {}),
     "service_tier": (None, "auto", "default"),
-    # vLLM's extras that change outputs and that ossa does not implement (chat's echo and
-    # prompt_logprobs: completions have their own)
+    # vLLM's extras that change outputs and that ossa does not implement (chat's echo: completions
+    # have their own)
     "use_beam_search": (None, False),
     "length_penalty": (None, 1.0, 1),
     "logits_processors": (None, []),
     "return_tokens_as_token_ids": (None, False),
     "echo": (None, False),
-    "prompt_logprobs": (None,),
 }
 
 

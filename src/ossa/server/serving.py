@@ -307,6 +307,8 @@ def prepare_chat(
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise bad_request("top_logprobs needs logprobs=true", param="top_logprobs")
+    if req.prompt_logprobs is not None and req.stream:  # (vLLM's rule too)
+        raise bad_request("prompt_logprobs are not available when stream=true", param="prompt_logprobs")
     parser = tool_call_parser or parser_for_template(template)
     # Markers that are special tokens only reach the parser when special tokens are decoded; the
     # other special tokens' texts are then dropped from the reply.
@@ -315,7 +317,7 @@ def prepare_chat(
         req,
         max_tokens,
         logprobs,
-        None,
+        req.prompt_logprobs,
         structured,
         decode_specials=drop is not None,
         defaults=engine.sampling_defaults,
@@ -334,6 +336,7 @@ def prepare_chat(
         logprobs,
         bool(req.stream),
         bool(req.stream_options and req.stream_options.include_usage),
+        prompt_logprobs=req.prompt_logprobs,
         tool_mode=mode,
         tool_parser=parser,
         tool_drop=drop or [],
@@ -577,7 +580,7 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
             choices.append(choice_body(engine, prep, chat, i * prep.n + c.index, final, c, streaming=False))
     n_prompt = sum(len(p.token_ids) for p in prep.prompts)
     n_out = sum(len(c.token_ids) for out in finals if out is not None for c in out.outputs)
-    return {
+    body = {
         "id": prep.request_id,
         "object": "chat.completion" if chat else "text_completion",
         "created": prep.created,
@@ -585,6 +588,11 @@ async def full_response(engine: AsyncEngine, prep: PreparedRequest, chat: bool) 
         "choices": choices,
         "usage": usage(n_prompt, n_out, sum(f.num_cached_tokens for f in finals if f is not None)),
     }
+    if chat and prep.prompt_logprobs is not None and finals[0] is not None:  # vLLM's: one prompt, top level
+        body["prompt_logprobs"] = prompt_logprob_dicts(
+            finals[0], prep.params.prompt_logprobs or 0, prep.prompt_logprobs
+        )
+    return body
 
 
 def sse(obj: Any) -> bytes:
