@@ -284,9 +284,9 @@ class InputProcessor:
         and after a space where that spells it with as many tokens, starting with another one (the
         word inside a text); InputError naming an id past the model's vocabulary."""
         seqs: list[list[int]] = []
-        for word in words:
-            alone = list(self.tokenizer.encode(word.lstrip(), add_special_tokens=False))
-            spaced = list(self.tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
+        for word in (w.lstrip() for w in words):
+            alone = list(self.tokenizer.encode(word, add_special_tokens=False))
+            spaced = list(self.tokenizer.encode(" " + word, add_special_tokens=False))
             seqs.append(alone)
             if spaced and alone and spaced[0] != alone[0] and len(spaced) == len(alone):
                 seqs.append(spaced)

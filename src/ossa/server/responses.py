@@ -34,6 +34,8 @@ from .serving import (
     full_response,
     merged_outputs,
     prepare_chat,
+    sse,
+    usage,
 )
 
 
@@ -257,10 +259,8 @@ async def full_responses(engine: AsyncEngine, prep: PreparedRequest, req: Respon
 
 
 def event(kind: str, seq: int, **fields: Any) -> bytes:
-    data = json.dumps(
-        {"type": kind, "sequence_number": seq, **fields}, ensure_ascii=False, separators=(",", ":")
-    )
-    return f"event: {kind}\ndata: {data}\n\n".encode()
+    """One Responses event: its ``event:`` line, then the chat stream's ``data:`` line."""
+    return f"event: {kind}\n".encode() + sse({"type": kind, "sequence_number": seq, **fields})
 
 
 async def stream_responses(
@@ -366,14 +366,7 @@ async def stream_responses(
             yield event("response.output_item.done", next_seq(), output_index=index, item=items[index])
         status = "incomplete" if finish == "length" else "completed"
         final = snapshot(status, items)
-        final["usage"] = response_usage(
-            {
-                "prompt_tokens": n_in,
-                "completion_tokens": n_out,
-                "total_tokens": n_in + n_out,
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
-        )
+        final["usage"] = response_usage(usage(n_in, n_out, cached))
         yield event(f"response.{status}", next_seq(), response=final)
     except APIError as e:
         failed = snapshot("failed", [])
