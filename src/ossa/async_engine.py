@@ -309,8 +309,10 @@ class AsyncLLM:
 
     async def abort(self, request_id: str) -> None:
         """Ends a request: its generator returns (without a final output) and its KV blocks free."""
-        self._aborted.add(str(request_id))
-        self.engine.engine.abort(str(request_id))
+        request_id = str(request_id)
+        if self.engine.has_request(request_id):  # (an id that already ended is not remembered)
+            self._aborted.add(request_id)
+        self.engine.engine.abort(request_id)
 
     async def get_tokenizer(self) -> Any:
         return self.llm.get_tokenizer()
