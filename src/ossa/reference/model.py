@@ -230,14 +230,18 @@ def activation_rounding(
     ``ActivationRounding``; ``int8_matrices``: the loaded model's ``int8_matrices``). With
     ``quantized_activations`` the loaded model lists with 32 the matrices whose inputs are rounded to
     8-bit blocks (``quantize_q8``, which is also the int8 kernels' first piece alone), with 64 the
-    Q2_K / Q3_K ones (their own split); the others keep theirs (exact here). Without a list (None),
+    Q2_K / Q3_K ones (their own split); the others keep theirs (exact, or bf16 hi + lo with
+    ``amx_activations``). Without a list (None),
     every input is rounded to 8-bit blocks (a model whose matrices all take them)."""
     if bf16_compute:
         return ActivationRounding(_bf16)
     if quantized_activations:
         if int8_matrices is None:
             return ActivationRounding(quantize_q8)
-        return ActivationRounding(quantize_q8, int8_matrices, quantized=True, unlisted=lambda a: a)
+        # The unlisted matrices keep their own inputs: on AMX the bf16-tile ones (Q5_0, IQ4_NL, ...)
+        # split them into bf16 hi + lo, as in an exact model.
+        unlisted = split_bf16 if amx_activations else (lambda a: a)
+        return ActivationRounding(quantize_q8, int8_matrices, quantized=True, unlisted=unlisted)
     listed = int8_matrices if int8_matrices is not None else NO_INT8
     return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), listed)
 
