@@ -72,6 +72,7 @@
 #include <type_traits>
 
 #include "kernels/amx_i8_pieces.h"
+#include "kernels/amx_i8_rows.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
@@ -672,12 +673,6 @@ inline void prefetch_ahead(const uint8_t* group, int64_t b) {
   for (int l = 0; l < lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
 }
 
-inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
-  const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
-  _mm512_mask_storeu_ps(y + o, static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1),
-                        v);
-}
-
 // acc = fma(f32(D - oS), s * d, acc) for weights s (u - o): D - oS, with oS = o times the row's sum
 // of 2^11 a0 + 16 a1 + a2 over the values, is the signed quants' dot product with the pieces.
 inline __m512 epilogue_signed(__m512i c0, __m512i c12, __m512 s, float d, int32_t os, __m512 acc) {
@@ -1071,8 +1066,18 @@ void vnni_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, in
 }
 
 #if defined(OSSA_HAVE_AMX_I8)
-// ---- AMX: 16 activation rows at a time --------------------------------------------------------
-thread_local AlignedVector<uint8_t> t_btiles;
+// ---- AMX: 16 activation rows at a time (amx_i8_rows.h's driver) --------------------------------
+// What both types' tile kernels share: steps of 32 values, the packed group of 16 weight rows,
+// the A tiles.
+struct Steps32 {
+  static int64_t steps(int64_t cols) { return cols / 32; }
+  static const uint8_t* group(const TensorView& w, int64_t cols, int64_t o0) {
+    return w.packed + (o0 / 16) * group_bytes(w.type, cols);
+  }
+  static const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
+    return vnni::a_tiles(x, nb, mb, b);
+  }
+};
 
 // The B tile [16 q, q] of one packed block (16 rows of 64 bytes); its rows 8..15 are the B tile of
 // q. Tile row j < 8 holds k = 4 j .. 4 j + 3: the low nibbles for j < 4, the high ones for 4 <= j
@@ -1088,9 +1093,10 @@ inline void build_b(const uint8_t* blk, uint8_t* out) {
   }
 }
 
-// The tile kernels of the two types, for amx_rows: B tiles of a block built into bt (when `build`),
-// its products with the A tiles at a into C buffer c, and c scaled into 16 rows of accumulators.
-struct Q4kTiles {
+// The tile kernels of the two types, for amx_i8_tile_rows: B tiles of a block built into bt (when
+// `build`), its products with the A tiles at a into C buffer c, and c scaled into 16 rows of
+// accumulators.
+struct Q4kTiles : Steps32 {
   static constexpr int64_t b_bytes = 1024;  // B tiles of a block
   using CBuf = int32_t[2][256];             // q . a0 and [16 q, q] . [a1, a2]
   static void config(int rows) { load_tile_config(rows); }
@@ -1147,7 +1153,7 @@ void load_tile_config_q6k(int rows) {
   _tile_loadconfig(&c);
 }
 
-struct Q6kTiles {
+struct Q6kTiles : Steps32 {
   static constexpr int64_t b_bytes = 512;
   using CBuf = int32_t[2][3][256];  // per sub-block h, u . a0, u . a1, u . a2
   static void config(int rows) { load_tile_config_q6k(rows); }
@@ -1196,39 +1202,6 @@ struct Q6kTiles {
   }
 };
 
-// 16 activation rows at a time: the B tiles of each block are built once, by the first 16 rows,
-// and kept for the others; block b's C tiles are scaled two blocks later, once their stores have
-// landed.
-template <class K>
-void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-              float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 32;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  const size_t need = static_cast<size_t>(nb * K::b_bytes);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  uint8_t* btiles = t_btiles.data();
-  K::config(mr);
-  alignas(64) typename K::CBuf cbuf[4];
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * group_bytes(w.type, x.cols);
-    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-      __m512 acc[16];
-      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-      const bool first = m0 == r_begin;
-      for (int64_t b = 0; b < nb; ++b) {
-        K::product(group, b, first, btiles + b * K::b_bytes, a_tiles(x, nb, m0 / 16, b),
-                   cbuf[b & 3]);
-        if (b >= 2) K::scale(group, b - 2, cbuf[(b - 2) & 3], x, m0, rows, acc);
-      }
-      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b)
-        K::scale(group, b, cbuf[b & 3], x, m0, rows, acc);
-      for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
-    }
-  }
-  _tile_release();
-}
-
 // Rows below this go through the VNNI loop (the same results; measured faster for few rows).
 constexpr int64_t k_vnni_rows = 4;
 #endif  // OSSA_HAVE_AMX_I8
@@ -1268,8 +1241,8 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   const bool q6 = w.type == DType::Q6_K;
   if (r_end - r_begin < vnni::k_vnni_rows)
     return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  if (q6) return vnni::amx_rows<vnni::Q6kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  vnni::amx_rows<vnni::Q4kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (q6) return amx_i8_tile_rows<vnni::Q6kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  amx_i8_tile_rows<vnni::Q4kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 #endif
 #endif  // OSSA_HAVE_I8_VNNI

@@ -38,6 +38,7 @@
 #include <cstring>
 
 #include "kernels/amx_i8_pieces.h"
+#include "kernels/amx_i8_rows.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_kernels.h"
 #include "util/aligned.h"
@@ -262,12 +263,6 @@ inline __m512 epilogue(__m512i c0, __m512i c1, __m512i c2, __m512 d, const __m51
   return acc;
 }
 
-inline void store_row(__m512 v, float* y, int64_t o, int64_t o_end) {
-  const int n_valid = static_cast<int>(std::min<int64_t>(16, o_end - o));
-  _mm512_mask_storeu_ps(y + o, static_cast<__mmask16>(n_valid == 16 ? 0xFFFF : (1u << n_valid) - 1),
-                        v);
-}
-
 // The A tiles (a0, a1, a2: 16 rows x 64 bytes each) of 16-row block mb and step b.
 inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
   return x.q23k + (mb * nb + b) * 3072;
@@ -358,83 +353,67 @@ void load_tile_config(int rows) {
   _tile_loadconfig(&c);
 }
 
-thread_local AlignedVector<uint8_t> t_btiles;
-
+// The tile kernels of a type for amx_i8_rows.h's driver: per 64-value step b, the B tile of v
+// (both halves, unpacked) built into bt, its products with the three A tiles, and the epilogue.
 template <bool Q3>
-void amx_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
-              float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {
-  const int64_t nb = x.cols / 64, n_sb = nb / 4, ng = x.cols / 16;
-  const int mr = static_cast<int>(std::min<int64_t>(16, x.n_rows));
-  const size_t need = static_cast<size_t>(nb * 1024);
-  if (t_btiles.size() < need) t_btiles.assign(need, 0);
-  uint8_t* btiles = t_btiles.data();
-  load_tile_config(mr);
-  alignas(64) int32_t cbuf[4][3][256];
-  for (int64_t o0 = o_begin; o0 < o_end; o0 += 16) {
-    const uint8_t* group = w.packed + (o0 / 16) * n_sb * Layout<Q3>::sb_bytes;
-    for (int64_t m0 = r_begin; m0 < r_end; m0 += 16) {
-      const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - m0));
-      __m512 acc[16];
-      for (int m = 0; m < 16; ++m) acc[m] = _mm512_setzero_ps();
-      const bool first = m0 == r_begin;
-      auto product = [&](int64_t b) {
-        uint8_t* bt = btiles + b * 1024;
-        if (first) {
-          const uint8_t* sb = group + (b / 4) * Layout<Q3>::sb_bytes;
-          if (b % 4 == 0) {
-            const char* ahead = reinterpret_cast<const char*>(sb + Layout<Q3>::sb_bytes);
-            for (int l = 0; l < Layout<Q3>::sb_bytes / 64; ++l)
-              _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
-          }
-          for (int half = 0; half < 2; ++half) {
-            __m512i u[8];
-            unpack_v<Q3>(sb, static_cast<int>(b % 4), half, u);
-            for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * half + 64 * k, u[k]);
-          }
-        }
-        const int8_t* a = a_tiles(x, nb, m0 / 16, b);
-        _tile_loadd(0, a, 64);
-        _tile_loadd(1, a + 1024, 64);
-        _tile_loadd(2, a + 2048, 64);
-        _tile_loadd(3, bt, 64);
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_zero(6);
-        _tile_dpbsud(4, 0, 3);
-        _tile_dpbsud(5, 1, 3);
-        _tile_dpbsud(6, 2, 3);
-        int32_t* c = cbuf[b & 3][0];
-        _tile_stored(4, c, 64);
-        _tile_stored(5, c + 256, 64);
-        _tile_stored(6, c + 512, 64);
-      };
-      auto scale = [&](int64_t b) {
-        const uint8_t* sb = group + (b / 4) * Layout<Q3>::sb_bytes;
-        const Scales ds = sb_scales<Q3>(sb);
-        __m512 mn[4];
-        mins<Q3>(sb, static_cast<int>(b % 4), ds.neg_dmin, mn);
-        const int32_t* c = cbuf[b & 3][0];
-        const float* dsc = x.q23k_scale + m0 * nb + b;
-        const float* xs = x.q23k_xs + m0 * ng + 4 * b;
-#pragma GCC unroll 16
-        for (int m = 0; m < 16; ++m) {
-          if (m >= rows) break;
-          acc[m] = epilogue<Q3>(_mm512_load_si512(c + 16 * m), _mm512_load_si512(c + 256 + 16 * m),
-                                _mm512_load_si512(c + 512 + 16 * m), ds.d, mn, dsc[m * nb],
-                                xs + m * ng, acc[m]);
-        }
-      };
-      // Step b's C tiles are scaled two steps later, once their stores have landed.
-      for (int64_t b = 0; b < nb; ++b) {
-        product(b);
-        if (b >= 2) scale(b - 2);
+struct Q23kTiles {
+  static constexpr int64_t b_bytes = 1024;
+  using CBuf = int32_t[3][256];  // v . a0, v . a1, v . a2
+  static int64_t steps(int64_t cols) { return cols / 64; }
+  static const uint8_t* group(const TensorView& w, int64_t cols, int64_t o0) {
+    return w.packed + (o0 / 16) * (cols / 256) * Layout<Q3>::sb_bytes;
+  }
+  static const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, int64_t b) {
+    return ossa::a_tiles(x, nb, mb, b);
+  }
+  static void config(int rows) { load_tile_config(rows); }
+  static void product(const uint8_t* group, int64_t b, bool build, uint8_t* bt, const int8_t* a,
+                      CBuf& c) {
+    if (build) {
+      const uint8_t* sb = group + (b / 4) * Layout<Q3>::sb_bytes;
+      if (b % 4 == 0) {
+        const char* ahead = reinterpret_cast<const char*>(sb + Layout<Q3>::sb_bytes);
+        for (int l = 0; l < Layout<Q3>::sb_bytes / 64; ++l)
+          _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
       }
-      for (int64_t b = std::max<int64_t>(0, nb - 2); b < nb; ++b) scale(b);
-      for (int m = 0; m < rows; ++m) store_row(acc[m], y + (m0 + m) * ldy, o0, o_end);
+      for (int half = 0; half < 2; ++half) {
+        __m512i u[8];
+        unpack_v<Q3>(sb, static_cast<int>(b % 4), half, u);
+        for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * half + 64 * k, u[k]);
+      }
+    }
+    _tile_loadd(0, a, 64);
+    _tile_loadd(1, a + 1024, 64);
+    _tile_loadd(2, a + 2048, 64);
+    _tile_loadd(3, bt, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_dpbsud(4, 0, 3);
+    _tile_dpbsud(5, 1, 3);
+    _tile_dpbsud(6, 2, 3);
+    _tile_stored(4, c[0], 64);
+    _tile_stored(5, c[1], 64);
+    _tile_stored(6, c[2], 64);
+  }
+  static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
+                    int64_t m0, int rows, __m512* acc) {
+    const int64_t nb = x.cols / 64, ng = x.cols / 16;
+    const uint8_t* sb = group + (b / 4) * Layout<Q3>::sb_bytes;
+    const Scales ds = sb_scales<Q3>(sb);
+    __m512 mn[4];
+    mins<Q3>(sb, static_cast<int>(b % 4), ds.neg_dmin, mn);
+    const float* dsc = x.q23k_scale + m0 * nb + b;
+    const float* xs = x.q23k_xs + m0 * ng + 4 * b;
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; ++m) {
+      if (m >= rows) break;
+      acc[m] = epilogue<Q3>(_mm512_load_si512(c[0] + 16 * m), _mm512_load_si512(c[1] + 16 * m),
+                            _mm512_load_si512(c[2] + 16 * m), ds.d, mn, dsc[m * nb], xs + m * ng,
+                            acc[m]);
     }
   }
-  _tile_release();
-}
+};
 
 // Rows below this go through the VNNI loop (the same results).
 constexpr int64_t k_vnni_rows = 4;
@@ -448,8 +427,8 @@ void amx_q23k_compute(const TensorView& w, const AmxActivations& x, int64_t r_be
   const bool q3 = w.type == DType::Q3_K;
 #if defined(OSSA_HAVE_AMX_Q23K)
   if (r_end - r_begin >= k_vnni_rows)
-    return q3 ? amx_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end)
-              : amx_rows<false>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    return q3 ? amx_i8_tile_rows<Q23kTiles<true>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end)
+              : amx_i8_tile_rows<Q23kTiles<false>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 #endif
   // Few rows, or no AMX (the VNNI loop then takes every row count: one kernel, batch invariant).
   if (q3) return vnni_rows<true>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
