@@ -43,6 +43,26 @@ inline uint8_t* amx_btiles(size_t bytes) {
   return buf.data();
 }
 
+// The products of one step with the activations in three pieces (tiles 0-2: a0, a1, a2, rows at
+// strides s0, s12) and one B tile (tile 3, rows of 64 bytes at bt): C tiles 4-6 into c[0..2]
+// (rows of 16 int32). Q6_K's sub-blocks and Q2_K / Q3_K's steps take it.
+inline void amx_three_pieces(const int8_t* a0, int s0, const int8_t* a1, const int8_t* a2, int s12,
+                             const uint8_t* bt, int32_t* const* c) {
+  _tile_loadd(0, a0, s0);
+  _tile_loadd(1, a1, s12);
+  _tile_loadd(2, a2, s12);
+  _tile_loadd(3, bt, 64);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_dpbsud(4, 0, 3);
+  _tile_dpbsud(5, 1, 3);
+  _tile_dpbsud(6, 2, 3);
+  _tile_stored(4, c[0], 64);
+  _tile_stored(5, c[1], 64);
+  _tile_stored(6, c[2], 64);
+}
+
 template <class K>
 void amx_i8_tile_rows(const TensorView& w, const AmxActivations& x, int64_t r_begin, int64_t r_end,
                       float* y, int64_t ldy, int64_t o_begin, int64_t o_end) {

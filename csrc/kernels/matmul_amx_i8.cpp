@@ -1166,19 +1166,9 @@ struct Q6kTiles : Steps32 {
       for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
     }
     for (int h = 0; h < 2; ++h) {
-      _tile_loadd(0, a + 16 * h, 32);
-      _tile_loadd(1, a + 512 + 16 * h, 64);
-      _tile_loadd(2, a + 512 + 32 + 16 * h, 64);
-      _tile_loadd(3, bt + 256 * h, 64);
-      _tile_zero(4);
-      _tile_zero(5);
-      _tile_zero(6);
-      _tile_dpbsud(4, 0, 3);
-      _tile_dpbsud(5, 1, 3);
-      _tile_dpbsud(6, 2, 3);
-      _tile_stored(4, c[h][0], 64);
-      _tile_stored(5, c[h][1], 64);
-      _tile_stored(6, c[h][2], 64);
+      int32_t* const out[3] = {c[h][0], c[h][1], c[h][2]};
+      amx_three_pieces(a + 16 * h, 32, a + 512 + 16 * h, a + 512 + 32 + 16 * h, 64, bt + 256 * h,
+                       out);
     }
   }
   static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,

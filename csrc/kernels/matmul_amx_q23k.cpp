@@ -382,19 +382,8 @@ struct Q23kTiles {
         for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * half + 64 * k, u[k]);
       }
     }
-    _tile_loadd(0, a, 64);
-    _tile_loadd(1, a + 1024, 64);
-    _tile_loadd(2, a + 2048, 64);
-    _tile_loadd(3, bt, 64);
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_dpbsud(4, 0, 3);
-    _tile_dpbsud(5, 1, 3);
-    _tile_dpbsud(6, 2, 3);
-    _tile_stored(4, c[0], 64);
-    _tile_stored(5, c[1], 64);
-    _tile_stored(6, c[2], 64);
+    int32_t* const out[3] = {c[0], c[1], c[2]};
+    amx_three_pieces(a, 64, a + 1024, a + 2048, 64, bt, out);
   }
   static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
                     int64_t m0, int rows, __m512* acc) {
