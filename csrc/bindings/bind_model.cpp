@@ -201,7 +201,8 @@ void bind_model(nb::module_& m) {
       "kernels "
       "where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. "
       "quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less "
-      "exact). "
+      "exact) where that is the faster kernel (with AMX, the types on bf16 tiles keep their "
+      "inputs; int8_matrices lists the matrices that round). "
       "Raises ModelError naming the problem.");
 
   m.def(

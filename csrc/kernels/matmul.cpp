@@ -105,15 +105,13 @@ int64_t claim_grain(int64_t n_items, int threads) {
   return std::clamp<int64_t>(n_items / (4 * int64_t{threads}), 1, 64);
 }
 
-// True when this weight goes through the repacked kernels for these activations: it was repacked
-// at load (its model was loaded with amx on), unless the activations are 8-bit blocks and w is a
-// quantized type that matmul_q8.cpp multiplies instead (the int8 kernels take the blocks as their
-// first piece; weights rounded to bf16 exist only as tiles when packed: always AMX). So whether
+// True when this weight goes through the repacked kernels: it was repacked at load (its model was
+// loaded with amx on), whatever the activations. With 8-bit activations the int8 kernels take the
+// blocks as their first piece; the bf16-tile kernels (an AMX machine's Q4_0 / Q4_1 / Q8_0 / Q5_0
+// / ...) keep their split inputs, because there matmul_q8.cpp's dot products would be the slower
+// path (1B Q8_0 file, 2 threads: 74 against 323 prefill tok/s, 12 against 21 decode). So whether
 // the call carries 8-bit blocks for other matrices never changes w's kernel.
-bool uses_amx(const TensorView& w, const MatmulInput& x) {
-  if (w.packed == nullptr) return false;
-  return w.bf16_compute || !x.quantized || !dtype_quantized(w.type) || amx_i8_type(w.type);
-}
+bool uses_amx(const TensorView& w) { return w.packed != nullptr; }
 
 // Activations split for AMX (bf16 hi/lo tiles and block sums), owned by the thread that called the
 // matmul; workers only read them while that call is running.
@@ -146,7 +144,7 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 struct AmxNeeds {
   bool any = false, bf16c = false, split = false, i8 = false, i16 = false, q23k = false;
   void add(const TensorView& w, const MatmulInput& x) {
-    if (!uses_amx(w, x)) return;
+    if (!uses_amx(w)) return;
     any = true;
     if (w.bf16_compute)
       bf16c = true;
@@ -242,7 +240,7 @@ int kquant_slot(DType t) {
 
 // Whether compute() runs w through the f32 tile kernels (not AMX, not 8-bit activations).
 bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {
-  return !uses_amx(w, x) && !(dtype_quantized(w.type) && x.quantized && !w.bf16_compute);
+  return !uses_amx(w) && !(dtype_quantized(w.type) && x.quantized && !w.bf16_compute);
 }
 
 KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x,
@@ -303,7 +301,7 @@ thread_local AlignedVector<float> t_decoded;
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
              int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx,
              const KQuantRows& kq, bool accumulate = false) {
-  if (amx != nullptr && uses_amx(w, x)) {
+  if (amx != nullptr && uses_amx(w)) {
     amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
     return;
   }
@@ -434,12 +432,10 @@ bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed !
 
 bool takes_q8(const TensorView& w) {
   if (w.empty() || w.bf16_compute) return false;
-  return dtype_quantized(w.type) || (w.packed != nullptr && amx_i8_type(w.type));
+  return w.packed != nullptr ? amx_i8_type(w.type) : dtype_quantized(w.type);
 }
 
-bool needs_q8_blocks(const TensorView& w) {
-  return takes_q8(w) && !(w.packed != nullptr && amx_i8_type(w.type));
-}
+bool needs_q8_blocks(const TensorView& w) { return takes_q8(w) && w.packed == nullptr; }
 
 int64_t bf16_tiles_elems(int64_t n_rows, int64_t cols) { return (n_rows + 15) / 16 * 16 * cols; }
 

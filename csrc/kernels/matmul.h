@@ -56,9 +56,11 @@ struct MatmulInput {
 // op producing its input may write MatmulInput::bf16_tiles directly.
 bool takes_bf16_tiles(const TensorView& w);
 // Whether a model loaded with quantized_activations rounds w's inputs to 8-bit blocks of 32 values
-// (MatmulInput::q8): the quantized types of matmul_q8.cpp's kernels, and the matrices repacked for
-// the int8 kernels (matmul_amx_i8.cpp), which then multiply the first piece alone, the same
-// rounding. The others (Q2_K / Q3_K, float types, bfloat16 compute) keep their own inputs.
+// (MatmulInput::q8): the quantized types of matmul_q8.cpp's kernels where not repacked, and the
+// matrices repacked for the int8 kernels (matmul_amx_i8.cpp), which then multiply the first piece
+// alone, the same rounding. The others keep their own inputs: Q2_K / Q3_K, float types, bfloat16
+// compute, and the matrices repacked for bf16 tiles (an AMX machine's Q4_0 / Q4_1 / Q8_0 / Q5_0 /
+// Q5_1 / IQ4_NL / Q5_K / IQ4_XS, where 8-bit blocks would take slower kernels).
 bool takes_q8(const TensorView& w);
 // Whether such a matrix multiplies MatmulInput::q8 (matmul_q8.cpp's kernels), not the int8 ones.
 bool needs_q8_blocks(const TensorView& w);

@@ -61,7 +61,7 @@ class Model:
 
 def load_model(path: str, dtype: str = 'auto', amx: bool = True, quantized_activations: bool = False) -> Model:
     """
-    Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact). Raises ModelError naming the problem.
+    Load a GGUF file or a Hugging Face folder; dtype 'auto'/'float32' (default numerics) or 'bfloat16' (matrices and their inputs rounded to bf16). amx: repack matrices for the AMX kernels where the CPU allows (and OSSA_AMX=0 is not set); False keeps the exact f32 kernels. quantized_activations: quantized weights multiply 8-bit activation blocks (faster, less exact) where that is the faster kernel (with AMX, the types on bf16 tiles keep their inputs; int8_matrices lists the matrices that round). Raises ModelError naming the problem.
     """
 
 def gguf_metadata(path: str, keys: Sequence[str] | None = None) -> dict:

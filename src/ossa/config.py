@@ -133,7 +133,9 @@ class EngineArgs:
             in the environment turns them off everywhere; False: the exact f32 kernels for every matrix.
         quantized_activations: quantized weights multiply activations rounded to 8-bit blocks of
             32 values (llama.cpp's scheme: 1.5-2.7x the prefill on CPUs without AMX, and it changes
-            answers); default exact activations.
+            answers) where that is the faster kernel: with AMX the K-quants' int8 kernels take them,
+            and the types on bf16 tiles (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q5_K, IQ4_XS) keep
+            their exact inputs; default exact activations.
         speculative_config: speculative decoding (vLLM's dict, or its JSON text):
             ``{"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
             "prompt_lookup_min": 2}`` drafts k tokens by prompt lookup; outputs are bitwise those of

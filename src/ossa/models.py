@@ -284,7 +284,9 @@ def load_model(
     int8 pieces: the AMX / VNNI numerics for Q4_K and Q6_K). ``OSSA_AMX=0`` in the environment
     turns them off everywhere; False selects the exact f32 kernels for every matrix.
     ``quantized_activations``: quantized weights multiply activations rounded to 8-bit blocks
-    (llama.cpp's scheme: faster prefill, less exact); default f32 activations.
+    (llama.cpp's scheme: faster prefill, less exact) where that is the faster kernel (with AMX
+    the types on bf16 tiles keep their inputs; ``int8_matrices`` lists which matrices round);
+    default f32 activations.
     Raises ``ossa.ModelError`` (a ValueError) naming the problem for a bad or unsupported model.
     """
     from ._native import core
