@@ -1095,7 +1095,9 @@ inline void build_b(const uint8_t* blk, uint8_t* out) {
 
 // The tile kernels of the two types, for amx_i8_tile_rows: B tiles of a block built into bt (when
 // `build`), its products with the A tiles at a into C buffer c, and c scaled into 16 rows of
-// accumulators.
+// accumulators. P = 1 (8-bit activations: the pieces a1, a2 are zero): the a0 products alone, and
+// the epilogues take c12 = 0, as the VNNI loop's do.
+template <int P>
 struct Q4kTiles : Steps32 {
   static constexpr int64_t b_bytes = 1024;  // B tiles of a block
   using CBuf = int32_t[2][256];             // q . a0 and [16 q, q] . [a1, a2]
@@ -1107,15 +1109,17 @@ struct Q4kTiles : Steps32 {
       build_b(block_at<false>(group, b), bt);
     }
     _tile_loadd(0, a, 32);
-    _tile_loadd(1, a + 512, 64);
     _tile_loadd(2, bt + 512, 64);
-    _tile_loadd(3, bt, 64);
     _tile_zero(4);
-    _tile_zero(5);
+    if constexpr (P == 3) {
+      _tile_loadd(1, a + 512, 64);
+      _tile_loadd(3, bt, 64);
+      _tile_zero(5);
+    }
     _tile_dpbsud(4, 0, 2);
-    _tile_dpbsud(5, 1, 3);
+    if constexpr (P == 3) _tile_dpbsud(5, 1, 3);
     _tile_stored(4, c[0], 64);
-    _tile_stored(5, c[1], 64);
+    if constexpr (P == 3) _tile_stored(5, c[1], 64);
   }
   static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
                     int64_t m0, int rows, __m512* acc) {
@@ -1128,8 +1132,9 @@ struct Q4kTiles : Steps32 {
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m) {
       if (m >= rows) break;
-      acc[m] = epilogue(_mm512_load_si512(c[0] + 16 * m), _mm512_load_si512(c[1] + 16 * m), s, dm,
-                        dsc[m * nb], sum[m * nb], acc[m]);
+      const __m512i c12 = P == 3 ? _mm512_load_si512(c[1] + 16 * m) : _mm512_setzero_si512();
+      acc[m] =
+          epilogue(_mm512_load_si512(c[0] + 16 * m), c12, s, dm, dsc[m * nb], sum[m * nb], acc[m]);
     }
   }
 };
@@ -1153,6 +1158,7 @@ void load_tile_config_q6k(int rows) {
   _tile_loadconfig(&c);
 }
 
+template <int P>
 struct Q6kTiles : Steps32 {
   static constexpr int64_t b_bytes = 512;
   using CBuf = int32_t[2][3][256];  // per sub-block h, u . a0, u . a1, u . a2
@@ -1166,9 +1172,17 @@ struct Q6kTiles : Steps32 {
       for (int j = 0; j < 8; ++j) _mm512_store_si512(bt + 64 * j, wq[j]);
     }
     for (int h = 0; h < 2; ++h) {
-      int32_t* const out[3] = {c[h][0], c[h][1], c[h][2]};
-      amx_three_pieces(a + 16 * h, 32, a + 512 + 16 * h, a + 512 + 32 + 16 * h, 64, bt + 256 * h,
-                       out);
+      if constexpr (P == 1) {
+        _tile_loadd(0, a + 16 * h, 32);
+        _tile_loadd(3, bt + 256 * h, 64);
+        _tile_zero(4);
+        _tile_dpbsud(4, 0, 3);
+        _tile_stored(4, c[h][0], 64);
+      } else {
+        int32_t* const out[3] = {c[h][0], c[h][1], c[h][2]};
+        amx_three_pieces(a + 16 * h, 32, a + 512 + 16 * h, a + 512 + 32 + 16 * h, 64, bt + 256 * h,
+                         out);
+      }
     }
   }
   static void scale(const uint8_t* group, int64_t b, const CBuf& c, const AmxActivations& x,
@@ -1183,8 +1197,9 @@ struct Q6kTiles : Steps32 {
       for (int m = 0; m < 16; ++m) {
         if (m >= rows) break;
         const __m512i c12 =
-            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c[h][1] + 16 * m), 4),
-                             _mm512_load_si512(c[h][2] + 16 * m));
+            P == 1 ? _mm512_setzero_si512()
+                   : _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c[h][1] + 16 * m), 4),
+                                      _mm512_load_si512(c[h][2] + 16 * m));
         acc[m] = epilogue_q6k(_mm512_load_si512(c[h][0] + 16 * m), c12, s, dsc[m * nb],
                               sum[m * 2 * nb + h], acc[m]);
       }
@@ -1231,8 +1246,13 @@ void amx_i8_compute(const TensorView& w, const AmxActivations& x, int64_t r_begi
   const bool q6 = w.type == DType::Q6_K;
   if (r_end - r_begin < vnni::k_vnni_rows)
     return vnni::vnni_rows(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  if (q6) return amx_i8_tile_rows<vnni::Q6kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
-  amx_i8_tile_rows<vnni::Q4kTiles>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  if (x.i8_pieces == 1) {  // 8-bit activations: the a0 products alone
+    if (q6)
+      return amx_i8_tile_rows<vnni::Q6kTiles<1>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+    return amx_i8_tile_rows<vnni::Q4kTiles<1>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  }
+  if (q6) return amx_i8_tile_rows<vnni::Q6kTiles<3>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
+  amx_i8_tile_rows<vnni::Q4kTiles<3>>(w, x, r_begin, r_end, y, ldy, o_begin, o_end);
 }
 #endif
 #endif  // OSSA_HAVE_I8_VNNI
