@@ -1081,13 +1081,16 @@ struct Steps32 {
 
 // The B tile [16 q, q] of one packed block (16 rows of 64 bytes); its rows 8..15 are the B tile of
 // q. Tile row j < 8 holds k = 4 j .. 4 j + 3: the low nibbles for j < 4, the high ones for 4 <= j
-// < 8.
+// < 8. P = 1 (8-bit activations) builds rows 8..15 alone: only q . a0 is multiplied.
+template <int P>
 inline void build_b(const uint8_t* blk, uint8_t* out) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int r = 0; r < 4; ++r) {
     const __m512i v = _mm512_load_si512(blk + 64 * r);
-    _mm512_store_si512(out + 64 * r, _mm512_and_si512(_mm512_slli_epi16(v, 4), high4));
-    _mm512_store_si512(out + 64 * (r + 4), _mm512_and_si512(v, high4));
+    if constexpr (P == 3) {
+      _mm512_store_si512(out + 64 * r, _mm512_and_si512(_mm512_slli_epi16(v, 4), high4));
+      _mm512_store_si512(out + 64 * (r + 4), _mm512_and_si512(v, high4));
+    }
     _mm512_store_si512(out + 64 * (r + 8), _mm512_and_si512(v, low4));
     _mm512_store_si512(out + 64 * (r + 12), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
   }
@@ -1106,7 +1109,7 @@ struct Q4kTiles : Steps32 {
                       CBuf& c) {
     if (build) {
       prefetch_ahead<false>(group, b);
-      build_b(block_at<false>(group, b), bt);
+      build_b<P>(block_at<false>(group, b), bt);
     }
     _tile_loadd(0, a, 32);
     _tile_loadd(2, bt + 512, 64);

@@ -94,7 +94,7 @@ struct AmxActivations {
   // values: i8_scale / i8_sum[row * steps + b]. Null where no such matrix takes part.
   const int8_t* i8 = nullptr;
   // 3, or 1 for a model loaded with quantized_activations (i8 holds a0 alone, a1 = a2 = 0: the
-  // VNNI loops skip those products; the AMX tile kernels multiply the zeros).
+  // VNNI loops and the AMX tile kernels skip those products).
   int i8_pieces = 3;
   const float* i8_scale = nullptr;
   const float* i8_sum = nullptr;
