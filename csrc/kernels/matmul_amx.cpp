@@ -583,6 +583,9 @@ void bf16dp_group(const uint16_t* group, const AmxActivations& x, int64_t r0, fl
     const uint16_t* a[R];
     for (int j = 0; j < R; ++j)
       a[j] = x.tiles + ((r0 + j) / 16 * nb + b) * 512 + ((r0 + j) % 16) * 32;
+    // Unrolled, so that acc[j][p & 1] names a register: as a loop GCC kept the accumulators in
+    // memory (a dynamic index), and the kernel ran at 0.38x of this on a Zen 4 core.
+#pragma GCC unroll 16
     for (int p = 0; p < 16; ++p) {
       const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(wb + 32 * p));
       for (int j = 0; j < R; ++j) {
