@@ -111,6 +111,28 @@ def test_tiny_model_is_batch_invariant(
     check_invariance(core.load_model(path), 96, seed=1, kv=kv)
 
 
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"),
+    [(6, 2, 20), (8, 1, 18), (4, 4, 36), (8, 2, 64)],
+    ids=["group3-hd20", "group8-hd18", "group1-hd36", "group4-hd64"],
+)
+def test_attention_shapes_are_batch_invariant(
+    heads: int, kv_heads: int, head_dim: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Prefill attention takes runs of a sequence's consecutive tokens together (kernels/
+    attention.cpp, attend_tokens: up to 16 (token, head) chains in the lanes) and single tokens
+    one by one (attend_heads): chunk size 1 against the whole prompt checks that the two give the
+    same bits, here for heads per KV group 1 to 8 (runs of 16 down to 4 tokens) and head sizes
+    that are not a multiple of 16 (a masked last column chunk) nor of 4 (the score chain 0 tail)."""
+    d = tmp_path_factory.mktemp("shape")
+    hf = make_hf_model(d / "llama", arch="llama", hidden_size=48, num_layers=1, num_heads=heads,
+                       num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=64,
+                       vocab_size=96, seed=3)  # fmt: skip
+    model = core.load_model(hf_to_gguf(hf, d / "m.gguf", "F32"))
+    for kv in ("float32", "float16"):
+        check_invariance(model, 96, seed=2, kv=kv)
+
+
 @pytest.fixture(scope="module")
 def kquant_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Rows of 256 and 512 (K-quant super-blocks): Q4_K and Q6_K matrices as in a Q4_K_M file."""

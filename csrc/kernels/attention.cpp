@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/parallel.h"
 #include "kernels/vec_math.h"
+#include "util/aligned.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -322,6 +324,27 @@ inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
 }
 
+// The sum of v's 16 lanes in a fixed tree (what GCC's _mm512_reduce_add_ps computes, written out
+// so that no compiler's choice of order can part it from sum_tree16): halves, quarters, then
+// ((q0 + q2) + (q1 + q3)).
+inline float reduce_add16(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
+                                 _mm512_castps512_ps256(v));
+  const __m128 q = _mm_add_ps(_mm256_extractf128_ps(h, 1), _mm256_castps256_ps128(h));
+  const __m128 p = _mm_add_ps(q, _mm_shuffle_ps(q, q, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_shuffle_ps(p, p, 1)));
+}
+
+// Lane-wise reduce_add16: lane c of the result is reduce_add16 of the vector whose lane l is lane c
+// of v[l], in the same tree, so that a chain summed in 16 vectors (one a lane of the 16 partial
+// sums) gets the bits of the same 16 partial sums reduced in one vector.
+inline __m512 sum_tree16(const __m512* v) {
+  __m512 h[8], q[4];
+  for (int i = 0; i < 8; ++i) h[i] = _mm512_add_ps(v[i + 8], v[i]);
+  for (int i = 0; i < 4; ++i) q[i] = _mm512_add_ps(h[i + 4], h[i]);
+  return _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
+}
+
 // The same contract as attend_generic, for GH heads of one KV group at once (they share every K and
 // V row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks
 // (no horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each
@@ -424,7 +447,7 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // every position). The block and offset are kept incrementally.
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
   __m512 inv[GH];
-  for (int g = 0; g < GH; ++g) inv[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[g]));
+  for (int g = 0; g < GH; ++g) inv[g] = _mm512_set1_ps(1.0f / reduce_add16(vsum[g]));
   for (int c = 0; c < NC; ++c) {
     const __mmask16 mask = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
     __m512 o[GH];
@@ -452,10 +475,171 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   }
 }
 
+// attend_tokens' score chain r for 16 positions: out[i] = sum over d = r, r + 4, ... < d_end, then
+// (chain 0) d_end .. d_tail - 1, of K[d][i] q[d] (the 16 chains' q in the lanes), by FMA in that
+// order. (A function of its own, so that acc is registers: see v_rows.)
+inline void score_chain(const float* qt, const float* kt, int r, int d_end, int d_tail,
+                        float* out) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int d = r; d < d_end; d += 4) {
+    const __m512 qv = _mm512_load_ps(qt + d * 16);
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(kt[d * 16 + i]), qv, acc[i]);
+  }
+  for (int d = d_end; d < d_tail; ++d) {
+    const __m512 qv = _mm512_load_ps(qt + d * 16);
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(kt[d * 16 + i]), qv, acc[i]);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_store_ps(out + i * 16, acc[i]);
+}
+
+// attend_tokens' V sum over positions [j_begin, j_end) of one cache block (row j at base + (j -
+// j_row0) kv_dim): o[c] += p[j][c] V[j] for the C chains. From position tail0 on (tail0 >= 0), the
+// chains before (j - tail0 + 1) gh do not attend to j: their probability is 0 and their V row is
+// taken as 0 too (0 x 0 leaves o as it is, where 0 x a non-finite V would not). The accumulators
+// are copied in and out: held across attend_tokens' loops, GCC kept them in memory and stored each
+// one at every position.
+template <KvType KV, int C>
+inline void v_rows(__m512* o, const void* v_cache, int64_t base, int64_t kv_dim, __mmask16 mask,
+                   const float* pt, int j_begin, int j_end, int j_row0, int tail0, int gh) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = o[c];
+  if (tail0 < 0) {
+    for (int j = j_begin; j < j_end; ++j) {
+      const __m512 vc = load_kv<KV>(mask, v_cache, base + (j - j_row0) * kv_dim);
+      const float* pj = pt + j * 16;
+      for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(pj[c]), vc, acc[c]);
+    }
+  } else {
+    for (int j = j_begin; j < j_end; ++j) {
+      const __m512 vc = load_kv<KV>(mask, v_cache, base + (j - j_row0) * kv_dim);
+      const float* pj = pt + j * 16;
+      const int first = (j - tail0 + 1) * gh;
+      for (int c = 0; c < C; ++c)
+        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(pj[c]),
+                                 _mm512_maskz_mov_ps(c >= first ? 0xFFFF : 0, vc), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) o[c] = acc[c];
+}
+
+// Prefill: a run of n <= T tokens of one sequence at consecutive positions, none of whose windows
+// starts inside its context (each attends from position 0), and GH heads of one KV group: C = T x
+// GH chains (token t, head g) in the 16 lanes of a vector, lane t GH + g. Each chain gets exactly
+// attend_heads' arithmetic: the same four score chains over d mod 4 and their sum (here vectorised
+// over chains, with K's element broadcast: the same products), the same exp16, the softmax sum in
+// the same 16 partial sums by position mod 16 added in reduce_add16's tree (sum_tree16), the
+// same V sum in position order. So a token's output does not depend on its run. But each K and V
+// vector is loaded (and converted) once for C chains instead of GH, the scores and probabilities of
+// a position are one vector (one base pointer for every broadcast: no pointer per chain), and the C
+// independent accumulators hide the FMA latency that GH alone left exposed in the V sum. Lanes of a
+// position past a token's context, and of missing tokens (n < T), are masked out (scores, maximum)
+// or zero (probabilities), and the V sum skips them.
+template <KvType KV, int GH>
+void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int64_t kv_dim,
+                   float scale) {
+  constexpr int T = 16 / GH, C = T * GH;
+  const int hd = a.head_dim, bs = a.block_size, nc = (hd + 15) / 16;
+  const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
+  const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t0]];
+  const int ctx0 = a.positions[t0] + 1, ctx_max = ctx0 + n - 1;
+  const int64_t n_pos = (ctx_max + 15) / 16 * 16;
+  // Scratch: q by dimension [hd][16 chains], K of 16 positions as f32 [hd][16], the partial score
+  // chains [4][16 positions][16], then scores / probabilities by position [n_pos][16].
+  thread_local AlignedVector<float> buf;
+  const size_t need = static_cast<size_t>(2 * hd * 16 + 4 * 256 + n_pos * 16);
+  if (buf.size() < need) buf.resize(need);
+  float* qt = buf.data();
+  float* kt = qt + hd * 16;
+  float* part = kt + hd * 16;
+  float* pt = part + 4 * 256;
+  const __mmask16 live =
+      static_cast<__mmask16>((1u << (n * GH)) - 1);  // the chains of tokens in the run
+  for (int d = 0; d < hd; ++d)
+    for (int c = 0; c < 16; ++c)
+      qt[d * 16 + c] = c < n * GH
+                           ? a.q[(t0 + c / GH) * a.ldq + static_cast<int64_t>(h0 + c % GH) * hd + d]
+                           : 0.0f;
+  // Lanes whose chains attend to position j.
+  auto lanes_at = [&](int j) {
+    return j < ctx0 ? live : static_cast<__mmask16>(live & ~((1u << ((j - ctx0 + 1) * GH)) - 1));
+  };
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  __mmask16 bad = 0;
+  const __m512 vinf = _mm512_set1_ps(INFINITY), vscale = _mm512_set1_ps(scale);
+  const int d_end = hd / 4 * 4;
+  for (int blk = 0; blk * bs < ctx_max; ++blk) {
+    const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
+    const int n_in = std::min(bs, ctx_max - blk * bs);
+    for (int i0 = 0; i0 < n_in; i0 += 16) {
+      const int n16 = std::min(16, n_in - i0);
+      const __mmask16 m = static_cast<__mmask16>(n16 == 16 ? 0xFFFF : (1u << n16) - 1);
+      for (int d = 0; d < hd; ++d)
+        _mm512_store_ps(kt + d * 16,
+                        load_kv<KV>(m, a.k_cache, kb + i0 + static_cast<int64_t>(d) * bs));
+      float* sc = pt + static_cast<int64_t>(blk * bs + i0) * 16;
+      for (int r = 0; r < 4; ++r)
+        score_chain(qt, kt, r, d_end, r == 0 ? hd : d_end, part + r * 256);
+      for (int i = 0; i < n16; ++i) {
+        const __m512 sum = _mm512_add_ps(
+            _mm512_add_ps(_mm512_load_ps(part + i * 16), _mm512_load_ps(part + (16 + i) * 16)),
+            _mm512_add_ps(_mm512_load_ps(part + (32 + i) * 16),
+                          _mm512_load_ps(part + (48 + i) * 16)));
+        const __m512 v = _mm512_mul_ps(sum, vscale);
+        _mm512_store_ps(sc + i * 16, v);
+        const __mmask16 lanes = lanes_at(blk * bs + i0 + i);
+        vmax = _mm512_mask_max_ps(vmax, lanes, vmax, v);
+        bad |= _mm512_mask_cmp_ps_mask(lanes, _mm512_abs_ps(v), vinf, _CMP_NLT_UQ);
+      }
+    }
+  }
+  // Softmax numerators in place, lanes that do not attend to a position zero; the sum in 16 partial
+  // sums by position mod 16, as attend_heads' lanes.
+  const __m512 mx = _mm512_maskz_mov_ps(live, vmax);
+  __m512 part_sum[16];
+  for (int l = 0; l < 16; ++l) part_sum[l] = _mm512_setzero_ps();
+  for (int j0 = 0; j0 < ctx_max; j0 += 16) {
+    const int n16 = std::min(16, ctx_max - j0);
+    for (int l = 0; l < n16; ++l) {
+      const int j = j0 + l;
+      const __m512 p =
+          _mm512_maskz_mov_ps(lanes_at(j), exp16(_mm512_sub_ps(_mm512_load_ps(pt + j * 16), mx)));
+      _mm512_store_ps(pt + j * 16, p);
+      part_sum[l] = _mm512_add_ps(part_sum[l], p);
+    }
+  }
+  alignas(64) float inv[16];
+  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum_tree16(part_sum)));
+  // Weighted sum of V rows in position order, one 16-wide column chunk at a time: the positions
+  // every token attends to, then the later tokens' own.
+  const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
+  for (int cc = 0; cc < nc; ++cc) {
+    const __mmask16 mask = cc == nc - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+    __m512 o[C];
+    for (int c = 0; c < C; ++c) o[c] = _mm512_setzero_ps();
+    for (int blk = 0; blk * bs < ctx_max; ++blk) {
+      const int64_t base = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 16 * cc;
+      const int j_begin = blk * bs, j_end = std::min(ctx_max, j_begin + bs);
+      v_rows<KV, C>(o, a.v_cache, base, kv_dim, mask, pt, j_begin, std::min(j_end, ctx0), j_begin,
+                    -1, 0);
+      if (j_end > ctx0)
+        v_rows<KV, C>(o, a.v_cache, base, kv_dim, mask, pt, std::max(j_begin, ctx0), j_end, j_begin,
+                      ctx0, GH);
+    }
+    for (int c = 0; c < C; ++c) {  // (a static index: o stays in registers)
+      if (c >= n * GH) break;
+      float* out = a.out + (t0 + c / GH) * a.ldo + static_cast<int64_t>(h0 + c % GH) * hd;
+      const __m512 r = (bad >> c) & 1 ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())
+                                      : _mm512_mul_ps(o[c], _mm512_set1_ps(inv[c]));
+      _mm512_mask_storeu_ps(out + 16 * cc, mask, r);
+    }
+  }
+}
+
 // The first K blocks of an item into L2, so the item after the current one starts warm.
-void prefetch_item(const AttentionArgs& a, int64_t item, int gh, int64_t kv_dim) {
-  const int per_token = a.n_head / gh;
-  const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
+void prefetch_item(const AttentionArgs& a, int t, int h0, int64_t kv_dim) {
   const int group = a.n_head / a.n_head_kv;
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1, blk0 = first_position(a, ctx) / a.block_size;
@@ -481,6 +665,24 @@ void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int gr
 }
 #endif
 
+#if defined(__AVX512F__)
+// A run of n > 1 prefill tokens (see attend_tokens), gh heads from h0.
+template <KvType KV>
+void attend_run(const AttentionArgs& a, int t, int n, int h0, int gh, int group, int64_t kv_dim,
+                float scale) {
+  switch (gh) {
+    case 4:
+      return attend_tokens<KV, 4>(a, t, n, h0, group, kv_dim, scale);
+    case 3:
+      return attend_tokens<KV, 3>(a, t, n, h0, group, kv_dim, scale);
+    case 2:
+      return attend_tokens<KV, 2>(a, t, n, h0, group, kv_dim, scale);
+    default:
+      return attend_tokens<KV, 1>(a, t, n, h0, group, kv_dim, scale);
+  }
+}
+#endif
+
 // Heads per work item: the largest divisor of the group size that is at most k_heads_per_item (and
 // leaves the accumulators in registers).
 int heads_per_item(int group, int head_dim) {
@@ -490,12 +692,10 @@ int heads_per_item(int group, int head_dim) {
   return 1;
 }
 
-// Item = (token, first head of a run of gh heads in one KV group).
+// One token's gh heads of one KV group, from head h0.
 template <KvType KV>
-void attend(const AttentionArgs& a, int64_t item, int gh, int thread, int group, int64_t kv_dim,
+void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim,
             float scale, bool prefetch) {
-  const int per_token = a.n_head / gh;
-  const int t = static_cast<int>(item / per_token), h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
   switch ((a.head_dim + 15) / 16) {
     case 1:
@@ -551,8 +751,29 @@ void paged_attention(const AttentionArgs& a) {
                           ? a.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   const int gh = heads_per_item(group, a.head_dim);
-  const int64_t n_items = static_cast<int64_t>(a.n_tokens) * (a.n_head / gh);
-  // Roughly 2 * ctx * head_dim FMAs an item; small jobs (short decode contexts) stay on one thread.
+  const int per_token = a.n_head / gh;
+  // Runs of tokens that attend_tokens takes together (prefill chunks: tokens of one sequence at
+  // consecutive positions, attending from position 0); every other token is a run of its own.
+  std::vector<int32_t> runs;  // first token of each run, then n_tokens
+#if defined(__AVX512F__)
+  // (Only where single tokens take attend_heads, whose arithmetic attend_tokens repeats: other
+  // head sizes go to attend_generic.)
+  const int nc = (a.head_dim + 15) / 16;
+  const int max_run = (nc <= 8 || nc == 16) ? 16 / gh : 1;
+#else
+  const int max_run = 1;
+#endif
+  for (int t = 0; t < a.n_tokens; ++t) {
+    const bool joins =
+        !runs.empty() && t - runs.back() < max_run && a.token_seq[t] == a.token_seq[t - 1] &&
+        a.positions[t] == a.positions[t - 1] + 1 && first_position(a, a.positions[t] + 1) == 0;
+    if (!joins) runs.push_back(t);
+  }
+  const int64_t n_runs = static_cast<int64_t>(runs.size());
+  runs.push_back(a.n_tokens);
+  const int64_t n_items = n_runs * per_token;
+  // Roughly 2 * ctx * head_dim FMAs a token and head; small jobs (short decode contexts) stay on
+  // one thread.
   int64_t work = 0;
   auto span = [&](int t) { return a.positions[t] + 1 - first_position(a, a.positions[t] + 1); };
   for (int t = 0; t < a.n_tokens; ++t)
@@ -570,13 +791,27 @@ void paged_attention(const AttentionArgs& a) {
   const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));
   parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t item = begin; item < end; ++item) {
+      const int64_t r = item / per_token;
+      const int t = runs[static_cast<size_t>(r)], n = runs[static_cast<size_t>(r) + 1] - t;
+      const int h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
-      if (prefetch && item + 1 < end) prefetch_item(a, item + 1, gh, kv_dim);
+      if (n > 1) {
+        if (a.kv_type == KvType::F16)
+          attend_run<KvType::F16>(a, t, n, h0, gh, group, kv_dim, scale);
+        else
+          attend_run<KvType::F32>(a, t, n, h0, gh, group, kv_dim, scale);
+        continue;
+      }
+      if (prefetch && item + 1 < end) {
+        const int64_t r1 = (item + 1) / per_token;
+        prefetch_item(a, runs[static_cast<size_t>(r1)],
+                      static_cast<int>((item + 1) % per_token) * gh, kv_dim);
+      }
 #endif
       if (a.kv_type == KvType::F16)
-        attend<KvType::F16>(a, item, gh, thread, group, kv_dim, scale, prefetch);
+        attend<KvType::F16>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
       else
-        attend<KvType::F32>(a, item, gh, thread, group, kv_dim, scale, prefetch);
+        attend<KvType::F32>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
     }
   });
 }
