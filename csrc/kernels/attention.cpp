@@ -792,10 +792,10 @@ void paged_attention(const AttentionArgs& a) {
   parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int thread) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / per_token;
-      const int t = runs[static_cast<size_t>(r)], n = runs[static_cast<size_t>(r) + 1] - t;
+      const int t = runs[static_cast<size_t>(r)];
       const int h0 = static_cast<int>(item % per_token) * gh;
 #if defined(__AVX512F__)
-      if (n > 1) {
+      if (const int n = runs[static_cast<size_t>(r) + 1] - t; n > 1) {
         if (a.kv_type == KvType::F16)
           attend_run<KvType::F16>(a, t, n, h0, gh, group, kv_dim, scale);
         else
