@@ -665,21 +665,28 @@ void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int gr
 }
 #endif
 
+// f.template operator()<GH>() for GH = gh (4, 3, 2; anything else 1): the kernels that take the
+// heads of an item as a template parameter.
+template <class F>
+void with_heads(int gh, F&& f) {
+  switch (gh) {
+    case 4:
+      return f.template operator()<4>();
+    case 3:
+      return f.template operator()<3>();
+    case 2:
+      return f.template operator()<2>();
+    default:
+      return f.template operator()<1>();
+  }
+}
+
 #if defined(__AVX512F__)
 // A run of n > 1 prefill tokens (see attend_tokens), gh heads from h0.
 template <KvType KV>
 void attend_run(const AttentionArgs& a, int t, int n, int h0, int gh, int group, int64_t kv_dim,
                 float scale) {
-  switch (gh) {
-    case 4:
-      return attend_tokens<KV, 4>(a, t, n, h0, group, kv_dim, scale);
-    case 3:
-      return attend_tokens<KV, 3>(a, t, n, h0, group, kv_dim, scale);
-    case 2:
-      return attend_tokens<KV, 2>(a, t, n, h0, group, kv_dim, scale);
-    default:
-      return attend_tokens<KV, 1>(a, t, n, h0, group, kv_dim, scale);
-  }
+  with_heads(gh, [&]<int GH>() { attend_tokens<KV, GH>(a, t, n, h0, group, kv_dim, scale); });
 }
 #endif
 
@@ -724,16 +731,8 @@ void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group
   (void)prefetch;
 #if defined(OSSA_ATTN_AVX2_HEADS)
   if (a.head_dim % 8 == 0 && a.block_size % 8 == 0) {
-    switch (gh) {
-      case 4:
-        return attend_heads8<KV, 4>(a, t, h0, thread, group, kv_dim, scale);
-      case 3:
-        return attend_heads8<KV, 3>(a, t, h0, thread, group, kv_dim, scale);
-      case 2:
-        return attend_heads8<KV, 2>(a, t, h0, thread, group, kv_dim, scale);
-      default:
-        return attend_heads8<KV, 1>(a, t, h0, thread, group, kv_dim, scale);
-    }
+    return with_heads(
+        gh, [&]<int GH>() { attend_heads8<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   }
 #endif
 #endif
