@@ -113,8 +113,8 @@ def test_tiny_model_is_batch_invariant(
 
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "head_dim"),
-    [(6, 2, 20), (8, 1, 18), (4, 4, 36), (8, 2, 64)],
-    ids=["group3-hd20", "group8-hd18", "group1-hd36", "group4-hd64"],
+    [(6, 2, 20), (8, 1, 18), (4, 4, 36), (8, 2, 64), (4, 2, 128), (2, 1, 256)],
+    ids=["group3-hd20", "group8-hd18", "group1-hd36", "group4-hd64", "group2-hd128", "group2-hd256"],
 )
 def test_attention_shapes_are_batch_invariant(
     heads: int, kv_heads: int, head_dim: int, tmp_path_factory: pytest.TempPathFactory
@@ -122,8 +122,9 @@ def test_attention_shapes_are_batch_invariant(
     """Prefill attention takes runs of a sequence's consecutive tokens together (kernels/
     attention.cpp, attend_tokens: up to 16 (token, head) chains in the lanes) and single tokens
     one by one (attend_heads): chunk size 1 against the whole prompt checks that the two give the
-    same bits, here for heads per KV group 1 to 8 (runs of 16 down to 4 tokens) and head sizes
-    that are not a multiple of 16 (a masked last column chunk) nor of 4 (the score chain 0 tail)."""
+    same bits, here for heads per KV group 1 to 8 (runs of 16 down to 4 tokens), head sizes that are
+    not a multiple of 16 (a masked last column chunk) nor of 4 (the score chain 0 tail), and
+    Llama-3B's 128 and Gemma's 256 (the largest head sizes attend_heads takes)."""
     d = tmp_path_factory.mktemp("shape")
     hf = make_hf_model(d / "llama", arch="llama", hidden_size=48, num_layers=1, num_heads=heads,
                        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=64,
