@@ -579,7 +579,7 @@ void bf16dp_group(const uint16_t* group, const AmxActivations& x, int64_t r0, fl
   for (int64_t b = 0; b < nb; ++b) {
     const uint16_t* wb = group + b * 512;
     const char* ahead = reinterpret_cast<const char*>(wb + 4 * 512);
-    for (int l = 0; l < 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    for (int l = 0; l < 16; ++l) prefetch_l2(ahead + 64 * l);
     const uint16_t* a[R];
     for (int j = 0; j < R; ++j)
       a[j] = x.tiles + ((r0 + j) / 16 * nb + b) * 512 + ((r0 + j) % 16) * 32;

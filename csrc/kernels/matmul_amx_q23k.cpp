@@ -285,8 +285,7 @@ void vnni_group(const uint8_t* group, const AmxActivations& x, int64_t r0, float
     for (int t = 0; t < 4; ++t) {
       const char* ahead = reinterpret_cast<const char*>(sb + 2 * Layout<Q3>::sb_bytes);
       constexpr int lines = Layout<Q3>::sb_bytes / 64, per = (lines + 3) / 4;
-      for (int l = per * t; l < std::min(per * t + per, lines); ++l)
-        _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+      for (int l = per * t; l < std::min(per * t + per, lines); ++l) prefetch_l2(ahead + 64 * l);
       __m512 mn[4];
       mins<Q3>(sb, t, ds.neg_dmin, mn);
       const int64_t b = sbi * 4 + t;
