@@ -26,10 +26,10 @@ namespace ossa {
 #if defined(__AVX2__)
 // One line of a weight stream that a kernel reads soon, asked for into L2 (prefetcht1): the decode
 // kernels' software prefetch. Into L1 (prefetcht0, as before) a decode step ran 15-35% slower on
-// the Zen 4 VM (1B Q4_K_M: 38-41 -> 48-59 tok/s; docs/performance-kquant.md, seventeenth pass): the
-// L1's few miss buffers fill with prefetches that the loads behind them then wait on, where L2
-// keeps far more requests in flight and the L1 still gets each line from L2 in time. (The AMX-only
-// decode paths keep prefetcht0: not measured.)
+// the Zen 4 VM (1B Q4_K_M: 38-41 -> 48-59 tok/s; docs/performance-kquant.md, seventeenth pass),
+// likely because the L1's few miss buffers fill with prefetches that the loads behind them then
+// wait on, where L2 keeps far more requests in flight and the L1 still gets each line from L2 in
+// time. (The AMX-only decode paths keep prefetcht0: not measured.)
 inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 #endif
 
