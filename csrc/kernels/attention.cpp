@@ -345,13 +345,34 @@ inline __m512 sum_tree16(const __m512* v) {
   return _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
 }
 
+// attend_heads' V sum over n consecutive positions of one cache block (V row i at v + i kv_dim,
+// probabilities p[g][j + i]): o[g NC + c] += p[g][j + i] V[i][16 c ..] in position order. The
+// accumulators are copied in and out, with constant indices only, so that GCC keeps them in
+// registers (held across attend_heads' loops, it stored them at every position).
+template <KvType KV, int NC, int GH>
+inline void v_block_heads(__m512* o, const void* v_cache, int64_t v, int64_t kv_dim, __mmask16 tail,
+                          float* const* p, int j, int n) {
+  __m512 acc[GH * NC];
+  for (int i = 0; i < GH * NC; ++i) acc[i] = o[i];
+  for (int i = 0; i < n; ++i, v += kv_dim) {
+    __m512 w[GH];
+    for (int g = 0; g < GH; ++g) w[g] = _mm512_set1_ps(p[g][j + i]);
+    for (int c = 0; c < NC; ++c) {
+      const __m512 vc =
+          load_kv<KV>(c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF), v_cache, v + 16 * c);
+      for (int g = 0; g < GH; ++g) acc[g * NC + c] = _mm512_fmadd_ps(w[g], vc, acc[g * NC + c]);
+    }
+  }
+  for (int i = 0; i < GH * NC; ++i) o[i] = acc[i];
+}
+
 // The same contract as attend_generic, for GH heads of one KV group at once (they share every K and
 // V row loaded), with 16-lane vectors: scores 16 positions at a time from the transposed K blocks
 // (no horizontal sums), exp vectorised over positions, outputs accumulated in registers. Each
 // head's arithmetic is exactly what it would be alone. NC = ceil(head_dim / 16); GH * NC <= 16.
 template <KvType KV, int NC, int GH>
 void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim,
-                  float scale, bool prefetch) {
+                  float scale) {
   const int hd = a.head_dim, bs = a.block_size;
   const int64_t kv_off = static_cast<int64_t>(h0 / group) * hd;
   const int64_t head_stride = a.scratch_stride / k_heads_per_item;
@@ -373,9 +394,13 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     bad[g] = 0;
   }
   const __m512 vinf = _mm512_set1_ps(INFINITY);
-  // At batch sizes where the cache outgrows the caches, attention waits on memory: each block's K
-  // (one head's [dim][position] slab, contiguous) and V rows (strided by kv_dim) are requested
-  // k_prefetch_blocks ahead of their use; the last K blocks request the first V blocks.
+  // A single token's K / V are cold whatever the cache's size: a decode step streams the weights
+  // (mostly far more than L3) between two visits of a layer. So each block's K (one head's
+  // [dim][position] slab, contiguous) and V rows (strided by kv_dim) are requested
+  // k_prefetch_blocks ahead of their use; the last K blocks request the first V blocks. (Requested
+  // only above 1 MB of cache before: attention of a decode step 0.51-0.58 -> 0.32-0.34 ms on the
+  // default model, 0.68 -> 0.42-0.45 on the 1B shape, on the Zen 4 VM; docs/performance-kquant.md,
+  // seventeenth pass.)
   const int n_blocks = (ctx + bs - 1) / bs;
   const int64_t v_row_bytes = static_cast<int64_t>(hd) * static_cast<int64_t>(kv_type_bytes(KV));
   const int64_t v_stride = kv_dim * static_cast<int64_t>(kv_type_bytes(KV));
@@ -388,14 +413,12 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
     for (int i = 0; i < n_in; ++i)
       for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
   };
-  if (prefetch)
-    for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk) prefetch_k(blk);
+  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk) prefetch_k(blk);
   for (int blk = blk0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
-    if (!prefetch) {
-    } else if (blk + k_prefetch_blocks < n_blocks) {
+    if (blk + k_prefetch_blocks < n_blocks) {
       prefetch_k(blk + k_prefetch_blocks);
     } else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks) {
       prefetch_v(blk + k_prefetch_blocks - n_blocks + blk0);
@@ -442,36 +465,29 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       vsum[g] = _mm512_add_ps(vsum[g], _mm512_maskz_mov_ps(m, p));
     }
   }
-  // Weighted sum of V rows in position order, one 16-wide column chunk of the heads at a time (GH
-  // accumulators: with all GH x NC of them live, GCC kept them in memory and stored each one at
-  // every position). The block and offset are kept incrementally.
+  // Weighted sum of V rows in position order, one pass over the positions with all GH x NC (<= 16)
+  // accumulators (v_block_heads, block by block), so that each V row is read once, whole, and the
+  // NC column chunks are independent FMA chains. (Chunk by chunk, the order before, read every row
+  // NC times, 64 bytes at a time at a stride of kv_dim, and left GH chains to hide the FMA latency:
+  // 3B decode, head_dim 128 and one head an item, spent 5% of a step there.) Each accumulator
+  // takes the same FMAs in the same order either way.
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);
-  __m512 inv[GH];
-  for (int g = 0; g < GH; ++g) inv[g] = _mm512_set1_ps(1.0f / reduce_add16(vsum[g]));
-  for (int c = 0; c < NC; ++c) {
-    const __mmask16 mask = c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF);
-    __m512 o[GH];
-    for (int g = 0; g < GH; ++g) o[g] = _mm512_setzero_ps();
-    int64_t v = (static_cast<int64_t>(table[blk0]) * bs + j0 % bs) * kv_dim + kv_off + 16 * c;
-    for (int j = j0, blk = blk0, i = j0 % bs; j < ctx; ++j) {
-      if (i == bs) {
-        i = 0;
-        ++blk;
-        v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 16 * c;
-      }
-      if (c == 0 && i == 0 && prefetch && blk + k_prefetch_blocks < n_blocks)
-        prefetch_v(blk + k_prefetch_blocks);
-      const __m512 vc = load_kv<KV>(mask, a.v_cache, v);
-      for (int g = 0; g < GH; ++g) o[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g][j]), vc, o[g]);
-      v += kv_dim;
-      ++i;
-    }
-    for (int g = 0; g < GH; ++g) {
-      float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-      const __m512 r = bad[g] ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())
-                              : _mm512_mul_ps(o[g], inv[g]);
-      _mm512_mask_storeu_ps(out + 16 * c, mask, r);
-    }
+  __m512 o[GH * NC];
+  for (int i = 0; i < GH * NC; ++i) o[i] = _mm512_setzero_ps();
+  for (int blk = blk0, j = j0; j < ctx; ++blk) {
+    if (blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+    const int i0 = j % bs, n_in = std::min(bs - i0, ctx - j);
+    const int64_t v = (static_cast<int64_t>(table[blk]) * bs + i0) * kv_dim + kv_off;
+    v_block_heads<KV, NC, GH>(o, a.v_cache, v, kv_dim, tail, scores, j, n_in);
+    j += n_in;
+  }
+  for (int g = 0; g < GH; ++g) {
+    float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
+    const __m512 inv = _mm512_set1_ps(1.0f / reduce_add16(vsum[g]));
+    const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    for (int c = 0; c < NC; ++c)
+      _mm512_mask_storeu_ps(out + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF),
+                            bad[g] ? nan : _mm512_mul_ps(o[g * NC + c], inv));
   }
 }
 
@@ -650,18 +666,17 @@ void prefetch_item(const AttentionArgs& a, int t, int h0, int64_t kv_dim) {
 
 template <KvType KV, int NC>
 void attend_nc(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim,
-               float scale, bool prefetch) {
+               float scale) {
   if constexpr (4 * NC <= 16) {
-    if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale, prefetch);
+    if (gh == 4) return attend_heads<KV, NC, 4>(a, t, h0, thread, group, kv_dim, scale);
   }
   if constexpr (3 * NC <= 16) {
-    if (gh == 3) return attend_heads<KV, NC, 3>(a, t, h0, thread, group, kv_dim, scale, prefetch);
+    if (gh == 3) return attend_heads<KV, NC, 3>(a, t, h0, thread, group, kv_dim, scale);
   }
   if constexpr (2 * NC <= 16) {
-    if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale, prefetch);
+    if (gh == 2) return attend_heads<KV, NC, 2>(a, t, h0, thread, group, kv_dim, scale);
   }
-  for (int g = 0; g < gh; ++g)
-    attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale, prefetch);
+  for (int g = 0; g < gh; ++g) attend_heads<KV, NC, 1>(a, t, h0 + g, thread, group, kv_dim, scale);
 }
 #endif
 
@@ -702,33 +717,31 @@ int heads_per_item(int group, int head_dim) {
 // One token's gh heads of one KV group, from head h0.
 template <KvType KV>
 void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim,
-            float scale, bool prefetch) {
+            float scale) {
 #if defined(__AVX512F__)
   switch ((a.head_dim + 15) / 16) {
     case 1:
-      return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 2:
-      return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 2>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 3:
-      return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 3>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 4:
-      return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 4>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 5:
-      return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 5>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 6:
-      return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 6>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 7:
-      return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 7>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 8:
-      return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+      return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 16:
-      return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale,
-                               prefetch);  // Gemma's 256
+      return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale);  // Gemma's 256
     default:
       break;  // other head_dim > 128: the generic path
   }
 #else
-  (void)prefetch;
 #if defined(OSSA_ATTN_AVX2_HEADS)
   if (a.head_dim % 8 == 0 && a.block_size % 8 == 0) {
     return with_heads(
@@ -778,14 +791,6 @@ void paged_attention(const AttentionArgs& a) {
   for (int t = 0; t < a.n_tokens; ++t)
     work += static_cast<int64_t>(span(t)) * a.head_dim * a.n_head;
   const int threads = work < 32768 ? 1 : a.max_threads;
-  // Prefetching pays when the step's caches outgrow L2 (decode at large batch, long contexts); a
-  // prefill chunk reads K/V it has just written, and the prefetches would only cost instructions.
-  int64_t cache_bytes = 0;
-  for (int t = 0; t < a.n_tokens; ++t)
-    if (t + 1 == a.n_tokens || a.token_seq[t + 1] != a.token_seq[t])
-      cache_bytes += static_cast<int64_t>(span(t)) * kv_dim * 2 *
-                     static_cast<int64_t>(kv_type_bytes(a.kv_type));
-  const bool prefetch = cache_bytes > (int64_t{1} << 20);
   // Several items a chunk (the result does not depend on the grain), so each can warm the next.
   const int64_t grain = std::max<int64_t>(1, n_items / (static_cast<int64_t>(threads) * 8));
   parallel_for(n_items, grain, threads, [&](int64_t begin, int64_t end, int thread) {
@@ -801,16 +806,16 @@ void paged_attention(const AttentionArgs& a) {
           attend_run<KvType::F32>(a, t, n, h0, gh, group, kv_dim, scale);
         continue;
       }
-      if (prefetch && item + 1 < end) {
+      if (item + 1 < end) {
         const int64_t r1 = (item + 1) / per_token;
         prefetch_item(a, runs[static_cast<size_t>(r1)],
                       static_cast<int>((item + 1) % per_token) * gh, kv_dim);
       }
 #endif
       if (a.kv_type == KvType::F16)
-        attend<KvType::F16>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+        attend<KvType::F16>(a, t, h0, gh, thread, group, kv_dim, scale);
       else
-        attend<KvType::F32>(a, t, h0, gh, thread, group, kv_dim, scale, prefetch);
+        attend<KvType::F32>(a, t, h0, gh, thread, group, kv_dim, scale);
     }
   });
 }
