@@ -191,6 +191,26 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
 }
 
+#if defined(OSSA_ATTN_AVX2) || defined(__AVX512F__)
+// Decode at large batch streams the cache from memory: blocks are requested this many ahead of use.
+constexpr int k_prefetch_blocks = 4;
+
+// One cache line into L2 (into L1 measured no faster). An asm statement rather than _mm_prefetch:
+// GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code). The
+// address is a register operand: a memory operand would tell GCC the asm reads memory there.
+inline void prefetch_line(const char* p) { asm volatile("prefetcht1 (%0)" : : "r"(p)); }
+
+// One head's K slab of cache block `block` ([dim][position], contiguous), line by line.
+inline void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_off, int64_t kv_dim) {
+  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type)), bs = a.block_size;
+  const char* p = static_cast<const char*>(a.k_cache) +
+                  (static_cast<int64_t>(block) * bs * kv_dim + kv_off * bs) * elem;
+  for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * bs * elem; l += 64)
+    prefetch_line(p + l);
+}
+
+#endif
+
 #if defined(OSSA_ATTN_AVX2) && !defined(__AVX512F__) && \
     (defined(__FMA__) || defined(OSSA_FMA_EMULATED))
 #define OSSA_ATTN_AVX2_HEADS 1
@@ -205,6 +225,25 @@ inline __m256 lane_mask(int lo, int hi) {  // lanes lo <= k < hi all ones
   const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(hi), k),
                                               _mm256_cmpgt_epi32(k, _mm256_set1_epi32(lo - 1))));
+}
+
+// attend_heads8's V sum over n consecutive positions of one cache block (V row i at v + i kv_dim,
+// from the first of B 8-wide column chunks; probabilities p[g][j + i]): o[g B + k] += p[g][j + i]
+// V[i][8 k ..], positions in order. Accumulators copied in and out (constant indices: registers).
+template <KvType KV, int GH, int B>
+inline void v_block8(__m256* o, const void* v_cache, int64_t v, int64_t kv_dim, float* const* p,
+                     int j, int n) {
+  __m256 acc[GH * B];
+  for (int i = 0; i < GH * B; ++i) acc[i] = o[i];
+  for (int i = 0; i < n; ++i, v += kv_dim) {
+    __m256 w[GH];
+    for (int g = 0; g < GH; ++g) w[g] = _mm256_set1_ps(p[g][j + i]);
+    for (int k = 0; k < B; ++k) {
+      const __m256 vc = kv8<KV>(v_cache, v + 8 * k);
+      for (int g = 0; g < GH; ++g) acc[g * B + k] = _mm256_fmadd_ps(w[g], vc, acc[g * B + k]);
+    }
+  }
+  for (int i = 0; i < GH * B; ++i) o[i] = acc[i];
 }
 
 template <KvType KV, int GH>
@@ -228,10 +267,27 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
   }
   const __m256 vinf = _mm256_set1_ps(INFINITY);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  // K and V prefetched k_prefetch_blocks ahead, as attend_heads does (a decode step's weight stream
+  // leaves them cold).
+  const int n_blocks = (ctx + bs - 1) / bs;
+  const int64_t elem = static_cast<int64_t>(kv_type_bytes(KV));
+  auto prefetch_v = [&](int blk) {
+    const char* p = static_cast<const char*>(a.v_cache) +
+                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * elem;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    for (int i = 0; i < n_in; ++i)
+      for (int64_t l = 0; l < hd * elem; l += 64) prefetch_line(p + i * kv_dim * elem + l);
+  };
+  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk)
+    prefetch_k_slab(a, table[blk], kv_off, kv_dim);
   for (int blk = blk0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
+    if (blk + k_prefetch_blocks < n_blocks)
+      prefetch_k_slab(a, table[blk + k_prefetch_blocks], kv_off, kv_dim);
+    else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks)
+      prefetch_v(blk + k_prefetch_blocks - n_blocks + blk0);
     for (int i0 = lo / 8 * 8; i0 < n_in; i0 += 8) {
       // (a whole vector of the block's slab is read; lanes outside [lo, n_in) are masked off)
       const __m256 m = lane_mask(lo - i0, n_in - i0);
@@ -270,50 +326,36 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
     }
     inv[g] = 1.0f / hsum8(vsum);
   }
-  // Weighted sum of V rows in position order, one 8-wide column chunk of the GH heads at a time.
-  for (int c = 0; c < hd / 8; ++c) {
-    __m256 o[GH];
-    for (int g = 0; g < GH; ++g) o[g] = _mm256_setzero_ps();
-    int64_t v = (static_cast<int64_t>(table[blk0]) * bs + j0 % bs) * kv_dim + kv_off + 8 * c;
-    for (int j = j0, blk = blk0, i = j0 % bs; j < ctx; ++j) {
-      if (i == bs) {
-        i = 0;
-        ++blk;
-        v = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off + 8 * c;
-      }
-      const __m256 vc = kv8<KV>(a.v_cache, v);
-      for (int g = 0; g < GH; ++g) o[g] = _mm256_fmadd_ps(_mm256_set1_ps(scores[g][j]), vc, o[g]);
-      v += kv_dim;
-      ++i;
+  // Weighted sum of V rows in position order, CB 8-wide column chunks of the GH heads at a time
+  // (v_block8: as many as the 16 registers hold), so each pass over the positions reads CB chunks
+  // of a row; each accumulator takes the same FMAs in the same order as one chunk at a time would.
+  constexpr int CB = GH == 1 ? 8 : GH == 2 ? 4 : 2;
+  const int nch = hd / 8;
+  auto pass = [&]<int B>(int c0) {
+    __m256 o[GH * B];
+    for (int i = 0; i < GH * B; ++i) o[i] = _mm256_setzero_ps();
+    for (int blk = blk0, j = j0; j < ctx; ++blk) {
+      if (c0 == 0 && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+      const int i0 = j % bs, n_in = std::min(bs - i0, ctx - j);
+      const int64_t v = (static_cast<int64_t>(table[blk]) * bs + i0) * kv_dim + kv_off + 8 * c0;
+      v_block8<KV, GH, B>(o, a.v_cache, v, kv_dim, scores, j, n_in);
+      j += n_in;
     }
     for (int g = 0; g < GH; ++g) {
-      float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-      const __m256 r = is_bad[g] ? _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN())
-                                 : _mm256_mul_ps(o[g], _mm256_set1_ps(inv[g]));
-      _mm256_storeu_ps(out + 8 * c, r);
+      float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd + 8 * c0;
+      for (int k = 0; k < B; ++k)
+        _mm256_storeu_ps(out + 8 * k, is_bad[g]
+                                          ? _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN())
+                                          : _mm256_mul_ps(o[g * B + k], _mm256_set1_ps(inv[g])));
     }
-  }
+  };
+  int c0 = 0;
+  for (; c0 + CB <= nch; c0 += CB) pass.template operator()<CB>(c0);
+  for (; c0 < nch; ++c0) pass.template operator()<1>(c0);
 }
 #endif
 
 #if defined(__AVX512F__)
-
-// Decode at large batch streams the cache from memory: blocks are requested this many ahead of use.
-constexpr int k_prefetch_blocks = 4;
-
-// One cache line into L2 (into L1 measured no faster). An asm statement rather than _mm_prefetch:
-// GCC 12 dropped the builtin prefetches from attend_heads' loops (none in the object code). The
-// address is a register operand: a memory operand would tell GCC the asm reads memory there.
-inline void prefetch_line(const char* p) { asm volatile("prefetcht1 (%0)" : : "r"(p)); }
-
-// One head's K slab of cache block `block` ([dim][position], contiguous), line by line.
-void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_off, int64_t kv_dim) {
-  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type)), bs = a.block_size;
-  const char* p = static_cast<const char*>(a.k_cache) +
-                  (static_cast<int64_t>(block) * bs * kv_dim + kv_off * bs) * elem;
-  for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * bs * elem; l += 64)
-    prefetch_line(p + l);
-}
 
 // 16 K/V elements from p (masked), as f32.
 template <KvType KV>
