@@ -209,6 +209,35 @@ inline void prefetch_k_slab(const AttentionArgs& a, int32_t block, int64_t kv_of
     prefetch_line(p + l);
 }
 
+// One head's V rows of cache block table[blk] (the positions of the block below ctx, rows strided
+// by kv_dim), line by line.
+inline void prefetch_v_rows(const AttentionArgs& a, const int32_t* table, int blk, int ctx,
+                            int64_t kv_off, int64_t kv_dim) {
+  const int64_t elem = static_cast<int64_t>(kv_type_bytes(a.kv_type)), bs = a.block_size;
+  const char* p = static_cast<const char*>(a.v_cache) +
+                  (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * elem;
+  const int n_in = std::min(a.block_size, ctx - blk * a.block_size);
+  for (int i = 0; i < n_in; ++i)
+    for (int64_t l = 0; l < static_cast<int64_t>(a.head_dim) * elem; l += 64)
+      prefetch_line(p + i * kv_dim * elem + l);
+}
+
+// A single token's scores loop over its context's blocks blk0 .. n_blocks - 1: before the loop, the
+// first k_prefetch_blocks blocks' K (prefetch_first_k); at block blk, the K k_prefetch_blocks
+// ahead, and past the last K the first V blocks in turn (the V sum's own loop asks for the rest).
+inline void prefetch_first_k(const AttentionArgs& a, const int32_t* table, int blk0, int n_blocks,
+                             int64_t kv_off, int64_t kv_dim) {
+  for (int b = blk0; b < std::min(n_blocks, blk0 + k_prefetch_blocks); ++b)
+    prefetch_k_slab(a, table[b], kv_off, kv_dim);
+}
+inline void prefetch_scores_ahead(const AttentionArgs& a, const int32_t* table, int blk, int blk0,
+                                  int n_blocks, int ctx, int64_t kv_off, int64_t kv_dim) {
+  if (blk + k_prefetch_blocks < n_blocks)
+    prefetch_k_slab(a, table[blk + k_prefetch_blocks], kv_off, kv_dim);
+  else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks)
+    prefetch_v_rows(a, table, blk + k_prefetch_blocks - n_blocks + blk0, ctx, kv_off, kv_dim);
+}
+
 #endif
 
 #if defined(OSSA_ATTN_AVX2) && !defined(__AVX512F__) && \
@@ -270,24 +299,12 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
   // K and V prefetched k_prefetch_blocks ahead, as attend_heads does (a decode step's weight stream
   // leaves them cold).
   const int n_blocks = (ctx + bs - 1) / bs;
-  const int64_t elem = static_cast<int64_t>(kv_type_bytes(KV));
-  auto prefetch_v = [&](int blk) {
-    const char* p = static_cast<const char*>(a.v_cache) +
-                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) * elem;
-    const int n_in = std::min(bs, ctx - blk * bs);
-    for (int i = 0; i < n_in; ++i)
-      for (int64_t l = 0; l < hd * elem; l += 64) prefetch_line(p + i * kv_dim * elem + l);
-  };
-  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk)
-    prefetch_k_slab(a, table[blk], kv_off, kv_dim);
+  prefetch_first_k(a, table, blk0, n_blocks, kv_off, kv_dim);
   for (int blk = blk0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
-    if (blk + k_prefetch_blocks < n_blocks)
-      prefetch_k_slab(a, table[blk + k_prefetch_blocks], kv_off, kv_dim);
-    else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks)
-      prefetch_v(blk + k_prefetch_blocks - n_blocks + blk0);
+    prefetch_scores_ahead(a, table, blk, blk0, n_blocks, ctx, kv_off, kv_dim);
     for (int i0 = lo / 8 * 8; i0 < n_in; i0 += 8) {
       // (a whole vector of the block's slab is read; lanes outside [lo, n_in) are masked off)
       const __m256 m = lane_mask(lo - i0, n_in - i0);
@@ -335,7 +352,8 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
     __m256 o[GH * B];
     for (int i = 0; i < GH * B; ++i) o[i] = _mm256_setzero_ps();
     for (int blk = blk0, j = j0; j < ctx; ++blk) {
-      if (c0 == 0 && blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+      if (c0 == 0 && blk + k_prefetch_blocks < n_blocks)
+        prefetch_v_rows(a, table, blk + k_prefetch_blocks, ctx, kv_off, kv_dim);
       const int i0 = j % bs, n_in = std::min(bs - i0, ctx - j);
       const int64_t v = (static_cast<int64_t>(table[blk]) * bs + i0) * kv_dim + kv_off + 8 * c0;
       v_block8<KV, GH, B>(o, a.v_cache, v, kv_dim, scores, j, n_in);
@@ -444,27 +462,12 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   // default model, 0.68 -> 0.42-0.45 on the 1B shape, on the Zen 4 VM; docs/performance-kquant.md,
   // seventeenth pass.)
   const int n_blocks = (ctx + bs - 1) / bs;
-  const int64_t v_row_bytes = static_cast<int64_t>(hd) * static_cast<int64_t>(kv_type_bytes(KV));
-  const int64_t v_stride = kv_dim * static_cast<int64_t>(kv_type_bytes(KV));
-  auto prefetch_k = [&](int blk) { prefetch_k_slab(a, table[blk], kv_off, kv_dim); };
-  auto prefetch_v = [&](int blk) {
-    const char* p = static_cast<const char*>(a.v_cache) +
-                    (static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off) *
-                        static_cast<int64_t>(kv_type_bytes(KV));
-    const int n_in = std::min(bs, ctx - blk * bs);
-    for (int i = 0; i < n_in; ++i)
-      for (int64_t l = 0; l < v_row_bytes; l += 64) prefetch_line(p + i * v_stride + l);
-  };
-  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk) prefetch_k(blk);
+  prefetch_first_k(a, table, blk0, n_blocks, kv_off, kv_dim);
   for (int blk = blk0; blk * bs < ctx; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
     const int lo = std::max(0, j0 - blk * bs);  // the block's first position inside the window
-    if (blk + k_prefetch_blocks < n_blocks) {
-      prefetch_k(blk + k_prefetch_blocks);
-    } else if (blk + k_prefetch_blocks - n_blocks + blk0 < n_blocks) {
-      prefetch_v(blk + k_prefetch_blocks - n_blocks + blk0);
-    }
+    prefetch_scores_ahead(a, table, blk, blk0, n_blocks, ctx, kv_off, kv_dim);
     for (int i0 = lo / 16 * 16; i0 < n_in; i0 += 16) {
       __mmask16 m = static_cast<__mmask16>(n_in - i0 >= 16 ? 0xFFFF : (1u << (n_in - i0)) - 1);
       if (i0 < lo) m = static_cast<__mmask16>(m & ~((1u << (lo - i0)) - 1));
@@ -517,7 +520,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   __m512 o[GH * NC];
   for (int i = 0; i < GH * NC; ++i) o[i] = _mm512_setzero_ps();
   for (int blk = blk0, j = j0; j < ctx; ++blk) {
-    if (blk + k_prefetch_blocks < n_blocks) prefetch_v(blk + k_prefetch_blocks);
+    if (blk + k_prefetch_blocks < n_blocks)
+      prefetch_v_rows(a, table, blk + k_prefetch_blocks, ctx, kv_off, kv_dim);
     const int i0 = j % bs, n_in = std::min(bs - i0, ctx - j);
     const int64_t v = (static_cast<int64_t>(table[blk]) * bs + i0) * kv_dim + kv_off;
     v_block_heads<KV, NC, GH>(o, a.v_cache, v, kv_dim, tail, scores, j, n_in);
@@ -702,8 +706,7 @@ void prefetch_item(const AttentionArgs& a, int t, int h0, int64_t kv_dim) {
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1, blk0 = first_position(a, ctx) / a.block_size;
   const int n_blocks = (ctx + a.block_size - 1) / a.block_size;
-  for (int blk = blk0; blk < std::min(n_blocks, blk0 + k_prefetch_blocks); ++blk)
-    prefetch_k_slab(a, table[blk], static_cast<int64_t>(h0 / group) * a.head_dim, kv_dim);
+  prefetch_first_k(a, table, blk0, n_blocks, static_cast<int64_t>(h0 / group) * a.head_dim, kv_dim);
 }
 
 template <KvType KV, int NC>
