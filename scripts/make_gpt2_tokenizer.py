@@ -11,14 +11,16 @@ come out, all on this vocabulary:
 - ``llama3``: Llama 3's pre-tokenizer regex and ``ignore_merges``, likewise;
 - ``qwen25``: ``qwen2`` with the NFC normalizer in front, the pipeline of Qwen2.5's tokenizer.json;
 - ``phi4``: the o200k split regex (tiktoken's o200k_base, as Phi-4-mini's tokenizer.json uses it)
-  with Phi's chat special tokens.
+  with Phi's chat special tokens;
+- ``tekken``: the Tekken split regex (Mistral NeMo, Ministral, Mistral Small 3) with Mistral's
+  instruction tokens.
 
 The sdist is fetched with ``pip download --no-deps --no-binary :all: openai-whisper==20250625`` into
 ``$OSSA_HOME/tokenizer_assets`` (default ~/.cache/ossa); mistral-common (for a SentencePiece model)
 the same way. The tests and benchmarks/tokenizer.py call the functions here.
 
 Run: python scripts/make_gpt2_tokenizer.py OUT_DIR
-(writes OUT_DIR/{gpt2,qwen2,llama3,qwen25,phi4}/tokenizer.json)
+(writes OUT_DIR/{gpt2,qwen2,llama3,qwen25,phi4,tekken}/tokenizer.json)
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ import zipfile
 
 # The split regexes and GPT-2's byte alphabet are the pretokenizer twin's (one definition of each).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src"))
-from ossa.reference.pretokenizer import BYTE_TO_CHAR, LLAMA3_REGEX, O200K_REGEX, QWEN2_REGEX  # noqa: E402
+from ossa.reference.pretokenizer import (  # noqa: E402
+    BYTE_TO_CHAR,
+    LLAMA3_REGEX,
+    O200K_REGEX,
+    QWEN2_REGEX,
+    TEKKEN_REGEX,
+)
 
 WHISPER = "openai-whisper==20250625"
 MISTRAL_COMMON = "mistral-common==1.13.1"
@@ -168,12 +176,14 @@ def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
     qwen25 = dict(qwen2, normalizer={"type": "NFC"})
     phi_specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
     phi4 = split_variant(O200K_REGEX, phi_specials, False)
-    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4}
+    tekken = split_variant(TEKKEN_REGEX, ["<s>", "</s>", "[INST]", "[/INST]"], False)
+    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4, "tekken": tekken}
 
 
 def write_tokenizers(out_dir: str) -> dict[str, str]:
     """Writes out_dir/<name>/tokenizer.json (+ tokenizer_config.json) once; returns the folders."""
-    folders = {name: os.path.join(out_dir, name) for name in ("gpt2", "qwen2", "llama3", "qwen25", "phi4")}
+    names = ("gpt2", "qwen2", "llama3", "qwen25", "phi4", "tekken")
+    folders = {name: os.path.join(out_dir, name) for name in names}
     if all(os.path.exists(os.path.join(f, "tokenizer.json")) for f in folders.values()):
         return folders
     configs = {
@@ -182,6 +192,7 @@ def write_tokenizers(out_dir: str) -> dict[str, str]:
         "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
         "qwen25": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         "phi4": {"eos_token": "<|end|>", "pad_token": "<|endoftext|>"},
+        "tekken": {"bos_token": "<s>", "eos_token": "</s>"},
     }
     for name, tj in build_tokenizer_jsons(gpt2_tiktoken_path()).items():
         os.makedirs(folders[name], exist_ok=True)

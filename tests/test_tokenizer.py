@@ -3,9 +3,12 @@
 Vocabularies: SmolLM2 (the default GGUF, via transformers' GGUF conversion), GPT-2 (rebuilt from
 openai-whisper's gpt2.tiktoken by scripts/make_gpt2_tokenizer.py), Qwen2- and Llama 3-style
 pre-tokenizers on that vocabulary (and Qwen2.5's: Qwen2's with the NFC normalizer; Phi-4-mini's o200k
-split regex), a SentencePiece BPE (mistral-common's tokenizer.model.v1, converted by
-transformers), and Gemma 3's tokenizer.json pipeline on that SentencePiece vocabulary (Replace
-normalizer, Split on " ", no prefix space, BOS added). Ids must be identical, not similar.
+split regex; Mistral NeMo's Tekken regex), a SentencePiece BPE (mistral-common's tokenizer.model.v1,
+converted by transformers), and Gemma 3's tokenizer.json pipeline on that SentencePiece vocabulary
+(Replace normalizer, Split on " ", no prefix space, BOS added). The ``*_gguf`` vocabularies are GGUF
+files written from those tokenizer.json files as llama.cpp's converter writes them (tokens, merges,
+token types and the ``tokenizer.ggml.pre`` name llama.cpp gives the regex): ossa loads the GGUF, the
+oracle is Hugging Face on the tokenizer.json it came from. Ids must be identical, not similar.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4"]
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4", "tekken"]
+# GGUF vocabularies: name -> (the tokenizer.json vocabulary it is written from, tokenizer.ggml.pre).
+GGUF_VOCABS = {
+    "llama3_gguf": ("llama3", "llama-bpe"),
+    "qwen2_gguf": ("qwen2", "qwen2"),
+    "phi4_gguf": ("phi4", "gpt-4o"),
+    "llama4_gguf": ("phi4", "llama4"),
+    "tekken_gguf": ("tekken", "tekken"),
+}
 
 
 def _assets() -> Any:
@@ -73,6 +84,14 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
             hf.save(os.path.join(path, "tokenizer.json.tmp"))
             os.replace(os.path.join(path, "tokenizer.json.tmp"), os.path.join(path, "tokenizer.json"))
         lossless = False  # the leading-space strip loses a leading space
+    elif name in GGUF_VOCABS:
+        source, pre = GGUF_VOCABS[name]
+        src = load_vocab(source, gguf_path)
+        hf = src.hf
+        path = os.path.join(assets.cache_dir(), "gguf", f"{name}.gguf")
+        if not os.path.exists(path):
+            _write_byte_level_gguf(os.path.join(src.path, "tokenizer.json"), pre, path)
+        lossless = src.lossless
     elif name == "gemma3":
         path = os.path.join(assets.cache_dir(), "hf", "gemma3_style")
         if not os.path.exists(os.path.join(path, "tokenizer.json")):
@@ -86,6 +105,37 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
+
+
+def _write_byte_level_gguf(tokenizer_json: str, pre: str, out: str) -> None:
+    """A vocabulary-only GGUF of a byte-level BPE tokenizer.json, with the keys llama.cpp's converter
+    writes: tokens by id, merges, token types (special added tokens control, others normal) and the
+    pre-tokenizer's name."""
+    import gguf
+
+    with open(tokenizer_json, encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab: dict[str, int] = dict(tj["model"]["vocab"])
+    types = {}
+    for t in tj.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+        types[t["id"]] = 3 if t.get("special") else 4
+    tokens = [""] * len(vocab)
+    for text, i in vocab.items():
+        tokens[i] = text
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    w = gguf.GGUFWriter(out + ".tmp", "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([types.get(i, 1) for i in range(len(tokens))])
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(out + ".tmp", out)
 
 
 def _write_gemma3_style(mistral_folder: str, out: str) -> None:
@@ -118,7 +168,7 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-@pytest.fixture(scope="module", params=VOCABS)
+@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS))
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
 

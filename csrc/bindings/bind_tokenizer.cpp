@@ -93,6 +93,8 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
       p.pattern = ossa::SplitPattern::QWEN2;
     else if (step == "o200k")
       p.pattern = ossa::SplitPattern::O200K;
+    else if (step == "tekken")
+      p.pattern = ossa::SplitPattern::TEKKEN;
     else
       throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
     s.pre_tokenizer.push_back(p);

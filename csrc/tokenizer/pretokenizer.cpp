@@ -18,6 +18,11 @@ constexpr const char* k_qwen2_regex =
 constexpr const char* k_o200k_regex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Tekken (Mistral NeMo, Ministral, Mistral Small 3): o200k's letter branches without the
+// contraction suffixes, and digits one at a time.
+constexpr const char* k_tekken_regex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // The text decoded once: code points, their flags and byte offsets (offset[n] = text size).
 struct Decoded {
   std::vector<uint32_t> cp;
@@ -148,15 +153,18 @@ bool is_lead(const Decoded& d, size_t i) {
   return !is_crlf(d.cp[i]) && !(d.flags[i] & (k_letter | k_number));
 }
 
-// One match of the o200k pattern at i, following the regex's backtracking: each letter branch
-// tries with the optional lead, then without; lead? upper* lower+ gives back upper-class code
-// points (from the right) until a lower-class one follows.
-size_t match_o200k(const Decoded& d, size_t i, size_t n) {
+// One match of the o200k pattern (contractions = true, max_digits = 3) or the Tekken pattern
+// (false, 1) at i, following the regex's backtracking: each letter branch tries with the optional
+// lead, then without; lead? upper* lower+ gives back upper-class code points (from the right) until
+// a lower-class one follows.
+size_t match_o200k(const Decoded& d, size_t i, size_t n, bool contractions, size_t max_digits) {
   auto run = [&](size_t k, bool (*cls)(uint8_t)) {
     while (k < n && cls(d.flags[k])) ++k;
     return k;
   };
-  auto suffix = [&](size_t k) { return k < n ? k + match_contraction(d, k, n, true) : k; };
+  auto suffix = [&](size_t k) {
+    return contractions && k < n ? k + match_contraction(d, k, n, true) : k;
+  };
   const size_t starts[2] = {i + 1, i};                  // with the lead, then without
   for (size_t s = is_lead(d, i) ? 0 : 1; s < 2; ++s) {  // [lead]? upper* lower+ contraction?
     const size_t j = starts[s];
@@ -169,9 +177,9 @@ size_t match_o200k(const Decoded& d, size_t i, size_t n) {
       return suffix(run(run(j, is_upper_class), is_lower_class)) - i;
   }
   const uint8_t f = d.flags[i];
-  if (f & k_number) {  // \p{N}{1,3}
+  if (f & k_number) {  // \p{N}{1,3} (o200k) or \p{N} (Tekken)
     size_t k = i;
-    while (k < n && k - i < 3 && (d.flags[k] & k_number)) ++k;
+    while (k < n && k - i < max_digits && (d.flags[k] & k_number)) ++k;
     return k - i;
   }
   {  //  ?[^\s\p{L}\p{N}]+[\r\n/]*
@@ -195,6 +203,7 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
   if (regex == k_llama3_regex) return SplitPattern::LLAMA3;
   if (regex == k_qwen2_regex) return SplitPattern::QWEN2;
   if (regex == k_o200k_regex) return SplitPattern::O200K;
+  if (regex == k_tekken_regex) return SplitPattern::TEKKEN;
   return std::nullopt;
 }
 
@@ -208,6 +217,8 @@ const char* split_pattern_regex(SplitPattern pattern) {
       return k_qwen2_regex;
     case SplitPattern::O200K:
       return k_o200k_regex;
+    case SplitPattern::TEKKEN:
+      return k_tekken_regex;
   }
   return "";
 }
@@ -219,7 +230,8 @@ void split_regex(SplitPattern pattern, std::string_view text, std::vector<std::s
   while (i < n) {
     size_t m = pattern == SplitPattern::GPT2     ? match_gpt2(d, i, n)
                : pattern == SplitPattern::LLAMA3 ? match_llama3(d, i, n, 3)
-               : pattern == SplitPattern::O200K  ? match_o200k(d, i, n)
+               : pattern == SplitPattern::O200K  ? match_o200k(d, i, n, true, 3)
+               : pattern == SplitPattern::TEKKEN ? match_o200k(d, i, n, false, 1)
                                                  : match_llama3(d, i, n, 1);
     out.push_back(text.substr(d.offset[i], d.offset[i + m] - d.offset[i]));
     i += m;

@@ -1,15 +1,15 @@
 #pragma once
 // Pre-tokenization: splitting text into the pieces BPE runs on. The split regexes of GPT-2, Llama
-// 3, Qwen2 and o200k (Phi-4-mini) are run by hand-written matchers that follow the regex's
-// alternation order and backtracking exactly (there is no general regex engine); an unknown regex
-// is rejected by name.
+// 3, Qwen2, o200k (Phi-4-mini) and Tekken (Mistral NeMo) are run by hand-written matchers that
+// follow the regex's alternation order and backtracking exactly (there is no general regex engine);
+// an unknown regex is rejected by name.
 #include <optional>
 #include <string_view>
 #include <vector>
 
 namespace ossa {
 
-enum class SplitPattern { GPT2, LLAMA3, QWEN2, O200K };
+enum class SplitPattern { GPT2, LLAMA3, QWEN2, O200K, TEKKEN };
 
 // The pattern a regex string (as written in tokenizer.json) denotes, or nullopt.
 std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex);

@@ -2,10 +2,12 @@
 // transformers' GGUF tokenizer conversion (integrations/gguf/gguf_tokenizer_mapping.py), which is
 // the oracle the tests compare against:
 //  - tokenizer.ggml.model "gpt2": byte-level BPE. A token spelled outside the byte alphabet is
-//    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre: the Llama 3
-//    family ("llama3", "llama-bpe", ...) and the Qwen2 family ("qwen2", ...) use their split regex;
-//    names with another known regex (tekken, gpt-4o, qwen35, ...) are rejected; anything else
-//    ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
+//    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre, with the
+//    names llama.cpp gives each regex: the Llama 3 family ("llama3", "llama-bpe", ...), the Qwen2
+//    family ("qwen2", ...), o200k ("gpt-4o": Phi-4-mini; "llama4", ...) and "tekken" (Mistral
+//    NeMo, Ministral, Mistral Small 3) use their split regex -- the one in the tokenizer.json the
+//    file was converted from; names with another known regex ("qwen35") are rejected; anything
+//    else ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
 //    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
 //    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
@@ -38,9 +40,12 @@ const std::set<std::string>& qwen2_pre_names() {
                                           "megrez"};
   return s;
 }
+const std::set<std::string>& o200k_pre_names() {
+  static const std::set<std::string> s = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"};
+  return s;
+}
 const std::set<std::string>& unsupported_pre_names() {
-  static const std::set<std::string> s = {"tekken",  "qwen35", "gpt-4o",    "llama4",
-                                          "kanana2", "talkie", "minimax-m2"};
+  static const std::set<std::string> s = {"qwen35"};
   return s;
 }
 
@@ -75,6 +80,8 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     PreTokenizerStep step;
     step.pattern = llama3_pre_names().count(pre)  ? SplitPattern::LLAMA3
                    : qwen2_pre_names().count(pre) ? SplitPattern::QWEN2
+                   : o200k_pre_names().count(pre) ? SplitPattern::O200K
+                   : pre == "tekken"              ? SplitPattern::TEKKEN
                                                   : SplitPattern::GPT2;
     spec.pre_tokenizer.push_back(step);
     spec.vocab.reserve(tokens.size());

@@ -1,6 +1,6 @@
 """Python twin of csrc/tokenizer/pretokenizer.cpp, unicode.cpp and byte_level.cpp.
 
-The split regexes of GPT-2, Llama 3 and Qwen2 are run by matchers that follow each regex's
+The split regexes of GPT-2, Llama 3, Qwen2, o200k and Tekken are run by matchers that follow each regex's
 alternation order and backtracking by hand; code point classes come from ``unicodedata`` (the same
 source as the C++ tables) plus the White_Space property list.
 """
@@ -26,7 +26,19 @@ O200K_REGEX = (
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-PATTERNS = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX, "o200k": O200K_REGEX}
+# Tekken (Mistral NeMo, Ministral, Mistral Small 3): o200k without the contraction suffixes, single digits.
+TEKKEN_REGEX = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PATTERNS = {
+    "gpt2": GPT2_REGEX,
+    "llama3": LLAMA3_REGEX,
+    "qwen2": QWEN2_REGEX,
+    "o200k": O200K_REGEX,
+    "tekken": TEKKEN_REGEX,
+}
 
 LETTER, NUMBER, WHITE_SPACE, MARK, UPPER, LOWER = 1, 2, 4, 8, 16, 32
 _WHITE_SPACE = frozenset(
@@ -47,7 +59,7 @@ _WHITE_SPACE = frozenset(
 
 
 def pattern_from_regex(regex: str) -> str | None:
-    """The pattern name ("gpt2", "llama3", "qwen2") a regex string denotes, or None."""
+    """The pattern name ("gpt2", "llama3", "qwen2", "o200k", "tekken") a regex string denotes, or None."""
     for name, r in PATTERNS.items():
         if regex == r:
             return name
@@ -170,10 +182,11 @@ def _lower_class(f: int) -> bool:  # [\p{Ll}\p{Lm}\p{Lo}\p{M}]
     return bool((f & LETTER and not f & UPPER) or f & MARK)
 
 
-def _match_o200k(s: str, f: list[int], i: int) -> int:
-    r"""One match of the o200k pattern at i, with the regex's backtracking: each letter branch tries
-    with its optional lead [^\r\n\p{L}\p{N}], then without; upper* lower+ gives back upper-class
-    characters from the right until a lower-class one follows."""
+def _match_o200k(s: str, f: list[int], i: int, contractions: bool = True, max_digits: int = 3) -> int:
+    r"""One match of the o200k pattern (or Tekken's: no contraction suffixes, max_digits 1) at i, with
+    the regex's backtracking: each letter branch tries with its optional lead [^\r\n\p{L}\p{N}], then
+    without; upper* lower+ gives back upper-class characters from the right until a lower-class one
+    follows."""
     n = len(s)
 
     def run(k: int, cls: Callable[[int], bool]) -> int:
@@ -182,7 +195,7 @@ def _match_o200k(s: str, f: list[int], i: int) -> int:
         return k
 
     def suffix(k: int) -> int:
-        return k + (_contraction(s, k, True) if k < n else 0)
+        return k + (_contraction(s, k, True) if contractions and k < n else 0)
 
     lead = s[i] not in "\r\n" and not f[i] & (LETTER | NUMBER)
     starts = [i + 1, i] if lead else [i]
@@ -195,7 +208,7 @@ def _match_o200k(s: str, f: list[int], i: int) -> int:
             return suffix(run(run(j, _upper_class), _lower_class)) - i
     if f[i] & NUMBER:
         k = i
-        while k < n and k - i < 3 and f[k] & NUMBER:
+        while k < n and k - i < max_digits and f[k] & NUMBER:
             k += 1
         return k - i
     j = i + 1 if s[i] == " " else i
@@ -217,6 +230,8 @@ def split_regex(pattern: str, text: str) -> list[str]:
             m = _match_gpt2(text, f, i)
         elif pattern == "o200k":
             m = _match_o200k(text, f, i)
+        elif pattern == "tekken":
+            m = _match_o200k(text, f, i, contractions=False, max_digits=1)
         else:
             m = _match_llama3(text, f, i, 3 if pattern == "llama3" else 1)
         out.append(text[i : i + m])
@@ -247,7 +262,8 @@ def split_digits(individual: bool, text: str) -> list[str]:
 
 
 def pre_tokenize(steps: list[str], text: str) -> list[str]:
-    """Applies each step ("gpt2", "llama3", "qwen2", "o200k", "digits_individual", "digits_contiguous")."""
+    """Applies each step ("gpt2", "llama3", "qwen2", "o200k", "tekken", "digits_individual",
+    "digits_contiguous")."""
     if not text:
         return []
     pieces = [text]

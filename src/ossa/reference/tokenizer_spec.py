@@ -264,7 +264,8 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
 _LLAMA3_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
                "jina-v5-nano", "dbrx", "smaug-bpe"}  # fmt: skip
 _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
-_UNSUPPORTED_PRE = {"tekken", "qwen35", "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
+_O200K_PRE = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
+_UNSUPPORTED_PRE = {"qwen35"}
 
 
 def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> TokenizerSpec:
@@ -295,7 +296,13 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
         pre = md.get("tokenizer.ggml.pre", "")
         if pre in _UNSUPPORTED_PRE:
             raise ModelError(f"{path}: unsupported GGUF pre-tokenizer '{pre}'")
-        spec.pre_tokenizer = ["llama3" if pre in _LLAMA3_PRE else "qwen2" if pre in _QWEN2_PRE else "gpt2"]
+        spec.pre_tokenizer = [
+            "llama3" if pre in _LLAMA3_PRE
+            else "qwen2" if pre in _QWEN2_PRE
+            else "o200k" if pre in _O200K_PRE
+            else "tekken" if pre == "tekken"
+            else "gpt2"
+        ]  # fmt: skip
         spec.vocab = [t if in_alphabet(t) else byte_level_encode(raw(t)) for t in tokens]
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
     elif model == "llama":
