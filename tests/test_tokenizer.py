@@ -38,6 +38,14 @@ GGUF_VOCABS = {
     "llama4_gguf": ("phi4", "llama4"),
     "tekken_gguf": ("tekken", "tekken"),
 }
+# SentencePiece GGUFs written from mistral-common's tokenizer.model as llama.cpp's converter writes
+# them, under the architectures whose pipeline transformers picks by name (the oracle is its GGUF
+# conversion): name -> (general.architecture, general.name).
+SPM_GGUF_VOCABS = {
+    "mistral_gguf": ("llama", "Mistral 7B v0.1"),
+    "phi3_gguf": ("phi3", "Phi-3-mini-4k-instruct"),
+    "gemma3_gguf": ("gemma3", "Gemma 3 1b It"),
+}
 
 
 def _assets() -> Any:
@@ -92,6 +100,13 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
         if not os.path.exists(path):
             _write_byte_level_gguf(os.path.join(src.path, "tokenizer.json"), pre, path)
         lossless = src.lossless
+    elif name in SPM_GGUF_VOCABS:
+        path = os.path.join(assets.cache_dir(), "gguf", f"{name}.gguf")
+        if not os.path.exists(path):
+            _write_sentencepiece_gguf(assets.mistral_tokenizer_model_path(), *SPM_GGUF_VOCABS[name], path)
+        hf = _phi3_rstrip(hf_gguf.tokenizer(path).backend_tokenizer) if name == "phi3_gguf" else None
+        hf = hf or hf_gguf.tokenizer(path).backend_tokenizer
+        lossless = False
     elif name == "gemma3":
         path = os.path.join(assets.cache_dir(), "hf", "gemma3_style")
         if not os.path.exists(os.path.join(path, "tokenizer.json")):
@@ -138,6 +153,68 @@ def _write_byte_level_gguf(tokenizer_json: str, pre: str, out: str) -> None:
     os.replace(out + ".tmp", out)
 
 
+def _write_sentencepiece_gguf(model_path: str, arch: str, model_name: str, out: str) -> None:
+    """A vocabulary-only GGUF of a SentencePiece model with the keys llama.cpp's converter writes
+    (pieces, scores, piece types, special ids, add_space_prefix from the model's normalizer), plus
+    what each family's files hold: Phi-3's chat tokens appended as control tokens; Gemma's space-run
+    tokens stored as real spaces, scores that do not follow the merge order, no prefix space, a chat
+    control token and a user-defined one."""
+    import gguf
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    tokens = [p.piece for p in proto.pieces]
+    scores = [p.score for p in proto.pieces]
+    types = [int(p.type) for p in proto.pieces]
+    add_space_prefix = proto.normalizer_spec.add_dummy_prefix
+    extra: list[tuple[str, int]] = []
+    if arch == "phi3":
+        extra = [("<|endoftext|>", 3), ("<|assistant|>", 3), ("<|system|>", 3), ("<|end|>", 3), ("<|user|>", 3)]
+    elif arch == "gemma3":
+        add_space_prefix = False
+        tokens = [" " * len(t) if len(t) >= 2 and set(t) == {"\u2581"} else t for t in tokens]
+        types[tokens.index("   ")] = 4  # a user-defined space run: not added (its spelling is respelled)
+        scores = [float((i * 7919) % 1009) for i in range(len(scores))]  # Gemma's: not in merge order
+        extra = [("<start_of_turn>", 3), ("<end_of_turn>", 3), ("<table>", 4)]
+    for t, ty in extra:
+        tokens.append(t)
+        scores.append(0.0)
+        types.append(ty)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    w = gguf.GGUFWriter(out + ".tmp", arch)
+    w.add_name(model_name)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(proto.trainer_spec.bos_id)
+    w.add_eos_token_id(proto.trainer_spec.eos_id)
+    w.add_unk_token_id(proto.trainer_spec.unk_id)
+    w.add_add_space_prefix(add_space_prefix)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(out + ".tmp", out)
+
+
+def _phi3_rstrip(backend: Any) -> Any:
+    """transformers' GGUF conversion of a Phi-3 file with the added tokens' rstrip of Phi-3's own
+    tokenizer.json (every added token but <unk>, <s> and <|endoftext|>): the file does not carry it,
+    and llama.cpp sets it when general.name holds "phi-3" or "phi3" (as in Microsoft's own GGUF files,
+    named "Phi3")."""
+    import tokenizers
+
+    tj = json.loads(backend.to_str())
+    for t in tj["added_tokens"]:
+        t["rstrip"] = t["content"] not in ("<unk>", "<s>", "<|endoftext|>")
+    return tokenizers.Tokenizer.from_str(json.dumps(tj))
+
+
 def _write_gemma3_style(mistral_folder: str, out: str) -> None:
     """Gemma 3's tokenizer.json components (as transformers' GemmaTokenizer builds them) around the
     Mistral SentencePiece vocabulary: spaces replaced by U+2581 in the normalizer, a Split on " "
@@ -168,7 +245,7 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS))
+@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS))
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
 
@@ -363,3 +440,20 @@ def test_gguf_merge_broken_by_a_non_utf8_token_names_file_and_field(
         Tokenizer.from_file(path)
     with pytest.raises(ossa.ModelError, match=r"m\.gguf: tokenizer\.ggml"):
         ossa.LLM(path)
+
+
+def test_phi3_gguf_rstrip_follows_the_model_name(default_model_path: str, tmp_path: pathlib.Path) -> None:
+    """Phi-3's added tokens take the white space after them only when general.name says Phi-3 (as
+    llama.cpp decides it); a phi3 file named otherwise keeps its white space, as transformers does."""
+    v = load_vocab("phi3_gguf", default_model_path)
+    texts = ["<|user|>\nHello<|end|>\n<|assistant|>\n", "</s>  x", "<|endoftext|> y", "<s> z", "<unk>\tw"]
+    for name, rstrip in (("Phi3", True), ("PHI-3 medium", True), ("Phi 3 Mini 4k Instruct", False)):
+        path = tmp_path / f"{name}.gguf"
+        _write_sentencepiece_gguf(_assets().mistral_tokenizer_model_path(), "phi3", name, str(path))
+        hf = hf_gguf.tokenizer(str(path)).backend_tokenizer
+        hf = _phi3_rstrip(hf) if rstrip else hf
+        for backend in ("cpp", "python"):
+            tok = Tokenizer.from_file(str(path), backend=backend)
+            for text in texts:
+                assert tok.encode(text) == hf.encode(text).ids, (name, backend, text)
+    assert v.cpp.encode(texts[0]) != hf.encode(texts[0]).ids  # the rule changes these ids

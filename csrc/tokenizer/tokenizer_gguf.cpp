@@ -10,19 +10,25 @@
 //    else ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
 //    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
-//    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
-//  - token_type 3 (control) tokens become special added tokens (in a byte-level vocabulary only
+//    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise. Architecture phi3:
+//    a prefix on every segment (Phi-3's Prepend normalizer); gemma, gemma2, gemma3: no prefix and
+//    no leading-space strip on decode, whitespace tokens holding a space respelled as U+2581 runs,
+//    merges derived from the token order instead of the scores (transformers' GGUF builders).
+//  - token_type 3 (control) and 2 (unknown: <unk>, which transformers registers as its unk_token
+//    and llama.cpp matches in text like a control token) tokens become special added tokens (in a byte-level vocabulary only
 //    those spelled in the byte alphabet); type 4 (user-defined) become plain added tokens.
 //  - EOS-like ids (eos_ids): tokenizer.ggml.eos_token_id, tokenizer.ggml.eot_token_id and
 //    tokenizer.ggml.eom_token_id when present -- GGUF carries no generation_config, and these are
 //    the keys llama.cpp itself stops on.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "formats/gguf.h"
 #include "formats/gguf_split.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -47,6 +53,21 @@ const std::set<std::string>& o200k_pre_names() {
 const std::set<std::string>& unsupported_pre_names() {
   static const std::set<std::string> s = {"qwen35"};
   return s;
+}
+
+// Code points of a token that is all white space (as Python's str.isspace has it: White_Space and
+// U+001C..U+001F) with at least one ' ' -- how Gemma GGUF files store the space-run tokens that
+// transformers spells as U+2581 runs -- or 0.
+size_t space_run_length(const std::string& t) {
+  if (t.find(' ') == std::string::npos || utf8_valid_prefix(t) != t.size()) return 0;
+  auto p = reinterpret_cast<const unsigned char*>(t.data());
+  size_t n = 0;
+  for (size_t i = 0; i < t.size(); ++n) {
+    uint32_t c;
+    i += utf8_decode(p + i, c);
+    if (!(unicode_flags(c) & k_white_space) && !(c >= 0x1C && c <= 0x1F)) return 0;
+  }
+  return n;
 }
 
 bool spelled_in_byte_alphabet(const std::string& s) {
@@ -89,22 +110,45 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
       spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));
     add_bos = g.get_bool("tokenizer.ggml.add_bos_token", false);
   } else if (model == "llama") {
-    if (arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "phi3")
-      throw ModelError(path + ": unsupported GGUF SentencePiece tokenizer for architecture '" +
-                       arch + "'");
+    // SentencePiece-style BPE. The pipeline around it is not in the file; transformers picks it by
+    // architecture, and so does this: Llama 2 / Mistral (Metaspace, prefix on the first segment),
+    // Phi-3 (a Prepend normalizer: a prefix on every segment between added tokens) and Gemma (no
+    // prefix, space runs respelled, merges in the file's token order).
+    const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
     spec.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
     spec.vocab = tokens;
     spec.byte_fallback = true;
     spec.fuse_unk = true;
-    spec.prefix = g.get_bool("tokenizer.ggml.add_space_prefix", true)
-                      ? TokenizerSpec::Prefix::FIRST
-                      : TokenizerSpec::Prefix::NEVER;
-    spec.strip_leading_space = true;
+    if (gemma) {
+      for (std::string& t : spec.vocab)
+        if (size_t n = space_run_length(t)) {
+          t.clear();
+          for (size_t k = 0; k < n; ++k) t += "\xe2\x96\x81";  // U+2581
+        }
+      spec.prefix = TokenizerSpec::Prefix::NEVER;
+      spec.strip_leading_space = false;
+    } else {
+      spec.prefix = arch == "phi3" ? TokenizerSpec::Prefix::PREPEND
+                    : g.get_bool("tokenizer.ggml.add_space_prefix", true)
+                        ? TokenizerSpec::Prefix::FIRST
+                        : TokenizerSpec::Prefix::NEVER;
+      spec.strip_leading_space = true;
+    }
     if (merges.empty()) {
-      std::vector<double> scores = g.get_float_array("tokenizer.ggml.scores");
-      if (scores.size() != tokens.size())
-        throw ModelError(path + ": tokenizer.ggml.scores is missing or has the wrong length");
-      spec.scores.assign(scores.begin(), scores.end());
+      if (gemma) {
+        // Gemma's scores do not follow its merge order; the token order does (a token's rank is
+        // its index, the last of equal spellings counting, as in a dict built from the list).
+        spec.scores.resize(tokens.size());
+        std::map<std::string_view, size_t> last;
+        for (size_t i = 0; i < spec.vocab.size(); ++i) last[spec.vocab[i]] = i;
+        for (size_t i = 0; i < spec.vocab.size(); ++i)
+          spec.scores[i] = -static_cast<double>(last[spec.vocab[i]]);
+      } else {
+        std::vector<double> scores = g.get_float_array("tokenizer.ggml.scores");
+        if (scores.size() != tokens.size())
+          throw ModelError(path + ": tokenizer.ggml.scores is missing or has the wrong length");
+        spec.scores.assign(scores.begin(), scores.end());
+      }
     }
     add_bos = g.get_bool("tokenizer.ggml.add_bos_token", true);
   } else {
@@ -136,14 +180,23 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
   if (g.get_bool("tokenizer.ggml.add_eos_token", false) && spec.eos_id >= 0)
     spec.suffix_ids.push_back(spec.eos_id);
 
+  // A user-defined token is added when its spelling is in the vocabulary (not so for a Gemma
+  // space run, which the vocabulary now spells with U+2581), as transformers does.
+  std::set<std::string_view> vocab_set;
+  auto in_vocab = [&](const std::string& t) {
+    if (vocab_set.empty()) vocab_set.insert(spec.vocab.begin(), spec.vocab.end());
+    return vocab_set.count(t) > 0;
+  };
   for (size_t id = 0; id < tokens.size() && id < types.size(); ++id) {
-    if (types[id] == 3 && (!byte_level || spelled_in_byte_alphabet(tokens[id]))) {
+    if ((types[id] == 3 || types[id] == 2) &&
+        (!byte_level || spelled_in_byte_alphabet(tokens[id]))) {
       AddedTokenSpec t;
       t.id = static_cast<int32_t>(id);
       t.content = tokens[id];
       t.special = true;
       spec.added_tokens.push_back(t);
-    } else if (types[id] == 4 && (!byte_level || spelled_in_byte_alphabet(tokens[id]))) {
+    } else if (types[id] == 4 && (!byte_level || spelled_in_byte_alphabet(tokens[id])) &&
+               (spec.vocab[id] == tokens[id] || in_vocab(tokens[id]))) {
       AddedTokenSpec t;
       t.id = static_cast<int32_t>(id);
       t.content = tokens[id];
@@ -151,6 +204,15 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
       spec.added_tokens.push_back(t);
     }
   }
+  // Phi-3's added tokens take the white space after them (rstrip in its tokenizer.json); a GGUF file
+  // does not say so, and llama.cpp keys it on the model's name, as this does: every added token but
+  // <unk>, <s> and <|endoftext|>, when general.name holds "phi-3" or "phi3" (ASCII case ignored).
+  std::string name = g.get_string("general.name");
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos)
+    for (AddedTokenSpec& t : spec.added_tokens)
+      t.rstrip = t.content != "<unk>" && t.content != "<s>" && t.content != "<|endoftext|>";
   try {
     return std::make_shared<Tokenizer>(std::move(spec));
   } catch (const ModelError& e) {

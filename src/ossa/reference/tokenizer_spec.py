@@ -306,17 +306,30 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
         spec.vocab = [t if in_alphabet(t) else byte_level_encode(raw(t)) for t in tokens]
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
     elif model == "llama":
-        if arch in ("gemma", "gemma2", "gemma3", "phi3"):
-            raise ModelError(f"{path}: unsupported GGUF SentencePiece tokenizer for architecture '{arch}'")
+        # The pipeline is picked by architecture, as transformers' GGUF builders do: Llama 2 / Mistral
+        # (prefix on the first segment), Phi-3 (Prepend normalizer: every segment), Gemma (no prefix,
+        # space runs respelled as U+2581 runs, merges in token order).
+        gemma = arch in ("gemma", "gemma2", "gemma3")
         spec.model = "sentencepiece_bpe"
         spec.vocab = [text(t) for t in tokens]
-        spec.byte_fallback = spec.fuse_unk = spec.strip_leading_space = True
-        spec.prefix = "first" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
+        spec.byte_fallback = spec.fuse_unk = True
+        if gemma:
+            spec.vocab = [METASPACE * len(t) if " " in t and not t.strip() else t for t in spec.vocab]
+            spec.prefix, spec.strip_leading_space = "never", False
+        else:
+            spec.prefix = (
+                "prepend" if arch == "phi3" else "first" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
+            )
+            spec.strip_leading_space = True
         if not merges:
-            scores = list(md.get("tokenizer.ggml.scores") or [])
-            if len(scores) != len(tokens):
-                raise ModelError(f"{path}: tokenizer.ggml.scores is missing or has the wrong length")
-            spec.scores = [float(s) for s in scores]
+            if gemma:  # Gemma's scores do not follow its merge order; the token order does
+                position = {t: -i for i, t in enumerate(spec.vocab)}
+                spec.scores = [float(position[t]) for t in spec.vocab]
+            else:
+                scores = list(md.get("tokenizer.ggml.scores") or [])
+                if len(scores) != len(tokens):
+                    raise ModelError(f"{path}: tokenizer.ggml.scores is missing or has the wrong length")
+                spec.scores = [float(s) for s in scores]
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
     else:
         raise ModelError(f"{path}: unsupported GGUF tokenizer model '{model}' (supported: gpt2, llama)")
@@ -345,10 +358,19 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
         spec.prefix_ids = [spec.bos_id]
     if md.get("tokenizer.ggml.add_eos_token", False) and spec.eos_id >= 0:
         spec.suffix_ids = [spec.eos_id]
+    vocab_set = set(spec.vocab)  # a user-defined token is added when its spelling is in the vocabulary
     for i, (tok, ty) in enumerate(zip(tokens, types, strict=False)):
-        if ty in (3, 4) and (not byte_level or in_alphabet(tok)):
+        if ty == 4 and text(tok) not in vocab_set:
+            continue
+        if ty in (2, 3, 4) and (not byte_level or in_alphabet(tok)):  # unknown, control, user-defined
             flags = {"lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
-            spec.added_tokens.append({"id": i, "content": text(tok), "special": ty == 3, **flags})
+            spec.added_tokens.append({"id": i, "content": text(tok), "special": ty != 4, **flags})
+    # Phi-3's added tokens take the white space after them (rstrip in its tokenizer.json); a GGUF file
+    # does not say so, and llama.cpp keys it on the model's name, as this does (ASCII case ignored).
+    name = text(md.get("general.name", "")).encode("utf-8", "surrogateescape").lower()
+    if b"phi-3" in name or b"phi3" in name:
+        for t in spec.added_tokens:
+            t["rstrip"] = t["content"] not in ("<unk>", "<s>", "<|endoftext|>")
     spec.chat_template = md.get("tokenizer.chat_template")
     return spec
 
