@@ -171,7 +171,7 @@ def _write_sentencepiece_gguf(model_path: str, arch: str, model_name: str, out: 
     add_space_prefix = proto.normalizer_spec.add_dummy_prefix
     extra: list[tuple[str, int]] = []
     if arch == "phi3":
-        extra = [("<|endoftext|>", 3), ("<|assistant|>", 3), ("<|system|>", 3), ("<|end|>", 3), ("<|user|>", 3)]
+        extra = [(t, 3) for t in ("<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>")]
     elif arch == "gemma3":
         add_space_prefix = False
         tokens = [" " * len(t) if len(t) >= 2 and set(t) == {"\u2581"} else t for t in tokens]

@@ -15,8 +15,9 @@
 //    no leading-space strip on decode, whitespace tokens holding a space respelled as U+2581 runs,
 //    merges derived from the token order instead of the scores (transformers' GGUF builders).
 //  - token_type 3 (control) and 2 (unknown: <unk>, which transformers registers as its unk_token
-//    and llama.cpp matches in text like a control token) tokens become special added tokens (in a byte-level vocabulary only
-//    those spelled in the byte alphabet); type 4 (user-defined) become plain added tokens.
+//    and llama.cpp matches in text like a control token) tokens become special added tokens (in a
+//    byte-level vocabulary only those spelled in the byte alphabet); type 4 (user-defined) become
+//    plain added tokens.
 //  - EOS-like ids (eos_ids): tokenizer.ggml.eos_token_id, tokenizer.ggml.eot_token_id and
 //    tokenizer.ggml.eom_token_id when present -- GGUF carries no generation_config, and these are
 //    the keys llama.cpp itself stops on.
@@ -204,12 +205,14 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
       spec.added_tokens.push_back(t);
     }
   }
-  // Phi-3's added tokens take the white space after them (rstrip in its tokenizer.json); a GGUF file
-  // does not say so, and llama.cpp keys it on the model's name, as this does: every added token but
-  // <unk>, <s> and <|endoftext|>, when general.name holds "phi-3" or "phi3" (ASCII case ignored).
+  // Phi-3's added tokens take the white space after them (rstrip in its tokenizer.json); a GGUF
+  // file does not say so, and llama.cpp keys it on the model's name, as this does: every added
+  // token but <unk>, <s> and <|endoftext|>, when general.name holds "phi-3" or "phi3" (ASCII case
+  // ignored).
   std::string name = g.get_string("general.name");
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
+  std::transform(name.begin(), name.end(), name.begin(), [](char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  });
   if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos)
     for (AddedTokenSpec& t : spec.added_tokens)
       t.rstrip = t.content != "<unk>" && t.content != "<s>" && t.content != "<|endoftext|>";

@@ -317,9 +317,8 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
             spec.vocab = [METASPACE * len(t) if " " in t and not t.strip() else t for t in spec.vocab]
             spec.prefix, spec.strip_leading_space = "never", False
         else:
-            spec.prefix = (
-                "prepend" if arch == "phi3" else "first" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
-            )
+            space_prefix = bool(md.get("tokenizer.ggml.add_space_prefix", True))
+            spec.prefix = "prepend" if arch == "phi3" else "first" if space_prefix else "never"
             spec.strip_leading_space = True
         if not merges:
             if gemma:  # Gemma's scores do not follow its merge order; the token order does
