@@ -99,6 +99,35 @@ def test_auto_reads_the_model_folder(tmp_path: Path) -> None:
         EngineArgs(generation_config=str(tmp_path)).sampling_defaults("model.gguf")
 
 
+def test_auto_reads_a_gguf_files_sampling_keys(tmp_path: Path, default_model_path: str) -> None:
+    """A GGUF file's general.sampling.* keys (llama.cpp's converter writes them from the model's
+    generation_config.json) are its defaults under "auto"; "vllm" ignores them, overrides win."""
+    import gguf
+
+    path = tmp_path / "sampling.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_sampling_temp(0.7)
+    w.add_sampling_top_p(0.8)
+    w.add_sampling_top_k(20)
+    w.add_sampling_min_p(0.05)
+    w.add_sampling_penalty_repeat(1.1)
+    w.add_sampling_xtc_probability(0.5)  # no SamplingParams field: skipped
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    defaults = EngineArgs().sampling_defaults(str(path))
+    assert defaults == pytest.approx(
+        {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
+    )
+    assert isinstance(defaults["top_k"], int)
+    assert EngineArgs(generation_config="vllm").sampling_defaults(str(path)) == {}
+    over = EngineArgs(override_generation_config={"temperature": 0.0}).sampling_defaults(str(path))
+    assert over["temperature"] == 0.0 and over["top_k"] == 20
+    # The default model's file has none: vLLM's neutral defaults.
+    assert EngineArgs().sampling_defaults(default_model_path) == {}
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

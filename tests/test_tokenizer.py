@@ -323,10 +323,53 @@ def test_special_ids_and_eos_rule(default_model_path: str) -> None:
     v = load_vocab("smollm2", default_model_path)
     for t in (v.cpp, v.py):
         assert t.vocab_size == v.hf.get_vocab_size()
-        assert t.eos_token_id == 2 and t.eos_token_ids == [2] and t.bos_token_id == 1 and t.pad_token_id == 2
+        # eos, then the tokens whose text llama.cpp ends generation on: <|endoftext|> is id 0 here
+        assert (
+            t.eos_token_id == 2 and t.eos_token_ids == [2, 0] and t.bos_token_id == 1 and t.pad_token_id == 2
+        )
         assert t.eos_token == "<|im_end|>"
     m = load_vocab("mistral", default_model_path)
-    assert m.cpp.bos_token_id == 1 and m.cpp.eos_token_ids == [2]
+    assert m.cpp.bos_token_id == 1 and m.cpp.eos_token_ids == [2]  # a tokenizer.json folder: its eos only
+    # Phi-3 files say <|endoftext|> is eos and Gemma files often <eos>: their turns end on <|end|> and
+    # <end_of_turn>, which stop generation as they do in llama.cpp.
+    for name, texts in (
+        ("phi3_gguf", ["</s>", "<|endoftext|>", "<|end|>"]),
+        ("gemma3_gguf", ["</s>", "<end_of_turn>"]),
+    ):
+        v = load_vocab(name, default_model_path)
+        for t in (v.cpp, v.py):
+            assert [t.id_to_token(i) for i in t.eos_token_ids] == texts, (name, t.backend)
+
+
+def test_gguf_eos_token_ids_list(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    """tokenizer.ggml.eos_token_ids (newer converters write generation_config's eos list) ends
+    generation too; an id outside the vocabulary is a clear error."""
+    import gguf
+
+    src = _assets().mistral_tokenizer_model_path()
+    base = tmp_path / "base.gguf"
+    _write_sentencepiece_gguf(src, "llama", "m", str(base))
+    reader = gguf.GGUFReader(str(base))
+    for ids, ok in (([2, 28705, 13], True), ([2, 10**6], False)):
+        path = tmp_path / f"{ok}.gguf"
+        w = gguf.GGUFWriter(str(path), "llama")
+        for name, field in reader.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(name, field.contents(), vtype, sub_type=sub)
+        w.add_array("tokenizer.ggml.eos_token_ids", ids)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        for backend in ("cpp", "python"):
+            if ok:
+                assert Tokenizer.from_file(str(path), backend=backend).eos_token_ids == ids
+            else:
+                with pytest.raises(ValueError, match="eos_token_ids"):
+                    Tokenizer.from_file(str(path), backend=backend)
 
 
 def test_streaming_never_splits_characters(default_model_path: str) -> None:

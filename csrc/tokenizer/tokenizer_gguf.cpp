@@ -19,8 +19,10 @@
 //    byte-level vocabulary only those spelled in the byte alphabet); type 4 (user-defined) become
 //    plain added tokens.
 //  - EOS-like ids (eos_ids): tokenizer.ggml.eos_token_id, tokenizer.ggml.eot_token_id and
-//    tokenizer.ggml.eom_token_id when present -- GGUF carries no generation_config, and these are
-//    the keys llama.cpp itself stops on.
+//    tokenizer.ggml.eom_token_id when present, the newer tokenizer.ggml.eos_token_ids list, and the
+//    tokens whose text is one llama.cpp ends generation on (<|im_end|>, <end_of_turn>, <|end|>,
+//    ...)
+//    -- GGUF carries no generation_config, and this is the set llama.cpp itself stops on.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -69,6 +71,17 @@ size_t space_run_length(const std::string& t) {
     if (!(unicode_flags(c) & k_white_space) && !(c >= 0x1C && c <= 0x1F)) return 0;
   }
   return n;
+}
+
+// Token texts that end generation whatever the file's eos/eot/eom keys say: llama.cpp's list (its
+// end-of-generation set is found by these texts too), so that a Phi-3 file whose eos is
+// <|endoftext|> stops at <|end|>, and a Gemma file whose eos is <eos> at <end_of_turn>.
+const std::set<std::string>& end_of_generation_texts() {
+  static const std::set<std::string> s = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
+                                          "<|return|>",    "<|call|>",        "<end_of_turn>",
+                                          "<|endoftext|>", "<|eom_id|>",      "<EOT>",
+                                          "_<EOT>",        "<|end_of_text|>", "<end_of_utterance>"};
+  return s;
 }
 
 bool spelled_in_byte_alphabet(const std::string& s) {
@@ -171,12 +184,20 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
   spec.eos_id = id_key("tokenizer.ggml.eos_token_id");
   spec.pad_id = id_key("tokenizer.ggml.padding_token_id");
   if (!byte_level) spec.unk_id = id_key("tokenizer.ggml.unknown_token_id");
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                          "tokenizer.ggml.eom_token_id"}) {
-    int32_t id = id_key(key);
+  auto add_eos = [&](int64_t id) {
     if (id >= 0 && std::find(spec.eos_ids.begin(), spec.eos_ids.end(), id) == spec.eos_ids.end())
-      spec.eos_ids.push_back(id);
+      spec.eos_ids.push_back(static_cast<int32_t>(id));
+  };
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"})
+    add_eos(id_key(key));
+  for (int64_t id : g.get_int_array("tokenizer.ggml.eos_token_ids")) {  // newer files: the list
+    if (id < 0 || id >= static_cast<int64_t>(tokens.size()))
+      throw ModelError(path + ": tokenizer.ggml.eos_token_ids holds an out-of-range id");
+    add_eos(id);
   }
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (end_of_generation_texts().count(tokens[id])) add_eos(static_cast<int64_t>(id));
   if (add_bos && spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
   if (g.get_bool("tokenizer.ggml.add_eos_token", false) && spec.eos_id >= 0)
     spec.suffix_ids.push_back(spec.eos_id);

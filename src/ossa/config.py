@@ -145,7 +145,9 @@ class EngineArgs:
             (structured-output) requests do not speculate.
         generation_config: where requests' default sampling comes from (vLLM's option):
             ``"auto"`` reads the model folder's ``generation_config.json`` (its temperature, top_p,
-            top_k, min_p, repetition_penalty and max_new_tokens, as the model's authors recommend),
+            top_k, min_p, repetition_penalty and max_new_tokens, as the model's authors recommend;
+            for a GGUF file, its ``general.sampling.*`` keys: temp, top_p, top_k, min_p,
+            penalty_repeat, which llama.cpp's converter writes from that file),
             ``"vllm"`` ignores it (vLLM's neutral defaults), or a folder holding such a file.
         override_generation_config: those fields set over the file's (a dict, or its JSON text).
         tensor_parallel_size, pipeline_parallel_size, data_parallel_size: must be 1 (one engine per
@@ -420,6 +422,8 @@ class EngineArgs:
         elif self.generation_config != "vllm":
             folder = self.generation_config
         found: dict[str, Any] = {}
+        if self.generation_config == "auto" and os.path.isfile(model_path):
+            found = gguf_sampling_defaults(model_path)
         if folder is not None:
             path = os.path.join(folder, "generation_config.json")
             if os.path.isfile(path):
@@ -468,6 +472,30 @@ GENERATION_SAMPLING_FIELDS = {
     "repetition_penalty": "repetition_penalty",
     "max_new_tokens": "max_tokens",
 }
+
+
+# A GGUF file's sampling defaults (llama.cpp's converter writes them from generation_config.json),
+# under generation_config's names.
+GGUF_SAMPLING_KEYS = {
+    "general.sampling.temp": "temperature",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.min_p": "min_p",
+    "general.sampling.penalty_repeat": "repetition_penalty",
+}
+
+
+def gguf_sampling_defaults(path: str) -> dict[str, Any]:
+    """The sampling defaults a GGUF file's general.sampling.* keys set, as SamplingParams fields (the
+    GGUF counterpart of a folder's generation_config.json; an odd value is skipped with a warning)."""
+    from ._native import core
+
+    try:
+        meta = core.gguf_metadata(path, list(GGUF_SAMPLING_KEYS))
+    except (OSError, ValueError):
+        return {}  # not a GGUF file, or an unreadable one: the model loader says so
+    config = {GGUF_SAMPLING_KEYS[k]: v for k, v in meta.items() if k in GGUF_SAMPLING_KEYS}
+    return sampling_fields(config, path, strict=False)
 
 
 def sampling_fields(config: Any, where: str, strict: bool = True) -> dict[str, Any]:

@@ -264,6 +264,12 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
 _LLAMA3_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
                "jina-v5-nano", "dbrx", "smaug-bpe"}  # fmt: skip
 _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
+# Token texts that end generation whatever the eos/eot/eom keys say (llama.cpp's list; see
+# csrc/tokenizer/tokenizer_gguf.cpp).
+_END_OF_GENERATION_TEXTS = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+}  # fmt: skip
 _O200K_PRE = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
 _UNSUPPORTED_PRE = {"qwen35"}
 
@@ -349,10 +355,20 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
     spec.pad_id = id_key("tokenizer.ggml.padding_token_id")
     if not byte_level:
         spec.unk_id = id_key("tokenizer.ggml.unknown_token_id")
-    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-        i = id_key(key)
+
+    def add_eos(i: int) -> None:
         if i >= 0 and i not in spec.eos_ids:
             spec.eos_ids.append(i)
+
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        add_eos(id_key(key))
+    for i in md.get("tokenizer.ggml.eos_token_ids") or []:  # newer files: the list
+        if not 0 <= int(i) < len(tokens):
+            raise ModelError(f"{path}: tokenizer.ggml.eos_token_ids holds an out-of-range id")
+        add_eos(int(i))
+    for i, tok in enumerate(tokens):  # the texts llama.cpp ends generation on
+        if isinstance(tok, str) and tok in _END_OF_GENERATION_TEXTS:
+            add_eos(i)
     if add_bos and spec.bos_id >= 0:
         spec.prefix_ids = [spec.bos_id]
     if md.get("tokenizer.ggml.add_eos_token", False) and spec.eos_id >= 0:
