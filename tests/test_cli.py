@@ -72,6 +72,11 @@ def test_inspect() -> None:
     r = ossa("inspect")
     assert r.returncode == 0, r.stderr
     assert "llama" in r.stdout and "n_layer=30" in r.stdout and "KV cache" in r.stdout
+    # The tokenizer line: SmolLM2's byte-level vocabulary ends on <|im_end|> and, as in llama.cpp,
+    # <|endoftext|>.
+    line = next(x for x in r.stdout.splitlines() if x.startswith("tokenizer"))
+    assert "byte-level BPE, GPT-2 split, 49152 tokens" in line
+    assert "ends on <|im_end|> (2), <|endoftext|> (0)" in line and "chat template: yes" in line
 
 
 def test_bad_arguments_are_clean_errors() -> None:

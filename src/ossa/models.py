@@ -379,7 +379,39 @@ def inspect(
         "kv_tokens": n_kv,
         "kv_bytes": kv_per_token * n_kv,
         "files": model_files(m.path) if m.format == "gguf" else safetensors_files(m.path),
+        "tokenizer": describe_tokenizer(m.path),
     }
+
+
+_SPLITS = {"gpt2": "GPT-2", "llama3": "Llama 3", "qwen2": "Qwen2", "o200k": "o200k", "tekken": "Tekken"}
+_PREFIXES = {"never": "no prefix space", "first": "prefix space on the first segment",
+             "always": "prefix space on every piece", "prepend": "prefix space on every segment"}  # fmt: skip
+
+
+def describe_tokenizer(path: str | os.PathLike[str]) -> str:
+    """One line on the tokenizer a model file or folder carries: its kind, split or prefix rule,
+    size, BOS and the ids that end generation, and whether it has a chat template."""
+    from .reference.tokenizer_spec import spec_from_file
+
+    try:
+        spec = spec_from_file(str(path))
+    except (OSError, ValueError) as e:  # a folder without tokenizer.json, an unsupported component
+        return f"none usable ({str(e).splitlines()[0]})"
+
+    def name(i: int) -> str:
+        text = next((t["content"] for t in spec.added_tokens if t["id"] == i), None)
+        return f"{text if text is not None else spec.vocab[i]} ({i})"
+
+    if spec.model == "byte_level_bpe":
+        split = "+".join(_SPLITS.get(p, p) for p in spec.pre_tokenizer) or "no"
+        kind = f"byte-level BPE, {split} split"
+    else:
+        kind = f"SentencePiece-style BPE, {_PREFIXES.get(spec.prefix, spec.prefix)}"
+    n = max([len(spec.vocab)] + [t["id"] + 1 for t in spec.added_tokens])
+    bos = f"; adds BOS {name(spec.prefix_ids[0])}" if spec.prefix_ids else "; no BOS added"
+    ends = ", ".join(name(i) for i in spec.eos_ids) or "nothing"
+    template = "yes" if spec.chat_template else "no"
+    return f"{kind}, {n} tokens{bos}; ends on {ends}; chat template: {template}"
 
 
 def safetensors_files(folder: str | os.PathLike[str]) -> list[str]:
@@ -465,5 +497,6 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",
         f"KV cache      {_human(info['kv_bytes_per_token'])} per token ({info['kv_cache_dtype']} K and V); "
         f"{_human(info['kv_bytes'])} for {info['kv_tokens']} tokens",
+        f"tokenizer     {info['tokenizer']}",
     ]
     return "\n".join(lines)
