@@ -157,15 +157,17 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   StringIdMap model_spelled;
   model_spelled.reserve(spec_.vocab.size() + spec_.added_tokens.size());
   vocab_.reserve(spec_.vocab.size());
+  // A spelling listed twice (a GGUF file can do that) means its last id, as in the dict
+  // transformers and llama.cpp build from the list.
   for (size_t id = 0; id < spec_.vocab.size(); ++id) {
     const std::string& s = spec_.vocab[id];
     if (s.empty()) continue;
-    model_spelled.emplace(s, static_cast<int32_t>(id));
+    model_spelled.insert_or_assign(s, static_cast<int32_t>(id));
     if (byte_level) {
       std::string raw;
-      if (byte_level_decode(s, raw)) vocab_.emplace(raw, static_cast<int32_t>(id));
+      if (byte_level_decode(s, raw)) vocab_.insert_or_assign(raw, static_cast<int32_t>(id));
     } else {
-      vocab_.emplace(s, static_cast<int32_t>(id));
+      vocab_.insert_or_assign(s, static_cast<int32_t>(id));
     }
   }
   // Merges, by rank.
