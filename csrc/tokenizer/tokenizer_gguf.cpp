@@ -24,8 +24,9 @@
 //    ...)
 //    -- GGUF carries no generation_config, and this is the set llama.cpp itself stops on.
 #include <algorithm>
-#include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "formats/gguf.h"
 #include "formats/gguf_split.h"
@@ -153,7 +154,8 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
         // Gemma's scores do not follow its merge order; the token order does (a token's rank is
         // its index, the last of equal spellings counting, as in a dict built from the list).
         spec.scores.resize(tokens.size());
-        std::map<std::string_view, size_t> last;
+        std::unordered_map<std::string_view, size_t> last;
+        last.reserve(spec.vocab.size());
         for (size_t i = 0; i < spec.vocab.size(); ++i) last[spec.vocab[i]] = i;
         for (size_t i = 0; i < spec.vocab.size(); ++i)
           spec.scores[i] = -static_cast<double>(last[spec.vocab[i]]);
@@ -204,9 +206,12 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
 
   // A user-defined token is added when its spelling is in the vocabulary (not so for a Gemma
   // space run, which the vocabulary now spells with U+2581), as transformers does.
-  std::set<std::string_view> vocab_set;
+  std::unordered_set<std::string_view> vocab_set;
   auto in_vocab = [&](const std::string& t) {
-    if (vocab_set.empty()) vocab_set.insert(spec.vocab.begin(), spec.vocab.end());
+    if (vocab_set.empty()) {
+      vocab_set.reserve(spec.vocab.size());
+      vocab_set.insert(spec.vocab.begin(), spec.vocab.end());
+    }
     return vocab_set.count(t) > 0;
   };
   for (size_t id = 0; id < tokens.size() && id < types.size(); ++id) {
