@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -500,3 +501,85 @@ def test_phi3_gguf_rstrip_follows_the_model_name(default_model_path: str, tmp_pa
             for text in texts:
                 assert tok.encode(text) == hf.encode(text).ids, (name, backend, text)
     assert v.cpp.encode(texts[0]) != hf.encode(texts[0]).ids  # the rule changes these ids
+
+
+NAMED_TEMPLATES = [
+    {"name": "default", "template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"},
+    {"name": "tool_use", "template": "TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}"
+     "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"},
+    {"name": "rag", "template": "RAG:{% for m in messages %}{{ m.content }}{% endfor %}"},
+]  # fmt: skip
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+MESSAGES = [{"role": "user", "content": "Hi there"}]
+
+
+def _named_folder(src: str, out: pathlib.Path, as_files: bool) -> str:
+    """A copy of a tokenizer folder whose tokenizer_config.json lists named chat templates (or, with
+    as_files, which holds them as chat_template.jinja and additional_chat_templates/NAME.jinja)."""
+    out.mkdir()
+    shutil.copy(os.path.join(src, "tokenizer.json"), out / "tokenizer.json")
+    config = json.loads(pathlib.Path(src, "tokenizer_config.json").read_text(encoding="utf-8"))
+    if as_files:
+        (out / "chat_template.jinja").write_text(NAMED_TEMPLATES[0]["template"], encoding="utf-8")
+        (out / "additional_chat_templates").mkdir()
+        for t in NAMED_TEMPLATES[1:]:
+            (out / "additional_chat_templates" / f"{t['name']}.jinja").write_text(
+                t["template"], encoding="utf-8"
+            )
+        config["chat_template"] = "IGNORED: the files take priority"
+    else:
+        config["chat_template"] = NAMED_TEMPLATES
+    (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(out)
+
+
+@pytest.mark.parametrize("as_files", [False, True])
+def test_named_chat_templates_match_transformers(
+    default_model_path: str, tmp_path: pathlib.Path, as_files: bool
+) -> None:
+    """A model with several chat templates: tools pick "tool_use", chat_template= may name one, the
+    default otherwise, as transformers' get_chat_template does (the oracle, on the same folder)."""
+    from transformers import AutoTokenizer
+
+    folder = _named_folder(load_vocab("qwen2", default_model_path).path, tmp_path / "m", as_files)
+    hf = AutoTokenizer.from_pretrained(folder)
+    for backend in ("cpp", "python"):
+        tok = Tokenizer.from_file(folder, backend=backend)
+        for kw in ({}, {"tools": TOOLS}, {"chat_template": "rag"}, {"chat_template": "rag", "tools": TOOLS}):
+            expected = hf.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True, **kw)
+            got = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, **kw)
+            assert got == expected, (backend, kw)
+        assert tok.apply_chat_template(MESSAGES, tools=TOOLS).startswith("TOOLS:get_weather;")
+
+
+def test_gguf_named_chat_templates(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    """A GGUF file's tokenizer.chat_template.NAME keys (gguf-py writes a list of named templates so):
+    the engine's tokenizer (C++ loader, chat templates read key by key) and the twin pick alike."""
+    import gguf
+
+    from ossa.backend import get_backend
+
+    src = load_vocab("phi4_gguf", default_model_path).path
+    reader = gguf.GGUFReader(src)
+    path = tmp_path / "named.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        w.add_key_value(
+            name, field.contents(), vtype, sub_type=field.types[-1] if len(field.types) > 1 else None
+        )
+    w.add_chat_template(NAMED_TEMPLATES)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    engine_tok = get_backend("cpp").load_tokenizer(str(path))
+    for tok in (engine_tok, Tokenizer.from_file(str(path), backend="python")):
+        assert tok.chat_template == NAMED_TEMPLATES[0]["template"]
+        assert sorted(tok.chat_templates) == ["default", "rag", "tool_use"]
+        assert tok.apply_chat_template(MESSAGES).startswith("<|im_start|>user\nHi there<|im_end|>")
+        assert tok.apply_chat_template(MESSAGES, tools=TOOLS) == "TOOLS:get_weather;[user]Hi there"
+        assert tok.apply_chat_template(MESSAGES, chat_template="rag") == "RAG:Hi there"

@@ -73,10 +73,15 @@ class CppBackend(Backend):
 
         if not _is_gguf(path):
             return Tokenizer.from_file(path, backend=self.name)
-        template = core.gguf_metadata(path, ["tokenizer.chat_template"]).get("tokenizer.chat_template")
-        return Tokenizer(
-            core.Tokenizer.from_gguf(path), None, self.name, template if isinstance(template, str) else None
-        )
+        from .reference.tokenizer_spec import gguf_chat_templates
+
+        md = core.gguf_metadata(path, ["tokenizer.chat_template", "tokenizer.chat_templates"])
+        names = md.get("tokenizer.chat_templates")
+        if isinstance(names, list) and names:  # the named templates (tool_use, ...) it lists
+            keys = [f"tokenizer.chat_template.{n}" for n in names if isinstance(n, str)]
+            md.update(core.gguf_metadata(path, keys))
+        default, named = gguf_chat_templates(md)
+        return Tokenizer(core.Tokenizer.from_gguf(path), None, self.name, default, named)
 
     def tokenizer_impl(self, spec: TokenizerSpec, path: str | None = None) -> Any:
         from ._native import core

@@ -32,12 +32,20 @@ class Tokenizer:
     """
 
     def __init__(
-        self, impl: Any, spec: TokenizerSpec | None, backend: str, chat_template: str | None
+        self,
+        impl: Any,
+        spec: TokenizerSpec | None,
+        backend: str,
+        chat_template: str | None,
+        chat_templates: dict[str, str] | None = None,
     ) -> None:
         self._impl = impl
         self._spec = spec
         self.backend = backend
         self.chat_template = chat_template
+        # Named templates where the model has several ("default", "tool_use", ...): a request with
+        # tools takes "tool_use", and chat_template= may name one, as in transformers.
+        self.chat_templates: dict[str, str] = dict(chat_templates or {})
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -48,13 +56,14 @@ class Tokenizer:
 
         impl = get_backend(backend)  # ValueError for an unknown backend, before any file is read
         spec = spec_from_file(path)
-        return cls(impl.tokenizer_impl(spec, path), spec, backend, spec.chat_template)
+        return cls(impl.tokenizer_impl(spec, path), spec, backend, spec.chat_template, spec.chat_templates)
 
     @classmethod
     def from_spec(cls, spec: TokenizerSpec, backend: str = "cpp") -> Tokenizer:
         from .backend import get_backend
 
-        return cls(get_backend(backend).tokenizer_impl(spec), spec, backend, spec.chat_template)
+        impl = get_backend(backend).tokenizer_impl(spec)
+        return cls(impl, spec, backend, spec.chat_template, spec.chat_templates)
 
     def token_table(self) -> tuple[list[bytes], list[bool]]:
         """Every token as bytes, and whether it is a special token (for grammars and tool markers)."""
@@ -127,6 +136,19 @@ class Tokenizer:
 
     # -- chat templates ---------------------------------------------------------------------------
 
+    def select_chat_template(self, chat_template: str | None = None, tools: Any = None) -> str:
+        """The template a request renders with, as transformers' get_chat_template picks it: a name
+        among the model's templates, else a template text given; without one, "tool_use" when tools
+        are given and the model has it, else the default."""
+        named = self.chat_templates
+        if chat_template is not None:
+            return named.get(chat_template, chat_template)
+        if tools is not None and "tool_use" in named:
+            return named["tool_use"]
+        if self.chat_template is None:
+            raise _no_template(sorted(named))
+        return self.chat_template
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
@@ -144,9 +166,7 @@ class Tokenizer:
         starting a new one (it excludes ``add_generation_prompt``). The text already holds any
         special tokens the template writes, so tokenizing it adds none.
         """
-        template = chat_template or self.chat_template
-        if template is None:
-            raise ValueError("this tokenizer has no chat template; pass chat_template=...")
+        template = self.select_chat_template(chat_template, tools)
         if continue_final_message and add_generation_prompt:
             raise ValueError("continue_final_message and add_generation_prompt cannot both be set")
         variables: dict[str, Any] = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
@@ -159,6 +179,14 @@ class Tokenizer:
         if tokenize:
             return self.encode(text, add_special_tokens=False)
         return text
+
+
+def _no_template(names: list[str]) -> ValueError:
+    if names:
+        return ValueError(
+            f"this model has several chat templates and no default; pass chat_template= one of {names}"
+        )
+    return ValueError("this tokenizer has no chat template; pass chat_template=...")
 
 
 def cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:

@@ -52,11 +52,15 @@ class TokenizerSpec:
     eos_ids: list[int] = field(default_factory=list)
     strip_leading_space: bool = False
     chat_template: str | None = None
+    # Named templates ("default", "tool_use", ...) where the model has several (tokenizer_config's list,
+    # additional_chat_templates/*.jinja, a GGUF file's tokenizer.chat_template.<name> keys).
+    chat_templates: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["merges"] = [list(m) for m in self.merges]
         d.pop("chat_template")
+        d.pop("chat_templates")
         return d
 
 
@@ -228,9 +232,14 @@ def spec_from_tokenizer_json(
             eos.append(i)
     spec.eos_ids = eos
     template = config.get("chat_template")
-    if isinstance(template, list):
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
-    spec.chat_template = template
+    if isinstance(template, list):  # named templates, as transformers keeps them (a dict by name)
+        spec.chat_templates = {
+            t["name"]: t["template"]
+            for t in template
+            if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)
+        }
+        template = spec.chat_templates.get("default")
+    spec.chat_template = template if isinstance(template, str) else None
     return spec
 
 
@@ -254,10 +263,22 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
         except json.JSONDecodeError as e:
             raise ModelError(f"{tj_path}: not valid JSON ({e})") from e
     spec = spec_from_tokenizer_json(tj, load("tokenizer_config.json"), load("generation_config.json"))
+    # Template files take priority over tokenizer_config's entries, as in transformers:
+    # chat_template.jinja is the default, additional_chat_templates/NAME.jinja the named ones.
+    files: dict[str, str] = {}
     jinja = os.path.join(folder, "chat_template.jinja")
     if os.path.exists(jinja):
         with open(jinja, encoding="utf-8") as f:
-            spec.chat_template = f.read()
+            files["default"] = f.read()
+    extra = os.path.join(folder, "additional_chat_templates")
+    if os.path.isdir(extra):
+        for name in sorted(os.listdir(extra)):
+            if name.endswith(".jinja"):
+                with open(os.path.join(extra, name), encoding="utf-8") as f:
+                    files[name[: -len(".jinja")]] = f.read()
+    if files:
+        spec.chat_template = files.get("default")
+        spec.chat_templates = files if set(files) != {"default"} else {}
     return spec
 
 
@@ -386,8 +407,20 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
     if b"phi-3" in name or b"phi3" in name:
         for t in spec.added_tokens:
             t["rstrip"] = t["content"] not in ("<unk>", "<s>", "<|endoftext|>")
-    spec.chat_template = md.get("tokenizer.chat_template")
+    spec.chat_template, spec.chat_templates = gguf_chat_templates(md)
     return spec
+
+
+def gguf_chat_templates(md: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """A GGUF file's default chat template (tokenizer.chat_template) and its named ones
+    (tokenizer.chat_template.NAME, e.g. tool_use, as llama.cpp's converter writes a list of them)."""
+    default = md.get("tokenizer.chat_template")
+    default = default if isinstance(default, str) else None
+    prefix = "tokenizer.chat_template."
+    named = {k[len(prefix) :]: v for k, v in md.items() if k.startswith(prefix) and isinstance(v, str)}
+    if named and default is not None:
+        named["default"] = default
+    return default, named
 
 
 def spec_from_gguf(path: str) -> TokenizerSpec:
