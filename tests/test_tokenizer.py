@@ -583,3 +583,44 @@ def test_gguf_named_chat_templates(tmp_path: pathlib.Path, default_model_path: s
         assert tok.apply_chat_template(MESSAGES).startswith("<|im_start|>user\nHi there<|im_end|>")
         assert tok.apply_chat_template(MESSAGES, tools=TOOLS) == "TOOLS:get_weather;[user]Hi there"
         assert tok.apply_chat_template(MESSAGES, chat_template="rag") == "RAG:Hi there"
+
+
+def test_gguf_bos_default_follows_the_pre_tokenizer(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    """Without tokenizer.ggml.add_bos_token (Meta's Llama 3 conversions leave it out), a Llama 3-style
+    or Tekken vocabulary adds BOS and uses ignore_merges, as llama.cpp and those models' own
+    tokenizer.json do; other byte-level vocabularies add none; the key, when present, decides."""
+    import gguf
+
+    src = json.loads(
+        pathlib.Path(load_vocab("llama3", default_model_path).path, "tokenizer.json").read_text()
+    )
+    bos = next(t["id"] for t in src["added_tokens"] if t["content"] == "<|begin_of_text|>")
+    for pre, key, adds in (
+        ("llama-bpe", None, True), ("tekken", None, True), ("pixtral", None, True), ("qwen2", None, False),
+        ("gpt-4o", None, False), ("dbrx", None, False), ("llama-bpe", False, False), ("qwen2", True, True),
+    ):  # fmt: skip
+        path = tmp_path / f"{pre}-{key}.gguf"
+        llama3_json = os.path.join(load_vocab("llama3", default_model_path).path, "tokenizer.json")
+        _write_byte_level_gguf(llama3_json, pre, str(path))
+        reader = gguf.GGUFReader(str(path))
+        w = gguf.GGUFWriter(str(path) + ".2", "llama")
+        for name, field in reader.fields.items():
+            if not name.startswith("GGUF.") and name != "general.architecture":
+                sub = field.types[-1] if len(field.types) > 1 else None
+                w.add_key_value(name, field.contents(), field.types[0], sub_type=sub)
+        w.add_bos_token_id(bos)
+        if key is not None:
+            w.add_add_bos_token(key)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        for backend in ("cpp", "python"):
+            tok = Tokenizer.from_file(str(path) + ".2", backend=backend)
+            ids = tok.encode("Hello world")
+            assert (ids[0] == bos) == adds, (pre, key, backend)
+            assert tok.encode("Hello world", add_special_tokens=False) == (ids[1:] if adds else ids)
+    from ossa.reference.tokenizer_spec import spec_from_file
+
+    assert spec_from_file(str(tmp_path / "llama-bpe-None.gguf.2")).ignore_merges
+    assert not spec_from_file(str(tmp_path / "qwen2-None.gguf.2")).ignore_merges

@@ -1,6 +1,8 @@
 // Tokenizer::from_gguf: a TokenizerSpec from tokenizer.ggml.* metadata. The rules follow
 // transformers' GGUF tokenizer conversion (integrations/gguf/gguf_tokenizer_mapping.py), which is
-// the oracle the tests compare against:
+// the oracle the tests compare against, except where it departs from both llama.cpp and the
+// model's own tokenizer.json, where this follows those two (each place says so): Phi-3's rstrip,
+// the end-of-generation texts, and BOS / ignore_merges of Llama 3-style and Tekken vocabularies.
 //  - tokenizer.ggml.model "gpt2": byte-level BPE. A token spelled outside the byte alphabet is
 //    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre, with the
 //    names llama.cpp gives each regex: the Llama 3 family ("llama3", "llama-bpe", ...), the Qwen2
@@ -8,6 +10,7 @@
 //    NeMo, Ministral, Mistral Small 3) use their split regex -- the one in the tokenizer.json the
 //    file was converted from; names with another known regex ("qwen35") are rejected; anything
 //    else ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
+//    The Llama 3 names and "tekken" also mean ignore_merges, and BOS when add_bos_token is absent.
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
 //    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
 //    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise. Architecture phi3:
@@ -45,6 +48,15 @@ const std::set<std::string>& llama3_pre_names() {
                                           "jina-v5-nano", "dbrx",     "smaug-bpe"};
   return s;
 }
+// The names for which llama.cpp adds BOS when the file does not say (tokenizer.ggml.add_bos_token
+// absent, as in Meta's Llama 3 conversions) and applies ignore_merges, as the tokenizer.json files
+// of Llama 3 and Tekken do.
+bool bos_and_ignore_merges(const std::string& pre) {
+  static const std::set<std::string> s = {"llama3",   "llama-v3",  "llama-bpe",
+                                          "falcon3",  "falcon-h1", "pixtral",
+                                          "midm-2.0", "lfm2",      "tekken"};
+  return s.count(pre) > 0;
+}
 const std::set<std::string>& qwen2_pre_names() {
   static const std::set<std::string> s = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
                                           "megrez"};
@@ -75,13 +87,24 @@ size_t space_run_length(const std::string& t) {
 }
 
 // Token texts that end generation whatever the file's eos/eot/eom keys say: llama.cpp's list (its
-// end-of-generation set is found by these texts too), so that a Phi-3 file whose eos is
-// <|endoftext|> stops at <|end|>, and a Gemma file whose eos is <eos> at <end_of_turn>.
+// end-of-generation set is found by these texts too; the last is DeepSeek's end of sentence), so
+// that a Phi-3 file whose eos is <|endoftext|> stops at <|end|>, and a Gemma file whose eos is
+// <eos> at <end_of_turn>.
 const std::set<std::string>& end_of_generation_texts() {
-  static const std::set<std::string> s = {"<|eot_id|>",    "<|im_end|>",      "<|end|>",
-                                          "<|return|>",    "<|call|>",        "<end_of_turn>",
-                                          "<|endoftext|>", "<|eom_id|>",      "<EOT>",
-                                          "_<EOT>",        "<|end_of_text|>", "<end_of_utterance>"};
+  static const std::set<std::string> s = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<|return|>",
+                                          "<|call|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "<|eom_id|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "<|end_of_text|>",
+                                          "<end_of_utterance>",
+                                          "<\xef\xbd\x9c"
+                                          "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"};
   return s;
 }
 
@@ -123,7 +146,8 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     spec.vocab.reserve(tokens.size());
     for (const auto& t : tokens)
       spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));
-    add_bos = g.get_bool("tokenizer.ggml.add_bos_token", false);
+    spec.ignore_merges = bos_and_ignore_merges(pre);
+    add_bos = g.get_bool("tokenizer.ggml.add_bos_token", bos_and_ignore_merges(pre));
   } else if (model == "llama") {
     // SentencePiece-style BPE. The pipeline around it is not in the file; transformers picks it by
     // architecture, and so does this: Llama 2 / Mistral (Metaspace, prefix on the first segment),

@@ -290,6 +290,12 @@ _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
 _END_OF_GENERATION_TEXTS = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
     "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's
+}  # fmt: skip
+# The names for which llama.cpp adds BOS when tokenizer.ggml.add_bos_token is absent and applies
+# ignore_merges (as Llama 3's and Tekken's tokenizer.json do).
+_BOS_AND_IGNORE_MERGES_PRE = {
+    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken",
 }  # fmt: skip
 _O200K_PRE = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
 _UNSUPPORTED_PRE = {"qwen35"}
@@ -331,7 +337,8 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
             else "gpt2"
         ]  # fmt: skip
         spec.vocab = [t if in_alphabet(t) else byte_level_encode(raw(t)) for t in tokens]
-        add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
+        spec.ignore_merges = pre in _BOS_AND_IGNORE_MERGES_PRE
+        add_bos = bool(md.get("tokenizer.ggml.add_bos_token", spec.ignore_merges))
     elif model == "llama":
         # The pipeline is picked by architecture, as transformers' GGUF builders do: Llama 2 / Mistral
         # (prefix on the first segment), Phi-3 (Prepend normalizer: every segment), Gemma (no prefix,
