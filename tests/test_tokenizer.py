@@ -216,6 +216,21 @@ def _phi3_rstrip(backend: Any) -> Any:
     return tokenizers.Tokenizer.from_str(json.dumps(tj))
 
 
+def _gguf_with(src: str | os.PathLike[str], dst: str | os.PathLike[str], add: Any) -> str:
+    """A copy of a vocabulary-only GGUF file's metadata with more keys, written by add(writer)."""
+    import gguf
+    import tiny_models
+
+    w = gguf.GGUFWriter(str(dst), "llama")
+    tiny_models._copy_metadata(gguf.GGUFReader(str(src)), w)
+    add(w)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(dst)
+
+
 def _write_gemma3_style(mistral_folder: str, out: str) -> None:
     """Gemma 3's tokenizer.json components (as transformers' GemmaTokenizer builds them) around the
     Mistral SentencePiece vocabulary: spaces replaced by U+2581 in the normalizer, a Split on " "
@@ -345,26 +360,13 @@ def test_special_ids_and_eos_rule(default_model_path: str) -> None:
 def test_gguf_eos_token_ids_list(tmp_path: pathlib.Path, default_model_path: str) -> None:
     """tokenizer.ggml.eos_token_ids (newer converters write generation_config's eos list) ends
     generation too; an id outside the vocabulary is a clear error."""
-    import gguf
-
     src = _assets().mistral_tokenizer_model_path()
     base = tmp_path / "base.gguf"
     _write_sentencepiece_gguf(src, "llama", "m", str(base))
-    reader = gguf.GGUFReader(str(base))
     for ids, ok in (([2, 28705, 13], True), ([2, 10**6], False)):
-        path = tmp_path / f"{ok}.gguf"
-        w = gguf.GGUFWriter(str(path), "llama")
-        for name, field in reader.fields.items():
-            if name.startswith("GGUF.") or name == "general.architecture":
-                continue
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(name, field.contents(), vtype, sub_type=sub)
-        w.add_array("tokenizer.ggml.eos_token_ids", ids)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        path = _gguf_with(
+            base, tmp_path / f"{ok}.gguf", lambda w, ids=ids: w.add_array("tokenizer.ggml.eos_token_ids", ids)
+        )
         for backend in ("cpp", "python"):
             if ok:
                 assert Tokenizer.from_file(str(path), backend=backend).eos_token_ids == ids
@@ -556,26 +558,10 @@ def test_named_chat_templates_match_transformers(
 def test_gguf_named_chat_templates(tmp_path: pathlib.Path, default_model_path: str) -> None:
     """A GGUF file's tokenizer.chat_template.NAME keys (gguf-py writes a list of named templates so):
     the engine's tokenizer (C++ loader, chat templates read key by key) and the twin pick alike."""
-    import gguf
-
     from ossa.backend import get_backend
 
     src = load_vocab("phi4_gguf", default_model_path).path
-    reader = gguf.GGUFReader(src)
-    path = tmp_path / "named.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        w.add_key_value(
-            name, field.contents(), vtype, sub_type=field.types[-1] if len(field.types) > 1 else None
-        )
-    w.add_chat_template(NAMED_TEMPLATES)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = _gguf_with(src, tmp_path / "named.gguf", lambda w: w.add_chat_template(NAMED_TEMPLATES))
     engine_tok = get_backend("cpp").load_tokenizer(str(path))
     for tok in (engine_tok, Tokenizer.from_file(str(path), backend="python")):
         assert tok.chat_template == NAMED_TEMPLATES[0]["template"]
@@ -589,7 +575,6 @@ def test_gguf_bos_default_follows_the_pre_tokenizer(tmp_path: pathlib.Path, defa
     """Without tokenizer.ggml.add_bos_token (Meta's Llama 3 conversions leave it out), a Llama 3-style
     or Tekken vocabulary adds BOS and uses ignore_merges, as llama.cpp and those models' own
     tokenizer.json do; other byte-level vocabularies add none; the key, when present, decides."""
-    import gguf
 
     src = json.loads(
         pathlib.Path(load_vocab("llama3", default_model_path).path, "tokenizer.json").read_text()
@@ -602,19 +587,13 @@ def test_gguf_bos_default_follows_the_pre_tokenizer(tmp_path: pathlib.Path, defa
         path = tmp_path / f"{pre}-{key}.gguf"
         llama3_json = os.path.join(load_vocab("llama3", default_model_path).path, "tokenizer.json")
         _write_byte_level_gguf(llama3_json, pre, str(path))
-        reader = gguf.GGUFReader(str(path))
-        w = gguf.GGUFWriter(str(path) + ".2", "llama")
-        for name, field in reader.fields.items():
-            if not name.startswith("GGUF.") and name != "general.architecture":
-                sub = field.types[-1] if len(field.types) > 1 else None
-                w.add_key_value(name, field.contents(), field.types[0], sub_type=sub)
-        w.add_bos_token_id(bos)
-        if key is not None:
-            w.add_add_bos_token(key)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+
+        def keys(w: Any, key: bool | None = key) -> None:
+            w.add_bos_token_id(bos)
+            if key is not None:
+                w.add_add_bos_token(key)
+
+        _gguf_with(path, str(path) + ".2", keys)
         for backend in ("cpp", "python"):
             tok = Tokenizer.from_file(str(path) + ".2", backend=backend)
             ids = tok.encode("Hello world")
