@@ -28,7 +28,6 @@
 //    -- GGUF carries no generation_config, and this is the set llama.cpp itself stops on.
 #include <algorithm>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "formats/gguf.h"
@@ -147,7 +146,7 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     for (const auto& t : tokens)
       spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));
     spec.ignore_merges = bos_and_ignore_merges(pre);
-    add_bos = g.get_bool("tokenizer.ggml.add_bos_token", bos_and_ignore_merges(pre));
+    add_bos = g.get_bool("tokenizer.ggml.add_bos_token", spec.ignore_merges);
   } else if (model == "llama") {
     // SentencePiece-style BPE. The pipeline around it is not in the file; transformers picks it by
     // architecture, and so does this: Llama 2 / Mistral (Metaspace, prefix on the first segment),
@@ -175,14 +174,10 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     }
     if (merges.empty()) {
       if (gemma) {
-        // Gemma's scores do not follow its merge order; the token order does (a token's rank is
-        // its index, the last of equal spellings counting, as in a dict built from the list).
+        // Gemma's scores do not follow its merge order; the token order does: a token's score is
+        // minus its index (derive_merges_from_scores keeps the last of equal spellings).
         spec.scores.resize(tokens.size());
-        std::unordered_map<std::string_view, size_t> last;
-        last.reserve(spec.vocab.size());
-        for (size_t i = 0; i < spec.vocab.size(); ++i) last[spec.vocab[i]] = i;
-        for (size_t i = 0; i < spec.vocab.size(); ++i)
-          spec.scores[i] = -static_cast<double>(last[spec.vocab[i]]);
+        for (size_t i = 0; i < spec.scores.size(); ++i) spec.scores[i] = -static_cast<double>(i);
       } else {
         std::vector<double> scores = g.get_float_array("tokenizer.ggml.scores");
         if (scores.size() != tokens.size())

@@ -141,12 +141,17 @@ class Tokenizer:
         among the model's templates, else a template text given; without one, "tool_use" when tools
         are given and the model has it, else the default."""
         named = self.chat_templates
-        if chat_template is not None:
+        if chat_template:
             return named.get(chat_template, chat_template)
         if tools is not None and "tool_use" in named:
             return named["tool_use"]
         if self.chat_template is None:
-            raise _no_template(sorted(named))
+            if named:
+                raise ValueError(
+                    f"this model has several chat templates and no default; pass chat_template= one of "
+                    f"{sorted(named)}"
+                )
+            raise ValueError("this tokenizer has no chat template; pass chat_template=...")
         return self.chat_template
 
     def apply_chat_template(
@@ -179,14 +184,6 @@ class Tokenizer:
         if tokenize:
             return self.encode(text, add_special_tokens=False)
         return text
-
-
-def _no_template(names: list[str]) -> ValueError:
-    if names:
-        return ValueError(
-            f"this model has several chat templates and no default; pass chat_template= one of {names}"
-        )
-    return ValueError("this tokenizer has no chat template; pass chat_template=...")
 
 
 def cut_after_final_message(text: str, messages: list[dict[str, Any]]) -> str:

@@ -355,9 +355,10 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
             spec.prefix = "prepend" if arch == "phi3" else "first" if space_prefix else "never"
             spec.strip_leading_space = True
         if not merges:
-            if gemma:  # Gemma's scores do not follow its merge order; the token order does
-                position = {t: -i for i, t in enumerate(spec.vocab)}
-                spec.scores = [float(position[t]) for t in spec.vocab]
+            if gemma:
+                # Gemma's scores do not follow its merge order; the token order does: a token's
+                # score is minus its index (derive_merges_from_scores keeps the last of equal spellings).
+                spec.scores = [-float(i) for i in range(len(spec.vocab))]
             else:
                 scores = list(md.get("tokenizer.ggml.scores") or [])
                 if len(scores) != len(tokens):
