@@ -133,19 +133,27 @@ class FakeHub:
     def __init__(self, cache: Path, repos: dict[str, list[str]], fail: bool = False) -> None:
         self.cache, self.repos, self.fail = cache, repos, fail
         self.calls: list[tuple[str, Any]] = []
+        self.hub_kwargs: list[tuple[str, dict[str, Any]]] = []  # revision / token of each call
 
-    def list_repo_files(self, repo_id: str) -> list[str]:
+    def list_repo_files(self, repo_id: str, **kw: Any) -> list[str]:
         if self.fail:
             raise OSError("Temporary failure in name resolution\nmore detail")
+        self.hub_kwargs.append(("list", kw))
         return self.repos[repo_id]
 
-    def snapshot_download(self, repo_id: str, *, allow_patterns: list[str], cache_dir: Path) -> str:
+    def snapshot_download(
+        self, repo_id: str, *, allow_patterns: list[str], cache_dir: Path, **kw: Any
+    ) -> str:
         assert Path(cache_dir) == self.cache
         self.calls.append(("snapshot", sorted(allow_patterns)))
-        return str(put(self.cache, repo_id, COMMIT, {f: b"{}" for f in allow_patterns}))
+        self.hub_kwargs.append(("snapshot", kw))
+        commit = kw.get("revision") or COMMIT
+        return str(put(self.cache, repo_id, commit, {f: b"{}" for f in allow_patterns}))
 
-    def hf_hub_download(self, repo_id: str, filename: str, *, cache_dir: Path) -> str:
+    def hf_hub_download(self, repo_id: str, filename: str, *, cache_dir: Path, **kw: Any) -> str:
+        assert Path(cache_dir) == self.cache
         self.calls.append(("file", filename))
+        self.hub_kwargs.append(("file", kw))
         return str(put(self.cache, repo_id, COMMIT, {filename: b"GGUF"}) / filename)
 
 
@@ -158,7 +166,8 @@ def fake_hub(cache: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
         "org/st": ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
                    "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
                    "chat_template.jinja", "pytorch_model.bin", "README.md",
-                   "original/consolidated.safetensors", "onnx/model.onnx", "generation_config.json"],
+                   "original/consolidated.safetensors", "onnx/model.onnx", "generation_config.json",
+                   "additional_chat_templates/tool_use.jinja", "additional_chat_templates/x/y.jinja"],
         "org/g": ["README.md", "x-Q4_K_M.gguf", "x-Q8_0.gguf", "x-IQ4_XS.gguf"],
     })  # fmt: skip
     for name in ("list_repo_files", "snapshot_download", "hf_hub_download"):
@@ -169,7 +178,8 @@ def fake_hub(cache: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
 def test_fetch_only_the_files_a_model_needs(fake_hub: FakeHub) -> None:
     path = models.resolve("org/st")
     assert fake_hub.calls == [("snapshot", [
-        "chat_template.jinja", "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+        "additional_chat_templates/tool_use.jinja", "chat_template.jinja", "config.json",
+        "generation_config.json", "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
         "tokenizer_config.json",
     ])]  # fmt: skip
@@ -233,3 +243,105 @@ def test_pull_takes_a_hub_id(smol_repo: str, capsys: Any) -> None:
     shutil.rmtree(hub.cache_dir())
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE is set"):
         models.pull(smol_repo)
+
+
+def test_revision_and_download_dir(cache: Path, tmp_path: Path) -> None:
+    files: dict[str, bytes | Path] = {"config.json": b"{}", "model.safetensors": b"x"}
+    new = put(cache, "org/tiny", COMMIT, files)
+    old = put(cache, "org/tiny", COMMIT_OLD, files, main=False)
+    (cache / "models--org--tiny" / "refs" / "v1.0").write_text(COMMIT_OLD)
+    assert models.resolve("org/tiny") == str(new)
+    assert models.resolve("org/tiny", hub.Source(revision="v1.0")) == str(old)  # a tag: refs/v1.0
+    assert models.resolve("org/tiny", hub.Source(revision=COMMIT_OLD)) == str(old)  # a commit
+    with pytest.raises(ValueError) as e:
+        models.resolve("org/tiny", hub.Source(revision="v2"))
+    assert "at revision 'v2'" in str(e.value) and "ossa pull org/tiny --revision v2" in str(e.value)
+    # A lone snapshot without refs stands for main only, not for any revision asked for.
+    put(cache, "org/norefs", COMMIT, files, main=False)
+    assert models.resolve("org/norefs").endswith(COMMIT)
+    with pytest.raises(ValueError, match="at revision 'dev'"):
+        models.resolve("org/norefs", hub.Source(revision="dev"))
+    # download_dir is the cache folder instead of HF_HUB_CACHE.
+    other = tmp_path / "downloads"
+    elsewhere = put(other, "org/tiny", COMMIT_OLD, files)
+    assert models.resolve("org/tiny", hub.Source(download_dir=str(other))) == str(elsewhere)
+    with pytest.raises(ValueError, match=f"Hugging Face cache \\({other}\\)"):
+        models.resolve("org/absent", hub.Source(download_dir=str(other)))
+
+
+def test_fetch_passes_revision_and_token(fake_hub: FakeHub) -> None:
+    source = hub.Source(revision="c" * 40, token="hf_secret")
+    path = models.resolve("org/st", source)
+    assert path.endswith("c" * 40)
+    assert models.resolve("org/g:Q8_0", source).endswith("x-Q8_0.gguf")
+    want = {"revision": "c" * 40, "token": "hf_secret"}
+    assert fake_hub.hub_kwargs == [("list", want), ("snapshot", want), ("list", want), ("file", want)]
+    fake_hub.hub_kwargs.clear()
+    models.resolve("org/g:x-IQ4_XS.gguf")
+    assert fake_hub.hub_kwargs == [("list", {}), ("file", {})]  # huggingface_hub's own defaults
+    fake_hub.fail = True
+    with pytest.raises(ValueError, match=r"^cannot fetch 'org/st' at revision 'v9' from the Hugging Face"):
+        models.resolve("org/st", hub.Source(revision="v9"))
+
+
+def test_tokenizer_hub_id_fetches_only_tokenizer_files(fake_hub: FakeHub) -> None:
+    path = models.resolve_tokenizer("org/st", hub.Source(revision="v2"))
+    assert fake_hub.calls == [("snapshot", [
+        "additional_chat_templates/tool_use.jinja", "chat_template.jinja", "generation_config.json",
+        "tokenizer.json", "tokenizer_config.json",
+    ])]  # fmt: skip
+    assert fake_hub.hub_kwargs[0] == ("list", {"revision": "v2"})
+    assert Path(path, "tokenizer.json").is_file() and not Path(path, "config.json").exists()
+    # Cached now: no second download. The tokenizer files alone do not make the model cached.
+    assert models.resolve_tokenizer("org/st", hub.Source(revision="v2")) == path
+    assert len(fake_hub.calls) == 1
+    # A repository of GGUF files only: its GGUF carries the tokenizer.
+    assert models.resolve_tokenizer("org/g").endswith("x-Q4_K_M.gguf")
+    assert models.resolve_tokenizer("org/g:Q8_0").endswith("x-Q8_0.gguf")
+    with pytest.raises(ValueError, match="tokenizer 'no-such' is not a tokenizer.json, a folder"):
+        models.resolve_tokenizer("no-such")
+
+
+def test_llm_takes_a_tokenizer_hub_id(cache: Path, default_model_path: str, tmp_path: Path) -> None:
+    """vLLM's documented way to run a GGUF file: LLM("x.gguf", tokenizer="org/name")."""
+    import hf_gguf
+
+    saved = tmp_path / "tok"
+    hf_gguf.tokenizer(default_model_path).save_pretrained(saved)
+    files: dict[str, bytes | Path] = {p.name: p.read_bytes() for p in saved.iterdir() if p.is_file()}
+    assert "tokenizer.json" in files
+    put(cache, "HuggingFaceTB/SmolLM2-135M-Instruct", COMMIT, files)
+    sp = SamplingParams(temperature=0.0, max_tokens=6)
+    llm = LLM(
+        default_model_path, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct", kv_cache_memory_bytes=32 << 20
+    )
+    plain = LLM(default_model_path, kv_cache_memory_bytes=32 << 20)
+    for text in ("The capital of France is", "  déjà vu\n\t<|im_start|>user"):
+        assert llm.tokenizer.encode(text) == plain.tokenizer.encode(text)
+    prompt = "The capital of France is"
+    assert (
+        llm.generate(prompt, sp, use_tqdm=False)[0].outputs[0].text
+        == plain.generate(prompt, sp, use_tqdm=False)[0].outputs[0].text
+    )
+    with pytest.raises(ValueError, match="at revision 'nope'"):
+        LLM(default_model_path, tokenizer="HuggingFaceTB/SmolLM2-135M-Instruct", tokenizer_revision="nope")
+    with pytest.raises(ValueError, match="revision must be a non-empty string"):
+        LLM(default_model_path, revision="")
+    with pytest.raises(ValueError, match="hf_token must be a string or a bool"):
+        LLM(default_model_path, hf_token=3)
+
+
+def test_cli_pull_and_inspect_take_revision_and_download_dir(
+    smol_repo: str, cache: Path, tmp_path: Path, capsys: Any
+) -> None:
+    from ossa import cli
+
+    moved = tmp_path / "moved"
+    shutil.move(str(cache), str(moved))
+    assert cli.main(["pull", f"{smol_repo}:Q4_1", "--download-dir", str(moved)]) == 0
+    assert capsys.readouterr().out.strip().startswith(str(moved))
+    assert cli.main(["inspect", smol_repo, "--gguf-file", "Q4_1", "--download-dir", str(moved),
+                     "--revision", COMMIT]) == 0  # fmt: skip
+    assert "architecture  llama" in capsys.readouterr().out
+    assert cli.main(["pull", smol_repo, "--revision", "v3", "--download-dir", str(moved)]) == 2
+    assert "at revision 'v3'" in capsys.readouterr().err

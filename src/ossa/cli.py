@@ -47,6 +47,9 @@ def _fold_model_args(args: argparse.Namespace) -> None:
         args.model = other
 
 
+_HUB_OPTIONS = ("revision", "download_dir", "hf_token")  # what `pull` and `inspect` take of a Hub id
+
+
 def _fold_gguf_file(args: argparse.Namespace) -> None:
     """--gguf-file NAME with model org/name -> model org/name:NAME (ossa.hub resolves both)."""
     name = getattr(args, "gguf_file", None)
@@ -125,17 +128,21 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     from . import models
+    from .config import EngineArgs
 
-    path = models.pull(args.name)
+    source, _ = EngineArgs.from_cli_args(args).hub_sources()
+    path = models.pull(args.name, source=source)
     print(path)
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from . import models
+    from .config import EngineArgs
 
+    source, _ = EngineArgs.from_cli_args(args).hub_sources()
     info = models.inspect(
-        models.resolve(args.model), kv_tokens=args.kv_tokens, kv_cache_dtype=args.kv_cache_dtype
+        models.resolve(args.model, source), kv_tokens=args.kv_tokens, kv_cache_dtype=args.kv_cache_dtype
     )
     print(models.format_inspect(info))
     if args.kv_cache_memory_bytes is not None:
@@ -253,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pull", help="fetch a known model into ~/.cache/ossa, or a Hub id org/name[:QUANT] into the HF cache"
     )
     p.add_argument("name", nargs="?", default="smollm2-135m")
+    EngineArgs.add_cli_args(p, only=_HUB_OPTIONS)
     p.set_defaults(func=_cmd_pull)
 
     p = sub.add_parser("inspect", help="print a model's architecture, tensor types and memory needs")
@@ -261,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kv-cache-memory-bytes", type=int, default=None, help="report how many tokens this budget holds"
     )
-    EngineArgs.add_cli_args(p, only=("kv_cache_dtype", "block_size"))
+    EngineArgs.add_cli_args(p, only=("kv_cache_dtype", "block_size", *_HUB_OPTIONS))
     _add_gguf_file_arg(p)
     p.set_defaults(func=_cmd_inspect)
     return parser

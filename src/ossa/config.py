@@ -104,7 +104,15 @@ class EngineArgs:
     Args:
         model: a GGUF file, a Hugging Face folder, or a short name (default ``"smollm2-135m"``,
             fetched on first use).
-        tokenizer: where to read the tokenizer from (default: the model).
+        tokenizer: where to read the tokenizer from (default: the model): a tokenizer.json, a
+            folder, a GGUF file, or a Hub id (``org/name``: its tokenizer files only, from the
+            Hugging Face cache or fetched), as vLLM takes for GGUF models.
+        revision: the branch, tag or commit of a Hub id ``model`` (default: main).
+        tokenizer_revision: the same for a Hub id ``tokenizer`` (default: main).
+        download_dir: the Hugging Face cache folder Hub ids are looked up in and fetched into
+            (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
+        hf_token: the Hugging Face token for gated or private repositories (default: the one
+            ``huggingface_hub`` finds, $HF_TOKEN or ``huggingface-cli login``'s).
         max_model_len: the longest sequence (prompt + output); default: the model's context length,
             or what the KV cache holds if that is less.
         kv_cache_memory_bytes: the KV-cache budget in bytes (see ``gpu_memory_utilization``).
@@ -156,6 +164,10 @@ class EngineArgs:
 
     model: str | None = None
     tokenizer: str | None = None
+    revision: str | None = None
+    tokenizer_revision: str | None = None
+    download_dir: str | None = None
+    hf_token: str | bool | None = None
     max_model_len: int | None = None
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float | None = None
@@ -195,6 +207,12 @@ class EngineArgs:
 
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be 'cpp' or 'python', got {self.backend!r}")
+        for name in ("tokenizer", "revision", "tokenizer_revision", "download_dir"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+        if self.hf_token is not None and not isinstance(self.hf_token, (str, bool)):
+            raise ValueError(f"hf_token must be a string or a bool, got {type(self.hf_token).__name__}")
         _positive_int("block_size", self.block_size)
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) is not None:
@@ -306,9 +324,20 @@ class EngineArgs:
         engine_args.validate()
         return engine_args
 
+    def hub_sources(self) -> tuple[Any, Any]:
+        """Where Hub ids of the model and of the tokenizer come from (``ossa.hub.Source``)."""
+        from .hub import Source
+
+        return (
+            Source(self.revision, self.download_dir, self.hf_token),
+            Source(self.tokenizer_revision, self.download_dir, self.hf_token),
+        )
+
     # -- derived values ---------------------------------------------------------------------------
 
-    def create_config(self, model: Any, model_path: str, draft: Any | None = None) -> OssaConfig:
+    def create_config(
+        self, model: Any, model_path: str, draft: Any | None = None, tokenizer_path: str | None = None
+    ) -> OssaConfig:
         """The validated config with every derived value, for a loaded ``ossa.models.Model`` (and the
         loaded draft model of ``speculative_config``, whose KV cache has as many blocks as the target's
         and comes on top of ``kv_cache_memory_bytes``: it counts in the available-memory check)."""
@@ -387,7 +416,7 @@ class EngineArgs:
         return OssaConfig(
             load=LoadConfig(
                 model_path=model_path,
-                tokenizer_path=self.tokenizer or model_path,
+                tokenizer_path=tokenizer_path or self.tokenizer or model_path,
                 dtype=models.dtype_of(self.dtype),
                 backend=self.backend,
                 vocab_size=int(arch.n_vocab),

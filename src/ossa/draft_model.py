@@ -28,9 +28,10 @@ def load_draft_model(
     """Loads the draft (ValueError naming ``speculative_config model`` for a bad file or a vocabulary
     that differs from the target's)."""
     from . import models
+    from .hub import Source
 
     try:
-        path = models.resolve(name)
+        path = models.resolve(name, Source(None, args.download_dir, args.hf_token))
         model = models.load_model(
             path, args.dtype, amx=args.amx, quantized_activations=args.quantized_activations
         )

@@ -37,7 +37,8 @@ class LLM:
         from ._native import core
 
         args = EngineArgs.from_kwargs(model, kwargs)
-        self.model_path = models.resolve(args.model)
+        model_source, tokenizer_source = args.hub_sources()
+        self.model_path = models.resolve(args.model, model_source)
         if args.num_threads is not None:
             core.set_num_threads(int(args.num_threads))
         self.model = models.load_model(
@@ -45,7 +46,10 @@ class LLM:
         )
         self._backend = get_backend(args.backend)
         self.backend = self._backend.name
-        self.tokenizer = self._backend.load_tokenizer(args.tokenizer or self.model_path)
+        tokenizer_path = self.model_path
+        if args.tokenizer is not None:
+            tokenizer_path = models.resolve_tokenizer(args.tokenizer, tokenizer_source)
+        self.tokenizer = self._backend.load_tokenizer(tokenizer_path)
         self.draft_model = None
         draft_name = speculative_config_of(args.speculative_config).model
         if draft_name is not None:
@@ -54,7 +58,10 @@ class LLM:
             self.draft_model = load_draft_model(args, draft_name, self.model, self.tokenizer, self._backend)
         # The draft's KV cache (as many blocks as the target's) counts in the memory check.
         self.config = args.create_config(
-            self.model, self.model_path, None if self.draft_model is None else self.draft_model.model
+            self.model,
+            self.model_path,
+            None if self.draft_model is None else self.draft_model.model,
+            tokenizer_path,
         )
         if self.config.sampling_defaults:
             logging.getLogger("ossa").info(

