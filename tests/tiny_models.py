@@ -17,7 +17,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3", "phi3")
+ARCHS = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "gemma2",
+    "gemma3",
+    "phi3",
+)
 
 
 def make_hf_model(
@@ -85,6 +96,7 @@ def make_hf_model(
         "qwen3_moe": transformers.Qwen3MoeConfig,
         "qwen2_moe": transformers.Qwen2MoeConfig,
         "mixtral": transformers.MixtralConfig,
+        "gemma2": transformers.Gemma2Config,
         "gemma3": transformers.Gemma3TextConfig,
         "phi3": transformers.Phi3Config,
     }[arch]
@@ -96,7 +108,7 @@ def make_hf_model(
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and "norm" in name and arch == "gemma3":
+            if p.ndim == 1 and "norm" in name and arch in ("gemma2", "gemma3"):
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
             elif p.ndim == 1 and "norm" in name:
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
@@ -162,7 +174,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     parts = hf_name.split(".")
     if parts[:2] == ["model", "layers"]:
         rest = ".".join(parts[3:])
-        if arch == "gemma3" and rest in _GEMMA3_NAMES:
+        if arch in ("gemma2", "gemma3") and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
@@ -209,7 +221,7 @@ def hf_to_gguf(
     arch = {
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
-        "phi3": "phi3",
+        "phi3": "phi3", "gemma2": "gemma2",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -253,9 +265,11 @@ def hf_to_gguf(
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
     if arch == "gemma3":
         _gemma3_keys(writer, cfg, head_dim)
+    if arch == "gemma2":
+        _gemma2_keys(writer, cfg, head_dim)
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
-    elif arch != "gemma3":
+    elif arch not in ("gemma2", "gemma3"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
@@ -275,7 +289,7 @@ def hf_to_gguf(
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
     named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
     for name, w in named.items():
-        if arch == "gemma3" and name.endswith("norm.weight"):
+        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
         if arch == "llama" and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
@@ -363,6 +377,25 @@ def _gemma3_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
             writer.add_rope_freq_base_swa(float(local))
     if cfg.get("query_pre_attn_scalar", 256) != head_dim:
         writer.add_float32("gemma3.attention.scale", cfg["query_pre_attn_scalar"] ** -0.5)
+    if cfg.get("final_logit_softcapping"):
+        writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+
+
+def _gemma2_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
+    """Gemma 2's keys as llama.cpp's converter writes them: the window and both soft-caps. llama.cpp
+    assumes every other layer sliding, from the first, and scores scaled by head_dim^-1/2 (except for
+    the 27B); a model that differs gets the keys ossa reads (attention.sliding_window_pattern as a
+    bool per layer, attention.scale)."""
+    n_layer = cfg["num_hidden_layers"]
+    if cfg.get("sliding_window"):
+        writer.add_sliding_window(cfg["sliding_window"])
+        sliding = [t == "sliding_attention" for t in cfg["layer_types"]]
+        if sliding != [i % 2 == 0 for i in range(n_layer)]:
+            writer.add_sliding_window_pattern(sliding)
+    if cfg.get("query_pre_attn_scalar", 256) != head_dim:
+        writer.add_float32("gemma2.attention.scale", cfg["query_pre_attn_scalar"] ** -0.5)
+    if cfg.get("attn_logit_softcapping"):
+        writer.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
     if cfg.get("final_logit_softcapping"):
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
 
@@ -474,9 +507,18 @@ def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=torch.float32, **_attn_impl(path)
+    )
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
+
+
+def _attn_impl(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Gemma 2's soft-capped attention scores exist in transformers' eager attention only (SDPA has no
+    soft-capping): the oracle runs that, as transformers recommends for Gemma 2."""
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    return {"attn_implementation": "eager"} if cfg.get("model_type") == "gemma2" else {}
 
 
 def build_hf_cases(
@@ -587,7 +629,7 @@ def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **_attn_impl(path))
     with torch.no_grad():
         t = torch.tensor([prompt])
         out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, min_new_tokens=n_new,

@@ -123,6 +123,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["rope_dim"] = c.rope_dim;
   d["attn_scale"] = c.attn_scale;
   d["final_softcap"] = c.final_softcap;
+  d["attn_softcap"] = c.attn_softcap;
   d["embd_scale"] = c.embd_scale;
   return d;
 }

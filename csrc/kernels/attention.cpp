@@ -156,6 +156,10 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
       sc[i] = dot * scale;
     }
   }
+  if (a.softcap > 0.0f) {
+    const float cap = a.softcap;
+    for (int j = j0; j < ctx; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
+  }
   float max_score = -INFINITY;
   bool finite = true;
   for (int j = j0; j < ctx; ++j) {
@@ -491,7 +495,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
       for (int g = 0; g < GH; ++g) {
         const __m512 sum =
             _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
-        const __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+        __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+        if (a.softcap > 0.0f) sc = softcap16(sc, a.softcap);
         _mm512_mask_storeu_ps(scores[g] + blk * bs + i0, m, sc);
         vmax[g] = _mm512_mask_max_ps(vmax[g], m, vmax[g], sc);
         bad[g] |= _mm512_mask_cmp_ps_mask(m, _mm512_abs_ps(sc), vinf, _CMP_NLT_UQ);
@@ -649,7 +654,8 @@ void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int
             _mm512_add_ps(_mm512_load_ps(part + i * 16), _mm512_load_ps(part + (16 + i) * 16)),
             _mm512_add_ps(_mm512_load_ps(part + (32 + i) * 16),
                           _mm512_load_ps(part + (48 + i) * 16)));
-        const __m512 v = _mm512_mul_ps(sum, vscale);
+        __m512 v = _mm512_mul_ps(sum, vscale);
+        if (a.softcap > 0.0f) v = softcap16(v, a.softcap);  // as attend_heads
         _mm512_store_ps(sc + i * 16, v);
         const __mmask16 lanes = lanes_at(blk * bs + i0 + i);
         vmax = _mm512_mask_max_ps(vmax, lanes, vmax, v);
@@ -788,7 +794,8 @@ void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group
   }
 #else
 #if defined(OSSA_ATTN_AVX2_HEADS)
-  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0) {
+  // (Soft-capped scores: the generic path, std::tanh on each score.)
+  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0 && a.softcap <= 0.0f) {
     return with_heads(
         gh, [&]<int GH>() { attend_heads8<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   }

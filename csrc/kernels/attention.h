@@ -45,7 +45,11 @@ struct AttentionArgs {
   float* out = nullptr;  // [n_tokens, n_head * head_dim], row stride ldo
   int64_t ldo = 0;
   float scale = 0.0f;  // scores = q.k * scale; 0 = 1/sqrt(head_dim)
-  int window = 0;      // > 0: a token attends to the last `window` positions only, itself included
+  // > 0: scores -> softcap * tanh(scores / softcap) before the softmax (Gemma 2's attention
+  // soft-capping): softcap16 in the AVX-512 kernels (single tokens and prefill runs alike), else
+  // std::tanh in the generic path, so a token's result stays the same however it is batched.
+  float softcap = 0.0f;
+  int window = 0;  // > 0: a token attends to the last `window` positions only, itself included
 };
 
 void paged_attention(const AttentionArgs& a);

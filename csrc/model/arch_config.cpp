@@ -54,28 +54,33 @@ std::vector<uint8_t> hf_layer_types(const Json& cfg, int n_layer) {
 }  // namespace
 
 void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
-  const std::string k = "gemma3.";
+  const bool gemma2 = c.arch == "gemma2";
+  const std::string k = c.arch + ".";
   c.rope_style = RopeStyle::Neox;
-  c.qk_norm = true;
+  c.qk_norm = !gemma2;
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.sliding_window =
       window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
   if (c.sliding_window > 0) {
     c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
     if (c.layer_sliding.empty())
-      c.layer_sliding =
-          pattern_layers(c.n_layer, g.get_int(k + "attention.sliding_window_pattern", 6));
-    c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
+      c.layer_sliding = pattern_layers(
+          c.n_layer, g.get_int(k + "attention.sliding_window_pattern", gemma2 ? 2 : 6));
+    if (!gemma2)
+      c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
   }
   const double scale = g.get_float(k + "attention.scale", 0.0);
+  const bool big = c.n_layer == (gemma2 ? 46 : 62);  // the 27B models
   const double scalar =
-      c.n_layer == 62 ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
+      big ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
   c.attn_scale = static_cast<float>(scale > 0.0 ? scale : 1.0 / std::sqrt(scalar));
   c.final_softcap = static_cast<float>(g.get_float(k + "final_logit_softcapping", 0.0));
+  if (gemma2) c.attn_softcap = static_cast<float>(g.get_float(k + "attn_logit_softcapping", 0.0));
 }
 
 void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
+  const bool gemma2 = c.arch == "gemma2";
   auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
     const int64_t v = cfg.integer(key, dflt);
     if (v <= 0 || v > max)
@@ -83,14 +88,14 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
                        "'");
     return static_cast<int>(v);
   };
-  c.n_vocab = dim("vocab_size", 262208);
+  c.n_vocab = dim("vocab_size", gemma2 ? 256000 : 262208);
   c.n_embd = dim("hidden_size", 2304);
   c.n_layer = dim("num_hidden_layers", 26, 4096);
   c.n_head = dim("num_attention_heads", 8, 65536);
   c.n_head_kv = dim("num_key_value_heads", 4, 65536);
   c.head_dim = dim("head_dim", 256, 65536);
   c.n_ff = dim("intermediate_size", 9216);
-  c.n_ctx_train = dim("max_position_embeddings", 131072);
+  c.n_ctx_train = dim("max_position_embeddings", gemma2 ? 8192 : 131072);
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   const std::string act = cfg.string("hidden_activation", "gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh")
@@ -103,14 +108,20 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
                      "' (an encoder) is not supported");
 
   // RoPE: transformers 5 writes rope_parameters {full_attention: {...}, sliding_attention: {...}};
-  // 4.x wrote rope_theta, rope_local_base_freq and rope_scaling (the global layers').
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", 1e6));
-  c.rope_theta_swa = static_cast<float>(cfg.number("rope_local_base_freq", 1e4));
+  // 4.x wrote rope_theta, rope_local_base_freq and rope_scaling (the global layers'). Gemma 2 has
+  // one base for every layer (rope_theta, or a flat rope_parameters {rope_theta, rope_type}).
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gemma2 ? 1e4 : 1e6));
+  c.rope_theta_swa = gemma2 ? 0.0f : static_cast<float>(cfg.number("rope_local_base_freq", 1e4));
   const JsonValue* scaling = cfg.get("rope_scaling");
   if (const JsonValue* params = cfg.get("rope_parameters"); params != nullptr) {
     if (!params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
     const JsonValue* full = params->get("full_attention");
     const JsonValue* local = params->get("sliding_attention");
+    if (full == nullptr && local == nullptr) {  // one set of parameters for every layer
+      c.rope_theta = static_cast<float>(Json{*params, path}.number("rope_theta", c.rope_theta));
+      if (!gemma2) c.rope_theta_swa = c.rope_theta;
+      scaling = params;
+    }
     if (full != nullptr && full->is_object()) {
       c.rope_theta = static_cast<float>(Json{*full, path}.number("rope_theta", c.rope_theta));
       scaling = full;
@@ -136,15 +147,22 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   c.sliding_window = window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
   if (c.layer_sliding.empty())
-    c.layer_sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 6));
+    c.layer_sliding =
+        pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", gemma2 ? 2 : 6));
   if (c.sliding_window == 0) c.layer_sliding.clear();
   const double scalar = cfg.number("query_pre_attn_scalar", 256.0);
   if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(scalar));
-  c.final_softcap = static_cast<float>(cfg.number("final_logit_softcapping", 0.0));
+  // Gemma2Config's defaults cap both (30 and 50), Gemma3TextConfig's neither; null: no capping.
+  auto cap = [&](const char* key, double dflt) {
+    const JsonValue* x = cfg.v.get(key);
+    return static_cast<float>(x != nullptr && x->is_null() ? 0.0 : cfg.number(key, dflt));
+  };
+  c.final_softcap = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  if (gemma2) c.attn_softcap = cap("attn_logit_softcapping", 50.0);
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.rope_style = RopeStyle::Neox;
-  c.qk_norm = true;
+  c.qk_norm = !gemma2;
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
 }
 

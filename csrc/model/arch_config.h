@@ -9,15 +9,17 @@
 
 namespace ossa {
 
-// Gemma 3 from GGUF, after the keys every architecture shares were read into c: what llama.cpp's
-// converter writes (attention.sliding_window, final_logit_softcapping, rope scaling of the global
-// layers) and what llama.cpp assumes where it writes nothing (every 6th layer global, local RoPE
-// base 10000, scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 62-layer 27B).
+// Gemma 3 or Gemma 2 (c.arch) from GGUF, after the keys every architecture shares were read into
+// c: what llama.cpp's converter writes (attention.sliding_window, final_logit_softcapping, and
+// Gemma 2's attn_logit_softcapping; rope scaling of Gemma 3's global layers) and what llama.cpp
+// assumes where it writes nothing (Gemma 3: every 6th layer global, local RoPE base 10000; Gemma
+// 2: every other layer sliding, from the first, one RoPE base; scores scaled by head_dim^-1/2, or
+// (n_embd / n_head)^-1/2 for the 27B models: 62 layers for Gemma 3, 46 for Gemma 2).
 void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
 
-// Gemma 3 from config.json (Gemma3TextConfig, or the text_config of a
-// Gemma3ForConditionalGeneration folder): every field, with Gemma3TextConfig's defaults for those a
-// file leaves out.
+// Gemma 3 (Gemma3TextConfig, or the text_config of a Gemma3ForConditionalGeneration folder) or
+// Gemma 2 (Gemma2Config; c.arch says which) from config.json: every field, with the config class's
+// defaults for those a file leaves out.
 void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 
 // Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary

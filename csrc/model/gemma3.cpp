@@ -62,6 +62,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     attention_qkv(s, batch, l, cos_sin.data(), threads, laps);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.scale = c.attn_scale;
+    a.softcap = c.attn_softcap;
     a.window = sliding ? c.sliding_window : 0;
     paged_attention(a);
     laps.lap(kAttention);

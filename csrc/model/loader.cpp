@@ -156,16 +156,17 @@ void validate_config(ModelConfig& c, const std::string& path) {
   if (!(c.rope_scaling.factor > 0.0f))
     throw ModelError("invalid rope scaling factor in '" + path + "'");
   if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
-      !std::isfinite(c.final_softcap))
+      !std::isfinite(c.final_softcap) || !(c.attn_softcap >= 0.0f) ||
+      !std::isfinite(c.attn_softcap))
     throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
 }
 
 // The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
 const char* const k_supported =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3, phi3)";
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3)";
 const char* const k_supported_hf =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, "
-    "gemma3, phi3)";
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, "
+    "gemma3_text, gemma3, phi3)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -217,7 +218,7 @@ void build_weights(Model& m, Builder& b,
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
-    if (c.arch == "gemma3") {
+    if (c.gemma()) {
       l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
       l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
     }
@@ -286,7 +287,8 @@ void load_gguf(Model& m, Storage& st) {
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" &&
-      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma3" && arch != "phi3")
+      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma2" && arch != "gemma3" &&
+      arch != "phi3")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
@@ -335,9 +337,8 @@ void load_gguf(Model& m, Storage& st) {
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
   c.tied_embeddings = !b.has("output.weight");
-  if (arch == "gemma3")
-    gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
-  if (arch != "gemma3" && arch != "phi3") window_config_gguf(*g, c);
+  if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
+  if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -391,9 +392,10 @@ std::string hf_name(int layer, const char* field) {
 // forward pass multiplies by the stored factor, so each norm is replaced by 1 + w here, as
 // llama.cpp's converter does. A multimodal folder keeps the language model's tensors under
 // model.language_model. (or language_model.model. before transformers 4.52).
-void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
+void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
+                    const char* arch = "gemma3") {
   ModelConfig& c = m.config;
-  c.arch = "gemma3";
+  c.arch = arch;
   gemma3_config_hf(cfg, c);
   validate_config(c, cfg.path);
   std::string prefix = "model.";
@@ -434,7 +436,7 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
                            {&l.post_attn_norm, "post_attn_norm"},
                            {&l.ffn_norm, "ffn_norm"},
                            {&l.post_ffn_norm, "post_ffn_norm"}})
-      shift(*v, p + name);
+      if (v->data != nullptr) shift(*v, p + name);  // (Gemma 2 has no q/k norms)
   }
 }
 
@@ -548,6 +550,8 @@ void load_hf(Model& m, Storage& st) {
       {"mixtral", "mixtral"},    {"MixtralForCausalLM", "mixtral"},
       {"phi3", "phi3"},          {"Phi3ForCausalLM", "phi3"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
+  if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
+    return load_gemma3_hf(m, b, cfg, false, "gemma2");
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
     throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path + "' " + k_supported_hf);

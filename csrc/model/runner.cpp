@@ -95,7 +95,7 @@ void ModelRunner::validate(const Batch& b) const {
 
 void ModelRunner::forward(const Batch& batch, float* logits) {
   validate(batch);
-  if (model_->config.arch == "gemma3")
+  if (model_->config.gemma())
     gemma3_forward(state_, batch, logits);
   else
     llama_forward(state_, batch, logits);

@@ -182,7 +182,7 @@ class MoeConfig:
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
-    arch: str  # "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral", "gemma3"
+    arch: str  # "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral", "gemma2", ...
     n_vocab: int
     n_embd: int
     n_layer: int
@@ -205,6 +205,7 @@ class ModelConfig:
     rope_dim: int = 0  # rotated dimensions of a head (0: all)
     attn_scale: float = 0.0  # attention scores scale (0: head_dim ** -0.5)
     final_softcap: float = 0.0  # final logits soft-capping (0: off)
+    attn_softcap: float = 0.0  # attention scores soft-capping (Gemma 2; 0: off)
     embd_scale: float = 0.0  # embeddings multiplier (0: off)
 
     @classmethod
@@ -380,6 +381,7 @@ def inspect(
         "sliding_window": c.sliding_window,
         "n_sliding_layers": sum(c.layer_sliding),
         "final_softcap": c.final_softcap,
+        "attn_softcap": c.attn_softcap,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -502,12 +504,16 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_experts_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
+    capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""
     if info["sliding_window"]:
         local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
         lines.append(
             f"attention     sliding window of {info['sliding_window']} tokens in "
             f"{info['n_sliding_layers']} of {info['n_layer']} layers{local}"
+            + (f"; {capped}" if capped else "")
         )
+    elif capped:
+        lines.append(f"attention     {capped}")
     lines += [
         f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",

@@ -84,48 +84,64 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return {"sliding_window": window, "layer_sliding": layers} if any(layers) else none
 
 
-def gemma3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
-    """Gemma 3 keys of a GGUF file (``common`` holds the shared ones already read). Where llama.cpp's
-    converter writes nothing, llama.cpp's assumptions: every 6th layer global, local RoPE base 10000,
-    scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 62-layer 27B."""
-    k = "gemma3."
-    out: dict[str, Any] = {"rope_style": "neox", "qk_norm": True}
+def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
+    """Gemma 3 (or Gemma 2: ``arch``) keys of a GGUF file (``common`` holds the shared ones already
+    read). Where llama.cpp's converter writes nothing, llama.cpp's assumptions: Gemma 3 every 6th layer
+    global with local RoPE base 10000, Gemma 2 every other layer sliding (from the first) with one
+    RoPE base; scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 27B models (62 layers
+    for Gemma 3, 46 for Gemma 2). Gemma 2 also soft-caps its attention scores."""
+    gemma2 = arch == "gemma2"
+    k = arch + "."
+    out: dict[str, Any] = {"rope_style": "neox", "qk_norm": not gemma2}
     out["embd_scale"] = math.sqrt(np.float32(common["n_embd"]))
     window = _window(md.get(k + "attention.sliding_window", 0))
     out["sliding_window"] = window
     if window > 0:
         layers = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", common["n_layer"])
         if layers is None:
-            layers = _pattern_layers(common["n_layer"], md.get(k + "attention.sliding_window_pattern", 6))
+            pattern = md.get(k + "attention.sliding_window_pattern", 2 if gemma2 else 6)
+            layers = _pattern_layers(common["n_layer"], pattern)
         out["layer_sliding"] = layers
-        out["rope_theta_swa"] = md.get(k + "rope.freq_base_swa", 10000.0)
+        if not gemma2:
+            out["rope_theta_swa"] = md.get(k + "rope.freq_base_swa", 10000.0)
     scale = md.get(k + "attention.scale", 0.0)
-    if common["n_layer"] == 62:
+    if common["n_layer"] == (46 if gemma2 else 62):
         scalar = float(common["n_embd"] // common["n_head"])
     else:
         scalar = float(common["head_dim"])
     out["attn_scale"] = scale if scale > 0 else 1.0 / math.sqrt(scalar)
     out["final_softcap"] = md.get(k + "final_logit_softcapping", 0.0)
+    if gemma2:
+        out["attn_softcap"] = md.get(k + "attn_logit_softcapping", 0.0)
     return out
 
 
-def gemma3_hf(c: dict[str, Any]) -> dict[str, Any]:
-    """Every config key of a Gemma3TextConfig dict, with its defaults for the keys a file leaves out."""
+def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
+    """Every config key of a Gemma3TextConfig dict (or a Gemma2Config one: ``arch``), with the class's
+    defaults for the keys a file leaves out."""
+    gemma2 = arch == "gemma2"
 
     def get(key: str, default: Any) -> Any:
         v = c.get(key)
         return default if v is None else v
+
+    def cap(key: str, default: float) -> float:  # absent: the class's default; null: no capping
+        return 0.0 if key in c and c[key] is None else get(key, default)
 
     if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(f"hidden_activation {c['hidden_activation']!r} is not supported")
     if get("attention_bias", False) or get("use_bidirectional_attention", False):
         raise ValueError("attention_bias / use_bidirectional_attention are not supported")
     n_layer, n_embd = get("num_hidden_layers", 26), get("hidden_size", 2304)
-    theta, theta_swa = get("rope_theta", 1e6), get("rope_local_base_freq", 1e4)
+    theta = get("rope_theta", 1e4 if gemma2 else 1e6)
+    theta_swa = 0.0 if gemma2 else get("rope_local_base_freq", 1e4)
     scaling = c.get("rope_scaling")
     params = c.get("rope_parameters")
     if params is not None:
         full, local = params.get("full_attention"), params.get("sliding_attention")
+        if full is None and local is None:  # one set of parameters for every layer
+            theta, scaling = params.get("rope_theta", theta), params
+            theta_swa = 0.0 if gemma2 else theta
         if isinstance(full, dict):
             theta, scaling = full.get("rope_theta", theta), full
         if isinstance(local, dict):
@@ -142,17 +158,19 @@ def gemma3_hf(c: dict[str, Any]) -> dict[str, Any]:
     window = _window(get("sliding_window", 4096))
     sliding = _hf_layer_types(c, n_layer)
     if sliding is None:
-        sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 6))
+        sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 2 if gemma2 else 6))
     return dict(
-        n_vocab=get("vocab_size", 262208), n_embd=n_embd, n_layer=n_layer,
+        n_vocab=get("vocab_size", 256000 if gemma2 else 262208), n_embd=n_embd, n_layer=n_layer,
         n_head=get("num_attention_heads", 8), n_head_kv=get("num_key_value_heads", 4),
         head_dim=get("head_dim", 256), n_ff=get("intermediate_size", 9216),
-        n_ctx_train=get("max_position_embeddings", 131072), rms_eps=get("rms_norm_eps", 1e-6),
-        rope_theta=theta, rope_theta_swa=theta_swa, rope_scaling=rope_scaling, rope_style="neox",
-        qkv_bias=False, qk_norm=True, tied_embeddings=bool(get("tie_word_embeddings", True)),
+        n_ctx_train=get("max_position_embeddings", 8192 if gemma2 else 131072),
+        rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta, rope_theta_swa=theta_swa,
+        rope_scaling=rope_scaling, rope_style="neox", qkv_bias=False, qk_norm=not gemma2,
+        tied_embeddings=bool(get("tie_word_embeddings", True)),
         sliding_window=window, layer_sliding=sliding if window > 0 else [],
         attn_scale=1.0 / math.sqrt(get("query_pre_attn_scalar", 256)),
-        final_softcap=get("final_logit_softcapping", 0.0),
+        final_softcap=cap("final_logit_softcapping", 30.0 if gemma2 else 0.0),
+        attn_softcap=cap("attn_logit_softcapping", 50.0) if gemma2 else 0.0,
         embd_scale=math.sqrt(np.float32(n_embd)),
     )  # fmt: skip
 

@@ -1,14 +1,16 @@
-"""The Gemma 3 (text) forward pass in plain NumPy, written to be read (twin of ``csrc/model/gemma3.cpp``).
+"""The Gemma 3 (text) and Gemma 2 forward pass in plain NumPy, written to be read (twin of
+``csrc/model/gemma3.cpp``).
 
 What differs from the Llama family (``model.forward``):
   - embeddings multiplied by sqrt(n_embd) (``embd_scale``);
-  - RMSNorm over each head of q and k; every norm weight is the factor applied (HF's 1 + w, which
-    the loader has already added);
+  - RMSNorm over each head of q and k (Gemma 3; ``qk_norm``); every norm weight is the factor
+    applied (HF's 1 + w, which the loader has already added);
   - each sublayer's output normalised again before it joins the residual stream;
   - sliding-window layers (``layer_sliding``, ``sliding_window``) rotated with their own RoPE base
     (``rope_theta_swa``, unscaled), global layers with ``rope_theta`` and its scaling;
-  - scores scaled by ``attn_scale`` (query_pre_attn_scalar^-1/2); the final logits optionally
-    soft-capped (no attention soft-capping: transformers ignores attn_logit_softcapping for Gemma 3);
+  - scores scaled by ``attn_scale`` (query_pre_attn_scalar^-1/2), and soft-capped (``attn_softcap``:
+    Gemma 2 only; transformers ignores attn_logit_softcapping for Gemma 3); the final logits
+    optionally soft-capped;
   - GeGLU: gelu_tanh(gate) * up, computed as g * sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3),
     which equals 0.5 g (1 + tanh(u)).
 """
@@ -56,11 +58,12 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
         q = (q8(h, p + "wq") @ w[p + "wq"].T).reshape(n, n_head, hd)
         k = (q8(h, p + "wk") @ w[p + "wk"].T).reshape(n, n_head_kv, hd)
         v = (q8(h, p + "wv") @ w[p + "wv"].T).reshape(n, n_head_kv, hd)
-        q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+        if c["qk_norm"]:
+            q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
         q = apply_rope(q, positions, freq, c["rope_style"])
         k = apply_rope(k, positions, freq, c["rope_style"])
         window = c["sliding_window"] if sliding else 0
-        a = attention(q, k, v, scale=c["attn_scale"], window=window)
+        a = attention(q, k, v, scale=c["attn_scale"], window=window, softcap=c["attn_softcap"])
         x = x + rms_norm(q8(a, p + "wo") @ w[p + "wo"].T, w[p + "post_attn_norm"], eps)
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         gate, up = q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T

@@ -19,21 +19,23 @@ from . import moe as moe_twin
 from .gguf_split import read_gguf_model
 from .safetensors import read_safetensors
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma3", "phi3")
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma2", "gemma3", "phi3")
+GEMMA = ("gemma2", "gemma3")  # post-norms, GeGLU, scaled embeddings: reference/gemma3.py
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
-    "embd_scale",
+    "attn_softcap", "embd_scale",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
-    "final_softcap": 0.0, "embd_scale": 0.0,
+    "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0,
 }  # fmt: skip
-_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma3, phi3)"
+_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3)"
 _SUPPORTED_HF = (
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma3_text, gemma3, phi3)"
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, gemma3_text, "
+    "gemma3, phi3)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -67,7 +69,9 @@ def _f32(x: float) -> float:
 def _config(arch: str, **kw: Any) -> dict[str, Any]:
     scaling = kw.pop("rope_scaling", None) or {}
     cfg: dict[str, Any] = {"arch": arch, "moe": moe_twin.dense_moe(), **_EXTRA_DEFAULTS, **kw}
-    for key in ("rms_eps", "rope_theta", "rope_theta_swa", "attn_scale", "final_softcap", "embd_scale"):
+    for key in (
+        "rms_eps", "rope_theta", "rope_theta_swa", "attn_scale", "final_softcap", "attn_softcap", "embd_scale"
+    ):  # fmt: skip
         cfg[key] = _f32(cfg[key])
     cfg["layer_sliding"] = [bool(v) for v in cfg["layer_sliding"]]
     cfg["rope_scaling"] = {
@@ -139,7 +143,7 @@ def _weights(
             shapes.update(w_down=(e, ff))
         elif i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
-        if cfg["arch"] == "gemma3":
+        if cfg["arch"] in GEMMA:
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
@@ -195,11 +199,11 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         tied_embeddings="output.weight" not in g.tensors,
     )
     names = set(g.tensors)
-    if arch == "gemma3":  # norms stored as 1 + w by llama.cpp's converter
-        common.update(arch_config.gemma3_gguf(md, common))
+    if arch in GEMMA:  # norms stored as 1 + w by llama.cpp's converter
+        common.update(arch_config.gemma3_gguf(md, common, arch))
     if arch == "phi3":
         common.update(arch_config.phi3_gguf(md, common, g.tensor, names))
-    elif arch != "gemma3":
+    elif arch not in GEMMA:
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
@@ -235,6 +239,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return _gemma3_hf(c["text_config"], get_tensor, names, multimodal=True)
     if arch in ("gemma3_text", "Gemma3ForCausalLM"):
         return _gemma3_hf(c, get_tensor, names, multimodal=False)
+    if arch in ("gemma2", "Gemma2ForCausalLM"):
+        return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma2")
     if arch not in _HF_ARCHS:
         raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED_HF}")
     arch = _HF_ARCHS[arch]
@@ -301,11 +307,12 @@ _GEMMA3_NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", 
 
 
 def _gemma3_hf(
-    c: dict[str, Any], get: Any, names: set[str], multimodal: bool
+    c: dict[str, Any], get: Any, names: set[str], multimodal: bool, arch: str = "gemma3"
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Gemma 3 from a folder. HF stores RMSNorm weights w and multiplies by 1 + w (float32): each norm
-    becomes 1 + w here, the factor the forward pass applies (as llama.cpp's converter stores it)."""
-    kw = arch_config.gemma3_hf(c)
+    """Gemma 3 (or 2: ``arch``) from a folder. HF stores RMSNorm weights w and multiplies by 1 + w
+    (float32): each norm becomes 1 + w here, the factor the forward pass applies (as llama.cpp's
+    converter stores it)."""
+    kw = arch_config.gemma3_hf(c, arch)
     prefix = "model."
     if multimodal:
         prefix = "language_model.model." if "language_model.model.embed_tokens.weight" in names else (
@@ -314,12 +321,13 @@ def _gemma3_hf(
     if multimodal and head not in names:  # before transformers 4.52
         head = "language_model.lm_head.weight"
     kw["tied_embeddings"] = kw["tied_embeddings"] or head not in names
-    cfg = _config("gemma3", **kw)
+    cfg = _config(arch, **kw)
 
     def name_of(i: int, f: str) -> str:
         return f"{prefix}layers.{i}.{_GEMMA3_HF.get(f, _HF_LAYER.get(f, ''))}"
 
     w = _weights(cfg, get, names, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head)
-    for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in _GEMMA3_NORMS]:
+    norms = [n for n in _GEMMA3_NORMS if cfg["qk_norm"] or n not in ("q_norm", "k_norm")]
+    for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
         w[key] = (np.float32(1) + w[key].astype(np.float32)).astype(np.float32)
     return cfg, w

@@ -105,11 +105,14 @@ def apply_rope(
     return out
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, window: int = 0) -> np.ndarray:
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, window: int = 0, softcap: float = 0.0
+) -> np.ndarray:
     """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d].
 
-    Scores are q.k times ``scale`` (0: divided by sqrt(d)); with ``window`` > 0 a token sees only the
-    last ``window`` positions, itself included.
+    Scores are q.k times ``scale`` (0: divided by sqrt(d)), then ``softcap`` * tanh(scores / softcap)
+    when ``softcap`` > 0 (Gemma 2); with ``window`` > 0 a token sees only the last ``window``
+    positions, itself included.
     """
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
@@ -117,6 +120,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, w
     v = np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k)
     scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    if softcap > 0:
+        scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
     seen = np.tril(np.ones((n, n), dtype=bool))
     if window > 0:
         seen &= ~np.tril(np.ones((n, n), dtype=bool), -window)  # key index <= query index - window
@@ -271,7 +276,7 @@ def forward(
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)
-    if c["arch"] == "gemma3":
+    if c["arch"] in ("gemma2", "gemma3"):
         from .gemma3 import forward_gemma3
 
         return forward_gemma3(c, w, token_ids, q8)

@@ -153,7 +153,7 @@ class ModelRunner:
         x = w["tok_embd"][ids].astype(np.float32)
         if c["embd_scale"] > 0:
             x = x * np.float32(c["embd_scale"])
-        gemma = c["arch"] == "gemma3"
+        gemma = c["arch"] in ("gemma2", "gemma3")
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -183,7 +183,9 @@ class ModelRunner:
                     continue
                 kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
-                attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
+                attn[lo:hi] = _paged_attention(
+                    q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"]
+                )
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
             x = x + (ref_model.rms_norm(out, w[p + "post_attn_norm"], eps) if gemma else out)
             h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
@@ -211,17 +213,26 @@ def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 def _paged_attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray, scale: float = 0.0, window: int = 0
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    positions: np.ndarray,
+    scale: float = 0.0,
+    window: int = 0,
+    softcap: float = 0.0,
 ) -> np.ndarray:
     """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
     context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p (and, with a
-    ``window``, > p - window). Scores are scaled by ``scale`` (0: 1/sqrt(d))."""
+    ``window``, > p - window). Scores are scaled by ``scale`` (0: 1/sqrt(d)), then soft-capped
+    (``softcap`` * tanh(scores / softcap)) when ``softcap`` > 0."""
     m, n_head, d = q.shape
     group = n_head // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k)
     scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    if softcap > 0:
+        scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
     ctx = np.arange(k.shape[0])[None, :]
     visible = ctx <= positions[:, None]  # [m, ctx]
     if window > 0:
