@@ -28,6 +28,7 @@ ARCHS = (
     "gemma2",
     "gemma3",
     "phi3",
+    "smollm3",
 )
 
 
@@ -99,9 +100,12 @@ def make_hf_model(
         "gemma2": transformers.Gemma2Config,
         "gemma3": transformers.Gemma3TextConfig,
         "phi3": transformers.Phi3Config,
+        "smollm3": transformers.SmolLM3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
+    if arch == "smollm3":  # SmolLM3Config's special ids are the 128k vocabulary's
+        kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
@@ -221,7 +225,7 @@ def hf_to_gguf(
     arch = {
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
-        "phi3": "phi3", "gemma2": "gemma2",
+        "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -267,9 +271,13 @@ def hf_to_gguf(
         _gemma3_keys(writer, cfg, head_dim)
     if arch == "gemma2":
         _gemma2_keys(writer, cfg, head_dim)
+    if arch == "smollm3" and [f == 0 for f in cfg["no_rope_layers"]] != [
+        (i + 1) % 4 == 0 for i in range(cfg["num_hidden_layers"])
+    ]:  # llama.cpp hard-codes every 4th layer; a GGUF file has no key for another pattern
+        raise ValueError("a SmolLM3 GGUF file can only hold NoPE on every 4th layer")
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
-    elif arch not in ("gemma2", "gemma3"):
+    elif arch not in ("gemma2", "gemma3", "smollm3"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
@@ -291,9 +299,9 @@ def hf_to_gguf(
     for name, w in named.items():
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if arch == "llama" and name.endswith("attn_q.weight"):
+        if arch in ("llama", "smollm3") and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
-        elif arch == "llama" and name.endswith("attn_k.weight"):
+        elif arch in ("llama", "smollm3") and name.endswith("attn_k.weight"):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32

@@ -125,6 +125,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["final_softcap"] = c.final_softcap;
   d["attn_softcap"] = c.attn_softcap;
   d["embd_scale"] = c.embd_scale;
+  nb::list nope;
+  for (uint8_t v : c.layer_nope) nope.append(nb::bool_(v != 0));
+  d["layer_nope"] = nope;
   return d;
 }
 

@@ -273,6 +273,48 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   check_longrope(c, "'" + path + "'");
 }
 
+namespace {
+
+std::vector<uint8_t> nope_every(int n_layer, int64_t interval) {
+  std::vector<uint8_t> out(static_cast<size_t>(n_layer));
+  for (int i = 0; i < n_layer; ++i) out[i] = interval > 0 && (i + 1) % interval == 0;
+  return out;
+}
+
+}  // namespace
+
+void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
+
+void smollm3_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  if (const JsonValue* list = cfg.get("no_rope_layers"); list != nullptr) {
+    if (!list->is_array() || list->array.size() < static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'no_rope_layers' in " + where + " must hold one entry per layer");
+    c.layer_nope.clear();
+    for (int i = 0; i < c.n_layer; ++i) {
+      const JsonValue& v = list->array[static_cast<size_t>(i)];
+      if (!v.is_number() || (v.number != 0.0 && v.number != 1.0))
+        throw ModelError("config 'no_rope_layers' in " + where + " must hold 0 or 1 per layer");
+      c.layer_nope.push_back(v.number == 0.0);
+    }
+  } else {
+    const int64_t interval = cfg.integer("no_rope_layer_interval", 4);
+    if (interval < 0) throw ModelError("invalid no_rope_layer_interval in " + where);
+    c.layer_nope = nope_every(c.n_layer, interval);
+  }
+  if (std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) == c.layer_nope.end())
+    c.layer_nope.clear();
+  c.sliding_window = 0;
+  c.layer_sliding.clear();
+  if (!cfg.boolean("use_sliding_window", false)) return;
+  const int window = window_of(cfg.integer("sliding_window", 0), where);
+  std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+  if (types.empty()) types = c.layer_nope;  // SmolLM3Config's default: the NoPE layers
+  if (window == 0 || std::find(types.begin(), types.end(), 1) == types.end()) return;
+  c.sliding_window = window;
+  c.layer_sliding = std::move(types);
+}
+
 void window_config_gguf(const GGUFFile& g, ModelConfig& c) {
   const std::string key = c.arch + ".attention.sliding_window";
   all_sliding(c, g.get_int(key, 0), key);

@@ -22,6 +22,13 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
 // defaults for those a file leaves out.
 void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 
+// SmolLM3's NoPE layers (c.layer_nope): from config.json's no_rope_layers (1: the layer uses RoPE)
+// or no_rope_layer_interval (default 4: every 4th layer without RoPE), and its sliding window
+// (use_sliding_window: the layers layer_types marks, by default the NoPE ones); from GGUF, every
+// 4th layer, as llama.cpp hard-codes (no key holds it).
+void smollm3_config_gguf(ModelConfig& c);
+void smollm3_config_hf(const Json& cfg, ModelConfig& c);
+
 // Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary
 // (rope.dimension_count), LongRoPE from llama.cpp's rope_factors_long / rope_factors_short tensors
 // (given here, empty when the file has none) with rope.scaling.original_context_length and

@@ -35,7 +35,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
-                     // "gemma2", "gemma3", "phi3"
+                     // "gemma2", "gemma3", "phi3", "smollm3"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -60,11 +60,13 @@ struct ModelConfig {
       0.0f;                 // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
   int rope_dim = 0;         // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
   float attn_scale = 0.0f;  // scores scale; 0 = 1/sqrt(head_dim)
-  float final_softcap = 0.0f;  // logits -> cap * tanh(logits / cap); 0 = off
-  float attn_softcap = 0.0f;   // attention scores -> cap * tanh(s / cap) (Gemma 2); 0 = off
-  float embd_scale = 0.0f;     // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
+  float final_softcap = 0.0f;       // logits -> cap * tanh(logits / cap); 0 = off
+  float attn_softcap = 0.0f;        // attention scores -> cap * tanh(s / cap) (Gemma 2); 0 = off
+  float embd_scale = 0.0f;          // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
+  std::vector<uint8_t> layer_nope;  // [n_layer] 1 = no RoPE in that layer (SmolLM3); empty: none
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
+  bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
   // Gemma 2 and 3: post-norms around each sublayer, GeGLU, scaled embeddings (model/gemma3.cpp).
   bool gemma() const { return arch == "gemma2" || arch == "gemma3"; }
 };

@@ -161,9 +161,11 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           for (int h = 0; h < c.n_head_kv; ++h)
             rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
         }
-        const float* cs = cos_sin + t * hd;
-        rope_heads(q, c.n_head, c, cs);
-        rope_heads(k, c.n_head_kv, c, cs);
+        if (!c.nope(layer)) {  // (SmolLM3's NoPE layers attend without positions)
+          const float* cs = cos_sin + t * hd;
+          rope_heads(q, c.n_head, c, cs);
+          rope_heads(k, c.n_head_kv, c, cs);
+        }
         const int64_t slot = batch.slot_mapping[t];
         store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
         store_v(v_cache, s.kv_type, slot, KV, v);

@@ -207,6 +207,7 @@ class ModelConfig:
     final_softcap: float = 0.0  # final logits soft-capping (0: off)
     attn_softcap: float = 0.0  # attention scores soft-capping (Gemma 2; 0: off)
     embd_scale: float = 0.0  # embeddings multiplier (0: off)
+    layer_nope: list[bool] = field(default_factory=list)  # per layer: no RoPE (SmolLM3); empty: none
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -382,6 +383,7 @@ def inspect(
         "n_sliding_layers": sum(c.layer_sliding),
         "final_softcap": c.final_softcap,
         "attn_softcap": c.attn_softcap,
+        "n_nope_layers": sum(c.layer_nope),
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -498,7 +500,8 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
         f"scaling={info['rope_scaling']}"
         + (f" factor={info['rope_scaling_factor']:g}" if info["rope_scaling"] != "none" else "")
-        + (f" rotated={info['rope_dim']}/{info['head_dim']}" if info["rope_dim"] != info["head_dim"] else ""),
+        + (f" rotated={info['rope_dim']}/{info['head_dim']}" if info["rope_dim"] != info["head_dim"] else "")
+        + (f", none in {info['n_nope_layers']} of {info['n_layer']} layers" if info["n_nope_layers"] else ""),
         f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}"
         + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),

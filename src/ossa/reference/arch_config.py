@@ -84,6 +84,46 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return {"sliding_window": window, "layer_sliding": layers} if any(layers) else none
 
 
+def _nope_every(n_layer: int, interval: int) -> list[bool]:
+    return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
+
+
+def smollm3_gguf(n_layer: int) -> dict[str, Any]:
+    """SmolLM3 from GGUF: every 4th layer without RoPE, as llama.cpp hard-codes (no key holds it)."""
+    return {"layer_nope": _nope_every(n_layer, 4)}
+
+
+def smollm3_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """SmolLM3's config.json: the NoPE layers (no_rope_layers, 1 = uses RoPE; else every
+    no_rope_layer_interval-th, default 4) and the window of use_sliding_window (the layers of
+    layer_types, by default the NoPE ones)."""
+    if c.get("no_rope_layers") is not None:
+        flags = c["no_rope_layers"]
+        if (
+            not isinstance(flags, list)
+            or len(flags) < n_layer
+            or any(f not in (0, 1) for f in flags[:n_layer])
+        ):
+            raise ValueError("config 'no_rope_layers' must hold 0 or 1 per layer")
+        nope = [f == 0 for f in flags[:n_layer]]
+    else:
+        interval = c.get("no_rope_layer_interval")
+        interval = 4 if interval is None else interval
+        if not isinstance(interval, int) or interval < 0:
+            raise ValueError(f"invalid no_rope_layer_interval {interval!r}")
+        nope = _nope_every(n_layer, interval)
+    out: dict[str, Any] = {"layer_nope": nope if any(nope) else [], "sliding_window": 0, "layer_sliding": []}
+    if not c.get("use_sliding_window"):
+        return out
+    window = _window(c.get("sliding_window") or 0)
+    layers = _hf_layer_types(c, n_layer)
+    if layers is None:
+        layers = nope
+    if window and any(layers):
+        out.update(sliding_window=window, layer_sliding=layers)
+    return out
+
+
 def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
     """Gemma 3 (or Gemma 2: ``arch``) keys of a GGUF file (``common`` holds the shared ones already
     read). Where llama.cpp's converter writes nothing, llama.cpp's assumptions: Gemma 3 every 6th layer

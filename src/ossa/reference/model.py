@@ -299,8 +299,9 @@ def forward(
         v = v.reshape(len(ids), n_head_kv, hd)
         if c["qk_norm"]:
             q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
-        q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
-        k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
+        if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
+            q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
+            k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
         window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
         x = x + q8(attention(q, k, v, window=window), p + "wo") @ w[p + "wo"].T
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe

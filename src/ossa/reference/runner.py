@@ -172,8 +172,9 @@ class ModelRunner:
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
                 )
-            q = ref_model.apply_rope(q, pos, freq, c["rope_style"], mscale)
-            k = ref_model.apply_rope(k, pos, freq, c["rope_style"], mscale)
+            if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers
+                q = ref_model.apply_rope(q, pos, freq, c["rope_style"], mscale)
+                k = ref_model.apply_rope(k, pos, freq, c["rope_style"], mscale)
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
