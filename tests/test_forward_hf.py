@@ -43,6 +43,21 @@ CASES: dict[str, dict[str, Any]] = {
         arch="mistral", hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
         intermediate_size=96, vocab_size=128, rope_scaling={"rope_type": "linear", "factor": 2.0},
     ),
+    # YaRN (Qwen's documented long-context setting) that bites at these positions: factor 4 over an
+    # original context of 16, the attention factor from the factor (1 + 0.1 ln 4).
+    "qwen2-yarn": dict(
+        arch="qwen2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, vocab_size=128, rope_theta=1000.0,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    ),
+    # YaRN with its options: an explicit attention factor, beta_fast 8 / beta_slow 2 (the ramp over
+    # other dimensions), on Llama's interleaved GGUF layout.
+    "llama-yarn": dict(
+        arch="llama", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+        intermediate_size=96, vocab_size=128, rope_theta=500.0,
+        rope_scaling={"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 12,
+                      "attention_factor": 1.3, "beta_fast": 8.0, "beta_slow": 2.0},
+    ),
 }  # fmt: skip
 
 

@@ -267,6 +267,20 @@ def hf_to_gguf(
         writer.add_float32(f"{arch}.rope.scaling.low_freq_factor", float(scaling["low_freq_factor"]))
         writer.add_float32(f"{arch}.rope.scaling.high_freq_factor", float(scaling["high_freq_factor"]))
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    elif scaling_type == "yarn":
+        # What llama.cpp's converters write (type, factor, original context), and its newer keys for
+        # the betas; llama.cpp multiplies cos/sin by attn_factor times 1 + 0.1 ln(factor), so an
+        # explicit attention_factor is written divided by that.
+        factor = float(scaling["factor"])
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(factor)
+        writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+        if scaling.get("attention_factor"):
+            writer.add_rope_scaling_attn_factors(scaling["attention_factor"] / (1 + 0.1 * math.log(factor)))
+        if scaling.get("beta_fast"):
+            writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
+        if scaling.get("beta_slow"):
+            writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
     if arch == "gemma3":
         _gemma3_keys(writer, cfg, head_dim)
     if arch == "gemma2":

@@ -100,6 +100,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   s["short_factor"] = c.rope_scaling.short_factor;
   s["long_factor"] = c.rope_scaling.long_factor;
   s["attn_factor"] = c.rope_scaling.attn_factor;
+  s["beta_fast"] = c.rope_scaling.beta_fast;
+  s["beta_slow"] = c.rope_scaling.beta_slow;
+  s["truncate"] = c.rope_scaling.truncate;
   d["rope_scaling"] = s;
   d["rope_style"] = c.rope_style == ossa::RopeStyle::Interleaved ? "interleaved" : "neox";
   d["qkv_bias"] = c.qkv_bias;

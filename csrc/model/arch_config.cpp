@@ -283,6 +283,38 @@ std::vector<uint8_t> nope_every(int n_layer, int64_t interval) {
 
 }  // namespace
 
+void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  RopeScaling& r = c.rope_scaling;
+  r.type = "yarn";
+  const int64_t original = cfg.integer(
+      "original_max_position_embeddings",
+      s.integer("original_max_position_embeddings", cfg.integer("max_position_embeddings", 0)));
+  if (original <= 0 || original > (int64_t{1} << 30))
+    throw ModelError("invalid original_max_position_embeddings for YaRN in " + where);
+  r.original_max_position = static_cast<int>(original);
+  const double factor =
+      s.number("factor", static_cast<double>(cfg.integer("max_position_embeddings", original)) /
+                             static_cast<double>(original));
+  if (!(factor > 0.0) || !std::isfinite(factor))
+    throw ModelError("invalid YaRN factor in " + where);
+  r.factor = static_cast<float>(factor);
+  auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  double attn = s.number("attention_factor", 0.0);
+  if (attn <= 0.0) {
+    const double m = s.number("mscale", 0.0), m_all = s.number("mscale_all_dim", 0.0);
+    attn = m != 0.0 && m_all != 0.0 ? mscale(m) / mscale(m_all) : mscale(1.0);
+  }
+  r.attn_factor = static_cast<float>(attn);
+  // (transformers takes `or` defaults: 0 means the default too)
+  const double fast = s.number("beta_fast", 0.0), slow = s.number("beta_slow", 0.0);
+  r.beta_fast = static_cast<float>(fast != 0.0 ? fast : 32.0);
+  r.beta_slow = static_cast<float>(slow != 0.0 ? slow : 1.0);
+  r.truncate = s.boolean("truncate", true);
+  if (!(r.beta_fast > 0.0f) || !(r.beta_slow > 0.0f) || !std::isfinite(r.attn_factor))
+    throw ModelError("invalid YaRN beta_fast / beta_slow / attention_factor in " + where);
+}
+
 void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
 
 void smollm3_config_hf(const Json& cfg, ModelConfig& c) {

@@ -22,6 +22,13 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c);
 // defaults for those a file leaves out.
 void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 
+// YaRN RoPE scaling from config.json's rope_scaling / rope_parameters `s` (transformers'
+// _compute_yarn_parameters): factor (null: max_position_embeddings / original), the original
+// context (the config's top-level original_max_position_embeddings, else s's, else
+// max_position_embeddings), attention_factor (else from mscale / mscale_all_dim, else 1 + 0.1
+// ln(factor)), beta_fast, beta_slow, truncate.
+void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c);
+
 // SmolLM3's NoPE layers (c.layer_nope): from config.json's no_rope_layers (1: the layer uses RoPE)
 // or no_rope_layer_interval (default 4: every 4th layer without RoPE), and its sliding window
 // (use_sliding_window: the layers layer_types marks, by default the NoPE ones); from GGUF, every

@@ -9,7 +9,7 @@
 namespace ossa {
 
 struct RopeScaling {
-  std::string type = "none";  // "none", "linear", "llama3", "longrope"
+  std::string type = "none";  // "none", "linear", "llama3", "longrope", "yarn"
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
@@ -17,7 +17,12 @@ struct RopeScaling {
   // "longrope" (Phi-3's "su"): per-frequency divisors [head_dim_rotated / 2] for positions below
   // original_max_position (short) and from it on (long), and the factor cos/sin are multiplied by.
   std::vector<float> short_factor, long_factor;
-  float attn_factor = 1.0f;
+  float attn_factor = 1.0f;  // longrope and yarn: cos/sin multiplied by it
+  // "yarn": frequencies whose wavelength spans fewer than beta_fast turns over
+  // original_max_position are kept, those spanning more than beta_slow divided by factor, a linear
+  // ramp over the dimensions between (their bounds rounded outwards when truncate).
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  bool truncate = true;
 };
 
 // Mixture of experts (Qwen3-MoE, Qwen2-MoE, Mixtral; model/moe.h): in the layers listed, the

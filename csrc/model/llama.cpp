@@ -20,11 +20,30 @@ namespace ossa {
 namespace {
 
 // RoPE frequencies: inv_freq[i] for i < rotated/2 (rotated = config.rope_dim or head_dim), after
-// linear, Llama-3 or LongRoPE scaling (`long_factors`: LongRoPE's long divisors, else its short
-// ones).
+// linear, Llama-3, LongRoPE or YaRN scaling (`long_factors`: LongRoPE's long divisors, else its
+// short ones).
 void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = false) {
   const int dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim, half = dim / 2;
   const RopeScaling& s = c.rope_scaling;
+  // YaRN (Hugging Face's _compute_yarn_parameters): the dimension at which a frequency turns `rot`
+  // times over original_max_position; the ramp runs from beta_fast's dimension to beta_slow's.
+  double ramp_lo = 0.0, ramp_hi = 0.0;
+  if (s.type == "yarn") {
+    const double log_base = std::log(static_cast<double>(c.rope_theta));
+    auto dim_of = [&](double rot) {
+      return dim * std::log(s.original_max_position / (rot * 2.0 * std::numbers::pi)) /
+             (2.0 * log_base);
+    };
+    ramp_lo = dim_of(s.beta_fast);
+    ramp_hi = dim_of(s.beta_slow);
+    if (s.truncate) {
+      ramp_lo = std::floor(ramp_lo);
+      ramp_hi = std::ceil(ramp_hi);
+    }
+    ramp_lo = std::max(ramp_lo, 0.0);
+    ramp_hi = std::min(ramp_hi, dim - 1.0);
+    if (ramp_lo == ramp_hi) ramp_hi += 0.001;
+  }
   for (int i = 0; i < half; ++i) {
     double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
     if (s.type == "longrope") {
@@ -46,6 +65,10 @@ void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = fa
                               (s.high_freq_factor - s.low_freq_factor);
         f = (1.0 - smooth) * f / s.factor + smooth * f;
       }
+    } else if (s.type == "yarn") {
+      // extrapolate = 1 keeps the frequency, 0 divides it by the factor.
+      const double extrapolate = 1.0 - std::clamp((i - ramp_lo) / (ramp_hi - ramp_lo), 0.0, 1.0);
+      f = f / s.factor * (1.0 - extrapolate) + f * extrapolate;
     }
     inv_freq[i] = static_cast<float>(f);
   }

@@ -331,6 +331,20 @@ void load_gguf(Model& m, Storage& st) {
         static_cast<float>(g->get_float(k + "rope.scaling.high_freq_factor", 4.0));
     c.rope_scaling.original_max_position = static_cast<int>(std::clamp<int64_t>(
         g->get_int(k + "rope.scaling.original_context_length", 8192), 1, int64_t{1} << 30));
+  } else if (scaling == "yarn") {
+    // What llama.cpp's converters write for YaRN (Qwen's documented long-context setting);
+    // llama.cpp multiplies cos/sin by attn_factor (default 1) times YaRN's 1 + 0.1 ln(factor).
+    RopeScaling& r = c.rope_scaling;
+    r.type = "yarn";
+    r.factor = static_cast<float>(g->get_float(k + "rope.scaling.factor", 1.0));
+    r.original_max_position = static_cast<int>(
+        std::clamp<int64_t>(g->get_int(k + "rope.scaling.original_context_length", c.n_ctx_train),
+                            1, int64_t{1} << 30));
+    r.beta_fast = static_cast<float>(g->get_float(k + "rope.scaling.yarn_beta_fast", 32.0));
+    r.beta_slow = static_cast<float>(g->get_float(k + "rope.scaling.yarn_beta_slow", 1.0));
+    const double mscale =
+        r.factor > 1.0f ? 1.0 + 0.1 * std::log(static_cast<double>(r.factor)) : 1.0;
+    r.attn_factor = static_cast<float>(g->get_float(k + "rope.scaling.attn_factor", 1.0) * mscale);
   } else if (scaling != "none") {
     throw ModelError("unsupported rope scaling type '" + scaling + "' in '" + m.path + "'");
   }
@@ -600,6 +614,8 @@ void load_hf(Model& m, Storage& st) {
       c.rope_scaling.high_freq_factor = static_cast<float>(s.number("high_freq_factor", 4.0));
       c.rope_scaling.original_max_position = static_cast<int>(
           std::clamp<int64_t>(s.integer("original_max_position_embeddings", 8192), 1, 1 << 30));
+    } else if (type == "yarn" && c.arch != "phi3") {
+      yarn_config_hf(cfg, s, c);
     } else if (type != "default" && !(c.arch == "phi3" && (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }

@@ -156,14 +156,17 @@ def resolve_tokenizer(tokenizer: str | os.PathLike[str], source: hub.Source = hu
 
 @dataclass(frozen=True)
 class RopeScaling:
-    type: str  # "none", "linear", "llama3", "longrope"
+    type: str  # "none", "linear", "llama3", "longrope", "yarn"
     factor: float
     low_freq_factor: float
     high_freq_factor: float
     original_max_position: int
     short_factor: list[float] = field(default_factory=list)  # longrope: divisors below original_max_position
     long_factor: list[float] = field(default_factory=list)  # longrope: divisors from it on
-    attn_factor: float = 1.0  # longrope: cos/sin multiplied by it
+    attn_factor: float = 1.0  # longrope, yarn: cos/sin multiplied by it
+    beta_fast: float = 32.0  # yarn: the ramp's bounds in turns over original_max_position
+    beta_slow: float = 1.0
+    truncate: bool = True  # yarn: the ramp's bounds rounded outwards
 
 
 @dataclass(frozen=True)

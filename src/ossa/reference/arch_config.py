@@ -84,6 +84,36 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return {"sliding_window": window, "layer_sliding": layers} if any(layers) else none
 
 
+def yarn_hf(c: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """YaRN from a config.json's rope_scaling / rope_parameters ``s``, as transformers'
+    _compute_yarn_parameters reads it (see csrc/model/arch_config.h, yarn_config_hf)."""
+
+    def get(d: dict[str, Any], key: str, default: Any) -> Any:
+        v = d.get(key)
+        return default if v is None else v
+
+    max_pos = get(c, "max_position_embeddings", 0)
+    original = get(c, "original_max_position_embeddings", get(s, "original_max_position_embeddings", max_pos))
+    if not isinstance(original, int) or not 0 < original <= 1 << 30:
+        raise ValueError("invalid original_max_position_embeddings for YaRN")
+    factor = float(get(s, "factor", (max_pos or original) / original))
+    if not (factor > 0 and math.isfinite(factor)):
+        raise ValueError("invalid YaRN factor")
+
+    def mscale(m: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    attn = get(s, "attention_factor", 0.0)
+    if attn <= 0:
+        m, m_all = get(s, "mscale", 0.0), get(s, "mscale_all_dim", 0.0)
+        attn = mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
+    return {
+        "type": "yarn", "factor": factor, "original_max_position": original, "attn_factor": attn,
+        "beta_fast": get(s, "beta_fast", 0) or 32.0, "beta_slow": get(s, "beta_slow", 0) or 1.0,
+        "truncate": bool(get(s, "truncate", True)),
+    }  # fmt: skip
+
+
 def _nope_every(n_layer: int, interval: int) -> list[bool]:
     return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
 

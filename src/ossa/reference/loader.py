@@ -9,6 +9,7 @@ float32 [rows, cols], vectors 1-D. "output" is "tok_embd" again when the embeddi
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -83,6 +84,9 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
         "short_factor": [_f32(v) for v in scaling.get("short_factor", [])],
         "long_factor": [_f32(v) for v in scaling.get("long_factor", [])],
         "attn_factor": _f32(scaling.get("attn_factor", 1.0)),
+        "beta_fast": _f32(scaling.get("beta_fast", 32.0)),
+        "beta_slow": _f32(scaling.get("beta_slow", 1.0)),
+        "truncate": bool(scaling.get("truncate", True)),
     }
     if cfg["n_ctx_train"] <= 0:
         cfg["n_ctx_train"] = 4096
@@ -179,6 +183,18 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "high_freq_factor": md.get(k + "rope.scaling.high_freq_factor", 4.0),
             "original_max_position": md.get(k + "rope.scaling.original_context_length", 8192),
         }
+    elif scaling_type == "yarn":  # llama.cpp: cos/sin times attn_factor and 1 + 0.1 ln(factor)
+        factor = md.get(k + "rope.scaling.factor", 1.0)
+        mscale = 1 + 0.1 * math.log(factor) if factor > 1 else 1.0
+        scaling = {
+            "type": "yarn", "factor": factor,
+            "original_max_position": md.get(
+                k + "rope.scaling.original_context_length", md.get(k + "context_length", 4096)
+            ),
+            "beta_fast": md.get(k + "rope.scaling.yarn_beta_fast", 32.0),
+            "beta_slow": md.get(k + "rope.scaling.yarn_beta_slow", 1.0),
+            "attn_factor": md.get(k + "rope.scaling.attn_factor", 1.0) * mscale,
+        }  # fmt: skip
     elif scaling_type != "none":
         raise ValueError(f"unsupported rope scaling type '{scaling_type}' in '{path}'")
     common = dict(
@@ -264,6 +280,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "high_freq_factor": s.get("high_freq_factor", 4.0),
             "original_max_position": s.get("original_max_position_embeddings", 8192),
         }
+    elif stype == "yarn" and arch != "phi3":
+        scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
     if arch != "phi3" and get("partial_rotary_factor", 1.0) != 1.0:

@@ -36,7 +36,7 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndarray:
     """Per-pair rotation frequencies of the rotated dimensions (``rope_dim``, else all of a head),
-    after linear, Llama-3 or LongRoPE scaling (``long_factors``: LongRoPE's long divisors)."""
+    after linear, Llama-3, LongRoPE or YaRN scaling (``long_factors``: LongRoPE's long divisors)."""
     dim = config.get("rope_dim") or config["head_dim"]
     inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     scaling = config["rope_scaling"]
@@ -57,6 +57,24 @@ def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndar
             inv_freq / factor,
             np.where(wavelen < old_len / high, inv_freq, interpolated),
         )
+    elif scaling["type"] == "yarn":
+        # Frequencies turning fewer than beta_fast times over the original context are divided by
+        # `factor`, more than beta_slow kept (extrapolated), a linear ramp over the dimensions between.
+        def dim_of(turns: float) -> float:
+            return (
+                dim
+                * math.log(scaling["original_max_position"] / (turns * 2 * math.pi))
+                / (2 * math.log(config["rope_theta"]))
+            )
+
+        lo, hi = dim_of(scaling["beta_fast"]), dim_of(scaling["beta_slow"])
+        if scaling["truncate"]:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        extrapolate = 1 - np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+        inv_freq = inv_freq / scaling["factor"] * (1 - extrapolate) + inv_freq * extrapolate
     return inv_freq.astype(np.float32)
 
 
