@@ -150,7 +150,8 @@ def test_config_transformers4_style(folders: dict[str, str], tmp_path: Path) -> 
     assert cfg["rope_theta"] == 500000.0
     assert cfg["rope_scaling"] == {"type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position": 8192,
-                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0}  # fmt: skip
+                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0,
+                                   "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}  # fmt: skip
 
 
 def test_config_transformers5_rope_parameters(tmp_path: Path) -> None:
@@ -166,7 +167,8 @@ def test_config_transformers5_rope_parameters(tmp_path: Path) -> None:
     assert cfg["rope_theta"] == 12345.0
     assert cfg["rope_scaling"] == {"type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
                                    "high_freq_factor": 4.0, "original_max_position": 64,
-                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0}  # fmt: skip
+                                   "short_factor": [], "long_factor": [], "attn_factor": 1.0,
+                                   "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}  # fmt: skip
 
 
 def test_errors_name_the_problem(folders: dict[str, str], tmp_path: Path) -> None:
@@ -178,11 +180,11 @@ def test_errors_name_the_problem(folders: dict[str, str], tmp_path: Path) -> Non
     with pytest.raises(core.ModelError, match="unknown architecture 'xyz'"):
         core.load_model(copy_folder(src, tmp_path / "a", arch))
 
-    def yarn(cfg: dict) -> None:  # type: ignore[type-arg]
-        cfg["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}
+    def dynamic(cfg: dict) -> None:  # type: ignore[type-arg]
+        cfg["rope_parameters"] = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}
 
-    with pytest.raises(core.ModelError, match="unsupported rope scaling type 'yarn'"):
-        core.load_model(copy_folder(src, tmp_path / "b", yarn))
+    with pytest.raises(core.ModelError, match="unsupported rope scaling type 'dynamic'"):
+        core.load_model(copy_folder(src, tmp_path / "b", dynamic))
 
     def layers(cfg: dict) -> None:  # type: ignore[type-arg]
         cfg["num_hidden_layers"] = 3

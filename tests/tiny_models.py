@@ -29,6 +29,7 @@ ARCHS = (
     "gemma3",
     "phi3",
     "smollm3",
+    "granite",
 )
 
 
@@ -101,6 +102,7 @@ def make_hf_model(
         "gemma3": transformers.Gemma3TextConfig,
         "phi3": transformers.Phi3Config,
         "smollm3": transformers.SmolLM3Config,
+        "granite": transformers.GraniteConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -226,6 +228,7 @@ def hf_to_gguf(
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
+        "granite": "granite",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -289,9 +292,14 @@ def hf_to_gguf(
         (i + 1) % 4 == 0 for i in range(cfg["num_hidden_layers"])
     ]:  # llama.cpp hard-codes every 4th layer; a GGUF file has no key for another pattern
         raise ValueError("a SmolLM3 GGUF file can only hold NoPE on every 4th layer")
+    if arch == "granite":  # llama.cpp's converter: the four multipliers as they are
+        writer.add_embedding_scale(float(cfg.get("embedding_multiplier", 1.0)))
+        writer.add_residual_scale(float(cfg.get("residual_multiplier", 1.0)))
+        writer.add_attention_scale(float(cfg.get("attention_multiplier", 1.0)))
+        writer.add_logit_scale(float(cfg.get("logits_scaling", 1.0)))
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
-    elif arch not in ("gemma2", "gemma3", "smollm3"):
+    elif arch not in ("gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
@@ -313,9 +321,9 @@ def hf_to_gguf(
     for name, w in named.items():
         if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if arch in ("llama", "smollm3") and name.endswith("attn_q.weight"):
+        if arch in ("llama", "smollm3", "granite") and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
-        elif arch in ("llama", "smollm3") and name.endswith("attn_k.weight"):
+        elif arch in ("llama", "smollm3", "granite") and name.endswith("attn_k.weight"):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32

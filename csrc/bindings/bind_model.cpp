@@ -131,6 +131,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   nb::list nope;
   for (uint8_t v : c.layer_nope) nope.append(nb::bool_(v != 0));
   d["layer_nope"] = nope;
+  d["residual_scale"] = c.residual_scale;
+  d["logit_scale"] = c.logit_scale;
   return d;
 }
 

@@ -315,6 +315,35 @@ void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c) {
     throw ModelError("invalid YaRN beta_fast / beta_slow / attention_factor in " + where);
 }
 
+namespace {
+
+float positive_scale(double v, const char* name, const std::string& where) {
+  if (!(v > 0.0) || !std::isfinite(v))
+    throw ModelError(std::string("invalid ") + name + " " + std::to_string(v) + " in " + where);
+  return static_cast<float>(v);
+}
+
+}  // namespace
+
+void granite_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string w = "'" + c.arch + "' metadata";
+  c.embd_scale = positive_scale(g.get_float("granite.embedding_scale", 1.0), "embedding_scale", w);
+  c.residual_scale =
+      positive_scale(g.get_float("granite.residual_scale", 1.0), "residual_scale", w);
+  c.logit_scale = positive_scale(g.get_float("granite.logit_scale", 1.0), "logit_scale", w);
+  const double scale = g.get_float("granite.attention.scale", 0.0);
+  c.attn_scale = scale == 0.0 ? 0.0f : positive_scale(scale, "attention.scale", w);
+}
+
+void granite_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string w = "'" + cfg.path + "'";
+  c.embd_scale = positive_scale(cfg.number("embedding_multiplier", 1.0), "embedding_multiplier", w);
+  c.residual_scale =
+      positive_scale(cfg.number("residual_multiplier", 1.0), "residual_multiplier", w);
+  c.attn_scale = positive_scale(cfg.number("attention_multiplier", 1.0), "attention_multiplier", w);
+  c.logit_scale = positive_scale(cfg.number("logits_scaling", 1.0), "logits_scaling", w);
+}
+
 void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
 
 void smollm3_config_hf(const Json& cfg, ModelConfig& c) {

@@ -29,6 +29,13 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 // ln(factor)), beta_fast, beta_slow, truncate.
 void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c);
 
+// Granite (IBM Granite 3.x): the four multipliers. GGUF: granite.embedding_scale,
+// granite.residual_scale, granite.attention.scale, granite.logit_scale (llama.cpp's keys; absent:
+// 1, and 1/sqrt(head_dim) for the scores). config.json: embedding_multiplier,
+// residual_multiplier, attention_multiplier (the scores' scale itself, default 1), logits_scaling.
+void granite_config_gguf(const GGUFFile& g, ModelConfig& c);
+void granite_config_hf(const Json& cfg, ModelConfig& c);
+
 // SmolLM3's NoPE layers (c.layer_nope): from config.json's no_rope_layers (1: the layer uses RoPE)
 // or no_rope_layer_interval (default 4: every 4th layer without RoPE), and its sliding window
 // (use_sliding_window: the layers layer_types marks, by default the NoPE ones); from GGUF, every

@@ -40,7 +40,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
-                     // "gemma2", "gemma3", "phi3", "smollm3"
+                     // "gemma2", "gemma3", "phi3", "smollm3", "granite"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -69,6 +69,9 @@ struct ModelConfig {
   float attn_softcap = 0.0f;        // attention scores -> cap * tanh(s / cap) (Gemma 2); 0 = off
   float embd_scale = 0.0f;          // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off
   std::vector<uint8_t> layer_nope;  // [n_layer] 1 = no RoPE in that layer (SmolLM3); empty: none
+  float residual_scale =
+      0.0f;                  // sublayer outputs times it before the residual add (Granite); 0 = 1
+  float logit_scale = 0.0f;  // logits divided by it (Granite's logits_scaling); 0 = off
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }

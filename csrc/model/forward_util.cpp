@@ -100,6 +100,16 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
 
 void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads) {
   const int64_t E = s.model->config.n_embd;
+  const float r = s.model->config.residual_scale;
+  if (r > 0.0f) {  // Granite: x + out * residual_multiplier, as transformers rounds it
+    matmul(w, in, s.tmp.data(), E);
+    per_token(n, threads, [&](int t) {
+      float* x = s.x.data() + t * E;
+      const float* y = s.tmp.data() + t * E;
+      for (int64_t e = 0; e < E; ++e) x[e] += y[e] * r;
+    });
+    return;
+  }
   if (takes_bf16_tiles(w)) {
     const MatmulTarget t{&w, s.x.data(), E, true};
     matmul_many(&t, 1, in);

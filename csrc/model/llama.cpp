@@ -151,7 +151,10 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   fill_token_seq(s, batch);
 
   per_token(n, threads, [&](int t) {
-    dequantize_row(w.tok_embd, batch.token_ids[t], s.x.data() + t * E);
+    float* x = s.x.data() + t * E;
+    dequantize_row(w.tok_embd, batch.token_ids[t], x);
+    if (c.embd_scale > 0.0f)  // Granite's embedding_multiplier
+      for (int64_t e = 0; e < E; ++e) x[e] *= c.embd_scale;
     token_cos_sin(s, batch.positions[t], s.cos_sin.data() + t * hd);
   });
   laps.lap(kEmbed);
@@ -161,6 +164,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     attention_qkv(s, batch, l, s.cos_sin.data(), threads, laps);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
+    a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
     paged_attention(a);
     laps.lap(kAttention);
 
@@ -192,6 +196,10 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   }
 
   output_logits(s, batch, threads, logits);
+  if (c.logit_scale > 0.0f) {  // Granite's logits_scaling: a division, as transformers does
+    const int64_t total = static_cast<int64_t>(batch.logits_rows.size()) * c.n_vocab;
+    for (int64_t i = 0; i < total; ++i) logits[i] /= c.logit_scale;
+  }
   laps.lap(kOutput);
   count_step(n);
 }

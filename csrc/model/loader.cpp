@@ -157,17 +157,18 @@ void validate_config(ModelConfig& c, const std::string& path) {
     throw ModelError("invalid rope scaling factor in '" + path + "'");
   if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
       !std::isfinite(c.final_softcap) || !(c.attn_softcap >= 0.0f) ||
-      !std::isfinite(c.attn_softcap))
+      !std::isfinite(c.attn_softcap) || !(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f) ||
+      !(c.embd_scale >= 0.0f))
     throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
 }
 
 // The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
 const char* const k_supported =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3, "
-    "smollm3)";
+    "smollm3, granite)";
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3)";
+    "gemma3_text, gemma3, phi3, smollm3, granite)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -289,7 +290,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" &&
       arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma2" && arch != "gemma3" &&
-      arch != "phi3" && arch != "smollm3")
+      arch != "phi3" && arch != "smollm3" && arch != "granite")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
@@ -349,7 +350,7 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("unsupported rope scaling type '" + scaling + "' in '" + m.path + "'");
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
-  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3")
+  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3" || arch == "granite")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -358,6 +359,7 @@ void load_gguf(Model& m, Storage& st) {
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "smollm3") smollm3_config_gguf(c);
+  if (arch == "granite") granite_config_gguf(*g, c);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -568,7 +570,8 @@ void load_hf(Model& m, Storage& st) {
       {"qwen2_moe", "qwen2moe"}, {"Qwen2MoeForCausalLM", "qwen2moe"},
       {"mixtral", "mixtral"},    {"MixtralForCausalLM", "mixtral"},
       {"phi3", "phi3"},          {"Phi3ForCausalLM", "phi3"},
-      {"smollm3", "smollm3"},    {"SmolLM3ForCausalLM", "smollm3"}};
+      {"smollm3", "smollm3"},    {"SmolLM3ForCausalLM", "smollm3"},
+      {"granite", "granite"},    {"GraniteForCausalLM", "granite"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -623,6 +626,7 @@ void load_hf(Model& m, Storage& st) {
   c.rope_style = RopeStyle::Neox;
   if (c.arch == "phi3")
     phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
+  if (c.arch == "granite") granite_config_hf(cfg, c);
   if (c.arch == "smollm3")
     smollm3_config_hf(cfg, c);  // NoPE layers, the window of use_sliding_window
   else if (c.arch != "phi3")

@@ -211,6 +211,8 @@ class ModelConfig:
     attn_softcap: float = 0.0  # attention scores soft-capping (Gemma 2; 0: off)
     embd_scale: float = 0.0  # embeddings multiplier (0: off)
     layer_nope: list[bool] = field(default_factory=list)  # per layer: no RoPE (SmolLM3); empty: none
+    residual_scale: float = 0.0  # sublayer outputs' multiplier before the residual add (Granite; 0: 1)
+    logit_scale: float = 0.0  # logits divided by it (Granite; 0: off)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -387,6 +389,10 @@ def inspect(
         "final_softcap": c.final_softcap,
         "attn_softcap": c.attn_softcap,
         "n_nope_layers": sum(c.layer_nope),
+        "embd_scale": c.embd_scale,
+        "residual_scale": c.residual_scale,
+        "attn_scale": c.attn_scale,
+        "logit_scale": c.logit_scale,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -490,6 +496,17 @@ def _shards_line(info: dict[str, Any]) -> list[str]:
     return [f"files         split into {len(files)} shards: {names}"]
 
 
+def _multipliers_line(info: dict[str, Any]) -> list[str]:
+    """Granite's four multipliers (the line is absent for every other architecture)."""
+    if info["arch"] != "granite":
+        return []
+    scores = f"{info['attn_scale']:g}" if info["attn_scale"] else "head_dim^-1/2"
+    return [
+        f"multipliers   embeddings {info['embd_scale']:g}, residuals {info['residual_scale']:g}, "
+        f"scores {scores}, logits / {info['logit_scale']:g}"
+    ]
+
+
 def format_inspect(info: dict[str, Any]) -> str:
     """The text ``ossa inspect`` prints for an :func:`inspect` result."""
     types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
@@ -508,6 +525,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}"
         + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),
+        *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
     capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""

@@ -114,6 +114,36 @@ def yarn_hf(c: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _positive(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"invalid {name} {v!r}")
+    return float(v)
+
+
+def granite_gguf(md: dict[str, Any]) -> dict[str, Any]:
+    """Granite's multipliers in GGUF (llama.cpp's keys; absent: 1, and head_dim^-1/2 for scores)."""
+    scale = md.get("granite.attention.scale", 0.0)
+    return {
+        "embd_scale": _positive(md.get("granite.embedding_scale", 1.0), "embedding_scale"),
+        "residual_scale": _positive(md.get("granite.residual_scale", 1.0), "residual_scale"),
+        "logit_scale": _positive(md.get("granite.logit_scale", 1.0), "logit_scale"),
+        "attn_scale": 0.0 if scale == 0 else _positive(scale, "attention.scale"),
+    }
+
+
+def granite_hf(c: dict[str, Any]) -> dict[str, Any]:
+    """Granite's config.json multipliers (GraniteConfig's defaults: 1; attention_multiplier is the
+    scores' scale itself)."""
+
+    def get(key: str) -> float:
+        return _positive(1.0 if c.get(key) is None else c[key], key)
+
+    return {
+        "embd_scale": get("embedding_multiplier"), "residual_scale": get("residual_multiplier"),
+        "attn_scale": get("attention_multiplier"), "logit_scale": get("logits_scaling"),
+    }  # fmt: skip
+
+
 def _nope_every(n_layer: int, interval: int) -> list[bool]:
     return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
 

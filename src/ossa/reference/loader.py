@@ -20,23 +20,29 @@ from . import moe as moe_twin
 from .gguf_split import read_gguf_model
 from .safetensors import read_safetensors
 
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma2", "gemma3", "phi3", "smollm3")
+ARCHS = (
+    "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma2", "gemma3", "phi3", "smollm3",
+    "granite",
+)  # fmt: skip
 GEMMA = ("gemma2", "gemma3")  # post-norms, GeGLU, scaled embeddings: reference/gemma3.py
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
-    "attn_softcap", "embd_scale", "layer_nope",
+    "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
+    "residual_scale": 0.0, "logit_scale": 0.0,
 }  # fmt: skip
-_SUPPORTED = "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3, smollm3)"
+_SUPPORTED = (
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3, smollm3, granite)"
+)
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, gemma3_text, "
-    "gemma3, phi3, smollm3)"
+    "gemma3, phi3, smollm3, granite)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -44,6 +50,7 @@ _HF_ARCHS = {
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
+    "granite": "granite", "GraniteForCausalLM": "granite",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -71,7 +78,8 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     scaling = kw.pop("rope_scaling", None) or {}
     cfg: dict[str, Any] = {"arch": arch, "moe": moe_twin.dense_moe(), **_EXTRA_DEFAULTS, **kw}
     for key in (
-        "rms_eps", "rope_theta", "rope_theta_swa", "attn_scale", "final_softcap", "attn_softcap", "embd_scale"
+        "rms_eps", "rope_theta", "rope_theta_swa", "attn_scale", "final_softcap", "attn_softcap",
+        "embd_scale", "residual_scale", "logit_scale",
     ):  # fmt: skip
         cfg[key] = _f32(cfg[key])
     cfg["layer_sliding"] = [bool(v) for v in cfg["layer_sliding"]]
@@ -209,7 +217,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
         rope_scaling=scaling,
-        rope_style="interleaved" if arch in ("llama", "mistral", "smollm3") else "neox",
+        rope_style="interleaved" if arch in ("llama", "mistral", "smollm3", "granite") else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings="output.weight" not in g.tensors,
@@ -223,6 +231,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     if arch == "smollm3":
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
+    if arch == "granite":
+        common.update(arch_config.granite_gguf(md))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     w = _weights(
@@ -310,6 +320,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
+    if arch == "granite":
+        common.update(arch_config.granite_hf(c))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(

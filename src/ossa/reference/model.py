@@ -306,6 +306,13 @@ def forward(
     inv_freq = token_inv_freq(c, positions)
     mscale = c["rope_scaling"]["attn_factor"]
     x = w["tok_embd"][ids].astype(np.float32)
+    if c["embd_scale"] > 0:  # Granite's embedding_multiplier
+        x = x * np.float32(c["embd_scale"])
+    res = np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else None  # Granite's
+
+    def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return x + out if res is None else x + out * res
+
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = rms_norm(x, w[p + "attn_norm"], eps)
@@ -321,11 +328,14 @@ def forward(
             q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
             k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
         window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
-        x = x + q8(attention(q, k, v, window=window), p + "wo") @ w[p + "wo"].T
+        x = add(x, q8(attention(q, k, v, scale=c["attn_scale"], window=window), p + "wo") @ w[p + "wo"].T)
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             continue
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
-        x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
-    return (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
+        x = add(x, q8(act, p + "w_down") @ w[p + "w_down"].T)
+    logits = (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
+    if c["logit_scale"] > 0:  # Granite's logits_scaling
+        logits = (logits / np.float32(c["logit_scale"])).astype(np.float32)
+    return logits

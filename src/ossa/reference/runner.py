@@ -188,7 +188,11 @@ class ModelRunner:
                     q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"]
                 )
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
-            x = x + (ref_model.rms_norm(out, w[p + "post_attn_norm"], eps) if gemma else out)
+            if gemma:
+                out = ref_model.rms_norm(out, w[p + "post_attn_norm"], eps)
+            elif c["residual_scale"] > 0:  # Granite's residual_multiplier
+                out = out * np.float32(c["residual_scale"])
+            x = x + out
             h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             gate, up = (
                 _linear(q8(h, p + "w_gate"), w[p + "w_gate"]),
@@ -196,13 +200,19 @@ class ModelRunner:
             )
             act = gelu_tanh_glu(gate, up) if gemma else ref_model.silu(gate) * up
             out = _linear(q8(act, p + "w_down"), w[p + "w_down"])
-            x = x + (ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps) if gemma else out)
+            if gemma:
+                out = ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps)
+            elif c["residual_scale"] > 0:
+                out = out * np.float32(c["residual_scale"])
+            x = x + out
         rows = np.asarray(logits_rows, dtype=np.int64)
         h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
         logits = _linear(h, w["output"]).astype(np.float32)
         if c["final_softcap"] > 0:
             cap = np.float32(c["final_softcap"])
             logits = (cap * np.tanh(logits / cap)).astype(np.float32)
+        if c["logit_scale"] > 0:  # Granite's logits_scaling
+            logits = (logits / np.float32(c["logit_scale"])).astype(np.float32)
         return logits
 
 
