@@ -23,22 +23,20 @@ import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
-    HF_TOL,
     N_TOKENS,
     TWIN_TOL,
     build_hf_cases,
     case_file,
-    golden,
+    check_chunked_prefill,
+    check_golden,
     greedy,
     hf_greedy,
-    runner_logits,
 )
 
 from ossa import models
 from ossa._native import core
 from ossa.reference import loader as ref_loader
 from ossa.reference import model as ref_model
-from ossa.reference.runner import ModelRunner as RefRunner
 
 CASES: dict[str, dict[str, Any]] = {
     # 6 layers in llama.cpp's default pattern (5 sliding, the 6th global), window 8, GQA 3, head_dim
@@ -74,14 +72,9 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
+    model = check_golden(path, ids, hf_logits, fmt)
     assert model.config["arch"] == "gemma3"
     assert model.config["sliding_window"] == WINDOW[name]
-    assert err_hf < HF_TOL[fmt], f"{name}/{fmt}: max |ossa - HF| / max |HF| = {err_hf}"
-    assert config == model.config  # the twin reads the same hyper-parameters
-    assert err_twin < TWIN_TOL, f"{name}/{fmt}: max |ossa - twin| / max |HF| = {err_twin}"
-    if fmt in ("safetensors", "F32"):
-        assert twin_hf < HF_TOL[fmt]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -89,17 +82,7 @@ def test_chunked_prefill_past_the_window(hf_models: dict[str, Any], name: str) -
     """Chunks of 1, 5 and 40 tokens through the paged runner (blocks of 4, so a window of 8 spans
     parts of three blocks): bitwise equal to one another, equal to HF, and to the twin's runner."""
     path, hf_logits, ids = hf_models[name]
-    model = core.load_model(path)
-    n_blocks = N_TOKENS // 4
-    whole = runner_logits(core.ModelRunner(model, n_blocks, 4, N_TOKENS), ids, N_TOKENS)
-    for chunk in (1, 5):
-        got = runner_logits(core.ModelRunner(model, n_blocks, 4, N_TOKENS), ids, chunk)
-        np.testing.assert_array_equal(got, whole, err_msg=f"chunk {chunk}")
-    scale = float(np.max(np.abs(hf_logits)))
-    assert float(np.max(np.abs(whole - hf_logits))) / scale < 1e-5
-    config, weights = ref_loader.load_weights(path)
-    twin = runner_logits(RefRunner(config, weights, n_blocks, 4), ids, 5)
-    assert float(np.max(np.abs(twin - whole))) / scale < TWIN_TOL
+    check_chunked_prefill(path, ids, hf_logits)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -739,3 +739,37 @@ def tiny_draft_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return str(out_path)
+
+
+def check_golden(path: str, ids: list[int], hf_logits: np.ndarray, fmt: str) -> Any:
+    """The architecture tests' golden check of one model file (``fmt`` as in HF_TOL): ossa and the
+    twin against transformers' logits, the twin against ossa, and the twin reading the same
+    hyper-parameters as the C++ loader. Returns the loaded ``core.Model``."""
+    model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
+    assert err_hf < HF_TOL[fmt], f"{path}: max |ossa - HF| / max |HF| = {err_hf}"
+    assert config == model.config  # the twin reads the same hyper-parameters
+    assert err_twin < TWIN_TOL, f"{path}: max |ossa - twin| / max |HF| = {err_twin}"
+    if fmt in ("safetensors", "F32"):
+        assert twin_hf < HF_TOL[fmt]
+    return model
+
+
+def check_chunked_prefill(path: str, ids: list[int], hf_logits: np.ndarray) -> None:
+    """Chunks of 1, 5 and all tokens through the paged runner (blocks of 4, in reverse order): bitwise
+    equal to one another, equal to HF, and to the twin's runner (chunks of 5)."""
+    from ossa._native import core
+    from ossa.reference import loader as ref_loader
+    from ossa.reference.runner import ModelRunner as RefRunner
+
+    model = core.load_model(path)
+    n = len(ids)
+    n_blocks = (n + 3) // 4
+    whole = runner_logits(core.ModelRunner(model, n_blocks, 4, n), ids, n)
+    for chunk in (1, 5):
+        got = runner_logits(core.ModelRunner(model, n_blocks, 4, n), ids, chunk)
+        np.testing.assert_array_equal(got, whole, err_msg=f"chunk {chunk}")
+    scale = float(np.max(np.abs(hf_logits)))
+    assert float(np.max(np.abs(whole - hf_logits))) / scale < 1e-5
+    config, weights = ref_loader.load_weights(path)
+    twin = runner_logits(RefRunner(config, weights, n_blocks, 4), ids, 5)
+    assert float(np.max(np.abs(twin - whole))) / scale < TWIN_TOL
