@@ -30,6 +30,7 @@ ARCHS = (
     "phi3",
     "smollm3",
     "granite",
+    "gemma",
 )
 
 
@@ -103,6 +104,7 @@ def make_hf_model(
         "phi3": transformers.Phi3Config,
         "smollm3": transformers.SmolLM3Config,
         "granite": transformers.GraniteConfig,
+        "gemma": transformers.GemmaConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -114,7 +116,7 @@ def make_hf_model(
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and "norm" in name and arch in ("gemma2", "gemma3"):
+            if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3"):
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
             elif p.ndim == 1 and "norm" in name:
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
@@ -228,7 +230,7 @@ def hf_to_gguf(
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
-        "granite": "granite",
+        "granite": "granite", "gemma": "gemma",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -299,7 +301,7 @@ def hf_to_gguf(
         writer.add_logit_scale(float(cfg.get("logits_scaling", 1.0)))
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
-    elif arch not in ("gemma2", "gemma3", "smollm3", "granite"):
+    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
@@ -319,7 +321,7 @@ def hf_to_gguf(
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
     named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
     for name, w in named.items():
-        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
+        if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
         if arch in ("llama", "smollm3", "granite") and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)

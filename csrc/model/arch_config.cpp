@@ -54,13 +54,14 @@ std::vector<uint8_t> hf_layer_types(const Json& cfg, int n_layer) {
 }  // namespace
 
 void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
-  const bool gemma2 = c.arch == "gemma2";
+  const bool gemma2 = c.arch == "gemma2", gemma1 = c.arch == "gemma";
   const std::string k = c.arch + ".";
   c.rope_style = RopeStyle::Neox;
-  c.qk_norm = !gemma2;
+  c.qk_norm = c.arch == "gemma3";
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  c.sliding_window =
-      window_of(g.get_int(k + "attention.sliding_window", 0), k + "attention.sliding_window");
+  c.sliding_window = gemma1 ? 0
+                            : window_of(g.get_int(k + "attention.sliding_window", 0),
+                                        k + "attention.sliding_window");
   if (c.sliding_window > 0) {
     c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
     if (c.layer_sliding.empty())
@@ -70,7 +71,7 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
       c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
   }
   const double scale = g.get_float(k + "attention.scale", 0.0);
-  const bool big = c.n_layer == (gemma2 ? 46 : 62);  // the 27B models
+  const bool big = !gemma1 && c.n_layer == (gemma2 ? 46 : 62);  // the 27B models
   const double scalar =
       big ? static_cast<double>(c.n_embd / c.n_head) : static_cast<double>(c.head_dim);
   c.attn_scale = static_cast<float>(scale > 0.0 ? scale : 1.0 / std::sqrt(scalar));
@@ -80,7 +81,8 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
 
 void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
-  const bool gemma2 = c.arch == "gemma2";
+  const bool gemma1 = c.arch == "gemma";
+  const bool gemma2 = c.arch == "gemma2" || gemma1;  // (Gemma 1 shares Gemma 2's defaults)
   auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
     const int64_t v = cfg.integer(key, dflt);
     if (v <= 0 || v > max)
@@ -97,8 +99,12 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   c.n_ff = dim("intermediate_size", 9216);
   c.n_ctx_train = dim("max_position_embeddings", gemma2 ? 8192 : 131072);
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  const std::string act = cfg.string("hidden_activation", "gelu_pytorch_tanh");
-  if (act != "gelu_pytorch_tanh")
+  // Gemma 1 configs name it hidden_act (often "gelu"); the released models and llama.cpp use the
+  // tanh approximation, and vLLM takes "gelu" to mean it (transformers 5 would run exact GELU).
+  std::string act = cfg.string("hidden_activation", "");
+  if (act.empty())
+    act = gemma1 ? cfg.string("hidden_act", "gelu_pytorch_tanh") : "gelu_pytorch_tanh";
+  if (act != "gelu_pytorch_tanh" && !(gemma1 && act == "gelu"))
     throw ModelError("hidden_activation '" + act + "' in '" + path +
                      "' is not supported (gelu_pytorch_tanh is)");
   if (cfg.boolean("attention_bias", false))
@@ -144,13 +150,13 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
     }
   }
 
-  c.sliding_window = window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
+  c.sliding_window = gemma1 ? 0 : window_of(cfg.integer("sliding_window", 4096), "'" + path + "'");
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
   if (c.layer_sliding.empty())
     c.layer_sliding =
         pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", gemma2 ? 2 : 6));
   if (c.sliding_window == 0) c.layer_sliding.clear();
-  const double scalar = cfg.number("query_pre_attn_scalar", 256.0);
+  const double scalar = cfg.number("query_pre_attn_scalar", gemma1 ? c.head_dim : 256.0);
   if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(scalar));
   // Gemma2Config's defaults cap both (30 and 50), Gemma3TextConfig's neither; null: no capping.
@@ -158,11 +164,11 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
     const JsonValue* x = cfg.v.get(key);
     return static_cast<float>(x != nullptr && x->is_null() ? 0.0 : cfg.number(key, dflt));
   };
-  c.final_softcap = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
-  if (gemma2) c.attn_softcap = cap("attn_logit_softcapping", 50.0);
+  c.final_softcap = cap("final_logit_softcapping", gemma2 && !gemma1 ? 30.0 : 0.0);
+  if (gemma2 && !gemma1) c.attn_softcap = cap("attn_logit_softcapping", 50.0);
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.rope_style = RopeStyle::Neox;
-  c.qk_norm = !gemma2;
+  c.qk_norm = c.arch == "gemma3";
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
 }
 

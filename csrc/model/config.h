@@ -40,7 +40,7 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
-                     // "gemma2", "gemma3", "phi3", "smollm3", "granite"
+                     // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -75,8 +75,10 @@ struct ModelConfig {
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
-  // Gemma 2 and 3: post-norms around each sublayer, GeGLU, scaled embeddings (model/gemma3.cpp).
-  bool gemma() const { return arch == "gemma2" || arch == "gemma3"; }
+  // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
+  // also normalise each sublayer's output (post_norms).
+  bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
+  bool post_norms() const { return arch == "gemma2" || arch == "gemma3"; }
 };
 
 }  // namespace ossa

@@ -18,13 +18,14 @@ namespace {
 
 const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
 
-// x += norm(s.tmp): a sublayer's output, normalised by `post_norm`, into the residual stream.
+// x += norm(s.tmp): a sublayer's output, normalised by `post_norm` (Gemma 2 and 3; Gemma 1 has
+// none: nullptr), into the residual stream.
 void add_normed(ForwardState& s, const float* post_norm, int n, int threads) {
   const ModelConfig& c = s.model->config;
   const int64_t E = c.n_embd;
   per_token(n, threads, [&](int t) {
     float* y = s.tmp.data() + t * E;
-    rmsnorm_row(y, post_norm, E, c.rms_eps, y);
+    if (post_norm != nullptr) rmsnorm_row(y, post_norm, E, c.rms_eps, y);
     add_row(s.x.data() + t * E, y, E);
   });
 }
@@ -69,7 +70,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
 
     MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
     matmul(L.wo, in, s.tmp.data(), E);
-    add_normed(s, f32(L.post_attn_norm), n, threads);
+    add_normed(s, c.post_norms() ? f32(L.post_attn_norm) : nullptr, n, threads);
     laps.lap(kWo);
     in = norm_for(s, f32(L.ffn_norm), n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
@@ -81,7 +82,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     in = tiles ? MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()}
                : prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     matmul(L.w_down, in, s.tmp.data(), E);
-    add_normed(s, f32(L.post_ffn_norm), n, threads);
+    add_normed(s, c.post_norms() ? f32(L.post_ffn_norm) : nullptr, n, threads);
     laps.lap(kDown);
   }
 

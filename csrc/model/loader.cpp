@@ -164,10 +164,10 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
 const char* const k_supported =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3, "
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma, gemma2, gemma3, phi3, "
     "smollm3, granite)";
 const char* const k_supported_hf =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, "
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite)";
 
 void build_weights(Model& m, Builder& b,
@@ -220,7 +220,7 @@ void build_weights(Model& m, Builder& b,
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
-    if (c.gemma()) {
+    if (c.post_norms()) {
       l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
       l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
     }
@@ -289,8 +289,8 @@ void load_gguf(Model& m, Storage& st) {
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" &&
-      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma2" && arch != "gemma3" &&
-      arch != "phi3" && arch != "smollm3" && arch != "granite")
+      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma" && arch != "gemma2" &&
+      arch != "gemma3" && arch != "phi3" && arch != "smollm3" && arch != "granite")
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";
@@ -423,12 +423,15 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
   if (multimodal)
     prefix = b.has("language_model.model.embed_tokens.weight") ? "language_model.model."
                                                                : "model.language_model.";
-  const auto name_of = [&prefix](int layer, const char* field) {
+  // (Gemma 1's two norms per layer keep Llama's names: post_attention_layernorm is its pre-FFN
+  // norm.)
+  const bool four_norms = c.post_norms();
+  const auto name_of = [&prefix, four_norms](int layer, const char* field) {
     static const std::map<std::string, std::string> k_gemma = {
         {"ffn_norm", "pre_feedforward_layernorm.weight"},
         {"post_attn_norm", "post_attention_layernorm.weight"},
         {"post_ffn_norm", "post_feedforward_layernorm.weight"}};
-    auto it = k_gemma.find(field);
+    auto it = four_norms ? k_gemma.find(field) : k_gemma.end();
     const std::string name = it != k_gemma.end()
                                  ? "model.layers." + std::to_string(layer) + "." + it->second
                                  : hf_name(layer, field);
@@ -575,6 +578,8 @@ void load_hf(Model& m, Storage& st) {
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
+  if (arch == "gemma" || arch == "GemmaForCausalLM")
+    return load_gemma3_hf(m, b, cfg, false, "gemma");
   auto found = k_archs.find(arch);
   if (found == k_archs.end())
     throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path + "' " + k_supported_hf);

@@ -189,12 +189,13 @@ def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3"
     read). Where llama.cpp's converter writes nothing, llama.cpp's assumptions: Gemma 3 every 6th layer
     global with local RoPE base 10000, Gemma 2 every other layer sliding (from the first) with one
     RoPE base; scores scaled by head_dim^-1/2, or (n_embd / n_head)^-1/2 for the 27B models (62 layers
-    for Gemma 3, 46 for Gemma 2). Gemma 2 also soft-caps its attention scores."""
-    gemma2 = arch == "gemma2"
+    for Gemma 3, 46 for Gemma 2). Gemma 2 also soft-caps its attention scores. Gemma 1 (``gemma``):
+    no window, no caps, no q/k norms."""
+    gemma2, gemma1 = arch == "gemma2", arch == "gemma"
     k = arch + "."
-    out: dict[str, Any] = {"rope_style": "neox", "qk_norm": not gemma2}
+    out: dict[str, Any] = {"rope_style": "neox", "qk_norm": arch == "gemma3"}
     out["embd_scale"] = math.sqrt(np.float32(common["n_embd"]))
-    window = _window(md.get(k + "attention.sliding_window", 0))
+    window = 0 if gemma1 else _window(md.get(k + "attention.sliding_window", 0))
     out["sliding_window"] = window
     if window > 0:
         layers = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", common["n_layer"])
@@ -205,7 +206,7 @@ def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3"
         if not gemma2:
             out["rope_theta_swa"] = md.get(k + "rope.freq_base_swa", 10000.0)
     scale = md.get(k + "attention.scale", 0.0)
-    if common["n_layer"] == (46 if gemma2 else 62):
+    if not gemma1 and common["n_layer"] == (46 if gemma2 else 62):
         scalar = float(common["n_embd"] // common["n_head"])
     else:
         scalar = float(common["head_dim"])
@@ -217,9 +218,10 @@ def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3"
 
 
 def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
-    """Every config key of a Gemma3TextConfig dict (or a Gemma2Config one: ``arch``), with the class's
-    defaults for the keys a file leaves out."""
-    gemma2 = arch == "gemma2"
+    """Every config key of a Gemma3TextConfig dict (or a Gemma2Config / GemmaConfig one: ``arch``),
+    with the class's defaults for the keys a file leaves out."""
+    gemma1 = arch == "gemma"
+    gemma2 = arch == "gemma2" or gemma1  # (Gemma 1 shares Gemma 2's defaults)
 
     def get(key: str, default: Any) -> Any:
         v = c.get(key)
@@ -228,8 +230,11 @@ def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
     def cap(key: str, default: float) -> float:  # absent: the class's default; null: no capping
         return 0.0 if key in c and c[key] is None else get(key, default)
 
-    if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise ValueError(f"hidden_activation {c['hidden_activation']!r} is not supported")
+    # Gemma 1 configs name it hidden_act (often "gelu", meaning the tanh approximation, as vLLM and
+    # llama.cpp take it).
+    act = get("hidden_activation", get("hidden_act", "gelu_pytorch_tanh") if gemma1 else "gelu_pytorch_tanh")
+    if act != "gelu_pytorch_tanh" and not (gemma1 and act == "gelu"):
+        raise ValueError(f"hidden_activation {act!r} is not supported")
     if get("attention_bias", False) or get("use_bidirectional_attention", False):
         raise ValueError("attention_bias / use_bidirectional_attention are not supported")
     n_layer, n_embd = get("num_hidden_layers", 26), get("hidden_size", 2304)
@@ -255,7 +260,7 @@ def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
             rope_scaling = {"type": "linear", "factor": scaling.get("factor", 1.0)}
         elif stype != "default":
             raise ValueError(f"unsupported rope scaling type '{stype}'")
-    window = _window(get("sliding_window", 4096))
+    window = 0 if gemma1 else _window(get("sliding_window", 4096))
     sliding = _hf_layer_types(c, n_layer)
     if sliding is None:
         sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 2 if gemma2 else 6))
@@ -265,12 +270,12 @@ def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
         head_dim=get("head_dim", 256), n_ff=get("intermediate_size", 9216),
         n_ctx_train=get("max_position_embeddings", 8192 if gemma2 else 131072),
         rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta, rope_theta_swa=theta_swa,
-        rope_scaling=rope_scaling, rope_style="neox", qkv_bias=False, qk_norm=not gemma2,
+        rope_scaling=rope_scaling, rope_style="neox", qkv_bias=False, qk_norm=arch == "gemma3",
         tied_embeddings=bool(get("tie_word_embeddings", True)),
         sliding_window=window, layer_sliding=sliding if window > 0 else [],
-        attn_scale=1.0 / math.sqrt(get("query_pre_attn_scalar", 256)),
-        final_softcap=cap("final_logit_softcapping", 30.0 if gemma2 else 0.0),
-        attn_softcap=cap("attn_logit_softcapping", 50.0) if gemma2 else 0.0,
+        attn_scale=1.0 / math.sqrt(get("query_pre_attn_scalar", get("head_dim", 256) if gemma1 else 256)),
+        final_softcap=cap("final_logit_softcapping", 30.0 if gemma2 and not gemma1 else 0.0),
+        attn_softcap=cap("attn_logit_softcapping", 50.0) if gemma2 and not gemma1 else 0.0,
         embd_scale=math.sqrt(np.float32(n_embd)),
     )  # fmt: skip
 

@@ -5,7 +5,8 @@ What differs from the Llama family (``model.forward``):
   - embeddings multiplied by sqrt(n_embd) (``embd_scale``);
   - RMSNorm over each head of q and k (Gemma 3; ``qk_norm``); every norm weight is the factor
     applied (HF's 1 + w, which the loader has already added);
-  - each sublayer's output normalised again before it joins the residual stream;
+  - each sublayer's output normalised again before it joins the residual stream (Gemma 2 and 3;
+    Gemma 1 adds it as Llama does);
   - sliding-window layers (``layer_sliding``, ``sliding_window``) rotated with their own RoPE base
     (``rope_theta_swa``, unscaled), global layers with ``rope_theta`` and its scaling;
   - scores scaled by ``attn_scale`` (query_pre_attn_scalar^-1/2), and soft-capped (``attn_softcap``:
@@ -39,6 +40,7 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
     """Logits [len(token_ids), n_vocab] of one sequence from position 0 (``q8``: the matmul input
     rounding of ``model.activation_rounding``)."""
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
+    post_norms = c["arch"] in ("gemma2", "gemma3")
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
         raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
@@ -64,11 +66,12 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
         k = apply_rope(k, positions, freq, c["rope_style"])
         window = c["sliding_window"] if sliding else 0
         a = attention(q, k, v, scale=c["attn_scale"], window=window, softcap=c["attn_softcap"])
-        x = x + rms_norm(q8(a, p + "wo") @ w[p + "wo"].T, w[p + "post_attn_norm"], eps)
+        out = q8(a, p + "wo") @ w[p + "wo"].T
+        x = x + (rms_norm(out, w[p + "post_attn_norm"], eps) if post_norms else out)
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         gate, up = q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T
         f = q8(gelu_tanh_glu(gate, up), p + "w_down") @ w[p + "w_down"].T
-        x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
+        x = x + (rms_norm(f, w[p + "post_ffn_norm"], eps) if post_norms else f)
     logits = (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
     if c["final_softcap"] > 0:
         cap = np.float32(c["final_softcap"])

@@ -21,10 +21,11 @@ from .gguf_split import read_gguf_model
 from .safetensors import read_safetensors
 
 ARCHS = (
-    "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma2", "gemma3", "phi3", "smollm3",
-    "granite",
+    "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
+    "smollm3", "granite",
 )  # fmt: skip
-GEMMA = ("gemma2", "gemma3")  # post-norms, GeGLU, scaled embeddings: reference/gemma3.py
+GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
+POST_NORMS = ("gemma2", "gemma3")  # a norm on each sublayer's output too
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -38,11 +39,12 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "residual_scale": 0.0, "logit_scale": 0.0,
 }  # fmt: skip
 _SUPPORTED = (
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma2, gemma3, phi3, smollm3, granite)"
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma, gemma2, gemma3, phi3, smollm3, "
+    "granite)"
 )
 _SUPPORTED_HF = (
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma2, gemma3_text, "
-    "gemma3, phi3, smollm3, granite)"
+    "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
+    "gemma3_text, gemma3, phi3, smollm3, granite)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -155,7 +157,7 @@ def _weights(
             shapes.update(w_down=(e, ff))
         elif i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
-        if cfg["arch"] in GEMMA:
+        if cfg["arch"] in POST_NORMS:
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
@@ -269,6 +271,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return _gemma3_hf(c, get_tensor, names, multimodal=False)
     if arch in ("gemma2", "Gemma2ForCausalLM"):
         return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma2")
+    if arch in ("gemma", "GemmaForCausalLM"):
+        return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma")
     if arch not in _HF_ARCHS:
         raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED_HF}")
     arch = _HF_ARCHS[arch]
@@ -357,11 +361,14 @@ def _gemma3_hf(
     kw["tied_embeddings"] = kw["tied_embeddings"] or head not in names
     cfg = _config(arch, **kw)
 
+    four = arch in POST_NORMS  # (Gemma 1's post_attention_layernorm is its pre-FFN norm, as Llama's)
+
     def name_of(i: int, f: str) -> str:
-        return f"{prefix}layers.{i}.{_GEMMA3_HF.get(f, _HF_LAYER.get(f, ''))}"
+        return f"{prefix}layers.{i}.{(_GEMMA3_HF if four else {}).get(f, _HF_LAYER.get(f, ''))}"
 
     w = _weights(cfg, get, names, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head)
     norms = [n for n in _GEMMA3_NORMS if cfg["qk_norm"] or n not in ("q_norm", "k_norm")]
+    norms = [n for n in norms if four or n not in ("post_attn_norm", "post_ffn_norm")]
     for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
         w[key] = (np.float32(1) + w[key].astype(np.float32)).astype(np.float32)
     return cfg, w

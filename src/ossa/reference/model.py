@@ -294,7 +294,7 @@ def forward(
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)
-    if c["arch"] in ("gemma2", "gemma3"):
+    if c["arch"] in ("gemma", "gemma2", "gemma3"):
         from .gemma3 import forward_gemma3
 
         return forward_gemma3(c, w, token_ids, q8)

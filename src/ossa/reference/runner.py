@@ -153,7 +153,8 @@ class ModelRunner:
         x = w["tok_embd"][ids].astype(np.float32)
         if c["embd_scale"] > 0:
             x = x * np.float32(c["embd_scale"])
-        gemma = c["arch"] in ("gemma2", "gemma3")
+        gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
+        post_norms = c["arch"] in ("gemma2", "gemma3")
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -188,7 +189,7 @@ class ModelRunner:
                     q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"]
                 )
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
-            if gemma:
+            if post_norms:
                 out = ref_model.rms_norm(out, w[p + "post_attn_norm"], eps)
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
@@ -200,7 +201,7 @@ class ModelRunner:
             )
             act = gelu_tanh_glu(gate, up) if gemma else ref_model.silu(gate) * up
             out = _linear(q8(act, p + "w_down"), w[p + "w_down"])
-            if gemma:
+            if post_norms:
                 out = ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps)
             elif c["residual_scale"] > 0:
                 out = out * np.float32(c["residual_scale"])
