@@ -81,8 +81,8 @@ void gemma3_config_gguf(const GGUFFile& g, ModelConfig& c) {
 
 void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
-  const bool gemma1 = c.arch == "gemma";
-  const bool gemma2 = c.arch == "gemma2" || gemma1;  // (Gemma 1 shares Gemma 2's defaults)
+  const bool gemma1 = c.arch == "gemma", gemma2 = c.arch == "gemma2";
+  const bool before3 = gemma1 || gemma2;  // GemmaConfig and Gemma2Config share these defaults
   auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
     const int64_t v = cfg.integer(key, dflt);
     if (v <= 0 || v > max)
@@ -90,14 +90,14 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
                        "'");
     return static_cast<int>(v);
   };
-  c.n_vocab = dim("vocab_size", gemma2 ? 256000 : 262208);
+  c.n_vocab = dim("vocab_size", before3 ? 256000 : 262208);
   c.n_embd = dim("hidden_size", 2304);
   c.n_layer = dim("num_hidden_layers", 26, 4096);
   c.n_head = dim("num_attention_heads", 8, 65536);
   c.n_head_kv = dim("num_key_value_heads", 4, 65536);
   c.head_dim = dim("head_dim", 256, 65536);
   c.n_ff = dim("intermediate_size", 9216);
-  c.n_ctx_train = dim("max_position_embeddings", gemma2 ? 8192 : 131072);
+  c.n_ctx_train = dim("max_position_embeddings", before3 ? 8192 : 131072);
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   // Gemma 1 configs name it hidden_act (often "gelu"); the released models and llama.cpp use the
   // tanh approximation, and vLLM takes "gelu" to mean it (transformers 5 would run exact GELU).
@@ -116,8 +116,8 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   // RoPE: transformers 5 writes rope_parameters {full_attention: {...}, sliding_attention: {...}};
   // 4.x wrote rope_theta, rope_local_base_freq and rope_scaling (the global layers'). Gemma 2 has
   // one base for every layer (rope_theta, or a flat rope_parameters {rope_theta, rope_type}).
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gemma2 ? 1e4 : 1e6));
-  c.rope_theta_swa = gemma2 ? 0.0f : static_cast<float>(cfg.number("rope_local_base_freq", 1e4));
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", before3 ? 1e4 : 1e6));
+  c.rope_theta_swa = before3 ? 0.0f : static_cast<float>(cfg.number("rope_local_base_freq", 1e4));
   const JsonValue* scaling = cfg.get("rope_scaling");
   if (const JsonValue* params = cfg.get("rope_parameters"); params != nullptr) {
     if (!params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
@@ -125,7 +125,7 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
     const JsonValue* local = params->get("sliding_attention");
     if (full == nullptr && local == nullptr) {  // one set of parameters for every layer
       c.rope_theta = static_cast<float>(Json{*params, path}.number("rope_theta", c.rope_theta));
-      if (!gemma2) c.rope_theta_swa = c.rope_theta;
+      if (!before3) c.rope_theta_swa = c.rope_theta;
       scaling = params;
     }
     if (full != nullptr && full->is_object()) {
@@ -154,7 +154,7 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
   if (c.layer_sliding.empty())
     c.layer_sliding =
-        pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", gemma2 ? 2 : 6));
+        pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", before3 ? 2 : 6));
   if (c.sliding_window == 0) c.layer_sliding.clear();
   const double scalar = cfg.number("query_pre_attn_scalar", gemma1 ? c.head_dim : 256.0);
   if (!(scalar > 0.0)) throw ModelError("invalid query_pre_attn_scalar in '" + path + "'");
@@ -164,8 +164,8 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c) {
     const JsonValue* x = cfg.v.get(key);
     return static_cast<float>(x != nullptr && x->is_null() ? 0.0 : cfg.number(key, dflt));
   };
-  c.final_softcap = cap("final_logit_softcapping", gemma2 && !gemma1 ? 30.0 : 0.0);
-  if (gemma2 && !gemma1) c.attn_softcap = cap("attn_logit_softcapping", 50.0);
+  c.final_softcap = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+  if (gemma2) c.attn_softcap = cap("attn_logit_softcapping", 50.0);
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.rope_style = RopeStyle::Neox;
   c.qk_norm = c.arch == "gemma3";

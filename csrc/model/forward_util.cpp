@@ -1,9 +1,11 @@
 #include "model/forward_util.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
+#include "formats/dequantize.h"
 #include "kernels/ops.h"
 #include "util/aligned.h"
 #include "util/error.h"
@@ -226,6 +228,19 @@ void output_logits(ForwardState& s, const Batch& batch, int threads, float* logi
     rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
   MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
   matmul(w.output, in, logits, c.n_vocab);
+  const int64_t total = static_cast<int64_t>(n_out) * c.n_vocab;
+  if (c.final_softcap > 0.0f)
+    for (int64_t i = 0; i < total; ++i)
+      logits[i] = c.final_softcap * std::tanh(logits[i] / c.final_softcap);
+  if (c.logit_scale > 0.0f)  // a division, as transformers does
+    for (int64_t i = 0; i < total; ++i) logits[i] /= c.logit_scale;
+}
+
+void embed_row(const ForwardState& s, int32_t token, float* x) {
+  const ModelConfig& c = s.model->config;
+  dequantize_row(s.model->weights.tok_embd, token, x);
+  if (c.embd_scale > 0.0f)
+    for (int64_t e = 0; e < c.n_embd; ++e) x[e] *= c.embd_scale;
 }
 
 }  // namespace ossa::fwd

@@ -89,7 +89,12 @@ void fill_token_seq(ForwardState& s, const Batch& batch);
 // window, no soft-capping; the caller sets those).
 AttentionArgs attention_args(const ForwardState& s, const Batch& batch, int layer, int threads);
 
-// logits[i] = output(norm(x[logits_rows[i]])) for the batch's logits rows.
+// logits[i] = output(norm(x[logits_rows[i]])) for the batch's logits rows, then the config's
+// final soft-cap (Gemma 2/3: cap * tanh(l / cap)) or division by logit_scale (Granite).
 void output_logits(ForwardState& s, const Batch& batch, int threads, float* logits);
+
+// x = the token's embedding row, times the config's embd_scale (Gemma: sqrt(n_embd); Granite's
+// embedding_multiplier) when it is set.
+void embed_row(const ForwardState& s, int32_t token, float* x);
 
 }  // namespace ossa::fwd

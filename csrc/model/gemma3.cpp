@@ -1,9 +1,7 @@
 #include "model/gemma3.h"
 
 #include <algorithm>
-#include <cmath>
 
-#include "formats/dequantize.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -45,10 +43,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
 
   fill_token_seq(s, batch);
   per_token(n, threads, [&](int t) {
-    float* x = s.x.data() + t * E;
-    dequantize_row(w.tok_embd, batch.token_ids[t], x);
-    if (c.embd_scale > 0.0f)
-      for (int64_t e = 0; e < E; ++e) x[e] *= c.embd_scale;
+    embed_row(s, batch.token_ids[t], s.x.data() + t * E);
     rope_cos_sin(batch.positions[t], s.inv_freq.data(), c.head_dim, s.cos_sin.data() + t * hd);
     if (local_rope)
       rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim,
@@ -86,12 +81,7 @@ void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kDown);
   }
 
-  output_logits(s, batch, threads, logits);
-  if (c.final_softcap > 0.0f) {
-    const int64_t total = static_cast<int64_t>(batch.logits_rows.size()) * c.n_vocab;
-    for (int64_t i = 0; i < total; ++i)
-      logits[i] = c.final_softcap * std::tanh(logits[i] / c.final_softcap);
-  }
+  output_logits(s, batch, threads, logits);  // (soft-capped when the config says)
   laps.lap(kOutput);
   count_step(n);
 }

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <numbers>
 
-#include "formats/dequantize.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -151,10 +150,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   fill_token_seq(s, batch);
 
   per_token(n, threads, [&](int t) {
-    float* x = s.x.data() + t * E;
-    dequantize_row(w.tok_embd, batch.token_ids[t], x);
-    if (c.embd_scale > 0.0f)  // Granite's embedding_multiplier
-      for (int64_t e = 0; e < E; ++e) x[e] *= c.embd_scale;
+    embed_row(s, batch.token_ids[t], s.x.data() + t * E);  // (Granite scales it)
     token_cos_sin(s, batch.positions[t], s.cos_sin.data() + t * hd);
   });
   laps.lap(kEmbed);
@@ -195,11 +191,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kDown);
   }
 
-  output_logits(s, batch, threads, logits);
-  if (c.logit_scale > 0.0f) {  // Granite's logits_scaling: a division, as transformers does
-    const int64_t total = static_cast<int64_t>(batch.logits_rows.size()) * c.n_vocab;
-    for (int64_t i = 0; i < total; ++i) logits[i] /= c.logit_scale;
-  }
+  output_logits(s, batch, threads, logits);  // (Granite divides them by logit_scale)
   laps.lap(kOutput);
   count_step(n);
 }

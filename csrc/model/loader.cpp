@@ -162,10 +162,16 @@ void validate_config(ModelConfig& c, const std::string& path) {
     throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
 }
 
-// The architectures ossa runs, for the message naming an unknown one (GGUF and config.json names).
-const char* const k_supported =
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma, gemma2, gemma3, phi3, "
-    "smollm3, granite)";
+// The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
+const std::vector<std::string> k_gguf_archs = {"llama",    "qwen2",    "qwen3",   "mistral",
+                                               "qwen3moe", "qwen2moe", "gemma",   "gemma2",
+                                               "gemma3",   "phi3",     "smollm3", "granite"};
+const std::string k_supported = [] {
+  std::string s = "(ossa supports ";
+  for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
+  return s + ")";
+}();
+// config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite)";
@@ -288,9 +294,7 @@ void load_gguf(Model& m, Storage& st) {
   ModelConfig& c = m.config;
   const std::string arch = g->get_string("general.architecture");
   if (arch.empty()) throw ModelError("GGUF file '" + m.path + "' has no general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral" &&
-      arch != "qwen3moe" && arch != "qwen2moe" && arch != "gemma" && arch != "gemma2" &&
-      arch != "gemma3" && arch != "phi3" && arch != "smollm3" && arch != "granite")
+  if (std::find(k_gguf_archs.begin(), k_gguf_archs.end(), arch) == k_gguf_archs.end())
     throw ModelError("unknown architecture '" + arch + "' in '" + m.path + "' " + k_supported);
   c.arch = arch;
   const std::string k = arch + ".";

@@ -220,8 +220,8 @@ def gemma3_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "gemma3"
 def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
     """Every config key of a Gemma3TextConfig dict (or a Gemma2Config / GemmaConfig one: ``arch``),
     with the class's defaults for the keys a file leaves out."""
-    gemma1 = arch == "gemma"
-    gemma2 = arch == "gemma2" or gemma1  # (Gemma 1 shares Gemma 2's defaults)
+    gemma1, gemma2 = arch == "gemma", arch == "gemma2"
+    before3 = gemma1 or gemma2  # GemmaConfig and Gemma2Config share these defaults
 
     def get(key: str, default: Any) -> Any:
         v = c.get(key)
@@ -238,15 +238,15 @@ def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
     if get("attention_bias", False) or get("use_bidirectional_attention", False):
         raise ValueError("attention_bias / use_bidirectional_attention are not supported")
     n_layer, n_embd = get("num_hidden_layers", 26), get("hidden_size", 2304)
-    theta = get("rope_theta", 1e4 if gemma2 else 1e6)
-    theta_swa = 0.0 if gemma2 else get("rope_local_base_freq", 1e4)
+    theta = get("rope_theta", 1e4 if before3 else 1e6)
+    theta_swa = 0.0 if before3 else get("rope_local_base_freq", 1e4)
     scaling = c.get("rope_scaling")
     params = c.get("rope_parameters")
     if params is not None:
         full, local = params.get("full_attention"), params.get("sliding_attention")
         if full is None and local is None:  # one set of parameters for every layer
             theta, scaling = params.get("rope_theta", theta), params
-            theta_swa = 0.0 if gemma2 else theta
+            theta_swa = 0.0 if before3 else theta
         if isinstance(full, dict):
             theta, scaling = full.get("rope_theta", theta), full
         if isinstance(local, dict):
@@ -263,19 +263,19 @@ def gemma3_hf(c: dict[str, Any], arch: str = "gemma3") -> dict[str, Any]:
     window = 0 if gemma1 else _window(get("sliding_window", 4096))
     sliding = _hf_layer_types(c, n_layer)
     if sliding is None:
-        sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 2 if gemma2 else 6))
+        sliding = _pattern_layers(n_layer, get("sliding_window_pattern", 2 if before3 else 6))
     return dict(
-        n_vocab=get("vocab_size", 256000 if gemma2 else 262208), n_embd=n_embd, n_layer=n_layer,
+        n_vocab=get("vocab_size", 256000 if before3 else 262208), n_embd=n_embd, n_layer=n_layer,
         n_head=get("num_attention_heads", 8), n_head_kv=get("num_key_value_heads", 4),
         head_dim=get("head_dim", 256), n_ff=get("intermediate_size", 9216),
-        n_ctx_train=get("max_position_embeddings", 8192 if gemma2 else 131072),
+        n_ctx_train=get("max_position_embeddings", 8192 if before3 else 131072),
         rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta, rope_theta_swa=theta_swa,
         rope_scaling=rope_scaling, rope_style="neox", qkv_bias=False, qk_norm=arch == "gemma3",
         tied_embeddings=bool(get("tie_word_embeddings", True)),
         sliding_window=window, layer_sliding=sliding if window > 0 else [],
         attn_scale=1.0 / math.sqrt(get("query_pre_attn_scalar", get("head_dim", 256) if gemma1 else 256)),
-        final_softcap=cap("final_logit_softcapping", 30.0 if gemma2 and not gemma1 else 0.0),
-        attn_softcap=cap("attn_logit_softcapping", 50.0) if gemma2 and not gemma1 else 0.0,
+        final_softcap=cap("final_logit_softcapping", 30.0 if gemma2 else 0.0),
+        attn_softcap=cap("attn_logit_softcapping", 50.0) if gemma2 else 0.0,
         embd_scale=math.sqrt(np.float32(n_embd)),
     )  # fmt: skip
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import apply_rope, attention, rms_norm, rope_inv_freq
+from .model import apply_rope, attention, embed, finish_logits, rms_norm, rope_inv_freq
 
 
 def gelu_tanh_glu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -49,9 +49,7 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
     inv_freq = rope_inv_freq(c)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else inv_freq
-    x = w["tok_embd"][ids].astype(np.float32)
-    if c["embd_scale"] > 0:
-        x = x * np.float32(c["embd_scale"])
+    x = embed(c, w, ids)
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
@@ -72,8 +70,4 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
         gate, up = q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T
         f = q8(gelu_tanh_glu(gate, up), p + "w_down") @ w[p + "w_down"].T
         x = x + (rms_norm(f, w[p + "post_ffn_norm"], eps) if post_norms else f)
-    logits = (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
-    if c["final_softcap"] > 0:
-        cap = np.float32(c["final_softcap"])
-        logits = (cap * np.tanh(logits / cap)).astype(np.float32)
-    return logits
+    return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)

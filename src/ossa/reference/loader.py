@@ -38,10 +38,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0,
 }  # fmt: skip
-_SUPPORTED = (
-    "(ossa supports llama, qwen2, qwen3, mistral, qwen3moe, qwen2moe, gemma, gemma2, gemma3, phi3, smollm3, "
-    "granite)"
-)
+_SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite)"

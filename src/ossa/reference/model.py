@@ -269,6 +269,25 @@ def activation_rounding(
     return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), listed)
 
 
+def embed(c: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """The tokens' embedding rows, times ``embd_scale`` when set (Gemma's sqrt(n_embd), Granite's
+    embedding_multiplier); twin of forward_util's embed_row."""
+    x = w["tok_embd"][ids].astype(np.float32)
+    return x * np.float32(c["embd_scale"]) if c["embd_scale"] > 0 else x
+
+
+def finish_logits(c: dict[str, Any], logits: np.ndarray) -> np.ndarray:
+    """The output matmul's logits after the config's final soft-cap (Gemma 2/3) or division by
+    ``logit_scale`` (Granite); twin of the end of forward_util's output_logits."""
+    logits = logits.astype(np.float32)
+    if c["final_softcap"] > 0:
+        cap = np.float32(c["final_softcap"])
+        logits = (cap * np.tanh(logits / cap)).astype(np.float32)
+    if c["logit_scale"] > 0:
+        logits = (logits / np.float32(c["logit_scale"])).astype(np.float32)
+    return logits
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
@@ -305,9 +324,7 @@ def forward(
     positions = np.arange(len(ids))
     inv_freq = token_inv_freq(c, positions)
     mscale = c["rope_scaling"]["attn_factor"]
-    x = w["tok_embd"][ids].astype(np.float32)
-    if c["embd_scale"] > 0:  # Granite's embedding_multiplier
-        x = x * np.float32(c["embd_scale"])
+    x = embed(c, w, ids)  # (Granite scales it)
     res = np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else None  # Granite's
 
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -335,7 +352,4 @@ def forward(
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, q8(act, p + "w_down") @ w[p + "w_down"].T)
-    logits = (q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T).astype(np.float32)
-    if c["logit_scale"] > 0:  # Granite's logits_scaling
-        logits = (logits / np.float32(c["logit_scale"])).astype(np.float32)
-    return logits
+    return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)

@@ -150,9 +150,7 @@ class ModelRunner:
             ctx_pos = np.arange(context_len[s])
             ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
 
-        x = w["tok_embd"][ids].astype(np.float32)
-        if c["embd_scale"] > 0:
-            x = x * np.float32(c["embd_scale"])
+        x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3")
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
@@ -208,13 +206,7 @@ class ModelRunner:
             x = x + out
         rows = np.asarray(logits_rows, dtype=np.int64)
         h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
-        logits = _linear(h, w["output"]).astype(np.float32)
-        if c["final_softcap"] > 0:
-            cap = np.float32(c["final_softcap"])
-            logits = (cap * np.tanh(logits / cap)).astype(np.float32)
-        if c["logit_scale"] > 0:  # Granite's logits_scaling
-            logits = (logits / np.float32(c["logit_scale"])).astype(np.float32)
-        return logits
+        return ref_model.finish_logits(c, _linear(h, w["output"]))
 
 
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
