@@ -27,8 +27,10 @@ F16_FIELDS: dict[str, tuple[int, ...]] = {
     "Q4_1": (0, 2),
     "Q8_0": (0,),
 }
-# The types added for the Q2_K..Q5_K_M and IQ4_XS files (issue 17).
-NEW_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS")
+# Byte offsets of each type's E8M0 exponent (a power-of-two scale, 2^(e - 127)).
+E8M0_FIELDS: dict[str, tuple[int, ...]] = {"MXFP4": (0,)}
+# The types added for the Q2_K..Q5_K_M, IQ4_XS and MXFP4 (gpt-oss) files (issue 17).
+NEW_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS", "MXFP4")
 
 
 def random_blocks(
@@ -38,9 +40,12 @@ def random_blocks(
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[QT[type_name]]
     assert cols % block_elems == 0, (type_name, cols)
     raw = rng.integers(0, 256, size=(rows, cols // block_elems, block_bytes), dtype=np.uint8)
-    for at in F16_FIELDS[type_name]:
+    for at in F16_FIELDS.get(type_name, ()):
         half = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
         raw[..., at : at + 2] = half.view(np.uint8).reshape(raw.shape[:2] + (2,))
+    for at in E8M0_FIELDS.get(type_name, ()):  # largest weight (6 x 2^(e - 127)) up to about `scale`
+        top = 127 + int(np.floor(np.log2(scale / 6)))
+        raw[..., at] = rng.integers(top - 3, top + 1, size=raw.shape[:2], dtype=np.uint8)
     return np.ascontiguousarray(raw.reshape(rows, -1))
 
 

@@ -1,4 +1,5 @@
-"""The GGUF types of Q2_K..Q5_K_M and IQ4_XS files (Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS):
+"""The GGUF types of Q2_K..Q5_K_M, IQ4_XS and MXFP4 files (Q5_0, Q5_1, Q5_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS,
+MXFP4):
 the twin's dequantization against the `gguf` package's (the oracle), the C++ loader's against both,
 and tiny models whose matrices are in each type, run by ossa against the NumPy twin on the same
 dequantized weights (float32 and bfloat16 numerics, greedy tokens, batch invariance). The kernels
@@ -14,7 +15,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from quant_blocks import F16_FIELDS, NEW_TYPES, QT, random_blocks, split_product_error
+from quant_blocks import E8M0_FIELDS, F16_FIELDS, NEW_TYPES, QT, random_blocks, split_product_error
 from test_batch_invariance import Runner, check_invariance
 
 from ossa import models
@@ -46,9 +47,11 @@ def scaled_blocks(type_name: str, rows: int, cols: int, rng: np.random.Generator
     factor = rms / float(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
     block_bytes = gguf.GGML_QUANT_SIZES[QT[type_name]][1]
     blocks = raw.reshape(rows, -1, block_bytes)
-    for at in F16_FIELDS[type_name]:
+    for at in F16_FIELDS.get(type_name, ()):
         half = np.ascontiguousarray(blocks[..., at : at + 2]).view(np.float16)
         blocks[..., at : at + 2] = (half.astype(np.float32) * factor).astype(np.float16).view(np.uint8)
+    for at in E8M0_FIELDS.get(type_name, ()):  # a power-of-two scale: the nearest power of factor
+        blocks[..., at] += np.int64(np.round(np.log2(factor))).astype(np.uint8)
     return np.ascontiguousarray(blocks.reshape(rows, -1))
 
 

@@ -24,6 +24,7 @@ namespace ossa {
 //   Q5_K (256, 176 B): f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128]
 //   IQ4_NL (32, 18 B): f16 d | u8 qs[16]                   x = levels[nibble] * d
 //   IQ4_XS (256, 136 B): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
+//   MXFP4 (32, 17 B): u8 e (E8M0) | u8 qs[16]               x = mxfp4_levels[nibble] * 2^(e - 128)
 DTypeTraits dtype_traits(DType type) {
   switch (type) {
     case DType::F32:
@@ -56,6 +57,8 @@ DTypeTraits dtype_traits(DType type) {
       return {32, 18};
     case DType::IQ4_XS:
       return {256, 136};
+    case DType::MXFP4:
+      return {32, 17};
   }
   throw ModelError("unsupported tensor type '" + ggml_type_name(static_cast<uint32_t>(type)) + "'");
 }
@@ -79,6 +82,8 @@ bool dtype_supported(uint32_t ggml_type) {
     case 20:
     case 23:
       return true;  // Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_*
+    case 39:
+      return true;  // MXFP4 (gpt-oss, *-MXFP4_MOE files)
     default:
       return false;
   }
@@ -116,6 +121,8 @@ const char* dtype_name(DType type) {
       return "IQ4_NL";
     case DType::IQ4_XS:
       return "IQ4_XS";
+    case DType::MXFP4:
+      return "MXFP4";
   }
   return "?";
 }
@@ -123,11 +130,12 @@ const char* dtype_name(DType type) {
 std::string ggml_type_name(uint32_t ggml_type) {
   // ggml's type ids, including the ones ossa does not support, so errors can name them.
   static const char* const k_names[] = {
-      "F32",      "F16",      "Q4_0",    "Q4_1",  "Q4_2",   "Q4_3",  "Q5_0",  "Q5_1",
-      "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K",  "Q8_K",
-      "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-      "I8",       "I16",      "I32",     "I64",   "F64",    "IQ1_M", "BF16",  "Q4_0_4_4",
-      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0"};
+      "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
+      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
+      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
+      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
+      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   if (ggml_type < sizeof(k_names) / sizeof(k_names[0])) return k_names[ggml_type];
   return "type " + std::to_string(ggml_type);
 }
@@ -161,6 +169,14 @@ inline int q5_at(const uint8_t* qh, const uint8_t* qs, int j) {
 
 constexpr int k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                   1,    13,   25,  38,  53,  69,  89,  113};
+// MXFP4: twice the E2M1 values, and half the E8M0 scale, 2^(e - 128) (kernels/quant.h).
+constexpr int k_mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Q3_K's signed 6-bit scale g (0..15): 4 low bits in scales[0..8) (nibble g / 8), 2 high bits in
 // scales[8 + g % 4] (bits 2 (g / 4), +1).
@@ -323,6 +339,15 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
       for (int64_t b = 0; b < n / 32; ++b, p += 24, out += 32) {
         const float d = load_f16(p), m = load_f16(p + 2);
         for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(p + 4, p + 8, j)) * d + m;
+      }
+      return;
+    case DType::MXFP4:
+      for (int64_t b = 0; b < n / 32; ++b, p += 17, out += 32) {
+        const float d = mxfp4_scale(p[0]);
+        for (int j = 0; j < 16; ++j) {
+          out[j] = static_cast<float>(k_mxfp4_levels[p[1 + j] & 0xf]) * d;
+          out[j + 16] = static_cast<float>(k_mxfp4_levels[p[1 + j] >> 4]) * d;
+        }
       }
       return;
     case DType::IQ4_NL:

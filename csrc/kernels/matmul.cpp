@@ -54,6 +54,7 @@ int64_t block_elems(DType t) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::IQ4_NL:
+    case DType::MXFP4:
       return 32;
     case DType::F32:
     case DType::F16:

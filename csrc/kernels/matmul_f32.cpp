@@ -463,6 +463,7 @@ F32Tile f32_tile(DType type, int rows) {
       return f32_tile_q23k(type, rows);
     case DType::IQ4_NL:
     case DType::IQ4_XS:
+    case DType::MXFP4:
       return f32_tile_iq4(type, rows);
   }
   return {};

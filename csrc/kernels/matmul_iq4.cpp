@@ -22,25 +22,27 @@ using tile::load16;
 inline __m512 levels16() {
   return _mm512_setr_ps(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 }
+inline __m512 mxfp4_levels16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
 
 // 16 bytes of nibbles (elements 0..15 low, 16..31 high) through the scaled level table.
-inline Block32 lookup4(const uint8_t* qs, float scale) {
-  const __m512 table = _mm512_mul_ps(levels16(), _mm512_set1_ps(scale));
+inline Block32 lookup4(const uint8_t* qs, float scale, __m512 levels = levels16()) {
+  const __m512 table = _mm512_mul_ps(levels, _mm512_set1_ps(scale));
   const __m512i e = _mm512_cvtepu8_epi32(load16(qs));  // vpermps reads the low 4 bits of each index
   return {_mm512_permutexvar_ps(e, table), _mm512_permutexvar_ps(_mm512_srli_epi32(e, 4), table)};
 }
 #endif
 
-inline void levels32(const uint8_t* qs, int* q) {
-  for (int j = 0; j < 16; ++j)
-    q[j] = k_iq4_levels[qs[j] & 0xF], q[j + 16] = k_iq4_levels[qs[j] >> 4];
+inline void levels32(const uint8_t* qs, int* q, const int8_t* levels = k_iq4_levels) {
+  for (int j = 0; j < 16; ++j) q[j] = levels[qs[j] & 0xF], q[j + 16] = levels[qs[j] >> 4];
 }
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 // levels32 as 32 signed bytes.
-inline __m256i levels8(const uint8_t* qs) {
+inline __m256i levels8(const uint8_t* qs, const int8_t* levels = k_iq4_levels) {
   const __m256i table =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4_levels)));
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
   return _mm256_shuffle_epi8(table, tile::nibbles32(qs));
 }
 #endif
@@ -64,6 +66,30 @@ struct IQ4_NL : tile::NoPrep {
   static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
     const BlockIQ4_NL& w = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
     return lookup4(w.qs, _cvtsh_ss(w.d));
+  }
+#endif
+};
+
+// MXFP4: IQ4_NL's scheme with the E2M1 levels and a power-of-two scale (every weight exact).
+struct MXFP4 : tile::NoPrep {
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    const BlockMXFP4& w = reinterpret_cast<const BlockMXFP4*>(row)[b];
+    levels32(w.qs, q, k_mxfp4_levels);
+    scale[0] = scale[1] = mxfp4_scale(w.e);
+    min[0] = min[1] = 0.0f;
+  }
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  static __m256i quants8(const uint8_t* row, int64_t b, float* scale, float* min) {
+    const BlockMXFP4& w = reinterpret_cast<const BlockMXFP4*>(row)[b];
+    scale[0] = scale[1] = mxfp4_scale(w.e);
+    min[0] = min[1] = 0.0f;
+    return levels8(w.qs, k_mxfp4_levels);
+  }
+#endif
+#if defined(__AVX512F__)
+  static Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
+    const BlockMXFP4& w = reinterpret_cast<const BlockMXFP4*>(row)[b];
+    return lookup4(w.qs, mxfp4_scale(w.e), mxfp4_levels16());
   }
 #endif
 };
@@ -179,6 +205,8 @@ F32Tile f32_tile_iq4(DType type, int rows) {
   switch (type) {
     case DType::IQ4_NL:
       return tile::tile_for_rows<IQ4_NL>(rows);
+    case DType::MXFP4:
+      return tile::tile_for_rows<MXFP4>(rows);
 #if defined(__AVX512F__)
     case DType::IQ4_XS:
       return kblock::shapes<IQ4XSLayout>(rows);  // activations laid out by iq4xs_prepare_row

@@ -12,6 +12,7 @@
 //         w = d * sc[j] * (q6 - 32)
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "formats/tensor.h"
 
@@ -114,6 +115,25 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
 // IQ4_NL / IQ4_XS: the 16 levels a 4-bit index selects (a non-uniform grid, llama.cpp's kvalues).
 inline constexpr int8_t k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// MXFP4 (gpt-oss; OCP microscaling FP4) | e u8 | qs[16] |   32 elems, w = k_mxfp4_levels[nibble] *
+// 2^(e - 128): an E2M1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives) times the E8M0 scale
+// 2^(e - 127), held as twice the value (exact int8 levels) times half the scale (llama.cpp's
+// convention); nibbles ordered as Q4_0's (low: elements 0..15, high: 16..31).
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+inline constexpr int8_t k_mxfp4_levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                              0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128) exactly, for every e (e < 2: a subnormal float).
+inline float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Q3_K's signed 6-bit scale of group g (0..15).
 inline int q3_k_scale(const uint8_t* s, int g) {

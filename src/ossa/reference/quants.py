@@ -25,12 +25,13 @@ TYPES: dict[int, tuple[str, int, int]] = {
     20: ("IQ4_NL", 32, 18),
     23: ("IQ4_XS", 256, 136),
     30: ("BF16", 1, 2),
+    39: ("MXFP4", 32, 17),
 }
 
 _ALL_NAMES = (
     "F32 F16 Q4_0 Q4_1 Q4_2 Q4_3 Q5_0 Q5_1 Q8_0 Q8_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K IQ2_XXS IQ2_XS "
     "IQ3_XXS IQ1_S IQ4_NL IQ3_S IQ2_S IQ4_XS I8 I16 I32 I64 F64 IQ1_M BF16 Q4_0_4_4 Q4_0_4_8 Q4_0_8_8 "
-    "TQ1_0 TQ2_0"
+    "TQ1_0 TQ2_0 IQ4_NL_4_4 IQ4_NL_4_8 IQ4_NL_8_8 MXFP4"
 ).split()
 
 
@@ -242,7 +243,25 @@ def _dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
     return ((d * ls.astype(np.float32))[..., None] * levels).reshape(blocks.shape[:-1] + (256,))
 
 
+# MXFP4 (gpt-oss): twice the E2M1 values (exact int8 levels) times half the E8M0 scale.
+MXFP4_LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int32)
+
+
+def mxfp4_scale(e: np.ndarray) -> np.ndarray:
+    """E8M0 exponent bytes -> 2^(e - 128) as float32, exactly (e < 2: subnormal)."""
+    e = e.astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
+    # u8 e | qs[16] (nibbles as Q4_0's); w = MXFP4_LEVELS[index] * 2^(e - 128)
+    d = mxfp4_scale(blocks[..., 0:1])
+    return MXFP4_LEVELS[_nibbles32(blocks[..., 1:17])].astype(np.float32) * d
+
+
 _MORE = {
     "Q5_0": _dequantize_q5_0, "Q5_1": _dequantize_q5_1, "Q2_K": _dequantize_q2_k, "Q3_K": _dequantize_q3_k,
     "Q5_K": _dequantize_q5_k, "IQ4_NL": _dequantize_iq4_nl, "IQ4_XS": _dequantize_iq4_xs,
+    "MXFP4": _dequantize_mxfp4,
 }  # fmt: skip
