@@ -31,6 +31,7 @@ ARCHS = (
     "smollm3",
     "granite",
     "gemma",
+    "gpt_oss",
 )
 
 
@@ -105,6 +106,7 @@ def make_hf_model(
         "smollm3": transformers.SmolLM3Config,
         "granite": transformers.GraniteConfig,
         "gemma": transformers.GemmaConfig,
+        "gpt_oss": transformers.GptOssConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -120,6 +122,12 @@ def make_hf_model(
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
             elif p.ndim == 1 and "norm" in name:
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
+            elif name.endswith("sinks"):  # gpt-oss: logits of the size of the scores
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("_bias") and arch == "gpt_oss":  # expert biases [n_expert, rows]
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif "experts" in name and arch == "gpt_oss":  # [n_expert, in, out]: in is axis 1
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
             elif p.ndim == 1:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))  # biases
             elif "embed_tokens" in name:

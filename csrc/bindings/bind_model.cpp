@@ -114,6 +114,10 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["n_ff_expert"] = c.moe.n_ff_expert;
   moe["n_ff_shared"] = c.moe.n_ff_shared;
   moe["norm_topk_prob"] = c.moe.norm_topk_prob;
+  moe["bias"] = c.moe.bias;
+  moe["softmax_topk"] = c.moe.softmax_topk;
+  moe["swiglu_alpha"] = c.moe.swiglu_alpha;
+  moe["swiglu_limit"] = c.moe.swiglu_limit;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;
@@ -133,6 +137,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["layer_nope"] = nope;
   d["residual_scale"] = c.residual_scale;
   d["logit_scale"] = c.logit_scale;
+  d["o_bias"] = c.o_bias;
+  d["attn_sinks"] = c.attn_sinks;
   return d;
 }
 

@@ -108,6 +108,15 @@ inline __m256 kv8(const void* p, int64_t i) {
 }
 #endif
 
+// The sink's share of head h's softmax denominator, exp(sink - max), with max already including the
+// sink (0 without sinks); one scalar function for every kernel, so the kernels agree bitwise.
+inline float sink_term(const AttentionArgs& a, int h, float max) {
+  return a.sinks != nullptr ? std::exp(a.sinks[h] - max) : 0.0f;
+}
+inline float sink_max(const AttentionArgs& a, int h, float max) {
+  return a.sinks != nullptr ? std::fmax(max, a.sinks[h]) : max;
+}
+
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
 template <KvType KV>
 void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group, int64_t kv_dim,
@@ -160,7 +169,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     const float cap = a.softcap;
     for (int j = j0; j < ctx; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
   }
-  float max_score = -INFINITY;
+  float max_score = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
   bool finite = true;
   for (int j = j0; j < ctx; ++j) {
     max_score = std::fmax(max_score, scores[j]);
@@ -191,7 +200,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
 #endif
     for (; d < a.head_dim; ++d) out[d] = std::fma(p, kv_at<KV>(a.v_cache, v + d), out[d]);
   }
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / (sum + sink_term(a, h, max_score));
   for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
 }
 
@@ -336,7 +345,8 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
   bool is_bad[GH];
   for (int g = 0; g < GH; ++g) {
     is_bad[g] = _mm256_movemask_ps(bad[g]) != 0;
-    const __m256 mx = _mm256_set1_ps(hmax8(vmax[g]));
+    const float mx_s = sink_max(a, h0 + g, hmax8(vmax[g]));
+    const __m256 mx = _mm256_set1_ps(mx_s);
     __m256 vsum = _mm256_setzero_ps();
     for (int j = j0; j < ctx; j += 8) {
       const __m256 m = lane_mask(0, ctx - j);
@@ -345,7 +355,7 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
       _mm256_maskstore_ps(scores[g] + j, mi, p);
       vsum = _mm256_add_ps(vsum, _mm256_and_ps(m, p));
     }
-    inv[g] = 1.0f / hsum8(vsum);
+    inv[g] = 1.0f / (hsum8(vsum) + sink_term(a, h0 + g, mx_s));
   }
   // Weighted sum of V rows in position order, CB 8-wide column chunks of the GH heads at a time
   // (v_block8: as many as the 16 registers hold), so each pass over the positions reads CB chunks
@@ -505,8 +515,10 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   }
   // Softmax numerators in place; the sum in 16 lanes by position (from j0) mod 16.
   __m512 vsum[GH];
+  float mx_s[GH];
   for (int g = 0; g < GH; ++g) {
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[g]));
+    mx_s[g] = sink_max(a, h0 + g, _mm512_reduce_max_ps(vmax[g]));
+    const __m512 mx = _mm512_set1_ps(mx_s[g]);
     vsum[g] = _mm512_setzero_ps();
     for (int j = j0; j < ctx; j += 16) {
       const __mmask16 m = static_cast<__mmask16>(ctx - j >= 16 ? 0xFFFF : (1u << (ctx - j)) - 1);
@@ -534,7 +546,8 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
   }
   for (int g = 0; g < GH; ++g) {
     float* out = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
-    const __m512 inv = _mm512_set1_ps(1.0f / reduce_add16(vsum[g]));
+    const __m512 inv =
+        _mm512_set1_ps(1.0f / (reduce_add16(vsum[g]) + sink_term(a, h0 + g, mx_s[g])));
     const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
     for (int c = 0; c < NC; ++c)
       _mm512_mask_storeu_ps(out + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF),
@@ -665,7 +678,10 @@ void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int
   }
   // Softmax numerators in place, lanes that do not attend to a position zero; the sum in 16 partial
   // sums by position mod 16, as attend_heads' lanes.
-  const __m512 mx = _mm512_maskz_mov_ps(live, vmax);
+  alignas(64) float mx_s[16];
+  _mm512_store_ps(mx_s, _mm512_maskz_mov_ps(live, vmax));
+  for (int c = 0; c < 16; ++c) mx_s[c] = sink_max(a, h0 + c % GH, mx_s[c]);
+  const __m512 mx = _mm512_load_ps(mx_s);
   __m512 part_sum[16];
   for (int l = 0; l < 16; ++l) part_sum[l] = _mm512_setzero_ps();
   for (int j0 = 0; j0 < ctx_max; j0 += 16) {
@@ -679,7 +695,9 @@ void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int
     }
   }
   alignas(64) float inv[16];
-  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), sum_tree16(part_sum)));
+  _mm512_store_ps(inv, sum_tree16(part_sum));
+  for (int c = 0; c < 16; ++c) inv[c] += sink_term(a, h0 + c % GH, mx_s[c]);
+  _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_load_ps(inv)));
   // Weighted sum of V rows in position order, one 16-wide column chunk at a time: the positions
   // every token attends to, then the later tokens' own.
   const __mmask16 tail = static_cast<__mmask16>(hd % 16 == 0 ? 0xFFFF : (1u << (hd % 16)) - 1);

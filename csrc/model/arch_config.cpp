@@ -352,6 +352,25 @@ void granite_config_hf(const Json& cfg, ModelConfig& c) {
 
 void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
 
+void gpt_oss_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.attn_sinks = true;
+  c.o_bias = cfg.boolean("attention_bias", true);
+  all_sliding(c, cfg.integer("sliding_window", 128), where);
+  if (c.sliding_window == 0) return;
+  std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+  if (types.empty())
+    for (int i = 0; i < c.n_layer; ++i) types.push_back(i % 2 == 0);
+  c.layer_sliding = std::move(types);
+}
+
+void gpt_oss_config_gguf(const GGUFFile& g, ModelConfig& c, bool o_bias) {
+  c.attn_sinks = true;
+  c.o_bias = o_bias;
+  if (c.sliding_window > 0 && g.find(c.arch + ".attention.sliding_window_pattern") == nullptr)
+    for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = i % 2 == 0;
+}
+
 void smollm3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   if (const JsonValue* list = cfg.get("no_rope_layers"); list != nullptr) {

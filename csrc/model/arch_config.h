@@ -43,6 +43,15 @@ void granite_config_hf(const Json& cfg, ModelConfig& c);
 void smollm3_config_gguf(ModelConfig& c);
 void smollm3_config_hf(const Json& cfg, ModelConfig& c);
 
+// gpt-oss from GGUF, after the shared keys (window_config_gguf included): attention sinks, the output
+// bias where the file has one, and the window on the even-numbered layers (llama.cpp hard-codes that
+// pattern; a sliding_window_pattern key overrides it). Its experts: read_moe_config_gguf.
+void gpt_oss_config_gguf(const GGUFFile& g, ModelConfig& c, bool o_bias);
+
+// gpt-oss from config.json: sliding_window (default 128) on the layers layer_types marks (default:
+// the even-numbered ones), attention_bias (default true: q/k/v and output biases), sinks.
+void gpt_oss_config_hf(const Json& cfg, ModelConfig& c);
+
 // Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary
 // (rope.dimension_count), LongRoPE from llama.cpp's rope_factors_long / rope_factors_short tensors
 // (given here, empty when the file has none) with rope.scaling.original_context_length and

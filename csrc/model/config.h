@@ -35,12 +35,19 @@ struct MoeConfig {
   int n_ff_shared = 0;          // Qwen2-MoE's shared expert (0: none)
   bool norm_topk_prob = false;  // the chosen experts' weights renormalised to sum to 1
   std::vector<int> layers;      // the MoE layers, ascending (the others are dense)
+  // gpt-oss: the router and every expert matrix have biases; the weights are a softmax over the
+  // chosen experts' logits alone; the experts' activation is its clamped SwiGLU, with
+  // g = min(gate, limit), u = clamp(up, -limit, limit): (u + 1) * g * sigmoid(alpha * g).
+  bool bias = false;
+  bool softmax_topk = false;
+  float swiglu_alpha = 0.0f;  // > 0: that activation (with swiglu_limit); 0: SiLU(gate) * up
+  float swiglu_limit = 0.0f;
   bool is_moe_layer(int layer) const;
 };
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
-                     // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite"
+                     // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "gpt-oss"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -72,6 +79,8 @@ struct ModelConfig {
   float residual_scale =
       0.0f;                  // sublayer outputs times it before the residual add (Granite); 0 = 1
   float logit_scale = 0.0f;  // logits divided by it (Granite's logits_scaling); 0 = off
+  bool o_bias = false;       // the attention output projection has a bias (gpt-oss)
+  bool attn_sinks = false;   // one learned sink logit per head in the softmax (gpt-oss)
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }

@@ -100,9 +100,19 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
   return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
 }
 
-void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads) {
+void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads,
+              const TensorView& bias) {
   const int64_t E = s.model->config.n_embd;
   const float r = s.model->config.residual_scale;
+  if (!bias.empty()) {
+    matmul(w, in, s.tmp.data(), E);
+    per_token(n, threads, [&](int t) {
+      float* y = s.tmp.data() + t * E;
+      add_bias(y, bias, E);
+      add_row(s.x.data() + t * E, y, E);
+    });
+    return;
+  }
   if (r > 0.0f) {  // Granite: x + out * residual_multiplier, as transformers rounds it
     matmul(w, in, s.tmp.data(), E);
     per_token(n, threads, [&](int t) {
@@ -214,6 +224,8 @@ AttentionArgs attention_args(const ForwardState& s, const Batch& batch, int laye
   a.max_threads = threads;
   a.out = const_cast<float*>(s.attn.data());
   a.ldo = Q;
+  const TensorView& sinks = s.model->weights.layers[layer].sinks;
+  a.sinks = sinks.empty() ? nullptr : reinterpret_cast<const float*>(sinks.data);
   return a;
 }
 

@@ -59,8 +59,10 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
                      std::initializer_list<const TensorView*> weights);
 
 // x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
-// (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way.
-void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads);
+// (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way. With
+// a bias (gpt-oss's attention output): x += (in @ W^T + bias), through s.tmp.
+void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads,
+              const TensorView& bias = {});
 
 // RoPE cos/sin of a token at `position` (rope_cos_sin over the rotated dimensions), from the global
 // table: LongRoPE's long factors from original_max_position on, its short ones before (a fixed

@@ -165,7 +165,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kAttention);
 
     MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
-    residual(s, L.wo, in, n, threads);
+    residual(s, L.wo, in, n, threads, L.bo);  // (gpt-oss's output bias)
     laps.lap(kWo);
     if (L.moe.active()) {
       moe_forward(s, L, n, threads);  // model/moe.cpp

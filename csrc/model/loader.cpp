@@ -165,7 +165,8 @@ void validate_config(ModelConfig& c, const std::string& path) {
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {"llama",    "qwen2",    "qwen3",   "mistral",
                                                "qwen3moe", "qwen2moe", "gemma",   "gemma2",
-                                               "gemma3",   "phi3",     "smollm3", "granite"};
+                                               "gemma3",   "phi3",     "smollm3", "granite",
+                                               "gpt-oss"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -174,7 +175,7 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite)";
+    "gemma3_text, gemma3, phi3, smollm3, granite, gpt_oss)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -213,9 +214,12 @@ void build_weights(Model& m, Builder& b,
       l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.head_dim);
       l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.head_dim);
     }
-    if (b.has(name_of(i, "bo")))
+    if (c.o_bias)
+      l.bo = b.take(name_of(i, "bo"), p + "bo", 1, c.n_embd);
+    else if (b.has(name_of(i, "bo")))
       throw ModelError("tensor '" + name_of(i, "bo") +
                        "' (an attention output bias) is not supported");
+    if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
     l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     if (c.arch == "phi3") {               // gate and up fused, gate first (GGUF: ffn_up holds both)
@@ -235,9 +239,25 @@ void build_weights(Model& m, Builder& b,
 
 // The router and experts of every MoE layer (model/moe_loader.cpp).
 void build_moe_layers(Model& m, Builder& b, bool gguf) {
-  const TensorSource src{[&](const std::string& name) { return b.has(name); },
-                         [&](const std::string& name, const std::string& canonical, int64_t rows,
-                             int64_t cols) { return b.take(name, canonical, rows, cols); }};
+  const TensorSource src{
+      [&](const std::string& name) { return b.has(name); },
+      [&](const std::string& name, const std::string& canonical, int64_t rows, int64_t cols) {
+        return b.take(name, canonical, rows, cols);
+      },
+      [&](size_t bytes) {
+        std::vector<float>& buf = b.storage->buffers.emplace_back((bytes + 3) / 4);
+        return reinterpret_cast<uint8_t*>(buf.data());
+      },
+      [&](const TensorView& v) {
+        if (v.type == DType::F32) return v;
+        std::vector<float>& buf = b.storage->buffers.emplace_back(static_cast<size_t>(v.rows * v.cols));
+        for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, buf.data() + r * v.cols);
+        TensorView out = v;
+        out.type = DType::F32;
+        out.row_bytes = static_cast<size_t>(v.cols) * 4;
+        out.data = reinterpret_cast<const uint8_t*>(buf.data());
+        return out;
+      }};
   for (int i : m.config.moe.layers)
     build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
@@ -264,8 +284,17 @@ std::string gguf_name(int layer, const char* field) {
       {"post_attn_norm", "post_attention_norm.weight"},
       {"post_ffn_norm", "post_ffw_norm.weight"},
       {"wqkv", "attn_qkv.weight"},
-      {"w_gate_up", "ffn_up.weight"}};
+      {"w_gate_up", "ffn_up.weight"},
+      {"sinks", "attn_sinks.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
+}
+
+// gpt-oss files name the norm before the feed-forward post_attention_norm (the feed-forward's
+// input, as HF's post_attention_layernorm is), not ffn_norm.
+std::string gguf_name_gpt_oss(int layer, const char* field) {
+  return std::string(field) == "ffn_norm"
+             ? "blk." + std::to_string(layer) + ".post_attention_norm.weight"
+             : gguf_name(layer, field);
 }
 
 void load_gguf(Model& m, Storage& st) {
@@ -362,6 +391,7 @@ void load_gguf(Model& m, Storage& st) {
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
+  if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite") granite_config_gguf(*g, c);
   if (arch == "phi3") {
@@ -379,7 +409,8 @@ void load_gguf(Model& m, Storage& st) {
   }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
-  build_weights(m, b, gguf_name, "token_embd.weight", "output_norm.weight", "output.weight");
+  build_weights(m, b, arch == "gpt-oss" ? gguf_name_gpt_oss : gguf_name, "token_embd.weight",
+                "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
@@ -409,7 +440,7 @@ std::string hf_name(int layer, const char* field) {
       {"k_norm", "self_attn.k_norm.weight"},   {"ffn_norm", "post_attention_layernorm.weight"},
       {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
       {"w_down", "mlp.down_proj.weight"},      {"wqkv", "self_attn.qkv_proj.weight"},
-      {"w_gate_up", "mlp.gate_up_proj.weight"}};
+      {"w_gate_up", "mlp.gate_up_proj.weight"}, {"sinks", "self_attn.sinks"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -578,7 +609,8 @@ void load_hf(Model& m, Storage& st) {
       {"mixtral", "mixtral"},    {"MixtralForCausalLM", "mixtral"},
       {"phi3", "phi3"},          {"Phi3ForCausalLM", "phi3"},
       {"smollm3", "smollm3"},    {"SmolLM3ForCausalLM", "smollm3"},
-      {"granite", "granite"},    {"GraniteForCausalLM", "granite"}};
+      {"granite", "granite"},    {"GraniteForCausalLM", "granite"},
+      {"gpt_oss", "gpt-oss"},    {"GptOssForCausalLM", "gpt-oss"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -612,10 +644,19 @@ void load_hf(Model& m, Storage& st) {
   const JsonValue* scaling = cfg.get("rope_scaling");
   if (scaling != nullptr && !scaling->is_object())
     throw ModelError("config 'rope_scaling' must be an object");
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", 10000.0));
+  // (GptOssConfig's defaults: base 150000, YaRN factor 32 over 4096 positions, betas 32 / 1.)
+  const bool gpt_oss = c.arch == "gpt-oss";
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss ? 150000.0 : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
+  if (gpt_oss && (scaling == nullptr || (Json{*scaling, cfg_path}.get("rope_type") == nullptr &&
+                                          Json{*scaling, cfg_path}.get("type") == nullptr))) {
+    static const JsonValue k_gpt_oss_rope = parse_json(
+        R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": false, "original_max_position_embeddings": 4096})");
+    scaling = &k_gpt_oss_rope;
+  }
   if (scaling != nullptr) {
     const Json s{*scaling, cfg_path};
     const std::string type = s.string("rope_type", s.string("type", "default"));
@@ -638,13 +679,16 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "granite") granite_config_hf(cfg, c);
   if (c.arch == "smollm3")
     smollm3_config_hf(cfg, c);  // NoPE layers, the window of use_sliding_window
+  else if (gpt_oss)
+    gpt_oss_config_hf(cfg, c);  // window, sinks, biases
   else if (c.arch != "phi3")
     window_config_hf(cfg, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
-  if (c.arch != "qwen2" && c.arch != "qwen2moe" && cfg.boolean("attention_bias", false))
+  if (c.arch != "qwen2" && c.arch != "qwen2moe" && !gpt_oss && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
-  c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true));
+  c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
+               (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);

@@ -29,7 +29,8 @@ constexpr int64_t k_expert_parallel_rows = 8;  // see moe_forward: up to this ma
 // The chosen experts of one token from its router logits: the k largest logits (equal ones: the
 // lower index first), softmax weights over all experts, renormalised over the chosen ones when
 // asked, then sorted by expert index, the order in which the token sums them.
-void route(const float* logits, int n_expert, int k, bool norm, int32_t* chosen, float* weight) {
+void route(const float* logits, int n_expert, int k, bool norm, bool softmax_topk, int32_t* chosen,
+           float* weight) {
   // Selection by partial insertion: chosen[0..k) holds the best so far, best first.
   int n_chosen = 0;
   for (int e = 0; e < n_expert; ++e) {
@@ -42,11 +43,16 @@ void route(const float* logits, int n_expert, int k, bool norm, int32_t* chosen,
     }
     chosen[at] = e;
   }
-  float max = logits[0];
-  for (int e = 1; e < n_expert; ++e) max = std::max(max, logits[e]);
+  // (gpt-oss: a softmax over the chosen logits alone; chosen[0] is the largest.)
+  const float max = softmax_topk ? logits[chosen[0]] : *std::max_element(logits, logits + n_expert);
   double sum = 0.0;
-  for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
+  if (!softmax_topk)
+    for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
   std::sort(chosen, chosen + k);
+  if (softmax_topk) {
+    for (int j = 0; j < k; ++j) sum += std::exp(static_cast<double>(logits[chosen[j]] - max));
+    norm = false;
+  }
   double chosen_sum = 0.0;
   for (int j = 0; j < k; ++j) {
     weight[j] = static_cast<float>(std::exp(static_cast<double>(logits[chosen[j]] - max)) / sum);
@@ -58,6 +64,25 @@ void route(const float* logits, int n_expert, int k, bool norm, int32_t* chosen,
 
 float sigmoid(float v) {
   return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+}
+
+// gpt-oss's expert activation over rows x F values: mid = (u + 1) * g * sigmoid(alpha * g) with
+// g = min(gate + b_gate, limit), u = clamp(up + b_up, -limit, limit) (transformers' order).
+void clamped_swiglu(const MoeConfig& mc, const ExpertWeights& x, float* mid, const float* up,
+                    int64_t rows, int64_t F) {
+  const float alpha = mc.swiglu_alpha, limit = mc.swiglu_limit;
+  const float* bg = reinterpret_cast<const float*>(x.b_gate.data);
+  const float* bu = reinterpret_cast<const float*>(x.b_up.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* g = mid + r * F;
+    const float* u = up + r * F;
+    for (int64_t i = 0; i < F; ++i) {
+      const float gv = std::min(bg != nullptr ? g[i] + bg[i] : g[i], limit);
+      const float uv = std::clamp(bu != nullptr ? u[i] + bu[i] : u[i], -limit, limit);
+      const float glu = gv / (1.0f + std::exp(-alpha * gv));
+      g[i] = (uv + 1.0f) * glu;
+    }
+  }
 }
 
 }  // namespace
@@ -78,6 +103,7 @@ void MoeBuffers::plan(const ModelConfig& c, int max_tokens) {
   active.resize(static_cast<size_t>(m.n_expert));
   in.resize(t * k * E);
   mid.resize(t * k * F);
+  if (m.swiglu_alpha > 0.0f) up.resize(t * k * F);
   out.resize(t * k * E);
   in_q8.resize(t * k * ((E + k_qblock - 1) / k_qblock));
   mid_q8.resize(t * k * ((std::max(F, S) + k_qblock - 1) / k_qblock));
@@ -107,8 +133,10 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     // Routing: exact f32 products (the router is never repacked, its input never rounded).
     matmul(W.router, MatmulInput{h, nullptr, m, E}, b.logits.data(), n_expert);
     fwd::per_token(m, threads, [&](int t) {
-      route(b.logits.data() + static_cast<int64_t>(t) * n_expert, n_expert, k, mc.norm_topk_prob,
-            b.chosen.data() + t * k, b.weight.data() + t * k);
+      float* logits = b.logits.data() + static_cast<int64_t>(t) * n_expert;
+      fwd::add_bias(logits, W.router_bias, n_expert);
+      route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
+            b.weight.data() + t * k);
     });
     // Group the (token, j) pairs by expert, tokens ascending within each expert.
     std::fill(b.group_start.begin(), b.group_start.end(), 0);
@@ -139,10 +167,19 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
           fwd::matmul_input(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock),
                             threads, {&x.w_gate, &x.w_up});
       float* mid = b.mid.data() + r0 * F;
-      matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
+      if (mc.swiglu_alpha > 0.0f) {  // gpt-oss: biases and the clamped SwiGLU, unfused
+        float* up = b.up.data() + r0 * F;
+        const MatmulTarget gate_up[2] = {{&x.w_gate, mid, F}, {&x.w_up, up, F}};
+        matmul_many(gate_up, 2, in);
+        clamped_swiglu(mc, x, mid, up, rows, F);
+      } else {
+        matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
+      }
       const MatmulInput in_mid = fwd::matmul_input(
           qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
-      matmul(x.w_down, in_mid, b.out.data() + r0 * E, E);
+      float* out = b.out.data() + r0 * E;
+      matmul(x.w_down, in_mid, out, E);
+      for (int64_t r = 0; r < rows; ++r) fwd::add_bias(out + r * E, x.b_down, E);
     };
     if (threads > 1 && n_active >= 2 * threads && max_rows <= k_expert_parallel_rows) {
       parallel_for(n_active, 1, threads, [&](int64_t begin, int64_t end, int) {

@@ -38,11 +38,13 @@ struct JsonValue;
 // gate/up: n_ff x n_embd, down: n_embd x n_ff (n_ff_expert, or n_ff_shared for the shared expert).
 struct ExpertWeights {
   TensorView w_gate, w_up, w_down;
+  TensorView b_gate, b_up, b_down;  // gpt-oss's biases (1 x n_ff, 1 x n_ff, 1 x n_embd; F32)
   bool empty() const { return w_gate.empty(); }
 };
 
 struct MoeWeights {
   TensorView router;  // n_expert x n_embd; multiplied exactly (f32 activations, never repacked)
+  TensorView router_bias;  // 1 x n_expert F32 (gpt-oss); empty otherwise
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;        // Qwen2-MoE's shared expert; empty otherwise
   TensorView shared_gate_inp;  // 1 x n_embd F32: the shared expert's sigmoid gate
@@ -68,6 +70,10 @@ struct TensorSource {
   std::function<TensorView(const std::string& name, const std::string& canonical, int64_t rows,
                            int64_t cols)>
       take;
+  // A buffer of `bytes` owned by the model (4-byte aligned), for rearranged copies.
+  std::function<uint8_t*(size_t bytes)> alloc;
+  // The same rows as F32 (a converted copy unless stored so): bias rows, which add_bias reads.
+  std::function<TensorView(const TensorView&)> to_f32;
 };
 
 // The MoE keys of a GGUF file ({arch}.expert_count, ...) or of a config.json (num_experts, ...)
@@ -96,6 +102,7 @@ struct MoeBuffers {
   std::vector<int32_t> active;             // [n_expert]: the experts with rows in this pass
   std::vector<int32_t> row_of;             // [pass, n_expert_used]: (token, j) -> grouped row
   AlignedVector<float> in, mid, out;   // grouped rows: [pass * k, n_embd | n_ff_expert | n_embd]
+  AlignedVector<float> up;             // gpt-oss: the up products beside mid's gate products
   std::vector<BlockQ8> in_q8, mid_q8;  // the same rows as 8-bit blocks (quantized activations)
   AlignedVector<float> shared_mid, shared_out;  // [pass, n_ff_shared | n_embd]
   std::vector<float> shared_gate;               // [pass]

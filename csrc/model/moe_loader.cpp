@@ -13,6 +13,8 @@
 // HF folders: model.layers.N.mlp.gate.weight and mlp.experts.E.{gate,up,down}_proj.weight (Qwen),
 // block_sparse_moe.gate.weight and block_sparse_moe.experts.E.w{1,3,2}.weight (Mixtral).
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "formats/gguf.h"
@@ -59,6 +61,79 @@ TensorView expert_slice(const TensorView& all, int64_t e, int64_t stride, int64_
   return v;
 }
 
+// gpt-oss from a folder: the router (mlp.router.weight, .bias) and the experts as transformers keeps
+// them, 3-D and transposed: mlp.experts.gate_up_proj [n_expert, n_embd, 2 n_ff] with gate and up
+// interleaved along the last axis (column 2f: gate row f, 2f + 1: up row f), gate_up_proj_bias
+// [n_expert, 2 n_ff] alike, down_proj [n_expert, n_ff, n_embd], down_proj_bias [n_expert, n_embd].
+// Rearranged here into the rows the matmuls read (one copy, in the stored float type).
+// (MXFP4-quantized folders keep *_blocks / *_scales tensors instead: refused by name.)
+void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src,
+                        MoeWeights& out) {
+  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert;
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  const std::string canon = "layers." + std::to_string(layer) + ".";
+  if (src.has(p + "experts.gate_up_proj_blocks"))
+    throw ModelError("gpt-oss folders with MXFP4-quantized experts (" + p +
+                     "experts.gate_up_proj_blocks) are not supported; use its GGUF conversion or "
+                     "a bfloat16 folder");
+  out.router = src.take(p + "router.weight", canon + "router", n, E);
+  out.router_bias = src.take(p + "router.bias", canon + "router_bias", 1, n);
+  const TensorView gu = src.take(p + "experts.gate_up_proj", canon + "gate_up_proj", n * E, 2 * F);
+  const TensorView dn = src.take(p + "experts.down_proj", canon + "down_proj", n * F, E);
+  const TensorView gub =
+      src.to_f32(src.take(p + "experts.gate_up_proj_bias", canon + "gate_up_bias", n, 2 * F));
+  const TensorView db =
+      src.to_f32(src.take(p + "experts.down_proj_bias", canon + "down_bias", n, E));
+  for (const TensorView* v : {&gu, &dn})
+    if (v->type != DType::F32 && v->type != DType::F16 && v->type != DType::BF16)
+      throw ModelError("gpt-oss expert tensors of type " + std::string(dtype_name(v->type)) +
+                       " are not supported");
+  const size_t es = gu.type == DType::F32 ? 4 : 2, ds = dn.type == DType::F32 ? 4 : 2;
+  // gate_up: expert e's rows [2F e, 2F e + F) its gate, the next F its up; each row E long.
+  uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F * E) * es);
+  uint8_t* down = src.alloc(static_cast<size_t>(n * E * F) * ds);
+  float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < E; ++h) {
+      const uint8_t* row = gu.data + static_cast<size_t>(e * E + h) * gu.row_bytes;
+      for (int64_t f = 0; f < F; ++f) {
+        std::memcpy(gate_up + ((e * 2 * F + f) * E + h) * es, row + (2 * f) * es, es);
+        std::memcpy(gate_up + ((e * 2 * F + F + f) * E + h) * es, row + (2 * f + 1) * es, es);
+      }
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      const uint8_t* row = dn.data + static_cast<size_t>(e * F + f) * dn.row_bytes;
+      for (int64_t o = 0; o < E; ++o)
+        std::memcpy(down + ((e * E + o) * F + f) * ds, row + o * ds, ds);
+    }
+    const float* b = reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
+    for (int64_t f = 0; f < F; ++f) {
+      bias[e * 2 * F + f] = b[2 * f];
+      bias[e * 2 * F + F + f] = b[2 * f + 1];
+    }
+  }
+  auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t elem) {
+    TensorView v;
+    v.type = t;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_bytes = static_cast<size_t>(cols) * elem;
+    v.data = data;
+    return v;
+  };
+  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
+  for (int64_t e = 0; e < n; ++e) {
+    ExpertWeights& x = out.experts[static_cast<size_t>(e)];
+    x.w_gate = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F * E) * es, F, E, es);
+    x.w_up = view(gu.type, gate_up + static_cast<size_t>((e * 2 * F + F) * E) * es, F, E, es);
+    x.w_down = view(dn.type, down + static_cast<size_t>(e * E * F) * ds, E, F, ds);
+    const uint8_t* bb = reinterpret_cast<const uint8_t*>(bias + e * 2 * F);
+    x.b_gate = view(DType::F32, bb, 1, F, 4);
+    x.b_up = view(DType::F32, bb + F * 4, 1, F, 4);
+    x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E, 4);
+  }
+}
+
 }  // namespace
 
 void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
@@ -68,7 +143,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   MoeConfig& m = c.moe;
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
-  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe") && m.n_expert == 0)
+  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss") && m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
   m.n_expert_used = static_cast<int>(
@@ -80,8 +155,15 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
         g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
   // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
   m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", c.arch != "qwen2moe");
+  if (c.arch == "gpt-oss") {  // llama.cpp hard-codes these for gpt-oss (no key holds them)
+    m.bias = true;
+    m.softmax_topk = true;
+    m.norm_topk_prob = false;
+    m.swiglu_alpha = 1.702f;
+    m.swiglu_limit = 7.0f;
+  }
   const int64_t gating = g.get_int(k + "expert_gating_func", 1);
-  if (gating != 0 && gating != 1)
+  if (c.arch != "gpt-oss" && gating != 0 && gating != 1)
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
                      "' is not supported (only softmax)");
   for (int i = 0; i < c.n_layer; ++i)
@@ -90,7 +172,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 }
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
-  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral") return;
+  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss")
+    return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
     if (v == nullptr || v->is_null()) return dflt;
@@ -106,8 +189,25 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     return v->boolean;
   };
   MoeConfig& m = c.moe;
+  auto number = [&](const char* key, double dflt) {
+    const JsonValue* v = cfg.get(key);
+    if (v == nullptr || v->is_null()) return dflt;
+    if (!v->is_number() || !(v->number > 0.0) || !std::isfinite(v->number))
+      throw ModelError(std::string("config '") + key + "' in '" + path +
+                       "' must be a positive number");
+    return v->number;
+  };
   // Defaults: transformers' own for each config class.
-  if (c.arch == "mixtral") {
+  if (c.arch == "gpt-oss") {
+    m.n_expert = static_cast<int>(integer("num_local_experts", 128));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 4));
+    m.n_ff_expert = c.n_ff;
+    m.bias = true;
+    m.softmax_topk = true;
+    m.swiglu_alpha = static_cast<float>(number("swiglu_alpha", 1.702));
+    m.swiglu_limit = static_cast<float>(number("swiglu_limit", 7.0));
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
     m.n_ff_expert = c.n_ff;
@@ -172,6 +272,17 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       const TensorView d = src.take(p + "ffn_down_exps.weight", canon + "down_exps", n * E, F);
       for (int64_t e = 0; e < n; ++e) out.experts[e].w_down = expert_slice(d, e, E, 0, E);
     }
+    if (m.bias) {  // gpt-oss: the router's bias, and one bias row per expert in [n_expert, rows]
+      out.router_bias = src.take(p + "ffn_gate_inp.bias", canon + "router_bias", 1, n);
+      const TensorView bg = src.to_f32(src.take(p + "ffn_gate_exps.bias", canon + "b_gate", n, F));
+      const TensorView bu = src.to_f32(src.take(p + "ffn_up_exps.bias", canon + "b_up", n, F));
+      const TensorView bd = src.to_f32(src.take(p + "ffn_down_exps.bias", canon + "b_down", n, E));
+      for (int64_t e = 0; e < n; ++e) {
+        out.experts[e].b_gate = expert_slice(bg, e, 1, 0, 1);
+        out.experts[e].b_up = expert_slice(bu, e, 1, 0, 1);
+        out.experts[e].b_down = expert_slice(bd, e, 1, 0, 1);
+      }
+    }
     // Older Mixtral conversions: one 2-D tensor per expert.
     for (int64_t e = 0; e < n; ++e) {
       ExpertWeights& x = out.experts[e];
@@ -192,6 +303,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     }
     return;
   }
+  if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
   const bool mixtral = c.arch == "mixtral";
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);

@@ -24,6 +24,8 @@ struct LayerWeights {
   TensorView ffn_norm, w_gate, w_up, w_down;  // w_gate/w_up/w_down empty in a MoE layer
   MoeWeights moe;                             // a MoE layer's router and experts (model/moe.h)
   TensorView post_attn_norm, post_ffn_norm;
+  TensorView bo;     // 1 x n_embd: the attention output's bias (gpt-oss); empty otherwise
+  TensorView sinks;  // 1 x n_head: the attention sinks (gpt-oss); empty otherwise
 };
 
 struct ModelWeights {

@@ -179,6 +179,10 @@ class MoeConfig:
     n_ff_shared: int  # Qwen2-MoE's shared expert, 0 if none
     norm_topk_prob: bool
     layers: list[int]  # the MoE layers (the others are dense)
+    bias: bool = False  # router and expert biases (gpt-oss)
+    softmax_topk: bool = False  # weights: a softmax over the chosen experts' logits (gpt-oss)
+    swiglu_alpha: float = 0.0  # > 0: gpt-oss's clamped SwiGLU (with swiglu_limit); 0: SiLU(gate) * up
+    swiglu_limit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ class ModelConfig:
     layer_nope: list[bool] = field(default_factory=list)  # per layer: no RoPE (SmolLM3); empty: none
     residual_scale: float = 0.0  # sublayer outputs' multiplier before the residual add (Granite; 0: 1)
     logit_scale: float = 0.0  # logits divided by it (Granite; 0: off)
+    o_bias: bool = False  # attention output projection bias (gpt-oss)
+    attn_sinks: bool = False  # a learned sink logit per head in the attention softmax (gpt-oss)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -393,6 +399,9 @@ def inspect(
         "residual_scale": c.residual_scale,
         "attn_scale": c.attn_scale,
         "logit_scale": c.logit_scale,
+        "attn_sinks": c.attn_sinks,
+        "o_bias": c.o_bias,
+        "swiglu_limit": c.moe.swiglu_limit,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -481,6 +490,8 @@ def _experts_line(info: dict[str, Any]) -> list[str]:
     if not info["n_expert"]:
         return []
     shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
+    if info.get("swiglu_limit"):  # gpt-oss
+        shared += f", biases, softmax over the chosen, SwiGLU clamped at {info['swiglu_limit']:g}"
     return [
         f"experts       {info['n_expert']} of {info['n_ff_expert']} rows, {info['n_expert_used']} used per "
         f"token, in {info['moe_layers']} of {info['n_layer']} layers{shared}"
@@ -529,6 +540,8 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
     capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""
+    if info.get("attn_sinks"):  # gpt-oss
+        capped = ", ".join(filter(None, [capped, "a learned sink per head in the softmax"]))
     if info["sliding_window"]:
         local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
         lines.append(

@@ -144,6 +144,27 @@ def granite_hf(c: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def gpt_oss_gguf(md: dict[str, Any], common: dict[str, Any], o_bias: bool) -> dict[str, Any]:
+    """gpt-oss: attention sinks, the output bias where the file has it, the window on the even-numbered
+    layers (llama.cpp's hard-coded pattern, unless a sliding_window_pattern key says otherwise)."""
+    out = window_gguf("gpt-oss", md, common["n_layer"])
+    if out["sliding_window"] and "gpt-oss.attention.sliding_window_pattern" not in md:
+        out["layer_sliding"] = [i % 2 == 0 for i in range(common["n_layer"])]
+    return {**out, "attn_sinks": True, "o_bias": o_bias}
+
+
+def gpt_oss_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """gpt-oss from config.json: sliding_window (default 128) on the layers layer_types marks (default:
+    the even-numbered ones), attention_bias (default true: q/k/v and output biases), sinks."""
+    window = _window(128 if c.get("sliding_window") is None else c["sliding_window"])
+    layers: list[bool] = []
+    if window:
+        layers = _hf_layer_types(c, n_layer) or [i % 2 == 0 for i in range(n_layer)]
+    bias = c.get("attention_bias")
+    return {"sliding_window": window, "layer_sliding": layers, "attn_sinks": True,
+            "o_bias": True if bias is None else bool(bias)}  # fmt: skip
+
+
 def _nope_every(n_layer: int, interval: int) -> list[bool]:
     return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
 

@@ -22,7 +22,7 @@ from .safetensors import read_safetensors
 
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
-    "smollm3", "granite",
+    "smollm3", "granite", "gpt-oss",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3")  # a norm on each sublayer's output too
@@ -30,18 +30,18 @@ CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
-    "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale",
+    "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
-    "residual_scale": 0.0, "logit_scale": 0.0,
+    "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, gpt_oss)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -49,7 +49,8 @@ _HF_ARCHS = {
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
-    "granite": "granite", "GraniteForCausalLM": "granite",
+    "granite": "granite", "GraniteForCausalLM": "granite", "gpt_oss": "gpt-oss",
+    "GptOssForCausalLM": "gpt-oss",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -57,7 +58,8 @@ _GGUF_LAYER = {
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight", "ffn_norm": "ffn_norm.weight",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
-    "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight",
+    "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight", "bo": "attn_output.bias",
+    "sinks": "attn_sinks.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -66,6 +68,7 @@ _HF_LAYER = {
     "k_norm": "self_attn.k_norm.weight", "ffn_norm": "post_attention_layernorm.weight",
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
     "wqkv": "self_attn.qkv_proj.weight", "w_gate_up": "mlp.gate_up_proj.weight",
+    "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks",
 }  # fmt: skip
 
 
@@ -147,6 +150,12 @@ def _weights(
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"]:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
+        if cfg["o_bias"]:
+            shapes.update(bo=(1, e))
+        elif name_of(i, "bo") in names:
+            raise ValueError(f"tensor '{name_of(i, 'bo')}' (an attention output bias) is not supported")
+        if cfg["attn_sinks"]:
+            shapes.update(sinks=(1, cfg["n_head"]))
         shapes.update(ffn_norm=(1, e))
         if cfg["arch"] == "phi3":  # gate and up fused, gate first
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
@@ -232,10 +241,13 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
     if arch == "granite":
         common.update(arch_config.granite_gguf(md))
+    if arch == "gpt-oss":
+        common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
+    layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
     w = _weights(
-        cfg, g.tensor, names, lambda i, f: f"blk.{i}.{_GGUF_LAYER[f]}",
+        cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
         "token_embd.weight", "output_norm.weight", "output.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
@@ -279,8 +291,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return default if v is None else v
 
     params = c.get("rope_parameters") or {}
-    theta = params.get("rope_theta", get("rope_theta", 10000.0))
+    theta = params.get("rope_theta", get("rope_theta", 150000.0 if arch == "gpt-oss" else 10000.0))
     s = c.get("rope_scaling") or params
+    if arch == "gpt-oss" and "rope_type" not in s and "type" not in s:  # GptOssConfig's default
+        s = dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                 original_max_position_embeddings=4096)  # fmt: skip
     stype = s.get("rope_type", s.get("type", "default"))
     scaling: dict[str, Any] = {}
     if stype in ("linear", "llama3"):
@@ -315,7 +330,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
-    if arch == "phi3":
+    if arch == "gpt-oss":
+        common.update(arch_config.gpt_oss_hf(c, common["n_layer"]))
+        common["qkv_bias"] = common["o_bias"]
+    elif arch == "phi3":
         common.update(arch_config.phi3_hf(c, common))
     elif arch == "smollm3":
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))

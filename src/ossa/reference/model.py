@@ -124,13 +124,20 @@ def apply_rope(
 
 
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 0.0, window: int = 0, softcap: float = 0.0
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float = 0.0,
+    window: int = 0,
+    softcap: float = 0.0,
+    sinks: np.ndarray | None = None,
 ) -> np.ndarray:
     """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d].
 
     Scores are q.k times ``scale`` (0: divided by sqrt(d)), then ``softcap`` * tanh(scores / softcap)
     when ``softcap`` > 0 (Gemma 2); with ``window`` > 0 a token sees only the last ``window``
-    positions, itself included.
+    positions, itself included. ``sinks`` [n_head] (gpt-oss): one more logit per head in the softmax,
+    with no value row (it only takes probability away from the positions).
     """
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
@@ -144,9 +151,14 @@ def attention(
     if window > 0:
         seen &= ~np.tril(np.ones((n, n), dtype=bool), -window)  # key index <= query index - window
     scores = np.where(seen[None], scores, -np.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
-    probs = probs / probs.sum(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks.astype(np.float32)[:, None, None])
+    probs = np.exp(scores - top)
+    total = probs.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks.astype(np.float32)[:, None, None] - top)
+    probs = probs / total
     return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
 
 
@@ -345,7 +357,10 @@ def forward(
             q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
             k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
         window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
-        x = add(x, q8(attention(q, k, v, scale=c["attn_scale"], window=window), p + "wo") @ w[p + "wo"].T)
+        sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
+        att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
+        o = q8(att, p + "wo") @ w[p + "wo"].T
+        x = add(x, o + w[p + "bo"] if c["o_bias"] else o)
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             continue

@@ -1,4 +1,5 @@
-"""Mixture-of-experts feed-forward (Qwen3-MoE, Qwen2-MoE, Mixtral) in NumPy: config, weights, forward.
+"""Mixture-of-experts feed-forward (Qwen3-MoE, Qwen2-MoE, Mixtral, gpt-oss) in NumPy: config, weights,
+forward.
 
 The twin of ``csrc/model/moe.h`` / ``moe.cpp`` / ``moe_loader.cpp``. In a MoE layer each token's
 feed-forward is a weighted sum of a few experts (small SwiGLU networks) chosen by a router::
@@ -8,6 +9,10 @@ feed-forward is a weighted sum of a few experts (small SwiGLU networks) chosen b
     w       = p[chosen], divided by its sum when norm_topk_prob
     out     = sum over chosen experts, in ascending index, of w_e * expert_e(h)
               + sigmoid(h . shared_gate_inp) * shared(h)     (Qwen2-MoE's shared expert)
+
+gpt-oss: the router and every expert matrix have biases, w is a softmax over the chosen logits alone,
+and an expert's activation is (u + 1) * g * sigmoid(alpha * g) with g = min(gate, limit) and
+u = clamp(up, -limit, limit) (``swiglu_alpha`` > 0).
 
 Weights use the canonical names of ``MoeWeights``: "layers.{i}.router", "layers.{i}.experts.{e}.w_gate"
 (and w_up, w_down), "layers.{i}.shared.w_gate" (...), "layers.{i}.shared_gate_inp".
@@ -20,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral")
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss")
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
 
@@ -28,8 +33,14 @@ def dense_moe() -> dict[str, Any]:
     """The ``moe`` config entry of a dense model."""
     return {
         "n_expert": 0, "n_expert_used": 0, "n_ff_expert": 0, "n_ff_shared": 0,
-        "norm_topk_prob": False, "layers": [],
+        "norm_topk_prob": False, "layers": [], **_PLAIN,
     }  # fmt: skip
+
+
+# The MoE keys only gpt-oss sets (a plain SwiGLU, no biases, softmax over all experts otherwise).
+_PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0}
+_GPT_OSS: dict[str, Any] = {"bias": True, "softmax_topk": True, "swiglu_alpha": float(np.float32(1.702)),
+                            "swiglu_limit": 7.0}  # fmt: skip
 
 
 def _validate(moe: dict[str, Any]) -> dict[str, Any]:
@@ -48,19 +59,20 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
-    if arch in ("qwen3moe", "qwen2moe") and n_expert == 0:
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss") and n_expert == 0:
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
-    if md.get(k + "expert_gating_func", 1) not in (0, 1):
+    if arch != "gpt-oss" and md.get(k + "expert_gating_func", 1) not in (0, 1):
         raise ValueError("only softmax expert gating is supported")
     return _validate({
+        **(_GPT_OSS if arch == "gpt-oss" else _PLAIN),
         "n_expert": n_expert,
         "n_expert_used": md.get(k + "expert_used_count", 0),
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
         "n_ff_shared": md.get(k + "expert_shared_feed_forward_length", n_ff) if arch == "qwen2moe" else 0,
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
-        "norm_topk_prob": bool(md.get(k + "expert_weights_norm", arch != "qwen2moe")),
+        "norm_topk_prob": arch != "gpt-oss" and bool(md.get(k + "expert_weights_norm", arch != "qwen2moe")),
         "layers": [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors],
     })  # fmt: skip
 
@@ -74,16 +86,26 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         v = c.get(key)
         return default if v is None else v
 
+    if arch == "gpt-oss":
+        return _validate({
+            **_GPT_OSS, "n_expert": get("num_local_experts", 128),
+            "n_expert_used": get("num_experts_per_tok", 4),
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False, "layers": list(range(n_layer)),
+            "swiglu_alpha": float(np.float32(get("swiglu_alpha", 1.702))),
+            "swiglu_limit": float(np.float32(get("swiglu_limit", 7.0))),
+        })  # fmt: skip
     if arch == "mixtral":
         return _validate({
             "n_expert": get("num_local_experts", 8), "n_expert_used": get("num_experts_per_tok", 2),
             "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": True, "layers": list(range(n_layer)),
+            **_PLAIN,
         })  # fmt: skip
     q3 = arch == "qwen3moe"
     n_expert = get("num_experts", get("num_local_experts", 128 if q3 else 60))  # transformers 5: the latter
     step = get("decoder_sparse_step", 1)
     dense = get("mlp_only_layers", [])
     return _validate({
+        **_PLAIN,
         "n_expert": n_expert,
         "n_expert_used": get("num_experts_per_tok", 8 if q3 else 4),
         "n_ff_expert": get("moe_intermediate_size", 768 if q3 else 1408),
@@ -122,6 +144,13 @@ def gguf_layer_weights(
                 w[f"{c}experts.{e}.{field}"] = stacks[field][e]
             else:  # older Mixtral files: one tensor per expert
                 w[f"{c}experts.{e}.{field}"] = _shaped(_need(get, names, f"{p}{stem}.{e}.weight"), rows, cols)
+    if moe["bias"]:  # gpt-oss: the router's bias and one bias row per expert
+        w[c + "router_bias"] = _need(get, names, p + "ffn_gate_inp.bias").reshape(n)
+        for field, stem, cols in (("b_gate", "ffn_gate_exps", f), ("b_up", "ffn_up_exps", f),
+                                  ("b_down", "ffn_down_exps", e_dim)):  # fmt: skip
+            rows = _shaped(_need(get, names, f"{p}{stem}.bias"), n, cols)
+            for e in range(n):
+                w[f"{c}experts.{e}.{field}"] = rows[e]
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem, rows, cols in (
@@ -139,6 +168,9 @@ def hf_layer_weights(
     """Layer i's MoE weights from a HF folder (Qwen's mlp.experts.E.*_proj, Mixtral's w1/w3/w2)."""
     moe, e_dim, mixtral = cfg["moe"], cfg["n_embd"], cfg["arch"] == "mixtral"
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
+    if cfg["arch"] == "gpt-oss":
+        _gpt_oss_hf_layer(cfg, i, get, names, w)
+        return
     p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "mlp.")
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
     stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral else {
@@ -159,6 +191,31 @@ def hf_layer_weights(
         w[c + "shared_gate_inp"] = _shaped(
             _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
         ).reshape(e_dim)
+
+
+def _gpt_oss_hf_layer(
+    cfg: dict[str, Any], i: int, get: Callable[[str], np.ndarray], names: set[Any], w: dict[str, np.ndarray]
+) -> None:
+    """gpt-oss's experts as transformers keeps them: gate_up_proj [n, n_embd, 2 n_ff] with gate and up
+    interleaved along the last axis (2f gate, 2f + 1 up), down_proj [n, n_ff, n_embd], their biases
+    [n, 2 n_ff] and [n, n_embd]; and the router's weight and bias."""
+    n, f, e_dim, c = cfg["moe"]["n_expert"], cfg["moe"]["n_ff_expert"], cfg["n_embd"], f"layers.{i}."
+    p = f"model.layers.{i}.mlp."
+    if p + "experts.gate_up_proj_blocks" in names:
+        raise ValueError("gpt-oss folders with MXFP4-quantized experts are not supported")
+    w[c + "router"] = _shaped(_need(get, names, p + "router.weight"), n, e_dim)
+    w[c + "router_bias"] = _need(get, names, p + "router.bias").reshape(n)
+    gate_up = _shaped(_need(get, names, p + "experts.gate_up_proj"), n * e_dim, 2 * f)
+    gate_up = gate_up.reshape(n, e_dim, 2 * f)
+    down = _shaped(_need(get, names, p + "experts.down_proj"), n * f, e_dim).reshape(n, f, e_dim)
+    gate_up_bias = _shaped(_need(get, names, p + "experts.gate_up_proj_bias"), n, 2 * f)
+    down_bias = _shaped(_need(get, names, p + "experts.down_proj_bias"), n, e_dim)
+    for e in range(n):
+        q = f"{c}experts.{e}."
+        w[q + "w_gate"], w[q + "w_up"] = gate_up[e, :, 0::2].T, gate_up[e, :, 1::2].T
+        w[q + "w_down"] = down[e].T
+        w[q + "b_gate"], w[q + "b_up"] = gate_up_bias[e, 0::2], gate_up_bias[e, 1::2]
+        w[q + "b_down"] = down_bias[e]
 
 
 def _need(get: Callable[[str], np.ndarray], names: set[Any], name: str) -> np.ndarray:
@@ -186,10 +243,17 @@ def matrix_names(cfg: dict[str, Any]) -> list[str]:
     return out
 
 
-def route(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
-    """One token's chosen experts (ascending) and their weights from its router logits [n_expert]."""
+def route(
+    logits: np.ndarray, k: int, norm: bool, softmax_topk: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """One token's chosen experts (ascending) and their weights from its router logits [n_expert]:
+    a softmax over all logits (renormalised over the chosen with ``norm``), or over the chosen ones
+    alone (``softmax_topk``, gpt-oss)."""
     order = np.argsort(-logits, kind="stable")  # stable: equal logits keep the lower index first
     chosen = np.sort(order[:k])
+    if softmax_topk:
+        p = np.exp(logits[chosen].astype(np.float64) - logits[order[0]])
+        return chosen, (p / p.sum()).astype(np.float32)
     p = np.exp(logits.astype(np.float64) - logits.max())
     weight = (p[chosen] / p.sum()).astype(np.float32)
     if norm:
@@ -199,6 +263,14 @@ def route(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarra
 
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
+
+
+def clamped_swiglu(moe: dict[str, Any], gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gpt-oss's expert activation: (u + 1) * g * sigmoid(alpha * g), g = min(gate, limit),
+    u = clamp(up, -limit, limit)."""
+    limit, alpha = np.float32(moe["swiglu_limit"]), np.float32(moe["swiglu_alpha"])
+    g, u = np.minimum(gate, limit), np.clip(up, -limit, limit)
+    return ((u + 1) * (g / (1 + np.exp(-alpha * g)))).astype(np.float32)
 
 
 def moe_ffn(
@@ -213,14 +285,21 @@ def moe_ffn(
     (``model.ActivationRounding``; the router's input stays exact)."""
     moe, c = cfg["moe"], f"layers.{i}."
     logits = h @ w[c + "router"].T
+    if moe["bias"]:
+        logits = logits + w[c + "router_bias"]
     out = np.zeros_like(h)
     for t in range(len(h)):
-        chosen, weight = route(logits[t], moe["n_expert_used"], moe["norm_topk_prob"])
+        chosen, weight = route(logits[t], moe["n_expert_used"], moe["norm_topk_prob"], moe["softmax_topk"])
         for e, we in zip(chosen, weight, strict=True):
             p = f"{c}experts.{e}."
             gate, up = (rounding(h[t], p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
-            mid = silu(gate) * up
-            out[t] += we * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
+            if moe["swiglu_alpha"] > 0:  # gpt-oss
+                mid = clamped_swiglu(moe, gate + w[p + "b_gate"], up + w[p + "b_up"])
+                down = rounding(mid, p + "w_down") @ w[p + "w_down"].T + w[p + "b_down"]
+            else:
+                mid = silu(gate) * up
+                down = rounding(mid, p + "w_down") @ w[p + "w_down"].T
+            out[t] += we * down
     if moe["n_ff_shared"]:
         p = c + "shared."
         gate, up = (rounding(h, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
