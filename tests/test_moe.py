@@ -149,10 +149,12 @@ def test_router_ties_pick_the_lowest_expert(tmp_path: Path, monkeypatch: pytest.
 
     route = ref_moe.route
 
-    def highest_first(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    def highest_first(
+        logits: np.ndarray, k: int, norm: bool, softmax_topk: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The twin's routing with ties broken the other way: run it on the experts in reverse order."""
         n = len(logits)
-        chosen_reversed, weight_reversed = route(logits[::-1].copy(), k, norm)
+        chosen_reversed, weight_reversed = route(logits[::-1].copy(), k, norm, softmax_topk)
         order = np.argsort(n - 1 - chosen_reversed)
         return (n - 1 - chosen_reversed)[order], weight_reversed[order]
 

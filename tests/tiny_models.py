@@ -176,6 +176,9 @@ _GEMMA3_NAMES = {
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
+# gpt-oss (llama.cpp's names): the output bias, the sinks, and the pre-FFN norm as post_attention_norm.
+_GPT_OSS_NAMES = {"self_attn.o_proj.bias": "attn_output.bias", "self_attn.sinks": "attn_sinks.weight",
+                  "post_attention_layernorm.weight": "post_attention_norm.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
@@ -192,6 +195,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         rest = ".".join(parts[3:])
         if arch in ("gemma2", "gemma3") and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
+        if arch == "gpt-oss" and rest in _GPT_OSS_NAMES:
+            return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
@@ -238,7 +243,7 @@ def hf_to_gguf(
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
-        "granite": "granite", "gemma": "gemma",
+        "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -268,7 +273,9 @@ def hf_to_gguf(
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_vocab_size(cfg["vocab_size"])
-    writer.add_file_type({"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32}[ftype])
+    writer.add_file_type(
+        {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32, "MXFP4": 38}[ftype]
+    )
     if scaling_type == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(scaling["factor"]))
@@ -309,12 +316,23 @@ def hf_to_gguf(
         writer.add_logit_scale(float(cfg.get("logits_scaling", 1.0)))
     if arch == "phi3":
         _phi3_keys(writer, cfg, rope)
+    elif arch == "gpt-oss":  # llama.cpp: the window on the even-numbered layers, hard-coded
+        if cfg["layer_types"] != ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                  for i in range(cfg["num_hidden_layers"])]:  # fmt: skip
+            raise ValueError("a gpt-oss GGUF file can only hold the window on the even-numbered layers")
+        writer.add_sliding_window(int(cfg["sliding_window"]))
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["intermediate_size"])
     elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
         _add_moe_keys(writer, arch, cfg)
 
+    experts_qtype = None
+    if ftype == "MXFP4":  # gpt-oss as released: experts MXFP4, the rest kept (here F32)
+        ftype, experts_qtype = "F32", QT.MXFP4
     qtype = {
         "F32": QT.F32,
         "F16": QT.F16,
@@ -327,6 +345,8 @@ def hf_to_gguf(
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
+    if arch == "gpt-oss":
+        moe = _gpt_oss_experts(tensors, cfg["num_hidden_layers"])
     named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
@@ -337,6 +357,10 @@ def hf_to_gguf(
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32
+        if name.endswith(".bias") or name.endswith("attn_sinks.weight"):
+            t = QT.F32  # biases (gpt-oss's expert bias stacks are 2-D) and sinks
+        elif experts_qtype is not None and "_exps." in name:
+            t = experts_qtype
         if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
             t = QT.F16
         if t == QT.F32:
@@ -398,6 +422,24 @@ def _moe_tensors(tensors: dict[str, np.ndarray], n_layer: int, split: bool) -> d
                     out[f"blk.{i}.ffn_{stem}_shexp.weight"] = tensors.pop(p + f"shared_expert.{hf}.weight")
             if p + "shared_expert_gate.weight" in tensors:
                 out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = tensors.pop(p + "shared_expert_gate.weight")
+    return out
+
+
+def _gpt_oss_experts(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
+    """Pops gpt-oss's router and experts; returns them as llama.cpp's converter writes them: gate and
+    up de-interleaved (transformers keeps column 2f for gate row f, 2f + 1 for up row f) and each
+    expert's matrices transposed to [rows, cols], stacked; biases as [n_expert, rows] stacks."""
+    out: dict[str, np.ndarray] = {}
+    for i in range(n_layer):
+        p, b = f"model.layers.{i}.mlp.", f"blk.{i}."
+        out[b + "ffn_gate_inp.weight"] = tensors.pop(p + "router.weight")
+        out[b + "ffn_gate_inp.bias"] = tensors.pop(p + "router.bias")
+        gate_up, bias = tensors.pop(p + "experts.gate_up_proj"), tensors.pop(p + "experts.gate_up_proj_bias")
+        out[b + "ffn_gate_exps.weight"] = gate_up[:, :, 0::2].transpose(0, 2, 1)
+        out[b + "ffn_up_exps.weight"] = gate_up[:, :, 1::2].transpose(0, 2, 1)
+        out[b + "ffn_gate_exps.bias"], out[b + "ffn_up_exps.bias"] = bias[:, 0::2], bias[:, 1::2]
+        out[b + "ffn_down_exps.weight"] = tensors.pop(p + "experts.down_proj").transpose(0, 2, 1)
+        out[b + "ffn_down_exps.bias"] = tensors.pop(p + "experts.down_proj_bias")
     return out
 
 

@@ -43,9 +43,10 @@ void granite_config_hf(const Json& cfg, ModelConfig& c);
 void smollm3_config_gguf(ModelConfig& c);
 void smollm3_config_hf(const Json& cfg, ModelConfig& c);
 
-// gpt-oss from GGUF, after the shared keys (window_config_gguf included): attention sinks, the output
-// bias where the file has one, and the window on the even-numbered layers (llama.cpp hard-codes that
-// pattern; a sliding_window_pattern key overrides it). Its experts: read_moe_config_gguf.
+// gpt-oss from GGUF, after the shared keys (window_config_gguf included): attention sinks, the
+// output bias where the file has one, and the window on the even-numbered layers (llama.cpp
+// hard-codes that pattern; a sliding_window_pattern key overrides it). Its experts:
+// read_moe_config_gguf.
 void gpt_oss_config_gguf(const GGUFFile& g, ModelConfig& c, bool o_bias);
 
 // gpt-oss from config.json: sliding_window (default 128) on the layers layer_types marks (default:

@@ -163,10 +163,9 @@ void validate_config(ModelConfig& c, const std::string& path) {
 }
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
-const std::vector<std::string> k_gguf_archs = {"llama",    "qwen2",    "qwen3",   "mistral",
-                                               "qwen3moe", "qwen2moe", "gemma",   "gemma2",
-                                               "gemma3",   "phi3",     "smollm3", "granite",
-                                               "gpt-oss"};
+const std::vector<std::string> k_gguf_archs = {
+    "llama",  "qwen2",  "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma",
+    "gemma2", "gemma3", "phi3",  "smollm3", "granite",  "gpt-oss"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -250,7 +249,8 @@ void build_moe_layers(Model& m, Builder& b, bool gguf) {
       },
       [&](const TensorView& v) {
         if (v.type == DType::F32) return v;
-        std::vector<float>& buf = b.storage->buffers.emplace_back(static_cast<size_t>(v.rows * v.cols));
+        std::vector<float>& buf =
+            b.storage->buffers.emplace_back(static_cast<size_t>(v.rows * v.cols));
         for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, buf.data() + r * v.cols);
         TensorView out = v;
         out.type = DType::F32;
@@ -432,14 +432,14 @@ std::string read_text(const fs::path& p, uint64_t max_bytes) {
 
 std::string hf_name(int layer, const char* field) {
   static const std::map<std::string, std::string> k_names = {
-      {"attn_norm", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
-      {"wk", "self_attn.k_proj.weight"},       {"wv", "self_attn.v_proj.weight"},
-      {"wo", "self_attn.o_proj.weight"},       {"bq", "self_attn.q_proj.bias"},
-      {"bk", "self_attn.k_proj.bias"},         {"bv", "self_attn.v_proj.bias"},
-      {"bo", "self_attn.o_proj.bias"},         {"q_norm", "self_attn.q_norm.weight"},
-      {"k_norm", "self_attn.k_norm.weight"},   {"ffn_norm", "post_attention_layernorm.weight"},
-      {"w_gate", "mlp.gate_proj.weight"},      {"w_up", "mlp.up_proj.weight"},
-      {"w_down", "mlp.down_proj.weight"},      {"wqkv", "self_attn.qkv_proj.weight"},
+      {"attn_norm", "input_layernorm.weight"},  {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},        {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},        {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},          {"bv", "self_attn.v_proj.bias"},
+      {"bo", "self_attn.o_proj.bias"},          {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},       {"wqkv", "self_attn.qkv_proj.weight"},
       {"w_gate_up", "mlp.gate_up_proj.weight"}, {"sinks", "self_attn.sinks"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
@@ -651,7 +651,7 @@ void load_hf(Model& m, Storage& st) {
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
   if (gpt_oss && (scaling == nullptr || (Json{*scaling, cfg_path}.get("rope_type") == nullptr &&
-                                          Json{*scaling, cfg_path}.get("type") == nullptr))) {
+                                         Json{*scaling, cfg_path}.get("type") == nullptr))) {
     static const JsonValue k_gpt_oss_rope = parse_json(
         R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "truncate": false, "original_max_position_embeddings": 4096})");

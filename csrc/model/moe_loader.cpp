@@ -61,14 +61,13 @@ TensorView expert_slice(const TensorView& all, int64_t e, int64_t stride, int64_
   return v;
 }
 
-// gpt-oss from a folder: the router (mlp.router.weight, .bias) and the experts as transformers keeps
-// them, 3-D and transposed: mlp.experts.gate_up_proj [n_expert, n_embd, 2 n_ff] with gate and up
-// interleaved along the last axis (column 2f: gate row f, 2f + 1: up row f), gate_up_proj_bias
+// gpt-oss from a folder: the router (mlp.router.weight, .bias) and the experts as transformers
+// keeps them, 3-D and transposed: mlp.experts.gate_up_proj [n_expert, n_embd, 2 n_ff] with gate and
+// up interleaved along the last axis (column 2f: gate row f, 2f + 1: up row f), gate_up_proj_bias
 // [n_expert, 2 n_ff] alike, down_proj [n_expert, n_ff, n_embd], down_proj_bias [n_expert, n_embd].
 // Rearranged here into the rows the matmuls read (one copy, in the stored float type).
 // (MXFP4-quantized folders keep *_blocks / *_scales tensors instead: refused by name.)
-void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src,
-                        MoeWeights& out) {
+void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
   const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const std::string canon = "layers." + std::to_string(layer) + ".";
@@ -106,7 +105,8 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
       for (int64_t o = 0; o < E; ++o)
         std::memcpy(down + ((e * E + o) * F + f) * ds, row + o * ds, ds);
     }
-    const float* b = reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
+    const float* b =
+        reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
     for (int64_t f = 0; f < F; ++f) {
       bias[e * 2 * F + f] = b[2 * f];
       bias[e * 2 * F + F + f] = b[2 * f + 1];

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import model as ref_model
+from . import moe as moe_twin
 from .gemma3 import gelu_tanh_glu
 
 
@@ -184,15 +185,21 @@ class ModelRunner:
                 kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 attn[lo:hi] = _paged_attention(
-                    q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"]
-                )
+                    q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"],
+                    w[p + "sinks"] if c["attn_sinks"] else None,
+                )  # fmt: skip
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
+            if c["o_bias"]:  # gpt-oss
+                out = out + w[p + "bo"]
             if post_norms:
                 out = ref_model.rms_norm(out, w[p + "post_attn_norm"], eps)
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
             x = x + out
             h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+            if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
+                x = x + moe_twin.moe_ffn(c, w, i, h, q8)
+                continue
             gate, up = (
                 _linear(q8(h, p + "w_gate"), w[p + "w_gate"]),
                 _linear(q8(h, p + "w_up"), w[p + "w_up"]),
@@ -224,11 +231,13 @@ def _paged_attention(
     scale: float = 0.0,
     window: int = 0,
     softcap: float = 0.0,
+    sinks: np.ndarray | None = None,
 ) -> np.ndarray:
     """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
     context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p (and, with a
     ``window``, > p - window). Scores are scaled by ``scale`` (0: 1/sqrt(d)), then soft-capped
-    (``softcap`` * tanh(scores / softcap)) when ``softcap`` > 0."""
+    (``softcap`` * tanh(scores / softcap)) when ``softcap`` > 0; ``sinks`` [n_head] join each
+    head's softmax denominator (gpt-oss)."""
     m, n_head, d = q.shape
     group = n_head // k.shape[1]
     k = np.repeat(k, group, axis=1)
@@ -242,7 +251,12 @@ def _paged_attention(
     if window > 0:
         visible &= ctx > positions[:, None] - window
     scores = np.where(visible[None], scores, -np.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
-    probs = probs / probs.sum(axis=-1, keepdims=True)
+    top = scores.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks.astype(np.float32)[:, None, None])
+    probs = np.exp(scores - top)
+    total = probs.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks.astype(np.float32)[:, None, None] - top)
+    probs = probs / total
     return np.einsum("hqk,khd->qhd", probs, v).reshape(m, n_head * d).astype(np.float32)
