@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from quant_blocks import random_blocks  # noqa: E402
 
-TYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS", "Q3_K", "Q2_K"]
+TYPES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS", "Q3_K", "Q2_K", "MXFP4"]
 SHAPES = [(2816, 1024), (4096, 4096)]
 
 
