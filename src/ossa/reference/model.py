@@ -150,7 +150,13 @@ def attention(
     seen = np.tril(np.ones((n, n), dtype=bool))
     if window > 0:
         seen &= ~np.tril(np.ones((n, n), dtype=bool), -window)  # key index <= query index - window
-    scores = np.where(seen[None], scores, -np.inf)
+    probs = softmax(np.where(seen[None], scores, -np.inf), sinks)
+    return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
+
+
+def softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
+    """Softmax of masked scores [n_head, q, k] over k; with ``sinks`` [n_head] (gpt-oss) each head's
+    sink joins the max and the denominator (exp(sink - max)) but gets no probability row of its own."""
     top = scores.max(axis=-1, keepdims=True)
     if sinks is not None:
         top = np.maximum(top, sinks.astype(np.float32)[:, None, None])
@@ -158,8 +164,7 @@ def attention(
     total = probs.sum(axis=-1, keepdims=True)
     if sinks is not None:
         total = total + np.exp(sinks.astype(np.float32)[:, None, None] - top)
-    probs = probs / total
-    return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
+    return probs / total
 
 
 def quantize_q8(x: np.ndarray) -> np.ndarray:

@@ -250,13 +250,5 @@ def _paged_attention(
     visible = ctx <= positions[:, None]  # [m, ctx]
     if window > 0:
         visible &= ctx > positions[:, None] - window
-    scores = np.where(visible[None], scores, -np.inf)
-    top = scores.max(axis=-1, keepdims=True)
-    if sinks is not None:
-        top = np.maximum(top, sinks.astype(np.float32)[:, None, None])
-    probs = np.exp(scores - top)
-    total = probs.sum(axis=-1, keepdims=True)
-    if sinks is not None:
-        total = total + np.exp(sinks.astype(np.float32)[:, None, None] - top)
-    probs = probs / total
+    probs = ref_model.softmax(np.where(visible[None], scores, -np.inf), sinks)
     return np.einsum("hqk,khd->qhd", probs, v).reshape(m, n_head * d).astype(np.float32)
