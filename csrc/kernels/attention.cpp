@@ -169,7 +169,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
     const float cap = a.softcap;
     for (int j = j0; j < ctx; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
   }
-  float max_score = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  float max_score = sink_max(a, h, -INFINITY);
   bool finite = true;
   for (int j = j0; j < ctx; ++j) {
     max_score = std::fmax(max_score, scores[j]);

@@ -104,31 +104,22 @@ void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n
               const TensorView& bias) {
   const int64_t E = s.model->config.n_embd;
   const float r = s.model->config.residual_scale;
-  if (!bias.empty()) {
-    matmul(w, in, s.tmp.data(), E);
-    per_token(n, threads, [&](int t) {
-      float* y = s.tmp.data() + t * E;
-      add_bias(y, bias, E);
-      add_row(s.x.data() + t * E, y, E);
-    });
-    return;
-  }
-  if (r > 0.0f) {  // Granite: x + out * residual_multiplier, as transformers rounds it
-    matmul(w, in, s.tmp.data(), E);
-    per_token(n, threads, [&](int t) {
-      float* x = s.x.data() + t * E;
-      const float* y = s.tmp.data() + t * E;
-      for (int64_t e = 0; e < E; ++e) x[e] += y[e] * r;
-    });
-    return;
-  }
-  if (takes_bf16_tiles(w)) {
+  if (takes_bf16_tiles(w) && bias.empty() && r <= 0.0f) {
     const MatmulTarget t{&w, s.x.data(), E, true};
     matmul_many(&t, 1, in);
     return;
   }
   matmul(w, in, s.tmp.data(), E);
-  per_token(n, threads, [&](int t) { add_row(s.x.data() + t * E, s.tmp.data() + t * E, E); });
+  per_token(n, threads, [&](int t) {
+    float* x = s.x.data() + t * E;
+    float* y = s.tmp.data() + t * E;
+    add_bias(y, bias, E);  // (gpt-oss's output bias: x + (in @ W^T + bias))
+    if (r > 0.0f) {        // Granite: x + out * residual_multiplier, as transformers rounds it
+      for (int64_t e = 0; e < E; ++e) x[e] += y[e] * r;
+    } else {
+      add_row(x, y, E);
+    }
+  });
 }
 
 void token_cos_sin(const ForwardState& s, int32_t position, float* cs) {

@@ -57,6 +57,23 @@ struct Builder {
 
   bool has(const std::string& name) const { return raw.count(name) != 0; }
 
+  // `bytes` of memory owned by the model (4-byte aligned), for converted or rearranged copies.
+  uint8_t* alloc(size_t bytes) {
+    return reinterpret_cast<uint8_t*>(storage->buffers.emplace_back((bytes + 3) / 4).data());
+  }
+
+  // The rows of v as F32: v itself when stored so, else a converted copy (norms, biases).
+  TensorView to_f32(const TensorView& v) {
+    if (v.type == DType::F32) return v;
+    float* buf = reinterpret_cast<float*>(alloc(static_cast<size_t>(v.rows * v.cols) * 4));
+    for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, buf + r * v.cols);
+    TensorView out = v;
+    out.type = DType::F32;
+    out.row_bytes = static_cast<size_t>(v.cols) * 4;
+    out.data = reinterpret_cast<const uint8_t*>(buf);
+    return out;
+  }
+
   // A tensor the model needs, checked for presence, type and shape. `rows == 1` marks a vector;
   // vectors are converted to F32 so the forward pass sees one type for norms and biases.
   TensorView take(const std::string& name, const std::string& canonical, int64_t rows, int64_t cols,
@@ -89,16 +106,12 @@ struct Builder {
                          : (v.type == DType::F16 || v.type == DType::BF16) ? 2
                                                                            : 1;
     if (vector && v.type != DType::F32) {
-      std::vector<float>& buf = storage->buffers.emplace_back(static_cast<size_t>(cols));
-      dequantize_row(v, 0, buf.data());
-      out.type = DType::F32;
-      out.row_bytes = static_cast<size_t>(cols) * 4;
-      out.data = reinterpret_cast<const uint8_t*>(buf.data());
+      out = to_f32(v);
     } else if (reinterpret_cast<uintptr_t>(v.data) % align != 0) {
       // Possible only in a hand-made safetensors file; the kernels expect aligned elements.
-      std::vector<float>& buf = storage->buffers.emplace_back((v.nbytes() + 3) / 4);
-      std::memcpy(buf.data(), v.data, v.nbytes());
-      out.data = reinterpret_cast<const uint8_t*>(buf.data());
+      uint8_t* buf = alloc(v.nbytes());
+      std::memcpy(buf, v.data, v.nbytes());
+      out.data = buf;
     }
     storage->canonical[canonical] = out;
     return out;
@@ -238,26 +251,11 @@ void build_weights(Model& m, Builder& b,
 
 // The router and experts of every MoE layer (model/moe_loader.cpp).
 void build_moe_layers(Model& m, Builder& b, bool gguf) {
-  const TensorSource src{
-      [&](const std::string& name) { return b.has(name); },
-      [&](const std::string& name, const std::string& canonical, int64_t rows, int64_t cols) {
-        return b.take(name, canonical, rows, cols);
-      },
-      [&](size_t bytes) {
-        std::vector<float>& buf = b.storage->buffers.emplace_back((bytes + 3) / 4);
-        return reinterpret_cast<uint8_t*>(buf.data());
-      },
-      [&](const TensorView& v) {
-        if (v.type == DType::F32) return v;
-        std::vector<float>& buf =
-            b.storage->buffers.emplace_back(static_cast<size_t>(v.rows * v.cols));
-        for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, buf.data() + r * v.cols);
-        TensorView out = v;
-        out.type = DType::F32;
-        out.row_bytes = static_cast<size_t>(v.cols) * 4;
-        out.data = reinterpret_cast<const uint8_t*>(buf.data());
-        return out;
-      }};
+  const TensorSource src{[&](const std::string& name) { return b.has(name); },
+                         [&](const std::string& name, const std::string& canonical, int64_t rows,
+                             int64_t cols) { return b.take(name, canonical, rows, cols); },
+                         [&](size_t bytes) { return b.alloc(bytes); },
+                         [&](const TensorView& v) { return b.to_f32(v); }};
   for (int i : m.config.moe.layers)
     build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
@@ -650,8 +648,8 @@ void load_hf(Model& m, Storage& st) {
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
-  if (gpt_oss && (scaling == nullptr || (Json{*scaling, cfg_path}.get("rope_type") == nullptr &&
-                                         Json{*scaling, cfg_path}.get("type") == nullptr))) {
+  if (gpt_oss && (scaling == nullptr ||
+                  (scaling->get("rope_type") == nullptr && scaling->get("type") == nullptr))) {
     static const JsonValue k_gpt_oss_rope = parse_json(
         R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "truncate": false, "original_max_position_embeddings": 4096})");

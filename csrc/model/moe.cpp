@@ -28,7 +28,8 @@ constexpr int64_t k_expert_parallel_rows = 8;  // see moe_forward: up to this ma
 
 // The chosen experts of one token from its router logits: the k largest logits (equal ones: the
 // lower index first), softmax weights over all experts, renormalised over the chosen ones when
-// asked, then sorted by expert index, the order in which the token sums them.
+// asked (softmax_topk, gpt-oss: a softmax over the chosen logits alone), then sorted by expert
+// index, the order in which the token sums them.
 void route(const float* logits, int n_expert, int k, bool norm, bool softmax_topk, int32_t* chosen,
            float* weight) {
   // Selection by partial insertion: chosen[0..k) holds the best so far, best first.
@@ -43,22 +44,20 @@ void route(const float* logits, int n_expert, int k, bool norm, bool softmax_top
     }
     chosen[at] = e;
   }
-  // (gpt-oss: a softmax over the chosen logits alone; chosen[0] is the largest.)
-  const float max = softmax_topk ? logits[chosen[0]] : *std::max_element(logits, logits + n_expert);
-  double sum = 0.0;
-  if (!softmax_topk)
-    for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
+  const float max = softmax_topk ? logits[chosen[0]]  // (the largest: chosen is best first)
+                                 : *std::max_element(logits, logits + n_expert);
   std::sort(chosen, chosen + k);
-  if (softmax_topk) {
+  double sum = 0.0;
+  if (softmax_topk)
     for (int j = 0; j < k; ++j) sum += std::exp(static_cast<double>(logits[chosen[j]] - max));
-    norm = false;
-  }
+  else
+    for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
   double chosen_sum = 0.0;
   for (int j = 0; j < k; ++j) {
     weight[j] = static_cast<float>(std::exp(static_cast<double>(logits[chosen[j]] - max)) / sum);
     chosen_sum += weight[j];
   }
-  if (norm)
+  if (norm && !softmax_topk)  // (over the chosen alone, the weights already sum to 1)
     for (int j = 0; j < k; ++j) weight[j] = static_cast<float>(weight[j] / chosen_sum);
 }
 
