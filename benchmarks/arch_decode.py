@@ -17,16 +17,27 @@ from pathlib import Path
 import numpy as np
 
 
-def gemma3_file(out: Path) -> str:
+def gemma_file(
+    out: Path,
+    arch: str,
+    shape: tuple[int, int, int, int, int, int, int],
+    context: int,
+    theta: float,
+    window: int,
+    extra: dict[str, float] | None = None,
+) -> str:
+    """A random-weight Q8_0 GGUF of a Gemma 2/3 architecture at ``out`` (kept when it exists): ``shape``
+    is (hidden, layers, heads, KV heads, head_dim, ff, vocabulary); four norms a layer, q/k norms for
+    gemma3; ``extra`` float keys (e.g. gemma2.attn_logit_softcapping) written as they are."""
     if out.exists():
         return str(out)
     import gguf
     from gguf import GGMLQuantizationType as QT
 
-    E, L, H, KV, HD, F, V = 1152, 26, 4, 1, 256, 6912, 262144  # noqa: N806 (Gemma 3 1B shapes)
+    E, L, H, KV, HD, F, V = shape  # noqa: N806
     rng = np.random.default_rng(0)
-    w = gguf.GGUFWriter(str(out), "gemma3")
-    w.add_context_length(32768)
+    w = gguf.GGUFWriter(str(out), arch)
+    w.add_context_length(context)
     w.add_embedding_length(E)
     w.add_block_count(L)
     w.add_feed_forward_length(F)
@@ -35,10 +46,12 @@ def gemma3_file(out: Path) -> str:
     w.add_layer_norm_rms_eps(1e-6)
     w.add_key_length(HD)
     w.add_value_length(HD)
-    w.add_rope_freq_base(1e6)
-    w.add_sliding_window(512)
+    w.add_rope_freq_base(theta)
+    w.add_sliding_window(window)
     w.add_file_type(7)
     w.add_tokenizer_model("gpt2")
+    for key, value in (extra or {}).items():
+        w.add_float32(key, value)
 
     def mat(name: str, r: int, c: int) -> None:
         a = (rng.standard_normal((r, c), dtype=np.float32) / np.sqrt(c)).astype(np.float32)
@@ -54,8 +67,9 @@ def gemma3_file(out: Path) -> str:
         p = f"blk.{i}."
         for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"):
             vec(p + n + ".weight", E)
-        vec(p + "attn_q_norm.weight", HD)
-        vec(p + "attn_k_norm.weight", HD)
+        if arch == "gemma3":
+            vec(p + "attn_q_norm.weight", HD)
+            vec(p + "attn_k_norm.weight", HD)
         mat(p + "attn_q.weight", H * HD, E)
         mat(p + "attn_k.weight", KV * HD, E)
         mat(p + "attn_v.weight", KV * HD, E)
@@ -68,6 +82,12 @@ def gemma3_file(out: Path) -> str:
     w.write_tensors_to_file()
     w.close()
     return str(out)
+
+
+def gemma3_file(out: Path) -> str:
+    """Gemma 3 1B's shapes: hidden 1152, 26 layers, 4 heads / 1 KV head of 256, ff 6912, vocabulary
+    262144, window 512."""
+    return gemma_file(out, "gemma3", (1152, 26, 4, 1, 256, 6912, 262144), 32768, 1e6, 512)
 
 
 def decode(path: str, n_prompt: int = 128, steps: int = 32) -> None:

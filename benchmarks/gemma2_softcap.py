@@ -12,64 +12,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from arch_decode import gemma_file  # noqa: E402
+
 
 def gemma2_file(out: Path, softcap: bool, n_layer: int = 4) -> str:
-    if out.exists():
-        return str(out)
-    import gguf
-    from gguf import GGMLQuantizationType as QT
-
-    E, H, KV, HD, F, V = 2304, 8, 4, 256, 9216, 4096  # noqa: N806 (Gemma 2 2B's layer shapes)
-    rng = np.random.default_rng(0)
-    w = gguf.GGUFWriter(str(out), "gemma2")
-    w.add_context_length(8192)
-    w.add_embedding_length(E)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(F)
-    w.add_head_count(H)
-    w.add_head_count_kv(KV)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_key_length(HD)
-    w.add_value_length(HD)
-    w.add_rope_freq_base(1e4)
-    w.add_sliding_window(4096)
-    w.add_file_type(7)
-    w.add_tokenizer_model("gpt2")
-    if softcap:
-        w.add_attn_logit_softcapping(50.0)
-    w.add_final_logit_softcapping(30.0)
-
-    def mat(name: str, r: int, c: int) -> None:
-        a = (rng.standard_normal((r, c), dtype=np.float32) / np.sqrt(c)).astype(np.float32)
-        q = gguf.quants.quantize(a, QT.Q8_0)
-        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=QT.Q8_0)
-
-    def vec(name: str, n: int) -> None:
-        w.add_tensor(name, np.ones(n, dtype=np.float32))
-
-    mat("token_embd.weight", V, E)
-    vec("output_norm.weight", E)
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"):
-            vec(p + n + ".weight", E)
-        mat(p + "attn_q.weight", H * HD, E)
-        mat(p + "attn_k.weight", KV * HD, E)
-        mat(p + "attn_v.weight", KV * HD, E)
-        mat(p + "attn_output.weight", E, H * HD)
-        mat(p + "ffn_gate.weight", F, E)
-        mat(p + "ffn_up.weight", F, E)
-        mat(p + "ffn_down.weight", E, F)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(out)
+    """Gemma 2 2B's layer shapes (hidden 2304, 8 heads / 4 KV heads of 256, ff 9216, window 4096), a
+    4096-token vocabulary; attention soft-capping at 50 or none, final soft-capping at 30."""
+    caps = {"gemma2.attn_logit_softcapping": 50.0} if softcap else {}
+    caps["gemma2.final_logit_softcapping"] = 30.0
+    return gemma_file(out, "gemma2", (2304, n_layer, 8, 4, 256, 9216, 4096), 8192, 1e4, 4096, caps)
 
 
 def measure(path: str) -> str:

@@ -490,7 +490,7 @@ def _experts_line(info: dict[str, Any]) -> list[str]:
     if not info["n_expert"]:
         return []
     shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
-    if info.get("swiglu_limit"):  # gpt-oss
+    if info["swiglu_limit"]:  # gpt-oss
         shared += f", biases, softmax over the chosen, SwiGLU clamped at {info['swiglu_limit']:g}"
     return [
         f"experts       {info['n_expert']} of {info['n_ff_expert']} rows, {info['n_expert_used']} used per "
@@ -540,7 +540,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
     capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""
-    if info.get("attn_sinks"):  # gpt-oss
+    if info["attn_sinks"]:  # gpt-oss
         capped = ", ".join(filter(None, [capped, "a learned sink per head in the softmax"]))
     if info["sliding_window"]:
         local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
