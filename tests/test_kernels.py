@@ -4,8 +4,8 @@ their batch invariance: a row's result is bitwise the same alone, inside any til
 Every test runs both compute paths of a native build: the f32 kernels and, where the CPU has AMX,
 the AMX kernels (Q4_0/Q4_1/Q8_0/BF16 and Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS repacked for bf16 tiles,
 Q4_K/Q6_K/Q2_K/Q3_K for int8 tiles and VNNI; F16/F32 stay on the f32 kernels), or without AMX the
-int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/Q2_K/Q3_K on VPDPBUSD and Q8_0 on
-AVX2, with AVX2 only every quantized type (F32/F16/BF16 stay on the f32 kernels)."""
+int8 kernels: with VNNI Q4_K/Q6_K/Q5_0/Q5_1/IQ4_NL/Q5_K/IQ4_XS/MXFP4/Q2_K/Q3_K on VPDPBUSD and Q8_0
+on AVX2, with AVX2 only every quantized type (F32/F16/BF16 stay on the f32 kernels)."""
 
 from __future__ import annotations
 
@@ -117,15 +117,15 @@ def test_f32_kernels_decode_weights_exactly(type_name: str) -> None:
 
 
 # Q8_0 joins the int8 kernels only where there is no AMX (on AMX: the bf16 tiles); Q2_K / Q3_K
-# wherever there is VNNI (AMX or not); Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS with VNNI
-# and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS / Q2_K /
+# wherever there is VNNI (AMX or not); Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS / MXFP4 with
+# VNNI and no AMX (AMX machines keep them on the bf16 tiles); Q5_0 / Q5_1 / Q5_K / IQ4_NL / IQ4_XS / Q2_K /
 # Q3_K / Q4_0 / Q4_1 on AVX2 without VNNI.
 VNNI_ONLY = core.i8_vnni_available() and not core.amx_available()
 INT8_TYPES = (
     ["Q4_K", "Q6_K"]
     + (["Q8_0"] if core.i8_avx2_available() else [])
     + (["Q2_K", "Q3_K"] if core.i8_vnni_available() else [])
-    + (["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS"] if VNNI_ONLY else [])
+    + (["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q5_K", "IQ4_XS", "MXFP4"] if VNNI_ONLY else [])
     + (
         ["Q5_0", "Q5_1", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_0", "Q4_1"]
         if core.i8_avx2_available() and not core.i8_vnni_available()
@@ -135,7 +135,7 @@ INT8_TYPES = (
 # Where a block's weights with every quant 0 sit, for the types with minimums: (block bytes, first
 # quant byte).
 MIN_TYPES = {"Q4_K": (144, 16), "Q5_K": (176, 16), "Q4_1": (20, 4), "Q5_1": (24, 4)}
-BLOCK32_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
+BLOCK32_TYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4")
 
 
 @pytest.mark.skipif(not core.repack_default(), reason="no AMX or AVX2 int8 kernels, or OSSA_AMX=0")
@@ -196,6 +196,27 @@ def test_int8_kernels_multiply_the_twins_split(type_name: str, cols: int) -> Non
     blocks = x.reshape(40, -1, block).astype(np.float64)
     err = np.abs(xs.reshape(blocks.shape) - blocks).max(axis=-1)
     assert np.all(err <= np.abs(blocks).max(axis=-1) * 2e-6)
+
+
+@pytest.mark.parametrize("mode_name", MODES)
+def test_mxfp4_scales_over_the_whole_exponent_range(mode_name: str) -> None:
+    # MXFP4's E8M0 byte e scales a block by 2^(e - 127) (held as twice the E2M1 value times
+    # 2^(e - 128)): the kernels build that float from e's bits, subnormal for e < 2. Activations of
+    # integers with a +-127 in every block split exactly (a0 = x, d = 1), so every product and sum is
+    # exact in f32 on both the f32 tiles and the int8 loop: the output equals the float64 product
+    # bit for bit, for exponents from the subnormal scales to 2^73.
+    rows, cols = 18, 64
+    rng = np.random.default_rng(41)
+    raw = rng.integers(0, 256, size=(rows, cols // 32, 17), dtype=np.uint8)
+    exps = [0, 1, 2, 3, 4, 64, 126, 127, 128, 129, 200]
+    raw[:, :, 0] = np.array([exps[n % len(exps)] for n in range(rows)], dtype=np.uint8)[:, None]
+    raw = raw.reshape(rows, -1)
+    w = dequantize(raw, QT.MXFP4).astype(np.float64).reshape(rows, cols)
+    x = rng.integers(-127, 128, size=(5, cols)).astype(np.float32)
+    x[:, ::32] = 127.0
+    expect = (x.astype(np.float64) @ w.T).astype(np.float32)
+    assert np.any((w != 0) & (np.abs(w) < np.finfo(np.float32).tiny))  # subnormal weights
+    np.testing.assert_array_equal(run(raw, "MXFP4", rows, cols, x, mode=mode_name), expect)
 
 
 @pytest.mark.skipif(

@@ -156,7 +156,7 @@ void bind_kernels(nb::module_& m) {
       "repack_default", []() { return ossa::repack_default(); },
       "Whether load_model repacks weights by default (amx=True): for AMX, or without AMX the "
       "types of the VNNI / AVX2 int8 kernels (Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K; with VNNI also "
-      "IQ4_NL, IQ4_XS, Q2_K, Q3_K); OSSA_AMX=0 turns both off.");
+      "IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K); OSSA_AMX=0 turns both off.");
   m.def(
       "i8_avx2_available", []() { return ossa::i8_avx2_available(); },
       "Whether this build has the AVX2 int8 kernels (Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K; used "
@@ -165,7 +165,7 @@ void bind_kernels(nb::module_& m) {
       "i8_vnni_available", []() { return ossa::i8_vnni_available(); },
       "Whether Q4_K / Q6_K / Q2_K / Q3_K run the AVX-512 VNNI int8 loops: with AMX for few rows, "
       "without AMX for every row count (the same results as the AMX and AVX2 kernels), and then "
-      "Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS too.");
+      "Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS / MXFP4 too.");
 
   // Test hook: the 8-bit activation blocks of x [n, k]: (values [n, k] as float, d [n, k/32]).
   m.def(

@@ -1,8 +1,8 @@
 // Q4_K and Q6_K on AMX-INT8 (many activation rows) and AVX512-VNNI (a few rows, decode): exact
 // integer dot products of the weights' quants with activations split into three int8 pieces.
 // Without AMX, the same for every row count, and Q8_0 as well: with VNNI the VNNI loops take every
-// row count, and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS too (vnni::Kind: the same
-// pieces and epilogues; AMX machines keep those on matmul_amx.cpp / matmul_amx_ext.cpp's bf16
+// row count, and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS / MXFP4 too (vnni::Kind: the
+// same pieces and epilogues; AMX machines keep those on matmul_amx.cpp / matmul_amx_ext.cpp's bf16
 // tiles); with AVX2 only, every quantized type on AVX2 kernels (below: Q4_0 / Q4_1 / Q5_0 / Q5_1
 // / Q5_K / Q2_K / Q3_K on VPMADDUBSW as Q4_K, Q8_0 / IQ4_NL / IQ4_XS and the exact Q4_0 / Q4_1 on
 // VPMADDWD).
@@ -130,6 +130,9 @@ constexpr int64_t k5_high_at = 256, k50_block_bytes = 352, k51_block_bytes = 384
 // Q5_K (VNNI builds without AMX), per 16 rows and 256 columns: 8 blocks of 320 bytes (Q4_K's
 // nibbles, then the fifth bits as Q5_0's), then Q4_K's scales, minimums, d and dmin: 2,880 bytes
 // (the file's 2,816 and 64 of unpacked scales).
+// MXFP4 (VNNI builds without AMX), per 16 rows and 32-column block: the nibbles as Q4_0's (256
+// bytes: E2M1 level indices), then the rows' E8M0 exponent bytes: the file's 16 x 17 bytes.
+constexpr int64_t kmx_block_bytes = 272, kmx_e_at = 256;
 constexpr int64_t k5k_block_bytes = 320, k5k_sb_bytes = 2880, k5k_sc_at = 2560, k5k_m_at = 2688,
                   k5k_d_at = 2816, k5k_dmin_at = 2848;
 // IQ4_XS (VNNI builds without AMX), per 16 rows and 256 columns: 8 blocks of 256 bytes of level
@@ -154,7 +157,7 @@ struct Q23kAvx2 {
 // Types with a block of 32 columns (the rest have super-blocks of 256).
 bool block32(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
-         t == DType::Q5_1 || t == DType::IQ4_NL;
+         t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::MXFP4;
 }
 int64_t block32_bytes(DType t) {
   switch (t) {
@@ -166,6 +169,8 @@ int64_t block32_bytes(DType t) {
       return k50_block_bytes;
     case DType::Q5_1:
       return k51_block_bytes;
+    case DType::MXFP4:
+      return kmx_block_bytes;
     default:  // Q4_0, IQ4_NL
       return k40_block_bytes;
   }
@@ -195,8 +200,9 @@ bool amx_i8_type(DType t) {
   // Without AMX, the VNNI loop (AMX machines keep these on matmul_amx.cpp / matmul_amx_ext.cpp's
   // bf16 tiles). Q4_0 / Q4_1 over the AVX-512 f32 kernels, one thread: 3.6x at one row, 2.0-2.5x
   // at 512 rows.
+  // MXFP4 likewise: 2.5x its f32 tile kernel at one row (benchmarks/matmul_types.py).
   if (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 ||
-      t == DType::IQ4_NL || t == DType::Q5_K || t == DType::IQ4_XS)
+      t == DType::IQ4_NL || t == DType::Q5_K || t == DType::IQ4_XS || t == DType::MXFP4)
     return true;
 #elif defined(OSSA_HAVE_I8_AVX2) && !defined(OSSA_HAVE_I8_VNNI)
   // AVX2 without VNNI: Q5_0 / Q5_1 / Q5_K on the AVX2 kernels (decode 3-5x the f32 kernels, 512
@@ -437,15 +443,16 @@ void repack_q45k(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_e
   }
 }
 
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 (Block: their file blocks; IQ4_NL's is Q4_0's, d then 16 bytes of
-// indices): the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and 16 + j):
-// byte [r][4 n + i] = qs[4 r + i] of row n; Q5's bit j of qh the fifth bit of column j (after the
-// nibbles); then the rows' f16 d (and m).
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / MXFP4 (Block: their file blocks; IQ4_NL's is Q4_0's, d then 16
+// bytes of indices): the file's qs bytes are already the Q4_K block's (qs[j] holds columns j and
+// 16 + j): byte [r][4 n + i] = qs[4 r + i] of row n; Q5's bit j of qh the fifth bit of column j
+// (after the nibbles); then the rows' f16 d (and m), or MXFP4's exponent bytes e.
 template <class Block>
 void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t g_end,
                     [[maybe_unused]] bool i16_order) {
   constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
   constexpr bool with_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr bool mx = std::is_same_v<Block, BlockMXFP4>;
   constexpr int64_t d_at = q5 ? k5x_d_at : k4x_d_at, m_at = q5 ? k51_m_at : k41_m_at;
   const int64_t nb = w.cols / 32, bb = block32_bytes(w.type);
   for (int64_t g = g_begin; g < g_end; ++g) {
@@ -456,7 +463,10 @@ void repack_block32(const TensorView& w, uint8_t* out, int64_t g_begin, int64_t 
       for (int64_t b = 0; b < nb; ++b) {
         const Block& q = row[b];
         uint8_t* blk = group + b * bb;
-        std::memcpy(blk + d_at + 2 * n, &q.d, 2);
+        if constexpr (mx)
+          blk[kmx_e_at + n] = q.e;
+        else
+          std::memcpy(blk + d_at + 2 * n, &q.d, 2);
         if constexpr (with_m) std::memcpy(blk + m_at + 2 * n, &q.m, 2);
 #if !defined(OSSA_HAVE_I8_VNNI)
         if (i16_order) {  // (AVX2: the int16 kernel's order, amx_i8_takes_i16)
@@ -592,6 +602,8 @@ void amx_i8_repack_groups(const TensorView& w, uint8_t* out, int64_t g_begin, in
       return repack_block32<BlockQ5_0>(w, out, g_begin, g_end, false);
     case DType::Q5_1:
       return repack_block32<BlockQ5_1>(w, out, g_begin, g_end, false);
+    case DType::MXFP4:
+      return repack_block32<BlockMXFP4>(w, out, g_begin, g_end, false);
     case DType::Q5_K:
       return repack_q45k<BlockQ5_K>(w, out, g_begin, g_end);
     case DType::IQ4_XS:
@@ -731,6 +743,7 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 //   IQ4_NL u as IQ4_XS's;             s = d, o = 128
 //   Q4_0  u = nibble;                 s = d, o = 8
 //   Q4_1  u = nibble;                 s = d, dm = -m
+//   MXFP4 u = 2 E2M1[nibble] + 128;   s = 2^(e - 128), o = 128
 // and per activation row and block, with the pieces' int32 sums c0 = u . a0, c12 = 16 u . a1 +
 // u . a2 (|D| < 2^31: 2^11 32 241 127 + 16 32 241 64 + 32 241 8 for the largest u):
 //   D = 2^11 c0 + c12;  minimum: acc = fma(f32(D), s * dsc, acc); acc = fnma(sum, dm, acc)
@@ -738,7 +751,7 @@ inline const int8_t* a_tiles(const AmxActivations& x, int64_t nb, int64_t mb, in
 //                                2^11 a0 + 16 a1 + a2 (so D - o S is the signed weights' product)
 // Without AMX this loop takes every row count (one kernel: batch invariant); with AMX, Q4_K's
 // few-row kernel (the tile kernel computes the same). Q6_K has its own loop (vnni_group_q6k).
-enum class Kind { Q4K, Q5K, IQ4XS, Q50, Q51, IQ4NL, Q40, Q41 };
+enum class Kind { Q4K, Q5K, IQ4XS, Q50, Q51, IQ4NL, Q40, Q41, MXFP4 };
 constexpr bool super_kind(Kind k) { return k == Kind::Q4K || k == Kind::Q5K || k == Kind::IQ4XS; }
 constexpr bool high_kind(Kind k) { return k == Kind::Q5K || k == Kind::Q50 || k == Kind::Q51; }
 constexpr bool iq4_kind(Kind k) { return k == Kind::IQ4XS || k == Kind::IQ4NL; }
@@ -746,7 +759,7 @@ constexpr bool min_kind(Kind k) {
   return k == Kind::Q4K || k == Kind::Q5K || k == Kind::Q51 || k == Kind::Q41;
 }
 constexpr int offset_of(Kind k) {
-  return iq4_kind(k) ? 128 : k == Kind::Q50 ? 16 : k == Kind::Q40 ? 8 : 0;
+  return iq4_kind(k) || k == Kind::MXFP4 ? 128 : k == Kind::Q50 ? 16 : k == Kind::Q40 ? 8 : 0;
 }
 // Bytes of a block's quants (super-block kinds) or of a whole block (the others), and where the
 // scales sit: in the super-block (sc, m as bytes [j][n]; d, dmin f16 [n]) or in the block (d, m).
@@ -770,6 +783,8 @@ constexpr KindLayout layout_of(Kind k) {
       return {k40_block_bytes, 0, 0, 0, k4x_d_at, 0};
     case Kind::Q41:
       return {k41_block_bytes, 0, 0, k41_m_at, k4x_d_at, 0};
+    case Kind::MXFP4:
+      return {kmx_block_bytes, 0, 0, 0, kmx_e_at, 0};
   }
   return {};
 }
@@ -791,6 +806,8 @@ inline int vnni_kind(DType t) {  // the k_vnni_groups row of a type; -1: not thi
       return static_cast<int>(Kind::Q40);
     case DType::Q4_1:
       return static_cast<int>(Kind::Q41);
+    case DType::MXFP4:
+      return static_cast<int>(Kind::MXFP4);
     default:
       return -1;
   }
@@ -817,7 +834,8 @@ inline void kind_prefetch(const uint8_t* group, int64_t b) {
 }
 // The 8 weight vectors u of a packed block: wq[k] holds columns 4 k .. 4 k + 3 for k < 4 (low
 // nibbles), 16 + 4 (k - 4) .. for k >= 4 (high ones); Q5's fifth bit of column 16 (k / 4) +
-// 4 (k % 4) + i is bit k of byte [4 n + i] of the high part; IQ4's nibbles index the levels + 128.
+// 4 (k % 4) + i is bit k of byte [4 n + i] of the high part; IQ4's nibbles index the levels + 128,
+// MXFP4's twice the E2M1 values + 128 (116..140).
 template <Kind K>
 inline void kind_unpack(const uint8_t* blk, __m512i* wq) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -835,9 +853,10 @@ inline void kind_unpack(const uint8_t* blk, __m512i* wq) {
       wq[k] = _mm512_ternarylogic_epi32(wq[k], hs, bit4, 0xF8);  // wq | (hs & 0x10)
     }
   }
-  if constexpr (iq4_kind(K)) {
+  if constexpr (iq4_kind(K) || K == Kind::MXFP4) {
     alignas(16) int8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = static_cast<int8_t>(k_iq4_levels[i] + 128);  // 1..241
+    for (int i = 0; i < 16; ++i)  // IQ4: 1..241
+      t[i] = static_cast<int8_t>((K == Kind::MXFP4 ? k_mxfp4_levels[i] : k_iq4_levels[i]) + 128);
     const __m512i levels =
         _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
     for (int k = 0; k < 8; ++k) wq[k] = _mm512_shuffle_epi8(levels, wq[k]);
@@ -858,6 +877,14 @@ inline void kind_scales(const uint8_t* group, int64_t b, __m512& s, __m512& dm) 
       s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
       dm = q4k_times(sbp, L.m, b & 7, q4k_d(sbp, L.dmin));
     }
+  } else if constexpr (K == Kind::MXFP4) {
+    // 2^(e - 128) as mxfp4_scale builds it: (e - 1) << 23, or the subnormal 2^21 << e for e < 2.
+    const __m512i e = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kind_block<K>(group, b) + L.d)));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    s = _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, sub));
   } else {
     const uint8_t* blk = kind_block<K>(group, b);
     s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + L.d)));
@@ -1033,12 +1060,13 @@ constexpr VnniGroup k_kind_groups[5] = {vnni_group<K, 1, P>, vnni_group<K, 2, P>
                                         vnni_group<K, 3, P>, vnni_group<K, 4, P>,
                                         vnni_group<K, 8, P>};
 // By vnni_kind, then Q6_K (k_q6k_row) and, without AMX, Q8_0 (k_q8_0_row), for P pieces.
-constexpr int k_q6k_row = 8, k_q8_0_row = 9;
+constexpr int k_q6k_row = 9, k_q8_0_row = 10;
 template <int P>
 constexpr const VnniGroup* k_vnni_groups[] = {
     k_kind_groups<Kind::Q4K, P>, k_kind_groups<Kind::Q5K, P>, k_kind_groups<Kind::IQ4XS, P>,
     k_kind_groups<Kind::Q50, P>, k_kind_groups<Kind::Q51, P>, k_kind_groups<Kind::IQ4NL, P>,
-    k_kind_groups<Kind::Q40, P>, k_kind_groups<Kind::Q41, P>, k_kind_groups_q6k<P>,
+    k_kind_groups<Kind::Q40, P>, k_kind_groups<Kind::Q41, P>, k_kind_groups<Kind::MXFP4, P>,
+    k_kind_groups_q6k<P>,
 #if !defined(OSSA_HAVE_AMX_I8)
     k_kind_groups_q8_0<P>,
 #endif

@@ -133,7 +133,7 @@ def amx_default() -> bool:
 
 def repack_default() -> bool:
     """
-    Whether load_model repacks weights by default (amx=True): for AMX, or without AMX the types of the VNNI / AVX2 int8 kernels (Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K; with VNNI also IQ4_NL, IQ4_XS, Q2_K, Q3_K); OSSA_AMX=0 turns both off.
+    Whether load_model repacks weights by default (amx=True): for AMX, or without AMX the types of the VNNI / AVX2 int8 kernels (Q8_0, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K; with VNNI also IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K); OSSA_AMX=0 turns both off.
     """
 
 def i8_avx2_available() -> bool:
@@ -143,7 +143,7 @@ def i8_avx2_available() -> bool:
 
 def i8_vnni_available() -> bool:
     """
-    Whether Q4_K / Q6_K / Q2_K / Q3_K run the AVX-512 VNNI int8 loops: with AMX for few rows, without AMX for every row count (the same results as the AMX and AVX2 kernels), and then Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS too.
+    Whether Q4_K / Q6_K / Q2_K / Q3_K run the AVX-512 VNNI int8 loops: with AMX for few rows, without AMX for every row count (the same results as the AMX and AVX2 kernels), and then Q5_0 / Q5_1 / IQ4_NL / Q5_K / IQ4_XS / MXFP4 too.
     """
 
 def kernel_quantize_q8(x: Annotated[NDArray[numpy.float32], dict(shape=(None, None), order='C')]) -> tuple: ...

@@ -176,8 +176,8 @@ def quantize_q8(x: np.ndarray) -> np.ndarray:
 
 def split_int8(x: np.ndarray, block: int = 32, pieces: int = 3) -> np.ndarray:
     """x as the C++ int8 kernels see it (kernels/matmul_amx_i8.cpp: Q4_K / Q6_K on AMX-INT8, VNNI or
-    AVX2; without AMX Q8_0 and Q5_0 / Q5_1 / Q5_K on VNNI or AVX2, Q4_0 / Q4_1 / IQ4_NL / IQ4_XS on VNNI;
-    kernels/matmul_amx_q23k.cpp: Q2_K / Q3_K with ``block`` 64), in float64:
+    AVX2; without AMX Q8_0 and Q5_0 / Q5_1 / Q5_K on VNNI or AVX2, Q4_0 / Q4_1 / IQ4_NL / IQ4_XS / MXFP4
+    on VNNI; kernels/matmul_amx_q23k.cpp: Q2_K / Q3_K with ``block`` 64), in float64:
     each block of ``block`` values is d * (a0 + a1 / 2^7 + a2 / 2^11) with d = max|block| / 127 and int8
     pieces y = x * (127 / max), a0 = rint(y), a1 = rint(128 (y - a0)), a2 = rint(16 (128 (y - a0) - a1))
     (float32 steps, as the kernel computes them); off by ~1 / (127 * 4096) of the block's largest value.
