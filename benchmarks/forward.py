@@ -184,7 +184,10 @@ def kernels_label(core: Any) -> str:
     if not core.repack_default():
         return "f32"
     if core.i8_vnni_available():
-        return "VNNI int8 (Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL, Q5_K, IQ4_XS, Q2_K, Q3_K) + f32"
+        return (
+            "VNNI int8 (Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, IQ4_NL, Q5_K, IQ4_XS, MXFP4, Q2_K, "
+            "Q3_K) + f32"
+        )
     return "AVX2 int8 / int16 (every quantized type) + f32"
 
 

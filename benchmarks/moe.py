@@ -1,13 +1,22 @@
 """Mixture-of-experts forward speed: ossa vs llama.cpp (llama-cpp-python) on the same GGUF files.
 
-No small real MoE model is available offline, so this builds one shaped like Qwen3-30B-A3B scaled
-down (hidden 768, 8 layers, 32 experts of 256 rows, 8 used per token, q/k norm) with random weights,
-as `qwen3moe` GGUF files in Q8_0 and Q4_0 (the tokenizer of the default model copied in, so
-llama.cpp can load them; routers F32, as llama.cpp's quantizer keeps them), cached under
-$OSSA_HOME/bench. Prefill (128 and 512 tokens) and decode (after a 128-token prompt), same threads,
-best of repeated runs (forward.py's ossa_speed / llama_speed), tok/s and the ratio ossa / llama.cpp.
+No real MoE model is available offline, so this builds random-weight ones (the tokenizer of the
+default model copied in, so llama.cpp can load them; routers F32, as llama.cpp's quantizer keeps
+them), cached under $OSSA_HOME/bench:
 
-    OSSA_CORE_DIR=build/moe/csrc PYTHONPATH=src python benchmarks/moe.py [--threads 2]
+- `--arch qwen3moe` (default): shaped like Qwen3-30B-A3B scaled down (hidden 768, 8 layers, 32
+  experts of 256 rows, 8 used per token, q/k norm), in each of `--types` (Q8_0 and Q4_0).
+- `--arch gpt-oss`: gpt-oss-20b's layer at full width (hidden 2880, 64 query / 8 KV heads of 64, 32
+  experts of 2880 rows, 4 used per token, sinks, biases, 128-token window on even layers, YaRN) for
+  `--layers` layers (default 8 of its 24), the experts in MXFP4 as released (random codes and
+  exponents written directly) and the rest Q8_0; the vocabulary is the default model's (49,152, not
+  gpt-oss's 201,088), so the output matrix is a smaller share of a decode step than in the real file.
+
+Prefill (128 and 512 tokens) and decode (after a 128-token prompt), same threads, best of repeated
+runs (forward.py's ossa_speed / llama_speed), each engine in its own process with its own
+environment, tok/s and the ratio ossa / llama.cpp.
+
+    OSSA_CORE_DIR=build/moe/csrc PYTHONPATH=src python benchmarks/moe.py [--threads 2] [--arch gpt-oss]
 """
 
 from __future__ import annotations
@@ -89,22 +98,115 @@ def build(dst: Path, type_name: str, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+GPT_OSS = dict(n_embd=2880, n_head=64, n_head_kv=8, head_dim=64, n_expert=32, n_expert_used=4, n_ff=2880,
+               window=128)  # fmt: skip
+
+
+def build_gpt_oss(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
+    """Writes the gpt-oss-20b-wide model of ``n_layer`` layers once (see the module docstring)."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+    from gguf.quants import quantize
+
+    s = GPT_OSS
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "gpt-oss")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, ne, f = s["n_embd"], s["head_dim"], s["n_expert"], s["n_ff"]
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(f)
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_sliding_window(s["window"])
+    w.add_expert_count(ne)
+    w.add_expert_used_count(s["n_expert_used"])
+    w.add_expert_feed_forward_length(f)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(38)  # MOSTLY_MXFP4_MOE
+    rng = np.random.default_rng(0)
+
+    def dense(name: str, rows: int, cols: int) -> None:
+        x = (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(np.float32)
+        q = quantize(x, gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+    def f32(name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
+        w.add_tensor(name, (base + spread * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
+
+    def experts(name: str, rows: int, cols: int) -> None:
+        # MXFP4 blocks: an E8M0 byte (largest |weight| 6 x 2^(e - 127) near 3 / sqrt(cols)), 16 code bytes.
+        top = 127 + int(np.floor(np.log2(3 / np.sqrt(cols) / 6)))
+        raw = rng.integers(0, 256, size=(ne, rows, cols // 32, 17), dtype=np.uint8)
+        raw[..., 0] = rng.integers(top - 1, top + 1, size=raw.shape[:3], dtype=np.uint8)
+        w.add_tensor(name, raw.reshape(ne, rows, -1), raw_shape=(ne, rows, cols // 32 * 17),
+                     raw_dtype=gguf.GGMLQuantizationType.MXFP4)  # fmt: skip
+
+    dense("token_embd.weight", n_vocab, e)
+    f32("output_norm.weight", e, base=1.0)
+    dense("output.weight", n_vocab, e)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f32(p + "attn_norm.weight", e, base=1.0)
+        f32(p + "post_attention_norm.weight", e, base=1.0)
+        dense(p + "attn_q.weight", s["n_head"] * hd, e)
+        dense(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+        dense(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+        dense(p + "attn_output.weight", e, s["n_head"] * hd)
+        f32(p + "attn_q.bias", s["n_head"] * hd)
+        f32(p + "attn_k.bias", s["n_head_kv"] * hd)
+        f32(p + "attn_v.bias", s["n_head_kv"] * hd)
+        f32(p + "attn_output.bias", e)
+        f32(p + "attn_sinks.weight", s["n_head"], spread=1.0)
+        f32(p + "ffn_gate_inp.weight", ne, e, spread=1 / np.sqrt(e))
+        f32(p + "ffn_gate_inp.bias", ne)
+        experts(p + "ffn_gate_exps.weight", f, e)
+        experts(p + "ffn_up_exps.weight", f, e)
+        experts(p + "ffn_down_exps.weight", e, f)
+        f32(p + "ffn_gate_exps.bias", ne, f)
+        f32(p + "ffn_up_exps.bias", ne, f)
+        f32(p + "ffn_down_exps.bias", ne, e)
+    return write_gguf(w, tmp, dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
-    ap.add_argument("--types", default="Q8_0,Q4_0")
+    ap.add_argument("--types", default="Q8_0,Q4_0", help="qwen3moe: the files' types")
+    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss"], default="qwen3moe")
+    ap.add_argument("--layers", type=int, default=8, help="gpt-oss: layers of the 20b width (it has 24)")
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
     kernels = kernels_label(core)
-    s = SHAPE
-    print(f"synthetic qwen3moe: {s}; threads={args.threads}; ossa kernels: {kernels}")
+    if args.arch == "gpt-oss":
+        print(f"synthetic gpt-oss: {GPT_OSS}, {args.layers} layers; threads={args.threads}")
+        name = f"gpt-oss-20b-wide-{args.layers}l-MXFP4.gguf"
+        files = [("MXFP4", build_gpt_oss(bench_dir() / name, args.layers, default))]
+    else:
+        print(f"synthetic qwen3moe: {SHAPE}; threads={args.threads}")
+        files = [
+            (t, build(bench_dir() / f"qwen3moe-synthetic-{t}.gguf", t, default))
+            for t in args.types.split(",")
+        ]
+    print(f"ossa kernels: {kernels}")
     print(f"{'type':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
-    for t in args.types.split(","):
-        path = build(bench_dir() / f"qwen3moe-synthetic-{t}.gguf", t, default)
+    for t, path in files:
         # Each engine in its own process with its own environment (forward.speed_isolated).
         o = speed_isolated("ossa", path, args.threads, args.decode_steps, False)
         ll = speed_isolated("llama", path, args.threads, args.decode_steps, False)

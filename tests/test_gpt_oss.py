@@ -1,8 +1,8 @@
 """gpt-oss (OpenAI's open-weight MoE models) against Hugging Face transformers (torch CPU, float32) and the
 NumPy twin, on tiny random models built by transformers: from safetensors folders (GptOssForCausalLM,
-unquantized experts) and from GGUF files laid out as llama.cpp's converter writes them (experts
-de-interleaved and transposed into ffn_*_exps stacks with bias stacks, attn_sinks, post_attention_norm;
-experts in MXFP4 as the released files keep them).
+unquantized experts, and the Hub's MXFP4 layout) and from GGUF files laid out as llama.cpp's converter
+writes them (experts de-interleaved and transposed into ffn_*_exps stacks with bias stacks, attn_sinks,
+post_attention_norm; experts in MXFP4 as the released files keep them).
 
 What gpt-oss adds to the MoE family, each exercised here: a learned sink logit per head in every
 attention softmax (all attention kernels: single tokens, prefill runs, the generic path for head_dim
@@ -136,8 +136,8 @@ def test_clamped_case_batch_invariant(hf_models: dict[str, Any]) -> None:
 
 
 def test_sinks_and_biases_matter(hf_models: dict[str, Any], tmp_path: Path) -> None:
-    """Zeroing the sinks or the output biases changes the logits (both are read and applied), the
-    change is the twin's, and a GGUF file without its sinks fails to load by name."""
+    """Zeroing the sinks or the output biases changes the logits (both are read and applied), and the
+    change is the twin's."""
     from safetensors.numpy import load_file, save_file
 
     src, _, ids = hf_models["gpt_oss"]
@@ -155,16 +155,79 @@ def test_sinks_and_biases_matter(hf_models: dict[str, Any], tmp_path: Path) -> N
         config, weights = ref_loader.load_weights(str(dst))
         twin = ref_model.forward(config, weights, ids)
         assert float(np.max(np.abs(got - twin))) < TWIN_TOL * float(np.max(np.abs(want))), stem
-    # An MXFP4-quantized folder (the Hub's layout) is refused by name, not misread.
-    dst = tmp_path / "mxfp4"
+
+
+def _hub_mxfp4_folder(src: str, dst: Path, seed: int) -> None:
+    """``src`` with its experts replaced by random MXFP4 stacks laid out as the Hub's gpt-oss folders
+    keep them (``*_blocks`` [n, rows, cols / 32, 16] U8, two E2M1 codes a byte, element 2i low;
+    ``*_scales`` [n, rows, cols / 32] E8M0; rows not transposed, gate and up rows interleaved) and
+    the quantization_config they carry."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
     shutil.copytree(src, dst)
     tensors = load_file(str(dst / "model.safetensors"))
-    tensors["model.layers.0.mlp.experts.gate_up_proj_blocks"] = np.zeros((5, 128, 2, 16), np.uint8)
+    rng = np.random.default_rng(seed)
+    for k in [k for k in tensors if k.endswith("_proj") and ".experts." in k]:
+        n, cols, rows = tensors.pop(k).shape  # transformers' [n, in, out]
+        blocks = rng.integers(0, 256, size=(n, rows, cols // 32, 16), dtype=np.uint8)
+        # E8M0 around 2^-5 (largest weight ~0.19), and two blocks of subnormal scales
+        scales = rng.integers(119, 123, size=(n, rows, cols // 32), dtype=np.uint8)
+        scales[0, 0, 0], scales[0, 1, 0] = 0, 1
+        tensors[k + "_blocks"], tensors[k + "_scales"] = blocks, scales
     save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(core.ModelError, match="MXFP4"):
-        core.load_model(str(dst))
-    with pytest.raises(ValueError, match="MXFP4"):
-        ref_loader.load_weights(str(dst))
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }  # fmt: skip
+    (dst / "config.json").write_text(json.dumps(cfg))
+
+
+def test_hub_mxfp4_folder_matches_hf(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """A GptOssForCausalLM folder with MXFP4 experts, as the Hub ships gpt-oss (transformers dequantizes
+    it on a CPU without triton: the oracle reads the same bytes): ossa's f32 kernels and the twin
+    within 1e-5 of transformers' float32 logits, the default (int8) kernels within the twin's bound
+    of the twin on the kernels' split inputs; the experts are MXFP4 in memory (exact, at the file's
+    size), not expanded. Bad stacks are refused by name."""
+    from safetensors.numpy import load_file, save_file
+    from tiny_models import hf_logits
+
+    src, _, ids = hf_models["gpt_oss"]
+    dst = tmp_path / "hub"
+    _hub_mxfp4_folder(src, dst, seed=7)
+    want = hf_logits(dst, ids)
+    scale = float(np.max(np.abs(want)))
+    exact = core.load_model(str(dst), amx=False)
+    assert float(np.max(np.abs(core.model_logits(exact, ids) - want))) / scale < 1e-5
+    config, weights = ref_loader.load_weights(str(dst))
+    assert config == exact.config
+    assert float(np.max(np.abs(ref_model.forward(config, weights, ids) - want))) / scale < 1e-5
+    model = core.load_model(str(dst))
+    twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
+    assert float(np.max(np.abs(core.model_logits(model, ids) - twin))) / scale < TWIN_TOL
+    types = {name: t for name, t, *_ in model.tensors()}
+    assert types["model.layers.0.mlp.experts.gate_up_proj_blocks"] == "U8"
+    info = models.inspect(str(dst))
+    assert info["tensor_types"]["MXFP4"] == info["tensor_types"]["E8M0 scales"] == 6
+    ref = models.inspect(src)  # the same model with unquantized experts: the same parameter count
+    assert info["n_params"] == ref["n_params"]
+    # A stack of the wrong shape, or blocks stored as floats: refused naming the tensor.
+    for name, bad in (
+        ("model.layers.1.mlp.experts.down_proj_scales", np.zeros((5, 64, 3), np.uint8)),
+        ("model.layers.2.mlp.experts.gate_up_proj_blocks", np.zeros((5, 128, 2, 16), np.float32)),
+    ):
+        broken = tmp_path / name
+        shutil.copytree(dst, broken)
+        tensors = load_file(str(broken / "model.safetensors"))
+        tensors[name] = bad
+        save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(core.ModelError, match=name):
+            core.load_model(str(broken))
+        with pytest.raises(ValueError, match=name):
+            ref_loader.load_weights(str(broken))
 
 
 def test_gguf_without_sinks_or_experts_fails(

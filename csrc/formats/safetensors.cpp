@@ -105,6 +105,10 @@ const SafetensorsInfo* SafetensorsFile::find_tensor(const std::string& name) con
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+const uint8_t* SafetensorsFile::bytes(const SafetensorsInfo& info) const {
+  return file_->data() + data_offset_ + info.begin;
+}
+
 TensorView SafetensorsFile::view(const SafetensorsInfo& info) const {
   TensorView v;
   if (info.dtype == "F32")

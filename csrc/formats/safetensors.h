@@ -36,6 +36,8 @@ class SafetensorsFile {
   // A rows x cols view (rows = product of all but the last dimension; a vector is 1 x n).
   // Throws ModelError naming the dtype for anything but F32/F16/BF16.
   TensorView view(const SafetensorsInfo& info) const;
+  // The tensor's bytes as stored (any dtype; info.end - info.begin of them, checked in open()).
+  const uint8_t* bytes(const SafetensorsInfo& info) const;
   const std::string& path() const;
   std::shared_ptr<MappedFile> file() const { return file_; }
 

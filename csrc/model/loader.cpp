@@ -48,6 +48,9 @@ struct Raw {
   bool supported = false;
   TensorView view;
   size_t n_dims = 0;
+  // Safetensors: the stored bytes and shape whatever the dtype (take_u8 reads U8 tensors).
+  const uint8_t* bytes = nullptr;
+  std::vector<int64_t> shape;
 };
 
 struct Builder {
@@ -115,6 +118,25 @@ struct Builder {
     }
     storage->canonical[canonical] = out;
     return out;
+  }
+
+  // A U8 safetensors tensor of exactly `shape` (MXFP4 blocks and scales), as its bytes.
+  const uint8_t* take_u8(const std::string& name, const std::vector<int64_t>& shape) const {
+    auto it = raw.find(name);
+    if (it == raw.end()) throw ModelError("missing tensor '" + name + "' in '" + path + "'");
+    const Raw& r = it->second;
+    const auto dims = [](const std::vector<int64_t>& s) {
+      std::string out;
+      for (int64_t d : s) out += (out.empty() ? "" : " x ") + std::to_string(d);
+      return out;
+    };
+    if (r.bytes == nullptr || r.type_name != "U8")
+      throw ModelError("tensor '" + name + "' in '" + path + "' has type '" + r.type_name +
+                       "', expected U8");
+    if (r.shape != shape)
+      throw ModelError("shape mismatch for tensor '" + name + "' in '" + path + "': expected " +
+                       dims(shape) + ", got " + dims(r.shape));
+    return r.bytes;
   }
 
   // A fused matrix (Phi-3's qkv_proj, gate_up_proj) taken whole and viewed as consecutive row
@@ -255,7 +277,10 @@ void build_moe_layers(Model& m, Builder& b, bool gguf) {
                          [&](const std::string& name, const std::string& canonical, int64_t rows,
                              int64_t cols) { return b.take(name, canonical, rows, cols); },
                          [&](size_t bytes) { return b.alloc(bytes); },
-                         [&](const TensorView& v) { return b.to_f32(v); }};
+                         [&](const TensorView& v) { return b.to_f32(v); },
+                         [&](const std::string& name, const std::vector<int64_t>& shape) {
+                           return b.take_u8(name, shape);
+                         }};
   for (int i : m.config.moe.layers)
     build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
@@ -564,6 +589,8 @@ void load_hf(Model& m, Storage& st) {
       r.type_name = info.dtype;
       r.supported = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16";
       r.n_dims = info.shape.size();
+      r.bytes = sf->bytes(info);
+      r.shape = info.shape;
       NamedTensor nt{info.name,
                      info.dtype,
                      1,

@@ -74,6 +74,8 @@ struct TensorSource {
   std::function<uint8_t*(size_t bytes)> alloc;
   // The same rows as F32 (a converted copy unless stored so): bias rows, which add_bias reads.
   std::function<TensorView(const TensorView&)> to_f32;
+  // A U8 tensor of exactly this shape, as its bytes (HF MXFP4 blocks / scales); ModelError else.
+  std::function<const uint8_t*(const std::string& name, const std::vector<int64_t>& shape)> take_u8;
 };
 
 // The MoE keys of a GGUF file ({arch}.expert_count, ...) or of a config.json (num_experts, ...)

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "formats/gguf.h"
@@ -61,28 +62,108 @@ TensorView expert_slice(const TensorView& all, int64_t e, int64_t stride, int64_
   return v;
 }
 
+// HF's MXFP4 expert stacks (the Hub's gpt-oss folders): blocks [n, rows, cols / 32, 16], byte i
+// holding element 2i in its low nibble and 2i + 1 in its high one, and E8M0 scales [n, rows, cols /
+// 32], element = E2M1 code * 2^(scale - 127). Rewritten as GGUF MXFP4 blocks (the same codes and
+// exponent byte; qs[j] = element j | element j + 16 << 4), row r of expert e at row dst_row(r) of
+// that expert: the same weights, bit for bit, in the layout the kernels read.
+void mxfp4_from_hf(const uint8_t* blocks, const uint8_t* scales, int64_t n, int64_t rows,
+                   int64_t cols, uint8_t* out, const std::function<int64_t(int64_t)>& dst_row) {
+  const int64_t nb = cols / 32;
+  for (int64_t e = 0; e < n; ++e)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = e * rows + r;
+      uint8_t* o = out + static_cast<size_t>((e * rows + dst_row(r)) * nb) * 17;
+      for (int64_t b = 0; b < nb; ++b, o += 17) {
+        const uint8_t* h = blocks + static_cast<size_t>(src * nb + b) * 16;
+        o[0] = scales[src * nb + b];
+        for (int j = 0; j < 16; ++j) {
+          const int shift = 4 * (j % 2);
+          const uint8_t lo = (h[j / 2] >> shift) & 15, hi = (h[8 + j / 2] >> shift) & 15;
+          o[1 + j] = static_cast<uint8_t>(lo | hi << 4);
+        }
+      }
+    }
+}
+
 // gpt-oss from a folder: the router (mlp.router.weight, .bias) and the experts as transformers
 // keeps them, 3-D and transposed: mlp.experts.gate_up_proj [n_expert, n_embd, 2 n_ff] with gate and
 // up interleaved along the last axis (column 2f: gate row f, 2f + 1: up row f), gate_up_proj_bias
 // [n_expert, 2 n_ff] alike, down_proj [n_expert, n_ff, n_embd], down_proj_bias [n_expert, n_embd].
-// Rearranged here into the rows the matmuls read (one copy, in the stored float type).
-// (MXFP4-quantized folders keep *_blocks / *_scales tensors instead: refused by name.)
+// Rearranged here into the rows the matmuls read (one copy, in the stored float type). The Hub's
+// folders keep the experts in MXFP4 instead (gate_up_proj_blocks / _scales, rows not transposed:
+// [n_expert, 2 n_ff, ...] with gate and up rows interleaved): rewritten as GGUF MXFP4 rows
+// (mxfp4_from_hf), exact.
 void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
   const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert;
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const std::string canon = "layers." + std::to_string(layer) + ".";
-  if (src.has(p + "experts.gate_up_proj_blocks"))
-    throw ModelError("gpt-oss folders with MXFP4-quantized experts (" + p +
-                     "experts.gate_up_proj_blocks) are not supported; use its GGUF conversion or "
-                     "a bfloat16 folder");
   out.router = src.take(p + "router.weight", canon + "router", n, E);
   out.router_bias = src.take(p + "router.bias", canon + "router_bias", 1, n);
-  const TensorView gu = src.take(p + "experts.gate_up_proj", canon + "gate_up_proj", n * E, 2 * F);
-  const TensorView dn = src.take(p + "experts.down_proj", canon + "down_proj", n * F, E);
   const TensorView gub =
       src.to_f32(src.take(p + "experts.gate_up_proj_bias", canon + "gate_up_bias", n, 2 * F));
   const TensorView db =
       src.to_f32(src.take(p + "experts.down_proj_bias", canon + "down_bias", n, E));
+  float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
+  for (int64_t e = 0; e < n; ++e) {
+    const float* b =
+        reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
+    for (int64_t f = 0; f < F; ++f) {
+      bias[e * 2 * F + f] = b[2 * f];
+      bias[e * 2 * F + F + f] = b[2 * f + 1];
+    }
+  }
+  auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
+    TensorView v;
+    v.type = t;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_bytes = row_bytes;
+    v.data = data;
+    return v;
+  };
+  const auto set_biases = [&] {
+    for (int64_t e = 0; e < n; ++e) {
+      ExpertWeights& x = out.experts[static_cast<size_t>(e)];
+      const uint8_t* bb = reinterpret_cast<const uint8_t*>(bias + e * 2 * F);
+      x.b_gate = view(DType::F32, bb, 1, F, static_cast<size_t>(F) * 4);
+      x.b_up = view(DType::F32, bb + F * 4, 1, F, static_cast<size_t>(F) * 4);
+      x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E,
+                      static_cast<size_t>(E) * 4);
+    }
+  };
+  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
+  if (src.has(p + "experts.gate_up_proj_blocks")) {
+    if (E % 32 != 0 || F % 32 != 0)
+      throw ModelError(
+          "gpt-oss MXFP4 experts need hidden and expert sizes that are multiples of "
+          "32, got " +
+          std::to_string(E) + " and " + std::to_string(F));
+    const uint8_t* gu_blocks =
+        src.take_u8(p + "experts.gate_up_proj_blocks", {n, 2 * F, E / 32, 16});
+    const uint8_t* gu_scales = src.take_u8(p + "experts.gate_up_proj_scales", {n, 2 * F, E / 32});
+    const uint8_t* dn_blocks = src.take_u8(p + "experts.down_proj_blocks", {n, E, F / 32, 16});
+    const uint8_t* dn_scales = src.take_u8(p + "experts.down_proj_scales", {n, E, F / 32});
+    const size_t gu_row = static_cast<size_t>(E / 32) * 17,
+                 dn_row = static_cast<size_t>(F / 32) * 17;
+    uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F) * gu_row);
+    uint8_t* down = src.alloc(static_cast<size_t>(n * E) * dn_row);
+    mxfp4_from_hf(gu_blocks, gu_scales, n, 2 * F, E, gate_up,
+                  [F](int64_t r) { return r % 2 == 0 ? r / 2 : F + r / 2; });
+    mxfp4_from_hf(dn_blocks, dn_scales, n, E, F, down, [](int64_t r) { return r; });
+    for (int64_t e = 0; e < n; ++e) {
+      ExpertWeights& x = out.experts[static_cast<size_t>(e)];
+      x.w_gate =
+          view(DType::MXFP4, gate_up + static_cast<size_t>(e * 2 * F) * gu_row, F, E, gu_row);
+      x.w_up =
+          view(DType::MXFP4, gate_up + static_cast<size_t>(e * 2 * F + F) * gu_row, F, E, gu_row);
+      x.w_down = view(DType::MXFP4, down + static_cast<size_t>(e * E) * dn_row, E, F, dn_row);
+    }
+    set_biases();
+    return;
+  }
+  const TensorView gu = src.take(p + "experts.gate_up_proj", canon + "gate_up_proj", n * E, 2 * F);
+  const TensorView dn = src.take(p + "experts.down_proj", canon + "down_proj", n * F, E);
   for (const TensorView* v : {&gu, &dn})
     if (v->type != DType::F32 && v->type != DType::F16 && v->type != DType::BF16)
       throw ModelError("gpt-oss expert tensors of type " + std::string(dtype_name(v->type)) +
@@ -91,7 +172,6 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
   // gate_up: expert e's rows [2F e, 2F e + F) its gate, the next F its up; each row E long.
   uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F * E) * es);
   uint8_t* down = src.alloc(static_cast<size_t>(n * E * F) * ds);
-  float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t h = 0; h < E; ++h) {
       const uint8_t* row = gu.data + static_cast<size_t>(e * E + h) * gu.row_bytes;
@@ -105,33 +185,15 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
       for (int64_t o = 0; o < E; ++o)
         std::memcpy(down + ((e * E + o) * F + f) * ds, row + o * ds, ds);
     }
-    const float* b =
-        reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
-    for (int64_t f = 0; f < F; ++f) {
-      bias[e * 2 * F + f] = b[2 * f];
-      bias[e * 2 * F + F + f] = b[2 * f + 1];
-    }
   }
-  auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t elem) {
-    TensorView v;
-    v.type = t;
-    v.rows = rows;
-    v.cols = cols;
-    v.row_bytes = static_cast<size_t>(cols) * elem;
-    v.data = data;
-    return v;
-  };
-  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
   for (int64_t e = 0; e < n; ++e) {
     ExpertWeights& x = out.experts[static_cast<size_t>(e)];
-    x.w_gate = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F * E) * es, F, E, es);
-    x.w_up = view(gu.type, gate_up + static_cast<size_t>((e * 2 * F + F) * E) * es, F, E, es);
-    x.w_down = view(dn.type, down + static_cast<size_t>(e * E * F) * ds, E, F, ds);
-    const uint8_t* bb = reinterpret_cast<const uint8_t*>(bias + e * 2 * F);
-    x.b_gate = view(DType::F32, bb, 1, F, 4);
-    x.b_up = view(DType::F32, bb + F * 4, 1, F, 4);
-    x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E, 4);
+    const size_t gr = static_cast<size_t>(E) * es, dr = static_cast<size_t>(F) * ds;
+    x.w_gate = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F) * gr, F, E, gr);
+    x.w_up = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F + F) * gr, F, E, gr);
+    x.w_down = view(dn.type, down + static_cast<size_t>(e * E) * dr, E, F, dr);
   }
+  set_biases();
 }
 
 }  // namespace

@@ -369,7 +369,7 @@ def inspect(
     if kv_tokens is not None and kv_tokens < 0:
         raise ValueError(f"kv_tokens must be >= 0, got {kv_tokens}")
     tensors = m.tensors()
-    type_counts = Counter(t[1] for t in tensors)
+    type_counts = Counter(_stored_type(t[0], t[1]) for t in tensors)
     kv_per_token = kv_bytes_per_token(m, kv_dtype)
     n_kv = c.n_ctx_train if kv_tokens is None else kv_tokens
     return {
@@ -409,7 +409,7 @@ def inspect(
         "n_ff_shared": c.moe.n_ff_shared,
         "moe_layers": len(c.moe.layers),
         "n_tensors": len(tensors),
-        "n_params": sum(t[2] * t[3] for t in tensors),
+        "n_params": sum(_n_params(t[0], t[1], t[2] * t[3]) for t in tensors),
         "tensor_types": dict(sorted(type_counts.items())),
         "weight_bytes": sum(t[4] for t in tensors),
         "kv_cache_dtype": kv_dtype,
@@ -516,6 +516,22 @@ def _multipliers_line(info: dict[str, Any]) -> list[str]:
         f"multipliers   embeddings {info['embd_scale']:g}, residuals {info['residual_scale']:g}, "
         f"scores {scores}, logits / {info['logit_scale']:g}"
     ]
+
+
+def _stored_type(name: str, dtype: str) -> str:
+    """A tensor's type as inspect lists it: a safetensors folder's MXFP4 experts (the Hub's gpt-oss:
+    U8 ``*_blocks`` of two E2M1 codes a byte and ``*_scales`` of E8M0 exponents) by what they hold."""
+    if dtype == "U8" and name.endswith("_blocks"):
+        return "MXFP4"
+    if dtype == "U8" and name.endswith("_scales"):
+        return "E8M0 scales"
+    return dtype
+
+
+def _n_params(name: str, dtype: str, elements: int) -> int:
+    """Parameters a tensor holds: two per byte of MXFP4 blocks, none in their scales."""
+    kind = _stored_type(name, dtype)
+    return 2 * elements if kind == "MXFP4" else 0 if kind == "E8M0 scales" else elements
 
 
 def format_inspect(info: dict[str, Any]) -> str:

@@ -270,8 +270,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     where = {name: s for s in shards for name in s.tensors}
     names = set(where)
 
-    def get_tensor(n: str) -> np.ndarray:
-        return where[n].tensor(n)
+    def get_tensor(n: str, u8: bool = False) -> np.ndarray:
+        return where[n].u8(n) if u8 else where[n].tensor(n)
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
     if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
@@ -348,7 +348,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
-        moe_twin.hf_layer_weights(cfg, i, lambda n: where[n].tensor(n), set(where), w)
+        moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
     return cfg, w
 
 

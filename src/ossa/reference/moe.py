@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .quants import MXFP4_LEVELS, mxfp4_scale
+
 MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss")
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -194,20 +196,35 @@ def hf_layer_weights(
 
 
 def _gpt_oss_hf_layer(
-    cfg: dict[str, Any], i: int, get: Callable[[str], np.ndarray], names: set[Any], w: dict[str, np.ndarray]
+    cfg: dict[str, Any], i: int, get: Callable[..., np.ndarray], names: set[Any], w: dict[str, np.ndarray]
 ) -> None:
     """gpt-oss's experts as transformers keeps them: gate_up_proj [n, n_embd, 2 n_ff] with gate and up
     interleaved along the last axis (2f gate, 2f + 1 up), down_proj [n, n_ff, n_embd], their biases
-    [n, 2 n_ff] and [n, n_embd]; and the router's weight and bias."""
+    [n, 2 n_ff] and [n, n_embd]; and the router's weight and bias. The Hub's folders hold the experts
+    in MXFP4 instead (``*_blocks`` / ``*_scales``, rows not transposed: ``mxfp4_hf``). ``get(name,
+    u8=True)`` reads a U8 tensor's bytes."""
     n, f, e_dim, c = cfg["moe"]["n_expert"], cfg["moe"]["n_ff_expert"], cfg["n_embd"], f"layers.{i}."
     p = f"model.layers.{i}.mlp."
-    if p + "experts.gate_up_proj_blocks" in names:
-        raise ValueError("gpt-oss folders with MXFP4-quantized experts are not supported")
     w[c + "router"] = _shaped(_need(get, names, p + "router.weight"), n, e_dim)
     w[c + "router_bias"] = _need(get, names, p + "router.bias").reshape(n)
-    gate_up = _shaped(_need(get, names, p + "experts.gate_up_proj"), n * e_dim, 2 * f)
-    gate_up = gate_up.reshape(n, e_dim, 2 * f)
-    down = _shaped(_need(get, names, p + "experts.down_proj"), n * f, e_dim).reshape(n, f, e_dim)
+    if p + "experts.gate_up_proj_blocks" in names:
+        if e_dim % 32 or f % 32:
+            raise ValueError(f"gpt-oss MXFP4 experts need sizes that are multiples of 32, got {e_dim}, {f}")
+
+        def packed(stem: str, rows: int, cols: int) -> np.ndarray:
+            blocks, scales = p + f"experts.{stem}_blocks", p + f"experts.{stem}_scales"
+            for name, shape in ((blocks, (n, rows, cols // 32, 16)), (scales, (n, rows, cols // 32))):
+                if name not in names:
+                    raise ValueError(f"missing tensor '{name}'")
+                if get(name, u8=True).shape != shape:
+                    raise ValueError(f"shape mismatch for tensor '{name}': expected {shape}")
+            return mxfp4_hf(get(blocks, u8=True), get(scales, u8=True)).transpose(0, 2, 1)
+
+        gate_up, down = packed("gate_up_proj", 2 * f, e_dim), packed("down_proj", e_dim, f)
+    else:
+        gate_up = _shaped(_need(get, names, p + "experts.gate_up_proj"), n * e_dim, 2 * f)
+        gate_up = gate_up.reshape(n, e_dim, 2 * f)
+        down = _shaped(_need(get, names, p + "experts.down_proj"), n * f, e_dim).reshape(n, f, e_dim)
     gate_up_bias = _shaped(_need(get, names, p + "experts.gate_up_proj_bias"), n, 2 * f)
     down_bias = _shaped(_need(get, names, p + "experts.down_proj_bias"), n, e_dim)
     for e in range(n):
@@ -216,6 +233,16 @@ def _gpt_oss_hf_layer(
         w[q + "w_down"] = down[e].T
         w[q + "b_gate"], w[q + "b_up"] = gate_up_bias[e, 0::2], gate_up_bias[e, 1::2]
         w[q + "b_down"] = down_bias[e]
+
+
+def mxfp4_hf(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """HF's MXFP4 stacks as float32: ``blocks`` [..., rows, cols / 32, 16] (byte i: element 2i in its low
+    nibble, 2i + 1 in its high one), ``scales`` [..., rows, cols / 32] (E8M0) -> [..., rows, cols], each
+    element the E2M1 value of its code times 2^(scale - 127) (as twice the value times 2^(scale - 128),
+    exact)."""
+    codes = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    values = MXFP4_LEVELS[codes].astype(np.float32) * mxfp4_scale(scales)[..., None]
+    return values.reshape(*blocks.shape[:-2], -1)
 
 
 def _need(get: Callable[[str], np.ndarray], names: set[Any], name: str) -> np.ndarray:

@@ -54,6 +54,14 @@ class SafetensorsFile:
             )
         return out.reshape(info.shape)
 
+    def u8(self, name: str) -> np.ndarray:
+        """A U8 tensor's bytes in its own shape (HF MXFP4 blocks and scales); ValueError for any other
+        dtype."""
+        info = self.tensors[name]
+        if info.dtype != "U8":
+            raise ValueError(f"tensor '{name}' in '{self.path}' has type '{info.dtype}', expected U8")
+        return self._data[self.data_offset + info.begin : self.data_offset + info.end].reshape(info.shape)
+
 
 def read_safetensors(path: str) -> SafetensorsFile:
     """Parse a safetensors header, checking every offset and shape; data stays memory-mapped."""
