@@ -375,6 +375,33 @@ def test_gguf_eos_token_ids_list(tmp_path: pathlib.Path, default_model_path: str
                     Tokenizer.from_file(str(path), backend=backend)
 
 
+def test_harmony_end_does_not_end_generation(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    """gpt-oss's harmony vocabulary (<|return|> and <|call|> beside <|end|>): <|end|> closes the
+    reasoning message before the answer, so it does not stop generation there (llama.cpp's rule);
+    <|return|> and <|call|> do. Without <|call|> (Phi-3's vocabulary) <|end|> still stops."""
+    import gguf
+    import tiny_models
+
+    reader = gguf.GGUFReader(default_model_path)
+    tokens = list(reader.fields["tokenizer.ggml.tokens"].contents())
+    types = list(reader.fields["tokenizer.ggml.token_type"].contents())
+    for extra, stops in ((["<|return|>", "<|call|>", "<|end|>"], ["<|return|>", "<|call|>"]),
+                         (["<|end|>", "<|return|>"], ["<|end|>", "<|return|>"])):  # fmt: skip
+        path = tmp_path / f"{len(extra)}.gguf"
+        w = gguf.GGUFWriter(str(path), "llama")
+        tiny_models._copy_metadata(reader, w, skip=("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"))
+        w.add_token_list(tokens + extra)
+        w.add_token_types(types + [3] * len(extra))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        for backend in ("cpp", "python"):
+            t = Tokenizer.from_file(str(path), backend=backend)
+            got = [t.id_to_token(i) for i in t.eos_token_ids]
+            assert got[2:] == stops, (backend, got)  # after the file's eos <|im_end|> and <|endoftext|>
+
+
 def test_streaming_never_splits_characters(default_model_path: str) -> None:
     v = load_vocab("gpt2", default_model_path)
     text = "日本語 👨‍👩‍👧 é"

@@ -219,6 +219,16 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
   }
   for (size_t id = 0; id < tokens.size(); ++id)
     if (end_of_generation_texts().count(tokens[id])) add_eos(static_cast<int64_t>(id));
+  // gpt-oss's harmony vocabulary: <|end|> closes each message of a reply (its reasoning, then the
+  // answer), <|return|> and <|call|> the reply; so <|end|> does not end generation (llama.cpp's
+  // rule).
+  const auto find = [&](const char* t) { return std::find(tokens.begin(), tokens.end(), t); };
+  if (find("<|return|>") != tokens.end() && find("<|call|>") != tokens.end() &&
+      find("<|end|>") != tokens.end()) {
+    const auto end = static_cast<int32_t>(find("<|end|>") - tokens.begin());
+    spec.eos_ids.erase(std::remove(spec.eos_ids.begin(), spec.eos_ids.end(), end),
+                       spec.eos_ids.end());
+  }
   if (add_bos && spec.bos_id >= 0) spec.prefix_ids.push_back(spec.bos_id);
   if (g.get_bool("tokenizer.ggml.add_eos_token", false) && spec.eos_id >= 0)
     spec.suffix_ids.push_back(spec.eos_id);

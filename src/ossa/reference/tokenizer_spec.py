@@ -398,6 +398,11 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
     for i, tok in enumerate(tokens):  # the texts llama.cpp ends generation on
         if isinstance(tok, str) and tok in _END_OF_GENERATION_TEXTS:
             add_eos(i)
+    # gpt-oss's harmony vocabulary: <|end|> closes each message of a reply (its reasoning, then the
+    # answer), <|return|> and <|call|> the reply; so <|end|> does not end generation (llama.cpp's rule).
+    if "<|return|>" in tokens and "<|call|>" in tokens and "<|end|>" in tokens:
+        end = tokens.index("<|end|>")
+        spec.eos_ids = [i for i in spec.eos_ids if i != end]
     if add_bos and spec.bos_id >= 0:
         spec.prefix_ids = [spec.bos_id]
     if md.get("tokenizer.ggml.add_eos_token", False) and spec.eos_id >= 0:
