@@ -22,6 +22,8 @@ from ..output_processor import top_logprobs, trim_logprobs
 from ..outputs import CompletionOutput, Logprob, RequestOutput
 from ..sampling_params import SamplingParams
 from ..structured import StructuredOutputsParams
+from .harmony import MARKERS as HARMONY_MARKERS
+from .harmony import HarmonyStream, is_harmony_template, parse_harmony
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
 from .request_fields import FieldError, reject_unimplemented, requested_constraint
 from .tool_stream import coalesce_tool_deltas
@@ -35,6 +37,7 @@ from .tools import (
     marker_decoding,
     parse_tool_calls,
     parser_for_template,
+    special_texts,
     template_shows_tools,
     tools_system_message,
 )
@@ -93,6 +96,8 @@ class PreparedRequest:
     tool_parser: str = "hermes"
     tool_drop: list[str] = field(default_factory=list)  # special-token texts to drop (see tools.py)
     tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
+    harmony: bool = False  # gpt-oss's reply format: reasoning, content and tool calls (see harmony.py)
+    harmony_streams: dict[int, HarmonyStream] = field(default_factory=dict)
 
     @property
     def prompts(self) -> list[ProcessedPrompt]:
@@ -258,6 +263,10 @@ def chat_inputs(req: ChatCompletionRequest, template: str | None) -> ChatInputs:
         raise bad_request(str(e), param=e.param) from None
     messages = checked(chat_messages, req.messages)
     arguments_as_dicts(messages)
+    if is_harmony_template(template):  # an earlier turn's reasoning, as the harmony template reads it
+        for i, m in enumerate(messages):
+            if m.get("role") == "assistant" and m.get("reasoning_content") and not m.get("thinking"):
+                messages[i] = {**m, "thinking": m["reasoning_content"]}
     if functions and mode != "none" and not template_shows_tools(template):
         # The template has no place for tools: describe them in the system message.
         note = tools_system_message(functions)
@@ -313,6 +322,16 @@ def prepare_chat(
     # Markers that are special tokens only reach the parser when special tokens are decoded; the
     # other special tokens' texts are then dropped from the reply.
     drop = marker_decoding(engine.tokenizer, parser) if mode == "auto" and req.skip_special_tokens else None
+    # gpt-oss (harmony): its reply's channels become reasoning, content and tool calls; their markers
+    # are special tokens, so the reply is decoded with them and the other special tokens dropped. A
+    # forced tool choice writes bare JSON instead (the grammar's), parsed as for any model.
+    harmony = is_harmony_template(template) and mode in (None, "none", "auto")
+    if harmony:
+        drop = (
+            [t for t in special_texts(engine.tokenizer) if t not in HARMONY_MARKERS]
+            if req.skip_special_tokens
+            else None
+        )
     sp = sampling_params(
         req,
         max_tokens,
@@ -340,6 +359,7 @@ def prepare_chat(
         tool_mode=mode,
         tool_parser=parser,
         tool_drop=drop or [],
+        harmony=harmony,
     )
 
 
@@ -482,6 +502,33 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
+def harmony_body(
+    prep: PreparedRequest, k: int, c: CompletionOutput, streaming: bool
+) -> tuple[dict[str, Any], bool]:
+    """A harmony reply's message (or delta): reasoning_content, content and tool calls; True if it
+    made calls."""
+    tools = prep.tool_mode == "auto"
+    if streaming:
+        hs = prep.harmony_streams.setdefault(k, HarmonyStream(prep.tool_drop, tools))
+        reasoning, text, calls = hs.feed(c.text)
+        if c.finish_reason:
+            more = hs.finish()
+            reasoning, text, calls = reasoning + more[0], text + more[1], calls + more[2]
+        delta: dict[str, Any] = {}
+        if reasoning:
+            delta["reasoning_content"] = reasoning
+        if text:
+            delta["content"] = text
+        if calls:
+            delta["tool_calls"] = coalesce_tool_deltas(calls)
+        return {"delta": delta}, bool(hs.calls)
+    thought, content, found = parse_harmony(c.text, prep.tool_drop, tools)
+    message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning_content": thought}
+    if found:
+        message["tool_calls"] = [call.to_openai() for call in found]
+    return {"message": message}, bool(found)
+
+
 def tool_call_body(
     prep: PreparedRequest, k: int, c: CompletionOutput, streaming: bool
 ) -> tuple[dict[str, Any], bool]:
@@ -529,7 +576,11 @@ def choice_body(
     if chat:
         lp = chat_logprobs(positions(c.logprobs), prep.logprobs) if prep.logprobs is not None else None
         content: dict[str, Any]
-        if prep.tool_mode not in (None, "none"):
+        if prep.harmony:
+            content, called = harmony_body(prep, k, c, streaming)
+            if called and finish == "stop":
+                finish = "tool_calls"
+        elif prep.tool_mode not in (None, "none"):
             content, called = tool_call_body(prep, k, c, streaming)
             if called and finish == "stop":
                 finish = "tool_calls"
