@@ -26,6 +26,8 @@ MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "
 # A harmony chat template written for this test (developer message with the tools, each turn's
 # channels, the generation prompt "<|start|>assistant").
 TEMPLATE = (
+    "{%- if reasoning_effort is defined %}<|start|>system<|message|>Reasoning: {{ reasoning_effort }}<|end|>"
+    "{%- endif %}"
     "{%- if tools %}<|start|>developer<|message|># Tools\n{% for t in tools %}{{ t.function.name }}: "
     "{{ t.function.parameters | tojson }}\n{% endfor %}<|end|>{%- endif %}"
     "{%- for m in messages %}"
@@ -155,6 +157,41 @@ def test_channels_become_reasoning_content_and_tool_calls(server: ServerThread) 
             c = client.chat.completions.create(**body("call", True, seed, tool_choice="none")).choices[0]
             assert c.message.tool_calls is None and c.finish_reason == "stop"
             assert c.message.content == call.function.arguments
+    assert wait_idle(server)["ossa:kv_cache_usage_perc"] == 0.0
+
+
+def test_reasoning_effort_and_the_responses_api(server: ServerThread) -> None:
+    """reasoning_effort reaches a template that reads it (a 400 for another value); the Responses API
+    gives the analysis channel as a reasoning item (reasoning_text), streamed as reasoning_text
+    events, its reasoning.effort as the chat's reasoning_effort."""
+    import httpx
+
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as client:
+        plain = client.chat.completions.create(**body("answer", False, 0))
+        high = client.chat.completions.create(**body("answer", False, 0, reasoning_effort="high"))
+        assert plain.usage and high.usage and high.usage.prompt_tokens > plain.usage.prompt_tokens
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(**body("answer", False, 0, reasoning_effort="extreme"))
+        assert e.value.body["param"] == "reasoning_effort"  # type: ignore[index]
+        grammar = {"structured_outputs": {"grammar": GRAMMARS["answer"]}}
+        r = client.responses.create(
+            model=MODEL, input="Hi", max_output_tokens=80, reasoning={"effort": "low"}, extra_body=grammar
+        )
+        kinds = [item.type for item in r.output]
+        assert kinds == ["reasoning", "message"], kinds
+        assert r.output[0].content and r.output[0].content[0].text == THINK  # type: ignore[union-attr]
+        assert r.output_text.startswith("Hello ")
+        events = list(
+            client.responses.create(
+                model=MODEL, input="Hi", max_output_tokens=80, stream=True, extra_body=grammar
+            )
+        )
+        deltas = "".join(ev.delta for ev in events if ev.type == "response.reasoning_text.delta")
+        done = [ev for ev in events if ev.type == "response.completed"][0]
+        assert deltas == THINK and [item.type for item in done.response.output] == ["reasoning", "message"]
+    bad = {"model": MODEL, "input": "Hi", "reasoning": {"effort": "extreme"}}
+    r2 = httpx.post(server.url + "/v1/responses", json=bad, timeout=60)
+    assert r2.status_code == 400 and r2.json()["error"]["param"] == "reasoning"
     assert wait_idle(server)["ossa:kv_cache_usage_perc"] == 0.0
 
 

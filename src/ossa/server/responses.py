@@ -63,6 +63,7 @@ class ResponsesRequest(BaseModel):
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's constraint field, as on chat requests
 
 
 def _text_of(content: Any, where: str) -> str:
@@ -122,7 +123,11 @@ def chat_request_of(req: ResponsesRequest) -> ChatCompletionRequest:
     for name, value, asks in (
         ("previous_response_id", req.previous_response_id, req.previous_response_id is not None),
         ("background", req.background, bool(req.background)),
-        ("reasoning", req.reasoning, bool(req.reasoning and any(req.reasoning.values()))),
+        (
+            "reasoning",
+            req.reasoning,
+            bool(req.reasoning and any(v for k, v in req.reasoning.items() if k != "effort")),
+        ),
     ):
         if asks:
             hint = " (responses are not stored here)" if name == "previous_response_id" else ""
@@ -151,9 +156,11 @@ def chat_request_of(req: ResponsesRequest) -> ChatCompletionRequest:
             response_format = {"type": fmt["type"]}
     extras = {
         k: getattr(req, k)
-        for k in ("seed", "top_k", "min_p", "repetition_penalty", "user")
+        for k in ("seed", "top_k", "min_p", "repetition_penalty", "user", "structured_outputs")
         if getattr(req, k) is not None
     }
+    if req.reasoning and req.reasoning.get("effort") is not None:  # for templates that read it (gpt-oss)
+        extras["reasoning_effort"] = req.reasoning["effort"]
     body: dict[str, Any] = {
         "model": req.model,
         "messages": chat_messages_of(req),
@@ -217,6 +224,12 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     }
 
 
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A reasoning output item (gpt-oss's analysis channel), its text as reasoning_text content."""
+    content = [{"type": "reasoning_text", "text": text}] if status == "completed" else []
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+
+
 def call_item(
     item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
 ) -> dict[str, Any]:
@@ -247,6 +260,8 @@ async def full_responses(engine: AsyncEngine, prep: PreparedRequest, req: Respon
     choice = body["choices"][0]
     message = choice["message"]
     output: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):
+        output.append(reasoning_item(_id("rs"), message["reasoning_content"]))
     if message.get("content"):
         output.append(message_item(_id("msg"), message["content"]))
     for call in message.get("tool_calls") or []:
@@ -283,6 +298,7 @@ async def stream_responses(
     yield event("response.in_progress", next_seq(), response=snapshot("in_progress", []))
     items: list[dict[str, Any]] = []  # the output items, as they end up
     text_at: int | None = None  # the message item's index, once text has come
+    reason_at: int | None = None  # the reasoning item's, once reasoning has come
     at: dict[str, Any] = {}  # its place, as the text events name it
     calls_at: dict[int, int] = {}  # a chat delta's tool call index -> its item's index
     finish = None
@@ -300,6 +316,25 @@ async def stream_responses(
                 delta = choice_body(engine, prep, True, 0, out, c, streaming=True)
                 finish = delta["finish_reason"] or finish
                 d = delta["delta"]
+                if d.get("reasoning_content"):
+                    if reason_at is None:
+                        reason_at = len(items)
+                        items.append(reasoning_item(_id("rs"), "", "in_progress"))
+                        yield event(
+                            "response.output_item.added",
+                            next_seq(),
+                            output_index=reason_at,
+                            item=items[reason_at],
+                        )
+                    items[reason_at]["_text"] = items[reason_at].get("_text", "") + d["reasoning_content"]
+                    yield event(
+                        "response.reasoning_text.delta",
+                        next_seq(),
+                        item_id=items[reason_at]["id"],
+                        output_index=reason_at,
+                        content_index=0,
+                        delta=d["reasoning_content"],
+                    )
                 if d.get("content"):
                     if text_at is None:
                         text_at = len(items)
@@ -347,7 +382,12 @@ async def stream_responses(
                 raise error
         n_in = sum(len(p.token_ids) for p in prep.prompts)
         for index, item in enumerate(items):
-            if item["type"] == "message":
+            if item["type"] == "reasoning":
+                text = item.pop("_text", "")
+                common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                yield event("response.reasoning_text.done", next_seq(), **common, text=text)
+                items[index] = reasoning_item(item["id"], text)
+            elif item["type"] == "message":
                 text = item.pop("_text", "")
                 part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
                 common = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -382,4 +422,10 @@ def responses_prep(
     engine: AsyncEngine, req: ResponsesRequest, model: str, tool_call_parser: str | None
 ) -> PreparedRequest:
     chat = chat_request_of(req)
-    return prepare_chat(engine, chat, model, None, tool_call_parser, None)
+    try:
+        return prepare_chat(engine, chat, model, None, tool_call_parser, None)
+    except APIError as e:  # the chat request's reasoning_effort is this request's reasoning.effort
+        if e.param == "reasoning_effort":
+            e.param = "reasoning"
+            e.message = e.message.replace("reasoning_effort", "reasoning.effort")
+        raise

@@ -253,10 +253,36 @@ class ChatInputs:
     tools: list[dict[str, Any]] | None  # the template's ``tools`` variable
 
 
+REASONING_EFFORTS = ("low", "medium", "high")
+
+
+def take_reasoning_effort(req: ChatCompletionRequest, template: str | None) -> None:
+    """OpenAI's ``reasoning_effort``, for a chat template that reads it (gpt-oss's harmony template
+    writes it into the system message): moved into ``chat_template_kwargs`` (as vLLM passes it; an
+    explicit kwarg wins). A 400 for a template that has no such setting, or another value."""
+    extra = req.model_extra or {}
+    effort = extra.get("reasoning_effort")
+    if effort is None:
+        return
+    if "reasoning_effort" not in (template or ""):
+        raise bad_request(
+            "reasoning_effort is not supported by this model (its chat template has no reasoning_effort)",
+            param="reasoning_effort",
+        )
+    if effort not in REASONING_EFFORTS:
+        raise bad_request(
+            f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r}",
+            param="reasoning_effort",
+        )
+    del extra["reasoning_effort"]
+    req.chat_template_kwargs = {"reasoning_effort": effort, **(req.chat_template_kwargs or {})}
+
+
 def chat_inputs(req: ChatCompletionRequest, template: str | None) -> ChatInputs:
     """Validates tools and the generation-prompt flags and prepares the messages for ``template``
     (the one that will render them); a 400 naming the field for anything wrong."""
     check_generation_prompt(req.add_generation_prompt, req.continue_final_message)
+    take_reasoning_effort(req, template)
     try:
         functions, mode = check_tools(req.tools, req.tool_choice)
     except ToolError as e:
