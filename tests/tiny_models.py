@@ -32,6 +32,7 @@ ARCHS = (
     "granite",
     "gemma",
     "gpt_oss",
+    "granitemoe",
 )
 
 
@@ -107,6 +108,7 @@ def make_hf_model(
         "granite": transformers.GraniteConfig,
         "gemma": transformers.GemmaConfig,
         "gpt_oss": transformers.GptOssConfig,
+        "granitemoe": transformers.GraniteMoeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -243,7 +245,7 @@ def hf_to_gguf(
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
-        "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss",
+        "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -309,7 +311,7 @@ def hf_to_gguf(
         (i + 1) % 4 == 0 for i in range(cfg["num_hidden_layers"])
     ]:  # llama.cpp hard-codes every 4th layer; a GGUF file has no key for another pattern
         raise ValueError("a SmolLM3 GGUF file can only hold NoPE on every 4th layer")
-    if arch == "granite":  # llama.cpp's converter: the four multipliers as they are
+    if arch in ("granite", "granitemoe"):  # llama.cpp's converter: the four multipliers as they are
         writer.add_embedding_scale(float(cfg.get("embedding_multiplier", 1.0)))
         writer.add_residual_scale(float(cfg.get("residual_multiplier", 1.0)))
         writer.add_attention_scale(float(cfg.get("attention_multiplier", 1.0)))
@@ -324,6 +326,9 @@ def hf_to_gguf(
         writer.add_expert_count(cfg["num_local_experts"])
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
         writer.add_expert_feed_forward_length(cfg["intermediate_size"])
+    elif arch == "granitemoe":  # llama.cpp's converter: the expert counts (experts of n_ff rows)
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
     elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
@@ -347,13 +352,23 @@ def hf_to_gguf(
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
     if arch == "gpt-oss":
         moe = _gpt_oss_experts(tensors, cfg["num_hidden_layers"])
+    if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
+        for i in range(cfg["num_hidden_layers"]):
+            p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
+            moe[f"blk.{i}.ffn_gate_inp.weight"] = tensors.pop(p + "router.layer.weight")
+            gate_up = tensors.pop(p + "input_linear.weight")
+            moe[f"blk.{i}.ffn_gate_exps.weight"], moe[f"blk.{i}.ffn_up_exps.weight"] = (
+                gate_up[:, :f],
+                gate_up[:, f:],
+            )
+            moe[f"blk.{i}.ffn_down_exps.weight"] = tensors.pop(p + "output_linear.weight")
     named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if arch in ("llama", "smollm3", "granite") and name.endswith("attn_q.weight"):
+        if arch in ("llama", "smollm3", "granite", "granitemoe") and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
-        elif arch in ("llama", "smollm3", "granite") and name.endswith("attn_k.weight"):
+        elif arch in ("llama", "smollm3", "granite", "granitemoe") and name.endswith("attn_k.weight"):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32

@@ -332,12 +332,11 @@ float positive_scale(double v, const char* name, const std::string& where) {
 }  // namespace
 
 void granite_config_gguf(const GGUFFile& g, ModelConfig& c) {
-  const std::string w = "'" + c.arch + "' metadata";
-  c.embd_scale = positive_scale(g.get_float("granite.embedding_scale", 1.0), "embedding_scale", w);
-  c.residual_scale =
-      positive_scale(g.get_float("granite.residual_scale", 1.0), "residual_scale", w);
-  c.logit_scale = positive_scale(g.get_float("granite.logit_scale", 1.0), "logit_scale", w);
-  const double scale = g.get_float("granite.attention.scale", 0.0);
+  const std::string w = "'" + c.arch + "' metadata", k = c.arch + ".";
+  c.embd_scale = positive_scale(g.get_float(k + "embedding_scale", 1.0), "embedding_scale", w);
+  c.residual_scale = positive_scale(g.get_float(k + "residual_scale", 1.0), "residual_scale", w);
+  c.logit_scale = positive_scale(g.get_float(k + "logit_scale", 1.0), "logit_scale", w);
+  const double scale = g.get_float(k + "attention.scale", 0.0);
   c.attn_scale = scale == 0.0 ? 0.0f : positive_scale(scale, "attention.scale", w);
 }
 

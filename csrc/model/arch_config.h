@@ -29,10 +29,11 @@ void gemma3_config_hf(const Json& cfg, ModelConfig& c);
 // ln(factor)), beta_fast, beta_slow, truncate.
 void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c);
 
-// Granite (IBM Granite 3.x): the four multipliers. GGUF: granite.embedding_scale,
-// granite.residual_scale, granite.attention.scale, granite.logit_scale (llama.cpp's keys; absent:
-// 1, and 1/sqrt(head_dim) for the scores). config.json: embedding_multiplier,
-// residual_multiplier, attention_multiplier (the scores' scale itself, default 1), logits_scaling.
+// Granite (IBM Granite 3.x, and its MoE granitemoe): the four multipliers. GGUF:
+// {arch}.embedding_scale, {arch}.residual_scale, {arch}.attention.scale, {arch}.logit_scale
+// (llama.cpp's keys; absent: 1, and 1/sqrt(head_dim) for the scores). config.json:
+// embedding_multiplier, residual_multiplier, attention_multiplier (the scores' scale itself,
+// default 1), logits_scaling.
 void granite_config_gguf(const GGUFFile& g, ModelConfig& c);
 void granite_config_hf(const Json& cfg, ModelConfig& c);
 

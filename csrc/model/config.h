@@ -47,7 +47,8 @@ struct MoeConfig {
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
-                     // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "gpt-oss"
+                     // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
+                     // "gpt-oss"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;

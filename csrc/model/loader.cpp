@@ -199,8 +199,8 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",  "qwen2",  "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma",
-    "gemma2", "gemma3", "phi3",  "smollm3", "granite",  "gpt-oss"};
+    "llama",  "qwen2",  "qwen3", "mistral", "qwen3moe", "qwen2moe",   "gemma",
+    "gemma2", "gemma3", "phi3",  "smollm3", "granite",  "granitemoe", "gpt-oss"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -209,7 +209,7 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, gpt_oss)";
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -406,7 +406,8 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("unsupported rope scaling type '" + scaling + "' in '" + m.path + "'");
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
-  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3" || arch == "granite")
+  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3" || arch == "granite" ||
+                  arch == "granitemoe")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -416,7 +417,7 @@ void load_gguf(Model& m, Storage& st) {
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "smollm3") smollm3_config_gguf(c);
-  if (arch == "granite") granite_config_gguf(*g, c);
+  if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -625,17 +626,30 @@ void load_hf(Model& m, Storage& st) {
       arch = archs->array[0].string;
   }
   static const std::map<std::string, std::string> k_archs = {
-      {"llama", "llama"},        {"LlamaForCausalLM", "llama"},
-      {"qwen2", "qwen2"},        {"Qwen2ForCausalLM", "qwen2"},
-      {"qwen3", "qwen3"},        {"Qwen3ForCausalLM", "qwen3"},
-      {"mistral", "mistral"},    {"MistralForCausalLM", "mistral"},
-      {"qwen3_moe", "qwen3moe"}, {"Qwen3MoeForCausalLM", "qwen3moe"},
-      {"qwen2_moe", "qwen2moe"}, {"Qwen2MoeForCausalLM", "qwen2moe"},
-      {"mixtral", "mixtral"},    {"MixtralForCausalLM", "mixtral"},
-      {"phi3", "phi3"},          {"Phi3ForCausalLM", "phi3"},
-      {"smollm3", "smollm3"},    {"SmolLM3ForCausalLM", "smollm3"},
-      {"granite", "granite"},    {"GraniteForCausalLM", "granite"},
-      {"gpt_oss", "gpt-oss"},    {"GptOssForCausalLM", "gpt-oss"}};
+      {"llama", "llama"},
+      {"LlamaForCausalLM", "llama"},
+      {"qwen2", "qwen2"},
+      {"Qwen2ForCausalLM", "qwen2"},
+      {"qwen3", "qwen3"},
+      {"Qwen3ForCausalLM", "qwen3"},
+      {"mistral", "mistral"},
+      {"MistralForCausalLM", "mistral"},
+      {"qwen3_moe", "qwen3moe"},
+      {"Qwen3MoeForCausalLM", "qwen3moe"},
+      {"qwen2_moe", "qwen2moe"},
+      {"Qwen2MoeForCausalLM", "qwen2moe"},
+      {"mixtral", "mixtral"},
+      {"MixtralForCausalLM", "mixtral"},
+      {"phi3", "phi3"},
+      {"Phi3ForCausalLM", "phi3"},
+      {"smollm3", "smollm3"},
+      {"SmolLM3ForCausalLM", "smollm3"},
+      {"granite", "granite"},
+      {"GraniteForCausalLM", "granite"},
+      {"granitemoe", "granitemoe"},
+      {"GraniteMoeForCausalLM", "granitemoe"},
+      {"gpt_oss", "gpt-oss"},
+      {"GptOssForCausalLM", "gpt-oss"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -701,7 +715,7 @@ void load_hf(Model& m, Storage& st) {
   c.rope_style = RopeStyle::Neox;
   if (c.arch == "phi3")
     phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
-  if (c.arch == "granite") granite_config_hf(cfg, c);
+  if (c.arch == "granite" || c.arch == "granitemoe") granite_config_hf(cfg, c);
   if (c.arch == "smollm3")
     smollm3_config_hf(cfg, c);  // NoPE layers, the window of use_sliding_window
   else if (gpt_oss)

@@ -205,7 +205,9 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   MoeConfig& m = c.moe;
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
-  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss") && m.n_expert == 0)
+  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
+       c.arch == "granitemoe") &&
+      m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
   m.n_expert_used = static_cast<int>(
@@ -224,6 +226,9 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.swiglu_alpha = 1.702f;
     m.swiglu_limit = 7.0f;
   }
+  // Granite MoE: transformers' softmax over the chosen logits (llama.cpp: over all, renormalised;
+  // the same weights up to rounding).
+  if (c.arch == "granitemoe") m.softmax_topk = true;
   const int64_t gating = g.get_int(k + "expert_gating_func", 1);
   if (c.arch != "gpt-oss" && gating != 0 && gating != 1)
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
@@ -234,7 +239,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 }
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
-  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss")
+  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
+      c.arch != "granitemoe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -268,6 +274,12 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.softmax_topk = true;
     m.swiglu_alpha = static_cast<float>(number("swiglu_alpha", 1.702));
     m.swiglu_limit = static_cast<float>(number("swiglu_limit", 7.0));
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "granitemoe") {  // GraniteMoeConfig's defaults; top-k softmax
+    m.n_expert = static_cast<int>(integer("num_local_experts", 8));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = c.n_ff;
+    m.softmax_topk = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
@@ -366,6 +378,18 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
+  if (c.arch == "granitemoe") {  // 3-D stacks, read in place: input_linear rows = gate then up
+    const std::string p = "model.layers." + l + ".block_sparse_moe.";
+    out.router = src.take(p + "router.layer.weight", canon + "router", n, E);
+    const TensorView gu = src.take(p + "input_linear.weight", canon + "gate_up_exps", n * 2 * F, E);
+    const TensorView d = src.take(p + "output_linear.weight", canon + "down_exps", n * E, F);
+    for (int64_t e = 0; e < n; ++e) {
+      out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
+      out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
+      out.experts[e].w_down = expert_slice(d, e, E, 0, E);
+    }
+    return;
+  }
   const bool mixtral = c.arch == "mixtral";
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);

@@ -508,8 +508,8 @@ def _shards_line(info: dict[str, Any]) -> list[str]:
 
 
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
-    """Granite's four multipliers (the line is absent for every other architecture)."""
-    if info["arch"] != "granite":
+    """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
+    if info["arch"] not in ("granite", "granitemoe"):
         return []
     scores = f"{info['attn_scale']:g}" if info["attn_scale"] else "head_dim^-1/2"
     return [

@@ -120,13 +120,15 @@ def _positive(v: Any, name: str) -> float:
     return float(v)
 
 
-def granite_gguf(md: dict[str, Any]) -> dict[str, Any]:
-    """Granite's multipliers in GGUF (llama.cpp's keys; absent: 1, and head_dim^-1/2 for scores)."""
-    scale = md.get("granite.attention.scale", 0.0)
+def granite_gguf(md: dict[str, Any], arch: str = "granite") -> dict[str, Any]:
+    """Granite's multipliers in GGUF (llama.cpp's keys under the architecture's prefix, granite or
+    granitemoe; absent: 1, and head_dim^-1/2 for scores)."""
+    k = arch + "."
+    scale = md.get(k + "attention.scale", 0.0)
     return {
-        "embd_scale": _positive(md.get("granite.embedding_scale", 1.0), "embedding_scale"),
-        "residual_scale": _positive(md.get("granite.residual_scale", 1.0), "residual_scale"),
-        "logit_scale": _positive(md.get("granite.logit_scale", 1.0), "logit_scale"),
+        "embd_scale": _positive(md.get(k + "embedding_scale", 1.0), "embedding_scale"),
+        "residual_scale": _positive(md.get(k + "residual_scale", 1.0), "residual_scale"),
+        "logit_scale": _positive(md.get(k + "logit_scale", 1.0), "logit_scale"),
         "attn_scale": 0.0 if scale == 0 else _positive(scale, "attention.scale"),
     }
 

@@ -22,7 +22,7 @@ from .safetensors import read_safetensors
 
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
-    "smollm3", "granite", "gpt-oss",
+    "smollm3", "granite", "granitemoe", "gpt-oss",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3")  # a norm on each sublayer's output too
@@ -41,7 +41,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, gpt_oss)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -49,8 +49,8 @@ _HF_ARCHS = {
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
-    "granite": "granite", "GraniteForCausalLM": "granite", "gpt_oss": "gpt-oss",
-    "GptOssForCausalLM": "gpt-oss",
+    "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
+    "GraniteMoeForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -225,7 +225,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
         rope_scaling=scaling,
-        rope_style="interleaved" if arch in ("llama", "mistral", "smollm3", "granite") else "neox",
+        rope_style="interleaved"
+        if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe")
+        else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch in ("qwen3", "qwen3moe"),
         tied_embeddings="output.weight" not in g.tensors,
@@ -239,8 +241,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     if arch == "smollm3":
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
-    if arch == "granite":
-        common.update(arch_config.granite_gguf(md))
+    if arch in ("granite", "granitemoe"):
+        common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
     cfg = _config(arch, **common)
@@ -339,7 +341,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
-    if arch == "granite":
+    if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_hf(c))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])

@@ -367,7 +367,9 @@ def forward(
         o = q8(att, p + "wo") @ w[p + "wo"].T
         x = add(x, o + w[p + "bo"] if c["o_bias"] else o)
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
-            x = x + moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
+            x = add(
+                x, moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
+            )  # (Granite MoE's scale)
             continue
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)

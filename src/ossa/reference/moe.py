@@ -27,7 +27,7 @@ import numpy as np
 
 from .quants import MXFP4_LEVELS, mxfp4_scale
 
-MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss")
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe")
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
 
@@ -61,7 +61,7 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss") and n_expert == 0:
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe") and n_expert == 0:
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
@@ -69,6 +69,8 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
         raise ValueError("only softmax expert gating is supported")
     return _validate({
         **(_GPT_OSS if arch == "gpt-oss" else _PLAIN),
+        # Granite MoE: transformers' softmax over the chosen logits (llama.cpp's over all, renormalised)
+        **({"softmax_topk": True} if arch == "granitemoe" else {}),
         "n_expert": n_expert,
         "n_expert_used": md.get(k + "expert_used_count", 0),
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
@@ -95,6 +97,12 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False, "layers": list(range(n_layer)),
             "swiglu_alpha": float(np.float32(get("swiglu_alpha", 1.702))),
             "swiglu_limit": float(np.float32(get("swiglu_limit", 7.0))),
+        })  # fmt: skip
+    if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
+        return _validate({
+            **_PLAIN, "softmax_topk": True, "n_expert": get("num_local_experts", 8),
+            "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
+            "norm_topk_prob": False, "layers": list(range(n_layer)),
         })  # fmt: skip
     if arch == "mixtral":
         return _validate({
@@ -172,6 +180,17 @@ def hf_layer_weights(
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
     if cfg["arch"] == "gpt-oss":
         _gpt_oss_hf_layer(cfg, i, get, names, w)
+        return
+    if cfg["arch"] == "granitemoe":  # 3-D stacks: input_linear [n, 2 n_ff, n_embd] = gate then up rows
+        p = f"model.layers.{i}.block_sparse_moe."
+        w[c + "router"] = _shaped(_need(get, names, p + "router.layer.weight"), n, e_dim)
+        gate_up = _shaped(_need(get, names, p + "input_linear.weight"), n * 2 * f, e_dim).reshape(
+            n, 2 * f, e_dim
+        )
+        down = _shaped(_need(get, names, p + "output_linear.weight"), n * e_dim, f).reshape(n, e_dim, f)
+        for e in range(n):
+            q = f"{c}experts.{e}."
+            w[q + "w_gate"], w[q + "w_up"], w[q + "w_down"] = gate_up[e, :f], gate_up[e, f:], down[e]
         return
     p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "mlp.")
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)

@@ -198,7 +198,10 @@ class ModelRunner:
             x = x + out
             h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
-                x = x + moe_twin.moe_ffn(c, w, i, h, q8)
+                out = moe_twin.moe_ffn(c, w, i, h, q8)
+                x = x + (
+                    out * np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else out
+                )  # Granite MoE
                 continue
             gate, up = (
                 _linear(q8(h, p + "w_gate"), w[p + "w_gate"]),
