@@ -33,6 +33,7 @@ ARCHS = (
     "gemma",
     "gpt_oss",
     "granitemoe",
+    "olmo2",
 )
 
 
@@ -109,6 +110,7 @@ def make_hf_model(
         "gemma": transformers.GemmaConfig,
         "gpt_oss": transformers.GptOssConfig,
         "granitemoe": transformers.GraniteMoeConfig,
+        "olmo2": transformers.Olmo2Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -181,6 +183,9 @@ _GEMMA3_NAMES = {
 # gpt-oss (llama.cpp's names): the output bias, the sinks, and the pre-FFN norm as post_attention_norm.
 _GPT_OSS_NAMES = {"self_attn.o_proj.bias": "attn_output.bias", "self_attn.sinks": "attn_sinks.weight",
                   "post_attention_layernorm.weight": "post_attention_norm.weight"}  # fmt: skip
+# OLMo 2 (llama.cpp's names): the norms of the attention's and the feed-forward's outputs.
+_OLMO2_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+                "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
@@ -199,6 +204,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
         if arch == "gpt-oss" and rest in _GPT_OSS_NAMES:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
+        if arch == "olmo2" and rest in _OLMO2_NAMES:
+            return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
@@ -246,6 +253,7 @@ def hf_to_gguf(
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
+        "olmo2": "olmo2",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head

@@ -85,6 +85,12 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
   const int64_t E = c.n_embd;
   bool tiles = !s.norm_tiles.empty();  // taking tiles implies rows of whole 32-value steps
   for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
+  if (norm_w == nullptr) {  // (OLMo 2: no norm before a sublayer: its input is x itself)
+    if (!tiles) return prepare(s, s.x.data(), n, E, threads, weights);
+    per_token(n, threads,
+              [&](int t) { bf16_tiles_row(s.x.data() + t * E, E, t, s.norm_tiles.data()); });
+    return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
+  }
   if (!tiles) {
     per_token(n, threads, [&](int t) {
       rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
@@ -101,10 +107,10 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
 }
 
 void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads,
-              const TensorView& bias) {
+              const TensorView& bias, const TensorView& post_norm) {
   const int64_t E = s.model->config.n_embd;
   const float r = s.model->config.residual_scale;
-  if (takes_bf16_tiles(w) && bias.empty() && r <= 0.0f) {
+  if (takes_bf16_tiles(w) && bias.empty() && r <= 0.0f && post_norm.empty()) {
     const MatmulTarget t{&w, s.x.data(), E, true};
     matmul_many(&t, 1, in);
     return;
@@ -113,8 +119,10 @@ void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n
   per_token(n, threads, [&](int t) {
     float* x = s.x.data() + t * E;
     float* y = s.tmp.data() + t * E;
-    add_bias(y, bias, E);  // (gpt-oss's output bias: x + (in @ W^T + bias))
-    if (r > 0.0f) {        // Granite: x + out * residual_multiplier, as transformers rounds it
+    add_bias(y, bias, E);    // (gpt-oss's output bias: x + (in @ W^T + bias))
+    if (!post_norm.empty())  // OLMo 2: x + norm(in @ W^T)
+      rmsnorm_row(y, reinterpret_cast<const float*>(post_norm.data), E, s.model->config.rms_eps, y);
+    if (r > 0.0f) {  // Granite: x + out * residual_multiplier, as transformers rounds it
       for (int64_t e = 0; e < E; ++e) x[e] += y[e] * r;
     } else {
       add_row(x, y, E);
@@ -170,9 +178,15 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
         if (c.qk_norm) {
           const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
           const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
-          for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
-          for (int h = 0; h < c.n_head_kv; ++h)
-            rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+          if (c.qk_norm_full()) {  // OLMo 2: over all heads at once
+            rmsnorm_row(q, qn, Q, c.rms_eps, q);
+            rmsnorm_row(k, kn, KV, c.rms_eps, k);
+          } else {
+            for (int h = 0; h < c.n_head; ++h)
+              rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+            for (int h = 0; h < c.n_head_kv; ++h)
+              rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+          }
         }
         if (!c.nope(layer)) {  // (SmolLM3's NoPE layers attend without positions)
           const float* cs = cos_sin + t * hd;

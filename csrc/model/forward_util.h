@@ -55,14 +55,16 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
 
 // x[t] normalised for the matmuls of `weights`: as f32 rows in s.h, or (dtype bfloat16 on AMX)
 // straight into s.norm_tiles, skipping the f32 rows and the matmul's own rounding pass.
+// norm_w null (OLMo 2's sublayers): x itself.
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
                      std::initializer_list<const TensorView*> weights);
 
 // x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
 // (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way. With
-// a bias (gpt-oss's attention output): x += (in @ W^T + bias), through s.tmp.
+// a bias (gpt-oss's attention output): x += (in @ W^T + bias), through s.tmp; with a post norm
+// (OLMo 2): x += rmsnorm(in @ W^T, post_norm).
 void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n, int threads,
-              const TensorView& bias = {});
+              const TensorView& bias = {}, const TensorView& post_norm = {});
 
 // RoPE cos/sin of a token at `position` (rope_cos_sin over the rotated dimensions), from the global
 // table: LongRoPE's long factors from original_max_position on, its short ones before (a fixed

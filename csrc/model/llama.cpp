@@ -165,7 +165,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     laps.lap(kAttention);
 
     MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
-    residual(s, L.wo, in, n, threads, L.bo);  // (gpt-oss's output bias)
+    residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's norm)
     laps.lap(kWo);
     if (L.moe.active()) {
       moe_forward(s, L, n, threads);  // model/moe.cpp
@@ -187,7 +187,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     } else {
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     }
-    residual(s, L.w_down, in, n, threads);
+    residual(s, L.w_down, in, n, threads, {}, L.post_ffn_norm);  // (OLMo 2's norm)
     laps.lap(kDown);
   }
 

@@ -199,8 +199,8 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",  "qwen2",  "qwen3", "mistral", "qwen3moe", "qwen2moe",   "gemma",
-    "gemma2", "gemma3", "phi3",  "smollm3", "granite",  "granitemoe", "gpt-oss"};
+    "llama",  "qwen2", "qwen3",   "mistral", "qwen3moe",   "qwen2moe", "gemma", "gemma2",
+    "gemma3", "phi3",  "smollm3", "granite", "granitemoe", "gpt-oss",  "olmo2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -209,7 +209,7 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss)";
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -229,7 +229,7 @@ void build_weights(Model& m, Builder& b,
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
-    l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
+    if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
     if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -244,9 +244,9 @@ void build_weights(Model& m, Builder& b,
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
       l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
     }
-    if (c.qk_norm) {
-      l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.head_dim);
-      l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.head_dim);
+    if (c.qk_norm) {  // per head, or (OLMo 2) over the whole projection
+      l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.qk_norm_full() ? q : c.head_dim);
+      l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.qk_norm_full() ? kv : c.head_dim);
     }
     if (c.o_bias)
       l.bo = b.take(name_of(i, "bo"), p + "bo", 1, c.n_embd);
@@ -254,7 +254,7 @@ void build_weights(Model& m, Builder& b,
       throw ModelError("tensor '" + name_of(i, "bo") +
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
-    l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
+    if (c.pre_norms()) l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     if (c.arch == "phi3") {               // gate and up fused, gate first (GGUF: ffn_up holds both)
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
@@ -411,7 +411,7 @@ void load_gguf(Model& m, Storage& st) {
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2";
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
@@ -466,6 +466,17 @@ std::string hf_name(int layer, const char* field) {
       {"w_down", "mlp.down_proj.weight"},       {"wqkv", "self_attn.qkv_proj.weight"},
       {"w_gate_up", "mlp.gate_up_proj.weight"}, {"sinks", "self_attn.sinks"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
+}
+
+// OLMo 2's folders name the sublayers' output norms (HF's post_attention_layernorm is the norm of
+// the attention's output here, not the feed-forward's input as in Llama).
+std::string hf_name_olmo2(int layer, const char* field) {
+  const std::string f = field;
+  if (f == "post_attn_norm" || f == "post_ffn_norm")
+    return "model.layers." + std::to_string(layer) +
+           (f == "post_attn_norm" ? ".post_attention_layernorm.weight"
+                                  : ".post_feedforward_layernorm.weight");
+  return hf_name(layer, field);
 }
 
 // Gemma 3 from a folder: HF stores RMSNorm weights w and multiplies by 1 + w (in float32); the
@@ -649,7 +660,9 @@ void load_hf(Model& m, Storage& st) {
       {"granitemoe", "granitemoe"},
       {"GraniteMoeForCausalLM", "granitemoe"},
       {"gpt_oss", "gpt-oss"},
-      {"GptOssForCausalLM", "gpt-oss"}};
+      {"GptOssForCausalLM", "gpt-oss"},
+      {"olmo2", "olmo2"},
+      {"Olmo2ForCausalLM", "olmo2"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -728,11 +741,12 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "olmo2";
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(m, b, hf_name, "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
+  build_weights(m, b, c.arch == "olmo2" ? hf_name_olmo2 : hf_name, "model.embed_tokens.weight",
+                "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
 }
 

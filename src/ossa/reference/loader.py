@@ -22,10 +22,11 @@ from .safetensors import read_safetensors
 
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
-    "smollm3", "granite", "granitemoe", "gpt-oss",
+    "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
-POST_NORMS = ("gemma2", "gemma3")  # a norm on each sublayer's output too
+POST_NORMS = ("gemma2", "gemma3", "olmo2")  # a norm on each sublayer's output too
+NO_PRE_NORMS = ("olmo2",)  # OLMo 2: only those, and q / k normalised over all heads at once
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -41,7 +42,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -51,6 +52,7 @@ _HF_ARCHS = {
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
     "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
     "GraniteMoeForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
+    "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -141,6 +143,8 @@ def _weights(
         _take(get, names, w, out, "output", cfg["n_vocab"], e)
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
+        if cfg["arch"] in NO_PRE_NORMS:
+            del shapes["attn_norm"]
         if cfg["arch"] == "phi3" and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
@@ -148,7 +152,9 @@ def _weights(
             del shapes["wq"], shapes["wk"], shapes["wv"]
         if cfg["qkv_bias"]:
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
-        if cfg["qk_norm"]:
+        if cfg["qk_norm"] and cfg["arch"] in NO_PRE_NORMS:  # OLMo 2: over the whole projection
+            shapes.update(q_norm=(1, q), k_norm=(1, kv))
+        elif cfg["qk_norm"]:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
         if cfg["o_bias"]:
             shapes.update(bo=(1, e))
@@ -156,7 +162,8 @@ def _weights(
             raise ValueError(f"tensor '{name_of(i, 'bo')}' (an attention output bias) is not supported")
         if cfg["attn_sinks"]:
             shapes.update(sinks=(1, cfg["n_head"]))
-        shapes.update(ffn_norm=(1, e))
+        if cfg["arch"] not in NO_PRE_NORMS:
+            shapes.update(ffn_norm=(1, e))
         if cfg["arch"] == "phi3":  # gate and up fused, gate first
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
             w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"] = np.split(w.pop("gate_up"), [ff])
@@ -229,7 +236,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe")
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2"),
         tied_embeddings="output.weight" not in g.tensors,
     )
     names = set(g.tensors)
@@ -329,7 +336,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
     if arch == "gpt-oss":
@@ -346,7 +353,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(
-        cfg, lambda n: where[n].tensor(n), set(where), lambda i, f: f"model.layers.{i}.{_HF_LAYER[f]}",
+        cfg, lambda n: where[n].tensor(n), set(where),
+        lambda i, f: f"model.layers.{i}.{(_OLMO2_HF if arch == 'olmo2' else _HF_LAYER)[f]}",
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
@@ -354,6 +362,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return cfg, w
 
 
+# OLMo 2: post_attention_layernorm normalises the attention's output (Llama's pre-FFN norm's name).
+_OLMO2_HF = {**_HF_LAYER, "post_attn_norm": "post_attention_layernorm.weight",
+             "post_ffn_norm": "post_feedforward_layernorm.weight"}  # fmt: skip
 _GEMMA3_HF = {
     "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
     "post_ffn_norm": "post_feedforward_layernorm.weight",

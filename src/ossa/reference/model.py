@@ -347,16 +347,26 @@ def forward(
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return x + out if res is None else x + out * res
 
+    olmo2 = c["arch"] == "olmo2"  # no pre-norms; post-norms; q / k normalised over all heads
+
+    def pre(x: np.ndarray, name: str) -> np.ndarray:
+        return x if olmo2 else rms_norm(x, w[name], eps)
+
+    def post(out: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(out, w[name], eps) if olmo2 else out
+
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
-        h = rms_norm(x, w[p + "attn_norm"], eps)
+        h = pre(x, p + "attn_norm")
         q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
         if c["qkv_bias"]:
             q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+        if olmo2:
+            q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
         q = q.reshape(len(ids), n_head, hd)
         k = k.reshape(len(ids), n_head_kv, hd)
         v = v.reshape(len(ids), n_head_kv, hd)
-        if c["qk_norm"]:
+        if c["qk_norm"] and not olmo2:
             q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
         if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
             q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
@@ -365,13 +375,13 @@ def forward(
         sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
         att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
         o = q8(att, p + "wo") @ w[p + "wo"].T
-        x = add(x, o + w[p + "bo"] if c["o_bias"] else o)
+        x = add(x, post(o + w[p + "bo"] if c["o_bias"] else o, p + "post_attn_norm"))
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = add(
                 x, moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             )  # (Granite MoE's scale)
             continue
-        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        h = pre(x, p + "ffn_norm")
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
-        x = add(x, q8(act, p + "w_down") @ w[p + "w_down"].T)
+        x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
     return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)

@@ -153,7 +153,8 @@ class ModelRunner:
 
         x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
-        post_norms = c["arch"] in ("gemma2", "gemma3")
+        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2")
+        olmo2 = c["arch"] == "olmo2"  # no pre-norms, q / k normalised over all heads at once
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -161,13 +162,18 @@ class ModelRunner:
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
-            h = ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            h = x if olmo2 else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+            if olmo2:
+                q, k = (
+                    ref_model.rms_norm(q, w[p + "q_norm"], eps),
+                    ref_model.rms_norm(k, w[p + "k_norm"], eps),
+                )
             q = q.reshape(n, n_head, hd)
             k = k.reshape(n, n_head_kv, hd)
-            if c["qk_norm"]:
+            if c["qk_norm"] and not olmo2:
                 q, k = (
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
@@ -196,7 +202,7 @@ class ModelRunner:
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
             x = x + out
-            h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+            h = x if olmo2 else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
                 x = x + (
