@@ -1,12 +1,15 @@
-"""OLMo 2 (AllenAI's OLMo-2 1B / 7B / 13B / 32B) against Hugging Face transformers (torch CPU, float32)
-and the NumPy twin, on tiny random models built by transformers: from safetensors folders
-(Olmo2ForCausalLM) and from GGUF files laid out as llama.cpp's converter writes them (olmo2: q/k rows
-as they are, NeoX RoPE; post_attention_norm / post_ffw_norm; attn_q_norm / attn_k_norm of the whole
-projections' width).
+"""OLMo 2 and 3 (AllenAI's OLMo-2 1B / 7B / 13B / 32B, Olmo-3 7B / 32B) against Hugging Face
+transformers (torch CPU, float32) and the NumPy twin, on tiny random models built by transformers:
+from safetensors folders (Olmo2ForCausalLM, Olmo3ForCausalLM) and from GGUF files laid out as
+llama.cpp's converter writes them (olmo2: q/k rows as they are, NeoX RoPE; post_attention_norm /
+post_ffw_norm; attn_q_norm / attn_k_norm of the whole projections' width).
 
 What OLMo 2 changes in the Llama layout: no norm before the sublayers, an RMSNorm on each sublayer's
 output before the residual add (x + norm(attn(x)), x + norm(mlp(x))), and q / k RMS-normalised over
 all heads at once (weights of n_head x head_dim and n_kv_head x head_dim values), before RoPE.
+OLMo 3 adds a sliding window on all but every 4th layer (layer_types) and RoPE per layer type: the
+full layers' parameters (YaRN in the long-context releases) and the sliding layers' own unscaled
+table; llama.cpp writes it as olmo2 with attention.sliding_window (one RoPE table).
 
 Tolerances as in test_forward_hf.py (max |error| / max |HF logit|).
 """
@@ -47,7 +50,25 @@ CASES: dict[str, dict[str, Any]] = {
         arch="olmo2", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=24,
         intermediate_size=80, vocab_size=130, tie=True,
     ),
+    # OLMo 3: window 6 on layers 0-2 and 4 (layer 3 full), YaRN on the full layer only (its own
+    # attention factor), the sliding layers at another base: from its folder only (a GGUF file has
+    # one RoPE table).
+    "olmo3": dict(
+        arch="olmo3", hidden_size=64, num_layers=5, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, sliding_window=6, rope_theta=500000.0, rope_local_base_freq=20000.0,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32,
+                      "attention_factor": 1.2},
+        max_position_embeddings=128,
+    ),
+    # One RoPE table, a window on layers 0 and 2 only (layer_types): GGUF too.
+    "olmo3-plain": dict(
+        arch="olmo3", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, sliding_window=5, tie=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    ),
 }  # fmt: skip
+FORMATS = {"olmo2": ["safetensors", "F32", "F16", "Q8_0"], "olmo2-mha": ["safetensors", "F32", "F16", "Q8_0"],
+           "olmo3": ["safetensors"], "olmo3-plain": ["safetensors", "F32", "Q8_0"]}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +77,7 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     return build_hf_cases(tmp_path_factory.mktemp("olmo2"), CASES, seed=130, n_tokens=N_TOKENS)
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "F32", "F16", "Q8_0"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name, fmt", [(n, f) for n in CASES for f in FORMATS[n]])
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -65,8 +85,17 @@ def test_logits_match_hf_and_twin(
     _, hf_logits, ids = hf_models[name]
     model = check_golden(path, ids, hf_logits, fmt)
     c, case = model.config, CASES[name]
-    assert c["arch"] == "olmo2" and c["qk_norm"] and c["rope_style"] == "neox"
+    assert c["arch"] == (case["arch"] if fmt == "safetensors" else "olmo2")
+    assert c["qk_norm"] and c["rope_style"] == "neox"
     assert c["tied_embeddings"] == case.get("tie", False)
+    if case["arch"] == "olmo3":  # a window (40 tokens: over 6x it), on the layers layer_types marks
+        assert c["sliding_window"] == case["sliding_window"]
+        n = case["num_layers"]
+        want = case.get("layer_types") or [
+            "full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n)
+        ]
+        assert c["layer_sliding"] == [t == "sliding_attention" for t in want]
+        assert c["rope_theta_swa"] == (20000.0 if name == "olmo3" else 0.0)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -85,6 +114,18 @@ def test_batch_invariant(
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits."""
     path = case_file(hf_models, "olmo2", fmt, tmp_path_factory)
     check_invariance(core.load_model(path), CASES["olmo2"]["vocab_size"], seed=15)
+
+
+def test_olmo3_gguf_with_unscaled_full_layers_only() -> None:
+    """A GGUF file holds one RoPE table: an OLMo 3 whose sliding layers would differ is not written."""
+    from ossa.reference import arch_config
+
+    cfg = {"num_hidden_layers": 4, "sliding_window": 8, "rope_parameters": {
+        "full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}  # fmt: skip
+    out, full = arch_config.olmo3_hf(cfg, 4)
+    assert out == {"sliding_window": 8, "layer_sliding": [True, True, True, False], "rope_theta_swa": 1e4}
+    assert full == cfg["rope_parameters"]["full_attention"]  # type: ignore[index]
 
 
 def test_norms_matter_and_bad_shapes_fail(hf_models: dict[str, Any], tmp_path: Path) -> None:

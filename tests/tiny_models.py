@@ -34,6 +34,7 @@ ARCHS = (
     "gpt_oss",
     "granitemoe",
     "olmo2",
+    "olmo3",
 )
 
 
@@ -70,7 +71,7 @@ def make_hf_model(
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}")
-    local_theta = extra.pop("rope_local_base_freq", 10000.0)
+    local_theta = extra.pop("rope_local_base_freq", 10000.0 if arch == "gemma3" else rope_theta)
     kwargs: dict[str, Any] = dict(
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
@@ -91,7 +92,7 @@ def make_hf_model(
         if "type" in rope and "rope_type" not in rope_scaling:
             rope["rope_type"] = rope.pop("type")
     kwargs["rope_parameters"] = rope
-    if arch == "gemma3":
+    if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
     config_cls = {
@@ -111,6 +112,7 @@ def make_hf_model(
         "gpt_oss": transformers.GptOssConfig,
         "granitemoe": transformers.GraniteMoeConfig,
         "olmo2": transformers.Olmo2Config,
+        "olmo3": transformers.Olmo3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -253,14 +255,14 @@ def hf_to_gguf(
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
-        "olmo2": "olmo2",
+        "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or n_embd // n_head
     rope = cfg.get("rope_parameters") or {}
-    if arch == "gemma3":
+    if arch == "gemma3" or model_type == "olmo3":
         rope = rope.get("full_attention") or {}
     rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     scaling = cfg.get("rope_scaling") or rope
@@ -337,6 +339,15 @@ def hf_to_gguf(
     elif arch == "granitemoe":  # llama.cpp's converter: the expert counts (experts of n_ff rows)
         writer.add_expert_count(cfg["num_local_experts"])
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    elif model_type == "olmo3":  # llama.cpp: the window on all but every 4th layer, one RoPE table
+        from ossa.reference import arch_config
+
+        olmo3, _ = arch_config.olmo3_hf(cfg, cfg["num_hidden_layers"])
+        if "rope_theta_swa" in olmo3:
+            raise ValueError("a GGUF file holds one RoPE table: OLMo 3's sliding layers would differ")
+        writer.add_sliding_window(olmo3["sliding_window"])
+        if olmo3["layer_sliding"] != [(i + 1) % 4 != 0 for i in range(cfg["num_hidden_layers"])]:
+            writer.add_sliding_window_pattern(olmo3["layer_sliding"])  # (ossa's key; llama.cpp has none)
     elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")

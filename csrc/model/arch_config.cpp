@@ -351,6 +351,46 @@ void granite_config_hf(const Json& cfg, ModelConfig& c) {
 
 void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
 
+const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  all_sliding(c, cfg.integer("sliding_window", 4096), where);
+  if (c.sliding_window > 0) {
+    std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+    if (types.empty())
+      for (int i = 0; i < c.n_layer; ++i) types.push_back((i + 1) % 4 != 0);
+    c.layer_sliding = std::move(types);
+  }
+  const JsonValue* params = cfg.get("rope_parameters");
+  const JsonValue* full =
+      params != nullptr && params->is_object() ? params->get("full_attention") : nullptr;
+  const JsonValue* local =
+      params != nullptr && params->is_object() ? params->get("sliding_attention") : nullptr;
+  for (const JsonValue* v : {full, local})
+    if (v != nullptr && !v->is_object())
+      throw ModelError("config 'rope_parameters' in " + where +
+                       " must hold objects per layer type");
+  const double top = cfg.number("rope_theta", 10000.0);
+  const double full_theta = full != nullptr ? Json{*full, cfg.path}.number("rope_theta", top) : top;
+  const double local_theta =
+      local != nullptr ? Json{*local, cfg.path}.number("rope_theta", top) : full_theta;
+  // The sliding layers' own table: their base, no scaling (transformers scales the full layers
+  // only).
+  const JsonValue* scaling = full != nullptr ? full : cfg.get("rope_scaling");
+  const bool scaled =
+      scaling != nullptr && scaling->is_object() &&
+      Json{*scaling, cfg.path}.string(
+          "rope_type", Json{*scaling, cfg.path}.string("type", "default")) != "default";
+  if (c.sliding_window > 0 && (scaled || local_theta != full_theta))
+    c.rope_theta_swa = static_cast<float>(local_theta);
+  return full;
+}
+
+void olmo_window_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string key = c.arch + ".attention.sliding_window";
+  if (c.sliding_window == 0 || !gguf_layer_pattern(g, key + "_pattern", c.n_layer).empty()) return;
+  for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = (i + 1) % 4 != 0;
+}
+
 void gpt_oss_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   c.attn_sinks = true;

@@ -54,6 +54,18 @@ void gpt_oss_config_gguf(const GGUFFile& g, ModelConfig& c, bool o_bias);
 // the even-numbered ones), attention_bias (default true: q/k/v and output biases), sinks.
 void gpt_oss_config_hf(const Json& cfg, ModelConfig& c);
 
+// OLMo 3 from config.json: sliding_window (default 4096) on the layers layer_types marks (default:
+// all but every 4th), and RoPE per layer type (transformers 5's rope_parameters {full_attention,
+// sliding_attention}; older files: rope_theta and a rope_scaling for the full layers): the full
+// layers' parameters are the model's, the sliding layers get their own unscaled table
+// (c.rope_theta_swa) when they differ. Returns the full layers' rope parameters (to be read as
+// any model's), or null for the top-level keys.
+const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c);
+
+// OLMo 2 GGUF files with attention.sliding_window (llama.cpp's OLMo 3 conversions): every 4th layer
+// full, the others windowed, as llama.cpp assumes (a sliding_window_pattern key overrides it).
+void olmo_window_gguf(const GGUFFile& g, ModelConfig& c);
+
 // Phi-3 (Phi-3-mini, Phi-3.5-mini, Phi-4-mini) from GGUF, after the shared keys: partial rotary
 // (rope.dimension_count), LongRoPE from llama.cpp's rope_factors_long / rope_factors_short tensors
 // (given here, empty when the file has none) with rope.scaling.original_context_length and

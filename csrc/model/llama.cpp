@@ -152,12 +152,16 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   per_token(n, threads, [&](int t) {
     embed_row(s, batch.token_ids[t], s.x.data() + t * E);  // (Granite scales it)
     token_cos_sin(s, batch.positions[t], s.cos_sin.data() + t * hd);
+    if (!s.cos_sin_swa.empty())  // (OLMo 3: the sliding layers' own unscaled table)
+      rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim,
+                   s.cos_sin_swa.data() + t * hd);
   });
   laps.lap(kEmbed);
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    attention_qkv(s, batch, l, s.cos_sin.data(), threads, laps);
+    const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
+    attention_qkv(s, batch, l, (local_rope ? s.cos_sin_swa : s.cos_sin).data(), threads, laps);
     AttentionArgs a = attention_args(s, batch, l, threads);
     a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
     a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))

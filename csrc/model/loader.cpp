@@ -209,7 +209,7 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2)";
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -415,6 +415,7 @@ void load_gguf(Model& m, Storage& st) {
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
+  if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
@@ -662,7 +663,9 @@ void load_hf(Model& m, Storage& st) {
       {"gpt_oss", "gpt-oss"},
       {"GptOssForCausalLM", "gpt-oss"},
       {"olmo2", "olmo2"},
-      {"Olmo2ForCausalLM", "olmo2"}};
+      {"Olmo2ForCausalLM", "olmo2"},
+      {"olmo3", "olmo3"},
+      {"Olmo3ForCausalLM", "olmo3"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -698,6 +701,11 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("config 'rope_scaling' must be an object");
   // (GptOssConfig's defaults: base 150000, YaRN factor 32 over 4096 positions, betas 32 / 1.)
   const bool gpt_oss = c.arch == "gpt-oss";
+  if (c.arch == "olmo3") {  // window, and RoPE per layer type: the full layers' are the model's
+    params = olmo3_config_hf(cfg, c);
+    if (params == nullptr) params = cfg.get("rope_scaling");
+    scaling = nullptr;
+  }
   c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss ? 150000.0 : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
@@ -741,11 +749,11 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "olmo2";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo();
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(m, b, c.arch == "olmo2" ? hf_name_olmo2 : hf_name, "model.embed_tokens.weight",
+  build_weights(m, b, c.olmo() ? hf_name_olmo2 : hf_name, "model.embed_tokens.weight",
                 "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
 }

@@ -53,7 +53,31 @@ def window_gguf(arch: str, md: dict[str, Any], n_layer: int) -> dict[str, Any]:
     if window == 0:
         return {"sliding_window": 0, "layer_sliding": []}
     layers = _gguf_layer_pattern(md, key + "_pattern", n_layer)
+    if layers is None and arch == "olmo2":  # llama.cpp's OLMo 3 conversions: every 4th layer full
+        layers = [(i + 1) % 4 != 0 for i in range(n_layer)]
     return {"sliding_window": window, "layer_sliding": layers if layers is not None else [True] * n_layer}
+
+
+def olmo3_hf(c: dict[str, Any], n_layer: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """OLMo 3's window (sliding_window, default 4096, on the layers of layer_types, default all but
+    every 4th) and its sliding layers' own unscaled RoPE base (``rope_theta_swa``, when their
+    parameters differ from the full layers'); and the full layers' rope parameters (transformers 5's
+    rope_parameters["full_attention"]; None: the top-level keys)."""
+    window = _window(4096 if c.get("sliding_window") is None else c["sliding_window"])
+    layers = _hf_layer_types(c, n_layer) or [(i + 1) % 4 != 0 for i in range(n_layer)]
+    params = c.get("rope_parameters") or {}
+    full, local = params.get("full_attention"), params.get("sliding_attention")
+    top = 10000.0 if c.get("rope_theta") is None else c["rope_theta"]
+    full_theta = (full or {}).get("rope_theta", top)
+    local_theta = (local or {}).get("rope_theta", top) if local is not None else full_theta
+    scaling = full if full is not None else (c.get("rope_scaling") or {})
+    scaled = scaling.get("rope_type", scaling.get("type", "default")) != "default"
+    out: dict[str, Any] = {"sliding_window": window, "layer_sliding": layers if window else []}
+    if window == 0:
+        out["sliding_window"] = 0
+    if window and (scaled or local_theta != full_theta):
+        out["rope_theta_swa"] = float(np.float32(local_theta))
+    return out, full
 
 
 def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:

@@ -25,8 +25,8 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
-POST_NORMS = ("gemma2", "gemma3", "olmo2")  # a norm on each sublayer's output too
-NO_PRE_NORMS = ("olmo2",)  # OLMo 2: only those, and q / k normalised over all heads at once
+POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3")  # a norm on each sublayer's output too
+NO_PRE_NORMS = ("olmo2", "olmo3")  # OLMo 2 / 3: only those, and q / k normalised over all heads at once
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -42,7 +42,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -52,7 +52,7 @@ _HF_ARCHS = {
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
     "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
     "GraniteMoeForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
-    "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2",
+    "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -300,8 +300,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return default if v is None else v
 
     params = c.get("rope_parameters") or {}
+    olmo3: dict[str, Any] = {}
+    if arch == "olmo3":  # window, RoPE per layer type: the full layers' parameters are the model's
+        olmo3, full = arch_config.olmo3_hf(c, get("num_hidden_layers", 0))
+        params = full if full is not None else (c.get("rope_scaling") or {})
     theta = params.get("rope_theta", get("rope_theta", 150000.0 if arch == "gpt-oss" else 10000.0))
-    s = c.get("rope_scaling") or params
+    s = params if arch == "olmo3" else c.get("rope_scaling") or params
     if arch == "gpt-oss" and "rope_type" not in s and "type" not in s:  # GptOssConfig's default
         s = dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
                  original_max_position_embeddings=4096)  # fmt: skip
@@ -336,12 +340,14 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_hf(c, common["n_layer"]))
         common["qkv_bias"] = common["o_bias"]
+    elif arch == "olmo3":
+        common.update(olmo3)
     elif arch == "phi3":
         common.update(arch_config.phi3_hf(c, common))
     elif arch == "smollm3":
@@ -354,7 +360,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(
         cfg, lambda n: where[n].tensor(n), set(where),
-        lambda i, f: f"model.layers.{i}.{(_OLMO2_HF if arch == 'olmo2' else _HF_LAYER)[f]}",
+        lambda i, f: f"model.layers.{i}.{(_OLMO2_HF if arch in NO_PRE_NORMS else _HF_LAYER)[f]}",
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:

@@ -347,7 +347,10 @@ def forward(
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return x + out if res is None else x + out * res
 
-    olmo2 = c["arch"] == "olmo2"  # no pre-norms; post-norms; q / k normalised over all heads
+    olmo2 = c["arch"] in ("olmo2", "olmo3")  # no pre-norms; post-norms; q / k normalised over all heads
+    # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
+    local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
+    inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None
 
     def pre(x: np.ndarray, name: str) -> np.ndarray:
         return x if olmo2 else rms_norm(x, w[name], eps)
@@ -368,10 +371,13 @@ def forward(
         v = v.reshape(len(ids), n_head_kv, hd)
         if c["qk_norm"] and not olmo2:
             q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
-        if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
-            q = apply_rope(q, positions, inv_freq, c["rope_style"], mscale)
-            k = apply_rope(k, positions, inv_freq, c["rope_style"], mscale)
         window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
+        if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
+            freq, factor = (
+                (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
+            )
+            q = apply_rope(q, positions, freq, c["rope_style"], factor)
+            k = apply_rope(k, positions, freq, c["rope_style"], factor)
         sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
         att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
         o = q8(att, p + "wo") @ w[p + "wo"].T

@@ -153,8 +153,8 @@ class ModelRunner:
 
         x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
-        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2")
-        olmo2 = c["arch"] == "olmo2"  # no pre-norms, q / k normalised over all heads at once
+        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3")
+        olmo2 = c["arch"] in ("olmo2", "olmo3")  # no pre-norms, q / k normalised over all heads at once
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -179,8 +179,10 @@ class ModelRunner:
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
                 )
             if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers
-                q = ref_model.apply_rope(q, pos, freq, c["rope_style"], mscale)
-                k = ref_model.apply_rope(k, pos, freq, c["rope_style"], mscale)
+                # (a sliding layer's own table is unscaled: no attention factor either)
+                factor = 1.0 if freq is self.inv_freq_local else mscale
+                q = ref_model.apply_rope(q, pos, freq, c["rope_style"], factor)
+                k = ref_model.apply_rope(k, pos, freq, c["rope_style"], factor)
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
