@@ -35,6 +35,7 @@ ARCHS = (
     "granitemoe",
     "olmo2",
     "olmo3",
+    "exaone4",
 )
 
 
@@ -113,6 +114,7 @@ def make_hf_model(
         "granitemoe": transformers.GraniteMoeConfig,
         "olmo2": transformers.Olmo2Config,
         "olmo3": transformers.Olmo3Config,
+        "exaone4": transformers.Exaone4Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -206,7 +208,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
         if arch == "gpt-oss" and rest in _GPT_OSS_NAMES:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
-        if arch == "olmo2" and rest in _OLMO2_NAMES:
+        if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
@@ -256,6 +258,7 @@ def hf_to_gguf(
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
+        "exaone4": "exaone4",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -348,6 +351,13 @@ def hf_to_gguf(
         writer.add_sliding_window(olmo3["sliding_window"])
         if olmo3["layer_sliding"] != [(i + 1) % 4 != 0 for i in range(cfg["num_hidden_layers"])]:
             writer.add_sliding_window_pattern(olmo3["layer_sliding"])  # (ossa's key; llama.cpp has none)
+    elif arch == "exaone4":  # the window (llama.cpp: the 32B model's alone), and ossa's pattern key
+        from ossa.reference import arch_config
+
+        ex = arch_config.exaone4_hf(cfg, cfg["num_hidden_layers"])
+        if ex["sliding_window"]:
+            writer.add_sliding_window(ex["sliding_window"])
+            writer.add_sliding_window_pattern(ex["layer_sliding"])
     elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")

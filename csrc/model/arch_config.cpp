@@ -385,6 +385,58 @@ const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c) {
   return full;
 }
 
+namespace {
+// With a window, EXAONE 4's global layers attend without RoPE.
+void exaone4_nope(ModelConfig& c) {
+  c.layer_nope.clear();
+  if (c.sliding_window == 0) return;
+  for (int i = 0; i < c.n_layer; ++i) c.layer_nope.push_back(c.layer_sliding[i] == 0);
+}
+}  // namespace
+
+void exaone4_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  const JsonValue* raw = cfg.v.get("sliding_window");  // (absent: 4096; null: none)
+  all_sliding(c, raw == nullptr ? 4096 : cfg.integer("sliding_window", 0), where);
+  if (c.sliding_window == 0) return;
+  std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+  if (types.empty()) {
+    const JsonValue* pat = cfg.get("sliding_window_pattern");
+    std::string letters;  // L: sliding, G: global, repeated over the layers
+    if (pat != nullptr && pat->is_string()) {
+      letters = pat->string;
+    } else {
+      const int64_t every = cfg.integer("sliding_window_pattern", 4);
+      if (every < 1)
+        throw ModelError("config 'sliding_window_pattern' in " + where + " must be >= 1");
+      letters.assign(static_cast<size_t>(std::min<int64_t>(every, 1 << 20) - 1), 'L');
+      letters += 'G';
+    }
+    if (letters.empty() || letters.find_first_not_of("LG") != std::string::npos)
+      throw ModelError("config 'sliding_window_pattern' in " + where +
+                       " must be an integer or L/G letters");
+    for (int i = 0; i < c.n_layer; ++i)
+      types.push_back(letters[static_cast<size_t>(i) % letters.size()] == 'L');
+  }
+  c.layer_sliding = std::move(types);
+  exaone4_nope(c);
+}
+
+void exaone4_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string key = c.arch + ".attention.sliding_window";
+  std::vector<uint8_t> pattern = gguf_layer_pattern(g, key + "_pattern", c.n_layer);
+  if (pattern.empty() && c.n_layer != 64) {  // (llama.cpp: no window but for the 32B model)
+    all_sliding(c, 0, key);
+    return;
+  }
+  all_sliding(c, g.get_int(key, 4096), key);
+  if (c.sliding_window == 0) return;
+  if (pattern.empty())
+    for (int i = 0; i < c.n_layer; ++i) pattern.push_back((i + 1) % 4 != 0);
+  c.layer_sliding = std::move(pattern);
+  exaone4_nope(c);
+}
+
 void olmo_window_gguf(const GGUFFile& g, ModelConfig& c) {
   const std::string key = c.arch + ".attention.sliding_window";
   if (c.sliding_window == 0 || !gguf_layer_pattern(g, key + "_pattern", c.n_layer).empty()) return;

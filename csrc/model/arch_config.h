@@ -62,6 +62,15 @@ void gpt_oss_config_hf(const Json& cfg, ModelConfig& c);
 // any model's), or null for the top-level keys.
 const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c);
 
+// EXAONE 4 from config.json: sliding_window (transformers' default 4096; null: none) on the
+// layers layer_types marks (default: sliding_window_pattern, an int n: all but every n-th layer,
+// or a string of L (local) / G (global) repeated over the layers; default 4); with a window the
+// global layers attend without RoPE (c.layer_nope). From GGUF: llama.cpp's reading, a window only
+// for the 64-layer (32B) model (attention.sliding_window, default 4096) on all but every 4th
+// layer (a sliding_window_pattern key: those layers, for any depth).
+void exaone4_config_hf(const Json& cfg, ModelConfig& c);
+void exaone4_config_gguf(const GGUFFile& g, ModelConfig& c);
+
 // OLMo 2 GGUF files with attention.sliding_window (llama.cpp's OLMo 3 conversions): every 4th layer
 // full, the others windowed, as llama.cpp assumes (a sliding_window_pattern key overrides it).
 void olmo_window_gguf(const GGUFFile& g, ModelConfig& c);

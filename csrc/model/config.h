@@ -48,7 +48,7 @@ struct MoeConfig {
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
-                     // "gpt-oss", "olmo2", "olmo3"
+                     // "gpt-oss", "olmo2", "olmo3", "exaone4"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -88,11 +88,12 @@ struct ModelConfig {
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).
   bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
-  bool post_norms() const { return arch == "gemma2" || arch == "gemma3" || olmo(); }
-  // OLMo 2 and 3: no norm before the sublayers (their outputs are normalised: post_norms), and
-  // q / k RMS-normalised over the whole projection (all heads at once) rather than per head.
+  bool post_norms() const { return arch == "gemma2" || arch == "gemma3" || !pre_norms(); }
+  // OLMo 2 and 3, EXAONE 4: no norm before the sublayers (their outputs are normalised:
+  // post_norms); OLMo's q / k are RMS-normalised over the whole projection (all heads at once)
+  // rather than per head.
   bool olmo() const { return arch == "olmo2" || arch == "olmo3"; }
-  bool pre_norms() const { return !olmo(); }
+  bool pre_norms() const { return !olmo() && arch != "exaone4"; }
   bool qk_norm_full() const { return olmo(); }
 };
 

@@ -200,7 +200,7 @@ void validate_config(ModelConfig& c, const std::string& path) {
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
     "llama",  "qwen2", "qwen3",   "mistral", "qwen3moe",   "qwen2moe", "gemma", "gemma2",
-    "gemma3", "phi3",  "smollm3", "granite", "granitemoe", "gpt-oss",  "olmo2"};
+    "gemma3", "phi3",  "smollm3", "granite", "granitemoe", "gpt-oss",  "olmo2", "exaone4"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -209,7 +209,7 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3)";
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -411,11 +411,12 @@ void load_gguf(Model& m, Storage& st) {
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4";
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
   if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
+  if (arch == "exaone4") exaone4_config_gguf(*g, c);
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
@@ -469,9 +470,10 @@ std::string hf_name(int layer, const char* field) {
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
-// OLMo 2's folders name the sublayers' output norms (HF's post_attention_layernorm is the norm of
-// the attention's output here, not the feed-forward's input as in Llama).
-std::string hf_name_olmo2(int layer, const char* field) {
+// OLMo 2 / 3's and EXAONE 4's folders name the sublayers' output norms (HF's
+// post_attention_layernorm is the norm of the attention's output here, not the feed-forward's
+// input as in Llama).
+std::string hf_name_post_norms(int layer, const char* field) {
   const std::string f = field;
   if (f == "post_attn_norm" || f == "post_ffn_norm")
     return "model.layers." + std::to_string(layer) +
@@ -665,7 +667,9 @@ void load_hf(Model& m, Storage& st) {
       {"olmo2", "olmo2"},
       {"Olmo2ForCausalLM", "olmo2"},
       {"olmo3", "olmo3"},
-      {"Olmo3ForCausalLM", "olmo3"}};
+      {"Olmo3ForCausalLM", "olmo3"},
+      {"exaone4", "exaone4"},
+      {"Exaone4ForCausalLM", "exaone4"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -749,11 +753,12 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo();
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4";
+  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);  // window, NoPE global layers
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(m, b, c.olmo() ? hf_name_olmo2 : hf_name, "model.embed_tokens.weight",
+  build_weights(m, b, c.pre_norms() ? hf_name : hf_name_post_norms, "model.embed_tokens.weight",
                 "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
 }

@@ -58,6 +58,47 @@ def window_gguf(arch: str, md: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return {"sliding_window": window, "layer_sliding": layers if layers is not None else [True] * n_layer}
 
 
+def _exaone4_window(window: int, layers: list[bool]) -> dict[str, Any]:
+    """EXAONE 4: with a window, the global layers attend without RoPE."""
+    if not window:
+        return {"sliding_window": 0, "layer_sliding": [], "layer_nope": []}
+    return {"sliding_window": window, "layer_sliding": layers, "layer_nope": [not s for s in layers]}
+
+
+def exaone4_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """EXAONE 4's config.json: sliding_window (transformers' default 4096; null: none) on the layers of
+    layer_types, else of sliding_window_pattern (an int n: all but every n-th layer; a string of L / G
+    letters repeated over the layers; default 4); the global layers without RoPE when windowed."""
+    window = _window(4096 if "sliding_window" not in c else (c["sliding_window"] or 0))
+    layers = _hf_layer_types(c, n_layer)
+    if layers is None:
+        pattern = c.get("sliding_window_pattern")
+        pattern = 4 if pattern is None else pattern
+        if isinstance(pattern, str):
+            letters = pattern
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+            letters = "L" * (min(pattern, 1 << 20) - 1) + "G"
+        else:
+            raise ValueError("config 'sliding_window_pattern' must be >= 1")
+        if not letters or set(letters) - {"L", "G"}:
+            raise ValueError("config 'sliding_window_pattern' must be an integer or L/G letters")
+        layers = [letters[i % len(letters)] == "L" for i in range(n_layer)]
+    return _exaone4_window(window, layers)
+
+
+def exaone4_gguf(md: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """EXAONE 4 from GGUF, as llama.cpp reads it: a window only for the 64-layer (32B) model
+    (attention.sliding_window, default 4096) on all but every 4th layer; a sliding_window_pattern key
+    names the layers for any depth."""
+    key = "exaone4.attention.sliding_window"
+    layers = _gguf_layer_pattern(md, key + "_pattern", n_layer)
+    if layers is None and n_layer != 64:
+        return _exaone4_window(0, [])
+    if layers is None:
+        layers = [(i + 1) % 4 != 0 for i in range(n_layer)]
+    return _exaone4_window(_window(md.get(key, 4096)), layers)
+
+
 def olmo3_hf(c: dict[str, Any], n_layer: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """OLMo 3's window (sliding_window, default 4096, on the layers of layer_types, default all but
     every 4th) and its sliding layers' own unscaled RoPE base (``rope_theta_swa``, when their

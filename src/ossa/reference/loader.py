@@ -22,11 +22,12 @@ from .safetensors import read_safetensors
 
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
-    "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2",
+    "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
-POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3")  # a norm on each sublayer's output too
-NO_PRE_NORMS = ("olmo2", "olmo3")  # OLMo 2 / 3: only those, and q / k normalised over all heads at once
+POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
+NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
+QK_NORM_FULL = ("olmo2", "olmo3")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -42,7 +43,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -53,6 +54,7 @@ _HF_ARCHS = {
     "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
     "GraniteMoeForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
     "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
+    "exaone4": "exaone4", "Exaone4ForCausalLM": "exaone4",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -152,7 +154,7 @@ def _weights(
             del shapes["wq"], shapes["wk"], shapes["wv"]
         if cfg["qkv_bias"]:
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
-        if cfg["qk_norm"] and cfg["arch"] in NO_PRE_NORMS:  # OLMo 2: over the whole projection
+        if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
         elif cfg["qk_norm"]:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
@@ -236,7 +238,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe")
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4"),
         tied_embeddings="output.weight" not in g.tensors,
     )
     names = set(g.tensors)
@@ -248,6 +250,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     if arch == "smollm3":
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
+    if arch == "exaone4":
+        common.update(arch_config.exaone4_gguf(md, common["n_layer"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
@@ -340,7 +344,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
     )
     if arch == "gpt-oss":
@@ -348,6 +352,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["qkv_bias"] = common["o_bias"]
     elif arch == "olmo3":
         common.update(olmo3)
+    elif arch == "exaone4":
+        common.update(arch_config.exaone4_hf(c, common["n_layer"]))
     elif arch == "phi3":
         common.update(arch_config.phi3_hf(c, common))
     elif arch == "smollm3":

@@ -347,16 +347,17 @@ def forward(
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return x + out if res is None else x + out * res
 
-    olmo2 = c["arch"] in ("olmo2", "olmo3")  # no pre-norms; post-norms; q / k normalised over all heads
+    post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
+    olmo2 = c["arch"] in ("olmo2", "olmo3")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None
 
     def pre(x: np.ndarray, name: str) -> np.ndarray:
-        return x if olmo2 else rms_norm(x, w[name], eps)
+        return x if post_only else rms_norm(x, w[name], eps)
 
     def post(out: np.ndarray, name: str) -> np.ndarray:
-        return rms_norm(out, w[name], eps) if olmo2 else out
+        return rms_norm(out, w[name], eps) if post_only else out
 
     for i in range(c["n_layer"]):
         p = f"layers.{i}."

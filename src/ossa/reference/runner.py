@@ -153,8 +153,9 @@ class ModelRunner:
 
         x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
-        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3")
-        olmo2 = c["arch"] in ("olmo2", "olmo3")  # no pre-norms, q / k normalised over all heads at once
+        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")
+        post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
+        olmo2 = c["arch"] in ("olmo2", "olmo3")  # q / k normalised over all heads at once
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -162,7 +163,7 @@ class ModelRunner:
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
-            h = x if olmo2 else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
@@ -204,7 +205,7 @@ class ModelRunner:
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
             x = x + out
-            h = x if olmo2 else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+            h = x if post_only else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
                 x = x + (
