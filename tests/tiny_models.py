@@ -36,6 +36,7 @@ ARCHS = (
     "olmo2",
     "olmo3",
     "exaone4",
+    "ernie4_5",
 )
 
 
@@ -115,6 +116,7 @@ def make_hf_model(
         "olmo2": transformers.Olmo2Config,
         "olmo3": transformers.Olmo3Config,
         "exaone4": transformers.Exaone4Config,
+        "ernie4_5": transformers.Ernie4_5Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -258,12 +260,12 @@ def hf_to_gguf(
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
-        "exaone4": "exaone4",
+        "exaone4": "exaone4", "ernie4_5": "ernie4_5",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or n_embd // n_head
+    head_dim = cfg.get("head_dim") or (128 if model_type == "ernie4_5" else n_embd // n_head)  # (its default)
     rope = cfg.get("rope_parameters") or {}
     if arch == "gemma3" or model_type == "olmo3":
         rope = rope.get("full_attention") or {}
