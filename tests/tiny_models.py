@@ -561,6 +561,27 @@ def split_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], max_ten
     return [str(p) for p in writer.format_shard_names(Path(dst))]
 
 
+def gguf_without(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], keys: Any = (), tensors: Any = ()
+) -> str:
+    """A copy of GGUF file ``src`` at ``dst`` without the metadata ``keys`` and the ``tensors`` named
+    (the loaders' errors for a file that lacks them)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    _copy_metadata(reader, w, skip=tuple(keys))
+    for t in reader.tensors:
+        if t.name not in tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(dst)
+
+
 def _copy_metadata(reader: Any, writer: Any, skip: tuple[str, ...] = ()) -> None:
     """Every metadata key of a GGUFReader but the header's and general.architecture (the writer's)."""
     import gguf
@@ -753,15 +774,16 @@ def greedy(model: Any, prompt: list[int], n_new: int, block: int = 16) -> list[i
 
 
 def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
-    """transformers' generate(): exactly `n_new` greedy tokens after `prompt`."""
+    """transformers' generate(): exactly `n_new` greedy tokens after `prompt`, the argmax at every step
+    (no end-of-sequence id: min_new_tokens would instead mask those ids, which ``greedy`` does not)."""
     import torch
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **_attn_impl(path))
+    model.generation_config.eos_token_id = None
     with torch.no_grad():
         t = torch.tensor([prompt])
-        out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, min_new_tokens=n_new,
-                             do_sample=False)  # fmt: skip
+        out = model.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=n_new, do_sample=False)
     return out[0, len(prompt) :].tolist()  # type: ignore[no-any-return]
 
 

@@ -1,0 +1,311 @@
+"""Granite MoE, OLMo 2 / 3, EXAONE 4.0 and ERNIE 4.5 against Hugging Face transformers (torch CPU,
+float32) and the NumPy twin, on tiny random models built by transformers: from safetensors folders
+(the Hub's names) and from GGUF files laid out as llama.cpp's converter writes them. Each runs in the
+Llama forward pass with a few switches (docs/models.md has a section per architecture):
+
+- granitemoe: Granite's four multipliers around experts routed by a softmax over the top-k logits,
+  read in place from input_linear (gate rows, then up rows) / output_linear; the experts' sum scaled
+  by residual_multiplier.
+- olmo2 / olmo3: no norm before the sublayers, an RMSNorm on each sublayer's output, q / k
+  RMS-normalised over all heads at once; OLMo 3 adds a window on all but every 4th layer and RoPE
+  per layer type (YaRN on the full layers, the sliding layers' own unscaled table). llama.cpp writes
+  OLMo 3 as olmo2 with a window (one RoPE table).
+- exaone4: the same norms with per-head q / k norms; the 32B's window on 3 of 4 layers, its global
+  layers without RoPE.
+- ernie4_5: RoPE on interleaved pairs as the rows are stored; head_dim 128 unless set.
+
+Every case: logits against transformers (1e-5 from the folder and GGUF F32, HF_TOL for rounded files)
+and against the twin, chunked prefill bitwise equal to one pass and to the twin's runner, 30 greedy
+tokens equal to transformers' generate; batch invariance on some. Then each architecture's own checks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_invariance import check_invariance
+from tiny_models import (
+    N_TOKENS,
+    TWIN_TOL,
+    build_hf_cases,
+    case_file,
+    check_chunked_prefill,
+    check_golden,
+    gguf_without,
+    greedy,
+    hf_greedy,
+)
+
+from ossa import models
+from ossa._native import core
+from ossa.reference import arch_config
+from ossa.reference import loader as ref_loader
+from ossa.reference import model as ref_model
+
+ALL = ["safetensors", "F32", "F16", "Q8_0"]
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "attention_factor": 1.2}
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}  # fmt: skip
+# name -> (transformers config of the tiny model, the formats it is checked from)
+CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    # granite-3.1-1b-a400m's multipliers (12, 0.22, 1/64, 6), tied, GQA 2, 5 experts of 40 rows, top 2.
+    "granitemoe": (dict(
+        arch="granitemoe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=40,
+        vocab_size=150, tie=True, rope_theta=1000.0, num_local_experts=5, num_experts_per_tok=2,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=1 / 64, logits_scaling=6.0,
+    ), ALL),
+    # Odd values, MHA, untied, 4 experts of 24 rows, top 3.
+    "granitemoe-untied": (dict(
+        arch="granitemoe", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=24,
+        vocab_size=130, num_local_experts=4, num_experts_per_tok=3, embedding_multiplier=3.0,
+        residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.5,
+    ), ALL),
+    # OLMo-2-1B-like: GQA 2, untied, a large RoPE base.
+    "olmo2": (dict(
+        arch="olmo2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, rope_theta=500000.0,
+    ), ALL),
+    # MHA, head_dim 24 (the q / k norms are heads x head_dim wide, not hidden), tied.
+    "olmo2-mha": (dict(
+        arch="olmo2", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=24,
+        intermediate_size=80, vocab_size=130, tie=True,
+    ), ALL),
+    # OLMo 3: window 6 on layers 0-2 and 4, YaRN on the full layer 3 only, the sliding layers at another
+    # base: from its folder only (a GGUF file holds one RoPE table).
+    "olmo3": (dict(
+        arch="olmo3", hidden_size=64, num_layers=5, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, sliding_window=6, rope_theta=500000.0, rope_local_base_freq=20000.0,
+        rope_scaling=YARN, max_position_embeddings=128,
+    ), ["safetensors"]),
+    # One RoPE table, the window on layers 0 and 2 (layer_types): GGUF too.
+    "olmo3-plain": (dict(
+        arch="olmo3", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, sliding_window=5, tie=True,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    ), ["safetensors", "F32", "Q8_0"]),
+    # EXAONE-4.0-1.2B's layout: global attention everywhere, tied, GQA 2.
+    "exaone4": (dict(
+        arch="exaone4", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, tie=True, rope_theta=1000000.0, sliding_window=None,
+        layer_types=["full_attention"] * 3,
+    ), ALL),
+    # The 32B hybrid: window 6 on 3 of every 4 layers, the global layer 3 without RoPE, llama3 scaling,
+    # head_dim 24. (Its F16 file is 1.6e-3 off transformers, over HF_TOL's 1e-3: rounding, measured.)
+    "exaone4-hybrid": (dict(
+        arch="exaone4", hidden_size=48, num_layers=5, num_heads=4, num_kv_heads=2, head_dim=24,
+        intermediate_size=80, vocab_size=130, sliding_window=6, sliding_window_pattern=4, rope_scaling=LLAMA3,
+    ), ["safetensors", "F32", "Q8_0"]),
+    # ERNIE-4.5-0.3B's layout: tied, GQA 2, head_dim 16 set in the config.
+    "ernie4_5": (dict(
+        arch="ernie4_5", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, tie=True, rope_theta=500000.0,
+    ), ALL),
+    # Untied, MHA, head_dim left to Ernie4_5Config's default (128, not hidden / heads = 12).
+    "ernie4_5-wide-heads": (dict(
+        arch="ernie4_5", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130,
+    ), ALL),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    """name -> (HF folder, HF float32 logits, token ids)."""
+    out = build_hf_cases(
+        tmp_path_factory.mktemp("archs"), {n: kw for n, (kw, _) in CASES.items()}, seed=110, n_tokens=N_TOKENS
+    )
+    cfg = Path(out["ernie4_5-wide-heads"][0]) / "config.json"  # as a release leaves it: no head_dim
+    c = json.loads(cfg.read_text())
+    assert c.pop("head_dim") == 128
+    cfg.write_text(json.dumps(c))
+    return out
+
+
+def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
+    """The hyper-parameters each architecture adds, as the loader read them."""
+    case = CASES[name][0]
+    arch = case["arch"]
+    assert c["arch"] == ("olmo2" if arch == "olmo3" and fmt != "safetensors" else arch)
+    assert c["tied_embeddings"] == case.get("tie", False)
+    if arch == "granitemoe":
+        assert (c["embd_scale"], c["residual_scale"], c["attn_scale"], c["logit_scale"]) == pytest.approx(
+            (case["embedding_multiplier"], case["residual_multiplier"], case["attention_multiplier"],
+             case["logits_scaling"])
+        )  # fmt: skip
+        moe = c["moe"]
+        assert (moe["n_expert"], moe["n_expert_used"], moe["n_ff_expert"], moe["softmax_topk"]) == (
+            case["num_local_experts"],
+            case["num_experts_per_tok"],
+            case["intermediate_size"],
+            True,
+        )
+        assert moe["layers"] == list(range(case["num_layers"]))
+        return
+    assert c["qk_norm"] == (arch != "ernie4_5")
+    assert c["rope_style"] == ("interleaved" if arch == "ernie4_5" else "neox")
+    if arch == "ernie4_5":
+        assert c["head_dim"] == case.get("head_dim", 128)
+    window = case.get("sliding_window") or 0
+    assert c["sliding_window"] == window
+    if window:
+        n = case["num_layers"]
+        types = case.get("layer_types") or [
+            "full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n)
+        ]
+        assert c["layer_sliding"] == [t == "sliding_attention" for t in types]
+    # EXAONE 4's global layers attend without RoPE when windowed; OLMo 3's sliding layers' own base.
+    assert c["layer_nope"] == ([not s for s in c["layer_sliding"]] if arch == "exaone4" and window else [])
+    assert c["rope_theta_swa"] == (20000.0 if name == "olmo3" else 0.0)
+
+
+@pytest.mark.parametrize("name, fmt", [(n, f) for n, (_, fmts) in CASES.items() for f in fmts])
+def test_logits_match_hf_and_twin(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
+    _, hf_logits, ids = hf_models[name]
+    if CASES[name][0]["arch"] == "granitemoe" and fmt in ("F16", "Q8_0"):
+        # Rounded weights switch an expert now and then: against the twin on the same weights.
+        model = core.load_model(path)
+        config, weights = ref_loader.load_weights(path)
+        assert config == model.config
+        twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
+        got = core.model_logits(model, ids)
+        assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < TWIN_TOL
+    else:
+        model = check_golden(path, ids, hf_logits, fmt)
+    check_config(name, fmt, model.config)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> None:
+    """Chunks of 1, 5 and 40 tokens through the paged runner (over 6x the windows): bitwise equal,
+    equal to HF and to the twin's runner; 30 greedy tokens equal to transformers' generate."""
+    path, hf_logits, ids = hf_models[name]
+    check_chunked_prefill(path, ids, hf_logits)
+    assert greedy(core.load_model(path), ids[:10], 30, block=4) == hf_greedy(path, ids[:10], 30)
+
+
+@pytest.mark.parametrize(
+    "name, fmt",
+    [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
+     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0")],
+)  # fmt: skip
+def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
+    """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
+    inspect names the architecture."""
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
+    check_invariance(core.load_model(path), CASES[name][0]["vocab_size"], seed=len(name))
+    assert f"architecture  {CASES[name][0]['arch']}" in models.format_inspect(models.inspect(path))
+
+
+def copy_with(src: str, dst: Path, tensors: dict[str, Any] | None = None, **config: Any) -> str:
+    """A copy of HF folder ``src`` with some tensors (name -> array, or a function of the old one) and
+    config.json keys replaced."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(src, dst)
+    if tensors:
+        stored = load_file(str(dst / "model.safetensors"))
+        for name, new in tensors.items():
+            stored[name] = new(stored[name]) if callable(new) else new
+        save_file(stored, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    if config:
+        cfg = json.loads((dst / "config.json").read_text())
+        cfg.update(config)
+        (dst / "config.json").write_text(json.dumps(cfg))
+    return str(dst)
+
+
+def moved_as_twin_predicts(path: str, ids: list[int], want: np.ndarray) -> None:
+    got = core.model_logits(core.load_model(path), ids)
+    scale = float(np.max(np.abs(want)))
+    assert float(np.max(np.abs(got - want))) > 1e-3 * scale, path
+    config, weights = ref_loader.load_weights(path)
+    assert float(np.max(np.abs(got - ref_model.forward(config, weights, ids)))) < TWIN_TOL * scale, path
+
+
+def test_granitemoe_residual_scale_and_bad_files(
+    hf_models: dict[str, Any], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The residual multiplier scales the experts' sum too; a stack of the wrong shape, or a GGUF file
+    without its expert count, is refused by name; inspect describes experts and multipliers."""
+    src, _, ids = hf_models["granitemoe"]
+    want = core.model_logits(core.load_model(src), ids)
+    moved_as_twin_predicts(copy_with(src, tmp_path / "residual", residual_multiplier=0.9), ids, want)
+    name = "model.layers.1.block_sparse_moe.input_linear.weight"
+    bad = copy_with(src, tmp_path / "bad", {name: lambda w: w[:, :-1]})
+    with pytest.raises(core.ModelError, match=name):
+        core.load_model(bad)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        ref_loader.load_weights(bad)
+    path = case_file(hf_models, "granitemoe", "F32", tmp_path_factory)
+    out = gguf_without(path, Path(path).with_name("no-experts.gguf"), keys=["granitemoe.expert_count"])
+    with pytest.raises(core.ModelError, match="expert_count"):
+        core.load_model(out)
+    with pytest.raises(ValueError, match="expert_count"):
+        ref_loader.load_weights(out)
+    text = models.format_inspect(models.inspect(path))
+    assert "multipliers   embeddings 12, residuals 0.22" in text
+    assert "experts       5 of 40 rows, 2 used per token, in 3 of 3 layers" in text
+
+
+def test_olmo2_norms_matter_and_bad_shapes_fail(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """Each of OLMo 2's four norms is read and applied (changing one moves the logits as the twin
+    predicts); a per-head q norm (Qwen3's width) is refused by name; bfloat16 runs."""
+    src, hf_logits, ids = hf_models["olmo2"]
+    want = core.model_logits(core.load_model(src), ids)
+    for stem in (
+        "self_attn.q_norm",
+        "self_attn.k_norm",
+        "post_attention_layernorm",
+        "post_feedforward_layernorm",
+    ):
+        name = f"model.layers.1.{stem}.weight"
+        moved_as_twin_predicts(copy_with(src, tmp_path / stem, {name: lambda w: w * 0 + 1.7}), ids, want)
+    name = "model.layers.1.self_attn.q_norm.weight"
+    bad = copy_with(src, tmp_path / "per-head", {name: np.ones(16, np.float32)})
+    with pytest.raises(core.ModelError, match=name):
+        core.load_model(bad)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        ref_loader.load_weights(bad)
+    bf16 = core.model_logits(core.load_model(src, dtype="bfloat16"), ids)
+    assert float(np.max(np.abs(bf16 - hf_logits))) < 0.05 * float(np.max(np.abs(hf_logits)))
+
+
+def test_window_readings() -> None:
+    """OLMo 3: the full layers' rope parameters and the sliding layers' own base. EXAONE 4: layer_types,
+    else sliding_window_pattern as an int or L / G letters (transformers' default 4096-token window
+    when the key is absent, none when null); from GGUF, llama.cpp's window for the 64-layer model
+    only."""
+    cfg = {"num_hidden_layers": 4, "sliding_window": 8, "rope_parameters": {
+        "full_attention": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}  # fmt: skip
+    out, full = arch_config.olmo3_hf(cfg, 4)
+    assert out == {"sliding_window": 8, "layer_sliding": [True, True, True, False], "rope_theta_swa": 1e4}
+    assert full == cfg["rope_parameters"]["full_attention"]  # type: ignore[index]
+    assert arch_config.exaone4_hf({"sliding_window": None}, 4)["sliding_window"] == 0
+    assert arch_config.exaone4_hf({}, 4) == {
+        "sliding_window": 4096, "layer_sliding": [True, True, True, False],
+        "layer_nope": [False, False, False, True],
+    }  # fmt: skip
+    lg = arch_config.exaone4_hf({"sliding_window": 8, "sliding_window_pattern": "LG"}, 3)
+    assert lg["layer_sliding"] == [True, False, True] and lg["layer_nope"] == [False, True, False]
+    with pytest.raises(ValueError, match="sliding_window_pattern"):
+        arch_config.exaone4_hf({"sliding_window": 8, "sliding_window_pattern": "LXG"}, 3)
+    assert arch_config.exaone4_gguf({}, 30)["sliding_window"] == 0
+    big = arch_config.exaone4_gguf({}, 64)
+    assert big["sliding_window"] == 4096 and big["layer_sliding"][:4] == [True, True, True, False]
+
+
+def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    biased = copy_with(hf_models["ernie4_5"][0], tmp_path / "biased", use_bias=True)
+    with pytest.raises(core.ModelError, match="use_bias"):
+        core.load_model(biased)
+    with pytest.raises(ValueError, match="use_bias"):
+        ref_loader.load_weights(biased)
