@@ -64,20 +64,9 @@ GRAMMARS = {
 
 @pytest.fixture(scope="module")
 def harmony_model(tmp_models_dir: str, default_model_path: str) -> str:
-    import hf_gguf
-    from tiny_models import make_hf_model
+    from marker_model import make_marker_model
 
-    out = os.path.join(tmp_models_dir, "harmony")
-    if not os.path.exists(os.path.join(out, "model.safetensors")):
-        tok = hf_gguf.tokenizer(default_model_path)  # a copy: the tokens added here stay in it
-        tok.add_special_tokens({"additional_special_tokens": MARKERS})  # type: ignore[dict-item]
-        tok.chat_template = TEMPLATE
-        tok.save_pretrained(out)
-        make_hf_model(
-            out, "llama", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-            intermediate_size=128, vocab_size=len(tok),
-        )  # fmt: skip
-    return out
+    return make_marker_model(os.path.join(tmp_models_dir, "harmony"), default_model_path, MARKERS, TEMPLATE)
 
 
 @pytest.fixture(scope="module")
