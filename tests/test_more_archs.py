@@ -110,6 +110,19 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="ernie4_5", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
         vocab_size=130,
     ), ALL),
+    # ERNIE-4.5-21B-A3B's layout: layer 0 dense, then MoE layers of 6 experts of 24 rows, top 2, chosen by
+    # softmax probability + a per-expert bias, 2 shared experts (48 rows) added ungated; tied.
+    "ernie4_5_moe": (dict(
+        arch="ernie4_5_moe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, tie=True, moe_num_experts=6, moe_k=2, moe_intermediate_size=24,
+        moe_num_shared_experts=2, moe_layer_start_index=1,
+    ), ALL),
+    # Every other layer sparse (interval 2), no shared experts, untied.
+    "ernie4_5_moe-interleaved": (dict(
+        arch="ernie4_5_moe", hidden_size=48, num_layers=4, num_heads=4, num_kv_heads=4, head_dim=12,
+        intermediate_size=80, vocab_size=130, moe_num_experts=4, moe_k=3, moe_intermediate_size=16,
+        moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_interval=2,
+    ), ALL),
 }  # fmt: skip
 
 
@@ -130,7 +143,10 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     """The hyper-parameters each architecture adds, as the loader read them."""
     case = CASES[name][0]
     arch = case["arch"]
-    assert c["arch"] == ("olmo2" if arch == "olmo3" and fmt != "safetensors" else arch)
+    assert c["arch"] == {
+        "olmo3": "olmo2" if fmt != "safetensors" else "olmo3",
+        "ernie4_5_moe": "ernie4_5-moe",
+    }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
         assert (c["embd_scale"], c["residual_scale"], c["attn_scale"], c["logit_scale"]) == pytest.approx(
@@ -145,6 +161,19 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
             True,
         )
         assert moe["layers"] == list(range(case["num_layers"]))
+        return
+    if arch == "ernie4_5_moe":
+        moe = c["moe"]
+        assert (moe["n_expert"], moe["n_expert_used"], moe["n_ff_expert"], moe["selection_bias"]) == (
+            case["moe_num_experts"],
+            case["moe_k"],
+            case["moe_intermediate_size"],
+            True,
+        )
+        assert moe["n_ff_shared"] == case["moe_num_shared_experts"] * case["moe_intermediate_size"]
+        step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
+        assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
+        assert c["rope_style"] == "interleaved"
         return
     assert c["qk_norm"] == (arch != "ernie4_5")
     assert c["rope_style"] == ("interleaved" if arch == "ernie4_5" else "neox")
@@ -169,7 +198,7 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    if CASES[name][0]["arch"] == "granitemoe" and fmt in ("F16", "Q8_0"):
+    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe") and fmt in ("F16", "Q8_0"):
         # Rounded weights switch an expert now and then: against the twin on the same weights.
         model = core.load_model(path)
         config, weights = ref_loader.load_weights(path)
@@ -194,14 +223,17 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
 @pytest.mark.parametrize(
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
-     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0")],
+     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
     inspect names the architecture."""
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     check_invariance(core.load_model(path), CASES[name][0]["vocab_size"], seed=len(name))
-    assert f"architecture  {CASES[name][0]['arch']}" in models.format_inspect(models.inspect(path))
+    text = models.format_inspect(models.inspect(path))
+    assert f"architecture  {CASES[name][0]['arch'].replace('_moe', '-moe')}" in text
+    if name == "ernie4_5_moe":
+        assert "in 2 of 3 layers, a shared expert of 48, chosen by probability plus a per-expert bias" in text
 
 
 def copy_with(src: str, dst: Path, tensors: dict[str, Any] | None = None, **config: Any) -> str:
@@ -301,6 +333,30 @@ def test_window_readings() -> None:
     assert arch_config.exaone4_gguf({}, 30)["sliding_window"] == 0
     big = arch_config.exaone4_gguf({}, 64)
     assert big["sliding_window"] == 4096 and big["layer_sliding"][:4] == [True, True, True, False]
+
+
+def test_ernie4_5_moe_selection_bias_and_shared_experts_matter(
+    hf_models: dict[str, Any], tmp_path: Path
+) -> None:
+    """The selection bias changes which experts are chosen (not their weights' formula) and the shared
+    experts are added: changing either moves the logits as the twin predicts; a missing bias is
+    refused by name."""
+    src, _, ids = hf_models["ernie4_5_moe"]
+    want = core.model_logits(core.load_model(src), ids)
+    bias = "model.layers.1.mlp.moe_statics.e_score_correction_bias"
+    moved_as_twin_predicts(copy_with(src, tmp_path / "bias", {bias: lambda b: b[:, ::-1].copy()}), ids, want)
+    shared = "model.layers.2.mlp.shared_experts.down_proj.weight"
+    moved_as_twin_predicts(copy_with(src, tmp_path / "shared", {shared: lambda w: w * 2}), ids, want)
+    missing = copy_with(src, tmp_path / "missing")
+    from safetensors.numpy import load_file, save_file
+
+    stored = load_file(str(Path(missing) / "model.safetensors"))
+    del stored[bias]
+    save_file(stored, str(Path(missing) / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(core.ModelError, match="e_score_correction_bias"):
+        core.load_model(missing)
+    with pytest.raises(ValueError, match="e_score_correction_bias"):
+        ref_loader.load_weights(missing)
 
 
 def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> None:

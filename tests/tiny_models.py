@@ -37,6 +37,7 @@ ARCHS = (
     "olmo3",
     "exaone4",
     "ernie4_5",
+    "ernie4_5_moe",
 )
 
 
@@ -117,6 +118,7 @@ def make_hf_model(
         "olmo3": transformers.Olmo3Config,
         "exaone4": transformers.Exaone4Config,
         "ernie4_5": transformers.Ernie4_5Config,
+        "ernie4_5_moe": transformers.Ernie4_5_MoeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -260,12 +262,14 @@ def hf_to_gguf(
         "phi3": "phi3", "gemma2": "gemma2", "smollm3": "smollm3",
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
-        "exaone4": "exaone4", "ernie4_5": "ernie4_5",
+        "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
-    head_dim = cfg.get("head_dim") or (128 if model_type == "ernie4_5" else n_embd // n_head)  # (its default)
+    head_dim = cfg.get("head_dim") or (
+        128 if model_type.startswith("ernie4_5") else n_embd // n_head
+    )  # (its default)
     rope = cfg.get("rope_parameters") or {}
     if arch == "gemma3" or model_type == "olmo3":
         rope = rope.get("full_attention") or {}
@@ -365,6 +369,11 @@ def hf_to_gguf(
     writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
         _add_moe_keys(writer, arch, cfg)
+    if model_type == "ernie4_5_moe":  # (the sparse layers: those with a router tensor)
+        writer.add_expert_count(cfg["moe_num_experts"])
+        writer.add_expert_used_count(cfg["moe_k"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_uint32("ernie4_5-moe.expert_shared_count", cfg.get("moe_num_shared_experts") or 0)
 
     experts_qtype = None
     if ftype == "MXFP4":  # gpt-oss as released: experts MXFP4, the rest kept (here F32)
@@ -383,6 +392,16 @@ def hf_to_gguf(
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
     if arch == "gpt-oss":
         moe = _gpt_oss_experts(tensors, cfg["num_hidden_layers"])
+    if arch == "ernie4_5-moe":  # the shared experts (plural) and the selection bias
+        for i in range(cfg["num_hidden_layers"]):
+            p, b = f"model.layers.{i}.mlp.", f"blk.{i}."
+            for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+                if p + f"shared_experts.{hf}.weight" in tensors:
+                    moe[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(p + f"shared_experts.{hf}.weight")
+            if p + "moe_statics.e_score_correction_bias" in tensors:
+                moe[b + "exp_probs_b.bias"] = tensors.pop(p + "moe_statics.e_score_correction_bias").reshape(
+                    -1
+                )
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]

@@ -118,6 +118,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["softmax_topk"] = c.moe.softmax_topk;
   moe["swiglu_alpha"] = c.moe.swiglu_alpha;
   moe["swiglu_limit"] = c.moe.swiglu_limit;
+  moe["selection_bias"] = c.moe.selection_bias;
+  moe["norm_min"] = c.moe.norm_min;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;

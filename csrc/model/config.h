@@ -42,13 +42,18 @@ struct MoeConfig {
   bool softmax_topk = false;
   float swiglu_alpha = 0.0f;  // > 0: that activation (with swiglu_limit); 0: SiLU(gate) * up
   float swiglu_limit = 0.0f;
+  // ERNIE 4.5 MoE: the experts are chosen by their softmax probability plus a per-expert bias
+  // (e_score_correction_bias, MoeWeights::selection_bias) and weighted by the probability alone,
+  // divided by max(the chosen ones' sum, norm_min).
+  bool selection_bias = false;
+  float norm_min = 0.0f;
   bool is_moe_layer(int layer) const;
 };
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
-                     // "gpt-oss", "olmo2", "olmo3", "exaone4"
+                     // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;

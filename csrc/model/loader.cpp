@@ -201,7 +201,7 @@ void validate_config(ModelConfig& c, const std::string& path) {
 const std::vector<std::string> k_gguf_archs = {
     "llama",      "qwen2",   "qwen3",  "mistral", "qwen3moe", "qwen2moe",
     "gemma",      "gemma2",  "gemma3", "phi3",    "smollm3",  "granite",
-    "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5"};
+    "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -211,7 +211,7 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5)";
+    "ernie4_5, ernie4_5_moe)";
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -410,7 +410,7 @@ void load_gguf(Model& m, Storage& st) {
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
   c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3" || arch == "granite" ||
-                  arch == "granitemoe" || arch == "ernie4_5")
+                  arch == "granitemoe" || arch == "ernie4_5" || arch == "ernie4_5-moe")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -674,7 +674,9 @@ void load_hf(Model& m, Storage& st) {
       {"exaone4", "exaone4"},
       {"Exaone4ForCausalLM", "exaone4"},
       {"ernie4_5", "ernie4_5"},
-      {"Ernie4_5ForCausalLM", "ernie4_5"}};
+      {"Ernie4_5ForCausalLM", "ernie4_5"},
+      {"ernie4_5_moe", "ernie4_5-moe"},
+      {"Ernie4_5_MoeForCausalLM", "ernie4_5-moe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -694,7 +696,8 @@ void load_hf(Model& m, Storage& st) {
   c.n_ff = checked_dim(cfg.integer("intermediate_size", 0), "intermediate_size", cfg_path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
-  const bool ernie_dim = c.arch == "ernie4_5" && cfg.v.get("head_dim") == nullptr;
+  const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
+  const bool ernie_dim = ernie && cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -746,8 +749,8 @@ void load_hf(Model& m, Storage& st) {
     }
   }
   // (ERNIE 4.5: RoPE on interleaved pairs, as transformers' Ernie4_5 rotates them.)
-  c.rope_style = c.arch == "ernie4_5" ? RopeStyle::Interleaved : RopeStyle::Neox;
-  if (c.arch == "ernie4_5" && cfg.boolean("use_bias", false))
+  c.rope_style = ernie ? RopeStyle::Interleaved : RopeStyle::Neox;
+  if (ernie && cfg.boolean("use_bias", false))
     throw ModelError("use_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch == "phi3")
     phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window

@@ -31,7 +31,25 @@ constexpr int64_t k_expert_parallel_rows = 8;  // see moe_forward: up to this ma
 // asked (softmax_topk, gpt-oss: a softmax over the chosen logits alone), then sorted by expert
 // index, the order in which the token sums them.
 void route(const float* logits, int n_expert, int k, bool norm, bool softmax_topk, int32_t* chosen,
-           float* weight) {
+           float* weight, const float* selection_bias = nullptr, float norm_min = 0.0f) {
+  if (selection_bias != nullptr) {  // ERNIE 4.5 MoE: choose by p + bias, weigh by p (f32, as HF)
+    thread_local std::vector<float> p, score;
+    p.resize(static_cast<size_t>(n_expert));
+    score.resize(static_cast<size_t>(n_expert));
+    const float top = *std::max_element(logits, logits + n_expert);
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; ++e) sum += std::exp(static_cast<double>(logits[e] - top));
+    for (int e = 0; e < n_expert; ++e) {
+      p[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - top)) / sum);
+      score[e] = p[e] + selection_bias[e];
+    }
+    route(score.data(), n_expert, k, false, true, chosen, weight);  // (the selection alone)
+    float chosen_sum = 0.0f;
+    for (int j = 0; j < k; ++j) chosen_sum += p[chosen[j]];
+    const float d = std::max(chosen_sum, norm_min);
+    for (int j = 0; j < k; ++j) weight[j] = p[chosen[j]] / d;
+    return;
+  }
   // Selection by partial insertion: chosen[0..k) holds the best so far, best first.
   int n_chosen = 0;
   for (int e = 0; e < n_expert; ++e) {
@@ -135,7 +153,9 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       float* logits = b.logits.data() + static_cast<int64_t>(t) * n_expert;
       fwd::add_bias(logits, W.router_bias, n_expert);
       route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
-            b.weight.data() + t * k);
+            b.weight.data() + t * k,
+            mc.selection_bias ? reinterpret_cast<const float*>(W.selection_bias.data) : nullptr,
+            mc.norm_min);
     });
     // Group the (token, j) pairs by expert, tokens ascending within each expert.
     std::fill(b.group_start.begin(), b.group_start.end(), 0);
@@ -195,7 +215,8 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const MatmulInput in_mid =
           fwd::matmul_input(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.shared_out.data(), E);
-      matmul(W.shared_gate_inp, MatmulInput{h, nullptr, m, E}, b.shared_gate.data(), 1);
+      if (!W.shared_gate_inp.empty())  // (ERNIE 4.5 MoE's shared experts have no gate)
+        matmul(W.shared_gate_inp, MatmulInput{h, nullptr, m, E}, b.shared_gate.data(), 1);
     }
     fwd::per_token(m, threads, [&](int t) {
       thread_local AlignedVector<float> acc;
@@ -207,7 +228,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
         for (int64_t i = 0; i < E; ++i) acc[i] += w * o[i];
       }
       if (S > 0) {
-        const float g = sigmoid(b.shared_gate[t]);
+        const float g = W.shared_gate_inp.empty() ? 1.0f : sigmoid(b.shared_gate[t]);
         const float* o = b.shared_out.data() + static_cast<int64_t>(t) * E;
         for (int64_t i = 0; i < E; ++i) acc[i] += g * o[i];
       }

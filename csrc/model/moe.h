@@ -47,7 +47,8 @@ struct MoeWeights {
   TensorView router_bias;  // 1 x n_expert F32 (gpt-oss); empty otherwise
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;        // Qwen2-MoE's shared expert; empty otherwise
-  TensorView shared_gate_inp;  // 1 x n_embd F32: the shared expert's sigmoid gate
+  TensorView shared_gate_inp;  // 1 x n_embd F32: the shared expert's sigmoid gate (none: weight 1)
+  TensorView selection_bias;   // 1 x n_expert F32 (ERNIE 4.5 MoE); empty otherwise
   bool active() const { return !router.empty(); }
 };
 

@@ -206,7 +206,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
-       c.arch == "granitemoe") &&
+       c.arch == "granitemoe" || c.arch == "ernie4_5-moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -229,6 +229,12 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // Granite MoE: transformers' softmax over the chosen logits (llama.cpp: over all, renormalised;
   // the same weights up to rounding).
   if (c.arch == "granitemoe") m.softmax_topk = true;
+  if (c.arch == "ernie4_5-moe") {  // shared experts: expert_shared_count of the experts' width
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
+    m.selection_bias = true;
+    m.norm_min = 1e-12f;
+  }
   const int64_t gating = g.get_int(k + "expert_gating_func", 1);
   if (c.arch != "gpt-oss" && gating != 0 && gating != 1)
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
@@ -240,7 +246,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
-      c.arch != "granitemoe")
+      c.arch != "granitemoe" && c.arch != "ernie4_5-moe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -281,6 +287,22 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = c.n_ff;
     m.softmax_topk = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "ernie4_5-moe") {  // Ernie4_5_MoeConfig's keys (the Hub's moe_* names)
+    m.n_expert = static_cast<int>(integer("moe_num_experts", integer("num_experts", 64)));
+    m.n_expert_used = static_cast<int>(integer("moe_k", integer("num_experts_per_tok", 8)));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 1536));
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(integer("moe_num_shared_experts", 0) * m.n_ff_expert, 0, 1 << 30));
+    m.selection_bias = true;
+    m.norm_min = static_cast<float>(number("moe_norm_min", 1e-12));
+    const int64_t start = integer("moe_layer_start_index", 1),
+                  end = integer("moe_layer_end_index", c.n_layer - 1),
+                  step = integer("moe_layer_interval", 1);
+    if (step < 1) throw ModelError("config 'moe_layer_interval' in '" + path + "' must be >= 1");
+    // transformers: sparse when (i + 1) % interval == 0 and start <= i <= end (end -1: the last)
+    const int64_t last = end < 0 ? c.n_layer - 1 : end;
+    for (int i = 0; i < c.n_layer; ++i)
+      if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
   } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
@@ -372,9 +394,12 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
-      out.shared_gate_inp =
-          src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
+      if (c.arch != "ernie4_5-moe")  // (ERNIE's shared experts are added as they are)
+        out.shared_gate_inp =
+            src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
     }
+    if (m.selection_bias)
+      out.selection_bias = src.take(p + "exp_probs_b.bias", canon + "selection_bias", 1, n);
     return;
   }
   if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
@@ -390,7 +415,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     }
     return;
   }
-  const bool mixtral = c.arch == "mixtral";
+  const bool mixtral = c.arch == "mixtral", ernie = c.arch == "ernie4_5-moe";
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
   for (int64_t e = 0; e < n; ++e) {
@@ -401,16 +426,19 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     x.w_up = src.take(pe + (mixtral ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
     x.w_down = src.take(pe + (mixtral ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
   }
-  if (m.n_ff_shared > 0) {
+  if (m.n_ff_shared > 0) {  // (Qwen2-MoE: shared_expert and its gate; ERNIE: shared_experts)
     const int64_t S = m.n_ff_shared;
-    out.shared.w_gate =
-        src.take(p + "shared_expert.gate_proj.weight", canon + "shared.w_gate", S, E);
-    out.shared.w_up = src.take(p + "shared_expert.up_proj.weight", canon + "shared.w_up", S, E);
-    out.shared.w_down =
-        src.take(p + "shared_expert.down_proj.weight", canon + "shared.w_down", E, S);
-    out.shared_gate_inp =
-        src.take(p + "shared_expert_gate.weight", canon + "shared_gate_inp", 1, E);
+    const std::string sp = p + (ernie ? "shared_experts." : "shared_expert.");
+    out.shared.w_gate = src.take(sp + "gate_proj.weight", canon + "shared.w_gate", S, E);
+    out.shared.w_up = src.take(sp + "up_proj.weight", canon + "shared.w_up", S, E);
+    out.shared.w_down = src.take(sp + "down_proj.weight", canon + "shared.w_down", E, S);
+    if (!ernie)
+      out.shared_gate_inp =
+          src.take(p + "shared_expert_gate.weight", canon + "shared_gate_inp", 1, E);
   }
+  if (m.selection_bias)
+    out.selection_bias =
+        src.take(p + "moe_statics.e_score_correction_bias", canon + "selection_bias", 1, n);
 }
 
 }  // namespace ossa

@@ -183,6 +183,8 @@ class MoeConfig:
     softmax_topk: bool = False  # weights: a softmax over the chosen experts' logits (gpt-oss)
     swiglu_alpha: float = 0.0  # > 0: gpt-oss's clamped SwiGLU (with swiglu_limit); 0: SiLU(gate) * up
     swiglu_limit: float = 0.0
+    selection_bias: bool = False  # ERNIE 4.5 MoE: chosen by probability + a per-expert bias
+    norm_min: float = 0.0  # ... and weighted by probability / max(the chosen ones' sum, norm_min)
 
 
 @dataclass(frozen=True)
@@ -402,6 +404,7 @@ def inspect(
         "attn_sinks": c.attn_sinks,
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
+        "selection_bias": c.moe.selection_bias,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -492,6 +495,8 @@ def _experts_line(info: dict[str, Any]) -> list[str]:
     shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
     if info["swiglu_limit"]:  # gpt-oss
         shared += f", biases, softmax over the chosen, SwiGLU clamped at {info['swiglu_limit']:g}"
+    if info.get("selection_bias"):  # ERNIE 4.5 MoE
+        shared += ", chosen by probability plus a per-expert bias"
     return [
         f"experts       {info['n_expert']} of {info['n_ff_expert']} rows, {info['n_expert_used']} used per "
         f"token, in {info['moe_layers']} of {info['n_layer']} layers{shared}"

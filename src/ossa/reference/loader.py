@@ -22,7 +22,7 @@ from .safetensors import read_safetensors
 
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
-    "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5",
+    "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
@@ -43,7 +43,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5)"
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
+    "ernie4_5_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -55,7 +56,8 @@ _HF_ARCHS = {
     "GraniteMoeForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
     "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
     "exaone4": "exaone4", "Exaone4ForCausalLM": "exaone4", "ernie4_5": "ernie4_5",
-    "Ernie4_5ForCausalLM": "ernie4_5",
+    "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5-moe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -236,7 +238,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
         rope_scaling=scaling,
         rope_style="interleaved"
-        if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe", "ernie4_5")  # (ERNIE: natively)
+        if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe", "ernie4_5", "ernie4_5-moe")
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4"),
@@ -304,7 +306,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         v = c.get(key)
         return default if v is None else v
 
-    if arch == "ernie4_5" and get("use_bias", False):
+    ernie = arch in ("ernie4_5", "ernie4_5-moe")  # (RoPE on interleaved pairs, natively)
+    if ernie and get("use_bias", False):
         raise ValueError(f"use_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
     olmo3: dict[str, Any] = {}
@@ -341,7 +344,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
             128  # Ernie4_5Config's default (null: hidden / heads)
-            if arch == "ernie4_5" and "head_dim" not in c
+            if ernie and "head_dim" not in c
             else get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
         ),
         n_ff=get("intermediate_size", 0),
@@ -349,7 +352,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rms_eps=get("rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        rope_style="interleaved" if arch == "ernie4_5" else "neox",  # (ERNIE 4.5 rotates interleaved pairs)
+        rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
         qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,

@@ -27,7 +27,7 @@ import numpy as np
 
 from .quants import MXFP4_LEVELS, mxfp4_scale
 
-MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe")
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe", "ernie4_5-moe")
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
 
@@ -40,9 +40,13 @@ def dense_moe() -> dict[str, Any]:
 
 
 # The MoE keys only gpt-oss sets (a plain SwiGLU, no biases, softmax over all experts otherwise).
-_PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0}
-_GPT_OSS: dict[str, Any] = {"bias": True, "softmax_topk": True, "swiglu_alpha": float(np.float32(1.702)),
-                            "swiglu_limit": 7.0}  # fmt: skip
+_PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
+                          "selection_bias": False, "norm_min": 0.0}  # fmt: skip
+_GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
+                            "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
+# ERNIE 4.5 MoE: chosen by softmax probability + e_score_correction_bias, weighted by the probability
+# over max(the chosen ones' sum, norm_min).
+_ERNIE: dict[str, Any] = {**_PLAIN, "selection_bias": True, "norm_min": float(np.float32(1e-12))}
 
 
 def _validate(moe: dict[str, Any]) -> dict[str, Any]:
@@ -61,20 +65,24 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe") and n_expert == 0:
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe") and n_expert == 0:
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
     if arch != "gpt-oss" and md.get(k + "expert_gating_func", 1) not in (0, 1):
         raise ValueError("only softmax expert gating is supported")
     return _validate({
-        **(_GPT_OSS if arch == "gpt-oss" else _PLAIN),
+        **(_GPT_OSS if arch == "gpt-oss" else _ERNIE if arch == "ernie4_5-moe" else _PLAIN),
         # Granite MoE: transformers' softmax over the chosen logits (llama.cpp's over all, renormalised)
         **({"softmax_topk": True} if arch == "granitemoe" else {}),
         "n_expert": n_expert,
         "n_expert_used": md.get(k + "expert_used_count", 0),
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
-        "n_ff_shared": md.get(k + "expert_shared_feed_forward_length", n_ff) if arch == "qwen2moe" else 0,
+        "n_ff_shared": (
+            md.get(k + "expert_shared_feed_forward_length", n_ff) if arch == "qwen2moe"
+            else md.get(k + "expert_shared_count", 0) * md.get(k + "expert_feed_forward_length", n_ff)
+            if arch == "ernie4_5-moe" else 0
+        ),
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
         "norm_topk_prob": arch != "gpt-oss" and bool(md.get(k + "expert_weights_norm", arch != "qwen2moe")),
         "layers": [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors],
@@ -97,6 +105,23 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False, "layers": list(range(n_layer)),
             "swiglu_alpha": float(np.float32(get("swiglu_alpha", 1.702))),
             "swiglu_limit": float(np.float32(get("swiglu_limit", 7.0))),
+        })  # fmt: skip
+    if arch == "ernie4_5-moe":  # Ernie4_5_MoeConfig's keys (the Hub's moe_* names)
+        n_ff_expert = get("moe_intermediate_size", 1536)
+        start, end, step = (
+            get("moe_layer_start_index", 1),
+            get("moe_layer_end_index", n_layer - 1),
+            get("moe_layer_interval", 1),
+        )
+        if step < 1:
+            raise ValueError("config 'moe_layer_interval' must be >= 1")
+        last = n_layer - 1 if end < 0 else end
+        return _validate({
+            **_ERNIE, "n_expert": get("moe_num_experts", get("num_experts", 64)),
+            "n_expert_used": get("moe_k", get("num_experts_per_tok", 8)), "n_ff_expert": n_ff_expert,
+            "n_ff_shared": get("moe_num_shared_experts", 0) * n_ff_expert, "norm_topk_prob": False,
+            "norm_min": float(np.float32(get("moe_norm_min", 1e-12))),
+            "layers": [i for i in range(n_layer) if (i + 1) % step == 0 and start <= i <= last],
         })  # fmt: skip
     if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
         return _validate({
@@ -169,7 +194,10 @@ def gguf_layer_weights(
             ("w_down", "down", e_dim, s),
         ):
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
-        w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
+        if not moe["selection_bias"]:  # (ERNIE's shared experts are added as they are: no gate)
+            w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
+    if moe["selection_bias"]:
+        w[c + "selection_bias"] = _shaped(_need(get, names, p + "exp_probs_b.bias"), 1, n).reshape(n)
 
 
 def hf_layer_weights(
@@ -202,16 +230,20 @@ def hf_layer_weights(
             w[f"{c}experts.{e}.{field}"] = _shaped(
                 _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
             )
+    ernie = cfg["arch"] == "ernie4_5-moe"  # shared_experts (no gate), and the selection bias
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
             rows, cols = (e_dim, s) if field == "w_down" else (s, e_dim)
-            w[f"{c}shared.{field}"] = _shaped(
-                _need(get, names, f"{p}shared_expert.{stem}.weight"), rows, cols
-            )
-        w[c + "shared_gate_inp"] = _shaped(
-            _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
-        ).reshape(e_dim)
+            shared = "shared_experts" if ernie else "shared_expert"
+            w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}{shared}.{stem}.weight"), rows, cols)
+        if not ernie:
+            w[c + "shared_gate_inp"] = _shaped(
+                _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
+            ).reshape(e_dim)
+    if moe["selection_bias"]:
+        bias = _need(get, names, p + "moe_statics.e_score_correction_bias")
+        w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)
 
 
 def _gpt_oss_hf_layer(
@@ -307,6 +339,21 @@ def route(
     return chosen, weight
 
 
+def route_by_selection_bias(
+    logits: np.ndarray, bias: np.ndarray, k: int, norm_min: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """ERNIE 4.5 MoE's routing: p = softmax(logits) (float32 values), the k largest p + bias chosen
+    (equal ones: the lower index first), weighted by p over max(the chosen p's sum, norm_min)."""
+    e = np.exp(logits.astype(np.float64) - logits.max())
+    p = (e / e.sum()).astype(np.float32)
+    score = (p + bias.astype(np.float32)).astype(np.float32)
+    chosen = np.sort(np.argsort(-score, kind="stable")[:k])
+    total = np.float32(0)
+    for j in chosen:  # (summed in order, in float32, as the C++ route)
+        total = np.float32(total + p[j])
+    return chosen, (p[chosen] / max(total, np.float32(norm_min))).astype(np.float32)
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
@@ -335,7 +382,14 @@ def moe_ffn(
         logits = logits + w[c + "router_bias"]
     out = np.zeros_like(h)
     for t in range(len(h)):
-        chosen, weight = route(logits[t], moe["n_expert_used"], moe["norm_topk_prob"], moe["softmax_topk"])
+        if moe["selection_bias"]:  # ERNIE 4.5 MoE
+            chosen, weight = route_by_selection_bias(
+                logits[t], w[c + "selection_bias"], moe["n_expert_used"], moe["norm_min"]
+            )
+        else:
+            chosen, weight = route(
+                logits[t], moe["n_expert_used"], moe["norm_topk_prob"], moe["softmax_topk"]
+            )
         for e, we in zip(chosen, weight, strict=True):
             p = f"{c}experts.{e}."
             gate, up = (rounding(h[t], p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
@@ -350,6 +404,12 @@ def moe_ffn(
         p = c + "shared."
         gate, up = (rounding(h, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
         mid = silu(gate) * up
-        shared_gate = 1 / (1 + np.exp(-(h.astype(np.float64) @ w[c + "shared_gate_inp"].astype(np.float64))))
-        out += shared_gate.astype(np.float32)[:, None] * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
+        down = rounding(mid, p + "w_down") @ w[p + "w_down"].T
+        if c + "shared_gate_inp" not in w:  # ERNIE 4.5 MoE: the shared experts as they are
+            out += down
+        else:
+            shared_gate = 1 / (
+                1 + np.exp(-(h.astype(np.float64) @ w[c + "shared_gate_inp"].astype(np.float64)))
+            )
+            out += shared_gate.astype(np.float32)[:, None] * down
     return out.astype(np.float32)
