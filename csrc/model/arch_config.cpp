@@ -287,6 +287,13 @@ std::vector<uint8_t> nope_every(int n_layer, int64_t interval) {
   return out;
 }
 
+// A window on every layer but each interval-th (OLMo 3, EXAONE 4's hybrid layout).
+std::vector<uint8_t> sliding_but_every(int n_layer, int64_t interval) {
+  std::vector<uint8_t> out = nope_every(n_layer, interval);
+  for (uint8_t& v : out) v = !v;
+  return out;
+}
+
 }  // namespace
 
 void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c) {
@@ -356,9 +363,7 @@ const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c) {
   all_sliding(c, cfg.integer("sliding_window", 4096), where);
   if (c.sliding_window > 0) {
     std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
-    if (types.empty())
-      for (int i = 0; i < c.n_layer; ++i) types.push_back((i + 1) % 4 != 0);
-    c.layer_sliding = std::move(types);
+    c.layer_sliding = types.empty() ? sliding_but_every(c.n_layer, 4) : std::move(types);
   }
   const JsonValue* params = cfg.get("rope_parameters");
   const JsonValue* full =
@@ -402,21 +407,19 @@ void exaone4_config_hf(const Json& cfg, ModelConfig& c) {
   std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
   if (types.empty()) {
     const JsonValue* pat = cfg.get("sliding_window_pattern");
-    std::string letters;  // L: sliding, G: global, repeated over the layers
-    if (pat != nullptr && pat->is_string()) {
-      letters = pat->string;
+    if (pat != nullptr && pat->is_string()) {  // L: sliding, G: global, repeated over the layers
+      const std::string& letters = pat->string;
+      if (letters.empty() || letters.find_first_not_of("LG") != std::string::npos)
+        throw ModelError("config 'sliding_window_pattern' in " + where +
+                         " must be an integer or L/G letters");
+      for (int i = 0; i < c.n_layer; ++i)
+        types.push_back(letters[static_cast<size_t>(i) % letters.size()] == 'L');
     } else {
       const int64_t every = cfg.integer("sliding_window_pattern", 4);
       if (every < 1)
         throw ModelError("config 'sliding_window_pattern' in " + where + " must be >= 1");
-      letters.assign(static_cast<size_t>(std::min<int64_t>(every, 1 << 20) - 1), 'L');
-      letters += 'G';
+      types = sliding_but_every(c.n_layer, every);
     }
-    if (letters.empty() || letters.find_first_not_of("LG") != std::string::npos)
-      throw ModelError("config 'sliding_window_pattern' in " + where +
-                       " must be an integer or L/G letters");
-    for (int i = 0; i < c.n_layer; ++i)
-      types.push_back(letters[static_cast<size_t>(i) % letters.size()] == 'L');
   }
   c.layer_sliding = std::move(types);
   exaone4_nope(c);
@@ -431,16 +434,14 @@ void exaone4_config_gguf(const GGUFFile& g, ModelConfig& c) {
   }
   all_sliding(c, g.get_int(key, 4096), key);
   if (c.sliding_window == 0) return;
-  if (pattern.empty())
-    for (int i = 0; i < c.n_layer; ++i) pattern.push_back((i + 1) % 4 != 0);
-  c.layer_sliding = std::move(pattern);
+  c.layer_sliding = pattern.empty() ? sliding_but_every(c.n_layer, 4) : std::move(pattern);
   exaone4_nope(c);
 }
 
 void olmo_window_gguf(const GGUFFile& g, ModelConfig& c) {
   const std::string key = c.arch + ".attention.sliding_window";
   if (c.sliding_window == 0 || !gguf_layer_pattern(g, key + "_pattern", c.n_layer).empty()) return;
-  for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = (i + 1) % 4 != 0;
+  c.layer_sliding = sliding_but_every(c.n_layer, 4);
 }
 
 void gpt_oss_config_hf(const Json& cfg, ModelConfig& c) {

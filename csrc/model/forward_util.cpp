@@ -122,11 +122,7 @@ void residual(ForwardState& s, const TensorView& w, const MatmulInput& in, int n
     add_bias(y, bias, E);    // (gpt-oss's output bias: x + (in @ W^T + bias))
     if (!post_norm.empty())  // OLMo 2: x + norm(in @ W^T)
       rmsnorm_row(y, reinterpret_cast<const float*>(post_norm.data), E, s.model->config.rms_eps, y);
-    if (r > 0.0f) {  // Granite: x + out * residual_multiplier, as transformers rounds it
-      for (int64_t e = 0; e < E; ++e) x[e] += y[e] * r;
-    } else {
-      add_row(x, y, E);
-    }
+    add_residual(x, y, E, r);
   });
 }
 
@@ -145,6 +141,14 @@ void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs) {
     return rope_apply(x, n_heads, c.head_dim, c.rope_style, cs);
   for (int h = 0; h < n_heads; ++h)
     rope_apply(x + static_cast<int64_t>(h) * c.head_dim, 1, c.rope_dim, c.rope_style, cs);
+}
+
+void add_residual(float* x, const float* y, int64_t n, float scale) {
+  if (scale > 0.0f) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i] * scale;
+  } else {
+    add_row(x, y, n);
+  }
 }
 
 void add_bias(float* y, const TensorView& b, int64_t n) {

@@ -75,6 +75,10 @@ void token_cos_sin(const ForwardState& s, int32_t position, float* cs);
 // Rotates n_heads heads of one token in place: their first rotated (config.rope_dim) dimensions.
 void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
 
+// x += y, or x += y * scale with scale > 0 (Granite's residual_multiplier, as transformers rounds
+// it: the product first): a sublayer's output joining the residual stream.
+void add_residual(float* x, const float* y, int64_t n, float scale);
+
 // y += b, when the bias b exists.
 void add_bias(float* y, const TensorView& b, int64_t n);
 

@@ -232,12 +232,9 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
         const float* o = b.shared_out.data() + static_cast<int64_t>(t) * E;
         for (int64_t i = 0; i < E; ++i) acc[i] += g * o[i];
       }
-      float* x = s.x.data() + static_cast<int64_t>(base + t) * E;
-      if (c.residual_scale > 0.0f) {  // Granite MoE: x + out * residual_multiplier
-        for (int64_t i = 0; i < E; ++i) x[i] += acc[i] * c.residual_scale;
-      } else {
-        add_row(x, acc.data(), E);
-      }
+      // (Granite MoE: the experts' sum times residual_multiplier, as a dense layer's output)
+      fwd::add_residual(s.x.data() + static_cast<int64_t>(base + t) * E, acc.data(), E,
+                        c.residual_scale);
     });
   }
 }

@@ -94,74 +94,38 @@ void mxfp4_from_hf(const uint8_t* blocks, const uint8_t* scales, int64_t n, int6
 // folders keep the experts in MXFP4 instead (gate_up_proj_blocks / _scales, rows not transposed:
 // [n_expert, 2 n_ff, ...] with gate and up rows interleaved): rewritten as GGUF MXFP4 rows
 // (mxfp4_from_hf), exact.
-void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
-  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert;
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
-  const std::string canon = "layers." + std::to_string(layer) + ".";
-  out.router = src.take(p + "router.weight", canon + "router", n, E);
-  out.router_bias = src.take(p + "router.bias", canon + "router_bias", 1, n);
-  const TensorView gub =
-      src.to_f32(src.take(p + "experts.gate_up_proj_bias", canon + "gate_up_bias", n, 2 * F));
-  const TensorView db =
-      src.to_f32(src.take(p + "experts.down_proj_bias", canon + "down_bias", n, E));
-  float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
-  for (int64_t e = 0; e < n; ++e) {
-    const float* b =
-        reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
-    for (int64_t f = 0; f < F; ++f) {
-      bias[e * 2 * F + f] = b[2 * f];
-      bias[e * 2 * F + F + f] = b[2 * f + 1];
-    }
-  }
-  auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
-    TensorView v;
-    v.type = t;
-    v.rows = rows;
-    v.cols = cols;
-    v.row_bytes = row_bytes;
-    v.data = data;
-    return v;
-  };
-  const auto set_biases = [&] {
-    for (int64_t e = 0; e < n; ++e) {
-      ExpertWeights& x = out.experts[static_cast<size_t>(e)];
-      const uint8_t* bb = reinterpret_cast<const uint8_t*>(bias + e * 2 * F);
-      x.b_gate = view(DType::F32, bb, 1, F, static_cast<size_t>(F) * 4);
-      x.b_up = view(DType::F32, bb + F * 4, 1, F, static_cast<size_t>(F) * 4);
-      x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E,
-                      static_cast<size_t>(E) * 4);
-    }
-  };
-  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
-  if (src.has(p + "experts.gate_up_proj_blocks")) {
-    if (E % 32 != 0 || F % 32 != 0)
-      throw ModelError(
-          "gpt-oss MXFP4 experts need hidden and expert sizes that are multiples of "
-          "32, got " +
-          std::to_string(E) + " and " + std::to_string(F));
-    const uint8_t* gu_blocks =
-        src.take_u8(p + "experts.gate_up_proj_blocks", {n, 2 * F, E / 32, 16});
-    const uint8_t* gu_scales = src.take_u8(p + "experts.gate_up_proj_scales", {n, 2 * F, E / 32});
-    const uint8_t* dn_blocks = src.take_u8(p + "experts.down_proj_blocks", {n, E, F / 32, 16});
-    const uint8_t* dn_scales = src.take_u8(p + "experts.down_proj_scales", {n, E, F / 32});
-    const size_t gu_row = static_cast<size_t>(E / 32) * 17,
-                 dn_row = static_cast<size_t>(F / 32) * 17;
-    uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F) * gu_row);
-    uint8_t* down = src.alloc(static_cast<size_t>(n * E) * dn_row);
-    mxfp4_from_hf(gu_blocks, gu_scales, n, 2 * F, E, gate_up,
-                  [F](int64_t r) { return r % 2 == 0 ? r / 2 : F + r / 2; });
-    mxfp4_from_hf(dn_blocks, dn_scales, n, E, F, down, [](int64_t r) { return r; });
-    for (int64_t e = 0; e < n; ++e) {
-      ExpertWeights& x = out.experts[static_cast<size_t>(e)];
-      x.w_gate =
-          view(DType::MXFP4, gate_up + static_cast<size_t>(e * 2 * F) * gu_row, F, E, gu_row);
-      x.w_up =
-          view(DType::MXFP4, gate_up + static_cast<size_t>(e * 2 * F + F) * gu_row, F, E, gu_row);
-      x.w_down = view(DType::MXFP4, down + static_cast<size_t>(e * E) * dn_row, E, F, dn_row);
-    }
-    set_biases();
-    return;
-  }
+// The experts' matrices in the rows the matmuls read: expert e's gate rows at gate_up + 2F e rows,
+// its up rows after them, its down rows at down + E e rows.
+struct ExpertRows {
+  DType gu_type, dn_type;
+  const uint8_t* gate_up;
+  const uint8_t* down;
+  size_t gu_row, dn_row;  // bytes of a gate / up row (E values) and of a down row (F values)
+};
+
+// The Hub's MXFP4 stacks, rewritten (mxfp4_from_hf).
+ExpertRows gpt_oss_mxfp4_rows(const std::string& p, int64_t E, int64_t F, int64_t n,
+                              const TensorSource& src) {
+  if (E % 32 != 0 || F % 32 != 0)
+    throw ModelError(
+        "gpt-oss MXFP4 experts need hidden and expert sizes that are multiples of 32, got " +
+        std::to_string(E) + " and " + std::to_string(F));
+  const uint8_t* gu_blocks = src.take_u8(p + "experts.gate_up_proj_blocks", {n, 2 * F, E / 32, 16});
+  const uint8_t* gu_scales = src.take_u8(p + "experts.gate_up_proj_scales", {n, 2 * F, E / 32});
+  const uint8_t* dn_blocks = src.take_u8(p + "experts.down_proj_blocks", {n, E, F / 32, 16});
+  const uint8_t* dn_scales = src.take_u8(p + "experts.down_proj_scales", {n, E, F / 32});
+  const size_t gu_row = static_cast<size_t>(E / 32) * 17, dn_row = static_cast<size_t>(F / 32) * 17;
+  uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F) * gu_row);
+  uint8_t* down = src.alloc(static_cast<size_t>(n * E) * dn_row);
+  mxfp4_from_hf(gu_blocks, gu_scales, n, 2 * F, E, gate_up,
+                [F](int64_t r) { return r % 2 == 0 ? r / 2 : F + r / 2; });
+  mxfp4_from_hf(dn_blocks, dn_scales, n, E, F, down, [](int64_t r) { return r; });
+  return {DType::MXFP4, DType::MXFP4, gate_up, down, gu_row, dn_row};
+}
+
+// transformers' float stacks, transposed and de-interleaved in their stored type.
+ExpertRows gpt_oss_float_rows(const std::string& p, const std::string& canon, int64_t E, int64_t F,
+                              int64_t n, const TensorSource& src) {
   const TensorView gu = src.take(p + "experts.gate_up_proj", canon + "gate_up_proj", n * E, 2 * F);
   const TensorView dn = src.take(p + "experts.down_proj", canon + "down_proj", n * F, E);
   for (const TensorView* v : {&gu, &dn})
@@ -169,7 +133,6 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
       throw ModelError("gpt-oss expert tensors of type " + std::string(dtype_name(v->type)) +
                        " are not supported");
   const size_t es = gu.type == DType::F32 ? 4 : 2, ds = dn.type == DType::F32 ? 4 : 2;
-  // gate_up: expert e's rows [2F e, 2F e + F) its gate, the next F its up; each row E long.
   uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F * E) * es);
   uint8_t* down = src.alloc(static_cast<size_t>(n * E * F) * ds);
   for (int64_t e = 0; e < n; ++e) {
@@ -186,14 +149,54 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
         std::memcpy(down + ((e * E + o) * F + f) * ds, row + o * ds, ds);
     }
   }
+  return {
+      gu.type, dn.type, gate_up, down, static_cast<size_t>(E) * es, static_cast<size_t>(F) * ds};
+}
+
+void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
+  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert;
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  const std::string canon = "layers." + std::to_string(layer) + ".";
+  out.router = src.take(p + "router.weight", canon + "router", n, E);
+  out.router_bias = src.take(p + "router.bias", canon + "router_bias", 1, n);
+  const TensorView gub =
+      src.to_f32(src.take(p + "experts.gate_up_proj_bias", canon + "gate_up_bias", n, 2 * F));
+  const TensorView db =
+      src.to_f32(src.take(p + "experts.down_proj_bias", canon + "down_bias", n, E));
+  const ExpertRows w = src.has(p + "experts.gate_up_proj_blocks")
+                           ? gpt_oss_mxfp4_rows(p, E, F, n, src)
+                           : gpt_oss_float_rows(p, canon, E, F, n, src);
+  float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
+  auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
+    TensorView v;
+    v.type = t;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_bytes = row_bytes;
+    v.data = data;
+    return v;
+  };
+  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
   for (int64_t e = 0; e < n; ++e) {
+    const float* b =
+        reinterpret_cast<const float*>(gub.data + static_cast<size_t>(e) * gub.row_bytes);
+    float* be = bias + e * 2 * F;  // gate's biases, then up's (de-interleaved)
+    for (int64_t f = 0; f < F; ++f) {
+      be[f] = b[2 * f];
+      be[F + f] = b[2 * f + 1];
+    }
     ExpertWeights& x = out.experts[static_cast<size_t>(e)];
-    const size_t gr = static_cast<size_t>(E) * es, dr = static_cast<size_t>(F) * ds;
-    x.w_gate = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F) * gr, F, E, gr);
-    x.w_up = view(gu.type, gate_up + static_cast<size_t>(e * 2 * F + F) * gr, F, E, gr);
-    x.w_down = view(dn.type, down + static_cast<size_t>(e * E) * dr, E, F, dr);
+    x.w_gate =
+        view(w.gu_type, w.gate_up + static_cast<size_t>(e * 2 * F) * w.gu_row, F, E, w.gu_row);
+    x.w_up =
+        view(w.gu_type, w.gate_up + static_cast<size_t>(e * 2 * F + F) * w.gu_row, F, E, w.gu_row);
+    x.w_down = view(w.dn_type, w.down + static_cast<size_t>(e * E) * w.dn_row, E, F, w.dn_row);
+    const uint8_t* bb = reinterpret_cast<const uint8_t*>(be);
+    x.b_gate = view(DType::F32, bb, 1, F, static_cast<size_t>(F) * 4);
+    x.b_up = view(DType::F32, bb + F * 4, 1, F, static_cast<size_t>(F) * 4);
+    x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E,
+                    static_cast<size_t>(E) * 4);
   }
-  set_biases();
 }
 
 }  // namespace

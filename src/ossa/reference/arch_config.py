@@ -54,7 +54,7 @@ def window_gguf(arch: str, md: dict[str, Any], n_layer: int) -> dict[str, Any]:
         return {"sliding_window": 0, "layer_sliding": []}
     layers = _gguf_layer_pattern(md, key + "_pattern", n_layer)
     if layers is None and arch == "olmo2":  # llama.cpp's OLMo 3 conversions: every 4th layer full
-        layers = [(i + 1) % 4 != 0 for i in range(n_layer)]
+        layers = _sliding_but_every(n_layer, 4)
     return {"sliding_window": window, "layer_sliding": layers if layers is not None else [True] * n_layer}
 
 
@@ -74,15 +74,14 @@ def exaone4_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     if layers is None:
         pattern = c.get("sliding_window_pattern")
         pattern = 4 if pattern is None else pattern
-        if isinstance(pattern, str):
-            letters = pattern
+        if isinstance(pattern, str):  # L: sliding, G: global, repeated over the layers
+            if not pattern or set(pattern) - {"L", "G"}:
+                raise ValueError("config 'sliding_window_pattern' must be an integer or L/G letters")
+            layers = [pattern[i % len(pattern)] == "L" for i in range(n_layer)]
         elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
-            letters = "L" * (min(pattern, 1 << 20) - 1) + "G"
+            layers = _sliding_but_every(n_layer, pattern)
         else:
             raise ValueError("config 'sliding_window_pattern' must be >= 1")
-        if not letters or set(letters) - {"L", "G"}:
-            raise ValueError("config 'sliding_window_pattern' must be an integer or L/G letters")
-        layers = [letters[i % len(letters)] == "L" for i in range(n_layer)]
     return _exaone4_window(window, layers)
 
 
@@ -95,7 +94,7 @@ def exaone4_gguf(md: dict[str, Any], n_layer: int) -> dict[str, Any]:
     if layers is None and n_layer != 64:
         return _exaone4_window(0, [])
     if layers is None:
-        layers = [(i + 1) % 4 != 0 for i in range(n_layer)]
+        layers = _sliding_but_every(n_layer, 4)
     return _exaone4_window(_window(md.get(key, 4096)), layers)
 
 
@@ -105,7 +104,7 @@ def olmo3_hf(c: dict[str, Any], n_layer: int) -> tuple[dict[str, Any], dict[str,
     parameters differ from the full layers'); and the full layers' rope parameters (transformers 5's
     rope_parameters["full_attention"]; None: the top-level keys)."""
     window = _window(4096 if c.get("sliding_window") is None else c["sliding_window"])
-    layers = _hf_layer_types(c, n_layer) or [(i + 1) % 4 != 0 for i in range(n_layer)]
+    layers = _hf_layer_types(c, n_layer) or _sliding_but_every(n_layer, 4)
     params = c.get("rope_parameters") or {}
     full, local = params.get("full_attention"), params.get("sliding_attention")
     top = 10000.0 if c.get("rope_theta") is None else c["rope_theta"]
@@ -234,6 +233,11 @@ def gpt_oss_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
 
 def _nope_every(n_layer: int, interval: int) -> list[bool]:
     return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
+
+
+def _sliding_but_every(n_layer: int, interval: int) -> list[bool]:
+    """A window on every layer but each interval-th (OLMo 3, EXAONE 4's hybrid layout)."""
+    return [not v for v in _nope_every(n_layer, interval)]
 
 
 def smollm3_gguf(n_layer: int) -> dict[str, Any]:
