@@ -38,6 +38,8 @@ ARCHS = (
     "exaone4",
     "ernie4_5",
     "ernie4_5_moe",
+    "deepseek_v2",
+    "deepseek_v3",
 )
 
 
@@ -119,6 +121,8 @@ def make_hf_model(
         "exaone4": transformers.Exaone4Config,
         "ernie4_5": transformers.Ernie4_5Config,
         "ernie4_5_moe": transformers.Ernie4_5_MoeConfig,
+        "deepseek_v2": transformers.DeepseekV2Config,
+        "deepseek_v3": transformers.DeepseekV3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -146,6 +150,9 @@ def make_hf_model(
                 p.copy_(torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+        for name, b in model.named_buffers():  # DeepSeek V3's selection bias (zeros otherwise)
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen))
     if tie:
         model.tie_weights()
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
@@ -263,6 +270,7 @@ def hf_to_gguf(
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
+        "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -284,15 +292,18 @@ def hf_to_gguf(
     writer.add_block_count(cfg["num_hidden_layers"])
     writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
+    writer.add_head_count_kv(1 if arch == "deepseek2" else n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    elif arch == "deepseek2":
+        _deepseek2_keys(writer, cfg, scaling)
     else:
         writer.add_rope_dimension_count(head_dim)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
+    if arch != "deepseek2":
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_vocab_size(cfg["vocab_size"])
     writer.add_file_type(
         {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "BF16": 32, "MXFP4": 38}[ftype]
@@ -402,6 +413,8 @@ def hf_to_gguf(
                 moe[b + "exp_probs_b.bias"] = tensors.pop(p + "moe_statics.e_score_correction_bias").reshape(
                     -1
                 )
+    if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
+        moe.update(_deepseek2_tensors(tensors, cfg))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -440,6 +453,59 @@ def hf_to_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return str(writer.format_shard_names(Path(out_path))[0])
+
+
+def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any]) -> None:
+    """DeepSeek V2 / V3's keys as llama.cpp's converter writes them since it splits kv_b: the cache
+    row (key_length = kv_lora_rank + qk_rope_head_dim over one KV head, value_length = kv_lora_rank),
+    the heads' sizes in key_length_mla / value_length_mla, and the experts' routing."""
+    k, rope, kv_lora = "deepseek2.", cfg["qk_rope_head_dim"], cfg["kv_lora_rank"]
+    writer.add_rope_dimension_count(rope)
+    if cfg.get("q_lora_rank"):
+        writer.add_uint32(k + "attention.q_lora_rank", cfg["q_lora_rank"])
+    writer.add_uint32(k + "attention.kv_lora_rank", kv_lora)
+    writer.add_key_length(kv_lora + rope)
+    writer.add_value_length(kv_lora)
+    writer.add_uint32(k + "attention.key_length_mla", cfg["qk_nope_head_dim"] + rope)
+    writer.add_uint32(k + "attention.value_length_mla", cfg["v_head_dim"])
+    if scaling.get("mscale_all_dim"):
+        writer.add_float32(k + "rope.scaling.yarn_log_multiplier", 0.1 * scaling["mscale_all_dim"])
+    v3 = cfg["model_type"] == "deepseek_v3"
+    writer.add_uint32(k + "leading_dense_block_count", cfg.get("first_k_dense_replace") or 0)
+    writer.add_expert_count(cfg["n_routed_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    writer.add_uint32(k + "expert_shared_count", cfg.get("n_shared_experts") or 0)
+    writer.add_float32(k + "expert_weights_scale", float(cfg.get("routed_scaling_factor") or 1.0))
+    writer.add_bool(k + "expert_weights_norm", bool(cfg.get("norm_topk_prob")))
+    writer.add_uint32(k + "expert_gating_func", 2 if v3 else 1)
+    if v3 or cfg.get("topk_method") == "group_limited_greedy":
+        writer.add_uint32(k + "expert_group_count", cfg.get("n_group") or 1)
+        writer.add_uint32(k + "expert_group_used_count", cfg.get("topk_group") or 1)
+
+
+def _deepseek2_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops DeepSeek's attention and shared-expert tensors; returns them under llama.cpp's names, kv_b
+    split per head into attn_k_b (its K rows transposed: [H, kv_lora, nope]) and attn_v_b."""
+    names = {"q_a_proj": "attn_q_a", "q_a_layernorm": "attn_q_a_norm", "q_b_proj": "attn_q_b",
+             "kv_a_proj_with_mqa": "attn_kv_a_mqa", "kv_a_layernorm": "attn_kv_a_norm"}  # fmt: skip
+    heads, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    out: dict[str, np.ndarray] = {}
+    for i in range(cfg["num_hidden_layers"]):
+        a, b = f"model.layers.{i}.self_attn.", f"blk.{i}."
+        for hf, gg in names.items():
+            if a + hf + ".weight" in tensors:
+                out[f"{b}{gg}.weight"] = tensors.pop(a + hf + ".weight")
+        kv_b = tensors.pop(a + "kv_b_proj.weight").reshape(heads, nope + v, -1)
+        out[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
+        out[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:])
+        m = f"model.layers.{i}.mlp."
+        for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+            if m + f"shared_experts.{hf}.weight" in tensors:
+                out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(m + f"shared_experts.{hf}.weight")
+        if m + "gate.e_score_correction_bias" in tensors:
+            out[b + "exp_probs_b.bias"] = tensors.pop(m + "gate.e_score_correction_bias").reshape(-1)
+    return out
 
 
 def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:

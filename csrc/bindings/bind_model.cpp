@@ -120,6 +120,11 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["swiglu_limit"] = c.moe.swiglu_limit;
   moe["selection_bias"] = c.moe.selection_bias;
   moe["norm_min"] = c.moe.norm_min;
+  moe["deepseek"] = c.moe.deepseek;
+  moe["sigmoid_gating"] = c.moe.sigmoid_gating;
+  moe["n_group"] = c.moe.n_group;
+  moe["topk_group"] = c.moe.topk_group;
+  moe["routed_scale"] = c.moe.routed_scale;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;
@@ -141,6 +146,13 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["logit_scale"] = c.logit_scale;
   d["o_bias"] = c.o_bias;
   d["attn_sinks"] = c.attn_sinks;
+  nb::dict mla;
+  mla["q_lora_rank"] = c.mla.q_lora_rank;
+  mla["kv_lora_rank"] = c.mla.kv_lora_rank;
+  mla["qk_nope"] = c.mla.qk_nope;
+  mla["qk_rope"] = c.mla.qk_rope;
+  mla["v_head_dim"] = c.mla.v_head_dim;
+  d["mla"] = mla;
   return d;
 }
 

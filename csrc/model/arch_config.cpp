@@ -533,4 +533,72 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
   }
 }
 
+namespace {
+
+// The latent attention's sizes into the config: one cached row of qk_rope + kv_lora_rank values,
+// its first qk_rope rotated, and the scores' scale with YaRN's mscale (mscale_coef * ln(factor)).
+void mla_config(ModelConfig& c, int64_t q_lora, int64_t kv_lora, int64_t nope, int64_t rope,
+                int64_t v, double mscale_coef, const std::string& where) {
+  auto dim = [&](int64_t x, const char* what, int64_t lo) {
+    if (x < lo || x > 65536)
+      throw ModelError(std::string("invalid ") + what + " " + std::to_string(x) + " in " + where);
+    return static_cast<int>(x);
+  };
+  MlaConfig& a = c.mla;
+  a.q_lora_rank = dim(q_lora, "q_lora_rank", 0);
+  a.kv_lora_rank = dim(kv_lora, "kv_lora_rank", 1);
+  a.qk_nope = dim(nope, "qk_nope_head_dim", 1);
+  a.qk_rope = dim(rope, "qk_rope_head_dim", 2);
+  a.v_head_dim = dim(v, "v_head_dim", 1);
+  if (a.qk_rope % 2 != 0)
+    throw ModelError("odd qk_rope_head_dim " + std::to_string(rope) + " in " + where);
+  c.head_dim = a.qk_rope + a.kv_lora_rank;
+  c.n_head_kv = 1;
+  c.rope_dim = a.qk_rope;
+  double mscale = 1.0;
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == "yarn" && r.factor > 1.0f && mscale_coef > 0.0)
+    mscale = 1.0 + mscale_coef * std::log(static_cast<double>(r.factor));
+  c.attn_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(nope + rope)));
+}
+
+}  // namespace
+
+void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  const int64_t rope = g.get_int(k + "rope.dimension_count", 64);
+  const int64_t key_mla = g.get_int(k + "attention.key_length_mla", 0);
+  const int64_t nope = (key_mla > 0 ? key_mla : g.get_int(k + "attention.key_length", 192)) - rope;
+  const int64_t v = key_mla > 0 ? g.get_int(k + "attention.value_length_mla", 0)
+                                : g.get_int(k + "attention.value_length", 128);
+  c.rope_style = RopeStyle::Interleaved;
+  // llama.cpp cancels YaRN's own cos/sin factor for deepseek2 (transformers' is
+  // mscale / mscale_all_dim, 1 in every DeepSeek release) and scales the scores instead.
+  c.rope_scaling.attn_factor = 1.0f;
+  mla_config(c, g.get_int(k + "attention.q_lora_rank", 0),
+             g.get_int(k + "attention.kv_lora_rank", 0), nope, rope, v,
+             g.get_float(k + "rope.scaling.yarn_log_multiplier", 0.0), where);
+}
+
+void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  const JsonValue* q_lora = cfg.get("q_lora_rank");
+  const JsonValue* interleave = cfg.get("rope_interleave");
+  c.rope_style =
+      interleave != nullptr && interleave->kind == JsonValue::Kind::Bool && !interleave->boolean
+          ? RopeStyle::Neox
+          : RopeStyle::Interleaved;
+  // YaRN's mscale_all_dim scales the scores (transformers' yarn_apply_mscale); the cos/sin factor
+  // (mscale / mscale_all_dim) came with the rope scaling.
+  double coef = 0.0;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const JsonValue* s = cfg.get(key);
+    if (s != nullptr && s->is_object() && coef == 0.0)
+      coef = 0.1 * Json{*s, cfg.path}.number("mscale_all_dim", 0.0);
+  }
+  mla_config(c, q_lora != nullptr && !q_lora->is_null() ? cfg.integer("q_lora_rank", 0) : 0,
+             cfg.integer("kv_lora_rank", 512), cfg.integer("qk_nope_head_dim", 128),
+             cfg.integer("qk_rope_head_dim", 64), cfg.integer("v_head_dim", 128), coef, where);
+}
+
 }  // namespace ossa

@@ -101,4 +101,16 @@ void window_config_gguf(const GGUFFile& g, ModelConfig& c);
 //   qwen3moe          only with use_sliding_window, every layer; llama: none.
 void window_config_hf(const Json& cfg, ModelConfig& c);
 
+// DeepSeek V2 / V3 (deepseek2) from GGUF, after the shared keys: the latent attention's ranks and
+// head sizes (attention.q_lora_rank, kv_lora_rank, key_length_mla / value_length_mla as llama.cpp's
+// converter writes them since it splits kv_b, else key_length / value_length), RoPE on interleaved
+// pairs of the qk_rope dimensions, and the scores' scale 1/sqrt(qk_nope + qk_rope) times YaRN's
+// mscale squared (1 + rope.scaling.yarn_log_multiplier * ln(factor)). Its experts:
+// read_moe_config_gguf.
+void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+
+// The same from a DeepseekV2Config / DeepseekV3Config config.json (q_lora_rank, kv_lora_rank,
+// qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_interleave, YaRN's mscale_all_dim).
+void deepseek2_config_hf(const Json& cfg, ModelConfig& c);
+
 }  // namespace ossa

@@ -47,13 +47,37 @@ struct MoeConfig {
   // divided by max(the chosen ones' sum, norm_min).
   bool selection_bias = false;
   float norm_min = 0.0f;
+  // DeepSeek V2 / V3 (deepseek2): the router's scores are a softmax (V2) or sigmoids (V3,
+  // sigmoid_gating) of the logits, plus the selection bias where there is one (V3's
+  // e_score_correction_bias) for choosing; with n_group > 1 the experts form n_group equal groups
+  // and only the topk_group best groups (V2: by their best score; V3: by the sum of their two best)
+  // are eligible. The chosen experts are weighted by their scores (divided by their sum plus 1e-20
+  // with norm_topk_prob), times routed_scale.
+  bool deepseek = false;
+  bool sigmoid_gating = false;
+  int n_group = 1, topk_group = 1;
+  float routed_scale = 1.0f;
   bool is_moe_layer(int layer) const;
+};
+
+// DeepSeek V2 / V3's multi-head latent attention (model/mla.cpp): q from a low-rank projection
+// (q_lora_rank > 0) or a plain one, [qk_nope | qk_rope] per head; K and V of every head
+// decompressed from one cached row per token, a kv_lora_rank latent plus a qk_rope key part shared
+// by the heads. ossa attends in the latent space (the up-projections absorbed into q and the
+// output), so the cache holds [rope | latent] once per token: head_dim = qk_rope + kv_lora_rank,
+// n_head_kv = 1.
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0: q = x @ wq^T directly
+  int kv_lora_rank = 0;
+  int qk_nope = 0, qk_rope = 0, v_head_dim = 0;
+  bool active() const { return kv_lora_rank > 0; }
 };
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
-                     // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe"
+                     // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
+                     // "deepseek2"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -70,6 +94,7 @@ struct ModelConfig {
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;  // output projection shares tok_embd
   MoeConfig moe;
+  MlaConfig mla;  // DeepSeek V2 / V3 (deepseek2); inactive otherwise
 
   // Beyond the Llama family (zero / empty when unused; see docs/models.md).
   int sliding_window = 0;  // a windowed layer attends to this many positions, itself included

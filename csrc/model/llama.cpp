@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
 #include "model/forward_util.h"
+#include "model/mla.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -101,9 +102,19 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     norm_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_embd)));
     ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_ff)));
   }
-  const int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
+  int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
+  if (c.mla.active()) {
+    const MlaConfig& a = c.mla;
+    const int64_t H = c.n_head;
+    mla_q.resize(t * H * (a.qk_nope + a.qk_rope));
+    mla_qa.resize(t * std::max(a.q_lora_rank, 1));
+    mla_in.resize(t * std::max(a.qk_nope, a.kv_lora_rank));
+    mla_o.resize(t * H * a.v_head_dim);
+    v.resize(t * (a.kv_lora_rank + a.qk_rope));  // (the same size as a K row: head_dim)
+    widest = std::max<int64_t>({widest, a.q_lora_rank, H * a.v_head_dim});
+  }
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
-  inv_freq.resize(c.head_dim / 2);
+  inv_freq.resize(c.head_dim / 2);  // (rope_inv_freq fills the rotated dimensions' half)
   rope_inv_freq(c, inv_freq.data());
   if (c.rope_scaling.type == "longrope") {
     inv_freq_long.resize(c.head_dim / 2);
@@ -160,17 +171,22 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
-    attention_qkv(s, batch, l, (local_rope ? s.cos_sin_swa : s.cos_sin).data(), threads, laps);
-    AttentionArgs a = attention_args(s, batch, l, threads);
-    a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
-    a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
-    paged_attention(a);
-    laps.lap(kAttention);
+    MatmulInput in;
+    if (c.mla.active()) {
+      mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
+    } else {
+      const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
+      attention_qkv(s, batch, l, (local_rope ? s.cos_sin_swa : s.cos_sin).data(), threads, laps);
+      AttentionArgs a = attention_args(s, batch, l, threads);
+      a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
+      a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
+      paged_attention(a);
+      laps.lap(kAttention);
 
-    MatmulInput in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
-    residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's norm)
-    laps.lap(kWo);
+      in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
+      residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's)
+      laps.lap(kWo);
+    }
     if (L.moe.active()) {
       moe_forward(s, L, n, threads);  // model/moe.cpp
       laps.lap(kGateUp);

@@ -38,6 +38,10 @@ struct ForwardState {
   ZeroPageVector<float> scores;                  // [max_threads, n_slots]
   std::vector<int32_t> token_seq;                // [max_tokens]
   MoeBuffers moe;                                // MoE layers' buffers (model/moe.h)
+  // Latent attention (config.mla, model/mla.cpp): q before absorption [max_tokens, H * (N + R)],
+  // its low-rank half [max_tokens, q_lora_rank], one head's gathered inputs [max_tokens, max(N, C)]
+  // and the heads' outputs [max_tokens, H * V].
+  ZeroPageVector<float> mla_q, mla_qa, mla_in, mla_o;
 
   void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool,
             KvType kv_type);

@@ -199,9 +199,9 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",   "qwen3",  "mistral", "qwen3moe", "qwen2moe",
-    "gemma",      "gemma2",  "gemma3", "phi3",    "smollm3",  "granite",
-    "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe"};
+    "llama",  "qwen2",   "qwen3",    "mistral",      "qwen3moe", "qwen2moe",   "gemma",
+    "gemma2", "gemma3",  "phi3",     "smollm3",      "granite",  "granitemoe", "gpt-oss",
+    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -211,7 +211,64 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3)";
+
+// Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
+// come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
+// transposed: C x N per head), viewed in place, or from the fused kv_b ([H*(N+V)] x C: HF's
+// kv_b_proj, older GGUF files), whose V rows are viewed in place and whose K rows are transposed
+// into an f32 copy (k_nope = c @ wk_b[h] is applied to q: q_latent = wk_b[h] @ q_nope).
+void build_mla_weights(const ModelConfig& c, Builder& b,
+                       const std::function<std::string(int, const char*)>& name_of, int i,
+                       LayerWeights& l) {
+  const MlaConfig& a = c.mla;
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t H = c.n_head, N = a.qk_nope, R = a.qk_rope, V = a.v_head_dim, C = a.kv_lora_rank;
+  if (a.q_lora_rank > 0) {
+    l.wq_a = b.take(name_of(i, "wq_a"), p + "wq_a", a.q_lora_rank, c.n_embd);
+    l.q_a_norm = b.take(name_of(i, "q_a_norm"), p + "q_a_norm", 1, a.q_lora_rank);
+    l.wq_b = b.take(name_of(i, "wq_b"), p + "wq_b", H * (N + R), a.q_lora_rank);
+  } else {
+    l.wq = b.take(name_of(i, "wq"), p + "wq", H * (N + R), c.n_embd);
+  }
+  l.wkv_a = b.take(name_of(i, "wkv_a"), p + "wkv_a", C + R, c.n_embd);
+  l.kv_a_norm = b.take(name_of(i, "kv_a_norm"), p + "kv_a_norm", 1, C);
+  l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, H * V);
+  l.wk_b.resize(static_cast<size_t>(H));
+  l.wv_b.resize(static_cast<size_t>(H));
+  auto head_view = [&](const TensorView& whole, int64_t first_row, int64_t rows,
+                       const std::string& canonical) {
+    TensorView v = whole;
+    v.rows = rows;
+    v.data = whole.data + static_cast<size_t>(first_row) * whole.row_bytes;
+    b.storage->canonical[canonical] = v;
+    return v;
+  };
+  if (b.has(name_of(i, "wk_b")) && b.has(name_of(i, "wv_b"))) {
+    const TensorView kb = b.take(name_of(i, "wk_b"), p + "wk_b", H * C, N);
+    const TensorView vb = b.take(name_of(i, "wv_b"), p + "wv_b", H * V, C);
+    for (int64_t h = 0; h < H; ++h) {
+      const std::string hs = std::to_string(h);
+      l.wk_b[h] = head_view(kb, h * C, C, p + "wk_b." + hs);
+      l.wv_b[h] = head_view(vb, h * V, V, p + "wv_b." + hs);
+    }
+    return;
+  }
+  const TensorView kvb = b.take(name_of(i, "wkv_b"), p + "wkv_b", H * (N + V), C);
+  std::vector<float> row(static_cast<size_t>(C));
+  for (int64_t h = 0; h < H; ++h) {
+    const std::string hs = std::to_string(h);
+    l.wv_b[h] = head_view(kvb, h * (N + V) + N, V, p + "wv_b." + hs);
+    float* t = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(C * N) * 4));
+    for (int64_t n = 0; n < N; ++n) {  // row n of head h's K part, into column n
+      dequantize_row(kvb, h * (N + V) + n, row.data());
+      for (int64_t k = 0; k < C; ++k) t[k * N + n] = row[static_cast<size_t>(k)];
+    }
+    TensorView v{DType::F32, C, N, reinterpret_cast<const uint8_t*>(t), static_cast<size_t>(N) * 4};
+    b.storage->canonical[p + "wk_b." + hs] = v;
+    l.wk_b[h] = v;
+  }
+}
 
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
@@ -232,7 +289,9 @@ void build_weights(Model& m, Builder& b,
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
     if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
-    if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
+    if (c.mla.active()) {
+      build_mla_weights(c, b, name_of, i, l);
+    } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
     } else {
@@ -240,7 +299,7 @@ void build_weights(Model& m, Builder& b,
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
-    l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
+    if (!c.mla.active()) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
     if (c.qkv_bias) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
@@ -310,7 +369,15 @@ std::string gguf_name(int layer, const char* field) {
       {"post_ffn_norm", "post_ffw_norm.weight"},
       {"wqkv", "attn_qkv.weight"},
       {"w_gate_up", "ffn_up.weight"},
-      {"sinks", "attn_sinks.weight"}};
+      {"sinks", "attn_sinks.weight"},
+      {"wq_a", "attn_q_a.weight"},
+      {"q_a_norm", "attn_q_a_norm.weight"},
+      {"wq_b", "attn_q_b.weight"},
+      {"wkv_a", "attn_kv_a_mqa.weight"},
+      {"kv_a_norm", "attn_kv_a_norm.weight"},
+      {"wkv_b", "attn_kv_b.weight"},
+      {"wk_b", "attn_k_b.weight"},
+      {"wv_b", "attn_v_b.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -362,10 +429,11 @@ void load_gguf(Model& m, Storage& st) {
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
                            "head dimension", m.path, 65536);
-  if (g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
+  const bool mla = arch == "deepseek2";  // (its sizes: deepseek2_config_gguf)
+  if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
-  if (arch != "phi3" && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+  if (arch != "phi3" && !mla && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
   const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
@@ -423,6 +491,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
+  if (mla) deepseek2_config_gguf(*g, c, m.path);
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -461,15 +530,32 @@ std::string read_text(const fs::path& p, uint64_t max_bytes) {
 
 std::string hf_name(int layer, const char* field) {
   static const std::map<std::string, std::string> k_names = {
-      {"attn_norm", "input_layernorm.weight"},  {"wq", "self_attn.q_proj.weight"},
-      {"wk", "self_attn.k_proj.weight"},        {"wv", "self_attn.v_proj.weight"},
-      {"wo", "self_attn.o_proj.weight"},        {"bq", "self_attn.q_proj.bias"},
-      {"bk", "self_attn.k_proj.bias"},          {"bv", "self_attn.v_proj.bias"},
-      {"bo", "self_attn.o_proj.bias"},          {"q_norm", "self_attn.q_norm.weight"},
-      {"k_norm", "self_attn.k_norm.weight"},    {"ffn_norm", "post_attention_layernorm.weight"},
-      {"w_gate", "mlp.gate_proj.weight"},       {"w_up", "mlp.up_proj.weight"},
-      {"w_down", "mlp.down_proj.weight"},       {"wqkv", "self_attn.qkv_proj.weight"},
-      {"w_gate_up", "mlp.gate_up_proj.weight"}, {"sinks", "self_attn.sinks"}};
+      {"attn_norm", "input_layernorm.weight"},
+      {"wq", "self_attn.q_proj.weight"},
+      {"wk", "self_attn.k_proj.weight"},
+      {"wv", "self_attn.v_proj.weight"},
+      {"wo", "self_attn.o_proj.weight"},
+      {"bq", "self_attn.q_proj.bias"},
+      {"bk", "self_attn.k_proj.bias"},
+      {"bv", "self_attn.v_proj.bias"},
+      {"bo", "self_attn.o_proj.bias"},
+      {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},
+      {"ffn_norm", "post_attention_layernorm.weight"},
+      {"w_gate", "mlp.gate_proj.weight"},
+      {"w_up", "mlp.up_proj.weight"},
+      {"w_down", "mlp.down_proj.weight"},
+      {"wqkv", "self_attn.qkv_proj.weight"},
+      {"w_gate_up", "mlp.gate_up_proj.weight"},
+      {"sinks", "self_attn.sinks"},
+      {"wq_a", "self_attn.q_a_proj.weight"},
+      {"q_a_norm", "self_attn.q_a_layernorm.weight"},
+      {"wq_b", "self_attn.q_b_proj.weight"},
+      {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"},
+      {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
+      {"wkv_b", "self_attn.kv_b_proj.weight"},
+      {"wk_b", "self_attn.k_b_proj.weight"},
+      {"wv_b", "self_attn.v_b_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -676,7 +762,11 @@ void load_hf(Model& m, Storage& st) {
       {"ernie4_5", "ernie4_5"},
       {"Ernie4_5ForCausalLM", "ernie4_5"},
       {"ernie4_5_moe", "ernie4_5-moe"},
-      {"Ernie4_5_MoeForCausalLM", "ernie4_5-moe"}};
+      {"Ernie4_5_MoeForCausalLM", "ernie4_5-moe"},
+      {"deepseek_v2", "deepseek2"},
+      {"DeepseekV2ForCausalLM", "deepseek2"},
+      {"deepseek_v3", "deepseek2"},
+      {"DeepseekV3ForCausalLM", "deepseek2"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -768,7 +858,8 @@ void load_hf(Model& m, Storage& st) {
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4";
-  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);  // window, NoPE global layers
+  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);      // window, NoPE global layers
+  if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);  // latent attention
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
@@ -812,6 +903,13 @@ std::map<std::string, int> Model::int8_matrices() const {
     const std::string layer = "layers." + std::to_string(i) + ".";
     const TensorView* views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
     for (int k = 0; k < 7; ++k) add(*views[k], layer + names[k]);
+    add(l.wq_a, layer + "wq_a");  // (DeepSeek's latent attention)
+    add(l.wq_b, layer + "wq_b");
+    add(l.wkv_a, layer + "wkv_a");
+    for (size_t h = 0; h < l.wk_b.size(); ++h) {
+      add(l.wk_b[h], layer + "wk_b." + std::to_string(h));
+      add(l.wv_b[h], layer + "wv_b." + std::to_string(h));
+    }
     // MoE experts (moe.cpp's matmuls take the same kernels), by ossa.reference.moe's names.
     for (size_t e = 0; e < l.moe.experts.size(); ++e) {
       const ExpertWeights& x = l.moe.experts[e];
@@ -833,6 +931,9 @@ template <class F>
 void for_each_matrix(Model& m, F&& f) {
   for (LayerWeights& l : m.weights.layers) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
+    for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
+    for (TensorView& v : l.wk_b) f(v);
+    for (TensorView& v : l.wv_b) f(v);
     for_each_moe_matrix(l.moe, f);
   }
   f(m.weights.output);

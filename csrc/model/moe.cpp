@@ -83,6 +83,61 @@ float sigmoid(float v) {
   return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
 }
 
+// DeepSeek V2 / V3 (MoeConfig::deepseek): scores p = the softmax (its sum in double) or the
+// sigmoids of the logits; the choice scores p + bias where the layer has one (V3); with groups,
+// only the experts of the topk_group best groups are eligible (a group's score: its best choice
+// score for V2, the sum of its two best for V3; equal scores: the lower group first); the k best
+// eligible choices (equal ones: the lower expert), each weighted by p (over the chosen ones' sum
+// plus 1e-20 with norm_topk_prob), times routed_scale; sorted by expert index.
+void route_deepseek(const MoeConfig& mc, const float* logits, int32_t* chosen, float* weight,
+                    const float* bias) {
+  const int n = mc.n_expert, k = mc.n_expert_used;
+  thread_local std::vector<float> p, choice, group_score;
+  thread_local std::vector<int> groups;
+  p.resize(static_cast<size_t>(n));
+  choice.resize(static_cast<size_t>(n));
+  if (mc.sigmoid_gating) {
+    for (int e = 0; e < n; ++e) p[e] = sigmoid(logits[e]);
+  } else {
+    const float top = *std::max_element(logits, logits + n);
+    double sum = 0.0;
+    for (int e = 0; e < n; ++e) sum += std::exp(static_cast<double>(logits[e] - top));
+    for (int e = 0; e < n; ++e)
+      p[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - top)) / sum);
+  }
+  for (int e = 0; e < n; ++e) choice[e] = bias != nullptr ? p[e] + bias[e] : p[e];
+  if (mc.n_group > 1) {
+    const int G = mc.n_group, size = n / G;
+    group_score.resize(static_cast<size_t>(G));
+    groups.resize(static_cast<size_t>(G));
+    for (int g = 0; g < G; ++g) {
+      const float* c = choice.data() + static_cast<int64_t>(g) * size;
+      float best = -INFINITY, second = -INFINITY;
+      for (int i = 0; i < size; ++i) {
+        if (c[i] > best) {
+          second = best;
+          best = c[i];
+        } else if (c[i] > second) {
+          second = c[i];
+        }
+      }
+      group_score[g] = mc.sigmoid_gating ? best + second : best;
+      groups[g] = g;
+    }
+    std::stable_sort(groups.begin(), groups.end(),
+                     [&](int a, int b) { return group_score[a] > group_score[b]; });
+    for (int r = mc.topk_group; r < G; ++r)  // the groups left out: nothing eligible there
+      std::fill_n(choice.data() + static_cast<int64_t>(groups[r]) * size, size, -INFINITY);
+  }
+  route(choice.data(), n, k, false, true, chosen, weight);  // (the selection alone)
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum += weight[j] = p[chosen[j]];
+  for (int j = 0; j < k; ++j) {
+    if (mc.norm_topk_prob) weight[j] = weight[j] / (sum + 1e-20f);
+    weight[j] *= mc.routed_scale;
+  }
+}
+
 // gpt-oss's expert activation over rows x F values: mid = (u + 1) * g * sigmoid(alpha * g) with
 // g = min(gate + b_gate, limit), u = clamp(up + b_up, -limit, limit) (transformers' order).
 void clamped_swiglu(const MoeConfig& mc, const ExpertWeights& x, float* mid, const float* up,
@@ -152,10 +207,13 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     fwd::per_token(m, threads, [&](int t) {
       float* logits = b.logits.data() + static_cast<int64_t>(t) * n_expert;
       fwd::add_bias(logits, W.router_bias, n_expert);
-      route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
-            b.weight.data() + t * k,
-            mc.selection_bias ? reinterpret_cast<const float*>(W.selection_bias.data) : nullptr,
-            mc.norm_min);
+      const float* bias =
+          mc.selection_bias ? reinterpret_cast<const float*>(W.selection_bias.data) : nullptr;
+      if (mc.deepseek)
+        route_deepseek(mc, logits, b.chosen.data() + t * k, b.weight.data() + t * k, bias);
+      else
+        route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
+              b.weight.data() + t * k, bias, mc.norm_min);
     });
     // Group the (token, j) pairs by expert, tokens ascending within each expert.
     std::fill(b.group_start.begin(), b.group_start.end(), 0);

@@ -50,6 +50,17 @@ void validate_moe(ModelConfig& c, const std::string& path) {
     fail("invalid expert feed-forward size " + std::to_string(m.n_ff_expert));
   if (m.n_ff_shared < 0 || m.n_ff_shared > (1 << 30))
     fail("invalid shared expert size " + std::to_string(m.n_ff_shared));
+  if (m.n_group < 1 || m.n_group > m.n_expert || m.n_expert % m.n_group != 0)
+    fail("expert group count " + std::to_string(m.n_group) + " does not divide the " +
+         std::to_string(m.n_expert) + " experts");
+  if (m.topk_group < 1 || m.topk_group > m.n_group ||
+      int64_t{m.topk_group} * (m.n_expert / m.n_group) < m.n_expert_used)
+    fail("expert groups used " + std::to_string(m.topk_group) + " of " + std::to_string(m.n_group) +
+         " leave fewer than " + std::to_string(m.n_expert_used) + " experts to choose from");
+  if (m.sigmoid_gating && m.n_group > 1 && m.n_expert / m.n_group < 2)
+    fail("expert groups of one expert (a group is scored by its two best)");
+  if (!(m.routed_scale > 0.0f) || !std::isfinite(m.routed_scale))
+    fail("invalid routed expert scale " + std::to_string(m.routed_scale));
 }
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
@@ -239,17 +250,33 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.norm_min = 1e-12f;
   }
   const int64_t gating = g.get_int(k + "expert_gating_func", 1);
-  if (c.arch != "gpt-oss" && gating != 0 && gating != 1)
+  const bool deepseek = c.arch == "deepseek2";
+  if (c.arch != "gpt-oss" && gating != 0 && gating != 1 && !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
-                     "' is not supported (only softmax)");
+                     "' is not supported (softmax, and sigmoid for deepseek2)");
   for (int i = 0; i < c.n_layer; ++i)
     if (has("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) m.layers.push_back(i);
+  if (deepseek) {  // what llama.cpp's converter writes (V2 files: no gating key, softmax)
+    m.deepseek = true;
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
+    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", false);
+    m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
+    m.sigmoid_gating = gating == 2;
+    m.n_group = static_cast<int>(
+        std::clamp<int64_t>(g.get_int(k + "expert_group_count", 1), -1, k_max_experts + 1));
+    m.topk_group = static_cast<int>(std::clamp<int64_t>(
+        g.get_int(k + "expert_group_used_count", m.n_group), -1, k_max_experts + 1));
+    if (m.n_group == 0) m.n_group = m.topk_group = 1;  // (0: no groups)
+    m.selection_bias =
+        !m.layers.empty() && has("blk." + std::to_string(m.layers.front()) + ".exp_probs_b.bias");
+  }
   validate_moe(c, path);
 }
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
-      c.arch != "granitemoe" && c.arch != "ernie4_5-moe")
+      c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -306,6 +333,44 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const int64_t last = end < 0 ? c.n_layer - 1 : end;
     for (int i = 0; i < c.n_layer; ++i)
       if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
+  } else if (c.arch == "deepseek2") {  // DeepseekV2Config / DeepseekV3Config (the Hub's keys)
+    // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
+    // topk_method; the Hub's V3 files say noaux_tc)
+    const JsonValue* type_v = cfg.get("model_type");
+    const bool v3_type =
+        type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3";
+    const JsonValue* method_v = cfg.get("topk_method");
+    const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
+                               : v3_type                                    ? "noaux_tc"
+                                                                            : "greedy";
+    const JsonValue* scoring_v = cfg.get("scoring_func");
+    const bool v3 = method == "noaux_tc";
+    const std::string scoring = scoring_v != nullptr && scoring_v->is_string()
+                                    ? scoring_v->string
+                                    : (v3 ? "sigmoid" : "softmax");
+    if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+      throw ModelError("topk_method '" + method + "' in '" + path + "' is not supported");
+    if (scoring != "softmax" && scoring != "sigmoid")
+      throw ModelError("scoring_func '" + scoring + "' in '" + path + "' is not supported");
+    m.deepseek = true;
+    m.sigmoid_gating = scoring == "sigmoid";
+    m.n_expert = static_cast<int>(integer("n_routed_experts", integer("num_local_experts", 0)));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 0));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 0));
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(integer("n_shared_experts", 0) * m.n_ff_expert, 0, 1 << 30));
+    m.norm_topk_prob = boolean("norm_topk_prob", v3);
+    m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
+    m.selection_bias = v3;
+    if (method != "greedy") {
+      m.n_group = static_cast<int>(integer("n_group", 1));
+      m.topk_group = static_cast<int>(integer("topk_group", m.n_group));
+    }
+    const int64_t first = integer("first_k_dense_replace", 0), freq = integer("moe_layer_freq", 1);
+    if (freq < 1) throw ModelError("config 'moe_layer_freq' in '" + path + "' must be >= 1");
+    if (m.n_expert > 0)
+      for (int i = 0; i < c.n_layer; ++i)
+        if (i >= first && i % freq == 0) m.layers.push_back(i);
   } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
@@ -397,7 +462,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
-      if (c.arch != "ernie4_5-moe")  // (ERNIE's shared experts are added as they are)
+      if (c.arch != "ernie4_5-moe" && c.arch != "deepseek2")  // (added as they are)
         out.shared_gate_inp =
             src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
     }
@@ -418,7 +483,8 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     }
     return;
   }
-  const bool mixtral = c.arch == "mixtral", ernie = c.arch == "ernie4_5-moe";
+  const bool mixtral = c.arch == "mixtral",
+             ernie = c.arch == "ernie4_5-moe" || c.arch == "deepseek2";  // (shared_experts.)
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
   for (int64_t e = 0; e < n; ++e) {
@@ -441,7 +507,9 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
   }
   if (m.selection_bias)
     out.selection_bias =
-        src.take(p + "moe_statics.e_score_correction_bias", canon + "selection_bias", 1, n);
+        src.take(p + (c.arch == "deepseek2" ? "gate.e_score_correction_bias"
+                                            : "moe_statics.e_score_correction_bias"),
+                 canon + "selection_bias", 1, n);
 }
 
 }  // namespace ossa

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import zipfile
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,26 @@ class MoeConfig:
     swiglu_limit: float = 0.0
     selection_bias: bool = False  # ERNIE 4.5 MoE: chosen by probability + a per-expert bias
     norm_min: float = 0.0  # ... and weighted by probability / max(the chosen ones' sum, norm_min)
+    # DeepSeek V2 / V3: softmax or sigmoid scores, chosen within the topk_group best of n_group
+    # groups, weighted by score (over their sum with norm_topk_prob) times routed_scale
+    deepseek: bool = False
+    sigmoid_gating: bool = False
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    """DeepSeek's multi-head latent attention (mirrors ``ossa::MlaConfig``): kv_lora_rank == 0 when
+    the model attends as usual. The cache holds one row of qk_rope + kv_lora_rank values per token
+    and layer (the model's head_dim, one KV head)."""
+
+    q_lora_rank: int = 0  # 0: q projected directly
+    kv_lora_rank: int = 0
+    qk_nope: int = 0
+    qk_rope: int = 0
+    v_head_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -221,12 +241,14 @@ class ModelConfig:
     logit_scale: float = 0.0  # logits divided by it (Granite; 0: off)
     o_bias: bool = False  # attention output projection bias (gpt-oss)
     attn_sinks: bool = False  # a learned sink logit per head in the attention softmax (gpt-oss)
+    mla: MlaConfig = field(default_factory=MlaConfig)  # DeepSeek V2 / V3's latent attention
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         values = {f.name: d[f.name] for f in fields(cls) if f.name in d}
         values["rope_scaling"] = RopeScaling(**d["rope_scaling"])
         values["moe"] = MoeConfig(**d["moe"])
+        values["mla"] = MlaConfig(**d.get("mla", {}))
         return cls(**values)
 
 
@@ -405,6 +427,8 @@ def inspect(
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
         "selection_bias": c.moe.selection_bias,
+        "moe_routing": _routing(c.moe),
+        "mla": asdict(c.mla) if c.mla.kv_lora_rank else None,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -489,13 +513,31 @@ def _human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _routing(m: MoeConfig) -> str:
+    """DeepSeek's routing in words (empty for the other MoE models)."""
+    if not m.deepseek:
+        return ""
+    parts = ["sigmoid scores" if m.sigmoid_gating else "softmax scores"]
+    if m.selection_bias:
+        parts.append("chosen with a per-expert bias")
+    if m.n_group > 1:
+        parts.append(f"within the best {m.topk_group} of {m.n_group} groups")
+    if m.norm_topk_prob:
+        parts.append("renormalised")
+    if m.routed_scale != 1.0:
+        parts.append(f"scaled by {m.routed_scale:g}")
+    return ", ".join(parts)
+
+
 def _experts_line(info: dict[str, Any]) -> list[str]:
     if not info["n_expert"]:
         return []
     shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
     if info["swiglu_limit"]:  # gpt-oss
         shared += f", biases, softmax over the chosen, SwiGLU clamped at {info['swiglu_limit']:g}"
-    if info.get("selection_bias"):  # ERNIE 4.5 MoE
+    if info.get("moe_routing"):  # DeepSeek V2 / V3
+        shared += f"; {info['moe_routing']}"
+    elif info.get("selection_bias"):  # ERNIE 4.5 MoE
         shared += ", chosen by probability plus a per-expert bias"
     return [
         f"experts       {info['n_expert']} of {info['n_ff_expert']} rows, {info['n_expert_used']} used per "
@@ -510,6 +552,19 @@ def _shards_line(info: dict[str, Any]) -> list[str]:
     base = [os.path.basename(f) for f in files]
     names = ", ".join(base) if len(base) <= 4 else f"{base[0]}, {base[1]}, ..., {base[-1]}"
     return [f"files         split into {len(files)} shards: {names}"]
+
+
+def _mla_line(info: dict[str, Any]) -> list[str]:
+    """DeepSeek's latent attention: its ranks and head sizes (absent for every other model)."""
+    a = info.get("mla")
+    if not a:
+        return []
+    q = f"q rank {a['q_lora_rank']}" if a["q_lora_rank"] else "q projected directly"
+    return [
+        f"attention     latent (MLA): kv rank {a['kv_lora_rank']}, {q}, per head {a['qk_nope']} + "
+        f"{a['qk_rope']} rotated for q/k, {a['v_head_dim']} for v; cached {info['head_dim']} values "
+        "per token and layer"
+    ]
 
 
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
@@ -557,6 +612,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}"
         + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),
+        *_mla_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]

@@ -448,3 +448,67 @@ def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         _check_longrope(scaling, out["rope_dim"], common["head_dim"])
         out["rope_scaling"] = scaling
     return out
+
+
+def _mla(
+    common: dict[str, Any], q_lora: int, kv_lora: int, nope: int, rope: int, v: int, mscale_coef: float
+) -> dict[str, Any]:
+    """DeepSeek's latent attention into the config (twin of arch_config.cpp's mla_config): one cached
+    row of qk_rope + kv_lora_rank values per token (head_dim, one KV head), its first qk_rope rotated,
+    scores scaled by 1/sqrt(qk_nope + qk_rope) times YaRN's mscale squared."""
+    checks = (("q_lora_rank", q_lora, 0), ("kv_lora_rank", kv_lora, 1), ("qk_nope_head_dim", nope, 1),
+              ("qk_rope_head_dim", rope, 2), ("v_head_dim", v, 1))  # fmt: skip
+    for name, x, lo in checks:
+        if not lo <= x <= 65536:
+            raise ValueError(f"invalid {name} {x}")
+    if rope % 2:
+        raise ValueError(f"odd qk_rope_head_dim {rope}")
+    scaling = common.get("rope_scaling") or {}
+    mscale = 1.0
+    if scaling.get("type") == "yarn" and scaling["factor"] > 1 and mscale_coef > 0:
+        mscale = 1.0 + mscale_coef * math.log(float(np.float32(scaling["factor"])))
+    return {
+        "mla": {"q_lora_rank": q_lora, "kv_lora_rank": kv_lora, "qk_nope": nope, "qk_rope": rope,
+                "v_head_dim": v},
+        "head_dim": rope + kv_lora, "n_head_kv": 1, "rope_dim": rope,
+        "attn_scale": mscale * mscale / math.sqrt(nope + rope),
+    }  # fmt: skip
+
+
+def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek V2 / V3 from GGUF (twin of deepseek2_config_gguf): key_length_mla / value_length_mla
+    where llama.cpp's converter splits kv_b, else key_length / value_length; RoPE on interleaved pairs;
+    YaRN's cos/sin factor 1, its mscale (1 + yarn_log_multiplier * ln(factor)) on the scores."""
+    k = "deepseek2."
+    rope = md.get(k + "rope.dimension_count", 64)
+    key_mla = md.get(k + "attention.key_length_mla", 0)
+    nope = (key_mla if key_mla > 0 else md.get(k + "attention.key_length", 192)) - rope
+    v = (
+        md.get(k + "attention.value_length_mla", 0)
+        if key_mla > 0
+        else md.get(k + "attention.value_length", 128)
+    )
+    scaling = dict(common["rope_scaling"])
+    if scaling:
+        scaling["attn_factor"] = 1.0
+    out = _mla(common, md.get(k + "attention.q_lora_rank", 0), md.get(k + "attention.kv_lora_rank", 0),
+               nope, rope, v, md.get(k + "rope.scaling.yarn_log_multiplier", 0.0))  # fmt: skip
+    return {**out, "rope_style": "interleaved", "rope_scaling": scaling}
+
+
+def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """DeepseekV2Config / DeepseekV3Config (twin of deepseek2_config_hf): RoPE on interleaved pairs
+    unless rope_interleave is false (V3's flag), YaRN's mscale_all_dim on the scores."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    coef = 0.0
+    for key in ("rope_parameters", "rope_scaling"):
+        s = c.get(key)
+        if isinstance(s, dict) and coef == 0.0:
+            coef = 0.1 * float(s.get("mscale_all_dim") or 0.0)
+    out = _mla(common, get("q_lora_rank", 0), get("kv_lora_rank", 512), get("qk_nope_head_dim", 128),
+               get("qk_rope_head_dim", 64), get("v_head_dim", 128), coef)  # fmt: skip
+    return {**out, "rope_style": "neox" if c.get("rope_interleave") is False else "interleaved"}

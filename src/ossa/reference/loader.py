@@ -23,6 +23,7 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
+    "deepseek2",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
@@ -33,18 +34,20 @@ CONFIG_KEYS = (
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
+    "mla",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
+    "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -57,7 +60,8 @@ _HF_ARCHS = {
     "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
     "exaone4": "exaone4", "Exaone4ForCausalLM": "exaone4", "ernie4_5": "ernie4_5",
     "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
-    "Ernie4_5_MoeForCausalLM": "ernie4_5-moe",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
+    "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -66,7 +70,9 @@ _GGUF_LAYER = {
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight", "bo": "attn_output.bias",
-    "sinks": "attn_sinks.weight",
+    "sinks": "attn_sinks.weight", "wq_a": "attn_q_a.weight", "q_a_norm": "attn_q_a_norm.weight",
+    "wq_b": "attn_q_b.weight", "wkv_a": "attn_kv_a_mqa.weight", "kv_a_norm": "attn_kv_a_norm.weight",
+    "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -75,7 +81,11 @@ _HF_LAYER = {
     "k_norm": "self_attn.k_norm.weight", "ffn_norm": "post_attention_layernorm.weight",
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
     "wqkv": "self_attn.qkv_proj.weight", "w_gate_up": "mlp.gate_up_proj.weight",
-    "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks",
+    "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks", "wq_a": "self_attn.q_a_proj.weight",
+    "q_a_norm": "self_attn.q_a_layernorm.weight", "wq_b": "self_attn.q_b_proj.weight",
+    "wkv_a": "self_attn.kv_a_proj_with_mqa.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight",
+    "wkv_b": "self_attn.kv_b_proj.weight", "wk_b": "self_attn.k_b_proj.weight",
+    "wv_b": "self_attn.v_b_proj.weight",
 }  # fmt: skip
 
 
@@ -148,6 +158,8 @@ def _weights(
         _take(get, names, w, out, "output", cfg["n_vocab"], e)
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
+        if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
+            shapes = {"attn_norm": (1, e), **_mla_weights(cfg, get, names, name_of, i, w)}
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
         if cfg["arch"] == "phi3" and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
@@ -180,6 +192,35 @@ def _weights(
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
     return w
+
+
+def _mla_weights(
+    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, i: int, w: dict[str, np.ndarray]
+) -> dict[str, tuple[int, int]]:
+    """Layer i's latent attention (twin of loader.cpp's build_mla_weights): the per-head up-projections
+    wk_b.{h} (C x N, applied to q) and wv_b.{h} (V x C), from GGUF's attn_k_b / attn_v_b, or from the
+    fused kv_b ([H*(N+V)] x C: HF's kv_b_proj), whose K rows are transposed; returns the shapes of the
+    other tensors for ``_weights`` to take."""
+    a, e, h_n = cfg["mla"], cfg["n_embd"], cfg["n_head"]
+    n_, r_, v_, c_ = a["qk_nope"], a["qk_rope"], a["v_head_dim"], a["kv_lora_rank"]
+    p = f"layers.{i}."
+    if name_of(i, "wk_b") in names and name_of(i, "wv_b") in names:
+        _take(get, names, w, name_of(i, "wk_b"), "kb", h_n * c_, n_)
+        _take(get, names, w, name_of(i, "wv_b"), "vb", h_n * v_, c_)
+        kb, vb = w.pop("kb").reshape(h_n, c_, n_), w.pop("vb").reshape(h_n, v_, c_)
+    else:
+        _take(get, names, w, name_of(i, "wkv_b"), "kvb", h_n * (n_ + v_), c_)
+        kvb = w.pop("kvb").reshape(h_n, n_ + v_, c_)
+        kb, vb = kvb[:, :n_].transpose(0, 2, 1), kvb[:, n_:]
+    for h in range(h_n):
+        w[f"{p}wk_b.{h}"], w[f"{p}wv_b.{h}"] = np.ascontiguousarray(kb[h]), vb[h]
+    shapes = {"wkv_a": (c_ + r_, e), "kv_a_norm": (1, c_), "wo": (e, h_n * v_)}
+    if a["q_lora_rank"]:
+        ql = a["q_lora_rank"]
+        shapes.update(wq_a=(ql, e), q_a_norm=(1, ql), wq_b=(h_n * (n_ + r_), ql))
+    else:
+        shapes.update(wq=(h_n * (n_ + r_), e))
+    return shapes
 
 
 def load_weights(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -259,6 +300,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
+    if arch == "deepseek2":
+        common.update(arch_config.deepseek2_gguf(md, common))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
@@ -372,6 +415,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_hf(c))
+    if arch == "deepseek2":
+        common.update(arch_config.deepseek2_hf(c, common))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(

@@ -213,7 +213,7 @@ def split_bf16(x: np.ndarray) -> np.ndarray:
     return (hi + _bf16(x.astype(np.float32) - hi)).astype(np.float32)
 
 
-MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "wq_a", "wq_b", "wkv_a")
 
 
 def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -224,6 +224,7 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
         f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES if f"layers.{i}.{m}" in weights
     ]
     names += ["output", *moe_twin.matrix_names(config)]
+    names += [n for n in weights if ".wk_b." in n or ".wv_b." in n]  # DeepSeek's per-head matrices
     for name in names:
         out[name] = _bf16(weights[name])
     return out
@@ -334,13 +335,12 @@ def forward(
         from .gemma3 import forward_gemma3
 
         return forward_gemma3(c, w, token_ids, q8)
-    n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
+    eps = c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
         raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
     positions = np.arange(len(ids))
     inv_freq = token_inv_freq(c, positions)
-    mscale = c["rope_scaling"]["attn_factor"]
     x = embed(c, w, ids)  # (Granite scales it)
     res = np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else None  # Granite's
 
@@ -362,27 +362,12 @@ def forward(
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = pre(x, p + "attn_norm")
-        q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
-        if c["qkv_bias"]:
-            q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
-        if olmo2:
-            q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
-        q = q.reshape(len(ids), n_head, hd)
-        k = k.reshape(len(ids), n_head_kv, hd)
-        v = v.reshape(len(ids), n_head_kv, hd)
-        if c["qk_norm"] and not olmo2:
-            q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
-        window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
-        if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
-            freq, factor = (
-                (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
-            )
-            q = apply_rope(q, positions, freq, c["rope_style"], factor)
-            k = apply_rope(k, positions, freq, c["rope_style"], factor)
-        sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
-        att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
-        o = q8(att, p + "wo") @ w[p + "wo"].T
-        x = add(x, post(o + w[p + "bo"] if c["o_bias"] else o, p + "post_attn_norm"))
+        if c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
+            from .mla import mla_attention
+
+            x = x + mla_attention(c, w, i, h, positions, inv_freq, q8)
+        else:
+            x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = add(
                 x, moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
@@ -392,3 +377,42 @@ def forward(
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
     return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)
+
+
+def _attention(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    x: np.ndarray,
+    h: np.ndarray,
+    positions: np.ndarray,
+    inv_freq: np.ndarray,
+    inv_freq_local: np.ndarray | None,
+    q8: ActivationRounding,
+    add: Any,
+    post: Any,
+    olmo2: bool,
+) -> np.ndarray:
+    """x plus layer i's attention sublayer (h: x normalised for it), for every architecture but
+    DeepSeek's."""
+    n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
+    mscale, p, ids = c["rope_scaling"]["attn_factor"], f"layers.{i}.", positions
+    q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
+    if c["qkv_bias"]:
+        q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+    if olmo2:
+        q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+    q = q.reshape(len(ids), n_head, hd)
+    k = k.reshape(len(ids), n_head_kv, hd)
+    v = v.reshape(len(ids), n_head_kv, hd)
+    if c["qk_norm"] and not olmo2:
+        q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+    window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
+    if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
+        freq, factor = (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
+        q = apply_rope(q, positions, freq, c["rope_style"], factor)
+        k = apply_rope(k, positions, freq, c["rope_style"], factor)
+    sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
+    att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
+    o = q8(att, p + "wo") @ w[p + "wo"].T
+    return add(x, post(o + w[p + "bo"] if c["o_bias"] else o, p + "post_attn_norm"))  # type: ignore[no-any-return]

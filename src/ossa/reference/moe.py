@@ -27,7 +27,7 @@ import numpy as np
 
 from .quants import MXFP4_LEVELS, mxfp4_scale
 
-MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe", "ernie4_5-moe")
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe", "ernie4_5-moe", "deepseek2")
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
 
@@ -41,7 +41,9 @@ def dense_moe() -> dict[str, Any]:
 
 # The MoE keys only gpt-oss sets (a plain SwiGLU, no biases, softmax over all experts otherwise).
 _PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
-                          "selection_bias": False, "norm_min": 0.0}  # fmt: skip
+                          "selection_bias": False, "norm_min": 0.0, "deepseek": False,
+                          "sigmoid_gating": False, "n_group": 1, "topk_group": 1,
+                          "routed_scale": 1.0}  # fmt: skip
 _GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
                             "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
 # ERNIE 4.5 MoE: chosen by softmax probability + e_score_correction_bias, weighted by the probability
@@ -58,6 +60,15 @@ def _validate(moe: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"experts used per token {moe['n_expert_used']} is not within 1..{moe['n_expert']}")
     if moe["n_ff_expert"] <= 0 or moe["n_ff_shared"] < 0:
         raise ValueError("invalid expert feed-forward size")
+    n, g, tg = moe["n_expert"], moe["n_group"], moe["topk_group"]
+    if not 1 <= g <= n or n % g:
+        raise ValueError(f"expert group count {g} does not divide the {n} experts")
+    if not 1 <= tg <= g or tg * (n // g) < moe["n_expert_used"]:
+        raise ValueError(f"expert groups used {tg} of {g} leave fewer than {moe['n_expert_used']} experts")
+    if moe["sigmoid_gating"] and g > 1 and n // g < 2:
+        raise ValueError("expert groups of one expert (a group is scored by its two best)")
+    if not (moe["routed_scale"] > 0 and np.isfinite(moe["routed_scale"])):
+        raise ValueError(f"invalid routed expert scale {moe['routed_scale']}")
     return moe
 
 
@@ -69,8 +80,24 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
-    if arch != "gpt-oss" and md.get(k + "expert_gating_func", 1) not in (0, 1):
-        raise ValueError("only softmax expert gating is supported")
+    gating = md.get(k + "expert_gating_func", 1)
+    if arch != "gpt-oss" and gating not in (0, 1) and not (arch == "deepseek2" and gating == 2):
+        raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2)")
+    layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
+    if arch == "deepseek2":  # (V2 files have no gating key: softmax)
+        n_ff_expert = md.get(k + "expert_feed_forward_length", n_ff)
+        groups = md.get(k + "expert_group_count", 1) or 1
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": gating == 2, "n_expert": n_expert,
+            "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
+            "n_ff_shared": md.get(k + "expert_shared_count", 0) * n_ff_expert,
+            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", False)),
+            "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
+            "n_group": groups,
+            "topk_group": md.get(k + "expert_group_used_count", groups) if groups > 1 else 1,
+            "selection_bias": bool(layers) and f"blk.{layers[0]}.exp_probs_b.bias" in tensors,
+            "layers": layers,
+        })  # fmt: skip
     return _validate({
         **(_GPT_OSS if arch == "gpt-oss" else _ERNIE if arch == "ernie4_5-moe" else _PLAIN),
         # Granite MoE: transformers' softmax over the chosen logits (llama.cpp's over all, renormalised)
@@ -122,6 +149,31 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_ff_shared": get("moe_num_shared_experts", 0) * n_ff_expert, "norm_topk_prob": False,
             "norm_min": float(np.float32(get("moe_norm_min", 1e-12))),
             "layers": [i for i in range(n_layer) if (i + 1) % step == 0 and start <= i <= last],
+        })  # fmt: skip
+    if arch == "deepseek2":  # DeepseekV2Config / DeepseekV3Config (the Hub's keys)
+        # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc)
+        method = get("topk_method", "noaux_tc" if c.get("model_type") == "deepseek_v3" else "greedy")
+        v3 = method == "noaux_tc"
+        scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
+        if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
+            raise ValueError(f"topk_method '{method}' is not supported")
+        if scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"scoring_func '{scoring}' is not supported")
+        n_ff_expert = get("moe_intermediate_size", 0)
+        groups = get("n_group", 1) if method != "greedy" else 1
+        first, freq = get("first_k_dense_replace", 0), get("moe_layer_freq", 1)
+        if freq < 1:
+            raise ValueError("config 'moe_layer_freq' must be >= 1")
+        n_expert = get("n_routed_experts", get("num_local_experts", 0))
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": scoring == "sigmoid", "n_expert": n_expert,
+            "n_expert_used": get("num_experts_per_tok", 0), "n_ff_expert": n_ff_expert,
+            "n_ff_shared": get("n_shared_experts", 0) * n_ff_expert,
+            "norm_topk_prob": bool(get("norm_topk_prob", v3)),
+            "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
+            "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
+            "selection_bias": v3,
+            "layers": [i for i in range(n_layer) if n_expert > 0 and i >= first and i % freq == 0],
         })  # fmt: skip
     if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
         return _validate({
@@ -194,7 +246,7 @@ def gguf_layer_weights(
             ("w_down", "down", e_dim, s),
         ):
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
-        if not moe["selection_bias"]:  # (ERNIE's shared experts are added as they are: no gate)
+        if not (moe["selection_bias"] or moe["deepseek"]):  # (ERNIE's and DeepSeek's: no gate)
             w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
     if moe["selection_bias"]:
         w[c + "selection_bias"] = _shaped(_need(get, names, p + "exp_probs_b.bias"), 1, n).reshape(n)
@@ -230,7 +282,7 @@ def hf_layer_weights(
             w[f"{c}experts.{e}.{field}"] = _shaped(
                 _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
             )
-    ernie = cfg["arch"] == "ernie4_5-moe"  # shared_experts (no gate), and the selection bias
+    ernie = cfg["arch"] in ("ernie4_5-moe", "deepseek2")  # shared_experts (no gate); selection bias
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
@@ -242,7 +294,8 @@ def hf_layer_weights(
                 _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
             ).reshape(e_dim)
     if moe["selection_bias"]:
-        bias = _need(get, names, p + "moe_statics.e_score_correction_bias")
+        stat = "gate." if cfg["arch"] == "deepseek2" else "moe_statics."
+        bias = _need(get, names, p + stat + "e_score_correction_bias")
         w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)
 
 
@@ -354,6 +407,40 @@ def route_by_selection_bias(
     return chosen, (p[chosen] / max(total, np.float32(norm_min))).astype(np.float32)
 
 
+def route_deepseek(
+    moe: dict[str, Any], logits: np.ndarray, bias: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """DeepSeek V2 / V3's routing (twin of moe.cpp's route_deepseek): scores p = softmax (V2) or
+    sigmoid (V3) of the logits (float32 values); choice = p + bias where the layer has one; with
+    groups, only the experts of the topk_group best groups are eligible (a group's score: its best
+    choice for V2, the sum of its two best for V3; equal scores: the lower group); the k best eligible
+    choices (equal ones: the lower expert), weighted by p (over their float32 sum + 1e-20 with
+    norm_topk_prob) times routed_scale."""
+    if moe["sigmoid_gating"]:
+        p = (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+    else:
+        e = np.exp(logits.astype(np.float64) - logits.max())
+        p = (e / e.sum()).astype(np.float32)
+    choice = (p + bias.astype(np.float32)).astype(np.float32) if bias is not None else p.copy()
+    groups = moe["n_group"]
+    if groups > 1:
+        by_group = choice.reshape(groups, -1)
+        top2 = -np.sort(-by_group, axis=1)[:, :2]
+        score = top2.sum(axis=1, dtype=np.float32) if moe["sigmoid_gating"] else top2[:, 0]
+        kept = np.argsort(-score, kind="stable")[: moe["topk_group"]]
+        mask = np.zeros(groups, dtype=bool)
+        mask[kept] = True
+        choice = np.where(np.repeat(mask, by_group.shape[1]), choice, -np.inf).astype(np.float32)
+    chosen = np.sort(np.argsort(-choice, kind="stable")[: moe["n_expert_used"]])
+    weight = p[chosen].astype(np.float32)
+    total = np.float32(0)
+    for v in weight:  # (summed in expert order, in float32, as the C++ route)
+        total = np.float32(total + v)
+    if moe["norm_topk_prob"]:
+        weight = (weight / np.float32(total + np.float32(1e-20))).astype(np.float32)
+    return chosen, (weight * np.float32(moe["routed_scale"])).astype(np.float32)
+
+
 def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
@@ -382,7 +469,9 @@ def moe_ffn(
         logits = logits + w[c + "router_bias"]
     out = np.zeros_like(h)
     for t in range(len(h)):
-        if moe["selection_bias"]:  # ERNIE 4.5 MoE
+        if moe["deepseek"]:
+            chosen, weight = route_deepseek(moe, logits[t], w.get(c + "selection_bias"))
+        elif moe["selection_bias"]:  # ERNIE 4.5 MoE
             chosen, weight = route_by_selection_bias(
                 logits[t], w[c + "selection_bias"], moe["n_expert_used"], moe["norm_min"]
             )

@@ -1,0 +1,59 @@
+"""DeepSeek V2 / V3's multi-head latent attention in NumPy (twin of ``csrc/model/mla.cpp``).
+
+transformers decompresses every token's cached latent into each head's key and value::
+
+    q_h       = [q_nope_h | rope(q_rope_h)]                  from x (directly, or through a low rank)
+    [c, k_r]  = x @ wkv_a.T;  c = rmsnorm(c)                  one latent row per token, shared by heads
+    k_h       = [c @ wk_b[h].T ... | rope(k_r)],  v_h = c @ wv_b[h].T
+    o         = concat_h(softmax(q_h . k_h * scale) v_h) @ wo.T
+
+Because q_nope_h . (W c) = (W.T q_nope_h) . c, ossa attends in the latent space instead: every head's
+query becomes [rope(q_rope_h) | wk_b[h] q_nope_h] (wk_b[h] stored C x N, the product's matrix), every
+key and value is the one row [rope(k_r) | c], and each head's output's latent part goes through
+wv_b[h]. Same result up to rounding, an R + C row cached per token instead of H (N + R + V) values.
+The tests check this form against transformers' decompressed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .model import apply_rope, attention, rms_norm
+
+
+def mla_attention(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    inv_freq: np.ndarray,
+    rounding: Callable[[np.ndarray, str], np.ndarray],
+) -> np.ndarray:
+    """Layer i's attention output (before the residual) for normalised rows h [n, n_embd];
+    ``rounding(x, name)`` is the C++ kernels' rounding of matrix ``name``'s input."""
+    a, eps, style = c["mla"], c["rms_eps"], c["rope_style"]
+    heads, nope, rope, lat = c["n_head"], a["qk_nope"], a["qk_rope"], a["kv_lora_rank"]
+    factor, p, n = c["rope_scaling"]["attn_factor"], f"layers.{i}.", len(h)
+
+    def mm(x: np.ndarray, name: str) -> np.ndarray:
+        return (rounding(x, p + name) @ w[p + name].T).astype(np.float32)
+
+    if a["q_lora_rank"]:
+        q = mm(rms_norm(mm(h, "wq_a"), w[p + "q_a_norm"], eps), "wq_b")
+    else:
+        q = mm(h, "wq")
+    q = q.reshape(n, heads, nope + rope)
+    kv = mm(h, "wkv_a")
+    latent = rms_norm(kv[:, :lat], w[p + "kv_a_norm"], eps)
+    k_rope = apply_rope(kv[:, None, lat:], positions, inv_freq, style, factor)[:, 0]
+    q_rope = apply_rope(q[:, :, nope:], positions, inv_freq, style, factor)
+    q_latent = np.stack([mm(q[:, j, :nope], f"wk_b.{j}") for j in range(heads)], axis=1)
+    row = np.concatenate([k_rope, latent], axis=-1)[:, None, :]  # the cached row: one KV head
+    query = np.concatenate([q_rope, q_latent], axis=-1)
+    out = attention(query, row, row, scale=c["attn_scale"]).reshape(n, heads, rope + lat)
+    o = np.concatenate([mm(out[:, j, rope:], f"wv_b.{j}") for j in range(heads)], axis=-1)
+    return mm(o, "wo")
