@@ -246,6 +246,7 @@ def hf_to_gguf(
     ftype: str = "F32",
     split_experts: bool = False,
     split_max_tensors: int = 0,
+    fused_kv_b: bool = False,
 ) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
@@ -255,7 +256,9 @@ def hf_to_gguf(
     llama.cpp's 3-D ``ffn_*_exps`` tensors (``split_experts``: one 2-D tensor per expert, as older
     Mixtral conversions), routers kept F32. ``split_max_tensors`` > 0 writes a split model as llama.cpp
     does (``out-00001-of-0000N.gguf`` …, at most that many tensors a shard); the first shard's path is
-    returned.
+    returned. ``fused_kv_b`` (DeepSeek V2 / V3): the layout of llama.cpp's converter before it split
+    kv_b (one attn_kv_b tensor, key_length / value_length the heads' sizes over n_head KV heads), as
+    the DeepSeek GGUF files published before mid-2025 hold.
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -292,13 +295,13 @@ def hf_to_gguf(
     writer.add_block_count(cfg["num_hidden_layers"])
     writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
-    writer.add_head_count_kv(1 if arch == "deepseek2" else n_head_kv)
+    writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
     elif arch == "deepseek2":
-        _deepseek2_keys(writer, cfg, scaling)
+        _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
     else:
         writer.add_rope_dimension_count(head_dim)
     if arch != "deepseek2":
@@ -414,7 +417,7 @@ def hf_to_gguf(
                     -1
                 )
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
-        moe.update(_deepseek2_tensors(tensors, cfg))
+        moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -455,19 +458,24 @@ def hf_to_gguf(
     return str(writer.format_shard_names(Path(out_path))[0])
 
 
-def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any]) -> None:
+def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any], fused_kv_b: bool) -> None:
     """DeepSeek V2 / V3's keys as llama.cpp's converter writes them since it splits kv_b: the cache
     row (key_length = kv_lora_rank + qk_rope_head_dim over one KV head, value_length = kv_lora_rank),
-    the heads' sizes in key_length_mla / value_length_mla, and the experts' routing."""
+    the heads' sizes in key_length_mla / value_length_mla, and the experts' routing; with
+    ``fused_kv_b`` as it wrote them before (key_length / value_length the heads' sizes)."""
     k, rope, kv_lora = "deepseek2.", cfg["qk_rope_head_dim"], cfg["kv_lora_rank"]
     writer.add_rope_dimension_count(rope)
     if cfg.get("q_lora_rank"):
         writer.add_uint32(k + "attention.q_lora_rank", cfg["q_lora_rank"])
     writer.add_uint32(k + "attention.kv_lora_rank", kv_lora)
-    writer.add_key_length(kv_lora + rope)
-    writer.add_value_length(kv_lora)
-    writer.add_uint32(k + "attention.key_length_mla", cfg["qk_nope_head_dim"] + rope)
-    writer.add_uint32(k + "attention.value_length_mla", cfg["v_head_dim"])
+    if fused_kv_b:
+        writer.add_key_length(cfg["qk_nope_head_dim"] + rope)
+        writer.add_value_length(cfg["v_head_dim"])
+    else:
+        writer.add_key_length(kv_lora + rope)
+        writer.add_value_length(kv_lora)
+        writer.add_uint32(k + "attention.key_length_mla", cfg["qk_nope_head_dim"] + rope)
+        writer.add_uint32(k + "attention.value_length_mla", cfg["v_head_dim"])
     if scaling.get("mscale_all_dim"):
         writer.add_float32(k + "rope.scaling.yarn_log_multiplier", 0.1 * scaling["mscale_all_dim"])
     v3 = cfg["model_type"] == "deepseek_v3"
@@ -484,21 +492,39 @@ def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any]) -
         writer.add_uint32(k + "expert_group_used_count", cfg.get("topk_group") or 1)
 
 
-def _deepseek2_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+def _deepseek2_tensors(
+    tensors: dict[str, np.ndarray], cfg: dict[str, Any], fused_kv_b: bool = False
+) -> dict[str, np.ndarray]:
     """Pops DeepSeek's attention and shared-expert tensors; returns them under llama.cpp's names, kv_b
-    split per head into attn_k_b (its K rows transposed: [H, kv_lora, nope]) and attn_v_b."""
+    split per head into attn_k_b (its K rows transposed: [H, kv_lora, nope]) and attn_v_b, or kept
+    whole as attn_kv_b with ``fused_kv_b``."""
     names = {"q_a_proj": "attn_q_a", "q_a_layernorm": "attn_q_a_norm", "q_b_proj": "attn_q_b",
-             "kv_a_proj_with_mqa": "attn_kv_a_mqa", "kv_a_layernorm": "attn_kv_a_norm"}  # fmt: skip
+             "kv_a_proj_with_mqa": "attn_kv_a_mqa", "kv_a_layernorm": "attn_kv_a_norm",
+             "q_proj": "attn_q"}  # fmt: skip
     heads, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    rope, lat = cfg["qk_rope_head_dim"], cfg["kv_lora_rank"]
+    # rope_interleave false (RoPE on halves): the rotated rows reordered into llama.cpp's pairs
+    pairs = np.array([j // 2 + (j % 2) * (rope // 2) for j in range(rope)])
     out: dict[str, np.ndarray] = {}
     for i in range(cfg["num_hidden_layers"]):
         a, b = f"model.layers.{i}.self_attn.", f"blk.{i}."
         for hf, gg in names.items():
             if a + hf + ".weight" in tensors:
                 out[f"{b}{gg}.weight"] = tensors.pop(a + hf + ".weight")
-        kv_b = tensors.pop(a + "kv_b_proj.weight").reshape(heads, nope + v, -1)
-        out[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
-        out[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:])
+        if cfg.get("rope_interleave") is False:
+            q_name = b + ("attn_q_b.weight" if b + "attn_q_b.weight" in out else "attn_q.weight")
+            q = out[q_name].reshape(heads, nope + rope, -1)
+            q = np.concatenate([q[:, :nope], q[:, nope:][:, pairs]], axis=1)
+            out[q_name] = q.reshape(heads * (nope + rope), -1)
+            kv_a = out[b + "attn_kv_a_mqa.weight"]
+            out[b + "attn_kv_a_mqa.weight"] = np.concatenate([kv_a[:lat], kv_a[lat:][pairs]])
+        kv_b = tensors.pop(a + "kv_b_proj.weight")
+        if fused_kv_b:
+            out[b + "attn_kv_b.weight"] = kv_b
+        else:
+            kv_b = kv_b.reshape(heads, nope + v, -1)
+            out[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
+            out[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:])
         m = f"model.layers.{i}.mlp."
         for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
             if m + f"shared_experts.{hf}.weight" in tensors:

@@ -33,8 +33,25 @@ def mla_attention(
     inv_freq: np.ndarray,
     rounding: Callable[[np.ndarray, str], np.ndarray],
 ) -> np.ndarray:
-    """Layer i's attention output (before the residual) for normalised rows h [n, n_embd];
-    ``rounding(x, name)`` is the C++ kernels' rounding of matrix ``name``'s input."""
+    """Layer i's attention output (before the residual) for normalised rows h [n, n_embd] of one
+    sequence from position 0; ``rounding(x, name)`` is the C++ kernels' rounding of matrix ``name``'s
+    input."""
+    query, row = mla_query_and_row(c, w, i, h, positions, inv_freq, rounding)
+    out = attention(query, row[:, None, :], row[:, None, :], scale=c["attn_scale"])
+    return mla_output(c, w, i, out.reshape(len(h), c["n_head"], -1), rounding)
+
+
+def mla_query_and_row(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    inv_freq: np.ndarray,
+    rounding: Callable[[np.ndarray, str], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Layer i's queries in the latent space [n, n_head, R + C] and the rows it caches [n, R + C]
+    (the one KV head's key and value) for rows h at ``positions``."""
     a, eps, style = c["mla"], c["rms_eps"], c["rope_style"]
     heads, nope, rope, lat = c["n_head"], a["qk_nope"], a["qk_rope"], a["kv_lora_rank"]
     factor, p, n = c["rope_scaling"]["attn_factor"], f"layers.{i}.", len(h)
@@ -52,8 +69,22 @@ def mla_attention(
     k_rope = apply_rope(kv[:, None, lat:], positions, inv_freq, style, factor)[:, 0]
     q_rope = apply_rope(q[:, :, nope:], positions, inv_freq, style, factor)
     q_latent = np.stack([mm(q[:, j, :nope], f"wk_b.{j}") for j in range(heads)], axis=1)
-    row = np.concatenate([k_rope, latent], axis=-1)[:, None, :]  # the cached row: one KV head
-    query = np.concatenate([q_rope, q_latent], axis=-1)
-    out = attention(query, row, row, scale=c["attn_scale"]).reshape(n, heads, rope + lat)
-    o = np.concatenate([mm(out[:, j, rope:], f"wv_b.{j}") for j in range(heads)], axis=-1)
+    return np.concatenate([q_rope, q_latent], axis=-1), np.concatenate([k_rope, latent], axis=-1)
+
+
+def mla_output(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    out: np.ndarray,
+    rounding: Callable[[np.ndarray, str], np.ndarray],
+) -> np.ndarray:
+    """Layer i's attention output from the heads' attended rows out [n, n_head, R + C]: each head's
+    latent part through its wv_b, then wo."""
+    p, rope = f"layers.{i}.", c["mla"]["qk_rope"]
+
+    def mm(x: np.ndarray, name: str) -> np.ndarray:
+        return (rounding(x, p + name) @ w[p + name].T).astype(np.float32)
+
+    o = np.concatenate([mm(out[:, j, rope:], f"wv_b.{j}") for j in range(c["n_head"])], axis=-1)
     return mm(o, "wo")

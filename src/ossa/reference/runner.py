@@ -164,6 +164,17 @@ class ModelRunner:
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
+                x = x + _mla_paged(self, i, h, pos, global_freq, slots, seq_start, ctx_slots, q8)
+                h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+                if i in c["moe"]["layers"]:
+                    x = x + moe_twin.moe_ffn(c, w, i, h, q8)
+                else:
+                    act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
+                        q8(h, p + "w_up"), w[p + "w_up"]
+                    )
+                    x = x + _linear(q8(act, p + "w_down"), w[p + "w_down"])
+                continue
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
@@ -233,6 +244,37 @@ def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     one dot product in a fixed order, so a row's result does not depend on the batch around it, and
     a multi-threaded BLAS on few rows is slow on a busy machine (threads spin for cores)."""
     return np.einsum("ij,kj->ik", x, weight)
+
+
+def _mla_paged(
+    self: ModelRunner,
+    i: int,
+    h: np.ndarray,
+    pos: np.ndarray,
+    inv_freq: np.ndarray,
+    slots: np.ndarray,
+    seq_start: Any,
+    ctx_slots: list[np.ndarray],
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's latent attention (before the residual): the rows cached as the one KV head's key
+    and value, each sequence's queries over its context."""
+    from .mla import mla_output, mla_query_and_row
+
+    c = self.config
+    query, row = mla_query_and_row(c, self.weights, i, h, pos, inv_freq, q8)
+    self.kv[i, 0, slots] = row
+    self.kv[i, 1, slots] = row
+    out = np.empty(query.shape, dtype=np.float32)
+    for s in range(len(ctx_slots)):
+        lo, hi = seq_start[s], seq_start[s + 1]
+        if hi == lo:
+            continue
+        kc = self.kv[i, 0, ctx_slots[s]].astype(np.float32)[:, None, :]
+        out[lo:hi] = _paged_attention(query[lo:hi], kc, kc, pos[lo:hi], c["attn_scale"]).reshape(
+            hi - lo, c["n_head"], -1
+        )
+    return mla_output(c, self.weights, i, out, q8)
 
 
 def _paged_attention(
