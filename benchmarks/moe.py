@@ -11,6 +11,13 @@ them), cached under $OSSA_HOME/bench:
   `--layers` layers (default 8 of its 24), the experts in MXFP4 as released (random codes and
   exponents written directly) and the rest Q8_0; the vocabulary is the default model's (49,152, not
   gpt-oss's 201,088), so the output matrix is a smaller share of a decode step than in the real file.
+- `--arch deepseek2`: DeepSeek-V2-Lite's layer at full width (hidden 2048, 16 heads, latent attention
+  with kv rank 512 and 128 + 64 query/key dims per head, 128 for values; 64 experts of 1408 rows, 6
+  used per token by softmax, 2 shared experts; layer 0 dense with 10944 rows) for `--layers` layers
+  (default 6 of its 27), with V2 / V3's query bottleneck (rank 1536: llama.cpp reads a file without
+  q_lora_rank only at V2-Lite's 26 or 27 layers), laid out as llama.cpp's current converter writes
+  it (attn_k_b / attn_v_b), Q8_0 matrices (random int8 codes and scales written directly), norms and
+  routers F32.
 
 Prefill (128 and 512 tokens) and decode (after a 128-token prompt), same threads, best of repeated
 runs (forward.py's ossa_speed / llama_speed), each engine in its own process with its own
@@ -181,20 +188,121 @@ def build_gpt_oss(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+V2_LITE = dict(n_embd=2048, n_head=16, q_lora=1536, kv_lora=512, nope=128, rope=64, v=128, n_expert=64, n_expert_used=6,
+               n_ff_expert=1408, n_shared=2, n_ff_dense=10944)  # fmt: skip
+
+
+def build_deepseek2(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
+    """Writes the DeepSeek-V2-Lite-wide model of ``n_layer`` layers once (see the module docstring)."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s, k = V2_LITE, "deepseek2."
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "deepseek2")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, h, lat, nope, rope, v = s["n_embd"], s["n_head"], s["kv_lora"], s["nope"], s["rope"], s["v"]
+    ne, f = s["n_expert"], s["n_ff_expert"]
+    w.add_context_length(163840)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(s["n_ff_dense"])
+    w.add_head_count(h)
+    w.add_head_count_kv(1)
+    w.add_rope_dimension_count(rope)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32(k + "attention.q_lora_rank", s["q_lora"])
+    w.add_uint32(k + "attention.kv_lora_rank", lat)
+    w.add_key_length(lat + rope)
+    w.add_value_length(lat)
+    w.add_uint32(k + "attention.key_length_mla", nope + rope)
+    w.add_uint32(k + "attention.value_length_mla", v)
+    w.add_uint32(k + "leading_dense_block_count", 1)
+    w.add_expert_count(ne)
+    w.add_expert_used_count(s["n_expert_used"])
+    w.add_expert_feed_forward_length(f)
+    w.add_uint32(k + "expert_shared_count", s["n_shared"])
+    w.add_float32(k + "expert_weights_scale", 1.0)
+    w.add_bool(k + "expert_weights_norm", False)
+    w.add_uint32(k + "expert_gating_func", 1)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(7)  # MOSTLY_Q8_0
+    rng = np.random.default_rng(0)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+
+    def mat(name: str, *shape: int) -> None:
+        # Q8_0 blocks: an f16 scale (largest |weight| ~3 / sqrt(cols)), 32 int8 codes.
+        cols = shape[-1]
+        raw = rng.integers(-127, 128, size=(*shape[:-1], cols // 32, 34), dtype=np.int16).astype(np.uint8)
+        scale = np.full((*shape[:-1], cols // 32), 3 / np.sqrt(cols) / 127, dtype=np.float16)
+        raw[..., 0:2] = scale[..., None].view(np.uint8).reshape(*scale.shape, 2)
+        w.add_tensor(
+            name, raw.reshape(*shape[:-1], -1), raw_shape=(*shape[:-1], cols // 32 * 34), raw_dtype=q8
+        )
+
+    def f32(name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
+        w.add_tensor(name, (base + spread * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
+
+    mat("token_embd.weight", n_vocab, e)
+    f32("output_norm.weight", e, base=1.0)
+    mat("output.weight", n_vocab, e)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f32(p + "attn_norm.weight", e, base=1.0)
+        mat(p + "attn_q_a.weight", s["q_lora"], e)
+        f32(p + "attn_q_a_norm.weight", s["q_lora"], base=1.0)
+        mat(p + "attn_q_b.weight", h * (nope + rope), s["q_lora"])
+        mat(p + "attn_kv_a_mqa.weight", lat + rope, e)
+        f32(p + "attn_kv_a_norm.weight", lat, base=1.0)
+        mat(p + "attn_k_b.weight", h, lat, nope)
+        mat(p + "attn_v_b.weight", h, v, lat)
+        mat(p + "attn_output.weight", e, h * v)
+        f32(p + "ffn_norm.weight", e, base=1.0)
+        if i == 0:
+            mat(p + "ffn_gate.weight", s["n_ff_dense"], e)
+            mat(p + "ffn_up.weight", s["n_ff_dense"], e)
+            mat(p + "ffn_down.weight", e, s["n_ff_dense"])
+            continue
+        f32(p + "ffn_gate_inp.weight", ne, e, spread=1 / np.sqrt(e))
+        mat(p + "ffn_gate_exps.weight", ne, f, e)
+        mat(p + "ffn_up_exps.weight", ne, f, e)
+        mat(p + "ffn_down_exps.weight", ne, e, f)
+        mat(p + "ffn_gate_shexp.weight", s["n_shared"] * f, e)
+        mat(p + "ffn_up_shexp.weight", s["n_shared"] * f, e)
+        mat(p + "ffn_down_shexp.weight", e, s["n_shared"] * f)
+    return write_gguf(w, tmp, dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="Q8_0,Q4_0", help="qwen3moe: the files' types")
-    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss"], default="qwen3moe")
-    ap.add_argument("--layers", type=int, default=8, help="gpt-oss: layers of the 20b width (it has 24)")
+    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss", "deepseek2"], default="qwen3moe")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=0,
+        help="gpt-oss: layers of the 20b width (default 8 of its 24); "
+        "deepseek2: of V2-Lite's width (default 6 of its 27)",
+    )
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
     kernels = kernels_label(core)
-    if args.arch == "gpt-oss":
+    if args.arch == "deepseek2":
+        layers = args.layers or 6
+        print(f"synthetic deepseek2: {V2_LITE}, {layers} layers; threads={args.threads}")
+        name = f"deepseek-v2-lite-wide-qlora-{layers}l-Q8_0.gguf"
+        files = [("Q8_0", build_deepseek2(bench_dir() / name, layers, default))]
+    elif args.arch == "gpt-oss":
+        args.layers = args.layers or 8
         print(f"synthetic gpt-oss: {GPT_OSS}, {args.layers} layers; threads={args.threads}")
         name = f"gpt-oss-20b-wide-{args.layers}l-MXFP4.gguf"
         files = [("MXFP4", build_gpt_oss(bench_dir() / name, args.layers, default))]

@@ -40,6 +40,7 @@ ARCHS = (
     "ernie4_5_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "glm4_moe",
 )
 
 
@@ -123,6 +124,7 @@ def make_hf_model(
         "ernie4_5_moe": transformers.Ernie4_5_MoeConfig,
         "deepseek_v2": transformers.DeepseekV2Config,
         "deepseek_v3": transformers.DeepseekV3Config,
+        "glm4_moe": transformers.Glm4MoeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -247,6 +249,7 @@ def hf_to_gguf(
     split_experts: bool = False,
     split_max_tensors: int = 0,
     fused_kv_b: bool = False,
+    nextn: bool = False,
 ) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
@@ -258,7 +261,9 @@ def hf_to_gguf(
     does (``out-00001-of-0000N.gguf`` …, at most that many tensors a shard); the first shard's path is
     returned. ``fused_kv_b`` (DeepSeek V2 / V3): the layout of llama.cpp's converter before it split
     kv_b (one attn_kv_b tensor, key_length / value_length the heads' sizes over n_head KV heads), as
-    the DeepSeek GGUF files published before mid-2025 hold.
+    the DeepSeek GGUF files published before mid-2025 hold. ``nextn`` (GLM-4.5): a copy of the last
+    layer appended as llama.cpp's converter appends the multi-token-prediction layer (block_count
+    one more, ``nextn_predict_layers`` 1, its ``nextn.*`` tensors), which a reader must skip.
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -273,7 +278,7 @@ def hf_to_gguf(
         "granite": "granite", "gemma": "gemma", "gpt_oss": "gpt-oss", "granitemoe": "granitemoe",
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
-        "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2",
+        "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -292,7 +297,7 @@ def hf_to_gguf(
     writer.add_name(f"tiny-{model_type}")
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(n_embd)
-    writer.add_block_count(cfg["num_hidden_layers"])
+    writer.add_block_count(cfg["num_hidden_layers"] + int(nextn))
     writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
     writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
@@ -300,6 +305,9 @@ def hf_to_gguf(
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    elif arch == "glm4moe":
+        writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
+        _glm4moe_keys(writer, cfg, nextn)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
     else:
@@ -418,6 +426,8 @@ def hf_to_gguf(
                 )
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
+    if arch == "glm4moe":  # shared experts and the selection bias
+        moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -429,6 +439,12 @@ def hf_to_gguf(
             )
             moe[f"blk.{i}.ffn_down_exps.weight"] = tensors.pop(p + "output_linear.weight")
     named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
+    if nextn:  # llama.cpp's MTP block: the last layer's tensors again, and its own nextn.* ones
+        last, mtp = f"blk.{cfg['num_hidden_layers'] - 1}.", f"blk.{cfg['num_hidden_layers']}."
+        named.update({mtp + n[len(last) :]: w for n, w in list(named.items()) if n.startswith(last)})
+        named[mtp + "nextn.eh_proj.weight"] = np.ones((n_embd, 2 * n_embd), np.float32)
+        for norm in ("enorm", "hnorm", "shared_head_norm"):
+            named[f"{mtp}nextn.{norm}.weight"] = np.ones(n_embd, np.float32)
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
@@ -526,6 +542,38 @@ def _deepseek2_tensors(
             out[b + "attn_k_b.weight"] = np.ascontiguousarray(kv_b[:, :nope].transpose(0, 2, 1))
             out[b + "attn_v_b.weight"] = np.ascontiguousarray(kv_b[:, nope:])
         m = f"model.layers.{i}.mlp."
+        for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+            if m + f"shared_experts.{hf}.weight" in tensors:
+                out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(m + f"shared_experts.{hf}.weight")
+        if m + "gate.e_score_correction_bias" in tensors:
+            out[b + "exp_probs_b.bias"] = tensors.pop(m + "gate.e_score_correction_bias").reshape(-1)
+    return out
+
+
+def _glm4moe_keys(writer: Any, cfg: dict[str, Any], nextn: bool) -> None:
+    """GLM-4.5's expert keys as llama.cpp's converter writes them (DeepSeek V3's routing: sigmoid
+    scores, a selection bias, renormalised, scaled), and nextn_predict_layers."""
+    k = "glm4moe."
+    writer.add_uint32(k + "leading_dense_block_count", cfg.get("first_k_dense_replace") or 0)
+    writer.add_expert_count(cfg["n_routed_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    writer.add_uint32(k + "expert_shared_count", cfg.get("n_shared_experts") or 0)
+    writer.add_float32(k + "expert_weights_scale", float(cfg.get("routed_scaling_factor") or 1.0))
+    writer.add_bool(k + "expert_weights_norm", bool(cfg.get("norm_topk_prob")))
+    writer.add_uint32(k + "expert_gating_func", 2)
+    if (cfg.get("n_group") or 1) > 1:
+        writer.add_uint32(k + "expert_group_count", cfg["n_group"])
+        writer.add_uint32(k + "expert_group_used_count", cfg["topk_group"])
+    writer.add_uint32(k + "nextn_predict_layers", int(nextn))
+
+
+def _shared_experts_and_bias(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
+    """Pops the shared_experts.* and gate.e_score_correction_bias tensors (DeepSeek V3's names, which
+    GLM-4.5 keeps); returns them under llama.cpp's names."""
+    out: dict[str, np.ndarray] = {}
+    for i in range(n_layer):
+        m, b = f"model.layers.{i}.mlp.", f"blk.{i}."
         for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
             if m + f"shared_experts.{hf}.weight" in tensors:
                 out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(m + f"shared_experts.{hf}.weight")

@@ -580,6 +580,31 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
              g.get_float(k + "rope.scaling.yarn_log_multiplier", 0.0), where);
 }
 
+void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".";
+  c.rope_style = RopeStyle::Neox;
+  c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
+                            k + "rope.dimension_count");
+  const int64_t nextn = g.get_int(k + "nextn_predict_layers", 0);
+  if (nextn < 0 || nextn >= c.n_layer)
+    throw ModelError("invalid " + k + "nextn_predict_layers " + std::to_string(nextn) + " in '" +
+                     path + "'");
+  c.n_layer -= static_cast<int>(nextn);
+}
+
+void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+  const std::string& path = cfg.path;
+  c.rope_style = RopeStyle::Neox;
+  double partial = cfg.number("partial_rotary_factor", 0.5);
+  if (rope != nullptr && rope->is_object())
+    partial = Json{*rope, path}.number("partial_rotary_factor", partial);
+  if (!(partial > 0.0 && partial <= 1.0))
+    throw ModelError("invalid partial_rotary_factor in '" + path + "'");
+  c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, "'" + path + "'");
+  c.qkv_bias = cfg.boolean("attention_bias", false);
+  c.qk_norm = cfg.boolean("use_qk_norm", false);
+}
+
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   const JsonValue* q_lora = cfg.get("q_lora_rank");

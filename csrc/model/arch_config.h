@@ -113,4 +113,12 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
 // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_interleave, YaRN's mscale_all_dim).
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c);
 
+// GLM-4.5 / 4.6 (glm4moe) from GGUF: NeoX RoPE on the first rope.dimension_count dimensions of a
+// head (half of them in the releases); the last nextn_predict_layers blocks of llama.cpp's files
+// hold the multi-token-prediction layer, which is not run (n_layer excludes them).
+void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+// ... and from a folder: partial_rotary_factor (top-level or in rope_parameters; Glm4MoeConfig's
+// default 0.5), biased q / k / v (attention_bias), per-head q / k norms (use_qk_norm).
+void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
+
 }  // namespace ossa

@@ -199,9 +199,9 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",  "qwen2",   "qwen3",    "mistral",      "qwen3moe", "qwen2moe",   "gemma",
-    "gemma2", "gemma3",  "phi3",     "smollm3",      "granite",  "granitemoe", "gpt-oss",
-    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2"};
+    "llama",  "qwen2",   "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
+    "gemma2", "gemma3",  "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
+    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -211,7 +211,7 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -433,7 +433,8 @@ void load_gguf(Model& m, Storage& st) {
   if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
-  if (arch != "phi3" && !mla && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+  if (arch != "phi3" && arch != "glm4moe" && !mla &&
+      g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
   const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
@@ -492,6 +493,10 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
+  if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
+    glm4moe_config_gguf(*g, c, m.path);
+    c.qk_norm = b.has("blk.0.attn_q_norm.weight");
+  }
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -766,7 +771,9 @@ void load_hf(Model& m, Storage& st) {
       {"deepseek_v2", "deepseek2"},
       {"DeepseekV2ForCausalLM", "deepseek2"},
       {"deepseek_v3", "deepseek2"},
-      {"DeepseekV3ForCausalLM", "deepseek2"}};
+      {"DeepseekV3ForCausalLM", "deepseek2"},
+      {"glm4_moe", "glm4moe"},
+      {"Glm4MoeForCausalLM", "glm4moe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -793,7 +800,7 @@ void load_hf(Model& m, Storage& st) {
   c.n_ctx_train = static_cast<int>(
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (c.arch != "phi3" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
+  if (c.arch != "phi3" && c.arch != "glm4moe" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -853,13 +860,15 @@ void load_hf(Model& m, Storage& st) {
     window_config_hf(cfg, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
-  if (c.arch != "qwen2" && c.arch != "qwen2moe" && !gpt_oss && cfg.boolean("attention_bias", false))
+  if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && !gpt_oss &&
+      cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4";
-  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);      // window, NoPE global layers
-  if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);  // latent attention
+  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);          // window, NoPE global layers
+  if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
+  if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);

@@ -220,7 +220,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
-       c.arch == "granitemoe" || c.arch == "ernie4_5-moe") &&
+       c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -249,18 +249,19 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.selection_bias = true;
     m.norm_min = 1e-12f;
   }
-  const int64_t gating = g.get_int(k + "expert_gating_func", 1);
-  const bool deepseek = c.arch == "deepseek2";
+  // (GLM-4.5's routing is DeepSeek V3's: sigmoid scores unless the file says otherwise)
+  const bool glm = c.arch == "glm4moe", deepseek = c.arch == "deepseek2" || glm;
+  const int64_t gating = g.get_int(k + "expert_gating_func", glm ? 2 : 1);
   if (c.arch != "gpt-oss" && gating != 0 && gating != 1 && !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
-                     "' is not supported (softmax, and sigmoid for deepseek2)");
+                     "' is not supported (softmax, and sigmoid for deepseek2 and glm4moe)");
   for (int i = 0; i < c.n_layer; ++i)
     if (has("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) m.layers.push_back(i);
   if (deepseek) {  // what llama.cpp's converter writes (V2 files: no gating key, softmax)
     m.deepseek = true;
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
-    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", false);
+    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm);
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
     m.sigmoid_gating = gating == 2;
     m.n_group = static_cast<int>(
@@ -276,7 +277,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
-      c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2")
+      c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
+      c.arch != "glm4moe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -333,12 +335,14 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const int64_t last = end < 0 ? c.n_layer - 1 : end;
     for (int i = 0; i < c.n_layer; ++i)
       if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
-  } else if (c.arch == "deepseek2") {  // DeepseekV2Config / DeepseekV3Config (the Hub's keys)
+  } else if (c.arch == "deepseek2" || c.arch == "glm4moe") {
+    // DeepseekV2Config / DeepseekV3Config (the Hub's keys); Glm4MoeConfig routes as V3 does.
     // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
     // topk_method; the Hub's V3 files say noaux_tc)
     const JsonValue* type_v = cfg.get("model_type");
+    const bool glm = c.arch == "glm4moe";
     const bool v3_type =
-        type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3";
+        glm || (type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3");
     const JsonValue* method_v = cfg.get("topk_method");
     const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
                                : v3_type                                    ? "noaux_tc"
@@ -366,7 +370,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       m.n_group = static_cast<int>(integer("n_group", 1));
       m.topk_group = static_cast<int>(integer("topk_group", m.n_group));
     }
-    const int64_t first = integer("first_k_dense_replace", 0), freq = integer("moe_layer_freq", 1);
+    const int64_t first = integer("first_k_dense_replace", glm ? 1 : 0),
+                  freq = integer("moe_layer_freq", 1);
     if (freq < 1) throw ModelError("config 'moe_layer_freq' in '" + path + "' must be >= 1");
     if (m.n_expert > 0)
       for (int i = 0; i < c.n_layer; ++i)
@@ -462,7 +467,8 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
-      if (c.arch != "ernie4_5-moe" && c.arch != "deepseek2")  // (added as they are)
+      if (c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
+          c.arch != "glm4moe")  // (added as they are)
         out.shared_gate_inp =
             src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
     }
@@ -484,7 +490,8 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   const bool mixtral = c.arch == "mixtral",
-             ernie = c.arch == "ernie4_5-moe" || c.arch == "deepseek2";  // (shared_experts.)
+             ernie = c.arch == "ernie4_5-moe" || c.arch == "deepseek2" ||
+                     c.arch == "glm4moe";  // (shared_experts.)
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
   for (int64_t e = 0; e < n; ++e) {
@@ -507,8 +514,8 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
   }
   if (m.selection_bias)
     out.selection_bias =
-        src.take(p + (c.arch == "deepseek2" ? "gate.e_score_correction_bias"
-                                            : "moe_statics.e_score_correction_bias"),
+        src.take(p + (c.arch != "ernie4_5-moe" ? "gate.e_score_correction_bias"
+                                               : "moe_statics.e_score_correction_bias"),
                  canon + "selection_bias", 1, n);
 }
 

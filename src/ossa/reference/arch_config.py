@@ -475,6 +475,31 @@ def _mla(
     }  # fmt: skip
 
 
+def glm4moe_gguf(md: dict[str, Any], common: dict[str, Any], names: set[Any]) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 from GGUF (twin of glm4moe_config_gguf): NeoX RoPE on rope.dimension_count
+    dimensions; the last nextn_predict_layers blocks (the multi-token-prediction layer) are not run;
+    q / k norms where the file has them."""
+    k = "glm4moe."
+    nextn = md.get(k + "nextn_predict_layers", 0)
+    if not 0 <= nextn < common["n_layer"]:
+        raise ValueError(f"invalid {k}nextn_predict_layers {nextn}")
+    dims = md.get(k + "rope.dimension_count", common["head_dim"])
+    return {"rope_style": "neox", "rope_dim": _rotated(dims, common["head_dim"]),
+            "n_layer": common["n_layer"] - nextn, "qk_norm": "blk.0.attn_q_norm.weight" in names}  # fmt: skip
+
+
+def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 from a config.json (twin of glm4moe_config_hf): partial_rotary_factor (in
+    rope_parameters or top-level; Glm4MoeConfig's default 0.5), attention_bias, use_qk_norm."""
+    params = c.get("rope_parameters") or {}
+    top = c.get("partial_rotary_factor")
+    partial = params.get("partial_rotary_factor", 0.5 if top is None else top)
+    if not 0 < partial <= 1:
+        raise ValueError("invalid partial_rotary_factor")
+    return {"rope_style": "neox", "rope_dim": _rotated(int(common["head_dim"] * partial), common["head_dim"]),
+            "qkv_bias": bool(c.get("attention_bias")), "qk_norm": bool(c.get("use_qk_norm"))}  # fmt: skip
+
+
 def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """DeepSeek V2 / V3 from GGUF (twin of deepseek2_config_gguf): key_length_mla / value_length_mla
     where llama.cpp's converter splits kv_b, else key_length / value_length; RoPE on interleaved pairs;

@@ -23,7 +23,7 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2",
+    "deepseek2", "glm4moe",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
@@ -47,7 +47,7 @@ _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -62,6 +62,7 @@ _HF_ARCHS = {
     "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
+    "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -302,6 +303,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
+    if arch == "glm4moe":
+        common.update(arch_config.glm4moe_gguf(md, common, names))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
@@ -376,7 +379,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    if arch != "phi3" and get("partial_rotary_factor", 1.0) != 1.0:
+    if arch not in ("phi3", "glm4moe") and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
     common = dict(
@@ -417,6 +420,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granite_hf(c))
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_hf(c, common))
+    if arch == "glm4moe":
+        common.update(arch_config.glm4moe_hf(c, common))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(

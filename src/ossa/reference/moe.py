@@ -27,7 +27,16 @@ import numpy as np
 
 from .quants import MXFP4_LEVELS, mxfp4_scale
 
-MOE_ARCHS = ("qwen3moe", "qwen2moe", "mixtral", "gpt-oss", "granitemoe", "ernie4_5-moe", "deepseek2")
+MOE_ARCHS = (
+    "qwen3moe",
+    "qwen2moe",
+    "mixtral",
+    "gpt-oss",
+    "granitemoe",
+    "ernie4_5-moe",
+    "deepseek2",
+    "glm4moe",
+)
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
 
@@ -76,22 +85,24 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe") and n_expert == 0:
+    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe", "glm4moe") and n_expert == 0:
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
-    gating = md.get(k + "expert_gating_func", 1)
-    if arch != "gpt-oss" and gating not in (0, 1) and not (arch == "deepseek2" and gating == 2):
-        raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2)")
+    glm = arch == "glm4moe"  # (GLM-4.5 routes as DeepSeek V3: sigmoid unless the file says otherwise)
+    gating = md.get(k + "expert_gating_func", 2 if glm else 1)
+    deepseek = arch == "deepseek2" or glm
+    if arch != "gpt-oss" and gating not in (0, 1) and not (deepseek and gating == 2):
+        raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
-    if arch == "deepseek2":  # (V2 files have no gating key: softmax)
+    if deepseek:  # (V2 files have no gating key: softmax)
         n_ff_expert = md.get(k + "expert_feed_forward_length", n_ff)
         groups = md.get(k + "expert_group_count", 1) or 1
         return _validate({
             **_PLAIN, "deepseek": True, "sigmoid_gating": gating == 2, "n_expert": n_expert,
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": md.get(k + "expert_shared_count", 0) * n_ff_expert,
-            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", False)),
+            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm)),
             "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
             "n_group": groups,
             "topk_group": md.get(k + "expert_group_used_count", groups) if groups > 1 else 1,
@@ -150,9 +161,11 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "norm_min": float(np.float32(get("moe_norm_min", 1e-12))),
             "layers": [i for i in range(n_layer) if (i + 1) % step == 0 and start <= i <= last],
         })  # fmt: skip
-    if arch == "deepseek2":  # DeepseekV2Config / DeepseekV3Config (the Hub's keys)
-        # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc)
-        method = get("topk_method", "noaux_tc" if c.get("model_type") == "deepseek_v3" else "greedy")
+    if arch in ("deepseek2", "glm4moe"):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig
+        # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
+        glm = arch == "glm4moe"
+        v3_type = glm or c.get("model_type") == "deepseek_v3"
+        method = get("topk_method", "noaux_tc" if v3_type else "greedy")
         v3 = method == "noaux_tc"
         scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
         if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
@@ -161,7 +174,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             raise ValueError(f"scoring_func '{scoring}' is not supported")
         n_ff_expert = get("moe_intermediate_size", 0)
         groups = get("n_group", 1) if method != "greedy" else 1
-        first, freq = get("first_k_dense_replace", 0), get("moe_layer_freq", 1)
+        first, freq = get("first_k_dense_replace", 1 if glm else 0), get("moe_layer_freq", 1)
         if freq < 1:
             raise ValueError("config 'moe_layer_freq' must be >= 1")
         n_expert = get("n_routed_experts", get("num_local_experts", 0))
@@ -246,7 +259,7 @@ def gguf_layer_weights(
             ("w_down", "down", e_dim, s),
         ):
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
-        if not (moe["selection_bias"] or moe["deepseek"]):  # (ERNIE's and DeepSeek's: no gate)
+        if not (moe["selection_bias"] or moe["deepseek"]):  # (ERNIE's, DeepSeek's, GLM's: no gate)
             w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
     if moe["selection_bias"]:
         w[c + "selection_bias"] = _shaped(_need(get, names, p + "exp_probs_b.bias"), 1, n).reshape(n)
@@ -282,7 +295,11 @@ def hf_layer_weights(
             w[f"{c}experts.{e}.{field}"] = _shaped(
                 _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
             )
-    ernie = cfg["arch"] in ("ernie4_5-moe", "deepseek2")  # shared_experts (no gate); selection bias
+    ernie = cfg["arch"] in (
+        "ernie4_5-moe",
+        "deepseek2",
+        "glm4moe",
+    )  # shared_experts (no gate); selection bias
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
@@ -294,7 +311,7 @@ def hf_layer_weights(
                 _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
             ).reshape(e_dim)
     if moe["selection_bias"]:
-        stat = "gate." if cfg["arch"] == "deepseek2" else "moe_statics."
+        stat = "moe_statics." if cfg["arch"] == "ernie4_5-moe" else "gate."
         bias = _need(get, names, p + stat + "e_score_correction_bias")
         w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)
 

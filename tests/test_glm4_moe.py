@@ -1,0 +1,191 @@
+"""GLM-4.5 / 4.6 (``glm4moe`` GGUF files, Glm4MoeForCausalLM folders) against Hugging Face transformers
+(torch CPU, float32) and the NumPy twin, on tiny random models built by transformers, from safetensors
+folders and from GGUF files laid out as llama.cpp's converter writes them.
+
+GLM-4.5 is the Llama forward pass with grouped-query attention whose q / k / v carry biases
+(``attention_bias``), optional per-head q / k RMSNorms (``use_qk_norm``: GLM-4.5 and 4.6 yes, Air
+no), NeoX RoPE on the first half of each head (``partial_rotary_factor`` 0.5), and DeepSeek V3's
+experts (sigmoid scores plus a selection bias, optional groups, renormalised, scaled; shared experts;
+leading dense layers: ``route_deepseek``). llama.cpp's files append the multi-token-prediction layer
+as one more block (``nextn_predict_layers``); ossa skips it, as llama.cpp does, and the folders'
+extra layer is never read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_invariance import check_invariance
+from test_deepseek import AMX_TWIN_TOL, TYPICAL, err
+from test_more_archs import both_refuse, copy_with, moved_as_twin_predicts
+from tiny_models import (
+    HF_TOL,
+    N_TOKENS,
+    TWIN_TOL,
+    build_hf_cases,
+    case_file,
+    check_chunked_prefill,
+    greedy,
+    hf_greedy,
+    hf_to_gguf,
+)
+
+from ossa import models
+from ossa._native import core
+from ossa.reference import loader as ref_loader
+from ossa.reference import model as ref_model
+
+ALL = ["safetensors", "F32", "F16", "Q8_0"]
+# name -> transformers config of the tiny model
+CASES: dict[str, dict[str, Any]] = {
+    # GLM-4.5's layout: q / k norms, q / k / v biases, RoPE on half of each head (12 of 24), GQA 2,
+    # layer 0 dense, 8 experts top 2 plus a shared one, renormalised and scaled by 2.5.
+    "glm4.5": dict(
+        arch="glm4_moe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=24,
+        intermediate_size=96, vocab_size=150, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        moe_intermediate_size=32, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        attention_bias=True, use_qk_norm=True,
+    ),
+    # GLM-4.5-Air's: no q / k norms; odd sizes, MHA, two shared experts, tied embeddings.
+    "glm4.5-air": dict(
+        arch="glm4_moe", hidden_size=48, num_layers=3, num_heads=3, num_kv_heads=3, head_dim=20,
+        intermediate_size=80, vocab_size=130, n_routed_experts=6, n_shared_experts=2, num_experts_per_tok=3,
+        moe_intermediate_size=16, first_k_dense_replace=1, routed_scaling_factor=1.0, norm_topk_prob=True,
+        attention_bias=True, use_qk_norm=False, tie=True,
+    ),
+    # Groups (the best 1 of 2), not renormalised, no biases, every layer sparse, RoPE on 3/4 of a head.
+    "glm-groups": dict(
+        arch="glm4_moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=1, head_dim=16,
+        intermediate_size=96, vocab_size=140, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        moe_intermediate_size=24, first_k_dense_replace=0, n_group=2, topk_group=1, norm_topk_prob=False,
+        routed_scaling_factor=1.5, attention_bias=False, use_qk_norm=True,
+        rope_scaling={"partial_rotary_factor": 0.75},
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    """name -> (HF folder, HF float32 logits, token ids)."""
+    return build_hf_cases(tmp_path_factory.mktemp("glm4moe"), CASES, seed=190, n_tokens=N_TOKENS)
+
+
+@pytest.mark.parametrize("name, fmt", [(n, f) for n in CASES for f in ALL])
+def test_logits_match_hf_and_twin(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
+    _, hf, ids = hf_models[name]
+    model = core.load_model(path)
+    got = core.model_logits(model, ids)
+    config, weights = ref_loader.load_weights(path)
+    assert config == model.config  # the twin reads the same hyper-parameters
+    twin = ref_model.forward(config, weights, ids)
+    if fmt in ("F16", "Q8_0"):  # (rounded weights switch an expert now and then)
+        per_token = np.max(np.abs(got - hf), axis=1) / float(np.max(np.abs(hf)))
+        assert np.mean(per_token < HF_TOL[fmt]) >= TYPICAL, per_token
+        assert err(got, twin, hf) < (AMX_TWIN_TOL if model.uses_amx else TWIN_TOL)
+        exact = core.load_model(path, amx=False)
+        assert err(core.model_logits(exact, ids), twin, hf) < TWIN_TOL
+    else:
+        assert err(got, hf, hf) < HF_TOL[fmt]
+        assert err(got, twin, hf) < TWIN_TOL
+        assert err(twin, hf, hf) < HF_TOL[fmt]
+    kw, c = CASES[name], model.config
+    partial = (kw.get("rope_scaling") or {}).get("partial_rotary_factor", 0.5)
+    assert c["rope_dim"] == int(kw["head_dim"] * partial) and c["rope_style"] == "neox"
+    assert (c["qkv_bias"], c["qk_norm"]) == (kw["attention_bias"], kw["use_qk_norm"])
+    assert c["moe"]["deepseek"] and c["moe"]["sigmoid_gating"] and c["moe"]["selection_bias"]
+    assert c["moe"]["layers"] == list(range(kw["first_k_dense_replace"], kw["num_layers"]))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> None:
+    """Chunks of 1, 5 and 40 tokens through the paged runner: bitwise equal, equal to HF and to the
+    twin's runner; 30 greedy tokens equal to transformers' generate."""
+    path, hf_logits, ids = hf_models[name]
+    check_chunked_prefill(path, ids, hf_logits)
+    assert greedy(core.load_model(path), ids[:10], 30, block=4) == hf_greedy(path, ids[:10], 30)
+
+
+@pytest.mark.parametrize("name, fmt", [("glm4.5", "Q8_0"), ("glm-groups", "safetensors")])
+def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
+    """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; inspect
+    describes the model."""
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
+    check_invariance(core.load_model(path), CASES[name]["vocab_size"], seed=len(name))
+    text = models.format_inspect(models.inspect(path))
+    assert "architecture  glm4moe" in text
+    if name == "glm4.5":
+        assert "rotated=12/24" in text
+        assert (
+            "experts       8 of 32 rows, 2 used per token, in 2 of 3 layers, a shared expert of 32; "
+            "sigmoid scores, chosen with a per-expert bias, renormalised, scaled by 2.5"
+        ) in text
+
+
+def test_mtp_layer_skipped(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """llama.cpp's files carry the multi-token-prediction layer as an extra block: the file runs
+    bitwise as one without it (and the twin reads it alike); a folder's extra layer (the Hub's
+    model.layers.N.*, N = num_hidden_layers) is not read; a count that leaves no layer is refused."""
+    src, hf, ids = hf_models["glm4.5"]
+    plain = core.load_model(hf_to_gguf(src, tmp_path / "plain.gguf", "F32"))
+    path = hf_to_gguf(src, tmp_path / "mtp.gguf", "F32", nextn=True)
+    with_mtp = core.load_model(path)
+    assert with_mtp.config == plain.config and with_mtp.config["n_layer"] == 3
+    np.testing.assert_array_equal(core.model_logits(with_mtp, ids), core.model_logits(plain, ids))
+    config, weights = ref_loader.load_weights(path)
+    assert config == with_mtp.config
+    assert err(ref_model.forward(config, weights, ids), hf, hf) < HF_TOL["F32"]
+    from safetensors.numpy import load_file, save_file
+
+    folder = copy_with(src, tmp_path / "mtp-folder", num_nextn_predict_layers=1)
+    stored = load_file(str(Path(folder) / "model.safetensors"))
+    for name in [n for n in stored if n.startswith("model.layers.2.")]:  # (the last layer, doubled)
+        stored["model.layers.3." + name[len("model.layers.2.") :]] = stored[name] * 2
+    save_file(stored, str(Path(folder) / "model.safetensors"), metadata={"format": "pt"})
+    np.testing.assert_array_equal(
+        core.model_logits(core.load_model(folder), ids), core.model_logits(core.load_model(src), ids)
+    )
+    bad = tmp_path / "bad.gguf"
+    _rewrite_key(path, bad, "glm4moe.nextn_predict_layers", 4)
+    both_refuse(str(bad), "nextn_predict_layers", "nextn_predict_layers")
+
+
+def _rewrite_key(src: str, dst: Path, key: str, value: int) -> None:
+    import gguf
+    from tiny_models import _copy_metadata
+
+    reader = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    _copy_metadata(reader, w, skip=(key,))
+    w.add_uint32(key, value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_features_matter_and_bad_configs(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """The q / k / v biases, the q / k norms, the selection bias, the shared expert and the rotated
+    fraction are each read and applied (changing one moves the logits as the twin predicts); a
+    rotated fraction that gives an odd count is refused by name."""
+    src, _, ids = hf_models["glm4.5"]
+    want = core.model_logits(core.load_model(src), ids)
+    changes = {
+        "bias": {"model.layers.0.self_attn.k_proj.bias": lambda b: b + 0.5},
+        "qnorm": {"model.layers.1.self_attn.q_norm.weight": lambda w: w[::-1].copy()},
+        "selection": {"model.layers.2.mlp.gate.e_score_correction_bias": lambda b: b[::-1].copy()},
+        "shared": {"model.layers.1.mlp.shared_experts.up_proj.weight": lambda w: w * 2},
+    }
+    for name, change in changes.items():
+        moved_as_twin_predicts(copy_with(src, tmp_path / name, change), ids, want)
+    rope = {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 1.0}
+    moved_as_twin_predicts(copy_with(src, tmp_path / "full", rope_parameters=rope), ids, want)
+    odd = dict(rope, partial_rotary_factor=0.375)  # 9 of 24 dimensions
+    both_refuse(copy_with(src, tmp_path / "odd", rope_parameters=odd), "rotated dimensions 9", "rotated")
