@@ -188,8 +188,8 @@ def build_gpt_oss(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
-V2_LITE = dict(n_embd=2048, n_head=16, q_lora=1536, kv_lora=512, nope=128, rope=64, v=128, n_expert=64, n_expert_used=6,
-               n_ff_expert=1408, n_shared=2, n_ff_dense=10944)  # fmt: skip
+V2_LITE = dict(n_embd=2048, n_head=16, q_lora=1536, kv_lora=512, nope=128, rope=64, v=128, n_expert=64,
+               n_expert_used=6, n_ff_expert=1408, n_shared=2, n_ff_dense=10944)  # fmt: skip
 
 
 def build_deepseek2(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:

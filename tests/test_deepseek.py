@@ -107,12 +107,11 @@ def err(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> float:
     return float(np.max(np.abs(a - b))) / float(np.max(np.abs(scale)))
 
 
-@pytest.mark.parametrize("name, fmt", [(n, f) for n in CASES for f in ALL])
-def test_logits_match_hf_and_twin(
-    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    path = case_file(hf_models, name, fmt, tmp_path_factory)
-    _, hf, ids = hf_models[name]
+def check_moe_logits(path: str, fmt: str, hf: np.ndarray, ids: list[int]) -> Any:
+    """ossa and the twin against transformers' logits ``hf`` for an MoE model file: from a folder and
+    F32 files on every token, from F16 / Q8_0 files (rounded weights switch an expert now and then)
+    on most tokens; ossa against the twin on every token (with the f32 kernels to TWIN_TOL, with the
+    AMX kernels to AMX_TWIN_TOL). Returns the loaded ``core.Model``."""
     model = core.load_model(path)
     got = core.model_logits(model, ids)
     config, weights = ref_loader.load_weights(path)
@@ -129,6 +128,16 @@ def test_logits_match_hf_and_twin(
         assert err(got, twin, hf) < TWIN_TOL
         if fmt in ("safetensors", "F32"):
             assert err(twin, hf, hf) < HF_TOL[fmt]
+    return model
+
+
+@pytest.mark.parametrize("name, fmt", [(n, f) for n in CASES for f in ALL])
+def test_logits_match_hf_and_twin(
+    hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = case_file(hf_models, name, fmt, tmp_path_factory)
+    _, hf, ids = hf_models[name]
+    model = check_moe_logits(path, fmt, hf, ids)
     mla = model.config["mla"]
     kw = CASES[name]
     assert (mla["kv_lora_rank"], mla["qk_nope"], mla["qk_rope"], mla["v_head_dim"]) == (

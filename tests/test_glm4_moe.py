@@ -19,12 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from test_deepseek import AMX_TWIN_TOL, TYPICAL, err
+from test_deepseek import check_moe_logits, err
 from test_more_archs import both_refuse, copy_with, moved_as_twin_predicts
 from tiny_models import (
     HF_TOL,
     N_TOKENS,
-    TWIN_TOL,
     build_hf_cases,
     case_file,
     check_chunked_prefill,
@@ -79,21 +78,7 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf, ids = hf_models[name]
-    model = core.load_model(path)
-    got = core.model_logits(model, ids)
-    config, weights = ref_loader.load_weights(path)
-    assert config == model.config  # the twin reads the same hyper-parameters
-    twin = ref_model.forward(config, weights, ids)
-    if fmt in ("F16", "Q8_0"):  # (rounded weights switch an expert now and then)
-        per_token = np.max(np.abs(got - hf), axis=1) / float(np.max(np.abs(hf)))
-        assert np.mean(per_token < HF_TOL[fmt]) >= TYPICAL, per_token
-        assert err(got, twin, hf) < (AMX_TWIN_TOL if model.uses_amx else TWIN_TOL)
-        exact = core.load_model(path, amx=False)
-        assert err(core.model_logits(exact, ids), twin, hf) < TWIN_TOL
-    else:
-        assert err(got, hf, hf) < HF_TOL[fmt]
-        assert err(got, twin, hf) < TWIN_TOL
-        assert err(twin, hf, hf) < HF_TOL[fmt]
+    model = check_moe_logits(path, fmt, hf, ids)
     kw, c = CASES[name], model.config
     partial = (kw.get("rope_scaling") or {}).get("partial_rotary_factor", 0.5)
     assert c["rope_dim"] == int(kw["head_dim"] * partial) and c["rope_style"] == "neox"

@@ -41,6 +41,7 @@ ARCHS = (
     "deepseek_v2",
     "deepseek_v3",
     "glm4_moe",
+    "olmoe",
 )
 
 
@@ -125,10 +126,11 @@ def make_hf_model(
         "deepseek_v2": transformers.DeepseekV2Config,
         "deepseek_v3": transformers.DeepseekV3Config,
         "glm4_moe": transformers.Glm4MoeConfig,
+        "olmoe": transformers.OlmoeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
-    if arch == "smollm3":  # SmolLM3Config's special ids are the 128k vocabulary's
+    if arch in ("smollm3", "olmoe"):  # the special ids of their configs are for their full vocabularies
         kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
@@ -279,6 +281,7 @@ def hf_to_gguf(
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
+        "olmoe": "olmoe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -389,8 +392,10 @@ def hf_to_gguf(
     elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
         _window_keys(writer, model_type, cfg)
     writer.add_tokenizer_model("gpt2")
-    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral"):
+    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe"):
         _add_moe_keys(writer, arch, cfg)
+    if model_type == "olmoe" and cfg.get("clip_qkv"):
+        writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if model_type == "ernie4_5_moe":  # (the sparse layers: those with a router tensor)
         writer.add_expert_count(cfg["moe_num_experts"])
         writer.add_expert_used_count(cfg["moe_k"])
@@ -588,6 +593,10 @@ def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:
     writer.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
     writer.add_expert_used_count(cfg["num_experts_per_tok"])
     if arch == "llama":  # Mixtral
+        return
+    if arch == "olmoe":  # (experts of intermediate_size; renormalised only where set)
+        if cfg.get("norm_topk_prob"):
+            writer.add_bool("olmoe.expert_weights_norm", True)
         return
     writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if arch == "qwen2moe":

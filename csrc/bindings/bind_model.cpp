@@ -146,6 +146,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["logit_scale"] = c.logit_scale;
   d["o_bias"] = c.o_bias;
   d["attn_sinks"] = c.attn_sinks;
+  d["clamp_qkv"] = c.clamp_qkv;
   nb::dict mla;
   mla["q_lora_rank"] = c.mla.q_lora_rank;
   mla["kv_lora_rank"] = c.mla.kv_lora_rank;

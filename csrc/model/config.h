@@ -112,6 +112,8 @@ struct ModelConfig {
   float logit_scale = 0.0f;  // logits divided by it (Granite's logits_scaling); 0 = off
   bool o_bias = false;       // the attention output projection has a bias (gpt-oss)
   bool attn_sinks = false;   // one learned sink logit per head in the softmax (gpt-oss)
+  float clamp_qkv =
+      0.0f;  // q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv); 0 = off
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
@@ -120,11 +122,11 @@ struct ModelConfig {
   bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
   bool post_norms() const { return arch == "gemma2" || arch == "gemma3" || !pre_norms(); }
   // OLMo 2 and 3, EXAONE 4: no norm before the sublayers (their outputs are normalised:
-  // post_norms); OLMo's q / k are RMS-normalised over the whole projection (all heads at once)
-  // rather than per head.
+  // post_norms); OLMo's q / k (OLMoE's too) are RMS-normalised over the whole projection (all
+  // heads at once) rather than per head.
   bool olmo() const { return arch == "olmo2" || arch == "olmo3"; }
   bool pre_norms() const { return !olmo() && arch != "exaone4"; }
-  bool qk_norm_full() const { return olmo(); }
+  bool qk_norm_full() const { return olmo() || arch == "olmoe"; }
 };
 
 }  // namespace ossa

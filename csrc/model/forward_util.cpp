@@ -192,6 +192,12 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
               rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
           }
         }
+        if (c.clamp_qkv > 0.0f) {  // OLMoE's clip_qkv (after the norms, as transformers)
+          const float lim = c.clamp_qkv;
+          for (int64_t e = 0; e < Q; ++e) q[e] = std::clamp(q[e], -lim, lim);
+          for (int64_t e = 0; e < KV; ++e) k[e] = std::clamp(k[e], -lim, lim);
+          for (int64_t e = 0; e < KV; ++e) v[e] = std::clamp(v[e], -lim, lim);
+        }
         if (!c.nope(layer)) {  // (SmolLM3's NoPE layers attend without positions)
           const float* cs = cos_sin + t * hd;
           rope_heads(q, c.n_head, c, cs);

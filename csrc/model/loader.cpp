@@ -193,15 +193,16 @@ void validate_config(ModelConfig& c, const std::string& path) {
   if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
       !std::isfinite(c.final_softcap) || !(c.attn_softcap >= 0.0f) ||
       !std::isfinite(c.attn_softcap) || !(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f) ||
-      !(c.embd_scale >= 0.0f))
-    throw ModelError("invalid attention scale, soft-capping or local RoPE base in '" + path + "'");
+      !(c.embd_scale >= 0.0f) || !(c.clamp_qkv >= 0.0f) || !std::isfinite(c.clamp_qkv))
+    throw ModelError("invalid attention scale, soft-capping, q/k/v clamp or local RoPE base in '" +
+                     path + "'");
 }
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
     "llama",  "qwen2",   "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
     "gemma2", "gemma3",  "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
-    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe"};
+    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -211,7 +212,7 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -483,7 +484,9 @@ void load_gguf(Model& m, Storage& st) {
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4" ||
+              arch == "olmoe";
+  c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
   if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
@@ -773,7 +776,9 @@ void load_hf(Model& m, Storage& st) {
       {"deepseek_v3", "deepseek2"},
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
-      {"Glm4MoeForCausalLM", "glm4moe"}};
+      {"Glm4MoeForCausalLM", "glm4moe"},
+      {"olmoe", "olmoe"},
+      {"OlmoeForCausalLM", "olmoe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -865,7 +870,13 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4" ||
+              c.arch == "olmoe";
+  if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
+    const JsonValue* clip = cfg.get("clip_qkv");
+    if (clip != nullptr && !clip->is_null())
+      c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));
+  }
   if (c.arch == "exaone4") exaone4_config_hf(cfg, c);          // window, NoPE global layers
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms

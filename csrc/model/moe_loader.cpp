@@ -220,7 +220,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
-       c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe") &&
+       c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe" ||
+       c.arch == "olmoe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -231,8 +232,10 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if (c.arch == "qwen2moe")
     m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
         g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
-  // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
-  m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", c.arch != "qwen2moe");
+  // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE or
+  // OLMoE.
+  m.norm_topk_prob =
+      g.get_bool(k + "expert_weights_norm", c.arch != "qwen2moe" && c.arch != "olmoe");
   if (c.arch == "gpt-oss") {  // llama.cpp hard-codes these for gpt-oss (no key holds them)
     m.bias = true;
     m.softmax_topk = true;
@@ -278,7 +281,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-      c.arch != "glm4moe")
+      c.arch != "glm4moe" && c.arch != "olmoe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -376,6 +379,12 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     if (m.n_expert > 0)
       for (int i = 0; i < c.n_layer; ++i)
         if (i >= first && i % freq == 0) m.layers.push_back(i);
+  } else if (c.arch == "olmoe") {  // OlmoeConfig's defaults; experts of intermediate_size
+    m.n_expert = static_cast<int>(integer("num_experts", 64));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 8));
+    m.n_ff_expert = c.n_ff;
+    m.norm_topk_prob = boolean("norm_topk_prob", false);
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));

@@ -242,6 +242,7 @@ class ModelConfig:
     o_bias: bool = False  # attention output projection bias (gpt-oss)
     attn_sinks: bool = False  # a learned sink logit per head in the attention softmax (gpt-oss)
     mla: MlaConfig = field(default_factory=MlaConfig)  # DeepSeek V2 / V3's latent attention
+    clamp_qkv: float = 0.0  # q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv; 0: off)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -424,6 +425,7 @@ def inspect(
         "attn_scale": c.attn_scale,
         "logit_scale": c.logit_scale,
         "attn_sinks": c.attn_sinks,
+        "clamp_qkv": c.clamp_qkv,
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
         "selection_bias": c.moe.selection_bias,
@@ -619,6 +621,8 @@ def format_inspect(info: dict[str, Any]) -> str:
     capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""
     if info["attn_sinks"]:  # gpt-oss
         capped = ", ".join(filter(None, [capped, "a learned sink per head in the softmax"]))
+    if info.get("clamp_qkv"):  # OLMoE's clip_qkv
+        capped = ", ".join(filter(None, [capped, f"q, k, v clipped to +-{info['clamp_qkv']:g}"]))
     if info["sliding_window"]:
         local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
         lines.append(

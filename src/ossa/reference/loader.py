@@ -23,18 +23,18 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe",
+    "deepseek2", "glm4moe", "olmoe",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
-QK_NORM_FULL = ("olmo2", "olmo3")
+QK_NORM_FULL = ("olmo2", "olmo3", "olmoe")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
-    "mla",
+    "mla", "clamp_qkv",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -42,12 +42,13 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
     "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
+    "clamp_qkv": 0.0,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -62,7 +63,7 @@ _HF_ARCHS = {
     "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
-    "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe",
+    "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -283,8 +284,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe", "ernie4_5", "ernie4_5-moe")
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4", "olmoe"),
         tied_embeddings="output.weight" not in g.tensors,
+        clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
     names = set(g.tensors)
     if arch in GEMMA:  # norms stored as 1 + w by llama.cpp's converter
@@ -400,8 +402,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4", "olmoe"),
         tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
+        clamp_qkv=float(np.float32(get("clip_qkv", 0.0))) if arch == "olmoe" else 0.0,  # (OLMoE's)
     )
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_hf(c, common["n_layer"]))
@@ -422,6 +425,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
+    if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
+        raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     w = _weights(

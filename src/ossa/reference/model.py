@@ -348,7 +348,7 @@ def forward(
         return x + out if res is None else x + out * res
 
     post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
-    olmo2 = c["arch"] in ("olmo2", "olmo3")  # q / k normalised over all heads at once
+    olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None
@@ -407,6 +407,9 @@ def _attention(
     v = v.reshape(len(ids), n_head_kv, hd)
     if c["qk_norm"] and not olmo2:
         q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+    if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
+        lim = np.float32(c["clamp_qkv"])
+        q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)
     window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
     if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
         freq, factor = (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)

@@ -36,6 +36,7 @@ MOE_ARCHS = (
     "ernie4_5-moe",
     "deepseek2",
     "glm4moe",
+    "olmoe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -85,7 +86,10 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
-    if arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe", "glm4moe") and n_expert == 0:
+    if (
+        arch in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe", "glm4moe", "olmoe")
+        and not n_expert
+    ):
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
@@ -122,7 +126,9 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
             if arch == "ernie4_5-moe" else 0
         ),
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
-        "norm_topk_prob": arch != "gpt-oss" and bool(md.get(k + "expert_weights_norm", arch != "qwen2moe")),
+        # (and not for OLMoE)
+        "norm_topk_prob": arch != "gpt-oss"
+        and bool(md.get(k + "expert_weights_norm", arch not in ("qwen2moe", "olmoe"))),
         "layers": [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors],
     })  # fmt: skip
 
@@ -193,6 +199,12 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             **_PLAIN, "softmax_topk": True, "n_expert": get("num_local_experts", 8),
             "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
             "norm_topk_prob": False, "layers": list(range(n_layer)),
+        })  # fmt: skip
+    if arch == "olmoe":  # OlmoeConfig's defaults; experts of intermediate_size
+        return _validate({
+            **_PLAIN, "n_expert": get("num_experts", 64), "n_expert_used": get("num_experts_per_tok", 8),
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": bool(get("norm_topk_prob", False)),
+            "layers": list(range(n_layer)),
         })  # fmt: skip
     if arch == "mixtral":
         return _validate({

@@ -155,7 +155,7 @@ class ModelRunner:
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")
         post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
-        olmo2 = c["arch"] in ("olmo2", "olmo3")  # q / k normalised over all heads at once
+        olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):
@@ -190,6 +190,9 @@ class ModelRunner:
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
                     ref_model.rms_norm(k, w[p + "k_norm"], eps),
                 )
+            if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
+                lim = np.float32(c["clamp_qkv"])
+                q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)
             if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers
                 # (a sliding layer's own table is unscaled: no attention factor either)
                 factor = 1.0 if freq is self.inv_freq_local else mscale
