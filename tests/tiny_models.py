@@ -42,6 +42,7 @@ ARCHS = (
     "deepseek_v3",
     "glm4_moe",
     "olmoe",
+    "glm4",
 )
 
 
@@ -127,10 +128,15 @@ def make_hf_model(
         "deepseek_v3": transformers.DeepseekV3Config,
         "glm4_moe": transformers.Glm4MoeConfig,
         "olmoe": transformers.OlmoeConfig,
+        "glm4": transformers.Glm4Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
-    if arch in ("smollm3", "olmoe"):  # the special ids of their configs are for their full vocabularies
+    if arch in (
+        "smollm3",
+        "olmoe",
+        "glm4",
+    ):  # the special ids of their configs are for their full vocabularies
         kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
@@ -205,6 +211,10 @@ _GPT_OSS_NAMES = {"self_attn.o_proj.bias": "attn_output.bias", "self_attn.sinks"
 # OLMo 2 (llama.cpp's names): the norms of the attention's and the feed-forward's outputs.
 _OLMO2_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
                 "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}  # fmt: skip
+# GLM-4 (llama.cpp's names): the norms of the attention's and the MLP's outputs; gate_up fused in ffn_up.
+_GLM4_NAMES = {"post_self_attn_layernorm.weight": "post_attention_norm.weight",
+               "post_mlp_layernorm.weight": "post_ffw_norm.weight",
+               "mlp.gate_up_proj.weight": "ffn_up.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
@@ -225,6 +235,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
+        if arch == "glm4" and rest in _GLM4_NAMES:
+            return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
@@ -281,7 +293,7 @@ def hf_to_gguf(
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
-        "olmoe": "olmoe",
+        "olmoe": "olmoe", "glm4": "glm4",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -308,9 +320,10 @@ def hf_to_gguf(
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
-    elif arch == "glm4moe":
+    elif arch in ("glm4moe", "glm4"):
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
-        _glm4moe_keys(writer, cfg, nextn)
+        if arch == "glm4moe":
+            _glm4moe_keys(writer, cfg, nextn)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
     else:

@@ -605,6 +605,19 @@ void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   c.qk_norm = cfg.boolean("use_qk_norm", false);
 }
 
+void glm4_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  c.rope_style = RopeStyle::Interleaved;
+  c.rope_dim = rotated_dims(g.get_int(c.arch + ".rope.dimension_count", c.head_dim), c,
+                            c.arch + ".rope.dimension_count");
+}
+
+void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+  glm4moe_config_hf(cfg, rope, c);  // (the same keys: partial rotary, bias)
+  c.rope_style = RopeStyle::Interleaved;
+  c.qkv_bias = cfg.boolean("attention_bias", true);
+  c.qk_norm = false;
+}
+
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   const JsonValue* q_lora = cfg.get("q_lora_rank");

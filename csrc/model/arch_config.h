@@ -121,4 +121,10 @@ void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& p
 // default 0.5), biased q / k / v (attention_bias), per-head q / k norms (use_qk_norm).
 void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
+// GLM-4 (dense: glm4, GLM-4-9B-0414 / GLM-Z1): RoPE on interleaved pairs of the first
+// rope.dimension_count dimensions of a head (partial_rotary_factor, default 0.5, in a folder), q /
+// k / v biases (attention_bias, Glm4Config's default true); its four norms: post_norms().
+void glm4_config_gguf(const GGUFFile& g, ModelConfig& c);
+void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
+
 }  // namespace ossa

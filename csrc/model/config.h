@@ -120,7 +120,10 @@ struct ModelConfig {
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).
   bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
-  bool post_norms() const { return arch == "gemma2" || arch == "gemma3" || !pre_norms(); }
+  // (GLM-4 (glm4) has both: its sandwich norms.)
+  bool post_norms() const {
+    return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || !pre_norms();
+  }
   // OLMo 2 and 3, EXAONE 4: no norm before the sublayers (their outputs are normalised:
   // post_norms); OLMo's q / k (OLMoE's too) are RMS-normalised over the whole projection (all
   // heads at once) rather than per head.

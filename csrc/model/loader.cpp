@@ -200,9 +200,10 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",  "qwen2",   "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
-    "gemma2", "gemma3",  "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
-    "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe"};
+    "llama",      "qwen2",   "qwen3",  "mistral", "qwen3moe", "qwen2moe",
+    "gemma",      "gemma2",  "gemma3", "phi3",    "smollm3",  "granite",
+    "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe",
+    "deepseek2",  "glm4moe", "olmoe",  "glm4"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -212,7 +213,7 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe, glm4)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -317,8 +318,8 @@ void build_weights(Model& m, Builder& b,
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
     if (c.pre_norms()) l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
-    if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
-    if (c.arch == "phi3") {               // gate and up fused, gate first (GGUF: ffn_up holds both)
+    if (c.moe.is_moe_layer(i)) continue;         // its experts: build_moe_layers
+    if (c.arch == "phi3" || c.arch == "glm4") {  // gate and up fused, gate first (GGUF: ffn_up)
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
@@ -434,7 +435,7 @@ void load_gguf(Model& m, Storage& st) {
   if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
-  if (arch != "phi3" && arch != "glm4moe" && !mla &&
+  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && !mla &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -496,6 +497,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
+  if (arch == "glm4") glm4_config_gguf(*g, c);  // partial RoPE on interleaved pairs
   if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
@@ -576,6 +578,17 @@ std::string hf_name_post_norms(int layer, const char* field) {
     return "model.layers." + std::to_string(layer) +
            (f == "post_attn_norm" ? ".post_attention_layernorm.weight"
                                   : ".post_feedforward_layernorm.weight");
+  return hf_name(layer, field);
+}
+
+// GLM-4's folders: the norms of the attention's and the MLP's outputs (post_attention_layernorm is
+// the MLP's input norm, as in Llama).
+std::string hf_name_glm4(int layer, const char* field) {
+  const std::string f = field;
+  if (f == "post_attn_norm" || f == "post_ffn_norm")
+    return "model.layers." + std::to_string(layer) +
+           (f == "post_attn_norm" ? ".post_self_attn_layernorm.weight"
+                                  : ".post_mlp_layernorm.weight");
   return hf_name(layer, field);
 }
 
@@ -778,7 +791,9 @@ void load_hf(Model& m, Storage& st) {
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},
       {"olmoe", "olmoe"},
-      {"OlmoeForCausalLM", "olmoe"}};
+      {"OlmoeForCausalLM", "olmoe"},
+      {"glm4", "glm4"},
+      {"Glm4ForCausalLM", "glm4"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -805,7 +820,8 @@ void load_hf(Model& m, Storage& st) {
   c.n_ctx_train = static_cast<int>(
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (c.arch != "phi3" && c.arch != "glm4moe" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
+  if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" &&
+      cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -865,8 +881,8 @@ void load_hf(Model& m, Storage& st) {
     window_config_hf(cfg, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
-  if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && !gpt_oss &&
-      cfg.boolean("attention_bias", false))
+  if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
+      !gpt_oss && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
@@ -880,11 +896,15 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "exaone4") exaone4_config_hf(cfg, c);          // window, NoPE global layers
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
+  if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(m, b, c.pre_norms() ? hf_name : hf_name_post_norms, "model.embed_tokens.weight",
-                "model.norm.weight", "lm_head.weight");
+  build_weights(m, b,
+                c.arch == "glm4" ? hf_name_glm4
+                : c.pre_norms()  ? hf_name
+                                 : hf_name_post_norms,
+                "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
 }
 

@@ -500,6 +500,22 @@ def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
             "qkv_bias": bool(c.get("attention_bias")), "qk_norm": bool(c.get("use_qk_norm"))}  # fmt: skip
 
 
+def glm4_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4 (dense) from GGUF (twin of glm4_config_gguf): RoPE on interleaved pairs of the first
+    rope.dimension_count dimensions."""
+    dims = md.get("glm4.rope.dimension_count", common["head_dim"])
+    return {"rope_style": "interleaved", "rope_dim": _rotated(dims, common["head_dim"])}
+
+
+def glm4_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4 (dense) from a config.json (twin of glm4_config_hf): partial_rotary_factor as GLM-4.5's,
+    on interleaved pairs; attention_bias (Glm4Config's default true); no q / k norms."""
+    out = glm4moe_hf(c, common)
+    bias = c.get("attention_bias")
+    out.update(rope_style="interleaved", qkv_bias=True if bias is None else bool(bias), qk_norm=False)
+    return out
+
+
 def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """DeepSeek V2 / V3 from GGUF (twin of deepseek2_config_gguf): key_length_mla / value_length_mla
     where llama.cpp's converter splits kv_b, else key_length / value_length; RoPE on interleaved pairs;

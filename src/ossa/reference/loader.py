@@ -23,10 +23,10 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe", "olmoe",
+    "deepseek2", "glm4moe", "olmoe", "glm4",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
-POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")  # a norm on each sublayer's output too
+POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
 QK_NORM_FULL = ("olmo2", "olmo3", "olmoe")
 CONFIG_KEYS = (
@@ -48,7 +48,7 @@ _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe, glm4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -64,6 +64,7 @@ _HF_ARCHS = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
+    "glm4": "glm4", "Glm4ForCausalLM": "glm4",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -183,7 +184,7 @@ def _weights(
             shapes.update(sinks=(1, cfg["n_head"]))
         if cfg["arch"] not in NO_PRE_NORMS:
             shapes.update(ffn_norm=(1, e))
-        if cfg["arch"] == "phi3":  # gate and up fused, gate first
+        if cfg["arch"] in ("phi3", "glm4"):  # gate and up fused, gate first
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
             w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"] = np.split(w.pop("gate_up"), [ff])
             shapes.update(w_down=(e, ff))
@@ -307,6 +308,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_gguf(md, common, names))
+    if arch == "glm4":
+        common.update(arch_config.glm4_gguf(md, common))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
@@ -381,7 +384,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    if arch not in ("phi3", "glm4moe") and get("partial_rotary_factor", 1.0) != 1.0:
+    if arch not in ("phi3", "glm4moe", "glm4") and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
     common = dict(
@@ -425,13 +428,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
+    if arch == "glm4":
+        common.update(arch_config.glm4_hf(c, common))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
+    layer_names = _OLMO2_HF if arch in NO_PRE_NORMS else _GLM4_HF if arch == "glm4" else _HF_LAYER
     w = _weights(
         cfg, lambda n: where[n].tensor(n), set(where),
-        lambda i, f: f"model.layers.{i}.{(_OLMO2_HF if arch in NO_PRE_NORMS else _HF_LAYER)[f]}",
+        lambda i, f: f"model.layers.{i}.{layer_names[f]}",
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
@@ -442,6 +448,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 # OLMo 2: post_attention_layernorm normalises the attention's output (Llama's pre-FFN norm's name).
 _OLMO2_HF = {**_HF_LAYER, "post_attn_norm": "post_attention_layernorm.weight",
              "post_ffn_norm": "post_feedforward_layernorm.weight"}  # fmt: skip
+# GLM-4: the norms of the attention's and the MLP's outputs (post_attention_layernorm: the MLP's input).
+_GLM4_HF = {**_HF_LAYER, "post_attn_norm": "post_self_attn_layernorm.weight",
+            "post_ffn_norm": "post_mlp_layernorm.weight"}  # fmt: skip
 _GEMMA3_HF = {
     "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
     "post_ffn_norm": "post_feedforward_layernorm.weight",

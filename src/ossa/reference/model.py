@@ -348,6 +348,7 @@ def forward(
         return x + out if res is None else x + out * res
 
     post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
+    post_normed = post_only or c["arch"] == "glm4"  # (GLM-4: both)
     olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
@@ -357,7 +358,7 @@ def forward(
         return x if post_only else rms_norm(x, w[name], eps)
 
     def post(out: np.ndarray, name: str) -> np.ndarray:
-        return rms_norm(out, w[name], eps) if post_only else out
+        return rms_norm(out, w[name], eps) if post_normed else out
 
     for i in range(c["n_layer"]):
         p = f"layers.{i}."

@@ -153,7 +153,7 @@ class ModelRunner:
 
         x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
-        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4")
+        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")
         post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
         olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
