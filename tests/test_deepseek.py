@@ -33,6 +33,7 @@ from tiny_models import (
     greedy,
     hf_greedy,
     hf_to_gguf,
+    twin_tol,
 )
 
 from ossa import models
@@ -90,11 +91,6 @@ CASES: dict[str, dict[str, Any]] = {
 # Rounded weights switch an expert now and then (one score moves past another): F16 and Q8_0 files
 # are held to HF_TOL on most tokens, and to the twin (same stored weights) on every one.
 TYPICAL = 0.75
-# ossa against the twin where the AMX bf16-tile kernels multiply Q8_0 (activations split into bf16
-# hi + lo, products summed in the tiles): latent attention chains five matmuls per layer where the
-# Llama path has two, and the difference grows with them (v3 Q8_0 on a Sapphire Rapids machine:
-# 1.07e-5; with the f32 kernels, amx=False, 6e-7, checked against TWIN_TOL as well).
-AMX_TWIN_TOL = 4e-5
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +116,7 @@ def check_moe_logits(path: str, fmt: str, hf: np.ndarray, ids: list[int]) -> Any
     if fmt in ("F16", "Q8_0"):
         per_token = np.max(np.abs(got - hf), axis=1) / float(np.max(np.abs(hf)))
         assert np.mean(per_token < HF_TOL[fmt]) >= TYPICAL, per_token
-        assert err(got, twin, hf) < (AMX_TWIN_TOL if model.uses_amx else TWIN_TOL)
+        assert err(got, twin, hf) < twin_tol(model)  # (latent attention: five matmuls, AMX's sums)
         exact = core.load_model(path, amx=False)  # the f32 kernels: the twin's arithmetic
         assert err(core.model_logits(exact, ids), twin, hf) < TWIN_TOL
     else:
@@ -201,8 +197,7 @@ def test_fused_kv_b_file_equals_split(
             assert err(b, hf, hf) < HF_TOL["F32"]
         config, weights = ref_loader.load_weights(fused_path)
         assert config == fused.config
-        tol = AMX_TWIN_TOL if fused.uses_amx else TWIN_TOL
-        assert err(b, ref_model.forward(config, weights, ids), hf) < tol
+        assert err(b, ref_model.forward(config, weights, ids), hf) < twin_tol(fused)
 
 
 def _hf_router(arch: str, kw: dict[str, Any], seed: int) -> Any:

@@ -39,6 +39,7 @@ from tiny_models import (
     gguf_without,
     greedy,
     hf_greedy,
+    twin_tol,
 )
 
 from ossa import models
@@ -205,7 +206,7 @@ def test_logits_match_hf_and_twin(
         assert config == model.config
         twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
         got = core.model_logits(model, ids)
-        assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < TWIN_TOL
+        assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < twin_tol(model)
     else:
         model = check_golden(path, ids, hf_logits, fmt)
     check_config(name, fmt, model.config)

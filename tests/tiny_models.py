@@ -869,6 +869,20 @@ def build_hf_cases(
 # same stored weights; and the length of their prompts.
 HF_TOL = {"safetensors": 1e-5, "F32": 1e-5, "F16": 1e-3, "Q8_0": 3e-2}
 TWIN_TOL = 1e-5
+# ossa against the twin where a model runs the AMX bf16-tile kernels (Q4_0 / Q4_1 / Q8_0 / BF16 and
+# the other bf16-tile types on a CPU with AMX: Model.uses_amx): the activations' bf16 hi + lo products
+# are summed inside the tiles, which the twin does not mirror, ~3e-6 of sum |x w| per matmul (the f32
+# kernels: ~3e-7). Measured over the tiny models on a Sapphire Rapids machine: up to 1.07e-5 (a
+# DeepSeek V3 Q8_0 file, five matmuls per attention), where the f32 kernels (amx=False) stay within
+# 1e-6 of the twin. Machines without AMX hold every model to TWIN_TOL.
+AMX_TWIN_TOL = 4e-5
+
+
+def twin_tol(model: Any) -> float:
+    """The bound on max |ossa - twin| / max |HF| for a loaded ``core.Model``."""
+    return AMX_TWIN_TOL if model.uses_amx else TWIN_TOL
+
+
 N_TOKENS = 40
 
 
@@ -1049,7 +1063,7 @@ def check_golden(path: str, ids: list[int], hf_logits: np.ndarray, fmt: str) -> 
     model, config, err_hf, err_twin, twin_hf = golden(path, ids, hf_logits)
     assert err_hf < HF_TOL[fmt], f"{path}: max |ossa - HF| / max |HF| = {err_hf}"
     assert config == model.config  # the twin reads the same hyper-parameters
-    assert err_twin < TWIN_TOL, f"{path}: max |ossa - twin| / max |HF| = {err_twin}"
+    assert err_twin < twin_tol(model), f"{path}: max |ossa - twin| / max |HF| = {err_twin}"
     if fmt in ("safetensors", "F32"):
         assert twin_hf < HF_TOL[fmt]
     return model
@@ -1073,4 +1087,4 @@ def check_chunked_prefill(path: str, ids: list[int], hf_logits: np.ndarray) -> N
     assert float(np.max(np.abs(whole - hf_logits))) / scale < 1e-5
     config, weights = ref_loader.load_weights(path)
     twin = runner_logits(RefRunner(config, weights, n_blocks, 4), ids, 5)
-    assert float(np.max(np.abs(twin - whole))) / scale < TWIN_TOL
+    assert float(np.max(np.abs(twin - whole))) / scale < twin_tol(model)
