@@ -52,10 +52,12 @@ YARN_V3 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings
 # name -> transformers config of the tiny model
 CASES: dict[str, dict[str, Any]] = {
     # DeepSeek-V2-Lite's layout: q projected directly (no q_lora_rank), layer 0 dense, then 6 experts
-    # of 24 rows, top 2 by softmax, 2 shared experts, not renormalised.
+    # of 24 rows, top 2 by softmax, 2 shared experts, not renormalised. A latent of 130: cached rows of
+    # 138 values, over 128 as the releases' 576, so the attention runs its wide-head kernel
+    # (kernels/attention.cpp's attend_wide), with partial vectors.
     "v2-lite": dict(
         arch="deepseek_v2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
-        vocab_size=150, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        vocab_size=150, q_lora_rank=None, kv_lora_rank=130, qk_nope_head_dim=16, qk_rope_head_dim=8,
         v_head_dim=24, n_routed_experts=6, n_shared_experts=2, num_experts_per_tok=2,
         moe_intermediate_size=24, first_k_dense_replace=1, topk_method="greedy", norm_topk_prob=False,
     ),

@@ -766,6 +766,98 @@ void with_heads(int gh, F&& f) {
 }
 
 #if defined(__AVX512F__)
+// GH heads of one KV group whose head is too large for attend_heads' registers (over 128 dims,
+// but 256: DeepSeek's latent attention, 576, one KV head shared by every query head), with
+// attend_generic's arithmetic exactly, so the same bits: each score a chain of fmas over d in order
+// times scale, the softmax in position order (std::exp, the sum in position order), each output
+// element a chain of fmas over positions from 0, times 1 / sum. What changes is the data movement:
+// every K and V element is loaded once for the GH heads, 16 positions (scores) or 16 dimensions
+// (the V sum, 64 at a time) a vector, where attend_generic reads the cache once per head.
+template <KvType KV, int GH>
+void attend_wide(const AttentionArgs& a, int t, int h0, int thread, int group, int64_t kv_dim,
+                 float scale) {
+  const int bs = a.block_size, hd = a.head_dim, kvh = h0 / group;
+  const int64_t head_stride = a.scratch_stride / k_heads_per_item;
+  float* sc[GH];
+  const float* q[GH];
+  float* out[GH];
+  for (int g = 0; g < GH; ++g) {
+    sc[g] = a.scratch + a.scratch_stride * thread + head_stride * g;
+    q[g] = a.q + t * a.ldq + static_cast<int64_t>(h0 + g) * hd;
+    out[g] = a.out + t * a.ldo + static_cast<int64_t>(h0 + g) * hd;
+  }
+  const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
+  const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int blk = j0 / bs; blk * bs < ctx; ++blk) {
+    const int64_t kb =
+        static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
+    const int n_in = std::min(bs, ctx - blk * bs);
+    for (int i = std::max(0, j0 - blk * bs); i < n_in; i += 16) {
+      const __mmask16 m = static_cast<__mmask16>((1u << std::min(16, n_in - i)) - 1u);
+      __m512 acc[GH];
+      for (int g = 0; g < GH; ++g) acc[g] = _mm512_setzero_ps();
+      for (int d = 0; d < hd; ++d) {
+        const __m512 k = load_kv<KV>(m, a.k_cache, kb + static_cast<int64_t>(d) * bs + i);
+        for (int g = 0; g < GH; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q[g][d]), k, acc[g]);
+      }
+      for (int g = 0; g < GH; ++g)
+        _mm512_mask_storeu_ps(sc[g] + blk * bs + i, m, _mm512_mul_ps(acc[g], vscale));
+    }
+  }
+  bool finite[GH];
+  float inv[GH];
+  for (int g = 0; g < GH; ++g) {
+    float* s = sc[g];
+    if (a.softcap > 0.0f) {
+      const float cap = a.softcap;
+      for (int j = j0; j < ctx; ++j) s[j] = cap * std::tanh(s[j] / cap);
+    }
+    float max_score = sink_max(a, h0 + g, -INFINITY);
+    finite[g] = true;
+    for (int j = j0; j < ctx; ++j) {
+      max_score = std::fmax(max_score, s[j]);
+      finite[g] = finite[g] && std::fabs(s[j]) <= FLT_MAX;
+    }
+    if (!finite[g]) {  // (as attend_generic: NaN, for the sampler to refuse)
+      for (int d = 0; d < hd; ++d) out[g][d] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    float sum = 0.0f;
+    for (int j = j0; j < ctx; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    inv[g] = 1.0f / (sum + sink_term(a, h0 + g, max_score));
+  }
+  for (int c0 = 0; c0 < hd; c0 += 64) {
+    __mmask16 m[4];
+    for (int k = 0; k < 4; ++k) {
+      const int lanes = std::clamp(hd - c0 - 16 * k, 0, 16);
+      m[k] = static_cast<__mmask16>((1u << lanes) - 1u);
+    }
+    __m512 acc[GH][4];
+    for (int g = 0; g < GH; ++g)
+      for (int k = 0; k < 4; ++k) acc[g][k] = _mm512_setzero_ps();
+    for (int j = j0; j < ctx; ++j) {
+      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+      const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * hd + c0;
+      for (int k = 0; k < 4; ++k) {
+        if (m[k] == 0) break;
+        const __m512 vk = load_kv<KV>(m[k], a.v_cache, v + 16 * k);
+        for (int g = 0; g < GH; ++g)
+          acc[g][k] = _mm512_fmadd_ps(_mm512_set1_ps(sc[g][j]), vk, acc[g][k]);
+      }
+    }
+    for (int g = 0; g < GH; ++g) {
+      if (!finite[g]) continue;
+      for (int k = 0; k < 4 && m[k] != 0; ++k)
+        _mm512_mask_storeu_ps(out[g] + c0 + 16 * k, m[k],
+                              _mm512_mul_ps(acc[g][k], _mm512_set1_ps(inv[g])));
+    }
+  }
+}
+
 // A run of n > 1 prefill tokens (see attend_tokens), gh heads from h0.
 template <KvType KV>
 void attend_run(const AttentionArgs& a, int t, int n, int h0, int gh, int group, int64_t kv_dim,
@@ -778,8 +870,10 @@ void attend_run(const AttentionArgs& a, int t, int n, int h0, int gh, int group,
 // leaves the accumulators in registers).
 int heads_per_item(int group, int head_dim) {
   const int nc = (head_dim + 15) / 16;
+  // (attend_wide, for the heads over 128 dims but 256, keeps 64 dimensions in registers at a time)
+  const bool wide = nc > 8 && nc != 16;
   for (int gh = k_heads_per_item; gh > 1; --gh)
-    if (group % gh == 0 && gh * nc <= 16) return gh;
+    if (group % gh == 0 && (wide || gh * nc <= 16)) return gh;
   return 1;
 }
 
@@ -807,8 +901,9 @@ void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group
       return attend_nc<KV, 8>(a, t, h0, gh, thread, group, kv_dim, scale);
     case 16:
       return attend_nc<KV, 16>(a, t, h0, gh, thread, group, kv_dim, scale);  // Gemma's 256
-    default:
-      break;  // other head_dim > 128: the generic path
+    default:  // other head_dim > 128: attend_generic's arithmetic, GH heads at once
+      return with_heads(
+          gh, [&]<int GH>() { attend_wide<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   }
 #else
 #if defined(OSSA_ATTN_AVX2_HEADS)
