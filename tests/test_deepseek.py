@@ -168,6 +168,10 @@ def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_pat
     cached = kw["qk_rope_head_dim"] + kw["kv_lora_rank"]
     assert f"attention     latent (MLA): kv rank {kw['kv_lora_rank']}," in text
     assert f"cached {cached} values per token and layer" in text
+    # (the row once: K and V are the same values)
+    layers, e = kw["num_layers"], 2  # (float16 cache, the default)
+    assert models.inspect(path)["kv_bytes_per_token"] == layers * cached * e
+    assert "(float16 rows, each K and V)" in text
     if name == "v3":
         assert (
             "experts       8 of 32 rows, 2 used per token, in 2 of 3 layers, a shared expert of 32; "

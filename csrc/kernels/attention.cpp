@@ -128,9 +128,17 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx);
   // K is stored transposed within each block ([dim][position]); scores go a block at a time, each
-  // position's dot product in dimension order.
+  // position's dot product in dimension order. (k_rows: from V's rows, likewise in dimension
+  // order.)
   const int bs = a.block_size, hd = a.head_dim;
-  for (int blk = j0 / bs; blk * bs < ctx; ++blk) {
+  for (int j = a.k_rows ? j0 : ctx; j < ctx; ++j) {
+    const int64_t row = (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * kv_dim +
+                        static_cast<int64_t>(kvh) * hd;
+    float dot = 0.0f;
+    for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kv_at<KV>(a.v_cache, row + d), dot);
+    scores[j] = dot * scale;
+  }
+  for (int blk = j0 / bs; !a.k_rows && blk * bs < ctx; ++blk) {
     const int64_t kb =
         static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
@@ -789,7 +797,22 @@ void attend_wide(const AttentionArgs& a, int t, int h0, int thread, int group, i
   const int32_t* table = a.block_tables + a.block_table_start[a.token_seq[t]];
   const int ctx = a.positions[t] + 1, j0 = first_position(a, ctx);
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (int blk = j0 / bs; blk * bs < ctx; ++blk) {
+  // k_rows: each position's row loaded once for the GH heads, 16 dimensions a vector, then the 16
+  // partial sums in reduce_add16's fixed tree.
+  for (int j = a.k_rows ? j0 : ctx; j < ctx; ++j) {
+    const int64_t row = (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * kv_dim +
+                        static_cast<int64_t>(kvh) * hd;
+    __m512 acc[GH];
+    for (int g = 0; g < GH; ++g) acc[g] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+      const __mmask16 m = static_cast<__mmask16>((1u << std::min(16, hd - d)) - 1u);
+      const __m512 k = load_kv<KV>(m, a.v_cache, row + d);
+      for (int g = 0; g < GH; ++g)
+        acc[g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q[g] + d), k, acc[g]);
+    }
+    for (int g = 0; g < GH; ++g) sc[g][j] = reduce_add16(acc[g]) * scale;
+  }
+  for (int blk = j0 / bs; !a.k_rows && blk * bs < ctx; ++blk) {
     const int64_t kb =
         static_cast<int64_t>(table[blk]) * bs * kv_dim + static_cast<int64_t>(kvh) * hd * bs;
     const int n_in = std::min(bs, ctx - blk * bs);
@@ -868,10 +891,11 @@ void attend_run(const AttentionArgs& a, int t, int n, int h0, int gh, int group,
 
 // Heads per work item: the largest divisor of the group size that is at most k_heads_per_item (and
 // leaves the accumulators in registers).
-int heads_per_item(int group, int head_dim) {
+int heads_per_item(int group, int head_dim, bool k_rows) {
   const int nc = (head_dim + 15) / 16;
-  // (attend_wide, for the heads over 128 dims but 256, keeps 64 dimensions in registers at a time)
-  const bool wide = nc > 8 && nc != 16;
+  // (attend_wide, for the heads over 128 dims but 256 and for k_rows caches, keeps 64 dimensions in
+  // registers at a time)
+  const bool wide = k_rows || (nc > 8 && nc != 16);
   for (int gh = k_heads_per_item; gh > 1; --gh)
     if (group % gh == 0 && (wide || gh * nc <= 16)) return gh;
   return 1;
@@ -882,6 +906,9 @@ template <KvType KV>
 void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group, int64_t kv_dim,
             float scale) {
 #if defined(__AVX512F__)
+  if (a.k_rows)  // (K and V one row: any head size)
+    return with_heads(
+        gh, [&]<int GH>() { attend_wide<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   switch ((a.head_dim + 15) / 16) {
     case 1:
       return attend_nc<KV, 1>(a, t, h0, gh, thread, group, kv_dim, scale);
@@ -908,7 +935,7 @@ void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group
 #else
 #if defined(OSSA_ATTN_AVX2_HEADS)
   // (Soft-capped scores: the generic path, std::tanh on each score.)
-  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0 && a.softcap <= 0.0f) {
+  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0 && a.softcap <= 0.0f && !a.k_rows) {
     return with_heads(
         gh, [&]<int GH>() { attend_heads8<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   }
@@ -927,7 +954,7 @@ void paged_attention(const AttentionArgs& a) {
   const float scale = a.scale > 0.0f
                           ? a.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
-  const int gh = heads_per_item(group, a.head_dim);
+  const int gh = heads_per_item(group, a.head_dim, a.k_rows);
   const int per_token = a.n_head / gh;
   // Runs of tokens that attend_tokens takes together (prefill chunks: tokens of one sequence at
   // consecutive positions, attending from position 0); every other token is a run of its own.
@@ -936,7 +963,7 @@ void paged_attention(const AttentionArgs& a) {
   // (Only where single tokens take attend_heads, whose arithmetic attend_tokens repeats: other
   // head sizes go to attend_generic.)
   const int nc = (a.head_dim + 15) / 16;
-  const int max_run = (nc <= 8 || nc == 16) ? 16 / gh : 1;
+  const int max_run = (nc <= 8 || nc == 16) && !a.k_rows ? 16 / gh : 1;
 #else
   const int max_run = 1;
 #endif
@@ -971,7 +998,7 @@ void paged_attention(const AttentionArgs& a) {
           attend_run<KvType::F32>(a, t, n, h0, gh, group, kv_dim, scale);
         continue;
       }
-      if (item + 1 < end) {
+      if (item + 1 < end && !a.k_rows) {
         const int64_t r1 = (item + 1) / per_token;
         prefetch_item(a, runs[static_cast<size_t>(r1)],
                       static_cast<int>((item + 1) % per_token) * gh, kv_dim);

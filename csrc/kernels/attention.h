@@ -54,6 +54,10 @@ struct AttentionArgs {
   // softmax's denominator (max over scores and sink; sum plus exp(sink - max)) but has no V row.
   // Every kernel adds it the same way, after its sum over the positions (sink_term).
   const float* sinks = nullptr;
+  // K read from V's rows (k_cache unused): a cache whose K and V rows are one and the same
+  // (ModelConfig::kv_shared: DeepSeek's latent attention), held once, in V's layout. Its tokens
+  // run one at a time through attend_wide (AVX-512) or attend_generic, whatever the head size.
+  bool k_rows = false;
 };
 
 void paged_attention(const AttentionArgs& a);

@@ -116,6 +116,9 @@ struct ModelConfig {
       0.0f;  // q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv); 0 = off
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
+  // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
+  // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
+  bool kv_shared() const { return mla.active(); }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).

@@ -137,10 +137,12 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
 void* ForwardState::k_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
   const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
-  return static_cast<uint8_t*>(kv) + static_cast<int64_t>(layer) * 2 * bytes;
+  const int64_t regions = model->config.kv_shared() ? 1 : 2;  // (shared: one row layout)
+  return static_cast<uint8_t*>(kv) + static_cast<int64_t>(layer) * regions * bytes;
 }
 
 void* ForwardState::v_cache(int layer) const {
+  if (model->config.kv_shared()) return k_cache(layer);
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
   return static_cast<uint8_t*>(k_cache(layer)) +
          n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));

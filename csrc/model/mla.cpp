@@ -32,30 +32,25 @@ void mla_attention(ForwardState& s, const Batch& batch, int layer, const float* 
     matmul(L.wq_b, prepare(s, qa, n, QL, threads, {&L.wq_b}), s.mla_q.data(), QW);
   }
   laps.lap(kQkv);
-  // Each token's cached row [rope(k_r) | rmsnorm(c)], stored as its K and its V; the rope part of
-  // each head's query.
-  void* k_cache = s.k_cache(layer);
+  // Each token's cached row [rope(k_r) | rmsnorm(c)], its K and its V, stored once in V's row
+  // layout (ModelConfig::kv_shared); the rope part of each head's query.
   void* v_cache = s.v_cache(layer);
   const float* kv_norm = reinterpret_cast<const float*>(L.kv_a_norm.data);
-  per_token(
-      n, threads,
-      [&](int t) {
-        const float* kv = s.v.data() + t * (C + R);
-        float* k = s.k.data() + t * D;
-        const float* cs = cos_sin + t * D;
-        rmsnorm_row(kv, kv_norm, C, c.rms_eps, k + R);
-        std::memcpy(k, kv + C, static_cast<size_t>(R) * sizeof(float));
-        rope_heads(k, 1, c, cs);  // (the first rope_dim = R values of the row)
-        const int64_t slot = batch.slot_mapping[t];
-        store_k(k_cache, s.kv_type, slot, s.block_size, D, k);
-        store_v(v_cache, s.kv_type, slot, D, k);
-        float* q = s.q.data() + t * H * D;
-        const float* qr = s.mla_q.data() + t * QW;
-        for (int64_t h = 0; h < H; ++h)
-          std::memcpy(q + h * D, qr + h * (N + R) + N, static_cast<size_t>(R) * sizeof(float));
-        rope_heads(q, static_cast<int>(H), c, cs);
-      },
-      s.block_size);  // K is transposed per block: one thread writes a block's lines
+  per_token(n, threads, [&](int t) {
+    const float* kv = s.v.data() + t * (C + R);
+    float* k = s.k.data() + t * D;
+    const float* cs = cos_sin + t * D;
+    rmsnorm_row(kv, kv_norm, C, c.rms_eps, k + R);
+    std::memcpy(k, kv + C, static_cast<size_t>(R) * sizeof(float));
+    rope_heads(k, 1, c, cs);  // (the first rope_dim = R values of the row)
+    const int64_t slot = batch.slot_mapping[t];
+    store_v(v_cache, s.kv_type, slot, D, k);
+    float* q = s.q.data() + t * H * D;
+    const float* qr = s.mla_q.data() + t * QW;
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(q + h * D, qr + h * (N + R) + N, static_cast<size_t>(R) * sizeof(float));
+    rope_heads(q, static_cast<int>(H), c, cs);
+  });
   laps.lap(kRope);
   // The absorbed queries: head h's latent part = wk_b[h] @ q_nope_h, written in place.
   float* gathered = s.mla_in.data();
@@ -70,6 +65,7 @@ void mla_attention(ForwardState& s, const Batch& batch, int layer, const float* 
   laps.lap(kQkv);
   AttentionArgs args = attention_args(s, batch, layer, threads);
   args.scale = c.attn_scale;  // 1/sqrt(N + R), times YaRN's mscale squared
+  args.k_rows = true;         // (K is the V row)
   paged_attention(args);
   laps.lap(kAttention);
   // Each head's output: wv_b[h] @ (the latent part of its attention output), then wo.

@@ -29,7 +29,8 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {
-  return static_cast<size_t>(c.n_layer) * 2 * c.n_head_kv * c.head_dim * kv_type_bytes(kv_type);
+  return static_cast<size_t>(c.n_layer) * (c.kv_shared() ? 1 : 2) * c.n_head_kv * c.head_dim *
+         kv_type_bytes(kv_type);
 }
 
 void ModelRunner::copy_block(int src, int dst) {
@@ -42,6 +43,8 @@ void ModelRunner::copy_block(int src, int dst) {
       static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
     for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
+      if (c.kv_shared() && layer == state_.k_cache(l) && state_.k_cache(l) == state_.v_cache(l))
+        continue;  // (one region: copied as V)
       uint8_t* base = static_cast<uint8_t*>(layer);
       std::memcpy(base + static_cast<size_t>(dst) * n, base + static_cast<size_t>(src) * n, n);
     }

@@ -385,8 +385,9 @@ def inspect(
     """Describe a model: architecture, dimensions, tensor types, context length and memory needs.
 
     The KV cache holds K and V for every layer: ``2 * n_layer * n_head_kv * head_dim * e`` bytes per
-    token (e = 2 for float16, the "auto" default, 4 for float32), for ``kv_tokens`` tokens (default:
-    the training context length).
+    token (e = 2 for float16, the "auto" default, 4 for float32; DeepSeek's latent attention, whose K
+    and V are one row, ``n_layer * head_dim * e``), for ``kv_tokens`` tokens (default: the training
+    context length).
     """
     kv_dtype = kv_cache_dtype_of(kv_cache_dtype)
     m = model if isinstance(model, Model) else load_model(model)
@@ -635,7 +636,8 @@ def format_inspect(info: dict[str, Any]) -> str:
     lines += [
         f"tensors       {info['n_tensors']} ({types}), {info['n_params'] / 1e6:.1f}M parameters",
         f"weights       {_human(info['weight_bytes'])} ({info['weight_bytes']} bytes)",
-        f"KV cache      {_human(info['kv_bytes_per_token'])} per token ({info['kv_cache_dtype']} K and V); "
+        f"KV cache      {_human(info['kv_bytes_per_token'])} per token ({info['kv_cache_dtype']} "
+        f"{'rows, each K and V' if info.get('mla') else 'K and V'}); "
         f"{_human(info['kv_bytes'])} for {info['kv_tokens']} tokens",
         f"tokenizer     {info['tokenizer']}",
     ]
