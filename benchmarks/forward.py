@@ -78,7 +78,7 @@ def read_bandwidth(threads: int) -> float:
 
 
 def prompt_and_step(
-    model: Any, n: int, n_decode: int
+    model: Any, n: int, n_decode: int, max_tokens: int = 0
 ) -> tuple[list[int], Callable[[list[int], int], np.ndarray]]:
     """A random n-token prompt and step(tokens, start): one sequence's forward over tokens at positions
     start.. through a ModelRunner sized for the prompt plus n_decode tokens (last row's logits)."""
@@ -87,7 +87,7 @@ def prompt_and_step(
     block = 16
     ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
     nb = (n + n_decode + block - 1) // block
-    runner = core.ModelRunner(model, nb, block, n)
+    runner = core.ModelRunner(model, nb, block, max_tokens or n)
     table = list(range(nb))
 
     def step(tokens: list[int], start: int) -> np.ndarray:
@@ -100,13 +100,31 @@ def prompt_and_step(
 
 
 def ossa_speed(
-    path: str, threads: int, n_decode: int, quantized_activations: bool = False
+    path: str,
+    threads: int,
+    n_decode: int,
+    quantized_activations: bool = False,
+    contexts: tuple[int, ...] = (),
 ) -> dict[str, float]:
+    """prefill 128 / 512 and decode after a 128-token prompt; with ``contexts``, also "decode @N": decode
+    after an N-token prompt (prefilled in chunks of 512)."""
     from ossa._native import core
 
     core.set_num_threads(threads)
     model = core.load_model(path, quantized_activations=quantized_activations)
     out = {}
+    for n in contexts:
+        ids, step = prompt_and_step(model, n, n_decode, max_tokens=512)
+        for start in range(0, n, 512):
+            logits = step(ids[start : start + 512], start)
+        best = 1e9
+        for _ in range(2):
+            tok = int(np.argmax(logits[0]))
+            t0 = time.perf_counter()
+            for i in range(n_decode):
+                tok = int(np.argmax(step([tok], n + i)[0]))
+            best = min(best, time.perf_counter() - t0)
+        out[f"decode @{n}"] = n_decode / best
     for n in (128, 512):
         ids, step = prompt_and_step(model, n, n_decode)
         best = 1e9
@@ -128,12 +146,24 @@ def ossa_speed(
     return out
 
 
-def llama_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
+def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...] = ()) -> dict[str, float]:
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
+    n_ctx = max([1024, *[n + n_decode + 16 for n in contexts]])
+    llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, n_batch=512,
                 verbose=False)  # fmt: skip
     out = {}
+    for n in contexts:  # (as ossa_speed: decode after an n-token prompt)
+        llm.reset()
+        llm.eval(np.random.default_rng(n).integers(100, 40000, n).tolist())
+        best = 1e9
+        for _ in range(2):
+            llm.n_tokens = n
+            t0 = time.perf_counter()
+            for i in range(n_decode):
+                llm.eval([int(100 + i)])
+            best = min(best, time.perf_counter() - t0)
+        out[f"decode @{n}"] = n_decode / best
     for n in (128, 512):
         ids = np.random.default_rng(n).integers(100, 40000, n).tolist()
         best = 1e9
@@ -155,7 +185,9 @@ def llama_speed(path: str, threads: int, n_decode: int) -> dict[str, float]:
     return out
 
 
-def speed_isolated(engine: str, path: str, threads: int, n_decode: int, quant_act: bool) -> dict[str, float]:
+def speed_isolated(
+    engine: str, path: str, threads: int, n_decode: int, quant_act: bool, contexts: tuple[int, ...] = ()
+) -> dict[str, float]:
     """ossa_speed or llama_speed in a child process with the engine's own environment, so a crash is
     reported, not fatal, and no setting of one engine reaches the other; {} on failure."""
     import json
@@ -165,10 +197,10 @@ def speed_isolated(engine: str, path: str, threads: int, n_decode: int, quant_ac
     from peer_env import engine_env
 
     call = f"{path!r}, {threads}, {n_decode}"
-    if engine == "ossa":
-        call = f"ossa_speed({call}, quantized_activations={quant_act})"  # a load option of the model
+    if engine == "ossa":  # (quantized_activations: a load option of the model)
+        call = f"ossa_speed({call}, quantized_activations={quant_act}, contexts={tuple(contexts)!r})"
     else:
-        call = f"llama_speed({call})"
+        call = f"llama_speed({call}, contexts={tuple(contexts)!r})"
     code = f"import json, forward; print(json.dumps(forward.{call}))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=engine_env(engine))
     if r.returncode != 0:

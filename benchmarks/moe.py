@@ -19,9 +19,10 @@ them), cached under $OSSA_HOME/bench:
   it (attn_k_b / attn_v_b), Q8_0 matrices (random int8 codes and scales written directly), norms and
   routers F32.
 
-Prefill (128 and 512 tokens) and decode (after a 128-token prompt), same threads, best of repeated
-runs (forward.py's ossa_speed / llama_speed), each engine in its own process with its own
-environment, tok/s and the ratio ossa / llama.cpp.
+Prefill (128 and 512 tokens) and decode (after a 128-token prompt; `--decode-contexts 1024,4096`: also
+after longer prompts, where the attention over the cache counts), same threads, best of repeated runs
+(forward.py's ossa_speed / llama_speed), each engine in its own process with its own environment,
+tok/s and the ratio ossa / llama.cpp.
 
     OSSA_CORE_DIR=build/moe/csrc PYTHONPATH=src python benchmarks/moe.py [--threads 2] [--arch gpt-oss]
 """
@@ -284,6 +285,9 @@ def main() -> None:
     ap.add_argument("--types", default="Q8_0,Q4_0", help="qwen3moe: the files' types")
     ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss", "deepseek2"], default="qwen3moe")
     ap.add_argument(
+        "--decode-contexts", default="", help="also decode after prompts of these lengths (1024,4096)"
+    )
+    ap.add_argument(
         "--layers",
         type=int,
         default=0,
@@ -316,9 +320,10 @@ def main() -> None:
     print(f"{'type':6} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
     for t, path in files:
         # Each engine in its own process with its own environment (forward.speed_isolated).
-        o = speed_isolated("ossa", path, args.threads, args.decode_steps, False)
-        ll = speed_isolated("llama", path, args.threads, args.decode_steps, False)
-        for phase in ("prefill 128", "prefill 512", "decode"):
+        contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
+        o = speed_isolated("ossa", path, args.threads, args.decode_steps, False, contexts)
+        ll = speed_isolated("llama", path, args.threads, args.decode_steps, False, contexts)
+        for phase in ("prefill 128", "prefill 512", "decode", *[f"decode @{n}" for n in contexts]):
             mine, peer = o.get(phase, float("nan")), ll.get(phase, float("nan"))
             print(f"{t:6} {phase:12} {mine:11.1f} {peer:10.1f} {mine / peer:6.2f}")
 
