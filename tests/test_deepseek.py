@@ -89,6 +89,14 @@ CASES: dict[str, dict[str, Any]] = {
         norm_topk_prob=False, rope_interleave=False, rope_scaling=YARN_V3, max_position_embeddings=128,
         tie=True,
     ),
+    # GLM-4.7-Flash's (glm4_moe_lite: DeepSeek V3's layers, its sparse ones in mlp_layer_types; llama.cpp
+    # writes it as deepseek2): a q bottleneck, wide heads for k (24 + 8) and narrow ones for v, scale 1.8.
+    "glm4.7-flash": dict(
+        arch="glm4_moe_lite", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=24, qk_rope_head_dim=8,
+        v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        moe_intermediate_size=32, routed_scaling_factor=1.8, mlp_layer_types=["dense", "sparse", "sparse"],
+    ),
 }  # fmt: skip
 # Rounded weights switch an expert now and then (one score moves past another): F16 and Q8_0 files
 # are held to HF_TOL on most tokens, and to the twin (same stored weights) on every one.
@@ -305,3 +313,6 @@ def test_bad_files_refused(
     kv_b = "model.layers.1.self_attn.kv_b_proj.weight"
     both_refuse(copy_with(src, tmp_path / "kv_b", {kv_b: lambda w: w[:-1]}), "kv_b_proj", "kv_b_proj")
     both_refuse(copy_with(src, tmp_path / "rank", kv_lora_rank=0), "kv_lora_rank", "kv_lora_rank")
+    flash = hf_models["glm4.7-flash"][0]
+    short = copy_with(flash, tmp_path / "types", mlp_layer_types=["dense", "sparse"])
+    both_refuse(short, "mlp_layer_types", "mlp_layer_types")

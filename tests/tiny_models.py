@@ -43,6 +43,7 @@ ARCHS = (
     "glm4_moe",
     "olmoe",
     "glm4",
+    "glm4_moe_lite",
 )
 
 
@@ -129,6 +130,7 @@ def make_hf_model(
         "glm4_moe": transformers.Glm4MoeConfig,
         "olmoe": transformers.OlmoeConfig,
         "glm4": transformers.Glm4Config,
+        "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -294,6 +296,7 @@ def hf_to_gguf(
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
         "olmoe": "olmoe", "glm4": "glm4",
+        "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -512,8 +515,10 @@ def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any], f
         writer.add_uint32(k + "attention.value_length_mla", cfg["v_head_dim"])
     if scaling.get("mscale_all_dim"):
         writer.add_float32(k + "rope.scaling.yarn_log_multiplier", 0.1 * scaling["mscale_all_dim"])
-    v3 = cfg["model_type"] == "deepseek_v3"
-    writer.add_uint32(k + "leading_dense_block_count", cfg.get("first_k_dense_replace") or 0)
+    v3 = cfg["model_type"] in ("deepseek_v3", "glm4_moe_lite")
+    types = cfg.get("mlp_layer_types")  # (GLM-4.7-Flash: its dense layers lead)
+    first = types.index("sparse") if types else cfg.get("first_k_dense_replace") or 0
+    writer.add_uint32(k + "leading_dense_block_count", first)
     writer.add_expert_count(cfg["n_routed_experts"])
     writer.add_expert_used_count(cfg["num_experts_per_tok"])
     writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])

@@ -213,7 +213,7 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe, glm4)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -787,6 +787,8 @@ void load_hf(Model& m, Storage& st) {
       {"deepseek_v2", "deepseek2"},
       {"DeepseekV2ForCausalLM", "deepseek2"},
       {"deepseek_v3", "deepseek2"},
+      {"glm4_moe_lite", "deepseek2"},
+      {"Glm4MoeLiteForCausalLM", "deepseek2"},
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},

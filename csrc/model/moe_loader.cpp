@@ -342,10 +342,14 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     // DeepseekV2Config / DeepseekV3Config (the Hub's keys); Glm4MoeConfig routes as V3 does.
     // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
     // topk_method; the Hub's V3 files say noaux_tc)
+    // (GLM-4.7-Flash, glm4_moe_lite: DeepSeek V3's layers, its sparse ones listed in
+    // mlp_layer_types)
     const JsonValue* type_v = cfg.get("model_type");
     const bool glm = c.arch == "glm4moe";
+    const bool lite = type_v != nullptr && type_v->is_string() && type_v->string == "glm4_moe_lite";
     const bool v3_type =
-        glm || (type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3");
+        glm || lite ||
+        (type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3");
     const JsonValue* method_v = cfg.get("topk_method");
     const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
                                : v3_type                                    ? "noaux_tc"
@@ -376,9 +380,22 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const int64_t first = integer("first_k_dense_replace", glm ? 1 : 0),
                   freq = integer("moe_layer_freq", 1);
     if (freq < 1) throw ModelError("config 'moe_layer_freq' in '" + path + "' must be >= 1");
-    if (m.n_expert > 0)
+    const JsonValue* types = cfg.get("mlp_layer_types");
+    if (types != nullptr && !types->is_null()) {  // ("dense" / "sparse" per layer)
+      if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
+        throw ModelError("config 'mlp_layer_types' in '" + path + "' must list " +
+                         std::to_string(c.n_layer) + " layer types");
+      for (int i = 0; i < c.n_layer; ++i) {
+        const JsonValue& t = types->array[static_cast<size_t>(i)];
+        if (!t.is_string() || (t.string != "dense" && t.string != "sparse"))
+          throw ModelError("config 'mlp_layer_types' in '" + path +
+                           "' must hold \"dense\" or \"sparse\"");
+        if (t.string == "sparse" && m.n_expert > 0) m.layers.push_back(i);
+      }
+    } else if (m.n_expert > 0) {
       for (int i = 0; i < c.n_layer; ++i)
         if (i >= first && i % freq == 0) m.layers.push_back(i);
+    }
   } else if (c.arch == "olmoe") {  // OlmoeConfig's defaults; experts of intermediate_size
     m.n_expert = static_cast<int>(integer("num_experts", 64));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 8));

@@ -48,7 +48,7 @@ _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, olmoe, glm4)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -65,6 +65,7 @@ _HF_ARCHS = {
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
     "glm4": "glm4", "Glm4ForCausalLM": "glm4",
+    "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",

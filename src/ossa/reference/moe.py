@@ -133,6 +133,19 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     })  # fmt: skip
 
 
+def _deepseek_layers(c: dict[str, Any], n_layer: int, n_expert: int, first: int, freq: int) -> list[int]:
+    """The sparse layers: those mlp_layer_types calls "sparse" (GLM-4.7-Flash), else from
+    first_k_dense_replace on, every moe_layer_freq-th."""
+    types = c.get("mlp_layer_types")
+    if types is not None:
+        if len(types) != n_layer or any(t not in ("dense", "sparse") for t in types):
+            raise ValueError(
+                f'config \'mlp_layer_types\' must list {n_layer} layer types, "dense" or "sparse"'
+            )
+        return [i for i, t in enumerate(types) if t == "sparse" and n_expert > 0]
+    return [i for i in range(n_layer) if n_expert > 0 and i >= first and i % freq == 0]
+
+
 def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str, Any]:
     """The ``moe`` entry from a config.json (transformers' defaults where a key is absent)."""
     if arch not in MOE_ARCHS:
@@ -169,8 +182,8 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         })  # fmt: skip
     if arch in ("deepseek2", "glm4moe"):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig
         # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
-        glm = arch == "glm4moe"
-        v3_type = glm or c.get("model_type") == "deepseek_v3"
+        glm = arch == "glm4moe"  # (GLM-4.7-Flash, glm4_moe_lite: V3's layers, mlp_layer_types)
+        v3_type = glm or c.get("model_type") in ("deepseek_v3", "glm4_moe_lite")
         method = get("topk_method", "noaux_tc" if v3_type else "greedy")
         v3 = method == "noaux_tc"
         scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
@@ -192,7 +205,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
-            "layers": [i for i in range(n_layer) if n_expert > 0 and i >= first and i % freq == 0],
+            "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
         })  # fmt: skip
     if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
         return _validate({
