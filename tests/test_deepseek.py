@@ -33,6 +33,7 @@ from tiny_models import (
     greedy,
     hf_greedy,
     hf_to_gguf,
+    make_hf_model,
     twin_tol,
 )
 
@@ -316,3 +317,66 @@ def test_bad_files_refused(
     flash = hf_models["glm4.7-flash"][0]
     short = copy_with(flash, tmp_path / "types", mlp_layer_types=["dense", "sparse"])
     both_refuse(short, "mlp_layer_types", "mlp_layer_types")
+
+
+def _with_keys(src: str, dst: Path, drop: tuple[str, ...] = (), **keys: Any) -> str:
+    """A copy of GGUF file ``src`` without the metadata keys ``drop``, with ``keys`` (name -> float or
+    int) added."""
+    import gguf
+    from tiny_models import _copy_metadata
+
+    reader = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
+    _copy_metadata(reader, w, skip=tuple(drop) + tuple(keys))
+    for name, value in keys.items():
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)(name, value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(dst)
+
+
+def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """What llama.cpp's deepseek2 files may hold beyond the basics: GLM-4.7-Flash's appended MTP layer
+    (nextn_predict_layers: skipped, the file runs bitwise as one without it); Mistral Large 3's
+    attention temperature (attention.temperature_scale / _length: each query times 1 + scale *
+    ln(1 + floor(position / length)), as the twin computes it, and it moves the logits); a file
+    without expert_gating_func routes by softmax, except GLM-4.7-Flash's shape (47 or 48 layers and
+    154880 tokens), by sigmoid, as llama.cpp decides."""
+    src, hf, ids = hf_models["glm4.7-flash"]
+    plain_path = hf_to_gguf(src, tmp_path / "plain.gguf", "F32")
+    plain = core.model_logits(core.load_model(plain_path), ids)
+    mtp = core.load_model(hf_to_gguf(src, tmp_path / "mtp.gguf", "F32", nextn=True))
+    assert mtp.config["n_layer"] == 3
+    np.testing.assert_array_equal(core.model_logits(mtp, ids), plain)
+    keys = {"deepseek2.attention.temperature_scale": 0.5, "deepseek2.attention.temperature_length": 8}
+    warm = _with_keys(plain_path, tmp_path / "temp.gguf", **keys)
+    m = core.load_model(warm)
+    assert (m.config["attn_temp_scale"], m.config["attn_temp_length"]) == (0.5, 8)
+    got = core.model_logits(m, ids)
+    assert err(got, plain, hf) > 1e-3  # (positions 8 on: 40 tokens)
+    np.testing.assert_array_equal(got[:8], plain[:8])  # (factor 1 below the length)
+    config, weights = ref_loader.load_weights(warm)
+    assert config == m.config
+    assert err(got, ref_model.forward(config, weights, ids), hf) < TWIN_TOL
+    # The gating default: softmax for a deepseek2 file without the key...
+    keyless = _with_keys(plain_path, tmp_path / "keyless.gguf", drop=("deepseek2.expert_gating_func",))
+    assert not core.load_model(keyless).config["moe"]["sigmoid_gating"]
+    # ... sigmoid for GLM-4.7-Flash's shape.
+    flash = make_hf_model(
+        tmp_path / "flash", **dict(CASES["glm4.7-flash"], hidden_size=16, num_heads=2, num_kv_heads=2,
+        intermediate_size=16, num_layers=47, vocab_size=154880, mlp_layer_types=["dense"] + ["sparse"] * 46,
+        moe_intermediate_size=16, q_lora_rank=16, kv_lora_rank=16),
+    )  # fmt: skip
+    flash_gguf = _with_keys(
+        hf_to_gguf(flash, tmp_path / "flash.gguf", "F16"),
+        tmp_path / "flash-keyless.gguf",
+        drop=("deepseek2.expert_gating_func",),
+    )
+    m = core.load_model(flash_gguf)
+    assert m.config["moe"]["sigmoid_gating"] and m.config["n_vocab"] == 154880
+    config, _ = ref_loader.load_weights(flash_gguf)
+    assert config["moe"]["sigmoid_gating"]

@@ -44,6 +44,7 @@ ARCHS = (
     "olmoe",
     "glm4",
     "glm4_moe_lite",
+    "ministral3",
 )
 
 
@@ -131,6 +132,7 @@ def make_hf_model(
         "olmoe": transformers.OlmoeConfig,
         "glm4": transformers.Glm4Config,
         "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
+        "ministral3": transformers.Ministral3Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -297,6 +299,7 @@ def hf_to_gguf(
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
+        "ministral3": "mistral3",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -329,6 +332,8 @@ def hf_to_gguf(
             _glm4moe_keys(writer, cfg, nextn)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
+        if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
+            writer.add_uint32("deepseek2.nextn_predict_layers", 1)
     else:
         writer.add_rope_dimension_count(head_dim)
     if arch != "deepseek2":
@@ -363,6 +368,11 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
+    if arch == "mistral3" and scaling.get("llama_4_scaling_beta"):  # llama.cpp's keys for it
+        writer.add_float32("mistral3.attention.temperature_scale", float(scaling["llama_4_scaling_beta"]))
+        writer.add_uint32(
+            "mistral3.attention.temperature_length", int(scaling["original_max_position_embeddings"])
+        )
     if arch == "gemma3":
         _gemma3_keys(writer, cfg, head_dim)
     if arch == "gemma2":
@@ -469,9 +479,13 @@ def hf_to_gguf(
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if arch in ("llama", "smollm3", "granite", "granitemoe") and name.endswith("attn_q.weight"):
+        if arch in ("llama", "smollm3", "granite", "granitemoe", "mistral3") and name.endswith(
+            "attn_q.weight"
+        ):
             w = _llama_permute(w, n_head)
-        elif arch in ("llama", "smollm3", "granite", "granitemoe") and name.endswith("attn_k.weight"):
+        elif arch in ("llama", "smollm3", "granite", "granitemoe", "mistral3") and name.endswith(
+            "attn_k.weight"
+        ):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32

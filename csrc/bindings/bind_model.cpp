@@ -147,6 +147,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["o_bias"] = c.o_bias;
   d["attn_sinks"] = c.attn_sinks;
   d["clamp_qkv"] = c.clamp_qkv;
+  d["attn_temp_scale"] = c.attn_temp_scale;
+  d["attn_temp_length"] = c.attn_temp_length;
   nb::dict mla;
   mla["q_lora_rank"] = c.mla.q_lora_rank;
   mla["kv_lora_rank"] = c.mla.kv_lora_rank;

@@ -578,6 +578,12 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
   mla_config(c, g.get_int(k + "attention.q_lora_rank", 0),
              g.get_int(k + "attention.kv_lora_rank", 0), nope, rope, v,
              g.get_float(k + "rope.scaling.yarn_log_multiplier", 0.0), where);
+  // The multi-token-prediction layers llama.cpp's converter appends (GLM-4.7-Flash): not run.
+  const int64_t nextn = g.get_int(k + "nextn_predict_layers", 0);
+  if (nextn < 0 || nextn >= c.n_layer)
+    throw ModelError("invalid " + k + "nextn_predict_layers " + std::to_string(nextn) + " in " +
+                     where);
+  c.n_layer -= static_cast<int>(nextn);
 }
 
 void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
@@ -616,6 +622,37 @@ void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   c.rope_style = RopeStyle::Interleaved;
   c.qkv_bias = cfg.boolean("attention_bias", true);
   c.qk_norm = false;
+}
+
+void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".";
+  const double scale = g.get_float(k + "attention.temperature_scale", 0.0);
+  if (scale == 0.0) return;
+  c.attn_temp_scale = positive_scale(scale, "attention.temperature_scale", "'" + path + "'");
+  c.attn_temp_length = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "attention.temperature_length", 0), 0, int64_t{1} << 30));
+  if (c.attn_temp_length < 1)
+    throw ModelError("'" + path + "' has " + k + "attention.temperature_scale but no " + k +
+                     "attention.temperature_length");
+}
+
+void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  if (c.rope_scaling.type == "yarn") c.rope_scaling.attn_factor = 1.0f;
+  const double scale = g.get_float(c.arch + ".attention.scale", 0.0);
+  if (scale != 0.0) c.attn_scale = positive_scale(scale, "attention.scale", "'" + path + "'");
+}
+
+void ministral3_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+  if (rope == nullptr || !rope->is_object()) return;
+  const Json r{*rope, cfg.path};
+  const double beta = r.number("llama_4_scaling_beta", 0.0);
+  if (beta == 0.0) return;
+  c.attn_temp_scale = positive_scale(beta, "llama_4_scaling_beta", "'" + cfg.path + "'");
+  c.attn_temp_length = static_cast<int>(
+      std::clamp<int64_t>(r.integer("original_max_position_embeddings", 0), 0, int64_t{1} << 30));
+  if (c.attn_temp_length < 1)
+    throw ModelError("llama_4_scaling_beta without original_max_position_embeddings in '" +
+                     cfg.path + "'");
 }
 
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {

@@ -125,6 +125,16 @@ void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 // rope.dimension_count dimensions of a head (partial_rotary_factor, default 0.5, in a folder), q /
 // k / v biases (attention_bias, Glm4Config's default true); its four norms: post_norms().
 void glm4_config_gguf(const GGUFFile& g, ModelConfig& c);
+
+// Llama 4's attention temperature from GGUF (attention.temperature_scale / temperature_length,
+// where llama.cpp reads them: mistral3, deepseek2).
+void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+// Ministral 3 (mistral3) from GGUF: llama.cpp's mistral3 graph divides YaRN's cos/sin factor out
+// (1 / (1 + 0.1 ln factor)), so the factor is 1 (transformers': mscale / mscale_all_dim, 1 in the
+// releases); attention.scale where set. From a folder: rope_parameters' llama_4_scaling_beta over
+// original_max_position_embeddings.
+void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void ministral3_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
 }  // namespace ossa

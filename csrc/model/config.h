@@ -112,8 +112,12 @@ struct ModelConfig {
   float logit_scale = 0.0f;  // logits divided by it (Granite's logits_scaling); 0 = off
   bool o_bias = false;       // the attention output projection has a bias (gpt-oss)
   bool attn_sinks = false;   // one learned sink logit per head in the softmax (gpt-oss)
-  float clamp_qkv =
-      0.0f;  // q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv); 0 = off
+  // q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv); 0 = off
+  float clamp_qkv = 0.0f;
+  // Llama 4's attention temperature (Ministral 3, Mistral Large 3): each query, after RoPE, times
+  // 1 + attn_temp_scale * ln(1 + floor(position / attn_temp_length)) (1 below attn_temp_length).
+  float attn_temp_scale = 0.0f;  // 0 = off
+  int attn_temp_length = 0;
 
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool

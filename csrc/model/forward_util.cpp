@@ -203,6 +203,7 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           rope_heads(q, c.n_head, c, cs);
           rope_heads(k, c.n_head_kv, c, cs);
         }
+        scale_by_temperature(c, batch.positions[t], q, Q);  // (Ministral 3's long-context queries)
         const int64_t slot = batch.slot_mapping[t];
         store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
         store_v(v_cache, s.kv_type, slot, KV, v);

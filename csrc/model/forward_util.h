@@ -4,6 +4,7 @@
 // output head. Each keeps the batch invariance of the kernels it calls: a row's result depends on
 // that row.
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
@@ -74,6 +75,20 @@ void token_cos_sin(const ForwardState& s, int32_t position, float* cs);
 
 // Rotates n_heads heads of one token in place: their first rotated (config.rope_dim) dimensions.
 void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
+
+// The attention temperature's factor at a position (ModelConfig::attn_temp_scale; 1 when off), in
+// double as llama.cpp computes it, rounded once to float.
+inline float attn_temp_factor(const ModelConfig& c, int32_t position) {
+  if (c.attn_temp_scale <= 0.0f || c.attn_temp_length <= 0) return 1.0f;
+  const double k = std::floor(static_cast<double>(position) / c.attn_temp_length);
+  return static_cast<float>(1.0 + static_cast<double>(c.attn_temp_scale) * std::log(1.0 + k));
+}
+// x[0 .. n) times the factor of `position` (nothing when it is 1).
+inline void scale_by_temperature(const ModelConfig& c, int32_t position, float* x, int64_t n) {
+  const float f = attn_temp_factor(c, position);
+  if (f != 1.0f)
+    for (int64_t e = 0; e < n; ++e) x[e] *= f;
+}
 
 // x += y, or x += y * scale with scale > 0 (Granite's residual_multiplier, as transformers rounds
 // it: the product first): a sublayer's output joining the residual stream.

@@ -193,7 +193,9 @@ void validate_config(ModelConfig& c, const std::string& path) {
   if (!(c.attn_scale >= 0.0f) || !(c.final_softcap >= 0.0f) || !(c.rope_theta_swa >= 0.0f) ||
       !std::isfinite(c.final_softcap) || !(c.attn_softcap >= 0.0f) ||
       !std::isfinite(c.attn_softcap) || !(c.residual_scale >= 0.0f) || !(c.logit_scale >= 0.0f) ||
-      !(c.embd_scale >= 0.0f) || !(c.clamp_qkv >= 0.0f) || !std::isfinite(c.clamp_qkv))
+      !(c.embd_scale >= 0.0f) || !(c.clamp_qkv >= 0.0f) || !std::isfinite(c.clamp_qkv) ||
+      !(c.attn_temp_scale >= 0.0f) || !std::isfinite(c.attn_temp_scale) ||
+      (c.attn_temp_scale > 0.0f && c.attn_temp_length < 1))
     throw ModelError("invalid attention scale, soft-capping, q/k/v clamp or local RoPE base in '" +
                      path + "'");
 }
@@ -203,7 +205,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama",      "qwen2",   "qwen3",  "mistral", "qwen3moe", "qwen2moe",
     "gemma",      "gemma2",  "gemma3", "phi3",    "smollm3",  "granite",
     "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2",  "glm4moe", "olmoe",  "glm4"};
+    "deepseek2",  "glm4moe", "olmoe",  "glm4",    "mistral3"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -213,7 +215,8 @@ const std::string k_supported = [] {
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
-    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4)";
+    "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
+    "ministral3)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -480,10 +483,11 @@ void load_gguf(Model& m, Storage& st) {
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
-  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "smollm3" || arch == "granite" ||
-                  arch == "granitemoe" || arch == "ernie4_5" || arch == "ernie4_5-moe")
-                     ? RopeStyle::Interleaved
-                     : RopeStyle::Neox;
+  c.rope_style =
+      (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
+       arch == "granite" || arch == "granitemoe" || arch == "ernie4_5" || arch == "ernie4_5-moe")
+          ? RopeStyle::Interleaved
+          : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4" ||
               arch == "olmoe";
@@ -498,6 +502,9 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
   if (arch == "glm4") glm4_config_gguf(*g, c);  // partial RoPE on interleaved pairs
+  // Llama 4's attention temperature, where llama.cpp reads it (Ministral 3, Mistral Large 3)
+  if (arch == "mistral3" || arch == "deepseek2") temperature_config_gguf(*g, c, m.path);
+  if (arch == "mistral3") mistral3_config_gguf(*g, c, m.path);  // YaRN's cos/sin factor, scale
   if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
@@ -795,7 +802,9 @@ void load_hf(Model& m, Storage& st) {
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
       {"glm4", "glm4"},
-      {"Glm4ForCausalLM", "glm4"}};
+      {"Glm4ForCausalLM", "glm4"},
+      {"ministral3", "mistral3"},
+      {"Ministral3ForCausalLM", "mistral3"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -899,6 +908,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
+  if (c.arch == "mistral3") ministral3_config_hf(cfg, scaling, c);  // attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);

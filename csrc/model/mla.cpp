@@ -62,6 +62,10 @@ void mla_attention(ForwardState& s, const Batch& batch, int layer, const float* 
     matmul(L.wk_b[h], prepare(s, gathered, n, N, threads, {&L.wk_b[h]}), s.q.data() + h * D + R,
            H * D);
   }
+  if (c.attn_temp_scale > 0.0f)  // (Mistral Large 3: the whole query row, as llama.cpp scales it)
+    per_token(n, threads, [&](int t) {
+      scale_by_temperature(c, batch.positions[t], s.q.data() + t * H * D, H * D);
+    });
   laps.lap(kQkv);
   AttentionArgs args = attention_args(s, batch, layer, threads);
   args.scale = c.attn_scale;  // 1/sqrt(N + R), times YaRN's mscale squared

@@ -254,7 +254,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   }
   // (GLM-4.5's routing is DeepSeek V3's: sigmoid scores unless the file says otherwise)
   const bool glm = c.arch == "glm4moe", deepseek = c.arch == "deepseek2" || glm;
-  const int64_t gating = g.get_int(k + "expert_gating_func", glm ? 2 : 1);
+  // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
+  // layers, 154880 tokens) by sigmoid)
+  const bool glm_lite =
+      c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
+  const int64_t gating = g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
   if (c.arch != "gpt-oss" && gating != 0 && gating != 1 && !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
                      "' is not supported (softmax, and sigmoid for deepseek2 and glm4moe)");

@@ -243,6 +243,8 @@ class ModelConfig:
     attn_sinks: bool = False  # a learned sink logit per head in the attention softmax (gpt-oss)
     mla: MlaConfig = field(default_factory=MlaConfig)  # DeepSeek V2 / V3's latent attention
     clamp_qkv: float = 0.0  # q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv; 0: off)
+    attn_temp_scale: float = 0.0  # queries times 1 + scale * ln(1 + floor(pos / length)) (0: off)
+    attn_temp_length: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -427,6 +429,8 @@ def inspect(
         "logit_scale": c.logit_scale,
         "attn_sinks": c.attn_sinks,
         "clamp_qkv": c.clamp_qkv,
+        "attn_temp_scale": c.attn_temp_scale,
+        "attn_temp_length": c.attn_temp_length,
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
         "selection_bias": c.moe.selection_bias,
@@ -622,6 +626,10 @@ def format_inspect(info: dict[str, Any]) -> str:
     capped = f"scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else ""
     if info["attn_sinks"]:  # gpt-oss
         capped = ", ".join(filter(None, [capped, "a learned sink per head in the softmax"]))
+    if info.get("attn_temp_scale"):  # Llama 4's attention temperature (Ministral 3)
+        beta, length = info["attn_temp_scale"], info["attn_temp_length"]
+        temp = f"queries scaled by 1 + {beta:g} ln(1 + floor(position / {length}))"
+        capped = ", ".join(filter(None, [capped, temp]))
     if info.get("clamp_qkv"):  # OLMoE's clip_qkv
         capped = ", ".join(filter(None, [capped, f"q, k, v clipped to +-{info['clamp_qkv']:g}"]))
     if info["sliding_window"]:

@@ -516,6 +516,46 @@ def glm4_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def temperature_gguf(arch: str, md: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4's attention temperature (twin of temperature_config_gguf)."""
+    k = arch + "."
+    scale = md.get(k + "attention.temperature_scale", 0.0)
+    if not scale:
+        return {}
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"invalid attention.temperature_scale {scale}")
+    length = md.get(k + "attention.temperature_length", 0)
+    if length < 1:
+        raise ValueError(f"{k}attention.temperature_scale without {k}attention.temperature_length")
+    return {"attn_temp_scale": float(np.float32(scale)), "attn_temp_length": int(length)}
+
+
+def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Ministral 3 from GGUF (twin of mistral3_config_gguf): YaRN's cos/sin factor divided out as
+    llama.cpp's mistral3 graph does (1); attention.scale where set."""
+    out: dict[str, Any] = {}
+    if common["rope_scaling"].get("type") == "yarn":
+        out["rope_scaling"] = dict(common["rope_scaling"], attn_factor=1.0)
+    scale = md.get("mistral3.attention.scale", 0.0)
+    if scale:
+        out["attn_scale"] = float(np.float32(scale))
+    return out
+
+
+def ministral3_hf(rope: dict[str, Any]) -> dict[str, Any]:
+    """Ministral 3 from a config.json (twin of ministral3_config_hf): rope_parameters'
+    llama_4_scaling_beta over original_max_position_embeddings."""
+    beta = rope.get("llama_4_scaling_beta") or 0.0
+    if not beta:
+        return {}
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"invalid llama_4_scaling_beta {beta}")
+    length = rope.get("original_max_position_embeddings") or 0
+    if length < 1:
+        raise ValueError("llama_4_scaling_beta without original_max_position_embeddings")
+    return {"attn_temp_scale": float(np.float32(beta)), "attn_temp_length": int(length)}
+
+
 def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """DeepSeek V2 / V3 from GGUF (twin of deepseek2_config_gguf): key_length_mla / value_length_mla
     where llama.cpp's converter splits kv_b, else key_length / value_length; RoPE on interleaved pairs;
@@ -534,7 +574,10 @@ def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]
         scaling["attn_factor"] = 1.0
     out = _mla(common, md.get(k + "attention.q_lora_rank", 0), md.get(k + "attention.kv_lora_rank", 0),
                nope, rope, v, md.get(k + "rope.scaling.yarn_log_multiplier", 0.0))  # fmt: skip
-    return {**out, "rope_style": "interleaved", "rope_scaling": scaling}
+    nextn = md.get(k + "nextn_predict_layers", 0)  # (appended MTP layers: not run)
+    if not 0 <= nextn < common["n_layer"]:
+        raise ValueError(f"invalid {k}nextn_predict_layers {nextn}")
+    return {**out, "rope_style": "interleaved", "rope_scaling": scaling, "n_layer": common["n_layer"] - nextn}
 
 
 def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:

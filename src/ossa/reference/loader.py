@@ -23,7 +23,7 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe", "olmoe", "glm4",
+    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3",
 )  # fmt: skip
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
@@ -34,7 +34,7 @@ CONFIG_KEYS = (
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
-    "mla", "clamp_qkv",
+    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -42,13 +42,13 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
     "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
-    "clamp_qkv": 0.0,
+    "clamp_qkv": 0.0, "attn_temp_scale": 0.0, "attn_temp_length": 0,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -66,6 +66,7 @@ _HF_ARCHS = {
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
     "glm4": "glm4", "Glm4ForCausalLM": "glm4",
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
+    "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -283,7 +284,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
         rope_scaling=scaling,
         rope_style="interleaved"
-        if arch in ("llama", "mistral", "smollm3", "granite", "granitemoe", "ernie4_5", "ernie4_5-moe")
+        if arch
+        in ("llama", "mistral", "mistral3", "smollm3", "granite", "granitemoe", "ernie4_5", "ernie4_5-moe")
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4", "olmoe"),
@@ -311,8 +313,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.glm4moe_gguf(md, common, names))
     if arch == "glm4":
         common.update(arch_config.glm4_gguf(md, common))
+    if arch in ("mistral3", "deepseek2"):  # Llama 4's attention temperature, where llama.cpp reads it
+        common.update(arch_config.temperature_gguf(arch, md))
+    if arch == "mistral3":
+        common.update(arch_config.mistral3_gguf(md, common))
     cfg = _config(arch, **common)
-    cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names)
+    cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
@@ -431,6 +437,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.glm4moe_hf(c, common))
     if arch == "glm4":
         common.update(arch_config.glm4_hf(c, common))
+    if arch == "mistral3":
+        common.update(arch_config.ministral3_hf(s))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)

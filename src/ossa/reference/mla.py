@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import apply_rope, attention, rms_norm
+from .model import apply_rope, attention, rms_norm, temperature
 
 
 def mla_attention(
@@ -69,7 +69,8 @@ def mla_query_and_row(
     k_rope = apply_rope(kv[:, None, lat:], positions, inv_freq, style, factor)[:, 0]
     q_rope = apply_rope(q[:, :, nope:], positions, inv_freq, style, factor)
     q_latent = np.stack([mm(q[:, j, :nope], f"wk_b.{j}") for j in range(heads)], axis=1)
-    return np.concatenate([q_rope, q_latent], axis=-1), np.concatenate([k_rope, latent], axis=-1)
+    query = np.concatenate([q_rope, q_latent], axis=-1) * temperature(c, positions)[:, None, None]
+    return query.astype(np.float32), np.concatenate([k_rope, latent], axis=-1)
 
 
 def mla_output(

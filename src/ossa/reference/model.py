@@ -287,6 +287,15 @@ def activation_rounding(
     return ActivationRounding(split_bf16 if amx_activations else (lambda a: a), listed)
 
 
+def temperature(c: dict[str, Any], positions: np.ndarray) -> np.ndarray:
+    """Llama 4's attention temperature per position (float32 [n], 1 when off: twin of
+    forward_util.h's attn_temp_factor): 1 + scale * ln(1 + floor(position / length)), in float64."""
+    if not c["attn_temp_scale"]:
+        return np.ones(len(positions), dtype=np.float32)
+    k = np.floor(np.asarray(positions, dtype=np.float64) / c["attn_temp_length"])
+    return (1.0 + np.float64(np.float32(c["attn_temp_scale"])) * np.log(1.0 + k)).astype(np.float32)
+
+
 def embed(c: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
     """The tokens' embedding rows, times ``embd_scale`` when set (Gemma's sqrt(n_embd), Granite's
     embedding_multiplier); twin of forward_util's embed_row."""
@@ -416,6 +425,7 @@ def _attention(
         freq, factor = (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
         q = apply_rope(q, positions, freq, c["rope_style"], factor)
         k = apply_rope(k, positions, freq, c["rope_style"], factor)
+    q = q * temperature(c, positions)[:, None, None]  # (Ministral 3's long-context queries)
     sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
     att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
     o = q8(att, p + "wo") @ w[p + "wo"].T

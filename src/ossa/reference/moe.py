@@ -82,7 +82,9 @@ def _validate(moe: dict[str, Any]) -> dict[str, Any]:
     return moe
 
 
-def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors: Any) -> dict[str, Any]:
+def gguf_config(
+    arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors: Any, n_vocab: int = 0
+) -> dict[str, Any]:
     """The ``moe`` entry from GGUF metadata (llama.cpp's keys); MoE layers are those with a router."""
     k = arch + "."
     n_expert = md.get(k + "expert_count", 0)
@@ -94,7 +96,9 @@ def gguf_config(arch: str, md: dict[str, Any], n_layer: int, n_ff: int, tensors:
     if n_expert == 0:
         return dense_moe()
     glm = arch == "glm4moe"  # (GLM-4.5 routes as DeepSeek V3: sigmoid unless the file says otherwise)
-    gating = md.get(k + "expert_gating_func", 2 if glm else 1)
+    # (llama.cpp: a deepseek2 file without the key routes by softmax, GLM-4.7-Flash's by sigmoid)
+    glm_lite = arch == "deepseek2" and n_layer in (47, 48) and n_vocab == 154880
+    gating = md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
     deepseek = arch == "deepseek2" or glm
     if arch != "gpt-oss" and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")

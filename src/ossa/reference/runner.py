@@ -198,6 +198,7 @@ class ModelRunner:
                 factor = 1.0 if freq is self.inv_freq_local else mscale
                 q = ref_model.apply_rope(q, pos, freq, c["rope_style"], factor)
                 k = ref_model.apply_rope(k, pos, freq, c["rope_style"], factor)
+            q = q * ref_model.temperature(c, pos)[:, None, None]
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
