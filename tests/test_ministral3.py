@@ -108,3 +108,42 @@ def test_batch_invariant_temperature_matters_and_bad_configs(
     both_refuse(
         copy_with(src, tmp_path / "nolength", rope_parameters=no_length), "original_max", "original_max"
     )
+
+
+@pytest.mark.parametrize("style", ["transformers-5", "transformers-4"])
+def test_vision_language_folder(hf_models: dict[str, Any], style: str, tmp_path: Path) -> None:
+    """The Hub's Ministral 3 folders are Mistral3ForConditionalGeneration (a vision tower beside the
+    language model): ossa runs the language model alone from its text_config, its tensors under
+    model.language_model. (transformers 4.52 on; lm_head at the top) or language_model.model. (before;
+    language_model.lm_head), the vision tensors never read: the logits are the text model's (what
+    transformers computes for a prompt without images), bitwise, and the twin reads it alike."""
+    from safetensors.numpy import load_file, save_file
+
+    from ossa.reference import loader as ref_loader
+
+    src, hf, ids = hf_models["ministral3"]
+    want = core.model_logits(core.load_model(src), ids)
+    text = json.loads((Path(src) / "config.json").read_text())
+    dst = tmp_path / style
+    dst.mkdir()
+    new = style == "transformers-5"
+    stored = load_file(str(Path(src) / "model.safetensors"))
+    out = {}
+    for name, w in stored.items():
+        if name == "lm_head.weight":
+            out["lm_head.weight" if new else "language_model.lm_head.weight"] = w
+        else:
+            out[("model.language_model." if new else "language_model.model.") + name[len("model.") :]] = w
+    out["model.vision_tower.patch_conv.weight" if new else "vision_tower.patch_conv.weight"] = np.ones(
+        (8, 3, 2, 2), np.float32
+    )
+    save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    wrapper = {"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+               "text_config": text, "vision_config": {"model_type": "pixtral", "hidden_size": 8}}  # fmt: skip
+    (dst / "config.json").write_text(json.dumps(wrapper))
+    m = core.load_model(str(dst))
+    np.testing.assert_array_equal(core.model_logits(m, ids), want)
+    config, _ = ref_loader.load_weights(str(dst))
+    assert config == m.config and config["arch"] == "mistral3"
+    (dst / "config.json").write_text(json.dumps({k: v for k, v in wrapper.items() if k != "text_config"}))
+    both_refuse(str(dst), "text_config", "text_config")

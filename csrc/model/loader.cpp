@@ -679,13 +679,52 @@ std::string no_config_message(const fs::path& dir) {
   return where + " is a folder without config.json (not a Hugging Face model folder)";
 }
 
+// A vision-language model's folder read for its language model: Mistral 3's (the wrapper's
+// model_type mistral3, its text_config's ministral3).
+bool text_wrapper(const JsonValue& cfg) {
+  const JsonValue* type = cfg.get("model_type");
+  const JsonValue* archs = cfg.get("architectures");
+  const bool by_type = type != nullptr && type->is_string() && type->string == "mistral3";
+  const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
+                       archs->array[0].is_string() &&
+                       archs->array[0].string == "Mistral3ForConditionalGeneration";
+  return by_type || by_arch;
+}
+
+// The language model's tensors under the names of a text-only folder: model.language_model.X
+// (transformers 4.52 on) or language_model.model.X (before) as model.X, language_model.lm_head as
+// lm_head; the vision tower's and the projector's are left as they are (never read).
+void language_model_names(Builder& b) {
+  std::map<std::string, Raw> renamed;
+  for (auto& [name, raw] : b.raw) {
+    std::string to = name;
+    for (const char* prefix : {"model.language_model.", "language_model.model."})
+      if (name.rfind(prefix, 0) == 0) to = "model." + name.substr(std::string(prefix).size());
+    if (name == "language_model.lm_head.weight") to = "lm_head.weight";
+    if (!renamed.emplace(to, raw).second)
+      throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
+  }
+  b.raw = std::move(renamed);
+}
+
 void load_hf(Model& m, Storage& st) {
   const fs::path dir(m.path);
   const fs::path config_path = dir / "config.json";
   if (!fs::exists(config_path)) throw ModelError(no_config_message(dir));
   const std::string cfg_path = config_path.string();
-  const JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
+  JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
+  // A vision-language folder whose language model ossa runs alone
+  // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
+  // renamed below.
+  const bool wrapper = text_wrapper(cfg_json);
+  if (wrapper) {
+    const JsonValue* text = cfg_json.get("text_config");
+    if (text == nullptr || !text->is_object())
+      throw ModelError("'" + cfg_path + "' has no text_config object");
+    JsonValue copy = *text;
+    cfg_json = std::move(copy);
+  }
   const Json cfg{cfg_json, cfg_path};
 
   // Shards: the index names them; otherwise model.safetensors.
@@ -740,6 +779,7 @@ void load_hf(Model& m, Storage& st) {
     }
   }
 
+  if (wrapper) language_model_names(b);
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
   if (arch == "gemma3" || arch == "Gemma3ForConditionalGeneration") {

@@ -331,6 +331,14 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return cfg, w
 
 
+def _text_wrapper(c: dict[str, Any]) -> bool:
+    """A vision-language folder read for its language model (Mistral3ForConditionalGeneration)."""
+    return (
+        c.get("model_type") == "mistral3"
+        or (c.get("architectures") or [""])[0] == "Mistral3ForConditionalGeneration"
+    )
+
+
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
@@ -342,10 +350,26 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         files = ["model.safetensors"]
     shards = [read_safetensors(os.path.join(path, name)) for name in files]
     where = {name: s for s in shards for name in s.tensors}
+    stored = {name: name for name in where}  # name -> its name in the shard
+    if _text_wrapper(c):  # (twin of loader.cpp's text_wrapper / language_model_names)
+        if not isinstance(c.get("text_config"), dict):
+            raise ValueError(f"'{path}' has no text_config object")
+        c = c["text_config"]
+        stored = {}
+        for name in where:
+            to = name
+            for prefix in ("model.language_model.", "language_model.model."):
+                if name.startswith(prefix):
+                    to = "model." + name[len(prefix) :]
+            to = "lm_head.weight" if name == "language_model.lm_head.weight" else to
+            if to in stored:
+                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
+            stored[to] = name
+        where = {to: where[name] for to, name in stored.items()}
     names = set(where)
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
-        return where[n].u8(n) if u8 else where[n].tensor(n)
+        return where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
     if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
@@ -445,7 +469,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     layer_names = _OLMO2_HF if arch in NO_PRE_NORMS else _GLM4_HF if arch == "glm4" else _HF_LAYER
     w = _weights(
-        cfg, lambda n: where[n].tensor(n), set(where),
+        cfg, get_tensor, set(where),
         lambda i, f: f"model.layers.{i}.{layer_names[f]}",
         "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
     )  # fmt: skip
