@@ -98,6 +98,19 @@ CASES: dict[str, dict[str, Any]] = {
         v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
         moe_intermediate_size=32, routed_scaling_factor=1.8, mlp_layer_types=["dense", "sparse", "sparse"],
     ),
+    # Mistral 4's (mistral4 folders; its GGUF architecture is not read): V3's layers routed by softmax
+    # scores without a bias, groups scored by their two best, YaRN with RoPE on half of head_dim, Llama
+    # 4's attention temperature; transformers 5's fused expert stacks (gate_up_proj, down_proj).
+    "mistral4": dict(
+        arch="mistral4", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, head_dim=16,
+        intermediate_size=96, vocab_size=150, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=8,
+        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+        moe_intermediate_size=32, n_group=2, topk_group=1, first_k_dense_replace=1, routed_scaling_factor=1.5,
+        norm_topk_prob=True, max_position_embeddings=32,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                      "llama_4_scaling_beta": 0.1, "partial_rotary_factor": 0.5},
+    ),
 }  # fmt: skip
 # Rounded weights switch an expert now and then (one score moves past another): F16 and Q8_0 files
 # are held to HF_TOL on most tokens, and to the twin (same stored weights) on every one.
@@ -138,7 +151,10 @@ def check_moe_logits(path: str, fmt: str, hf: np.ndarray, ids: list[int]) -> Any
     return model
 
 
-@pytest.mark.parametrize("name, fmt", [(n, f) for n in CASES for f in ALL])
+# (Mistral 4 from its folder only: llama.cpp writes it as its own mistral4 architecture)
+@pytest.mark.parametrize(
+    "name, fmt", [(n, f) for n in CASES for f in ALL if n != "mistral4" or f == "safetensors"]
+)
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -219,10 +235,12 @@ def _hf_router(arch: str, kw: dict[str, Any], seed: int) -> Any:
     import torch
     import transformers.models.deepseek_v2.modeling_deepseek_v2 as v2
     import transformers.models.deepseek_v3.modeling_deepseek_v3 as v3
+    import transformers.models.mistral4.modeling_mistral4 as m4
 
     cls = transformers_config(arch)
     cfg = cls(hidden_size=32, **kw)
-    router = (v2.DeepseekV2TopkRouter if arch == "deepseek_v2" else v3.DeepseekV3TopkRouter)(cfg)
+    router = {"deepseek_v2": v2.DeepseekV2TopkRouter, "deepseek_v3": v3.DeepseekV3TopkRouter,
+              "mistral4": m4.Mistral4TopkRouter}[arch](cfg)  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         router.weight.copy_(torch.randn(router.weight.shape, generator=gen))
@@ -234,7 +252,8 @@ def _hf_router(arch: str, kw: dict[str, Any], seed: int) -> Any:
 def transformers_config(arch: str) -> Any:
     import transformers
 
-    return transformers.DeepseekV2Config if arch == "deepseek_v2" else transformers.DeepseekV3Config
+    return {"deepseek_v2": transformers.DeepseekV2Config, "deepseek_v3": transformers.DeepseekV3Config,
+            "mistral4": transformers.Mistral4Config}[arch]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -247,6 +266,8 @@ def transformers_config(arch: str) -> Any:
                              norm_topk_prob=True, routed_scaling_factor=2.5)),
         ("deepseek_v3", dict(n_routed_experts=12, num_experts_per_tok=3, n_group=3, topk_group=1,
                              norm_topk_prob=False, routed_scaling_factor=1.0)),
+        ("mistral4", dict(n_routed_experts=16, num_experts_per_tok=3, n_group=4, topk_group=2,
+                          norm_topk_prob=True, routed_scaling_factor=1.5)),
     ],
 )  # fmt: skip
 def test_routing_matches_transformers(arch: str, kw: dict[str, Any]) -> None:
@@ -260,12 +281,15 @@ def test_routing_matches_transformers(arch: str, kw: dict[str, Any]) -> None:
     with torch.no_grad():
         logits, weights, idx = router(x)
     v3 = arch == "deepseek_v3"
+    m4 = arch == "mistral4"  # (softmax scores, no bias, groups by their two best)
+    grouped = v3 or m4 or kw.get("topk_method") == "group_limited_greedy"
     moe = {
         "sigmoid_gating": v3,
-        "n_group": kw.get("n_group", 1) if v3 or kw.get("topk_method") == "group_limited_greedy" else 1,
+        "group_top2": v3 or m4,
+        "n_group": kw.get("n_group", 1) if grouped else 1,
         "topk_group": kw.get("topk_group", 1),
         "n_expert_used": kw["num_experts_per_tok"],
-        "norm_topk_prob": bool(kw.get("norm_topk_prob")) and v3,  # (transformers' V2 router never is)
+        "norm_topk_prob": bool(kw.get("norm_topk_prob")) and (v3 or m4),  # (transformers' V2 router never is)
         "routed_scale": kw.get("routed_scaling_factor", 1.0),
     }
     bias = router.e_score_correction_bias.numpy() if v3 else None

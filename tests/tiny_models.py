@@ -45,6 +45,7 @@ ARCHS = (
     "glm4",
     "glm4_moe_lite",
     "ministral3",
+    "mistral4",
 )
 
 
@@ -133,6 +134,7 @@ def make_hf_model(
         "glm4": transformers.Glm4Config,
         "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
         "ministral3": transformers.Ministral3Config,
+        "mistral4": transformers.Mistral4Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -144,7 +146,8 @@ def make_hf_model(
         kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    cls = _causal_lm(arch)
+    model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -854,13 +857,25 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     """transformers' float32 logits of one sequence, [len(ids), vocab]."""
     import torch
-    import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=torch.float32, **_attn_impl(path)
-    )
+    model = _causal_lm(_model_type(path)).from_pretrained(str(path), dtype=torch.float32, **_attn_impl(path))
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
+
+
+def _causal_lm(model_type: str) -> Any:
+    """transformers' causal-LM class for a model type (Mistral 4's is not in the Auto mapping)."""
+    import transformers
+
+    if model_type == "mistral4":
+        from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
+
+        return Mistral4ForCausalLM
+    return transformers.AutoModelForCausalLM
+
+
+def _model_type(path: str | os.PathLike[str]) -> str:
+    return str(json.loads((Path(path) / "config.json").read_text()).get("model_type", ""))
 
 
 def _attn_impl(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -991,9 +1006,8 @@ def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
     """transformers' generate(): exactly `n_new` greedy tokens after `prompt`, the argmax at every step
     (no end-of-sequence id: min_new_tokens would instead mask those ids, which ``greedy`` does not)."""
     import torch
-    import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **_attn_impl(path))
+    model = _causal_lm(_model_type(path)).from_pretrained(path, dtype=torch.float32, **_attn_impl(path))
     model.generation_config.eos_token_id = None
     with torch.no_grad():
         t = torch.tensor([prompt])

@@ -122,6 +122,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["norm_min"] = c.moe.norm_min;
   moe["deepseek"] = c.moe.deepseek;
   moe["sigmoid_gating"] = c.moe.sigmoid_gating;
+  moe["group_top2"] = c.moe.group_top2;
   moe["n_group"] = c.moe.n_group;
   moe["topk_group"] = c.moe.topk_group;
   moe["routed_scale"] = c.moe.routed_scale;

@@ -55,6 +55,7 @@ struct MoeConfig {
   // with norm_topk_prob), times routed_scale.
   bool deepseek = false;
   bool sigmoid_gating = false;
+  bool group_top2 = false;  // a group scored by its two best (V3, Mistral 4), else its best (V2)
   int n_group = 1, topk_group = 1;
   float routed_scale = 1.0f;
   bool is_moe_layer(int layer) const;

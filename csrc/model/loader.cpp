@@ -216,7 +216,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3)";
+    "ministral3, mistral4)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -835,6 +835,8 @@ void load_hf(Model& m, Storage& st) {
       {"DeepseekV2ForCausalLM", "deepseek2"},
       {"deepseek_v3", "deepseek2"},
       {"glm4_moe_lite", "deepseek2"},
+      {"mistral4", "deepseek2"},
+      {"Mistral4ForCausalLM", "deepseek2"},
       {"Glm4MoeLiteForCausalLM", "deepseek2"},
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
@@ -948,7 +950,8 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
-  if (c.arch == "mistral3") ministral3_config_hf(cfg, scaling, c);  // attention temperature
+  if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
+    ministral3_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);

@@ -121,7 +121,7 @@ void route_deepseek(const MoeConfig& mc, const float* logits, int32_t* chosen, f
           second = c[i];
         }
       }
-      group_score[g] = mc.sigmoid_gating ? best + second : best;
+      group_score[g] = mc.group_top2 ? best + second : best;
       groups[g] = g;
     }
     std::stable_sort(groups.begin(), groups.end(),

@@ -57,7 +57,7 @@ void validate_moe(ModelConfig& c, const std::string& path) {
       int64_t{m.topk_group} * (m.n_expert / m.n_group) < m.n_expert_used)
     fail("expert groups used " + std::to_string(m.topk_group) + " of " + std::to_string(m.n_group) +
          " leave fewer than " + std::to_string(m.n_expert_used) + " experts to choose from");
-  if (m.sigmoid_gating && m.n_group > 1 && m.n_expert / m.n_group < 2)
+  if (m.group_top2 && m.n_group > 1 && m.n_expert / m.n_group < 2)
     fail("expert groups of one expert (a group is scored by its two best)");
   if (!(m.routed_scale > 0.0f) || !std::isfinite(m.routed_scale))
     fail("invalid routed expert scale " + std::to_string(m.routed_scale));
@@ -271,6 +271,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm);
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
     m.sigmoid_gating = gating == 2;
+    m.group_top2 = m.sigmoid_gating;
     m.n_group = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_group_count", 1), -1, k_max_experts + 1));
     m.topk_group = static_cast<int>(std::clamp<int64_t>(
@@ -354,9 +355,12 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const bool v3_type =
         glm || lite ||
         (type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3");
+    // (Mistral 4: V3's layers routed by softmax scores without a bias; groups by their two best)
+    const bool mistral4 = type_v != nullptr && type_v->is_string() && type_v->string == "mistral4";
     const JsonValue* method_v = cfg.get("topk_method");
     const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
                                : v3_type                                    ? "noaux_tc"
+                               : mistral4 && integer("n_group", 1) > 1      ? "group_limited_greedy"
                                                                             : "greedy";
     const JsonValue* scoring_v = cfg.get("scoring_func");
     const bool v3 = method == "noaux_tc";
@@ -369,12 +373,13 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       throw ModelError("scoring_func '" + scoring + "' in '" + path + "' is not supported");
     m.deepseek = true;
     m.sigmoid_gating = scoring == "sigmoid";
+    m.group_top2 = m.sigmoid_gating || mistral4;
     m.n_expert = static_cast<int>(integer("n_routed_experts", integer("num_local_experts", 0)));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 0));
     m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 0));
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(integer("n_shared_experts", 0) * m.n_ff_expert, 0, 1 << 30));
-    m.norm_topk_prob = boolean("norm_topk_prob", v3);
+    m.norm_topk_prob = boolean("norm_topk_prob", v3 || mistral4);
     m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
     m.selection_bias = v3;
     if (method != "greedy") {
@@ -524,7 +529,21 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
                      c.arch == "glm4moe";  // (shared_experts.)
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
-  for (int64_t e = 0; e < n; ++e) {
+  const bool fused = src.has(p + "experts.gate_up_proj");
+  if (fused) {
+    // transformers 5's fused stacks where no conversion restores the per-expert tensors (Mistral
+    // 4): gate_up_proj [n, 2F, E] (gate rows, then up rows) and down_proj [n, E, F], GGUF's
+    // ffn_gate_up_exps / ffn_down_exps layouts, viewed in place.
+    const TensorView gu =
+        src.take(p + "experts.gate_up_proj", canon + "gate_up_exps", n * 2 * F, E);
+    const TensorView d = src.take(p + "experts.down_proj", canon + "down_exps", n * E, F);
+    for (int64_t e = 0; e < n; ++e) {
+      out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
+      out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
+      out.experts[e].w_down = expert_slice(d, e, E, 0, E);
+    }
+  }
+  for (int64_t e = 0; e < (fused ? 0 : n); ++e) {
     ExpertWeights& x = out.experts[e];
     const std::string pe = p + "experts." + std::to_string(e) + ".",
                       ce = canon + "experts." + std::to_string(e) + ".";

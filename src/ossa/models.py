@@ -189,6 +189,7 @@ class MoeConfig:
     # groups, weighted by score (over their sum with norm_topk_prob) times routed_scale
     deepseek: bool = False
     sigmoid_gating: bool = False
+    group_top2: bool = False  # a group scored by its two best (V3, Mistral 4), else by its best
     n_group: int = 1
     topk_group: int = 1
     routed_scale: float = 1.0

@@ -48,7 +48,7 @@ _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -67,6 +67,7 @@ _HF_ARCHS = {
     "glm4": "glm4", "Glm4ForCausalLM": "glm4",
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
     "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
+    "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -461,7 +462,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.glm4moe_hf(c, common))
     if arch == "glm4":
         common.update(arch_config.glm4_hf(c, common))
-    if arch == "mistral3":
+    if arch == "mistral3" or c.get("model_type") == "mistral4":  # Llama 4's attention temperature
         common.update(arch_config.ministral3_hf(s))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")

@@ -52,7 +52,7 @@ def dense_moe() -> dict[str, Any]:
 # The MoE keys only gpt-oss sets (a plain SwiGLU, no biases, softmax over all experts otherwise).
 _PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
                           "selection_bias": False, "norm_min": 0.0, "deepseek": False,
-                          "sigmoid_gating": False, "n_group": 1, "topk_group": 1,
+                          "sigmoid_gating": False, "group_top2": False, "n_group": 1, "topk_group": 1,
                           "routed_scale": 1.0}  # fmt: skip
 _GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
                             "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
@@ -75,7 +75,7 @@ def _validate(moe: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"expert group count {g} does not divide the {n} experts")
     if not 1 <= tg <= g or tg * (n // g) < moe["n_expert_used"]:
         raise ValueError(f"expert groups used {tg} of {g} leave fewer than {moe['n_expert_used']} experts")
-    if moe["sigmoid_gating"] and g > 1 and n // g < 2:
+    if moe["group_top2"] and g > 1 and n // g < 2:
         raise ValueError("expert groups of one expert (a group is scored by its two best)")
     if not (moe["routed_scale"] > 0 and np.isfinite(moe["routed_scale"])):
         raise ValueError(f"invalid routed expert scale {moe['routed_scale']}")
@@ -107,7 +107,8 @@ def gguf_config(
         n_ff_expert = md.get(k + "expert_feed_forward_length", n_ff)
         groups = md.get(k + "expert_group_count", 1) or 1
         return _validate({
-            **_PLAIN, "deepseek": True, "sigmoid_gating": gating == 2, "n_expert": n_expert,
+            **_PLAIN, "deepseek": True, "sigmoid_gating": gating == 2, "group_top2": gating == 2,
+            "n_expert": n_expert,
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": md.get(k + "expert_shared_count", 0) * n_ff_expert,
             "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm)),
@@ -188,7 +189,15 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
         glm = arch == "glm4moe"  # (GLM-4.7-Flash, glm4_moe_lite: V3's layers, mlp_layer_types)
         v3_type = glm or c.get("model_type") in ("deepseek_v3", "glm4_moe_lite")
-        method = get("topk_method", "noaux_tc" if v3_type else "greedy")
+        mistral4 = c.get("model_type") == "mistral4"  # (softmax scores, no bias; groups by their two best)
+        default = (
+            "noaux_tc"
+            if v3_type
+            else "group_limited_greedy"
+            if mistral4 and get("n_group", 1) > 1
+            else "greedy"
+        )
+        method = get("topk_method", default)
         v3 = method == "noaux_tc"
         scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
         if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
@@ -202,10 +211,11 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             raise ValueError("config 'moe_layer_freq' must be >= 1")
         n_expert = get("n_routed_experts", get("num_local_experts", 0))
         return _validate({
-            **_PLAIN, "deepseek": True, "sigmoid_gating": scoring == "sigmoid", "n_expert": n_expert,
+            **_PLAIN, "deepseek": True, "sigmoid_gating": scoring == "sigmoid",
+            "group_top2": scoring == "sigmoid" or mistral4, "n_expert": n_expert,
             "n_expert_used": get("num_experts_per_tok", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": get("n_shared_experts", 0) * n_ff_expert,
-            "norm_topk_prob": bool(get("norm_topk_prob", v3)),
+            "norm_topk_prob": bool(get("norm_topk_prob", v3 or mistral4)),
             "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
@@ -318,7 +328,14 @@ def hf_layer_weights(
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
     stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral else {
         "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
-    for e in range(n):
+    if p + "experts.gate_up_proj" in names:  # transformers 5's fused stacks (Mistral 4's folders)
+        gate_up = _shaped(get(p + "experts.gate_up_proj"), n * 2 * f, e_dim).reshape(n, 2 * f, e_dim)
+        down = _shaped(_need(get, names, p + "experts.down_proj"), n * e_dim, f).reshape(n, e_dim, f)
+        for e in range(n):
+            q = f"{c}experts.{e}."
+            w[q + "w_gate"], w[q + "w_up"], w[q + "w_down"] = gate_up[e, :f], gate_up[e, f:], down[e]
+        stems = {}
+    for e in range(n if stems else 0):
         for field, stem in stems.items():
             rows, cols = (e_dim, f) if field == "w_down" else (f, e_dim)
             w[f"{c}experts.{e}.{field}"] = _shaped(
@@ -472,7 +489,7 @@ def route_deepseek(
     if groups > 1:
         by_group = choice.reshape(groups, -1)
         top2 = -np.sort(-by_group, axis=1)[:, :2]
-        score = top2.sum(axis=1, dtype=np.float32) if moe["sigmoid_gating"] else top2[:, 0]
+        score = top2.sum(axis=1, dtype=np.float32) if moe["group_top2"] else top2[:, 0]
         kept = np.argsort(-score, kind="stable")[: moe["topk_group"]]
         mask = np.zeros(groups, dtype=bool)
         mask[kept] = True
