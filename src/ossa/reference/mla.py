@@ -41,6 +41,19 @@ def mla_attention(
     return mla_output(c, w, i, out.reshape(len(h), c["n_head"], -1), rounding)
 
 
+def _layer_matmul(
+    w: dict[str, np.ndarray], i: int, rounding: Callable[[np.ndarray, str], np.ndarray]
+) -> Callable[[np.ndarray, str], np.ndarray]:
+    """mm(x, name): x (rounded as the C++ kernels round matrix name's input) times layer i's matrix
+    name, transposed, in float32."""
+    p = f"layers.{i}."
+
+    def mm(x: np.ndarray, name: str) -> np.ndarray:
+        return (rounding(x, p + name) @ w[p + name].T).astype(np.float32)
+
+    return mm
+
+
 def mla_query_and_row(
     c: dict[str, Any],
     w: dict[str, np.ndarray],
@@ -55,10 +68,7 @@ def mla_query_and_row(
     a, eps, style = c["mla"], c["rms_eps"], c["rope_style"]
     heads, nope, rope, lat = c["n_head"], a["qk_nope"], a["qk_rope"], a["kv_lora_rank"]
     factor, p, n = c["rope_scaling"]["attn_factor"], f"layers.{i}.", len(h)
-
-    def mm(x: np.ndarray, name: str) -> np.ndarray:
-        return (rounding(x, p + name) @ w[p + name].T).astype(np.float32)
-
+    mm = _layer_matmul(w, i, rounding)
     if a["q_lora_rank"]:
         q = mm(rms_norm(mm(h, "wq_a"), w[p + "q_a_norm"], eps), "wq_b")
     else:
@@ -82,10 +92,6 @@ def mla_output(
 ) -> np.ndarray:
     """Layer i's attention output from the heads' attended rows out [n, n_head, R + C]: each head's
     latent part through its wv_b, then wo."""
-    p, rope = f"layers.{i}.", c["mla"]["qk_rope"]
-
-    def mm(x: np.ndarray, name: str) -> np.ndarray:
-        return (rounding(x, p + name) @ w[p + name].T).astype(np.float32)
-
+    rope, mm = c["mla"]["qk_rope"], _layer_matmul(w, i, rounding)
     o = np.concatenate([mm(out[:, j, rope:], f"wv_b.{j}") for j in range(c["n_head"])], axis=-1)
     return mm(o, "wo")
