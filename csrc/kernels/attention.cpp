@@ -86,6 +86,14 @@ inline int first_position(const AttentionArgs& a, int ctx) {
   return a.window > 0 ? std::max(0, ctx - a.window) : 0;
 }
 
+// Where KV head kvh's V row of context position j starts (in elements; table: the sequence's
+// blocks). With k_rows it is the position's K too.
+inline int64_t v_row(const AttentionArgs& a, const int32_t* table, int j, int64_t kv_dim, int kvh) {
+  const int64_t slot =
+      static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+  return slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
+}
+
 // Element i of a K/V row of type KV, as f32.
 template <KvType KV>
 inline float kv_at(const void* p, int64_t i) {
@@ -132,8 +140,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   // order.)
   const int bs = a.block_size, hd = a.head_dim;
   for (int j = a.k_rows ? j0 : ctx; j < ctx; ++j) {
-    const int64_t row = (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * kv_dim +
-                        static_cast<int64_t>(kvh) * hd;
+    const int64_t row = v_row(a, table, j, kv_dim, kvh);
     float dot = 0.0f;
     for (int d = 0; d < hd; ++d) dot = std::fma(q[d], kv_at<KV>(a.v_cache, row + d), dot);
     scores[j] = dot * scale;
@@ -195,9 +202,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
   for (int j = j0; j < ctx; ++j) {
     const float p = std::exp(scores[j] - max_score);
     sum += p;
-    const int64_t slot =
-        static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * a.head_dim;
+    const int64_t v = v_row(a, table, j, kv_dim, kvh);
     int d = 0;
 #if defined(OSSA_ATTN_AVX2)
     // 8 dimensions per vector: each out[d] gets the same fma as in the scalar loop.
@@ -800,8 +805,7 @@ void attend_wide(const AttentionArgs& a, int t, int h0, int thread, int group, i
   // k_rows: each position's row loaded once for the GH heads, 16 dimensions a vector, then the 16
   // partial sums in reduce_add16's fixed tree.
   for (int j = a.k_rows ? j0 : ctx; j < ctx; ++j) {
-    const int64_t row = (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * kv_dim +
-                        static_cast<int64_t>(kvh) * hd;
+    const int64_t row = v_row(a, table, j, kv_dim, kvh);
     __m512 acc[GH];
     for (int g = 0; g < GH; ++g) acc[g] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 16) {
@@ -863,8 +867,7 @@ void attend_wide(const AttentionArgs& a, int t, int h0, int thread, int group, i
     for (int g = 0; g < GH; ++g)
       for (int k = 0; k < 4; ++k) acc[g][k] = _mm512_setzero_ps();
     for (int j = j0; j < ctx; ++j) {
-      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-      const int64_t v = slot * kv_dim + static_cast<int64_t>(kvh) * hd + c0;
+      const int64_t v = v_row(a, table, j, kv_dim, kvh) + c0;
       for (int k = 0; k < 4; ++k) {
         if (m[k] == 0) break;
         const __m512 vk = load_kv<KV>(m[k], a.v_cache, v + 16 * k);

@@ -564,6 +564,31 @@ void mla_config(ModelConfig& c, int64_t q_lora, int64_t kv_lora, int64_t nope, i
 
 }  // namespace
 
+namespace {
+
+// The multi-token-prediction layers llama.cpp's converter appends (nextn_predict_layers: GLM-4.5,
+// GLM-4.7-Flash): not run, n_layer excludes them.
+void skip_mtp_layers(const GGUFFile& g, ModelConfig& c, const std::string& where) {
+  const std::string key = c.arch + ".nextn_predict_layers";
+  const int64_t nextn = g.get_int(key, 0);
+  if (nextn < 0 || nextn >= c.n_layer)
+    throw ModelError("invalid " + key + " " + std::to_string(nextn) + " in " + where);
+  c.n_layer -= static_cast<int>(nextn);
+}
+
+// Llama 4's attention temperature from its two values (0 scale: off), by the names of the file's
+// keys for the errors.
+void set_temperature(ModelConfig& c, double scale, int64_t length, const std::string& scale_name,
+                     const std::string& length_name, const std::string& where) {
+  if (scale == 0.0) return;
+  c.attn_temp_scale = positive_scale(scale, scale_name.c_str(), where);
+  c.attn_temp_length = static_cast<int>(std::clamp<int64_t>(length, 0, int64_t{1} << 30));
+  if (c.attn_temp_length < 1)
+    throw ModelError(scale_name + " without " + length_name + " in " + where);
+}
+
+}  // namespace
+
 void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   const std::string k = c.arch + ".", where = "'" + path + "'";
   const int64_t rope = g.get_int(k + "rope.dimension_count", 64);
@@ -578,12 +603,7 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
   mla_config(c, g.get_int(k + "attention.q_lora_rank", 0),
              g.get_int(k + "attention.kv_lora_rank", 0), nope, rope, v,
              g.get_float(k + "rope.scaling.yarn_log_multiplier", 0.0), where);
-  // The multi-token-prediction layers llama.cpp's converter appends (GLM-4.7-Flash): not run.
-  const int64_t nextn = g.get_int(k + "nextn_predict_layers", 0);
-  if (nextn < 0 || nextn >= c.n_layer)
-    throw ModelError("invalid " + k + "nextn_predict_layers " + std::to_string(nextn) + " in " +
-                     where);
-  c.n_layer -= static_cast<int>(nextn);
+  skip_mtp_layers(g, c, where);  // (GLM-4.7-Flash's files)
 }
 
 void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
@@ -591,11 +611,7 @@ void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& p
   c.rope_style = RopeStyle::Neox;
   c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
                             k + "rope.dimension_count");
-  const int64_t nextn = g.get_int(k + "nextn_predict_layers", 0);
-  if (nextn < 0 || nextn >= c.n_layer)
-    throw ModelError("invalid " + k + "nextn_predict_layers " + std::to_string(nextn) + " in '" +
-                     path + "'");
-  c.n_layer -= static_cast<int>(nextn);
+  skip_mtp_layers(g, c, "'" + path + "'");
 }
 
 void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
@@ -626,14 +642,10 @@ void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
 
 void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   const std::string k = c.arch + ".";
-  const double scale = g.get_float(k + "attention.temperature_scale", 0.0);
-  if (scale == 0.0) return;
-  c.attn_temp_scale = positive_scale(scale, "attention.temperature_scale", "'" + path + "'");
-  c.attn_temp_length = static_cast<int>(
-      std::clamp<int64_t>(g.get_int(k + "attention.temperature_length", 0), 0, int64_t{1} << 30));
-  if (c.attn_temp_length < 1)
-    throw ModelError("'" + path + "' has " + k + "attention.temperature_scale but no " + k +
-                     "attention.temperature_length");
+  set_temperature(c, g.get_float(k + "attention.temperature_scale", 0.0),
+                  g.get_int(k + "attention.temperature_length", 0),
+                  k + "attention.temperature_scale", k + "attention.temperature_length",
+                  "'" + path + "'");
 }
 
 void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
@@ -642,17 +654,12 @@ void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& 
   if (scale != 0.0) c.attn_scale = positive_scale(scale, "attention.scale", "'" + path + "'");
 }
 
-void ministral3_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   if (rope == nullptr || !rope->is_object()) return;
   const Json r{*rope, cfg.path};
-  const double beta = r.number("llama_4_scaling_beta", 0.0);
-  if (beta == 0.0) return;
-  c.attn_temp_scale = positive_scale(beta, "llama_4_scaling_beta", "'" + cfg.path + "'");
-  c.attn_temp_length = static_cast<int>(
-      std::clamp<int64_t>(r.integer("original_max_position_embeddings", 0), 0, int64_t{1} << 30));
-  if (c.attn_temp_length < 1)
-    throw ModelError("llama_4_scaling_beta without original_max_position_embeddings in '" +
-                     cfg.path + "'");
+  set_temperature(c, r.number("llama_4_scaling_beta", 0.0),
+                  r.integer("original_max_position_embeddings", 0), "llama_4_scaling_beta",
+                  "original_max_position_embeddings", "'" + cfg.path + "'");
 }
 
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {

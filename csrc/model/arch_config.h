@@ -131,10 +131,10 @@ void glm4_config_gguf(const GGUFFile& g, ModelConfig& c);
 void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 // Ministral 3 (mistral3) from GGUF: llama.cpp's mistral3 graph divides YaRN's cos/sin factor out
 // (1 / (1 + 0.1 ln factor)), so the factor is 1 (transformers': mscale / mscale_all_dim, 1 in the
-// releases); attention.scale where set. From a folder: rope_parameters' llama_4_scaling_beta over
-// original_max_position_embeddings.
+// releases); attention.scale where set. From a folder (Ministral 3, Mistral 4): rope_parameters'
+// llama_4_scaling_beta over original_max_position_embeddings.
 void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
-void ministral3_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
+void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
 }  // namespace ossa

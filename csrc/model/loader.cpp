@@ -951,7 +951,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
-    ministral3_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
+    temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);

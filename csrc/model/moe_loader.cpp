@@ -63,6 +63,10 @@ void validate_moe(ModelConfig& c, const std::string& path) {
     fail("invalid routed expert scale " + std::to_string(m.routed_scale));
 }
 
+// Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
+// bias), DeepSeek's and GLM's; Qwen2-MoE's has a sigmoid gate.
+bool shared_experts_ungated(const MoeConfig& m) { return m.selection_bias || m.deepseek; }
+
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
 // starting at row `first` within each expert's block of `stride` rows.
 TensorView expert_slice(const TensorView& all, int64_t e, int64_t stride, int64_t first,
@@ -350,13 +354,11 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     // (GLM-4.7-Flash, glm4_moe_lite: DeepSeek V3's layers, its sparse ones listed in
     // mlp_layer_types)
     const JsonValue* type_v = cfg.get("model_type");
+    const std::string type = type_v != nullptr && type_v->is_string() ? type_v->string : "";
     const bool glm = c.arch == "glm4moe";
-    const bool lite = type_v != nullptr && type_v->is_string() && type_v->string == "glm4_moe_lite";
-    const bool v3_type =
-        glm || lite ||
-        (type_v != nullptr && type_v->is_string() && type_v->string == "deepseek_v3");
+    const bool v3_type = glm || type == "glm4_moe_lite" || type == "deepseek_v3";
     // (Mistral 4: V3's layers routed by softmax scores without a bias; groups by their two best)
-    const bool mistral4 = type_v != nullptr && type_v->is_string() && type_v->string == "mistral4";
+    const bool mistral4 = type == "mistral4";
     const JsonValue* method_v = cfg.get("topk_method");
     const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
                                : v3_type                                    ? "noaux_tc"
@@ -447,6 +449,18 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
   validate_moe(c, path);
 }
 
+// Experts read in place from two 3-D stacks: gate_up [n * 2F, E] (each expert's gate rows, then
+// its up rows) and down [n * E, F] (GGUF's ffn_gate_up_exps / ffn_down_exps, Granite MoE's
+// input_linear / output_linear, transformers 5's fused experts.gate_up_proj / down_proj).
+void view_expert_stacks(const TensorView& gu, const TensorView& d, int64_t n, int64_t F, int64_t E,
+                        MoeWeights& out) {
+  for (int64_t e = 0; e < n; ++e) {
+    out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
+    out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
+    out.experts[e].w_down = expert_slice(d, e, E, 0, E);
+  }
+}
+
 void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSource& src,
                      MoeWeights& out) {
   const MoeConfig& m = c.moe;
@@ -502,8 +516,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
-      if (c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-          c.arch != "glm4moe")  // (added as they are)
+      if (!shared_experts_ungated(m))
         out.shared_gate_inp =
             src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
     }
@@ -515,49 +528,39 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
   if (c.arch == "granitemoe") {  // 3-D stacks, read in place: input_linear rows = gate then up
     const std::string p = "model.layers." + l + ".block_sparse_moe.";
     out.router = src.take(p + "router.layer.weight", canon + "router", n, E);
-    const TensorView gu = src.take(p + "input_linear.weight", canon + "gate_up_exps", n * 2 * F, E);
-    const TensorView d = src.take(p + "output_linear.weight", canon + "down_exps", n * E, F);
-    for (int64_t e = 0; e < n; ++e) {
-      out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
-      out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
-      out.experts[e].w_down = expert_slice(d, e, E, 0, E);
-    }
+    view_expert_stacks(src.take(p + "input_linear.weight", canon + "gate_up_exps", n * 2 * F, E),
+                       src.take(p + "output_linear.weight", canon + "down_exps", n * E, F), n, F, E,
+                       out);
     return;
   }
-  const bool mixtral = c.arch == "mixtral",
-             ernie = c.arch == "ernie4_5-moe" || c.arch == "deepseek2" ||
-                     c.arch == "glm4moe";  // (shared_experts.)
+  const bool mixtral = c.arch == "mixtral";
   const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
-  const bool fused = src.has(p + "experts.gate_up_proj");
-  if (fused) {
+  if (src.has(p + "experts.gate_up_proj")) {
     // transformers 5's fused stacks where no conversion restores the per-expert tensors (Mistral
-    // 4): gate_up_proj [n, 2F, E] (gate rows, then up rows) and down_proj [n, E, F], GGUF's
-    // ffn_gate_up_exps / ffn_down_exps layouts, viewed in place.
-    const TensorView gu =
-        src.take(p + "experts.gate_up_proj", canon + "gate_up_exps", n * 2 * F, E);
-    const TensorView d = src.take(p + "experts.down_proj", canon + "down_exps", n * E, F);
+    // 4): gate_up_proj [n, 2F, E], down_proj [n, E, F].
+    view_expert_stacks(src.take(p + "experts.gate_up_proj", canon + "gate_up_exps", n * 2 * F, E),
+                       src.take(p + "experts.down_proj", canon + "down_exps", n * E, F), n, F, E,
+                       out);
+  } else {
     for (int64_t e = 0; e < n; ++e) {
-      out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
-      out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
-      out.experts[e].w_down = expert_slice(d, e, E, 0, E);
+      ExpertWeights& x = out.experts[e];
+      const std::string pe = p + "experts." + std::to_string(e) + ".",
+                        ce = canon + "experts." + std::to_string(e) + ".";
+      x.w_gate = src.take(pe + (mixtral ? "w1.weight" : "gate_proj.weight"), ce + "w_gate", F, E);
+      x.w_up = src.take(pe + (mixtral ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
+      x.w_down = src.take(pe + (mixtral ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
     }
   }
-  for (int64_t e = 0; e < (fused ? 0 : n); ++e) {
-    ExpertWeights& x = out.experts[e];
-    const std::string pe = p + "experts." + std::to_string(e) + ".",
-                      ce = canon + "experts." + std::to_string(e) + ".";
-    x.w_gate = src.take(pe + (mixtral ? "w1.weight" : "gate_proj.weight"), ce + "w_gate", F, E);
-    x.w_up = src.take(pe + (mixtral ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
-    x.w_down = src.take(pe + (mixtral ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
-  }
-  if (m.n_ff_shared > 0) {  // (Qwen2-MoE: shared_expert and its gate; ERNIE: shared_experts)
+  // (Qwen2-MoE: shared_expert and its gate; ERNIE, DeepSeek and GLM: shared_experts, ungated)
+  const bool ungated = shared_experts_ungated(m);
+  if (m.n_ff_shared > 0) {
     const int64_t S = m.n_ff_shared;
-    const std::string sp = p + (ernie ? "shared_experts." : "shared_expert.");
+    const std::string sp = p + (ungated ? "shared_experts." : "shared_expert.");
     out.shared.w_gate = src.take(sp + "gate_proj.weight", canon + "shared.w_gate", S, E);
     out.shared.w_up = src.take(sp + "up_proj.weight", canon + "shared.w_up", S, E);
     out.shared.w_down = src.take(sp + "down_proj.weight", canon + "shared.w_down", E, S);
-    if (!ernie)
+    if (!ungated)
       out.shared_gate_inp =
           src.take(p + "shared_expert_gate.weight", canon + "shared_gate_inp", 1, E);
   }

@@ -480,12 +480,30 @@ def glm4moe_gguf(md: dict[str, Any], common: dict[str, Any], names: set[Any]) ->
     dimensions; the last nextn_predict_layers blocks (the multi-token-prediction layer) are not run;
     q / k norms where the file has them."""
     k = "glm4moe."
-    nextn = md.get(k + "nextn_predict_layers", 0)
-    if not 0 <= nextn < common["n_layer"]:
-        raise ValueError(f"invalid {k}nextn_predict_layers {nextn}")
     dims = md.get(k + "rope.dimension_count", common["head_dim"])
     return {"rope_style": "neox", "rope_dim": _rotated(dims, common["head_dim"]),
-            "n_layer": common["n_layer"] - nextn, "qk_norm": "blk.0.attn_q_norm.weight" in names}  # fmt: skip
+            "n_layer": _without_mtp_layers("glm4moe", md, common["n_layer"]),
+            "qk_norm": "blk.0.attn_q_norm.weight" in names}  # fmt: skip
+
+
+def _without_mtp_layers(arch: str, md: dict[str, Any], n_layer: int) -> int:
+    """The layers run: block_count less the multi-token-prediction layers llama.cpp's converter
+    appends (nextn_predict_layers; twin of skip_mtp_layers)."""
+    nextn = md.get(arch + ".nextn_predict_layers", 0)
+    if not 0 <= nextn < n_layer:
+        raise ValueError(f"invalid {arch}.nextn_predict_layers {nextn}")
+    return int(n_layer - nextn)
+
+
+def _temperature(scale: float, length: int, scale_name: str, length_name: str) -> dict[str, Any]:
+    """Llama 4's attention temperature from its two values (0 scale: off; twin of set_temperature)."""
+    if not scale:
+        return {}
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"invalid {scale_name} {scale}")
+    if length < 1:
+        raise ValueError(f"{scale_name} without {length_name}")
+    return {"attn_temp_scale": float(np.float32(scale)), "attn_temp_length": int(length)}
 
 
 def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
@@ -519,15 +537,9 @@ def glm4_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
 def temperature_gguf(arch: str, md: dict[str, Any]) -> dict[str, Any]:
     """Llama 4's attention temperature (twin of temperature_config_gguf)."""
     k = arch + "."
-    scale = md.get(k + "attention.temperature_scale", 0.0)
-    if not scale:
-        return {}
-    if not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"invalid attention.temperature_scale {scale}")
-    length = md.get(k + "attention.temperature_length", 0)
-    if length < 1:
-        raise ValueError(f"{k}attention.temperature_scale without {k}attention.temperature_length")
-    return {"attn_temp_scale": float(np.float32(scale)), "attn_temp_length": int(length)}
+    return _temperature(md.get(k + "attention.temperature_scale", 0.0),
+                        md.get(k + "attention.temperature_length", 0),
+                        k + "attention.temperature_scale", k + "attention.temperature_length")  # fmt: skip
 
 
 def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
@@ -542,18 +554,11 @@ def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def ministral3_hf(rope: dict[str, Any]) -> dict[str, Any]:
-    """Ministral 3 from a config.json (twin of ministral3_config_hf): rope_parameters'
-    llama_4_scaling_beta over original_max_position_embeddings."""
-    beta = rope.get("llama_4_scaling_beta") or 0.0
-    if not beta:
-        return {}
-    if not (np.isfinite(beta) and beta > 0):
-        raise ValueError(f"invalid llama_4_scaling_beta {beta}")
-    length = rope.get("original_max_position_embeddings") or 0
-    if length < 1:
-        raise ValueError("llama_4_scaling_beta without original_max_position_embeddings")
-    return {"attn_temp_scale": float(np.float32(beta)), "attn_temp_length": int(length)}
+def temperature_hf(rope: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4's attention temperature from a config.json (Ministral 3, Mistral 4; twin of
+    temperature_config_hf): rope_parameters' llama_4_scaling_beta over original_max_position_embeddings."""
+    beta, length = rope.get("llama_4_scaling_beta") or 0.0, rope.get("original_max_position_embeddings") or 0
+    return _temperature(beta, length, "llama_4_scaling_beta", "original_max_position_embeddings")
 
 
 def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
@@ -574,10 +579,8 @@ def deepseek2_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]
         scaling["attn_factor"] = 1.0
     out = _mla(common, md.get(k + "attention.q_lora_rank", 0), md.get(k + "attention.kv_lora_rank", 0),
                nope, rope, v, md.get(k + "rope.scaling.yarn_log_multiplier", 0.0))  # fmt: skip
-    nextn = md.get(k + "nextn_predict_layers", 0)  # (appended MTP layers: not run)
-    if not 0 <= nextn < common["n_layer"]:
-        raise ValueError(f"invalid {k}nextn_predict_layers {nextn}")
-    return {**out, "rope_style": "interleaved", "rope_scaling": scaling, "n_layer": common["n_layer"] - nextn}
+    n_layer = _without_mtp_layers("deepseek2", md, common["n_layer"])  # (GLM-4.7-Flash's files)
+    return {**out, "rope_style": "interleaved", "rope_scaling": scaling, "n_layer": n_layer}
 
 
 def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:

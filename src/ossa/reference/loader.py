@@ -463,7 +463,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "glm4":
         common.update(arch_config.glm4_hf(c, common))
     if arch == "mistral3" or c.get("model_type") == "mistral4":  # Llama 4's attention temperature
-        common.update(arch_config.ministral3_hf(s))
+        common.update(arch_config.temperature_hf(s))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)

@@ -298,10 +298,29 @@ def gguf_layer_weights(
             ("w_down", "down", e_dim, s),
         ):
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
-        if not (moe["selection_bias"] or moe["deepseek"]):  # (ERNIE's, DeepSeek's, GLM's: no gate)
+        if not _shared_ungated(moe):
             w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
     if moe["selection_bias"]:
         w[c + "selection_bias"] = _shaped(_need(get, names, p + "exp_probs_b.bias"), 1, n).reshape(n)
+
+
+def _shared_ungated(moe: dict[str, Any]) -> bool:
+    """Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
+    bias), DeepSeek's and GLM's (twin of shared_experts_ungated)."""
+    return bool(moe["selection_bias"] or moe["deepseek"])
+
+
+def _view_stacks(
+    cfg: dict[str, Any], i: int, gate_up: np.ndarray, down: np.ndarray, w: dict[str, np.ndarray]
+) -> None:
+    """Layer i's experts from two stacks: gate_up [n, 2 n_ff, n_embd] (gate rows, then up rows) and
+    down [n, n_embd, n_ff] (twin of view_expert_stacks)."""
+    n, f, e_dim = cfg["moe"]["n_expert"], cfg["moe"]["n_ff_expert"], cfg["n_embd"]
+    gate_up = _shaped(gate_up, n * 2 * f, e_dim).reshape(n, 2 * f, e_dim)
+    down = _shaped(down, n * e_dim, f).reshape(n, e_dim, f)
+    for e in range(n):
+        q = f"layers.{i}.experts.{e}."
+        w[q + "w_gate"], w[q + "w_up"], w[q + "w_down"] = gate_up[e, :f], gate_up[e, f:], down[e]
 
 
 def hf_layer_weights(
@@ -316,43 +335,30 @@ def hf_layer_weights(
     if cfg["arch"] == "granitemoe":  # 3-D stacks: input_linear [n, 2 n_ff, n_embd] = gate then up rows
         p = f"model.layers.{i}.block_sparse_moe."
         w[c + "router"] = _shaped(_need(get, names, p + "router.layer.weight"), n, e_dim)
-        gate_up = _shaped(_need(get, names, p + "input_linear.weight"), n * 2 * f, e_dim).reshape(
-            n, 2 * f, e_dim
-        )
-        down = _shaped(_need(get, names, p + "output_linear.weight"), n * e_dim, f).reshape(n, e_dim, f)
-        for e in range(n):
-            q = f"{c}experts.{e}."
-            w[q + "w_gate"], w[q + "w_up"], w[q + "w_down"] = gate_up[e, :f], gate_up[e, f:], down[e]
+        _view_stacks(cfg, i, _need(get, names, p + "input_linear.weight"),
+                     _need(get, names, p + "output_linear.weight"), w)  # fmt: skip
         return
     p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "mlp.")
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
     stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral else {
         "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
     if p + "experts.gate_up_proj" in names:  # transformers 5's fused stacks (Mistral 4's folders)
-        gate_up = _shaped(get(p + "experts.gate_up_proj"), n * 2 * f, e_dim).reshape(n, 2 * f, e_dim)
-        down = _shaped(_need(get, names, p + "experts.down_proj"), n * e_dim, f).reshape(n, e_dim, f)
+        _view_stacks(cfg, i, get(p + "experts.gate_up_proj"), _need(get, names, p + "experts.down_proj"), w)
+    else:
         for e in range(n):
-            q = f"{c}experts.{e}."
-            w[q + "w_gate"], w[q + "w_up"], w[q + "w_down"] = gate_up[e, :f], gate_up[e, f:], down[e]
-        stems = {}
-    for e in range(n if stems else 0):
-        for field, stem in stems.items():
-            rows, cols = (e_dim, f) if field == "w_down" else (f, e_dim)
-            w[f"{c}experts.{e}.{field}"] = _shaped(
-                _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
-            )
-    ernie = cfg["arch"] in (
-        "ernie4_5-moe",
-        "deepseek2",
-        "glm4moe",
-    )  # shared_experts (no gate); selection bias
+            for field, stem in stems.items():
+                rows, cols = (e_dim, f) if field == "w_down" else (f, e_dim)
+                w[f"{c}experts.{e}.{field}"] = _shaped(
+                    _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
+                )
+    ungated = _shared_ungated(moe)  # (shared_experts; Qwen2-MoE's gated shared_expert otherwise)
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
             rows, cols = (e_dim, s) if field == "w_down" else (s, e_dim)
-            shared = "shared_experts" if ernie else "shared_expert"
+            shared = "shared_experts" if ungated else "shared_expert"
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}{shared}.{stem}.weight"), rows, cols)
-        if not ernie:
+        if not ungated:
             w[c + "shared_gate_inp"] = _shaped(
                 _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
             ).reshape(e_dim)
