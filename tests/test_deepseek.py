@@ -343,26 +343,6 @@ def test_bad_files_refused(
     both_refuse(short, "mlp_layer_types", "mlp_layer_types")
 
 
-def _with_keys(src: str, dst: Path, drop: tuple[str, ...] = (), **keys: Any) -> str:
-    """A copy of GGUF file ``src`` without the metadata keys ``drop``, with ``keys`` (name -> float or
-    int) added."""
-    import gguf
-    from tiny_models import _copy_metadata
-
-    reader = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
-    _copy_metadata(reader, w, skip=tuple(drop) + tuple(keys))
-    for name, value in keys.items():
-        (w.add_float32 if isinstance(value, float) else w.add_uint32)(name, value)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(dst)
-
-
 def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> None:
     """What llama.cpp's deepseek2 files may hold beyond the basics: GLM-4.7-Flash's appended MTP layer
     (nextn_predict_layers: skipped, the file runs bitwise as one without it); Mistral Large 3's
@@ -377,7 +357,7 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
     assert mtp.config["n_layer"] == 3
     np.testing.assert_array_equal(core.model_logits(mtp, ids), plain)
     keys = {"deepseek2.attention.temperature_scale": 0.5, "deepseek2.attention.temperature_length": 8}
-    warm = _with_keys(plain_path, tmp_path / "temp.gguf", **keys)
+    warm = gguf_without(plain_path, tmp_path / "temp.gguf", add=keys)
     m = core.load_model(warm)
     assert (m.config["attn_temp_scale"], m.config["attn_temp_length"]) == (0.5, 8)
     got = core.model_logits(m, ids)
@@ -387,7 +367,7 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
     assert config == m.config
     assert err(got, ref_model.forward(config, weights, ids), hf) < TWIN_TOL
     # The gating default: softmax for a deepseek2 file without the key...
-    keyless = _with_keys(plain_path, tmp_path / "keyless.gguf", drop=("deepseek2.expert_gating_func",))
+    keyless = gguf_without(plain_path, tmp_path / "keyless.gguf", keys=["deepseek2.expert_gating_func"])
     assert not core.load_model(keyless).config["moe"]["sigmoid_gating"]
     # ... sigmoid for GLM-4.7-Flash's shape.
     flash = make_hf_model(
@@ -395,10 +375,10 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
         intermediate_size=16, num_layers=47, vocab_size=154880, mlp_layer_types=["dense"] + ["sparse"] * 46,
         moe_intermediate_size=16, q_lora_rank=16, kv_lora_rank=16),
     )  # fmt: skip
-    flash_gguf = _with_keys(
+    flash_gguf = gguf_without(
         hf_to_gguf(flash, tmp_path / "flash.gguf", "F16"),
         tmp_path / "flash-keyless.gguf",
-        drop=("deepseek2.expert_gating_func",),
+        keys=["deepseek2.expert_gating_func"],
     )
     m = core.load_model(flash_gguf)
     assert m.config["moe"]["sigmoid_gating"] and m.config["n_vocab"] == 154880

@@ -27,6 +27,7 @@ from tiny_models import (
     build_hf_cases,
     case_file,
     check_chunked_prefill,
+    gguf_without,
     greedy,
     hf_greedy,
     hf_to_gguf,
@@ -135,25 +136,8 @@ def test_mtp_layer_skipped(hf_models: dict[str, Any], tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         core.model_logits(core.load_model(folder), ids), core.model_logits(core.load_model(src), ids)
     )
-    bad = tmp_path / "bad.gguf"
-    _rewrite_key(path, bad, "glm4moe.nextn_predict_layers", 4)
-    both_refuse(str(bad), "nextn_predict_layers", "nextn_predict_layers")
-
-
-def _rewrite_key(src: str, dst: Path, key: str, value: int) -> None:
-    import gguf
-    from tiny_models import _copy_metadata
-
-    reader = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
-    _copy_metadata(reader, w, skip=(key,))
-    w.add_uint32(key, value)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    bad = gguf_without(path, tmp_path / "bad.gguf", add={"glm4moe.nextn_predict_layers": 4})
+    both_refuse(bad, "nextn_predict_layers", "nextn_predict_layers")
 
 
 def test_features_matter_and_bad_configs(hf_models: dict[str, Any], tmp_path: Path) -> None:

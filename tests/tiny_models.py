@@ -765,16 +765,24 @@ def split_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], max_ten
 
 
 def gguf_without(
-    src: str | os.PathLike[str], dst: str | os.PathLike[str], keys: Any = (), tensors: Any = ()
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    keys: Any = (),
+    tensors: Any = (),
+    add: dict[str, float | int] | None = None,
 ) -> str:
     """A copy of GGUF file ``src`` at ``dst`` without the metadata ``keys`` and the ``tensors`` named
-    (the loaders' errors for a file that lacks them)."""
+    (the loaders' errors for a file that lacks them), with the keys of ``add`` (name -> float, or int
+    as uint32) written anew."""
     import gguf
 
     reader = gguf.GGUFReader(str(src))
     arch = reader.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(str(dst), arch)
-    _copy_metadata(reader, w, skip=tuple(keys))
+    add = add or {}
+    _copy_metadata(reader, w, skip=tuple(keys) + tuple(add))
+    for name, value in add.items():
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)(name, value)
     for t in reader.tensors:
         if t.name not in tensors:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
