@@ -24,7 +24,10 @@ class Runner:
     laid out in reverse so block ids and slots are not simply the positions."""
 
     def __init__(self, model: Any, n_seqs: int, max_tokens: int, kv: str = "float32") -> None:
-        self.runner = core.ModelRunner(model, n_seqs * BLOCKS_PER_SEQ, BLOCK, max_tokens, kv)
+        # (a model with recurrent layers: sequence i keeps its state in slot i)
+        self.runner = core.ModelRunner(
+            model, n_seqs * BLOCKS_PER_SEQ, BLOCK, max_tokens, kv, num_state_slots=n_seqs
+        )
         self.n_seqs = n_seqs
 
     def table(self, seq: int) -> list[int]:
@@ -46,7 +49,8 @@ class Runner:
             ctx.append(start + len(tokens))
             tables += table
             bt_start.append(len(tables))
-        logits = self.runner.forward(ids, pos, slots, seq_start, ctx, bt_start, tables, rows)
+        states = [seq for seq, _, _ in chunks]
+        logits = self.runner.forward(ids, pos, slots, seq_start, ctx, bt_start, tables, rows, states)
         out, at = [], 0
         for _, tokens, _ in chunks:
             out.append(logits[at : at + len(tokens)])

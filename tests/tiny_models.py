@@ -46,6 +46,8 @@ ARCHS = (
     "glm4_moe_lite",
     "ministral3",
     "mistral4",
+    "qwen3_5",
+    "qwen3_5_moe",
 )
 
 
@@ -58,7 +60,7 @@ def make_hf_model(
     num_heads: int,
     num_kv_heads: int,
     head_dim: int | None = None,
-    intermediate_size: int,
+    intermediate_size: int | None,
     vocab_size: int,
     tie: bool = False,
     rope_scaling: dict[str, Any] | None = None,
@@ -97,12 +99,16 @@ def make_hf_model(
     )
     if head_dim is not None:
         kwargs["head_dim"] = head_dim
+    if intermediate_size is None:  # (Qwen3.5 MoE: its config has no dense size)
+        kwargs.pop("intermediate_size")
     rope: dict[str, Any] = {"rope_theta": rope_theta, "rope_type": "default"}
     if rope_scaling:
         rope.update(rope_scaling)
         if "type" in rope and "rope_type" not in rope_scaling:
             rope["rope_type"] = rope.pop("type")
     kwargs["rope_parameters"] = rope
+    if arch in ("qwen3_5", "qwen3_5_moe"):  # (its RoPE's partial factor lives with the RoPE's keys)
+        rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
@@ -135,6 +141,8 @@ def make_hf_model(
         "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
         "ministral3": transformers.Ministral3Config,
         "mistral4": transformers.Mistral4Config,
+        "qwen3_5": transformers.Qwen3_5TextConfig,
+        "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -153,6 +161,10 @@ def make_hf_model(
         for name, p in model.named_parameters():
             if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3"):
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
+            elif p.ndim == 1 and "norm" in name and arch.startswith("qwen3_5") and "linear_attn" not in name:
+                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
+            elif name.endswith(("A_log", "dt_bias")):  # the delta-net's decay: rates around 1
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
             elif p.ndim == 1 and "norm" in name:
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
             elif name.endswith("sinks"):  # gpt-oss: logits of the size of the scores
@@ -238,7 +250,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         rest = ".".join(parts[3:])
         if arch in ("gemma2", "gemma3") and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
-        if arch == "gpt-oss" and rest in _GPT_OSS_NAMES:
+        if arch in ("gpt-oss", "qwen35", "qwen35moe") and rest in _GPT_OSS_NAMES:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
@@ -271,6 +283,7 @@ def hf_to_gguf(
     split_max_tensors: int = 0,
     fused_kv_b: bool = False,
     nextn: bool = False,
+    tokenizer_gguf: str | os.PathLike[str] | None = None,
 ) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
@@ -285,6 +298,8 @@ def hf_to_gguf(
     the DeepSeek GGUF files published before mid-2025 hold. ``nextn`` (GLM-4.5): a copy of the last
     layer appended as llama.cpp's converter appends the multi-token-prediction layer (block_count
     one more, ``nextn_predict_layers`` 1, its ``nextn.*`` tensors), which a reader must skip.
+    ``tokenizer_gguf``: that file's tokenizer keys instead of a bare "gpt2" model (a folder built with
+    its vocabulary size then runs through ``LLM``).
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -302,7 +317,7 @@ def hf_to_gguf(
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
-        "ministral3": "mistral3",
+        "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -322,7 +337,8 @@ def hf_to_gguf(
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(n_embd)
     writer.add_block_count(cfg["num_hidden_layers"] + int(nextn))
-    writer.add_feed_forward_length(cfg["intermediate_size"])
+    if cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
+        writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
     writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
@@ -333,6 +349,8 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
         if arch == "glm4moe":
             _glm4moe_keys(writer, cfg, nextn)
+    elif arch in ("qwen35", "qwen35moe"):
+        _qwen35_keys(writer, arch, cfg, head_dim, rope)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
         if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
@@ -418,10 +436,13 @@ def hf_to_gguf(
         if ex["sliding_window"]:
             writer.add_sliding_window(ex["sliding_window"])
             writer.add_sliding_window_pattern(ex["layer_sliding"])
-    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite"):
+    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite", "qwen35", "qwen35moe"):
         _window_keys(writer, model_type, cfg)
-    writer.add_tokenizer_model("gpt2")
-    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe"):
+    if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
+        _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
+    else:
+        writer.add_tokenizer_model("gpt2")
+    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
         _add_moe_keys(writer, arch, cfg)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
@@ -462,6 +483,8 @@ def hf_to_gguf(
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
     if arch == "glm4moe":  # shared experts and the selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
+    if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
+        moe.update(_qwen35_tensors(tensors, cfg))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -482,6 +505,8 @@ def hf_to_gguf(
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
+        if arch in ("qwen35", "qwen35moe") and name.endswith("norm.weight") and "ssm_norm" not in name:
+            w = w + np.float32(1)  # (and Qwen3.5's, all but the delta-net's gated norm)
         if arch in ("llama", "smollm3", "granite", "granitemoe", "mistral3") and name.endswith(
             "attn_q.weight"
         ):
@@ -492,6 +517,8 @@ def hf_to_gguf(
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32
+        if name.endswith("ssm_conv1d.weight"):
+            t = QT.F32  # (llama.cpp's converter keeps the convolution F32)
         if name.endswith(".bias") or name.endswith("attn_sinks.weight"):
             t = QT.F32  # biases (gpt-oss's expert bias stacks are 2-D) and sinks
         elif experts_qtype is not None and "_exps." in name:
@@ -608,6 +635,66 @@ def _glm4moe_keys(writer: Any, cfg: dict[str, Any], nextn: bool) -> None:
     writer.add_uint32(k + "nextn_predict_layers", int(nextn))
 
 
+def _qwen35_keys(writer: Any, arch: str, cfg: dict[str, Any], head_dim: int, rope: dict[str, Any]) -> None:
+    """Qwen3.5's keys as llama.cpp's converter writes them: the delta-net's sizes (ssm.*), the interval
+    of the attention layers, the rotated dimensions and the multi-section RoPE's sections (text uses
+    one position for all; llama.cpp requires the key)."""
+    n_layer = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types")
+    interval = cfg.get("full_attention_interval", 4)
+    if types is not None:
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        interval = full[0] + 1 if full else n_layer + 1
+        if types != [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layer)
+        ]:
+            raise ValueError("a Qwen3.5 GGUF file holds attention layers at a fixed interval only")
+    writer.add_uint32(f"{arch}.full_attention_interval", interval)
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", cfg["linear_conv_kernel_dim"])
+    writer.add_uint32(f"{arch}.ssm.state_size", cfg["linear_key_head_dim"])
+    writer.add_uint32(f"{arch}.ssm.group_count", cfg["linear_num_key_heads"])
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", cfg["linear_num_value_heads"])
+    writer.add_uint32(f"{arch}.ssm.inner_size", cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
+    n_rot = int(head_dim * rope.get("partial_rotary_factor", 0.25))
+    writer.add_rope_dimension_count(n_rot)
+    half = n_rot // 2
+    writer.add_array(f"{arch}.rope.dimension_sections", [half - 2 * (half // 3), half // 3, half // 3, 0])
+
+
+def _qwen35_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops the delta-net tensors; returns them as llama.cpp's converter writes them: A_log as
+    ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the convolution [channels, taps], and every value-head
+    quantity reordered from grouped by key head (HF: v head h reads k head h // r) to tiled (h reads
+    h % n_k), so that llama.cpp's broadcast repeats the keys."""
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    kd, vd = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    r = nv // nk
+
+    def tiled(w: np.ndarray, head: int, axis: int = 0) -> np.ndarray:  # [nk, r, head] -> [r, nk, head]
+        w = np.moveaxis(w, axis, 0)
+        w = w.reshape(nk, r, head, *w.shape[1:]).swapaxes(0, 1).reshape(w.shape)
+        return np.moveaxis(w, 0, axis)
+
+    out: dict[str, np.ndarray] = {}
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.linear_attn.", f"blk.{i}."
+        if p + "in_proj_qkv.weight" not in tensors:
+            continue
+        qkv = tensors.pop(p + "in_proj_qkv.weight")
+        conv = tensors.pop(p + "conv1d.weight")[:, 0, :]
+        qk = 2 * nk * kd
+        out[b + "attn_qkv.weight"] = np.concatenate([qkv[:qk], tiled(qkv[qk:], vd)])
+        out[b + "ssm_conv1d.weight"] = np.concatenate([conv[:qk], tiled(conv[qk:], vd)])
+        out[b + "attn_gate.weight"] = tiled(tensors.pop(p + "in_proj_z.weight"), vd)
+        out[b + "ssm_beta.weight"] = tiled(tensors.pop(p + "in_proj_b.weight"), 1)
+        out[b + "ssm_alpha.weight"] = tiled(tensors.pop(p + "in_proj_a.weight"), 1)
+        out[b + "ssm_a"] = tiled(-np.exp(tensors.pop(p + "A_log")), 1)
+        out[b + "ssm_dt.bias"] = tiled(tensors.pop(p + "dt_bias"), 1)
+        out[b + "ssm_norm.weight"] = tensors.pop(p + "norm.weight")
+        out[b + "ssm_out.weight"] = tiled(tensors.pop(p + "out_proj.weight"), vd, axis=1)
+    return out
+
+
 def _shared_experts_and_bias(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
     """Pops the shared_experts.* and gate.e_score_correction_bias tensors (DeepSeek V3's names, which
     GLM-4.5 keeps); returns them under llama.cpp's names."""
@@ -637,6 +724,9 @@ def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:
     if arch == "qwen2moe":
         writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     norm = bool(cfg.get("norm_topk_prob"))
+    if arch == "qwen35moe":  # (its router always renormalises; llama.cpp's default does too)
+        writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+        return
     if norm != (arch != "qwen2moe"):
         writer.add_bool(f"{arch}.expert_weights_norm", norm)
 
@@ -863,12 +953,20 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 
 
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
-    """transformers' float32 logits of one sequence, [len(ids), vocab]."""
+    """transformers' float32 logits of one sequence, [len(ids), vocab]. Qwen3.5's are computed in
+    float64 (returned as float32): transformers' float32 delta rule (its chunked form) is itself ~3e-5
+    off its float64 result on the tiny models, more than the bound the tests hold ossa to (ossa's
+    recurrent form in float32 stays within 1e-5 of the float64 one)."""
     import torch
 
-    model = _causal_lm(_model_type(path)).from_pretrained(str(path), dtype=torch.float32, **_attn_impl(path))
+    kw: dict[str, Any] = {}
+    if _model_type(path).startswith("qwen3_5"):  # (grouped_mm has no float64: the experts' loop)
+        kw = {"dtype": torch.float64, "experts_implementation": "eager"}
+    model = _causal_lm(_model_type(path)).from_pretrained(
+        str(path), **{"dtype": torch.float32, **kw, **_attn_impl(path)}
+    )
     with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].numpy()  # type: ignore[no-any-return]
+        return model(torch.tensor([ids])).logits[0].float().numpy()  # type: ignore[no-any-return]
 
 
 def _causal_lm(model_type: str) -> Any:
@@ -1023,6 +1121,26 @@ def hf_greedy(path: str, prompt: list[int], n_new: int) -> list[int]:
     return out[0, len(prompt) :].tolist()  # type: ignore[no-any-return]
 
 
+def _tokenizer_keys(tokenizer_gguf: str | os.PathLike[str]) -> dict[str, Any]:
+    """The tokenizer.* metadata of a GGUF file (ossa's own reader: gguf-py's parses a 49k-token
+    vocabulary for seconds)."""
+    from ossa._native import core
+
+    return {k: v for k, v in core.gguf_metadata(str(tokenizer_gguf)).items() if k.startswith("tokenizer.")}
+
+
+def _write_keys(writer: Any, meta: dict[str, Any]) -> None:
+    for name, value in meta.items():
+        if isinstance(value, bool):
+            writer.add_bool(name, value)
+        elif isinstance(value, int):
+            writer.add_uint32(name, value)
+        elif isinstance(value, str):
+            writer.add_string(name, value)
+        else:
+            writer.add_array(name, list(value))  # strings, or token types (int32)
+
+
 def tiny_draft_gguf(
     out_path: str | os.PathLike[str],
     tokenizer_gguf: str | os.PathLike[str],
@@ -1039,10 +1157,7 @@ def tiny_draft_gguf(
     differs from the tokenizer's own."""
     import gguf
 
-    from ossa._native import core
-
-    # ossa's own metadata reader: gguf-py's parses the whole 49k-token vocabulary for seconds.
-    meta = {k: v for k, v in core.gguf_metadata(str(tokenizer_gguf)).items() if k.startswith("tokenizer.")}
+    meta = _tokenizer_keys(tokenizer_gguf)
     n_vocab = vocab_size or len(meta["tokenizer.ggml.tokens"])
     n_head, n_head_kv, n_ff = 4, 2, 2 * hidden_size
     head_dim = hidden_size // n_head
@@ -1059,19 +1174,11 @@ def tiny_draft_gguf(
     writer.add_rope_dimension_count(head_dim)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(0)
-    for name, value in meta.items():
-        if name == "tokenizer.ggml.tokens" and swap_tokens is not None:
-            a, b = swap_tokens
-            value = list(value)
-            value[a], value[b] = value[b], value[a]
-        if isinstance(value, bool):
-            writer.add_bool(name, value)
-        elif isinstance(value, int):
-            writer.add_uint32(name, value)
-        elif isinstance(value, str):
-            writer.add_string(name, value)
-        else:
-            writer.add_array(name, list(value))  # strings, or token types (int32)
+    if swap_tokens is not None:
+        a, b = swap_tokens
+        tokens = meta["tokenizer.ggml.tokens"] = list(meta["tokenizer.ggml.tokens"])
+        tokens[a], tokens[b] = tokens[b], tokens[a]
+    _write_keys(writer, meta)
     rng = np.random.default_rng(seed)
 
     def mat(rows: int, cols: int) -> np.ndarray:

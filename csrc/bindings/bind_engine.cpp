@@ -112,6 +112,7 @@ void bind_engine(nb::module_& m) {
       .OSSA_SCHED_FIELD(max_model_len)
       .OSSA_SCHED_FIELD(enable_prefix_caching)
       .OSSA_SCHED_FIELD(watermark)
+      .OSSA_SCHED_FIELD(num_state_slots)
       .def_prop_rw(
           "policy",
           [](const EngineConfig& c) {

@@ -157,6 +157,21 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   mla["qk_rope"] = c.mla.qk_rope;
   mla["v_head_dim"] = c.mla.v_head_dim;
   d["mla"] = mla;
+  nb::dict delta;  // (Qwen3.5's gated delta-net layers)
+  delta["n_k_heads"] = c.delta.n_k_heads;
+  delta["n_v_heads"] = c.delta.n_v_heads;
+  delta["k_dim"] = c.delta.k_dim;
+  delta["v_dim"] = c.delta.v_dim;
+  delta["conv_kernel"] = c.delta.conv_kernel;
+  delta["v_tiled"] = c.delta.v_tiled;
+  nb::list delta_layers;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.delta.is_layer(l)) delta_layers.append(l);
+  delta["layers"] = delta_layers;
+  d["delta"] = delta;
+  d["attn_gate"] = c.attn_gate;
+  d["n_kv_layers"] = c.kv_layers();
+  d["state_bytes"] = ossa::ModelRunner::state_bytes(c);
   return d;
 }
 
@@ -307,18 +322,22 @@ void bind_model(nb::module_& m) {
       .def(
           "__init__",
           [](ossa::ModelRunner* r, std::shared_ptr<const ossa::Model> model, int num_blocks,
-             int block_size, int max_num_batched_tokens, const std::string& kv_cache_dtype) {
-            new (r) ossa::ModelRunner(std::move(model), num_blocks, block_size,
-                                      max_num_batched_tokens, ossa::parse_kv_type(kv_cache_dtype));
+             int block_size, int max_num_batched_tokens, const std::string& kv_cache_dtype,
+             int num_state_slots) {
+            new (r)
+                ossa::ModelRunner(std::move(model), num_blocks, block_size, max_num_batched_tokens,
+                                  ossa::parse_kv_type(kv_cache_dtype), num_state_slots);
           },
           nb::arg("model"), nb::arg("num_blocks"), nb::arg("block_size"),
-          nb::arg("max_num_batched_tokens"), nb::arg("kv_cache_dtype") = "float32")
+          nb::arg("max_num_batched_tokens"), nb::arg("kv_cache_dtype") = "float32",
+          nb::arg("num_state_slots") = 1)
       .def(
           "forward",
           [](ossa::ModelRunner& r, std::vector<int32_t> token_ids, std::vector<int32_t> positions,
              std::vector<int64_t> slot_mapping, std::vector<int32_t> seq_start,
              std::vector<int32_t> context_len, std::vector<int32_t> block_table_start,
-             std::vector<int32_t> block_tables, std::vector<int32_t> logits_rows) {
+             std::vector<int32_t> block_tables, std::vector<int32_t> logits_rows,
+             std::vector<int32_t> state_slots) {
             ossa::Batch b;
             b.token_ids = std::move(token_ids);
             b.positions = std::move(positions);
@@ -328,6 +347,7 @@ void bind_model(nb::module_& m) {
             b.block_table_start = std::move(block_table_start);
             b.block_tables = std::move(block_tables);
             b.logits_rows = std::move(logits_rows);
+            b.state_slots = std::move(state_slots);
             if (b.context_len.size() + 1 != b.seq_start.size())
               throw ossa::InputError(
                   "ModelRunner.forward: seq_start needs len(context_len) + 1 entries");
@@ -338,8 +358,14 @@ void bind_model(nb::module_& m) {
           },
           nb::arg("token_ids"), nb::arg("positions"), nb::arg("slot_mapping"), nb::arg("seq_start"),
           nb::arg("context_len"), nb::arg("block_table_start"), nb::arg("block_tables"),
-          nb::arg("logits_rows"), "One batched step; returns logits [len(logits_rows), n_vocab].")
+          nb::arg("logits_rows"), nb::arg("state_slots") = std::vector<int32_t>{},
+          "One batched step; returns logits [len(logits_rows), n_vocab]. state_slots: each "
+          "sequence's recurrent state slot (models with delta-net layers; empty: slot i for "
+          "sequence i).")
       .def("copy_block", &ossa::ModelRunner::copy_block, nb::arg("src"), nb::arg("dst"))
+      .def("copy_state", &ossa::ModelRunner::copy_state, nb::arg("src"), nb::arg("dst"),
+           "A forked sequence's recurrent state: slot dst gets slot src's.")
+      .def_prop_ro("num_state_slots", &ossa::ModelRunner::num_state_slots)
       .def_prop_ro("num_blocks", &ossa::ModelRunner::num_blocks)
       .def_prop_ro("block_size", &ossa::ModelRunner::block_size)
       .def_prop_ro("max_num_batched_tokens", &ossa::ModelRunner::max_num_batched_tokens)

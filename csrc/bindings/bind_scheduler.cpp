@@ -38,22 +38,26 @@ void bind_scheduler(nb::module_& m) {
           "__init__",
           [](SchedulerConfig* c, int32_t num_blocks, int32_t block_size,
              int32_t max_num_batched_tokens, int32_t max_num_seqs, int32_t max_model_len,
-             const std::string& policy, bool enable_prefix_caching, double watermark) {
+             const std::string& policy, bool enable_prefix_caching, double watermark,
+             int32_t num_state_slots) {
             new (c) SchedulerConfig{
-                num_blocks,    block_size,           max_num_batched_tokens, max_num_seqs,
-                max_model_len, parse_policy(policy), enable_prefix_caching,  watermark};
+                num_blocks,     block_size,           max_num_batched_tokens, max_num_seqs,
+                max_model_len,  parse_policy(policy), enable_prefix_caching,  watermark,
+                num_state_slots};
           },
           nb::arg("num_blocks"), nb::arg("block_size") = 16,
           nb::arg("max_num_batched_tokens") = 2048, nb::arg("max_num_seqs") = 256,
           nb::arg("max_model_len") = 2048, nb::arg("policy") = "fcfs",
-          nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = ossa::k_default_watermark)
+          nb::arg("enable_prefix_caching") = true, nb::arg("watermark") = ossa::k_default_watermark,
+          nb::arg("num_state_slots") = 0)
       .def_rw("num_blocks", &SchedulerConfig::num_blocks)
       .def_rw("block_size", &SchedulerConfig::block_size)
       .def_rw("max_num_batched_tokens", &SchedulerConfig::max_num_batched_tokens)
       .def_rw("max_num_seqs", &SchedulerConfig::max_num_seqs)
       .def_rw("max_model_len", &SchedulerConfig::max_model_len)
       .def_rw("enable_prefix_caching", &SchedulerConfig::enable_prefix_caching)
-      .def_rw("watermark", &SchedulerConfig::watermark);
+      .def_rw("watermark", &SchedulerConfig::watermark)
+      .def_rw("num_state_slots", &SchedulerConfig::num_state_slots);
 
   nb::class_<Request>(m, "Request")
       .def(
@@ -126,6 +130,17 @@ void bind_scheduler(nb::module_& m) {
             return v;
           },
           "Draft tokens each sequence verifies this step (speculative decoding).")
+      .def_prop_ro(
+          "state_slots",
+          [](const SchedulerOutput& o) {
+            std::vector<int32_t> v;
+            for (const auto& s : o.seqs) v.push_back(s.state_slot);
+            return v;
+          },
+          "Each sequence's recurrent state slot (-1 without num_state_slots).")
+      .def_prop_ro(
+          "state_copies", [](const SchedulerOutput& o) { return o.state_copies; },
+          "(src, dst) state slots to copy before the forward (forks).")
       .def_prop_ro(
           "num_appended",
           [](const SchedulerOutput& o) {

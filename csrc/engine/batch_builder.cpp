@@ -28,6 +28,7 @@ void build_batch(const SchedulerOutput& so, int32_t block_size, Batch& b) {
     const ScheduledSeq& s = so.seqs[si];
     append_sequence(b, block_size, s.tokens, so.draft(si), s.num_computed, s.num_tokens,
                     so.block_table(si));
+    if (s.state_slot >= 0) b.state_slots.push_back(s.state_slot);  // (recurrent models)
     const int32_t last = b.n_tokens() - 1;
     if (s.num_draft > 0) {
       for (int32_t k = s.num_draft; k >= 0; --k) b.logits_rows.push_back(last - k);

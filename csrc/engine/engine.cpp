@@ -41,7 +41,14 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
       n_vocab_(model_->config.n_vocab),
       scheduler_(config.scheduler),
       runner_(model_, config.scheduler.num_blocks, config.scheduler.block_size,
-              config.scheduler.max_num_batched_tokens, config.kv_type) {
+              config.scheduler.max_num_batched_tokens, config.kv_type,
+              std::max(config.scheduler.num_state_slots, 1)) {
+  if (model_->config.state_floats() > 0 && config.scheduler.num_state_slots < 1)
+    throw InputError("a model with recurrent layers needs num_state_slots >= 1");
+  if (model_->config.state_floats() > 0 && config.speculative.enabled())
+    throw InputError(
+        "speculative decoding is not supported for models with recurrent layers "
+        "(Qwen3.5's delta-net): their state cannot take back rejected drafts");
   if (tokenizer_) {
     eos_ids_ = tokenizer_->eos_ids();
     if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());
@@ -312,6 +319,7 @@ void Engine::run_step(std::vector<EngineOutput>& outputs) {
 
 void Engine::prepare_batch(const SchedulerOutput& so) {
   for (const auto& [src, dst] : so.block_copies) runner_.copy_block(src, dst);
+  for (const auto& [src, dst] : so.state_copies) runner_.copy_state(src, dst);  // (forks)
   const double now = now_seconds();
   prompt_lp_len_.clear();
   for (const ScheduledSeq& s : so.seqs) {

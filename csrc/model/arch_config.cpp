@@ -662,6 +662,93 @@ void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& 
                   "original_max_position_embeddings", "'" + cfg.path + "'");
 }
 
+namespace {
+
+// The delta-net sizes, checked: the convolution's taps, heads that divide evenly.
+void check_delta(const DeltaNetConfig& d, const std::string& where) {
+  const auto bad = [&](const std::string& what) {
+    throw ModelError("invalid gated delta-net " + what + " in " + where);
+  };
+  if (d.n_k_heads < 1 || d.n_v_heads < 1 || d.n_v_heads % d.n_k_heads != 0)
+    bad("head counts (" + std::to_string(d.n_k_heads) + " key, " + std::to_string(d.n_v_heads) +
+        " value heads)");
+  if (d.k_dim < 1 || d.k_dim > 4096 || d.v_dim < 1 || d.v_dim > 4096) bad("head sizes");
+  if (d.conv_kernel < 1 || d.conv_kernel > 64) bad("convolution size");
+}
+
+}  // namespace
+
+void qwen35_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  skip_mtp_layers(g, c, where);
+  c.rope_style = RopeStyle::Neox;  // (llama.cpp's multi-section RoPE: one position for text)
+  c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
+                            k + "rope.dimension_count");
+  c.qk_norm = true;
+  c.attn_gate = true;
+  DeltaNetConfig& d = c.delta;
+  auto dim = [&](const char* key) {
+    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 20));
+  };
+  d.conv_kernel = dim("ssm.conv_kernel");
+  d.k_dim = dim("ssm.state_size");
+  d.n_k_heads = dim("ssm.group_count");
+  d.n_v_heads = dim("ssm.time_step_rank");
+  const int64_t inner = g.get_int(k + "ssm.inner_size", 0);
+  d.v_dim = d.n_v_heads > 0 && inner % d.n_v_heads == 0
+                ? static_cast<int>(std::clamp<int64_t>(inner / d.n_v_heads, -1, 1 << 20))
+                : -1;
+  d.v_tiled = true;  // (llama.cpp's converter reorders the value heads)
+  check_delta(d, where);
+  const int64_t interval = g.get_int(k + "full_attention_interval", 4);
+  if (interval < 1) throw ModelError("invalid " + k + "full_attention_interval in " + where);
+  d.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) d.layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+}
+
+void qwen35_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.rope_style = RopeStyle::Neox;
+  double partial = cfg.number("partial_rotary_factor", 0.25);
+  if (rope != nullptr && rope->is_object())
+    partial = Json{*rope, cfg.path}.number("partial_rotary_factor", partial);
+  if (!(partial > 0.0 && partial <= 1.0))
+    throw ModelError("invalid partial_rotary_factor in " + where);
+  c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, where);
+  c.qk_norm = true;
+  c.attn_gate = true;
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in " + where + " is not supported");
+  DeltaNetConfig& d = c.delta;
+  auto dim = [&](const char* key, int64_t dflt) {
+    return static_cast<int>(std::clamp<int64_t>(cfg.integer(key, dflt), -1, int64_t{1} << 20));
+  };
+  d.conv_kernel = dim("linear_conv_kernel_dim", 4);
+  d.k_dim = dim("linear_key_head_dim", 128);
+  d.v_dim = dim("linear_value_head_dim", 128);
+  d.n_k_heads = dim("linear_num_key_heads", 16);
+  d.n_v_heads = dim("linear_num_value_heads", 32);
+  check_delta(d, where);
+  d.layers.resize(static_cast<size_t>(c.n_layer));
+  const JsonValue* types = cfg.get("layer_types");
+  if (types != nullptr && !types->is_null()) {
+    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'layer_types' in " + where + " must list " +
+                       std::to_string(c.n_layer) + " layer types");
+    for (int i = 0; i < c.n_layer; ++i) {
+      const JsonValue& t = types->array[static_cast<size_t>(i)];
+      if (!t.is_string() || (t.string != "linear_attention" && t.string != "full_attention"))
+        throw ModelError("config 'layer_types' in " + where +
+                         " must hold \"linear_attention\" or \"full_attention\"");
+      d.layers[static_cast<size_t>(i)] = t.string == "linear_attention";
+    }
+  } else {  // (transformers' default: every full_attention_interval-th layer full)
+    const int64_t interval = cfg.integer("full_attention_interval", 4);
+    if (interval < 1) throw ModelError("invalid full_attention_interval in " + where);
+    for (int i = 0; i < c.n_layer; ++i) d.layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+}
+
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   const JsonValue* q_lora = cfg.get("q_lora_rank");

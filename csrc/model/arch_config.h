@@ -137,4 +137,14 @@ void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& 
 void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
+// Qwen3.5 (qwen35, qwen35moe): its gated delta-net layers (config.delta) among gated attention
+// layers with q / k norms and NeoX RoPE on the first rotated dimensions of each head. GGUF:
+// {arch}.ssm.{conv_kernel, state_size (key head size), group_count (key heads), time_step_rank
+// (value heads), inner_size (value heads x their size)}, full_attention_interval (every n-th layer
+// attention; default 4), rope.dimension_count, the MTP layers left out; the value heads tiled as
+// llama.cpp's converter orders them. config.json (Qwen3_5TextConfig): linear_* sizes, layer_types
+// (else full_attention_interval), partial_rotary_factor (default 0.25).
+void qwen35_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void qwen35_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
+
 }  // namespace ossa

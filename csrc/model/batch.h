@@ -7,6 +7,9 @@
 // block_table_start[s+1]), and the token at flat index t writes its K/V into slot slot_mapping[t] =
 // block_id * block_size + offset. After this step sequence s has context_len[s] tokens of K/V
 // (cached ones plus this chunk), and the chunk's tokens attend causally to everything before them.
+// A model with recurrent layers (Qwen3.5's delta-net) keeps sequence s's state in slot
+// state_slots[s] (distinct within a step; empty: slot s), from zero when its chunk starts at
+// position 0.
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +24,7 @@ struct Batch {
   std::vector<int32_t> block_table_start;  // [n_seqs + 1]
   std::vector<int32_t> block_tables;       // concatenated block ids
   std::vector<int32_t> logits_rows;        // flat token indices whose logits are wanted, ascending
+  std::vector<int32_t> state_slots;        // [n_seqs] or empty (recurrent models' state slots)
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(context_len.size()); }
@@ -33,6 +37,7 @@ struct Batch {
     block_table_start.assign(1, 0);
     block_tables.clear();
     logits_rows.clear();
+    state_slots.clear();
   }
 };
 

@@ -74,11 +74,40 @@ struct MlaConfig {
   bool active() const { return kv_lora_rank > 0; }
 };
 
+// Qwen3.5's gated delta-net layers (model/delta_net.cpp): linear attention with a recurrent state
+// per sequence instead of a KV cache. A token's in_proj_qkv row [q | k | v] (n_k_heads * k_dim
+// twice, then n_v_heads * v_dim) goes through a causal depthwise convolution of conv_kernel taps
+// (its last conv_kernel - 1 inputs are state) and SiLU; q and k are L2-normalised per head, q
+// scaled by 1/sqrt(k_dim); each value head h, reading key head kh(h), updates its k_dim x v_dim
+// state S by the gated delta rule
+//   S = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q
+// with beta = sigmoid(b), g = a_neg * softplus(a + dt_bias); o is RMS-normalised (ssm_norm, plain
+// weights) times SiLU(z) and projected by ssm_out.
+struct DeltaNetConfig {
+  int n_k_heads = 0, n_v_heads = 0, k_dim = 0, v_dim = 0, conv_kernel = 0;
+  // Which key head a value head reads: llama.cpp's converter stores the value heads tiled
+  // (h -> h % n_k_heads) so that ggml's broadcast repeats keys; Hugging Face groups them
+  // (h -> h / (n_v_heads / n_k_heads)).
+  bool v_tiled = false;
+  std::vector<uint8_t> layers;  // [n_layer] 1 = delta-net layer (empty: none)
+  bool active() const { return n_v_heads > 0; }
+  bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
+  int64_t conv_dim() const { return 2 * int64_t{n_k_heads} * k_dim + int64_t{n_v_heads} * v_dim; }
+  int key_head(int v_head) const {
+    return v_tiled ? v_head % n_k_heads : v_head / (n_v_heads / n_k_heads);
+  }
+  // Floats of one sequence's state in one layer: the convolution's last conv_kernel - 1 inputs,
+  // then n_v_heads states of k_dim x v_dim.
+  int64_t conv_floats() const { return int64_t{conv_kernel - 1} * conv_dim(); }
+  int64_t layer_floats() const { return conv_floats() + int64_t{n_v_heads} * k_dim * v_dim; }
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
                      // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
-                     // "deepseek2"
+                     // "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35",
+                     // "qwen35moe"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -95,7 +124,11 @@ struct ModelConfig {
   bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   bool tied_embeddings = false;  // output projection shares tok_embd
   MoeConfig moe;
-  MlaConfig mla;  // DeepSeek V2 / V3 (deepseek2); inactive otherwise
+  MlaConfig mla;         // DeepSeek V2 / V3 (deepseek2); inactive otherwise
+  DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
+  // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
+  // the attention's output is multiplied by sigmoid(gate) before wo.
+  bool attn_gate = false;
 
   // Beyond the Llama family (zero / empty when unused; see docs/models.md).
   int sliding_window = 0;  // a windowed layer attends to this many positions, itself included
@@ -124,6 +157,26 @@ struct ModelConfig {
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
   // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
   bool kv_shared() const { return mla.active(); }
+  // The layers with K/V in the cache (all but delta-net layers), and a layer's index among them.
+  int kv_layers() const {
+    int n = 0;
+    for (int l = 0; l < n_layer; ++l) n += !delta.is_layer(l);
+    return n;
+  }
+  int kv_index(int layer) const {
+    if (!delta.active()) return layer;
+    int n = 0;
+    for (int l = 0; l < layer; ++l) n += !delta.is_layer(l);
+    return n;
+  }
+  // Floats of one sequence's recurrent state, all delta-net layers (0: a model without any).
+  int64_t state_floats() const {
+    if (!delta.active()) return 0;
+    int64_t n = 0;
+    for (int l = 0; l < n_layer; ++l)
+      if (delta.is_layer(l)) n += delta.layer_floats();
+    return n;
+  }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "formats/dequantize.h"
 #include "kernels/ops.h"
@@ -164,8 +165,11 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
   const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
   const MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
   laps.lap(kNorm);
+  // (Qwen3.5's gated attention: wq's rows are [query | gate] per head, into s.qg)
   const MatmulTarget qkv[3] = {
-      {&L.wq, s.q.data(), Q}, {&L.wk, s.k.data(), KV}, {&L.wv, s.v.data(), KV}};
+      {&L.wq, c.attn_gate ? s.qg.data() : s.q.data(), c.attn_gate ? 2 * Q : Q},
+      {&L.wk, s.k.data(), KV},
+      {&L.wv, s.v.data(), KV}};
   matmul_many(qkv, 3, in);
   laps.lap(kQkv);
   void* k_cache = s.k_cache(layer);
@@ -176,6 +180,9 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
         float* q = s.q.data() + t * Q;
         float* k = s.k.data() + t * KV;
         float* v = s.v.data() + t * KV;
+        if (c.attn_gate)
+          for (int h = 0; h < c.n_head; ++h)
+            std::memcpy(q + h * hd, s.qg.data() + t * 2 * Q + h * 2 * hd, sizeof(float) * hd);
         add_bias(q, L.bq, Q);
         add_bias(k, L.bk, KV);
         add_bias(v, L.bv, KV);

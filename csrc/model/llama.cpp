@@ -11,6 +11,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/parallel.h"
+#include "model/delta_net.h"
 #include "model/forward_util.h"
 #include "model/mla.h"
 #include "util/error.h"
@@ -113,6 +114,18 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     v.resize(t * (a.kv_lora_rank + a.qk_rope));  // (the same size as a K row: head_dim)
     widest = std::max<int64_t>({widest, a.q_lora_rank, H * a.v_head_dim});
   }
+  if (c.delta.active()) {
+    const DeltaNetConfig& d = c.delta;
+    const int64_t V = int64_t{d.n_v_heads} * d.v_dim;
+    dn_qkv.resize(t * d.conv_dim());
+    dn_conv.resize(t * d.conv_dim());
+    dn_z.resize(t * V);
+    dn_o.resize(t * V);
+    dn_b.resize(t * d.n_v_heads);
+    dn_a.resize(t * d.n_v_heads);
+    widest = std::max<int64_t>(widest, V);
+  }
+  if (c.attn_gate) qg.resize(t * 2 * q_dim);
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);  // (rope_inv_freq fills the rotated dimensions' half)
   rope_inv_freq(c, inv_freq.data());
@@ -138,7 +151,8 @@ void* ForwardState::k_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
   const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
   const int64_t regions = model->config.kv_shared() ? 1 : 2;  // (shared: one row layout)
-  return static_cast<uint8_t*>(kv) + static_cast<int64_t>(layer) * regions * bytes;
+  return static_cast<uint8_t*>(kv) +
+         static_cast<int64_t>(model->config.kv_index(layer)) * regions * bytes;  // (KV layers only)
 }
 
 void* ForwardState::v_cache(int layer) const {
@@ -174,7 +188,9 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     MatmulInput in;
-    if (c.mla.active()) {
+    if (c.delta.is_layer(l)) {
+      delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
+    } else if (c.mla.active()) {
       mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
     } else {
       const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
@@ -183,6 +199,14 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
       a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
       paged_attention(a);
+      if (c.attn_gate)  // (Qwen3.5: times sigmoid of each head's gate)
+        per_token(n, threads, [&](int t) {
+          const float* g = s.qg.data() + t * 2 * Q;
+          float* o = s.attn.data() + t * Q;
+          for (int64_t h = 0; h < c.n_head; ++h)
+            for (int64_t e = 0; e < hd; ++e)
+              o[h * hd + e] *= 1.0f / (1.0f + std::exp(-g[h * 2 * hd + hd + e]));
+        });
       laps.lap(kAttention);
 
       in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});

@@ -42,6 +42,15 @@ struct ForwardState {
   // its low-rank half [max_tokens, q_lora_rank], one head's gathered inputs [max_tokens, max(N, C)]
   // and the heads' outputs [max_tokens, H * V].
   ZeroPageVector<float> mla_q, mla_qa, mla_in, mla_o;
+  // Qwen3.5 (config.delta, model/delta_net.h): the delta-net layers' projections [max_tokens,
+  // conv_dim | V | n_v_heads | n_v_heads], convolved inputs [max_tokens, conv_dim] and outputs
+  // [max_tokens, V]; the gated attention's [query | gate] rows [max_tokens, 2 * n_head *
+  // head_dim]. The recurrent states: n_state_slots slots of config.state_floats() floats
+  // (ModelRunner's pool).
+  ZeroPageVector<float> dn_qkv, dn_z, dn_b, dn_a, dn_conv, dn_o, qg;
+  float* states = nullptr;
+  int n_state_slots = 0;
+  const int32_t* state_slots = nullptr;  // this step's: sequence s's state is slot state_slots[s]
 
   void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool,
             KvType kv_type);

@@ -202,10 +202,10 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",   "qwen3",  "mistral", "qwen3moe", "qwen2moe",
-    "gemma",      "gemma2",  "gemma3", "phi3",    "smollm3",  "granite",
-    "granitemoe", "gpt-oss", "olmo2",  "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2",  "glm4moe", "olmoe",  "glm4",    "mistral3"};
+    "llama",  "qwen2",    "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
+    "gemma2", "gemma3",   "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
+    "olmo2",  "exaone4",  "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe",
+    "glm4",   "mistral3", "qwen35",   "qwen35moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -216,7 +216,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -275,6 +275,36 @@ void build_mla_weights(const ModelConfig& c, Builder& b,
   }
 }
 
+// Layer i's gated delta-net (config.delta; model/delta_net.cpp), with C = conv_dim, V = value
+// heads x their size, H = value heads: ssm_qkv (C x n_embd), ssm_z (V x n_embd), ssm_beta and
+// ssm_alpha (H x n_embd), ssm_conv (C x conv_kernel, F32), ssm_dt and ssm_a (1 x H: a_neg, the
+// decay rate -exp(A_log), as GGUF stores it; a folder's A_log is converted), ssm_norm (1 x value
+// head size), ssm_out (n_embd x V).
+void build_delta_weights(const ModelConfig& c, Builder& b,
+                         const std::function<std::string(int, const char*)>& name_of, int i,
+                         LayerWeights& l, bool a_log) {
+  const DeltaNetConfig& d = c.delta;
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t C = d.conv_dim(), V = int64_t{d.n_v_heads} * d.v_dim, H = d.n_v_heads;
+  l.ssm_qkv = b.take(name_of(i, "ssm_qkv"), p + "ssm_qkv", C, c.n_embd);
+  l.ssm_z = b.take(name_of(i, "ssm_z"), p + "ssm_z", V, c.n_embd);
+  l.ssm_beta = b.take(name_of(i, "ssm_beta"), p + "ssm_beta", H, c.n_embd);
+  l.ssm_alpha = b.take(name_of(i, "ssm_alpha"), p + "ssm_alpha", H, c.n_embd);
+  l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", C, d.conv_kernel));
+  b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
+  l.ssm_dt = b.take(name_of(i, "ssm_dt"), p + "ssm_dt", 1, H);
+  l.ssm_a = b.take(name_of(i, "ssm_a"), p + "ssm_a", 1, H);
+  if (a_log) {  // (A_log -> -exp(A_log), in float as transformers computes it)
+    float* a = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(H) * 4));
+    const float* src = reinterpret_cast<const float*>(l.ssm_a.data);
+    for (int64_t h = 0; h < H; ++h) a[h] = -std::exp(src[h]);
+    l.ssm_a.data = reinterpret_cast<const uint8_t*>(a);
+    b.storage->canonical[p + "ssm_a"] = l.ssm_a;
+  }
+  l.ssm_norm = b.take(name_of(i, "ssm_norm"), p + "ssm_norm", 1, d.v_dim);
+  l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, V);
+}
+
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
                    const std::string& tok, const std::string& norm, const std::string& out) {
@@ -294,23 +324,26 @@ void build_weights(Model& m, Builder& b,
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
     if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
-    if (c.mla.active()) {
+    if (c.delta.is_layer(i)) {
+      build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
+    } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
     } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
-    } else {
-      l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
+    } else {  // (Qwen3.5's gated attention: [query | gate] per head)
+      l.wq = b.take(name_of(i, "wq"), p + "wq", c.attn_gate ? 2 * q : q, c.n_embd);
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
-    if (!c.mla.active()) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
+    const bool attention = !c.delta.is_layer(i);
+    if (!c.mla.active() && attention) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
     if (c.qkv_bias) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
       l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
     }
-    if (c.qk_norm) {  // per head, or (OLMo 2) over the whole projection
+    if (c.qk_norm && attention) {  // per head, or (OLMo 2) over the whole projection
       l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.qk_norm_full() ? q : c.head_dim);
       l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.qk_norm_full() ? kv : c.head_dim);
     }
@@ -382,12 +415,21 @@ std::string gguf_name(int layer, const char* field) {
       {"kv_a_norm", "attn_kv_a_norm.weight"},
       {"wkv_b", "attn_kv_b.weight"},
       {"wk_b", "attn_k_b.weight"},
-      {"wv_b", "attn_v_b.weight"}};
+      {"wv_b", "attn_v_b.weight"},
+      {"ssm_qkv", "attn_qkv.weight"},
+      {"ssm_z", "attn_gate.weight"},
+      {"ssm_beta", "ssm_beta.weight"},
+      {"ssm_alpha", "ssm_alpha.weight"},
+      {"ssm_conv", "ssm_conv1d.weight"},
+      {"ssm_dt", "ssm_dt.bias"},
+      {"ssm_a", "ssm_a"},
+      {"ssm_norm", "ssm_norm.weight"},
+      {"ssm_out", "ssm_out.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
-// gpt-oss files name the norm before the feed-forward post_attention_norm (the feed-forward's
-// input, as HF's post_attention_layernorm is), not ffn_norm.
+// gpt-oss and Qwen3.5 files name the norm before the feed-forward post_attention_norm (the
+// feed-forward's input, as HF's post_attention_layernorm is), not ffn_norm.
 std::string gguf_name_gpt_oss(int layer, const char* field) {
   return std::string(field) == "ffn_norm"
              ? "blk." + std::to_string(layer) + ".post_attention_norm.weight"
@@ -430,7 +472,10 @@ void load_gguf(Model& m, Storage& st) {
       checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
   c.n_head_kv = checked_dim(g->get_int(k + "attention.head_count_kv", c.n_head),
                             "attention.head_count_kv", m.path, 65536);
-  c.n_ff = checked_dim(g->get_int(k + "feed_forward_length", 0), "feed_forward_length", m.path);
+  // (a Qwen3.5 MoE file may have no dense size: its experts')
+  c.n_ff = checked_dim(
+      g->get_int(k + "feed_forward_length", g->get_int(k + "expert_feed_forward_length", 0)),
+      "feed_forward_length", m.path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
                            "head dimension", m.path, 65536);
@@ -438,7 +483,8 @@ void load_gguf(Model& m, Storage& st) {
   if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
-  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && !mla &&
+  const bool qwen35 = arch == "qwen35" || arch == "qwen35moe";
+  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && !mla && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -509,6 +555,7 @@ void load_gguf(Model& m, Storage& st) {
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
   }
+  if (qwen35) qwen35_config_gguf(*g, c, m.path);  // delta-net layers, gated attention
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -524,8 +571,8 @@ void load_gguf(Model& m, Storage& st) {
   }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
-  build_weights(m, b, arch == "gpt-oss" ? gguf_name_gpt_oss : gguf_name, "token_embd.weight",
-                "output_norm.weight", "output.weight");
+  build_weights(m, b, arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss : gguf_name,
+                "token_embd.weight", "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
@@ -572,7 +619,16 @@ std::string hf_name(int layer, const char* field) {
       {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
       {"wkv_b", "self_attn.kv_b_proj.weight"},
       {"wk_b", "self_attn.k_b_proj.weight"},
-      {"wv_b", "self_attn.v_b_proj.weight"}};
+      {"wv_b", "self_attn.v_b_proj.weight"},
+      {"ssm_qkv", "linear_attn.in_proj_qkv.weight"},
+      {"ssm_z", "linear_attn.in_proj_z.weight"},
+      {"ssm_beta", "linear_attn.in_proj_b.weight"},
+      {"ssm_alpha", "linear_attn.in_proj_a.weight"},
+      {"ssm_conv", "linear_attn.conv1d.weight"},
+      {"ssm_dt", "linear_attn.dt_bias"},
+      {"ssm_a", "linear_attn.A_log"},
+      {"ssm_norm", "linear_attn.norm.weight"},
+      {"ssm_out", "linear_attn.out_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -597,6 +653,31 @@ std::string hf_name_glm4(int layer, const char* field) {
            (f == "post_attn_norm" ? ".post_self_attn_layernorm.weight"
                                   : ".post_mlp_layernorm.weight");
   return hf_name(layer, field);
+}
+
+// A folder's RMSNorm weights w that multiply by 1 + w (Gemma, Qwen3.5: transformers adds the 1 in
+// float32) replaced by 1 + w, the factor the forward pass multiplies by, as llama.cpp's converter
+// stores them: the output norm and each layer's (not Qwen3.5's gated delta-net norm, plain w).
+void shift_norms(Model& m, Builder& b) {
+  auto shift = [&](TensorView& v, const std::string& canonical) {
+    std::vector<float>& buf = b.storage->buffers.emplace_back(static_cast<size_t>(v.cols));
+    const float* w = reinterpret_cast<const float*>(v.data);
+    for (int64_t i = 0; i < v.cols; ++i) buf[static_cast<size_t>(i)] = 1.0f + w[i];
+    v.data = reinterpret_cast<const uint8_t*>(buf.data());
+    b.storage->canonical[canonical] = v;
+  };
+  shift(m.weights.output_norm, "output_norm");
+  for (int i = 0; i < m.config.n_layer; ++i) {
+    LayerWeights& l = m.weights.layers[static_cast<size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    for (auto [v, name] : {std::pair{&l.attn_norm, "attn_norm"},
+                           {&l.q_norm, "q_norm"},
+                           {&l.k_norm, "k_norm"},
+                           {&l.post_attn_norm, "post_attn_norm"},
+                           {&l.ffn_norm, "ffn_norm"},
+                           {&l.post_ffn_norm, "post_ffn_norm"}})
+      if (v->data != nullptr) shift(*v, p + name);  // (Gemma 2 has no q/k norms)
+  }
 }
 
 // Gemma 3 from a folder: HF stores RMSNorm weights w and multiplies by 1 + w (in float32); the
@@ -633,25 +714,7 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
       multimodal && !b.has("lm_head.weight") ? "language_model.lm_head.weight" : "lm_head.weight";
   if (!c.tied_embeddings && !b.has(head)) c.tied_embeddings = true;
   build_weights(m, b, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head);
-  auto shift = [&](TensorView& v, const std::string& canonical) {
-    std::vector<float>& buf = b.storage->buffers.emplace_back(static_cast<size_t>(v.cols));
-    const float* w = reinterpret_cast<const float*>(v.data);
-    for (int64_t i = 0; i < v.cols; ++i) buf[static_cast<size_t>(i)] = 1.0f + w[i];
-    v.data = reinterpret_cast<const uint8_t*>(buf.data());
-    b.storage->canonical[canonical] = v;
-  };
-  shift(m.weights.output_norm, "output_norm");
-  for (int i = 0; i < c.n_layer; ++i) {
-    LayerWeights& l = m.weights.layers[static_cast<size_t>(i)];
-    const std::string p = "layers." + std::to_string(i) + ".";
-    for (auto [v, name] : {std::pair{&l.attn_norm, "attn_norm"},
-                           {&l.q_norm, "q_norm"},
-                           {&l.k_norm, "k_norm"},
-                           {&l.post_attn_norm, "post_attn_norm"},
-                           {&l.ffn_norm, "ffn_norm"},
-                           {&l.post_ffn_norm, "post_ffn_norm"}})
-      if (v->data != nullptr) shift(*v, p + name);  // (Gemma 2 has no q/k norms)
-  }
+  shift_norms(m, b);
 }
 
 // What a folder without config.json holds, for the error: safetensors weights without their
@@ -680,14 +743,19 @@ std::string no_config_message(const fs::path& dir) {
 }
 
 // A vision-language model's folder read for its language model: Mistral 3's (the wrapper's
-// model_type mistral3, its text_config's ministral3).
+// model_type mistral3, its text_config's ministral3) and Qwen3.5's (qwen3_5 / qwen3_5_moe, their
+// text_config's qwen3_5_text / qwen3_5_moe_text).
 bool text_wrapper(const JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
   const JsonValue* archs = cfg.get("architectures");
-  const bool by_type = type != nullptr && type->is_string() && type->string == "mistral3";
+  const bool by_type =
+      type != nullptr && type->is_string() &&
+      (type->string == "mistral3" || type->string == "qwen3_5" || type->string == "qwen3_5_moe");
   const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
                        archs->array[0].is_string() &&
-                       archs->array[0].string == "Mistral3ForConditionalGeneration";
+                       (archs->array[0].string == "Mistral3ForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen3_5ForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen3_5MoeForConditionalGeneration");
   return by_type || by_arch;
 }
 
@@ -846,7 +914,11 @@ void load_hf(Model& m, Storage& st) {
       {"glm4", "glm4"},
       {"Glm4ForCausalLM", "glm4"},
       {"ministral3", "mistral3"},
-      {"Ministral3ForCausalLM", "mistral3"}};
+      {"Ministral3ForCausalLM", "mistral3"},
+      {"qwen3_5_text", "qwen35"},
+      {"Qwen3_5ForCausalLM", "qwen35"},
+      {"qwen3_5_moe_text", "qwen35moe"},
+      {"Qwen3_5MoeForCausalLM", "qwen35moe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -863,7 +935,10 @@ void load_hf(Model& m, Storage& st) {
       checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
                             cfg_path, 65536);
-  c.n_ff = checked_dim(cfg.integer("intermediate_size", 0), "intermediate_size", cfg_path);
+  const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
+  // (Qwen3.5 MoE configs have no dense size: the experts')
+  c.n_ff = checked_dim(cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
+                       "intermediate_size", cfg_path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
@@ -873,7 +948,7 @@ void load_hf(Model& m, Storage& st) {
   c.n_ctx_train = static_cast<int>(
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" &&
+  if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
       cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
@@ -950,6 +1025,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
+  if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
@@ -961,6 +1037,7 @@ void load_hf(Model& m, Storage& st) {
                                  : hf_name_post_norms,
                 "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
+  if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace ossa {
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int block_size,
-                         int max_num_batched_tokens, KvType kv_type)
+                         int max_num_batched_tokens, KvType kv_type, int num_state_slots)
     : model_(std::move(model)),
       num_blocks_(num_blocks),
       block_size_(block_size),
@@ -26,10 +26,39 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
                      " bytes; lower kv_cache_memory_bytes");
   }
   state_.plan(*model_, num_blocks, block_size, max_num_batched_tokens, kv_.data(), kv_type);
+  const int64_t state_floats = model_->config.state_floats();
+  if (state_floats > 0) {
+    if (num_state_slots < 1) throw InputError("ModelRunner: num_state_slots must be >= 1");
+    try {
+      states_.assign(static_cast<size_t>(state_floats) * num_state_slots, 0.0f);
+    } catch (const std::bad_alloc&) {
+      throw InputError("ModelRunner: cannot allocate " + std::to_string(num_state_slots) +
+                       " recurrent state slots of " + std::to_string(state_floats * 4) + " bytes");
+    }
+    identity_.resize(static_cast<size_t>(num_state_slots));
+    slot_used_.assign(static_cast<size_t>(num_state_slots), 0);
+    for (int i = 0; i < num_state_slots; ++i) identity_[static_cast<size_t>(i)] = i;
+    state_.states = states_.data();
+    state_.n_state_slots = num_state_slots;
+  }
+}
+
+size_t ModelRunner::state_bytes(const ModelConfig& c) {
+  return static_cast<size_t>(c.state_floats()) * sizeof(float);
+}
+
+void ModelRunner::copy_state(int src, int dst) {
+  if (state_.n_state_slots == 0) return;
+  if (src < 0 || src >= state_.n_state_slots || dst < 0 || dst >= state_.n_state_slots)
+    throw InputError("copy_state: state slot out of range");
+  if (src == dst) return;
+  const size_t n = static_cast<size_t>(model_->config.state_floats());
+  std::memcpy(states_.data() + static_cast<size_t>(dst) * n,
+              states_.data() + static_cast<size_t>(src) * n, n * sizeof(float));
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {
-  return static_cast<size_t>(c.n_layer) * (c.kv_shared() ? 1 : 2) * c.n_head_kv * c.head_dim *
+  return static_cast<size_t>(c.kv_layers()) * (c.kv_shared() ? 1 : 2) * c.n_head_kv * c.head_dim *
          kv_type_bytes(kv_type);
 }
 
@@ -42,6 +71,7 @@ void ModelRunner::copy_block(int src, int dst) {
   const size_t n =
       static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
+    if (c.delta.is_layer(l)) continue;  // (no K/V)
     for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
       if (c.kv_shared() && layer == state_.k_cache(l) && state_.k_cache(l) == state_.v_cache(l))
         continue;  // (one region: copied as V)
@@ -89,6 +119,27 @@ void ModelRunner::validate(const Batch& b) const {
         fail("slot " + std::to_string(b.slot_mapping[t]) + " out of range");
     }
   }
+  if (state_.n_state_slots > 0) {  // distinct slots in range (empty: slot s for sequence s)
+    if (b.state_slots.empty()) {
+      if (n_seqs > state_.n_state_slots)
+        fail(std::to_string(n_seqs) + " sequences but " + std::to_string(state_.n_state_slots) +
+             " recurrent state slots");
+    } else {
+      if (b.state_slots.size() != static_cast<size_t>(n_seqs))
+        fail("state_slots needs one entry per sequence");
+      bool ok = true;
+      for (int slot : b.state_slots) {
+        if (slot < 0 || slot >= state_.n_state_slots || slot_used_[static_cast<size_t>(slot)]) {
+          ok = false;
+          break;
+        }
+        slot_used_[static_cast<size_t>(slot)] = 1;
+      }
+      for (int slot : b.state_slots)
+        if (slot >= 0 && slot < state_.n_state_slots) slot_used_[static_cast<size_t>(slot)] = 0;
+      if (!ok) fail("a state slot out of range or used twice");
+    }
+  }
   int prev = -1;
   for (int r : b.logits_rows) {
     if (r <= prev || r >= n) fail("logits_rows must be ascending token indices");
@@ -98,6 +149,7 @@ void ModelRunner::validate(const Batch& b) const {
 
 void ModelRunner::forward(const Batch& batch, float* logits) {
   validate(batch);
+  state_.state_slots = batch.state_slots.empty() ? identity_.data() : batch.state_slots.data();
   if (model_->config.gemma())
     gemma3_forward(state_, batch, logits);
   else

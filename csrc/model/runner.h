@@ -28,8 +28,10 @@ namespace ossa {
 
 class ModelRunner {
  public:
+  // num_state_slots: the recurrent states a model with delta-net layers keeps (one per sequence
+  // that runs at the same time; at least 1); ignored for other models.
   ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int block_size,
-              int max_num_batched_tokens, KvType kv_type = KvType::F32);
+              int max_num_batched_tokens, KvType kv_type = KvType::F32, int num_state_slots = 1);
 
   // Runs one step. logits: [batch.logits_rows.size(), n_vocab]. Throws InputError for a malformed
   // batch (token ids, slots, block ids, positions or table bounds out of range).
@@ -37,6 +39,11 @@ class ModelRunner {
 
   // Copy-on-write for forked sequences: block dst gets block src's K/V in every layer.
   void copy_block(int src, int dst);
+  // A forked sequence's recurrent state: slot dst gets slot src's (delta-net models; else nothing).
+  void copy_state(int src, int dst);
+  int num_state_slots() const { return state_.n_state_slots; }
+  // Bytes of one recurrent state slot (0 for a model without recurrent layers).
+  static size_t state_bytes(const ModelConfig& config);
 
   static size_t kv_bytes_per_token(const ModelConfig& config, KvType kv_type = KvType::F32);
   KvType kv_type() const { return state_.kv_type; }
@@ -54,6 +61,9 @@ class ModelRunner {
   // Anonymous memory populated by a background thread from construction on (util/mmap.h), so steps
   // do not take the page faults of first touches and construction does not wait for them.
   LargeBuffer kv_;
+  std::vector<float> states_;               // recurrent states (delta_net.h has the layout)
+  std::vector<int32_t> identity_;           // slot s for sequence s, when a batch names none
+  mutable std::vector<uint8_t> slot_used_;  // validate's scratch (all 0 between calls)
   ForwardState state_;
 };
 

@@ -33,6 +33,10 @@ struct LayerWeights {
   // wo (n_embd x H*V).
   TensorView wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm;
   std::vector<TensorView> wk_b, wv_b;
+  // Qwen3.5's gated delta-net layers (config.delta; loader.cpp build_delta_weights has the
+  // shapes), in place of wq ... wo. Its attention layers' wq has 2 * n_head * head_dim rows
+  // ([query | gate] per head).
+  TensorView ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_conv, ssm_dt, ssm_a, ssm_norm, ssm_out;
 };
 
 struct ModelWeights {

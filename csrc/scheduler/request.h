@@ -49,6 +49,10 @@ struct Sequence {
   // Speculative decoding: tokens proposed to follow `tokens` (the engine's proposer sets them after
   // each update); the next schedule() verifies them when the sequence is decoding, and drops them.
   std::vector<int32_t> draft;
+  // Models with recurrent layers (SchedulerConfig::num_state_slots > 0): the state slot it holds
+  // while running (-1 otherwise), and, until it forks, the slots taken for its n - 1 children.
+  int32_t state_slot = -1;
+  std::vector<int32_t> reserved_slots;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };

@@ -21,6 +21,10 @@ const SchedulerConfig& validated(const SchedulerConfig& c) {
     throw InputError("max_model_len must be >= 2, got " + str(c.max_model_len));
   if (!(c.watermark >= 0.0 && c.watermark < 1.0))
     throw InputError("watermark must be in [0, 1), got " + std::to_string(c.watermark));
+  if (c.num_state_slots < 0)
+    throw InputError("num_state_slots must be >= 0, got " + str(c.num_state_slots));
+  if (c.num_state_slots > 0 && c.enable_prefix_caching)
+    throw InputError("prefix caching is not supported with recurrent state (num_state_slots > 0)");
   // A lone sequence must always fit, or a long one could wait or thrash forever.
   const int32_t wm = watermark_blocks_for(c.watermark, c.num_blocks);
   const int64_t need = (static_cast<int64_t>(c.max_model_len) + c.block_size - 1) / c.block_size;
@@ -52,7 +56,16 @@ bool contains(const std::vector<int32_t>& v, int32_t x) {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(validated(config)),
-      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.watermark) {}
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching, config.watermark) {
+  for (int32_t i = config_.num_state_slots - 1; i >= 0; --i) free_state_slots_.push_back(i);
+}
+
+void Scheduler::release_state(Sequence& s) {
+  if (s.state_slot >= 0) free_state_slots_.push_back(s.state_slot);
+  for (int32_t slot : s.reserved_slots) free_state_slots_.push_back(slot);
+  s.state_slot = -1;
+  s.reserved_slots.clear();
+}
 
 bool Scheduler::before(int32_t a, int32_t b) const {
   const Sequence& x = seqs_[a];
@@ -85,6 +98,8 @@ int32_t Scheduler::new_seq(int32_t request, int32_t child) {
   s.num_computed = 0;
   s.num_output = 0;
   s.draft.clear();
+  s.state_slot = -1;
+  s.reserved_slots.clear();
   return sid;
 }
 
@@ -97,6 +112,9 @@ void Scheduler::check_request(std::span<const int32_t> prompt, int32_t max_token
       min_tokens >= 0 && min_tokens <= max_tokens,
       "min_tokens must be in [0, max_tokens=" + str(max_tokens) + "], got " + str(min_tokens));
   OSSA_CHECK(n >= 1, "n must be >= 1, got " + str(n));
+  OSSA_CHECK(config_.num_state_slots == 0 || n <= config_.num_state_slots,
+             "n=" + str(n) + " exceeds the " + str(config_.num_state_slots) +
+                 " sequences this model's recurrent state slots let run at once");
   // The constructor made sure one max_model_len sequence fits the cache beside the watermark, so
   // a prompt that leaves room for one output token fits it too.
   OSSA_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= config_.max_model_len,
@@ -128,6 +146,7 @@ void Scheduler::add_request(const Request& r) {
 void Scheduler::preempt(int32_t sid) {
   Sequence& s = seqs_[sid];
   kv_.free(sid);
+  release_state(s);
   s.num_computed = 0;
   s.draft.clear();
   s.status = SeqStatus::Waiting;
@@ -141,6 +160,7 @@ bool Scheduler::retire(int32_t sid) {
   OSSA_ASSERT(s.status != SeqStatus::Finished);
   s.status = SeqStatus::Finished;
   kv_.free(sid);
+  release_state(s);
   RequestState& r = requests_[s.request];
   r.child_seq[s.child] = -1;
   return --r.num_live == 0;
@@ -192,6 +212,8 @@ bool Scheduler::finish(int64_t request_id, int32_t child) {
 }
 
 bool Scheduler::set_draft(int64_t request_id, int32_t child, std::span<const int32_t> draft) {
+  if (config_.num_state_slots > 0 && !draft.empty())
+    throw InputError("speculative decoding is not supported with recurrent state");
   const int32_t sid = find_seq(request_id, child);
   if (sid < 0) return false;
   seqs_[sid].draft.assign(draft.begin(), draft.end());
@@ -203,6 +225,7 @@ const SchedulerOutput& Scheduler::schedule() {
     throw InputError("schedule() called again before update() for the previous step");
   out_.clear();
   out_.finished_requests.swap(finished_since_schedule_);
+  out_.state_copies.swap(pending_state_copies_);
   const int32_t bs = config_.block_size;
   int32_t budget = config_.max_num_batched_tokens;
 
@@ -222,7 +245,8 @@ const SchedulerOutput& Scheduler::schedule() {
     else if (s.num_computed + num_new == s.num_tokens())
       samples = s.pending_fork ? r.params.n : 1;
     out_.seqs.push_back({r.params.id, s.child, sid, s.generation, s.num_computed, num_new, samples,
-                         num_draft, 0, draft_start, std::span<const int32_t>(s.tokens)});
+                         num_draft, 0, draft_start, s.state_slot,
+                         std::span<const int32_t>(s.tokens)});
     out_.num_tokens += num_new;
     out_.num_samples += samples;
     budget -= num_new;
@@ -268,12 +292,25 @@ const SchedulerOutput& Scheduler::schedule() {
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     const int32_t sid = waiting_.front();
     Sequence& s = seqs_[sid];
+    // (recurrent state: its slot, and its children's, must be free)
+    const int32_t slots = config_.num_state_slots == 0 ? 0
+                          : s.pending_fork             ? requests_[s.request].params.n
+                                                       : 1;
+    if (static_cast<int32_t>(free_state_slots_.size()) < slots) break;
     hits_.clear();
     const int32_t num_hit =
         kv_.get_computed_blocks(sid, s.tokens, requests_[s.request].params.cache_salt, hits_);
     const int32_t num_new = std::min(s.num_tokens() - num_hit, budget);
     if (!kv_.allocate_slots(sid, num_hit, num_new, hits_, true, out_.block_copies)) break;
     waiting_.erase(waiting_.begin());
+    for (int32_t k = 0; k < slots; ++k) {
+      const int32_t slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+      if (k == 0)
+        s.state_slot = slot;
+      else
+        s.reserved_slots.push_back(slot);
+    }
     s.num_computed = num_hit;
     s.status = SeqStatus::Running;
     insert_sorted(running_, sid);
@@ -362,6 +399,11 @@ const std::vector<FinishEvent>& Scheduler::update(std::span<const int32_t> sampl
         c.num_computed = p.num_computed;
         c.status = SeqStatus::Running;
         kv_.fork(sid, cid);
+        if (!seqs_[sid].reserved_slots.empty()) {  // (recurrent state: a copy of the parent's)
+          c.state_slot = seqs_[sid].reserved_slots.back();
+          seqs_[sid].reserved_slots.pop_back();
+          pending_state_copies_.emplace_back(seqs_[sid].state_slot, c.state_slot);
+        }
         requests_[rid].child_seq[k] = cid;
         ++requests_[rid].num_live;
         forked_.push_back(cid);

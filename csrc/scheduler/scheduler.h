@@ -22,6 +22,14 @@
 // the tokens appended are exactly those plain decoding would have sampled one step at a time, and
 // num_computed advances only over the positions whose input token was right (the slots written
 // for rejected drafts are overwritten later and never reach the prefix cache).
+//
+// Recurrent state (num_state_slots > 0: models with delta-net layers, whose per-sequence state
+// cannot be rolled back or shared by prefix): a sequence holds one of num_state_slots slots while
+// running, taken when it is admitted (with n - 1 more for the children it will fork) and given
+// back when it finishes, is aborted or preempted. A waiting sequence is admitted only when its
+// slots are free. A fork's children take the reserved slots, and the next schedule() lists
+// (parent slot, child slot) in state_copies for the engine to copy before the forward. Prefix
+// caching and drafts are not allowed with such state.
 #include <cstdint>
 #include <span>
 #include <unordered_map>
@@ -44,7 +52,8 @@ struct SchedulerConfig {
   SchedulePolicy policy = SchedulePolicy::Fcfs;
   bool enable_prefix_caching = true;
   double watermark =
-      k_default_watermark;  // fraction of blocks kept free when admitting waiting sequences
+      k_default_watermark;      // fraction of blocks kept free when admitting waiting sequences
+  int32_t num_state_slots = 0;  // recurrent state slots (0: a model without recurrent layers)
 };
 
 struct ScheduledSeq {
@@ -59,6 +68,7 @@ struct ScheduledSeq {
   int32_t num_draft = 0;     // draft tokens verified this step (its last num_draft positions)
   int32_t num_appended = 0;  // set by update(): tokens it appended (a run, when it verified drafts)
   int32_t draft_start = 0;   // its draft is SchedulerOutput::draft_tokens[draft_start, + num_draft)
+  int32_t state_slot = -1;   // its recurrent state slot (num_state_slots > 0), else -1
   // The sequence's tokens (prompt then outputs; the draft follows them); valid until update().
   std::span<const int32_t> tokens;
 };
@@ -74,6 +84,7 @@ struct SchedulerOutput {
   int32_t num_tokens = 0;                  // positions scheduled, all sequences
   int32_t num_samples = 0;                 // tokens update() expects, all sequences
   std::vector<std::pair<int32_t, int32_t>> block_copies;  // (src, dst) to copy before the forward
+  std::vector<std::pair<int32_t, int32_t>> state_copies;  // (src, dst) state slots, the same
   std::vector<std::pair<int64_t, int32_t>> preempted;     // (request, child) sent back to waiting
   std::vector<int64_t> finished_requests;  // all children done since the last schedule
 
@@ -92,6 +103,7 @@ struct SchedulerOutput {
     num_tokens = 0;
     num_samples = 0;
     block_copies.clear();
+    state_copies.clear();
     preempted.clear();
     finished_requests.clear();
   }
@@ -179,6 +191,9 @@ class Scheduler {
   std::vector<int64_t> finished_since_schedule_;
   std::vector<int32_t> hits_;
   std::vector<int32_t> forked_;
+  std::vector<int32_t> free_state_slots_;                          // taken from the back
+  std::vector<std::pair<int32_t, int32_t>> pending_state_copies_;  // forks since the last schedule
+  void release_state(Sequence& s);
 };
 
 }  // namespace ossa

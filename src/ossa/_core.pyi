@@ -90,12 +90,20 @@ def model_logits(model: Model, token_ids: Sequence[int]) -> Annotated[NDArray[nu
 class ModelRunner:
     """A model with its paged K/V pool and preallocated work buffers."""
 
-    def __init__(self, model: Model, num_blocks: int, block_size: int, max_num_batched_tokens: int, kv_cache_dtype: str = 'float32') -> None: ...
+    def __init__(self, model: Model, num_blocks: int, block_size: int, max_num_batched_tokens: int, kv_cache_dtype: str = 'float32', num_state_slots: int = 1) -> None: ...
 
-    def forward(self, token_ids: Sequence[int], positions: Sequence[int], slot_mapping: Sequence[int], seq_start: Sequence[int], context_len: Sequence[int], block_table_start: Sequence[int], block_tables: Sequence[int], logits_rows: Sequence[int]) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:
-        """One batched step; returns logits [len(logits_rows), n_vocab]."""
+    def forward(self, token_ids: Sequence[int], positions: Sequence[int], slot_mapping: Sequence[int], seq_start: Sequence[int], context_len: Sequence[int], block_table_start: Sequence[int], block_tables: Sequence[int], logits_rows: Sequence[int], state_slots: Sequence[int] = []) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:
+        """
+        One batched step; returns logits [len(logits_rows), n_vocab]. state_slots: each sequence's recurrent state slot (models with delta-net layers; empty: slot i for sequence i).
+        """
 
     def copy_block(self, src: int, dst: int) -> None: ...
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """A forked sequence's recurrent state: slot dst gets slot src's."""
+
+    @property
+    def num_state_slots(self) -> int: ...
 
     @property
     def num_blocks(self) -> int: ...
@@ -443,7 +451,7 @@ class KVCacheManager:
     def pool(self) -> BlockPool: ...
 
 class SchedulerConfig:
-    def __init__(self, num_blocks: int, block_size: int = 16, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, max_model_len: int = 2048, policy: str = 'fcfs', enable_prefix_caching: bool = True, watermark: float = 0.01) -> None: ...
+    def __init__(self, num_blocks: int, block_size: int = 16, max_num_batched_tokens: int = 2048, max_num_seqs: int = 256, max_model_len: int = 2048, policy: str = 'fcfs', enable_prefix_caching: bool = True, watermark: float = 0.01, num_state_slots: int = 0) -> None: ...
 
     @property
     def num_blocks(self) -> int: ...
@@ -486,6 +494,12 @@ class SchedulerConfig:
 
     @watermark.setter
     def watermark(self, arg: float, /) -> None: ...
+
+    @property
+    def num_state_slots(self) -> int: ...
+
+    @num_state_slots.setter
+    def num_state_slots(self, arg: int, /) -> None: ...
 
 class Request:
     def __init__(self, id: int, prompt: Sequence[int], max_tokens: int = 16, min_tokens: int = 0, eos_token_ids: Sequence[int] = [], stop_token_ids: Sequence[int] = [], ignore_eos: bool = False, n: int = 1, priority: int = 0, cache_salt: int = 0) -> None: ...
@@ -580,6 +594,14 @@ class SchedulerOutput:
     @property
     def num_draft(self) -> list[int]:
         """Draft tokens each sequence verifies this step (speculative decoding)."""
+
+    @property
+    def state_slots(self) -> list[int]:
+        """Each sequence's recurrent state slot (-1 without num_state_slots)."""
+
+    @property
+    def state_copies(self) -> list[tuple[int, int]]:
+        """(src, dst) state slots to copy before the forward (forks)."""
 
     @property
     def num_appended(self) -> list[int]:
@@ -729,6 +751,12 @@ class EngineConfig:
 
     @watermark.setter
     def watermark(self, arg: float, /) -> None: ...
+
+    @property
+    def num_state_slots(self) -> int: ...
+
+    @num_state_slots.setter
+    def num_state_slots(self, arg: int, /) -> None: ...
 
     @property
     def policy(self) -> str: ...

@@ -349,9 +349,16 @@ class EngineArgs:
         kv_dtype = models.kv_cache_dtype_of(self.kv_cache_dtype)
         dtype_bytes = 2 if kv_dtype == "float16" else 4
         weight_bytes = _weight_bytes(model_path)
+        kv_layers = arch.n_kv_layers or arch.n_layer  # (Qwen3.5's delta-net layers hold no K/V)
         block_bytes = int(
-            core.kv_block_bytes(arch.n_layer, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes)
+            core.kv_block_bytes(kv_layers, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes)
         )
+        recurrent = arch.state_bytes > 0
+        if recurrent and speculative_config_of(self.speculative_config).method != "none":
+            raise ValueError(
+                f"speculative_config is not supported for {arch.arch} models: the recurrent state of "
+                "their delta-net layers cannot take back rejected draft tokens"
+            )
         draft_weight_bytes = draft_block_bytes = 0
         if draft is not None:
             d = draft.config
@@ -376,9 +383,21 @@ class EngineArgs:
                 )
         if kv_bytes is None:
             kv_bytes = DEFAULT_KV_CACHE_BYTES if avail is None else min(DEFAULT_KV_CACHE_BYTES, avail // 5)
+        # Recurrent state (Qwen3.5): one slot per running sequence, out of the same budget: as many
+        # as max_num_seqs where half the budget holds them, else what half holds (at least one); the
+        # KV blocks get the rest.
+        max_num_seqs = self.max_num_seqs or OFFLINE_LIMITS["max_num_seqs"]
+        num_state_slots = 0
+        if recurrent:
+            num_state_slots = max(1, min(max_num_seqs, kv_bytes // 2 // arch.state_bytes))
         num_blocks = int(
             core.num_blocks_for_memory(
-                kv_bytes, arch.n_layer, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes
+                kv_bytes - num_state_slots * arch.state_bytes,
+                kv_layers,
+                arch.n_head_kv,
+                arch.head_dim,
+                self.block_size,
+                dtype_bytes,
             )
         )
         draft_kv_bytes = num_blocks * draft_block_bytes
@@ -428,7 +447,9 @@ class EngineArgs:
                 num_blocks=num_blocks,
                 draft_kv_cache_memory_bytes=draft_kv_bytes,
                 watermark=watermark,
-                enable_prefix_caching=bool(self.enable_prefix_caching),
+                # (a recurrent state has no per-block prefix to reuse: off for such models, as vLLM)
+                enable_prefix_caching=bool(self.enable_prefix_caching) and not recurrent,
+                num_state_slots=num_state_slots,
             ),
             scheduler=SchedulerConfig(
                 max_model_len=model_len,
@@ -699,6 +720,8 @@ class CacheConfig:
     enable_prefix_caching: bool
     # The draft model's KV cache (as many blocks as the target's), on top of kv_cache_memory_bytes.
     draft_kv_cache_memory_bytes: int = 0
+    # Recurrent state slots (Qwen3.5's delta-net layers), within kv_cache_memory_bytes; 0: none.
+    num_state_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -760,6 +783,7 @@ class OssaConfig:
             "policy": self.scheduler.policy,
             "enable_prefix_caching": self.cache.enable_prefix_caching,
             "watermark": self.cache.watermark,
+            "num_state_slots": self.cache.num_state_slots,
             "seed": self.seed,
             "kv_cache_dtype": self.cache.kv_cache_dtype,
             "spec_method": self.speculative.method,

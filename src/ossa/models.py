@@ -209,6 +209,19 @@ class MlaConfig:
 
 
 @dataclass(frozen=True)
+class DeltaNetConfig:
+    """Qwen3.5's gated delta-net layers (``ossa::DeltaNetConfig``); none when ``layers`` is empty."""
+
+    n_k_heads: int = 0
+    n_v_heads: int = 0
+    k_dim: int = 0
+    v_dim: int = 0
+    conv_kernel: int = 0
+    v_tiled: bool = False  # value head h reads key head h % n_k_heads (GGUF), else h // (n_v / n_k)
+    layers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
@@ -246,6 +259,10 @@ class ModelConfig:
     clamp_qkv: float = 0.0  # q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv; 0: off)
     attn_temp_scale: float = 0.0  # queries times 1 + scale * ln(1 + floor(pos / length)) (0: off)
     attn_temp_length: int = 0
+    delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
+    attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
+    n_kv_layers: int = 0  # layers with K/V in the cache (all but the delta-net ones; 0: n_layer)
+    state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -253,6 +270,7 @@ class ModelConfig:
         values["rope_scaling"] = RopeScaling(**d["rope_scaling"])
         values["moe"] = MoeConfig(**d["moe"])
         values["mla"] = MlaConfig(**d.get("mla", {}))
+        values["delta"] = DeltaNetConfig(**d.get("delta", {}))
         return cls(**values)
 
 
@@ -437,6 +455,9 @@ def inspect(
         "selection_bias": c.moe.selection_bias,
         "moe_routing": _routing(c.moe),
         "mla": asdict(c.mla) if c.mla.kv_lora_rank else None,
+        "delta": asdict(c.delta) if c.delta.layers else None,
+        "attn_gate": c.attn_gate,
+        "state_bytes": c.state_bytes,
         "tied_embeddings": c.tied_embeddings,
         "n_expert": c.moe.n_expert,
         "n_expert_used": c.moe.n_expert_used,
@@ -575,6 +596,18 @@ def _mla_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _delta_line(info: dict[str, Any]) -> list[str]:
+    """Qwen3.5's gated delta-net layers: their heads, convolution and state (absent otherwise)."""
+    d = info.get("delta")
+    if not d:
+        return []
+    return [
+        f"delta-net     {len(d['layers'])} of {info['n_layer']} layers (linear attention, no KV cache): "
+        f"{d['n_v_heads']} value heads of {d['v_dim']} over {d['n_k_heads']} key heads of {d['k_dim']}, "
+        f"convolution of {d['conv_kernel']}; state {_human(info['state_bytes'])} per sequence"
+    ]
+
+
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
     if info["arch"] not in ("granite", "granitemoe"):
@@ -621,6 +654,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),
         *_mla_line(info),
+        *_delta_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
@@ -631,6 +665,8 @@ def format_inspect(info: dict[str, Any]) -> str:
         beta, length = info["attn_temp_scale"], info["attn_temp_length"]
         temp = f"queries scaled by 1 + {beta:g} ln(1 + floor(position / {length}))"
         capped = ", ".join(filter(None, [capped, temp]))
+    if info.get("attn_gate"):  # Qwen3.5
+        capped = ", ".join(filter(None, [capped, "output gated per head (sigmoid)"]))
     if info.get("clamp_qkv"):  # OLMoE's clip_qkv
         capped = ", ".join(filter(None, [capped, f"q, k, v clipped to +-{info['clamp_qkv']:g}"]))
     if info["sliding_window"]:

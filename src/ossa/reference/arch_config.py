@@ -599,3 +599,76 @@ def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     out = _mla(common, get("q_lora_rank", 0), get("kv_lora_rank", 512), get("qk_nope_head_dim", 128),
                get("qk_rope_head_dim", 64), get("v_head_dim", 128), coef)  # fmt: skip
     return {**out, "rope_style": "neox" if c.get("rope_interleave") is False else "interleaved"}
+
+
+def _check_delta(d: dict[str, Any]) -> dict[str, Any]:
+    """The delta-net sizes, checked (twin of arch_config.cpp's check_delta)."""
+    if d["n_k_heads"] < 1 or d["n_v_heads"] < 1 or d["n_v_heads"] % d["n_k_heads"]:
+        raise ValueError(
+            f"invalid gated delta-net head counts ({d['n_k_heads']} key, {d['n_v_heads']} value heads)"
+        )
+    if not (1 <= d["k_dim"] <= 4096 and 1 <= d["v_dim"] <= 4096):
+        raise ValueError("invalid gated delta-net head sizes")
+    if not 1 <= d["conv_kernel"] <= 64:
+        raise ValueError("invalid gated delta-net convolution size")
+    return d
+
+
+def qwen35_gguf(arch: str, md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5 from GGUF (twin of qwen35_config_gguf): the delta-net's ssm.* sizes, the attention layers
+    every full_attention_interval-th (default 4), NeoX RoPE on rope.dimension_count dimensions, q / k
+    norms, the gated attention; the value heads tiled (llama.cpp's converter reorders them); the MTP
+    layers left out."""
+    k = arch + "."
+    n_layer = _without_mtp_layers(arch, md, common["n_layer"])
+    n_v = md.get(k + "ssm.time_step_rank", 0)
+    inner = md.get(k + "ssm.inner_size", 0)
+    interval = md.get(k + "full_attention_interval", 4)
+    if interval < 1:
+        raise ValueError(f"invalid {k}full_attention_interval")
+    delta = _check_delta({
+        "n_k_heads": md.get(k + "ssm.group_count", 0), "n_v_heads": n_v,
+        "k_dim": md.get(k + "ssm.state_size", 0),
+        "v_dim": inner // n_v if n_v > 0 and inner % n_v == 0 else -1,
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0), "v_tiled": True,
+        "layers": [i for i in range(n_layer) if (i + 1) % interval != 0],
+    })  # fmt: skip
+    dims = md.get(k + "rope.dimension_count", common["head_dim"])
+    return {"n_layer": n_layer, "rope_style": "neox", "rope_dim": _rotated(dims, common["head_dim"]),
+            "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip
+
+
+def qwen35_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5 from a config.json (twin of qwen35_config_hf): Qwen3_5TextConfig's linear_* sizes,
+    layer_types (else every full_attention_interval-th layer attention), partial_rotary_factor (default
+    0.25)."""
+    if c.get("attention_bias"):
+        raise ValueError("attention_bias=true is not supported")
+    params = c.get("rope_parameters") or {}
+    top = c.get("partial_rotary_factor")
+    partial = params.get("partial_rotary_factor", 0.25 if top is None else top)
+    if not 0 < partial <= 1:
+        raise ValueError("invalid partial_rotary_factor")
+    n_layer = common["n_layer"]
+    types = c.get("layer_types")
+    if types is not None:
+        if len(types) != n_layer or any(t not in ("linear_attention", "full_attention") for t in types):
+            raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
+        layers = [i for i, t in enumerate(types) if t == "linear_attention"]
+    else:
+        interval = c.get("full_attention_interval", 4)
+        if interval < 1:
+            raise ValueError("invalid full_attention_interval")
+        layers = [i for i in range(n_layer) if (i + 1) % interval != 0]
+
+    def get(key: str, default: int) -> int:
+        v = c.get(key)
+        return default if v is None else int(v)
+
+    delta = _check_delta({
+        "n_k_heads": get("linear_num_key_heads", 16), "n_v_heads": get("linear_num_value_heads", 32),
+        "k_dim": get("linear_key_head_dim", 128), "v_dim": get("linear_value_head_dim", 128),
+        "conv_kernel": get("linear_conv_kernel_dim", 4), "v_tiled": False, "layers": layers,
+    })  # fmt: skip
+    return {"rope_style": "neox", "rope_dim": _rotated(int(common["head_dim"] * partial), common["head_dim"]),
+            "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip

@@ -27,6 +27,7 @@ class Batch:
     block_table_start: list[int] = field(default_factory=lambda: [0])
     block_tables: list[int] = field(default_factory=list)
     logits_rows: list[int] = field(default_factory=list)
+    state_slots: list[int] = field(default_factory=list)  # recurrent models' state slot per sequence
 
 
 def append_sequence(
@@ -61,6 +62,8 @@ def build_batch(so: SchedulerOutput, block_size: int) -> Batch:
         append_sequence(
             b, block_size, so.tokens[si], so.drafts[si], num_computed, num_tokens, so.block_table(si)
         )
+        if so.state_slots[si] >= 0:  # (recurrent models)
+            b.state_slots.append(so.state_slots[si])
         last = len(b.token_ids) - 1
         if so.num_draft[si] > 0:
             b.logits_rows.extend(range(last - so.num_draft[si], last + 1))

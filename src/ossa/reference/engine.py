@@ -76,6 +76,7 @@ class EngineConfig:
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
     watermark: float = 0.01  # share of blocks kept free when admitting waiting sequences
+    num_state_slots: int = 0  # recurrent state slots (Qwen3.5's delta-net layers); 0: none
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match a model loaded with quantized_activations=True
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
@@ -174,6 +175,7 @@ class Engine:
                 config.policy,
                 config.enable_prefix_caching,
                 config.watermark,
+                config.num_state_slots,
             )
         )
         self.runner = ModelRunner(
@@ -186,6 +188,7 @@ class Engine:
             config.kv_cache_dtype,
             config.compute_dtype,
             config.int8_matrices,
+            max(config.num_state_slots, 1),
         )
         spec = tokenizer.spec
         eos = list(spec.eos_ids) or ([spec.eos_id] if spec.eos_id >= 0 else [])
@@ -206,6 +209,11 @@ class Engine:
             config.spec_draft_cost,
         )
         validate_speculative(self.spec)
+        if self.spec.enabled and model_config["state_bytes"]:
+            raise ValueError(
+                "speculative decoding is not supported for models with recurrent layers (Qwen3.5's "
+                "delta-net): their state cannot take back rejected drafts"
+            )
         self.draft_model: DraftModel | None = None
         if self.spec.enabled and self.spec.method == "draft_model":
             if draft is None:
@@ -369,6 +377,8 @@ class Engine:
         """Block copies, first-schedule bookkeeping, the forward's batch and its logits plan."""
         for src, dst in so.block_copies:
             self.runner.copy_block(src, dst)
+        for src, dst in so.state_copies:  # (forks of recurrent models)
+            self.runner.copy_state(src, dst)
         now = time.time()
         prompt_len: list[int] = []  # per sequence: its prompt's length if it wants prompt logprobs
         for rid, _child, num_computed, num_tokens, _ns in so.seqs:
@@ -392,7 +402,7 @@ class Engine:
         with np.errstate(invalid="ignore", over="ignore"):
             logits = self.runner.forward(
                 batch.token_ids, batch.positions, batch.slot_mapping, batch.seq_start, batch.context_len,
-                batch.block_table_start, batch.block_tables, batch.logits_rows,
+                batch.block_table_start, batch.block_tables, batch.logits_rows, batch.state_slots,
             )  # fmt: skip
         return logits, masks
 

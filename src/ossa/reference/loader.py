@@ -23,8 +23,9 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3",
+    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe",
 )  # fmt: skip
+QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
@@ -34,7 +35,8 @@ CONFIG_KEYS = (
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
-    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length",
+    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "attn_gate", "n_kv_layers",
+    "state_bytes",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -43,12 +45,16 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
     "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
     "clamp_qkv": 0.0, "attn_temp_scale": 0.0, "attn_temp_length": 0,
+    "delta": {"n_k_heads": 0, "n_v_heads": 0, "k_dim": 0, "v_dim": 0, "conv_kernel": 0, "v_tiled": False,
+              "layers": []},
+    "attn_gate": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
-    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4)"
+    "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
+    "qwen3_5, qwen3_5_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -68,6 +74,8 @@ _HF_ARCHS = {
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
     "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
     "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
+    "qwen3_5_text": "qwen35", "Qwen3_5ForCausalLM": "qwen35",
+    "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -79,6 +87,9 @@ _GGUF_LAYER = {
     "sinks": "attn_sinks.weight", "wq_a": "attn_q_a.weight", "q_a_norm": "attn_q_a_norm.weight",
     "wq_b": "attn_q_b.weight", "wkv_a": "attn_kv_a_mqa.weight", "kv_a_norm": "attn_kv_a_norm.weight",
     "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
+    "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
+    "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
+    "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -92,6 +103,10 @@ _HF_LAYER = {
     "wkv_a": "self_attn.kv_a_proj_with_mqa.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight",
     "wkv_b": "self_attn.kv_b_proj.weight", "wk_b": "self_attn.k_b_proj.weight",
     "wv_b": "self_attn.v_b_proj.weight",
+    "ssm_qkv": "linear_attn.in_proj_qkv.weight", "ssm_z": "linear_attn.in_proj_z.weight",
+    "ssm_beta": "linear_attn.in_proj_b.weight", "ssm_alpha": "linear_attn.in_proj_a.weight",
+    "ssm_conv": "linear_attn.conv1d.weight", "ssm_dt": "linear_attn.dt_bias", "ssm_a": "linear_attn.A_log",
+    "ssm_norm": "linear_attn.norm.weight", "ssm_out": "linear_attn.out_proj.weight",
 }  # fmt: skip
 
 
@@ -128,6 +143,11 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
             raise ValueError(f"invalid {key} {cfg[key]}")
     if cfg["n_head"] % cfg["n_head_kv"] or cfg["head_dim"] % 2:
         raise ValueError("head count not a multiple of the KV head count, or odd head dimension")
+    d = cfg["delta"]  # (Qwen3.5: the layers without K/V, and one sequence's state: float32 values)
+    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"])
+    conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
+    per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
+    cfg["state_bytes"] = 4 * len(d["layers"]) * per_layer if d["layers"] else 0
     return {k: cfg[k] for k in CONFIG_KEYS}
 
 
@@ -162,8 +182,18 @@ def _weights(
         w["output"] = w["tok_embd"]
     else:
         _take(get, names, w, out, "output", cfg["n_vocab"], e)
+    d = cfg["delta"]
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
+        if cfg["attn_gate"]:  # (Qwen3.5: [query | gate] per head)
+            shapes["wq"] = (2 * q, e)
+        delta = i in d["layers"]
+        if delta:  # Qwen3.5's gated delta-net (reference/delta_net.py)
+            conv, v_all, heads = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"], (
+                d["n_v_heads"] * d["v_dim"]), d["n_v_heads"]  # fmt: skip
+            shapes = {"attn_norm": (1, e), "ssm_qkv": (conv, e), "ssm_z": (v_all, e), "ssm_beta": (heads, e),
+                      "ssm_alpha": (heads, e), "ssm_conv": (conv, d["conv_kernel"]), "ssm_dt": (1, heads),
+                      "ssm_a": (1, heads), "ssm_norm": (1, d["v_dim"]), "ssm_out": (e, v_all)}  # fmt: skip
         if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
             shapes = {"attn_norm": (1, e), **_mla_weights(cfg, get, names, name_of, i, w)}
         if cfg["arch"] in NO_PRE_NORMS:
@@ -177,7 +207,7 @@ def _weights(
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
-        elif cfg["qk_norm"]:
+        elif cfg["qk_norm"] and not delta:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
         if cfg["o_bias"]:
             shapes.update(bo=(1, e))
@@ -279,7 +309,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head=n_head,
         n_head_kv=md.get(k + "attention.head_count_kv", n_head),
         head_dim=head_dim,
-        n_ff=md.get(k + "feed_forward_length", 0),
+        n_ff=md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
         n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
         rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
@@ -318,9 +348,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.temperature_gguf(arch, md))
     if arch == "mistral3":
         common.update(arch_config.mistral3_gguf(md, common))
+    if arch in QWEN35:
+        common.update(arch_config.qwen35_gguf(arch, md, common))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
-    layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if arch == "gpt-oss" else _GGUF_LAYER
+    post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
+    layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
         "token_embd.weight", "output_norm.weight", "output.weight",
@@ -333,10 +366,14 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 def _text_wrapper(c: dict[str, Any]) -> bool:
-    """A vision-language folder read for its language model (Mistral3ForConditionalGeneration)."""
-    return (
-        c.get("model_type") == "mistral3"
-        or (c.get("architectures") or [""])[0] == "Mistral3ForConditionalGeneration"
+    """A vision-language folder read for its language model (Mistral3ForConditionalGeneration,
+    Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)."""
+    return c.get("model_type") in ("mistral3", "qwen3_5", "qwen3_5_moe") or (c.get("architectures") or [""])[
+        0
+    ] in (
+        "Mistral3ForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
     )
 
 
@@ -416,7 +453,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    if arch not in ("phi3", "glm4moe", "glm4") and get("partial_rotary_factor", 1.0) != 1.0:
+    if arch not in ("phi3", "glm4moe", "glm4", *QWEN35) and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
     common = dict(
@@ -430,7 +467,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if ernie and "head_dim" not in c
             else get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
         ),
-        n_ff=get("intermediate_size", 0),
+        n_ff=get("intermediate_size", get("moe_intermediate_size", 0)),  # (Qwen3.5 MoE: the experts')
         n_ctx_train=min(max(get("max_position_embeddings", 4096), 1), 1 << 30),
         rms_eps=get("rms_norm_eps", 1e-6),
         rope_theta=theta,
@@ -464,6 +501,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.glm4_hf(c, common))
     if arch == "mistral3" or c.get("model_type") == "mistral4":  # Llama 4's attention temperature
         common.update(arch_config.temperature_hf(s))
+    if arch in QWEN35:
+        common.update(arch_config.qwen35_hf(c, common))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -476,6 +515,13 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
+    if arch in QWEN35:  # RMSNorm by 1 + w (not the delta-net's gated norm); A_log -> -exp(A_log)
+        norms = ("attn_norm", "ffn_norm", "q_norm", "k_norm")
+        for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
+            if key in w:
+                w[key] = w[key] + np.float32(1)
+        for i in cfg["delta"]["layers"]:
+            w[f"layers.{i}.ssm_a"] = -np.exp(w[f"layers.{i}.ssm_a"])
     return cfg, w
 
 

@@ -369,10 +369,19 @@ def forward(
     def post(out: np.ndarray, name: str) -> np.ndarray:
         return rms_norm(out, w[name], eps) if post_normed else out
 
+    states = None
+    if c["delta"]["layers"]:  # Qwen3.5: one sequence's recurrent states, from zero
+        from .delta_net import DeltaState
+
+        states = [DeltaState(c)]
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = pre(x, p + "attn_norm")
-        if c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
+        if states is not None and i in c["delta"]["layers"]:  # ossa.reference.delta_net
+            from .delta_net import delta_net
+
+            x = x + delta_net(c, w, i, h, positions, [0, len(ids)], states, q8)
+        elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 
             x = x + mla_attention(c, w, i, h, positions, inv_freq, q8)
@@ -408,6 +417,11 @@ def _attention(
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
     mscale, p, ids = c["rope_scaling"]["attn_factor"], f"layers.{i}.", positions
     q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
+    gate = None
+    if c["attn_gate"]:  # Qwen3.5: [query | gate] per head
+        from .delta_net import gate_attention
+
+        q, gate = gate_attention(q, n_head, hd)
     if c["qkv_bias"]:
         q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
     if olmo2:
@@ -428,5 +442,7 @@ def _attention(
     q = q * temperature(c, positions)[:, None, None]  # (Ministral 3's long-context queries)
     sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
     att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
+    if gate is not None:
+        att = att * gate
     o = q8(att, p + "wo") @ w[p + "wo"].T
     return add(x, post(o + w[p + "bo"] if c["o_bias"] else o, p + "post_attn_norm"))  # type: ignore[no-any-return]

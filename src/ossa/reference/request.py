@@ -68,6 +68,10 @@ class Sequence:
     num_output: int = 0
     # Speculative decoding: tokens proposed to follow ``tokens``, verified at the next decoding step.
     draft: list[int] = field(default_factory=list)
+    # Recurrent state (num_state_slots > 0): the slot it holds while running (-1 otherwise), and, until
+    # it forks, the slots taken for its n - 1 children.
+    state_slot: int = -1
+    reserved_slots: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

@@ -3,7 +3,9 @@
 The same contract as ``ossa::ModelRunner``: a flat batch (token ids, positions, slot mapping,
 per-sequence token ranges, context lengths and block tables, the rows whose logits are wanted) goes
 in, float32 logits ``[len(logits_rows), n_vocab]`` come out, and each token's K/V is written into its
-slot so later steps attend to it. ``copy_block`` is the copy-on-write of forked sequences.
+slot so later steps attend to it. ``copy_block`` is the copy-on-write of forked sequences. A model
+with recurrent layers (Qwen3.5's delta-net, ``ossa.reference.delta_net``) keeps sequence s's state in
+slot ``state_slots[s]`` (empty: slot s) of ``num_state_slots``; ``copy_state`` copies a fork's.
 
 K/V pool, float32, slot = block_id * block_size + offset:
 
@@ -41,6 +43,7 @@ class ModelRunner:
         kv_cache_dtype: str = "float32",
         compute_dtype: str = "float32",
         int8_matrices: Mapping[str, int] = ref_model.NO_INT8,
+        num_state_slots: int = 1,
     ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
@@ -64,6 +67,13 @@ class ModelRunner:
         self.kv = np.zeros(
             (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
         )
+        self.states: list[Any] = []
+        if config["delta"]["layers"]:
+            from .delta_net import DeltaState
+
+            if num_state_slots < 1:
+                raise ValueError("num_state_slots must be >= 1")
+            self.states = [DeltaState(config) for _ in range(num_state_slots)]
         self.inv_freq_local: np.ndarray | None = None  # Gemma 3's sliding layers: their own base, unscaled
         if config["rope_theta_swa"] > 0:
             local = dict(config, rope_theta=config["rope_theta_swa"], rope_scaling={"type": "none"})
@@ -75,6 +85,15 @@ class ModelRunner:
             raise ValueError("copy_block: block id out of range")
         bs = self.block_size
         self.kv[:, :, dst * bs : (dst + 1) * bs] = self.kv[:, :, src * bs : (src + 1) * bs]
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """State slot ``dst`` gets slot ``src``'s (recurrent models; otherwise nothing)."""
+        if not self.states:
+            return
+        if not (0 <= src < len(self.states) and 0 <= dst < len(self.states)):
+            raise ValueError("copy_state: state slot out of range")
+        if src != dst:
+            self.states[dst].copy_from(self.states[src])
 
     def _validate(
         self,
@@ -119,6 +138,7 @@ class ModelRunner:
         block_table_start: Sequence[int],
         block_tables: Sequence[int],
         logits_rows: Sequence[int],
+        state_slots: Sequence[int] = (),
     ) -> np.ndarray:
         """Logits ``[len(logits_rows), n_vocab]`` of one step; writes this step's K/V into the pool."""
         self._validate(
@@ -151,6 +171,16 @@ class ModelRunner:
             ctx_pos = np.arange(context_len[s])
             ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
 
+        states = []
+        if self.states:  # (recurrent models: distinct slots, one per sequence)
+            chosen = list(state_slots) if state_slots else list(range(len(context_len)))
+            if (
+                len(chosen) != len(context_len)
+                or len(set(chosen)) != len(chosen)
+                or any(not 0 <= s < len(self.states) for s in chosen)
+            ):
+                raise ValueError("forward: state slots out of range, repeated or not one per sequence")
+            states = [self.states[s] for s in chosen]
         x = ref_model.embed(c, w, ids)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")
@@ -164,18 +194,22 @@ class ModelRunner:
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            if states and i in c["delta"]["layers"]:  # Qwen3.5's delta-net (reference/delta_net.py)
+                from .delta_net import delta_net
+
+                x = _plain_ffn(c, w, i, x + delta_net(c, w, i, h, pos, seq_start, states, q8), q8)
+                continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
-                x = x + _mla_paged(self, i, h, pos, global_freq, slots, seq_start, ctx_slots, q8)
-                h = ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
-                if i in c["moe"]["layers"]:
-                    x = x + moe_twin.moe_ffn(c, w, i, h, q8)
-                else:
-                    act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
-                        q8(h, p + "w_up"), w[p + "w_up"]
-                    )
-                    x = x + _linear(q8(act, p + "w_down"), w[p + "w_down"])
+                x = _plain_ffn(
+                    c, w, i, x + _mla_paged(self, i, h, pos, global_freq, slots, seq_start, ctx_slots, q8), q8
+                )
                 continue
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
+            gate = None
+            if c["attn_gate"]:  # Qwen3.5: [query | gate] per head
+                from .delta_net import gate_attention
+
+                q, gate = gate_attention(q, n_head, hd)
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
             if olmo2:
@@ -212,6 +246,8 @@ class ModelRunner:
                     q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"],
                     w[p + "sinks"] if c["attn_sinks"] else None,
                 )  # fmt: skip
+            if gate is not None:
+                attn = attn * gate
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
             if c["o_bias"]:  # gpt-oss
                 out = out + w[p + "bo"]
@@ -241,6 +277,19 @@ class ModelRunner:
         rows = np.asarray(logits_rows, dtype=np.int64)
         h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
         return ref_model.finish_logits(c, _linear(h, w["output"]))
+
+
+def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarray, q8: Any) -> np.ndarray:
+    """x plus layer i's feed-forward (SwiGLU or MoE) of rmsnorm(x): the pre-norm layers without post
+    norms or scales (DeepSeek's, Qwen3.5's)."""
+    p = f"layers.{i}."
+    h = ref_model.rms_norm(x, w[p + "ffn_norm"], c["rms_eps"])
+    if i in c["moe"]["layers"]:
+        return x + moe_twin.moe_ffn(c, w, i, h, q8)  # type: ignore[no-any-return]
+    act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
+        q8(h, p + "w_up"), w[p + "w_up"]
+    )
+    return x + _linear(q8(act, p + "w_down"), w[p + "w_down"])  # type: ignore[no-any-return]
 
 
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -17,6 +17,12 @@ k + 1 positions [last token, d1..dk] with a logits row at each (k shrunk to the 
 max_model_len, and to 0 when its blocks would not fit without preempting); ``update`` appends row i's
 token, checks the stop conditions, and goes on only while it equals d(i+1). ``num_computed`` advances
 over the positions whose input token was right, so rejected drafts never reach the prefix cache.
+
+Recurrent state (``num_state_slots`` > 0: models with delta-net layers): a sequence holds one of the
+slots while running, taken at admission with n - 1 more for the children it will fork, given back when
+it finishes, is aborted or preempted; a waiting sequence is admitted only when its slots are free. A
+fork's children take the reserved slots, and the next ``schedule()`` lists (parent slot, child slot) in
+``state_copies``. Prefix caching and drafts are refused with such state.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class SchedulerConfig:
     policy: str = "fcfs"  # "fcfs" or "priority"
     enable_prefix_caching: bool = True
     watermark: float = 0.01  # fraction of blocks kept free when admitting waiting sequences
+    num_state_slots: int = 0  # recurrent state slots (0: a model without recurrent layers)
 
 
 @dataclass
@@ -61,6 +68,8 @@ class SchedulerOutput:
     scheduled: list[tuple[int, int]] = field(default_factory=list)
     num_draft: list[int] = field(default_factory=list)  # draft tokens each sequence verifies
     num_appended: list[int] = field(default_factory=list)  # set by update() for verifying ones
+    state_slots: list[int] = field(default_factory=list)  # each sequence's state slot (-1: none)
+    state_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) slots, before the forward
 
     def block_table(self, si: int) -> list[int]:
         return self.block_tables[self.block_table_start[si] : self.block_table_start[si + 1]]
@@ -99,6 +108,10 @@ def _validated(c: SchedulerConfig) -> SchedulerConfig:
         raise ValueError(f"policy must be 'fcfs' or 'priority', got {c.policy!r}")
     if not 0.0 <= c.watermark < 1.0:
         raise ValueError(f"watermark must be in [0, 1), got {c.watermark}")
+    if c.num_state_slots < 0:
+        raise ValueError(f"num_state_slots must be >= 0, got {c.num_state_slots}")
+    if c.num_state_slots > 0 and c.enable_prefix_caching:
+        raise ValueError("prefix caching is not supported with recurrent state (num_state_slots > 0)")
     wm = watermark_blocks_for(c.watermark, c.num_blocks)
     need = (c.max_model_len + c.block_size - 1) // c.block_size
     if need + wm > c.num_blocks:
@@ -130,6 +143,15 @@ class Scheduler:
         self._update_pending = False
         self._out = SchedulerOutput()
         self._finished_since_schedule: list[int] = []
+        self._free_state_slots = list(range(config.num_state_slots - 1, -1, -1))  # taken from the back
+        self._pending_state_copies: list[tuple[int, int]] = []
+
+    def _release_state(self, s: Sequence) -> None:
+        if s.state_slot >= 0:
+            self._free_state_slots.append(s.state_slot)
+        self._free_state_slots.extend(s.reserved_slots)
+        s.state_slot = -1
+        s.reserved_slots = []
 
     # -- ordering ---------------------------------------------------------------------------------
 
@@ -162,6 +184,8 @@ class Scheduler:
         s.num_computed = 0
         s.num_output = 0
         s.draft = []
+        s.state_slot = -1
+        s.reserved_slots = []
         return sid
 
     def check_request(self, prompt: list[int], max_tokens: int, min_tokens: int, n: int) -> None:
@@ -177,6 +201,11 @@ class Scheduler:
             raise ContractError(f"min_tokens must be in [0, max_tokens={max_tokens}], got {min_tokens}")
         if n < 1:
             raise ContractError(f"n must be >= 1, got {n}")
+        slots = self.config.num_state_slots
+        if slots and n > slots:
+            raise ContractError(
+                f"n={n} exceeds the {slots} sequences this model's recurrent state slots let run at once"
+            )
         # The constructor made sure one max_model_len sequence fits the cache beside the watermark.
         if len(prompt) + 1 > self.config.max_model_len:
             raise ContractError(
@@ -214,6 +243,7 @@ class Scheduler:
     def _preempt(self, sid: int) -> None:
         s = self._seqs[sid]
         self.kv.free(sid)
+        self._release_state(s)
         s.num_computed = 0
         s.draft = []
         s.status = SeqStatus.WAITING
@@ -226,6 +256,7 @@ class Scheduler:
         assert s.status != SeqStatus.FINISHED
         s.status = SeqStatus.FINISHED
         self.kv.free(sid)
+        self._release_state(s)
         r = self._req(s.request)
         r.child_seq[s.child] = -1
         r.num_live -= 1
@@ -277,6 +308,8 @@ class Scheduler:
 
     def set_draft(self, request_id: int, child: int, draft: SequenceABC[int]) -> bool:
         """The tokens proposed to follow a live child's tokens, verified at its next decoding step."""
+        if self.config.num_state_slots and draft:
+            raise ValueError("speculative decoding is not supported with recurrent state")
         sid = self._find_seq(request_id, child)
         if sid < 0:
             return False
@@ -306,6 +339,7 @@ class Scheduler:
         out.scheduled.append((sid, s.generation))
         out.num_draft.append(num_draft)
         out.num_appended.append(0)
+        out.state_slots.append(s.state_slot)
         s.draft = []  # used or stale
 
     def schedule(self) -> SchedulerOutput:
@@ -313,8 +347,11 @@ class Scheduler:
         if self._update_pending:
             raise ValueError("schedule() called again before update() for the previous step")
         c = self.config
-        out = self._out = SchedulerOutput(finished_requests=self._finished_since_schedule)
+        out = self._out = SchedulerOutput(
+            finished_requests=self._finished_since_schedule, state_copies=self._pending_state_copies
+        )
         self._finished_since_schedule = []
+        self._pending_state_copies = []
         budget = c.max_num_batched_tokens
 
         preempted_any = False
@@ -353,6 +390,10 @@ class Scheduler:
         while not preempted_any and self._waiting and budget > 0 and len(self._running) < c.max_num_seqs:
             sid = self._waiting[0]
             s = self._seqs[sid]
+            # (recurrent state: its slot, and its children's, must be free)
+            slots = 0 if not c.num_state_slots else self._req(s.request).params.n if s.pending_fork else 1
+            if len(self._free_state_slots) < slots:
+                break
             hits, num_hit = self.kv.get_computed_blocks(sid, s.tokens, self._req(s.request).params.cache_salt)
             num_new = min(s.num_tokens - num_hit, budget)
             ok, copies = self.kv.allocate_slots(sid, num_hit, num_new, hits, True)
@@ -360,6 +401,12 @@ class Scheduler:
                 break
             out.block_copies.extend(copies)
             self._waiting.pop(0)
+            for k in range(slots):
+                slot = self._free_state_slots.pop()
+                if k == 0:
+                    s.state_slot = slot
+                else:
+                    s.reserved_slots.append(slot)
             s.num_computed = num_hit
             s.status = SeqStatus.RUNNING
             self._insert_sorted(self._running, sid)
@@ -446,6 +493,9 @@ class Scheduler:
                     ch.num_computed = s.num_computed
                     ch.status = SeqStatus.RUNNING
                     self.kv.fork(sid, cid)
+                    if s.reserved_slots:  # (recurrent state: a copy of the parent's)
+                        ch.state_slot = s.reserved_slots.pop()
+                        self._pending_state_copies.append((s.state_slot, ch.state_slot))
                     r.child_seq[k] = cid
                     r.num_live += 1
                     forked.append(cid)
