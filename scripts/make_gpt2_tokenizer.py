@@ -13,14 +13,16 @@ come out, all on this vocabulary:
 - ``phi4``: the o200k split regex (tiktoken's o200k_base, as Phi-4-mini's tokenizer.json uses it)
   with Phi's chat special tokens;
 - ``tekken``: the Tekken split regex (Mistral NeMo, Ministral, Mistral Small 3) with Mistral's
-  instruction tokens.
+  instruction tokens;
+- ``qwen35``: Qwen3.5's pipeline (NFC, then its split regex: Qwen2's with combining marks in the letter
+  runs) with Qwen's chat special tokens.
 
 The sdist is fetched with ``pip download --no-deps --no-binary :all: openai-whisper==20250625`` into
 ``$OSSA_HOME/tokenizer_assets`` (default ~/.cache/ossa); mistral-common (for a SentencePiece model)
 the same way. The tests and benchmarks/tokenizer.py call the functions here.
 
 Run: python scripts/make_gpt2_tokenizer.py OUT_DIR
-(writes OUT_DIR/{gpt2,qwen2,llama3,qwen25,phi4,tekken}/tokenizer.json)
+(writes OUT_DIR/{gpt2,qwen2,llama3,qwen25,phi4,tekken,qwen35}/tokenizer.json)
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ossa.reference.pretokenizer import (  # noqa: E402
     LLAMA3_REGEX,
     O200K_REGEX,
     QWEN2_REGEX,
+    QWEN35_REGEX,
     TEKKEN_REGEX,
 )
 
@@ -177,12 +180,15 @@ def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
     phi_specials = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
     phi4 = split_variant(O200K_REGEX, phi_specials, False)
     tekken = split_variant(TEKKEN_REGEX, ["<s>", "</s>", "[INST]", "[/INST]"], False)
-    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4, "tekken": tekken}
+    qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    qwen35 = dict(split_variant(QWEN35_REGEX, qwen_specials, False), normalizer={"type": "NFC"})
+    return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4, "tekken": tekken,
+            "qwen35": qwen35}  # fmt: skip
 
 
 def write_tokenizers(out_dir: str) -> dict[str, str]:
     """Writes out_dir/<name>/tokenizer.json (+ tokenizer_config.json) once; returns the folders."""
-    names = ("gpt2", "qwen2", "llama3", "qwen25", "phi4", "tekken")
+    names = ("gpt2", "qwen2", "llama3", "qwen25", "phi4", "tekken", "qwen35")
     folders = {name: os.path.join(out_dir, name) for name in names}
     if all(os.path.exists(os.path.join(f, "tokenizer.json")) for f in folders.values()):
         return folders
@@ -193,6 +199,7 @@ def write_tokenizers(out_dir: str) -> dict[str, str]:
         "qwen25": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         "phi4": {"eos_token": "<|end|>", "pad_token": "<|endoftext|>"},
         "tekken": {"bos_token": "<s>", "eos_token": "</s>"},
+        "qwen35": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     }
     for name, tj in build_tokenizer_jsons(gpt2_tiktoken_path()).items():
         os.makedirs(folders[name], exist_ok=True)

@@ -41,6 +41,8 @@ OUTPUT_FIELDS = (
     "block_copies",
     "preempted",
     "finished_requests",
+    "state_slots",
+    "state_copies",
 )
 BATCH_FIELDS = (
     "token_ids",
@@ -51,6 +53,7 @@ BATCH_FIELDS = (
     "block_table_start",
     "block_tables",
     "logits_rows",
+    "state_slots",
 )
 STATS_FIELDS = (
     "num_running",
@@ -119,6 +122,31 @@ class KVModel:
                     self.slots.pop(dst * bs + i, None)
         for tok, pos, slot in zip(batch.token_ids, batch.positions, batch.slot_mapping, strict=True):
             self.slots[slot] = (tok, pos)
+
+
+@dataclass
+class StateModel:
+    """Recurrent state slots as the model runner would fill them: slot -> the tokens its state has
+    taken in. A scheduled sequence's slot must hold exactly its computed tokens (or start from zero at
+    position 0); a fork's child starts from a copy of its parent's."""
+
+    slots: dict[int, list[int]] = field(default_factory=dict)
+
+    def apply(self, out: Any, batch: Any, expected: dict[tuple[int, int], list[int]], num_slots: int) -> None:
+        for src, dst in out.state_copies:
+            self.slots[dst] = list(self.slots.get(src, []))
+        if not num_slots:
+            assert list(out.state_slots) == [-1] * len(out.seqs) and not list(batch.state_slots)
+            return
+        assert list(batch.state_slots) == list(out.state_slots)
+        assert len(set(out.state_slots)) == len(out.seqs)  # distinct within a step
+        for (rid, child, num_computed, num_tokens, _), slot in zip(out.seqs, out.state_slots, strict=True):
+            assert 0 <= slot < num_slots
+            tokens = expected[(rid, child)]
+            if num_computed == 0:
+                self.slots[slot] = []
+            assert self.slots.get(slot) == tokens[:num_computed], (rid, child, slot)
+            self.slots[slot] = tokens[: num_computed + num_tokens]
 
 
 def check_batch(
@@ -219,9 +247,14 @@ def random_request(rng: random.Random, rid: int, config: dict, prefixes: list[li
     )
 
 
-def run_trace(seed: int, config: dict | None = None, speculate: bool = False) -> dict[str, int]:
+def run_trace(
+    seed: int, config: dict | None = None, speculate: bool = False, state_slots: bool = False
+) -> dict[str, int]:
     rng = random.Random(seed)
     config = config or random_config(rng)
+    if state_slots:  # a model with recurrent layers: a few slots, no prefix caching
+        config = dict(config, num_state_slots=rng.choice([1, 2, 3, 5]), enable_prefix_caching=False)
+    states = StateModel()
     max_arrivals = rng.randint(1, 30)
     p_arrival = rng.choice([0.2, 0.5, 0.8])
     cpp, twin = make_pair(config)
@@ -231,7 +264,8 @@ def run_trace(seed: int, config: dict | None = None, speculate: bool = False) ->
     n_of: dict[int, int] = {}
     next_id = 0
     arrivals = 0
-    facts = {"steps": 0, "preempted": 0, "copies": 0, "hits": 0, "finished": 0, "verified": 0, "accepted": 0}
+    facts = {"steps": 0, "preempted": 0, "copies": 0, "hits": 0, "finished": 0, "verified": 0, "accepted": 0,
+             "state_copies": 0}  # fmt: skip
     drafts: dict[tuple[int, int], list[int]] = {}  # speculate: the draft each live child was given
 
     def random_cancel() -> None:
@@ -270,8 +304,10 @@ def run_trace(seed: int, config: dict | None = None, speculate: bool = False) ->
         facts["steps"] += 1
         facts["preempted"] += len(d["preempted"])
         facts["copies"] += len(d["block_copies"])
+        facts["state_copies"] += len(d["state_copies"])
         kv.apply(out_c, batch_c)
         check_batch(out_c, batch_c, config, expected, kv, drafts)
+        states.apply(out_c, batch_c, expected, config.get("num_state_slots", 0))
         for rid, child, *_ in d["seqs"]:
             drafts.pop((rid, child), None)  # a scheduled child's draft is used or dropped
         for key in [k for k in drafts if (k[0], k[1]) in set(out_c.preempted)]:
@@ -349,6 +385,15 @@ def test_random_traces_cpp_equals_twin(seed: int) -> None:
     run_trace(seed)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_random_state_slot_traces_cpp_equals_twin(seed: int) -> None:
+    """Models with recurrent state: each scheduled sequence's slot holds exactly its computed tokens
+    (zero at position 0, a copy of the parent's after a fork), slots distinct within a step, the C++
+    scheduler equal to its twin; requests with n above the slots are refused by both."""
+    run_trace(seed, state_slots=True)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1))
 def test_random_speculative_traces_cpp_equals_twin(seed: int) -> None:
@@ -374,6 +419,12 @@ def test_traces_exercise_preemption_forks_and_hits() -> None:
         for k in totals:
             totals[k] += facts[k]
     assert all(v > 0 for v in totals.values()), totals
+    state = {"preempted": 0, "state_copies": 0, "finished": 0}
+    for seed in range(40):
+        facts = run_trace(seed, state_slots=True)
+        for k in state:
+            state[k] += facts[k]
+    assert all(v > 0 for v in state.values()), state
 
 
 # -- directed behaviour, on both implementations ---------------------------------------------------

@@ -30,7 +30,7 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4", "tekken"]
+VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4", "tekken", "qwen35"]
 # GGUF vocabularies: name -> (the tokenizer.json vocabulary it is written from, tokenizer.ggml.pre).
 GGUF_VOCABS = {
     "llama3_gguf": ("llama3", "llama-bpe"),
@@ -38,6 +38,7 @@ GGUF_VOCABS = {
     "phi4_gguf": ("phi4", "gpt-4o"),
     "llama4_gguf": ("phi4", "llama4"),
     "tekken_gguf": ("tekken", "tekken"),
+    "qwen35_gguf": ("qwen35", "qwen35"),  # (NFC, as Qwen3.5's tokenizer.json)
 }
 # SentencePiece GGUFs written from mistral-common's tokenizer.model as llama.cpp's converter writes
 # them, under the architectures whose pipeline transformers picks by name (the oracle is its GGUF
@@ -117,7 +118,7 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     else:
         path = assets.write_tokenizers(os.path.join(assets.cache_dir(), "hf"))[name]
         hf = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
-        lossless = name != "qwen25"  # NFC: decode(encode(s)) is NFC(s)
+        lossless = name not in ("qwen25", "qwen35")  # NFC: decode(encode(s)) is NFC(s)
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
@@ -284,7 +285,8 @@ def check_text(v: Vocab, text: str, twin: bool = True) -> list[int]:
         assert "".join(deltas) == decoded
     if v.lossless or v.name == "smollm2" and text.isprintable():
         assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == text
-    round_trip = {"qwen25": unicodedata.normalize("NFC", text), "gemma3": text.replace("\u2581", " ")}
+    nfc = unicodedata.normalize("NFC", text)
+    round_trip = {"qwen25": nfc, "qwen35": nfc, "qwen35_gguf": nfc, "gemma3": text.replace("\u2581", " ")}
     if v.name in round_trip:
         assert v.cpp.decode(v.cpp.encode(text, add_special_tokens=False)) == round_trip[v.name]
     return ids

@@ -87,7 +87,8 @@ void bind_engine(nb::module_& m) {
       .def_ro("context_len", &ossa::Batch::context_len)
       .def_ro("block_table_start", &ossa::Batch::block_table_start)
       .def_ro("block_tables", &ossa::Batch::block_tables)
-      .def_ro("logits_rows", &ossa::Batch::logits_rows);
+      .def_ro("logits_rows", &ossa::Batch::logits_rows)
+      .def_ro("state_slots", &ossa::Batch::state_slots);
   m.def(
       "build_batch",
       [](const ossa::SchedulerOutput& so, int32_t block_size) {

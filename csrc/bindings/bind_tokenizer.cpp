@@ -95,6 +95,8 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
       p.pattern = ossa::SplitPattern::O200K;
     else if (step == "tekken")
       p.pattern = ossa::SplitPattern::TEKKEN;
+    else if (step == "qwen35")
+      p.pattern = ossa::SplitPattern::QWEN35;
     else
       throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
     s.pre_tokenizer.push_back(p);

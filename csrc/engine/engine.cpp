@@ -55,6 +55,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   }
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
   validate_speculative_config(config.speculative);
+  if (draft_model && draft_model->config.state_floats() > 0)
+    throw InputError("a draft model with recurrent layers (Qwen3.5's delta-net) is not supported");
   if (config.speculative.enabled() && config.speculative.method == SpecMethod::DraftModel)
     draft_model_ = make_draft_model(std::move(draft_model), *model_, config.scheduler.num_blocks,
                                     config.scheduler.block_size,

@@ -121,6 +121,19 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void silu_row(float* x, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(x + i);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_storeu_ps(x + i, _mm512_div_ps(g, _mm512_add_ps(one, e)));
+  }
+#endif
+  for (; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
 void geglu_row(const float* gate, const float* up, int64_t n, float* out) {
   constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2/pi)
   int64_t i = 0;

@@ -24,6 +24,9 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
 // out[i] = silu(gate[i]) * up[i].
 void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
 
+// x[i] = silu(x[i]) = x[i] / (1 + exp(-x[i])), in place (swiglu_row's exp).
+void silu_row(float* x, int64_t n);
+
 // out[i] = gelu_tanh(gate[i]) * up[i] (GeGLU, Gemma; PyTorch's gelu(approximate="tanh")), computed
 // as g * sigmoid(2u) with u = sqrt(2/pi) (g + 0.044715 g^3), which equals 0.5 g (1 + tanh(u)).
 void geglu_row(const float* gate, const float* up, int64_t n, float* out);

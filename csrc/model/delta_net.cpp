@@ -93,36 +93,44 @@ void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads
   auto fresh = [&](int sq) { return batch.positions[batch.seq_start[sq]] == 0; };
 
   // The causal depthwise convolution and SiLU, per sequence and block of channels: token i of the
-  // chunk reads the K - 1 inputs before it (the state's, then the chunk's own); the state keeps
-  // the last K - 1 inputs. Blocks of 64 channels are the work items.
-  constexpr int64_t k_chans = 64;
+  // chunk reads the K - 1 inputs before it (the state's, then the chunk's own), tap by tap over a
+  // block's channels at once (ssm_conv_t: the taps transposed, [K, C]); the state then keeps the
+  // last K - 1 inputs.
+  constexpr int64_t k_chans = 256;
   const int64_t n_blocks = (C + k_chans - 1) / k_chans;
-  const float* w = f32(L.ssm_conv);  // [C, K]
-  parallel_for(static_cast<int64_t>(n_seqs) * n_blocks, 1, threads,
-               [&](int64_t b0, int64_t b1, int) {
-                 float window[64 * 2];  // (K <= 64)
-                 for (int64_t item = b0; item < b1; ++item) {
-                   const int sq = static_cast<int>(item / n_blocks);
-                   const int64_t c0 = (item % n_blocks) * k_chans, c1 = std::min(C, c0 + k_chans);
-                   float* cs = conv_state(sq);  // [K - 1, C]
-                   const int t0 = batch.seq_start[sq], t1 = batch.seq_start[sq + 1];
-                   if (fresh(sq))
-                     for (int j = 0; j < K - 1; ++j)
-                       std::fill(cs + j * C + c0, cs + j * C + c1, 0.0f);
-                   for (int64_t ch = c0; ch < c1; ++ch) {
-                     for (int j = 0; j < K - 1; ++j) window[j] = cs[j * C + ch];
-                     const float* wc = w + ch * K;
-                     for (int t = t0; t < t1; ++t) {
-                       window[K - 1] = s.dn_qkv[static_cast<size_t>(t * C + ch)];
-                       float acc = 0.0f;
-                       for (int j = 0; j < K; ++j) acc += wc[j] * window[j];
-                       s.dn_conv[static_cast<size_t>(t * C + ch)] = acc / (1.0f + std::exp(-acc));
-                       for (int j = 0; j + 1 < K; ++j) window[j] = window[j + 1];
-                     }
-                     for (int j = 0; j < K - 1; ++j) cs[j * C + ch] = window[j];
-                   }
-                 }
-               });
+  const float* wt = f32(L.ssm_conv_t);  // [K, C]
+  parallel_for(
+      static_cast<int64_t>(n_seqs) * n_blocks, 1, threads, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t item = b0; item < b1; ++item) {
+          const int sq = static_cast<int>(item / n_blocks);
+          const int64_t c0 = (item % n_blocks) * k_chans, w = std::min(C, c0 + k_chans) - c0;
+          float* cs = conv_state(sq) + c0;  // rows of C: [K - 1, C]
+          const int t0 = batch.seq_start[sq], m = batch.seq_start[sq + 1] - t0;
+          if (fresh(sq))
+            for (int j = 0; j < K - 1; ++j) std::fill(cs + j * C, cs + j * C + w, 0.0f);
+          // input i of [state; chunk], i < K - 1 + m
+          auto input = [&](int i) {
+            return i < K - 1 ? cs + int64_t{i} * C : s.dn_qkv.data() + (t0 + i - (K - 1)) * C + c0;
+          };
+          for (int i = 0; i < m; ++i) {
+            float* out = s.dn_conv.data() + (t0 + i) * C + c0;
+            std::fill(out, out + w, 0.0f);
+            for (int j = 0; j < K; ++j) {
+              const float* x = input(i + j);
+              const float* tap = wt + int64_t{j} * C + c0;
+              for (int64_t ch = 0; ch < w; ++ch) out[ch] += tap[ch] * x[ch];
+            }
+            silu_row(out, w);
+          }
+          // (row j takes input m + j: a later row, or a chunk input, never one already
+          // overwritten)
+          for (int j = 0; j < K - 1; ++j)
+            if (m + j < K - 1)
+              std::copy(cs + int64_t{m + j} * C, cs + int64_t{m + j} * C + w, cs + int64_t{j} * C);
+            else
+              std::copy(input(m + j), input(m + j) + w, cs + int64_t{j} * C);
+        }
+      });
 
   // q and k of each key head L2-normalised (q also scaled by 1/sqrt(k_dim)), per token.
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(kd));

@@ -292,6 +292,13 @@ void build_delta_weights(const ModelConfig& c, Builder& b,
   l.ssm_alpha = b.take(name_of(i, "ssm_alpha"), p + "ssm_alpha", H, c.n_embd);
   l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", C, d.conv_kernel));
   b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
+  float* t = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(C) * d.conv_kernel * 4));
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int j = 0; j < d.conv_kernel; ++j)
+      t[int64_t{j} * C + ch] =
+          reinterpret_cast<const float*>(l.ssm_conv.data)[ch * d.conv_kernel + j];
+  l.ssm_conv_t = TensorView{DType::F32, d.conv_kernel, C, reinterpret_cast<const uint8_t*>(t),
+                            static_cast<size_t>(C) * 4};
   l.ssm_dt = b.take(name_of(i, "ssm_dt"), p + "ssm_dt", 1, H);
   l.ssm_a = b.take(name_of(i, "ssm_a"), p + "ssm_a", 1, H);
   if (a_log) {  // (A_log -> -exp(A_log), in float as transformers computes it)
@@ -1075,6 +1082,12 @@ std::map<std::string, int> Model::int8_matrices() const {
     const std::string layer = "layers." + std::to_string(i) + ".";
     const TensorView* views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
     for (int k = 0; k < 7; ++k) add(*views[k], layer + names[k]);
+    for (auto [v, name] : {std::pair{&l.ssm_qkv, "ssm_qkv"},
+                           {&l.ssm_z, "ssm_z"},
+                           {&l.ssm_beta, "ssm_beta"},
+                           {&l.ssm_alpha, "ssm_alpha"},
+                           {&l.ssm_out, "ssm_out"}})  // (Qwen3.5's delta-net)
+      add(*v, layer + name);
     add(l.wq_a, layer + "wq_a");  // (DeepSeek's latent attention)
     add(l.wq_b, layer + "wq_b");
     add(l.wkv_a, layer + "wkv_a");
@@ -1104,6 +1117,7 @@ void for_each_matrix(Model& m, F&& f) {
   for (LayerWeights& l : m.weights.layers) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
     for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
+    for (TensorView* v : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) f(*v);
     for (TensorView& v : l.wk_b) f(v);
     for (TensorView& v : l.wv_b) f(v);
     for_each_moe_matrix(l.moe, f);

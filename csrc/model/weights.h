@@ -37,6 +37,7 @@ struct LayerWeights {
   // shapes), in place of wq ... wo. Its attention layers' wq has 2 * n_head * head_dim rows
   // ([query | gate] per head).
   TensorView ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_conv, ssm_dt, ssm_a, ssm_norm, ssm_out;
+  TensorView ssm_conv_t;  // ssm_conv transposed (conv_kernel x C, F32): the taps by channel
 };
 
 struct ModelWeights {

@@ -14,6 +14,10 @@ constexpr const char* k_llama3_regex =
 constexpr const char* k_qwen2_regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen3.5: Qwen2's with combining marks (\p{M}) in the letter runs and out of the punctuation runs.
+constexpr const char* k_qwen35_regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // o200k (tiktoken's o200k_base, Phi-4-mini): letter runs split by case, contractions as suffixes.
 constexpr const char* k_o200k_regex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -111,17 +115,21 @@ size_t match_gpt2(const Decoded& d, size_t i, size_t n) {
   return 1;  // unreachable: every code point is a letter, number, space or other
 }
 
-// One match of the Llama 3 (max_digits = 3) or Qwen2 (max_digits = 1) pattern at i.
-size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
+// One match of the Llama 3 (max_digits = 3) or Qwen2 (max_digits = 1) pattern at i; with marks
+// (Qwen3.5), combining marks count as letters in the letter runs and leave the punctuation runs.
+size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits, bool marks = false) {
   if (size_t m = match_contraction(d, i, n, true)) return m;
   uint8_t f = d.flags[i];
-  // [^\r\n\p{L}\p{N}]?\p{L}+
+  const uint8_t word = marks ? k_letter | k_mark : k_letter;
+  // [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen3.5: [\p{L}\p{M}]+, and a mark that fails as the lead starts
+  // the run itself when the regex backtracks)
   {
     size_t j = i;
     if (!is_crlf(d.cp[i]) && !(f & (k_letter | k_number))) j = i + 1;
-    if (j < n && (d.flags[j] & k_letter)) {
+    if (!(j < n && (d.flags[j] & word)) && (f & word)) j = i;
+    if (j < n && (d.flags[j] & word)) {
       size_t k = j;
-      while (k < n && (d.flags[k] & k_letter)) ++k;
+      while (k < n && (d.flags[k] & word)) ++k;
       return k - i;
     }
   }
@@ -131,12 +139,13 @@ size_t match_llama3(const Decoded& d, size_t i, size_t n, size_t max_digits) {
     while (k < n && k - i < max_digits && (d.flags[k] & k_number)) ++k;
     return k - i;
   }
-  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  //  ?[^\s\p{L}\p{N}]+[\r\n]* (Qwen3.5: [^\s\p{L}\p{M}\p{N}])
   {
+    auto other = [marks](uint8_t g) { return is_other(g) && !(marks && (g & k_mark)); };
     size_t j = d.cp[i] == ' ' ? i + 1 : i;
-    if (j < n && is_other(d.flags[j])) {
+    if (j < n && other(d.flags[j])) {
       size_t k = j;
-      while (k < n && is_other(d.flags[k])) ++k;
+      while (k < n && other(d.flags[k])) ++k;
       while (k < n && is_crlf(d.cp[k])) ++k;
       return k - i;
     }
@@ -204,6 +213,7 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
   if (regex == k_qwen2_regex) return SplitPattern::QWEN2;
   if (regex == k_o200k_regex) return SplitPattern::O200K;
   if (regex == k_tekken_regex) return SplitPattern::TEKKEN;
+  if (regex == k_qwen35_regex) return SplitPattern::QWEN35;
   return std::nullopt;
 }
 
@@ -219,6 +229,8 @@ const char* split_pattern_regex(SplitPattern pattern) {
       return k_o200k_regex;
     case SplitPattern::TEKKEN:
       return k_tekken_regex;
+    case SplitPattern::QWEN35:
+      return k_qwen35_regex;
   }
   return "";
 }
@@ -232,6 +244,7 @@ void split_regex(SplitPattern pattern, std::string_view text, std::vector<std::s
                : pattern == SplitPattern::LLAMA3 ? match_llama3(d, i, n, 3)
                : pattern == SplitPattern::O200K  ? match_o200k(d, i, n, true, 3)
                : pattern == SplitPattern::TEKKEN ? match_o200k(d, i, n, false, 1)
+               : pattern == SplitPattern::QWEN35 ? match_llama3(d, i, n, 1, true)
                                                  : match_llama3(d, i, n, 1);
     out.push_back(text.substr(d.offset[i], d.offset[i + m] - d.offset[i]));
     i += m;

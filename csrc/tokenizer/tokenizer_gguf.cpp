@@ -7,9 +7,10 @@
 //    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre, with the
 //    names llama.cpp gives each regex: the Llama 3 family ("llama3", "llama-bpe", ...), the Qwen2
 //    family ("qwen2", ...), o200k ("gpt-4o": Phi-4-mini; "llama4", ...) and "tekken" (Mistral
-//    NeMo, Ministral, Mistral Small 3) use their split regex -- the one in the tokenizer.json the
-//    file was converted from; names with another known regex ("qwen35") are rejected; anything
-//    else ("gpt2", "smollm", absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
+//    NeMo, Ministral, Mistral Small 3) and "qwen35" (Qwen3.5, with the NFC normalizer of its
+//    tokenizer.json, which transformers' conversion does not know) use their split regex -- the
+//    one in the tokenizer.json the file was converted from; anything else ("gpt2", "smollm",
+//    absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
 //    The Llama 3 names and "tekken" also mean ignore_merges, and BOS when add_bos_token is absent.
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
 //    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
@@ -66,7 +67,7 @@ const std::set<std::string>& o200k_pre_names() {
   return s;
 }
 const std::set<std::string>& unsupported_pre_names() {
-  static const std::set<std::string> s = {"qwen35"};
+  static const std::set<std::string> s = {};
   return s;
 }
 
@@ -140,8 +141,10 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
                    : qwen2_pre_names().count(pre) ? SplitPattern::QWEN2
                    : o200k_pre_names().count(pre) ? SplitPattern::O200K
                    : pre == "tekken"              ? SplitPattern::TEKKEN
+                   : pre == "qwen35"              ? SplitPattern::QWEN35
                                                   : SplitPattern::GPT2;
     spec.pre_tokenizer.push_back(step);
+    spec.nfc = pre == "qwen35";
     spec.vocab.reserve(tokens.size());
     for (const auto& t : tokens)
       spec.vocab.push_back(spelled_in_byte_alphabet(t) ? t : byte_level_encode(t));

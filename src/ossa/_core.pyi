@@ -704,6 +704,9 @@ class Batch:
     @property
     def logits_rows(self) -> list[int]: ...
 
+    @property
+    def state_slots(self) -> list[int]: ...
+
 def build_batch(scheduler_output: SchedulerOutput, block_size: int) -> Batch:
     """The Batch of one scheduled step: one logits row per sampled token."""
 

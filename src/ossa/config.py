@@ -359,6 +359,11 @@ class EngineArgs:
                 f"speculative_config is not supported for {arch.arch} models: the recurrent state of "
                 "their delta-net layers cannot take back rejected draft tokens"
             )
+        if draft is not None and draft.config.state_bytes > 0:
+            raise ValueError(
+                f"speculative_config model: a {draft.config.arch} draft is not supported (the recurrent "
+                "state of its delta-net layers cannot take back rejected draft tokens)"
+            )
         draft_weight_bytes = draft_block_bytes = 0
         if draft is not None:
             d = draft.config

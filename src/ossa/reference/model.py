@@ -213,7 +213,10 @@ def split_bf16(x: np.ndarray) -> np.ndarray:
     return (hi + _bf16(x.astype(np.float32) - hi)).astype(np.float32)
 
 
-MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "wq_a", "wq_b", "wkv_a")
+MATRICES = (
+    "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "wq_a", "wq_b", "wkv_a",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out",
+)  # fmt: skip
 
 
 def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

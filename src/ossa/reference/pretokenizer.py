@@ -20,6 +20,11 @@ QWEN2_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen3.5: Qwen2's with combining marks in the letter runs and out of the punctuation runs.
+QWEN35_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # tiktoken's o200k_base (Phi-4-mini): letter runs split by case, contractions only as suffixes.
 O200K_REGEX = (
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -38,6 +43,7 @@ PATTERNS = {
     "qwen2": QWEN2_REGEX,
     "o200k": O200K_REGEX,
     "tekken": TEKKEN_REGEX,
+    "qwen35": QWEN35_REGEX,
 }
 
 LETTER, NUMBER, WHITE_SPACE, MARK, UPPER, LOWER = 1, 2, 4, 8, 16, 32
@@ -59,7 +65,7 @@ _WHITE_SPACE = frozenset(
 
 
 def pattern_from_regex(regex: str) -> str | None:
-    """The pattern name ("gpt2", "llama3", "qwen2", "o200k", "tekken") a regex string denotes, or None."""
+    """The pattern name ("gpt2", "llama3", "qwen2", "o200k", "tekken", "qwen35") a regex denotes, or None."""
     for name, r in PATTERNS.items():
         if regex == r:
             return name
@@ -138,15 +144,21 @@ def _match_gpt2(s: str, f: list[int], i: int) -> int:
     return 1
 
 
-def _match_llama3(s: str, f: list[int], i: int, max_digits: int) -> int:
+def _match_llama3(s: str, f: list[int], i: int, max_digits: int, marks: bool = False) -> int:
+    """One match of Llama 3's pattern (max_digits 3) or Qwen2's (1); with ``marks`` (Qwen3.5) combining
+    marks join the letter runs (a mark that fails as the lead starts the run itself, as the regex
+    backtracks) and leave the punctuation runs."""
     m = _contraction(s, i, True)
     if m:
         return m
     n = len(s)
+    word = LETTER | MARK if marks else LETTER
     j = i + 1 if s[i] not in "\r\n" and not f[i] & (LETTER | NUMBER) else i
-    if j < n and f[j] & LETTER:
+    if not (j < n and f[j] & word) and f[i] & word:
+        j = i
+    if j < n and f[j] & word:
         k = j
-        while k < n and f[k] & LETTER:
+        while k < n and f[k] & word:
             k += 1
         return k - i
     if f[i] & NUMBER:
@@ -155,9 +167,13 @@ def _match_llama3(s: str, f: list[int], i: int, max_digits: int) -> int:
             k += 1
         return k - i
     j = i + 1 if s[i] == " " else i
-    if j < n and _is_other(f[j]):
+
+    def other(g: int) -> bool:
+        return _is_other(g) and not (marks and g & MARK)
+
+    if j < n and other(f[j]):
         k = j
-        while k < n and _is_other(f[k]):
+        while k < n and other(f[k]):
             k += 1
         while k < n and s[k] in "\r\n":
             k += 1
@@ -232,6 +248,8 @@ def split_regex(pattern: str, text: str) -> list[str]:
             m = _match_o200k(text, f, i)
         elif pattern == "tekken":
             m = _match_o200k(text, f, i, contractions=False, max_digits=1)
+        elif pattern == "qwen35":
+            m = _match_llama3(text, f, i, 1, marks=True)
         else:
             m = _match_llama3(text, f, i, 3 if pattern == "llama3" else 1)
         out.append(text[i : i + m])

@@ -298,7 +298,7 @@ _BOS_AND_IGNORE_MERGES_PRE = {
     "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken",
 }  # fmt: skip
 _O200K_PRE = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}
-_UNSUPPORTED_PRE = {"qwen35"}
+_UNSUPPORTED_PRE: set[str] = set()
 
 
 def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> TokenizerSpec:
@@ -334,8 +334,10 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
             else "qwen2" if pre in _QWEN2_PRE
             else "o200k" if pre in _O200K_PRE
             else "tekken" if pre == "tekken"
+            else "qwen35" if pre == "qwen35"
             else "gpt2"
         ]  # fmt: skip
+        spec.nfc = pre == "qwen35"  # (Qwen3.5's tokenizer.json normalises to NFC)
         spec.vocab = [t if in_alphabet(t) else byte_level_encode(raw(t)) for t in tokens]
         spec.ignore_merges = pre in _BOS_AND_IGNORE_MERGES_PRE
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", spec.ignore_merges))

@@ -1,0 +1,156 @@
+"""Qwen3.5 forward speed and agreement: ossa vs llama.cpp (llama-cpp-python) on the same GGUF files.
+
+No real Qwen3.5 file is available offline, so this writes a random-weight one shaped like Qwen3.5-0.8B
+(hidden 1024, 24 layers of which every 4th is gated attention with 8 query / 2 KV heads of 256 dims, a
+quarter of each rotated; the other 18 gated delta-nets with 16 key and 16 value heads of 128 and a
+4-tap convolution; SwiGLU of 3584 rows; tied embeddings), laid out as llama.cpp's converter writes
+``qwen35`` files, with the default model's tokenizer (49,152 tokens, not Qwen3.5's 248,320: the
+output matrix is a smaller share of a step than in the real file). F16 written here, the other types
+made by llama.cpp's own quantizer (llama_model_quantize), cached under $OSSA_HOME/bench.
+
+For each type: the logits of a 64-token prompt from ossa and from llama.cpp (max |difference| over
+max |logit|: both read the same weights, so this checks the file's conventions at full size: value
+head order, the decay's sign, the norms' 1 + w, the convolution's layout), then prefill (128, 512
+tokens) and decode (after 128 tokens; ``--decode-contexts``: also after longer prompts), each engine
+in its own process with its own environment, best of repeated runs, tok/s and ossa / llama.cpp.
+
+    OSSA_CORE_DIR=build/dev/csrc PYTHONPATH=src python benchmarks/qwen35.py [--threads 2] [--types Q8_0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from forward import bench_dir, kernels_label, speed_isolated  # noqa: E402
+from make_bench_models import copy_gguf_metadata, quantize, write_gguf  # noqa: E402
+
+SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
+             n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
+
+
+def build_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Qwen3.5-0.8B-shaped file (matrices F16, norms and the delta-net's vectors F32) once."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s, k = SHAPE, "qwen35."
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "qwen35")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, q = s["n_embd"], s["head_dim"], s["n_head"] * s["head_dim"]
+    conv_dim = 2 * s["n_k"] * s["k_dim"] + s["n_v"] * s["v_dim"]
+    inner = s["n_v"] * s["v_dim"]
+    w.add_context_length(262144)
+    w.add_embedding_length(e)
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd // 4)
+    w.add_array(k + "rope.dimension_sections", [11, 11, 10, 0])
+    w.add_rope_freq_base(10_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32(k + "full_attention_interval", s["interval"])
+    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
+    w.add_uint32(k + "ssm.state_size", s["k_dim"])
+    w.add_uint32(k + "ssm.group_count", s["n_k"])
+    w.add_uint32(k + "ssm.time_step_rank", s["n_v"])
+    w.add_uint32(k + "ssm.inner_size", inner)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    rng = np.random.default_rng(0)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        w.add_tensor(name, values.astype(np.float16))
+
+    def vec(name: str, n: int, base: float = 1.0, spread: float = 0.1) -> None:
+        w.add_tensor(name, (base + spread * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
+    vec("output_norm.weight", e)
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", e)
+        vec(p + "post_attention_norm.weight", e)
+        if (i + 1) % s["interval"]:  # a gated delta-net
+            mat(p + "attn_qkv.weight", conv_dim, e)
+            mat(p + "attn_gate.weight", inner, e)
+            mat(p + "ssm_beta.weight", s["n_v"], e)
+            mat(p + "ssm_alpha.weight", s["n_v"], e)
+            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
+            w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
+            vec(p + "ssm_dt.bias", s["n_v"], base=0.0, spread=0.5)
+            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal(s["n_v"])).astype(np.float32))
+            vec(p + "ssm_norm.weight", s["v_dim"])
+            mat(p + "ssm_out.weight", e, inner)
+        else:  # gated attention: [query | gate] per head
+            mat(p + "attn_q.weight", 2 * q, e)
+            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+            vec(p + "attn_q_norm.weight", hd)
+            vec(p + "attn_k_norm.weight", hd)
+            mat(p + "attn_output.weight", e, q)
+        mat(p + "ffn_gate.weight", s["n_ff"], e)
+        mat(p + "ffn_up.weight", s["n_ff"], e)
+        mat(p + "ffn_down.weight", e, s["n_ff"])
+    return write_gguf(w, tmp, dst)
+
+
+def agreement(path: str, n: int = 64) -> float:
+    """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process)."""
+    import llama_cpp
+
+    from ossa._native import core
+
+    ids = [int(t) for t in np.random.default_rng(1).integers(100, 40000, n)]
+    ours = core.model_logits(core.load_model(path), ids)
+    llm = llama_cpp.Llama(path, n_ctx=256, logits_all=True, verbose=False, n_threads=2)
+    llm.eval(ids)
+    peer = np.asarray(llm.scores[:n], dtype=np.float32)
+    return float(np.max(np.abs(ours - peer)) / np.max(np.abs(peer)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
+    ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
+    args = ap.parse_args()
+    from ossa import models
+    from ossa._native import core
+
+    default = models.resolve("smollm2-135m")
+    f16 = build_f16(bench_dir() / "qwen35-0.8b-shape-F16.gguf", default)
+    files = []
+    for t in args.types.split(","):
+        path = Path(f16) if t == "F16" else bench_dir() / f"qwen35-0.8b-shape-{t}.gguf"
+        if not path.exists():
+            quantize(Path(f16), path, t)
+        files.append((t, str(path)))
+    print(f"synthetic qwen35: {SHAPE}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
+    contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
+    print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
+    for t, path in files:
+        print(f"{t:7} logits vs llama.cpp: max |diff| / max |logit| = {agreement(path):.2e}")
+        o = speed_isolated("ossa", path, args.threads, args.decode_steps, False, contexts)
+        ll = speed_isolated("llama", path, args.threads, args.decode_steps, False, contexts)
+        for phase in ("prefill 128", "prefill 512", "decode", *[f"decode @{n}" for n in contexts]):
+            mine, peer = o.get(phase, float("nan")), ll.get(phase, float("nan"))
+            print(f"{t:7} {phase:12} {mine:11.1f} {peer:10.1f} {mine / peer:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
