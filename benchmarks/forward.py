@@ -149,16 +149,18 @@ def ossa_speed(
 def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...] = ()) -> dict[str, float]:
     from llama_cpp import Llama
 
-    n_ctx = max([1024, *[n + n_decode + 16 for n in contexts]])
+    n_ctx = max([1024, *[n + 3 * n_decode + 16 for n in contexts]])
     llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, n_batch=512,
                 verbose=False)  # fmt: skip
     out = {}
+    recurrent = llm.metadata.get("general.architecture") in ("qwen35", "qwen35moe", "qwen3next")
     for n in contexts:  # (as ossa_speed: decode after an n-token prompt)
         llm.reset()
         llm.eval(np.random.default_rng(n).integers(100, 40000, n).tolist())
         best = 1e9
         for _ in range(2):
-            llm.n_tokens = n
+            if not recurrent:  # (a recurrent model decodes on instead)
+                llm.n_tokens = n
             t0 = time.perf_counter()
             for i in range(n_decode):
                 llm.eval([int(100 + i)])
@@ -175,8 +177,11 @@ def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...
         out[f"prefill {n}"] = n / best
         if n == 128:
             best = 1e9
+            # A model with recurrent layers (Qwen3.5) cannot go back: it decodes on from where it is.
+            recurrent = llm.metadata.get("general.architecture") in ("qwen35", "qwen35moe", "qwen3next")
             for _ in range(3):
-                llm.n_tokens = n  # rewind to the end of the prompt: decode the same positions again
+                if not recurrent:
+                    llm.n_tokens = n  # rewind to the end of the prompt: decode the same positions again
                 t0 = time.perf_counter()
                 for i in range(n_decode):
                     llm.eval([int(100 + i)])
