@@ -146,6 +146,10 @@ def ossa_speed(
     return out
 
 
+# Architectures whose llama.cpp memory cannot go back (a recurrent state): decode goes on instead.
+RECURRENT_ARCHS = ("qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe")
+
+
 def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...] = ()) -> dict[str, float]:
     from llama_cpp import Llama
 
@@ -153,7 +157,7 @@ def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...
     llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx, n_batch=512,
                 verbose=False)  # fmt: skip
     out = {}
-    recurrent = llm.metadata.get("general.architecture") in ("qwen35", "qwen35moe", "qwen3next")
+    recurrent = llm.metadata.get("general.architecture") in RECURRENT_ARCHS
     for n in contexts:  # (as ossa_speed: decode after an n-token prompt)
         llm.reset()
         llm.eval(np.random.default_rng(n).integers(100, 40000, n).tolist())
@@ -178,7 +182,7 @@ def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...
         if n == 128:
             best = 1e9
             # A model with recurrent layers (Qwen3.5) cannot go back: it decodes on from where it is.
-            recurrent = llm.metadata.get("general.architecture") in ("qwen35", "qwen35moe", "qwen3next")
+            recurrent = llm.metadata.get("general.architecture") in RECURRENT_ARCHS
             for _ in range(3):
                 if not recurrent:
                     llm.n_tokens = n  # rewind to the end of the prompt: decode the same positions again

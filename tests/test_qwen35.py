@@ -200,10 +200,15 @@ PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):", 
 
 
 def test_engine_state_slots(engine_model: str) -> None:
-    """Through LLM: batched = alone; with 2 state slots (max_num_seqs=2) four prompts take turns and
-    give the same tokens; preempted sequences (a cache of few blocks) recompute from a zero state and
-    give the same tokens; n=3 forks copy the prompt's state (seeded, equal to the twin engine); prefix
-    caching is off; speculative decoding and n above the slots are refused with clear errors."""
+    check_recurrent_engine(engine_model)
+
+
+def check_recurrent_engine(engine_model: str) -> None:
+    """Through LLM, for a model with recurrent layers: batched = alone; with 2 state slots
+    (max_num_seqs=2) four prompts take turns and give the same tokens; preempted sequences (a cache of
+    few blocks) recompute from a zero state and give the same tokens; n=3 forks copy the prompt's state
+    (seeded, equal to the twin engine); prefix caching is off; speculative decoding and n above the
+    slots are refused with clear errors."""
     greedy_sp = SamplingParams(max_tokens=20, temperature=0)
     llm = LLM(engine_model, kv_cache_memory_bytes=32 << 20, kv_cache_dtype="float32")
     assert not llm.config.cache.enable_prefix_caching and llm.config.cache.num_state_slots >= 4
@@ -216,7 +221,7 @@ def test_engine_state_slots(engine_model: str) -> None:
         two.generate(PROMPTS[:1], SamplingParams(max_tokens=4, n=3))
     # 12 blocks of 16 tokens and 4 state slots: four sequences of ~65 tokens (5 blocks each) cannot all
     # fit, so some are preempted and recomputed.
-    tight = LLM(engine_model, kv_cache_dtype="float32", block_size=16, max_model_len=80,
+    tight = LLM(engine_model, kv_cache_dtype="float32", block_size=16, max_model_len=80, max_num_seqs=4,
                 kv_cache_memory_bytes=_kv_bytes(engine_model, blocks=12, slots=4))  # fmt: skip
     assert (tight.config.cache.num_blocks, tight.config.cache.num_state_slots) == (12, 4)
     long_sp = SamplingParams(max_tokens=60, temperature=0, ignore_eos=True)
@@ -234,8 +239,10 @@ def test_engine_state_slots(engine_model: str) -> None:
 
 def _kv_bytes(path: str, blocks: int, slots: int) -> int:
     """kv_cache_memory_bytes for ``blocks`` float32 KV blocks of 16 tokens beside ``slots`` state
-    slots (the config gives the slots what half the budget holds)."""
+    slots (the config gives the slots what half the budget holds, at most max_num_seqs)."""
     c = models.load_model(path).config
     block = c.n_kv_layers * 2 * c.n_head_kv * c.head_dim * 4 * 16
-    assert slots * c.state_bytes <= blocks * block < (slots + 1) * c.state_bytes
+    assert (
+        slots * c.state_bytes <= blocks * block
+    )  # (half the budget holds the slots; max_num_seqs caps them)
     return blocks * block + slots * c.state_bytes

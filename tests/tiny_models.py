@@ -48,6 +48,7 @@ ARCHS = (
     "mistral4",
     "qwen3_5",
     "qwen3_5_moe",
+    "lfm2",
 )
 
 
@@ -143,6 +144,7 @@ def make_hf_model(
         "mistral4": transformers.Mistral4Config,
         "qwen3_5": transformers.Qwen3_5TextConfig,
         "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
+        "lfm2": transformers.Lfm2Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -234,6 +236,16 @@ _OLMO2_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
 _GLM4_NAMES = {"post_self_attn_layernorm.weight": "post_attention_norm.weight",
                "post_mlp_layernorm.weight": "post_ffw_norm.weight",
                "mlp.gate_up_proj.weight": "ffn_up.weight"}  # fmt: skip
+# LFM2 (llama.cpp's names): the operator norm, the attention's out_proj and q / k layernorms, the
+# feed-forward's w1 / w3 / w2, the short convolution's three tensors.
+_LFM2_NAMES = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
+               "self_attn.out_proj.weight": "attn_output.weight",
+               "self_attn.q_layernorm.weight": "attn_q_norm.weight",
+               "self_attn.k_layernorm.weight": "attn_k_norm.weight",
+               "feed_forward.w1.weight": "ffn_gate.weight", "feed_forward.w3.weight": "ffn_up.weight",
+               "feed_forward.w2.weight": "ffn_down.weight",
+               "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",
+               "conv.out_proj.weight": "shortconv.out_proj.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
@@ -243,6 +255,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
         return "output_norm.weight"
+    if hf_name == "model.embedding_norm.weight":  # (LFM2's final norm, as llama.cpp names it)
+        return "token_embd_norm.weight"
     if hf_name == "lm_head.weight":
         return "output.weight"
     parts = hf_name.split(".")
@@ -256,6 +270,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
         if arch == "glm4" and rest in _GLM4_NAMES:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
+        if arch == "lfm2" and rest in _LFM2_NAMES:
+            return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
@@ -317,7 +333,7 @@ def hf_to_gguf(
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
-        "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
+        "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -337,11 +353,19 @@ def hf_to_gguf(
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(n_embd)
     writer.add_block_count(cfg["num_hidden_layers"] + int(nextn))
-    if cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
+    if arch == "lfm2":  # the feed-forward's size as Lfm2MLP derives it
+        from ossa.reference import arch_config
+
+        writer.add_feed_forward_length(arch_config.lfm2_hf(cfg, cfg["num_hidden_layers"])["n_ff"])
+    elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
-    writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
-    writer.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
+    if arch == "lfm2":  # (one count per layer, 0 for the convolution layers, as llama.cpp's converter)
+        writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
+        writer.add_uint32("lfm2.shortconv.l_cache", cfg["conv_L_cache"])
+    else:
+        writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
+    writer.add_layer_norm_rms_eps(cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
@@ -436,7 +460,7 @@ def hf_to_gguf(
         if ex["sliding_window"]:
             writer.add_sliding_window(ex["sliding_window"])
             writer.add_sliding_window_pattern(ex["layer_sliding"])
-    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite", "qwen35", "qwen35moe"):
+    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite", "qwen35", "qwen35moe", "lfm2"):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
         _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
@@ -517,8 +541,9 @@ def hf_to_gguf(
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32
-        if name.endswith("ssm_conv1d.weight"):
-            t = QT.F32  # (llama.cpp's converter keeps the convolution F32)
+        if name.endswith("ssm_conv1d.weight") or name.endswith("shortconv.conv.weight"):
+            t = QT.F32  # (the convolutions' taps kept F32)
+            w = w.reshape(w.shape[0], -1)  # (LFM2's [channels, 1, taps] squeezed, as llama.cpp's converter)
         if name.endswith(".bias") or name.endswith("attn_sinks.weight"):
             t = QT.F32  # biases (gpt-oss's expert bias stacks are 2-D) and sinks
         elif experts_qtype is not None and "_exps." in name:

@@ -169,6 +169,13 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
     if (c.delta.is_layer(l)) delta_layers.append(l);
   delta["layers"] = delta_layers;
   d["delta"] = delta;
+  nb::dict conv;  // (LFM2's short convolutions)
+  conv["kernel"] = c.conv.kernel;
+  nb::list conv_layers;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.conv.is_layer(l)) conv_layers.append(l);
+  conv["layers"] = conv_layers;
+  d["conv"] = conv;
   d["attn_gate"] = c.attn_gate;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);

@@ -749,6 +749,79 @@ void qwen35_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   }
 }
 
+void lfm2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
+                      const std::string& path) {
+  const std::string where = "'" + path + "'";
+  c.rope_style = RopeStyle::Neox;
+  c.qk_norm = true;
+  c.conv.kernel =
+      static_cast<int>(std::clamp<int64_t>(g.get_int(c.arch + ".shortconv.l_cache", 3), 0, 65));
+  if (c.conv.kernel < 2 || c.conv.kernel > 64)
+    throw ModelError("invalid " + c.arch + ".shortconv.l_cache in " + where);
+  c.conv.layers.assign(static_cast<size_t>(c.n_layer), 0);
+  if (kv_per_layer.empty()) return;  // (one count for all: every layer attention)
+  if (kv_per_layer.size() != static_cast<size_t>(c.n_layer))
+    throw ModelError(c.arch + ".attention.head_count_kv in " + where + " must hold " +
+                     std::to_string(c.n_layer) + " counts");
+  for (int i = 0; i < c.n_layer; ++i) {
+    const int64_t kv = kv_per_layer[static_cast<size_t>(i)];
+    if (kv != 0 && kv != c.n_head_kv)
+      throw ModelError("differing KV head counts across layers in " + where + " (not supported)");
+    c.conv.layers[static_cast<size_t>(i)] = kv == 0;
+  }
+}
+
+void lfm2_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.rope_style = RopeStyle::Neox;
+  c.qk_norm = true;
+  c.rms_eps = static_cast<float>(cfg.number("norm_eps", 1e-5));
+  if (cfg.boolean("conv_bias", false))
+    throw ModelError("conv_bias=true in " + where + " is not supported");
+  c.conv.kernel = static_cast<int>(std::clamp<int64_t>(cfg.integer("conv_L_cache", 3), 0, 65));
+  if (c.conv.kernel < 2 || c.conv.kernel > 64) throw ModelError("invalid conv_L_cache in " + where);
+  c.conv.layers.assign(static_cast<size_t>(c.n_layer), 0);
+  const JsonValue* types = cfg.get("layer_types");
+  const JsonValue* full = cfg.get("full_attn_idxs");
+  if (types != nullptr && !types->is_null()) {
+    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'layer_types' in " + where + " must list " +
+                       std::to_string(c.n_layer) + " layer types");
+    for (int i = 0; i < c.n_layer; ++i) {
+      const JsonValue& t = types->array[static_cast<size_t>(i)];
+      if (!t.is_string() || (t.string != "conv" && t.string != "full_attention"))
+        throw ModelError("config 'layer_types' in " + where +
+                         " must hold \"conv\" or \"full_attention\"");
+      c.conv.layers[static_cast<size_t>(i)] = t.string == "conv";
+    }
+  } else if (full != nullptr && !full->is_null()) {  // (Lfm2Config: the others are convolutions)
+    if (!full->is_array())
+      throw ModelError("config 'full_attn_idxs' in " + where + " must be a list");
+    c.conv.layers.assign(static_cast<size_t>(c.n_layer), 1);
+    for (const JsonValue& e : full->array) {
+      if (!e.is_number() || !e.is_integer || e.integer < 0 || e.integer >= c.n_layer)
+        throw ModelError("config 'full_attn_idxs' in " + where + " must hold layer indices");
+      c.conv.layers[static_cast<size_t>(e.integer)] = 0;
+    }
+  }
+  // Lfm2MLP's size: block_ff_dim (the Hub's files; Lfm2Config takes it over intermediate_size) or
+  // intermediate_size, adjusted.
+  int64_t ff = cfg.integer("block_ff_dim", cfg.integer("intermediate_size", 12288));
+  if (cfg.boolean("block_auto_adjust_ff_dim", true)) {
+    ff = 2 * ff / 3;
+    const JsonValue* mult = cfg.get("block_ffn_dim_multiplier");  // (default 1.0; null: none)
+    if (mult == nullptr || !mult->is_null()) {
+      ff = static_cast<int64_t>(cfg.number("block_ffn_dim_multiplier", 1.0) *
+                                static_cast<double>(ff));
+      const int64_t of = cfg.integer("block_multiple_of", 256);
+      if (of < 1) throw ModelError("invalid block_multiple_of in " + where);
+      ff = of * ((ff + of - 1) / of);
+    }
+  }
+  if (ff < 1 || ff > (int64_t{1} << 30)) throw ModelError("invalid feed-forward size in " + where);
+  c.n_ff = static_cast<int>(ff);
+}
+
 void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   const JsonValue* q_lora = cfg.get("q_lora_rank");

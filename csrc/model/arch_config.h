@@ -147,4 +147,14 @@ void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 void qwen35_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 void qwen35_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
+// LFM2 (lfm2): short-convolution layers (config.conv) among GQA attention layers with q / k norms.
+// GGUF: {arch}.shortconv.l_cache (the taps), attention.head_count_kv as one count per layer (0: a
+// convolution layer; `kv_per_layer`). config.json (Lfm2Config): conv_L_cache, layer_types ("conv" /
+// "full_attention", else full_attn_idxs), norm_eps, and the feed-forward's size as
+// Lfm2MLP derives it (block_auto_adjust_ff_dim: 2/3 of intermediate_size, times
+// block_ffn_dim_multiplier, rounded up to block_multiple_of).
+void lfm2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
+                      const std::string& path);
+void lfm2_config_hf(const Json& cfg, ModelConfig& c);
+
 }  // namespace ossa

@@ -102,6 +102,16 @@ struct DeltaNetConfig {
   int64_t layer_floats() const { return conv_floats() + int64_t{n_v_heads} * k_dim * v_dim; }
 };
 
+// LFM2's short-convolution layers (model/short_conv.cpp): a token's in_proj row [B | C | x]
+// (n_embd each), B * x through a causal depthwise convolution of `kernel` taps (its last kernel - 1
+// inputs are a sequence's state), times C, then out_proj.
+struct ShortConvConfig {
+  int kernel = 0;
+  std::vector<uint8_t> layers;  // [n_layer] 1 = short-convolution layer (empty: none)
+  bool active() const { return kernel > 0; }
+  bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
@@ -126,6 +136,7 @@ struct ModelConfig {
   MoeConfig moe;
   MlaConfig mla;         // DeepSeek V2 / V3 (deepseek2); inactive otherwise
   DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
+  ShortConvConfig conv;  // LFM2 (lfm2); inactive otherwise
   // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
   // the attention's output is multiplied by sigmoid(gate) before wo.
   bool attn_gate = false;
@@ -157,24 +168,32 @@ struct ModelConfig {
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
   // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
   bool kv_shared() const { return mla.active(); }
-  // The layers with K/V in the cache (all but delta-net layers), and a layer's index among them.
+  // A layer with a recurrent state instead of K/V (a delta-net or short-convolution layer).
+  bool recurrent(int layer) const { return delta.is_layer(layer) || conv.is_layer(layer); }
+  // Floats of one sequence's state in layer `layer` (0 for an attention layer).
+  int64_t layer_state_floats(int layer) const {
+    if (delta.is_layer(layer)) return delta.layer_floats();
+    if (conv.is_layer(layer)) return int64_t{conv.kernel - 1} * n_embd;
+    return 0;
+  }
+  // The layers with K/V in the cache (all but the recurrent ones), and a layer's index among them.
   int kv_layers() const {
     int n = 0;
-    for (int l = 0; l < n_layer; ++l) n += !delta.is_layer(l);
+    for (int l = 0; l < n_layer; ++l) n += !recurrent(l);
     return n;
   }
   int kv_index(int layer) const {
-    if (!delta.active()) return layer;
+    if (!delta.active() && !conv.active()) return layer;
     int n = 0;
-    for (int l = 0; l < layer; ++l) n += !delta.is_layer(l);
+    for (int l = 0; l < layer; ++l) n += !recurrent(l);
     return n;
   }
-  // Floats of one sequence's recurrent state, all delta-net layers (0: a model without any).
-  int64_t state_floats() const {
-    if (!delta.active()) return 0;
+  // Floats of one sequence's recurrent state, all layers (0: a model without recurrent layers),
+  // and where layer `layer`'s starts.
+  int64_t state_floats() const { return state_offset(n_layer); }
+  int64_t state_offset(int layer) const {
     int64_t n = 0;
-    for (int l = 0; l < n_layer; ++l)
-      if (delta.is_layer(l)) n += delta.layer_floats();
+    for (int l = 0; l < layer; ++l) n += layer_state_floats(l);
     return n;
   }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }

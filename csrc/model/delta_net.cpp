@@ -129,12 +129,42 @@ void delta_pass(float* S, int kd, int w, int j0, const HeadToken* cur, const Hea
 
 }  // namespace
 
-int64_t delta_state_offset(const ModelConfig& c, int layer) {
-  if (!c.delta.is_layer(layer)) return -1;
-  int64_t off = 0;
-  for (int l = 0; l < layer; ++l)
-    if (c.delta.is_layer(l)) off += c.delta.layer_floats();
-  return off;
+void causal_conv(const ForwardState& s, const Batch& batch, int layer, const float* in, int64_t ld,
+                 int64_t C, const float* wt, int K, bool silu, float* outs, int threads) {
+  const int n_seqs = batch.n_seqs();
+  constexpr int64_t k_chans = 256;
+  const int64_t n_blocks = (C + k_chans - 1) / k_chans;
+  parallel_for(
+      static_cast<int64_t>(n_seqs) * n_blocks, 1, threads, [&](int64_t b0, int64_t b1, int) {
+        for (int64_t item = b0; item < b1; ++item) {
+          const int sq = static_cast<int>(item / n_blocks);
+          const int64_t c0 = (item % n_blocks) * k_chans, w = std::min(C, c0 + k_chans) - c0;
+          float* cs = layer_state(s, sq, layer) + c0;  // rows of C: [K - 1, C]
+          const int t0 = batch.seq_start[sq], m = batch.seq_start[sq + 1] - t0;
+          if (batch.positions[t0] == 0)
+            for (int j = 0; j < K - 1; ++j) std::fill(cs + j * C, cs + j * C + w, 0.0f);
+          // input i of [state; chunk], i < K - 1 + m
+          auto input = [&](int i) {
+            return i < K - 1 ? cs + int64_t{i} * C : in + (t0 + i - (K - 1)) * ld + c0;
+          };
+          for (int i = 0; i < m; ++i) {
+            float* out = outs + (t0 + i) * C + c0;
+            std::fill(out, out + w, 0.0f);
+            for (int j = 0; j < K; ++j) {
+              const float* x = input(i + j);
+              const float* tap = wt + int64_t{j} * C + c0;
+              for (int64_t ch = 0; ch < w; ++ch) out[ch] += tap[ch] * x[ch];
+            }
+            if (silu) silu_row(out, w);
+          }
+          // (row j takes input m + j: a later row, or a chunk input, never one already overwritten)
+          for (int j = 0; j < K - 1; ++j)
+            if (m + j < K - 1)
+              std::copy(cs + int64_t{m + j} * C, cs + int64_t{m + j} * C + w, cs + int64_t{j} * C);
+            else
+              std::copy(input(m + j), input(m + j) + w, cs + int64_t{j} * C);
+        }
+      });
 }
 
 void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps) {
@@ -156,52 +186,10 @@ void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads
   matmul_many(proj, 4, in);
   laps.lap(kQkv);
 
-  const int64_t slot_floats = c.state_floats();
-  const int64_t off = delta_state_offset(c, layer);
-  auto conv_state = [&](int sq) {
-    return s.states + static_cast<int64_t>(s.state_slots[sq]) * slot_floats + off;
-  };
   auto fresh = [&](int sq) { return batch.positions[batch.seq_start[sq]] == 0; };
 
-  // The causal depthwise convolution and SiLU, per sequence and block of channels: token i of the
-  // chunk reads the K - 1 inputs before it (the state's, then the chunk's own), tap by tap over a
-  // block's channels at once (ssm_conv_t: the taps transposed, [K, C]); the state then keeps the
-  // last K - 1 inputs.
-  constexpr int64_t k_chans = 256;
-  const int64_t n_blocks = (C + k_chans - 1) / k_chans;
-  const float* wt = f32(L.ssm_conv_t);  // [K, C]
-  parallel_for(
-      static_cast<int64_t>(n_seqs) * n_blocks, 1, threads, [&](int64_t b0, int64_t b1, int) {
-        for (int64_t item = b0; item < b1; ++item) {
-          const int sq = static_cast<int>(item / n_blocks);
-          const int64_t c0 = (item % n_blocks) * k_chans, w = std::min(C, c0 + k_chans) - c0;
-          float* cs = conv_state(sq) + c0;  // rows of C: [K - 1, C]
-          const int t0 = batch.seq_start[sq], m = batch.seq_start[sq + 1] - t0;
-          if (fresh(sq))
-            for (int j = 0; j < K - 1; ++j) std::fill(cs + j * C, cs + j * C + w, 0.0f);
-          // input i of [state; chunk], i < K - 1 + m
-          auto input = [&](int i) {
-            return i < K - 1 ? cs + int64_t{i} * C : s.dn_qkv.data() + (t0 + i - (K - 1)) * C + c0;
-          };
-          for (int i = 0; i < m; ++i) {
-            float* out = s.dn_conv.data() + (t0 + i) * C + c0;
-            std::fill(out, out + w, 0.0f);
-            for (int j = 0; j < K; ++j) {
-              const float* x = input(i + j);
-              const float* tap = wt + int64_t{j} * C + c0;
-              for (int64_t ch = 0; ch < w; ++ch) out[ch] += tap[ch] * x[ch];
-            }
-            silu_row(out, w);
-          }
-          // (row j takes input m + j: a later row, or a chunk input, never one already
-          // overwritten)
-          for (int j = 0; j < K - 1; ++j)
-            if (m + j < K - 1)
-              std::copy(cs + int64_t{m + j} * C, cs + int64_t{m + j} * C + w, cs + int64_t{j} * C);
-            else
-              std::copy(input(m + j), input(m + j) + w, cs + int64_t{j} * C);
-        }
-      });
+  causal_conv(s, batch, layer, s.dn_qkv.data(), C, C, f32(L.ssm_conv_t), K, true, s.dn_conv.data(),
+              threads);
 
   // q and k of each key head L2-normalised (q also scaled by 1/sqrt(k_dim)), per token.
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(kd));
@@ -229,7 +217,8 @@ void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads
       const int j0 = static_cast<int>(item % n_groups) * k_group_cols;
       const int j1 = std::min(vd, j0 + k_group_cols);
       const int w = j1 - j0;
-      float* S = conv_state(sq) + d.conv_floats() + h * s_floats + int64_t{kd} * j0;  // (its group)
+      float* S = layer_state(s, sq, layer) + d.conv_floats() + h * s_floats +
+                 int64_t{kd} * j0;  // (its group)
       if (fresh(sq)) std::fill(S, S + int64_t{kd} * w, 0.0f);
       const int kh = d.key_head(h);
       auto token = [&](int t) {
@@ -272,6 +261,32 @@ void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads
   });
   const MatmulInput out_in = prepare(s, s.dn_o.data(), n, V, threads, {&L.ssm_out});
   residual(s, L.ssm_out, out_in, n, threads);
+  laps.lap(kWo);
+}
+
+void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps) {
+  const ModelConfig& c = s.model->config;
+  const LayerWeights& L = s.model->weights.layers[layer];
+  const int n = batch.n_tokens();
+  const int64_t E = c.n_embd;
+  const MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.sc_in});
+  laps.lap(kNorm);
+  matmul(L.sc_in, in, s.sc_bcx.data(), 3 * E);
+  laps.lap(kQkv);
+  per_token(n, threads, [&](int t) {  // x' = B * x' in place
+    float* row = s.sc_bcx.data() + t * 3 * E;
+    for (int64_t e = 0; e < E; ++e) row[2 * E + e] = row[e] * row[2 * E + e];
+  });
+  causal_conv(s, batch, layer, s.sc_bcx.data() + 2 * E, 3 * E, E, f32(L.sc_conv_t), c.conv.kernel,
+              false, s.sc_y.data(), threads);
+  per_token(n, threads, [&](int t) {  // y = C * conv
+    const float* cr = s.sc_bcx.data() + t * 3 * E + E;
+    float* y = s.sc_y.data() + t * E;
+    for (int64_t e = 0; e < E; ++e) y[e] = cr[e] * y[e];
+  });
+  laps.lap(kAttention);
+  const MatmulInput out_in = prepare(s, s.sc_y.data(), n, E, threads, {&L.sc_out});
+  residual(s, L.sc_out, out_in, n, threads);
   laps.lap(kWo);
 }
 

@@ -22,7 +22,24 @@ namespace ossa {
 // ssm_qkv^T)), z)), reading and advancing each sequence's state.
 void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
 
-// Offset (floats) of layer `layer`'s state within a slot; -1 for a layer without one.
-int64_t delta_state_offset(const ModelConfig& c, int layer);
+// LFM2's short-convolution layer `layer` (config.h ShortConvConfig): x += sc_out(C * conv(B * x'))
+// with [B | C | x'] = norm(x) @ sc_in^T, the convolution's last inputs in the layer's state.
+void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
+
+// Layer `layer`'s state of batch sequence sq (its slot's part, ModelConfig::state_offset).
+inline float* layer_state(const ForwardState& s, int sq, int layer) {
+  const ModelConfig& c = s.model->config;
+  return s.states + static_cast<int64_t>(s.state_slots[sq]) * c.state_floats() +
+         c.state_offset(layer);
+}
+
+// The causal depthwise convolution of each batch sequence's chunk in layer `layer`: out[t] =
+// sum_j taps_t[j][c] * input(t - (K - 1) + j)[c] for c < channels (in: rows of ld floats, out:
+// rows of `channels`), tap by tap in order; the inputs before the chunk come from the start of the
+// layer's state (K - 1 rows of `channels`; zero when the chunk starts at position 0), which then
+// keeps the chunk's last K - 1 inputs; SiLU on the output when `silu`. (Qwen3.5's delta-net and
+// LFM2's short convolution.)
+void causal_conv(const ForwardState& s, const Batch& batch, int layer, const float* in, int64_t ld,
+                 int64_t channels, const float* taps_t, int K, bool silu, float* out, int threads);
 
 }  // namespace ossa

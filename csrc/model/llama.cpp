@@ -126,6 +126,10 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     widest = std::max<int64_t>(widest, V);
   }
   if (c.attn_gate) qg.resize(t * 2 * q_dim);
+  if (c.conv.active()) {
+    sc_bcx.resize(t * 3 * c.n_embd);
+    sc_y.resize(t * c.n_embd);
+  }
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
   inv_freq.resize(c.head_dim / 2);  // (rope_inv_freq fills the rotated dimensions' half)
   rope_inv_freq(c, inv_freq.data());
@@ -190,6 +194,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     MatmulInput in;
     if (c.delta.is_layer(l)) {
       delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
+    } else if (c.conv.is_layer(l)) {
+      short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
     } else if (c.mla.active()) {
       mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
     } else {

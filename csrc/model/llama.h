@@ -48,6 +48,9 @@ struct ForwardState {
   // head_dim]. The recurrent states: n_state_slots slots of config.state_floats() floats
   // (ModelRunner's pool).
   ZeroPageVector<float> dn_qkv, dn_z, dn_b, dn_a, dn_conv, dn_o, qg;
+  // LFM2 (config.conv, model/short_conv.h): in_proj's rows [max_tokens, 3 n_embd] and the
+  // convolution's output [max_tokens, n_embd].
+  ZeroPageVector<float> sc_bcx, sc_y;
   float* states = nullptr;
   int n_state_slots = 0;
   const int32_t* state_slots = nullptr;  // this step's: sequence s's state is slot state_slots[s]

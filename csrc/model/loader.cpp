@@ -205,7 +205,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama",  "qwen2",    "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
     "gemma2", "gemma3",   "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
     "olmo2",  "exaone4",  "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe",
-    "glm4",   "mistral3", "qwen35",   "qwen35moe"};
+    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -216,7 +216,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -275,6 +275,30 @@ void build_mla_weights(const ModelConfig& c, Builder& b,
   }
 }
 
+// A depthwise convolution's taps (C x K, F32) as K x C, the layout the convolution reads.
+TensorView transposed_taps(Builder& b, const TensorView& taps) {
+  const int64_t C = taps.rows, K = taps.cols;
+  float* t = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(C * K) * 4));
+  const float* src = reinterpret_cast<const float*>(taps.data);
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t j = 0; j < K; ++j) t[j * C + ch] = src[ch * K + j];
+  return TensorView{DType::F32, K, C, reinterpret_cast<const uint8_t*>(t),
+                    static_cast<size_t>(C) * 4};
+}
+
+// Layer i's short convolution (LFM2, config.conv; model/short_conv.cpp).
+void build_conv_weights(const ModelConfig& c, Builder& b,
+                        const std::function<std::string(int, const char*)>& name_of, int i,
+                        LayerWeights& l) {
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t E = c.n_embd;
+  l.sc_in = b.take(name_of(i, "sc_in"), p + "sc_in", 3 * E, E);
+  const TensorView taps = b.to_f32(b.take(name_of(i, "sc_conv"), p + "sc_conv", E, c.conv.kernel));
+  b.storage->canonical[p + "sc_conv"] = taps;
+  l.sc_conv_t = transposed_taps(b, taps);
+  l.sc_out = b.take(name_of(i, "sc_out"), p + "sc_out", E, E);
+}
+
 // Layer i's gated delta-net (config.delta; model/delta_net.cpp), with C = conv_dim, V = value
 // heads x their size, H = value heads: ssm_qkv (C x n_embd), ssm_z (V x n_embd), ssm_beta and
 // ssm_alpha (H x n_embd), ssm_conv (C x conv_kernel, F32), ssm_dt and ssm_a (1 x H: a_neg, the
@@ -292,13 +316,7 @@ void build_delta_weights(const ModelConfig& c, Builder& b,
   l.ssm_alpha = b.take(name_of(i, "ssm_alpha"), p + "ssm_alpha", H, c.n_embd);
   l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", C, d.conv_kernel));
   b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
-  float* t = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(C) * d.conv_kernel * 4));
-  for (int64_t ch = 0; ch < C; ++ch)
-    for (int j = 0; j < d.conv_kernel; ++j)
-      t[int64_t{j} * C + ch] =
-          reinterpret_cast<const float*>(l.ssm_conv.data)[ch * d.conv_kernel + j];
-  l.ssm_conv_t = TensorView{DType::F32, d.conv_kernel, C, reinterpret_cast<const uint8_t*>(t),
-                            static_cast<size_t>(C) * 4};
+  l.ssm_conv_t = transposed_taps(b, l.ssm_conv);
   l.ssm_dt = b.take(name_of(i, "ssm_dt"), p + "ssm_dt", 1, H);
   l.ssm_a = b.take(name_of(i, "ssm_a"), p + "ssm_a", 1, H);
   if (a_log) {  // (A_log -> -exp(A_log), in float as transformers computes it)
@@ -333,6 +351,8 @@ void build_weights(Model& m, Builder& b,
     if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
     if (c.delta.is_layer(i)) {
       build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
+    } else if (c.conv.is_layer(i)) {
+      build_conv_weights(c, b, name_of, i, l);
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
     } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
@@ -343,7 +363,7 @@ void build_weights(Model& m, Builder& b,
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
-    const bool attention = !c.delta.is_layer(i);
+    const bool attention = !c.recurrent(i);
     if (!c.mla.active() && attention) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
     if (c.qkv_bias) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
@@ -431,7 +451,10 @@ std::string gguf_name(int layer, const char* field) {
       {"ssm_dt", "ssm_dt.bias"},
       {"ssm_a", "ssm_a"},
       {"ssm_norm", "ssm_norm.weight"},
-      {"ssm_out", "ssm_out.weight"}};
+      {"ssm_out", "ssm_out.weight"},
+      {"sc_in", "shortconv.in_proj.weight"},
+      {"sc_conv", "shortconv.conv.weight"},
+      {"sc_out", "shortconv.out_proj.weight"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -477,8 +500,17 @@ void load_gguf(Model& m, Storage& st) {
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
   c.n_head =
       checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
-  c.n_head_kv = checked_dim(g->get_int(k + "attention.head_count_kv", c.n_head),
-                            "attention.head_count_kv", m.path, 65536);
+  // (LFM2: one count per layer, 0 for its convolution layers)
+  const GGUFValue* kv_value = g->find(k + "attention.head_count_kv");
+  const bool kv_array =
+      kv_value != nullptr && std::holds_alternative<std::shared_ptr<GGUFArray>>(kv_value->value);
+  const std::vector<int64_t> kv_per_layer =
+      kv_array ? g->get_int_array(k + "attention.head_count_kv") : std::vector<int64_t>{};
+  int64_t kv_heads = kv_array ? 0 : g->get_int(k + "attention.head_count_kv", c.n_head);
+  for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
+  if (kv_array && arch != "lfm2")
+    throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
+  c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
   // (a Qwen3.5 MoE file may have no dense size: its experts')
   c.n_ff = checked_dim(
       g->get_int(k + "feed_forward_length", g->get_int(k + "expert_feed_forward_length", 0)),
@@ -563,6 +595,7 @@ void load_gguf(Model& m, Storage& st) {
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
   }
   if (qwen35) qwen35_config_gguf(*g, c, m.path);  // delta-net layers, gated attention
+  if (arch == "lfm2") lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -578,8 +611,10 @@ void load_gguf(Model& m, Storage& st) {
   }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
+  // (LFM2's final norm is named token_embd_norm: transformers' embedding_norm, applied last)
   build_weights(m, b, arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss : gguf_name,
-                "token_embd.weight", "output_norm.weight", "output.weight");
+                "token_embd.weight",
+                arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
@@ -635,7 +670,10 @@ std::string hf_name(int layer, const char* field) {
       {"ssm_dt", "linear_attn.dt_bias"},
       {"ssm_a", "linear_attn.A_log"},
       {"ssm_norm", "linear_attn.norm.weight"},
-      {"ssm_out", "linear_attn.out_proj.weight"}};
+      {"ssm_out", "linear_attn.out_proj.weight"},
+      {"sc_in", "conv.in_proj.weight"},
+      {"sc_conv", "conv.conv.weight"},
+      {"sc_out", "conv.out_proj.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -649,6 +687,19 @@ std::string hf_name_post_norms(int layer, const char* field) {
            (f == "post_attn_norm" ? ".post_attention_layernorm.weight"
                                   : ".post_feedforward_layernorm.weight");
   return hf_name(layer, field);
+}
+
+// LFM2's folders: operator_norm / ffn_norm, the attention's out_proj and q / k layernorms, and
+// feed_forward.w1 / w3 / w2 for gate / up / down.
+std::string hf_name_lfm2(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"attn_norm", "operator_norm.weight"},      {"ffn_norm", "ffn_norm.weight"},
+      {"wo", "self_attn.out_proj.weight"},        {"q_norm", "self_attn.q_layernorm.weight"},
+      {"k_norm", "self_attn.k_layernorm.weight"}, {"w_gate", "feed_forward.w1.weight"},
+      {"w_up", "feed_forward.w3.weight"},         {"w_down", "feed_forward.w2.weight"}};
+  auto it = k_names.find(field);
+  return it == k_names.end() ? hf_name(layer, field)
+                             : "model.layers." + std::to_string(layer) + "." + it->second;
 }
 
 // GLM-4's folders: the norms of the attention's and the MLP's outputs (post_attention_layernorm is
@@ -925,7 +976,9 @@ void load_hf(Model& m, Storage& st) {
       {"qwen3_5_text", "qwen35"},
       {"Qwen3_5ForCausalLM", "qwen35"},
       {"qwen3_5_moe_text", "qwen35moe"},
-      {"Qwen3_5MoeForCausalLM", "qwen35moe"}};
+      {"Qwen3_5MoeForCausalLM", "qwen35moe"},
+      {"lfm2", "lfm2"},
+      {"Lfm2ForCausalLM", "lfm2"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1033,16 +1086,20 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
   if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
+  if (c.arch == "lfm2") lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
-                c.arch == "glm4" ? hf_name_glm4
-                : c.pre_norms()  ? hf_name
-                                 : hf_name_post_norms,
-                "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight");
+                c.arch == "glm4"   ? hf_name_glm4
+                : c.arch == "lfm2" ? hf_name_lfm2
+                : c.pre_norms()    ? hf_name
+                                   : hf_name_post_norms,
+                "model.embed_tokens.weight",
+                c.arch == "lfm2" ? "model.embedding_norm.weight" : "model.norm.weight",
+                "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }
@@ -1086,7 +1143,9 @@ std::map<std::string, int> Model::int8_matrices() const {
                            {&l.ssm_z, "ssm_z"},
                            {&l.ssm_beta, "ssm_beta"},
                            {&l.ssm_alpha, "ssm_alpha"},
-                           {&l.ssm_out, "ssm_out"}})  // (Qwen3.5's delta-net)
+                           {&l.ssm_out, "ssm_out"},
+                           {&l.sc_in, "sc_in"},
+                           {&l.sc_out, "sc_out"}})  // (Qwen3.5's delta-net, LFM2's convolution)
       add(*v, layer + name);
     add(l.wq_a, layer + "wq_a");  // (DeepSeek's latent attention)
     add(l.wq_b, layer + "wq_b");
@@ -1117,7 +1176,9 @@ void for_each_matrix(Model& m, F&& f) {
   for (LayerWeights& l : m.weights.layers) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
     for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
-    for (TensorView* v : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) f(*v);
+    for (TensorView* v :
+         {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.sc_in, &l.sc_out})
+      f(*v);
     for (TensorView& v : l.wk_b) f(v);
     for (TensorView& v : l.wv_b) f(v);
     for_each_moe_matrix(l.moe, f);

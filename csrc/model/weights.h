@@ -38,6 +38,10 @@ struct LayerWeights {
   // ([query | gate] per head).
   TensorView ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_conv, ssm_dt, ssm_a, ssm_norm, ssm_out;
   TensorView ssm_conv_t;  // ssm_conv transposed (conv_kernel x C, F32): the taps by channel
+  // LFM2's short-convolution layers (config.conv), in place of wq ... wo: sc_in (3 n_embd x
+  // n_embd: B, C, x), sc_conv_t (kernel x n_embd, F32: the taps by channel), sc_out (n_embd x
+  // n_embd).
+  TensorView sc_in, sc_conv_t, sc_out;
 };
 
 struct ModelWeights {

@@ -222,6 +222,14 @@ class DeltaNetConfig:
 
 
 @dataclass(frozen=True)
+class ShortConvConfig:
+    """LFM2's short-convolution layers (``ossa::ShortConvConfig``); none when ``layers`` is empty."""
+
+    kernel: int = 0
+    layers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
@@ -260,6 +268,7 @@ class ModelConfig:
     attn_temp_scale: float = 0.0  # queries times 1 + scale * ln(1 + floor(pos / length)) (0: off)
     attn_temp_length: int = 0
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
+    conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
     n_kv_layers: int = 0  # layers with K/V in the cache (all but the delta-net ones; 0: n_layer)
     state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
@@ -271,6 +280,7 @@ class ModelConfig:
         values["moe"] = MoeConfig(**d["moe"])
         values["mla"] = MlaConfig(**d.get("mla", {}))
         values["delta"] = DeltaNetConfig(**d.get("delta", {}))
+        values["conv"] = ShortConvConfig(**d.get("conv", {}))
         return cls(**values)
 
 
@@ -456,6 +466,7 @@ def inspect(
         "moe_routing": _routing(c.moe),
         "mla": asdict(c.mla) if c.mla.kv_lora_rank else None,
         "delta": asdict(c.delta) if c.delta.layers else None,
+        "conv": asdict(c.conv) if c.conv.layers else None,
         "attn_gate": c.attn_gate,
         "state_bytes": c.state_bytes,
         "tied_embeddings": c.tied_embeddings,
@@ -608,6 +619,17 @@ def _delta_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _conv_line(info: dict[str, Any]) -> list[str]:
+    """LFM2's short-convolution layers (absent for every other model)."""
+    sc = info.get("conv")
+    if not sc:
+        return []
+    return [
+        f"short conv    {len(sc['layers'])} of {info['n_layer']} layers (gated convolution of "
+        f"{sc['kernel']} taps, no KV cache); state {_human(info['state_bytes'])} per sequence"
+    ]
+
+
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
     if info["arch"] not in ("granite", "granitemoe"):
@@ -655,6 +677,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_experts_line(info),
         *_mla_line(info),
         *_delta_line(info),
+        *_conv_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]

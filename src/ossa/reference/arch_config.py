@@ -672,3 +672,50 @@ def qwen35_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     })  # fmt: skip
     return {"rope_style": "neox", "rope_dim": _rotated(int(common["head_dim"] * partial), common["head_dim"]),
             "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip
+
+
+def lfm2_gguf(md: dict[str, Any], common: dict[str, Any], kv_per_layer: list[int] | None) -> dict[str, Any]:
+    """LFM2 from GGUF (twin of lfm2_config_gguf): shortconv.l_cache taps, the convolution layers those
+    whose attention.head_count_kv is 0."""
+    kernel = md.get("lfm2.shortconv.l_cache", 3)
+    if not 2 <= kernel <= 64:
+        raise ValueError("invalid lfm2.shortconv.l_cache")
+    n_layer = common["n_layer"]
+    layers: list[int] = []
+    if kv_per_layer is not None:
+        if len(kv_per_layer) != n_layer:
+            raise ValueError(f"lfm2.attention.head_count_kv must hold {n_layer} counts")
+        if any(kv not in (0, common["n_head_kv"]) for kv in kv_per_layer):
+            raise ValueError("differing KV head counts across layers (not supported)")
+        layers = [i for i, kv in enumerate(kv_per_layer) if kv == 0]
+    return {"rope_style": "neox", "qk_norm": True, "conv": {"kernel": kernel, "layers": layers}}
+
+
+def lfm2_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """LFM2 from a config.json (twin of lfm2_config_hf): conv_L_cache, layer_types (else full_attn_idxs),
+    norm_eps and Lfm2MLP's feed-forward size."""
+    if c.get("conv_bias"):
+        raise ValueError("conv_bias=true is not supported")
+    kernel = c.get("conv_L_cache", 3)
+    if not 2 <= kernel <= 64:
+        raise ValueError("invalid conv_L_cache")
+    types, full = c.get("layer_types"), c.get("full_attn_idxs")
+    if types is not None:
+        if len(types) != n_layer or any(t not in ("conv", "full_attention") for t in types):
+            raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
+        layers = [i for i, t in enumerate(types) if t == "conv"]
+    elif full is not None:
+        if any(not isinstance(i, int) or not 0 <= i < n_layer for i in full):
+            raise ValueError("config 'full_attn_idxs' must hold layer indices")
+        layers = [i for i in range(n_layer) if i not in full]
+    else:
+        layers = []
+    ff = c.get("block_ff_dim", c.get("intermediate_size", 12288))  # (Lfm2Config: block_ff_dim first)
+    if c.get("block_auto_adjust_ff_dim", True):
+        ff = int(2 * ff / 3)
+        mult = c.get("block_ffn_dim_multiplier", 1.0)
+        if mult is not None:
+            of = c.get("block_multiple_of", 256)
+            ff = of * ((int(mult * ff) + of - 1) // of)
+    return {"rope_style": "neox", "qk_norm": True, "rms_eps": c.get("norm_eps", 1e-5), "n_ff": ff,
+            "conv": {"kernel": kernel, "layers": layers}}  # fmt: skip

@@ -1,4 +1,5 @@
-"""Qwen3.5's gated delta-net layers (twin of ``csrc/model/delta_net.cpp``), written to be read.
+"""Qwen3.5's gated delta-net layers and LFM2's short convolutions (twin of ``csrc/model/delta_net.cpp``),
+written to be read.
 
 A delta-net layer keeps, per sequence, a recurrent state instead of K/V rows: the last
 ``conv_kernel - 1`` inputs of a causal depthwise convolution and, per value head, a k_dim x v_dim
@@ -9,6 +10,9 @@ matrix S. For each token, in order:
     beta = sigmoid(x @ ssm_beta^T),  g = a_neg * softplus(x @ ssm_alpha^T + dt_bias)
     S    = exp(g) S;   S += k (beta (v - S^T k))^T;   o = S^T q
     out  = ssm_out(rmsnorm(o, ssm_norm) * silu(x @ ssm_z^T))
+
+LFM2's short convolution keeps only a convolution's last inputs: [B | C | x] = norm(x) @ in_proj^T, then
+out_proj(C * conv(B * x)).
 
 A sequence whose chunk starts at position 0 starts from a zero state. The tokens run one after another
 (the recurrent form), as in C++, so chunking does not change the result.
@@ -25,19 +29,62 @@ from .model import rms_norm
 
 
 class DeltaState:
-    """One sequence's states, every delta-net layer: conv [layer] = [(K - 1), conv_dim] inputs,
-    ssm [layer] = [n_v_heads, k_dim, v_dim]."""
+    """One sequence's states, every recurrent layer: conv [layer] = [(K - 1), channels] inputs (a
+    delta-net's conv_dim, a short convolution's n_embd), ssm [layer] = [n_v_heads, k_dim, v_dim] (delta-net
+    layers)."""
 
     def __init__(self, c: dict[str, Any]) -> None:
-        d = c["delta"]
+        d, sc = c["delta"], c["conv"]
         conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
         self.conv = {i: np.zeros((d["conv_kernel"] - 1, conv_dim), np.float32) for i in d["layers"]}
+        self.conv.update({i: np.zeros((sc["kernel"] - 1, c["n_embd"]), np.float32) for i in sc["layers"]})
         self.ssm = {i: np.zeros((d["n_v_heads"], d["k_dim"], d["v_dim"]), np.float32) for i in d["layers"]}
 
     def copy_from(self, other: DeltaState) -> None:
         for i in self.conv:
             self.conv[i][...] = other.conv[i]
+        for i in self.ssm:
             self.ssm[i][...] = other.ssm[i]
+
+
+def _causal_conv(state: np.ndarray, x: np.ndarray, taps: np.ndarray, fresh: bool) -> np.ndarray:
+    """The chunk x [m, channels] through the depthwise convolution taps [channels, K] after the state's
+    K - 1 inputs (zeroed first when ``fresh``), tap by tap as C++ sums them; the state then keeps the
+    last K - 1 inputs."""
+    if fresh:
+        state[...] = 0
+    m, k = len(x), taps.shape[1]
+    inputs = np.concatenate([state, x])  # [K - 1 + m, channels]
+    y = np.zeros(x.shape, np.float32)
+    for j in range(k):
+        y = y + taps[:, j] * inputs[j : j + m]
+    state[...] = inputs[m:]
+    return y
+
+
+def short_conv(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    seq_start: Sequence[int],
+    states: Sequence[DeltaState],
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's short-convolution output [n, n_embd] (before the residual) for the normalised tokens h,
+    sequence s owning tokens [seq_start[s], seq_start[s + 1]) and states[s]."""
+    p, e = f"layers.{i}.", c["n_embd"]
+    bcx = np.einsum("ij,kj->ik", q8(h, p + "sc_in"), w[p + "sc_in"])
+    b, cc, x = bcx[:, :e], bcx[:, e : 2 * e], bcx[:, 2 * e :]
+    bx = (b * x).astype(np.float32)
+    y = np.empty(bx.shape, np.float32)
+    for s, state in enumerate(states):
+        lo, hi = seq_start[s], seq_start[s + 1]
+        if hi > lo:
+            y[lo:hi] = _causal_conv(state.conv[i], bx[lo:hi], w[p + "sc_conv"], positions[lo] == 0)
+    y = (cc * y).astype(np.float32)
+    return np.einsum("ij,kj->ik", q8(y, p + "sc_out"), w[p + "sc_out"])  # type: ignore[no-any-return]
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -82,14 +129,9 @@ def delta_net(
             continue
         conv, ssm = state.conv[i], state.ssm[i]
         if positions[lo] == 0:  # a new (or recomputed) sequence
-            conv[...] = 0
             ssm[...] = 0
-        m, taps = hi - lo, d["conv_kernel"]
-        inputs = np.concatenate([conv, qkv[lo:hi]])  # [K - 1 + m, conv_dim]
-        y = np.zeros((m, inputs.shape[1]), np.float32)
-        for j in range(taps):  # (tap by tap, as C++ sums them)
-            y = y + w[p + "ssm_conv"][:, j] * inputs[j : j + m]
-        conv[...] = inputs[m:]
+        m = hi - lo
+        y = _causal_conv(conv, qkv[lo:hi], w[p + "ssm_conv"], positions[lo] == 0)
         y = _silu(y)
         q = _l2norm(y[:, : nk * kd].reshape(m, nk, kd), 1.0 / np.sqrt(np.float32(kd)))[:, kh]
         k = _l2norm(y[:, nk * kd : 2 * nk * kd].reshape(m, nk, kd))[:, kh]

@@ -23,7 +23,7 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe",
+    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2",
 )  # fmt: skip
 QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
@@ -35,7 +35,7 @@ CONFIG_KEYS = (
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
-    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "attn_gate", "n_kv_layers",
+    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "attn_gate", "n_kv_layers",
     "state_bytes",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
@@ -47,6 +47,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "clamp_qkv": 0.0, "attn_temp_scale": 0.0, "attn_temp_length": 0,
     "delta": {"n_k_heads": 0, "n_v_heads": 0, "k_dim": 0, "v_dim": 0, "conv_kernel": 0, "v_tiled": False,
               "layers": []},
+    "conv": {"kernel": 0, "layers": []},
     "attn_gate": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
@@ -54,7 +55,7 @@ _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe)"
+    "qwen3_5, qwen3_5_moe, lfm2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -76,6 +77,7 @@ _HF_ARCHS = {
     "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
     "qwen3_5_text": "qwen35", "Qwen3_5ForCausalLM": "qwen35",
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
+    "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -90,6 +92,8 @@ _GGUF_LAYER = {
     "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
     "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
     "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
+    "sc_in": "shortconv.in_proj.weight", "sc_conv": "shortconv.conv.weight",
+    "sc_out": "shortconv.out_proj.weight",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -107,6 +111,7 @@ _HF_LAYER = {
     "ssm_beta": "linear_attn.in_proj_b.weight", "ssm_alpha": "linear_attn.in_proj_a.weight",
     "ssm_conv": "linear_attn.conv1d.weight", "ssm_dt": "linear_attn.dt_bias", "ssm_a": "linear_attn.A_log",
     "ssm_norm": "linear_attn.norm.weight", "ssm_out": "linear_attn.out_proj.weight",
+    "sc_in": "conv.in_proj.weight", "sc_conv": "conv.conv.weight", "sc_out": "conv.out_proj.weight",
 }  # fmt: skip
 
 
@@ -143,11 +148,15 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
             raise ValueError(f"invalid {key} {cfg[key]}")
     if cfg["n_head"] % cfg["n_head_kv"] or cfg["head_dim"] % 2:
         raise ValueError("head count not a multiple of the KV head count, or odd head dimension")
-    d = cfg["delta"]  # (Qwen3.5: the layers without K/V, and one sequence's state: float32 values)
-    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"])
+    # (Qwen3.5's delta-nets, LFM2's convolutions: the layers without K/V, and one sequence's state in
+    # float32 values)
+    d, sc = cfg["delta"], cfg["conv"]
+    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"])
     conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
     per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
-    cfg["state_bytes"] = 4 * len(d["layers"]) * per_layer if d["layers"] else 0
+    state = len(d["layers"]) * per_layer if d["layers"] else 0
+    state += len(sc["layers"]) * (sc["kernel"] - 1) * cfg["n_embd"]
+    cfg["state_bytes"] = 4 * state
     return {k: cfg[k] for k in CONFIG_KEYS}
 
 
@@ -187,8 +196,11 @@ def _weights(
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
         if cfg["attn_gate"]:  # (Qwen3.5: [query | gate] per head)
             shapes["wq"] = (2 * q, e)
-        delta = i in d["layers"]
-        if delta:  # Qwen3.5's gated delta-net (reference/delta_net.py)
+        recurrent = i in d["layers"] or i in cfg["conv"]["layers"]  # (no attention, no q / k norms)
+        if i in cfg["conv"]["layers"]:  # LFM2's short convolution (reference/delta_net.py)
+            shapes = {"attn_norm": (1, e), "sc_in": (3 * e, e), "sc_conv": (e, cfg["conv"]["kernel"]),
+                      "sc_out": (e, e)}  # fmt: skip
+        if i in d["layers"]:  # Qwen3.5's gated delta-net (reference/delta_net.py)
             conv, v_all, heads = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"], (
                 d["n_v_heads"] * d["v_dim"]), d["n_v_heads"]  # fmt: skip
             shapes = {"attn_norm": (1, e), "ssm_qkv": (conv, e), "ssm_z": (v_all, e), "ssm_beta": (heads, e),
@@ -207,7 +219,7 @@ def _weights(
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
-        elif cfg["qk_norm"] and not delta:
+        elif cfg["qk_norm"] and not recurrent:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
         if cfg["o_bias"]:
             shapes.update(bo=(1, e))
@@ -307,7 +319,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_embd=n_embd,
         n_layer=md.get(k + "block_count", 0),
         n_head=n_head,
-        n_head_kv=md.get(k + "attention.head_count_kv", n_head),
+        # (LFM2: one count per layer, 0 for its convolution layers)
+        n_head_kv=max(kv_list)
+        if (kv_list := md.get(k + "attention.head_count_kv")) and isinstance(kv_list, list)
+        else md.get(k + "attention.head_count_kv", n_head),
         head_dim=head_dim,
         n_ff=md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
         n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
@@ -350,13 +365,19 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mistral3_gguf(md, common))
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
+    kv_list = md.get(k + "attention.head_count_kv")
+    if isinstance(kv_list, list) and arch != "lfm2":
+        raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
+    if arch == "lfm2":
+        common.update(arch_config.lfm2_gguf(md, common, kv_list if isinstance(kv_list, list) else None))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
+    final_norm = "token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight"  # (LFM2's name for it)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
-        "token_embd.weight", "output_norm.weight", "output.weight",
+        "token_embd.weight", final_norm, "output.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.gguf_layer_weights(cfg, i, g.tensor, names, w)
@@ -503,15 +524,26 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.temperature_hf(s))
     if arch in QWEN35:
         common.update(arch_config.qwen35_hf(c, common))
+    if arch == "lfm2":
+        common.update(arch_config.lfm2_hf(c, common["n_layer"]))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
-    layer_names = _OLMO2_HF if arch in NO_PRE_NORMS else _GLM4_HF if arch == "glm4" else _HF_LAYER
+    layer_names = (
+        _OLMO2_HF
+        if arch in NO_PRE_NORMS
+        else _GLM4_HF
+        if arch == "glm4"
+        else _LFM2_HF
+        if arch == "lfm2"
+        else _HF_LAYER
+    )
+    final_norm = "model.embedding_norm.weight" if arch == "lfm2" else "model.norm.weight"
     w = _weights(
         cfg, get_tensor, set(where),
         lambda i, f: f"model.layers.{i}.{layer_names[f]}",
-        "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+        "model.embed_tokens.weight", final_norm, "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
@@ -528,6 +560,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 # OLMo 2: post_attention_layernorm normalises the attention's output (Llama's pre-FFN norm's name).
 _OLMO2_HF = {**_HF_LAYER, "post_attn_norm": "post_attention_layernorm.weight",
              "post_ffn_norm": "post_feedforward_layernorm.weight"}  # fmt: skip
+# LFM2: operator_norm, out_proj, q / k layernorm, and feed_forward.w1 / w3 / w2 (gate / up / down).
+_LFM2_HF = {**_HF_LAYER, "attn_norm": "operator_norm.weight", "ffn_norm": "ffn_norm.weight",
+            "wo": "self_attn.out_proj.weight", "q_norm": "self_attn.q_layernorm.weight",
+            "k_norm": "self_attn.k_layernorm.weight", "w_gate": "feed_forward.w1.weight",
+            "w_up": "feed_forward.w3.weight", "w_down": "feed_forward.w2.weight"}  # fmt: skip
 # GLM-4: the norms of the attention's and the MLP's outputs (post_attention_layernorm: the MLP's input).
 _GLM4_HF = {**_HF_LAYER, "post_attn_norm": "post_self_attn_layernorm.weight",
             "post_ffn_norm": "post_mlp_layernorm.weight"}  # fmt: skip

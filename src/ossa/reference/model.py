@@ -215,7 +215,7 @@ def split_bf16(x: np.ndarray) -> np.ndarray:
 
 MATRICES = (
     "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "wq_a", "wq_b", "wkv_a",
-    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out", "sc_in", "sc_out",
 )  # fmt: skip
 
 
@@ -373,7 +373,7 @@ def forward(
         return rms_norm(out, w[name], eps) if post_normed else out
 
     states = None
-    if c["delta"]["layers"]:  # Qwen3.5: one sequence's recurrent states, from zero
+    if c["delta"]["layers"] or c["conv"]["layers"]:  # Qwen3.5, LFM2: one sequence's states, from zero
         from .delta_net import DeltaState
 
         states = [DeltaState(c)]
@@ -384,6 +384,10 @@ def forward(
             from .delta_net import delta_net
 
             x = x + delta_net(c, w, i, h, positions, [0, len(ids)], states, q8)
+        elif states is not None and i in c["conv"]["layers"]:  # LFM2's short convolution
+            from .delta_net import short_conv
+
+            x = x + short_conv(c, w, i, h, positions, [0, len(ids)], states, q8)
         elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 

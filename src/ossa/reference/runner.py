@@ -68,7 +68,7 @@ class ModelRunner:
             (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
         )
         self.states: list[Any] = []
-        if config["delta"]["layers"]:
+        if config["delta"]["layers"] or config["conv"]["layers"]:
             from .delta_net import DeltaState
 
             if num_state_slots < 1:
@@ -198,6 +198,11 @@ class ModelRunner:
                 from .delta_net import delta_net
 
                 x = _plain_ffn(c, w, i, x + delta_net(c, w, i, h, pos, seq_start, states, q8), q8)
+                continue
+            if states and i in c["conv"]["layers"]:  # LFM2's short convolution (the same module)
+                from .delta_net import short_conv
+
+                x = _plain_ffn(c, w, i, x + short_conv(c, w, i, h, pos, seq_start, states, q8), q8)
                 continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
                 x = _plain_ffn(

@@ -1,12 +1,19 @@
-"""Qwen3.5 forward speed and agreement: ossa vs llama.cpp (llama-cpp-python) on the same GGUF files.
+"""Hybrid recurrent models' forward speed and agreement: ossa vs llama.cpp (llama-cpp-python) on the same
+GGUF files.
 
-No real Qwen3.5 file is available offline, so this writes a random-weight one shaped like Qwen3.5-0.8B
-(hidden 1024, 24 layers of which every 4th is gated attention with 8 query / 2 KV heads of 256 dims, a
-quarter of each rotated; the other 18 gated delta-nets with 16 key and 16 value heads of 128 and a
-4-tap convolution; SwiGLU of 3584 rows; tied embeddings), laid out as llama.cpp's converter writes
-``qwen35`` files, with the default model's tokenizer (49,152 tokens, not Qwen3.5's 248,320: the
-output matrix is a smaller share of a step than in the real file). F16 written here, the other types
-made by llama.cpp's own quantizer (llama_model_quantize), cached under $OSSA_HOME/bench.
+No real file is available offline, so this writes random-weight ones, laid out as llama.cpp's
+converter writes them, with the default model's tokenizer (49,152 tokens, fewer than the real ones':
+the output matrix is a smaller share of a step than in the real files):
+
+- ``--arch qwen35`` (default), shaped like Qwen3.5-0.8B: hidden 1024, 24 layers of which every 4th is
+  gated attention with 8 query / 2 KV heads of 256 dims, a quarter of each rotated; the other 18 gated
+  delta-nets with 16 key and 16 value heads of 128 and a 4-tap convolution; SwiGLU of 3584 rows; tied.
+- ``--arch lfm2``, shaped like LFM2-1.2B: hidden 2048, 16 layers, attention (32 query / 8 KV heads of
+  64) at layers 2, 5, 8, 10, 12 and 14, gated short convolutions of 3 taps elsewhere; SwiGLU of 8192
+  rows; tied.
+
+F16 written here, the other types made by llama.cpp's own quantizer (llama_model_quantize), cached
+under $OSSA_HOME/bench.
 
 For each type: the logits of a 64-token prompt from ossa and from llama.cpp (max |difference| over
 max |logit|: both read the same weights, so this checks the file's conventions at full size: value
@@ -14,7 +21,7 @@ head order, the decay's sign, the norms' 1 + w, the convolution's layout), then 
 tokens) and decode (after 128 tokens; ``--decode-contexts``: also after longer prompts), each engine
 in its own process with its own environment, best of repeated runs, tok/s and ossa / llama.cpp.
 
-    OSSA_CORE_DIR=build/dev/csrc PYTHONPATH=src python benchmarks/qwen35.py [--threads 2] [--types Q8_0]
+    OSSA_CORE_DIR=build/dev/csrc PYTHONPATH=src python benchmarks/hybrid.py [--arch lfm2] [--types Q8_0]
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from forward import bench_dir, kernels_label, speed_isolated  # noqa: E402
 from make_bench_models import copy_gguf_metadata, quantize, write_gguf  # noqa: E402
 
+LFM2 = dict(n_embd=2048, n_layer=16, attention=(2, 5, 8, 10, 12, 14), n_head=32, n_head_kv=8, head_dim=64,
+            n_ff=8192, conv=3)  # fmt: skip
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
@@ -108,6 +117,63 @@ def build_f16(dst: Path, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+def build_lfm2_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the LFM2-1.2B-shaped file (matrices F16, norms and convolution taps F32) once."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s = LFM2
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "lfm2")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd = s["n_embd"], s["head_dim"]
+    w.add_context_length(128000)
+    w.add_embedding_length(e)
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv([s["n_head_kv"] if i in s["attention"] else 0 for i in range(s["n_layer"])])
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_uint32("lfm2.shortconv.l_cache", s["conv"])
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    rng = np.random.default_rng(0)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        w.add_tensor(name, values.astype(np.float16))
+
+    def vec(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
+    vec("token_embd_norm.weight", e)  # (LFM2's final norm)
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", e)
+        vec(p + "ffn_norm.weight", e)
+        if i in s["attention"]:
+            mat(p + "attn_q.weight", s["n_head"] * hd, e)
+            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+            vec(p + "attn_q_norm.weight", hd)
+            vec(p + "attn_k_norm.weight", hd)
+            mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        else:
+            mat(p + "shortconv.in_proj.weight", 3 * e, e)
+            taps = rng.standard_normal((e, s["conv"])) / np.sqrt(s["conv"])
+            w.add_tensor(p + "shortconv.conv.weight", taps.astype(np.float32))
+            mat(p + "shortconv.out_proj.weight", e, e)
+        mat(p + "ffn_gate.weight", s["n_ff"], e)
+        mat(p + "ffn_up.weight", s["n_ff"], e)
+        mat(p + "ffn_down.weight", e, s["n_ff"])
+    return write_gguf(w, tmp, dst)
+
+
 def agreement(path: str, n: int = 64) -> tuple[float, float]:
     """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process): ossa
     exact, and ossa loaded with quantized_activations (llama.cpp's own scheme: activations rounded to
@@ -133,20 +199,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
+    ap.add_argument("--arch", choices=["qwen35", "lfm2"], default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
-    f16 = build_f16(bench_dir() / "qwen35-0.8b-shape-F16.gguf", default)
+    stem = "qwen35-0.8b-shape" if args.arch == "qwen35" else "lfm2-1.2b-shape"
+    build = build_f16 if args.arch == "qwen35" else build_lfm2_f16
+    f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
-        path = Path(f16) if t == "F16" else bench_dir() / f"qwen35-0.8b-shape-{t}.gguf"
+        path = Path(f16) if t == "F16" else bench_dir() / f"{stem}-{t}.gguf"
         if not path.exists():
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
-    print(f"synthetic qwen35: {SHAPE}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
+    shape = SHAPE if args.arch == "qwen35" else LFM2
+    print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
     for t, path in files:
