@@ -291,6 +291,7 @@ def test_routing_matches_transformers(arch: str, kw: dict[str, Any]) -> None:
         "n_expert_used": kw["num_experts_per_tok"],
         "norm_topk_prob": bool(kw.get("norm_topk_prob")) and (v3 or m4),  # (transformers' V2 router never is)
         "routed_scale": kw.get("routed_scaling_factor", 1.0),
+        "norm_eps": float(np.float32(1e-20)),  # (transformers' DeepSeek routers add 1e-20)
     }
     bias = router.e_score_correction_bias.numpy() if v3 else None
     for t in range(x.shape[0]):

@@ -1,4 +1,5 @@
-"""LFM2 (``lfm2`` GGUF files, Lfm2ForCausalLM folders: Liquid AI's LFM2 / LFM2.5, 350M to 2.6B)
+"""LFM2 (``lfm2`` GGUF files, Lfm2ForCausalLM folders: Liquid AI's LFM2 / LFM2.5, 350M to 2.6B) and
+LFM2-MoE (``lfm2moe``, Lfm2MoeForCausalLM: LFM2-8B-A1B; DeepSeek V3's routing in one group)
 against Hugging Face transformers and the NumPy twin, on tiny random models built by transformers, from
 safetensors folders and from GGUF files laid out as llama.cpp's converter writes them.
 
@@ -53,6 +54,13 @@ CASES: dict[str, dict[str, Any]] = {
         intermediate_size=120, vocab_size=130, layer_types=["conv", "conv", "full_attention", "conv"],
         conv_L_cache=4, block_ffn_dim_multiplier=1.5, block_multiple_of=32,
     ),
+    # LFM2-8B-A1B's layout (lfm2moe): a dense lead layer of intermediate_size rows, then 6 experts of
+    # 32 rows, 2 used per token, chosen by sigmoid score plus the expert bias, renormalised.
+    "lfm2-moe": dict(
+        arch="lfm2_moe", hidden_size=48, num_layers=4, num_heads=2, num_kv_heads=1, intermediate_size=80,
+        vocab_size=130, layer_types=["conv", "full_attention", "conv", "conv"], conv_L_cache=3,
+        num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, num_dense_layers=1,
+    ),
 }  # fmt: skip
 # F16 / Q8_0 files against transformers: B * x * C multiplies three rounded projections, which these
 # random models amplify past the Llama family's bounds (measured max: F16 1.5e-3, Q8_0 3.1e-2); the twin
@@ -81,11 +89,14 @@ def test_logits_match_hf_and_twin(
     assert c["conv"]["layers"] == [i for i, t in enumerate(kw["layer_types"]) if t == "conv"]
     assert c["n_kv_layers"] == kw["layer_types"].count("full_attention") and c["qk_norm"]
     assert c["state_bytes"] == 4 * len(c["conv"]["layers"]) * (kw["conv_L_cache"] - 1) * kw["hidden_size"]
+    if kw["arch"] == "lfm2_moe":  # (its dense layers: intermediate_size; experts from num_dense_layers on)
+        assert c["n_ff"] == kw["intermediate_size"] and c["moe"]["layers"] == list(range(1, kw["num_layers"]))
+        assert c["moe"]["sigmoid_gating"] and c["moe"]["selection_bias"] and c["moe"]["norm_topk_prob"]
+        return
     # Lfm2MLP's size: 2/3 of intermediate_size, times the multiplier, rounded up to block_multiple_of.
     of = kw.get("block_multiple_of", 256)
-    assert c["n_ff"] == of * -(
-        -int(kw.get("block_ffn_dim_multiplier", 1.0) * int(2 * kw["intermediate_size"] / 3)) // of
-    )
+    ff = int(kw.get("block_ffn_dim_multiplier", 1.0) * int(2 * kw["intermediate_size"] / 3))
+    assert c["n_ff"] == of * -(-ff // of)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -49,6 +49,7 @@ ARCHS = (
     "qwen3_5",
     "qwen3_5_moe",
     "lfm2",
+    "lfm2_moe",
 )
 
 
@@ -145,6 +146,7 @@ def make_hf_model(
         "qwen3_5": transformers.Qwen3_5TextConfig,
         "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
         "lfm2": transformers.Lfm2Config,
+        "lfm2_moe": transformers.Lfm2MoeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -182,7 +184,7 @@ def make_hf_model(
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
         for name, b in model.named_buffers():  # DeepSeek V3's selection bias (zeros otherwise)
-            if name.endswith("e_score_correction_bias"):
+            if name.endswith(("e_score_correction_bias", "expert_bias")):  # (LFM2-MoE's too)
                 b.copy_(0.1 * torch.randn(b.shape, generator=gen))
     if tie:
         model.tie_weights()
@@ -270,7 +272,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
         if arch == "glm4" and rest in _GLM4_NAMES:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
-        if arch == "lfm2" and rest in _LFM2_NAMES:
+        if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
@@ -334,6 +336,7 @@ def hf_to_gguf(
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
+        "lfm2_moe": "lfm2moe",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -353,16 +356,17 @@ def hf_to_gguf(
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(n_embd)
     writer.add_block_count(cfg["num_hidden_layers"] + int(nextn))
-    if arch == "lfm2":  # the feed-forward's size as Lfm2MLP derives it
+    if arch in ("lfm2", "lfm2moe"):  # the feed-forward's size as Lfm2MLP derives it
         from ossa.reference import arch_config
 
-        writer.add_feed_forward_length(arch_config.lfm2_hf(cfg, cfg["num_hidden_layers"])["n_ff"])
+        lfm2 = arch_config.lfm2_hf(cfg, cfg["num_hidden_layers"], moe=arch == "lfm2moe")
+        writer.add_feed_forward_length(lfm2["n_ff"])
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
-    if arch == "lfm2":  # (one count per layer, 0 for the convolution layers, as llama.cpp's converter)
+    if arch in ("lfm2", "lfm2moe"):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
         writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
-        writer.add_uint32("lfm2.shortconv.l_cache", cfg["conv_L_cache"])
+        writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
@@ -460,7 +464,17 @@ def hf_to_gguf(
         if ex["sliding_window"]:
             writer.add_sliding_window(ex["sliding_window"])
             writer.add_sliding_window_pattern(ex["layer_sliding"])
-    elif arch not in ("gemma", "gemma2", "gemma3", "smollm3", "granite", "qwen35", "qwen35moe", "lfm2"):
+    elif arch not in (
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "smollm3",
+        "granite",
+        "qwen35",
+        "qwen35moe",
+        "lfm2",
+        "lfm2moe",
+    ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
         _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
@@ -468,6 +482,12 @@ def hf_to_gguf(
         writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
         _add_moe_keys(writer, arch, cfg)
+    if model_type == "lfm2_moe":  # llama.cpp's converter: V3-style routing (sigmoid), dense lead layers
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_leading_dense_block_count(cfg["num_dense_layers"])
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if model_type == "ernie4_5_moe":  # (the sparse layers: those with a router tensor)
@@ -769,7 +789,7 @@ def _moe_tensors(tensors: dict[str, np.ndarray], n_layer: int, split: bool) -> d
         "w2": "down",
     }
     for i in range(n_layer):
-        for block in ("mlp", "block_sparse_moe"):
+        for block in ("mlp", "block_sparse_moe", "feed_forward"):
             p = f"model.layers.{i}.{block}."
             if p + "gate.weight" not in tensors:
                 continue
@@ -786,6 +806,8 @@ def _moe_tensors(tensors: dict[str, np.ndarray], n_layer: int, split: bool) -> d
                     out[f"blk.{i}.ffn_{stem}_shexp.weight"] = tensors.pop(p + f"shared_expert.{hf}.weight")
             if p + "shared_expert_gate.weight" in tensors:
                 out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = tensors.pop(p + "shared_expert_gate.weight")
+            if p + "expert_bias" in tensors:  # (LFM2-MoE's selection bias)
+                out[f"blk.{i}.exp_probs_b.bias"] = tensors.pop(p + "expert_bias").reshape(-1)
     return out
 
 

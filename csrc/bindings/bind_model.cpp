@@ -126,6 +126,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["n_group"] = c.moe.n_group;
   moe["topk_group"] = c.moe.topk_group;
   moe["routed_scale"] = c.moe.routed_scale;
+  moe["norm_eps"] = c.moe.norm_eps;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;

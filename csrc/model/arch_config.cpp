@@ -805,9 +805,10 @@ void lfm2_config_hf(const Json& cfg, ModelConfig& c) {
     }
   }
   // Lfm2MLP's size: block_ff_dim (the Hub's files; Lfm2Config takes it over intermediate_size) or
-  // intermediate_size, adjusted.
-  int64_t ff = cfg.integer("block_ff_dim", cfg.integer("intermediate_size", 12288));
-  if (cfg.boolean("block_auto_adjust_ff_dim", true)) {
+  // intermediate_size, adjusted (LFM2-MoE's dense layers: intermediate_size as it is).
+  const bool moe = c.arch == "lfm2moe";
+  int64_t ff = cfg.integer("block_ff_dim", cfg.integer("intermediate_size", moe ? 7168 : 12288));
+  if (!moe && cfg.boolean("block_auto_adjust_ff_dim", true)) {
     ff = 2 * ff / 3;
     const JsonValue* mult = cfg.get("block_ffn_dim_multiplier");  // (default 1.0; null: none)
     if (mult == nullptr || !mult->is_null()) {

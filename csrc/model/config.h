@@ -58,6 +58,7 @@ struct MoeConfig {
   bool group_top2 = false;  // a group scored by its two best (V3, Mistral 4), else its best (V2)
   int n_group = 1, topk_group = 1;
   float routed_scale = 1.0f;
+  float norm_eps = 1e-20f;  // added to the chosen weights' sum (LFM2-MoE: 1e-6)
   bool is_moe_layer(int layer) const;
 };
 
@@ -196,6 +197,8 @@ struct ModelConfig {
     for (int l = 0; l < layer; ++l) n += layer_state_floats(l);
     return n;
   }
+  // LFM2 and LFM2-MoE (lfm2, lfm2moe): short convolutions among attention layers.
+  bool lfm2() const { return arch == "lfm2" || arch == "lfm2moe"; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).

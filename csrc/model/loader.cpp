@@ -205,7 +205,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama",  "qwen2",    "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
     "gemma2", "gemma3",   "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
     "olmo2",  "exaone4",  "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe",
-    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2"};
+    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2",      "lfm2moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -216,7 +216,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -508,7 +508,7 @@ void load_gguf(Model& m, Storage& st) {
       kv_array ? g->get_int_array(k + "attention.head_count_kv") : std::vector<int64_t>{};
   int64_t kv_heads = kv_array ? 0 : g->get_int(k + "attention.head_count_kv", c.n_head);
   for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
-  if (kv_array && arch != "lfm2")
+  if (kv_array && arch != "lfm2" && arch != "lfm2moe")
     throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
   c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
   // (a Qwen3.5 MoE file may have no dense size: its experts')
@@ -594,8 +594,8 @@ void load_gguf(Model& m, Storage& st) {
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
   }
-  if (qwen35) qwen35_config_gguf(*g, c, m.path);  // delta-net layers, gated attention
-  if (arch == "lfm2") lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
+  if (qwen35) qwen35_config_gguf(*g, c, m.path);                // delta-net layers, gated attention
+  if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -613,8 +613,8 @@ void load_gguf(Model& m, Storage& st) {
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   // (LFM2's final norm is named token_embd_norm: transformers' embedding_norm, applied last)
   build_weights(m, b, arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss : gguf_name,
-                "token_embd.weight",
-                arch == "lfm2" ? "token_embd_norm.weight" : "output_norm.weight", "output.weight");
+                "token_embd.weight", c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight",
+                "output.weight");
   build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
@@ -978,7 +978,9 @@ void load_hf(Model& m, Storage& st) {
       {"qwen3_5_moe_text", "qwen35moe"},
       {"Qwen3_5MoeForCausalLM", "qwen35moe"},
       {"lfm2", "lfm2"},
-      {"Lfm2ForCausalLM", "lfm2"}};
+      {"Lfm2ForCausalLM", "lfm2"},
+      {"lfm2_moe", "lfm2moe"},
+      {"Lfm2MoeForCausalLM", "lfm2moe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1086,20 +1088,19 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
   if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
-  if (c.arch == "lfm2") lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
+  if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
-                c.arch == "glm4"   ? hf_name_glm4
-                : c.arch == "lfm2" ? hf_name_lfm2
-                : c.pre_norms()    ? hf_name
-                                   : hf_name_post_norms,
+                c.arch == "glm4" ? hf_name_glm4
+                : c.lfm2()       ? hf_name_lfm2
+                : c.pre_norms()  ? hf_name
+                                 : hf_name_post_norms,
                 "model.embed_tokens.weight",
-                c.arch == "lfm2" ? "model.embedding_norm.weight" : "model.norm.weight",
-                "lm_head.weight");
+                c.lfm2() ? "model.embedding_norm.weight" : "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }

@@ -88,7 +88,7 @@ float sigmoid(float v) {
 // only the experts of the topk_group best groups are eligible (a group's score: its best choice
 // score for V2, the sum of its two best for V3; equal scores: the lower group first); the k best
 // eligible choices (equal ones: the lower expert), each weighted by p (over the chosen ones' sum
-// plus 1e-20 with norm_topk_prob), times routed_scale; sorted by expert index.
+// plus norm_eps with norm_topk_prob), times routed_scale; sorted by expert index.
 void route_deepseek(const MoeConfig& mc, const float* logits, int32_t* chosen, float* weight,
                     const float* bias) {
   const int n = mc.n_expert, k = mc.n_expert_used;
@@ -133,7 +133,7 @@ void route_deepseek(const MoeConfig& mc, const float* logits, int32_t* chosen, f
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) sum += weight[j] = p[chosen[j]];
   for (int j = 0; j < k; ++j) {
-    if (mc.norm_topk_prob) weight[j] = weight[j] / (sum + 1e-20f);
+    if (mc.norm_topk_prob) weight[j] = weight[j] / (sum + mc.norm_eps);
     weight[j] *= mc.routed_scale;
   }
 }

@@ -225,7 +225,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
        c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe" ||
-       c.arch == "olmoe" || c.arch == "qwen35moe") &&
+       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "lfm2moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -257,7 +257,9 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.norm_min = 1e-12f;
   }
   // (GLM-4.5's routing is DeepSeek V3's: sigmoid scores unless the file says otherwise)
-  const bool glm = c.arch == "glm4moe", deepseek = c.arch == "deepseek2" || glm;
+  // (LFM2-MoE routes as DeepSeek V3 does, in one group: sigmoid scores plus an expert bias)
+  const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
+             deepseek = c.arch == "deepseek2" || glm || lfm2;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
@@ -272,7 +274,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.deepseek = true;
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
-    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm);
+    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm || lfm2);
+    if (lfm2) m.norm_eps = 1e-6f;
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
     m.sigmoid_gating = gating == 2;
     m.group_top2 = m.sigmoid_gating;
@@ -290,7 +293,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe")
+      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "lfm2moe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -407,6 +410,18 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       for (int i = 0; i < c.n_layer; ++i)
         if (i >= first && i % freq == 0) m.layers.push_back(i);
     }
+  } else if (c.arch == "lfm2moe") {  // Lfm2MoeConfig's defaults: V3's routing in one group
+    m.n_expert = static_cast<int>(integer("num_experts", 32));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 4));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 1792));
+    m.deepseek = m.sigmoid_gating = true;
+    m.selection_bias = boolean("use_expert_bias", true);
+    m.norm_topk_prob = boolean("norm_topk_prob", true);
+    m.norm_eps = 1e-6f;
+    m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
+    const int64_t dense = integer("num_dense_layers", 2);
+    for (int i = 0; i < c.n_layer; ++i)
+      if (i >= dense && m.n_expert > 0) m.layers.push_back(i);
   } else if (c.arch == "olmoe") {  // OlmoeConfig's defaults; experts of intermediate_size
     m.n_expert = static_cast<int>(integer("num_experts", 64));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 8));
@@ -538,8 +553,12 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
                        out);
     return;
   }
-  const bool mixtral = c.arch == "mixtral";
-  const std::string p = "model.layers." + l + (mixtral ? ".block_sparse_moe." : ".mlp.");
+  // (Mixtral and LFM2-MoE name the experts' matrices w1 / w3 / w2)
+  const bool mixtral = c.arch == "mixtral", w123 = mixtral || c.arch == "lfm2moe";
+  const std::string p = "model.layers." + l +
+                        (mixtral               ? ".block_sparse_moe."
+                         : c.arch == "lfm2moe" ? ".feed_forward."
+                                               : ".mlp.");
   out.router = src.take(p + "gate.weight", canon + "router", n, E);
   if (src.has(p + "experts.gate_up_proj")) {
     // transformers 5's fused stacks where no conversion restores the per-expert tensors (Mistral
@@ -552,9 +571,9 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       ExpertWeights& x = out.experts[e];
       const std::string pe = p + "experts." + std::to_string(e) + ".",
                         ce = canon + "experts." + std::to_string(e) + ".";
-      x.w_gate = src.take(pe + (mixtral ? "w1.weight" : "gate_proj.weight"), ce + "w_gate", F, E);
-      x.w_up = src.take(pe + (mixtral ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
-      x.w_down = src.take(pe + (mixtral ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
+      x.w_gate = src.take(pe + (w123 ? "w1.weight" : "gate_proj.weight"), ce + "w_gate", F, E);
+      x.w_up = src.take(pe + (w123 ? "w3.weight" : "up_proj.weight"), ce + "w_up", F, E);
+      x.w_down = src.take(pe + (w123 ? "w2.weight" : "down_proj.weight"), ce + "w_down", E, F);
     }
   }
   // (Qwen2-MoE: shared_expert and its gate; ERNIE, DeepSeek and GLM: shared_experts, ungated)
@@ -571,8 +590,9 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
   }
   if (m.selection_bias)
     out.selection_bias =
-        src.take(p + (c.arch != "ernie4_5-moe" ? "gate.e_score_correction_bias"
-                                               : "moe_statics.e_score_correction_bias"),
+        src.take(p + (c.arch == "ernie4_5-moe" ? "moe_statics.e_score_correction_bias"
+                      : c.arch == "lfm2moe"    ? "expert_bias"
+                                               : "gate.e_score_correction_bias"),
                  canon + "selection_bias", 1, n);
 }
 

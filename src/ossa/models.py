@@ -193,6 +193,7 @@ class MoeConfig:
     n_group: int = 1
     topk_group: int = 1
     routed_scale: float = 1.0
+    norm_eps: float = 1e-20  # added to the chosen weights' sum when renormalised (LFM2-MoE: 1e-6)
 
 
 @dataclass(frozen=True)

@@ -674,26 +674,29 @@ def qwen35_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
             "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip
 
 
-def lfm2_gguf(md: dict[str, Any], common: dict[str, Any], kv_per_layer: list[int] | None) -> dict[str, Any]:
-    """LFM2 from GGUF (twin of lfm2_config_gguf): shortconv.l_cache taps, the convolution layers those
-    whose attention.head_count_kv is 0."""
-    kernel = md.get("lfm2.shortconv.l_cache", 3)
+def lfm2_gguf(
+    arch: str, md: dict[str, Any], common: dict[str, Any], kv_per_layer: list[int] | None
+) -> dict[str, Any]:
+    """LFM2 / LFM2-MoE from GGUF (twin of lfm2_config_gguf): shortconv.l_cache taps, the convolution
+    layers those whose attention.head_count_kv is 0."""
+    kernel = md.get(arch + ".shortconv.l_cache", 3)
     if not 2 <= kernel <= 64:
-        raise ValueError("invalid lfm2.shortconv.l_cache")
+        raise ValueError(f"invalid {arch}.shortconv.l_cache")
     n_layer = common["n_layer"]
     layers: list[int] = []
     if kv_per_layer is not None:
         if len(kv_per_layer) != n_layer:
-            raise ValueError(f"lfm2.attention.head_count_kv must hold {n_layer} counts")
+            raise ValueError(f"{arch}.attention.head_count_kv must hold {n_layer} counts")
         if any(kv not in (0, common["n_head_kv"]) for kv in kv_per_layer):
             raise ValueError("differing KV head counts across layers (not supported)")
         layers = [i for i, kv in enumerate(kv_per_layer) if kv == 0]
     return {"rope_style": "neox", "qk_norm": True, "conv": {"kernel": kernel, "layers": layers}}
 
 
-def lfm2_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
-    """LFM2 from a config.json (twin of lfm2_config_hf): conv_L_cache, layer_types (else full_attn_idxs),
-    norm_eps and Lfm2MLP's feed-forward size."""
+def lfm2_hf(c: dict[str, Any], n_layer: int, moe: bool = False) -> dict[str, Any]:
+    """LFM2 / LFM2-MoE (``moe``) from a config.json (twin of lfm2_config_hf): conv_L_cache, layer_types
+    (else full_attn_idxs), norm_eps and Lfm2MLP's feed-forward size (LFM2-MoE's dense layers:
+    intermediate_size as it is)."""
     if c.get("conv_bias"):
         raise ValueError("conv_bias=true is not supported")
     kernel = c.get("conv_L_cache", 3)
@@ -710,8 +713,8 @@ def lfm2_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
         layers = [i for i in range(n_layer) if i not in full]
     else:
         layers = []
-    ff = c.get("block_ff_dim", c.get("intermediate_size", 12288))  # (Lfm2Config: block_ff_dim first)
-    if c.get("block_auto_adjust_ff_dim", True):
+    ff = c.get("block_ff_dim", c.get("intermediate_size", 7168 if moe else 12288))  # (block_ff_dim first)
+    if not moe and c.get("block_auto_adjust_ff_dim", True):
         ff = int(2 * ff / 3)
         mult = c.get("block_ffn_dim_multiplier", 1.0)
         if mult is not None:

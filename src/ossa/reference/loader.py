@@ -23,8 +23,9 @@ from .safetensors import read_safetensors
 ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
-    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2",
+    "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
 )  # fmt: skip
+LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
 QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
@@ -55,7 +56,7 @@ _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, lfm2)"
+    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -77,7 +78,7 @@ _HF_ARCHS = {
     "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
     "qwen3_5_text": "qwen35", "Qwen3_5ForCausalLM": "qwen35",
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
-    "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2",
+    "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2", "lfm2_moe": "lfm2moe", "Lfm2MoeForCausalLM": "lfm2moe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -366,15 +367,15 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
-    if isinstance(kv_list, list) and arch != "lfm2":
+    if isinstance(kv_list, list) and arch not in LFM2:
         raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
-    if arch == "lfm2":
-        common.update(arch_config.lfm2_gguf(md, common, kv_list if isinstance(kv_list, list) else None))
+    if arch in LFM2:
+        common.update(arch_config.lfm2_gguf(arch, md, common, kv_list if isinstance(kv_list, list) else None))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
-    final_norm = "token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight"  # (LFM2's name for it)
+    final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
         "token_embd.weight", final_norm, "output.weight",
@@ -524,8 +525,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.temperature_hf(s))
     if arch in QWEN35:
         common.update(arch_config.qwen35_hf(c, common))
-    if arch == "lfm2":
-        common.update(arch_config.lfm2_hf(c, common["n_layer"]))
+    if arch in LFM2:
+        common.update(arch_config.lfm2_hf(c, common["n_layer"], moe=arch == "lfm2moe"))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -536,10 +537,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else _GLM4_HF
         if arch == "glm4"
         else _LFM2_HF
-        if arch == "lfm2"
+        if arch in LFM2
         else _HF_LAYER
     )
-    final_norm = "model.embedding_norm.weight" if arch == "lfm2" else "model.norm.weight"
+    final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
     w = _weights(
         cfg, get_tensor, set(where),
         lambda i, f: f"model.layers.{i}.{layer_names[f]}",

@@ -38,6 +38,7 @@ MOE_ARCHS = (
     "glm4moe",
     "olmoe",
     "qwen35moe",
+    "lfm2moe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -54,7 +55,7 @@ def dense_moe() -> dict[str, Any]:
 _PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
                           "selection_bias": False, "norm_min": 0.0, "deepseek": False,
                           "sigmoid_gating": False, "group_top2": False, "n_group": 1, "topk_group": 1,
-                          "routed_scale": 1.0}  # fmt: skip
+                          "routed_scale": 1.0, "norm_eps": float(np.float32(1e-20))}  # fmt: skip
 _GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
                             "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
 # ERNIE 4.5 MoE: chosen by softmax probability + e_score_correction_bias, weighted by the probability
@@ -91,7 +92,17 @@ def gguf_config(
     n_expert = md.get(k + "expert_count", 0)
     if (
         arch
-        in ("qwen3moe", "qwen2moe", "gpt-oss", "granitemoe", "ernie4_5-moe", "glm4moe", "olmoe", "qwen35moe")
+        in (
+            "qwen3moe",
+            "qwen2moe",
+            "gpt-oss",
+            "granitemoe",
+            "ernie4_5-moe",
+            "glm4moe",
+            "olmoe",
+            "qwen35moe",
+            "lfm2moe",
+        )
         and not n_expert
     ):
         raise ValueError(f"architecture {arch} without {k}expert_count")
@@ -101,7 +112,8 @@ def gguf_config(
     # (llama.cpp: a deepseek2 file without the key routes by softmax, GLM-4.7-Flash's by sigmoid)
     glm_lite = arch == "deepseek2" and n_layer in (47, 48) and n_vocab == 154880
     gating = md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
-    deepseek = arch == "deepseek2" or glm
+    lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
+    deepseek = arch == "deepseek2" or glm or lfm2
     if arch != "gpt-oss" and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
@@ -113,7 +125,8 @@ def gguf_config(
             "n_expert": n_expert,
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": md.get(k + "expert_shared_count", 0) * n_ff_expert,
-            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm)),
+            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm or lfm2)),
+            "norm_eps": float(np.float32(1e-6 if lfm2 else 1e-20)),
             "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
             "n_group": groups,
             "topk_group": md.get(k + "expert_group_used_count", groups) if groups > 1 else 1,
@@ -229,6 +242,17 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
             "norm_topk_prob": False, "layers": list(range(n_layer)),
         })  # fmt: skip
+    if arch == "lfm2moe":  # Lfm2MoeConfig's defaults: V3's routing in one group
+        dense = get("num_dense_layers", 2)
+        n_expert = get("num_experts", 32)
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": True, "n_expert": n_expert,
+            "n_expert_used": get("num_experts_per_tok", 4), "n_ff_expert": get("moe_intermediate_size", 1792),
+            "n_ff_shared": 0, "norm_topk_prob": bool(get("norm_topk_prob", True)),
+            "selection_bias": bool(get("use_expert_bias", True)), "norm_eps": float(np.float32(1e-6)),
+            "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
+            "layers": [i for i in range(n_layer) if i >= dense and n_expert > 0],
+        })  # fmt: skip
     if arch == "olmoe":  # OlmoeConfig's defaults; experts of intermediate_size
         return _validate({
             **_PLAIN, "n_expert": get("num_experts", 64), "n_expert_used": get("num_experts_per_tok", 8),
@@ -329,8 +353,10 @@ def _view_stacks(
 def hf_layer_weights(
     cfg: dict[str, Any], i: int, get: Callable[[str], np.ndarray], names: set[Any], w: dict[str, np.ndarray]
 ) -> None:
-    """Layer i's MoE weights from a HF folder (Qwen's mlp.experts.E.*_proj, Mixtral's w1/w3/w2)."""
+    """Layer i's MoE weights from a HF folder (Qwen's mlp.experts.E.*_proj, Mixtral's and LFM2-MoE's
+    w1/w3/w2)."""
     moe, e_dim, mixtral = cfg["moe"], cfg["n_embd"], cfg["arch"] == "mixtral"
+    lfm2 = cfg["arch"] == "lfm2moe"
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
     if cfg["arch"] == "gpt-oss":
         _gpt_oss_hf_layer(cfg, i, get, names, w)
@@ -341,9 +367,9 @@ def hf_layer_weights(
         _view_stacks(cfg, i, _need(get, names, p + "input_linear.weight"),
                      _need(get, names, p + "output_linear.weight"), w)  # fmt: skip
         return
-    p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "mlp.")
+    p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "feed_forward." if lfm2 else "mlp.")
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
-    stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral else {
+    stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral or lfm2 else {
         "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
     if p + "experts.gate_up_proj" in names:  # transformers 5's fused stacks (Mistral 4's folders)
         _view_stacks(cfg, i, get(p + "experts.gate_up_proj"), _need(get, names, p + "experts.down_proj"), w)
@@ -367,7 +393,8 @@ def hf_layer_weights(
             ).reshape(e_dim)
     if moe["selection_bias"]:
         stat = "moe_statics." if cfg["arch"] == "ernie4_5-moe" else "gate."
-        bias = _need(get, names, p + stat + "e_score_correction_bias")
+        name = p + "expert_bias" if lfm2 else p + stat + "e_score_correction_bias"
+        bias = _need(get, names, name)
         w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)
 
 
@@ -486,7 +513,7 @@ def route_deepseek(
     sigmoid (V3) of the logits (float32 values); choice = p + bias where the layer has one; with
     groups, only the experts of the topk_group best groups are eligible (a group's score: its best
     choice for V2, the sum of its two best for V3; equal scores: the lower group); the k best eligible
-    choices (equal ones: the lower expert), weighted by p (over their float32 sum + 1e-20 with
+    choices (equal ones: the lower expert), weighted by p (over their float32 sum + norm_eps with
     norm_topk_prob) times routed_scale."""
     if moe["sigmoid_gating"]:
         p = (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
@@ -509,7 +536,7 @@ def route_deepseek(
     for v in weight:  # (summed in expert order, in float32, as the C++ route)
         total = np.float32(total + v)
     if moe["norm_topk_prob"]:
-        weight = (weight / np.float32(total + np.float32(1e-20))).astype(np.float32)
+        weight = (weight / np.float32(total + np.float32(moe["norm_eps"]))).astype(np.float32)
     return chosen, (weight * np.float32(moe["routed_scale"])).astype(np.float32)
 
 
