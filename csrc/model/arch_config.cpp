@@ -676,6 +676,27 @@ void check_delta(const DeltaNetConfig& d, const std::string& where) {
   if (d.conv_kernel < 1 || d.conv_kernel > 64) bad("convolution size");
 }
 
+// config.json's layer_types as one flag per layer: 1 for `yes`, 0 for `no` (anything else, or a
+// list of another length, refused); false when the config has none.
+bool layer_type_flags(const Json& cfg, int n_layer, const char* yes, const char* no,
+                      std::vector<uint8_t>& flags) {
+  const JsonValue* types = cfg.get("layer_types");
+  if (types == nullptr || types->is_null()) return false;
+  const std::string where = "'" + cfg.path + "'";
+  if (!types->is_array() || types->array.size() != static_cast<size_t>(n_layer))
+    throw ModelError("config 'layer_types' in " + where + " must list " + std::to_string(n_layer) +
+                     " layer types");
+  flags.assign(static_cast<size_t>(n_layer), 0);
+  for (int i = 0; i < n_layer; ++i) {
+    const JsonValue& t = types->array[static_cast<size_t>(i)];
+    if (!t.is_string() || (t.string != yes && t.string != no))
+      throw ModelError("config 'layer_types' in " + where + " must hold \"" + yes + "\" or \"" +
+                       no + "\"");
+    flags[static_cast<size_t>(i)] = t.string == yes;
+  }
+  return true;
+}
+
 }  // namespace
 
 void qwen35_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
@@ -730,19 +751,8 @@ void qwen35_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   d.n_v_heads = dim("linear_num_value_heads", 32);
   check_delta(d, where);
   d.layers.resize(static_cast<size_t>(c.n_layer));
-  const JsonValue* types = cfg.get("layer_types");
-  if (types != nullptr && !types->is_null()) {
-    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
-      throw ModelError("config 'layer_types' in " + where + " must list " +
-                       std::to_string(c.n_layer) + " layer types");
-    for (int i = 0; i < c.n_layer; ++i) {
-      const JsonValue& t = types->array[static_cast<size_t>(i)];
-      if (!t.is_string() || (t.string != "linear_attention" && t.string != "full_attention"))
-        throw ModelError("config 'layer_types' in " + where +
-                         " must hold \"linear_attention\" or \"full_attention\"");
-      d.layers[static_cast<size_t>(i)] = t.string == "linear_attention";
-    }
-  } else {  // (transformers' default: every full_attention_interval-th layer full)
+  if (!layer_type_flags(cfg, c.n_layer, "linear_attention", "full_attention", d.layers)) {
+    // (transformers' default: every full_attention_interval-th layer full)
     const int64_t interval = cfg.integer("full_attention_interval", 4);
     if (interval < 1) throw ModelError("invalid full_attention_interval in " + where);
     for (int i = 0; i < c.n_layer; ++i) d.layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
@@ -781,20 +791,9 @@ void lfm2_config_hf(const Json& cfg, ModelConfig& c) {
   c.conv.kernel = static_cast<int>(std::clamp<int64_t>(cfg.integer("conv_L_cache", 3), 0, 65));
   if (c.conv.kernel < 2 || c.conv.kernel > 64) throw ModelError("invalid conv_L_cache in " + where);
   c.conv.layers.assign(static_cast<size_t>(c.n_layer), 0);
-  const JsonValue* types = cfg.get("layer_types");
   const JsonValue* full = cfg.get("full_attn_idxs");
-  if (types != nullptr && !types->is_null()) {
-    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
-      throw ModelError("config 'layer_types' in " + where + " must list " +
-                       std::to_string(c.n_layer) + " layer types");
-    for (int i = 0; i < c.n_layer; ++i) {
-      const JsonValue& t = types->array[static_cast<size_t>(i)];
-      if (!t.is_string() || (t.string != "conv" && t.string != "full_attention"))
-        throw ModelError("config 'layer_types' in " + where +
-                         " must hold \"conv\" or \"full_attention\"");
-      c.conv.layers[static_cast<size_t>(i)] = t.string == "conv";
-    }
-  } else if (full != nullptr && !full->is_null()) {  // (Lfm2Config: the others are convolutions)
+  const bool typed = layer_type_flags(cfg, c.n_layer, "conv", "full_attention", c.conv.layers);
+  if (!typed && full != nullptr && !full->is_null()) {  // (Lfm2Config: the others are convolutions)
     if (!full->is_array())
       throw ModelError("config 'full_attn_idxs' in " + where + " must be a list");
     c.conv.layers.assign(static_cast<size_t>(c.n_layer), 1);

@@ -601,6 +601,17 @@ def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     return {**out, "rope_style": "neox" if c.get("rope_interleave") is False else "interleaved"}
 
 
+def _layer_type_layers(c: dict[str, Any], n_layer: int, yes: str, no: str) -> list[int] | None:
+    """The layers config.json's layer_types marks ``yes`` (each entry ``yes`` or ``no``, one per layer:
+    twin of arch_config.cpp's layer_type_flags); None when it has none."""
+    types = c.get("layer_types")
+    if types is None:
+        return None
+    if len(types) != n_layer or any(t not in (yes, no) for t in types):
+        raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
+    return [i for i, t in enumerate(types) if t == yes]
+
+
 def _check_delta(d: dict[str, Any]) -> dict[str, Any]:
     """The delta-net sizes, checked (twin of arch_config.cpp's check_delta)."""
     if d["n_k_heads"] < 1 or d["n_v_heads"] < 1 or d["n_v_heads"] % d["n_k_heads"]:
@@ -650,12 +661,8 @@ def qwen35_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     if not 0 < partial <= 1:
         raise ValueError("invalid partial_rotary_factor")
     n_layer = common["n_layer"]
-    types = c.get("layer_types")
-    if types is not None:
-        if len(types) != n_layer or any(t not in ("linear_attention", "full_attention") for t in types):
-            raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
-        layers = [i for i, t in enumerate(types) if t == "linear_attention"]
-    else:
+    layers = _layer_type_layers(c, n_layer, "linear_attention", "full_attention")
+    if layers is None:
         interval = c.get("full_attention_interval", 4)
         if interval < 1:
             raise ValueError("invalid full_attention_interval")
@@ -702,17 +709,12 @@ def lfm2_hf(c: dict[str, Any], n_layer: int, moe: bool = False) -> dict[str, Any
     kernel = c.get("conv_L_cache", 3)
     if not 2 <= kernel <= 64:
         raise ValueError("invalid conv_L_cache")
-    types, full = c.get("layer_types"), c.get("full_attn_idxs")
-    if types is not None:
-        if len(types) != n_layer or any(t not in ("conv", "full_attention") for t in types):
-            raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
-        layers = [i for i, t in enumerate(types) if t == "conv"]
-    elif full is not None:
+    full = c.get("full_attn_idxs")
+    layers = _layer_type_layers(c, n_layer, "conv", "full_attention")
+    if layers is None and full is not None:  # (Lfm2Config: the others are convolutions)
         if any(not isinstance(i, int) or not 0 <= i < n_layer for i in full):
             raise ValueError("config 'full_attn_idxs' must hold layer indices")
         layers = [i for i in range(n_layer) if i not in full]
-    else:
-        layers = []
     ff = c.get("block_ff_dim", c.get("intermediate_size", 7168 if moe else 12288))  # (block_ff_dim first)
     if not moe and c.get("block_auto_adjust_ff_dim", True):
         ff = int(2 * ff / 3)
@@ -721,4 +723,4 @@ def lfm2_hf(c: dict[str, Any], n_layer: int, moe: bool = False) -> dict[str, Any
             of = c.get("block_multiple_of", 256)
             ff = of * ((int(mult * ff) + of - 1) // of)
     return {"rope_style": "neox", "qk_norm": True, "rms_eps": c.get("norm_eps", 1e-5), "n_ff": ff,
-            "conv": {"kernel": kernel, "layers": layers}}  # fmt: skip
+            "conv": {"kernel": kernel, "layers": layers or []}}  # fmt: skip
