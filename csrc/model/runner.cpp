@@ -29,8 +29,8 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
   const int64_t state_floats = model_->config.state_floats();
   if (state_floats > 0) {
     if (num_state_slots < 1) throw InputError("ModelRunner: num_state_slots must be >= 1");
-    try {
-      states_.assign(static_cast<size_t>(state_floats) * num_state_slots, 0.0f);
+    try {  // (anonymous memory: zero, populated in the background as the K/V pool)
+      states_ = LargeBuffer(static_cast<size_t>(state_floats) * num_state_slots * sizeof(float));
     } catch (const std::bad_alloc&) {
       throw InputError("ModelRunner: cannot allocate " + std::to_string(num_state_slots) +
                        " recurrent state slots of " + std::to_string(state_floats * 4) + " bytes");
@@ -38,7 +38,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int num_blocks, int
     identity_.resize(static_cast<size_t>(num_state_slots));
     slot_used_.assign(static_cast<size_t>(num_state_slots), 0);
     for (int i = 0; i < num_state_slots; ++i) identity_[static_cast<size_t>(i)] = i;
-    state_.states = states_.data();
+    state_.states = reinterpret_cast<float*>(states_.data());
     state_.n_state_slots = num_state_slots;
   }
 }
@@ -53,8 +53,9 @@ void ModelRunner::copy_state(int src, int dst) {
     throw InputError("copy_state: state slot out of range");
   if (src == dst) return;
   const size_t n = static_cast<size_t>(model_->config.state_floats());
-  std::memcpy(states_.data() + static_cast<size_t>(dst) * n,
-              states_.data() + static_cast<size_t>(src) * n, n * sizeof(float));
+  float* states = reinterpret_cast<float*>(states_.data());
+  std::memcpy(states + static_cast<size_t>(dst) * n, states + static_cast<size_t>(src) * n,
+              n * sizeof(float));
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {

@@ -61,7 +61,7 @@ class ModelRunner {
   // Anonymous memory populated by a background thread from construction on (util/mmap.h), so steps
   // do not take the page faults of first touches and construction does not wait for them.
   LargeBuffer kv_;
-  std::vector<float> states_;               // recurrent states (delta_net.h has the layout)
+  LargeBuffer states_;  // recurrent states (delta_net.h has the layout): zero pages, as kv_
   std::vector<int32_t> identity_;           // slot s for sequence s, when a batch names none
   mutable std::vector<uint8_t> slot_used_;  // validate's scratch (all 0 between calls)
   ForwardState state_;
