@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from test_qwen35 import check_recurrent_engine
+from test_qwen35 import check_recurrent_engine, check_state_slots
 from tiny_models import (
     N_TOKENS,
     build_hf_cases,
@@ -113,10 +113,14 @@ def test_batch_invariance_inspect_and_errors(
     hf_models: dict[str, Any], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Batch invariance (alone, among 7 others each in its own state slot, chunked, 1 and 2 threads);
+    state slots and fork copies (a model whose last layer is a convolution);
     inspect names the convolutions; bad sizes, layer types and conv_bias are refused by both loaders; a
     GGUF file without the per-layer KV head counts fails naming the attention tensor it lacks."""
     path = case_file(hf_models, "lfm2", "Q8_0", tmp_path_factory)
     check_invariance(core.load_model(path), CASES["lfm2"]["vocab_size"], seed=13)
+    # (lfm2-wide ends on a convolution layer: copy_block must skip it, the pool holding attention only)
+    wide = case_file(hf_models, "lfm2-wide", "F32", tmp_path_factory)
+    check_state_slots(core.load_model(wide), CASES["lfm2-wide"]["vocab_size"])
     text = models.format_inspect(models.inspect(path))
     assert "short conv    3 of 5 layers (gated convolution of 3 taps" in text, text
     src = hf_models["lfm2"][0]

@@ -124,6 +124,12 @@ def test_batch_invariance_and_state_slots(
     path = case_file(hf_models, "qwen35", "Q8_0", tmp_path_factory)
     model = core.load_model(path)
     check_invariance(model, CASES["qwen35"]["vocab_size"], seed=11)
+    check_state_slots(model, CASES["qwen35"]["vocab_size"])
+
+
+def check_state_slots(model: Any, vocab: int) -> None:
+    """The runner refuses state slots used twice or out of range; a fork (copy_state and copy_block
+    of its partial block) continues bitwise as its parent does."""
     runner = core.ModelRunner(model, 8, 4, 16, num_state_slots=2)
     ids = [3, 9, 27, 81]
     args = (ids, [0, 1, 0, 1], [0, 1, 4, 5], [0, 2, 4], [2, 2], [0, 1, 2], [0, 1], [1, 3])
@@ -138,7 +144,7 @@ def test_batch_invariance_and_state_slots(
     a = runner.forward([5], [2], [2], [0, 1], [3], [0, 1], [0], [0], state_slots=[0])
     b = runner.forward([5], [2], [6], [0, 1], [3], [0, 1], [1], [0], state_slots=[1])
     np.testing.assert_array_equal(a, b)
-    assert first.shape == (1, CASES["qwen35"]["vocab_size"])
+    assert first.shape == (1, vocab)
 
 
 def test_inspect_and_errors(hf_models: dict[str, Any], tmp_path: Path) -> None:

@@ -155,8 +155,9 @@ void* ForwardState::k_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
   const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
   const int64_t regions = model->config.kv_shared() ? 1 : 2;  // (shared: one row layout)
+  OSSA_ASSERT(!model->config.recurrent(layer));  // (the pool holds the attention layers only)
   return static_cast<uint8_t*>(kv) +
-         static_cast<int64_t>(model->config.kv_index(layer)) * regions * bytes;  // (KV layers only)
+         static_cast<int64_t>(model->config.kv_index(layer)) * regions * bytes;
 }
 
 void* ForwardState::v_cache(int layer) const {
