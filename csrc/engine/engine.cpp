@@ -48,7 +48,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   if (model_->config.state_floats() > 0 && config.speculative.enabled())
     throw InputError(
         "speculative decoding is not supported for models with recurrent layers "
-        "(Qwen3.5's delta-net): their state cannot take back rejected drafts");
+        "(Qwen3.5's delta-nets, LFM2's convolutions): their state cannot take back rejected "
+        "drafts");
   if (tokenizer_) {
     eos_ids_ = tokenizer_->eos_ids();
     if (eos_ids_.empty() && tokenizer_->eos_id() >= 0) eos_ids_.push_back(tokenizer_->eos_id());
@@ -56,7 +57,9 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   std::erase_if(eos_ids_, [&](int32_t id) { return id < 0 || id >= n_vocab_; });
   validate_speculative_config(config.speculative);
   if (draft_model && draft_model->config.state_floats() > 0)
-    throw InputError("a draft model with recurrent layers (Qwen3.5's delta-net) is not supported");
+    throw InputError(
+        "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions) is not "
+        "supported");
   if (config.speculative.enabled() && config.speculative.method == SpecMethod::DraftModel)
     draft_model_ = make_draft_model(std::move(draft_model), *model_, config.scheduler.num_blocks,
                                     config.scheduler.block_size,

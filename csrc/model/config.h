@@ -103,7 +103,8 @@ struct DeltaNetConfig {
   int64_t layer_floats() const { return conv_floats() + int64_t{n_v_heads} * k_dim * v_dim; }
 };
 
-// LFM2's short-convolution layers (model/short_conv.cpp): a token's in_proj row [B | C | x]
+// LFM2's short-convolution layers (model/delta_net.cpp short_conv_layer): a token's in_proj row
+// [B | C | x]
 // (n_embd each), B * x through a causal depthwise convolution of `kernel` taps (its last kernel - 1
 // inputs are a sequence's state), times C, then out_proj.
 struct ShortConvConfig {
@@ -118,7 +119,7 @@ struct ModelConfig {
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
                      // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
                      // "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35",
-                     // "qwen35moe"
+                     // "qwen35moe", "lfm2", "lfm2moe"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -137,7 +138,7 @@ struct ModelConfig {
   MoeConfig moe;
   MlaConfig mla;         // DeepSeek V2 / V3 (deepseek2); inactive otherwise
   DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
-  ShortConvConfig conv;  // LFM2 (lfm2); inactive otherwise
+  ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
   // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
   // the attention's output is multiplied by sigmoid(gate) before wo.
   bool attn_gate = false;

@@ -28,9 +28,8 @@ void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int thread
 
 // Layer `layer`'s state of batch sequence sq (its slot's part, ModelConfig::state_offset).
 inline float* layer_state(const ForwardState& s, int sq, int layer) {
-  const ModelConfig& c = s.model->config;
-  return s.states + static_cast<int64_t>(s.state_slots[sq]) * c.state_floats() +
-         c.state_offset(layer);
+  return s.states + static_cast<int64_t>(s.state_slots[sq]) * s.slot_floats +
+         s.layer_state_start[static_cast<size_t>(layer)];
 }
 
 // The causal depthwise convolution of each batch sequence's chunk in layer `layer`: out[t] =

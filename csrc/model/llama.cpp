@@ -126,6 +126,9 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     widest = std::max<int64_t>(widest, V);
   }
   if (c.attn_gate) qg.resize(t * 2 * q_dim);
+  slot_floats = c.state_floats();
+  layer_state_start.resize(static_cast<size_t>(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) layer_state_start[static_cast<size_t>(l)] = c.state_offset(l);
   if (c.conv.active()) {
     sc_bcx.resize(t * 3 * c.n_embd);
     sc_y.resize(t * c.n_embd);

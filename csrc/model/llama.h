@@ -53,7 +53,9 @@ struct ForwardState {
   ZeroPageVector<float> sc_bcx, sc_y;
   float* states = nullptr;
   int n_state_slots = 0;
-  const int32_t* state_slots = nullptr;  // this step's: sequence s's state is slot state_slots[s]
+  int64_t slot_floats = 0;                 // config.state_floats()
+  std::vector<int64_t> layer_state_start;  // [n_layer]: config.state_offset(layer)
+  const int32_t* state_slots = nullptr;    // this step's: sequence s's state is slot state_slots[s]
 
   void plan(const Model& m, int num_blocks, int block_size, int max_tokens, void* kv_pool,
             KvType kv_type);

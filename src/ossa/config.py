@@ -349,20 +349,20 @@ class EngineArgs:
         kv_dtype = models.kv_cache_dtype_of(self.kv_cache_dtype)
         dtype_bytes = 2 if kv_dtype == "float16" else 4
         weight_bytes = _weight_bytes(model_path)
-        kv_layers = arch.n_kv_layers or arch.n_layer  # (Qwen3.5's delta-net layers hold no K/V)
+        kv_layers = arch.n_kv_layers or arch.n_layer  # (recurrent layers hold no K/V)
         block_bytes = int(
             core.kv_block_bytes(kv_layers, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes)
         )
         recurrent = arch.state_bytes > 0
         if recurrent and speculative_config_of(self.speculative_config).method != "none":
             raise ValueError(
-                f"speculative_config is not supported for {arch.arch} models: the recurrent state of "
-                "their delta-net layers cannot take back rejected draft tokens"
+                f"speculative_config is not supported for {arch.arch} models: the state of their "
+                "recurrent layers cannot take back rejected draft tokens"
             )
         if draft is not None and draft.config.state_bytes > 0:
             raise ValueError(
-                f"speculative_config model: a {draft.config.arch} draft is not supported (the recurrent "
-                "state of its delta-net layers cannot take back rejected draft tokens)"
+                f"speculative_config model: a {draft.config.arch} draft is not supported (the state of "
+                "its recurrent layers cannot take back rejected draft tokens)"
             )
         draft_weight_bytes = draft_block_bytes = 0
         if draft is not None:
@@ -388,7 +388,7 @@ class EngineArgs:
                 )
         if kv_bytes is None:
             kv_bytes = DEFAULT_KV_CACHE_BYTES if avail is None else min(DEFAULT_KV_CACHE_BYTES, avail // 5)
-        # Recurrent state (Qwen3.5): one slot per running sequence, out of the same budget: as many
+        # Recurrent state (Qwen3.5, LFM2): one slot per running sequence, out of the same budget: as many
         # as max_num_seqs where half the budget holds them, else what half holds (at least one); the
         # KV blocks get the rest.
         max_num_seqs = self.max_num_seqs or OFFLINE_LIMITS["max_num_seqs"]

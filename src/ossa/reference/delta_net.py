@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .model import rms_norm
+from .model import rms_norm, silu
 
 
 class DeltaState:
@@ -87,10 +87,6 @@ def short_conv(
     return np.einsum("ij,kj->ik", q8(y, p + "sc_out"), w[p + "sc_out"])  # type: ignore[no-any-return]
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    return (x / (np.float32(1) + np.exp(-x))).astype(np.float32)
-
-
 def _l2norm(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """x over its last axis times 1 / sqrt(sum(x^2) + 1e-6) (summed in float64), times ``scale``."""
     total = np.sum(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
@@ -132,7 +128,7 @@ def delta_net(
             ssm[...] = 0
         m = hi - lo
         y = _causal_conv(conv, qkv[lo:hi], w[p + "ssm_conv"], positions[lo] == 0)
-        y = _silu(y)
+        y = silu(y)
         q = _l2norm(y[:, : nk * kd].reshape(m, nk, kd), 1.0 / np.sqrt(np.float32(kd)))[:, kh]
         k = _l2norm(y[:, nk * kd : 2 * nk * kd].reshape(m, nk, kd))[:, kh]
         v = y[:, 2 * nk * kd :].reshape(m, heads, vd)
@@ -145,7 +141,7 @@ def delta_net(
             delta = (v[t] - np.einsum("hij,hi->hj", ssm, k[t])) * beta[t][:, None]
             ssm += k[t][:, :, None] * delta[:, None, :]
             o[lo + t] = np.einsum("hij,hi->hj", ssm, q[t])
-    gated = rms_norm(o, w[p + "ssm_norm"], eps) * _silu(z.reshape(len(h), heads, vd))
+    gated = rms_norm(o, w[p + "ssm_norm"], eps) * silu(z.reshape(len(h), heads, vd))
     gated = gated.reshape(len(h), heads * vd)
     return np.einsum("ij,kj->ik", q8(gated, p + "ssm_out"), w[p + "ssm_out"])  # type: ignore[no-any-return]
 
@@ -157,3 +153,19 @@ def gate_attention(q_gate: np.ndarray, n_head: int, head_dim: int) -> tuple[np.n
     qg = q_gate.reshape(n, n_head, 2, head_dim)
     gate = (1 / (1 + np.exp(-qg[:, :, 1]))).astype(np.float32)
     return np.ascontiguousarray(qg[:, :, 0]).reshape(n, -1), gate.reshape(n, -1)
+
+
+def recurrent_layer(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    seq_start: Sequence[int],
+    states: Sequence[DeltaState],
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's output (before the residual) when it is a recurrent layer: a delta-net (Qwen3.5) or
+    a short convolution (LFM2)."""
+    layer = delta_net if i in c["delta"]["layers"] else short_conv
+    return layer(c, w, i, h, positions, seq_start, states, q8)

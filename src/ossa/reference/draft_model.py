@@ -69,7 +69,10 @@ class DraftModel:
     ) -> None:
         config, weights = load_weights(options.path)
         if config["state_bytes"]:
-            raise ValueError("a draft model with recurrent layers (Qwen3.5's delta-net) is not supported")
+            raise ValueError(
+                "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions) is not "
+                "supported"
+            )
         self.n_vocab = int(config["n_vocab"])
         self.runner = ModelRunner(
             config, weights, num_blocks, block_size, options.quantized_activations,

@@ -76,7 +76,7 @@ class EngineConfig:
     policy: str = "fcfs"
     enable_prefix_caching: bool = True
     watermark: float = 0.01  # share of blocks kept free when admitting waiting sequences
-    num_state_slots: int = 0  # recurrent state slots (Qwen3.5's delta-net layers); 0: none
+    num_state_slots: int = 0  # recurrent state slots (Qwen3.5's delta-nets, LFM2's convolutions); 0: none
     seed: int = 0  # seeds requests that bring none
     quantized_activations: bool = False  # match a model loaded with quantized_activations=True
     amx_activations: bool = False  # match the AMX kernels' bf16 hi + lo activations (model.uses_amx)
@@ -212,7 +212,7 @@ class Engine:
         if self.spec.enabled and model_config["state_bytes"]:
             raise ValueError(
                 "speculative decoding is not supported for models with recurrent layers (Qwen3.5's "
-                "delta-net): their state cannot take back rejected drafts"
+                "delta-nets, LFM2's convolutions): their state cannot take back rejected drafts"
             )
         self.draft_model: DraftModel | None = None
         if self.spec.enabled and self.spec.method == "draft_model":

@@ -380,14 +380,10 @@ def forward(
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = pre(x, p + "attn_norm")
-        if states is not None and i in c["delta"]["layers"]:  # ossa.reference.delta_net
-            from .delta_net import delta_net
+        if states is not None and (i in c["delta"]["layers"] or i in c["conv"]["layers"]):
+            from .delta_net import recurrent_layer  # (Qwen3.5's delta-nets, LFM2's convolutions)
 
-            x = x + delta_net(c, w, i, h, positions, [0, len(ids)], states, q8)
-        elif states is not None and i in c["conv"]["layers"]:  # LFM2's short convolution
-            from .delta_net import short_conv
-
-            x = x + short_conv(c, w, i, h, positions, [0, len(ids)], states, q8)
+            x = x + recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8)
         elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 

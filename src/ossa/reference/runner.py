@@ -4,8 +4,9 @@ The same contract as ``ossa::ModelRunner``: a flat batch (token ids, positions, 
 per-sequence token ranges, context lengths and block tables, the rows whose logits are wanted) goes
 in, float32 logits ``[len(logits_rows), n_vocab]`` come out, and each token's K/V is written into its
 slot so later steps attend to it. ``copy_block`` is the copy-on-write of forked sequences. A model
-with recurrent layers (Qwen3.5's delta-net, ``ossa.reference.delta_net``) keeps sequence s's state in
-slot ``state_slots[s]`` (empty: slot s) of ``num_state_slots``; ``copy_state`` copies a fork's.
+with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions: ``ossa.reference.delta_net``) keeps
+sequence s's state in slot ``state_slots[s]`` (empty: slot s) of ``num_state_slots``; ``copy_state``
+copies a fork's.
 
 K/V pool, float32, slot = block_id * block_size + offset:
 
@@ -194,15 +195,10 @@ class ModelRunner:
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
-            if states and i in c["delta"]["layers"]:  # Qwen3.5's delta-net (reference/delta_net.py)
-                from .delta_net import delta_net
+            if states and (i in c["delta"]["layers"] or i in c["conv"]["layers"]):
+                from .delta_net import recurrent_layer  # (Qwen3.5's delta-nets, LFM2's convolutions)
 
-                x = _plain_ffn(c, w, i, x + delta_net(c, w, i, h, pos, seq_start, states, q8), q8)
-                continue
-            if states and i in c["conv"]["layers"]:  # LFM2's short convolution (the same module)
-                from .delta_net import short_conv
-
-                x = _plain_ffn(c, w, i, x + short_conv(c, w, i, h, pos, seq_start, states, q8), q8)
+                x = _plain_ffn(c, w, i, x + recurrent_layer(c, w, i, h, pos, seq_start, states, q8), q8)
                 continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
                 x = _plain_ffn(
