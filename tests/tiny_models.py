@@ -50,6 +50,7 @@ ARCHS = (
     "qwen3_5_moe",
     "lfm2",
     "lfm2_moe",
+    "granitemoehybrid",
 )
 
 
@@ -147,6 +148,7 @@ def make_hf_model(
         "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
         "lfm2": transformers.Lfm2Config,
         "lfm2_moe": transformers.Lfm2MoeConfig,
+        "granitemoehybrid": transformers.GraniteMoeHybridConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -336,7 +338,7 @@ def hf_to_gguf(
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
-        "lfm2_moe": "lfm2moe",
+        "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -367,6 +369,8 @@ def hf_to_gguf(
     if arch in ("lfm2", "lfm2moe"):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
         writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
+    elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
+        _granitehybrid_keys(writer, cfg, n_head_kv)
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
     writer.add_layer_norm_rms_eps(cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
@@ -430,7 +434,7 @@ def hf_to_gguf(
         (i + 1) % 4 == 0 for i in range(cfg["num_hidden_layers"])
     ]:  # llama.cpp hard-codes every 4th layer; a GGUF file has no key for another pattern
         raise ValueError("a SmolLM3 GGUF file can only hold NoPE on every 4th layer")
-    if arch in ("granite", "granitemoe"):  # llama.cpp's converter: the four multipliers as they are
+    if arch in ("granite", "granitemoe", "granitehybrid"):  # llama.cpp's converter: the four multipliers
         writer.add_embedding_scale(float(cfg.get("embedding_multiplier", 1.0)))
         writer.add_residual_scale(float(cfg.get("residual_multiplier", 1.0)))
         writer.add_attention_scale(float(cfg.get("attention_multiplier", 1.0)))
@@ -474,6 +478,7 @@ def hf_to_gguf(
         "qwen35moe",
         "lfm2",
         "lfm2moe",
+        "granitehybrid",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -529,6 +534,8 @@ def hf_to_gguf(
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
+    if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
+        moe.update(_granitehybrid_tensors(tensors, cfg))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -551,19 +558,18 @@ def hf_to_gguf(
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
         if arch in ("qwen35", "qwen35moe") and name.endswith("norm.weight") and "ssm_norm" not in name:
             w = w + np.float32(1)  # (and Qwen3.5's, all but the delta-net's gated norm)
-        if arch in ("llama", "smollm3", "granite", "granitemoe", "mistral3") and name.endswith(
-            "attn_q.weight"
-        ):
+        permuted = ("llama", "smollm3", "granite", "granitemoe", "mistral3", "granitehybrid")
+        if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
-        elif arch in ("llama", "smollm3", "granite", "granitemoe", "mistral3") and name.endswith(
-            "attn_k.weight"
-        ):
+        elif arch in permuted and name.endswith("attn_k.weight"):
             w = _llama_permute(w, n_head_kv)
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # routers stay F32
         if name.endswith("ssm_conv1d.weight") or name.endswith("shortconv.conv.weight"):
             t = QT.F32  # (the convolutions' taps kept F32)
             w = w.reshape(w.shape[0], -1)  # (LFM2's [channels, 1, taps] squeezed, as llama.cpp's converter)
+        if name.endswith((".ssm_a", ".ssm_d", "norm.weight")):
+            t = QT.F32  # (Mamba-2's n x 1 vectors and its grouped norm, as llama.cpp's converter keeps them)
         if name.endswith(".bias") or name.endswith("attn_sinks.weight"):
             t = QT.F32  # biases (gpt-oss's expert bias stacks are 2-D) and sinks
         elif experts_qtype is not None and "_exps." in name:
@@ -737,6 +743,59 @@ def _qwen35_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict
         out[b + "ssm_dt.bias"] = tiled(tensors.pop(p + "dt_bias"), 1)
         out[b + "ssm_norm.weight"] = tensors.pop(p + "norm.weight")
         out[b + "ssm_out.weight"] = tiled(tensors.pop(p + "out_proj.weight"), vd, axis=1)
+    return out
+
+
+def _granitehybrid_keys(writer: Any, cfg: dict[str, Any], n_head_kv: int) -> None:
+    """Granite 4.0-H's keys as llama.cpp's converter writes them: the per-layer KV head counts (0: a
+    Mamba-2 layer), the ssm.* sizes (time_step_rank: the head count), rope.scaling.finetuned as the RoPE
+    switch, the expert counts and the shared MLP's size."""
+    arch, n_embd = "granitehybrid", cfg["hidden_size"]
+    mamba = [t in ("mamba", "linear_attention") for t in cfg["layer_types"]]
+    writer.add_head_count_kv([0 if m else n_head_kv for m in mamba])
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", cfg["mamba_d_conv"])
+    writer.add_uint32(f"{arch}.ssm.state_size", cfg["mamba_d_state"])
+    writer.add_uint32(f"{arch}.ssm.group_count", cfg["mamba_n_groups"])
+    writer.add_uint32(f"{arch}.ssm.inner_size", cfg["mamba_expand"] * n_embd)
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", cfg["mamba_n_heads"])
+    writer.add_bool(f"{arch}.rope.scaling.finetuned", cfg.get("position_embedding_type") == "rope")
+    if cfg.get("num_local_experts"):
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_expert_shared_feed_forward_length(cfg["shared_intermediate_size"])
+
+
+def _granitehybrid_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops Granite 4.0-H's Mamba-2, shared-MLP and expert tensors; returns them as llama.cpp's converter
+    writes them: in_proj as ssm_in, the convolution [channels, taps] and its bias, dt_bias as ssm_dt.bias,
+    A_log as ssm_a = -exp(A_log) and D as ssm_d (both n x 1), the norm as n_groups rows; the shared MLP's
+    input_linear split into gate and up (ffn_* without experts, ffn_*_shexp beside them), the experts'
+    input_linear into the gate and up stacks."""
+    out: dict[str, np.ndarray] = {}
+    experts, groups = bool(cfg.get("num_local_experts")), cfg["mamba_n_groups"]
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        if p + "mamba.in_proj.weight" in tensors:
+            m = p + "mamba."
+            out[b + "ssm_in.weight"] = tensors.pop(m + "in_proj.weight")
+            out[b + "ssm_conv1d.weight"] = tensors.pop(m + "conv1d.weight")[:, 0, :]
+            if m + "conv1d.bias" in tensors:
+                out[b + "ssm_conv1d.bias"] = tensors.pop(m + "conv1d.bias")
+            out[b + "ssm_dt.bias"] = tensors.pop(m + "dt_bias")
+            out[b + "ssm_a"] = -np.exp(tensors.pop(m + "A_log")).reshape(-1, 1)
+            out[b + "ssm_d"] = tensors.pop(m + "D").reshape(-1, 1)
+            out[b + "ssm_norm.weight"] = tensors.pop(m + "norm.weight").reshape(groups, -1)
+            out[b + "ssm_out.weight"] = tensors.pop(m + "out_proj.weight")
+        gate_up = tensors.pop(p + "shared_mlp.input_linear.weight")
+        half, suffix = len(gate_up) // 2, "_shexp" if experts else ""
+        out[f"{b}ffn_gate{suffix}.weight"], out[f"{b}ffn_up{suffix}.weight"] = gate_up[:half], gate_up[half:]
+        out[f"{b}ffn_down{suffix}.weight"] = tensors.pop(p + "shared_mlp.output_linear.weight")
+        if experts:
+            e, f = p + "block_sparse_moe.", cfg["intermediate_size"]
+            out[b + "ffn_gate_inp.weight"] = tensors.pop(e + "router.layer.weight")
+            stack = tensors.pop(e + "input_linear.weight")
+            out[b + "ffn_gate_exps.weight"], out[b + "ffn_up_exps.weight"] = stack[:, :f], stack[:, f:]
+            out[b + "ffn_down_exps.weight"] = tensors.pop(e + "output_linear.weight")
     return out
 
 
@@ -1007,7 +1066,8 @@ def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     import torch
 
     kw: dict[str, Any] = {}
-    if _model_type(path).startswith("qwen3_5"):  # (grouped_mm has no float64: the experts' loop)
+    if _model_type(path).startswith("qwen3_5") or _model_type(path) == "granitemoehybrid":
+        # (grouped_mm has no float64: the experts' loop)
         kw = {"dtype": torch.float64, "experts_implementation": "eager"}
     model = _causal_lm(_model_type(path)).from_pretrained(
         str(path), **{"dtype": torch.float32, **kw, **_attn_impl(path)}

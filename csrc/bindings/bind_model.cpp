@@ -177,6 +177,18 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
     if (c.conv.is_layer(l)) conv_layers.append(l);
   conv["layers"] = conv_layers;
   d["conv"] = conv;
+  nb::dict ssm;  // (Mamba-2 layers: Granite 4.0-H)
+  ssm["d_inner"] = c.ssm.d_inner;
+  ssm["d_state"] = c.ssm.d_state;
+  ssm["n_heads"] = c.ssm.n_heads;
+  ssm["n_groups"] = c.ssm.n_groups;
+  ssm["conv_kernel"] = c.ssm.conv_kernel;
+  ssm["conv_bias"] = c.ssm.conv_bias;
+  nb::list ssm_layers;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.ssm.is_layer(l)) ssm_layers.append(l);
+  ssm["layers"] = ssm_layers;
+  d["ssm"] = ssm;
   d["attn_gate"] = c.attn_gate;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);

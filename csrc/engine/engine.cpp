@@ -48,7 +48,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   if (model_->config.state_floats() > 0 && config.speculative.enabled())
     throw InputError(
         "speculative decoding is not supported for models with recurrent layers "
-        "(Qwen3.5's delta-nets, LFM2's convolutions): their state cannot take back rejected "
+        "(Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2): their state cannot take back "
+        "rejected "
         "drafts");
   if (tokenizer_) {
     eos_ids_ = tokenizer_->eos_ids();
@@ -58,8 +59,8 @@ Engine::Engine(std::shared_ptr<const Model> model, std::shared_ptr<const Tokeniz
   validate_speculative_config(config.speculative);
   if (draft_model && draft_model->config.state_floats() > 0)
     throw InputError(
-        "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions) is not "
-        "supported");
+        "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2) "
+        "is not supported");
   if (config.speculative.enabled() && config.speculative.method == SpecMethod::DraftModel)
     draft_model_ = make_draft_model(std::move(draft_model), *model_, config.scheduler.num_blocks,
                                     config.scheduler.block_size,

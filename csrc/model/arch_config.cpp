@@ -676,10 +676,11 @@ void check_delta(const DeltaNetConfig& d, const std::string& where) {
   if (d.conv_kernel < 1 || d.conv_kernel > 64) bad("convolution size");
 }
 
-// config.json's layer_types as one flag per layer: 1 for `yes`, 0 for `no` (anything else, or a
-// list of another length, refused); false when the config has none.
+// config.json's layer_types as one flag per layer: 1 for `yes` (or `yes2`), 0 for `no` (or `no2`)
+// (anything else, or a list of another length, refused); false when the config has none.
 bool layer_type_flags(const Json& cfg, int n_layer, const char* yes, const char* no,
-                      std::vector<uint8_t>& flags) {
+                      std::vector<uint8_t>& flags, const char* yes2 = nullptr,
+                      const char* no2 = nullptr) {
   const JsonValue* types = cfg.get("layer_types");
   if (types == nullptr || types->is_null()) return false;
   const std::string where = "'" + cfg.path + "'";
@@ -689,10 +690,11 @@ bool layer_type_flags(const Json& cfg, int n_layer, const char* yes, const char*
   flags.assign(static_cast<size_t>(n_layer), 0);
   for (int i = 0; i < n_layer; ++i) {
     const JsonValue& t = types->array[static_cast<size_t>(i)];
-    if (!t.is_string() || (t.string != yes && t.string != no))
+    const bool y = t.is_string() && (t.string == yes || (yes2 != nullptr && t.string == yes2));
+    if (!y && (!t.is_string() || (t.string != no && (no2 == nullptr || t.string != no2))))
       throw ModelError("config 'layer_types' in " + where + " must hold \"" + yes + "\" or \"" +
                        no + "\"");
-    flags[static_cast<size_t>(i)] = t.string == yes;
+    flags[static_cast<size_t>(i)] = y;
   }
   return true;
 }
@@ -841,6 +843,100 @@ void deepseek2_config_hf(const Json& cfg, ModelConfig& c) {
   mla_config(c, q_lora != nullptr && !q_lora->is_null() ? cfg.integer("q_lora_rank", 0) : 0,
              cfg.integer("kv_lora_rank", 512), cfg.integer("qk_nope_head_dim", 128),
              cfg.integer("qk_rope_head_dim", 64), cfg.integer("v_head_dim", 128), coef, where);
+}
+
+namespace {
+
+void check_mamba2(const Mamba2Config& m, const std::string& where) {
+  const auto bad = [&](const std::string& what) {
+    throw ModelError("invalid Mamba-2 " + what + " in " + where);
+  };
+  if (m.n_heads < 1 || m.n_groups < 1 || m.n_heads % m.n_groups != 0)
+    bad("head / group counts (" + std::to_string(m.n_heads) + " heads, " +
+        std::to_string(m.n_groups) + " groups)");
+  if (m.d_inner < 1 || m.d_inner % m.n_heads != 0 || m.d_inner / m.n_heads > 4096)
+    bad("inner size " + std::to_string(m.d_inner) + " for " + std::to_string(m.n_heads) + " heads");
+  if (m.d_inner % m.n_groups != 0) bad("inner size for the norm's groups");
+  if (m.d_state < 1 || m.d_state > 4096) bad("state size");
+  if (m.conv_kernel < 1 || m.conv_kernel > 64) bad("convolution size");
+}
+
+}  // namespace
+
+void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
+                               const std::vector<int64_t>& kv_per_layer, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  granite_config_gguf(g, c);
+  Mamba2Config& m = c.ssm;
+  auto dim = [&](const char* key) {
+    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
+  };
+  m.conv_kernel = dim("ssm.conv_kernel");
+  m.d_inner = dim("ssm.inner_size");
+  m.d_state = dim("ssm.state_size");
+  m.n_heads = dim("ssm.time_step_rank");
+  m.n_groups = dim("ssm.group_count");
+  check_mamba2(m, where);
+  // A layer is a Mamba-2 layer where its KV head count is 0 (llama.cpp's rule; one count for all:
+  // every layer attention).
+  m.layers.assign(static_cast<size_t>(c.n_layer), 0);
+  if (!kv_per_layer.empty()) {
+    if (kv_per_layer.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError(k + "attention.head_count_kv in " + where + " must hold " +
+                       std::to_string(c.n_layer) + " counts");
+    for (int i = 0; i < c.n_layer; ++i) {
+      const int64_t kv = kv_per_layer[static_cast<size_t>(i)];
+      if (kv != 0 && kv != c.n_head_kv)
+        throw ModelError("differing KV head counts across layers in " + where + " (not supported)");
+      m.layers[static_cast<size_t>(i)] = kv == 0;
+    }
+  }
+  // rope.scaling.finetuned is Granite's switch for RoPE (absent: on); llama.cpp's converter writes
+  // it false for every Granite 4.0-H file (NoPE attention), true for Bamba's.
+  if (!g.get_bool(k + "rope.scaling.finetuned", true))
+    c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+}
+
+void granitehybrid_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  granite_config_hf(cfg, c);
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in " + where + " is not supported");
+  if (cfg.boolean("mamba_proj_bias", false))
+    throw ModelError("mamba_proj_bias=true in " + where + " is not supported");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "silu") + "' in " + where +
+                     " is not supported (silu)");
+  Mamba2Config& m = c.ssm;
+  auto dim = [&](const char* key, int64_t dflt) {
+    return static_cast<int>(std::clamp<int64_t>(cfg.integer(key, dflt), -1, int64_t{1} << 24));
+  };
+  m.conv_kernel = dim("mamba_d_conv", 4);
+  m.d_state = dim("mamba_d_state", 256);
+  m.n_heads = dim("mamba_n_heads", 128);
+  m.n_groups = dim("mamba_n_groups", 1);
+  m.d_inner = static_cast<int>(
+      std::clamp<int64_t>(cfg.integer("mamba_expand", 2) * c.n_embd, -1, int64_t{1} << 24));
+  m.conv_bias = cfg.boolean("mamba_conv_bias", true);
+  check_mamba2(m, where);
+  const JsonValue* d_head = cfg.get("mamba_d_head");  // ("auto": d_inner / n_heads)
+  if (d_head != nullptr && !(d_head->is_string() && d_head->string == "auto") &&
+      (!d_head->is_number() || !d_head->is_integer || d_head->integer != m.head_dim()))
+    throw ModelError("config 'mamba_d_head' in " + where + " must be d_inner / mamba_n_heads (" +
+                     std::to_string(m.head_dim()) + ")");
+  // layer_types: "mamba" / "attention" on the Hub, transformers 5's "linear_attention" /
+  // "full_attention" in folders it writes; none: every layer Mamba-2 (GraniteMoeHybridConfig).
+  if (!layer_type_flags(cfg, c.n_layer, "linear_attention", "full_attention", m.layers, "mamba",
+                        "attention"))
+    m.layers.assign(static_cast<size_t>(c.n_layer), 1);
+  // RoPE only with position_embedding_type "rope" (Granite 4.0-H: "nope").
+  if (cfg.string("position_embedding_type", "nope") != "rope")
+    c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+  // The feed-forward: the shared MLP alone (shared_intermediate_size) without experts; with them,
+  // the experts (intermediate_size, moe_loader.cpp) plus that shared MLP.
+  if (cfg.integer("num_local_experts", 8) == 0)
+    c.n_ff = static_cast<int>(
+        std::clamp<int64_t>(cfg.integer("shared_intermediate_size", 1024), -1, int64_t{1} << 30));
 }
 
 }  // namespace ossa

@@ -157,4 +157,15 @@ void lfm2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64
                       const std::string& path);
 void lfm2_config_hf(const Json& cfg, ModelConfig& c);
 
+// Granite 4.0-H (granitehybrid; GraniteMoeHybridForCausalLM): Granite's multipliers, Mamba-2 layers
+// (config.ssm) among attention layers without RoPE unless the file asks for it, a dense shared MLP
+// or experts beside it. GGUF: ssm.conv_kernel / inner_size / state_size / time_step_rank (the head
+// count) / group_count, the Mamba-2 layers those whose attention.head_count_kv entry is 0,
+// rope.scaling.finetuned the RoPE switch. config.json: mamba_d_conv / d_state / n_heads /
+// n_groups / expand / conv_bias, layer_types ("mamba" / "attention", or transformers 5's
+// "linear_attention" / "full_attention"), position_embedding_type ("rope" or not).
+void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
+                               const std::vector<int64_t>& kv_per_layer, const std::string& path);
+void granitehybrid_config_hf(const Json& cfg, ModelConfig& c);
+
 }  // namespace ossa

@@ -114,12 +114,35 @@ struct ShortConvConfig {
   bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
 };
 
+// Mamba-2 layers (model/delta_net.cpp mamba2_layer: Granite 4.0-H's, Nemotron-H's): a token's
+// in_proj row is [z | x | B | C | dt] (d_inner, d_inner, n_groups * d_state twice, n_heads); [x | B
+// | C] goes through a causal depthwise convolution of conv_kernel taps (plus its bias) and SiLU;
+// head h (head_dim = d_inner / n_heads values of x; group g(h) = h / (n_heads / n_groups) of B and
+// C) updates its head_dim x d_state state, with dt = softplus(dt + dt_bias) and a = -exp(A_log):
+//   S = exp(dt a) S + (dt B) x^T (as rows: S[p] += dt x[p] B);  y = S C + D x
+// then y * SiLU(z) is RMS-normalised in n_groups groups (ssm_norm) and projected by ssm_out.
+struct Mamba2Config {
+  int d_inner = 0, d_state = 0, n_heads = 0, n_groups = 0, conv_kernel = 0;
+  bool conv_bias = false;       // the convolution has a bias (ssm_conv_b)
+  std::vector<uint8_t> layers;  // [n_layer] 1 = Mamba-2 layer (empty: none)
+  bool active() const { return n_heads > 0; }
+  bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
+  int head_dim() const { return d_inner / n_heads; }
+  int group(int head) const { return head / (n_heads / n_groups); }
+  int64_t conv_dim() const { return d_inner + 2 * int64_t{n_groups} * d_state; }
+  int64_t proj_dim() const { return int64_t{d_inner} + conv_dim() + n_heads; }
+  // Floats of one sequence's state in one layer: the convolution's last conv_kernel - 1 inputs,
+  // then n_heads states of head_dim x d_state (row p of head h: S[h][p][0 .. d_state)).
+  int64_t conv_floats() const { return int64_t{conv_kernel - 1} * conv_dim(); }
+  int64_t layer_floats() const { return conv_floats() + int64_t{d_inner} * d_state; }
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
                      // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
                      // "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35",
-                     // "qwen35moe", "lfm2", "lfm2moe"
+                     // "qwen35moe", "lfm2", "lfm2moe", "granitehybrid"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -139,6 +162,7 @@ struct ModelConfig {
   MlaConfig mla;         // DeepSeek V2 / V3 (deepseek2); inactive otherwise
   DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
   ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
+  Mamba2Config ssm;      // Mamba-2 layers (granitehybrid); inactive otherwise
   // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
   // the attention's output is multiplied by sigmoid(gate) before wo.
   bool attn_gate = false;
@@ -170,12 +194,16 @@ struct ModelConfig {
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
   // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
   bool kv_shared() const { return mla.active(); }
-  // A layer with a recurrent state instead of K/V (a delta-net or short-convolution layer).
-  bool recurrent(int layer) const { return delta.is_layer(layer) || conv.is_layer(layer); }
+  // A layer with a recurrent state instead of K/V (a delta-net, short-convolution or Mamba-2
+  // layer).
+  bool recurrent(int layer) const {
+    return delta.is_layer(layer) || conv.is_layer(layer) || ssm.is_layer(layer);
+  }
   // Floats of one sequence's state in layer `layer` (0 for an attention layer).
   int64_t layer_state_floats(int layer) const {
     if (delta.is_layer(layer)) return delta.layer_floats();
     if (conv.is_layer(layer)) return int64_t{conv.kernel - 1} * n_embd;
+    if (ssm.is_layer(layer)) return ssm.layer_floats();
     return 0;
   }
   // The layers with K/V in the cache (all but the recurrent ones), and a layer's index among them.
@@ -185,7 +213,7 @@ struct ModelConfig {
     return n;
   }
   int kv_index(int layer) const {
-    if (!delta.active() && !conv.active()) return layer;
+    if (!delta.active() && !conv.active() && !ssm.active()) return layer;
     int n = 0;
     for (int l = 0; l < layer; ++l) n += !recurrent(l);
     return n;

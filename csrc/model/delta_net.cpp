@@ -127,10 +127,51 @@ void delta_pass(float* S, int kd, int w, int j0, const HeadToken* cur, const Hea
 #endif
 }
 
+// One Mamba-2 head, one token: its hd x N state S (row p: the state of value p) decays by dA and
+// takes dt x[p] B, and y[p] = S[p] . C + Dh x[p]. dtB (N floats, scratch) = dt B. Every state
+// element sees the same operations whatever the chunking; the sums over the state run in a fixed
+// order (16 lanes, then the lanes' reduction).
+void mamba2_token(float* S, int hd, int N, const float* x, const float* B, const float* Cv,
+                  float dt, float dA, float Dh, float* dtB, float* y) {
+  for (int n = 0; n < N; ++n) dtB[n] = dt * B[n];
+#if defined(__AVX512F__)
+  const __m512 da = _mm512_set1_ps(dA);
+  for (int p = 0; p < hd; ++p) {
+    float* row = S + static_cast<int64_t>(p) * N;
+    const __m512 xp = _mm512_set1_ps(x[p]);
+    __m512 acc = _mm512_setzero_ps();
+    for (int n = 0; n < N; n += 16) {
+      const __mmask16 m = n + 16 <= N ? __mmask16(0xFFFF) : __mmask16((1u << (N - n)) - 1);
+      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + n), da);
+      v = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, dtB + n), xp, v);
+      _mm512_mask_storeu_ps(row + n, m, v);
+      acc = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, Cv + n), acc);
+    }
+    // (the lanes summed in a fixed tree: halves, quarters, pairs, then the last two)
+    alignas(64) float l[16];
+    _mm512_store_ps(l, acc);
+    for (int i = 0; i < 8; ++i) l[i] += l[i + 8];
+    for (int i = 0; i < 4; ++i) l[i] += l[i + 4];
+    y[p] = ((l[0] + l[2]) + (l[1] + l[3])) + Dh * x[p];
+  }
+#else
+  for (int p = 0; p < hd; ++p) {
+    float* row = S + static_cast<int64_t>(p) * N;
+    float acc = 0.0f;
+    for (int n = 0; n < N; ++n) {
+      row[n] = std::fma(dtB[n], x[p], row[n] * dA);
+      acc = std::fma(row[n], Cv[n], acc);
+    }
+    y[p] = acc + Dh * x[p];
+  }
+#endif
+}
+
 }  // namespace
 
 void causal_conv(const ForwardState& s, const Batch& batch, int layer, const float* in, int64_t ld,
-                 int64_t C, const float* wt, int K, bool silu, float* outs, int threads) {
+                 int64_t C, const float* wt, int K, bool silu, float* outs, int threads,
+                 const float* bias) {
   const int n_seqs = batch.n_seqs();
   constexpr int64_t k_chans = 256;
   const int64_t n_blocks = (C + k_chans - 1) / k_chans;
@@ -155,6 +196,8 @@ void causal_conv(const ForwardState& s, const Batch& batch, int layer, const flo
               const float* tap = wt + int64_t{j} * C + c0;
               for (int64_t ch = 0; ch < w; ++ch) out[ch] += tap[ch] * x[ch];
             }
+            if (bias != nullptr)
+              for (int64_t ch = 0; ch < w; ++ch) out[ch] += bias[c0 + ch];
             if (silu) silu_row(out, w);
           }
           // (row j takes input m + j: a later row, or a chunk input, never one already overwritten)
@@ -287,6 +330,55 @@ void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int thread
   laps.lap(kAttention);
   const MatmulInput out_in = prepare(s, s.sc_y.data(), n, E, threads, {&L.sc_out});
   residual(s, L.sc_out, out_in, n, threads);
+  laps.lap(kWo);
+}
+
+void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps) {
+  const ModelConfig& c = s.model->config;
+  const Mamba2Config& m = c.ssm;
+  const LayerWeights& L = s.model->weights.layers[layer];
+  const int n = batch.n_tokens(), n_seqs = batch.n_seqs();
+  const int H = m.n_heads, hd = m.head_dim(), N = m.d_state, G = m.n_groups;
+  const int64_t D = m.d_inner, C = m.conv_dim(), P = m.proj_dim();
+
+  const MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.ssm_in});
+  laps.lap(kNorm);
+  matmul(L.ssm_in, in, s.ssm_proj.data(), P);  // rows [z | x | B | C | dt]
+  laps.lap(kQkv);
+  causal_conv(s, batch, layer, s.ssm_proj.data() + D, P, C, f32(L.ssm_conv_t), m.conv_kernel, true,
+              s.ssm_xbc.data(), threads, L.ssm_conv_b.empty() ? nullptr : f32(L.ssm_conv_b));
+  laps.lap(kRope);
+
+  // The scan: each (sequence, head) runs its tokens in order, its state in the L1 cache.
+  const float *a_neg = f32(L.ssm_a), *dt_bias = f32(L.ssm_dt), *skip = f32(L.ssm_d);
+  parallel_for(static_cast<int64_t>(n_seqs) * H, 1, threads, [&](int64_t b0, int64_t b1, int) {
+    std::vector<float> dtB(static_cast<size_t>(N));
+    for (int64_t item = b0; item < b1; ++item) {
+      const int sq = static_cast<int>(item / H), h = static_cast<int>(item % H), g = m.group(h);
+      float* S = layer_state(s, sq, layer) + m.conv_floats() + int64_t{h} * hd * N;
+      const int t0 = batch.seq_start[sq], t1 = batch.seq_start[sq + 1];
+      if (batch.positions[t0] == 0) std::fill(S, S + int64_t{hd} * N, 0.0f);
+      for (int t = t0; t < t1; ++t) {
+        const float* row = s.ssm_xbc.data() + t * C;
+        const float dt = softplus(s.ssm_proj[static_cast<size_t>(t * P + D + C + h)] + dt_bias[h]);
+        mamba2_token(S, hd, N, row + int64_t{h} * hd, row + D + int64_t{g} * N,
+                     row + D + int64_t{G + g} * N, dt, std::exp(dt * a_neg[h]), skip[h], dtB.data(),
+                     s.ssm_y.data() + t * D + int64_t{h} * hd);
+      }
+    }
+  });
+  laps.lap(kAttention);
+
+  // y * SiLU(z), RMS-normalised in n_groups groups.
+  const int64_t gs = D / G;
+  per_token(n, threads, [&](int t) {
+    float* y = s.ssm_y.data() + t * D;
+    swiglu_row(s.ssm_proj.data() + t * P, y, D, y);
+    for (int g = 0; g < G; ++g)
+      rmsnorm_row(y + g * gs, f32(L.ssm_norm) + g * gs, gs, c.rms_eps, y + g * gs);
+  });
+  const MatmulInput out_in = prepare(s, s.ssm_y.data(), n, D, threads, {&L.ssm_out});
+  residual(s, L.ssm_out, out_in, n, threads);
   laps.lap(kWo);
 }
 

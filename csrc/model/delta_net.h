@@ -1,5 +1,6 @@
 #pragma once
-// Qwen3.5's gated delta-net layers (config.h DeltaNetConfig has the math): linear attention whose
+// Qwen3.5's gated delta-net layers (config.h DeltaNetConfig has the math), LFM2's short
+// convolutions and Mamba-2 layers (ShortConvConfig, Mamba2Config): linear attention whose
 // memory is a fixed-size recurrent state per sequence rather than K/V rows per token.
 //
 // The states live in ModelRunner's state pool, one slot per running sequence
@@ -26,6 +27,11 @@ void delta_net_layer(ForwardState& s, const Batch& batch, int layer, int threads
 // with [B | C | x'] = norm(x) @ sc_in^T, the convolution's last inputs in the layer's state.
 void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
 
+// The Mamba-2 layer `layer` (config.h Mamba2Config; Granite 4.0-H): x += ssm_out(group_norm(
+// scan(conv([x | B | C])) + D x) * SiLU(z)) with [z | x | B | C | dt] = norm(x) @ ssm_in^T, each
+// head's head_dim x d_state state in the sequence's slot after the convolution's inputs.
+void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
+
 // Layer `layer`'s state of batch sequence sq (its slot's part, ModelConfig::state_offset).
 inline float* layer_state(const ForwardState& s, int sq, int layer) {
   return s.states + static_cast<int64_t>(s.state_slots[sq]) * s.slot_floats +
@@ -36,9 +42,10 @@ inline float* layer_state(const ForwardState& s, int sq, int layer) {
 // sum_j taps_t[j][c] * input(t - (K - 1) + j)[c] for c < channels (in: rows of ld floats, out:
 // rows of `channels`), tap by tap in order; the inputs before the chunk come from the start of the
 // layer's state (K - 1 rows of `channels`; zero when the chunk starts at position 0), which then
-// keeps the chunk's last K - 1 inputs; SiLU on the output when `silu`. (Qwen3.5's delta-net and
-// LFM2's short convolution.)
+// keeps the chunk's last K - 1 inputs; `bias` (channels values, or none) added, then SiLU on the
+// output when `silu`. (Qwen3.5's delta-net, LFM2's short convolution, Mamba-2.)
 void causal_conv(const ForwardState& s, const Batch& batch, int layer, const float* in, int64_t ld,
-                 int64_t channels, const float* taps_t, int K, bool silu, float* out, int threads);
+                 int64_t channels, const float* taps_t, int K, bool silu, float* out, int threads,
+                 const float* bias = nullptr);
 
 }  // namespace ossa

@@ -125,6 +125,12 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     dn_a.resize(t * d.n_v_heads);
     widest = std::max<int64_t>(widest, V);
   }
+  if (c.ssm.active()) {
+    ssm_proj.resize(t * c.ssm.proj_dim());
+    ssm_xbc.resize(t * c.ssm.conv_dim());
+    ssm_y.resize(t * c.ssm.d_inner);
+    widest = std::max<int64_t>(widest, c.ssm.d_inner);
+  }
   if (c.attn_gate) qg.resize(t * 2 * q_dim);
   slot_floats = c.state_floats();
   layer_state_start.resize(static_cast<size_t>(c.n_layer));
@@ -200,6 +206,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
     } else if (c.conv.is_layer(l)) {
       short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
+    } else if (c.ssm.is_layer(l)) {
+      mamba2_layer(s, batch, l, threads, laps);  // Granite 4.0-H (model/delta_net.cpp)
     } else if (c.mla.active()) {
       mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
     } else {

@@ -51,6 +51,9 @@ struct ForwardState {
   // LFM2 (config.conv, model/short_conv.h): in_proj's rows [max_tokens, 3 n_embd] and the
   // convolution's output [max_tokens, n_embd].
   ZeroPageVector<float> sc_bcx, sc_y;
+  // Mamba-2 (config.ssm, model/delta_net.h): in_proj's rows [max_tokens, proj_dim], the convolved
+  // [x | B | C] [max_tokens, conv_dim] and the scan's outputs [max_tokens, d_inner].
+  ZeroPageVector<float> ssm_proj, ssm_xbc, ssm_y;
   float* states = nullptr;
   int n_state_slots = 0;
   int64_t slot_floats = 0;                 // config.state_floats()

@@ -205,7 +205,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama",  "qwen2",    "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
     "gemma2", "gemma3",   "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
     "olmo2",  "exaone4",  "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe",
-    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2",      "lfm2moe"};
+    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2",      "lfm2moe",    "granitehybrid"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -216,7 +216,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -330,6 +330,49 @@ void build_delta_weights(const ModelConfig& c, Builder& b,
   l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, V);
 }
 
+// A vector of n values (F32), as a folder stores it or as GGUF's Mamba-2 tensors do: ssm_a and
+// ssm_d as n x 1, ssm_norm as n_groups rows (`rows`).
+TensorView take_vector(Builder& b, const std::string& name, const std::string& canonical, int64_t n,
+                       int64_t rows) {
+  if (rows == 1) return b.take(name, canonical, 1, n);
+  TensorView v = b.to_f32(b.take(name, canonical, rows, n / rows));
+  v.rows = 1;
+  v.cols = n;
+  v.row_bytes = static_cast<size_t>(n) * 4;
+  b.storage->canonical[canonical] = v;
+  return v;
+}
+
+// Layer i's Mamba-2 mixer (config.ssm; model/delta_net.cpp mamba2_layer), with P = proj_dim, C =
+// conv_dim, H = heads, D = d_inner: ssm_in (P x n_embd), ssm_conv (C x conv_kernel, F32) and its
+// bias ssm_conv_b (1 x C, where conv_bias), ssm_dt (1 x H: dt_bias), ssm_a (1 x H: -exp(A_log), as
+// GGUF stores it; a folder's A_log is converted), ssm_d (1 x H), ssm_norm (1 x D), ssm_out
+// (n_embd x D).
+void build_mamba2_weights(const ModelConfig& c, Builder& b,
+                          const std::function<std::string(int, const char*)>& name_of, int i,
+                          LayerWeights& l, bool hf) {
+  const Mamba2Config& s = c.ssm;
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t C = s.conv_dim(), H = s.n_heads, D = s.d_inner;
+  l.ssm_in = b.take(name_of(i, "ssm_in"), p + "ssm_in", s.proj_dim(), c.n_embd);
+  l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", C, s.conv_kernel));
+  b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
+  l.ssm_conv_t = transposed_taps(b, l.ssm_conv);
+  if (s.conv_bias) l.ssm_conv_b = b.take(name_of(i, "ssm_conv_b"), p + "ssm_conv_b", 1, C);
+  l.ssm_dt = b.take(name_of(i, "ssm_dt"), p + "ssm_dt", 1, H);
+  l.ssm_a = take_vector(b, name_of(i, "ssm_a"), p + "ssm_a", H, hf ? 1 : H);
+  if (hf) {  // (A_log -> -exp(A_log), in float as transformers computes it)
+    float* a = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(H) * 4));
+    const float* src = reinterpret_cast<const float*>(l.ssm_a.data);
+    for (int64_t h = 0; h < H; ++h) a[h] = -std::exp(src[h]);
+    l.ssm_a.data = reinterpret_cast<const uint8_t*>(a);
+    b.storage->canonical[p + "ssm_a"] = l.ssm_a;
+  }
+  l.ssm_d = take_vector(b, name_of(i, "ssm_d"), p + "ssm_d", H, hf ? 1 : H);
+  l.ssm_norm = take_vector(b, name_of(i, "ssm_norm"), p + "ssm_norm", D, hf ? 1 : s.n_groups);
+  l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, D);
+}
+
 void build_weights(Model& m, Builder& b,
                    const std::function<std::string(int, const char*)>& name_of,
                    const std::string& tok, const std::string& norm, const std::string& out) {
@@ -349,10 +392,13 @@ void build_weights(Model& m, Builder& b,
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
     if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
+    const bool attention = !c.recurrent(i);
     if (c.delta.is_layer(i)) {
       build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.conv.is_layer(i)) {
       build_conv_weights(c, b, name_of, i, l);
+    } else if (c.ssm.is_layer(i)) {
+      build_mamba2_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
     } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
@@ -363,9 +409,8 @@ void build_weights(Model& m, Builder& b,
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
-    const bool attention = !c.recurrent(i);
     if (!c.mla.active() && attention) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
-    if (c.qkv_bias) {
+    if (c.qkv_bias && attention) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
       l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
@@ -381,8 +426,11 @@ void build_weights(Model& m, Builder& b,
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
     if (c.pre_norms()) l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
-    if (c.moe.is_moe_layer(i)) continue;         // its experts: build_moe_layers
-    if (c.arch == "phi3" || c.arch == "glm4") {  // gate and up fused, gate first (GGUF: ffn_up)
+    if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
+    // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
+    if (c.arch == "phi3" || c.arch == "glm4" ||
+        (c.arch == "granitehybrid" && m.format == "safetensors")) {  // gate and up fused, gate
+                                                                     // first (GGUF: ffn_up)
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
@@ -454,7 +502,10 @@ std::string gguf_name(int layer, const char* field) {
       {"ssm_out", "ssm_out.weight"},
       {"sc_in", "shortconv.in_proj.weight"},
       {"sc_conv", "shortconv.conv.weight"},
-      {"sc_out", "shortconv.out_proj.weight"}};
+      {"sc_out", "shortconv.out_proj.weight"},
+      {"ssm_in", "ssm_in.weight"},
+      {"ssm_conv_b", "ssm_conv1d.bias"},
+      {"ssm_d", "ssm_d"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -508,7 +559,7 @@ void load_gguf(Model& m, Storage& st) {
       kv_array ? g->get_int_array(k + "attention.head_count_kv") : std::vector<int64_t>{};
   int64_t kv_heads = kv_array ? 0 : g->get_int(k + "attention.head_count_kv", c.n_head);
   for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
-  if (kv_array && arch != "lfm2" && arch != "lfm2moe")
+  if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid")
     throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
   c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
   // (a Qwen3.5 MoE file may have no dense size: its experts')
@@ -568,11 +619,11 @@ void load_gguf(Model& m, Storage& st) {
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
-  c.rope_style =
-      (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
-       arch == "granite" || arch == "granitemoe" || arch == "ernie4_5" || arch == "ernie4_5-moe")
-          ? RopeStyle::Interleaved
-          : RopeStyle::Neox;
+  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
+                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
+                  arch == "ernie4_5" || arch == "ernie4_5-moe")
+                     ? RopeStyle::Interleaved
+                     : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4" ||
               arch == "olmoe";
@@ -596,6 +647,19 @@ void load_gguf(Model& m, Storage& st) {
   }
   if (qwen35) qwen35_config_gguf(*g, c, m.path);                // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
+  if (arch == "granitehybrid") {  // Mamba-2 layers; the biases where a layer of their kind has them
+    granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
+    int first_attn = -1, first_ssm = -1;
+    for (int i = c.n_layer - 1; i >= 0; --i) (c.ssm.is_layer(i) ? first_ssm : first_attn) = i;
+    const std::string blk_a = "blk." + std::to_string(first_attn) + ".",
+                      blk_s = "blk." + std::to_string(first_ssm) + ".";
+    c.qkv_bias = first_attn >= 0 && b.has(blk_a + "attn_q.bias");
+    c.ssm.conv_bias = first_ssm >= 0 && b.has(blk_s + "ssm_conv1d.bias");
+    // (a dense model's feed-forward: the shared MLP's size where the file gives one)
+    if (g->get_int(k + "expert_count", 0) == 0)
+      c.n_ff = checked_dim(g->get_int(k + "expert_shared_feed_forward_length", c.n_ff),
+                           "expert_shared_feed_forward_length", m.path);
+  }
   if (arch == "phi3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
@@ -697,6 +761,25 @@ std::string hf_name_lfm2(int layer, const char* field) {
       {"wo", "self_attn.out_proj.weight"},        {"q_norm", "self_attn.q_layernorm.weight"},
       {"k_norm", "self_attn.k_layernorm.weight"}, {"w_gate", "feed_forward.w1.weight"},
       {"w_up", "feed_forward.w3.weight"},         {"w_down", "feed_forward.w2.weight"}};
+  auto it = k_names.find(field);
+  return it == k_names.end() ? hf_name(layer, field)
+                             : "model.layers." + std::to_string(layer) + "." + it->second;
+}
+
+// Granite 4.0-H's folders: the Mamba-2 mixer under mamba., the dense feed-forward as the shared
+// MLP's input_linear ([gate | up]) and output_linear.
+std::string hf_name_granitehybrid(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"ssm_in", "mamba.in_proj.weight"},
+      {"ssm_conv", "mamba.conv1d.weight"},
+      {"ssm_conv_b", "mamba.conv1d.bias"},
+      {"ssm_dt", "mamba.dt_bias"},
+      {"ssm_a", "mamba.A_log"},
+      {"ssm_d", "mamba.D"},
+      {"ssm_norm", "mamba.norm.weight"},
+      {"ssm_out", "mamba.out_proj.weight"},
+      {"w_gate_up", "shared_mlp.input_linear.weight"},
+      {"w_down", "shared_mlp.output_linear.weight"}};
   auto it = k_names.find(field);
   return it == k_names.end() ? hf_name(layer, field)
                              : "model.layers." + std::to_string(layer) + "." + it->second;
@@ -980,7 +1063,9 @@ void load_hf(Model& m, Storage& st) {
       {"lfm2", "lfm2"},
       {"Lfm2ForCausalLM", "lfm2"},
       {"lfm2_moe", "lfm2moe"},
-      {"Lfm2MoeForCausalLM", "lfm2moe"}};
+      {"Lfm2MoeForCausalLM", "lfm2moe"},
+      {"granitemoehybrid", "granitehybrid"},
+      {"GraniteMoeHybridForCausalLM", "granitehybrid"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1089,16 +1174,18 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
   if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
+  if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
-                c.arch == "glm4" ? hf_name_glm4
-                : c.lfm2()       ? hf_name_lfm2
-                : c.pre_norms()  ? hf_name
-                                 : hf_name_post_norms,
+                c.arch == "glm4"            ? hf_name_glm4
+                : c.lfm2()                  ? hf_name_lfm2
+                : c.arch == "granitehybrid" ? hf_name_granitehybrid
+                : c.pre_norms()             ? hf_name
+                                            : hf_name_post_norms,
                 "model.embed_tokens.weight",
                 c.lfm2() ? "model.embedding_norm.weight" : "model.norm.weight", "lm_head.weight");
   build_moe_layers(m, b, false);
@@ -1141,6 +1228,7 @@ std::map<std::string, int> Model::int8_matrices() const {
     const TensorView* views[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
     for (int k = 0; k < 7; ++k) add(*views[k], layer + names[k]);
     for (auto [v, name] : {std::pair{&l.ssm_qkv, "ssm_qkv"},
+                           {&l.ssm_in, "ssm_in"},
                            {&l.ssm_z, "ssm_z"},
                            {&l.ssm_beta, "ssm_beta"},
                            {&l.ssm_alpha, "ssm_alpha"},
@@ -1177,8 +1265,8 @@ void for_each_matrix(Model& m, F&& f) {
   for (LayerWeights& l : m.weights.layers) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
     for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
-    for (TensorView* v :
-         {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out, &l.sc_in, &l.sc_out})
+    for (TensorView* v : {&l.ssm_qkv, &l.ssm_in, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out,
+                          &l.sc_in, &l.sc_out})
       f(*v);
     for (TensorView& v : l.wk_b) f(v);
     for (TensorView& v : l.wv_b) f(v);

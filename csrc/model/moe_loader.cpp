@@ -64,8 +64,10 @@ void validate_moe(ModelConfig& c, const std::string& path) {
 }
 
 // Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
-// bias), DeepSeek's and GLM's; Qwen2-MoE's has a sigmoid gate.
-bool shared_experts_ungated(const MoeConfig& m) { return m.selection_bias || m.deepseek; }
+// bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP; Qwen2-MoE's has a sigmoid gate.
+bool shared_experts_ungated(const ModelConfig& c) {
+  return c.moe.selection_bias || c.moe.deepseek || c.arch == "granitehybrid";
+}
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
 // starting at row `first` within each expert's block of `stride` rows.
@@ -249,7 +251,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   }
   // Granite MoE: transformers' softmax over the chosen logits (llama.cpp: over all, renormalised;
   // the same weights up to rounding).
-  if (c.arch == "granitemoe") m.softmax_topk = true;
+  // (Granite 4.0-H likewise, with its shared MLP beside the experts)
+  if (c.arch == "granitemoe" || c.arch == "granitehybrid") m.softmax_topk = true;
+  if (c.arch == "granitehybrid")
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(g.get_int(k + "expert_shared_feed_forward_length", 0), -1, 1 << 30));
   if (c.arch == "ernie4_5-moe") {  // shared experts: expert_shared_count of the experts' width
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
@@ -293,7 +299,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "lfm2moe")
+      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "lfm2moe" &&
+      c.arch != "granitehybrid")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -334,6 +341,13 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = c.n_ff;
     m.softmax_topk = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "granitehybrid") {  // GraniteMoeHybridConfig's defaults (0 experts: dense)
+    m.n_expert = static_cast<int>(integer("num_local_experts", 8));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = c.n_ff;
+    m.n_ff_shared = static_cast<int>(integer("shared_intermediate_size", 1024));
+    m.softmax_topk = true;
+    for (int i = 0; i < c.n_layer && m.n_expert > 0; ++i) m.layers.push_back(i);
   } else if (c.arch == "ernie4_5-moe") {  // Ernie4_5_MoeConfig's keys (the Hub's moe_* names)
     m.n_expert = static_cast<int>(integer("moe_num_experts", integer("num_experts", 64)));
     m.n_expert_used = static_cast<int>(integer("moe_k", integer("num_experts_per_tok", 8)));
@@ -536,7 +550,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
-      if (!shared_experts_ungated(m))
+      if (!shared_experts_ungated(c))
         out.shared_gate_inp =
             src.take(p + "ffn_gate_inp_shexp.weight", canon + "shared_gate_inp", 1, E);
     }
@@ -545,12 +559,25 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
-  if (c.arch == "granitemoe") {  // 3-D stacks, read in place: input_linear rows = gate then up
+  if (c.arch == "granitemoe" || c.arch == "granitehybrid") {
+    // 3-D stacks, read in place: input_linear rows = gate then up
     const std::string p = "model.layers." + l + ".block_sparse_moe.";
     out.router = src.take(p + "router.layer.weight", canon + "router", n, E);
     view_expert_stacks(src.take(p + "input_linear.weight", canon + "gate_up_exps", n * 2 * F, E),
                        src.take(p + "output_linear.weight", canon + "down_exps", n * E, F), n, F, E,
                        out);
+    if (m.n_ff_shared > 0) {  // (Granite 4.0-H's shared MLP: input_linear [gate | up], ungated)
+      const int64_t S = m.n_ff_shared;
+      const std::string sp = "model.layers." + l + ".shared_mlp.";
+      const TensorView gu =
+          src.take(sp + "input_linear.weight", canon + "shared.w_gate_up", 2 * S, E);
+      out.shared.w_gate = gu;
+      out.shared.w_gate.rows = S;
+      out.shared.w_up = gu;
+      out.shared.w_up.rows = S;
+      out.shared.w_up.data = gu.data + static_cast<size_t>(S) * gu.row_bytes;
+      out.shared.w_down = src.take(sp + "output_linear.weight", canon + "shared.w_down", E, S);
+    }
     return;
   }
   // (Mixtral and LFM2-MoE name the experts' matrices w1 / w3 / w2)
@@ -577,7 +604,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     }
   }
   // (Qwen2-MoE: shared_expert and its gate; ERNIE, DeepSeek and GLM: shared_experts, ungated)
-  const bool ungated = shared_experts_ungated(m);
+  const bool ungated = shared_experts_ungated(c);
   if (m.n_ff_shared > 0) {
     const int64_t S = m.n_ff_shared;
     const std::string sp = p + (ungated ? "shared_experts." : "shared_expert.");

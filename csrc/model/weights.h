@@ -38,6 +38,10 @@ struct LayerWeights {
   // ([query | gate] per head).
   TensorView ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_conv, ssm_dt, ssm_a, ssm_norm, ssm_out;
   TensorView ssm_conv_t;  // ssm_conv transposed (conv_kernel x C, F32): the taps by channel
+  // Mamba-2 layers (config.ssm; loader.cpp build_mamba2_weights has the shapes) use ssm_conv(_t),
+  // ssm_dt, ssm_a, ssm_norm and ssm_out as well, with ssm_in ([z | x | B | C | dt] x n_embd), the
+  // convolution's bias ssm_conv_b and the skip ssm_d (1 x n_heads).
+  TensorView ssm_in, ssm_conv_b, ssm_d;
   // LFM2's short-convolution layers (config.conv), in place of wq ... wo: sc_in (3 n_embd x
   // n_embd: B, C, x), sc_conv_t (kernel x n_embd, F32: the taps by channel), sc_out (n_embd x
   // n_embd).

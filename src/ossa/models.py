@@ -231,6 +231,19 @@ class ShortConvConfig:
 
 
 @dataclass(frozen=True)
+class Mamba2Config:
+    """Mamba-2 layers (``ossa::Mamba2Config``: Granite 4.0-H); none when ``layers`` is empty."""
+
+    d_inner: int = 0
+    d_state: int = 0
+    n_heads: int = 0
+    n_groups: int = 0
+    conv_kernel: int = 0
+    conv_bias: bool = False
+    layers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
@@ -270,8 +283,9 @@ class ModelConfig:
     attn_temp_length: int = 0
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
+    ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H)
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
-    n_kv_layers: int = 0  # layers with K/V in the cache (all but the delta-net ones; 0: n_layer)
+    n_kv_layers: int = 0  # layers with K/V in the cache (all but the recurrent ones; 0: n_layer)
     state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
 
     @classmethod
@@ -282,6 +296,7 @@ class ModelConfig:
         values["mla"] = MlaConfig(**d.get("mla", {}))
         values["delta"] = DeltaNetConfig(**d.get("delta", {}))
         values["conv"] = ShortConvConfig(**d.get("conv", {}))
+        values["ssm"] = Mamba2Config(**d.get("ssm", {}))
         return cls(**values)
 
 
@@ -468,6 +483,7 @@ def inspect(
         "mla": asdict(c.mla) if c.mla.kv_lora_rank else None,
         "delta": asdict(c.delta) if c.delta.layers else None,
         "conv": asdict(c.conv) if c.conv.layers else None,
+        "ssm": asdict(c.ssm) if c.ssm.layers else None,
         "attn_gate": c.attn_gate,
         "state_bytes": c.state_bytes,
         "tied_embeddings": c.tied_embeddings,
@@ -631,9 +647,22 @@ def _conv_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _ssm_line(info: dict[str, Any]) -> list[str]:
+    """Mamba-2 layers (Granite 4.0-H; absent for every other model)."""
+    m = info.get("ssm")
+    if not m:
+        return []
+    return [
+        f"mamba-2       {len(m['layers'])} of {info['n_layer']} layers (state space, no KV cache): "
+        f"{m['n_heads']} heads of {m['d_inner'] // m['n_heads']}, state size {m['d_state']}, "
+        f"{m['n_groups']} group{'s' if m['n_groups'] != 1 else ''}, convolution of {m['conv_kernel']}; "
+        f"state {_human(info['state_bytes'])} per sequence"
+    ]
+
+
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
-    if info["arch"] not in ("granite", "granitemoe"):
+    if info["arch"] not in ("granite", "granitemoe", "granitehybrid"):
         return []
     scores = f"{info['attn_scale']:g}" if info["attn_scale"] else "head_dim^-1/2"
     return [
@@ -679,6 +708,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_mla_line(info),
         *_delta_line(info),
         *_conv_line(info),
+        *_ssm_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]

@@ -601,15 +601,17 @@ def deepseek2_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     return {**out, "rope_style": "neox" if c.get("rope_interleave") is False else "interleaved"}
 
 
-def _layer_type_layers(c: dict[str, Any], n_layer: int, yes: str, no: str) -> list[int] | None:
-    """The layers config.json's layer_types marks ``yes`` (each entry ``yes`` or ``no``, one per layer:
-    twin of arch_config.cpp's layer_type_flags); None when it has none."""
+def _layer_type_layers(
+    c: dict[str, Any], n_layer: int, yes: str, no: str, yes2: str = "", no2: str = ""
+) -> list[int] | None:
+    """The layers config.json's layer_types marks ``yes`` (or ``yes2``) (each entry one of the four, one
+    per layer: twin of arch_config.cpp's layer_type_flags); None when it has none."""
     types = c.get("layer_types")
     if types is None:
         return None
-    if len(types) != n_layer or any(t not in (yes, no) for t in types):
+    if len(types) != n_layer or any(t not in (yes, no, yes2 or yes, no2 or no) for t in types):
         raise ValueError(f"config 'layer_types' must list {n_layer} layer types")
-    return [i for i, t in enumerate(types) if t == yes]
+    return [i for i, t in enumerate(types) if t in (yes, yes2 or yes)]
 
 
 def _check_delta(d: dict[str, Any]) -> dict[str, Any]:
@@ -724,3 +726,84 @@ def lfm2_hf(c: dict[str, Any], n_layer: int, moe: bool = False) -> dict[str, Any
             ff = of * ((int(mult * ff) + of - 1) // of)
     return {"rope_style": "neox", "qk_norm": True, "rms_eps": c.get("norm_eps", 1e-5), "n_ff": ff,
             "conv": {"kernel": kernel, "layers": layers or []}}  # fmt: skip
+
+
+def _check_mamba2(m: dict[str, Any]) -> dict[str, Any]:
+    """The Mamba-2 sizes, checked (twin of arch_config.cpp's check_mamba2)."""
+    h, g, d = m["n_heads"], m["n_groups"], m["d_inner"]
+    if h < 1 or g < 1 or h % g:
+        raise ValueError(f"invalid Mamba-2 head / group counts ({h} heads, {g} groups)")
+    if d < 1 or d % h or d // h > 4096:
+        raise ValueError(f"invalid Mamba-2 inner size {d} for {h} heads")
+    if d % g:
+        raise ValueError("invalid Mamba-2 inner size for the norm's groups")
+    if not 1 <= m["d_state"] <= 4096:
+        raise ValueError("invalid Mamba-2 state size")
+    if not 1 <= m["conv_kernel"] <= 64:
+        raise ValueError("invalid Mamba-2 convolution size")
+    return m
+
+
+def granitehybrid_gguf(
+    md: dict[str, Any], common: dict[str, Any], kv_per_layer: list[int] | None, tensors: Any
+) -> dict[str, Any]:
+    """Granite 4.0-H from GGUF (twin of granitehybrid_config_gguf): Granite's multipliers, the ssm.*
+    sizes, the Mamba-2 layers those whose attention.head_count_kv is 0, no RoPE where
+    rope.scaling.finetuned is false; the q / k / v biases and the convolution's bias where the first
+    layer of their kind has them; a dense model's feed-forward of expert_shared_feed_forward_length."""
+    k, n_layer = "granitehybrid.", common["n_layer"]
+    layers: list[int] = []
+    if kv_per_layer is not None:
+        if len(kv_per_layer) != n_layer:
+            raise ValueError(f"{k}attention.head_count_kv must hold {n_layer} counts")
+        if any(kv not in (0, common["n_head_kv"]) for kv in kv_per_layer):
+            raise ValueError("differing KV head counts across layers (not supported)")
+        layers = [i for i, kv in enumerate(kv_per_layer) if kv == 0]
+    attn = [i for i in range(n_layer) if i not in layers]
+    ssm = _check_mamba2({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "n_heads": md.get(k + "ssm.time_step_rank", 0), "n_groups": md.get(k + "ssm.group_count", 0),
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0),
+        "conv_bias": bool(layers) and f"blk.{layers[0]}.ssm_conv1d.bias" in tensors, "layers": layers,
+    })  # fmt: skip
+    out = {**granite_gguf(md, "granitehybrid"), "ssm": ssm, "rope_style": "interleaved",
+           "qkv_bias": bool(attn) and f"blk.{attn[0]}.attn_q.bias" in tensors}  # fmt: skip
+    if not md.get(k + "rope.scaling.finetuned", True):  # (Granite's RoPE switch: off in 4.0-H files)
+        out["layer_nope"] = [True] * n_layer
+    if not md.get(k + "expert_count", 0):
+        out["n_ff"] = md.get(k + "expert_shared_feed_forward_length", common["n_ff"])
+    return out
+
+
+def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, Any]:
+    """Granite 4.0-H from a config.json (twin of granitehybrid_config_hf): GraniteMoeHybridConfig's
+    mamba_* sizes, layer_types ("mamba" / "attention", or "linear_attention" / "full_attention"; none:
+    all Mamba-2), RoPE only with position_embedding_type "rope", a dense model's feed-forward of
+    shared_intermediate_size."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    for key in ("attention_bias", "mamba_proj_bias"):
+        if get(key, False):
+            raise ValueError(f"{key}=true is not supported")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    ssm = _check_mamba2({
+        "d_inner": get("mamba_expand", 2) * n_embd, "d_state": get("mamba_d_state", 256),
+        "n_heads": get("mamba_n_heads", 128), "n_groups": get("mamba_n_groups", 1),
+        "conv_kernel": get("mamba_d_conv", 4), "conv_bias": bool(get("mamba_conv_bias", True)),
+    })  # fmt: skip
+    d_head = get("mamba_d_head", "auto")
+    if d_head != "auto" and d_head != ssm["d_inner"] // ssm["n_heads"]:
+        want = ssm["d_inner"] // ssm["n_heads"]
+        raise ValueError(f"config 'mamba_d_head' must be d_inner / mamba_n_heads ({want})")
+    layers = _layer_type_layers(c, n_layer, "linear_attention", "full_attention", "mamba", "attention")
+    ssm["layers"] = list(range(n_layer)) if layers is None else layers
+    out = {**granite_hf(c), "ssm": ssm}
+    if get("position_embedding_type", "nope") != "rope":
+        out["layer_nope"] = [True] * n_layer
+    if get("num_local_experts", 8) == 0:
+        out["n_ff"] = get("shared_intermediate_size", 1024)
+    return out

@@ -1,5 +1,5 @@
-"""Qwen3.5's gated delta-net layers and LFM2's short convolutions (twin of ``csrc/model/delta_net.cpp``),
-written to be read.
+"""Qwen3.5's gated delta-net layers, LFM2's short convolutions and Mamba-2 layers (twin of
+``csrc/model/delta_net.cpp``), written to be read.
 
 A delta-net layer keeps, per sequence, a recurrent state instead of K/V rows: the last
 ``conv_kernel - 1`` inputs of a causal depthwise convolution and, per value head, a k_dim x v_dim
@@ -13,6 +13,13 @@ matrix S. For each token, in order:
 
 LFM2's short convolution keeps only a convolution's last inputs: [B | C | x] = norm(x) @ in_proj^T, then
 out_proj(C * conv(B * x)).
+
+A Mamba-2 layer (Granite 4.0-H) keeps the convolution's last inputs and, per head, a head_dim x d_state
+matrix S:
+
+    [z | x | B | C | dt] = norm(x) @ ssm_in^T          ([x | B | C] through the convolution, its bias, SiLU)
+    dt = softplus(dt + dt_bias),  S = exp(dt a) S + dt x B^T,  y = S C + D x      (head h: group g(h) of B, C)
+    out = ssm_out(group_rmsnorm(y * silu(z), ssm_norm))
 
 A sequence whose chunk starts at position 0 starts from a zero state. The tokens run one after another
 (the recurrent form), as in C++, so chunking does not change the result.
@@ -30,15 +37,19 @@ from .model import rms_norm, silu
 
 class DeltaState:
     """One sequence's states, every recurrent layer: conv [layer] = [(K - 1), channels] inputs (a
-    delta-net's conv_dim, a short convolution's n_embd), ssm [layer] = [n_v_heads, k_dim, v_dim] (delta-net
-    layers)."""
+    delta-net's conv_dim, a short convolution's n_embd, Mamba-2's [x | B | C]), ssm [layer] = [n_v_heads,
+    k_dim, v_dim] (delta-net layers) or [n_heads, head_dim, d_state] (Mamba-2)."""
 
     def __init__(self, c: dict[str, Any]) -> None:
-        d, sc = c["delta"], c["conv"]
+        d, sc, m = c["delta"], c["conv"], c["ssm"]
         conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
         self.conv = {i: np.zeros((d["conv_kernel"] - 1, conv_dim), np.float32) for i in d["layers"]}
         self.conv.update({i: np.zeros((sc["kernel"] - 1, c["n_embd"]), np.float32) for i in sc["layers"]})
         self.ssm = {i: np.zeros((d["n_v_heads"], d["k_dim"], d["v_dim"]), np.float32) for i in d["layers"]}
+        if m["layers"]:  # Mamba-2: [n_heads, head_dim, d_state] states
+            m_conv, hd = m["d_inner"] + 2 * m["n_groups"] * m["d_state"], m["d_inner"] // m["n_heads"]
+            self.conv.update({i: np.zeros((m["conv_kernel"] - 1, m_conv), np.float32) for i in m["layers"]})
+            self.ssm.update({i: np.zeros((m["n_heads"], hd, m["d_state"]), np.float32) for i in m["layers"]})
 
     def copy_from(self, other: DeltaState) -> None:
         for i in self.conv:
@@ -155,6 +166,65 @@ def gate_attention(q_gate: np.ndarray, n_head: int, head_dim: int) -> tuple[np.n
     return np.ascontiguousarray(qg[:, :, 0]).reshape(n, -1), gate.reshape(n, -1)
 
 
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """softplus as torch computes it (x itself above 20)."""
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
+
+
+def mamba2(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    seq_start: Sequence[int],
+    states: Sequence[DeltaState],
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's Mamba-2 output [n, n_embd] (before the residual) for the normalised tokens h, sequence s
+    owning tokens [seq_start[s], seq_start[s + 1]) and states[s]."""
+    m, p, eps = c["ssm"], f"layers.{i}.", c["rms_eps"]
+    di, ns, nh, ng = m["d_inner"], m["d_state"], m["n_heads"], m["n_groups"]
+    hd, conv_dim = di // nh, di + 2 * ng * m["d_state"]
+    proj = np.einsum("ij,kj->ik", q8(h, p + "ssm_in"), w[p + "ssm_in"])
+    z, xbc, dt_raw = proj[:, :di], proj[:, di : di + conv_dim], proj[:, di + conv_dim :]
+    group = np.arange(nh) // (nh // ng)  # the B / C group of each head
+    y = np.empty((len(h), nh, hd), np.float32)
+    for s, state in enumerate(states):
+        lo, hi = seq_start[s], seq_start[s + 1]
+        if hi == lo:
+            continue
+        ssm = state.ssm[i]
+        if positions[lo] == 0:  # a new (or recomputed) sequence
+            ssm[...] = 0
+        conv = _causal_conv(state.conv[i], xbc[lo:hi], w[p + "ssm_conv"], positions[lo] == 0)
+        conv = silu(conv + w[p + "ssm_conv_b"] if m["conv_bias"] else conv)
+        x = conv[:, :di].reshape(-1, nh, hd)
+        b = conv[:, di : di + ng * ns].reshape(-1, ng, ns)[:, group]  # [m, nh, ns]
+        cc = conv[:, di + ng * ns :].reshape(-1, ng, ns)[:, group]
+        dt = _softplus(dt_raw[lo:hi] + w[p + "ssm_dt"])  # [m, nh]
+        decay = np.exp(dt * w[p + "ssm_a"]).astype(np.float32)
+        for t in range(hi - lo):
+            dtb = dt[t][:, None] * b[t]  # [nh, ns]
+            ssm[...] = ssm * decay[t][:, None, None] + x[t][:, :, None] * dtb[:, None, :]
+            y[lo + t] = np.einsum("hpn,hn->hp", ssm, cc[t]) + w[p + "ssm_d"][:, None] * x[t]
+    gated = y.reshape(len(h), di) * silu(z)
+    groups = gated.reshape(len(h), ng, di // ng)
+    normed = rms_norm(groups, w[p + "ssm_norm"].reshape(ng, di // ng), eps).reshape(len(h), di)
+    return np.einsum("ij,kj->ik", q8(normed, p + "ssm_out"), w[p + "ssm_out"])  # type: ignore[no-any-return]
+
+
+def is_recurrent(c: dict[str, Any], i: int) -> bool:
+    """Whether layer i keeps a recurrent state instead of K/V (a delta-net, short-convolution or Mamba-2
+    layer; twin of ModelConfig::recurrent)."""
+    return i in c["delta"]["layers"] or i in c["conv"]["layers"] or i in c["ssm"]["layers"]
+
+
+def has_recurrent(c: dict[str, Any]) -> bool:
+    """Whether the model has any recurrent layer."""
+    return bool(c["delta"]["layers"] or c["conv"]["layers"] or c["ssm"]["layers"])
+
+
 def recurrent_layer(
     c: dict[str, Any],
     w: dict[str, np.ndarray],
@@ -165,7 +235,7 @@ def recurrent_layer(
     states: Sequence[DeltaState],
     q8: Any,
 ) -> np.ndarray:
-    """Layer i's output (before the residual) when it is a recurrent layer: a delta-net (Qwen3.5) or
-    a short convolution (LFM2)."""
-    layer = delta_net if i in c["delta"]["layers"] else short_conv
+    """Layer i's output (before the residual) when it is a recurrent layer: a delta-net (Qwen3.5), a
+    short convolution (LFM2) or a Mamba-2 layer (Granite 4.0-H)."""
+    layer = delta_net if i in c["delta"]["layers"] else mamba2 if i in c["ssm"]["layers"] else short_conv
     return layer(c, w, i, h, positions, seq_start, states, q8)

@@ -70,8 +70,8 @@ class DraftModel:
         config, weights = load_weights(options.path)
         if config["state_bytes"]:
             raise ValueError(
-                "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions) is not "
-                "supported"
+                "a draft model with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2) "
+                "is not supported"
             )
         self.n_vocab = int(config["n_vocab"])
         self.runner = ModelRunner(

@@ -212,7 +212,7 @@ class Engine:
         if self.spec.enabled and model_config["state_bytes"]:
             raise ValueError(
                 "speculative decoding is not supported for models with recurrent layers (Qwen3.5's "
-                "delta-nets, LFM2's convolutions): their state cannot take back rejected drafts"
+                "delta-nets, LFM2's convolutions, Mamba-2): their state cannot take back rejected drafts"
             )
         self.draft_model: DraftModel | None = None
         if self.spec.enabled and self.spec.method == "draft_model":

@@ -24,6 +24,7 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
+    "granitehybrid",
 )  # fmt: skip
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
 QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
@@ -36,8 +37,8 @@ CONFIG_KEYS = (
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
-    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "attn_gate", "n_kv_layers",
-    "state_bytes",
+    "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
+    "n_kv_layers", "state_bytes",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -49,6 +50,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "delta": {"n_k_heads": 0, "n_v_heads": 0, "k_dim": 0, "v_dim": 0, "conv_kernel": 0, "v_tiled": False,
               "layers": []},
     "conv": {"kernel": 0, "layers": []},
+    "ssm": {"d_inner": 0, "d_state": 0, "n_heads": 0, "n_groups": 0, "conv_kernel": 0, "conv_bias": False,
+            "layers": []},
     "attn_gate": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
@@ -56,7 +59,7 @@ _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe)"
+    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -79,6 +82,7 @@ _HF_ARCHS = {
     "qwen3_5_text": "qwen35", "Qwen3_5ForCausalLM": "qwen35",
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
     "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2", "lfm2_moe": "lfm2moe", "Lfm2MoeForCausalLM": "lfm2moe",
+    "granitemoehybrid": "granitehybrid", "GraniteMoeHybridForCausalLM": "granitehybrid",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -94,7 +98,8 @@ _GGUF_LAYER = {
     "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
     "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
     "sc_in": "shortconv.in_proj.weight", "sc_conv": "shortconv.conv.weight",
-    "sc_out": "shortconv.out_proj.weight",
+    "sc_out": "shortconv.out_proj.weight", "ssm_in": "ssm_in.weight", "ssm_conv_b": "ssm_conv1d.bias",
+    "ssm_d": "ssm_d",
 }  # fmt: skip
 _HF_LAYER = {
     "attn_norm": "input_layernorm.weight", "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight",
@@ -149,14 +154,16 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
             raise ValueError(f"invalid {key} {cfg[key]}")
     if cfg["n_head"] % cfg["n_head_kv"] or cfg["head_dim"] % 2:
         raise ValueError("head count not a multiple of the KV head count, or odd head dimension")
-    # (Qwen3.5's delta-nets, LFM2's convolutions: the layers without K/V, and one sequence's state in
-    # float32 values)
-    d, sc = cfg["delta"], cfg["conv"]
-    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"])
+    # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2: the layers without K/V, and one sequence's
+    # state in float32 values)
+    d, sc, m = cfg["delta"], cfg["conv"], cfg["ssm"]
+    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - len(m["layers"])
     conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
     per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
     state = len(d["layers"]) * per_layer if d["layers"] else 0
     state += len(sc["layers"]) * (sc["kernel"] - 1) * cfg["n_embd"]
+    m_conv = m["d_inner"] + 2 * m["n_groups"] * m["d_state"]
+    state += len(m["layers"]) * ((m["conv_kernel"] - 1) * m_conv + m["d_inner"] * m["d_state"])
     cfg["state_bytes"] = 4 * state
     return {k: cfg[k] for k in CONFIG_KEYS}
 
@@ -184,6 +191,7 @@ def _weights(
     cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, tok: str, norm: str, out: str
 ) -> dict[str, np.ndarray]:
     q, kv = cfg["n_head"] * cfg["head_dim"], cfg["n_head_kv"] * cfg["head_dim"]
+    gguf = tok == "token_embd.weight"
     e, ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
     w: dict[str, np.ndarray] = {}
     _take(get, names, w, tok, "tok_embd", cfg["n_vocab"], e)
@@ -197,7 +205,8 @@ def _weights(
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
         if cfg["attn_gate"]:  # (Qwen3.5: [query | gate] per head)
             shapes["wq"] = (2 * q, e)
-        recurrent = i in d["layers"] or i in cfg["conv"]["layers"]  # (no attention, no q / k norms)
+        # (no attention, no q / k norms)
+        recurrent = i in d["layers"] or i in cfg["conv"]["layers"] or i in cfg["ssm"]["layers"]
         if i in cfg["conv"]["layers"]:  # LFM2's short convolution (reference/delta_net.py)
             shapes = {"attn_norm": (1, e), "sc_in": (3 * e, e), "sc_conv": (e, cfg["conv"]["kernel"]),
                       "sc_out": (e, e)}  # fmt: skip
@@ -207,6 +216,8 @@ def _weights(
             shapes = {"attn_norm": (1, e), "ssm_qkv": (conv, e), "ssm_z": (v_all, e), "ssm_beta": (heads, e),
                       "ssm_alpha": (heads, e), "ssm_conv": (conv, d["conv_kernel"]), "ssm_dt": (1, heads),
                       "ssm_a": (1, heads), "ssm_norm": (1, d["v_dim"]), "ssm_out": (e, v_all)}  # fmt: skip
+        if i in cfg["ssm"]["layers"]:  # Mamba-2 (reference/delta_net.py); GGUF: ssm_a / ssm_d n x 1
+            shapes = _mamba2_shapes(cfg, gguf)
         if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
             shapes = {"attn_norm": (1, e), **_mla_weights(cfg, get, names, name_of, i, w)}
         if cfg["arch"] in NO_PRE_NORMS:
@@ -216,7 +227,7 @@ def _weights(
             qkv = w.pop("qkv")
             w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
             del shapes["wq"], shapes["wk"], shapes["wv"]
-        if cfg["qkv_bias"]:
+        if cfg["qkv_bias"] and not recurrent:
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
@@ -230,7 +241,9 @@ def _weights(
             shapes.update(sinks=(1, cfg["n_head"]))
         if cfg["arch"] not in NO_PRE_NORMS:
             shapes.update(ffn_norm=(1, e))
-        if cfg["arch"] in ("phi3", "glm4"):  # gate and up fused, gate first
+        fused = cfg["arch"] in ("phi3", "glm4") or (cfg["arch"] == "granitehybrid" and not gguf)
+        # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
+        if fused and i not in cfg["moe"]["layers"]:
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
             w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"] = np.split(w.pop("gate_up"), [ff])
             shapes.update(w_down=(e, ff))
@@ -240,7 +253,24 @@ def _weights(
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
+        for field in ("ssm_a", "ssm_d", "ssm_norm"):  # (GGUF's Mamba-2 vectors, stored n x 1 / groups)
+            if i in cfg["ssm"]["layers"]:
+                w[f"layers.{i}.{field}"] = w[f"layers.{i}.{field}"].reshape(-1)
     return w
+
+
+def _mamba2_shapes(cfg: dict[str, Any], gguf: bool) -> dict[str, tuple[int, int]]:
+    """A Mamba-2 layer's tensors (twin of build_mamba2_weights): GGUF stores ssm_a and ssm_d as n x 1 and
+    ssm_norm as n_groups rows."""
+    m, e = cfg["ssm"], cfg["n_embd"]
+    h, d, g = m["n_heads"], m["d_inner"], m["n_groups"]
+    conv = d + 2 * g * m["d_state"]
+    shapes = {"attn_norm": (1, e), "ssm_in": (d + conv + h, e), "ssm_conv": (conv, m["conv_kernel"]),
+              "ssm_dt": (1, h), "ssm_a": (h, 1) if gguf else (1, h), "ssm_d": (h, 1) if gguf else (1, h),
+              "ssm_norm": (g, d // g) if gguf and g > 1 else (1, d), "ssm_out": (e, d)}  # fmt: skip
+    if m["conv_bias"]:
+        shapes["ssm_conv_b"] = (1, conv)
+    return shapes
 
 
 def _mla_weights(
@@ -332,7 +362,17 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved"
         if arch
-        in ("llama", "mistral", "mistral3", "smollm3", "granite", "granitemoe", "ernie4_5", "ernie4_5-moe")
+        in (
+            "llama",
+            "mistral",
+            "mistral3",
+            "smollm3",
+            "granite",
+            "granitemoe",
+            "ernie4_5",
+            "ernie4_5-moe",
+            "granitehybrid",
+        )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4", "olmoe"),
@@ -367,10 +407,13 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
-    if isinstance(kv_list, list) and arch not in LFM2:
+    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid"):
         raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
     if arch in LFM2:
         common.update(arch_config.lfm2_gguf(arch, md, common, kv_list if isinstance(kv_list, list) else None))
+    if arch == "granitehybrid":
+        kvs = kv_list if isinstance(kv_list, list) else None
+        common.update(arch_config.granitehybrid_gguf(md, common, kvs, set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
@@ -527,6 +570,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.qwen35_hf(c, common))
     if arch in LFM2:
         common.update(arch_config.lfm2_hf(c, common["n_layer"], moe=arch == "lfm2moe"))
+    if arch == "granitehybrid":
+        common.update(arch_config.granitehybrid_hf(c, common["n_layer"], n_embd))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -538,6 +583,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch == "glm4"
         else _LFM2_HF
         if arch in LFM2
+        else _GRANITEHYBRID_HF
+        if arch == "granitehybrid"
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
@@ -555,6 +602,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 w[key] = w[key] + np.float32(1)
         for i in cfg["delta"]["layers"]:
             w[f"layers.{i}.ssm_a"] = -np.exp(w[f"layers.{i}.ssm_a"])
+    for i in cfg["ssm"]["layers"]:  # (Mamba-2's A_log too)
+        w[f"layers.{i}.ssm_a"] = -np.exp(w[f"layers.{i}.ssm_a"])
     return cfg, w
 
 
@@ -566,6 +615,13 @@ _LFM2_HF = {**_HF_LAYER, "attn_norm": "operator_norm.weight", "ffn_norm": "ffn_n
             "wo": "self_attn.out_proj.weight", "q_norm": "self_attn.q_layernorm.weight",
             "k_norm": "self_attn.k_layernorm.weight", "w_gate": "feed_forward.w1.weight",
             "w_up": "feed_forward.w3.weight", "w_down": "feed_forward.w2.weight"}  # fmt: skip
+# Granite 4.0-H: the Mamba-2 mixer under mamba., the dense feed-forward as the shared MLP (input_linear:
+# [gate | up]).
+_GRANITEHYBRID_HF = {**_HF_LAYER, "ssm_in": "mamba.in_proj.weight", "ssm_conv": "mamba.conv1d.weight",
+                     "ssm_conv_b": "mamba.conv1d.bias", "ssm_dt": "mamba.dt_bias", "ssm_a": "mamba.A_log",
+                     "ssm_d": "mamba.D", "ssm_norm": "mamba.norm.weight", "ssm_out": "mamba.out_proj.weight",
+                     "w_gate_up": "shared_mlp.input_linear.weight",
+                     "w_down": "shared_mlp.output_linear.weight"}  # fmt: skip
 # GLM-4: the norms of the attention's and the MLP's outputs (post_attention_layernorm: the MLP's input).
 _GLM4_HF = {**_HF_LAYER, "post_attn_norm": "post_self_attn_layernorm.weight",
             "post_ffn_norm": "post_mlp_layernorm.weight"}  # fmt: skip

@@ -373,17 +373,15 @@ def forward(
         return rms_norm(out, w[name], eps) if post_normed else out
 
     states = None
-    if c["delta"]["layers"] or c["conv"]["layers"]:  # Qwen3.5, LFM2: one sequence's states, from zero
-        from .delta_net import DeltaState
+    from .delta_net import DeltaState, has_recurrent, is_recurrent, recurrent_layer
 
+    if has_recurrent(c):  # Qwen3.5, LFM2, Granite 4.0-H: one sequence's states, from zero
         states = [DeltaState(c)]
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
         h = pre(x, p + "attn_norm")
-        if states is not None and (i in c["delta"]["layers"] or i in c["conv"]["layers"]):
-            from .delta_net import recurrent_layer  # (Qwen3.5's delta-nets, LFM2's convolutions)
-
-            x = x + recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8)
+        if states is not None and is_recurrent(c, i):  # (delta-nets, short convolutions, Mamba-2)
+            x = add(x, recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8))
         elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 

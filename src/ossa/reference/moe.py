@@ -39,6 +39,7 @@ MOE_ARCHS = (
     "olmoe",
     "qwen35moe",
     "lfm2moe",
+    "granitehybrid",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -136,14 +137,15 @@ def gguf_config(
     return _validate({
         **(_GPT_OSS if arch == "gpt-oss" else _ERNIE if arch == "ernie4_5-moe" else _PLAIN),
         # Granite MoE: transformers' softmax over the chosen logits (llama.cpp's over all, renormalised)
-        **({"softmax_topk": True} if arch == "granitemoe" else {}),
+        **({"softmax_topk": True} if arch in ("granitemoe", "granitehybrid") else {}),
         "n_expert": n_expert,
         "n_expert_used": md.get(k + "expert_used_count", 0),
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
         "n_ff_shared": (
             md.get(k + "expert_shared_feed_forward_length", n_ff) if arch in ("qwen2moe", "qwen35moe")
             else md.get(k + "expert_shared_count", 0) * md.get(k + "expert_feed_forward_length", n_ff)
-            if arch == "ernie4_5-moe" else 0
+            if arch == "ernie4_5-moe"
+            else md.get(k + "expert_shared_feed_forward_length", 0) if arch == "granitehybrid" else 0
         ),
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
         # (and not for OLMoE)
@@ -242,6 +244,14 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
             "norm_topk_prob": False, "layers": list(range(n_layer)),
         })  # fmt: skip
+    if arch == "granitehybrid":  # GraniteMoeHybridConfig's defaults (0 experts: dense); the shared MLP
+        n_expert = get("num_local_experts", 8)
+        return _validate({
+            **_PLAIN, "softmax_topk": True, "n_expert": n_expert,
+            "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff,
+            "n_ff_shared": get("shared_intermediate_size", 1024), "norm_topk_prob": False,
+            "layers": list(range(n_layer)) if n_expert else [],
+        })  # fmt: skip
     if arch == "lfm2moe":  # Lfm2MoeConfig's defaults: V3's routing in one group
         dense = get("num_dense_layers", 2)
         n_expert = get("num_experts", 32)
@@ -325,16 +335,16 @@ def gguf_layer_weights(
             ("w_down", "down", e_dim, s),
         ):
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
-        if not _shared_ungated(moe):
+        if not _shared_ungated(moe, cfg["arch"]):
             w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
     if moe["selection_bias"]:
         w[c + "selection_bias"] = _shaped(_need(get, names, p + "exp_probs_b.bias"), 1, n).reshape(n)
 
 
-def _shared_ungated(moe: dict[str, Any]) -> bool:
+def _shared_ungated(moe: dict[str, Any], arch: str) -> bool:
     """Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
-    bias), DeepSeek's and GLM's (twin of shared_experts_ungated)."""
-    return bool(moe["selection_bias"] or moe["deepseek"])
+    bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP (twin of shared_experts_ungated)."""
+    return bool(moe["selection_bias"] or moe["deepseek"] or arch == "granitehybrid")
 
 
 def _view_stacks(
@@ -361,11 +371,16 @@ def hf_layer_weights(
     if cfg["arch"] == "gpt-oss":
         _gpt_oss_hf_layer(cfg, i, get, names, w)
         return
-    if cfg["arch"] == "granitemoe":  # 3-D stacks: input_linear [n, 2 n_ff, n_embd] = gate then up rows
+    if cfg["arch"] in ("granitemoe", "granitehybrid"):  # 3-D stacks: input_linear = gate then up rows
         p = f"model.layers.{i}.block_sparse_moe."
         w[c + "router"] = _shaped(_need(get, names, p + "router.layer.weight"), n, e_dim)
         _view_stacks(cfg, i, _need(get, names, p + "input_linear.weight"),
                      _need(get, names, p + "output_linear.weight"), w)  # fmt: skip
+        if moe["n_ff_shared"]:  # (Granite 4.0-H's shared MLP: input_linear [gate | up], output_linear)
+            s, sp = moe["n_ff_shared"], f"model.layers.{i}.shared_mlp."
+            gate_up = _shaped(_need(get, names, sp + "input_linear.weight"), 2 * s, e_dim)
+            w[c + "shared.w_gate"], w[c + "shared.w_up"] = gate_up[:s], gate_up[s:]
+            w[c + "shared.w_down"] = _shaped(_need(get, names, sp + "output_linear.weight"), e_dim, s)
         return
     p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "feed_forward." if lfm2 else "mlp.")
     w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
@@ -380,7 +395,7 @@ def hf_layer_weights(
                 w[f"{c}experts.{e}.{field}"] = _shaped(
                     _need(get, names, f"{p}experts.{e}.{stem}.weight"), rows, cols
                 )
-    ungated = _shared_ungated(moe)  # (shared_experts; Qwen2-MoE's gated shared_expert otherwise)
+    ungated = _shared_ungated(moe, cfg["arch"])  # (shared_experts; Qwen2-MoE's gated shared_expert otherwise)
     if moe["n_ff_shared"]:
         s = moe["n_ff_shared"]
         for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):

@@ -4,7 +4,7 @@ The same contract as ``ossa::ModelRunner``: a flat batch (token ids, positions, 
 per-sequence token ranges, context lengths and block tables, the rows whose logits are wanted) goes
 in, float32 logits ``[len(logits_rows), n_vocab]`` come out, and each token's K/V is written into its
 slot so later steps attend to it. ``copy_block`` is the copy-on-write of forked sequences. A model
-with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions: ``ossa.reference.delta_net``) keeps
+with recurrent layers (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2: ``ossa.reference.delta_net``) keeps
 sequence s's state in slot ``state_slots[s]`` (empty: slot s) of ``num_state_slots``; ``copy_state``
 copies a fork's.
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from . import model as ref_model
 from . import moe as moe_twin
+from .delta_net import DeltaState, has_recurrent, is_recurrent, recurrent_layer
 from .gemma3 import gelu_tanh_glu
 
 
@@ -69,9 +70,7 @@ class ModelRunner:
             (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
         )
         self.states: list[Any] = []
-        if config["delta"]["layers"] or config["conv"]["layers"]:
-            from .delta_net import DeltaState
-
+        if has_recurrent(config):
             if num_state_slots < 1:
                 raise ValueError("num_state_slots must be >= 1")
             self.states = [DeltaState(config) for _ in range(num_state_slots)]
@@ -195,10 +194,9 @@ class ModelRunner:
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
-            if states and (i in c["delta"]["layers"] or i in c["conv"]["layers"]):
-                from .delta_net import recurrent_layer  # (Qwen3.5's delta-nets, LFM2's convolutions)
-
-                x = _plain_ffn(c, w, i, x + recurrent_layer(c, w, i, h, pos, seq_start, states, q8), q8)
+            if states and is_recurrent(c, i):  # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2)
+                out = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
+                x = _plain_ffn(c, w, i, x + _scaled(c, out), q8)
                 continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
                 x = _plain_ffn(
@@ -280,17 +278,22 @@ class ModelRunner:
         return ref_model.finish_logits(c, _linear(h, w["output"]))
 
 
+def _scaled(c: dict[str, Any], out: np.ndarray) -> np.ndarray:
+    """A sublayer's output times Granite's residual_multiplier (when the model has one)."""
+    return out * np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else out
+
+
 def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarray, q8: Any) -> np.ndarray:
-    """x plus layer i's feed-forward (SwiGLU or MoE) of rmsnorm(x): the pre-norm layers without post
-    norms or scales (DeepSeek's, Qwen3.5's)."""
+    """x plus layer i's feed-forward (SwiGLU or MoE) of rmsnorm(x), times residual_scale where set: the
+    pre-norm layers without post norms (DeepSeek's, Qwen3.5's, LFM2's, Granite 4.0-H's)."""
     p = f"layers.{i}."
     h = ref_model.rms_norm(x, w[p + "ffn_norm"], c["rms_eps"])
     if i in c["moe"]["layers"]:
-        return x + moe_twin.moe_ffn(c, w, i, h, q8)  # type: ignore[no-any-return]
+        return x + _scaled(c, moe_twin.moe_ffn(c, w, i, h, q8))  # type: ignore[no-any-return]
     act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
         q8(h, p + "w_up"), w[p + "w_up"]
     )
-    return x + _linear(q8(act, p + "w_down"), w[p + "w_down"])  # type: ignore[no-any-return]
+    return x + _scaled(c, _linear(q8(act, p + "w_down"), w[p + "w_down"]))  # type: ignore[no-any-return]
 
 
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
