@@ -147,7 +147,16 @@ def ossa_speed(
 
 
 # Architectures whose llama.cpp memory cannot go back (a recurrent state): decode goes on instead.
-RECURRENT_ARCHS = ("qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe")
+RECURRENT_ARCHS = (
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+    "lfm2",
+    "lfm2moe",
+    "granitehybrid",
+    "nemotron_h",
+    "nemotron_h_moe",
+)
 
 
 def llama_speed(path: str, threads: int, n_decode: int, contexts: tuple[int, ...] = ()) -> dict[str, float]:

@@ -11,6 +11,10 @@ the output matrix is a smaller share of a step than in the real files):
 - ``--arch lfm2``, shaped like LFM2-1.2B: hidden 2048, 16 layers, attention (32 query / 8 KV heads of
   64) at layers 2, 5, 8, 10, 12 and 14, gated short convolutions of 3 taps elsewhere; SwiGLU of 8192
   rows; tied.
+- ``--arch granitehybrid``, shaped like Granite 4.0-H's 1B-class model (the family's proportions):
+  hidden 1536, 40 layers of which every 10th (9, 19, 29, 39) is attention without RoPE (12 query / 4
+  KV heads of 128), the others Mamba-2 (48 heads of 64, state 128, one group, 4 taps with a bias);
+  a dense SwiGLU of 4096 rows; Granite's multipliers; tied.
 
 F16 written here, the other types made by llama.cpp's own quantizer (llama_model_quantize), cached
 under $OSSA_HOME/bench.
@@ -39,6 +43,8 @@ from make_bench_models import copy_gguf_metadata, quantize, write_gguf  # noqa: 
 
 LFM2 = dict(n_embd=2048, n_layer=16, attention=(2, 5, 8, 10, 12, 14), n_head=32, n_head_kv=8, head_dim=64,
             n_ff=8192, conv=3)  # fmt: skip
+GRANITE = dict(n_embd=1536, n_layer=40, attention=(9, 19, 29, 39), n_head=12, n_head_kv=4, head_dim=128,
+               n_ff=4096, d_inner=3072, n_heads=48, d_state=128, n_groups=1, conv=4)  # fmt: skip
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
@@ -174,6 +180,81 @@ def build_lfm2_f16(dst: Path, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+def build_granite_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Granite-4.0-H-1B-class file (matrices F16; norms, convolution taps and the Mamba-2
+    vectors F32, as llama.cpp's converter keeps them) once."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s, k = GRANITE, "granitehybrid."
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "granitehybrid")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, d, h, g, n = s["n_embd"], s["head_dim"], s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"]
+    conv_dim = d + 2 * g * n
+    w.add_context_length(1 << 20)
+    w.add_embedding_length(e)
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv([s["n_head_kv"] if i in s["attention"] else 0 for i in range(s["n_layer"])])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(10_000.0)
+    w.add_bool(k + "rope.scaling.finetuned", False)  # (Granite 4.0-H: no RoPE)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
+    w.add_uint32(k + "ssm.state_size", n)
+    w.add_uint32(k + "ssm.group_count", g)
+    w.add_uint32(k + "ssm.inner_size", d)
+    w.add_uint32(k + "ssm.time_step_rank", h)
+    w.add_expert_shared_feed_forward_length(s["n_ff"])
+    w.add_embedding_scale(12.0)  # (the multipliers of Granite 4.0's configs)
+    w.add_residual_scale(0.22)
+    w.add_attention_scale(0.0078125)
+    w.add_logit_scale(6.0)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    rng = np.random.default_rng(0)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        w.add_tensor(name, values.astype(np.float16))
+
+    def vec(name: str, n: int, base: float = 1.0, spread: float = 0.1, rows: int = 1) -> None:
+        values = base + spread * rng.standard_normal(n, dtype=np.float32)
+        w.add_tensor(name, values.reshape(rows, n // rows) if rows > 1 else values)
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
+    vec("output_norm.weight", e)
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", e)
+        vec(p + "ffn_norm.weight", e)
+        if i in s["attention"]:
+            mat(p + "attn_q.weight", s["n_head"] * hd, e)
+            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        else:  # Mamba-2: ssm_a and ssm_d stored n x 1, the norm n_groups rows
+            mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
+            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
+            w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
+            vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
+            vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
+            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal((h, 1))).astype(np.float32))
+            w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
+            vec(p + "ssm_norm.weight", d, rows=g)
+            mat(p + "ssm_out.weight", e, d)
+        mat(p + "ffn_gate.weight", s["n_ff"], e)
+        mat(p + "ffn_up.weight", s["n_ff"], e)
+        mat(p + "ffn_down.weight", e, s["n_ff"])
+    return write_gguf(w, tmp, dst)
+
+
 def agreement(path: str, n: int = 64) -> tuple[float, float]:
     """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process): ossa
     exact, and ossa loaded with quantized_activations (llama.cpp's own scheme: activations rounded to
@@ -199,15 +280,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    ap.add_argument("--arch", choices=["qwen35", "lfm2"], default="qwen35")
+    ap.add_argument("--arch", choices=["qwen35", "lfm2", "granitehybrid"], default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
-    stem = "qwen35-0.8b-shape" if args.arch == "qwen35" else "lfm2-1.2b-shape"
-    build = build_f16 if args.arch == "qwen35" else build_lfm2_f16
+    stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape"}[
+        args.arch
+    ]
+    build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16}[args.arch]
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
@@ -215,7 +298,7 @@ def main() -> None:
         if not path.exists():
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
-    shape = SHAPE if args.arch == "qwen35" else LFM2
+    shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE}[args.arch]
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
