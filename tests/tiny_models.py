@@ -51,6 +51,7 @@ ARCHS = (
     "lfm2",
     "lfm2_moe",
     "granitemoehybrid",
+    "nemotron_h",
 )
 
 
@@ -149,6 +150,7 @@ def make_hf_model(
         "lfm2": transformers.Lfm2Config,
         "lfm2_moe": transformers.Lfm2MoeConfig,
         "granitemoehybrid": transformers.GraniteMoeHybridConfig,
+        "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -327,6 +329,8 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
+    if model_type == "nemotron_h":  # (transformers 5 writes its layer count as the pattern's length)
+        cfg["num_hidden_layers"] = len(cfg["layers_block_type"])
     arch = {
         "llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
         "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "mixtral": "llama", "gemma3_text": "gemma3",
@@ -339,6 +343,7 @@ def hf_to_gguf(
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
+        "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg["num_attention_heads"]
     n_head_kv = cfg.get("num_key_value_heads") or n_head
@@ -363,6 +368,8 @@ def hf_to_gguf(
 
         lfm2 = arch_config.lfm2_hf(cfg, cfg["num_hidden_layers"], moe=arch == "lfm2moe")
         writer.add_feed_forward_length(lfm2["n_ff"])
+    elif arch in ("nemotron_h", "nemotron_h_moe"):
+        _nemotronh_keys(writer, arch, cfg, n_head_kv)
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
@@ -371,9 +378,12 @@ def hf_to_gguf(
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
         _granitehybrid_keys(writer, cfg, n_head_kv)
+    elif arch in ("nemotron_h", "nemotron_h_moe"):
+        pass  # (_nemotronh_keys wrote the per-layer counts)
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
-    writer.add_layer_norm_rms_eps(cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
+    eps = cfg.get("layer_norm_epsilon") if model_type == "nemotron_h" else None  # (NemotronHConfig's key)
+    writer.add_layer_norm_rms_eps(eps or cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
@@ -479,6 +489,8 @@ def hf_to_gguf(
         "lfm2",
         "lfm2moe",
         "granitehybrid",
+        "nemotron_h",
+        "nemotron_h_moe",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -536,6 +548,9 @@ def hf_to_gguf(
         moe.update(_qwen35_tensors(tensors, cfg))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
+    if arch in ("nemotron_h", "nemotron_h_moe"):  # every block's tensors under llama.cpp's names
+        writer.add_layer_norm_eps(cfg["layer_norm_epsilon"])  # (the converter's key for it as well)
+        moe.update(_nemotronh_tensors(tensors, cfg))
     if arch == "granitemoe":  # the router, and input_linear's gate / up halves as two stacks
         for i in range(cfg["num_hidden_layers"]):
             p, f = f"model.layers.{i}.block_sparse_moe.", cfg["intermediate_size"]
@@ -558,7 +573,16 @@ def hf_to_gguf(
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
         if arch in ("qwen35", "qwen35moe") and name.endswith("norm.weight") and "ssm_norm" not in name:
             w = w + np.float32(1)  # (and Qwen3.5's, all but the delta-net's gated norm)
-        permuted = ("llama", "smollm3", "granite", "granitemoe", "mistral3", "granitehybrid")
+        permuted = (
+            "llama",
+            "smollm3",
+            "granite",
+            "granitemoe",
+            "mistral3",
+            "granitehybrid",
+            "nemotron_h",
+            "nemotron_h_moe",
+        )  # (llama.cpp's converter permutes Nemotron-H's too: NoPE, harmless)
         if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)
         elif arch in permuted and name.endswith("attn_k.weight"):
@@ -796,6 +820,71 @@ def _granitehybrid_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) 
             stack = tensors.pop(e + "input_linear.weight")
             out[b + "ffn_gate_exps.weight"], out[b + "ffn_up_exps.weight"] = stack[:, :f], stack[:, f:]
             out[b + "ffn_down_exps.weight"] = tensors.pop(e + "output_linear.weight")
+    return out
+
+
+def _nemotronh_keys(writer: Any, arch: str, cfg: dict[str, Any], n_head_kv: int) -> None:
+    """Nemotron-H's keys as llama.cpp's converter writes them: per layer, the KV head count (attention
+    blocks) and the feed-forward size (feed-forward blocks: intermediate_size, or moe_intermediate_size in
+    the MoE variant), 0 elsewhere; the ssm.* sizes (inner = heads x head size); the experts' counts."""
+    kinds = cfg["layers_block_type"]
+    moe = arch == "nemotron_h_moe"
+    ff = cfg["moe_intermediate_size"] if moe else cfg["intermediate_size"]
+    writer.add_head_count_kv([n_head_kv if t == "full_attention" else 0 for t in kinds])
+    writer.add_feed_forward_length([ff if t in ("mlp", "moe") else 0 for t in kinds])
+    writer.add_uint32(f"{arch}.ssm.conv_kernel", cfg["conv_kernel"])
+    writer.add_uint32(f"{arch}.ssm.state_size", cfg["ssm_state_size"])
+    writer.add_uint32(f"{arch}.ssm.group_count", cfg["n_groups"])
+    writer.add_uint32(f"{arch}.ssm.inner_size", cfg["mamba_num_heads"] * cfg["mamba_head_dim"])
+    writer.add_uint32(f"{arch}.ssm.time_step_rank", cfg["mamba_num_heads"])
+    if moe:
+        writer.add_expert_count(cfg["n_routed_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_expert_shared_feed_forward_length(cfg["moe_shared_expert_intermediate_size"])
+        writer.add_expert_shared_count(cfg["n_shared_experts"])
+        writer.add_expert_weights_norm(cfg["norm_topk_prob"])
+        writer.add_expert_weights_scale(cfg["routed_scaling_factor"])
+        writer.add_expert_group_count(cfg["n_group"])
+
+
+def _nemotronh_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops every Nemotron-H tensor; returns them as llama.cpp's converter writes them: each block's norm
+    as attn_norm, attention as attn_q / k / v / output, the Mamba-2 mixer as Granite 4.0-H's (A_log as
+    ssm_a = -exp(A_log) and D as n x 1, the norm as n_groups rows), the feed-forward as ffn_up / ffn_down,
+    the experts stacked (ffn_up_exps / ffn_down_exps), their router, selection bias and shared MLP."""
+    out: dict[str, np.ndarray] = {
+        "token_embd.weight": tensors.pop("backbone.embeddings.weight"),
+        "output_norm.weight": tensors.pop("backbone.norm_f.weight"),
+    }
+    groups = cfg["n_groups"]
+    names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+             "in_proj": "ssm_in", "out_proj": "ssm_out", "up_proj": "ffn_up",
+             "down_proj": "ffn_down"}  # fmt: skip
+    for i, kind in enumerate(cfg["layers_block_type"]):
+        p, b = f"backbone.layers.{i}.", f"blk.{i}."
+        out[b + "attn_norm.weight"] = tensors.pop(p + "norm.weight")
+        m = p + "mixer."
+        if kind == "linear_attention":
+            out[b + "ssm_conv1d.weight"] = tensors.pop(m + "conv1d.weight")[:, 0, :]
+            if m + "conv1d.bias" in tensors:
+                out[b + "ssm_conv1d.bias"] = tensors.pop(m + "conv1d.bias")
+            out[b + "ssm_dt.bias"] = tensors.pop(m + "dt_bias")
+            out[b + "ssm_a"] = -np.exp(tensors.pop(m + "A_log")).reshape(-1, 1)
+            out[b + "ssm_d"] = tensors.pop(m + "D").reshape(-1, 1)
+            out[b + "ssm_norm.weight"] = tensors.pop(m + "norm.weight").reshape(groups, -1)
+        if kind == "moe":
+            n = cfg["n_routed_experts"]
+            out[b + "ffn_gate_inp.weight"] = tensors.pop(m + "gate.weight")
+            out[b + "exp_probs_b.bias"] = tensors.pop(m + "gate.e_score_correction_bias")
+            for stem in ("up", "down"):
+                out[f"{b}ffn_{stem}_exps.weight"] = np.stack(
+                    [tensors.pop(f"{m}experts.{e}.{stem}_proj.weight") for e in range(n)]
+                )
+                out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(f"{m}shared_experts.{stem}_proj.weight")
+        for hf, gg in names.items():
+            if m + hf + ".weight" in tensors:
+                out[f"{b}{gg}.weight"] = tensors.pop(m + hf + ".weight")
     return out
 
 
@@ -1066,7 +1155,7 @@ def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     import torch
 
     kw: dict[str, Any] = {}
-    if _model_type(path).startswith("qwen3_5") or _model_type(path) == "granitemoehybrid":
+    if _model_type(path).startswith("qwen3_5") or _model_type(path) in ("granitemoehybrid", "nemotron_h"):
         # (grouped_mm has no float64: the experts' loop)
         kw = {"dtype": torch.float64, "experts_implementation": "eager"}
     model = _causal_lm(_model_type(path)).from_pretrained(

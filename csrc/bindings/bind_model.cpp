@@ -144,6 +144,12 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   nb::list nope;
   for (uint8_t v : c.layer_nope) nope.append(nb::bool_(v != 0));
   d["layer_nope"] = nope;
+  nb::list no_ffn, no_mixer;  // (Nemotron-H's one-sublayer blocks)
+  for (uint8_t v : c.layer_no_ffn) no_ffn.append(nb::bool_(v != 0));
+  for (uint8_t v : c.layer_no_mixer) no_mixer.append(nb::bool_(v != 0));
+  d["layer_no_ffn"] = no_ffn;
+  d["layer_no_mixer"] = no_mixer;
+  d["ffn_relu2"] = c.ffn_relu2;
   d["residual_scale"] = c.residual_scale;
   d["logit_scale"] = c.logit_scale;
   d["o_bias"] = c.o_bias;

@@ -121,6 +121,10 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void relu2_row(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
+}
+
 void silu_row(float* x, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)

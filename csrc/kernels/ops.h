@@ -24,6 +24,9 @@ void rope_apply(float* x, int n_heads, int head_dim, RopeStyle style, const floa
 // out[i] = silu(gate[i]) * up[i].
 void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
 
+// x[i] = relu(x[i])^2, in place (Nemotron-H's feed-forward activation, relu2).
+void relu2_row(float* x, int64_t n);
+
 // x[i] = silu(x[i]) = x[i] / (1 + exp(-x[i])), in place (swiglu_row's exp).
 void silu_row(float* x, int64_t n);
 

@@ -863,10 +863,12 @@ void check_mamba2(const Mamba2Config& m, const std::string& where) {
 
 }  // namespace
 
-void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
-                               const std::vector<int64_t>& kv_per_layer, const std::string& path) {
-  const std::string k = c.arch + ".", where = "'" + path + "'";
-  granite_config_gguf(g, c);
+namespace {
+
+// The Mamba-2 sizes of a GGUF file: ssm.conv_kernel / inner_size / state_size / time_step_rank (the
+// head count) / group_count.
+void mamba2_sizes_gguf(const GGUFFile& g, ModelConfig& c, const std::string& where) {
+  const std::string k = c.arch + ".";
   Mamba2Config& m = c.ssm;
   auto dim = [&](const char* key) {
     return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
@@ -877,6 +879,16 @@ void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
   m.n_heads = dim("ssm.time_step_rank");
   m.n_groups = dim("ssm.group_count");
   check_mamba2(m, where);
+}
+
+}  // namespace
+
+void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
+                               const std::vector<int64_t>& kv_per_layer, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  granite_config_gguf(g, c);
+  Mamba2Config& m = c.ssm;
+  mamba2_sizes_gguf(g, c, where);
   // A layer is a Mamba-2 layer where its KV head count is 0 (llama.cpp's rule; one count for all:
   // every layer attention).
   m.layers.assign(static_cast<size_t>(c.n_layer), 0);
@@ -937,6 +949,124 @@ void granitehybrid_config_hf(const Json& cfg, ModelConfig& c) {
   if (cfg.integer("num_local_experts", 8) == 0)
     c.n_ff = static_cast<int>(
         std::clamp<int64_t>(cfg.integer("shared_intermediate_size", 1024), -1, int64_t{1} << 30));
+}
+
+std::string nemotronh_layer_kinds(const Json& cfg, int n_layer) {
+  const std::string where = "'" + cfg.path + "'";
+  std::string kinds;
+  const JsonValue* types = cfg.get("layers_block_type");
+  if (types == nullptr) types = cfg.get("layer_types");
+  const JsonValue* pattern = cfg.get("hybrid_override_pattern");
+  if (types != nullptr) {
+    if (!types->is_array())
+      throw ModelError("config 'layers_block_type' in " + where + " must be a list");
+    for (const JsonValue& t : types->array) {
+      const std::string name = t.is_string() ? t.string : "";
+      const char kind = name == "mamba" || name == "linear_attention"     ? 'M'
+                        : name == "attention" || name == "full_attention" ? '*'
+                        : name == "mlp"                                   ? '-'
+                        : name == "moe"                                   ? 'E'
+                                                                          : '?';
+      if (kind == '?')
+        throw ModelError("config 'layers_block_type' in " + where +
+                         " must hold \"mamba\", \"attention\", \"mlp\" or \"moe\" (or "
+                         "\"linear_attention\" / \"full_attention\")");
+      kinds += kind;
+    }
+  } else if (pattern != nullptr) {
+    if (!pattern->is_string())
+      throw ModelError("config 'hybrid_override_pattern' in " + where + " must be a string");
+    kinds = pattern->string;
+    if (kinds.find_first_not_of("M*-E") != std::string::npos)
+      throw ModelError("config 'hybrid_override_pattern' in " + where +
+                       " must hold only M, *, - and E");
+  } else {
+    throw ModelError("config in " + where +
+                     " has neither layers_block_type nor hybrid_override_pattern");
+  }
+  if (n_layer > 0 && kinds.size() != static_cast<size_t>(n_layer))
+    throw ModelError("the layer pattern in " + where + " lists " + std::to_string(kinds.size()) +
+                     " layers, num_hidden_layers " + std::to_string(n_layer));
+  return kinds;
+}
+
+namespace {
+
+// Nemotron-H's blocks from one kind per layer: M a Mamba-2 mixer, * attention (both without a
+// feed-forward), - and E a feed-forward alone (dense, or experts).
+void nemotronh_blocks(const std::string& kinds, ModelConfig& c) {
+  const size_t n = static_cast<size_t>(c.n_layer);
+  c.ssm.layers.assign(n, 0);
+  c.layer_no_ffn.assign(n, 0);
+  c.layer_no_mixer.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    c.ssm.layers[i] = kinds[i] == 'M';
+    c.layer_no_ffn[i] = kinds[i] == 'M' || kinds[i] == '*';
+    c.layer_no_mixer[i] = kinds[i] == '-' || kinds[i] == 'E';
+  }
+  c.layer_nope.assign(n, 1);  // (no RoPE: the Mamba-2 layers carry the positions)
+  c.ffn_relu2 = true;
+}
+
+}  // namespace
+
+void nemotronh_config_gguf(const GGUFFile& g, ModelConfig& c,
+                           const std::vector<int64_t>& kv_per_layer,
+                           const std::vector<int64_t>& ff_per_layer, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  mamba2_sizes_gguf(g, c, where);
+  if (kv_per_layer.size() != static_cast<size_t>(c.n_layer) ||
+      ff_per_layer.size() != static_cast<size_t>(c.n_layer))
+    throw ModelError(k + "attention.head_count_kv and " + k + "feed_forward_length in " + where +
+                     " must hold one count per layer (" + std::to_string(c.n_layer) + ")");
+  // (llama.cpp's rule: a layer with KV heads is attention, one with a feed-forward size a
+  // feed-forward, one with neither Mamba-2)
+  std::string kinds;
+  for (int i = 0; i < c.n_layer; ++i) {
+    const int64_t kv = kv_per_layer[static_cast<size_t>(i)],
+                  ff = ff_per_layer[static_cast<size_t>(i)];
+    if (kv != 0 && kv != c.n_head_kv)
+      throw ModelError("differing KV head counts across layers in " + where + " (not supported)");
+    if (kv != 0 && ff != 0)
+      throw ModelError("layer " + std::to_string(i) + " of " + where +
+                       " has both attention and a feed-forward (not a Nemotron-H block)");
+    if (ff != 0 && ff != c.n_ff)
+      throw ModelError("differing feed-forward sizes across layers in " + where +
+                       " (not supported)");
+    kinds += kv != 0 ? '*' : ff != 0 ? '-' : 'M';
+  }
+  nemotronh_blocks(kinds, c);
+}
+
+void nemotronh_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  for (const char* key : {"use_bias", "mamba_proj_bias", "mlp_bias", "attention_bias"})
+    if (cfg.boolean(key, false))
+      throw ModelError(std::string(key) + "=true in " + where + " is not supported");
+  if (cfg.string("mlp_hidden_act", "relu2") != "relu2")
+    throw ModelError("mlp_hidden_act '" + cfg.string("mlp_hidden_act", "") + "' in " + where +
+                     " is not supported (relu2)");
+  if (cfg.string("mamba_hidden_act", "silu") != "silu")
+    throw ModelError("mamba_hidden_act '" + cfg.string("mamba_hidden_act", "") + "' in " + where +
+                     " is not supported (silu)");
+  if (cfg.get("moe_latent_size") != nullptr)
+    throw ModelError("moe_latent_size in " + where +
+                     " (latent expert projections) is not supported");
+  c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+  Mamba2Config& m = c.ssm;
+  auto dim = [&](const char* key, const char* alias, int64_t dflt) {
+    const int64_t v = cfg.integer(key, cfg.integer(alias, dflt));
+    return static_cast<int>(std::clamp<int64_t>(v, -1, int64_t{1} << 24));
+  };
+  m.n_heads = dim("mamba_num_heads", "mamba_num_heads", 128);
+  m.d_inner = static_cast<int>(std::clamp<int64_t>(
+      int64_t{m.n_heads} * dim("mamba_head_dim", "mamba_head_dim", 64), -1, int64_t{1} << 24));
+  m.d_state = dim("ssm_state_size", "mamba_d_state", 128);
+  m.n_groups = dim("n_groups", "mamba_n_groups", 8);
+  m.conv_kernel = dim("conv_kernel", "mamba_d_conv", 4);
+  m.conv_bias = cfg.boolean("use_conv_bias", cfg.boolean("mamba_conv_bias", true));
+  check_mamba2(m, where);
+  nemotronh_blocks(nemotronh_layer_kinds(cfg, c.n_layer), c);
 }
 
 }  // namespace ossa

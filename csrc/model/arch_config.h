@@ -168,4 +168,19 @@ void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
                                const std::vector<int64_t>& kv_per_layer, const std::string& path);
 void granitehybrid_config_hf(const Json& cfg, ModelConfig& c);
 
+// Nemotron-H (nemotron_h, nemotron_h_moe; NemotronHForCausalLM: Nemotron-H, Nemotron Nano 2,
+// Nemotron 3 Nano): blocks of one sublayer each after one RMSNorm: Mamba-2 (config.ssm), attention
+// without RoPE, or a relu2 feed-forward (dense or experts). GGUF: the ssm.* sizes, and per layer
+// attention.head_count_kv (> 0: attention) and feed_forward_length (> 0: a feed-forward; neither:
+// Mamba-2). config.json: mamba_num_heads x mamba_head_dim, ssm_state_size, n_groups, conv_kernel,
+// use_conv_bias, layer_norm_epsilon, and the layers from layers_block_type or
+// hybrid_override_pattern (M, *, -, E).
+void nemotronh_config_gguf(const GGUFFile& g, ModelConfig& c,
+                           const std::vector<int64_t>& kv_per_layer,
+                           const std::vector<int64_t>& ff_per_layer, const std::string& path);
+void nemotronh_config_hf(const Json& cfg, ModelConfig& c);
+// One character per layer (M, *, -, E) from config.json's layers_block_type (or layer_types) or
+// hybrid_override_pattern; checked against n_layer when it is > 0.
+std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);
+
 }  // namespace ossa

@@ -142,7 +142,8 @@ struct ModelConfig {
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
                      // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
                      // "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35",
-                     // "qwen35moe", "lfm2", "lfm2moe", "granitehybrid"
+                     // "qwen35moe", "lfm2", "lfm2moe", "granitehybrid", "nemotron_h",
+                     // "nemotron_h_moe"
   int n_vocab = 0;
   int n_embd = 0;
   int n_layer = 0;
@@ -190,7 +191,16 @@ struct ModelConfig {
   float attn_temp_scale = 0.0f;  // 0 = off
   int attn_temp_length = 0;
 
+  // Nemotron-H's blocks hold one sublayer each: a mixer (attention or Mamba-2) without a
+  // feed-forward (layer_no_ffn), or a feed-forward (dense or experts) without a mixer
+  // (layer_no_mixer), each after the block's one norm (attn_norm, or ffn_norm for a feed-forward).
+  std::vector<uint8_t> layer_no_ffn, layer_no_mixer;  // [n_layer]; empty: every layer has both
+  // The feed-forward is down(relu(up x)^2), no gate (Nemotron-H's relu2), experts likewise.
+  bool ffn_relu2 = false;
+
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
+  bool no_ffn(int layer) const { return !layer_no_ffn.empty() && layer_no_ffn[layer] != 0; }
+  bool no_mixer(int layer) const { return !layer_no_mixer.empty() && layer_no_mixer[layer] != 0; }
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
   // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
   bool kv_shared() const { return mla.active(); }
@@ -206,16 +216,19 @@ struct ModelConfig {
     if (ssm.is_layer(layer)) return ssm.layer_floats();
     return 0;
   }
-  // The layers with K/V in the cache (all but the recurrent ones), and a layer's index among them.
+  // A layer whose mixer is attention: K/V in the cache (not a recurrent layer, not a feed-forward
+  // alone).
+  bool has_kv(int layer) const { return !recurrent(layer) && !no_mixer(layer); }
+  // The layers with K/V in the cache, and a layer's index among them.
   int kv_layers() const {
     int n = 0;
-    for (int l = 0; l < n_layer; ++l) n += !recurrent(l);
+    for (int l = 0; l < n_layer; ++l) n += has_kv(l);
     return n;
   }
   int kv_index(int layer) const {
-    if (!delta.active() && !conv.active() && !ssm.active()) return layer;
+    if (!delta.active() && !conv.active() && !ssm.active() && layer_no_mixer.empty()) return layer;
     int n = 0;
-    for (int l = 0; l < layer; ++l) n += !recurrent(l);
+    for (int l = 0; l < layer; ++l) n += has_kv(l);
     return n;
   }
   // Floats of one sequence's recurrent state, all layers (0: a model without recurrent layers),
@@ -226,6 +239,8 @@ struct ModelConfig {
     for (int l = 0; l < layer; ++l) n += layer_state_floats(l);
     return n;
   }
+  // Nemotron-H (nemotron_h, nemotron_h_moe): blocks of one sublayer each.
+  bool nemotron_h() const { return arch == "nemotron_h" || arch == "nemotron_h_moe"; }
   // LFM2 and LFM2-MoE (lfm2, lfm2moe): short convolutions among attention layers.
   bool lfm2() const { return arch == "lfm2" || arch == "lfm2moe"; }
   bool nope(int layer) const { return !layer_nope.empty() && layer_nope[layer] != 0; }

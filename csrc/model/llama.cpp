@@ -164,7 +164,7 @@ void* ForwardState::k_cache(int layer) const {
   const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
   const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
   const int64_t regions = model->config.kv_shared() ? 1 : 2;  // (shared: one row layout)
-  OSSA_ASSERT(!model->config.recurrent(layer));  // (the pool holds the attention layers only)
+  OSSA_ASSERT(model->config.has_kv(layer));  // (the pool holds the attention layers only)
   return static_cast<uint8_t*>(kv) +
          static_cast<int64_t>(model->config.kv_index(layer)) * regions * bytes;
 }
@@ -202,7 +202,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     MatmulInput in;
-    if (c.delta.is_layer(l)) {
+    if (c.no_mixer(l)) {  // (Nemotron-H: a feed-forward block)
+    } else if (c.delta.is_layer(l)) {
       delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
     } else if (c.conv.is_layer(l)) {
       short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
@@ -231,12 +232,24 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's)
       laps.lap(kWo);
     }
+    if (c.no_ffn(l)) continue;  // (Nemotron-H: a mixer block)
     if (L.moe.active()) {
       moe_forward(s, L, n, threads);  // model/moe.cpp
       laps.lap(kGateUp);
       continue;
     }
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
+    if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2)
+      in = norm_for(s, ffn_norm, n, threads, {&L.w_up});
+      laps.lap(kNorm);
+      matmul(L.w_up, in, s.gate.data(), F);
+      per_token(n, threads, [&](int t) { relu2_row(s.gate.data() + t * F, F); });
+      laps.lap(kGateUp);
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+      residual(s, L.w_down, in, n, threads);
+      laps.lap(kDown);
+      continue;
+    }
     in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
     // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.

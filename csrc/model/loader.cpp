@@ -202,10 +202,11 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",  "qwen2",    "qwen3",    "mistral",      "qwen3moe",  "qwen2moe",   "gemma",
-    "gemma2", "gemma3",   "phi3",     "smollm3",      "granite",   "granitemoe", "gpt-oss",
-    "olmo2",  "exaone4",  "ernie4_5", "ernie4_5-moe", "deepseek2", "glm4moe",    "olmoe",
-    "glm4",   "mistral3", "qwen35",   "qwen35moe",    "lfm2",      "lfm2moe",    "granitehybrid"};
+    "llama",      "qwen2",   "qwen3",   "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",  "gemma3",  "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -216,7 +217,7 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, nemotron_h)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -391,9 +392,12 @@ void build_weights(Model& m, Builder& b,
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = "layers." + std::to_string(i) + ".";
-    if (c.pre_norms()) l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
-    const bool attention = !c.recurrent(i);
-    if (c.delta.is_layer(i)) {
+    // (Nemotron-H: a block holds a mixer or a feed-forward, not both)
+    const bool mixer = !c.no_mixer(i), attention = c.has_kv(i);
+    if (c.pre_norms() && mixer)
+      l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
+    if (!mixer) {
+    } else if (c.delta.is_layer(i)) {
       build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.conv.is_layer(i)) {
       build_conv_weights(c, b, name_of, i, l);
@@ -425,6 +429,7 @@ void build_weights(Model& m, Builder& b,
       throw ModelError("tensor '" + name_of(i, "bo") +
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
+    if (c.no_ffn(i)) continue;
     if (c.pre_norms()) l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
@@ -434,7 +439,8 @@ void build_weights(Model& m, Builder& b,
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
-      l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
+      if (!c.ffn_relu2)  // (Nemotron-H: up and down alone)
+        l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
@@ -509,6 +515,11 @@ std::string gguf_name(int layer, const char* field) {
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
+// Nemotron-H files name every block's one norm attn_norm (a feed-forward block's too).
+std::string gguf_name_nemotronh(int layer, const char* field) {
+  return gguf_name(layer, std::string(field) == "ffn_norm" ? "attn_norm" : field);
+}
+
 // gpt-oss and Qwen3.5 files name the norm before the feed-forward post_attention_norm (the
 // feed-forward's input, as HF's post_attention_layernorm is), not ffn_norm.
 std::string gguf_name_gpt_oss(int layer, const char* field) {
@@ -559,13 +570,24 @@ void load_gguf(Model& m, Storage& st) {
       kv_array ? g->get_int_array(k + "attention.head_count_kv") : std::vector<int64_t>{};
   int64_t kv_heads = kv_array ? 0 : g->get_int(k + "attention.head_count_kv", c.n_head);
   for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
-  if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid")
+  const bool nemotron = arch == "nemotron_h" || arch == "nemotron_h_moe";
+  if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid" && !nemotron)
     throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
   c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
-  // (a Qwen3.5 MoE file may have no dense size: its experts')
-  c.n_ff = checked_dim(
-      g->get_int(k + "feed_forward_length", g->get_int(k + "expert_feed_forward_length", 0)),
-      "feed_forward_length", m.path);
+  // (a Qwen3.5 MoE file may have no dense size: its experts'; Nemotron-H: one per layer, 0 where a
+  // block has no feed-forward)
+  const GGUFValue* ff_value = g->find(k + "feed_forward_length");
+  const std::vector<int64_t> ff_per_layer =
+      ff_value != nullptr && std::holds_alternative<std::shared_ptr<GGUFArray>>(ff_value->value)
+          ? g->get_int_array(k + "feed_forward_length")
+          : std::vector<int64_t>{};
+  if (!ff_per_layer.empty() && !nemotron)
+    throw ModelError("per-layer feed_forward_length in '" + m.path + "' is not supported");
+  int64_t ff = ff_per_layer.empty() ? g->get_int(k + "feed_forward_length",
+                                                 g->get_int(k + "expert_feed_forward_length", 0))
+                                    : 0;
+  for (int64_t v : ff_per_layer) ff = std::max(ff, v);
+  c.n_ff = checked_dim(ff, "feed_forward_length", m.path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
                            "head dimension", m.path, 65536);
@@ -583,7 +605,10 @@ void load_gguf(Model& m, Storage& st) {
   c.n_vocab = checked_dim(g->get_int(k + "vocab_size", embd_rows), "vocab_size", m.path);
   c.n_ctx_train =
       static_cast<int>(std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));
-  c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_rms_epsilon", 1e-5));
+  // (Nemotron-H's converter writes its RMSNorm's epsilon under the plain layer-norm key)
+  c.rms_eps = static_cast<float>(
+      g->get_float(k + "attention.layer_norm_rms_epsilon",
+                   nemotron ? g->get_float(k + "attention.layer_norm_epsilon", 1e-5) : 1e-5));
   c.rope_theta = static_cast<float>(g->get_float(k + "rope.freq_base", 10000.0));
   std::string scaling = g->get_string(k + "rope.scaling.type", "none");
   if (g->find(k + "rope.scale_linear") != nullptr && scaling == "none") {
@@ -647,16 +672,21 @@ void load_gguf(Model& m, Storage& st) {
   }
   if (qwen35) qwen35_config_gguf(*g, c, m.path);                // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
-  if (arch == "granitehybrid") {  // Mamba-2 layers; the biases where a layer of their kind has them
-    granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
+  if (nemotron) nemotronh_config_gguf(*g, c, kv_per_layer, ff_per_layer, m.path);
+  if (arch == "granitehybrid" || nemotron) {  // Mamba-2 layers; biases where a layer has them
+    if (arch == "granitehybrid") granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
     int first_attn = -1, first_ssm = -1;
-    for (int i = c.n_layer - 1; i >= 0; --i) (c.ssm.is_layer(i) ? first_ssm : first_attn) = i;
+    for (int i = c.n_layer - 1; i >= 0; --i)
+      if (c.ssm.is_layer(i))
+        first_ssm = i;
+      else if (c.has_kv(i))
+        first_attn = i;
     const std::string blk_a = "blk." + std::to_string(first_attn) + ".",
                       blk_s = "blk." + std::to_string(first_ssm) + ".";
     c.qkv_bias = first_attn >= 0 && b.has(blk_a + "attn_q.bias");
     c.ssm.conv_bias = first_ssm >= 0 && b.has(blk_s + "ssm_conv1d.bias");
-    // (a dense model's feed-forward: the shared MLP's size where the file gives one)
-    if (g->get_int(k + "expert_count", 0) == 0)
+    // (a dense Granite 4.0-H's feed-forward: the shared MLP's size where the file gives one)
+    if (arch == "granitehybrid" && g->get_int(k + "expert_count", 0) == 0)
       c.n_ff = checked_dim(g->get_int(k + "expert_shared_feed_forward_length", c.n_ff),
                            "expert_shared_feed_forward_length", m.path);
   }
@@ -676,7 +706,10 @@ void load_gguf(Model& m, Storage& st) {
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   // (LFM2's final norm is named token_embd_norm: transformers' embedding_norm, applied last)
-  build_weights(m, b, arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss : gguf_name,
+  build_weights(m, b,
+                arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss
+                : nemotron                  ? gguf_name_nemotronh
+                                            : gguf_name,
                 "token_embd.weight", c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight",
                 "output.weight");
   build_moe_layers(m, b, true);
@@ -783,6 +816,29 @@ std::string hf_name_granitehybrid(int layer, const char* field) {
   auto it = k_names.find(field);
   return it == k_names.end() ? hf_name(layer, field)
                              : "model.layers." + std::to_string(layer) + "." + it->second;
+}
+
+// Nemotron-H's folders: backbone.layers.{i}.norm before the block's one sublayer, mixer.* for it
+// (attention, Mamba-2 or the relu2 feed-forward's up_proj / down_proj).
+std::string hf_name_nemotronh(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {{"attn_norm", "norm.weight"},
+                                                             {"ffn_norm", "norm.weight"},
+                                                             {"wq", "mixer.q_proj.weight"},
+                                                             {"wk", "mixer.k_proj.weight"},
+                                                             {"wv", "mixer.v_proj.weight"},
+                                                             {"wo", "mixer.o_proj.weight"},
+                                                             {"bo", "mixer.o_proj.bias"},
+                                                             {"ssm_in", "mixer.in_proj.weight"},
+                                                             {"ssm_conv", "mixer.conv1d.weight"},
+                                                             {"ssm_conv_b", "mixer.conv1d.bias"},
+                                                             {"ssm_dt", "mixer.dt_bias"},
+                                                             {"ssm_a", "mixer.A_log"},
+                                                             {"ssm_d", "mixer.D"},
+                                                             {"ssm_norm", "mixer.norm.weight"},
+                                                             {"ssm_out", "mixer.out_proj.weight"},
+                                                             {"w_up", "mixer.up_proj.weight"},
+                                                             {"w_down", "mixer.down_proj.weight"}};
+  return "backbone.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
 // GLM-4's folders: the norms of the attention's and the MLP's outputs (post_attention_layernorm is
@@ -1065,7 +1121,9 @@ void load_hf(Model& m, Storage& st) {
       {"lfm2_moe", "lfm2moe"},
       {"Lfm2MoeForCausalLM", "lfm2moe"},
       {"granitemoehybrid", "granitehybrid"},
-      {"GraniteMoeHybridForCausalLM", "granitehybrid"}};
+      {"GraniteMoeHybridForCausalLM", "granitehybrid"},
+      {"nemotron_h", "nemotron_h"},
+      {"NemotronHForCausalLM", "nemotron_h"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1077,7 +1135,12 @@ void load_hf(Model& m, Storage& st) {
   c.arch = found->second;
   c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
   c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);
-  c.n_layer = checked_dim(cfg.integer("num_hidden_layers", 0), "num_hidden_layers", cfg_path, 4096);
+  // (transformers 5 writes Nemotron-H's layer count as its pattern's length alone)
+  const int64_t n_layer_cfg = cfg.integer("num_hidden_layers", 0);
+  c.n_layer = checked_dim(c.arch == "nemotron_h" && n_layer_cfg == 0
+                              ? static_cast<int64_t>(nemotronh_layer_kinds(cfg, 0).size())
+                              : n_layer_cfg,
+                          "num_hidden_layers", cfg_path, 4096);
   c.n_head =
       checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
@@ -1089,7 +1152,8 @@ void load_hf(Model& m, Storage& st) {
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
-  const bool ernie_dim = ernie && cfg.v.get("head_dim") == nullptr;
+  // (NemotronHConfig's too)
+  const bool ernie_dim = (ernie || c.arch == "nemotron_h") && cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -1175,19 +1239,26 @@ void load_hf(Model& m, Storage& st) {
   if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
+  if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
-  c.tied_embeddings = cfg.boolean("tie_word_embeddings", false) || !b.has("lm_head.weight");
+  // (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
+  c.tied_embeddings = (cfg.boolean("tie_word_embeddings", false) && c.arch != "nemotron_h") ||
+                      !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
                 c.arch == "glm4"            ? hf_name_glm4
                 : c.lfm2()                  ? hf_name_lfm2
                 : c.arch == "granitehybrid" ? hf_name_granitehybrid
+                : c.arch == "nemotron_h"    ? hf_name_nemotronh
                 : c.pre_norms()             ? hf_name
                                             : hf_name_post_norms,
-                "model.embed_tokens.weight",
-                c.lfm2() ? "model.embedding_norm.weight" : "model.norm.weight", "lm_head.weight");
+                c.arch == "nemotron_h" ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
+                c.lfm2()                 ? "model.embedding_norm.weight"
+                : c.arch == "nemotron_h" ? "backbone.norm_f.weight"
+                                         : "model.norm.weight",
+                "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }

@@ -244,7 +244,10 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
           fwd::matmul_input(qa, b.in.data() + r0 * E, rows, E, b.in_q8.data() + r0 * (E / k_qblock),
                             threads, {&x.w_gate, &x.w_up});
       float* mid = b.mid.data() + r0 * F;
-      if (mc.swiglu_alpha > 0.0f) {  // gpt-oss: biases and the clamped SwiGLU, unfused
+      if (c.ffn_relu2) {  // Nemotron-H: relu(up x)^2, no gate
+        matmul(x.w_up, in, mid, F);
+        for (int64_t r = 0; r < rows; ++r) relu2_row(mid + r * F, F);
+      } else if (mc.swiglu_alpha > 0.0f) {  // gpt-oss: biases and the clamped SwiGLU, unfused
         float* up = b.up.data() + r0 * F;
         const MatmulTarget gate_up[2] = {{&x.w_gate, mid, F}, {&x.w_up, up, F}};
         matmul_many(gate_up, 2, in);
@@ -269,7 +272,13 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       const ExpertWeights& x = W.shared;
       const MatmulInput in =
           fwd::matmul_input(qa, h, m, E, b.in_q8.data(), threads, {&x.w_gate, &x.w_up});
-      matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
+      if (c.ffn_relu2) {
+        matmul(x.w_up, in, b.shared_mid.data(), S);
+        fwd::per_token(m, threads,
+                       [&](int t) { relu2_row(b.shared_mid.data() + int64_t{t} * S, S); });
+      } else {
+        matmul_gate_up_swiglu(x.w_gate, x.w_up, in, b.shared_mid.data(), S);
+      }
       const MatmulInput in_mid =
           fwd::matmul_input(qa, b.shared_mid.data(), m, S, b.mid_q8.data(), threads, {&x.w_down});
       matmul(x.w_down, in_mid, b.shared_out.data(), E);

@@ -39,7 +39,7 @@ struct JsonValue;
 struct ExpertWeights {
   TensorView w_gate, w_up, w_down;
   TensorView b_gate, b_up, b_down;  // gpt-oss's biases (1 x n_ff, 1 x n_ff, 1 x n_embd; F32)
-  bool empty() const { return w_gate.empty(); }
+  bool empty() const { return w_up.empty(); }  // (relu2 experts have no gate)
 };
 
 struct MoeWeights {

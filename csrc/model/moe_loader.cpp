@@ -19,6 +19,7 @@
 #include <string>
 
 #include "formats/gguf.h"
+#include "model/arch_config.h"
 #include "model/moe.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -227,7 +228,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
        c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe" ||
-       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "lfm2moe") &&
+       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "lfm2moe" ||
+       c.arch == "nemotron_h_moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -264,13 +266,16 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   }
   // (GLM-4.5's routing is DeepSeek V3's: sigmoid scores unless the file says otherwise)
   // (LFM2-MoE routes as DeepSeek V3 does, in one group: sigmoid scores plus an expert bias)
+  // (Nemotron-H's MoE likewise: llama.cpp routes it by sigmoid whatever the file says)
   const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
-             deepseek = c.arch == "deepseek2" || glm || lfm2;
+             nemotron = c.arch == "nemotron_h_moe",
+             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
       c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
-  const int64_t gating = g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
+  const int64_t gating =
+      nemotron ? 2 : g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
   if (c.arch != "gpt-oss" && gating != 0 && gating != 1 && !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
                      "' is not supported (softmax, and sigmoid for deepseek2 and glm4moe)");
@@ -280,6 +285,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
     m.deepseek = true;
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
+    if (nemotron)  // (one shared relu2 MLP of its own size)
+      m.n_ff_shared = g.get_int(k + "expert_shared_count", 1) > 0
+                          ? static_cast<int>(std::clamp<int64_t>(
+                                g.get_int(k + "expert_shared_feed_forward_length", 0), -1, 1 << 30))
+                          : 0;
     m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm || lfm2);
     if (lfm2) m.norm_eps = 1e-6f;
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
@@ -300,7 +310,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
       c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "lfm2moe" &&
-      c.arch != "granitehybrid")
+      c.arch != "granitehybrid" && c.arch != "nemotron_h")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -341,6 +351,21 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = c.n_ff;
     m.softmax_topk = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "nemotron_h") {  // NemotronHConfig: DeepSeek V3's routing, relu2 experts
+    const std::string kinds = nemotronh_layer_kinds(Json{cfg, path}, c.n_layer);
+    m.n_expert = static_cast<int>(integer("n_routed_experts", 8));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 7688));
+    m.n_ff_shared = integer("n_shared_experts", 1) > 0
+                        ? static_cast<int>(integer("moe_shared_expert_intermediate_size", 7688))
+                        : 0;
+    m.deepseek = m.sigmoid_gating = m.group_top2 = m.selection_bias = true;
+    m.norm_topk_prob = boolean("norm_topk_prob", true);
+    m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
+    m.n_group = static_cast<int>(integer("n_group", 1));
+    m.topk_group = static_cast<int>(integer("topk_group", 1));
+    for (int i = 0; i < c.n_layer; ++i)
+      if (kinds[static_cast<size_t>(i)] == 'E') m.layers.push_back(i);
   } else if (c.arch == "granitehybrid") {  // GraniteMoeHybridConfig's defaults (0 experts: dense)
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
@@ -512,6 +537,9 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
         out.experts[e].w_gate = expert_slice(gu, e, 2 * F, 0, F);
         out.experts[e].w_up = expert_slice(gu, e, 2 * F, F, F);
       }
+    } else if (c.ffn_relu2) {  // (Nemotron-H: up and down alone)
+      const TensorView u = src.take(p + "ffn_up_exps.weight", canon + "up_exps", n * F, E);
+      for (int64_t e = 0; e < n; ++e) out.experts[e].w_up = expert_slice(u, e, F, 0, F);
     } else if (src.has(p + "ffn_gate_exps.weight") || !src.has(p + "ffn_gate.0.weight")) {
       const TensorView g = src.take(p + "ffn_gate_exps.weight", canon + "gate_exps", n * F, E);
       const TensorView u = src.take(p + "ffn_up_exps.weight", canon + "up_exps", n * F, E);
@@ -541,13 +569,15 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       const std::string idx = std::to_string(e);
       const std::string s = std::string(".").append(idx).append(".weight"),
                         ce = canon + "experts." + idx + ".";
-      if (x.w_gate.empty()) x.w_gate = src.take(p + "ffn_gate" + s, ce + "w_gate", F, E);
+      if (x.w_gate.empty() && !c.ffn_relu2)
+        x.w_gate = src.take(p + "ffn_gate" + s, ce + "w_gate", F, E);
       if (x.w_up.empty()) x.w_up = src.take(p + "ffn_up" + s, ce + "w_up", F, E);
       if (x.w_down.empty()) x.w_down = src.take(p + "ffn_down" + s, ce + "w_down", E, F);
     }
     if (m.n_ff_shared > 0) {
       const int64_t S = m.n_ff_shared;
-      out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
+      if (!c.ffn_relu2)
+        out.shared.w_gate = src.take(p + "ffn_gate_shexp.weight", canon + "shared.w_gate", S, E);
       out.shared.w_up = src.take(p + "ffn_up_shexp.weight", canon + "shared.w_up", S, E);
       out.shared.w_down = src.take(p + "ffn_down_shexp.weight", canon + "shared.w_down", E, S);
       if (!shared_experts_ungated(c))
@@ -559,6 +589,25 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
+  if (c.arch == "nemotron_h") {  // relu2 experts: up_proj / down_proj each; the shared MLP alike
+    const std::string p = "backbone.layers." + l + ".mixer.";
+    out.router = src.take(p + "gate.weight", canon + "router", n, E);
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string pe = p + "experts." + std::to_string(e) + ".",
+                        ce = canon + "experts." + std::to_string(e) + ".";
+      out.experts[e].w_up = src.take(pe + "up_proj.weight", ce + "w_up", F, E);
+      out.experts[e].w_down = src.take(pe + "down_proj.weight", ce + "w_down", E, F);
+    }
+    if (m.n_ff_shared > 0) {
+      const int64_t S = m.n_ff_shared;
+      out.shared.w_up = src.take(p + "shared_experts.up_proj.weight", canon + "shared.w_up", S, E);
+      out.shared.w_down =
+          src.take(p + "shared_experts.down_proj.weight", canon + "shared.w_down", E, S);
+    }
+    out.selection_bias =
+        src.take(p + "gate.e_score_correction_bias", canon + "selection_bias", 1, n);
+    return;
+  }
   if (c.arch == "granitemoe" || c.arch == "granitehybrid") {
     // 3-D stacks, read in place: input_linear rows = gate then up
     const std::string p = "model.layers." + l + ".block_sparse_moe.";

@@ -72,7 +72,7 @@ void ModelRunner::copy_block(int src, int dst) {
   const size_t n =
       static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
-    if (c.recurrent(l)) continue;  // (no K/V: a delta-net or short-convolution layer)
+    if (!c.has_kv(l)) continue;  // (no K/V: a recurrent layer, or a feed-forward alone)
     for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
       if (c.kv_shared() && layer == state_.k_cache(l) && state_.k_cache(l) == state_.v_cache(l))
         continue;  // (one region: copied as V)

@@ -283,7 +283,11 @@ class ModelConfig:
     attn_temp_length: int = 0
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
-    ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H)
+    ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H, Nemotron-H)
+    # Nemotron-H's one-sublayer blocks: per layer, no feed-forward / no mixer (empty: both everywhere)
+    layer_no_ffn: list[bool] = field(default_factory=list)
+    layer_no_mixer: list[bool] = field(default_factory=list)
+    ffn_relu2: bool = False  # the feed-forward is down(relu(up x)^2), no gate (Nemotron-H)
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
     n_kv_layers: int = 0  # layers with K/V in the cache (all but the recurrent ones; 0: n_layer)
     state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
@@ -484,6 +488,8 @@ def inspect(
         "delta": asdict(c.delta) if c.delta.layers else None,
         "conv": asdict(c.conv) if c.conv.layers else None,
         "ssm": asdict(c.ssm) if c.ssm.layers else None,
+        "blocks": _blocks(c) if c.layer_no_ffn else None,
+        "ffn_relu2": c.ffn_relu2,
         "attn_gate": c.attn_gate,
         "state_bytes": c.state_bytes,
         "tied_embeddings": c.tied_embeddings,
@@ -660,6 +666,29 @@ def _ssm_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _blocks(c: ModelConfig) -> str:
+    """Nemotron-H's layer pattern: M Mamba-2, * attention, - a feed-forward, E experts."""
+    out = ""
+    for i in range(c.n_layer):
+        if c.layer_no_mixer[i]:
+            out += "E" if i in c.moe.layers else "-"
+        else:
+            out += "M" if i in c.ssm.layers else "*"
+    return out
+
+
+def _blocks_line(info: dict[str, Any]) -> list[str]:
+    """Nemotron-H's one-sublayer blocks (absent for every other model)."""
+    b = info.get("blocks")
+    if not b:
+        return []
+    act = "relu2" if info.get("ffn_relu2") else "SwiGLU"
+    return [
+        f"blocks        one sublayer each: {b.count('M')} Mamba-2, {b.count('*')} attention, "
+        f"{b.count('-')} feed-forward, {b.count('E')} experts ({act}); pattern {b}"
+    ]
+
+
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
     if info["arch"] not in ("granite", "granitemoe", "granitehybrid"):
@@ -709,6 +738,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_delta_line(info),
         *_conv_line(info),
         *_ssm_line(info),
+        *_blocks_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]

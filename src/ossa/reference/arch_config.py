@@ -807,3 +807,104 @@ def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, 
     if get("num_local_experts", 8) == 0:
         out["n_ff"] = get("shared_intermediate_size", 1024)
     return out
+
+
+def nemotronh_layer_kinds(c: dict[str, Any], n_layer: int) -> str:
+    """One character per layer (M Mamba-2, * attention, - dense feed-forward, E experts) from config.json's
+    layers_block_type (or layer_types) or hybrid_override_pattern; checked against n_layer when > 0 (twin
+    of nemotronh_layer_kinds)."""
+    types = c.get("layers_block_type") or c.get("layer_types")
+    pattern = c.get("hybrid_override_pattern")
+    names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+             "moe": "E"}  # fmt: skip
+    if types is not None:
+        if any(t not in names for t in types):
+            raise ValueError(
+                'config \'layers_block_type\' must hold "mamba", "attention", "mlp" or "moe" (or '
+                '"linear_attention" / "full_attention")'
+            )
+        kinds = "".join(names[t] for t in types)
+    elif pattern is not None:
+        if not isinstance(pattern, str) or set(pattern) - set("M*-E"):
+            raise ValueError("config 'hybrid_override_pattern' must hold only M, *, - and E")
+        kinds = pattern
+    else:
+        raise ValueError("config has neither layers_block_type nor hybrid_override_pattern")
+    if n_layer > 0 and len(kinds) != n_layer:
+        raise ValueError(f"the layer pattern lists {len(kinds)} layers, num_hidden_layers {n_layer}")
+    return kinds
+
+
+def _nemotronh_blocks(kinds: str) -> dict[str, Any]:
+    """Nemotron-H's blocks from one kind per layer (twin of nemotronh_blocks): Mamba-2 and attention
+    without a feed-forward, - and E a feed-forward alone; no RoPE; relu2."""
+    return {
+        "layer_no_ffn": [k in "M*" for k in kinds], "layer_no_mixer": [k in "-E" for k in kinds],
+        "layer_nope": [True] * len(kinds), "ffn_relu2": True,
+        "ssm_layers": [i for i, k in enumerate(kinds) if k == "M"],
+    }  # fmt: skip
+
+
+def nemotronh_gguf(
+    arch: str, md: dict[str, Any], common: dict[str, Any], kv_per_layer: Any, ff_per_layer: Any, tensors: Any
+) -> dict[str, Any]:
+    """Nemotron-H from GGUF (twin of nemotronh_config_gguf): the ssm.* sizes; per layer, KV heads mark
+    attention, a feed-forward size a feed-forward block, neither a Mamba-2 block; biases where the first
+    layer of their kind has them."""
+    k, n_layer = arch + ".", common["n_layer"]
+    if not (isinstance(kv_per_layer, list) and isinstance(ff_per_layer, list)) or not (
+        len(kv_per_layer) == len(ff_per_layer) == n_layer
+    ):
+        raise ValueError(
+            f"{k}attention.head_count_kv and {k}feed_forward_length must hold one count per layer ({n_layer})"
+        )
+    kinds = ""
+    for i, (kv, ff) in enumerate(zip(kv_per_layer, ff_per_layer, strict=True)):
+        if kv not in (0, common["n_head_kv"]):
+            raise ValueError("differing KV head counts across layers (not supported)")
+        if kv and ff:
+            raise ValueError(f"layer {i} has both attention and a feed-forward (not a Nemotron-H block)")
+        if ff not in (0, common["n_ff"]):
+            raise ValueError("differing feed-forward sizes across layers (not supported)")
+        kinds += "*" if kv else "-" if ff else "M"
+    blocks = _nemotronh_blocks(kinds)
+    layers = blocks.pop("ssm_layers")
+    attn = [i for i, x in enumerate(kinds) if x == "*"]
+    ssm = _check_mamba2({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "n_heads": md.get(k + "ssm.time_step_rank", 0), "n_groups": md.get(k + "ssm.group_count", 0),
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0),
+        "conv_bias": bool(layers) and f"blk.{layers[0]}.ssm_conv1d.bias" in tensors, "layers": layers,
+    })  # fmt: skip
+    return {**blocks, "ssm": ssm, "qkv_bias": bool(attn) and f"blk.{attn[0]}.attn_q.bias" in tensors}
+
+
+def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """Nemotron-H from a config.json (twin of nemotronh_config_hf): NemotronHConfig's mamba_* / ssm_* sizes
+    (d_inner = mamba_num_heads x mamba_head_dim), layer_norm_epsilon, the blocks of its layer pattern."""
+
+    def get(key: str, alias: str, default: Any) -> Any:
+        v = c.get(key)
+        v = c.get(alias) if v is None else v
+        return default if v is None else v
+
+    for key in ("use_bias", "mamba_proj_bias", "mlp_bias", "attention_bias"):
+        if c.get(key):
+            raise ValueError(f"{key}=true is not supported")
+    if get("mlp_hidden_act", "", "relu2") != "relu2":
+        raise ValueError(f"mlp_hidden_act '{c['mlp_hidden_act']}' is not supported (relu2)")
+    if get("mamba_hidden_act", "", "silu") != "silu":
+        raise ValueError(f"mamba_hidden_act '{c['mamba_hidden_act']}' is not supported (silu)")
+    if c.get("moe_latent_size") is not None:
+        raise ValueError("moe_latent_size (latent expert projections) is not supported")
+    heads = get("mamba_num_heads", "", 128)
+    ssm = _check_mamba2({
+        "d_inner": heads * get("mamba_head_dim", "", 64),
+        "d_state": get("ssm_state_size", "mamba_d_state", 128),
+        "n_heads": heads, "n_groups": get("n_groups", "mamba_n_groups", 8),
+        "conv_kernel": get("conv_kernel", "mamba_d_conv", 4),
+        "conv_bias": bool(get("use_conv_bias", "mamba_conv_bias", True)),
+    })  # fmt: skip
+    blocks = _nemotronh_blocks(nemotronh_layer_kinds(c, n_layer))
+    ssm["layers"] = blocks.pop("ssm_layers")
+    return {**blocks, "ssm": ssm, "rms_eps": get("layer_norm_epsilon", "", 1e-5)}

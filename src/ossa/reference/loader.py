@@ -24,8 +24,9 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe",
 )  # fmt: skip
+NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
 QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
@@ -38,7 +39,7 @@ CONFIG_KEYS = (
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
-    "n_kv_layers", "state_bytes",
+    "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -52,14 +53,14 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "conv": {"kernel": 0, "layers": []},
     "ssm": {"d_inner": 0, "d_state": 0, "n_heads": 0, "n_groups": 0, "conv_kernel": 0, "conv_bias": False,
             "layers": []},
-    "attn_gate": False,
+    "attn_gate": False, "layer_no_ffn": [], "layer_no_mixer": [], "ffn_relu2": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid)"
+    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, nemotron_h)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -83,6 +84,7 @@ _HF_ARCHS = {
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
     "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2", "lfm2_moe": "lfm2moe", "Lfm2MoeForCausalLM": "lfm2moe",
     "granitemoehybrid": "granitehybrid", "GraniteMoeHybridForCausalLM": "granitehybrid",
+    "nemotron_h": "nemotron_h", "NemotronHForCausalLM": "nemotron_h",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -133,7 +135,8 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
         "embd_scale", "residual_scale", "logit_scale",
     ):  # fmt: skip
         cfg[key] = _f32(cfg[key])
-    cfg["layer_sliding"] = [bool(v) for v in cfg["layer_sliding"]]
+    for key in ("layer_sliding", "layer_no_ffn", "layer_no_mixer"):
+        cfg[key] = [bool(v) for v in cfg[key]]
     cfg["rope_scaling"] = {
         "type": scaling.get("type", "none"),
         "factor": _f32(scaling.get("factor", 1.0)),
@@ -158,6 +161,7 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     # state in float32 values)
     d, sc, m = cfg["delta"], cfg["conv"], cfg["ssm"]
     cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - len(m["layers"])
+    cfg["n_kv_layers"] -= sum(cfg["layer_no_mixer"])  # (Nemotron-H's feed-forward blocks)
     conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
     per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
     state = len(d["layers"]) * per_layer if d["layers"] else 0
@@ -220,6 +224,10 @@ def _weights(
             shapes = _mamba2_shapes(cfg, gguf)
         if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
             shapes = {"attn_norm": (1, e), **_mla_weights(cfg, get, names, name_of, i, w)}
+        no_mixer = bool(cfg["layer_no_mixer"]) and cfg["layer_no_mixer"][i]  # (Nemotron-H's blocks)
+        no_ffn = bool(cfg["layer_no_ffn"]) and cfg["layer_no_ffn"][i]
+        if no_mixer:  # a feed-forward block: its one norm is the feed-forward's
+            shapes, recurrent = {}, True
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
         if cfg["arch"] == "phi3" and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
@@ -239,11 +247,18 @@ def _weights(
             raise ValueError(f"tensor '{name_of(i, 'bo')}' (an attention output bias) is not supported")
         if cfg["attn_sinks"]:
             shapes.update(sinks=(1, cfg["n_head"]))
-        if cfg["arch"] not in NO_PRE_NORMS:
-            shapes.update(ffn_norm=(1, e))
+        if no_ffn:
+            ff_shapes: dict[str, tuple[int, int]] = {}
+        elif cfg["ffn_relu2"] and i not in cfg["moe"]["layers"]:  # Nemotron-H: up and down alone
+            ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
+        else:
+            ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS else {"ffn_norm": (1, e)}
+        shapes.update(ff_shapes)
         fused = cfg["arch"] in ("phi3", "glm4") or (cfg["arch"] == "granitehybrid" and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
-        if fused and i not in cfg["moe"]["layers"]:
+        if no_ffn or cfg["ffn_relu2"]:
+            pass
+        elif fused and i not in cfg["moe"]["layers"]:
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
             w[f"layers.{i}.w_gate"], w[f"layers.{i}.w_up"] = np.split(w.pop("gate_up"), [ff])
             shapes.update(w_down=(e, ff))
@@ -355,9 +370,16 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if (kv_list := md.get(k + "attention.head_count_kv")) and isinstance(kv_list, list)
         else md.get(k + "attention.head_count_kv", n_head),
         head_dim=head_dim,
-        n_ff=md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
+        # (Nemotron-H: one size per layer, 0 where a block has no feed-forward)
+        n_ff=max(ff)
+        if isinstance(ff := md.get(k + "feed_forward_length"), list) and ff
+        else md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
         n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
-        rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-5),
+        # (Nemotron-H's converter writes its RMSNorm's epsilon under the plain layer-norm key)
+        rms_eps=md.get(
+            k + "attention.layer_norm_rms_epsilon",
+            md.get(k + "attention.layer_norm_epsilon", 1e-5) if arch in NEMOTRON_H else 1e-5,
+        ),
         rope_theta=md.get(k + "rope.freq_base", 10000.0),
         rope_scaling=scaling,
         rope_style="interleaved"
@@ -407,17 +429,22 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
-    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid"):
+    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid", *NEMOTRON_H):
         raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
     if arch in LFM2:
         common.update(arch_config.lfm2_gguf(arch, md, common, kv_list if isinstance(kv_list, list) else None))
     if arch == "granitehybrid":
         kvs = kv_list if isinstance(kv_list, list) else None
         common.update(arch_config.granitehybrid_gguf(md, common, kvs, set(g.tensors)))
+    if arch in NEMOTRON_H:
+        ff_list = md.get(k + "feed_forward_length")
+        common.update(arch_config.nemotronh_gguf(arch, md, common, kv_list, ff_list, set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
+    if arch in NEMOTRON_H:  # (every block's one norm is attn_norm)
+        layer = dict(_GGUF_LAYER, ffn_norm="attn_norm.weight")
     final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
@@ -524,12 +551,14 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     common = dict(
         n_vocab=get("vocab_size", 0),
         n_embd=n_embd,
-        n_layer=get("num_hidden_layers", 0),
+        # (transformers 5 writes Nemotron-H's layer count as its pattern's length alone)
+        n_layer=get("num_hidden_layers", 0)
+        or (len(arch_config.nemotronh_layer_kinds(c, 0)) if arch == "nemotron_h" else 0),
         n_head=n_head,
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
-            128  # Ernie4_5Config's default (null: hidden / heads)
-            if ernie and "head_dim" not in c
+            128  # Ernie4_5Config's and NemotronHConfig's default (null: hidden / heads)
+            if (ernie or arch == "nemotron_h") and "head_dim" not in c
             else get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
         ),
         n_ff=get("intermediate_size", get("moe_intermediate_size", 0)),  # (Qwen3.5 MoE: the experts')
@@ -540,7 +569,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
         qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4", "olmoe"),
-        tied_embeddings=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in where,
+        # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
+        tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
+        or "lm_head.weight" not in where,
         clamp_qkv=float(np.float32(get("clip_qkv", 0.0))) if arch == "olmoe" else 0.0,  # (OLMoE's)
     )
     if arch == "gpt-oss":
@@ -572,6 +603,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.lfm2_hf(c, common["n_layer"], moe=arch == "lfm2moe"))
     if arch == "granitehybrid":
         common.update(arch_config.granitehybrid_hf(c, common["n_layer"], n_embd))
+    if arch == "nemotron_h":
+        common.update(arch_config.nemotronh_hf(c, common["n_layer"]))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -585,13 +618,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch in LFM2
         else _GRANITEHYBRID_HF
         if arch == "granitehybrid"
+        else _NEMOTRONH_HF
+        if arch == "nemotron_h"
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
+    stem, embed = "model.layers", "model.embed_tokens.weight"
+    if arch == "nemotron_h":  # (backbone.*, norm_f)
+        stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
     w = _weights(
         cfg, get_tensor, set(where),
-        lambda i, f: f"model.layers.{i}.{layer_names[f]}",
-        "model.embed_tokens.weight", final_norm, "lm_head.weight",
+        lambda i, f: f"{stem}.{i}.{layer_names[f]}",
+        embed, final_norm, "lm_head.weight",
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
@@ -622,6 +660,13 @@ _GRANITEHYBRID_HF = {**_HF_LAYER, "ssm_in": "mamba.in_proj.weight", "ssm_conv": 
                      "ssm_d": "mamba.D", "ssm_norm": "mamba.norm.weight", "ssm_out": "mamba.out_proj.weight",
                      "w_gate_up": "shared_mlp.input_linear.weight",
                      "w_down": "shared_mlp.output_linear.weight"}  # fmt: skip
+# Nemotron-H: backbone.layers.{i}.norm before the block's one sublayer, mixer.* for it.
+_NEMOTRONH_HF = {"attn_norm": "norm.weight", "ffn_norm": "norm.weight", "wq": "mixer.q_proj.weight",
+                 "wk": "mixer.k_proj.weight", "wv": "mixer.v_proj.weight", "wo": "mixer.o_proj.weight",
+                 "bo": "mixer.o_proj.bias",
+                 **{k: v.replace("mamba.", "mixer.")
+                    for k, v in _GRANITEHYBRID_HF.items() if k.startswith("ssm_")},
+                 "w_up": "mixer.up_proj.weight", "w_down": "mixer.down_proj.weight"}  # fmt: skip
 # GLM-4: the norms of the attention's and the MLP's outputs (post_attention_layernorm: the MLP's input).
 _GLM4_HF = {**_HF_LAYER, "post_attn_norm": "post_self_attn_layernorm.weight",
             "post_ffn_norm": "post_mlp_layernorm.weight"}  # fmt: skip

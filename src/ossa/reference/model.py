@@ -322,6 +322,11 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
+def relu2(x: np.ndarray) -> np.ndarray:
+    """relu(x)^2 (Nemotron-H's feed-forward activation; twin of ops relu2_row)."""
+    return (np.maximum(x, 0) * np.maximum(x, 0)).astype(np.float32)
+
+
 def forward(
     config: dict[str, Any],
     weights: dict[str, np.ndarray],
@@ -379,21 +384,29 @@ def forward(
         states = [DeltaState(c)]
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
-        h = pre(x, p + "attn_norm")
-        if states is not None and is_recurrent(c, i):  # (delta-nets, short convolutions, Mamba-2)
+        if c["layer_no_mixer"] and c["layer_no_mixer"][i]:  # (Nemotron-H: a feed-forward block)
+            pass
+        elif states is not None and is_recurrent(c, i):  # (delta-nets, short convolutions, Mamba-2)
+            h = pre(x, p + "attn_norm")
             x = add(x, recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8))
         elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 
-            x = x + mla_attention(c, w, i, h, positions, inv_freq, q8)
+            x = x + mla_attention(c, w, i, pre(x, p + "attn_norm"), positions, inv_freq, q8)
         else:
+            h = pre(x, p + "attn_norm")
             x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
+        if c["layer_no_ffn"] and c["layer_no_ffn"][i]:  # (Nemotron-H: a mixer block)
+            continue
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
             x = add(
                 x, moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
             )  # (Granite MoE's scale)
             continue
         h = pre(x, p + "ffn_norm")
+        if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
+            x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
+            continue
         act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
     return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)

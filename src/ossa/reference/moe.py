@@ -40,6 +40,7 @@ MOE_ARCHS = (
     "qwen35moe",
     "lfm2moe",
     "granitehybrid",
+    "nemotron_h",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -103,6 +104,7 @@ def gguf_config(
             "olmoe",
             "qwen35moe",
             "lfm2moe",
+            "nemotron_h_moe",
         )
         and not n_expert
     ):
@@ -112,9 +114,10 @@ def gguf_config(
     glm = arch == "glm4moe"  # (GLM-4.5 routes as DeepSeek V3: sigmoid unless the file says otherwise)
     # (llama.cpp: a deepseek2 file without the key routes by softmax, GLM-4.7-Flash's by sigmoid)
     glm_lite = arch == "deepseek2" and n_layer in (47, 48) and n_vocab == 154880
-    gating = md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
-    deepseek = arch == "deepseek2" or glm or lfm2
+    nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
+    gating = 2 if nemotron else md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
+    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron
     if arch != "gpt-oss" and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
@@ -125,7 +128,9 @@ def gguf_config(
             **_PLAIN, "deepseek": True, "sigmoid_gating": gating == 2, "group_top2": gating == 2,
             "n_expert": n_expert,
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
-            "n_ff_shared": md.get(k + "expert_shared_count", 0) * n_ff_expert,
+            "n_ff_shared": (md.get(k + "expert_shared_feed_forward_length", 0)
+                            if md.get(k + "expert_shared_count", 1) > 0 else 0)
+            if nemotron else md.get(k + "expert_shared_count", 0) * n_ff_expert,
             "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm or lfm2)),
             "norm_eps": float(np.float32(1e-6 if lfm2 else 1e-20)),
             "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
@@ -244,6 +249,21 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
             "norm_topk_prob": False, "layers": list(range(n_layer)),
         })  # fmt: skip
+    if arch == "nemotron_h":  # NemotronHConfig: DeepSeek V3's routing over relu2 experts (its "E" layers)
+        from .arch_config import nemotronh_layer_kinds
+
+        kinds = nemotronh_layer_kinds(c, n_layer)
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": True, "group_top2": True, "selection_bias": True,
+            "n_expert": get("n_routed_experts", 8), "n_expert_used": get("num_experts_per_tok", 2),
+            "n_ff_expert": get("moe_intermediate_size", 7688),
+            "n_ff_shared": (get("moe_shared_expert_intermediate_size", 7688)
+                            if get("n_shared_experts", 1) else 0),
+            "norm_topk_prob": bool(get("norm_topk_prob", True)),
+            "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
+            "n_group": get("n_group", 1), "topk_group": get("topk_group", 1),
+            "layers": [i for i, kind in enumerate(kinds) if kind == "E"],
+        })  # fmt: skip
     if arch == "granitehybrid":  # GraniteMoeHybridConfig's defaults (0 experts: dense); the shared MLP
         n_expert = get("num_local_experts", 8)
         return _validate({
@@ -314,6 +334,8 @@ def gguf_layer_weights(
         "w_up": ("ffn_up", f, e_dim),
         "w_down": ("ffn_down", e_dim, f),
     }
+    if cfg["ffn_relu2"]:  # (Nemotron-H: up and down alone)
+        del per_expert["w_gate"]
     for field, (stem, rows, cols) in per_expert.items():
         for e in range(n):
             if field in stacks:
@@ -334,6 +356,8 @@ def gguf_layer_weights(
             ("w_up", "up", s, e_dim),
             ("w_down", "down", e_dim, s),
         ):
+            if field == "w_gate" and cfg["ffn_relu2"]:
+                continue
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, f"{p}ffn_{stem}_shexp.weight"), rows, cols)
         if not _shared_ungated(moe, cfg["arch"]):
             w[c + "shared_gate_inp"] = _need(get, names, p + "ffn_gate_inp_shexp.weight").reshape(e_dim)
@@ -370,6 +394,23 @@ def hf_layer_weights(
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
     if cfg["arch"] == "gpt-oss":
         _gpt_oss_hf_layer(cfg, i, get, names, w)
+        return
+    if cfg["arch"] == "nemotron_h":  # relu2 experts and shared MLP: up_proj / down_proj each
+        p = f"backbone.layers.{i}.mixer."
+        w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
+        for e in range(n):
+            w[f"{c}experts.{e}.w_up"] = _shaped(_need(get, names, f"{p}experts.{e}.up_proj.weight"), f, e_dim)
+            w[f"{c}experts.{e}.w_down"] = _shaped(
+                _need(get, names, f"{p}experts.{e}.down_proj.weight"), e_dim, f
+            )
+        if moe["n_ff_shared"]:
+            s = moe["n_ff_shared"]
+            w[c + "shared.w_up"] = _shaped(_need(get, names, p + "shared_experts.up_proj.weight"), s, e_dim)
+            w[c + "shared.w_down"] = _shaped(
+                _need(get, names, p + "shared_experts.down_proj.weight"), e_dim, s
+            )
+        bias = _need(get, names, p + "gate.e_score_correction_bias")
+        w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)
         return
     if cfg["arch"] in ("granitemoe", "granitehybrid"):  # 3-D stacks: input_linear = gate then up rows
         p = f"model.layers.{i}.block_sparse_moe."
@@ -559,6 +600,11 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
+def relu2(x: np.ndarray) -> np.ndarray:
+    """relu(x)^2 (Nemotron-H's feed-forward activation; twin of ops relu2_row)."""
+    return (np.maximum(x, 0) * np.maximum(x, 0)).astype(np.float32)
+
+
 def clamped_swiglu(moe: dict[str, Any], gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     """gpt-oss's expert activation: (u + 1) * g * sigmoid(alpha * g), g = min(gate, limit),
     u = clamp(up, -limit, limit)."""
@@ -595,6 +641,10 @@ def moe_ffn(
             )
         for e, we in zip(chosen, weight, strict=True):
             p = f"{c}experts.{e}."
+            if cfg["ffn_relu2"]:  # Nemotron-H: relu(up x)^2, no gate
+                mid = relu2(rounding(h[t], p + "w_up") @ w[p + "w_up"].T)
+                out[t] += we * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
+                continue
             gate, up = (rounding(h[t], p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
             if moe["swiglu_alpha"] > 0:  # gpt-oss
                 mid = clamped_swiglu(moe, gate + w[p + "b_gate"], up + w[p + "b_up"])
@@ -605,8 +655,11 @@ def moe_ffn(
             out[t] += we * down
     if moe["n_ff_shared"]:
         p = c + "shared."
-        gate, up = (rounding(h, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
-        mid = silu(gate) * up
+        if cfg["ffn_relu2"]:
+            mid = relu2(rounding(h, p + "w_up") @ w[p + "w_up"].T)
+        else:
+            gate, up = (rounding(h, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
+            mid = silu(gate) * up
         down = rounding(mid, p + "w_down") @ w[p + "w_down"].T
         if c + "shared_gate_inp" not in w:  # ERNIE 4.5 MoE: the shared experts as they are
             out += down

@@ -193,10 +193,15 @@ class ModelRunner:
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
+            no_ffn = bool(c["layer_no_ffn"]) and c["layer_no_ffn"][i]  # (Nemotron-H's blocks)
+            if c["layer_no_mixer"] and c["layer_no_mixer"][i]:
+                x = _plain_ffn(c, w, i, x, q8)
+                continue
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
             if states and is_recurrent(c, i):  # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2)
                 out = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
-                x = _plain_ffn(c, w, i, x + _scaled(c, out), q8)
+                x = x + _scaled(c, out)
+                x = x if no_ffn else _plain_ffn(c, w, i, x, q8)
                 continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
                 x = _plain_ffn(
@@ -255,6 +260,11 @@ class ModelRunner:
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
             x = x + out
+            if no_ffn:
+                continue
+            if c["ffn_relu2"]:
+                x = _plain_ffn(c, w, i, x, q8)
+                continue
             h = x if post_only else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
@@ -290,6 +300,9 @@ def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarra
     h = ref_model.rms_norm(x, w[p + "ffn_norm"], c["rms_eps"])
     if i in c["moe"]["layers"]:
         return x + _scaled(c, moe_twin.moe_ffn(c, w, i, h, q8))  # type: ignore[no-any-return]
+    if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
+        mid = ref_model.relu2(_linear(q8(h, p + "w_up"), w[p + "w_up"]))
+        return x + _scaled(c, _linear(q8(mid, p + "w_down"), w[p + "w_down"]))  # type: ignore[no-any-return]
     act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
         q8(h, p + "w_up"), w[p + "w_up"]
     )
