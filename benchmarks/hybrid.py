@@ -15,6 +15,10 @@ the output matrix is a smaller share of a step than in the real files):
   hidden 1536, 40 layers of which every 10th (9, 19, 29, 39) is attention without RoPE (12 query / 4
   KV heads of 128), the others Mamba-2 (48 heads of 64, state 128, one group, 4 taps with a bias);
   a dense SwiGLU of 4096 rows; Granite's multipliers; tied.
+- ``--arch nemotron_h``, Nemotron Nano 2 (9B)'s block geometry, its first 10 blocks (M-M-M-M*-): hidden
+  4480; Mamba-2 blocks of 128 heads x 80 with state 128 in 8 groups (4 taps with a bias), relu2
+  feed-forward blocks of 15680 rows, one attention block (40 query / 8 KV heads of 128, no RoPE); untied.
+  (1.6B parameters: the full model's blocks at a fifth of its depth.)
 
 F16 written here, the other types made by llama.cpp's own quantizer (llama_model_quantize), cached
 under $OSSA_HOME/bench.
@@ -45,6 +49,8 @@ LFM2 = dict(n_embd=2048, n_layer=16, attention=(2, 5, 8, 10, 12, 14), n_head=32,
             n_ff=8192, conv=3)  # fmt: skip
 GRANITE = dict(n_embd=1536, n_layer=40, attention=(9, 19, 29, 39), n_head=12, n_head_kv=4, head_dim=128,
                n_ff=4096, d_inner=3072, n_heads=48, d_state=128, n_groups=1, conv=4)  # fmt: skip
+NEMOTRON = dict(n_embd=4480, pattern="M-M-M-M*-", n_head=40, n_head_kv=8, head_dim=128, n_ff=15680,
+                d_inner=10240, n_heads=128, d_state=128, n_groups=8, conv=4)  # fmt: skip
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
@@ -255,6 +261,76 @@ def build_granite_f16(dst: Path, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Nemotron-Nano-2-block file (matrices F16; norms, convolution taps and the Mamba-2
+    vectors F32) once, with the keys llama.cpp's converter writes (per-layer KV heads and feed-forward
+    sizes, the norm's epsilon under both keys)."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s, k = NEMOTRON, "nemotron_h."
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "nemotron_h")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, d, h, g, n = s["n_embd"], s["head_dim"], s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"]
+    kinds, conv_dim = s["pattern"], d + 2 * g * n
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(len(kinds))
+    w.add_feed_forward_length([s["n_ff"] if c == "-" else 0 for c in kinds])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv([s["n_head_kv"] if c == "*" else 0 for c in kinds])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_layer_norm_eps(1e-5)
+    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
+    w.add_uint32(k + "ssm.state_size", n)
+    w.add_uint32(k + "ssm.group_count", g)
+    w.add_uint32(k + "ssm.inner_size", d)
+    w.add_uint32(k + "ssm.time_step_rank", h)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    rng = np.random.default_rng(0)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        w.add_tensor(name, values.astype(np.float16))
+
+    def vec(name: str, count: int, base: float = 1.0, spread: float = 0.1, rows: int = 1) -> None:
+        values = base + spread * rng.standard_normal(count, dtype=np.float32)
+        w.add_tensor(name, values.reshape(rows, count // rows) if rows > 1 else values)
+
+    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
+    vec("output_norm.weight", e)
+    mat("output.weight", n_vocab, e)
+    for i, kind in enumerate(kinds):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", e)
+        if kind == "*":
+            mat(p + "attn_q.weight", s["n_head"] * hd, e)
+            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+            mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        elif kind == "-":
+            mat(p + "ffn_up.weight", s["n_ff"], e)
+            mat(p + "ffn_down.weight", e, s["n_ff"])
+        else:  # Mamba-2: ssm_a and ssm_d stored n x 1, the norm n_groups rows
+            mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
+            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
+            w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
+            vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
+            vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
+            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal((h, 1))).astype(np.float32))
+            w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
+            vec(p + "ssm_norm.weight", d, rows=g)
+            mat(p + "ssm_out.weight", e, d)
+    return write_gguf(w, tmp, dst)
+
+
 def agreement(path: str, n: int = 64) -> tuple[float, float]:
     """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process): ossa
     exact, and ossa loaded with quantized_activations (llama.cpp's own scheme: activations rounded to
@@ -280,17 +356,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    ap.add_argument("--arch", choices=["qwen35", "lfm2", "granitehybrid"], default="qwen35")
+    ap.add_argument("--arch", choices=["qwen35", "lfm2", "granitehybrid", "nemotron_h"], default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
     from ossa import models
     from ossa._native import core
 
     default = models.resolve("smollm2-135m")
-    stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape"}[
-        args.arch
-    ]
-    build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16}[args.arch]
+    stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape",
+            "nemotron_h": "nemotron-nano2-10-blocks"}[args.arch]  # fmt: skip
+    build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16,
+             "nemotron_h": build_nemotron_f16}[args.arch]  # fmt: skip
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
@@ -298,7 +374,7 @@ def main() -> None:
         if not path.exists():
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
-    shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE}[args.arch]
+    shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE, "nemotron_h": NEMOTRON}[args.arch]
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")

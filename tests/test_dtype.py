@@ -170,11 +170,14 @@ def test_bf16_server_concurrent_streams_equal_solo_runs(default_model_path: str)
         default_model_path, dtype="bfloat16", kv_cache_memory_bytes=32 << 20, max_num_batched_tokens=512
     )
     with ServerThread(create_app(engine, served_model_name="smol")) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-        prompts = [f"Story {i}: once upon a time" for i in range(16)]
-        kw: dict[str, object] = dict(model="smol", max_tokens=8, temperature=0.9)
-        solo = [
-            client.completions.create(prompt=p, seed=i, **kw).choices[0].text for i, p in enumerate(prompts)
-        ]
+        with openai.OpenAI(
+            base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120
+        ) as client:
+            prompts = [f"Story {i}: once upon a time" for i in range(16)]
+            kw: dict[str, object] = dict(model="smol", max_tokens=8, temperature=0.9)
+            solo = [
+                client.completions.create(prompt=p, seed=i, **kw).choices[0].text
+                for i, p in enumerate(prompts)
+            ]
         assert concurrent_streams(server, prompts, **kw) == solo
         assert wait_idle(server)["ossa:kv_cache_usage_perc"] == 0.0

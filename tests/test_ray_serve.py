@@ -131,8 +131,8 @@ def test_two_replicas_answer_the_openai_client(serve_url: str, solo: Any) -> Non
     generated += sum(len(o.outputs[0].token_ids) for o in want)
 
     # Not streamed, the same app's answers and errors; every response names its replica.
-    client = openai.OpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0)
-    r = client.completions.create(model=NAME, prompt=prompts[0], max_tokens=16, temperature=0.8, seed=0)
+    with openai.OpenAI(base_url=serve_url + "/v1", api_key="unused", max_retries=0) as client:
+        r = client.completions.create(model=NAME, prompt=prompts[0], max_tokens=16, temperature=0.8, seed=0)
     assert r.choices[0].text == got_completions[0]
     bad = httpx.post(serve_url + "/v1/completions", json={"model": NAME, "prompt": "x", "max_tokens": 0})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
@@ -369,6 +369,7 @@ def test_ossa_serve_ray_from_the_cli(ray_cluster: Any, serve_url: str, solo: Any
             model="cli", prompt="1, 2, 3,", max_tokens=8, temperature=0, stream=True
         )
         assert "".join(c.choices[0].text for c in stream) == want_text
+        client.close()
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, rest[-3000:]

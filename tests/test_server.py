@@ -34,8 +34,11 @@ def server(default_model_path: str) -> Iterator[ServerThread]:
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+def client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120
+    ) as c:  # (closed: no socket left for the GC)
+        yield c
 
 
 def test_models_health_version_tokenize(server: ServerThread, client: openai.OpenAI) -> None:

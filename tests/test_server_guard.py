@@ -83,11 +83,13 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def test_api_key(server: ServedProcess) -> None:
-    good = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
-    assert good.completions.create(model=MODEL, prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0) as good:
+        assert good.completions.create(model=MODEL, prompt="Hi", max_tokens=2).usage.completion_tokens >= 1
     for key in ["wrong", KEY + "x", KEY[:-1], ""]:
-        bad = openai.OpenAI(base_url=server.url + "/v1", api_key=key or "-", max_retries=0)
-        with pytest.raises(openai.AuthenticationError) as e:
+        with (
+            openai.OpenAI(base_url=server.url + "/v1", api_key=key or "-", max_retries=0) as bad,
+            pytest.raises(openai.AuthenticationError) as e,
+        ):
             bad.models.list()
         assert e.value.status_code == 401 and e.value.body["code"] == "invalid_api_key"
     r = httpx.post(server.url + "/v1/completions", json={"prompt": "Hi"})  # no header at all

@@ -41,8 +41,11 @@ def server(default_model_path: str) -> Iterator[ServerThread]:
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+def client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
+    ) as c:  # (closed: no socket left for the GC)
+        yield c
 
 
 def chat_text(client: openai.OpenAI, messages: list[dict[str, Any]], max_tokens: int) -> str:

@@ -53,8 +53,11 @@ def server(default_model_path: str) -> Iterator[ServerThread]:
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+def client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
+    ) as c:  # (closed: no socket left for the GC)
+        yield c
 
 
 def chat(server: ServerThread, **body: Any) -> httpx.Response:
@@ -297,10 +300,13 @@ def test_langchain_structured_output_and_bind_tools(server: ServerThread) -> Non
         max_retries=0,
     )
     question = "Describe Paris: name, country, population in millions."
-    for method in ("json_schema", "function_calling"):
-        obj = llm.with_structured_output(City, method=method).invoke(question)
-        assert isinstance(obj, City), method
-    bound = llm.bind_tools([WEATHER], tool_choice="required")
-    msg = bound.invoke("What is the weather in Oslo?")
+    try:
+        for method in ("json_schema", "function_calling"):
+            obj = llm.with_structured_output(City, method=method).invoke(question)
+            assert isinstance(obj, City), method
+        bound = llm.bind_tools([WEATHER], tool_choice="required")
+        msg = bound.invoke("What is the weather in Oslo?")
+    finally:
+        llm.root_client.close()  # (its connections closed here, not by the GC during a later test)
     assert msg.tool_calls and msg.tool_calls[0]["name"] == "get_weather"
     jsonschema.validate(msg.tool_calls[0]["args"], WEATHER["function"]["parameters"])
