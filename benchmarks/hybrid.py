@@ -38,6 +38,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,18 +56,72 @@ SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_di
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
 
+class RandomGGUF:
+    """A random-weight GGUF file being written, with the default model's tokenizer: matrices F16 of
+    standard deviation 1/sqrt(cols), vectors F32 around `base`, drawn in the order they are added
+    (one generator per file, seed 0)."""
+
+    def __init__(self, dst: Path, arch: str, tokenizer_gguf: str) -> None:
+        import gguf
+
+        reader = gguf.GGUFReader(tokenizer_gguf)
+        self.n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+        self.dst, self.tmp = dst, dst.with_suffix(".tmp")
+        self.w = gguf.GGUFWriter(str(self.tmp), arch)
+        copy_gguf_metadata(reader, self.w, lambda name: name.startswith("tokenizer."))
+        self.rng = np.random.default_rng(0)
+
+    def mat(self, name: str, rows: int, cols: int) -> None:
+        values = self.rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
+        self.w.add_tensor(name, values.astype(np.float16))
+
+    def vec(self, name: str, n: int, base: float = 1.0, spread: float = 0.1, rows: int = 1) -> None:
+        values = (base + spread * self.rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+        self.w.add_tensor(name, values.reshape(rows, n // rows) if rows > 1 else values)
+
+    def embeddings(self, e: int) -> None:
+        self.w.add_tensor(
+            "token_embd.weight",
+            self.rng.standard_normal((self.n_vocab, e), dtype=np.float32).astype(np.float16),
+        )
+
+    def attention(self, p: str, e: int, n_head: int, n_head_kv: int, hd: int, q_rows: int = 0) -> None:
+        """attn_q (q_rows rows, default n_head x hd), attn_k and attn_v."""
+        self.mat(p + "attn_q.weight", q_rows or n_head * hd, e)
+        self.mat(p + "attn_k.weight", n_head_kv * hd, e)
+        self.mat(p + "attn_v.weight", n_head_kv * hd, e)
+
+    def mamba2(self, p: str, e: int, d: int, h: int, g: int, n: int, conv: int) -> None:
+        """A Mamba-2 mixer as llama.cpp's converter writes it: ssm_a and ssm_d n x 1, the norm n_groups
+        rows."""
+        conv_dim = d + 2 * g * n
+        self.mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
+        taps = 0.5 * self.rng.standard_normal((conv_dim, conv))
+        self.w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
+        self.vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
+        self.vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
+        self.w.add_tensor(p + "ssm_a", -np.exp(0.5 * self.rng.standard_normal((h, 1))).astype(np.float32))
+        self.w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
+        self.vec(p + "ssm_norm.weight", d, rows=g)
+        self.mat(p + "ssm_out.weight", e, d)
+
+    def ffn(self, p: str, e: int, ff: int, gate: bool = True) -> None:
+        if gate:
+            self.mat(p + "ffn_gate.weight", ff, e)
+        self.mat(p + "ffn_up.weight", ff, e)
+        self.mat(p + "ffn_down.weight", e, ff)
+
+    def finish(self) -> str:
+        return write_gguf(self.w, self.tmp, self.dst)
+
+
 def build_f16(dst: Path, tokenizer_gguf: str) -> str:
     """Writes the Qwen3.5-0.8B-shaped file (matrices F16, norms and the delta-net's vectors F32) once."""
     if dst.exists():
         return str(dst)
-    import gguf
-
     s, k = SHAPE, "qwen35."
-    reader = gguf.GGUFReader(tokenizer_gguf)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    tmp = dst.with_suffix(".tmp")
-    w = gguf.GGUFWriter(str(tmp), "qwen35")
-    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    f = RandomGGUF(dst, "qwen35", tokenizer_gguf)
+    w = f.w
     e, hd, q = s["n_embd"], s["head_dim"], s["n_head"] * s["head_dim"]
     conv_dim = 2 * s["n_k"] * s["k_dim"] + s["n_v"] * s["v_dim"]
     inner = s["n_v"] * s["v_dim"]
@@ -88,59 +143,41 @@ def build_f16(dst: Path, tokenizer_gguf: str) -> str:
     w.add_uint32(k + "ssm.group_count", s["n_k"])
     w.add_uint32(k + "ssm.time_step_rank", s["n_v"])
     w.add_uint32(k + "ssm.inner_size", inner)
-    w.add_vocab_size(n_vocab)
+    w.add_vocab_size(f.n_vocab)
     w.add_file_type(1)  # MOSTLY_F16
-    rng = np.random.default_rng(0)
-
-    def mat(name: str, rows: int, cols: int) -> None:
-        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
-        w.add_tensor(name, values.astype(np.float16))
-
-    def vec(name: str, n: int, base: float = 1.0, spread: float = 0.1) -> None:
-        w.add_tensor(name, (base + spread * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
-    vec("output_norm.weight", e)
+    f.embeddings(e)
+    f.vec("output_norm.weight", e)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
-        vec(p + "attn_norm.weight", e)
-        vec(p + "post_attention_norm.weight", e)
+        f.vec(p + "attn_norm.weight", e)
+        f.vec(p + "post_attention_norm.weight", e)
         if (i + 1) % s["interval"]:  # a gated delta-net
-            mat(p + "attn_qkv.weight", conv_dim, e)
-            mat(p + "attn_gate.weight", inner, e)
-            mat(p + "ssm_beta.weight", s["n_v"], e)
-            mat(p + "ssm_alpha.weight", s["n_v"], e)
-            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
+            f.mat(p + "attn_qkv.weight", conv_dim, e)
+            f.mat(p + "attn_gate.weight", inner, e)
+            f.mat(p + "ssm_beta.weight", s["n_v"], e)
+            f.mat(p + "ssm_alpha.weight", s["n_v"], e)
+            taps = 0.5 * f.rng.standard_normal((conv_dim, s["conv"]))
             w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
-            vec(p + "ssm_dt.bias", s["n_v"], base=0.0, spread=0.5)
-            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal(s["n_v"])).astype(np.float32))
-            vec(p + "ssm_norm.weight", s["v_dim"])
-            mat(p + "ssm_out.weight", e, inner)
+            f.vec(p + "ssm_dt.bias", s["n_v"], base=0.0, spread=0.5)
+            w.add_tensor(p + "ssm_a", -np.exp(0.5 * f.rng.standard_normal(s["n_v"])).astype(np.float32))
+            f.vec(p + "ssm_norm.weight", s["v_dim"])
+            f.mat(p + "ssm_out.weight", e, inner)
         else:  # gated attention: [query | gate] per head
-            mat(p + "attn_q.weight", 2 * q, e)
-            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
-            vec(p + "attn_q_norm.weight", hd)
-            vec(p + "attn_k_norm.weight", hd)
-            mat(p + "attn_output.weight", e, q)
-        mat(p + "ffn_gate.weight", s["n_ff"], e)
-        mat(p + "ffn_up.weight", s["n_ff"], e)
-        mat(p + "ffn_down.weight", e, s["n_ff"])
-    return write_gguf(w, tmp, dst)
+            f.attention(p, e, s["n_head"], s["n_head_kv"], hd, q_rows=2 * q)
+            f.vec(p + "attn_q_norm.weight", hd)
+            f.vec(p + "attn_k_norm.weight", hd)
+            f.mat(p + "attn_output.weight", e, q)
+        f.ffn(p, e, s["n_ff"])
+    return f.finish()
 
 
 def build_lfm2_f16(dst: Path, tokenizer_gguf: str) -> str:
     """Writes the LFM2-1.2B-shaped file (matrices F16, norms and convolution taps F32) once."""
     if dst.exists():
         return str(dst)
-    import gguf
-
     s = LFM2
-    reader = gguf.GGUFReader(tokenizer_gguf)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    tmp = dst.with_suffix(".tmp")
-    w = gguf.GGUFWriter(str(tmp), "lfm2")
-    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    f = RandomGGUF(dst, "lfm2", tokenizer_gguf)
+    w = f.w
     e, hd = s["n_embd"], s["head_dim"]
     w.add_context_length(128000)
     w.add_embedding_length(e)
@@ -151,39 +188,35 @@ def build_lfm2_f16(dst: Path, tokenizer_gguf: str) -> str:
     w.add_rope_freq_base(1_000_000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_uint32("lfm2.shortconv.l_cache", s["conv"])
-    w.add_vocab_size(n_vocab)
+    w.add_vocab_size(f.n_vocab)
     w.add_file_type(1)  # MOSTLY_F16
-    rng = np.random.default_rng(0)
-
-    def mat(name: str, rows: int, cols: int) -> None:
-        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
-        w.add_tensor(name, values.astype(np.float16))
-
-    def vec(name: str, n: int) -> None:
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32))
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
-    vec("token_embd_norm.weight", e)  # (LFM2's final norm)
+    f.embeddings(e)
+    f.vec("token_embd_norm.weight", e)  # (LFM2's final norm)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
-        vec(p + "attn_norm.weight", e)
-        vec(p + "ffn_norm.weight", e)
+        f.vec(p + "attn_norm.weight", e)
+        f.vec(p + "ffn_norm.weight", e)
         if i in s["attention"]:
-            mat(p + "attn_q.weight", s["n_head"] * hd, e)
-            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
-            vec(p + "attn_q_norm.weight", hd)
-            vec(p + "attn_k_norm.weight", hd)
-            mat(p + "attn_output.weight", e, s["n_head"] * hd)
+            f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
+            f.vec(p + "attn_q_norm.weight", hd)
+            f.vec(p + "attn_k_norm.weight", hd)
+            f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
         else:
-            mat(p + "shortconv.in_proj.weight", 3 * e, e)
-            taps = rng.standard_normal((e, s["conv"])) / np.sqrt(s["conv"])
+            f.mat(p + "shortconv.in_proj.weight", 3 * e, e)
+            taps = f.rng.standard_normal((e, s["conv"])) / np.sqrt(s["conv"])
             w.add_tensor(p + "shortconv.conv.weight", taps.astype(np.float32))
-            mat(p + "shortconv.out_proj.weight", e, e)
-        mat(p + "ffn_gate.weight", s["n_ff"], e)
-        mat(p + "ffn_up.weight", s["n_ff"], e)
-        mat(p + "ffn_down.weight", e, s["n_ff"])
-    return write_gguf(w, tmp, dst)
+            f.mat(p + "shortconv.out_proj.weight", e, e)
+        f.ffn(p, e, s["n_ff"])
+    return f.finish()
+
+
+def _ssm_keys(w: Any, k: str, s: dict[str, Any]) -> None:
+    """The ssm.* sizes llama.cpp's converter writes for a Mamba-2 hybrid (time_step_rank: the heads)."""
+    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
+    w.add_uint32(k + "ssm.state_size", s["d_state"])
+    w.add_uint32(k + "ssm.group_count", s["n_groups"])
+    w.add_uint32(k + "ssm.inner_size", s["d_inner"])
+    w.add_uint32(k + "ssm.time_step_rank", s["n_heads"])
 
 
 def build_granite_f16(dst: Path, tokenizer_gguf: str) -> str:
@@ -191,16 +224,10 @@ def build_granite_f16(dst: Path, tokenizer_gguf: str) -> str:
     vectors F32, as llama.cpp's converter keeps them) once."""
     if dst.exists():
         return str(dst)
-    import gguf
-
     s, k = GRANITE, "granitehybrid."
-    reader = gguf.GGUFReader(tokenizer_gguf)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    tmp = dst.with_suffix(".tmp")
-    w = gguf.GGUFWriter(str(tmp), "granitehybrid")
-    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
-    e, hd, d, h, g, n = s["n_embd"], s["head_dim"], s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"]
-    conv_dim = d + 2 * g * n
+    f = RandomGGUF(dst, "granitehybrid", tokenizer_gguf)
+    w = f.w
+    e, hd = s["n_embd"], s["head_dim"]
     w.add_context_length(1 << 20)
     w.add_embedding_length(e)
     w.add_block_count(s["n_layer"])
@@ -212,53 +239,27 @@ def build_granite_f16(dst: Path, tokenizer_gguf: str) -> str:
     w.add_rope_freq_base(10_000.0)
     w.add_bool(k + "rope.scaling.finetuned", False)  # (Granite 4.0-H: no RoPE)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
-    w.add_uint32(k + "ssm.state_size", n)
-    w.add_uint32(k + "ssm.group_count", g)
-    w.add_uint32(k + "ssm.inner_size", d)
-    w.add_uint32(k + "ssm.time_step_rank", h)
+    _ssm_keys(w, k, s)
     w.add_expert_shared_feed_forward_length(s["n_ff"])
     w.add_embedding_scale(12.0)  # (the multipliers of Granite 4.0's configs)
     w.add_residual_scale(0.22)
     w.add_attention_scale(0.0078125)
     w.add_logit_scale(6.0)
-    w.add_vocab_size(n_vocab)
+    w.add_vocab_size(f.n_vocab)
     w.add_file_type(1)  # MOSTLY_F16
-    rng = np.random.default_rng(0)
-
-    def mat(name: str, rows: int, cols: int) -> None:
-        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
-        w.add_tensor(name, values.astype(np.float16))
-
-    def vec(name: str, n: int, base: float = 1.0, spread: float = 0.1, rows: int = 1) -> None:
-        values = base + spread * rng.standard_normal(n, dtype=np.float32)
-        w.add_tensor(name, values.reshape(rows, n // rows) if rows > 1 else values)
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
-    vec("output_norm.weight", e)
+    f.embeddings(e)
+    f.vec("output_norm.weight", e)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
-        vec(p + "attn_norm.weight", e)
-        vec(p + "ffn_norm.weight", e)
+        f.vec(p + "attn_norm.weight", e)
+        f.vec(p + "ffn_norm.weight", e)
         if i in s["attention"]:
-            mat(p + "attn_q.weight", s["n_head"] * hd, e)
-            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_output.weight", e, s["n_head"] * hd)
-        else:  # Mamba-2: ssm_a and ssm_d stored n x 1, the norm n_groups rows
-            mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
-            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
-            w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
-            vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
-            vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
-            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal((h, 1))).astype(np.float32))
-            w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
-            vec(p + "ssm_norm.weight", d, rows=g)
-            mat(p + "ssm_out.weight", e, d)
-        mat(p + "ffn_gate.weight", s["n_ff"], e)
-        mat(p + "ffn_up.weight", s["n_ff"], e)
-        mat(p + "ffn_down.weight", e, s["n_ff"])
-    return write_gguf(w, tmp, dst)
+            f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
+            f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        else:
+            f.mamba2(p, e, s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"], s["conv"])
+        f.ffn(p, e, s["n_ff"])
+    return f.finish()
 
 
 def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
@@ -267,16 +268,10 @@ def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
     sizes, the norm's epsilon under both keys)."""
     if dst.exists():
         return str(dst)
-    import gguf
-
     s, k = NEMOTRON, "nemotron_h."
-    reader = gguf.GGUFReader(tokenizer_gguf)
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    tmp = dst.with_suffix(".tmp")
-    w = gguf.GGUFWriter(str(tmp), "nemotron_h")
-    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
-    e, hd, d, h, g, n = s["n_embd"], s["head_dim"], s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"]
-    kinds, conv_dim = s["pattern"], d + 2 * g * n
+    f = RandomGGUF(dst, "nemotron_h", tokenizer_gguf)
+    w = f.w
+    e, hd, kinds = s["n_embd"], s["head_dim"], s["pattern"]
     w.add_context_length(131072)
     w.add_embedding_length(e)
     w.add_block_count(len(kinds))
@@ -287,48 +282,23 @@ def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
     w.add_value_length(hd)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_layer_norm_eps(1e-5)
-    w.add_uint32(k + "ssm.conv_kernel", s["conv"])
-    w.add_uint32(k + "ssm.state_size", n)
-    w.add_uint32(k + "ssm.group_count", g)
-    w.add_uint32(k + "ssm.inner_size", d)
-    w.add_uint32(k + "ssm.time_step_rank", h)
-    w.add_vocab_size(n_vocab)
+    _ssm_keys(w, k, s)
+    w.add_vocab_size(f.n_vocab)
     w.add_file_type(1)  # MOSTLY_F16
-    rng = np.random.default_rng(0)
-
-    def mat(name: str, rows: int, cols: int) -> None:
-        values = rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)
-        w.add_tensor(name, values.astype(np.float16))
-
-    def vec(name: str, count: int, base: float = 1.0, spread: float = 0.1, rows: int = 1) -> None:
-        values = base + spread * rng.standard_normal(count, dtype=np.float32)
-        w.add_tensor(name, values.reshape(rows, count // rows) if rows > 1 else values)
-
-    w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, e), dtype=np.float32).astype(np.float16))
-    vec("output_norm.weight", e)
-    mat("output.weight", n_vocab, e)
+    f.embeddings(e)
+    f.vec("output_norm.weight", e)
+    f.mat("output.weight", f.n_vocab, e)
     for i, kind in enumerate(kinds):
         p = f"blk.{i}."
-        vec(p + "attn_norm.weight", e)
+        f.vec(p + "attn_norm.weight", e)
         if kind == "*":
-            mat(p + "attn_q.weight", s["n_head"] * hd, e)
-            mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
-            mat(p + "attn_output.weight", e, s["n_head"] * hd)
+            f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
+            f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
         elif kind == "-":
-            mat(p + "ffn_up.weight", s["n_ff"], e)
-            mat(p + "ffn_down.weight", e, s["n_ff"])
-        else:  # Mamba-2: ssm_a and ssm_d stored n x 1, the norm n_groups rows
-            mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
-            taps = 0.5 * rng.standard_normal((conv_dim, s["conv"]))
-            w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
-            vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
-            vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
-            w.add_tensor(p + "ssm_a", -np.exp(0.5 * rng.standard_normal((h, 1))).astype(np.float32))
-            w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
-            vec(p + "ssm_norm.weight", d, rows=g)
-            mat(p + "ssm_out.weight", e, d)
-    return write_gguf(w, tmp, dst)
+            f.ffn(p, e, s["n_ff"], gate=False)
+        else:
+            f.mamba2(p, e, s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"], s["conv"])
+    return f.finish()
 
 
 def agreement(path: str, n: int = 64) -> tuple[float, float]:

@@ -28,15 +28,13 @@ from tiny_models import (
     N_TOKENS,
     build_hf_cases,
     case_file,
+    check_case,
     check_chunked_prefill,
-    check_golden,
-    golden,
     greedy,
     hf_greedy,
     hf_to_gguf,
     make_hf_model,
     runner_logits,
-    twin_tol,
 )
 
 from ossa import models
@@ -85,13 +83,7 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
 def test_logits_match_hf_and_twin(
     hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = case_file(hf_models, name, fmt, tmp_path_factory)
-    _, hf, ids = hf_models[name]
-    if fmt in ROUNDED_TOL:
-        model, config, err_hf, err_twin, _ = golden(path, ids, hf)
-        assert err_hf < ROUNDED_TOL[fmt] and err_twin < twin_tol(model) and config == model.config
-    else:
-        model = check_golden(path, ids, hf, fmt)
+    model = check_case(hf_models, name, fmt, tmp_path_factory, ROUNDED_TOL)
     kw, c = CASES[name], model.config
     mamba = [i for i, t in enumerate(kw["layer_types"]) if t in ("mamba", "linear_attention")]
     m = c["ssm"]

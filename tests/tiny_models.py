@@ -1413,6 +1413,31 @@ def check_golden(path: str, ids: list[int], hf_logits: np.ndarray, fmt: str) -> 
     return model
 
 
+def check_case(
+    cases: dict[str, Any],
+    name: str,
+    fmt: str,
+    tmp: Any,
+    rounded_tol: dict[str, float],
+    hf_exempt: tuple[tuple[str, str], ...] = (),
+) -> Any:
+    """The golden check of build_hf_cases case ``name`` as ``fmt``: check_golden for the exact formats;
+    for the rounded ones (``rounded_tol``: an architecture's bound against transformers, where its
+    random models amplify the rounding of their weights past HF_TOL) the twin on the same rounded
+    weights to its usual tolerance, and transformers to that bound unless (name, fmt) is in
+    ``hf_exempt``. Returns the loaded ``core.Model``."""
+    path = case_file(cases, name, fmt, tmp)
+    _, hf, ids = cases[name]
+    if fmt not in rounded_tol:
+        return check_golden(path, ids, hf, fmt)
+    model, config, err_hf, err_twin, _ = golden(path, ids, hf)
+    assert config == model.config  # the twin reads the same hyper-parameters
+    assert err_twin < twin_tol(model), f"{path}: max |ossa - twin| / max |HF| = {err_twin}"
+    if (name, fmt) not in hf_exempt:
+        assert err_hf < rounded_tol[fmt], f"{path}: max |ossa - HF| / max |HF| = {err_hf}"
+    return model
+
+
 def check_chunked_prefill(path: str, ids: list[int], hf_logits: np.ndarray) -> None:
     """Chunks of 1, 5 and all tokens through the paged runner (blocks of 4, in reverse order): bitwise
     equal to one another, equal to HF, and to the twin's runner (chunks of 5)."""

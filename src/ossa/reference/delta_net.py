@@ -98,6 +98,11 @@ def short_conv(
     return np.einsum("ij,kj->ik", q8(y, p + "sc_out"), w[p + "sc_out"])  # type: ignore[no-any-return]
 
 
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """softplus as torch computes it (x itself above 20)."""
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
+
+
 def _l2norm(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """x over its last axis times 1 / sqrt(sum(x^2) + 1e-6) (summed in float64), times ``scale``."""
     total = np.sum(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
@@ -145,7 +150,7 @@ def delta_net(
         v = y[:, 2 * nk * kd :].reshape(m, heads, vd)
         beta = (1 / (1 + np.exp(-b[lo:hi]))).astype(np.float32)
         x = a[lo:hi] + w[p + "ssm_dt"]
-        g = w[p + "ssm_a"] * np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
+        g = w[p + "ssm_a"] * _softplus(x)
         decay = np.exp(g).astype(np.float32)
         for t in range(m):
             ssm *= decay[t][:, None, None]
@@ -164,11 +169,6 @@ def gate_attention(q_gate: np.ndarray, n_head: int, head_dim: int) -> tuple[np.n
     qg = q_gate.reshape(n, n_head, 2, head_dim)
     gate = (1 / (1 + np.exp(-qg[:, :, 1]))).astype(np.float32)
     return np.ascontiguousarray(qg[:, :, 0]).reshape(n, -1), gate.reshape(n, -1)
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    """softplus as torch computes it (x itself above 20)."""
-    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(np.float32)
 
 
 def mamba2(
