@@ -269,8 +269,15 @@ KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInp
 }
 
 // Decode (one activation row) streams the weights once: ask for rows a few tiles ahead, which keeps
-// more requests in flight than the hardware prefetcher does on its own.
+// more requests in flight than the hardware prefetcher does on its own -- for narrow rows only (a
+// tile of at most k_prefetch_tile_bytes: the default model's 576-column Q4_1 / Q8_0 rows, where it
+// was measured to pay). Wide rows are left to the hardware prefetcher: prefetching tiles of them
+// into L1 evicts the rows being read. Sapphire Rapids VM, 2 threads, one-row products from DRAM
+// (benchmarks/kernel_rows.py's kind of measurement, GB/s without / with the prefetch): F16
+// 15680 x 4480 30.7 / 18.7, 2048 x 8192 47.0 / 29.8; Q8_0 2048 x 8192 35.1 / 22.8; Q4_1
+// 15680 x 4480 21.4 / 17.1.
 constexpr int64_t k_prefetch_rows = 8;
+constexpr size_t k_prefetch_tile_bytes = 4096;
 inline void prefetch_rows(const TensorView& w, int64_t begin, int64_t end) {
 #if defined(__SSE__)
   if (end > w.rows) end = w.rows;
@@ -355,7 +362,8 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
     for (int r = 0; r < rt; ++r)
       rows[r] = prepared ? kq.rows[slot] + (r0 + r) * kq.stride[slot] : x.f32 + (r0 + r) * x.cols;
     for (int64_t o = o_begin; o < o_end; o += tile.mo) {
-      if (rt == 1) prefetch_rows(w, o + k_prefetch_rows, o + k_prefetch_rows + tile.mo);
+      if (rt == 1 && w.row_bytes * static_cast<size_t>(tile.mo) <= k_prefetch_tile_bytes)
+        prefetch_rows(w, o + k_prefetch_rows, o + k_prefetch_rows + tile.mo);
       // Past the end, a tile repeats the last row (its results are dropped).
       for (int i = 0; i < tile.mo; ++i) w_rows[i] = w.row(std::min(o + i, o_end - 1));
       tile.fn(w_rows, rows, x.cols, out);
