@@ -123,22 +123,63 @@ inline __m512 float_load(const uint8_t* row, int64_t i, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// One 16-column step of a float tile: the weight rows converted first, then each activation row's
+// 16 values loaded once for all of them (written as one loop over o and r, GCC 12 loaded each
+// activation vector once per weight row: 40 against 55 GMAC/s for F16 15680 x 4480 at 128 rows).
+template <DType T, int MO, int R>
+inline void float_step(const uint8_t* const* w, const float* const* x, int64_t i, __mmask16 m,
+                       __m512 (&acc)[MO][R]) {
+  __m512 wv[MO];
+  for (int o = 0; o < MO; ++o) wv[o] = float_load<T>(w[o], i, m);
+  for (int r = 0; r < R; ++r) {
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x[r] + i);
+    for (int o = 0; o < MO; ++o) acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+  }
+}
+
+// Columns [k0, k1) (k0 a multiple of 16; a last group short of 16 masked): each accumulator is one
+// FMA chain over the columns in order, whatever the chunking.
+template <DType T, int MO, int R>
+inline void float_steps(const uint8_t* const* w, const float* const* x, int64_t k0, int64_t k1,
+                        int64_t cols, __m512 (&acc)[MO][R]) {
+  const int64_t full = std::min(k1, cols - cols % 16);
+  int64_t i = k0;
+  for (; i < full; i += 16) float_step<T, MO, R>(w, x, i, __mmask16(0xFFFF), acc);
+  if (i < k1) float_step<T, MO, R>(w, x, i, static_cast<__mmask16>((1u << (cols - i)) - 1), acc);
+}
+
 template <DType T, int MO, int R>
 void float_tile(const uint8_t* const* w, const float* const* x, int64_t cols, float* out) {
   __m512 acc[MO][R];
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < cols; i += 16) {
-    const int n = static_cast<int>(cols - i < 16 ? cols - i : 16);
-    const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
-    for (int o = 0; o < MO; ++o) {
-      const __m512 wv = float_load<T>(w[o], i, m);
-      for (int r = 0; r < R; ++r)
-        acc[o][r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x[r] + i), acc[o][r]);
-    }
-  }
+  float_steps<T, MO, R>(w, x, 0, cols, cols, acc);
   for (int o = 0; o < MO; ++o)
     for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
+}
+
+// float_tile over the columns [k0, k1) only, its accumulators in acc between calls (F32ChunkFn).
+template <DType T, int MO, int R>
+void float_chunk(const uint8_t* const* w, const float* const* x, int64_t k0, int64_t k1,
+                 int64_t cols, float* acc_mem, float* out) {
+  __m512 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_load_ps(acc_mem + (o * R + r) * 16);
+  float_steps<T, MO, R>(w, x, k0, k1, cols, acc);
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r)
+      if (out != nullptr)
+        out[o * R + r] = fsum16(acc[o][r]);
+      else
+        _mm512_store_ps(acc_mem + (o * R + r) * 16, acc[o][r]);
+}
+
+template <DType T, int MO, int R>
+constexpr F32ChunkFn chunk_fn() {
+  if constexpr (is_float(T))
+    return float_chunk<T, MO, R>;
+  else
+    return nullptr;
 }
 
 constexpr int k_max_rows = 8;
@@ -154,19 +195,19 @@ F32Tile tile_for_rows(int rows) {
       case 1:
         return {tile_fn<T, 4, 1>(), 4};
       case 2:
-        return {tile_fn<T, 4, 2>(), 4};
+        return {tile_fn<T, 4, 2>(), 4, nullptr, chunk_fn<T, 4, 2>()};
       case 3:
-        return {tile_fn<T, 4, 3>(), 4};
+        return {tile_fn<T, 4, 3>(), 4, nullptr, chunk_fn<T, 4, 3>()};
       case 4:
-        return {tile_fn<T, 4, 4>(), 4};
+        return {tile_fn<T, 4, 4>(), 4, nullptr, chunk_fn<T, 4, 4>()};
       case 5:
-        return {tile_fn<T, 4, 5>(), 4};
+        return {tile_fn<T, 4, 5>(), 4, nullptr, chunk_fn<T, 4, 5>()};
       case 6:
-        return {tile_fn<T, 2, 6>(), 2};
+        return {tile_fn<T, 2, 6>(), 2, nullptr, chunk_fn<T, 2, 6>()};
       case 7:
-        return {tile_fn<T, 2, 7>(), 2};
+        return {tile_fn<T, 2, 7>(), 2, nullptr, chunk_fn<T, 2, 7>()};
       default:
-        return {tile_fn<T, 2, 8>(), 2};
+        return {tile_fn<T, 2, 8>(), 2, nullptr, chunk_fn<T, 2, 8>()};
     }
   }
 }

@@ -39,6 +39,13 @@ using F32TileFn = void (*)(const uint8_t* const* w_rows, const float* const* x_r
 // A weight row's exact f32 values, as the build's tile kernel forms them in registers (cols
 // elements, a multiple of 32).
 using F32DecodeFn = void (*)(const uint8_t* w_row, int64_t cols, float* out);
+// The columns [k0, k1) of fn's product (k0 a multiple of 16, k1 one too or cols), its mo x rows
+// accumulators of 16 lanes kept in acc between calls (zeroed before the first); with out, the last
+// call also finishes them as fn does. Calls over consecutive chunks give fn's output bitwise (the
+// same FMAs per element in the same order), with each chunk's activations reused from L1 by every
+// weight row (the float types, AVX-512).
+using F32ChunkFn = void (*)(const uint8_t* const* w_rows, const float* const* x_rows, int64_t k0,
+                            int64_t k1, int64_t cols, float* acc, float* out);
 struct F32Tile {
   F32TileFn fn = nullptr;
   int mo = 1;  // weight rows per call
@@ -47,6 +54,7 @@ struct F32Tile {
   // once per tile. fn and f32_decoded_rows on the decoded rows give bitwise the same output (the
   // same FMAs per element in the same order). Null where the tiles decode in registers only.
   F32DecodeFn decode = nullptr;
+  F32ChunkFn chunk = nullptr;  // null where the build has none for the type
 };
 // Largest `rows` a tile takes on this build, and the kernel for 1 <= rows <= f32_tile_max_rows().
 int f32_tile_max_rows();
