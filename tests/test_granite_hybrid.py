@@ -74,6 +74,15 @@ CASES: dict[str, dict[str, Any]] = {
 ROUNDED_TOL = {"F16": 2e-3, "Q8_0": 3e-2}
 
 
+# Bamba (BambaForCausalLM folders; its GGUF files are granitehybrid ones): Granite 4.0-H's blocks without
+# the multipliers, RoPE on half of each head, attention where attn_layer_indices says, a plain gated MLP.
+BAMBA = dict(
+    arch="bamba", hidden_size=48, num_layers=5, num_heads=4, num_kv_heads=2, intermediate_size=56,
+    vocab_size=140, attn_layer_indices=[1, 3], mamba_n_heads=6, mamba_d_state=12, mamba_n_groups=2,
+    mamba_d_conv=4, mamba_expand=2, partial_rotary_factor=0.5,
+)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
     return build_hf_cases(tmp_path_factory.mktemp("granite4"), CASES, seed=441, n_tokens=N_TOKENS)
@@ -112,6 +121,23 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
     path, hf_logits, ids = hf_models[name]
     check_chunked_prefill(path, ids, hf_logits)
     assert greedy(core.load_model(path), ids[:10], 30, block=4) == hf_greedy(path, ids[:10], 30)
+
+
+def test_bamba(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A Bamba folder: logits against transformers and the twin, its layout read as Granite 4.0-H's
+    (Mamba-2 layers, RoPE on half of each head, no multipliers, a dense MLP), chunked prefill bitwise
+    equal to the whole, 30 greedy tokens equal to transformers' generate."""
+    cases = build_hf_cases(tmp_path_factory.mktemp("bamba"), {"bamba": BAMBA}, seed=442, n_tokens=N_TOKENS)
+    model = check_case(cases, "bamba", "safetensors", tmp_path_factory, ROUNDED_TOL)
+    c = model.config
+    assert c["arch"] == "granitehybrid" and c["ssm"]["layers"] == [0, 2, 4] and c["n_kv_layers"] == 2
+    assert c["rope_dim"] == 6 and c["layer_nope"] == [] and c["moe"]["n_expert"] == 0
+    assert c["n_ff"] == BAMBA["intermediate_size"] and c["residual_scale"] == 0 and c["embd_scale"] == 0
+    path, hf_logits, ids = cases["bamba"]
+    check_chunked_prefill(path, ids, hf_logits)
+    assert greedy(core.load_model(path), ids[:10], 30, block=4) == hf_greedy(path, ids[:10], 30)
+    text = models.format_inspect(models.inspect(path))
+    assert "mamba-2       3 of 5 layers" in text and "multipliers" not in text, text
 
 
 def test_all_mamba_layers(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ ARCHS = (
     "lfm2",
     "lfm2_moe",
     "granitemoehybrid",
+    "bamba",
     "nemotron_h",
 )
 
@@ -113,6 +114,8 @@ def make_hf_model(
     kwargs["rope_parameters"] = rope
     if arch in ("qwen3_5", "qwen3_5_moe"):  # (its RoPE's partial factor lives with the RoPE's keys)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
+    if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
+        rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
@@ -150,6 +153,7 @@ def make_hf_model(
         "lfm2": transformers.Lfm2Config,
         "lfm2_moe": transformers.Lfm2MoeConfig,
         "granitemoehybrid": transformers.GraniteMoeHybridConfig,
+        "bamba": transformers.BambaConfig,
         "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -1147,6 +1151,10 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 # Golden comparisons shared by the architecture tests
 
 
+# The recurrent hybrids whose golden logits transformers computes in float64 (hf_logits).
+_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h")
+
+
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     """transformers' float32 logits of one sequence, [len(ids), vocab]. Qwen3.5's are computed in
     float64 (returned as float32): transformers' float32 delta rule (its chunked form) is itself ~3e-5
@@ -1155,7 +1163,7 @@ def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     import torch
 
     kw: dict[str, Any] = {}
-    if _model_type(path).startswith("qwen3_5") or _model_type(path) in ("granitemoehybrid", "nemotron_h"):
+    if _model_type(path).startswith("qwen3_5") or _model_type(path) in _FLOAT64_ORACLE:
         # (grouped_mm has no float64: the experts' loop)
         kw = {"dtype": torch.float64, "experts_implementation": "eager"}
     model = _causal_lm(_model_type(path)).from_pretrained(

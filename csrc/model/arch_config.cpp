@@ -909,9 +909,47 @@ void granitehybrid_config_gguf(const GGUFFile& g, ModelConfig& c,
     c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
 }
 
+namespace {
+
+// BambaConfig's layout: attn_layer_indices lists the attention layers (none: every layer Mamba-2),
+// the rest as GraniteMoeHybrid's mamba_* keys; partial_rotary_factor of the rotated head.
+void bamba_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  Mamba2Config& m = c.ssm;
+  const JsonValue* d_head = cfg.get("mamba_d_head");  // ("auto": d_inner / n_heads)
+  if (d_head != nullptr && !(d_head->is_string() && d_head->string == "auto") &&
+      (!d_head->is_number() || !d_head->is_integer || d_head->integer != m.head_dim()))
+    throw ModelError("config 'mamba_d_head' in " + where + " must be d_inner / mamba_n_heads (" +
+                     std::to_string(m.head_dim()) + ")");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "silu") + "' in " + where +
+                     " is not supported (silu)");
+  m.layers.assign(static_cast<size_t>(c.n_layer), 1);
+  if (const JsonValue* idx = cfg.get("attn_layer_indices"); idx != nullptr && !idx->is_null()) {
+    if (!idx->is_array())
+      throw ModelError("config 'attn_layer_indices' in " + where + " must be a list");
+    for (const JsonValue& v : idx->array) {
+      if (!v.is_number() || !v.is_integer || v.integer < 0 || v.integer >= c.n_layer)
+        throw ModelError("config 'attn_layer_indices' in " + where + " must hold layer indices");
+      m.layers[static_cast<size_t>(v.integer)] = 0;
+    }
+  }
+  double partial = cfg.number("partial_rotary_factor", 1.0);
+  if (const JsonValue* rope = cfg.get("rope_parameters"); rope != nullptr && rope->is_object())
+    partial = Json{*rope, cfg.path}.number("partial_rotary_factor", partial);
+  if (!(partial > 0.0 && partial <= 1.0))
+    throw ModelError("invalid partial_rotary_factor in " + where);
+  c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, where);
+}
+
+}  // namespace
+
 void granitehybrid_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
-  granite_config_hf(cfg, c);
+  // Bamba (BambaForCausalLM): the same blocks without Granite's multipliers, RoPE on (partial
+  // where rope_parameters / the top level says), the attention layers listed by index.
+  const bool bamba = c.hf_bamba;
+  if (!bamba) granite_config_hf(cfg, c);
   if (cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in " + where + " is not supported");
   if (cfg.boolean("mamba_proj_bias", false))
@@ -931,6 +969,10 @@ void granitehybrid_config_hf(const Json& cfg, ModelConfig& c) {
       std::clamp<int64_t>(cfg.integer("mamba_expand", 2) * c.n_embd, -1, int64_t{1} << 24));
   m.conv_bias = cfg.boolean("mamba_conv_bias", true);
   check_mamba2(m, where);
+  if (bamba) {
+    bamba_config_hf(cfg, c);
+    return;
+  }
   const JsonValue* d_head = cfg.get("mamba_d_head");  // ("auto": d_inner / n_heads)
   if (d_head != nullptr && !(d_head->is_string() && d_head->string == "auto") &&
       (!d_head->is_number() || !d_head->is_integer || d_head->integer != m.head_dim()))

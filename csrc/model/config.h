@@ -164,6 +164,9 @@ struct ModelConfig {
   DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
   ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
   Mamba2Config ssm;      // Mamba-2 layers (granitehybrid); inactive otherwise
+  // granitehybrid read from a BambaForCausalLM folder: a plain gated MLP (feed_forward.*, not the
+  // shared MLP's fused input_linear), the final norm final_layernorm.
+  bool hf_bamba = false;
   // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
   // the attention's output is multiplied by sigmoid(gate) before wo.
   bool attn_gate = false;

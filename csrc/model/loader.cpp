@@ -217,7 +217,8 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, nemotron_h)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, bamba, "
+    "nemotron_h)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -434,8 +435,9 @@ void build_weights(Model& m, Builder& b,
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
     if (c.arch == "phi3" || c.arch == "glm4" ||
-        (c.arch == "granitehybrid" && m.format == "safetensors")) {  // gate and up fused, gate
-                                                                     // first (GGUF: ffn_up)
+        (c.arch == "granitehybrid" && m.format == "safetensors" &&
+         !c.hf_bamba)) {  // gate and up fused, gate
+                          // first (GGUF: ffn_up)
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
@@ -818,6 +820,19 @@ std::string hf_name_granitehybrid(int layer, const char* field) {
                              : "model.layers." + std::to_string(layer) + "." + it->second;
 }
 
+// Bamba's folders: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. and its norm
+// pre_ff_layernorm.
+std::string hf_name_bamba(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"ffn_norm", "pre_ff_layernorm.weight"},
+      {"w_gate", "feed_forward.gate_proj.weight"},
+      {"w_up", "feed_forward.up_proj.weight"},
+      {"w_down", "feed_forward.down_proj.weight"}};
+  auto it = k_names.find(field);
+  return it == k_names.end() ? hf_name_granitehybrid(layer, field)
+                             : "model.layers." + std::to_string(layer) + "." + it->second;
+}
+
 // Nemotron-H's folders: backbone.layers.{i}.norm before the block's one sublayer, mixer.* for it
 // (attention, Mamba-2 or the relu2 feed-forward's up_proj / down_proj).
 std::string hf_name_nemotronh(int layer, const char* field) {
@@ -1122,6 +1137,8 @@ void load_hf(Model& m, Storage& st) {
       {"Lfm2MoeForCausalLM", "lfm2moe"},
       {"granitemoehybrid", "granitehybrid"},
       {"GraniteMoeHybridForCausalLM", "granitehybrid"},
+      {"bamba", "granitehybrid"},  // (Bamba: granitehybrid in GGUF too, as llama.cpp converts it)
+      {"BambaForCausalLM", "granitehybrid"},
       {"nemotron_h", "nemotron_h"},
       {"NemotronHForCausalLM", "nemotron_h"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
@@ -1133,6 +1150,7 @@ void load_hf(Model& m, Storage& st) {
   if (found == k_archs.end())
     throw ModelError("unknown architecture '" + arch + "' in '" + cfg_path + "' " + k_supported_hf);
   c.arch = found->second;
+  c.hf_bamba = arch == "bamba" || arch == "BambaForCausalLM";
   c.n_vocab = checked_dim(cfg.integer("vocab_size", 0), "vocab_size", cfg_path);
   c.n_embd = checked_dim(cfg.integer("hidden_size", 0), "hidden_size", cfg_path);
   // (transformers 5 writes Nemotron-H's layer count as its pattern's length alone)
@@ -1160,7 +1178,7 @@ void load_hf(Model& m, Storage& st) {
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
-      cfg.number("partial_rotary_factor", 1.0) != 1.0)
+      c.arch != "granitehybrid" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -1250,6 +1268,7 @@ void load_hf(Model& m, Storage& st) {
   build_weights(m, b,
                 c.arch == "glm4"            ? hf_name_glm4
                 : c.lfm2()                  ? hf_name_lfm2
+                : c.hf_bamba                ? hf_name_bamba
                 : c.arch == "granitehybrid" ? hf_name_granitehybrid
                 : c.arch == "nemotron_h"    ? hf_name_nemotronh
                 : c.pre_norms()             ? hf_name
@@ -1257,6 +1276,7 @@ void load_hf(Model& m, Storage& st) {
                 c.arch == "nemotron_h" ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
                 c.lfm2()                 ? "model.embedding_norm.weight"
                 : c.arch == "nemotron_h" ? "backbone.norm_f.weight"
+                : c.hf_bamba             ? "model.final_layernorm.weight"
                                          : "model.norm.weight",
                 "lm_head.weight");
   build_moe_layers(m, b, false);

@@ -367,7 +367,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     for (int i = 0; i < c.n_layer; ++i)
       if (kinds[static_cast<size_t>(i)] == 'E') m.layers.push_back(i);
   } else if (c.arch == "granitehybrid") {  // GraniteMoeHybridConfig's defaults (0 experts: dense)
-    m.n_expert = static_cast<int>(integer("num_local_experts", 8));
+    m.n_expert = c.hf_bamba ? 0 : static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
     m.n_ff_expert = c.n_ff;
     m.n_ff_shared = static_cast<int>(integer("shared_intermediate_size", 1024));

@@ -693,6 +693,8 @@ def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
     if info["arch"] not in ("granite", "granitemoe", "granitehybrid"):
         return []
+    if not (info["embd_scale"] or info["residual_scale"] or info["attn_scale"] or info["logit_scale"]):
+        return []  # (Bamba: Granite 4.0-H's layers without the multipliers)
     scores = f"{info['attn_scale']:g}" if info["attn_scale"] else "head_dim^-1/2"
     return [
         f"multipliers   embeddings {info['embd_scale']:g}, residuals {info['residual_scale']:g}, "

@@ -775,7 +775,26 @@ def granitehybrid_gguf(
     return out
 
 
-def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, Any]:
+def _bamba_hf(c: dict[str, Any], n_layer: int, ssm: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """Bamba (twin of bamba_config_hf): Granite 4.0-H's blocks without its multipliers, RoPE on
+    (partial_rotary_factor, top level or in rope_parameters), attn_layer_indices the attention layers."""
+    if (c.get("hidden_act") or "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    attn = c.get("attn_layer_indices") or []
+    if not isinstance(attn, list) or any(
+        not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n_layer for i in attn
+    ):
+        raise ValueError("config 'attn_layer_indices' must hold layer indices")
+    ssm["layers"] = [i for i in range(n_layer) if i not in attn]
+    params: dict[str, Any] = c["rope_parameters"] if isinstance(c.get("rope_parameters"), dict) else {}
+    top = c.get("partial_rotary_factor")
+    partial = params.get("partial_rotary_factor", 1.0 if top is None else top)
+    if not 0 < partial <= 1:
+        raise ValueError("invalid partial_rotary_factor")
+    return {"ssm": ssm, "rope_dim": _rotated(int(head_dim * partial), head_dim)}
+
+
+def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int, head_dim: int = 0) -> dict[str, Any]:
     """Granite 4.0-H from a config.json (twin of granitehybrid_config_hf): GraniteMoeHybridConfig's
     mamba_* sizes, layer_types ("mamba" / "attention", or "linear_attention" / "full_attention"; none:
     all Mamba-2), RoPE only with position_embedding_type "rope", a dense model's feed-forward of
@@ -788,7 +807,8 @@ def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, 
     for key in ("attention_bias", "mamba_proj_bias"):
         if get(key, False):
             raise ValueError(f"{key}=true is not supported")
-    if get("hidden_act", "silu") != "silu":
+    bamba = get("model_type", "") == "bamba"
+    if not bamba and get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
     ssm = _check_mamba2({
         "d_inner": get("mamba_expand", 2) * n_embd, "d_state": get("mamba_d_state", 256),
@@ -799,6 +819,8 @@ def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, 
     if d_head != "auto" and d_head != ssm["d_inner"] // ssm["n_heads"]:
         want = ssm["d_inner"] // ssm["n_heads"]
         raise ValueError(f"config 'mamba_d_head' must be d_inner / mamba_n_heads ({want})")
+    if bamba:
+        return _bamba_hf(c, n_layer, ssm, head_dim)
     layers = _layer_type_layers(c, n_layer, "linear_attention", "full_attention", "mamba", "attention")
     ssm["layers"] = list(range(n_layer)) if layers is None else layers
     out = {**granite_hf(c), "ssm": ssm}

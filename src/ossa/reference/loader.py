@@ -60,7 +60,7 @@ _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, nemotron_h)"
+    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -84,6 +84,7 @@ _HF_ARCHS = {
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
     "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2", "lfm2_moe": "lfm2moe", "Lfm2MoeForCausalLM": "lfm2moe",
     "granitemoehybrid": "granitehybrid", "GraniteMoeHybridForCausalLM": "granitehybrid",
+    "bamba": "granitehybrid", "BambaForCausalLM": "granitehybrid",
     "nemotron_h": "nemotron_h", "NemotronHForCausalLM": "nemotron_h",
 }  # fmt: skip
 _GGUF_LAYER = {
@@ -192,8 +193,17 @@ def _take(
 
 
 def _weights(
-    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, tok: str, norm: str, out: str
+    cfg: dict[str, Any],
+    get: Any,
+    names: set[Any],
+    name_of: Any,
+    tok: str,
+    norm: str,
+    out: str,
+    ffn_fused: bool = False,
 ) -> dict[str, np.ndarray]:
+    """The model's tensors by role; ``ffn_fused``: a folder whose dense feed-forward is one [gate | up]
+    matrix (Granite 4.0-H's shared MLP; Phi-3's and GLM-4's always are)."""
     q, kv = cfg["n_head"] * cfg["head_dim"], cfg["n_head_kv"] * cfg["head_dim"]
     gguf = tok == "token_embd.weight"
     e, ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
@@ -254,7 +264,7 @@ def _weights(
         else:
             ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
-        fused = cfg["arch"] in ("phi3", "glm4") or (cfg["arch"] == "granitehybrid" and not gguf)
+        fused = cfg["arch"] in ("phi3", "glm4") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
         if no_ffn or cfg["ffn_relu2"]:
             pass
@@ -502,6 +512,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
+    bamba = arch in ("bamba", "BambaForCausalLM")  # (Granite 4.0-H's layers, its own names)
     if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
         return _gemma3_hf(c["text_config"], get_tensor, names, multimodal=True)
     if arch in ("gemma3_text", "Gemma3ForCausalLM"):
@@ -545,7 +556,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    if arch not in ("phi3", "glm4moe", "glm4", *QWEN35) and get("partial_rotary_factor", 1.0) != 1.0:
+    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", *QWEN35)
+    if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
     common = dict(
@@ -602,7 +614,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in LFM2:
         common.update(arch_config.lfm2_hf(c, common["n_layer"], moe=arch == "lfm2moe"))
     if arch == "granitehybrid":
-        common.update(arch_config.granitehybrid_hf(c, common["n_layer"], n_embd))
+        common.update(arch_config.granitehybrid_hf(c, common["n_layer"], n_embd, common["head_dim"]))
     if arch == "nemotron_h":
         common.update(arch_config.nemotronh_hf(c, common["n_layer"]))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
@@ -616,6 +628,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch == "glm4"
         else _LFM2_HF
         if arch in LFM2
+        else _BAMBA_HF
+        if bamba
         else _GRANITEHYBRID_HF
         if arch == "granitehybrid"
         else _NEMOTRONH_HF
@@ -623,13 +637,15 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
+    if bamba:
+        final_norm = "model.final_layernorm.weight"
     stem, embed = "model.layers", "model.embed_tokens.weight"
     if arch == "nemotron_h":  # (backbone.*, norm_f)
         stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
     w = _weights(
         cfg, get_tensor, set(where),
         lambda i, f: f"{stem}.{i}.{layer_names[f]}",
-        embed, final_norm, "lm_head.weight",
+        embed, final_norm, "lm_head.weight", ffn_fused=arch == "granitehybrid" and not bamba,
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
@@ -660,6 +676,10 @@ _GRANITEHYBRID_HF = {**_HF_LAYER, "ssm_in": "mamba.in_proj.weight", "ssm_conv": 
                      "ssm_d": "mamba.D", "ssm_norm": "mamba.norm.weight", "ssm_out": "mamba.out_proj.weight",
                      "w_gate_up": "shared_mlp.input_linear.weight",
                      "w_down": "shared_mlp.output_linear.weight"}  # fmt: skip
+# Bamba: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. after pre_ff_layernorm.
+_BAMBA_HF = {**{k: v for k, v in _GRANITEHYBRID_HF.items() if k != "w_gate_up"},
+             "ffn_norm": "pre_ff_layernorm.weight", "w_gate": "feed_forward.gate_proj.weight",
+             "w_up": "feed_forward.up_proj.weight", "w_down": "feed_forward.down_proj.weight"}  # fmt: skip
 # Nemotron-H: backbone.layers.{i}.norm before the block's one sublayer, mixer.* for it.
 _NEMOTRONH_HF = {"attn_norm": "norm.weight", "ffn_norm": "norm.weight", "wq": "mixer.q_proj.weight",
                  "wk": "mixer.k_proj.weight", "wv": "mixer.v_proj.weight", "wo": "mixer.o_proj.weight",

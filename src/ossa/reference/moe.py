@@ -265,7 +265,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "layers": [i for i, kind in enumerate(kinds) if kind == "E"],
         })  # fmt: skip
     if arch == "granitehybrid":  # GraniteMoeHybridConfig's defaults (0 experts: dense); the shared MLP
-        n_expert = get("num_local_experts", 8)
+        n_expert = 0 if get("model_type", "") == "bamba" else get("num_local_experts", 8)
         return _validate({
             **_PLAIN, "softmax_topk": True, "n_expert": n_expert,
             "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff,
