@@ -48,6 +48,7 @@ ARCHS = (
     "mistral4",
     "qwen3_5",
     "qwen3_5_moe",
+    "qwen3_next",
     "lfm2",
     "lfm2_moe",
     "granitemoehybrid",
@@ -112,7 +113,7 @@ def make_hf_model(
         if "type" in rope and "rope_type" not in rope_scaling:
             rope["rope_type"] = rope.pop("type")
     kwargs["rope_parameters"] = rope
-    if arch in ("qwen3_5", "qwen3_5_moe"):  # (its RoPE's partial factor lives with the RoPE's keys)
+    if arch in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):  # (the RoPE's partial factor with its keys)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
@@ -150,6 +151,7 @@ def make_hf_model(
         "mistral4": transformers.Mistral4Config,
         "qwen3_5": transformers.Qwen3_5TextConfig,
         "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
+        "qwen3_next": transformers.Qwen3NextConfig,
         "lfm2": transformers.Lfm2Config,
         "lfm2_moe": transformers.Lfm2MoeConfig,
         "granitemoehybrid": transformers.GraniteMoeHybridConfig,
@@ -173,7 +175,7 @@ def make_hf_model(
         for name, p in model.named_parameters():
             if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3"):
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
-            elif p.ndim == 1 and "norm" in name and arch.startswith("qwen3_5") and "linear_attn" not in name:
+            elif p.ndim == 1 and "norm" in name and arch.startswith("qwen3_") and "linear_attn" not in name:
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
             elif name.endswith(("A_log", "dt_bias")):  # the delta-net's decay: rates around 1
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
@@ -274,7 +276,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         rest = ".".join(parts[3:])
         if arch in ("gemma2", "gemma3") and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
-        if arch in ("gpt-oss", "qwen35", "qwen35moe") and rest in _GPT_OSS_NAMES:
+        if arch in ("gpt-oss", "qwen35", "qwen35moe", "qwen3next") and rest in _GPT_OSS_NAMES:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
@@ -310,6 +312,7 @@ def hf_to_gguf(
     fused_kv_b: bool = False,
     nextn: bool = False,
     tokenizer_gguf: str | os.PathLike[str] | None = None,
+    legacy_ssm_in: bool = False,
 ) -> str:
     """Convert a folder written by :func:`make_hf_model` to a GGUF file; return its path.
 
@@ -325,7 +328,8 @@ def hf_to_gguf(
     layer appended as llama.cpp's converter appends the multi-token-prediction layer (block_count
     one more, ``nextn_predict_layers`` 1, its ``nextn.*`` tensors), which a reader must skip.
     ``tokenizer_gguf``: that file's tokenizer keys instead of a bare "gpt2" model (a folder built with
-    its vocabulary size then runs through ``LLM``).
+    its vocabulary size then runs through ``LLM``). ``legacy_ssm_in`` (Qwen3-Next): the fused ssm_in of
+    llama.cpp's first Qwen3-Next conversions instead of attn_qkv + attn_gate.
     """
     import gguf
     from gguf import GGMLQuantizationType as QT
@@ -346,6 +350,7 @@ def hf_to_gguf(
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
+        "qwen3_next": "qwen3next",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -395,7 +400,7 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
         if arch == "glm4moe":
             _glm4moe_keys(writer, cfg, nextn)
-    elif arch in ("qwen35", "qwen35moe"):
+    elif arch in ("qwen35", "qwen35moe", "qwen3next"):
         _qwen35_keys(writer, arch, cfg, head_dim, rope)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
@@ -490,6 +495,7 @@ def hf_to_gguf(
         "granite",
         "qwen35",
         "qwen35moe",
+        "qwen3next",
         "lfm2",
         "lfm2moe",
         "granitehybrid",
@@ -501,7 +507,7 @@ def hf_to_gguf(
         _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
     else:
         writer.add_tokenizer_model("gpt2")
-    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
+    if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_5_moe_text", "qwen3_next"):
         _add_moe_keys(writer, arch, cfg)
     if model_type == "lfm2_moe":  # llama.cpp's converter: V3-style routing (sigmoid), dense lead layers
         writer.add_expert_count(cfg["num_experts"])
@@ -550,6 +556,8 @@ def hf_to_gguf(
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
+    if arch == "qwen3next":  # the delta-net layers, value heads kept grouped
+        moe.update(_qwen3next_tensors(tensors, cfg, legacy_ssm_in))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
     if arch in ("nemotron_h", "nemotron_h_moe"):  # every block's tensors under llama.cpp's names
@@ -575,7 +583,8 @@ def hf_to_gguf(
     for name, w in named.items():
         if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if arch in ("qwen35", "qwen35moe") and name.endswith("norm.weight") and "ssm_norm" not in name:
+        shifted = arch in ("qwen35", "qwen35moe", "qwen3next")
+        if shifted and name.endswith("norm.weight") and "ssm_norm" not in name:
             w = w + np.float32(1)  # (and Qwen3.5's, all but the delta-net's gated norm)
         permuted = (
             "llama",
@@ -774,6 +783,38 @@ def _qwen35_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict
     return out
 
 
+def _qwen3next_tensors(
+    tensors: dict[str, np.ndarray], cfg: dict[str, Any], legacy: bool
+) -> dict[str, np.ndarray]:
+    """Pops Qwen3-Next's delta-net tensors; returns them as llama.cpp's converter writes them: in_proj_qkvz
+    ([q_g | k_g | v_g | z_g] per key head g) split into attn_qkv = [q | k | v] and attn_gate (``legacy``:
+    kept whole as ssm_in), in_proj_ba kept whole as ssm_ba ([b_g | a_g] per key head), A_log as
+    ssm_a = -exp(A_log), dt_bias as ssm_dt.bias, the convolution [channels, taps]; the value heads stay
+    grouped by key head (llama.cpp's Qwen3-Next graph repeats the keys per group)."""
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    kd, vd, r = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], nv // nk
+    out: dict[str, np.ndarray] = {}
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.linear_attn.", f"blk.{i}."
+        if p + "in_proj_qkvz.weight" not in tensors:
+            continue
+        qkvz = tensors.pop(p + "in_proj_qkvz.weight")
+        if legacy:
+            out[b + "ssm_in.weight"] = qkvz
+        else:
+            e = qkvz.shape[1]
+            q, k, v, z = np.split(qkvz.reshape(nk, 2 * kd + 2 * r * vd, e), [kd, 2 * kd, 2 * kd + r * vd], 1)
+            out[b + "attn_qkv.weight"] = np.concatenate([x.reshape(-1, e) for x in (q, k, v)])
+            out[b + "attn_gate.weight"] = z.reshape(-1, e)
+        out[b + "ssm_ba.weight"] = tensors.pop(p + "in_proj_ba.weight")
+        out[b + "ssm_conv1d.weight"] = tensors.pop(p + "conv1d.weight")[:, 0, :]
+        out[b + "ssm_a"] = -np.exp(tensors.pop(p + "A_log"))
+        out[b + "ssm_dt.bias"] = tensors.pop(p + "dt_bias")
+        out[b + "ssm_norm.weight"] = tensors.pop(p + "norm.weight")
+        out[b + "ssm_out.weight"] = tensors.pop(p + "out_proj.weight")
+    return out
+
+
 def _granitehybrid_keys(writer: Any, cfg: dict[str, Any], n_head_kv: int) -> None:
     """Granite 4.0-H's keys as llama.cpp's converter writes them: the per-layer KV head counts (0: a
     Mamba-2 layer), the ssm.* sizes (time_step_rank: the head count), rope.scaling.finetuned as the RoPE
@@ -921,8 +962,10 @@ def _add_moe_keys(writer: Any, arch: str, cfg: dict[str, Any]) -> None:
     if arch == "qwen2moe":
         writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     norm = bool(cfg.get("norm_topk_prob"))
-    if arch == "qwen35moe":  # (its router always renormalises; llama.cpp's default does too)
+    if arch in ("qwen35moe", "qwen3next"):  # (renormalised: llama.cpp's default, and their routers)
         writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+        if arch == "qwen3next" and not norm:  # (a test model's choice, in the key other archs use)
+            writer.add_bool(f"{arch}.expert_weights_norm", False)
         return
     if norm != (arch != "qwen2moe"):
         writer.add_bool(f"{arch}.expert_weights_norm", norm)
@@ -1163,7 +1206,7 @@ def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:
     import torch
 
     kw: dict[str, Any] = {}
-    if _model_type(path).startswith("qwen3_5") or _model_type(path) in _FLOAT64_ORACLE:
+    if _model_type(path).startswith(("qwen3_5", "qwen3_next")) or _model_type(path) in _FLOAT64_ORACLE:
         # (grouped_mm has no float64: the experts' loop)
         kw = {"dtype": torch.float64, "experts_implementation": "eager"}
     model = _causal_lm(_model_type(path)).from_pretrained(

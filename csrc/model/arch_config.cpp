@@ -721,7 +721,8 @@ void qwen35_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& pa
   d.v_dim = d.n_v_heads > 0 && inner % d.n_v_heads == 0
                 ? static_cast<int>(std::clamp<int64_t>(inner / d.n_v_heads, -1, 1 << 20))
                 : -1;
-  d.v_tiled = true;  // (llama.cpp's converter reorders the value heads)
+  // (llama.cpp's converter reorders Qwen3.5's value heads, not Qwen3-Next's)
+  d.v_tiled = c.arch != "qwen3next";
   check_delta(d, where);
   const int64_t interval = g.get_int(k + "full_attention_interval", 4);
   if (interval < 1) throw ModelError("invalid " + k + "full_attention_interval in " + where);

@@ -142,7 +142,7 @@ struct ModelConfig {
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
                      // "gpt-oss", "olmo2", "olmo3", "exaone4", "ernie4_5", "ernie4_5-moe",
                      // "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35",
-                     // "qwen35moe", "lfm2", "lfm2moe", "granitehybrid", "nemotron_h",
+                     // "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "granitehybrid", "nemotron_h",
                      // "nemotron_h_moe"
   int n_vocab = 0;
   int n_embd = 0;
@@ -161,7 +161,7 @@ struct ModelConfig {
   bool tied_embeddings = false;  // output projection shares tok_embd
   MoeConfig moe;
   MlaConfig mla;         // DeepSeek V2 / V3 (deepseek2); inactive otherwise
-  DeltaNetConfig delta;  // Qwen3.5 (qwen35, qwen35moe); inactive otherwise
+  DeltaNetConfig delta;  // Qwen3.5 / Qwen3-Next (qwen35, qwen35moe, qwen3next); inactive otherwise
   ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
   Mamba2Config ssm;      // Mamba-2 layers (granitehybrid); inactive otherwise
   // granitehybrid read from a BambaForCausalLM folder: a plain gated MLP (feed_forward.*, not the

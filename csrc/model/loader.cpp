@@ -139,6 +139,31 @@ struct Builder {
     return r.bytes;
   }
 
+  // A fused matrix whose rows interleave several tensors (Qwen3-Next's per-key-head projections):
+  // each part gets a copy of the listed rows, in that order (rows are whole blocks in every type).
+  struct Gathered {
+    TensorView* view;
+    std::string canonical;
+    const std::vector<int64_t>& rows;
+  };
+  void take_gathered(const std::string& name, int64_t rows, int64_t cols,
+                     std::initializer_list<Gathered> parts) {
+    const TensorView whole = take(name, name, rows, cols);
+    for (const Gathered& part : parts) {
+      uint8_t* buf = alloc(part.rows.size() * whole.row_bytes);
+      for (size_t k = 0; k < part.rows.size(); ++k) {
+        OSSA_ASSERT(part.rows[k] >= 0 && part.rows[k] < rows);
+        std::memcpy(buf + k * whole.row_bytes, whole.row(part.rows[k]), whole.row_bytes);
+      }
+      TensorView v = whole;
+      v.rows = static_cast<int64_t>(part.rows.size());
+      v.data = buf;
+      *part.view = v;
+      storage->canonical[part.canonical] = v;
+    }
+    storage->canonical.erase(name);
+  }
+
   // A fused matrix (Phi-3's qkv_proj, gate_up_proj) taken whole and viewed as consecutive row
   // ranges, in place: parts[i] gets rows[i] rows under canonical names[i].
   void take_split(const std::string& name, const std::string& canonical,
@@ -206,7 +231,8 @@ const std::vector<std::string> k_gguf_archs = {
     "gemma",      "gemma2",  "gemma3",  "phi3",          "smollm3",    "granite",
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe"};
+    "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -217,8 +243,8 @@ const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
-    "ministral3, mistral4, qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, bamba, "
-    "nemotron_h)";
+    "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
+    "bamba, nemotron_h)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -312,10 +338,39 @@ void build_delta_weights(const ModelConfig& c, Builder& b,
   const DeltaNetConfig& d = c.delta;
   const std::string p = "layers." + std::to_string(i) + ".";
   const int64_t C = d.conv_dim(), V = int64_t{d.n_v_heads} * d.v_dim, H = d.n_v_heads;
-  l.ssm_qkv = b.take(name_of(i, "ssm_qkv"), p + "ssm_qkv", C, c.n_embd);
-  l.ssm_z = b.take(name_of(i, "ssm_z"), p + "ssm_z", V, c.n_embd);
-  l.ssm_beta = b.take(name_of(i, "ssm_beta"), p + "ssm_beta", H, c.n_embd);
-  l.ssm_alpha = b.take(name_of(i, "ssm_alpha"), p + "ssm_alpha", H, c.n_embd);
+  // Qwen3-Next's projections fused per key head g ([q_g | k_g | v_g | z_g], [b_g | a_g], its r =
+  // value heads per key head in each), gathered row by row into Qwen3.5's layout (the value heads
+  // stay grouped by key head: v_tiled false).
+  const int64_t kd = d.k_dim, vd = d.v_dim, nk = d.n_k_heads, r = d.n_v_heads / d.n_k_heads;
+  if (b.has(name_of(i, "ssm_qkvz"))) {
+    std::vector<int64_t> qkv_rows, z_rows;
+    const int64_t group = 2 * kd + 2 * r * vd;
+    for (int64_t part = 0; part < 3; ++part)  // q, then k, then v of every group
+      for (int64_t g = 0; g < nk; ++g)
+        for (int64_t j = 0; j < (part < 2 ? kd : r * vd); ++j)
+          qkv_rows.push_back(g * group + part * kd + j);
+    for (int64_t g = 0; g < nk; ++g)
+      for (int64_t j = 0; j < r * vd; ++j) z_rows.push_back(g * group + 2 * kd + r * vd + j);
+    b.take_gathered(name_of(i, "ssm_qkvz"), nk * group, c.n_embd,
+                    {{&l.ssm_qkv, p + "ssm_qkv", qkv_rows}, {&l.ssm_z, p + "ssm_z", z_rows}});
+  } else {
+    l.ssm_qkv = b.take(name_of(i, "ssm_qkv"), p + "ssm_qkv", C, c.n_embd);
+    l.ssm_z = b.take(name_of(i, "ssm_z"), p + "ssm_z", V, c.n_embd);
+  }
+  if (b.has(name_of(i, "ssm_ba"))) {
+    std::vector<int64_t> beta_rows, alpha_rows;
+    for (int64_t g = 0; g < nk; ++g)
+      for (int64_t j = 0; j < r; ++j) {
+        beta_rows.push_back(g * 2 * r + j);
+        alpha_rows.push_back(g * 2 * r + r + j);
+      }
+    b.take_gathered(
+        name_of(i, "ssm_ba"), 2 * H, c.n_embd,
+        {{&l.ssm_beta, p + "ssm_beta", beta_rows}, {&l.ssm_alpha, p + "ssm_alpha", alpha_rows}});
+  } else {
+    l.ssm_beta = b.take(name_of(i, "ssm_beta"), p + "ssm_beta", H, c.n_embd);
+    l.ssm_alpha = b.take(name_of(i, "ssm_alpha"), p + "ssm_alpha", H, c.n_embd);
+  }
   l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", C, d.conv_kernel));
   b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
   l.ssm_conv_t = transposed_taps(b, l.ssm_conv);
@@ -500,6 +555,8 @@ std::string gguf_name(int layer, const char* field) {
       {"wk_b", "attn_k_b.weight"},
       {"wv_b", "attn_v_b.weight"},
       {"ssm_qkv", "attn_qkv.weight"},
+      {"ssm_qkvz", "ssm_in.weight"},  // (Qwen3-Next's older files: q, k, v, z per key head)
+      {"ssm_ba", "ssm_ba.weight"},    // (Qwen3-Next: beta, alpha per key head)
       {"ssm_z", "attn_gate.weight"},
       {"ssm_beta", "ssm_beta.weight"},
       {"ssm_alpha", "ssm_alpha.weight"},
@@ -597,7 +654,7 @@ void load_gguf(Model& m, Storage& st) {
   if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
-  const bool qwen35 = arch == "qwen35" || arch == "qwen35moe";
+  const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && !mla && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
@@ -762,6 +819,8 @@ std::string hf_name(int layer, const char* field) {
       {"wk_b", "self_attn.k_b_proj.weight"},
       {"wv_b", "self_attn.v_b_proj.weight"},
       {"ssm_qkv", "linear_attn.in_proj_qkv.weight"},
+      {"ssm_qkvz", "linear_attn.in_proj_qkvz.weight"},
+      {"ssm_ba", "linear_attn.in_proj_ba.weight"},
       {"ssm_z", "linear_attn.in_proj_z.weight"},
       {"ssm_beta", "linear_attn.in_proj_b.weight"},
       {"ssm_alpha", "linear_attn.in_proj_a.weight"},
@@ -1131,6 +1190,8 @@ void load_hf(Model& m, Storage& st) {
       {"Qwen3_5ForCausalLM", "qwen35"},
       {"qwen3_5_moe_text", "qwen35moe"},
       {"Qwen3_5MoeForCausalLM", "qwen35moe"},
+      {"qwen3_next", "qwen3next"},  // (Qwen3-Next: Qwen3.5-MoE's layers, fused projections)
+      {"Qwen3NextForCausalLM", "qwen3next"},
       {"lfm2", "lfm2"},
       {"Lfm2ForCausalLM", "lfm2"},
       {"lfm2_moe", "lfm2moe"},
@@ -1163,7 +1224,7 @@ void load_hf(Model& m, Storage& st) {
       checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
                             cfg_path, 65536);
-  const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe";
+  const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
   // (Qwen3.5 MoE configs have no dense size: the experts')
   c.n_ff = checked_dim(cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
                        "intermediate_size", cfg_path);

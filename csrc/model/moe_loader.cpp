@@ -228,7 +228,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
   if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
        c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe" ||
-       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "lfm2moe" ||
+       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" || c.arch == "lfm2moe" ||
        c.arch == "nemotron_h_moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
@@ -237,7 +237,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       std::clamp<int64_t>(g.get_int(k + "expert_used_count", 0), -1, k_max_experts + 1));
   m.n_ff_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_feed_forward_length", c.n_ff), -1, 1 << 30));
-  if (c.arch == "qwen2moe" || c.arch == "qwen35moe")
+  if (c.arch == "qwen2moe" || c.arch == "qwen35moe" || c.arch == "qwen3next")
     m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
         g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
   // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE or
@@ -309,8 +309,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "lfm2moe" &&
-      c.arch != "granitehybrid" && c.arch != "nemotron_h")
+      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" &&
+      c.arch != "lfm2moe" && c.arch != "granitehybrid" && c.arch != "nemotron_h")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -474,19 +474,23 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.norm_topk_prob = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else {
-    const bool q3 = c.arch == "qwen3moe", q35 = c.arch == "qwen35moe";
+    const bool q3 = c.arch == "qwen3moe", q35 = c.arch == "qwen35moe", qn = c.arch == "qwen3next";
     // transformers 5 writes num_local_experts for Qwen-MoE too; the Hub's files say num_experts.
     // (Qwen3_5MoeTextConfig's defaults: 256 experts, 8 used, 512 rows, a shared one of 512)
-    m.n_expert = static_cast<int>(integer("num_experts", integer("num_local_experts", q35  ? 256
-                                                                                      : q3 ? 128
-                                                                                           : 60)));
-    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", q3 || q35 ? 8 : 4));
-    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", q35 ? 512 : q3 ? 768 : 1408));
+    // (Qwen3NextConfig's: 512 experts, 10 used, 512 rows, a shared one of 512, renormalised)
+    m.n_expert = static_cast<int>(integer("num_experts", integer("num_local_experts", qn    ? 512
+                                                                                      : q35 ? 256
+                                                                                      : q3  ? 128
+                                                                                            : 60)));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", qn ? 10 : q3 || q35 ? 8 : 4));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", q35 || qn ? 512
+                                                                      : q3      ? 768
+                                                                                : 1408));
     if (!q3)
       m.n_ff_shared =
-          static_cast<int>(integer("shared_expert_intermediate_size", q35 ? 512 : 5632));
+          static_cast<int>(integer("shared_expert_intermediate_size", q35 || qn ? 512 : 5632));
     // (Qwen3.5's router always renormalises the chosen weights)
-    m.norm_topk_prob = q35 || boolean("norm_topk_prob", false);
+    m.norm_topk_prob = q35 || boolean("norm_topk_prob", qn);
     const int64_t step = integer("decoder_sparse_step", 1);
     if (step < 1) throw ModelError("config 'decoder_sparse_step' in '" + path + "' must be >= 1");
     std::vector<int64_t> dense;

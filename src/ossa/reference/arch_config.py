@@ -630,8 +630,8 @@ def _check_delta(d: dict[str, Any]) -> dict[str, Any]:
 def qwen35_gguf(arch: str, md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Qwen3.5 from GGUF (twin of qwen35_config_gguf): the delta-net's ssm.* sizes, the attention layers
     every full_attention_interval-th (default 4), NeoX RoPE on rope.dimension_count dimensions, q / k
-    norms, the gated attention; the value heads tiled (llama.cpp's converter reorders them); the MTP
-    layers left out."""
+    norms, the gated attention; the value heads tiled (llama.cpp's converter reorders Qwen3.5's, not
+    Qwen3-Next's); the MTP layers left out."""
     k = arch + "."
     n_layer = _without_mtp_layers(arch, md, common["n_layer"])
     n_v = md.get(k + "ssm.time_step_rank", 0)
@@ -643,7 +643,7 @@ def qwen35_gguf(arch: str, md: dict[str, Any], common: dict[str, Any]) -> dict[s
         "n_k_heads": md.get(k + "ssm.group_count", 0), "n_v_heads": n_v,
         "k_dim": md.get(k + "ssm.state_size", 0),
         "v_dim": inner // n_v if n_v > 0 and inner % n_v == 0 else -1,
-        "conv_kernel": md.get(k + "ssm.conv_kernel", 0), "v_tiled": True,
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0), "v_tiled": arch != "qwen3next",
         "layers": [i for i in range(n_layer) if (i + 1) % interval != 0],
     })  # fmt: skip
     dims = md.get(k + "rope.dimension_count", common["head_dim"])

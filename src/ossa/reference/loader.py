@@ -24,11 +24,12 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
-QWEN35 = ("qwen35", "qwen35moe")  # gated delta-net layers (reference/delta_net.py), gated attention
+# gated delta-net layers (reference/delta_net.py), gated attention (Qwen3-Next's projections fused)
+QWEN35 = ("qwen35", "qwen35moe", "qwen3next")
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
@@ -82,6 +83,7 @@ _HF_ARCHS = {
     "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
     "qwen3_5_text": "qwen35", "Qwen3_5ForCausalLM": "qwen35",
     "qwen3_5_moe_text": "qwen35moe", "Qwen3_5MoeForCausalLM": "qwen35moe",
+    "qwen3_next": "qwen3next", "Qwen3NextForCausalLM": "qwen3next",
     "lfm2": "lfm2", "Lfm2ForCausalLM": "lfm2", "lfm2_moe": "lfm2moe", "Lfm2MoeForCausalLM": "lfm2moe",
     "granitemoehybrid": "granitehybrid", "GraniteMoeHybridForCausalLM": "granitehybrid",
     "bamba": "granitehybrid", "BambaForCausalLM": "granitehybrid",
@@ -98,6 +100,7 @@ _GGUF_LAYER = {
     "wq_b": "attn_q_b.weight", "wkv_a": "attn_kv_a_mqa.weight", "kv_a_norm": "attn_kv_a_norm.weight",
     "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
     "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
+    "ssm_qkvz": "ssm_in.weight", "ssm_ba": "ssm_ba.weight",
     "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
     "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
     "sc_in": "shortconv.in_proj.weight", "sc_conv": "shortconv.conv.weight",
@@ -117,6 +120,7 @@ _HF_LAYER = {
     "wkv_b": "self_attn.kv_b_proj.weight", "wk_b": "self_attn.k_b_proj.weight",
     "wv_b": "self_attn.v_b_proj.weight",
     "ssm_qkv": "linear_attn.in_proj_qkv.weight", "ssm_z": "linear_attn.in_proj_z.weight",
+    "ssm_qkvz": "linear_attn.in_proj_qkvz.weight", "ssm_ba": "linear_attn.in_proj_ba.weight",
     "ssm_beta": "linear_attn.in_proj_b.weight", "ssm_alpha": "linear_attn.in_proj_a.weight",
     "ssm_conv": "linear_attn.conv1d.weight", "ssm_dt": "linear_attn.dt_bias", "ssm_a": "linear_attn.A_log",
     "ssm_norm": "linear_attn.norm.weight", "ssm_out": "linear_attn.out_proj.weight",
@@ -230,6 +234,8 @@ def _weights(
             shapes = {"attn_norm": (1, e), "ssm_qkv": (conv, e), "ssm_z": (v_all, e), "ssm_beta": (heads, e),
                       "ssm_alpha": (heads, e), "ssm_conv": (conv, d["conv_kernel"]), "ssm_dt": (1, heads),
                       "ssm_a": (1, heads), "ssm_norm": (1, d["v_dim"]), "ssm_out": (e, v_all)}  # fmt: skip
+        if i in d["layers"]:  # Qwen3-Next's fused projections: rows gathered into Qwen3.5's layout
+            _split_fused_delta(d, get, names, w, name_of, i, e, shapes)
         if i in cfg["ssm"]["layers"]:  # Mamba-2 (reference/delta_net.py); GGUF: ssm_a / ssm_d n x 1
             shapes = _mamba2_shapes(cfg, gguf)
         if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
@@ -282,6 +288,35 @@ def _weights(
             if i in cfg["ssm"]["layers"]:
                 w[f"layers.{i}.{field}"] = w[f"layers.{i}.{field}"].reshape(-1)
     return w
+
+
+def _split_fused_delta(
+    d: dict[str, Any],
+    get: Any,
+    names: set[Any],
+    w: dict[str, np.ndarray],
+    name_of: Any,
+    i: int,
+    e: int,
+    shapes: dict[str, tuple[int, int]],
+) -> None:
+    """Qwen3-Next (twin of build_delta_weights' gathering): in_proj_qkvz (GGUF's older ssm_in) holds
+    [q_g | k_g | v_g | z_g] per key head g, in_proj_ba (ssm_ba) [b_g | a_g]; taken into ssm_qkv = [q | k |
+    v], ssm_z, ssm_beta and ssm_alpha (value heads grouped by key head, as HF's), their shapes dropped."""
+    nk, kd, vd, r = d["n_k_heads"], d["k_dim"], d["v_dim"], d["n_v_heads"] // d["n_k_heads"]
+    p = f"layers.{i}."
+    if name_of(i, "ssm_qkvz") in names:
+        _take(get, names, w, name_of(i, "ssm_qkvz"), "qkvz", nk * (2 * kd + 2 * r * vd), e)
+        group = 2 * kd + 2 * r * vd
+        q, k, v, z = np.split(w.pop("qkvz").reshape(nk, group, e), [kd, 2 * kd, 2 * kd + r * vd], 1)
+        w[p + "ssm_qkv"] = np.concatenate([q.reshape(-1, e), k.reshape(-1, e), v.reshape(-1, e)])
+        w[p + "ssm_z"] = z.reshape(-1, e)
+        del shapes["ssm_qkv"], shapes["ssm_z"]
+    if name_of(i, "ssm_ba") in names:
+        _take(get, names, w, name_of(i, "ssm_ba"), "ba", 2 * nk * r, e)
+        b, a = np.split(w.pop("ba").reshape(nk, 2 * r, e), [r], 1)
+        w[p + "ssm_beta"], w[p + "ssm_alpha"] = b.reshape(-1, e), a.reshape(-1, e)
+        del shapes["ssm_beta"], shapes["ssm_alpha"]
 
 
 def _mamba2_shapes(cfg: dict[str, Any], gguf: bool) -> dict[str, tuple[int, int]]:

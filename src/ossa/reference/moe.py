@@ -38,6 +38,7 @@ MOE_ARCHS = (
     "glm4moe",
     "olmoe",
     "qwen35moe",
+    "qwen3next",
     "lfm2moe",
     "granitehybrid",
     "nemotron_h",
@@ -103,6 +104,7 @@ def gguf_config(
             "glm4moe",
             "olmoe",
             "qwen35moe",
+            "qwen3next",
             "lfm2moe",
             "nemotron_h_moe",
         )
@@ -147,7 +149,8 @@ def gguf_config(
         "n_expert_used": md.get(k + "expert_used_count", 0),
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
         "n_ff_shared": (
-            md.get(k + "expert_shared_feed_forward_length", n_ff) if arch in ("qwen2moe", "qwen35moe")
+            md.get(k + "expert_shared_feed_forward_length", n_ff)
+            if arch in ("qwen2moe", "qwen35moe", "qwen3next")
             else md.get(k + "expert_shared_count", 0) * md.get(k + "expert_feed_forward_length", n_ff)
             if arch == "ernie4_5-moe"
             else md.get(k + "expert_shared_feed_forward_length", 0) if arch == "granitehybrid" else 0
@@ -296,17 +299,18 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             **_PLAIN,
         })  # fmt: skip
     q3, q35 = arch == "qwen3moe", arch == "qwen35moe"  # (Qwen3_5MoeTextConfig's defaults)
-    n_expert = get("num_experts", get("num_local_experts", 256 if q35 else 128 if q3 else 60))
+    qn = arch == "qwen3next"  # (Qwen3NextConfig's: 512 experts, 10 used, renormalised)
+    n_expert = get("num_experts", get("num_local_experts", 512 if qn else 256 if q35 else 128 if q3 else 60))
     step = get("decoder_sparse_step", 1)
     dense = get("mlp_only_layers", [])
     return _validate({
         **_PLAIN,
         "n_expert": n_expert,
-        "n_expert_used": get("num_experts_per_tok", 8 if q3 or q35 else 4),
-        "n_ff_expert": get("moe_intermediate_size", 512 if q35 else 768 if q3 else 1408),
-        "n_ff_shared": 0 if q3 else get("shared_expert_intermediate_size", 512 if q35 else 5632),
+        "n_expert_used": get("num_experts_per_tok", 10 if qn else 8 if q3 or q35 else 4),
+        "n_ff_expert": get("moe_intermediate_size", 512 if q35 or qn else 768 if q3 else 1408),
+        "n_ff_shared": 0 if q3 else get("shared_expert_intermediate_size", 512 if q35 or qn else 5632),
         # (Qwen3.5's router always renormalises the chosen weights)
-        "norm_topk_prob": q35 or bool(get("norm_topk_prob", False)),
+        "norm_topk_prob": q35 or bool(get("norm_topk_prob", qn)),
         # transformers: a layer is sparse when not in mlp_only_layers and (i + 1) % step == 0.
         "layers": [i for i in range(n_layer) if n_expert > 0 and i not in dense and (i + 1) % step == 0],
     })  # fmt: skip
