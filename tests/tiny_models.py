@@ -54,6 +54,7 @@ ARCHS = (
     "granitemoehybrid",
     "bamba",
     "nemotron_h",
+    "mamba2",
 )
 
 
@@ -115,6 +116,8 @@ def make_hf_model(
     kwargs["rope_parameters"] = rope
     if arch in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):  # (the RoPE's partial factor with its keys)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
+    if arch == "mamba2":  # (Mamba2Config's own head count: its mixer's)
+        kwargs["num_heads"] = num_heads
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
@@ -156,6 +159,7 @@ def make_hf_model(
         "lfm2_moe": transformers.Lfm2MoeConfig,
         "granitemoehybrid": transformers.GraniteMoeHybridConfig,
         "bamba": transformers.BambaConfig,
+        "mamba2": transformers.Mamba2Config,
         "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -350,11 +354,11 @@ def hf_to_gguf(
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
-        "qwen3_next": "qwen3next",
+        "qwen3_next": "qwen3next", "mamba2": "mamba2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
-    n_head = cfg["num_attention_heads"]
+    n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or (
@@ -379,19 +383,21 @@ def hf_to_gguf(
         writer.add_feed_forward_length(lfm2["n_ff"])
     elif arch in ("nemotron_h", "nemotron_h_moe"):
         _nemotronh_keys(writer, arch, cfg, n_head_kv)
+    elif arch == "mamba2":  # (as llama.cpp's converter: no feed-forward, no attention heads)
+        _mamba2_keys(writer, cfg)
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
-    writer.add_head_count(n_head)
+    writer.add_head_count(0 if arch == "mamba2" else n_head)
     if arch in ("lfm2", "lfm2moe"):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
         writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
         _granitehybrid_keys(writer, cfg, n_head_kv)
-    elif arch in ("nemotron_h", "nemotron_h_moe"):
-        pass  # (_nemotronh_keys wrote the per-layer counts)
+    elif arch in ("nemotron_h", "nemotron_h_moe", "mamba2"):
+        pass  # (_nemotronh_keys wrote the per-layer counts; Mamba-2 alone has none)
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
-    eps = cfg.get("layer_norm_epsilon") if model_type == "nemotron_h" else None  # (NemotronHConfig's key)
+    eps = cfg.get("layer_norm_epsilon") if model_type in ("nemotron_h", "mamba2") else None  # (their key)
     writer.add_layer_norm_rms_eps(eps or cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
@@ -501,6 +507,7 @@ def hf_to_gguf(
         "granitehybrid",
         "nemotron_h",
         "nemotron_h_moe",
+        "mamba2",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -560,6 +567,9 @@ def hf_to_gguf(
         moe.update(_qwen3next_tensors(tensors, cfg, legacy_ssm_in))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
+    if arch == "mamba2":  # Nemotron-H's Mamba-2 blocks, every layer one
+        mamba = ["linear_attention"] * cfg["num_hidden_layers"]
+        moe.update(_nemotronh_tensors(tensors, {**cfg, "layers_block_type": mamba}))
     if arch in ("nemotron_h", "nemotron_h_moe"):  # every block's tensors under llama.cpp's names
         writer.add_layer_norm_eps(cfg["layer_norm_epsilon"])  # (the converter's key for it as well)
         moe.update(_nemotronh_tensors(tensors, cfg))
@@ -813,6 +823,18 @@ def _qwen3next_tensors(
         out[b + "ssm_norm.weight"] = tensors.pop(p + "norm.weight")
         out[b + "ssm_out.weight"] = tensors.pop(p + "out_proj.weight")
     return out
+
+
+def _mamba2_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Mamba-2's keys as llama.cpp's converter writes them: feed_forward_length and head_count 0, the ssm.*
+    sizes (time_step_rank: the head count)."""
+    inner = int(cfg.get("expand", 2) * cfg["hidden_size"])
+    writer.add_feed_forward_length(0)
+    writer.add_uint32("mamba2.ssm.conv_kernel", cfg["conv_kernel"])
+    writer.add_uint32("mamba2.ssm.inner_size", inner)
+    writer.add_uint32("mamba2.ssm.state_size", cfg["state_size"])
+    writer.add_uint32("mamba2.ssm.time_step_rank", inner // cfg["head_dim"])
+    writer.add_uint32("mamba2.ssm.group_count", cfg["n_groups"])
 
 
 def _granitehybrid_keys(writer: Any, cfg: dict[str, Any], n_head_kv: int) -> None:
@@ -1195,7 +1217,7 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 
 
 # The recurrent hybrids whose golden logits transformers computes in float64 (hf_logits).
-_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h")
+_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2")
 
 
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:

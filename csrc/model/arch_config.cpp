@@ -1112,4 +1112,52 @@ void nemotronh_config_hf(const Json& cfg, ModelConfig& c) {
   nemotronh_blocks(nemotronh_layer_kinds(cfg, c.n_layer), c);
 }
 
+namespace {
+
+// Mamba-2 alone: every layer a mixer after its norm, no attention, no feed-forward.
+void mamba2_blocks(ModelConfig& c) {
+  const size_t n = static_cast<size_t>(c.n_layer);
+  c.ssm.layers.assign(n, 1);
+  c.layer_no_ffn.assign(n, 1);
+  c.layer_nope.assign(n, 1);
+}
+
+}  // namespace
+
+void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  mamba2_sizes_gguf(g, c, "'" + path + "'");
+  mamba2_blocks(c);
+}
+
+void mamba2_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  if (cfg.boolean("use_bias", false))
+    throw ModelError("use_bias=true in " + where + " is not supported");
+  if (!cfg.boolean("rms_norm", true))
+    throw ModelError("rms_norm=false in " + where + " (no gated norm) is not supported");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "") + "' in " + where +
+                     " is not supported (silu)");
+  c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+  Mamba2Config& m = c.ssm;
+  auto dim = [&](const char* key, int64_t dflt) {
+    return static_cast<int>(std::clamp<int64_t>(cfg.integer(key, dflt), -1, int64_t{1} << 24));
+  };
+  const double expand = cfg.number("expand", 2.0);
+  m.d_inner = std::isfinite(expand) && expand > 0.0 && expand <= 64.0
+                  ? static_cast<int>(expand * c.n_embd)
+                  : -1;
+  m.n_heads = dim("num_heads", 128);
+  m.d_state = dim("state_size", 128);
+  m.n_groups = dim("n_groups", 8);
+  m.conv_kernel = dim("conv_kernel", 4);
+  m.conv_bias = cfg.boolean("use_conv_bias", true);
+  check_mamba2(m, where);
+  if (cfg.integer("head_dim", m.head_dim()) != m.head_dim())
+    throw ModelError("config 'head_dim' in " + where +
+                     " must be expand x hidden_size / num_heads (" + std::to_string(m.head_dim()) +
+                     ")");
+  mamba2_blocks(c);
+}
+
 }  // namespace ossa

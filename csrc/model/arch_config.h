@@ -179,6 +179,11 @@ void nemotronh_config_gguf(const GGUFFile& g, ModelConfig& c,
                            const std::vector<int64_t>& kv_per_layer,
                            const std::vector<int64_t>& ff_per_layer, const std::string& path);
 void nemotronh_config_hf(const Json& cfg, ModelConfig& c);
+// Mamba-2 alone (mamba2 GGUF, Mamba2ForCausalLM: Mamba-Codestral, state-spaces' mamba2 models):
+// every layer a Mamba-2 mixer after its norm (config.ssm, layer_no_ffn), no attention; the
+// attention sizes hold the mixer's heads (unused).
+void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void mamba2_config_hf(const Json& cfg, ModelConfig& c);
 // One character per layer (M, *, -, E) from config.json's layers_block_type (or layer_types) or
 // hybrid_override_pattern; checked against n_layer when it is > 0.
 std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);

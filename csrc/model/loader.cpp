@@ -232,7 +232,7 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next"};
+    "qwen3next",  "mamba2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +244,7 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h)";
+    "bamba, nemotron_h, mamba2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -619,8 +619,11 @@ void load_gguf(Model& m, Storage& st) {
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
+  // (Mamba-2 alone has no attention: its head count 0; the mixer's heads stand in, unused)
+  const bool mamba2 = arch == "mamba2";
   c.n_head =
-      checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count", m.path, 65536);
+      checked_dim(g->get_int(k + (mamba2 ? "ssm.time_step_rank" : "attention.head_count"), 0),
+                  "attention.head_count", m.path, 65536);
   // (LFM2: one count per layer, 0 for its convolution layers)
   const GGUFValue* kv_value = g->find(k + "attention.head_count_kv");
   const bool kv_array =
@@ -645,9 +648,12 @@ void load_gguf(Model& m, Storage& st) {
   int64_t ff = ff_per_layer.empty() ? g->get_int(k + "feed_forward_length",
                                                  g->get_int(k + "expert_feed_forward_length", 0))
                                     : 0;
+  if (mamba2) ff = g->get_int(k + "ssm.inner_size", 0);  // (its feed_forward_length: 0, unused)
   for (int64_t v : ff_per_layer) ff = std::max(ff, v);
   c.n_ff = checked_dim(ff, "feed_forward_length", m.path);
-  const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+  const int64_t default_head_dim = mamba2                     ? c.n_ff / c.n_head
+                                   : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
+                                                              : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
                            "head dimension", m.path, 65536);
   const bool mla = arch == "deepseek2";  // (its sizes: deepseek2_config_gguf)
@@ -732,7 +738,8 @@ void load_gguf(Model& m, Storage& st) {
   if (qwen35) qwen35_config_gguf(*g, c, m.path);                // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (nemotron) nemotronh_config_gguf(*g, c, kv_per_layer, ff_per_layer, m.path);
-  if (arch == "granitehybrid" || nemotron) {  // Mamba-2 layers; biases where a layer has them
+  if (mamba2) mamba2_config_gguf(*g, c, m.path);
+  if (arch == "granitehybrid" || nemotron || mamba2) {  // Mamba-2 layers; biases where present
     if (arch == "granitehybrid") granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
     int first_attn = -1, first_ssm = -1;
     for (int i = c.n_layer - 1; i >= 0; --i)
@@ -1201,7 +1208,9 @@ void load_hf(Model& m, Storage& st) {
       {"bamba", "granitehybrid"},  // (Bamba: granitehybrid in GGUF too, as llama.cpp converts it)
       {"BambaForCausalLM", "granitehybrid"},
       {"nemotron_h", "nemotron_h"},
-      {"NemotronHForCausalLM", "nemotron_h"}};
+      {"NemotronHForCausalLM", "nemotron_h"},
+      {"mamba2", "mamba2"},
+      {"Mamba2ForCausalLM", "mamba2"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1220,14 +1229,20 @@ void load_hf(Model& m, Storage& st) {
                               ? static_cast<int64_t>(nemotronh_layer_kinds(cfg, 0).size())
                               : n_layer_cfg,
                           "num_hidden_layers", cfg_path, 4096);
-  c.n_head =
-      checked_dim(cfg.integer("num_attention_heads", 0), "num_attention_heads", cfg_path, 65536);
+  // (Mamba-2 alone: no attention; its mixer's heads and inner size stand in, unused)
+  const bool mamba2 = c.arch == "mamba2";
+  c.n_head = checked_dim(cfg.integer(mamba2 ? "num_heads" : "num_attention_heads", 0),
+                         "num_attention_heads", cfg_path, 65536);
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
                             cfg_path, 65536);
   const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
   // (Qwen3.5 MoE configs have no dense size: the experts')
-  c.n_ff = checked_dim(cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
-                       "intermediate_size", cfg_path);
+  const int64_t mamba2_inner = static_cast<int64_t>(
+      std::clamp(cfg.number("expand", 2.0), 0.0, 64.0) * static_cast<double>(c.n_embd));
+  c.n_ff = checked_dim(
+      mamba2 ? mamba2_inner
+             : cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
+      "intermediate_size", cfg_path);
   const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
@@ -1319,6 +1334,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
+  if (mamba2) mamba2_config_hf(cfg, c);                     // every layer a Mamba-2 mixer alone
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   // (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
@@ -1326,20 +1342,21 @@ void load_hf(Model& m, Storage& st) {
                       !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(m, b,
-                c.arch == "glm4"            ? hf_name_glm4
-                : c.lfm2()                  ? hf_name_lfm2
-                : c.hf_bamba                ? hf_name_bamba
-                : c.arch == "granitehybrid" ? hf_name_granitehybrid
-                : c.arch == "nemotron_h"    ? hf_name_nemotronh
-                : c.pre_norms()             ? hf_name
-                                            : hf_name_post_norms,
-                c.arch == "nemotron_h" ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
-                c.lfm2()                 ? "model.embedding_norm.weight"
-                : c.arch == "nemotron_h" ? "backbone.norm_f.weight"
-                : c.hf_bamba             ? "model.final_layernorm.weight"
+  build_weights(
+      m, b,
+      c.arch == "glm4"                   ? hf_name_glm4
+      : c.lfm2()                         ? hf_name_lfm2
+      : c.hf_bamba                       ? hf_name_bamba
+      : c.arch == "granitehybrid"        ? hf_name_granitehybrid
+      : c.arch == "nemotron_h" || mamba2 ? hf_name_nemotronh
+      : c.pre_norms()                    ? hf_name
+                                         : hf_name_post_norms,
+      c.arch == "nemotron_h" || mamba2 ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
+      c.lfm2()                           ? "model.embedding_norm.weight"
+      : c.arch == "nemotron_h" || mamba2 ? "backbone.norm_f.weight"
+      : c.hf_bamba                       ? "model.final_layernorm.weight"
                                          : "model.norm.weight",
-                "lm_head.weight");
+      "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }

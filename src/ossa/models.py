@@ -488,7 +488,8 @@ def inspect(
         "delta": asdict(c.delta) if c.delta.layers else None,
         "conv": asdict(c.conv) if c.conv.layers else None,
         "ssm": asdict(c.ssm) if c.ssm.layers else None,
-        "blocks": _blocks(c) if c.layer_no_ffn else None,
+        # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
+        "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
         "ffn_relu2": c.ffn_relu2,
         "attn_gate": c.attn_gate,
         "state_bytes": c.state_bytes,

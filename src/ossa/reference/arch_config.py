@@ -901,6 +901,51 @@ def nemotronh_gguf(
     return {**blocks, "ssm": ssm, "qkv_bias": bool(attn) and f"blk.{attn[0]}.attn_q.bias" in tensors}
 
 
+def _mamba2_blocks(n_layer: int) -> dict[str, Any]:
+    """Mamba-2 alone (twin of mamba2_blocks): every layer a mixer after its norm, no feed-forward."""
+    return {"layer_no_ffn": [True] * n_layer, "layer_nope": [True] * n_layer}
+
+
+def mamba2_gguf(md: dict[str, Any], n_layer: int, tensors: Any) -> dict[str, Any]:
+    """Mamba-2 alone from GGUF (twin of mamba2_config_gguf): the ssm.* sizes, every layer a mixer; the
+    convolution's bias where the first layer has it."""
+    k = "mamba2."
+    ssm = _check_mamba2({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "n_heads": md.get(k + "ssm.time_step_rank", 0), "n_groups": md.get(k + "ssm.group_count", 0),
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0), "conv_bias": "blk.0.ssm_conv1d.bias" in tensors,
+        "layers": list(range(n_layer)),
+    })  # fmt: skip
+    return {**_mamba2_blocks(n_layer), "ssm": ssm}
+
+
+def mamba2_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, Any]:
+    """Mamba-2 alone from a config.json (twin of mamba2_config_hf): Mamba2Config's sizes (d_inner = expand
+    x hidden, num_heads of head_dim), layer_norm_epsilon, every layer a mixer."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    if get("use_bias", False):
+        raise ValueError("use_bias=true is not supported")
+    if not get("rms_norm", True):
+        raise ValueError("rms_norm=false (no gated norm) is not supported")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    expand = get("expand", 2)
+    ssm = _check_mamba2({
+        "d_inner": int(expand * n_embd) if 0 < expand <= 64 else -1, "d_state": get("state_size", 128),
+        "n_heads": get("num_heads", 128), "n_groups": get("n_groups", 8),
+        "conv_kernel": get("conv_kernel", 4),
+        "conv_bias": bool(get("use_conv_bias", True)), "layers": list(range(n_layer)),
+    })  # fmt: skip
+    head_dim = ssm["d_inner"] // ssm["n_heads"]
+    if get("head_dim", head_dim) != head_dim:
+        raise ValueError(f"config 'head_dim' must be expand x hidden_size / num_heads ({head_dim})")
+    return {**_mamba2_blocks(n_layer), "ssm": ssm, "rms_eps": get("layer_norm_epsilon", 1e-5)}
+
+
 def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     """Nemotron-H from a config.json (twin of nemotronh_config_hf): NemotronHConfig's mamba_* / ssm_* sizes
     (d_inner = mamba_num_heads x mamba_head_dim), layer_norm_epsilon, the blocks of its layer pattern."""

@@ -24,7 +24,7 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -61,7 +61,7 @@ _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h)"
+    "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -88,6 +88,7 @@ _HF_ARCHS = {
     "granitemoehybrid": "granitehybrid", "GraniteMoeHybridForCausalLM": "granitehybrid",
     "bamba": "granitehybrid", "BambaForCausalLM": "granitehybrid",
     "nemotron_h": "nemotron_h", "NemotronHForCausalLM": "nemotron_h",
+    "mamba2": "mamba2", "Mamba2ForCausalLM": "mamba2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -376,8 +377,18 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED}")
     k = arch + "."
-    n_embd, n_head = md.get(k + "embedding_length", 0), md.get(k + "attention.head_count", 0)
-    head_dim = md.get(k + "attention.key_length", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
+    mamba2 = arch == "mamba2"  # (no attention: the mixer's heads and inner size stand in, unused)
+    n_embd = md.get(k + "embedding_length", 0)
+    n_head = md.get(k + ("ssm.time_step_rank" if mamba2 else "attention.head_count"), 0)
+    inner = md.get(k + "ssm.inner_size", 0)
+    default_head_dim = (
+        (inner // n_head if n_head else 0)
+        if mamba2
+        else n_embd // n_head
+        if n_head and n_embd % n_head == 0
+        else 0
+    )
+    head_dim = md.get(k + "attention.key_length", default_head_dim)
     embd = g.tensors.get("token_embd.weight")
     scaling_type = md.get(k + "rope.scaling.type", "none")
     scaling: dict[str, Any] = {}
@@ -415,8 +426,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if (kv_list := md.get(k + "attention.head_count_kv")) and isinstance(kv_list, list)
         else md.get(k + "attention.head_count_kv", n_head),
         head_dim=head_dim,
-        # (Nemotron-H: one size per layer, 0 where a block has no feed-forward)
-        n_ff=max(ff)
+        # (Nemotron-H: one size per layer, 0 where a block has no feed-forward; Mamba-2's 0, unused)
+        n_ff=inner
+        if mamba2
+        else max(ff)
         if isinstance(ff := md.get(k + "feed_forward_length"), list) and ff
         else md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
         n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
@@ -484,6 +497,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in NEMOTRON_H:
         ff_list = md.get(k + "feed_forward_length")
         common.update(arch_config.nemotronh_gguf(arch, md, common, kv_list, ff_list, set(g.tensors)))
+    if mamba2:
+        common.update(arch_config.mamba2_gguf(md, common["n_layer"], set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
@@ -594,7 +609,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", *QWEN35)
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
-    n_embd, n_head = get("hidden_size", 0), get("num_attention_heads", 0)
+    mamba2 = arch == "mamba2"  # (no attention: the mixer's heads and inner size stand in, unused)
+    n_embd, n_head = get("hidden_size", 0), get("num_heads" if mamba2 else "num_attention_heads", 0)
+    expand = get("expand", 2)
     common = dict(
         n_vocab=get("vocab_size", 0),
         n_embd=n_embd,
@@ -608,7 +625,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if (ernie or arch == "nemotron_h") and "head_dim" not in c
             else get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
         ),
-        n_ff=get("intermediate_size", get("moe_intermediate_size", 0)),  # (Qwen3.5 MoE: the experts')
+        # (Qwen3.5 MoE: the experts')
+        n_ff=int(min(max(expand, 0.0), 64.0) * n_embd)
+        if mamba2
+        else get("intermediate_size", get("moe_intermediate_size", 0)),
         n_ctx_train=min(max(get("max_position_embeddings", 4096), 1), 1 << 30),
         rms_eps=get("rms_norm_eps", 1e-6),
         rope_theta=theta,
@@ -652,6 +672,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granitehybrid_hf(c, common["n_layer"], n_embd, common["head_dim"]))
     if arch == "nemotron_h":
         common.update(arch_config.nemotronh_hf(c, common["n_layer"]))
+    if mamba2:
+        common.update(arch_config.mamba2_hf(c, common["n_layer"], n_embd))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -668,14 +690,14 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else _GRANITEHYBRID_HF
         if arch == "granitehybrid"
         else _NEMOTRONH_HF
-        if arch == "nemotron_h"
+        if arch in ("nemotron_h", "mamba2")
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
     if bamba:
         final_norm = "model.final_layernorm.weight"
     stem, embed = "model.layers", "model.embed_tokens.weight"
-    if arch == "nemotron_h":  # (backbone.*, norm_f)
+    if arch in ("nemotron_h", "mamba2"):  # (backbone.*, norm_f)
         stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
     w = _weights(
         cfg, get_tensor, set(where),
