@@ -55,6 +55,8 @@ ARCHS = (
     "bamba",
     "nemotron_h",
     "mamba2",
+    "mamba",
+    "falcon_mamba",
 )
 
 
@@ -160,6 +162,8 @@ def make_hf_model(
         "granitemoehybrid": transformers.GraniteMoeHybridConfig,
         "bamba": transformers.BambaConfig,
         "mamba2": transformers.Mamba2Config,
+        "mamba": transformers.MambaConfig,
+        "falcon_mamba": transformers.FalconMambaConfig,
         "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -354,7 +358,7 @@ def hf_to_gguf(
         "olmoe": "olmoe", "glm4": "glm4",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
-        "qwen3_next": "qwen3next", "mamba2": "mamba2",
+        "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -385,19 +389,22 @@ def hf_to_gguf(
         _nemotronh_keys(writer, arch, cfg, n_head_kv)
     elif arch == "mamba2":  # (as llama.cpp's converter: no feed-forward, no attention heads)
         _mamba2_keys(writer, cfg)
+    elif arch == "mamba":
+        _mamba1_keys(writer, cfg, model_type == "falcon_mamba")
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
-    writer.add_head_count(0 if arch == "mamba2" else n_head)
+    writer.add_head_count(0 if arch in ("mamba2", "mamba") else n_head)
     if arch in ("lfm2", "lfm2moe"):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
         writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
         _granitehybrid_keys(writer, cfg, n_head_kv)
-    elif arch in ("nemotron_h", "nemotron_h_moe", "mamba2"):
+    elif arch in ("nemotron_h", "nemotron_h_moe", "mamba2", "mamba"):
         pass  # (_nemotronh_keys wrote the per-layer counts; Mamba-2 alone has none)
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
-    eps = cfg.get("layer_norm_epsilon") if model_type in ("nemotron_h", "mamba2") else None  # (their key)
+    own_eps = model_type in ("nemotron_h", "mamba2", "mamba", "falcon_mamba")  # (layer_norm_epsilon)
+    eps = cfg.get("layer_norm_epsilon") if own_eps else None
     writer.add_layer_norm_rms_eps(eps or cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
     writer.add_rope_freq_base(float(rope_theta))
     if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
@@ -508,6 +515,7 @@ def hf_to_gguf(
         "nemotron_h",
         "nemotron_h_moe",
         "mamba2",
+        "mamba",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -567,6 +575,8 @@ def hf_to_gguf(
         moe.update(_qwen3next_tensors(tensors, cfg, legacy_ssm_in))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
+    if arch == "mamba":  # every layer a Mamba-1 mixer under llama.cpp's names
+        moe.update(_mamba1_tensors(tensors, cfg))
     if arch == "mamba2":  # Nemotron-H's Mamba-2 blocks, every layer one
         mamba = ["linear_attention"] * cfg["num_hidden_layers"]
         moe.update(_nemotronh_tensors(tensors, {**cfg, "layers_block_type": mamba}))
@@ -822,6 +832,43 @@ def _qwen3next_tensors(
         out[b + "ssm_dt.bias"] = tensors.pop(p + "dt_bias")
         out[b + "ssm_norm.weight"] = tensors.pop(p + "norm.weight")
         out[b + "ssm_out.weight"] = tensors.pop(p + "out_proj.weight")
+    return out
+
+
+def _mamba1_keys(writer: Any, cfg: dict[str, Any], falcon: bool) -> None:
+    """Mamba-1's keys as llama.cpp's converter writes them: feed_forward_length and head_count 0, the ssm.*
+    sizes (time_step_rank: dt's rank), ssm.dt_b_c_rms for Falcon-Mamba."""
+    inner, rank = cfg["intermediate_size"], cfg["time_step_rank"]
+    writer.add_feed_forward_length(0)
+    writer.add_uint32("mamba.ssm.conv_kernel", cfg["conv_kernel"])
+    writer.add_uint32("mamba.ssm.inner_size", inner)
+    writer.add_uint32("mamba.ssm.state_size", cfg["state_size"])
+    writer.add_uint32("mamba.ssm.time_step_rank", -(-cfg["hidden_size"] // 16) if rank == "auto" else rank)
+    writer.add_bool("mamba.ssm.dt_b_c_rms", falcon)
+
+
+def _mamba1_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops every Mamba-1 tensor; returns them as llama.cpp's converter writes them: each layer's norm as
+    attn_norm, in_proj as ssm_in, the convolution [channels, taps] and its bias, x_proj as ssm_x, dt_proj
+    as ssm_dt (weight and bias), A_log as ssm_a = -exp(A_log) [d_inner, d_state], D as ssm_d."""
+    out: dict[str, np.ndarray] = {
+        "token_embd.weight": tensors.pop("backbone.embeddings.weight"),
+        "output_norm.weight": tensors.pop("backbone.norm_f.weight"),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"backbone.layers.{i}.", f"blk.{i}."
+        m = p + "mixer."
+        out[b + "attn_norm.weight"] = tensors.pop(p + "norm.weight")
+        out[b + "ssm_in.weight"] = tensors.pop(m + "in_proj.weight")
+        out[b + "ssm_conv1d.weight"] = tensors.pop(m + "conv1d.weight")[:, 0, :]
+        if m + "conv1d.bias" in tensors:
+            out[b + "ssm_conv1d.bias"] = tensors.pop(m + "conv1d.bias")
+        out[b + "ssm_x.weight"] = tensors.pop(m + "x_proj.weight")
+        out[b + "ssm_dt.weight"] = tensors.pop(m + "dt_proj.weight")
+        out[b + "ssm_dt.bias"] = tensors.pop(m + "dt_proj.bias")
+        out[b + "ssm_a"] = -np.exp(tensors.pop(m + "A_log"))
+        out[b + "ssm_d"] = tensors.pop(m + "D")
+        out[b + "ssm_out.weight"] = tensors.pop(m + "out_proj.weight")
     return out
 
 
@@ -1217,7 +1264,7 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 
 
 # The recurrent hybrids whose golden logits transformers computes in float64 (hf_logits).
-_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2")
+_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba")
 
 
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:

@@ -195,6 +195,19 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
     if (c.ssm.is_layer(l)) ssm_layers.append(l);
   ssm["layers"] = ssm_layers;
   d["ssm"] = ssm;
+  nb::dict mamba1;  // (Mamba-1 layers: Mamba, Falcon-Mamba)
+  mamba1["d_inner"] = c.mamba1.d_inner;
+  mamba1["d_state"] = c.mamba1.d_state;
+  mamba1["dt_rank"] = c.mamba1.dt_rank;
+  mamba1["conv_kernel"] = c.mamba1.conv_kernel;
+  mamba1["conv_bias"] = c.mamba1.conv_bias;
+  mamba1["dt_b_c_rms"] = c.mamba1.dt_b_c_rms;
+  mamba1["bc_eps"] = c.mamba1.bc_eps;
+  nb::list mamba1_layers;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.mamba1.is_layer(l)) mamba1_layers.append(l);
+  mamba1["layers"] = mamba1_layers;
+  d["mamba1"] = mamba1;
   d["attn_gate"] = c.attn_gate;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);

@@ -1124,6 +1124,73 @@ void mamba2_blocks(ModelConfig& c) {
 
 }  // namespace
 
+namespace {
+
+void check_mamba1(const Mamba1Config& m, const std::string& where) {
+  auto bad = [&](const std::string& what) {
+    throw ModelError("invalid Mamba-1 " + what + " in " + where);
+  };
+  if (m.d_inner < 1 || m.d_inner > (1 << 20)) bad("inner size");
+  if (m.d_state < 1 || m.d_state > 4096) bad("state size");
+  if (m.dt_rank < 1 || m.dt_rank > m.d_inner) bad("time step rank");
+  if (m.conv_kernel < 1 || m.conv_kernel > 64) bad("convolution size");
+}
+
+void mamba1_blocks(ModelConfig& c) {
+  const size_t n = static_cast<size_t>(c.n_layer);
+  c.mamba1.layers.assign(n, 1);
+  c.layer_no_ffn.assign(n, 1);
+  c.layer_nope.assign(n, 1);
+}
+
+}  // namespace
+
+void mamba1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".";
+  Mamba1Config& m = c.mamba1;
+  auto dim = [&](const char* key) {
+    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
+  };
+  m.conv_kernel = dim("ssm.conv_kernel");
+  m.d_inner = dim("ssm.inner_size");
+  m.d_state = dim("ssm.state_size");
+  m.dt_rank = dim("ssm.time_step_rank");
+  m.dt_b_c_rms = g.get_bool(k + "ssm.dt_b_c_rms", false);
+  m.bc_eps = c.rms_eps;  // (llama.cpp's: the model's norm epsilon)
+  check_mamba1(m, "'" + path + "'");
+  mamba1_blocks(c);
+}
+
+void mamba1_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  if (cfg.boolean("use_bias", false))
+    throw ModelError("use_bias=true in " + where + " is not supported");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "") + "' in " + where +
+                     " is not supported (silu)");
+  c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+  Mamba1Config& m = c.mamba1;
+  m.d_inner = c.n_ff;  // (expand x hidden_size)
+  if (cfg.integer("intermediate_size", m.d_inner) != m.d_inner)
+    throw ModelError("config 'intermediate_size' in " + where + " must be expand x hidden_size (" +
+                     std::to_string(m.d_inner) + ")");
+  m.d_state = static_cast<int>(std::clamp<int64_t>(cfg.integer("state_size", 16), -1, 1 << 20));
+  m.conv_kernel = static_cast<int>(std::clamp<int64_t>(cfg.integer("conv_kernel", 4), -1, 1 << 20));
+  m.conv_bias = cfg.boolean("use_conv_bias", true);
+  // (time_step_rank "auto": ceil(hidden_size / 16), MambaConfig's rule)
+  const JsonValue* rank = cfg.get("time_step_rank");
+  const int64_t auto_rank = (int64_t{c.n_embd} + 15) / 16;
+  if (rank != nullptr && !rank->is_null() && !(rank->is_string() && rank->string == "auto") &&
+      !(rank->is_number() && rank->is_integer))
+    throw ModelError("config 'time_step_rank' in " + where + " must be an integer or \"auto\"");
+  m.dt_rank = static_cast<int>(std::clamp<int64_t>(
+      rank != nullptr && rank->is_number() ? rank->integer : auto_rank, -1, 1 << 20));
+  m.dt_b_c_rms = cfg.string("model_type", "") == "falcon_mamba";
+  m.bc_eps = static_cast<float>(cfg.number("mixer_rms_eps", 1e-6));
+  check_mamba1(m, where);
+  mamba1_blocks(c);
+}
+
 void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   mamba2_sizes_gguf(g, c, "'" + path + "'");
   mamba2_blocks(c);

@@ -184,6 +184,11 @@ void nemotronh_config_hf(const Json& cfg, ModelConfig& c);
 // attention sizes hold the mixer's heads (unused).
 void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 void mamba2_config_hf(const Json& cfg, ModelConfig& c);
+// Mamba-1 alone (mamba GGUF, MambaForCausalLM / FalconMambaForCausalLM): every layer a Mamba-1
+// mixer after its norm (config.mamba1, layer_no_ffn), no attention; Falcon-Mamba's weightless norms
+// of dt, B and C (GGUF ssm.dt_b_c_rms, with the model's norm epsilon as llama.cpp applies it).
+void mamba1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void mamba1_config_hf(const Json& cfg, ModelConfig& c);
 // One character per layer (M, *, -, E) from config.json's layers_block_type (or layer_types) or
 // hybrid_override_pattern; checked against n_layer when it is > 0.
 std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);

@@ -137,6 +137,29 @@ struct Mamba2Config {
   int64_t layer_floats() const { return conv_floats() + int64_t{d_inner} * d_state; }
 };
 
+// Mamba-1 layers (model/delta_net.cpp mamba1_layer: Mamba, Falcon-Mamba): a token's in_proj row is
+// [x | z] (d_inner each); x goes through a causal depthwise convolution of conv_kernel taps (plus
+// its bias) and SiLU; x_proj gives [dt_low | B | C] (dt_rank, d_state, d_state; Falcon-Mamba
+// RMS-normalises each, without weights: dt_b_c_rms, eps bc_eps); dt = softplus(dt_proj dt_low +
+// dt_bias) per channel; channel c updates its d_state state with A = -exp(A_log) [d_inner x
+// d_state]:
+//   h[c][n] = exp(dt[c] A[c][n]) h[c][n] + dt[c] B[n] x[c];  y[c] = h[c] . C + D[c] x[c]
+// then y * SiLU(z) is projected by ssm_out.
+struct Mamba1Config {
+  int d_inner = 0, d_state = 0, dt_rank = 0, conv_kernel = 0;
+  bool conv_bias = false;       // the convolution has a bias (ssm_conv_b)
+  bool dt_b_c_rms = false;      // Falcon-Mamba's weightless RMS norms of dt_low, B and C
+  float bc_eps = 1e-6f;         // their epsilon
+  std::vector<uint8_t> layers;  // [n_layer] 1 = Mamba-1 layer (empty: none)
+  bool active() const { return d_inner > 0; }
+  bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
+  int64_t x_proj_dim() const { return int64_t{dt_rank} + 2 * int64_t{d_state}; }
+  // Floats of one sequence's state in one layer: the convolution's last conv_kernel - 1 inputs,
+  // then d_inner states of d_state.
+  int64_t conv_floats() const { return int64_t{conv_kernel - 1} * d_inner; }
+  int64_t layer_floats() const { return conv_floats() + int64_t{d_inner} * d_state; }
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
@@ -164,6 +187,7 @@ struct ModelConfig {
   DeltaNetConfig delta;  // Qwen3.5 / Qwen3-Next (qwen35, qwen35moe, qwen3next); inactive otherwise
   ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
   Mamba2Config ssm;      // Mamba-2 layers (granitehybrid); inactive otherwise
+  Mamba1Config mamba1;   // Mamba-1 layers (mamba); inactive otherwise
   // granitehybrid read from a BambaForCausalLM folder: a plain gated MLP (feed_forward.*, not the
   // shared MLP's fused input_linear), the final norm final_layernorm.
   bool hf_bamba = false;
@@ -210,13 +234,15 @@ struct ModelConfig {
   // A layer with a recurrent state instead of K/V (a delta-net, short-convolution or Mamba-2
   // layer).
   bool recurrent(int layer) const {
-    return delta.is_layer(layer) || conv.is_layer(layer) || ssm.is_layer(layer);
+    return delta.is_layer(layer) || conv.is_layer(layer) || ssm.is_layer(layer) ||
+           mamba1.is_layer(layer);
   }
   // Floats of one sequence's state in layer `layer` (0 for an attention layer).
   int64_t layer_state_floats(int layer) const {
     if (delta.is_layer(layer)) return delta.layer_floats();
     if (conv.is_layer(layer)) return int64_t{conv.kernel - 1} * n_embd;
     if (ssm.is_layer(layer)) return ssm.layer_floats();
+    if (mamba1.is_layer(layer)) return mamba1.layer_floats();
     return 0;
   }
   // A layer whose mixer is attention: K/V in the cache (not a recurrent layer, not a feed-forward
@@ -229,7 +255,9 @@ struct ModelConfig {
     return n;
   }
   int kv_index(int layer) const {
-    if (!delta.active() && !conv.active() && !ssm.active() && layer_no_mixer.empty()) return layer;
+    if (!delta.active() && !conv.active() && !ssm.active() && !mamba1.active() &&
+        layer_no_mixer.empty())
+      return layer;
     int n = 0;
     for (int l = 0; l < layer; ++l) n += has_kv(l);
     return n;

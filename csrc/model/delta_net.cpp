@@ -382,4 +382,90 @@ void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, L
   laps.lap(kWo);
 }
 
+namespace {
+
+// x / sqrt(mean(x^2) + eps), no weight (Falcon-Mamba's norms of dt_low, B and C).
+void rms_unweighted(float* x, int64_t n, float eps) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < n; ++i) ss = std::fma(x[i], x[i], ss);
+  const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] *= r;
+}
+
+}  // namespace
+
+void mamba1_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps) {
+  const ModelConfig& c = s.model->config;
+  const Mamba1Config& m = c.mamba1;
+  const LayerWeights& L = s.model->weights.layers[layer];
+  const int n = batch.n_tokens(), n_seqs = batch.n_seqs();
+  const int64_t D = m.d_inner, N = m.d_state, R = m.dt_rank, X = m.x_proj_dim();
+  float* xc = s.ssm_xbc.data();  // [n, D]: the convolved x
+  float* dbc = xc + n * D;       // [n, X]: [dt_low | B | C]
+  float* dt = dbc + n * X;       // [n, D]: dt_proj dt_low (before its bias and softplus)
+
+  const MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.ssm_in});
+  laps.lap(kNorm);
+  matmul(L.ssm_in, in, s.ssm_proj.data(), 2 * D);  // rows [x | z]
+  laps.lap(kQkv);
+  causal_conv(s, batch, layer, s.ssm_proj.data(), 2 * D, D, f32(L.ssm_conv_t), m.conv_kernel, true,
+              xc, threads, L.ssm_conv_b.empty() ? nullptr : f32(L.ssm_conv_b));
+  laps.lap(kRope);
+  MatmulInput x_in = prepare(s, xc, n, D, threads, {&L.ssm_x});
+  matmul(L.ssm_x, x_in, dbc, X);
+  per_token(n, threads, [&](int t) {  // dt_low gathered contiguous (ssm_y as scratch)
+    float* row = dbc + t * X;
+    if (m.dt_b_c_rms) {
+      rms_unweighted(row, R, m.bc_eps);
+      rms_unweighted(row + R, N, m.bc_eps);
+      rms_unweighted(row + R + N, N, m.bc_eps);
+    }
+    std::copy(row, row + R, s.ssm_y.data() + t * R);
+  });
+  MatmulInput dt_in = prepare(s, s.ssm_y.data(), n, R, threads, {&L.ssm_dt_w});
+  matmul(L.ssm_dt_w, dt_in, dt, D);
+  laps.lap(kQkv);
+
+  // The scan: each (sequence, block of channels) runs its tokens in order, its states in L1. Every
+  // state element sees the same operations whatever the chunking; y's sum over the state runs in
+  // order.
+  const float *a_neg = f32(L.ssm_a), *dt_bias = f32(L.ssm_dt), *skip = f32(L.ssm_d);
+  constexpr int64_t k_chans = 64;
+  const int64_t n_blocks = (D + k_chans - 1) / k_chans;
+  parallel_for(static_cast<int64_t>(n_seqs) * n_blocks, 1, threads,
+               [&](int64_t b0, int64_t b1, int) {
+                 for (int64_t item = b0; item < b1; ++item) {
+                   const int sq = static_cast<int>(item / n_blocks);
+                   const int64_t c0 = (item % n_blocks) * k_chans, c1 = std::min(D, c0 + k_chans);
+                   float* S = layer_state(s, sq, layer) + m.conv_floats();
+                   const int t0 = batch.seq_start[sq], t1 = batch.seq_start[sq + 1];
+                   if (batch.positions[t0] == 0) std::fill(S + c0 * N, S + c1 * N, 0.0f);
+                   for (int t = t0; t < t1; ++t) {
+                     const float *B = dbc + t * X + R, *Cv = B + N, *x = xc + t * D;
+                     float* y = s.ssm_y.data() + t * D;
+                     for (int64_t ch = c0; ch < c1; ++ch) {
+                       const float d = softplus(dt[t * D + ch] + dt_bias[ch]), dx = d * x[ch];
+                       float* h = S + ch * N;
+                       const float* a = a_neg + ch * N;
+                       float acc = 0.0f;
+                       for (int64_t k = 0; k < N; ++k) {
+                         h[k] = std::fma(dx, B[k], std::exp(d * a[k]) * h[k]);
+                         acc = std::fma(h[k], Cv[k], acc);
+                       }
+                       y[ch] = std::fma(skip[ch], x[ch], acc);
+                     }
+                   }
+                 }
+               });
+  laps.lap(kAttention);
+
+  per_token(n, threads, [&](int t) {  // y * SiLU(z)
+    float* y = s.ssm_y.data() + t * D;
+    swiglu_row(s.ssm_proj.data() + t * 2 * D + D, y, D, y);
+  });
+  const MatmulInput out_in = prepare(s, s.ssm_y.data(), n, D, threads, {&L.ssm_out});
+  residual(s, L.ssm_out, out_in, n, threads);
+  laps.lap(kWo);
+}
+
 }  // namespace ossa

@@ -31,6 +31,11 @@ void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int thread
 // scan(conv([x | B | C])) + D x) * SiLU(z)) with [z | x | B | C | dt] = norm(x) @ ssm_in^T, each
 // head's head_dim x d_state state in the sequence's slot after the convolution's inputs.
 void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
+// One Mamba-1 layer (config.mamba1), residual included: norm, in_proj [x | z], the causal
+// convolution and SiLU on x, x_proj [dt_low | B | C] (Falcon-Mamba: each RMS-normalised), dt_proj
+// and softplus, the selective scan per channel (its state in the sequence's slot), y * SiLU(z),
+// out_proj.
+void mamba1_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
 
 // Layer `layer`'s state of batch sequence sq (its slot's part, ModelConfig::state_offset).
 inline float* layer_state(const ForwardState& s, int sq, int layer) {

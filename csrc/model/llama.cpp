@@ -131,6 +131,14 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     ssm_y.resize(t * c.ssm.d_inner);
     widest = std::max<int64_t>(widest, c.ssm.d_inner);
   }
+  if (c.mamba1.active()) {  // (ssm_proj: [x | z]; ssm_xbc: the convolved x, then [dt_low | B | C],
+                            // then dt; ssm_y: y)
+    const Mamba1Config& m1 = c.mamba1;
+    ssm_proj.resize(t * 2 * m1.d_inner);
+    ssm_xbc.resize(t * (2 * int64_t{m1.d_inner} + m1.x_proj_dim()));
+    ssm_y.resize(t * m1.d_inner);
+    widest = std::max<int64_t>(widest, m1.d_inner);
+  }
   if (c.attn_gate) qg.resize(t * 2 * q_dim);
   slot_floats = c.state_floats();
   layer_state_start.resize(static_cast<size_t>(c.n_layer));
@@ -209,6 +217,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
     } else if (c.ssm.is_layer(l)) {
       mamba2_layer(s, batch, l, threads, laps);  // Granite 4.0-H (model/delta_net.cpp)
+    } else if (c.mamba1.is_layer(l)) {
+      mamba1_layer(s, batch, l, threads, laps);  // Mamba, Falcon-Mamba (model/delta_net.cpp)
     } else if (c.mla.active()) {
       mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
     } else {

@@ -232,7 +232,7 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2"};
+    "qwen3next",  "mamba2",  "mamba"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +244,7 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h, mamba2)";
+    "bamba, nemotron_h, mamba2, mamba, falcon_mamba)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -400,6 +400,38 @@ TensorView take_vector(Builder& b, const std::string& name, const std::string& c
   return v;
 }
 
+// Layer i's Mamba-1 mixer (config.mamba1; model/delta_net.cpp mamba1_layer), with D = d_inner, N =
+// d_state, R = dt_rank: ssm_in (2D x n_embd: [x | z]), ssm_conv (D x conv_kernel, F32) and its bias
+// ssm_conv_b (1 x D, where conv_bias), ssm_x (R + 2N x D), ssm_dt_w (D x R) and ssm_dt (1 x D: its
+// bias), ssm_a (D x N, F32: -exp(A_log), as GGUF stores it; a folder's A_log is converted), ssm_d
+// (1 x D), ssm_out (n_embd x D).
+void build_mamba1_weights(const ModelConfig& c, Builder& b,
+                          const std::function<std::string(int, const char*)>& name_of, int i,
+                          LayerWeights& l, bool hf) {
+  const Mamba1Config& s = c.mamba1;
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t D = s.d_inner, N = s.d_state;
+  l.ssm_in = b.take(name_of(i, "ssm_in"), p + "ssm_in", 2 * D, c.n_embd);
+  l.ssm_conv = b.to_f32(b.take(name_of(i, "ssm_conv"), p + "ssm_conv", D, s.conv_kernel));
+  b.storage->canonical[p + "ssm_conv"] = l.ssm_conv;
+  l.ssm_conv_t = transposed_taps(b, l.ssm_conv);
+  if (s.conv_bias) l.ssm_conv_b = b.take(name_of(i, "ssm_conv_b"), p + "ssm_conv_b", 1, D);
+  l.ssm_x = b.take(name_of(i, "ssm_x"), p + "ssm_x", s.x_proj_dim(), D);
+  l.ssm_dt_w = b.take(name_of(i, "ssm_dt_w"), p + "ssm_dt_w", D, s.dt_rank);
+  l.ssm_dt = b.take(name_of(i, "ssm_dt"), p + "ssm_dt", 1, D);
+  TensorView a = b.to_f32(b.take(name_of(i, "ssm_a"), p + "ssm_a", D, N));
+  if (hf) {  // (A_log -> -exp(A_log), in float as transformers computes it)
+    float* neg = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(D * N) * 4));
+    const float* src = reinterpret_cast<const float*>(a.data);
+    for (int64_t k = 0; k < D * N; ++k) neg[k] = -std::exp(src[k]);
+    a.data = reinterpret_cast<const uint8_t*>(neg);
+  }
+  l.ssm_a = a;
+  b.storage->canonical[p + "ssm_a"] = a;
+  l.ssm_d = b.take(name_of(i, "ssm_d"), p + "ssm_d", 1, D);
+  l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, D);
+}
+
 // Layer i's Mamba-2 mixer (config.ssm; model/delta_net.cpp mamba2_layer), with P = proj_dim, C =
 // conv_dim, H = heads, D = d_inner: ssm_in (P x n_embd), ssm_conv (C x conv_kernel, F32) and its
 // bias ssm_conv_b (1 x C, where conv_bias), ssm_dt (1 x H: dt_bias), ssm_a (1 x H: -exp(A_log), as
@@ -459,6 +491,8 @@ void build_weights(Model& m, Builder& b,
       build_conv_weights(c, b, name_of, i, l);
     } else if (c.ssm.is_layer(i)) {
       build_mamba2_weights(c, b, name_of, i, l, m.format == "safetensors");
+    } else if (c.mamba1.is_layer(i)) {
+      build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
     } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
@@ -556,6 +590,8 @@ std::string gguf_name(int layer, const char* field) {
       {"wv_b", "attn_v_b.weight"},
       {"ssm_qkv", "attn_qkv.weight"},
       {"ssm_qkvz", "ssm_in.weight"},  // (Qwen3-Next's older files: q, k, v, z per key head)
+      {"ssm_x", "ssm_x.weight"},      // (Mamba-1: x_proj)
+      {"ssm_dt_w", "ssm_dt.weight"},  // (Mamba-1: dt_proj)
       {"ssm_ba", "ssm_ba.weight"},    // (Qwen3-Next: beta, alpha per key head)
       {"ssm_z", "attn_gate.weight"},
       {"ssm_beta", "ssm_beta.weight"},
@@ -619,11 +655,14 @@ void load_gguf(Model& m, Storage& st) {
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
-  // (Mamba-2 alone has no attention: its head count 0; the mixer's heads stand in, unused)
-  const bool mamba2 = arch == "mamba2";
+  // (Mamba-2 alone has no attention: its head count 0; the mixer's heads stand in, unused; Mamba-1
+  // one head of d_inner)
+  const bool mamba2 = arch == "mamba2", mamba1 = arch == "mamba";
   c.n_head =
-      checked_dim(g->get_int(k + (mamba2 ? "ssm.time_step_rank" : "attention.head_count"), 0),
-                  "attention.head_count", m.path, 65536);
+      mamba1
+          ? 1
+          : checked_dim(g->get_int(k + (mamba2 ? "ssm.time_step_rank" : "attention.head_count"), 0),
+                        "attention.head_count", m.path, 65536);
   // (LFM2: one count per layer, 0 for its convolution layers)
   const GGUFValue* kv_value = g->find(k + "attention.head_count_kv");
   const bool kv_array =
@@ -648,10 +687,11 @@ void load_gguf(Model& m, Storage& st) {
   int64_t ff = ff_per_layer.empty() ? g->get_int(k + "feed_forward_length",
                                                  g->get_int(k + "expert_feed_forward_length", 0))
                                     : 0;
-  if (mamba2) ff = g->get_int(k + "ssm.inner_size", 0);  // (its feed_forward_length: 0, unused)
+  if (mamba2 || mamba1)
+    ff = g->get_int(k + "ssm.inner_size", 0);  // (feed_forward_length 0, unused)
   for (int64_t v : ff_per_layer) ff = std::max(ff, v);
   c.n_ff = checked_dim(ff, "feed_forward_length", m.path);
-  const int64_t default_head_dim = mamba2                     ? c.n_ff / c.n_head
+  const int64_t default_head_dim = mamba2 || mamba1           ? c.n_ff / c.n_head
                                    : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
                                                               : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
@@ -739,6 +779,10 @@ void load_gguf(Model& m, Storage& st) {
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (nemotron) nemotronh_config_gguf(*g, c, kv_per_layer, ff_per_layer, m.path);
   if (mamba2) mamba2_config_gguf(*g, c, m.path);
+  if (mamba1) {
+    mamba1_config_gguf(*g, c, m.path);
+    c.mamba1.conv_bias = b.has("blk.0.ssm_conv1d.bias");
+  }
   if (arch == "granitehybrid" || nemotron || mamba2) {  // Mamba-2 layers; biases where present
     if (arch == "granitehybrid") granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
     int first_attn = -1, first_ssm = -1;
@@ -884,6 +928,24 @@ std::string hf_name_granitehybrid(int layer, const char* field) {
   auto it = k_names.find(field);
   return it == k_names.end() ? hf_name(layer, field)
                              : "model.layers." + std::to_string(layer) + "." + it->second;
+}
+
+// Mamba-1's folders (MambaForCausalLM, FalconMambaForCausalLM): backbone.layers.{i}.norm before the
+// mixer, mixer.* for it (dt_proj's weight and bias, x_proj).
+std::string hf_name_mamba1(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {{"attn_norm", "norm.weight"},
+                                                             {"ssm_in", "mixer.in_proj.weight"},
+                                                             {"ssm_conv", "mixer.conv1d.weight"},
+                                                             {"ssm_conv_b", "mixer.conv1d.bias"},
+                                                             {"ssm_x", "mixer.x_proj.weight"},
+                                                             {"ssm_dt_w", "mixer.dt_proj.weight"},
+                                                             {"ssm_dt", "mixer.dt_proj.bias"},
+                                                             {"ssm_a", "mixer.A_log"},
+                                                             {"ssm_d", "mixer.D"},
+                                                             {"ssm_out", "mixer.out_proj.weight"}};
+  auto it = k_names.find(field);  // (another field: a name no folder holds)
+  return "backbone.layers." + std::to_string(layer) + "." +
+         (it == k_names.end() ? std::string(field) : it->second);
 }
 
 // Bamba's folders: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. and its norm
@@ -1210,7 +1272,11 @@ void load_hf(Model& m, Storage& st) {
       {"nemotron_h", "nemotron_h"},
       {"NemotronHForCausalLM", "nemotron_h"},
       {"mamba2", "mamba2"},
-      {"Mamba2ForCausalLM", "mamba2"}};
+      {"Mamba2ForCausalLM", "mamba2"},
+      {"mamba", "mamba"},  // (Mamba-1 and Falcon-Mamba: its weightless norms of dt, B, C)
+      {"MambaForCausalLM", "mamba"},
+      {"falcon_mamba", "mamba"},
+      {"FalconMambaForCausalLM", "mamba"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1229,10 +1295,12 @@ void load_hf(Model& m, Storage& st) {
                               ? static_cast<int64_t>(nemotronh_layer_kinds(cfg, 0).size())
                               : n_layer_cfg,
                           "num_hidden_layers", cfg_path, 4096);
-  // (Mamba-2 alone: no attention; its mixer's heads and inner size stand in, unused)
-  const bool mamba2 = c.arch == "mamba2";
-  c.n_head = checked_dim(cfg.integer(mamba2 ? "num_heads" : "num_attention_heads", 0),
-                         "num_attention_heads", cfg_path, 65536);
+  // (Mamba-2 alone: no attention; its mixer's heads and inner size stand in, unused; Mamba-1: one
+  // head of d_inner)
+  const bool mamba2 = c.arch == "mamba2", mamba1 = c.arch == "mamba";
+  c.n_head = mamba1 ? 1
+                    : checked_dim(cfg.integer(mamba2 ? "num_heads" : "num_attention_heads", 0),
+                                  "num_attention_heads", cfg_path, 65536);
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
                             cfg_path, 65536);
   const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
@@ -1240,10 +1308,12 @@ void load_hf(Model& m, Storage& st) {
   const int64_t mamba2_inner = static_cast<int64_t>(
       std::clamp(cfg.number("expand", 2.0), 0.0, 64.0) * static_cast<double>(c.n_embd));
   c.n_ff = checked_dim(
-      mamba2 ? mamba2_inner
-             : cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
+      mamba2 || mamba1 ? mamba2_inner
+                       : cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
       "intermediate_size", cfg_path);
-  const int64_t default_head_dim = c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head : 0;
+  const int64_t default_head_dim = mamba1                     ? c.n_ff
+                                   : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
+                                                              : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
   // (NemotronHConfig's too)
@@ -1334,6 +1404,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
+  if (mamba1) mamba1_config_hf(cfg, c);                     // every layer a Mamba-1 mixer alone
   if (mamba2) mamba2_config_hf(cfg, c);                     // every layer a Mamba-2 mixer alone
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
@@ -1342,21 +1413,22 @@ void load_hf(Model& m, Storage& st) {
                       !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
-  build_weights(
-      m, b,
-      c.arch == "glm4"                   ? hf_name_glm4
-      : c.lfm2()                         ? hf_name_lfm2
-      : c.hf_bamba                       ? hf_name_bamba
-      : c.arch == "granitehybrid"        ? hf_name_granitehybrid
-      : c.arch == "nemotron_h" || mamba2 ? hf_name_nemotronh
-      : c.pre_norms()                    ? hf_name
-                                         : hf_name_post_norms,
-      c.arch == "nemotron_h" || mamba2 ? "backbone.embeddings.weight" : "model.embed_tokens.weight",
-      c.lfm2()                           ? "model.embedding_norm.weight"
-      : c.arch == "nemotron_h" || mamba2 ? "backbone.norm_f.weight"
-      : c.hf_bamba                       ? "model.final_layernorm.weight"
-                                         : "model.norm.weight",
-      "lm_head.weight");
+  build_weights(m, b,
+                c.arch == "glm4"                   ? hf_name_glm4
+                : c.lfm2()                         ? hf_name_lfm2
+                : c.hf_bamba                       ? hf_name_bamba
+                : c.arch == "granitehybrid"        ? hf_name_granitehybrid
+                : mamba1                           ? hf_name_mamba1
+                : c.arch == "nemotron_h" || mamba2 ? hf_name_nemotronh
+                : c.pre_norms()                    ? hf_name
+                                                   : hf_name_post_norms,
+                c.arch == "nemotron_h" || mamba2 || mamba1 ? "backbone.embeddings.weight"
+                                                           : "model.embed_tokens.weight",
+                c.lfm2()                                     ? "model.embedding_norm.weight"
+                : c.arch == "nemotron_h" || mamba2 || mamba1 ? "backbone.norm_f.weight"
+                : c.hf_bamba                                 ? "model.final_layernorm.weight"
+                                                             : "model.norm.weight",
+                "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
 }

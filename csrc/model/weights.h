@@ -42,6 +42,11 @@ struct LayerWeights {
   // ssm_dt, ssm_a, ssm_norm and ssm_out as well, with ssm_in ([z | x | B | C | dt] x n_embd), the
   // convolution's bias ssm_conv_b and the skip ssm_d (1 x n_heads).
   TensorView ssm_in, ssm_conv_b, ssm_d;
+  // Mamba-1 layers (config.mamba1; loader.cpp build_mamba1_weights) use ssm_in ([x | z]),
+  // ssm_conv(_t, _b), ssm_dt (1 x d_inner: dt_proj's bias), ssm_a (d_inner x d_state: -exp(A_log)),
+  // ssm_d and ssm_out, with ssm_x (x_proj: [dt_low | B | C] x d_inner) and ssm_dt_w (dt_proj:
+  // d_inner x dt_rank).
+  TensorView ssm_x, ssm_dt_w;
   // LFM2's short-convolution layers (config.conv), in place of wq ... wo: sc_in (3 n_embd x
   // n_embd: B, C, x), sc_conv_t (kernel x n_embd, F32: the taps by channel), sc_out (n_embd x
   // n_embd).

@@ -244,6 +244,20 @@ class Mamba2Config:
 
 
 @dataclass(frozen=True)
+class Mamba1Config:
+    """Mamba-1 layers (``ossa::Mamba1Config``: Mamba, Falcon-Mamba); none when ``layers`` is empty."""
+
+    d_inner: int = 0
+    d_state: int = 0
+    dt_rank: int = 0
+    conv_kernel: int = 0
+    conv_bias: bool = False
+    dt_b_c_rms: bool = False  # Falcon-Mamba's weightless norms of dt, B and C
+    bc_eps: float = 1e-6
+    layers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """A model's shape and hyper-parameters (mirrors ``ossa::ModelConfig`` in csrc/model/config.h)."""
 
@@ -284,6 +298,7 @@ class ModelConfig:
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
     ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H, Nemotron-H)
+    mamba1: Mamba1Config = field(default_factory=Mamba1Config)  # Mamba-1 layers (Mamba, Falcon-Mamba)
     # Nemotron-H's one-sublayer blocks: per layer, no feed-forward / no mixer (empty: both everywhere)
     layer_no_ffn: list[bool] = field(default_factory=list)
     layer_no_mixer: list[bool] = field(default_factory=list)
@@ -301,6 +316,7 @@ class ModelConfig:
         values["delta"] = DeltaNetConfig(**d.get("delta", {}))
         values["conv"] = ShortConvConfig(**d.get("conv", {}))
         values["ssm"] = Mamba2Config(**d.get("ssm", {}))
+        values["mamba1"] = Mamba1Config(**d.get("mamba1", {}))
         return cls(**values)
 
 
@@ -488,6 +504,7 @@ def inspect(
         "delta": asdict(c.delta) if c.delta.layers else None,
         "conv": asdict(c.conv) if c.conv.layers else None,
         "ssm": asdict(c.ssm) if c.ssm.layers else None,
+        "mamba1": asdict(c.mamba1) if c.mamba1.layers else None,
         # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
         "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
         "ffn_relu2": c.ffn_relu2,
@@ -654,6 +671,19 @@ def _conv_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _mamba1_line(info: dict[str, Any]) -> list[str]:
+    """Mamba-1 layers (Mamba, Falcon-Mamba; absent for every other model)."""
+    m = info.get("mamba1")
+    if not m:
+        return []
+    norms = ", dt / B / C RMS-normalised" if m["dt_b_c_rms"] else ""
+    return [
+        f"mamba-1       {len(m['layers'])} of {info['n_layer']} layers (state space, no KV cache): "
+        f"{m['d_inner']} channels, state size {m['d_state']}, dt rank {m['dt_rank']}, convolution of "
+        f"{m['conv_kernel']}{norms}; state {_human(info['state_bytes'])} per sequence"
+    ]
+
+
 def _ssm_line(info: dict[str, Any]) -> list[str]:
     """Mamba-2 layers (Granite 4.0-H; absent for every other model)."""
     m = info.get("ssm")
@@ -741,6 +771,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_delta_line(info),
         *_conv_line(info),
         *_ssm_line(info),
+        *_mamba1_line(info),
         *_blocks_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",

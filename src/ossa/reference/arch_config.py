@@ -946,6 +946,63 @@ def mamba2_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, Any]:
     return {**_mamba2_blocks(n_layer), "ssm": ssm, "rms_eps": get("layer_norm_epsilon", 1e-5)}
 
 
+def _check_mamba1(m: dict[str, Any]) -> dict[str, Any]:
+    """The Mamba-1 sizes, checked (twin of arch_config.cpp's check_mamba1)."""
+    if not 1 <= m["d_inner"] <= 1 << 20:
+        raise ValueError("invalid Mamba-1 inner size")
+    if not 1 <= m["d_state"] <= 4096:
+        raise ValueError("invalid Mamba-1 state size")
+    if not 1 <= m["dt_rank"] <= m["d_inner"]:
+        raise ValueError("invalid Mamba-1 time step rank")
+    if not 1 <= m["conv_kernel"] <= 64:
+        raise ValueError("invalid Mamba-1 convolution size")
+    return m
+
+
+def mamba1_gguf(md: dict[str, Any], common: dict[str, Any], tensors: Any) -> dict[str, Any]:
+    """Mamba-1 alone from GGUF (twin of mamba1_config_gguf): the ssm.* sizes (time_step_rank: dt's rank),
+    ssm.dt_b_c_rms with the model's norm epsilon (llama.cpp's), every layer a mixer."""
+    k, n_layer = "mamba.", common["n_layer"]
+    m = _check_mamba1({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "dt_rank": md.get(k + "ssm.time_step_rank", 0), "conv_kernel": md.get(k + "ssm.conv_kernel", 0),
+        "conv_bias": "blk.0.ssm_conv1d.bias" in tensors,
+        "dt_b_c_rms": bool(md.get(k + "ssm.dt_b_c_rms", False)),
+        "bc_eps": float(np.float32(common["rms_eps"])), "layers": list(range(n_layer)),
+    })  # fmt: skip
+    return {"layer_no_ffn": [True] * n_layer, "layer_nope": [True] * n_layer, "mamba1": m}
+
+
+def mamba1_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Mamba-1 alone from a config.json (twin of mamba1_config_hf): MambaConfig's sizes (d_inner = expand x
+    hidden, time_step_rank "auto" = ceil(hidden / 16)), layer_norm_epsilon; FalconMambaConfig's weightless
+    norms of dt, B and C with mixer_rms_eps."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    if get("use_bias", False):
+        raise ValueError("use_bias=true is not supported")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    d, n_layer = common["n_ff"], common["n_layer"]
+    if get("intermediate_size", d) != d:
+        raise ValueError(f"config 'intermediate_size' must be expand x hidden_size ({d})")
+    rank = get("time_step_rank", "auto")
+    if rank != "auto" and (not isinstance(rank, int) or isinstance(rank, bool)):
+        raise ValueError("config 'time_step_rank' must be an integer or \"auto\"")
+    m = _check_mamba1({
+        "d_inner": d, "d_state": get("state_size", 16),
+        "dt_rank": (common["n_embd"] + 15) // 16 if rank == "auto" else rank,
+        "conv_kernel": get("conv_kernel", 4), "conv_bias": bool(get("use_conv_bias", True)),
+        "dt_b_c_rms": c.get("model_type") == "falcon_mamba",
+        "bc_eps": float(np.float32(get("mixer_rms_eps", 1e-6))), "layers": list(range(n_layer)),
+    })  # fmt: skip
+    return {"layer_no_ffn": [True] * n_layer, "layer_nope": [True] * n_layer, "mamba1": m,
+            "rms_eps": get("layer_norm_epsilon", 1e-5)}  # fmt: skip
+
+
 def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     """Nemotron-H from a config.json (twin of nemotronh_config_hf): NemotronHConfig's mamba_* / ssm_* sizes
     (d_inner = mamba_num_heads x mamba_head_dim), layer_norm_epsilon, the blocks of its layer pattern."""

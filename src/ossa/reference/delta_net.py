@@ -50,6 +50,10 @@ class DeltaState:
             m_conv, hd = m["d_inner"] + 2 * m["n_groups"] * m["d_state"], m["d_inner"] // m["n_heads"]
             self.conv.update({i: np.zeros((m["conv_kernel"] - 1, m_conv), np.float32) for i in m["layers"]})
             self.ssm.update({i: np.zeros((m["n_heads"], hd, m["d_state"]), np.float32) for i in m["layers"]})
+        m1 = c["mamba1"]  # Mamba-1: x's convolution inputs, [d_inner, d_state] states
+        for i in m1["layers"]:
+            self.conv[i] = np.zeros((m1["conv_kernel"] - 1, m1["d_inner"]), np.float32)
+            self.ssm[i] = np.zeros((m1["d_inner"], m1["d_state"]), np.float32)
 
     def copy_from(self, other: DeltaState) -> None:
         for i in self.conv:
@@ -214,15 +218,61 @@ def mamba2(
     return np.einsum("ij,kj->ik", q8(normed, p + "ssm_out"), w[p + "ssm_out"])  # type: ignore[no-any-return]
 
 
+def mamba1(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    positions: np.ndarray,
+    seq_start: Sequence[int],
+    states: Sequence[DeltaState],
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's Mamba-1 output [n, n_embd] (before the residual): in_proj [x | z]; x through the causal
+    convolution (its bias) and SiLU; x_proj [dt_low | B | C] (Falcon-Mamba: each RMS-normalised without
+    weights); dt = softplus(dt_proj dt_low + dt_bias); per channel c, h = exp(dt A) h + dt B x, y = h . C +
+    D x; y * SiLU(z) through out_proj."""
+    m, p = c["mamba1"], f"layers.{i}."
+    di, ns, r = m["d_inner"], m["d_state"], m["dt_rank"]
+    proj = np.einsum("ij,kj->ik", q8(h, p + "ssm_in"), w[p + "ssm_in"])
+    x_all, z = proj[:, :di], proj[:, di:]
+    y = np.empty((len(h), di), np.float32)
+    for s, state in enumerate(states):
+        lo, hi = seq_start[s], seq_start[s + 1]
+        if hi == lo:
+            continue
+        ssm = state.ssm[i]
+        if positions[lo] == 0:  # a new (or recomputed) sequence
+            ssm[...] = 0
+        conv = _causal_conv(state.conv[i], x_all[lo:hi], w[p + "ssm_conv"], positions[lo] == 0)
+        x = silu(conv + w[p + "ssm_conv_b"] if m["conv_bias"] else conv)
+        dbc = np.einsum("ij,kj->ik", q8(x, p + "ssm_x"), w[p + "ssm_x"])
+        dt_low, b, cc = dbc[:, :r], dbc[:, r : r + ns], dbc[:, r + ns :]
+        if m["dt_b_c_rms"]:
+            dt_low, b, cc = (
+                v / np.sqrt(np.mean(v * v, -1, keepdims=True) + m["bc_eps"]) for v in (dt_low, b, cc)
+            )
+        dt = _softplus(
+            np.einsum("ij,kj->ik", q8(dt_low, p + "ssm_dt_w"), w[p + "ssm_dt_w"]) + w[p + "ssm_dt"]
+        )
+        for t in range(hi - lo):
+            ssm[...] = np.exp(dt[t][:, None] * w[p + "ssm_a"]) * ssm + (dt[t] * x[t])[:, None] * b[t]
+            y[lo + t] = ssm @ cc[t] + w[p + "ssm_d"] * x[t]
+    gated = (y * silu(z)).astype(np.float32)
+    return np.einsum("ij,kj->ik", q8(gated, p + "ssm_out"), w[p + "ssm_out"])  # type: ignore[no-any-return]
+
+
 def is_recurrent(c: dict[str, Any], i: int) -> bool:
-    """Whether layer i keeps a recurrent state instead of K/V (a delta-net, short-convolution or Mamba-2
-    layer; twin of ModelConfig::recurrent)."""
-    return i in c["delta"]["layers"] or i in c["conv"]["layers"] or i in c["ssm"]["layers"]
+    """Whether layer i keeps a recurrent state instead of K/V (a delta-net, short-convolution, Mamba-2 or
+    Mamba-1 layer; twin of ModelConfig::recurrent)."""
+    return (i in c["delta"]["layers"] or i in c["conv"]["layers"] or i in c["ssm"]["layers"]) or i in c[
+        "mamba1"
+    ]["layers"]
 
 
 def has_recurrent(c: dict[str, Any]) -> bool:
     """Whether the model has any recurrent layer."""
-    return bool(c["delta"]["layers"] or c["conv"]["layers"] or c["ssm"]["layers"])
+    return bool(c["delta"]["layers"] or c["conv"]["layers"] or c["ssm"]["layers"] or c["mamba1"]["layers"])
 
 
 def recurrent_layer(
@@ -237,5 +287,13 @@ def recurrent_layer(
 ) -> np.ndarray:
     """Layer i's output (before the residual) when it is a recurrent layer: a delta-net (Qwen3.5), a
     short convolution (LFM2) or a Mamba-2 layer (Granite 4.0-H)."""
-    layer = delta_net if i in c["delta"]["layers"] else mamba2 if i in c["ssm"]["layers"] else short_conv
+    layer = (
+        delta_net
+        if i in c["delta"]["layers"]
+        else mamba2
+        if i in c["ssm"]["layers"]
+        else mamba1
+        if i in c["mamba1"]["layers"]
+        else short_conv
+    )
     return layer(c, w, i, h, positions, seq_start, states, q8)

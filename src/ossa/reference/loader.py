@@ -24,7 +24,7 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -40,7 +40,7 @@ CONFIG_KEYS = (
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
-    "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes",
+    "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -55,13 +55,16 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "ssm": {"d_inner": 0, "d_state": 0, "n_heads": 0, "n_groups": 0, "conv_kernel": 0, "conv_bias": False,
             "layers": []},
     "attn_gate": False, "layer_no_ffn": [], "layer_no_mixer": [], "ffn_relu2": False,
+    "mamba1": {"d_inner": 0, "d_state": 0, "dt_rank": 0, "conv_kernel": 0, "conv_bias": False,
+               "dt_b_c_rms": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
-    "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2)"
+    "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
+    "falcon_mamba)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -89,6 +92,7 @@ _HF_ARCHS = {
     "bamba": "granitehybrid", "BambaForCausalLM": "granitehybrid",
     "nemotron_h": "nemotron_h", "NemotronHForCausalLM": "nemotron_h",
     "mamba2": "mamba2", "Mamba2ForCausalLM": "mamba2",
+    "mamba": "mamba", "MambaForCausalLM": "mamba", "falcon_mamba": "mamba", "FalconMambaForCausalLM": "mamba",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -101,7 +105,8 @@ _GGUF_LAYER = {
     "wq_b": "attn_q_b.weight", "wkv_a": "attn_kv_a_mqa.weight", "kv_a_norm": "attn_kv_a_norm.weight",
     "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
     "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
-    "ssm_qkvz": "ssm_in.weight", "ssm_ba": "ssm_ba.weight",
+    "ssm_qkvz": "ssm_in.weight", "ssm_ba": "ssm_ba.weight", "ssm_x": "ssm_x.weight",
+    "ssm_dt_w": "ssm_dt.weight",
     "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
     "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
     "sc_in": "shortconv.in_proj.weight", "sc_conv": "shortconv.conv.weight",
@@ -168,12 +173,15 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     d, sc, m = cfg["delta"], cfg["conv"], cfg["ssm"]
     cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - len(m["layers"])
     cfg["n_kv_layers"] -= sum(cfg["layer_no_mixer"])  # (Nemotron-H's feed-forward blocks)
+    m1 = cfg["mamba1"]
+    cfg["n_kv_layers"] -= len(m1["layers"])
     conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
     per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
     state = len(d["layers"]) * per_layer if d["layers"] else 0
     state += len(sc["layers"]) * (sc["kernel"] - 1) * cfg["n_embd"]
     m_conv = m["d_inner"] + 2 * m["n_groups"] * m["d_state"]
     state += len(m["layers"]) * ((m["conv_kernel"] - 1) * m_conv + m["d_inner"] * m["d_state"])
+    state += len(m1["layers"]) * ((m1["conv_kernel"] - 1) * m1["d_inner"] + m1["d_inner"] * m1["d_state"])
     cfg["state_bytes"] = 4 * state
     return {k: cfg[k] for k in CONFIG_KEYS}
 
@@ -239,6 +247,9 @@ def _weights(
             _split_fused_delta(d, get, names, w, name_of, i, e, shapes)
         if i in cfg["ssm"]["layers"]:  # Mamba-2 (reference/delta_net.py); GGUF: ssm_a / ssm_d n x 1
             shapes = _mamba2_shapes(cfg, gguf)
+        if i in cfg["mamba1"]["layers"]:  # Mamba-1 (reference/delta_net.py)
+            shapes = _mamba1_shapes(cfg)
+        recurrent = recurrent or i in cfg["mamba1"]["layers"]
         if cfg["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention
             shapes = {"attn_norm": (1, e), **_mla_weights(cfg, get, names, name_of, i, w)}
         no_mixer = bool(cfg["layer_no_mixer"]) and cfg["layer_no_mixer"][i]  # (Nemotron-H's blocks)
@@ -320,6 +331,18 @@ def _split_fused_delta(
         del shapes["ssm_beta"], shapes["ssm_alpha"]
 
 
+def _mamba1_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """A Mamba-1 layer's tensors (twin of build_mamba1_weights)."""
+    m, e = cfg["mamba1"], cfg["n_embd"]
+    d, n, r = m["d_inner"], m["d_state"], m["dt_rank"]
+    shapes = {"attn_norm": (1, e), "ssm_in": (2 * d, e), "ssm_conv": (d, m["conv_kernel"]),
+              "ssm_x": (r + 2 * n, d), "ssm_dt_w": (d, r), "ssm_dt": (1, d), "ssm_a": (d, n), "ssm_d": (1, d),
+              "ssm_out": (e, d)}  # fmt: skip
+    if m["conv_bias"]:
+        shapes["ssm_conv_b"] = (1, d)
+    return shapes
+
+
 def _mamba2_shapes(cfg: dict[str, Any], gguf: bool) -> dict[str, tuple[int, int]]:
     """A Mamba-2 layer's tensors (twin of build_mamba2_weights): GGUF stores ssm_a and ssm_d as n x 1 and
     ssm_norm as n_groups rows."""
@@ -377,10 +400,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch not in ARCHS:
         raise ValueError(f"unknown architecture '{arch}' in '{path}' {_SUPPORTED}")
     k = arch + "."
-    mamba2 = arch == "mamba2"  # (no attention: the mixer's heads and inner size stand in, unused)
+    # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
+    mamba2, mamba1 = arch == "mamba2", arch == "mamba"
     n_embd = md.get(k + "embedding_length", 0)
-    n_head = md.get(k + ("ssm.time_step_rank" if mamba2 else "attention.head_count"), 0)
+    n_head = 1 if mamba1 else md.get(k + ("ssm.time_step_rank" if mamba2 else "attention.head_count"), 0)
     inner = md.get(k + "ssm.inner_size", 0)
+    mamba2 = mamba2 or mamba1  # (the same stand-ins)
     default_head_dim = (
         (inner // n_head if n_head else 0)
         if mamba2
@@ -497,8 +522,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in NEMOTRON_H:
         ff_list = md.get(k + "feed_forward_length")
         common.update(arch_config.nemotronh_gguf(arch, md, common, kv_list, ff_list, set(g.tensors)))
-    if mamba2:
+    if arch == "mamba2":
         common.update(arch_config.mamba2_gguf(md, common["n_layer"], set(g.tensors)))
+    if arch == "mamba":
+        common.update(arch_config.mamba1_gguf(md, common, set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
@@ -609,8 +636,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", *QWEN35)
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
-    mamba2 = arch == "mamba2"  # (no attention: the mixer's heads and inner size stand in, unused)
+    # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
+    mamba2, mamba1 = arch == "mamba2", arch == "mamba"
     n_embd, n_head = get("hidden_size", 0), get("num_heads" if mamba2 else "num_attention_heads", 0)
+    if mamba1:
+        n_head = 1
     expand = get("expand", 2)
     common = dict(
         n_vocab=get("vocab_size", 0),
@@ -623,11 +653,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         head_dim=(
             128  # Ernie4_5Config's and NemotronHConfig's default (null: hidden / heads)
             if (ernie or arch == "nemotron_h") and "head_dim" not in c
-            else get("head_dim", n_embd // n_head if n_head and n_embd % n_head == 0 else 0)
+            else get(
+                "head_dim",
+                int(min(max(expand, 0.0), 64.0) * n_embd)  # (Mamba-1: one head of d_inner)
+                if mamba1
+                else n_embd // n_head
+                if n_head and n_embd % n_head == 0
+                else 0,
+            )
         ),
         # (Qwen3.5 MoE: the experts')
         n_ff=int(min(max(expand, 0.0), 64.0) * n_embd)
-        if mamba2
+        if mamba2 or mamba1
         else get("intermediate_size", get("moe_intermediate_size", 0)),
         n_ctx_train=min(max(get("max_position_embeddings", 4096), 1), 1 << 30),
         rms_eps=get("rms_norm_eps", 1e-6),
@@ -674,6 +711,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.nemotronh_hf(c, common["n_layer"]))
     if mamba2:
         common.update(arch_config.mamba2_hf(c, common["n_layer"], n_embd))
+    if mamba1:
+        common.update(arch_config.mamba1_hf(c, common))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -691,17 +730,19 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch == "granitehybrid"
         else _NEMOTRONH_HF
         if arch in ("nemotron_h", "mamba2")
+        else _MAMBA1_HF
+        if mamba1
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
     if bamba:
         final_norm = "model.final_layernorm.weight"
     stem, embed = "model.layers", "model.embed_tokens.weight"
-    if arch in ("nemotron_h", "mamba2"):  # (backbone.*, norm_f)
+    if arch in ("nemotron_h", "mamba2", "mamba"):  # (backbone.*, norm_f)
         stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
     w = _weights(
         cfg, get_tensor, set(where),
-        lambda i, f: f"{stem}.{i}.{layer_names[f]}",
+        lambda i, f: f"{stem}.{i}.{layer_names.get(f, f)}",
         embed, final_norm, "lm_head.weight", ffn_fused=arch == "granitehybrid" and not bamba,
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
@@ -713,7 +754,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 w[key] = w[key] + np.float32(1)
         for i in cfg["delta"]["layers"]:
             w[f"layers.{i}.ssm_a"] = -np.exp(w[f"layers.{i}.ssm_a"])
-    for i in cfg["ssm"]["layers"]:  # (Mamba-2's A_log too)
+    for i in [*cfg["ssm"]["layers"], *cfg["mamba1"]["layers"]]:  # (Mamba-2's and Mamba-1's A_log too)
         w[f"layers.{i}.ssm_a"] = -np.exp(w[f"layers.{i}.ssm_a"])
     return cfg, w
 
@@ -733,6 +774,11 @@ _GRANITEHYBRID_HF = {**_HF_LAYER, "ssm_in": "mamba.in_proj.weight", "ssm_conv": 
                      "ssm_d": "mamba.D", "ssm_norm": "mamba.norm.weight", "ssm_out": "mamba.out_proj.weight",
                      "w_gate_up": "shared_mlp.input_linear.weight",
                      "w_down": "shared_mlp.output_linear.weight"}  # fmt: skip
+# Mamba-1 (MambaForCausalLM, FalconMambaForCausalLM): backbone.layers.{i}.norm, mixer.* (dt_proj, x_proj).
+_MAMBA1_HF = {"attn_norm": "norm.weight", "ssm_in": "mixer.in_proj.weight", "ssm_conv": "mixer.conv1d.weight",
+              "ssm_conv_b": "mixer.conv1d.bias", "ssm_x": "mixer.x_proj.weight",
+              "ssm_dt_w": "mixer.dt_proj.weight", "ssm_dt": "mixer.dt_proj.bias", "ssm_a": "mixer.A_log",
+              "ssm_d": "mixer.D", "ssm_out": "mixer.out_proj.weight"}  # fmt: skip
 # Bamba: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. after pre_ff_layernorm.
 _BAMBA_HF = {**{k: v for k, v in _GRANITEHYBRID_HF.items() if k != "w_gate_up"},
              "ffn_norm": "pre_ff_layernorm.weight", "w_gate": "feed_forward.gate_proj.weight",
