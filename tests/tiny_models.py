@@ -57,6 +57,7 @@ ARCHS = (
     "mamba2",
     "mamba",
     "falcon_mamba",
+    "jamba",
 )
 
 
@@ -164,6 +165,7 @@ def make_hf_model(
         "mamba2": transformers.Mamba2Config,
         "mamba": transformers.MambaConfig,
         "falcon_mamba": transformers.FalconMambaConfig,
+        "jamba": transformers.JambaConfig,
         "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -359,6 +361,7 @@ def hf_to_gguf(
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
+        "jamba": "jamba",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -399,6 +402,8 @@ def hf_to_gguf(
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
         _granitehybrid_keys(writer, cfg, n_head_kv)
+    elif arch == "jamba":  # (0 for the Mamba-1 layers, as llama.cpp's converter)
+        _jamba_keys(writer, cfg, n_head_kv)
     elif arch in ("nemotron_h", "nemotron_h_moe", "mamba2", "mamba"):
         pass  # (_nemotronh_keys wrote the per-layer counts; Mamba-2 alone has none)
     else:
@@ -516,6 +521,7 @@ def hf_to_gguf(
         "nemotron_h_moe",
         "mamba2",
         "mamba",
+        "jamba",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -575,6 +581,8 @@ def hf_to_gguf(
         moe.update(_qwen3next_tensors(tensors, cfg, legacy_ssm_in))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
+    if arch == "jamba":  # Mamba-1 mixers, the feed-forwards and experts under llama.cpp's names
+        moe.update(_jamba_tensors(tensors, cfg))
     if arch == "mamba":  # every layer a Mamba-1 mixer under llama.cpp's names
         moe.update(_mamba1_tensors(tensors, cfg))
     if arch == "mamba2":  # Nemotron-H's Mamba-2 blocks, every layer one
@@ -869,6 +877,51 @@ def _mamba1_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict
         out[b + "ssm_a"] = -np.exp(tensors.pop(m + "A_log"))
         out[b + "ssm_d"] = tensors.pop(m + "D")
         out[b + "ssm_out.weight"] = tensors.pop(m + "out_proj.weight")
+    return out
+
+
+def _jamba_keys(writer: Any, cfg: dict[str, Any], n_head_kv: int) -> None:
+    """Jamba's keys as llama.cpp's converter writes them: the per-layer KV head counts (0: a Mamba-1
+    layer), the ssm.* sizes, the expert counts."""
+    n, period, offset = cfg["num_hidden_layers"], cfg["attn_layer_period"], cfg["attn_layer_offset"]
+    writer.add_head_count_kv([n_head_kv if i % period == offset else 0 for i in range(n)])
+    rank = cfg["mamba_dt_rank"]
+    writer.add_uint32("jamba.ssm.conv_kernel", cfg["mamba_d_conv"])
+    writer.add_uint32("jamba.ssm.inner_size", cfg["mamba_expand"] * cfg["hidden_size"])
+    writer.add_uint32("jamba.ssm.state_size", cfg["mamba_d_state"])
+    writer.add_uint32("jamba.ssm.time_step_rank", -(-cfg["hidden_size"] // 16) if rank == "auto" else rank)
+    writer.add_expert_count(cfg["num_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+
+
+def _jamba_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops Jamba's Mamba-1 mixers (with their norms of dt, B and C), feed-forward norms, dense MLPs,
+    routers and experts (stacked) and its final norm; returns them under llama.cpp's names."""
+    out: dict[str, np.ndarray] = {"output_norm.weight": tensors.pop("model.final_layernorm.weight")}
+    mixer = {"in_proj.weight": "ssm_in.weight", "x_proj.weight": "ssm_x.weight",
+             "dt_proj.weight": "ssm_dt.weight", "dt_proj.bias": "ssm_dt.bias", "D": "ssm_d",
+             "out_proj.weight": "ssm_out.weight", "conv1d.bias": "ssm_conv1d.bias",
+             "dt_layernorm.weight": "ssm_dt_norm.weight", "b_layernorm.weight": "ssm_b_norm.weight",
+             "c_layernorm.weight": "ssm_c_norm.weight"}  # fmt: skip
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        out[b + "ffn_norm.weight"] = tensors.pop(p + "pre_ff_layernorm.weight")
+        if p + "mamba.A_log" in tensors:
+            out[b + "ssm_a"] = -np.exp(tensors.pop(p + "mamba.A_log"))
+            out[b + "ssm_conv1d.weight"] = tensors.pop(p + "mamba.conv1d.weight")[:, 0, :]
+            for hf, gg in mixer.items():
+                if p + "mamba." + hf in tensors:
+                    out[b + gg] = tensors.pop(p + "mamba." + hf)
+        f = p + "feed_forward."
+        if f + "router.weight" in tensors:
+            out[b + "ffn_gate_inp.weight"] = tensors.pop(f + "router.weight")
+            for stem in ("gate", "up", "down"):
+                out[f"{b}ffn_{stem}_exps.weight"] = np.stack(
+                    [tensors.pop(f"{f}experts.{e}.{stem}_proj.weight") for e in range(cfg["num_experts"])]
+                )
+        else:
+            for stem in ("gate", "up", "down"):
+                out[f"{b}ffn_{stem}.weight"] = tensors.pop(f"{f}{stem}_proj.weight")
     return out
 
 
@@ -1264,7 +1317,7 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 
 
 # The recurrent hybrids whose golden logits transformers computes in float64 (hf_logits).
-_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba")
+_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba", "jamba")
 
 
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:

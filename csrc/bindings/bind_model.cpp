@@ -202,6 +202,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   mamba1["conv_kernel"] = c.mamba1.conv_kernel;
   mamba1["conv_bias"] = c.mamba1.conv_bias;
   mamba1["dt_b_c_rms"] = c.mamba1.dt_b_c_rms;
+  mamba1["dt_b_c_weights"] = c.mamba1.dt_b_c_weights;
   mamba1["bc_eps"] = c.mamba1.bc_eps;
   nb::list mamba1_layers;
   for (int l = 0; l < c.n_layer; ++l)

@@ -1191,6 +1191,70 @@ void mamba1_config_hf(const Json& cfg, ModelConfig& c) {
   mamba1_blocks(c);
 }
 
+void jamba_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
+                       const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  Mamba1Config& m = c.mamba1;
+  auto dim = [&](const char* key) {
+    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
+  };
+  m.conv_kernel = dim("ssm.conv_kernel");
+  m.d_inner = dim("ssm.inner_size");
+  m.d_state = dim("ssm.state_size");
+  m.dt_rank = dim("ssm.time_step_rank");
+  m.dt_b_c_rms = m.dt_b_c_weights = true;
+  m.bc_eps = c.rms_eps;
+  check_mamba1(m, where);
+  // (llama.cpp's rule: a layer without KV heads is a Mamba-1 layer)
+  if (kv_per_layer.size() != static_cast<size_t>(c.n_layer))
+    throw ModelError(k + "attention.head_count_kv in " + where + " must hold " +
+                     std::to_string(c.n_layer) + " counts");
+  m.layers.assign(static_cast<size_t>(c.n_layer), 0);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const int64_t kv = kv_per_layer[static_cast<size_t>(i)];
+    if (kv != 0 && kv != c.n_head_kv)
+      throw ModelError("differing KV head counts across layers in " + where + " (not supported)");
+    m.layers[static_cast<size_t>(i)] = kv == 0;
+  }
+  c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);  // (no RoPE in Jamba's attention)
+}
+
+void jamba_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  if (cfg.boolean("mamba_proj_bias", false))
+    throw ModelError("mamba_proj_bias=true in " + where + " is not supported");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "") + "' in " + where +
+                     " is not supported (silu)");
+  Mamba1Config& m = c.mamba1;
+  auto dim = [&](const char* key, int64_t dflt) {
+    return static_cast<int>(std::clamp<int64_t>(cfg.integer(key, dflt), -1, int64_t{1} << 24));
+  };
+  m.d_inner = static_cast<int>(
+      std::clamp<int64_t>(cfg.integer("mamba_expand", 2) * c.n_embd, -1, int64_t{1} << 24));
+  m.d_state = dim("mamba_d_state", 16);
+  m.conv_kernel = dim("mamba_d_conv", 4);
+  m.conv_bias = cfg.boolean("mamba_conv_bias", true);
+  const JsonValue* rank = cfg.get("mamba_dt_rank");  // ("auto": ceil(hidden_size / 16))
+  if (rank != nullptr && !rank->is_null() && !(rank->is_string() && rank->string == "auto") &&
+      !(rank->is_number() && rank->is_integer))
+    throw ModelError("config 'mamba_dt_rank' in " + where + " must be an integer or \"auto\"");
+  m.dt_rank = static_cast<int>(std::clamp<int64_t>(
+      rank != nullptr && rank->is_number() ? rank->integer : (int64_t{c.n_embd} + 15) / 16, -1,
+      1 << 20));
+  m.dt_b_c_rms = m.dt_b_c_weights = true;
+  m.bc_eps = c.rms_eps;
+  check_mamba1(m, where);
+  const int64_t period = cfg.integer("attn_layer_period", 8),
+                offset = cfg.integer("attn_layer_offset", 4);
+  if (period < 1 || offset < 0)
+    throw ModelError("config 'attn_layer_period' / 'attn_layer_offset' in " + where +
+                     " must be >= 1 / >= 0");
+  m.layers.assign(static_cast<size_t>(c.n_layer), 0);
+  for (int i = 0; i < c.n_layer; ++i) m.layers[static_cast<size_t>(i)] = i % period != offset;
+  c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);  // (no RoPE in Jamba's attention)
+}
+
 void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   mamba2_sizes_gguf(g, c, "'" + path + "'");
   mamba2_blocks(c);

@@ -189,6 +189,12 @@ void mamba2_config_hf(const Json& cfg, ModelConfig& c);
 // of dt, B and C (GGUF ssm.dt_b_c_rms, with the model's norm epsilon as llama.cpp applies it).
 void mamba1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 void mamba1_config_hf(const Json& cfg, ModelConfig& c);
+// Jamba (jamba GGUF, JambaForCausalLM): Mamba-1 layers with weighted norms of dt, B and C among
+// attention layers without RoPE (GGUF: those with KV heads; HF: attn_layer_period / offset); the
+// experts' layers are moe_loader's.
+void jamba_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
+                       const std::string& path);
+void jamba_config_hf(const Json& cfg, ModelConfig& c);
 // One character per layer (M, *, -, E) from config.json's layers_block_type (or layer_types) or
 // hybrid_override_pattern; checked against n_layer when it is > 0.
 std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);

@@ -148,7 +148,8 @@ struct Mamba2Config {
 struct Mamba1Config {
   int d_inner = 0, d_state = 0, dt_rank = 0, conv_kernel = 0;
   bool conv_bias = false;       // the convolution has a bias (ssm_conv_b)
-  bool dt_b_c_rms = false;      // Falcon-Mamba's weightless RMS norms of dt_low, B and C
+  bool dt_b_c_rms = false;      // RMS norms of dt_low, B and C (Falcon-Mamba's without weights)
+  bool dt_b_c_weights = false;  // those norms have weights (Jamba: ssm_dt_norm, ssm_b_norm, ...)
   float bc_eps = 1e-6f;         // their epsilon
   std::vector<uint8_t> layers;  // [n_layer] 1 = Mamba-1 layer (empty: none)
   bool active() const { return d_inner > 0; }

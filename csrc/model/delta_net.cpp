@@ -384,12 +384,13 @@ void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, L
 
 namespace {
 
-// x / sqrt(mean(x^2) + eps), no weight (Falcon-Mamba's norms of dt_low, B and C).
-void rms_unweighted(float* x, int64_t n, float eps) {
+// x / sqrt(mean(x^2) + eps), times w where given (the norms of dt_low, B and C: Falcon-Mamba's
+// without weights, Jamba's with).
+void rms_in_place(float* x, int64_t n, float eps, const float* w) {
   float ss = 0.0f;
   for (int64_t i = 0; i < n; ++i) ss = std::fma(x[i], x[i], ss);
   const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) x[i] *= r;
+  for (int64_t i = 0; i < n; ++i) x[i] = w != nullptr ? w[i] * (x[i] * r) : x[i] * r;
 }
 
 }  // namespace
@@ -416,9 +417,10 @@ void mamba1_layer(ForwardState& s, const Batch& batch, int layer, int threads, L
   per_token(n, threads, [&](int t) {  // dt_low gathered contiguous (ssm_y as scratch)
     float* row = dbc + t * X;
     if (m.dt_b_c_rms) {
-      rms_unweighted(row, R, m.bc_eps);
-      rms_unweighted(row + R, N, m.bc_eps);
-      rms_unweighted(row + R + N, N, m.bc_eps);
+      const bool wt = m.dt_b_c_weights;
+      rms_in_place(row, R, m.bc_eps, wt ? f32(L.ssm_dt_norm) : nullptr);
+      rms_in_place(row + R, N, m.bc_eps, wt ? f32(L.ssm_b_norm) : nullptr);
+      rms_in_place(row + R + N, N, m.bc_eps, wt ? f32(L.ssm_c_norm) : nullptr);
     }
     std::copy(row, row + R, s.ssm_y.data() + t * R);
   });

@@ -232,7 +232,7 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba"};
+    "qwen3next",  "mamba2",  "mamba",   "jamba"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +244,7 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h, mamba2, mamba, falcon_mamba)";
+    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -430,6 +430,11 @@ void build_mamba1_weights(const ModelConfig& c, Builder& b,
   b.storage->canonical[p + "ssm_a"] = a;
   l.ssm_d = b.take(name_of(i, "ssm_d"), p + "ssm_d", 1, D);
   l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, D);
+  if (s.dt_b_c_weights) {  // (Jamba)
+    l.ssm_dt_norm = b.take(name_of(i, "ssm_dt_norm"), p + "ssm_dt_norm", 1, s.dt_rank);
+    l.ssm_b_norm = b.take(name_of(i, "ssm_b_norm"), p + "ssm_b_norm", 1, N);
+    l.ssm_c_norm = b.take(name_of(i, "ssm_c_norm"), p + "ssm_c_norm", 1, N);
+  }
 }
 
 // Layer i's Mamba-2 mixer (config.ssm; model/delta_net.cpp mamba2_layer), with P = proj_dim, C =
@@ -589,10 +594,13 @@ std::string gguf_name(int layer, const char* field) {
       {"wk_b", "attn_k_b.weight"},
       {"wv_b", "attn_v_b.weight"},
       {"ssm_qkv", "attn_qkv.weight"},
-      {"ssm_qkvz", "ssm_in.weight"},  // (Qwen3-Next's older files: q, k, v, z per key head)
-      {"ssm_x", "ssm_x.weight"},      // (Mamba-1: x_proj)
-      {"ssm_dt_w", "ssm_dt.weight"},  // (Mamba-1: dt_proj)
-      {"ssm_ba", "ssm_ba.weight"},    // (Qwen3-Next: beta, alpha per key head)
+      {"ssm_qkvz", "ssm_in.weight"},          // (Qwen3-Next's older files: q, k, v, z per key head)
+      {"ssm_x", "ssm_x.weight"},              // (Mamba-1: x_proj)
+      {"ssm_dt_w", "ssm_dt.weight"},          // (Mamba-1: dt_proj)
+      {"ssm_dt_norm", "ssm_dt_norm.weight"},  // (Jamba's norms of dt, B and C)
+      {"ssm_b_norm", "ssm_b_norm.weight"},
+      {"ssm_c_norm", "ssm_c_norm.weight"},
+      {"ssm_ba", "ssm_ba.weight"},  // (Qwen3-Next: beta, alpha per key head)
       {"ssm_z", "attn_gate.weight"},
       {"ssm_beta", "ssm_beta.weight"},
       {"ssm_alpha", "ssm_alpha.weight"},
@@ -672,7 +680,8 @@ void load_gguf(Model& m, Storage& st) {
   int64_t kv_heads = kv_array ? 0 : g->get_int(k + "attention.head_count_kv", c.n_head);
   for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
   const bool nemotron = arch == "nemotron_h" || arch == "nemotron_h_moe";
-  if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid" && !nemotron)
+  if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid" && !nemotron &&
+      arch != "jamba")
     throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
   c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
   // (a Qwen3.5 MoE file may have no dense size: its experts'; Nemotron-H: one per layer, 0 where a
@@ -779,9 +788,12 @@ void load_gguf(Model& m, Storage& st) {
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (nemotron) nemotronh_config_gguf(*g, c, kv_per_layer, ff_per_layer, m.path);
   if (mamba2) mamba2_config_gguf(*g, c, m.path);
-  if (mamba1) {
-    mamba1_config_gguf(*g, c, m.path);
-    c.mamba1.conv_bias = b.has("blk.0.ssm_conv1d.bias");
+  if (mamba1) mamba1_config_gguf(*g, c, m.path);
+  if (arch == "jamba") jamba_config_gguf(*g, c, kv_per_layer, m.path);
+  if (c.mamba1.active()) {  // (the convolution's bias where the first Mamba-1 layer has it)
+    int first = 0;
+    while (first < c.n_layer && !c.mamba1.is_layer(first)) ++first;
+    c.mamba1.conv_bias = b.has("blk." + std::to_string(first) + ".ssm_conv1d.bias");
   }
   if (arch == "granitehybrid" || nemotron || mamba2) {  // Mamba-2 layers; biases where present
     if (arch == "granitehybrid") granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
@@ -946,6 +958,31 @@ std::string hf_name_mamba1(int layer, const char* field) {
   auto it = k_names.find(field);  // (another field: a name no folder holds)
   return "backbone.layers." + std::to_string(layer) + "." +
          (it == k_names.end() ? std::string(field) : it->second);
+}
+
+// Jamba's folders: the Mamba-1 mixer under mamba. (with its norms of dt, B and C), the dense
+// feed-forward under feed_forward. after pre_ff_layernorm.
+std::string hf_name_jamba(int layer, const char* field) {
+  static const std::map<std::string, std::string> k_names = {
+      {"ffn_norm", "pre_ff_layernorm.weight"},
+      {"w_gate", "feed_forward.gate_proj.weight"},
+      {"w_up", "feed_forward.up_proj.weight"},
+      {"w_down", "feed_forward.down_proj.weight"},
+      {"ssm_in", "mamba.in_proj.weight"},
+      {"ssm_conv", "mamba.conv1d.weight"},
+      {"ssm_conv_b", "mamba.conv1d.bias"},
+      {"ssm_x", "mamba.x_proj.weight"},
+      {"ssm_dt_w", "mamba.dt_proj.weight"},
+      {"ssm_dt", "mamba.dt_proj.bias"},
+      {"ssm_a", "mamba.A_log"},
+      {"ssm_d", "mamba.D"},
+      {"ssm_out", "mamba.out_proj.weight"},
+      {"ssm_dt_norm", "mamba.dt_layernorm.weight"},
+      {"ssm_b_norm", "mamba.b_layernorm.weight"},
+      {"ssm_c_norm", "mamba.c_layernorm.weight"}};
+  auto it = k_names.find(field);
+  return it == k_names.end() ? hf_name(layer, field)
+                             : "model.layers." + std::to_string(layer) + "." + it->second;
 }
 
 // Bamba's folders: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. and its norm
@@ -1276,7 +1313,9 @@ void load_hf(Model& m, Storage& st) {
       {"mamba", "mamba"},  // (Mamba-1 and Falcon-Mamba: its weightless norms of dt, B, C)
       {"MambaForCausalLM", "mamba"},
       {"falcon_mamba", "mamba"},
-      {"FalconMambaForCausalLM", "mamba"}};
+      {"FalconMambaForCausalLM", "mamba"},
+      {"jamba", "jamba"},
+      {"JambaForCausalLM", "jamba"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1405,6 +1444,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
   if (mamba1) mamba1_config_hf(cfg, c);                     // every layer a Mamba-1 mixer alone
+  if (c.arch == "jamba") jamba_config_hf(cfg, c);           // Mamba-1 among NoPE attention, experts
   if (mamba2) mamba2_config_hf(cfg, c);                     // every layer a Mamba-2 mixer alone
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
@@ -1419,6 +1459,7 @@ void load_hf(Model& m, Storage& st) {
                 : c.hf_bamba                       ? hf_name_bamba
                 : c.arch == "granitehybrid"        ? hf_name_granitehybrid
                 : mamba1                           ? hf_name_mamba1
+                : c.arch == "jamba"                ? hf_name_jamba
                 : c.arch == "nemotron_h" || mamba2 ? hf_name_nemotronh
                 : c.pre_norms()                    ? hf_name
                                                    : hf_name_post_norms,
@@ -1426,7 +1467,7 @@ void load_hf(Model& m, Storage& st) {
                                                            : "model.embed_tokens.weight",
                 c.lfm2()                                     ? "model.embedding_norm.weight"
                 : c.arch == "nemotron_h" || mamba2 || mamba1 ? "backbone.norm_f.weight"
-                : c.hf_bamba                                 ? "model.final_layernorm.weight"
+                : c.hf_bamba || c.arch == "jamba"            ? "model.final_layernorm.weight"
                                                              : "model.norm.weight",
                 "lm_head.weight");
   build_moe_layers(m, b, false);

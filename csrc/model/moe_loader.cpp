@@ -242,8 +242,9 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
         g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
   // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE or
   // OLMoE.
-  m.norm_topk_prob =
-      g.get_bool(k + "expert_weights_norm", c.arch != "qwen2moe" && c.arch != "olmoe");
+  // (and not for Jamba's)
+  m.norm_topk_prob = g.get_bool(k + "expert_weights_norm",
+                                c.arch != "qwen2moe" && c.arch != "olmoe" && c.arch != "jamba");
   if (c.arch == "gpt-oss") {  // llama.cpp hard-codes these for gpt-oss (no key holds them)
     m.bias = true;
     m.softmax_topk = true;
@@ -310,7 +311,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
   if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
       c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" &&
-      c.arch != "lfm2moe" && c.arch != "granitehybrid" && c.arch != "nemotron_h")
+      c.arch != "lfm2moe" && c.arch != "granitehybrid" && c.arch != "nemotron_h" &&
+      c.arch != "jamba")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -373,6 +375,17 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_shared = static_cast<int>(integer("shared_intermediate_size", 1024));
     m.softmax_topk = true;
     for (int i = 0; i < c.n_layer && m.n_expert > 0; ++i) m.layers.push_back(i);
+  } else if (c.arch == "jamba") {  // JambaConfig's: softmax over all, top-k, not renormalised
+    m.n_expert = static_cast<int>(integer("num_experts", 16));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = c.n_ff;
+    const int64_t period = integer("expert_layer_period", 2),
+                  offset = integer("expert_layer_offset", 1);
+    if (period < 1 || offset < 0)
+      throw ModelError("config 'expert_layer_period' / 'expert_layer_offset' in '" + path +
+                       "' must be >= 1 / >= 0");
+    for (int i = 0; i < c.n_layer && m.n_expert > 1; ++i)
+      if (i % period == offset) m.layers.push_back(i);
   } else if (c.arch == "ernie4_5-moe") {  // Ernie4_5_MoeConfig's keys (the Hub's moe_* names)
     m.n_expert = static_cast<int>(integer("moe_num_experts", integer("num_experts", 64)));
     m.n_expert_used = static_cast<int>(integer("moe_k", integer("num_experts_per_tok", 8)));
@@ -633,13 +646,14 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     }
     return;
   }
-  // (Mixtral and LFM2-MoE name the experts' matrices w1 / w3 / w2)
+  // (Mixtral and LFM2-MoE name the experts' matrices w1 / w3 / w2; Jamba's router is "router")
   const bool mixtral = c.arch == "mixtral", w123 = mixtral || c.arch == "lfm2moe";
   const std::string p = "model.layers." + l +
-                        (mixtral               ? ".block_sparse_moe."
-                         : c.arch == "lfm2moe" ? ".feed_forward."
-                                               : ".mlp.");
-  out.router = src.take(p + "gate.weight", canon + "router", n, E);
+                        (mixtral                                    ? ".block_sparse_moe."
+                         : c.arch == "lfm2moe" || c.arch == "jamba" ? ".feed_forward."
+                                                                    : ".mlp.");
+  out.router =
+      src.take(p + (c.arch == "jamba" ? "router.weight" : "gate.weight"), canon + "router", n, E);
   if (src.has(p + "experts.gate_up_proj")) {
     // transformers 5's fused stacks where no conversion restores the per-expert tensors (Mistral
     // 4): gate_up_proj [n, 2F, E], down_proj [n, E, F].

@@ -47,6 +47,7 @@ struct LayerWeights {
   // ssm_d and ssm_out, with ssm_x (x_proj: [dt_low | B | C] x d_inner) and ssm_dt_w (dt_proj:
   // d_inner x dt_rank).
   TensorView ssm_x, ssm_dt_w;
+  TensorView ssm_dt_norm, ssm_b_norm, ssm_c_norm;  // (Jamba's weighted norms of dt_low, B and C)
   // LFM2's short-convolution layers (config.conv), in place of wq ... wo: sc_in (3 n_embd x
   // n_embd: B, C, x), sc_conv_t (kernel x n_embd, F32: the taps by channel), sc_out (n_embd x
   // n_embd).

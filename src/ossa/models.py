@@ -245,14 +245,15 @@ class Mamba2Config:
 
 @dataclass(frozen=True)
 class Mamba1Config:
-    """Mamba-1 layers (``ossa::Mamba1Config``: Mamba, Falcon-Mamba); none when ``layers`` is empty."""
+    """Mamba-1 layers (``ossa::Mamba1Config``: Mamba, Falcon-Mamba, Jamba); none when ``layers`` is empty."""
 
     d_inner: int = 0
     d_state: int = 0
     dt_rank: int = 0
     conv_kernel: int = 0
     conv_bias: bool = False
-    dt_b_c_rms: bool = False  # Falcon-Mamba's weightless norms of dt, B and C
+    dt_b_c_rms: bool = False  # norms of dt, B and C (Falcon-Mamba's without weights)
+    dt_b_c_weights: bool = False  # those norms have weights (Jamba)
     bc_eps: float = 1e-6
     layers: list[int] = field(default_factory=list)
 
@@ -677,6 +678,7 @@ def _mamba1_line(info: dict[str, Any]) -> list[str]:
     if not m:
         return []
     norms = ", dt / B / C RMS-normalised" if m["dt_b_c_rms"] else ""
+    norms += " (with weights)" if m.get("dt_b_c_weights") else ""
     return [
         f"mamba-1       {len(m['layers'])} of {info['n_layer']} layers (state space, no KV cache): "
         f"{m['d_inner']} channels, state size {m['d_state']}, dt rank {m['dt_rank']}, convolution of "

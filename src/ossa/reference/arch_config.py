@@ -967,7 +967,7 @@ def mamba1_gguf(md: dict[str, Any], common: dict[str, Any], tensors: Any) -> dic
         "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
         "dt_rank": md.get(k + "ssm.time_step_rank", 0), "conv_kernel": md.get(k + "ssm.conv_kernel", 0),
         "conv_bias": "blk.0.ssm_conv1d.bias" in tensors,
-        "dt_b_c_rms": bool(md.get(k + "ssm.dt_b_c_rms", False)),
+        "dt_b_c_rms": bool(md.get(k + "ssm.dt_b_c_rms", False)), "dt_b_c_weights": False,
         "bc_eps": float(np.float32(common["rms_eps"])), "layers": list(range(n_layer)),
     })  # fmt: skip
     return {"layer_no_ffn": [True] * n_layer, "layer_nope": [True] * n_layer, "mamba1": m}
@@ -996,11 +996,60 @@ def mamba1_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         "d_inner": d, "d_state": get("state_size", 16),
         "dt_rank": (common["n_embd"] + 15) // 16 if rank == "auto" else rank,
         "conv_kernel": get("conv_kernel", 4), "conv_bias": bool(get("use_conv_bias", True)),
-        "dt_b_c_rms": c.get("model_type") == "falcon_mamba",
+        "dt_b_c_rms": c.get("model_type") == "falcon_mamba", "dt_b_c_weights": False,
         "bc_eps": float(np.float32(get("mixer_rms_eps", 1e-6))), "layers": list(range(n_layer)),
     })  # fmt: skip
     return {"layer_no_ffn": [True] * n_layer, "layer_nope": [True] * n_layer, "mamba1": m,
             "rms_eps": get("layer_norm_epsilon", 1e-5)}  # fmt: skip
+
+
+def jamba_gguf(md: dict[str, Any], common: dict[str, Any], kv_per_layer: Any, tensors: Any) -> dict[str, Any]:
+    """Jamba from GGUF (twin of jamba_config_gguf): the ssm.* sizes, Mamba-1 layers those without KV heads,
+    weighted norms of dt, B and C with the model's epsilon, no RoPE; the convolution's bias where the
+    first Mamba-1 layer has it."""
+    k, n_layer = "jamba.", common["n_layer"]
+    if not isinstance(kv_per_layer, list) or len(kv_per_layer) != n_layer:
+        raise ValueError(f"{k}attention.head_count_kv must hold {n_layer} counts")
+    if any(kv not in (0, common["n_head_kv"]) for kv in kv_per_layer):
+        raise ValueError("differing KV head counts across layers (not supported)")
+    layers = [i for i, kv in enumerate(kv_per_layer) if kv == 0]
+    m = _check_mamba1({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "dt_rank": md.get(k + "ssm.time_step_rank", 0), "conv_kernel": md.get(k + "ssm.conv_kernel", 0),
+        "conv_bias": bool(layers) and f"blk.{layers[0]}.ssm_conv1d.bias" in tensors,
+        "dt_b_c_rms": True, "dt_b_c_weights": True, "bc_eps": float(np.float32(common["rms_eps"])),
+        "layers": layers,
+    })  # fmt: skip
+    return {"layer_nope": [True] * n_layer, "mamba1": m}
+
+
+def jamba_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Jamba from a config.json (twin of jamba_config_hf): JambaConfig's mamba_* sizes (mamba_dt_rank "auto"
+    = ceil(hidden / 16)), attention every attn_layer_period-th layer from attn_layer_offset (no RoPE), the
+    Mamba-1 norms of dt, B and C with weights and rms_norm_eps."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    if get("mamba_proj_bias", False):
+        raise ValueError("mamba_proj_bias=true is not supported")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    rank = get("mamba_dt_rank", "auto")
+    if rank != "auto" and (not isinstance(rank, int) or isinstance(rank, bool)):
+        raise ValueError("config 'mamba_dt_rank' must be an integer or \"auto\"")
+    period, offset, n_layer = get("attn_layer_period", 8), get("attn_layer_offset", 4), common["n_layer"]
+    if period < 1 or offset < 0:
+        raise ValueError("config 'attn_layer_period' / 'attn_layer_offset' must be >= 1 / >= 0")
+    m = _check_mamba1({
+        "d_inner": get("mamba_expand", 2) * common["n_embd"], "d_state": get("mamba_d_state", 16),
+        "dt_rank": (common["n_embd"] + 15) // 16 if rank == "auto" else rank,
+        "conv_kernel": get("mamba_d_conv", 4), "conv_bias": bool(get("mamba_conv_bias", True)),
+        "dt_b_c_rms": True, "dt_b_c_weights": True, "bc_eps": float(np.float32(common["rms_eps"])),
+        "layers": [i for i in range(n_layer) if i % period != offset],
+    })  # fmt: skip
+    return {"layer_nope": [True] * n_layer, "mamba1": m}
 
 
 def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:

@@ -248,10 +248,16 @@ def mamba1(
         x = silu(conv + w[p + "ssm_conv_b"] if m["conv_bias"] else conv)
         dbc = np.einsum("ij,kj->ik", q8(x, p + "ssm_x"), w[p + "ssm_x"])
         dt_low, b, cc = dbc[:, :r], dbc[:, r : r + ns], dbc[:, r + ns :]
-        if m["dt_b_c_rms"]:
+        if m["dt_b_c_rms"]:  # (Jamba's norms have weights, Falcon-Mamba's none)
             dt_low, b, cc = (
                 v / np.sqrt(np.mean(v * v, -1, keepdims=True) + m["bc_eps"]) for v in (dt_low, b, cc)
             )
+            if m["dt_b_c_weights"]:
+                dt_low, b, cc = (
+                    dt_low * w[p + "ssm_dt_norm"],
+                    b * w[p + "ssm_b_norm"],
+                    cc * w[p + "ssm_c_norm"],
+                )
         dt = _softplus(
             np.einsum("ij,kj->ik", q8(dt_low, p + "ssm_dt_w"), w[p + "ssm_dt_w"]) + w[p + "ssm_dt"]
         )

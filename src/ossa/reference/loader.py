@@ -24,7 +24,7 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -56,7 +56,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
             "layers": []},
     "attn_gate": False, "layer_no_ffn": [], "layer_no_mixer": [], "ffn_relu2": False,
     "mamba1": {"d_inner": 0, "d_state": 0, "dt_rank": 0, "conv_kernel": 0, "conv_bias": False,
-               "dt_b_c_rms": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
+               "dt_b_c_rms": False, "dt_b_c_weights": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -93,6 +93,7 @@ _HF_ARCHS = {
     "nemotron_h": "nemotron_h", "NemotronHForCausalLM": "nemotron_h",
     "mamba2": "mamba2", "Mamba2ForCausalLM": "mamba2",
     "mamba": "mamba", "MambaForCausalLM": "mamba", "falcon_mamba": "mamba", "FalconMambaForCausalLM": "mamba",
+    "jamba": "jamba", "JambaForCausalLM": "jamba",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -106,7 +107,8 @@ _GGUF_LAYER = {
     "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
     "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
     "ssm_qkvz": "ssm_in.weight", "ssm_ba": "ssm_ba.weight", "ssm_x": "ssm_x.weight",
-    "ssm_dt_w": "ssm_dt.weight",
+    "ssm_dt_w": "ssm_dt.weight", "ssm_dt_norm": "ssm_dt_norm.weight", "ssm_b_norm": "ssm_b_norm.weight",
+    "ssm_c_norm": "ssm_c_norm.weight",
     "ssm_alpha": "ssm_alpha.weight", "ssm_conv": "ssm_conv1d.weight", "ssm_dt": "ssm_dt.bias",
     "ssm_a": "ssm_a", "ssm_norm": "ssm_norm.weight", "ssm_out": "ssm_out.weight",
     "sc_in": "shortconv.in_proj.weight", "sc_conv": "shortconv.conv.weight",
@@ -340,6 +342,8 @@ def _mamba1_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, int]]:
               "ssm_out": (e, d)}  # fmt: skip
     if m["conv_bias"]:
         shapes["ssm_conv_b"] = (1, d)
+    if m["dt_b_c_weights"]:  # (Jamba)
+        shapes.update(ssm_dt_norm=(1, r), ssm_b_norm=(1, n), ssm_c_norm=(1, n))
     return shapes
 
 
@@ -512,7 +516,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
-    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid", *NEMOTRON_H):
+    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid", *NEMOTRON_H, "jamba"):
         raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
     if arch in LFM2:
         common.update(arch_config.lfm2_gguf(arch, md, common, kv_list if isinstance(kv_list, list) else None))
@@ -526,6 +530,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mamba2_gguf(md, common["n_layer"], set(g.tensors)))
     if arch == "mamba":
         common.update(arch_config.mamba1_gguf(md, common, set(g.tensors)))
+    if arch == "jamba":
+        common.update(arch_config.jamba_gguf(md, common, kv_list, set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
@@ -713,6 +719,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mamba2_hf(c, common["n_layer"], n_embd))
     if mamba1:
         common.update(arch_config.mamba1_hf(c, common))
+    if arch == "jamba":
+        common.update(arch_config.jamba_hf(c, common))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -732,10 +740,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch in ("nemotron_h", "mamba2")
         else _MAMBA1_HF
         if mamba1
+        else _JAMBA_HF
+        if arch == "jamba"
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
-    if bamba:
+    if bamba or arch == "jamba":
         final_norm = "model.final_layernorm.weight"
     stem, embed = "model.layers", "model.embed_tokens.weight"
     if arch in ("nemotron_h", "mamba2", "mamba"):  # (backbone.*, norm_f)
@@ -779,6 +789,12 @@ _MAMBA1_HF = {"attn_norm": "norm.weight", "ssm_in": "mixer.in_proj.weight", "ssm
               "ssm_conv_b": "mixer.conv1d.bias", "ssm_x": "mixer.x_proj.weight",
               "ssm_dt_w": "mixer.dt_proj.weight", "ssm_dt": "mixer.dt_proj.bias", "ssm_a": "mixer.A_log",
               "ssm_d": "mixer.D", "ssm_out": "mixer.out_proj.weight"}  # fmt: skip
+# Jamba: the Mamba-1 mixer under mamba. (its norms of dt, B and C too), the dense MLP under feed_forward.
+_JAMBA_HF = {**_HF_LAYER, "ffn_norm": "pre_ff_layernorm.weight", "w_gate": "feed_forward.gate_proj.weight",
+             "w_up": "feed_forward.up_proj.weight", "w_down": "feed_forward.down_proj.weight",
+             **{k: v.replace("mixer.", "mamba.") for k, v in _MAMBA1_HF.items() if k != "attn_norm"},
+             "ssm_dt_norm": "mamba.dt_layernorm.weight", "ssm_b_norm": "mamba.b_layernorm.weight",
+             "ssm_c_norm": "mamba.c_layernorm.weight"}  # fmt: skip
 # Bamba: Granite 4.0-H's mixer names, a plain gated MLP under feed_forward. after pre_ff_layernorm.
 _BAMBA_HF = {**{k: v for k, v in _GRANITEHYBRID_HF.items() if k != "w_gate_up"},
              "ffn_norm": "pre_ff_layernorm.weight", "w_gate": "feed_forward.gate_proj.weight",

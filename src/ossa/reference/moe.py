@@ -42,6 +42,7 @@ MOE_ARCHS = (
     "lfm2moe",
     "granitehybrid",
     "nemotron_h",
+    "jamba",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -158,7 +159,7 @@ def gguf_config(
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
         # (and not for OLMoE)
         "norm_topk_prob": arch != "gpt-oss"
-        and bool(md.get(k + "expert_weights_norm", arch not in ("qwen2moe", "olmoe"))),
+        and bool(md.get(k + "expert_weights_norm", arch not in ("qwen2moe", "olmoe", "jamba"))),
         "layers": [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors],
     })  # fmt: skip
 
@@ -192,6 +193,16 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False, "layers": list(range(n_layer)),
             "swiglu_alpha": float(np.float32(get("swiglu_alpha", 1.702))),
             "swiglu_limit": float(np.float32(get("swiglu_limit", 7.0))),
+        })  # fmt: skip
+    if arch == "jamba":  # JambaConfig's: softmax over all, top-k, not renormalised
+        n_expert = get("num_experts", 16)
+        period, offset = get("expert_layer_period", 2), get("expert_layer_offset", 1)
+        if period < 1 or offset < 0:
+            raise ValueError("config 'expert_layer_period' / 'expert_layer_offset' must be >= 1 / >= 0")
+        return _validate({
+            **_PLAIN, "n_expert": n_expert, "n_expert_used": get("num_experts_per_tok", 2),
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False,
+            "layers": [i for i in range(n_layer) if n_expert > 1 and i % period == offset],
         })  # fmt: skip
     if arch == "ernie4_5-moe":  # Ernie4_5_MoeConfig's keys (the Hub's moe_* names)
         n_ff_expert = get("moe_intermediate_size", 1536)
@@ -427,8 +438,11 @@ def hf_layer_weights(
             w[c + "shared.w_gate"], w[c + "shared.w_up"] = gate_up[:s], gate_up[s:]
             w[c + "shared.w_down"] = _shaped(_need(get, names, sp + "output_linear.weight"), e_dim, s)
         return
-    p = f"model.layers.{i}." + ("block_sparse_moe." if mixtral else "feed_forward." if lfm2 else "mlp.")
-    w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
+    jamba = cfg["arch"] == "jamba"  # (its router: feed_forward.router)
+    p = f"model.layers.{i}." + (
+        "block_sparse_moe." if mixtral else "feed_forward." if lfm2 or jamba else "mlp."
+    )
+    w[c + "router"] = _shaped(_need(get, names, p + ("router.weight" if jamba else "gate.weight")), n, e_dim)
     stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral or lfm2 else {
         "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
     if p + "experts.gate_up_proj" in names:  # transformers 5's fused stacks (Mistral 4's folders)
