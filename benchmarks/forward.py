@@ -156,6 +156,9 @@ RECURRENT_ARCHS = (
     "granitehybrid",
     "nemotron_h",
     "nemotron_h_moe",
+    "mamba",
+    "mamba2",
+    "jamba",
 )
 
 
