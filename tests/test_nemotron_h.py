@@ -29,8 +29,10 @@ from tiny_models import (
     case_file,
     check_case,
     check_chunked_prefill,
+    check_golden,
     greedy,
     hf_greedy,
+    hf_logits,
     hf_to_gguf,
     make_hf_model,
 )
@@ -169,6 +171,15 @@ def test_batch_invariance_inspect_and_errors(
         core.load_model(odd2)
     with pytest.raises(ValueError, match="one count per layer"):
         ref_loader.load_weights(odd2)
+
+
+def test_no_feed_forward_blocks(tmp_path: Path) -> None:
+    """A Nemotron-H model of mixer blocks only (Mamba-2 and attention, no feed-forward block): its GGUF
+    file (every feed_forward_length 0) loads in both loaders and gives transformers' logits."""
+    kw = dict(CASES["nemotron-h"], num_layers=3, layers_block_type=[M, A, M])
+    folder = make_hf_model(tmp_path / "hf", seed=12, **kw)
+    ids = np.random.default_rng(3).integers(0, kw["vocab_size"], 24).tolist()
+    check_golden(hf_to_gguf(folder, tmp_path / "no-ffn.gguf", "F32"), ids, hf_logits(folder, ids), "F32")
 
 
 @pytest.fixture(scope="module")

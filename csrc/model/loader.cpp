@@ -699,6 +699,8 @@ void load_gguf(Model& m, Storage& st) {
   if (mamba2 || mamba1)
     ff = g->get_int(k + "ssm.inner_size", 0);  // (feed_forward_length 0, unused)
   for (int64_t v : ff_per_layer) ff = std::max(ff, v);
+  // (a Nemotron-H file without feed-forward blocks: the size is unused; the hidden size stands in)
+  if (nemotron && !ff_per_layer.empty() && ff == 0) ff = c.n_embd;
   c.n_ff = checked_dim(ff, "feed_forward_length", m.path);
   const int64_t default_head_dim = mamba2 || mamba1           ? c.n_ff / c.n_head
                                    : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head

@@ -458,7 +458,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         # (Nemotron-H: one size per layer, 0 where a block has no feed-forward; Mamba-2's 0, unused)
         n_ff=inner
         if mamba2
-        else max(ff)
+        else (max(ff) or n_embd)  # (a Nemotron-H file without feed-forward blocks: unused)
         if isinstance(ff := md.get(k + "feed_forward_length"), list) and ff
         else md.get(k + "feed_forward_length", md.get(k + "expert_feed_forward_length", 0)),
         n_ctx_train=min(md.get(k + "context_length", 4096), 1 << 30),
