@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import pytest
 
 ARCHS = (
     "llama",
@@ -1584,6 +1587,23 @@ def check_golden(path: str, ids: list[int], hf_logits: np.ndarray, fmt: str) -> 
     if fmt in ("safetensors", "F32"):
         assert twin_hf < HF_TOL[fmt]
     return model
+
+
+def check_config_refusals(src: str, tmp: Path, changes: Sequence[tuple[dict[str, Any], str]]) -> None:
+    """Each (change, match): a copy of the folder ``src`` (under ``tmp``) with ``change`` merged into its
+    config.json is refused by both loaders with an error matching ``match``."""
+    from ossa._native import core
+    from ossa.reference import loader as ref_loader
+
+    cfg = json.loads((Path(src) / "config.json").read_text())
+    for change, match in changes:
+        bad = Path(tmp) / f"bad{len(list(Path(tmp).iterdir()))}"
+        shutil.copytree(src, bad)
+        (bad / "config.json").write_text(json.dumps({**cfg, **change}))
+        with pytest.raises(core.ModelError, match=match):
+            core.load_model(str(bad))
+        with pytest.raises(ValueError, match=match):
+            ref_loader.load_weights(str(bad))
 
 
 def check_case(

@@ -1136,6 +1136,22 @@ void check_mamba1(const Mamba1Config& m, const std::string& where) {
   if (m.conv_kernel < 1 || m.conv_kernel > 64) bad("convolution size");
 }
 
+// The Mamba-1 sizes of a GGUF file (ssm.conv_kernel / inner_size / state_size / time_step_rank:
+// dt's rank), the norms' epsilon the model's (llama.cpp's), unchecked.
+Mamba1Config& mamba1_sizes_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string k = c.arch + ".";
+  Mamba1Config& m = c.mamba1;
+  auto dim = [&](const char* key) {
+    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
+  };
+  m.conv_kernel = dim("ssm.conv_kernel");
+  m.d_inner = dim("ssm.inner_size");
+  m.d_state = dim("ssm.state_size");
+  m.dt_rank = dim("ssm.time_step_rank");
+  m.bc_eps = c.rms_eps;
+  return m;
+}
+
 void mamba1_blocks(ModelConfig& c) {
   const size_t n = static_cast<size_t>(c.n_layer);
   c.mamba1.layers.assign(n, 1);
@@ -1146,18 +1162,9 @@ void mamba1_blocks(ModelConfig& c) {
 }  // namespace
 
 void mamba1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
-  const std::string k = c.arch + ".";
-  Mamba1Config& m = c.mamba1;
-  auto dim = [&](const char* key) {
-    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
-  };
-  m.conv_kernel = dim("ssm.conv_kernel");
-  m.d_inner = dim("ssm.inner_size");
-  m.d_state = dim("ssm.state_size");
-  m.dt_rank = dim("ssm.time_step_rank");
-  m.dt_b_c_rms = g.get_bool(k + "ssm.dt_b_c_rms", false);
-  m.bc_eps = c.rms_eps;  // (llama.cpp's: the model's norm epsilon)
-  check_mamba1(m, "'" + path + "'");
+  mamba1_sizes_gguf(g, c);
+  c.mamba1.dt_b_c_rms = g.get_bool(c.arch + ".ssm.dt_b_c_rms", false);
+  check_mamba1(c.mamba1, "'" + path + "'");
   mamba1_blocks(c);
 }
 
@@ -1194,16 +1201,8 @@ void mamba1_config_hf(const Json& cfg, ModelConfig& c) {
 void jamba_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
                        const std::string& path) {
   const std::string k = c.arch + ".", where = "'" + path + "'";
-  Mamba1Config& m = c.mamba1;
-  auto dim = [&](const char* key) {
-    return static_cast<int>(std::clamp<int64_t>(g.get_int(k + key, 0), -1, int64_t{1} << 24));
-  };
-  m.conv_kernel = dim("ssm.conv_kernel");
-  m.d_inner = dim("ssm.inner_size");
-  m.d_state = dim("ssm.state_size");
-  m.dt_rank = dim("ssm.time_step_rank");
+  Mamba1Config& m = mamba1_sizes_gguf(g, c);
   m.dt_b_c_rms = m.dt_b_c_weights = true;
-  m.bc_eps = c.rms_eps;
   check_mamba1(m, where);
   // (llama.cpp's rule: a layer without KV heads is a Mamba-1 layer)
   if (kv_per_layer.size() != static_cast<size_t>(c.n_layer))
