@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
-from test_qwen35 import check_state_slots
+from test_qwen35 import check_recurrent_engine, check_state_slots
 from tiny_models import (
     HF_TOL,
     N_TOKENS,
@@ -27,6 +27,8 @@ from tiny_models import (
     check_chunked_prefill,
     greedy,
     hf_greedy,
+    hf_to_gguf,
+    make_hf_model,
     twin_tol,
 )
 
@@ -139,3 +141,14 @@ def test_batch_invariance_state_slots_inspect(
     want = "delta-net     3 of 4 layers (linear attention, no KV cache): 4 value heads of 12 over 2 key"
     assert want in text, text
     assert "experts       6 of 24 rows, 2 used per token, in 4 of 4 layers, a shared expert of 20" in text
+
+
+def test_engine(default_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Through LLM (the default model's vocabulary and tokenizer, the older fused ssm_in layout): the
+    recurrent engine's checks of test_qwen35 (batched = alone, slots taking turns, preemption, forks = the
+    twin engine, refusals)."""
+    root = tmp_path_factory.mktemp("qwen3next-engine")
+    folder = make_hf_model(root / "hf", seed=4, **dict(CASES["qwen3-next"], vocab_size=49152))
+    path = hf_to_gguf(folder, root / "tiny-qwen3next.gguf", "F32", tokenizer_gguf=default_model_path,
+                      legacy_ssm_in=True)  # fmt: skip
+    check_recurrent_engine(path)
