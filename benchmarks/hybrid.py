@@ -19,6 +19,8 @@ the output matrix is a smaller share of a step than in the real files):
   4480; Mamba-2 blocks of 128 heads x 80 with state 128 in 8 groups (4 taps with a bias), relu2
   feed-forward blocks of 15680 rows, one attention block (40 query / 8 KV heads of 128, no RoPE); untied.
   (1.6B parameters: the full model's blocks at a fifth of its depth.)
+- ``--arch mamba2``, Mamba-Codestral-7B's layer geometry, its first 8 layers: hidden 4096, Mamba-2
+  mixers of 128 heads x 64 with state 128 in 8 groups, 4 taps with a bias; untied.
 - ``--arch mamba``, Falcon-Mamba-7B's layer geometry, its first 8 layers: hidden 4096, Mamba-1 mixers of
   8192 channels with state 16, dt rank 256, 4 taps with a bias, dt / B / C RMS-normalised; untied.
 
@@ -54,6 +56,7 @@ GRANITE = dict(n_embd=1536, n_layer=40, attention=(9, 19, 29, 39), n_head=12, n_
                n_ff=4096, d_inner=3072, n_heads=48, d_state=128, n_groups=1, conv=4)  # fmt: skip
 NEMOTRON = dict(n_embd=4480, pattern="M-M-M-M*-", n_head=40, n_head_kv=8, head_dim=128, n_ff=15680,
                 d_inner=10240, n_heads=128, d_state=128, n_groups=8, conv=4)  # fmt: skip
+CODESTRAL_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, n_heads=128, d_state=128, n_groups=8, conv=4)
 FALCON_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, d_state=16, dt_rank=256, conv=4)
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
@@ -304,6 +307,34 @@ def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
     return f.finish()
 
 
+def build_mamba2_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Mamba-Codestral-7B-layer file (matrices F16; norms, taps and the Mamba-2 vectors F32) once,
+    with the keys llama.cpp's converter writes (no attention heads, feed_forward_length 0)."""
+    if dst.exists():
+        return str(dst)
+    s = CODESTRAL_MAMBA
+    f = RandomGGUF(dst, "mamba2", tokenizer_gguf)
+    w = f.w
+    e = s["n_embd"]
+    w.add_context_length(1 << 20)
+    w.add_embedding_length(e)
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    _ssm_keys(w, "mamba2.", s)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(f.n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    f.embeddings(e)
+    f.vec("output_norm.weight", e)
+    f.mat("output.weight", f.n_vocab, e)
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        f.vec(p + "attn_norm.weight", e)
+        f.mamba2(p, e, s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"], s["conv"])
+    return f.finish()
+
+
 def build_mamba_f16(dst: Path, tokenizer_gguf: str) -> str:
     """Writes the Falcon-Mamba-7B-layer file (matrices F16; norms, taps and the mixer's vectors F32) once,
     with the keys llama.cpp's converter writes (no attention heads, no feed-forward, ssm.dt_b_c_rms)."""
@@ -371,7 +402,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "mamba"]
+    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "mamba2", "mamba"]
     ap.add_argument("--arch", choices=archs, default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
@@ -381,9 +412,11 @@ def main() -> None:
     default = models.resolve("smollm2-135m")
     stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape",
             "nemotron_h": "nemotron-nano2-10-blocks",
+            "mamba2": "mamba-codestral-7b-8-layers",
             "mamba": "falcon-mamba-7b-8-layers"}[args.arch]  # fmt: skip
     build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16,
-             "nemotron_h": build_nemotron_f16, "mamba": build_mamba_f16}[args.arch]  # fmt: skip
+             "nemotron_h": build_nemotron_f16, "mamba2": build_mamba2_f16,
+             "mamba": build_mamba_f16}[args.arch]  # fmt: skip
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
@@ -392,7 +425,7 @@ def main() -> None:
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
     shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE, "nemotron_h": NEMOTRON,
-             "mamba": FALCON_MAMBA}[args.arch]  # fmt: skip
+             "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA}[args.arch]  # fmt: skip
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")

@@ -133,6 +133,10 @@ def test_engine(default_model_path: str, tmp_path: Path) -> None:
     greedy_sp = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
     llm = LLM(path, kv_cache_memory_bytes=16 << 20)
     assert not llm.config.cache.enable_prefix_caching
+    # (no K/V at all: the slots get the whole budget, the blocks are bookkeeping for every slot's sequence)
+    state = models.load_model(path).config.state_bytes
+    assert llm.config.cache.num_state_slots == min(256, (16 << 20) // state)
+    assert llm.config.cache.num_blocks >= llm.config.cache.num_state_slots * llm.config.max_model_len // 16
     batched = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy_sp)]
     assert batched == [llm.generate([p], greedy_sp)[0].outputs[0].token_ids for p in prompts]
     two = LLM(path, kv_cache_memory_bytes=16 << 20, max_num_seqs=2)

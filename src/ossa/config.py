@@ -390,21 +390,34 @@ class EngineArgs:
             kv_bytes = DEFAULT_KV_CACHE_BYTES if avail is None else min(DEFAULT_KV_CACHE_BYTES, avail // 5)
         # Recurrent state (Qwen3.5, LFM2): one slot per running sequence, out of the same budget: as many
         # as max_num_seqs where half the budget holds them, else what half holds (at least one); the
-        # KV blocks get the rest.
+        # KV blocks get the rest. A model without K/V at all (Mamba alone) gives the slots the whole
+        # budget.
         max_num_seqs = self.max_num_seqs or OFFLINE_LIMITS["max_num_seqs"]
         num_state_slots = 0
         if recurrent:
-            num_state_slots = max(1, min(max_num_seqs, kv_bytes // 2 // arch.state_bytes))
-        num_blocks = int(
-            core.num_blocks_for_memory(
-                kv_bytes - num_state_slots * arch.state_bytes,
-                kv_layers,
-                arch.n_head_kv,
-                arch.head_dim,
-                self.block_size,
-                dtype_bytes,
+            share = kv_bytes if kv_layers == 0 else kv_bytes // 2
+            num_state_slots = max(1, min(max_num_seqs, share // arch.state_bytes))
+        if recurrent and arch.n_kv_layers == 0:
+            # No K/V to store: the blocks are bookkeeping alone (the pool holds no layer), as many as
+            # every slot's sequence of the model's length needs (at most 128Ki tokens each unless
+            # max_model_len asks for more), twice over for the scheduler's free margin.
+            if self.max_model_len is not None:
+                want = int(self.max_model_len)
+            else:
+                want = min(arch.n_ctx_train, 1 << 17) if arch.n_ctx_train > 0 else 2048
+            per_seq = -(-want // self.block_size)
+            num_blocks = min(2**31 - 1, 2 * num_state_slots * per_seq)
+        else:
+            num_blocks = int(
+                core.num_blocks_for_memory(
+                    kv_bytes - num_state_slots * arch.state_bytes,
+                    kv_layers,
+                    arch.n_head_kv,
+                    arch.head_dim,
+                    self.block_size,
+                    dtype_bytes,
+                )
             )
-        )
         draft_kv_bytes = num_blocks * draft_block_bytes
         if avail is not None and weight_bytes + kv_bytes + draft_weight_bytes + draft_kv_bytes > avail:
             if draft is None:
