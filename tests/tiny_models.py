@@ -61,6 +61,7 @@ ARCHS = (
     "mamba",
     "falcon_mamba",
     "jamba",
+    "falcon_h1",
 )
 
 
@@ -169,6 +170,7 @@ def make_hf_model(
         "mamba": transformers.MambaConfig,
         "falcon_mamba": transformers.FalconMambaConfig,
         "jamba": transformers.JambaConfig,
+        "falcon_h1": transformers.FalconH1Config,
         "nemotron_h": transformers.NemotronHConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -364,7 +366,7 @@ def hf_to_gguf(
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
-        "jamba": "jamba",
+        "jamba": "jamba", "falcon_h1": "falcon-h1",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -411,6 +413,8 @@ def hf_to_gguf(
         pass  # (_nemotronh_keys wrote the per-layer counts; Mamba-2 alone has none)
     else:
         writer.add_head_count_kv(1 if arch == "deepseek2" and not fused_kv_b else n_head_kv)
+    if arch == "falcon-h1":
+        _falconh1_keys(writer, cfg)
     own_eps = model_type in ("nemotron_h", "mamba2", "mamba", "falcon_mamba")  # (layer_norm_epsilon)
     eps = cfg.get("layer_norm_epsilon") if own_eps else None
     writer.add_layer_norm_rms_eps(eps or cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
@@ -525,6 +529,7 @@ def hf_to_gguf(
         "mamba2",
         "mamba",
         "jamba",
+        "falcon-h1",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -584,6 +589,8 @@ def hf_to_gguf(
         moe.update(_qwen3next_tensors(tensors, cfg, legacy_ssm_in))
     if arch == "granitehybrid":  # the Mamba-2 mixers, the shared MLP, the experts
         moe.update(_granitehybrid_tensors(tensors, cfg))
+    if arch == "falcon-h1":  # the multipliers folded into the weights, as llama.cpp's converter does
+        moe.update(_falconh1_tensors(tensors, cfg))
     if arch == "jamba":  # Mamba-1 mixers, the feed-forwards and experts under llama.cpp's names
         moe.update(_jamba_tensors(tensors, cfg))
     if arch == "mamba":  # every layer a Mamba-1 mixer under llama.cpp's names
@@ -881,6 +888,60 @@ def _mamba1_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict
         out[b + "ssm_d"] = tensors.pop(m + "D")
         out[b + "ssm_out.weight"] = tensors.pop(m + "out_proj.weight")
     return out
+
+
+def _falconh1_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Falcon-H1's ssm.* keys as llama.cpp's converter writes them (time_step_rank: the heads)."""
+    d = cfg.get("mamba_d_ssm") or cfg["mamba_expand"] * cfg["hidden_size"]
+    writer.add_uint32("falcon-h1.ssm.conv_kernel", cfg["mamba_d_conv"])
+    writer.add_uint32("falcon-h1.ssm.inner_size", d)
+    writer.add_uint32("falcon-h1.ssm.state_size", cfg["mamba_d_state"])
+    writer.add_uint32("falcon-h1.ssm.time_step_rank", cfg["mamba_n_heads"])
+    writer.add_uint32("falcon-h1.ssm.group_count", cfg["mamba_n_groups"])
+
+
+def _falconh1_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops Falcon-H1's tensors but the attention's norm; returns them as llama.cpp's converter writes
+    them, each multiplier folded into its weight (the embeddings', lm_head's, q / k / v / o's, in_proj's five
+    segments, out_proj's, the MLP's gate and down), the mixer as Mamba-2's (ssm_a / ssm_d n x 1, the norm in
+    n_groups rows), pre_ff_layernorm as ffn_norm, the final norm as output_norm."""
+    g = lambda key: float(cfg.get(key) or 1.0)  # noqa: E731
+    d = cfg.get("mamba_d_ssm") or cfg["mamba_expand"] * cfg["hidden_size"]
+    gn, groups = cfg["mamba_n_groups"] * cfg["mamba_d_state"], cfg["mamba_n_groups"]
+    mlp, seg = cfg.get("mlp_multipliers") or [1.0, 1.0], cfg.get("ssm_multipliers") or [1.0] * 5
+    out = {"token_embd.weight": tensors.pop("model.embed_tokens.weight") * g("embedding_multiplier"),
+           "output_norm.weight": tensors.pop("model.final_layernorm.weight")}  # fmt: skip
+    if "lm_head.weight" in tensors:
+        out["output.weight"] = tensors.pop("lm_head.weight") * g("lm_head_multiplier")
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        a, m = p + "self_attn.", p + "mamba."
+        out[b + "ffn_norm"] = tensors.pop(p + "pre_ff_layernorm.weight")  # (llama.cpp's name: no .weight)
+        out[b + "attn_q.weight"] = tensors.pop(a + "q_proj.weight") * g("attention_in_multiplier")
+        out[b + "attn_k.weight"] = tensors.pop(a + "k_proj.weight") * (
+            g("attention_in_multiplier") * g("key_multiplier")
+        )
+        out[b + "attn_v.weight"] = tensors.pop(a + "v_proj.weight") * g("attention_in_multiplier")
+        out[b + "attn_output.weight"] = tensors.pop(a + "o_proj.weight") * g("attention_out_multiplier")
+        w_in = tensors.pop(m + "in_proj.weight") * g("ssm_in_multiplier")
+        ends = [d, 2 * d, 2 * d + gn, 2 * d + 2 * gn, w_in.shape[0]]
+        for s, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+            w_in[lo:hi] *= seg[s]
+        out[b + "ssm_in.weight"] = w_in
+        out[b + "ssm_conv1d.weight"] = tensors.pop(m + "conv1d.weight")[:, 0, :]
+        if m + "conv1d.bias" in tensors:
+            out[b + "ssm_conv1d.bias"] = tensors.pop(m + "conv1d.bias")
+        out[b + "ssm_dt.bias"] = tensors.pop(m + "dt_bias")
+        out[b + "ssm_a"] = -np.exp(tensors.pop(m + "A_log")).reshape(-1, 1)
+        out[b + "ssm_d"] = tensors.pop(m + "D").reshape(-1, 1)
+        if m + "norm.weight" in tensors:
+            out[b + "ssm_norm.weight"] = tensors.pop(m + "norm.weight").reshape(groups, -1)
+        out[b + "ssm_out.weight"] = tensors.pop(m + "out_proj.weight") * g("ssm_out_multiplier")
+        f = p + "feed_forward."
+        out[b + "ffn_gate.weight"] = tensors.pop(f + "gate_proj.weight") * mlp[0]
+        out[b + "ffn_up.weight"] = tensors.pop(f + "up_proj.weight")
+        out[b + "ffn_down.weight"] = tensors.pop(f + "down_proj.weight") * mlp[1]
+    return {k: v.astype(np.float32) for k, v in out.items()}
 
 
 def _jamba_keys(writer: Any, cfg: dict[str, Any], n_head_kv: int) -> None:
@@ -1320,7 +1381,16 @@ def _phi3_keys(writer: Any, cfg: dict[str, Any], rope: dict[str, Any]) -> None:
 
 
 # The recurrent hybrids whose golden logits transformers computes in float64 (hf_logits).
-_FLOAT64_ORACLE = ("granitemoehybrid", "bamba", "nemotron_h", "mamba2", "mamba", "falcon_mamba", "jamba")
+_FLOAT64_ORACLE = (
+    "granitemoehybrid",
+    "bamba",
+    "nemotron_h",
+    "mamba2",
+    "mamba",
+    "falcon_mamba",
+    "jamba",
+    "falcon_h1",
+)
 
 
 def hf_logits(path: str | os.PathLike[str], ids: list[int]) -> np.ndarray:

@@ -190,6 +190,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   ssm["n_groups"] = c.ssm.n_groups;
   ssm["conv_kernel"] = c.ssm.conv_kernel;
   ssm["conv_bias"] = c.ssm.conv_bias;
+  ssm["gated_norm"] = c.ssm.gated_norm;
   nb::list ssm_layers;
   for (int l = 0; l < c.n_layer; ++l)
     if (c.ssm.is_layer(l)) ssm_layers.append(l);
@@ -209,6 +210,20 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
     if (c.mamba1.is_layer(l)) mamba1_layers.append(l);
   mamba1["layers"] = mamba1_layers;
   d["mamba1"] = mamba1;
+  d["parallel_ssm"] = c.parallel_ssm;
+  nb::dict mup;  // (Falcon-H1's multipliers: active only for its folders)
+  mup["active"] = c.mup.active;
+  mup["attn_in"] = c.mup.attn_in;
+  mup["key"] = c.mup.key;
+  mup["attn_out"] = c.mup.attn_out;
+  mup["ssm_in"] = c.mup.ssm_in;
+  mup["ssm_out"] = c.mup.ssm_out;
+  nb::list zxbcdt;
+  for (float v : c.mup.zxbcdt) zxbcdt.append(v);
+  mup["zxbcdt"] = zxbcdt;
+  mup["mlp_gate"] = c.mup.mlp_gate;
+  mup["mlp_down"] = c.mup.mlp_down;
+  d["mup"] = mup;
   d["attn_gate"] = c.attn_gate;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);

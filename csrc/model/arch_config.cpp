@@ -1254,6 +1254,82 @@ void jamba_config_hf(const Json& cfg, ModelConfig& c) {
   c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);  // (no RoPE in Jamba's attention)
 }
 
+void falconh1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  mamba2_sizes_gguf(g, c, "'" + path + "'");
+  c.ssm.layers.assign(static_cast<size_t>(c.n_layer), 1);
+  c.parallel_ssm = true;
+}
+
+void falconh1_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  for (const char* key : {"mamba_proj_bias", "projectors_bias", "attention_bias", "mlp_bias"})
+    if (cfg.boolean(key, false))
+      throw ModelError(std::string(key) + "=true in " + where + " is not supported");
+  if (cfg.string("hidden_act", "silu") != "silu")
+    throw ModelError("hidden_act '" + cfg.string("hidden_act", "") + "' in " + where +
+                     " is not supported (silu)");
+  Mamba2Config& m = c.ssm;
+  auto dim = [&](const char* key, int64_t dflt) {
+    return static_cast<int>(std::clamp<int64_t>(cfg.integer(key, dflt), -1, int64_t{1} << 24));
+  };
+  m.d_inner = dim("mamba_d_ssm", cfg.integer("mamba_expand", 2) * c.n_embd);
+  m.n_heads = dim("mamba_n_heads", 128);
+  m.n_groups = dim("mamba_n_groups", 1);
+  m.d_state = dim("mamba_d_state", 256);
+  m.conv_kernel = dim("mamba_d_conv", 4);
+  m.conv_bias = cfg.boolean("mamba_conv_bias", true);
+  m.gated_norm = cfg.boolean("mamba_rms_norm", false);
+  check_mamba2(m, where);
+  const JsonValue* d_head = cfg.get("mamba_d_head");  // ("auto": d_inner / n_heads)
+  if (d_head != nullptr && !d_head->is_null() &&
+      !(d_head->is_string() && d_head->string == "auto") &&
+      (!d_head->is_number() || !d_head->is_integer || d_head->integer != m.head_dim()))
+    throw ModelError("config 'mamba_d_head' in " + where + " must be d_ssm / mamba_n_heads (" +
+                     std::to_string(m.head_dim()) + ")");
+  // (transformers' torch path normalises before the gate where its kernels gate first: refused
+  // rather than guessed; the released models have no mixer norm)
+  if (m.gated_norm && cfg.boolean("mamba_norm_before_gate", true))
+    throw ModelError("mamba_rms_norm with mamba_norm_before_gate in " + where +
+                     " is not supported (mamba_norm_before_gate=false is)");
+  m.layers.assign(static_cast<size_t>(c.n_layer), 1);
+  c.parallel_ssm = true;
+  MupScales& u = c.mup;
+  u.active = true;
+  auto num = [&](const char* key) {
+    const double v = cfg.number(key, 1.0);
+    if (!std::isfinite(v)) throw ModelError("invalid " + std::string(key) + " in " + where);
+    return static_cast<float>(v);
+  };
+  u.attn_in = num("attention_in_multiplier");
+  u.key = num("key_multiplier");
+  u.attn_out = num("attention_out_multiplier");
+  u.ssm_in = num("ssm_in_multiplier");
+  u.ssm_out = num("ssm_out_multiplier");
+  auto list = [&](const char* key, float* out, size_t n) {
+    const JsonValue* v = cfg.get(key);
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_array() || v->array.size() != n)
+      throw ModelError("config '" + std::string(key) + "' in " + where + " must list " +
+                       std::to_string(n) + " numbers");
+    for (size_t i = 0; i < n; ++i) {
+      if (!v->array[i].is_number() || !std::isfinite(v->array[i].number))
+        throw ModelError("config '" + std::string(key) + "' in " + where + " must list numbers");
+      out[i] = static_cast<float>(v->array[i].number);
+    }
+  };
+  list("ssm_multipliers", u.zxbcdt, 5);
+  float mlp[2] = {1.0f, 1.0f};
+  list("mlp_multipliers", mlp, 2);
+  u.mlp_gate = mlp[0];
+  u.mlp_down = mlp[1];
+  const float emb = num("embedding_multiplier"), head = num("lm_head_multiplier");
+  if (emb != 1.0f) c.embd_scale = emb;
+  if (head != 1.0f) {
+    if (!(head > 0.0f)) throw ModelError("lm_head_multiplier in " + where + " must be > 0");
+    c.logit_scale = 1.0f / head;  // (logits divided by it: times the multiplier)
+  }
+}
+
 void mamba2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   mamba2_sizes_gguf(g, c, "'" + path + "'");
   mamba2_blocks(c);

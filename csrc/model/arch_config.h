@@ -195,6 +195,11 @@ void mamba1_config_hf(const Json& cfg, ModelConfig& c);
 void jamba_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<int64_t>& kv_per_layer,
                        const std::string& path);
 void jamba_config_hf(const Json& cfg, ModelConfig& c);
+// Falcon-H1 (falcon-h1 GGUF, FalconH1ForCausalLM): every layer attention and a Mamba-2 mixer side
+// by side (parallel_ssm), the mixer's gated norm optional; a folder's mu-P multipliers (config.mup,
+// embd_scale, logit_scale), which llama.cpp's converter folds into a GGUF file's weights.
+void falconh1_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void falconh1_config_hf(const Json& cfg, ModelConfig& c);
 // One character per layer (M, *, -, E) from config.json's layers_block_type (or layer_types) or
 // hybrid_override_pattern; checked against n_layer when it is > 0.
 std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);

@@ -124,6 +124,8 @@ struct ShortConvConfig {
 struct Mamba2Config {
   int d_inner = 0, d_state = 0, n_heads = 0, n_groups = 0, conv_kernel = 0;
   bool conv_bias = false;       // the convolution has a bias (ssm_conv_b)
+  bool gated_norm = true;       // y * SiLU(z) RMS-normalised (ssm_norm); false: not normalised
+                                // (Falcon-H1's mamba_rms_norm false)
   std::vector<uint8_t> layers;  // [n_layer] 1 = Mamba-2 layer (empty: none)
   bool active() const { return n_heads > 0; }
   bool is_layer(int layer) const { return !layers.empty() && layers[layer] != 0; }
@@ -161,6 +163,17 @@ struct Mamba1Config {
   int64_t layer_floats() const { return conv_floats() + int64_t{d_inner} * d_state; }
 };
 
+// Falcon-H1's mu-P multipliers, applied at run time to a folder's weights (llama.cpp's converter
+// folds them into a GGUF file's, which then needs none): the attention's input (q, k, v) and the
+// keys, its output, the Mamba-2 mixer's input (and its projection's five segments [z | x | B | C |
+// dt]) and output, the MLP's gate (before SiLU) and its output.
+struct MupScales {
+  bool active = false;
+  float attn_in = 1.0f, key = 1.0f, attn_out = 1.0f, ssm_in = 1.0f, ssm_out = 1.0f;
+  float zxbcdt[5] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  float mlp_gate = 1.0f, mlp_down = 1.0f;
+};
+
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "mixtral",
                      // "gemma", "gemma2", "gemma3", "phi3", "smollm3", "granite", "granitemoe",
@@ -189,6 +202,10 @@ struct ModelConfig {
   ShortConvConfig conv;  // LFM2 (lfm2, lfm2moe); inactive otherwise
   Mamba2Config ssm;      // Mamba-2 layers (granitehybrid); inactive otherwise
   Mamba1Config mamba1;   // Mamba-1 layers (mamba); inactive otherwise
+  // Falcon-H1: every Mamba-2 layer runs attention beside the mixer on the same normalised input,
+  // the two outputs summed into the residual (the layer keeps K/V and a state).
+  bool parallel_ssm = false;
+  MupScales mup;  // (Falcon-H1's folders)
   // granitehybrid read from a BambaForCausalLM folder: a plain gated MLP (feed_forward.*, not the
   // shared MLP's fused input_linear), the final norm final_layernorm.
   bool hf_bamba = false;
@@ -248,7 +265,9 @@ struct ModelConfig {
   }
   // A layer whose mixer is attention: K/V in the cache (not a recurrent layer, not a feed-forward
   // alone).
-  bool has_kv(int layer) const { return !recurrent(layer) && !no_mixer(layer); }
+  bool has_kv(int layer) const {
+    return (!recurrent(layer) || (parallel_ssm && ssm.is_layer(layer))) && !no_mixer(layer);
+  }
   // The layers with K/V in the cache, and a layer's index among them.
   int kv_layers() const {
     int n = 0;

@@ -334,7 +334,8 @@ void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int thread
   laps.lap(kWo);
 }
 
-void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps) {
+void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, Laps& laps,
+                  float* out) {
   const ModelConfig& c = s.model->config;
   const Mamba2Config& m = c.ssm;
   const LayerWeights& L = s.model->weights.layers[layer];
@@ -345,6 +346,16 @@ void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, L
   const MatmulInput in = norm_for(s, f32(L.attn_norm), n, threads, {&L.ssm_in});
   laps.lap(kNorm);
   matmul(L.ssm_in, in, s.ssm_proj.data(), P);  // rows [z | x | B | C | dt]
+  if (c.mup.active) {  // (Falcon-H1: the input's multiplier and the five segments')
+    const int64_t GN = int64_t{G} * N, ends[5] = {D, 2 * D, 2 * D + GN, 2 * D + 2 * GN, P};
+    per_token(n, threads, [&](int t) {
+      float* row = s.ssm_proj.data() + t * P;
+      for (int64_t seg = 0, j = 0; seg < 5; ++seg) {
+        const float f = c.mup.ssm_in * c.mup.zxbcdt[seg];
+        for (; j < ends[seg]; ++j) row[j] *= f;
+      }
+    });
+  }
   laps.lap(kQkv);
   causal_conv(s, batch, layer, s.ssm_proj.data() + D, P, C, f32(L.ssm_conv_t), m.conv_kernel, true,
               s.ssm_xbc.data(), threads, L.ssm_conv_b.empty() ? nullptr : f32(L.ssm_conv_b));
@@ -375,11 +386,17 @@ void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, L
   per_token(n, threads, [&](int t) {
     float* y = s.ssm_y.data() + t * D;
     swiglu_row(s.ssm_proj.data() + t * P, y, D, y);
-    for (int g = 0; g < G; ++g)
-      rmsnorm_row(y + g * gs, f32(L.ssm_norm) + g * gs, gs, c.rms_eps, y + g * gs);
+    if (m.gated_norm)
+      for (int g = 0; g < G; ++g)
+        rmsnorm_row(y + g * gs, f32(L.ssm_norm) + g * gs, gs, c.rms_eps, y + g * gs);
+    if (c.mup.active)
+      for (int64_t j = 0; j < D; ++j) y[j] *= c.mup.ssm_out;
   });
   const MatmulInput out_in = prepare(s, s.ssm_y.data(), n, D, threads, {&L.ssm_out});
-  residual(s, L.ssm_out, out_in, n, threads);
+  if (out != nullptr)
+    matmul(L.ssm_out, out_in, out, c.n_embd);
+  else
+    residual(s, L.ssm_out, out_in, n, threads);
   laps.lap(kWo);
 }
 

@@ -30,7 +30,10 @@ void short_conv_layer(ForwardState& s, const Batch& batch, int layer, int thread
 // The Mamba-2 layer `layer` (config.h Mamba2Config; Granite 4.0-H): x += ssm_out(group_norm(
 // scan(conv([x | B | C])) + D x) * SiLU(z)) with [z | x | B | C | dt] = norm(x) @ ssm_in^T, each
 // head's head_dim x d_state state in the sequence's slot after the convolution's inputs.
-void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps);
+// With `out` ([n, n_embd]), the mixer's output goes there instead of into the residual (Falcon-H1's
+// parallel layers add it beside the attention's).
+void mamba2_layer(ForwardState& s, const Batch& batch, int layer, int threads, fwd::Laps& laps,
+                  float* out = nullptr);
 // One Mamba-1 layer (config.mamba1), residual included: norm, in_proj [x | z], the causal
 // convolution and SiLU on x, x_proj [dt_low | B | C] (Falcon-Mamba: each RMS-normalised), dt_proj
 // and softplus, the selective scan per channel (its state in the sequence's slot), y * SiLU(z),

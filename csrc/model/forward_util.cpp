@@ -186,6 +186,11 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
         add_bias(q, L.bq, Q);
         add_bias(k, L.bk, KV);
         add_bias(v, L.bv, KV);
+        if (c.mup.active) {  // (Falcon-H1: the attention's input multiplier, the keys' too)
+          for (int64_t e = 0; e < Q; ++e) q[e] *= c.mup.attn_in;
+          for (int64_t e = 0; e < KV; ++e) k[e] *= c.mup.attn_in * c.mup.key;
+          for (int64_t e = 0; e < KV; ++e) v[e] *= c.mup.attn_in;
+        }
         if (c.qk_norm) {
           const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
           const float* kn = reinterpret_cast<const float*>(L.k_norm.data);

@@ -125,6 +125,8 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     dn_a.resize(t * d.n_v_heads);
     widest = std::max<int64_t>(widest, V);
   }
+  if (c.parallel_ssm) par_out.resize(t * c.n_embd);
+  if (c.mup.active) mup_up.resize(t * c.n_ff);
   if (c.ssm.active()) {
     ssm_proj.resize(t * c.ssm.proj_dim());
     ssm_xbc.resize(t * c.ssm.conv_dim());
@@ -210,18 +212,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     MatmulInput in;
-    if (c.no_mixer(l)) {  // (Nemotron-H: a feed-forward block)
-    } else if (c.delta.is_layer(l)) {
-      delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
-    } else if (c.conv.is_layer(l)) {
-      short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
-    } else if (c.ssm.is_layer(l)) {
-      mamba2_layer(s, batch, l, threads, laps);  // Granite 4.0-H (model/delta_net.cpp)
-    } else if (c.mamba1.is_layer(l)) {
-      mamba1_layer(s, batch, l, threads, laps);  // Mamba, Falcon-Mamba (model/delta_net.cpp)
-    } else if (c.mla.active()) {
-      mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
-    } else {
+    // The attention sublayer, residual included.
+    auto attention = [&] {
       const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
       attention_qkv(s, batch, l, (local_rope ? s.cos_sin_swa : s.cos_sin).data(), threads, laps);
       AttentionArgs a = attention_args(s, batch, l, threads);
@@ -236,11 +228,40 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
             for (int64_t e = 0; e < hd; ++e)
               o[h * hd + e] *= 1.0f / (1.0f + std::exp(-g[h * 2 * hd + hd + e]));
         });
+      if (c.mup.active)  // (Falcon-H1's attention_out_multiplier, before the linear wo)
+        per_token(n, threads, [&](int t) {
+          float* o = s.attn.data() + t * Q;
+          for (int64_t e = 0; e < Q; ++e) o[e] *= c.mup.attn_out;
+        });
       laps.lap(kAttention);
 
       in = prepare(s, s.attn.data(), n, Q, threads, {&L.wo});
       residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's)
       laps.lap(kWo);
+    };
+    if (c.no_mixer(l)) {  // (Nemotron-H: a feed-forward block)
+    } else if (c.parallel_ssm && c.ssm.is_layer(l)) {
+      // Falcon-H1: the mixer's output aside, the attention's into the residual, then the mixer's
+      // (both read the same normalised input: the mixer leaves the residual as it is)
+      mamba2_layer(s, batch, l, threads, laps, s.par_out.data());
+      attention();
+      per_token(n, threads, [&](int t) {
+        float* x = s.x.data() + t * E;
+        const float* o = s.par_out.data() + t * E;
+        for (int64_t e = 0; e < E; ++e) x[e] += o[e];
+      });
+    } else if (c.delta.is_layer(l)) {
+      delta_net_layer(s, batch, l, threads, laps);  // Qwen3.5 (model/delta_net.cpp)
+    } else if (c.conv.is_layer(l)) {
+      short_conv_layer(s, batch, l, threads, laps);  // LFM2 (model/delta_net.cpp)
+    } else if (c.ssm.is_layer(l)) {
+      mamba2_layer(s, batch, l, threads, laps);  // Granite 4.0-H (model/delta_net.cpp)
+    } else if (c.mamba1.is_layer(l)) {
+      mamba1_layer(s, batch, l, threads, laps);  // Mamba, Falcon-Mamba (model/delta_net.cpp)
+    } else if (c.mla.active()) {
+      mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
+    } else {
+      attention();
     }
     if (c.no_ffn(l)) continue;  // (Nemotron-H: a mixer block)
     if (L.moe.active()) {
@@ -262,6 +283,21 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     }
     in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
     laps.lap(kNorm);
+    if (c.mup.active) {  // Falcon-H1: the gate's multiplier before SiLU, the output's before down
+      matmul(L.w_gate, in, s.gate.data(), F);
+      matmul(L.w_up, in, s.mup_up.data(), F);
+      per_token(n, threads, [&](int t) {
+        float* g = s.gate.data() + t * F;
+        for (int64_t e = 0; e < F; ++e) g[e] *= c.mup.mlp_gate;
+        swiglu_row(g, s.mup_up.data() + t * F, F, g);
+        for (int64_t e = 0; e < F; ++e) g[e] *= c.mup.mlp_down;
+      });
+      laps.lap(kGateUp);
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+      residual(s, L.w_down, in, n, threads);
+      laps.lap(kDown);
+      continue;
+    }
     // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.
     const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) &&
                        takes_bf16_tiles(L.w_up) && takes_bf16_tiles(L.w_down);

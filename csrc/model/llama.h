@@ -54,6 +54,7 @@ struct ForwardState {
   // Mamba-2 (config.ssm, model/delta_net.h): in_proj's rows [max_tokens, proj_dim], the convolved
   // [x | B | C] [max_tokens, conv_dim] and the scan's outputs [max_tokens, d_inner].
   ZeroPageVector<float> ssm_proj, ssm_xbc, ssm_y;
+  ZeroPageVector<float> par_out, mup_up;  // (Falcon-H1: the mixer's output; the MLP's up rows)
   float* states = nullptr;
   int n_state_slots = 0;
   int64_t slot_floats = 0;                 // config.state_floats()

@@ -232,7 +232,7 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",   "jamba"};
+    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +244,7 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba)";
+    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -463,7 +463,8 @@ void build_mamba2_weights(const ModelConfig& c, Builder& b,
     b.storage->canonical[p + "ssm_a"] = l.ssm_a;
   }
   l.ssm_d = take_vector(b, name_of(i, "ssm_d"), p + "ssm_d", H, hf ? 1 : H);
-  l.ssm_norm = take_vector(b, name_of(i, "ssm_norm"), p + "ssm_norm", D, hf ? 1 : s.n_groups);
+  if (s.gated_norm)
+    l.ssm_norm = take_vector(b, name_of(i, "ssm_norm"), p + "ssm_norm", D, hf ? 1 : s.n_groups);
   l.ssm_out = b.take(name_of(i, "ssm_out"), p + "ssm_out", c.n_embd, D);
 }
 
@@ -496,6 +497,11 @@ void build_weights(Model& m, Builder& b,
       build_conv_weights(c, b, name_of, i, l);
     } else if (c.ssm.is_layer(i)) {
       build_mamba2_weights(c, b, name_of, i, l, m.format == "safetensors");
+      if (attention) {  // (Falcon-H1: attention beside the mixer)
+        l.wq = b.take(name_of(i, "wq"), p + "wq", q, c.n_embd);
+        l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
+        l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
+      }
     } else if (c.mamba1.is_layer(i)) {
       build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
@@ -761,8 +767,7 @@ void load_gguf(Model& m, Storage& st) {
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
   c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
-                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
-                  arch == "ernie4_5" || arch == "ernie4_5-moe")
+                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" || arch == "ernie4_5" || arch == "ernie4_5-moe")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -790,6 +795,7 @@ void load_gguf(Model& m, Storage& st) {
   if (c.lfm2()) lfm2_config_gguf(*g, c, kv_per_layer, m.path);  // short convolutions
   if (nemotron) nemotronh_config_gguf(*g, c, kv_per_layer, ff_per_layer, m.path);
   if (mamba2) mamba2_config_gguf(*g, c, m.path);
+  if (arch == "falcon-h1") falconh1_config_gguf(*g, c, m.path);
   if (mamba1) mamba1_config_gguf(*g, c, m.path);
   if (arch == "jamba") jamba_config_gguf(*g, c, kv_per_layer, m.path);
   if (c.mamba1.active()) {  // (the convolution's bias where the first Mamba-1 layer has it)
@@ -797,7 +803,8 @@ void load_gguf(Model& m, Storage& st) {
     while (first < c.n_layer && !c.mamba1.is_layer(first)) ++first;
     c.mamba1.conv_bias = b.has("blk." + std::to_string(first) + ".ssm_conv1d.bias");
   }
-  if (arch == "granitehybrid" || nemotron || mamba2) {  // Mamba-2 layers; biases where present
+  if (arch == "granitehybrid" || nemotron || mamba2 ||
+      arch == "falcon-h1") {  // Mamba-2 layers; biases where present
     if (arch == "granitehybrid") granitehybrid_config_gguf(*g, c, kv_per_layer, m.path);
     int first_attn = -1, first_ssm = -1;
     for (int i = c.n_layer - 1; i >= 0; --i)
@@ -809,6 +816,8 @@ void load_gguf(Model& m, Storage& st) {
                       blk_s = "blk." + std::to_string(first_ssm) + ".";
     c.qkv_bias = first_attn >= 0 && b.has(blk_a + "attn_q.bias");
     c.ssm.conv_bias = first_ssm >= 0 && b.has(blk_s + "ssm_conv1d.bias");
+    if (arch == "falcon-h1")  // (its mixers' gated norm is optional: mamba_rms_norm)
+      c.ssm.gated_norm = first_ssm >= 0 && b.has(blk_s + "ssm_norm.weight");
     // (a dense Granite 4.0-H's feed-forward: the shared MLP's size where the file gives one)
     if (arch == "granitehybrid" && g->get_int(k + "expert_count", 0) == 0)
       c.n_ff = checked_dim(g->get_int(k + "expert_shared_feed_forward_length", c.n_ff),
@@ -830,12 +839,18 @@ void load_gguf(Model& m, Storage& st) {
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   // (LFM2's final norm is named token_embd_norm: transformers' embedding_norm, applied last)
-  build_weights(m, b,
-                arch == "gpt-oss" || qwen35 ? gguf_name_gpt_oss
-                : nemotron                  ? gguf_name_nemotronh
-                                            : gguf_name,
-                "token_embd.weight", c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight",
-                "output.weight");
+  // (llama.cpp's Falcon-H1 files name the feed-forward's norm blk.{i}.ffn_norm, without .weight)
+  const auto falconh1_name = [&b](int layer, const char* field) {
+    const std::string bare = "blk." + std::to_string(layer) + ".ffn_norm";
+    return std::string(field) == "ffn_norm" && b.has(bare) ? bare : gguf_name(layer, field);
+  };
+  using NameOf = std::function<std::string(int, const char*)>;
+  const NameOf name_of = arch == "gpt-oss" || qwen35 ? NameOf(gguf_name_gpt_oss)
+                         : nemotron                  ? NameOf(gguf_name_nemotronh)
+                         : arch == "falcon-h1"       ? NameOf(falconh1_name)
+                                                     : NameOf(gguf_name);
+  build_weights(m, b, name_of, "token_embd.weight",
+                c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
   if (b.has("rope_freqs.weight"))
     m.weights.rope_freqs = b.take("rope_freqs.weight", "rope_freqs", 1, c.head_dim / 2);
@@ -1317,7 +1332,9 @@ void load_hf(Model& m, Storage& st) {
       {"falcon_mamba", "mamba"},
       {"FalconMambaForCausalLM", "mamba"},
       {"jamba", "jamba"},
-      {"JambaForCausalLM", "jamba"}};
+      {"JambaForCausalLM", "jamba"},
+      {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
+      {"FalconH1ForCausalLM", "falcon-h1"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
@@ -1446,8 +1463,12 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
   if (mamba1) mamba1_config_hf(cfg, c);                     // every layer a Mamba-1 mixer alone
-  if (c.arch == "jamba") jamba_config_hf(cfg, c);           // Mamba-1 among NoPE attention, experts
-  if (mamba2) mamba2_config_hf(cfg, c);                     // every layer a Mamba-2 mixer alone
+  if (c.arch == "jamba") jamba_config_hf(cfg, c);
+  if (c.arch == "falcon-h1")
+    falconh1_config_hf(
+        cfg,
+        c);  // parallel mixers, mu-P multipliers           // Mamba-1 among NoPE attention, experts
+  if (mamba2) mamba2_config_hf(cfg, c);  // every layer a Mamba-2 mixer alone
   if (c.arch == "mistral3" || cfg.string("model_type", "") == "mistral4")
     temperature_config_hf(cfg, scaling, c);  // Llama 4's attention temperature
   // (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
@@ -1456,21 +1477,22 @@ void load_hf(Model& m, Storage& st) {
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
-                c.arch == "glm4"                   ? hf_name_glm4
-                : c.lfm2()                         ? hf_name_lfm2
-                : c.hf_bamba                       ? hf_name_bamba
-                : c.arch == "granitehybrid"        ? hf_name_granitehybrid
-                : mamba1                           ? hf_name_mamba1
-                : c.arch == "jamba"                ? hf_name_jamba
-                : c.arch == "nemotron_h" || mamba2 ? hf_name_nemotronh
-                : c.pre_norms()                    ? hf_name
-                                                   : hf_name_post_norms,
+                c.arch == "glm4"                      ? hf_name_glm4
+                : c.lfm2()                            ? hf_name_lfm2
+                : c.hf_bamba || c.arch == "falcon-h1" ? hf_name_bamba
+                : c.arch == "granitehybrid"           ? hf_name_granitehybrid
+                : mamba1                              ? hf_name_mamba1
+                : c.arch == "jamba"                   ? hf_name_jamba
+                : c.arch == "nemotron_h" || mamba2    ? hf_name_nemotronh
+                : c.pre_norms()                       ? hf_name
+                                                      : hf_name_post_norms,
                 c.arch == "nemotron_h" || mamba2 || mamba1 ? "backbone.embeddings.weight"
                                                            : "model.embed_tokens.weight",
                 c.lfm2()                                     ? "model.embedding_norm.weight"
                 : c.arch == "nemotron_h" || mamba2 || mamba1 ? "backbone.norm_f.weight"
-                : c.hf_bamba || c.arch == "jamba"            ? "model.final_layernorm.weight"
-                                                             : "model.norm.weight",
+                : c.hf_bamba || c.arch == "jamba" || c.arch == "falcon-h1"
+                    ? "model.final_layernorm.weight"
+                    : "model.norm.weight",
                 "lm_head.weight");
   build_moe_layers(m, b, false);
   if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)

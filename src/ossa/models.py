@@ -240,7 +240,23 @@ class Mamba2Config:
     n_groups: int = 0
     conv_kernel: int = 0
     conv_bias: bool = False
+    gated_norm: bool = True  # y * SiLU(z) RMS-normalised (Falcon-H1's: optional)
     layers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MupScales:
+    """Falcon-H1's mu-P multipliers (``ossa::MupScales``), applied at run time to a folder's weights."""
+
+    active: bool = False
+    attn_in: float = 1.0
+    key: float = 1.0
+    attn_out: float = 1.0
+    ssm_in: float = 1.0
+    ssm_out: float = 1.0
+    zxbcdt: list[float] = field(default_factory=lambda: [1.0] * 5)
+    mlp_gate: float = 1.0
+    mlp_down: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -300,6 +316,8 @@ class ModelConfig:
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
     ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H, Nemotron-H)
     mamba1: Mamba1Config = field(default_factory=Mamba1Config)  # Mamba-1 layers (Mamba, Falcon-Mamba)
+    parallel_ssm: bool = False  # Falcon-H1: attention beside every Mamba-2 mixer
+    mup: MupScales = field(default_factory=MupScales)  # Falcon-H1's multipliers (its folders)
     # Nemotron-H's one-sublayer blocks: per layer, no feed-forward / no mixer (empty: both everywhere)
     layer_no_ffn: list[bool] = field(default_factory=list)
     layer_no_mixer: list[bool] = field(default_factory=list)
@@ -318,6 +336,7 @@ class ModelConfig:
         values["conv"] = ShortConvConfig(**d.get("conv", {}))
         values["ssm"] = Mamba2Config(**d.get("ssm", {}))
         values["mamba1"] = Mamba1Config(**d.get("mamba1", {}))
+        values["mup"] = MupScales(**d.get("mup", {}))
         return cls(**values)
 
 

@@ -741,6 +741,7 @@ def _check_mamba2(m: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("invalid Mamba-2 state size")
     if not 1 <= m["conv_kernel"] <= 64:
         raise ValueError("invalid Mamba-2 convolution size")
+    m.setdefault("gated_norm", True)  # (Falcon-H1's may be off)
     return m
 
 
@@ -1050,6 +1051,75 @@ def jamba_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         "layers": [i for i in range(n_layer) if i % period != offset],
     })  # fmt: skip
     return {"layer_nope": [True] * n_layer, "mamba1": m}
+
+
+def falconh1_gguf(md: dict[str, Any], n_layer: int, tensors: Any) -> dict[str, Any]:
+    """Falcon-H1 from GGUF (twin of falconh1_config_gguf): the ssm.* sizes, every layer a Mamba-2 mixer
+    beside attention, the mixer's norm where the file has it; the multipliers are in the weights (llama.cpp's
+    converter folds them)."""
+    k = "falcon-h1."
+    ssm = _check_mamba2({
+        "d_inner": md.get(k + "ssm.inner_size", 0), "d_state": md.get(k + "ssm.state_size", 0),
+        "n_heads": md.get(k + "ssm.time_step_rank", 0), "n_groups": md.get(k + "ssm.group_count", 0),
+        "conv_kernel": md.get(k + "ssm.conv_kernel", 0), "conv_bias": "blk.0.ssm_conv1d.bias" in tensors,
+        "gated_norm": "blk.0.ssm_norm.weight" in tensors, "layers": list(range(n_layer)),
+    })  # fmt: skip
+    return {"ssm": ssm, "parallel_ssm": True}
+
+
+def falconh1_hf(c: dict[str, Any], n_layer: int, n_embd: int) -> dict[str, Any]:
+    """Falcon-H1 from a config.json (twin of falconh1_config_hf): the mamba_* sizes (d_ssm, else expand x
+    hidden), the optional gated norm (after the gate only), the mu-P multipliers, the embedding and lm_head
+    multipliers as embd_scale and logit_scale (logits divided by 1 / multiplier)."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    for key in ("mamba_proj_bias", "projectors_bias", "attention_bias", "mlp_bias"):
+        if get(key, False):
+            raise ValueError(f"{key}=true is not supported")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act '{c['hidden_act']}' is not supported (silu)")
+    ssm = _check_mamba2({
+        "d_inner": get("mamba_d_ssm", get("mamba_expand", 2) * n_embd), "d_state": get("mamba_d_state", 256),
+        "n_heads": get("mamba_n_heads", 128), "n_groups": get("mamba_n_groups", 1),
+        "conv_kernel": get("mamba_d_conv", 4), "conv_bias": bool(get("mamba_conv_bias", True)),
+        "gated_norm": bool(get("mamba_rms_norm", False)), "layers": list(range(n_layer)),
+    })  # fmt: skip
+    d_head = get("mamba_d_head", "auto")
+    if d_head != "auto" and d_head != ssm["d_inner"] // ssm["n_heads"]:
+        want = ssm["d_inner"] // ssm["n_heads"]
+        raise ValueError(f"config 'mamba_d_head' must be d_ssm / mamba_n_heads ({want})")
+    if ssm["gated_norm"] and get("mamba_norm_before_gate", True):
+        raise ValueError("mamba_rms_norm with mamba_norm_before_gate is not supported")
+
+    def f32(key: str) -> float:
+        v = float(get(key, 1.0))
+        if not math.isfinite(v):
+            raise ValueError(f"invalid {key}")
+        return float(np.float32(v))
+
+    def floats(key: str, n: int) -> list[float]:
+        v = get(key, [1.0] * n)
+        if not isinstance(v, list) or len(v) != n or not all(isinstance(x, (int, float)) for x in v):
+            raise ValueError(f"config '{key}' must list {n} numbers")
+        return [float(np.float32(x)) for x in v]
+
+    mlp = floats("mlp_multipliers", 2)
+    mup = {"active": True, "attn_in": f32("attention_in_multiplier"), "key": f32("key_multiplier"),
+           "attn_out": f32("attention_out_multiplier"), "ssm_in": f32("ssm_in_multiplier"),
+           "ssm_out": f32("ssm_out_multiplier"), "zxbcdt": floats("ssm_multipliers", 5),
+           "mlp_gate": mlp[0], "mlp_down": mlp[1]}  # fmt: skip
+    out: dict[str, Any] = {"ssm": ssm, "parallel_ssm": True, "mup": mup}
+    emb, head = f32("embedding_multiplier"), f32("lm_head_multiplier")
+    if emb != 1.0:
+        out["embd_scale"] = emb
+    if head != 1.0:
+        if not head > 0:
+            raise ValueError("lm_head_multiplier must be > 0")
+        out["logit_scale"] = float(np.float32(1.0) / np.float32(head))
+    return out
 
 
 def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:

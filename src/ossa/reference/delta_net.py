@@ -191,6 +191,12 @@ def mamba2(
     di, ns, nh, ng = m["d_inner"], m["d_state"], m["n_heads"], m["n_groups"]
     hd, conv_dim = di // nh, di + 2 * ng * m["d_state"]
     proj = np.einsum("ij,kj->ik", q8(h, p + "ssm_in"), w[p + "ssm_in"])
+    u = c["mup"]
+    if u["active"]:  # (Falcon-H1: the input's multiplier times each of the five segments')
+        gn = ng * ns
+        widths = [di, di, gn, gn, proj.shape[1] - 2 * di - 2 * gn]
+        f = np.float32(u["ssm_in"]) * np.asarray(u["zxbcdt"], np.float32)
+        proj = proj * np.repeat(f, widths)
     z, xbc, dt_raw = proj[:, :di], proj[:, di : di + conv_dim], proj[:, di + conv_dim :]
     group = np.arange(nh) // (nh // ng)  # the B / C group of each head
     y = np.empty((len(h), nh, hd), np.float32)
@@ -212,9 +218,12 @@ def mamba2(
             dtb = dt[t][:, None] * b[t]  # [nh, ns]
             ssm[...] = ssm * decay[t][:, None, None] + x[t][:, :, None] * dtb[:, None, :]
             y[lo + t] = np.einsum("hpn,hn->hp", ssm, cc[t]) + w[p + "ssm_d"][:, None] * x[t]
-    gated = y.reshape(len(h), di) * silu(z)
-    groups = gated.reshape(len(h), ng, di // ng)
-    normed = rms_norm(groups, w[p + "ssm_norm"].reshape(ng, di // ng), eps).reshape(len(h), di)
+    normed = y.reshape(len(h), di) * silu(z)
+    if m["gated_norm"]:  # (Falcon-H1's mixers may have none)
+        groups = normed.reshape(len(h), ng, di // ng)
+        normed = rms_norm(groups, w[p + "ssm_norm"].reshape(ng, di // ng), eps).reshape(len(h), di)
+    if u["active"]:  # (Falcon-H1's ssm_out_multiplier)
+        normed = normed * np.float32(u["ssm_out"])
     return np.einsum("ij,kj->ik", q8(normed, p + "ssm_out"), w[p + "ssm_out"])  # type: ignore[no-any-return]
 
 

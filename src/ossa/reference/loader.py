@@ -24,7 +24,7 @@ ARCHS = (
     "llama", "qwen2", "qwen3", "mistral", "qwen3moe", "qwen2moe", "gemma", "gemma2", "gemma3", "phi3",
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
-    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba",
+    "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -40,7 +40,8 @@ CONFIG_KEYS = (
     "sliding_window", "layer_sliding", "rope_theta_swa", "rope_dim", "attn_scale", "final_softcap",
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
-    "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1",
+    "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
+    "mup",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -53,7 +54,10 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
               "layers": []},
     "conv": {"kernel": 0, "layers": []},
     "ssm": {"d_inner": 0, "d_state": 0, "n_heads": 0, "n_groups": 0, "conv_kernel": 0, "conv_bias": False,
-            "layers": []},
+            "gated_norm": True, "layers": []},
+    "parallel_ssm": False,
+    "mup": {"active": False, "attn_in": 1.0, "key": 1.0, "attn_out": 1.0, "ssm_in": 1.0, "ssm_out": 1.0,
+            "zxbcdt": [1.0] * 5, "mlp_gate": 1.0, "mlp_down": 1.0},
     "attn_gate": False, "layer_no_ffn": [], "layer_no_mixer": [], "ffn_relu2": False,
     "mamba1": {"d_inner": 0, "d_state": 0, "dt_rank": 0, "conv_kernel": 0, "conv_bias": False,
                "dt_b_c_rms": False, "dt_b_c_weights": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
@@ -94,6 +98,7 @@ _HF_ARCHS = {
     "mamba2": "mamba2", "Mamba2ForCausalLM": "mamba2",
     "mamba": "mamba", "MambaForCausalLM": "mamba", "falcon_mamba": "mamba", "FalconMambaForCausalLM": "mamba",
     "jamba": "jamba", "JambaForCausalLM": "jamba",
+    "falcon_h1": "falcon-h1", "FalconH1ForCausalLM": "falcon-h1",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -173,7 +178,8 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2: the layers without K/V, and one sequence's
     # state in float32 values)
     d, sc, m = cfg["delta"], cfg["conv"], cfg["ssm"]
-    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - len(m["layers"])
+    mixers = 0 if cfg["parallel_ssm"] else len(m["layers"])  # (Falcon-H1's keep K/V beside their state)
+    cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - mixers
     cfg["n_kv_layers"] -= sum(cfg["layer_no_mixer"])  # (Nemotron-H's feed-forward blocks)
     m1 = cfg["mamba1"]
     cfg["n_kv_layers"] -= len(m1["layers"])
@@ -248,7 +254,9 @@ def _weights(
         if i in d["layers"]:  # Qwen3-Next's fused projections: rows gathered into Qwen3.5's layout
             _split_fused_delta(d, get, names, w, name_of, i, e, shapes)
         if i in cfg["ssm"]["layers"]:  # Mamba-2 (reference/delta_net.py); GGUF: ssm_a / ssm_d n x 1
-            shapes = _mamba2_shapes(cfg, gguf)
+            # (Falcon-H1: attention beside the mixer, q / k / v; its wo below)
+            attn = {f: shapes[f] for f in ("wq", "wk", "wv", "wo")} if cfg["parallel_ssm"] else {}
+            shapes = {**_mamba2_shapes(cfg, gguf), **attn}
         if i in cfg["mamba1"]["layers"]:  # Mamba-1 (reference/delta_net.py)
             shapes = _mamba1_shapes(cfg)
         recurrent = recurrent or i in cfg["mamba1"]["layers"]
@@ -299,7 +307,7 @@ def _weights(
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
         for field in ("ssm_a", "ssm_d", "ssm_norm"):  # (GGUF's Mamba-2 vectors, stored n x 1 / groups)
-            if i in cfg["ssm"]["layers"]:
+            if i in cfg["ssm"]["layers"] and f"layers.{i}.{field}" in w:
                 w[f"layers.{i}.{field}"] = w[f"layers.{i}.{field}"].reshape(-1)
     return w
 
@@ -356,6 +364,8 @@ def _mamba2_shapes(cfg: dict[str, Any], gguf: bool) -> dict[str, tuple[int, int]
     shapes = {"attn_norm": (1, e), "ssm_in": (d + conv + h, e), "ssm_conv": (conv, m["conv_kernel"]),
               "ssm_dt": (1, h), "ssm_a": (h, 1) if gguf else (1, h), "ssm_d": (h, 1) if gguf else (1, h),
               "ssm_norm": (g, d // g) if gguf and g > 1 else (1, d), "ssm_out": (e, d)}  # fmt: skip
+    if not m["gated_norm"]:  # (Falcon-H1's mixers may have no norm)
+        del shapes["ssm_norm"]
     if m["conv_bias"]:
         shapes["ssm_conv_b"] = (1, conv)
     return shapes
@@ -532,12 +542,16 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mamba1_gguf(md, common, set(g.tensors)))
     if arch == "jamba":
         common.update(arch_config.jamba_gguf(md, common, kv_list, set(g.tensors)))
+    if arch == "falcon-h1":
+        common.update(arch_config.falconh1_gguf(md, common["n_layer"], set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
     if arch in NEMOTRON_H:  # (every block's one norm is attn_norm)
         layer = dict(_GGUF_LAYER, ffn_norm="attn_norm.weight")
+    if arch == "falcon-h1" and "blk.0.ffn_norm" in names:  # (llama.cpp's name for it: no .weight)
+        layer = dict(_GGUF_LAYER, ffn_norm="ffn_norm")
     final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
     w = _weights(
         cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
@@ -721,6 +735,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mamba1_hf(c, common))
     if arch == "jamba":
         common.update(arch_config.jamba_hf(c, common))
+    if arch == "falcon-h1":
+        common.update(arch_config.falconh1_hf(c, common["n_layer"], n_embd))
     if not (np.isfinite(common["clamp_qkv"]) and common["clamp_qkv"] >= 0):
         raise ValueError(f"invalid clip_qkv {common['clamp_qkv']} in '{path}'")
     cfg = _config(arch, **common)
@@ -733,7 +749,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else _LFM2_HF
         if arch in LFM2
         else _BAMBA_HF
-        if bamba
+        if bamba or arch == "falcon-h1"
         else _GRANITEHYBRID_HF
         if arch == "granitehybrid"
         else _NEMOTRONH_HF
@@ -745,7 +761,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
-    if bamba or arch == "jamba":
+    if bamba or arch in ("jamba", "falcon-h1"):
         final_norm = "model.final_layernorm.weight"
     stem, embed = "model.layers", "model.embed_tokens.weight"
     if arch in ("nemotron_h", "mamba2", "mamba"):  # (backbone.*, norm_f)

@@ -386,6 +386,10 @@ def forward(
         p = f"layers.{i}."
         if c["layer_no_mixer"] and c["layer_no_mixer"][i]:  # (Nemotron-H: a feed-forward block)
             pass
+        elif states is not None and is_recurrent(c, i) and c["parallel_ssm"]:  # Falcon-H1: both, summed
+            h = pre(x, p + "attn_norm")
+            beside = recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8)
+            x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2) + beside
         elif states is not None and is_recurrent(c, i):  # (delta-nets, short convolutions, Mamba-2)
             h = pre(x, p + "attn_norm")
             x = add(x, recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8))
@@ -407,7 +411,9 @@ def forward(
         if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
             x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
             continue
-        act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
+        from .runner import mup_swiglu
+
+        act = mup_swiglu(c, q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
     return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)
 
@@ -438,6 +444,9 @@ def _attention(
         q, gate = gate_attention(q, n_head, hd)
     if c["qkv_bias"]:
         q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+    from .runner import mup_qkv
+
+    q, k, v = mup_qkv(c, q, k, v)
     if olmo2:
         q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
     q = q.reshape(len(ids), n_head, hd)
@@ -458,5 +467,7 @@ def _attention(
     att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
     if gate is not None:
         att = att * gate
+    if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)
+        att = att * np.float32(c["mup"]["attn_out"])
     o = q8(att, p + "wo") @ w[p + "wo"].T
     return add(x, post(o + w[p + "bo"] if c["o_bias"] else o, p + "post_attn_norm"))  # type: ignore[no-any-return]

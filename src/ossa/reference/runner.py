@@ -198,7 +198,10 @@ class ModelRunner:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
             h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
-            if states and is_recurrent(c, i):  # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2)
+            beside = None  # (Falcon-H1: the mixer's output, added after the attention's)
+            if states and is_recurrent(c, i) and c["parallel_ssm"]:
+                beside = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
+            elif states and is_recurrent(c, i):  # (Qwen3.5's delta-nets, LFM2's convolutions, Mamba-2)
                 out = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
                 x = x + _scaled(c, out)
                 x = x if no_ffn else _plain_ffn(c, w, i, x, q8)
@@ -216,6 +219,7 @@ class ModelRunner:
                 q, gate = gate_attention(q, n_head, hd)
             if c["qkv_bias"]:
                 q, k, v = q + w[p + "bq"], k + w[p + "bk"], v + w[p + "bv"]
+            q, k, v = mup_qkv(c, q, k, v)
             if olmo2:
                 q, k = (
                     ref_model.rms_norm(q, w[p + "q_norm"], eps),
@@ -252,6 +256,8 @@ class ModelRunner:
                 )  # fmt: skip
             if gate is not None:
                 attn = attn * gate
+            if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)
+                attn = attn * np.float32(c["mup"]["attn_out"])
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
             if c["o_bias"]:  # gpt-oss
                 out = out + w[p + "bo"]
@@ -260,6 +266,8 @@ class ModelRunner:
             elif c["residual_scale"] > 0:  # Granite's residual_multiplier
                 out = out * np.float32(c["residual_scale"])
             x = x + out
+            if beside is not None:
+                x = x + beside
             if no_ffn:
                 continue
             if c["ffn_relu2"]:
@@ -276,7 +284,7 @@ class ModelRunner:
                 _linear(q8(h, p + "w_gate"), w[p + "w_gate"]),
                 _linear(q8(h, p + "w_up"), w[p + "w_up"]),
             )
-            act = gelu_tanh_glu(gate, up) if gemma else ref_model.silu(gate) * up
+            act = gelu_tanh_glu(gate, up) if gemma else mup_swiglu(c, gate, up)
             out = _linear(q8(act, p + "w_down"), w[p + "w_down"])
             if post_norms:
                 out = ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps)
@@ -286,6 +294,27 @@ class ModelRunner:
         rows = np.asarray(logits_rows, dtype=np.int64)
         h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
         return ref_model.finish_logits(c, _linear(h, w["output"]))
+
+
+def mup_qkv(
+    c: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v times Falcon-H1's attention_in_multiplier (k also its key_multiplier), where set."""
+    u = c["mup"]
+    if not u["active"]:
+        return q, k, v
+    a, kk = np.float32(u["attn_in"]), np.float32(u["attn_in"]) * np.float32(u["key"])
+    return q * a, k * kk, v * a
+
+
+def mup_swiglu(c: dict[str, Any], gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """SiLU(gate) * up, with Falcon-H1's MLP multipliers where set (the gate's before SiLU, then the
+    output's)."""
+    u = c["mup"]
+    if not u["active"]:
+        return ref_model.silu(gate) * up  # type: ignore[no-any-return]
+    act = ref_model.silu(gate * np.float32(u["mlp_gate"])) * up
+    return act * np.float32(u["mlp_down"])  # type: ignore[no-any-return]
 
 
 def _scaled(c: dict[str, Any], out: np.ndarray) -> np.ndarray:
