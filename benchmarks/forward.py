@@ -159,6 +159,7 @@ RECURRENT_ARCHS = (
     "mamba",
     "mamba2",
     "jamba",
+    "falcon-h1",
 )
 
 

@@ -19,6 +19,10 @@ the output matrix is a smaller share of a step than in the real files):
   4480; Mamba-2 blocks of 128 heads x 80 with state 128 in 8 groups (4 taps with a bias), relu2
   feed-forward blocks of 15680 rows, one attention block (40 query / 8 KV heads of 128, no RoPE); untied.
   (1.6B parameters: the full model's blocks at a fifth of its depth.)
+- ``--arch falcon_h1``, shaped like Falcon-H1-1.5B: hidden 2048, 24 layers each running attention (8
+  query / 2 KV heads of 128, NeoX RoPE) beside a Mamba-2 mixer (d_ssm 3072: 48 heads of 64, state 256, one
+  group, 4 taps with a bias, no mixer norm), SwiGLU of 4096 rows; untied (the multipliers folded into the
+  weights, as llama.cpp's converter writes such files).
 - ``--arch mamba2``, Mamba-Codestral-7B's layer geometry, its first 8 layers: hidden 4096, Mamba-2
   mixers of 128 heads x 64 with state 128 in 8 groups, 4 taps with a bias; untied.
 - ``--arch mamba``, Falcon-Mamba-7B's layer geometry, its first 8 layers: hidden 4096, Mamba-1 mixers of
@@ -56,6 +60,8 @@ GRANITE = dict(n_embd=1536, n_layer=40, attention=(9, 19, 29, 39), n_head=12, n_
                n_ff=4096, d_inner=3072, n_heads=48, d_state=128, n_groups=1, conv=4)  # fmt: skip
 NEMOTRON = dict(n_embd=4480, pattern="M-M-M-M*-", n_head=40, n_head_kv=8, head_dim=128, n_ff=15680,
                 d_inner=10240, n_heads=128, d_state=128, n_groups=8, conv=4)  # fmt: skip
+FALCON_H1 = dict(n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, head_dim=128, n_ff=4096, d_inner=3072,
+                 n_heads=48, d_state=256, n_groups=1, conv=4)  # fmt: skip
 CODESTRAL_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, n_heads=128, d_state=128, n_groups=8, conv=4)
 FALCON_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, d_state=16, dt_rank=256, conv=4)
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
@@ -307,6 +313,51 @@ def build_nemotron_f16(dst: Path, tokenizer_gguf: str) -> str:
     return f.finish()
 
 
+def build_falconh1_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Falcon-H1-1.5B-shaped file (matrices F16; norms, taps and the Mamba-2 vectors F32) once,
+    with the keys and names llama.cpp's converter writes (the MLP's norm blk.{i}.ffn_norm, no mixer norm)."""
+    if dst.exists():
+        return str(dst)
+    s, k = FALCON_H1, "falcon-h1."
+    f = RandomGGUF(dst, "falcon-h1", tokenizer_gguf)
+    w = f.w
+    e, hd = s["n_embd"], s["head_dim"]
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(s["n_layer"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1e11)
+    w.add_layer_norm_rms_eps(1e-5)
+    _ssm_keys(w, k, s)
+    w.add_vocab_size(f.n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    f.embeddings(e)
+    f.vec("output_norm.weight", e)
+    f.mat("output.weight", f.n_vocab, e)
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        f.vec(p + "attn_norm.weight", e)
+        f.vec(p + "ffn_norm", e)
+        f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
+        f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        conv_dim = s["d_inner"] + 2 * s["n_groups"] * s["d_state"]
+        f.mat(p + "ssm_in.weight", s["d_inner"] + conv_dim + s["n_heads"], e)
+        taps = 0.5 * f.rng.standard_normal((conv_dim, s["conv"]))
+        f.w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
+        f.vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
+        f.vec(p + "ssm_dt.bias", s["n_heads"], base=-2.0, spread=0.5)
+        a = -np.exp(0.5 * f.rng.standard_normal((s["n_heads"], 1)))
+        f.w.add_tensor(p + "ssm_a", a.astype(np.float32))
+        f.w.add_tensor(p + "ssm_d", np.ones((s["n_heads"], 1), np.float32))
+        f.mat(p + "ssm_out.weight", e, s["d_inner"])
+        f.ffn(p, e, s["n_ff"])
+    return f.finish()
+
+
 def build_mamba2_f16(dst: Path, tokenizer_gguf: str) -> str:
     """Writes the Mamba-Codestral-7B-layer file (matrices F16; norms, taps and the Mamba-2 vectors F32) once,
     with the keys llama.cpp's converter writes (no attention heads, feed_forward_length 0)."""
@@ -402,7 +453,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "mamba2", "mamba"]
+    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "falcon_h1", "mamba2", "mamba"]
     ap.add_argument("--arch", choices=archs, default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
@@ -412,10 +463,10 @@ def main() -> None:
     default = models.resolve("smollm2-135m")
     stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape",
             "nemotron_h": "nemotron-nano2-10-blocks",
-            "mamba2": "mamba-codestral-7b-8-layers",
+            "falcon_h1": "falcon-h1-1.5b-shape", "mamba2": "mamba-codestral-7b-8-layers",
             "mamba": "falcon-mamba-7b-8-layers"}[args.arch]  # fmt: skip
     build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16,
-             "nemotron_h": build_nemotron_f16, "mamba2": build_mamba2_f16,
+             "nemotron_h": build_nemotron_f16, "falcon_h1": build_falconh1_f16, "mamba2": build_mamba2_f16,
              "mamba": build_mamba_f16}[args.arch]  # fmt: skip
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
@@ -425,7 +476,7 @@ def main() -> None:
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
     shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE, "nemotron_h": NEMOTRON,
-             "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA}[args.arch]  # fmt: skip
+             "falcon_h1": FALCON_H1, "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA}[args.arch]  # fmt: skip
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
