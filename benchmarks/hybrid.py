@@ -103,9 +103,27 @@ class RandomGGUF:
         self.mat(p + "attn_k.weight", n_head_kv * hd, e)
         self.mat(p + "attn_v.weight", n_head_kv * hd, e)
 
-    def mamba2(self, p: str, e: int, d: int, h: int, g: int, n: int, conv: int) -> None:
-        """A Mamba-2 mixer as llama.cpp's converter writes it: ssm_a and ssm_d n x 1, the norm n_groups
-        rows."""
+    def ssm_only_keys(self, e: int, n_layer: int) -> None:
+        """The keys of a model of mixers alone (Mamba-1 / Mamba-2): no attention heads, no feed-forward."""
+        self.w.add_context_length(1 << 20)
+        self.w.add_embedding_length(e)
+        self.w.add_block_count(n_layer)
+        self.w.add_feed_forward_length(0)
+        self.w.add_head_count(0)
+
+    def ends(self, e: int) -> None:
+        """The norm epsilon, vocabulary size and file type keys, then the embeddings, the final norm and an
+        untied output matrix."""
+        self.w.add_layer_norm_rms_eps(1e-5)
+        self.w.add_vocab_size(self.n_vocab)
+        self.w.add_file_type(1)  # MOSTLY_F16
+        self.embeddings(e)
+        self.vec("output_norm.weight", e)
+        self.mat("output.weight", self.n_vocab, e)
+
+    def mamba2(self, p: str, e: int, d: int, h: int, g: int, n: int, conv: int, norm: bool = True) -> None:
+        """A Mamba-2 mixer as llama.cpp's converter writes it: ssm_a and ssm_d n x 1, the norm (where
+        ``norm``) n_groups rows."""
         conv_dim = d + 2 * g * n
         self.mat(p + "ssm_in.weight", 2 * d + 2 * g * n + h, e)
         taps = 0.5 * self.rng.standard_normal((conv_dim, conv))
@@ -114,7 +132,8 @@ class RandomGGUF:
         self.vec(p + "ssm_dt.bias", h, base=-2.0, spread=0.5)
         self.w.add_tensor(p + "ssm_a", -np.exp(0.5 * self.rng.standard_normal((h, 1))).astype(np.float32))
         self.w.add_tensor(p + "ssm_d", np.ones((h, 1), np.float32))
-        self.vec(p + "ssm_norm.weight", d, rows=g)
+        if norm:
+            self.vec(p + "ssm_norm.weight", d, rows=g)
         self.mat(p + "ssm_out.weight", e, d)
 
     def ffn(self, p: str, e: int, ff: int, gate: bool = True) -> None:
@@ -331,29 +350,15 @@ def build_falconh1_f16(dst: Path, tokenizer_gguf: str) -> str:
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_freq_base(1e11)
-    w.add_layer_norm_rms_eps(1e-5)
     _ssm_keys(w, k, s)
-    w.add_vocab_size(f.n_vocab)
-    w.add_file_type(1)  # MOSTLY_F16
-    f.embeddings(e)
-    f.vec("output_norm.weight", e)
-    f.mat("output.weight", f.n_vocab, e)
+    f.ends(e)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
         f.vec(p + "attn_norm.weight", e)
         f.vec(p + "ffn_norm", e)
         f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
         f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
-        conv_dim = s["d_inner"] + 2 * s["n_groups"] * s["d_state"]
-        f.mat(p + "ssm_in.weight", s["d_inner"] + conv_dim + s["n_heads"], e)
-        taps = 0.5 * f.rng.standard_normal((conv_dim, s["conv"]))
-        f.w.add_tensor(p + "ssm_conv1d.weight", taps.astype(np.float32))
-        f.vec(p + "ssm_conv1d.bias", conv_dim, base=0.0)
-        f.vec(p + "ssm_dt.bias", s["n_heads"], base=-2.0, spread=0.5)
-        a = -np.exp(0.5 * f.rng.standard_normal((s["n_heads"], 1)))
-        f.w.add_tensor(p + "ssm_a", a.astype(np.float32))
-        f.w.add_tensor(p + "ssm_d", np.ones((s["n_heads"], 1), np.float32))
-        f.mat(p + "ssm_out.weight", e, s["d_inner"])
+        f.mamba2(p, e, s["d_inner"], s["n_heads"], s["n_groups"], s["d_state"], s["conv"], norm=False)
         f.ffn(p, e, s["n_ff"])
     return f.finish()
 
@@ -367,18 +372,9 @@ def build_mamba2_f16(dst: Path, tokenizer_gguf: str) -> str:
     f = RandomGGUF(dst, "mamba2", tokenizer_gguf)
     w = f.w
     e = s["n_embd"]
-    w.add_context_length(1 << 20)
-    w.add_embedding_length(e)
-    w.add_block_count(s["n_layer"])
-    w.add_feed_forward_length(0)
-    w.add_head_count(0)
+    f.ssm_only_keys(e, s["n_layer"])
     _ssm_keys(w, "mamba2.", s)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(f.n_vocab)
-    w.add_file_type(1)  # MOSTLY_F16
-    f.embeddings(e)
-    f.vec("output_norm.weight", e)
-    f.mat("output.weight", f.n_vocab, e)
+    f.ends(e)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
         f.vec(p + "attn_norm.weight", e)
@@ -395,22 +391,13 @@ def build_mamba_f16(dst: Path, tokenizer_gguf: str) -> str:
     f = RandomGGUF(dst, "mamba", tokenizer_gguf)
     w = f.w
     e, d, n, r = s["n_embd"], s["d_inner"], s["d_state"], s["dt_rank"]
-    w.add_context_length(1 << 20)
-    w.add_embedding_length(e)
-    w.add_block_count(s["n_layer"])
-    w.add_feed_forward_length(0)
-    w.add_head_count(0)
+    f.ssm_only_keys(e, s["n_layer"])
     w.add_uint32(k + "ssm.conv_kernel", s["conv"])
     w.add_uint32(k + "ssm.inner_size", d)
     w.add_uint32(k + "ssm.state_size", n)
     w.add_uint32(k + "ssm.time_step_rank", r)
     w.add_bool(k + "ssm.dt_b_c_rms", True)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(f.n_vocab)
-    w.add_file_type(1)  # MOSTLY_F16
-    f.embeddings(e)
-    f.vec("output_norm.weight", e)
-    f.mat("output.weight", f.n_vocab, e)
+    f.ends(e)
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
         f.vec(p + "attn_norm.weight", e)
