@@ -524,6 +524,7 @@ def inspect(
         "delta": asdict(c.delta) if c.delta.layers else None,
         "conv": asdict(c.conv) if c.conv.layers else None,
         "ssm": asdict(c.ssm) if c.ssm.layers else None,
+        "parallel_ssm": c.parallel_ssm,
         "mamba1": asdict(c.mamba1) if c.mamba1.layers else None,
         # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
         "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
@@ -710,8 +711,9 @@ def _ssm_line(info: dict[str, Any]) -> list[str]:
     m = info.get("ssm")
     if not m:
         return []
+    where = "beside attention in each" if info.get("parallel_ssm") else "state space, no KV cache"
     return [
-        f"mamba-2       {len(m['layers'])} of {info['n_layer']} layers (state space, no KV cache): "
+        f"mamba-2       {len(m['layers'])} of {info['n_layer']} layers ({where}): "
         f"{m['n_heads']} heads of {m['d_inner'] // m['n_heads']}, state size {m['d_state']}, "
         f"{m['n_groups']} group{'s' if m['n_groups'] != 1 else ''}, convolution of {m['conv_kernel']}; "
         f"state {_human(info['state_bytes'])} per sequence"
