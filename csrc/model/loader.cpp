@@ -767,7 +767,8 @@ void load_gguf(Model& m, Storage& st) {
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
   c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
-                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" || arch == "ernie4_5" || arch == "ernie4_5-moe")
+                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
+                  arch == "ernie4_5" || arch == "ernie4_5-moe")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
