@@ -62,6 +62,7 @@ ARCHS = (
     "falcon_mamba",
     "jamba",
     "falcon_h1",
+    "gemma4",
 )
 
 
@@ -98,7 +99,7 @@ def make_hf_model(
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}")
-    local_theta = extra.pop("rope_local_base_freq", 10000.0 if arch == "gemma3" else rope_theta)
+    local_theta = extra.pop("rope_local_base_freq", 10000.0 if arch in ("gemma3", "gemma4") else rope_theta)
     kwargs: dict[str, Any] = dict(
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
@@ -127,6 +128,11 @@ def make_hf_model(
         kwargs["num_heads"] = num_heads
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
+    if arch == "gemma4":  # the global layers' proportional RoPE, the sliding layers' own base
+        full = {"rope_theta": rope_theta, "rope_type": "proportional"}
+        full["partial_rotary_factor"] = kwargs.pop("partial_rotary_factor", 0.25)
+        local = {"rope_theta": local_theta, "rope_type": "default"}
+        kwargs["rope_parameters"] = {"full_attention": full, "sliding_attention": local}
     if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
@@ -172,6 +178,7 @@ def make_hf_model(
         "jamba": transformers.JambaConfig,
         "falcon_h1": transformers.FalconH1Config,
         "nemotron_h": transformers.NemotronHConfig,
+        "gemma4": transformers.Gemma4TextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -211,6 +218,8 @@ def make_hf_model(
         for name, b in model.named_buffers():  # DeepSeek V3's selection bias (zeros otherwise)
             if name.endswith(("e_score_correction_bias", "expert_bias")):  # (LFM2-MoE's too)
                 b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+            if name.endswith("layer_scalar"):  # Gemma 4's output multipliers: around 1
+                b.copy_(0.5 + torch.rand(b.shape, generator=gen))
     if tie:
         model.tie_weights()
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
@@ -352,6 +361,8 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
+    if model_type == "gemma4_text":
+        return _gemma4_to_gguf(hf_dir, cfg, out_path, ftype, tokenizer_gguf)
     if model_type == "nemotron_h":  # (transformers 5 writes its layer count as the pattern's length)
         cfg["num_hidden_layers"] = len(cfg["layers_block_type"])
     arch = {
@@ -1228,6 +1239,119 @@ def _gemma3_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:
         writer.add_float32("gemma3.attention.scale", cfg["query_pre_attn_scalar"] ** -0.5)
     if cfg.get("final_logit_softcapping"):
         writer.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
+
+
+_GEMMA4_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight", "layer_scalar": "layer_output_scale.weight",
+    "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+    "post_per_layer_input_norm.weight": "post_norm.weight",
+}  # fmt: skip
+_GEMMA4_GLOBALS = {
+    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight", "model.embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+    "model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
+    "model.per_layer_projection_norm.weight": "per_layer_proj_norm.weight",
+}  # fmt: skip
+
+
+def _gemma4_to_gguf(
+    hf_dir: Path, cfg: dict[str, Any], out_path: str | os.PathLike[str], ftype: str, tokenizer_gguf: Any
+) -> str:
+    """A Gemma 4 folder as llama.cpp's converter (conversion/gemma.py Gemma4Model) writes it: norms as
+    stored (no 1 + w), key_length / key_length_swa, head_count_kv and feed_forward_length per layer, a
+    bool per layer for the sliding pattern, shared_kv_layers, embedding_length_per_layer_input,
+    rope.dimension_count(_swa) the whole heads, and the global layers' proportional RoPE as a
+    rope_freqs tensor (1 for the turning frequencies, 1e30 for the rest); layer_scalar as
+    layer_output_scale, the shared layers' K/V tensors dropped."""
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    from ossa.reference import arch_config
+
+    kw = arch_config.gemma4_hf(cfg)
+    n_layer, hd_swa = kw["n_layer"], kw["head_dim"]
+    hd_full = next((kw["layer_head_dim"][i] for i in range(n_layer) if not kw["layer_sliding"][i]), hd_swa)
+    writer = gguf.GGUFWriter(str(out_path), "gemma4")
+    writer.add_name("tiny-gemma4")
+    writer.add_context_length(cfg.get("max_position_embeddings", 512))
+    writer.add_embedding_length(kw["n_embd"])
+    writer.add_block_count(n_layer)
+    if len(set(kw["layer_n_ff"])) > 1:
+        writer.add_feed_forward_length(kw["layer_n_ff"])
+    else:
+        writer.add_feed_forward_length(kw["layer_n_ff"][0])
+    writer.add_head_count(kw["n_head"])
+    writer.add_head_count_kv(kw["layer_n_head_kv"])
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    writer.add_key_length(hd_full)
+    writer.add_value_length(hd_full)
+    writer.add_key_length_swa(hd_swa)
+    writer.add_value_length_swa(hd_swa)
+    writer.add_rope_freq_base(float(kw["rope_theta"]))
+    writer.add_rope_freq_base_swa(float(kw["rope_theta_swa"]))
+    writer.add_rope_dimension_count(hd_full)
+    writer.add_rope_dimension_count_swa(hd_swa)
+    writer.add_sliding_window(kw["sliding_window"])
+    writer.add_sliding_window_pattern(kw["layer_sliding"])
+    writer.add_shared_kv_layers(cfg.get("num_kv_shared_layers") or 0)
+    writer.add_embedding_length_per_layer_input(kw["ple_dim"])
+    if kw["final_softcap"]:
+        writer.add_final_logit_softcapping(float(kw["final_softcap"]))
+    if tokenizer_gguf is not None:
+        _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
+    else:
+        writer.add_tokenizer_model("gpt2")
+    qtype = {
+        "F32": QT.F32,
+        "F16": QT.F16,
+        "BF16": QT.BF16,
+        "Q8_0": QT.Q8_0,
+        "Q4_0": QT.Q4_0,
+        "Q4_1": QT.Q4_1,
+    }[ftype]
+    tensors = _read_hf_tensors(hf_dir)
+    if cfg.get("tie_word_embeddings", True):
+        tensors.pop("lm_head.weight", None)
+    named: dict[str, np.ndarray] = {}
+    for name, w in tensors.items():
+        if name in _GEMMA4_GLOBALS:
+            named[_GEMMA4_GLOBALS[name]] = w
+            continue
+        parts = name.split(".")
+        layer, rest = int(parts[2]), ".".join(parts[3:])
+        if (
+            kw["kv_source"]
+            and kw["kv_source"][layer] != layer
+            and rest.startswith(("self_attn.k_", "self_attn.v_"))
+        ):
+            continue  # (the shared layers' unused K/V tensors)
+        named[f"blk.{layer}.{_GEMMA4_NAMES[rest]}"] = w.reshape(-1) if rest == "layer_scalar" else w
+    pairs = kw["rope_pairs"]
+    named["rope_freqs.weight"] = np.array([1.0] * pairs + [1e30] * (hd_full // 2 - pairs), dtype=np.float32)
+    for name, w in named.items():
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        t = qtype if w.ndim >= 2 else QT.F32
+        if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
+            t = QT.F16
+        if t == QT.F32:
+            writer.add_tensor(name, w)
+        elif t == QT.F16:
+            writer.add_tensor(name, w.astype(np.float16))
+        else:
+            q = gguf.quants.quantize(w, t)
+            writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(out_path)
 
 
 def _gemma2_keys(writer: Any, cfg: dict[str, Any], head_dim: int) -> None:

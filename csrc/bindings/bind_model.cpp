@@ -225,6 +225,18 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   mup["mlp_down"] = c.mup.mlp_down;
   d["mup"] = mup;
   d["attn_gate"] = c.attn_gate;
+  auto ints = [](const std::vector<int>& v) {
+    nb::list out;
+    for (int x : v) out.append(x);
+    return out;
+  };
+  d["layer_head_dim"] = ints(c.layer_head_dim);  // (Gemma 4)
+  d["layer_n_head_kv"] = ints(c.layer_n_head_kv);
+  d["layer_n_ff"] = ints(c.layer_n_ff);
+  d["kv_source"] = ints(c.kv_source);
+  d["rope_pairs"] = c.rope_pairs;
+  d["v_norm"] = c.v_norm;
+  d["ple_dim"] = c.ple_dim;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);
   return d;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <variant>
 
 #include "util/error.h"
 
@@ -1364,6 +1367,282 @@ void mamba2_config_hf(const Json& cfg, ModelConfig& c) {
                      " must be expand x hidden_size / num_heads (" + std::to_string(m.head_dim()) +
                      ")");
   mamba2_blocks(c);
+}
+
+}  // namespace ossa
+
+namespace ossa {
+
+namespace {
+
+// Gemma 4's kv_source: each of the last `shared` layers attends to the last earlier layer of its
+// kind (sliding or global) that keeps its own K/V (transformers' kv_sharing_modes).
+std::vector<int> gemma4_kv_source(const ModelConfig& c, int64_t shared, const std::string& where) {
+  std::vector<int> src;
+  if (shared <= 0) return src;
+  if (shared >= c.n_layer)
+    throw ModelError("num_kv_shared_layers " + std::to_string(shared) +
+                     " leaves no layer with its " + "own K/V in " + where);
+  const int first = c.n_layer - static_cast<int>(shared);
+  src.resize(static_cast<size_t>(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    src[static_cast<size_t>(l)] = l;
+    if (l < first) continue;
+    int from = first - 1;
+    while (from >= 0 && c.sliding(from) != c.sliding(l)) --from;
+    if (from < 0)
+      throw ModelError("a shared-K/V layer of " + where + " has no earlier layer of its kind");
+    src[static_cast<size_t>(l)] = from;
+  }
+  return src;
+}
+
+// The checks both readers share: the global layers agree on one head size (their RoPE table), the
+// heads divide into KV groups, and the feed-forward sizes are positive.
+void gemma4_check(ModelConfig& c, const std::string& where) {
+  int global_hd = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const int hd = c.head_dim_of(l), kv = c.n_head_kv_of(l);
+    if (hd <= 0 || hd > 65536 || hd % 2 != 0 || kv <= 0 || kv > 65536 || c.n_head % kv != 0)
+      throw ModelError("invalid head size or KV head count of layer " + std::to_string(l) + " in " +
+                       where);
+    if (c.sliding(l) && hd != c.head_dim)
+      throw ModelError("the sliding layers' head sizes differ in " + where + " (not supported)");
+    if (!c.sliding(l) && global_hd != 0 && hd != global_hd)
+      throw ModelError("the global layers' head sizes differ in " + where + " (not supported)");
+    if (!c.sliding(l)) global_hd = hd;
+    if (c.n_ff_of(l) <= 0 || c.n_ff_of(l) > (1 << 30))
+      throw ModelError("invalid feed-forward size of layer " + std::to_string(l) + " in " + where);
+  }
+  if (c.rope_pairs < 0 || (global_hd > 0 && c.rope_pairs > global_hd / 2))
+    throw ModelError("invalid rotated share of the global layers' RoPE in " + where);
+  if (c.ple_dim < 0 || c.ple_dim > (1 << 20))
+    throw ModelError("invalid per-layer embedding size in " + where);
+  c.qk_norm = true;
+  c.v_norm = true;
+  c.attn_scale = 1.0f;  // (q and k are normalised: scores unscaled)
+  c.rope_style = RopeStyle::Neox;
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+}
+
+// A per-layer integer key of a GGUF file (an array of n_layer values, or one for every layer).
+std::vector<int> gguf_per_layer(const GGUFFile& g, const std::string& key, int n_layer,
+                                int64_t dflt, const std::string& path) {
+  const GGUFValue* v = g.find(key);
+  std::vector<int> out(static_cast<size_t>(n_layer));
+  if (v != nullptr && std::holds_alternative<std::shared_ptr<GGUFArray>>(v->value)) {
+    const std::vector<int64_t> a = g.get_int_array(key);
+    if (a.size() != static_cast<size_t>(n_layer))
+      throw ModelError(key + " in '" + path + "' must hold one value per layer");
+    for (int l = 0; l < n_layer; ++l) {
+      if (a[static_cast<size_t>(l)] <= 0 || a[static_cast<size_t>(l)] > (int64_t{1} << 30))
+        throw ModelError("invalid " + key + " of layer " + std::to_string(l) + " in '" + path +
+                         "'");
+      out[static_cast<size_t>(l)] = static_cast<int>(a[static_cast<size_t>(l)]);
+    }
+    return out;
+  }
+  const int64_t one = g.get_int(key, dflt);
+  if (one <= 0 || one > (int64_t{1} << 30))
+    throw ModelError("invalid " + key + " " + std::to_string(one) + " in '" + path + "'");
+  std::fill(out.begin(), out.end(), static_cast<int>(one));
+  return out;
+}
+
+}  // namespace
+
+void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<float>& rope_freqs,
+                        const std::string& path) {
+  const std::string k = "gemma4.", where = "'" + path + "'";
+  if (g.get_int(k + "attention.key_length", 0) != g.get_int(k + "attention.value_length", 0) ||
+      g.get_int(k + "attention.key_length_swa", 0) !=
+          g.get_int(k + "attention.value_length_swa", 0))
+    throw ModelError("attention.value_length differs from key_length in " + where +
+                     " (Gemma 4 needs them equal)");
+  const int64_t hd_full = g.get_int(k + "attention.key_length", 0);
+  const int64_t hd_swa = g.get_int(k + "attention.key_length_swa", hd_full);
+  if (hd_full <= 0 || hd_full > 65536 || hd_swa <= 0 || hd_swa > 65536)
+    throw ModelError("invalid attention.key_length in " + where);
+  c.sliding_window = window_of(g.get_int(k + "attention.sliding_window", 0), where);
+  c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
+  if (c.layer_sliding.empty() || c.sliding_window == 0)
+    throw ModelError(
+        "a Gemma 4 file needs attention.sliding_window and a per-layer "
+        "attention.sliding_window_pattern (" +
+        where + ")");
+  c.head_dim = static_cast<int>(hd_swa);
+  c.layer_head_dim.resize(static_cast<size_t>(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l)
+    c.layer_head_dim[static_cast<size_t>(l)] = static_cast<int>(c.sliding(l) ? hd_swa : hd_full);
+  c.layer_n_head_kv = gguf_per_layer(g, k + "attention.head_count_kv", c.n_layer, c.n_head, path);
+  c.layer_n_ff = gguf_per_layer(g, k + "feed_forward_length", c.n_layer, 0, path);
+  c.n_head_kv = 0;
+  c.n_ff = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (c.sliding(l)) c.n_head_kv = c.layer_n_head_kv[static_cast<size_t>(l)];
+    c.n_ff = std::max(c.n_ff, c.layer_n_ff[static_cast<size_t>(l)]);
+  }
+  if (c.n_head_kv == 0) c.n_head_kv = c.layer_n_head_kv[0];
+  // RoPE: the global layers over their whole head with rope_freqs' factors (1: turns, 1e30: held),
+  // the sliding ones over theirs with their own base.
+  if (g.get_int(k + "rope.dimension_count", hd_full) != hd_full ||
+      g.get_int(k + "rope.dimension_count_swa", hd_swa) != hd_swa)
+    throw ModelError("partial RoPE (rope.dimension_count below the head size) in " + where +
+                     " is not supported");
+  c.rope_theta_swa = static_cast<float>(g.get_float(k + "rope.freq_base_swa", 10000.0));
+  c.rope_pairs = static_cast<int>(hd_full / 2);
+  if (!rope_freqs.empty()) {
+    int ones = 0;
+    while (ones < static_cast<int>(rope_freqs.size()) &&
+           rope_freqs[static_cast<size_t>(ones)] == 1.0f)
+      ++ones;
+    for (size_t i = static_cast<size_t>(ones); i < rope_freqs.size(); ++i)
+      if (!(rope_freqs[i] >= 1e20f))
+        throw ModelError("rope_freqs of " + where +
+                         " is not Gemma 4's proportional RoPE (factors "
+                         "1, then 1e30)");
+    c.rope_pairs = ones;
+  }
+  c.kv_source = gemma4_kv_source(c, g.get_int(k + "attention.shared_kv_layers", 0), where);
+  c.ple_dim = static_cast<int>(
+      std::clamp<int64_t>(g.get_int(k + "embedding_length_per_layer_input", 0), -1, 1 << 21));
+  c.final_softcap = static_cast<float>(g.get_float(k + "final_logit_softcapping", 0.0));
+  gemma4_check(c, where);
+}
+
+void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string& path = cfg.path;
+  const std::string where = "'" + path + "'";
+  auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
+    const int64_t v = cfg.integer(key, dflt);
+    if (v <= 0 || v > max)
+      throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in " + where);
+    return static_cast<int>(v);
+  };
+  // (Gemma4TextConfig's defaults for what a file leaves out)
+  c.n_vocab = dim("vocab_size", 262144);
+  c.n_embd = dim("hidden_size", 2304);
+  c.n_layer = dim("num_hidden_layers", 30, 4096);
+  c.n_head = dim("num_attention_heads", 8, 65536);
+  c.n_head_kv = dim("num_key_value_heads", 4, 65536);
+  c.head_dim = dim("head_dim", 256, 65536);
+  c.n_ff = dim("intermediate_size", 9216);
+  c.n_ctx_train = dim("max_position_embeddings", 131072);
+  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
+  if (cfg.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
+    throw ModelError("hidden_activation '" + cfg.string("hidden_activation", "") + "' in " + where +
+                     " is not supported (gelu_pytorch_tanh is)");
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in " + where + " is not supported");
+  if (cfg.string("use_bidirectional_attention", "vision") == "all")
+    throw ModelError("use_bidirectional_attention='all' in " + where +
+                     " (an encoder) is not supported");
+  if (cfg.boolean("enable_moe_block", false))
+    throw ModelError("enable_moe_block=true in " + where +
+                     " (Gemma 4's mixture of experts) is not supported yet");
+  c.sliding_window = window_of(cfg.integer("sliding_window", 512), where);
+  c.layer_sliding = hf_layer_types(cfg, c.n_layer);
+  if (c.layer_sliding.empty()) c.layer_sliding = pattern_layers(c.n_layer, 6);
+  c.layer_sliding.back() = 0;  // (transformers forces the last layer global)
+  if (c.sliding_window == 0) throw ModelError("sliding_window 0 in " + where);
+
+  // Per-layer attention shapes: transformers 5.25 writes per_layer_config {layer: {head_dim,
+  // num_key_value_heads}}; the released configs global_head_dim (default 512) and
+  // num_global_key_value_heads (the global layers' KV heads where attention_k_eq_v).
+  const bool k_eq_v = cfg.boolean("attention_k_eq_v", false);
+  c.layer_head_dim.assign(static_cast<size_t>(c.n_layer), c.head_dim);
+  c.layer_n_head_kv.assign(static_cast<size_t>(c.n_layer), c.n_head_kv);
+  if (const JsonValue* per = cfg.get("per_layer_config"); per != nullptr) {
+    if (!per->is_object())
+      throw ModelError("config 'per_layer_config' in " + where + " must be an object");
+    for (const auto& [key, over] : per->object) {
+      int64_t l = -1;
+      try {
+        size_t used = 0;
+        l = std::stoll(key, &used);
+        if (used != key.size()) l = -1;
+      } catch (const std::exception&) {
+        l = -1;
+      }
+      if (l < 0 || l >= c.n_layer || !over.is_object())
+        throw ModelError("config 'per_layer_config' in " + where + " names an unknown layer '" +
+                         key + "'");
+      const Json o{over, path};
+      for (const auto& [field, value] : over.object)
+        if (field != "head_dim" && field != "num_key_value_heads")
+          throw ModelError("config 'per_layer_config' in " + where + " overrides '" + field +
+                           "' (not supported)");
+      c.layer_head_dim[static_cast<size_t>(l)] =
+          static_cast<int>(o.integer("head_dim", c.head_dim));
+      c.layer_n_head_kv[static_cast<size_t>(l)] =
+          static_cast<int>(o.integer("num_key_value_heads", c.n_head_kv));
+    }
+  } else {
+    const int64_t global_hd = cfg.integer("global_head_dim", 512);
+    const JsonValue* gkv = cfg.get("num_global_key_value_heads");
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (c.sliding(l)) continue;
+      c.layer_head_dim[static_cast<size_t>(l)] = static_cast<int>(global_hd);
+      if (k_eq_v && gkv != nullptr)
+        c.layer_n_head_kv[static_cast<size_t>(l)] =
+            static_cast<int>(cfg.integer("num_global_key_value_heads", c.n_head_kv));
+    }
+  }
+  // RoPE per layer type: the sliding layers' default (their base), the global layers'
+  // proportional (or default: every frequency turns).
+  const JsonValue* params = cfg.get("rope_parameters");
+  double theta_full = 1e6, theta_swa = 1e4, prf = 0.25;
+  std::string full_type = "proportional";
+  if (params != nullptr) {
+    if (!params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
+    const JsonValue* full = params->get("full_attention");
+    const JsonValue* local = params->get("sliding_attention");
+    if (full == nullptr || local == nullptr || !full->is_object() || !local->is_object())
+      throw ModelError("config 'rope_parameters' in " + where +
+                       " needs full_attention and sliding_attention");
+    const Json f{*full, path}, s{*local, path};
+    full_type = f.string("rope_type", "default");
+    theta_full = f.number("rope_theta", 1e6);
+    prf = f.number("partial_rotary_factor", 1.0);
+    theta_swa = s.number("rope_theta", 1e4);
+    if (s.string("rope_type", "default") != "default" ||
+        s.number("partial_rotary_factor", 1.0) != 1.0)
+      throw ModelError("RoPE scaling or partial rotation of the sliding layers in " + where +
+                       " is not supported");
+    if ((full_type != "proportional" && full_type != "default") || f.number("factor", 1.0) != 1.0)
+      throw ModelError("RoPE type '" + full_type +
+                       "' (or a scaling factor) of the global layers in " + where +
+                       " is not supported");
+  }
+  if (!(prf > 0.0 && prf <= 1.0))
+    throw ModelError("invalid partial_rotary_factor of the global layers in " + where);
+  c.rope_theta = static_cast<float>(theta_full);
+  c.rope_theta_swa = static_cast<float>(theta_swa);
+  int global_hd = c.head_dim;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (!c.sliding(l)) global_hd = c.layer_head_dim[static_cast<size_t>(l)];
+  // (transformers: int(partial_rotary_factor * head_dim // 2); default RoPE: all)
+  c.rope_pairs = full_type == "default"
+                     ? global_hd / 2
+                     : static_cast<int>(std::floor(prf * static_cast<double>(global_hd) / 2.0));
+  const int64_t shared = cfg.integer("num_kv_shared_layers", 0);
+  c.kv_source = gemma4_kv_source(c, shared, where);
+  c.layer_n_ff.assign(static_cast<size_t>(c.n_layer), c.n_ff);
+  if (cfg.boolean("use_double_wide_mlp", false))
+    for (int l = c.n_layer - static_cast<int>(std::max<int64_t>(shared, 0)); l < c.n_layer; ++l)
+      c.layer_n_ff[static_cast<size_t>(l)] = 2 * c.n_ff;
+  c.n_ff = c.max_n_ff();  // (as a GGUF file's: the widest)
+  // (null or 0: none; absent: Gemma4TextConfig's 256)
+  const JsonValue* ple = cfg.v.get("hidden_size_per_layer_input");
+  c.ple_dim = ple != nullptr && ple->is_null()
+                  ? 0
+                  : static_cast<int>(std::clamp<int64_t>(
+                        cfg.integer("hidden_size_per_layer_input", 256), -1, 1 << 21));
+  const JsonValue* cap = cfg.v.get("final_logit_softcapping");
+  c.final_softcap = static_cast<float>(
+      cap != nullptr && cap->is_null() ? 0.0 : cfg.number("final_logit_softcapping", 0.0));
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
+  gemma4_check(c, where);
 }
 
 }  // namespace ossa

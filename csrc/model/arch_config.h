@@ -204,4 +204,17 @@ void falconh1_config_hf(const Json& cfg, ModelConfig& c);
 // hybrid_override_pattern; checked against n_layer when it is > 0.
 std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);
 
+// Gemma 4 (gemma4 GGUF, Gemma4TextConfig / a Gemma4ForConditionalGeneration folder's text_config):
+// sliding and global layers with their own head sizes, KV heads and RoPE (the global layers'
+// "proportional": rope_pairs), the last num_kv_shared_layers layers attending to an earlier layer's
+// K/V (kv_source), their double-wide MLPs (layer_n_ff), per-layer embeddings (ple_dim), q / k
+// norms with weights and V's without, scores unscaled, embeddings times sqrt(n_embd), the final
+// soft-cap. GGUF: what llama.cpp's converter writes (key_length / key_length_swa, head_count_kv and
+// feed_forward_length per layer, sliding_window_pattern, shared_kv_layers,
+// embedding_length_per_layer_input, the rope_freqs tensor's 1 / 1e30 factors: rope_freqs, its
+// values, or empty when absent).
+void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<float>& rope_freqs,
+                        const std::string& path);
+void gemma4_config_hf(const Json& cfg, ModelConfig& c);
+
 }  // namespace ossa

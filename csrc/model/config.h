@@ -1,5 +1,6 @@
 #pragma once
 // The shape and hyper-parameters of a Llama-family model, from GGUF metadata or config.json.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -243,7 +244,64 @@ struct ModelConfig {
   // The feed-forward is down(relu(up x)^2), no gate (Nemotron-H's relu2), experts likewise.
   bool ffn_relu2 = false;
 
+  // Gemma 4 (gemma4; model/gemma4.cpp). Attention shapes per layer (empty: head_dim and n_head_kv
+  // everywhere): its global layers have wider heads and fewer KV heads than its sliding ones.
+  std::vector<int> layer_head_dim, layer_n_head_kv;  // [n_layer]
+  std::vector<int> layer_n_ff;  // [n_layer] feed-forward size (its double-wide MLPs); empty: n_ff
+  // [n_layer] the layer whose K/V a layer attends to: itself, or (Gemma 4's last
+  // num_kv_shared_layers) the last earlier layer of its kind that keeps its own; empty: itself.
+  std::vector<int> kv_source;
+  // The global layers' RoPE (Gemma 4's "proportional"): over the whole head (NeoX pairs), the first
+  // rope_pairs of its head_dim / 2 frequencies base^(-2i / head_dim), the rest 0 (unrotated);
+  // 0 = every frequency turns (the usual RoPE).
+  int rope_pairs = 0;
+  bool v_norm = false;  // V RMS-normalised per head without a weight (Gemma 4)
+  // Per-layer embeddings (Gemma 4 E2B / E4B): ple_dim values per layer and token, from a token
+  // table and a projection of the embeddings, gating a per-layer residual branch; 0 = none.
+  int ple_dim = 0;
+
   bool sliding(int layer) const { return !layer_sliding.empty() && layer_sliding[layer] != 0; }
+  int head_dim_of(int layer) const {
+    return layer_head_dim.empty() ? head_dim : layer_head_dim[static_cast<size_t>(layer)];
+  }
+  int n_head_kv_of(int layer) const {
+    return layer_n_head_kv.empty() ? n_head_kv : layer_n_head_kv[static_cast<size_t>(layer)];
+  }
+  int n_ff_of(int layer) const {
+    return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(layer)];
+  }
+  // K (or V) floats of one token in a layer's cache, and the widest of any layer (q: n_head heads).
+  int64_t kv_dim(int layer) const { return int64_t{n_head_kv_of(layer)} * head_dim_of(layer); }
+  int64_t max_kv_dim() const {
+    int64_t m = int64_t{n_head_kv} * head_dim;
+    for (int l = 0; l < n_layer && !layer_head_dim.empty(); ++l) m = std::max(m, kv_dim(l));
+    return m;
+  }
+  int max_head_dim() const {
+    int m = head_dim;
+    for (int d : layer_head_dim) m = std::max(m, d);
+    return m;
+  }
+  int max_n_ff() const {
+    int m = n_ff;
+    for (int f : layer_n_ff) m = std::max(m, f);
+    return m;
+  }
+  int kv_source_of(int layer) const {
+    return kv_source.empty() ? layer : kv_source[static_cast<size_t>(layer)];
+  }
+  // Elements of one slot before layer `layer`'s K in the pool (every earlier K/V layer's K and V
+  // rows; one row for a shared-row cache), and of all layers (K/V elements a token takes).
+  int64_t kv_offset(int layer) const {
+    const int64_t regions = kv_shared() ? 1 : 2;
+    if (layer_head_dim.empty() && layer_n_head_kv.empty())
+      return int64_t{kv_index(layer)} * regions * n_head_kv * head_dim;
+    int64_t n = 0;
+    for (int l = 0; l < layer; ++l)
+      if (has_kv(l)) n += regions * kv_dim(l);
+    return n;
+  }
+  int64_t kv_elems_per_token() const { return kv_offset(n_layer); }
   bool no_ffn(int layer) const { return !layer_no_ffn.empty() && layer_no_ffn[layer] != 0; }
   bool no_mixer(int layer) const { return !layer_no_mixer.empty() && layer_no_mixer[layer] != 0; }
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
@@ -266,7 +324,8 @@ struct ModelConfig {
   // A layer whose mixer is attention: K/V in the cache (not a recurrent layer, not a feed-forward
   // alone).
   bool has_kv(int layer) const {
-    return (!recurrent(layer) || (parallel_ssm && ssm.is_layer(layer))) && !no_mixer(layer);
+    return (!recurrent(layer) || (parallel_ssm && ssm.is_layer(layer))) && !no_mixer(layer) &&
+           kv_source_of(layer) == layer;
   }
   // The layers with K/V in the cache, and a layer's index among them.
   int kv_layers() const {
@@ -276,7 +335,7 @@ struct ModelConfig {
   }
   int kv_index(int layer) const {
     if (!delta.active() && !conv.active() && !ssm.active() && !mamba1.active() &&
-        layer_no_mixer.empty())
+        layer_no_mixer.empty() && kv_source.empty())
       return layer;
     int n = 0;
     for (int l = 0; l < layer; ++l) n += has_kv(l);
@@ -298,6 +357,7 @@ struct ModelConfig {
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).
   bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
+  bool gemma4() const { return arch == "gemma4"; }
   // (GLM-4 (glm4) has both: its sandwich norms.)
   bool post_norms() const {
     return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || !pre_norms();

@@ -89,8 +89,10 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   kv_type = kv_t;
   n_slots = static_cast<int64_t>(n_blocks) * blk_size;
   const int64_t t = n_tokens_max;
-  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  // (Gemma 4: the widest layer's heads and feed-forward)
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.max_head_dim();
+  const int64_t kv_dim = c.max_kv_dim();
+  const int64_t n_ff = c.max_n_ff();
   x.resize(t * c.n_embd);
   h.resize(t * c.n_embd);
   q.resize(t * q_dim);
@@ -98,12 +100,18 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
   v.resize(t * kv_dim);
   attn.resize(t * q_dim);
   tmp.resize(t * c.n_embd);
-  gate.resize(t * c.n_ff);
+  gate.resize(t * n_ff);
   if (!m.weights.layers.empty() && takes_bf16_tiles(m.weights.layers[0].wq)) {
     norm_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_embd)));
-    ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, c.n_ff)));
+    ffn_tiles.resize(static_cast<size_t>(bf16_tiles_elems(t, n_ff)));
   }
-  int64_t widest = std::max<int64_t>({c.n_embd, q_dim, c.n_ff});
+  int64_t widest = std::max<int64_t>({c.n_embd, q_dim, n_ff});
+  if (c.ple_dim > 0) {  // (Gemma 4's per-layer inputs and branch)
+    ple.resize(t * c.n_layer * c.ple_dim);
+    ple_tok.resize(t * c.n_layer * c.ple_dim);
+    ple_h.resize(t * c.ple_dim);
+    widest = std::max<int64_t>(widest, c.ple_dim);
+  }
   if (c.mla.active()) {
     const MlaConfig& a = c.mla;
     const int64_t H = c.n_head;
@@ -150,6 +158,26 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     sc_y.resize(t * c.n_embd);
   }
   xq.resize(t * ((widest + k_qblock - 1) / k_qblock));
+  if (c.gemma4()) {  // (the global layers' proportional table, the sliding layers' own)
+    int hd_full = c.head_dim;
+    for (int l = 0; l < c.n_layer; ++l)
+      if (!c.sliding(l)) hd_full = c.head_dim_of(l);
+    inv_freq.assign(static_cast<size_t>(hd_full / 2), 0.0f);
+    for (int i = 0; i < c.rope_pairs && i < hd_full / 2; ++i)
+      inv_freq[static_cast<size_t>(i)] =
+          static_cast<float>(1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / hd_full));
+    cos_sin.resize(t * hd_full);
+    ModelConfig local = c;
+    local.rope_theta = c.rope_theta_swa;
+    inv_freq_swa.resize(c.head_dim / 2);
+    rope_inv_freq(local, inv_freq_swa.data());
+    cos_sin_swa.resize(t * c.head_dim);
+    ones.assign(static_cast<size_t>(c.max_head_dim()), 1.0f);
+    scores.resize(static_cast<size_t>(max_threads) * k_heads_per_item * n_slots);
+    token_seq.resize(t);
+    moe.plan(c, n_tokens_max);
+    return;
+  }
   inv_freq.resize(c.head_dim / 2);  // (rope_inv_freq fills the rotated dimensions' half)
   rope_inv_freq(c, inv_freq.data());
   if (c.rope_scaling.type == "longrope") {
@@ -171,17 +199,14 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
 }
 
 void* ForwardState::k_cache(int layer) const {
-  const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
-  const int64_t bytes = n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
-  const int64_t regions = model->config.kv_shared() ? 1 : 2;  // (shared: one row layout)
   OSSA_ASSERT(model->config.has_kv(layer));  // (the pool holds the attention layers only)
   return static_cast<uint8_t*>(kv) +
-         static_cast<int64_t>(model->config.kv_index(layer)) * regions * bytes;
+         n_slots * model->config.kv_offset(layer) * static_cast<int64_t>(kv_type_bytes(kv_type));
 }
 
 void* ForwardState::v_cache(int layer) const {
   if (model->config.kv_shared()) return k_cache(layer);
-  const int64_t kv_dim = static_cast<int64_t>(model->config.n_head_kv) * model->config.head_dim;
+  const int64_t kv_dim = model->config.kv_dim(layer);
   return static_cast<uint8_t*>(k_cache(layer)) +
          n_slots * kv_dim * static_cast<int64_t>(kv_type_bytes(kv_type));
 }

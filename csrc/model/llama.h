@@ -55,6 +55,10 @@ struct ForwardState {
   // [x | B | C] [max_tokens, conv_dim] and the scan's outputs [max_tokens, d_inner].
   ZeroPageVector<float> ssm_proj, ssm_xbc, ssm_y;
   ZeroPageVector<float> par_out, mup_up;  // (Falcon-H1: the mixer's output; the MLP's up rows)
+  // Gemma 4's per-layer inputs [max_tokens, n_layer * ple_dim] and its branch's gate [max_tokens,
+  // ple_dim].
+  ZeroPageVector<float> ple, ple_tok, ple_h;
+  std::vector<float> ones;  // [max head_dim] 1s: the weight of Gemma 4's V norm
   float* states = nullptr;
   int n_state_slots = 0;
   int64_t slot_floats = 0;                 // config.state_floats()

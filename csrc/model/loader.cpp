@@ -232,7 +232,7 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1"};
+    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1",  "gemma4"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +244,7 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1)";
+    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -567,6 +567,67 @@ void build_moe_layers(Model& m, Builder& b, bool gguf) {
     build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
 }
 
+// Gemma 4's weights (model/gemma4.cpp; weights.h has the shapes), by the file's names: per layer
+// `name_of(layer, field)` with ossa's field names, the model's own by `global(field)` ("tok_embd",
+// "output_norm", "output", "ple_tok_embd", "ple_model_proj", "ple_proj_norm"). A layer that reads
+// another's K/V has no wk / wv / k_norm (a folder's are ignored, as transformers does); wv may be
+// absent (k = v); out_scale is optional.
+void build_gemma4_weights(Model& m, Builder& b,
+                          const std::function<std::string(int, const char*)>& name_of,
+                          const std::function<std::string(const char*)>& global) {
+  const ModelConfig& c = m.config;
+  const int64_t E = c.n_embd, P = c.ple_dim;
+  ModelWeights& w = m.weights;
+  w.tok_embd = b.take(global("tok_embd"), "tok_embd", c.n_vocab, E);
+  w.output_norm = b.take(global("output_norm"), "output_norm", 1, E);
+  if (c.tied_embeddings || !b.has(global("output"))) {
+    w.output = w.tok_embd;
+    b.storage->canonical["output"] = w.output;
+  } else {
+    w.output = b.take(global("output"), "output", c.n_vocab, E);
+  }
+  if (P > 0) {  // (the token table may have more rows than the vocabulary, never fewer)
+    const std::string table = global("ple_tok_embd");
+    auto it = b.raw.find(table);
+    const int64_t rows =
+        it != b.raw.end() ? std::max<int64_t>(it->second.view.rows, c.n_vocab) : c.n_vocab;
+    w.ple_tok_embd = b.take(table, "ple_tok_embd", rows, c.n_layer * P);
+    w.ple_model_proj = b.take(global("ple_model_proj"), "ple_model_proj", c.n_layer * P, E);
+    w.ple_proj_norm = b.take(global("ple_proj_norm"), "ple_proj_norm", 1, P);
+  }
+  w.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    const int64_t hd = c.head_dim_of(i), q = c.n_head * hd, kv = c.n_head_kv_of(i) * hd;
+    const int64_t F = c.n_ff_of(i);
+    auto take = [&](const char* field, int64_t rows, int64_t cols) {
+      return b.take(name_of(i, field), p + field, rows, cols);
+    };
+    l.attn_norm = take("attn_norm", 1, E);
+    l.wq = take("wq", q, E);
+    l.q_norm = take("q_norm", 1, hd);
+    if (c.has_kv(i)) {
+      l.wk = take("wk", kv, E);
+      l.k_norm = take("k_norm", 1, hd);
+      if (b.has(name_of(i, "wv"))) l.wv = take("wv", kv, E);
+    }
+    l.wo = take("wo", E, q);
+    l.post_attn_norm = take("post_attn_norm", 1, E);
+    l.ffn_norm = take("ffn_norm", 1, E);
+    l.w_gate = take("w_gate", F, E);
+    l.w_up = take("w_up", F, E);
+    l.w_down = take("w_down", E, F);
+    l.post_ffn_norm = take("post_ffn_norm", 1, E);
+    if (b.has(name_of(i, "out_scale"))) l.out_scale = take("out_scale", 1, 1);
+    if (P > 0) {
+      l.ple_gate = take("ple_gate", P, E);
+      l.ple_proj = take("ple_proj", E, P);
+      l.ple_norm = take("ple_norm", 1, E);
+    }
+  }
+}
+
 // ---- GGUF -----------------------------------------------------------------------------------
 
 std::string gguf_name(int layer, const char* field) {
@@ -637,6 +698,43 @@ std::string gguf_name_gpt_oss(int layer, const char* field) {
              : gguf_name(layer, field);
 }
 
+// Gemma 4 from GGUF (llama.cpp's converter's names and keys), after the shared ones: its own
+// config (gemma4_config_gguf) and weights.
+void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
+  ModelConfig& c = m.config;
+  std::vector<float> rope_freqs;
+  if (auto it = b.raw.find("rope_freqs.weight"); it != b.raw.end()) {
+    const TensorView v = b.take("rope_freqs.weight", "rope_freqs", 1, it->second.view.cols);
+    const float* f = reinterpret_cast<const float*>(v.data);
+    rope_freqs.assign(f, f + v.cols);
+    m.weights.rope_freqs = v;
+  }
+  gemma4_config_gguf(g, c, rope_freqs, m.path);
+  if (!rope_freqs.empty() && rope_freqs.size() != static_cast<size_t>(c.max_head_dim() / 2))
+    throw ModelError("rope_freqs of '" + m.path + "' must hold the global head size / 2 values");
+  c.n_vocab = checked_dim(c.n_vocab, "vocab_size", m.path);
+  c.tied_embeddings = !b.has("output.weight");
+  validate_config(c, m.path);
+  static const std::map<std::string, std::string> k_fields = {
+      {"out_scale", "layer_output_scale.weight"},
+      {"ple_gate", "inp_gate.weight"},
+      {"ple_proj", "proj.weight"},
+      {"ple_norm", "post_norm.weight"}};
+  const auto name_of = [](int layer, const char* field) {
+    auto it = k_fields.find(field);
+    return it == k_fields.end() ? gguf_name(layer, field)
+                                : "blk." + std::to_string(layer) + "." + it->second;
+  };
+  static const std::map<std::string, std::string> k_globals = {
+      {"tok_embd", "token_embd.weight"},
+      {"output_norm", "output_norm.weight"},
+      {"output", "output.weight"},
+      {"ple_tok_embd", "per_layer_token_embd.weight"},
+      {"ple_model_proj", "per_layer_model_proj.weight"},
+      {"ple_proj_norm", "per_layer_proj_norm.weight"}};
+  build_gemma4_weights(m, b, name_of, [](const char* field) { return k_globals.at(field); });
+}
+
 void load_gguf(Model& m, Storage& st) {
   const GGUFModelFiles files = open_gguf_model(m.path);  // every shard of a split model
   const GGUFFile* g = &files.metadata();
@@ -669,6 +767,19 @@ void load_gguf(Model& m, Storage& st) {
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
+  if (arch == "gemma4") {  // (per-layer head sizes, KV heads and feed-forward sizes)
+    c.n_head = checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count",
+                           m.path, 65536);
+    const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
+    c.n_vocab = static_cast<int>(std::clamp<int64_t>(
+        g->get_int(k + "vocab_size", embd != nullptr && embd->ne.size() >= 2 ? embd->ne[1] : 0), 0,
+        int64_t{1} << 31));
+    c.n_ctx_train = static_cast<int>(
+        std::min<int64_t>(g->get_int(k + "context_length", 4096), int64_t{1} << 30));
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_rms_epsilon", 1e-6));
+    c.rope_theta = static_cast<float>(g->get_float(k + "rope.freq_base", 10000.0));
+    return load_gemma4_gguf(m, b, *g);
+  }
   // (Mamba-2 alone has no attention: its head count 0; the mixer's heads stand in, unused; Mamba-1
   // one head of d_inner)
   const bool mamba2 = arch == "mamba2", mamba1 = arch == "mamba";
@@ -1112,6 +1223,40 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
   shift_norms(m, b);
 }
 
+// Gemma 4 from a folder (Gemma4ForCausalLM, or a Gemma4ForConditionalGeneration's language model
+// under model.language_model.): norms stored as the factor applied (no 1 + w), the layers' output
+// multiplier layer_scalar.
+void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
+  ModelConfig& c = m.config;
+  c.arch = "gemma4";
+  gemma4_config_hf(cfg, c);
+  validate_config(c, cfg.path);
+  const std::string prefix = multimodal ? "model.language_model." : "model.";
+  static const std::map<std::string, std::string> k_fields = {
+      {"ffn_norm", "pre_feedforward_layernorm.weight"},
+      {"post_attn_norm", "post_attention_layernorm.weight"},
+      {"post_ffn_norm", "post_feedforward_layernorm.weight"},
+      {"out_scale", "layer_scalar"},
+      {"ple_gate", "per_layer_input_gate.weight"},
+      {"ple_proj", "per_layer_projection.weight"},
+      {"ple_norm", "post_per_layer_input_norm.weight"}};
+  const auto name_of = [&prefix](int layer, const char* field) {
+    auto it = k_fields.find(field);
+    const std::string name = it != k_fields.end()
+                                 ? "model.layers." + std::to_string(layer) + "." + it->second
+                                 : hf_name(layer, field);
+    return prefix + name.substr(6);  // "model." -> the folder's prefix
+  };
+  const std::map<std::string, std::string> globals = {
+      {"tok_embd", prefix + "embed_tokens.weight"},
+      {"output_norm", prefix + "norm.weight"},
+      {"output", "lm_head.weight"},
+      {"ple_tok_embd", prefix + "embed_tokens_per_layer.weight"},
+      {"ple_model_proj", prefix + "per_layer_model_projection.weight"},
+      {"ple_proj_norm", prefix + "per_layer_projection_norm.weight"}};
+  build_gemma4_weights(m, b, name_of, [&globals](const char* field) { return globals.at(field); });
+}
+
 // What a folder without config.json holds, for the error: safetensors weights without their
 // config (a partial download, or the weights copied alone), GGUF files (pass one), or neither.
 std::string no_config_message(const fs::path& dir) {
@@ -1245,6 +1390,14 @@ void load_hf(Model& m, Storage& st) {
   if (wrapper) language_model_names(b);
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
+  if (arch == "gemma4" || arch == "Gemma4ForConditionalGeneration") {
+    // A multimodal Gemma 4 folder: its language model alone, as Gemma4ForCausalLM.
+    const JsonValue* text = cfg.get("text_config");
+    if (text == nullptr || !text->is_object())
+      throw ModelError("'" + cfg_path + "' has no text_config object");
+    load_gemma4_hf(m, b, Json{*text, cfg_path}, true);
+    return;
+  }
   if (arch == "gemma3" || arch == "Gemma3ForConditionalGeneration") {
     // A multimodal Gemma 3 folder: its language model alone, as Gemma3ForCausalLM.
     const JsonValue* text = cfg.get("text_config");
@@ -1337,6 +1490,7 @@ void load_hf(Model& m, Storage& st) {
       {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
       {"FalconH1ForCausalLM", "falcon-h1"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
+  if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
   if (arch == "gemma" || arch == "GemmaForCausalLM")

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/gemma3.h"
+#include "model/gemma4.h"
 #include "util/error.h"
 
 namespace ossa {
@@ -59,8 +60,7 @@ void ModelRunner::copy_state(int src, int dst) {
 }
 
 size_t ModelRunner::kv_bytes_per_token(const ModelConfig& c, KvType kv_type) {
-  return static_cast<size_t>(c.kv_layers()) * (c.kv_shared() ? 1 : 2) * c.n_head_kv * c.head_dim *
-         kv_type_bytes(kv_type);
+  return static_cast<size_t>(c.kv_elems_per_token()) * kv_type_bytes(kv_type);
 }
 
 void ModelRunner::copy_block(int src, int dst) {
@@ -68,11 +68,12 @@ void ModelRunner::copy_block(int src, int dst) {
     throw InputError("copy_block: block id out of range");
   if (src == dst) return;
   const ModelConfig& c = model_->config;
-  const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
-  const size_t n =
-      static_cast<size_t>(block_size_) * kv_dim * kv_type_bytes(state_.kv_type);  // bytes a block
   for (int l = 0; l < c.n_layer; ++l) {
-    if (!c.has_kv(l)) continue;  // (no K/V: a recurrent layer, or a feed-forward alone)
+    if (!c.has_kv(l))
+      continue;  // (no K/V: a recurrent layer, a feed-forward alone, a layer
+                 // reading another's)
+    const size_t n = static_cast<size_t>(block_size_) * static_cast<size_t>(c.kv_dim(l)) *
+                     kv_type_bytes(state_.kv_type);  // bytes a block
     for (void* layer : {state_.k_cache(l), state_.v_cache(l)}) {
       if (c.kv_shared() && layer == state_.k_cache(l) && state_.k_cache(l) == state_.v_cache(l))
         continue;  // (one region: copied as V)
@@ -153,6 +154,8 @@ void ModelRunner::forward(const Batch& batch, float* logits) {
   state_.state_slots = batch.state_slots.empty() ? identity_.data() : batch.state_slots.data();
   if (model_->config.gemma())
     gemma3_forward(state_, batch, logits);
+  else if (model_->config.gemma4())
+    gemma4_forward(state_, batch, logits);
   else
     llama_forward(state_, batch, logits);
 }

@@ -52,6 +52,11 @@ struct LayerWeights {
   // n_embd: B, C, x), sc_conv_t (kernel x n_embd, F32: the taps by channel), sc_out (n_embd x
   // n_embd).
   TensorView sc_in, sc_conv_t, sc_out;
+  // Gemma 4 (model/gemma4.cpp), with P = config.ple_dim: the per-layer branch's ple_gate (P x
+  // n_embd), ple_proj (n_embd x P) and ple_norm (1 x n_embd); out_scale (1 x 1): the layer's
+  // output multiplier (layer_scalar); empty when absent. A layer without wv (k = v) takes V from
+  // wk's rows.
+  TensorView ple_gate, ple_proj, ple_norm, out_scale;
 };
 
 struct ModelWeights {
@@ -64,6 +69,9 @@ struct ModelWeights {
   // GGUF files; when config.rope_scaling.type is "llama3" the same scaling is described by the
   // config as well.
   TensorView rope_freqs;
+  // Gemma 4's per-layer embeddings (config.ple_dim = P > 0): the token table (>= n_vocab rows x
+  // n_layer * P), the embeddings' projection (n_layer * P x n_embd) and its norm (1 x P).
+  TensorView ple_tok_embd, ple_model_proj, ple_proj_norm;
 };
 
 // Every tensor of the model file(s) as stored, in file order (name as in the file), for listings

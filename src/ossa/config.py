@@ -350,9 +350,8 @@ class EngineArgs:
         dtype_bytes = 2 if kv_dtype == "float16" else 4
         weight_bytes = _weight_bytes(model_path)
         kv_layers = arch.n_kv_layers or arch.n_layer  # (recurrent layers hold no K/V)
-        block_bytes = int(
-            core.kv_block_bytes(kv_layers, arch.n_head_kv, arch.head_dim, self.block_size, dtype_bytes)
-        )
+        geometry = arch.kv_geometry()  # (Gemma 4's layers differ in width: summed)
+        block_bytes = int(core.kv_block_bytes(*geometry, self.block_size, dtype_bytes))
         recurrent = arch.state_bytes > 0
         if recurrent and speculative_config_of(self.speculative_config).method != "none":
             raise ValueError(
@@ -411,9 +410,7 @@ class EngineArgs:
             num_blocks = int(
                 core.num_blocks_for_memory(
                     kv_bytes - num_state_slots * arch.state_bytes,
-                    kv_layers,
-                    arch.n_head_kv,
-                    arch.head_dim,
+                    *geometry,
                     self.block_size,
                     dtype_bytes,
                 )

@@ -323,8 +323,26 @@ class ModelConfig:
     layer_no_mixer: list[bool] = field(default_factory=list)
     ffn_relu2: bool = False  # the feed-forward is down(relu(up x)^2), no gate (Nemotron-H)
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
+    # Gemma 4: attention shapes and feed-forward sizes per layer (empty: head_dim, n_head_kv, n_ff
+    # everywhere), the layer whose K/V each layer reads (empty: itself), the global layers' turning
+    # RoPE frequencies (0: all), V's weightless norm, the per-layer embeddings' width (0: none)
+    layer_head_dim: list[int] = field(default_factory=list)
+    layer_n_head_kv: list[int] = field(default_factory=list)
+    layer_n_ff: list[int] = field(default_factory=list)
+    kv_source: list[int] = field(default_factory=list)
+    rope_pairs: int = 0
+    v_norm: bool = False
+    ple_dim: int = 0
     n_kv_layers: int = 0  # layers with K/V in the cache (all but the recurrent ones; 0: n_layer)
     state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
+
+    def kv_geometry(self) -> tuple[int, int, int]:
+        """(layers, KV heads, head size) whose product is a token's K (or V) elements in the cache: the
+        model's own, or for per-layer shapes (Gemma 4) one layer as wide as all its K/V layers together."""
+        if not self.layer_head_dim:
+            return self.n_kv_layers or self.n_layer, self.n_head_kv, self.head_dim
+        own = [i for i in range(self.n_layer) if not self.kv_source or self.kv_source[i] == i]
+        return 1, 1, sum(self.layer_n_head_kv[i] * self.layer_head_dim[i] for i in own)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -526,6 +544,7 @@ def inspect(
         "ssm": asdict(c.ssm) if c.ssm.layers else None,
         "parallel_ssm": c.parallel_ssm,
         "mamba1": asdict(c.mamba1) if c.mamba1.layers else None,
+        "gemma4": _gemma4_info(c) if c.layer_head_dim else None,
         # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
         "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
         "ffn_relu2": c.ffn_relu2,
@@ -720,6 +739,44 @@ def _ssm_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _gemma4_info(c: ModelConfig) -> dict[str, Any]:
+    """Gemma 4's per-layer shapes: its global layers, the layers reading another's K/V, its per-layer
+    embeddings."""
+    glob = [i for i in range(c.n_layer) if not c.layer_sliding or not c.layer_sliding[i]]
+    shared = [i for i, src in enumerate(c.kv_source) if src != i]
+    return {
+        "n_global": len(glob),
+        "global_head_dim": c.layer_head_dim[glob[0]] if glob else c.head_dim,
+        "global_n_head_kv": c.layer_n_head_kv[glob[0]] if glob else c.n_head_kv,
+        "rope_pairs": c.rope_pairs,
+        "shared_layers": shared,
+        "shared_sources": sorted({c.kv_source[i] for i in shared}),
+        "ple_dim": c.ple_dim,
+    }
+
+
+def _gemma4_line(info: dict[str, Any]) -> list[str]:
+    """Gemma 4's global layers, shared K/V and per-layer embeddings (absent for every other model)."""
+    g = info.get("gemma4")
+    if not g:
+        return []
+    heads = g["global_n_head_kv"]
+    lines = [
+        f"gemma 4       global layers: {g['n_global']} of {info['n_layer']}, "
+        f"head size {g['global_head_dim']}, "
+        f"{heads} KV head{'s' if heads != 1 else ''}, RoPE on {g['rope_pairs']} of "
+        f"{g['global_head_dim'] // 2} frequencies"
+    ]
+    if g["shared_layers"]:
+        lines.append(
+            f"              K/V shared: the last {len(g['shared_layers'])} layers read layers "
+            f"{', '.join(str(i) for i in g['shared_sources'])}"
+        )
+    if g["ple_dim"]:
+        lines.append(f"              per-layer embeddings of {g['ple_dim']} values per layer and token")
+    return lines
+
+
 def _blocks(c: ModelConfig) -> str:
     """Nemotron-H's layer pattern: M Mamba-2, * attention, - a feed-forward, E experts."""
     out = ""
@@ -795,6 +852,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_conv_line(info),
         *_ssm_line(info),
         *_mamba1_line(info),
+        *_gemma4_line(info),
         *_blocks_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",

@@ -1151,3 +1151,198 @@ def nemotronh_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     blocks = _nemotronh_blocks(nemotronh_layer_kinds(c, n_layer))
     ssm["layers"] = blocks.pop("ssm_layers")
     return {**blocks, "ssm": ssm, "rms_eps": get("layer_norm_epsilon", "", 1e-5)}
+
+
+def _gemma4_kv_source(layer_sliding: list[bool], shared: int) -> list[int]:
+    """Each of the last ``shared`` layers reads the K/V of the last earlier layer of its kind
+    (transformers' kv_sharing_modes); empty when none shares."""
+    n_layer = len(layer_sliding)
+    if shared <= 0:
+        return []
+    if shared >= n_layer:
+        raise ValueError(f"num_kv_shared_layers {shared} leaves no layer with its own K/V")
+    first = n_layer - shared
+    src = list(range(n_layer))
+    for layer in range(first, n_layer):
+        same = [j for j in range(first) if layer_sliding[j] == layer_sliding[layer]]
+        if not same:
+            raise ValueError("a shared-K/V layer has no earlier layer of its kind")
+        src[layer] = same[-1]
+    return src
+
+
+def _gemma4_check(kw: dict[str, Any]) -> dict[str, Any]:
+    """The checks both readers share, then Gemma 4's fixed settings."""
+    n_layer, sliding = kw["n_layer"], kw["layer_sliding"]
+    global_hd = 0
+    for layer in range(n_layer):
+        hd, kv = kw["layer_head_dim"][layer], kw["layer_n_head_kv"][layer]
+        if not (0 < hd <= 65536 and hd % 2 == 0 and 0 < kv <= 65536 and kw["n_head"] % kv == 0):
+            raise ValueError(f"invalid head size or KV head count of layer {layer}")
+        if sliding[layer] and hd != kw["head_dim"]:
+            raise ValueError("the sliding layers' head sizes differ (not supported)")
+        if not sliding[layer] and global_hd and hd != global_hd:
+            raise ValueError("the global layers' head sizes differ (not supported)")
+        global_hd = global_hd if sliding[layer] else hd
+        if not 0 < kw["layer_n_ff"][layer] <= 1 << 30:
+            raise ValueError(f"invalid feed-forward size of layer {layer}")
+    if kw["rope_pairs"] < 0 or (global_hd and kw["rope_pairs"] > global_hd // 2):
+        raise ValueError("invalid rotated share of the global layers' RoPE")
+    if not 0 <= kw["ple_dim"] <= 1 << 20:
+        raise ValueError("invalid per-layer embedding size")
+    return dict(
+        kw, qk_norm=True, v_norm=True, attn_scale=1.0, rope_style="neox", qkv_bias=False,
+        embd_scale=math.sqrt(np.float32(kw["n_embd"])), rope_scaling=None,
+    )  # fmt: skip
+
+
+def _gguf_per_layer(md: dict[str, Any], key: str, n_layer: int, default: int) -> list[int]:
+    v = md.get(key, default)
+    values = list(v) if isinstance(v, list) else [v] * n_layer
+    if len(values) != n_layer:
+        raise ValueError(f"{key} must hold one value per layer")
+    if any(not 0 < int(x) <= 1 << 30 for x in values):
+        raise ValueError(f"invalid {key}")
+    return [int(x) for x in values]
+
+
+def gemma4_gguf(md: dict[str, Any], common: dict[str, Any], rope_freqs: np.ndarray | None) -> dict[str, Any]:
+    """Gemma 4's keys of a GGUF file as llama.cpp's converter writes them (``common`` holds the shared
+    ones): key_length (global) / key_length_swa, head_count_kv and feed_forward_length per layer, the
+    sliding pattern, shared_kv_layers, embedding_length_per_layer_input; the global layers' RoPE from
+    the rope_freqs tensor's factors (1: turns, 1e30: held)."""
+    k = "gemma4."
+    n_layer = common["n_layer"]
+    if md.get(k + "attention.key_length", 0) != md.get(k + "attention.value_length", 0) or md.get(
+        k + "attention.key_length_swa", 0
+    ) != md.get(k + "attention.value_length_swa", 0):
+        raise ValueError("attention.value_length differs from key_length (Gemma 4 needs them equal)")
+    hd_full = md.get(k + "attention.key_length", 0)
+    hd_swa = md.get(k + "attention.key_length_swa", hd_full)
+    if not (0 < hd_full <= 65536 and 0 < hd_swa <= 65536):
+        raise ValueError("invalid attention.key_length")
+    window = _window(md.get(k + "attention.sliding_window", 0))
+    sliding = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", n_layer)
+    if sliding is None or window == 0:
+        raise ValueError(
+            "a Gemma 4 file needs attention.sliding_window and a per-layer sliding_window_pattern"
+        )
+    kvs = _gguf_per_layer(md, k + "attention.head_count_kv", n_layer, common["n_head"])
+    ffs = _gguf_per_layer(md, k + "feed_forward_length", n_layer, 0)
+    if md.get(k + "rope.dimension_count", hd_full) != hd_full or md.get(
+        k + "rope.dimension_count_swa", hd_swa
+    ) != (hd_swa):
+        raise ValueError("partial RoPE (rope.dimension_count below the head size) is not supported")
+    pairs = hd_full // 2
+    if rope_freqs is not None:
+        ones = 0
+        while ones < len(rope_freqs) and rope_freqs[ones] == 1.0:
+            ones += 1
+        if not all(f >= 1e20 for f in rope_freqs[ones:]):
+            raise ValueError("rope_freqs is not Gemma 4's proportional RoPE (factors 1, then 1e30)")
+        pairs = ones
+    kv_sliding = [kv for kv, s in zip(kvs, sliding, strict=True) if s]
+    kw = dict(
+        common, head_dim=hd_swa, n_head_kv=kv_sliding[-1] if kv_sliding else kvs[0], n_ff=max(ffs),
+        sliding_window=window, layer_sliding=sliding,
+        layer_head_dim=[hd_swa if s else hd_full for s in sliding], layer_n_head_kv=kvs, layer_n_ff=ffs,
+        rope_theta_swa=md.get(k + "rope.freq_base_swa", 10000.0), rope_pairs=pairs,
+        kv_source=_gemma4_kv_source(sliding, md.get(k + "attention.shared_kv_layers", 0)),
+        ple_dim=max(-1, min(md.get(k + "embedding_length_per_layer_input", 0), 1 << 21)),
+        final_softcap=md.get(k + "final_logit_softcapping", 0.0),
+        rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-6),
+    )  # fmt: skip
+    return _gemma4_check(kw)
+
+
+def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4 from config.json (Gemma4TextConfig, or a Gemma4ForConditionalGeneration's text_config):
+    every field, with the config class's defaults for those a file leaves out; the per-layer attention
+    shapes from per_layer_config (transformers 5.25's) or global_head_dim / num_global_key_value_heads
+    (the released configs'; the latter where attention_k_eq_v)."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    def dim(key: str, default: int, limit: int = 1 << 30) -> int:
+        v = get(key, default)
+        if not isinstance(v, int) or not 0 < v <= limit:
+            raise ValueError(f"invalid {key} {v}")
+        return v
+
+    n_layer = dim("num_hidden_layers", 30, 4096)
+    n_head, n_kv, hd, ff = dim("num_attention_heads", 8, 65536), dim("num_key_value_heads", 4, 65536), dim(
+        "head_dim", 256, 65536), dim("intermediate_size", 9216)  # fmt: skip
+    if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise ValueError(
+            f"hidden_activation '{c['hidden_activation']}' is not supported (gelu_pytorch_tanh is)"
+        )
+    if get("attention_bias", False):
+        raise ValueError("attention_bias=true is not supported")
+    if get("use_bidirectional_attention", "vision") == "all":
+        raise ValueError("use_bidirectional_attention='all' (an encoder) is not supported")
+    if get("enable_moe_block", False):
+        raise ValueError("enable_moe_block=true (Gemma 4's mixture of experts) is not supported yet")
+    window = _window(get("sliding_window", 512))
+    sliding = _hf_layer_types(c, n_layer) or _pattern_layers(n_layer, 6)
+    sliding[-1] = False  # (transformers forces the last layer global)
+    if window == 0:
+        raise ValueError("sliding_window 0")
+    head_dims, kv_heads = [hd] * n_layer, [n_kv] * n_layer
+    per = c.get("per_layer_config")
+    if per is not None:
+        if not isinstance(per, dict):
+            raise ValueError("config 'per_layer_config' must be an object")
+        for key, over in per.items():
+            layer = int(key) if isinstance(key, str) and key.isdigit() else -1
+            if not 0 <= layer < n_layer or not isinstance(over, dict):
+                raise ValueError(f"config 'per_layer_config' names an unknown layer '{key}'")
+            for field in over:
+                if field not in ("head_dim", "num_key_value_heads"):
+                    raise ValueError(f"config 'per_layer_config' overrides '{field}' (not supported)")
+            head_dims[layer] = over.get("head_dim", hd)
+            kv_heads[layer] = over.get("num_key_value_heads", n_kv)
+    else:
+        for layer in range(n_layer):
+            if not sliding[layer]:
+                head_dims[layer] = get("global_head_dim", 512)
+                if get("attention_k_eq_v", False) and c.get("num_global_key_value_heads") is not None:
+                    kv_heads[layer] = c["num_global_key_value_heads"]
+    rope = c.get("rope_parameters")
+    theta_full, theta_swa, prf, full_type = 1e6, 1e4, 0.25, "proportional"
+    if rope is not None:
+        full, local = rope.get("full_attention"), rope.get("sliding_attention")
+        if not isinstance(full, dict) or not isinstance(local, dict):
+            raise ValueError("config 'rope_parameters' needs full_attention and sliding_attention")
+        full_type = full.get("rope_type", "default")
+        theta_full, prf = full.get("rope_theta", 1e6), full.get("partial_rotary_factor", 1.0)
+        theta_swa = local.get("rope_theta", 1e4)
+        if local.get("rope_type", "default") != "default" or local.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("RoPE scaling or partial rotation of the sliding layers is not supported")
+        if full_type not in ("proportional", "default") or full.get("factor", 1.0) != 1.0:
+            raise ValueError(
+                f"RoPE type '{full_type}' (or a scaling factor) of the global layers is not supported"
+            )
+    if not 0 < prf <= 1:
+        raise ValueError("invalid partial_rotary_factor of the global layers")
+    global_hd = hd
+    for layer in range(n_layer):
+        global_hd = global_hd if sliding[layer] else head_dims[layer]
+    pairs = global_hd // 2 if full_type == "default" else int(math.floor(prf * global_hd / 2.0))
+    shared = get("num_kv_shared_layers", 0)
+    ffs = [ff] * n_layer
+    if get("use_double_wide_mlp", False):
+        for layer in range(n_layer - max(shared, 0), n_layer):
+            ffs[layer] = 2 * ff
+    ple = c.get("hidden_size_per_layer_input", 256) if "hidden_size_per_layer_input" in c else 256
+    kw = dict(
+        n_vocab=dim("vocab_size", 262144), n_embd=dim("hidden_size", 2304), n_layer=n_layer, n_head=n_head,
+        n_head_kv=n_kv, head_dim=hd, n_ff=max(ffs), n_ctx_train=dim("max_position_embeddings", 131072),
+        rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta_full, rope_theta_swa=theta_swa,
+        sliding_window=window, layer_sliding=sliding, layer_head_dim=head_dims, layer_n_head_kv=kv_heads,
+        layer_n_ff=ffs, rope_pairs=pairs, kv_source=_gemma4_kv_source(sliding, shared),
+        ple_dim=0 if ple is None else max(-1, min(ple, 1 << 21)),
+        final_softcap=get("final_logit_softcapping", 0.0), tied_embeddings=get("tie_word_embeddings", True),
+    )  # fmt: skip
+    return _gemma4_check(kw)

@@ -25,6 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
+    "gemma4",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -41,7 +42,7 @@ CONFIG_KEYS = (
     "attn_softcap", "embd_scale", "layer_nope", "residual_scale", "logit_scale", "o_bias", "attn_sinks",
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
     "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
-    "mup",
+    "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -61,6 +62,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "attn_gate": False, "layer_no_ffn": [], "layer_no_mixer": [], "ffn_relu2": False,
     "mamba1": {"d_inner": 0, "d_state": 0, "dt_rank": 0, "conv_kernel": 0, "conv_bias": False,
                "dt_b_c_rms": False, "dt_b_c_weights": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
+    "layer_head_dim": [], "layer_n_head_kv": [], "layer_n_ff": [], "kv_source": [], "rope_pairs": 0,
+    "v_norm": False, "ple_dim": 0,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -68,7 +71,7 @@ _SUPPORTED_HF = (
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
-    "falcon_mamba)"
+    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -183,6 +186,7 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     cfg["n_kv_layers"] -= sum(cfg["layer_no_mixer"])  # (Nemotron-H's feed-forward blocks)
     m1 = cfg["mamba1"]
     cfg["n_kv_layers"] -= len(m1["layers"])
+    cfg["n_kv_layers"] -= sum(src != i for i, src in enumerate(cfg["kv_source"]))  # (Gemma 4's shared)
     conv_dim = 2 * d["n_k_heads"] * d["k_dim"] + d["n_v_heads"] * d["v_dim"]
     per_layer = (d["conv_kernel"] - 1) * conv_dim + d["n_v_heads"] * d["k_dim"] * d["v_dim"]
     state = len(d["layers"]) * per_layer if d["layers"] else 0
@@ -499,6 +503,17 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
     names = set(g.tensors)
+    if arch == "gemma4":
+        freqs = g.tensor("rope_freqs.weight").reshape(-1) if "rope_freqs.weight" in names else None
+        common["n_head"] = md.get(k + "attention.head_count", 0)
+        cfg = _config(arch, **arch_config.gemma4_gguf(md, common, freqs))
+        cfg["tied_embeddings"] = "output.weight" not in names
+        globals_ = dict(_GEMMA4_GLOBALS_GGUF, output="output.weight")
+        layer = dict(_GGUF_LAYER, **_GEMMA4_GGUF)
+        w = _gemma4_weights(cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}", globals_)
+        if freqs is not None:
+            w["rope_freqs"] = freqs
+        return cfg, w
     if arch in GEMMA:  # norms stored as 1 + w by llama.cpp's converter
         common.update(arch_config.gemma3_gguf(md, common, arch))
     if arch == "phi3":
@@ -610,6 +625,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
     bamba = arch in ("bamba", "BambaForCausalLM")  # (Granite 4.0-H's layers, its own names)
+    if arch in ("gemma4", "Gemma4ForConditionalGeneration"):  # (its language model)
+        if not isinstance(c.get("text_config"), dict):
+            raise ValueError(f"'{path}' has no text_config object")
+        return _gemma4_hf(c["text_config"], get_tensor, names, "model.language_model.")
+    if arch in ("gemma4_text", "Gemma4ForCausalLM"):
+        return _gemma4_hf(c, get_tensor, names, "model.")
     if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
         return _gemma3_hf(c["text_config"], get_tensor, names, multimodal=True)
     if arch in ("gemma3_text", "Gemma3ForCausalLM"):
@@ -860,3 +881,78 @@ def _gemma3_hf(
     for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
         w[key] = (np.float32(1) + w[key].astype(np.float32)).astype(np.float32)
     return cfg, w
+
+
+_GEMMA4_GGUF = {
+    "out_scale": "layer_output_scale.weight", "ple_gate": "inp_gate.weight", "ple_proj": "proj.weight",
+    "ple_norm": "post_norm.weight",
+}  # fmt: skip
+_GEMMA4_GLOBALS_GGUF = {
+    "tok_embd": "token_embd.weight", "output_norm": "output_norm.weight",
+    "ple_tok_embd": "per_layer_token_embd.weight", "ple_model_proj": "per_layer_model_proj.weight",
+    "ple_proj_norm": "per_layer_proj_norm.weight",
+}  # fmt: skip
+_GEMMA4_HF = {
+    "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
+    "post_ffn_norm": "post_feedforward_layernorm.weight", "out_scale": "layer_scalar",
+    "ple_gate": "per_layer_input_gate.weight", "ple_proj": "per_layer_projection.weight",
+    "ple_norm": "post_per_layer_input_norm.weight",
+}  # fmt: skip
+
+
+def _gemma4_weights(
+    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, glob: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """Gemma 4's tensors by role (twin of loader.cpp's build_gemma4_weights): a layer reading another's
+    K/V has no wk / wv / k_norm; wv may be absent (k = v); out_scale is optional."""
+    from .gemma4 import head_dim, kv_source, n_head_kv
+
+    e, p, n_layer = cfg["n_embd"], cfg["ple_dim"], cfg["n_layer"]
+    w: dict[str, np.ndarray] = {}
+    _take(get, names, w, glob["tok_embd"], "tok_embd", cfg["n_vocab"], e)
+    _take(get, names, w, glob["output_norm"], "output_norm", 1, e)
+    if cfg["tied_embeddings"] or glob["output"] not in names:
+        w["output"] = w["tok_embd"]
+    else:
+        _take(get, names, w, glob["output"], "output", cfg["n_vocab"], e)
+    if p > 0:  # (the table may have more rows than the vocabulary, never fewer)
+        table = glob["ple_tok_embd"]
+        rows = max(get(table).reshape(-1, n_layer * p).shape[0], cfg["n_vocab"]) if table in names else 0
+        _take(get, names, w, table, "ple_tok_embd", rows, n_layer * p)
+        _take(get, names, w, glob["ple_model_proj"], "ple_model_proj", n_layer * p, e)
+        _take(get, names, w, glob["ple_proj_norm"], "ple_proj_norm", 1, p)
+    for i in range(n_layer):
+        hd = head_dim(cfg, i)
+        q, kv, ff = cfg["n_head"] * hd, n_head_kv(cfg, i) * hd, cfg["layer_n_ff"][i]
+        shapes = {"attn_norm": (1, e), "wq": (q, e), "q_norm": (1, hd), "wo": (e, q),
+                  "post_attn_norm": (1, e), "ffn_norm": (1, e), "w_gate": (ff, e), "w_up": (ff, e),
+                  "w_down": (e, ff), "post_ffn_norm": (1, e)}  # fmt: skip
+        if kv_source(cfg, i) == i:
+            shapes.update(wk=(kv, e), k_norm=(1, hd))
+            if name_of(i, "wv") in names:
+                shapes.update(wv=(kv, e))
+        if name_of(i, "out_scale") in names:
+            shapes.update(out_scale=(1, 1))
+        if p > 0:
+            shapes.update(ple_gate=(p, e), ple_proj=(e, p), ple_norm=(1, e))
+        for field, (r, c) in shapes.items():
+            _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
+    return w
+
+
+def _gemma4_hf(
+    c: dict[str, Any], get: Any, names: set[Any], prefix: str
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Gemma 4 from a folder (its tensors under ``prefix``): norms stored as the factor applied."""
+    cfg = _config("gemma4", **arch_config.gemma4_hf(c))
+
+    def name_of(i: int, f: str) -> str:
+        return f"{prefix}layers.{i}.{_GEMMA4_HF.get(f, _HF_LAYER.get(f, ''))}"
+
+    glob = {
+        "tok_embd": prefix + "embed_tokens.weight", "output_norm": prefix + "norm.weight",
+        "output": "lm_head.weight", "ple_tok_embd": prefix + "embed_tokens_per_layer.weight",
+        "ple_model_proj": prefix + "per_layer_model_projection.weight",
+        "ple_proj_norm": prefix + "per_layer_projection_norm.weight",
+    }  # fmt: skip
+    return cfg, _gemma4_weights(cfg, get, names, name_of, glob)

@@ -352,6 +352,10 @@ def forward(
         from .gemma3 import forward_gemma3
 
         return forward_gemma3(c, w, token_ids, q8)
+    if c["arch"] == "gemma4":
+        from .gemma4 import forward_gemma4
+
+        return forward_gemma4(c, w, token_ids, q8)
     eps = c["rms_eps"]
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import gemma4 as gemma4_twin
 from . import model as ref_model
 from . import moe as moe_twin
 from .delta_net import DeltaState, has_recurrent, is_recurrent, recurrent_layer
@@ -66,8 +67,13 @@ class ModelRunner:
         kv_dim = config["n_head_kv"] * config["head_dim"]
         # np.zeros maps fresh zero pages lazily, so a large pool costs nothing until it is written. An f16
         # pool stores K and V rounded to nearest, as the C++ cache does; attention reads them as f32.
-        self.kv = np.zeros(
-            (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
+        # (Gemma 4: one array per layer with K/V of its own, their widths differing: gemma4.kv_pool)
+        self.kv: Any = (
+            gemma4_twin.kv_pool(config, num_blocks * block_size, kv_cache_dtype)
+            if config["arch"] == "gemma4"
+            else np.zeros(
+                (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
+            )
         )
         self.states: list[Any] = []
         if has_recurrent(config):
@@ -84,7 +90,8 @@ class ModelRunner:
         if not (0 <= src < self.num_blocks and 0 <= dst < self.num_blocks):
             raise ValueError("copy_block: block id out of range")
         bs = self.block_size
-        self.kv[:, :, dst * bs : (dst + 1) * bs] = self.kv[:, :, src * bs : (src + 1) * bs]
+        for layer in self.kv.values() if isinstance(self.kv, dict) else [self.kv]:
+            layer[..., dst * bs : (dst + 1) * bs, :] = layer[..., src * bs : (src + 1) * bs, :]
 
     def copy_state(self, src: int, dst: int) -> None:
         """State slot ``dst`` gets slot ``src``'s (recurrent models; otherwise nothing)."""
@@ -170,6 +177,9 @@ class ModelRunner:
             table = np.asarray(block_tables[block_table_start[s] : block_table_start[s + 1]], dtype=np.int64)
             ctx_pos = np.arange(context_len[s])
             ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
+        if c["arch"] == "gemma4":  # (per-layer K/V widths, shared K/V, per-layer inputs: gemma4.py)
+            rows = np.asarray(logits_rows, dtype=np.int64)
+            return gemma4_twin.paged_forward(c, w, self.kv, ids, pos, slots, seq_start, ctx_slots, rows, q8)
 
         states = []
         if self.states:  # (recurrent models: distinct slots, one per sequence)

@@ -1,0 +1,147 @@
+"""The Gemma 4 (text) forward pass in plain NumPy, written to be read (twin of ``csrc/model/gemma4.cpp``).
+
+What differs from Gemma 3 (``gemma3.py``):
+  - attention shapes per layer (``layer_head_dim``, ``layer_n_head_kv``): the global layers have wider
+    heads and fewer KV heads than the sliding ones; where a layer has no ``wv`` (``attention_k_eq_v``)
+    V is K's projection, taken before K's norm and RoPE;
+  - q and k RMS-normalised per head with weights, V without one; scores unscaled (``attn_scale`` 1);
+  - RoPE: the sliding layers' own base over their whole head; the global layers' "proportional" one,
+    NeoX pairs over their whole head with only the first ``rope_pairs`` frequencies turning;
+  - the last layers attend to the K/V of an earlier layer of their kind (``kv_source``), computing no
+    K/V of their own; their MLPs may be twice as wide (``layer_n_ff``);
+  - per-layer embeddings (``ple_dim`` P): a token table row [n_layer * P] times sqrt(P), plus the
+    embeddings' projection times n_embd^-1/2 RMS-normalised per layer, the sum times 2^-1/2; after each
+    layer's feed-forward, x += norm(proj(gelu_tanh(gate(x)) * input_layer));
+  - each layer's output times its ``out_scale`` (transformers' layer_scalar) when the file has one;
+  - norms multiply by their stored weights (no 1 + w).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .gemma3 import gelu_tanh_glu
+from .model import apply_rope, embed, finish_logits, rms_norm
+
+
+def head_dim(c: dict[str, Any], layer: int) -> int:
+    return int(c["layer_head_dim"][layer]) if c["layer_head_dim"] else int(c["head_dim"])
+
+
+def n_head_kv(c: dict[str, Any], layer: int) -> int:
+    return int(c["layer_n_head_kv"][layer]) if c["layer_n_head_kv"] else int(c["n_head_kv"])
+
+
+def kv_source(c: dict[str, Any], layer: int) -> int:
+    return int(c["kv_source"][layer]) if c["kv_source"] else layer
+
+
+def kv_pool(c: dict[str, Any], n_slots: int, dtype: str = "float32") -> dict[int, np.ndarray]:
+    """The K/V cache: for each layer that keeps its own, [2 (K | V), n_slots, n_head_kv * head_dim]."""
+    return {
+        i: np.zeros((2, n_slots, n_head_kv(c, i) * head_dim(c, i)), dtype=np.dtype(dtype))
+        for i in range(c["n_layer"])
+        if kv_source(c, i) == i
+    }
+
+
+def rope_tables(c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(global, sliding) inverse frequencies: the global layers' over half their head, the first
+    ``rope_pairs`` base^(-2i / head_dim), the rest 0; the sliding layers' plain, with their base."""
+    hd_full = next((head_dim(c, i) for i in range(c["n_layer"]) if not c["layer_sliding"][i]), c["head_dim"])
+    full = np.zeros(hd_full // 2, dtype=np.float32)
+    i = np.arange(min(c["rope_pairs"], hd_full // 2))
+    full[: len(i)] = (1.0 / np.power(float(c["rope_theta"]), 2.0 * i / hd_full)).astype(np.float32)
+    hd = c["head_dim"]
+    swa = (1.0 / np.power(float(c["rope_theta_swa"]), 2.0 * np.arange(hd // 2) / hd)).astype(np.float32)
+    return full, swa
+
+
+def per_layer_inputs(
+    c: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndarray, x: np.ndarray, q8: Any
+) -> Any:
+    """[n, n_layer, P]: (norm(proj(x) * n_embd^-1/2) + table[ids] * sqrt(P)) * 2^-1/2, in that order."""
+    n, n_layer, p = len(ids), c["n_layer"], c["ple_dim"]
+    proj = _linear(q8(x, "ple_model_proj"), w["ple_model_proj"]) * np.float32(1.0 / math.sqrt(c["n_embd"]))
+    proj = rms_norm(proj.reshape(n, n_layer, p), w["ple_proj_norm"], c["rms_eps"])
+    tok = w["ple_tok_embd"][ids].astype(np.float32).reshape(n, n_layer, p) * np.float32(math.sqrt(p))
+    return ((proj + tok) * np.float32(1.0 / math.sqrt(2.0))).astype(np.float32)
+
+
+def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,kj->ik", x, weight)  # (runner._linear's fixed-order dot products)
+
+
+def forward_gemma4(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[int], q8: Any) -> np.ndarray:
+    """Logits [len(token_ids), n_vocab] of one sequence from position 0."""
+    ids = np.asarray(token_ids, dtype=np.int64)
+    if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
+        raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
+    n = len(ids)
+    every = np.arange(n)
+    return paged_forward(c, w, kv_pool(c, n), ids, every, every, [0, n], [every], every, q8)
+
+
+def paged_forward(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    pool: dict[int, np.ndarray],
+    ids: np.ndarray,
+    pos: np.ndarray,
+    slots: np.ndarray,
+    seq_start: Sequence[int],
+    ctx_slots: Sequence[np.ndarray],
+    rows: np.ndarray,
+    q8: Any,
+) -> np.ndarray:
+    """One step over a paged pool (``kv_pool``): the tokens ``ids`` at positions ``pos`` write their
+    K/V at ``slots``; sequence s's tokens are ids[seq_start[s]:seq_start[s + 1]] and its context the
+    pool slots ``ctx_slots[s]`` in position order. Returns the logits of the token indices ``rows``."""
+    from .runner import _paged_attention
+
+    eps, n_head, n = c["rms_eps"], c["n_head"], len(ids)
+    x = embed(c, w, ids)
+    ple = per_layer_inputs(c, w, ids, x, q8) if c["ple_dim"] else None
+    freq_full, freq_swa = rope_tables(c)
+    for i in range(c["n_layer"]):
+        p = f"layers.{i}."
+        hd, kvh, sliding = head_dim(c, i), n_head_kv(c, i), bool(c["layer_sliding"][i])
+        freq = freq_swa if sliding else freq_full
+        h = rms_norm(x, w[p + "attn_norm"], eps)
+        q = _linear(q8(h, p + "wq"), w[p + "wq"]).reshape(n, n_head, hd)
+        q = apply_rope(rms_norm(q, w[p + "q_norm"], eps), pos, freq, "neox")
+        src = kv_source(c, i)
+        if src == i:  # (its own K/V; V = K's projection where the layer has no wv)
+            k = _linear(q8(h, p + "wk"), w[p + "wk"])
+            v = _linear(q8(h, p + "wv"), w[p + "wv"]) if p + "wv" in w else k.copy()
+            k = apply_rope(rms_norm(k.reshape(n, kvh, hd), w[p + "k_norm"], eps), pos, freq, "neox")
+            v = rms_norm(v.reshape(n, kvh, hd), np.ones(hd, dtype=np.float32), eps)
+            pool[i][0, slots] = k.reshape(n, kvh * hd)
+            pool[i][1, slots] = v.reshape(n, kvh * hd)
+        attn = np.empty((n, n_head * hd), dtype=np.float32)
+        for s in range(len(seq_start) - 1):
+            lo, hi = seq_start[s], seq_start[s + 1]
+            if hi == lo:
+                continue
+            kc = pool[src][0, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+            vc = pool[src][1, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+            window = c["sliding_window"] if sliding else 0
+            attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
+        out = _linear(q8(attn, p + "wo"), w[p + "wo"])
+        x = x + rms_norm(out, w[p + "post_attn_norm"], eps)
+        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        gate, up = _linear(q8(h, p + "w_gate"), w[p + "w_gate"]), _linear(q8(h, p + "w_up"), w[p + "w_up"])
+        f = _linear(q8(gelu_tanh_glu(gate, up), p + "w_down"), w[p + "w_down"])
+        x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
+        if ple is not None:  # the per-layer branch
+            g = gelu_tanh_glu(_linear(q8(x, p + "ple_gate"), w[p + "ple_gate"]), ple[:, i])
+            o = _linear(q8(g, p + "ple_proj"), w[p + "ple_proj"])
+            x = x + rms_norm(o, w[p + "ple_norm"], eps)
+        if p + "out_scale" in w:
+            x = (x * w[p + "out_scale"].reshape(-1)[0]).astype(np.float32)
+    h = q8(rms_norm(x[rows], w["output_norm"], eps), "output")
+    return finish_logits(c, _linear(h, w["output"]))
