@@ -48,6 +48,9 @@ SPM_GGUF_VOCABS = {
     "phi3_gguf": ("phi3", "Phi-3-mini-4k-instruct"),
     "gemma3_gguf": ("gemma3", "Gemma 3 1b It"),
 }
+# Gemma 4's files (tokenizer.ggml.model "gemma4"): the gemma3-style tokenizer.json as llama.cpp's
+# converter writes it (its tokens and merges), with Gemma 4's turn tokens.
+GEMMA4_GGUF = "gemma4_gguf"
 
 
 def _assets() -> Any:
@@ -109,6 +112,12 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
         hf = _phi3_rstrip(hf_gguf.tokenizer(path).backend_tokenizer) if name == "phi3_gguf" else None
         hf = hf or hf_gguf.tokenizer(path).backend_tokenizer
         lossless = False
+    elif name == GEMMA4_GGUF:
+        path = os.path.join(assets.cache_dir(), "gguf", f"{name}.gguf")
+        if not os.path.exists(path):
+            _write_gemma4_gguf(os.path.join(load_vocab("gemma3", gguf_path).path, "tokenizer.json"), path)
+        hf = hf_gguf.tokenizer(path).backend_tokenizer
+        lossless = False  # U+2581 in the text decodes as a space
     elif name == "gemma3":
         path = os.path.join(assets.cache_dir(), "hf", "gemma3_style")
         if not os.path.exists(os.path.join(path, "tokenizer.json")):
@@ -148,6 +157,47 @@ def _write_byte_level_gguf(tokenizer_json: str, pre: str, out: str) -> None:
     w.add_token_list(tokens)
     w.add_token_types([types.get(i, 1) for i in range(len(tokens))])
     w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(out + ".tmp", out)
+
+
+def _write_gemma4_gguf(tokenizer_json: str, out: str) -> None:
+    """A vocabulary-only GGUF of a Gemma-style tokenizer.json as llama.cpp's Gemma 4 converter writes
+    it: tokenizer model "gemma4", the tokens as the tokenizer.json spells them, its merges, token types
+    (special added tokens control), Gemma 4's turn tokens appended (control) with a channel token
+    (user-defined, as the converter marks its visible tokens), add_bos_token true (which transformers
+    and ossa ignore: the model's tokenizer adds none) and no space prefix."""
+    import gguf
+
+    with open(tokenizer_json, encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab: dict[str, int] = dict(tj["model"]["vocab"])
+    types = {i: 3 for i in (0, 1, 2)}  # (<unk>, <s>, </s>)
+    for t in tj.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+        types[t["id"]] = 3 if t.get("special") else 4
+    tokens = [""] * len(vocab)
+    for text, i in vocab.items():
+        tokens[i] = text
+    for text, ty in (("<|turn>", 3), ("<turn|>", 3), ("<|channel>", 4)):
+        types[len(tokens)] = ty
+        tokens.append(text)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    w = gguf.GGUFWriter(out + ".tmp", "gemma4")
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([types.get(i, 1) for i in range(len(tokens))])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_space_prefix(False)
+    w.add_add_bos_token(True)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -262,7 +312,7 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS))
+@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF])
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
 
@@ -353,6 +403,7 @@ def test_special_ids_and_eos_rule(default_model_path: str) -> None:
     for name, texts in (
         ("phi3_gguf", ["</s>", "<|endoftext|>", "<|end|>"]),
         ("gemma3_gguf", ["</s>", "<end_of_turn>"]),
+        ("gemma4_gguf", ["</s>", "<turn|>"]),
     ):
         v = load_vocab(name, default_model_path)
         for t in (v.cpp, v.py):

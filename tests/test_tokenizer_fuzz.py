@@ -16,7 +16,7 @@ from test_tokenizer import VOCABS, Vocab, load_vocab
 
 # The SentencePiece GGUF pipelines (Llama 2 / Mistral, Phi-3 with rstrip, Gemma) are fuzzed too; the
 # byte-level GGUFs share their tokenizer.json twins' pipelines and are checked on the corpus.
-FUZZ_VOCABS = [*VOCABS, "mistral_gguf", "phi3_gguf", "gemma3_gguf"]
+FUZZ_VOCABS = [*VOCABS, "mistral_gguf", "phi3_gguf", "gemma3_gguf", "gemma4_gguf"]
 
 FRAGMENTS = [
     " ", "  ", "   ", "\n", "\r\n", "\t", "\u00a0", "\u3000", "\u2581", "'", "'s", "'T", "'ll", "'Re",

@@ -97,6 +97,7 @@ const std::set<std::string>& end_of_generation_texts() {
                                           "<|return|>",
                                           "<|call|>",
                                           "<end_of_turn>",
+                                          "<turn|>",  // (Gemma 4's)
                                           "<|endoftext|>",
                                           "<|eom_id|>",
                                           "<EOT>",
@@ -189,9 +190,26 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
       }
     }
     add_bos = g.get_bool("tokenizer.ggml.add_bos_token", true);
+  } else if (model == "gemma4") {
+    // Gemma 4 (llama.cpp's converter: the tokenizer.json's BPE, tokens as it spells them, its
+    // merges): GemmaTokenizer's pipeline, as transformers' GGUF conversion builds it -- spaces as
+    // U+2581, no prefix, byte fallback -- and no BOS whatever the file says: the model's own
+    // tokenizer adds none, its chat template writes <bos> (llama.cpp forces BOS on; transformers
+    // follows the model, and so does this).
+    spec.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
+    spec.vocab = tokens;
+    spec.byte_fallback = true;
+    spec.fuse_unk = true;
+    spec.prefix = TokenizerSpec::Prefix::NEVER;
+    spec.strip_leading_space = false;
+    if (merges.empty()) {  // (as Gemma's: the token order is the merge order)
+      spec.scores.resize(tokens.size());
+      for (size_t i = 0; i < spec.scores.size(); ++i) spec.scores[i] = -static_cast<double>(i);
+    }
+    add_bos = false;
   } else {
     throw ModelError(path + ": unsupported GGUF tokenizer model '" + model +
-                     "' (supported: gpt2, llama)");
+                     "' (supported: gpt2, llama, gemma4)");
   }
   for (const auto& m : merges) {
     size_t sp = m.find(' ');

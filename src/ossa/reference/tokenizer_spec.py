@@ -288,7 +288,7 @@ _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
 # Token texts that end generation whatever the eos/eot/eom keys say (llama.cpp's list; see
 # csrc/tokenizer/tokenizer_gguf.cpp).
 _END_OF_GENERATION_TEXTS = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<turn|>", "<|endoftext|>",
     "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
     "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's
 }  # fmt: skip
@@ -367,8 +367,21 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
                     raise ModelError(f"{path}: tokenizer.ggml.scores is missing or has the wrong length")
                 spec.scores = [float(s) for s in scores]
         add_bos = bool(md.get("tokenizer.ggml.add_bos_token", True))
+    elif model == "gemma4":
+        # Gemma 4: GemmaTokenizer's pipeline over the file's tokens and merges (transformers' GGUF
+        # conversion), no BOS whatever the file says (the model's tokenizer adds none; its chat template
+        # writes <bos>).
+        spec.model = "sentencepiece_bpe"
+        spec.vocab = [text(t) for t in tokens]
+        spec.byte_fallback = spec.fuse_unk = True
+        spec.prefix, spec.strip_leading_space = "never", False
+        if not merges:  # (as Gemma's: the token order is the merge order)
+            spec.scores = [-float(i) for i in range(len(spec.vocab))]
+        add_bos = False
     else:
-        raise ModelError(f"{path}: unsupported GGUF tokenizer model '{model}' (supported: gpt2, llama)")
+        raise ModelError(
+            f"{path}: unsupported GGUF tokenizer model '{model}' (supported: gpt2, llama, gemma4)"
+        )
     for m in map(text, merges):
         if " " not in m:
             raise ModelError(f"{path}: malformed merge '{m}'")
