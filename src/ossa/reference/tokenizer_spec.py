@@ -288,8 +288,8 @@ _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
 # Token texts that end generation whatever the eos/eot/eom keys say (llama.cpp's list; see
 # csrc/tokenizer/tokenizer_gguf.cpp).
 _END_OF_GENERATION_TEXTS = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<turn|>", "<|endoftext|>",
-    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<turn|>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
     "<\uff5cend\u2581of\u2581sentence\uff5c>",  # DeepSeek's
 }  # fmt: skip
 # The names for which llama.cpp adds BOS when tokenizer.ggml.add_bos_token is absent and applies
