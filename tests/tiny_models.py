@@ -220,6 +220,9 @@ def make_hf_model(
                 b.copy_(0.1 * torch.randn(b.shape, generator=gen))
             if name.endswith("layer_scalar"):  # Gemma 4's output multipliers: around 1
                 b.copy_(0.5 + torch.rand(b.shape, generator=gen))
+        for name, p in model.named_parameters():  # Gemma 4's router scales: around 1
+            if name.endswith(("router.scale", "router.per_expert_scale")):
+                p.data.copy_(0.5 + torch.rand(p.shape, generator=gen))
     if tie:
         model.tie_weights()
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
@@ -1252,6 +1255,12 @@ _GEMMA4_NAMES = {
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight", "layer_scalar": "layer_output_scale.weight",
     "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
     "post_per_layer_input_norm.weight": "post_norm.weight",
+    "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+    "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+    "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+    "router.proj.weight": "ffn_gate_inp.weight",
+    "router.scale": "ffn_gate_inp.scale", "router.per_expert_scale": "ffn_down_exps.scale",
+    "experts.gate_up_proj": "ffn_gate_up_exps.weight", "experts.down_proj": "ffn_down_exps.weight",
 }  # fmt: skip
 _GEMMA4_GLOBALS = {
     "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -1304,6 +1313,10 @@ def _gemma4_to_gguf(
     writer.add_embedding_length_per_layer_input(kw["ple_dim"])
     if kw["final_softcap"]:
         writer.add_final_logit_softcapping(float(kw["final_softcap"]))
+    if cfg.get("enable_moe_block"):
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["top_k_experts"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if tokenizer_gguf is not None:
         _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
     else:
@@ -1337,7 +1350,7 @@ def _gemma4_to_gguf(
     named["rope_freqs.weight"] = np.array([1.0] * pairs + [1e30] * (hd_full // 2 - pairs), dtype=np.float32)
     for name, w in named.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
-        t = qtype if w.ndim >= 2 else QT.F32
+        t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # (the router stays F32)
         if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
             t = QT.F16
         if t == QT.F32:

@@ -1418,6 +1418,13 @@ void gemma4_check(ModelConfig& c, const std::string& where) {
     throw ModelError("invalid rotated share of the global layers' RoPE in " + where);
   if (c.ple_dim < 0 || c.ple_dim > (1 << 20))
     throw ModelError("invalid per-layer embedding size in " + where);
+  MoeConfig& m = c.moe;
+  if (!m.layers.empty()) {  // softmax over the experts, the chosen renormalised (then scaled)
+    if (m.n_expert < 1 || m.n_expert > 65536 || m.n_expert_used < 1 ||
+        m.n_expert_used > m.n_expert || m.n_ff_expert < 1)
+      throw ModelError("invalid expert count, experts per token or expert size in " + where);
+    m.norm_topk_prob = true;
+  }
   c.qk_norm = true;
   c.v_norm = true;
   c.attn_scale = 1.0f;  // (q and k are normalised: scores unscaled)
@@ -1537,9 +1544,6 @@ void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
   if (cfg.string("use_bidirectional_attention", "vision") == "all")
     throw ModelError("use_bidirectional_attention='all' in " + where +
                      " (an encoder) is not supported");
-  if (cfg.boolean("enable_moe_block", false))
-    throw ModelError("enable_moe_block=true in " + where +
-                     " (Gemma 4's mixture of experts) is not supported yet");
   c.sliding_window = window_of(cfg.integer("sliding_window", 512), where);
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
   if (c.layer_sliding.empty()) c.layer_sliding = pattern_layers(c.n_layer, 6);
@@ -1642,6 +1646,15 @@ void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
   c.final_softcap = static_cast<float>(
       cap != nullptr && cap->is_null() ? 0.0 : cfg.number("final_logit_softcapping", 0.0));
   c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
+  if (cfg.boolean("enable_moe_block", false)) {  // (26B-A4B: experts beside every layer's MLP)
+    MoeConfig& m = c.moe;
+    m.n_expert = static_cast<int>(std::clamp<int64_t>(cfg.integer("num_experts", 0), -1, 1 << 20));
+    m.n_expert_used =
+        static_cast<int>(std::clamp<int64_t>(cfg.integer("top_k_experts", 0), -1, 1 << 20));
+    m.n_ff_expert = static_cast<int>(
+        std::clamp<int64_t>(cfg.integer("moe_intermediate_size", 0), -1, int64_t{1} << 30));
+    for (int l = 0; l < c.n_layer; ++l) m.layers.push_back(l);
+  }
   gemma4_check(c, where);
 }
 

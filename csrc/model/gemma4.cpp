@@ -151,6 +151,29 @@ void gemma4_forward(ForwardState& s, const Batch& batch, float* logits) {
     in = tiles ? MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()}
                : prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
     matmul(L.w_down, in, s.tmp.data(), E);
+    if (c.moe.is_moe_layer(l)) {  // the experts beside the MLP, from the same residual
+      const float root = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+      per_token(n, threads, [&](int t) {
+        float* r = s.router_in.data() + t * E;
+        rmsnorm_row(s.x.data() + t * E, s.ones.data(), E, c.rms_eps, r);
+        const float* scale = f32(L.router_scale);
+        for (int64_t e = 0; e < E; ++e) r[e] = r[e] * scale[e] * root;
+      });
+      laps.lap(kDown);
+      MoeCall call;
+      call.norm = f32(L.ffn_norm_2);
+      call.router_in = s.router_in.data();
+      call.out = s.moe_out.data();
+      call.glu = Glu::GeluTanh;
+      moe_forward(s, L, n, threads, call);
+      per_token(n, threads, [&](int t) {  // norm(mlp, post_1) + norm(experts, post_2)
+        float* y = s.tmp.data() + t * E;
+        float* z = s.moe_out.data() + t * E;
+        rmsnorm_row(y, f32(L.post_ffn_norm_1), E, c.rms_eps, y);
+        rmsnorm_row(z, f32(L.post_ffn_norm_2), E, c.rms_eps, z);
+        add_row(y, z, E);
+      });
+    }
     add_normed(s, f32(L.post_ffn_norm), n, threads);
     laps.lap(kDown);
     if (P > 0) {  // the per-layer branch: x += norm(proj(gelu(gate(x)) * input_l))

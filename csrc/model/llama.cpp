@@ -172,7 +172,11 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     inv_freq_swa.resize(c.head_dim / 2);
     rope_inv_freq(local, inv_freq_swa.data());
     cos_sin_swa.resize(t * c.head_dim);
-    ones.assign(static_cast<size_t>(c.max_head_dim()), 1.0f);
+    ones.assign(static_cast<size_t>(std::max(c.max_head_dim(), c.n_embd)), 1.0f);
+    if (c.moe.n_expert > 0) {
+      router_in.resize(t * c.n_embd);
+      moe_out.resize(t * c.n_embd);
+    }
     scores.resize(static_cast<size_t>(max_threads) * k_heads_per_item * n_slots);
     token_seq.resize(t);
     moe.plan(c, n_tokens_max);

@@ -58,7 +58,8 @@ struct ForwardState {
   // Gemma 4's per-layer inputs [max_tokens, n_layer * ple_dim] and its branch's gate [max_tokens,
   // ple_dim].
   ZeroPageVector<float> ple, ple_tok, ple_h;
-  std::vector<float> ones;  // [max head_dim] 1s: the weight of Gemma 4's V norm
+  ZeroPageVector<float> router_in, moe_out;  // Gemma 4's MoE layers: [max_tokens, n_embd] each
+  std::vector<float> ones;                   // [max head_dim] 1s: the weight of Gemma 4's V norm
   float* states = nullptr;
   int n_state_slots = 0;
   int64_t slot_floats = 0;                 // config.state_floats()

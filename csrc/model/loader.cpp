@@ -625,6 +625,35 @@ void build_gemma4_weights(Model& m, Builder& b,
       l.ple_proj = take("ple_proj", E, P);
       l.ple_norm = take("ple_norm", 1, E);
     }
+    if (c.moe.is_moe_layer(i)) {  // the experts beside the MLP (weights.h)
+      const int64_t n = c.moe.n_expert, Fe = c.moe.n_ff_expert;
+      MoeWeights& moe = l.moe;
+      l.ffn_norm_2 = take("ffn_norm_2", 1, E);
+      l.post_ffn_norm_1 = take("post_ffn_norm_1", 1, E);
+      l.post_ffn_norm_2 = take("post_ffn_norm_2", 1, E);
+      l.router_scale = take("router_scale", 1, E);
+      moe.router = take("router", n, E);
+      moe.expert_scale = take("expert_scale", 1, n);
+      moe.experts.resize(static_cast<size_t>(n));
+      const TensorView down = take("down_exps", n * E, Fe);
+      if (b.has(name_of(i, "gate_up_exps"))) {
+        view_expert_stacks(take("gate_up_exps", n * 2 * Fe, E), down, n, Fe, E, moe);
+      } else {  // (older files: gate and up stacked apart)
+        const TensorView g = take("gate_exps", n * Fe, E), u = take("up_exps", n * Fe, E);
+        for (int64_t e = 0; e < n; ++e) {
+          ExpertWeights& x = moe.experts[static_cast<size_t>(e)];
+          x.w_gate = g;
+          x.w_gate.rows = Fe;
+          x.w_gate.data = g.data + static_cast<size_t>(e * Fe) * g.row_bytes;
+          x.w_up = u;
+          x.w_up.rows = Fe;
+          x.w_up.data = u.data + static_cast<size_t>(e * Fe) * u.row_bytes;
+          x.w_down = down;
+          x.w_down.rows = E;
+          x.w_down.data = down.data + static_cast<size_t>(e * E) * down.row_bytes;
+        }
+      }
+    }
   }
 }
 
@@ -709,6 +738,17 @@ void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
     rope_freqs.assign(f, f + v.cols);
     m.weights.rope_freqs = v;
   }
+  // (the experts' layers: those with a router)
+  for (int l = 0; l < static_cast<int>(g.get_int("gemma4.block_count", 0)) && l < 4096; ++l)
+    if (b.has("blk." + std::to_string(l) + ".ffn_gate_inp.weight")) c.moe.layers.push_back(l);
+  if (!c.moe.layers.empty()) {
+    auto count = [&](const char* key) {
+      return static_cast<int>(std::clamp<int64_t>(g.get_int(key, 0), -1, int64_t{1} << 30));
+    };
+    c.moe.n_expert = count("gemma4.expert_count");
+    c.moe.n_expert_used = count("gemma4.expert_used_count");
+    c.moe.n_ff_expert = count("gemma4.expert_feed_forward_length");
+  }
   gemma4_config_gguf(g, c, rope_freqs, m.path);
   if (!rope_freqs.empty() && rope_freqs.size() != static_cast<size_t>(c.max_head_dim() / 2))
     throw ModelError("rope_freqs of '" + m.path + "' must hold the global head size / 2 values");
@@ -719,7 +759,17 @@ void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
       {"out_scale", "layer_output_scale.weight"},
       {"ple_gate", "inp_gate.weight"},
       {"ple_proj", "proj.weight"},
-      {"ple_norm", "post_norm.weight"}};
+      {"ple_norm", "post_norm.weight"},
+      {"ffn_norm_2", "pre_ffw_norm_2.weight"},
+      {"post_ffn_norm_1", "post_ffw_norm_1.weight"},
+      {"post_ffn_norm_2", "post_ffw_norm_2.weight"},
+      {"router", "ffn_gate_inp.weight"},
+      {"router_scale", "ffn_gate_inp.scale"},
+      {"expert_scale", "ffn_down_exps.scale"},
+      {"gate_up_exps", "ffn_gate_up_exps.weight"},
+      {"gate_exps", "ffn_gate_exps.weight"},
+      {"up_exps", "ffn_up_exps.weight"},
+      {"down_exps", "ffn_down_exps.weight"}};
   const auto name_of = [](int layer, const char* field) {
     auto it = k_fields.find(field);
     return it == k_fields.end() ? gguf_name(layer, field)
@@ -1239,7 +1289,15 @@ void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
       {"out_scale", "layer_scalar"},
       {"ple_gate", "per_layer_input_gate.weight"},
       {"ple_proj", "per_layer_projection.weight"},
-      {"ple_norm", "post_per_layer_input_norm.weight"}};
+      {"ple_norm", "post_per_layer_input_norm.weight"},
+      {"ffn_norm_2", "pre_feedforward_layernorm_2.weight"},
+      {"post_ffn_norm_1", "post_feedforward_layernorm_1.weight"},
+      {"post_ffn_norm_2", "post_feedforward_layernorm_2.weight"},
+      {"router", "router.proj.weight"},
+      {"router_scale", "router.scale"},
+      {"expert_scale", "router.per_expert_scale"},
+      {"gate_up_exps", "experts.gate_up_proj"},
+      {"down_exps", "experts.down_proj"}};
   const auto name_of = [&prefix](int layer, const char* field) {
     auto it = k_fields.find(field);
     const std::string name = it != k_fields.end()
@@ -1695,7 +1753,10 @@ std::map<std::string, int> Model::int8_matrices() const {
                            {&l.ssm_alpha, "ssm_alpha"},
                            {&l.ssm_out, "ssm_out"},
                            {&l.sc_in, "sc_in"},
-                           {&l.sc_out, "sc_out"}})  // (Qwen3.5's delta-net, LFM2's convolution)
+                           {&l.sc_out, "sc_out"},
+                           {&l.ple_gate, "ple_gate"},
+                           {&l.ple_proj, "ple_proj"}})  // (Qwen3.5's delta-net, LFM2's
+                                                        // convolution, Gemma 4's per-layer branch)
       add(*v, layer + name);
     add(l.wq_a, layer + "wq_a");  // (DeepSeek's latent attention)
     add(l.wq_b, layer + "wq_b");
@@ -1716,6 +1777,7 @@ std::map<std::string, int> Model::int8_matrices() const {
       for (int k = 0; k < 3; ++k) add(*sv[k], layer + "shared." + ffn[k]);
     }
   }
+  add(weights.ple_model_proj, "ple_model_proj");
   add(weights.output, "output");
   return out;
 }
@@ -1727,12 +1789,13 @@ void for_each_matrix(Model& m, F&& f) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
     for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
     for (TensorView* v : {&l.ssm_qkv, &l.ssm_in, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out,
-                          &l.sc_in, &l.sc_out})
+                          &l.sc_in, &l.sc_out, &l.ple_gate, &l.ple_proj})
       f(*v);
     for (TensorView& v : l.wk_b) f(v);
     for (TensorView& v : l.wv_b) f(v);
     for_each_moe_matrix(l.moe, f);
   }
+  f(m.weights.ple_model_proj);  // (Gemma 4's per-layer embeddings; empty otherwise)
   f(m.weights.output);
 }
 

@@ -186,7 +186,7 @@ void MoeBuffers::plan(const ModelConfig& c, int max_tokens) {
   }
 }
 
-void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
+void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, const MoeCall& call) {
   const ModelConfig& c = s.model->config;
   const bool qa = s.model->quantized_activations;
   const MoeConfig& mc = c.moe;
@@ -194,7 +194,9 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
   MoeBuffers& b = s.moe;
   const int64_t E = c.n_embd, F = mc.n_ff_expert, S = mc.n_ff_shared;
   const int k = mc.n_expert_used, n_expert = mc.n_expert;
-  const float* norm_w = reinterpret_cast<const float*>(L.ffn_norm.data);
+  const float* norm_w =
+      call.norm != nullptr ? call.norm : reinterpret_cast<const float*>(L.ffn_norm.data);
+  const float* expert_scale = reinterpret_cast<const float*>(W.expert_scale.data);
   fwd::per_token(n, threads, [&](int t) {
     rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
   });
@@ -203,7 +205,9 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
     const int m = std::min(b.pass_tokens, n - base);
     const float* h = s.h.data() + static_cast<int64_t>(base) * E;
     // Routing: exact f32 products (the router is never repacked, its input never rounded).
-    matmul(W.router, MatmulInput{h, nullptr, m, E}, b.logits.data(), n_expert);
+    const float* router_in =
+        call.router_in != nullptr ? call.router_in + static_cast<int64_t>(base) * E : h;
+    matmul(W.router, MatmulInput{router_in, nullptr, m, E}, b.logits.data(), n_expert);
     fwd::per_token(m, threads, [&](int t) {
       float* logits = b.logits.data() + static_cast<int64_t>(t) * n_expert;
       fwd::add_bias(logits, W.router_bias, n_expert);
@@ -214,6 +218,8 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
       else
         route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
               b.weight.data() + t * k, bias, mc.norm_min);
+      if (expert_scale != nullptr)  // (Gemma 4's per-expert scale, after the renormalisation)
+        for (int j = 0; j < k; ++j) b.weight[t * k + j] *= expert_scale[b.chosen[t * k + j]];
     });
     // Group the (token, j) pairs by expert, tokens ascending within each expert.
     std::fill(b.group_start.begin(), b.group_start.end(), 0);
@@ -253,7 +259,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
         matmul_many(gate_up, 2, in);
         clamped_swiglu(mc, x, mid, up, rows, F);
       } else {
-        matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F);
+        matmul_gate_up_swiglu(x.w_gate, x.w_up, in, mid, F, nullptr, call.glu);
       }
       const MatmulInput in_mid = fwd::matmul_input(
           qa, mid, rows, F, b.mid_q8.data() + r0 * (F / k_qblock), threads, {&x.w_down});
@@ -298,6 +304,11 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads) {
         const float g = W.shared_gate_inp.empty() ? 1.0f : sigmoid(b.shared_gate[t]);
         const float* o = b.shared_out.data() + static_cast<int64_t>(t) * E;
         for (int64_t i = 0; i < E; ++i) acc[i] += g * o[i];
+      }
+      if (call.out != nullptr) {  // (Gemma 4: normalised and added to the dense MLP's output)
+        std::memcpy(call.out + static_cast<int64_t>(base + t) * E, acc.data(),
+                    static_cast<size_t>(E) * sizeof(float));
+        return;
       }
       // (Granite MoE: the experts' sum times residual_multiplier, as a dense layer's output)
       fwd::add_residual(s.x.data() + static_cast<int64_t>(base + t) * E, acc.data(), E,

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "formats/tensor.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/config.h"
 #include "util/aligned.h"
@@ -49,6 +50,7 @@ struct MoeWeights {
   ExpertWeights shared;        // Qwen2-MoE's shared expert; empty otherwise
   TensorView shared_gate_inp;  // 1 x n_embd F32: the shared expert's sigmoid gate (none: weight 1)
   TensorView selection_bias;   // 1 x n_expert F32 (ERNIE 4.5 MoE); empty otherwise
+  TensorView expert_scale;     // 1 x n_expert F32: a chosen expert's weight times it (Gemma 4)
   bool active() const { return !router.empty(); }
 };
 
@@ -88,6 +90,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
                           const std::string& path);
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path);
 
+// Experts read in place from two 3-D stacks: gate_up [n * 2F, E] (each expert's gate rows, then its
+// up rows) and down [n * E, F].
+void view_expert_stacks(const TensorView& gu, const TensorView& d, int64_t n, int64_t F, int64_t E,
+                        MoeWeights& out);
+
 // Layer `layer`'s router, experts and shared expert (GGUF or HF names), as views into the file.
 void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSource& src,
                      MoeWeights& out);
@@ -113,7 +120,19 @@ struct MoeBuffers {
   void plan(const ModelConfig& c, int max_tokens);
 };
 
+// Where a model departs from the usual MoE feed-forward (Gemma 4: experts beside a dense MLP): the
+// experts' input norm (default L.ffn_norm), the router's input rows [n, n_embd] (default: the
+// experts' input), the experts' weighted sum written to out [n, n_embd] instead of added to x, and
+// their activation.
+struct MoeCall {
+  const float* norm = nullptr;
+  const float* router_in = nullptr;
+  float* out = nullptr;
+  Glu glu = Glu::Silu;
+};
+
 // x += the MoE feed-forward of layer L for the step's n tokens (s.x in, s.h as scratch).
-void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads);
+void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads,
+                 const MoeCall& call = {});
 
 }  // namespace ossa

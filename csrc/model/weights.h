@@ -57,6 +57,10 @@ struct LayerWeights {
   // output multiplier (layer_scalar); empty when absent. A layer without wv (k = v) takes V from
   // wk's rows.
   TensorView ple_gate, ple_proj, ple_norm, out_scale;
+  // Gemma 4's MoE layers (moe beside the dense MLP): the experts' input norm (ffn_norm_2), the
+  // norms of the MLP's and the experts' outputs (post_ffn_norm_1 / _2), the router's input scale
+  // (router_scale); all 1 x n_embd.
+  TensorView ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2, router_scale;
 };
 
 struct ModelWeights {

@@ -1190,6 +1190,13 @@ def _gemma4_check(kw: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("invalid rotated share of the global layers' RoPE")
     if not 0 <= kw["ple_dim"] <= 1 << 20:
         raise ValueError("invalid per-layer embedding size")
+    moe = kw.get("moe")
+    if moe is not None:  # softmax over the experts, the chosen renormalised (then scaled)
+        if not (1 <= moe["n_expert"] <= 65536 and 1 <= moe["n_expert_used"] <= moe["n_expert"]) or (
+            moe["n_ff_expert"] < 1
+        ):
+            raise ValueError("invalid expert count, experts per token or expert size")
+        moe["norm_topk_prob"] = True
     return dict(
         kw, qk_norm=True, v_norm=True, attn_scale=1.0, rope_style="neox", qkv_bias=False,
         embd_scale=math.sqrt(np.float32(kw["n_embd"])), rope_scaling=None,
@@ -1206,7 +1213,9 @@ def _gguf_per_layer(md: dict[str, Any], key: str, n_layer: int, default: int) ->
     return [int(x) for x in values]
 
 
-def gemma4_gguf(md: dict[str, Any], common: dict[str, Any], rope_freqs: np.ndarray | None) -> dict[str, Any]:
+def gemma4_gguf(
+    md: dict[str, Any], common: dict[str, Any], rope_freqs: np.ndarray | None, moe_layers: list[int]
+) -> dict[str, Any]:
     """Gemma 4's keys of a GGUF file as llama.cpp's converter writes them (``common`` holds the shared
     ones): key_length (global) / key_length_swa, head_count_kv and feed_forward_length per layer, the
     sliding pattern, shared_kv_layers, embedding_length_per_layer_input; the global layers' RoPE from
@@ -1252,6 +1261,9 @@ def gemma4_gguf(md: dict[str, Any], common: dict[str, Any], rope_freqs: np.ndarr
         final_softcap=md.get(k + "final_logit_softcapping", 0.0),
         rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-6),
     )  # fmt: skip
+    if moe_layers:  # (the layers with a router)
+        kw["moe"] = gemma4_moe(md.get(k + "expert_count", 0), md.get(k + "expert_used_count", 0),
+                               md.get(k + "expert_feed_forward_length", 0), moe_layers)  # fmt: skip
     return _gemma4_check(kw)
 
 
@@ -1282,8 +1294,6 @@ def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("attention_bias=true is not supported")
     if get("use_bidirectional_attention", "vision") == "all":
         raise ValueError("use_bidirectional_attention='all' (an encoder) is not supported")
-    if get("enable_moe_block", False):
-        raise ValueError("enable_moe_block=true (Gemma 4's mixture of experts) is not supported yet")
     window = _window(get("sliding_window", 512))
     sliding = _hf_layer_types(c, n_layer) or _pattern_layers(n_layer, 6)
     sliding[-1] = False  # (transformers forces the last layer global)
@@ -1345,4 +1355,15 @@ def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:
         ple_dim=0 if ple is None else max(-1, min(ple, 1 << 21)),
         final_softcap=get("final_logit_softcapping", 0.0), tied_embeddings=get("tie_word_embeddings", True),
     )  # fmt: skip
+    if get("enable_moe_block", False):  # (26B-A4B: experts beside every layer's MLP)
+        n_expert, used, size = get("num_experts", 0), get("top_k_experts", 0), get("moe_intermediate_size", 0)
+        kw["moe"] = gemma4_moe(n_expert, used, size,
+                               list(range(n_layer)))  # fmt: skip
     return _gemma4_check(kw)
+
+
+def gemma4_moe(n_expert: int, used: int, n_ff: int, layers: list[int]) -> dict[str, Any]:
+    """Gemma 4's ``moe`` config entry (its routing: a softmax over the experts, the chosen renormalised)."""
+    from .moe import dense_moe
+
+    return dict(dense_moe(), n_expert=n_expert, n_expert_used=used, n_ff_expert=n_ff, layers=layers)

@@ -72,6 +72,27 @@ def per_layer_inputs(
     return ((proj + tok) * np.float32(1.0 / math.sqrt(2.0))).astype(np.float32)
 
 
+def experts(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarray, q8: Any) -> np.ndarray:
+    """Layer i's experts for the residual rows x: routed by norm(x) (no weight) times router_scale times
+    n_embd^-1/2 (a softmax over the experts, the k best renormalised, each times its expert_scale), run on
+    norm(x, ffn_norm_2) with GeGLU, summed in expert order (moe.cpp's with MoeCall)."""
+    from .moe import route
+
+    p, eps, k = f"layers.{i}.", c["rms_eps"], c["moe"]["n_expert_used"]
+    r = rms_norm(x, np.ones(x.shape[-1], dtype=np.float32), eps)
+    r = r * w[p + "router_scale"] * np.float32(1.0 / math.sqrt(c["n_embd"]))
+    logits = r @ w[p + "router"].T
+    h = rms_norm(x, w[p + "ffn_norm_2"], eps)
+    out = np.zeros_like(h)
+    for t in range(len(h)):
+        chosen, weight = route(logits[t], k, True)
+        for e, we in zip(chosen, weight * w[p + "expert_scale"][chosen], strict=True):
+            pe = f"{p}experts.{e}."
+            gate, up = (q8(h[t : t + 1], pe + m) @ w[pe + m].T for m in ("w_gate", "w_up"))
+            out[t] += we * (q8(gelu_tanh_glu(gate, up), pe + "w_down") @ w[pe + "w_down"].T)[0]
+    return out.astype(np.float32)
+
+
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return np.einsum("ij,kj->ik", x, weight)  # (runner._linear's fixed-order dot products)
 
@@ -136,6 +157,10 @@ def paged_forward(
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         gate, up = _linear(q8(h, p + "w_gate"), w[p + "w_gate"]), _linear(q8(h, p + "w_up"), w[p + "w_up"])
         f = _linear(q8(gelu_tanh_glu(gate, up), p + "w_down"), w[p + "w_down"])
+        if i in c["moe"]["layers"]:  # the experts beside the MLP, from the same residual
+            f = rms_norm(f, w[p + "post_ffn_norm_1"], eps) + rms_norm(
+                experts(c, w, i, x, q8), w[p + "post_ffn_norm_2"], eps
+            )
         x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
         if ple is not None:  # the per-layer branch
             g = gelu_tanh_glu(_linear(q8(x, p + "ple_gate"), w[p + "ple_gate"]), ple[:, i])

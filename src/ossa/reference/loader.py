@@ -506,7 +506,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "gemma4":
         freqs = g.tensor("rope_freqs.weight").reshape(-1) if "rope_freqs.weight" in names else None
         common["n_head"] = md.get(k + "attention.head_count", 0)
-        cfg = _config(arch, **arch_config.gemma4_gguf(md, common, freqs))
+        routers = [i for i in range(md.get(k + "block_count", 0)) if f"blk.{i}.ffn_gate_inp.weight" in names]
+        cfg = _config(arch, **arch_config.gemma4_gguf(md, common, freqs, routers))
         cfg["tied_embeddings"] = "output.weight" not in names
         globals_ = dict(_GEMMA4_GLOBALS_GGUF, output="output.weight")
         layer = dict(_GGUF_LAYER, **_GEMMA4_GGUF)
@@ -885,7 +886,12 @@ def _gemma3_hf(
 
 _GEMMA4_GGUF = {
     "out_scale": "layer_output_scale.weight", "ple_gate": "inp_gate.weight", "ple_proj": "proj.weight",
-    "ple_norm": "post_norm.weight",
+    "ple_norm": "post_norm.weight", "ffn_norm_2": "pre_ffw_norm_2.weight",
+    "post_ffn_norm_1": "post_ffw_norm_1.weight", "post_ffn_norm_2": "post_ffw_norm_2.weight",
+    "router": "ffn_gate_inp.weight", "router_scale": "ffn_gate_inp.scale",
+    "expert_scale": "ffn_down_exps.scale",
+    "gate_up_exps": "ffn_gate_up_exps.weight", "gate_exps": "ffn_gate_exps.weight",
+    "up_exps": "ffn_up_exps.weight", "down_exps": "ffn_down_exps.weight",
 }  # fmt: skip
 _GEMMA4_GLOBALS_GGUF = {
     "tok_embd": "token_embd.weight", "output_norm": "output_norm.weight",
@@ -896,7 +902,11 @@ _GEMMA4_HF = {
     "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
     "post_ffn_norm": "post_feedforward_layernorm.weight", "out_scale": "layer_scalar",
     "ple_gate": "per_layer_input_gate.weight", "ple_proj": "per_layer_projection.weight",
-    "ple_norm": "post_per_layer_input_norm.weight",
+    "ple_norm": "post_per_layer_input_norm.weight", "ffn_norm_2": "pre_feedforward_layernorm_2.weight",
+    "post_ffn_norm_1": "post_feedforward_layernorm_1.weight",
+    "post_ffn_norm_2": "post_feedforward_layernorm_2.weight", "router": "router.proj.weight",
+    "router_scale": "router.scale", "expert_scale": "router.per_expert_scale",
+    "gate_up_exps": "experts.gate_up_proj", "down_exps": "experts.down_proj",
 }  # fmt: skip
 
 
@@ -935,8 +945,27 @@ def _gemma4_weights(
             shapes.update(out_scale=(1, 1))
         if p > 0:
             shapes.update(ple_gate=(p, e), ple_proj=(e, p), ple_norm=(1, e))
+        if i in cfg["moe"]["layers"]:  # the experts beside the MLP, sliced from their stacks
+            n, fe = cfg["moe"]["n_expert"], cfg["moe"]["n_ff_expert"]
+            shapes.update(ffn_norm_2=(1, e), post_ffn_norm_1=(1, e), post_ffn_norm_2=(1, e), router=(n, e),
+                          router_scale=(1, e), expert_scale=(1, n), down_exps=(n * e, fe))  # fmt: skip
+            if name_of(i, "gate_up_exps") in names:
+                shapes.update(gate_up_exps=(n * 2 * fe, e))
+            else:
+                shapes.update(gate_exps=(n * fe, e), up_exps=(n * fe, e))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
+        if i in cfg["moe"]["layers"]:
+            lp = f"layers.{i}."
+            down = w.pop(lp + "down_exps").reshape(n, e, fe)
+            if lp + "gate_up_exps" in w:
+                gu = w.pop(lp + "gate_up_exps").reshape(n, 2 * fe, e)
+                gate, up = gu[:, :fe], gu[:, fe:]
+            else:
+                gate, up = w.pop(lp + "gate_exps").reshape(n, fe, e), w.pop(lp + "up_exps").reshape(n, fe, e)
+            for x in range(n):
+                w[f"{lp}experts.{x}.w_gate"], w[f"{lp}experts.{x}.w_up"] = gate[x], up[x]
+                w[f"{lp}experts.{x}.w_down"] = down[x]
     return w
 
 

@@ -215,7 +215,7 @@ def split_bf16(x: np.ndarray) -> np.ndarray:
 
 MATRICES = (
     "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down", "wq_a", "wq_b", "wkv_a",
-    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out", "sc_in", "sc_out",
+    "ssm_qkv", "ssm_z", "ssm_beta", "ssm_alpha", "ssm_out", "sc_in", "sc_out", "ple_gate", "ple_proj",
 )  # fmt: skip
 
 
@@ -227,6 +227,7 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
         f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES if f"layers.{i}.{m}" in weights
     ]
     names += ["output", *moe_twin.matrix_names(config)]
+    names += [n for n in ("ple_model_proj",) if n in weights]  # (Gemma 4's per-layer embeddings)
     names += [n for n in weights if ".wk_b." in n or ".wv_b." in n]  # DeepSeek's per-head matrices
     for name in names:
         out[name] = _bf16(weights[name])
