@@ -27,6 +27,11 @@ the output matrix is a smaller share of a step than in the real files):
   mixers of 128 heads x 64 with state 128 in 8 groups, 4 taps with a bias; untied.
 - ``--arch mamba``, Falcon-Mamba-7B's layer geometry, its first 8 layers: hidden 4096, Mamba-1 mixers of
   8192 channels with state 16, dt rank 256, 4 taps with a bias, dt / B / C RMS-normalised; untied.
+- ``--arch gemma4``, shaped like Gemma 4 E2B (not a recurrent model; here for its llama.cpp-shaped file):
+  hidden 1536, 35 layers, every 5th global (8 query / 1 KV head of 512, a quarter of the frequencies
+  turning), the others sliding over 512 tokens (heads of 256); the last 20 layers read the K/V of layers
+  13 and 14 and have double-wide GeGLUs (12288 rows, 6144 before); per-layer embeddings of 256 per
+  layer; tied, soft-capped at 30.
 
 F16 written here, the other types made by llama.cpp's own quantizer (llama_model_quantize), cached
 under $OSSA_HOME/bench.
@@ -64,6 +69,10 @@ FALCON_H1 = dict(n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, head_dim=128, n
                  n_heads=48, d_state=256, n_groups=1, conv=4)  # fmt: skip
 CODESTRAL_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, n_heads=128, d_state=128, n_groups=8, conv=4)
 FALCON_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, d_state=16, dt_rank=256, conv=4)
+# Gemma 4 E2B's layout: 35 layers (every 5th global), the last 20 reading the K/V of layers 13 / 14
+# with double-wide MLPs, per-layer embeddings of 256 (the table over the default tokenizer's 49,152 ids).
+GEMMA4_E2B = dict(n_embd=1536, n_layer=35, n_head=8, n_head_kv=1, head_dim=256, global_head_dim=512,
+                  n_ff=6144, shared=20, ple=256, window=512, pattern=5)  # fmt: skip
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
@@ -415,6 +424,72 @@ def build_mamba_f16(dst: Path, tokenizer_gguf: str) -> str:
     return f.finish()
 
 
+def build_gemma4_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Gemma-4-E2B-shaped file (matrices F16; norms, scalars and rope_freqs F32) once, with the
+    keys and names llama.cpp's converter writes (key_length / key_length_swa, per-layer feed_forward_length,
+    the sliding pattern, shared_kv_layers, the proportional RoPE's rope_freqs)."""
+    if dst.exists():
+        return str(dst)
+    s = GEMMA4_E2B
+    f = RandomGGUF(dst, "gemma4", tokenizer_gguf)
+    w = f.w
+    e, n, hd, ghd, ple = s["n_embd"], s["n_layer"], s["head_dim"], s["global_head_dim"], s["ple"]
+    sliding = [(i + 1) % s["pattern"] != 0 for i in range(n)]
+    first_shared = n - s["shared"]
+    ffs = [s["n_ff"] * (2 if i >= first_shared else 1) for i in range(n)]
+    w.add_context_length(131072)
+    w.add_embedding_length(e)
+    w.add_block_count(n)
+    w.add_feed_forward_length(ffs)
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(ghd)
+    w.add_value_length(ghd)
+    w.add_key_length_swa(hd)
+    w.add_value_length_swa(hd)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(1e4)
+    w.add_rope_dimension_count(ghd)
+    w.add_rope_dimension_count_swa(hd)
+    w.add_sliding_window(s["window"])
+    w.add_sliding_window_pattern(sliding)
+    w.add_shared_kv_layers(s["shared"])
+    w.add_embedding_length_per_layer_input(ple)
+    w.add_final_logit_softcapping(30.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(f.n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    f.embeddings(e)  # (tied output)
+    f.vec("output_norm.weight", e)
+    f.w.add_tensor(
+        "per_layer_token_embd.weight",
+        f.rng.standard_normal((f.n_vocab, n * ple), dtype=np.float32).astype(np.float16),
+    )
+    f.mat("per_layer_model_proj.weight", n * ple, e)
+    f.vec("per_layer_proj_norm.weight", ple)
+    freqs = [1.0] * (ghd // 8) + [1e30] * (ghd // 2 - ghd // 8)
+    f.w.add_tensor("rope_freqs.weight", np.array(freqs, np.float32))
+    for i in range(n):
+        p, d = f"blk.{i}.", hd if sliding[i] else ghd
+        f.vec(p + "attn_norm.weight", e)
+        f.mat(p + "attn_q.weight", s["n_head"] * d, e)
+        f.vec(p + "attn_q_norm.weight", d)
+        if i < first_shared:
+            f.mat(p + "attn_k.weight", s["n_head_kv"] * d, e)
+            f.mat(p + "attn_v.weight", s["n_head_kv"] * d, e)
+            f.vec(p + "attn_k_norm.weight", d)
+        f.mat(p + "attn_output.weight", e, s["n_head"] * d)
+        f.vec(p + "post_attention_norm.weight", e)
+        f.vec(p + "ffn_norm.weight", e)
+        f.ffn(p, e, ffs[i])
+        f.vec(p + "post_ffw_norm.weight", e)
+        f.mat(p + "inp_gate.weight", ple, e)
+        f.mat(p + "proj.weight", e, ple)
+        f.vec(p + "post_norm.weight", e)
+        f.vec(p + "layer_output_scale.weight", 1, base=0.5, spread=0.05)
+    return f.finish()
+
+
 def agreement(path: str, n: int = 64) -> tuple[float, float]:
     """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process): ossa
     exact, and ossa loaded with quantized_activations (llama.cpp's own scheme: activations rounded to
@@ -440,7 +515,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "falcon_h1", "mamba2", "mamba"]
+    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "falcon_h1", "mamba2", "mamba", "gemma4"]
     ap.add_argument("--arch", choices=archs, default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
@@ -451,10 +526,10 @@ def main() -> None:
     stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape",
             "nemotron_h": "nemotron-nano2-10-blocks",
             "falcon_h1": "falcon-h1-1.5b-shape", "mamba2": "mamba-codestral-7b-8-layers",
-            "mamba": "falcon-mamba-7b-8-layers"}[args.arch]  # fmt: skip
+            "mamba": "falcon-mamba-7b-8-layers", "gemma4": "gemma4-e2b-shape"}[args.arch]  # fmt: skip
     build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16,
              "nemotron_h": build_nemotron_f16, "falcon_h1": build_falconh1_f16, "mamba2": build_mamba2_f16,
-             "mamba": build_mamba_f16}[args.arch]  # fmt: skip
+             "mamba": build_mamba_f16, "gemma4": build_gemma4_f16}[args.arch]  # fmt: skip
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
@@ -463,7 +538,8 @@ def main() -> None:
             quantize(Path(f16), path, t)
         files.append((t, str(path)))
     shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE, "nemotron_h": NEMOTRON,
-             "falcon_h1": FALCON_H1, "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA}[args.arch]  # fmt: skip
+             "falcon_h1": FALCON_H1, "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA,
+             "gemma4": GEMMA4_E2B}[args.arch]  # fmt: skip
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")
