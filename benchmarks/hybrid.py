@@ -473,11 +473,14 @@ def build_gemma4_f16(dst: Path, tokenizer_gguf: str) -> str:
         p, d = f"blk.{i}.", hd if sliding[i] else ghd
         f.vec(p + "attn_norm.weight", e)
         f.mat(p + "attn_q.weight", s["n_head"] * d, e)
-        f.vec(p + "attn_q_norm.weight", d)
+        # (q / k norms around d^-1/4: Gemma 4 does not scale its scores, and unit-RMS heads would give
+        # scores of sqrt(d) spread, a softmax so sharp that a random model turns chaotic: rounding of
+        # 1e-7 growing to whole logits within a few positions, which no agreement check survives)
+        f.vec(p + "attn_q_norm.weight", d, base=d**-0.25, spread=0.01)
         if i < first_shared:
             f.mat(p + "attn_k.weight", s["n_head_kv"] * d, e)
             f.mat(p + "attn_v.weight", s["n_head_kv"] * d, e)
-            f.vec(p + "attn_k_norm.weight", d)
+            f.vec(p + "attn_k_norm.weight", d, base=d**-0.25, spread=0.01)
         f.mat(p + "attn_output.weight", e, s["n_head"] * d)
         f.vec(p + "post_attention_norm.weight", e)
         f.vec(p + "ffn_norm.weight", e)

@@ -63,6 +63,7 @@ ARCHS = (
     "jamba",
     "falcon_h1",
     "gemma4",
+    "llama4",
 )
 
 
@@ -179,6 +180,7 @@ def make_hf_model(
         "falcon_h1": transformers.FalconH1Config,
         "nemotron_h": transformers.NemotronHConfig,
         "gemma4": transformers.Gemma4TextConfig,
+        "llama4": transformers.Llama4TextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -207,7 +209,7 @@ def make_hf_model(
                 p.copy_(torch.randn(p.shape, generator=gen))
             elif name.endswith("_bias") and arch == "gpt_oss":  # expert biases [n_expert, rows]
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            elif "experts" in name and arch == "gpt_oss":  # [n_expert, in, out]: in is axis 1
+            elif "experts" in name and arch in ("gpt_oss", "llama4"):  # [n_expert, in, out]: in is axis 1
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
             elif p.ndim == 1:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))  # biases
@@ -380,7 +382,7 @@ def hf_to_gguf(
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
-        "jamba": "jamba", "falcon_h1": "falcon-h1",
+        "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -413,6 +415,8 @@ def hf_to_gguf(
         _mamba2_keys(writer, cfg)
     elif arch == "mamba":
         _mamba1_keys(writer, cfg, model_type == "falcon_mamba")
+    elif arch == "llama4":  # (the converter's swap: the dense layers' size, the experts' beside)
+        _llama4_keys(writer, cfg)
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(0 if arch in ("mamba2", "mamba") else n_head)
@@ -544,6 +548,7 @@ def hf_to_gguf(
         "mamba",
         "jamba",
         "falcon-h1",
+        "llama4",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -607,6 +612,8 @@ def hf_to_gguf(
         moe.update(_falconh1_tensors(tensors, cfg))
     if arch == "jamba":  # Mamba-1 mixers, the feed-forwards and experts under llama.cpp's names
         moe.update(_jamba_tensors(tensors, cfg))
+    if arch == "llama4":  # the transposed expert stacks, router, shared expert, dense MLPs
+        moe.update(_llama4_tensors(tensors, cfg))
     if arch == "mamba":  # every layer a Mamba-1 mixer under llama.cpp's names
         moe.update(_mamba1_tensors(tensors, cfg))
     if arch == "mamba2":  # Nemotron-H's Mamba-2 blocks, every layer one
@@ -1130,6 +1137,52 @@ def _nemotronh_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> d
         for hf, gg in names.items():
             if m + hf + ".weight" in tensors:
                 out[f"{b}{gg}.weight"] = tensors.pop(m + hf + ".weight")
+    return out
+
+
+def _llama4_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """Llama 4's keys as llama.cpp's converter writes them; a GGUF file holds none of the chunk size, the
+    NoPE interval or the temperature (llama.cpp hard-codes 8192, 4, and 0.1 over 8192), so a config with
+    other values has no GGUF form."""
+    from ossa.reference import arch_config
+
+    n_layer = cfg["num_hidden_layers"]
+    got = arch_config.llama4_hf(cfg, n_layer)
+    if got["layer_nope"] != [(i + 1) % 4 == 0 for i in range(n_layer)] and got["sliding_window"]:
+        raise ValueError("a Llama 4 GGUF file can only hold NoPE on every 4th layer")
+    if got["sliding_window"] and (got["sliding_window"] != 8192 or got["layer_sliding"] != [
+            (i + 1) % 4 != 0 for i in range(n_layer)]):  # fmt: skip
+        raise ValueError("a Llama 4 GGUF file can only hold chunks of 8192 on the RoPE layers")
+    if got.get("attn_temp_scale") and (got["attn_temp_length"] != 8192 or cfg.get("attn_scale") != 0.1):
+        raise ValueError("a Llama 4 GGUF file can only hold llama.cpp's temperature (0.1 over 8192)")
+    if cfg.get("use_qk_norm", True) != (cfg["num_local_experts"] != 128):
+        raise ValueError("a Llama 4 GGUF file has q / k norms exactly when it has other than 128 experts")
+    writer.add_feed_forward_length(cfg["intermediate_size_mlp"])
+    writer.add_expert_feed_forward_length(cfg["intermediate_size"])
+    writer.add_expert_count(cfg["num_local_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_interleave_moe_layer_step(cfg.get("interleave_moe_layer_step", 1))
+    if not got["sliding_window"]:
+        writer.add_sliding_window(0)  # (the converter's mark of all-full-attention models)
+
+
+def _llama4_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops Llama 4's feed-forward tensors; returns them under llama.cpp's names: the experts' transposed
+    stacks (gate_up_proj [n, n_embd, 2 n_ff]: gate columns, then up) as [n, rows, cols] 3-D tensors."""
+    out: dict[str, np.ndarray] = {}
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.feed_forward.", f"blk.{i}."
+        if p + "router.weight" in tensors:
+            out[b + "ffn_gate_inp.weight"] = tensors.pop(p + "router.weight")
+            gate_up, f = tensors.pop(p + "experts.gate_up_proj"), cfg["intermediate_size"]
+            out[b + "ffn_gate_exps.weight"] = gate_up[:, :, :f].transpose(0, 2, 1)
+            out[b + "ffn_up_exps.weight"] = gate_up[:, :, f:].transpose(0, 2, 1)
+            out[b + "ffn_down_exps.weight"] = tensors.pop(p + "experts.down_proj").transpose(0, 2, 1)
+            for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+                out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(f"{p}shared_expert.{hf}.weight")
+        else:
+            for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
+                out[f"{b}ffn_{stem}.weight"] = tensors.pop(f"{p}{hf}.weight")
     return out
 
 

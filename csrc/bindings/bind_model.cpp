@@ -127,6 +127,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["topk_group"] = c.moe.topk_group;
   moe["routed_scale"] = c.moe.routed_scale;
   moe["norm_eps"] = c.moe.norm_eps;
+  moe["input_weighted"] = c.moe.input_weighted;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;
@@ -157,6 +158,10 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["clamp_qkv"] = c.clamp_qkv;
   d["attn_temp_scale"] = c.attn_temp_scale;
   d["attn_temp_length"] = c.attn_temp_length;
+  d["attn_temp_offset"] = c.attn_temp_offset;
+  d["attn_temp_nope"] = c.attn_temp_nope;
+  d["attn_chunked"] = c.attn_chunked;
+  d["qk_l2_norm"] = c.qk_l2_norm;
   nb::dict mla;
   mla["q_lora_rank"] = c.mla.q_lora_rank;
   mla["kv_lora_rank"] = c.mla.kv_lora_rank;

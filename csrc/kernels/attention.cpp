@@ -81,8 +81,9 @@ void store_v(void* v_cache, KvType t, int64_t slot, int64_t kv_dim, const float*
 
 namespace {
 
-// The first cache position a token at context length ctx attends to (its layer's window).
+// The first cache position a token at context length ctx attends to (its layer's window or chunk).
 inline int first_position(const AttentionArgs& a, int ctx) {
+  if (a.chunk > 0) return (ctx - 1) / a.chunk * a.chunk;
   return a.window > 0 ? std::max(0, ctx - a.window) : 0;
 }
 

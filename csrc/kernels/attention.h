@@ -50,6 +50,9 @@ struct AttentionArgs {
   // std::tanh in the generic path, so a token's result stays the same however it is batched.
   float softcap = 0.0f;
   int window = 0;  // > 0: a token attends to the last `window` positions only, itself included
+  // > 0: a token attends to the positions of its own chunk of `chunk` only, from position / chunk *
+  // chunk to itself (Llama 4's chunked attention; window unused)
+  int chunk = 0;
   // [n_head] or nullptr: gpt-oss's attention sinks, one learned logit per head that joins the
   // softmax's denominator (max over scores and sink; sum plus exp(sink - max)) but has no V row.
   // Every kernel adds it the same way, after its sum over the positions (sink_term).

@@ -29,6 +29,10 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
   for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
   int64_t j = 0;
+  if (w == nullptr) {  // (weightless: x * inv alone)
+    for (; j < n; ++j) out[j] = x[j] * inv;
+    return;
+  }
 #if defined(__AVX512F__)
   const __m512 vinv = _mm512_set1_ps(inv);
   for (; j + 16 <= n; j += 16)

@@ -13,6 +13,7 @@ namespace ossa {
 enum class RopeStyle { Interleaved, Neox };
 
 // out[i] = w[i] * (x[i] / sqrt(mean(x^2) + eps)); the mean is summed in double, in index order.
+// w == nullptr: no weight (out[i] = x[i] / sqrt(...)).
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 
 // cos/sin of position * inv_freq[i]: cs[2i] = cos, cs[2i+1] = sin, i < head_dim/2.

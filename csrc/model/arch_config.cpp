@@ -657,6 +657,106 @@ void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& 
   if (scale != 0.0) c.attn_scale = positive_scale(scale, "attention.scale", "'" + path + "'");
 }
 
+void llama4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  c.rope_style = RopeStyle::Interleaved;
+  c.qk_l2_norm = g.get_int(k + "expert_count", 0) != 128;
+  c.sliding_window = 0;
+  c.layer_sliding.clear();
+  c.layer_nope.clear();
+  if (g.find(k + "attention.sliding_window") != nullptr &&
+      g.get_int(k + "attention.sliding_window", 0) == 0)
+    return;  // (llama.cpp: "always use rope", no chunks, no temperature)
+  if (const double swa = g.get_float(k + "rope.freq_base_swa", c.rope_theta); swa != c.rope_theta)
+    throw ModelError("a chunked-attention RoPE base (" + k + "rope.freq_base_swa) other than " + k +
+                     "rope.freq_base in " + where + " is not supported");
+  std::vector<uint8_t> chunked =
+      gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
+  if (chunked.empty()) {  // a period: the last layer of each is full attention
+    const int64_t period = g.get_int(k + "attention.sliding_window_pattern", 4);
+    if (period < 0 || period > c.n_layer + 1)
+      throw ModelError("invalid " + k + "attention.sliding_window_pattern in " + where);
+    chunked.resize(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) chunked[i] = period == 0 || i % period < period - 1;
+  }
+  c.layer_nope = nope_every(c.n_layer, 4);
+  if (std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) == c.layer_nope.end())
+    c.layer_nope.clear();
+  if (std::find(chunked.begin(), chunked.end(), 1) != chunked.end()) {
+    c.sliding_window = 8192;
+    c.attn_chunked = true;
+    c.layer_sliding = std::move(chunked);
+  }
+  c.attn_temp_scale = 0.1f;
+  c.attn_temp_length = 8192;
+  c.attn_temp_offset = 1;
+  c.attn_temp_nope = true;
+}
+
+void llama4_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.rope_style = RopeStyle::Interleaved;
+  c.n_ff = static_cast<int>(
+      std::clamp<int64_t>(cfg.integer("intermediate_size_mlp", 16384), 0, int64_t{1} << 30));
+  if (c.n_ff < 1) throw ModelError("invalid intermediate_size_mlp in " + where);
+  c.qk_l2_norm = cfg.boolean("use_qk_norm", true);
+  // no_rope_layers: 1 = RoPE (transformers' naming); absent or empty: every interval-th layer NoPE
+  const JsonValue* list = cfg.get("no_rope_layers");
+  if (list != nullptr && !list->is_null() && !(list->is_array() && list->array.empty())) {
+    if (!list->is_array() || list->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'no_rope_layers' in " + where + " must hold one entry per layer");
+    c.layer_nope.clear();
+    for (const JsonValue& v : list->array) {
+      if (!v.is_number() || (v.number != 0.0 && v.number != 1.0))
+        throw ModelError("config 'no_rope_layers' in " + where + " must hold 0 or 1 per layer");
+      c.layer_nope.push_back(v.number == 0.0);
+    }
+  } else {
+    const int64_t interval = cfg.integer("no_rope_layer_interval", 4);
+    if (interval < 0) throw ModelError("invalid no_rope_layer_interval in " + where);
+    c.layer_nope = nope_every(c.n_layer, interval);
+  }
+  const JsonValue* chunk_v = cfg.get("attention_chunk_size");
+  const int64_t chunk = chunk_v != nullptr && chunk_v->is_null()
+                            ? 0
+                            : window_of(cfg.integer("attention_chunk_size", 8192), where);
+  std::vector<uint8_t> chunked(static_cast<size_t>(c.n_layer));
+  if (const JsonValue* types = cfg.get("layer_types"); types != nullptr && !types->is_null()) {
+    if (!types->is_array() || types->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("config 'layer_types' in " + where + " must list one type per layer");
+    for (int i = 0; i < c.n_layer; ++i) {
+      const JsonValue& t = types->array[static_cast<size_t>(i)];
+      if (!t.is_string() || (t.string != "chunked_attention" && t.string != "full_attention"))
+        throw ModelError("config 'layer_types' in " + where + " holds an unknown layer type");
+      chunked[i] = t.string == "chunked_attention";
+    }
+  } else {
+    for (int i = 0; i < c.n_layer; ++i) chunked[i] = chunk > 0 && !c.nope(i);
+  }
+  if (chunk > 0 && std::find(chunked.begin(), chunked.end(), 1) != chunked.end()) {
+    c.sliding_window = static_cast<int>(chunk);
+    c.attn_chunked = true;
+    c.layer_sliding = std::move(chunked);
+  } else {
+    c.sliding_window = 0;
+    c.layer_sliding.clear();
+  }
+  // attn_temperature_tuning: true / false (the Hub's first configs: a number, nonzero meaning on)
+  const JsonValue* tuning = cfg.get("attn_temperature_tuning");
+  const bool tune =
+      tuning == nullptr || tuning->is_null() ||
+      (tuning->kind == JsonValue::Kind::Bool ? tuning->boolean
+                                             : tuning->is_number() && tuning->number != 0.0);
+  if (tune && std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) != c.layer_nope.end()) {
+    set_temperature(c, cfg.number("attn_scale", 0.1), cfg.integer("floor_scale", 8192),
+                    "attn_scale", "floor_scale", where);
+    c.attn_temp_offset = 1;
+    c.attn_temp_nope = true;
+  }
+  if (std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) == c.layer_nope.end())
+    c.layer_nope.clear();
+}
+
 void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   if (rope == nullptr || !rope->is_object()) return;
   const Json r{*rope, cfg.path};

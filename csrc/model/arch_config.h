@@ -135,6 +135,18 @@ void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::strin
 // llama_4_scaling_beta over original_max_position_embeddings.
 void mistral3_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
+
+// Llama 4 (text) from GGUF, as llama.cpp reads it: every 4th layer without RoPE, with full
+// attention and the attention temperature (0.1 ln(1 + floor((position + 1) / 8192)), the NoPE
+// layers alone), the others RoPE'd (interleaved pairs, as the folder's rows) with chunked attention
+// over 8192 positions (sliding_window_pattern: another period) and q / k normalised without a
+// weight after RoPE unless the model has 128 experts (Maverick); a file whose sliding_window is 0
+// (the converter's mark of all-full-attention models) has RoPE everywhere and full attention. From
+// a folder (Llama4TextConfig, or a Llama4Config's text_config): no_rope_layers (1 = RoPE),
+// layer_types / attention_chunk_size, attn_temperature_tuning / attn_scale / floor_scale,
+// use_qk_norm, the dense layers' intermediate_size_mlp.
+void llama4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void llama4_config_hf(const Json& cfg, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
 // Qwen3.5 (qwen35, qwen35moe): its gated delta-net layers (config.delta) among gated attention

@@ -60,6 +60,9 @@ struct MoeConfig {
   int n_group = 1, topk_group = 1;
   float routed_scale = 1.0f;
   float norm_eps = 1e-20f;  // added to the chosen weights' sum (LFM2-MoE: 1e-6)
+  // Llama 4: the experts of the k largest logits, each weighted by sigmoid(its logit), the weight
+  // multiplying the expert's input rather than its output; the shared expert ungated.
+  bool input_weighted = false;
   bool is_moe_layer(int layer) const;
 };
 
@@ -236,6 +239,15 @@ struct ModelConfig {
   // 1 + attn_temp_scale * ln(1 + floor(position / attn_temp_length)) (1 below attn_temp_length).
   float attn_temp_scale = 0.0f;  // 0 = off
   int attn_temp_length = 0;
+  // Llama 4 itself: floor((position + attn_temp_offset) / attn_temp_length), in the NoPE layers
+  // alone (attn_temp_nope).
+  int attn_temp_offset = 0;
+  bool attn_temp_nope = false;
+  // Llama 4's chunked attention: a sliding layer's token attends to the positions of its own chunk
+  // of sliding_window (from position / window * window on), not to a trailing window.
+  bool attn_chunked = false;
+  // Llama 4: each head of q and k RMS-normalised without a weight after RoPE, in the RoPE layers.
+  bool qk_l2_norm = false;
 
   // Nemotron-H's blocks hold one sublayer each: a mixer (attention or Mamba-2) without a
   // feed-forward (layer_no_ffn), or a feed-forward (dense or experts) without a mixer

@@ -214,8 +214,15 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           const float* cs = cos_sin + t * hd;
           rope_heads(q, c.n_head, c, cs);
           rope_heads(k, c.n_head_kv, c, cs);
+          if (c.qk_l2_norm) {  // (Llama 4: weightless, after RoPE)
+            for (int h = 0; h < c.n_head; ++h)
+              rmsnorm_row(q + h * hd, nullptr, hd, c.rms_eps, q + h * hd);
+            for (int h = 0; h < c.n_head_kv; ++h)
+              rmsnorm_row(k + h * hd, nullptr, hd, c.rms_eps, k + h * hd);
+          }
         }
-        scale_by_temperature(c, batch.positions[t], q, Q);  // (Ministral 3's long-context queries)
+        // (Ministral 3's long-context queries; Llama 4's in its NoPE layers)
+        if (!c.attn_temp_nope || c.nope(layer)) scale_by_temperature(c, batch.positions[t], q, Q);
         const int64_t slot = batch.slot_mapping[t];
         store_k(k_cache, s.kv_type, slot, s.block_size, KV, k);
         store_v(v_cache, s.kv_type, slot, KV, v);

@@ -80,7 +80,8 @@ void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
 // double as llama.cpp computes it, rounded once to float.
 inline float attn_temp_factor(const ModelConfig& c, int32_t position) {
   if (c.attn_temp_scale <= 0.0f || c.attn_temp_length <= 0) return 1.0f;
-  const double k = std::floor(static_cast<double>(position) / c.attn_temp_length);
+  const double k = std::floor((static_cast<double>(position) + c.attn_temp_offset) /
+                              c.attn_temp_length);  // (Llama 4 counts from 1)
   return static_cast<float>(1.0 + static_cast<double>(c.attn_temp_scale) * std::log(1.0 + k));
 }
 // x[0 .. n) times the factor of `position` (nothing when it is 1).

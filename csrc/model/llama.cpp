@@ -246,7 +246,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       const bool local_rope = c.sliding(l) && !s.cos_sin_swa.empty();
       attention_qkv(s, batch, l, (local_rope ? s.cos_sin_swa : s.cos_sin).data(), threads, laps);
       AttentionArgs a = attention_args(s, batch, l, threads);
-      a.window = c.sliding(l) ? c.sliding_window : 0;  // Phi-3 (Gemma 3 has its own file)
+      a.window = c.sliding(l) ? c.sliding_window : 0;    // Phi-3 (Gemma 3 has its own file)
+      if (c.attn_chunked) std::swap(a.window, a.chunk);  // (Llama 4: chunks of that size)
       a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
       paged_attention(a);
       if (c.attn_gate)  // (Qwen3.5: times sigmoid of each head's gate)

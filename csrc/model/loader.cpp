@@ -232,7 +232,8 @@ const std::vector<std::string> k_gguf_archs = {
     "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
     "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1",  "gemma4"};
+    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1",  "gemma4",
+    "llama4"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -244,7 +245,8 @@ const char* const k_supported_hf =
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
-    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4)";
+    "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
+    "llama4_text, llama4)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -949,6 +951,7 @@ void load_gguf(Model& m, Storage& st) {
   // Llama 4's attention temperature, where llama.cpp reads it (Ministral 3, Mistral Large 3)
   if (arch == "mistral3" || arch == "deepseek2") temperature_config_gguf(*g, c, m.path);
   if (arch == "mistral3") mistral3_config_gguf(*g, c, m.path);  // YaRN's cos/sin factor, scale
+  if (arch == "llama4") llama4_config_gguf(*g, c, m.path);      // NoPE layers, chunks, temperature
   if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
@@ -1202,6 +1205,18 @@ std::string hf_name_nemotronh(int layer, const char* field) {
 
 // GLM-4's folders: the norms of the attention's and the MLP's outputs (post_attention_layernorm is
 // the MLP's input norm, as in Llama).
+// Llama 4: the dense layers' MLP is feed_forward.{gate,up,down}_proj.
+std::string hf_name_llama4(int layer, const char* field) {
+  const std::string f = field;
+  if (f == "w_gate" || f == "w_up" || f == "w_down")
+    return "model.layers." + std::to_string(layer) + ".feed_forward." +
+           (f == "w_gate" ? "gate"
+            : f == "w_up" ? "up"
+                          : "down") +
+           "_proj.weight";
+  return hf_name(layer, field);
+}
+
 std::string hf_name_glm4(int layer, const char* field) {
   const std::string f = field;
   if (f == "post_attn_norm" || f == "post_ffn_norm")
@@ -1346,14 +1361,15 @@ std::string no_config_message(const fs::path& dir) {
 bool text_wrapper(const JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
   const JsonValue* archs = cfg.get("architectures");
-  const bool by_type =
-      type != nullptr && type->is_string() &&
-      (type->string == "mistral3" || type->string == "qwen3_5" || type->string == "qwen3_5_moe");
+  const bool by_type = type != nullptr && type->is_string() &&
+                       (type->string == "mistral3" || type->string == "qwen3_5" ||
+                        type->string == "qwen3_5_moe" || type->string == "llama4");
   const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
                        archs->array[0].is_string() &&
                        (archs->array[0].string == "Mistral3ForConditionalGeneration" ||
                         archs->array[0].string == "Qwen3_5ForConditionalGeneration" ||
-                        archs->array[0].string == "Qwen3_5MoeForConditionalGeneration");
+                        archs->array[0].string == "Qwen3_5MoeForConditionalGeneration" ||
+                        archs->array[0].string == "Llama4ForConditionalGeneration");
   return by_type || by_arch;
 }
 
@@ -1546,7 +1562,9 @@ void load_hf(Model& m, Storage& st) {
       {"jamba", "jamba"},
       {"JambaForCausalLM", "jamba"},
       {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
-      {"FalconH1ForCausalLM", "falcon-h1"}};
+      {"FalconH1ForCausalLM", "falcon-h1"},
+      {"llama4_text", "llama4"},  // (Llama 4: a Llama4Config's text_config, or a text-only folder)
+      {"Llama4ForCausalLM", "llama4"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
@@ -1653,6 +1671,7 @@ void load_hf(Model& m, Storage& st) {
     gpt_oss_config_hf(cfg, c);  // window, sinks, biases
   else if (c.arch != "phi3")
     window_config_hf(cfg, c);
+  if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
@@ -1691,6 +1710,7 @@ void load_hf(Model& m, Storage& st) {
   read_moe_config_hf(c, cfg_json, cfg_path);
   build_weights(m, b,
                 c.arch == "glm4"                      ? hf_name_glm4
+                : c.arch == "llama4"                  ? hf_name_llama4
                 : c.lfm2()                            ? hf_name_lfm2
                 : c.hf_bamba || c.arch == "falcon-h1" ? hf_name_bamba
                 : c.arch == "granitehybrid"           ? hf_name_granitehybrid

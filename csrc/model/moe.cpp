@@ -213,9 +213,12 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
       fwd::add_bias(logits, W.router_bias, n_expert);
       const float* bias =
           mc.selection_bias ? reinterpret_cast<const float*>(W.selection_bias.data) : nullptr;
-      if (mc.deepseek)
+      if (mc.deepseek) {
         route_deepseek(mc, logits, b.chosen.data() + t * k, b.weight.data() + t * k, bias);
-      else
+      } else if (mc.input_weighted) {  // Llama 4: the k largest logits, sigmoid of each
+        route(logits, n_expert, k, false, true, b.chosen.data() + t * k, b.weight.data() + t * k);
+        for (int j = 0; j < k; ++j) b.weight[t * k + j] = sigmoid(logits[b.chosen[t * k + j]]);
+      } else
         route(logits, n_expert, k, mc.norm_topk_prob, mc.softmax_topk, b.chosen.data() + t * k,
               b.weight.data() + t * k, bias, mc.norm_min);
       if (expert_scale != nullptr)  // (Gemma 4's per-expert scale, after the renormalisation)
@@ -228,9 +231,16 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
     std::copy(b.group_start.begin(), b.group_start.end(), b.fill.begin());
     for (int i = 0; i < m * k; ++i) b.row_of[i] = b.fill[b.chosen[i]]++;
     fwd::per_token(m, threads, [&](int t) {
-      for (int j = 0; j < k; ++j)
-        std::memcpy(b.in.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E,
-                    h + static_cast<int64_t>(t) * E, static_cast<size_t>(E) * sizeof(float));
+      for (int j = 0; j < k; ++j) {
+        float* row = b.in.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E;
+        const float* src = h + static_cast<int64_t>(t) * E;
+        if (mc.input_weighted) {  // (Llama 4: the weight on the expert's input)
+          const float w = b.weight[t * k + j];
+          for (int64_t i = 0; i < E; ++i) row[i] = src[i] * w;
+        } else {
+          std::memcpy(row, src, static_cast<size_t>(E) * sizeof(float));
+        }
+      }
     });
     // Each expert's gate/up and down over its rows. Few rows per expert (decode, small batches) and
     // enough experts for the threads: one parallel job over the experts, each expert's matmuls
@@ -296,7 +306,7 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
       if (static_cast<int64_t>(acc.size()) < E) acc.assign(static_cast<size_t>(E), 0.0f);
       std::fill(acc.begin(), acc.begin() + E, 0.0f);
       for (int j = 0; j < k; ++j) {
-        const float w = b.weight[t * k + j];
+        const float w = mc.input_weighted ? 1.0f : b.weight[t * k + j];
         const float* o = b.out.data() + static_cast<int64_t>(b.row_of[t * k + j]) * E;
         for (int64_t i = 0; i < E; ++i) acc[i] += w * o[i];
       }

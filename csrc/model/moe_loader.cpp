@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "formats/gguf.h"
 #include "model/arch_config.h"
@@ -67,7 +68,8 @@ void validate_moe(ModelConfig& c, const std::string& path) {
 // Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
 // bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP; Qwen2-MoE's has a sigmoid gate.
 bool shared_experts_ungated(const ModelConfig& c) {
-  return c.moe.selection_bias || c.moe.deepseek || c.arch == "granitehybrid";
+  return c.moe.selection_bias || c.moe.deepseek || c.moe.input_weighted ||
+         c.arch == "granitehybrid";
 }
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
@@ -141,14 +143,15 @@ ExpertRows gpt_oss_mxfp4_rows(const std::string& p, int64_t E, int64_t F, int64_
   return {DType::MXFP4, DType::MXFP4, gate_up, down, gu_row, dn_row};
 }
 
-// transformers' float stacks, transposed and de-interleaved in their stored type.
-ExpertRows gpt_oss_float_rows(const std::string& p, const std::string& canon, int64_t E, int64_t F,
-                              int64_t n, const TensorSource& src) {
+// transformers' float stacks, transposed (and de-interleaved: gpt-oss) in their stored type. Llama
+// 4's gate_up_proj holds the gate's F columns, then the up's (interleaved false).
+ExpertRows float_stack_rows(const std::string& p, const std::string& canon, int64_t E, int64_t F,
+                            int64_t n, const TensorSource& src, bool interleaved = true) {
   const TensorView gu = src.take(p + "experts.gate_up_proj", canon + "gate_up_proj", n * E, 2 * F);
   const TensorView dn = src.take(p + "experts.down_proj", canon + "down_proj", n * F, E);
   for (const TensorView* v : {&gu, &dn})
     if (v->type != DType::F32 && v->type != DType::F16 && v->type != DType::BF16)
-      throw ModelError("gpt-oss expert tensors of type " + std::string(dtype_name(v->type)) +
+      throw ModelError("expert tensors of type " + std::string(dtype_name(v->type)) +
                        " are not supported");
   const size_t es = gu.type == DType::F32 ? 4 : 2, ds = dn.type == DType::F32 ? 4 : 2;
   uint8_t* gate_up = src.alloc(static_cast<size_t>(n * 2 * F * E) * es);
@@ -157,8 +160,9 @@ ExpertRows gpt_oss_float_rows(const std::string& p, const std::string& canon, in
     for (int64_t h = 0; h < E; ++h) {
       const uint8_t* row = gu.data + static_cast<size_t>(e * E + h) * gu.row_bytes;
       for (int64_t f = 0; f < F; ++f) {
-        std::memcpy(gate_up + ((e * 2 * F + f) * E + h) * es, row + (2 * f) * es, es);
-        std::memcpy(gate_up + ((e * 2 * F + F + f) * E + h) * es, row + (2 * f + 1) * es, es);
+        const int64_t g = interleaved ? 2 * f : f, u = interleaved ? 2 * f + 1 : F + f;
+        std::memcpy(gate_up + ((e * 2 * F + f) * E + h) * es, row + g * es, es);
+        std::memcpy(gate_up + ((e * 2 * F + F + f) * E + h) * es, row + u * es, es);
       }
     }
     for (int64_t f = 0; f < F; ++f) {
@@ -183,7 +187,7 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
       src.to_f32(src.take(p + "experts.down_proj_bias", canon + "down_bias", n, E));
   const ExpertRows w = src.has(p + "experts.gate_up_proj_blocks")
                            ? gpt_oss_mxfp4_rows(p, E, F, n, src)
-                           : gpt_oss_float_rows(p, canon, E, F, n, src);
+                           : float_stack_rows(p, canon, E, F, n, src);
   float* bias = reinterpret_cast<float*>(src.alloc(static_cast<size_t>(n * 2 * F) * 4));
   auto view = [](DType t, const uint8_t* data, int64_t rows, int64_t cols, size_t row_bytes) {
     TensorView v;
@@ -215,6 +219,37 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
     x.b_down = view(DType::F32, db.data + static_cast<size_t>(e) * db.row_bytes, 1, E,
                     static_cast<size_t>(E) * 4);
   }
+}
+
+// Llama 4 from a folder: feed_forward.router, the experts as transformers keeps them (3-D and
+// transposed: experts.gate_up_proj [n_expert, n_embd, 2 n_ff], gate columns then up columns;
+// down_proj [n_expert, n_ff, n_embd]; rearranged once into the rows the matmuls read, in their
+// stored type), and the ungated shared_expert's three matrices.
+void llama4_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
+  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert, S = c.moe.n_ff_shared;
+  const std::string p = "model.layers." + std::to_string(layer) + ".feed_forward.";
+  const std::string canon = "layers." + std::to_string(layer) + ".";
+  out.router = src.take(p + "router.weight", canon + "router", n, E);
+  const ExpertRows w = float_stack_rows(p, canon, E, F, n, src, false);
+  out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
+  for (int64_t e = 0; e < n; ++e) {
+    ExpertWeights& x = out.experts[static_cast<size_t>(e)];
+    for (auto [v, data, rows, cols, row] :
+         {std::tuple{&x.w_gate, w.gate_up + static_cast<size_t>(e * 2 * F) * w.gu_row, F, E,
+                     w.gu_row},
+          std::tuple{&x.w_up, w.gate_up + static_cast<size_t>(e * 2 * F + F) * w.gu_row, F, E,
+                     w.gu_row},
+          std::tuple{&x.w_down, w.down + static_cast<size_t>(e * E) * w.dn_row, E, F, w.dn_row}}) {
+      v->type = v == &x.w_down ? w.dn_type : w.gu_type;
+      v->rows = rows;
+      v->cols = cols;
+      v->row_bytes = row;
+      v->data = data;
+    }
+  }
+  out.shared.w_gate = src.take(p + "shared_expert.gate_proj.weight", canon + "shared.w_gate", S, E);
+  out.shared.w_up = src.take(p + "shared_expert.up_proj.weight", canon + "shared.w_up", S, E);
+  out.shared.w_down = src.take(p + "shared_expert.down_proj.weight", canon + "shared.w_down", E, S);
 }
 
 }  // namespace
@@ -259,6 +294,12 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if (c.arch == "granitehybrid")
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_feed_forward_length", 0), -1, 1 << 30));
+  if (c.arch ==
+      "llama4") {  // (llama.cpp hard-codes the routing; the shared expert: the experts' size)
+    m.input_weighted = true;
+    m.norm_topk_prob = false;
+    m.n_ff_shared = m.n_ff_expert;
+  }
   if (c.arch == "ernie4_5-moe") {  // shared experts: expert_shared_count of the experts' width
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_count", 0) * m.n_ff_expert, 0, 1 << 30));
@@ -277,7 +318,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
   const int64_t gating =
       nemotron ? 2 : g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
-  if (c.arch != "gpt-oss" && gating != 0 && gating != 1 && !(deepseek && gating == 2))
+  if (c.arch != "gpt-oss" && c.arch != "llama4" && gating != 0 && gating != 1 &&
+      !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
                      "' is not supported (softmax, and sigmoid for deepseek2 and glm4moe)");
   for (int i = 0; i < c.n_layer; ++i)
@@ -312,7 +354,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
       c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" &&
       c.arch != "lfm2moe" && c.arch != "granitehybrid" && c.arch != "nemotron_h" &&
-      c.arch != "jamba")
+      c.arch != "jamba" && c.arch != "llama4")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -347,6 +389,28 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.swiglu_alpha = static_cast<float>(number("swiglu_alpha", 1.702));
     m.swiglu_limit = static_cast<float>(number("swiglu_limit", 7.0));
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "llama4") {  // Llama4TextConfig's defaults; dense layers: c.n_ff
+    m.n_expert = static_cast<int>(integer("num_local_experts", 16));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 1));
+    m.n_ff_expert = m.n_ff_shared = static_cast<int>(integer("intermediate_size", 8192));
+    m.input_weighted = true;
+    const JsonValue* list = cfg.get("moe_layers");
+    if (list != nullptr && !list->is_null()) {
+      if (!list->is_array())
+        throw ModelError("config 'moe_layers' in '" + path + "' must be a list");
+      for (const JsonValue& e : list->array) {
+        if (!e.is_number() || !e.is_integer || e.integer < 0 || e.integer >= c.n_layer)
+          throw ModelError("config 'moe_layers' in '" + path + "' must hold layer indices");
+        if (std::find(m.layers.begin(), m.layers.end(), e.integer) == m.layers.end())
+          m.layers.push_back(static_cast<int>(e.integer));
+      }
+      std::sort(m.layers.begin(), m.layers.end());
+    } else {  // transformers: every interleave_moe_layer_step-th layer, from step - 1
+      const int64_t step = integer("interleave_moe_layer_step", 1);
+      if (step < 1)
+        throw ModelError("config 'interleave_moe_layer_step' in '" + path + "' must be >= 1");
+      for (int64_t i = step - 1; i < c.n_layer; i += step) m.layers.push_back(static_cast<int>(i));
+    }
   } else if (c.arch == "granitemoe") {  // GraniteMoeConfig's defaults; top-k softmax
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
@@ -606,6 +670,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   if (c.arch == "gpt-oss") return gpt_oss_experts_hf(c, layer, src, out);
+  if (c.arch == "llama4") return llama4_experts_hf(c, layer, src, out);
   if (c.arch == "nemotron_h") {  // relu2 experts: up_proj / down_proj each; the shared MLP alike
     const std::string p = "backbone.layers." + l + ".mixer.";
     out.router = src.take(p + "gate.weight", canon + "router", n, E);

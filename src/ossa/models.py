@@ -194,6 +194,7 @@ class MoeConfig:
     topk_group: int = 1
     routed_scale: float = 1.0
     norm_eps: float = 1e-20  # added to the chosen weights' sum when renormalised (LFM2-MoE: 1e-6)
+    input_weighted: bool = False  # Llama 4: top-k logits, sigmoid weights on the experts' input
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,10 @@ class ModelConfig:
     clamp_qkv: float = 0.0  # q, k, v clamped to [-c, c] after their norms (OLMoE's clip_qkv; 0: off)
     attn_temp_scale: float = 0.0  # queries times 1 + scale * ln(1 + floor(pos / length)) (0: off)
     attn_temp_length: int = 0
+    attn_temp_offset: int = 0  # Llama 4: floor((pos + offset) / length), in the NoPE layers alone
+    attn_temp_nope: bool = False
+    attn_chunked: bool = False  # Llama 4: sliding layers attend within chunks of sliding_window
+    qk_l2_norm: bool = False  # Llama 4: q / k heads normalised without a weight after RoPE
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
     ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H, Nemotron-H)
@@ -534,6 +539,11 @@ def inspect(
         "clamp_qkv": c.clamp_qkv,
         "attn_temp_scale": c.attn_temp_scale,
         "attn_temp_length": c.attn_temp_length,
+        "attn_temp_offset": c.attn_temp_offset,
+        "attn_temp_nope": c.attn_temp_nope,
+        "attn_chunked": c.attn_chunked,
+        "qk_l2_norm": c.qk_l2_norm,
+        "input_weighted": c.moe.input_weighted,
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
         "selection_bias": c.moe.selection_bias,
@@ -656,6 +666,8 @@ def _experts_line(info: dict[str, Any]) -> list[str]:
     shared = f", a shared expert of {info['n_ff_shared']}" if info["n_ff_shared"] else ""
     if info["swiglu_limit"]:  # gpt-oss
         shared += f", biases, softmax over the chosen, SwiGLU clamped at {info['swiglu_limit']:g}"
+    if info.get("input_weighted"):  # Llama 4
+        shared += ", sigmoid of the chosen logits scaling each expert's input"
     if info.get("moe_routing"):  # DeepSeek V2 / V3
         shared += f"; {info['moe_routing']}"
     elif info.get("selection_bias"):  # ERNIE 4.5 MoE
@@ -862,8 +874,12 @@ def format_inspect(info: dict[str, Any]) -> str:
         capped = ", ".join(filter(None, [capped, "a learned sink per head in the softmax"]))
     if info.get("attn_temp_scale"):  # Llama 4's attention temperature (Ministral 3)
         beta, length = info["attn_temp_scale"], info["attn_temp_length"]
-        temp = f"queries scaled by 1 + {beta:g} ln(1 + floor(position / {length}))"
+        pos = "(position + 1)" if info.get("attn_temp_offset") else "position"
+        where = " in the layers without RoPE" if info.get("attn_temp_nope") else ""
+        temp = f"queries scaled by 1 + {beta:g} ln(1 + floor({pos} / {length})){where}"
         capped = ", ".join(filter(None, [capped, temp]))
+    if info.get("qk_l2_norm"):  # Llama 4
+        capped = ", ".join(filter(None, [capped, "q / k normalised (no weight) after RoPE"]))
     if info.get("attn_gate"):  # Qwen3.5
         capped = ", ".join(filter(None, [capped, "output gated per head (sigmoid)"]))
     if info.get("clamp_qkv"):  # OLMoE's clip_qkv
@@ -871,7 +887,8 @@ def format_inspect(info: dict[str, Any]) -> str:
     if info["sliding_window"]:
         local = f", local RoPE theta={info['rope_theta_swa']:g}" if info["rope_theta_swa"] else ""
         lines.append(
-            f"attention     sliding window of {info['sliding_window']} tokens in "
+            f"attention     {'chunks' if info.get('attn_chunked') else 'sliding window'} of "
+            f"{info['sliding_window']} tokens in "
             f"{info['n_sliding_layers']} of {info['n_layer']} layers{local}"
             + (f"; {capped}" if capped else "")
         )

@@ -542,6 +542,79 @@ def temperature_gguf(arch: str, md: dict[str, Any]) -> dict[str, Any]:
                         k + "attention.temperature_scale", k + "attention.temperature_length")  # fmt: skip
 
 
+def llama4_gguf(md: dict[str, Any], n_layer: int, rope_theta: float) -> dict[str, Any]:
+    """Llama 4 (text) from GGUF, as llama.cpp reads it (twin of llama4_config_gguf): every 4th layer
+    NoPE with full attention and the temperature (0.1, floor 8192, positions from 1), the others
+    chunked over 8192 positions (sliding_window_pattern: another period); q / k normalised after RoPE
+    unless the model has 128 experts; sliding_window 0: RoPE and full attention everywhere."""
+    out: dict[str, Any] = {"rope_style": "interleaved", "qk_l2_norm": md.get("llama4.expert_count", 0) != 128,
+                           "sliding_window": 0, "layer_sliding": [], "layer_nope": []}  # fmt: skip
+    if "llama4.attention.sliding_window" in md and md["llama4.attention.sliding_window"] == 0:
+        return out
+    if md.get("llama4.rope.freq_base_swa", rope_theta) != rope_theta:
+        raise ValueError("a chunked-attention RoPE base other than llama4.rope.freq_base is not supported")
+    key = "llama4.attention.sliding_window_pattern"
+    chunked = _gguf_layer_pattern(md, key, n_layer)
+    if chunked is None:  # a period: the last layer of each is full attention
+        period = md.get(key, 4)
+        if not 0 <= period <= n_layer + 1:
+            raise ValueError(f"invalid {key}")
+        chunked = [period == 0 or i % period < period - 1 for i in range(n_layer)]
+    nope = _nope_every(n_layer, 4)
+    out.update(layer_nope=nope if any(nope) else [], attn_temp_scale=float(np.float32(0.1)),
+               attn_temp_length=8192, attn_temp_offset=1, attn_temp_nope=True)  # fmt: skip
+    if any(chunked):
+        out.update(sliding_window=8192, attn_chunked=True, layer_sliding=chunked)
+    return out
+
+
+def llama4_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """Llama 4 (text) from a config.json (twin of llama4_config_hf): no_rope_layers (1 = RoPE; absent
+    or empty: every no_rope_layer_interval-th layer NoPE), layer_types / attention_chunk_size (chunked
+    where a layer has RoPE), attn_temperature_tuning (a bool, or a number: nonzero = on) with attn_scale
+    / floor_scale, use_qk_norm, the dense layers' intermediate_size_mlp."""
+    n_ff = c.get("intermediate_size_mlp", 16384)
+    if not isinstance(n_ff, int) or n_ff < 1:
+        raise ValueError("invalid intermediate_size_mlp")
+    use_qk = c.get("use_qk_norm")
+    out: dict[str, Any] = {"rope_style": "interleaved", "n_ff": n_ff}
+    out["qk_l2_norm"] = True if use_qk is None else use_qk
+    flags = c.get("no_rope_layers")
+    if flags:
+        if not isinstance(flags, list) or len(flags) != n_layer or any(f not in (0, 1) for f in flags):
+            raise ValueError("config 'no_rope_layers' must hold 0 or 1 per layer")
+        nope = [f == 0 for f in flags]
+    else:
+        interval = c.get("no_rope_layer_interval")
+        interval = 4 if interval is None else interval
+        if not isinstance(interval, int) or interval < 0:
+            raise ValueError(f"invalid no_rope_layer_interval {interval!r}")
+        nope = _nope_every(n_layer, interval)
+    chunk = _window(c["attention_chunk_size"] if "attention_chunk_size" in c and c["attention_chunk_size"]
+                    is not None else (0 if "attention_chunk_size" in c else 8192))  # fmt: skip
+    types = c.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layer:
+            raise ValueError("config 'layer_types' must list one type per layer")
+        if any(t not in ("chunked_attention", "full_attention") for t in types):
+            raise ValueError("config 'layer_types' holds an unknown layer type")
+        chunked = [t == "chunked_attention" for t in types]
+    else:
+        chunked = [chunk > 0 and not n for n in nope]
+    if chunk > 0 and any(chunked):
+        out.update(sliding_window=chunk, attn_chunked=True, layer_sliding=chunked)
+    else:
+        out.update(sliding_window=0, layer_sliding=[])
+    tuning = c.get("attn_temperature_tuning")
+    if (tuning is None or bool(tuning)) and any(nope):
+        scale, floor = c.get("attn_scale"), c.get("floor_scale")
+        out.update(_temperature(0.1 if scale is None else scale, 8192 if floor is None else floor,
+                                "attn_scale", "floor_scale"))  # fmt: skip
+        out.update(attn_temp_offset=1, attn_temp_nope=True)
+    out["layer_nope"] = nope if any(nope) else []
+    return out
+
+
 def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Ministral 3 from GGUF (twin of mistral3_config_gguf): YaRN's cos/sin factor divided out as
     llama.cpp's mistral3 graph does (1); attention.scale where set."""

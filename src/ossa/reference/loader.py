@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4",
+    "gemma4", "llama4",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -43,6 +43,7 @@ CONFIG_KEYS = (
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
     "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
+    "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -63,7 +64,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "mamba1": {"d_inner": 0, "d_state": 0, "dt_rank": 0, "conv_kernel": 0, "conv_bias": False,
                "dt_b_c_rms": False, "dt_b_c_weights": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
     "layer_head_dim": [], "layer_n_head_kv": [], "layer_n_ff": [], "kv_source": [], "rope_pairs": 0,
-    "v_norm": False, "ple_dim": 0,
+    "v_norm": False, "ple_dim": 0, "attn_temp_offset": 0, "attn_temp_nope": False, "attn_chunked": False,
+    "qk_l2_norm": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -71,7 +73,7 @@ _SUPPORTED_HF = (
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
-    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4)"
+    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -102,6 +104,7 @@ _HF_ARCHS = {
     "mamba": "mamba", "MambaForCausalLM": "mamba", "falcon_mamba": "mamba", "FalconMambaForCausalLM": "mamba",
     "jamba": "jamba", "JambaForCausalLM": "jamba",
     "falcon_h1": "falcon-h1", "FalconH1ForCausalLM": "falcon-h1",
+    "llama4_text": "llama4", "Llama4ForCausalLM": "llama4",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -539,6 +542,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.temperature_gguf(arch, md))
     if arch == "mistral3":
         common.update(arch_config.mistral3_gguf(md, common))
+    if arch == "llama4":  # NoPE layers, chunks, temperature
+        common.update(arch_config.llama4_gguf(md, common["n_layer"], common["rope_theta"]))
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
@@ -583,12 +588,13 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _text_wrapper(c: dict[str, Any]) -> bool:
     """A vision-language folder read for its language model (Mistral3ForConditionalGeneration,
     Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)."""
-    return c.get("model_type") in ("mistral3", "qwen3_5", "qwen3_5_moe") or (c.get("architectures") or [""])[
-        0
-    ] in (
+    return c.get("model_type") in ("mistral3", "qwen3_5", "qwen3_5_moe", "llama4") or (
+        c.get("architectures") or [""]
+    )[0] in (
         "Mistral3ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
+        "Llama4ForConditionalGeneration",
     )
 
 
@@ -733,6 +739,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
+    if arch == "llama4":  # NoPE layers, chunks, temperature, the dense MLP's size
+        common.update(arch_config.llama4_hf(c, common["n_layer"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_hf(c))
     if arch == "deepseek2":
@@ -780,6 +788,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if mamba1
         else _JAMBA_HF
         if arch == "jamba"
+        else _LLAMA4_HF
+        if arch == "llama4"
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"
@@ -844,6 +854,9 @@ _NEMOTRONH_HF = {"attn_norm": "norm.weight", "ffn_norm": "norm.weight", "wq": "m
                  **{k: v.replace("mamba.", "mixer.")
                     for k, v in _GRANITEHYBRID_HF.items() if k.startswith("ssm_")},
                  "w_up": "mixer.up_proj.weight", "w_down": "mixer.down_proj.weight"}  # fmt: skip
+# Llama 4: the dense layers' MLP under feed_forward.
+_LLAMA4_HF = {**_HF_LAYER, "w_gate": "feed_forward.gate_proj.weight", "w_up": "feed_forward.up_proj.weight",
+              "w_down": "feed_forward.down_proj.weight"}  # fmt: skip
 # GLM-4: the norms of the attention's and the MLP's outputs (post_attention_layernorm: the MLP's input).
 _GLM4_HF = {**_HF_LAYER, "post_attn_norm": "post_self_attn_layernorm.weight",
             "post_ffn_norm": "post_mlp_layernorm.weight"}  # fmt: skip

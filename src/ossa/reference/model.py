@@ -131,13 +131,15 @@ def attention(
     window: int = 0,
     softcap: float = 0.0,
     sinks: np.ndarray | None = None,
+    chunk: int = 0,
 ) -> np.ndarray:
     """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d].
 
     Scores are q.k times ``scale`` (0: divided by sqrt(d)), then ``softcap`` * tanh(scores / softcap)
     when ``softcap`` > 0 (Gemma 2); with ``window`` > 0 a token sees only the last ``window``
-    positions, itself included. ``sinks`` [n_head] (gpt-oss): one more logit per head in the softmax,
-    with no value row (it only takes probability away from the positions).
+    positions, itself included; with ``chunk`` > 0 (Llama 4) only those of its own chunk of that size.
+    ``sinks`` [n_head] (gpt-oss): one more logit per head in the softmax, with no value row (it only
+    takes probability away from the positions).
     """
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
@@ -150,6 +152,9 @@ def attention(
     seen = np.tril(np.ones((n, n), dtype=bool))
     if window > 0:
         seen &= ~np.tril(np.ones((n, n), dtype=bool), -window)  # key index <= query index - window
+    if chunk > 0:
+        idx = np.arange(n) // chunk
+        seen &= idx[:, None] == idx[None, :]
     probs = softmax(np.where(seen[None], scores, -np.inf), sinks)
     return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
 
@@ -293,10 +298,11 @@ def activation_rounding(
 
 def temperature(c: dict[str, Any], positions: np.ndarray) -> np.ndarray:
     """Llama 4's attention temperature per position (float32 [n], 1 when off: twin of
-    forward_util.h's attn_temp_factor): 1 + scale * ln(1 + floor(position / length)), in float64."""
+    forward_util.h's attn_temp_factor): 1 + scale * ln(1 + floor((position + offset) / length)), in
+    float64."""
     if not c["attn_temp_scale"]:
         return np.ones(len(positions), dtype=np.float32)
-    k = np.floor(np.asarray(positions, dtype=np.float64) / c["attn_temp_length"])
+    k = np.floor((np.asarray(positions, dtype=np.float64) + c["attn_temp_offset"]) / c["attn_temp_length"])
     return (1.0 + np.float64(np.float32(c["attn_temp_scale"])) * np.log(1.0 + k)).astype(np.float32)
 
 
@@ -463,13 +469,19 @@ def _attention(
         lim = np.float32(c["clamp_qkv"])
         q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)
     window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
-    if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers: no positions
+    window, chunk = (0, window) if c["attn_chunked"] else (window, 0)  # (Llama 4: chunks of that size)
+    nope = bool(c["layer_nope"]) and c["layer_nope"][i]
+    if not nope:  # SmolLM3's NoPE layers: no positions
         freq, factor = (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
         q = apply_rope(q, positions, freq, c["rope_style"], factor)
         k = apply_rope(k, positions, freq, c["rope_style"], factor)
-    q = q * temperature(c, positions)[:, None, None]  # (Ministral 3's long-context queries)
+        if c["qk_l2_norm"]:  # (Llama 4: weightless, after RoPE)
+            ones = np.ones(hd, dtype=np.float32)
+            q, k = rms_norm(q, ones, eps), rms_norm(k, ones, eps)
+    if nope or not c["attn_temp_nope"]:  # (Ministral 3's long-context queries; Llama 4's NoPE layers')
+        q = q * temperature(c, positions)[:, None, None]
     sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
-    att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks)
+    att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks, chunk=chunk)
     if gate is not None:
         att = att * gate
     if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)

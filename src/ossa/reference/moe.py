@@ -43,6 +43,7 @@ MOE_ARCHS = (
     "granitehybrid",
     "nemotron_h",
     "jamba",
+    "llama4",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -59,7 +60,8 @@ def dense_moe() -> dict[str, Any]:
 _PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 0.0, "swiglu_limit": 0.0,
                           "selection_bias": False, "norm_min": 0.0, "deepseek": False,
                           "sigmoid_gating": False, "group_top2": False, "n_group": 1, "topk_group": 1,
-                          "routed_scale": 1.0, "norm_eps": float(np.float32(1e-20))}  # fmt: skip
+                          "routed_scale": 1.0, "norm_eps": float(np.float32(1e-20)),
+                          "input_weighted": False}  # fmt: skip
 _GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
                             "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
 # ERNIE 4.5 MoE: chosen by softmax probability + e_score_correction_bias, weighted by the probability
@@ -121,7 +123,7 @@ def gguf_config(
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
     gating = 2 if nemotron else md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
     deepseek = arch == "deepseek2" or glm or lfm2 or nemotron
-    if arch != "gpt-oss" and gating not in (0, 1) and not (deepseek and gating == 2):
+    if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
     if deepseek:  # (V2 files have no gating key: softmax)
@@ -141,6 +143,13 @@ def gguf_config(
             "topk_group": md.get(k + "expert_group_used_count", groups) if groups > 1 else 1,
             "selection_bias": bool(layers) and f"blk.{layers[0]}.exp_probs_b.bias" in tensors,
             "layers": layers,
+        })  # fmt: skip
+    if arch == "llama4":  # (llama.cpp hard-codes the routing; the shared expert: the experts' size)
+        n_ff_expert = md.get(k + "expert_feed_forward_length", n_ff)
+        return _validate({
+            **_PLAIN, "input_weighted": True, "n_expert": n_expert,
+            "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
+            "n_ff_shared": n_ff_expert, "norm_topk_prob": False, "layers": layers,
         })  # fmt: skip
     return _validate({
         **(_GPT_OSS if arch == "gpt-oss" else _ERNIE if arch == "ernie4_5-moe" else _PLAIN),
@@ -256,6 +265,24 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
             "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
+        })  # fmt: skip
+    if arch == "llama4":  # Llama4TextConfig's defaults: moe_layers, else every interleave_moe_layer_step-th
+        step = get("interleave_moe_layer_step", 1)
+        if c.get("moe_layers") is not None:
+            listed = c["moe_layers"]
+            if not isinstance(listed, list) or any(not isinstance(j, int) or not 0 <= j < n_layer
+                                                   for j in listed):  # fmt: skip
+                raise ValueError("config 'moe_layers' must hold layer indices")
+            layers = sorted(set(listed))
+        elif step < 1:
+            raise ValueError("config 'interleave_moe_layer_step' must be >= 1")
+        else:
+            layers = list(range(step - 1, n_layer, step))
+        size = get("intermediate_size", 8192)
+        return _validate({
+            **_PLAIN, "input_weighted": True, "n_expert": get("num_local_experts", 16),
+            "n_expert_used": get("num_experts_per_tok", 1), "n_ff_expert": size, "n_ff_shared": size,
+            "norm_topk_prob": False, "layers": layers,
         })  # fmt: skip
     if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
         return _validate({
@@ -383,7 +410,7 @@ def gguf_layer_weights(
 def _shared_ungated(moe: dict[str, Any], arch: str) -> bool:
     """Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
     bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP (twin of shared_experts_ungated)."""
-    return bool(moe["selection_bias"] or moe["deepseek"] or arch == "granitehybrid")
+    return bool(moe["selection_bias"] or moe["deepseek"] or moe["input_weighted"] or arch == "granitehybrid")
 
 
 def _view_stacks(
@@ -409,6 +436,22 @@ def hf_layer_weights(
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
     if cfg["arch"] == "gpt-oss":
         _gpt_oss_hf_layer(cfg, i, get, names, w)
+        return
+    if cfg["arch"] == "llama4":  # transposed stacks: gate_up_proj [n, n_embd, 2 n_ff] (gate, then up)
+        p = f"model.layers.{i}.feed_forward."
+        w[c + "router"] = _shaped(_need(get, names, p + "router.weight"), n, e_dim)
+        gate_up = _shaped(_need(get, names, p + "experts.gate_up_proj"), n * e_dim, 2 * f)
+        gate_up = gate_up.reshape(n, e_dim, 2 * f)
+        down = _shaped(_need(get, names, p + "experts.down_proj"), n * f, e_dim).reshape(n, f, e_dim)
+        for e in range(n):
+            q = f"{c}experts.{e}."
+            w[q + "w_gate"], w[q + "w_up"] = gate_up[e, :, :f].T, gate_up[e, :, f:].T
+            w[q + "w_down"] = down[e].T
+        s = moe["n_ff_shared"]
+        for field, stem in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+            rows, cols = (e_dim, s) if field == "w_down" else (s, e_dim)
+            name = f"{p}shared_expert.{stem}.weight"
+            w[f"{c}shared.{field}"] = _shaped(_need(get, names, name), rows, cols)
         return
     if cfg["arch"] == "nemotron_h":  # relu2 experts and shared MLP: up_proj / down_proj each
         p = f"backbone.layers.{i}.mixer."
@@ -649,6 +692,9 @@ def moe_ffn(
     for t in range(len(h)):
         if moe["deepseek"]:
             chosen, weight = route_deepseek(moe, logits[t], w.get(c + "selection_bias"))
+        elif moe["input_weighted"]:  # Llama 4: the k largest logits, sigmoid of each, on the input
+            chosen, _ = route(logits[t], moe["n_expert_used"], False, True)
+            weight = (1.0 / (1.0 + np.exp(-logits[t][chosen].astype(np.float64)))).astype(np.float32)
         elif moe["selection_bias"]:  # ERNIE 4.5 MoE
             chosen, weight = route_by_selection_bias(
                 logits[t], w[c + "selection_bias"], moe["n_expert_used"], moe["norm_min"]
@@ -663,7 +709,9 @@ def moe_ffn(
                 mid = relu2(rounding(h[t], p + "w_up") @ w[p + "w_up"].T)
                 out[t] += we * (rounding(mid, p + "w_down") @ w[p + "w_down"].T)
                 continue
-            gate, up = (rounding(h[t], p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
+            x = (h[t] * we).astype(np.float32) if moe["input_weighted"] else h[t]  # (Llama 4: on the input)
+            we = np.float32(1.0) if moe["input_weighted"] else we
+            gate, up = (rounding(x, p + m) @ w[p + m].T for m in ("w_gate", "w_up"))
             if moe["swiglu_alpha"] > 0:  # gpt-oss
                 mid = clamped_swiglu(moe, gate + w[p + "b_gate"], up + w[p + "b_up"])
                 down = rounding(mid, p + "w_down") @ w[p + "w_down"].T + w[p + "b_down"]

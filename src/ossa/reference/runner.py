@@ -203,6 +203,7 @@ class ModelRunner:
             sliding = bool(c["layer_sliding"]) and c["layer_sliding"][i]
             freq = self.inv_freq_local if sliding and self.inv_freq_local is not None else global_freq
             window = c["sliding_window"] if sliding else 0
+            window, chunk = (0, window) if c["attn_chunked"] else (window, 0)  # (Llama 4's chunks)
             no_ffn = bool(c["layer_no_ffn"]) and c["layer_no_ffn"][i]  # (Nemotron-H's blocks)
             if c["layer_no_mixer"] and c["layer_no_mixer"][i]:
                 x = _plain_ffn(c, w, i, x, q8)
@@ -245,12 +246,17 @@ class ModelRunner:
             if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
                 lim = np.float32(c["clamp_qkv"])
                 q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)
-            if not (c["layer_nope"] and c["layer_nope"][i]):  # SmolLM3's NoPE layers
+            nope = bool(c["layer_nope"]) and c["layer_nope"][i]
+            if not nope:  # SmolLM3's NoPE layers
                 # (a sliding layer's own table is unscaled: no attention factor either)
                 factor = 1.0 if freq is self.inv_freq_local else mscale
                 q = ref_model.apply_rope(q, pos, freq, c["rope_style"], factor)
                 k = ref_model.apply_rope(k, pos, freq, c["rope_style"], factor)
-            q = q * ref_model.temperature(c, pos)[:, None, None]
+                if c["qk_l2_norm"]:  # (Llama 4: weightless, after RoPE)
+                    ones = np.ones(hd, dtype=np.float32)
+                    q, k = ref_model.rms_norm(q, ones, eps), ref_model.rms_norm(k, ones, eps)
+            if nope or not c["attn_temp_nope"]:
+                q = q * ref_model.temperature(c, pos)[:, None, None]
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
             self.kv[i, 1, slots] = v.reshape(n, n_head_kv * hd)
             attn = np.empty((n, n_head * hd), dtype=np.float32)
@@ -262,7 +268,7 @@ class ModelRunner:
                 vc = self.kv[i, 1, ctx_slots[s]].astype(np.float32).reshape(-1, n_head_kv, hd)
                 attn[lo:hi] = _paged_attention(
                     q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"],
-                    w[p + "sinks"] if c["attn_sinks"] else None,
+                    w[p + "sinks"] if c["attn_sinks"] else None, chunk,
                 )  # fmt: skip
             if gate is not None:
                 attn = attn * gate
@@ -395,10 +401,12 @@ def _paged_attention(
     window: int = 0,
     softcap: float = 0.0,
     sinks: np.ndarray | None = None,
+    chunk: int = 0,
 ) -> np.ndarray:
     """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
     context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p (and, with a
-    ``window``, > p - window). Scores are scaled by ``scale`` (0: 1/sqrt(d)), then soft-capped
+    ``window``, > p - window; with a ``chunk``, >= p // chunk * chunk: Llama 4). Scores are scaled by
+    ``scale`` (0: 1/sqrt(d)), then soft-capped
     (``softcap`` * tanh(scores / softcap)) when ``softcap`` > 0; ``sinks`` [n_head] join each
     head's softmax denominator (gpt-oss)."""
     m, n_head, d = q.shape
@@ -413,5 +421,7 @@ def _paged_attention(
     visible = ctx <= positions[:, None]  # [m, ctx]
     if window > 0:
         visible &= ctx > positions[:, None] - window
+    if chunk > 0:
+        visible &= ctx >= positions[:, None] // chunk * chunk
     probs = ref_model.softmax(np.where(visible[None], scores, -np.inf), sinks)
     return np.einsum("hqk,khd->qhd", probs, v).reshape(m, n_head * d).astype(np.float32)
