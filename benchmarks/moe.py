@@ -18,6 +18,12 @@ them), cached under $OSSA_HOME/bench:
   q_lora_rank only at V2-Lite's 26 or 27 layers), laid out as llama.cpp's current converter writes
   it (attn_k_b / attn_v_b), Q8_0 matrices (random int8 codes and scales written directly), norms and
   routers F32.
+- `--arch llama4`: Llama-4-Scout's layer at full width (hidden 5120, 40 query / 8 KV heads of 128; 16
+  experts of 8192 rows, one a token by the sigmoid of its router logit on the expert's input, beside a
+  shared expert of 8192; every 4th layer without RoPE and with the attention temperature, the others
+  chunked, q / k normalised) for `--layers` layers (default 4 of its 48: one NoPE layer), Q8_0
+  matrices written directly, norms and routers F32; untied, the default model's vocabulary (49,152,
+  not Scout's 202,048).
 
 Prefill (128 and 512 tokens) and decode (after a 128-token prompt; `--decode-contexts 1024,4096`: also
 after longer prompts, where the attention over the cache counts), same threads, best of repeated runs
@@ -278,12 +284,81 @@ def build_deepseek2(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+SCOUT = dict(n_embd=5120, n_head=40, n_head_kv=8, head_dim=128, n_expert=16, n_expert_used=1,
+             n_ff_expert=8192, n_ff=16384)  # fmt: skip
+
+
+def build_llama4(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
+    """Writes the Llama-4-Scout-wide model of ``n_layer`` layers once (see the module docstring)."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s = SCOUT
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "llama4")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, ne, f = s["n_embd"], s["head_dim"], s["n_expert"], s["n_ff_expert"]
+    w.add_context_length(10485760)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(500000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_count(ne)
+    w.add_expert_used_count(s["n_expert_used"])
+    w.add_expert_feed_forward_length(f)
+    w.add_interleave_moe_layer_step(1)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(7)  # MOSTLY_Q8_0
+    rng = np.random.default_rng(0)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+
+    def mat(name: str, *shape: int) -> None:
+        # Q8_0 blocks: an f16 scale (largest |weight| ~3 / sqrt(cols)), 32 int8 codes.
+        cols = shape[-1]
+        raw = rng.integers(-127, 128, size=(*shape[:-1], cols // 32, 34), dtype=np.int8).view(np.uint8)
+        scale = np.full((*shape[:-1], cols // 32), 3 / np.sqrt(cols) / 127, dtype=np.float16)
+        raw[..., 0:2] = scale[..., None].view(np.uint8).reshape(*scale.shape, 2)
+        w.add_tensor(
+            name, raw.reshape(*shape[:-1], -1), raw_shape=(*shape[:-1], cols // 32 * 34), raw_dtype=q8
+        )
+
+    def f32(name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
+        w.add_tensor(name, (base + spread * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
+
+    mat("token_embd.weight", n_vocab, e)
+    f32("output_norm.weight", e, base=1.0)
+    mat("output.weight", n_vocab, e)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f32(p + "attn_norm.weight", e, base=1.0)
+        mat(p + "attn_q.weight", s["n_head"] * hd, e)
+        mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+        mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+        mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        f32(p + "ffn_norm.weight", e, base=1.0)
+        f32(p + "ffn_gate_inp.weight", ne, e, spread=1 / np.sqrt(e))
+        mat(p + "ffn_gate_exps.weight", ne, f, e)
+        mat(p + "ffn_up_exps.weight", ne, f, e)
+        mat(p + "ffn_down_exps.weight", ne, e, f)
+        mat(p + "ffn_gate_shexp.weight", f, e)
+        mat(p + "ffn_up_shexp.weight", f, e)
+        mat(p + "ffn_down_shexp.weight", e, f)
+    return write_gguf(w, tmp, dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="Q8_0,Q4_0", help="qwen3moe: the files' types")
-    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss", "deepseek2"], default="qwen3moe")
+    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss", "deepseek2", "llama4"], default="qwen3moe")
     ap.add_argument(
         "--decode-contexts", default="", help="also decode after prompts of these lengths (1024,4096)"
     )
@@ -292,7 +367,7 @@ def main() -> None:
         type=int,
         default=0,
         help="gpt-oss: layers of the 20b width (default 8 of its 24); "
-        "deepseek2: of V2-Lite's width (default 6 of its 27)",
+        "deepseek2: of V2-Lite's width (default 6 of its 27); llama4: of Scout's (default 4 of its 48)",
     )
     args = ap.parse_args()
     from ossa import models
@@ -300,7 +375,12 @@ def main() -> None:
 
     default = models.resolve("smollm2-135m")
     kernels = kernels_label(core)
-    if args.arch == "deepseek2":
+    if args.arch == "llama4":
+        layers = args.layers or 4
+        print(f"synthetic llama4: {SCOUT}, {layers} layers; threads={args.threads}")
+        name = f"llama4-scout-wide-{layers}l-Q8_0.gguf"
+        files = [("Q8_0", build_llama4(bench_dir() / name, layers, default))]
+    elif args.arch == "deepseek2":
         layers = args.layers or 6
         print(f"synthetic deepseek2: {V2_LITE}, {layers} layers; threads={args.threads}")
         name = f"deepseek-v2-lite-wide-qlora-{layers}l-Q8_0.gguf"
