@@ -683,3 +683,25 @@ def test_gguf_bos_default_follows_the_pre_tokenizer(tmp_path: pathlib.Path, defa
 
     assert spec_from_file(str(tmp_path / "llama-bpe-None.gguf.2")).ignore_merges
     assert not spec_from_file(str(tmp_path / "qwen2-None.gguf.2")).ignore_merges
+
+
+def test_processor_chat_template_file(default_model_path: str, tmp_path: pathlib.Path) -> None:
+    """A vision-language folder whose template is only in chat_template.json (the processor's, as
+    Qwen3-VL's and Llama 4's releases hold it): used when tokenizer_config.json and chat_template.jinja
+    have none, as transformers' processor does (its output is the oracle); a tokenizer_config template
+    takes priority."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    folder = _named_folder(load_vocab("qwen2", default_model_path).path, tmp_path / "m", as_files=False)
+    config_path = pathlib.Path(folder, "tokenizer_config.json")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.pop("chat_template")
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    template = NAMED_TEMPLATES[2]["template"]
+    pathlib.Path(folder, "chat_template.json").write_text(json.dumps({"chat_template": template}))
+    expected = render_jinja_template([MESSAGES], chat_template=template)[0][0]
+    for backend in ("cpp", "python"):
+        assert Tokenizer.from_file(folder, backend=backend).apply_chat_template(MESSAGES) == expected
+    config["chat_template"] = NAMED_TEMPLATES[0]["template"]
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    assert Tokenizer.from_file(folder).apply_chat_template(MESSAGES).startswith("<|im_start|>user")

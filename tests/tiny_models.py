@@ -64,6 +64,8 @@ ARCHS = (
     "falcon_h1",
     "gemma4",
     "llama4",
+    "qwen3_vl",
+    "qwen3_vl_moe",
 )
 
 
@@ -181,6 +183,8 @@ def make_hf_model(
         "nemotron_h": transformers.NemotronHConfig,
         "gemma4": transformers.Gemma4TextConfig,
         "llama4": transformers.Llama4TextConfig,
+        "qwen3_vl": transformers.Qwen3VLTextConfig,
+        "qwen3_vl_moe": transformers.Qwen3VLMoeTextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -191,6 +195,13 @@ def make_hf_model(
     ):  # the special ids of their configs are for their full vocabularies
         kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
+    if arch in ("qwen3_vl", "qwen3_vl_moe"):  # the whole vision-language model, a tiny vision tower
+        rope = dict(kwargs["rope_parameters"], mrope_section=[1, 1, 0], mrope_interleaved=True)
+        text = config_cls(**dict(kwargs, rope_parameters=rope)).to_dict()
+        vision = dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=hidden_size,
+                      deepstack_visual_indexes=[0], num_position_embeddings=16)  # fmt: skip
+        wrapper = transformers.Qwen3VLConfig if arch == "qwen3_vl" else transformers.Qwen3VLMoeConfig
+        config = wrapper(text_config=text, vision_config=vision, tie_word_embeddings=tie)
     torch.manual_seed(seed)
     cls = _causal_lm(arch)
     model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
@@ -366,6 +377,12 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
+    vl = model_type in ("qwen3_vl", "qwen3_vl_moe")  # (the language model alone, as llama.cpp converts it)
+    if vl:
+        tie = cfg.get("tie_word_embeddings") or cfg["text_config"].get("tie_word_embeddings")
+        deepstack = len(cfg["vision_config"].get("deepstack_visual_indexes") or [])
+        cfg = dict(cfg["text_config"], tie_word_embeddings=tie)
+        model_type = cfg["model_type"]
     if model_type == "gemma4_text":
         return _gemma4_to_gguf(hf_dir, cfg, out_path, ftype, tokenizer_gguf)
     if model_type == "nemotron_h":  # (transformers 5 writes its layer count as the pattern's length)
@@ -383,6 +400,7 @@ def hf_to_gguf(
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
+        "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -557,6 +575,16 @@ def hf_to_gguf(
         writer.add_tokenizer_model("gpt2")
     if model_type in ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "qwen3_5_moe_text", "qwen3_next"):
         _add_moe_keys(writer, arch, cfg)
+    if vl:  # llama.cpp's converter's M-RoPE sections and deepstack count (unused for text)
+        sections = list(
+            (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("mrope_section", [])
+        )
+        writer.add_array(f"{arch}.rope.dimension_sections", (sections + [0, 0, 0, 0])[:4])
+        writer.add_uint32(f"{arch}.n_deepstack_layers", deepstack)
+        if arch == "qwen3vlmoe":  # (renormalised: llama.cpp's default, no key)
+            writer.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
+            writer.add_expert_used_count(cfg["num_experts_per_tok"])
+            writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if model_type == "lfm2_moe":  # llama.cpp's converter: V3-style routing (sigmoid), dense lead layers
         writer.add_expert_count(cfg["num_experts"])
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -583,9 +611,15 @@ def hf_to_gguf(
         "Q4_1": QT.Q4_1,
     }[ftype]
     tensors = _read_hf_tensors(hf_dir)
+    if vl:  # model.language_model.* -> model.*, the vision tower left out
+        lm = "model.language_model."
+        tensors = {"model." + k[len(lm) :] if k.startswith(lm) else k: v
+                   for k, v in tensors.items() if not k.startswith("model.visual.")}  # fmt: skip
+    vl_experts = _fused_expert_tensors(tensors, cfg) if vl and arch == "qwen3vlmoe" else {}
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
+    moe.update(vl_experts)
     if arch == "gpt-oss":
         moe = _gpt_oss_experts(tensors, cfg["num_hidden_layers"])
     if arch == "ernie4_5-moe":  # the shared experts (plural) and the selection bias
@@ -1140,6 +1174,24 @@ def _nemotronh_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> d
     return out
 
 
+def _fused_expert_tensors(tensors: dict[str, np.ndarray], cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Pops Qwen3-VL-MoE's fused expert stacks (gate_up_proj [n, 2F, E] as transformers 5 keeps them, or
+    [n, E, 2F] as the Hub's files) and router; returns them under llama.cpp's names."""
+    out: dict[str, np.ndarray] = {}
+    e_dim, f = cfg["hidden_size"], cfg["moe_intermediate_size"]
+    for i in range(cfg["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.mlp.", f"blk.{i}."
+        if p + "experts.gate_up_proj" not in tensors:
+            continue
+        gate_up, down = tensors.pop(p + "experts.gate_up_proj"), tensors.pop(p + "experts.down_proj")
+        if gate_up.shape[1:] == (e_dim, 2 * f) and e_dim != 2 * f:
+            gate_up, down = gate_up.transpose(0, 2, 1), down.transpose(0, 2, 1)
+        out[b + "ffn_gate_exps.weight"], out[b + "ffn_up_exps.weight"] = gate_up[:, :f], gate_up[:, f:]
+        out[b + "ffn_down_exps.weight"] = down
+        out[b + "ffn_gate_inp.weight"] = tensors.pop(p + "gate.weight")
+    return out
+
+
 def _llama4_keys(writer: Any, cfg: dict[str, Any]) -> None:
     """Llama 4's keys as llama.cpp's converter writes them; a GGUF file holds none of the chunk size, the
     NoPE interval or the temperature (llama.cpp hard-codes 8192, 4, and 0.1 over 8192), so a config with
@@ -1609,6 +1661,8 @@ def _causal_lm(model_type: str) -> Any:
         from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
         return Mistral4ForCausalLM
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):  # (vision-language: their own Auto class)
+        return transformers.AutoModelForImageTextToText
     return transformers.AutoModelForCausalLM
 
 

@@ -227,13 +227,13 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",   "qwen3",   "mistral",       "qwen3moe",   "qwen2moe",
-    "gemma",      "gemma2",  "gemma3",  "phi3",          "smollm3",    "granite",
-    "granitemoe", "gpt-oss", "olmo2",   "exaone4",       "ernie4_5",   "ernie4_5-moe",
-    "deepseek2",  "glm4moe", "olmoe",   "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",    "lfm2moe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",   "jamba",         "falcon-h1",  "gemma4",
-    "llama4"};
+    "llama",      "qwen2",   "qwen3",     "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",  "gemma3",    "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss", "olmo2",     "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe", "olmoe",     "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",    "lfm2moe",   "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next",  "mamba2",  "mamba",     "jamba",         "falcon-h1",  "gemma4",
+    "llama4",     "qwen3vl", "qwen3vlmoe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -246,7 +246,7 @@ const char* const k_supported_hf =
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
-    "llama4_text, llama4)";
+    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -564,6 +564,10 @@ void build_moe_layers(Model& m, Builder& b, bool gguf) {
                          [&](const TensorView& v) { return b.to_f32(v); },
                          [&](const std::string& name, const std::vector<int64_t>& shape) {
                            return b.take_u8(name, shape);
+                         },
+                         [&](const std::string& name) {
+                           auto it = b.raw.find(name);
+                           return it == b.raw.end() ? std::vector<int64_t>{} : it->second.shape;
                          }};
   for (int i : m.config.moe.layers)
     build_moe_layer(m.config, i, gguf, src, m.weights.layers[static_cast<size_t>(i)].moe);
@@ -935,8 +939,8 @@ void load_gguf(Model& m, Storage& st) {
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
-  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "olmo2" || arch == "exaone4" ||
-              arch == "olmoe";
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
+              arch == "olmo2" || arch == "exaone4" || arch == "olmoe";
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
@@ -1361,15 +1365,18 @@ std::string no_config_message(const fs::path& dir) {
 bool text_wrapper(const JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
   const JsonValue* archs = cfg.get("architectures");
-  const bool by_type = type != nullptr && type->is_string() &&
-                       (type->string == "mistral3" || type->string == "qwen3_5" ||
-                        type->string == "qwen3_5_moe" || type->string == "llama4");
+  const bool by_type =
+      type != nullptr && type->is_string() &&
+      (type->string == "mistral3" || type->string == "qwen3_5" || type->string == "qwen3_5_moe" ||
+       type->string == "llama4" || type->string == "qwen3_vl" || type->string == "qwen3_vl_moe");
   const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
                        archs->array[0].is_string() &&
                        (archs->array[0].string == "Mistral3ForConditionalGeneration" ||
                         archs->array[0].string == "Qwen3_5ForConditionalGeneration" ||
                         archs->array[0].string == "Qwen3_5MoeForConditionalGeneration" ||
-                        archs->array[0].string == "Llama4ForConditionalGeneration");
+                        archs->array[0].string == "Llama4ForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen3VLForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen3VLMoeForConditionalGeneration");
   return by_type || by_arch;
 }
 
@@ -1564,7 +1571,11 @@ void load_hf(Model& m, Storage& st) {
       {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
       {"FalconH1ForCausalLM", "falcon-h1"},
       {"llama4_text", "llama4"},  // (Llama 4: a Llama4Config's text_config, or a text-only folder)
-      {"Llama4ForCausalLM", "llama4"}};
+      {"Llama4ForCausalLM", "llama4"},
+      // (Qwen3-VL's language model: Qwen3 / Qwen3-MoE's layers; its M-RoPE is plain RoPE for text,
+      // every position id the same in each of the three sections)
+      {"qwen3_vl_text", "qwen3vl"},
+      {"qwen3_vl_moe_text", "qwen3vlmoe"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
@@ -1605,8 +1616,9 @@ void load_hf(Model& m, Storage& st) {
                                                               : 0;
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
-  // (NemotronHConfig's too)
-  const bool ernie_dim = (ernie || c.arch == "nemotron_h") && cfg.v.get("head_dim") == nullptr;
+  // (NemotronHConfig's and Qwen3VLTextConfig's too)
+  const bool ernie_dim =
+      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl") && cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -1631,7 +1643,11 @@ void load_hf(Model& m, Storage& st) {
     if (params == nullptr) params = cfg.get("rope_scaling");
     scaling = nullptr;
   }
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss ? 150000.0 : 10000.0));
+  // (Qwen3-VL's text configs default to 500000)
+  const bool qwen3vl = c.arch == "qwen3vl" || c.arch == "qwen3vlmoe";
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss   ? 150000.0
+                                                             : qwen3vl ? 500000.0
+                                                                       : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
@@ -1679,8 +1695,8 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
                (gpt_oss && c.o_bias);
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.olmo() || c.arch == "exaone4" ||
-              c.arch == "olmoe";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
+              c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe";
   if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())

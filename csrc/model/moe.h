@@ -79,6 +79,8 @@ struct TensorSource {
   std::function<TensorView(const TensorView&)> to_f32;
   // A U8 tensor of exactly this shape, as its bytes (HF MXFP4 blocks / scales); ModelError else.
   std::function<const uint8_t*(const std::string& name, const std::vector<int64_t>& shape)> take_u8;
+  // A folder's tensor's stored shape (empty where unknown), to tell a stack's orientation.
+  std::function<std::vector<int64_t>(const std::string& name)> shape;
 };
 
 // The MoE keys of a GGUF file ({arch}.expert_count, ...) or of a config.json (num_experts, ...)

@@ -225,12 +225,8 @@ void gpt_oss_experts_hf(const ModelConfig& c, int layer, const TensorSource& src
 // transposed: experts.gate_up_proj [n_expert, n_embd, 2 n_ff], gate columns then up columns;
 // down_proj [n_expert, n_ff, n_embd]; rearranged once into the rows the matmuls read, in their
 // stored type), and the ungated shared_expert's three matrices.
-void llama4_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
-  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert, S = c.moe.n_ff_shared;
-  const std::string p = "model.layers." + std::to_string(layer) + ".feed_forward.";
-  const std::string canon = "layers." + std::to_string(layer) + ".";
-  out.router = src.take(p + "router.weight", canon + "router", n, E);
-  const ExpertRows w = float_stack_rows(p, canon, E, F, n, src, false);
+// The experts' views of rearranged rows (ExpertRows).
+void view_expert_rows(const ExpertRows& w, int64_t n, int64_t E, int64_t F, MoeWeights& out) {
   out.experts.assign(static_cast<size_t>(n), ExpertWeights{});
   for (int64_t e = 0; e < n; ++e) {
     ExpertWeights& x = out.experts[static_cast<size_t>(e)];
@@ -247,6 +243,14 @@ void llama4_experts_hf(const ModelConfig& c, int layer, const TensorSource& src,
       v->data = data;
     }
   }
+}
+
+void llama4_experts_hf(const ModelConfig& c, int layer, const TensorSource& src, MoeWeights& out) {
+  const int64_t E = c.n_embd, F = c.moe.n_ff_expert, n = c.moe.n_expert, S = c.moe.n_ff_shared;
+  const std::string p = "model.layers." + std::to_string(layer) + ".feed_forward.";
+  const std::string canon = "layers." + std::to_string(layer) + ".";
+  out.router = src.take(p + "router.weight", canon + "router", n, E);
+  view_expert_rows(float_stack_rows(p, canon, E, F, n, src, false), n, E, F, out);
   out.shared.w_gate = src.take(p + "shared_expert.gate_proj.weight", canon + "shared.w_gate", S, E);
   out.shared.w_up = src.take(p + "shared_expert.up_proj.weight", canon + "shared.w_up", S, E);
   out.shared.w_down = src.take(p + "shared_expert.down_proj.weight", canon + "shared.w_down", E, S);
@@ -261,10 +265,10 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   MoeConfig& m = c.moe;
   m.n_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_count", 0), -1, k_max_experts + 1));
-  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe" || c.arch == "gpt-oss" ||
-       c.arch == "granitemoe" || c.arch == "ernie4_5-moe" || c.arch == "glm4moe" ||
-       c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" || c.arch == "lfm2moe" ||
-       c.arch == "nemotron_h_moe") &&
+  if ((c.arch == "qwen3moe" || c.arch == "qwen3vlmoe" || c.arch == "qwen2moe" ||
+       c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
+       c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
+       c.arch == "lfm2moe" || c.arch == "nemotron_h_moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -350,11 +354,12 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
 }
 
 void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string& path) {
-  if (c.arch != "qwen3moe" && c.arch != "qwen2moe" && c.arch != "mixtral" && c.arch != "gpt-oss" &&
-      c.arch != "granitemoe" && c.arch != "ernie4_5-moe" && c.arch != "deepseek2" &&
-      c.arch != "glm4moe" && c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" &&
-      c.arch != "lfm2moe" && c.arch != "granitehybrid" && c.arch != "nemotron_h" &&
-      c.arch != "jamba" && c.arch != "llama4")
+  if (c.arch != "qwen3moe" && c.arch != "qwen3vlmoe" && c.arch != "qwen2moe" &&
+      c.arch != "mixtral" && c.arch != "gpt-oss" && c.arch != "granitemoe" &&
+      c.arch != "ernie4_5-moe" && c.arch != "deepseek2" && c.arch != "glm4moe" &&
+      c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
+      c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
+      c.arch != "llama4")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -552,6 +557,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else {
     const bool q3 = c.arch == "qwen3moe", q35 = c.arch == "qwen35moe", qn = c.arch == "qwen3next";
+    const bool vl =
+        c.arch == "qwen3vlmoe";  // (Qwen3VLMoeTextConfig's: 60 experts, 4 used, 1408 rows)
     // transformers 5 writes num_local_experts for Qwen-MoE too; the Hub's files say num_experts.
     // (Qwen3_5MoeTextConfig's defaults: 256 experts, 8 used, 512 rows, a shared one of 512)
     // (Qwen3NextConfig's: 512 experts, 10 used, 512 rows, a shared one of 512, renormalised)
@@ -563,11 +570,11 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", q35 || qn ? 512
                                                                       : q3      ? 768
                                                                                 : 1408));
-    if (!q3)
+    if (!q3 && !vl)
       m.n_ff_shared =
           static_cast<int>(integer("shared_expert_intermediate_size", q35 || qn ? 512 : 5632));
-    // (Qwen3.5's router always renormalises the chosen weights)
-    m.norm_topk_prob = q35 || boolean("norm_topk_prob", qn);
+    // (Qwen3.5's and Qwen3-VL-MoE's routers always renormalise the chosen weights)
+    m.norm_topk_prob = q35 || vl || boolean("norm_topk_prob", qn);
     const int64_t step = integer("decoder_sparse_step", 1);
     if (step < 1) throw ModelError("config 'decoder_sparse_step' in '" + path + "' must be >= 1");
     std::vector<int64_t> dense;
@@ -719,9 +726,16 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
                                                                     : ".mlp.");
   out.router =
       src.take(p + (c.arch == "jamba" ? "router.weight" : "gate.weight"), canon + "router", n, E);
-  if (src.has(p + "experts.gate_up_proj")) {
+  const std::vector<int64_t> gu_shape =
+      src.shape ? src.shape(p + "experts.gate_up_proj") : std::vector<int64_t>{};
+  if (gu_shape.size() == 3 && gu_shape[1] == E && gu_shape[2] == 2 * F && E != 2 * F) {
+    // The Hub's Qwen3-VL-MoE files: the stacks transposed (gate_up_proj [n, E, 2F], gate columns
+    // then up; down_proj [n, F, E]), rearranged once as transformers' conversion does when the
+    // shapes say so (a square stack, E = 2F, is read as it is, as transformers reads it).
+    view_expert_rows(float_stack_rows(p, canon, E, F, n, src, false), n, E, F, out);
+  } else if (src.has(p + "experts.gate_up_proj")) {
     // transformers 5's fused stacks where no conversion restores the per-expert tensors (Mistral
-    // 4): gate_up_proj [n, 2F, E], down_proj [n, E, F].
+    // 4, Qwen3-VL-MoE as transformers 5 writes it): gate_up_proj [n, 2F, E], down_proj [n, E, F].
     view_expert_stacks(src.take(p + "experts.gate_up_proj", canon + "gate_up_exps", n * 2 * F, E),
                        src.take(p + "experts.down_proj", canon + "down_exps", n * E, F), n, F, E,
                        out);

@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4", "llama4",
+    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -73,7 +73,7 @@ _SUPPORTED_HF = (
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
-    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4)"
+    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -105,6 +105,7 @@ _HF_ARCHS = {
     "jamba": "jamba", "JambaForCausalLM": "jamba",
     "falcon_h1": "falcon-h1", "FalconH1ForCausalLM": "falcon-h1",
     "llama4_text": "llama4", "Llama4ForCausalLM": "llama4",
+    "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -501,7 +502,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "exaone4", "olmoe"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe"),
         tied_embeddings="output.weight" not in g.tensors,
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
@@ -588,13 +589,20 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def _text_wrapper(c: dict[str, Any]) -> bool:
     """A vision-language folder read for its language model (Mistral3ForConditionalGeneration,
     Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)."""
-    return c.get("model_type") in ("mistral3", "qwen3_5", "qwen3_5_moe", "llama4") or (
-        c.get("architectures") or [""]
-    )[0] in (
+    return c.get("model_type") in (
+        "mistral3",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "llama4",
+        "qwen3_vl",
+        "qwen3_vl_moe",
+    ) or (c.get("architectures") or [""])[0] in (
         "Mistral3ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
         "Qwen3_5MoeForConditionalGeneration",
         "Llama4ForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
     )
 
 
@@ -662,7 +670,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "olmo3":  # window, RoPE per layer type: the full layers' parameters are the model's
         olmo3, full = arch_config.olmo3_hf(c, get("num_hidden_layers", 0))
         params = full if full is not None else (c.get("rope_scaling") or {})
-    theta = params.get("rope_theta", get("rope_theta", 150000.0 if arch == "gpt-oss" else 10000.0))
+    default_theta = (
+        150000.0 if arch == "gpt-oss" else 500000.0 if arch in ("qwen3vl", "qwen3vlmoe") else 10000.0
+    )
+    theta = params.get("rope_theta", get("rope_theta", default_theta))
     s = params if arch == "olmo3" else c.get("rope_scaling") or params
     if arch == "gpt-oss" and "rope_type" not in s and "type" not in s:  # GptOssConfig's default
         s = dict(rope_type="yarn", factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
@@ -699,8 +710,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head=n_head,
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
-            128  # Ernie4_5Config's and NemotronHConfig's default (null: hidden / heads)
-            if (ernie or arch == "nemotron_h") and "head_dim" not in c
+            128  # Ernie4_5Config's, NemotronHConfig's and Qwen3VLTextConfig's default (null: hidden / heads)
+            if (ernie or arch in ("nemotron_h", "qwen3vl")) and "head_dim" not in c
             else get(
                 "head_dim",
                 int(min(max(expand, 0.0), 64.0) * n_embd)  # (Mamba-1: one head of d_inner)
@@ -720,7 +731,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe", "olmo2", "olmo3", "exaone4", "olmoe"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "olmo3", "exaone4", "olmoe"),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
         or "lm_head.weight" not in where,

@@ -44,6 +44,7 @@ MOE_ARCHS = (
     "nemotron_h",
     "jamba",
     "llama4",
+    "qwen3vlmoe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -100,6 +101,7 @@ def gguf_config(
         arch
         in (
             "qwen3moe",
+            "qwen3vlmoe",
             "qwen2moe",
             "gpt-oss",
             "granitemoe",
@@ -337,6 +339,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             **_PLAIN,
         })  # fmt: skip
     q3, q35 = arch == "qwen3moe", arch == "qwen35moe"  # (Qwen3_5MoeTextConfig's defaults)
+    vl = arch == "qwen3vlmoe"  # (Qwen3VLMoeTextConfig's: 60 experts, 4 used, 1408 rows, renormalised)
     qn = arch == "qwen3next"  # (Qwen3NextConfig's: 512 experts, 10 used, renormalised)
     n_expert = get("num_experts", get("num_local_experts", 512 if qn else 256 if q35 else 128 if q3 else 60))
     step = get("decoder_sparse_step", 1)
@@ -346,9 +349,9 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         "n_expert": n_expert,
         "n_expert_used": get("num_experts_per_tok", 10 if qn else 8 if q3 or q35 else 4),
         "n_ff_expert": get("moe_intermediate_size", 512 if q35 or qn else 768 if q3 else 1408),
-        "n_ff_shared": 0 if q3 else get("shared_expert_intermediate_size", 512 if q35 or qn else 5632),
-        # (Qwen3.5's router always renormalises the chosen weights)
-        "norm_topk_prob": q35 or bool(get("norm_topk_prob", qn)),
+        "n_ff_shared": 0 if q3 or vl else get("shared_expert_intermediate_size", 512 if q35 or qn else 5632),
+        # (Qwen3.5's and Qwen3-VL-MoE's routers always renormalise the chosen weights)
+        "norm_topk_prob": q35 or vl or bool(get("norm_topk_prob", qn)),
         # transformers: a layer is sparse when not in mlp_only_layers and (i + 1) % step == 0.
         "layers": [i for i in range(n_layer) if n_expert > 0 and i not in dense and (i + 1) % step == 0],
     })  # fmt: skip
@@ -488,7 +491,14 @@ def hf_layer_weights(
     w[c + "router"] = _shaped(_need(get, names, p + ("router.weight" if jamba else "gate.weight")), n, e_dim)
     stems = {"w_gate": "w1", "w_up": "w3", "w_down": "w2"} if mixtral or lfm2 else {
         "w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # fmt: skip
-    if p + "experts.gate_up_proj" in names:  # transformers 5's fused stacks (Mistral 4's folders)
+    gu_shape = get(p + "experts.gate_up_proj").shape if p + "experts.gate_up_proj" in names else ()
+    if len(gu_shape) == 3 and gu_shape[1:] == (e_dim, 2 * f) and e_dim != 2 * f:
+        # the Hub's Qwen3-VL-MoE files: transposed stacks (gate_up_proj [n, E, 2F]: gate then up
+        # columns; down_proj [n, F, E]), as transformers' conversion reads them when the shapes say so
+        gate_up = get(p + "experts.gate_up_proj").transpose(0, 2, 1)
+        down = _shaped(_need(get, names, p + "experts.down_proj"), n * f, e_dim).reshape(n, f, e_dim)
+        _view_stacks(cfg, i, gate_up, down.transpose(0, 2, 1), w)
+    elif gu_shape:  # transformers 5's fused stacks (Mistral 4's, Qwen3-VL-MoE's as transformers writes them)
         _view_stacks(cfg, i, get(p + "experts.gate_up_proj"), _need(get, names, p + "experts.down_proj"), w)
     else:
         for e in range(n):

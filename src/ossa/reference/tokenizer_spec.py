@@ -279,6 +279,10 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
     if files:
         spec.chat_template = files.get("default")
         spec.chat_templates = files if set(files) != {"default"} else {}
+    if spec.chat_template is None:  # a multimodal folder's processor template (Qwen3-VL, Llama 4)
+        processor = load("chat_template.json")
+        template = processor.get("chat_template") if isinstance(processor, dict) else None
+        spec.chat_template = template if isinstance(template, str) else None
     return spec
 
 
