@@ -1,7 +1,10 @@
-"""Qwen3-VL's language model (``qwen3vl`` / ``qwen3vlmoe`` GGUF files as llama.cpp converts them;
-Qwen3VLForConditionalGeneration / Qwen3VLMoeForConditionalGeneration folders, the vision tower skipped)
-against Hugging Face transformers (the whole vision-language model, fed text alone) and the NumPy twin,
-on tiny random models built by transformers.
+"""Qwen3-VL's and Qwen2.5-VL's language models (``qwen3vl`` / ``qwen3vlmoe`` / ``qwen2vl`` GGUF files as
+llama.cpp converts them; Qwen3VLForConditionalGeneration / Qwen3VLMoeForConditionalGeneration /
+Qwen2_5_VLForConditionalGeneration folders, the vision tower skipped) against Hugging Face transformers
+(the whole vision-language model, fed text alone) and the NumPy twin, on tiny random models built by
+transformers. Qwen2.5-VL's layers are Qwen2's (q / k / v biases) under the same M-RoPE (sections, not
+interleaved); its released folders are flat (the language model's keys at the top of config.json,
+tensors under model. and the vision tower under visual.).
 
 For text, Qwen3-VL's interleaved M-RoPE is plain RoPE (the three position rows of a text token are the
 same), so its layers are Qwen3's (q / k norms) and Qwen3-MoE's (softmax top-k, always renormalised); what
@@ -46,6 +49,11 @@ CASES: dict[str, dict[str, Any]] = {
         intermediate_size=40, moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2,
         mlp_only_layers=[1], vocab_size=100, rope_theta=5e6,
     ),
+    # Qwen2.5-VL-3B / 7B's layout: Qwen2's biases, untied.
+    "qwen2.5-vl": dict(
+        arch="qwen2_5_vl", hidden_size=48, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=40,
+        vocab_size=120, rope_theta=1e6,
+    ),
 }  # fmt: skip
 FORMATS = ["safetensors", "F32", "F16", "Q8_0"]
 ROUNDED_TOL = {"F16": 1e-2, "Q8_0": 1e-1}
@@ -62,7 +70,11 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     model = check_case(hf_models, name, fmt, tmp_path_factory, ROUNDED_TOL)
     c = model.config
-    assert c["qk_norm"] and c["rope_style"] == "neox" and c["rope_theta"] == 5e6
+    assert c["rope_style"] == "neox"
+    if name == "qwen2.5-vl":
+        assert c["arch"] == "qwen2vl" and c["qkv_bias"] and not c["qk_norm"] and c["rope_theta"] == 1e6
+        return
+    assert c["qk_norm"] and c["rope_theta"] == 5e6
     if name == "qwen3-vl":
         assert c["arch"] == "qwen3vl" and c["tied_embeddings"] and c["head_dim"] == 12
     else:
@@ -108,6 +120,31 @@ def test_hub_layout_and_defaults(hf_models: dict[str, Any], tmp_path: Path) -> N
     assert model.config["head_dim"] == 128 and model.config["rope_theta"] == 500000.0
     np.testing.assert_array_equal(core.model_logits(model, ids), want)
     assert ref_loader.load_weights(str(folder))[0] == model.config
+
+
+def test_flat_qwen25_vl_folder(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """Qwen2.5-VL as released: config.json flat (the text keys at the top level beside vision_config, no
+    text_config), tensors under model. / lm_head. and the vision tower under visual.: the same logits
+    bitwise, in both loaders."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    src, _, ids = hf_models["qwen2.5-vl"]
+    cfg = json.loads((Path(src) / "config.json").read_text())
+    flat = {k: v for k, v in cfg.items() if k != "text_config"}
+    flat.update({k: v for k, v in cfg["text_config"].items() if k not in ("model_type", "architectures")})
+    tensors = load_file(str(Path(src) / "model.safetensors"))
+    renamed = {k.replace("model.language_model.", "model.").replace("model.visual.", "visual."): v
+               for k, v in tensors.items()}  # fmt: skip
+    dst = tmp_path / "flat"
+    dst.mkdir()
+    save_file(renamed, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text(json.dumps(flat))
+    want = core.model_logits(core.load_model(src), ids)
+    np.testing.assert_array_equal(core.model_logits(core.load_model(str(dst)), ids), want)
+    twin = ref_model.forward(*ref_loader.load_weights(str(dst)), ids)
+    assert float(np.max(np.abs(twin - want))) / float(np.max(np.abs(want))) < TWIN_TOL
 
 
 def test_inspect(hf_models: dict[str, Any]) -> None:

@@ -66,6 +66,7 @@ ARCHS = (
     "llama4",
     "qwen3_vl",
     "qwen3_vl_moe",
+    "qwen2_5_vl",
 )
 
 
@@ -185,6 +186,7 @@ def make_hf_model(
         "llama4": transformers.Llama4TextConfig,
         "qwen3_vl": transformers.Qwen3VLTextConfig,
         "qwen3_vl_moe": transformers.Qwen3VLMoeTextConfig,
+        "qwen2_5_vl": transformers.Qwen2_5_VLTextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -202,6 +204,15 @@ def make_hf_model(
                       deepstack_visual_indexes=[0], num_position_embeddings=16)  # fmt: skip
         wrapper = transformers.Qwen3VLConfig if arch == "qwen3_vl" else transformers.Qwen3VLMoeConfig
         config = wrapper(text_config=text, vision_config=vision, tie_word_embeddings=tie)
+    if arch == "qwen2_5_vl":  # (its M-RoPE's sections over head_dim / 2, a tiny vision tower)
+        half = hidden_size // num_heads // 2
+        rope = dict(kwargs["rope_parameters"], mrope_section=[half - 2 * (half // 3), half // 3, half // 3])
+        text = config_cls(**dict(kwargs, rope_parameters=rope)).to_dict()
+        vision = dict(depth=1, hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=hidden_size,
+                      fullatt_block_indexes=[0], window_size=28)  # fmt: skip
+        config = transformers.Qwen2_5_VLConfig(
+            text_config=text, vision_config=vision, tie_word_embeddings=tie
+        )
     torch.manual_seed(seed)
     cls = _causal_lm(arch)
     model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
@@ -377,7 +388,11 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
-    vl = model_type in ("qwen3_vl", "qwen3_vl_moe")  # (the language model alone, as llama.cpp converts it)
+    vl = model_type in (
+        "qwen3_vl",
+        "qwen3_vl_moe",
+        "qwen2_5_vl",
+    )  # (the language model, as llama.cpp converts it)
     if vl:
         tie = cfg.get("tie_word_embeddings") or cfg["text_config"].get("tie_word_embeddings")
         deepstack = len(cfg["vision_config"].get("deepstack_visual_indexes") or [])
@@ -400,7 +415,7 @@ def hf_to_gguf(
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
-        "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe",
+        "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -580,7 +595,8 @@ def hf_to_gguf(
             (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("mrope_section", [])
         )
         writer.add_array(f"{arch}.rope.dimension_sections", (sections + [0, 0, 0, 0])[:4])
-        writer.add_uint32(f"{arch}.n_deepstack_layers", deepstack)
+        if arch != "qwen2vl":
+            writer.add_uint32(f"{arch}.n_deepstack_layers", deepstack)
         if arch == "qwen3vlmoe":  # (renormalised: llama.cpp's default, no key)
             writer.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
             writer.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -614,7 +630,7 @@ def hf_to_gguf(
     if vl:  # model.language_model.* -> model.*, the vision tower left out
         lm = "model.language_model."
         tensors = {"model." + k[len(lm) :] if k.startswith(lm) else k: v
-                   for k, v in tensors.items() if not k.startswith("model.visual.")}  # fmt: skip
+                   for k, v in tensors.items() if not k.startswith(("model.visual.", "visual."))}  # fmt: skip
     vl_experts = _fused_expert_tensors(tensors, cfg) if vl and arch == "qwen3vlmoe" else {}
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
@@ -1661,7 +1677,7 @@ def _causal_lm(model_type: str) -> Any:
         from transformers.models.mistral4.modeling_mistral4 import Mistral4ForCausalLM
 
         return Mistral4ForCausalLM
-    if model_type in ("qwen3_vl", "qwen3_vl_moe"):  # (vision-language: their own Auto class)
+    if model_type in ("qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl"):  # (vision-language: their own Auto class)
         return transformers.AutoModelForImageTextToText
     return transformers.AutoModelForCausalLM
 

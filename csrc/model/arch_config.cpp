@@ -514,7 +514,8 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
     all_sliding(c, cfg.integer("sliding_window", dflt), where);
     return;
   }
-  if (a != "qwen2" && a != "qwen3" && a != "qwen2moe" && a != "qwen3moe") return;  // llama: none
+  if (a != "qwen2" && a != "qwen3" && a != "qwen2moe" && a != "qwen3moe" && a != "qwen2vl")
+    return;  // llama: none
   // The Qwen configs keep sliding_window (4096 by default) but apply it only with
   // use_sliding_window.
   const bool use = cfg.boolean("use_sliding_window", false);

@@ -227,13 +227,13 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",   "qwen3",     "mistral",       "qwen3moe",   "qwen2moe",
-    "gemma",      "gemma2",  "gemma3",    "phi3",          "smollm3",    "granite",
-    "granitemoe", "gpt-oss", "olmo2",     "exaone4",       "ernie4_5",   "ernie4_5-moe",
-    "deepseek2",  "glm4moe", "olmoe",     "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",    "lfm2moe",   "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",     "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl", "qwen3vlmoe"};
+    "llama",      "qwen2",   "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",  "gemma3",     "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss", "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe", "olmoe",      "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
+    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -246,7 +246,7 @@ const char* const k_supported_hf =
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
-    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe)";
+    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1368,7 +1368,8 @@ bool text_wrapper(const JsonValue& cfg) {
   const bool by_type =
       type != nullptr && type->is_string() &&
       (type->string == "mistral3" || type->string == "qwen3_5" || type->string == "qwen3_5_moe" ||
-       type->string == "llama4" || type->string == "qwen3_vl" || type->string == "qwen3_vl_moe");
+       type->string == "llama4" || type->string == "qwen3_vl" || type->string == "qwen3_vl_moe" ||
+       type->string == "qwen2_vl" || type->string == "qwen2_5_vl");
   const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
                        archs->array[0].is_string() &&
                        (archs->array[0].string == "Mistral3ForConditionalGeneration" ||
@@ -1376,7 +1377,9 @@ bool text_wrapper(const JsonValue& cfg) {
                         archs->array[0].string == "Qwen3_5MoeForConditionalGeneration" ||
                         archs->array[0].string == "Llama4ForConditionalGeneration" ||
                         archs->array[0].string == "Qwen3VLForConditionalGeneration" ||
-                        archs->array[0].string == "Qwen3VLMoeForConditionalGeneration");
+                        archs->array[0].string == "Qwen3VLMoeForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen2VLForConditionalGeneration" ||
+                        archs->array[0].string == "Qwen2_5_VLForConditionalGeneration");
   return by_type || by_arch;
 }
 
@@ -1407,7 +1410,12 @@ void load_hf(Model& m, Storage& st) {
   // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
   // renamed below.
   const bool wrapper = text_wrapper(cfg_json);
-  if (wrapper) {
+  // (Qwen2-VL / Qwen2.5-VL as released: the language model's keys at the top level, no text_config)
+  const JsonValue* type_v = cfg_json.get("model_type");
+  const bool flat_vl = type_v != nullptr && type_v->is_string() &&
+                       (type_v->string == "qwen2_vl" || type_v->string == "qwen2_5_vl") &&
+                       cfg_json.get("text_config") == nullptr;
+  if (wrapper && !flat_vl) {
     const JsonValue* text = cfg_json.get("text_config");
     if (text == nullptr || !text->is_object())
       throw ModelError("'" + cfg_path + "' has no text_config object");
@@ -1575,7 +1583,12 @@ void load_hf(Model& m, Storage& st) {
       // (Qwen3-VL's language model: Qwen3 / Qwen3-MoE's layers; its M-RoPE is plain RoPE for text,
       // every position id the same in each of the three sections)
       {"qwen3_vl_text", "qwen3vl"},
-      {"qwen3_vl_moe_text", "qwen3vlmoe"}};
+      {"qwen3_vl_moe_text", "qwen3vlmoe"},
+      // (Qwen2-VL / Qwen2.5-VL's: Qwen2's layers, M-RoPE plain for text; flat configs as released)
+      {"qwen2_vl_text", "qwen2vl"},
+      {"qwen2_5_vl_text", "qwen2vl"},
+      {"qwen2_vl", "qwen2vl"},
+      {"qwen2_5_vl", "qwen2vl"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
@@ -1644,10 +1657,12 @@ void load_hf(Model& m, Storage& st) {
     scaling = nullptr;
   }
   // (Qwen3-VL's text configs default to 500000)
+  // (and Qwen2-VL's to 1000000)
   const bool qwen3vl = c.arch == "qwen3vl" || c.arch == "qwen3vlmoe";
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss   ? 150000.0
-                                                             : qwen3vl ? 500000.0
-                                                                       : 10000.0));
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss               ? 150000.0
+                                                             : qwen3vl             ? 500000.0
+                                                             : c.arch == "qwen2vl" ? 1000000.0
+                                                                                   : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
@@ -1693,8 +1708,8 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
       !gpt_oss && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
-  c.qkv_bias = c.arch == "qwen2" || (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) ||
-               (gpt_oss && c.o_bias);
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
+               (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe";
   if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)

@@ -130,7 +130,7 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
         default = 4096 if arch == "mistral" and "sliding_window" not in c else 0
         window = _window(default if c.get("sliding_window") is None else c["sliding_window"])
         return {"sliding_window": window, "layer_sliding": [True] * n_layer} if window else none
-    if arch not in ("qwen2", "qwen3", "qwen2moe", "qwen3moe") or not c.get("use_sliding_window"):
+    if arch not in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "qwen2vl") or not c.get("use_sliding_window"):
         return none
     window = _window(4096 if c.get("sliding_window") is None else c["sliding_window"])
     if window == 0:

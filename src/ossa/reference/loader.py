@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe",
+    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -73,7 +73,8 @@ _SUPPORTED_HF = (
     "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, ernie4_5, "
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
-    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe)"
+    "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
+    "qwen2_vl, qwen2_5_vl)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -106,6 +107,7 @@ _HF_ARCHS = {
     "falcon_h1": "falcon-h1", "FalconH1ForCausalLM": "falcon-h1",
     "llama4_text": "llama4", "Llama4ForCausalLM": "llama4",
     "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe",
+    "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl", "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -603,6 +605,8 @@ def _text_wrapper(c: dict[str, Any]) -> bool:
         "Llama4ForConditionalGeneration",
         "Qwen3VLForConditionalGeneration",
         "Qwen3VLMoeForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
     )
 
 
@@ -618,10 +622,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     shards = [read_safetensors(os.path.join(path, name)) for name in files]
     where = {name: s for s in shards for name in s.tensors}
     stored = {name: name for name in where}  # name -> its name in the shard
+    # (Qwen2-VL / Qwen2.5-VL as released: the language model's keys at the top level, no text_config)
+    flat_vl = c.get("model_type") in ("qwen2_vl", "qwen2_5_vl") and "text_config" not in c
     if _text_wrapper(c):  # (twin of loader.cpp's text_wrapper / language_model_names)
-        if not isinstance(c.get("text_config"), dict):
+        if not flat_vl and not isinstance(c.get("text_config"), dict):
             raise ValueError(f"'{path}' has no text_config object")
-        c = c["text_config"]
+        c = c if flat_vl else c["text_config"]
         stored = {}
         for name in where:
             to = name
@@ -670,8 +676,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "olmo3":  # window, RoPE per layer type: the full layers' parameters are the model's
         olmo3, full = arch_config.olmo3_hf(c, get("num_hidden_layers", 0))
         params = full if full is not None else (c.get("rope_scaling") or {})
-    default_theta = (
-        150000.0 if arch == "gpt-oss" else 500000.0 if arch in ("qwen3vl", "qwen3vlmoe") else 10000.0
+    default_theta = {"gpt-oss": 150000.0, "qwen3vl": 500000.0, "qwen3vlmoe": 500000.0, "qwen2vl": 1e6}.get(
+        arch, 1e4
     )
     theta = params.get("rope_theta", get("rope_theta", default_theta))
     s = params if arch == "olmo3" else c.get("rope_scaling") or params
@@ -730,7 +736,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_theta=theta,
         rope_scaling=scaling,
         rope_style="interleaved" if ernie else "neox",
-        qkv_bias=arch == "qwen2" or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
+        qkv_bias=arch in ("qwen2", "qwen2vl") or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
         qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "olmo3", "exaone4", "olmoe"),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
