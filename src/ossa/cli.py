@@ -111,7 +111,18 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
     p.add_argument(
         "--tool-call-parser",
-        choices=["hermes", "llama3_json", "mistral"],
+        choices=[
+            "hermes",
+            "llama3_json",
+            "mistral",
+            "pythonic",
+            "qwen3_coder",
+            "glm45",
+            "gemma4",
+            "functiongemma",
+            "deepseek_v3",
+            "kimi_k2",
+        ],  # fmt: skip
         default=None,
         help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",
     )

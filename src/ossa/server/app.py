@@ -183,7 +183,11 @@ def create_app(
     CORS as vLLM's defaults: any origin, method and header, no credentials; a preflight needs no API
     key. ``trust_request_chat_template`` lets requests bring their own chat template, rendered in
     ``template_sandbox`` (default: a ``TemplateSandbox()``). ``tool_call_parser``: the model's tool-call
-    format for ``tool_choice="auto"`` (hermes, llama3_json, mistral; default: from the chat template)."""
+    format for ``tool_choice="auto"`` (one of ``tools.PARSERS``; default: from the chat template)."""
+    from .tools import PARSERS
+
+    if tool_call_parser is not None and tool_call_parser not in PARSERS:
+        raise ValueError(f"unknown tool_call_parser {tool_call_parser!r} (one of {', '.join(PARSERS)})")
     metrics = ServerMetrics(engine.stats, served_model_name)
     engine.on_finished = metrics.observe_finished
     sandbox = template_sandbox or TemplateSandbox()

@@ -95,6 +95,7 @@ class PreparedRequest:
     tool_mode: str | None = None  # None or "none": no parsing; "auto", "required" or a function name
     tool_parser: str = "hermes"
     tool_drop: list[str] = field(default_factory=list)  # special-token texts to drop (see tools.py)
+    tool_schemas: dict[str, Any] = field(default_factory=dict)  # parameters schemas by function name
     tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
     harmony: bool = False  # gpt-oss's reply format: reasoning, content and tool calls (see harmony.py)
     harmony_streams: dict[int, HarmonyStream] = field(default_factory=dict)
@@ -385,6 +386,7 @@ def prepare_chat(
         tool_mode=mode,
         tool_parser=parser,
         tool_drop=drop or [],
+        tool_schemas={f["name"]: f.get("parameters") or {} for f in functions},
         harmony=harmony,
     )
 
@@ -562,7 +564,9 @@ def tool_call_body(
     mode = prep.tool_mode
     assert mode is not None
     if streaming:
-        ts = prep.tool_streams.setdefault(k, ToolStream(prep.tool_parser, mode, prep.tool_drop))
+        ts = prep.tool_streams.setdefault(
+            k, ToolStream(prep.tool_parser, mode, prep.tool_drop, prep.tool_schemas)
+        )
         text, calls = ts.feed(c.text)
         if c.finish_reason:
             more_text, more_calls = ts.finish()
@@ -574,7 +578,7 @@ def tool_call_body(
             delta["tool_calls"] = calls
         return {"delta": delta}, bool(ts.calls)
     if mode == "auto":
-        content, found = parse_tool_calls(prep.tool_parser, c.text, prep.tool_drop)
+        content, found = parse_tool_calls(prep.tool_parser, c.text, prep.tool_drop, prep.tool_schemas)
     else:
         found = forced_calls(c.text, mode)
         # Cut short before a whole call was written (finish_reason "length"): the text is kept as the

@@ -8,8 +8,9 @@ arguments come in fragments as the model writes them (the raw JSON text of the a
 
 Formats ("auto"): Hermes / Qwen ``<tool_call>{"name", "arguments"}</tool_call>`` (repeated), Llama 3
 JSON ``<|python_tag|>{"name", "parameters"}; {...}`` or a bare object at the start, Mistral
-``[TOOL_CALLS][{"name", "arguments"}, ...]``. "required" is the forced grammar's JSON array of
-``{"name", "parameters"}``.
+``[TOOL_CALLS][{"name", "arguments"}, ...]``; and the block formats of ``tool_formats`` (Qwen3-Coder /
+Qwen3.5's XML, GLM-4.5's, Gemma 4's, DeepSeek's, Kimi K2's, Llama 4's pythonic list), whose calls go out
+whole as each block closes. "required" is the forced grammar's JSON array of ``{"name", "parameters"}``.
 
 Markers that are special tokens (``<tool_call>`` in Hermes-2-Pro, ``<|python_tag|>``,
 ``[TOOL_CALLS]``) vanish when special tokens are skipped; the server then decodes special tokens and
@@ -25,9 +26,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .tool_formats import BLOCKS, PY_END, PY_START, Schemas, parse_pythonic
+
 HERMES_START, HERMES_END = "<tool_call>", "</tool_call>"
 MISTRAL_START, LLAMA_TAG = "[TOOL_CALLS]", "<|python_tag|>"
-MARKERS = {"hermes": (HERMES_START, HERMES_END), "mistral": (MISTRAL_START,), "llama3_json": (LLAMA_TAG,)}
+MARKERS = {
+    "hermes": (HERMES_START, HERMES_END),
+    "mistral": (MISTRAL_START,),
+    "llama3_json": (LLAMA_TAG,),
+    "pythonic": (PY_START, PY_END),
+    **{name: (f.start, f.end, *f.inner) for name, f in BLOCKS.items()},
+}
 
 _WS = " \t\r\n"
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -214,11 +223,13 @@ class ToolStream:
 
     ``mode``: "auto" (the model's own ``parser`` format), "required" (the forced JSON array) or a
     function's name (the whole reply is that function's arguments). ``drop``: special-token texts
-    to remove (the server decodes special tokens when a marker is one)."""
+    to remove (the server decodes special tokens when a marker is one). ``schemas``: the functions'
+    parameters schemas by name (the XML formats type their text values by them)."""
 
     parser: str
     mode: str
     drop: Iterable[str] = ()
+    schemas: Schemas | None = None
     calls: list[ToolCall] = field(default_factory=list)  # every call begun, in index order
     done: list[ToolCall] = field(default_factory=list)  # the calls whose object closed and parsed
     broken: bool = False  # a call was cut short or did not parse
@@ -256,6 +267,10 @@ class ToolStream:
             if final:
                 self.done = list(self.calls)
             return "", deltas
+        if self.mode == "auto" and self.parser in BLOCKS:
+            return self._blocks(final)
+        if self.mode == "auto" and self.parser == "pythonic":
+            return self._pythonic(final)
         content = ""
         while True:
             before = (self._state, self._pos)
@@ -368,6 +383,96 @@ class ToolStream:
         self.done.append(op.call)
         self._state, self._pos, self._open = _BETWEEN, scan.end, None
 
+    def _held_content(self, marker: str, final: bool) -> str:
+        """Content up to a possible start of ``marker`` (and the whitespace before it), or all of it."""
+        buf = self._buf
+        if final:
+            out, self._sent = buf[self._sent :], len(buf)
+            return out
+        end = len(buf)
+        for k in range(min(len(marker) - 1, len(buf) - self._sent), 0, -1):
+            if marker.startswith(buf[-k:]):
+                end -= k
+                break
+        end = max(self._sent, len(buf[:end].rstrip()))
+        out, self._sent = buf[self._sent : end], end
+        return out
+
+    def _emit(self, name: str, arguments: str, deltas: list[dict[str, Any]]) -> None:
+        call = ToolCall(name, arguments)
+        self.calls.append(call)
+        self.done.append(call)
+        deltas.append(self._header(len(self.calls) - 1))
+        deltas.append({"index": len(self.calls) - 1, "function": {"arguments": arguments}})
+
+    def _blocks(self, final: bool) -> tuple[str, list[dict[str, Any]]]:
+        """The block formats (tool_formats.BLOCKS): content until the start marker, then each block
+        parsed whole at its end marker (or at the end of the reply), the text between blocks passed
+        over as Hermes' is."""
+        fmt = BLOCKS[self.parser]
+        content = ""
+        deltas: list[dict[str, Any]] = []
+        while True:
+            buf = self._buf
+            if self._state == _CONTENT:
+                at = buf.find(fmt.start, self._sent)
+                if at < 0:
+                    content += self._held_content(fmt.start, final)
+                    break
+                out = buf[self._sent : at].rstrip()
+                content += out
+                self._sent += len(out)
+                self._state, self._pos = _CALL, at + len(fmt.start)
+            elif self._state == _CALL:
+                end = buf.find(fmt.end, self._pos)
+                if end < 0 and not final:
+                    break
+                try:
+                    calls = fmt.parse(buf[self._pos : end if end >= 0 else len(buf)], self.schemas or {})
+                except ValueError:
+                    content += self._give_up()
+                    continue
+                for name, arguments in calls:
+                    self._emit(name, arguments, deltas)
+                self._state, self._pos = _AFTER, (end + len(fmt.end) if end >= 0 else len(buf))
+            elif self._state == _AFTER:
+                at = buf.find(fmt.start, self._pos)
+                if at < 0:
+                    break
+                self._state, self._pos = _CALL, at + len(fmt.start)
+            elif self._state == _PLAIN:
+                content += buf[self._sent :]
+                self._sent = len(buf)
+                break
+            else:
+                break
+        return content, deltas
+
+    def _pythonic(self, final: bool) -> tuple[str, list[dict[str, Any]]]:
+        """Llama 4's pythonic calls: a reply that is a list of calls (after <|python_start|>, or from
+        its first character) is held back until it ends and then parsed; any other reply is content."""
+        deltas: list[dict[str, Any]] = []
+        if self._state == _CONTENT:
+            head = self._buf.lstrip()
+            if head[:1] == "[" or head.startswith(PY_START) or (not final and PY_START.startswith(head)):
+                if not final:
+                    return "", deltas
+                try:
+                    calls = parse_pythonic(self._buf)
+                except ValueError:
+                    calls = []
+                if calls:
+                    for name, arguments in calls:
+                        self._emit(name, arguments, deltas)
+                    self._state, self._sent = _DONE, len(self._buf)
+                    return "", deltas
+                self.broken = bool(head)
+            self._state = _PLAIN
+        if self._state == _PLAIN:
+            out, self._sent = self._buf[self._sent :], len(self._buf)
+            return out, deltas
+        return "", deltas
+
     def _after(self) -> None:
         if self.mode != "auto":
             return
@@ -418,10 +523,12 @@ def coalesce_tool_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def parse_tool_calls(parser: str, text: str, drop: Iterable[str] = ()) -> tuple[str | None, list[ToolCall]]:
+def parse_tool_calls(
+    parser: str, text: str, drop: Iterable[str] = (), schemas: Schemas | None = None
+) -> tuple[str | None, list[ToolCall]]:
     """(content, calls) of a whole reply in the model's own format: what its stream adds up to. A
     reply with a call that does not parse is all content, with no calls (as vLLM answers it)."""
-    ts = ToolStream(parser, "auto", drop)
+    ts = ToolStream(parser, "auto", drop, schemas)
     content, _ = ts.feed(text)
     more, _ = ts.finish()
     content += more

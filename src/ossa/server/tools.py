@@ -10,7 +10,9 @@ As vLLM does it:
   of the functions each (one element unless ``parallel_tool_calls``).
 - "auto" (the default with tools): the model writes what it wants; a parser for its format finds
   the calls: Hermes / Qwen (``<tool_call>{...}</tool_call>``), Llama 3 JSON (``{"name": ...,
-  "parameters": ...}``, after ``<|python_tag|>`` or alone), Mistral (``[TOOL_CALLS][{...}]``). The
+  "parameters": ...}``, after ``<|python_tag|>`` or alone), Mistral (``[TOOL_CALLS][{...}]``), and
+  the formats of ``tool_formats``: Qwen3-Coder / Qwen3.5's XML (``qwen3_coder``), GLM-4.5's
+  (``glm45``), Gemma 4's and FunctionGemma's, DeepSeek V3's, Kimi K2's, Llama 4's pythonic list. The
   parser comes from ``--tool-call-parser`` or is recognised in the chat template (Hermes otherwise).
 
 A chat template that does not mention ``tools`` (SmolLM2's, for one) would drop them silently; then
@@ -24,11 +26,12 @@ import re
 from typing import Any
 
 from ..structured import StructuredOutputsParams
+from .tool_formats import BLOCKS, PY_START, write_pythonic
 from .tool_stream import LLAMA_TAG, MARKERS, MISTRAL_START, ToolCall, ToolStream, parse_tool_calls
 
 __all__ = ["ToolCall", "ToolStream", "parse_tool_calls"]
 
-PARSERS = ("hermes", "llama3_json", "mistral")
+PARSERS = ("hermes", "llama3_json", "mistral", "pythonic", *BLOCKS)
 _NAME = re.compile(r"^[a-zA-Z0-9_.\-]{1,64}$")
 
 
@@ -130,6 +133,18 @@ def parser_for_template(template: str | None) -> str:
     t = template or ""
     if "[TOOL_CALLS]" in t:
         return "mistral"
+    for marker, parser in (
+        ("<|tool_call>", "gemma4"),
+        ("<start_function_call>", "functiongemma"),
+        ("tool▁calls▁begin", "deepseek_v3"),
+        ("<|tool_calls_section_begin|>", "kimi_k2"),
+        ("<arg_key>", "glm45"),
+        ("<parameter=", "qwen3_coder"),
+        (PY_START, "pythonic"),
+        ("[func_name1(", "pythonic"),  # (Llama 4's and Llama 3.2's pythonic instructions)
+    ):
+        if marker in t:
+            return parser
     if "<|python_tag|>" in t or "ipython" in t:
         return "llama3_json"
     return "hermes"
@@ -187,6 +202,11 @@ def arguments_as_dicts(messages: list[dict[str, Any]]) -> None:
 def format_tool_calls(parser: str, calls: list[ToolCall], content: str = "") -> str:
     """A reply holding these calls in the format's own syntax (what the parser reads back)."""
     objs = [{"name": c.name, "arguments": json.loads(c.arguments)} for c in calls]
+    if parser in BLOCKS:
+        body = BLOCKS[parser].write([(o["name"], o["arguments"]) for o in objs])
+        return (content + "\n" if content else "") + body
+    if parser == "pythonic":
+        return write_pythonic([(o["name"], o["arguments"]) for o in objs])
     if parser == "hermes":
         body = "\n".join(f"<tool_call>\n{json.dumps(o, ensure_ascii=False)}\n</tool_call>" for o in objs)
         return (content + "\n" if content else "") + body
