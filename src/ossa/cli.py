@@ -126,6 +126,13 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",
     )
+    p.add_argument(
+        "--reasoning-parser",
+        choices=["auto", "none", "think"],
+        default="auto",
+        help="a thinking model's <think> block as reasoning_content: auto (where the chat template writes "
+        "one), think (always looked for), none (the reply as it is)",
+    )
 
 
 def _engine_kwargs(args: argparse.Namespace) -> dict:

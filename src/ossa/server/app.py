@@ -176,6 +176,7 @@ def create_app(
     trust_request_chat_template: bool = False,
     template_sandbox: TemplateSandbox | None = None,
     tool_call_parser: str | None = None,
+    reasoning_parser: str = "auto",
 ) -> FastAPI:
     """The FastAPI app. With ``owns_engine`` the app starts the engine on startup and stops it on
     shutdown (after uvicorn has let in-flight requests finish).
@@ -183,11 +184,18 @@ def create_app(
     CORS as vLLM's defaults: any origin, method and header, no credentials; a preflight needs no API
     key. ``trust_request_chat_template`` lets requests bring their own chat template, rendered in
     ``template_sandbox`` (default: a ``TemplateSandbox()``). ``tool_call_parser``: the model's tool-call
-    format for ``tool_choice="auto"`` (one of ``tools.PARSERS``; default: from the chat template)."""
+    format for ``tool_choice="auto"`` (one of ``tools.PARSERS``; default: from the chat template).
+    ``reasoning_parser``: "auto" (a thinking model's <think> block becomes ``reasoning_content`` where
+    the chat template writes one), "think" (always looked for) or "none" (the reply as it is)."""
+    from .reasoning import PARSERS as REASONING_PARSERS
     from .tools import PARSERS
 
     if tool_call_parser is not None and tool_call_parser not in PARSERS:
         raise ValueError(f"unknown tool_call_parser {tool_call_parser!r} (one of {', '.join(PARSERS)})")
+    if reasoning_parser not in REASONING_PARSERS:
+        raise ValueError(
+            f"unknown reasoning_parser {reasoning_parser!r} (one of {', '.join(REASONING_PARSERS)})"
+        )
     metrics = ServerMetrics(engine.stats, served_model_name)
     engine.on_finished = metrics.observe_finished
     sandbox = template_sandbox or TemplateSandbox()
@@ -332,12 +340,12 @@ def create_app(
             rendered = await render_in_sandbox(
                 template, inputs.messages, body.add_generation_prompt, body.continue_final_message, kwargs
             )
-        prep = prepare_chat(engine, body, model, rendered, tool_call_parser, template)
+        prep = prepare_chat(engine, body, model, rendered, tool_call_parser, template, reasoning_parser)
         return await respond(request, prep, chat=True)
 
     @app.post("/v1/responses")
     async def responses(body: ResponsesRequest, request: Request) -> Response:
-        prep = responses_prep(engine, body, check_model(body.model), tool_call_parser)
+        prep = responses_prep(engine, body, check_model(body.model), tool_call_parser, reasoning_parser)
         return await reply(
             request,
             prep.stream,

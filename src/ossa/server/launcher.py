@@ -310,6 +310,7 @@ def run_server(args: Any, engine_kwargs: dict[str, Any]) -> int:
         allow_credentials=bool(getattr(args, "allow_credentials", False)),
         trust_request_chat_template=bool(getattr(args, "trust_request_chat_template", False)),
         tool_call_parser=getattr(args, "tool_call_parser", None),
+        reasoning_parser=getattr(args, "reasoning_parser", None) or "auto",
     )
     logger.info(
         "serving %s as '%s' on http://%s:%d (max_model_len=%d)",

@@ -419,11 +419,15 @@ async def stream_responses(
 
 
 def responses_prep(
-    engine: AsyncEngine, req: ResponsesRequest, model: str, tool_call_parser: str | None
+    engine: AsyncEngine,
+    req: ResponsesRequest,
+    model: str,
+    tool_call_parser: str | None,
+    reasoning_parser: str = "auto",
 ) -> PreparedRequest:
     chat = chat_request_of(req)
     try:
-        return prepare_chat(engine, chat, model, None, tool_call_parser, None)
+        return prepare_chat(engine, chat, model, None, tool_call_parser, None, reasoning_parser)
     except APIError as e:  # the chat request's reasoning_effort is this request's reasoning.effort
         if e.param == "reasoning_effort":
             e.param = "reasoning"

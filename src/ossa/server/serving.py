@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -25,8 +25,9 @@ from ..structured import StructuredOutputsParams
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import HarmonyStream, is_harmony_template, parse_harmony
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
+from .reasoning import END_THINK, THINK, ReasoningStream, reasoning_for_template, split_reasoning
 from .request_fields import FieldError, reject_unimplemented, requested_constraint
-from .tool_stream import coalesce_tool_deltas
+from .tool_stream import MARKERS, coalesce_tool_deltas
 from .tools import (
     ToolError,
     ToolStream,
@@ -96,6 +97,9 @@ class PreparedRequest:
     tool_parser: str = "hermes"
     tool_drop: list[str] = field(default_factory=list)  # special-token texts to drop (see tools.py)
     tool_schemas: dict[str, Any] = field(default_factory=dict)  # parameters schemas by function name
+    reasoning: bool = False  # the reply's <think> block becomes reasoning_content (see reasoning.py)
+    reasoning_inside: bool = False  # the prompt ended with <think>: the reply starts in the reasoning
+    reasoning_streams: dict[int, ReasoningStream] = field(default_factory=dict)
     tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
     harmony: bool = False  # gpt-oss's reply format: reasoning, content and tool calls (see harmony.py)
     harmony_streams: dict[int, HarmonyStream] = field(default_factory=dict)
@@ -312,6 +316,7 @@ def prepare_chat(
     rendered: str | None = None,
     tool_call_parser: str | None = None,
     template: str | None = None,
+    reasoning_parser: str = "auto",
 ) -> PreparedRequest:
     """``rendered``: the prompt already rendered from ``template`` (a request's own chat template,
     rendered in the template sandbox); else the server's template renders it. ``tool_call_parser``:
@@ -353,6 +358,16 @@ def prepare_chat(
     # are special tokens, so the reply is decoded with them and the other special tokens dropped. A
     # forced tool choice writes bare JSON instead (the grammar's), parsed as for any model.
     harmony = is_harmony_template(template) and mode in (None, "none", "auto")
+    # A thinking model's <think> block (reasoning.py): as the server's --reasoning-parser says, or where
+    # the template writes one; its tags, where they are special tokens, are decoded as tool markers are.
+    reasoning = not harmony and (
+        reasoning_parser == "think" or (reasoning_parser == "auto" and reasoning_for_template(template))
+    )
+    if reasoning and req.skip_special_tokens:
+        specials = special_texts(engine.tokenizer)
+        if THINK in specials or END_THINK in specials:
+            keep = {THINK, END_THINK, *(MARKERS.get(parser, ()) if mode == "auto" else ())}
+            drop = [t for t in specials if t not in keep]
     if harmony:
         drop = (
             [t for t in special_texts(engine.tokenizer) if t not in HARMONY_MARKERS]
@@ -387,6 +402,8 @@ def prepare_chat(
         tool_parser=parser,
         tool_drop=drop or [],
         tool_schemas={f["name"]: f.get("parameters") or {} for f in functions},
+        reasoning=reasoning,
+        reasoning_inside=reasoning and (prompt.text or "").rstrip().endswith(THINK),
         harmony=harmony,
     )
 
@@ -557,6 +574,37 @@ def harmony_body(
     return {"message": message}, bool(found)
 
 
+def reasoning_body(
+    prep: PreparedRequest, k: int, c: CompletionOutput, streaming: bool
+) -> tuple[dict[str, Any], bool]:
+    """A thinking model's message (or delta): its <think> block as reasoning_content, the rest as the
+    content (tool calls parsed from it); True if it made calls."""
+    drop = prep.tool_drop
+    if streaming:
+        rs = prep.reasoning_streams.setdefault(k, ReasoningStream(prep.reasoning_inside, drop))
+        thought, text = rs.feed(c.text)
+        if c.finish_reason:
+            more = rs.finish()
+            thought, text = thought + more[0], text + more[1]
+    else:
+        found, text = split_reasoning(c.text, prep.reasoning_inside, drop)
+        thought = found or ""
+    rest = replace(c, text=text)
+    called = False
+    if prep.tool_mode not in (None, "none"):
+        body, called = tool_call_body(prep, k, rest, streaming)
+    elif streaming:
+        body = {"delta": {"content": text} if text else {}}
+    else:
+        body = {"message": {"role": "assistant", "content": text}}
+    if streaming:
+        if thought:
+            body["delta"] = {"reasoning_content": thought, **body["delta"]}
+    else:
+        body["message"]["reasoning_content"] = thought or None
+    return body, called
+
+
 def tool_call_body(
     prep: PreparedRequest, k: int, c: CompletionOutput, streaming: bool
 ) -> tuple[dict[str, Any], bool]:
@@ -608,6 +656,10 @@ def choice_body(
         content: dict[str, Any]
         if prep.harmony:
             content, called = harmony_body(prep, k, c, streaming)
+            if called and finish == "stop":
+                finish = "tool_calls"
+        elif prep.reasoning:
+            content, called = reasoning_body(prep, k, c, streaming)
             if called and finish == "stop":
                 finish = "tool_calls"
         elif prep.tool_mode not in (None, "none"):
