@@ -51,8 +51,25 @@ def test_special_texts_dropped() -> None:
 
 
 def test_templates() -> None:
-    assert reasoning_for_template("{% if thinking %}<think>\n{{ r }}\n</think>{% endif %}")
-    assert not reasoning_for_template("{{ messages }}") and not reasoning_for_template(None)
+    assert reasoning_for_template("{% if thinking %}<think>\n{{ r }}\n</think>{% endif %}") == "think"
+    assert reasoning_for_template("{{ '<|channel>' + 'thought' }}{{ r }}<channel|>") == "gemma4"
+    assert reasoning_for_template("[THINK]{{ r }}[/THINK]") == "mistral"
+    assert reasoning_for_template("{{ messages }}") is None and reasoning_for_template(None) is None
+
+
+@pytest.mark.parametrize(
+    "fmt, reply, reasoning, content",
+    [
+        ("gemma4", "<|channel>thought\nSteps.<channel|>The answer.", "\nSteps.", "The answer."),
+        ("gemma4", "Just the answer.", None, "Just the answer."),
+        ("mistral", "[THINK]Hmm.[/THINK]\n\nYes.", "Hmm.", "Yes."),
+    ],
+)
+def test_other_formats(fmt: str, reply: str, reasoning: str | None, content: str) -> None:
+    assert split_reasoning(reply, False, (), fmt) == (reasoning, content)
+    rs = ReasoningStream(False, (), fmt)
+    parts = [rs.feed(ch) for ch in reply] + [rs.finish()]
+    assert ("".join(p[0] for p in parts) or None, "".join(p[1] for p in parts)) == (reasoning, content)
 
 
 # -- through the server ------------------------------------------------------------------------------

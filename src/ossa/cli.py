@@ -128,7 +128,7 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--reasoning-parser",
-        choices=["auto", "none", "think"],
+        choices=["auto", "none", "think", "gemma4", "mistral"],
         default="auto",
         help="a thinking model's <think> block as reasoning_content: auto (where the chat template writes "
         "one), think (always looked for), none (the reply as it is)",

@@ -25,7 +25,8 @@ from ..structured import StructuredOutputsParams
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import HarmonyStream, is_harmony_template, parse_harmony
 from .protocol import ChatCompletionRequest, CompletionRequest, random_id
-from .reasoning import END_THINK, THINK, ReasoningStream, reasoning_for_template, split_reasoning
+from .reasoning import FORMATS as REASONING_FORMATS
+from .reasoning import ReasoningStream, reasoning_for_template, split_reasoning, tag_texts
 from .request_fields import FieldError, reject_unimplemented, requested_constraint
 from .tool_stream import MARKERS, coalesce_tool_deltas
 from .tools import (
@@ -97,8 +98,8 @@ class PreparedRequest:
     tool_parser: str = "hermes"
     tool_drop: list[str] = field(default_factory=list)  # special-token texts to drop (see tools.py)
     tool_schemas: dict[str, Any] = field(default_factory=dict)  # parameters schemas by function name
-    reasoning: bool = False  # the reply's <think> block becomes reasoning_content (see reasoning.py)
-    reasoning_inside: bool = False  # the prompt ended with <think>: the reply starts in the reasoning
+    reasoning: str | None = None  # the reply's reasoning block's format (see reasoning.py), or None
+    reasoning_inside: bool = False  # the prompt ended with its opening tag: the reply starts in it
     reasoning_streams: dict[int, ReasoningStream] = field(default_factory=dict)
     tool_streams: dict[int, ToolStream] = field(default_factory=dict)  # per choice, when streaming
     harmony: bool = False  # gpt-oss's reply format: reasoning, content and tool calls (see harmony.py)
@@ -360,13 +361,13 @@ def prepare_chat(
     harmony = is_harmony_template(template) and mode in (None, "none", "auto")
     # A thinking model's <think> block (reasoning.py): as the server's --reasoning-parser says, or where
     # the template writes one; its tags, where they are special tokens, are decoded as tool markers are.
-    reasoning = not harmony and (
-        reasoning_parser == "think" or (reasoning_parser == "auto" and reasoning_for_template(template))
-    )
-    if reasoning and req.skip_special_tokens:
+    reasoning = None if harmony or reasoning_parser == "none" else reasoning_parser
+    if reasoning == "auto":
+        reasoning = reasoning_for_template(template)
+    if reasoning is not None and req.skip_special_tokens:
         specials = special_texts(engine.tokenizer)
-        if THINK in specials or END_THINK in specials:
-            keep = {THINK, END_THINK, *(MARKERS.get(parser, ()) if mode == "auto" else ())}
+        if tag_texts(reasoning) & set(specials):
+            keep = tag_texts(reasoning) | set(MARKERS.get(parser, ()) if mode == "auto" else ())
             drop = [t for t in specials if t not in keep]
     if harmony:
         drop = (
@@ -403,7 +404,8 @@ def prepare_chat(
         tool_drop=drop or [],
         tool_schemas={f["name"]: f.get("parameters") or {} for f in functions},
         reasoning=reasoning,
-        reasoning_inside=reasoning and (prompt.text or "").rstrip().endswith(THINK),
+        reasoning_inside=reasoning is not None
+        and (prompt.text or "").rstrip().endswith(REASONING_FORMATS[reasoning][0]),
         harmony=harmony,
     )
 
@@ -581,13 +583,15 @@ def reasoning_body(
     content (tool calls parsed from it); True if it made calls."""
     drop = prep.tool_drop
     if streaming:
-        rs = prep.reasoning_streams.setdefault(k, ReasoningStream(prep.reasoning_inside, drop))
+        rs = prep.reasoning_streams.setdefault(
+            k, ReasoningStream(prep.reasoning_inside, drop, prep.reasoning or "think")
+        )
         thought, text = rs.feed(c.text)
         if c.finish_reason:
             more = rs.finish()
             thought, text = thought + more[0], text + more[1]
     else:
-        found, text = split_reasoning(c.text, prep.reasoning_inside, drop)
+        found, text = split_reasoning(c.text, prep.reasoning_inside, drop, prep.reasoning or "think")
         thought = found or ""
     rest = replace(c, text=text)
     called = False
