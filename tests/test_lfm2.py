@@ -145,3 +145,35 @@ def engine_model(default_model_path: str, tmp_path_factory: pytest.TempPathFacto
 
 def test_engine_state_slots(engine_model: str) -> None:
     check_recurrent_engine(engine_model)
+
+
+def test_vl_folder(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """LFM2-VL's language model: a Lfm2VlForConditionalGeneration folder (text_config; tensors under
+    model.language_model., the vision tower and projector beside them skipped) gives the text model's
+    logits bitwise, in both loaders."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    from ossa.reference import loader as ref_loader
+    from ossa.reference import model as ref_model
+
+    src, _, ids = hf_models["lfm2"]
+    cfg = json.loads((Path(src) / "config.json").read_text())
+    tensors = load_file(str(Path(src) / "model.safetensors"))
+    renamed = {k.replace("model.", "model.language_model.", 1): v for k, v in tensors.items()}
+    renamed["model.vision_tower.embeddings.patch_embedding.weight"] = np.zeros((4, 3), np.float32)
+    renamed["model.multi_modal_projector.linear_1.weight"] = np.zeros((4, 4), np.float32)
+    dst = tmp_path / "vl"
+    dst.mkdir()
+    save_file(renamed, str(dst / "model.safetensors"))
+    wrapper = {
+        "model_type": "lfm2_vl",
+        "architectures": ["Lfm2VlForConditionalGeneration"],
+        "text_config": cfg,
+    }
+    (dst / "config.json").write_text(json.dumps(wrapper))
+    want = core.model_logits(core.load_model(src), ids)
+    np.testing.assert_array_equal(core.model_logits(core.load_model(str(dst)), ids), want)
+    twin = ref_model.forward(*ref_loader.load_weights(str(dst)), ids)
+    np.testing.assert_allclose(twin, ref_model.forward(*ref_loader.load_weights(src), ids), rtol=0, atol=0)

@@ -1369,7 +1369,7 @@ bool text_wrapper(const JsonValue& cfg) {
       type != nullptr && type->is_string() &&
       (type->string == "mistral3" || type->string == "qwen3_5" || type->string == "qwen3_5_moe" ||
        type->string == "llama4" || type->string == "qwen3_vl" || type->string == "qwen3_vl_moe" ||
-       type->string == "qwen2_vl" || type->string == "qwen2_5_vl");
+       type->string == "qwen2_vl" || type->string == "qwen2_5_vl" || type->string == "lfm2_vl");
   const bool by_arch = archs != nullptr && archs->is_array() && !archs->array.empty() &&
                        archs->array[0].is_string() &&
                        (archs->array[0].string == "Mistral3ForConditionalGeneration" ||
@@ -1379,7 +1379,8 @@ bool text_wrapper(const JsonValue& cfg) {
                         archs->array[0].string == "Qwen3VLForConditionalGeneration" ||
                         archs->array[0].string == "Qwen3VLMoeForConditionalGeneration" ||
                         archs->array[0].string == "Qwen2VLForConditionalGeneration" ||
-                        archs->array[0].string == "Qwen2_5_VLForConditionalGeneration");
+                        archs->array[0].string == "Qwen2_5_VLForConditionalGeneration" ||
+                        archs->array[0].string == "Lfm2VlForConditionalGeneration");
   return by_type || by_arch;
 }
 

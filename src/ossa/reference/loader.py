@@ -598,6 +598,9 @@ def _text_wrapper(c: dict[str, Any]) -> bool:
         "llama4",
         "qwen3_vl",
         "qwen3_vl_moe",
+        "qwen2_vl",
+        "qwen2_5_vl",
+        "lfm2_vl",
     ) or (c.get("architectures") or [""])[0] in (
         "Mistral3ForConditionalGeneration",
         "Qwen3_5ForConditionalGeneration",
@@ -607,6 +610,7 @@ def _text_wrapper(c: dict[str, Any]) -> bool:
         "Qwen3VLMoeForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Lfm2VlForConditionalGeneration",
     )
 
 
