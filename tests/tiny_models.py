@@ -67,6 +67,8 @@ ARCHS = (
     "qwen3_vl",
     "qwen3_vl_moe",
     "qwen2_5_vl",
+    "cohere",
+    "cohere2",
 )
 
 
@@ -187,6 +189,8 @@ def make_hf_model(
         "qwen3_vl": transformers.Qwen3VLTextConfig,
         "qwen3_vl_moe": transformers.Qwen3VLMoeTextConfig,
         "qwen2_5_vl": transformers.Qwen2_5_VLTextConfig,
+        "cohere": transformers.CohereConfig,
+        "cohere2": transformers.Cohere2Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -225,8 +229,8 @@ def make_hf_model(
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
             elif name.endswith(("A_log", "dt_bias")):  # the delta-net's decay: rates around 1
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
-            elif p.ndim == 1 and "norm" in name:
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1
+            elif (p.ndim == 1 and "norm" in name) or name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1 (Cohere's per head)
             elif name.endswith("sinks"):  # gpt-oss: logits of the size of the scores
                 p.copy_(torch.randn(p.shape, generator=gen))
             elif name.endswith("_bias") and arch == "gpt_oss":  # expert biases [n_expert, rows]
@@ -416,6 +420,7 @@ def hf_to_gguf(
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
+        "cohere": "command-r", "cohere2": "cohere2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -516,6 +521,14 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
+    if arch in ("command-r", "cohere2"):  # llama.cpp's converter: LayerNorm's epsilon, the logit scale
+        writer.add_layer_norm_eps(float(cfg.get("layer_norm_eps", 1e-5)))
+        writer.add_logit_scale(float(cfg.get("logit_scale", 0.0625)))
+    if arch == "cohere2":  # its window; a GGUF file holds llama.cpp's pattern alone (3 sliding, 1 full)
+        if cfg["layer_types"] != ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
+                                  for i in range(cfg["num_hidden_layers"])]:  # fmt: skip
+            raise ValueError("a cohere2 GGUF file can only hold every 4th layer full")
+        writer.add_sliding_window(int(cfg["sliding_window"]))
     if arch == "mistral3" and scaling.get("llama_4_scaling_beta"):  # llama.cpp's keys for it
         writer.add_float32("mistral3.attention.temperature_scale", float(scaling["llama_4_scaling_beta"]))
         writer.add_uint32(
@@ -582,6 +595,7 @@ def hf_to_gguf(
         "jamba",
         "falcon-h1",
         "llama4",
+        "cohere2",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)

@@ -42,6 +42,20 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* ou
   for (; j < n; ++j) out[j] = w[j] * (x[j] * inv);
 }
 
+void layernorm_row(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mean;
+    ss += d * d;
+  }
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  const float m = static_cast<float>(mean);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * ((x[i] - m) * inv);
+}
+
 void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs) {
   for (int i = 0; i < head_dim / 2; ++i) {
     const float angle = static_cast<float>(position) * inv_freq[i];

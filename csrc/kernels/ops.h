@@ -16,6 +16,10 @@ enum class RopeStyle { Interleaved, Neox };
 // w == nullptr: no weight (out[i] = x[i] / sqrt(...)).
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
 
+// LayerNorm without a bias (Cohere): out[i] = w[i] * ((x[i] - mean) / sqrt(var + eps)), the mean
+// and the variance (of x - mean) summed in double in index order; the scaling float32.
+void layernorm_row(const float* x, const float* w, int64_t n, float eps, float* out);
+
 // cos/sin of position * inv_freq[i]: cs[2i] = cos, cs[2i+1] = sin, i < head_dim/2.
 void rope_cos_sin(int32_t position, const float* inv_freq, int head_dim, float* cs);
 

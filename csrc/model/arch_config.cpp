@@ -758,6 +758,52 @@ void llama4_config_hf(const Json& cfg, ModelConfig& c) {
     c.layer_nope.clear();
 }
 
+namespace {
+
+// The parts of Cohere's config both formats share, given its logit scale and the cohere2 window.
+void cohere_common(ModelConfig& c, double logit_scale, int window, std::vector<uint8_t> sliding,
+                   const std::string& where) {
+  c.rope_style = RopeStyle::Interleaved;
+  c.layer_norm = c.parallel_block = true;
+  c.logit_scale = static_cast<float>(1.0 / positive_scale(logit_scale, "logit_scale", where));
+  c.sliding_window = 0;
+  c.layer_sliding.clear();
+  c.layer_nope.clear();
+  if (c.arch != "cohere2" || window == 0) return;
+  c.sliding_window = window;
+  c.layer_nope.resize(static_cast<size_t>(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) c.layer_nope[i] = !sliding[i];  // (the full layers: NoPE)
+  c.layer_sliding = std::move(sliding);
+  if (std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) == c.layer_nope.end())
+    c.layer_nope.clear();
+}
+
+}  // namespace
+
+void cohere_config_gguf(const GGUFFile& g, ModelConfig& c, bool qk_norm, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  c.rms_eps = static_cast<float>(g.get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  c.qk_norm = c.qk_norm_heads = qk_norm;
+  const int window = window_of(g.get_int(k + "attention.sliding_window", 0), where);
+  std::vector<uint8_t> sliding =
+      gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
+  if (sliding.empty()) sliding = pattern_layers(c.n_layer, 4);  // (llama.cpp: 3 sliding, 1 full)
+  cohere_common(c, g.get_float(k + "logit_scale", 1.0), window, std::move(sliding), where);
+}
+
+void cohere_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
+  c.qk_norm = c.qk_norm_heads = c.arch != "cohere2" && cfg.boolean("use_qk_norm", false);
+  const JsonValue* w = cfg.get("sliding_window");
+  const int window =
+      w != nullptr && w->is_null() ? 0 : window_of(cfg.integer("sliding_window", 4096), where);
+  std::vector<uint8_t> sliding = hf_layer_types(cfg, c.n_layer);
+  if (sliding.empty())
+    sliding = pattern_layers(c.n_layer, cfg.integer("sliding_window_pattern", 4));
+  cohere_common(c, cfg.number("logit_scale", 0.0625), window, std::move(sliding), where);
+}
+
 void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   if (rope == nullptr || !rope->is_object()) return;
   const Json r{*rope, cfg.path};

@@ -147,6 +147,15 @@ void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& 
 // use_qk_norm, the dense layers' intermediate_size_mlp.
 void llama4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
 void llama4_config_hf(const Json& cfg, ModelConfig& c);
+
+// Cohere (command-r / cohere: Command R, R+, Aya 23 / Expanse; cohere2: Command R7B, Command A):
+// LayerNorm without a bias, attention and MLP in parallel from one norm, RoPE on interleaved pairs,
+// the logits times logit_scale (kept as its reciprocal in logit_scale, which divides), tied; q / k
+// LayerNorms with a weight row per head where present (use_qk_norm). cohere2: a window over 3 of
+// every 4 layers (GGUF: llama.cpp's fixed pattern; folders: layer_types / sliding_window_pattern),
+// which alone rotate; the others attend fully without RoPE.
+void cohere_config_gguf(const GGUFFile& g, ModelConfig& c, bool qk_norm, const std::string& path);
+void cohere_config_hf(const Json& cfg, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 
 // Qwen3.5 (qwen35, qwen35moe): its gated delta-net layers (config.delta) among gated attention

@@ -248,6 +248,13 @@ struct ModelConfig {
   bool attn_chunked = false;
   // Llama 4: each head of q and k RMS-normalised without a weight after RoPE, in the RoPE layers.
   bool qk_l2_norm = false;
+  // Cohere (Command R, Aya, Command R7B / A): LayerNorm (mean removed, no bias) wherever the others
+  // RMS-normalise; attention and MLP both read the same normalised input and are summed into the
+  // residual (x + attn + mlp; no ffn_norm); the q / k norms (where present) one weight row per
+  // head.
+  bool layer_norm = false;
+  bool parallel_block = false;
+  bool qk_norm_heads = false;
 
   // Nemotron-H's blocks hold one sublayer each: a mixer (attention or Mamba-2) without a
   // feed-forward (layer_no_ffn), or a feed-forward (dense or experts) without a mixer

@@ -81,27 +81,25 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
 }
 
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
-                     std::initializer_list<const TensorView*> weights) {
+                     std::initializer_list<const TensorView*> weights, const float* src) {
   const ModelConfig& c = s.model->config;
   const int64_t E = c.n_embd;
+  const float* x = src != nullptr ? src : s.x.data();
   bool tiles = !s.norm_tiles.empty();  // taking tiles implies rows of whole 32-value steps
   for (const TensorView* w : weights) tiles = tiles && takes_bf16_tiles(*w);
   if (norm_w == nullptr) {  // (OLMo 2: no norm before a sublayer: its input is x itself)
-    if (!tiles) return prepare(s, s.x.data(), n, E, threads, weights);
-    per_token(n, threads,
-              [&](int t) { bf16_tiles_row(s.x.data() + t * E, E, t, s.norm_tiles.data()); });
+    if (!tiles) return prepare(s, x, n, E, threads, weights);
+    per_token(n, threads, [&](int t) { bf16_tiles_row(x + t * E, E, t, s.norm_tiles.data()); });
     return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
   }
   if (!tiles) {
-    per_token(n, threads, [&](int t) {
-      rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
-    });
+    per_token(n, threads, [&](int t) { norm_row(c, x + t * E, norm_w, E, s.h.data() + t * E); });
     return prepare(s, s.h.data(), n, E, threads, weights);
   }
   per_token(n, threads, [&](int t) {
     thread_local AlignedVector<float> row;
     if (static_cast<int64_t>(row.size()) < E) row.assign(static_cast<size_t>(E), 0.0f);
-    rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, row.data());
+    norm_row(c, x + t * E, norm_w, E, row.data());
     bf16_tiles_row(row.data(), E, t, s.norm_tiles.data());
   });
   return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
@@ -197,11 +195,12 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           if (c.qk_norm_full()) {  // OLMo 2: over all heads at once
             rmsnorm_row(q, qn, Q, c.rms_eps, q);
             rmsnorm_row(k, kn, KV, c.rms_eps, k);
-          } else {
+          } else {  // (Cohere: LayerNorm, one weight row per head)
+            const int64_t step = c.qk_norm_heads ? hd : 0;
             for (int h = 0; h < c.n_head; ++h)
-              rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+              norm_row(c, q + h * hd, qn + h * step, hd, q + h * hd);
             for (int h = 0; h < c.n_head_kv; ++h)
-              rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+              norm_row(c, k + h * hd, kn + h * step, hd, k + h * hd);
           }
         }
         if (c.clamp_qkv > 0.0f) {  // OLMoE's clip_qkv (after the norms, as transformers)
@@ -272,7 +271,7 @@ void output_logits(ForwardState& s, const Batch& batch, int threads, float* logi
   if (n_out == 0) return;
   const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
   for (int i = 0; i < n_out; ++i)
-    rmsnorm_row(s.x.data() + batch.logits_rows[i] * E, out_norm, E, c.rms_eps, s.h.data() + i * E);
+    norm_row(c, s.x.data() + batch.logits_rows[i] * E, out_norm, E, s.h.data() + i * E);
   MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
   matmul(w.output, in, logits, c.n_vocab);
   const int64_t total = static_cast<int64_t>(n_out) * c.n_vocab;

@@ -56,9 +56,9 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
 
 // x[t] normalised for the matmuls of `weights`: as f32 rows in s.h, or (dtype bfloat16 on AMX)
 // straight into s.norm_tiles, skipping the f32 rows and the matmul's own rounding pass.
-// norm_w null (OLMo 2's sublayers): x itself.
+// norm_w null (OLMo 2's sublayers): x itself. src: the rows to normalise (default s.x).
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
-                     std::initializer_list<const TensorView*> weights);
+                     std::initializer_list<const TensorView*> weights, const float* src = nullptr);
 
 // x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
 // (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way. With
@@ -75,6 +75,14 @@ void token_cos_sin(const ForwardState& s, int32_t position, float* cs);
 
 // Rotates n_heads heads of one token in place: their first rotated (config.rope_dim) dimensions.
 void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
+
+// The model's norm of one row: LayerNorm (Cohere) or RMSNorm.
+inline void norm_row(const ModelConfig& c, const float* x, const float* w, int64_t n, float* out) {
+  if (c.layer_norm)
+    layernorm_row(x, w, n, c.rms_eps, out);
+  else
+    rmsnorm_row(x, w, n, c.rms_eps, out);
+}
 
 // The attention temperature's factor at a position (ModelConfig::attn_temp_scale; 1 when off), in
 // double as llama.cpp computes it, rounded once to float.

@@ -133,7 +133,7 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     dn_a.resize(t * d.n_v_heads);
     widest = std::max<int64_t>(widest, V);
   }
-  if (c.parallel_ssm) par_out.resize(t * c.n_embd);
+  if (c.parallel_ssm || c.parallel_block) par_out.resize(t * c.n_embd);
   if (c.mup.active) mup_up.resize(t * c.n_ff);
   if (c.ssm.active()) {
     ssm_proj.resize(t * c.ssm.proj_dim());
@@ -290,6 +290,9 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       mamba1_layer(s, batch, l, threads, laps);  // Mamba, Falcon-Mamba (model/delta_net.cpp)
     } else if (c.mla.active()) {
       mla_attention(s, batch, l, s.cos_sin.data(), threads, laps);  // DeepSeek (model/mla.cpp)
+    } else if (c.parallel_block) {  // Cohere: x + attn(norm x) + mlp(norm x), in that order
+      std::memcpy(s.par_out.data(), s.x.data(), sizeof(float) * static_cast<size_t>(n * E));
+      attention();
     } else {
       attention();
     }
@@ -300,6 +303,17 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       continue;
     }
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
+    if (c.parallel_block) {  // (the attention's norm of the layer's input)
+      in = norm_for(s, reinterpret_cast<const float*>(L.attn_norm.data), n, threads,
+                    {&L.w_gate, &L.w_up}, s.par_out.data());
+      laps.lap(kNorm);
+      matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
+      laps.lap(kGateUp);
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+      residual(s, L.w_down, in, n, threads);
+      laps.lap(kDown);
+      continue;
+    }
     if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2)
       in = norm_for(s, ffn_norm, n, threads, {&L.w_up});
       laps.lap(kNorm);

@@ -233,7 +233,7 @@ const std::vector<std::string> k_gguf_archs = {
     "deepseek2",  "glm4moe", "olmoe",      "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl"};
+    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -246,7 +246,7 @@ const char* const k_supported_hf =
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
-    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl)";
+    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -522,7 +522,10 @@ void build_weights(Model& m, Builder& b,
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
       l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
     }
-    if (c.qk_norm && attention) {  // per head, or (OLMo 2) over the whole projection
+    if (c.qk_norm && attention && c.qk_norm_heads) {  // (Cohere: a weight row per head)
+      l.q_norm = b.to_f32(b.take(name_of(i, "q_norm"), p + "q_norm", c.n_head, c.head_dim));
+      l.k_norm = b.to_f32(b.take(name_of(i, "k_norm"), p + "k_norm", c.n_head_kv, c.head_dim));
+    } else if (c.qk_norm && attention) {  // per head, or (OLMo 2) over the whole projection
       l.q_norm = b.take(name_of(i, "q_norm"), p + "q_norm", 1, c.qk_norm_full() ? q : c.head_dim);
       l.k_norm = b.take(name_of(i, "k_norm"), p + "k_norm", 1, c.qk_norm_full() ? kv : c.head_dim);
     }
@@ -533,7 +536,8 @@ void build_weights(Model& m, Builder& b,
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
     if (c.no_ffn(i)) continue;
-    if (c.pre_norms()) l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
+    if (c.pre_norms() && !c.parallel_block)  // (Cohere: the attention's norm serves both)
+      l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
     if (c.arch == "phi3" || c.arch == "glm4" ||
@@ -956,6 +960,8 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "mistral3" || arch == "deepseek2") temperature_config_gguf(*g, c, m.path);
   if (arch == "mistral3") mistral3_config_gguf(*g, c, m.path);  // YaRN's cos/sin factor, scale
   if (arch == "llama4") llama4_config_gguf(*g, c, m.path);      // NoPE layers, chunks, temperature
+  if (arch == "command-r" || arch == "cohere2")  // LayerNorm, parallel blocks, logit scale
+    cohere_config_gguf(*g, c, b.has("blk.0.attn_q_norm.weight"), m.path);
   if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
@@ -1589,7 +1595,11 @@ void load_hf(Model& m, Storage& st) {
       {"qwen2_vl_text", "qwen2vl"},
       {"qwen2_5_vl_text", "qwen2vl"},
       {"qwen2_vl", "qwen2vl"},
-      {"qwen2_5_vl", "qwen2vl"}};
+      {"qwen2_5_vl", "qwen2vl"},
+      {"cohere", "command-r"},  // (Command R, R+, Aya: llama.cpp's name for the architecture)
+      {"CohereForCausalLM", "command-r"},
+      {"cohere2", "cohere2"},
+      {"Cohere2ForCausalLM", "cohere2"}};
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
@@ -1704,6 +1714,7 @@ void load_hf(Model& m, Storage& st) {
   else if (c.arch != "phi3")
     window_config_hf(cfg, c);
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
+  if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
@@ -1712,8 +1723,9 @@ void load_hf(Model& m, Storage& st) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
-              c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe";
-  if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
+              c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
+              c.qk_norm_heads;  // (Cohere's use_qk_norm: cohere_config_hf)
+  if (c.arch == "olmoe") {      // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())
       c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));

@@ -317,6 +317,9 @@ class ModelConfig:
     attn_temp_nope: bool = False
     attn_chunked: bool = False  # Llama 4: sliding layers attend within chunks of sliding_window
     qk_l2_norm: bool = False  # Llama 4: q / k heads normalised without a weight after RoPE
+    layer_norm: bool = False  # Cohere: LayerNorm (no bias) instead of RMSNorm
+    parallel_block: bool = False  # Cohere: x + attn(norm x) + mlp(norm x)
+    qk_norm_heads: bool = False  # Cohere: the q / k norms one weight row per head
     delta: DeltaNetConfig = field(default_factory=DeltaNetConfig)  # Qwen3.5's delta-net layers
     conv: ShortConvConfig = field(default_factory=ShortConvConfig)  # LFM2's short-convolution layers
     ssm: Mamba2Config = field(default_factory=Mamba2Config)  # Mamba-2 layers (Granite 4.0-H, Nemotron-H)
@@ -543,6 +546,8 @@ def inspect(
         "attn_temp_nope": c.attn_temp_nope,
         "attn_chunked": c.attn_chunked,
         "qk_l2_norm": c.qk_l2_norm,
+        "layer_norm": c.layer_norm,
+        "parallel_block": c.parallel_block,
         "input_weighted": c.moe.input_weighted,
         "o_bias": c.o_bias,
         "swiglu_limit": c.moe.swiglu_limit,
@@ -878,6 +883,8 @@ def format_inspect(info: dict[str, Any]) -> str:
         where = " in the layers without RoPE" if info.get("attn_temp_nope") else ""
         temp = f"queries scaled by 1 + {beta:g} ln(1 + floor({pos} / {length})){where}"
         capped = ", ".join(filter(None, [capped, temp]))
+    if info.get("parallel_block"):  # Cohere
+        capped = ", ".join(filter(None, [capped, "in parallel with the MLP (one LayerNorm)"]))
     if info.get("qk_l2_norm"):  # Llama 4
         capped = ", ".join(filter(None, [capped, "q / k normalised (no weight) after RoPE"]))
     if info.get("attn_gate"):  # Qwen3.5

@@ -615,6 +615,48 @@ def llama4_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return out
 
 
+def _cohere(arch: str, logit_scale: float, window: int, sliding: list[bool]) -> dict[str, Any]:
+    """Cohere's shared keys (twin of cohere_common)."""
+    if not (np.isfinite(logit_scale) and logit_scale > 0):
+        raise ValueError(f"invalid logit_scale {logit_scale}")
+    out: dict[str, Any] = {"rope_style": "interleaved", "layer_norm": True, "parallel_block": True,
+                           "logit_scale": float(np.float32(1.0 / logit_scale)), "sliding_window": 0,
+                           "layer_sliding": [], "layer_nope": []}  # fmt: skip
+    if arch == "cohere2" and window:
+        nope = [not s for s in sliding]
+        out.update(sliding_window=window, layer_sliding=sliding, layer_nope=nope if any(nope) else [])
+    return out
+
+
+def cohere_gguf(arch: str, md: dict[str, Any], n_layer: int, qk_norm: bool) -> dict[str, Any]:
+    """Cohere from GGUF (twin of cohere_config_gguf): layer_norm_epsilon, logit_scale, the q / k norms
+    where the file has them, cohere2's window over llama.cpp's fixed pattern (3 sliding, 1 full)."""
+    k = arch + "."
+    sliding = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", n_layer)
+    out = _cohere(arch, md.get(k + "logit_scale", 1.0), _window(md.get(k + "attention.sliding_window", 0)),
+                  sliding if sliding is not None else _pattern_layers(n_layer, 4))  # fmt: skip
+    out.update(rms_eps=float(np.float32(md.get(k + "attention.layer_norm_epsilon", 1e-5))), qk_norm=qk_norm,
+               qk_norm_heads=qk_norm)  # fmt: skip
+    return out
+
+
+def cohere_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """Cohere from a config.json (twin of cohere_config_hf): layer_norm_eps, logit_scale, use_qk_norm
+    (Command R+), cohere2's sliding_window over layer_types (else every sliding_window_pattern-th full)."""
+    qk = arch != "cohere2" and bool(c.get("use_qk_norm", False))
+    window = (
+        0 if "sliding_window" in c and c["sliding_window"] is None else _window(c.get("sliding_window", 4096))
+    )
+    sliding = _hf_layer_types(c, n_layer)
+    if sliding is None:
+        pattern = c.get("sliding_window_pattern")
+        sliding = _pattern_layers(n_layer, 4 if pattern is None else pattern)
+    out = _cohere(arch, c.get("logit_scale", 0.0625), window, sliding)
+    eps = c.get("layer_norm_eps")
+    out.update(rms_eps=float(np.float32(1e-5 if eps is None else eps)), qk_norm=qk, qk_norm_heads=qk)
+    return out
+
+
 def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Ministral 3 from GGUF (twin of mistral3_config_gguf): YaRN's cos/sin factor divided out as
     llama.cpp's mistral3 graph does (1); attention.scale where set."""

@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl",
+    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -43,7 +43,8 @@ CONFIG_KEYS = (
     "mla", "clamp_qkv", "attn_temp_scale", "attn_temp_length", "delta", "conv", "ssm", "attn_gate",
     "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
-    "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm",
+    "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
+    "qk_norm_heads",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -65,7 +66,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
                "dt_b_c_rms": False, "dt_b_c_weights": False, "bc_eps": float(np.float32(1e-6)), "layers": []},
     "layer_head_dim": [], "layer_n_head_kv": [], "layer_n_ff": [], "kv_source": [], "rope_pairs": 0,
     "v_norm": False, "ple_dim": 0, "attn_temp_offset": 0, "attn_temp_nope": False, "attn_chunked": False,
-    "qk_l2_norm": False,
+    "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -74,7 +75,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -108,6 +109,8 @@ _HF_ARCHS = {
     "llama4_text": "llama4", "Llama4ForCausalLM": "llama4",
     "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe",
     "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl", "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl",
+    "cohere": "command-r", "CohereForCausalLM": "command-r",
+    "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -287,6 +290,8 @@ def _weights(
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
+        elif cfg["qk_norm"] and cfg["qk_norm_heads"]:  # Cohere: a weight row per head
+            shapes.update(q_norm=(cfg["n_head"], hd), k_norm=(cfg["n_head_kv"], hd))
         elif cfg["qk_norm"] and not recurrent:
             shapes.update(q_norm=(1, hd), k_norm=(1, hd))
         if cfg["o_bias"]:
@@ -300,7 +305,7 @@ def _weights(
         elif cfg["ffn_relu2"] and i not in cfg["moe"]["layers"]:  # Nemotron-H: up and down alone
             ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
         else:
-            ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS else {"ffn_norm": (1, e)}
+            ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
         fused = cfg["arch"] in ("phi3", "glm4") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
@@ -547,6 +552,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mistral3_gguf(md, common))
     if arch == "llama4":  # NoPE layers, chunks, temperature
         common.update(arch_config.llama4_gguf(md, common["n_layer"], common["rope_theta"]))
+    if arch in ("command-r", "cohere2"):  # LayerNorm, parallel blocks, logit scale
+        common.update(
+            arch_config.cohere_gguf(arch, md, common["n_layer"], "blk.0.attn_q_norm.weight" in g.tensors)
+        )
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
@@ -675,6 +684,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     ernie = arch in ("ernie4_5", "ernie4_5-moe")  # (RoPE on interleaved pairs, natively)
     if ernie and get("use_bias", False):
         raise ValueError(f"use_bias=true in '{path}' is not supported")
+    if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
+        raise ValueError(f"mlp_bias=true in '{path}' is not supported")
+    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss") and get("attention_bias", False):
+        raise ValueError(f"attention_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
     olmo3: dict[str, Any] = {}
     if arch == "olmo3":  # window, RoPE per layer type: the full layers' parameters are the model's
@@ -762,6 +775,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "llama4":  # NoPE layers, chunks, temperature, the dense MLP's size
         common.update(arch_config.llama4_hf(c, common["n_layer"]))
+    if arch in ("command-r", "cohere2"):
+        common.update(arch_config.cohere_hf(arch, c, common["n_layer"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_hf(c))
     if arch == "deepseek2":

@@ -34,6 +34,21 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (weight * (x.astype(np.float32) * inv)).astype(np.float32)
 
 
+def layer_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm without a bias (Cohere): (x - mean) / sqrt(var + eps) times ``weight``, the mean and the
+    variance in float64, the rest in float32 (twin of ops layernorm_row)."""
+    x64 = x.astype(np.float64)
+    mean = np.mean(x64, axis=-1, keepdims=True)
+    var = np.mean((x64 - mean) ** 2, axis=-1, keepdims=True)
+    inv = (1.0 / np.sqrt(var + eps)).astype(np.float32)
+    return (weight * ((x.astype(np.float32) - mean.astype(np.float32)) * inv)).astype(np.float32)
+
+
+def norm(c: dict[str, Any], x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The model's norm: LayerNorm (Cohere) or RMSNorm (twin of forward_util's norm_row)."""
+    return (layer_norm if c["layer_norm"] else rms_norm)(x, weight, c["rms_eps"])
+
+
 def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndarray:
     """Per-pair rotation frequencies of the rotated dimensions (``rope_dim``, else all of a head),
     after linear, Llama-3, LongRoPE or YaRN scaling (``long_factors``: LongRoPE's long divisors)."""
@@ -383,7 +398,7 @@ def forward(
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None
 
     def pre(x: np.ndarray, name: str) -> np.ndarray:
-        return x if post_only else rms_norm(x, w[name], eps)
+        return x if post_only else norm(c, x, w[name])
 
     def post(out: np.ndarray, name: str) -> np.ndarray:
         return rms_norm(out, w[name], eps) if post_normed else out
@@ -411,6 +426,10 @@ def forward(
         else:
             h = pre(x, p + "attn_norm")
             x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
+        if c["parallel_block"]:  # Cohere: the MLP of the attention's input, added after the attention
+            act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
+            x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
+            continue
         if c["layer_no_ffn"] and c["layer_no_ffn"][i]:  # (Nemotron-H: a mixer block)
             continue
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
@@ -426,7 +445,7 @@ def forward(
 
         act = mup_swiglu(c, q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
-    return finish_logits(c, q8(rms_norm(x, w["output_norm"], eps), "output") @ w["output"].T)
+    return finish_logits(c, q8(norm(c, x, w["output_norm"]), "output") @ w["output"].T)
 
 
 def _attention(
@@ -463,8 +482,8 @@ def _attention(
     q = q.reshape(len(ids), n_head, hd)
     k = k.reshape(len(ids), n_head_kv, hd)
     v = v.reshape(len(ids), n_head_kv, hd)
-    if c["qk_norm"] and not olmo2:
-        q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
+    if c["qk_norm"] and not olmo2:  # (Cohere: LayerNorm, a weight row per head)
+        q, k = norm(c, q, w[p + "q_norm"]), norm(c, k, w[p + "k_norm"])
     if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
         lim = np.float32(c["clamp_qkv"])
         q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)

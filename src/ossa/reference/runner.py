@@ -208,7 +208,7 @@ class ModelRunner:
             if c["layer_no_mixer"] and c["layer_no_mixer"][i]:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
-            h = x if post_only else ref_model.rms_norm(x, w[p + "attn_norm"], eps)
+            h = x if post_only else ref_model.norm(c, x, w[p + "attn_norm"])
             beside = None  # (Falcon-H1: the mixer's output, added after the attention's)
             if states and is_recurrent(c, i) and c["parallel_ssm"]:
                 beside = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
@@ -238,11 +238,8 @@ class ModelRunner:
                 )
             q = q.reshape(n, n_head, hd)
             k = k.reshape(n, n_head_kv, hd)
-            if c["qk_norm"] and not olmo2:
-                q, k = (
-                    ref_model.rms_norm(q, w[p + "q_norm"], eps),
-                    ref_model.rms_norm(k, w[p + "k_norm"], eps),
-                )
+            if c["qk_norm"] and not olmo2:  # (Cohere: LayerNorm, a weight row per head)
+                q, k = ref_model.norm(c, q, w[p + "q_norm"]), ref_model.norm(c, k, w[p + "k_norm"])
             if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
                 lim = np.float32(c["clamp_qkv"])
                 q, k, v = np.clip(q, -lim, lim), np.clip(k, -lim, lim), np.clip(v, -lim, lim)
@@ -286,6 +283,12 @@ class ModelRunner:
                 x = x + beside
             if no_ffn:
                 continue
+            if c["parallel_block"]:  # Cohere: the MLP of the attention's input
+                act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
+                    q8(h, p + "w_up"), w[p + "w_up"]
+                )
+                x = x + _linear(q8(act, p + "w_down"), w[p + "w_down"])
+                continue
             if c["ffn_relu2"]:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
@@ -308,7 +311,7 @@ class ModelRunner:
                 out = out * np.float32(c["residual_scale"])
             x = x + out
         rows = np.asarray(logits_rows, dtype=np.int64)
-        h = q8(ref_model.rms_norm(x[rows], w["output_norm"], eps), "output")
+        h = q8(ref_model.norm(c, x[rows], w["output_norm"]), "output")
         return ref_model.finish_logits(c, _linear(h, w["output"]))
 
 
