@@ -63,6 +63,7 @@ def test_templates() -> None:
         ("gemma4", "<|channel>thought\nSteps.<channel|>The answer.", "\nSteps.", "The answer."),
         ("gemma4", "Just the answer.", None, "Just the answer."),
         ("mistral", "[THINK]Hmm.[/THINK]\n\nYes.", "Hmm.", "Yes."),
+        ("command", "<|START_THINKING|>Plan.<|END_THINKING|>Done.", "Plan.", "Done."),
     ],
 )
 def test_other_formats(fmt: str, reply: str, reasoning: str | None, content: str) -> None:

@@ -93,6 +93,15 @@ REPLIES: list[tuple[str, str, str | None, list[tuple[str, dict[str, Any]]]]] = [
         [("get_weather", {"city": "Lima"}), ("search", {})],
     ),
     (
+        "command_r7b",
+        'I will look.<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
+        '{"city": "Cork"}},\n    {"tool_call_id": "1", "tool_name": "search",'
+        ' "parameters": {"query": "q"}}\n]'
+        "<|END_ACTION|><|END_OF_TURN_TOKEN|>",
+        "I will look.",
+        [("get_weather", {"city": "Cork"}), ("search", {"query": "q"})],
+    ),
+    (
         "pythonic",
         '[get_weather(city="San Francisco", days=3), search(query=\'a "b"\', filters={"k": [1, None]})]',
         None,
@@ -114,7 +123,7 @@ REPLIES: list[tuple[str, str, str | None, list[tuple[str, dict[str, Any]]]]] = [
      "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>[1]"
      "<|tool_call_end|><|tool_calls_section_end|>", []),
 ]  # fmt: skip
-DROP = ["<|im_end|>", "<｜end▁of▁sentence｜>"]
+DROP = ["<|im_end|>", "<｜end▁of▁sentence｜>", "<|END_OF_TURN_TOKEN|>"]
 
 
 @pytest.mark.parametrize("parser, reply, content, calls", REPLIES)
@@ -164,6 +173,7 @@ def test_streams_add_up_to_the_whole_reply(cuts: list[int]) -> None:
         ("<start_function_call>", "functiongemma"),
         ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "deepseek_v3"),
         ("<|tool_calls_section_begin|>", "kimi_k2"),
+        ("<|START_ACTION|>[{{ tool_call }}]<|END_ACTION|>", "command_r7b"),
         ("<tool_call>{{ name }}\n<arg_key>{{ k }}</arg_key>", "glm45"),
         ("<tool_call>\n<function={{ name }}>\n<parameter={{ k }}>", "qwen3_coder"),
         ("format of [func_name1(params_name1=params_value1, ...)]", "pythonic"),

@@ -122,13 +122,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
             "functiongemma",
             "deepseek_v3",
             "kimi_k2",
+            "command_r7b",
         ],  # fmt: skip
         default=None,
         help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",
     )
     p.add_argument(
         "--reasoning-parser",
-        choices=["auto", "none", "think", "gemma4", "mistral"],
+        choices=["auto", "none", "think", "gemma4", "mistral", "command"],
         default="auto",
         help="a thinking model's <think> block as reasoning_content: auto (where the chat template writes "
         "one), think (always looked for), none (the reply as it is)",

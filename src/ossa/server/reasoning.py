@@ -25,6 +25,7 @@ FORMATS = {  # name -> (opening, closing)
     "think": (THINK, END_THINK),
     "gemma4": ("<|channel>thought", "<channel|>"),
     "mistral": ("[THINK]", "[/THINK]"),
+    "command": ("<|START_THINKING|>", "<|END_THINKING|>"),  # (Command A Reasoning, Command R7B)
 }
 _MARKS = {"gemma4": ("<|channel>", "<channel|>")}  # (what Gemma 4's template holds: the channel apart)
 PARSERS = ("auto", "none", *FORMATS)

@@ -16,6 +16,8 @@ go out in one delta), or at the end of the reply when the model stopped before w
   ``<｜tool▁calls▁end｜>``.
 - ``kimi_k2`` (Kimi K2): ``<|tool_calls_section_begin|>`` then per call ``<|tool_call_begin|>functions.NAME:
   INDEX<|tool_call_argument_begin|>{json}<|tool_call_end|>``, then ``<|tool_calls_section_end|>``.
+- ``command_r7b`` (Command R7B, Command A): ``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME,
+  "parameters": {...}}, ...]<|END_ACTION|>``.
 - ``pythonic`` (Llama 4, Llama 3.2's pythonic template): the whole reply a Python list of calls,
   ``[get_weather(city="Paris"), add(a=1, b=2)]`` (optionally between ``<|python_start|>`` and
   ``<|python_end|>``); held back while it can still be one, content otherwise.
@@ -332,6 +334,34 @@ def _write_kimi(calls: list[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
+# -- command_r7b ----------------------------------------------------------------------------------------
+
+CR_START, CR_END = "<|START_ACTION|>", "<|END_ACTION|>"
+
+
+def _parse_command_r7b(body: str, schemas: Schemas) -> Calls:
+    try:
+        actions = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise ValueError("Command R7B's actions are not JSON") from e
+    if not isinstance(actions, list) or not actions:
+        raise ValueError("Command R7B's actions are not a list")
+    calls = []
+    for a in actions:
+        if not isinstance(a, dict) or not isinstance(a.get("tool_name"), str):
+            raise ValueError("a Command R7B action without its tool_name")
+        args = a.get("parameters", {})
+        if not isinstance(args, dict):
+            raise ValueError("a Command R7B action whose parameters are not an object")
+        calls.append((a["tool_name"], _dumps(args)))
+    return calls
+
+
+def _write_command_r7b(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    actions = [{"tool_call_id": str(i), "tool_name": n, "parameters": a} for i, (n, a) in enumerate(calls)]
+    return CR_START + json.dumps(actions, ensure_ascii=False) + CR_END
+
+
 # -- pythonic --------------------------------------------------------------------------------------------
 
 PY_START, PY_END = "<|python_start|>", "<|python_end|>"
@@ -399,6 +429,7 @@ BLOCKS: dict[str, BlockFormat] = {
     "deepseek_v3": BlockFormat(
         DS_CALLS, DS_CALLS_END, _parse_deepseek, _write_deepseek, (DS_CALL, DS_SEP, DS_CALL_END)
     ),
+    "command_r7b": BlockFormat(CR_START, CR_END, _parse_command_r7b, _write_command_r7b),
     "kimi_k2": BlockFormat(
         KIMI_CALLS, KIMI_CALLS_END, _parse_kimi, _write_kimi, (KIMI_CALL, KIMI_ARGS, KIMI_CALL_END)
     ),

@@ -138,6 +138,7 @@ def parser_for_template(template: str | None) -> str:
         ("<start_function_call>", "functiongemma"),
         ("tool▁calls▁begin", "deepseek_v3"),
         ("<|tool_calls_section_begin|>", "kimi_k2"),
+        ("<|START_ACTION|>", "command_r7b"),
         ("<arg_key>", "glm45"),
         ("<parameter=", "qwen3_coder"),
         (PY_START, "pythonic"),
