@@ -39,6 +39,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -195,6 +196,29 @@ def build_gpt_oss(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+class RandomQ8:
+    """Random tensors added to a GGUF writer: Q8_0 matrices written as blocks directly (an f16 scale
+    putting the largest |weight| near 3 / sqrt(cols), 32 random int8 codes: no float copy of a large
+    model), F32 vectors around ``base``. One generator (seed 0), drawn in the order they are added."""
+
+    def __init__(self, w: Any) -> None:
+        import gguf
+
+        self.w, self.rng, self.q8 = w, np.random.default_rng(0), gguf.GGMLQuantizationType.Q8_0
+
+    def mat(self, name: str, *shape: int) -> None:
+        cols = shape[-1]
+        raw = self.rng.integers(-127, 128, size=(*shape[:-1], cols // 32, 34), dtype=np.int8).view(np.uint8)
+        scale = np.full((*shape[:-1], cols // 32), 3 / np.sqrt(cols) / 127, dtype=np.float16)
+        raw[..., 0:2] = scale[..., None].view(np.uint8).reshape(*scale.shape, 2)
+        shape_raw = (*shape[:-1], cols // 32 * 34)
+        self.w.add_tensor(name, raw.reshape(*shape[:-1], -1), raw_shape=shape_raw, raw_dtype=self.q8)
+
+    def f32(self, name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
+        values = base + spread * self.rng.standard_normal(shape, dtype=np.float32)
+        self.w.add_tensor(name, values.astype(np.float32))
+
+
 V2_LITE = dict(n_embd=2048, n_head=16, q_lora=1536, kv_lora=512, nope=128, rope=64, v=128, n_expert=64,
                n_expert_used=6, n_ff_expert=1408, n_shared=2, n_ff_dense=10944)  # fmt: skip
 
@@ -238,21 +262,8 @@ def build_deepseek2(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     w.add_uint32(k + "expert_gating_func", 1)
     w.add_vocab_size(n_vocab)
     w.add_file_type(7)  # MOSTLY_Q8_0
-    rng = np.random.default_rng(0)
-    q8 = gguf.GGMLQuantizationType.Q8_0
-
-    def mat(name: str, *shape: int) -> None:
-        # Q8_0 blocks: an f16 scale (largest |weight| ~3 / sqrt(cols)), 32 int8 codes.
-        cols = shape[-1]
-        raw = rng.integers(-127, 128, size=(*shape[:-1], cols // 32, 34), dtype=np.int16).astype(np.uint8)
-        scale = np.full((*shape[:-1], cols // 32), 3 / np.sqrt(cols) / 127, dtype=np.float16)
-        raw[..., 0:2] = scale[..., None].view(np.uint8).reshape(*scale.shape, 2)
-        w.add_tensor(
-            name, raw.reshape(*shape[:-1], -1), raw_shape=(*shape[:-1], cols // 32 * 34), raw_dtype=q8
-        )
-
-    def f32(name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
-        w.add_tensor(name, (base + spread * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
+    r = RandomQ8(w)
+    mat, f32 = r.mat, r.f32
 
     mat("token_embd.weight", n_vocab, e)
     f32("output_norm.weight", e, base=1.0)
@@ -316,21 +327,8 @@ def build_llama4(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     w.add_interleave_moe_layer_step(1)
     w.add_vocab_size(n_vocab)
     w.add_file_type(7)  # MOSTLY_Q8_0
-    rng = np.random.default_rng(0)
-    q8 = gguf.GGMLQuantizationType.Q8_0
-
-    def mat(name: str, *shape: int) -> None:
-        # Q8_0 blocks: an f16 scale (largest |weight| ~3 / sqrt(cols)), 32 int8 codes.
-        cols = shape[-1]
-        raw = rng.integers(-127, 128, size=(*shape[:-1], cols // 32, 34), dtype=np.int8).view(np.uint8)
-        scale = np.full((*shape[:-1], cols // 32), 3 / np.sqrt(cols) / 127, dtype=np.float16)
-        raw[..., 0:2] = scale[..., None].view(np.uint8).reshape(*scale.shape, 2)
-        w.add_tensor(
-            name, raw.reshape(*shape[:-1], -1), raw_shape=(*shape[:-1], cols // 32 * 34), raw_dtype=q8
-        )
-
-    def f32(name: str, *shape: int, base: float = 0.0, spread: float = 0.02) -> None:
-        w.add_tensor(name, (base + spread * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32))
+    r = RandomQ8(w)
+    mat, f32 = r.mat, r.f32
 
     mat("token_embd.weight", n_vocab, e)
     f32("output_norm.weight", e, base=1.0)

@@ -1994,3 +1994,34 @@ def check_chunked_prefill(path: str, ids: list[int], hf_logits: np.ndarray) -> N
     config, weights = ref_loader.load_weights(path)
     twin = runner_logits(RefRunner(config, weights, n_blocks, 4), ids, 5)
     assert float(np.max(np.abs(twin - whole))) / scale < twin_tol(model)
+
+
+def check_engine(path: str) -> None:
+    """A tiny GGUF file of the default model's vocabulary (and tokenizer) through LLM: batched = alone =
+    the paged runner's greedy decode, prefix-cache hits the same, the Python twin engine the same tokens
+    (and the same seeded forks), and preempted sequences (a cache of 10 blocks) recomputed to the same
+    tokens."""
+    from ossa import LLM, SamplingParams, models
+    from ossa._native import core
+
+    prompts = ["The capital of France is", "Once upon a time, in a land far away,", "1, 2, 3, 4,", "Hi"]
+    greedy_sp = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    llm = LLM(path, kv_cache_memory_bytes=32 << 20, kv_cache_dtype="float32")
+    assert llm.config.cache.enable_prefix_caching
+    batched = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy_sp)]
+    assert batched == [llm.generate([p], greedy_sp)[0].outputs[0].token_ids for p in prompts]
+    assert batched == [o.outputs[0].token_ids for o in llm.generate(prompts, greedy_sp)]  # (cached prefixes)
+    ids = llm.generate([prompts[1]], greedy_sp)[0].prompt_token_ids
+    assert list(batched[1]) == greedy(core.load_model(path), list(ids), 40)
+    py = LLM(path, kv_cache_memory_bytes=32 << 20, kv_cache_dtype="float32", backend="python")
+    assert [o.outputs[0].token_ids for o in py.generate(prompts, greedy_sp)] == batched
+    sampled = SamplingParams(max_tokens=12, temperature=1.0, n=3, seed=7)
+    forks = [[c.token_ids for c in o.outputs] for o in llm.generate(prompts[:2], sampled)]
+    assert forks == [[c.token_ids for c in o.outputs] for o in py.generate(prompts[:2], sampled)]
+    layers, heads, width = models.load_model(path).config.kv_geometry()
+    block = 2 * layers * heads * width * 4 * 16  # (float32 K and V, 16 tokens)
+    tight = LLM(path, kv_cache_dtype="float32", block_size=16, max_model_len=64, max_num_seqs=4,
+                kv_cache_memory_bytes=10 * block)  # fmt: skip
+    assert tight.config.cache.num_blocks == 10
+    assert [o.outputs[0].token_ids for o in tight.generate(prompts, greedy_sp)] == batched
+    assert tight.stats()["num_preemptions"] > 0

@@ -290,6 +290,29 @@ std::vector<uint8_t> nope_every(int n_layer, int64_t interval) {
   return out;
 }
 
+// config.json's NoPE layers (SmolLM3, Llama 4): no_rope_layers (1 = RoPE, transformers' naming; at
+// least one entry per layer), or, where that is absent or empty, every no_rope_layer_interval-th
+// (default 4).
+std::vector<uint8_t> nope_layers_hf(const Json& cfg, int n_layer) {
+  const std::string where = "'" + cfg.path + "'";
+  const JsonValue* list = cfg.get("no_rope_layers");
+  if (list == nullptr || list->is_null() || (list->is_array() && list->array.empty())) {
+    const int64_t interval = cfg.integer("no_rope_layer_interval", 4);
+    if (interval < 0) throw ModelError("invalid no_rope_layer_interval in " + where);
+    return nope_every(n_layer, interval);
+  }
+  if (!list->is_array() || list->array.size() < static_cast<size_t>(n_layer))
+    throw ModelError("config 'no_rope_layers' in " + where + " must hold one entry per layer");
+  std::vector<uint8_t> out;
+  for (int i = 0; i < n_layer; ++i) {
+    const JsonValue& v = list->array[static_cast<size_t>(i)];
+    if (!v.is_number() || (v.number != 0.0 && v.number != 1.0))
+      throw ModelError("config 'no_rope_layers' in " + where + " must hold 0 or 1 per layer");
+    out.push_back(v.number == 0.0);
+  }
+  return out;
+}
+
 // A window on every layer but each interval-th (OLMo 3, EXAONE 4's hybrid layout).
 std::vector<uint8_t> sliding_but_every(int n_layer, int64_t interval) {
   std::vector<uint8_t> out = nope_every(n_layer, interval);
@@ -468,21 +491,7 @@ void gpt_oss_config_gguf(const GGUFFile& g, ModelConfig& c, bool o_bias) {
 
 void smollm3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
-  if (const JsonValue* list = cfg.get("no_rope_layers"); list != nullptr) {
-    if (!list->is_array() || list->array.size() < static_cast<size_t>(c.n_layer))
-      throw ModelError("config 'no_rope_layers' in " + where + " must hold one entry per layer");
-    c.layer_nope.clear();
-    for (int i = 0; i < c.n_layer; ++i) {
-      const JsonValue& v = list->array[static_cast<size_t>(i)];
-      if (!v.is_number() || (v.number != 0.0 && v.number != 1.0))
-        throw ModelError("config 'no_rope_layers' in " + where + " must hold 0 or 1 per layer");
-      c.layer_nope.push_back(v.number == 0.0);
-    }
-  } else {
-    const int64_t interval = cfg.integer("no_rope_layer_interval", 4);
-    if (interval < 0) throw ModelError("invalid no_rope_layer_interval in " + where);
-    c.layer_nope = nope_every(c.n_layer, interval);
-  }
+  c.layer_nope = nope_layers_hf(cfg, c.n_layer);
   if (std::find(c.layer_nope.begin(), c.layer_nope.end(), 1) == c.layer_nope.end())
     c.layer_nope.clear();
   c.sliding_window = 0;
@@ -702,21 +711,7 @@ void llama4_config_hf(const Json& cfg, ModelConfig& c) {
   if (c.n_ff < 1) throw ModelError("invalid intermediate_size_mlp in " + where);
   c.qk_l2_norm = cfg.boolean("use_qk_norm", true);
   // no_rope_layers: 1 = RoPE (transformers' naming); absent or empty: every interval-th layer NoPE
-  const JsonValue* list = cfg.get("no_rope_layers");
-  if (list != nullptr && !list->is_null() && !(list->is_array() && list->array.empty())) {
-    if (!list->is_array() || list->array.size() != static_cast<size_t>(c.n_layer))
-      throw ModelError("config 'no_rope_layers' in " + where + " must hold one entry per layer");
-    c.layer_nope.clear();
-    for (const JsonValue& v : list->array) {
-      if (!v.is_number() || (v.number != 0.0 && v.number != 1.0))
-        throw ModelError("config 'no_rope_layers' in " + where + " must hold 0 or 1 per layer");
-      c.layer_nope.push_back(v.number == 0.0);
-    }
-  } else {
-    const int64_t interval = cfg.integer("no_rope_layer_interval", 4);
-    if (interval < 0) throw ModelError("invalid no_rope_layer_interval in " + where);
-    c.layer_nope = nope_every(c.n_layer, interval);
-  }
+  c.layer_nope = nope_layers_hf(cfg, c.n_layer);
   const JsonValue* chunk_v = cfg.get("attention_chunk_size");
   const int64_t chunk = chunk_v != nullptr && chunk_v->is_null()
                             ? 0

@@ -235,6 +235,21 @@ def _nope_every(n_layer: int, interval: int) -> list[bool]:
     return [interval > 0 and (i + 1) % interval == 0 for i in range(n_layer)]
 
 
+def _nope_layers_hf(c: dict[str, Any], n_layer: int) -> list[bool]:
+    """config.json's NoPE layers (twin of nope_layers_hf): no_rope_layers (1 = RoPE; at least one entry
+    per layer) or, absent or empty, every no_rope_layer_interval-th (default 4)."""
+    flags = c.get("no_rope_layers")
+    if not flags:
+        interval = c.get("no_rope_layer_interval")
+        interval = 4 if interval is None else interval
+        if not isinstance(interval, int) or interval < 0:
+            raise ValueError(f"invalid no_rope_layer_interval {interval!r}")
+        return _nope_every(n_layer, interval)
+    if not isinstance(flags, list) or len(flags) < n_layer or any(f not in (0, 1) for f in flags[:n_layer]):
+        raise ValueError("config 'no_rope_layers' must hold 0 or 1 per layer")
+    return [f == 0 for f in flags[:n_layer]]
+
+
 def _sliding_but_every(n_layer: int, interval: int) -> list[bool]:
     """A window on every layer but each interval-th (OLMo 3, EXAONE 4's hybrid layout)."""
     return [not v for v in _nope_every(n_layer, interval)]
@@ -249,21 +264,7 @@ def smollm3_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     """SmolLM3's config.json: the NoPE layers (no_rope_layers, 1 = uses RoPE; else every
     no_rope_layer_interval-th, default 4) and the window of use_sliding_window (the layers of
     layer_types, by default the NoPE ones)."""
-    if c.get("no_rope_layers") is not None:
-        flags = c["no_rope_layers"]
-        if (
-            not isinstance(flags, list)
-            or len(flags) < n_layer
-            or any(f not in (0, 1) for f in flags[:n_layer])
-        ):
-            raise ValueError("config 'no_rope_layers' must hold 0 or 1 per layer")
-        nope = [f == 0 for f in flags[:n_layer]]
-    else:
-        interval = c.get("no_rope_layer_interval")
-        interval = 4 if interval is None else interval
-        if not isinstance(interval, int) or interval < 0:
-            raise ValueError(f"invalid no_rope_layer_interval {interval!r}")
-        nope = _nope_every(n_layer, interval)
+    nope = _nope_layers_hf(c, n_layer)
     out: dict[str, Any] = {"layer_nope": nope if any(nope) else [], "sliding_window": 0, "layer_sliding": []}
     if not c.get("use_sliding_window"):
         return out
@@ -579,17 +580,7 @@ def llama4_hf(c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     use_qk = c.get("use_qk_norm")
     out: dict[str, Any] = {"rope_style": "interleaved", "n_ff": n_ff}
     out["qk_l2_norm"] = True if use_qk is None else use_qk
-    flags = c.get("no_rope_layers")
-    if flags:
-        if not isinstance(flags, list) or len(flags) != n_layer or any(f not in (0, 1) for f in flags):
-            raise ValueError("config 'no_rope_layers' must hold 0 or 1 per layer")
-        nope = [f == 0 for f in flags]
-    else:
-        interval = c.get("no_rope_layer_interval")
-        interval = 4 if interval is None else interval
-        if not isinstance(interval, int) or interval < 0:
-            raise ValueError(f"invalid no_rope_layer_interval {interval!r}")
-        nope = _nope_every(n_layer, interval)
+    nope = _nope_layers_hf(c, n_layer)
     chunk = _window(c["attention_chunk_size"] if "attention_chunk_size" in c and c["attention_chunk_size"]
                     is not None else (0 if "attention_chunk_size" in c else 8192))  # fmt: skip
     types = c.get("layer_types")

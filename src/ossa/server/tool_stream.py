@@ -306,17 +306,7 @@ class ToolStream:
             out = buf[self._sent : at].rstrip()
             self._state, self._pos, self._sent = _BETWEEN, at + len(marker), self._sent + len(out)
             return out
-        if final:
-            out, self._sent = buf[self._sent :], len(buf)
-            return out
-        end = len(buf)
-        for k in range(min(len(marker) - 1, len(buf) - self._sent), 0, -1):
-            if marker.startswith(buf[-k:]):
-                end -= k
-                break
-        end = max(self._sent, len(buf[:end].rstrip()))  # trailing space waits: it may precede a call
-        out, self._sent = buf[self._sent : end], end
-        return out
+        return self._held_content(marker, final)
 
     def _between(self, final: bool) -> None:
         buf = self._buf
@@ -384,7 +374,8 @@ class ToolStream:
         self._state, self._pos, self._open = _BETWEEN, scan.end, None
 
     def _held_content(self, marker: str, final: bool) -> str:
-        """Content up to a possible start of ``marker`` (and the whitespace before it), or all of it."""
+        """Content up to a possible start of ``marker`` (and the whitespace before it: it may precede
+        a call), or all of it at the end."""
         buf = self._buf
         if final:
             out, self._sent = buf[self._sent :], len(buf)
