@@ -151,3 +151,47 @@ def test_inspect(hf_models: dict[str, Any]) -> None:
     text = models.format_inspect(models.inspect(hf_models["qwen3-vl-moe"][0]))
     assert "architecture  qwen3vlmoe" in text, text
     assert "experts" in text, text
+
+
+@pytest.mark.parametrize(
+    "wrapper, prefix, head",
+    [
+        ("llava", "model.language_model.", "lm_head.weight"),  # (transformers 5's LLaVA)
+        ("llava_next", "language_model.model.", "language_model.lm_head.weight"),  # (the Hub's older files)
+        ("idefics3", "model.text_model.", "lm_head.weight"),  # (SmolVLM)
+        ("internvl", "model.language_model.", "lm_head.weight"),
+    ],
+)
+def test_other_vision_language_folders(tmp_path: Path, wrapper: str, prefix: str, head: str) -> None:
+    """A vision-language folder of a type ossa does not run whose text_config is a language model it does
+    (LLaVA, InternVL, SmolVLM, ...): that model, its tensors under the wrapper's prefix, the vision tower
+    skipped, bitwise the text folder's logits in both loaders; a wrapper of an unknown language model is
+    refused by name."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    src = Path(make_hf_model(tmp_path / "text", "llama", hidden_size=32, num_layers=2, num_heads=4,
+                             num_kv_heads=2, intermediate_size=40, vocab_size=90, seed=11))  # fmt: skip
+    ids = list(range(3, 40))
+    cfg = json.loads((src / "config.json").read_text())
+    tensors = load_file(str(src / "model.safetensors"))
+    renamed = {
+        (prefix + k[len("model.") :]) if k.startswith("model.") else head: v for k, v in tensors.items()
+    }
+    renamed["model.vision_tower.patch_embed.weight"] = np.zeros((4, 4), np.float32)
+    dst = tmp_path / wrapper
+    dst.mkdir()
+    save_file(renamed, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text(json.dumps({"model_type": wrapper, "text_config": cfg}))
+    want = core.model_logits(core.load_model(str(src)), ids)
+    np.testing.assert_array_equal(core.model_logits(core.load_model(str(dst)), ids), want)
+    twin = ref_model.forward(*ref_loader.load_weights(str(dst)), ids)
+    np.testing.assert_array_equal(twin, ref_model.forward(*ref_loader.load_weights(str(src)), ids))
+    (dst / "config.json").write_text(
+        json.dumps({"model_type": wrapper, "text_config": {"model_type": "zzz"}})
+    )
+    with pytest.raises(core.ModelError, match=f"unknown architecture '{wrapper}'"):
+        core.load_model(str(dst))
+    with pytest.raises(ValueError, match=f"unknown architecture '{wrapper}'"):
+        ref_loader.load_weights(str(dst))

@@ -1368,6 +1368,112 @@ std::string no_config_message(const fs::path& dir) {
 // A vision-language model's folder read for its language model: Mistral 3's (the wrapper's
 // model_type mistral3, its text_config's ministral3) and Qwen3.5's (qwen3_5 / qwen3_5_moe, their
 // text_config's qwen3_5_text / qwen3_5_moe_text).
+// config.json model types and architectures -> ossa's architecture names (the Gemma family's are
+// dispatched by load_hf apart: gemma_types).
+const std::map<std::string, std::string>& hf_archs() {
+  static const std::map<std::string, std::string> k_archs = {
+      {"llama", "llama"},
+      {"LlamaForCausalLM", "llama"},
+      {"qwen2", "qwen2"},
+      {"Qwen2ForCausalLM", "qwen2"},
+      {"qwen3", "qwen3"},
+      {"Qwen3ForCausalLM", "qwen3"},
+      {"mistral", "mistral"},
+      {"MistralForCausalLM", "mistral"},
+      {"qwen3_moe", "qwen3moe"},
+      {"Qwen3MoeForCausalLM", "qwen3moe"},
+      {"qwen2_moe", "qwen2moe"},
+      {"Qwen2MoeForCausalLM", "qwen2moe"},
+      {"mixtral", "mixtral"},
+      {"MixtralForCausalLM", "mixtral"},
+      {"phi3", "phi3"},
+      {"Phi3ForCausalLM", "phi3"},
+      {"smollm3", "smollm3"},
+      {"SmolLM3ForCausalLM", "smollm3"},
+      {"granite", "granite"},
+      {"GraniteForCausalLM", "granite"},
+      {"granitemoe", "granitemoe"},
+      {"GraniteMoeForCausalLM", "granitemoe"},
+      {"gpt_oss", "gpt-oss"},
+      {"GptOssForCausalLM", "gpt-oss"},
+      {"olmo2", "olmo2"},
+      {"Olmo2ForCausalLM", "olmo2"},
+      {"olmo3", "olmo3"},
+      {"Olmo3ForCausalLM", "olmo3"},
+      {"exaone4", "exaone4"},
+      {"Exaone4ForCausalLM", "exaone4"},
+      {"ernie4_5", "ernie4_5"},
+      {"Ernie4_5ForCausalLM", "ernie4_5"},
+      {"ernie4_5_moe", "ernie4_5-moe"},
+      {"Ernie4_5_MoeForCausalLM", "ernie4_5-moe"},
+      {"deepseek_v2", "deepseek2"},
+      {"DeepseekV2ForCausalLM", "deepseek2"},
+      {"deepseek_v3", "deepseek2"},
+      {"glm4_moe_lite", "deepseek2"},
+      {"mistral4", "deepseek2"},
+      {"Mistral4ForCausalLM", "deepseek2"},
+      {"Glm4MoeLiteForCausalLM", "deepseek2"},
+      {"DeepseekV3ForCausalLM", "deepseek2"},
+      {"glm4_moe", "glm4moe"},
+      {"Glm4MoeForCausalLM", "glm4moe"},
+      {"olmoe", "olmoe"},
+      {"OlmoeForCausalLM", "olmoe"},
+      {"glm4", "glm4"},
+      {"Glm4ForCausalLM", "glm4"},
+      {"ministral3", "mistral3"},
+      {"Ministral3ForCausalLM", "mistral3"},
+      {"qwen3_5_text", "qwen35"},
+      {"Qwen3_5ForCausalLM", "qwen35"},
+      {"qwen3_5_moe_text", "qwen35moe"},
+      {"Qwen3_5MoeForCausalLM", "qwen35moe"},
+      {"qwen3_next", "qwen3next"},  // (Qwen3-Next: Qwen3.5-MoE's layers, fused projections)
+      {"Qwen3NextForCausalLM", "qwen3next"},
+      {"lfm2", "lfm2"},
+      {"Lfm2ForCausalLM", "lfm2"},
+      {"lfm2_moe", "lfm2moe"},
+      {"Lfm2MoeForCausalLM", "lfm2moe"},
+      {"granitemoehybrid", "granitehybrid"},
+      {"GraniteMoeHybridForCausalLM", "granitehybrid"},
+      {"bamba", "granitehybrid"},  // (Bamba: granitehybrid in GGUF too, as llama.cpp converts it)
+      {"BambaForCausalLM", "granitehybrid"},
+      {"nemotron_h", "nemotron_h"},
+      {"NemotronHForCausalLM", "nemotron_h"},
+      {"mamba2", "mamba2"},
+      {"Mamba2ForCausalLM", "mamba2"},
+      {"mamba", "mamba"},  // (Mamba-1 and Falcon-Mamba: its weightless norms of dt, B, C)
+      {"MambaForCausalLM", "mamba"},
+      {"falcon_mamba", "mamba"},
+      {"FalconMambaForCausalLM", "mamba"},
+      {"jamba", "jamba"},
+      {"JambaForCausalLM", "jamba"},
+      {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
+      {"FalconH1ForCausalLM", "falcon-h1"},
+      {"llama4_text", "llama4"},  // (Llama 4: a Llama4Config's text_config, or a text-only folder)
+      {"Llama4ForCausalLM", "llama4"},
+      // (Qwen3-VL's language model: Qwen3 / Qwen3-MoE's layers; its M-RoPE is plain RoPE for text,
+      // every position id the same in each of the three sections)
+      {"qwen3_vl_text", "qwen3vl"},
+      {"qwen3_vl_moe_text", "qwen3vlmoe"},
+      // (Qwen2-VL / Qwen2.5-VL's: Qwen2's layers, M-RoPE plain for text; flat configs as released)
+      {"qwen2_vl_text", "qwen2vl"},
+      {"qwen2_5_vl_text", "qwen2vl"},
+      {"qwen2_vl", "qwen2vl"},
+      {"qwen2_5_vl", "qwen2vl"},
+      {"cohere", "command-r"},  // (Command R, R+, Aya: llama.cpp's name for the architecture)
+      {"CohereForCausalLM", "command-r"},
+      {"cohere2", "cohere2"},
+      {"Cohere2ForCausalLM", "cohere2"}};
+  return k_archs;
+}
+
+// The Gemma family's folders (load_gemma3_hf / load_gemma4_hf).
+bool gemma_type(const std::string& t) {
+  return t == "gemma" || t == "gemma2" || t == "gemma3" || t == "gemma3_text" || t == "gemma4" ||
+         t == "gemma4_text" || t == "GemmaForCausalLM" || t == "Gemma2ForCausalLM" ||
+         t == "Gemma3ForCausalLM" || t == "Gemma4ForCausalLM" ||
+         t == "Gemma3ForConditionalGeneration" || t == "Gemma4ForConditionalGeneration";
+}
+
 bool text_wrapper(const JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
   const JsonValue* archs = cfg.get("architectures");
@@ -1387,7 +1493,16 @@ bool text_wrapper(const JsonValue& cfg) {
                         archs->array[0].string == "Qwen2VLForConditionalGeneration" ||
                         archs->array[0].string == "Qwen2_5_VLForConditionalGeneration" ||
                         archs->array[0].string == "Lfm2VlForConditionalGeneration");
-  return by_type || by_arch;
+  if (by_type || by_arch) return true;
+  // Any other vision-language folder (LLaVA, InternVL, Aya Vision, SmolVLM, ...) whose own type
+  // ossa does not run but whose text_config is a language model it does: that model.
+  const std::string own = type != nullptr && type->is_string() ? type->string : "";
+  const JsonValue* text = cfg.get("text_config");
+  const JsonValue* text_type =
+      text != nullptr && text->is_object() ? text->get("model_type") : nullptr;
+  return !own.empty() && !hf_archs().count(own) && !gemma_type(own) && text_type != nullptr &&
+         text_type->is_string() &&
+         (hf_archs().count(text_type->string) > 0 || gemma_type(text_type->string));
 }
 
 // The language model's tensors under the names of a text-only folder: model.language_model.X
@@ -1397,7 +1512,8 @@ void language_model_names(Builder& b) {
   std::map<std::string, Raw> renamed;
   for (auto& [name, raw] : b.raw) {
     std::string to = name;
-    for (const char* prefix : {"model.language_model.", "language_model.model."})
+    for (const char* prefix :
+         {"model.language_model.", "language_model.model.", "model.text_model."})
       if (name.rfind(prefix, 0) == 0) to = "model." + name.substr(std::string(prefix).size());
     if (name == "language_model.lm_head.weight") to = "lm_head.weight";
     if (!renamed.emplace(to, raw).second)
@@ -1508,98 +1624,7 @@ void load_hf(Model& m, Storage& st) {
         archs->array[0].is_string())
       arch = archs->array[0].string;
   }
-  static const std::map<std::string, std::string> k_archs = {
-      {"llama", "llama"},
-      {"LlamaForCausalLM", "llama"},
-      {"qwen2", "qwen2"},
-      {"Qwen2ForCausalLM", "qwen2"},
-      {"qwen3", "qwen3"},
-      {"Qwen3ForCausalLM", "qwen3"},
-      {"mistral", "mistral"},
-      {"MistralForCausalLM", "mistral"},
-      {"qwen3_moe", "qwen3moe"},
-      {"Qwen3MoeForCausalLM", "qwen3moe"},
-      {"qwen2_moe", "qwen2moe"},
-      {"Qwen2MoeForCausalLM", "qwen2moe"},
-      {"mixtral", "mixtral"},
-      {"MixtralForCausalLM", "mixtral"},
-      {"phi3", "phi3"},
-      {"Phi3ForCausalLM", "phi3"},
-      {"smollm3", "smollm3"},
-      {"SmolLM3ForCausalLM", "smollm3"},
-      {"granite", "granite"},
-      {"GraniteForCausalLM", "granite"},
-      {"granitemoe", "granitemoe"},
-      {"GraniteMoeForCausalLM", "granitemoe"},
-      {"gpt_oss", "gpt-oss"},
-      {"GptOssForCausalLM", "gpt-oss"},
-      {"olmo2", "olmo2"},
-      {"Olmo2ForCausalLM", "olmo2"},
-      {"olmo3", "olmo3"},
-      {"Olmo3ForCausalLM", "olmo3"},
-      {"exaone4", "exaone4"},
-      {"Exaone4ForCausalLM", "exaone4"},
-      {"ernie4_5", "ernie4_5"},
-      {"Ernie4_5ForCausalLM", "ernie4_5"},
-      {"ernie4_5_moe", "ernie4_5-moe"},
-      {"Ernie4_5_MoeForCausalLM", "ernie4_5-moe"},
-      {"deepseek_v2", "deepseek2"},
-      {"DeepseekV2ForCausalLM", "deepseek2"},
-      {"deepseek_v3", "deepseek2"},
-      {"glm4_moe_lite", "deepseek2"},
-      {"mistral4", "deepseek2"},
-      {"Mistral4ForCausalLM", "deepseek2"},
-      {"Glm4MoeLiteForCausalLM", "deepseek2"},
-      {"DeepseekV3ForCausalLM", "deepseek2"},
-      {"glm4_moe", "glm4moe"},
-      {"Glm4MoeForCausalLM", "glm4moe"},
-      {"olmoe", "olmoe"},
-      {"OlmoeForCausalLM", "olmoe"},
-      {"glm4", "glm4"},
-      {"Glm4ForCausalLM", "glm4"},
-      {"ministral3", "mistral3"},
-      {"Ministral3ForCausalLM", "mistral3"},
-      {"qwen3_5_text", "qwen35"},
-      {"Qwen3_5ForCausalLM", "qwen35"},
-      {"qwen3_5_moe_text", "qwen35moe"},
-      {"Qwen3_5MoeForCausalLM", "qwen35moe"},
-      {"qwen3_next", "qwen3next"},  // (Qwen3-Next: Qwen3.5-MoE's layers, fused projections)
-      {"Qwen3NextForCausalLM", "qwen3next"},
-      {"lfm2", "lfm2"},
-      {"Lfm2ForCausalLM", "lfm2"},
-      {"lfm2_moe", "lfm2moe"},
-      {"Lfm2MoeForCausalLM", "lfm2moe"},
-      {"granitemoehybrid", "granitehybrid"},
-      {"GraniteMoeHybridForCausalLM", "granitehybrid"},
-      {"bamba", "granitehybrid"},  // (Bamba: granitehybrid in GGUF too, as llama.cpp converts it)
-      {"BambaForCausalLM", "granitehybrid"},
-      {"nemotron_h", "nemotron_h"},
-      {"NemotronHForCausalLM", "nemotron_h"},
-      {"mamba2", "mamba2"},
-      {"Mamba2ForCausalLM", "mamba2"},
-      {"mamba", "mamba"},  // (Mamba-1 and Falcon-Mamba: its weightless norms of dt, B, C)
-      {"MambaForCausalLM", "mamba"},
-      {"falcon_mamba", "mamba"},
-      {"FalconMambaForCausalLM", "mamba"},
-      {"jamba", "jamba"},
-      {"JambaForCausalLM", "jamba"},
-      {"falcon_h1", "falcon-h1"},  // (Falcon-H1: attention and Mamba-2 side by side)
-      {"FalconH1ForCausalLM", "falcon-h1"},
-      {"llama4_text", "llama4"},  // (Llama 4: a Llama4Config's text_config, or a text-only folder)
-      {"Llama4ForCausalLM", "llama4"},
-      // (Qwen3-VL's language model: Qwen3 / Qwen3-MoE's layers; its M-RoPE is plain RoPE for text,
-      // every position id the same in each of the three sections)
-      {"qwen3_vl_text", "qwen3vl"},
-      {"qwen3_vl_moe_text", "qwen3vlmoe"},
-      // (Qwen2-VL / Qwen2.5-VL's: Qwen2's layers, M-RoPE plain for text; flat configs as released)
-      {"qwen2_vl_text", "qwen2vl"},
-      {"qwen2_5_vl_text", "qwen2vl"},
-      {"qwen2_vl", "qwen2vl"},
-      {"qwen2_5_vl", "qwen2vl"},
-      {"cohere", "command-r"},  // (Command R, R+, Aya: llama.cpp's name for the architecture)
-      {"CohereForCausalLM", "command-r"},
-      {"cohere2", "cohere2"},
-      {"Cohere2ForCausalLM", "cohere2"}};
+  const std::map<std::string, std::string>& k_archs = hf_archs();
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")

@@ -597,9 +597,22 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return cfg, w
 
 
+_GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "GemmaForCausalLM",
+                "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM",
+                "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration")  # fmt: skip
+
+
 def _text_wrapper(c: dict[str, Any]) -> bool:
-    """A vision-language folder read for its language model (Mistral3ForConditionalGeneration,
-    Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)."""
+    """A vision-language folder read for its language model (twin of loader.cpp's text_wrapper): the
+    listed ones, and any other whose own type ossa does not run but whose text_config is a language
+    model it does (LLaVA, InternVL, Aya Vision, SmolVLM, ...)."""
+    own, text = c.get("model_type"), c.get("text_config")
+    text_type = text.get("model_type") if isinstance(text, dict) else None
+    if (
+        isinstance(own, str) and own and own not in _HF_ARCHS and own not in _GEMMA_TYPES
+        and isinstance(text_type, str) and (text_type in _HF_ARCHS or text_type in _GEMMA_TYPES)
+    ):  # fmt: skip
+        return True
     return c.get("model_type") in (
         "mistral3",
         "qwen3_5",
@@ -644,7 +657,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         stored = {}
         for name in where:
             to = name
-            for prefix in ("model.language_model.", "language_model.model."):
+            for prefix in ("model.language_model.", "language_model.model.", "model.text_model."):
                 if name.startswith(prefix):
                     to = "model." + name[len(prefix) :]
             to = "lm_head.weight" if name == "language_model.lm_head.weight" else to
