@@ -93,6 +93,15 @@ REPLIES: list[tuple[str, str, str | None, list[tuple[str, dict[str, Any]]]]] = [
         [("get_weather", {"city": "Lima"}), ("search", {})],
     ),
     (
+        "minimax_m2",
+        'Let me see.\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+        '<parameter name="city">Sapporo</parameter>\n'
+        '<parameter name="days">2</parameter>\n</invoke>\n<invoke name="search">\n<parameter name="filters">'
+        '{"a": 1}</parameter>\n</invoke>\n</minimax:tool_call>',
+        "Let me see.",
+        [("get_weather", {"city": "Sapporo", "days": 2}), ("search", {"filters": {"a": 1}})],
+    ),
+    (
         "command_r7b",
         'I will look.<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
         '{"city": "Cork"}},\n    {"tool_call_id": "1", "tool_name": "search",'
@@ -174,6 +183,7 @@ def test_streams_add_up_to_the_whole_reply(cuts: list[int]) -> None:
         ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>", "deepseek_v3"),
         ("<|tool_calls_section_begin|>", "kimi_k2"),
         ("<|START_ACTION|>[{{ tool_call }}]<|END_ACTION|>", "command_r7b"),
+        ("<minimax:tool_call>\n<invoke name=", "minimax_m2"),
         ("<tool_call>{{ name }}\n<arg_key>{{ k }}</arg_key>", "glm45"),
         ("<tool_call>\n<function={{ name }}>\n<parameter={{ k }}>", "qwen3_coder"),
         ("format of [func_name1(params_name1=params_value1, ...)]", "pythonic"),

@@ -69,6 +69,7 @@ ARCHS = (
     "qwen2_5_vl",
     "cohere",
     "cohere2",
+    "minimax_m2",
 )
 
 
@@ -191,6 +192,7 @@ def make_hf_model(
         "qwen2_5_vl": transformers.Qwen2_5_VLTextConfig,
         "cohere": transformers.CohereConfig,
         "cohere2": transformers.Cohere2Config,
+        "minimax_m2": transformers.MiniMaxM2Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -420,7 +422,7 @@ def hf_to_gguf(
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
-        "cohere": "command-r", "cohere2": "cohere2",
+        "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -483,6 +485,12 @@ def hf_to_gguf(
             _glm4moe_keys(writer, cfg, nextn)
     elif arch in ("qwen35", "qwen35moe", "qwen3next"):
         _qwen35_keys(writer, arch, cfg, head_dim, rope)
+    elif arch == "minimax-m2":  # the rotated dimensions, the experts (llama.cpp's keys)
+        writer.add_rope_dimension_count(int(cfg.get("rotary_dim") or head_dim))
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["intermediate_size"])
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
         if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
@@ -648,7 +656,12 @@ def hf_to_gguf(
     vl_experts = _fused_expert_tensors(tensors, cfg) if vl and arch == "qwen3vlmoe" else {}
     if cfg.get("tie_word_embeddings"):
         tensors.pop("lm_head.weight", None)
+    if arch == "minimax-m2":  # its selection bias beside the router, under llama.cpp's name
+        for i in range(cfg["num_hidden_layers"]):
+            bias = tensors.pop(f"model.layers.{i}.block_sparse_moe.e_score_correction_bias")
+            tensors[f"blk.{i}.exp_probs_b.bias"] = bias
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
+    moe.update({k: tensors.pop(k) for k in [k for k in tensors if k.startswith("blk.")]})
     moe.update(vl_experts)
     if arch == "gpt-oss":
         moe = _gpt_oss_experts(tensors, cfg["num_hidden_layers"])

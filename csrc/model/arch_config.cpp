@@ -799,6 +799,27 @@ void cohere_config_hf(const Json& cfg, ModelConfig& c) {
   cohere_common(c, cfg.number("logit_scale", 0.0625), window, std::move(sliding), where);
 }
 
+void minimax_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
+  c.qk_norm = true;
+  c.rope_style = RopeStyle::Neox;
+  const int64_t dims = g.get_int(c.arch + ".rope.dimension_count", c.head_dim);
+  if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+    throw ModelError("invalid " + c.arch + ".rope.dimension_count in '" + path + "'");
+  c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+}
+
+void minimax_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
+  c.qk_norm = true;
+  c.rope_style = RopeStyle::Neox;
+  double partial = cfg.number("partial_rotary_factor", 1.0);
+  if (rope != nullptr && rope->is_object())
+    partial = Json{*rope, cfg.path}.number("partial_rotary_factor", partial);
+  const int64_t dims = cfg.integer("rotary_dim", static_cast<int64_t>(partial * c.head_dim));
+  if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+    throw ModelError("invalid rotary_dim " + std::to_string(dims) + " in '" + cfg.path + "'");
+  c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+}
+
 void temperature_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   if (rope == nullptr || !rope->is_object()) return;
   const Json r{*rope, cfg.path};

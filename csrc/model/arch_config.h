@@ -155,6 +155,13 @@ void llama4_config_hf(const Json& cfg, ModelConfig& c);
 // every 4 layers (GGUF: llama.cpp's fixed pattern; folders: layer_types / sliding_window_pattern),
 // which alone rotate; the others attend fully without RoPE.
 void cohere_config_gguf(const GGUFFile& g, ModelConfig& c, bool qk_norm, const std::string& path);
+
+// MiniMax-M2 (minimax-m2; MiniMaxM2ForCausalLM): q / k RMS-normalised over all heads at once, NeoX
+// RoPE on the first rotary_dim dimensions of each head (GGUF rope.dimension_count; a folder's
+// rotary_dim or partial_rotary_factor), RoPE base 5e6 by default; experts on every layer
+// (moe_loader).
+void minimax_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path);
+void minimax_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 void cohere_config_hf(const Json& cfg, ModelConfig& c);
 void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c);
 

@@ -386,7 +386,7 @@ struct ModelConfig {
   // heads at once) rather than per head.
   bool olmo() const { return arch == "olmo2" || arch == "olmo3"; }
   bool pre_norms() const { return !olmo() && arch != "exaone4"; }
-  bool qk_norm_full() const { return olmo() || arch == "olmoe"; }
+  bool qk_norm_full() const { return olmo() || arch == "olmoe" || arch == "minimax-m2"; }
 };
 
 }  // namespace ossa

@@ -233,7 +233,8 @@ const std::vector<std::string> k_gguf_archs = {
     "deepseek2",  "glm4moe", "olmoe",      "glm4",          "mistral3",   "qwen35",
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2"};
+    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
+    "minimax-m2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -246,7 +247,8 @@ const char* const k_supported_hf =
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
-    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2)";
+    "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
+    "minimax_m2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -889,8 +891,8 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
-  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && !mla && !qwen35 &&
-      g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
+      !qwen35 && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
   const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
@@ -962,6 +964,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "llama4") llama4_config_gguf(*g, c, m.path);      // NoPE layers, chunks, temperature
   if (arch == "command-r" || arch == "cohere2")  // LayerNorm, parallel blocks, logit scale
     cohere_config_gguf(*g, c, b.has("blk.0.attn_q_norm.weight"), m.path);
+  if (arch == "minimax-m2") minimax_config_gguf(*g, c, m.path);  // q / k norms, partial RoPE
   if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
@@ -1462,7 +1465,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"cohere", "command-r"},  // (Command R, R+, Aya: llama.cpp's name for the architecture)
       {"CohereForCausalLM", "command-r"},
       {"cohere2", "cohere2"},
-      {"Cohere2ForCausalLM", "cohere2"}};
+      {"Cohere2ForCausalLM", "cohere2"},
+      {"minimax_m2", "minimax-m2"},
+      {"MiniMaxM2ForCausalLM", "minimax-m2"}};
   return k_archs;
 }
 
@@ -1674,7 +1679,8 @@ void load_hf(Model& m, Storage& st) {
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
-      c.arch != "granitehybrid" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
+      c.arch != "granitehybrid" && c.arch != "minimax-m2" &&
+      cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -1695,10 +1701,11 @@ void load_hf(Model& m, Storage& st) {
   // (Qwen3-VL's text configs default to 500000)
   // (and Qwen2-VL's to 1000000)
   const bool qwen3vl = c.arch == "qwen3vl" || c.arch == "qwen3vlmoe";
-  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss               ? 150000.0
-                                                             : qwen3vl             ? 500000.0
-                                                             : c.arch == "qwen2vl" ? 1000000.0
-                                                                                   : 10000.0));
+  c.rope_theta = static_cast<float>(cfg.number("rope_theta", gpt_oss                  ? 150000.0
+                                                             : qwen3vl                ? 500000.0
+                                                             : c.arch == "qwen2vl"    ? 1000000.0
+                                                             : c.arch == "minimax-m2" ? 5000000.0
+                                                                                      : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));
   if (scaling == nullptr) scaling = params;
@@ -1740,6 +1747,7 @@ void load_hf(Model& m, Storage& st) {
     window_config_hf(cfg, c);
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
+  if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
@@ -1749,8 +1757,9 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
-              c.qk_norm_heads;  // (Cohere's use_qk_norm: cohere_config_hf)
-  if (c.arch == "olmoe") {      // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
+              c.qk_norm_heads ||
+              c.arch == "minimax-m2";  // (Cohere's use_qk_norm: cohere_config_hf)
+  if (c.arch == "olmoe") {             // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())
       c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));

@@ -313,15 +313,17 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // (GLM-4.5's routing is DeepSeek V3's: sigmoid scores unless the file says otherwise)
   // (LFM2-MoE routes as DeepSeek V3 does, in one group: sigmoid scores plus an expert bias)
   // (Nemotron-H's MoE likewise: llama.cpp routes it by sigmoid whatever the file says)
+  // (MiniMax-M2 routes as DeepSeek V3 does in one group: sigmoid scores plus an expert bias,
+  // renormalised; llama.cpp hard-codes the sigmoid)
   const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
-             nemotron = c.arch == "nemotron_h_moe",
-             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron;
+             nemotron = c.arch == "nemotron_h_moe", minimax = c.arch == "minimax-m2",
+             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
       c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
   const int64_t gating =
-      nemotron ? 2 : g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
+      nemotron || minimax ? 2 : g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
   if (c.arch != "gpt-oss" && c.arch != "llama4" && gating != 0 && gating != 1 &&
       !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
@@ -337,7 +339,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
                           ? static_cast<int>(std::clamp<int64_t>(
                                 g.get_int(k + "expert_shared_feed_forward_length", 0), -1, 1 << 30))
                           : 0;
-    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm || lfm2);
+    m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm || lfm2 || minimax);
     if (lfm2) m.norm_eps = 1e-6f;
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
     m.sigmoid_gating = gating == 2;
@@ -359,7 +361,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "ernie4_5-moe" && c.arch != "deepseek2" && c.arch != "glm4moe" &&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
-      c.arch != "llama4")
+      c.arch != "llama4" && c.arch != "minimax-m2")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -393,6 +395,12 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.softmax_topk = true;
     m.swiglu_alpha = static_cast<float>(number("swiglu_alpha", 1.702));
     m.swiglu_limit = static_cast<float>(number("swiglu_limit", 7.0));
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "minimax-m2") {  // MiniMaxM2Config's defaults: V3's routing in one group
+    m.n_expert = static_cast<int>(integer("num_local_experts", integer("num_experts", 256)));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 8));
+    m.n_ff_expert = c.n_ff;
+    m.deepseek = m.sigmoid_gating = m.selection_bias = m.norm_topk_prob = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "llama4") {  // Llama4TextConfig's defaults; dense layers: c.n_ff
     m.n_expert = static_cast<int>(integer("num_local_experts", 16));
@@ -719,7 +727,10 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   // (Mixtral and LFM2-MoE name the experts' matrices w1 / w3 / w2; Jamba's router is "router")
-  const bool mixtral = c.arch == "mixtral", w123 = mixtral || c.arch == "lfm2moe";
+  // (MiniMax-M2's folders: Mixtral's names, its selection bias beside the router)
+  const bool minimax =
+      c.arch == "minimax-m2" && src.has("model.layers." + l + ".block_sparse_moe.gate.weight");
+  const bool mixtral = c.arch == "mixtral" || minimax, w123 = mixtral || c.arch == "lfm2moe";
   const std::string p = "model.layers." + l +
                         (mixtral                                    ? ".block_sparse_moe."
                          : c.arch == "lfm2moe" || c.arch == "jamba" ? ".feed_forward."
@@ -765,6 +776,7 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     out.selection_bias =
         src.take(p + (c.arch == "ernie4_5-moe" ? "moe_statics.e_score_correction_bias"
                       : c.arch == "lfm2moe"    ? "expert_bias"
+                      : c.arch == "minimax-m2" ? "e_score_correction_bias"
                                                : "gate.e_score_correction_bias"),
                  canon + "selection_bias", 1, n);
 }

@@ -123,6 +123,7 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
             "deepseek_v3",
             "kimi_k2",
             "command_r7b",
+            "minimax_m2",
         ],  # fmt: skip
         default=None,
         help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",

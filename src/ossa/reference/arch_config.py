@@ -648,6 +648,28 @@ def cohere_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return out
 
 
+def _minimax_rope(dims: int, head_dim: int) -> dict[str, Any]:
+    if not (2 <= dims <= head_dim and dims % 2 == 0):
+        raise ValueError(f"invalid rotary_dim {dims}")
+    return {"qk_norm": True, "rope_style": "neox", "rope_dim": 0 if dims == head_dim else dims}
+
+
+def minimax_gguf(md: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """MiniMax-M2 from GGUF (twin of minimax_config_gguf): q / k norms over all heads, NeoX RoPE on
+    rope.dimension_count dimensions."""
+    return _minimax_rope(md.get("minimax-m2.rope.dimension_count", head_dim), head_dim)
+
+
+def minimax_hf(c: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """MiniMax-M2 from a config.json (twin of minimax_config_hf): rotary_dim, else partial_rotary_factor
+    (rope_parameters' or top-level) times head_dim."""
+    partial = (c.get("rope_parameters") or {}).get(
+        "partial_rotary_factor", c.get("partial_rotary_factor", 1.0)
+    )
+    dims = c.get("rotary_dim")
+    return _minimax_rope(int(partial * head_dim) if dims is None else dims, head_dim)
+
+
 def mistral3_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Ministral 3 from GGUF (twin of mistral3_config_gguf): YaRN's cos/sin factor divided out as
     llama.cpp's mistral3 graph does (1); attention.scale where set."""

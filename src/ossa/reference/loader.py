@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2",
+    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -34,7 +34,7 @@ QWEN35 = ("qwen35", "qwen35moe", "qwen3next")
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
-QK_NORM_FULL = ("olmo2", "olmo3", "olmoe")
+QK_NORM_FULL = ("olmo2", "olmo3", "olmoe", "minimax-m2")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -75,7 +75,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -111,6 +111,7 @@ _HF_ARCHS = {
     "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl", "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl",
     "cohere": "command-r", "CohereForCausalLM": "command-r",
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
+    "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -552,6 +553,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.mistral3_gguf(md, common))
     if arch == "llama4":  # NoPE layers, chunks, temperature
         common.update(arch_config.llama4_gguf(md, common["n_layer"], common["rope_theta"]))
+    if arch == "minimax-m2":  # q / k norms over all heads, partial RoPE
+        common.update(arch_config.minimax_gguf(md, common["head_dim"]))
     if arch in ("command-r", "cohere2"):  # LayerNorm, parallel blocks, logit scale
         common.update(
             arch_config.cohere_gguf(arch, md, common["n_layer"], "blk.0.attn_q_norm.weight" in g.tensors)
@@ -706,9 +709,13 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "olmo3":  # window, RoPE per layer type: the full layers' parameters are the model's
         olmo3, full = arch_config.olmo3_hf(c, get("num_hidden_layers", 0))
         params = full if full is not None else (c.get("rope_scaling") or {})
-    default_theta = {"gpt-oss": 150000.0, "qwen3vl": 500000.0, "qwen3vlmoe": 500000.0, "qwen2vl": 1e6}.get(
-        arch, 1e4
-    )
+    default_theta = {
+        "gpt-oss": 150000.0,
+        "qwen3vl": 500000.0,
+        "qwen3vlmoe": 500000.0,
+        "qwen2vl": 1e6,
+        "minimax-m2": 5e6,
+    }.get(arch, 1e4)
     theta = params.get("rope_theta", get("rope_theta", default_theta))
     s = params if arch == "olmo3" else c.get("rope_scaling") or params
     if arch == "gpt-oss" and "rope_type" not in s and "type" not in s:  # GptOssConfig's default
@@ -728,7 +735,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         scaling = arch_config.yarn_hf(c, s)
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", *QWEN35)
+    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", *QWEN35)
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -790,6 +797,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.llama4_hf(c, common["n_layer"]))
     if arch in ("command-r", "cohere2"):
         common.update(arch_config.cohere_hf(arch, c, common["n_layer"]))
+    if arch == "minimax-m2":  # q / k norms over all heads, partial RoPE
+        common.update(arch_config.minimax_hf(c, common["head_dim"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_hf(c))
     if arch == "deepseek2":

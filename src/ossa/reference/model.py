@@ -392,7 +392,7 @@ def forward(
 
     post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
     post_normed = post_only or c["arch"] == "glm4"  # (GLM-4: both)
-    olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
+    olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None

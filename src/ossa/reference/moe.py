@@ -45,6 +45,7 @@ MOE_ARCHS = (
     "jamba",
     "llama4",
     "qwen3vlmoe",
+    "minimax-m2",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -102,6 +103,7 @@ def gguf_config(
         in (
             "qwen3moe",
             "qwen3vlmoe",
+            "minimax-m2",
             "qwen2moe",
             "gpt-oss",
             "granitemoe",
@@ -123,8 +125,9 @@ def gguf_config(
     glm_lite = arch == "deepseek2" and n_layer in (47, 48) and n_vocab == 154880
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
-    gating = 2 if nemotron else md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
-    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron
+    minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
+    gating = 2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
+    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron or minimax
     if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
@@ -138,7 +141,7 @@ def gguf_config(
             "n_ff_shared": (md.get(k + "expert_shared_feed_forward_length", 0)
                             if md.get(k + "expert_shared_count", 1) > 0 else 0)
             if nemotron else md.get(k + "expert_shared_count", 0) * n_ff_expert,
-            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm or lfm2)),
+            "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm or lfm2 or minimax)),
             "norm_eps": float(np.float32(1e-6 if lfm2 else 1e-20)),
             "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
             "n_group": groups,
@@ -267,6 +270,13 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
             "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
+        })  # fmt: skip
+    if arch == "minimax-m2":  # MiniMaxM2Config's defaults: V3's routing in one group, renormalised
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": True, "selection_bias": True,
+            "n_expert": get("num_local_experts", get("num_experts", 256)),
+            "n_expert_used": get("num_experts_per_tok", 8), "n_ff_expert": n_ff, "n_ff_shared": 0,
+            "norm_topk_prob": True, "layers": list(range(n_layer)),
         })  # fmt: skip
     if arch == "llama4":  # Llama4TextConfig's defaults: moe_layers, else every interleave_moe_layer_step-th
         step = get("interleave_moe_layer_step", 1)
@@ -485,6 +495,9 @@ def hf_layer_weights(
             w[c + "shared.w_down"] = _shaped(_need(get, names, sp + "output_linear.weight"), e_dim, s)
         return
     jamba = cfg["arch"] == "jamba"  # (its router: feed_forward.router)
+    # (MiniMax-M2's folders: Mixtral's names, its selection bias beside the router)
+    minimax = cfg["arch"] == "minimax-m2" and f"model.layers.{i}.block_sparse_moe.gate.weight" in names
+    mixtral = mixtral or minimax
     p = f"model.layers.{i}." + (
         "block_sparse_moe." if mixtral else "feed_forward." if lfm2 or jamba else "mlp."
     )
@@ -519,7 +532,13 @@ def hf_layer_weights(
                 _need(get, names, p + "shared_expert_gate.weight"), 1, e_dim
             ).reshape(e_dim)
     if moe["selection_bias"]:
-        stat = "moe_statics." if cfg["arch"] == "ernie4_5-moe" else "gate."
+        stat = (
+            "moe_statics."
+            if cfg["arch"] == "ernie4_5-moe"
+            else ""
+            if cfg["arch"] == "minimax-m2"
+            else "gate."
+        )
         name = p + "expert_bias" if lfm2 else p + stat + "e_score_correction_bias"
         bias = _need(get, names, name)
         w[c + "selection_bias"] = _shaped(bias, 1, n).reshape(n)

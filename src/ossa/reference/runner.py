@@ -195,7 +195,7 @@ class ModelRunner:
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")
         post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
-        olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe")  # q / k normalised over all heads at once
+        olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normed over all heads
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
         for i in range(c["n_layer"]):

@@ -16,6 +16,8 @@ go out in one delta), or at the end of the reply when the model stopped before w
   ``<｜tool▁calls▁end｜>``.
 - ``kimi_k2`` (Kimi K2): ``<|tool_calls_section_begin|>`` then per call ``<|tool_call_begin|>functions.NAME:
   INDEX<|tool_call_argument_begin|>{json}<|tool_call_end|>``, then ``<|tool_calls_section_end|>``.
+- ``minimax_m2`` (MiniMax-M2): ``<minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE
+  </parameter>...</invoke>...</minimax:tool_call>``.
 - ``command_r7b`` (Command R7B, Command A): ``<|START_ACTION|>[{"tool_call_id": "0", "tool_name": NAME,
   "parameters": {...}}, ...]<|END_ACTION|>``.
 - ``pythonic`` (Llama 4, Llama 3.2's pythonic template): the whole reply a Python list of calls,
@@ -334,6 +336,34 @@ def _write_kimi(calls: list[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
+# -- minimax_m2 -----------------------------------------------------------------------------------------
+
+_INVOKE = re.compile(r'<invoke name="([^"]+)">(.*?)(?:</invoke>|\Z)', re.S)
+_MM_PARAM = re.compile(r'<parameter name="([^"]+)">(.*?)(?:</parameter>|\Z)', re.S)
+
+
+def _parse_minimax(body: str, schemas: Schemas) -> Calls:
+    calls = []
+    for m in _INVOKE.finditer(body):
+        name = m.group(1).strip()
+        args = {}
+        for p in _MM_PARAM.finditer(m.group(2)):
+            key = p.group(1).strip()
+            args[key] = _typed(_one_newline(p.group(2)), name, key, schemas, unnamed_json=True)
+        calls.append((name, _dumps(args)))
+    if not calls or body[: body.find("<invoke")].strip():
+        raise ValueError("not a MiniMax-M2 call")
+    return calls
+
+
+def _write_minimax(calls: list[tuple[str, dict[str, Any]]]) -> str:
+    out = []
+    for name, args in calls:
+        params = "".join(f'<parameter name="{k}">{_text(v)}</parameter>\n' for k, v in args.items())
+        out.append(f'<invoke name="{name}">\n{params}</invoke>\n')
+    return "<minimax:tool_call>\n" + "".join(out) + "</minimax:tool_call>"
+
+
 # -- command_r7b ----------------------------------------------------------------------------------------
 
 CR_START, CR_END = "<|START_ACTION|>", "<|END_ACTION|>"
@@ -430,6 +460,7 @@ BLOCKS: dict[str, BlockFormat] = {
         DS_CALLS, DS_CALLS_END, _parse_deepseek, _write_deepseek, (DS_CALL, DS_SEP, DS_CALL_END)
     ),
     "command_r7b": BlockFormat(CR_START, CR_END, _parse_command_r7b, _write_command_r7b),
+    "minimax_m2": BlockFormat("<minimax:tool_call>", "</minimax:tool_call>", _parse_minimax, _write_minimax),
     "kimi_k2": BlockFormat(
         KIMI_CALLS, KIMI_CALLS_END, _parse_kimi, _write_kimi, (KIMI_CALL, KIMI_ARGS, KIMI_CALL_END)
     ),
