@@ -24,6 +24,10 @@ them), cached under $OSSA_HOME/bench:
   chunked, q / k normalised) for `--layers` layers (default 4 of its 48: one NoPE layer), Q8_0
   matrices written directly, norms and routers F32; untied, the default model's vocabulary (49,152,
   not Scout's 202,048).
+- `--arch minimax-m2`: MiniMax-M2's layer at full width (hidden 3072, 48 query / 8 KV heads of 128 with
+  q / k norms over all heads and RoPE on 64 of each head's dimensions; 256 experts of 1536 rows, 8 a token
+  by sigmoid score plus a selection bias) for `--layers` layers (default 2 of its 62), Q8_0 matrices
+  written directly, norms, routers and biases F32; untied, the default model's vocabulary.
 
 Prefill (128 and 512 tokens) and decode (after a 128-token prompt; `--decode-contexts 1024,4096`: also
 after longer prompts, where the attention over the cache counts), same threads, best of repeated runs
@@ -351,12 +355,71 @@ def build_llama4(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
     return write_gguf(w, tmp, dst)
 
 
+MINIMAX = dict(n_embd=3072, n_head=48, n_head_kv=8, head_dim=128, rotary=64, n_expert=256, n_expert_used=8,
+               n_ff_expert=1536)  # fmt: skip
+
+
+def build_minimax(dst: Path, n_layer: int, tokenizer_gguf: str) -> str:
+    """Writes the MiniMax-M2-wide model of ``n_layer`` layers once (see the module docstring)."""
+    if dst.exists():
+        return str(dst)
+    import gguf
+
+    s = MINIMAX
+    reader = gguf.GGUFReader(tokenizer_gguf)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tmp = dst.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "minimax-m2")
+    copy_gguf_metadata(reader, w, lambda name: name.startswith("tokenizer."))
+    e, hd, ne, f = s["n_embd"], s["head_dim"], s["n_expert"], s["n_ff_expert"]
+    w.add_context_length(196608)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(f)
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(s["rotary"])
+    w.add_rope_freq_base(5e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(ne)
+    w.add_expert_used_count(s["n_expert_used"])
+    w.add_expert_feed_forward_length(f)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_vocab_size(n_vocab)
+    w.add_file_type(7)  # MOSTLY_Q8_0
+    r = RandomQ8(w)
+    mat, f32 = r.mat, r.f32
+    mat("token_embd.weight", n_vocab, e)
+    f32("output_norm.weight", e, base=1.0)
+    mat("output.weight", n_vocab, e)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f32(p + "attn_norm.weight", e, base=1.0)
+        mat(p + "attn_q.weight", s["n_head"] * hd, e)
+        mat(p + "attn_k.weight", s["n_head_kv"] * hd, e)
+        mat(p + "attn_v.weight", s["n_head_kv"] * hd, e)
+        mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        f32(p + "attn_q_norm.weight", s["n_head"] * hd, base=1.0)
+        f32(p + "attn_k_norm.weight", s["n_head_kv"] * hd, base=1.0)
+        f32(p + "ffn_norm.weight", e, base=1.0)
+        f32(p + "ffn_gate_inp.weight", ne, e, spread=1 / np.sqrt(e))
+        f32(p + "exp_probs_b.bias", ne, spread=0.01)
+        mat(p + "ffn_gate_exps.weight", ne, f, e)
+        mat(p + "ffn_up_exps.weight", ne, f, e)
+        mat(p + "ffn_down_exps.weight", ne, e, f)
+    return write_gguf(w, tmp, dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="Q8_0,Q4_0", help="qwen3moe: the files' types")
-    ap.add_argument("--arch", choices=["qwen3moe", "gpt-oss", "deepseek2", "llama4"], default="qwen3moe")
+    ap.add_argument(
+        "--arch", choices=["qwen3moe", "gpt-oss", "deepseek2", "llama4", "minimax-m2"], default="qwen3moe"
+    )
     ap.add_argument(
         "--decode-contexts", default="", help="also decode after prompts of these lengths (1024,4096)"
     )
@@ -365,7 +428,8 @@ def main() -> None:
         type=int,
         default=0,
         help="gpt-oss: layers of the 20b width (default 8 of its 24); "
-        "deepseek2: of V2-Lite's width (default 6 of its 27); llama4: of Scout's (default 4 of its 48)",
+        "deepseek2: of V2-Lite's width (default 6 of its 27); llama4: of Scout's (default 4 of its 48); "
+        "minimax-m2: of MiniMax-M2's (default 2 of its 62)",
     )
     args = ap.parse_args()
     from ossa import models
@@ -373,7 +437,12 @@ def main() -> None:
 
     default = models.resolve("smollm2-135m")
     kernels = kernels_label(core)
-    if args.arch == "llama4":
+    if args.arch == "minimax-m2":
+        layers = args.layers or 2
+        print(f"synthetic minimax-m2: {MINIMAX}, {layers} layers; threads={args.threads}")
+        name = f"minimax-m2-wide-{layers}l-Q8_0.gguf"
+        files = [("Q8_0", build_minimax(bench_dir() / name, layers, default))]
+    elif args.arch == "llama4":
         layers = args.layers or 4
         print(f"synthetic llama4: {SCOUT}, {layers} layers; threads={args.threads}")
         name = f"llama4-scout-wide-{layers}l-Q8_0.gguf"

@@ -70,6 +70,7 @@ ARCHS = (
     "cohere",
     "cohere2",
     "minimax_m2",
+    "gemma3n",
 )
 
 
@@ -106,7 +107,9 @@ def make_hf_model(
 
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}")
-    local_theta = extra.pop("rope_local_base_freq", 10000.0 if arch in ("gemma3", "gemma4") else rope_theta)
+    local_theta = extra.pop(
+        "rope_local_base_freq", 10000.0 if arch in ("gemma3", "gemma4", "gemma3n") else rope_theta
+    )
     kwargs: dict[str, Any] = dict(
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
@@ -140,6 +143,11 @@ def make_hf_model(
         full["partial_rotary_factor"] = kwargs.pop("partial_rotary_factor", 0.25)
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": full, "sliding_attention": local}
+    if arch == "gemma3n":  # plain RoPE on both kinds of layer, each with its base
+        kwargs["rope_parameters"] = {
+            "full_attention": {"rope_theta": rope_theta, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": local_theta, "rope_type": "default"},
+        }
     if arch in ("gemma3", "olmo3"):  # OLMo 3 too: scaling (if any) on the full layers only
         local = {"rope_theta": local_theta, "rope_type": "default"}
         kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": local}
@@ -193,6 +201,7 @@ def make_hf_model(
         "cohere": transformers.CohereConfig,
         "cohere2": transformers.Cohere2Config,
         "minimax_m2": transformers.MiniMaxM2Config,
+        "gemma3n": transformers.Gemma3nTextConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -250,8 +259,8 @@ def make_hf_model(
                 b.copy_(0.1 * torch.randn(b.shape, generator=gen))
             if name.endswith("layer_scalar"):  # Gemma 4's output multipliers: around 1
                 b.copy_(0.5 + torch.rand(b.shape, generator=gen))
-        for name, p in model.named_parameters():  # Gemma 4's router scales: around 1
-            if name.endswith(("router.scale", "router.per_expert_scale")):
+        for name, p in model.named_parameters():  # Gemma 4's router scales, Gemma 3n's: around 1
+            if name.endswith(("router.scale", "router.per_expert_scale", "altup.correct_output_scale")):
                 p.data.copy_(0.5 + torch.rand(p.shape, generator=gen))
     if tie:
         model.tie_weights()
@@ -404,7 +413,7 @@ def hf_to_gguf(
         deepstack = len(cfg["vision_config"].get("deepstack_visual_indexes") or [])
         cfg = dict(cfg["text_config"], tie_word_embeddings=tie)
         model_type = cfg["model_type"]
-    if model_type == "gemma4_text":
+    if model_type in ("gemma4_text", "gemma3n_text"):
         return _gemma4_to_gguf(hf_dir, cfg, out_path, ftype, tokenizer_gguf)
     if model_type == "nemotron_h":  # (transformers 5 writes its layer count as the pattern's length)
         cfg["num_hidden_layers"] = len(cfg["layers_block_type"])
@@ -1416,6 +1425,17 @@ _GEMMA4_GLOBALS = {
     "model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
     "model.per_layer_projection_norm.weight": "per_layer_proj_norm.weight",
 }  # fmt: skip
+# Gemma 3n's own (llama.cpp's names; the streams' projections stacked into one 3-D tensor each).
+_GEMMA3N_NAMES = {
+    "altup.modality_router.weight": "altup_router.weight",
+    "altup.router_norm.weight": "altup_router_norm.weight",
+    "altup.prediction_coefs.weight": "altup_predict_coef.weight",
+    "altup.correction_coefs.weight": "altup_correct_coef.weight",
+    "altup.correct_output_scale": "altup_correct_scale.weight",
+    "laurel.linear_left.weight": "laurel_l.weight",
+    "laurel.linear_right.weight": "laurel_r.weight",
+    "laurel.post_laurel_norm.weight": "laurel_post_norm.weight",
+}
 
 
 def _gemma4_to_gguf(
@@ -1432,11 +1452,12 @@ def _gemma4_to_gguf(
 
     from ossa.reference import arch_config
 
-    kw = arch_config.gemma4_hf(cfg)
+    g3n = cfg["model_type"] == "gemma3n_text"
+    kw = arch_config.gemma3n_hf(cfg) if g3n else arch_config.gemma4_hf(cfg)
     n_layer, hd_swa = kw["n_layer"], kw["head_dim"]
     hd_full = next((kw["layer_head_dim"][i] for i in range(n_layer) if not kw["layer_sliding"][i]), hd_swa)
-    writer = gguf.GGUFWriter(str(out_path), "gemma4")
-    writer.add_name("tiny-gemma4")
+    writer = gguf.GGUFWriter(str(out_path), "gemma3n" if g3n else "gemma4")
+    writer.add_name("tiny-gemma3n" if g3n else "tiny-gemma4")
     writer.add_context_length(cfg.get("max_position_embeddings", 512))
     writer.add_embedding_length(kw["n_embd"])
     writer.add_block_count(n_layer)
@@ -1449,18 +1470,31 @@ def _gemma4_to_gguf(
     writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     writer.add_key_length(hd_full)
     writer.add_value_length(hd_full)
-    writer.add_key_length_swa(hd_swa)
-    writer.add_value_length_swa(hd_swa)
+    if not g3n:  # (Gemma 3n's converter writes one head size, one rotated width: Gemma 3's keys)
+        writer.add_key_length_swa(hd_swa)
+        writer.add_value_length_swa(hd_swa)
     writer.add_rope_freq_base(float(kw["rope_theta"]))
     writer.add_rope_freq_base_swa(float(kw["rope_theta_swa"]))
-    writer.add_rope_dimension_count(hd_full)
-    writer.add_rope_dimension_count_swa(hd_swa)
+    if not g3n:
+        writer.add_rope_dimension_count(hd_full)
+        writer.add_rope_dimension_count_swa(hd_swa)
     writer.add_sliding_window(kw["sliding_window"])
     writer.add_sliding_window_pattern(kw["layer_sliding"])
     writer.add_shared_kv_layers(cfg.get("num_kv_shared_layers") or 0)
     writer.add_embedding_length_per_layer_input(kw["ple_dim"])
     if kw["final_softcap"]:
         writer.add_final_logit_softcapping(float(kw["final_softcap"]))
+    if g3n:  # AltUp's keys, the sparse gates' cuts as the converter computes them (torch, float32)
+        import torch
+
+        writer.add_altup_active_idx(cfg.get("altup_active_idx", 0))
+        writer.add_altup_num_inputs(kw["altup"])
+        normal = torch.distributions.normal.Normal(0, 1)
+        shares = cfg.get("activation_sparsity_pattern")  # (a config without it: a file without the key)
+        if shares is not None:
+            writer.add_activation_sparsity_scale(
+                [normal.icdf(torch.tensor(s, dtype=torch.float32)).item() for s in shares]
+            )
     if cfg.get("enable_moe_block"):
         writer.add_expert_count(cfg["num_experts"])
         writer.add_expert_used_count(cfg["top_k_experts"])
@@ -1485,6 +1519,8 @@ def _gemma4_to_gguf(
         if name in _GEMMA4_GLOBALS:
             named[_GEMMA4_GLOBALS[name]] = w
             continue
+        if name.startswith(("model.altup_projections.", "model.altup_unembed_projections.")):
+            continue  # (stacked below)
         parts = name.split(".")
         layer, rest = int(parts[2]), ".".join(parts[3:])
         if (
@@ -1493,9 +1529,36 @@ def _gemma4_to_gguf(
             and rest.startswith(("self_attn.k_", "self_attn.v_"))
         ):
             continue  # (the shared layers' unused K/V tensors)
-        named[f"blk.{layer}.{_GEMMA4_NAMES[rest]}"] = w.reshape(-1) if rest == "layer_scalar" else w
-    pairs = kw["rope_pairs"]
-    named["rope_freqs.weight"] = np.array([1.0] * pairs + [1e30] * (hd_full // 2 - pairs), dtype=np.float32)
+        names = dict(_GEMMA4_NAMES, **_GEMMA3N_NAMES) if g3n else _GEMMA4_NAMES
+        named[f"blk.{layer}.{names[rest]}"] = w.reshape(-1) if rest == "layer_scalar" else w
+    if g3n:
+        for hf, gg in (
+            ("altup_projections", "altup_proj"),
+            ("altup_unembed_projections", "altup_unembd_proj"),
+        ):
+            named[f"{gg}.weight"] = np.stack(
+                [tensors[f"model.{hf}.{s}.weight"] for s in range(kw["altup"] - 1)]
+            )
+        # the per-layer table padded to the vocabulary with zero rows, as llama.cpp's converter pads it
+        table = named["per_layer_token_embd.weight"]
+        pad = np.zeros((kw["n_vocab"] - len(table), table.shape[1]), dtype=table.dtype)
+        named["per_layer_token_embd.weight"] = np.concatenate([table, pad])
+        # GGUF has no key for altup_correct_scale (llama.cpp always scales): off, the scales are ones
+        if not kw["altup_correct_scale"]:
+            for layer in range(n_layer):
+                named[f"blk.{layer}.altup_correct_scale.weight"] = np.ones(kw["n_embd"], dtype=np.float32)
+        # the shared layers' K/V tensors, which the released checkpoints hold (unused; llama.cpp needs them)
+        e, kv = kw["n_embd"], kw["n_head_kv"] * hd_full
+        for layer in range(n_layer):
+            if kw["kv_source"] and kw["kv_source"][layer] != layer:
+                named[f"blk.{layer}.attn_k.weight"] = np.zeros((kv, e), dtype=np.float32)
+                named[f"blk.{layer}.attn_v.weight"] = np.zeros((kv, e), dtype=np.float32)
+                named[f"blk.{layer}.attn_k_norm.weight"] = np.ones(hd_full, dtype=np.float32)
+    else:
+        pairs = kw["rope_pairs"]
+        named["rope_freqs.weight"] = np.array(
+            [1.0] * pairs + [1e30] * (hd_full // 2 - pairs), dtype=np.float32
+        )
     for name, w in named.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # (the router stays F32)

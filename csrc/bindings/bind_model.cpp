@@ -245,6 +245,12 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["rope_pairs"] = c.rope_pairs;
   d["v_norm"] = c.v_norm;
   d["ple_dim"] = c.ple_dim;
+  d["altup"] = c.altup;  // (Gemma 3n)
+  d["laurel_rank"] = c.laurel_rank;
+  nb::list cuts;
+  for (float x : c.layer_sparsity) cuts.append(x);
+  d["layer_sparsity"] = cuts;
+  d["altup_correct_scale"] = c.altup_correct_scale;
   d["n_kv_layers"] = c.kv_layers();
   d["state_bytes"] = ossa::ModelRunner::state_bytes(c);
   return d;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -1593,6 +1595,42 @@ void gemma4_check(ModelConfig& c, const std::string& where) {
   c.attn_scale = 1.0f;  // (q and k are normalised: scores unscaled)
   c.rope_style = RopeStyle::Neox;
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  if (c.arch == "gemma3n") {
+    if (c.altup < 1 || c.altup > 64)
+      throw ModelError("invalid AltUp stream count " + std::to_string(c.altup) + " in " + where);
+    if (c.ple_dim <= 0) throw ModelError("a Gemma 3n model needs per-layer inputs (" + where + ")");
+    for (float cut : c.layer_sparsity)
+      if (std::isnan(cut) || cut == std::numeric_limits<float>::infinity())
+        throw ModelError("invalid activation sparsity in " + where);
+  }
+}
+
+// erf^-1(x) for -1 < x < 1, by Newton's method on erf (double).
+double erfinv(double x) {
+  double y = 0.0;
+  for (int it = 0; it < 200; ++it) {
+    const double step = (std::erf(y) - x) / (2.0 / std::sqrt(std::numbers::pi) * std::exp(-y * y));
+    y -= step;
+    if (std::fabs(step) < 1e-15 * std::max(1.0, std::fabs(y))) break;
+  }
+  return y;
+}
+
+// Gemma 3n's cut of a layer's gate (standard deviations above its mean) for the share `s` of its
+// values cut: Phi^-1(s) as transformers computes it in float32 (torch's Normal.icdf: erfinv(2s - 1)
+// times sqrt(2), each step rounded to float); -inf for none.
+float sparsity_cut(double s) {
+  if (!(s > 0.0)) return -std::numeric_limits<float>::infinity();
+  const float x = 2.0f * static_cast<float>(s) - 1.0f;
+  return static_cast<float>(erfinv(x)) * static_cast<float>(std::sqrt(2.0));
+}
+
+// Gemma3nTextConfig's default activation sparsity: 0.95 in the first 10 layers of a model of more.
+std::vector<float> default_sparsity(int n_layer) {
+  std::vector<float> out(static_cast<size_t>(n_layer), sparsity_cut(0.0));
+  for (int l = 0; l < n_layer && n_layer > 10 && l < 10; ++l)
+    out[static_cast<size_t>(l)] = sparsity_cut(0.95);
+  return out;
 }
 
 // A per-layer integer key of a GGUF file (an array of n_layer values, or one for every layer).
@@ -1623,7 +1661,8 @@ std::vector<int> gguf_per_layer(const GGUFFile& g, const std::string& key, int n
 
 void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<float>& rope_freqs,
                         const std::string& path) {
-  const std::string k = "gemma4.", where = "'" + path + "'";
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  const bool g3n = c.arch == "gemma3n";
   if (g.get_int(k + "attention.key_length", 0) != g.get_int(k + "attention.value_length", 0) ||
       g.get_int(k + "attention.key_length_swa", 0) !=
           g.get_int(k + "attention.value_length_swa", 0))
@@ -1635,6 +1674,8 @@ void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<flo
     throw ModelError("invalid attention.key_length in " + where);
   c.sliding_window = window_of(g.get_int(k + "attention.sliding_window", 0), where);
   c.layer_sliding = gguf_layer_pattern(g, k + "attention.sliding_window_pattern", c.n_layer);
+  if (g3n && c.layer_sliding.empty())  // (llama.cpp's default: every fifth layer global)
+    c.layer_sliding = pattern_layers(c.n_layer, 5);
   if (c.layer_sliding.empty() || c.sliding_window == 0)
     throw ModelError(
         "a Gemma 4 file needs attention.sliding_window and a per-layer "
@@ -1673,10 +1714,28 @@ void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<flo
                          "1, then 1e30)");
     c.rope_pairs = ones;
   }
-  c.kv_source = gemma4_kv_source(c, g.get_int(k + "attention.shared_kv_layers", 0), where);
+  // (Gemma 3n files without the key: llama.cpp's fixed 20 layers with their own K/V)
+  const int64_t shared_dflt = g3n ? std::max(c.n_layer - 20, 0) : 0;
+  c.kv_source =
+      gemma4_kv_source(c, g.get_int(k + "attention.shared_kv_layers", shared_dflt), where);
   c.ple_dim = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "embedding_length_per_layer_input", 0), -1, 1 << 21));
   c.final_softcap = static_cast<float>(g.get_float(k + "final_logit_softcapping", 0.0));
+  if (g3n) {
+    if (g.get_int(k + "altup.active_idx", 0) != 0)
+      throw ModelError("altup.active_idx other than 0 in " + where + " is not supported");
+    c.altup =
+        static_cast<int>(std::clamp<int64_t>(g.get_int(k + "altup.num_inputs", 4), -1, 1 << 10));
+    if (g.find(k + "activation_sparsity_scale") != nullptr) {
+      const std::vector<double> cuts = g.get_float_array(k + "activation_sparsity_scale");
+      if (cuts.size() != static_cast<size_t>(c.n_layer))
+        throw ModelError("activation_sparsity_scale in " + where +
+                         " must hold one value per layer");
+      c.layer_sparsity.assign(cuts.begin(), cuts.end());
+    } else {
+      c.layer_sparsity = default_sparsity(c.n_layer);
+    }
+  }
   gemma4_check(c, where);
 }
 
@@ -1817,6 +1876,112 @@ void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
     m.n_ff_expert = static_cast<int>(
         std::clamp<int64_t>(cfg.integer("moe_intermediate_size", 0), -1, int64_t{1} << 30));
     for (int l = 0; l < c.n_layer; ++l) m.layers.push_back(l);
+  }
+  gemma4_check(c, where);
+}
+
+void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string& path = cfg.path;
+  const std::string where = "'" + path + "'";
+  auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
+    const int64_t v = cfg.integer(key, dflt);
+    if (v <= 0 || v > max)
+      throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in " + where);
+    return static_cast<int>(v);
+  };
+  // (Gemma3nTextConfig's defaults for what a file leaves out)
+  c.n_vocab = dim("vocab_size", 262400);
+  c.n_embd = dim("hidden_size", 2048);
+  c.n_layer = dim("num_hidden_layers", 35, 4096);
+  c.n_head = dim("num_attention_heads", 8, 65536);
+  c.n_head_kv = dim("num_key_value_heads", 2, 65536);
+  c.head_dim = dim("head_dim", 256, 65536);
+  c.n_ctx_train = dim("max_position_embeddings", 32768);
+  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
+  if (cfg.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
+    throw ModelError("hidden_activation '" + cfg.string("hidden_activation", "") + "' in " + where +
+                     " is not supported (gelu_pytorch_tanh is)");
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in " + where + " is not supported");
+  c.sliding_window = window_of(cfg.integer("sliding_window", 512), where);
+  if (c.sliding_window == 0) throw ModelError("sliding_window 0 in " + where);
+  c.layer_sliding = hf_layer_types(cfg, c.n_layer);
+  if (c.layer_sliding.empty()) c.layer_sliding = pattern_layers(c.n_layer, 5);
+  c.layer_head_dim.assign(static_cast<size_t>(c.n_layer), c.head_dim);
+  c.layer_n_head_kv.assign(static_cast<size_t>(c.n_layer), c.n_head_kv);
+  // intermediate_size: one for every layer, or a list of one per layer
+  c.layer_n_ff.assign(static_cast<size_t>(c.n_layer), 0);
+  if (const JsonValue* ff = cfg.get("intermediate_size"); ff != nullptr && ff->is_array()) {
+    if (ff->array.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("intermediate_size in " + where + " must hold one size per layer");
+    for (int l = 0; l < c.n_layer; ++l) {
+      const JsonValue& v = ff->array[static_cast<size_t>(l)];
+      if (!v.is_number() || !v.is_integer || v.integer <= 0 || v.integer > (int64_t{1} << 30))
+        throw ModelError("invalid intermediate_size of layer " + std::to_string(l) + " in " +
+                         where);
+      c.layer_n_ff[static_cast<size_t>(l)] = static_cast<int>(v.integer);
+    }
+  } else {
+    std::fill(c.layer_n_ff.begin(), c.layer_n_ff.end(), dim("intermediate_size", 16384));
+  }
+  c.n_ff = c.max_n_ff();
+  // RoPE: plain on both kinds of layer, each with its base (rope_parameters, or the older
+  // rope_theta / rope_local_base_freq)
+  double theta_full = cfg.number("rope_theta", 1e6),
+         theta_swa = cfg.number("rope_local_base_freq", 1e4);
+  if (const JsonValue* params = cfg.get("rope_parameters");
+      params != nullptr && !params->is_null()) {
+    if (!params->is_object()) throw ModelError("config 'rope_parameters' must be an object");
+    for (const char* kind : {"full_attention", "sliding_attention"}) {
+      const JsonValue* p = params->get(kind);
+      if (p == nullptr || p->is_null()) continue;
+      if (!p->is_object()) throw ModelError("config 'rope_parameters' in " + where + " is invalid");
+      const Json r{*p, path};
+      if (r.string("rope_type", "default") != "default" || r.number("factor", 1.0) != 1.0 ||
+          r.number("partial_rotary_factor", 1.0) != 1.0)
+        throw ModelError("RoPE type '" + r.string("rope_type", "default") +
+                         "' (or a scaling or partial rotation) in " + where + " is not supported");
+      (std::string(kind) == "full_attention" ? theta_full : theta_swa) =
+          r.number("rope_theta", std::string(kind) == "full_attention" ? theta_full : theta_swa);
+    }
+  }
+  if (const JsonValue* scaling = cfg.get("rope_scaling"); scaling != nullptr && !scaling->is_null())
+    throw ModelError("rope_scaling in " + where + " is not supported");
+  c.rope_theta = static_cast<float>(theta_full);
+  c.rope_theta_swa = static_cast<float>(theta_swa);
+  c.rope_pairs = c.head_dim / 2;
+  c.kv_source = gemma4_kv_source(c, cfg.integer("num_kv_shared_layers", 15), where);
+  c.ple_dim = static_cast<int>(
+      std::clamp<int64_t>(cfg.integer("hidden_size_per_layer_input", 256), -1, 1 << 21));
+  const JsonValue* cap = cfg.v.get("final_logit_softcapping");
+  c.final_softcap = static_cast<float>(
+      cap != nullptr && cap->is_null() ? 0.0 : cfg.number("final_logit_softcapping", 30.0));
+  c.tied_embeddings = cfg.boolean("tie_word_embeddings", true);
+  if (cfg.integer("altup_active_idx", 0) != 0)
+    throw ModelError("altup_active_idx other than 0 in " + where + " is not supported");
+  c.altup = static_cast<int>(std::clamp<int64_t>(cfg.integer("altup_num_inputs", 4), -1, 1 << 10));
+  c.altup_correct_scale = cfg.boolean("altup_correct_scale", true);
+  c.laurel_rank = dim("laurel_rank", 64);
+  // activation_sparsity_pattern: the share of each layer's gate cut (null: the default; one number:
+  // every layer)
+  const JsonValue* sp = cfg.get("activation_sparsity_pattern");
+  if (sp == nullptr || sp->is_null()) {
+    c.layer_sparsity = default_sparsity(c.n_layer);
+  } else {
+    std::vector<double> shares;
+    if (sp->is_number()) {
+      shares.assign(static_cast<size_t>(c.n_layer), sp->number);
+    } else if (sp->is_array() && sp->array.size() == static_cast<size_t>(c.n_layer)) {
+      for (const JsonValue& v : sp->array) shares.push_back(v.is_number() ? v.number : -1.0);
+    } else {
+      throw ModelError("activation_sparsity_pattern in " + where +
+                       " must hold one value per layer");
+    }
+    for (double s : shares) {
+      if (!(s >= 0.0 && s < 1.0))
+        throw ModelError("invalid activation sparsity in " + where + " (0 <= s < 1)");
+      c.layer_sparsity.push_back(sparsity_cut(s));
+    }
   }
   gemma4_check(c, where);
 }

@@ -244,5 +244,12 @@ std::string nemotronh_layer_kinds(const Json& cfg, int n_layer);
 void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<float>& rope_freqs,
                         const std::string& path);
 void gemma4_config_hf(const Json& cfg, ModelConfig& c);
+// Gemma 3n (gemma3n GGUF, Gemma3nTextConfig / a Gemma3nForConditionalGeneration folder's
+// text_config): Gemma 4's reader for what the two share (one head size, plain RoPE on both kinds of
+// layer), then AltUp's streams (altup), LAuReL's rank (laurel_rank, from a folder's config; a GGUF
+// reader takes it from blk.0.laurel_l), each layer's activation sparsity (layer_sparsity: GGUF's
+// activation_sparsity_scale holds the cuts; a folder's activation_sparsity_pattern the shares),
+// altup_correct_scale. The active stream must be the first (altup_active_idx 0).
+void gemma3n_config_hf(const Json& cfg, ModelConfig& c);
 
 }  // namespace ossa

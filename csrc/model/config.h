@@ -255,6 +255,16 @@ struct ModelConfig {
   bool layer_norm = false;
   bool parallel_block = false;
   bool qk_norm_heads = false;
+  // Gemma 3n (model/gemma4.cpp, gemma3n_forward; Gemma 4's attention, MLPs and per-layer inputs):
+  // AltUp's streams (the residual as `altup` parallel rows, the first active: predicted before a
+  // layer and corrected after it from a router over the active row), LAuReL's rank (a low-rank
+  // residual beside the attention), each layer's activation sparsity as the cut of its MLP's gate
+  // in standard deviations above the gate's mean (Phi^-1(share cut); -inf or empty: none), and
+  // whether the corrected active stream is scaled before the per-layer branch.
+  int altup = 0;
+  int laurel_rank = 0;
+  std::vector<float> layer_sparsity;
+  bool altup_correct_scale = true;
 
   // Nemotron-H's blocks hold one sublayer each: a mixer (attention or Mamba-2) without a
   // feed-forward (layer_no_ffn), or a feed-forward (dense or experts) without a mixer
@@ -376,7 +386,7 @@ struct ModelConfig {
   // Gemma 1, 2 and 3: GeGLU, scaled embeddings, norms stored as 1 + w (model/gemma3.cpp); 2 and 3
   // also normalise each sublayer's output (post_norms).
   bool gemma() const { return arch == "gemma" || arch == "gemma2" || arch == "gemma3"; }
-  bool gemma4() const { return arch == "gemma4"; }
+  bool gemma4() const { return arch == "gemma4" || arch == "gemma3n"; }
   // (GLM-4 (glm4) has both: its sandwich norms.)
   bool post_norms() const {
     return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || !pre_norms();

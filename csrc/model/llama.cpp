@@ -112,6 +112,16 @@ void ForwardState::plan(const Model& m, int n_blocks, int blk_size, int n_tokens
     ple_h.resize(t * c.ple_dim);
     widest = std::max<int64_t>(widest, c.ple_dim);
   }
+  if (c.altup > 0) {  // (Gemma 3n)
+    alt.resize(t * c.altup * c.n_embd);
+    alt_pred.resize(t * c.altup * c.n_embd);
+    active.resize(t * c.n_embd);
+    laurel.resize(t * c.n_embd);
+    laurel_mid.resize(t * std::max(c.laurel_rank, 1));
+    ffn_up.resize(t * n_ff);
+    altup_mod.resize(static_cast<size_t>(t * c.altup));
+    widest = std::max<int64_t>(widest, c.laurel_rank);
+  }
   if (c.mla.active()) {
     const MlaConfig& a = c.mla;
     const int64_t H = c.n_head;

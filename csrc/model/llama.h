@@ -60,6 +60,12 @@ struct ForwardState {
   ZeroPageVector<float> ple, ple_tok, ple_h;
   ZeroPageVector<float> router_in, moe_out;  // Gemma 4's MoE layers: [max_tokens, n_embd] each
   std::vector<float> ones;                   // [max head_dim] 1s: the weight of Gemma 4's V norm
+  // Gemma 3n: AltUp's streams and predictions [altup, max_tokens, n_embd] each, the active stream
+  // and the LAuReL branch [max_tokens, n_embd], LAuReL's middle [max_tokens, rank], the MLP's up
+  // rows where the gate is made sparse [max_tokens, n_ff], the routers' outputs [max_tokens,
+  // altup].
+  ZeroPageVector<float> alt, alt_pred, active, laurel, laurel_mid, ffn_up;
+  std::vector<float> altup_mod;
   float* states = nullptr;
   int n_state_slots = 0;
   int64_t slot_floats = 0;                 // config.state_floats()

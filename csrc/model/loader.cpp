@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2"};
+    "minimax-m2", "gemma3n"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +248,7 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2)";
+    "minimax_m2, gemma3n_text, gemma3n)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -598,14 +598,39 @@ void build_gemma4_weights(Model& m, Builder& b,
   } else {
     w.output = b.take(global("output"), "output", c.n_vocab, E);
   }
-  if (P > 0) {  // (the token table may have more rows than the vocabulary, never fewer)
+  if (P > 0) {  // (the token table may have more rows than the vocabulary, never fewer; Gemma
+                // 3n's fewer: tokens past it read row 0)
     const std::string table = global("ple_tok_embd");
     auto it = b.raw.find(table);
-    const int64_t rows =
-        it != b.raw.end() ? std::max<int64_t>(it->second.view.rows, c.n_vocab) : c.n_vocab;
+    const int64_t rows = it == b.raw.end() ? c.n_vocab
+                         : c.altup > 0     ? std::max<int64_t>(it->second.view.rows, 1)
+                                           : std::max<int64_t>(it->second.view.rows, c.n_vocab);
     w.ple_tok_embd = b.take(table, "ple_tok_embd", rows, c.n_layer * P);
     w.ple_model_proj = b.take(global("ple_model_proj"), "ple_model_proj", c.n_layer * P, E);
     w.ple_proj_norm = b.take(global("ple_proj_norm"), "ple_proj_norm", 1, P);
+  }
+  // Gemma 3n's projections into AltUp's streams and back: GGUF's one 3-D stack, or a folder's
+  // matrix per stream (name.<i>.weight)
+  auto streams = [&](const char* field, std::vector<TensorView>& out) {
+    const std::string name = global(field);
+    if (b.has(name)) {
+      const TensorView all = b.take(name, field, (c.altup - 1) * E, E);
+      for (int64_t i = 0; i + 1 < c.altup; ++i) {
+        TensorView v = all;
+        v.rows = E;
+        v.data = all.data + static_cast<size_t>(i * E) * all.row_bytes;
+        out.push_back(v);
+      }
+      return;
+    }
+    for (int64_t i = 0; i + 1 < c.altup; ++i) {
+      const std::string one = name + "." + std::to_string(i) + ".weight";
+      out.push_back(b.take(one, std::string(field) + "." + std::to_string(i), E, E));
+    }
+  };
+  if (c.altup > 1) {
+    streams("altup_proj", w.altup_proj);
+    streams("altup_unembd", w.altup_unembd);
   }
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int i = 0; i < c.n_layer; ++i) {
@@ -632,6 +657,17 @@ void build_gemma4_weights(Model& m, Builder& b,
     l.w_down = take("w_down", E, F);
     l.post_ffn_norm = take("post_ffn_norm", 1, E);
     if (b.has(name_of(i, "out_scale"))) l.out_scale = take("out_scale", 1, 1);
+    if (c.altup > 0) {  // (the small AltUp maps as F32 whatever the file's type)
+      const int64_t A = c.altup;
+      l.altup_router = b.to_f32(take("altup_router", A, E));
+      l.altup_router_norm = take("altup_router_norm", 1, E);
+      l.altup_predict = b.to_f32(take("altup_predict", A * A, A));
+      l.altup_correct = b.to_f32(take("altup_correct", A, A));
+      l.altup_correct_scale = take("altup_correct_scale", 1, E);
+      l.laurel_l = take("laurel_l", c.laurel_rank, E);
+      l.laurel_r = take("laurel_r", E, c.laurel_rank);
+      l.laurel_norm = take("laurel_norm", 1, E);
+    }
     if (P > 0) {
       l.ple_gate = take("ple_gate", P, E);
       l.ple_proj = take("ple_proj", E, P);
@@ -751,17 +787,25 @@ void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
     m.weights.rope_freqs = v;
   }
   // (the experts' layers: those with a router)
-  for (int l = 0; l < static_cast<int>(g.get_int("gemma4.block_count", 0)) && l < 4096; ++l)
+  const std::string k = c.arch + ".";
+  for (int l = 0; l < static_cast<int>(g.get_int(k + "block_count", 0)) && l < 4096; ++l)
     if (b.has("blk." + std::to_string(l) + ".ffn_gate_inp.weight")) c.moe.layers.push_back(l);
   if (!c.moe.layers.empty()) {
     auto count = [&](const char* key) {
       return static_cast<int>(std::clamp<int64_t>(g.get_int(key, 0), -1, int64_t{1} << 30));
     };
-    c.moe.n_expert = count("gemma4.expert_count");
-    c.moe.n_expert_used = count("gemma4.expert_used_count");
-    c.moe.n_ff_expert = count("gemma4.expert_feed_forward_length");
+    c.moe.n_expert = count((k + "expert_count").c_str());
+    c.moe.n_expert_used = count((k + "expert_used_count").c_str());
+    c.moe.n_ff_expert = count((k + "expert_feed_forward_length").c_str());
   }
   gemma4_config_gguf(g, c, rope_freqs, m.path);
+  if (c.altup > 0) {  // (Gemma 3n: LAuReL's rank from its first matrix)
+    auto it = b.raw.find("blk.0.laurel_l.weight");
+    if (it == b.raw.end())
+      throw ModelError("missing tensor 'blk.0.laurel_l.weight' in '" + m.path + "'");
+    c.laurel_rank = static_cast<int>(std::clamp<int64_t>(it->second.view.rows, 0, 1 << 20));
+    if (c.laurel_rank < 1) throw ModelError("invalid LAuReL rank in '" + m.path + "'");
+  }
   if (!rope_freqs.empty() && rope_freqs.size() != static_cast<size_t>(c.max_head_dim() / 2))
     throw ModelError("rope_freqs of '" + m.path + "' must hold the global head size / 2 values");
   c.n_vocab = checked_dim(c.n_vocab, "vocab_size", m.path);
@@ -781,7 +825,15 @@ void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
       {"gate_up_exps", "ffn_gate_up_exps.weight"},
       {"gate_exps", "ffn_gate_exps.weight"},
       {"up_exps", "ffn_up_exps.weight"},
-      {"down_exps", "ffn_down_exps.weight"}};
+      {"down_exps", "ffn_down_exps.weight"},
+      {"altup_router", "altup_router.weight"},
+      {"altup_router_norm", "altup_router_norm.weight"},
+      {"altup_predict", "altup_predict_coef.weight"},
+      {"altup_correct", "altup_correct_coef.weight"},
+      {"altup_correct_scale", "altup_correct_scale.weight"},
+      {"laurel_l", "laurel_l.weight"},
+      {"laurel_r", "laurel_r.weight"},
+      {"laurel_norm", "laurel_post_norm.weight"}};
   const auto name_of = [](int layer, const char* field) {
     auto it = k_fields.find(field);
     return it == k_fields.end() ? gguf_name(layer, field)
@@ -793,7 +845,9 @@ void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
       {"output", "output.weight"},
       {"ple_tok_embd", "per_layer_token_embd.weight"},
       {"ple_model_proj", "per_layer_model_proj.weight"},
-      {"ple_proj_norm", "per_layer_proj_norm.weight"}};
+      {"ple_proj_norm", "per_layer_proj_norm.weight"},
+      {"altup_proj", "altup_proj.weight"},
+      {"altup_unembd", "altup_unembd_proj.weight"}};
   build_gemma4_weights(m, b, name_of, [](const char* field) { return k_globals.at(field); });
 }
 
@@ -829,7 +883,7 @@ void load_gguf(Model& m, Storage& st) {
   const std::string k = arch + ".";
   c.n_embd = checked_dim(g->get_int(k + "embedding_length", 0), "embedding_length", m.path);
   c.n_layer = checked_dim(g->get_int(k + "block_count", 0), "block_count", m.path, 4096);
-  if (arch == "gemma4") {  // (per-layer head sizes, KV heads and feed-forward sizes)
+  if (arch == "gemma4" || arch == "gemma3n") {  // (per-layer head sizes, KV heads, FFN sizes)
     c.n_head = checked_dim(g->get_int(k + "attention.head_count", 0), "attention.head_count",
                            m.path, 65536);
     const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
@@ -1304,10 +1358,13 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
 // Gemma 4 from a folder (Gemma4ForCausalLM, or a Gemma4ForConditionalGeneration's language model
 // under model.language_model.): norms stored as the factor applied (no 1 + w), the layers' output
 // multiplier layer_scalar.
-void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
+void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal, bool g3n = false) {
   ModelConfig& c = m.config;
-  c.arch = "gemma4";
-  gemma4_config_hf(cfg, c);
+  c.arch = g3n ? "gemma3n" : "gemma4";
+  if (g3n)
+    gemma3n_config_hf(cfg, c);
+  else
+    gemma4_config_hf(cfg, c);
   validate_config(c, cfg.path);
   const std::string prefix = multimodal ? "model.language_model." : "model.";
   static const std::map<std::string, std::string> k_fields = {
@@ -1325,7 +1382,15 @@ void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
       {"router_scale", "router.scale"},
       {"expert_scale", "router.per_expert_scale"},
       {"gate_up_exps", "experts.gate_up_proj"},
-      {"down_exps", "experts.down_proj"}};
+      {"down_exps", "experts.down_proj"},
+      {"altup_router", "altup.modality_router.weight"},
+      {"altup_router_norm", "altup.router_norm.weight"},
+      {"altup_predict", "altup.prediction_coefs.weight"},
+      {"altup_correct", "altup.correction_coefs.weight"},
+      {"altup_correct_scale", "altup.correct_output_scale"},
+      {"laurel_l", "laurel.linear_left.weight"},
+      {"laurel_r", "laurel.linear_right.weight"},
+      {"laurel_norm", "laurel.post_laurel_norm.weight"}};
   const auto name_of = [&prefix](int layer, const char* field) {
     auto it = k_fields.find(field);
     const std::string name = it != k_fields.end()
@@ -1339,7 +1404,9 @@ void load_gemma4_hf(Model& m, Builder& b, const Json& cfg, bool multimodal) {
       {"output", "lm_head.weight"},
       {"ple_tok_embd", prefix + "embed_tokens_per_layer.weight"},
       {"ple_model_proj", prefix + "per_layer_model_projection.weight"},
-      {"ple_proj_norm", prefix + "per_layer_projection_norm.weight"}};
+      {"ple_proj_norm", prefix + "per_layer_projection_norm.weight"},
+      {"altup_proj", prefix + "altup_projections"},
+      {"altup_unembd", prefix + "altup_unembed_projections"}};
   build_gemma4_weights(m, b, name_of, [&globals](const char* field) { return globals.at(field); });
 }
 
@@ -1476,7 +1543,9 @@ bool gemma_type(const std::string& t) {
   return t == "gemma" || t == "gemma2" || t == "gemma3" || t == "gemma3_text" || t == "gemma4" ||
          t == "gemma4_text" || t == "GemmaForCausalLM" || t == "Gemma2ForCausalLM" ||
          t == "Gemma3ForCausalLM" || t == "Gemma4ForCausalLM" ||
-         t == "Gemma3ForConditionalGeneration" || t == "Gemma4ForConditionalGeneration";
+         t == "Gemma3ForConditionalGeneration" || t == "Gemma4ForConditionalGeneration" ||
+         t == "gemma3n" || t == "gemma3n_text" || t == "Gemma3nForCausalLM" ||
+         t == "Gemma3nForConditionalGeneration";
 }
 
 bool text_wrapper(const JsonValue& cfg) {
@@ -1615,6 +1684,14 @@ void load_hf(Model& m, Storage& st) {
     load_gemma4_hf(m, b, Json{*text, cfg_path}, true);
     return;
   }
+  if (arch == "gemma3n" || arch == "Gemma3nForConditionalGeneration") {
+    // A Gemma 3n folder (vision and audio towers beside): its language model alone.
+    const JsonValue* text = cfg.get("text_config");
+    if (text == nullptr || !text->is_object())
+      throw ModelError("'" + cfg_path + "' has no text_config object");
+    load_gemma4_hf(m, b, Json{*text, cfg_path}, true, true);
+    return;
+  }
   if (arch == "gemma3" || arch == "Gemma3ForConditionalGeneration") {
     // A multimodal Gemma 3 folder: its language model alone, as Gemma3ForCausalLM.
     const JsonValue* text = cfg.get("text_config");
@@ -1632,6 +1709,8 @@ void load_hf(Model& m, Storage& st) {
   const std::map<std::string, std::string>& k_archs = hf_archs();
   if (arch == "gemma3_text" || arch == "Gemma3ForCausalLM") return load_gemma3_hf(m, b, cfg, false);
   if (arch == "gemma4_text" || arch == "Gemma4ForCausalLM") return load_gemma4_hf(m, b, cfg, false);
+  if (arch == "gemma3n_text" || arch == "Gemma3nForCausalLM")
+    return load_gemma4_hf(m, b, cfg, false, true);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
   if (arch == "gemma" || arch == "GemmaForCausalLM")
@@ -1853,8 +1932,11 @@ std::map<std::string, int> Model::int8_matrices() const {
                            {&l.sc_in, "sc_in"},
                            {&l.sc_out, "sc_out"},
                            {&l.ple_gate, "ple_gate"},
-                           {&l.ple_proj, "ple_proj"}})  // (Qwen3.5's delta-net, LFM2's
-                                                        // convolution, Gemma 4's per-layer branch)
+                           {&l.ple_proj, "ple_proj"},
+                           {&l.laurel_l, "laurel_l"},
+                           {&l.laurel_r, "laurel_r"}})  // (Qwen3.5's delta-net, LFM2's
+                                                        // convolution, Gemma 4's per-layer branch,
+                                                        // Gemma 3n's LAuReL)
       add(*v, layer + name);
     add(l.wq_a, layer + "wq_a");  // (DeepSeek's latent attention)
     add(l.wq_b, layer + "wq_b");
@@ -1876,6 +1958,10 @@ std::map<std::string, int> Model::int8_matrices() const {
     }
   }
   add(weights.ple_model_proj, "ple_model_proj");
+  for (size_t i = 0; i < weights.altup_proj.size(); ++i)  // (Gemma 3n's streams)
+    add(weights.altup_proj[i], "altup_proj." + std::to_string(i));
+  for (size_t i = 0; i < weights.altup_unembd.size(); ++i)
+    add(weights.altup_unembd[i], "altup_unembd." + std::to_string(i));
   add(weights.output, "output");
   return out;
 }
@@ -1887,13 +1973,15 @@ void for_each_matrix(Model& m, F&& f) {
     for (TensorView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) f(*v);
     for (TensorView* v : {&l.wq_a, &l.wq_b, &l.wkv_a}) f(*v);
     for (TensorView* v : {&l.ssm_qkv, &l.ssm_in, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out,
-                          &l.sc_in, &l.sc_out, &l.ple_gate, &l.ple_proj})
+                          &l.sc_in, &l.sc_out, &l.ple_gate, &l.ple_proj, &l.laurel_l, &l.laurel_r})
       f(*v);
     for (TensorView& v : l.wk_b) f(v);
     for (TensorView& v : l.wv_b) f(v);
     for_each_moe_matrix(l.moe, f);
   }
   f(m.weights.ple_model_proj);  // (Gemma 4's per-layer embeddings; empty otherwise)
+  for (TensorView& v : m.weights.altup_proj) f(v);  // (Gemma 3n's streams)
+  for (TensorView& v : m.weights.altup_unembd) f(v);
   f(m.weights.output);
 }
 

@@ -61,6 +61,12 @@ struct LayerWeights {
   // norms of the MLP's and the experts' outputs (post_ffn_norm_1 / _2), the router's input scale
   // (router_scale); all 1 x n_embd.
   TensorView ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2, router_scale;
+  // Gemma 3n's AltUp (A = config.altup streams): the router (A x n_embd) and its input norm (1 x
+  // n_embd), the prediction (A*A x A) and correction (A x A) coefficients' maps, the corrected
+  // active stream's scale (1 x n_embd); LAuReL (R = config.laurel_rank): laurel_l (R x n_embd),
+  // laurel_r (n_embd x R), laurel_norm (1 x n_embd). All F32 but the two LAuReL matrices.
+  TensorView altup_router, altup_router_norm, altup_predict, altup_correct, altup_correct_scale;
+  TensorView laurel_l, laurel_r, laurel_norm;
 };
 
 struct ModelWeights {
@@ -76,6 +82,9 @@ struct ModelWeights {
   // Gemma 4's per-layer embeddings (config.ple_dim = P > 0): the token table (>= n_vocab rows x
   // n_layer * P), the embeddings' projection (n_layer * P x n_embd) and its norm (1 x P).
   TensorView ple_tok_embd, ple_model_proj, ple_proj_norm;
+  // Gemma 3n: the projections of the embeddings into AltUp's other streams and back (A - 1 each,
+  // n_embd x n_embd).
+  std::vector<TensorView> altup_proj, altup_unembd;
 };
 
 // Every tensor of the model file(s) as stored, in file order (name as in the file), for listings

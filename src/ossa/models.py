@@ -12,6 +12,7 @@ short name of a known model (``smollm2-135m``) that is fetched into the cache on
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -341,6 +342,12 @@ class ModelConfig:
     rope_pairs: int = 0
     v_norm: bool = False
     ple_dim: int = 0
+    # Gemma 3n: AltUp's stream count (0: none), LAuReL's rank, each layer's cut of its MLP's gate in
+    # standard deviations above the mean (-inf or empty: none), the corrected stream's scale
+    altup: int = 0
+    laurel_rank: int = 0
+    layer_sparsity: list[float] = field(default_factory=list)
+    altup_correct_scale: bool = True
     n_kv_layers: int = 0  # layers with K/V in the cache (all but the recurrent ones; 0: n_layer)
     state_bytes: int = 0  # one sequence's recurrent state (0: no recurrent layers)
 
@@ -756,6 +763,17 @@ def _ssm_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _ranges(xs: list[int]) -> str:
+    """Layer indices as runs: [0, 1, 2, 5] -> "0-2, 5"."""
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
 def _gemma4_info(c: ModelConfig) -> dict[str, Any]:
     """Gemma 4's per-layer shapes: its global layers, the layers reading another's K/V, its per-layer
     embeddings."""
@@ -769,6 +787,10 @@ def _gemma4_info(c: ModelConfig) -> dict[str, Any]:
         "shared_layers": shared,
         "shared_sources": sorted({c.kv_source[i] for i in shared}),
         "ple_dim": c.ple_dim,
+        "altup": c.altup,
+        "laurel_rank": c.laurel_rank,
+        "sparse_layers": [i for i, cut in enumerate(c.layer_sparsity) if math.isfinite(cut)],
+        "sparse_cuts": sorted({round(cut, 4) for cut in c.layer_sparsity if math.isfinite(cut)}),
     }
 
 
@@ -778,8 +800,9 @@ def _gemma4_line(info: dict[str, Any]) -> list[str]:
     if not g:
         return []
     heads = g["global_n_head_kv"]
+    family = "gemma 3n" if info.get("arch") == "gemma3n" else "gemma 4 "
     lines = [
-        f"gemma 4       global layers: {g['n_global']} of {info['n_layer']}, "
+        f"{family}      global layers: {g['n_global']} of {info['n_layer']}, "
         f"head size {g['global_head_dim']}, "
         f"{heads} KV head{'s' if heads != 1 else ''}, RoPE on {g['rope_pairs']} of "
         f"{g['global_head_dim'] // 2} frequencies"
@@ -791,6 +814,14 @@ def _gemma4_line(info: dict[str, Any]) -> list[str]:
         )
     if g["ple_dim"]:
         lines.append(f"              per-layer embeddings of {g['ple_dim']} values per layer and token")
+    if g["altup"]:
+        lines.append(f"              AltUp: {g['altup']} streams; LAuReL of rank {g['laurel_rank']}")
+    if g.get("sparse_layers"):
+        cuts = ", ".join(f"{x:g}" for x in g["sparse_cuts"])
+        lines.append(
+            f"              sparse MLP gates in {len(g['sparse_layers'])} layers "
+            f"({_ranges(g['sparse_layers'])}): cut at mean + {cuts} std"
+        )
     return lines
 
 

@@ -1299,8 +1299,8 @@ def _gemma4_kv_source(layer_sliding: list[bool], shared: int) -> list[int]:
     return src
 
 
-def _gemma4_check(kw: dict[str, Any]) -> dict[str, Any]:
-    """The checks both readers share, then Gemma 4's fixed settings."""
+def _gemma4_check(kw: dict[str, Any], arch: str = "gemma4") -> dict[str, Any]:
+    """The checks both readers share (and Gemma 3n's own), then Gemma 4's fixed settings."""
     n_layer, sliding = kw["n_layer"], kw["layer_sliding"]
     global_hd = 0
     for layer in range(n_layer):
@@ -1325,6 +1325,13 @@ def _gemma4_check(kw: dict[str, Any]) -> dict[str, Any]:
         ):
             raise ValueError("invalid expert count, experts per token or expert size")
         moe["norm_topk_prob"] = True
+    if arch == "gemma3n" or "altup" in kw:
+        if not 1 <= kw["altup"] <= 64:
+            raise ValueError(f"invalid AltUp stream count {kw['altup']}")
+        if kw["ple_dim"] <= 0:
+            raise ValueError("a Gemma 3n model needs per-layer inputs")
+        if any(math.isnan(x) or x == math.inf for x in kw["layer_sparsity"]):
+            raise ValueError("invalid activation sparsity")
     return dict(
         kw, qk_norm=True, v_norm=True, attn_scale=1.0, rope_style="neox", qkv_bias=False,
         embd_scale=math.sqrt(np.float32(kw["n_embd"])), rope_scaling=None,
@@ -1342,13 +1349,17 @@ def _gguf_per_layer(md: dict[str, Any], key: str, n_layer: int, default: int) ->
 
 
 def gemma4_gguf(
-    md: dict[str, Any], common: dict[str, Any], rope_freqs: np.ndarray | None, moe_layers: list[int]
+    md: dict[str, Any],
+    common: dict[str, Any],
+    rope_freqs: np.ndarray | None,
+    moe_layers: list[int],
+    arch: str = "gemma4",
 ) -> dict[str, Any]:
     """Gemma 4's keys of a GGUF file as llama.cpp's converter writes them (``common`` holds the shared
     ones): key_length (global) / key_length_swa, head_count_kv and feed_forward_length per layer, the
     sliding pattern, shared_kv_layers, embedding_length_per_layer_input; the global layers' RoPE from
     the rope_freqs tensor's factors (1: turns, 1e30: held)."""
-    k = "gemma4."
+    k, g3n = arch + ".", arch == "gemma3n"
     n_layer = common["n_layer"]
     if md.get(k + "attention.key_length", 0) != md.get(k + "attention.value_length", 0) or md.get(
         k + "attention.key_length_swa", 0
@@ -1360,6 +1371,8 @@ def gemma4_gguf(
         raise ValueError("invalid attention.key_length")
     window = _window(md.get(k + "attention.sliding_window", 0))
     sliding = _gguf_layer_pattern(md, k + "attention.sliding_window_pattern", n_layer)
+    if g3n and sliding is None:  # (llama.cpp's default: every fifth layer global)
+        sliding = _pattern_layers(n_layer, 5)
     if sliding is None or window == 0:
         raise ValueError(
             "a Gemma 4 file needs attention.sliding_window and a per-layer sliding_window_pattern"
@@ -1384,7 +1397,8 @@ def gemma4_gguf(
         sliding_window=window, layer_sliding=sliding,
         layer_head_dim=[hd_swa if s else hd_full for s in sliding], layer_n_head_kv=kvs, layer_n_ff=ffs,
         rope_theta_swa=md.get(k + "rope.freq_base_swa", 10000.0), rope_pairs=pairs,
-        kv_source=_gemma4_kv_source(sliding, md.get(k + "attention.shared_kv_layers", 0)),
+        kv_source=_gemma4_kv_source(
+            sliding, md.get(k + "attention.shared_kv_layers", max(n_layer - 20, 0) if g3n else 0)),
         ple_dim=max(-1, min(md.get(k + "embedding_length_per_layer_input", 0), 1 << 21)),
         final_softcap=md.get(k + "final_logit_softcapping", 0.0),
         rms_eps=md.get(k + "attention.layer_norm_rms_epsilon", 1e-6),
@@ -1392,7 +1406,132 @@ def gemma4_gguf(
     if moe_layers:  # (the layers with a router)
         kw["moe"] = gemma4_moe(md.get(k + "expert_count", 0), md.get(k + "expert_used_count", 0),
                                md.get(k + "expert_feed_forward_length", 0), moe_layers)  # fmt: skip
-    return _gemma4_check(kw)
+    if g3n:  # AltUp's streams, the cuts of the sparse gates (LAuReL's rank: the loader's, from a tensor)
+        if md.get(k + "altup.active_idx", 0) != 0:
+            raise ValueError("altup.active_idx other than 0 is not supported")
+        cuts = md.get(k + "activation_sparsity_scale")
+        if cuts is not None and len(cuts) != n_layer:
+            raise ValueError("activation_sparsity_scale must hold one value per layer")
+        kw.update(altup=max(-1, min(md.get(k + "altup.num_inputs", 4), 1 << 10)),
+                  layer_sparsity=[float(np.float32(x)) for x in cuts] if cuts is not None
+                  else _default_sparsity(n_layer))  # fmt: skip
+    return _gemma4_check(kw, arch)
+
+
+def _erfinv(x: float) -> float:
+    """erf^-1(x) for -1 < x < 1, by Newton's method on erf (float64)."""
+    y = 0.0
+    for _ in range(200):
+        step = (math.erf(y) - x) / (2.0 / math.sqrt(math.pi) * math.exp(-y * y))
+        y -= step
+        if abs(step) < 1e-15 * max(1.0, abs(y)):
+            break
+    return y
+
+
+def _sparsity_cut(share: float) -> float:
+    """Gemma 3n's cut of a gate (standard deviations above its mean) for the ``share`` of its values
+    cut: Phi^-1(share) as transformers computes it in float32 (torch's Normal.icdf: erfinv(2s - 1) times
+    sqrt(2), each step rounded to float32); -inf for none."""
+    if not share > 0:
+        return -math.inf
+    x = np.float32(2.0) * np.float32(share) - np.float32(1.0)
+    return float(np.float32(_erfinv(float(x))) * np.float32(math.sqrt(2.0)))
+
+
+def _default_sparsity(n_layer: int) -> list[float]:
+    """Gemma3nTextConfig's default: 0.95 in the first 10 layers of a model of more."""
+    return [_sparsity_cut(0.95 if n_layer > 10 and i < 10 else 0.0) for i in range(n_layer)]
+
+
+def gemma3n_hf(c: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3n from config.json (Gemma3nTextConfig, or a Gemma3nForConditionalGeneration's text_config),
+    with the config class's defaults: Gemma 4's attention with one head size and plain RoPE on both
+    kinds of layer (rope_parameters, or the older rope_theta / rope_local_base_freq), intermediate_size
+    per layer, AltUp's streams, LAuReL's rank, the activation sparsity pattern as the gates' cuts."""
+
+    def get(key: str, default: Any) -> Any:
+        v = c.get(key)
+        return default if v is None else v
+
+    def dim(key: str, default: int, limit: int = 1 << 30) -> int:
+        v = get(key, default)
+        if not isinstance(v, int) or not 0 < v <= limit:
+            raise ValueError(f"invalid {key} {v}")
+        return v
+
+    n_layer = dim("num_hidden_layers", 35, 4096)
+    n_head, n_kv, hd = dim("num_attention_heads", 8, 65536), dim("num_key_value_heads", 2, 65536), dim(
+        "head_dim", 256, 65536)  # fmt: skip
+    if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise ValueError(
+            f"hidden_activation '{c['hidden_activation']}' is not supported (gelu_pytorch_tanh is)"
+        )
+    if get("attention_bias", False):
+        raise ValueError("attention_bias=true is not supported")
+    window = _window(get("sliding_window", 512))
+    if window == 0:
+        raise ValueError("sliding_window 0")
+    sliding = _hf_layer_types(c, n_layer) or _pattern_layers(n_layer, 5)
+    ff = get("intermediate_size", 16384)
+    if isinstance(ff, list):
+        if len(ff) != n_layer:
+            raise ValueError("intermediate_size must hold one size per layer")
+        if any(not isinstance(x, int) or not 0 < x <= 1 << 30 for x in ff):
+            raise ValueError("invalid intermediate_size")
+        ffs = [int(x) for x in ff]
+    else:
+        ffs = [dim("intermediate_size", 16384)] * n_layer
+    theta = {"full_attention": get("rope_theta", 1e6), "sliding_attention": get("rope_local_base_freq", 1e4)}
+    rope = c.get("rope_parameters")
+    if rope is not None:
+        if not isinstance(rope, dict):
+            raise ValueError("config 'rope_parameters' must be an object")
+        for kind in theta:
+            p = rope.get(kind)
+            if p is None:
+                continue
+            if not isinstance(p, dict):
+                raise ValueError("config 'rope_parameters' is invalid")
+            if (
+                p.get("rope_type", "default") != "default"
+                or p.get("factor", 1.0) != 1.0
+                or p.get("partial_rotary_factor", 1.0) != 1.0
+            ):
+                raise ValueError(
+                    f"RoPE type '{p.get('rope_type', 'default')}' (or a scaling or partial rotation) "
+                    "is not supported"
+                )
+            theta[kind] = p.get("rope_theta", theta[kind])
+    if c.get("rope_scaling") is not None:
+        raise ValueError("rope_scaling is not supported")
+    if get("altup_active_idx", 0) != 0:
+        raise ValueError("altup_active_idx other than 0 is not supported")
+    pattern = c.get("activation_sparsity_pattern")
+    if pattern is None:
+        cuts = _default_sparsity(n_layer)
+    else:
+        shares = [pattern] * n_layer if isinstance(pattern, int | float) else pattern
+        if not isinstance(shares, list) or len(shares) != n_layer:
+            raise ValueError("activation_sparsity_pattern must hold one value per layer")
+        if any(not isinstance(s, int | float) or not 0 <= s < 1 for s in shares):
+            raise ValueError("invalid activation sparsity (0 <= s < 1)")
+        cuts = [_sparsity_cut(float(s)) for s in shares]
+    cap = c.get("final_logit_softcapping", 30.0) if "final_logit_softcapping" in c else 30.0
+    kw = dict(
+        n_vocab=dim("vocab_size", 262400), n_embd=dim("hidden_size", 2048), n_layer=n_layer, n_head=n_head,
+        n_head_kv=n_kv, head_dim=hd, n_ff=max(ffs), n_ctx_train=dim("max_position_embeddings", 32768),
+        rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta["full_attention"],
+        rope_theta_swa=theta["sliding_attention"], sliding_window=window, layer_sliding=sliding,
+        layer_head_dim=[hd] * n_layer, layer_n_head_kv=[n_kv] * n_layer, layer_n_ff=ffs, rope_pairs=hd // 2,
+        kv_source=_gemma4_kv_source(sliding, get("num_kv_shared_layers", 15)),
+        ple_dim=max(-1, min(get("hidden_size_per_layer_input", 256), 1 << 21)),
+        final_softcap=0.0 if cap is None else cap, tied_embeddings=get("tie_word_embeddings", True),
+        altup=max(-1, min(get("altup_num_inputs", 4), 1 << 10)),
+        altup_correct_scale=bool(get("altup_correct_scale", True)),
+        laurel_rank=dim("laurel_rank", 64), layer_sparsity=cuts,
+    )  # fmt: skip
+    return _gemma4_check(kw, "gemma3n")
 
 
 def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:

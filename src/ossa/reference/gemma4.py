@@ -14,6 +14,15 @@ What differs from Gemma 3 (``gemma3.py``):
     layer's feed-forward, x += norm(proj(gelu_tanh(gate(x)) * input_layer));
   - each layer's output times its ``out_scale`` (transformers' layer_scalar) when the file has one;
   - norms multiply by their stored weights (no 1 + w).
+
+Gemma 3n (``altup`` > 0: ``paged_forward_3n``) runs the same attention, MLP and per-layer inputs inside
+AltUp's streams: the residual is ``altup`` rows, the embeddings and their projections rescaled to the
+embeddings' magnitude. Each layer predicts every stream from a router over the first (the active one),
+runs on the prediction of the first: LAuReL (a low-rank branch, normalised, beside the attention), the
+attention (its output normalised, added, the sum with LAuReL's times 2^-1/2), the MLP (the first layers'
+gates made sparse: relu(gate - (mean + std * cut))), then corrects every stream from the router over the
+output, and adds the per-layer branch (on the corrected first stream, scaled) to the others. At the end
+the other streams are projected back, rescaled to the first's magnitude, and all averaged.
 """
 
 from __future__ import annotations
@@ -107,6 +116,115 @@ def forward_gemma4(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
     return paged_forward(c, w, kv_pool(c, n), ids, every, every, [0, n], [every], every, q8)
 
 
+def _magnitude(x: np.ndarray) -> np.ndarray:
+    """sqrt(mean(x^2)) of each row, [n, 1] (the mean in float64, as gemma4.cpp's)."""
+    return np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _rescaled(y: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """y times target / sqrt(max(mean(y^2), 1e-5)) per row."""
+    mean_sq = np.maximum(np.mean(y.astype(np.float64) ** 2, axis=-1, keepdims=True).astype(np.float32), 1e-5)
+    return (y * target / np.sqrt(mean_sq).astype(np.float32)).astype(np.float32)
+
+
+def _modalities(c: dict[str, Any], w: dict[str, np.ndarray], p: str, x: np.ndarray) -> np.ndarray:
+    """AltUp's router, [n, altup]: tanh(router @ (norm(x) / n_embd))."""
+    h = rms_norm(x, w[p + "altup_router_norm"], c["rms_eps"]) * np.float32(1.0 / c["n_embd"])
+    return np.tanh(h.astype(np.float64) @ w[p + "altup_router"].astype(np.float64).T).astype(np.float32)
+
+
+def _sparse_gate(gate: np.ndarray, cut: float) -> np.ndarray:
+    """relu(gate - (mean + std * cut)) per row (the std over the row, divided by its length)."""
+    g64 = gate.astype(np.float64)
+    mean = g64.mean(axis=-1, keepdims=True)
+    std = np.sqrt(((g64 - mean) ** 2).mean(axis=-1, keepdims=True))
+    cutoff = mean.astype(np.float32) + std.astype(np.float32) * np.float32(cut)
+    return np.maximum(gate - cutoff, 0).astype(np.float32)
+
+
+def paged_forward_3n(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    pool: dict[int, np.ndarray],
+    ids: np.ndarray,
+    pos: np.ndarray,
+    slots: np.ndarray,
+    seq_start: Sequence[int],
+    ctx_slots: Sequence[np.ndarray],
+    rows: np.ndarray,
+    q8: Any,
+) -> np.ndarray:
+    """Gemma 3n's step (``paged_forward``'s arguments; the module docstring has the order)."""
+    from .runner import _paged_attention
+
+    eps, n_head, n, a = c["rms_eps"], c["n_head"], len(ids), c["altup"]
+    x0 = embed(c, w, ids)
+    ple = per_layer_inputs(c, w, np.where(ids < len(w["ple_tok_embd"]), ids, 0), x0, q8)
+    freq_full, freq_swa = rope_tables(c)
+    target = _magnitude(x0)
+    alt = [x0] + [_rescaled(_linear(q8(x0, f"altup_proj.{s}"), w[f"altup_proj.{s}"]), target) for s in
+                  range(a - 1)]  # fmt: skip
+    root_half = np.float32(math.sqrt(2.0))
+    for i in range(c["n_layer"]):
+        p = f"layers.{i}."
+        hd, kvh, sliding = head_dim(c, i), n_head_kv(c, i), bool(c["layer_sliding"][i])
+        # predict: pred_j = sum_k coef[j][k] alt_k + alt_j, the coefficients from the active stream
+        coef = (_modalities(c, w, p, alt[0]) @ w[p + "altup_predict"].T).reshape(n, a, a)
+        pred = [
+            (sum(alt[k] * coef[:, j, k : k + 1] for k in range(a)) + alt[j]).astype(np.float32)
+            for j in range(a)
+        ]
+        active = pred[0]
+        h = rms_norm(active, w[p + "attn_norm"], eps)
+        lau = _linear(
+            q8(_linear(q8(h, p + "laurel_l"), w[p + "laurel_l"]), p + "laurel_r"), w[p + "laurel_r"]
+        )
+        lau = h + rms_norm(lau, w[p + "laurel_norm"], eps)
+        q = _linear(q8(h, p + "wq"), w[p + "wq"]).reshape(n, n_head, hd)
+        freq = freq_swa if sliding else freq_full
+        q = apply_rope(rms_norm(q, w[p + "q_norm"], eps), pos, freq, "neox")
+        src = kv_source(c, i)
+        if src == i:
+            k = _linear(q8(h, p + "wk"), w[p + "wk"])
+            v = _linear(q8(h, p + "wv"), w[p + "wv"])
+            k = apply_rope(rms_norm(k.reshape(n, kvh, hd), w[p + "k_norm"], eps), pos, freq, "neox")
+            v = rms_norm(v.reshape(n, kvh, hd), np.ones(hd, dtype=np.float32), eps)
+            pool[i][0, slots] = k.reshape(n, kvh * hd)
+            pool[i][1, slots] = v.reshape(n, kvh * hd)
+        attn = np.empty((n, n_head * hd), dtype=np.float32)
+        for s in range(len(seq_start) - 1):
+            lo, hi = seq_start[s], seq_start[s + 1]
+            if hi == lo:
+                continue
+            kc = pool[src][0, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+            vc = pool[src][1, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+            window = c["sliding_window"] if sliding else 0
+            attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
+        out = rms_norm(_linear(q8(attn, p + "wo"), w[p + "wo"]), w[p + "post_attn_norm"], eps)
+        x = ((out + active + lau) / root_half).astype(np.float32)
+        h = rms_norm(x, w[p + "ffn_norm"], eps)
+        gate, up = _linear(q8(h, p + "w_gate"), w[p + "w_gate"]), _linear(q8(h, p + "w_up"), w[p + "w_up"])
+        cut = c["layer_sparsity"][i] if c["layer_sparsity"] else -math.inf
+        if math.isfinite(cut):
+            gate = _sparse_gate(gate, cut)
+        f = _linear(q8(gelu_tanh_glu(gate, up), p + "w_down"), w[p + "w_down"])
+        x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
+        # correct: alt_k = pred_k + (x - pred_0) * (coef_k + 1), from the router over the output
+        corr = _modalities(c, w, p, x) @ w[p + "altup_correct"].T + np.float32(1.0)
+        alt = [((x - pred[0]) * corr[:, k : k + 1] + pred[k]).astype(np.float32) for k in range(a)]
+        first = alt[0] * w[p + "altup_correct_scale"] if c["altup_correct_scale"] else alt[0]
+        g = gelu_tanh_glu(_linear(q8(first, p + "ple_gate"), w[p + "ple_gate"]), ple[:, i])
+        o = rms_norm(_linear(q8(g, p + "ple_proj"), w[p + "ple_proj"]), w[p + "ple_norm"], eps)
+        alt = [alt[0]] + [(s + o).astype(np.float32) for s in alt[1:]]
+    target = _magnitude(alt[0])
+    x = alt[0]
+    for s in range(a - 1):
+        x = x + _rescaled(_linear(q8(alt[s + 1], f"altup_unembd.{s}"), w[f"altup_unembd.{s}"]), target)
+    x = (x * np.float32(1.0 / a)).astype(np.float32)
+    h = q8(rms_norm(x[rows], w["output_norm"], eps), "output")
+    return finish_logits(c, _linear(h, w["output"]))
+
+
 def paged_forward(
     c: dict[str, Any],
     w: dict[str, np.ndarray],
@@ -124,6 +242,8 @@ def paged_forward(
     pool slots ``ctx_slots[s]`` in position order. Returns the logits of the token indices ``rows``."""
     from .runner import _paged_attention
 
+    if c["altup"]:
+        return paged_forward_3n(c, w, pool, ids, pos, slots, seq_start, ctx_slots, rows, q8)
     eps, n_head, n = c["rms_eps"], c["n_head"], len(ids)
     x = embed(c, w, ids)
     ple = per_layer_inputs(c, w, ids, x, q8) if c["ple_dim"] else None

@@ -25,7 +25,7 @@ ARCHS = (
     "smollm3", "granite", "granitemoe", "gpt-oss", "olmo2", "exaone4", "ernie4_5", "ernie4_5-moe",
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
-    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2",
+    "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -44,7 +44,7 @@ CONFIG_KEYS = (
     "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
-    "qk_norm_heads",
+    "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -67,6 +67,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "layer_head_dim": [], "layer_n_head_kv": [], "layer_n_ff": [], "kv_source": [], "rope_pairs": 0,
     "v_norm": False, "ple_dim": 0, "attn_temp_offset": 0, "attn_temp_nope": False, "attn_chunked": False,
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
+    "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -75,7 +76,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -515,11 +516,16 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
     names = set(g.tensors)
-    if arch == "gemma4":
+    if arch in ("gemma4", "gemma3n"):
         freqs = g.tensor("rope_freqs.weight").reshape(-1) if "rope_freqs.weight" in names else None
         common["n_head"] = md.get(k + "attention.head_count", 0)
         routers = [i for i in range(md.get(k + "block_count", 0)) if f"blk.{i}.ffn_gate_inp.weight" in names]
-        cfg = _config(arch, **arch_config.gemma4_gguf(md, common, freqs, routers))
+        kw = arch_config.gemma4_gguf(md, common, freqs, routers, arch)
+        if arch == "gemma3n":  # (LAuReL's rank from its first matrix)
+            if "blk.0.laurel_l.weight" not in names:
+                raise ValueError("missing tensor 'blk.0.laurel_l.weight'")
+            kw["laurel_rank"] = int(g.tensor("blk.0.laurel_l.weight").reshape(-1, kw["n_embd"]).shape[0])
+        cfg = _config(arch, **kw)
         cfg["tied_embeddings"] = "output.weight" not in names
         globals_ = dict(_GEMMA4_GLOBALS_GGUF, output="output.weight")
         layer = dict(_GGUF_LAYER, **_GEMMA4_GGUF)
@@ -602,7 +608,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 _GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "GemmaForCausalLM",
                 "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM",
-                "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration")  # fmt: skip
+                "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration", "gemma3n",
+                "gemma3n_text", "Gemma3nForCausalLM", "Gemma3nForConditionalGeneration")  # fmt: skip
 
 
 def _text_wrapper(c: dict[str, Any]) -> bool:
@@ -681,6 +688,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return _gemma4_hf(c["text_config"], get_tensor, names, "model.language_model.")
     if arch in ("gemma4_text", "Gemma4ForCausalLM"):
         return _gemma4_hf(c, get_tensor, names, "model.")
+    if arch in ("gemma3n", "Gemma3nForConditionalGeneration"):  # (its language model)
+        if not isinstance(c.get("text_config"), dict):
+            raise ValueError(f"'{path}' has no text_config object")
+        return _gemma4_hf(c["text_config"], get_tensor, names, "model.language_model.", "gemma3n")
+    if arch in ("gemma3n_text", "Gemma3nForCausalLM"):
+        return _gemma4_hf(c, get_tensor, names, "model.", "gemma3n")
     if arch in ("gemma3", "Gemma3ForConditionalGeneration"):
         return _gemma3_hf(c["text_config"], get_tensor, names, multimodal=True)
     if arch in ("gemma3_text", "Gemma3ForCausalLM"):
@@ -963,11 +976,16 @@ _GEMMA4_GGUF = {
     "expert_scale": "ffn_down_exps.scale",
     "gate_up_exps": "ffn_gate_up_exps.weight", "gate_exps": "ffn_gate_exps.weight",
     "up_exps": "ffn_up_exps.weight", "down_exps": "ffn_down_exps.weight",
+    "altup_router": "altup_router.weight", "altup_router_norm": "altup_router_norm.weight",
+    "altup_predict": "altup_predict_coef.weight", "altup_correct": "altup_correct_coef.weight",
+    "altup_correct_scale": "altup_correct_scale.weight", "laurel_l": "laurel_l.weight",
+    "laurel_r": "laurel_r.weight", "laurel_norm": "laurel_post_norm.weight",
 }  # fmt: skip
 _GEMMA4_GLOBALS_GGUF = {
     "tok_embd": "token_embd.weight", "output_norm": "output_norm.weight",
     "ple_tok_embd": "per_layer_token_embd.weight", "ple_model_proj": "per_layer_model_proj.weight",
-    "ple_proj_norm": "per_layer_proj_norm.weight",
+    "ple_proj_norm": "per_layer_proj_norm.weight", "altup_proj": "altup_proj.weight",
+    "altup_unembd": "altup_unembd_proj.weight",
 }  # fmt: skip
 _GEMMA4_HF = {
     "ffn_norm": "pre_feedforward_layernorm.weight", "post_attn_norm": "post_attention_layernorm.weight",
@@ -978,6 +996,10 @@ _GEMMA4_HF = {
     "post_ffn_norm_2": "post_feedforward_layernorm_2.weight", "router": "router.proj.weight",
     "router_scale": "router.scale", "expert_scale": "router.per_expert_scale",
     "gate_up_exps": "experts.gate_up_proj", "down_exps": "experts.down_proj",
+    "altup_router": "altup.modality_router.weight", "altup_router_norm": "altup.router_norm.weight",
+    "altup_predict": "altup.prediction_coefs.weight", "altup_correct": "altup.correction_coefs.weight",
+    "altup_correct_scale": "altup.correct_output_scale", "laurel_l": "laurel.linear_left.weight",
+    "laurel_r": "laurel.linear_right.weight", "laurel_norm": "laurel.post_laurel_norm.weight",
 }  # fmt: skip
 
 
@@ -996,12 +1018,23 @@ def _gemma4_weights(
         w["output"] = w["tok_embd"]
     else:
         _take(get, names, w, glob["output"], "output", cfg["n_vocab"], e)
-    if p > 0:  # (the table may have more rows than the vocabulary, never fewer)
+    a = cfg["altup"]
+    if p > 0:  # (the table may have more rows than the vocabulary, never fewer; Gemma 3n's fewer)
         table = glob["ple_tok_embd"]
-        rows = max(get(table).reshape(-1, n_layer * p).shape[0], cfg["n_vocab"]) if table in names else 0
+        have = get(table).reshape(-1, n_layer * p).shape[0] if table in names else 0
+        rows = max(have, 1) if a > 0 else max(have, cfg["n_vocab"])
         _take(get, names, w, table, "ple_tok_embd", rows, n_layer * p)
         _take(get, names, w, glob["ple_model_proj"], "ple_model_proj", n_layer * p, e)
         _take(get, names, w, glob["ple_proj_norm"], "ple_proj_norm", 1, p)
+    for field in ("altup_proj", "altup_unembd") if a > 1 else ():  # (GGUF's 3-D stack, or one per stream)
+        if glob[field] in names:
+            _take(get, names, w, glob[field], field, (a - 1) * e, e)
+            stack = w.pop(field).reshape(a - 1, e, e)
+            for s in range(a - 1):
+                w[f"{field}.{s}"] = stack[s]
+        else:
+            for s in range(a - 1):
+                _take(get, names, w, f"{glob[field]}.{s}.weight", f"{field}.{s}", e, e)
     for i in range(n_layer):
         hd = head_dim(cfg, i)
         q, kv, ff = cfg["n_head"] * hd, n_head_kv(cfg, i) * hd, cfg["layer_n_ff"][i]
@@ -1016,6 +1049,11 @@ def _gemma4_weights(
             shapes.update(out_scale=(1, 1))
         if p > 0:
             shapes.update(ple_gate=(p, e), ple_proj=(e, p), ple_norm=(1, e))
+        if a > 0:
+            r = cfg["laurel_rank"]
+            shapes.update(altup_router=(a, e), altup_router_norm=(1, e), altup_predict=(a * a, a),
+                          altup_correct=(a, a), altup_correct_scale=(1, e), laurel_l=(r, e), laurel_r=(e, r),
+                          laurel_norm=(1, e))  # fmt: skip
         if i in cfg["moe"]["layers"]:  # the experts beside the MLP, sliced from their stacks
             n, fe = cfg["moe"]["n_expert"], cfg["moe"]["n_ff_expert"]
             shapes.update(ffn_norm_2=(1, e), post_ffn_norm_1=(1, e), post_ffn_norm_2=(1, e), router=(n, e),
@@ -1041,10 +1079,12 @@ def _gemma4_weights(
 
 
 def _gemma4_hf(
-    c: dict[str, Any], get: Any, names: set[Any], prefix: str
+    c: dict[str, Any], get: Any, names: set[Any], prefix: str, arch: str = "gemma4"
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Gemma 4 from a folder (its tensors under ``prefix``): norms stored as the factor applied."""
-    cfg = _config("gemma4", **arch_config.gemma4_hf(c))
+    """Gemma 4 (or Gemma 3n) from a folder (its tensors under ``prefix``): norms stored as the factor
+    applied."""
+    read = arch_config.gemma3n_hf if arch == "gemma3n" else arch_config.gemma4_hf
+    cfg = _config(arch, **read(c))
 
     def name_of(i: int, f: str) -> str:
         return f"{prefix}layers.{i}.{_GEMMA4_HF.get(f, _HF_LAYER.get(f, ''))}"
@@ -1054,5 +1094,6 @@ def _gemma4_hf(
         "output": "lm_head.weight", "ple_tok_embd": prefix + "embed_tokens_per_layer.weight",
         "ple_model_proj": prefix + "per_layer_model_projection.weight",
         "ple_proj_norm": prefix + "per_layer_projection_norm.weight",
+        "altup_proj": prefix + "altup_projections", "altup_unembd": prefix + "altup_unembed_projections",
     }  # fmt: skip
     return cfg, _gemma4_weights(cfg, get, names, name_of, glob)

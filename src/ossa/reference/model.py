@@ -374,7 +374,7 @@ def forward(
         from .gemma3 import forward_gemma3
 
         return forward_gemma3(c, w, token_ids, q8)
-    if c["arch"] == "gemma4":
+    if c["arch"] in ("gemma4", "gemma3n"):
         from .gemma4 import forward_gemma4
 
         return forward_gemma4(c, w, token_ids, q8)

@@ -70,7 +70,7 @@ class ModelRunner:
         # (Gemma 4: one array per layer with K/V of its own, their widths differing: gemma4.kv_pool)
         self.kv: Any = (
             gemma4_twin.kv_pool(config, num_blocks * block_size, kv_cache_dtype)
-            if config["arch"] == "gemma4"
+            if config["arch"] in ("gemma4", "gemma3n")
             else np.zeros(
                 (config["n_layer"], 2, num_blocks * block_size, kv_dim), dtype=np.dtype(kv_cache_dtype)
             )
@@ -177,7 +177,7 @@ class ModelRunner:
             table = np.asarray(block_tables[block_table_start[s] : block_table_start[s + 1]], dtype=np.int64)
             ctx_pos = np.arange(context_len[s])
             ctx_slots.append(table[ctx_pos // bs] * bs + ctx_pos % bs)
-        if c["arch"] == "gemma4":  # (per-layer K/V widths, shared K/V, per-layer inputs: gemma4.py)
+        if c["arch"] in ("gemma4", "gemma3n"):  # (gemma4.py)
             rows = np.asarray(logits_rows, dtype=np.int64)
             return gemma4_twin.paged_forward(c, w, self.kv, ids, pos, slots, seq_start, ctx_slots, rows, q8)
 
