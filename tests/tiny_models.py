@@ -1635,11 +1635,11 @@ def gguf_without(
     dst: str | os.PathLike[str],
     keys: Any = (),
     tensors: Any = (),
-    add: dict[str, float | int] | None = None,
+    add: dict[str, Any] | None = None,
 ) -> str:
     """A copy of GGUF file ``src`` at ``dst`` without the metadata ``keys`` and the ``tensors`` named
-    (the loaders' errors for a file that lacks them), with the keys of ``add`` (name -> float, or int
-    as uint32) written anew."""
+    (the loaders' errors for a file that lacks them), with the keys of ``add`` (name -> float, int as
+    uint32, or a list as an array) written anew."""
     import gguf
 
     reader = gguf.GGUFReader(str(src))
@@ -1648,7 +1648,10 @@ def gguf_without(
     add = add or {}
     _copy_metadata(reader, w, skip=tuple(keys) + tuple(add))
     for name, value in add.items():
-        (w.add_float32 if isinstance(value, float) else w.add_uint32)(name, value)
+        if isinstance(value, list):
+            w.add_array(name, value)
+        else:
+            (w.add_float32 if isinstance(value, float) else w.add_uint32)(name, value)
     for t in reader.tensors:
         if t.name not in tensors:
             w.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed([int(v) for v in t.shape])))
