@@ -32,6 +32,11 @@ the output matrix is a smaller share of a step than in the real files):
   turning), the others sliding over 512 tokens (heads of 256); the last 20 layers read the K/V of layers
   13 and 14 and have double-wide GeGLUs (12288 rows, 6144 before); per-layer embeddings of 256 per
   layer; tied, soft-capped at 30.
+- ``--arch gemma3n``, shaped like Gemma 3n E2B: hidden 2048, 30 layers, every 5th global (8 query / 2 KV
+  heads of 256), the others sliding over 512 tokens; the last 10 read the K/V of layers 18 and 19; GeGLUs
+  of 8192 rows, the first 10 layers' gates cut at 0.95; 4 AltUp streams, LAuReL of rank 64, per-layer
+  inputs of 256 per layer; tied, soft-capped at 30. (llama.cpp's fixed shape of the family: its 20
+  layers with K/V, 10 sparse layers, per-layer inputs of 256.)
 
 F16 written here, the other types made by llama.cpp's own quantizer (llama_model_quantize), cached
 under $OSSA_HOME/bench.
@@ -73,6 +78,9 @@ FALCON_MAMBA = dict(n_embd=4096, n_layer=8, d_inner=8192, d_state=16, dt_rank=25
 # with double-wide MLPs, per-layer embeddings of 256 (the table over the default tokenizer's 49,152 ids).
 GEMMA4_E2B = dict(n_embd=1536, n_layer=35, n_head=8, n_head_kv=1, head_dim=256, global_head_dim=512,
                   n_ff=6144, shared=20, ple=256, window=512, pattern=5)  # fmt: skip
+# Gemma 3n E2B's layout (as llama.cpp fixes it: 20 layers with their own K/V, 10 sparse, PLE 256).
+GEMMA3N_E2B = dict(n_embd=2048, n_layer=30, n_head=8, n_head_kv=2, head_dim=256, n_ff=8192, shared=10,
+                   ple=256, window=512, pattern=5, altup=4, laurel=64, sparse=10)  # fmt: skip
 SHAPE = dict(n_embd=1024, n_layer=24, interval=4, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
              n_k=16, n_v=16, k_dim=128, v_dim=128, conv=4)  # fmt: skip
 
@@ -493,6 +501,81 @@ def build_gemma4_f16(dst: Path, tokenizer_gguf: str) -> str:
     return f.finish()
 
 
+def build_gemma3n_f16(dst: Path, tokenizer_gguf: str) -> str:
+    """Writes the Gemma-3n-E2B-shaped file (matrices and the streams' 3-D projections F16; norms, the AltUp
+    coefficients and scales F32) once, with the keys and names llama.cpp's converter writes (the sliding
+    pattern, shared_kv_layers, the AltUp keys, activation_sparsity_scale; every layer's K/V tensors, which
+    the released checkpoints hold)."""
+    if dst.exists():
+        return str(dst)
+    s = GEMMA3N_E2B
+    f = RandomGGUF(dst, "gemma3n", tokenizer_gguf)
+    w = f.w
+    e, n, hd, ple, a, r = s["n_embd"], s["n_layer"], s["head_dim"], s["ple"], s["altup"], s["laurel"]
+    sliding = [(i + 1) % s["pattern"] != 0 for i in range(n)]
+    w.add_context_length(32768)
+    w.add_embedding_length(e)
+    w.add_block_count(n)
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(1e4)
+    w.add_sliding_window(s["window"])
+    w.add_sliding_window_pattern(sliding)
+    w.add_shared_kv_layers(s["shared"])
+    w.add_embedding_length_per_layer_input(ple)
+    w.add_altup_active_idx(0)
+    w.add_altup_num_inputs(a)
+    cut = 1.6448535919189453  # (torch's float32 Phi^-1(0.95), as the converter writes it)
+    w.add_activation_sparsity_scale([cut] * s["sparse"] + [float("-inf")] * (n - s["sparse"]))
+    w.add_final_logit_softcapping(30.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(f.n_vocab)
+    w.add_file_type(1)  # MOSTLY_F16
+    f.embeddings(e)  # (tied output)
+    f.vec("output_norm.weight", e)
+    f.w.add_tensor(
+        "per_layer_token_embd.weight",
+        f.rng.standard_normal((f.n_vocab, n * ple), dtype=np.float32).astype(np.float16),
+    )
+    f.mat("per_layer_model_proj.weight", n * ple, e)
+    f.vec("per_layer_proj_norm.weight", ple)
+    for name in ("altup_proj.weight", "altup_unembd_proj.weight"):
+        stack = f.rng.standard_normal((a - 1, e, e), dtype=np.float32) / np.sqrt(e)
+        f.w.add_tensor(name, stack.astype(np.float16))
+    for i in range(n):
+        p = f"blk.{i}."
+        f.vec(p + "attn_norm.weight", e)
+        f.attention(p, e, s["n_head"], s["n_head_kv"], hd)
+        # (q / k norms around d^-1/4, as for Gemma 4: its scores are not scaled either)
+        f.vec(p + "attn_q_norm.weight", hd, base=hd**-0.25, spread=0.01)
+        f.vec(p + "attn_k_norm.weight", hd, base=hd**-0.25, spread=0.01)
+        f.mat(p + "attn_output.weight", e, s["n_head"] * hd)
+        f.vec(p + "post_attention_norm.weight", e)
+        f.vec(p + "ffn_norm.weight", e)
+        f.ffn(p, e, s["n_ff"])
+        f.vec(p + "post_ffw_norm.weight", e)
+        f.mat(p + "inp_gate.weight", ple, e)
+        f.mat(p + "proj.weight", e, ple)
+        f.vec(p + "post_norm.weight", e)
+        f.w.add_tensor(
+            p + "altup_correct_coef.weight", (0.1 * f.rng.standard_normal((a, a))).astype(np.float32)
+        )
+        f.vec(p + "altup_correct_scale.weight", e)
+        f.w.add_tensor(
+            p + "altup_predict_coef.weight", (0.1 * f.rng.standard_normal((a * a, a))).astype(np.float32)
+        )
+        f.mat(p + "altup_router.weight", a, e)
+        f.vec(p + "altup_router_norm.weight", e)
+        f.mat(p + "laurel_l.weight", r, e)
+        f.mat(p + "laurel_r.weight", e, r)
+        f.vec(p + "laurel_post_norm.weight", e)
+    return f.finish()
+
+
 def agreement(path: str, n: int = 64) -> tuple[float, float]:
     """max |ossa - llama.cpp| / max |llama.cpp| over the logits of an n-token prompt (one process): ossa
     exact, and ossa loaded with quantized_activations (llama.cpp's own scheme: activations rounded to
@@ -518,7 +601,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--decode-steps", type=int, default=32)
     ap.add_argument("--types", default="F16,Q8_0,Q4_K_M")
-    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "falcon_h1", "mamba2", "mamba", "gemma4"]
+    archs = ["qwen35", "lfm2", "granitehybrid", "nemotron_h", "falcon_h1", "mamba2", "mamba", "gemma4",
+             "gemma3n"]  # fmt: skip
     ap.add_argument("--arch", choices=archs, default="qwen35")
     ap.add_argument("--decode-contexts", default="", help="also decode after prompts this long (1024,4096)")
     args = ap.parse_args()
@@ -529,10 +613,12 @@ def main() -> None:
     stem = {"qwen35": "qwen35-0.8b-shape", "lfm2": "lfm2-1.2b-shape", "granitehybrid": "granite4-h-1b-shape",
             "nemotron_h": "nemotron-nano2-10-blocks",
             "falcon_h1": "falcon-h1-1.5b-shape", "mamba2": "mamba-codestral-7b-8-layers",
-            "mamba": "falcon-mamba-7b-8-layers", "gemma4": "gemma4-e2b-shape"}[args.arch]  # fmt: skip
+            "mamba": "falcon-mamba-7b-8-layers", "gemma4": "gemma4-e2b-shape",
+            "gemma3n": "gemma3n-e2b-shape"}[args.arch]  # fmt: skip
     build = {"qwen35": build_f16, "lfm2": build_lfm2_f16, "granitehybrid": build_granite_f16,
              "nemotron_h": build_nemotron_f16, "falcon_h1": build_falconh1_f16, "mamba2": build_mamba2_f16,
-             "mamba": build_mamba_f16, "gemma4": build_gemma4_f16}[args.arch]  # fmt: skip
+             "mamba": build_mamba_f16, "gemma4": build_gemma4_f16,
+             "gemma3n": build_gemma3n_f16}[args.arch]  # fmt: skip
     f16 = build(bench_dir() / f"{stem}-F16.gguf", default)
     files = []
     for t in args.types.split(","):
@@ -542,7 +628,7 @@ def main() -> None:
         files.append((t, str(path)))
     shape = {"qwen35": SHAPE, "lfm2": LFM2, "granitehybrid": GRANITE, "nemotron_h": NEMOTRON,
              "falcon_h1": FALCON_H1, "mamba2": CODESTRAL_MAMBA, "mamba": FALCON_MAMBA,
-             "gemma4": GEMMA4_E2B}[args.arch]  # fmt: skip
+             "gemma4": GEMMA4_E2B, "gemma3n": GEMMA3N_E2B}[args.arch]  # fmt: skip
     print(f"synthetic {args.arch}: {shape}; threads={args.threads}; ossa kernels: {kernels_label(core)}")
     contexts = tuple(int(v) for v in args.decode_contexts.split(",") if v)
     print(f"{'type':7} {'phase':12} {'ossa tok/s':>11} {'llama.cpp':>10} {'ratio':>6}")

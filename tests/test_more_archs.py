@@ -1,4 +1,4 @@
-"""Granite MoE, OLMo 2 / 3, EXAONE 4.0 and ERNIE 4.5 against Hugging Face transformers (torch CPU,
+"""Granite MoE, OLMo 2 / 3, EXAONE 4.0, ERNIE 4.5 and Seed-OSS against Hugging Face transformers (torch CPU,
 float32) and the NumPy twin, on tiny random models built by transformers: from safetensors folders
 (the Hub's names) and from GGUF files laid out as llama.cpp's converter writes them. Each runs in the
 Llama forward pass with a few switches (docs/models.md has a section per architecture):
@@ -13,6 +13,8 @@ Llama forward pass with a few switches (docs/models.md has a section per archite
 - exaone4: the same norms with per-head q / k norms; the 32B's window on 3 of 4 layers, its global
   layers without RoPE.
 - ernie4_5: RoPE on interleaved pairs as the rows are stored; head_dim 128 unless set.
+- seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
+  head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
 
 Every case: logits against transformers (1e-5 from the folder and GGUF F32, HF_TOL for rounded files)
 and against the twin, chunked prefill bitwise equal to one pass and to the twin's runner, 30 greedy
@@ -124,6 +126,18 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         intermediate_size=80, vocab_size=130, moe_num_experts=4, moe_k=3, moe_intermediate_size=16,
         moe_num_shared_experts=0, moe_layer_start_index=0, moe_layer_interval=2,
     ), ALL),
+    # Seed-OSS-36B's layout: q / k / v biases (its default), none on the output, head_dim 16 set, untied,
+    # a RoPE base of 1e7. (Its F16 file is 1.06e-3 off transformers, over HF_TOL's 1e-3: rounding, measured.)
+    "seed_oss": (dict(
+        arch="seed_oss", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, rope_theta=1e7,
+    ), ["safetensors", "F32", "Q8_0"]),
+    # An output bias and no q / k / v ones, head_dim left to SeedOssConfig's default (128, not hidden /
+    # heads = 12), tied.
+    "seed_oss-obias": (dict(
+        arch="seed_oss", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, attention_bias=False, attention_out_bias=True, tie=True,
+    ), ALL),
 }  # fmt: skip
 
 
@@ -133,10 +147,11 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     out = build_hf_cases(
         tmp_path_factory.mktemp("archs"), {n: kw for n, (kw, _) in CASES.items()}, seed=110, n_tokens=N_TOKENS
     )
-    cfg = Path(out["ernie4_5-wide-heads"][0]) / "config.json"  # as a release leaves it: no head_dim
-    c = json.loads(cfg.read_text())
-    assert c.pop("head_dim") == 128
-    cfg.write_text(json.dumps(c))
+    for name in ("ernie4_5-wide-heads", "seed_oss-obias"):  # as a release leaves it: no head_dim
+        cfg = Path(out[name][0]) / "config.json"
+        c = json.loads(cfg.read_text())
+        assert c.pop("head_dim") == 128
+        cfg.write_text(json.dumps(c))
     return out
 
 
@@ -175,6 +190,13 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "seed_oss":
+        assert (c["qkv_bias"], c["o_bias"]) == (
+            case.get("attention_bias", True),
+            case.get("attention_out_bias", False),
+        )
+        assert c["head_dim"] == case.get("head_dim", 128) and not c["qk_norm"] and c["rope_style"] == "neox"
         return
     assert c["qk_norm"] == (arch != "ernie4_5")
     assert c["rope_style"] == ("interleaved" if arch == "ernie4_5" else "neox")

@@ -54,6 +54,7 @@ def test_templates() -> None:
     assert reasoning_for_template("{% if thinking %}<think>\n{{ r }}\n</think>{% endif %}") == "think"
     assert reasoning_for_template("{{ '<|channel>' + 'thought' }}{{ r }}<channel|>") == "gemma4"
     assert reasoning_for_template("[THINK]{{ r }}[/THINK]") == "mistral"
+    assert reasoning_for_template("<seed:think>{{ r }}</seed:think>") == "seed"
     assert reasoning_for_template("{{ messages }}") is None and reasoning_for_template(None) is None
 
 
@@ -64,6 +65,7 @@ def test_templates() -> None:
         ("gemma4", "Just the answer.", None, "Just the answer."),
         ("mistral", "[THINK]Hmm.[/THINK]\n\nYes.", "Hmm.", "Yes."),
         ("command", "<|START_THINKING|>Plan.<|END_THINKING|>Done.", "Plan.", "Done."),
+        ("seed", "<seed:think>Budget first.</seed:think>Answer.", "Budget first.", "Answer."),
     ],
 )
 def test_other_formats(fmt: str, reply: str, reasoning: str | None, content: str) -> None:

@@ -101,6 +101,14 @@ REPLIES: list[tuple[str, str, str | None, list[tuple[str, dict[str, Any]]]]] = [
         "Let me see.",
         [("get_weather", {"city": "Sapporo", "days": 2}), ("search", {"filters": {"a": 1}})],
     ),
+    (  # Seed-OSS: qwen3_coder's XML in its own blocks, one per call
+        "seed_oss",
+        "Let me check.\n<seed:tool_call>\n<function=get_weather>\n<parameter=city>\nSeoul\n</parameter>\n"
+        "<parameter=days>\n4\n</parameter>\n</function>\n</seed:tool_call>\n<seed:tool_call>\n"
+        "<function=search>\n<parameter=filters>\n{\"k\": [2]}\n</parameter>\n</function>\n</seed:tool_call>",
+        "Let me check.",
+        [("get_weather", {"city": "Seoul", "days": 4}), ("search", {"filters": {"k": [2]}})],
+    ),
     (
         "command_r7b",
         'I will look.<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": '
@@ -184,6 +192,7 @@ def test_streams_add_up_to_the_whole_reply(cuts: list[int]) -> None:
         ("<|tool_calls_section_begin|>", "kimi_k2"),
         ("<|START_ACTION|>[{{ tool_call }}]<|END_ACTION|>", "command_r7b"),
         ("<minimax:tool_call>\n<invoke name=", "minimax_m2"),
+        ("<seed:tool_call>\n<function={{ name }}>\n<parameter={{ k }}>", "seed_oss"),
         ("<tool_call>{{ name }}\n<arg_key>{{ k }}</arg_key>", "glm45"),
         ("<tool_call>\n<function={{ name }}>\n<parameter={{ k }}>", "qwen3_coder"),
         ("format of [func_name1(params_name1=params_value1, ...)]", "pythonic"),

@@ -71,6 +71,7 @@ ARCHS = (
     "cohere2",
     "minimax_m2",
     "gemma3n",
+    "seed_oss",
 )
 
 
@@ -202,6 +203,7 @@ def make_hf_model(
         "cohere2": transformers.Cohere2Config,
         "minimax_m2": transformers.MiniMaxM2Config,
         "gemma3n": transformers.Gemma3nTextConfig,
+        "seed_oss": transformers.SeedOssConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -342,7 +344,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         rest = ".".join(parts[3:])
         if arch in ("gemma2", "gemma3") and rest in _GEMMA3_NAMES:
             return f"blk.{parts[2]}.{_GEMMA3_NAMES[rest]}"
-        if arch in ("gpt-oss", "qwen35", "qwen35moe", "qwen3next") and rest in _GPT_OSS_NAMES:
+        if arch in ("gpt-oss", "qwen35", "qwen35moe", "qwen3next", "seed_oss") and rest in _GPT_OSS_NAMES:
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
@@ -431,7 +433,7 @@ def hf_to_gguf(
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
-        "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2",
+        "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -439,7 +441,7 @@ def hf_to_gguf(
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or (
-        128 if model_type.startswith("ernie4_5") else n_embd // n_head
+        128 if model_type.startswith("ernie4_5") or model_type == "seed_oss" else n_embd // n_head
     )  # (its default)
     rope = cfg.get("rope_parameters") or {}
     if arch == "gemma3" or model_type == "olmo3":

@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n"};
+    "minimax-m2", "gemma3n", "seed_oss"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +248,7 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n)";
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1008,6 +1008,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
   if (arch == "exaone4") exaone4_config_gguf(*g, c);
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
+  if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
@@ -1077,7 +1078,8 @@ void load_gguf(Model& m, Storage& st) {
     return std::string(field) == "ffn_norm" && b.has(bare) ? bare : gguf_name(layer, field);
   };
   using NameOf = std::function<std::string(int, const char*)>;
-  const NameOf name_of = arch == "gpt-oss" || qwen35 ? NameOf(gguf_name_gpt_oss)
+  // (Seed-OSS files too: the pre-FFN norm as post_attention_norm)
+  const NameOf name_of = arch == "gpt-oss" || qwen35 || arch == "seed_oss" ? NameOf(gguf_name_gpt_oss)
                          : nemotron                  ? NameOf(gguf_name_nemotronh)
                          : arch == "falcon-h1"       ? NameOf(falconh1_name)
                                                      : NameOf(gguf_name);
@@ -1534,7 +1536,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"cohere2", "cohere2"},
       {"Cohere2ForCausalLM", "cohere2"},
       {"minimax_m2", "minimax-m2"},
-      {"MiniMaxM2ForCausalLM", "minimax-m2"}};
+      {"MiniMaxM2ForCausalLM", "minimax-m2"},
+      {"seed_oss", "seed_oss"},
+      {"SeedOssForCausalLM", "seed_oss"}};
   return k_archs;
 }
 
@@ -1751,7 +1755,8 @@ void load_hf(Model& m, Storage& st) {
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
   // (NemotronHConfig's and Qwen3VLTextConfig's too)
   const bool ernie_dim =
-      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl") && cfg.v.get("head_dim") == nullptr;
+      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss") &&
+      cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -1830,10 +1835,12 @@ void load_hf(Model& m, Storage& st) {
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
-      !gpt_oss && cfg.boolean("attention_bias", false))
+      !gpt_oss && c.arch != "seed_oss" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
-               (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias);
+               (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
+               (c.arch == "seed_oss" && cfg.boolean("attention_bias", true));
+  if (c.arch == "seed_oss") c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads ||

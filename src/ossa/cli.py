@@ -124,13 +124,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
             "kimi_k2",
             "command_r7b",
             "minimax_m2",
+            "seed_oss",
         ],  # fmt: skip
         default=None,
         help="the model's tool-call format for tool_choice=auto (default: recognised in the chat template)",
     )
     p.add_argument(
         "--reasoning-parser",
-        choices=["auto", "none", "think", "gemma4", "mistral", "command"],
+        choices=["auto", "none", "think", "gemma4", "mistral", "command", "seed"],
         default="auto",
         help="a thinking model's <think> block as reasoning_content: auto (where the chat template writes "
         "one), think (always looked for), none (the reply as it is)",

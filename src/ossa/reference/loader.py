@@ -26,6 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
+    "seed_oss",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -76,7 +77,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -112,7 +113,8 @@ _HF_ARCHS = {
     "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl", "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl",
     "cohere": "command-r", "CohereForCausalLM": "command-r",
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
-    "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2",
+    "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2", "seed_oss": "seed_oss",
+    "SeedOssForCausalLM": "seed_oss",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -547,6 +549,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
+    if arch == "seed_oss":
+        common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "glm4moe":
@@ -588,7 +592,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.falconh1_gguf(md, common["n_layer"], set(g.tensors)))
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
-    post = arch == "gpt-oss" or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
+    post = arch in ("gpt-oss", "seed_oss") or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
     if arch in NEMOTRON_H:  # (every block's one norm is attn_norm)
         layer = dict(_GGUF_LAYER, ffn_norm="attn_norm.weight")
@@ -715,7 +719,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"use_bias=true in '{path}' is not supported")
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
-    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss") and get("attention_bias", False):
+    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss", "seed_oss") and get(
+        "attention_bias", False
+    ):
         raise ValueError(f"attention_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
     olmo3: dict[str, Any] = {}
@@ -767,7 +773,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
             128  # Ernie4_5Config's, NemotronHConfig's and Qwen3VLTextConfig's default (null: hidden / heads)
-            if (ernie or arch in ("nemotron_h", "qwen3vl")) and "head_dim" not in c
+            if (ernie or arch in ("nemotron_h", "qwen3vl", "seed_oss")) and "head_dim" not in c
             else get(
                 "head_dim",
                 int(min(max(expand, 0.0), 64.0) * n_embd)  # (Mamba-1: one head of d_inner)
@@ -806,6 +812,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
+    if arch == "seed_oss":  # (SeedOssConfig's defaults: q / k / v biases, none on the output)
+        common.update(
+            qkv_bias=bool(get("attention_bias", True)), o_bias=bool(get("attention_out_bias", False))
+        )
     if arch == "llama4":  # NoPE layers, chunks, temperature, the dense MLP's size
         common.update(arch_config.llama4_hf(c, common["n_layer"]))
     if arch in ("command-r", "cohere2"):

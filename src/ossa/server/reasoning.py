@@ -5,8 +5,9 @@ llama.cpp's server answer for these models.
 The formats (``FORMATS``): the ``<think> ... </think>`` block of Qwen3 / Qwen3.5 / QwQ, DeepSeek R1
 and V3.1's thinking mode, GLM-4.5+, SmolLM3, Nemotron, MiniMax-M2, Kimi K2 Thinking and the other
 families that took it up; Gemma 4's thought channel ``<|channel>thought ... <channel|>``; Magistral's
-``[THINK] ... [/THINK]``. A reply that starts (after whitespace) with the opening tag reasons until the
-closing one; a prompt that already ends with the opening tag (templates that open the block for the
+``[THINK] ... [/THINK]``; Command's ``<|START_THINKING|> ... <|END_THINKING|>``; Seed-OSS's
+``<seed:think> ... </seed:think>``. A reply that starts (after whitespace) with the opening tag reasons
+until the closing one; a prompt that already ends with the opening tag (templates that open the block for the
 model: DeepSeek R1, Qwen3's thinking-only releases) makes the whole reply reasoning until the closing
 tag (a reply cut short before it is all reasoning). The text after the block is the content, its
 leading whitespace dropped; a reply without the block is all content. Tool calls are then parsed from
@@ -26,6 +27,7 @@ FORMATS = {  # name -> (opening, closing)
     "gemma4": ("<|channel>thought", "<channel|>"),
     "mistral": ("[THINK]", "[/THINK]"),
     "command": ("<|START_THINKING|>", "<|END_THINKING|>"),  # (Command A Reasoning, Command R7B)
+    "seed": ("<seed:think>", "</seed:think>"),  # (Seed-OSS)
 }
 _MARKS = {"gemma4": ("<|channel>", "<channel|>")}  # (what Gemma 4's template holds: the channel apart)
 PARSERS = ("auto", "none", *FORMATS)

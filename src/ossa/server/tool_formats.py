@@ -5,6 +5,7 @@ go out in one delta), or at the end of the reply when the model stopped before w
 
 - ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Qwen3-Next): ``<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\n
   VALUE\\n</parameter>\\n...</function>\\n</tool_call>``.
+- ``seed_oss`` (Seed-OSS): qwen3_coder's calls between ``<seed:tool_call>`` and ``</seed:tool_call>``.
 - ``glm45`` (GLM-4.5 / 4.6 / 4.7): ``<tool_call>NAME\\n<arg_key>KEY</arg_key>\\n<arg_value>VALUE</arg_value>
   ...</tool_call>``.
 - ``gemma4`` (Gemma 4): ``<|tool_call>call:NAME{key:<|"|>text<|"|>,n:5,o:{...},l:[...]}<tool_call|>``, and
@@ -24,10 +25,10 @@ go out in one delta), or at the end of the reply when the model stopped before w
   ``[get_weather(city="Paris"), add(a=1, b=2)]`` (optionally between ``<|python_start|>`` and
   ``<|python_end|>``); held back while it can still be one, content otherwise.
 
-XML-style values (qwen3_coder, glm45) are text: as vLLM converts them, a parameter the function's schema
-types as other than a string is read as JSON (then as a Python literal); a string one, or one the schema
-does not name, stays text (glm45: unnamed ones are read as JSON when they parse). Every parse returns
-``[(name, arguments JSON text)]`` or raises ``ValueError``.
+XML-style values (qwen3_coder, seed_oss, glm45) are text: as vLLM converts them, a parameter the
+function's schema types as other than a string is read as JSON (then as a Python literal); a string one,
+or one the schema does not name, stays text (glm45: unnamed ones are read as JSON when they parse).
+Every parse returns ``[(name, arguments JSON text)]`` or raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -103,12 +104,20 @@ def _text(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
-def _write_qwen3_coder(calls: list[tuple[str, dict[str, Any]]]) -> str:
-    out = []
-    for name, args in calls:
-        params = "".join(f"<parameter={k}>\n{_text(v)}\n</parameter>\n" for k, v in args.items())
-        out.append(f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>")
-    return "\n".join(out)
+def _xml_writer(start: str, end: str) -> Callable[[list[tuple[str, dict[str, Any]]]], str]:
+    """qwen3_coder's calls, each in its own block between ``start`` and ``end``."""
+
+    def write(calls: list[tuple[str, dict[str, Any]]]) -> str:
+        out = []
+        for name, args in calls:
+            params = "".join(f"<parameter={k}>\n{_text(v)}\n</parameter>\n" for k, v in args.items())
+            out.append(f"{start}\n<function={name}>\n{params}</function>\n{end}")
+        return "\n".join(out)
+
+    return write
+
+
+_write_qwen3_coder = _xml_writer("<tool_call>", "</tool_call>")
 
 
 # -- glm45 ---------------------------------------------------------------------------------------------
@@ -445,6 +454,12 @@ _GEMMA4 = ("<|tool_call>", "<tool_call|>", '<|"|>')
 _FUNCTIONGEMMA = ("<start_function_call>", "<end_function_call>", "<escape>")
 BLOCKS: dict[str, BlockFormat] = {
     "qwen3_coder": BlockFormat("<tool_call>", "</tool_call>", _parse_qwen3_coder, _write_qwen3_coder),
+    "seed_oss": BlockFormat(
+        "<seed:tool_call>",
+        "</seed:tool_call>",
+        _parse_qwen3_coder,
+        _xml_writer("<seed:tool_call>", "</seed:tool_call>"),
+    ),
     "glm45": BlockFormat("<tool_call>", "</tool_call>", _parse_glm45, _write_glm45),
     "gemma4": BlockFormat(
         _GEMMA4[0], _GEMMA4[1], _gemma_parser(_GEMMA4[2]), _gemma_writer(*_GEMMA4), (_GEMMA4[2],)

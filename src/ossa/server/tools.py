@@ -140,6 +140,7 @@ def parser_for_template(template: str | None) -> str:
         ("<|tool_calls_section_begin|>", "kimi_k2"),
         ("<|START_ACTION|>", "command_r7b"),
         ("<minimax:tool_call>", "minimax_m2"),
+        ("<seed:tool_call>", "seed_oss"),
         ("<arg_key>", "glm45"),
         ("<parameter=", "qwen3_coder"),
         (PY_START, "pythonic"),
