@@ -1,7 +1,7 @@
-"""Granite MoE, OLMo 2 / 3, EXAONE 4.0, ERNIE 4.5 and Seed-OSS against Hugging Face transformers (torch CPU,
-float32) and the NumPy twin, on tiny random models built by transformers: from safetensors folders
-(the Hub's names) and from GGUF files laid out as llama.cpp's converter writes them. Each runs in the
-Llama forward pass with a few switches (docs/models.md has a section per architecture):
+"""Granite MoE, OLMo 2 / 3, EXAONE 4.0, ERNIE 4.5, Seed-OSS and Arcee (AFM) against Hugging Face
+transformers (torch CPU, float32) and the NumPy twin, on tiny random models built by transformers: from
+safetensors folders (the Hub's names) and from GGUF files laid out as llama.cpp's converter writes them.
+Each runs in the Llama forward pass with a few switches (docs/models.md has a section per architecture):
 
 - granitemoe: Granite's four multipliers around experts routed by a softmax over the top-k logits,
   read in place from input_linear (gate rows, then up rows) / output_linear; the experts' sum scaled
@@ -13,6 +13,7 @@ Llama forward pass with a few switches (docs/models.md has a section per archite
 - exaone4: the same norms with per-head q / k norms; the 32B's window on 3 of 4 layers, its global
   layers without RoPE.
 - ernie4_5: RoPE on interleaved pairs as the rows are stored; head_dim 128 unless set.
+- arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
 
@@ -138,6 +139,16 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="seed_oss", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
         vocab_size=130, attention_bias=False, attention_out_bias=True, tie=True,
     ), ALL),
+    # AFM-4.5B's layout (Arcee): relu^2 MLPs without a gate, GQA 2, untied, YaRN.
+    "arcee": (dict(
+        arch="arcee", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=160,
+        vocab_size=150, rope_scaling=YARN, max_position_embeddings=128,
+    ), ALL),
+    # MHA, tied, odd sizes.
+    "arcee-tied": (dict(
+        arch="arcee", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
+        vocab_size=130, tie=True,
+    ), ALL),
 }  # fmt: skip
 
 
@@ -190,6 +201,10 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "arcee":  # (GGUF: q / k rows permuted by llama.cpp's converter, hence interleaved pairs)
+        assert c["ffn_relu2"] and not c["qk_norm"]
+        assert c["rope_style"] == ("neox" if fmt == "safetensors" else "interleaved")
         return
     if arch == "seed_oss":
         assert (c["qkv_bias"], c["o_bias"]) == (

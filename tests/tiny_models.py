@@ -72,6 +72,7 @@ ARCHS = (
     "minimax_m2",
     "gemma3n",
     "seed_oss",
+    "arcee",
 )
 
 
@@ -204,6 +205,7 @@ def make_hf_model(
         "minimax_m2": transformers.MiniMaxM2Config,
         "gemma3n": transformers.Gemma3nTextConfig,
         "seed_oss": transformers.SeedOssConfig,
+        "arcee": transformers.ArceeConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -434,6 +436,7 @@ def hf_to_gguf(
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
+        "arcee": "arcee",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -742,6 +745,7 @@ def hf_to_gguf(
             "granitehybrid",
             "nemotron_h",
             "nemotron_h_moe",
+            "arcee",
         )  # (llama.cpp's converter permutes Nemotron-H's too: NoPE, harmless)
         if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)

@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss"};
+    "minimax-m2", "gemma3n", "seed_oss", "arcee"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +248,7 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n, seed_oss)";
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -995,7 +995,7 @@ void load_gguf(Model& m, Storage& st) {
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
   c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
                   arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
-                  arch == "ernie4_5" || arch == "ernie4_5-moe")
+                  arch == "ernie4_5" || arch == "ernie4_5-moe" || arch == "arcee")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -1009,6 +1009,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "exaone4") exaone4_config_gguf(*g, c);
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
+  if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
@@ -1538,7 +1539,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"minimax_m2", "minimax-m2"},
       {"MiniMaxM2ForCausalLM", "minimax-m2"},
       {"seed_oss", "seed_oss"},
-      {"SeedOssForCausalLM", "seed_oss"}};
+      {"SeedOssForCausalLM", "seed_oss"},
+      {"arcee", "arcee"},
+      {"ArceeForCausalLM", "arcee"}};
   return k_archs;
 }
 
@@ -1834,6 +1837,16 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
+  // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
+  // (Nemotron-H's is read by nemotronh_config_hf).
+  if (const JsonValue* act = cfg.get("hidden_act");
+      act != nullptr && act->is_string() && c.arch != "nemotron_h") {
+    const std::string want = c.arch == "arcee" ? "relu2" : "silu";
+    if (act->string != want && !(want == "silu" && act->string == "swish"))
+      throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
+                       want + " is, for this architecture)");
+  }
+  if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
       !gpt_oss && c.arch != "seed_oss" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");

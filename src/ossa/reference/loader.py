@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss",
+    "seed_oss", "arcee",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -77,7 +77,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -114,7 +114,7 @@ _HF_ARCHS = {
     "cohere": "command-r", "CohereForCausalLM": "command-r",
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
     "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2", "seed_oss": "seed_oss",
-    "SeedOssForCausalLM": "seed_oss",
+    "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -510,6 +510,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "ernie4_5",
             "ernie4_5-moe",
             "granitehybrid",
+            "arcee",
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
@@ -551,6 +552,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
     if arch == "seed_oss":
         common["o_bias"] = "blk.0.attn_output.bias" in names
+    if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
+        common["ffn_relu2"] = True
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "glm4moe":
@@ -719,6 +722,13 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"use_bias=true in '{path}' is not supported")
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
+    act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
+    if isinstance(act, str) and arch != "nemotron_h":
+        want = "relu2" if arch == "arcee" else "silu"
+        if act != want and not (want == "silu" and act == "swish"):
+            raise ValueError(
+                f"hidden_act '{act}' in '{path}' is not supported ({want} is, for this architecture)"
+            )
     if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss", "seed_oss") and get(
         "attention_bias", False
     ):
@@ -812,6 +822,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
+    if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
+        common["ffn_relu2"] = True
     if arch == "seed_oss":  # (SeedOssConfig's defaults: q / k / v biases, none on the output)
         common.update(
             qkv_bias=bool(get("attention_bias", True)), o_bias=bool(get("attention_out_bias", False))
