@@ -13,6 +13,7 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - exaone4: the same norms with per-head q / k norms; the 32B's window on 3 of 4 layers, its global
   layers without RoPE.
 - ernie4_5: RoPE on interleaved pairs as the rows are stored; head_dim 128 unless set.
+- exaone: EXAONE 3 / 3.5 as released: GPT-2-style tensor names and its own config keys, read as Llama's.
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -149,6 +150,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="arcee", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
         vocab_size=130, tie=True,
     ), ALL),
+    # EXAONE-3.5-2.4B's layout: GPT-2-style tensor names (transformer.h.N.attn.attention.q_proj, ...), its
+    # config's own keys (num_layers, layer_norm_epsilon, activation_function), llama3 RoPE scaling, tied.
+    "exaone": (dict(
+        arch="exaone", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, tie=True, rope_theta=1e6, rope_scaling=LLAMA3,
+    ), ALL),
+    # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
+    "exaone-untied": (dict(
+        arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, rope_theta=500000.0,
+    ), ALL),
 }  # fmt: skip
 
 
@@ -162,6 +174,14 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
         cfg = Path(out[name][0]) / "config.json"
         c = json.loads(cfg.read_text())
         assert c.pop("head_dim") == 128
+        cfg.write_text(json.dumps(c))
+    for name in ("exaone", "exaone-untied"):  # as released: ExaoneConfig's own keys, no rope_theta
+        cfg = Path(out[name][0]) / "config.json"
+        c = json.loads(cfg.read_text())
+        c.update(num_layers=c.pop("num_hidden_layers"), layer_norm_epsilon=c.pop("rms_norm_eps"),
+                 activation_function=c.pop("hidden_act"), architectures=["ExaoneForCausalLM"])  # fmt: skip
+        if name == "exaone-untied":
+            assert c["rope_parameters"].pop("rope_theta") == 500000.0
         cfg.write_text(json.dumps(c))
     return out
 
@@ -201,6 +221,10 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "exaone":
+        assert c["rope_theta"] == (1e6 if name == "exaone" else 500000.0) and not c["qk_norm"]
+        assert c["n_layer"] == case["num_layers"] and c["rope_style"] == "neox"
         return
     if arch == "arcee":  # (GGUF: q / k rows permuted by llama.cpp's converter, hence interleaved pairs)
         assert c["ffn_relu2"] and not c["qk_norm"]

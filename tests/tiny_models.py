@@ -73,6 +73,7 @@ ARCHS = (
     "gemma3n",
     "seed_oss",
     "arcee",
+    "exaone",
 )
 
 
@@ -206,6 +207,7 @@ def make_hf_model(
         "gemma3n": transformers.Gemma3nTextConfig,
         "seed_oss": transformers.SeedOssConfig,
         "arcee": transformers.ArceeConfig,
+        "exaone": transformers.ExaoneConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -361,6 +363,28 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     raise ValueError(f"no GGUF name for tensor {hf_name!r}")
 
 
+def _exaone_llama_name(name: str) -> str:
+    """An EXAONE 3 tensor's name in the Llama layout (transformer.h.N.attn.attention.q_proj ->
+    model.layers.N.self_attn.q_proj, ...)."""
+    fixed = {
+        "transformer.wte.weight": "model.embed_tokens.weight",
+        "transformer.ln_f.weight": "model.norm.weight",
+    }
+    if name in fixed:
+        return fixed[name]
+    if not name.startswith("transformer.h."):
+        return name
+    layer, rest = name[len("transformer.h.") :].split(".", 1)
+    for old, new in (("ln_1.", "input_layernorm."), ("ln_2.", "post_attention_layernorm."),
+                     ("attn.attention.out_proj.", "self_attn.o_proj."), ("attn.attention.", "self_attn."),
+                     ("mlp.c_fc_0.", "mlp.gate_proj."), ("mlp.c_fc_1.", "mlp.up_proj."),
+                     ("mlp.c_proj.", "mlp.down_proj.")):  # fmt: skip
+        if rest.startswith(old):
+            rest = new + rest[len(old) :]
+            break
+    return f"model.layers.{layer}.{rest}"
+
+
 def _read_hf_tensors(hf_dir: Path) -> dict[str, np.ndarray]:
     import torch
     from safetensors.torch import load_file
@@ -407,6 +431,12 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
+    if model_type == "exaone":  # (ExaoneConfig's own keys, as the converter reads them)
+        for old, new in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
+                         ("activation_function", "hidden_act")):  # fmt: skip
+            if old in cfg:
+                cfg.setdefault(new, cfg[old])
+        cfg.setdefault("rope_parameters", {}).setdefault("rope_theta", 500000.0)
     vl = model_type in (
         "qwen3_vl",
         "qwen3_vl_moe",
@@ -436,7 +466,7 @@ def hf_to_gguf(
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
-        "arcee": "arcee",
+        "arcee": "arcee", "exaone": "exaone",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -663,6 +693,8 @@ def hf_to_gguf(
         "Q4_1": QT.Q4_1,
     }[ftype]
     tensors = _read_hf_tensors(hf_dir)
+    if model_type == "exaone":  # EXAONE 3's GPT-2-style names (as llama.cpp's converter maps them)
+        tensors = {_exaone_llama_name(k): v for k, v in tensors.items()}
     if vl:  # model.language_model.* -> model.*, the vision tower left out
         lm = "model.language_model."
         tensors = {"model." + k[len(lm) :] if k.startswith(lm) else k: v

@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss", "arcee"};
+    "minimax-m2", "gemma3n", "seed_oss", "arcee", "exaone"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +248,7 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee)";
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1541,7 +1541,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"seed_oss", "seed_oss"},
       {"SeedOssForCausalLM", "seed_oss"},
       {"arcee", "arcee"},
-      {"ArceeForCausalLM", "arcee"}};
+      {"ArceeForCausalLM", "arcee"},
+      {"exaone", "exaone"},
+      {"ExaoneForCausalLM", "exaone"}};
   return k_archs;
 }
 
@@ -1601,6 +1603,45 @@ void language_model_names(Builder& b) {
       throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
   }
   b.raw = std::move(renamed);
+}
+
+// EXAONE 3 / 3.5 as released (ExaoneForCausalLM, GPT-2-style names): its config's keys and its
+// tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
+bool exaone_names(JsonValue& cfg, Builder& b) {
+  const JsonValue* type = cfg.get("model_type");
+  if (type == nullptr || !type->is_string() || type->string != "exaone") return false;
+  for (const auto& [from, to] : {std::pair{"num_layers", "num_hidden_layers"},
+                                 {"layer_norm_epsilon", "rms_norm_eps"},
+                                 {"activation_function", "hidden_act"}}) {
+    const JsonValue* v = cfg.get(from);
+    if (v != nullptr && cfg.get(to) == nullptr) cfg.object.emplace_back(to, *v);
+  }
+  static const std::pair<const char*, const char*> k_parts[] = {
+      {".ln_1.", ".input_layernorm."},
+      {".ln_2.", ".post_attention_layernorm."},
+      {".attn.attention.out_proj.", ".self_attn.o_proj."},
+      {".attn.attention.", ".self_attn."},
+      {".mlp.c_fc_0.", ".mlp.gate_proj."},
+      {".mlp.c_fc_1.", ".mlp.up_proj."},
+      {".mlp.c_proj.", ".mlp.down_proj."}};
+  std::map<std::string, Raw> renamed;
+  for (auto& [name, raw] : b.raw) {
+    std::string to = name;
+    if (name == "transformer.wte.weight") to = "model.embed_tokens.weight";
+    if (name == "transformer.ln_f.weight") to = "model.norm.weight";
+    if (name.rfind("transformer.h.", 0) == 0) {
+      to = "model.layers." + name.substr(14);
+      for (const auto& [part, with] : k_parts)
+        if (const size_t at = to.find(part); at != std::string::npos) {
+          to.replace(at, std::string(part).size(), with);
+          break;
+        }
+    }
+    if (!renamed.emplace(to, raw).second)
+      throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
+  }
+  b.raw = std::move(renamed);
+  return true;
 }
 
 void load_hf(Model& m, Storage& st) {
@@ -1681,6 +1722,7 @@ void load_hf(Model& m, Storage& st) {
   }
 
   if (wrapper) language_model_names(b);
+  exaone_names(cfg_json, b);
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
   if (arch == "gemma4" || arch == "Gemma4ForConditionalGeneration") {
@@ -1792,6 +1834,7 @@ void load_hf(Model& m, Storage& st) {
                                                              : qwen3vl                ? 500000.0
                                                              : c.arch == "qwen2vl"    ? 1000000.0
                                                              : c.arch == "minimax-m2" ? 5000000.0
+                                                             : c.arch == "exaone"     ? 500000.0
                                                                                       : 10000.0));
   if (params != nullptr)
     c.rope_theta = static_cast<float>(Json{*params, cfg_path}.number("rope_theta", c.rope_theta));

@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee",
+    "seed_oss", "arcee", "exaone",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -77,7 +77,7 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -115,6 +115,7 @@ _HF_ARCHS = {
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
     "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2", "seed_oss": "seed_oss",
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
+    "exaone": "exaone", "ExaoneForCausalLM": "exaone",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -653,6 +654,15 @@ def _text_wrapper(c: dict[str, Any]) -> bool:
     )
 
 
+# EXAONE 3's GPT-2-style names within a layer, as Llama's (the first that matches).
+_EXAONE_PARTS = (
+    (".ln_1.", ".input_layernorm."), (".ln_2.", ".post_attention_layernorm."),
+    (".attn.attention.out_proj.", ".self_attn.o_proj."), (".attn.attention.", ".self_attn."),
+    (".mlp.c_fc_0.", ".mlp.gate_proj."), (".mlp.c_fc_1.", ".mlp.up_proj."),
+    (".mlp.c_proj.", ".mlp.down_proj."),
+)  # fmt: skip
+
+
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
@@ -682,6 +692,27 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
+    if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's exaone_names)
+        c = dict(c)
+        for frm, to in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
+                        ("activation_function", "hidden_act")):  # fmt: skip
+            if c.get(frm) is not None and c.get(to) is None:
+                c[to] = c[frm]
+        renamed = {}
+        for name in where:
+            to = {"transformer.wte.weight": "model.embed_tokens.weight",
+                  "transformer.ln_f.weight": "model.norm.weight"}.get(name, name)  # fmt: skip
+            if name.startswith("transformer.h."):
+                to = "model.layers." + name[len("transformer.h.") :]
+                for part, with_ in _EXAONE_PARTS:
+                    if part in to:
+                        to = to.replace(part, with_, 1)
+                        break
+            if to in renamed:
+                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
+            renamed[to] = name
+        stored = {to: stored[name] for to, name in renamed.items()}
+        where = {to: where[name] for to, name in renamed.items()}
     names = set(where)
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
@@ -744,6 +775,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "qwen3vlmoe": 500000.0,
         "qwen2vl": 1e6,
         "minimax-m2": 5e6,
+        "exaone": 500000.0,
     }.get(arch, 1e4)
     theta = params.get("rope_theta", get("rope_theta", default_theta))
     s = params if arch == "olmo3" else c.get("rope_scaling") or params
