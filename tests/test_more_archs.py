@@ -14,6 +14,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
   layers without RoPE.
 - ernie4_5: RoPE on interleaved pairs as the rows are stored; head_dim 128 unless set.
 - exaone: EXAONE 3 / 3.5 as released: GPT-2-style tensor names and its own config keys, read as Llama's.
+- internlm3: read as Llama (head_dim 128 unless set). hunyuan_v1_dense: q / k RMSNorm after RoPE,
+  NTK-alpha RoPE (a fixed base: theta * alpha^(d / (d - 2))).
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -156,6 +158,23 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="exaone", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
         vocab_size=150, tie=True, rope_theta=1e6, rope_scaling=LLAMA3,
     ), ALL),
+    # InternLM3-8B's layout (read as Llama; head_dim 128 unless set: its config's default), GQA 2, untied.
+    "internlm3": (dict(
+        arch="internlm3", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, rope_theta=50000000.0,
+    ), ALL),
+    # Hunyuan-7B's layout: q / k RMSNorm after RoPE, NTK-alpha RoPE (the base times alpha^(d / (d - 2))),
+    # GQA 2, tied.
+    "hunyuan": (dict(
+        arch="hunyuan_v1_dense", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, tie=True,
+        rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+    ), ALL),
+    # Untied, MHA, plain RoPE.
+    "hunyuan-plain": (dict(
+        arch="hunyuan_v1_dense", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=12,
+        intermediate_size=80, vocab_size=130,
+    ), ALL),
     # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
     "exaone-untied": (dict(
         arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
@@ -170,7 +189,7 @@ def hf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, 
     out = build_hf_cases(
         tmp_path_factory.mktemp("archs"), {n: kw for n, (kw, _) in CASES.items()}, seed=110, n_tokens=N_TOKENS
     )
-    for name in ("ernie4_5-wide-heads", "seed_oss-obias"):  # as a release leaves it: no head_dim
+    for name in ("ernie4_5-wide-heads", "seed_oss-obias", "internlm3"):  # as released: no head_dim
         cfg = Path(out[name][0]) / "config.json"
         c = json.loads(cfg.read_text())
         assert c.pop("head_dim") == 128
@@ -193,6 +212,8 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     assert c["arch"] == {
         "olmo3": "olmo2" if fmt != "safetensors" else "olmo3",
         "ernie4_5_moe": "ernie4_5-moe",
+        "internlm3": "llama",
+        "hunyuan_v1_dense": "hunyuan-dense",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -221,6 +242,14 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "internlm3":  # (read as Llama)
+        assert c["arch"] == "llama" and c["head_dim"] == 128 and not c["qkv_bias"]
+        return
+    if arch == "hunyuan_v1_dense":
+        assert c["qk_norm"] and c["qk_norm_after_rope"] and c["rope_style"] == "neox"
+        want = 10000.0 * 1000.0 ** (16 / 14) if name == "hunyuan" else 10000.0
+        assert c["rope_theta"] == pytest.approx(want, rel=1e-6)
         return
     if arch == "exaone":
         assert c["rope_theta"] == (1e6 if name == "exaone" else 500000.0) and not c["qk_norm"]

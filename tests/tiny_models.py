@@ -74,6 +74,8 @@ ARCHS = (
     "seed_oss",
     "arcee",
     "exaone",
+    "internlm3",
+    "hunyuan_v1_dense",
 )
 
 
@@ -208,6 +210,8 @@ def make_hf_model(
         "seed_oss": transformers.SeedOssConfig,
         "arcee": transformers.ArceeConfig,
         "exaone": transformers.ExaoneConfig,
+        "internlm3": transformers.InternLM3Config,
+        "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -330,6 +334,9 @@ _LFM2_NAMES = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "f
                "feed_forward.w2.weight": "ffn_down.weight",
                "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",
                "conv.out_proj.weight": "shortconv.out_proj.weight"}  # fmt: skip
+# Hunyuan's q / k norms (after RoPE) as llama.cpp names them.
+_HUNYUAN_NAMES = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
+                  "self_attn.key_layernorm.weight": "attn_k_norm.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
@@ -356,6 +363,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
+        if arch == "hunyuan-dense" and rest in _HUNYUAN_NAMES:
+            return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
         if rest in _LAYER_NAMES:
@@ -466,7 +475,7 @@ def hf_to_gguf(
         "jamba": "jamba", "falcon_h1": "falcon-h1", "llama4_text": "llama4",
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
-        "arcee": "arcee", "exaone": "exaone",
+        "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -474,12 +483,17 @@ def hf_to_gguf(
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or (
-        128 if model_type.startswith("ernie4_5") or model_type == "seed_oss" else n_embd // n_head
+        128
+        if model_type.startswith("ernie4_5") or model_type in ("seed_oss", "internlm3")
+        else n_embd // n_head
     )  # (its default)
     rope = cfg.get("rope_parameters") or {}
     if arch == "gemma3" or model_type == "olmo3":
         rope = rope.get("full_attention") or {}
     rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if arch == "hunyuan-dense" and rope.get("rope_type") == "dynamic":  # (the converter's NTK-alpha base)
+        rope_theta = rope_theta * rope.get("alpha", 50) ** (head_dim / (head_dim - 2))
+        rope = {"rope_theta": rope_theta, "rope_type": "default"}
     scaling = cfg.get("rope_scaling") or rope
     scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
 

@@ -162,6 +162,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["attn_temp_nope"] = c.attn_temp_nope;
   d["attn_chunked"] = c.attn_chunked;
   d["qk_l2_norm"] = c.qk_l2_norm;
+  d["qk_norm_after_rope"] = c.qk_norm_after_rope;
   d["layer_norm"] = c.layer_norm;
   d["parallel_block"] = c.parallel_block;
   d["qk_norm_heads"] = c.qk_norm_heads;

@@ -248,6 +248,8 @@ struct ModelConfig {
   bool attn_chunked = false;
   // Llama 4: each head of q and k RMS-normalised without a weight after RoPE, in the RoPE layers.
   bool qk_l2_norm = false;
+  // Hunyuan: the q / k norms (weighted, per head) applied after RoPE instead of before it.
+  bool qk_norm_after_rope = false;
   // Cohere (Command R, Aya, Command R7B / A): LayerNorm (mean removed, no bias) wherever the others
   // RMS-normalise; attention and MLP both read the same normalised input and are summed into the
   // residual (x + attn + mlp; no ffn_norm); the q / k norms (where present) one weight row per

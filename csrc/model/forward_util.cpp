@@ -189,7 +189,7 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           for (int64_t e = 0; e < KV; ++e) k[e] *= c.mup.attn_in * c.mup.key;
           for (int64_t e = 0; e < KV; ++e) v[e] *= c.mup.attn_in;
         }
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.qk_norm_after_rope) {
           const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
           const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
           if (c.qk_norm_full()) {  // OLMo 2: over all heads at once
@@ -219,6 +219,12 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
             for (int h = 0; h < c.n_head_kv; ++h)
               rmsnorm_row(k + h * hd, nullptr, hd, c.rms_eps, k + h * hd);
           }
+        }
+        if (c.qk_norm && c.qk_norm_after_rope) {  // (Hunyuan: weighted, per head, after RoPE)
+          const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
+          const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
+          for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
+          for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
         }
         // (Ministral 3's long-context queries; Llama 4's in its NoPE layers)
         if (!c.attn_temp_nope || c.nope(layer)) scale_by_temperature(c, batch.positions[t], q, Q);

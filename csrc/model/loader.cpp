@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss", "arcee", "exaone"};
+    "minimax-m2", "gemma3n", "seed_oss", "arcee", "exaone", "hunyuan-dense"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +248,7 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone)";
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1010,6 +1010,10 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
+  if (arch == "hunyuan-dense") {  // (q / k norms after RoPE; the NTK-alpha base in the file's)
+    c.qk_norm = true;
+    c.qk_norm_after_rope = true;
+  }
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
@@ -1543,7 +1547,11 @@ const std::map<std::string, std::string>& hf_archs() {
       {"arcee", "arcee"},
       {"ArceeForCausalLM", "arcee"},
       {"exaone", "exaone"},
-      {"ExaoneForCausalLM", "exaone"}};
+      {"ExaoneForCausalLM", "exaone"},
+      {"internlm3", "llama"},
+      {"InternLM3ForCausalLM", "llama"},
+      {"hunyuan_v1_dense", "hunyuan-dense"},
+      {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"}};
   return k_archs;
 }
 
@@ -1609,6 +1617,21 @@ void language_model_names(Builder& b) {
 // tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
 bool exaone_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "hunyuan_v1_dense") {
+    // (Hunyuan's q / k norms: query_layernorm / key_layernorm)
+    std::map<std::string, Raw> renamed;
+    for (auto& [name, raw] : b.raw) {
+      std::string to = name;
+      for (const auto& [part, with] : {std::pair{".self_attn.query_layernorm.", ".self_attn.q_norm."},
+                                       {".self_attn.key_layernorm.", ".self_attn.k_norm."}})
+        if (const size_t at = to.find(part); at != std::string::npos)
+          to.replace(at, std::string(part).size(), with);
+      if (!renamed.emplace(to, raw).second)
+        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
+    }
+    b.raw = std::move(renamed);
+    return true;
+  }
   if (type == nullptr || !type->is_string() || type->string != "exaone") return false;
   for (const auto& [from, to] : {std::pair{"num_layers", "num_hidden_layers"},
                                  {"layer_norm_epsilon", "rms_norm_eps"},
@@ -1800,7 +1823,8 @@ void load_hf(Model& m, Storage& st) {
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
   // (NemotronHConfig's and Qwen3VLTextConfig's too)
   const bool ernie_dim =
-      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss") &&
+      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss" ||
+       cfg.string("model_type", "") == "internlm3") &&
       cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
@@ -1858,6 +1882,15 @@ void load_hf(Model& m, Storage& st) {
           std::clamp<int64_t>(s.integer("original_max_position_embeddings", 8192), 1, 1 << 30));
     } else if (type == "yarn" && c.arch != "phi3") {
       yarn_config_hf(cfg, s, c);
+    } else if (type == "dynamic") {
+      // Hunyuan's NTK-alpha: a fixed larger base, theta * alpha^(d / (d - 2)). Without alpha, dynamic
+      // NTK, which changes nothing within max_position_embeddings (ossa keeps the base beyond it,
+      // as llama.cpp does).
+      const double alpha = s.number("alpha", 0.0);
+      if (alpha > 0.0 && c.head_dim > 2)
+        c.rope_theta = static_cast<float>(
+            static_cast<double>(c.rope_theta) *
+            std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
     } else if (type != "default" && !(c.arch == "phi3" && (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
@@ -1890,6 +1923,9 @@ void load_hf(Model& m, Storage& st) {
                        want + " is, for this architecture)");
   }
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
+  if (cfg.string("model_type", "") == "internlm3" &&
+      (cfg.boolean("qkv_bias", false) || cfg.boolean("bias", false)))
+    throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
       !gpt_oss && c.arch != "seed_oss" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
@@ -1899,8 +1935,9 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "seed_oss") c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
-              c.qk_norm_heads ||
-              c.arch == "minimax-m2";  // (Cohere's use_qk_norm: cohere_config_hf)
+              c.qk_norm_heads || c.arch == "minimax-m2" ||
+              c.arch == "hunyuan-dense";  // (Cohere's use_qk_norm: cohere_config_hf)
+  c.qk_norm_after_rope = c.arch == "hunyuan-dense";
   if (c.arch == "olmoe") {             // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())

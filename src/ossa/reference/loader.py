@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee", "exaone",
+    "seed_oss", "arcee", "exaone", "hunyuan-dense",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -45,7 +45,7 @@ CONFIG_KEYS = (
     "layer_no_ffn", "layer_no_mixer", "ffn_relu2", "n_kv_layers", "state_bytes", "mamba1", "parallel_ssm",
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
-    "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale",
+    "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -69,6 +69,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "v_norm": False, "ple_dim": 0, "attn_temp_offset": 0, "attn_temp_nope": False, "attn_chunked": False,
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
+    "qk_norm_after_rope": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -77,7 +78,8 @@ _SUPPORTED_HF = (
     "ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
-    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone)"
+    "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
+    "internlm3, hunyuan_v1_dense)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -115,7 +117,8 @@ _HF_ARCHS = {
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
     "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2", "seed_oss": "seed_oss",
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
-    "exaone": "exaone", "ExaoneForCausalLM": "exaone",
+    "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
+    "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -555,6 +558,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "hunyuan-dense":  # (q / k norms after RoPE; the NTK-alpha base in the file's)
+        common.update(qk_norm=True, qk_norm_after_rope=True)
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "glm4moe":
@@ -692,6 +697,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
+    if c.get("model_type") == "hunyuan_v1_dense":  # (its q / k norms' names: twin of loader.cpp's)
+        renamed = {}
+        for name in where:
+            to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
+            to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
+            if to in renamed:
+                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
+            renamed[to] = name
+        stored = {to: stored[name] for to, name in renamed.items()}
+        where = {to: where[name] for to, name in renamed.items()}
     if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's exaone_names)
         c = dict(c)
         for frm, to in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
@@ -794,6 +809,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         }
     elif stype == "yarn" and arch != "phi3":
         scaling = arch_config.yarn_hf(c, s)
+    elif stype == "dynamic":  # Hunyuan's NTK-alpha: a fixed base; without alpha nothing within the context
+        alpha = s.get("alpha") or 0.0
+        hd = get("head_dim", 0) or get("hidden_size", 0) // max(get("num_attention_heads", 1), 1)
+        if alpha > 0 and hd > 2:
+            theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
     partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", *QWEN35)
@@ -815,7 +835,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
             128  # Ernie4_5Config's, NemotronHConfig's and Qwen3VLTextConfig's default (null: hidden / heads)
-            if (ernie or arch in ("nemotron_h", "qwen3vl", "seed_oss")) and "head_dim" not in c
+            if (ernie or arch in ("nemotron_h", "qwen3vl", "seed_oss") or c.get("model_type") == "internlm3")
+            and "head_dim" not in c
             else get(
                 "head_dim",
                 int(min(max(expand, 0.0), 64.0) * n_embd)  # (Mamba-1: one head of d_inner)
@@ -856,6 +877,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "hunyuan-dense":  # (q / k norms after RoPE)
+        common.update(qk_norm=True, qk_norm_after_rope=True)
+    if c.get("model_type") == "internlm3" and (get("qkv_bias", False) or get("bias", False)):
+        raise ValueError(f"qkv_bias / bias=true in '{path}' is not supported")
     if arch == "seed_oss":  # (SeedOssConfig's defaults: q / k / v biases, none on the output)
         common.update(
             qkv_bias=bool(get("attention_bias", True)), o_bias=bool(get("attention_out_bias", False))

@@ -482,7 +482,7 @@ def _attention(
     q = q.reshape(len(ids), n_head, hd)
     k = k.reshape(len(ids), n_head_kv, hd)
     v = v.reshape(len(ids), n_head_kv, hd)
-    if c["qk_norm"] and not olmo2:  # (Cohere: LayerNorm, a weight row per head)
+    if c["qk_norm"] and not olmo2 and not c["qk_norm_after_rope"]:  # (Cohere: LayerNorm, a row per head)
         q, k = norm(c, q, w[p + "q_norm"]), norm(c, k, w[p + "k_norm"])
     if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
         lim = np.float32(c["clamp_qkv"])
@@ -497,6 +497,8 @@ def _attention(
         if c["qk_l2_norm"]:  # (Llama 4: weightless, after RoPE)
             ones = np.ones(hd, dtype=np.float32)
             q, k = rms_norm(q, ones, eps), rms_norm(k, ones, eps)
+    if c["qk_norm"] and c["qk_norm_after_rope"]:  # (Hunyuan: weighted, after RoPE)
+        q, k = rms_norm(q, w[p + "q_norm"], eps), rms_norm(k, w[p + "k_norm"], eps)
     if nope or not c["attn_temp_nope"]:  # (Ministral 3's long-context queries; Llama 4's NoPE layers')
         q = q * temperature(c, positions)[:, None, None]
     sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss

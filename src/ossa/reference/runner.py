@@ -238,7 +238,9 @@ class ModelRunner:
                 )
             q = q.reshape(n, n_head, hd)
             k = k.reshape(n, n_head_kv, hd)
-            if c["qk_norm"] and not olmo2:  # (Cohere: LayerNorm, a weight row per head)
+            if (
+                c["qk_norm"] and not olmo2 and not c["qk_norm_after_rope"]
+            ):  # (Cohere: LayerNorm, a row a head)
                 q, k = ref_model.norm(c, q, w[p + "q_norm"]), ref_model.norm(c, k, w[p + "k_norm"])
             if c["clamp_qkv"] > 0:  # OLMoE's clip_qkv, after the norms
                 lim = np.float32(c["clamp_qkv"])
@@ -252,6 +254,11 @@ class ModelRunner:
                 if c["qk_l2_norm"]:  # (Llama 4: weightless, after RoPE)
                     ones = np.ones(hd, dtype=np.float32)
                     q, k = ref_model.rms_norm(q, ones, eps), ref_model.rms_norm(k, ones, eps)
+            if c["qk_norm"] and c["qk_norm_after_rope"]:  # (Hunyuan: weighted, after RoPE)
+                q, k = (
+                    ref_model.rms_norm(q, w[p + "q_norm"], eps),
+                    ref_model.rms_norm(k, w[p + "k_norm"], eps),
+                )
             if nope or not c["attn_temp_nope"]:
                 q = q * ref_model.temperature(c, pos)[:, None, None]
             self.kv[i, 0, slots] = k.reshape(n, n_head_kv * hd)
