@@ -51,6 +51,9 @@ SPM_GGUF_VOCABS = {
 # Gemma 4's files (tokenizer.ggml.model "gemma4"): the gemma3-style tokenizer.json as llama.cpp's
 # converter writes it (its tokens and merges), with Gemma 4's turn tokens.
 GEMMA4_GGUF = "gemma4_gguf"
+# A folder holding Mistral 7B v0.1's SentencePiece tokenizer.model alone (no tokenizer.json): read as
+# transformers converts it (LlamaTokenizer's fast tokenizer is the oracle).
+SPM_FOLDER = "mistral_spm"
 
 
 def _assets() -> Any:
@@ -97,6 +100,20 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
             hf.save(os.path.join(path, "tokenizer.json.tmp"))
             os.replace(os.path.join(path, "tokenizer.json.tmp"), os.path.join(path, "tokenizer.json"))
         lossless = False  # the leading-space strip loses a leading space
+    elif name == SPM_FOLDER:
+        from transformers import LlamaTokenizer
+
+        path = os.path.join(assets.cache_dir(), "hf", "mistral_spm")
+        if not os.path.exists(os.path.join(path, "tokenizer.model")):
+            os.makedirs(path, exist_ok=True)
+            with open(os.path.join(path, "tokenizer_config.json"), "w") as f:  # (as Mistral's own says)
+                json.dump(
+                    {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f
+                )
+            shutil.copy(assets.mistral_tokenizer_model_path(), os.path.join(path, "tokenizer.model.tmp"))
+            os.replace(os.path.join(path, "tokenizer.model.tmp"), os.path.join(path, "tokenizer.model"))
+        hf = _TransformersTokenizer(LlamaTokenizer.from_pretrained(path))  # (BOS added, as transformers)
+        lossless = False  # the leading-space strip loses a leading space
     elif name in GGUF_VOCABS:
         source, pre = GGUF_VOCABS[name]
         src = load_vocab(source, gguf_path)
@@ -131,6 +148,28 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
+
+
+class _TransformersTokenizer:
+    """A transformers tokenizer behind the tokenizers.Tokenizer calls these tests make (encode(...).ids,
+    decode, get_vocab_size): where the oracle is transformers' own tokenizer object (its special tokens
+    added as it adds them), not its backend."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Any:
+        import types
+
+        return types.SimpleNamespace(ids=self.tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return str(
+            self.tok.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
+        )
+
+    def get_vocab_size(self) -> int:
+        return int(self.tok.backend_tokenizer.get_vocab_size())
 
 
 def _write_byte_level_gguf(tokenizer_json: str, pre: str, out: str) -> None:
@@ -312,7 +351,9 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
 
 
-@pytest.fixture(scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF])
+@pytest.fixture(
+    scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF, SPM_FOLDER]
+)
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
 
@@ -705,3 +746,64 @@ def test_processor_chat_template_file(default_model_path: str, tmp_path: pathlib
     config["chat_template"] = NAMED_TEMPLATES[0]["template"]
     config_path.write_text(json.dumps(config), encoding="utf-8")
     assert Tokenizer.from_file(folder).apply_chat_template(MESSAGES).startswith("<|im_start|>user")
+
+
+def _train_spm(tmp_path: pathlib.Path, model_type: str, **kw: Any) -> bytes:
+    """A small SentencePiece model trained on the committed corpus (the sentencepiece package)."""
+    import io
+
+    import sentencepiece as spm
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in CORPUS)
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text.splitlines()), model_writer=out, model_type=model_type, vocab_size=900,
+        character_coverage=1.0, byte_fallback=True, bos_id=1, eos_id=2, unk_id=0, **kw,
+    )  # fmt: skip
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_sentencepiece_folder_as_transformers_reads_it(tmp_path: pathlib.Path, legacy: bool) -> None:
+    """A folder with a SentencePiece BPE tokenizer.model and no tokenizer.json (InternLM3's, older Llama
+    2 fine-tunes'): ids as transformers' LlamaTokenizer gives them from the same folder (its merges in
+    piece order, the prefix space on the first segment or, legacy, on every one), with a user-defined
+    piece, a control piece and an added token beyond the pieces (tokenizer_config's
+    added_tokens_decoder); both backends."""
+    from transformers import LlamaTokenizer
+
+    data = _train_spm(tmp_path, "bpe", user_defined_symbols=["<|im_start|>"], control_symbols=["<ctl>"])
+    folder = tmp_path / "spm"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(data)
+    config = {
+        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+        "legacy": legacy, "added_tokens_decoder": {"900": {"content": "<|extra|>", "special": True}},
+    }  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    hf = LlamaTokenizer.from_pretrained(str(folder))
+    cpp, py = Tokenizer.from_file(str(folder)), Tokenizer.from_file(str(folder), backend="python")
+    texts = [p.read_text(encoding="utf-8") for p in CORPUS] + [
+        "<|im_start|>user\nhi<|extra|> there<ctl>x", "  two  spaces ", "<|extra|><|extra|>",
+        "\u00e9\u2581 \U0001f600",
+    ]  # fmt: skip
+    for text in texts:
+        for add in (False, True):
+            want = hf.encode(text, add_special_tokens=add)
+            assert cpp.encode(text, add_special_tokens=add) == want, (text[:60], add, legacy)
+            assert py.encode(text, add_special_tokens=add) == want, (text[:60], add, legacy)
+        ids = cpp.encode(text)
+        assert cpp.decode(ids) == hf.decode(ids, clean_up_tokenization_spaces=False), text[:60]
+    assert cpp.bos_token_id == 1 and cpp.eos_token_id == 2 and cpp.vocab_size == 901
+
+
+def test_sentencepiece_unigram_is_refused(tmp_path: pathlib.Path) -> None:
+    folder = tmp_path / "uni"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(_train_spm(tmp_path, "unigram"))
+    for backend in ("cpp", "python"):
+        with pytest.raises(ValueError, match="unigram"):
+            Tokenizer.from_file(str(folder), backend=backend)
+    (folder / "tokenizer.model").write_bytes(b"\x0a\xff\xff")  # (truncated protobuf)
+    with pytest.raises(ValueError, match="protobuf"):
+        Tokenizer.from_file(str(folder))

@@ -243,12 +243,166 @@ def spec_from_tokenizer_json(
     return spec
 
 
+def _proto_fields(data: bytes, what: str) -> list[tuple[int, int, Any]]:
+    """The (field number, wire type, value) of a protobuf message, in order: varints as ints, fixed32 /
+    fixed64 as their raw bytes, length-delimited fields as bytes (the wire format alone; nothing else is
+    needed to read a SentencePiece model)."""
+    out: list[tuple[int, int, Any]] = []
+    i, n = 0, len(data)
+
+    def varint() -> int:
+        nonlocal i
+        shift = value = 0
+        while True:
+            if i >= n or shift > 63:
+                raise ModelError(f"{what}: truncated or malformed protobuf")
+            b = data[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+
+    while i < n:
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value: Any = varint()
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            if i + size > n:
+                raise ModelError(f"{what}: truncated protobuf")
+            value, i = data[i : i + size], i + size
+        elif wire == 2:
+            size = varint()
+            if i + size > n:
+                raise ModelError(f"{what}: truncated protobuf")
+            value, i = data[i : i + size], i + size
+        else:
+            raise ModelError(f"{what}: unsupported protobuf wire type {wire}")
+        out.append((number, wire, value))
+    return out
+
+
+def _spm_merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """The merges transformers derives for a SentencePiece BPE vocabulary (tokenization_utils_base's
+    generate_merges without scores): every split of a piece into two pieces, ordered by the piece's id,
+    then by the left part's length and the right part's (in code points); within a piece by the parts'
+    ids."""
+    merges: list[tuple[str, str, int]] = []
+    for piece, rank in vocab.items():
+        local = [
+            (piece[:i], piece[i:], rank)
+            for i in range(1, len(piece))
+            if piece[:i] in vocab and piece[i:] in vocab
+        ]
+        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])))
+    return [(m[0], m[1]) for m in merges]
+
+
+def spec_from_sentencepiece(
+    data: bytes,
+    config: dict | None = None,
+    generation_config: dict | None = None,
+    what: str = "tokenizer.model",
+) -> TokenizerSpec:
+    """A spec from a SentencePiece BPE model file (a folder's tokenizer.model without a tokenizer.json) as
+    transformers builds its tokenizer from one (LlamaTokenizer, transformers 5): the pieces with merges
+    in piece order (``_spm_merges``), byte fallback, a prefix space on the first segment (every segment
+    where tokenizer_config.json says legacy, none where add_prefix_space is false), control pieces as
+    special added tokens and user-defined ones as plain added tokens, then tokenizer_config.json's
+    special tokens and added_tokens_decoder; BOS / EOS added where it says add_bos_token / add_eos_token
+    (released Llama 2 / Mistral configs say add_bos_token: true). The model's own normalizer spec is not
+    applied (nor by transformers). Unigram models are refused by name."""
+    import struct
+
+    config = config or {}
+    pieces: list[tuple[str, int]] = []
+    trainer: dict[int, Any] = {}
+    for number, _, value in _proto_fields(data, what):
+        if number == 1:  # a piece: its text (1), score (2) and type (3)
+            p = {k: v for k, _, v in _proto_fields(value, what)}
+            text = p[1].decode("utf-8", "surrogateescape") if isinstance(p.get(1), bytes) else ""
+            if isinstance(p.get(2), bytes):
+                struct.unpack("<f", p[2])  # (a score must be a float; transformers orders by id)
+            pieces.append((text, int(p.get(3, 1))))
+        elif number == 2:
+            trainer = {k: v for k, _, v in _proto_fields(value, what)}
+    if not pieces:
+        raise ModelError(f"{what}: no pieces (not a SentencePiece model)")
+    model_type = int(trainer.get(3, 1))
+    if model_type != 2:
+        type_name = {1: "unigram", 3: "word", 4: "char"}.get(model_type, str(model_type))
+        raise ModelError(f"{what}: SentencePiece {type_name} models are not supported (BPE ones are)")
+
+    spec = TokenizerSpec(model="sentencepiece_bpe")
+    spec.vocab = [p[0] for p in pieces]
+    ranks = {text: i for i, (text, _) in enumerate(pieces)}  # (a repeated piece: its last id)
+    spec.merges = _spm_merges(ranks)
+    spec.byte_fallback = spec.fuse_unk = True
+    add_prefix = config.get("add_prefix_space")
+    add_prefix = True if add_prefix is None else bool(add_prefix)
+    spec.prefix = "never" if not add_prefix else "always" if config.get("legacy", False) else "first"
+    spec.strip_leading_space = add_prefix
+    flags = {"lstrip": False, "rstrip": False, "normalized": False, "single_word": False}
+    added: dict[str, int] = {}
+
+    def add(i: int, content: str, special: bool, extra: dict[str, bool] | None = None) -> None:
+        if content in added:
+            return
+        added[content] = i
+        spec.added_tokens.append({"id": i, "content": content, "special": special, **(extra or flags)})
+
+    for index, (piece, kind) in enumerate(pieces):
+        if kind in (3, 4):  # control (special), user-defined (not)
+            add(index, piece, kind == 3)
+    decoder = config.get("added_tokens_decoder") or {}
+    for key, tok in sorted(decoder.items(), key=lambda kv: int(kv[0])) if isinstance(decoder, dict) else []:
+        i = int(key)
+        content = tok.get("content") if isinstance(tok, dict) else None
+        if not isinstance(content, str) or not 0 <= i <= 1 << 24:
+            raise ModelError(f"{what}: malformed added_tokens_decoder entry {key!r}")
+        while len(spec.vocab) <= i:  # (ids beyond the pieces: the added tokens' own)
+            spec.vocab.append(content if len(spec.vocab) == i else f"<unused_{len(spec.vocab)}>")
+        own = {k: bool(tok.get(k, False)) for k in ("lstrip", "rstrip", "normalized", "single_word")}
+        add(i, content, bool(tok.get("special", True)), own)
+
+    def id_of(value: Any, default: str | None) -> int:
+        content = _token_content(value) if value is not None else default
+        if content is None:
+            return -1
+        i = added.get(content, ranks.get(content, -1))
+        if i >= 0:
+            add(i, content, True)  # (the special tokens are added tokens)
+        return i
+
+    spec.unk_id = id_of(config.get("unk_token"), "<unk>")
+    spec.bos_id = id_of(config.get("bos_token"), "<s>")
+    spec.eos_id = id_of(config.get("eos_token"), "</s>")
+    spec.pad_id = id_of(config.get("pad_token"), None)
+    if config.get("add_bos_token", False) and spec.bos_id >= 0:  # (transformers 5's default: off)
+        spec.prefix_ids = [spec.bos_id]
+    if config.get("add_eos_token", False) and spec.eos_id >= 0:
+        spec.suffix_ids = [spec.eos_id]
+    eos: list[int] = [spec.eos_id] if spec.eos_id >= 0 else []
+    extra = (generation_config or {}).get("eos_token_id")
+    for i in extra if isinstance(extra, list) else [extra] if extra is not None else []:
+        if isinstance(i, int) and i not in eos:
+            eos.append(i)
+    spec.eos_ids = eos
+    spec.added_tokens.sort(key=lambda t: t["id"])
+    template = config.get("chat_template")
+    spec.chat_template = template if isinstance(template, str) else None
+    return spec
+
+
 def spec_from_hf_path(path: str) -> TokenizerSpec:
-    """A spec from a tokenizer.json file or a folder holding one (with its config files)."""
+    """A spec from a tokenizer.json file or a folder holding one (with its config files); a folder with a
+    SentencePiece tokenizer.model and no tokenizer.json reads that (``spec_from_sentencepiece``)."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     tj_path = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    if not os.path.exists(tj_path):
-        raise ModelError(f"{path}: no tokenizer.json")
 
     def load(name: str) -> dict | None:
         p = os.path.join(folder, name)
@@ -257,12 +411,21 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
         with open(p, encoding="utf-8") as f:
             return json.load(f)
 
-    with open(tj_path, encoding="utf-8") as f:
-        try:
-            tj = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{tj_path}: not valid JSON ({e})") from e
-    spec = spec_from_tokenizer_json(tj, load("tokenizer_config.json"), load("generation_config.json"))
+    spm_path = os.path.join(folder, "tokenizer.model")
+    if not os.path.exists(tj_path) and os.path.isdir(path) and os.path.isfile(spm_path):
+        with open(spm_path, "rb") as fb:
+            data = fb.read()
+        spec = spec_from_sentencepiece(data, load("tokenizer_config.json"), load("generation_config.json"),
+                                       spm_path)  # fmt: skip
+    else:
+        if not os.path.exists(tj_path):
+            raise ModelError(f"{path}: no tokenizer.json (nor a SentencePiece tokenizer.model)")
+        with open(tj_path, encoding="utf-8") as f:
+            try:
+                tj = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ModelError(f"{tj_path}: not valid JSON ({e})") from e
+        spec = spec_from_tokenizer_json(tj, load("tokenizer_config.json"), load("generation_config.json"))
     # Template files take priority over tokenizer_config's entries, as in transformers:
     # chat_template.jinja is the default, additional_chat_templates/NAME.jinja the named ones.
     files: dict[str, str] = {}
