@@ -47,6 +47,7 @@ SPM_GGUF_VOCABS = {
     "mistral_gguf": ("llama", "Mistral 7B v0.1"),
     "phi3_gguf": ("phi3", "Phi-3-mini-4k-instruct"),
     "gemma3_gguf": ("gemma3", "Gemma 3 1b It"),
+    "gemma3n_gguf": ("gemma3n", "Gemma 3n E2B It"),  # (Gemma 3's pipeline: llama.cpp converts it so)
 }
 # Gemma 4's files (tokenizer.ggml.model "gemma4"): the gemma3-style tokenizer.json as llama.cpp's
 # converter writes it (its tokens and merges), with Gemma 4's turn tokens.
@@ -127,6 +128,8 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
         if not os.path.exists(path):
             _write_sentencepiece_gguf(assets.mistral_tokenizer_model_path(), *SPM_GGUF_VOCABS[name], path)
         hf = _phi3_rstrip(hf_gguf.tokenizer(path).backend_tokenizer) if name == "phi3_gguf" else None
+        if name == "gemma3n_gguf":  # (transformers reads no gemma3n GGUF: the same tokens as gemma3's file)
+            hf = load_vocab("gemma3_gguf", gguf_path).hf
         hf = hf or hf_gguf.tokenizer(path).backend_tokenizer
         lossless = False
     elif name == GEMMA4_GGUF:

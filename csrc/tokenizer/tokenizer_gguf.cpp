@@ -15,9 +15,10 @@
 //  - "llama": SentencePiece-style BPE with byte fallback, Metaspace prefix on the first segment
 //    (none if tokenizer.ggml.add_space_prefix is false), merges from the file or derived from
 //    scores. BOS is added unless tokenizer.ggml.add_bos_token says otherwise. Architecture phi3:
-//    a prefix on every segment (Phi-3's Prepend normalizer); gemma, gemma2, gemma3: no prefix and
-//    no leading-space strip on decode, whitespace tokens holding a space respelled as U+2581 runs,
-//    merges derived from the token order instead of the scores (transformers' GGUF builders).
+//    a prefix on every segment (Phi-3's Prepend normalizer); gemma, gemma2, gemma3, gemma3n: no
+//    prefix and no leading-space strip on decode, whitespace tokens holding a space respelled as
+//    U+2581 runs, merges derived from the token order instead of the scores (transformers' GGUF
+//    builders).
 //  - token_type 3 (control) and 2 (unknown: <unk>, which transformers registers as its unk_token
 //    and llama.cpp matches in text like a control token) tokens become special added tokens (in a
 //    byte-level vocabulary only those spelled in the byte alphabet); type 4 (user-defined) become
@@ -156,7 +157,7 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
     // architecture, and so does this: Llama 2 / Mistral (Metaspace, prefix on the first segment),
     // Phi-3 (a Prepend normalizer: a prefix on every segment between added tokens) and Gemma (no
     // prefix, space runs respelled, merges in the file's token order).
-    const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+    const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3" || arch == "gemma3n";
     spec.model = TokenizerSpec::Model::SENTENCEPIECE_BPE;
     spec.vocab = tokens;
     spec.byte_fallback = true;

@@ -512,7 +512,7 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
         # The pipeline is picked by architecture, as transformers' GGUF builders do: Llama 2 / Mistral
         # (prefix on the first segment), Phi-3 (Prepend normalizer: every segment), Gemma (no prefix,
         # space runs respelled as U+2581 runs, merges in token order).
-        gemma = arch in ("gemma", "gemma2", "gemma3")
+        gemma = arch in ("gemma", "gemma2", "gemma3", "gemma3n")
         spec.model = "sentencepiece_bpe"
         spec.vocab = [text(t) for t in tokens]
         spec.byte_fallback = spec.fuse_unk = True
