@@ -224,7 +224,8 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
           const float* qn = reinterpret_cast<const float*>(L.q_norm.data);
           const float* kn = reinterpret_cast<const float*>(L.k_norm.data);
           for (int h = 0; h < c.n_head; ++h) rmsnorm_row(q + h * hd, qn, hd, c.rms_eps, q + h * hd);
-          for (int h = 0; h < c.n_head_kv; ++h) rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
+          for (int h = 0; h < c.n_head_kv; ++h)
+            rmsnorm_row(k + h * hd, kn, hd, c.rms_eps, k + h * hd);
         }
         // (Ministral 3's long-context queries; Llama 4's in its NoPE layers)
         if (!c.attn_temp_nope || c.nope(layer)) scale_by_temperature(c, batch.positions[t], q, Q);

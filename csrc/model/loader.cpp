@@ -234,7 +234,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss", "arcee", "exaone", "hunyuan-dense"};
+    "minimax-m2", "gemma3n", "seed_oss",   "arcee",         "exaone",     "hunyuan-dense"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -1084,10 +1084,11 @@ void load_gguf(Model& m, Storage& st) {
   };
   using NameOf = std::function<std::string(int, const char*)>;
   // (Seed-OSS files too: the pre-FFN norm as post_attention_norm)
-  const NameOf name_of = arch == "gpt-oss" || qwen35 || arch == "seed_oss" ? NameOf(gguf_name_gpt_oss)
-                         : nemotron                  ? NameOf(gguf_name_nemotronh)
-                         : arch == "falcon-h1"       ? NameOf(falconh1_name)
-                                                     : NameOf(gguf_name);
+  const NameOf name_of = arch == "gpt-oss" || qwen35 || arch == "seed_oss"
+                             ? NameOf(gguf_name_gpt_oss)
+                         : nemotron            ? NameOf(gguf_name_nemotronh)
+                         : arch == "falcon-h1" ? NameOf(falconh1_name)
+                                               : NameOf(gguf_name);
   build_weights(m, b, name_of, "token_embd.weight",
                 c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
@@ -1622,8 +1623,9 @@ bool exaone_names(JsonValue& cfg, Builder& b) {
     std::map<std::string, Raw> renamed;
     for (auto& [name, raw] : b.raw) {
       std::string to = name;
-      for (const auto& [part, with] : {std::pair{".self_attn.query_layernorm.", ".self_attn.q_norm."},
-                                       {".self_attn.key_layernorm.", ".self_attn.k_norm."}})
+      for (const auto& [part, with] :
+           {std::pair{".self_attn.query_layernorm.", ".self_attn.q_norm."},
+            {".self_attn.key_layernorm.", ".self_attn.k_norm."}})
         if (const size_t at = to.find(part); at != std::string::npos)
           to.replace(at, std::string(part).size(), with);
       if (!renamed.emplace(to, raw).second)
@@ -1822,10 +1824,9 @@ void load_hf(Model& m, Storage& st) {
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
   // (NemotronHConfig's and Qwen3VLTextConfig's too)
-  const bool ernie_dim =
-      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss" ||
-       cfg.string("model_type", "") == "internlm3") &&
-      cfg.v.get("head_dim") == nullptr;
+  const bool ernie_dim = (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" ||
+                          c.arch == "seed_oss" || cfg.string("model_type", "") == "internlm3") &&
+                         cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -1883,14 +1884,14 @@ void load_hf(Model& m, Storage& st) {
     } else if (type == "yarn" && c.arch != "phi3") {
       yarn_config_hf(cfg, s, c);
     } else if (type == "dynamic") {
-      // Hunyuan's NTK-alpha: a fixed larger base, theta * alpha^(d / (d - 2)). Without alpha, dynamic
-      // NTK, which changes nothing within max_position_embeddings (ossa keeps the base beyond it,
-      // as llama.cpp does).
+      // Hunyuan's NTK-alpha: a fixed larger base, theta * alpha^(d / (d - 2)). Without alpha,
+      // dynamic NTK, which changes nothing within max_position_embeddings (ossa keeps the base
+      // beyond it, as llama.cpp does).
       const double alpha = s.number("alpha", 0.0);
       if (alpha > 0.0 && c.head_dim > 2)
-        c.rope_theta = static_cast<float>(
-            static_cast<double>(c.rope_theta) *
-            std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
+        c.rope_theta =
+            static_cast<float>(static_cast<double>(c.rope_theta) *
+                               std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
     } else if (type != "default" && !(c.arch == "phi3" && (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
@@ -1932,13 +1933,14 @@ void load_hf(Model& m, Storage& st) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
                (c.arch == "seed_oss" && cfg.boolean("attention_bias", true));
-  if (c.arch == "seed_oss") c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
+  if (c.arch == "seed_oss")
+    c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" ||
               c.arch == "hunyuan-dense";  // (Cohere's use_qk_norm: cohere_config_hf)
   c.qk_norm_after_rope = c.arch == "hunyuan-dense";
-  if (c.arch == "olmoe") {             // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
+  if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())
       c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));
