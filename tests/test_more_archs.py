@@ -16,6 +16,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - exaone: EXAONE 3 / 3.5 as released: GPT-2-style tensor names and its own config keys, read as Llama's.
 - internlm3: read as Llama (head_dim 128 unless set). hunyuan_v1_dense: q / k RMSNorm after RoPE,
   NTK-alpha RoPE (a fixed base: theta * alpha^(d / (d - 2))).
+- starcoder2: LayerNorm with bias, a GELU (tanh) MLP of two matrices (c_fc / c_proj), biases on
+  every projection where use_bias, a window on every layer where configured.
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -175,6 +177,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="hunyuan_v1_dense", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=12,
         intermediate_size=80, vocab_size=130,
     ), ALL),
+    # StarCoder2-3B's layout: LayerNorm with bias, a GELU MLP of two matrices, biases on every projection
+    # (use_bias), a window, GQA 2, tied.
+    "starcoder2": (dict(
+        arch="starcoder2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, tie=True, sliding_window=6, rope_theta=100000.0,
+    ), ALL),
+    # No biases (use_bias false), MHA, untied, no window.
+    "starcoder2-nobias": (dict(
+        arch="starcoder2", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, use_bias=False,
+    ), ALL),
     # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
     "exaone-untied": (dict(
         arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
@@ -242,6 +255,12 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "starcoder2":
+        assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"]
+        bias = case.get("use_bias", True)
+        assert (c["qkv_bias"], c["o_bias"], c["ffn_bias"]) == (bias, bias, bias)
+        assert c["sliding_window"] == case.get("sliding_window", 0)
         return
     if arch == "internlm3":  # (read as Llama)
         assert c["arch"] == "llama" and c["head_dim"] == 128 and not c["qkv_bias"]

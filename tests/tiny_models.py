@@ -76,6 +76,7 @@ ARCHS = (
     "exaone",
     "internlm3",
     "hunyuan_v1_dense",
+    "starcoder2",
 )
 
 
@@ -212,6 +213,7 @@ def make_hf_model(
         "exaone": transformers.ExaoneConfig,
         "internlm3": transformers.InternLM3Config,
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
+        "starcoder2": transformers.Starcoder2Config,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -334,6 +336,13 @@ _LFM2_NAMES = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "f
                "feed_forward.w2.weight": "ffn_down.weight",
                "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",
                "conv.out_proj.weight": "shortconv.out_proj.weight"}  # fmt: skip
+# StarCoder2's LayerNorm biases, MLP (c_fc / c_proj) and output bias as llama.cpp names them.
+_STARCODER2_NAMES = {
+    "input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias",
+    "mlp.c_fc.weight": "ffn_up.weight", "mlp.c_fc.bias": "ffn_up.bias",
+    "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
+    "self_attn.o_proj.bias": "attn_output.bias",
+}  # fmt: skip
 # Hunyuan's q / k norms (after RoPE) as llama.cpp names them.
 _HUNYUAN_NAMES = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
                   "self_attn.key_layernorm.weight": "attn_k_norm.weight"}  # fmt: skip
@@ -346,6 +355,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
         return "output_norm.weight"
+    if hf_name == "model.norm.bias":  # (StarCoder2's final LayerNorm)
+        return "output_norm.bias"
     if hf_name == "model.embedding_norm.weight":  # (LFM2's final norm, as llama.cpp names it)
         return "token_embd_norm.weight"
     if hf_name == "lm_head.weight":
@@ -363,6 +374,8 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
+        if arch == "starcoder2" and rest in _STARCODER2_NAMES:
+            return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "hunyuan-dense" and rest in _HUNYUAN_NAMES:
             return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
@@ -476,6 +489,7 @@ def hf_to_gguf(
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
+        "starcoder2": "starcoder2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -587,6 +601,10 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
+    if arch == "starcoder2":  # LayerNorm's epsilon (llama.cpp's key), the window where there is one
+        writer.add_layer_norm_eps(float(cfg.get("norm_epsilon", 1e-5)))
+        if cfg.get("sliding_window"):
+            writer.add_sliding_window(int(cfg["sliding_window"]))
     if arch in ("command-r", "cohere2"):  # llama.cpp's converter: LayerNorm's epsilon, the logit scale
         writer.add_layer_norm_eps(float(cfg.get("layer_norm_eps", 1e-5)))
         writer.add_logit_scale(float(cfg.get("logit_scale", 0.0625)))

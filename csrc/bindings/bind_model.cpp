@@ -163,6 +163,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["attn_chunked"] = c.attn_chunked;
   d["qk_l2_norm"] = c.qk_l2_norm;
   d["qk_norm_after_rope"] = c.qk_norm_after_rope;
+  d["norm_bias"] = c.norm_bias;  // (StarCoder2)
+  d["ffn_gelu"] = c.ffn_gelu;
+  d["ffn_bias"] = c.ffn_bias;
   d["layer_norm"] = c.layer_norm;
   d["parallel_block"] = c.parallel_block;
   d["qk_norm_heads"] = c.qk_norm_heads;

@@ -177,6 +177,26 @@ void geglu_row(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void gelu_tanh_row(float* x, int64_t n) {
+  constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2/pi)
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f), m2c = _mm512_set1_ps(-2.0f * k_c),
+               a = _mm512_set1_ps(k_a);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_loadu_ps(x + i);
+    const __m512 inner = _mm512_add_ps(g, _mm512_mul_ps(a, _mm512_mul_ps(_mm512_mul_ps(g, g), g)));
+    const __m512 e = exp16(_mm512_mul_ps(m2c, inner));
+    _mm512_storeu_ps(x + i, _mm512_div_ps(g, _mm512_add_ps(one, e)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float g = x[i];
+    const float inner = g + k_a * ((g * g) * g);
+    x[i] = g / (1.0f + std::exp((-2.0f * k_c) * inner));
+  }
+}
+
 void add_row(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }

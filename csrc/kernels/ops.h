@@ -39,6 +39,9 @@ void silu_row(float* x, int64_t n);
 // as g * sigmoid(2u) with u = sqrt(2/pi) (g + 0.044715 g^3), which equals 0.5 g (1 + tanh(u)).
 void geglu_row(const float* gate, const float* up, int64_t n, float* out);
 
+// x[i] = gelu_tanh(x[i]), in place (geglu_row's formula without the up factor; StarCoder2).
+void gelu_tanh_row(float* x, int64_t n);
+
 // The gated activation of a feed-forward: SwiGLU (Llama family) or GeGLU (Gemma).
 enum class Glu { Silu, GeluTanh };
 inline void glu_row(Glu glu, const float* gate, const float* up, int64_t n, float* out) {

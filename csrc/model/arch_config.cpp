@@ -518,6 +518,10 @@ void window_config_gguf(const GGUFFile& g, ModelConfig& c) {
 void window_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   const std::string& a = c.arch;
+  if (a == "starcoder2") {  // (a window on every layer where the config sets one)
+    all_sliding(c, cfg.integer("sliding_window", 0), where);
+    return;
+  }
   if (a == "mistral" || a == "mixtral") {
     // MistralConfig's default window is 4096 (a file without the key gets it); null means none.
     const JsonValue* raw = cfg.v.get("sliding_window");

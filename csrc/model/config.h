@@ -250,6 +250,12 @@ struct ModelConfig {
   bool qk_l2_norm = false;
   // Hunyuan: the q / k norms (weighted, per head) applied after RoPE instead of before it.
   bool qk_norm_after_rope = false;
+  // StarCoder2: the norms' biases (LayerNorm with bias: LayerWeights::attn_norm_b / ffn_norm_b,
+  // ModelWeights::output_norm_b), a feed-forward of two matrices with GELU (tanh) between them,
+  // down(gelu(up x + b_up)) + b_down, and the MLP's biases (b_up / b_down).
+  bool norm_bias = false;
+  bool ffn_gelu = false;
+  bool ffn_bias = false;
   // Cohere (Command R, Aya, Command R7B / A): LayerNorm (mean removed, no bias) wherever the others
   // RMS-normalise; attention and MLP both read the same normalised input and are summed into the
   // residual (x + attn + mlp; no ffn_norm); the q / k norms (where present) one weight row per

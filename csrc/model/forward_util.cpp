@@ -81,7 +81,8 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
 }
 
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
-                     std::initializer_list<const TensorView*> weights, const float* src) {
+                     std::initializer_list<const TensorView*> weights, const float* src,
+                     const float* norm_b) {
   const ModelConfig& c = s.model->config;
   const int64_t E = c.n_embd;
   const float* x = src != nullptr ? src : s.x.data();
@@ -93,13 +94,14 @@ MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
     return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
   }
   if (!tiles) {
-    per_token(n, threads, [&](int t) { norm_row(c, x + t * E, norm_w, E, s.h.data() + t * E); });
+    per_token(n, threads,
+              [&](int t) { norm_row(c, x + t * E, norm_w, E, s.h.data() + t * E, norm_b); });
     return prepare(s, s.h.data(), n, E, threads, weights);
   }
   per_token(n, threads, [&](int t) {
     thread_local AlignedVector<float> row;
     if (static_cast<int64_t>(row.size()) < E) row.assign(static_cast<size_t>(E), 0.0f);
-    norm_row(c, x + t * E, norm_w, E, row.data());
+    norm_row(c, x + t * E, norm_w, E, row.data(), norm_b);
     bf16_tiles_row(row.data(), E, t, s.norm_tiles.data());
   });
   return MatmulInput{nullptr, nullptr, n, E, s.norm_tiles.data()};
@@ -161,7 +163,9 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
   const int n = batch.n_tokens();
   const int64_t hd = c.head_dim, Q = c.n_head * hd, KV = c.n_head_kv * hd;
   const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
-  const MatmulInput in = norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv});
+  const float* attn_norm_b = reinterpret_cast<const float*>(L.attn_norm_b.data);  // (StarCoder2)
+  const MatmulInput in =
+      norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv}, nullptr, attn_norm_b);
   laps.lap(kNorm);
   // (Qwen3.5's gated attention: wq's rows are [query | gate] per head, into s.qg)
   const MatmulTarget qkv[3] = {
@@ -277,8 +281,9 @@ void output_logits(ForwardState& s, const Batch& batch, int threads, float* logi
   const int n_out = static_cast<int>(batch.logits_rows.size());
   if (n_out == 0) return;
   const float* out_norm = reinterpret_cast<const float*>(w.output_norm.data);
+  const float* out_norm_b = reinterpret_cast<const float*>(w.output_norm_b.data);
   for (int i = 0; i < n_out; ++i)
-    norm_row(c, s.x.data() + batch.logits_rows[i] * E, out_norm, E, s.h.data() + i * E);
+    norm_row(c, s.x.data() + batch.logits_rows[i] * E, out_norm, E, s.h.data() + i * E, out_norm_b);
   MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
   matmul(w.output, in, logits, c.n_vocab);
   const int64_t total = static_cast<int64_t>(n_out) * c.n_vocab;

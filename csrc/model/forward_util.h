@@ -58,7 +58,8 @@ MatmulInput prepare(ForwardState& s, const float* x, int64_t n, int64_t cols, in
 // straight into s.norm_tiles, skipping the f32 rows and the matmul's own rounding pass.
 // norm_w null (OLMo 2's sublayers): x itself. src: the rows to normalise (default s.x).
 MatmulInput norm_for(ForwardState& s, const float* norm_w, int n, int threads,
-                     std::initializer_list<const TensorView*> weights, const float* src = nullptr);
+                     std::initializer_list<const TensorView*> weights, const float* src = nullptr,
+                     const float* norm_b = nullptr);
 
 // x += in @ W^T (the residual connection): added in the matmul's epilogue where the kernel can
 // (dtype bfloat16 on AMX), else through s.tmp and add_row; the same f32 additions either way. With
@@ -77,11 +78,14 @@ void token_cos_sin(const ForwardState& s, int32_t position, float* cs);
 void rope_heads(float* x, int n_heads, const ModelConfig& c, const float* cs);
 
 // The model's norm of one row: LayerNorm (Cohere) or RMSNorm.
-inline void norm_row(const ModelConfig& c, const float* x, const float* w, int64_t n, float* out) {
+inline void norm_row(const ModelConfig& c, const float* x, const float* w, int64_t n, float* out,
+                     const float* bias = nullptr) {
   if (c.layer_norm)
     layernorm_row(x, w, n, c.rms_eps, out);
   else
     rmsnorm_row(x, w, n, c.rms_eps, out);
+  if (bias != nullptr)  // (StarCoder2's LayerNorm bias)
+    for (int64_t i = 0; i < n; ++i) out[i] += bias[i];
 }
 
 // The attention temperature's factor at a position (ModelConfig::attn_temp_scale; 1 when off), in

@@ -324,6 +324,22 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
+    if (c.ffn_gelu) {  // StarCoder2: down(gelu(up x + b_up)) + b_down
+      in = norm_for(s, ffn_norm, n, threads, {&L.w_up}, nullptr,
+                    reinterpret_cast<const float*>(L.ffn_norm_b.data));
+      laps.lap(kNorm);
+      matmul(L.w_up, in, s.gate.data(), F);
+      per_token(n, threads, [&](int t) {
+        float* g = s.gate.data() + t * F;
+        add_bias(g, L.b_up, F);
+        gelu_tanh_row(g, F);
+      });
+      laps.lap(kGateUp);
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+      residual(s, L.w_down, in, n, threads, L.b_down);
+      laps.lap(kDown);
+      continue;
+    }
     if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2)
       in = norm_for(s, ffn_norm, n, threads, {&L.w_up});
       laps.lap(kNorm);

@@ -234,7 +234,8 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss",   "arcee",         "exaone",     "hunyuan-dense"};
+    "minimax-m2", "gemma3n", "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
+    "starcoder2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -248,7 +249,8 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense)";
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
+    "starcoder2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -480,6 +482,9 @@ void build_weights(Model& m, Builder& b,
   ModelWeights& w = m.weights;
   w.tok_embd = b.take(tok, "tok_embd", c.n_vocab, c.n_embd);
   w.output_norm = b.take(norm, "output_norm", 1, c.n_embd);
+  if (c.norm_bias)  // (StarCoder2: the final LayerNorm's bias, named as its weight)
+    w.output_norm_b =
+        b.take(norm.substr(0, norm.rfind(".weight")) + ".bias", "output_norm_b", 1, c.n_embd);
   if (c.tied_embeddings) {
     w.output = w.tok_embd;
     b.storage->canonical["output"] = w.output;
@@ -494,6 +499,10 @@ void build_weights(Model& m, Builder& b,
     const bool mixer = !c.no_mixer(i), attention = c.has_kv(i);
     if (c.pre_norms() && mixer)
       l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
+    if (c.norm_bias && mixer) {
+      l.attn_norm_b = b.take(name_of(i, "attn_norm_b"), p + "attn_norm_b", 1, c.n_embd);
+      l.ffn_norm_b = b.take(name_of(i, "ffn_norm_b"), p + "ffn_norm_b", 1, c.n_embd);
+    }
     if (!mixer) {
     } else if (c.delta.is_layer(i)) {
       build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
@@ -549,11 +558,15 @@ void build_weights(Model& m, Builder& b,
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
-      if (!c.ffn_relu2)  // (Nemotron-H: up and down alone)
+      if (!c.ffn_relu2 && !c.ffn_gelu)  // (Nemotron-H, StarCoder2: up and down alone)
         l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
+    if (c.ffn_bias) {
+      l.b_up = b.take(name_of(i, "b_up"), p + "b_up", 1, c.n_ff);
+      l.b_down = b.take(name_of(i, "b_down"), p + "b_down", 1, c.n_embd);
+    }
     if (c.post_norms()) {
       l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
       l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
@@ -758,7 +771,11 @@ std::string gguf_name(int layer, const char* field) {
       {"sc_out", "shortconv.out_proj.weight"},
       {"ssm_in", "ssm_in.weight"},
       {"ssm_conv_b", "ssm_conv1d.bias"},
-      {"ssm_d", "ssm_d"}};
+      {"ssm_d", "ssm_d"},
+      {"attn_norm_b", "attn_norm.bias"},  // (StarCoder2)
+      {"ffn_norm_b", "ffn_norm.bias"},
+      {"b_up", "ffn_up.bias"},
+      {"b_down", "ffn_down.bias"}};
   return "blk." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -1010,6 +1027,12 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
+  if (arch == "starcoder2") {  // (LayerNorm with bias, GELU MLP; biases where the file has them)
+    c.layer_norm = c.norm_bias = c.ffn_gelu = true;
+    c.ffn_bias = b.has("blk.0.ffn_up.bias");
+    c.o_bias = b.has("blk.0.attn_output.bias");
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
   if (arch == "hunyuan-dense") {  // (q / k norms after RoPE; the NTK-alpha base in the file's)
     c.qk_norm = true;
     c.qk_norm_after_rope = true;
@@ -1124,6 +1147,10 @@ std::string hf_name(int layer, const char* field) {
       {"q_norm", "self_attn.q_norm.weight"},
       {"k_norm", "self_attn.k_norm.weight"},
       {"ffn_norm", "post_attention_layernorm.weight"},
+      {"attn_norm_b", "input_layernorm.bias"},  // (StarCoder2: LayerNorm with bias, MLP biases)
+      {"ffn_norm_b", "post_attention_layernorm.bias"},
+      {"b_up", "mlp.up_proj.bias"},
+      {"b_down", "mlp.down_proj.bias"},
       {"w_gate", "mlp.gate_proj.weight"},
       {"w_up", "mlp.up_proj.weight"},
       {"w_down", "mlp.down_proj.weight"},
@@ -1552,7 +1579,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"internlm3", "llama"},
       {"InternLM3ForCausalLM", "llama"},
       {"hunyuan_v1_dense", "hunyuan-dense"},
-      {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"}};
+      {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"},
+      {"starcoder2", "starcoder2"},
+      {"Starcoder2ForCausalLM", "starcoder2"}};
   return k_archs;
 }
 
@@ -1618,6 +1647,21 @@ void language_model_names(Builder& b) {
 // tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
 bool exaone_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "starcoder2") {
+    // (StarCoder2's MLP: c_fc / c_proj, as up / down)
+    std::map<std::string, Raw> renamed;
+    for (auto& [name, raw] : b.raw) {
+      std::string to = name;
+      for (const auto& [part, with] :
+           {std::pair{".mlp.c_fc.", ".mlp.up_proj."}, {".mlp.c_proj.", ".mlp.down_proj."}})
+        if (const size_t at = to.find(part); at != std::string::npos)
+          to.replace(at, std::string(part).size(), with);
+      if (!renamed.emplace(to, raw).second)
+        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
+    }
+    b.raw = std::move(renamed);
+    return true;
+  }
   if (type != nullptr && type->is_string() && type->string == "hunyuan_v1_dense") {
     // (Hunyuan's q / k norms: query_layernorm / key_layernorm)
     std::map<std::string, Raw> renamed;
@@ -1918,12 +1962,19 @@ void load_hf(Model& m, Storage& st) {
   // (Nemotron-H's is read by nemotronh_config_hf).
   if (const JsonValue* act = cfg.get("hidden_act");
       act != nullptr && act->is_string() && c.arch != "nemotron_h") {
-    const std::string want = c.arch == "arcee" ? "relu2" : "silu";
+    const std::string want = c.arch == "arcee"        ? "relu2"
+                             : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
+                                                      : "silu";
     if (act->string != want && !(want == "silu" && act->string == "swish"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
                        want + " is, for this architecture)");
   }
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
+  if (c.arch == "starcoder2") {  // LayerNorm with bias, GELU MLP, use_bias on every projection
+    c.layer_norm = c.norm_bias = c.ffn_gelu = true;
+    c.ffn_bias = cfg.boolean("use_bias", true);
+    c.rms_eps = static_cast<float>(cfg.number("norm_epsilon", 1e-5));
+  }
   if (cfg.string("model_type", "") == "internlm3" &&
       (cfg.boolean("qkv_bias", false) || cfg.boolean("bias", false)))
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
@@ -1932,7 +1983,9 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
-               (c.arch == "seed_oss" && cfg.boolean("attention_bias", true));
+               (c.arch == "seed_oss" && cfg.boolean("attention_bias", true)) ||
+               (c.arch == "starcoder2" && cfg.boolean("use_bias", true));
+  if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||

@@ -67,6 +67,9 @@ struct LayerWeights {
   // laurel_r (n_embd x R), laurel_norm (1 x n_embd). All F32 but the two LAuReL matrices.
   TensorView altup_router, altup_router_norm, altup_predict, altup_correct, altup_correct_scale;
   TensorView laurel_l, laurel_r, laurel_norm;
+  // StarCoder2 (config.norm_bias / ffn_bias): the norms' biases and the MLP's (1 x n_embd, 1 x
+  // n_ff, 1 x n_embd).
+  TensorView attn_norm_b, ffn_norm_b, b_up, b_down;
 };
 
 struct ModelWeights {
@@ -85,6 +88,7 @@ struct ModelWeights {
   // Gemma 3n: the projections of the embeddings into AltUp's other streams and back (A - 1 each,
   // n_embd x n_embd).
   std::vector<TensorView> altup_proj, altup_unembd;
+  TensorView output_norm_b;  // (StarCoder2: the final LayerNorm's bias)
 };
 
 // Every tensor of the model file(s) as stored, in file order (name as in the file), for listings

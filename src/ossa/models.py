@@ -319,6 +319,10 @@ class ModelConfig:
     attn_chunked: bool = False  # Llama 4: sliding layers attend within chunks of sliding_window
     qk_l2_norm: bool = False  # Llama 4: q / k heads normalised without a weight after RoPE
     qk_norm_after_rope: bool = False  # Hunyuan: the q / k norms after RoPE
+    # StarCoder2: LayerNorm with bias, a GELU MLP of two matrices, the MLP's biases
+    norm_bias: bool = False
+    ffn_gelu: bool = False
+    ffn_bias: bool = False
     layer_norm: bool = False  # Cohere: LayerNorm (no bias) instead of RMSNorm
     parallel_block: bool = False  # Cohere: x + attn(norm x) + mlp(norm x)
     qk_norm_heads: bool = False  # Cohere: the q / k norms one weight row per head
@@ -555,6 +559,7 @@ def inspect(
         "attn_chunked": c.attn_chunked,
         "qk_l2_norm": c.qk_l2_norm,
         "qk_norm_after_rope": c.qk_norm_after_rope,
+        "ffn_gelu": c.ffn_gelu,
         "layer_norm": c.layer_norm,
         "parallel_block": c.parallel_block,
         "input_weighted": c.moe.input_weighted,

@@ -126,6 +126,9 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     use_sliding_window, on the layers of layer_types, else from max_window_layers on (Qwen2, Qwen3),
     the even-numbered layers below it (Qwen2-MoE), or every layer (Qwen3-MoE)."""
     none: dict[str, Any] = {"sliding_window": 0, "layer_sliding": []}
+    if arch == "starcoder2":  # (a window on every layer where the config sets one)
+        window = _window(c.get("sliding_window") or 0)
+        return {"sliding_window": window, "layer_sliding": [True] * n_layer} if window else none
     if arch in ("mistral", "mixtral"):
         default = 4096 if arch == "mistral" and "sliding_window" not in c else 0
         window = _window(default if c.get("sliding_window") is None else c["sliding_window"])

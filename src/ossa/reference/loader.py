@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee", "exaone", "hunyuan-dense",
+    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -46,6 +46,7 @@ CONFIG_KEYS = (
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
+    "norm_bias", "ffn_gelu", "ffn_bias",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -69,7 +70,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "v_norm": False, "ple_dim": 0, "attn_temp_offset": 0, "attn_temp_nope": False, "attn_chunked": False,
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
-    "qk_norm_after_rope": False,
+    "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -79,7 +80,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense)"
+    "internlm3, hunyuan_v1_dense, starcoder2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -119,11 +120,14 @@ _HF_ARCHS = {
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
+    "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
     "wo": "attn_output.weight", "bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias",
     "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight", "ffn_norm": "ffn_norm.weight",
+    "attn_norm_b": "attn_norm.bias", "ffn_norm_b": "ffn_norm.bias", "b_up": "ffn_up.bias",
+    "b_down": "ffn_down.bias",
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight", "bo": "attn_output.bias",
@@ -145,6 +149,8 @@ _HF_LAYER = {
     "wv": "self_attn.v_proj.weight", "wo": "self_attn.o_proj.weight", "bq": "self_attn.q_proj.bias",
     "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
     "k_norm": "self_attn.k_norm.weight", "ffn_norm": "post_attention_layernorm.weight",
+    "attn_norm_b": "input_layernorm.bias", "ffn_norm_b": "post_attention_layernorm.bias",
+    "b_up": "mlp.up_proj.bias", "b_down": "mlp.down_proj.bias",
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
     "wqkv": "self_attn.qkv_proj.weight", "w_gate_up": "mlp.gate_up_proj.weight",
     "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks", "wq_a": "self_attn.q_a_proj.weight",
@@ -252,6 +258,8 @@ def _weights(
     w: dict[str, np.ndarray] = {}
     _take(get, names, w, tok, "tok_embd", cfg["n_vocab"], e)
     _take(get, names, w, norm, "output_norm", 1, e)
+    if cfg["norm_bias"]:  # (StarCoder2: the final LayerNorm's bias, named as its weight)
+        _take(get, names, w, norm[: norm.rfind(".weight")] + ".bias", "output_norm_b", 1, e)
     if cfg["tied_embeddings"]:
         w["output"] = w["tok_embd"]
     else:
@@ -310,14 +318,18 @@ def _weights(
             shapes.update(sinks=(1, cfg["n_head"]))
         if no_ffn:
             ff_shapes: dict[str, tuple[int, int]] = {}
-        elif cfg["ffn_relu2"] and i not in cfg["moe"]["layers"]:  # Nemotron-H: up and down alone
+        elif (cfg["ffn_relu2"] or cfg["ffn_gelu"]) and i not in cfg["moe"]["layers"]:  # up and down alone
             ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
         else:
             ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
         fused = cfg["arch"] in ("phi3", "glm4") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
-        if no_ffn or cfg["ffn_relu2"]:
+        if cfg["norm_bias"] and not no_mixer:  # (StarCoder2: LayerNorm with bias, MLP biases)
+            shapes.update(attn_norm_b=(1, e), ffn_norm_b=(1, e))
+        if cfg["ffn_bias"] and not no_ffn:
+            shapes.update(b_up=(1, ff), b_down=(1, e))
+        if no_ffn or cfg["ffn_relu2"] or cfg["ffn_gelu"]:
             pass
         elif fused and i not in cfg["moe"]["layers"]:
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
@@ -558,6 +570,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "starcoder2":  # (LayerNorm with bias, GELU MLP; biases where the file has them)
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
+                      o_bias="blk.0.attn_output.bias" in names,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "hunyuan-dense":  # (q / k norms after RoPE; the NTK-alpha base in the file's)
         common.update(qk_norm=True, qk_norm_after_rope=True)
     if arch == "deepseek2":
@@ -697,11 +713,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
-    if c.get("model_type") == "hunyuan_v1_dense":  # (its q / k norms' names: twin of loader.cpp's)
+    if c.get("model_type") in ("hunyuan_v1_dense", "starcoder2"):  # (twin of loader.cpp's renames)
         renamed = {}
-        for name in where:
+        for name in where:  # (Hunyuan's q / k norms; StarCoder2's MLP: c_fc / c_proj as up / down)
             to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
             to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
+            to = to.replace(".mlp.c_fc.", ".mlp.up_proj.").replace(".mlp.c_proj.", ".mlp.down_proj.")
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
@@ -770,7 +787,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
     if isinstance(act, str) and arch != "nemotron_h":
-        want = "relu2" if arch == "arcee" else "silu"
+        want = {"arcee": "relu2", "starcoder2": "gelu_pytorch_tanh"}.get(arch, "silu")
         if act != want and not (want == "silu" and act == "swish"):
             raise ValueError(
                 f"hidden_act '{act}' in '{path}' is not supported ({want} is, for this architecture)"
@@ -877,6 +894,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection
+        bias = bool(get("use_bias", True))
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=bias, qkv_bias=bias,
+                      o_bias=bias, rms_eps=get("norm_epsilon", 1e-5))  # fmt: skip
     if arch == "hunyuan-dense":  # (q / k norms after RoPE)
         common.update(qk_norm=True, qk_norm_after_rope=True)
     if c.get("model_type") == "internlm3" and (get("qkv_bias", False) or get("bias", False)):

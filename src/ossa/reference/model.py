@@ -44,9 +44,23 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return (weight * ((x.astype(np.float32) - mean.astype(np.float32)) * inv)).astype(np.float32)
 
 
-def norm(c: dict[str, Any], x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """The model's norm: LayerNorm (Cohere) or RMSNorm (twin of forward_util's norm_row)."""
-    return (layer_norm if c["layer_norm"] else rms_norm)(x, weight, c["rms_eps"])
+def norm(c: dict[str, Any], x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """The model's norm: LayerNorm (Cohere; StarCoder2's with a bias) or RMSNorm (twin of forward_util's
+    norm_row)."""
+    out = (layer_norm if c["layer_norm"] else rms_norm)(x, weight, c["rms_eps"])
+    return out if bias is None else (out + bias).astype(np.float32)
+
+
+def gelu_ffn(w: dict[str, np.ndarray], p: str, h: np.ndarray, q8: Any) -> np.ndarray:
+    """StarCoder2's feed-forward: down(gelu_tanh(up h + b_up)) + b_down (biases where the model has them)."""
+    from .gemma3 import gelu_tanh_glu
+
+    up = q8(h, p + "w_up") @ w[p + "w_up"].T
+    if p + "b_up" in w:
+        up = up + w[p + "b_up"]
+    mid = gelu_tanh_glu(up, np.ones(1, dtype=np.float32))
+    out = q8(mid, p + "w_down") @ w[p + "w_down"].T
+    return (out + w[p + "b_down"]).astype(np.float32) if p + "b_down" in w else out
 
 
 def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndarray:
@@ -398,7 +412,7 @@ def forward(
     inv_freq_local = rope_inv_freq(local) if c["rope_theta_swa"] > 0 else None
 
     def pre(x: np.ndarray, name: str) -> np.ndarray:
-        return x if post_only else norm(c, x, w[name])
+        return x if post_only else norm(c, x, w[name], w.get(name + "_b"))
 
     def post(out: np.ndarray, name: str) -> np.ndarray:
         return rms_norm(out, w[name], eps) if post_normed else out
@@ -438,6 +452,9 @@ def forward(
             )  # (Granite MoE's scale)
             continue
         h = pre(x, p + "ffn_norm")
+        if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down
+            x = add(x, gelu_ffn(w, p, h, q8))
+            continue
         if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
             x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
             continue
@@ -445,7 +462,9 @@ def forward(
 
         act = mup_swiglu(c, q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
-    return finish_logits(c, q8(norm(c, x, w["output_norm"]), "output") @ w["output"].T)
+    return finish_logits(
+        c, q8(norm(c, x, w["output_norm"], w.get("output_norm_b")), "output") @ w["output"].T
+    )
 
 
 def _attention(

@@ -208,7 +208,7 @@ class ModelRunner:
             if c["layer_no_mixer"] and c["layer_no_mixer"][i]:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
-            h = x if post_only else ref_model.norm(c, x, w[p + "attn_norm"])
+            h = x if post_only else ref_model.norm(c, x, w[p + "attn_norm"], w.get(p + "attn_norm_b"))
             beside = None  # (Falcon-H1: the mixer's output, added after the attention's)
             if states and is_recurrent(c, i) and c["parallel_ssm"]:
                 beside = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
@@ -299,6 +299,10 @@ class ModelRunner:
             if c["ffn_relu2"]:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
+            if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down, of its LayerNorm with bias
+                h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
+                x = x + ref_model.gelu_ffn(w, p, h, q8)
+                continue
             h = x if post_only else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
@@ -318,7 +322,7 @@ class ModelRunner:
                 out = out * np.float32(c["residual_scale"])
             x = x + out
         rows = np.asarray(logits_rows, dtype=np.int64)
-        h = q8(ref_model.norm(c, x[rows], w["output_norm"]), "output")
+        h = q8(ref_model.norm(c, x[rows], w["output_norm"], w.get("output_norm_b")), "output")
         return ref_model.finish_logits(c, _linear(h, w["output"]))
 
 
