@@ -16,6 +16,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - exaone: EXAONE 3 / 3.5 as released: GPT-2-style tensor names and its own config keys, read as Llama's.
 - internlm3: read as Llama (head_dim 128 unless set). hunyuan_v1_dense: q / k RMSNorm after RoPE,
   NTK-alpha RoPE (a fixed base: theta * alpha^(d / (d - 2))).
+- stablelm: LayerNorm with bias, partial RoPE, optional q / k / v biases, per-head q / k LayerNorms and
+  the parallel residual.
 - starcoder2: LayerNorm with bias, a GELU (tanh) MLP of two matrices (c_fc / c_proj), biases on
   every projection where use_bias, a window on every layer where configured.
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
@@ -188,6 +190,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="starcoder2", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
         vocab_size=130, use_bias=False,
     ), ALL),
+    # StableLM-2-1.6B's layout: LayerNorm with bias, a quarter of each head rotated, q / k / v biases, GQA 2.
+    "stablelm": (dict(
+        arch="stablelm", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=96,
+        vocab_size=150, use_qkv_bias=True,
+    ), ALL),
+    # StableLM-2-12B's: per-head q / k LayerNorms, the parallel residual (one norm for both sublayers), half
+    # of each head rotated, no biases, tied.
+    "stablelm-parallel": (dict(
+        arch="stablelm", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5, tie=True,
+    ), ALL),
     # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
     "exaone-untied": (dict(
         arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
@@ -255,6 +268,13 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "stablelm":
+        parallel = case.get("use_parallel_residual", False)
+        assert c["layer_norm"] and c["norm_bias"] and c["parallel_block"] == parallel
+        assert c["qk_norm_heads"] == case.get("qk_layernorm", False)
+        assert c["qkv_bias"] == case.get("use_qkv_bias", False)
+        assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
         return
     if arch == "starcoder2":
         assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"]

@@ -77,6 +77,7 @@ ARCHS = (
     "internlm3",
     "hunyuan_v1_dense",
     "starcoder2",
+    "stablelm",
 )
 
 
@@ -142,6 +143,8 @@ def make_hf_model(
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "mamba2":  # (Mamba2Config's own head count: its mixer's)
         kwargs["num_heads"] = num_heads
+    if arch == "stablelm":  # (its partial rotation with the RoPE's keys; StableLmConfig's default 0.25)
+        rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch == "gemma4":  # the global layers' proportional RoPE, the sliding layers' own base
@@ -214,6 +217,7 @@ def make_hf_model(
         "internlm3": transformers.InternLM3Config,
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
         "starcoder2": transformers.Starcoder2Config,
+        "stablelm": transformers.StableLmConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -374,7 +378,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
-        if arch == "starcoder2" and rest in _STARCODER2_NAMES:
+        if arch in ("starcoder2", "stablelm") and rest in _STARCODER2_NAMES:  # (the norms' biases)
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "hunyuan-dense" and rest in _HUNYUAN_NAMES:
             return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
@@ -405,6 +409,24 @@ def _exaone_llama_name(name: str) -> str:
             rest = new + rest[len(old) :]
             break
     return f"model.layers.{layer}.{rest}"
+
+
+def _stablelm_stacked(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """StableLM's per-head q / k LayerNorm weights (self_attn.q_layernorm.norms.H.weight) as one
+    [heads, head_dim] tensor per layer (self_attn.q_norm.weight), as llama.cpp's converter stacks them."""
+    out, stacks = {}, {}
+    for name, w in tensors.items():
+        for part, to in ((".self_attn.q_layernorm.norms.", ".self_attn.q_norm.weight"),
+                         (".self_attn.k_layernorm.norms.", ".self_attn.k_norm.weight")):  # fmt: skip
+            if part in name:
+                stem, _, rest = name.partition(part)
+                stacks.setdefault(stem + to, {})[int(rest.split(".")[0])] = w
+                break
+        else:
+            out[name] = w
+    for name, heads in stacks.items():
+        out[name] = np.stack([heads[h] for h in sorted(heads)])
+    return out
 
 
 def _read_hf_tensors(hf_dir: Path) -> dict[str, np.ndarray]:
@@ -489,7 +511,7 @@ def hf_to_gguf(
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
-        "starcoder2": "starcoder2",
+        "starcoder2": "starcoder2", "stablelm": "stablelm",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -567,6 +589,8 @@ def hf_to_gguf(
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
         if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
             writer.add_uint32("deepseek2.nextn_predict_layers", 1)
+    elif arch == "stablelm":  # (its partial rotation)
+        writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
     else:
         writer.add_rope_dimension_count(head_dim)
     if arch != "deepseek2":
@@ -601,6 +625,8 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
+    if arch == "stablelm":  # LayerNorm's epsilon, the rotated dimensions (llama.cpp's keys)
+        writer.add_layer_norm_eps(float(cfg.get("layer_norm_eps", 1e-5)))
     if arch == "starcoder2":  # LayerNorm's epsilon (llama.cpp's key), the window where there is one
         writer.add_layer_norm_eps(float(cfg.get("norm_epsilon", 1e-5)))
         if cfg.get("sliding_window"):
@@ -727,6 +753,8 @@ def hf_to_gguf(
     tensors = _read_hf_tensors(hf_dir)
     if model_type == "exaone":  # EXAONE 3's GPT-2-style names (as llama.cpp's converter maps them)
         tensors = {_exaone_llama_name(k): v for k, v in tensors.items()}
+    if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
+        tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out
         lm = "model.language_model."
         tensors = {"model." + k[len(lm) :] if k.startswith(lm) else k: v

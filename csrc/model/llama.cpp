@@ -315,7 +315,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
     if (c.parallel_block) {  // (the attention's norm of the layer's input)
       in = norm_for(s, reinterpret_cast<const float*>(L.attn_norm.data), n, threads,
-                    {&L.w_gate, &L.w_up}, s.par_out.data());
+                    {&L.w_gate, &L.w_up}, s.par_out.data(),
+                    reinterpret_cast<const float*>(L.attn_norm_b.data));  // (StableLM's bias)
       laps.lap(kNorm);
       matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
       laps.lap(kGateUp);
@@ -351,7 +352,8 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
-    in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up});
+    in = norm_for(s, ffn_norm, n, threads, {&L.w_gate, &L.w_up}, nullptr,
+                  reinterpret_cast<const float*>(L.ffn_norm_b.data));  // (StableLM's bias)
     laps.lap(kNorm);
     if (c.mup.active) {  // Falcon-H1: the gate's multiplier before SiLU, the output's before down
       matmul(L.w_gate, in, s.gate.data(), F);

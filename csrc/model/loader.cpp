@@ -235,7 +235,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n", "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2"};
+    "starcoder2", "stablelm"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -250,7 +250,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2)";
+    "starcoder2, stablelm)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -501,7 +501,8 @@ void build_weights(Model& m, Builder& b,
       l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
     if (c.norm_bias && mixer) {
       l.attn_norm_b = b.take(name_of(i, "attn_norm_b"), p + "attn_norm_b", 1, c.n_embd);
-      l.ffn_norm_b = b.take(name_of(i, "ffn_norm_b"), p + "ffn_norm_b", 1, c.n_embd);
+      if (!c.parallel_block)  // (StableLM's parallel residual: one norm for both)
+        l.ffn_norm_b = b.take(name_of(i, "ffn_norm_b"), p + "ffn_norm_b", 1, c.n_embd);
     }
     if (!mixer) {
     } else if (c.delta.is_layer(i)) {
@@ -963,7 +964,8 @@ void load_gguf(Model& m, Storage& st) {
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
-      !qwen35 && g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
+      arch != "stablelm" && !qwen35 &&
+      g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
   const GGUFTensorInfo* embd = files.find_tensor("token_embd.weight").second;
@@ -1027,6 +1029,16 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
+  if (arch == "stablelm") {  // (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
+    c.layer_norm = c.norm_bias = true;
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.parallel_block = !b.has("blk.0.ffn_norm.weight");
+    c.qk_norm = c.qk_norm_heads = b.has("blk.0.attn_q_norm.weight");
+  }
   if (arch == "starcoder2") {  // (LayerNorm with bias, GELU MLP; biases where the file has them)
     c.layer_norm = c.norm_bias = c.ffn_gelu = true;
     c.ffn_bias = b.has("blk.0.ffn_up.bias");
@@ -1581,7 +1593,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"hunyuan_v1_dense", "hunyuan-dense"},
       {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"},
       {"starcoder2", "starcoder2"},
-      {"Starcoder2ForCausalLM", "starcoder2"}};
+      {"Starcoder2ForCausalLM", "starcoder2"},
+      {"stablelm", "stablelm"},
+      {"StableLmForCausalLM", "stablelm"}};
   return k_archs;
 }
 
@@ -1647,6 +1661,53 @@ void language_model_names(Builder& b) {
 // tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
 bool exaone_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "stablelm") {
+    // (StableLM's per-head q / k LayerNorms, norms.<h>.weight: stacked into one [heads, head_dim]
+    // F32 tensor, the layout GGUF files hold)
+    std::map<std::string, std::vector<std::pair<int64_t, const Raw*>>> stacks;
+    for (const auto& [name, raw] : b.raw)
+      for (const char* part : {"self_attn.q_layernorm.norms.", "self_attn.k_layernorm.norms."})
+        if (const size_t at = name.find(part); at != std::string::npos) {
+          const std::string rest = name.substr(at + std::string(part).size());
+          const size_t dot = rest.find('.');
+          if (dot == std::string::npos || rest.substr(dot) != ".weight") continue;
+          int64_t h = -1;
+          try {
+            h = std::stoll(rest.substr(0, dot));
+          } catch (const std::exception&) {
+            h = -1;
+          }
+          const bool q = std::string(part).find("q_layernorm") != std::string::npos;
+          if (h >= 0 && h < 65536)
+            stacks[name.substr(0, at) + (q ? "self_attn.q_norm.weight" : "self_attn.k_norm.weight")]
+                .emplace_back(h, &raw);
+        }
+    for (auto& [to, heads] : stacks) {
+      std::sort(heads.begin(), heads.end());
+      const int64_t n = static_cast<int64_t>(heads.size());
+      const int64_t d = heads[0].second->view.cols;
+      for (int64_t h = 0; h < n; ++h)
+        if (heads[static_cast<size_t>(h)].first != h ||
+            !heads[static_cast<size_t>(h)].second->supported ||
+            heads[static_cast<size_t>(h)].second->view.cols != d ||
+            heads[static_cast<size_t>(h)].second->view.rows != 1)
+          throw ModelError("malformed per-head q / k norms near '" + to + "' in '" + b.path + "'");
+      float* buf = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(n * d) * 4));
+      for (int64_t h = 0; h < n; ++h)
+        dequantize_row(heads[static_cast<size_t>(h)].second->view, 0, buf + h * d);
+      Raw r;
+      r.type_name = "F32";
+      r.supported = true;
+      r.n_dims = 2;
+      r.view.type = DType::F32;
+      r.view.rows = n;
+      r.view.cols = d;
+      r.view.row_bytes = static_cast<size_t>(d) * 4;
+      r.view.data = reinterpret_cast<const uint8_t*>(buf);
+      b.raw[to] = r;
+    }
+    return true;
+  }
   if (type != nullptr && type->is_string() && type->string == "starcoder2") {
     // (StarCoder2's MLP: c_fc / c_proj, as up / down)
     std::map<std::string, Raw> renamed;
@@ -1877,7 +1938,7 @@ void load_hf(Model& m, Storage& st) {
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
-      c.arch != "granitehybrid" && c.arch != "minimax-m2" &&
+      c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
       cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
@@ -1956,6 +2017,19 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
   if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
+  if (c.arch == "stablelm") {  // LayerNorm with bias, partial NeoX RoPE (0.25), options below
+    c.layer_norm = c.norm_bias = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
+    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
+                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.25)
+                           : cfg.number("partial_rotary_factor", 0.25);
+    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
+    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
+      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.parallel_block = cfg.boolean("use_parallel_residual", false);
+    c.qk_norm_heads = cfg.boolean("qk_layernorm", false);  // (per-head LayerNorms, no bias)
+  }
   if (cfg.boolean("mlp_bias", false))
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
@@ -1984,7 +2058,8 @@ void load_hf(Model& m, Storage& st) {
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
                (c.arch == "seed_oss" && cfg.boolean("attention_bias", true)) ||
-               (c.arch == "starcoder2" && cfg.boolean("use_bias", true));
+               (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
+               (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)

@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2",
+    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -80,7 +80,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -120,7 +120,8 @@ _HF_ARCHS = {
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
-    "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2",
+    "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
+    "StableLmForCausalLM": "stablelm",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -325,8 +326,10 @@ def _weights(
         shapes.update(ff_shapes)
         fused = cfg["arch"] in ("phi3", "glm4") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
-        if cfg["norm_bias"] and not no_mixer:  # (StarCoder2: LayerNorm with bias, MLP biases)
-            shapes.update(attn_norm_b=(1, e), ffn_norm_b=(1, e))
+        if cfg["norm_bias"] and not no_mixer:  # (StarCoder2, StableLM: LayerNorm with bias)
+            shapes.update(attn_norm_b=(1, e))
+            if not cfg["parallel_block"]:  # (StableLM's parallel residual: one norm for both)
+                shapes.update(ffn_norm_b=(1, e))
         if cfg["ffn_bias"] and not no_ffn:
             shapes.update(b_up=(1, ff), b_down=(1, e))
         if no_ffn or cfg["ffn_relu2"] or cfg["ffn_gelu"]:
@@ -570,6 +573,15 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "stablelm":  # (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError("invalid rope.dimension_count")
+        qk = "blk.0.attn_q_norm.weight" in names
+        eps = md.get(k + "attention.layer_norm_epsilon", 1e-5)
+        common.update(layer_norm=True, norm_bias=True, rms_eps=eps,
+                      rope_dim=0 if dims == common["head_dim"] else dims, qk_norm=qk, qk_norm_heads=qk,
+                      parallel_block="blk.0.ffn_norm.weight" not in names)  # fmt: skip
     if arch == "starcoder2":  # (LayerNorm with bias, GELU MLP; biases where the file has them)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names,
@@ -746,8 +758,25 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
     names = set(where)
+    # (StableLM's per-head q / k LayerNorms, norms.<h>.weight: stacked into [heads, head_dim], as GGUF
+    # holds them; twin of loader.cpp's)
+    stacks: dict[str, list[tuple[int, str]]] = {}
+    if c.get("model_type") == "stablelm":
+        for name in where:
+            for part, to in ((".self_attn.q_layernorm.norms.", ".self_attn.q_norm.weight"),
+                             (".self_attn.k_layernorm.norms.", ".self_attn.k_norm.weight")):  # fmt: skip
+                head, _, suffix = name.partition(part)[2].partition(".")
+                if part in name and suffix == "weight" and head.isdigit():
+                    stacks.setdefault(name.partition(part)[0] + to, []).append((int(head), name))
+        for to, heads in stacks.items():
+            heads.sort()
+            if [h for h, _ in heads] != list(range(len(heads))):
+                raise ValueError(f"malformed per-head q / k norms near '{to}' in '{path}'")
+        names |= set(stacks)
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
+        if n in stacks:
+            return np.stack([where[h].tensor(stored[h]).reshape(-1) for _, h in stacks[n]]).astype(np.float32)
         return where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
@@ -833,7 +862,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", *QWEN35)
+    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", *QWEN35)
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -894,6 +923,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "stablelm":  # LayerNorm with bias, partial NeoX RoPE (0.25), its options
+        prf = (c.get("rope_parameters") or {}).get(
+            "partial_rotary_factor", get("partial_rotary_factor", 0.25)
+        )
+        dims = int(prf * common["head_dim"])
+        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
+            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
+        qk = bool(get("qk_layernorm", False))
+        common.update(layer_norm=True, norm_bias=True, rms_eps=get("layer_norm_eps", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims,
+                      parallel_block=bool(get("use_parallel_residual", False)), qk_norm=qk, qk_norm_heads=qk,
+                      qkv_bias=bool(get("use_qkv_bias", False)))  # fmt: skip
     if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection
         bias = bool(get("use_bias", True))
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=bias, qkv_bias=bias,
@@ -970,7 +1011,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in ("nemotron_h", "mamba2", "mamba"):  # (backbone.*, norm_f)
         stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
     w = _weights(
-        cfg, get_tensor, set(where),
+        cfg, get_tensor, names,
         lambda i, f: f"{stem}.{i}.{layer_names.get(f, f)}",
         embed, final_norm, "lm_head.weight", ffn_fused=arch == "granitehybrid" and not bamba,
     )  # fmt: skip

@@ -303,7 +303,7 @@ class ModelRunner:
                 h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
                 x = x + ref_model.gelu_ffn(w, p, h, q8)
                 continue
-            h = x if post_only else ref_model.rms_norm(x, w[p + "ffn_norm"], eps)
+            h = x if post_only else ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
                 x = x + (
