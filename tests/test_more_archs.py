@@ -16,6 +16,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - exaone: EXAONE 3 / 3.5 as released: GPT-2-style tensor names and its own config keys, read as Llama's.
 - internlm3: read as Llama (head_dim 128 unless set). hunyuan_v1_dense: q / k RMSNorm after RoPE,
   NTK-alpha RoPE (a fixed base: theta * alpha^(d / (d - 2))).
+- phi (Phi-1 / 1.5 / 2): attention and a GELU MLP in parallel from one LayerNorm with bias, biases on
+  every projection and the output, partial RoPE.
 - stablelm: LayerNorm with bias, partial RoPE, optional q / k / v biases, per-head q / k LayerNorms and
   the parallel residual.
 - starcoder2: LayerNorm with bias, a GELU (tanh) MLP of two matrices (c_fc / c_proj), biases on
@@ -201,6 +203,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="stablelm", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
         vocab_size=130, qk_layernorm=True, use_parallel_residual=True, partial_rotary_factor=0.5, tie=True,
     ), ALL),
+    # Phi-2's layout: attention and a GELU MLP in parallel from one LayerNorm with bias, biases everywhere
+    # (lm_head too), half of each head rotated, MHA.
+    "phi": (dict(
+        arch="phi", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150,
+    ), ALL),
+    # GQA 2, 40% rotated (Phi-1.5: 0.5, Phi-2: 0.4 of 80), tied.
+    "phi-gqa": (dict(
+        arch="phi", hidden_size=80, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=72,
+        vocab_size=130, partial_rotary_factor=0.4, tie=True,
+    ), ALL),
     # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
     "exaone-untied": (dict(
         arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
@@ -240,6 +253,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "ernie4_5_moe": "ernie4_5-moe",
         "internlm3": "llama",
         "hunyuan_v1_dense": "hunyuan-dense",
+        "phi": "phi2",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -268,6 +282,11 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         step, start = case.get("moe_layer_interval", 1), case["moe_layer_start_index"]
         assert moe["layers"] == [i for i in range(case["num_layers"]) if (i + 1) % step == 0 and i >= start]
         assert c["rope_style"] == "interleaved"
+        return
+    if arch == "phi":
+        assert c["arch"] == "phi2" and c["layer_norm"] and c["norm_bias"] and c["parallel_block"]
+        assert c["ffn_gelu"] and c["ffn_bias"] and c["qkv_bias"] and c["o_bias"]
+        assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.5) * c["head_dim"])
         return
     if arch == "stablelm":
         parallel = case.get("use_parallel_residual", False)

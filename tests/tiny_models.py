@@ -78,6 +78,7 @@ ARCHS = (
     "hunyuan_v1_dense",
     "starcoder2",
     "stablelm",
+    "phi",
 )
 
 
@@ -143,8 +144,10 @@ def make_hf_model(
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "mamba2":  # (Mamba2Config's own head count: its mixer's)
         kwargs["num_heads"] = num_heads
-    if arch == "stablelm":  # (its partial rotation with the RoPE's keys; StableLmConfig's default 0.25)
-        rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
+    if arch in ("stablelm", "phi"):  # (the partial rotation with the RoPE's keys; 0.25 / 0.5 by default)
+        rope["partial_rotary_factor"] = extra.pop(
+            "partial_rotary_factor", 0.25 if arch == "stablelm" else 0.5
+        )
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch == "gemma4":  # the global layers' proportional RoPE, the sliding layers' own base
@@ -218,6 +221,7 @@ def make_hf_model(
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
         "starcoder2": transformers.Starcoder2Config,
         "stablelm": transformers.StableLmConfig,
+        "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
         kwargs.setdefault("sliding_window", None)  # MistralConfig's default is 4096
@@ -347,6 +351,12 @@ _STARCODER2_NAMES = {
     "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
     "self_attn.o_proj.bias": "attn_output.bias",
 }  # fmt: skip
+# Phi-2's (llama.cpp's names): dense, fc1 / fc2.
+_PHI2_NAMES = {
+    "self_attn.dense.weight": "attn_output.weight", "self_attn.dense.bias": "attn_output.bias",
+    "mlp.fc1.weight": "ffn_up.weight", "mlp.fc1.bias": "ffn_up.bias", "mlp.fc2.weight": "ffn_down.weight",
+    "mlp.fc2.bias": "ffn_down.bias",
+}  # fmt: skip
 # Hunyuan's q / k norms (after RoPE) as llama.cpp names them.
 _HUNYUAN_NAMES = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
                   "self_attn.key_layernorm.weight": "attn_k_norm.weight"}  # fmt: skip
@@ -359,8 +369,12 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
         return "output_norm.weight"
-    if hf_name == "model.norm.bias":  # (StarCoder2's final LayerNorm)
+    if hf_name in ("model.norm.bias", "model.final_layernorm.bias"):  # (StarCoder2's, Phi-2's LayerNorm)
         return "output_norm.bias"
+    if hf_name == "model.final_layernorm.weight":  # (Phi-2's)
+        return "output_norm.weight"
+    if hf_name == "lm_head.bias":  # (Phi-2's)
+        return "output.bias"
     if hf_name == "model.embedding_norm.weight":  # (LFM2's final norm, as llama.cpp names it)
         return "token_embd_norm.weight"
     if hf_name == "lm_head.weight":
@@ -378,8 +392,10 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
-        if arch in ("starcoder2", "stablelm") and rest in _STARCODER2_NAMES:  # (the norms' biases)
+        if arch in ("starcoder2", "stablelm", "phi2") and rest in _STARCODER2_NAMES:  # (the norms' biases)
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
+        if arch == "phi2" and rest in _PHI2_NAMES:
+            return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
         if arch == "hunyuan-dense" and rest in _HUNYUAN_NAMES:
             return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
@@ -511,7 +527,7 @@ def hf_to_gguf(
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
-        "starcoder2": "starcoder2", "stablelm": "stablelm",
+        "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2",
         "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -591,6 +607,8 @@ def hf_to_gguf(
             writer.add_uint32("deepseek2.nextn_predict_layers", 1)
     elif arch == "stablelm":  # (its partial rotation)
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
+    elif arch == "phi2":
+        writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * head_dim))
     else:
         writer.add_rope_dimension_count(head_dim)
     if arch != "deepseek2":
@@ -625,7 +643,7 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
-    if arch == "stablelm":  # LayerNorm's epsilon, the rotated dimensions (llama.cpp's keys)
+    if arch in ("stablelm", "phi2"):  # LayerNorm's epsilon (llama.cpp's key)
         writer.add_layer_norm_eps(float(cfg.get("layer_norm_eps", 1e-5)))
     if arch == "starcoder2":  # LayerNorm's epsilon (llama.cpp's key), the window where there is one
         writer.add_layer_norm_eps(float(cfg.get("norm_epsilon", 1e-5)))

@@ -286,6 +286,9 @@ void output_logits(ForwardState& s, const Batch& batch, int threads, float* logi
     norm_row(c, s.x.data() + batch.logits_rows[i] * E, out_norm, E, s.h.data() + i * E, out_norm_b);
   MatmulInput in = prepare(s, s.h.data(), n_out, E, threads, {&w.output});
   matmul(w.output, in, logits, c.n_vocab);
+  if (!w.output_b.empty())  // (Phi-2's lm_head bias)
+    for (int i = 0; i < n_out; ++i)
+      add_bias(logits + static_cast<int64_t>(i) * c.n_vocab, w.output_b, c.n_vocab);
   const int64_t total = static_cast<int64_t>(n_out) * c.n_vocab;
   if (c.final_softcap > 0.0f)
     for (int64_t i = 0; i < total; ++i)

@@ -314,14 +314,26 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     }
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
     if (c.parallel_block) {  // (the attention's norm of the layer's input)
-      in = norm_for(s, reinterpret_cast<const float*>(L.attn_norm.data), n, threads,
-                    {&L.w_gate, &L.w_up}, s.par_out.data(),
-                    reinterpret_cast<const float*>(L.attn_norm_b.data));  // (StableLM's bias)
+      const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
+      const float* attn_norm_b = reinterpret_cast<const float*>(L.attn_norm_b.data);
+      in = c.ffn_gelu  // (Phi-2's MLP: up and down alone; StableLM's norm bias)
+               ? norm_for(s, attn_norm, n, threads, {&L.w_up}, s.par_out.data(), attn_norm_b)
+               : norm_for(s, attn_norm, n, threads, {&L.w_gate, &L.w_up}, s.par_out.data(),
+                          attn_norm_b);
       laps.lap(kNorm);
-      matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
+      if (c.ffn_gelu) {  // (Phi-2: down(gelu(up h + b_up)) + b_down)
+        matmul(L.w_up, in, s.gate.data(), F);
+        per_token(n, threads, [&](int t) {
+          float* g = s.gate.data() + t * F;
+          add_bias(g, L.b_up, F);
+          gelu_tanh_row(g, F);
+        });
+      } else {
+        matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
+      }
       laps.lap(kGateUp);
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
-      residual(s, L.w_down, in, n, threads);
+      residual(s, L.w_down, in, n, threads, L.b_down);
       laps.lap(kDown);
       continue;
     }

@@ -227,15 +227,15 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",   "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
-    "gemma",      "gemma2",  "gemma3",     "phi3",          "smollm3",    "granite",
-    "granitemoe", "gpt-oss", "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
-    "deepseek2",  "glm4moe", "olmoe",      "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",    "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",  "mamba",      "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl", "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n", "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm"};
+    "llama",      "qwen2",    "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",   "gemma3",     "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss",  "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe",  "olmoe",      "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",     "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next",  "mamba2",   "mamba",      "jamba",         "falcon-h1",  "gemma4",
+    "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
+    "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
+    "starcoder2", "stablelm", "phi2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -250,7 +250,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm)";
+    "starcoder2, stablelm, phi)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -491,6 +491,9 @@ void build_weights(Model& m, Builder& b,
   } else {
     w.output = b.take(out, "output", c.n_vocab, c.n_embd);
   }
+  const std::string out_b = out.substr(0, out.rfind(".weight")) + ".bias";
+  if (b.has(out_b))  // (Phi-2's lm_head bias, tied weights or not)
+    w.output_b = b.take(out_b, "output_b", 1, c.n_vocab);
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int i = 0; i < c.n_layer; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
@@ -520,16 +523,29 @@ void build_weights(Model& m, Builder& b,
       build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
-    } else if (c.arch == "phi3" && b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
+    } else if ((c.arch == "phi3" || c.arch == "phi2") &&
+               b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
+      const std::string fused_b = name_of(i, "wqkv").substr(0, name_of(i, "wqkv").rfind(".weight"));
+      if (c.qkv_bias && b.has(fused_b + ".bias")) {  // (Phi-2's older files: the biases fused too)
+        const TensorView all = b.take(fused_b + ".bias", p + "bqkv", 1, q + 2 * kv);
+        TensorView* parts[3] = {&l.bq, &l.bk, &l.bv};
+        const int64_t off[3] = {0, q, q + kv}, len[3] = {q, kv, kv};
+        for (int j = 0; j < 3; ++j) {
+          *parts[j] = all;
+          parts[j]->cols = len[j];
+          parts[j]->row_bytes = static_cast<size_t>(len[j]) * 4;
+          parts[j]->data = all.data + static_cast<size_t>(off[j]) * 4;
+        }
+      }
     } else {  // (Qwen3.5's gated attention: [query | gate] per head)
       l.wq = b.take(name_of(i, "wq"), p + "wq", c.attn_gate ? 2 * q : q, c.n_embd);
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
     if (!c.mla.active() && attention) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
-    if (c.qkv_bias && attention) {
+    if (c.qkv_bias && attention && l.bq.empty()) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
       l.bv = b.take(name_of(i, "bv"), p + "bv", 1, kv);
@@ -964,7 +980,7 @@ void load_gguf(Model& m, Storage& st) {
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
-      arch != "stablelm" && !qwen35 &&
+      arch != "stablelm" && arch != "phi2" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1029,6 +1045,15 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
+  if (arch == "phi2") {  // (Cohere's parallel block, LayerNorm with bias, GELU MLP, biases)
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
+    c.o_bias = true;
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+  }
   if (arch == "stablelm") {  // (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
     c.layer_norm = c.norm_bias = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
@@ -1595,7 +1620,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"starcoder2", "starcoder2"},
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
-      {"StableLmForCausalLM", "stablelm"}};
+      {"StableLmForCausalLM", "stablelm"},
+      {"phi", "phi2"},
+      {"PhiForCausalLM", "phi2"}};
   return k_archs;
 }
 
@@ -1661,6 +1688,23 @@ void language_model_names(Builder& b) {
 // tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
 bool exaone_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "phi") {
+    // (Phi-2's names: dense / fc1 / fc2 / final_layernorm as o_proj / up / down / norm)
+    std::map<std::string, Raw> renamed;
+    for (auto& [name, raw] : b.raw) {
+      std::string to = name;
+      for (const auto& [part, with] : {std::pair{".self_attn.dense.", ".self_attn.o_proj."},
+                                       {".mlp.fc1.", ".mlp.up_proj."},
+                                       {".mlp.fc2.", ".mlp.down_proj."},
+                                       {"model.final_layernorm.", "model.norm."}})
+        if (const size_t at = to.find(part); at != std::string::npos)
+          to.replace(at, std::string(part).size(), with);
+      if (!renamed.emplace(to, raw).second)
+        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
+    }
+    b.raw = std::move(renamed);
+    return true;
+  }
   if (type != nullptr && type->is_string() && type->string == "stablelm") {
     // (StableLM's per-head q / k LayerNorms, norms.<h>.weight: stacked into one [heads, head_dim]
     // F32 tensor, the layout GGUF files hold)
@@ -1939,7 +1983,7 @@ void load_hf(Model& m, Storage& st) {
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
       c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
-      cfg.number("partial_rotary_factor", 1.0) != 1.0)
+      c.arch != "phi2" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -2017,6 +2061,21 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
   if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
+  if (c.arch == "phi2") {  // Phi-1 / 1.5 / 2: Cohere's parallel block with LayerNorm + bias, a
+                           // GELU MLP with biases, biased projections and lm_head, partial RoPE
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
+    c.qkv_bias = c.o_bias = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
+    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
+                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.5)
+                           : cfg.number("partial_rotary_factor", 0.5);
+    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
+    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
+      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    if (cfg.boolean("qk_layernorm", false))
+      throw ModelError("qk_layernorm=true in '" + cfg_path + "' is not supported");
+  }
   if (c.arch == "stablelm") {  // LayerNorm with bias, partial NeoX RoPE (0.25), options below
     c.layer_norm = c.norm_bias = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
@@ -2038,8 +2097,10 @@ void load_hf(Model& m, Storage& st) {
       act != nullptr && act->is_string() && c.arch != "nemotron_h") {
     const std::string want = c.arch == "arcee"        ? "relu2"
                              : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
+                             : c.arch == "phi2"       ? "gelu_new"
                                                       : "silu";
-    if (act->string != want && !(want == "silu" && act->string == "swish"))
+    if (act->string != want && !(want == "silu" && act->string == "swish") &&
+        !(want == "gelu_new" && act->string == "gelu_pytorch_tanh"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
                        want + " is, for this architecture)");
   }
@@ -2059,7 +2120,7 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
                (c.arch == "seed_oss" && cfg.boolean("attention_bias", true)) ||
                (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
-               (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false));
+               (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2";
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)

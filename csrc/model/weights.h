@@ -89,6 +89,7 @@ struct ModelWeights {
   // n_embd x n_embd).
   std::vector<TensorView> altup_proj, altup_unembd;
   TensorView output_norm_b;  // (StarCoder2: the final LayerNorm's bias)
+  TensorView output_b;       // (Phi-2: the output matrix's bias, 1 x n_vocab)
 };
 
 // Every tensor of the model file(s) as stored, in file order (name as in the file), for listings

@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm",
+    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -80,7 +80,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2, stablelm)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -121,7 +121,7 @@ _HF_ARCHS = {
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
-    "StableLmForCausalLM": "stablelm",
+    "StableLmForCausalLM": "stablelm", "phi": "phi2", "PhiForCausalLM": "phi2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -265,6 +265,9 @@ def _weights(
         w["output"] = w["tok_embd"]
     else:
         _take(get, names, w, out, "output", cfg["n_vocab"], e)
+    out_b = out[: out.rfind(".weight")] + ".bias"
+    if out_b in names:  # (Phi-2's lm_head bias, tied weights or not)
+        _take(get, names, w, out_b, "output_b", 1, cfg["n_vocab"])
     d = cfg["delta"]
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
@@ -298,12 +301,17 @@ def _weights(
             shapes, recurrent = {}, True
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
-        if cfg["arch"] == "phi3" and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
+        if cfg["arch"] in ("phi3", "phi2") and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
             w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
             del shapes["wq"], shapes["wk"], shapes["wv"]
-        if cfg["qkv_bias"] and not recurrent:
+            fused_b = name_of(i, "wqkv")[: name_of(i, "wqkv").rfind(".weight")] + ".bias"
+            if cfg["qkv_bias"] and fused_b in names:  # (Phi-2's older files: the biases fused too)
+                _take(get, names, w, fused_b, "bqkv", 1, q + 2 * kv)
+                b = w.pop("bqkv")
+                w[f"layers.{i}.bq"], w[f"layers.{i}.bk"], w[f"layers.{i}.bv"] = np.split(b, [q, q + kv])
+        if cfg["qkv_bias"] and not recurrent and f"layers.{i}.bq" not in w:
             shapes.update(bq=(1, q), bk=(1, kv), bv=(1, kv))
         if cfg["qk_norm"] and cfg["arch"] in QK_NORM_FULL:  # OLMo: over the whole projection
             shapes.update(q_norm=(1, q), k_norm=(1, kv))
@@ -321,6 +329,8 @@ def _weights(
             ff_shapes: dict[str, tuple[int, int]] = {}
         elif (cfg["ffn_relu2"] or cfg["ffn_gelu"]) and i not in cfg["moe"]["layers"]:  # up and down alone
             ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
+            if cfg["parallel_block"]:  # (Phi-2: the attention's norm serves both)
+                del ff_shapes["ffn_norm"]
         else:
             ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
@@ -573,6 +583,13 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "phi2":  # (Cohere's parallel block, LayerNorm with bias, GELU MLP, biases)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError("invalid rope.dimension_count")
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
+                      o_bias=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "stablelm":  # (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
         dims = md.get(k + "rope.dimension_count", common["head_dim"])
         if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
@@ -725,12 +742,19 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
-    if c.get("model_type") in ("hunyuan_v1_dense", "starcoder2"):  # (twin of loader.cpp's renames)
+    if c.get("model_type") in ("hunyuan_v1_dense", "starcoder2", "phi"):  # (twin of loader.cpp's renames)
         renamed = {}
-        for name in where:  # (Hunyuan's q / k norms; StarCoder2's MLP: c_fc / c_proj as up / down)
+        for name in where:  # (Hunyuan's q / k norms; StarCoder2's, Phi-2's MLP as up / down)
             to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
             to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
             to = to.replace(".mlp.c_fc.", ".mlp.up_proj.").replace(".mlp.c_proj.", ".mlp.down_proj.")
+            if c.get("model_type") == "phi":
+                to = to.replace(".self_attn.dense.", ".self_attn.o_proj.").replace(
+                    ".mlp.fc1.", ".mlp.up_proj."
+                )
+                to = to.replace(".mlp.fc2.", ".mlp.down_proj.").replace(
+                    "model.final_layernorm.", "model.norm."
+                )
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
@@ -816,8 +840,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
     if isinstance(act, str) and arch != "nemotron_h":
-        want = {"arcee": "relu2", "starcoder2": "gelu_pytorch_tanh"}.get(arch, "silu")
-        if act != want and not (want == "silu" and act == "swish"):
+        want = {"arcee": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}.get(arch, "silu")
+        if (
+            act != want
+            and not (want == "silu" and act == "swish")
+            and not (want == "gelu_new" and act == "gelu_pytorch_tanh")
+        ):
             raise ValueError(
                 f"hidden_act '{act}' in '{path}' is not supported ({want} is, for this architecture)"
             )
@@ -862,7 +890,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", *QWEN35)
+    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2", *QWEN35)
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -923,6 +951,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "phi2":  # Phi-1 / 1.5 / 2: Cohere's parallel block, LayerNorm + bias, GELU MLP, biases
+        prf = (c.get("rope_parameters") or {}).get("partial_rotary_factor", get("partial_rotary_factor", 0.5))
+        dims = int(prf * common["head_dim"])
+        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
+            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
+        if get("qk_layernorm", False):
+            raise ValueError(f"qk_layernorm=true in '{path}' is not supported")
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
+                      qkv_bias=True, o_bias=True, rms_eps=get("layer_norm_eps", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "stablelm":  # LayerNorm with bias, partial NeoX RoPE (0.25), its options
         prf = (c.get("rope_parameters") or {}).get(
             "partial_rotary_factor", get("partial_rotary_factor", 0.25)

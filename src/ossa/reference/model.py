@@ -441,6 +441,9 @@ def forward(
             h = pre(x, p + "attn_norm")
             x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
         if c["parallel_block"]:  # Cohere: the MLP of the attention's input, added after the attention
+            if c["ffn_gelu"]:  # (Phi-2's)
+                x = x + gelu_ffn(w, p, h, q8)
+                continue
             act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
             x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
             continue
@@ -462,9 +465,8 @@ def forward(
 
         act = mup_swiglu(c, q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T)
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
-    return finish_logits(
-        c, q8(norm(c, x, w["output_norm"], w.get("output_norm_b")), "output") @ w["output"].T
-    )
+    logits = q8(norm(c, x, w["output_norm"], w.get("output_norm_b")), "output") @ w["output"].T
+    return finish_logits(c, logits + w["output_b"] if "output_b" in w else logits)  # (Phi-2's bias)
 
 
 def _attention(

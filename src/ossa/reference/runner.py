@@ -290,6 +290,9 @@ class ModelRunner:
                 x = x + beside
             if no_ffn:
                 continue
+            if c["parallel_block"] and c["ffn_gelu"]:  # (Phi-2: its GELU MLP of the attention's input)
+                x = x + ref_model.gelu_ffn(w, p, h, q8)
+                continue
             if c["parallel_block"]:  # Cohere: the MLP of the attention's input
                 act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
                     q8(h, p + "w_up"), w[p + "w_up"]
@@ -323,7 +326,8 @@ class ModelRunner:
             x = x + out
         rows = np.asarray(logits_rows, dtype=np.int64)
         h = q8(ref_model.norm(c, x[rows], w["output_norm"], w.get("output_norm_b")), "output")
-        return ref_model.finish_logits(c, _linear(h, w["output"]))
+        logits = _linear(h, w["output"])
+        return ref_model.finish_logits(c, logits + w["output_b"] if "output_b" in w else logits)
 
 
 def mup_qkv(
