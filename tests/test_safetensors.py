@@ -181,9 +181,10 @@ def test_errors_name_the_problem(folders: dict[str, str], tmp_path: Path) -> Non
         core.load_model(copy_folder(src, tmp_path / "a", arch))
 
     def dynamic(cfg: dict) -> None:  # type: ignore[type-arg]
-        cfg["rope_parameters"] = {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}
+        # (dynamic NTK is read: it changes nothing within the context; an unknown type is refused)
+        cfg["rope_parameters"] = {"rope_type": "ntk-by-parts", "rope_theta": 1e4, "factor": 4.0}
 
-    with pytest.raises(core.ModelError, match="unsupported rope scaling type 'dynamic'"):
+    with pytest.raises(core.ModelError, match="unsupported rope scaling type 'ntk-by-parts'"):
         core.load_model(copy_folder(src, tmp_path / "b", dynamic))
 
     def layers(cfg: dict) -> None:  # type: ignore[type-arg]
