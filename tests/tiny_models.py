@@ -1778,6 +1778,36 @@ def gguf_without(
     return str(dst)
 
 
+def corrupt_sizes(
+    src: str | os.PathLike[str], tmp: Path, values: Sequence[int]
+) -> tuple[list[str], dict[str, int]]:
+    """Each scalar integer key of the architecture in GGUF file ``src`` (the sizes: block and head
+    counts, widths, ...; the per-layer arrays stay) set to each of ``values`` in a copy under ``tmp``,
+    loaded and run in-process: each must be refused with a ModelError (a ValueError) or load and run
+    (a crash kills pytest, the failure signal). Returns the keys and the count of each outcome."""
+    import gguf
+
+    from ossa._native import core
+
+    fields = gguf.GGUFReader(str(src)).fields
+    arch = fields["general.architecture"].contents()
+    ints = (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32, gguf.GGUFValueType.UINT64)
+    keys = [
+        k for k, f in fields.items() if k.startswith(arch + ".") and len(f.types) == 1 and f.types[0] in ints
+    ]
+    outcomes = {"error": 0, "ran": 0}
+    for key in keys:
+        for value in values:
+            path = gguf_without(src, tmp / "bad.gguf", add={key: value})
+            try:
+                model = core.load_model(path)
+                core.model_logits(model, [1, 2, 3])
+                outcomes["ran"] += 1
+            except ValueError:
+                outcomes["error"] += 1
+    return keys, outcomes
+
+
 def _copy_metadata(reader: Any, writer: Any, skip: tuple[str, ...] = ()) -> None:
     """Every metadata key of a GGUFReader but the header's and general.architecture (the writer's)."""
     import gguf

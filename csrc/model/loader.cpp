@@ -1684,25 +1684,41 @@ void language_model_names(Builder& b) {
   b.raw = std::move(renamed);
 }
 
-// EXAONE 3 / 3.5 as released (ExaoneForCausalLM, GPT-2-style names): its config's keys and its
-// tensors' names as Llama's (transformers reads it as LlamaForCausalLM the same way).
-bool exaone_names(JsonValue& cfg, Builder& b) {
+// Every tensor of the folder under the name `to(name)` (two names mapping to one: an error).
+void rename_tensors(Builder& b, const std::function<std::string(std::string)>& to) {
+  std::map<std::string, Raw> renamed;
+  for (auto& [name, raw] : b.raw) {
+    const std::string n = to(name);
+    if (!renamed.emplace(n, raw).second)
+      throw ModelError("tensor '" + n + "' appears twice in '" + b.path + "'");
+  }
+  b.raw = std::move(renamed);
+}
+
+// Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
+// StarCoder2 and Hunyuan (name parts), StableLM (per-head q / k norms stacked), EXAONE 3 / 3.5 as
+// released (GPT-2-style names and its config's keys, as transformers reads it into
+// LlamaForCausalLM).
+bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
-  if (type != nullptr && type->is_string() && type->string == "phi") {
-    // (Phi-2's names: dense / fc1 / fc2 / final_layernorm as o_proj / up / down / norm)
-    std::map<std::string, Raw> renamed;
-    for (auto& [name, raw] : b.raw) {
-      std::string to = name;
-      for (const auto& [part, with] : {std::pair{".self_attn.dense.", ".self_attn.o_proj."},
-                                       {".mlp.fc1.", ".mlp.up_proj."},
-                                       {".mlp.fc2.", ".mlp.down_proj."},
-                                       {"model.final_layernorm.", "model.norm."}})
-        if (const size_t at = to.find(part); at != std::string::npos)
-          to.replace(at, std::string(part).size(), with);
-      if (!renamed.emplace(to, raw).second)
-        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
-    }
-    b.raw = std::move(renamed);
+  // Name parts of families whose tensors are Llama's under other names (the first that matches).
+  static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> k_parts = {
+      {"phi",  // (Phi-2: dense / fc1 / fc2 / final_layernorm)
+       {{".self_attn.dense.", ".self_attn.o_proj."},
+        {".mlp.fc1.", ".mlp.up_proj."},
+        {".mlp.fc2.", ".mlp.down_proj."},
+        {"model.final_layernorm.", "model.norm."}}},
+      {"starcoder2", {{".mlp.c_fc.", ".mlp.up_proj."}, {".mlp.c_proj.", ".mlp.down_proj."}}},
+      {"hunyuan_v1_dense",  // (its q / k norms)
+       {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
+        {".self_attn.key_layernorm.", ".self_attn.k_norm."}}}};
+  if (type != nullptr && type->is_string() && k_parts.count(type->string) != 0) {
+    rename_tensors(b, [&](std::string name) {
+      for (const auto& [part, with] : k_parts.at(type->string))
+        if (const size_t at = name.find(part); at != std::string::npos)
+          return name.replace(at, part.size(), with);
+      return name;
+    });
     return true;
   }
   if (type != nullptr && type->is_string() && type->string == "stablelm") {
@@ -1752,37 +1768,6 @@ bool exaone_names(JsonValue& cfg, Builder& b) {
     }
     return true;
   }
-  if (type != nullptr && type->is_string() && type->string == "starcoder2") {
-    // (StarCoder2's MLP: c_fc / c_proj, as up / down)
-    std::map<std::string, Raw> renamed;
-    for (auto& [name, raw] : b.raw) {
-      std::string to = name;
-      for (const auto& [part, with] :
-           {std::pair{".mlp.c_fc.", ".mlp.up_proj."}, {".mlp.c_proj.", ".mlp.down_proj."}})
-        if (const size_t at = to.find(part); at != std::string::npos)
-          to.replace(at, std::string(part).size(), with);
-      if (!renamed.emplace(to, raw).second)
-        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
-    }
-    b.raw = std::move(renamed);
-    return true;
-  }
-  if (type != nullptr && type->is_string() && type->string == "hunyuan_v1_dense") {
-    // (Hunyuan's q / k norms: query_layernorm / key_layernorm)
-    std::map<std::string, Raw> renamed;
-    for (auto& [name, raw] : b.raw) {
-      std::string to = name;
-      for (const auto& [part, with] :
-           {std::pair{".self_attn.query_layernorm.", ".self_attn.q_norm."},
-            {".self_attn.key_layernorm.", ".self_attn.k_norm."}})
-        if (const size_t at = to.find(part); at != std::string::npos)
-          to.replace(at, std::string(part).size(), with);
-      if (!renamed.emplace(to, raw).second)
-        throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
-    }
-    b.raw = std::move(renamed);
-    return true;
-  }
   if (type == nullptr || !type->is_string() || type->string != "exaone") return false;
   for (const auto& [from, to] : {std::pair{"num_layers", "num_hidden_layers"},
                                  {"layer_norm_epsilon", "rms_norm_eps"},
@@ -1790,7 +1775,7 @@ bool exaone_names(JsonValue& cfg, Builder& b) {
     const JsonValue* v = cfg.get(from);
     if (v != nullptr && cfg.get(to) == nullptr) cfg.object.emplace_back(to, *v);
   }
-  static const std::pair<const char*, const char*> k_parts[] = {
+  static const std::pair<const char*, const char*> k_exaone[] = {
       {".ln_1.", ".input_layernorm."},
       {".ln_2.", ".post_attention_layernorm."},
       {".attn.attention.out_proj.", ".self_attn.o_proj."},
@@ -1798,23 +1783,16 @@ bool exaone_names(JsonValue& cfg, Builder& b) {
       {".mlp.c_fc_0.", ".mlp.gate_proj."},
       {".mlp.c_fc_1.", ".mlp.up_proj."},
       {".mlp.c_proj.", ".mlp.down_proj."}};
-  std::map<std::string, Raw> renamed;
-  for (auto& [name, raw] : b.raw) {
-    std::string to = name;
-    if (name == "transformer.wte.weight") to = "model.embed_tokens.weight";
-    if (name == "transformer.ln_f.weight") to = "model.norm.weight";
-    if (name.rfind("transformer.h.", 0) == 0) {
-      to = "model.layers." + name.substr(14);
-      for (const auto& [part, with] : k_parts)
-        if (const size_t at = to.find(part); at != std::string::npos) {
-          to.replace(at, std::string(part).size(), with);
-          break;
-        }
-    }
-    if (!renamed.emplace(to, raw).second)
-      throw ModelError("tensor '" + to + "' appears twice in '" + b.path + "'");
-  }
-  b.raw = std::move(renamed);
+  rename_tensors(b, [](std::string name) {
+    if (name == "transformer.wte.weight") return std::string("model.embed_tokens.weight");
+    if (name == "transformer.ln_f.weight") return std::string("model.norm.weight");
+    if (name.rfind("transformer.h.", 0) != 0) return name;
+    std::string to = "model.layers." + name.substr(14);
+    for (const auto& [part, with] : k_exaone)
+      if (const size_t at = to.find(part); at != std::string::npos)
+        return to.replace(at, std::string(part).size(), with);
+    return to;
+  });
   return true;
 }
 
@@ -1896,7 +1874,7 @@ void load_hf(Model& m, Storage& st) {
   }
 
   if (wrapper) language_model_names(b);
-  exaone_names(cfg_json, b);
+  family_names(cfg_json, b);
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
   if (arch == "gemma4" || arch == "Gemma4ForConditionalGeneration") {

@@ -760,7 +760,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's exaone_names)
+    if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's family_names)
         c = dict(c)
         for frm, to in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
                         ("activation_function", "hidden_act")):  # fmt: skip
