@@ -505,3 +505,21 @@ def test_ernie4_5_moe_selection_bias_and_shared_experts_matter(
 def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> None:
     biased = copy_with(hf_models["ernie4_5"][0], tmp_path / "biased", use_bias=True)
     both_refuse(biased, "use_bias", "use_bias")
+
+
+@pytest.mark.parametrize(
+    "name", ["starcoder2", "stablelm-parallel", "phi-gqa", "hunyuan", "seed_oss", "arcee"]
+)
+def test_corrupt_sizes_are_refused_or_run(
+    hf_models: dict[str, Any], name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """This session's families' GGUF files with each scalar size key (block / head counts, widths, the
+    window, the rotated dimensions, ...) set to 0, 1, 3, 7, 2^20, 2^31-1, 2^32-1: each is refused with a
+    ModelError or loads and runs, never a crash (in-process: a crash kills pytest)."""
+    from tiny_models import corrupt_sizes
+
+    src = case_file(hf_models, name, "F32", tmp_path_factory)
+    keys, outcomes = corrupt_sizes(
+        src, tmp_path_factory.mktemp("bad"), (0, 1, 3, 7, 1 << 20, 2**31 - 1, 2**32 - 1)
+    )
+    assert len(keys) >= 6 and outcomes["error"] > 0, (keys, outcomes)
