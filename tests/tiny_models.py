@@ -405,6 +405,23 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     raise ValueError(f"no GGUF name for tensor {hf_name!r}")
 
 
+def _add_typed(writer: Any, name: str, w: np.ndarray, t: Any) -> None:
+    """Tensor ``name`` written as type ``t``; F16 where its rows are not whole blocks of ``t`` (as
+    llama.cpp's quantizer falls back)."""
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
+        t = QT.F16
+    if t == QT.F32:
+        writer.add_tensor(name, w)
+    elif t == QT.F16:
+        writer.add_tensor(name, w.astype(np.float16))
+    else:
+        q = gguf.quants.quantize(w, t)
+        writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+
+
 def _exaone_llama_name(name: str) -> str:
     """An EXAONE 3 tensor's name in the Llama layout (transformer.h.N.attn.attention.q_proj ->
     model.layers.N.self_attn.q_proj, ...)."""
@@ -872,15 +889,7 @@ def hf_to_gguf(
             t = QT.F32  # biases (gpt-oss's expert bias stacks are 2-D) and sinks
         elif experts_qtype is not None and "_exps." in name:
             t = experts_qtype
-        if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
-            t = QT.F16
-        if t == QT.F32:
-            writer.add_tensor(name, w)
-        elif t == QT.F16:
-            writer.add_tensor(name, w.astype(np.float16))
-        else:
-            q = gguf.quants.quantize(w, t)
-            writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+        _add_typed(writer, name, w, t)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -1678,15 +1687,7 @@ def _gemma4_to_gguf(
     for name, w in named.items():
         w = np.ascontiguousarray(w, dtype=np.float32)
         t = qtype if w.ndim >= 2 and "gate_inp" not in name else QT.F32  # (the router stays F32)
-        if t not in (QT.F32, QT.F16, QT.BF16) and w.shape[-1] % gguf.GGML_QUANT_SIZES[t][0] != 0:
-            t = QT.F16
-        if t == QT.F32:
-            writer.add_tensor(name, w)
-        elif t == QT.F16:
-            writer.add_tensor(name, w.astype(np.float16))
-        else:
-            q = gguf.quants.quantize(w, t)
-            writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=t)
+        _add_typed(writer, name, w, t)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

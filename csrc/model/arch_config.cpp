@@ -1637,6 +1637,39 @@ std::vector<float> default_sparsity(int n_layer) {
   return out;
 }
 
+// A positive size of a Gemma 4 / 3n config.json (its class's default where the file leaves it out).
+int gemma_hf_dim(const Json& cfg, const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
+  const int64_t v = cfg.integer(key, dflt);
+  if (v <= 0 || v > max)
+    throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in '" + cfg.path +
+                     "'");
+  return static_cast<int>(v);
+}
+
+// The defaults of the sizes Gemma4TextConfig and Gemma3nTextConfig differ in.
+struct GemmaHfDefaults {
+  int64_t vocab, hidden, layers, kv_heads, context;
+};
+
+// The sizes, norm epsilon and refusals Gemma 4 and Gemma 3n folders share (8 heads of 256 by
+// default in both).
+void gemma_hf_shapes(const Json& cfg, ModelConfig& c, const GemmaHfDefaults& d) {
+  const std::string where = "'" + cfg.path + "'";
+  c.n_vocab = gemma_hf_dim(cfg, "vocab_size", d.vocab);
+  c.n_embd = gemma_hf_dim(cfg, "hidden_size", d.hidden);
+  c.n_layer = gemma_hf_dim(cfg, "num_hidden_layers", d.layers, 4096);
+  c.n_head = gemma_hf_dim(cfg, "num_attention_heads", 8, 65536);
+  c.n_head_kv = gemma_hf_dim(cfg, "num_key_value_heads", d.kv_heads, 65536);
+  c.head_dim = gemma_hf_dim(cfg, "head_dim", 256, 65536);
+  c.n_ctx_train = gemma_hf_dim(cfg, "max_position_embeddings", d.context);
+  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
+  if (cfg.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
+    throw ModelError("hidden_activation '" + cfg.string("hidden_activation", "") + "' in " + where +
+                     " is not supported (gelu_pytorch_tanh is)");
+  if (cfg.boolean("attention_bias", false))
+    throw ModelError("attention_bias=true in " + where + " is not supported");
+}
+
 // A per-layer integer key of a GGUF file (an array of n_layer values, or one for every layer).
 std::vector<int> gguf_per_layer(const GGUFFile& g, const std::string& key, int n_layer,
                                 int64_t dflt, const std::string& path) {
@@ -1746,27 +1779,9 @@ void gemma4_config_gguf(const GGUFFile& g, ModelConfig& c, const std::vector<flo
 void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
   const std::string where = "'" + path + "'";
-  auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
-    const int64_t v = cfg.integer(key, dflt);
-    if (v <= 0 || v > max)
-      throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in " + where);
-    return static_cast<int>(v);
-  };
   // (Gemma4TextConfig's defaults for what a file leaves out)
-  c.n_vocab = dim("vocab_size", 262144);
-  c.n_embd = dim("hidden_size", 2304);
-  c.n_layer = dim("num_hidden_layers", 30, 4096);
-  c.n_head = dim("num_attention_heads", 8, 65536);
-  c.n_head_kv = dim("num_key_value_heads", 4, 65536);
-  c.head_dim = dim("head_dim", 256, 65536);
-  c.n_ff = dim("intermediate_size", 9216);
-  c.n_ctx_train = dim("max_position_embeddings", 131072);
-  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (cfg.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
-    throw ModelError("hidden_activation '" + cfg.string("hidden_activation", "") + "' in " + where +
-                     " is not supported (gelu_pytorch_tanh is)");
-  if (cfg.boolean("attention_bias", false))
-    throw ModelError("attention_bias=true in " + where + " is not supported");
+  gemma_hf_shapes(cfg, c, {262144, 2304, 30, 4, 131072});
+  c.n_ff = gemma_hf_dim(cfg, "intermediate_size", 9216);
   if (cfg.string("use_bidirectional_attention", "vision") == "all")
     throw ModelError("use_bidirectional_attention='all' in " + where +
                      " (an encoder) is not supported");
@@ -1887,26 +1902,8 @@ void gemma4_config_hf(const Json& cfg, ModelConfig& c) {
 void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string& path = cfg.path;
   const std::string where = "'" + path + "'";
-  auto dim = [&](const char* key, int64_t dflt, int64_t max = int64_t{1} << 30) {
-    const int64_t v = cfg.integer(key, dflt);
-    if (v <= 0 || v > max)
-      throw ModelError(std::string("invalid ") + key + " " + std::to_string(v) + " in " + where);
-    return static_cast<int>(v);
-  };
   // (Gemma3nTextConfig's defaults for what a file leaves out)
-  c.n_vocab = dim("vocab_size", 262400);
-  c.n_embd = dim("hidden_size", 2048);
-  c.n_layer = dim("num_hidden_layers", 35, 4096);
-  c.n_head = dim("num_attention_heads", 8, 65536);
-  c.n_head_kv = dim("num_key_value_heads", 2, 65536);
-  c.head_dim = dim("head_dim", 256, 65536);
-  c.n_ctx_train = dim("max_position_embeddings", 32768);
-  c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (cfg.string("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh")
-    throw ModelError("hidden_activation '" + cfg.string("hidden_activation", "") + "' in " + where +
-                     " is not supported (gelu_pytorch_tanh is)");
-  if (cfg.boolean("attention_bias", false))
-    throw ModelError("attention_bias=true in " + where + " is not supported");
+  gemma_hf_shapes(cfg, c, {262400, 2048, 35, 2, 32768});
   c.sliding_window = window_of(cfg.integer("sliding_window", 512), where);
   if (c.sliding_window == 0) throw ModelError("sliding_window 0 in " + where);
   c.layer_sliding = hf_layer_types(cfg, c.n_layer);
@@ -1926,7 +1923,8 @@ void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
       c.layer_n_ff[static_cast<size_t>(l)] = static_cast<int>(v.integer);
     }
   } else {
-    std::fill(c.layer_n_ff.begin(), c.layer_n_ff.end(), dim("intermediate_size", 16384));
+    std::fill(c.layer_n_ff.begin(), c.layer_n_ff.end(),
+              gemma_hf_dim(cfg, "intermediate_size", 16384));
   }
   c.n_ff = c.max_n_ff();
   // RoPE: plain on both kinds of layer, each with its base (rope_parameters, or the older
@@ -1965,7 +1963,7 @@ void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
     throw ModelError("altup_active_idx other than 0 in " + where + " is not supported");
   c.altup = static_cast<int>(std::clamp<int64_t>(cfg.integer("altup_num_inputs", 4), -1, 1 << 10));
   c.altup_correct_scale = cfg.boolean("altup_correct_scale", true);
-  c.laurel_rank = dim("laurel_rank", 64);
+  c.laurel_rank = gemma_hf_dim(cfg, "laurel_rank", 64);
   // activation_sparsity_pattern: the share of each layer's gate cut (null: the default; one number:
   // every layer)
   const JsonValue* sp = cfg.get("activation_sparsity_pattern");

@@ -56,6 +56,22 @@ void per_layer_inputs(ForwardState& s, const Batch& batch, int n, int threads) {
   });
 }
 
+// Layer l's per-layer branch of the rows x, before its norm, into s.tmp ([n, n_embd]):
+// proj(gelu_tanh(gate(x)) * the layer's per-layer inputs).
+void per_layer_branch(ForwardState& s, const LayerWeights& L, int l, const float* x, int n,
+                      int threads) {
+  const ModelConfig& c = s.model->config;
+  const int64_t E = c.n_embd, P = c.ple_dim, LP = c.n_layer * P;
+  MatmulInput in = prepare(s, x, n, E, threads, {&L.ple_gate});
+  matmul(L.ple_gate, in, s.ple_h.data(), P);
+  per_token(n, threads, [&](int t) {
+    float* g = s.ple_h.data() + t * P;
+    geglu_row(g, s.ple.data() + t * LP + l * P, P, g);
+  });
+  in = prepare(s, s.ple_h.data(), n, P, threads, {&L.ple_proj});
+  matmul(L.ple_proj, in, s.tmp.data(), E);
+}
+
 // Layer l's attention: q (and, in a layer with its own K/V, k and v stored in its cache) from
 // norm(x), then the attention over the cache of config.kv_source(l) into s.attn ([n, n_head *
 // head_dim(l)]).
@@ -154,7 +170,7 @@ void gemma3n_forward(ForwardState& s, const Batch& batch, float* logits) {
   const ModelConfig& c = m.config;
   const ModelWeights& w = m.weights;
   const int n = batch.n_tokens();
-  const int64_t E = c.n_embd, P = c.ple_dim, LP = c.n_layer * P, A = c.altup, R = c.laurel_rank;
+  const int64_t E = c.n_embd, P = c.ple_dim, A = c.altup, R = c.laurel_rank;
   const int64_t NE = int64_t{n} * E;
   const int threads = std::min(s.max_threads, parallel_threads());
   const int hd = c.head_dim;
@@ -285,14 +301,7 @@ void gemma3n_forward(ForwardState& s, const Batch& batch, float* logits) {
     });
     laps.lap(kNorm);
     if (P > 0) {  // the per-layer branch, added to the other streams
-      in = prepare(s, s.active.data(), n, E, threads, {&L.ple_gate});
-      matmul(L.ple_gate, in, s.ple_h.data(), P);
-      per_token(n, threads, [&](int t) {
-        float* g = s.ple_h.data() + t * P;
-        geglu_row(g, s.ple.data() + t * LP + l * P, P, g);
-      });
-      in = prepare(s, s.ple_h.data(), n, P, threads, {&L.ple_proj});
-      matmul(L.ple_proj, in, s.tmp.data(), E);
+      per_layer_branch(s, L, l, s.active.data(), n, threads);
       per_token(n, threads, [&](int t) {
         float* y = s.tmp.data() + t * E;
         rmsnorm_row(y, f32(L.ple_norm), E, c.rms_eps, y);
@@ -333,7 +342,7 @@ void gemma4_forward(ForwardState& s, const Batch& batch, float* logits) {
   const ModelConfig& c = m.config;
   const ModelWeights& w = m.weights;
   const int n = batch.n_tokens();
-  const int64_t E = c.n_embd, P = c.ple_dim, LP = c.n_layer * P;
+  const int64_t E = c.n_embd, P = c.ple_dim;
   const int threads = std::min(s.max_threads, parallel_threads());
   const int hd_full = static_cast<int>(s.inv_freq.size()) * 2, hd_swa = c.head_dim;
   Laps laps;
@@ -392,14 +401,7 @@ void gemma4_forward(ForwardState& s, const Batch& batch, float* logits) {
     add_normed(s, f32(L.post_ffn_norm), n, threads);
     laps.lap(kDown);
     if (P > 0) {  // the per-layer branch: x += norm(proj(gelu(gate(x)) * input_l))
-      in = prepare(s, s.x.data(), n, E, threads, {&L.ple_gate});
-      matmul(L.ple_gate, in, s.ple_h.data(), P);
-      per_token(n, threads, [&](int t) {
-        float* g = s.ple_h.data() + t * P;
-        geglu_row(g, s.ple.data() + t * LP + l * P, P, g);
-      });
-      in = prepare(s, s.ple_h.data(), n, P, threads, {&L.ple_proj});
-      matmul(L.ple_proj, in, s.tmp.data(), E);
+      per_layer_branch(s, L, l, s.x.data(), n, threads);
       add_normed(s, f32(L.ple_norm), n, threads);
       laps.lap(kDown);
     }

@@ -1447,11 +1447,9 @@ def _default_sparsity(n_layer: int) -> list[float]:
     return [_sparsity_cut(0.95 if n_layer > 10 and i < 10 else 0.0) for i in range(n_layer)]
 
 
-def gemma3n_hf(c: dict[str, Any]) -> dict[str, Any]:
-    """Gemma 3n from config.json (Gemma3nTextConfig, or a Gemma3nForConditionalGeneration's text_config),
-    with the config class's defaults: Gemma 4's attention with one head size and plain RoPE on both
-    kinds of layer (rope_parameters, or the older rope_theta / rope_local_base_freq), intermediate_size
-    per layer, AltUp's streams, LAuReL's rank, the activation sparsity pattern as the gates' cuts."""
+def _gemma_hf_readers(c: dict[str, Any]) -> tuple[Any, Any]:
+    """A Gemma 4 / 3n config.json's readers: get (its class's default for a missing or null key) and dim
+    (a positive size up to a limit)."""
 
     def get(key: str, default: Any) -> Any:
         v = c.get(key)
@@ -1463,15 +1461,39 @@ def gemma3n_hf(c: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"invalid {key} {v}")
         return v
 
-    n_layer = dim("num_hidden_layers", 35, 4096)
-    n_head, n_kv, hd = dim("num_attention_heads", 8, 65536), dim("num_key_value_heads", 2, 65536), dim(
-        "head_dim", 256, 65536)  # fmt: skip
+    return get, dim
+
+
+def _gemma_hf_shapes(
+    c: dict[str, Any], vocab: int, hidden: int, layers: int, kv_heads: int, context: int
+) -> dict[str, Any]:
+    """The sizes, norm epsilon and refusals Gemma 4 and Gemma 3n folders share (twin of arch_config.cpp's
+    gemma_hf_shapes), with the class's defaults where they differ (8 heads of 256 in both)."""
+    get, dim = _gemma_hf_readers(c)
+    out = dict(
+        n_vocab=dim("vocab_size", vocab), n_embd=dim("hidden_size", hidden),
+        n_layer=dim("num_hidden_layers", layers, 4096), n_head=dim("num_attention_heads", 8, 65536),
+        n_head_kv=dim("num_key_value_heads", kv_heads, 65536), head_dim=dim("head_dim", 256, 65536),
+        n_ctx_train=dim("max_position_embeddings", context), rms_eps=get("rms_norm_eps", 1e-6),
+    )  # fmt: skip
     if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(
             f"hidden_activation '{c['hidden_activation']}' is not supported (gelu_pytorch_tanh is)"
         )
     if get("attention_bias", False):
         raise ValueError("attention_bias=true is not supported")
+    return out
+
+
+def gemma3n_hf(c: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3n from config.json (Gemma3nTextConfig, or a Gemma3nForConditionalGeneration's text_config),
+    with the config class's defaults: Gemma 4's attention with one head size and plain RoPE on both
+    kinds of layer (rope_parameters, or the older rope_theta / rope_local_base_freq), intermediate_size
+    per layer, AltUp's streams, LAuReL's rank, the activation sparsity pattern as the gates' cuts."""
+
+    get, dim = _gemma_hf_readers(c)
+    shapes = _gemma_hf_shapes(c, vocab=262400, hidden=2048, layers=35, kv_heads=2, context=32768)
+    n_layer, n_kv, hd = shapes["n_layer"], shapes["n_head_kv"], shapes["head_dim"]
     window = _window(get("sliding_window", 512))
     if window == 0:
         raise ValueError("sliding_window 0")
@@ -1522,9 +1544,7 @@ def gemma3n_hf(c: dict[str, Any]) -> dict[str, Any]:
         cuts = [_sparsity_cut(float(s)) for s in shares]
     cap = c.get("final_logit_softcapping", 30.0) if "final_logit_softcapping" in c else 30.0
     kw = dict(
-        n_vocab=dim("vocab_size", 262400), n_embd=dim("hidden_size", 2048), n_layer=n_layer, n_head=n_head,
-        n_head_kv=n_kv, head_dim=hd, n_ff=max(ffs), n_ctx_train=dim("max_position_embeddings", 32768),
-        rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta["full_attention"],
+        shapes, n_ff=max(ffs), rope_theta=theta["full_attention"],
         rope_theta_swa=theta["sliding_attention"], sliding_window=window, layer_sliding=sliding,
         layer_head_dim=[hd] * n_layer, layer_n_head_kv=[n_kv] * n_layer, layer_n_ff=ffs, rope_pairs=hd // 2,
         kv_source=_gemma4_kv_source(sliding, get("num_kv_shared_layers", 15)),
@@ -1543,25 +1563,10 @@ def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:
     shapes from per_layer_config (transformers 5.25's) or global_head_dim / num_global_key_value_heads
     (the released configs'; the latter where attention_k_eq_v)."""
 
-    def get(key: str, default: Any) -> Any:
-        v = c.get(key)
-        return default if v is None else v
-
-    def dim(key: str, default: int, limit: int = 1 << 30) -> int:
-        v = get(key, default)
-        if not isinstance(v, int) or not 0 < v <= limit:
-            raise ValueError(f"invalid {key} {v}")
-        return v
-
-    n_layer = dim("num_hidden_layers", 30, 4096)
-    n_head, n_kv, hd, ff = dim("num_attention_heads", 8, 65536), dim("num_key_value_heads", 4, 65536), dim(
-        "head_dim", 256, 65536), dim("intermediate_size", 9216)  # fmt: skip
-    if get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise ValueError(
-            f"hidden_activation '{c['hidden_activation']}' is not supported (gelu_pytorch_tanh is)"
-        )
-    if get("attention_bias", False):
-        raise ValueError("attention_bias=true is not supported")
+    get, dim = _gemma_hf_readers(c)
+    shapes = _gemma_hf_shapes(c, vocab=262144, hidden=2304, layers=30, kv_heads=4, context=131072)
+    n_layer, n_kv, hd = shapes["n_layer"], shapes["n_head_kv"], shapes["head_dim"]
+    ff = dim("intermediate_size", 9216)
     if get("use_bidirectional_attention", "vision") == "all":
         raise ValueError("use_bidirectional_attention='all' (an encoder) is not supported")
     window = _window(get("sliding_window", 512))
@@ -1617,8 +1622,7 @@ def gemma4_hf(c: dict[str, Any]) -> dict[str, Any]:
             ffs[layer] = 2 * ff
     ple = c.get("hidden_size_per_layer_input", 256) if "hidden_size_per_layer_input" in c else 256
     kw = dict(
-        n_vocab=dim("vocab_size", 262144), n_embd=dim("hidden_size", 2304), n_layer=n_layer, n_head=n_head,
-        n_head_kv=n_kv, head_dim=hd, n_ff=max(ffs), n_ctx_train=dim("max_position_embeddings", 131072),
+        shapes, n_ff=max(ffs),
         rms_eps=get("rms_norm_eps", 1e-6), rope_theta=theta_full, rope_theta_swa=theta_swa,
         sliding_window=window, layer_sliding=sliding, layer_head_dim=head_dims, layer_n_head_kv=kv_heads,
         layer_n_ff=ffs, rope_pairs=pairs, kv_source=_gemma4_kv_source(sliding, shared),

@@ -116,6 +116,57 @@ def forward_gemma4(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
     return paged_forward(c, w, kv_pool(c, n), ids, every, every, [0, n], [every], every, q8)
 
 
+def _attention(
+    c: dict[str, Any],
+    w: dict[str, np.ndarray],
+    i: int,
+    h: np.ndarray,
+    pool: dict[int, np.ndarray],
+    pos: np.ndarray,
+    slots: np.ndarray,
+    seq_start: Sequence[int],
+    ctx_slots: Sequence[np.ndarray],
+    freq: np.ndarray,
+    q8: Any,
+) -> np.ndarray:
+    """Layer i's attention of the normalised rows h (twin of gemma4.cpp's attention, then wo): q (and, in
+    a layer with its own K/V, k and v written to the pool at ``slots``) with their norms and RoPE of
+    ``freq``, the attention over the cache of kv_source(i) per sequence, projected by wo."""
+    from .runner import _paged_attention
+
+    eps, n_head, n = c["rms_eps"], c["n_head"], len(h)
+    p, hd, kvh, sliding = f"layers.{i}.", head_dim(c, i), n_head_kv(c, i), bool(c["layer_sliding"][i])
+    q = _linear(q8(h, p + "wq"), w[p + "wq"]).reshape(n, n_head, hd)
+    q = apply_rope(rms_norm(q, w[p + "q_norm"], eps), pos, freq, "neox")
+    src = kv_source(c, i)
+    if src == i:  # (its own K/V; V = K's projection where the layer has no wv)
+        k = _linear(q8(h, p + "wk"), w[p + "wk"])
+        v = _linear(q8(h, p + "wv"), w[p + "wv"]) if p + "wv" in w else k.copy()
+        k = apply_rope(rms_norm(k.reshape(n, kvh, hd), w[p + "k_norm"], eps), pos, freq, "neox")
+        v = rms_norm(v.reshape(n, kvh, hd), np.ones(hd, dtype=np.float32), eps)
+        pool[i][0, slots] = k.reshape(n, kvh * hd)
+        pool[i][1, slots] = v.reshape(n, kvh * hd)
+    attn = np.empty((n, n_head * hd), dtype=np.float32)
+    for s in range(len(seq_start) - 1):
+        lo, hi = seq_start[s], seq_start[s + 1]
+        if hi == lo:
+            continue
+        kc = pool[src][0, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+        vc = pool[src][1, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
+        window = c["sliding_window"] if sliding else 0
+        attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
+    return _linear(q8(attn, p + "wo"), w[p + "wo"])
+
+
+def _per_layer_branch(
+    c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarray, inputs: np.ndarray, q8: Any
+) -> np.ndarray:
+    """Layer i's per-layer branch of the rows x: norm(proj(gelu_tanh(gate(x)) * its per-layer inputs))."""
+    p = f"layers.{i}."
+    g = gelu_tanh_glu(_linear(q8(x, p + "ple_gate"), w[p + "ple_gate"]), inputs)
+    return rms_norm(_linear(q8(g, p + "ple_proj"), w[p + "ple_proj"]), w[p + "ple_norm"], c["rms_eps"])
+
+
 def _magnitude(x: np.ndarray) -> np.ndarray:
     """sqrt(mean(x^2)) of each row, [n, 1] (the mean in float64, as gemma4.cpp's)."""
     return np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)).astype(np.float32)
@@ -155,9 +206,7 @@ def paged_forward_3n(
     q8: Any,
 ) -> np.ndarray:
     """Gemma 3n's step (``paged_forward``'s arguments; the module docstring has the order)."""
-    from .runner import _paged_attention
-
-    eps, n_head, n, a = c["rms_eps"], c["n_head"], len(ids), c["altup"]
+    eps, n, a = c["rms_eps"], len(ids), c["altup"]
     x0 = embed(c, w, ids)
     ple = per_layer_inputs(c, w, np.where(ids < len(w["ple_tok_embd"]), ids, 0), x0, q8)
     freq_full, freq_swa = rope_tables(c)
@@ -166,8 +215,7 @@ def paged_forward_3n(
                   range(a - 1)]  # fmt: skip
     root_half = np.float32(math.sqrt(2.0))
     for i in range(c["n_layer"]):
-        p = f"layers.{i}."
-        hd, kvh, sliding = head_dim(c, i), n_head_kv(c, i), bool(c["layer_sliding"][i])
+        p, sliding = f"layers.{i}.", bool(c["layer_sliding"][i])
         # predict: pred_j = sum_k coef[j][k] alt_k + alt_j, the coefficients from the active stream
         coef = (_modalities(c, w, p, alt[0]) @ w[p + "altup_predict"].T).reshape(n, a, a)
         pred = [
@@ -180,27 +228,10 @@ def paged_forward_3n(
             q8(_linear(q8(h, p + "laurel_l"), w[p + "laurel_l"]), p + "laurel_r"), w[p + "laurel_r"]
         )
         lau = h + rms_norm(lau, w[p + "laurel_norm"], eps)
-        q = _linear(q8(h, p + "wq"), w[p + "wq"]).reshape(n, n_head, hd)
-        freq = freq_swa if sliding else freq_full
-        q = apply_rope(rms_norm(q, w[p + "q_norm"], eps), pos, freq, "neox")
-        src = kv_source(c, i)
-        if src == i:
-            k = _linear(q8(h, p + "wk"), w[p + "wk"])
-            v = _linear(q8(h, p + "wv"), w[p + "wv"])
-            k = apply_rope(rms_norm(k.reshape(n, kvh, hd), w[p + "k_norm"], eps), pos, freq, "neox")
-            v = rms_norm(v.reshape(n, kvh, hd), np.ones(hd, dtype=np.float32), eps)
-            pool[i][0, slots] = k.reshape(n, kvh * hd)
-            pool[i][1, slots] = v.reshape(n, kvh * hd)
-        attn = np.empty((n, n_head * hd), dtype=np.float32)
-        for s in range(len(seq_start) - 1):
-            lo, hi = seq_start[s], seq_start[s + 1]
-            if hi == lo:
-                continue
-            kc = pool[src][0, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
-            vc = pool[src][1, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
-            window = c["sliding_window"] if sliding else 0
-            attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
-        out = rms_norm(_linear(q8(attn, p + "wo"), w[p + "wo"]), w[p + "post_attn_norm"], eps)
+        attn = _attention(
+            c, w, i, h, pool, pos, slots, seq_start, ctx_slots, freq_swa if sliding else freq_full, q8
+        )
+        out = rms_norm(attn, w[p + "post_attn_norm"], eps)
         x = ((out + active + lau) / root_half).astype(np.float32)
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         gate, up = _linear(q8(h, p + "w_gate"), w[p + "w_gate"]), _linear(q8(h, p + "w_up"), w[p + "w_up"])
@@ -213,8 +244,7 @@ def paged_forward_3n(
         corr = _modalities(c, w, p, x) @ w[p + "altup_correct"].T + np.float32(1.0)
         alt = [((x - pred[0]) * corr[:, k : k + 1] + pred[k]).astype(np.float32) for k in range(a)]
         first = alt[0] * w[p + "altup_correct_scale"] if c["altup_correct_scale"] else alt[0]
-        g = gelu_tanh_glu(_linear(q8(first, p + "ple_gate"), w[p + "ple_gate"]), ple[:, i])
-        o = rms_norm(_linear(q8(g, p + "ple_proj"), w[p + "ple_proj"]), w[p + "ple_norm"], eps)
+        o = _per_layer_branch(c, w, i, first, ple[:, i], q8)
         alt = [alt[0]] + [(s + o).astype(np.float32) for s in alt[1:]]
     target = _magnitude(alt[0])
     x = alt[0]
@@ -240,39 +270,17 @@ def paged_forward(
     """One step over a paged pool (``kv_pool``): the tokens ``ids`` at positions ``pos`` write their
     K/V at ``slots``; sequence s's tokens are ids[seq_start[s]:seq_start[s + 1]] and its context the
     pool slots ``ctx_slots[s]`` in position order. Returns the logits of the token indices ``rows``."""
-    from .runner import _paged_attention
-
     if c["altup"]:
         return paged_forward_3n(c, w, pool, ids, pos, slots, seq_start, ctx_slots, rows, q8)
-    eps, n_head, n = c["rms_eps"], c["n_head"], len(ids)
+    eps = c["rms_eps"]
     x = embed(c, w, ids)
     ple = per_layer_inputs(c, w, ids, x, q8) if c["ple_dim"] else None
     freq_full, freq_swa = rope_tables(c)
     for i in range(c["n_layer"]):
         p = f"layers.{i}."
-        hd, kvh, sliding = head_dim(c, i), n_head_kv(c, i), bool(c["layer_sliding"][i])
-        freq = freq_swa if sliding else freq_full
+        freq = freq_swa if c["layer_sliding"][i] else freq_full
         h = rms_norm(x, w[p + "attn_norm"], eps)
-        q = _linear(q8(h, p + "wq"), w[p + "wq"]).reshape(n, n_head, hd)
-        q = apply_rope(rms_norm(q, w[p + "q_norm"], eps), pos, freq, "neox")
-        src = kv_source(c, i)
-        if src == i:  # (its own K/V; V = K's projection where the layer has no wv)
-            k = _linear(q8(h, p + "wk"), w[p + "wk"])
-            v = _linear(q8(h, p + "wv"), w[p + "wv"]) if p + "wv" in w else k.copy()
-            k = apply_rope(rms_norm(k.reshape(n, kvh, hd), w[p + "k_norm"], eps), pos, freq, "neox")
-            v = rms_norm(v.reshape(n, kvh, hd), np.ones(hd, dtype=np.float32), eps)
-            pool[i][0, slots] = k.reshape(n, kvh * hd)
-            pool[i][1, slots] = v.reshape(n, kvh * hd)
-        attn = np.empty((n, n_head * hd), dtype=np.float32)
-        for s in range(len(seq_start) - 1):
-            lo, hi = seq_start[s], seq_start[s + 1]
-            if hi == lo:
-                continue
-            kc = pool[src][0, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
-            vc = pool[src][1, ctx_slots[s]].astype(np.float32).reshape(-1, kvh, hd)
-            window = c["sliding_window"] if sliding else 0
-            attn[lo:hi] = _paged_attention(q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window)
-        out = _linear(q8(attn, p + "wo"), w[p + "wo"])
+        out = _attention(c, w, i, h, pool, pos, slots, seq_start, ctx_slots, freq, q8)
         x = x + rms_norm(out, w[p + "post_attn_norm"], eps)
         h = rms_norm(x, w[p + "ffn_norm"], eps)
         gate, up = _linear(q8(h, p + "w_gate"), w[p + "w_gate"]), _linear(q8(h, p + "w_up"), w[p + "w_up"])
@@ -283,9 +291,7 @@ def paged_forward(
             )
         x = x + rms_norm(f, w[p + "post_ffn_norm"], eps)
         if ple is not None:  # the per-layer branch
-            g = gelu_tanh_glu(_linear(q8(x, p + "ple_gate"), w[p + "ple_gate"]), ple[:, i])
-            o = _linear(q8(g, p + "ple_proj"), w[p + "ple_proj"])
-            x = x + rms_norm(o, w[p + "ple_norm"], eps)
+            x = x + _per_layer_branch(c, w, i, x, ple[:, i], q8)
         if p + "out_scale" in w:
             x = (x * w[p + "out_scale"].reshape(-1)[0]).astype(np.float32)
     h = q8(rms_norm(x[rows], w["output_norm"], eps), "output")
