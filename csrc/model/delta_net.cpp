@@ -19,8 +19,6 @@ using namespace fwd;
 
 namespace {
 
-const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
-
 // softplus as torch computes it (threshold 20: x itself above).
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 

@@ -156,6 +156,16 @@ void add_bias(float* y, const TensorView& b, int64_t n) {
   if (!b.empty()) add_row(y, reinterpret_cast<const float*>(b.data), n);
 }
 
+void add_normed(ForwardState& s, const float* post_norm, int n, int threads) {
+  const ModelConfig& c = s.model->config;
+  const int64_t E = c.n_embd;
+  per_token(n, threads, [&](int t) {
+    float* y = s.tmp.data() + t * E;
+    if (post_norm != nullptr) rmsnorm_row(y, post_norm, E, c.rms_eps, y);
+    add_row(s.x.data() + t * E, y, E);
+  });
+}
+
 void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* cos_sin,
                    int threads, Laps& laps) {
   const ModelConfig& c = s.model->config;

@@ -110,6 +110,13 @@ void add_residual(float* x, const float* y, int64_t n, float scale);
 // y += b, when the bias b exists.
 void add_bias(float* y, const TensorView& b, int64_t n);
 
+// A tensor's data as f32 (norms, biases and the other tensors kept in f32).
+inline const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
+
+// x += norm(s.tmp): a sublayer's output, normalised by `post_norm` (the Gemmas; Gemma 1 has none:
+// nullptr), into the residual stream.
+void add_normed(ForwardState& s, const float* post_norm, int n, int threads);
+
 // The first half of layer `layer`'s attention, for the batch's n tokens: q, k, v = norm(x) @
 // (wq, wk, wv)^T (one matmul_many over the normalised rows), plus the biases where the model has
 // them; where it has q/k norms (Qwen3, Gemma 3) each head of q and k RMS-normalised; q and k

@@ -12,24 +12,6 @@ namespace ossa {
 
 using namespace fwd;
 
-namespace {
-
-const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
-
-// x += norm(s.tmp): a sublayer's output, normalised by `post_norm` (Gemma 2 and 3; Gemma 1 has
-// none: nullptr), into the residual stream.
-void add_normed(ForwardState& s, const float* post_norm, int n, int threads) {
-  const ModelConfig& c = s.model->config;
-  const int64_t E = c.n_embd;
-  per_token(n, threads, [&](int t) {
-    float* y = s.tmp.data() + t * E;
-    if (post_norm != nullptr) rmsnorm_row(y, post_norm, E, c.rms_eps, y);
-    add_row(s.x.data() + t * E, y, E);
-  });
-}
-
-}  // namespace
-
 void gemma3_forward(ForwardState& s, const Batch& batch, float* logits) {
   const Model& m = *s.model;
   const ModelConfig& c = m.config;

@@ -18,19 +18,6 @@ using namespace fwd;
 
 namespace {
 
-const float* f32(const TensorView& v) { return reinterpret_cast<const float*>(v.data); }
-
-// x += rmsnorm(s.tmp, norm): a sublayer's output, normalised, into the residual stream.
-void add_normed(ForwardState& s, const float* norm, int n, int threads) {
-  const ModelConfig& c = s.model->config;
-  const int64_t E = c.n_embd;
-  per_token(n, threads, [&](int t) {
-    float* y = s.tmp.data() + t * E;
-    rmsnorm_row(y, norm, E, c.rms_eps, y);
-    add_row(s.x.data() + t * E, y, E);
-  });
-}
-
 // The per-layer inputs of every token into s.ple ([n, n_layer * P]): the embeddings' projection
 // (times n_embd^-1/2) normalised per layer, plus the token's row of the table (times sqrt(P)), the
 // sum times 2^-1/2 (transformers' project_per_layer_inputs, in its order).
