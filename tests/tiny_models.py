@@ -405,6 +405,14 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
     raise ValueError(f"no GGUF name for tensor {hf_name!r}")
 
 
+def _qtype(ftype: str) -> Any:
+    """The GGML type of a tiny file's ``ftype`` (the types the tiny models are written in)."""
+    from gguf import GGMLQuantizationType as QT
+
+    types = {"F32": QT.F32, "F16": QT.F16, "BF16": QT.BF16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0, "Q4_1": QT.Q4_1}
+    return types[ftype]
+
+
 def _add_typed(writer: Any, name: str, w: np.ndarray, t: Any) -> None:
     """Tensor ``name`` written as type ``t``; F16 where its rows are not whole blocks of ``t`` (as
     llama.cpp's quantizer falls back)."""
@@ -777,14 +785,7 @@ def hf_to_gguf(
     experts_qtype = None
     if ftype == "MXFP4":  # gpt-oss as released: experts MXFP4, the rest kept (here F32)
         ftype, experts_qtype = "F32", QT.MXFP4
-    qtype = {
-        "F32": QT.F32,
-        "F16": QT.F16,
-        "BF16": QT.BF16,
-        "Q8_0": QT.Q8_0,
-        "Q4_0": QT.Q4_0,
-        "Q4_1": QT.Q4_1,
-    }[ftype]
+    qtype = _qtype(ftype)
     tensors = _read_hf_tensors(hf_dir)
     if model_type == "exaone":  # EXAONE 3's GPT-2-style names (as llama.cpp's converter maps them)
         tensors = {_exaone_llama_name(k): v for k, v in tensors.items()}
@@ -1628,14 +1629,7 @@ def _gemma4_to_gguf(
         _write_keys(writer, _tokenizer_keys(tokenizer_gguf))
     else:
         writer.add_tokenizer_model("gpt2")
-    qtype = {
-        "F32": QT.F32,
-        "F16": QT.F16,
-        "BF16": QT.BF16,
-        "Q8_0": QT.Q8_0,
-        "Q4_0": QT.Q4_0,
-        "Q4_1": QT.Q4_1,
-    }[ftype]
+    qtype = _qtype(ftype)
     tensors = _read_hf_tensors(hf_dir)
     if cfg.get("tie_word_embeddings", True):
         tensors.pop("lm_head.weight", None)
