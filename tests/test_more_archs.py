@@ -23,6 +23,10 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - starcoder2: LayerNorm with bias, a GELU (tanh) MLP of two matrices (c_fc / c_proj), biases on
   every projection where use_bias, a window on every layer where configured.
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
+- nemotron (Nemotron-4 / Minitron / Nemotron-Mini): LayerNorm1P (weights w applied as 1 + w; llama.cpp's
+  converter stores 1 + w) with bias, relu^2 MLPs without a gate, partial NeoX RoPE (half by default),
+  optional attention biases.
+- olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
 
@@ -214,6 +218,26 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="phi", hidden_size=80, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=72,
         vocab_size=130, partial_rotary_factor=0.4, tie=True,
     ), ALL),
+    # Minitron-4B's layout: LayerNorm1P with bias, relu^2 MLP, half of each head rotated, GQA 2, untied.
+    "nemotron": (dict(
+        arch="nemotron", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=160,
+        vocab_size=150, rope_theta=10000.0,
+    ), ALL),
+    # Attention biases (q / k / v / o), MHA, a quarter rotated, tied.
+    "nemotron-bias": (dict(
+        arch="nemotron", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
+        vocab_size=130, attention_bias=True, partial_rotary_factor=0.25, tie=True,
+    ), ALL),
+    # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
+    "olmo": (dict(
+        arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, tie=True,
+    ), ALL),
+    # OLMo-7B-0424's: q / k / v clipped at 0.6 (a bound the random activations cross), GQA 2, untied.
+    "olmo-clip": (dict(
+        arch="olmo", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, clip_qkv=0.6,
+    ), ALL),
     # Untied, MHA, ExaoneConfig's default RoPE base (500000: the config leaves it out).
     "exaone-untied": (dict(
         arch="exaone", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
@@ -300,6 +324,17 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         bias = case.get("use_bias", True)
         assert (c["qkv_bias"], c["o_bias"], c["ffn_bias"]) == (bias, bias, bias)
         assert c["sliding_window"] == case.get("sliding_window", 0)
+        return
+    if arch == "nemotron":
+        assert c["layer_norm"] and c["norm_bias"] and c["ffn_relu2"] and c["rope_style"] == "neox"
+        bias = case.get("attention_bias", False)
+        assert (c["qkv_bias"], c["o_bias"]) == (bias, bias)
+        assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.5) * c["head_dim"])
+        return
+    if arch == "olmo":  # (GGUF: q / k rows permuted by llama.cpp's converter, hence interleaved pairs)
+        assert c["layer_norm"] and not c["norm_bias"] and not c["qk_norm"]
+        assert c["clamp_qkv"] == pytest.approx(case.get("clip_qkv", 0.0))
+        assert c["rope_style"] == ("neox" if fmt == "safetensors" else "interleaved")
         return
     if arch == "internlm3":  # (read as Llama)
         assert c["arch"] == "llama" and c["head_dim"] == 128 and not c["qkv_bias"]
@@ -508,7 +543,8 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["starcoder2", "stablelm-parallel", "phi-gqa", "hunyuan", "seed_oss", "arcee"]
+    "name",
+    ["starcoder2", "stablelm-parallel", "phi-gqa", "hunyuan", "seed_oss", "arcee", "nemotron", "olmo-clip"],
 )
 def test_corrupt_sizes_are_refused_or_run(
     hf_models: dict[str, Any], name: str, tmp_path_factory: pytest.TempPathFactory
@@ -523,3 +559,14 @@ def test_corrupt_sizes_are_refused_or_run(
         src, tmp_path_factory.mktemp("bad"), (0, 1, 3, 7, 1 << 20, 2**31 - 1, 2**32 - 1)
     )
     assert len(keys) >= 6 and outcomes["error"] > 0, (keys, outcomes)
+
+
+def test_olmo_clip_and_nemotron_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """OLMo's clip_qkv bites on the tiny model (removing it moves the logits as the twin predicts);
+    Nemotron's MLP biases and another activation are refused by name."""
+    src, _, ids = hf_models["olmo-clip"]
+    want = core.model_logits(core.load_model(src), ids)
+    moved_as_twin_predicts(copy_with(src, tmp_path / "noclip", clip_qkv=None), ids, want)
+    nemotron = hf_models["nemotron"][0]
+    both_refuse(copy_with(nemotron, tmp_path / "mlp-bias", mlp_bias=True), "mlp_bias", "mlp_bias")
+    both_refuse(copy_with(nemotron, tmp_path / "silu", hidden_act="silu"), "hidden_act", "hidden_act")

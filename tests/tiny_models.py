@@ -79,6 +79,8 @@ ARCHS = (
     "starcoder2",
     "stablelm",
     "phi",
+    "nemotron",
+    "olmo",
 )
 
 
@@ -144,10 +146,12 @@ def make_hf_model(
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "mamba2":  # (Mamba2Config's own head count: its mixer's)
         kwargs["num_heads"] = num_heads
-    if arch in ("stablelm", "phi"):  # (the partial rotation with the RoPE's keys; 0.25 / 0.5 by default)
+    if arch in ("stablelm", "phi", "nemotron"):  # (the partial rotation with the RoPE's keys)
         rope["partial_rotary_factor"] = extra.pop(
             "partial_rotary_factor", 0.25 if arch == "stablelm" else 0.5
         )
+    if arch == "nemotron":  # (NemotronConfig's own epsilon key)
+        kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch == "gemma4":  # the global layers' proportional RoPE, the sliding layers' own base
@@ -221,6 +225,8 @@ def make_hf_model(
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
         "starcoder2": transformers.Starcoder2Config,
         "stablelm": transformers.StableLmConfig,
+        "nemotron": transformers.NemotronConfig,
+        "olmo": transformers.OlmoConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -254,8 +260,8 @@ def make_hf_model(
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3"):
-                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w
+            if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3", "nemotron"):
+                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w (Nemotron too)
             elif p.ndim == 1 and "norm" in name and arch.startswith("qwen3_") and "linear_attn" not in name:
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
             elif name.endswith(("A_log", "dt_bias")):  # the delta-net's decay: rates around 1
@@ -392,7 +398,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
-        if arch in ("starcoder2", "stablelm", "phi2") and rest in _STARCODER2_NAMES:  # (the norms' biases)
+        if arch in ("starcoder2", "stablelm", "phi2", "nemotron") and rest in _STARCODER2_NAMES:
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "phi2" and rest in _PHI2_NAMES:
             return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
@@ -552,8 +558,8 @@ def hf_to_gguf(
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
-        "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2",
-        "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
+        "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
+        "olmo": "olmo", "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
@@ -634,6 +640,8 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
     elif arch == "phi2":
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * head_dim))
+    elif arch == "nemotron":  # (the converter's formula, as Phi-3's)
+        writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * n_embd) // n_head)
     else:
         writer.add_rope_dimension_count(head_dim)
     if arch != "deepseek2":
@@ -668,8 +676,11 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
-    if arch in ("stablelm", "phi2"):  # LayerNorm's epsilon (llama.cpp's key)
-        writer.add_layer_norm_eps(float(cfg.get("layer_norm_eps", 1e-5)))
+    if arch in ("stablelm", "phi2", "nemotron", "olmo"):  # LayerNorm's epsilon (llama.cpp's key)
+        eps = {"nemotron": cfg.get("norm_eps", 1e-5), "olmo": 1e-5}.get(arch, cfg.get("layer_norm_eps", 1e-5))
+        writer.add_layer_norm_eps(float(eps))
+    if arch == "olmo" and cfg.get("clip_qkv"):
+        writer.add_float32("olmo.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if arch == "starcoder2":  # LayerNorm's epsilon (llama.cpp's key), the window where there is one
         writer.add_layer_norm_eps(float(cfg.get("norm_epsilon", 1e-5)))
         if cfg.get("sliding_window"):
@@ -859,8 +870,8 @@ def hf_to_gguf(
         for norm in ("enorm", "hnorm", "shared_head_norm"):
             named[f"{mtp}nextn.{norm}.weight"] = np.ones(n_embd, np.float32)
     for name, w in named.items():
-        if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
-            w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w
+        if arch in ("gemma", "gemma2", "gemma3", "nemotron") and name.endswith("norm.weight"):
+            w = w + np.float32(1)  # llama.cpp's converter stores Gemma's norms as 1 + w (Nemotron's 1P too)
         shifted = arch in ("qwen35", "qwen35moe", "qwen3next")
         if shifted and name.endswith("norm.weight") and "ssm_norm" not in name:
             w = w + np.float32(1)  # (and Qwen3.5's, all but the delta-net's gated norm)
@@ -874,6 +885,7 @@ def hf_to_gguf(
             "nemotron_h",
             "nemotron_h_moe",
             "arcee",
+            "olmo",
         )  # (llama.cpp's converter permutes Nemotron-H's too: NoPE, harmless)
         if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)

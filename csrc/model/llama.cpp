@@ -353,8 +353,9 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
-    if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2)
-      in = norm_for(s, ffn_norm, n, threads, {&L.w_up});
+    if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2) (Nemotron's norm has a bias)
+      in = norm_for(s, ffn_norm, n, threads, {&L.w_up}, nullptr,
+                    reinterpret_cast<const float*>(L.ffn_norm_b.data));
       laps.lap(kNorm);
       matmul(L.w_up, in, s.gate.data(), F);
       per_token(n, threads, [&](int t) { relu2_row(s.gate.data() + t * F, F); });

@@ -60,6 +60,34 @@ struct Builder {
 
   bool has(const std::string& name) const { return raw.count(name) != 0; }
 
+  // A rows x cols F32 tensor made at load under `name` (stacked per-head norms, OLMo's weightless
+  // norms as ones): its buffer, for the caller to fill.
+  float* add_f32(const std::string& name, int64_t rows, int64_t cols) {
+    float* buf = reinterpret_cast<float*>(alloc(static_cast<size_t>(rows * cols) * 4));
+    Raw r;
+    r.type_name = "F32";
+    r.supported = true;
+    r.n_dims = 2;
+    r.view.type = DType::F32;
+    r.view.rows = rows;
+    r.view.cols = cols;
+    r.view.row_bytes = static_cast<size_t>(cols) * 4;
+    r.view.data = reinterpret_cast<const uint8_t*>(buf);
+    raw[name] = r;
+    return buf;
+  }
+
+  // OLMo's LayerNorms have no weights: ones under the names the loader takes (the layers' two
+  // norms and the final one), where the file has none.
+  void add_unit_norms(const std::function<std::string(int, const char*)>& name_of, int n_layer,
+                      const std::string& output_norm, int64_t n_embd) {
+    std::vector<std::string> names = {output_norm};
+    for (int i = 0; i < n_layer; ++i)
+      for (const char* field : {"attn_norm", "ffn_norm"}) names.push_back(name_of(i, field));
+    for (const std::string& name : names)
+      if (!has(name)) std::fill_n(add_f32(name, 1, n_embd), n_embd, 1.0f);
+  }
+
   // `bytes` of memory owned by the model (4-byte aligned), for converted or rearranged copies.
   uint8_t* alloc(size_t bytes) {
     return reinterpret_cast<uint8_t*>(storage->buffers.emplace_back((bytes + 3) / 4).data());
@@ -235,7 +263,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen3next",  "mamba2",   "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm", "phi2"};
+    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -250,7 +278,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi)";
+    "starcoder2, stablelm, phi, nemotron, olmo)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -980,7 +1008,7 @@ void load_gguf(Model& m, Storage& st) {
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
-      arch != "stablelm" && arch != "phi2" && !qwen35 &&
+      arch != "stablelm" && arch != "phi2" && arch != "nemotron" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1030,7 +1058,7 @@ void load_gguf(Model& m, Storage& st) {
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
   c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
                   arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
-                  arch == "ernie4_5" || arch == "ernie4_5-moe" || arch == "arcee")
+                  arch == "ernie4_5" || arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo")
                      ? RopeStyle::Interleaved
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -1063,6 +1091,19 @@ void load_gguf(Model& m, Storage& st) {
     c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
     c.parallel_block = !b.has("blk.0.ffn_norm.weight");
     c.qk_norm = c.qk_norm_heads = b.has("blk.0.attn_q_norm.weight");
+  }
+  if (arch == "nemotron") {  // (LayerNorm with bias stored 1 + w, relu^2 MLP, partial NeoX RoPE)
+    c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
+    c.o_bias = b.has("blk.0.attn_output.bias");
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+  }
+  if (arch == "olmo") {  // (weightless LayerNorms: ones; clamp_kqv read above)
+    c.layer_norm = true;
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
   }
   if (arch == "starcoder2") {  // (LayerNorm with bias, GELU MLP; biases where the file has them)
     c.layer_norm = c.norm_bias = c.ffn_gelu = true;
@@ -1149,6 +1190,7 @@ void load_gguf(Model& m, Storage& st) {
                          : nemotron            ? NameOf(gguf_name_nemotronh)
                          : arch == "falcon-h1" ? NameOf(falconh1_name)
                                                : NameOf(gguf_name);
+  if (arch == "olmo") b.add_unit_norms(name_of, c.n_layer, "output_norm.weight", c.n_embd);
   build_weights(m, b, name_of, "token_embd.weight",
                 c.lfm2() ? "token_embd_norm.weight" : "output_norm.weight", "output.weight");
   build_moe_layers(m, b, true);
@@ -1621,6 +1663,10 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
       {"StableLmForCausalLM", "stablelm"},
+      {"nemotron", "nemotron"},
+      {"NemotronForCausalLM", "nemotron"},
+      {"olmo", "olmo"},
+      {"OlmoForCausalLM", "olmo"},
       {"phi", "phi2"},
       {"PhiForCausalLM", "phi2"}};
   return k_archs;
@@ -1752,19 +1798,9 @@ bool family_names(JsonValue& cfg, Builder& b) {
             heads[static_cast<size_t>(h)].second->view.cols != d ||
             heads[static_cast<size_t>(h)].second->view.rows != 1)
           throw ModelError("malformed per-head q / k norms near '" + to + "' in '" + b.path + "'");
-      float* buf = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(n * d) * 4));
+      float* buf = b.add_f32(to, n, d);
       for (int64_t h = 0; h < n; ++h)
         dequantize_row(heads[static_cast<size_t>(h)].second->view, 0, buf + h * d);
-      Raw r;
-      r.type_name = "F32";
-      r.supported = true;
-      r.n_dims = 2;
-      r.view.type = DType::F32;
-      r.view.rows = n;
-      r.view.cols = d;
-      r.view.row_bytes = static_cast<size_t>(d) * 4;
-      r.view.data = reinterpret_cast<const uint8_t*>(buf);
-      b.raw[to] = r;
     }
     return true;
   }
@@ -1961,7 +1997,7 @@ void load_hf(Model& m, Storage& st) {
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
       c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
-      c.arch != "phi2" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
+      c.arch != "phi2" && c.arch != "nemotron" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -2073,16 +2109,35 @@ void load_hf(Model& m, Storage& st) {
   // (Nemotron-H's is read by nemotronh_config_hf).
   if (const JsonValue* act = cfg.get("hidden_act");
       act != nullptr && act->is_string() && c.arch != "nemotron_h") {
-    const std::string want = c.arch == "arcee"        ? "relu2"
-                             : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
-                             : c.arch == "phi2"       ? "gelu_new"
-                                                      : "silu";
+    const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
+                             : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
+                             : c.arch == "phi2"                        ? "gelu_new"
+                                                                       : "silu";
     if (act->string != want && !(want == "silu" && act->string == "swish") &&
         !(want == "gelu_new" && act->string == "gelu_pytorch_tanh"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
                        want + " is, for this architecture)");
   }
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
+  if (c.arch == "nemotron") {  // LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
+    c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
+    c.rms_eps = static_cast<float>(cfg.number("norm_eps", 1e-5));
+    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
+                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.5)
+                           : cfg.number("partial_rotary_factor", 0.5);
+    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
+    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
+      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.o_bias = cfg.boolean("attention_bias", false);
+  }
+  if (c.arch == "olmo") {  // weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
+    c.layer_norm = true;
+    c.rms_eps = 1e-5f;
+    const JsonValue* clip = cfg.get("clip_qkv");
+    if (clip != nullptr && !clip->is_null())
+      c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));
+  }
   if (c.arch == "starcoder2") {  // LayerNorm with bias, GELU MLP, use_bias on every projection
     c.layer_norm = c.norm_bias = c.ffn_gelu = true;
     c.ffn_bias = cfg.boolean("use_bias", true);
@@ -2092,13 +2147,15 @@ void load_hf(Model& m, Storage& st) {
       (cfg.boolean("qkv_bias", false) || cfg.boolean("bias", false)))
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
-      !gpt_oss && c.arch != "seed_oss" && cfg.boolean("attention_bias", false))
+      !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" &&
+      cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
                (c.arch == "seed_oss" && cfg.boolean("attention_bias", true)) ||
                (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
-               (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2";
+               (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2" ||
+               (c.arch == "nemotron" && cfg.boolean("attention_bias", false));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
@@ -2134,6 +2191,7 @@ void load_hf(Model& m, Storage& st) {
                       !b.has("lm_head.weight");
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
+  if (c.arch == "olmo") b.add_unit_norms(hf_name, c.n_layer, "model.norm.weight", c.n_embd);
   build_weights(m, b,
                 c.arch == "glm4"                      ? hf_name_glm4
                 : c.arch == "llama4"                  ? hf_name_llama4
@@ -2154,7 +2212,7 @@ void load_hf(Model& m, Storage& st) {
                     : "model.norm.weight",
                 "lm_head.weight");
   build_moe_layers(m, b, false);
-  if (qwen35) shift_norms(m, b);  // (Qwen3.5's RMSNorm multiplies by 1 + w)
+  if (qwen35 || c.arch == "nemotron") shift_norms(m, b);  // (Qwen3.5's RMSNorm, Nemotron's 1P)
 }
 
 }  // namespace

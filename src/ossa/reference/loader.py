@@ -26,7 +26,7 @@ ARCHS = (
     "deepseek2", "glm4moe", "olmoe", "glm4", "mistral3", "qwen35", "qwen35moe", "lfm2", "lfm2moe",
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
-    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2",
+    "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -80,7 +80,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -121,7 +121,8 @@ _HF_ARCHS = {
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
-    "StableLmForCausalLM": "stablelm", "phi": "phi2", "PhiForCausalLM": "phi2",
+    "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
+    "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -239,6 +240,21 @@ def _take(
         if w.shape != (rows, cols):
             raise ValueError(f"shape mismatch for tensor '{name}': expected {rows} x {cols}, got {w.shape}")
     weights[canonical] = w
+
+
+def _unit_norms(
+    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, final: str
+) -> tuple[Any, set[Any]]:
+    """OLMo's weightless LayerNorms: ones under the names the norms are taken by (the layers' two and
+    the final one), where the file has none; ``get`` and ``names`` with them (twin of loader.cpp's
+    Builder::add_unit_norms)."""
+    ones = {final} | {name_of(i, f) for i in range(cfg["n_layer"]) for f in ("attn_norm", "ffn_norm")}
+    ones -= names
+
+    def get_or_ones(n: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        return np.ones(cfg["n_embd"], np.float32) if n in ones else get(n, *args, **kwargs)
+
+    return get_or_ones, names | ones
 
 
 def _weights(
@@ -540,6 +556,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "ernie4_5-moe",
             "granitehybrid",
             "arcee",
+            "olmo",
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
@@ -599,6 +616,16 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(layer_norm=True, norm_bias=True, rms_eps=eps,
                       rope_dim=0 if dims == common["head_dim"] else dims, qk_norm=qk, qk_norm_heads=qk,
                       parallel_block="blk.0.ffn_norm.weight" not in names)  # fmt: skip
+    if arch == "nemotron":  # (LayerNorm with bias stored 1 + w, relu^2 MLP, partial NeoX RoPE)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError("invalid rope.dimension_count")
+        common.update(layer_norm=True, norm_bias=True, ffn_relu2=True,
+                      o_bias="blk.0.attn_output.bias" in names,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+    if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
+        common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
     if arch == "starcoder2":  # (LayerNorm with bias, GELU MLP; biases where the file has them)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names,
@@ -653,10 +680,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "falcon-h1" and "blk.0.ffn_norm" in names:  # (llama.cpp's name for it: no .weight)
         layer = dict(_GGUF_LAYER, ffn_norm="ffn_norm")
     final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
-    w = _weights(
-        cfg, g.tensor, names, lambda i, f: f"blk.{i}.{layer[f]}",
-        "token_embd.weight", final_norm, "output.weight",
-    )  # fmt: skip
+    get, gguf_name = g.tensor, lambda i, f: f"blk.{i}.{layer[f]}"
+    if arch == "olmo":
+        get, names = _unit_norms(cfg, get, names, gguf_name, final_norm)
+    w = _weights(cfg, get, names, gguf_name, "token_embd.weight", final_norm, "output.weight")
     for i in cfg["moe"]["layers"]:
         moe_twin.gguf_layer_weights(cfg, i, g.tensor, names, w)
     if "rope_freqs.weight" in names:
@@ -840,7 +867,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
     if isinstance(act, str) and arch != "nemotron_h":
-        want = {"arcee": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}.get(arch, "silu")
+        own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
+        want = own.get(arch, "silu")
         if (
             act != want
             and not (want == "silu" and act == "swish")
@@ -849,7 +877,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             raise ValueError(
                 f"hidden_act '{act}' in '{path}' is not supported ({want} is, for this architecture)"
             )
-    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss", "seed_oss") and get(
+    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss", "seed_oss", "nemotron") and get(
         "attention_bias", False
     ):
         raise ValueError(f"attention_bias=true in '{path}' is not supported")
@@ -890,7 +918,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2", *QWEN35)
+    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2", "nemotron",
+                  *QWEN35)  # fmt: skip
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -973,6 +1002,17 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=0 if dims == common["head_dim"] else dims,
                       parallel_block=bool(get("use_parallel_residual", False)), qk_norm=qk, qk_norm_heads=qk,
                       qkv_bias=bool(get("use_qkv_bias", False)))  # fmt: skip
+    if arch == "nemotron":  # LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
+        prf = (c.get("rope_parameters") or {}).get("partial_rotary_factor", get("partial_rotary_factor", 0.5))
+        dims = int(prf * common["head_dim"])
+        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
+            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
+        bias = bool(get("attention_bias", False))
+        common.update(layer_norm=True, norm_bias=True, ffn_relu2=True, qkv_bias=bias, o_bias=bias,
+                      rms_eps=get("norm_eps", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+    if arch == "olmo":  # weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
+        common.update(layer_norm=True, rms_eps=1e-5, clamp_qkv=float(np.float32(get("clip_qkv", 0.0))))
     if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection
         bias = bool(get("use_bias", True))
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=bias, qkv_bias=bias,
@@ -1048,14 +1088,17 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     stem, embed = "model.layers", "model.embed_tokens.weight"
     if arch in ("nemotron_h", "mamba2", "mamba"):  # (backbone.*, norm_f)
         stem, embed, final_norm = "backbone.layers", "backbone.embeddings.weight", "backbone.norm_f.weight"
+    hf_name = lambda i, f: f"{stem}.{i}.{layer_names.get(f, f)}"  # noqa: E731
+    get_w: Any = get_tensor
+    if arch == "olmo":
+        get_w, names = _unit_norms(cfg, get_tensor, names, hf_name, final_norm)
     w = _weights(
-        cfg, get_tensor, names,
-        lambda i, f: f"{stem}.{i}.{layer_names.get(f, f)}",
-        embed, final_norm, "lm_head.weight", ffn_fused=arch == "granitehybrid" and not bamba,
+        cfg, get_w, names, hf_name, embed, final_norm, "lm_head.weight",
+        ffn_fused=arch == "granitehybrid" and not bamba,
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
         moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
-    if arch in QWEN35:  # RMSNorm by 1 + w (not the delta-net's gated norm); A_log -> -exp(A_log)
+    if arch in (*QWEN35, "nemotron"):  # RMSNorm (Nemotron: LayerNorm1P) by 1 + w; Qwen3.5's A_log below
         norms = ("attn_norm", "ffn_norm", "q_norm", "k_norm")
         for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
             if key in w:

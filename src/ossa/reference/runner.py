@@ -360,7 +360,7 @@ def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarra
     """x plus layer i's feed-forward (SwiGLU or MoE) of rmsnorm(x), times residual_scale where set: the
     pre-norm layers without post norms (DeepSeek's, Qwen3.5's, LFM2's, Granite 4.0-H's)."""
     p = f"layers.{i}."
-    h = ref_model.rms_norm(x, w[p + "ffn_norm"], c["rms_eps"])
+    h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))  # (Nemotron's LayerNorm, bias)
     if i in c["moe"]["layers"]:
         return x + _scaled(c, moe_twin.moe_ffn(c, w, i, h, q8))  # type: ignore[no-any-return]
     if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
