@@ -23,6 +23,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - starcoder2: LayerNorm with bias, a GELU (tanh) MLP of two matrices (c_fc / c_proj), biases on
   every projection where use_bias, a window on every layer where configured.
 - arcee: relu^2 MLPs without a gate (Nemotron-H's feed-forward), otherwise Llama.
+- hunyuan_v1_moe (Hunyuan-A13B): Hunyuan's attention, experts routed by a softmax over all, top-k
+  renormalised, one ungated shared MLP beside them (router gate.wg, shared_mlp).
 - nemotron (Nemotron-4 / Minitron / Nemotron-Mini): LayerNorm1P (weights w applied as 1 + w; llama.cpp's
   converter stores 1 + w) with bias, relu^2 MLPs without a gate, partial NeoX RoPE (half by default),
   optional attention biases.
@@ -180,6 +182,13 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         intermediate_size=96, vocab_size=150, tie=True,
         rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
     ), ALL),
+    # Hunyuan-A13B's layout: 5 experts of 24 rows, top 2, renormalised, a shared MLP of intermediate_size,
+    # q / k norms after RoPE, NTK-alpha RoPE, GQA 2, untied; per-layer lists as the Hub's configs hold.
+    "hunyuan_moe": (dict(
+        arch="hunyuan_v1_moe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=24, vocab_size=150, num_experts=5, moe_topk=2,
+        rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+    ), ALL),
     # Untied, MHA, plain RoPE.
     "hunyuan-plain": (dict(
         arch="hunyuan_v1_dense", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=12,
@@ -277,6 +286,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "ernie4_5_moe": "ernie4_5-moe",
         "internlm3": "llama",
         "hunyuan_v1_dense": "hunyuan-dense",
+        "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
@@ -339,6 +349,21 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     if arch == "internlm3":  # (read as Llama)
         assert c["arch"] == "llama" and c["head_dim"] == 128 and not c["qkv_bias"]
         return
+    if arch == "hunyuan_v1_moe":
+        moe = c["moe"]
+        assert (
+            c["qk_norm"]
+            and c["qk_norm_after_rope"]
+            and c["rope_theta"] == pytest.approx(1e4 * 1e3 ** (16 / 14))
+        )
+        assert (moe["n_expert"], moe["n_expert_used"], moe["n_ff_expert"], moe["n_ff_shared"]) == (
+            5,
+            2,
+            24,
+            24,
+        )
+        assert moe["norm_topk_prob"] and moe["layers"] == [0, 1, 2] and not moe["deepseek"]
+        return
     if arch == "hunyuan_v1_dense":
         assert c["qk_norm"] and c["qk_norm_after_rope"] and c["rope_style"] == "neox"
         want = 10000.0 * 1000.0 ** (16 / 14) if name == "hunyuan" else 10000.0
@@ -382,7 +407,7 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe") and fmt in ("F16", "Q8_0"):
+    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe", "hunyuan_v1_moe") and fmt in ("F16", "Q8_0"):
         # Rounded weights switch an expert now and then: against the twin on the same weights.
         model = core.load_model(path)
         config, weights = ref_loader.load_weights(path)
@@ -407,15 +432,16 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
 @pytest.mark.parametrize(
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
-     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0")],
+     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
     inspect names the architecture."""
     path = case_file(hf_models, name, fmt, tmp_path_factory)
-    check_invariance(core.load_model(path), CASES[name][0]["vocab_size"], seed=len(name))
+    model = core.load_model(path)
+    check_invariance(model, CASES[name][0]["vocab_size"], seed=len(name))
     text = models.format_inspect(models.inspect(path))
-    assert f"architecture  {CASES[name][0]['arch'].replace('_moe', '-moe')}" in text
+    assert f"architecture  {model.config['arch']}" in text
     if name == "ernie4_5_moe":
         assert "in 2 of 3 layers, a shared expert of 48, chosen by probability plus a per-expert bias" in text
 
@@ -544,7 +570,17 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     "name",
-    ["starcoder2", "stablelm-parallel", "phi-gqa", "hunyuan", "seed_oss", "arcee", "nemotron", "olmo-clip"],
+    [
+        "starcoder2",
+        "stablelm-parallel",
+        "phi-gqa",
+        "hunyuan",
+        "hunyuan_moe",
+        "seed_oss",
+        "arcee",
+        "nemotron",
+        "olmo-clip",
+    ],
 )
 def test_corrupt_sizes_are_refused_or_run(
     hf_models: dict[str, Any], name: str, tmp_path_factory: pytest.TempPathFactory
@@ -570,3 +606,21 @@ def test_olmo_clip_and_nemotron_refusals(hf_models: dict[str, Any], tmp_path: Pa
     nemotron = hf_models["nemotron"][0]
     both_refuse(copy_with(nemotron, tmp_path / "mlp-bias", mlp_bias=True), "mlp_bias", "mlp_bias")
     both_refuse(copy_with(nemotron, tmp_path / "silu", hidden_act="silu"), "hidden_act", "hidden_act")
+
+
+def test_hunyuan_moe_shared_mlp_and_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """Hunyuan MoE's shared MLP is added (changing it moves the logits as the twin predicts); the Hub's
+    per-layer lists are read when alike and refused when not; more shared MLPs and cross-layer attention
+    are refused by name."""
+    src, _, ids = hf_models["hunyuan_moe"]
+    want = core.model_logits(core.load_model(src), ids)
+    shared = "model.layers.1.mlp.shared_mlp.down_proj.weight"
+    moved_as_twin_predicts(copy_with(src, tmp_path / "shared", {shared: lambda w: w * 2}), ids, want)
+    listed = copy_with(src, tmp_path / "listed", moe_topk=[2, 2, 2], moe_intermediate_size=[24, 24, 24],
+                       num_shared_expert=[1, 1, 1])  # fmt: skip
+    assert np.array_equal(core.model_logits(core.load_model(listed), ids), want)
+    both_refuse(copy_with(src, tmp_path / "mixed", moe_topk=[2, 3, 2]), "moe_topk", "moe_topk")
+    both_refuse(
+        copy_with(src, tmp_path / "two", num_shared_expert=2), "num_shared_expert", "num_shared_expert"
+    )
+    both_refuse(copy_with(src, tmp_path / "cla", use_cla=True), "use_cla", "use_cla")

@@ -9,6 +9,7 @@ architecture, norms and biases kept F32).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -76,6 +77,7 @@ ARCHS = (
     "exaone",
     "internlm3",
     "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
     "starcoder2",
     "stablelm",
     "phi",
@@ -223,6 +225,7 @@ def make_hf_model(
         "exaone": transformers.ExaoneConfig,
         "internlm3": transformers.InternLM3Config,
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
+        "hunyuan_v1_moe": transformers.HunYuanMoEV1Config,
         "starcoder2": transformers.Starcoder2Config,
         "stablelm": transformers.StableLmConfig,
         "nemotron": transformers.NemotronConfig,
@@ -402,7 +405,7 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "phi2" and rest in _PHI2_NAMES:
             return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
-        if arch == "hunyuan-dense" and rest in _HUNYUAN_NAMES:
+        if arch in ("hunyuan-dense", "hunyuan-moe") and rest in _HUNYUAN_NAMES:
             return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
             return f"blk.{parts[2]}.{_PHI3_NAMES[rest]}"
@@ -558,6 +561,7 @@ def hf_to_gguf(
         "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe_text": "qwen3vlmoe", "qwen2_5_vl_text": "qwen2vl",
         "cohere": "command-r", "cohere2": "cohere2", "minimax_m2": "minimax-m2", "seed_oss": "seed_oss",
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
+        "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
@@ -574,8 +578,10 @@ def hf_to_gguf(
     if arch == "gemma3" or model_type == "olmo3":
         rope = rope.get("full_attention") or {}
     rope_theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-    if arch == "hunyuan-dense" and rope.get("rope_type") == "dynamic":  # (the converter's NTK-alpha base)
-        rope_theta = rope_theta * rope.get("alpha", 50) ** (head_dim / (head_dim - 2))
+    if arch in ("hunyuan-dense", "hunyuan-moe") and rope.get("rope_type") == "dynamic":  # (NTK-alpha base)
+        rope_theta = rope_theta * rope.get("alpha", 50 if arch == "hunyuan-dense" else 1000) ** (
+            head_dim / (head_dim - 2)
+        )
         rope = {"rope_theta": rope_theta, "rope_type": "default"}
     scaling = cfg.get("rope_scaling") or rope
     scaling_type = scaling.get("rope_type", scaling.get("type", "default"))
@@ -787,6 +793,12 @@ def hf_to_gguf(
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
+    if model_type == "hunyuan_v1_moe":  # llama.cpp's converter's keys: the experts, one shared MLP
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["moe_topk"])
+        writer.add_expert_feed_forward_length(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+        writer.add_expert_shared_feed_forward_length(cfg["intermediate_size"])
+        writer.add_expert_shared_count(1)
     if model_type == "ernie4_5_moe":  # (the sparse layers: those with a router tensor)
         writer.add_expert_count(cfg["moe_num_experts"])
         writer.add_expert_used_count(cfg["moe_k"])
@@ -800,6 +812,9 @@ def hf_to_gguf(
     tensors = _read_hf_tensors(hf_dir)
     if model_type == "exaone":  # EXAONE 3's GPT-2-style names (as llama.cpp's converter maps them)
         tensors = {_exaone_llama_name(k): v for k, v in tensors.items()}
+    if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
+        parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
+        tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
     if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
         tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out

@@ -263,7 +263,7 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen3next",  "mamba2",   "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo"};
+    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -278,7 +278,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1111,7 +1111,8 @@ void load_gguf(Model& m, Storage& st) {
     c.o_bias = b.has("blk.0.attn_output.bias");
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
   }
-  if (arch == "hunyuan-dense") {  // (q / k norms after RoPE; the NTK-alpha base in the file's)
+  if (arch == "hunyuan-dense" ||
+      arch == "hunyuan-moe") {  // (q / k norms after RoPE; NTK-alpha base)
     c.qk_norm = true;
     c.qk_norm_after_rope = true;
   }
@@ -1659,6 +1660,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"InternLM3ForCausalLM", "llama"},
       {"hunyuan_v1_dense", "hunyuan-dense"},
       {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"},
+      {"hunyuan_v1_moe", "hunyuan-moe"},
+      {"HunYuanMoEV1ForCausalLM", "hunyuan-moe"},
       {"starcoder2", "starcoder2"},
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
@@ -1757,7 +1760,12 @@ bool family_names(JsonValue& cfg, Builder& b) {
       {"starcoder2", {{".mlp.c_fc.", ".mlp.up_proj."}, {".mlp.c_proj.", ".mlp.down_proj."}}},
       {"hunyuan_v1_dense",  // (its q / k norms)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
-        {".self_attn.key_layernorm.", ".self_attn.k_norm."}}}};
+        {".self_attn.key_layernorm.", ".self_attn.k_norm."}}},
+      {"hunyuan_v1_moe",  // (and its router, gate.wg, and the ungated shared MLP, shared_mlp)
+       {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
+        {".self_attn.key_layernorm.", ".self_attn.k_norm."},
+        {".mlp.gate.wg.", ".mlp.gate."},
+        {".mlp.shared_mlp.", ".mlp.shared_experts."}}}};
   if (type != nullptr && type->is_string() && k_parts.count(type->string) != 0) {
     rename_tensors(b, [&](std::string name) {
       for (const auto& [part, with] : k_parts.at(type->string))
@@ -1979,7 +1987,9 @@ void load_hf(Model& m, Storage& st) {
       std::clamp(cfg.number("expand", 2.0), 0.0, 64.0) * static_cast<double>(c.n_embd));
   c.n_ff = checked_dim(
       mamba2 || mamba1 ? mamba2_inner
-                       : cfg.integer("intermediate_size", cfg.integer("moe_intermediate_size", 0)),
+      : cfg.v.get("intermediate_size") != nullptr  // (Hunyuan MoE: moe_intermediate_size a list)
+          ? cfg.integer("intermediate_size", 0)
+          : cfg.integer("moe_intermediate_size", 0),
       "intermediate_size", cfg_path);
   const int64_t default_head_dim = mamba1                     ? c.n_ff
                                    : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
@@ -2161,9 +2171,11 @@ void load_hf(Model& m, Storage& st) {
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
-              c.qk_norm_heads || c.arch == "minimax-m2" ||
-              c.arch == "hunyuan-dense";  // (Cohere's use_qk_norm: cohere_config_hf)
-  c.qk_norm_after_rope = c.arch == "hunyuan-dense";
+              c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
+              c.arch == "hunyuan-moe";  // (Cohere's use_qk_norm: cohere_config_hf)
+  c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
+  if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))
+    throw ModelError("use_cla=true (cross-layer attention) in '" + cfg_path + "' is not supported");
   if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())

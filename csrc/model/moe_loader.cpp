@@ -69,7 +69,7 @@ void validate_moe(ModelConfig& c, const std::string& path) {
 // bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP; Qwen2-MoE's has a sigmoid gate.
 bool shared_experts_ungated(const ModelConfig& c) {
   return c.moe.selection_bias || c.moe.deepseek || c.moe.input_weighted ||
-         c.arch == "granitehybrid";
+         c.arch == "granitehybrid" || c.arch == "hunyuan-moe";
 }
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
@@ -268,7 +268,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if ((c.arch == "qwen3moe" || c.arch == "qwen3vlmoe" || c.arch == "qwen2moe" ||
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
-       c.arch == "lfm2moe" || c.arch == "nemotron_h_moe") &&
+       c.arch == "lfm2moe" || c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -276,7 +276,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       std::clamp<int64_t>(g.get_int(k + "expert_used_count", 0), -1, k_max_experts + 1));
   m.n_ff_expert = static_cast<int>(
       std::clamp<int64_t>(g.get_int(k + "expert_feed_forward_length", c.n_ff), -1, 1 << 30));
-  if (c.arch == "qwen2moe" || c.arch == "qwen35moe" || c.arch == "qwen3next")
+  if (c.arch == "qwen2moe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
+      c.arch == "hunyuan-moe")  // (Hunyuan's shared MLP: ungated)
     m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
         g.get_int(k + "expert_shared_feed_forward_length", c.n_ff), -1, 1 << 30));
   // llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE or
@@ -361,7 +362,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "ernie4_5-moe" && c.arch != "deepseek2" && c.arch != "glm4moe" &&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
-      c.arch != "llama4" && c.arch != "minimax-m2")
+      c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -424,6 +425,30 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
         throw ModelError("config 'interleave_moe_layer_step' in '" + path + "' must be >= 1");
       for (int64_t i = step - 1; i < c.n_layer; i += step) m.layers.push_back(static_cast<int>(i));
     }
+  } else if (c.arch == "hunyuan-moe") {
+    // HunYuanMoEV1Config: softmax over all experts, top-k renormalised, a shared MLP of
+    // intermediate_size beside them (ungated). The Hub's files give moe_topk, moe_intermediate_size
+    // and num_shared_expert per layer (all alike: one value is read; differing ones refused).
+    auto uniform = [&](const char* key, int64_t dflt) -> int64_t {
+      const JsonValue* v = cfg.get(key);
+      if (v == nullptr || !v->is_array()) return integer(key, dflt);
+      if (v->array.empty()) return dflt;
+      for (const JsonValue& e : v->array)
+        if (!e.is_number() || !e.is_integer || e.integer != v->array[0].integer)
+          throw ModelError(std::string("config '") + key + "' in '" + path +
+                           "' must hold one integer for every layer (per-layer values differ)");
+      return std::clamp<int64_t>(v->array[0].integer, -1, int64_t{1} << 30);
+    };
+    m.n_expert = static_cast<int>(uniform("num_experts", 1));
+    m.n_expert_used = static_cast<int>(uniform("moe_topk", 1));
+    m.n_ff_expert = static_cast<int>(uniform("moe_intermediate_size", c.n_ff));
+    const int64_t shared = uniform("num_shared_expert", 1);
+    if (shared != 1)
+      throw ModelError("num_shared_expert " + std::to_string(shared) + " in '" + path +
+                       "' is not supported (one shared MLP is)");
+    m.n_ff_shared = c.n_ff;
+    m.norm_topk_prob = true;
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "granitemoe") {  // GraniteMoeConfig's defaults; top-k softmax
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));

@@ -27,6 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
+    "hunyuan-moe",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -80,7 +81,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -120,6 +121,7 @@ _HF_ARCHS = {
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
+    "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -630,7 +632,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names,
                       rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
-    if arch == "hunyuan-dense":  # (q / k norms after RoPE; the NTK-alpha base in the file's)
+    if arch in ("hunyuan-dense", "hunyuan-moe"):  # (q / k norms after RoPE; the NTK-alpha base in the file's)
         common.update(qk_norm=True, qk_norm_after_rope=True)
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
@@ -769,11 +771,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
-    if c.get("model_type") in ("hunyuan_v1_dense", "starcoder2", "phi"):  # (twin of loader.cpp's renames)
+    if c.get("model_type") in ("hunyuan_v1_dense", "hunyuan_v1_moe", "starcoder2", "phi"):  # (loader.cpp's)
         renamed = {}
-        for name in where:  # (Hunyuan's q / k norms; StarCoder2's, Phi-2's MLP as up / down)
+        for name in where:  # (Hunyuan's q / k norms, router, shared MLP; StarCoder2's, Phi-2's MLPs)
             to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
             to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
+            to = to.replace(".mlp.gate.wg.", ".mlp.gate.").replace(".mlp.shared_mlp.", ".mlp.shared_experts.")
             to = to.replace(".mlp.c_fc.", ".mlp.up_proj.").replace(".mlp.c_proj.", ".mlp.down_proj.")
             if c.get("model_type") == "phi":
                 to = to.replace(".self_attn.dense.", ".self_attn.o_proj.").replace(
@@ -1017,8 +1020,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         bias = bool(get("use_bias", True))
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=bias, qkv_bias=bias,
                       o_bias=bias, rms_eps=get("norm_epsilon", 1e-5))  # fmt: skip
-    if arch == "hunyuan-dense":  # (q / k norms after RoPE)
+    if arch in ("hunyuan-dense", "hunyuan-moe"):  # (q / k norms after RoPE)
         common.update(qk_norm=True, qk_norm_after_rope=True)
+    if arch == "hunyuan-moe" and get("use_cla", False):
+        raise ValueError(f"use_cla=true (cross-layer attention) in '{path}' is not supported")
     if c.get("model_type") == "internlm3" and (get("qkv_bias", False) or get("bias", False)):
         raise ValueError(f"qkv_bias / bias=true in '{path}' is not supported")
     if arch == "seed_oss":  # (SeedOssConfig's defaults: q / k / v biases, none on the output)

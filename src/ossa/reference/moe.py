@@ -46,6 +46,7 @@ MOE_ARCHS = (
     "llama4",
     "qwen3vlmoe",
     "minimax-m2",
+    "hunyuan-moe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -114,6 +115,7 @@ def gguf_config(
             "qwen3next",
             "lfm2moe",
             "nemotron_h_moe",
+            "hunyuan-moe",
         )
         and not n_expert
     ):
@@ -165,7 +167,7 @@ def gguf_config(
         "n_ff_expert": md.get(k + "expert_feed_forward_length", n_ff),
         "n_ff_shared": (
             md.get(k + "expert_shared_feed_forward_length", n_ff)
-            if arch in ("qwen2moe", "qwen35moe", "qwen3next")
+            if arch in ("qwen2moe", "qwen35moe", "qwen3next", "hunyuan-moe")
             else md.get(k + "expert_shared_count", 0) * md.get(k + "expert_feed_forward_length", n_ff)
             if arch == "ernie4_5-moe"
             else md.get(k + "expert_shared_feed_forward_length", 0) if arch == "granitehybrid" else 0
@@ -336,6 +338,23 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
             "layers": [i for i in range(n_layer) if i >= dense and n_expert > 0],
         })  # fmt: skip
+    if arch == "hunyuan-moe":  # HunYuanMoEV1Config: softmax top-k renormalised, one ungated shared MLP
+
+        def uniform(key: str, default: int) -> int:  # (the Hub's per-layer lists: all alike)
+            v = c.get(key)
+            if not isinstance(v, list):
+                return int(get(key, default))
+            if v and any(e != v[0] for e in v):
+                raise ValueError(f"config '{key}' must hold one integer for every layer (values differ)")
+            return int(v[0]) if v else default
+
+        if uniform("num_shared_expert", 1) != 1:
+            raise ValueError(f"num_shared_expert {uniform('num_shared_expert', 1)} is not supported")
+        return _validate({
+            **_PLAIN, "n_expert": uniform("num_experts", 1), "n_expert_used": uniform("moe_topk", 1),
+            "n_ff_expert": uniform("moe_intermediate_size", n_ff), "n_ff_shared": n_ff,
+            "norm_topk_prob": True, "layers": list(range(n_layer)),
+        })  # fmt: skip
     if arch == "olmoe":  # OlmoeConfig's defaults; experts of intermediate_size
         return _validate({
             **_PLAIN, "n_expert": get("num_experts", 64), "n_expert_used": get("num_experts_per_tok", 8),
@@ -423,7 +442,8 @@ def gguf_layer_weights(
 def _shared_ungated(moe: dict[str, Any], arch: str) -> bool:
     """Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
     bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP (twin of shared_experts_ungated)."""
-    return bool(moe["selection_bias"] or moe["deepseek"] or moe["input_weighted"] or arch == "granitehybrid")
+    plain = arch in ("granitehybrid", "hunyuan-moe")  # (Granite 4.0-H's and Hunyuan's shared MLPs)
+    return bool(moe["selection_bias"] or moe["deepseek"] or moe["input_weighted"] or plain)
 
 
 def _view_stacks(
