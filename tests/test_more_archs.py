@@ -28,6 +28,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - nemotron (Nemotron-4 / Minitron / Nemotron-Mini): LayerNorm1P (weights w applied as 1 + w; llama.cpp's
   converter stores 1 + w) with bias, relu^2 MLPs without a gate, partial NeoX RoPE (half by default),
   optional attention biases.
+- gpt_neox (Pythia, GPT-NeoX-20B): LayerNorms with bias, a fused query_key_value (per head [q | k | v]),
+  partial NeoX RoPE, an exact-GELU MLP with biases, the parallel residual with two norms
+  (x + attn(ln1 x) + mlp(ln2 x)) or the sequential one.
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -237,6 +240,24 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="nemotron", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
         vocab_size=130, attention_bias=True, partial_rotary_factor=0.25, tie=True,
     ), ALL),
+    # Pythia's layout: the parallel residual with two LayerNorms, a quarter of each head rotated, exact GELU,
+    # biases everywhere, untied.
+    "gpt_neox": (dict(
+        arch="gpt_neox", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150,
+    ), ALL),
+    # The sequential residual, no attention biases, half rotated, tied.
+    "gpt_neox-seq": (dict(
+        arch="gpt_neox", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, use_parallel_residual=False, attention_bias=False, partial_rotary_factor=0.5,
+        tie=True,
+    ), ALL),
+    # GPT-NeoX-20B's tanh GELU (gelu_fast): from its folder (a GGUF file does not say which GELU; ossa reads
+    # the exact one there, Pythia's).
+    "gpt_neox-tanh": (dict(
+        arch="gpt_neox", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, hidden_act="gelu_fast", partial_rotary_factor=0.5,
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -288,6 +309,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
+        "gpt_neox": "gptneox",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -340,6 +362,14 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         bias = case.get("attention_bias", False)
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias)
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.5) * c["head_dim"])
+        return
+    if arch == "gpt_neox":
+        parallel, bias = case.get("use_parallel_residual", True), case.get("attention_bias", True)
+        assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"] and c["ffn_bias"]
+        assert c["parallel_block"] == parallel and c["parallel_norms"] == parallel
+        assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
+        assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
+        assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
         return
     if arch == "olmo":  # (GGUF: q / k rows permuted by llama.cpp's converter, hence interleaved pairs)
         assert c["layer_norm"] and not c["norm_bias"] and not c["qk_norm"]
@@ -580,6 +610,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "arcee",
         "nemotron",
         "olmo-clip",
+        "gpt_neox",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

@@ -83,6 +83,7 @@ ARCHS = (
     "phi",
     "nemotron",
     "olmo",
+    "gpt_neox",
 )
 
 
@@ -148,9 +149,9 @@ def make_hf_model(
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor", 0.25)
     if arch == "mamba2":  # (Mamba2Config's own head count: its mixer's)
         kwargs["num_heads"] = num_heads
-    if arch in ("stablelm", "phi", "nemotron"):  # (the partial rotation with the RoPE's keys)
+    if arch in ("stablelm", "phi", "nemotron", "gpt_neox"):  # (the partial rotation with the RoPE's keys)
         rope["partial_rotary_factor"] = extra.pop(
-            "partial_rotary_factor", 0.25 if arch == "stablelm" else 0.5
+            "partial_rotary_factor", 0.25 if arch in ("stablelm", "gpt_neox") else 0.5
         )
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
@@ -230,6 +231,7 @@ def make_hf_model(
         "stablelm": transformers.StableLmConfig,
         "nemotron": transformers.NemotronConfig,
         "olmo": transformers.OlmoConfig,
+        "gpt_neox": transformers.GPTNeoXConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -370,6 +372,17 @@ _PHI2_NAMES = {
 _HUNYUAN_NAMES = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
                   "self_attn.key_layernorm.weight": "attn_k_norm.weight"}  # fmt: skip
 # Phi-3's fused matrices, kept fused as llama.cpp's converter does (ffn_up holds gate then up).
+# GPT-NeoX's (its folder's names first read as Llama's: _GPT_NEOX_PARTS).
+_GPT_NEOX_NAMES = {
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "self_attn.qkv_proj.bias": "attn_qkv.bias",
+    "mlp.up_proj.bias": "ffn_up.bias", "mlp.down_proj.bias": "ffn_down.bias",
+}  # fmt: skip
+_GPT_NEOX_PARTS = (
+    ("gpt_neox.layers.", "model.layers."), (".attention.query_key_value.", ".self_attn.qkv_proj."),
+    (".attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
+    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), ("gpt_neox.embed_in.", "model.embed_tokens."),
+    ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
+)  # fmt: skip
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
@@ -401,7 +414,9 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
-        if arch in ("starcoder2", "stablelm", "phi2", "nemotron") and rest in _STARCODER2_NAMES:
+        if arch == "gptneox" and rest in _GPT_NEOX_NAMES:
+            return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
+        if arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox") and rest in _STARCODER2_NAMES:
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "phi2" and rest in _PHI2_NAMES:
             return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
@@ -563,7 +578,7 @@ def hf_to_gguf(
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
-        "olmo": "olmo", "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
+        "olmo": "olmo", "gpt_neox": "gptneox", "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
@@ -646,6 +661,9 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
     elif arch == "phi2":
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * head_dim))
+    elif arch == "gptneox":  # (the converter's formula: rotary_pct of a head)
+        writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
+        writer.add_parallel_residual(bool(cfg.get("use_parallel_residual", True)))
     elif arch == "nemotron":  # (the converter's formula, as Phi-3's)
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * n_embd) // n_head)
     else:
@@ -682,7 +700,7 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
-    if arch in ("stablelm", "phi2", "nemotron", "olmo"):  # LayerNorm's epsilon (llama.cpp's key)
+    if arch in ("stablelm", "phi2", "nemotron", "olmo", "gptneox"):  # LayerNorm's epsilon (llama.cpp's key)
         eps = {"nemotron": cfg.get("norm_eps", 1e-5), "olmo": 1e-5}.get(arch, cfg.get("layer_norm_eps", 1e-5))
         writer.add_layer_norm_eps(float(eps))
     if arch == "olmo" and cfg.get("clip_qkv"):
@@ -815,6 +833,13 @@ def hf_to_gguf(
     if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
         parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "gpt_neox":  # Llama's names, then q / k / v regrouped per part (llama.cpp's converter)
+        tensors = {
+            functools.reduce(lambda n, p: n.replace(*p), _GPT_NEOX_PARTS, k): v for k, v in tensors.items()
+        }
+        for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
+            t = tensors[name]
+            tensors[name] = t.reshape(n_head, 3, -1, *t.shape[1:]).swapaxes(0, 1).reshape(t.shape)
     if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
         tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out

@@ -166,6 +166,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["norm_bias"] = c.norm_bias;  // (StarCoder2)
   d["ffn_gelu"] = c.ffn_gelu;
   d["ffn_bias"] = c.ffn_bias;
+  d["gelu_erf"] = c.gelu_erf;
+  d["parallel_norms"] = c.parallel_norms;
   d["layer_norm"] = c.layer_norm;
   d["parallel_block"] = c.parallel_block;
   d["qk_norm_heads"] = c.qk_norm_heads;

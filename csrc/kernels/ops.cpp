@@ -177,6 +177,11 @@ void geglu_row(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void gelu_erf_row(float* x, int64_t n) {
+  constexpr float k_r = 0.70710678118654752f;  // 1 / sqrt(2)
+  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * k_r));
+}
+
 void gelu_tanh_row(float* x, int64_t n) {
   constexpr float k_c = 0.7978845608028654f, k_a = 0.044715f;  // sqrt(2/pi)
   int64_t i = 0;

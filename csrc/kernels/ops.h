@@ -42,6 +42,10 @@ void geglu_row(const float* gate, const float* up, int64_t n, float* out);
 // x[i] = gelu_tanh(x[i]), in place (geglu_row's formula without the up factor; StarCoder2).
 void gelu_tanh_row(float* x, int64_t n);
 
+// x[i] = gelu(x[i]) = 0.5 x (1 + erf(x / sqrt 2)), exact, in place (GPT-NeoX's and Falcon's
+// "gelu").
+void gelu_erf_row(float* x, int64_t n);
+
 // The gated activation of a feed-forward: SwiGLU (Llama family) or GeGLU (Gemma).
 enum class Glu { Silu, GeluTanh };
 inline void glu_row(Glu glu, const float* gate, const float* up, int64_t n, float* out) {

@@ -256,6 +256,11 @@ struct ModelConfig {
   bool norm_bias = false;
   bool ffn_gelu = false;
   bool ffn_bias = false;
+  // GPT-NeoX / Falcon: ffn_gelu's GELU exact (erf), not the tanh approximation; and the parallel
+  // block's MLP reading its own norm of the layer's input (ffn_norm, with its bias) instead of the
+  // attention's: x + attn(ln1 x) + mlp(ln2 x).
+  bool gelu_erf = false;
+  bool parallel_norms = false;
   // Cohere (Command R, Aya, Command R7B / A): LayerNorm (mean removed, no bias) wherever the others
   // RMS-normalise; attention and MLP both read the same normalised input and are summed into the
   // residual (x + attn + mlp; no ffn_norm); the q / k norms (where present) one weight row per

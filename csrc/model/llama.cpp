@@ -313,9 +313,11 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       continue;
     }
     const float* ffn_norm = reinterpret_cast<const float*>(L.ffn_norm.data);
-    if (c.parallel_block) {  // (the attention's norm of the layer's input)
-      const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
-      const float* attn_norm_b = reinterpret_cast<const float*>(L.attn_norm_b.data);
+    if (c.parallel_block) {  // (the attention's norm of the layer's input; GPT-NeoX: the MLP's own)
+      const TensorView& pn = c.parallel_norms ? L.ffn_norm : L.attn_norm;
+      const TensorView& pn_b = c.parallel_norms ? L.ffn_norm_b : L.attn_norm_b;
+      const float* attn_norm = reinterpret_cast<const float*>(pn.data);
+      const float* attn_norm_b = reinterpret_cast<const float*>(pn_b.data);
       in = c.ffn_gelu  // (Phi-2's MLP: up and down alone; StableLM's norm bias)
                ? norm_for(s, attn_norm, n, threads, {&L.w_up}, s.par_out.data(), attn_norm_b)
                : norm_for(s, attn_norm, n, threads, {&L.w_gate, &L.w_up}, s.par_out.data(),
@@ -326,7 +328,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
         per_token(n, threads, [&](int t) {
           float* g = s.gate.data() + t * F;
           add_bias(g, L.b_up, F);
-          gelu_tanh_row(g, F);
+          c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
         });
       } else {
         matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
@@ -345,7 +347,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       per_token(n, threads, [&](int t) {
         float* g = s.gate.data() + t * F;
         add_bias(g, L.b_up, F);
-        gelu_tanh_row(g, F);
+        c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
       });
       laps.lap(kGateUp);
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});

@@ -263,7 +263,8 @@ const std::vector<std::string> k_gguf_archs = {
     "qwen3next",  "mamba2",   "mamba",      "jamba",         "falcon-h1",  "gemma4",
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe"};
+    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
+    "gptneox"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -278,7 +279,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -532,7 +533,7 @@ void build_weights(Model& m, Builder& b,
       l.attn_norm = b.take(name_of(i, "attn_norm"), p + "attn_norm", 1, c.n_embd);
     if (c.norm_bias && mixer) {
       l.attn_norm_b = b.take(name_of(i, "attn_norm_b"), p + "attn_norm_b", 1, c.n_embd);
-      if (!c.parallel_block)  // (StableLM's parallel residual: one norm for both)
+      if (!c.parallel_block || c.parallel_norms)  // (StableLM's parallel residual: one norm)
         l.ffn_norm_b = b.take(name_of(i, "ffn_norm_b"), p + "ffn_norm_b", 1, c.n_embd);
     }
     if (!mixer) {
@@ -551,7 +552,7 @@ void build_weights(Model& m, Builder& b,
       build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
-    } else if ((c.arch == "phi3" || c.arch == "phi2") &&
+    } else if ((c.arch == "phi3" || c.arch == "phi2" || c.arch == "gptneox") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -592,7 +593,8 @@ void build_weights(Model& m, Builder& b,
                        "' (an attention output bias) is not supported");
     if (c.attn_sinks) l.sinks = b.take(name_of(i, "sinks"), p + "sinks", 1, c.n_head);
     if (c.no_ffn(i)) continue;
-    if (c.pre_norms() && !c.parallel_block)  // (Cohere: the attention's norm serves both)
+    // (Cohere: the attention's norm serves both; GPT-NeoX's parallel MLP has its own)
+    if (c.pre_norms() && (!c.parallel_block || c.parallel_norms))
       l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
@@ -1008,7 +1010,7 @@ void load_gguf(Model& m, Storage& st) {
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
-      arch != "stablelm" && arch != "phi2" && arch != "nemotron" && !qwen35 &&
+      arch != "stablelm" && arch != "phi2" && arch != "nemotron" && arch != "gptneox" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1095,6 +1097,19 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "nemotron") {  // (LayerNorm with bias stored 1 + w, relu^2 MLP, partial NeoX RoPE)
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
     c.o_bias = b.has("blk.0.attn_output.bias");
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+  }
+  if (arch == "gptneox") {  // (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases)
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.gelu_erf = true;
+    c.ffn_bias = b.has("blk.0.ffn_up.bias");
+    c.qkv_bias = b.has("blk.0.attn_qkv.bias");
+    c.o_bias = b.has("blk.0.attn_output.bias");
+    // (the parallel residual by default, the MLP with its own norm: x + attn(ln1 x) + mlp(ln2 x))
+    c.parallel_block = c.parallel_norms = g->get_bool(k + "use_parallel_residual", true);
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
     const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
     if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
@@ -1666,6 +1681,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
       {"StableLmForCausalLM", "stablelm"},
+      {"gpt_neox", "gptneox"},
+      {"GPTNeoXForCausalLM", "gptneox"},
       {"nemotron", "nemotron"},
       {"NemotronForCausalLM", "nemotron"},
       {"olmo", "olmo"},
@@ -1744,12 +1761,71 @@ void rename_tensors(Builder& b, const std::function<std::string(std::string)>& t
   b.raw = std::move(renamed);
 }
 
+// GPT-NeoX's folders (Pythia, GPT-NeoX-20B) under Llama's names (gpt_neox.layers.N.attention.dense
+// as self_attn.o_proj, mlp.dense_h_to_4h / dense_4h_to_h as up / down, embed_in, final_layer_norm,
+// embed_out), its fused query_key_value as Phi-3's qkv_proj with the rows (and the bias) regrouped
+// from per head [q_h | k_h | v_h] into [q | k | v], as llama.cpp's converter writes attn_qkv.
+void gpt_neox_names(const JsonValue& cfg, Builder& b) {
+  static const std::pair<const char*, const char*> k_parts[] = {
+      {"gpt_neox.layers.", "model.layers."},
+      {".attention.query_key_value.", ".self_attn.qkv_proj."},
+      {".attention.dense.", ".self_attn.o_proj."},
+      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+      {"gpt_neox.embed_in.", "model.embed_tokens."},
+      {"gpt_neox.final_layer_norm.", "model.norm."},
+      {"embed_out.", "lm_head."}};
+  rename_tensors(b, [&](std::string name) {
+    for (const auto& [part, with] : k_parts)
+      if (const size_t at = name.find(part); at != std::string::npos)
+        name.replace(at, std::string(part).size(), with);
+    return name;
+  });
+  const Json json{cfg, b.path};
+  const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
+                width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
+  if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
+  const int64_t hd = width / heads;
+  // Row r of [q | k | v] (part j, head h, dimension d) is row (h * 3 + j) * hd + d of the fused
+  // one.
+  const auto source = [&](int64_t r) {
+    const int64_t j = r / width, h = (r % width) / hd, d = r % hd;
+    return (h * 3 + j) * hd + d;
+  };
+  for (auto& [name, raw] : b.raw) {
+    if (name.find(".self_attn.qkv_proj.") == std::string::npos || !raw.supported) continue;
+    TensorView& v = raw.view;
+    const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (bias && v.rows * v.cols == 3 * width) {  // (one row of 3 * width values: regrouped in F32)
+      std::vector<float> in(static_cast<size_t>(3 * width));
+      for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, in.data() + r * v.cols);
+      float* out = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(3 * width) * 4));
+      for (int64_t r = 0; r < 3 * width; ++r) out[r] = in[static_cast<size_t>(source(r))];
+      v.type = DType::F32;
+      v.rows = 1;
+      v.cols = 3 * width;
+      v.row_bytes = static_cast<size_t>(3 * width) * 4;
+      v.data = reinterpret_cast<const uint8_t*>(out);
+      raw.type_name = "F32";
+    } else if (!bias && v.rows == 3 * width) {  // (whole rows moved, in their stored type)
+      uint8_t* out = b.alloc(static_cast<size_t>(v.rows) * v.row_bytes);
+      for (int64_t r = 0; r < v.rows; ++r)
+        std::memcpy(out + static_cast<size_t>(r) * v.row_bytes, v.row(source(r)), v.row_bytes);
+      v.data = out;
+    }  // (other shapes: refused by name when taken)
+  }
+}
+
 // Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
 // StarCoder2 and Hunyuan (name parts), StableLM (per-head q / k norms stacked), EXAONE 3 / 3.5 as
 // released (GPT-2-style names and its config's keys, as transformers reads it into
 // LlamaForCausalLM).
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "gpt_neox") {
+    gpt_neox_names(cfg, b);
+    return true;
+  }
   // Name parts of families whose tensors are Llama's under other names (the first that matches).
   static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> k_parts = {
       {"phi",  // (Phi-2: dense / fc1 / fc2 / final_layernorm)
@@ -2007,7 +2083,8 @@ void load_hf(Model& m, Storage& st) {
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
       c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
-      c.arch != "phi2" && c.arch != "nemotron" && cfg.number("partial_rotary_factor", 1.0) != 1.0)
+      c.arch != "phi2" && c.arch != "nemotron" && c.arch != "gptneox" &&
+      cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
   // RoPE: transformers 4.x writes top-level rope_theta and rope_scaling {type|rope_type, ...};
@@ -2118,7 +2195,7 @@ void load_hf(Model& m, Storage& st) {
   // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
   // (Nemotron-H's is read by nemotronh_config_hf).
   if (const JsonValue* act = cfg.get("hidden_act");
-      act != nullptr && act->is_string() && c.arch != "nemotron_h") {
+      act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox") {
     const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
                              : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
                              : c.arch == "phi2"                        ? "gelu_new"
@@ -2141,6 +2218,28 @@ void load_hf(Model& m, Storage& st) {
     c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
     c.o_bias = cfg.boolean("attention_bias", false);
   }
+  if (c.arch == "gptneox") {  // Pythia, GPT-NeoX-20B: see gpt_neox_names for the tensors
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
+    const std::string act = cfg.string("hidden_act", "gelu");
+    if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+      throw ModelError("hidden_act '" + act + "' in '" + cfg_path +
+                       "' is not supported (gelu, or its tanh approximations, is)");
+    c.gelu_erf = act == "gelu";
+    c.parallel_block = c.parallel_norms = cfg.boolean("use_parallel_residual", true);
+    c.o_bias = cfg.boolean("attention_bias", true);
+    // (older configs: rotary_pct and rotary_emb_base at the top level; rope_parameters otherwise)
+    const bool own = params != nullptr && params->get("partial_rotary_factor") != nullptr;
+    const double prf = own ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.25)
+                           : cfg.number("rotary_pct", 0.25);
+    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
+    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
+      throw ModelError("invalid partial_rotary_factor / rotary_pct in '" + cfg_path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    if ((params == nullptr || params->get("rope_theta") == nullptr) &&
+        cfg.v.get("rotary_emb_base") != nullptr)
+      c.rope_theta = static_cast<float>(cfg.number("rotary_emb_base", 10000.0));
+  }
   if (c.arch == "olmo") {  // weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
     c.layer_norm = true;
     c.rms_eps = 1e-5f;
@@ -2157,7 +2256,7 @@ void load_hf(Model& m, Storage& st) {
       (cfg.boolean("qkv_bias", false) || cfg.boolean("bias", false)))
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
-      !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" &&
+      !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" && c.arch != "gptneox" &&
       cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
@@ -2165,7 +2264,8 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "seed_oss" && cfg.boolean("attention_bias", true)) ||
                (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
                (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2" ||
-               (c.arch == "nemotron" && cfg.boolean("attention_bias", false));
+               (c.arch == "nemotron" && cfg.boolean("attention_bias", false)) ||
+               (c.arch == "gptneox" && cfg.boolean("attention_bias", true));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)

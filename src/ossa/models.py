@@ -323,6 +323,8 @@ class ModelConfig:
     norm_bias: bool = False
     ffn_gelu: bool = False
     ffn_bias: bool = False
+    gelu_erf: bool = False  # GPT-NeoX, Falcon: the MLP's GELU exact (erf), not tanh-approximated
+    parallel_norms: bool = False  # GPT-NeoX, Falcon 40B: the parallel MLP's own norm of the input
     layer_norm: bool = False  # Cohere: LayerNorm (no bias) instead of RMSNorm
     parallel_block: bool = False  # Cohere: x + attn(norm x) + mlp(norm x)
     qk_norm_heads: bool = False  # Cohere: the q / k norms one weight row per head
@@ -560,6 +562,8 @@ def inspect(
         "qk_l2_norm": c.qk_l2_norm,
         "qk_norm_after_rope": c.qk_norm_after_rope,
         "ffn_gelu": c.ffn_gelu,
+        "gelu_erf": c.gelu_erf,
+        "parallel_norms": c.parallel_norms,
         "layer_norm": c.layer_norm,
         "parallel_block": c.parallel_block,
         "input_weighted": c.moe.input_weighted,
@@ -921,8 +925,9 @@ def format_inspect(info: dict[str, Any]) -> str:
         where = " in the layers without RoPE" if info.get("attn_temp_nope") else ""
         temp = f"queries scaled by 1 + {beta:g} ln(1 + floor({pos} / {length})){where}"
         capped = ", ".join(filter(None, [capped, temp]))
-    if info.get("parallel_block"):  # Cohere
-        capped = ", ".join(filter(None, [capped, "in parallel with the MLP (one LayerNorm)"]))
+    if info.get("parallel_block"):  # Cohere (one norm); GPT-NeoX, Falcon 40B (the MLP's own)
+        norms = "each its own LayerNorm" if info.get("parallel_norms") else "one LayerNorm"
+        capped = ", ".join(filter(None, [capped, f"in parallel with the MLP ({norms})"]))
     if info.get("qk_l2_norm"):  # Llama 4
         capped = ", ".join(filter(None, [capped, "q / k normalised (no weight) after RoPE"]))
     if info.get("attn_gate"):  # Qwen3.5

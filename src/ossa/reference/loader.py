@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe",
+    "hunyuan-moe", "gptneox",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -47,7 +47,7 @@ CONFIG_KEYS = (
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
-    "norm_bias", "ffn_gelu", "ffn_bias",
+    "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -72,6 +72,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
+    "gelu_erf": False, "parallel_norms": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -81,7 +82,7 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -121,7 +122,8 @@ _HF_ARCHS = {
     "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
-    "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe",
+    "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
+    "GPTNeoXForCausalLM": "gptneox",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -319,7 +321,7 @@ def _weights(
             shapes, recurrent = {}, True
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
-        if cfg["arch"] in ("phi3", "phi2") and name_of(i, "wqkv") in names:  # fused q/k/v, split in rows
+        if cfg["arch"] in ("phi3", "phi2", "gptneox") and name_of(i, "wqkv") in names:  # fused q/k/v, in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
             w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
@@ -347,7 +349,7 @@ def _weights(
             ff_shapes: dict[str, tuple[int, int]] = {}
         elif (cfg["ffn_relu2"] or cfg["ffn_gelu"]) and i not in cfg["moe"]["layers"]:  # up and down alone
             ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
-            if cfg["parallel_block"]:  # (Phi-2: the attention's norm serves both)
+            if cfg["parallel_block"] and not cfg["parallel_norms"]:  # (Phi-2: the attention's norm for both)
                 del ff_shapes["ffn_norm"]
         else:
             ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
@@ -356,7 +358,7 @@ def _weights(
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
         if cfg["norm_bias"] and not no_mixer:  # (StarCoder2, StableLM: LayerNorm with bias)
             shapes.update(attn_norm_b=(1, e))
-            if not cfg["parallel_block"]:  # (StableLM's parallel residual: one norm for both)
+            if not cfg["parallel_block"] or cfg["parallel_norms"]:  # (StableLM's parallel residual: one norm)
                 shapes.update(ffn_norm_b=(1, e))
         if cfg["ffn_bias"] and not no_ffn:
             shapes.update(b_up=(1, ff), b_down=(1, e))
@@ -628,6 +630,17 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
+    if arch == "gptneox":  # (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases; parallel)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError("invalid rope.dimension_count")
+        parallel = bool(md.get(k + "use_parallel_residual", True))
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=True,
+                      ffn_bias="blk.0.ffn_up.bias" in names, qkv_bias="blk.0.attn_qkv.bias" in names,
+                      o_bias="blk.0.attn_output.bias" in names, parallel_block=parallel,
+                      parallel_norms=parallel,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "starcoder2":  # (LayerNorm with bias, GELU MLP; biases where the file has them)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names,
@@ -733,6 +746,14 @@ def _text_wrapper(c: dict[str, Any]) -> bool:
     )
 
 
+# GPT-NeoX's names as Llama's (each part replaced where found; twin of loader.cpp's gpt_neox_names).
+_GPT_NEOX_PARTS = (
+    ("gpt_neox.layers.", "model.layers."), (".attention.query_key_value.", ".self_attn.qkv_proj."),
+    (".attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
+    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), ("gpt_neox.embed_in.", "model.embed_tokens."),
+    ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
+)  # fmt: skip
+
 # EXAONE 3's GPT-2-style names within a layer, as Llama's (the first that matches).
 _EXAONE_PARTS = (
     (".ln_1.", ".input_layernorm."), (".ln_2.", ".post_attention_layernorm."),
@@ -790,6 +811,20 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
+    neox_heads = 0  # (GPT-NeoX: query_key_value's rows regrouped from per head [q | k | v] into [q | k | v])
+    if c.get("model_type") == "gpt_neox":  # (twin of loader.cpp's gpt_neox_names)
+        renamed = {}
+        for name in where:
+            to = name
+            for part, with_ in _GPT_NEOX_PARTS:
+                to = to.replace(part, with_)
+            if to in renamed:
+                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
+            renamed[to] = name
+        stored = {to: stored[name] for to, name in renamed.items()}
+        where = {to: where[name] for to, name in renamed.items()}
+        heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
+        neox_heads = heads if heads > 0 and width % heads == 0 else 0
     if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's family_names)
         c = dict(c)
         for frm, to in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
@@ -831,7 +866,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
         if n in stacks:
             return np.stack([where[h].tensor(stored[h]).reshape(-1) for _, h in stacks[n]]).astype(np.float32)
-        return where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
+        t = where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
+        if neox_heads and ".self_attn.qkv_proj." in n and t.shape[0] == 3 * c["hidden_size"]:
+            rest = t.shape[1:]  # (rows [head, part, dim] -> [part, head, dim])
+            t = t.reshape(neox_heads, 3, -1, *rest).swapaxes(0, 1).reshape(t.shape)
+        return t
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
     bamba = arch in ("bamba", "BambaForCausalLM")  # (Granite 4.0-H's layers, its own names)
@@ -869,7 +908,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
-    if isinstance(act, str) and arch != "nemotron_h":
+    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox"):
         own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
         want = own.get(arch, "silu")
         if (
@@ -880,9 +919,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             raise ValueError(
                 f"hidden_act '{act}' in '{path}' is not supported ({want} is, for this architecture)"
             )
-    if arch not in ("qwen2", "qwen2moe", "glm4moe", "glm4", "gpt-oss", "seed_oss", "nemotron") and get(
-        "attention_bias", False
-    ):
+    if arch not in (
+        "qwen2",
+        "qwen2moe",
+        "glm4moe",
+        "glm4",
+        "gpt-oss",
+        "seed_oss",
+        "nemotron",
+        "gptneox",
+    ) and get("attention_bias", False):
         raise ValueError(f"attention_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
     olmo3: dict[str, Any] = {}
@@ -922,6 +968,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
     partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2", "nemotron",
+                  "gptneox",
                   *QWEN35)  # fmt: skip
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
@@ -1014,6 +1061,31 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(layer_norm=True, norm_bias=True, ffn_relu2=True, qkv_bias=bias, o_bias=bias,
                       rms_eps=get("norm_eps", 1e-5),
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+    if arch == "gptneox":  # Pythia, GPT-NeoX-20B: LayerNorms with bias, exact GELU (gelu), parallel residual
+        act = get("hidden_act", "gelu")
+        if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+            raise ValueError(f"hidden_act '{act}' in '{path}' is not supported (gelu or a tanh GELU is)")
+        rp = c.get("rope_parameters") or {}
+        prf = rp.get("partial_rotary_factor", get("rotary_pct", 0.25))
+        dims = int(prf * common["head_dim"])
+        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
+            raise ValueError(f"invalid partial_rotary_factor / rotary_pct in '{path}'")
+        parallel, bias = bool(get("use_parallel_residual", True)), bool(get("attention_bias", True))
+        common.update(
+            layer_norm=True,
+            norm_bias=True,
+            ffn_gelu=True,
+            ffn_bias=True,
+            gelu_erf=act == "gelu",
+            parallel_block=parallel,
+            parallel_norms=parallel,
+            qkv_bias=bias,
+            o_bias=bias,
+            rms_eps=get("layer_norm_eps", 1e-5),
+            rope_dim=0 if dims == common["head_dim"] else dims,
+        )
+        if "rope_theta" not in rp and c.get("rotary_emb_base") is not None:
+            common["rope_theta"] = float(c["rotary_emb_base"])
     if arch == "olmo":  # weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
         common.update(layer_norm=True, rms_eps=1e-5, clamp_qkv=float(np.float32(get("clip_qkv", 0.0))))
     if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection

@@ -51,14 +51,22 @@ def norm(c: dict[str, Any], x: np.ndarray, weight: np.ndarray, bias: np.ndarray 
     return out if bias is None else (out + bias).astype(np.float32)
 
 
-def gelu_ffn(w: dict[str, np.ndarray], p: str, h: np.ndarray, q8: Any) -> np.ndarray:
-    """StarCoder2's feed-forward: down(gelu_tanh(up h + b_up)) + b_down (biases where the model has them)."""
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in float32 (twin of ops gelu_erf_row)."""
+    x = x.astype(np.float32)
+    erf = np.asarray(np.frompyfunc(math.erf, 1, 1)((x * np.float32(1 / math.sqrt(2))).astype(np.float64)))
+    return (np.float32(0.5) * x * (np.float32(1) + erf.astype(np.float32))).astype(np.float32)
+
+
+def gelu_ffn(w: dict[str, np.ndarray], p: str, h: np.ndarray, q8: Any, erf: bool = False) -> np.ndarray:
+    """StarCoder2's feed-forward: down(gelu_tanh(up h + b_up)) + b_down (biases where the model has them);
+    ``erf``: the exact GELU (GPT-NeoX, Falcon)."""
     from .gemma3 import gelu_tanh_glu
 
     up = q8(h, p + "w_up") @ w[p + "w_up"].T
     if p + "b_up" in w:
         up = up + w[p + "b_up"]
-    mid = gelu_tanh_glu(up, np.ones(1, dtype=np.float32))
+    mid = gelu_erf(up) if erf else gelu_tanh_glu(up, np.ones(1, dtype=np.float32))
     out = q8(mid, p + "w_down") @ w[p + "w_down"].T
     return (out + w[p + "b_down"]).astype(np.float32) if p + "b_down" in w else out
 
@@ -439,10 +447,12 @@ def forward(
             x = x + mla_attention(c, w, i, pre(x, p + "attn_norm"), positions, inv_freq, q8)
         else:
             h = pre(x, p + "attn_norm")
+            if c["parallel_norms"]:  # (GPT-NeoX: the parallel MLP's own norm of the layer's input)
+                h_mlp = pre(x, p + "ffn_norm")
             x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
         if c["parallel_block"]:  # Cohere: the MLP of the attention's input, added after the attention
             if c["ffn_gelu"]:  # (Phi-2's)
-                x = x + gelu_ffn(w, p, h, q8)
+                x = x + gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c["gelu_erf"])
                 continue
             act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
             x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
@@ -456,7 +466,7 @@ def forward(
             continue
         h = pre(x, p + "ffn_norm")
         if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down
-            x = add(x, gelu_ffn(w, p, h, q8))
+            x = add(x, gelu_ffn(w, p, h, q8, c["gelu_erf"]))
             continue
         if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
             x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)

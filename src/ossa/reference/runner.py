@@ -209,6 +209,8 @@ class ModelRunner:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
             h = x if post_only else ref_model.norm(c, x, w[p + "attn_norm"], w.get(p + "attn_norm_b"))
+            if c["parallel_norms"]:  # (GPT-NeoX: the parallel MLP's own norm of the layer's input)
+                h_mlp = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
             beside = None  # (Falcon-H1: the mixer's output, added after the attention's)
             if states and is_recurrent(c, i) and c["parallel_ssm"]:
                 beside = recurrent_layer(c, w, i, h, pos, seq_start, states, q8)
@@ -291,7 +293,7 @@ class ModelRunner:
             if no_ffn:
                 continue
             if c["parallel_block"] and c["ffn_gelu"]:  # (Phi-2: its GELU MLP of the attention's input)
-                x = x + ref_model.gelu_ffn(w, p, h, q8)
+                x = x + ref_model.gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c["gelu_erf"])
                 continue
             if c["parallel_block"]:  # Cohere: the MLP of the attention's input
                 act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
@@ -304,7 +306,7 @@ class ModelRunner:
                 continue
             if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down, of its LayerNorm with bias
                 h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
-                x = x + ref_model.gelu_ffn(w, p, h, q8)
+                x = x + ref_model.gelu_ffn(w, p, h, q8, c["gelu_erf"])
                 continue
             h = x if post_only else ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
