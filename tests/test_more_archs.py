@@ -31,6 +31,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - gpt_neox (Pythia, GPT-NeoX-20B): LayerNorms with bias, a fused query_key_value (per head [q | k | v]),
   partial NeoX RoPE, an exact-GELU MLP with biases, the parallel residual with two norms
   (x + attn(ln1 x) + mlp(ln2 x)) or the sequential one.
+- falcon (Falcon 7B / 40B / 180B): GPT-NeoX's block with Falcon's layouts of the fused query_key_value
+  (7B: multi-query, [q | k | v]; 40B / 180B: per KV group, two LayerNorms), no biases by default, full RoPE.
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -258,6 +260,23 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="gpt_neox", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
         vocab_size=130, hidden_act="gelu_fast", partial_rotary_factor=0.5,
     ), ["safetensors"]),
+    # Falcon-7B's layout: multi-query attention (one K/V head), one LayerNorm before the parallel block, no
+    # biases, tied.
+    "falcon": (dict(
+        arch="falcon", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, tie=True,
+    ), ALL),
+    # Falcon-40B / 180B's: the new decoder architecture, 2 KV groups of 2 queries, ln_attn and ln_mlp, untied.
+    "falcon-40b": (dict(
+        arch="falcon", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=80,
+        vocab_size=130, new_decoder_architecture=True, tie=False,
+    ), ALL),
+    # The sequential block with biases, MHA per-head q / k / v (no multi_query), tanh GELU: from its folder
+    # (llama.cpp's falcon files are always parallel).
+    "falcon-seq": (dict(
+        arch="falcon", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, multi_query=False, parallel_attn=False, bias=True, activation="gelu_new",
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -310,6 +329,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
         "gpt_neox": "gptneox",
+        "falcon": "falcon",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -370,6 +390,16 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "falcon":
+        new, multi = case.get("new_decoder_architecture", False), case.get("multi_query", True)
+        bias = case.get("bias", False)
+        assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"] and c["rope_style"] == "neox"
+        assert c["parallel_block"] == case.get("parallel_attn", True) or new
+        assert c["parallel_norms"] == new and c["rope_dim"] == 0
+        assert c["n_head_kv"] == (case["num_kv_heads"] if new or not multi else 1)
+        assert (c["qkv_bias"], c["o_bias"], c["ffn_bias"]) == (bias, bias, bias)
+        assert c["gelu_erf"] == (case.get("activation", "gelu") == "gelu")
         return
     if arch == "olmo":  # (GGUF: q / k rows permuted by llama.cpp's converter, hence interleaved pairs)
         assert c["layer_norm"] and not c["norm_bias"] and not c["qk_norm"]
@@ -611,6 +641,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "nemotron",
         "olmo-clip",
         "gpt_neox",
+        "falcon-40b",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

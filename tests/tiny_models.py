@@ -84,6 +84,7 @@ ARCHS = (
     "nemotron",
     "olmo",
     "gpt_neox",
+    "falcon",
 )
 
 
@@ -153,6 +154,10 @@ def make_hf_model(
         rope["partial_rotary_factor"] = extra.pop(
             "partial_rotary_factor", 0.25 if arch in ("stablelm", "gpt_neox") else 0.5
         )
+    if arch == "falcon":  # (FalconConfig's own keys)
+        kwargs.update(num_kv_heads=kwargs.pop("num_key_value_heads"),
+                      ffn_hidden_size=kwargs.pop("intermediate_size"),
+                      layer_norm_epsilon=kwargs.pop("rms_norm_eps"))  # fmt: skip
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
@@ -232,6 +237,7 @@ def make_hf_model(
         "nemotron": transformers.NemotronConfig,
         "olmo": transformers.OlmoConfig,
         "gpt_neox": transformers.GPTNeoXConfig,
+        "falcon": transformers.FalconConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -383,10 +389,28 @@ _GPT_NEOX_PARTS = (
     (".mlp.dense_4h_to_h.", ".mlp.down_proj."), ("gpt_neox.embed_in.", "model.embed_tokens."),
     ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
 )  # fmt: skip
+
+
+def _regroup_qkv(t: np.ndarray, heads: int, kv: int) -> np.ndarray:
+    """A fused query_key_value held as kv groups of (heads / kv queries, a key, a value) heads (GPT-NeoX: a
+    group per head; Falcon: per KV group) as [q | k | v], as llama.cpp's converters write attn_qkv."""
+    per, rest = heads // kv, t.shape[1:]
+    g = t.reshape(kv, per + 2, -1, *rest)
+    parts = [g[:, :per].reshape(-1, *rest), g[:, per].reshape(-1, *rest), g[:, per + 1].reshape(-1, *rest)]
+    return np.concatenate(parts).reshape(t.shape)
+
+
+_FALCON_PARTS = (
+    ("transformer.h.", "model.layers."), (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
+    (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
+    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), (".ln_attn.", ".input_layernorm."),
+    (".ln_mlp.", ".post_attention_layernorm."), ("transformer.word_embeddings.", "model.embed_tokens."),
+    ("transformer.ln_f.", "model.norm."),
+)  # fmt: skip
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
-def _gguf_name(hf_name: str, arch: str = "llama") -> str:
+def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False) -> str:
     if hf_name == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
@@ -414,9 +438,16 @@ def _gguf_name(hf_name: str, arch: str = "llama") -> str:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
-        if arch == "gptneox" and rest in _GPT_NEOX_NAMES:
+        if arch == "falcon" and rest.startswith("post_attention_layernorm."):  # (40B's ln_mlp: attn_norm)
+            return f"blk.{parts[2]}.attn_norm.{rest.split('.')[-1]}"
+        if arch == "falcon" and rest.startswith("input_layernorm.") and falcon_two_norms:  # (ln_attn)
+            return f"blk.{parts[2]}.attn_norm_2.{rest.split('.')[-1]}"
+        if arch in ("gptneox", "falcon") and rest in _GPT_NEOX_NAMES:
             return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
-        if arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox") and rest in _STARCODER2_NAMES:
+        if (
+            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon")
+            and rest in _STARCODER2_NAMES
+        ):
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "phi2" and rest in _PHI2_NAMES:
             return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
@@ -578,11 +609,17 @@ def hf_to_gguf(
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
-        "olmo": "olmo", "gpt_neox": "gptneox", "lfm2_moe": "lfm2moe", "granitemoehybrid": "granitehybrid",
+        "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "lfm2_moe": "lfm2moe",
+        "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
     n_head_kv = cfg.get("num_key_value_heads") or n_head
+    if model_type == "falcon":  # (FalconConfig's keys, as llama.cpp's converter reads them)
+        from ossa.reference.loader import _falcon_kv_heads
+
+        n_head_kv = _falcon_kv_heads(cfg, n_head)
+        cfg.update(intermediate_size=cfg["ffn_hidden_size"], num_key_value_heads=n_head_kv)
     n_embd = cfg["hidden_size"]
     head_dim = cfg.get("head_dim") or (
         128
@@ -700,8 +737,19 @@ def hf_to_gguf(
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_slow", float(scaling["beta_slow"]))
-    if arch in ("stablelm", "phi2", "nemotron", "olmo", "gptneox"):  # LayerNorm's epsilon (llama.cpp's key)
-        eps = {"nemotron": cfg.get("norm_eps", 1e-5), "olmo": 1e-5}.get(arch, cfg.get("layer_norm_eps", 1e-5))
+    if arch in (
+        "stablelm",
+        "phi2",
+        "nemotron",
+        "olmo",
+        "gptneox",
+        "falcon",
+    ):  # LayerNorm's epsilon (llama.cpp's)
+        eps = {
+            "nemotron": cfg.get("norm_eps", 1e-5),
+            "olmo": 1e-5,
+            "falcon": cfg.get("layer_norm_epsilon", 1e-5),
+        }.get(arch, cfg.get("layer_norm_eps", 1e-5))
         writer.add_layer_norm_eps(float(eps))
     if arch == "olmo" and cfg.get("clip_qkv"):
         writer.add_float32("olmo.attention.clamp_kqv", float(cfg["clip_qkv"]))
@@ -833,13 +881,11 @@ def hf_to_gguf(
     if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
         parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
-    if model_type == "gpt_neox":  # Llama's names, then q / k / v regrouped per part (llama.cpp's converter)
-        tensors = {
-            functools.reduce(lambda n, p: n.replace(*p), _GPT_NEOX_PARTS, k): v for k, v in tensors.items()
-        }
+    if model_type in ("gpt_neox", "falcon"):  # Llama's names, q / k / v regrouped per part (llama.cpp's)
+        neox_parts = _GPT_NEOX_PARTS if model_type == "gpt_neox" else _FALCON_PARTS
+        tensors = {functools.reduce(lambda n, p: n.replace(*p), neox_parts, k): v for k, v in tensors.items()}
         for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
-            t = tensors[name]
-            tensors[name] = t.reshape(n_head, 3, -1, *t.shape[1:]).swapaxes(0, 1).reshape(t.shape)
+            tensors[name] = _regroup_qkv(tensors[name], n_head, n_head_kv)
     if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
         tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out
@@ -902,7 +948,8 @@ def hf_to_gguf(
                 gate_up[:, f:],
             )
             moe[f"blk.{i}.ffn_down_exps.weight"] = tensors.pop(p + "output_linear.weight")
-    named = {**{_gguf_name(n, arch): tensors[n] for n in sorted(tensors)}, **moe}
+    two = bool(cfg.get("new_decoder_architecture")) and cfg.get("num_ln_in_parallel_attn") in (None, 2)
+    named = {**{_gguf_name(n, arch, two): tensors[n] for n in sorted(tensors)}, **moe}
     if nextn:  # llama.cpp's MTP block: the last layer's tensors again, and its own nextn.* ones
         last, mtp = f"blk.{cfg['num_hidden_layers'] - 1}.", f"blk.{cfg['num_hidden_layers']}."
         named.update({mtp + n[len(last) :]: w for n, w in list(named.items()) if n.startswith(last)})

@@ -264,7 +264,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox"};
+    "gptneox",    "falcon"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -279,7 +279,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -552,7 +552,8 @@ void build_weights(Model& m, Builder& b,
       build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
-    } else if ((c.arch == "phi3" || c.arch == "phi2" || c.arch == "gptneox") &&
+    } else if ((c.arch == "phi3" || c.arch == "phi2" || c.arch == "gptneox" ||
+                c.arch == "falcon") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1116,6 +1117,15 @@ void load_gguf(Model& m, Storage& st) {
       throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
     c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
+  if (arch == "falcon") {  // (LayerNorms with bias, fused q / k / v, exact-GELU MLP; parallel)
+    // (llama.cpp's files: always the parallel block, 40B's second norm as attn_norm_2)
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.gelu_erf = c.parallel_block = true;
+    c.parallel_norms = b.has("blk.0.attn_norm_2.weight");
+    c.ffn_bias = b.has("blk.0.ffn_up.bias");
+    c.qkv_bias = b.has("blk.0.attn_qkv.bias");
+    c.o_bias = b.has("blk.0.attn_output.bias");
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
   if (arch == "olmo") {  // (weightless LayerNorms: ones; clamp_kqv read above)
     c.layer_norm = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
@@ -1199,12 +1209,24 @@ void load_gguf(Model& m, Storage& st) {
     const std::string bare = "blk." + std::to_string(layer) + ".ffn_norm";
     return std::string(field) == "ffn_norm" && b.has(bare) ? bare : gguf_name(layer, field);
   };
+  // (Falcon 40B's files, as llama.cpp's converter maps them: ln_attn as attn_norm_2, ln_mlp as
+  // attn_norm)
+  const auto falcon_name = [two = c.parallel_norms](int layer, const char* field) {
+    const std::string f = field, p = "blk." + std::to_string(layer) + ".";
+    if (!two) return gguf_name(layer, field);
+    return f == "attn_norm"     ? p + "attn_norm_2.weight"
+           : f == "attn_norm_b" ? p + "attn_norm_2.bias"
+           : f == "ffn_norm"    ? p + "attn_norm.weight"
+           : f == "ffn_norm_b"  ? p + "attn_norm.bias"
+                                : gguf_name(layer, field);
+  };
   using NameOf = std::function<std::string(int, const char*)>;
   // (Seed-OSS files too: the pre-FFN norm as post_attention_norm)
   const NameOf name_of = arch == "gpt-oss" || qwen35 || arch == "seed_oss"
                              ? NameOf(gguf_name_gpt_oss)
                          : nemotron            ? NameOf(gguf_name_nemotronh)
                          : arch == "falcon-h1" ? NameOf(falconh1_name)
+                         : arch == "falcon"    ? NameOf(falcon_name)
                                                : NameOf(gguf_name);
   if (arch == "olmo") b.add_unit_norms(name_of, c.n_layer, "output_norm.weight", c.n_embd);
   build_weights(m, b, name_of, "token_embd.weight",
@@ -1683,6 +1705,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"StableLmForCausalLM", "stablelm"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
+      {"falcon", "falcon"},
+      {"FalconForCausalLM", "falcon"},
       {"nemotron", "nemotron"},
       {"NemotronForCausalLM", "nemotron"},
       {"olmo", "olmo"},
@@ -1761,53 +1785,35 @@ void rename_tensors(Builder& b, const std::function<std::string(std::string)>& t
   b.raw = std::move(renamed);
 }
 
-// GPT-NeoX's folders (Pythia, GPT-NeoX-20B) under Llama's names (gpt_neox.layers.N.attention.dense
-// as self_attn.o_proj, mlp.dense_h_to_4h / dense_4h_to_h as up / down, embed_in, final_layer_norm,
-// embed_out), its fused query_key_value as Phi-3's qkv_proj with the rows (and the bias) regrouped
-// from per head [q_h | k_h | v_h] into [q | k | v], as llama.cpp's converter writes attn_qkv.
-void gpt_neox_names(const JsonValue& cfg, Builder& b) {
-  static const std::pair<const char*, const char*> k_parts[] = {
-      {"gpt_neox.layers.", "model.layers."},
-      {".attention.query_key_value.", ".self_attn.qkv_proj."},
-      {".attention.dense.", ".self_attn.o_proj."},
-      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
-      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
-      {"gpt_neox.embed_in.", "model.embed_tokens."},
-      {"gpt_neox.final_layer_norm.", "model.norm."},
-      {"embed_out.", "lm_head."}};
-  rename_tensors(b, [&](std::string name) {
-    for (const auto& [part, with] : k_parts)
-      if (const size_t at = name.find(part); at != std::string::npos)
-        name.replace(at, std::string(part).size(), with);
-    return name;
-  });
-  const Json json{cfg, b.path};
-  const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
-                width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
-  if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
-  const int64_t hd = width / heads;
-  // Row r of [q | k | v] (part j, head h, dimension d) is row (h * 3 + j) * hd + d of the fused
-  // one.
-  const auto source = [&](int64_t r) {
-    const int64_t j = r / width, h = (r % width) / hd, d = r % hd;
-    return (h * 3 + j) * hd + d;
+// A fused query_key_value (weight rows, or the bias) held as `kv` groups of (heads / kv queries,
+// one key, one value) heads of `hd` rows each (GPT-NeoX: a group per head, [q_h | k_h | v_h];
+// Falcon 40B / 180B: per KV group; Falcon 7B: one group, already [q | k | v]) regrouped into
+// [q | k | v] as llama.cpp's converters write attn_qkv, then viewed as three (take_split).
+void regroup_qkv(Builder& b, int64_t heads, int64_t kv, int64_t hd) {
+  if (heads <= 0 || kv <= 0 || heads % kv != 0 || hd <= 0) return;  // (the config names it)
+  const int64_t per = heads / kv, total = (heads + 2 * kv) * hd;
+  const auto source = [&](int64_t r) {  // (the fused row of [q | k | v]'s row r)
+    const int64_t head = r / hd, d = r % hd;
+    if (head < heads) return ((head / per) * (per + 2) + head % per) * hd + d;
+    const int64_t g = (head - heads) % kv, part = head < heads + kv ? per : per + 1;
+    return (g * (per + 2) + part) * hd + d;
   };
   for (auto& [name, raw] : b.raw) {
     if (name.find(".self_attn.qkv_proj.") == std::string::npos || !raw.supported) continue;
     TensorView& v = raw.view;
     const bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (bias && v.rows * v.cols == 3 * width) {  // (one row of 3 * width values: regrouped in F32)
-      std::vector<float> in(static_cast<size_t>(3 * width));
+    if (bias && v.rows * v.cols == total) {  // (one row of values: regrouped in F32)
+      std::vector<float> in(static_cast<size_t>(total));
       for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, in.data() + r * v.cols);
-      float* out = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(3 * width) * 4));
-      for (int64_t r = 0; r < 3 * width; ++r) out[r] = in[static_cast<size_t>(source(r))];
+      float* out = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(total) * 4));
+      for (int64_t r = 0; r < total; ++r) out[r] = in[static_cast<size_t>(source(r))];
       v.type = DType::F32;
       v.rows = 1;
-      v.cols = 3 * width;
-      v.row_bytes = static_cast<size_t>(3 * width) * 4;
+      v.cols = total;
+      v.row_bytes = static_cast<size_t>(total) * 4;
       v.data = reinterpret_cast<const uint8_t*>(out);
       raw.type_name = "F32";
-    } else if (!bias && v.rows == 3 * width) {  // (whole rows moved, in their stored type)
+    } else if (!bias && v.rows == total) {  // (whole rows moved, in their stored type)
       uint8_t* out = b.alloc(static_cast<size_t>(v.rows) * v.row_bytes);
       for (int64_t r = 0; r < v.rows; ++r)
         std::memcpy(out + static_cast<size_t>(r) * v.row_bytes, v.row(source(r)), v.row_bytes);
@@ -1816,14 +1822,60 @@ void gpt_neox_names(const JsonValue& cfg, Builder& b) {
   }
 }
 
+// Falcon's K/V heads (FalconConfig): num_kv_heads (default: every head) for the new decoder
+// architecture (40B / 180B) or without multi_query, else one (7B's multi-query attention).
+int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
+  const int64_t kv = cfg.integer("num_kv_heads", heads);
+  return cfg.boolean("new_decoder_architecture", false) || !cfg.boolean("multi_query", true) ? kv
+                                                                                             : 1;
+}
+
+// GPT-NeoX's folders (Pythia, GPT-NeoX-20B) and Falcon's under Llama's names (attention.dense /
+// self_attention.dense as self_attn.o_proj, mlp.dense_h_to_4h / dense_4h_to_h as up / down, the
+// embeddings and final norms; Falcon 40B's ln_attn / ln_mlp as the two norms), the fused
+// query_key_value as Phi-3's qkv_proj, regrouped (regroup_qkv).
+void neox_falcon_names(const JsonValue& cfg, Builder& b, bool falcon) {
+  static const std::vector<std::pair<std::string, std::string>> k_neox = {
+      {"gpt_neox.layers.", "model.layers."},
+      {".attention.query_key_value.", ".self_attn.qkv_proj."},
+      {".attention.dense.", ".self_attn.o_proj."},
+      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+      {"gpt_neox.embed_in.", "model.embed_tokens."},
+      {"gpt_neox.final_layer_norm.", "model.norm."},
+      {"embed_out.", "lm_head."}};
+  static const std::vector<std::pair<std::string, std::string>> k_falcon = {
+      {"transformer.h.", "model.layers."},
+      {".self_attention.query_key_value.", ".self_attn.qkv_proj."},
+      {".self_attention.dense.", ".self_attn.o_proj."},
+      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+      {".ln_attn.", ".input_layernorm."},
+      {".ln_mlp.", ".post_attention_layernorm."},
+      {"transformer.word_embeddings.", "model.embed_tokens."},
+      {"transformer.ln_f.", "model.norm."}};
+  rename_tensors(b, [&](std::string name) {
+    for (const auto& [part, with] : falcon ? k_falcon : k_neox)
+      if (const size_t at = name.find(part); at != std::string::npos)
+        name.replace(at, part.size(), with);
+    return name;
+  });
+  const Json json{cfg, b.path};
+  const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
+                width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
+  if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
+  regroup_qkv(b, heads, falcon ? falcon_kv_heads(json, heads) : heads, width / heads);
+}
+
 // Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
 // StarCoder2 and Hunyuan (name parts), StableLM (per-head q / k norms stacked), EXAONE 3 / 3.5 as
 // released (GPT-2-style names and its config's keys, as transformers reads it into
 // LlamaForCausalLM).
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
-  if (type != nullptr && type->is_string() && type->string == "gpt_neox") {
-    gpt_neox_names(cfg, b);
+  if (type != nullptr && type->is_string() &&
+      (type->string == "gpt_neox" || type->string == "falcon")) {
+    neox_falcon_names(cfg, b, type->string == "falcon");
     return true;
   }
   // Name parts of families whose tensors are Llama's under other names (the first that matches).
@@ -2061,12 +2113,14 @@ void load_hf(Model& m, Storage& st) {
   // (Qwen3.5 MoE configs have no dense size: the experts')
   const int64_t mamba2_inner = static_cast<int64_t>(
       std::clamp(cfg.number("expand", 2.0), 0.0, 64.0) * static_cast<double>(c.n_embd));
-  c.n_ff = checked_dim(
-      mamba2 || mamba1 ? mamba2_inner
-      : cfg.v.get("intermediate_size") != nullptr  // (Hunyuan MoE: moe_intermediate_size a list)
-          ? cfg.integer("intermediate_size", 0)
-          : cfg.integer("moe_intermediate_size", 0),
-      "intermediate_size", cfg_path);
+  c.n_ff = checked_dim(mamba2 || mamba1 ? mamba2_inner
+                       : c.arch == "falcon"  // (FalconConfig's: 4 * hidden unless set)
+                           ? cfg.integer("ffn_hidden_size", 4 * c.n_embd)
+                           : cfg.v.get("intermediate_size") !=
+                                     nullptr  // (Hunyuan MoE: moe_intermediate_size a list)
+                                 ? cfg.integer("intermediate_size", 0)
+                                 : cfg.integer("moe_intermediate_size", 0),
+                       "intermediate_size", cfg_path);
   const int64_t default_head_dim = mamba1                     ? c.n_ff
                                    : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
                                                               : 0;
@@ -2194,8 +2248,9 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
   // (Nemotron-H's is read by nemotronh_config_hf).
-  if (const JsonValue* act = cfg.get("hidden_act");
-      act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox") {
+  if (const JsonValue* act = cfg.get("hidden_act"); act != nullptr && act->is_string() &&
+                                                    c.arch != "nemotron_h" && c.arch != "gptneox" &&
+                                                    c.arch != "falcon") {
     const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
                              : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
                              : c.arch == "phi2"                        ? "gelu_new"
@@ -2240,6 +2295,24 @@ void load_hf(Model& m, Storage& st) {
         cfg.v.get("rotary_emb_base") != nullptr)
       c.rope_theta = static_cast<float>(cfg.number("rotary_emb_base", 10000.0));
   }
+  if (c.arch == "falcon") {  // Falcon 7B / 40B / 180B: see neox_falcon_names for the tensors
+    if (cfg.boolean("alibi", false))
+      throw ModelError("alibi=true (ALiBi positions, Falcon-RW) in '" + cfg_path +
+                       "' is not supported");
+    c.layer_norm = c.norm_bias = c.ffn_gelu = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+    const std::string act = cfg.string("activation", "gelu");
+    if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+      throw ModelError("activation '" + act + "' in '" + cfg_path +
+                       "' is not supported (gelu or a tanh GELU is)");
+    c.gelu_erf = act == "gelu";
+    const bool new_arch = cfg.boolean("new_decoder_architecture", false);
+    c.parallel_block = new_arch || cfg.boolean("parallel_attn", true);
+    // (40B / 180B: ln_attn and ln_mlp unless num_ln_in_parallel_attn is 1)
+    c.parallel_norms = new_arch && cfg.integer("num_ln_in_parallel_attn", 2) == 2;
+    c.n_head_kv = static_cast<int>(falcon_kv_heads(cfg, c.n_head));
+    c.qkv_bias = c.o_bias = c.ffn_bias = cfg.boolean("bias", false);
+  }
   if (c.arch == "olmo") {  // weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
     c.layer_norm = true;
     c.rms_eps = 1e-5f;
@@ -2265,7 +2338,8 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
                (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2" ||
                (c.arch == "nemotron" && cfg.boolean("attention_bias", false)) ||
-               (c.arch == "gptneox" && cfg.boolean("attention_bias", true));
+               (c.arch == "gptneox" && cfg.boolean("attention_bias", true)) ||
+               (c.arch == "falcon" && cfg.boolean("bias", false));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)

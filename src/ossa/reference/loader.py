@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox",
+    "hunyuan-moe", "gptneox", "falcon",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -82,7 +82,8 @@ _SUPPORTED_HF = (
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
-    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox)"
+    "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
+    "falcon)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -123,7 +124,7 @@ _HF_ARCHS = {
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
     "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
-    "GPTNeoXForCausalLM": "gptneox",
+    "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -321,7 +322,9 @@ def _weights(
             shapes, recurrent = {}, True
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
-        if cfg["arch"] in ("phi3", "phi2", "gptneox") and name_of(i, "wqkv") in names:  # fused q/k/v, in rows
+        if (
+            cfg["arch"] in ("phi3", "phi2", "gptneox", "falcon") and name_of(i, "wqkv") in names
+        ):  # fused q/k/v, in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
             w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
@@ -630,6 +633,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
+    if arch == "falcon":  # (llama.cpp's files: always the parallel block, 40B's second norm as attn_norm_2)
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=True, parallel_block=True,
+                      parallel_norms="blk.0.attn_norm_2.weight" in names,
+                      ffn_bias="blk.0.ffn_up.bias" in names,
+                      qkv_bias="blk.0.attn_qkv.bias" in names, o_bias="blk.0.attn_output.bias" in names,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "gptneox":  # (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases; parallel)
         dims = md.get(k + "rope.dimension_count", common["head_dim"])
         if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
@@ -692,6 +701,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     layer = dict(_GGUF_LAYER, ffn_norm="post_attention_norm.weight") if post else _GGUF_LAYER
     if arch in NEMOTRON_H:  # (every block's one norm is attn_norm)
         layer = dict(_GGUF_LAYER, ffn_norm="attn_norm.weight")
+    if arch == "falcon" and cfg["parallel_norms"]:  # (40B, as llama.cpp's converter: ln_attn as attn_norm_2)
+        layer = dict(_GGUF_LAYER, attn_norm="attn_norm_2.weight", attn_norm_b="attn_norm_2.bias",
+                     ffn_norm="attn_norm.weight", ffn_norm_b="attn_norm.bias")  # fmt: skip
     if arch == "falcon-h1" and "blk.0.ffn_norm" in names:  # (llama.cpp's name for it: no .weight)
         layer = dict(_GGUF_LAYER, ffn_norm="ffn_norm")
     final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
@@ -754,6 +766,23 @@ _GPT_NEOX_PARTS = (
     ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
 )  # fmt: skip
 
+_FALCON_PARTS = (
+    ("transformer.h.", "model.layers."), (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
+    (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
+    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), (".ln_attn.", ".input_layernorm."),
+    (".ln_mlp.", ".post_attention_layernorm."), ("transformer.word_embeddings.", "model.embed_tokens."),
+    ("transformer.ln_f.", "model.norm."),
+)  # fmt: skip
+
+
+def _falcon_kv_heads(c: dict[str, Any], heads: int) -> int:
+    """Falcon's K/V heads: num_kv_heads (default every head) for the new decoder architecture or without
+    multi_query, else one (twin of loader.cpp's falcon_kv_heads)."""
+    kv = c.get("num_kv_heads") or heads
+    new, multi = c.get("new_decoder_architecture") or False, c.get("multi_query", True) is not False
+    return int(kv) if new or not multi else 1
+
+
 # EXAONE 3's GPT-2-style names within a layer, as Llama's (the first that matches).
 _EXAONE_PARTS = (
     (".ln_1.", ".input_layernorm."), (".ln_2.", ".post_attention_layernorm."),
@@ -811,12 +840,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    neox_heads = 0  # (GPT-NeoX: query_key_value's rows regrouped from per head [q | k | v] into [q | k | v])
-    if c.get("model_type") == "gpt_neox":  # (twin of loader.cpp's gpt_neox_names)
+    qkv_groups = (0, 0, 0)  # (GPT-NeoX, Falcon: heads, KV groups, head size of the fused query_key_value)
+    if c.get("model_type") in ("gpt_neox", "falcon"):  # (twin of loader.cpp's neox_falcon_names)
         renamed = {}
         for name in where:
             to = name
-            for part, with_ in _GPT_NEOX_PARTS:
+            for part, with_ in _GPT_NEOX_PARTS if c["model_type"] == "gpt_neox" else _FALCON_PARTS:
                 to = to.replace(part, with_)
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
@@ -824,7 +853,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
         heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
-        neox_heads = heads if heads > 0 and width % heads == 0 else 0
+        kv = _falcon_kv_heads(c, heads) if c["model_type"] == "falcon" else heads
+        if heads > 0 and width % heads == 0 and kv > 0 and heads % kv == 0:
+            qkv_groups = (heads, kv, width // heads)
     if c.get("model_type") == "exaone":  # (EXAONE 3 / 3.5 as released: twin of loader.cpp's family_names)
         c = dict(c)
         for frm, to in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
@@ -867,9 +898,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if n in stacks:
             return np.stack([where[h].tensor(stored[h]).reshape(-1) for _, h in stacks[n]]).astype(np.float32)
         t = where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
-        if neox_heads and ".self_attn.qkv_proj." in n and t.shape[0] == 3 * c["hidden_size"]:
-            rest = t.shape[1:]  # (rows [head, part, dim] -> [part, head, dim])
-            t = t.reshape(neox_heads, 3, -1, *rest).swapaxes(0, 1).reshape(t.shape)
+        heads, kv, hd = qkv_groups
+        if heads and ".self_attn.qkv_proj." in n and t.shape[0] == (heads + 2 * kv) * hd:
+            per, rest = heads // kv, t.shape[1:]  # (kv groups of per queries, a key and a value)
+            g = t.reshape(kv, per + 2, hd, *rest)
+            t = np.concatenate([g[:, :per].reshape(-1, *rest), g[:, per].reshape(-1, *rest),
+                                g[:, per + 1].reshape(-1, *rest)]).reshape(t.shape)  # fmt: skip
         return t
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
@@ -908,7 +942,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
-    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox"):
+    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon"):
         own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
         want = own.get(arch, "silu")
         if (
@@ -1086,6 +1120,19 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
         if "rope_theta" not in rp and c.get("rotary_emb_base") is not None:
             common["rope_theta"] = float(c["rotary_emb_base"])
+    if arch == "falcon":  # Falcon 7B / 40B / 180B: LayerNorms with bias, exact GELU, parallel block
+        if get("alibi", False):
+            raise ValueError(f"alibi=true (ALiBi positions, Falcon-RW) in '{path}' is not supported")
+        act = get("activation", "gelu")
+        if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+            raise ValueError(f"activation '{act}' in '{path}' is not supported (gelu or a tanh GELU is)")
+        new_arch, bias = bool(get("new_decoder_architecture", False)), bool(get("bias", False))
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=act == "gelu",
+                      parallel_block=new_arch or bool(get("parallel_attn", True)),
+                      parallel_norms=new_arch and get("num_ln_in_parallel_attn", 2) == 2,
+                      n_head_kv=_falcon_kv_heads(c, n_head), n_ff=get("ffn_hidden_size", 4 * n_embd),
+                      qkv_bias=bias, o_bias=bias, ffn_bias=bias,
+                      rms_eps=get("layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "olmo":  # weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
         common.update(layer_norm=True, rms_eps=1e-5, clamp_qkv=float(np.float32(get("clip_qkv", 0.0))))
     if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection
