@@ -33,6 +33,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
   (x + attn(ln1 x) + mlp(ln2 x)) or the sequential one.
 - falcon (Falcon 7B / 40B / 180B): GPT-NeoX's block with Falcon's layouts of the fused query_key_value
   (7B: multi-query, [q | k | v]; 40B / 180B: per KV group, two LayerNorms), no biases by default, full RoPE.
+- dots1 (dots.llm1): Qwen3's attention (per-head q / k norms) and DeepSeek V3's experts (sigmoid scores
+  plus a selection bias, groups, renormalised where norm_topk_prob, scaled, shared experts, leading dense
+  layers); a window from max_window_layers on where configured.
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -277,6 +280,23 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="falcon", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
         vocab_size=130, multi_query=False, parallel_attn=False, bias=True, activation="gelu_new",
     ), ["safetensors"]),
+    # dots.llm1's layout: the first layer dense, then 6 experts of 24 rows, top 2, renormalised and scaled
+    # by 2.5, one shared expert, GQA 2, untied.
+    "dots1": (dict(
+        arch="dots1", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, n_routed_experts=6, num_experts_per_tok=2,
+        moe_intermediate_size=24, n_shared_experts=1, first_k_dense_replace=1, norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+    ), ALL),
+    # Two groups of 4 experts, the best group only, not renormalised (Dots1Config's default), no dense
+    # layer, a window of 6 from layer 1 on (max_window_layers), tied: from its folder (GGUF has no
+    # per-layer window for dots1).
+    "dots1-groups": (dict(
+        arch="dots1", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=4, head_dim=12,
+        intermediate_size=80, vocab_size=130, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=16, n_shared_experts=2, n_group=2, topk_group=1, sliding_window=6,
+        max_window_layers=1, tie=True,
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -330,6 +350,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "phi": "phi2",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
+        "dots1": "dots1",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -390,6 +411,22 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "dots1":
+        moe = c["moe"]
+        assert c["qk_norm"] and moe["deepseek"] and moe["sigmoid_gating"] and moe["selection_bias"]
+        assert (moe["n_expert"], moe["n_expert_used"], moe["n_ff_expert"]) == (
+            case["n_routed_experts"],
+            case["num_experts_per_tok"],
+            case["moe_intermediate_size"],
+        )
+        assert moe["n_ff_shared"] == case["n_shared_experts"] * case["moe_intermediate_size"]
+        assert moe["norm_topk_prob"] == case.get("norm_topk_prob", False)
+        assert moe["routed_scale"] == pytest.approx(case.get("routed_scaling_factor", 1.0))
+        assert moe["layers"] == list(range(case.get("first_k_dense_replace", 0), case["num_layers"]))
+        assert moe["n_group"] == case.get("n_group", 1)
+        window = case.get("sliding_window", 0) if case.get("max_window_layers") is not None else 0
+        assert c["sliding_window"] == window
         return
     if arch == "falcon":
         new, multi = case.get("new_decoder_architecture", False), case.get("multi_query", True)
@@ -467,7 +504,10 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe", "hunyuan_v1_moe") and fmt in ("F16", "Q8_0"):
+    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1") and fmt in (
+        "F16",
+        "Q8_0",
+    ):
         # Rounded weights switch an expert now and then: against the twin on the same weights.
         model = core.load_model(path)
         config, weights = ref_loader.load_weights(path)
@@ -492,7 +532,8 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
 @pytest.mark.parametrize(
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
-     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0")],
+     ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0"),
+     ("dots1", "Q8_0")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
@@ -642,6 +683,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "olmo-clip",
         "gpt_neox",
         "falcon-40b",
+        "dots1",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

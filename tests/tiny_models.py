@@ -85,6 +85,7 @@ ARCHS = (
     "olmo",
     "gpt_neox",
     "falcon",
+    "dots1",
 )
 
 
@@ -238,6 +239,7 @@ def make_hf_model(
         "olmo": transformers.OlmoConfig,
         "gpt_neox": transformers.GPTNeoXConfig,
         "falcon": transformers.FalconConfig,
+        "dots1": transformers.Dots1Config,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -609,7 +611,7 @@ def hf_to_gguf(
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
-        "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "lfm2_moe": "lfm2moe",
+        "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1", "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -857,6 +859,8 @@ def hf_to_gguf(
         writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
         writer.add_leading_dense_block_count(cfg["num_dense_layers"])
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if model_type == "dots1":  # llama.cpp's converter: V3's routing keys (sigmoid), the dense lead layers
+        _glm4moe_keys(writer, cfg, False, "dots1")
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if model_type == "hunyuan_v1_moe":  # llama.cpp's converter's keys: the experts, one shared MLP
@@ -916,7 +920,7 @@ def hf_to_gguf(
                 )
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
-    if arch == "glm4moe":  # shared experts and the selection bias
+    if arch in ("glm4moe", "dots1"):  # shared experts and the selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
@@ -1075,10 +1079,11 @@ def _deepseek2_tensors(
     return out
 
 
-def _glm4moe_keys(writer: Any, cfg: dict[str, Any], nextn: bool) -> None:
+def _glm4moe_keys(writer: Any, cfg: dict[str, Any], nextn: bool, arch: str = "glm4moe") -> None:
     """GLM-4.5's expert keys as llama.cpp's converter writes them (DeepSeek V3's routing: sigmoid
-    scores, a selection bias, renormalised, scaled), and nextn_predict_layers."""
-    k = "glm4moe."
+    scores, a selection bias, renormalised, scaled), and nextn_predict_layers (dots.llm1's alike,
+    without it)."""
+    k = arch + "."
     writer.add_uint32(k + "leading_dense_block_count", cfg.get("first_k_dense_replace") or 0)
     writer.add_expert_count(cfg["n_routed_experts"])
     writer.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -1090,7 +1095,8 @@ def _glm4moe_keys(writer: Any, cfg: dict[str, Any], nextn: bool) -> None:
     if (cfg.get("n_group") or 1) > 1:
         writer.add_uint32(k + "expert_group_count", cfg["n_group"])
         writer.add_uint32(k + "expert_group_used_count", cfg["topk_group"])
-    writer.add_uint32(k + "nextn_predict_layers", int(nextn))
+    if arch == "glm4moe":
+        writer.add_uint32(k + "nextn_predict_layers", int(nextn))
 
 
 def _qwen35_keys(writer: Any, arch: str, cfg: dict[str, Any], head_dim: int, rope: dict[str, Any]) -> None:

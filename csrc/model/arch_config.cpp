@@ -529,6 +529,23 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
     all_sliding(c, cfg.integer("sliding_window", dflt), where);
     return;
   }
+  if (a == "dots1") {  // Dots1Config: layer_types, else from max_window_layers (62) on
+    const JsonValue* raw = cfg.v.get("sliding_window");
+    all_sliding(c, raw == nullptr ? 4096 : cfg.integer("sliding_window", 0), where);
+    if (c.sliding_window == 0) return;
+    std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+    if (types.empty()) {
+      const int64_t first = cfg.integer("max_window_layers", 62);
+      types.resize(static_cast<size_t>(c.n_layer));
+      for (int i = 0; i < c.n_layer; ++i) types[static_cast<size_t>(i)] = i >= first;
+    }
+    c.layer_sliding = std::move(types);
+    if (std::find(c.layer_sliding.begin(), c.layer_sliding.end(), 1) == c.layer_sliding.end()) {
+      c.sliding_window = 0;
+      c.layer_sliding.clear();
+    }
+    return;
+  }
   if (a != "qwen2" && a != "qwen3" && a != "qwen2moe" && a != "qwen3moe" && a != "qwen2vl")
     return;  // llama: none
   // The Qwen configs keep sliding_window (4096 by default) but apply it only with

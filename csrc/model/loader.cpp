@@ -264,7 +264,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon"};
+    "gptneox",    "falcon",   "dots1"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -279,7 +279,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1066,7 +1066,7 @@ void load_gguf(Model& m, Storage& st) {
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
-              arch == "olmo2" || arch == "exaone4" || arch == "olmoe";
+              arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1";
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
@@ -1705,6 +1705,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"StableLmForCausalLM", "stablelm"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
+      {"dots1", "dots1"},
+      {"Dots1ForCausalLM", "dots1"},
       {"falcon", "falcon"},
       {"FalconForCausalLM", "falcon"},
       {"nemotron", "nemotron"},
@@ -2346,6 +2348,7 @@ void load_hf(Model& m, Storage& st) {
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
+              c.arch == "dots1" ||
               c.arch == "hunyuan-moe";  // (Cohere's use_qk_norm: cohere_config_hf)
   c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))

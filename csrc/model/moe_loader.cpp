@@ -268,7 +268,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if ((c.arch == "qwen3moe" || c.arch == "qwen3vlmoe" || c.arch == "qwen2moe" ||
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
-       c.arch == "lfm2moe" || c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe") &&
+       c.arch == "dots1" || c.arch == "lfm2moe" || c.arch == "nemotron_h_moe" ||
+       c.arch == "hunyuan-moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -318,13 +319,15 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // renormalised; llama.cpp hard-codes the sigmoid)
   const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
              nemotron = c.arch == "nemotron_h_moe", minimax = c.arch == "minimax-m2",
-             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax;
+             dots1 = c.arch == "dots1",  // (dots.llm1: V3's routing; older files lack the key)
+      deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax || dots1;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
       c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
   const int64_t gating =
-      nemotron || minimax ? 2 : g.get_int(k + "expert_gating_func", glm || glm_lite ? 2 : 1);
+      nemotron || minimax ? 2
+                          : g.get_int(k + "expert_gating_func", glm || glm_lite || dots1 ? 2 : 1);
   if (c.arch != "gpt-oss" && c.arch != "llama4" && gating != 0 && gating != 1 &&
       !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
@@ -362,7 +365,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "ernie4_5-moe" && c.arch != "deepseek2" && c.arch != "glm4moe" &&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
-      c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe")
+      c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" && c.arch != "dots1")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -504,7 +507,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const int64_t last = end < 0 ? c.n_layer - 1 : end;
     for (int i = 0; i < c.n_layer; ++i)
       if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
-  } else if (c.arch == "deepseek2" || c.arch == "glm4moe") {
+  } else if (c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "dots1") {
     // DeepseekV2Config / DeepseekV3Config (the Hub's keys); Glm4MoeConfig routes as V3 does.
     // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
     // topk_method; the Hub's V3 files say noaux_tc)
@@ -513,17 +516,22 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const JsonValue* type_v = cfg.get("model_type");
     const std::string type = type_v != nullptr && type_v->is_string() ? type_v->string : "";
     const bool glm = c.arch == "glm4moe";
-    const bool v3_type = glm || type == "glm4_moe_lite" || type == "deepseek_v3";
+    // (dots.llm1, dots1: V3's routing whatever topk_method / scoring_func say, as transformers'
+    // Dots1 (its Hub configs write scoring_func "noaux_tc"); norm_topk_prob off unless set)
+    const bool dots1 = c.arch == "dots1";
+    const bool v3_type = glm || dots1 || type == "glm4_moe_lite" || type == "deepseek_v3";
     // (Mistral 4: V3's layers routed by softmax scores without a bias; groups by their two best)
     const bool mistral4 = type == "mistral4";
     const JsonValue* method_v = cfg.get("topk_method");
-    const std::string method = method_v != nullptr && method_v->is_string() ? method_v->string
-                               : v3_type                                    ? "noaux_tc"
-                               : mistral4 && integer("n_group", 1) > 1      ? "group_limited_greedy"
-                                                                            : "greedy";
+    const std::string method = dots1                                          ? "noaux_tc"
+                               : method_v != nullptr && method_v->is_string() ? method_v->string
+                               : v3_type                                      ? "noaux_tc"
+                               : mistral4 && integer("n_group", 1) > 1 ? "group_limited_greedy"
+                                                                       : "greedy";
     const JsonValue* scoring_v = cfg.get("scoring_func");
     const bool v3 = method == "noaux_tc";
-    const std::string scoring = scoring_v != nullptr && scoring_v->is_string()
+    const std::string scoring = dots1 ? "sigmoid"
+                                : scoring_v != nullptr && scoring_v->is_string()
                                     ? scoring_v->string
                                     : (v3 ? "sigmoid" : "softmax");
     if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
@@ -538,7 +546,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 0));
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(integer("n_shared_experts", 0) * m.n_ff_expert, 0, 1 << 30));
-    m.norm_topk_prob = boolean("norm_topk_prob", v3 || mistral4);
+    m.norm_topk_prob = boolean("norm_topk_prob", (v3 || mistral4) && !dots1);
     m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
     m.selection_bias = v3;
     if (method != "greedy") {

@@ -133,6 +133,13 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
         default = 4096 if arch == "mistral" and "sliding_window" not in c else 0
         window = _window(default if c.get("sliding_window") is None else c["sliding_window"])
         return {"sliding_window": window, "layer_sliding": [True] * n_layer} if window else none
+    if arch == "dots1":  # Dots1Config: layer_types, else from max_window_layers (62) on
+        window = _window(4096 if "sliding_window" not in c else c.get("sliding_window") or 0)
+        layers = _hf_layer_types(c, n_layer)
+        if layers is None:
+            first = c.get("max_window_layers")
+            layers = [i >= (62 if first is None else first) for i in range(n_layer)]
+        return {"sliding_window": window, "layer_sliding": layers} if window and any(layers) else none
     if arch not in ("qwen2", "qwen3", "qwen2moe", "qwen3moe", "qwen2vl") or not c.get("use_sliding_window"):
         return none
     window = _window(4096 if c.get("sliding_window") is None else c["sliding_window"])

@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon",
+    "hunyuan-moe", "gptneox", "falcon", "dots1",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -83,7 +83,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon)"
+    "falcon, dots1)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -125,6 +125,7 @@ _HF_ARCHS = {
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
     "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
+    "dots1": "dots1", "Dots1ForCausalLM": "dots1",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -567,7 +568,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe"),
+        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe", "dots1"),
         tied_embeddings="output.weight" not in g.tensors,
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
@@ -1043,7 +1044,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch in ("qwen2", "qwen2vl") or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "olmo3", "exaone4", "olmoe"),
+        qk_norm=arch
+        in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "olmo3", "exaone4", "olmoe", "dots1"),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
         or "lm_head.weight" not in where,

@@ -47,6 +47,7 @@ MOE_ARCHS = (
     "qwen3vlmoe",
     "minimax-m2",
     "hunyuan-moe",
+    "dots1",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -116,6 +117,7 @@ def gguf_config(
             "lfm2moe",
             "nemotron_h_moe",
             "hunyuan-moe",
+            "dots1",
         )
         and not n_expert
     ):
@@ -128,8 +130,11 @@ def gguf_config(
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
     minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
-    gating = 2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite else 1)
-    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron or minimax
+    dots1 = arch == "dots1"  # (dots.llm1: V3's routing; older files lack the gating key)
+    gating = (
+        2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 else 1)
+    )
+    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron or minimax or dots1
     if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
@@ -237,10 +242,17 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "norm_min": float(np.float32(get("moe_norm_min", 1e-12))),
             "layers": [i for i in range(n_layer) if (i + 1) % step == 0 and start <= i <= last],
         })  # fmt: skip
-    if arch in ("deepseek2", "glm4moe"):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig
+    if arch in (
+        "deepseek2",
+        "glm4moe",
+        "dots1",
+    ):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig / Dots1
         # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
         glm = arch == "glm4moe"  # (GLM-4.7-Flash, glm4_moe_lite: V3's layers, mlp_layer_types)
-        v3_type = glm or c.get("model_type") in ("deepseek_v3", "glm4_moe_lite")
+        # (dots.llm1: V3's routing whatever topk_method / scoring_func say, as transformers' Dots1; its Hub
+        # configs write scoring_func "noaux_tc"; norm_topk_prob off unless set)
+        dots1 = arch == "dots1"
+        v3_type = glm or dots1 or c.get("model_type") in ("deepseek_v3", "glm4_moe_lite")
         mistral4 = c.get("model_type") == "mistral4"  # (softmax scores, no bias; groups by their two best)
         default = (
             "noaux_tc"
@@ -249,9 +261,9 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             if mistral4 and get("n_group", 1) > 1
             else "greedy"
         )
-        method = get("topk_method", default)
+        method = "noaux_tc" if dots1 else get("topk_method", default)
         v3 = method == "noaux_tc"
-        scoring = get("scoring_func", "sigmoid" if v3 else "softmax")
+        scoring = "sigmoid" if dots1 else get("scoring_func", "sigmoid" if v3 else "softmax")
         if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
             raise ValueError(f"topk_method '{method}' is not supported")
         if scoring not in ("softmax", "sigmoid"):
@@ -267,7 +279,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "group_top2": scoring == "sigmoid" or mistral4, "n_expert": n_expert,
             "n_expert_used": get("num_experts_per_tok", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": get("n_shared_experts", 0) * n_ff_expert,
-            "norm_topk_prob": bool(get("norm_topk_prob", v3 or mistral4)),
+            "norm_topk_prob": bool(get("norm_topk_prob", (v3 or mistral4) and not dots1)),
             "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
