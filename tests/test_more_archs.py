@@ -36,6 +36,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - dots1 (dots.llm1): Qwen3's attention (per-head q / k norms) and DeepSeek V3's experts (sigmoid scores
   plus a selection bias, groups, renormalised where norm_topk_prob, scaled, shared experts, leading dense
   layers); a window from max_window_layers on where configured.
+- phimoe (Phi-3.5-MoE): Phi-3's attention with LayerNorms and biases (lm_head's too) and 16 experts
+  routed by sparsemixer (each of its two picks weighted by the softmax over the logits within 2 x
+  router_jitter_noise of it), LongRoPE with short_mscale as the factor on cos / sin.
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -297,6 +300,27 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         moe_intermediate_size=16, n_shared_experts=2, n_group=2, topk_group=1, sliding_window=6,
         max_window_layers=1, tie=True,
     ), ["safetensors"]),
+    # Phi-3.5-MoE's layout: LayerNorms with bias, q / k / v / o and lm_head biases, 6 experts, sparsemixer
+    # at the release's 0.01 (the value GGUF files imply), GQA 2.
+    "phimoe": (dict(
+        arch="phimoe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=48,
+        vocab_size=150, num_local_experts=6, attention_bias=True, lm_head_bias=True,
+    ), ALL),
+    # A cut of 0.3 (router_jitter_noise 0.15: wide enough for the tiny logits to leave several experts in
+    # each softmax), tied: from its folder (GGUF has no key for it).
+    "phimoe-wide": (dict(
+        arch="phimoe", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=40,
+        vocab_size=130, num_local_experts=8, router_jitter_noise=0.15, tie=True,
+    ), ["safetensors"]),
+    # The release's LongRoPE (short / long factors, short_mscale = long_mscale), the default 0.01 cut, no
+    # biases: from its folder (llama.cpp's converter writes LongRoPE's default factor, not the mscale).
+    "phimoe-longrope": (dict(
+        arch="phimoe", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=40,
+        vocab_size=130, num_local_experts=4, max_position_embeddings=256,
+        rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                      "long_factor": [1.5, 2.0, 3.0, 4.0, 6.0, 8.0], "short_mscale": 1.243,
+                      "long_mscale": 1.243, "original_max_position_embeddings": 64},
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -351,6 +375,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
+        "phimoe": "phimoe",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -411,6 +436,18 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "phimoe":
+        moe, bias = c["moe"], case.get("attention_bias", False)
+        assert c["layer_norm"] and c["norm_bias"] and (c["qkv_bias"], c["o_bias"]) == (bias, bias)
+        assert (
+            moe["sparsemixer"] and moe["n_expert_used"] == 2 and moe["n_expert"] == case["num_local_experts"]
+        )
+        want = 0.01 if fmt != "safetensors" else case.get("router_jitter_noise", 0.01)
+        assert moe["sparsemixer_eps"] == pytest.approx(want)
+        if "rope_scaling" in case:
+            assert c["rope_scaling"]["type"] == "longrope"
+            assert c["rope_scaling"]["attn_factor"] == pytest.approx(1.243)
         return
     if arch == "dots1":
         moe = c["moe"]
@@ -504,7 +541,13 @@ def test_logits_match_hf_and_twin(
 ) -> None:
     path = case_file(hf_models, name, fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models[name]
-    if CASES[name][0]["arch"] in ("granitemoe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1") and fmt in (
+    if CASES[name][0]["arch"] in (
+        "granitemoe",
+        "ernie4_5_moe",
+        "hunyuan_v1_moe",
+        "dots1",
+        "phimoe",
+    ) and fmt in (
         "F16",
         "Q8_0",
     ):
@@ -533,7 +576,7 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
      ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0"),
-     ("dots1", "Q8_0")],
+     ("dots1", "Q8_0"), ("phimoe", "Q8_0")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
@@ -684,6 +727,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "gpt_neox",
         "falcon-40b",
         "dots1",
+        "phimoe",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(
@@ -728,3 +772,21 @@ def test_hunyuan_moe_shared_mlp_and_refusals(hf_models: dict[str, Any], tmp_path
         copy_with(src, tmp_path / "two", num_shared_expert=2), "num_shared_expert", "num_shared_expert"
     )
     both_refuse(copy_with(src, tmp_path / "cla", use_cla=True), "use_cla", "use_cla")
+
+
+def test_phimoe_sparsemixer_matters_and_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """On the wide-cut model, sparsemixer's weights differ from a plain softmax top-2 (renormalised, as
+    llama.cpp routes phimoe) by more than rounding, and ossa follows transformers; more than two
+    experts per token and differing mscales are refused by name."""
+    src, hf_logits, ids = hf_models["phimoe-wide"]
+    config, weights = ref_loader.load_weights(src)
+    plain = dict(config, moe=dict(config["moe"], sparsemixer=False, norm_topk_prob=True))
+    scale = float(np.max(np.abs(hf_logits)))
+    assert float(np.max(np.abs(ref_model.forward(plain, weights, ids) - hf_logits))) > 1e-3 * scale
+    got = core.model_logits(core.load_model(src), ids)
+    assert float(np.max(np.abs(got - hf_logits))) < 1e-5 * scale
+    both_refuse(copy_with(src, tmp_path / "three", num_experts_per_tok=3), "2 experts", "2 experts")
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6, "short_mscale": 1.2,
+            "long_mscale": 1.3, "original_max_position_embeddings": 64}  # fmt: skip
+    both_refuse(copy_with(src, tmp_path / "mscale", rope_parameters=rope, max_position_embeddings=256),
+                "mscale", "mscale")  # fmt: skip

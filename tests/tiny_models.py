@@ -86,6 +86,7 @@ ARCHS = (
     "gpt_neox",
     "falcon",
     "dots1",
+    "phimoe",
 )
 
 
@@ -240,6 +241,7 @@ def make_hf_model(
         "gpt_neox": transformers.GPTNeoXConfig,
         "falcon": transformers.FalconConfig,
         "dots1": transformers.Dots1Config,
+        "phimoe": transformers.PhimoeConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -447,7 +449,7 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
         if arch in ("gptneox", "falcon") and rest in _GPT_NEOX_NAMES:
             return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
         if (
-            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon")
+            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon", "phimoe")
             and rest in _STARCODER2_NAMES
         ):
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
@@ -611,7 +613,8 @@ def hf_to_gguf(
         "arcee": "arcee", "exaone": "exaone", "internlm3": "llama", "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
-        "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1", "lfm2_moe": "lfm2moe",
+        "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
+        "phimoe": "phimoe", "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -678,7 +681,7 @@ def hf_to_gguf(
     eps = cfg.get("layer_norm_epsilon") if own_eps else None
     writer.add_layer_norm_rms_eps(eps or cfg.get("norm_eps", cfg.get("rms_norm_eps", 1e-6)))
     writer.add_rope_freq_base(float(rope_theta))
-    if arch == "phi3":  # the converter's formula: int(partial * n_embd) // n_head
+    if arch in ("phi3", "phimoe"):  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
     elif arch in ("glm4moe", "glm4"):
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
@@ -785,8 +788,11 @@ def hf_to_gguf(
         writer.add_residual_scale(float(cfg.get("residual_multiplier", 1.0)))
         writer.add_attention_scale(float(cfg.get("attention_multiplier", 1.0)))
         writer.add_logit_scale(float(cfg.get("logits_scaling", 1.0)))
-    if arch == "phi3":
+    if arch in ("phi3", "phimoe"):
         _phi3_keys(writer, cfg, rope)
+    if arch == "phimoe":  # (its converter's expert keys: the experts of feed_forward_length rows)
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
     elif arch == "gpt-oss":  # llama.cpp: the window on the even-numbered layers, hard-coded
         if cfg["layer_types"] != ["sliding_attention" if i % 2 == 0 else "full_attention"
                                   for i in range(cfg["num_hidden_layers"])]:  # fmt: skip

@@ -128,6 +128,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   moe["routed_scale"] = c.moe.routed_scale;
   moe["norm_eps"] = c.moe.norm_eps;
   moe["input_weighted"] = c.moe.input_weighted;
+  moe["sparsemixer"] = c.moe.sparsemixer;
+  moe["sparsemixer_eps"] = c.moe.sparsemixer_eps;
   nb::list layers;
   for (int l : c.moe.layers) layers.append(l);
   moe["layers"] = layers;

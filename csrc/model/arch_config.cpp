@@ -217,7 +217,7 @@ int rotated_dims(int64_t dims, const ModelConfig& c, const std::string& where) {
 
 void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
                       std::vector<float> short_factor) {
-  const std::string k = "phi3.";
+  const std::string k = c.arch + ".";  // (phi3, phimoe)
   c.rope_style = RopeStyle::Neox;
   c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
                             k + "rope.dimension_count");
@@ -235,6 +235,19 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
                                    static_cast<double>(c.n_ctx_train) / s.original_max_position,
                                    s.original_max_position);
   check_longrope(c, "the GGUF file");
+}
+
+void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path) {
+  c.layer_norm = c.norm_bias = true;  // (nn.LayerNorm, eps rms_norm_eps)
+  if (c.rope_scaling.type != "longrope" || scaling == nullptr || !scaling->is_object()) return;
+  // PhimoeConfig's own factors on cos / sin: short_mscale within the original context,
+  // long_mscale beyond it (one factor here: differing ones are refused)
+  const Json s{*scaling, path};
+  const double shrt = s.number("short_mscale", 0.0), lng = s.number("long_mscale", shrt);
+  if (shrt <= 0.0) return;  // (absent: LongRoPE's default factor, as Phi-3)
+  if (lng != shrt || !std::isfinite(shrt))
+    throw ModelError("short_mscale and long_mscale differ in '" + path + "' (not supported)");
+  c.rope_scaling.attn_factor = static_cast<float>(shrt);
 }
 
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {

@@ -84,6 +84,9 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
 
 // Phi-3 from config.json, after the shared keys: partial_rotary_factor, rope scaling "longrope" /
 // "su" (`scaling`: rope_scaling or rope_parameters, may be null) and sliding_window.
+// Phi-3.5-MoE from a folder, after phi3_config_hf: LayerNorms with biases, LongRoPE's factor on
+// cos / sin from short_mscale (equal to long_mscale).
+void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path);
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
 // The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:

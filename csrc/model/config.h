@@ -63,6 +63,11 @@ struct MoeConfig {
   // Llama 4: the experts of the k largest logits, each weighted by sigmoid(its logit), the weight
   // multiplying the expert's input rather than its output; the shared expert ungated.
   bool input_weighted = false;
+  // Phi-3.5-MoE's sparsemixer (top 2 at inference): the best logit's expert, weighted by the
+  // softmax over the logits within 2 sparsemixer_eps (relative: (top - s) / max(|s|, top)) of it;
+  // then the best of the others, weighted by the softmax over the others within 2 eps of that one.
+  bool sparsemixer = false;
+  float sparsemixer_eps = 0.0f;
   bool is_moe_layer(int layer) const;
 };
 

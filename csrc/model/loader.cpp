@@ -264,7 +264,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",   "dots1"};
+    "gptneox",    "falcon",   "dots1",      "phimoe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -279,7 +279,7 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -552,7 +552,7 @@ void build_weights(Model& m, Builder& b,
       build_mamba1_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
-    } else if ((c.arch == "phi3" || c.arch == "phi2" || c.arch == "gptneox" ||
+    } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
@@ -1010,8 +1010,9 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
-  if (arch != "phi3" && arch != "glm4moe" && arch != "glm4" && arch != "minimax-m2" && !mla &&
-      arch != "stablelm" && arch != "phi2" && arch != "nemotron" && arch != "gptneox" && !qwen35 &&
+  if (arch != "phi3" && arch != "phimoe" && arch != "glm4moe" && arch != "glm4" &&
+      arch != "minimax-m2" && !mla && arch != "stablelm" && arch != "phi2" && arch != "nemotron" &&
+      arch != "gptneox" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1070,7 +1071,7 @@ void load_gguf(Model& m, Storage& st) {
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
-  if (!c.gemma() && arch != "phi3") window_config_gguf(*g, c);
+  if (!c.gemma() && arch != "phi3" && arch != "phimoe") window_config_gguf(*g, c);
   if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
   if (arch == "exaone4") exaone4_config_gguf(*g, c);
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
@@ -1188,7 +1189,11 @@ void load_gguf(Model& m, Storage& st) {
       c.n_ff = checked_dim(g->get_int(k + "expert_shared_feed_forward_length", c.n_ff),
                            "expert_shared_feed_forward_length", m.path);
   }
-  if (arch == "phi3") {
+  if (arch == "phimoe") {  // (Phi-3's attention with LayerNorms and biases; experts below)
+    c.layer_norm = c.norm_bias = true;
+    c.o_bias = b.has("blk.0.attn_output.bias");
+  }
+  if (arch == "phi3" || arch == "phimoe") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
       std::vector<float> out;
@@ -1610,6 +1615,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"MixtralForCausalLM", "mixtral"},
       {"phi3", "phi3"},
       {"Phi3ForCausalLM", "phi3"},
+      {"phimoe", "phimoe"},
+      {"PhimoeForCausalLM", "phimoe"},
+      {"PhiMoEForCausalLM", "phimoe"},
       {"smollm3", "smollm3"},
       {"SmolLM3ForCausalLM", "smollm3"},
       {"granite", "granite"},
@@ -2137,8 +2145,8 @@ void load_hf(Model& m, Storage& st) {
   c.n_ctx_train = static_cast<int>(
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
-  if (c.arch != "phi3" && c.arch != "glm4moe" && c.arch != "glm4" && !qwen35 &&
-      c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
+  if (c.arch != "phi3" && c.arch != "phimoe" && c.arch != "glm4moe" && c.arch != "glm4" &&
+      !qwen35 && c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
       c.arch != "phi2" && c.arch != "nemotron" && c.arch != "gptneox" &&
       cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
@@ -2187,7 +2195,7 @@ void load_hf(Model& m, Storage& st) {
       c.rope_scaling.high_freq_factor = static_cast<float>(s.number("high_freq_factor", 4.0));
       c.rope_scaling.original_max_position = static_cast<int>(
           std::clamp<int64_t>(s.integer("original_max_position_embeddings", 8192), 1, 1 << 30));
-    } else if (type == "yarn" && c.arch != "phi3") {
+    } else if (type == "yarn" && c.arch != "phi3" && c.arch != "phimoe") {
       yarn_config_hf(cfg, s, c);
     } else if (type == "dynamic") {
       // Hunyuan's NTK-alpha: a fixed larger base, theta * alpha^(d / (d - 2)). Without alpha,
@@ -2198,7 +2206,8 @@ void load_hf(Model& m, Storage& st) {
         c.rope_theta =
             static_cast<float>(static_cast<double>(c.rope_theta) *
                                std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
-    } else if (type != "default" && !(c.arch == "phi3" && (type == "longrope" || type == "su"))) {
+    } else if (type != "default" && !((c.arch == "phi3" || c.arch == "phimoe") &&
+                                      (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
   }
@@ -2206,14 +2215,18 @@ void load_hf(Model& m, Storage& st) {
   c.rope_style = ernie ? RopeStyle::Interleaved : RopeStyle::Neox;
   if (ernie && cfg.boolean("use_bias", false))
     throw ModelError("use_bias=true in '" + cfg_path + "' is not supported");
-  if (c.arch == "phi3")
+  if (c.arch == "phi3" || c.arch == "phimoe")
     phi3_config_hf(cfg, scaling, c);  // partial rotary, LongRoPE, sliding window
+  if (c.arch == "phimoe") {  // LayerNorms, mscale; biases on q / k / v / o where attention_bias
+    phimoe_config_hf(scaling, c, cfg_path);
+    c.o_bias = cfg.boolean("attention_bias", false);
+  }
   if (c.arch == "granite" || c.arch == "granitemoe") granite_config_hf(cfg, c);
   if (c.arch == "smollm3")
     smollm3_config_hf(cfg, c);  // NoPE layers, the window of use_sliding_window
   else if (gpt_oss)
     gpt_oss_config_hf(cfg, c);  // window, sinks, biases
-  else if (c.arch != "phi3")
+  else if (c.arch != "phi3" && c.arch != "phimoe")
     window_config_hf(cfg, c);
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
@@ -2332,7 +2345,7 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
       !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" && c.arch != "gptneox" &&
-      cfg.boolean("attention_bias", false))
+      c.arch != "phimoe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
@@ -2341,7 +2354,8 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2" ||
                (c.arch == "nemotron" && cfg.boolean("attention_bias", false)) ||
                (c.arch == "gptneox" && cfg.boolean("attention_bias", true)) ||
-               (c.arch == "falcon" && cfg.boolean("bias", false));
+               (c.arch == "falcon" && cfg.boolean("bias", false)) ||
+               (c.arch == "phimoe" && cfg.boolean("attention_bias", false));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)

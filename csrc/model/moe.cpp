@@ -79,6 +79,36 @@ void route(const float* logits, int n_expert, int k, bool norm, bool softmax_top
     for (int j = 0; j < k; ++j) weight[j] = static_cast<float>(weight[j] / chosen_sum);
 }
 
+// Phi-3.5-MoE's sparsemixer at inference (MoeConfig::sparsemixer; two experts): the best logit's
+// expert (equal ones: the lower index), weighted by the softmax over the logits s with
+// (top - s) / max(|s|, top) <= 2 eps (f32, as transformers) evaluated at it; then the best of the
+// others likewise, over the others. Sorted by expert index.
+void route_sparsemixer(const float* logits, int n_expert, float eps, int32_t* chosen,
+                       float* weight) {
+  const float cut = 2.0f * eps;
+  int32_t first = -1;
+  for (int pick = 0; pick < 2; ++pick) {
+    int32_t best = -1;
+    for (int e = 0; e < n_expert; ++e)
+      if (e != first && (best < 0 || logits[e] > logits[best])) best = e;
+    const float top = logits[best];
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; ++e) {
+      if (e == first) continue;
+      const float factor = std::max(std::fabs(logits[e]), top);
+      if ((top - logits[e]) / factor > cut) continue;  // (NaN, 0 / 0: kept, as torch)
+      sum += std::exp(static_cast<double>(logits[e] - top));
+    }
+    chosen[pick] = best;
+    weight[pick] = static_cast<float>(1.0 / sum);
+    first = best;
+  }
+  if (chosen[1] < chosen[0]) {
+    std::swap(chosen[0], chosen[1]);
+    std::swap(weight[0], weight[1]);
+  }
+}
+
 float sigmoid(float v) {
   return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
 }
@@ -197,8 +227,11 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
   const float* norm_w =
       call.norm != nullptr ? call.norm : reinterpret_cast<const float*>(L.ffn_norm.data);
   const float* expert_scale = reinterpret_cast<const float*>(W.expert_scale.data);
+  // (the model's norm: Phi-3.5-MoE's LayerNorm with its bias; RMSNorm elsewhere)
+  const float* norm_b =
+      call.norm != nullptr ? nullptr : reinterpret_cast<const float*>(L.ffn_norm_b.data);
   fwd::per_token(n, threads, [&](int t) {
-    rmsnorm_row(s.x.data() + t * E, norm_w, E, c.rms_eps, s.h.data() + t * E);
+    fwd::norm_row(c, s.x.data() + t * E, norm_w, E, s.h.data() + t * E, norm_b);
   });
 
   for (int base = 0; base < n; base += b.pass_tokens) {
@@ -213,7 +246,10 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
       fwd::add_bias(logits, W.router_bias, n_expert);
       const float* bias =
           mc.selection_bias ? reinterpret_cast<const float*>(W.selection_bias.data) : nullptr;
-      if (mc.deepseek) {
+      if (mc.sparsemixer) {  // Phi-3.5-MoE
+        route_sparsemixer(logits, n_expert, mc.sparsemixer_eps, b.chosen.data() + t * k,
+                          b.weight.data() + t * k);
+      } else if (mc.deepseek) {
         route_deepseek(mc, logits, b.chosen.data() + t * k, b.weight.data() + t * k, bias);
       } else if (mc.input_weighted) {  // Llama 4: the k largest logits, sigmoid of each
         route(logits, n_expert, k, false, true, b.chosen.data() + t * k, b.weight.data() + t * k);

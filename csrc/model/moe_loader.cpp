@@ -63,6 +63,11 @@ void validate_moe(ModelConfig& c, const std::string& path) {
     fail("expert groups of one expert (a group is scored by its two best)");
   if (!(m.routed_scale > 0.0f) || !std::isfinite(m.routed_scale))
     fail("invalid routed expert scale " + std::to_string(m.routed_scale));
+  if (m.sparsemixer && (m.n_expert_used != 2 || m.n_expert < 2))
+    fail("sparsemixer routing picks 2 experts (experts used per token: " +
+         std::to_string(m.n_expert_used) + ")");
+  if (m.sparsemixer && !(m.sparsemixer_eps >= 0.0f && std::isfinite(m.sparsemixer_eps)))
+    fail("invalid router_jitter_noise");
 }
 
 // Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
@@ -268,8 +273,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if ((c.arch == "qwen3moe" || c.arch == "qwen3vlmoe" || c.arch == "qwen2moe" ||
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
-       c.arch == "dots1" || c.arch == "lfm2moe" || c.arch == "nemotron_h_moe" ||
-       c.arch == "hunyuan-moe") &&
+       c.arch == "dots1" || c.arch == "phimoe" || c.arch == "lfm2moe" ||
+       c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -286,6 +291,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // (and not for Jamba's)
   m.norm_topk_prob = g.get_bool(k + "expert_weights_norm",
                                 c.arch != "qwen2moe" && c.arch != "olmoe" && c.arch != "jamba");
+  if (c.arch == "phimoe") {  // (transformers' sparsemixer; llama.cpp routes by a plain top-2)
+    m.sparsemixer = true;
+    m.sparsemixer_eps = 0.01f;  // (PhimoeConfig's router_jitter_noise: no key holds it)
+    m.norm_topk_prob = false;
+  }
   if (c.arch == "gpt-oss") {  // llama.cpp hard-codes these for gpt-oss (no key holds them)
     m.bias = true;
     m.softmax_topk = true;
@@ -365,7 +375,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "ernie4_5-moe" && c.arch != "deepseek2" && c.arch != "glm4moe" &&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
-      c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" && c.arch != "dots1")
+      c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" &&
+      c.arch != "dots1" && c.arch != "phimoe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -590,6 +601,17 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_ff_expert = c.n_ff;
     m.norm_topk_prob = boolean("norm_topk_prob", false);
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
+  } else if (c.arch == "phimoe") {  // PhimoeConfig's defaults: sparsemixer over 16 experts
+    m.n_expert = static_cast<int>(integer("num_local_experts", 16));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
+    m.n_ff_expert = c.n_ff;
+    m.sparsemixer = true;
+    const JsonValue* eps = cfg.get("router_jitter_noise");
+    if (eps != nullptr && !eps->is_null() && !eps->is_number())
+      throw ModelError("config 'router_jitter_noise' in '" + path + "' must be a number");
+    m.sparsemixer_eps =
+        eps == nullptr || eps->is_null() ? 0.01f : static_cast<float>(eps->number);  // (checked)
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "mixtral") {
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
@@ -763,7 +785,8 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
   // (MiniMax-M2's folders: Mixtral's names, its selection bias beside the router)
   const bool minimax =
       c.arch == "minimax-m2" && src.has("model.layers." + l + ".block_sparse_moe.gate.weight");
-  const bool mixtral = c.arch == "mixtral" || minimax, w123 = mixtral || c.arch == "lfm2moe";
+  const bool mixtral = c.arch == "mixtral" || c.arch == "phimoe" || minimax,
+             w123 = mixtral || c.arch == "lfm2moe";
   const std::string p = "model.layers." + l +
                         (mixtral                                    ? ".block_sparse_moe."
                          : c.arch == "lfm2moe" || c.arch == "jamba" ? ".feed_forward."

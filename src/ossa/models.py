@@ -196,6 +196,9 @@ class MoeConfig:
     routed_scale: float = 1.0
     norm_eps: float = 1e-20  # added to the chosen weights' sum when renormalised (LFM2-MoE: 1e-6)
     input_weighted: bool = False  # Llama 4: top-k logits, sigmoid weights on the experts' input
+    # Phi-3.5-MoE: sparsemixer's two picks, each weighted by the softmax over logits within 2 eps of it
+    sparsemixer: bool = False
+    sparsemixer_eps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -668,7 +671,9 @@ def _human(n: float) -> str:
 
 
 def _routing(m: MoeConfig) -> str:
-    """DeepSeek's routing in words (empty for the other MoE models)."""
+    """DeepSeek's routing in words (Phi-3.5-MoE's sparsemixer too; empty for the other MoE models)."""
+    if m.sparsemixer:
+        return f"sparsemixer (each pick weighted within 2 x {m.sparsemixer_eps:g} of it)"
     if not m.deepseek:
         return ""
     parts = ["sigmoid scores" if m.sigmoid_gating else "softmax scores"]

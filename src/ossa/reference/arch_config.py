@@ -405,13 +405,16 @@ def _check_longrope(scaling: dict[str, Any], rope_dim: int, head_dim: int) -> No
         raise ValueError("invalid LongRoPE factor")
 
 
-def phi3_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]) -> dict[str, Any]:
-    """Phi-3 keys of a GGUF file: partial rotary (rope.dimension_count), LongRoPE from llama.cpp's
-    rope_factors_long / rope_factors_short tensors, attention.sliding_window over every layer."""
-    k = "phi3."
+def phi3_gguf(
+    md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any], arch: str = "phi3"
+) -> dict[str, Any]:
+    """Phi-3 keys of a GGUF file (Phi-3.5-MoE's alike): partial rotary (rope.dimension_count), LongRoPE
+    from llama.cpp's rope_factors_long / rope_factors_short tensors, attention.sliding_window over every
+    layer."""
+    k = arch + "."
     out: dict[str, Any] = {"rope_style": "neox"}
     out["rope_dim"] = _rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
-    out.update(window_gguf("phi3", md, common["n_layer"]))
+    out.update(window_gguf(arch, md, common["n_layer"]))
     if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
         original = max(
             1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
@@ -458,6 +461,21 @@ def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         }
         _check_longrope(scaling, out["rope_dim"], common["head_dim"])
         out["rope_scaling"] = scaling
+    return out
+
+
+def phimoe_hf(c: dict[str, Any], scaling: dict[str, Any] | None) -> dict[str, Any]:
+    """Phi-3.5-MoE from a config.json, after phi3_hf: LayerNorms with biases, q / k / v / o biases where
+    attention_bias, LongRoPE's factor on cos / sin from short_mscale (long_mscale must equal it; twin of
+    arch_config.cpp's phimoe_config_hf)."""
+    bias = bool(c.get("attention_bias") or False)
+    out: dict[str, Any] = {"layer_norm": True, "norm_bias": True, "qkv_bias": bias, "o_bias": bias}
+    s = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    short = s.get("short_mscale") or 0.0
+    if scaling is not None and scaling.get("type") == "longrope" and short > 0:
+        if (s.get("long_mscale") or short) != short:
+            raise ValueError("short_mscale and long_mscale differ (not supported)")
+        out["rope_scaling"] = dict(scaling, attn_factor=short)
     return out
 
 

@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon", "dots1",
+    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -83,7 +83,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1)"
+    "falcon, dots1, phimoe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -125,7 +125,8 @@ _HF_ARCHS = {
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
     "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
-    "dots1": "dots1", "Dots1ForCausalLM": "dots1",
+    "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
+    "PhiMoEForCausalLM": "phimoe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -324,7 +325,7 @@ def _weights(
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
         if (
-            cfg["arch"] in ("phi3", "phi2", "gptneox", "falcon") and name_of(i, "wqkv") in names
+            cfg["arch"] in ("phi3", "phimoe", "phi2", "gptneox", "falcon") and name_of(i, "wqkv") in names
         ):  # fused q/k/v, in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
@@ -592,8 +593,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return cfg, w
     if arch in GEMMA:  # norms stored as 1 + w by llama.cpp's converter
         common.update(arch_config.gemma3_gguf(md, common, arch))
-    if arch == "phi3":
-        common.update(arch_config.phi3_gguf(md, common, g.tensor, names))
+    if arch in ("phi3", "phimoe"):
+        common.update(arch_config.phi3_gguf(md, common, g.tensor, names, arch))
+        if arch == "phimoe":  # (Phi-3's attention with LayerNorms and biases)
+            common.update(layer_norm=True, norm_bias=True, o_bias="blk.0.attn_output.bias" in names)
     elif arch not in GEMMA:
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     if arch == "smollm3":
@@ -963,6 +966,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "seed_oss",
         "nemotron",
         "gptneox",
+        "phimoe",
     ) and get("attention_bias", False):
         raise ValueError(f"attention_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
@@ -993,18 +997,17 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "high_freq_factor": s.get("high_freq_factor", 4.0),
             "original_max_position": s.get("original_max_position_embeddings", 8192),
         }
-    elif stype == "yarn" and arch != "phi3":
+    elif stype == "yarn" and arch not in ("phi3", "phimoe"):
         scaling = arch_config.yarn_hf(c, s)
     elif stype == "dynamic":  # Hunyuan's NTK-alpha: a fixed base; without alpha nothing within the context
         alpha = s.get("alpha") or 0.0
         hd = get("head_dim", 0) or get("hidden_size", 0) // max(get("num_attention_heads", 1), 1)
         if alpha > 0 and hd > 2:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
-    elif stype != "default" and not (arch == "phi3" and stype in ("longrope", "su")):
+    elif stype != "default" and not (arch in ("phi3", "phimoe") and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2", "nemotron",
-                  "gptneox",
-                  *QWEN35)  # fmt: skip
+    partial_ok = ("phi3", "phimoe", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2",
+                  "nemotron", "gptneox", *QWEN35)  # fmt: skip
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -1058,8 +1061,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(olmo3)
     elif arch == "exaone4":
         common.update(arch_config.exaone4_hf(c, common["n_layer"]))
-    elif arch == "phi3":
+    elif arch in ("phi3", "phimoe"):
         common.update(arch_config.phi3_hf(c, common))
+        if arch == "phimoe":
+            common.update(arch_config.phimoe_hf(c, common.get("rope_scaling")))
     elif arch == "smollm3":
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
     else:

@@ -460,9 +460,7 @@ def forward(
         if c["layer_no_ffn"] and c["layer_no_ffn"][i]:  # (Nemotron-H: a mixer block)
             continue
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
-            x = add(
-                x, moe_twin.moe_ffn(c, w, i, rms_norm(x, w[p + "ffn_norm"], eps), q8)
-            )  # (Granite MoE's scale)
+            x = add(x, moe_twin.moe_ffn(c, w, i, pre(x, p + "ffn_norm"), q8))  # (Granite MoE's scale)
             continue
         h = pre(x, p + "ffn_norm")
         if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down

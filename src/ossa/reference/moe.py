@@ -48,6 +48,7 @@ MOE_ARCHS = (
     "minimax-m2",
     "hunyuan-moe",
     "dots1",
+    "phimoe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -65,7 +66,7 @@ _PLAIN: dict[str, Any] = {"bias": False, "softmax_topk": False, "swiglu_alpha": 
                           "selection_bias": False, "norm_min": 0.0, "deepseek": False,
                           "sigmoid_gating": False, "group_top2": False, "n_group": 1, "topk_group": 1,
                           "routed_scale": 1.0, "norm_eps": float(np.float32(1e-20)),
-                          "input_weighted": False}  # fmt: skip
+                          "input_weighted": False, "sparsemixer": False, "sparsemixer_eps": 0.0}  # fmt: skip
 _GPT_OSS: dict[str, Any] = {**_PLAIN, "bias": True, "softmax_topk": True,
                             "swiglu_alpha": float(np.float32(1.702)), "swiglu_limit": 7.0}  # fmt: skip
 # ERNIE 4.5 MoE: chosen by softmax probability + e_score_correction_bias, weighted by the probability
@@ -91,6 +92,12 @@ def _validate(moe: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("expert groups of one expert (a group is scored by its two best)")
     if not (moe["routed_scale"] > 0 and np.isfinite(moe["routed_scale"])):
         raise ValueError(f"invalid routed expert scale {moe['routed_scale']}")
+    if moe["sparsemixer"] and moe["n_expert_used"] != 2:
+        raise ValueError(
+            f"sparsemixer routing picks 2 experts (experts used per token: {moe['n_expert_used']})"
+        )
+    if moe["sparsemixer"] and not (moe["sparsemixer_eps"] >= 0 and np.isfinite(moe["sparsemixer_eps"])):
+        raise ValueError("invalid router_jitter_noise")
     return moe
 
 
@@ -118,6 +125,7 @@ def gguf_config(
             "nemotron_h_moe",
             "hunyuan-moe",
             "dots1",
+            "phimoe",
         )
         and not n_expert
     ):
@@ -162,6 +170,12 @@ def gguf_config(
             **_PLAIN, "input_weighted": True, "n_expert": n_expert,
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": n_ff_expert, "norm_topk_prob": False, "layers": layers,
+        })  # fmt: skip
+    if arch == "phimoe":  # (transformers' sparsemixer, router_jitter_noise 0.01: no key holds it)
+        return _validate({
+            **_PLAIN, "sparsemixer": True, "sparsemixer_eps": float(np.float32(0.01)), "n_expert": n_expert,
+            "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff, "n_ff_shared": 0,
+            "norm_topk_prob": False, "layers": layers,
         })  # fmt: skip
     return _validate({
         **(_GPT_OSS if arch == "gpt-oss" else _ERNIE if arch == "ernie4_5-moe" else _PLAIN),
@@ -373,6 +387,13 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": bool(get("norm_topk_prob", False)),
             "layers": list(range(n_layer)),
         })  # fmt: skip
+    if arch == "phimoe":  # PhimoeConfig's defaults: sparsemixer over 16 experts
+        eps = c.get("router_jitter_noise")
+        return _validate({
+            **_PLAIN, "sparsemixer": True, "sparsemixer_eps": float(np.float32(0.01 if eps is None else eps)),
+            "n_expert": get("num_local_experts", 16), "n_expert_used": get("num_experts_per_tok", 2),
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": False, "layers": list(range(n_layer)),
+        })  # fmt: skip
     if arch == "mixtral":
         return _validate({
             "n_expert": get("num_local_experts", 8), "n_expert_used": get("num_experts_per_tok", 2),
@@ -476,7 +497,7 @@ def hf_layer_weights(
 ) -> None:
     """Layer i's MoE weights from a HF folder (Qwen's mlp.experts.E.*_proj, Mixtral's and LFM2-MoE's
     w1/w3/w2)."""
-    moe, e_dim, mixtral = cfg["moe"], cfg["n_embd"], cfg["arch"] == "mixtral"
+    moe, e_dim, mixtral = cfg["moe"], cfg["n_embd"], cfg["arch"] in ("mixtral", "phimoe")
     lfm2 = cfg["arch"] == "lfm2moe"
     n, f, c = moe["n_expert"], moe["n_ff_expert"], f"layers.{i}."
     if cfg["arch"] == "gpt-oss":
@@ -669,6 +690,26 @@ def route(
     return chosen, weight
 
 
+def route_sparsemixer(logits: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Phi-3.5-MoE's sparsemixer at inference (twin of moe.cpp's route_sparsemixer): the best logit's
+    expert (equal ones: the lower index), weighted by the softmax over the logits s with
+    (top - s) / max(|s|, top) <= 2 eps (float32, as transformers) evaluated at it; then the best of the
+    others likewise, over the others. Ascending."""
+    s, cut = logits.astype(np.float32), np.float32(2.0) * np.float32(eps)
+    picks, weights, left = [], [], np.ones(len(s), dtype=bool)
+    for _ in range(2):
+        best = int(np.argmax(np.where(left, s, -np.inf)))  # (the first of equal maxima)
+        top = s[best]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            kept = left & ~(((top - s) / np.maximum(np.abs(s), top)) > cut)
+        total = np.exp(s[kept].astype(np.float64) - np.float64(top)).sum()
+        picks.append(best)
+        weights.append(np.float32(1.0 / total))
+        left[best] = False
+    order = np.argsort(picks)
+    return np.asarray(picks)[order], np.asarray(weights, dtype=np.float32)[order]
+
+
 def route_by_selection_bias(
     logits: np.ndarray, bias: np.ndarray, k: int, norm_min: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -751,7 +792,9 @@ def moe_ffn(
         logits = logits + w[c + "router_bias"]
     out = np.zeros_like(h)
     for t in range(len(h)):
-        if moe["deepseek"]:
+        if moe["sparsemixer"]:  # Phi-3.5-MoE
+            chosen, weight = route_sparsemixer(logits[t], moe["sparsemixer_eps"])
+        elif moe["deepseek"]:
             chosen, weight = route_deepseek(moe, logits[t], w.get(c + "selection_bias"))
         elif moe["input_weighted"]:  # Llama 4: the k largest logits, sigmoid of each, on the input
             chosen, _ = route(logits[t], moe["n_expert_used"], False, True)
