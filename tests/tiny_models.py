@@ -21,6 +21,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
+from ossa.reference.loader import (  # (the names as the twin reads them)
+    _FALCON_PARTS,
+    _GPT_NEOX_PARTS,
+    _falcon_kv_heads,
+)
+
 ARCHS = (
     "llama",
     "qwen2",
@@ -387,12 +393,6 @@ _GPT_NEOX_NAMES = {
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "self_attn.qkv_proj.bias": "attn_qkv.bias",
     "mlp.up_proj.bias": "ffn_up.bias", "mlp.down_proj.bias": "ffn_down.bias",
 }  # fmt: skip
-_GPT_NEOX_PARTS = (
-    ("gpt_neox.layers.", "model.layers."), (".attention.query_key_value.", ".self_attn.qkv_proj."),
-    (".attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
-    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), ("gpt_neox.embed_in.", "model.embed_tokens."),
-    ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
-)  # fmt: skip
 
 
 def _regroup_qkv(t: np.ndarray, heads: int, kv: int) -> np.ndarray:
@@ -404,13 +404,6 @@ def _regroup_qkv(t: np.ndarray, heads: int, kv: int) -> np.ndarray:
     return np.concatenate(parts).reshape(t.shape)
 
 
-_FALCON_PARTS = (
-    ("transformer.h.", "model.layers."), (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
-    (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
-    (".mlp.dense_4h_to_h.", ".mlp.down_proj."), (".ln_attn.", ".input_layernorm."),
-    (".ln_mlp.", ".post_attention_layernorm."), ("transformer.word_embeddings.", "model.embed_tokens."),
-    ("transformer.ln_f.", "model.norm."),
-)  # fmt: skip
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
@@ -621,8 +614,6 @@ def hf_to_gguf(
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
     n_head_kv = cfg.get("num_key_value_heads") or n_head
     if model_type == "falcon":  # (FalconConfig's keys, as llama.cpp's converter reads them)
-        from ossa.reference.loader import _falcon_kv_heads
-
         n_head_kv = _falcon_kv_heads(cfg, n_head)
         cfg.update(intermediate_size=cfg["ffn_hidden_size"], num_key_value_heads=n_head_kv)
     n_embd = cfg["hidden_size"]

@@ -1832,6 +1832,23 @@ void regroup_qkv(Builder& b, int64_t heads, int64_t kv, int64_t hd) {
   }
 }
 
+// The rotated dimensions of a folder's partial NeoX RoPE (Phi-2, StableLM, Nemotron, GPT-NeoX): the
+// rope parameters' partial_rotary_factor, else the config's `top_key` (GPT-NeoX's older
+// rotary_pct), else `dflt`, times head_dim; 0 when the whole head rotates.
+int hf_rotated_dims(const Json& cfg, const JsonValue* params, int head_dim, double dflt,
+                    const char* top_key) {
+  const bool own = params != nullptr && params->get("partial_rotary_factor") != nullptr;
+  const double prf = own ? Json{*params, cfg.path}.number("partial_rotary_factor", dflt)
+                         : cfg.number(top_key, dflt);
+  const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(head_dim));
+  if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
+    throw ModelError(
+        std::string("invalid partial_rotary_factor") +
+        (std::string(top_key) == "partial_rotary_factor" ? "" : std::string(" / ") + top_key) +
+        " in '" + cfg.path + "'");
+  return dims == head_dim ? 0 : static_cast<int>(dims);
+}
+
 // Falcon's K/V heads (FalconConfig): num_kv_heads (default: every head) for the new decoder
 // architecture (40B / 180B) or without multi_query, else one (7B's multi-query attention).
 int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
@@ -2236,26 +2253,14 @@ void load_hf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.qkv_bias = c.o_bias = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
-    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
-                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.5)
-                           : cfg.number("partial_rotary_factor", 0.5);
-    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
-    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
-      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.rope_dim = hf_rotated_dims(cfg, params, c.head_dim, 0.5, "partial_rotary_factor");
     if (cfg.boolean("qk_layernorm", false))
       throw ModelError("qk_layernorm=true in '" + cfg_path + "' is not supported");
   }
   if (c.arch == "stablelm") {  // LayerNorm with bias, partial NeoX RoPE (0.25), options below
     c.layer_norm = c.norm_bias = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
-    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
-                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.25)
-                           : cfg.number("partial_rotary_factor", 0.25);
-    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
-    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
-      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.rope_dim = hf_rotated_dims(cfg, params, c.head_dim, 0.25, "partial_rotary_factor");
     c.parallel_block = cfg.boolean("use_parallel_residual", false);
     c.qk_norm_heads = cfg.boolean("qk_layernorm", false);  // (per-head LayerNorms, no bias)
   }
@@ -2279,13 +2284,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "nemotron") {  // LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
     c.rms_eps = static_cast<float>(cfg.number("norm_eps", 1e-5));
-    const double prf = params != nullptr && params->get("partial_rotary_factor") != nullptr
-                           ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.5)
-                           : cfg.number("partial_rotary_factor", 0.5);
-    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
-    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
-      throw ModelError("invalid partial_rotary_factor in '" + cfg_path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.rope_dim = hf_rotated_dims(cfg, params, c.head_dim, 0.5, "partial_rotary_factor");
     c.o_bias = cfg.boolean("attention_bias", false);
   }
   if (c.arch == "gptneox") {  // Pythia, GPT-NeoX-20B: see gpt_neox_names for the tensors
@@ -2299,13 +2298,7 @@ void load_hf(Model& m, Storage& st) {
     c.parallel_block = c.parallel_norms = cfg.boolean("use_parallel_residual", true);
     c.o_bias = cfg.boolean("attention_bias", true);
     // (older configs: rotary_pct and rotary_emb_base at the top level; rope_parameters otherwise)
-    const bool own = params != nullptr && params->get("partial_rotary_factor") != nullptr;
-    const double prf = own ? Json{*params, cfg_path}.number("partial_rotary_factor", 0.25)
-                           : cfg.number("rotary_pct", 0.25);
-    const int64_t dims = static_cast<int64_t>(prf * static_cast<double>(c.head_dim));
-    if (!(prf > 0.0 && prf <= 1.0) || dims % 2 != 0 || dims < 2)
-      throw ModelError("invalid partial_rotary_factor / rotary_pct in '" + cfg_path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.rope_dim = hf_rotated_dims(cfg, params, c.head_dim, 0.25, "rotary_pct");
     if ((params == nullptr || params->get("rope_theta") == nullptr) &&
         cfg.v.get("rotary_emb_base") != nullptr)
       c.rope_theta = static_cast<float>(cfg.number("rotary_emb_base", 10000.0));
