@@ -39,6 +39,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - phimoe (Phi-3.5-MoE): Phi-3's attention with LayerNorms and biases (lm_head's too) and 16 experts
   routed by sparsemixer (each of its two picks weighted by the softmax over the logits within 2 x
   router_jitter_noise of it), LongRoPE with short_mscale as the factor on cos / sin.
+- apertus (Apertus 8B / 70B): Llama's attention with per-head q / k RMSNorms and an xIELU MLP (up, down, no
+  gate) whose four parameters are each layer's own (mlp.act_fn.*; GGUF: xielu.* keys).
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -321,6 +323,16 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                       "long_factor": [1.5, 2.0, 3.0, 4.0, 6.0, 8.0], "short_mscale": 1.243,
                       "long_mscale": 1.243, "original_max_position_embeddings": 64},
     ), ["safetensors"]),
+    # Apertus-8B's layout: q / k norms, an xIELU MLP with per-layer parameters, llama3 RoPE, GQA 2.
+    "apertus": (dict(
+        arch="apertus", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=160,
+        vocab_size=150, rope_theta=12000000.0, rope_scaling=LLAMA3,
+    ), ALL),
+    # MHA, tied, plain RoPE.
+    "apertus-tied": (dict(
+        arch="apertus", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
+        vocab_size=130, tie=True,
+    ), ALL),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -376,6 +388,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "falcon": "falcon",
         "dots1": "dots1",
         "phimoe": "phimoe",
+        "apertus": "apertus",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -436,6 +449,17 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "apertus":
+        assert (
+            c["ffn_xielu"]
+            and c["qk_norm"]
+            and c["rope_style"] == "neox"
+            and len(c["xielu"]) == 4 * c["n_layer"]
+        )
+        assert c["xielu"][2::4] == [0.5] * c["n_layer"] and c["xielu"][3::4] == pytest.approx(
+            [-1e-6] * c["n_layer"]
+        )
         return
     if arch == "phimoe":
         moe, bias = c["moe"], case.get("attention_bias", False)
@@ -728,6 +752,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "falcon-40b",
         "dots1",
         "phimoe",
+        "apertus",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

@@ -93,6 +93,7 @@ ARCHS = (
     "falcon",
     "dots1",
     "phimoe",
+    "apertus",
 )
 
 
@@ -248,6 +249,7 @@ def make_hf_model(
         "falcon": transformers.FalconConfig,
         "dots1": transformers.Dots1Config,
         "phimoe": transformers.PhimoeConfig,
+        "apertus": transformers.ApertusConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -607,7 +609,7 @@ def hf_to_gguf(
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
-        "phimoe": "phimoe", "lfm2_moe": "lfm2moe",
+        "phimoe": "phimoe", "apertus": "apertus", "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -887,6 +889,16 @@ def hf_to_gguf(
         tensors = {functools.reduce(lambda n, p: n.replace(*p), neox_parts, k): v for k, v in tensors.items()}
         for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
             tensors[name] = _regroup_qkv(tensors[name], n_head, n_head_kv)
+    if model_type == "apertus":  # its norms as Llama's; xIELU's parameters as keys (llama.cpp's converter)
+        for field in ("alpha_p", "alpha_n", "beta", "eps"):
+            values = [float(tensors.pop(f"model.layers.{i}.mlp.act_fn.{field}").reshape(-1)[0])
+                      for i in range(cfg["num_hidden_layers"])]  # fmt: skip
+            writer.add_array(f"xielu.{field}", values)
+        parts = (
+            (".attention_layernorm.", ".input_layernorm."),
+            (".feedforward_layernorm.", ".post_attention_layernorm."),
+        )
+        tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
     if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
         tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out

@@ -153,6 +153,8 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["layer_no_ffn"] = no_ffn;
   d["layer_no_mixer"] = no_mixer;
   d["ffn_relu2"] = c.ffn_relu2;
+  d["ffn_xielu"] = c.ffn_xielu;
+  d["xielu"] = c.xielu;
   d["residual_scale"] = c.residual_scale;
   d["logit_scale"] = c.logit_scale;
   d["o_bias"] = c.o_bias;

@@ -143,6 +143,14 @@ void relu2_row(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
 }
 
+void xielu_row(float* x, int64_t n, float alpha_p, float alpha_n, float beta, float eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = v > 0.0f ? alpha_p * v * v + beta * v
+                    : (std::expm1(std::min(v, eps)) - v) * alpha_n + beta * v;
+  }
+}
+
 void silu_row(float* x, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)

@@ -32,6 +32,11 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
 // x[i] = relu(x[i])^2, in place (Nemotron-H's feed-forward activation, relu2).
 void relu2_row(float* x, int64_t n);
 
+// xIELU in place (Apertus), with the applied parameters (alpha_p = softplus of the stored one,
+// alpha_n = beta + softplus of the stored one): x > 0: alpha_p x^2 + beta x; else
+// (expm1(min(x, eps)) - x) alpha_n + beta x; f32, in transformers' order.
+void xielu_row(float* x, int64_t n, float alpha_p, float alpha_n, float beta, float eps);
+
 // x[i] = silu(x[i]) = x[i] / (1 + exp(-x[i])), in place (swiglu_row's exp).
 void silu_row(float* x, int64_t n);
 

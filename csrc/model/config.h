@@ -290,6 +290,10 @@ struct ModelConfig {
   std::vector<uint8_t> layer_no_ffn, layer_no_mixer;  // [n_layer]; empty: every layer has both
   // The feed-forward is down(relu(up x)^2), no gate (Nemotron-H's relu2), experts likewise.
   bool ffn_relu2 = false;
+  // Apertus: the feed-forward is down(xielu(up x)), no gate, with each layer's xIELU parameters
+  // (kernels/ops.h xielu_row) as applied: [n_layer * 4] alpha_p, alpha_n, beta, eps.
+  bool ffn_xielu = false;
+  std::vector<float> xielu;
 
   // Gemma 4 (gemma4; model/gemma4.cpp). Attention shapes per layer (empty: head_dim and n_head_kv
   // everywhere): its global layers have wider heads and fewer KV heads than its sliding ones.

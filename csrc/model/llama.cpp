@@ -355,6 +355,19 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
+    if (c.ffn_xielu) {  // Apertus: down(xielu(up x)), the layer's own parameters
+      in = norm_for(s, ffn_norm, n, threads, {&L.w_up});
+      laps.lap(kNorm);
+      matmul(L.w_up, in, s.gate.data(), F);
+      const float* p = c.xielu.data() + static_cast<size_t>(l) * 4;
+      per_token(n, threads,
+                [&](int t) { xielu_row(s.gate.data() + t * F, F, p[0], p[1], p[2], p[3]); });
+      laps.lap(kGateUp);
+      in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
+      residual(s, L.w_down, in, n, threads);
+      laps.lap(kDown);
+      continue;
+    }
     if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2) (Nemotron's norm has a bias)
       in = norm_for(s, ffn_norm, n, threads, {&L.w_up}, nullptr,
                     reinterpret_cast<const float*>(L.ffn_norm_b.data));

@@ -224,6 +224,25 @@ int checked_dim(int64_t v, const char* what, const std::string& path,
   return static_cast<int>(v);
 }
 
+// Apertus's xIELU parameters as stored (alpha_p and alpha_n before their softplus, beta, eps; one
+// per layer) into ModelConfig::xielu as applied: softplus(alpha_p), beta + softplus(alpha_n)
+// (softplus in double, rounded once; transformers' float32 softplus agrees to an ulp).
+void set_xielu(ModelConfig& c, const std::vector<double>& alpha_p,
+               const std::vector<double>& alpha_n, const std::vector<double>& beta,
+               const std::vector<double>& eps, const std::string& path) {
+  const auto softplus = [](double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); };
+  c.xielu.clear();
+  for (size_t i = 0; i < alpha_p.size(); ++i) {
+    const float b = static_cast<float>(beta[i]);
+    const float v[4] = {static_cast<float>(softplus(alpha_p[i])),
+                        b + static_cast<float>(softplus(alpha_n[i])), b,
+                        static_cast<float>(eps[i])};
+    for (float x : v)
+      if (!std::isfinite(x)) throw ModelError("invalid xIELU parameter in '" + path + "'");
+    c.xielu.insert(c.xielu.end(), v, v + 4);
+  }
+}
+
 void validate_config(ModelConfig& c, const std::string& path) {
   checked_dim(c.n_vocab, "vocabulary size", path);
   checked_dim(c.n_embd, "embedding size", path);
@@ -264,7 +283,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",   "dots1",      "phimoe"};
+    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -279,7 +298,8 @@ const char* const k_supported_hf =
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
-    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe)";
+    "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
+    "apertus)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -606,7 +626,7 @@ void build_weights(Model& m, Builder& b,
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
                    {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
     } else {
-      if (!c.ffn_relu2 && !c.ffn_gelu)  // (Nemotron-H, StarCoder2: up and down alone)
+      if (!c.ffn_relu2 && !c.ffn_gelu && !c.ffn_xielu)  // (Nemotron-H, StarCoder2: up, down)
         l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
@@ -1067,7 +1087,8 @@ void load_gguf(Model& m, Storage& st) {
                      : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
-              arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1";
+              arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1" ||
+              arch == "apertus";
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
@@ -1126,6 +1147,26 @@ void load_gguf(Model& m, Storage& st) {
     c.qkv_bias = b.has("blk.0.attn_qkv.bias");
     c.o_bias = b.has("blk.0.attn_output.bias");
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
+  if (arch == "apertus") {  // (xIELU MLPs: the parameters per layer under llama.cpp's keys)
+    c.ffn_xielu = true;
+    const auto per_layer = [&](const char* key) {
+      const GGUFValue* v = g->find(key);
+      if (v == nullptr)
+        throw ModelError("missing key '" + std::string(key) + "' in '" + m.path + "'");
+      std::vector<double> out;
+      if (std::holds_alternative<std::shared_ptr<GGUFArray>>(v->value)) {
+        out = g->get_float_array(key);
+      } else {
+        out.assign(static_cast<size_t>(c.n_layer), g->get_float(key, 0.0));
+      }
+      if (out.size() != static_cast<size_t>(c.n_layer))
+        throw ModelError("key '" + std::string(key) + "' in '" + m.path + "' must hold " +
+                         std::to_string(c.n_layer) + " values");
+      return out;
+    };
+    set_xielu(c, per_layer("xielu.alpha_p"), per_layer("xielu.alpha_n"), per_layer("xielu.beta"),
+              per_layer("xielu.eps"), m.path);
   }
   if (arch == "olmo") {  // (weightless LayerNorms: ones; clamp_kqv read above)
     c.layer_norm = true;
@@ -1711,6 +1752,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
       {"StableLmForCausalLM", "stablelm"},
+      {"apertus", "apertus"},
+      {"ApertusForCausalLM", "apertus"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
       {"dots1", "dots1"},
@@ -1916,6 +1959,9 @@ bool family_names(JsonValue& cfg, Builder& b) {
       {"hunyuan_v1_dense",  // (its q / k norms)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."}}},
+      {"apertus",  // (its norms' names)
+       {{".attention_layernorm.", ".input_layernorm."},
+        {".feedforward_layernorm.", ".post_attention_layernorm."}}},
       {"hunyuan_v1_moe",  // (and its router, gate.wg, and the ungated shared MLP, shared_mlp)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
@@ -2270,7 +2316,7 @@ void load_hf(Model& m, Storage& st) {
   // (Nemotron-H's is read by nemotronh_config_hf).
   if (const JsonValue* act = cfg.get("hidden_act"); act != nullptr && act->is_string() &&
                                                     c.arch != "nemotron_h" && c.arch != "gptneox" &&
-                                                    c.arch != "falcon") {
+                                                    c.arch != "falcon" && c.arch != "apertus") {
     const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
                              : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
                              : c.arch == "phi2"                        ? "gelu_new"
@@ -2321,6 +2367,29 @@ void load_hf(Model& m, Storage& st) {
     c.n_head_kv = static_cast<int>(falcon_kv_heads(cfg, c.n_head));
     c.qkv_bias = c.o_bias = c.ffn_bias = cfg.boolean("bias", false);
   }
+  if (c.arch == "apertus") {  // xIELU MLPs: each layer's parameters from mlp.act_fn.*
+    const std::string act = cfg.string("hidden_act", "xielu");
+    if (act != "xielu")
+      throw ModelError("hidden_act '" + act + "' in '" + cfg_path +
+                       "' is not supported (xielu is)");
+    c.ffn_xielu = true;
+    std::vector<double> vals[4];
+    const char* names[4] = {"alpha_p", "alpha_n", "beta", "eps"};
+    for (int i = 0; i < c.n_layer; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const std::string name = "model.layers." + std::to_string(i) + ".mlp.act_fn." + names[j];
+        auto it = b.raw.find(name);
+        if (it == b.raw.end())
+          throw ModelError("missing tensor '" + name + "' in '" + cfg_path + "'");
+        const TensorView& v = it->second.view;
+        if (!it->second.supported || v.rows * v.cols != 1)
+          throw ModelError("tensor '" + name + "' in '" + cfg_path + "' must hold one number");
+        float x = 0.0f;
+        dequantize_row(v, 0, &x);
+        vals[j].push_back(x);
+      }
+    set_xielu(c, vals[0], vals[1], vals[2], vals[3], cfg_path);
+  }
   if (c.arch == "olmo") {  // weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
     c.layer_norm = true;
     c.rms_eps = 1e-5f;
@@ -2355,7 +2424,7 @@ void load_hf(Model& m, Storage& st) {
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
-              c.arch == "dots1" ||
+              c.arch == "dots1" || c.arch == "apertus" ||
               c.arch == "hunyuan-moe";  // (Cohere's use_qk_norm: cohere_config_hf)
   c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))

@@ -341,6 +341,8 @@ class ModelConfig:
     layer_no_ffn: list[bool] = field(default_factory=list)
     layer_no_mixer: list[bool] = field(default_factory=list)
     ffn_relu2: bool = False  # the feed-forward is down(relu(up x)^2), no gate (Nemotron-H)
+    ffn_xielu: bool = False  # Apertus: down(xielu(up x)), no gate
+    xielu: list[float] = field(default_factory=list)  # [n_layer * 4]: alpha_p, alpha_n, beta, eps (applied)
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
     # Gemma 4: attention shapes and feed-forward sizes per layer (empty: head_dim, n_head_kv, n_ff
     # everywhere), the layer whose K/V each layer reads (empty: itself), the global layers' turning
@@ -584,6 +586,7 @@ def inspect(
         # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
         "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
         "ffn_relu2": c.ffn_relu2,
+        "ffn_xielu": c.ffn_xielu,
         "attn_gate": c.attn_gate,
         "state_bytes": c.state_bytes,
         "tied_embeddings": c.tied_embeddings,
@@ -857,7 +860,7 @@ def _blocks_line(info: dict[str, Any]) -> list[str]:
     b = info.get("blocks")
     if not b:
         return []
-    act = "relu2" if info.get("ffn_relu2") else "SwiGLU"
+    act = "relu2" if info.get("ffn_relu2") else "xIELU" if info.get("ffn_xielu") else "SwiGLU"
     return [
         f"blocks        one sublayer each: {b.count('M')} Mamba-2, {b.count('*')} attention, "
         f"{b.count('-')} feed-forward, {b.count('E')} experts ({act}); pattern {b}"

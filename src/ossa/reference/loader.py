@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe",
+    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -47,7 +47,7 @@ CONFIG_KEYS = (
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
-    "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms",
+    "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -72,7 +72,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
-    "gelu_erf": False, "parallel_norms": False,
+    "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [],
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -83,7 +83,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe)"
+    "falcon, dots1, phimoe, apertus)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -126,7 +126,7 @@ _HF_ARCHS = {
     "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
-    "PhiMoEForCausalLM": "phimoe",
+    "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -249,6 +249,26 @@ def _take(
     weights[canonical] = w
 
 
+XIELU_FIELDS = ("alpha_p", "alpha_n", "beta", "eps")  # (Apertus's stored xIELU parameters, in this order)
+
+
+def xielu_applied(
+    alpha_p: list[float], alpha_n: list[float], beta: list[float], eps: list[float]
+) -> list[float]:
+    """Apertus's xIELU parameters as stored (alpha_p / alpha_n before their softplus) into the applied
+    [n_layer * 4] alpha_p, alpha_n, beta, eps (twin of loader.cpp's set_xielu: softplus in double,
+    rounded once)."""
+    out: list[float] = []
+    for p, n, b, e in zip(alpha_p, alpha_n, beta, eps, strict=True):
+        sp = [x if x > 20 else float(np.log1p(np.exp(np.float64(x)))) for x in (p, n)]
+        b32 = np.float32(b)
+        v = [np.float32(sp[0]), b32 + np.float32(sp[1]), b32, np.float32(e)]
+        if not all(np.isfinite(x) for x in v):
+            raise ValueError("invalid xIELU parameter")
+        out.extend(float(x) for x in v)
+    return out
+
+
 def _unit_norms(
     cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, final: str
 ) -> tuple[Any, set[Any]]:
@@ -352,7 +372,9 @@ def _weights(
             shapes.update(sinks=(1, cfg["n_head"]))
         if no_ffn:
             ff_shapes: dict[str, tuple[int, int]] = {}
-        elif (cfg["ffn_relu2"] or cfg["ffn_gelu"]) and i not in cfg["moe"]["layers"]:  # up and down alone
+        elif (cfg["ffn_relu2"] or cfg["ffn_gelu"] or cfg["ffn_xielu"]) and i not in cfg["moe"][
+            "layers"
+        ]:  # up, down
             ff_shapes = {"ffn_norm": (1, e), "w_up": (ff, e), "w_down": (e, ff)}
             if cfg["parallel_block"] and not cfg["parallel_norms"]:  # (Phi-2: the attention's norm for both)
                 del ff_shapes["ffn_norm"]
@@ -367,7 +389,7 @@ def _weights(
                 shapes.update(ffn_norm_b=(1, e))
         if cfg["ffn_bias"] and not no_ffn:
             shapes.update(b_up=(1, ff), b_down=(1, e))
-        if no_ffn or cfg["ffn_relu2"] or cfg["ffn_gelu"]:
+        if no_ffn or cfg["ffn_relu2"] or cfg["ffn_gelu"] or cfg["ffn_xielu"]:
             pass
         elif fused and i not in cfg["moe"]["layers"]:
             _take(get, names, w, name_of(i, "w_gate_up"), "gate_up", 2 * ff, e)
@@ -569,7 +591,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe", "dots1"),
+        qk_norm=arch
+        in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe", "dots1", "apertus"),
         tied_embeddings="output.weight" not in g.tensors,
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
@@ -637,6 +660,19 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
+    if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
+        n = common["n_layer"]
+
+        def per_layer(key: str) -> list[float]:
+            if key not in md:
+                raise ValueError(f"missing key '{key}' in '{path}'")
+            v = md[key]
+            values = [float(x) for x in v] if isinstance(v, list) else [float(v)] * n
+            if len(values) != n:
+                raise ValueError(f"key '{key}' in '{path}' must hold {n} values")
+            return values
+
+        common.update(ffn_xielu=True, xielu=xielu_applied(*(per_layer(f"xielu.{f}") for f in XIELU_FIELDS)))
     if arch == "falcon":  # (llama.cpp's files: always the parallel block, 40B's second norm as attn_norm_2)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=True, parallel_block=True,
                       parallel_norms="blk.0.attn_norm_2.weight" in names,
@@ -825,12 +861,20 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
-    if c.get("model_type") in ("hunyuan_v1_dense", "hunyuan_v1_moe", "starcoder2", "phi"):  # (loader.cpp's)
+    if c.get("model_type") in (
+        "hunyuan_v1_dense",
+        "hunyuan_v1_moe",
+        "starcoder2",
+        "phi",
+        "apertus",
+    ):  # (as C++)
         renamed = {}
         for name in where:  # (Hunyuan's q / k norms, router, shared MLP; StarCoder2's, Phi-2's MLPs)
             to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
             to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
             to = to.replace(".mlp.gate.wg.", ".mlp.gate.").replace(".mlp.shared_mlp.", ".mlp.shared_experts.")
+            to = to.replace(".attention_layernorm.", ".input_layernorm.")  # (Apertus's norms)
+            to = to.replace(".feedforward_layernorm.", ".post_attention_layernorm.")
             to = to.replace(".mlp.c_fc.", ".mlp.up_proj.").replace(".mlp.c_proj.", ".mlp.down_proj.")
             if c.get("model_type") == "phi":
                 to = to.replace(".self_attn.dense.", ".self_attn.o_proj.").replace(
@@ -946,7 +990,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
-    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon"):
+    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon", "apertus"):
         own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
         want = own.get(arch, "silu")
         if (
@@ -1048,7 +1092,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_style="interleaved" if ernie else "neox",
         qkv_bias=arch in ("qwen2", "qwen2vl") or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
         qk_norm=arch
-        in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "olmo3", "exaone4", "olmoe", "dots1"),
+        in (
+            "qwen3",
+            "qwen3moe",
+            "qwen3vl",
+            "qwen3vlmoe",
+            "olmo2",
+            "olmo3",
+            "exaone4",
+            "olmoe",
+            "dots1",
+            "apertus",
+        ),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
         or "lm_head.weight" not in where,
@@ -1140,6 +1195,22 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       n_head_kv=_falcon_kv_heads(c, n_head), n_ff=get("ffn_hidden_size", 4 * n_embd),
                       qkv_bias=bias, o_bias=bias, ffn_bias=bias,
                       rms_eps=get("layer_norm_epsilon", 1e-5))  # fmt: skip
+    if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
+        if get("hidden_act", "xielu") != "xielu":
+            raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")
+        raw: list[list[float]] = []
+        for field in XIELU_FIELDS:
+            values = []
+            for i in range(common["n_layer"]):
+                name = f"model.layers.{i}.mlp.act_fn.{field}"
+                if name not in where:
+                    raise ValueError(f"missing tensor '{name}' in '{path}'")
+                t = get_tensor(name).reshape(-1)
+                if t.size != 1:
+                    raise ValueError(f"tensor '{name}' in '{path}' must hold one number")
+                values.append(float(t[0]))
+            raw.append(values)
+        common.update(ffn_xielu=True, xielu=xielu_applied(*raw))
     if arch == "olmo":  # weightless LayerNorms (eps 1e-5), clip_qkv: null or a bound
         common.update(layer_norm=True, rms_eps=1e-5, clamp_qkv=float(np.float32(get("clip_qkv", 0.0))))
     if arch == "starcoder2":  # LayerNorm with bias, GELU MLP, use_bias on every projection

@@ -366,6 +366,16 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
+def xielu(x: np.ndarray, c: dict[str, Any], i: int) -> np.ndarray:
+    """Apertus's xIELU with layer i's applied parameters (twin of ops xielu_row): x > 0: alpha_p x^2 +
+    beta x; else (expm1(min(x, eps)) - x) alpha_n + beta x, in float32 in transformers' order."""
+    ap, an, beta, eps = (np.float32(v) for v in c["xielu"][4 * i : 4 * i + 4])
+    x = x.astype(np.float32)
+    pos = ap * x * x + beta * x
+    neg = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    return np.where(x > 0, pos, neg).astype(np.float32)
+
+
 def relu2(x: np.ndarray) -> np.ndarray:
     """relu(x)^2 (Nemotron-H's feed-forward activation; twin of ops relu2_row)."""
     return (np.maximum(x, 0) * np.maximum(x, 0)).astype(np.float32)
@@ -468,6 +478,9 @@ def forward(
             continue
         if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
             x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
+            continue
+        if c["ffn_xielu"]:  # Apertus: down(xielu(up h))
+            x = add(x, q8(xielu(q8(h, p + "w_up") @ w[p + "w_up"].T, c, i), p + "w_down") @ w[p + "w_down"].T)
             continue
         from .runner import mup_swiglu
 

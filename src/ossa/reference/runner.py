@@ -301,7 +301,7 @@ class ModelRunner:
                 )
                 x = x + _linear(q8(act, p + "w_down"), w[p + "w_down"])
                 continue
-            if c["ffn_relu2"]:
+            if c["ffn_relu2"] or c["ffn_xielu"]:
                 x = _plain_ffn(c, w, i, x, q8)
                 continue
             if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down, of its LayerNorm with bias
@@ -365,8 +365,9 @@ def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarra
     h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))  # (Nemotron's LayerNorm, bias)
     if i in c["moe"]["layers"]:
         return x + _scaled(c, moe_twin.moe_ffn(c, w, i, h, q8))  # type: ignore[no-any-return]
-    if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
-        mid = ref_model.relu2(_linear(q8(h, p + "w_up"), w[p + "w_up"]))
+    if c["ffn_relu2"] or c["ffn_xielu"]:  # Nemotron-H: down(relu(up h)^2); Apertus: down(xielu(up h))
+        up = _linear(q8(h, p + "w_up"), w[p + "w_up"])
+        mid = ref_model.xielu(up, c, i) if c["ffn_xielu"] else ref_model.relu2(up)
         return x + _scaled(c, _linear(q8(mid, p + "w_down"), w[p + "w_down"]))  # type: ignore[no-any-return]
     act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
         q8(h, p + "w_up"), w[p + "w_up"]
