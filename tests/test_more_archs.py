@@ -41,6 +41,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
   router_jitter_noise of it), LongRoPE with short_mscale as the factor on cos / sin.
 - apertus (Apertus 8B / 70B): Llama's attention with per-head q / k RMSNorms and an xIELU MLP (up, down, no
   gate) whose four parameters are each layer's own (mlp.act_fn.*; GGUF: xielu.* keys).
+- exaone_moe (K-EXAONE): EXAONE 4's attention (per-head q / k norms, the window on 3 of 4 layers, its global
+  layers without RoPE) in pre-norm layers, DeepSeek V3's experts (num_experts, num_shared_experts, one dense
+  layer, scaled by 2.5 by default).
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -333,6 +336,21 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="apertus", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=72,
         vocab_size=130, tie=True,
     ), ALL),
+    # K-EXAONE's layout: a window of 6 on 3 of every 4 layers (the global ones without RoPE), one dense layer,
+    # then 6 experts of 24 rows, top 2, renormalised, scaled by 2.5 (its defaults), one shared expert, GQA 2.
+    "exaone_moe": (dict(
+        arch="exaone_moe", hidden_size=64, num_layers=5, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=24,
+        num_shared_experts=1, sliding_window=6, sliding_window_pattern=4,
+    ), ALL),
+    # The window on the layers of layer_types (layer 1 global, without RoPE), two groups, two shared experts,
+    # not renormalised, tied: from its folder (llama.cpp's converter writes no group count for exaone-moe).
+    "exaone_moe-groups": (dict(
+        arch="exaone_moe", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=4, head_dim=12,
+        intermediate_size=80, vocab_size=130, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+        num_shared_experts=2, n_group=2, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.5,
+        sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie=True,
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -389,6 +407,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "dots1": "dots1",
         "phimoe": "phimoe",
         "apertus": "apertus",
+        "exaone_moe": "exaone-moe",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "granitemoe":
@@ -449,6 +468,25 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "exaone_moe":
+        moe = c["moe"]
+        assert c["qk_norm"] and moe["deepseek"] and moe["sigmoid_gating"] and moe["selection_bias"]
+        assert (moe["n_expert"], moe["n_expert_used"], moe["n_ff_expert"]) == (
+            case["num_experts"],
+            case["num_experts_per_tok"],
+            case["moe_intermediate_size"],
+        )
+        assert moe["n_ff_shared"] == case["num_shared_experts"] * case["moe_intermediate_size"]
+        assert moe["norm_topk_prob"] == case.get("norm_topk_prob", True)
+        assert moe["routed_scale"] == pytest.approx(case.get("routed_scaling_factor", 2.5))
+        assert moe["layers"] == list(range(1, case["num_layers"])) and c["n_layer"] == case["num_layers"]
+        types = case.get("layer_types") or [
+            "full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(case["num_layers"])
+        ]
+        assert c["sliding_window"] == case["sliding_window"]
+        assert c["layer_sliding"] == [t == "sliding_attention" for t in types]
+        assert c["layer_nope"] == [not s for s in c["layer_sliding"]]
         return
     if arch == "apertus":
         assert (
@@ -571,6 +609,7 @@ def test_logits_match_hf_and_twin(
         "hunyuan_v1_moe",
         "dots1",
         "phimoe",
+        "exaone_moe",
     ) and fmt in (
         "F16",
         "Q8_0",
@@ -600,7 +639,7 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
      ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0"),
-     ("dots1", "Q8_0"), ("phimoe", "Q8_0")],
+     ("dots1", "Q8_0"), ("phimoe", "Q8_0"), ("exaone_moe", "Q8_0")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
@@ -753,6 +792,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "dots1",
         "phimoe",
         "apertus",
+        "exaone_moe",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(
@@ -815,3 +855,20 @@ def test_phimoe_sparsemixer_matters_and_refusals(hf_models: dict[str, Any], tmp_
             "long_mscale": 1.3, "original_max_position_embeddings": 64}  # fmt: skip
     both_refuse(copy_with(src, tmp_path / "mscale", rope_parameters=rope, max_position_embeddings=256),
                 "mscale", "mscale")  # fmt: skip
+
+
+def test_exaone_moe_mtp_layer_skipped(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """A K-EXAONE GGUF file with the MTP layer llama.cpp's converter appends (block_count one more,
+    nextn_predict_layers 1) runs the same logits as the file without it, in C++ and in the twin."""
+    from tiny_models import hf_to_gguf
+
+    src, hf_logits, ids = hf_models["exaone_moe"]
+    plain = core.model_logits(core.load_model(hf_to_gguf(src, tmp_path / "plain.gguf")), ids)
+    path = hf_to_gguf(src, tmp_path / "mtp.gguf", nextn=True)
+    model = core.load_model(path)
+    assert model.config["n_layer"] == CASES["exaone_moe"][0]["num_layers"]
+    assert np.array_equal(core.model_logits(model, ids), plain)
+    config, weights = ref_loader.load_weights(path)
+    assert config == model.config
+    scale = float(np.max(np.abs(hf_logits)))
+    assert float(np.max(np.abs(ref_model.forward(config, weights, ids) - plain))) < TWIN_TOL * scale

@@ -94,6 +94,7 @@ ARCHS = (
     "dots1",
     "phimoe",
     "apertus",
+    "exaone_moe",
 )
 
 
@@ -250,6 +251,7 @@ def make_hf_model(
         "dots1": transformers.Dots1Config,
         "phimoe": transformers.PhimoeConfig,
         "apertus": transformers.ApertusConfig,
+        "exaone_moe": transformers.ExaoneMoeConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -609,7 +611,7 @@ def hf_to_gguf(
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
-        "phimoe": "phimoe", "apertus": "apertus", "lfm2_moe": "lfm2moe",
+        "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe", "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -806,7 +808,7 @@ def hf_to_gguf(
         writer.add_sliding_window(olmo3["sliding_window"])
         if olmo3["layer_sliding"] != [(i + 1) % 4 != 0 for i in range(cfg["num_hidden_layers"])]:
             writer.add_sliding_window_pattern(olmo3["layer_sliding"])  # (ossa's key; llama.cpp has none)
-    elif arch == "exaone4":  # the window (llama.cpp: the 32B model's alone), and ossa's pattern key
+    elif arch in ("exaone4", "exaone-moe"):  # the window (llama.cpp: the 32B model's alone), the pattern
         from ossa.reference import arch_config
 
         ex = arch_config.exaone4_hf(cfg, cfg["num_hidden_layers"])
@@ -860,6 +862,18 @@ def hf_to_gguf(
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if model_type == "dots1":  # llama.cpp's converter: V3's routing keys (sigmoid), the dense lead layers
         _glm4moe_keys(writer, cfg, False, "dots1")
+    if model_type == "exaone_moe":  # its converter's keys (sigmoid gating), the MTP layers
+        k = "exaone-moe."
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_uint32(k + "expert_shared_count", cfg["num_shared_experts"])
+        writer.add_expert_shared_feed_forward_length(cfg["moe_intermediate_size"] * cfg["num_shared_experts"])
+        writer.add_float32(k + "expert_weights_scale", float(cfg["routed_scaling_factor"]))
+        writer.add_bool(k + "expert_weights_norm", bool(cfg["norm_topk_prob"]))
+        writer.add_uint32(k + "leading_dense_block_count", cfg["first_k_dense_replace"])
+        writer.add_uint32(k + "nextn_predict_layers", int(nextn))
+        writer.add_uint32(k + "expert_gating_func", 2)  # (sigmoid; llama.cpp requires the key)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if model_type == "hunyuan_v1_moe":  # llama.cpp's converter's keys: the experts, one shared MLP
@@ -929,7 +943,7 @@ def hf_to_gguf(
                 )
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
-    if arch in ("glm4moe", "dots1"):  # shared experts and the selection bias
+    if arch in ("glm4moe", "dots1", "exaone-moe"):  # shared experts and the selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
@@ -1539,8 +1553,9 @@ def _shared_experts_and_bias(tensors: dict[str, np.ndarray], n_layer: int) -> di
         for hf, stem in (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down")):
             if m + f"shared_experts.{hf}.weight" in tensors:
                 out[f"{b}ffn_{stem}_shexp.weight"] = tensors.pop(m + f"shared_experts.{hf}.weight")
-        if m + "gate.e_score_correction_bias" in tensors:
-            out[b + "exp_probs_b.bias"] = tensors.pop(m + "gate.e_score_correction_bias").reshape(-1)
+        for bias in ("gate.e_score_correction_bias", "e_score_correction_bias"):  # (EXAONE MoE: the latter)
+            if m + bias in tensors:
+                out[b + "exp_probs_b.bias"] = tensors.pop(m + bias).reshape(-1)
     return out
 
 

@@ -655,6 +655,17 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
   skip_mtp_layers(g, c, where);  // (GLM-4.7-Flash's files)
 }
 
+void exaone_moe_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string key = c.arch + ".attention.sliding_window";
+  skip_mtp_layers(g, c, key.substr(0, key.find('.')) + " file");
+  // (the window where the file gives one: its pattern, else every 4th layer global)
+  all_sliding(c, g.get_int(key, 0), key);
+  if (c.sliding_window == 0) return;
+  std::vector<uint8_t> pattern = gguf_layer_pattern(g, key + "_pattern", c.n_layer);
+  c.layer_sliding = pattern.empty() ? sliding_but_every(c.n_layer, 4) : std::move(pattern);
+  exaone4_nope(c);
+}
+
 void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   const std::string k = c.arch + ".";
   c.rope_style = RopeStyle::Neox;

@@ -70,6 +70,9 @@ const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c);
 // layer (a sliding_window_pattern key: those layers, for any depth).
 void exaone4_config_hf(const Json& cfg, ModelConfig& c);
 void exaone4_config_gguf(const GGUFFile& g, ModelConfig& c);
+// EXAONE MoE (K-EXAONE) from GGUF: the MTP layers llama.cpp's converter appends left out, EXAONE
+// 4's window and NoPE global layers where the file gives a window.
+void exaone_moe_config_gguf(const GGUFFile& g, ModelConfig& c);
 
 // OLMo 2 GGUF files with attention.sliding_window (llama.cpp's OLMo 3 conversions): every 4th layer
 // full, the others windowed, as llama.cpp assumes (a sliding_window_pattern key overrides it).

@@ -283,7 +283,7 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus"};
+    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -299,7 +299,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus)";
+    "apertus, exaone_moe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1088,13 +1088,15 @@ void load_gguf(Model& m, Storage& st) {
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
               arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1" ||
-              arch == "apertus";
+              arch == "apertus" || arch == "exaone-moe";
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
-  if (!c.gemma() && arch != "phi3" && arch != "phimoe") window_config_gguf(*g, c);
+  if (!c.gemma() && arch != "phi3" && arch != "phimoe" && arch != "exaone-moe")
+    window_config_gguf(*g, c);  // (EXAONE MoE's: after its MTP layers are left out)
   if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
   if (arch == "exaone4") exaone4_config_gguf(*g, c);
+  if (arch == "exaone-moe") exaone_moe_config_gguf(*g, c);  // (window, NoPE, MTP layers skipped)
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
@@ -1752,6 +1754,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Starcoder2ForCausalLM", "starcoder2"},
       {"stablelm", "stablelm"},
       {"StableLmForCausalLM", "stablelm"},
+      {"exaone_moe", "exaone-moe"},
+      {"ExaoneMoEForCausalLM", "exaone-moe"},
+      {"ExaoneMoeForCausalLM", "exaone-moe"},
       {"apertus", "apertus"},
       {"ApertusForCausalLM", "apertus"},
       {"gpt_neox", "gptneox"},
@@ -2424,7 +2429,7 @@ void load_hf(Model& m, Storage& st) {
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
-              c.arch == "dots1" || c.arch == "apertus" ||
+              c.arch == "dots1" || c.arch == "apertus" || c.arch == "exaone-moe" ||
               c.arch == "hunyuan-moe";  // (Cohere's use_qk_norm: cohere_config_hf)
   c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))
@@ -2434,7 +2439,8 @@ void load_hf(Model& m, Storage& st) {
     if (clip != nullptr && !clip->is_null())
       c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));
   }
-  if (c.arch == "exaone4") exaone4_config_hf(cfg, c);          // window, NoPE global layers
+  if (c.arch == "exaone4" || c.arch == "exaone-moe")
+    exaone4_config_hf(cfg, c);                                 // window, NoPE global layers
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
   if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs

@@ -273,7 +273,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   if ((c.arch == "qwen3moe" || c.arch == "qwen3vlmoe" || c.arch == "qwen2moe" ||
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
-       c.arch == "dots1" || c.arch == "phimoe" || c.arch == "lfm2moe" ||
+       c.arch == "dots1" || c.arch == "phimoe" || c.arch == "exaone-moe" || c.arch == "lfm2moe" ||
        c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
@@ -329,7 +329,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // renormalised; llama.cpp hard-codes the sigmoid)
   const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
              nemotron = c.arch == "nemotron_h_moe", minimax = c.arch == "minimax-m2",
-             dots1 = c.arch == "dots1",  // (dots.llm1: V3's routing; older files lack the key)
+             dots1 = c.arch == "dots1" ||     // (dots.llm1, K-EXAONE: V3's routing; files
+                     c.arch == "exaone-moe",  // without the gating key route by sigmoid)
       deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax || dots1;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
@@ -376,7 +377,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
       c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" &&
-      c.arch != "dots1" && c.arch != "phimoe")
+      c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -518,7 +519,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const int64_t last = end < 0 ? c.n_layer - 1 : end;
     for (int i = 0; i < c.n_layer; ++i)
       if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
-  } else if (c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "dots1") {
+  } else if (c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "dots1" ||
+             c.arch == "exaone-moe") {
     // DeepseekV2Config / DeepseekV3Config (the Hub's keys); Glm4MoeConfig routes as V3 does.
     // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
     // topk_method; the Hub's V3 files say noaux_tc)
@@ -529,7 +531,10 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const bool glm = c.arch == "glm4moe";
     // (dots.llm1, dots1: V3's routing whatever topk_method / scoring_func say, as transformers'
     // Dots1 (its Hub configs write scoring_func "noaux_tc"); norm_topk_prob off unless set)
-    const bool dots1 = c.arch == "dots1";
+    // (EXAONE MoE, ExaoneMoeConfig: V3's router whatever the keys say, num_experts /
+    // num_shared_experts, one dense layer, scaled by 2.5 unless set)
+    const bool exaone = c.arch == "exaone-moe";
+    const bool dots1 = c.arch == "dots1" || exaone;
     const bool v3_type = glm || dots1 || type == "glm4_moe_lite" || type == "deepseek_v3";
     // (Mistral 4: V3's layers routed by softmax scores without a bias; groups by their two best)
     const bool mistral4 = type == "mistral4";
@@ -552,19 +557,22 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.deepseek = true;
     m.sigmoid_gating = scoring == "sigmoid";
     m.group_top2 = m.sigmoid_gating || mistral4;
-    m.n_expert = static_cast<int>(integer("n_routed_experts", integer("num_local_experts", 0)));
+    m.n_expert =
+        static_cast<int>(exaone ? integer("num_experts", 64)
+                                : integer("n_routed_experts", integer("num_local_experts", 0)));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 0));
     m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 0));
-    m.n_ff_shared = static_cast<int>(
-        std::clamp<int64_t>(integer("n_shared_experts", 0) * m.n_ff_expert, 0, 1 << 30));
-    m.norm_topk_prob = boolean("norm_topk_prob", (v3 || mistral4) && !dots1);
-    m.routed_scale = static_cast<float>(number("routed_scaling_factor", 1.0));
+    m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
+        integer(exaone ? "num_shared_experts" : "n_shared_experts", exaone ? 1 : 0) * m.n_ff_expert,
+        0, 1 << 30));
+    m.norm_topk_prob = boolean("norm_topk_prob", (v3 || mistral4) && (!dots1 || exaone));
+    m.routed_scale = static_cast<float>(number("routed_scaling_factor", exaone ? 2.5 : 1.0));
     m.selection_bias = v3;
     if (method != "greedy") {
       m.n_group = static_cast<int>(integer("n_group", 1));
       m.topk_group = static_cast<int>(integer("topk_group", m.n_group));
     }
-    const int64_t first = integer("first_k_dense_replace", glm ? 1 : 0),
+    const int64_t first = integer("first_k_dense_replace", glm || exaone ? 1 : 0),
                   freq = integer("moe_layer_freq", 1);
     if (freq < 1) throw ModelError("config 'moe_layer_freq' in '" + path + "' must be >= 1");
     const JsonValue* types = cfg.get("mlp_layer_types");
@@ -832,8 +840,10 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     out.selection_bias =
         src.take(p + (c.arch == "ernie4_5-moe" ? "moe_statics.e_score_correction_bias"
                       : c.arch == "lfm2moe"    ? "expert_bias"
-                      : c.arch == "minimax-m2" ? "e_score_correction_bias"
-                                               : "gate.e_score_correction_bias"),
+                      : c.arch == "minimax-m2" ||  // (EXAONE MoE's too, where it is there)
+                              (c.arch == "exaone-moe" && src.has(p + "e_score_correction_bias"))
+                          ? "e_score_correction_bias"
+                          : "gate.e_score_correction_bias"),
                  canon + "selection_bias", 1, n);
 }
 

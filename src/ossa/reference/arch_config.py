@@ -98,6 +98,20 @@ def exaone4_gguf(md: dict[str, Any], n_layer: int) -> dict[str, Any]:
     return _exaone4_window(_window(md.get(key, 4096)), layers)
 
 
+def exaone_moe_gguf(md: dict[str, Any], n_layer: int) -> dict[str, Any]:
+    """EXAONE MoE (K-EXAONE) from GGUF (twin of exaone_moe_config_gguf): the MTP layers llama.cpp's
+    converter appends left out; EXAONE 4's window (its pattern, else all but every 4th layer) and NoPE
+    global layers where the file gives a window."""
+    key = "exaone-moe.attention.sliding_window"
+    n_layer = _without_mtp_layers("exaone-moe", md, n_layer)
+    window = _window(md.get(key, 0))
+    if not window:
+        return {"n_layer": n_layer, **_exaone4_window(0, [])}
+    layers = _gguf_layer_pattern(md, key + "_pattern", n_layer)
+    layers = _sliding_but_every(n_layer, 4) if layers is None else layers
+    return {"n_layer": n_layer, **_exaone4_window(window, layers)}
+
+
 def olmo3_hf(c: dict[str, Any], n_layer: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """OLMo 3's window (sliding_window, default 4096, on the layers of layer_types, default all but
     every 4th) and its sliding layers' own unscaled RoPE base (``rope_theta_swa``, when their

@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus",
+    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -83,7 +83,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus)"
+    "falcon, dots1, phimoe, apertus, exaone_moe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -127,6 +127,7 @@ _HF_ARCHS = {
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
     "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
+    "exaone_moe": "exaone-moe", "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -592,7 +593,18 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
         qk_norm=arch
-        in ("qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "olmo2", "exaone4", "olmoe", "dots1", "apertus"),
+        in (
+            "qwen3",
+            "qwen3moe",
+            "qwen3vl",
+            "qwen3vlmoe",
+            "olmo2",
+            "exaone4",
+            "olmoe",
+            "dots1",
+            "apertus",
+            "exaone-moe",
+        ),
         tied_embeddings="output.weight" not in g.tensors,
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
@@ -620,12 +632,14 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.phi3_gguf(md, common, g.tensor, names, arch))
         if arch == "phimoe":  # (Phi-3's attention with LayerNorms and biases)
             common.update(layer_norm=True, norm_bias=True, o_bias="blk.0.attn_output.bias" in names)
-    elif arch not in GEMMA:
+    elif arch not in (*GEMMA, "exaone-moe"):  # (EXAONE MoE's: after its MTP layers are left out)
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
     if arch == "smollm3":
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
     if arch == "exaone4":
         common.update(arch_config.exaone4_gguf(md, common["n_layer"]))
+    if arch == "exaone-moe":  # (window, NoPE global layers, the MTP layers left out)
+        common.update(arch_config.exaone_moe_gguf(md, common["n_layer"]))
     if arch in ("granite", "granitemoe"):
         common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
@@ -1103,6 +1117,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "olmoe",
             "dots1",
             "apertus",
+            "exaone-moe",
         ),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
@@ -1114,7 +1129,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["qkv_bias"] = common["o_bias"]
     elif arch == "olmo3":
         common.update(olmo3)
-    elif arch == "exaone4":
+    elif arch in ("exaone4", "exaone-moe"):
         common.update(arch_config.exaone4_hf(c, common["n_layer"]))
     elif arch in ("phi3", "phimoe"):
         common.update(arch_config.phi3_hf(c, common))

@@ -49,6 +49,7 @@ MOE_ARCHS = (
     "hunyuan-moe",
     "dots1",
     "phimoe",
+    "exaone-moe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -126,6 +127,7 @@ def gguf_config(
             "hunyuan-moe",
             "dots1",
             "phimoe",
+            "exaone-moe",
         )
         and not n_expert
     ):
@@ -138,7 +140,7 @@ def gguf_config(
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
     minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
-    dots1 = arch == "dots1"  # (dots.llm1: V3's routing; older files lack the gating key)
+    dots1 = arch in ("dots1", "exaone-moe")  # (dots.llm1, K-EXAONE: V3's routing; files without the key)
     gating = (
         2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 else 1)
     )
@@ -260,12 +262,16 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         "deepseek2",
         "glm4moe",
         "dots1",
-    ):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig / Dots1
+        "exaone-moe",
+    ):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig / Dots1 / ExaoneMoeConfig
         # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
         glm = arch == "glm4moe"  # (GLM-4.7-Flash, glm4_moe_lite: V3's layers, mlp_layer_types)
         # (dots.llm1: V3's routing whatever topk_method / scoring_func say, as transformers' Dots1; its Hub
         # configs write scoring_func "noaux_tc"; norm_topk_prob off unless set)
-        dots1 = arch == "dots1"
+        # (EXAONE MoE: V3's router whatever the keys say, num_experts / num_shared_experts, one dense layer,
+        # scaled by 2.5 unless set)
+        exaone = arch == "exaone-moe"
+        dots1 = arch == "dots1" or exaone
         v3_type = glm or dots1 or c.get("model_type") in ("deepseek_v3", "glm4_moe_lite")
         mistral4 = c.get("model_type") == "mistral4"  # (softmax scores, no bias; groups by their two best)
         default = (
@@ -284,17 +290,18 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             raise ValueError(f"scoring_func '{scoring}' is not supported")
         n_ff_expert = get("moe_intermediate_size", 0)
         groups = get("n_group", 1) if method != "greedy" else 1
-        first, freq = get("first_k_dense_replace", 1 if glm else 0), get("moe_layer_freq", 1)
+        first, freq = get("first_k_dense_replace", 1 if glm or exaone else 0), get("moe_layer_freq", 1)
         if freq < 1:
             raise ValueError("config 'moe_layer_freq' must be >= 1")
-        n_expert = get("n_routed_experts", get("num_local_experts", 0))
+        n_expert = get("num_experts", 64) if exaone else get("n_routed_experts", get("num_local_experts", 0))
+        n_shared = get("num_shared_experts", 1) if exaone else get("n_shared_experts", 0)
         return _validate({
             **_PLAIN, "deepseek": True, "sigmoid_gating": scoring == "sigmoid",
             "group_top2": scoring == "sigmoid" or mistral4, "n_expert": n_expert,
             "n_expert_used": get("num_experts_per_tok", 0), "n_ff_expert": n_ff_expert,
-            "n_ff_shared": get("n_shared_experts", 0) * n_ff_expert,
-            "norm_topk_prob": bool(get("norm_topk_prob", (v3 or mistral4) and not dots1)),
-            "routed_scale": float(np.float32(get("routed_scaling_factor", 1.0))),
+            "n_ff_shared": n_shared * n_ff_expert,
+            "norm_topk_prob": bool(get("norm_topk_prob", (v3 or mistral4) and (not dots1 or exaone))),
+            "routed_scale": float(np.float32(get("routed_scaling_factor", 2.5 if exaone else 1.0))),
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
             "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
@@ -590,6 +597,9 @@ def hf_layer_weights(
             if cfg["arch"] == "ernie4_5-moe"
             else ""
             if cfg["arch"] == "minimax-m2"
+            or (
+                cfg["arch"] == "exaone-moe" and p + "e_score_correction_bias" in names
+            )  # (EXAONE MoE's, if there)
             else "gate."
         )
         name = p + "expert_bias" if lfm2 else p + stat + "e_score_correction_bias"
