@@ -94,6 +94,14 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         vocab_size=150, tie=True, rope_theta=1000.0, num_local_experts=5, num_experts_per_tok=2,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=1 / 64, logits_scaling=6.0,
     ), ALL),
+    # GraniteMoeShared: Granite MoE with a shared MLP (input_linear [gate | up], output_linear) beside the
+    # experts, the residual multiplier over both.
+    "granitemoeshared": (dict(
+        arch="granitemoeshared", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=32, vocab_size=150, num_local_experts=4, num_experts_per_tok=2,
+        shared_intermediate_size=48,
+        embedding_multiplier=6.0, residual_multiplier=0.4, attention_multiplier=0.2, logits_scaling=4.0,
+    ), ALL),
     # Odd values, MHA, untied, 4 experts of 24 rows, top 3.
     "granitemoe-untied": (dict(
         arch="granitemoe", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=24,
@@ -399,6 +407,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "olmo3": "olmo2" if fmt != "safetensors" else "olmo3",
         "ernie4_5_moe": "ernie4_5-moe",
         "internlm3": "llama",
+        "granitemoeshared": "granitemoe",
         "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
@@ -410,6 +419,9 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "exaone_moe": "exaone-moe",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
+    if arch == "granitemoeshared":
+        assert c["moe"]["n_ff_shared"] == case["shared_intermediate_size"] and c["moe"]["softmax_topk"]
+        return
     if arch == "granitemoe":
         assert (c["embd_scale"], c["residual_scale"], c["attn_scale"], c["logit_scale"]) == pytest.approx(
             (case["embedding_multiplier"], case["residual_multiplier"], case["attention_multiplier"],
@@ -605,6 +617,7 @@ def test_logits_match_hf_and_twin(
     _, hf_logits, ids = hf_models[name]
     if CASES[name][0]["arch"] in (
         "granitemoe",
+        "granitemoeshared",
         "ernie4_5_moe",
         "hunyuan_v1_moe",
         "dots1",

@@ -95,6 +95,7 @@ ARCHS = (
     "phimoe",
     "apertus",
     "exaone_moe",
+    "granitemoeshared",
 )
 
 
@@ -252,6 +253,7 @@ def make_hf_model(
         "phimoe": transformers.PhimoeConfig,
         "apertus": transformers.ApertusConfig,
         "exaone_moe": transformers.ExaoneMoeConfig,
+        "granitemoeshared": transformers.GraniteMoeSharedConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -611,7 +613,9 @@ def hf_to_gguf(
         "hunyuan_v1_moe": "hunyuan-moe",
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
-        "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe", "lfm2_moe": "lfm2moe",
+        "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
+        "granitemoeshared": "granitemoe",
+        "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
@@ -799,6 +803,8 @@ def hf_to_gguf(
     elif arch == "granitemoe":  # llama.cpp's converter: the expert counts (experts of n_ff rows)
         writer.add_expert_count(cfg["num_local_experts"])
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        if cfg.get("shared_intermediate_size"):  # (GraniteMoeShared's shared MLP)
+            writer.add_expert_shared_feed_forward_length(cfg["shared_intermediate_size"])
     elif model_type == "olmo3":  # llama.cpp: the window on all but every 4th layer, one RoPE table
         from ossa.reference import arch_config
 
@@ -975,6 +981,16 @@ def hf_to_gguf(
                 gate_up[:, f:],
             )
             moe[f"blk.{i}.ffn_down_exps.weight"] = tensors.pop(p + "output_linear.weight")
+            sp, s = f"model.layers.{i}.shared_mlp.", cfg.get("shared_intermediate_size") or 0
+            if (
+                s
+            ):  # (GraniteMoeShared: input_linear's gate / up halves, output_linear, as llama.cpp's converter)
+                shared = tensors.pop(sp + "input_linear.weight")
+                moe[f"blk.{i}.ffn_gate_shexp.weight"], moe[f"blk.{i}.ffn_up_shexp.weight"] = (
+                    shared[:s],
+                    shared[s:],
+                )
+                moe[f"blk.{i}.ffn_down_shexp.weight"] = tensors.pop(sp + "output_linear.weight")
     two = bool(cfg.get("new_decoder_architecture")) and cfg.get("num_ln_in_parallel_attn") in (None, 2)
     named = {**{_gguf_name(n, arch, two): tensors[n] for n in sorted(tensors)}, **moe}
     if nextn:  # llama.cpp's MTP block: the last layer's tensors again, and its own nextn.* ones

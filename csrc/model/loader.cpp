@@ -292,7 +292,8 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, gpt_oss, olmo2, olmo3, exaone4, "
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, granitemoeshared, gpt_oss, olmo2, "
+    "olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
@@ -1667,6 +1668,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"GraniteForCausalLM", "granite"},
       {"granitemoe", "granitemoe"},
       {"GraniteMoeForCausalLM", "granitemoe"},
+      {"granitemoeshared", "granitemoe"},  // (GraniteMoe with a shared MLP)
+      {"GraniteMoeSharedForCausalLM", "granitemoe"},
       {"gpt_oss", "gpt-oss"},
       {"GptOssForCausalLM", "gpt-oss"},
       {"olmo2", "olmo2"},

@@ -74,7 +74,7 @@ void validate_moe(ModelConfig& c, const std::string& path) {
 // bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP; Qwen2-MoE's has a sigmoid gate.
 bool shared_experts_ungated(const ModelConfig& c) {
   return c.moe.selection_bias || c.moe.deepseek || c.moe.input_weighted ||
-         c.arch == "granitehybrid" || c.arch == "hunyuan-moe";
+         c.arch == "granitehybrid" || c.arch == "granitemoe" || c.arch == "hunyuan-moe";
 }
 
 // A 3-D stack of experts taken whole (shape checked), then one view per expert of `rows` rows
@@ -307,7 +307,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // the same weights up to rounding).
   // (Granite 4.0-H likewise, with its shared MLP beside the experts)
   if (c.arch == "granitemoe" || c.arch == "granitehybrid") m.softmax_topk = true;
-  if (c.arch == "granitehybrid")
+  if (c.arch == "granitehybrid" || c.arch == "granitemoe")  // (GraniteMoeShared's shared MLP)
     m.n_ff_shared = static_cast<int>(
         std::clamp<int64_t>(g.get_int(k + "expert_shared_feed_forward_length", 0), -1, 1 << 30));
   if (c.arch ==
@@ -468,6 +468,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_expert = static_cast<int>(integer("num_local_experts", 8));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 2));
     m.n_ff_expert = c.n_ff;
+    // (GraniteMoeShared: an ungated shared MLP beside the experts, 0: none)
+    m.n_ff_shared = static_cast<int>(integer("shared_intermediate_size", 0));
     m.softmax_topk = true;
     for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "nemotron_h") {  // NemotronHConfig: DeepSeek V3's routing, relu2 experts

@@ -191,7 +191,9 @@ def gguf_config(
             if arch in ("qwen2moe", "qwen35moe", "qwen3next", "hunyuan-moe")
             else md.get(k + "expert_shared_count", 0) * md.get(k + "expert_feed_forward_length", n_ff)
             if arch == "ernie4_5-moe"
-            else md.get(k + "expert_shared_feed_forward_length", 0) if arch == "granitehybrid" else 0
+            else md.get(k + "expert_shared_feed_forward_length", 0)
+            if arch in ("granitehybrid", "granitemoe")
+            else 0
         ),
         # llama.cpp renormalises the chosen weights for Qwen3-MoE and Mixtral, not for Qwen2-MoE.
         # (and not for OLMoE)
@@ -331,10 +333,13 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_expert_used": get("num_experts_per_tok", 1), "n_ff_expert": size, "n_ff_shared": size,
             "norm_topk_prob": False, "layers": layers,
         })  # fmt: skip
-    if arch == "granitemoe":  # GraniteMoeConfig's defaults; a softmax over the chosen logits
-        return _validate({
+    if (
+        arch == "granitemoe"
+    ):  # GraniteMoeConfig's defaults; a softmax over the chosen logits (GraniteMoeShared's
+        return _validate({  # shared MLP: shared_intermediate_size, 0 for none)
             **_PLAIN, "softmax_topk": True, "n_expert": get("num_local_experts", 8),
-            "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff, "n_ff_shared": 0,
+            "n_expert_used": get("num_experts_per_tok", 2), "n_ff_expert": n_ff,
+            "n_ff_shared": get("shared_intermediate_size", 0),
             "norm_topk_prob": False, "layers": list(range(n_layer)),
         })  # fmt: skip
     if arch == "nemotron_h":  # NemotronHConfig: DeepSeek V3's routing over relu2 experts (its "E" layers)
@@ -482,7 +487,7 @@ def gguf_layer_weights(
 def _shared_ungated(moe: dict[str, Any], arch: str) -> bool:
     """Shared experts added as they are, with no gate of their own: ERNIE's (routed with a selection
     bias), DeepSeek's, GLM's and Granite 4.0-H's shared MLP (twin of shared_experts_ungated)."""
-    plain = arch in ("granitehybrid", "hunyuan-moe")  # (Granite 4.0-H's and Hunyuan's shared MLPs)
+    plain = arch in ("granitehybrid", "granitemoe", "hunyuan-moe")  # (Granite's and Hunyuan's shared MLPs)
     return bool(moe["selection_bias"] or moe["deepseek"] or moe["input_weighted"] or plain)
 
 
