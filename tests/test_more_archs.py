@@ -44,6 +44,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - exaone_moe (K-EXAONE): EXAONE 4's attention (per-head q / k norms, the window on 3 of 4 layers, its global
   layers without RoPE) in pre-norm layers, DeepSeek V3's experts (num_experts, num_shared_experts, one dense
   layer, scaled by 2.5 by default).
+- gptj (GPT-J 6B): Phi-2's parallel block (one LayerNorm with bias, a GELU MLP with biases, the lm_head bias)
+  with no attention biases and RoPE on interleaved pairs (rotate_every_two) of the first rotary_dim
+  dimensions; GPTJConfig's own keys (n_embd, n_layer, n_head, n_inner, activation_function).
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -359,6 +362,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         num_shared_experts=2, n_group=2, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.5,
         sliding_window=5, layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie=True,
     ), ["safetensors"]),
+    # GPT-J-6B's layout: a quarter of each head rotated on interleaved pairs, the parallel block, untied.
+    "gptj": (dict(
+        arch="gptj", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, rotary_dim=4,
+    ), ALL),
+    # Every dimension rotated (rotary_dim = head_dim), exact GELU, n_inner null (4 x hidden): from its folder
+    # (a GGUF file does not say which GELU; ossa reads GPT-J's tanh one there, as llama.cpp).
+    "gptj-full": (dict(
+        arch="gptj", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=None,
+        vocab_size=130, rotary_dim=12, activation_function="gelu",
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -480,6 +494,13 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "gptj":
+        assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"] and c["ffn_bias"] and c["parallel_block"]
+        assert not c["qkv_bias"] and not c["o_bias"] and c["rope_style"] == "interleaved"
+        assert c["rope_dim"] == (0 if case["rotary_dim"] == c["head_dim"] else case["rotary_dim"])
+        assert c["gelu_erf"] == (case.get("activation_function") == "gelu" and fmt == "safetensors")
+        assert c["n_ff"] == (case["intermediate_size"] or 4 * case["hidden_size"])
         return
     if arch == "exaone_moe":
         moe = c["moe"]
@@ -806,6 +827,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "phimoe",
         "apertus",
         "exaone_moe",
+        "gptj",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

@@ -24,6 +24,7 @@ import pytest
 from ossa.reference.loader import (  # (the names as the twin reads them)
     _FALCON_PARTS,
     _GPT_NEOX_PARTS,
+    _GPTJ_PARTS,
     _falcon_kv_heads,
 )
 
@@ -96,6 +97,7 @@ ARCHS = (
     "apertus",
     "exaone_moe",
     "granitemoeshared",
+    "gptj",
 )
 
 
@@ -169,6 +171,12 @@ def make_hf_model(
         kwargs.update(num_kv_heads=kwargs.pop("num_key_value_heads"),
                       ffn_hidden_size=kwargs.pop("intermediate_size"),
                       layer_norm_epsilon=kwargs.pop("rms_norm_eps"))  # fmt: skip
+    if arch == "gptj":  # (GPTJConfig's own keys; one K/V head per head)
+        kwargs.update(
+            n_inner=kwargs.pop("intermediate_size", None), layer_norm_epsilon=kwargs.pop("rms_norm_eps")
+        )
+        kwargs.pop("num_key_value_heads")
+        kwargs.pop("rope_parameters")
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
@@ -254,6 +262,7 @@ def make_hf_model(
         "apertus": transformers.ApertusConfig,
         "exaone_moe": transformers.ExaoneMoeConfig,
         "granitemoeshared": transformers.GraniteMoeSharedConfig,
+        "gptj": transformers.GPTJConfig,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):
@@ -445,10 +454,10 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
             return f"blk.{parts[2]}.attn_norm.{rest.split('.')[-1]}"
         if arch == "falcon" and rest.startswith("input_layernorm.") and falcon_two_norms:  # (ln_attn)
             return f"blk.{parts[2]}.attn_norm_2.{rest.split('.')[-1]}"
-        if arch in ("gptneox", "falcon") and rest in _GPT_NEOX_NAMES:
+        if arch in ("gptneox", "falcon", "gptj") and rest in _GPT_NEOX_NAMES:
             return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
         if (
-            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon", "phimoe")
+            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon", "phimoe", "gptj")
             and rest in _STARCODER2_NAMES
         ):
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
@@ -574,6 +583,13 @@ def hf_to_gguf(
     hf_dir = Path(hf_dir)
     cfg = json.loads((hf_dir / "config.json").read_text())
     model_type = cfg["model_type"]
+    if model_type == "gptj":  # (GPTJConfig's own keys, as the converter reads them)
+        for old, new in (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"),
+                         ("n_head", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
+                         ("n_inner", "intermediate_size"),
+                         ("layer_norm_epsilon", "layer_norm_eps")):  # fmt: skip
+            cfg.setdefault(new, cfg[old])
+        cfg["intermediate_size"] = cfg.get("n_inner") or 4 * cfg["n_embd"]  # (null: 4 x hidden)
     if model_type == "exaone":  # (ExaoneConfig's own keys, as the converter reads them)
         for old, new in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
                          ("activation_function", "hidden_act")):  # fmt: skip
@@ -614,7 +630,7 @@ def hf_to_gguf(
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
-        "granitemoeshared": "granitemoe",
+        "granitemoeshared": "granitemoe", "gptj": "gptj",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
@@ -702,6 +718,8 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
     elif arch == "phi2":
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * head_dim))
+    elif arch == "gptj":  # (rotary_dim)
+        writer.add_rope_dimension_count(int(cfg.get("rotary_dim") or head_dim))
     elif arch == "gptneox":  # (the converter's formula: rotary_pct of a head)
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
         writer.add_parallel_residual(bool(cfg.get("use_parallel_residual", True)))
@@ -748,6 +766,7 @@ def hf_to_gguf(
         "olmo",
         "gptneox",
         "falcon",
+        "gptj",
     ):  # LayerNorm's epsilon (llama.cpp's)
         eps = {
             "nemotron": cfg.get("norm_eps", 1e-5),
@@ -904,6 +923,10 @@ def hf_to_gguf(
     if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
         parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "gptj":  # its names as Llama's
+        tensors = {
+            functools.reduce(lambda n, p: n.replace(*p, 1), _GPTJ_PARTS, k): v for k, v in tensors.items()
+        }
     if model_type in ("gpt_neox", "falcon"):  # Llama's names, q / k / v regrouped per part (llama.cpp's)
         neox_parts = _GPT_NEOX_PARTS if model_type == "gpt_neox" else _FALCON_PARTS
         tensors = {functools.reduce(lambda n, p: n.replace(*p), neox_parts, k): v for k, v in tensors.items()}

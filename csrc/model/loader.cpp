@@ -283,7 +283,8 @@ const std::vector<std::string> k_gguf_archs = {
     "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe"};
+    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
+    "gptj"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -300,7 +301,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe)";
+    "apertus, exaone_moe, gptj)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1033,7 +1034,7 @@ void load_gguf(Model& m, Storage& st) {
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "phimoe" && arch != "glm4moe" && arch != "glm4" &&
       arch != "minimax-m2" && !mla && arch != "stablelm" && arch != "phi2" && arch != "nemotron" &&
-      arch != "gptneox" && !qwen35 &&
+      arch != "gptneox" && arch != "gptj" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1081,11 +1082,12 @@ void load_gguf(Model& m, Storage& st) {
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
   // (ERNIE 4.5 rotates interleaved pairs itself: its rows are as in its folder.)
-  c.rope_style = (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
-                  arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" ||
-                  arch == "ernie4_5" || arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo")
-                     ? RopeStyle::Interleaved
-                     : RopeStyle::Neox;
+  c.rope_style =
+      (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
+       arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" || arch == "ernie4_5" ||
+       arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo" || arch == "gptj")
+          ? RopeStyle::Interleaved
+          : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
               arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1" ||
@@ -1150,6 +1152,14 @@ void load_gguf(Model& m, Storage& st) {
     c.qkv_bias = b.has("blk.0.attn_qkv.bias");
     c.o_bias = b.has("blk.0.attn_output.bias");
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
+  if (arch == "gptj") {  // (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (arch == "apertus") {  // (xIELU MLPs: the parameters per layer under llama.cpp's keys)
     c.ffn_xielu = true;
@@ -1762,6 +1772,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"ExaoneMoeForCausalLM", "exaone-moe"},
       {"apertus", "apertus"},
       {"ApertusForCausalLM", "apertus"},
+      {"gptj", "gptj"},
+      {"GPTJForCausalLM", "gptj"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
       {"dots1", "dots1"},
@@ -1908,6 +1920,47 @@ int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
                                                                                              : 1;
 }
 
+// GPT-J's folders under Llama's names and keys (GPTJConfig's n_embd, n_layer, n_head, n_inner
+// (null: 4 x n_embd), n_positions, activation_function; transformer.h.N.ln_1, attn.*_proj /
+// out_proj, mlp.fc_in / fc_out, transformer.wte / ln_f).
+void gptj_names(JsonValue& cfg, Builder& b) {
+  for (const auto& [from, to] : {std::pair{"n_embd", "hidden_size"},
+                                 {"n_layer", "num_hidden_layers"},
+                                 {"n_head", "num_attention_heads"},
+                                 {"n_positions", "max_position_embeddings"},
+                                 {"activation_function", "hidden_act"}}) {
+    const JsonValue* v = cfg.get(from);
+    if (v != nullptr && cfg.get(to) == nullptr) cfg.object.emplace_back(to, *v);
+  }
+  const JsonValue* inner = cfg.get("n_inner");
+  const JsonValue* embd = cfg.get("hidden_size");
+  if (cfg.get("intermediate_size") == nullptr) {
+    if (inner != nullptr && !inner->is_null()) {
+      cfg.object.emplace_back("intermediate_size", *inner);
+    } else if (embd != nullptr && embd->is_number() && embd->is_integer) {
+      JsonValue four = *embd;
+      four.integer = std::clamp<int64_t>(embd->integer, 0, int64_t{1} << 28) * 4;
+      four.number = static_cast<double>(four.integer);
+      cfg.object.emplace_back("intermediate_size", four);
+    }
+  }
+  static const std::pair<const char*, const char*> k_parts[] = {
+      {"transformer.h.", "model.layers."},
+      {".ln_1.", ".input_layernorm."},
+      {".attn.out_proj.", ".self_attn.o_proj."},
+      {".attn.", ".self_attn."},
+      {".mlp.fc_in.", ".mlp.up_proj."},
+      {".mlp.fc_out.", ".mlp.down_proj."},
+      {"transformer.wte.", "model.embed_tokens."},
+      {"transformer.ln_f.", "model.norm."}};
+  rename_tensors(b, [](std::string name) {
+    for (const auto& [part, with] : k_parts)
+      if (const size_t at = name.find(part); at != std::string::npos)
+        name.replace(at, std::string(part).size(), with);
+    return name;
+  });
+}
+
 // GPT-NeoX's folders (Pythia, GPT-NeoX-20B) and Falcon's under Llama's names (attention.dense /
 // self_attention.dense as self_attn.o_proj, mlp.dense_h_to_4h / dense_4h_to_h as up / down, the
 // embeddings and final norms; Falcon 40B's ln_attn / ln_mlp as the two norms), the fused
@@ -1951,6 +2004,10 @@ void neox_falcon_names(const JsonValue& cfg, Builder& b, bool falcon) {
 // LlamaForCausalLM).
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
+  if (type != nullptr && type->is_string() && type->string == "gptj") {
+    gptj_names(cfg, b);
+    return true;
+  }
   if (type != nullptr && type->is_string() &&
       (type->string == "gpt_neox" || type->string == "falcon")) {
     neox_falcon_names(cfg, b, type->string == "falcon");
@@ -2283,7 +2340,8 @@ void load_hf(Model& m, Storage& st) {
     }
   }
   // (ERNIE 4.5: RoPE on interleaved pairs, as transformers' Ernie4_5 rotates them.)
-  c.rope_style = ernie ? RopeStyle::Interleaved : RopeStyle::Neox;
+  // (GPT-J's rotate_every_two: interleaved pairs as well)
+  c.rope_style = ernie || c.arch == "gptj" ? RopeStyle::Interleaved : RopeStyle::Neox;
   if (ernie && cfg.boolean("use_bias", false))
     throw ModelError("use_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch == "phi3" || c.arch == "phimoe")
@@ -2322,9 +2380,9 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
   // (Nemotron-H's is read by nemotronh_config_hf).
-  if (const JsonValue* act = cfg.get("hidden_act"); act != nullptr && act->is_string() &&
-                                                    c.arch != "nemotron_h" && c.arch != "gptneox" &&
-                                                    c.arch != "falcon" && c.arch != "apertus") {
+  if (const JsonValue* act = cfg.get("hidden_act");
+      act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox" &&
+      c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj") {
     const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
                              : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
                              : c.arch == "phi2"                        ? "gelu_new"
@@ -2374,6 +2432,21 @@ void load_hf(Model& m, Storage& st) {
     c.parallel_norms = new_arch && cfg.integer("num_ln_in_parallel_attn", 2) == 2;
     c.n_head_kv = static_cast<int>(falcon_kv_heads(cfg, c.n_head));
     c.qkv_bias = c.o_bias = c.ffn_bias = cfg.boolean("bias", false);
+  }
+  if (c.arch == "gptj") {  // GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
+    c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+    const std::string act = cfg.string("hidden_act", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast" && act != "gelu")
+      throw ModelError("activation_function '" + act + "' in '" + cfg_path +
+                       "' is not supported (gelu or a tanh GELU is)");
+    c.gelu_erf = act == "gelu";
+    const JsonValue* rot = cfg.get("rotary_dim");
+    const int64_t dims =
+        rot == nullptr || rot->is_null() ? c.head_dim : cfg.integer("rotary_dim", 0);
+    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
+      throw ModelError("invalid rotary_dim in '" + cfg_path + "'");
+    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (c.arch == "apertus") {  // xIELU MLPs: each layer's parameters from mlp.act_fn.*
     const std::string act = cfg.string("hidden_act", "xielu");

@@ -27,7 +27,7 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe",
+    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -84,7 +84,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -129,7 +129,8 @@ _HF_ARCHS = {
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
     "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
-    "exaone_moe": "exaone-moe", "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
+    "gptj": "gptj", "GPTJForCausalLM": "gptj", "exaone_moe": "exaone-moe",
+    "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
@@ -591,6 +592,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "granitehybrid",
             "arcee",
             "olmo",
+            "gptj",
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
@@ -676,6 +678,13 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
+    if arch == "gptj":  # (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError("invalid rope.dimension_count")
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
         n = common["n_layer"]
 
@@ -822,6 +831,12 @@ _GPT_NEOX_PARTS = (
     ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
 )  # fmt: skip
 
+_GPTJ_PARTS = (
+    ("transformer.h.", "model.layers."), (".ln_1.", ".input_layernorm."),
+    (".attn.out_proj.", ".self_attn.o_proj."), (".attn.", ".self_attn."), (".mlp.fc_in.", ".mlp.up_proj."),
+    (".mlp.fc_out.", ".mlp.down_proj."),
+    ("transformer.wte.", "model.embed_tokens."), ("transformer.ln_f.", "model.norm."),
+)  # fmt: skip
 _FALCON_PARTS = (
     ("transformer.h.", "model.layers."), (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
     (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
@@ -899,6 +914,28 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 to = to.replace(".mlp.fc2.", ".mlp.down_proj.").replace(
                     "model.final_layernorm.", "model.norm."
                 )
+            if to in renamed:
+                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
+            renamed[to] = name
+        stored = {to: stored[name] for to, name in renamed.items()}
+        where = {to: where[name] for to, name in renamed.items()}
+    if (
+        c.get("model_type") == "gptj"
+    ):  # (GPTJConfig's keys and GPT-J's names as Llama's: loader.cpp's gptj_names)
+        c = dict(c)
+        for frm, to in (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"),
+                        ("n_head", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
+                        ("activation_function", "hidden_act")):  # fmt: skip
+            if frm in c and to not in c:
+                c[to] = c[frm]
+        if "intermediate_size" not in c:
+            inner = c.get("n_inner")
+            c["intermediate_size"] = inner if inner is not None else 4 * int(c.get("hidden_size") or 0)
+        renamed = {}
+        for name in where:
+            to = name
+            for part, with_ in _GPTJ_PARTS:
+                to = to.replace(part, with_, 1) if part in to else to
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
@@ -1006,7 +1043,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
-    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon", "apertus"):
+    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon", "apertus", "gptj"):
         own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
         want = own.get(arch, "silu")
         if (
@@ -1105,7 +1142,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rms_eps=get("rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        rope_style="interleaved" if ernie else "neox",
+        rope_style="interleaved" if ernie or arch == "gptj" else "neox",  # (GPT-J's rotate_every_two)
         qkv_bias=arch in ("qwen2", "qwen2vl") or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
         qk_norm=arch
         in (
@@ -1212,6 +1249,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       n_head_kv=_falcon_kv_heads(c, n_head), n_ff=get("ffn_hidden_size", 4 * n_embd),
                       qkv_bias=bias, o_bias=bias, ffn_bias=bias,
                       rms_eps=get("layer_norm_epsilon", 1e-5))  # fmt: skip
+    if arch == "gptj":  # GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
+        act = get("hidden_act", "gelu_new")
+        if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu"):
+            raise ValueError(
+                f"activation_function '{act}' in '{path}' is not supported (gelu or a tanh GELU is)"
+            )
+        dims = common["head_dim"] if c.get("rotary_dim") is None else c["rotary_dim"]
+        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
+            raise ValueError(f"invalid rotary_dim in '{path}'")
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
+                      gelu_erf=act == "gelu", rms_eps=get("layer_norm_epsilon", 1e-5),
+                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
             raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")
