@@ -1912,6 +1912,16 @@ int hf_rotated_dims(const Json& cfg, const JsonValue* params, int head_dim, doub
   return dims == head_dim ? 0 : static_cast<int>(dims);
 }
 
+// A GELU MLP's activation (GPT-NeoX, Falcon, GPT-J) from the config's `key` (`dflt` when absent):
+// true for the exact one ("gelu"), false for the tanh approximations; any other refused by name.
+bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt) {
+  const std::string act = cfg.string(key, dflt);
+  if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+    throw ModelError(std::string(key) + " '" + act + "' in '" + cfg.path +
+                     "' is not supported (gelu or a tanh GELU is)");
+  return act == "gelu";
+}
+
 // Falcon's K/V heads (FalconConfig): num_kv_heads (default: every head) for the new decoder
 // architecture (40B / 180B) or without multi_query, else one (7B's multi-query attention).
 int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
@@ -2402,11 +2412,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "gptneox") {  // Pythia, GPT-NeoX-20B: see gpt_neox_names for the tensors
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
-    const std::string act = cfg.string("hidden_act", "gelu");
-    if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
-      throw ModelError("hidden_act '" + act + "' in '" + cfg_path +
-                       "' is not supported (gelu, or its tanh approximations, is)");
-    c.gelu_erf = act == "gelu";
+    c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "gelu");
     c.parallel_block = c.parallel_norms = cfg.boolean("use_parallel_residual", true);
     c.o_bias = cfg.boolean("attention_bias", true);
     // (older configs: rotary_pct and rotary_emb_base at the top level; rope_parameters otherwise)
@@ -2421,11 +2427,7 @@ void load_hf(Model& m, Storage& st) {
                        "' is not supported");
     c.layer_norm = c.norm_bias = c.ffn_gelu = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
-    const std::string act = cfg.string("activation", "gelu");
-    if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
-      throw ModelError("activation '" + act + "' in '" + cfg_path +
-                       "' is not supported (gelu or a tanh GELU is)");
-    c.gelu_erf = act == "gelu";
+    c.gelu_erf = gelu_is_exact(cfg, "activation", "gelu");
     const bool new_arch = cfg.boolean("new_decoder_architecture", false);
     c.parallel_block = new_arch || cfg.boolean("parallel_attn", true);
     // (40B / 180B: ln_attn and ln_mlp unless num_ln_in_parallel_attn is 1)
@@ -2436,11 +2438,7 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "gptj") {  // GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
-    const std::string act = cfg.string("hidden_act", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast" && act != "gelu")
-      throw ModelError("activation_function '" + act + "' in '" + cfg_path +
-                       "' is not supported (gelu or a tanh GELU is)");
-    c.gelu_erf = act == "gelu";
+    c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "gelu_new");
     const JsonValue* rot = cfg.get("rotary_dim");
     const int64_t dims =
         rot == nullptr || rot->is_null() ? c.head_dim : cfg.integer("rotary_dim", 0);

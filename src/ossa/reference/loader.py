@@ -33,6 +33,19 @@ NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, 
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
 # gated delta-net layers (reference/delta_net.py), gated attention (Qwen3-Next's projections fused)
 QWEN35 = ("qwen35", "qwen35moe", "qwen3next")
+# q / k RMS-normalised (per head; OLMo 2's over all heads), from GGUF and from folders (OLMo 3's folders too)
+QK_NORM = (
+    "qwen3",
+    "qwen3moe",
+    "qwen3vl",
+    "qwen3vlmoe",
+    "olmo2",
+    "exaone4",
+    "olmoe",
+    "dots1",
+    "apertus",
+    "exaone-moe",
+)
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
@@ -271,6 +284,14 @@ def xielu_applied(
             raise ValueError("invalid xIELU parameter")
         out.extend(float(x) for x in v)
     return out
+
+
+def _gelu_is_exact(act: str, key: str, path: str) -> bool:
+    """A GELU MLP's activation (GPT-NeoX, Falcon, GPT-J): True for the exact one ("gelu"), False for the tanh
+    approximations; any other refused by name (twin of loader.cpp's gelu_is_exact)."""
+    if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+        raise ValueError(f"{key} '{act}' in '{path}' is not supported (gelu or a tanh GELU is)")
+    return act == "gelu"
 
 
 def _unit_norms(
@@ -596,19 +617,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
-        qk_norm=arch
-        in (
-            "qwen3",
-            "qwen3moe",
-            "qwen3vl",
-            "qwen3vlmoe",
-            "olmo2",
-            "exaone4",
-            "olmoe",
-            "dots1",
-            "apertus",
-            "exaone-moe",
-        ),
+        qk_norm=arch in QK_NORM,
         tied_embeddings="output.weight" not in g.tensors,
         clamp_qkv=float(np.float32(md.get(k + "attention.clamp_kqv", 0.0))),
     )
@@ -1144,20 +1153,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         rope_scaling=scaling,
         rope_style="interleaved" if ernie or arch == "gptj" else "neox",  # (GPT-J's rotate_every_two)
         qkv_bias=arch in ("qwen2", "qwen2vl") or (arch == "qwen2moe" and bool(get("qkv_bias", True))),
-        qk_norm=arch
-        in (
-            "qwen3",
-            "qwen3moe",
-            "qwen3vl",
-            "qwen3vlmoe",
-            "olmo2",
-            "olmo3",
-            "exaone4",
-            "olmoe",
-            "dots1",
-            "apertus",
-            "exaone-moe",
-        ),
+        qk_norm=arch in (*QK_NORM, "olmo3"),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
         or "lm_head.weight" not in where,
@@ -1212,9 +1208,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rms_eps=get("norm_eps", 1e-5),
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "gptneox":  # Pythia, GPT-NeoX-20B: LayerNorms with bias, exact GELU (gelu), parallel residual
-        act = get("hidden_act", "gelu")
-        if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
-            raise ValueError(f"hidden_act '{act}' in '{path}' is not supported (gelu or a tanh GELU is)")
+        exact = _gelu_is_exact(get("hidden_act", "gelu"), "hidden_act", path)
         rp = c.get("rope_parameters") or {}
         prf = rp.get("partial_rotary_factor", get("rotary_pct", 0.25))
         dims = int(prf * common["head_dim"])
@@ -1226,7 +1220,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             norm_bias=True,
             ffn_gelu=True,
             ffn_bias=True,
-            gelu_erf=act == "gelu",
+            gelu_erf=exact,
             parallel_block=parallel,
             parallel_norms=parallel,
             qkv_bias=bias,
@@ -1239,27 +1233,21 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "falcon":  # Falcon 7B / 40B / 180B: LayerNorms with bias, exact GELU, parallel block
         if get("alibi", False):
             raise ValueError(f"alibi=true (ALiBi positions, Falcon-RW) in '{path}' is not supported")
-        act = get("activation", "gelu")
-        if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
-            raise ValueError(f"activation '{act}' in '{path}' is not supported (gelu or a tanh GELU is)")
+        exact = _gelu_is_exact(get("activation", "gelu"), "activation", path)
         new_arch, bias = bool(get("new_decoder_architecture", False)), bool(get("bias", False))
-        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=act == "gelu",
+        common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=exact,
                       parallel_block=new_arch or bool(get("parallel_attn", True)),
                       parallel_norms=new_arch and get("num_ln_in_parallel_attn", 2) == 2,
                       n_head_kv=_falcon_kv_heads(c, n_head), n_ff=get("ffn_hidden_size", 4 * n_embd),
                       qkv_bias=bias, o_bias=bias, ffn_bias=bias,
                       rms_eps=get("layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "gptj":  # GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
-        act = get("hidden_act", "gelu_new")
-        if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu"):
-            raise ValueError(
-                f"activation_function '{act}' in '{path}' is not supported (gelu or a tanh GELU is)"
-            )
+        exact = _gelu_is_exact(get("hidden_act", "gelu_new"), "hidden_act", path)
         dims = common["head_dim"] if c.get("rotary_dim") is None else c["rotary_dim"]
         if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
             raise ValueError(f"invalid rotary_dim in '{path}'")
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
-                      gelu_erf=act == "gelu", rms_eps=get("layer_norm_epsilon", 1e-5),
+                      gelu_erf=exact, rms_eps=get("layer_norm_epsilon", 1e-5),
                       rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
