@@ -907,3 +907,18 @@ def test_exaone_moe_mtp_layer_skipped(hf_models: dict[str, Any], tmp_path: Path)
     assert config == model.config
     scale = float(np.max(np.abs(hf_logits)))
     assert float(np.max(np.abs(ref_model.forward(config, weights, ids) - plain))) < TWIN_TOL * scale
+
+
+@pytest.mark.parametrize(
+    "name, want",
+    [("gpt_neox", "mlp           down(gelu(up x)), exact (erf); with biases; LayerNorm with bias"),
+     ("gptj", "mlp           down(gelu(up x)), tanh-approximated; with biases; LayerNorm with bias"),
+     ("nemotron", "mlp           down(relu(up x)^2); LayerNorm with bias"),
+     ("apertus", "mlp           down(xielu(up x)), per-layer parameters")],
+)  # fmt: skip
+def test_inspect_describes_the_mlp(
+    hf_models: dict[str, Any], name: str, want: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """ossa inspect names the feed-forward and the norms where they are not the Llama family's."""
+    text = models.format_inspect(models.inspect(case_file(hf_models, name, "F32", tmp_path_factory)))
+    assert want in text, text

@@ -570,6 +570,8 @@ def inspect(
         "gelu_erf": c.gelu_erf,
         "parallel_norms": c.parallel_norms,
         "layer_norm": c.layer_norm,
+        "norm_bias": c.norm_bias,
+        "ffn_bias": c.ffn_bias,
         "parallel_block": c.parallel_block,
         "input_weighted": c.moe.input_weighted,
         "o_bias": c.o_bias,
@@ -867,6 +869,24 @@ def _blocks_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _mlp_line(info: dict[str, Any]) -> list[str]:
+    """The dense feed-forward and the norms where they are not the Llama family's (SwiGLU, RMSNorm):
+    GELU MLPs (StarCoder2, Phi-2, GPT-NeoX, Falcon, GPT-J), relu^2 (Nemotron, Arcee), xIELU (Apertus),
+    LayerNorms (Cohere, GPT-NeoX, ...)."""
+    parts = []
+    if info.get("ffn_gelu"):
+        parts.append("down(gelu(up x)), " + ("exact (erf)" if info.get("gelu_erf") else "tanh-approximated"))
+    elif info.get("ffn_relu2") and not info.get("blocks"):
+        parts.append("down(relu(up x)^2)")
+    elif info.get("ffn_xielu"):
+        parts.append("down(xielu(up x)), per-layer parameters")
+    if info.get("ffn_bias"):
+        parts.append("with biases")
+    if info.get("layer_norm"):
+        parts.append("LayerNorm" + (" with bias" if info.get("norm_bias") else ""))
+    return [f"mlp           {'; '.join(parts)}"] if parts else []
+
+
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
     """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
     if info["arch"] not in ("granite", "granitemoe", "granitehybrid"):
@@ -921,6 +941,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         *_mamba1_line(info),
         *_gemma4_line(info),
         *_blocks_line(info),
+        *_mlp_line(info),
         *_multipliers_line(info),
         f"context       {info['n_ctx_train']} tokens (training)",
     ]
