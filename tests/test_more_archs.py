@@ -47,6 +47,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - gptj (GPT-J 6B): Phi-2's parallel block (one LayerNorm with bias, a GELU MLP with biases, the lm_head bias)
   with no attention biases and RoPE on interleaved pairs (rotate_every_two) of the first rotary_dim
   dimensions; GPTJConfig's own keys (n_embd, n_layer, n_head, n_inner, activation_function).
+- minicpm3 (MiniCPM3-4B, from folders): DeepSeek V2's latent attention with rotate_half RoPE (LongRoPE in
+  the release) and Granite's three multipliers from scale_emb, scale_depth and dim_model_base.
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -373,6 +375,23 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="gptj", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=None,
         vocab_size=130, rotary_dim=12, activation_function="gelu",
     ), ["safetensors"]),
+    # MiniCPM3-4B's layout: q / kv low-rank projections, a latent of 32, 8 rotated and 16 plain dimensions per
+    # head, values of 24, the multipliers (12, 1.4 / sqrt(layers), hidden / 16), tied: from its folder (GGUF:
+    # not yet).
+    "minicpm3": (dict(
+        arch="minicpm3", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, tie=True, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        v_head_dim=24, dim_model_base=16,
+    ), ["safetensors"]),
+    # The release's LongRoPE (short and long factors over the 4 rotated pairs, original context 64 of 256),
+    # no q low-rank projection, untied.
+    "minicpm3-longrope": (dict(
+        arch="minicpm3", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, q_lora_rank=None, kv_lora_rank=24, qk_nope_head_dim=12, qk_rope_head_dim=8,
+        v_head_dim=12, max_position_embeddings=256, scale_emb=4, scale_depth=2.0,
+        rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
+                      "long_factor": [1.5, 2.0, 3.0, 4.0], "original_max_position_embeddings": 64},
+    ), ["safetensors"]),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -494,6 +513,14 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert (c["qkv_bias"], c["o_bias"]) == (bias, bias) and c["rope_style"] == "neox"
         assert c["gelu_erf"] == (case.get("hidden_act", "gelu") == "gelu" or fmt != "safetensors")
         assert c["rope_dim"] == int(case.get("partial_rotary_factor", 0.25) * c["head_dim"])
+        return
+    if arch == "minicpm3":
+        n = case["num_layers"]
+        assert c["rope_style"] == "neox" and c["mla"]["kv_lora_rank"] == case["kv_lora_rank"]
+        assert c["embd_scale"] == pytest.approx(case.get("scale_emb", 12))
+        assert c["residual_scale"] == pytest.approx(case.get("scale_depth", 1.4) / n**0.5)
+        assert c["logit_scale"] == pytest.approx(case["hidden_size"] / case.get("dim_model_base", 256))
+        assert (c["rope_scaling"]["type"] == "longrope") == ("rope_scaling" in case)
         return
     if arch == "gptj":
         assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"] and c["ffn_bias"] and c["parallel_block"]
@@ -673,7 +700,7 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
      ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0"),
-     ("dots1", "Q8_0"), ("phimoe", "Q8_0"), ("exaone_moe", "Q8_0")],
+     ("dots1", "Q8_0"), ("phimoe", "Q8_0"), ("exaone_moe", "Q8_0"), ("minicpm3", "safetensors")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and

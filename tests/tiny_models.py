@@ -98,6 +98,7 @@ ARCHS = (
     "exaone_moe",
     "granitemoeshared",
     "gptj",
+    "minicpm3",
 )
 
 
@@ -263,6 +264,7 @@ def make_hf_model(
         "exaone_moe": transformers.ExaoneMoeConfig,
         "granitemoeshared": transformers.GraniteMoeSharedConfig,
         "gptj": transformers.GPTJConfig,
+        "minicpm3": transformers.MiniCPM3Config,
         "phi": transformers.PhiConfig,
     }[arch]
     if arch in ("mistral", "mixtral"):

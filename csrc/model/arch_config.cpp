@@ -237,6 +237,26 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
   check_longrope(c, "the GGUF file");
 }
 
+void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
+  deepseek2_config_hf(cfg, c);     // (its latent attention: DeepSeek V2's)
+  c.rope_style = RopeStyle::Neox;  // (rotate_half, not DeepSeek's interleaved pairs)
+  longrope_config_hf(cfg, scaling, c);
+  // Granite's three multipliers: embeddings times scale_emb, each sublayer's output times
+  // scale_depth / sqrt(layers), logits divided by hidden / dim_model_base (null: 1).
+  const JsonValue* depth = cfg.get("scale_depth");
+  const JsonValue* base = cfg.get("dim_model_base");
+  c.embd_scale = static_cast<float>(cfg.number("scale_emb", 12.0));
+  const double sd = depth != nullptr && depth->is_null() ? std::sqrt(static_cast<double>(c.n_layer))
+                                                         : cfg.number("scale_depth", 1.4);
+  c.residual_scale = static_cast<float>(sd / std::sqrt(static_cast<double>(c.n_layer)));
+  const double b = base != nullptr && base->is_null() ? static_cast<double>(c.n_embd)
+                                                      : cfg.number("dim_model_base", 256.0);
+  c.logit_scale = static_cast<float>(static_cast<double>(c.n_embd) / b);
+  if (!(c.embd_scale > 0.0f) || !(c.residual_scale > 0.0f) || !(c.logit_scale > 0.0f) ||
+      !std::isfinite(c.logit_scale))
+    throw ModelError("invalid scale_emb, scale_depth or dim_model_base in '" + cfg.path + "'");
+}
+
 void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path) {
   c.layer_norm = c.norm_bias = true;  // (nn.LayerNorm, eps rms_norm_eps)
   if (c.rope_scaling.type != "longrope" || scaling == nullptr || !scaling->is_object()) return;
@@ -263,6 +283,11 @@ void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
     throw ModelError("invalid partial_rotary_factor in '" + path + "'");
   c.rope_dim = rotated_dims(static_cast<int64_t>(c.head_dim * partial), c, "'" + path + "'");
   all_sliding(c, cfg.integer("sliding_window", 0), "'" + path + "'");
+  longrope_config_hf(cfg, scaling, c);
+}
+
+void longrope_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
+  const std::string& path = cfg.path;
   if (scaling == nullptr || !scaling->is_object()) return;
   const Json s{*scaling, path};
   const std::string type = s.string("rope_type", s.string("type", "default"));

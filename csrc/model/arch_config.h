@@ -90,6 +90,12 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
 // Phi-3.5-MoE from a folder, after phi3_config_hf: LayerNorms with biases, LongRoPE's factor on
 // cos / sin from short_mscale (equal to long_mscale).
 void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path);
+// LongRoPE ("longrope" / "su") from a folder's rope scaling (Phi-3's and MiniCPM3's): the short and
+// long factors over the rotated dimensions, the original context, the cos / sin factor.
+void longrope_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
+// MiniCPM3 from a folder: DeepSeek V2's latent attention with rotate_half RoPE, LongRoPE, and
+// Granite's embedding, residual and logit multipliers from scale_emb, scale_depth, dim_model_base.
+void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
 // The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:

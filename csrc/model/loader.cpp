@@ -301,7 +301,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj)";
+    "apertus, exaone_moe, gptj, minicpm3)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1772,6 +1772,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"ExaoneMoeForCausalLM", "exaone-moe"},
       {"apertus", "apertus"},
       {"ApertusForCausalLM", "apertus"},
+      {"minicpm3", "minicpm3"},
+      {"MiniCPM3ForCausalLM", "minicpm3"},
       {"gptj", "gptj"},
       {"GPTJForCausalLM", "gptj"},
       {"gpt_neox", "gptneox"},
@@ -2344,8 +2346,9 @@ void load_hf(Model& m, Storage& st) {
         c.rope_theta =
             static_cast<float>(static_cast<double>(c.rope_theta) *
                                std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
-    } else if (type != "default" && !((c.arch == "phi3" || c.arch == "phimoe") &&
-                                      (type == "longrope" || type == "su"))) {
+    } else if (type != "default" &&
+               !((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "minicpm3") &&
+                 (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
   }
@@ -2514,12 +2517,13 @@ void load_hf(Model& m, Storage& st) {
       c.clamp_qkv = static_cast<float>(cfg.number("clip_qkv", 0.0));
   }
   if (c.arch == "exaone4" || c.arch == "exaone-moe")
-    exaone4_config_hf(cfg, c);                                 // window, NoPE global layers
-  if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);      // latent attention
-  if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
-  if (c.arch == "glm4") glm4_config_hf(cfg, params, c);        // the same, interleaved pairs
-  if (qwen35) qwen35_config_hf(cfg, params, c);                // delta-net layers, gated attention
-  if (c.lfm2()) lfm2_config_hf(cfg, c);  // short convolutions, norm_eps, its MLP size
+    exaone4_config_hf(cfg, c);                                    // window, NoPE global layers
+  if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);         // latent attention
+  if (c.arch == "minicpm3") minicpm3_config_hf(cfg, scaling, c);  // latent attention, LongRoPE
+  if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);     // partial RoPE, bias, q / k norms
+  if (c.arch == "glm4") glm4_config_hf(cfg, params, c);           // the same, interleaved pairs
+  if (qwen35) qwen35_config_hf(cfg, params, c);  // delta-net layers, gated attention
+  if (c.lfm2()) lfm2_config_hf(cfg, c);          // short convolutions, norm_eps, its MLP size
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers
   if (c.arch == "nemotron_h") nemotronh_config_hf(cfg, c);  // one sublayer a block, Mamba-2, relu2
   if (mamba1) mamba1_config_hf(cfg, c);                     // every layer a Mamba-1 mixer alone

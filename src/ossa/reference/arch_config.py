@@ -461,6 +461,15 @@ def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     window = _window(c.get("sliding_window") or 0)
     out["sliding_window"] = window
     out["layer_sliding"] = [True] * common["n_layer"] if window > 0 else []
+    return {**out, **longrope_hf(c, {**common, **out})}
+
+
+def longrope_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """LongRoPE ("longrope" / "su") from a config.json's rope scaling (Phi-3's, MiniCPM3's; twin of
+    arch_config.cpp's longrope_config_hf): factors over the rotated dimensions, the original context,
+    the cos / sin factor; {} for another type."""
+    out: dict[str, Any] = {}
+    s = c.get("rope_scaling") or c.get("rope_parameters") or {}
     if s.get("rope_type", s.get("type")) in ("longrope", "su"):
         # The top-level key wins (transformers copies it into rope_parameters).
         original = c.get("original_max_position_embeddings") or s.get("original_max_position_embeddings")
@@ -473,8 +482,25 @@ def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
             "short_factor": list(s["short_factor"]),
             "attn_factor": s.get("attention_factor") or _longrope_attn_factor(factor, original),
         }
-        _check_longrope(scaling, out["rope_dim"], common["head_dim"])
+        _check_longrope(scaling, common["rope_dim"], common["head_dim"])
         out["rope_scaling"] = scaling
+    return out
+
+
+def minicpm3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """MiniCPM3 (twin of minicpm3_config_hf): DeepSeek V2's latent attention with rotate_half RoPE,
+    LongRoPE, and Granite's multipliers: embeddings times scale_emb, each sublayer's output times
+    scale_depth / sqrt(layers), logits divided by hidden / dim_model_base (null: 1)."""
+    out = dict(deepseek2_hf(c, common), rope_style="neox")
+    out.update(longrope_hf(c, {**common, **out}))
+    n, e = common["n_layer"], common["n_embd"]
+    depth = math.sqrt(n) if "scale_depth" in c and c["scale_depth"] is None else c.get("scale_depth", 1.4)
+    base = e if "dim_model_base" in c and c["dim_model_base"] is None else c.get("dim_model_base", 256)
+    out.update(embd_scale=float(np.float32(c.get("scale_emb", 12))),
+               residual_scale=float(np.float32(depth / math.sqrt(n))),
+               logit_scale=float(np.float32(e / base)))  # fmt: skip
+    if not (out["embd_scale"] > 0 and out["residual_scale"] > 0 and 0 < out["logit_scale"] < math.inf):
+        raise ValueError("invalid scale_emb, scale_depth or dim_model_base")
     return out
 
 

@@ -97,7 +97,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe, gptj)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -142,7 +142,8 @@ _HF_ARCHS = {
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
     "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
-    "gptj": "gptj", "GPTJForCausalLM": "gptj", "exaone_moe": "exaone-moe",
+    "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3",
+    "MiniCPM3ForCausalLM": "minicpm3", "exaone_moe": "exaone-moe",
     "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
@@ -1110,7 +1111,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         hd = get("head_dim", 0) or get("hidden_size", 0) // max(get("num_attention_heads", 1), 1)
         if alpha > 0 and hd > 2:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
-    elif stype != "default" and not (arch in ("phi3", "phimoe") and stype in ("longrope", "su")):
+    elif stype != "default" and not (arch in ("phi3", "phimoe", "minicpm3") and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
     partial_ok = ("phi3", "phimoe", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2",
                   "nemotron", "gptneox", *QWEN35)  # fmt: skip
@@ -1291,6 +1292,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granite_hf(c))
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_hf(c, common))
+    if arch == "minicpm3":  # latent attention with rotate_half RoPE, LongRoPE, the multipliers
+        common.update(arch_config.minicpm3_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
     if arch == "glm4":

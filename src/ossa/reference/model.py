@@ -454,7 +454,9 @@ def forward(
         elif c["mla"]["kv_lora_rank"]:  # DeepSeek's latent attention: ossa.reference.mla
             from .mla import mla_attention
 
-            x = x + mla_attention(c, w, i, pre(x, p + "attn_norm"), positions, inv_freq, q8)
+            x = add(
+                x, mla_attention(c, w, i, pre(x, p + "attn_norm"), positions, inv_freq, q8)
+            )  # (MiniCPM3's scale)
         else:
             h = pre(x, p + "attn_norm")
             if c["parallel_norms"]:  # (GPT-NeoX: the parallel MLP's own norm of the layer's input)

@@ -221,7 +221,11 @@ class ModelRunner:
                 continue
             if c["mla"]["kv_lora_rank"]:  # DeepSeek: one latent row per token (reference/mla.py)
                 x = _plain_ffn(
-                    c, w, i, x + _mla_paged(self, i, h, pos, global_freq, slots, seq_start, ctx_slots, q8), q8
+                    c,
+                    w,
+                    i,
+                    x + _scaled(c, _mla_paged(self, i, h, pos, global_freq, slots, seq_start, ctx_slots, q8)),
+                    q8,
                 )
                 continue
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
