@@ -207,13 +207,13 @@ void all_sliding(ModelConfig& c, int64_t window, const std::string& where) {
   if (c.sliding_window > 0) c.layer_sliding.assign(static_cast<size_t>(c.n_layer), 1);
 }
 
+}  // namespace
+
 int rotated_dims(int64_t dims, const ModelConfig& c, const std::string& where) {
   if (dims <= 0 || dims > c.head_dim || dims % 2 != 0)
     throw ModelError("invalid rotated dimensions " + std::to_string(dims) + " (" + where + ")");
   return dims == c.head_dim ? 0 : static_cast<int>(dims);
 }
-
-}  // namespace
 
 void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
                       std::vector<float> short_factor) {

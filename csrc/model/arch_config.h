@@ -90,6 +90,9 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
 // Phi-3.5-MoE from a folder, after phi3_config_hf: LayerNorms with biases, LongRoPE's factor on
 // cos / sin from short_mscale (equal to long_mscale).
 void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path);
+// The rotated dimensions of a partial RoPE: 0 when the whole head rotates; an odd, empty or
+// too-wide count refused (where: the key or file, for the message).
+int rotated_dims(int64_t dims, const ModelConfig& c, const std::string& where);
 // LongRoPE ("longrope" / "su") from a folder's rope scaling (Phi-3's and MiniCPM3's): the short and
 // long factors over the rotated dimensions, the original context, the cos / sin factor.
 void longrope_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);

@@ -1103,22 +1103,19 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
+  // (partial NeoX RoPE, GPT-J's on interleaved pairs: the file's rotated dimensions)
+  if (arch == "phi2" || arch == "stablelm" || arch == "nemotron" || arch == "gptneox" ||
+      arch == "gptj")
+    c.rope_dim = rotated_dims(g->get_int(k + "rope.dimension_count", c.head_dim), c,
+                              k + "rope.dimension_count in '" + m.path + "'");
   if (arch == "phi2") {  // (Cohere's parallel block, LayerNorm with bias, GELU MLP, biases)
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.o_bias = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
-    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (arch == "stablelm") {  // (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
     c.layer_norm = c.norm_bias = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
-    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
     c.parallel_block = !b.has("blk.0.ffn_norm.weight");
     c.qk_norm = c.qk_norm_heads = b.has("blk.0.attn_q_norm.weight");
   }
@@ -1126,10 +1123,6 @@ void load_gguf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
     c.o_bias = b.has("blk.0.attn_output.bias");
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
-    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (arch == "gptneox") {  // (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases)
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.gelu_erf = true;
@@ -1139,10 +1132,6 @@ void load_gguf(Model& m, Storage& st) {
     // (the parallel residual by default, the MLP with its own norm: x + attn(ln1 x) + mlp(ln2 x))
     c.parallel_block = c.parallel_norms = g->get_bool(k + "use_parallel_residual", true);
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
-    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (arch == "falcon") {  // (LayerNorms with bias, fused q / k / v, exact-GELU MLP; parallel)
     // (llama.cpp's files: always the parallel block, 40B's second norm as attn_norm_2)
@@ -1156,10 +1145,6 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "gptj") {  // (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
-    const int64_t dims = g->get_int(k + "rope.dimension_count", c.head_dim);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rope.dimension_count in '" + m.path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
   }
   if (arch == "apertus") {  // (xIELU MLPs: the parameters per layer under llama.cpp's keys)
     c.ffn_xielu = true;
@@ -2445,9 +2430,7 @@ void load_hf(Model& m, Storage& st) {
     const JsonValue* rot = cfg.get("rotary_dim");
     const int64_t dims =
         rot == nullptr || rot->is_null() ? c.head_dim : cfg.integer("rotary_dim", 0);
-    if (dims < 2 || dims > c.head_dim || dims % 2 != 0)
-      throw ModelError("invalid rotary_dim in '" + cfg_path + "'");
-    c.rope_dim = dims == c.head_dim ? 0 : static_cast<int>(dims);
+    c.rope_dim = rotated_dims(dims, c, "rotary_dim in '" + cfg_path + "'");
   }
   if (c.arch == "apertus") {  // xIELU MLPs: each layer's parameters from mlp.act_fn.*
     const std::string act = cfg.string("hidden_act", "xielu");

@@ -404,7 +404,9 @@ def _longrope_attn_factor(factor: float, original: int) -> float:
     return math.sqrt(1 + math.log(factor) / math.log(original))
 
 
-def _rotated(dims: int, head_dim: int) -> int:
+def rotated(dims: int, head_dim: int) -> int:
+    """The rotated dimensions of a partial RoPE: 0 when the whole head rotates; an odd, empty or too-wide
+    count refused (twin of arch_config.cpp's rotated_dims)."""
     if not (0 < dims <= head_dim and dims % 2 == 0):
         raise ValueError(f"invalid rotated dimensions {dims}")
     return 0 if dims == head_dim else int(dims)
@@ -427,7 +429,7 @@ def phi3_gguf(
     layer."""
     k = arch + "."
     out: dict[str, Any] = {"rope_style": "neox"}
-    out["rope_dim"] = _rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
+    out["rope_dim"] = rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
     out.update(window_gguf(arch, md, common["n_layer"]))
     if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
         original = max(
@@ -457,7 +459,7 @@ def phi3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     if not 0 < partial <= 1:
         raise ValueError("invalid partial_rotary_factor")
     out: dict[str, Any] = {"rope_style": "neox"}
-    out["rope_dim"] = _rotated(int(common["head_dim"] * partial), common["head_dim"])
+    out["rope_dim"] = rotated(int(common["head_dim"] * partial), common["head_dim"])
     window = _window(c.get("sliding_window") or 0)
     out["sliding_window"] = window
     out["layer_sliding"] = [True] * common["n_layer"] if window > 0 else []
@@ -550,7 +552,7 @@ def glm4moe_gguf(md: dict[str, Any], common: dict[str, Any], names: set[Any]) ->
     q / k norms where the file has them."""
     k = "glm4moe."
     dims = md.get(k + "rope.dimension_count", common["head_dim"])
-    return {"rope_style": "neox", "rope_dim": _rotated(dims, common["head_dim"]),
+    return {"rope_style": "neox", "rope_dim": rotated(dims, common["head_dim"]),
             "n_layer": _without_mtp_layers("glm4moe", md, common["n_layer"]),
             "qk_norm": "blk.0.attn_q_norm.weight" in names}  # fmt: skip
 
@@ -583,7 +585,7 @@ def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     partial = params.get("partial_rotary_factor", 0.5 if top is None else top)
     if not 0 < partial <= 1:
         raise ValueError("invalid partial_rotary_factor")
-    return {"rope_style": "neox", "rope_dim": _rotated(int(common["head_dim"] * partial), common["head_dim"]),
+    return {"rope_style": "neox", "rope_dim": rotated(int(common["head_dim"] * partial), common["head_dim"]),
             "qkv_bias": bool(c.get("attention_bias")), "qk_norm": bool(c.get("use_qk_norm"))}  # fmt: skip
 
 
@@ -591,7 +593,7 @@ def glm4_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """GLM-4 (dense) from GGUF (twin of glm4_config_gguf): RoPE on interleaved pairs of the first
     rope.dimension_count dimensions."""
     dims = md.get("glm4.rope.dimension_count", common["head_dim"])
-    return {"rope_style": "interleaved", "rope_dim": _rotated(dims, common["head_dim"])}
+    return {"rope_style": "interleaved", "rope_dim": rotated(dims, common["head_dim"])}
 
 
 def glm4_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
@@ -843,7 +845,7 @@ def qwen35_gguf(arch: str, md: dict[str, Any], common: dict[str, Any]) -> dict[s
         "layers": [i for i in range(n_layer) if (i + 1) % interval != 0],
     })  # fmt: skip
     dims = md.get(k + "rope.dimension_count", common["head_dim"])
-    return {"n_layer": n_layer, "rope_style": "neox", "rope_dim": _rotated(dims, common["head_dim"]),
+    return {"n_layer": n_layer, "rope_style": "neox", "rope_dim": rotated(dims, common["head_dim"]),
             "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip
 
 
@@ -875,7 +877,7 @@ def qwen35_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         "k_dim": get("linear_key_head_dim", 128), "v_dim": get("linear_value_head_dim", 128),
         "conv_kernel": get("linear_conv_kernel_dim", 4), "v_tiled": False, "layers": layers,
     })  # fmt: skip
-    return {"rope_style": "neox", "rope_dim": _rotated(int(common["head_dim"] * partial), common["head_dim"]),
+    return {"rope_style": "neox", "rope_dim": rotated(int(common["head_dim"] * partial), common["head_dim"]),
             "qk_norm": True, "attn_gate": True, "delta": delta}  # fmt: skip
 
 
@@ -988,7 +990,7 @@ def _bamba_hf(c: dict[str, Any], n_layer: int, ssm: dict[str, Any], head_dim: in
     partial = params.get("partial_rotary_factor", 1.0 if top is None else top)
     if not 0 < partial <= 1:
         raise ValueError("invalid partial_rotary_factor")
-    return {"ssm": ssm, "rope_dim": _rotated(int(head_dim * partial), head_dim)}
+    return {"ssm": ssm, "rope_dim": rotated(int(head_dim * partial), head_dim)}
 
 
 def granitehybrid_hf(c: dict[str, Any], n_layer: int, n_embd: int, head_dim: int = 0) -> dict[str, Any]:

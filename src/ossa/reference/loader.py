@@ -287,6 +287,24 @@ def xielu_applied(
     return out
 
 
+def _hf_rotated_dims(c: dict[str, Any], head_dim: int, default: float, top_key: str, path: str) -> int:
+    """The rotated dimensions of a folder's partial NeoX RoPE (Phi-2, StableLM, Nemotron, GPT-NeoX): the rope
+    parameters' partial_rotary_factor, else the config's ``top_key`` (GPT-NeoX's older rotary_pct), else
+    ``default``, times head_dim; 0 when the whole head rotates (twin of loader.cpp's hf_rotated_dims)."""
+    params = c.get("rope_parameters") or {}
+    prf = params["partial_rotary_factor"] if "partial_rotary_factor" in params else c.get(top_key)
+    prf = default if prf is None else prf
+    dims = int(prf * head_dim)
+    if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
+        what = (
+            "partial_rotary_factor"
+            if top_key == "partial_rotary_factor"
+            else f"partial_rotary_factor / {top_key}"
+        )
+        raise ValueError(f"invalid {what} in '{path}'")
+    return 0 if dims == head_dim else dims
+
+
 def _gelu_is_exact(act: str, key: str, path: str) -> bool:
     """A GELU MLP's activation (GPT-NeoX, Falcon, GPT-J): True for the exact one ("gelu"), False for the tanh
     approximations; any other refused by name (twin of loader.cpp's gelu_is_exact)."""
@@ -662,39 +680,27 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch in ("phi2", "stablelm", "nemotron", "gptneox", "gptj"):  # (the file's rotated dimensions)
+        dims = md.get(k + "rope.dimension_count", common["head_dim"])
+        common["rope_dim"] = arch_config.rotated(dims, common["head_dim"])
     if arch == "phi2":  # (Cohere's parallel block, LayerNorm with bias, GELU MLP, biases)
-        dims = md.get(k + "rope.dimension_count", common["head_dim"])
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError("invalid rope.dimension_count")
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
-                      o_bias=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      o_bias=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "stablelm":  # (LayerNorm with bias, partial RoPE; parallel where no ffn_norm)
-        dims = md.get(k + "rope.dimension_count", common["head_dim"])
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError("invalid rope.dimension_count")
         qk = "blk.0.attn_q_norm.weight" in names
         eps = md.get(k + "attention.layer_norm_epsilon", 1e-5)
         common.update(layer_norm=True, norm_bias=True, rms_eps=eps,
-                      rope_dim=0 if dims == common["head_dim"] else dims, qk_norm=qk, qk_norm_heads=qk,
+                      qk_norm=qk, qk_norm_heads=qk,
                       parallel_block="blk.0.ffn_norm.weight" not in names)  # fmt: skip
     if arch == "nemotron":  # (LayerNorm with bias stored 1 + w, relu^2 MLP, partial NeoX RoPE)
-        dims = md.get(k + "rope.dimension_count", common["head_dim"])
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError("invalid rope.dimension_count")
         common.update(layer_norm=True, norm_bias=True, ffn_relu2=True,
                       o_bias="blk.0.attn_output.bias" in names,
-                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
     if arch == "gptj":  # (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
-        dims = md.get(k + "rope.dimension_count", common["head_dim"])
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError("invalid rope.dimension_count")
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
-                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
         n = common["n_layer"]
 
@@ -715,16 +721,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       qkv_bias="blk.0.attn_qkv.bias" in names, o_bias="blk.0.attn_output.bias" in names,
                       rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "gptneox":  # (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases; parallel)
-        dims = md.get(k + "rope.dimension_count", common["head_dim"])
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError("invalid rope.dimension_count")
         parallel = bool(md.get(k + "use_parallel_residual", True))
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, gelu_erf=True,
                       ffn_bias="blk.0.ffn_up.bias" in names, qkv_bias="blk.0.attn_qkv.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names, parallel_block=parallel,
                       parallel_norms=parallel,
-                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "starcoder2":  # (LayerNorm with bias, GELU MLP; biases where the file has them)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias="blk.0.ffn_up.bias" in names,
                       o_bias="blk.0.attn_output.bias" in names,
@@ -1178,43 +1180,27 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
     if arch == "phi2":  # Phi-1 / 1.5 / 2: Cohere's parallel block, LayerNorm + bias, GELU MLP, biases
-        prf = (c.get("rope_parameters") or {}).get("partial_rotary_factor", get("partial_rotary_factor", 0.5))
-        dims = int(prf * common["head_dim"])
-        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
-            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
+        rope_dim = _hf_rotated_dims(c, common["head_dim"], 0.5, "partial_rotary_factor", path)
         if get("qk_layernorm", False):
             raise ValueError(f"qk_layernorm=true in '{path}' is not supported")
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
                       qkv_bias=True, o_bias=True, rms_eps=get("layer_norm_eps", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rope_dim=rope_dim)  # fmt: skip
     if arch == "stablelm":  # LayerNorm with bias, partial NeoX RoPE (0.25), its options
-        prf = (c.get("rope_parameters") or {}).get(
-            "partial_rotary_factor", get("partial_rotary_factor", 0.25)
-        )
-        dims = int(prf * common["head_dim"])
-        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
-            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
         qk = bool(get("qk_layernorm", False))
         common.update(layer_norm=True, norm_bias=True, rms_eps=get("layer_norm_eps", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims,
+                      rope_dim=_hf_rotated_dims(c, common["head_dim"], 0.25, "partial_rotary_factor", path),
                       parallel_block=bool(get("use_parallel_residual", False)), qk_norm=qk, qk_norm_heads=qk,
                       qkv_bias=bool(get("use_qkv_bias", False)))  # fmt: skip
     if arch == "nemotron":  # LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
-        prf = (c.get("rope_parameters") or {}).get("partial_rotary_factor", get("partial_rotary_factor", 0.5))
-        dims = int(prf * common["head_dim"])
-        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
-            raise ValueError(f"invalid partial_rotary_factor in '{path}'")
         bias = bool(get("attention_bias", False))
         common.update(layer_norm=True, norm_bias=True, ffn_relu2=True, qkv_bias=bias, o_bias=bias,
                       rms_eps=get("norm_eps", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rope_dim=_hf_rotated_dims(c, common["head_dim"], 0.5, "partial_rotary_factor",
+                                                path))  # fmt: skip
     if arch == "gptneox":  # Pythia, GPT-NeoX-20B: LayerNorms with bias, exact GELU (gelu), parallel residual
         exact = _gelu_is_exact(get("hidden_act", "gelu"), "hidden_act", path)
         rp = c.get("rope_parameters") or {}
-        prf = rp.get("partial_rotary_factor", get("rotary_pct", 0.25))
-        dims = int(prf * common["head_dim"])
-        if not (0 < prf <= 1 and dims >= 2 and dims % 2 == 0):
-            raise ValueError(f"invalid partial_rotary_factor / rotary_pct in '{path}'")
         parallel, bias = bool(get("use_parallel_residual", True)), bool(get("attention_bias", True))
         common.update(
             layer_norm=True,
@@ -1227,7 +1213,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             qkv_bias=bias,
             o_bias=bias,
             rms_eps=get("layer_norm_eps", 1e-5),
-            rope_dim=0 if dims == common["head_dim"] else dims,
+            rope_dim=_hf_rotated_dims(c, common["head_dim"], 0.25, "rotary_pct", path),
         )
         if "rope_theta" not in rp and c.get("rotary_emb_base") is not None:
             common["rope_theta"] = float(c["rotary_emb_base"])
@@ -1245,11 +1231,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "gptj":  # GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
         exact = _gelu_is_exact(get("hidden_act", "gelu_new"), "hidden_act", path)
         dims = common["head_dim"] if c.get("rotary_dim") is None else c["rotary_dim"]
-        if not (2 <= dims <= common["head_dim"] and dims % 2 == 0):
-            raise ValueError(f"invalid rotary_dim in '{path}'")
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
                       gelu_erf=exact, rms_eps=get("layer_norm_epsilon", 1e-5),
-                      rope_dim=0 if dims == common["head_dim"] else dims)  # fmt: skip
+                      rope_dim=arch_config.rotated(dims, common["head_dim"]))  # fmt: skip
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
             raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")
