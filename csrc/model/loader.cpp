@@ -1917,10 +1917,9 @@ int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
                                                                                              : 1;
 }
 
-// GPT-J's folders under Llama's names and keys (GPTJConfig's n_embd, n_layer, n_head, n_inner
-// (null: 4 x n_embd), n_positions, activation_function; transformer.h.N.ln_1, attn.*_proj /
-// out_proj, mlp.fc_in / fc_out, transformer.wte / ln_f).
-void gptj_names(JsonValue& cfg, Builder& b) {
+// GPTJConfig's keys under Llama's (n_embd, n_layer, n_head, n_positions, activation_function;
+// n_inner, null meaning 4 x n_embd, as intermediate_size); its tensors: family_names' parts.
+void gptj_keys(JsonValue& cfg) {
   for (const auto& [from, to] : {std::pair{"n_embd", "hidden_size"},
                                  {"n_layer", "num_hidden_layers"},
                                  {"n_head", "num_attention_heads"},
@@ -1941,53 +1940,11 @@ void gptj_names(JsonValue& cfg, Builder& b) {
       cfg.object.emplace_back("intermediate_size", four);
     }
   }
-  static const std::pair<const char*, const char*> k_parts[] = {
-      {"transformer.h.", "model.layers."},
-      {".ln_1.", ".input_layernorm."},
-      {".attn.out_proj.", ".self_attn.o_proj."},
-      {".attn.", ".self_attn."},
-      {".mlp.fc_in.", ".mlp.up_proj."},
-      {".mlp.fc_out.", ".mlp.down_proj."},
-      {"transformer.wte.", "model.embed_tokens."},
-      {"transformer.ln_f.", "model.norm."}};
-  rename_tensors(b, [](std::string name) {
-    for (const auto& [part, with] : k_parts)
-      if (const size_t at = name.find(part); at != std::string::npos)
-        name.replace(at, std::string(part).size(), with);
-    return name;
-  });
 }
 
-// GPT-NeoX's folders (Pythia, GPT-NeoX-20B) and Falcon's under Llama's names (attention.dense /
-// self_attention.dense as self_attn.o_proj, mlp.dense_h_to_4h / dense_4h_to_h as up / down, the
-// embeddings and final norms; Falcon 40B's ln_attn / ln_mlp as the two norms), the fused
-// query_key_value as Phi-3's qkv_proj, regrouped (regroup_qkv).
-void neox_falcon_names(const JsonValue& cfg, Builder& b, bool falcon) {
-  static const std::vector<std::pair<std::string, std::string>> k_neox = {
-      {"gpt_neox.layers.", "model.layers."},
-      {".attention.query_key_value.", ".self_attn.qkv_proj."},
-      {".attention.dense.", ".self_attn.o_proj."},
-      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
-      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
-      {"gpt_neox.embed_in.", "model.embed_tokens."},
-      {"gpt_neox.final_layer_norm.", "model.norm."},
-      {"embed_out.", "lm_head."}};
-  static const std::vector<std::pair<std::string, std::string>> k_falcon = {
-      {"transformer.h.", "model.layers."},
-      {".self_attention.query_key_value.", ".self_attn.qkv_proj."},
-      {".self_attention.dense.", ".self_attn.o_proj."},
-      {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
-      {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
-      {".ln_attn.", ".input_layernorm."},
-      {".ln_mlp.", ".post_attention_layernorm."},
-      {"transformer.word_embeddings.", "model.embed_tokens."},
-      {"transformer.ln_f.", "model.norm."}};
-  rename_tensors(b, [&](std::string name) {
-    for (const auto& [part, with] : falcon ? k_falcon : k_neox)
-      if (const size_t at = name.find(part); at != std::string::npos)
-        name.replace(at, part.size(), with);
-    return name;
-  });
+// GPT-NeoX's and Falcon's fused query_key_value (renamed qkv_proj by family_names) regrouped
+// (regroup_qkv): a group per head for GPT-NeoX, Falcon's KV groups.
+void neox_falcon_qkv(const JsonValue& cfg, Builder& b, bool falcon) {
   const Json json{cfg, b.path};
   const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
                 width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
@@ -1996,22 +1953,43 @@ void neox_falcon_names(const JsonValue& cfg, Builder& b, bool falcon) {
 }
 
 // Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
-// StarCoder2 and Hunyuan (name parts), StableLM (per-head q / k norms stacked), EXAONE 3 / 3.5 as
-// released (GPT-2-style names and its config's keys, as transformers reads it into
-// LlamaForCausalLM).
+// StarCoder2, Hunyuan, Apertus, GPT-NeoX, Falcon and GPT-J (name parts; GPT-J's config keys too,
+// GPT-NeoX's and Falcon's fused q / k / v regrouped), StableLM (per-head q / k norms stacked),
+// EXAONE 3 / 3.5 as released (GPT-2-style names and its config's keys, as transformers reads it
+// into LlamaForCausalLM).
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
-  if (type != nullptr && type->is_string() && type->string == "gptj") {
-    gptj_names(cfg, b);
-    return true;
-  }
-  if (type != nullptr && type->is_string() &&
-      (type->string == "gpt_neox" || type->string == "falcon")) {
-    neox_falcon_names(cfg, b, type->string == "falcon");
-    return true;
-  }
-  // Name parts of families whose tensors are Llama's under other names (the first that matches).
+  // Name parts of families whose tensors are Llama's under other names (each replaced where
+  // found, in order).
   static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> k_parts = {
+      {"gpt_neox",  // (Pythia, GPT-NeoX-20B; its query_key_value regrouped below)
+       {{"gpt_neox.layers.", "model.layers."},
+        {".attention.query_key_value.", ".self_attn.qkv_proj."},
+        {".attention.dense.", ".self_attn.o_proj."},
+        {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+        {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+        {"gpt_neox.embed_in.", "model.embed_tokens."},
+        {"gpt_neox.final_layer_norm.", "model.norm."},
+        {"embed_out.", "lm_head."}}},
+      {"falcon",  // (40B's ln_attn / ln_mlp as the two norms; query_key_value regrouped below)
+       {{"transformer.h.", "model.layers."},
+        {".self_attention.query_key_value.", ".self_attn.qkv_proj."},
+        {".self_attention.dense.", ".self_attn.o_proj."},
+        {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+        {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+        {".ln_attn.", ".input_layernorm."},
+        {".ln_mlp.", ".post_attention_layernorm."},
+        {"transformer.word_embeddings.", "model.embed_tokens."},
+        {"transformer.ln_f.", "model.norm."}}},
+      {"gptj",  // (transformer.h.N.ln_1, attn.*_proj / out_proj, mlp.fc_in / fc_out)
+       {{"transformer.h.", "model.layers."},
+        {".ln_1.", ".input_layernorm."},
+        {".attn.out_proj.", ".self_attn.o_proj."},
+        {".attn.", ".self_attn."},
+        {".mlp.fc_in.", ".mlp.up_proj."},
+        {".mlp.fc_out.", ".mlp.down_proj."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.ln_f.", "model.norm."}}},
       {"phi",  // (Phi-2: dense / fc1 / fc2 / final_layernorm)
        {{".self_attn.dense.", ".self_attn.o_proj."},
         {".mlp.fc1.", ".mlp.up_proj."},
@@ -2033,9 +2011,12 @@ bool family_names(JsonValue& cfg, Builder& b) {
     rename_tensors(b, [&](std::string name) {
       for (const auto& [part, with] : k_parts.at(type->string))
         if (const size_t at = name.find(part); at != std::string::npos)
-          return name.replace(at, part.size(), with);
+          name.replace(at, part.size(), with);
       return name;
     });
+    if (type->string == "gptj") gptj_keys(cfg);
+    if (type->string == "gpt_neox" || type->string == "falcon")
+      neox_falcon_qkv(cfg, b, type->string == "falcon");
     return true;
   }
   if (type != nullptr && type->is_string() && type->string == "stablelm") {
@@ -2397,7 +2378,7 @@ void load_hf(Model& m, Storage& st) {
     c.rope_dim = hf_rotated_dims(cfg, params, c.head_dim, 0.5, "partial_rotary_factor");
     c.o_bias = cfg.boolean("attention_bias", false);
   }
-  if (c.arch == "gptneox") {  // Pythia, GPT-NeoX-20B: see gpt_neox_names for the tensors
+  if (c.arch == "gptneox") {  // Pythia, GPT-NeoX-20B: see family_names for the tensors
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = true;
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
     c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "gelu");
@@ -2409,7 +2390,7 @@ void load_hf(Model& m, Storage& st) {
         cfg.v.get("rotary_emb_base") != nullptr)
       c.rope_theta = static_cast<float>(cfg.number("rotary_emb_base", 10000.0));
   }
-  if (c.arch == "falcon") {  // Falcon 7B / 40B / 180B: see neox_falcon_names for the tensors
+  if (c.arch == "falcon") {  // Falcon 7B / 40B / 180B: see family_names for the tensors
     if (cfg.boolean("alibi", false))
       throw ModelError("alibi=true (ALiBi positions, Falcon-RW) in '" + cfg_path +
                        "' is not supported");

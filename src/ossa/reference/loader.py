@@ -843,6 +843,8 @@ _GPT_NEOX_PARTS = (
     ("gpt_neox.final_layer_norm.", "model.norm."), ("embed_out.", "lm_head."),
 )  # fmt: skip
 
+_HUNYUAN_PARTS = ((".self_attn.query_layernorm.", ".self_attn.q_norm."),
+                  (".self_attn.key_layernorm.", ".self_attn.k_norm."))  # fmt: skip
 _GPTJ_PARTS = (
     ("transformer.h.", "model.layers."), (".ln_1.", ".input_layernorm."),
     (".attn.out_proj.", ".self_attn.o_proj."), (".attn.", ".self_attn."), (".mlp.fc_in.", ".mlp.up_proj."),
@@ -865,6 +867,20 @@ def _falcon_kv_heads(c: dict[str, Any], heads: int) -> int:
     new, multi = c.get("new_decoder_architecture") or False, c.get("multi_query", True) is not False
     return int(kv) if new or not multi else 1
 
+
+# Families whose folders hold Llama's tensors under other names: each part replaced where found, in order
+# (twin of loader.cpp's family_names).
+_FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "phi": ((".self_attn.dense.", ".self_attn.o_proj."), (".mlp.fc1.", ".mlp.up_proj."),
+            (".mlp.fc2.", ".mlp.down_proj."), ("model.final_layernorm.", "model.norm.")),
+    "starcoder2": ((".mlp.c_fc.", ".mlp.up_proj."), (".mlp.c_proj.", ".mlp.down_proj.")),
+    "hunyuan_v1_dense": _HUNYUAN_PARTS,
+    "apertus": ((".attention_layernorm.", ".input_layernorm."),
+                (".feedforward_layernorm.", ".post_attention_layernorm.")),
+    "hunyuan_v1_moe": (*_HUNYUAN_PARTS, (".mlp.gate.wg.", ".mlp.gate."),
+                       (".mlp.shared_mlp.", ".mlp.shared_experts.")),
+    "gpt_neox": _GPT_NEOX_PARTS, "falcon": _FALCON_PARTS, "gptj": _GPTJ_PARTS,
+}  # fmt: skip
 
 # EXAONE 3's GPT-2-style names within a layer, as Llama's (the first that matches).
 _EXAONE_PARTS = (
@@ -904,36 +920,19 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             stored[to] = name
         where = {to: where[name] for to, name in stored.items()}
-    if c.get("model_type") in (
-        "hunyuan_v1_dense",
-        "hunyuan_v1_moe",
-        "starcoder2",
-        "phi",
-        "apertus",
-    ):  # (as C++)
+    qkv_groups = (0, 0, 0)  # (GPT-NeoX, Falcon: heads, KV groups, head size of the fused query_key_value)
+    if c.get("model_type") in _FAMILY_PARTS:  # (twin of loader.cpp's family_names: each part where found)
         renamed = {}
-        for name in where:  # (Hunyuan's q / k norms, router, shared MLP; StarCoder2's, Phi-2's MLPs)
-            to = name.replace(".self_attn.query_layernorm.", ".self_attn.q_norm.")
-            to = to.replace(".self_attn.key_layernorm.", ".self_attn.k_norm.")
-            to = to.replace(".mlp.gate.wg.", ".mlp.gate.").replace(".mlp.shared_mlp.", ".mlp.shared_experts.")
-            to = to.replace(".attention_layernorm.", ".input_layernorm.")  # (Apertus's norms)
-            to = to.replace(".feedforward_layernorm.", ".post_attention_layernorm.")
-            to = to.replace(".mlp.c_fc.", ".mlp.up_proj.").replace(".mlp.c_proj.", ".mlp.down_proj.")
-            if c.get("model_type") == "phi":
-                to = to.replace(".self_attn.dense.", ".self_attn.o_proj.").replace(
-                    ".mlp.fc1.", ".mlp.up_proj."
-                )
-                to = to.replace(".mlp.fc2.", ".mlp.down_proj.").replace(
-                    "model.final_layernorm.", "model.norm."
-                )
+        for name in where:
+            to = name
+            for part, with_ in _FAMILY_PARTS[c["model_type"]]:
+                to = to.replace(part, with_, 1)
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    if (
-        c.get("model_type") == "gptj"
-    ):  # (GPTJConfig's keys and GPT-J's names as Llama's: loader.cpp's gptj_names)
+    if c.get("model_type") == "gptj":  # (GPTJConfig's keys as Llama's: loader.cpp's gptj_keys)
         c = dict(c)
         for frm, to in (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"),
                         ("n_head", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
@@ -943,28 +942,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if "intermediate_size" not in c:
             inner = c.get("n_inner")
             c["intermediate_size"] = inner if inner is not None else 4 * int(c.get("hidden_size") or 0)
-        renamed = {}
-        for name in where:
-            to = name
-            for part, with_ in _GPTJ_PARTS:
-                to = to.replace(part, with_, 1) if part in to else to
-            if to in renamed:
-                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
-            renamed[to] = name
-        stored = {to: stored[name] for to, name in renamed.items()}
-        where = {to: where[name] for to, name in renamed.items()}
-    qkv_groups = (0, 0, 0)  # (GPT-NeoX, Falcon: heads, KV groups, head size of the fused query_key_value)
-    if c.get("model_type") in ("gpt_neox", "falcon"):  # (twin of loader.cpp's neox_falcon_names)
-        renamed = {}
-        for name in where:
-            to = name
-            for part, with_ in _GPT_NEOX_PARTS if c["model_type"] == "gpt_neox" else _FALCON_PARTS:
-                to = to.replace(part, with_)
-            if to in renamed:
-                raise ValueError(f"tensor '{to}' appears twice in '{path}'")
-            renamed[to] = name
-        stored = {to: stored[name] for to, name in renamed.items()}
-        where = {to: where[name] for to, name in renamed.items()}
+    if c.get("model_type") in ("gpt_neox", "falcon"):  # (twin of loader.cpp's neox_falcon_qkv)
         heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
         kv = _falcon_kv_heads(c, heads) if c["model_type"] == "falcon" else heads
         if heads > 0 and width % heads == 0 and kv > 0 and heads % kv == 0:
