@@ -99,6 +99,10 @@ ARCHS = (
     "granitemoeshared",
     "gptj",
     "minicpm3",
+    "bloom",
+    "mpt",
+    "gpt2",
+    "gpt_bigcode",
 )
 
 
@@ -178,6 +182,8 @@ def make_hf_model(
         )
         kwargs.pop("num_key_value_heads")
         kwargs.pop("rope_parameters")
+    if arch in ("bloom", "mpt", "gpt2", "gpt_bigcode"):  # (their configs' own keys; no RoPE)
+        kwargs = _gpt_classic_kwargs(arch, kwargs)
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
@@ -264,6 +270,10 @@ def make_hf_model(
         "exaone_moe": transformers.ExaoneMoeConfig,
         "granitemoeshared": transformers.GraniteMoeSharedConfig,
         "gptj": transformers.GPTJConfig,
+        "bloom": transformers.BloomConfig,
+        "mpt": transformers.MptConfig,
+        "gpt2": transformers.GPT2Config,
+        "gpt_bigcode": transformers.GPTBigCodeConfig,
         "minicpm3": transformers.MiniCPM3Config,
         "phi": transformers.PhiConfig,
     }[arch]
@@ -304,7 +314,9 @@ def make_hf_model(
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
             elif name.endswith(("A_log", "dt_bias")):  # the delta-net's decay: rates around 1
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
-            elif (p.ndim == 1 and "norm" in name) or name.endswith(("q_norm.weight", "k_norm.weight")):
+            elif (p.ndim == 1 and ("norm" in name or ".ln_" in name)) or name.endswith(
+                ("q_norm.weight", "k_norm.weight")
+            ):  # (GPT-2's ln_1 / ln_2 / ln_f too)
                 p.copy_(0.5 + torch.rand(p.shape, generator=gen))  # norm weights around 1 (Cohere's per head)
             elif name.endswith("sinks"):  # gpt-oss: logits of the size of the scores
                 p.copy_(torch.randn(p.shape, generator=gen))
@@ -334,6 +346,31 @@ def make_hf_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     return str(out)
+
+
+def _gpt_classic_kwargs(arch: str, kw: dict[str, Any]) -> dict[str, Any]:
+    """BLOOM's, MPT's, GPT-2's and GPT-BigCode's configs from make_hf_model's Llama-style keywords (their
+    own keys; the MLP 4 x hidden in BLOOM and MPT; MPT's attention options in attn_config: alibi_bias_max,
+    clip_qkv, softmax_scale from ``kw``)."""
+    base = dict(vocab_size=kw.pop("vocab_size"), tie_word_embeddings=kw.pop("tie_word_embeddings"),
+                layer_norm_epsilon=kw.pop("rms_norm_eps"))  # fmt: skip
+    hidden, layers, heads = kw.pop("hidden_size"), kw.pop("num_hidden_layers"), kw.pop("num_attention_heads")
+    kv, inner = kw.pop("num_key_value_heads"), kw.pop("intermediate_size", None)
+    positions = kw.pop("max_position_embeddings")
+    kw.pop("rope_parameters", None)
+    if arch == "bloom":
+        assert inner in (None, 4 * hidden) and kv == heads, "BLOOM: MHA, an MLP of 4 x hidden"
+        return dict(base, hidden_size=hidden, n_layer=layers, n_head=heads, **kw)
+    if arch == "mpt":
+        assert inner in (None, 4 * hidden) and kv == heads, "MPT: MHA, an MLP of 4 x hidden"
+        attn = {key: kw.pop(key) for key in ("alibi_bias_max", "clip_qkv", "softmax_scale") if key in kw}
+        return dict(base, d_model=hidden, n_layers=layers, n_heads=heads, max_seq_len=positions,
+                    attn_config=attn, **kw)  # fmt: skip
+    out = dict(base, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=positions, n_inner=inner, **kw)
+    if arch == "gpt_bigcode":  # (multi-query: one K/V head; otherwise one per head)
+        assert kv in (1, heads)
+        out["multi_query"] = kv == 1
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,6 +458,7 @@ def _regroup_qkv(t: np.ndarray, heads: int, kv: int) -> np.ndarray:
     return np.concatenate(parts).reshape(t.shape)
 
 
+_CLASSIC = ("bloom", "mpt", "gpt2", "starcoder")  # (GPT-2-era GGUF architectures)
 _PHI3_NAMES = {"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight"}
 
 
@@ -437,6 +475,10 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
         return "output.bias"
     if hf_name == "model.embedding_norm.weight":  # (LFM2's final norm, as llama.cpp names it)
         return "token_embd_norm.weight"
+    if hf_name.startswith("model.embed_tokens_norm."):  # (BLOOM's word_embeddings_layernorm)
+        return "token_embd_norm." + hf_name.split(".")[-1]
+    if hf_name == "model.embed_positions.weight":  # (GPT-2's, StarCoder's wpe)
+        return "position_embd.weight"
     if hf_name == "lm_head.weight":
         return "output.weight"
     parts = hf_name.split(".")
@@ -456,10 +498,24 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
             return f"blk.{parts[2]}.attn_norm.{rest.split('.')[-1]}"
         if arch == "falcon" and rest.startswith("input_layernorm.") and falcon_two_norms:  # (ln_attn)
             return f"blk.{parts[2]}.attn_norm_2.{rest.split('.')[-1]}"
-        if arch in ("gptneox", "falcon", "gptj") and rest in _GPT_NEOX_NAMES:
+        if (
+            arch in ("gptneox", "falcon", "gptj", "bloom", "mpt", "gpt2", "starcoder")
+            and rest in _GPT_NEOX_NAMES
+        ):
             return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
         if (
-            arch in ("starcoder2", "stablelm", "phi2", "nemotron", "gptneox", "falcon", "phimoe", "gptj")
+            arch
+            in (
+                "starcoder2",
+                "stablelm",
+                "phi2",
+                "nemotron",
+                "gptneox",
+                "falcon",
+                "phimoe",
+                "gptj",
+                *_CLASSIC,
+            )
             and rest in _STARCODER2_NAMES
         ):
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
@@ -592,6 +648,18 @@ def hf_to_gguf(
                          ("layer_norm_epsilon", "layer_norm_eps")):  # fmt: skip
             cfg.setdefault(new, cfg[old])
         cfg["intermediate_size"] = cfg.get("n_inner") or 4 * cfg["n_embd"]  # (null: 4 x hidden)
+    if model_type in ("bloom", "mpt", "gpt2", "gpt_bigcode"):  # (their own keys, as the twin reads them)
+        from ossa.reference.loader import _GPT_CLASSIC_KEYS
+
+        for old, new in _GPT_CLASSIC_KEYS:
+            if cfg.get(old) is not None and cfg.get(new) is None:
+                cfg[new] = cfg[old]
+        cfg["intermediate_size"] = cfg.get("n_inner") or 4 * cfg["hidden_size"]
+        cfg["layer_norm_eps"] = cfg.get("layer_norm_epsilon", 1e-5)
+        if model_type == "gpt_bigcode":
+            cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else cfg["num_attention_heads"]
+        if model_type == "bloom":  # (BLOOM's training length; llama.cpp's converter: seq_length)
+            cfg.setdefault("max_position_embeddings", 2048)
     if model_type == "exaone":  # (ExaoneConfig's own keys, as the converter reads them)
         for old, new in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
                          ("activation_function", "hidden_act")):  # fmt: skip
@@ -632,7 +700,8 @@ def hf_to_gguf(
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
-        "granitemoeshared": "granitemoe", "gptj": "gptj",
+        "granitemoeshared": "granitemoe", "gptj": "gptj", "bloom": "bloom", "mpt": "mpt", "gpt2": "gpt2",
+        "gpt_bigcode": "starcoder",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
@@ -769,6 +838,10 @@ def hf_to_gguf(
         "gptneox",
         "falcon",
         "gptj",
+        "bloom",
+        "mpt",
+        "gpt2",
+        "starcoder",
     ):  # LayerNorm's epsilon (llama.cpp's)
         eps = {
             "nemotron": cfg.get("norm_eps", 1e-5),
@@ -776,6 +849,11 @@ def hf_to_gguf(
             "falcon": cfg.get("layer_norm_epsilon", 1e-5),
         }.get(arch, cfg.get("layer_norm_eps", 1e-5))
         writer.add_layer_norm_eps(float(eps))
+    if arch == "mpt":  # (llama.cpp's converter: the ALiBi bound, clip_qkv where set)
+        attn = cfg.get("attn_config") or {}
+        writer.add_max_alibi_bias(float(attn.get("alibi_bias_max") or 8.0))
+        if attn.get("clip_qkv"):
+            writer.add_clamp_kqv(float(attn["clip_qkv"]))
     if arch == "olmo" and cfg.get("clip_qkv"):
         writer.add_float32("olmo.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if arch == "starcoder2":  # LayerNorm's epsilon (llama.cpp's key), the window where there is one
@@ -929,6 +1007,29 @@ def hf_to_gguf(
         tensors = {
             functools.reduce(lambda n, p: n.replace(*p, 1), _GPTJ_PARTS, k): v for k, v in tensors.items()
         }
+    if model_type in (
+        "bloom",
+        "mpt",
+        "gpt2",
+        "gpt_bigcode",
+    ):  # Llama's names (the twin's); llama.cpp's layout
+        from ossa.reference.loader import _FAMILY_PARTS, _gpt2_bare
+
+        renamed = {}
+        for k, v in tensors.items():
+            name = functools.reduce(lambda n, p: n.replace(*p, 1), _FAMILY_PARTS[model_type], k)
+            name = (_gpt2_bare(name) or "") if model_type == "gpt2" else name
+            conv = (
+                model_type == "gpt2"
+                and name.endswith(".weight")
+                and (".self_attn." in name or ".mlp." in name)
+            )
+            if name:
+                renamed[name] = np.ascontiguousarray(v.T) if conv else v  # (GPT-2's Conv1D: [in, out])
+        tensors = renamed
+        if model_type == "bloom" or (model_type == "gpt_bigcode" and n_head_kv == n_head):  # (per head)
+            for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
+                tensors[name] = _regroup_qkv(tensors[name], n_head, n_head)
     if model_type in ("gpt_neox", "falcon"):  # Llama's names, q / k / v regrouped per part (llama.cpp's)
         neox_parts = _GPT_NEOX_PARTS if model_type == "gpt_neox" else _FALCON_PARTS
         tensors = {functools.reduce(lambda n, p: n.replace(*p), neox_parts, k): v for k, v in tensors.items()}

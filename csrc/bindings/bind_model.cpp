@@ -172,6 +172,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["ffn_bias"] = c.ffn_bias;
   d["gelu_erf"] = c.gelu_erf;
   d["parallel_norms"] = c.parallel_norms;
+  d["alibi"] = c.alibi;  // (BLOOM, MPT: the slopes)
+  d["embd_norm"] = c.embd_norm;
+  d["pos_embd"] = c.pos_embd;
   d["layer_norm"] = c.layer_norm;
   d["parallel_block"] = c.parallel_block;
   d["qk_norm_heads"] = c.qk_norm_heads;

@@ -125,6 +125,14 @@ inline float sink_term(const AttentionArgs& a, int h, float max) {
 inline float sink_max(const AttentionArgs& a, int h, float max) {
   return a.sinks != nullptr ? std::fmax(max, a.sinks[h]) : max;
 }
+// ALiBi's bias of cache position j for a token at position p (head slope): slope * (j - p), the
+// distance exact in float (|j - p| < 2^24); the vector kernels take the same product and sum.
+inline float alibi_bias(float slope, int j, int p) { return slope * static_cast<float>(j - p); }
+// Scores j0..ctx-1 (a token at ctx - 1) plus head h's ALiBi bias, where the layer has one.
+inline void add_alibi(const AttentionArgs& a, int h, float* scores, int j0, int ctx) {
+  if (a.alibi == nullptr) return;
+  for (int j = j0; j < ctx; ++j) scores[j] = scores[j] + alibi_bias(a.alibi[h], j, ctx - 1);
+}
 
 // One (token, head) pair: scores, softmax, weighted sum of V, all in position order.
 template <KvType KV>
@@ -181,6 +189,7 @@ void attend_generic(const AttentionArgs& a, int64_t item, int thread, int group,
       sc[i] = dot * scale;
     }
   }
+  add_alibi(a, h, scores, j0, ctx);
   if (a.softcap > 0.0f) {
     const float cap = a.softcap;
     for (int j = j0; j < ctx; ++j) scores[j] = cap * std::tanh(scores[j] / cap);
@@ -403,6 +412,11 @@ void attend_heads8(const AttentionArgs& a, int t, int h0, int thread, int group,
 
 #if defined(__AVX512F__)
 
+// 0, 1, ..., 15.
+inline __m512i lane_iota() {
+  return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+
 // 16 K/V elements from p (masked), as f32.
 template <KvType KV>
 inline __m512 load_kv(__mmask16 m, const void* p, int64_t i) {
@@ -520,6 +534,11 @@ void attend_heads(const AttentionArgs& a, int t, int h0, int thread, int group, 
         const __m512 sum =
             _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
         __m512 sc = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+        if (a.alibi != nullptr)  // (alibi_bias of the 16 positions from blk * bs + i0)
+          sc = _mm512_add_ps(
+              sc, _mm512_mul_ps(_mm512_set1_ps(a.alibi[h0 + g]),
+                                _mm512_cvtepi32_ps(_mm512_add_epi32(
+                                    _mm512_set1_epi32(blk * bs + i0 - (ctx - 1)), lane_iota()))));
         if (a.softcap > 0.0f) sc = softcap16(sc, a.softcap);
         _mm512_mask_storeu_ps(scores[g] + blk * bs + i0, m, sc);
         vmax[g] = _mm512_mask_max_ps(vmax[g], m, vmax[g], sc);
@@ -663,6 +682,15 @@ void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   __mmask16 bad = 0;
   const __m512 vinf = _mm512_set1_ps(INFINITY), vscale = _mm512_set1_ps(scale);
+  // ALiBi: chain c's slope (head h0 + c % GH) and its token's position (ctx0 - 1 + c / GH)
+  alignas(64) float slope_c[16] = {};
+  alignas(64) int32_t qpos_c[16] = {};
+  for (int c = 0; c < 16; ++c) {
+    slope_c[c] = a.alibi != nullptr ? a.alibi[h0 + c % GH] : 0.0f;
+    qpos_c[c] = ctx0 - 1 + c / GH;
+  }
+  const __m512 slopes = _mm512_load_ps(slope_c);
+  const __m512i qpos = _mm512_load_si512(qpos_c);
   const int d_end = hd / 4 * 4;
   for (int blk = 0; blk * bs < ctx_max; ++blk) {
     const int64_t kb = static_cast<int64_t>(table[blk]) * bs * kv_dim + kv_off * bs;
@@ -682,6 +710,10 @@ void attend_tokens(const AttentionArgs& a, int t0, int n, int h0, int group, int
             _mm512_add_ps(_mm512_load_ps(part + (32 + i) * 16),
                           _mm512_load_ps(part + (48 + i) * 16)));
         __m512 v = _mm512_mul_ps(sum, vscale);
+        if (a.alibi != nullptr)  // (alibi_bias: each chain's slope and distance to its token)
+          v = _mm512_add_ps(
+              v, _mm512_mul_ps(slopes, _mm512_cvtepi32_ps(_mm512_sub_epi32(
+                                           _mm512_set1_epi32(blk * bs + i0 + i), qpos))));
         if (a.softcap > 0.0f) v = softcap16(v, a.softcap);  // as attend_heads
         _mm512_store_ps(sc + i * 16, v);
         const __mmask16 lanes = lanes_at(blk * bs + i0 + i);
@@ -837,6 +869,7 @@ void attend_wide(const AttentionArgs& a, int t, int h0, int thread, int group, i
   float inv[GH];
   for (int g = 0; g < GH; ++g) {
     float* s = sc[g];
+    add_alibi(a, h0 + g, s, j0, ctx);
     if (a.softcap > 0.0f) {
       const float cap = a.softcap;
       for (int j = j0; j < ctx; ++j) s[j] = cap * std::tanh(s[j] / cap);
@@ -938,8 +971,9 @@ void attend(const AttentionArgs& a, int t, int h0, int gh, int thread, int group
   }
 #else
 #if defined(OSSA_ATTN_AVX2_HEADS)
-  // (Soft-capped scores: the generic path, std::tanh on each score.)
-  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0 && a.softcap <= 0.0f && !a.k_rows) {
+  // (Soft-capped scores, ALiBi: the generic path, std::tanh on each score.)
+  if (a.head_dim % 8 == 0 && a.block_size % 8 == 0 && a.softcap <= 0.0f && !a.k_rows &&
+      a.alibi == nullptr) {
     return with_heads(
         gh, [&]<int GH>() { attend_heads8<KV, GH>(a, t, h0, thread, group, kv_dim, scale); });
   }

@@ -61,6 +61,10 @@ struct AttentionArgs {
   // (ModelConfig::kv_shared: DeepSeek's latent attention), held once, in V's layout. Its tokens
   // run one at a time through attend_wide (AVX-512) or attend_generic, whatever the head size.
   bool k_rows = false;
+  // [n_head] or nullptr: ALiBi (BLOOM, MPT), one slope per head; the score of cache position j for
+  // a token at position p gains slope * (j - p) after the scale (alibi_bias: every kernel adds the
+  // same product, so the same bits).
+  const float* alibi = nullptr;
 };
 
 void paged_attention(const AttentionArgs& a);

@@ -2054,4 +2054,116 @@ void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
   gemma4_check(c, where);
 }
 
+bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt) {
+  const std::string act = cfg.string(key, dflt);
+  if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+    throw ModelError(std::string(key) + " '" + act + "' in '" + cfg.path +
+                     "' is not supported (gelu or a tanh GELU is)");
+  return act == "gelu";
+}
+
+std::vector<float> alibi_slopes(int n_head, double max_bias) {
+  int n2 = 1;
+  while (n2 * 2 <= n_head) n2 *= 2;
+  std::vector<float> s(static_cast<size_t>(std::max(n_head, 0)));
+  for (int h = 0; h < n_head; ++h) {
+    const double e = h < n2 ? -max_bias * (h + 1) / n2 : -max_bias * (2 * (h - n2) + 1) / (2 * n2);
+    s[static_cast<size_t>(h)] = static_cast<float>(std::exp2(e));
+  }
+  return s;
+}
+
+namespace {
+
+// ALiBi in every layer (no RoPE anywhere), slopes for the bound max_bias.
+void set_alibi(ModelConfig& c, double max_bias, const std::string& where) {
+  if (!(max_bias > 0.0 && max_bias <= 64.0))
+    throw ModelError("invalid ALiBi bias bound " + std::to_string(max_bias) + " in " + where);
+  c.alibi = alibi_slopes(c.n_head, max_bias);
+  c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+}
+
+}  // namespace
+
+void gpt_classic_config_gguf(const GGUFFile& g, ModelConfig& c,
+                             const std::function<bool(const std::string&)>& has,
+                             const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  c.layer_norm = c.ffn_gelu = true;
+  c.norm_bias = has("blk.0.attn_norm.bias");
+  c.ffn_bias = has("blk.0.ffn_up.bias");
+  c.qkv_bias = has("blk.0.attn_qkv.bias");
+  c.o_bias = has("blk.0.attn_output.bias");
+  c.rms_eps = static_cast<float>(g.get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  // (MPT's GELU is the exact one, as transformers runs it; llama.cpp's files cannot say, and
+  // llama.cpp runs its tanh table; the others' are tanh approximations)
+  c.gelu_erf = c.arch == "mpt";
+  c.embd_norm = c.arch == "bloom";
+  c.pos_embd = has("position_embd.weight");
+  if ((c.arch == "gpt2" || c.arch == "starcoder") && !c.pos_embd)
+    throw ModelError("missing tensor 'position_embd.weight' in " + where);
+  if (c.arch == "mpt" && has("blk.0.attn_q_norm.weight"))
+    throw ModelError("MPT's q / k LayerNorms (qk_ln: attn_q_norm) in " + where +
+                     " are not supported");
+  if (c.arch == "bloom" || c.arch == "mpt")  // (llama.cpp: 8 for BLOOM, MPT's key otherwise)
+    set_alibi(c, g.get_float(k + "attention.max_alibi_bias", 8.0), where);
+  else
+    c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+}
+
+void gpt_classic_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  const std::string type = cfg.string("model_type", "");
+  c.layer_norm = c.ffn_gelu = c.norm_bias = c.ffn_bias = c.qkv_bias = c.o_bias = true;
+  c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
+  if (c.arch == "bloom") {  // (BLOOM's tanh GELU; the embeddings' LayerNorm)
+    if (cfg.boolean("apply_residual_connection_post_layernorm", false))
+      throw ModelError("apply_residual_connection_post_layernorm=true in " + where +
+                       " is not supported");
+    c.embd_norm = true;
+    set_alibi(c, 8.0, where);
+    return;
+  }
+  if (c.arch == "mpt") {  // (as transformers' MptForCausalLM runs it: no biases, exact GELU)
+    c.norm_bias = c.ffn_bias = c.qkv_bias = c.o_bias = false;
+    c.gelu_erf = true;
+    const JsonValue* attn = cfg.get("attn_config");
+    const JsonValue empty = parse_json("{}", where);
+    const Json a{attn != nullptr && attn->is_object() ? *attn : empty, cfg.path};
+    if (cfg.integer("expansion_ratio", 4) != 4)
+      throw ModelError("expansion_ratio other than 4 in " + where + " is not supported");
+    if (!cfg.boolean("no_bias", true))
+      throw ModelError("no_bias=false (MPT with biases) in " + where + " is not supported");
+    if (cfg.get("logit_scale") != nullptr)
+      throw ModelError("logit_scale in " + where + " is not supported");
+    if (a.boolean("qk_ln", false))
+      throw ModelError("attn_config.qk_ln=true in " + where + " is not supported");
+    if (!a.boolean("alibi", true))
+      throw ModelError("attn_config.alibi=false (learned positions) in " + where +
+                       " is not supported");
+    if (a.string("attn_type", "multihead_attention") != "multihead_attention")
+      throw ModelError("attn_config.attn_type '" + a.string("attn_type", "") + "' in " + where +
+                       " is not supported (multihead_attention is)");
+    if (a.boolean("prefix_lm", false) || a.boolean("attn_uses_sequence_id", false))
+      throw ModelError("attn_config.prefix_lm / attn_uses_sequence_id in " + where +
+                       " are not supported");
+    const double clip = a.number("clip_qkv", 0.0), scale = a.number("softmax_scale", 0.0);
+    if (!(clip >= 0.0) || !(scale >= 0.0))
+      throw ModelError("invalid attn_config.clip_qkv / softmax_scale in " + where);
+    c.clamp_qkv = static_cast<float>(clip);
+    c.attn_scale = static_cast<float>(scale);
+    set_alibi(c, a.number("alibi_bias_max", 8.0), where);
+    return;
+  }
+  // GPT-2 / GPT-BigCode: learned positions, the GELU of activation_function
+  c.pos_embd = true;
+  c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+  c.gelu_erf = gelu_is_exact(cfg, "hidden_act", type == "gpt2" ? "gelu_new" : "gelu_pytorch_tanh");
+  if (!cfg.boolean("scale_attn_weights", true)) c.attn_scale = 1.0f;
+  if (cfg.boolean("scale_attn_by_inverse_layer_idx", false))
+    throw ModelError("scale_attn_by_inverse_layer_idx=true in " + where + " is not supported");
+  if (cfg.boolean("add_cross_attention", false))
+    throw ModelError("add_cross_attention=true in " + where + " is not supported");
+}
+
 }  // namespace ossa

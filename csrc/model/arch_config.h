@@ -1,7 +1,9 @@
 #pragma once
 // Reading the hyper-parameters of the architectures beyond the Llama family from a GGUF file's
 // metadata or a Hugging Face config.json (loader.cpp calls these; docs/models.md describes them).
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "formats/config_json.h"
 #include "formats/gguf.h"
@@ -266,5 +268,30 @@ void gemma4_config_hf(const Json& cfg, ModelConfig& c);
 // activation_sparsity_scale holds the cuts; a folder's activation_sparsity_pattern the shares),
 // altup_correct_scale. The active stream must be the first (altup_active_idx 0).
 void gemma3n_config_hf(const Json& cfg, ModelConfig& c);
+
+// A GELU MLP's activation (GPT-NeoX, Falcon, GPT-J, the GPT-2-era families) from the config's
+// `key` (`dflt` when absent): true for the exact one ("gelu"), false for the tanh approximations;
+// any other refused by name.
+bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt);
+
+// ALiBi's slope of each of n_head heads for a bias bound max_bias (8 in BLOOM and MPT): with n2 the
+// largest power of two <= n_head, head h < n2 gets 2^(-max_bias (h + 1) / n2), the others the
+// series between them, 2^(-max_bias (2 (h - n2) + 1) / (2 n2)) (the papers', transformers' and
+// llama.cpp's formula), computed in double and rounded once.
+std::vector<float> alibi_slopes(int n_head, double max_bias);
+
+// The GPT-2-era families read through the Llama forward pass with switches: BLOOM (bloom), MPT
+// (mpt), GPT-2 (gpt2) and StarCoder / SantaCoder (starcoder; HF gpt_bigcode). LayerNorms (with
+// bias where the file has it), fused q / k / v, a GELU MLP (up, down), biases; positions by ALiBi
+// (BLOOM, MPT: every layer NoPE, config.alibi) or by a learned table (GPT-2, StarCoder; an MPT file
+// with position_embd too), BLOOM's LayerNorm of the embeddings. `has` tells which tensors the file
+// holds.
+void gpt_classic_config_gguf(const GGUFFile& g, ModelConfig& c,
+                             const std::function<bool(const std::string&)>& has,
+                             const std::string& path);
+// The same from a folder (config keys already under Llama's names: gpt_classic_keys); refuses the
+// options transformers does not run (MPT's qk_ln, multi-query or learned positions, GPT-2's
+// scale_attn_by_inverse_layer_idx, BLOOM's apply_residual_connection_post_layernorm).
+void gpt_classic_config_hf(const Json& cfg, ModelConfig& c);
 
 }  // namespace ossa

@@ -266,6 +266,13 @@ struct ModelConfig {
   // attention's: x + attn(ln1 x) + mlp(ln2 x).
   bool gelu_erf = false;
   bool parallel_norms = false;
+  // BLOOM, MPT: ALiBi in place of RoPE (every layer NoPE), one slope per head ([n_head], empty:
+  // none; alibi_slopes); BLOOM's LayerNorm of the embeddings (ModelWeights::tok_embd_norm, with
+  // its bias); GPT-2, StarCoder: learned absolute positions (ModelWeights::pos_embd, one row per
+  // position below n_ctx_train) added to the embeddings.
+  std::vector<float> alibi;
+  bool embd_norm = false;
+  bool pos_embd = false;
   // Cohere (Command R, Aya, Command R7B / A): LayerNorm (mean removed, no bias) wherever the others
   // RMS-normalise; attention and MLP both read the same normalised input and are summed into the
   // residual (x + attn + mlp; no ffn_norm); the q / k norms (where present) one weight row per

@@ -307,11 +307,29 @@ void output_logits(ForwardState& s, const Batch& batch, int threads, float* logi
     for (int64_t i = 0; i < total; ++i) logits[i] /= c.logit_scale;
 }
 
-void embed_row(const ForwardState& s, int32_t token, float* x) {
+void embed_row(const ForwardState& s, int32_t token, float* x, int32_t position) {
   const ModelConfig& c = s.model->config;
-  dequantize_row(s.model->weights.tok_embd, token, x);
+  const ModelWeights& w = s.model->weights;
+  dequantize_row(w.tok_embd, token, x);
   if (c.embd_scale > 0.0f)
     for (int64_t e = 0; e < c.n_embd; ++e) x[e] *= c.embd_scale;
+  if (c.pos_embd) {  // (GPT-2, StarCoder: wte + wpe)
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(c.n_embd));
+    dequantize_row(w.pos_embd, position, row.data());
+    for (int64_t e = 0; e < c.n_embd; ++e) x[e] += row[static_cast<size_t>(e)];
+  }
+  if (c.embd_norm)  // (BLOOM's word_embeddings_layernorm)
+    norm_row(c, x, reinterpret_cast<const float*>(w.tok_embd_norm.data), c.n_embd, x,
+             reinterpret_cast<const float*>(w.tok_embd_norm_b.data));
+}
+
+void check_positions(const ModelConfig& c, const ModelWeights& w, const Batch& batch) {
+  if (!c.pos_embd) return;
+  for (const int32_t p : batch.positions)
+    if (p < 0 || p >= w.pos_embd.rows)
+      throw InputError("position " + std::to_string(p) + " is beyond the model's " +
+                       std::to_string(w.pos_embd.rows) + " learned positions");
 }
 
 }  // namespace ossa::fwd

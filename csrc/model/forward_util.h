@@ -137,7 +137,13 @@ AttentionArgs attention_args(const ForwardState& s, const Batch& batch, int laye
 void output_logits(ForwardState& s, const Batch& batch, int threads, float* logits);
 
 // x = the token's embedding row, times the config's embd_scale (Gemma: sqrt(n_embd); Granite's
-// embedding_multiplier) when it is set.
-void embed_row(const ForwardState& s, int32_t token, float* x);
+// embedding_multiplier) when it is set; plus the learned position row of `position` (GPT-2,
+// StarCoder: config.pos_embd; check_positions first) and through the embeddings' LayerNorm
+// (BLOOM: config.embd_norm) where the model has them.
+void embed_row(const ForwardState& s, int32_t token, float* x, int32_t position = 0);
+
+// Throws InputError when a token's position is beyond a learned position table (GPT-2's
+// n_positions): the engine keeps max_model_len within it, so this guards direct callers.
+void check_positions(const ModelConfig& c, const ModelWeights& w, const Batch& batch);
 
 }  // namespace ossa::fwd

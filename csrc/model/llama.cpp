@@ -238,9 +238,11 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   Laps laps;
 
   fill_token_seq(s, batch);
+  check_positions(c, w, batch);
 
   per_token(n, threads, [&](int t) {
-    embed_row(s, batch.token_ids[t], s.x.data() + t * E);  // (Granite scales it)
+    // (Granite scales it; GPT-2 adds its position's row, BLOOM normalises it)
+    embed_row(s, batch.token_ids[t], s.x.data() + t * E, batch.positions[t]);
     token_cos_sin(s, batch.positions[t], s.cos_sin.data() + t * hd);
     if (!s.cos_sin_swa.empty())  // (OLMo 3: the sliding layers' own unscaled table)
       rope_cos_sin(batch.positions[t], s.inv_freq_swa.data(), c.head_dim,
@@ -259,6 +261,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       a.window = c.sliding(l) ? c.sliding_window : 0;    // Phi-3 (Gemma 3 has its own file)
       if (c.attn_chunked) std::swap(a.window, a.chunk);  // (Llama 4: chunks of that size)
       a.scale = c.attn_scale;  // Granite's attention_multiplier (0: 1/sqrt(d))
+      a.alibi = c.alibi.empty() ? nullptr : c.alibi.data();  // (BLOOM, MPT)
       paged_attention(a);
       if (c.attn_gate)  // (Qwen3.5: times sigmoid of each head's gate)
         per_token(n, threads, [&](int t) {

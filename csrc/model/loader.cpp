@@ -284,7 +284,7 @@ const std::vector<std::string> k_gguf_archs = {
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
-    "gptj"};
+    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -301,7 +301,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj, minicpm3)";
+    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -532,6 +532,15 @@ void build_weights(Model& m, Builder& b,
   const int64_t q = int64_t{c.n_head} * c.head_dim, kv = int64_t{c.n_head_kv} * c.head_dim;
   ModelWeights& w = m.weights;
   w.tok_embd = b.take(tok, "tok_embd", c.n_vocab, c.n_embd);
+  const std::string stem = tok.substr(0, tok.rfind(".weight"));
+  if (c.embd_norm) {  // (BLOOM: token_embd_norm; its folders' word_embeddings_layernorm renamed)
+    w.tok_embd_norm = b.take(stem + "_norm.weight", "tok_embd_norm", 1, c.n_embd);
+    w.tok_embd_norm_b = b.take(stem + "_norm.bias", "tok_embd_norm_b", 1, c.n_embd);
+  }
+  if (c.pos_embd)  // (GPT-2, StarCoder: position_embd; the folders' wpe renamed)
+    w.pos_embd =
+        b.take(m.format == "safetensors" ? "model.embed_positions.weight" : "position_embd.weight",
+               "pos_embd", c.n_ctx_train, c.n_embd);
   w.output_norm = b.take(norm, "output_norm", 1, c.n_embd);
   if (c.norm_bias)  // (StarCoder2: the final LayerNorm's bias, named as its weight)
     w.output_norm_b =
@@ -575,7 +584,8 @@ void build_weights(Model& m, Builder& b,
     } else if (c.mla.active()) {
       build_mla_weights(c, b, name_of, i, l);
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
-                c.arch == "falcon") &&
+                c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
+                c.arch == "starcoder") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1146,6 +1156,8 @@ void load_gguf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
   }
+  if (arch == "bloom" || arch == "mpt" || arch == "gpt2" || arch == "starcoder")
+    gpt_classic_config_gguf(*g, c, [&b](const std::string& name) { return b.has(name); }, m.path);
   if (arch == "apertus") {  // (xIELU MLPs: the parameters per layer under llama.cpp's keys)
     c.ffn_xielu = true;
     const auto per_layer = [&](const char* key) {
@@ -1761,6 +1773,15 @@ const std::map<std::string, std::string>& hf_archs() {
       {"MiniCPM3ForCausalLM", "minicpm3"},
       {"gptj", "gptj"},
       {"GPTJForCausalLM", "gptj"},
+      {"bloom", "bloom"},
+      {"BloomForCausalLM", "bloom"},
+      {"mpt", "mpt"},
+      {"MptForCausalLM", "mpt"},
+      {"MPTForCausalLM", "mpt"},
+      {"gpt2", "gpt2"},
+      {"GPT2LMHeadModel", "gpt2"},
+      {"gpt_bigcode", "starcoder"},
+      {"GPTBigCodeForCausalLM", "starcoder"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
       {"dots1", "dots1"},
@@ -1899,16 +1920,6 @@ int hf_rotated_dims(const Json& cfg, const JsonValue* params, int head_dim, doub
   return dims == head_dim ? 0 : static_cast<int>(dims);
 }
 
-// A GELU MLP's activation (GPT-NeoX, Falcon, GPT-J) from the config's `key` (`dflt` when absent):
-// true for the exact one ("gelu"), false for the tanh approximations; any other refused by name.
-bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt) {
-  const std::string act = cfg.string(key, dflt);
-  if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
-    throw ModelError(std::string(key) + " '" + act + "' in '" + cfg.path +
-                     "' is not supported (gelu or a tanh GELU is)");
-  return act == "gelu";
-}
-
 // Falcon's K/V heads (FalconConfig): num_kv_heads (default: every head) for the new decoder
 // architecture (40B / 180B) or without multi_query, else one (7B's multi-query attention).
 int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
@@ -1917,22 +1928,49 @@ int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
                                                                                              : 1;
 }
 
-// GPTJConfig's keys under Llama's (n_embd, n_layer, n_head, n_positions, activation_function;
-// n_inner, null meaning 4 x n_embd, as intermediate_size); its tensors: family_names' parts.
-void gptj_keys(JsonValue& cfg) {
+// The GPT-2-era configs' keys under Llama's, where Llama's are absent (GPT-J, GPT-2, GPT-BigCode:
+// n_embd, n_layer, n_head, n_positions, activation_function; BLOOM: n_embed, n_layer, n_head,
+// seq_length; MPT: d_model, n_layers, n_heads, max_seq_len; GPT-BigCode's K/V heads from
+// multi_query), and n_inner (null or absent meaning 4 x the hidden size) as intermediate_size; the
+// tensors: family_names' parts.
+void gpt_classic_keys(JsonValue& cfg) {
   for (const auto& [from, to] : {std::pair{"n_embd", "hidden_size"},
+                                 {"n_embed", "hidden_size"},
+                                 {"d_model", "hidden_size"},
                                  {"n_layer", "num_hidden_layers"},
+                                 {"n_layers", "num_hidden_layers"},
                                  {"n_head", "num_attention_heads"},
+                                 {"n_heads", "num_attention_heads"},
                                  {"n_positions", "max_position_embeddings"},
+                                 {"max_seq_len", "max_position_embeddings"},
+                                 {"seq_length", "max_position_embeddings"},
                                  {"activation_function", "hidden_act"}}) {
     const JsonValue* v = cfg.get(from);
-    if (v != nullptr && cfg.get(to) == nullptr) cfg.object.emplace_back(to, *v);
+    if (v != nullptr && cfg.get(to) == nullptr) {
+      const JsonValue copy = *v;
+      cfg.object.emplace_back(to, copy);
+    }
   }
+  // (values copied before cfg grows: pointers into it do not survive an emplace)
+  const JsonValue* type_v = cfg.get("model_type");
+  const std::string type = type_v != nullptr && type_v->is_string() ? type_v->string : "";
+  if (type == "gpt_bigcode") {  // (K/V heads as transformers sets them: one when multi_query)
+    const JsonValue* mq = cfg.get("multi_query");
+    const JsonValue* heads = cfg.get("num_attention_heads");
+    const bool multi = mq == nullptr || (mq->kind == JsonValue::Kind::Bool && mq->boolean);
+    const JsonValue kv = multi || heads == nullptr ? parse_json("1") : *heads;
+    std::erase_if(cfg.object,
+                  [](const auto& kv_pair) { return kv_pair.first == "num_key_value_heads"; });
+    cfg.object.emplace_back("num_key_value_heads", kv);
+  }
+  if (type == "bloom" && cfg.get("max_position_embeddings") == nullptr)  // (its training length)
+    cfg.object.emplace_back("max_position_embeddings", parse_json("2048"));
   const JsonValue* inner = cfg.get("n_inner");
   const JsonValue* embd = cfg.get("hidden_size");
   if (cfg.get("intermediate_size") == nullptr) {
     if (inner != nullptr && !inner->is_null()) {
-      cfg.object.emplace_back("intermediate_size", *inner);
+      const JsonValue copy = *inner;
+      cfg.object.emplace_back("intermediate_size", copy);
     } else if (embd != nullptr && embd->is_number() && embd->is_integer) {
       JsonValue four = *embd;
       four.integer = std::clamp<int64_t>(embd->integer, 0, int64_t{1} << 28) * 4;
@@ -1950,6 +1988,62 @@ void neox_falcon_qkv(const JsonValue& cfg, Builder& b, bool falcon) {
                 width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
   if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
   regroup_qkv(b, heads, falcon ? falcon_kv_heads(json, heads) : heads, width / heads);
+}
+
+// BLOOM's fused query_key_value, and GPT-BigCode's without multi_query, per head [q_h | k_h | v_h]:
+// regrouped (regroup_qkv, a group per head) into [q | k | v].
+void bloom_bigcode_qkv(const JsonValue& cfg, Builder& b) {
+  const Json json{cfg, b.path};
+  const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
+                width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
+  if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
+  if (json.string("model_type", "") == "gpt_bigcode" &&
+      json.integer("num_key_value_heads", 1) != heads)
+    return;  // (multi-query: c_attn is [q | k | v] already)
+  regroup_qkv(b, heads, heads, width / heads);
+}
+
+// GPT-2's Conv1D weights are stored [in, out]: transposed into Llama's [out, in] rows (a copy in
+// the stored type), and the old files' causal-mask buffers (attn.bias, attn.masked_bias) dropped.
+// Folders without the transformer. prefix (the oldest GPT-2 uploads; family_names' parts already
+// replaced) read as with it.
+void gpt2_transpose(Builder& b) {
+  std::map<std::string, Raw> kept;
+  for (auto& [name, raw] : b.raw) {
+    std::string n = name;
+    if (n.rfind("h.", 0) == 0) n = "model.layers." + n.substr(2);
+    for (const char* bare : {"wte.", "wpe.", "ln_f."})
+      if (n.rfind(bare, 0) == 0)
+        n = std::string(bare) == "wte."   ? "model.embed_tokens." + n.substr(4)
+            : std::string(bare) == "wpe." ? "model.embed_positions." + n.substr(4)
+                                          : "model.norm." + n.substr(5);
+    if (n.size() > 10 && (n.compare(n.size() - 10, 10, ".attn.bias") == 0 ||
+                          n.find(".attn.masked_bias") != std::string::npos))
+      continue;  // (causal-mask buffers)
+    const bool conv =
+        n.rfind("model.layers.", 0) == 0 && n.size() > 7 &&
+        n.compare(n.size() - 7, 7, ".weight") == 0 &&
+        (n.find(".self_attn.") != std::string::npos || n.find(".mlp.") != std::string::npos);
+    if (conv && raw.supported && raw.n_dims == 2) {  // [in, out] -> [out, in]
+      TensorView& v = raw.view;
+      const size_t es = v.type == DType::F32 ? 4 : 2;
+      const int64_t in = v.rows, out = v.cols;
+      uint8_t* t = b.alloc(static_cast<size_t>(in * out) * es);
+      for (int64_t r = 0; r < in; ++r)
+        for (int64_t c = 0; c < out; ++c)
+          std::memcpy(t + static_cast<size_t>(c * in + r) * es,
+                      v.data + static_cast<size_t>(r) * v.row_bytes + static_cast<size_t>(c) * es,
+                      es);
+      v.rows = out;
+      v.cols = in;
+      v.row_bytes = static_cast<size_t>(in) * es;
+      v.data = t;
+      raw.shape = {out, in};
+    }
+    if (!kept.emplace(n, raw).second)
+      throw ModelError("tensor '" + n + "' appears twice in '" + b.path + "'");
+  }
+  b.raw = std::move(kept);
 }
 
 // Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
@@ -1990,6 +2084,50 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".mlp.fc_out.", ".mlp.down_proj."},
         {"transformer.wte.", "model.embed_tokens."},
         {"transformer.ln_f.", "model.norm."}}},
+      {"bloom",  // (its query_key_value per head, regrouped below)
+       {{"transformer.h.", "model.layers."},
+        {".self_attention.query_key_value.", ".self_attn.qkv_proj."},
+        {".self_attention.dense.", ".self_attn.o_proj."},
+        {".mlp.dense_h_to_4h.", ".mlp.up_proj."},
+        {".mlp.dense_4h_to_h.", ".mlp.down_proj."},
+        {"transformer.word_embeddings_layernorm.", "model.embed_tokens_norm."},
+        {"transformer.word_embeddings.", "model.embed_tokens."},
+        {"transformer.ln_f.", "model.norm."}}},
+      {"mpt",  // (Wqkv already [q | k | v])
+       {{"transformer.blocks.", "model.layers."},
+        {".norm_1.", ".input_layernorm."},
+        {".norm_2.", ".post_attention_layernorm."},
+        {".attn.Wqkv.", ".self_attn.qkv_proj."},
+        {".attn.out_proj.", ".self_attn.o_proj."},
+        {".ffn.up_proj.", ".mlp.up_proj."},
+        {".ffn.down_proj.", ".mlp.down_proj."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.norm_f.", "model.norm."}}},
+      // (GPT-2's Conv1D weights transposed below; GPT-BigCode's c_attn per head unless multi-query;
+      // older GPT-2 files without the transformer. prefix; their attn.bias / masked_bias causal
+      // masks are buffers, not weights: left out)
+      {"gpt2",
+       {{"transformer.h.", "model.layers."},
+        {".ln_1.", ".input_layernorm."},
+        {".ln_2.", ".post_attention_layernorm."},
+        {".attn.c_attn.", ".self_attn.qkv_proj."},
+        {".attn.c_proj.", ".self_attn.o_proj."},
+        {".mlp.c_fc.", ".mlp.up_proj."},
+        {".mlp.c_proj.", ".mlp.down_proj."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.wpe.", "model.embed_positions."},
+        {"transformer.ln_f.", "model.norm."}}},
+      {"gpt_bigcode",
+       {{"transformer.h.", "model.layers."},
+        {".ln_1.", ".input_layernorm."},
+        {".ln_2.", ".post_attention_layernorm."},
+        {".attn.c_attn.", ".self_attn.qkv_proj."},
+        {".attn.c_proj.", ".self_attn.o_proj."},
+        {".mlp.c_fc.", ".mlp.up_proj."},
+        {".mlp.c_proj.", ".mlp.down_proj."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.wpe.", "model.embed_positions."},
+        {"transformer.ln_f.", "model.norm."}}},
       {"phi",  // (Phi-2: dense / fc1 / fc2 / final_layernorm)
        {{".self_attn.dense.", ".self_attn.o_proj."},
         {".mlp.fc1.", ".mlp.up_proj."},
@@ -2014,9 +2152,12 @@ bool family_names(JsonValue& cfg, Builder& b) {
           name.replace(at, part.size(), with);
       return name;
     });
-    if (type->string == "gptj") gptj_keys(cfg);
-    if (type->string == "gpt_neox" || type->string == "falcon")
-      neox_falcon_qkv(cfg, b, type->string == "falcon");
+    const std::string t = type->string;  // (a copy: the keys below grow cfg)
+    if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode")
+      gpt_classic_keys(cfg);
+    if (t == "gpt_neox" || t == "falcon") neox_falcon_qkv(cfg, b, t == "falcon");
+    if (t == "bloom" || t == "gpt_bigcode") bloom_bigcode_qkv(cfg, b);
+    if (t == "gpt2") gpt2_transpose(b);
     return true;
   }
   if (type != nullptr && type->is_string() && type->string == "stablelm") {
@@ -2361,7 +2502,8 @@ void load_hf(Model& m, Storage& st) {
   // (Nemotron-H's is read by nemotronh_config_hf).
   if (const JsonValue* act = cfg.get("hidden_act");
       act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox" &&
-      c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj") {
+      c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj" && c.arch != "gpt2" &&
+      c.arch != "starcoder") {
     const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
                              : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
                              : c.arch == "phi2"                        ? "gelu_new"
@@ -2467,6 +2609,10 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
+  // BLOOM, MPT, GPT-2, GPT-BigCode (after the bias defaults above: their own; family_names renamed
+  // their keys and tensors)
+  if (c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" || c.arch == "starcoder")
+    gpt_classic_config_hf(cfg, c);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "qwen3vl" ||
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||

@@ -89,7 +89,10 @@ struct ModelWeights {
   // n_embd x n_embd).
   std::vector<TensorView> altup_proj, altup_unembd;
   TensorView output_norm_b;  // (StarCoder2: the final LayerNorm's bias)
-  TensorView output_b;       // (Phi-2: the output matrix's bias, 1 x n_vocab)
+  // BLOOM: the embeddings' LayerNorm (1 x n_embd each); GPT-2 / StarCoder: the learned position
+  // table (n_ctx_train x n_embd).
+  TensorView tok_embd_norm, tok_embd_norm_b, pos_embd;
+  TensorView output_b;  // (Phi-2: the output matrix's bias, 1 x n_vocab)
 };
 
 // Every tensor of the model file(s) as stored, in file order (name as in the file), for listings

@@ -1708,3 +1708,90 @@ def gemma4_moe(n_expert: int, used: int, n_ff: int, layers: list[int]) -> dict[s
     from .moe import dense_moe
 
     return dict(dense_moe(), n_expert=n_expert, n_expert_used=used, n_ff_expert=n_ff, layers=layers)
+
+
+def alibi_slopes(n_head: int, max_bias: float) -> list[float]:
+    """ALiBi's slope per head (twin of arch_config.cpp's alibi_slopes): with n2 the largest power of
+    two <= n_head, head h < n2 gets 2^(-max_bias (h + 1) / n2), the others 2^(-max_bias (2 (h - n2) + 1)
+    / (2 n2)); in double, rounded once to float32."""
+    n2 = 1
+    while n2 * 2 <= n_head:
+        n2 *= 2
+    exps = [-max_bias * ((h + 1) / n2 if h < n2 else (2 * (h - n2) + 1) / (2 * n2)) for h in range(n_head)]
+    return [float(np.float32(2.0**e)) for e in exps]
+
+
+def _alibi(n_layer: int, n_head: int, max_bias: float, where: str) -> dict[str, Any]:
+    if not 0.0 < max_bias <= 64.0:
+        raise ValueError(f"invalid ALiBi bias bound {max_bias} in {where}")
+    return {"alibi": alibi_slopes(n_head, max_bias), "layer_nope": [True] * n_layer}
+
+
+def gpt_classic_gguf(
+    arch: str, md: dict[str, Any], common: dict[str, Any], names: set[Any]
+) -> dict[str, Any]:
+    """BLOOM, MPT, GPT-2, StarCoder from GGUF (twin of gpt_classic_config_gguf): LayerNorms (bias where
+    the file has it), fused q / k / v, a GELU MLP (MPT's exact, the others' tanh), biases where present;
+    ALiBi (BLOOM; MPT's bound from its key) or the learned position table; BLOOM's embedding norm."""
+    k, n_layer, where = arch + ".", common["n_layer"], "the file"
+    out: dict[str, Any] = dict(
+        layer_norm=True, ffn_gelu=True, norm_bias="blk.0.attn_norm.bias" in names,
+        ffn_bias="blk.0.ffn_up.bias" in names, qkv_bias="blk.0.attn_qkv.bias" in names,
+        o_bias="blk.0.attn_output.bias" in names, gelu_erf=arch == "mpt", embd_norm=arch == "bloom",
+        pos_embd="position_embd.weight" in names,
+        rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5),
+    )  # fmt: skip
+    if arch in ("gpt2", "starcoder") and not out["pos_embd"]:
+        raise ValueError("missing tensor 'position_embd.weight'")
+    if arch == "mpt" and "blk.0.attn_q_norm.weight" in names:
+        raise ValueError("MPT's q / k LayerNorms (qk_ln: attn_q_norm) are not supported")
+    if arch in ("bloom", "mpt"):
+        out.update(_alibi(n_layer, common["n_head"], md.get(k + "attention.max_alibi_bias", 8.0), where))
+    else:
+        out["layer_nope"] = [True] * n_layer
+    return out
+
+
+def gpt_classic_hf(arch: str, c: dict[str, Any], common: dict[str, Any], path: str) -> dict[str, Any]:
+    """The same from a folder (twin of gpt_classic_config_hf; keys already under Llama's names), as
+    transformers runs each: the options it does not run refused by name."""
+    n_layer, where = common["n_layer"], f"'{path}'"
+    out: dict[str, Any] = dict(layer_norm=True, ffn_gelu=True, norm_bias=True, ffn_bias=True, qkv_bias=True,
+                               o_bias=True, rms_eps=c.get("layer_norm_epsilon", 1e-5))  # fmt: skip
+    if arch == "bloom":
+        if c.get("apply_residual_connection_post_layernorm"):
+            raise ValueError(f"apply_residual_connection_post_layernorm=true in {where} is not supported")
+        return dict(out, embd_norm=True, **_alibi(n_layer, common["n_head"], 8.0, where))
+    if arch == "mpt":
+        attn = c.get("attn_config")
+        a: dict[str, Any] = attn if isinstance(attn, dict) else {}
+        if c.get("expansion_ratio", 4) != 4:
+            raise ValueError(f"expansion_ratio other than 4 in {where} is not supported")
+        if c.get("no_bias", True) is False:
+            raise ValueError(f"no_bias=false (MPT with biases) in {where} is not supported")
+        if c.get("logit_scale") is not None:
+            raise ValueError(f"logit_scale in {where} is not supported")
+        if a.get("qk_ln"):
+            raise ValueError(f"attn_config.qk_ln=true in {where} is not supported")
+        if a.get("alibi", True) is False:
+            raise ValueError(f"attn_config.alibi=false (learned positions) in {where} is not supported")
+        if (a.get("attn_type") or "multihead_attention") != "multihead_attention":
+            raise ValueError(f"attn_config.attn_type '{a['attn_type']}' in {where} is not supported")
+        if a.get("prefix_lm") or a.get("attn_uses_sequence_id"):
+            raise ValueError(f"attn_config.prefix_lm / attn_uses_sequence_id in {where} are not supported")
+        clip, scale = a.get("clip_qkv") or 0.0, a.get("softmax_scale") or 0.0
+        if not (clip >= 0 and scale >= 0):
+            raise ValueError(f"invalid attn_config.clip_qkv / softmax_scale in {where}")
+        bound = a.get("alibi_bias_max")
+        return dict(out, norm_bias=False, ffn_bias=False, qkv_bias=False, o_bias=False, gelu_erf=True,
+                    clamp_qkv=float(np.float32(clip)), attn_scale=float(scale),
+                    **_alibi(n_layer, common["n_head"], 8.0 if bound is None else bound, where))  # fmt: skip
+    act = c.get("hidden_act") or ("gelu_new" if arch == "gpt2" else "gelu_pytorch_tanh")
+    if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+        raise ValueError(f"hidden_act '{act}' in {where} is not supported (gelu or a tanh GELU is)")
+    if c.get("scale_attn_by_inverse_layer_idx"):
+        raise ValueError(f"scale_attn_by_inverse_layer_idx=true in {where} is not supported")
+    if c.get("add_cross_attention"):
+        raise ValueError(f"add_cross_attention=true in {where} is not supported")
+    return dict(out, pos_embd=True, layer_nope=[True] * n_layer, gelu_erf=act == "gelu",
+                attn_scale=0.0 if c.get("scale_attn_weights", True) is not False else 1.0)  # fmt: skip

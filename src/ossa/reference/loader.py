@@ -27,7 +27,8 @@ ARCHS = (
     "granitehybrid", "nemotron_h", "nemotron_h_moe", "qwen3next", "mamba2", "mamba", "jamba", "falcon-h1",
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
-    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj",
+    "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
+    "gpt2", "starcoder",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -50,6 +51,8 @@ GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: 
 POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
 QK_NORM_FULL = ("olmo2", "olmo3", "olmoe", "minimax-m2")
+# q / k / v fused in one matrix (attn_qkv / qkv_proj), viewed as three
+_FUSED_QKV = ("phi3", "phimoe", "phi2", "gptneox", "falcon", "bloom", "mpt", "gpt2", "starcoder")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -60,7 +63,8 @@ CONFIG_KEYS = (
     "mup", "layer_head_dim", "layer_n_head_kv", "layer_n_ff", "kv_source", "rope_pairs", "v_norm", "ple_dim",
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
-    "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu",
+    "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
+    "embd_norm", "pos_embd",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -85,7 +89,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "qk_l2_norm": False, "layer_norm": False, "parallel_block": False, "qk_norm_heads": False,
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
-    "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [],
+    "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [], "alibi": [],
+    "embd_norm": False, "pos_embd": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -97,7 +102,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -142,7 +147,10 @@ _HF_ARCHS = {
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
     "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
-    "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3",
+    "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
+    "BloomForCausalLM": "bloom", "mpt": "mpt", "MptForCausalLM": "mpt", "MPTForCausalLM": "mpt",
+    "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder",
+    "GPTBigCodeForCausalLM": "starcoder",
     "MiniCPM3ForCausalLM": "minicpm3", "exaone_moe": "exaone-moe",
     "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
@@ -345,6 +353,13 @@ def _weights(
     e, ff, hd = cfg["n_embd"], cfg["n_ff"], cfg["head_dim"]
     w: dict[str, np.ndarray] = {}
     _take(get, names, w, tok, "tok_embd", cfg["n_vocab"], e)
+    stem = tok[: tok.rfind(".weight")]
+    if cfg["embd_norm"]:  # (BLOOM: token_embd_norm; its folders' word_embeddings_layernorm renamed)
+        _take(get, names, w, stem + "_norm.weight", "tok_embd_norm", 1, e)
+        _take(get, names, w, stem + "_norm.bias", "tok_embd_norm_b", 1, e)
+    if cfg["pos_embd"]:  # (GPT-2, StarCoder: position_embd; the folders' wpe renamed)
+        pos = "position_embd.weight" if gguf else "model.embed_positions.weight"
+        _take(get, names, w, pos, "pos_embd", cfg["n_ctx_train"], e)
     _take(get, names, w, norm, "output_norm", 1, e)
     if cfg["norm_bias"]:  # (StarCoder2: the final LayerNorm's bias, named as its weight)
         _take(get, names, w, norm[: norm.rfind(".weight")] + ".bias", "output_norm_b", 1, e)
@@ -388,9 +403,7 @@ def _weights(
             shapes, recurrent = {}, True
         if cfg["arch"] in NO_PRE_NORMS:
             del shapes["attn_norm"]
-        if (
-            cfg["arch"] in ("phi3", "phimoe", "phi2", "gptneox", "falcon") and name_of(i, "wqkv") in names
-        ):  # fused q/k/v, in rows
+        if cfg["arch"] in _FUSED_QKV and name_of(i, "wqkv") in names:  # fused q/k/v, in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
             qkv = w.pop("qkv")
             w[f"layers.{i}.wq"], w[f"layers.{i}.wk"], w[f"layers.{i}.wv"] = np.split(qkv, [q, q + kv])
@@ -701,6 +714,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "gptj":  # (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
                       rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
+    if arch in ("bloom", "mpt", "gpt2", "starcoder"):  # (ALiBi or learned positions, LayerNorms, GELU MLP)
+        common.update(arch_config.gpt_classic_gguf(arch, md, common, names))
     if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
         n = common["n_layer"]
 
@@ -868,6 +883,30 @@ def _falcon_kv_heads(c: dict[str, Any], heads: int) -> int:
     return int(kv) if new or not multi else 1
 
 
+_GPT2_PARTS = (
+    ("transformer.h.", "model.layers."), (".ln_1.", ".input_layernorm."),
+    (".ln_2.", ".post_attention_layernorm."), (".attn.c_attn.", ".self_attn.qkv_proj."),
+    (".attn.c_proj.", ".self_attn.o_proj."), (".mlp.c_fc.", ".mlp.up_proj."),
+    (".mlp.c_proj.", ".mlp.down_proj."),
+    ("transformer.wte.", "model.embed_tokens."), ("transformer.wpe.", "model.embed_positions."),
+    ("transformer.ln_f.", "model.norm."),
+)  # fmt: skip
+
+
+def _gpt2_bare(name: str) -> str | None:
+    """GPT-2's oldest folders without the transformer. prefix, read as with it; None for the causal-mask
+    buffers (attn.bias, attn.masked_bias; twin of loader.cpp's gpt2_transpose)."""
+    if name.startswith("h."):
+        name = "model.layers." + name[2:]
+    bare_names = (
+        ("wte.", "model.embed_tokens."), ("wpe.", "model.embed_positions."), ("ln_f.", "model.norm."),
+    )  # fmt: skip
+    for bare, to in bare_names:
+        if name.startswith(bare):
+            name = to + name[len(bare) :]
+    return None if name.endswith(".attn.bias") or ".attn.masked_bias" in name else name
+
+
 # Families whose folders hold Llama's tensors under other names: each part replaced where found, in order
 # (twin of loader.cpp's family_names).
 _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -880,7 +919,27 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
     "hunyuan_v1_moe": (*_HUNYUAN_PARTS, (".mlp.gate.wg.", ".mlp.gate."),
                        (".mlp.shared_mlp.", ".mlp.shared_experts.")),
     "gpt_neox": _GPT_NEOX_PARTS, "falcon": _FALCON_PARTS, "gptj": _GPTJ_PARTS,
+    "bloom": (("transformer.h.", "model.layers."),
+              (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
+              (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
+              (".mlp.dense_4h_to_h.", ".mlp.down_proj."),
+              ("transformer.word_embeddings_layernorm.", "model.embed_tokens_norm."),
+              ("transformer.word_embeddings.", "model.embed_tokens."), ("transformer.ln_f.", "model.norm.")),
+    "mpt": (("transformer.blocks.", "model.layers."), (".norm_1.", ".input_layernorm."),
+            (".norm_2.", ".post_attention_layernorm."), (".attn.Wqkv.", ".self_attn.qkv_proj."),
+            (".attn.out_proj.", ".self_attn.o_proj."), (".ffn.up_proj.", ".mlp.up_proj."),
+            (".ffn.down_proj.", ".mlp.down_proj."), ("transformer.wte.", "model.embed_tokens."),
+            ("transformer.norm_f.", "model.norm.")),
+    "gpt2": _GPT2_PARTS, "gpt_bigcode": _GPT2_PARTS,
 }  # fmt: skip
+# The GPT-2-era configs' keys under Llama's where absent (twin of loader.cpp's gpt_classic_keys).
+_GPT_CLASSIC_KEYS = (
+    ("n_embd", "hidden_size"), ("n_embed", "hidden_size"), ("d_model", "hidden_size"),
+    ("n_layer", "num_hidden_layers"), ("n_layers", "num_hidden_layers"), ("n_head", "num_attention_heads"),
+    ("n_heads", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
+    ("max_seq_len", "max_position_embeddings"), ("seq_length", "max_position_embeddings"),
+    ("activation_function", "hidden_act"),
+)  # fmt: skip
 
 # EXAONE 3's GPT-2-style names within a layer, as Llama's (the first that matches).
 _EXAONE_PARTS = (
@@ -927,21 +986,35 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             to = name
             for part, with_ in _FAMILY_PARTS[c["model_type"]]:
                 to = to.replace(part, with_, 1)
+            if c["model_type"] == "gpt2":
+                bare = _gpt2_bare(to)
+                if bare is None:
+                    continue
+                to = bare
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    if c.get("model_type") == "gptj":  # (GPTJConfig's keys as Llama's: loader.cpp's gptj_keys)
+    gpt_classic = c.get("model_type") in ("gptj", "bloom", "mpt", "gpt2", "gpt_bigcode")
+    if gpt_classic:  # (their keys as Llama's: loader.cpp's gpt_classic_keys)
         c = dict(c)
-        for frm, to in (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"),
-                        ("n_head", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
-                        ("activation_function", "hidden_act")):  # fmt: skip
-            if frm in c and to not in c:
+        for frm, to in _GPT_CLASSIC_KEYS:
+            if c.get(frm) is not None and c.get(to) is None:
                 c[to] = c[frm]
-        if "intermediate_size" not in c:
+        if c["model_type"] == "gpt_bigcode":  # (K/V heads as transformers sets them: one when multi_query)
+            multi = c.get("multi_query", True) is not False
+            c["num_key_value_heads"] = 1 if multi else c.get("num_attention_heads")
+        if c["model_type"] == "bloom" and c.get("max_position_embeddings") is None:  # (its training length)
+            c["max_position_embeddings"] = 2048
+        if c.get("intermediate_size") is None:
             inner = c.get("n_inner")
             c["intermediate_size"] = inner if inner is not None else 4 * int(c.get("hidden_size") or 0)
+    if c.get("model_type") in ("bloom", "gpt_bigcode"):  # (per head [q_h | k_h | v_h], unless multi-query)
+        heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
+        mq = c["model_type"] == "gpt_bigcode" and c.get("num_key_value_heads", 1) != heads
+        if heads > 0 and width % heads == 0 and not mq:
+            qkv_groups = (heads, heads, width // heads)
     if c.get("model_type") in ("gpt_neox", "falcon"):  # (twin of loader.cpp's neox_falcon_qkv)
         heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
         kv = _falcon_kv_heads(c, heads) if c["model_type"] == "falcon" else heads
@@ -995,6 +1068,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             g = t.reshape(kv, per + 2, hd, *rest)
             t = np.concatenate([g[:, :per].reshape(-1, *rest), g[:, per].reshape(-1, *rest),
                                 g[:, per + 1].reshape(-1, *rest)]).reshape(t.shape)  # fmt: skip
+        conv = n.startswith("model.layers.") and n.endswith(".weight")
+        conv = conv and (".self_attn." in n or ".mlp." in n)
+        if c.get("model_type") == "gpt2" and conv and t.ndim == 2:  # (GPT-2's Conv1D: [in, out])
+            t = np.ascontiguousarray(t.T)
         return t
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
@@ -1033,7 +1110,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
-    if isinstance(act, str) and arch not in ("nemotron_h", "gptneox", "falcon", "apertus", "gptj"):
+    own_act = ("nemotron_h", "gptneox", "falcon", "apertus", "gptj", "gpt2", "starcoder")  # (read below)
+    if isinstance(act, str) and arch not in own_act:
         own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
         want = own.get(arch, "silu")
         if (
@@ -1212,6 +1290,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
                       gelu_erf=exact, rms_eps=get("layer_norm_epsilon", 1e-5),
                       rope_dim=arch_config.rotated(dims, common["head_dim"]))  # fmt: skip
+    if arch in ("bloom", "mpt", "gpt2", "starcoder"):  # (keys renamed above; ALiBi or learned positions)
+        common.update(arch_config.gpt_classic_hf(arch, c, common, path))
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
             raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")

@@ -169,6 +169,7 @@ def attention(
     softcap: float = 0.0,
     sinks: np.ndarray | None = None,
     chunk: int = 0,
+    alibi: np.ndarray | None = None,
 ) -> np.ndarray:
     """Causal grouped-query attention. q [n, n_head, d], k/v [n, n_head_kv, d] -> [n, n_head * d].
 
@@ -176,7 +177,8 @@ def attention(
     when ``softcap`` > 0 (Gemma 2); with ``window`` > 0 a token sees only the last ``window``
     positions, itself included; with ``chunk`` > 0 (Llama 4) only those of its own chunk of that size.
     ``sinks`` [n_head] (gpt-oss): one more logit per head in the softmax, with no value row (it only
-    takes probability away from the positions).
+    takes probability away from the positions). ``alibi`` [n_head] (BLOOM, MPT): slope * (key position -
+    query position) added to each head's scores after the scale (alibi_bias).
     """
     n, n_head, d = q.shape
     group = n_head // k.shape[1]
@@ -184,6 +186,8 @@ def attention(
     v = np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k)
     scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    if alibi is not None:
+        scores = scores + alibi_bias(alibi, np.arange(n), np.arange(n))
     if softcap > 0:
         scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
     seen = np.tril(np.ones((n, n), dtype=bool))
@@ -194,6 +198,13 @@ def attention(
         seen &= idx[:, None] == idx[None, :]
     probs = softmax(np.where(seen[None], scores, -np.inf), sinks)
     return np.einsum("hqk,khd->qhd", probs, v).reshape(n, n_head * d).astype(np.float32)
+
+
+def alibi_bias(slopes: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray:
+    """ALiBi's bias [n_head, q, k]: slope * (k - q), the distance exact in float32, one product (twin of
+    attention.cpp's alibi_bias)."""
+    rel = (k_pos[None, :] - q_pos[:, None]).astype(np.float32)
+    return (slopes.astype(np.float32)[:, None, None] * rel[None]).astype(np.float32)
 
 
 def softmax(scores: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
@@ -343,11 +354,22 @@ def temperature(c: dict[str, Any], positions: np.ndarray) -> np.ndarray:
     return (1.0 + np.float64(np.float32(c["attn_temp_scale"])) * np.log(1.0 + k)).astype(np.float32)
 
 
-def embed(c: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+def embed(
+    c: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndarray, positions: np.ndarray | None = None
+) -> np.ndarray:
     """The tokens' embedding rows, times ``embd_scale`` when set (Gemma's sqrt(n_embd), Granite's
-    embedding_multiplier); twin of forward_util's embed_row."""
+    embedding_multiplier), plus the learned rows of their ``positions`` (GPT-2, StarCoder: pos_embd),
+    through the embeddings' LayerNorm (BLOOM: embd_norm); twin of forward_util's embed_row."""
     x = w["tok_embd"][ids].astype(np.float32)
-    return x * np.float32(c["embd_scale"]) if c["embd_scale"] > 0 else x
+    x = x * np.float32(c["embd_scale"]) if c["embd_scale"] > 0 else x
+    if c["pos_embd"]:
+        pos = np.arange(len(ids)) if positions is None else np.asarray(positions, dtype=np.int64)
+        if len(pos) and (pos.min() < 0 or pos.max() >= len(w["pos_embd"])):
+            raise ValueError(f"a position is beyond the model's {len(w['pos_embd'])} learned positions")
+        x = (x + w["pos_embd"][pos].astype(np.float32)).astype(np.float32)
+    if c["embd_norm"]:
+        x = norm(c, x, w["tok_embd_norm"], w["tok_embd_norm_b"])
+    return x
 
 
 def finish_logits(c: dict[str, Any], logits: np.ndarray) -> np.ndarray:
@@ -416,7 +438,7 @@ def forward(
         raise ValueError("token ids must be a non-empty list of ids within the vocabulary")
     positions = np.arange(len(ids))
     inv_freq = token_inv_freq(c, positions)
-    x = embed(c, w, ids)  # (Granite scales it)
+    x = embed(c, w, ids, positions)  # (Granite scales it; GPT-2's positions, BLOOM's norm)
     res = np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else None  # Granite's
 
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -534,6 +556,7 @@ def _attention(
     window = c["sliding_window"] if c["layer_sliding"] and c["layer_sliding"][i] else 0  # Phi-3
     window, chunk = (0, window) if c["attn_chunked"] else (window, 0)  # (Llama 4: chunks of that size)
     nope = bool(c["layer_nope"]) and c["layer_nope"][i]
+    alibi = np.asarray(c["alibi"], dtype=np.float32) if c["alibi"] else None
     if not nope:  # SmolLM3's NoPE layers: no positions
         freq, factor = (inv_freq_local, 1.0) if inv_freq_local is not None and window else (inv_freq, mscale)
         q = apply_rope(q, positions, freq, c["rope_style"], factor)
@@ -546,7 +569,7 @@ def _attention(
     if nope or not c["attn_temp_nope"]:  # (Ministral 3's long-context queries; Llama 4's NoPE layers')
         q = q * temperature(c, positions)[:, None, None]
     sinks = w[p + "sinks"] if c["attn_sinks"] else None  # gpt-oss
-    att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks, chunk=chunk)
+    att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks, chunk=chunk, alibi=alibi)
     if gate is not None:
         att = att * gate
     if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)

@@ -191,7 +191,7 @@ class ModelRunner:
             ):
                 raise ValueError("forward: state slots out of range, repeated or not one per sequence")
             states = [self.states[s] for s in chosen]
-        x = ref_model.embed(c, w, ids)
+        x = ref_model.embed(c, w, ids, pos)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")
         post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
@@ -279,6 +279,7 @@ class ModelRunner:
                 attn[lo:hi] = _paged_attention(
                     q[lo:hi], kc, vc, pos[lo:hi], c["attn_scale"], window, c["attn_softcap"],
                     w[p + "sinks"] if c["attn_sinks"] else None, chunk,
+                    np.asarray(c["alibi"], dtype=np.float32) if c["alibi"] else None,
                 )  # fmt: skip
             if gate is not None:
                 attn = attn * gate
@@ -427,19 +428,23 @@ def _paged_attention(
     softcap: float = 0.0,
     sinks: np.ndarray | None = None,
     chunk: int = 0,
+    alibi: np.ndarray | None = None,
 ) -> np.ndarray:
     """Grouped-query attention of a chunk's queries q [m, n_head, d] (at ``positions``) over a
     context k/v [ctx, n_head_kv, d]; query at position p sees context positions <= p (and, with a
     ``window``, > p - window; with a ``chunk``, >= p // chunk * chunk: Llama 4). Scores are scaled by
     ``scale`` (0: 1/sqrt(d)), then soft-capped
     (``softcap`` * tanh(scores / softcap)) when ``softcap`` > 0; ``sinks`` [n_head] join each
-    head's softmax denominator (gpt-oss)."""
+    head's softmax denominator (gpt-oss); ``alibi`` [n_head] slopes add slope * (key - query position)
+    after the scale (BLOOM, MPT)."""
     m, n_head, d = q.shape
     group = n_head // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
     scores = np.einsum("qhd,khd->hqk", q, k)
     scores = scores * np.float32(scale) if scale > 0 else scores / np.float32(math.sqrt(d))
+    if alibi is not None:
+        scores = scores + ref_model.alibi_bias(alibi, np.asarray(positions), np.arange(k.shape[0]))
     if softcap > 0:
         scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
     ctx = np.arange(k.shape[0])[None, :]
