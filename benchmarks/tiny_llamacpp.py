@@ -1,8 +1,8 @@
-"""Session 54's families checked against llama.cpp on tiny GGUF files: each a tiny random model built by
-transformers, written by the tests' converter (tests/tiny_models.hf_to_gguf, F32, with the default model's
-tokenizer) and run by ossa and by llama-cpp-python (F32 KV cache, its own process settings). Prints each
-one's largest logit difference from transformers' float32 logits, over the largest logit; a file llama.cpp
-does not load prints its error.
+"""Sessions 54 and 55: their families checked against llama.cpp on tiny GGUF files: each a tiny random
+model built by transformers, written by the tests' converter (tests/tiny_models.hf_to_gguf, F32, with the
+default model's tokenizer) and run by ossa and by llama-cpp-python (F32 KV cache, its own process
+settings). Prints each one's largest logit difference from transformers' float32 logits, over the largest
+logit; a file llama.cpp does not load prints its error.
 
     PYTHONPATH=src python benchmarks/tiny_llamacpp.py [name ...]
 """
@@ -56,6 +56,15 @@ CASES: dict[str, dict[str, Any]] = {
                              attention_multiplier=0.2, logits_scaling=4.0),
     "gptj": dict(arch="gptj", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
                  rotary_dim=4),
+    # session 55's GPT-2-era families (ALiBi, learned positions)
+    "bloom": dict(arch="bloom", hidden_size=48, num_layers=3, num_heads=6, num_kv_heads=6,
+                  intermediate_size=None, tie=True),
+    "mpt": dict(arch="mpt", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4,
+                intermediate_size=None, tie=True, clip_qkv=0.6),
+    "gpt2": dict(arch="gpt2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4,
+                 intermediate_size=None, tie=True, max_position_embeddings=64),
+    "starcoder": dict(arch="gpt_bigcode", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=1,
+                      intermediate_size=112),
 }  # fmt: skip
 
 

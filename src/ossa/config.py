@@ -436,6 +436,11 @@ class EngineArgs:
         model_len = arch.n_ctx_train if self.max_model_len is None else int(self.max_model_len)
         if model_len <= 0:
             model_len = 2048
+        if arch.pos_embd and model_len > arch.n_ctx_train:  # (GPT-2's table ends there)
+            raise ValueError(
+                f"max_model_len={model_len} is beyond the model's {arch.n_ctx_train} learned positions "
+                f"(position embeddings, {arch.arch}); at most {arch.n_ctx_train}"
+            )
         if usable_tokens < model_len:
             if self.max_model_len is not None:
                 raise ValueError(

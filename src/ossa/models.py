@@ -328,6 +328,9 @@ class ModelConfig:
     ffn_bias: bool = False
     gelu_erf: bool = False  # GPT-NeoX, Falcon: the MLP's GELU exact (erf), not tanh-approximated
     parallel_norms: bool = False  # GPT-NeoX, Falcon 40B: the parallel MLP's own norm of the input
+    alibi: list[float] = field(default_factory=list)  # BLOOM, MPT: ALiBi's slope per head (empty: none)
+    embd_norm: bool = False  # BLOOM: a LayerNorm of the embeddings
+    pos_embd: bool = False  # GPT-2, StarCoder: learned absolute positions (n_ctx_train of them)
     layer_norm: bool = False  # Cohere: LayerNorm (no bias) instead of RMSNorm
     parallel_block: bool = False  # Cohere: x + attn(norm x) + mlp(norm x)
     qk_norm_heads: bool = False  # Cohere: the q / k norms one weight row per head
@@ -569,6 +572,9 @@ def inspect(
         "ffn_gelu": c.ffn_gelu,
         "gelu_erf": c.gelu_erf,
         "parallel_norms": c.parallel_norms,
+        "alibi": list(c.alibi),
+        "embd_norm": c.embd_norm,
+        "pos_embd": c.pos_embd,
         "layer_norm": c.layer_norm,
         "norm_bias": c.norm_bias,
         "ffn_bias": c.ffn_bias,
@@ -916,6 +922,24 @@ def _n_params(name: str, dtype: str, elements: int) -> int:
     return 2 * elements if kind == "MXFP4" else 0 if kind == "E8M0 scales" else elements
 
 
+def _positions_line(info: dict[str, Any]) -> list[str]:
+    """How the model sees positions: RoPE's parameters, or ALiBi's slopes (BLOOM, MPT), or a learned table
+    (GPT-2, StarCoder); BLOOM's LayerNorm of the embeddings."""
+    norm = "; embeddings LayerNorm-ed" if info.get("embd_norm") else ""
+    if info.get("alibi"):
+        s = info["alibi"]
+        return [f"positions     ALiBi, slopes {max(s):.4g} .. {min(s):.4g} over {len(s)} heads{norm}"]
+    if info.get("pos_embd"):
+        return [f"positions     learned, {info['n_ctx_train']} of them (the longest context){norm}"]
+    return [
+        f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
+        f"scaling={info['rope_scaling']}"
+        + (f" factor={info['rope_scaling_factor']:g}" if info["rope_scaling"] != "none" else "")
+        + (f" rotated={info['rope_dim']}/{info['head_dim']}" if info["rope_dim"] != info["head_dim"] else "")
+        + (f", none in {info['n_nope_layers']} of {info['n_layer']} layers" if info["n_nope_layers"] else "")
+    ]
+
+
 def format_inspect(info: dict[str, Any]) -> str:
     """The text ``ossa inspect`` prints for an :func:`inspect` result."""
     types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
@@ -926,11 +950,7 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"dimensions    n_embd={info['n_embd']} n_layer={info['n_layer']} n_head={info['n_head']} "
         f"n_head_kv={info['n_head_kv']} head_dim={info['head_dim']} n_ff={info['n_ff']} "
         f"n_vocab={info['n_vocab']}",
-        f"rope          theta={info['rope_theta']:g} style={info['rope_style']} "
-        f"scaling={info['rope_scaling']}"
-        + (f" factor={info['rope_scaling_factor']:g}" if info["rope_scaling"] != "none" else "")
-        + (f" rotated={info['rope_dim']}/{info['head_dim']}" if info["rope_dim"] != info["head_dim"] else "")
-        + (f", none in {info['n_nope_layers']} of {info['n_layer']} layers" if info["n_nope_layers"] else ""),
+        *_positions_line(info),
         f"output        {'tied to the embeddings' if info['tied_embeddings'] else 'separate'}"
         + (f", logits soft-capped at {info['final_softcap']:g}" if info["final_softcap"] else ""),
         *_experts_line(info),
