@@ -103,6 +103,7 @@ ARCHS = (
     "mpt",
     "gpt2",
     "gpt_bigcode",
+    "afmoe",
 )
 
 
@@ -274,6 +275,7 @@ def make_hf_model(
         "mpt": transformers.MptConfig,
         "gpt2": transformers.GPT2Config,
         "gpt_bigcode": transformers.GPTBigCodeConfig,
+        "afmoe": transformers.AfmoeConfig,
         "minicpm3": transformers.MiniCPM3Config,
         "phi": transformers.PhiConfig,
     }[arch]
@@ -413,6 +415,7 @@ _OLMO2_NAMES = {"post_attention_layernorm.weight": "post_attention_norm.weight",
                 "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}  # fmt: skip
 # GLM-4 (llama.cpp's names): the norms of the attention's and the MLP's outputs; gate_up fused in ffn_up.
 _GLM4_NAMES = {"post_self_attn_layernorm.weight": "post_attention_norm.weight",
+               "self_attn.gate_proj.weight": "attn_gate.weight",  # (AFMoE's gate, under GLM-4's norms)
                "post_mlp_layernorm.weight": "post_ffw_norm.weight",
                "mlp.gate_up_proj.weight": "ffn_up.weight"}  # fmt: skip
 # LFM2 (llama.cpp's names): the operator norm, the attention's out_proj and q / k layernorms, the
@@ -490,7 +493,7 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
-        if arch == "glm4" and rest in _GLM4_NAMES:
+        if arch in ("glm4", "afmoe") and rest in _GLM4_NAMES:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
@@ -701,7 +704,7 @@ def hf_to_gguf(
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
         "granitemoeshared": "granitemoe", "gptj": "gptj", "bloom": "bloom", "mpt": "mpt", "gpt2": "gpt2",
-        "gpt_bigcode": "starcoder",
+        "gpt_bigcode": "starcoder", "afmoe": "afmoe",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
@@ -940,6 +943,7 @@ def hf_to_gguf(
         "falcon-h1",
         "llama4",
         "cohere2",
+        "afmoe",
     ):
         _window_keys(writer, model_type, cfg)
     if tokenizer_gguf is not None:  # (a model of that tokenizer's vocabulary, for the engine's tests)
@@ -979,6 +983,8 @@ def hf_to_gguf(
         writer.add_uint32(k + "leading_dense_block_count", cfg["first_k_dense_replace"])
         writer.add_uint32(k + "nextn_predict_layers", int(nextn))
         writer.add_uint32(k + "expert_gating_func", 2)  # (sigmoid; llama.cpp requires the key)
+    if model_type == "afmoe":  # (llama.cpp's keys: V3's routing by sigmoid, the window, the dense layers)
+        _afmoe_keys(writer, cfg)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_float32("olmoe.attention.clamp_kqv", float(cfg["clip_qkv"]))
     if model_type == "hunyuan_v1_moe":  # llama.cpp's converter's keys: the experts, one shared MLP
@@ -1003,6 +1009,13 @@ def hf_to_gguf(
     if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
         parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "afmoe":  # its norms as GLM-4's, the router and its bias as DeepSeek V3's (the twin's)
+        from ossa.reference.loader import _FAMILY_PARTS
+
+        tensors = {
+            functools.reduce(lambda n, p: n.replace(*p, 1), _FAMILY_PARTS["afmoe"], k): v
+            for k, v in tensors.items()
+        }
     if model_type == "gptj":  # its names as Llama's
         tensors = {
             functools.reduce(lambda n, p: n.replace(*p, 1), _GPTJ_PARTS, k): v for k, v in tensors.items()
@@ -1075,7 +1088,7 @@ def hf_to_gguf(
                 )
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
-    if arch in ("glm4moe", "dots1", "exaone-moe"):  # shared experts and the selection bias
+    if arch in ("glm4moe", "dots1", "exaone-moe", "afmoe"):  # shared experts and the selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
@@ -1164,6 +1177,31 @@ def hf_to_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return str(writer.format_shard_names(Path(out_path))[0])
+
+
+def _afmoe_keys(writer: Any, cfg: dict[str, Any]) -> None:
+    """AFMoE's keys as llama.cpp reads them: the experts, the shared ones, the dense lead layers, sigmoid
+    gating, the scale and renormalisation, the window; and ossa's sliding_window_pattern where the layers
+    are not llama.cpp's hard-coded 3 sliding : 1 global (a GGUF file has no other key for them)."""
+    import gguf
+
+    from ossa.reference import arch_config
+
+    writer.add_expert_count(cfg["num_experts"])
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    writer.add_expert_shared_count(cfg["num_shared_experts"])
+    writer.add_leading_dense_block_count(cfg["num_dense_layers"])
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    writer.add_expert_weights_scale(float(cfg.get("route_scale") or 1.0))
+    writer.add_expert_weights_norm(True)
+    n = cfg["num_hidden_layers"]
+    layers = arch_config.afmoe_hf(cfg, {"n_layer": n, "n_embd": cfg["hidden_size"]}, "")
+    if cfg.get("sliding_window"):
+        writer.add_sliding_window(int(cfg["sliding_window"]))
+    types = [not v for v in layers["layer_nope"]]
+    if types != [(i + 1) % 4 != 0 for i in range(n)]:
+        writer.add_sliding_window_pattern(types)
 
 
 def _deepseek2_keys(writer: Any, cfg: dict[str, Any], scaling: dict[str, Any], fused_kv_b: bool) -> None:

@@ -175,6 +175,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["alibi"] = c.alibi;  // (BLOOM, MPT: the slopes)
   d["embd_norm"] = c.embd_norm;
   d["pos_embd"] = c.pos_embd;
+  d["attn_gate_proj"] = c.attn_gate_proj;  // (AFMoE)
   d["layer_norm"] = c.layer_norm;
   d["parallel_block"] = c.parallel_block;
   d["qk_norm_heads"] = c.qk_norm_heads;

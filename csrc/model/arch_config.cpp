@@ -2054,6 +2054,47 @@ void gemma3n_config_hf(const Json& cfg, ModelConfig& c) {
   gemma4_check(c, where);
 }
 
+namespace {
+
+// AFMoE's layers: `types` (1: sliding) decide RoPE (sliding layers only) and, with a window, where
+// it applies.
+void afmoe_layers(ModelConfig& c, const std::vector<uint8_t>& types, int64_t window,
+                  const std::string& where) {
+  c.attn_gate = c.attn_gate_proj = true;
+  c.layer_nope.assign(static_cast<size_t>(c.n_layer), 0);
+  for (int i = 0; i < c.n_layer; ++i)
+    c.layer_nope[static_cast<size_t>(i)] = types[static_cast<size_t>(i)] == 0;
+  all_sliding(c, window, where);
+  if (c.sliding_window == 0) return;
+  c.layer_sliding = types;
+  if (std::find(types.begin(), types.end(), 1) == types.end()) all_sliding(c, 0, where);
+}
+
+}  // namespace
+
+void afmoe_config_gguf(const GGUFFile& g, ModelConfig& c) {
+  const std::string key = c.arch + ".attention.sliding_window";
+  std::vector<uint8_t> types = gguf_layer_pattern(g, key + "_pattern", c.n_layer);
+  if (types.empty()) types = sliding_but_every(c.n_layer, 4);  // (llama.cpp's, hard-coded)
+  afmoe_layers(c, types, g.get_int(key, 0), key);
+  c.embd_scale = static_cast<float>(std::sqrt(static_cast<double>(c.n_embd)));
+}
+
+void afmoe_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+  if (types.empty()) {
+    const int64_t every = cfg.integer("global_attn_every_n_layers", 4);
+    if (every < 1)
+      throw ModelError("config 'global_attn_every_n_layers' in " + where + " must be >= 1");
+    types = sliding_but_every(c.n_layer, every);
+  }
+  const JsonValue* raw = cfg.v.get("sliding_window");  // (AfmoeConfig's 1024 when absent)
+  afmoe_layers(c, types, raw == nullptr ? 1024 : cfg.integer("sliding_window", 0), where);
+  if (cfg.boolean("mup_enabled", false))
+    c.embd_scale = static_cast<float>(std::sqrt(static_cast<double>(c.n_embd)));
+}
+
 bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt) {
   const std::string act = cfg.string(key, dflt);
   if (act != "gelu" && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")

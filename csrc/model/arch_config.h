@@ -274,6 +274,14 @@ void gemma3n_config_hf(const Json& cfg, ModelConfig& c);
 // any other refused by name.
 bool gelu_is_exact(const Json& cfg, const char* key, const char* dflt);
 
+// AFMoE (Arcee Trinity): RoPE on the sliding layers alone (the global ones NoPE), the window on
+// those, the attention's output gated by its own projection (attn_gate_proj), the embeddings
+// scaled by sqrt(n_embd) (llama.cpp's files always; a folder's where mup_enabled). GGUF: every 4th
+// layer global (llama.cpp's pattern) unless the file's sliding_window_pattern says otherwise;
+// folders: layer_types, else global_attn_every_n_layers (4).
+void afmoe_config_gguf(const GGUFFile& g, ModelConfig& c);
+void afmoe_config_hf(const Json& cfg, ModelConfig& c);
+
 // ALiBi's slope of each of n_head heads for a bias bound max_bias (8 in BLOOM and MPT): with n2 the
 // largest power of two <= n_head, head h < n2 gets 2^(-max_bias (h + 1) / n2), the others the
 // series between them, 2^(-max_bias (2 (h - n2) + 1) / (2 n2)) (the papers', transformers' and

@@ -219,8 +219,10 @@ struct ModelConfig {
   // shared MLP's fused input_linear), the final norm final_layernorm.
   bool hf_bamba = false;
   // Qwen3.5's attention layers: wq yields [query | gate] per head (2 * head_dim rows a head) and
-  // the attention's output is multiplied by sigmoid(gate) before wo.
+  // the attention's output is multiplied by sigmoid(gate) before wo. attn_gate_proj (AFMoE): the
+  // gate from a projection of its own (LayerWeights::wg), wq the query alone.
   bool attn_gate = false;
+  bool attn_gate_proj = false;
 
   // Beyond the Llama family (zero / empty when unused; see docs/models.md).
   int sliding_window = 0;  // a windowed layer attends to this many positions, itself included
@@ -418,7 +420,8 @@ struct ModelConfig {
   bool gemma4() const { return arch == "gemma4" || arch == "gemma3n"; }
   // (GLM-4 (glm4) has both: its sandwich norms.)
   bool post_norms() const {
-    return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || !pre_norms();
+    return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || arch == "afmoe" ||
+           !pre_norms();
   }
   // OLMo 2 and 3, EXAONE 4: no norm before the sublayers (their outputs are normalised:
   // post_norms); OLMo's q / k (OLMoE's too) are RMS-normalised over the whole projection (all

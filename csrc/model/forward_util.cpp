@@ -174,15 +174,20 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
   const int64_t hd = c.head_dim, Q = c.n_head * hd, KV = c.n_head_kv * hd;
   const float* attn_norm = reinterpret_cast<const float*>(L.attn_norm.data);
   const float* attn_norm_b = reinterpret_cast<const float*>(L.attn_norm_b.data);  // (StarCoder2)
+  const bool gate_proj = !L.wg.empty();  // (AFMoE: the gate's own projection, into s.qg)
   const MatmulInput in =
-      norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv}, nullptr, attn_norm_b);
+      gate_proj
+          ? norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv, &L.wg}, nullptr, attn_norm_b)
+          : norm_for(s, attn_norm, n, threads, {&L.wq, &L.wk, &L.wv}, nullptr, attn_norm_b);
   laps.lap(kNorm);
   // (Qwen3.5's gated attention: wq's rows are [query | gate] per head, into s.qg)
-  const MatmulTarget qkv[3] = {
-      {&L.wq, c.attn_gate ? s.qg.data() : s.q.data(), c.attn_gate ? 2 * Q : Q},
+  const bool fused_gate = c.attn_gate && !gate_proj;
+  const MatmulTarget qkv[4] = {
+      {&L.wq, fused_gate ? s.qg.data() : s.q.data(), fused_gate ? 2 * Q : Q},
       {&L.wk, s.k.data(), KV},
-      {&L.wv, s.v.data(), KV}};
-  matmul_many(qkv, 3, in);
+      {&L.wv, s.v.data(), KV},
+      {&L.wg, s.qg.data(), Q}};
+  matmul_many(qkv, gate_proj ? 4 : 3, in);
   laps.lap(kQkv);
   void* k_cache = s.k_cache(layer);
   void* v_cache = s.v_cache(layer);
@@ -192,7 +197,7 @@ void attention_qkv(ForwardState& s, const Batch& batch, int layer, const float* 
         float* q = s.q.data() + t * Q;
         float* k = s.k.data() + t * KV;
         float* v = s.v.data() + t * KV;
-        if (c.attn_gate)
+        if (fused_gate)
           for (int h = 0; h < c.n_head; ++h)
             std::memcpy(q + h * hd, s.qg.data() + t * 2 * Q + h * 2 * hd, sizeof(float) * hd);
         add_bias(q, L.bq, Q);

@@ -265,11 +265,13 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       paged_attention(a);
       if (c.attn_gate)  // (Qwen3.5: times sigmoid of each head's gate)
         per_token(n, threads, [&](int t) {
-          const float* g = s.qg.data() + t * 2 * Q;
+          // (AFMoE's own projection: [gate] per head; Qwen3.5's: wq's [query | gate] per head)
+          const bool own = !L.wg.empty();
+          const float* g = s.qg.data() + t * (own ? Q : 2 * Q) + (own ? 0 : hd);
           float* o = s.attn.data() + t * Q;
           for (int64_t h = 0; h < c.n_head; ++h)
             for (int64_t e = 0; e < hd; ++e)
-              o[h * hd + e] *= 1.0f / (1.0f + std::exp(-g[h * 2 * hd + hd + e]));
+              o[h * hd + e] *= 1.0f / (1.0f + std::exp(-g[h * (own ? hd : 2 * hd) + e]));
         });
       if (c.mup.active)  // (Falcon-H1's attention_out_multiplier, before the linear wo)
         per_token(n, threads, [&](int t) {

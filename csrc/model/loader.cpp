@@ -284,7 +284,7 @@ const std::vector<std::string> k_gguf_archs = {
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
-    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder"};
+    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -301,7 +301,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode)";
+    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -602,7 +602,9 @@ void build_weights(Model& m, Builder& b,
         }
       }
     } else {  // (Qwen3.5's gated attention: [query | gate] per head)
-      l.wq = b.take(name_of(i, "wq"), p + "wq", c.attn_gate ? 2 * q : q, c.n_embd);
+      const bool fused_gate = c.attn_gate && !c.attn_gate_proj;
+      l.wq = b.take(name_of(i, "wq"), p + "wq", fused_gate ? 2 * q : q, c.n_embd);
+      if (c.attn_gate_proj) l.wg = b.take(name_of(i, "wg"), p + "wg", q, c.n_embd);  // (AFMoE)
       l.wk = b.take(name_of(i, "wk"), p + "wk", kv, c.n_embd);
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
@@ -629,6 +631,10 @@ void build_weights(Model& m, Builder& b,
     // (Cohere: the attention's norm serves both; GPT-NeoX's parallel MLP has its own)
     if (c.pre_norms() && (!c.parallel_block || c.parallel_norms))
       l.ffn_norm = b.take(name_of(i, "ffn_norm"), p + "ffn_norm", 1, c.n_embd);
+    if (c.post_norms()) {  // (AFMoE's MoE layers too)
+      l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
+      l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
+    }
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
     if (c.arch == "phi3" || c.arch == "glm4" ||
@@ -646,10 +652,6 @@ void build_weights(Model& m, Builder& b,
     if (c.ffn_bias) {
       l.b_up = b.take(name_of(i, "b_up"), p + "b_up", 1, c.n_ff);
       l.b_down = b.take(name_of(i, "b_down"), p + "b_down", 1, c.n_embd);
-    }
-    if (c.post_norms()) {
-      l.post_attn_norm = b.take(name_of(i, "post_attn_norm"), p + "post_attn_norm", 1, c.n_embd);
-      l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
     }
   }
 }
@@ -822,6 +824,7 @@ std::string gguf_name(int layer, const char* field) {
       {"wqkv", "attn_qkv.weight"},
       {"w_gate_up", "ffn_up.weight"},
       {"sinks", "attn_sinks.weight"},
+      {"wg", "attn_gate.weight"},
       {"wq_a", "attn_q_a.weight"},
       {"q_a_norm", "attn_q_a_norm.weight"},
       {"wq_b", "attn_q_b.weight"},
@@ -1101,7 +1104,7 @@ void load_gguf(Model& m, Storage& st) {
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
   c.qk_norm = arch == "qwen3" || arch == "qwen3moe" || arch == "qwen3vl" || arch == "qwen3vlmoe" ||
               arch == "olmo2" || arch == "exaone4" || arch == "olmoe" || arch == "dots1" ||
-              arch == "apertus" || arch == "exaone-moe";
+              arch == "apertus" || arch == "exaone-moe" || arch == "afmoe";
   c.clamp_qkv = static_cast<float>(g->get_float(k + "attention.clamp_kqv", 0.0));
   c.tied_embeddings = !b.has("output.weight");
   if (c.gemma()) gemma3_config_gguf(*g, c);  // norms stored as 1 + w by llama.cpp's converter
@@ -1110,6 +1113,7 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "olmo2") olmo_window_gguf(*g, c);  // (OLMo 3 conversions: every 4th layer full)
   if (arch == "exaone4") exaone4_config_gguf(*g, c);
   if (arch == "exaone-moe") exaone_moe_config_gguf(*g, c);  // (window, NoPE, MTP layers skipped)
+  if (arch == "afmoe") afmoe_config_gguf(*g, c);  // (window, global layers NoPE, gate, scale)
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
   if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
@@ -1330,6 +1334,7 @@ std::string hf_name(int layer, const char* field) {
       {"wqkv", "self_attn.qkv_proj.weight"},
       {"w_gate_up", "mlp.gate_up_proj.weight"},
       {"sinks", "self_attn.sinks"},
+      {"wg", "self_attn.gate_proj.weight"},
       {"wq_a", "self_attn.q_a_proj.weight"},
       {"q_a_norm", "self_attn.q_a_layernorm.weight"},
       {"wq_b", "self_attn.q_b_proj.weight"},
@@ -1782,6 +1787,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"GPT2LMHeadModel", "gpt2"},
       {"gpt_bigcode", "starcoder"},
       {"GPTBigCodeForCausalLM", "starcoder"},
+      {"afmoe", "afmoe"},
+      {"AfmoeForCausalLM", "afmoe"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
       {"dots1", "dots1"},
@@ -2140,6 +2147,11 @@ bool family_names(JsonValue& cfg, Builder& b) {
       {"apertus",  // (its norms' names)
        {{".attention_layernorm.", ".input_layernorm."},
         {".feedforward_layernorm.", ".post_attention_layernorm."}}},
+      {"afmoe",  // (its four norms under GLM-4's names; the router and its bias as DeepSeek V3's)
+       {{".post_attention_layernorm.", ".post_self_attn_layernorm."},
+        {".pre_mlp_layernorm.", ".post_attention_layernorm."},
+        {".mlp.router.gate.", ".mlp.gate."},
+        {".mlp.expert_bias", ".mlp.gate.e_score_correction_bias"}}},
       {"hunyuan_v1_moe",  // (and its router, gate.wg, and the ungated shared MLP, shared_mlp)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
@@ -2384,9 +2396,10 @@ void load_hf(Model& m, Storage& st) {
   // (Ernie4_5Config's head_dim is 128 unless the file sets it, null meaning hidden / heads)
   const bool ernie = c.arch == "ernie4_5" || c.arch == "ernie4_5-moe";
   // (NemotronHConfig's and Qwen3VLTextConfig's too)
-  const bool ernie_dim = (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" ||
-                          c.arch == "seed_oss" || cfg.string("model_type", "") == "internlm3") &&
-                         cfg.v.get("head_dim") == nullptr;
+  const bool ernie_dim =
+      (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss" ||
+       c.arch == "afmoe" || cfg.string("model_type", "") == "internlm3") &&
+      cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);
   c.n_ctx_train = static_cast<int>(
@@ -2478,6 +2491,7 @@ void load_hf(Model& m, Storage& st) {
   else if (c.arch != "phi3" && c.arch != "phimoe")
     window_config_hf(cfg, c);
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
+  if (c.arch == "afmoe") afmoe_config_hf(cfg, c);    // window, global layers NoPE, gate, muP
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
   if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
   if (c.arch == "phi2") {  // Phi-1 / 1.5 / 2: Cohere's parallel block with LayerNorm + bias, a
@@ -2617,7 +2631,8 @@ void load_hf(Model& m, Storage& st) {
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
               c.arch == "dots1" || c.arch == "apertus" || c.arch == "exaone-moe" ||
-              c.arch == "hunyuan-moe";  // (Cohere's use_qk_norm: cohere_config_hf)
+              c.arch == "hunyuan-moe" ||
+              c.arch == "afmoe";  // (Cohere's use_qk_norm: cohere_config_hf)
   c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))
     throw ModelError("use_cla=true (cross-layer attention) in '" + cfg_path + "' is not supported");
@@ -2652,7 +2667,7 @@ void load_hf(Model& m, Storage& st) {
   read_moe_config_hf(c, cfg_json, cfg_path);
   if (c.arch == "olmo") b.add_unit_norms(hf_name, c.n_layer, "model.norm.weight", c.n_embd);
   build_weights(m, b,
-                c.arch == "glm4"                      ? hf_name_glm4
+                c.arch == "glm4" || c.arch == "afmoe" ? hf_name_glm4
                 : c.arch == "llama4"                  ? hf_name_llama4
                 : c.lfm2()                            ? hf_name_lfm2
                 : c.hf_bamba || c.arch == "falcon-h1" ? hf_name_bamba

@@ -356,6 +356,9 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
                     static_cast<size_t>(E) * sizeof(float));
         return;
       }
+      if (!L.post_ffn_norm.empty())  // (AFMoE: the experts' and shared MLP's sum normalised)
+        rmsnorm_row(acc.data(), reinterpret_cast<const float*>(L.post_ffn_norm.data), E, c.rms_eps,
+                    acc.data());
       // (Granite MoE: the experts' sum times residual_multiplier, as a dense layer's output)
       fwd::add_residual(s.x.data() + static_cast<int64_t>(base + t) * E, acc.data(), E,
                         c.residual_scale);

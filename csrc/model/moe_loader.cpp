@@ -274,7 +274,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
        c.arch == "dots1" || c.arch == "phimoe" || c.arch == "exaone-moe" || c.arch == "lfm2moe" ||
-       c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe") &&
+       c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe" || c.arch == "afmoe") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -329,9 +329,10 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // renormalised; llama.cpp hard-codes the sigmoid)
   const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
              nemotron = c.arch == "nemotron_h_moe", minimax = c.arch == "minimax-m2",
-             dots1 = c.arch == "dots1" ||     // (dots.llm1, K-EXAONE: V3's routing; files
-                     c.arch == "exaone-moe",  // without the gating key route by sigmoid)
-      deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax || dots1;
+             dots1 = c.arch == "dots1" ||       // (dots.llm1, K-EXAONE, AFMoE: V3's routing;
+                     c.arch == "exaone-moe" ||  // files without the gating key route by sigmoid)
+                     c.arch == "afmoe",
+             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax || dots1;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
@@ -377,7 +378,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
       c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" &&
-      c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe")
+      c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe" && c.arch != "afmoe")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -593,6 +594,20 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       for (int i = 0; i < c.n_layer; ++i)
         if (i >= first && i % freq == 0) m.layers.push_back(i);
     }
+  } else if (c.arch == "afmoe") {  // AfmoeConfig's defaults: V3's routing in one group
+    // (sigmoid scores, the expert bias choosing, the chosen renormalised and times route_scale;
+    // shared experts of num_shared_experts x moe_intermediate_size; dense lead layers)
+    m.n_expert = static_cast<int>(integer("num_experts", 64));
+    m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 6));
+    m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 1408));
+    m.n_ff_shared = static_cast<int>(
+        std::clamp<int64_t>(integer("num_shared_experts", 2) * m.n_ff_expert, 0, 1 << 30));
+    m.deepseek = m.sigmoid_gating = m.selection_bias = m.norm_topk_prob = true;
+    m.routed_scale = static_cast<float>(number("route_scale", 1.0));
+    const int64_t first = integer("num_dense_layers", 1);
+    if (m.n_expert > 0)
+      for (int i = 0; i < c.n_layer; ++i)
+        if (i >= first) m.layers.push_back(i);
   } else if (c.arch == "lfm2moe") {  // Lfm2MoeConfig's defaults: V3's routing in one group
     m.n_expert = static_cast<int>(integer("num_experts", 32));
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 4));

@@ -26,6 +26,7 @@ struct LayerWeights {
   TensorView post_attn_norm, post_ffn_norm;
   TensorView bo;     // 1 x n_embd: the attention output's bias (gpt-oss); empty otherwise
   TensorView sinks;  // 1 x n_head: the attention sinks (gpt-oss); empty otherwise
+  TensorView wg;     // n_head*head_dim x n_embd: the attention's own gate projection (AFMoE)
   // DeepSeek's latent attention (config.mla, model/mla.cpp), with H = n_head, R = qk_rope,
   // N = qk_nope, V = v_head_dim, C = kv_lora_rank: wq (H*(N+R) x n_embd) or wq_a (q_lora x n_embd),
   // q_a_norm (1 x q_lora), wq_b (H*(N+R) x q_lora); wkv_a ((C+R) x n_embd), kv_a_norm (1 x C);

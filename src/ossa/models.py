@@ -347,6 +347,7 @@ class ModelConfig:
     ffn_xielu: bool = False  # Apertus: down(xielu(up x)), no gate
     xielu: list[float] = field(default_factory=list)  # [n_layer * 4]: alpha_p, alpha_n, beta, eps (applied)
     attn_gate: bool = False  # attention output times sigmoid of a per-head gate from wq (Qwen3.5)
+    attn_gate_proj: bool = False  # AFMoE: that gate from a projection of its own
     # Gemma 4: attention shapes and feed-forward sizes per layer (empty: head_dim, n_head_kv, n_ff
     # everywhere), the layer whose K/V each layer reads (empty: itself), the global layers' turning
     # RoPE frequencies (0: all), V's weightless norm, the per-layer embeddings' width (0: none)

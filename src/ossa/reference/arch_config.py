@@ -1795,3 +1795,38 @@ def gpt_classic_hf(arch: str, c: dict[str, Any], common: dict[str, Any], path: s
         raise ValueError(f"add_cross_attention=true in {where} is not supported")
     return dict(out, pos_embd=True, layer_nope=[True] * n_layer, gelu_erf=act == "gelu",
                 attn_scale=0.0 if c.get("scale_attn_weights", True) is not False else 1.0)  # fmt: skip
+
+
+def _afmoe_layers(types: list[bool], window: int) -> dict[str, Any]:
+    """AFMoE's layers (twin of arch_config.cpp's afmoe_layers): ``types`` (True: sliding) decide RoPE (the
+    sliding layers alone) and, with a window, where it applies; the attention gated by its own projection."""
+    w = _window(window)
+    sliding = types if w and any(types) else []
+    return {"attn_gate": True, "attn_gate_proj": True, "layer_nope": [not t for t in types],
+            "sliding_window": w if sliding else 0, "layer_sliding": sliding}  # fmt: skip
+
+
+def afmoe_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """AFMoE from GGUF: every 4th layer global (llama.cpp's pattern) unless the file's pattern says otherwise,
+    the embeddings scaled by sqrt(n_embd) (llama.cpp always)."""
+    key, n = "afmoe.attention.sliding_window", common["n_layer"]
+    types = _gguf_layer_pattern(md, key + "_pattern", n) or _sliding_but_every(n, 4)
+    return {**_afmoe_layers(types, md.get(key, 0)), "embd_scale": math.sqrt(common["n_embd"])}
+
+
+def afmoe_hf(c: dict[str, Any], common: dict[str, Any], path: str) -> dict[str, Any]:
+    """AFMoE from a folder: layer_types, else global_attn_every_n_layers (4); the window (1024 when absent,
+    null: none); sqrt(hidden) on the embeddings where mup_enabled."""
+    n = common["n_layer"]
+    types = _hf_layer_types(c, n)
+    if types is None:
+        every = c.get("global_attn_every_n_layers")
+        every = 4 if every is None else every
+        if every < 1:
+            raise ValueError(f"config 'global_attn_every_n_layers' in '{path}' must be >= 1")
+        types = _sliding_but_every(n, every)
+    window = 1024 if "sliding_window" not in c else (c["sliding_window"] or 0)
+    out = _afmoe_layers(types, window)
+    if c.get("mup_enabled"):
+        out["embd_scale"] = math.sqrt(common["n_embd"])
+    return out

@@ -28,7 +28,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder",
+    "gpt2", "starcoder", "afmoe",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -46,9 +46,11 @@ QK_NORM = (
     "dots1",
     "apertus",
     "exaone-moe",
+    "afmoe",
 )
 GEMMA = ("gemma", "gemma2", "gemma3")  # GeGLU, scaled embeddings, 1 + w norms: reference/gemma3.py
-POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")  # a norm on each sublayer's output too
+# a norm on each sublayer's output too
+POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4", "afmoe")
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
 QK_NORM_FULL = ("olmo2", "olmo3", "olmoe", "minimax-m2")
 # q / k / v fused in one matrix (attn_qkv / qkv_proj), viewed as three
@@ -64,7 +66,7 @@ CONFIG_KEYS = (
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
-    "embd_norm", "pos_embd",
+    "embd_norm", "pos_embd", "attn_gate_proj",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -90,7 +92,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
     "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [], "alibi": [],
-    "embd_norm": False, "pos_embd": False,
+    "embd_norm": False, "pos_embd": False, "attn_gate_proj": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -102,7 +104,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -146,7 +148,8 @@ _HF_ARCHS = {
     "hunyuan_v1_moe": "hunyuan-moe", "HunYuanMoEV1ForCausalLM": "hunyuan-moe", "gpt_neox": "gptneox",
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
-    "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus",
+    "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus", "afmoe": "afmoe",
+    "AfmoeForCausalLM": "afmoe",
     "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
     "BloomForCausalLM": "bloom", "mpt": "mpt", "MptForCausalLM": "mpt", "MPTForCausalLM": "mpt",
     "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder",
@@ -166,7 +169,8 @@ _GGUF_LAYER = {
     "w_gate": "ffn_gate.weight", "w_up": "ffn_up.weight", "w_down": "ffn_down.weight",
     "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "wqkv": "attn_qkv.weight", "w_gate_up": "ffn_up.weight", "bo": "attn_output.bias",
-    "sinks": "attn_sinks.weight", "wq_a": "attn_q_a.weight", "q_a_norm": "attn_q_a_norm.weight",
+    "sinks": "attn_sinks.weight", "wg": "attn_gate.weight", "wq_a": "attn_q_a.weight",
+    "q_a_norm": "attn_q_a_norm.weight",
     "wq_b": "attn_q_b.weight", "wkv_a": "attn_kv_a_mqa.weight", "kv_a_norm": "attn_kv_a_norm.weight",
     "wkv_b": "attn_kv_b.weight", "wk_b": "attn_k_b.weight", "wv_b": "attn_v_b.weight",
     "ssm_qkv": "attn_qkv.weight", "ssm_z": "attn_gate.weight", "ssm_beta": "ssm_beta.weight",
@@ -188,7 +192,8 @@ _HF_LAYER = {
     "b_up": "mlp.up_proj.bias", "b_down": "mlp.down_proj.bias",
     "w_gate": "mlp.gate_proj.weight", "w_up": "mlp.up_proj.weight", "w_down": "mlp.down_proj.weight",
     "wqkv": "self_attn.qkv_proj.weight", "w_gate_up": "mlp.gate_up_proj.weight",
-    "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks", "wq_a": "self_attn.q_a_proj.weight",
+    "bo": "self_attn.o_proj.bias", "sinks": "self_attn.sinks", "wg": "self_attn.gate_proj.weight",
+    "wq_a": "self_attn.q_a_proj.weight",
     "q_a_norm": "self_attn.q_a_layernorm.weight", "wq_b": "self_attn.q_b_proj.weight",
     "wkv_a": "self_attn.kv_a_proj_with_mqa.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight",
     "wkv_b": "self_attn.kv_b_proj.weight", "wk_b": "self_attn.k_b_proj.weight",
@@ -373,7 +378,9 @@ def _weights(
     d = cfg["delta"]
     for i in range(cfg["n_layer"]):
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
-        if cfg["attn_gate"]:  # (Qwen3.5: [query | gate] per head)
+        if cfg["attn_gate_proj"]:  # (AFMoE: the gate's own projection)
+            shapes["wg"] = (q, e)
+        elif cfg["attn_gate"]:  # (Qwen3.5: [query | gate] per head)
             shapes["wq"] = (2 * q, e)
         # (no attention, no q / k norms)
         recurrent = i in d["layers"] or i in cfg["conv"]["layers"] or i in cfg["ssm"]["layers"]
@@ -716,6 +723,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch in ("bloom", "mpt", "gpt2", "starcoder"):  # (ALiBi or learned positions, LayerNorms, GELU MLP)
         common.update(arch_config.gpt_classic_gguf(arch, md, common, names))
+    if arch == "afmoe":  # (window, the global layers NoPE, the attention's gate, the embedding scale)
+        common.update(arch_config.afmoe_gguf(md, common))
     if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
         n = common["n_layer"]
 
@@ -931,6 +940,9 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             (".ffn.down_proj.", ".mlp.down_proj."), ("transformer.wte.", "model.embed_tokens."),
             ("transformer.norm_f.", "model.norm.")),
     "gpt2": _GPT2_PARTS, "gpt_bigcode": _GPT2_PARTS,
+    "afmoe": ((".post_attention_layernorm.", ".post_self_attn_layernorm."),
+              (".pre_mlp_layernorm.", ".post_attention_layernorm."), (".mlp.router.gate.", ".mlp.gate."),
+              (".mlp.expert_bias", ".mlp.gate.e_score_correction_bias")),
 }  # fmt: skip
 # The GPT-2-era configs' keys under Llama's where absent (twin of loader.cpp's gpt_classic_keys).
 _GPT_CLASSIC_KEYS = (
@@ -1191,7 +1203,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         n_head_kv=get("num_key_value_heads", n_head),
         head_dim=(
             128  # Ernie4_5Config's, NemotronHConfig's and Qwen3VLTextConfig's default (null: hidden / heads)
-            if (ernie or arch in ("nemotron_h", "qwen3vl", "seed_oss") or c.get("model_type") == "internlm3")
+            if (
+                ernie
+                or arch in ("nemotron_h", "qwen3vl", "seed_oss", "afmoe")
+                or c.get("model_type") == "internlm3"
+            )
             and "head_dim" not in c
             else get(
                 "head_dim",
@@ -1292,6 +1308,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=arch_config.rotated(dims, common["head_dim"]))  # fmt: skip
     if arch in ("bloom", "mpt", "gpt2", "starcoder"):  # (keys renamed above; ALiBi or learned positions)
         common.update(arch_config.gpt_classic_hf(arch, c, common, path))
+    if arch == "afmoe":  # window, the global layers NoPE, the attention's gate, muP's embedding scale
+        common.update(arch_config.afmoe_hf(c, common, path))
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
             raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")
@@ -1381,6 +1399,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if arch == "jamba"
         else _LLAMA4_HF
         if arch == "llama4"
+        else _GLM4_HF
+        if arch == "afmoe"  # (its norms renamed as GLM-4's)
         else _HF_LAYER
     )
     final_norm = "model.embedding_norm.weight" if arch in LFM2 else "model.norm.weight"

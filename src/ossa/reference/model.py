@@ -445,7 +445,7 @@ def forward(
         return x + out if res is None else x + out * res
 
     post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
-    post_normed = post_only or c["arch"] == "glm4"  # (GLM-4: both)
+    post_normed = post_only or c["arch"] in ("glm4", "afmoe")  # (GLM-4, AFMoE: both)
     olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)
     local = dict(c, rope_theta=c["rope_theta_swa"], rope_scaling={"type": "none"})
@@ -494,7 +494,7 @@ def forward(
         if c["layer_no_ffn"] and c["layer_no_ffn"][i]:  # (Nemotron-H: a mixer block)
             continue
         if i in c["moe"]["layers"]:  # mixture of experts: ossa.reference.moe
-            x = add(x, moe_twin.moe_ffn(c, w, i, pre(x, p + "ffn_norm"), q8))  # (Granite MoE's scale)
+            x = add(x, post(moe_twin.moe_ffn(c, w, i, pre(x, p + "ffn_norm"), q8), p + "post_ffn_norm"))
             continue
         h = pre(x, p + "ffn_norm")
         if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down
@@ -534,7 +534,9 @@ def _attention(
     mscale, p, ids = c["rope_scaling"]["attn_factor"], f"layers.{i}.", positions
     q, k, v = (q8(h, p + m) @ w[p + m].T for m in ("wq", "wk", "wv"))
     gate = None
-    if c["attn_gate"]:  # Qwen3.5: [query | gate] per head
+    if c["attn_gate_proj"]:  # AFMoE: sigmoid of the gate's own projection
+        gate = (1 / (1 + np.exp(-(q8(h, p + "wg") @ w[p + "wg"].T)))).astype(np.float32)
+    elif c["attn_gate"]:  # Qwen3.5: [query | gate] per head
         from .delta_net import gate_attention
 
         q, gate = gate_attention(q, n_head, hd)

@@ -50,6 +50,7 @@ MOE_ARCHS = (
     "dots1",
     "phimoe",
     "exaone-moe",
+    "afmoe",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -128,6 +129,7 @@ def gguf_config(
             "dots1",
             "phimoe",
             "exaone-moe",
+            "afmoe",
         )
         and not n_expert
     ):
@@ -140,7 +142,7 @@ def gguf_config(
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
     minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
-    dots1 = arch in ("dots1", "exaone-moe")  # (dots.llm1, K-EXAONE: V3's routing; files without the key)
+    dots1 = arch in ("dots1", "exaone-moe", "afmoe")  # (dots.llm1, K-EXAONE, AFMoE: V3's routing)
     gating = (
         2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 else 1)
     )
@@ -307,6 +309,17 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
             "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
+        })  # fmt: skip
+    if arch == "afmoe":  # AfmoeConfig's defaults: V3's routing in one group, renormalised, times route_scale
+        n_ff_expert, first = get("moe_intermediate_size", 1408), get("num_dense_layers", 1)
+        n_expert = get("num_experts", 64)
+        return _validate({
+            **_PLAIN, "deepseek": True, "sigmoid_gating": True, "selection_bias": True,
+            "norm_topk_prob": True, "n_expert": n_expert, "n_expert_used": get("num_experts_per_tok", 6),
+            "n_ff_expert": n_ff_expert,
+            "n_ff_shared": get("num_shared_experts", 2) * n_ff_expert,
+            "routed_scale": float(np.float32(get("route_scale", 1.0))),
+            "layers": [i for i in range(n_layer) if i >= first] if n_expert > 0 else [],
         })  # fmt: skip
     if arch == "minimax-m2":  # MiniMaxM2Config's defaults: V3's routing in one group, renormalised
         return _validate({

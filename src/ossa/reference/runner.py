@@ -193,7 +193,7 @@ class ModelRunner:
             states = [self.states[s] for s in chosen]
         x = ref_model.embed(c, w, ids, pos)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
-        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4")
+        post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4", "afmoe")
         post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
         olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normed over all heads
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
@@ -230,7 +230,9 @@ class ModelRunner:
                 continue
             q, k, v = (_linear(q8(h, p + m), w[p + m]) for m in ("wq", "wk", "wv"))
             gate = None
-            if c["attn_gate"]:  # Qwen3.5: [query | gate] per head
+            if c["attn_gate_proj"]:  # AFMoE: sigmoid of the gate's own projection
+                gate = (1 / (1 + np.exp(-_linear(q8(h, p + "wg"), w[p + "wg"])))).astype(np.float32)
+            elif c["attn_gate"]:  # Qwen3.5: [query | gate] per head
                 from .delta_net import gate_attention
 
                 q, gate = gate_attention(q, n_head, hd)
@@ -316,6 +318,8 @@ class ModelRunner:
             h = x if post_only else ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
                 out = moe_twin.moe_ffn(c, w, i, h, q8)
+                if post_norms:  # (AFMoE: the experts' and shared MLP's sum normalised)
+                    out = ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps)
                 x = x + (
                     out * np.float32(c["residual_scale"]) if c["residual_scale"] > 0 else out
                 )  # Granite MoE
