@@ -104,6 +104,7 @@ ARCHS = (
     "gpt2",
     "gpt_bigcode",
     "afmoe",
+    "dbrx",
 )
 
 
@@ -185,6 +186,8 @@ def make_hf_model(
         kwargs.pop("rope_parameters")
     if arch in ("bloom", "mpt", "gpt2", "gpt_bigcode"):  # (their configs' own keys; no RoPE)
         kwargs = _gpt_classic_kwargs(arch, kwargs)
+    if arch == "dbrx":  # (DbrxConfig's own keys; its attention and experts in sub-configs)
+        kwargs = _dbrx_kwargs(kwargs)
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
@@ -276,6 +279,7 @@ def make_hf_model(
         "gpt2": transformers.GPT2Config,
         "gpt_bigcode": transformers.GPTBigCodeConfig,
         "afmoe": transformers.AfmoeConfig,
+        "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,
         "phi": transformers.PhiConfig,
     }[arch]
@@ -348,6 +352,25 @@ def make_hf_model(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     return str(out)
+
+
+def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
+    """DbrxConfig from make_hf_model's Llama-style keywords: d_model, n_heads, n_layers, attn_config
+    (kv_n_heads, clip_qkv, rope_theta), ffn_config (ffn_hidden_size = intermediate_size, moe_num_experts,
+    moe_top_k, moe_normalize_expert_weights from ``kw``)."""
+    rope = kw.pop("rope_parameters")  # (transformers runs rope_parameters' base, ossa attn_config's: both)
+    attn = {"kv_n_heads": kw.pop("num_key_value_heads"), "rope_theta": rope["rope_theta"]}
+    if "clip_qkv" in kw:
+        attn["clip_qkv"] = kw.pop("clip_qkv")
+    ffn = {"ffn_hidden_size": kw.pop("intermediate_size"), "moe_num_experts": kw.pop("num_local_experts"),
+           "moe_top_k": kw.pop("num_experts_per_tok")}  # fmt: skip
+    if "moe_normalize_expert_weights" in kw:
+        ffn["moe_normalize_expert_weights"] = kw.pop("moe_normalize_expert_weights")
+    kw.pop("rms_norm_eps")
+    return dict(vocab_size=kw.pop("vocab_size"), tie_word_embeddings=kw.pop("tie_word_embeddings"),
+                d_model=kw.pop("hidden_size"), n_heads=kw.pop("num_attention_heads"),
+                n_layers=kw.pop("num_hidden_layers"), max_seq_len=kw.pop("max_position_embeddings"),
+                attn_config=attn, ffn_config=ffn, rope_parameters=rope, **kw)  # fmt: skip
 
 
 def _gpt_classic_kwargs(arch: str, kw: dict[str, Any]) -> dict[str, Any]:
@@ -502,7 +525,7 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
         if arch == "falcon" and rest.startswith("input_layernorm.") and falcon_two_norms:  # (ln_attn)
             return f"blk.{parts[2]}.attn_norm_2.{rest.split('.')[-1]}"
         if (
-            arch in ("gptneox", "falcon", "gptj", "bloom", "mpt", "gpt2", "starcoder")
+            arch in ("gptneox", "falcon", "gptj", "bloom", "mpt", "gpt2", "starcoder", "dbrx")
             and rest in _GPT_NEOX_NAMES
         ):
             return f"blk.{parts[2]}.{_GPT_NEOX_NAMES[rest]}"
@@ -651,7 +674,7 @@ def hf_to_gguf(
                          ("layer_norm_epsilon", "layer_norm_eps")):  # fmt: skip
             cfg.setdefault(new, cfg[old])
         cfg["intermediate_size"] = cfg.get("n_inner") or 4 * cfg["n_embd"]  # (null: 4 x hidden)
-    if model_type in ("bloom", "mpt", "gpt2", "gpt_bigcode"):  # (their own keys, as the twin reads them)
+    if model_type in ("bloom", "mpt", "gpt2", "gpt_bigcode", "dbrx"):  # (their keys, as the twin reads them)
         from ossa.reference.loader import _GPT_CLASSIC_KEYS
 
         for old, new in _GPT_CLASSIC_KEYS:
@@ -663,6 +686,10 @@ def hf_to_gguf(
             cfg["num_key_value_heads"] = 1 if cfg.get("multi_query", True) else cfg["num_attention_heads"]
         if model_type == "bloom":  # (BLOOM's training length; llama.cpp's converter: seq_length)
             cfg.setdefault("max_position_embeddings", 2048)
+        if model_type == "dbrx":  # (the experts' width, their counts; torch's LayerNorm epsilon)
+            ffn = cfg["ffn_config"]
+            cfg.update(intermediate_size=ffn["ffn_hidden_size"], num_local_experts=ffn["moe_num_experts"],
+                       num_experts_per_tok=ffn["moe_top_k"], layer_norm_eps=1e-5)  # fmt: skip
     if model_type == "exaone":  # (ExaoneConfig's own keys, as the converter reads them)
         for old, new in (("num_layers", "num_hidden_layers"), ("layer_norm_epsilon", "rms_norm_eps"),
                          ("activation_function", "hidden_act")):  # fmt: skip
@@ -704,7 +731,7 @@ def hf_to_gguf(
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
         "granitemoeshared": "granitemoe", "gptj": "gptj", "bloom": "bloom", "mpt": "mpt", "gpt2": "gpt2",
-        "gpt_bigcode": "starcoder", "afmoe": "afmoe",
+        "gpt_bigcode": "starcoder", "afmoe": "afmoe", "dbrx": "dbrx",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
@@ -845,6 +872,7 @@ def hf_to_gguf(
         "mpt",
         "gpt2",
         "starcoder",
+        "dbrx",
     ):  # LayerNorm's epsilon (llama.cpp's)
         eps = {
             "nemotron": cfg.get("norm_eps", 1e-5),
@@ -852,6 +880,11 @@ def hf_to_gguf(
             "falcon": cfg.get("layer_norm_epsilon", 1e-5),
         }.get(arch, cfg.get("layer_norm_eps", 1e-5))
         writer.add_layer_norm_eps(float(eps))
+    if arch == "dbrx":  # (llama.cpp's converter: the experts' counts, clip_qkv)
+        writer.add_expert_count(cfg["num_local_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        if (cfg.get("attn_config") or {}).get("clip_qkv"):
+            writer.add_clamp_kqv(float(cfg["attn_config"]["clip_qkv"]))
     if arch == "mpt":  # (llama.cpp's converter: the ALiBi bound, clip_qkv where set)
         attn = cfg.get("attn_config") or {}
         writer.add_max_alibi_bias(float(attn.get("alibi_bias_max") or 8.0))
@@ -1009,6 +1042,21 @@ def hf_to_gguf(
     if model_type == "hunyuan_v1_moe":  # its router and shared MLP under Qwen2-MoE's names, then llama.cpp's
         parts = ((".mlp.gate.wg.", ".mlp.gate."), (".mlp.shared_mlp.", ".mlp.shared_expert."))
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "dbrx":  # Llama's names (the twin's); the experts' stacks as llama.cpp lays them out
+        from ossa.reference.loader import _FAMILY_PARTS
+
+        parts, f = _FAMILY_PARTS["dbrx"], cfg["intermediate_size"]
+        tensors = {functools.reduce(lambda n, p: n.replace(*p, 1), parts, k): v for k, v in tensors.items()}
+        for i in range(cfg["num_hidden_layers"]):
+            m, b = f"model.layers.{i}.mlp.", f"blk.{i}."
+            stack = {k: tensors.pop(m + "experts." + k).reshape(-1, f, n_embd) for k in ("w1", "v1", "w2")}
+            tensors[f"dbrx.{b}ffn_gate_exps.weight"] = stack["w1"]
+            tensors[f"dbrx.{b}ffn_up_exps.weight"] = stack["v1"]
+            tensors[f"dbrx.{b}ffn_down_exps.weight"] = np.ascontiguousarray(stack["w2"].transpose(0, 2, 1))
+            tensors[f"dbrx.{b}ffn_gate_inp.weight"] = tensors.pop(m + "gate.weight")
+            tensors[f"dbrx.{b}attn_output_norm.weight"] = tensors.pop(
+                f"model.layers.{i}.post_attention_layernorm.weight"
+            )
     if model_type == "afmoe":  # its norms as GLM-4's, the router and its bias as DeepSeek V3's (the twin's)
         from ossa.reference.loader import _FAMILY_PARTS
 
@@ -1072,6 +1120,7 @@ def hf_to_gguf(
             bias = tensors.pop(f"model.layers.{i}.block_sparse_moe.e_score_correction_bias")
             tensors[f"blk.{i}.exp_probs_b.bias"] = bias
     moe = _moe_tensors(tensors, cfg["num_hidden_layers"], split_experts)
+    moe.update({k[len("dbrx.") :]: tensors.pop(k) for k in [k for k in tensors if k.startswith("dbrx.blk.")]})
     moe.update({k: tensors.pop(k) for k in [k for k in tensors if k.startswith("blk.")]})
     moe.update(vl_experts)
     if arch == "gpt-oss":

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "formats/config_json.h"
 #include "formats/dequantize.h"
@@ -284,7 +285,8 @@ const std::vector<std::string> k_gguf_archs = {
     "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
-    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe"};
+    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
+    "dbrx"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -301,7 +303,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe)";
+    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -585,7 +587,7 @@ void build_weights(Model& m, Builder& b,
       build_mla_weights(c, b, name_of, i, l);
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
-                c.arch == "starcoder") &&
+                c.arch == "starcoder" || c.arch == "dbrx") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1160,6 +1162,10 @@ void load_gguf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.ffn_bias = c.parallel_block = true;
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
   }
+  if (arch == "dbrx") {  // (LayerNorms without bias, fused q / k / v, clamp_kqv read above)
+    c.layer_norm = true;
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
   if (arch == "bloom" || arch == "mpt" || arch == "gpt2" || arch == "starcoder")
     gpt_classic_config_gguf(*g, c, [&b](const std::string& name) { return b.has(name); }, m.path);
   if (arch == "apertus") {  // (xIELU MLPs: the parameters per layer under llama.cpp's keys)
@@ -1280,6 +1286,12 @@ void load_gguf(Model& m, Storage& st) {
            : f == "ffn_norm_b"  ? p + "attn_norm.bias"
                                 : gguf_name(layer, field);
   };
+  // (DBRX's files, as llama.cpp's converter names them: the pre-FFN norm attn_output_norm)
+  const auto dbrx_name = [](int layer, const char* field) {
+    return std::string(field) == "ffn_norm"
+               ? "blk." + std::to_string(layer) + ".attn_output_norm.weight"
+               : gguf_name(layer, field);
+  };
   using NameOf = std::function<std::string(int, const char*)>;
   // (Seed-OSS files too: the pre-FFN norm as post_attention_norm)
   const NameOf name_of = arch == "gpt-oss" || qwen35 || arch == "seed_oss"
@@ -1287,6 +1299,7 @@ void load_gguf(Model& m, Storage& st) {
                          : nemotron            ? NameOf(gguf_name_nemotronh)
                          : arch == "falcon-h1" ? NameOf(falconh1_name)
                          : arch == "falcon"    ? NameOf(falcon_name)
+                         : arch == "dbrx"      ? NameOf(dbrx_name)
                                                : NameOf(gguf_name);
   if (arch == "olmo") b.add_unit_norms(name_of, c.n_layer, "output_norm.weight", c.n_embd);
   build_weights(m, b, name_of, "token_embd.weight",
@@ -1789,6 +1802,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"GPTBigCodeForCausalLM", "starcoder"},
       {"afmoe", "afmoe"},
       {"AfmoeForCausalLM", "afmoe"},
+      {"dbrx", "dbrx"},
+      {"DbrxForCausalLM", "dbrx"},
       {"gpt_neox", "gptneox"},
       {"GPTNeoXForCausalLM", "gptneox"},
       {"dots1", "dots1"},
@@ -1972,6 +1987,18 @@ void gpt_classic_keys(JsonValue& cfg) {
   }
   if (type == "bloom" && cfg.get("max_position_embeddings") == nullptr)  // (its training length)
     cfg.object.emplace_back("max_position_embeddings", parse_json("2048"));
+  if (type == "dbrx") {  // (attn_config's K/V heads and RoPE base, ffn_config's expert width)
+    for (const auto& [sub, from, to] :
+         {std::tuple{"attn_config", "kv_n_heads", "num_key_value_heads"},
+          std::tuple{"attn_config", "rope_theta", "rope_theta"},
+          std::tuple{"ffn_config", "ffn_hidden_size", "intermediate_size"}}) {
+      const JsonValue* s = cfg.get(sub);
+      const JsonValue* v = s != nullptr && s->is_object() ? s->get(from) : nullptr;
+      if (v == nullptr || v->is_null() || cfg.get(to) != nullptr) continue;
+      const JsonValue copy = *v;
+      cfg.object.emplace_back(to, copy);
+    }
+  }
   const JsonValue* inner = cfg.get("n_inner");
   const JsonValue* embd = cfg.get("hidden_size");
   if (cfg.get("intermediate_size") == nullptr) {
@@ -2147,6 +2174,16 @@ bool family_names(JsonValue& cfg, Builder& b) {
       {"apertus",  // (its norms' names)
        {{".attention_layernorm.", ".input_layernorm."},
         {".feedforward_layernorm.", ".post_attention_layernorm."}}},
+      {"dbrx",  // (its experts' stacks keep their names: moe_loader's dbrx branch)
+       {{"transformer.blocks.", "model.layers."},
+        {".norm_attn_norm.norm_1.", ".input_layernorm."},
+        {".norm_attn_norm.norm_2.", ".post_attention_layernorm."},
+        {".norm_attn_norm.attn.Wqkv.", ".self_attn.qkv_proj."},
+        {".norm_attn_norm.attn.out_proj.", ".self_attn.o_proj."},
+        {".ffn.router.layer.", ".mlp.gate."},
+        {".ffn.experts.mlp.", ".mlp.experts."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.norm_f.", "model.norm."}}},
       {"afmoe",  // (its four norms under GLM-4's names; the router and its bias as DeepSeek V3's)
        {{".post_attention_layernorm.", ".post_self_attn_layernorm."},
         {".pre_mlp_layernorm.", ".post_attention_layernorm."},
@@ -2165,7 +2202,8 @@ bool family_names(JsonValue& cfg, Builder& b) {
       return name;
     });
     const std::string t = type->string;  // (a copy: the keys below grow cfg)
-    if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode")
+    if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode" ||
+        t == "dbrx")
       gpt_classic_keys(cfg);
     if (t == "gpt_neox" || t == "falcon") neox_falcon_qkv(cfg, b, t == "falcon");
     if (t == "bloom" || t == "gpt_bigcode") bloom_bigcode_qkv(cfg, b);
@@ -2492,6 +2530,25 @@ void load_hf(Model& m, Storage& st) {
     window_config_hf(cfg, c);
   if (c.arch == "llama4") llama4_config_hf(cfg, c);  // NoPE layers, chunks, temperature, MLP size
   if (c.arch == "afmoe") afmoe_config_hf(cfg, c);    // window, global layers NoPE, gate, muP
+  if (c.arch == "dbrx") {  // DBRX: LayerNorms without bias (torch's eps), attn_config's clip_qkv
+    c.layer_norm = true;
+    c.rms_eps = 1e-5f;
+    const JsonValue* attn = cfg.get("attn_config");
+    if (attn != nullptr && attn->is_object()) {
+      const Json a{*attn, cfg_path};
+      const double clip = a.number("clip_qkv", 0.0);
+      if (!(clip >= 0.0)) throw ModelError("invalid attn_config.clip_qkv in '" + cfg_path + "'");
+      c.clamp_qkv = static_cast<float>(clip);
+      // (DBRX's own RoPE base, 500000 in the releases, over rope_parameters: transformers 5 writes
+      // its default there beside it and runs that; llama.cpp's converter reads this one)
+      c.rope_theta = static_cast<float>(a.number("rope_theta", c.rope_theta));
+    }
+    const JsonValue* ffn = cfg.get("ffn_config");
+    const JsonValue* act = ffn != nullptr && ffn->is_object() ? ffn->get("ffn_act_fn") : nullptr;
+    const JsonValue* name = act != nullptr && act->is_object() ? act->get("name") : nullptr;
+    if (name != nullptr && (!name->is_string() || name->string != "silu"))
+      throw ModelError("ffn_config.ffn_act_fn in '" + cfg_path + "' is not supported (silu is)");
+  }
   if (c.arch == "command-r" || c.arch == "cohere2") cohere_config_hf(cfg, c);
   if (c.arch == "minimax-m2") minimax_config_hf(cfg, params, c);
   if (c.arch == "phi2") {  // Phi-1 / 1.5 / 2: Cohere's parallel block with LayerNorm + bias, a

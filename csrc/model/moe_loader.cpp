@@ -274,7 +274,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
        c.arch == "gpt-oss" || c.arch == "granitemoe" || c.arch == "ernie4_5-moe" ||
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
        c.arch == "dots1" || c.arch == "phimoe" || c.arch == "exaone-moe" || c.arch == "lfm2moe" ||
-       c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe" || c.arch == "afmoe") &&
+       c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe" || c.arch == "afmoe" ||
+       c.arch == "dbrx") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -378,7 +379,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "olmoe" && c.arch != "qwen35moe" && c.arch != "qwen3next" && c.arch != "lfm2moe" &&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
       c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" &&
-      c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe" && c.arch != "afmoe")
+      c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe" && c.arch != "afmoe" &&
+      c.arch != "dbrx")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -594,6 +596,24 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       for (int i = 0; i < c.n_layer; ++i)
         if (i >= first && i % freq == 0) m.layers.push_back(i);
     }
+  } else if (c.arch == "dbrx") {  // DbrxFFNConfig's (in ffn_config): softmax, top-k, p-norm 1
+    const JsonValue* ffn = cfg.get("ffn_config");
+    const JsonValue empty = parse_json("{}");
+    const JsonValue& f = ffn != nullptr && ffn->is_object() ? *ffn : empty;
+    const Json j{f, path};
+    m.n_expert =
+        static_cast<int>(std::clamp<int64_t>(j.integer("moe_num_experts", 4), -1, 1 << 30));
+    m.n_expert_used = static_cast<int>(std::clamp<int64_t>(j.integer("moe_top_k", 1), -1, 1 << 30));
+    m.n_ff_expert = c.n_ff;
+    // (the chosen weights divided by their p-norm; p 1 (the default) renormalises, null leaves
+    // them)
+    const JsonValue* p_norm = f.get("moe_normalize_expert_weights");
+    const bool none = p_norm != nullptr && p_norm->is_null();
+    if (!none && j.number("moe_normalize_expert_weights", 1.0) != 1.0)
+      throw ModelError("ffn_config.moe_normalize_expert_weights other than 1 or null in '" + path +
+                       "' is not supported");
+    m.norm_topk_prob = !none;
+    for (int i = 0; i < c.n_layer; ++i) m.layers.push_back(i);
   } else if (c.arch == "afmoe") {  // AfmoeConfig's defaults: V3's routing in one group
     // (sigmoid scores, the expert bias choosing, the chosen renormalised and times route_scale;
     // shared experts of num_shared_experts x moe_intermediate_size; dense lead layers)
@@ -803,6 +823,32 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
       out.shared.w_up.rows = S;
       out.shared.w_up.data = gu.data + static_cast<size_t>(S) * gu.row_bytes;
       out.shared.w_down = src.take(sp + "output_linear.weight", canon + "shared.w_down", E, S);
+    }
+    return;
+  }
+  if (c.arch == "dbrx") {  // DBRX: w1 / v1 (gate / up) [n F, E] stacks; w2 [n F, E]: each
+    // expert's down matrix transposed (copied once into [E, F] rows, in the stored type)
+    const std::string p = "model.layers." + l + ".mlp.";
+    out.router = src.take(p + "gate.weight", canon + "router", n, E);
+    const TensorView g = src.take(p + "experts.w1", canon + "gate_exps", n * F, E);
+    const TensorView u = src.take(p + "experts.v1", canon + "up_exps", n * F, E);
+    const TensorView w2 = src.take(p + "experts.w2", canon + "w2_exps", n * F, E);
+    const size_t es = w2.type == DType::F32 ? 4 : 2;  // (a folder's types: F32, F16, BF16)
+    uint8_t* t = src.alloc(static_cast<size_t>(n * E * F) * es);
+    for (int64_t e = 0; e < n; ++e)
+      for (int64_t f = 0; f < F; ++f)
+        for (int64_t d = 0; d < E; ++d)
+          std::memcpy(t + static_cast<size_t>((e * E + d) * F + f) * es,
+                      w2.row(e * F + f) + static_cast<size_t>(d) * es, es);
+    TensorView down = w2;
+    down.rows = n * E;
+    down.cols = F;
+    down.row_bytes = static_cast<size_t>(F) * es;
+    down.data = t;
+    for (int64_t e = 0; e < n; ++e) {
+      out.experts[e].w_gate = expert_slice(g, e, F, 0, F);
+      out.experts[e].w_up = expert_slice(u, e, F, 0, F);
+      out.experts[e].w_down = expert_slice(down, e, E, 0, E);
     }
     return;
   }

@@ -28,7 +28,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder", "afmoe",
+    "gpt2", "starcoder", "afmoe", "dbrx",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -54,7 +54,7 @@ POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4", "afmoe")
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
 QK_NORM_FULL = ("olmo2", "olmo3", "olmoe", "minimax-m2")
 # q / k / v fused in one matrix (attn_qkv / qkv_proj), viewed as three
-_FUSED_QKV = ("phi3", "phimoe", "phi2", "gptneox", "falcon", "bloom", "mpt", "gpt2", "starcoder")
+_FUSED_QKV = ("phi3", "phimoe", "phi2", "gptneox", "falcon", "bloom", "mpt", "gpt2", "starcoder", "dbrx")
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -104,7 +104,7 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -149,7 +149,7 @@ _HF_ARCHS = {
     "GPTNeoXForCausalLM": "gptneox", "falcon": "falcon", "FalconForCausalLM": "falcon",
     "dots1": "dots1", "Dots1ForCausalLM": "dots1", "phimoe": "phimoe", "PhimoeForCausalLM": "phimoe",
     "PhiMoEForCausalLM": "phimoe", "apertus": "apertus", "ApertusForCausalLM": "apertus", "afmoe": "afmoe",
-    "AfmoeForCausalLM": "afmoe",
+    "AfmoeForCausalLM": "afmoe", "dbrx": "dbrx", "DbrxForCausalLM": "dbrx",
     "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
     "BloomForCausalLM": "bloom", "mpt": "mpt", "MptForCausalLM": "mpt", "MPTForCausalLM": "mpt",
     "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder",
@@ -725,6 +725,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.gpt_classic_gguf(arch, md, common, names))
     if arch == "afmoe":  # (window, the global layers NoPE, the attention's gate, the embedding scale)
         common.update(arch_config.afmoe_gguf(md, common))
+    if arch == "dbrx":  # (LayerNorms without bias, fused q / k / v, clamp_kqv read above)
+        common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
     if arch == "apertus":  # (xIELU MLPs: the parameters per layer under llama.cpp's keys, no arch prefix)
         n = common["n_layer"]
 
@@ -805,6 +807,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch == "falcon" and cfg["parallel_norms"]:  # (40B, as llama.cpp's converter: ln_attn as attn_norm_2)
         layer = dict(_GGUF_LAYER, attn_norm="attn_norm_2.weight", attn_norm_b="attn_norm_2.bias",
                      ffn_norm="attn_norm.weight", ffn_norm_b="attn_norm.bias")  # fmt: skip
+    if arch == "dbrx":  # (llama.cpp's converter: the pre-FFN norm as attn_output_norm)
+        layer = dict(_GGUF_LAYER, ffn_norm="attn_output_norm.weight")
     if arch == "falcon-h1" and "blk.0.ffn_norm" in names:  # (llama.cpp's name for it: no .weight)
         layer = dict(_GGUF_LAYER, ffn_norm="ffn_norm")
     final_norm = "token_embd_norm.weight" if arch in LFM2 else "output_norm.weight"  # (LFM2's name for it)
@@ -940,6 +944,12 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             (".ffn.down_proj.", ".mlp.down_proj."), ("transformer.wte.", "model.embed_tokens."),
             ("transformer.norm_f.", "model.norm.")),
     "gpt2": _GPT2_PARTS, "gpt_bigcode": _GPT2_PARTS,
+    "dbrx": (("transformer.blocks.", "model.layers."), (".norm_attn_norm.norm_1.", ".input_layernorm."),
+             (".norm_attn_norm.norm_2.", ".post_attention_layernorm."),
+             (".norm_attn_norm.attn.Wqkv.", ".self_attn.qkv_proj."),
+             (".norm_attn_norm.attn.out_proj.", ".self_attn.o_proj."), (".ffn.router.layer.", ".mlp.gate."),
+             (".ffn.experts.mlp.", ".mlp.experts."), ("transformer.wte.", "model.embed_tokens."),
+             ("transformer.norm_f.", "model.norm.")),
     "afmoe": ((".post_attention_layernorm.", ".post_self_attn_layernorm."),
               (".pre_mlp_layernorm.", ".post_attention_layernorm."), (".mlp.router.gate.", ".mlp.gate."),
               (".mlp.expert_bias", ".mlp.gate.e_score_correction_bias")),
@@ -1008,7 +1018,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    gpt_classic = c.get("model_type") in ("gptj", "bloom", "mpt", "gpt2", "gpt_bigcode")
+    gpt_classic = c.get("model_type") in ("gptj", "bloom", "mpt", "gpt2", "gpt_bigcode", "dbrx")
     if gpt_classic:  # (their keys as Llama's: loader.cpp's gpt_classic_keys)
         c = dict(c)
         for frm, to in _GPT_CLASSIC_KEYS:
@@ -1019,6 +1029,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             c["num_key_value_heads"] = 1 if multi else c.get("num_attention_heads")
         if c["model_type"] == "bloom" and c.get("max_position_embeddings") is None:  # (its training length)
             c["max_position_embeddings"] = 2048
+        for sub, frm, to in (("attn_config", "kv_n_heads", "num_key_value_heads"),
+                             ("attn_config", "rope_theta", "rope_theta"),
+                             ("ffn_config", "ffn_hidden_size", "intermediate_size")):  # fmt: skip
+            sub_cfg = c.get(sub) if c["model_type"] == "dbrx" else None  # (DBRX's sub-configs)
+            if isinstance(sub_cfg, dict) and sub_cfg.get(frm) is not None and c.get(to) is None:
+                c[to] = sub_cfg[frm]
         if c.get("intermediate_size") is None:
             inner = c.get("n_inner")
             c["intermediate_size"] = inner if inner is not None else 4 * int(c.get("hidden_size") or 0)
@@ -1310,6 +1326,17 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.gpt_classic_hf(arch, c, common, path))
     if arch == "afmoe":  # window, the global layers NoPE, the attention's gate, muP's embedding scale
         common.update(arch_config.afmoe_hf(c, common, path))
+    if arch == "dbrx":  # LayerNorms without bias (torch's eps), attn_config's clip_qkv, SiLU experts
+        attn = c.get("attn_config") if isinstance(c.get("attn_config"), dict) else {}
+        clip = attn.get("clip_qkv") or 0.0
+        if not clip >= 0:
+            raise ValueError(f"invalid attn_config.clip_qkv in '{path}'")
+        act = ((c.get("ffn_config") or {}).get("ffn_act_fn") or {}).get("name", "silu")
+        if act != "silu":
+            raise ValueError(f"ffn_config.ffn_act_fn in '{path}' is not supported (silu is)")
+        common.update(layer_norm=True, rms_eps=1e-5, clamp_qkv=float(np.float32(clip)))
+        if attn.get("rope_theta") is not None:  # (DBRX's own base over rope_parameters, as llama.cpp)
+            common["rope_theta"] = float(attn["rope_theta"])
     if arch == "apertus":  # xIELU MLPs: each layer's parameters from mlp.act_fn.*
         if get("hidden_act", "xielu") != "xielu":
             raise ValueError(f"hidden_act '{c['hidden_act']}' in '{path}' is not supported (xielu is)")

@@ -51,6 +51,7 @@ MOE_ARCHS = (
     "phimoe",
     "exaone-moe",
     "afmoe",
+    "dbrx",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -130,6 +131,7 @@ def gguf_config(
             "phimoe",
             "exaone-moe",
             "afmoe",
+            "dbrx",
         )
         and not n_expert
     ):
@@ -309,6 +311,17 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             "n_group": groups, "topk_group": get("topk_group", groups) if method != "greedy" else 1,
             "selection_bias": v3,
             "layers": _deepseek_layers(c, n_layer, n_expert, first, freq),
+        })  # fmt: skip
+    if arch == "dbrx":  # DbrxFFNConfig's (ffn_config): softmax, top-k, the chosen divided by their 1-norm
+        ffn = c.get("ffn_config")
+        f: dict[str, Any] = ffn if isinstance(ffn, dict) else {}
+        p_norm = f.get("moe_normalize_expert_weights", 1.0)
+        if p_norm is not None and p_norm != 1.0:
+            raise ValueError("ffn_config.moe_normalize_expert_weights other than 1 or null is not supported")
+        return _validate({
+            **_PLAIN, "n_expert": f.get("moe_num_experts") or 4, "n_expert_used": f.get("moe_top_k") or 1,
+            "n_ff_expert": n_ff, "n_ff_shared": 0, "norm_topk_prob": p_norm is not None,
+            "layers": list(range(n_layer)),
         })  # fmt: skip
     if arch == "afmoe":  # AfmoeConfig's defaults: V3's routing in one group, renormalised, times route_scale
         n_ff_expert, first = get("moe_intermediate_size", 1408), get("num_dense_layers", 1)
@@ -543,6 +556,16 @@ def hf_layer_weights(
             rows, cols = (e_dim, s) if field == "w_down" else (s, e_dim)
             name = f"{p}shared_expert.{stem}.weight"
             w[f"{c}shared.{field}"] = _shaped(_need(get, names, name), rows, cols)
+        return
+    if cfg["arch"] == "dbrx":  # w1 / v1 / w2 stacks [n F, E]; an expert's down: its w2 block transposed
+        p = f"model.layers.{i}.mlp."
+        w[c + "router"] = _shaped(_need(get, names, p + "gate.weight"), n, e_dim)
+        stacks = {k: _shaped(_need(get, names, p + "experts." + k), n * f, e_dim).reshape(n, f, e_dim)
+                  for k in ("w1", "v1", "w2")}  # fmt: skip
+        for e in range(n):
+            q = f"{c}experts.{e}."
+            w[q + "w_gate"], w[q + "w_up"] = stacks["w1"][e], stacks["v1"][e]
+            w[q + "w_down"] = np.ascontiguousarray(stacks["w2"][e].T)
         return
     if cfg["arch"] == "nemotron_h":  # relu2 experts and shared MLP: up_proj / down_proj each
         p = f"backbone.layers.{i}.mixer."
