@@ -69,6 +69,8 @@ CASES: dict[str, dict[str, Any]] = {
                   intermediate_size=96, moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2,
                   num_shared_experts=1, num_dense_layers=1, sliding_window=6, mup_enabled=True,
                   route_scale=2.5),
+    "chatglm": dict(arch="glm", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+                    intermediate_size=96),
     "dbrx": dict(arch="dbrx", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=24,
                  num_local_experts=5, num_experts_per_tok=2, clip_qkv=0.7),
 }  # fmt: skip

@@ -7,6 +7,10 @@ attention's and the MLP's outputs before the residual adds: ``post_self_attn_lay
 ``post_mlp_layernorm``, llama.cpp's ``post_attention_norm`` / ``post_ffw_norm``), q / k / v biases,
 RoPE on interleaved pairs of the first ``partial_rotary_factor`` (0.5) of each head, and gate / up
 fused in one matrix (``gate_up_proj``, llama.cpp's ``ffn_up`` of twice the rows), split by rows in place.
+
+GLM-4-9B-Chat / ChatGLM3 (``chatglm`` GGUF files, GlmForCausalLM folders: glm-4-9b-chat-hf) is the same
+without the two output norms; llama.cpp's files of THUDM's own layout hold q / k / v (and their biases) fused
+in ``attn_qkv``, viewed as three.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ CASES: dict[str, dict[str, Any]] = {
         intermediate_size=80, vocab_size=130, attention_bias=False, tie=True,
         rope_scaling={"partial_rotary_factor": 1.0},
     ),
+    # GLM-4-9B-Chat's layout (GlmForCausalLM): GQA, biases, RoPE on half, no output norms, untied.
+    "glm": dict(
+        arch="glm", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150,
+    ),
 }  # fmt: skip
 
 
@@ -66,6 +75,40 @@ def test_logits_match_hf_and_twin(
     partial = (kw.get("rope_scaling") or {}).get("partial_rotary_factor", 0.5)
     assert c["rope_style"] == "interleaved" and c["rope_dim"] == (0 if partial == 1 else kw["head_dim"] // 2)
     assert c["qkv_bias"] == kw.get("attention_bias", True) and not c["qk_norm"]
+    assert c["arch"] == ("chatglm" if kw["arch"] == "glm" else "glm4")
+
+
+def test_chatglm_fused_qkv_file_reads_alike(
+    hf_models: dict[str, Any], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A chatglm file of THUDM's layout (q / k / v and their biases fused in attn_qkv, as llama.cpp's
+    converter writes ChatGLM3 / GLM-4-9B-Chat) gives bitwise the logits of the split file; inspect names
+    the architecture."""
+    import gguf
+    from tiny_models import _copy_metadata
+
+    src = case_file(hf_models, "glm", "F32", tmp_path_factory)
+    reader = gguf.GGUFReader(src)
+    tensors = {t.name: np.asarray(t.data) for t in reader.tensors}
+    out = gguf.GGUFWriter(str(tmp_path / "fused.gguf"), "chatglm")
+    _copy_metadata(reader, out)
+    for name, data in tensors.items():
+        if ".attn_q." in name:
+            stem = name.replace(".attn_q.", ".attn_qkv.")
+            parts = [tensors[name.replace(".attn_q.", f".attn_{x}.")] for x in ("q", "k", "v")]
+            out.add_tensor(stem, np.ascontiguousarray(np.concatenate(parts)))
+        elif ".attn_k." not in name and ".attn_v." not in name:
+            out.add_tensor(name, np.ascontiguousarray(data))
+    out.write_header_to_file()
+    out.write_kv_data_to_file()
+    out.write_tensors_to_file()
+    out.close()
+    _, _, ids = hf_models["glm"]
+    fused = core.load_model(str(tmp_path / "fused.gguf"))
+    assert fused.config["qkv_bias"] and fused.config["arch"] == "chatglm"
+    assert np.array_equal(core.model_logits(fused, ids), core.model_logits(core.load_model(src), ids))
+    text = models.format_inspect(models.inspect(str(tmp_path / "fused.gguf")))
+    assert "architecture  chatglm" in text and "rotated=8/16" in text, text
 
 
 @pytest.mark.parametrize("name", list(CASES))

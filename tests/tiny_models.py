@@ -105,6 +105,7 @@ ARCHS = (
     "gpt_bigcode",
     "afmoe",
     "dbrx",
+    "glm",
 )
 
 
@@ -231,6 +232,7 @@ def make_hf_model(
         "glm4_moe": transformers.Glm4MoeConfig,
         "olmoe": transformers.OlmoeConfig,
         "glm4": transformers.Glm4Config,
+        "glm": transformers.GlmConfig,
         "glm4_moe_lite": transformers.Glm4MoeLiteConfig,
         "ministral3": transformers.Ministral3Config,
         "mistral4": transformers.Mistral4Config,
@@ -289,6 +291,7 @@ def make_hf_model(
         "smollm3",
         "olmoe",
         "glm4",
+        "glm",
     ):  # the special ids of their configs are for their full vocabularies
         kwargs.update(pad_token_id=None, bos_token_id=None, eos_token_id=None)
     config = config_cls(**kwargs)
@@ -516,7 +519,7 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
             return f"blk.{parts[2]}.{_GPT_OSS_NAMES[rest]}"
         if arch in ("olmo2", "exaone4") and rest in _OLMO2_NAMES:
             return f"blk.{parts[2]}.{_OLMO2_NAMES[rest]}"
-        if arch in ("glm4", "afmoe") and rest in _GLM4_NAMES:
+        if arch in ("glm4", "afmoe", "chatglm") and rest in _GLM4_NAMES:
             return f"blk.{parts[2]}.{_GLM4_NAMES[rest]}"
         if arch in ("lfm2", "lfm2moe") and rest in _LFM2_NAMES:
             return f"blk.{parts[2]}.{_LFM2_NAMES[rest]}"
@@ -718,7 +721,7 @@ def hf_to_gguf(
         "olmo2": "olmo2", "olmo3": "olmo2",  # (llama.cpp writes OLMo 3 as olmo2 with a window)
         "exaone4": "exaone4", "ernie4_5": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
         "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
-        "olmoe": "olmoe", "glm4": "glm4",
+        "olmoe": "olmoe", "glm4": "glm4", "glm": "chatglm",
         "glm4_moe_lite": "deepseek2",  # (as llama.cpp converts GLM-4.7-Flash)
         "ministral3": "mistral3", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "lfm2": "lfm2",
         "qwen3_next": "qwen3next", "mamba2": "mamba2", "mamba": "mamba", "falcon_mamba": "mamba",
@@ -799,7 +802,7 @@ def hf_to_gguf(
     writer.add_rope_freq_base(float(rope_theta))
     if arch in ("phi3", "phimoe"):  # the converter's formula: int(partial * n_embd) // n_head
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
-    elif arch in ("glm4moe", "glm4"):
+    elif arch in ("glm4moe", "glm4", "chatglm"):
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.5)))
         if arch == "glm4moe":
             _glm4moe_keys(writer, cfg, nextn)

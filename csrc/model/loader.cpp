@@ -286,7 +286,7 @@ const std::vector<std::string> k_gguf_archs = {
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
     "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx"};
+    "dbrx",       "chatglm"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -303,7 +303,7 @@ const char* const k_supported_hf =
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx)";
+    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -587,7 +587,7 @@ void build_weights(Model& m, Builder& b,
       build_mla_weights(c, b, name_of, i, l);
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
-                c.arch == "starcoder" || c.arch == "dbrx") &&
+                c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -639,7 +639,7 @@ void build_weights(Model& m, Builder& b,
     }
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
-    if (c.arch == "phi3" || c.arch == "glm4" ||
+    if (c.arch == "phi3" || c.arch == "glm4" || c.arch == "chatglm" ||
         (c.arch == "granitehybrid" && m.format == "safetensors" &&
          !c.hf_bamba)) {  // gate and up fused, gate
                           // first (GGUF: ffn_up)
@@ -1048,8 +1048,8 @@ void load_gguf(Model& m, Storage& st) {
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
   if (arch != "phi3" && arch != "phimoe" && arch != "glm4moe" && arch != "glm4" &&
-      arch != "minimax-m2" && !mla && arch != "stablelm" && arch != "phi2" && arch != "nemotron" &&
-      arch != "gptneox" && arch != "gptj" && !qwen35 &&
+      arch != "chatglm" && arch != "minimax-m2" && !mla && arch != "stablelm" && arch != "phi2" &&
+      arch != "nemotron" && arch != "gptneox" && arch != "gptj" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1206,7 +1206,10 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
   if (mla) deepseek2_config_gguf(*g, c, m.path);
-  if (arch == "glm4") glm4_config_gguf(*g, c);  // partial RoPE on interleaved pairs
+  if (arch == "glm4" || arch == "chatglm")  // partial RoPE on interleaved pairs
+    glm4_config_gguf(*g, c);
+  if (arch == "chatglm")  // (ChatGLM3 / GLM-4-9B: q / k / v fused or not, biases either way)
+    c.qkv_bias = b.has("blk.0.attn_q.bias") || b.has("blk.0.attn_qkv.bias");
   // Llama 4's attention temperature, where llama.cpp reads it (Ministral 3, Mistral Large 3)
   if (arch == "mistral3" || arch == "deepseek2") temperature_config_gguf(*g, c, m.path);
   if (arch == "mistral3") mistral3_config_gguf(*g, c, m.path);  // YaRN's cos/sin factor, scale
@@ -1721,6 +1724,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"OlmoeForCausalLM", "olmoe"},
       {"glm4", "glm4"},
       {"Glm4ForCausalLM", "glm4"},
+      {"glm", "chatglm"},
+      {"GlmForCausalLM", "chatglm"},
       {"ministral3", "mistral3"},
       {"Ministral3ForCausalLM", "mistral3"},
       {"qwen3_5_text", "qwen35"},
@@ -2444,8 +2449,8 @@ void load_hf(Model& m, Storage& st) {
       std::clamp<int64_t>(cfg.integer("max_position_embeddings", 4096), 1, 1 << 30));
   c.rms_eps = static_cast<float>(cfg.number("rms_norm_eps", 1e-6));
   if (c.arch != "phi3" && c.arch != "phimoe" && c.arch != "glm4moe" && c.arch != "glm4" &&
-      !qwen35 && c.arch != "granitehybrid" && c.arch != "minimax-m2" && c.arch != "stablelm" &&
-      c.arch != "phi2" && c.arch != "nemotron" && c.arch != "gptneox" &&
+      c.arch != "chatglm" && !qwen35 && c.arch != "granitehybrid" && c.arch != "minimax-m2" &&
+      c.arch != "stablelm" && c.arch != "phi2" && c.arch != "nemotron" && c.arch != "gptneox" &&
       cfg.number("partial_rotary_factor", 1.0) != 1.0)
     throw ModelError("partial RoPE (partial_rotary_factor) in '" + cfg_path + "' is not supported");
 
@@ -2665,8 +2670,8 @@ void load_hf(Model& m, Storage& st) {
       (cfg.boolean("qkv_bias", false) || cfg.boolean("bias", false)))
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
-      !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" && c.arch != "gptneox" &&
-      c.arch != "phimoe" && cfg.boolean("attention_bias", false))
+      c.arch != "chatglm" && !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" &&
+      c.arch != "gptneox" && c.arch != "phimoe" && cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
@@ -2703,7 +2708,8 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);         // latent attention
   if (c.arch == "minicpm3") minicpm3_config_hf(cfg, scaling, c);  // latent attention, LongRoPE
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);     // partial RoPE, bias, q / k norms
-  if (c.arch == "glm4") glm4_config_hf(cfg, params, c);           // the same, interleaved pairs
+  if (c.arch == "glm4" || c.arch == "chatglm")                    // the same, interleaved pairs
+    glm4_config_hf(cfg, params, c);
   if (qwen35) qwen35_config_hf(cfg, params, c);  // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_hf(cfg, c);          // short convolutions, norm_eps, its MLP size
   if (c.arch == "granitehybrid") granitehybrid_config_hf(cfg, c);  // Mamba-2 layers, multipliers

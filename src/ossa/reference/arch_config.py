@@ -589,10 +589,10 @@ def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
             "qkv_bias": bool(c.get("attention_bias")), "qk_norm": bool(c.get("use_qk_norm"))}  # fmt: skip
 
 
-def glm4_gguf(md: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
-    """GLM-4 (dense) from GGUF (twin of glm4_config_gguf): RoPE on interleaved pairs of the first
-    rope.dimension_count dimensions."""
-    dims = md.get("glm4.rope.dimension_count", common["head_dim"])
+def glm4_gguf(md: dict[str, Any], common: dict[str, Any], arch: str = "glm4") -> dict[str, Any]:
+    """GLM-4 (dense; ChatGLM3 / GLM-4-9B-Chat: chatglm) from GGUF (twin of glm4_config_gguf): RoPE on
+    interleaved pairs of the first rope.dimension_count dimensions."""
+    dims = md.get(arch + ".rope.dimension_count", common["head_dim"])
     return {"rope_style": "interleaved", "rope_dim": rotated(dims, common["head_dim"])}
 
 

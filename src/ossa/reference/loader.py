@@ -28,7 +28,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder", "afmoe", "dbrx",
+    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -54,7 +54,19 @@ POST_NORMS = ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4", "afmoe")
 NO_PRE_NORMS = ("olmo2", "olmo3", "exaone4")  # only those (OLMo: q / k normalised over all heads at once)
 QK_NORM_FULL = ("olmo2", "olmo3", "olmoe", "minimax-m2")
 # q / k / v fused in one matrix (attn_qkv / qkv_proj), viewed as three
-_FUSED_QKV = ("phi3", "phimoe", "phi2", "gptneox", "falcon", "bloom", "mpt", "gpt2", "starcoder", "dbrx")
+_FUSED_QKV = (
+    "phi3",
+    "phimoe",
+    "phi2",
+    "gptneox",
+    "falcon",
+    "bloom",
+    "mpt",
+    "gpt2",
+    "starcoder",
+    "dbrx",
+    "chatglm",
+)
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
     "rms_eps", "rope_theta", "rope_scaling", "rope_style", "qkv_bias", "qk_norm", "tied_embeddings", "moe",
@@ -104,7 +116,8 @@ _SUPPORTED_HF = (
     "falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, llama4_text, llama4, qwen3_vl, qwen3_vl_moe, "
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, "
-    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx)"
+    "falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, "
+    "glm)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -121,7 +134,7 @@ _HF_ARCHS = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
-    "glm4": "glm4", "Glm4ForCausalLM": "glm4",
+    "glm4": "glm4", "Glm4ForCausalLM": "glm4", "glm": "chatglm", "GlmForCausalLM": "chatglm",
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
     "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
     "mistral4": "deepseek2", "Mistral4ForCausalLM": "deepseek2",
@@ -445,7 +458,7 @@ def _weights(
         else:
             ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
-        fused = cfg["arch"] in ("phi3", "glm4") or (ffn_fused and not gguf)
+        fused = cfg["arch"] in ("phi3", "glm4", "chatglm") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
         if cfg["norm_bias"] and not no_mixer:  # (StarCoder2, StableLM: LayerNorm with bias)
             shapes.update(attn_norm_b=(1, e))
@@ -763,8 +776,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_gguf(md, common, names))
-    if arch == "glm4":
-        common.update(arch_config.glm4_gguf(md, common))
+    if arch in ("glm4", "chatglm"):
+        common.update(arch_config.glm4_gguf(md, common, arch))
+    if arch == "chatglm":  # (ChatGLM3 / GLM-4-9B: q / k / v fused or not, biases either way)
+        common["qkv_bias"] = "blk.0.attn_q.bias" in names or "blk.0.attn_qkv.bias" in names
     if arch in ("mistral3", "deepseek2"):  # Llama 4's attention temperature, where llama.cpp reads it
         common.update(arch_config.temperature_gguf(arch, md))
     if arch == "mistral3":
@@ -1155,6 +1170,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "qwen2moe",
         "glm4moe",
         "glm4",
+        "chatglm",
         "gpt-oss",
         "seed_oss",
         "nemotron",
@@ -1199,8 +1215,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
     elif stype != "default" and not (arch in ("phi3", "phimoe", "minicpm3") and stype in ("longrope", "su")):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
-    partial_ok = ("phi3", "phimoe", "glm4moe", "glm4", "granitehybrid", "minimax-m2", "stablelm", "phi2",
-                  "nemotron", "gptneox", *QWEN35)  # fmt: skip
+    partial_ok = ("phi3", "phimoe", "glm4moe", "glm4", "chatglm", "granitehybrid", "minimax-m2", "stablelm",
+                  "phi2", "nemotron", "gptneox", *QWEN35)  # fmt: skip
     if arch not in partial_ok and get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError(f"partial RoPE (partial_rotary_factor) in '{path}' is not supported")
     # (no attention: Mamba-2's heads and inner size stand in, unused; Mamba-1 one head of d_inner)
@@ -1383,7 +1399,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.minicpm3_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
-    if arch == "glm4":
+    if arch in ("glm4", "chatglm"):
         common.update(arch_config.glm4_hf(c, common))
     if arch == "mistral3" or c.get("model_type") == "mistral4":  # Llama 4's attention temperature
         common.update(arch_config.temperature_hf(s))
