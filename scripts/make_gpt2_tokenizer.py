@@ -39,6 +39,7 @@ import zipfile
 # The split regexes and GPT-2's byte alphabet are the pretokenizer twin's (one definition of each).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "src"))
 from ossa.reference.pretokenizer import (  # noqa: E402
+    BLOOM_REGEX,
     BYTE_TO_CHAR,
     LLAMA3_REGEX,
     O200K_REGEX,
@@ -182,13 +183,14 @@ def build_tokenizer_jsons(tiktoken_path: str) -> dict[str, dict]:
     tekken = split_variant(TEKKEN_REGEX, ["<s>", "</s>", "[INST]", "[/INST]"], False)
     qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     qwen35 = dict(split_variant(QWEN35_REGEX, qwen_specials, False), normalizer={"type": "NFC"})
+    bloom = split_variant(BLOOM_REGEX, ["<unk>", "<s>", "</s>", "<pad>"], False)  # (BLOOM's pattern)
     return {"gpt2": gpt2, "qwen2": qwen2, "llama3": llama3, "qwen25": qwen25, "phi4": phi4, "tekken": tekken,
-            "qwen35": qwen35}  # fmt: skip
+            "qwen35": qwen35, "bloom": bloom}  # fmt: skip
 
 
 def write_tokenizers(out_dir: str) -> dict[str, str]:
     """Writes out_dir/<name>/tokenizer.json (+ tokenizer_config.json) once; returns the folders."""
-    names = ("gpt2", "qwen2", "llama3", "qwen25", "phi4", "tekken", "qwen35")
+    names = ("gpt2", "qwen2", "llama3", "qwen25", "phi4", "tekken", "qwen35", "bloom")
     folders = {name: os.path.join(out_dir, name) for name in names}
     if all(os.path.exists(os.path.join(f, "tokenizer.json")) for f in folders.values()):
         return folders
@@ -200,6 +202,7 @@ def write_tokenizers(out_dir: str) -> dict[str, str]:
         "phi4": {"eos_token": "<|end|>", "pad_token": "<|endoftext|>"},
         "tekken": {"bos_token": "<s>", "eos_token": "</s>"},
         "qwen35": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        "bloom": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"},
     }
     for name, tj in build_tokenizer_jsons(gpt2_tiktoken_path()).items():
         os.makedirs(folders[name], exist_ok=True)

@@ -30,7 +30,19 @@ from ossa.tokenizer import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "data" / "tokenizer_corpus").glob("*.txt"))
-VOCABS = ["smollm2", "gpt2", "qwen2", "llama3", "mistral", "qwen25", "gemma3", "phi4", "tekken", "qwen35"]
+VOCABS = [
+    "smollm2",
+    "gpt2",
+    "qwen2",
+    "llama3",
+    "mistral",
+    "qwen25",
+    "gemma3",
+    "phi4",
+    "tekken",
+    "qwen35",
+    "bloom",
+]
 # GGUF vocabularies: name -> (the tokenizer.json vocabulary it is written from, tokenizer.ggml.pre).
 GGUF_VOCABS = {
     "llama3_gguf": ("llama3", "llama-bpe"),
@@ -39,6 +51,7 @@ GGUF_VOCABS = {
     "llama4_gguf": ("phi4", "llama4"),
     "tekken_gguf": ("tekken", "tekken"),
     "qwen35_gguf": ("qwen35", "qwen35"),  # (NFC, as Qwen3.5's tokenizer.json)
+    "bloom_gguf": ("bloom", "bloom"),  # (BLOOM's pattern: the text between its runs kept whole)
 }
 # SentencePiece GGUFs written from mistral-common's tokenizer.model as llama.cpp's converter writes
 # them, under the architectures whose pipeline transformers picks by name (the oracle is its GGUF

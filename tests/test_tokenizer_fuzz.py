@@ -24,7 +24,7 @@ FRAGMENTS = [
     "\u0639", "\u0928", "\u093f", "\U0001f600", "\U0001f44d\U0001f3fd", "\u200d",
     "\U0001f468\u200d\U0001f469\u200d\U0001f467", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>",
     "</s>", "<|eot_id|>", "<", "|", ".", "...", "\x00", "<unk>", "<|user|>", "<|end|>", "<start_of_turn>",
-    "<table>",
+    "<table>", "(", ")", ",", "!?", "\u2026", "\u3002", "\uff0c", "\u3001", "\u0964", "\u06d4", "\u060c",
 ]  # fmt: skip
 
 fragment = st.one_of(

@@ -97,6 +97,8 @@ TokenizerSpec spec_from_dict(const nb::dict& d) {
       p.pattern = ossa::SplitPattern::TEKKEN;
     else if (step == "qwen35")
       p.pattern = ossa::SplitPattern::QWEN35;
+    else if (step == "bloom")
+      p.pattern = ossa::SplitPattern::BLOOM;
     else
       throw ossa::ModelError("unsupported pre-tokenizer step '" + step + "'");
     s.pre_tokenizer.push_back(p);

@@ -27,6 +27,13 @@ constexpr const char* k_o200k_regex =
 constexpr const char* k_tekken_regex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// BLOOM (and llama.cpp's "bloom", "poro-chat", "gpt3-finnish"): an optional space and a run of
+// anything but white space and ( | ) . , ! ? … 。 ， 、 । ۔ ، -- the text between matches kept as
+// pieces of its own (Split's Isolated behaviour). tokenizer.json nests the punctuation in a class
+// of its own; llama.cpp writes it flat (the same set).
+constexpr const char* k_bloom_regex = R"( ?[^(\s|[.,!?…。，、।۔،])]+)";
+constexpr const char* k_bloom_flat_regex = R"( ?[^(\s|.,!?…。，、।۔،)]+)";
+
 // The text decoded once: code points, their flags and byte offsets (offset[n] = text size).
 struct Decoded {
   std::vector<uint32_t> cp;
@@ -203,6 +210,37 @@ size_t match_o200k(const Decoded& d, size_t i, size_t n, bool contractions, size
   return 1;
 }
 
+// BLOOM's pattern at i: its length, or 0 where nothing matches there.
+bool bloom_char(const Decoded& d, size_t i) {
+  const uint32_t c = d.cp[i];
+  if (d.flags[i] & k_white_space) return false;
+  switch (c) {
+    case '(':
+    case '|':
+    case ')':
+    case '.':
+    case ',':
+    case '!':
+    case '?':
+    case 0x2026:
+    case 0x3002:
+    case 0xFF0C:
+    case 0x3001:
+    case 0x0964:
+    case 0x06D4:
+    case 0x060C:
+      return false;
+    default:
+      return true;
+  }
+}
+size_t match_bloom(const Decoded& d, size_t i, size_t n) {
+  size_t j = i + (d.cp[i] == ' ' && i + 1 < n && bloom_char(d, i + 1) ? 1 : 0);
+  if (!bloom_char(d, j)) return 0;
+  while (j < n && bloom_char(d, j)) ++j;
+  return j - i;
+}
+
 thread_local Decoded t_decoded;
 
 }  // namespace
@@ -214,6 +252,7 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
   if (regex == k_o200k_regex) return SplitPattern::O200K;
   if (regex == k_tekken_regex) return SplitPattern::TEKKEN;
   if (regex == k_qwen35_regex) return SplitPattern::QWEN35;
+  if (regex == k_bloom_regex || regex == k_bloom_flat_regex) return SplitPattern::BLOOM;
   return std::nullopt;
 }
 
@@ -231,6 +270,8 @@ const char* split_pattern_regex(SplitPattern pattern) {
       return k_tekken_regex;
     case SplitPattern::QWEN35:
       return k_qwen35_regex;
+    case SplitPattern::BLOOM:
+      return k_bloom_regex;
   }
   return "";
 }
@@ -238,17 +279,28 @@ const char* split_pattern_regex(SplitPattern pattern) {
 void split_regex(SplitPattern pattern, std::string_view text, std::vector<std::string_view>& out) {
   Decoded& d = t_decoded;
   d.decode(text);
-  size_t n = d.cp.size(), i = 0;
+  size_t n = d.cp.size(), i = 0, gap = 0;  // (gap: where the text no match took begins)
+  auto piece = [&](size_t a, size_t b) {
+    out.push_back(text.substr(d.offset[a], d.offset[b] - d.offset[a]));
+  };
   while (i < n) {
     size_t m = pattern == SplitPattern::GPT2     ? match_gpt2(d, i, n)
                : pattern == SplitPattern::LLAMA3 ? match_llama3(d, i, n, 3)
                : pattern == SplitPattern::O200K  ? match_o200k(d, i, n, true, 3)
                : pattern == SplitPattern::TEKKEN ? match_o200k(d, i, n, false, 1)
                : pattern == SplitPattern::QWEN35 ? match_llama3(d, i, n, 1, true)
+               : pattern == SplitPattern::BLOOM  ? match_bloom(d, i, n)
                                                  : match_llama3(d, i, n, 1);
-    out.push_back(text.substr(d.offset[i], d.offset[i + m] - d.offset[i]));
+    if (m == 0) {  // (BLOOM: a character no match starts at joins the text between matches)
+      ++i;
+      continue;
+    }
+    if (gap < i) piece(gap, i);
+    piece(i, i + m);
     i += m;
+    gap = i;
   }
+  if (gap < n) piece(gap, n);
 }
 
 void split_digits(bool individual, std::string_view text, std::vector<std::string_view>& out) {

@@ -9,7 +9,7 @@
 
 namespace ossa {
 
-enum class SplitPattern { GPT2, LLAMA3, QWEN2, O200K, TEKKEN, QWEN35 };
+enum class SplitPattern { GPT2, LLAMA3, QWEN2, O200K, TEKKEN, QWEN35, BLOOM };
 
 // The pattern a regex string (as written in tokenizer.json) denotes, or nullopt.
 std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex);

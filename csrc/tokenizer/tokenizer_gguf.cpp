@@ -7,8 +7,10 @@
 //    re-spelled from its UTF-8 bytes. The pre-tokenizer comes from tokenizer.ggml.pre, with the
 //    names llama.cpp gives each regex: the Llama 3 family ("llama3", "llama-bpe", ...), the Qwen2
 //    family ("qwen2", ...), o200k ("gpt-4o": Phi-4-mini; "llama4", ...) and "tekken" (Mistral
-//    NeMo, Ministral, Mistral Small 3) and "qwen35" (Qwen3.5, with the NFC normalizer of its
-//    tokenizer.json, which transformers' conversion does not know) use their split regex -- the
+//    NeMo, Ministral, Mistral Small 3), "bloom" (BLOOM, Poro, GPT-3 Finnish: a run of anything
+//    but white space and a few punctuation marks, the text between runs kept whole) and "qwen35"
+//    (Qwen3.5, with the NFC normalizer of its tokenizer.json, which transformers' conversion does
+//    not know) use their split regex -- the
 //    one in the tokenizer.json the file was converted from; anything else ("gpt2", "smollm",
 //    absent, ...) gets GPT-2's byte-level split, as GPT2Tokenizer does.
 //    The Llama 3 names and "tekken" also mean ignore_merges, and BOS when add_bos_token is absent.
@@ -44,9 +46,9 @@ namespace ossa {
 namespace {
 
 const std::set<std::string>& llama3_pre_names() {
-  static const std::set<std::string> s = {"llama3",       "llama-v3", "llama-bpe", "falcon3",
-                                          "falcon-h1",    "pixtral",  "midm-2.0",  "lfm2",
-                                          "jina-v5-nano", "dbrx",     "smaug-bpe"};
+  static const std::set<std::string> s = {
+      "llama3", "llama-v3",     "llama-bpe", "falcon3",   "falcon-h1",   "pixtral", "midm-2.0",
+      "lfm2",   "jina-v5-nano", "dbrx",      "smaug-bpe", "chatglm-bpe", "glm4"};
   return s;
 }
 // The names for which llama.cpp adds BOS when the file does not say (tokenizer.ggml.add_bos_token
@@ -65,6 +67,10 @@ const std::set<std::string>& qwen2_pre_names() {
 }
 const std::set<std::string>& o200k_pre_names() {
   static const std::set<std::string> s = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"};
+  return s;
+}
+const std::set<std::string>& bloom_pre_names() {
+  static const std::set<std::string> s = {"bloom", "poro-chat", "gpt3-finnish"};
   return s;
 }
 const std::set<std::string>& unsupported_pre_names() {
@@ -144,6 +150,7 @@ std::shared_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& path) {
                    : o200k_pre_names().count(pre) ? SplitPattern::O200K
                    : pre == "tekken"              ? SplitPattern::TEKKEN
                    : pre == "qwen35"              ? SplitPattern::QWEN35
+                   : bloom_pre_names().count(pre) ? SplitPattern::BLOOM
                                                   : SplitPattern::GPT2;
     spec.pre_tokenizer.push_back(step);
     spec.nfc = pre == "qwen35";

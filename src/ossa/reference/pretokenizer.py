@@ -37,6 +37,13 @@ TEKKEN_REGEX = (
     r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# BLOOM (llama.cpp: "bloom", "poro-chat", "gpt3-finnish"): an optional space and a run of anything but white
+# space and ( | ) . , ! ? … 。 ， 、 । ۔ ، -- the text between matches kept as pieces (Isolated). llama.cpp
+# writes the punctuation flat in the class; tokenizer.json nests it in a class of its own (the same set).
+BLOOM_REGEX = " ?[^(\\s|[.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c])]+"
+_BLOOM_FLAT_REGEX = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+_BLOOM_EXCLUDED = frozenset("(|).,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c")
+
 PATTERNS = {
     "gpt2": GPT2_REGEX,
     "llama3": LLAMA3_REGEX,
@@ -44,6 +51,7 @@ PATTERNS = {
     "o200k": O200K_REGEX,
     "tekken": TEKKEN_REGEX,
     "qwen35": QWEN35_REGEX,
+    "bloom": BLOOM_REGEX,
 }
 
 LETTER, NUMBER, WHITE_SPACE, MARK, UPPER, LOWER = 1, 2, 4, 8, 16, 32
@@ -69,7 +77,7 @@ def pattern_from_regex(regex: str) -> str | None:
     for name, r in PATTERNS.items():
         if regex == r:
             return name
-    return None
+    return "bloom" if regex == _BLOOM_FLAT_REGEX else None
 
 
 @lru_cache(maxsize=65536)
@@ -240,9 +248,14 @@ def split_regex(pattern: str, text: str) -> list[str]:
     """Pieces of text under one of the known split patterns (matches isolated, none empty)."""
     f = [flags(c) for c in text]
     out: list[str] = []
-    i = 0
+    i = gap = 0  # (gap: where the text no match took begins)
     while i < len(text):
-        if pattern == "gpt2":
+        if pattern == "bloom":
+            m = _match_bloom(text, f, i)
+            if m == 0:  # (a character no match starts at joins the text between matches)
+                i += 1
+                continue
+        elif pattern == "gpt2":
             m = _match_gpt2(text, f, i)
         elif pattern == "o200k":
             m = _match_o200k(text, f, i)
@@ -252,9 +265,28 @@ def split_regex(pattern: str, text: str) -> list[str]:
             m = _match_llama3(text, f, i, 1, marks=True)
         else:
             m = _match_llama3(text, f, i, 3 if pattern == "llama3" else 1)
+        if gap < i:
+            out.append(text[gap:i])
         out.append(text[i : i + m])
         i += m
+        gap = i
+    if gap < len(text):
+        out.append(text[gap:])
     return out
+
+
+def _bloom_char(s: str, f: list[int], i: int) -> bool:
+    return not f[i] & WHITE_SPACE and s[i] not in _BLOOM_EXCLUDED
+
+
+def _match_bloom(s: str, f: list[int], i: int) -> int:
+    """BLOOM's pattern at i: its length, or 0 where nothing matches there."""
+    j = i + (1 if s[i] == " " and i + 1 < len(s) and _bloom_char(s, f, i + 1) else 0)
+    if not _bloom_char(s, f, j):
+        return 0
+    while j < len(s) and _bloom_char(s, f, j):
+        j += 1
+    return j - i
 
 
 def split_digits(individual: bool, text: str) -> list[str]:

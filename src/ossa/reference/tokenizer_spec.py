@@ -450,7 +450,8 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
 
 
 _LLAMA3_PRE = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-               "jina-v5-nano", "dbrx", "smaug-bpe"}  # fmt: skip
+               "jina-v5-nano", "dbrx", "smaug-bpe", "chatglm-bpe", "glm4"}  # fmt: skip
+_BLOOM_PRE = {"bloom", "poro-chat", "gpt3-finnish"}
 _QWEN2_PRE = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez"}
 # Token texts that end generation whatever the eos/eot/eom keys say (llama.cpp's list; see
 # csrc/tokenizer/tokenizer_gguf.cpp).
@@ -502,6 +503,7 @@ def spec_from_gguf_metadata(md: dict[str, Any], path: str = "GGUF") -> Tokenizer
             else "o200k" if pre in _O200K_PRE
             else "tekken" if pre == "tekken"
             else "qwen35" if pre == "qwen35"
+            else "bloom" if pre in _BLOOM_PRE
             else "gpt2"
         ]  # fmt: skip
         spec.nfc = pre == "qwen35"  # (Qwen3.5's tokenizer.json normalises to NFC)
