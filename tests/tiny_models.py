@@ -106,6 +106,7 @@ ARCHS = (
     "afmoe",
     "dbrx",
     "glm",
+    "helium",
 )
 
 
@@ -262,6 +263,7 @@ def make_hf_model(
         "arcee": transformers.ArceeConfig,
         "exaone": transformers.ExaoneConfig,
         "internlm3": transformers.InternLM3Config,
+        "helium": transformers.HeliumConfig,
         "hunyuan_v1_dense": transformers.HunYuanDenseV1Config,
         "hunyuan_v1_moe": transformers.HunYuanMoEV1Config,
         "starcoder2": transformers.Starcoder2Config,

@@ -301,7 +301,8 @@ const char* const k_supported_hf =
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
     "bamba, nemotron_h, mamba2, mamba, falcon_mamba, jamba, falcon_h1, gemma4_text, gemma4, "
     "llama4_text, llama4, qwen3_vl, qwen3_vl_moe, qwen2_vl, qwen2_5_vl, cohere, cohere2, "
-    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, hunyuan_v1_dense, "
+    "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, helium, "
+    "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm)";
 
@@ -1779,6 +1780,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"ExaoneForCausalLM", "exaone"},
       {"internlm3", "llama"},
       {"InternLM3ForCausalLM", "llama"},
+      {"helium", "llama"},  // (Kyutai's Helium: Llama with RoPE on interleaved pairs)
+      {"HeliumForCausalLM", "llama"},
       {"hunyuan_v1_dense", "hunyuan-dense"},
       {"HunYuanDenseV1ForCausalLM", "hunyuan-dense"},
       {"hunyuan_v1_moe", "hunyuan-moe"},
@@ -2517,7 +2520,9 @@ void load_hf(Model& m, Storage& st) {
   }
   // (ERNIE 4.5: RoPE on interleaved pairs, as transformers' Ernie4_5 rotates them.)
   // (GPT-J's rotate_every_two: interleaved pairs as well)
-  c.rope_style = ernie || c.arch == "gptj" ? RopeStyle::Interleaved : RopeStyle::Neox;
+  // (Helium's rotate_half pairs interleaved dimensions too)
+  const bool helium = cfg.string("model_type", "") == "helium";
+  c.rope_style = ernie || c.arch == "gptj" || helium ? RopeStyle::Interleaved : RopeStyle::Neox;
   if (ernie && cfg.boolean("use_bias", false))
     throw ModelError("use_bias=true in '" + cfg_path + "' is not supported");
   if (c.arch == "phi3" || c.arch == "phimoe")
