@@ -157,3 +157,14 @@ def test_corrupt_sizes_are_refused_or_run(
         src, tmp_path_factory.mktemp("bad"), (0, 1, 3, 7, 1 << 20, 2**31 - 1, 2**32 - 1)
     )
     assert len(keys) >= 8 and outcomes["error"] > 0, (keys, outcomes)
+
+
+def test_engine(default_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Through LLM (the default model's vocabulary and tokenizer): batched = alone = the paged runner's
+    greedy decode, prefix-cache hits the same, the Python twin engine the same tokens (and the same seeded
+    forks), and preempted sequences recomputed to the same tokens."""
+    from tiny_models import check_engine, hf_to_gguf, make_hf_model
+
+    root = tmp_path_factory.mktemp("afmoe-engine")
+    folder = make_hf_model(root / "hf", seed=9, **dict(CASES["afmoe"][0], vocab_size=49152))
+    check_engine(hf_to_gguf(folder, root / "tiny-afmoe.gguf", "F32", tokenizer_gguf=default_model_path))

@@ -147,3 +147,12 @@ def test_hub_config_rope_base(hf_models: dict[str, Any], tmp_path: Any) -> None:
         (dst / "config.json").write_text(json.dumps(cfg))
         assert core.load_model(str(dst)).config["rope_theta"] == 500000.0
         assert ref_loader.load_weights(str(dst))[0]["rope_theta"] == 500000.0
+
+
+def test_engine(default_model_path: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Through LLM (the default model's vocabulary and tokenizer), as the other families' engine tests."""
+    from tiny_models import check_engine, hf_to_gguf, make_hf_model
+
+    root = tmp_path_factory.mktemp("dbrx-engine")
+    folder = make_hf_model(root / "hf", seed=9, **dict(CASES["dbrx"][0], vocab_size=49152))
+    check_engine(hf_to_gguf(folder, root / "tiny-dbrx.gguf", "F32", tokenizer_gguf=default_model_path))

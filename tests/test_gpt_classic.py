@@ -368,3 +368,16 @@ def test_slope_of_six_heads() -> None:
     """BLOOM with 6 heads: 4 heads of 2^-2, 2^-4, 2^-6, 2^-8 and the series between, 2^-1, 2^-3."""
     assert arch_config.alibi_slopes(6, 8.0) == [2.0**-e for e in (2, 4, 6, 8, 1, 3)]
     assert math.isclose(arch_config.alibi_slopes(3, 8.0)[0], 2**-4)
+
+
+@pytest.mark.parametrize("name", ["bloom", "gpt2"])
+def test_engine(default_model_path: str, name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Through LLM (the default model's vocabulary and tokenizer): batched = alone = the paged runner's
+    greedy decode, prefix-cache hits the same, the Python twin engine the same tokens (and the same seeded
+    forks), and preempted sequences recomputed to the same tokens; ALiBi (BLOOM) and the learned table
+    (GPT-2, 64 positions: every sequence here fits) through the scheduler's batches."""
+    from tiny_models import check_engine, hf_to_gguf, make_hf_model
+
+    root = tmp_path_factory.mktemp(f"{name}-engine")
+    folder = make_hf_model(root / "hf", seed=9, **dict(CASES[name][0], vocab_size=49152))
+    check_engine(hf_to_gguf(folder, root / f"tiny-{name}.gguf", "F32", tokenizer_gguf=default_model_path))
