@@ -47,8 +47,9 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - gptj (GPT-J 6B): Phi-2's parallel block (one LayerNorm with bias, a GELU MLP with biases, the lm_head bias)
   with no attention biases and RoPE on interleaved pairs (rotate_every_two) of the first rotary_dim
   dimensions; GPTJConfig's own keys (n_embd, n_layer, n_head, n_inner, activation_function).
-- minicpm3 (MiniCPM3-4B, from folders): DeepSeek V2's latent attention with rotate_half RoPE (LongRoPE in
-  the release) and Granite's three multipliers from scale_emb, scale_depth and dim_model_base.
+- minicpm3 (MiniCPM3-4B): DeepSeek V2's latent attention with rotate_half RoPE (LongRoPE in the release)
+  and Granite's three multipliers from scale_emb, scale_depth and dim_model_base (llama.cpp's files: the
+  release's, which its graph hard-codes; kv_b fused).
 - olmo (OLMo 1 / 1.7): LayerNorms without weights or biases, q / k / v clipped (clip_qkv) where set.
 - seed_oss: biases on q / k / v (attention_bias, on by default) and on the output (attention_out_bias);
   head_dim 128 unless set; llama.cpp's files name the pre-FFN norm post_attention_norm.
@@ -376,8 +377,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         vocab_size=130, rotary_dim=12, activation_function="gelu",
     ), ["safetensors"]),
     # MiniCPM3-4B's layout: q / kv low-rank projections, a latent of 32, 8 rotated and 16 plain dimensions per
-    # head, values of 24, the multipliers (12, 1.4 / sqrt(layers), hidden / 16), tied: from its folder (GGUF:
-    # not yet).
+    # head, values of 24, the multipliers (12, 1.4 / sqrt(layers), hidden / 16), tied: from its folder (a GGUF
+    # file cannot hold other multipliers or value sizes).
     "minicpm3": (dict(
         arch="minicpm3", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
         vocab_size=150, tie=True, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
@@ -392,6 +393,16 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
                       "long_factor": [1.5, 2.0, 3.0, 4.0], "original_max_position_embeddings": 64},
     ), ["safetensors"]),
+    # The release's multipliers (12, 1.4, 256: llama.cpp's graph hard-codes them) and value heads of hidden /
+    # heads (its converter writes no value length), LongRoPE over a context equal to the original one (as
+    # released): from folders and from llama.cpp's minicpm3 files (kv_b fused, the rope factor tensors).
+    "minicpm3-release": (dict(
+        arch="minicpm3", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        v_head_dim=16, max_position_embeddings=512,
+        rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0],
+                      "long_factor": [1.5, 2.0, 3.0, 4.0], "original_max_position_embeddings": 512},
+    ), ALL),
     # OLMo-1B's layout: weightless LayerNorms, MHA, tied (weight tying).
     "olmo": (dict(
         arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
@@ -855,6 +866,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "apertus",
         "exaone_moe",
         "gptj",
+        "minicpm3-release",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

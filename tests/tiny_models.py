@@ -735,7 +735,8 @@ def hf_to_gguf(
         "starcoder2": "starcoder2", "stablelm": "stablelm", "phi": "phi2", "nemotron": "nemotron",
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
-        "granitemoeshared": "granitemoe", "gptj": "gptj", "bloom": "bloom", "mpt": "mpt", "gpt2": "gpt2",
+        "granitemoeshared": "granitemoe", "gptj": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
+        "mpt": "mpt", "gpt2": "gpt2",
         "gpt_bigcode": "starcoder", "afmoe": "afmoe", "dbrx": "dbrx",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
@@ -816,6 +817,19 @@ def hf_to_gguf(
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
         writer.add_expert_feed_forward_length(cfg["intermediate_size"])
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    elif arch == "minicpm3":  # (its converter: the latent's sizes, key_length the heads', no value length)
+        writer.add_rope_dimension_count(cfg["qk_rope_head_dim"])
+        if cfg.get("q_lora_rank"):
+            writer.add_q_lora_rank(cfg["q_lora_rank"])
+        writer.add_kv_lora_rank(cfg["kv_lora_rank"])
+        writer.add_key_length(cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"])
+        if scaling_type == "longrope":  # (llama.cpp's rope factor tensors)
+            writer.add_tensor(
+                "rope_factors_long.weight", np.asarray(scaling["long_factor"], dtype=np.float32)
+            )
+            writer.add_tensor(
+                "rope_factors_short.weight", np.asarray(scaling["short_factor"], dtype=np.float32)
+            )
     elif arch == "deepseek2":
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
         if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
@@ -833,7 +847,7 @@ def hf_to_gguf(
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.5) * n_embd) // n_head)
     else:
         writer.add_rope_dimension_count(head_dim)
-    if arch != "deepseek2":
+    if arch not in ("deepseek2", "minicpm3"):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     writer.add_vocab_size(cfg["vocab_size"])
@@ -1140,6 +1154,8 @@ def hf_to_gguf(
                 moe[b + "exp_probs_b.bias"] = tensors.pop(p + "moe_statics.e_score_correction_bias").reshape(
                     -1
                 )
+    if arch == "minicpm3":  # its latent attention under DeepSeek's names, kv_b fused (llama.cpp's converter)
+        moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b=True))
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
     if arch in ("glm4moe", "dots1", "exaone-moe", "afmoe"):  # shared experts and the selection bias

@@ -680,6 +680,33 @@ void deepseek2_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string&
   skip_mtp_layers(g, c, where);  // (GLM-4.7-Flash's files)
 }
 
+void minicpm3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                          std::vector<float> short_factor, const std::string& path) {
+  const std::string k = c.arch + ".", where = "'" + path + "'";
+  const int64_t rope = g.get_int(k + "rope.dimension_count", 32);
+  // (llama.cpp's converter writes key_length = nope + rope and no value length: hidden / heads)
+  const int64_t key = g.get_int(k + "attention.key_length", 96);
+  const int64_t v = g.get_int(k + "attention.value_length", c.n_head > 0 ? c.n_embd / c.n_head : 0);
+  mla_config(c, g.get_int(k + "attention.q_lora_rank", 0),
+             g.get_int(k + "attention.kv_lora_rank", 0), key - rope, rope, v, 0.0, where);
+  c.rope_style = RopeStyle::Neox;
+  // llama.cpp's graph hard-codes the release's multipliers (scale_emb 12, scale_depth 1.4,
+  // dim_model_base 256): no key holds them
+  c.embd_scale = 12.0f;
+  c.residual_scale = static_cast<float>(1.4 / std::sqrt(static_cast<double>(c.n_layer)));
+  c.logit_scale = static_cast<float>(static_cast<double>(c.n_embd) / 256.0);
+  if (long_factor.empty() && short_factor.empty()) return;
+  RopeScaling& s = c.rope_scaling;  // (LongRoPE from llama.cpp's rope factor tensors)
+  s.type = "longrope";
+  s.long_factor = std::move(long_factor);
+  s.short_factor = std::move(short_factor);
+  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
+      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
+  s.attn_factor = longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
+                                       s.original_max_position);
+  check_longrope(c, "the GGUF file");
+}
+
 void exaone_moe_config_gguf(const GGUFFile& g, ModelConfig& c) {
   const std::string key = c.arch + ".attention.sliding_window";
   skip_mtp_layers(g, c, key.substr(0, key.find('.')) + " file");

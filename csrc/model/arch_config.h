@@ -101,6 +101,11 @@ void longrope_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& 
 // MiniCPM3 from a folder: DeepSeek V2's latent attention with rotate_half RoPE, LongRoPE, and
 // Granite's embedding, residual and logit multipliers from scale_emb, scale_depth, dim_model_base.
 void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
+// MiniCPM3 from llama.cpp's files: the latent attention (key_length = nope + rope, no value length:
+// hidden / heads; kv_b fused), rotate_half RoPE with LongRoPE from the rope factor tensors, and the
+// release's multipliers, which llama.cpp's graph hard-codes (12, 1.4 / sqrt(layers), hidden / 256).
+void minicpm3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                          std::vector<float> short_factor, const std::string& path);
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
 // The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:

@@ -286,7 +286,7 @@ const std::vector<std::string> k_gguf_archs = {
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
     "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx",       "chatglm"};
+    "dbrx",       "chatglm",  "minicpm3"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -1043,7 +1043,8 @@ void load_gguf(Model& m, Storage& st) {
                                                               : 0;
   c.head_dim = checked_dim(g->get_int(k + "attention.key_length", default_head_dim),
                            "head dimension", m.path, 65536);
-  const bool mla = arch == "deepseek2";  // (its sizes: deepseek2_config_gguf)
+  // (their sizes: deepseek2_config_gguf, minicpm3_config_gguf)
+  const bool mla = arch == "deepseek2" || arch == "minicpm3";
   if (!mla && g->get_int(k + "attention.value_length", c.head_dim) != c.head_dim)
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
@@ -1206,7 +1207,7 @@ void load_gguf(Model& m, Storage& st) {
   }
   if (arch == "smollm3") smollm3_config_gguf(c);
   if (arch == "granite" || arch == "granitemoe") granite_config_gguf(*g, c);
-  if (mla) deepseek2_config_gguf(*g, c, m.path);
+  if (arch == "deepseek2") deepseek2_config_gguf(*g, c, m.path);
   if (arch == "glm4" || arch == "chatglm")  // partial RoPE on interleaved pairs
     glm4_config_gguf(*g, c);
   if (arch == "chatglm")  // (ChatGLM3 / GLM-4-9B: q / k / v fused or not, biases either way)
@@ -1258,7 +1259,7 @@ void load_gguf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = true;
     c.o_bias = b.has("blk.0.attn_output.bias");
   }
-  if (arch == "phi3" || arch == "phimoe") {
+  if (arch == "phi3" || arch == "phimoe" || arch == "minicpm3") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
       std::vector<float> out;
@@ -1268,8 +1269,12 @@ void load_gguf(Model& m, Storage& st) {
       out.assign(f, f + half);
       return out;
     };
-    phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
-                     factors("rope_factors_short.weight"));
+    if (arch == "minicpm3")  // (MLA, its multipliers, LongRoPE)
+      minicpm3_config_gguf(*g, c, factors("rope_factors_long.weight"),
+                           factors("rope_factors_short.weight"), m.path);
+    else
+      phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
+                       factors("rope_factors_short.weight"));
   }
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);

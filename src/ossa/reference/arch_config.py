@@ -1830,3 +1830,30 @@ def afmoe_hf(c: dict[str, Any], common: dict[str, Any], path: str) -> dict[str, 
     if c.get("mup_enabled"):
         out["embd_scale"] = math.sqrt(common["n_embd"])
     return out
+
+
+def minicpm3_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]) -> dict[str, Any]:
+    """MiniCPM3 from llama.cpp's files (twin of minicpm3_config_gguf): the latent attention (key_length = nope
+    + rope, the value length hidden / heads unless set), rotate_half RoPE, LongRoPE from the rope factor
+    tensors, and the release's multipliers, which llama.cpp's graph hard-codes (12, 1.4 / sqrt(layers),
+    hidden / 256)."""
+    k, n, e = "minicpm3.", common["n_layer"], common["n_embd"]
+    rope = md.get(k + "rope.dimension_count", 32)
+    v = md.get(k + "attention.value_length", e // common["n_head"] if common["n_head"] > 0 else 0)
+    out = _mla(common, md.get(k + "attention.q_lora_rank", 0), md.get(k + "attention.kv_lora_rank", 0),
+               md.get(k + "attention.key_length", 96) - rope, rope, v, 0.0)  # fmt: skip
+    out.update(rope_style="neox", embd_scale=12.0, residual_scale=float(np.float32(1.4 / math.sqrt(n))),
+               logit_scale=float(np.float32(e / 256)))  # fmt: skip
+    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
+        original = max(
+            1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
+        )
+        scaling = {
+            "type": "longrope", "original_max_position": original,
+            "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
+            "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
+            "attn_factor": _longrope_attn_factor(common["n_ctx_train"] / original, original),
+        }  # fmt: skip
+        _check_longrope(scaling, out["rope_dim"], out["head_dim"])
+        out["rope_scaling"] = scaling
+    return out

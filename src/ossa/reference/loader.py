@@ -28,7 +28,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm",
+    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -775,6 +775,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(qk_norm=True, qk_norm_after_rope=True)
     if arch == "deepseek2":
         common.update(arch_config.deepseek2_gguf(md, common))
+    if arch == "minicpm3":  # (the latent attention, LongRoPE's tensors, llama.cpp's fixed multipliers)
+        common.update(arch_config.minicpm3_gguf(md, common, g.tensor, names))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_gguf(md, common, names))
     if arch in ("glm4", "chatglm"):
