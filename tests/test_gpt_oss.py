@@ -32,6 +32,7 @@ from tiny_models import (
     case_file,
     check_chunked_prefill,
     check_golden,
+    check_twin,
     gguf_without,
     greedy,
     hf_greedy,
@@ -99,13 +100,7 @@ def test_quantized_files_match_the_twin(
 ) -> None:
     path = case_file(hf_models, "gpt_oss", fmt, tmp_path_factory)
     _, hf_logits, ids = hf_models["gpt_oss"]
-    model = core.load_model(path)
-    config, weights = ref_loader.load_weights(path)
-    assert config == model.config
-    # (the twin rounds the inputs of the matrices the C++ kernels split into int8 pieces alike)
-    twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
-    got = core.model_logits(model, ids)
-    assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < twin_tol(model)
+    model = check_twin(path, ids, hf_logits)
     types = {name: t for name, t, *_ in model.tensors()}
     if fmt == "MXFP4":  # experts MXFP4, their bias stacks and the sinks F32, as llama.cpp keeps them
         assert types["blk.0.ffn_gate_exps.weight"] == types["blk.2.ffn_down_exps.weight"] == "MXFP4"

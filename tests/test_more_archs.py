@@ -75,11 +75,12 @@ from tiny_models import (
     build_hf_cases,
     case_file,
     check_chunked_prefill,
+    check_corrupt_sizes,
     check_golden,
+    check_twin,
     gguf_without,
     greedy,
     hf_greedy,
-    twin_tol,
 )
 
 from ossa import models
@@ -686,13 +687,7 @@ def test_logits_match_hf_and_twin(
         "F16",
         "Q8_0",
     ):
-        # Rounded weights switch an expert now and then: against the twin on the same weights.
-        model = core.load_model(path)
-        config, weights = ref_loader.load_weights(path)
-        assert config == model.config
-        twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
-        got = core.model_logits(model, ids)
-        assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < twin_tol(model)
+        model = check_twin(path, ids, hf_logits)  # (rounded weights switch an expert now and then)
     else:
         model = check_golden(path, ids, hf_logits, fmt)
     check_config(name, fmt, model.config)
@@ -875,13 +870,9 @@ def test_corrupt_sizes_are_refused_or_run(
     """This session's families' GGUF files with each scalar size key (block / head counts, widths, the
     window, the rotated dimensions, ...) set to 0, 1, 3, 7, 2^20, 2^31-1, 2^32-1: each is refused with a
     ModelError or loads and runs, never a crash (in-process: a crash kills pytest)."""
-    from tiny_models import corrupt_sizes
-
-    src = case_file(hf_models, name, "F32", tmp_path_factory)
-    keys, outcomes = corrupt_sizes(
-        src, tmp_path_factory.mktemp("bad"), (0, 1, 3, 7, 1 << 20, 2**31 - 1, 2**32 - 1)
+    check_corrupt_sizes(
+        case_file(hf_models, name, "F32", tmp_path_factory), tmp_path_factory.mktemp("bad"), 6
     )
-    assert len(keys) >= 6 and outcomes["error"] > 0, (keys, outcomes)
 
 
 def test_olmo_clip_and_nemotron_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:

@@ -2532,6 +2532,32 @@ def check_golden(path: str, ids: list[int], hf_logits: np.ndarray, fmt: str) -> 
     return model
 
 
+def check_twin(path: str, ids: list[int], hf_logits: np.ndarray) -> Any:
+    """ossa against the twin on the same stored weights (the twin rounding the inputs of the matrices the
+    C++ kernels split into int8 pieces alike), to the twin bound over transformers' largest logit: for the
+    rounded files of MoE models, whose rounded weights switch an expert now and then (so transformers' logits
+    are not the oracle there). Returns the loaded ``core.Model``."""
+    from ossa._native import core
+    from ossa.reference import loader as ref_loader
+    from ossa.reference import model as ref_model
+
+    model = core.load_model(path)
+    config, weights = ref_loader.load_weights(path)
+    assert config == model.config
+    twin = ref_model.forward(config, weights, ids, int8_matrices=model.int8_matrices)
+    got = core.model_logits(model, ids)
+    assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(hf_logits))) < twin_tol(model), path
+    return model
+
+
+def check_corrupt_sizes(src: str, tmp: Path, min_keys: int) -> None:
+    """corrupt_sizes over GGUF file ``src`` with 0, 1, 3, 7, 2^20, 2^31-1, 2^32-1: at least ``min_keys``
+    scalar size keys, each value refused with a ModelError or loaded and run, never a crash (in-process: a
+    crash kills pytest), and some refused."""
+    keys, outcomes = corrupt_sizes(src, tmp, (0, 1, 3, 7, 1 << 20, 2**31 - 1, 2**32 - 1))
+    assert len(keys) >= min_keys and outcomes["error"] > 0, (keys, outcomes)
+
+
 def check_config_refusals(src: str, tmp: Path, changes: Sequence[tuple[dict[str, Any], str]]) -> None:
     """Each (change, match): a copy of the folder ``src`` (under ``tmp``) with ``change`` merged into its
     config.json is refused by both loaders with an error matching ``match``."""

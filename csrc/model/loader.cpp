@@ -2150,21 +2150,10 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".ffn.down_proj.", ".mlp.down_proj."},
         {"transformer.wte.", "model.embed_tokens."},
         {"transformer.norm_f.", "model.norm."}}},
-      // (GPT-2's Conv1D weights transposed below; GPT-BigCode's c_attn per head unless multi-query;
-      // older GPT-2 files without the transformer. prefix; their attn.bias / masked_bias causal
-      // masks are buffers, not weights: left out)
+      // (GPT-2's and GPT-BigCode's: GPT-2's Conv1D weights transposed below, GPT-BigCode's c_attn
+      // per head unless multi-query; older GPT-2 files without the transformer. prefix; their
+      // attn.bias / masked_bias causal masks are buffers, not weights: left out)
       {"gpt2",
-       {{"transformer.h.", "model.layers."},
-        {".ln_1.", ".input_layernorm."},
-        {".ln_2.", ".post_attention_layernorm."},
-        {".attn.c_attn.", ".self_attn.qkv_proj."},
-        {".attn.c_proj.", ".self_attn.o_proj."},
-        {".mlp.c_fc.", ".mlp.up_proj."},
-        {".mlp.c_proj.", ".mlp.down_proj."},
-        {"transformer.wte.", "model.embed_tokens."},
-        {"transformer.wpe.", "model.embed_positions."},
-        {"transformer.ln_f.", "model.norm."}}},
-      {"gpt_bigcode",
        {{"transformer.h.", "model.layers."},
         {".ln_1.", ".input_layernorm."},
         {".ln_2.", ".post_attention_layernorm."},
@@ -2207,14 +2196,16 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
         {".mlp.gate.wg.", ".mlp.gate."},
         {".mlp.shared_mlp.", ".mlp.shared_experts."}}}};
-  if (type != nullptr && type->is_string() && k_parts.count(type->string) != 0) {
+  // (a copy: the keys below grow cfg; GPT-BigCode's tensor names are GPT-2's)
+  const std::string t = type != nullptr && type->is_string() ? type->string : "";
+  const std::string parts = t == "gpt_bigcode" ? "gpt2" : t;
+  if (k_parts.count(parts) != 0) {
     rename_tensors(b, [&](std::string name) {
-      for (const auto& [part, with] : k_parts.at(type->string))
+      for (const auto& [part, with] : k_parts.at(parts))
         if (const size_t at = name.find(part); at != std::string::npos)
           name.replace(at, part.size(), with);
       return name;
     });
-    const std::string t = type->string;  // (a copy: the keys below grow cfg)
     if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode" ||
         t == "dbrx")
       gpt_classic_keys(cfg);
