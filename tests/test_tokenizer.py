@@ -68,6 +68,10 @@ GEMMA4_GGUF = "gemma4_gguf"
 # A folder holding Mistral 7B v0.1's SentencePiece tokenizer.model alone (no tokenizer.json): read as
 # transformers converts it (LlamaTokenizer's fast tokenizer is the oracle).
 SPM_FOLDER = "mistral_spm"
+# A folder as OPT's (and GPT-Neo's, older GPT-2 uploads') hold their tokenizer: GPT-2's vocab.json +
+# merges.txt without a tokenizer.json, OPT's special tokens (</s> as BOS / EOS / UNK, <pad>) appended to
+# the vocabulary, add_bos_token, special_tokens_map.json; the oracle is transformers' GPT2Tokenizer.
+OPT_FOLDER = "opt_files"
 
 
 def _assets() -> Any:
@@ -128,6 +132,14 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
             os.replace(os.path.join(path, "tokenizer.model.tmp"), os.path.join(path, "tokenizer.model"))
         hf = _TransformersTokenizer(LlamaTokenizer.from_pretrained(path))  # (BOS added, as transformers)
         lossless = False  # the leading-space strip loses a leading space
+    elif name == OPT_FOLDER:
+        from transformers import AutoTokenizer
+
+        path = os.path.join(assets.cache_dir(), "hf", OPT_FOLDER)
+        if not os.path.exists(os.path.join(path, "merges.txt")):
+            write_vocab_merges_folder(os.path.join(load_vocab("gpt2", gguf_path).path, "tokenizer.json"), path)
+        hf = _TransformersTokenizer(AutoTokenizer.from_pretrained(path))
+        lossless = False  # (BOS added; "</s>" in the text is the special token)
     elif name in GGUF_VOCABS:
         source, pre = GGUF_VOCABS[name]
         src = load_vocab(source, gguf_path)
@@ -164,6 +176,36 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
     return Vocab(
         name, path, hf, Tokenizer.from_file(path), Tokenizer.from_file(path, backend="python"), lossless
     )
+
+
+def write_vocab_merges_folder(tokenizer_json: str, out: str) -> None:
+    """OPT's tokenizer files (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json)
+    on the vocabulary and merges of ``tokenizer_json``, the specials appended after its tokens."""
+    with open(tokenizer_json, encoding="utf-8") as f:
+        model = json.load(f)["model"]
+    vocab = dict(model["vocab"])
+    for token in ("<s>", "<pad>", "</s>", "<unk>"):
+        vocab[token] = len(vocab)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    with open(os.path.join(tmp, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(tmp, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n")
+        for m in model["merges"]:
+            f.write((m if isinstance(m, str) else " ".join(m)) + "\n")
+    special = {"content": "</s>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": True}
+    with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+        json.dump({"errors": "replace", "unk_token": special, "bos_token": special, "eos_token": special,
+                   "pad_token": {**special, "content": "<pad>"}, "add_prefix_space": False,
+                   "add_bos_token": True}, f)  # fmt: skip
+    with open(os.path.join(tmp, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": "</s>", "eos_token": "</s>", "unk_token": "</s>", "pad_token": "<pad>"}, f)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump({"model_type": "opt"}, f)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
 
 
 class _TransformersTokenizer:
@@ -368,7 +410,7 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
 
 
 @pytest.fixture(
-    scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF, SPM_FOLDER]
+    scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF, SPM_FOLDER, OPT_FOLDER]
 )
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
@@ -579,6 +621,71 @@ def test_unsupported_components_are_named(tmp_path: pathlib.Path, default_model_
         for backend in ("cpp", "python"):
             with pytest.raises(ValueError, match=what):
                 Tokenizer.from_file(str(p), backend=backend)
+
+
+def test_vocab_merges_folders_match_transformers(tmp_path: pathlib.Path, default_model_path: str) -> None:
+    """vocab.json + merges.txt folders with other configs than OPT's: GPT-2's defaults (<|endoftext|>),
+    special_tokens_map.json over tokenizer_config.json, additional special tokens the vocabulary lacks
+    (appended), added_tokens_decoder beyond the vocabulary (special or not), add_prefix_space and
+    add_eos_token: ids and decodes equal to transformers' GPT2Tokenizer on each."""
+    from transformers import AutoTokenizer
+
+    src = load_vocab(OPT_FOLDER, default_model_path).path
+    decoder = {
+        str(i): {"content": c, "special": s, "lstrip": False, "rstrip": False, "normalized": False,
+                 "single_word": False}
+        for i, c, s in [(50256, "<|endoftext|>", True), (50261, "<|im_start|>", True),
+                        (50262, "<|im_end|>", True), (50263, "<think>", False)]
+    }  # fmt: skip
+    configs = {
+        "defaults": ({}, None),
+        "special_map": (
+            {"add_bos_token": True, "bos_token": "<s>"},
+            {"bos_token": "</s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
+             "additional_special_tokens": ["<|x|>", "<|y|>"]},
+        ),  # fmt: skip
+        "added": ({"add_prefix_space": True, "add_eos_token": True, "eos_token": "<|im_end|>",
+                   "added_tokens_decoder": decoder}, None),  # fmt: skip
+    }
+    texts = ["Hello world</s> <pad>x<|endoftext|>", "a</s><s><unk><|x|><|y|>", " Hi<|im_start|>x<think> y",
+             "  spaces  and\n\nnew lines 123 ", ""]  # fmt: skip
+    for name, (config, special_map) in configs.items():
+        folder = tmp_path / name
+        shutil.copytree(src, folder)
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        (folder / "special_tokens_map.json").unlink()
+        if special_map is not None:
+            (folder / "special_tokens_map.json").write_text(json.dumps(special_map))
+        hf = AutoTokenizer.from_pretrained(folder)
+        for backend in ("cpp", "python"):
+            tok = Tokenizer.from_file(str(folder), backend=backend)
+            assert (tok.vocab_size, tok.bos_token_id, tok.eos_token_id) == (
+                len(hf), hf.bos_token_id, hf.eos_token_id), (name, backend)  # fmt: skip
+            for text in texts:
+                for add in (True, False):
+                    ids = tok.encode(text, add_special_tokens=add)
+                    assert ids == hf.encode(text, add_special_tokens=add), (name, backend, text, add)
+                    for skip in (True, False):
+                        assert tok.decode(ids, skip_special_tokens=skip) == hf.decode(
+                            ids, skip_special_tokens=skip, clean_up_tokenization_spaces=False
+                        ), (name, backend, text, skip)
+    # Other classes' vocab.json + merges.txt (Qwen2's split, RoBERTa's post-processing) are refused by
+    # name rather than read as GPT-2's; broken files are a ModelError.
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    (bad / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "Qwen2Tokenizer"}))
+    for backend in ("cpp", "python"):
+        with pytest.raises(ValueError, match="Qwen2Tokenizer"):
+            Tokenizer.from_file(str(bad), backend=backend)
+    (bad / "tokenizer_config.json").write_text("{}")
+    for merges, match in [("#version: 0.2\na b c\n", "line 2"), ("\xff", "unreadable")]:
+        (bad / "merges.txt").write_bytes(merges.encode("latin-1"))
+        with pytest.raises(ValueError, match=match):
+            Tokenizer.from_file(str(bad))
+    (bad / "merges.txt").write_text("")
+    (bad / "vocab.json").write_text('{"a": -1}')
+    with pytest.raises(ValueError, match="not a map"):
+        Tokenizer.from_file(str(bad))
 
 
 def test_corrupt_gguf_is_a_model_error(tmp_path: pathlib.Path) -> None:

@@ -12,11 +12,11 @@ import unicodedata
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_tokenizer import SPM_FOLDER, VOCABS, Vocab, load_vocab
+from test_tokenizer import OPT_FOLDER, SPM_FOLDER, VOCABS, Vocab, load_vocab
 
 # The SentencePiece GGUF pipelines (Llama 2 / Mistral, Phi-3 with rstrip, Gemma) are fuzzed too; the
 # byte-level GGUFs share their tokenizer.json twins' pipelines and are checked on the corpus.
-FUZZ_VOCABS = [*VOCABS, "mistral_gguf", "phi3_gguf", "gemma3_gguf", "gemma4_gguf", SPM_FOLDER]
+FUZZ_VOCABS = [*VOCABS, "mistral_gguf", "phi3_gguf", "gemma3_gguf", "gemma4_gguf", SPM_FOLDER, OPT_FOLDER]
 
 FRAGMENTS = [
     " ", "  ", "   ", "\n", "\r\n", "\t", "\u00a0", "\u3000", "\u2581", "'", "'s", "'T", "'ll", "'Re",

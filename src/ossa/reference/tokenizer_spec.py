@@ -398,9 +398,115 @@ def spec_from_sentencepiece(
     return spec
 
 
+# The special-token names of a tokenizer config, in the order transformers adds the ones a vocabulary
+# lacks.
+_SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+# The byte-level BPE classes of folders that hold vocab.json + merges.txt and no tokenizer.json (OPT,
+# GPT-Neo, older GPT-2 uploads), read as transformers 5's GPT2Tokenizer builds them.
+_GPT2_CLASSES = {"GPT2Tokenizer", "GPT2TokenizerFast", "CodeGenTokenizer", "CodeGenTokenizerFast"}
+
+
+def spec_from_vocab_merges(folder: str, config: dict | None, generation_config: dict | None) -> TokenizerSpec:
+    """A spec from a folder's vocab.json + merges.txt (GPT-2's slow-tokenizer files, no tokenizer.json),
+    as transformers 5's GPT2Tokenizer builds its tokenizer from them: byte-level BPE with the GPT-2 split,
+    add_prefix_space from the config; the special tokens of tokenizer_config.json and
+    special_tokens_map.json (the latter wins, as in transformers; bos / eos / unk default to
+    <|endoftext|>), each an added special token, at its vocabulary id or appended; added_tokens_decoder's
+    entries with their own flags; BOS / EOS added where add_bos_token / add_eos_token say."""
+    config = dict(config or {})
+    what = os.path.join(folder, "vocab.json")
+    cls = config.get("tokenizer_class")
+    if cls is not None and cls not in _GPT2_CLASSES:
+        raise ModelError(
+            f"{folder}: a {cls} from vocab.json + merges.txt is not supported without a tokenizer.json "
+            f"(GPT-2's byte-level BPE is: {', '.join(sorted(_GPT2_CLASSES))})"
+        )
+    try:
+        with open(what, encoding="utf-8") as f:
+            vocab = json.load(f)
+        with open(os.path.join(folder, "merges.txt"), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelError(f"{folder}: unreadable vocab.json / merges.txt ({e})") from e
+    if not isinstance(vocab, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and 0 <= v < 1 << 24 for k, v in vocab.items()
+    ):
+        raise ModelError(f"{what}: not a map of tokens to ids")
+    merges: list[list[str]] = []
+    for number, line in enumerate(lines):
+        if (number == 0 and line.startswith("#version")) or not line.strip():
+            continue
+        pair = line.split(" ")
+        if len(pair) != 2:
+            raise ModelError(f"{folder}/merges.txt: line {number + 1} is not a pair of tokens: {line[:80]!r}")
+        merges.append(pair)
+    special_map = _load_json(os.path.join(folder, "special_tokens_map.json"))
+    if isinstance(special_map, dict):
+        config.update({k: v for k, v in special_map.items() if v is not None})
+    for name in ("bos_token", "eos_token", "unk_token"):  # (GPT2Tokenizer's defaults)
+        config.setdefault(name, "<|endoftext|>")
+    added: list[dict[str, Any]] = []
+    taken: dict[str, int] = {}
+    next_id = max(vocab.values(), default=-1) + 1
+    flags = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+    decoder = config.get("added_tokens_decoder") or {}
+    for key, tok in sorted(decoder.items(), key=lambda kv: int(kv[0])) if isinstance(decoder, dict) else []:
+        content = tok.get("content") if isinstance(tok, dict) else None
+        if not isinstance(content, str) or not str(key).isdigit() or int(key) >= 1 << 24:
+            raise ModelError(f"{folder}: malformed added_tokens_decoder entry {key!r}")
+        own = {k: bool(tok.get(k, False)) for k in flags}
+        added.append({"id": int(key), "content": content, "special": bool(tok.get("special", True)), **own})
+        taken[content] = int(key)
+        next_id = max(next_id, int(key) + 1)
+    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
+    named = [config.get(n) for n in _SPECIAL_NAMES] + (list(extra) if isinstance(extra, list) else [])
+    for value in named:
+        content = _token_content(value)
+        if content is None or content in taken:
+            continue
+        i = vocab.get(content, next_id)
+        next_id += i == next_id
+        own = {k: bool(value.get(k, False)) for k in flags} if isinstance(value, dict) else flags
+        added.append({"id": i, "content": content, "special": True, **own})
+        taken[content] = i
+    added.sort(key=lambda t: t["id"])
+    for t in added:
+        vocab.setdefault(t["content"], t["id"])
+
+    def template(ids: list[str]) -> list[dict]:
+        return [{"SpecialToken": {"id": s, "type_id": 0}} for s in ids]
+
+    bos, eos = _token_content(config.get("bos_token")), _token_content(config.get("eos_token"))
+    before = [bos] if config.get("add_bos_token", False) and bos in taken else []
+    after = [eos] if config.get("add_eos_token", False) and eos in taken else []
+    tj = {
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
+        "added_tokens": added,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": bool(config.get("add_prefix_space", False))},
+        "decoder": {"type": "ByteLevel"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": template(before) + [{"Sequence": {"id": "A", "type_id": 0}}] + template(after),
+            "special_tokens": {s: {"ids": [taken[s]]} for s in before + after},
+        },
+    }
+    return spec_from_tokenizer_json(tj, config, generation_config)
+
+
+def _load_json(path: str) -> Any:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{path}: not valid JSON ({e})") from e
+
+
 def spec_from_hf_path(path: str) -> TokenizerSpec:
     """A spec from a tokenizer.json file or a folder holding one (with its config files); a folder with a
-    SentencePiece tokenizer.model and no tokenizer.json reads that (``spec_from_sentencepiece``)."""
+    SentencePiece tokenizer.model and no tokenizer.json reads that (``spec_from_sentencepiece``), one with
+    GPT-2's vocab.json + merges.txt those (``spec_from_vocab_merges``)."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     tj_path = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
 
@@ -417,9 +523,18 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
             data = fb.read()
         spec = spec_from_sentencepiece(data, load("tokenizer_config.json"), load("generation_config.json"),
                                        spm_path)  # fmt: skip
+    elif (
+        not os.path.exists(tj_path)
+        and os.path.isdir(path)
+        and os.path.isfile(os.path.join(folder, "vocab.json"))
+        and os.path.isfile(os.path.join(folder, "merges.txt"))
+    ):
+        spec = spec_from_vocab_merges(folder, load("tokenizer_config.json"), load("generation_config.json"))
     else:
         if not os.path.exists(tj_path):
-            raise ModelError(f"{path}: no tokenizer.json (nor a SentencePiece tokenizer.model)")
+            raise ModelError(
+                f"{path}: no tokenizer.json (nor a SentencePiece tokenizer.model, nor vocab.json + merges.txt)"
+            )
         with open(tj_path, encoding="utf-8") as f:
             try:
                 tj = json.load(f)
