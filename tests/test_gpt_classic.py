@@ -11,6 +11,10 @@ as llama.cpp's converter writes them. Each runs in the Llama forward pass with s
   (transposed at load), LayerNorms and biases, the GELU of activation_function.
 - gpt_bigcode (StarCoder, SantaCoder, WizardCoder; GGUF "starcoder"): GPT-2's layout with multi-query
   attention (one K/V head) or a fused c_attn per head.
+- opt (OPT-125m ... 66b, folders only: llama.cpp has no OPT files): GPT-2's layout with separate q / k / v,
+  a ReLU MLP, the position table read from row 2 (OPT's offset), biases where enable_bias says.
+- gpt_neo (GPT-Neo 125M / 1.3B / 2.7B, folders only): GPT-2's layout with unscaled attention scores and a
+  window (window_size) on its "local" layers, q / k / v without biases.
 
 ALiBi adds slope * (key position - query position) to each score after the scale, in every attention kernel
 alike (attend_heads for single tokens, attend_tokens for prefill runs, attend_wide for wide heads), so the
@@ -91,6 +95,22 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="gpt_bigcode", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=None,
         vocab_size=130, tie=True,
     ), ["safetensors", "F32"]),
+    # OPT-125m's layout in small: ReLU, biases, tied, 128 positions (130 rows stored).
+    "opt": (dict(
+        arch="opt", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=150, tie=True, max_position_embeddings=128,
+    ), ["safetensors"]),
+    # enable_bias false, an exact GELU, 5 heads, untied.
+    "opt-gelu": (dict(
+        arch="opt", hidden_size=40, num_layers=2, num_heads=5, num_kv_heads=5, intermediate_size=56,
+        vocab_size=130, enable_bias=False, activation_function="gelu",
+    ), ["safetensors"]),
+    # GPT-Neo's global / local layers (a window of 8 over the 40 tokens), 4 x hidden MLP, tied.
+    "gpt_neo": (dict(
+        arch="gpt_neo", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=None,
+        vocab_size=150, tie=True, max_position_embeddings=128, window_size=8,
+        attention_types=[[["global", "local"], 1], [["local"], 1]],
+    ), ["safetensors"]),
 }  # fmt: skip
 
 
@@ -109,11 +129,18 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     """The switches each family sets, as the loader read them."""
     case = CASES[name][0]
     arch = case["arch"]
-    assert c["arch"] == {"gpt_bigcode": "starcoder"}.get(arch, arch)
+    assert c["arch"] == {"gpt_bigcode": "starcoder", "opt": "gpt2", "gpt_neo": "gpt2"}.get(arch, arch)
     assert c["layer_norm"] and c["ffn_gelu"] and c["layer_nope"] == [True] * case["num_layers"]
-    assert c["norm_bias"] == c["ffn_bias"] == c["qkv_bias"] == c["o_bias"] == (arch != "mpt")
+    biased = arch != "mpt" and case.get("enable_bias", True)
+    assert c["ffn_bias"] == c["o_bias"] == biased and c["norm_bias"] == (arch != "mpt")
+    assert c["qkv_bias"] == (biased and arch != "gpt_neo")
+    assert c["ffn_relu"] == (arch == "opt" and "activation_function" not in case)
     assert c["embd_norm"] == (arch == "bloom")
-    assert c["pos_embd"] == (arch in ("gpt2", "gpt_bigcode"))
+    assert c["pos_embd"] == (arch in ("gpt2", "gpt_bigcode", "opt", "gpt_neo"))
+    if arch == "gpt_neo":
+        assert c["sliding_window"] == 8 and c["layer_sliding"] == [False, True, True]
+    else:
+        assert c["sliding_window"] == 0 and not any(c["layer_sliding"])
     assert c["n_head_kv"] == case["num_kv_heads"]
     assert c["n_ff"] == (case["intermediate_size"] or 4 * case["hidden_size"])
     if arch in ("bloom", "mpt"):  # the slopes of transformers' own formulas
@@ -125,9 +152,8 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     exact = arch == "mpt" or (case.get("activation_function") == "gelu" and fmt == "safetensors")
     assert c["gelu_erf"] == exact
     assert c["clamp_qkv"] == pytest.approx(case.get("clip_qkv", 0.0))
-    assert c["attn_scale"] == pytest.approx(
-        case.get("softmax_scale", 1.0 if case.get("scale_attn_weights") is False else 0.0)
-    )
+    unscaled = case.get("scale_attn_weights") is False or arch == "gpt_neo"
+    assert c["attn_scale"] == pytest.approx(case.get("softmax_scale", 1.0 if unscaled else 0.0))
 
 
 def hf_slopes(arch: str, n_head: int, bound: float = 8) -> list[float]:
@@ -178,7 +204,7 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
 @pytest.mark.parametrize(
     "name, fmt",
     [("bloom", "Q8_0"), ("bloom-wide", "safetensors"), ("mpt", "F16"), ("gpt2-exact", "safetensors"),
-     ("gpt_bigcode", "Q8_0")],
+     ("gpt_bigcode", "Q8_0"), ("opt", "safetensors"), ("gpt_neo", "safetensors")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits."""
@@ -300,6 +326,95 @@ def test_options_transformers_does_not_run_are_refused(hf_models: dict[str, Any]
         core.load_model(bad)
     with pytest.raises(ValueError, match="qk_ln"):
         ref_loader.load_weights(bad)
+
+
+def test_opt_and_gpt_neo_options(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """OPT-350m's post-LayerNorm layers and projections, weightless LayerNorms, a removed final norm, and
+    GPT-Neo's malformed layer types are refused by name by both loaders. OPT's older uploads (no model.
+    prefix) read as the new ones, bitwise; GPT-Neo's window is used (the logits move without it) and its
+    old files' attention-mask buffers are ignored."""
+    from safetensors.numpy import load_file, save_file
+
+    for d in ("opt", "gpt_neo"):
+        (tmp_path / d).mkdir()
+    check_config_refusals(hf_models["opt"][0], tmp_path / "opt", [
+        ({"do_layer_norm_before": False}, "do_layer_norm_before=false"),
+        ({"word_embed_proj_dim": 16}, "word_embed_proj_dim"),
+        ({"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine"),
+        ({"_remove_final_layer_norm": True}, "_remove_final_layer_norm"),
+        ({"activation_function": "silu"}, "silu"),
+    ])  # fmt: skip
+    check_config_refusals(hf_models["gpt_neo"][0], tmp_path / "gpt_neo", [
+        ({"attention_layers": ["global", "sparse", "local"]}, "sparse"),
+        ({"attention_layers": ["global", "local"]}, "one type per layer"),
+        ({"attention_layers": None, "attention_types": [[["global"], "x"]]}, "attention_types"),
+        ({"window_size": 0}, "window_size 0"),
+        ({"activation_function": "relu"}, "relu"),
+    ])  # fmt: skip
+
+    src, _, ids = hf_models["opt"]
+    old = tmp_path / "opt-old"
+    shutil.copytree(src, old)
+    stored = load_file(str(old / "model.safetensors"))
+    save_file({k.removeprefix("model."): v for k, v in stored.items()}, str(old / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    want = core.model_logits(core.load_model(src), ids)
+    assert np.array_equal(core.model_logits(core.load_model(str(old)), ids), want)
+    config, weights = ref_loader.load_weights(str(old))
+    scale = float(np.max(np.abs(want)))
+    assert float(np.max(np.abs(ref_model.forward(config, weights, ids) - want))) < 1e-5 * scale
+
+    src, _, ids = hf_models["gpt_neo"]
+    old = tmp_path / "neo-old"
+    shutil.copytree(src, old)
+    stored = load_file(str(old / "model.safetensors"))
+    for i in range(CASES["gpt_neo"][0]["num_layers"]):
+        stored[f"transformer.h.{i}.attn.attention.bias"] = np.tril(np.ones((1, 1, 128, 128), dtype=bool))
+        stored[f"transformer.h.{i}.attn.attention.masked_bias"] = np.asarray(-1e9, dtype=np.float32)
+    save_file(stored, str(old / "model.safetensors"), metadata={"format": "pt"})
+    want = core.model_logits(core.load_model(src), ids)
+    assert np.array_equal(core.model_logits(core.load_model(str(old)), ids), want)
+    config, weights = ref_loader.load_weights(str(old))
+    scale = float(np.max(np.abs(want)))
+    assert float(np.max(np.abs(ref_model.forward(config, weights, ids) - want))) < 1e-5 * scale
+    unwindowed = ref_model.forward(dict(config, layer_sliding=[], sliding_window=0), weights, ids)
+    assert float(np.max(np.abs(unwindowed - want))) > 1e-3 * scale
+    text = models.format_inspect(models.inspect(src))
+    assert "architecture  gpt2 (the folder's model_type gpt_neo)" in text, text
+    assert "attention     sliding window of 8 tokens in 2 of 3 layers" in text, text
+    text = models.format_inspect(models.inspect(hf_models["opt"][0]))
+    assert "mlp           down(relu(up x)); with biases; LayerNorm with bias" in text, text
+
+
+def test_opt_engine_with_its_tokenizer(default_model_path: str, tmp_path: Path) -> None:
+    """A tiny OPT model with OPT's tokenizer files (vocab.json + merges.txt, </s> as BOS: test_tokenizer's
+    opt_files) through LLM: the prompt ids are transformers' (BOS first), the greedy continuation is
+    transformers' generate, and check_engine's batching / prefix-cache / twin / preemption checks hold."""
+    import torch
+    import transformers
+    from test_tokenizer import OPT_FOLDER, load_vocab
+    from tiny_models import check_engine, make_hf_model
+
+    from ossa import LLM, SamplingParams
+
+    tokenizer = load_vocab(OPT_FOLDER, default_model_path).path
+    folder = make_hf_model(tmp_path / "opt", seed=5, **dict(CASES["opt"][0], vocab_size=50261))
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(Path(tokenizer) / name, Path(folder) / name)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
+    prompt = "The quick brown fox jumps over"
+    ids = hf_tok(prompt)["input_ids"]
+    assert ids[0] == hf_tok.bos_token_id
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
+                             min_new_tokens=12, pad_token_id=1)  # fmt: skip
+    got = LLM(folder, kv_cache_memory_bytes=16 << 20).generate(
+        [prompt], SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    )[0]
+    assert list(got.prompt_token_ids) == ids
+    assert list(got.outputs[0].token_ids) == out[0, len(ids) :].tolist()
+    check_engine(folder)
 
 
 def _gguf_with(src: str, dst: Path, extra: dict[str, np.ndarray]) -> str:

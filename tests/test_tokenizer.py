@@ -137,7 +137,9 @@ def load_vocab(name: str, gguf_path: str) -> Vocab:
 
         path = os.path.join(assets.cache_dir(), "hf", OPT_FOLDER)
         if not os.path.exists(os.path.join(path, "merges.txt")):
-            write_vocab_merges_folder(os.path.join(load_vocab("gpt2", gguf_path).path, "tokenizer.json"), path)
+            write_vocab_merges_folder(
+                os.path.join(load_vocab("gpt2", gguf_path).path, "tokenizer.json"), path
+            )
         hf = _TransformersTokenizer(AutoTokenizer.from_pretrained(path))
         lossless = False  # (BOS added; "</s>" in the text is the special token)
     elif name in GGUF_VOCABS:
@@ -410,7 +412,8 @@ def _write_gemma3_style(mistral_folder: str, out: str) -> None:
 
 
 @pytest.fixture(
-    scope="module", params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF, SPM_FOLDER, OPT_FOLDER]
+    scope="module",
+    params=VOCABS + list(GGUF_VOCABS) + list(SPM_GGUF_VOCABS) + [GEMMA4_GGUF, SPM_FOLDER, OPT_FOLDER],
 )
 def vocab(request: pytest.FixtureRequest, default_model_path: str) -> Vocab:
     return load_vocab(request.param, default_model_path)
@@ -641,11 +644,23 @@ def test_vocab_merges_folders_match_transformers(tmp_path: pathlib.Path, default
         "defaults": ({}, None),
         "special_map": (
             {"add_bos_token": True, "bos_token": "<s>"},
-            {"bos_token": "</s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-             "additional_special_tokens": ["<|x|>", "<|y|>"]},
+            {
+                "bos_token": "</s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "additional_special_tokens": ["<|x|>", "<|y|>"],
+            },
         ),  # fmt: skip
-        "added": ({"add_prefix_space": True, "add_eos_token": True, "eos_token": "<|im_end|>",
-                   "added_tokens_decoder": decoder}, None),  # fmt: skip
+        "added": (
+            {
+                "add_prefix_space": True,
+                "add_eos_token": True,
+                "eos_token": "<|im_end|>",
+                "added_tokens_decoder": decoder,
+            },
+            None,
+        ),  # fmt: skip
     }
     texts = ["Hello world</s> <pad>x<|endoftext|>", "a</s><s><unk><|x|><|y|>", " Hi<|im_start|>x<think> y",
              "  spaces  and\n\nnew lines 123 ", ""]  # fmt: skip

@@ -107,6 +107,9 @@ ARCHS = (
     "dbrx",
     "glm",
     "helium",
+    "opt",
+    "gpt_neo",
+    "bitnet",
 )
 
 
@@ -186,7 +189,7 @@ def make_hf_model(
         )
         kwargs.pop("num_key_value_heads")
         kwargs.pop("rope_parameters")
-    if arch in ("bloom", "mpt", "gpt2", "gpt_bigcode"):  # (their configs' own keys; no RoPE)
+    if arch in ("bloom", "mpt", "gpt2", "gpt_bigcode", "opt", "gpt_neo"):  # (their own keys; no RoPE)
         kwargs = _gpt_classic_kwargs(arch, kwargs)
     if arch == "dbrx":  # (DbrxConfig's own keys; its attention and experts in sub-configs)
         kwargs = _dbrx_kwargs(kwargs)
@@ -282,6 +285,9 @@ def make_hf_model(
         "mpt": transformers.MptConfig,
         "gpt2": transformers.GPT2Config,
         "gpt_bigcode": transformers.GPTBigCodeConfig,
+        "opt": transformers.OPTConfig,
+        "gpt_neo": transformers.GPTNeoConfig,
+        "bitnet": transformers.BitNetConfig,
         "afmoe": transformers.AfmoeConfig,
         "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,
@@ -359,6 +365,37 @@ def make_hf_model(
     return str(out)
 
 
+def pack_bitnet(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> str:
+    """A BitNet b1.58 checkpoint from the float folder ``src`` (any architecture: BitNet's own, or
+    Falcon3-1.58bit's Llama), as transformers' BitLinear reads one: each projection (``*_proj.weight``,
+    not the embeddings or lm_head) quantized to ternary values as transformers' WeightQuant does
+    (scale = 1 / mean |w|, round(w * scale) clamped to [-1, 1]), packed four to a byte along the rows by
+    transformers' own pack_weights, beside its ``weight_scale`` (that scale); quantization_config
+    quant_method "bitnet" (bitlinear, offline) in config.json."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.bitnet import pack_weights
+
+    src, out = Path(src), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(out / "model.safetensors"))
+    packed: dict[str, Any] = {}
+    for name, t in stored.items():
+        if not name.endswith("_proj.weight"):
+            packed[name] = t.contiguous()
+            continue
+        scale = 1.0 / t.float().abs().mean().clamp(min=1e-5)
+        ternary = (t.float() * scale).round().clamp(-1, 1).to(torch.int8)
+        packed[name] = pack_weights(ternary.clone())
+        packed[name.removesuffix(".weight") + ".weight_scale"] = scale.reshape(1).to(torch.float32)
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "bitnet", "linear_class": "bitlinear",
+                                  "quantization_mode": "offline"}  # fmt: skip
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
 def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     """DbrxConfig from make_hf_model's Llama-style keywords: d_model, n_heads, n_layers, attn_config
     (kv_n_heads, clip_qkv, rope_theta), ffn_config (ffn_hidden_size = intermediate_size, moe_num_experts,
@@ -379,15 +416,26 @@ def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpt_classic_kwargs(arch: str, kw: dict[str, Any]) -> dict[str, Any]:
-    """BLOOM's, MPT's, GPT-2's and GPT-BigCode's configs from make_hf_model's Llama-style keywords (their
-    own keys; the MLP 4 x hidden in BLOOM and MPT; MPT's attention options in attn_config: alibi_bias_max,
-    clip_qkv, softmax_scale from ``kw``)."""
+    """BLOOM's, MPT's, GPT-2's, GPT-BigCode's, OPT's and GPT-Neo's configs from make_hf_model's Llama-style
+    keywords (their own keys; the MLP 4 x hidden in BLOOM and MPT; MPT's attention options in attn_config:
+    alibi_bias_max, clip_qkv, softmax_scale from ``kw``; GPT-Neo's attention_types and window_size, OPT's
+    enable_bias / activation_function as given)."""
     base = dict(vocab_size=kw.pop("vocab_size"), tie_word_embeddings=kw.pop("tie_word_embeddings"),
                 layer_norm_epsilon=kw.pop("rms_norm_eps"))  # fmt: skip
     hidden, layers, heads = kw.pop("hidden_size"), kw.pop("num_hidden_layers"), kw.pop("num_attention_heads")
     kv, inner = kw.pop("num_key_value_heads"), kw.pop("intermediate_size", None)
     positions = kw.pop("max_position_embeddings")
     kw.pop("rope_parameters", None)
+    if arch == "opt":  # (OPTConfig: no epsilon key; the special ids of a 50k vocabulary's)
+        assert kv == heads, "OPT: MHA"
+        return dict(vocab_size=base["vocab_size"], tie_word_embeddings=base["tie_word_embeddings"],
+                    hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, ffn_dim=inner,
+                    max_position_embeddings=positions, word_embed_proj_dim=hidden, pad_token_id=1,
+                    bos_token_id=2, eos_token_id=2, **kw)  # fmt: skip
+    if arch == "gpt_neo":
+        assert kv == heads, "GPT-Neo: MHA"
+        return dict(base, hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=inner,
+                    max_position_embeddings=positions, bos_token_id=0, eos_token_id=0, **kw)  # fmt: skip
     if arch == "bloom":
         assert inner in (None, 4 * hidden) and kv == heads, "BLOOM: MHA, an MLP of 4 x hidden"
         return dict(base, hidden_size=hidden, n_layer=layers, n_head=heads, **kw)

@@ -89,6 +89,40 @@ void bind_kernels(nb::module_& m) {
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
       nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = true);
 
+  // BitNet's BitLinear (kernels/matmul_bitnet.cpp) on ternary values (int8 [rows, cols], -1 / 0 /
+  // 1) with their scale, for the kernel tests against the twin and transformers.
+  m.def(
+      "kernel_bitnet_matmul",
+      [](nb::ndarray<const int8_t, nb::ndim<2>, nb::c_contig> ternary, float scale,
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
+        const int64_t rows = static_cast<int64_t>(ternary.shape(0)),
+                      cols = static_cast<int64_t>(ternary.shape(1));
+        if (rows < 1 || cols < 64 || cols % 64 != 0 || static_cast<int64_t>(x.shape(1)) != cols)
+          throw ossa::InputError("kernel_bitnet_matmul: bad shape");
+        if (!(scale > 0.0f)) throw ossa::InputError("kernel_bitnet_matmul: scale must be > 0");
+        for (size_t i = 0; i < ternary.size(); ++i)
+          if (ternary.data()[i] < -1 || ternary.data()[i] > 1)
+            throw ossa::InputError("kernel_bitnet_matmul: values must be -1, 0 or 1");
+        ossa::AlignedVector<uint8_t> packed(static_cast<size_t>(rows * cols / 4));
+        for (int64_t r = 0; r < rows; ++r)
+          ossa::bitnet_pack_row(ternary.data() + r * cols, cols, packed.data() + r * (cols / 4));
+        ossa::TensorView w;
+        w.type = ossa::DType::BITNET;
+        w.rows = rows;
+        w.cols = cols;
+        w.row_bytes = static_cast<size_t>(cols / 4);
+        w.data = packed.data();
+        w.scale = scale;
+        const int64_t n = static_cast<int64_t>(x.shape(0));
+        F32Array out = new_f32(static_cast<size_t>(n), static_cast<size_t>(rows));
+        {
+          nb::gil_scoped_release release;
+          ossa::matmul(w, ossa::MatmulInput{x.data(), nullptr, n, cols}, out.data(), rows);
+        }
+        return out;
+      },
+      nb::arg("ternary"), nb::arg("scale"), nb::arg("x"));
+
   // Benchmark hook (benchmarks/matmul.py, kernel_rows.py): the same product `reps` times into one
   // output buffer, the weight prepared once as the loader does; returns the seconds of each run,
   // wall time or (cpu_time) the calling thread's CPU time, which ignores time the OS gave to other

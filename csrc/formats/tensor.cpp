@@ -59,6 +59,8 @@ DTypeTraits dtype_traits(DType type) {
       return {256, 136};
     case DType::MXFP4:
       return {32, 17};
+    case DType::BITNET:
+      return {64, 16};
   }
   throw ModelError("unsupported tensor type '" + ggml_type_name(static_cast<uint32_t>(type)) + "'");
 }
@@ -123,6 +125,8 @@ const char* dtype_name(DType type) {
       return "IQ4_XS";
     case DType::MXFP4:
       return "MXFP4";
+    case DType::BITNET:
+      return "BITNET";
   }
   return "?";
 }
@@ -340,6 +344,12 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
         const float d = load_f16(p), m = load_f16(p + 2);
         for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q5_at(p + 4, p + 8, j)) * d + m;
       }
+      return;
+    case DType::BITNET:  // (the ternary values over the scale: what the products weigh x by)
+      for (int64_t k = 0; k < n; ++k)
+        out[k] =
+            static_cast<float>(((p[16 * (k / 64) + k % 16] >> (2 * ((k % 64) / 16))) & 3) - 1) /
+            view.scale;
       return;
     case DType::MXFP4:
       for (int64_t b = 0; b < n / 32; ++b, p += 17, out += 32) {

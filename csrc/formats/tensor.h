@@ -31,6 +31,10 @@ enum class DType : uint32_t {
   IQ4_XS = 23,
   BF16 = 30,
   MXFP4 = 39,
+  // Not a GGUF type: BitNet b1.58's ternary matrices as transformers' BitLinear stores them (a
+  // folder's packed uint8 weight and weight_scale), repacked at load (kernels/matmul_bitnet.cpp:
+  // 2 bits per value, 16 bytes per 64 columns; TensorView::scale the matrix's scale).
+  BITNET = 1000,
 };
 
 struct DTypeTraits {
@@ -56,6 +60,8 @@ struct TensorView {
   // bfloat16 compute (load_model with dtype "bfloat16"): this matrix multiplies activations rounded
   // to bf16, its weights rounded to bf16 too (in `packed` on AMX, else `data` is a BF16 copy).
   bool bf16_compute = false;
+  // BITNET: the matrix's weight_scale (its products are divided by it; kernels/matmul_bitnet.cpp).
+  float scale = 0.0f;
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

@@ -56,6 +56,8 @@ int64_t block_elems(DType t) {
     case DType::IQ4_NL:
     case DType::MXFP4:
       return 32;
+    case DType::BITNET:
+      return 64;
     case DType::F32:
     case DType::F16:
     case DType::BF16:
@@ -225,13 +227,15 @@ AmxActivations prepare_amx(const MatmulInput& x, int threads, const AmxNeeds& ne
 
 // Activation rows laid out for the AVX-512 K-quant kernels (kquant_prepare_row), one buffer per
 // layout, owned by the thread that called the matmul (like t_split). Slots: 0 Q4_K and Q5_K (Q5_K's
-// qs are Q4_K's, so a matmul with both lays the rows out once), 1 Q6_K, 2 IQ4_XS, 3 Q2_K and Q3_K.
+// qs are Q4_K's, so a matmul with both lays the rows out once), 1 Q6_K, 2 IQ4_XS, 3 Q2_K and Q3_K,
+// 4 BitNet's int8 rows (bitnet_prepare_row, every build).
 struct KQuantRows {
-  const float* rows[4] = {nullptr, nullptr, nullptr, nullptr};
-  int64_t stride[4] = {0, 0, 0, 0};
+  const float* rows[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  int64_t stride[5] = {0, 0, 0, 0, 0};
 };
-thread_local AlignedVector<float> t_kquant[4];
+thread_local AlignedVector<float> t_kquant[5];
 int kquant_slot(DType t) {
+  if (t == DType::BITNET) return 4;
   if (t == DType::Q2_K || t == DType::Q3_K) return 3;
   return t == DType::Q4_K || t == DType::Q5_K ? 0
          : t == DType::Q6_K                   ? 1
@@ -244,6 +248,10 @@ bool uses_f32_tiles(const TensorView& w, const MatmulInput& x) {
   return !uses_amx(w) && !(dtype_quantized(w.type) && x.quantized && !w.bf16_compute);
 }
 
+int64_t prepared_floats(DType t, int64_t cols) {
+  return t == DType::BITNET ? bitnet_prepared_floats(cols) : kquant_prepared_floats(t, cols);
+}
+
 KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInput& x,
                           int threads) {
   KQuantRows out;
@@ -251,12 +259,16 @@ KQuantRows prepare_kquant(const TensorView* const* ws, int n_ws, const MatmulInp
     const TensorView& w = *ws[i];
     const int slot = kquant_slot(w.type);
     if (slot < 0 || out.rows[slot] != nullptr || !uses_f32_tiles(w, x)) continue;
-    const int64_t stride = kquant_prepared_floats(w.type, x.cols);
+    const int64_t stride = prepared_floats(w.type, x.cols);
     if (stride == 0) continue;
     float* buf = grow(t_kquant[slot], stride * x.n_rows);
     const auto work = [&](int64_t begin, int64_t end, int) {
-      for (int64_t r = begin; r < end; ++r)
-        kquant_prepare_row(w.type, x.f32 + r * x.cols, x.cols, buf + r * stride);
+      for (int64_t r = begin; r < end; ++r) {
+        if (w.type == DType::BITNET)
+          bitnet_prepare_row(x.f32 + r * x.cols, x.cols, buf + r * stride);
+        else
+          kquant_prepare_row(w.type, x.f32 + r * x.cols, x.cols, buf + r * stride);
+      }
     };
     if (x.n_rows <= 8)
       work(0, x.n_rows, 0);
@@ -315,6 +327,11 @@ thread_local AlignedVector<float> t_decoded;
 void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t r_end, float* y,
              int64_t ldy, int64_t o_begin, int64_t o_end, const AmxActivations* amx,
              const KQuantRows& kq, bool accumulate = false) {
+  if (w.type == DType::BITNET) {  // (its own int8 rows: matmul_bitnet.cpp)
+    OSSA_ASSERT(!accumulate && kq.rows[4] != nullptr);
+    bitnet_rows(w, kq.rows[4], kq.stride[4], r_begin, r_end, y, ldy, o_begin, o_end);
+    return;
+  }
   if (amx != nullptr && uses_amx(w)) {
     amx_compute_packed(w, *amx, r_begin, r_end, y, ldy, o_begin, o_end, accumulate);
     return;
@@ -347,7 +364,7 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
   float out[64];
   const int slot = kquant_slot(w.type);
   const bool prepared = slot >= 0 && kq.rows[slot] != nullptr;
-  OSSA_ASSERT(prepared || kquant_prepared_floats(w.type, x.cols) == 0);
+  OSSA_ASSERT(prepared || prepared_floats(w.type, x.cols) == 0);
   if (const F32DecodeFn decode = f32_tile(w.type, 1).decode;
       decode != nullptr && !prepared && r_end - r_begin >= k_decoded_min_rows) {
     // AVX2: each weight row of the item decoded once for all its activation rows (the same sums).

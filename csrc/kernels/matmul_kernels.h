@@ -81,6 +81,20 @@ int64_t kquant_prepared_floats(DType t, int64_t cols);
 void kquant_prepare_row(DType t, const float* x, int64_t cols, float* out);
 F32Tile kquant_tile(DType t, int rows);
 
+// BitNet's ternary matrices (DType::BITNET, matmul_bitnet.cpp): each activation row quantized once
+// per matmul call to int8 with its own scale (bitnet_prepare_row: k_bitnet_header floats holding
+// the scale and the int32 sum of the codes, then the cols int8 values), and y[r * ldy + o] for
+// output rows [o_begin, o_end) of activation rows [r_begin, r_end) from those prepared rows (stride
+// floats apart). bitnet_pack_row stores a row of cols ternary values (a multiple of 64);
+// bitnet_weight reads value k of such a row back.
+constexpr int64_t k_bitnet_header = 16;
+int64_t bitnet_prepared_floats(int64_t cols);
+void bitnet_prepare_row(const float* x, int64_t cols, float* out);
+void bitnet_rows(const TensorView& w, const float* prepared, int64_t stride, int64_t r_begin,
+                 int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
+void bitnet_pack_row(const int8_t* w, int64_t cols, uint8_t* out);
+int8_t bitnet_weight(const uint8_t* row, int64_t k);
+
 // 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
 using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
                          float* out);

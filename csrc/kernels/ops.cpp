@@ -139,6 +139,17 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void relu2_glu_row(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = gate[i] > 0.0f ? gate[i] : 0.0f;
+    out[i] = r * r * up[i];
+  }
+}
+
+void relu_row(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
 void relu2_row(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] * x[i] : 0.0f;
 }

@@ -31,6 +31,8 @@ void swiglu_row(const float* gate, const float* up, int64_t n, float* out);
 
 // x[i] = relu(x[i])^2, in place (Nemotron-H's feed-forward activation, relu2).
 void relu2_row(float* x, int64_t n);
+// x[i] = max(x[i], 0), in place (OPT's feed-forward activation).
+void relu_row(float* x, int64_t n);
 
 // xIELU in place (Apertus), with the applied parameters (alpha_p = softplus of the stored one,
 // alpha_n = beta + softplus of the stored one): x > 0: alpha_p x^2 + beta x; else
@@ -52,10 +54,14 @@ void gelu_tanh_row(float* x, int64_t n);
 void gelu_erf_row(float* x, int64_t n);
 
 // The gated activation of a feed-forward: SwiGLU (Llama family) or GeGLU (Gemma).
-enum class Glu { Silu, GeluTanh };
+enum class Glu { Silu, GeluTanh, Relu2 };
+// out[i] = relu(gate[i])^2 * up[i] (BitNet's relu2 gate; out may alias gate).
+void relu2_glu_row(const float* gate, const float* up, int64_t n, float* out);
 inline void glu_row(Glu glu, const float* gate, const float* up, int64_t n, float* out) {
   if (glu == Glu::GeluTanh)
     geglu_row(gate, up, n, out);
+  else if (glu == Glu::Relu2)
+    relu2_glu_row(gate, up, n, out);
   else
     swiglu_row(gate, up, n, out);
 }

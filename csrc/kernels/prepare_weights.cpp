@@ -123,7 +123,7 @@ bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute
   };
   std::vector<Job> jobs;
   for (TensorView* v : matrices) {
-    if (v->empty()) continue;
+    if (v->empty() || v->type == DType::BITNET) continue;  // (BitNet's int8 path in every mode)
     size_t bytes = 0;
     if (bf16_compute) {
       check_bf16_compute(*v);

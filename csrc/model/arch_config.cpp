@@ -2223,9 +2223,71 @@ void gpt_classic_config_hf(const Json& cfg, ModelConfig& c) {
     set_alibi(c, a.number("alibi_bias_max", 8.0), where);
     return;
   }
-  // GPT-2 / GPT-BigCode: learned positions, the GELU of activation_function
+  // GPT-2 / GPT-BigCode / OPT / GPT-Neo: learned positions, the GELU of activation_function
   c.pos_embd = true;
   c.layer_nope.assign(static_cast<size_t>(c.n_layer), 1);
+  if (type == "opt") {  // OPT: a ReLU MLP, every projection biased where enable_bias says
+    if (!cfg.boolean("do_layer_norm_before", true))
+      throw ModelError("do_layer_norm_before=false (OPT-350m's post-LayerNorm layers) in " + where +
+                       " is not supported");
+    if (cfg.integer("word_embed_proj_dim", c.n_embd) != c.n_embd)
+      throw ModelError(
+          "word_embed_proj_dim other than hidden_size (OPT-350m's project_in / "
+          "project_out) in " +
+          where + " is not supported");
+    if (!cfg.boolean("layer_norm_elementwise_affine", true))
+      throw ModelError("layer_norm_elementwise_affine=false in " + where + " is not supported");
+    if (cfg.boolean("_remove_final_layer_norm", false))
+      throw ModelError("_remove_final_layer_norm=true in " + where + " is not supported");
+    c.rms_eps = 1e-5f;  // (torch's LayerNorm default; OPTConfig has no key)
+    c.qkv_bias = c.o_bias = c.ffn_bias = cfg.boolean("enable_bias", true);
+    if (cfg.string("hidden_act", "relu") == "relu")
+      c.ffn_relu = true;
+    else
+      c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "relu");
+    return;
+  }
+  if (type == "gpt_neo") {  // GPT-Neo: unscaled attention, a window on its "local" layers
+    c.qkv_bias = false;
+    c.attn_scale = 1.0f;
+    c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "gelu_new");
+    // (attention_layers: a type per layer; else attention_types' [[types, repeats], ...] expanded,
+    // as GPTNeoConfig does)
+    std::vector<std::string> types;
+    const JsonValue* layers = cfg.get("attention_layers");
+    const JsonValue* groups = cfg.get("attention_types");
+    if (layers != nullptr && layers->is_array()) {
+      for (const JsonValue& t : layers->array) types.push_back(t.is_string() ? t.string : "");
+    } else if (groups != nullptr && groups->is_array()) {
+      for (const JsonValue& g : groups->array) {
+        if (!g.is_array() || g.array.size() != 2 || !g.array[0].is_array() ||
+            !g.array[1].is_number() || !g.array[1].is_integer || g.array[1].integer < 0 ||
+            g.array[1].integer > 4096)
+          throw ModelError("malformed attention_types in " + where);
+        for (int64_t r = 0; r < g.array[1].integer; ++r)
+          for (const JsonValue& t : g.array[0].array)
+            types.push_back(t.is_string() ? t.string : "");
+      }
+    }
+    if (types.size() != static_cast<size_t>(c.n_layer))
+      throw ModelError("attention_layers / attention_types in " + where +
+                       " must give one type per layer");
+    c.layer_sliding.clear();
+    for (const std::string& t : types) {
+      if (t != "global" && t != "local")
+        throw ModelError("attention layer type '" + t + "' in " + where +
+                         " is not supported (global, local)");
+      c.layer_sliding.push_back(t == "local");
+    }
+    c.sliding_window = window_of(cfg.integer("window_size", 256), "window_size in " + where);
+    if (std::find(c.layer_sliding.begin(), c.layer_sliding.end(), 1) == c.layer_sliding.end()) {
+      c.sliding_window = 0;
+      c.layer_sliding.clear();
+    } else if (c.sliding_window == 0) {  // (transformers' mask would leave nothing to attend to)
+      throw ModelError("window_size 0 with local attention layers in " + where);
+    }
+    return;
+  }
   c.gelu_erf = gelu_is_exact(cfg, "hidden_act", type == "gpt2" ? "gelu_new" : "gelu_pytorch_tanh");
   if (!cfg.boolean("scale_attn_weights", true)) c.attn_scale = 1.0f;
   if (cfg.boolean("scale_attn_by_inverse_layer_idx", false))

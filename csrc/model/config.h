@@ -268,6 +268,12 @@ struct ModelConfig {
   // attention's: x + attn(ln1 x) + mlp(ln2 x).
   bool gelu_erf = false;
   bool parallel_norms = false;
+  // OPT: ffn_gelu's activation a ReLU instead: down(relu(up x + b_up)) + b_down.
+  bool ffn_relu = false;
+  // BitNet: LayerWeights::attn_sub_norm / ffn_sub_norm (RMSNorms before wo and w_down), and the
+  // gated MLP's activation relu(gate)^2 * up (Glu::Relu2) instead of SwiGLU.
+  bool sub_norms = false;
+  bool glu_relu2 = false;
   // BLOOM, MPT: ALiBi in place of RoPE (every layer NoPE), one slope per head ([n_head], empty:
   // none; alibi_slopes); BLOOM's LayerNorm of the embeddings (ModelWeights::tok_embd_norm, with
   // its bias); GPT-2, StarCoder: learned absolute positions (ModelWeights::pos_embd, one row per

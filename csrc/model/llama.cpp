@@ -273,6 +273,11 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
             for (int64_t e = 0; e < hd; ++e)
               o[h * hd + e] *= 1.0f / (1.0f + std::exp(-g[h * (own ? hd : 2 * hd) + e]));
         });
+      if (!L.attn_sub_norm.empty())  // (BitNet: the output's RMSNorm before wo)
+        per_token(n, threads, [&](int t) {
+          float* o = s.attn.data() + t * Q;
+          rmsnorm_row(o, reinterpret_cast<const float*>(L.attn_sub_norm.data), Q, c.rms_eps, o);
+        });
       if (c.mup.active)  // (Falcon-H1's attention_out_multiplier, before the linear wo)
         per_token(n, threads, [&](int t) {
           float* o = s.attn.data() + t * Q;
@@ -333,7 +338,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
         per_token(n, threads, [&](int t) {
           float* g = s.gate.data() + t * F;
           add_bias(g, L.b_up, F);
-          c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
+          c.ffn_relu ? relu_row(g, F) : c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
         });
       } else {
         matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(), F);
@@ -344,7 +349,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
-    if (c.ffn_gelu) {  // StarCoder2: down(gelu(up x + b_up)) + b_down
+    if (c.ffn_gelu) {  // StarCoder2: down(gelu(up x + b_up)) + b_down (OPT: relu)
       in = norm_for(s, ffn_norm, n, threads, {&L.w_up}, nullptr,
                     reinterpret_cast<const float*>(L.ffn_norm_b.data));
       laps.lap(kNorm);
@@ -352,7 +357,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       per_token(n, threads, [&](int t) {
         float* g = s.gate.data() + t * F;
         add_bias(g, L.b_up, F);
-        c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
+        c.ffn_relu ? relu_row(g, F) : c.gelu_erf ? gelu_erf_row(g, F) : gelu_tanh_row(g, F);
       });
       laps.lap(kGateUp);
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
@@ -405,10 +410,16 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
     }
     // bfloat16 compute on AMX: swiglu's output goes straight into the down matmul's bf16 tiles.
     const bool tiles = !s.ffn_tiles.empty() && takes_bf16_tiles(L.w_gate) &&
-                       takes_bf16_tiles(L.w_up) && takes_bf16_tiles(L.w_down);
+                       takes_bf16_tiles(L.w_up) && takes_bf16_tiles(L.w_down) && !c.sub_norms;
     matmul_gate_up_swiglu(L.w_gate, L.w_up, in, s.gate.data(),
                           F,  // SwiGLU fused: see kernels/matmul.h
-                          tiles ? s.ffn_tiles.data() : nullptr);
+                          tiles ? s.ffn_tiles.data() : nullptr,
+                          c.glu_relu2 ? Glu::Relu2 : Glu::Silu);
+    if (c.sub_norms)  // (BitNet: the product's RMSNorm before w_down)
+      per_token(n, threads, [&](int t) {
+        float* g = s.gate.data() + t * F;
+        rmsnorm_row(g, reinterpret_cast<const float*>(L.ffn_sub_norm.data), F, c.rms_eps, g);
+      });
     laps.lap(kGateUp);
     if (tiles) {
       in = MatmulInput{nullptr, nullptr, n, F, s.ffn_tiles.data()};

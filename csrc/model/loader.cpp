@@ -304,7 +304,8 @@ const char* const k_supported_hf =
     "minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, internlm3, helium, "
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
-    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm)";
+    "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
+    "gpt_neo)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -612,6 +613,8 @@ void build_weights(Model& m, Builder& b,
       l.wv = b.take(name_of(i, "wv"), p + "wv", kv, c.n_embd);
     }
     if (!c.mla.active() && attention) l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, q);
+    if (c.sub_norms && attention)  // (BitNet: the attention output's norm before wo)
+      l.attn_sub_norm = b.take(name_of(i, "attn_sub_norm"), p + "attn_sub_norm", 1, q);
     if (c.qkv_bias && attention && l.bq.empty()) {
       l.bq = b.take(name_of(i, "bq"), p + "bq", 1, q);
       l.bk = b.take(name_of(i, "bk"), p + "bk", 1, kv);
@@ -652,6 +655,8 @@ void build_weights(Model& m, Builder& b,
       l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
     }
     l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
+    if (c.sub_norms)  // (BitNet: the MLP product's norm before w_down)
+      l.ffn_sub_norm = b.take(name_of(i, "ffn_sub_norm"), p + "ffn_sub_norm", 1, c.n_ff);
     if (c.ffn_bias) {
       l.b_up = b.take(name_of(i, "b_up"), p + "b_up", 1, c.n_ff);
       l.b_down = b.take(name_of(i, "b_down"), p + "b_down", 1, c.n_embd);
@@ -824,6 +829,8 @@ std::string gguf_name(int layer, const char* field) {
       {"w_down", "ffn_down.weight"},
       {"post_attn_norm", "post_attention_norm.weight"},
       {"post_ffn_norm", "post_ffw_norm.weight"},
+      {"attn_sub_norm", "attn_sub_norm.weight"},  // (BitNet)
+      {"ffn_sub_norm", "ffn_sub_norm.weight"},
       {"wqkv", "attn_qkv.weight"},
       {"w_gate_up", "ffn_up.weight"},
       {"sinks", "attn_sinks.weight"},
@@ -1378,7 +1385,9 @@ std::string hf_name(int layer, const char* field) {
       {"ssm_out", "linear_attn.out_proj.weight"},
       {"sc_in", "conv.in_proj.weight"},
       {"sc_conv", "conv.conv.weight"},
-      {"sc_out", "conv.out_proj.weight"}};
+      {"sc_out", "conv.out_proj.weight"},
+      {"attn_sub_norm", "self_attn.attn_sub_norm.weight"},  // (BitNet)
+      {"ffn_sub_norm", "mlp.ffn_sub_norm.weight"}};
   return "model.layers." + std::to_string(layer) + "." + k_names.at(field);
 }
 
@@ -1811,6 +1820,12 @@ const std::map<std::string, std::string>& hf_archs() {
       {"MPTForCausalLM", "mpt"},
       {"gpt2", "gpt2"},
       {"GPT2LMHeadModel", "gpt2"},
+      {"bitnet", "bitnet"},
+      {"BitNetForCausalLM", "bitnet"},
+      {"opt", "gpt2"},  // (OPT, GPT-Neo: GPT-2's layout; gpt_classic_config_hf has their own)
+      {"OPTForCausalLM", "gpt2"},
+      {"gpt_neo", "gpt2"},
+      {"GPTNeoForCausalLM", "gpt2"},
       {"gpt_bigcode", "starcoder"},
       {"GPTBigCodeForCausalLM", "starcoder"},
       {"afmoe", "afmoe"},
@@ -1966,8 +1981,9 @@ int64_t falcon_kv_heads(const Json& cfg, int64_t heads) {
 // The GPT-2-era configs' keys under Llama's, where Llama's are absent (GPT-J, GPT-2, GPT-BigCode:
 // n_embd, n_layer, n_head, n_positions, activation_function; BLOOM: n_embed, n_layer, n_head,
 // seq_length; MPT: d_model, n_layers, n_heads, max_seq_len; GPT-BigCode's K/V heads from
-// multi_query), and n_inner (null or absent meaning 4 x the hidden size) as intermediate_size; the
-// tensors: family_names' parts.
+// multi_query; OPT: ffn_dim; GPT-Neo: num_layers, num_heads), and n_inner (null or absent meaning 4
+// x the hidden size) as intermediate_size (a null one: GPT-Neo's); the tensors: family_names'
+// parts.
 void gpt_classic_keys(JsonValue& cfg) {
   for (const auto& [from, to] : {std::pair{"n_embd", "hidden_size"},
                                  {"n_embed", "hidden_size"},
@@ -1976,13 +1992,17 @@ void gpt_classic_keys(JsonValue& cfg) {
                                  {"n_layers", "num_hidden_layers"},
                                  {"n_head", "num_attention_heads"},
                                  {"n_heads", "num_attention_heads"},
+                                 {"num_layers", "num_hidden_layers"},
+                                 {"num_heads", "num_attention_heads"},
+                                 {"ffn_dim", "intermediate_size"},
                                  {"n_positions", "max_position_embeddings"},
                                  {"max_seq_len", "max_position_embeddings"},
                                  {"seq_length", "max_position_embeddings"},
                                  {"activation_function", "hidden_act"}}) {
     const JsonValue* v = cfg.get(from);
-    if (v != nullptr && cfg.get(to) == nullptr) {
+    if (v != nullptr && !v->is_null() && (cfg.get(to) == nullptr || cfg.get(to)->is_null())) {
       const JsonValue copy = *v;
+      std::erase_if(cfg.object, [&](const auto& kv_pair) { return kv_pair.first == to; });
       cfg.object.emplace_back(to, copy);
     }
   }
@@ -2012,6 +2032,9 @@ void gpt_classic_keys(JsonValue& cfg) {
       cfg.object.emplace_back(to, copy);
     }
   }
+  if (const JsonValue* size = cfg.get("intermediate_size"); size != nullptr && size->is_null())
+    std::erase_if(cfg.object,
+                  [](const auto& kv_pair) { return kv_pair.first == "intermediate_size"; });
   const JsonValue* inner = cfg.get("n_inner");
   const JsonValue* embd = cfg.get("hidden_size");
   if (cfg.get("intermediate_size") == nullptr) {
@@ -2093,6 +2116,87 @@ void gpt2_transpose(Builder& b) {
   b.raw = std::move(kept);
 }
 
+// BitNet b1.58 checkpoints (quantization_config quant_method "bitnet": transformers' BitLinear,
+// offline, packed): every matrix stored as uint8 [rows / 4, cols] holding four ternary values per
+// byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w + 1),
+// beside its weight_scale; repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with that
+// scale. The float matrices (the embeddings, lm_head) stay as they are.
+void bitnet_linear(const Json& cfg, Builder& b) {
+  const JsonValue* qc = cfg.get("quantization_config");
+  if (qc == nullptr || !qc->is_object()) return;
+  const Json q{*qc, cfg.path};
+  const std::string method = q.string("quant_method", "");
+  if (method != "bitnet") return;
+  const std::string where = "'" + cfg.path + "'";
+  if (q.string("linear_class", "bitlinear") != "bitlinear")
+    throw ModelError("quantization_config linear_class '" + q.string("linear_class", "") + "' in " +
+                     where + " is not supported (bitlinear: packed ternary weights is)");
+  if (q.string("quantization_mode", "offline") != "offline")
+    throw ModelError("quantization_config quantization_mode '" + q.string("quantization_mode", "") +
+                     "' in " + where + " is not supported (offline is)");
+  if (q.boolean("use_rms_norm", false))
+    throw ModelError("quantization_config use_rms_norm=true in " + where + " is not supported");
+  for (auto& [name, raw] : b.raw) {
+    if (raw.type_name != "U8" || raw.shape.size() != 2 || name.size() < 7 ||
+        name.compare(name.size() - 7, 7, ".weight") != 0)
+      continue;
+    const std::string scale_name = name + "_scale";
+    auto sc = b.raw.find(scale_name);
+    if (sc == b.raw.end())
+      throw ModelError("missing tensor '" + scale_name + "' in " + where +
+                       " (BitNet's packed weights need their scale)");
+    if (!sc->second.supported || sc->second.view.rows * sc->second.view.cols != 1)
+      throw ModelError("tensor '" + scale_name + "' in " + where + " must hold one number");
+    float scale = 0.0f;
+    dequantize_row(sc->second.view, 0, &scale);
+    if (!(scale > 0.0f) || !std::isfinite(scale))
+      throw ModelError("tensor '" + scale_name + "' in " + where + " holds an invalid scale");
+    const int64_t packed_rows = raw.shape[0], cols = raw.shape[1], rows = 4 * packed_rows;
+    if (cols % 64 != 0 || packed_rows <= 0 || cols > (int64_t{1} << 24) ||
+        packed_rows > (int64_t{1} << 24))
+      throw ModelError("BitNet matrix '" + name + "' of " + std::to_string(cols) + " columns in " +
+                       where + " is not supported (a multiple of 64 is)");
+    uint8_t* out = b.alloc(static_cast<size_t>(rows * cols / 4));
+    std::vector<int8_t> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* src = raw.bytes + (r % packed_rows) * cols;
+      const int shift = static_cast<int>(2 * (r / packed_rows));
+      for (int64_t k = 0; k < cols; ++k) {
+        const int code = (src[k] >> shift) & 3;
+        if (code == 3)
+          throw ModelError("BitNet matrix '" + name + "' in " + where +
+                           " holds a value outside -1, 0, 1");
+        row[static_cast<size_t>(k)] = static_cast<int8_t>(code - 1);
+      }
+      bitnet_pack_row(row.data(), cols, out + r * (cols / 4));
+    }
+    raw.supported = true;
+    raw.type_name = "BITNET";
+    raw.n_dims = 2;
+    raw.shape = {rows, cols};
+    raw.view = TensorView{};
+    raw.view.type = DType::BITNET;
+    raw.view.rows = rows;
+    raw.view.cols = cols;
+    raw.view.data = out;
+    raw.view.row_bytes = static_cast<size_t>(cols / 4);
+    raw.view.scale = scale;
+  }
+}
+
+// OPT's learned positions start at row 2 (its embedding offsets every position by 2): the table
+// viewed from there, max_position_embeddings rows.
+void opt_positions(Builder& b) {
+  auto it = b.raw.find("model.embed_positions.weight");
+  if (it == b.raw.end() || !it->second.supported || it->second.n_dims != 2 ||
+      it->second.view.rows < 2)
+    return;  // (build_weights names what is missing or misshapen)
+  TensorView& v = it->second.view;
+  v.data += 2 * v.row_bytes;
+  v.rows -= 2;
+  it->second.shape[0] -= 2;
+}
+
 // Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
 // StarCoder2, Hunyuan, Apertus, GPT-NeoX, Falcon and GPT-J (name parts; GPT-J's config keys too,
 // GPT-NeoX's and Falcon's fused q / k / v regrouped), StableLM (per-head q / k norms stacked),
@@ -2164,6 +2268,30 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {"transformer.wte.", "model.embed_tokens."},
         {"transformer.wpe.", "model.embed_positions."},
         {"transformer.ln_f.", "model.norm."}}},
+      {"opt",  // (older uploads without the model. prefix read as with it; OPT-350m's project_in /
+               // project_out are refused by gpt_classic_config_hf)
+       {{"model.decoder.", "decoder."},
+        {"decoder.layers.", "model.layers."},
+        {"decoder.final_layer_norm.", "model.norm."},
+        {"decoder.embed_tokens.", "model.embed_tokens."},
+        {"decoder.embed_positions.", "model.embed_positions."},
+        {".self_attn_layer_norm.", ".input_layernorm."},
+        {".final_layer_norm.", ".post_attention_layernorm."},
+        {".self_attn.out_proj.", ".self_attn.o_proj."},
+        {".fc1.", ".mlp.up_proj."},
+        {".fc2.", ".mlp.down_proj."}}},
+      {"gpt_neo",  // (nn.Linear weights, no transpose; the old files' attention mask buffers
+                   // unused)
+       {{"transformer.h.", "model.layers."},
+        {".ln_1.", ".input_layernorm."},
+        {".ln_2.", ".post_attention_layernorm."},
+        {".attn.attention.out_proj.", ".self_attn.o_proj."},
+        {".attn.attention.", ".self_attn."},
+        {".mlp.c_fc.", ".mlp.up_proj."},
+        {".mlp.c_proj.", ".mlp.down_proj."},
+        {"transformer.wte.", "model.embed_tokens."},
+        {"transformer.wpe.", "model.embed_positions."},
+        {"transformer.ln_f.", "model.norm."}}},
       {"phi",  // (Phi-2: dense / fc1 / fc2 / final_layernorm)
        {{".self_attn.dense.", ".self_attn.o_proj."},
         {".mlp.fc1.", ".mlp.up_proj."},
@@ -2207,8 +2335,9 @@ bool family_names(JsonValue& cfg, Builder& b) {
       return name;
     });
     if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode" ||
-        t == "dbrx")
+        t == "dbrx" || t == "opt" || t == "gpt_neo")
       gpt_classic_keys(cfg);
+    if (t == "opt") opt_positions(b);
     if (t == "gpt_neox" || t == "falcon") neox_falcon_qkv(cfg, b, t == "falcon");
     if (t == "bloom" || t == "gpt_bigcode") bloom_bigcode_qkv(cfg, b);
     if (t == "gpt2") gpt2_transpose(b);
@@ -2358,6 +2487,7 @@ void load_hf(Model& m, Storage& st) {
 
   if (wrapper) language_model_names(b);
   family_names(cfg_json, b);
+  bitnet_linear(Json{cfg_json, cfg_path}, b);
   ModelConfig& c = m.config;
   std::string arch = cfg.string("model_type", "");
   if (arch == "gemma4" || arch == "Gemma4ForConditionalGeneration") {
@@ -2581,16 +2711,19 @@ void load_hf(Model& m, Storage& st) {
       act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox" &&
       c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj" && c.arch != "gpt2" &&
       c.arch != "starcoder") {
-    const std::string want = c.arch == "arcee" || c.arch == "nemotron" ? "relu2"
-                             : c.arch == "starcoder2"                  ? "gelu_pytorch_tanh"
-                             : c.arch == "phi2"                        ? "gelu_new"
-                                                                       : "silu";
+    const std::string want = c.arch == "arcee" || c.arch == "nemotron" || c.arch == "bitnet"
+                                 ? "relu2"
+                             : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
+                             : c.arch == "phi2"       ? "gelu_new"
+                                                      : "silu";
     if (act->string != want && !(want == "silu" && act->string == "swish") &&
         !(want == "gelu_new" && act->string == "gelu_pytorch_tanh"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
                        want + " is, for this architecture)");
   }
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
+  if (c.arch == "bitnet")                     // (Llama's layers with sub-norms and a relu^2 gate)
+    c.sub_norms = c.glu_relu2 = true;
   if (c.arch == "nemotron") {  // LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
     c.rms_eps = static_cast<float>(cfg.number("norm_eps", 1e-5));

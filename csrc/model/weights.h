@@ -24,6 +24,9 @@ struct LayerWeights {
   TensorView ffn_norm, w_gate, w_up, w_down;  // w_gate/w_up/w_down empty in a MoE layer
   MoeWeights moe;                             // a MoE layer's router and experts (model/moe.h)
   TensorView post_attn_norm, post_ffn_norm;
+  // BitNet: RMSNorms of the attention's output before wo [Q] and of the MLP's product before
+  // w_down [n_ff] (ModelConfig::sub_norms).
+  TensorView attn_sub_norm, ffn_sub_norm;
   TensorView bo;     // 1 x n_embd: the attention output's bias (gpt-oss); empty otherwise
   TensorView sinks;  // 1 x n_head: the attention sinks (gpt-oss); empty otherwise
   TensorView wg;     // n_head*head_dim x n_embd: the attention's own gate projection (AFMoE)

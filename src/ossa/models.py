@@ -327,6 +327,9 @@ class ModelConfig:
     ffn_gelu: bool = False
     ffn_bias: bool = False
     gelu_erf: bool = False  # GPT-NeoX, Falcon: the MLP's GELU exact (erf), not tanh-approximated
+    ffn_relu: bool = False  # OPT: the two-matrix MLP's activation a ReLU
+    sub_norms: bool = False  # BitNet: RMSNorms before o_proj and down_proj
+    glu_relu2: bool = False  # BitNet: the gated MLP's relu(gate)^2 * up
     parallel_norms: bool = False  # GPT-NeoX, Falcon 40B: the parallel MLP's own norm of the input
     alibi: list[float] = field(default_factory=list)  # BLOOM, MPT: ALiBi's slope per head (empty: none)
     embd_norm: bool = False  # BLOOM: a LayerNorm of the embeddings
@@ -538,6 +541,7 @@ def inspect(
         "path": m.path,
         "format": m.format,
         "arch": c.arch,
+        "model_type": _folder_model_type(m.path, c.arch) if m.format == "safetensors" else None,
         "n_vocab": c.n_vocab,
         "n_embd": c.n_embd,
         "n_layer": c.n_layer,
@@ -572,6 +576,9 @@ def inspect(
         "qk_norm_after_rope": c.qk_norm_after_rope,
         "ffn_gelu": c.ffn_gelu,
         "gelu_erf": c.gelu_erf,
+        "ffn_relu": c.ffn_relu,
+        "glu_relu2": c.glu_relu2,
+        "sub_norms": c.sub_norms,
         "parallel_norms": c.parallel_norms,
         "alibi": list(c.alibi),
         "embd_norm": c.embd_norm,
@@ -878,10 +885,14 @@ def _blocks_line(info: dict[str, Any]) -> list[str]:
 
 def _mlp_line(info: dict[str, Any]) -> list[str]:
     """The dense feed-forward and the norms where they are not the Llama family's (SwiGLU, RMSNorm):
-    GELU MLPs (StarCoder2, Phi-2, GPT-NeoX, Falcon, GPT-J), relu^2 (Nemotron, Arcee), xIELU (Apertus),
-    LayerNorms (Cohere, GPT-NeoX, ...)."""
+    GELU MLPs (StarCoder2, Phi-2, GPT-NeoX, Falcon, GPT-J), ReLU (OPT), relu^2 (Nemotron, Arcee), xIELU
+    (Apertus), LayerNorms (Cohere, GPT-NeoX, ...)."""
     parts = []
-    if info.get("ffn_gelu"):
+    if info.get("ffn_relu"):
+        parts.append("down(relu(up x))")
+    elif info.get("glu_relu2"):
+        parts.append("down(norm(relu(gate x)^2 * up x))" if info.get("sub_norms") else "relu^2 gate")
+    elif info.get("ffn_gelu"):
         parts.append("down(gelu(up x)), " + ("exact (erf)" if info.get("gelu_erf") else "tanh-approximated"))
     elif info.get("ffn_relu2") and not info.get("blocks"):
         parts.append("down(relu(up x)^2)")
@@ -914,13 +925,16 @@ def _stored_type(name: str, dtype: str) -> str:
         return "MXFP4"
     if dtype == "U8" and name.endswith("_scales"):
         return "E8M0 scales"
+    if dtype == "U8" and name.endswith(".weight"):  # (BitNet's packed matrices: 4 values a byte)
+        return "BitNet ternary"
     return dtype
 
 
 def _n_params(name: str, dtype: str, elements: int) -> int:
     """Parameters a tensor holds: two per byte of MXFP4 blocks, none in their scales."""
     kind = _stored_type(name, dtype)
-    return 2 * elements if kind == "MXFP4" else 0 if kind == "E8M0 scales" else elements
+    per = {"MXFP4": 2, "E8M0 scales": 0, "BitNet ternary": 4}.get(kind, 1)
+    return per * elements
 
 
 def _positions_line(info: dict[str, Any]) -> list[str]:
@@ -941,13 +955,28 @@ def _positions_line(info: dict[str, Any]) -> list[str]:
     ]
 
 
+def _folder_model_type(path: str, arch: str) -> str | None:
+    """A folder's config.json model_type where ossa runs it as another architecture (OPT and GPT-Neo as
+    gpt2, InternLM3 as llama, ...); None where it names the architecture itself (or cannot be read)."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(model_type, str):
+        return None
+    same = model_type.replace("_", "").replace("-", "") == arch.replace("-", "")
+    return None if same else model_type
+
+
 def format_inspect(info: dict[str, Any]) -> str:
     """The text ``ossa inspect`` prints for an :func:`inspect` result."""
     types = ", ".join(f"{k} x{v}" for k, v in info["tensor_types"].items())
     lines = [
         f"model         {info['path']} ({info['format']})",
         *_shards_line(info),
-        f"architecture  {info['arch']}",
+        f"architecture  {info['arch']}"
+        + (f" (the folder's model_type {info['model_type']})" if info.get("model_type") else ""),
         f"dimensions    n_embd={info['n_embd']} n_layer={info['n_layer']} n_head={info['n_head']} "
         f"n_head_kv={info['n_head_kv']} head_dim={info['head_dim']} n_ff={info['n_ff']} "
         f"n_vocab={info['n_vocab']}",

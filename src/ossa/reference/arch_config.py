@@ -1786,6 +1786,55 @@ def gpt_classic_hf(arch: str, c: dict[str, Any], common: dict[str, Any], path: s
         return dict(out, norm_bias=False, ffn_bias=False, qkv_bias=False, o_bias=False, gelu_erf=True,
                     clamp_qkv=float(np.float32(clip)), attn_scale=float(scale),
                     **_alibi(n_layer, common["n_head"], 8.0 if bound is None else bound, where))  # fmt: skip
+    out = dict(out, pos_embd=True, layer_nope=[True] * n_layer)
+    if c.get("model_type") == "opt":  # OPT: a ReLU MLP, every projection biased where enable_bias says
+        if c.get("do_layer_norm_before", True) is False:
+            raise ValueError(
+                f"do_layer_norm_before=false (OPT-350m's post-LayerNorm layers) in {where} is not supported"
+            )
+        if c.get("word_embed_proj_dim", common["n_embd"]) != common["n_embd"]:
+            raise ValueError(
+                "word_embed_proj_dim other than hidden_size (OPT-350m's project_in / project_out) "
+                f"in {where} is not supported"
+            )
+        if c.get("layer_norm_elementwise_affine", True) is False:
+            raise ValueError(f"layer_norm_elementwise_affine=false in {where} is not supported")
+        if c.get("_remove_final_layer_norm"):
+            raise ValueError(f"_remove_final_layer_norm=true in {where} is not supported")
+        bias = c.get("enable_bias", True) is not False
+        act = c.get("hidden_act") or "relu"
+        relu = act == "relu"
+        if not relu and act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+            raise ValueError(f"hidden_act '{act}' in {where} is not supported (gelu or a tanh GELU is)")
+        return dict(out, rms_eps=1e-5, qkv_bias=bias, o_bias=bias, ffn_bias=bias, ffn_relu=relu,
+                    gelu_erf=act == "gelu")  # fmt: skip
+    if c.get("model_type") == "gpt_neo":  # GPT-Neo: unscaled attention, a window on its "local" layers
+        act = c.get("hidden_act") or "gelu_new"
+        if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+            raise ValueError(f"hidden_act '{act}' in {where} is not supported (gelu or a tanh GELU is)")
+        types = c.get("attention_layers")
+        if not isinstance(types, list):  # (attention_types' [[types, repeats], ...] expanded)
+            types = []
+            for group in c.get("attention_types") or []:
+                ok = isinstance(group, list) and len(group) == 2 and isinstance(group[0], list)
+                if not ok or not isinstance(group[1], int) or not 0 <= group[1] <= 4096:
+                    raise ValueError(f"malformed attention_types in {where}")
+                types += list(group[0]) * group[1]
+        if len(types) != n_layer:
+            raise ValueError(f"attention_layers / attention_types in {where} must give one type per layer")
+        for t in types:
+            if t not in ("global", "local"):
+                raise ValueError(f"attention layer type '{t}' in {where} is not supported (global, local)")
+        window = c.get("window_size", 256)
+        if not isinstance(window, int) or not 0 <= window <= 1 << 30:
+            raise ValueError(f"invalid sliding window {window} (window_size in {where})")
+        sliding = [t == "local" for t in types]
+        if not any(sliding):
+            sliding, window = [], 0
+        elif window == 0:
+            raise ValueError(f"window_size 0 with local attention layers in {where}")
+        return dict(out, qkv_bias=False, attn_scale=1.0, gelu_erf=act == "gelu", sliding_window=window,
+                    layer_sliding=sliding)  # fmt: skip
     act = c.get("hidden_act") or ("gelu_new" if arch == "gpt2" else "gelu_pytorch_tanh")
     if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
         raise ValueError(f"hidden_act '{act}' in {where} is not supported (gelu or a tanh GELU is)")
@@ -1793,7 +1842,7 @@ def gpt_classic_hf(arch: str, c: dict[str, Any], common: dict[str, Any], path: s
         raise ValueError(f"scale_attn_by_inverse_layer_idx=true in {where} is not supported")
     if c.get("add_cross_attention"):
         raise ValueError(f"add_cross_attention=true in {where} is not supported")
-    return dict(out, pos_embd=True, layer_nope=[True] * n_layer, gelu_erf=act == "gelu",
+    return dict(out, gelu_erf=act == "gelu",
                 attn_scale=0.0 if c.get("scale_attn_weights", True) is not False else 1.0)  # fmt: skip
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from . import arch_config
 from . import moe as moe_twin
 from .gguf_split import read_gguf_model
+from .quants import BitLinear
 from .safetensors import read_safetensors
 
 ARCHS = (
@@ -78,7 +79,7 @@ CONFIG_KEYS = (
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
-    "embd_norm", "pos_embd", "attn_gate_proj",
+    "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -104,7 +105,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
     "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [], "alibi": [],
-    "embd_norm": False, "pos_embd": False, "attn_gate_proj": False,
+    "embd_norm": False, "pos_embd": False, "attn_gate_proj": False, "ffn_relu": False,
+    "sub_norms": False, "glu_relu2": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -117,7 +119,7 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm)"
+    "afmoe, dbrx, glm, opt, gpt_neo)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -166,7 +168,9 @@ _HF_ARCHS = {
     "AfmoeForCausalLM": "afmoe", "dbrx": "dbrx", "DbrxForCausalLM": "dbrx",
     "gptj": "gptj", "GPTJForCausalLM": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
     "BloomForCausalLM": "bloom", "mpt": "mpt", "MptForCausalLM": "mpt", "MPTForCausalLM": "mpt",
-    "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder",
+    "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder", "opt": "gpt2",
+    "OPTForCausalLM": "gpt2", "gpt_neo": "gpt2", "GPTNeoForCausalLM": "gpt2", "bitnet": "bitnet",
+    "BitNetForCausalLM": "bitnet",
     "GPTBigCodeForCausalLM": "starcoder",
     "MiniCPM3ForCausalLM": "minicpm3", "exaone_moe": "exaone-moe",
     "ExaoneMoEForCausalLM": "exaone-moe", "ExaoneMoeForCausalLM": "exaone-moe",
@@ -211,7 +215,8 @@ _HF_LAYER = {
     "q_a_norm": "self_attn.q_a_layernorm.weight", "wq_b": "self_attn.q_b_proj.weight",
     "wkv_a": "self_attn.kv_a_proj_with_mqa.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight",
     "wkv_b": "self_attn.kv_b_proj.weight", "wk_b": "self_attn.k_b_proj.weight",
-    "wv_b": "self_attn.v_b_proj.weight",
+    "wv_b": "self_attn.v_b_proj.weight", "attn_sub_norm": "self_attn.attn_sub_norm.weight",
+    "ffn_sub_norm": "mlp.ffn_sub_norm.weight",
     "ssm_qkv": "linear_attn.in_proj_qkv.weight", "ssm_z": "linear_attn.in_proj_z.weight",
     "ssm_qkvz": "linear_attn.in_proj_qkvz.weight", "ssm_ba": "linear_attn.in_proj_ba.weight",
     "ssm_beta": "linear_attn.in_proj_b.weight", "ssm_alpha": "linear_attn.in_proj_a.weight",
@@ -281,6 +286,11 @@ def _take(
     if name not in names:
         raise ValueError(f"missing tensor '{name}'")
     w = get(name)
+    if isinstance(w, BitLinear):  # (BitNet's packed matrices, unpacked by _load_hf)
+        if w.shape != (rows, cols):
+            raise ValueError(f"shape mismatch for tensor '{name}': expected {rows} x {cols}, got {w.shape}")
+        weights[canonical] = w  # type: ignore[assignment]
+        return
     if rows == 1:
         w = w.reshape(-1)
         if w.shape != (cols,):
@@ -477,6 +487,8 @@ def _weights(
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
         if cfg["arch"] in POST_NORMS:
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
+        if cfg["sub_norms"]:  # (BitNet: the norms before wo and w_down)
+            shapes.update(attn_sub_norm=(1, q), ffn_sub_norm=(1, ff))
         for field, (r, c) in shapes.items():
             _take(get, names, w, name_of(i, field), f"layers.{i}.{field}", r, c)
         for field in ("ssm_a", "ssm_d", "ssm_norm"):  # (GGUF's Mamba-2 vectors, stored n x 1 / groups)
@@ -962,6 +974,19 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
             (".ffn.down_proj.", ".mlp.down_proj."), ("transformer.wte.", "model.embed_tokens."),
             ("transformer.norm_f.", "model.norm.")),
     "gpt2": _GPT2_PARTS, "gpt_bigcode": _GPT2_PARTS,
+    # (OPT: older uploads without the model. prefix read as with it; GPT-Neo: nn.Linear weights)
+    "opt": (("model.decoder.", "decoder."), ("decoder.layers.", "model.layers."),
+            ("decoder.final_layer_norm.", "model.norm."), ("decoder.embed_tokens.", "model.embed_tokens."),
+            ("decoder.embed_positions.", "model.embed_positions."),
+            (".self_attn_layer_norm.", ".input_layernorm."),
+            (".final_layer_norm.", ".post_attention_layernorm."),
+            (".self_attn.out_proj.", ".self_attn.o_proj."), (".fc1.", ".mlp.up_proj."),
+            (".fc2.", ".mlp.down_proj.")),
+    "gpt_neo": (("transformer.h.", "model.layers."), (".ln_1.", ".input_layernorm."),
+                (".ln_2.", ".post_attention_layernorm."), (".attn.attention.out_proj.", ".self_attn.o_proj."),
+                (".attn.attention.", ".self_attn."), (".mlp.c_fc.", ".mlp.up_proj."),
+                (".mlp.c_proj.", ".mlp.down_proj."), ("transformer.wte.", "model.embed_tokens."),
+                ("transformer.wpe.", "model.embed_positions."), ("transformer.ln_f.", "model.norm.")),
     "dbrx": (("transformer.blocks.", "model.layers."), (".norm_attn_norm.norm_1.", ".input_layernorm."),
              (".norm_attn_norm.norm_2.", ".post_attention_layernorm."),
              (".norm_attn_norm.attn.Wqkv.", ".self_attn.qkv_proj."),
@@ -976,7 +1001,9 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
 _GPT_CLASSIC_KEYS = (
     ("n_embd", "hidden_size"), ("n_embed", "hidden_size"), ("d_model", "hidden_size"),
     ("n_layer", "num_hidden_layers"), ("n_layers", "num_hidden_layers"), ("n_head", "num_attention_heads"),
-    ("n_heads", "num_attention_heads"), ("n_positions", "max_position_embeddings"),
+    ("n_heads", "num_attention_heads"), ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"), ("ffn_dim", "intermediate_size"),
+    ("n_positions", "max_position_embeddings"),
     ("max_seq_len", "max_position_embeddings"), ("seq_length", "max_position_embeddings"),
     ("activation_function", "hidden_act"),
 )  # fmt: skip
@@ -988,6 +1015,24 @@ _EXAONE_PARTS = (
     (".mlp.c_fc_0.", ".mlp.gate_proj."), (".mlp.c_fc_1.", ".mlp.up_proj."),
     (".mlp.c_proj.", ".mlp.down_proj."),
 )  # fmt: skip
+
+
+def _bitnet_config(c: dict[str, Any], path: str) -> bool:
+    """Whether a folder's matrices are BitNet's packed ternary ones (quantization_config quant_method
+    "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise refused by
+    name."""
+    q = c.get("quantization_config")
+    if not isinstance(q, dict) or q.get("quant_method") != "bitnet":
+        return False
+    if q.get("linear_class", "bitlinear") != "bitlinear":
+        raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
+                         "supported (bitlinear: packed ternary weights is)")  # fmt: skip
+    if q.get("quantization_mode", "offline") != "offline":
+        raise ValueError(f"quantization_config quantization_mode '{q.get('quantization_mode')}' in '{path}' "
+                         "is not supported (offline is)")  # fmt: skip
+    if q.get("use_rms_norm"):
+        raise ValueError(f"quantization_config use_rms_norm=true in '{path}' is not supported")
+    return True
 
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -1036,7 +1081,16 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             renamed[to] = name
         stored = {to: stored[name] for to, name in renamed.items()}
         where = {to: where[name] for to, name in renamed.items()}
-    gpt_classic = c.get("model_type") in ("gptj", "bloom", "mpt", "gpt2", "gpt_bigcode", "dbrx")
+    gpt_classic = c.get("model_type") in (
+        "gptj",
+        "bloom",
+        "mpt",
+        "gpt2",
+        "gpt_bigcode",
+        "dbrx",
+        "opt",
+        "gpt_neo",
+    )
     if gpt_classic:  # (their keys as Llama's: loader.cpp's gpt_classic_keys)
         c = dict(c)
         for frm, to in _GPT_CLASSIC_KEYS:
@@ -1104,7 +1158,22 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"malformed per-head q / k norms near '{to}' in '{path}'")
         names |= set(stacks)
 
+    bitnet = _bitnet_config(c, path)
+
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
+        if bitnet and n.endswith(".weight") and where[n].tensors[stored[n]].dtype == "U8":
+            scale_name = n + "_scale"
+            if scale_name not in where:
+                raise ValueError(f"missing tensor '{scale_name}' in '{path}' (BitNet's packed weights need "
+                                 "their scale)")  # fmt: skip
+            scale = where[scale_name].tensor(stored[scale_name]).reshape(-1)
+            if scale.shape != (1,) or not (np.isfinite(scale[0]) and scale[0] > 0):
+                raise ValueError(f"tensor '{scale_name}' in '{path}' must hold one valid scale")
+            packed = where[n].u8(stored[n])
+            if packed.ndim != 2 or packed.shape[1] % 64 != 0:
+                raise ValueError(f"BitNet matrix '{n}' of {packed.shape[-1]} columns in '{path}' is not "
+                                 "supported (a multiple of 64 is)")  # fmt: skip
+            return BitLinear.unpack(packed, float(scale[0]), n)  # type: ignore[return-value]
         if n in stacks:
             return np.stack([where[h].tensor(stored[h]).reshape(-1) for _, h in stacks[n]]).astype(np.float32)
         t = where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])
@@ -1118,6 +1187,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         conv = conv and (".self_attn." in n or ".mlp." in n)
         if c.get("model_type") == "gpt2" and conv and t.ndim == 2:  # (GPT-2's Conv1D: [in, out])
             t = np.ascontiguousarray(t.T)
+        if c.get("model_type") == "opt" and n == "model.embed_positions.weight" and t.ndim == 2:
+            t = t[2:]  # (OPT's positions start at row 2: loader.cpp's opt_positions)
         return t
 
     arch = c.get("model_type") or (c.get("architectures") or [""])[0]
@@ -1158,7 +1229,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
     own_act = ("nemotron_h", "gptneox", "falcon", "apertus", "gptj", "gpt2", "starcoder")  # (read below)
     if isinstance(act, str) and arch not in own_act:
-        own = {"arcee": "relu2", "nemotron": "relu2", "starcoder2": "gelu_pytorch_tanh", "phi2": "gelu_new"}
+        own = {"arcee": "relu2", "nemotron": "relu2", "bitnet": "relu2", "starcoder2": "gelu_pytorch_tanh",
+               "phi2": "gelu_new"}  # fmt: skip
         want = own.get(arch, "silu")
         if (
             act != want
@@ -1287,6 +1359,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if arch == "bitnet":  # (Llama's layers with sub-norms and a relu^2 gate)
+        common.update(sub_norms=True, glu_relu2=True)
     if arch == "phi2":  # Phi-1 / 1.5 / 2: Cohere's parallel block, LayerNorm + bias, GELU MLP, biases
         rope_dim = _hf_rotated_dims(c, common["head_dim"], 0.5, "partial_rotary_factor", path)
         if get("qk_layernorm", False):

@@ -58,15 +58,18 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
     return (np.float32(0.5) * x * (np.float32(1) + erf.astype(np.float32))).astype(np.float32)
 
 
-def gelu_ffn(w: dict[str, np.ndarray], p: str, h: np.ndarray, q8: Any, erf: bool = False) -> np.ndarray:
+def gelu_ffn(w: dict[str, np.ndarray], p: str, h: np.ndarray, q8: Any, c: dict[str, Any]) -> np.ndarray:
     """StarCoder2's feed-forward: down(gelu_tanh(up h + b_up)) + b_down (biases where the model has them);
-    ``erf``: the exact GELU (GPT-NeoX, Falcon)."""
+    the exact GELU where c["gelu_erf"] (GPT-NeoX, Falcon), a ReLU where c["ffn_relu"] (OPT)."""
     from .gemma3 import gelu_tanh_glu
 
     up = q8(h, p + "w_up") @ w[p + "w_up"].T
     if p + "b_up" in w:
         up = up + w[p + "b_up"]
-    mid = gelu_erf(up) if erf else gelu_tanh_glu(up, np.ones(1, dtype=np.float32))
+    if c["ffn_relu"]:
+        mid = np.maximum(up, np.float32(0)).astype(np.float32)
+    else:
+        mid = gelu_erf(up) if c["gelu_erf"] else gelu_tanh_glu(up, np.ones(1, dtype=np.float32))
     out = q8(mid, p + "w_down") @ w[p + "w_down"].T
     return (out + w[p + "b_down"]).astype(np.float32) if p + "b_down" in w else out
 
@@ -274,7 +277,10 @@ MATRICES = (
 
 def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The weights as ``load_model(dtype="bfloat16")`` multiplies them: every matrix (the layers' and
-    the output's, not the embedding lookup's) rounded to bf16, ties to even."""
+    the output's, not the embedding lookup's) rounded to bf16, ties to even; BitNet's ternary matrices
+    (quants.BitLinear) kept, as load_model keeps them."""
+    from .quants import BitLinear
+
     out = dict(weights)
     names = [
         f"layers.{i}.{m}" for i in range(config["n_layer"]) for m in MATRICES if f"layers.{i}.{m}" in weights
@@ -283,7 +289,8 @@ def bf16_matrices(config: dict[str, Any], weights: dict[str, np.ndarray]) -> dic
     names += [n for n in ("ple_model_proj",) if n in weights]  # (Gemma 4's per-layer embeddings)
     names += [n for n in weights if ".wk_b." in n or ".wv_b." in n]  # DeepSeek's per-head matrices
     for name in names:
-        out[name] = _bf16(weights[name])
+        if not isinstance(weights[name], BitLinear):
+            out[name] = _bf16(weights[name])
     return out
 
 
@@ -307,7 +314,11 @@ class ActivationRounding:
         self.quantized = quantized
         self.unlisted = unlisted if unlisted is not None else base
 
+    exact: frozenset[str] = frozenset()  # (BitNet's matrices: their own int8 rows, from x as it is)
+
     def __call__(self, x: np.ndarray, name: str | None = None) -> np.ndarray:
+        if name is not None and name in self.exact:
+            return x
         if name is None:
             return self.base(x)  # type: ignore[no-any-return]
         block = self.int8_matrices.get(name)
@@ -316,6 +327,14 @@ class ActivationRounding:
         if self.quantized and block == 32:
             return quantize_q8(x)
         return split_int8(x, block).astype(np.float32)
+
+
+def exact_matrices(w: Mapping[str, Any]) -> frozenset[str]:
+    """The matrices whose kernels read their inputs unrounded whatever the model's options (BitNet's:
+    ``quants.BitLinear``)."""
+    from .quants import BitLinear
+
+    return frozenset(name for name, v in w.items() if isinstance(v, BitLinear))
 
 
 def activation_rounding(
@@ -424,6 +443,7 @@ def forward(
     """
     c, w = config, weights
     q8 = activation_rounding(quantized_activations, amx_activations, bf16_compute, int8_matrices)
+    q8.exact = exact_matrices(w)
     if c["arch"] in ("gemma", "gemma2", "gemma3"):
         from .gemma3 import forward_gemma3
 
@@ -486,7 +506,7 @@ def forward(
             x = _attention(c, w, i, x, h, positions, inv_freq, inv_freq_local, q8, add, post, olmo2)
         if c["parallel_block"]:  # Cohere: the MLP of the attention's input, added after the attention
             if c["ffn_gelu"]:  # (Phi-2's)
-                x = x + gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c["gelu_erf"])
+                x = x + gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c)
                 continue
             act = silu(q8(h, p + "w_gate") @ w[p + "w_gate"].T) * (q8(h, p + "w_up") @ w[p + "w_up"].T)
             x = x + q8(act, p + "w_down") @ w[p + "w_down"].T
@@ -498,7 +518,7 @@ def forward(
             continue
         h = pre(x, p + "ffn_norm")
         if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down
-            x = add(x, gelu_ffn(w, p, h, q8, c["gelu_erf"]))
+            x = add(x, gelu_ffn(w, p, h, q8, c))
             continue
         if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
             x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
@@ -509,6 +529,8 @@ def forward(
         from .runner import mup_swiglu
 
         act = mup_swiglu(c, q8(h, p + "w_gate") @ w[p + "w_gate"].T, q8(h, p + "w_up") @ w[p + "w_up"].T)
+        if c["sub_norms"]:  # (BitNet: the product's RMSNorm before w_down)
+            act = rms_norm(act, w[p + "ffn_sub_norm"], c["rms_eps"])
         x = add(x, post(q8(act, p + "w_down") @ w[p + "w_down"].T, p + "post_ffn_norm"))
     logits = q8(norm(c, x, w["output_norm"], w.get("output_norm_b")), "output") @ w["output"].T
     return finish_logits(c, logits + w["output_b"] if "output_b" in w else logits)  # (Phi-2's bias)
@@ -574,6 +596,8 @@ def _attention(
     att = attention(q, k, v, scale=c["attn_scale"], window=window, sinks=sinks, chunk=chunk, alibi=alibi)
     if gate is not None:
         att = att * gate
+    if c["sub_norms"]:  # (BitNet: the output's RMSNorm before wo)
+        att = rms_norm(att, w[p + "attn_sub_norm"], c["rms_eps"])
     if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)
         att = att * np.float32(c["mup"]["attn_out"])
     o = q8(att, p + "wo") @ w[p + "wo"].T

@@ -265,3 +265,56 @@ _MORE = {
     "Q5_K": _dequantize_q5_k, "IQ4_NL": _dequantize_iq4_nl, "IQ4_XS": _dequantize_iq4_xs,
     "MXFP4": _dequantize_mxfp4,
 }  # fmt: skip
+
+
+class BitLinear:
+    """BitNet b1.58's matrix as transformers' BitLinear runs a packed checkpoint (twin of
+    kernels/matmul_bitnet.cpp): ternary values ``ternary`` (int8 [rows, cols], -1 / 0 / 1) with one
+    ``scale`` (the checkpoint's weight_scale). ``x @ w.T`` quantizes each row of x to int8 by its
+    absolute maximum (s = 127 * (1 / max(max |x|, 1e-5)), round half to even, clamp to [-128, 127]), sums
+    the integer products exactly and returns float32(sum) / (scale * s), all in float32."""
+
+    __array_ufunc__ = None  # (x @ w.T: numpy leaves the product to _Transposed.__rmatmul__)
+
+    def __init__(self, ternary: np.ndarray, scale: float) -> None:
+        self.ternary = np.ascontiguousarray(ternary, dtype=np.int8)
+        self.scale = np.float32(scale)
+        self.shape = self.ternary.shape
+        self.ndim = 2
+
+    @staticmethod
+    def unpack(packed: np.ndarray, scale: float, name: str = "") -> BitLinear:
+        """From transformers' packing (uint8 [rows / 4, cols], four values along the rows a byte: bits
+        2i..2i+1 of packed row p hold row i * rows / 4 + p as w + 1)."""
+        codes = np.concatenate([(packed >> (2 * i)) & 3 for i in range(4)]).astype(np.int8)
+        if (codes == 3).any():
+            raise ValueError(f"BitNet matrix '{name}' holds a value outside -1, 0, 1")
+        return BitLinear(codes - 1, scale)
+
+    def reshape(self, *shape: int) -> BitLinear:
+        return self  # (a matrix already: loader's _take reshapes whatever it takes)
+
+    @property
+    def T(self) -> _BitLinearT:  # noqa: N802 (numpy's name)
+        return _BitLinearT(self)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """x [n, cols] (float32) -> [n, rows]."""
+        x = np.asarray(x, dtype=np.float32)
+        m = np.max(np.abs(x), axis=-1, keepdims=True)
+        # (torch's 127 / tensor is 127 * reciprocal(tensor): two roundings)
+        s = (np.float32(127.0) * (np.float32(1.0) / np.maximum(m, np.float32(1e-5)))).astype(np.float32)
+        q = np.clip(np.rint(x * s), -128, 127)
+        q = np.where(np.isnan(q), 0, q).astype(np.int64)
+        dots = q @ self.ternary.T.astype(np.int64)
+        return (dots.astype(np.float32) / (self.scale * s)).astype(np.float32)
+
+
+class _BitLinearT:
+    __array_ufunc__ = None
+
+    def __init__(self, w: BitLinear) -> None:
+        self.w = w
+
+    def __rmatmul__(self, x: np.ndarray) -> np.ndarray:
+        return self.w.apply(x)

@@ -30,6 +30,7 @@ from . import model as ref_model
 from . import moe as moe_twin
 from .delta_net import DeltaState, has_recurrent, is_recurrent, recurrent_layer
 from .gemma3 import gelu_tanh_glu
+from .quants import BitLinear
 
 
 class ModelRunner:
@@ -165,6 +166,7 @@ class ModelRunner:
             self.compute_dtype == "bfloat16",
             self.int8_matrices,
         )
+        q8.exact = ref_model.exact_matrices(w)
         n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
         bs = self.block_size
         n = len(token_ids)
@@ -285,6 +287,8 @@ class ModelRunner:
                 )  # fmt: skip
             if gate is not None:
                 attn = attn * gate
+            if c["sub_norms"]:  # (BitNet: the output's RMSNorm before wo)
+                attn = ref_model.rms_norm(attn, w[p + "attn_sub_norm"], eps)
             if c["mup"]["active"]:  # (Falcon-H1's attention_out_multiplier)
                 attn = attn * np.float32(c["mup"]["attn_out"])
             out = _linear(q8(attn, p + "wo"), w[p + "wo"])
@@ -300,7 +304,7 @@ class ModelRunner:
             if no_ffn:
                 continue
             if c["parallel_block"] and c["ffn_gelu"]:  # (Phi-2: its GELU MLP of the attention's input)
-                x = x + ref_model.gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c["gelu_erf"])
+                x = x + ref_model.gelu_ffn(w, p, h_mlp if c["parallel_norms"] else h, q8, c)
                 continue
             if c["parallel_block"]:  # Cohere: the MLP of the attention's input
                 act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
@@ -313,7 +317,7 @@ class ModelRunner:
                 continue
             if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down, of its LayerNorm with bias
                 h = ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
-                x = x + ref_model.gelu_ffn(w, p, h, q8, c["gelu_erf"])
+                x = x + ref_model.gelu_ffn(w, p, h, q8, c)
                 continue
             h = x if post_only else ref_model.norm(c, x, w[p + "ffn_norm"], w.get(p + "ffn_norm_b"))
             if i in c["moe"]["layers"]:  # mixture of experts (each token routed alone)
@@ -329,6 +333,8 @@ class ModelRunner:
                 _linear(q8(h, p + "w_up"), w[p + "w_up"]),
             )
             act = gelu_tanh_glu(gate, up) if gemma else mup_swiglu(c, gate, up)
+            if c["sub_norms"]:  # (BitNet: the product's RMSNorm before w_down)
+                act = ref_model.rms_norm(act, w[p + "ffn_sub_norm"], eps)
             out = _linear(q8(act, p + "w_down"), w[p + "w_down"])
             if post_norms:
                 out = ref_model.rms_norm(out, w[p + "post_ffn_norm"], eps)
@@ -354,8 +360,11 @@ def mup_qkv(
 
 def mup_swiglu(c: dict[str, Any], gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     """SiLU(gate) * up, with Falcon-H1's MLP multipliers where set (the gate's before SiLU, then the
-    output's)."""
+    output's); BitNet's relu(gate)^2 * up (glu_relu2)."""
     u = c["mup"]
+    if c["glu_relu2"]:  # (twin of ops relu2_glu_row)
+        r = np.maximum(gate, np.float32(0))
+        return (r * r * up).astype(np.float32)  # type: ignore[no-any-return]
     if not u["active"]:
         return ref_model.silu(gate) * up  # type: ignore[no-any-return]
     act = ref_model.silu(gate * np.float32(u["mlp_gate"])) * up
@@ -387,7 +396,10 @@ def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarra
 def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """x [m, k] times weight [n, k] transposed. einsum's own loop rather than BLAS: each output is
     one dot product in a fixed order, so a row's result does not depend on the batch around it, and
-    a multi-threaded BLAS on few rows is slow on a busy machine (threads spin for cores)."""
+    a multi-threaded BLAS on few rows is slow on a busy machine (threads spin for cores). BitNet's
+    matrices (quants.BitLinear) take their own product."""
+    if isinstance(weight, BitLinear):
+        return weight.apply(x)
     return np.einsum("ij,kj->ik", x, weight)
 
 

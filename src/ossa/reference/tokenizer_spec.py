@@ -482,7 +482,10 @@ def spec_from_vocab_merges(folder: str, config: dict | None, generation_config: 
     tj = {
         "model": {"type": "BPE", "vocab": vocab, "merges": merges},
         "added_tokens": added,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": bool(config.get("add_prefix_space", False))},
+        "pre_tokenizer": {
+            "type": "ByteLevel",
+            "add_prefix_space": bool(config.get("add_prefix_space", False)),
+        },
         "decoder": {"type": "ByteLevel"},
         "post_processor": {
             "type": "TemplateProcessing",
@@ -533,7 +536,8 @@ def spec_from_hf_path(path: str) -> TokenizerSpec:
     else:
         if not os.path.exists(tj_path):
             raise ModelError(
-                f"{path}: no tokenizer.json (nor a SentencePiece tokenizer.model, nor vocab.json + merges.txt)"
+                f"{path}: no tokenizer.json (nor a SentencePiece tokenizer.model, nor vocab.json and "
+                "merges.txt)"
             )
         with open(tj_path, encoding="utf-8") as f:
             try:
