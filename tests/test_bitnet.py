@@ -250,3 +250,17 @@ def test_inspect(cases: dict[str, Any]) -> None:
     text = models.format_inspect(models.inspect(cases["bitnet"][0]))
     assert "BitNet ternary x21" in text, text
     assert "mlp           down(norm(relu(gate x)^2 * up x))" in text, text
+
+
+def test_engine(default_model_path: str, tmp_path: Path) -> None:
+    """A packed BitNet model with GPT-2's tokenizer through LLM: batched = alone = the paged runner's greedy
+    decode, prefix-cache hits the same, the twin engine the same tokens (and seeded forks), and preempted
+    sequences recomputed to the same tokens."""
+    from test_tokenizer import load_vocab
+    from tiny_models import check_engine
+
+    folder = make_hf_model(tmp_path / "float", seed=7, **dict(BITNET, vocab_size=50257, bos_token_id=None,
+                                                              eos_token_id=50256))  # fmt: skip
+    packed = pack_bitnet(folder, tmp_path / "packed")
+    shutil.copy(Path(load_vocab("gpt2", default_model_path).path) / "tokenizer.json", packed)
+    check_engine(packed)

@@ -47,6 +47,8 @@ Each runs in the Llama forward pass with a few switches (docs/models.md has a se
 - gptj (GPT-J 6B): Phi-2's parallel block (one LayerNorm with bias, a GELU MLP with biases, the lm_head bias)
   with no attention biases and RoPE on interleaved pairs (rotate_every_two) of the first rotary_dim
   dimensions; GPTJConfig's own keys (n_embd, n_layer, n_head, n_inner, activation_function).
+- codegen (CodeGen 350M-16B, folders only): GPT-J's block with qkv_proj in four groups of [q | v | k]
+  (regrouped at load into [q | k | v]).
 - minicpm3 (MiniCPM3-4B): DeepSeek V2's latent attention with rotate_half RoPE (LongRoPE in the release)
   and Granite's three multipliers from scale_emb, scale_depth and dim_model_base (llama.cpp's files: the
   release's, which its graph hard-codes; kv_b fused).
@@ -377,6 +379,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="gptj", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=None,
         vocab_size=130, rotary_dim=12, activation_function="gelu",
     ), ["safetensors"]),
+    # CodeGen (Salesforce codegen-350M ... 16B): GPT-J's block with qkv_proj in four groups of [q | v | k]
+    # (regrouped at load), rotary_dim of each head, lm_head with a bias: folders only (llama.cpp has no
+    # codegen files). 8 heads over the 4 groups; and 6 heads (a group's quarter not whole heads), n_inner set.
+    "codegen": (dict(
+        arch="codegen", hidden_size=64, num_layers=3, num_heads=8, num_kv_heads=8, intermediate_size=None,
+        vocab_size=150, rotary_dim=4,
+    ), ["safetensors"]),
+    "codegen-6heads": (dict(
+        arch="codegen", hidden_size=48, num_layers=2, num_heads=6, num_kv_heads=6, intermediate_size=100,
+        vocab_size=130, rotary_dim=6,
+    ), ["safetensors"]),
     # MiniCPM3-4B's layout: q / kv low-rank projections, a latent of 32, 8 rotated and 16 plain dimensions per
     # head, values of 24, the multipliers (12, 1.4 / sqrt(layers), hidden / 16), tied: from its folder (a GGUF
     # file cannot hold other multipliers or value sizes).
@@ -456,6 +469,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "hunyuan_v1_dense": "hunyuan-dense",
         "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
+        "codegen": "gptj",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -534,7 +548,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         assert c["logit_scale"] == pytest.approx(case["hidden_size"] / case.get("dim_model_base", 256))
         assert (c["rope_scaling"]["type"] == "longrope") == ("rope_scaling" in case)
         return
-    if arch == "gptj":
+    if arch in ("gptj", "codegen"):
         assert c["layer_norm"] and c["norm_bias"] and c["ffn_gelu"] and c["ffn_bias"] and c["parallel_block"]
         assert not c["qkv_bias"] and not c["o_bias"] and c["rope_style"] == "interleaved"
         assert c["rope_dim"] == (0 if case["rotary_dim"] == c["head_dim"] else case["rotary_dim"])
@@ -706,7 +720,8 @@ def test_chunked_prefill_and_greedy(hf_models: dict[str, Any], name: str) -> Non
     "name, fmt",
     [("granitemoe", "safetensors"), ("granitemoe", "Q8_0"), ("olmo2", "F32"), ("olmo2", "Q8_0"),
      ("exaone4-hybrid", "Q8_0"), ("ernie4_5", "Q8_0"), ("ernie4_5_moe", "Q8_0"), ("hunyuan_moe", "Q8_0"),
-     ("dots1", "Q8_0"), ("phimoe", "Q8_0"), ("exaone_moe", "Q8_0"), ("minicpm3", "safetensors")],
+     ("dots1", "Q8_0"), ("phimoe", "Q8_0"), ("exaone_moe", "Q8_0"), ("minicpm3", "safetensors"),
+     ("codegen", "safetensors")],
 )  # fmt: skip
 def test_batch_invariant(hf_models: dict[str, Any], name: str, fmt: str, tmp_path_factory: Any) -> None:
     """Alone, among 7 others, chunked (1, 7, 64), 1 and 2 threads: bitwise the same logits; and
@@ -884,6 +899,24 @@ def test_olmo_clip_and_nemotron_refusals(hf_models: dict[str, Any], tmp_path: Pa
     nemotron = hf_models["nemotron"][0]
     both_refuse(copy_with(nemotron, tmp_path / "mlp-bias", mlp_bias=True), "mlp_bias", "mlp_bias")
     both_refuse(copy_with(nemotron, tmp_path / "silu", hidden_act="silu"), "hidden_act", "hidden_act")
+
+
+def test_codegen_layout_and_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:
+    """CodeGen's [q | v | k] groups matter (read as GPT-J's [q | k | v] the logits move), its lm_head bias is
+    read, and a null rotary_dim (CodeGen's tables would span the whole width) is refused by name."""
+    src, _, ids = hf_models["codegen"]
+    config, weights = ref_loader.load_weights(src)
+    assert "output_b" in weights
+    want = core.model_logits(core.load_model(src), ids)
+    swapped = dict(weights)
+    for i in range(CASES["codegen"][0]["num_layers"]):
+        swapped[f"layers.{i}.wk"], swapped[f"layers.{i}.wv"] = (
+            weights[f"layers.{i}.wv"],
+            weights[f"layers.{i}.wk"],
+        )
+    moved = ref_model.forward(config, swapped, ids)
+    assert float(np.max(np.abs(moved - want))) > 1e-2 * float(np.max(np.abs(want)))
+    both_refuse(copy_with(src, tmp_path / "rot", rotary_dim=None), "rotary_dim", "rotary_dim")
 
 
 def test_hunyuan_moe_shared_mlp_and_refusals(hf_models: dict[str, Any], tmp_path: Path) -> None:

@@ -110,6 +110,7 @@ ARCHS = (
     "opt",
     "gpt_neo",
     "bitnet",
+    "codegen",
 )
 
 
@@ -183,7 +184,7 @@ def make_hf_model(
         kwargs.update(num_kv_heads=kwargs.pop("num_key_value_heads"),
                       ffn_hidden_size=kwargs.pop("intermediate_size"),
                       layer_norm_epsilon=kwargs.pop("rms_norm_eps"))  # fmt: skip
-    if arch == "gptj":  # (GPTJConfig's own keys; one K/V head per head)
+    if arch in ("gptj", "codegen"):  # (GPTJConfig's / CodeGenConfig's own keys; one K/V head per head)
         kwargs.update(
             n_inner=kwargs.pop("intermediate_size", None), layer_norm_epsilon=kwargs.pop("rms_norm_eps")
         )
@@ -288,6 +289,7 @@ def make_hf_model(
         "opt": transformers.OPTConfig,
         "gpt_neo": transformers.GPTNeoConfig,
         "bitnet": transformers.BitNetConfig,
+        "codegen": transformers.CodeGenConfig,
         "afmoe": transformers.AfmoeConfig,
         "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,

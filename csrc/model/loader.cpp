@@ -305,7 +305,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo)";
+    "gpt_neo, bitnet, codegen)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -589,7 +589,8 @@ void build_weights(Model& m, Builder& b,
       build_mla_weights(c, b, name_of, i, l);
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
-                c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm") &&
+                c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm" ||
+                c.arch == "gptj") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1813,6 +1814,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"MiniCPM3ForCausalLM", "minicpm3"},
       {"gptj", "gptj"},
       {"GPTJForCausalLM", "gptj"},
+      {"codegen", "gptj"},  // (GPT-J's block; its qkv_proj regrouped: codegen_qkv)
+      {"CodeGenForCausalLM", "gptj"},
       {"bloom", "bloom"},
       {"BloomForCausalLM", "bloom"},
       {"mpt", "mpt"},
@@ -1918,15 +1921,17 @@ void rename_tensors(Builder& b, const std::function<std::string(std::string)>& t
 
 // A fused query_key_value (weight rows, or the bias) held as `kv` groups of (heads / kv queries,
 // one key, one value) heads of `hd` rows each (GPT-NeoX: a group per head, [q_h | k_h | v_h];
-// Falcon 40B / 180B: per KV group; Falcon 7B: one group, already [q | k | v]) regrouped into
-// [q | k | v] as llama.cpp's converters write attn_qkv, then viewed as three (take_split).
-void regroup_qkv(Builder& b, int64_t heads, int64_t kv, int64_t hd) {
+// Falcon 40B / 180B: per KV group; Falcon 7B: one group, already [q | k | v]; v_first: each group's
+// value before its key, CodeGen's) regrouped into [q | k | v] as llama.cpp's converters write
+// attn_qkv, then viewed as three (take_split).
+void regroup_qkv(Builder& b, int64_t heads, int64_t kv, int64_t hd, bool v_first) {
   if (heads <= 0 || kv <= 0 || heads % kv != 0 || hd <= 0) return;  // (the config names it)
   const int64_t per = heads / kv, total = (heads + 2 * kv) * hd;
   const auto source = [&](int64_t r) {  // (the fused row of [q | k | v]'s row r)
     const int64_t head = r / hd, d = r % hd;
     if (head < heads) return ((head / per) * (per + 2) + head % per) * hd + d;
-    const int64_t g = (head - heads) % kv, part = head < heads + kv ? per : per + 1;
+    const bool key = head < heads + kv;
+    const int64_t g = (head - heads) % kv, part = key != v_first ? per : per + 1;
     return (g * (per + 2) + part) * hd + d;
   };
   for (auto& [name, raw] : b.raw) {
@@ -2057,7 +2062,16 @@ void neox_falcon_qkv(const JsonValue& cfg, Builder& b, bool falcon) {
   const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
                 width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
   if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
-  regroup_qkv(b, heads, falcon ? falcon_kv_heads(json, heads) : heads, width / heads);
+  regroup_qkv(b, heads, falcon ? falcon_kv_heads(json, heads) : heads, width / heads, false);
+}
+
+// CodeGen's qkv_proj: four groups (its mp_num) of [q_g | v_g | k_g], each a quarter of the width
+// (the query heads of a group in order), regrouped into [q | k | v].
+void codegen_qkv(const JsonValue& cfg, Builder& b) {
+  const Json json{cfg, b.path};
+  const int64_t width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
+  if (width <= 0 || width % 4 != 0) return;  // (the config check names what is wrong)
+  regroup_qkv(b, 4, 4, width / 4, true);
 }
 
 // BLOOM's fused query_key_value, and GPT-BigCode's without multi_query, per head [q_h | k_h | v_h]:
@@ -2070,7 +2084,7 @@ void bloom_bigcode_qkv(const JsonValue& cfg, Builder& b) {
   if (json.string("model_type", "") == "gpt_bigcode" &&
       json.integer("num_key_value_heads", 1) != heads)
     return;  // (multi-query: c_attn is [q | k | v] already)
-  regroup_qkv(b, heads, heads, width / heads);
+  regroup_qkv(b, heads, heads, width / heads, false);
 }
 
 // GPT-2's Conv1D weights are stored [in, out]: transposed into Llama's [out, in] rows (a copy in
@@ -2156,20 +2170,30 @@ void bitnet_linear(const Json& cfg, Builder& b) {
         packed_rows > (int64_t{1} << 24))
       throw ModelError("BitNet matrix '" + name + "' of " + std::to_string(cols) + " columns in " +
                        where + " is not supported (a multiple of 64 is)");
+    const size_t n_bytes = static_cast<size_t>(packed_rows * cols);
+    uint8_t invalid = 0;  // (a code of 3: both bits of a value set)
+    for (size_t i = 0; i < n_bytes; ++i) invalid |= raw.bytes[i] & (raw.bytes[i] >> 1) & 0x55;
+    if (invalid != 0)
+      throw ModelError("BitNet matrix '" + name + "' in " + where +
+                       " holds a value outside -1, 0, 1");
+    // The codes (w + 1 in both layouts) moved two bits at a time: row r's value k from bits 2 (r /
+    // packed_rows) of byte k of packed row r % packed_rows (bitnet_pack_row's order).
     uint8_t* out = b.alloc(static_cast<size_t>(rows * cols / 4));
-    std::vector<int8_t> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* src = raw.bytes + (r % packed_rows) * cols;
-      const int shift = static_cast<int>(2 * (r / packed_rows));
-      for (int64_t k = 0; k < cols; ++k) {
-        const int code = (src[k] >> shift) & 3;
-        if (code == 3)
-          throw ModelError("BitNet matrix '" + name + "' in " + where +
-                           " holds a value outside -1, 0, 1");
-        row[static_cast<size_t>(k)] = static_cast<int8_t>(code - 1);
+    const uint8_t* bytes = raw.bytes;
+    parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r) {
+        const uint8_t* src = bytes + (r % packed_rows) * cols;
+        const int shift = static_cast<int>(2 * (r / packed_rows));
+        uint8_t* dst = out + r * (cols / 4);
+        for (int64_t blk = 0; blk < cols / 64; ++blk)
+          for (int i = 0; i < 16; ++i) {
+            const uint8_t* s = src + 64 * blk + i;
+            dst[16 * blk + i] =
+                static_cast<uint8_t>(((s[0] >> shift) & 3) | (((s[16] >> shift) & 3) << 2) |
+                                     (((s[32] >> shift) & 3) << 4) | (((s[48] >> shift) & 3) << 6));
+          }
       }
-      bitnet_pack_row(row.data(), cols, out + r * (cols / 4));
-    }
+    });
     raw.supported = true;
     raw.type_name = "BITNET";
     raw.n_dims = 2;
@@ -2324,9 +2348,9 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
         {".mlp.gate.wg.", ".mlp.gate."},
         {".mlp.shared_mlp.", ".mlp.shared_experts."}}}};
-  // (a copy: the keys below grow cfg; GPT-BigCode's tensor names are GPT-2's)
+  // (a copy: the keys below grow cfg; GPT-BigCode's tensor names are GPT-2's, CodeGen's GPT-J's)
   const std::string t = type != nullptr && type->is_string() ? type->string : "";
-  const std::string parts = t == "gpt_bigcode" ? "gpt2" : t;
+  const std::string parts = t == "gpt_bigcode" ? "gpt2" : t == "codegen" ? "gptj" : t;
   if (k_parts.count(parts) != 0) {
     rename_tensors(b, [&](std::string name) {
       for (const auto& [part, with] : k_parts.at(parts))
@@ -2335,8 +2359,9 @@ bool family_names(JsonValue& cfg, Builder& b) {
       return name;
     });
     if (t == "gptj" || t == "bloom" || t == "mpt" || t == "gpt2" || t == "gpt_bigcode" ||
-        t == "dbrx" || t == "opt" || t == "gpt_neo")
+        t == "dbrx" || t == "opt" || t == "gpt_neo" || t == "codegen")
       gpt_classic_keys(cfg);
+    if (t == "codegen") codegen_qkv(cfg, b);
     if (t == "opt") opt_positions(b);
     if (t == "gpt_neox" || t == "falcon") neox_falcon_qkv(cfg, b, t == "falcon");
     if (t == "bloom" || t == "gpt_bigcode") bloom_bigcode_qkv(cfg, b);
@@ -2761,6 +2786,9 @@ void load_hf(Model& m, Storage& st) {
     c.rms_eps = static_cast<float>(cfg.number("layer_norm_epsilon", 1e-5));
     c.gelu_erf = gelu_is_exact(cfg, "hidden_act", "gelu_new");
     const JsonValue* rot = cfg.get("rotary_dim");
+    if ((rot == nullptr || rot->is_null()) && cfg.string("model_type", "") == "codegen")
+      throw ModelError("rotary_dim null in '" + cfg_path +
+                       "' is not supported (CodeGen's tables then span the whole width)");
     const int64_t dims =
         rot == nullptr || rot->is_null() ? c.head_dim : cfg.integer("rotary_dim", 0);
     c.rope_dim = rotated_dims(dims, c, "rotary_dim in '" + cfg_path + "'");

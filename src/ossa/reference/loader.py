@@ -67,6 +67,7 @@ _FUSED_QKV = (
     "starcoder",
     "dbrx",
     "chatglm",
+    "gptj",
 )
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
@@ -119,7 +120,7 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -170,6 +171,7 @@ _HF_ARCHS = {
     "BloomForCausalLM": "bloom", "mpt": "mpt", "MptForCausalLM": "mpt", "MPTForCausalLM": "mpt",
     "gpt2": "gpt2", "GPT2LMHeadModel": "gpt2", "gpt_bigcode": "starcoder", "opt": "gpt2",
     "OPTForCausalLM": "gpt2", "gpt_neo": "gpt2", "GPTNeoForCausalLM": "gpt2", "bitnet": "bitnet",
+    "codegen": "gptj", "CodeGenForCausalLM": "gptj",
     "BitNetForCausalLM": "bitnet",
     "GPTBigCodeForCausalLM": "starcoder",
     "MiniCPM3ForCausalLM": "minicpm3", "exaone_moe": "exaone-moe",
@@ -961,7 +963,7 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
                 (".feedforward_layernorm.", ".post_attention_layernorm.")),
     "hunyuan_v1_moe": (*_HUNYUAN_PARTS, (".mlp.gate.wg.", ".mlp.gate."),
                        (".mlp.shared_mlp.", ".mlp.shared_experts.")),
-    "gpt_neox": _GPT_NEOX_PARTS, "falcon": _FALCON_PARTS, "gptj": _GPTJ_PARTS,
+    "gpt_neox": _GPT_NEOX_PARTS, "falcon": _FALCON_PARTS, "gptj": _GPTJ_PARTS, "codegen": _GPTJ_PARTS,
     "bloom": (("transformer.h.", "model.layers."),
               (".self_attention.query_key_value.", ".self_attn.qkv_proj."),
               (".self_attention.dense.", ".self_attn.o_proj."), (".mlp.dense_h_to_4h.", ".mlp.up_proj."),
@@ -1090,6 +1092,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "dbrx",
         "opt",
         "gpt_neo",
+        "codegen",
     )
     if gpt_classic:  # (their keys as Llama's: loader.cpp's gpt_classic_keys)
         c = dict(c)
@@ -1115,6 +1118,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         mq = c["model_type"] == "gpt_bigcode" and c.get("num_key_value_heads", 1) != heads
         if heads > 0 and width % heads == 0 and not mq:
             qkv_groups = (heads, heads, width // heads)
+    v_first = c.get("model_type") == "codegen"  # (CodeGen: 4 groups of [q_g | v_g | k_g]: codegen_qkv)
+    if v_first and (c.get("hidden_size") or 0) % 4 == 0 and (c.get("hidden_size") or 0) > 0:
+        qkv_groups = (4, 4, c["hidden_size"] // 4)
     if c.get("model_type") in ("gpt_neox", "falcon"):  # (twin of loader.cpp's neox_falcon_qkv)
         heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
         kv = _falcon_kv_heads(c, heads) if c["model_type"] == "falcon" else heads
@@ -1181,8 +1187,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if heads and ".self_attn.qkv_proj." in n and t.shape[0] == (heads + 2 * kv) * hd:
             per, rest = heads // kv, t.shape[1:]  # (kv groups of per queries, a key and a value)
             g = t.reshape(kv, per + 2, hd, *rest)
-            t = np.concatenate([g[:, :per].reshape(-1, *rest), g[:, per].reshape(-1, *rest),
-                                g[:, per + 1].reshape(-1, *rest)]).reshape(t.shape)  # fmt: skip
+            key, value = (per + 1, per) if v_first else (per, per + 1)
+            t = np.concatenate([g[:, :per].reshape(-1, *rest), g[:, key].reshape(-1, *rest),
+                                g[:, value].reshape(-1, *rest)]).reshape(t.shape)  # fmt: skip
         conv = n.startswith("model.layers.") and n.endswith(".weight")
         conv = conv and (".self_attn." in n or ".mlp." in n)
         if c.get("model_type") == "gpt2" and conv and t.ndim == 2:  # (GPT-2's Conv1D: [in, out])
@@ -1412,6 +1419,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rms_eps=get("layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "gptj":  # GPT-J: Phi-2's parallel block, RoPE on interleaved pairs of rotary_dim
         exact = _gelu_is_exact(get("hidden_act", "gelu_new"), "hidden_act", path)
+        if c.get("rotary_dim") is None and c.get("model_type") == "codegen":
+            raise ValueError(f"rotary_dim null in '{path}' is not supported (CodeGen's tables then span the "
+                             "whole width)")  # fmt: skip
         dims = common["head_dim"] if c.get("rotary_dim") is None else c["rotary_dim"]
         common.update(layer_norm=True, norm_bias=True, ffn_gelu=True, ffn_bias=True, parallel_block=True,
                       gelu_erf=exact, rms_eps=get("layer_norm_epsilon", 1e-5),
