@@ -2130,18 +2130,23 @@ void gpt2_transpose(Builder& b) {
   b.raw = std::move(kept);
 }
 
-// BitNet b1.58 checkpoints (quantization_config quant_method "bitnet": transformers' BitLinear,
-// offline, packed): every matrix stored as uint8 [rows / 4, cols] holding four ternary values per
-// byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w + 1),
-// beside its weight_scale; repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with that
-// scale. The float matrices (the embeddings, lm_head) stay as they are.
+// A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), any method but
+// BitNet's is refused by name. BitNet b1.58 checkpoints (quant_method "bitnet": transformers'
+// BitLinear, offline, packed): every matrix stored as uint8 [rows / 4, cols] holding four ternary
+// values per byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w
+// + 1), beside its weight_scale; repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with
+// that scale. The float matrices (the embeddings, lm_head) stay as they are.
 void bitnet_linear(const Json& cfg, Builder& b) {
   const JsonValue* qc = cfg.get("quantization_config");
   if (qc == nullptr || !qc->is_object()) return;
   const Json q{*qc, cfg.path};
   const std::string method = q.string("quant_method", "");
-  if (method != "bitnet") return;
   const std::string where = "'" + cfg.path + "'";
+  if (method == "mxfp4") return;  // (gpt-oss's experts: moe_loader reads their blocks)
+  if (method != "bitnet")         // (GPTQ, AWQ, FP8, bitsandbytes, compressed-tensors, ...)
+    throw ModelError("quantization_config quant_method '" + method + "' in " + where +
+                     " is not supported (a folder of float weights is, as are gpt-oss's MXFP4 and "
+                     "BitNet's packed ones; other quantized models run from their GGUF files)");
   if (q.string("linear_class", "bitlinear") != "bitlinear")
     throw ModelError("quantization_config linear_class '" + q.string("linear_class", "") + "' in " +
                      where + " is not supported (bitlinear: packed ternary weights is)");

@@ -1021,11 +1021,16 @@ _EXAONE_PARTS = (
 
 def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     """Whether a folder's matrices are BitNet's packed ternary ones (quantization_config quant_method
-    "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise refused by
-    name."""
+    "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise, and other
+    quantization methods (gpt-oss's MXFP4 aside), refused by name."""
     q = c.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") != "bitnet":
+    if not isinstance(q, dict) or q.get("quant_method") == "mxfp4":  # (gpt-oss's experts)
         return False
+    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, FP8, bitsandbytes, compressed-tensors, ...)
+        method = q.get("quant_method", "")
+        raise ValueError(f"quantization_config quant_method '{method}' in '{path}' is not supported (a "
+                         "folder of float weights is, as are gpt-oss's MXFP4 and BitNet's packed ones; other "
+                         "quantized models run from their GGUF files)")  # fmt: skip
     if q.get("linear_class", "bitlinear") != "bitlinear":
         raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
                          "supported (bitlinear: packed ternary weights is)")  # fmt: skip
