@@ -94,10 +94,12 @@ void bind_kernels(nb::module_& m) {
   m.def(
       "kernel_bitnet_matmul",
       [](nb::ndarray<const int8_t, nb::ndim<2>, nb::c_contig> ternary, float scale,
-         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x) {
+         nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, int reps) {
+        if (reps < 1) throw ossa::InputError("kernel_bitnet_matmul: reps must be at least 1");
         const int64_t rows = static_cast<int64_t>(ternary.shape(0)),
                       cols = static_cast<int64_t>(ternary.shape(1));
-        if (rows < 1 || cols < 64 || cols % 64 != 0 || static_cast<int64_t>(x.shape(1)) != cols)
+        if (rows < 4 || rows % 4 != 0 || cols < 64 || cols % 64 != 0 ||
+            static_cast<int64_t>(x.shape(1)) != cols)
           throw ossa::InputError("kernel_bitnet_matmul: bad shape");
         if (!(scale > 0.0f)) throw ossa::InputError("kernel_bitnet_matmul: scale must be > 0");
         for (size_t i = 0; i < ternary.size(); ++i)
@@ -105,7 +107,7 @@ void bind_kernels(nb::module_& m) {
             throw ossa::InputError("kernel_bitnet_matmul: values must be -1, 0 or 1");
         ossa::AlignedVector<uint8_t> packed(static_cast<size_t>(rows * cols / 4));
         for (int64_t r = 0; r < rows; ++r)
-          ossa::bitnet_pack_row(ternary.data() + r * cols, cols, packed.data() + r * (cols / 4));
+          ossa::bitnet_pack_row(ternary.data() + r * cols, r, cols, packed.data());
         ossa::TensorView w;
         w.type = ossa::DType::BITNET;
         w.rows = rows;
@@ -117,11 +119,12 @@ void bind_kernels(nb::module_& m) {
         F32Array out = new_f32(static_cast<size_t>(n), static_cast<size_t>(rows));
         {
           nb::gil_scoped_release release;
-          ossa::matmul(w, ossa::MatmulInput{x.data(), nullptr, n, cols}, out.data(), rows);
+          for (int i = 0; i < reps; ++i)  // (reps > 1: benchmarks/bitnet.py's kernel timing)
+            ossa::matmul(w, ossa::MatmulInput{x.data(), nullptr, n, cols}, out.data(), rows);
         }
         return out;
       },
-      nb::arg("ternary"), nb::arg("scale"), nb::arg("x"));
+      nb::arg("ternary"), nb::arg("scale"), nb::arg("x"), nb::arg("reps") = 1);
 
   // Benchmark hook (benchmarks/matmul.py, kernel_rows.py): the same product `reps` times into one
   // output buffer, the weight prepared once as the loader does; returns the seconds of each run,

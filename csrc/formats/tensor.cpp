@@ -346,10 +346,10 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
       }
       return;
     case DType::BITNET:  // (the ternary values over the scale: what the products weigh x by)
-      for (int64_t k = 0; k < n; ++k)
-        out[k] =
-            static_cast<float>(((p[16 * (k / 64) + k % 16] >> (2 * ((k % 64) / 16))) & 3) - 1) /
-            view.scale;
+      for (int64_t k = 0; k < n; ++k) {
+        const int code = (view.data[bitnet_byte(row, k, n)] >> (2 * ((k % 64) / 16))) & 3;
+        out[k] = static_cast<float>(code - 1) / view.scale;
+      }
       return;
     case DType::MXFP4:
       for (int64_t b = 0; b < n / 32; ++b, p += 17, out += 32) {

@@ -68,4 +68,11 @@ struct TensorView {
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
+// The byte of a BITNET matrix of `cols` columns holding value (row, col), in bits 2 ((col % 64) /
+// 16) and up (kernels/matmul_kernels.h has the layout: rows in groups of four, 16 bytes a row per
+// 64 columns).
+inline size_t bitnet_byte(int64_t row, int64_t col, int64_t cols) {
+  return static_cast<size_t>((row / 4) * cols + 64 * (col / 64) + 16 * (row % 4) + col % 16);
+}
+
 }  // namespace ossa

@@ -85,15 +85,19 @@ F32Tile kquant_tile(DType t, int rows);
 // per matmul call to int8 with its own scale (bitnet_prepare_row: k_bitnet_header floats holding
 // the scale and the int32 sum of the codes, then the cols int8 values), and y[r * ldy + o] for
 // output rows [o_begin, o_end) of activation rows [r_begin, r_end) from those prepared rows (stride
-// floats apart). bitnet_pack_row stores a row of cols ternary values (a multiple of 64);
-// bitnet_weight reads value k of such a row back.
+// floats apart). The storage: rows in groups of four (rows a multiple of 4), group g's bytes from
+// g * cols on; per 64 columns 64 bytes, 16 for each of the group's rows in turn, byte i of those
+// holding columns i, 16 + i, 32 + i and 48 + i in bits 0-1, 2-3, 4-5 and 6-7 as w + 1: a tile of
+// the group's four rows reads one 64-byte line per 64 columns, one stream, not four.
+// bitnet_pack_row stores row `row` (cols ternary values, a multiple of 64) into such storage;
+// bitnet_weight reads value (row, col) back; bitnet_byte is the byte holding it.
 constexpr int64_t k_bitnet_header = 16;
 int64_t bitnet_prepared_floats(int64_t cols);
 void bitnet_prepare_row(const float* x, int64_t cols, float* out);
 void bitnet_rows(const TensorView& w, const float* prepared, int64_t stride, int64_t r_begin,
                  int64_t r_end, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
-void bitnet_pack_row(const int8_t* w, int64_t cols, uint8_t* out);
-int8_t bitnet_weight(const uint8_t* row, int64_t k);
+void bitnet_pack_row(const int8_t* w, int64_t row, int64_t cols, uint8_t* data);
+int8_t bitnet_weight(const uint8_t* data, int64_t row, int64_t col, int64_t cols);
 
 // 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
 using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,

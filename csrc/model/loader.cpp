@@ -2182,18 +2182,17 @@ void bitnet_linear(const Json& cfg, Builder& b) {
       throw ModelError("BitNet matrix '" + name + "' in " + where +
                        " holds a value outside -1, 0, 1");
     // The codes (w + 1 in both layouts) moved two bits at a time: row r's value k from bits 2 (r /
-    // packed_rows) of byte k of packed row r % packed_rows (bitnet_pack_row's order).
+    // packed_rows) of byte k of packed row r % packed_rows (into bitnet_byte's order).
     uint8_t* out = b.alloc(static_cast<size_t>(rows * cols / 4));
     const uint8_t* bytes = raw.bytes;
     parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
       for (int64_t r = begin; r < end; ++r) {
         const uint8_t* src = bytes + (r % packed_rows) * cols;
         const int shift = static_cast<int>(2 * (r / packed_rows));
-        uint8_t* dst = out + r * (cols / 4);
         for (int64_t blk = 0; blk < cols / 64; ++blk)
           for (int i = 0; i < 16; ++i) {
             const uint8_t* s = src + 64 * blk + i;
-            dst[16 * blk + i] =
+            out[bitnet_byte(r, 64 * blk + i, cols)] =
                 static_cast<uint8_t>(((s[0] >> shift) & 3) | (((s[16] >> shift) & 3) << 2) |
                                      (((s[32] >> shift) & 3) << 4) | (((s[48] >> shift) & 3) << 6));
           }
