@@ -59,34 +59,17 @@ def check_rows(got: np.ndarray, want: np.ndarray, scale: float, what: str) -> No
     assert int((err > 1e-5).sum()) <= len(err) // 4, (what, err)
 
 
-CASES: dict[str, tuple[dict[str, Any], bool]] = {  # name -> (make_hf_model keywords, packed)
-    "bitnet": (BITNET, True),
-    "bitnet-tied": (
-        dict(
-            BITNET,
-            hidden_size=128,
-            num_layers=2,
-            num_heads=2,
-            num_kv_heads=1,
-            intermediate_size=256,
-            tie=True,
-        ),
-        True,
-    ),  # fmt: skip
-    "bitnet-float": (BITNET, False),
-    "llama-bitnet": (
-        dict(
-            arch="llama",
-            hidden_size=64,
-            num_layers=2,
-            num_heads=4,
-            num_kv_heads=4,
-            intermediate_size=128,
-            vocab_size=130,
-        ),
-        True,
-    ),  # fmt: skip
-}
+# name -> (make_hf_model keywords, the packed class: transformers' BitLinear or AutoBitLinear, or None)
+CASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "bitnet": (BITNET, "bitlinear"),
+    "bitnet-tied": (dict(BITNET, hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1,
+                         intermediate_size=256, tie=True), "bitlinear"),
+    # (AutoBitLinear, offline: x's dequantized int8 values q / s times the ternary weights, times the scale)
+    "bitnet-auto": (BITNET, "autobitlinear"),
+    "bitnet-float": (BITNET, None),
+    "llama-bitnet": (dict(arch="llama", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4,
+                          intermediate_size=128, vocab_size=130), "bitlinear"),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +77,10 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.n
     """name -> (folder, transformers' float32 logits, token ids)."""
     root = tmp_path_factory.mktemp("bitnet")
     out = {}
-    for i, (name, (kw, packed)) in enumerate(CASES.items()):
+    for i, (name, (kw, linear_class)) in enumerate(CASES.items()):
         path = make_hf_model(root / f"{name}-float", seed=30 + i, **kw)
-        if packed:
-            path = pack_bitnet(path, root / name)
+        if linear_class is not None:
+            path = pack_bitnet(path, root / name, linear_class)
         ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
         out[name] = (path, hf_logits(path, ids), ids)
     return out
@@ -148,20 +131,21 @@ def test_logits_match_hf_and_twin(cases: dict[str, Any], name: str) -> None:
     check_rows(got, hf, scale, "ossa vs transformers")
     check_rows(got, twin, scale, "ossa vs the twin")
     check_rows(twin, hf, scale, "the twin vs transformers")
-    if not CASES[name][1]:  # (float weights: no steps at all)
+    if CASES[name][1] is None:  # (float weights: no steps at all)
         assert float(np.max(np.abs(got - hf))) < 1e-5 * scale
     c = model.config
     assert c["arch"] == CASES[name][0]["arch"]
     assert c["sub_norms"] == c["glu_relu2"] == (c["arch"] == "bitnet")
     kinds = {t[1] for t in model.tensors()}
-    assert ("U8" in kinds) == CASES[name][1]
+    assert ("U8" in kinds) == (CASES[name][1] is not None)
     config, weights = ref_loader.load_weights(path)
     packed = [k for k, v in weights.items() if isinstance(v, BitLinear)]
     assert len(packed) == (7 * CASES[name][0]["num_layers"] if CASES[name][1] else 0)
+    assert all(weights[k].scale_mul == (CASES[name][1] == "autobitlinear") for k in packed)
     assert "output" not in packed
 
 
-@pytest.mark.parametrize("name", ["bitnet", "llama-bitnet"])
+@pytest.mark.parametrize("name", ["bitnet", "bitnet-auto", "llama-bitnet"])
 def test_chunked_prefill_and_greedy(cases: dict[str, Any], name: str) -> None:
     """Chunks of 1, 5 and 40 tokens through the paged runner bitwise equal (and close to transformers and
     to the twin's runner); 20 greedy tokens equal to transformers' generate."""
@@ -222,7 +206,7 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     q = json.loads((Path(src) / "config.json").read_text())["quantization_config"]
     (tmp_path / "cfg").mkdir()
     check_config_refusals(src, tmp_path / "cfg", [
-        ({"quantization_config": {**q, "linear_class": "autobitlinear"}}, "autobitlinear"),
+        ({"quantization_config": {**q, "linear_class": "hqqlinear"}}, "hqqlinear"),
         ({"quantization_config": {**q, "quantization_mode": "online"}}, "online"),
         ({"quantization_config": {**q, "use_rms_norm": True}}, "use_rms_norm"),
         ({"hidden_act": "silu"}, "silu"),

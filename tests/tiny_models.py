@@ -367,13 +367,16 @@ def make_hf_model(
     return str(out)
 
 
-def pack_bitnet(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> str:
+def pack_bitnet(
+    src: str | os.PathLike[str], out: str | os.PathLike[str], linear_class: str = "bitlinear"
+) -> str:
     """A BitNet b1.58 checkpoint from the float folder ``src`` (any architecture: BitNet's own, or
     Falcon3-1.58bit's Llama), as transformers' BitLinear reads one: each projection (``*_proj.weight``,
     not the embeddings or lm_head) quantized to ternary values as transformers' WeightQuant does
     (scale = 1 / mean |w|, round(w * scale) clamped to [-1, 1]), packed four to a byte along the rows by
-    transformers' own pack_weights, beside its ``weight_scale`` (that scale); quantization_config
-    quant_method "bitnet" (bitlinear, offline) in config.json."""
+    transformers' own pack_weights, beside its ``weight_scale`` (that scale; for ``linear_class``
+    "autobitlinear", whose products are multiplied by it, its reciprocal mean |w|); quantization_config
+    quant_method "bitnet" (that class, offline) in config.json."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers.integrations.bitnet import pack_weights
@@ -389,10 +392,11 @@ def pack_bitnet(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> str
         scale = 1.0 / t.float().abs().mean().clamp(min=1e-5)
         ternary = (t.float() * scale).round().clamp(-1, 1).to(torch.int8)
         packed[name] = pack_weights(ternary.clone())
-        packed[name.removesuffix(".weight") + ".weight_scale"] = scale.reshape(1).to(torch.float32)
+        stored_scale = 1.0 / scale if linear_class == "autobitlinear" else scale
+        packed[name.removesuffix(".weight") + ".weight_scale"] = stored_scale.reshape(1).to(torch.float32)
     save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = json.loads((out / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "bitnet", "linear_class": "bitlinear",
+    cfg["quantization_config"] = {"quant_method": "bitnet", "linear_class": linear_class,
                                   "quantization_mode": "offline"}  # fmt: skip
     (out / "config.json").write_text(json.dumps(cfg))
     return str(out)

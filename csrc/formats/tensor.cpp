@@ -348,7 +348,8 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
     case DType::BITNET:  // (the ternary values over the scale: what the products weigh x by)
       for (int64_t k = 0; k < n; ++k) {
         const int code = (view.data[bitnet_byte(row, k, n)] >> (2 * ((k % 64) / 16))) & 3;
-        out[k] = static_cast<float>(code - 1) / view.scale;
+        out[k] = view.scale_mul ? static_cast<float>(code - 1) * view.scale
+                                : static_cast<float>(code - 1) / view.scale;
       }
       return;
     case DType::MXFP4:

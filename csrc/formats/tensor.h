@@ -60,8 +60,10 @@ struct TensorView {
   // bfloat16 compute (load_model with dtype "bfloat16"): this matrix multiplies activations rounded
   // to bf16, its weights rounded to bf16 too (in `packed` on AMX, else `data` is a BF16 copy).
   bool bf16_compute = false;
-  // BITNET: the matrix's weight_scale (its products are divided by it; kernels/matmul_bitnet.cpp).
+  // BITNET: the matrix's weight_scale (its products are divided by it, or with scale_mul multiplied
+  // by it: transformers' BitLinear and AutoBitLinear; kernels/matmul_bitnet.cpp).
   float scale = 0.0f;
+  bool scale_mul = false;
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

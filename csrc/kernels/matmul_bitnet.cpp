@@ -63,10 +63,13 @@ int8_t bitnet_weight(const uint8_t* data, int64_t row, int64_t col, int64_t cols
 
 namespace {
 
-inline float finish(int32_t dot, const float* prepared, float ws) {
+// BitLinear's float(sum) / (ws * s); AutoBitLinear's (its sum of x's dequantized values q / s)
+// times ws: float(sum) / s * ws.
+inline float finish(int32_t dot, const float* prepared, const TensorView& w) {
   int32_t sum;
   std::memcpy(&sum, prepared + 1, sizeof(sum));
-  return static_cast<float>(dot - sum) / (ws * prepared[0]);
+  const float d = static_cast<float>(dot - sum);
+  return w.scale_mul ? d / prepared[0] * w.scale : d / (w.scale * prepared[0]);
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
@@ -148,7 +151,7 @@ void bitnet_rows(const TensorView& w, const float* prepared, int64_t stride, int
       group_dots(w.data + (o / 4) * w.cols, x_rows, rt, w.cols, dots);
       for (int i = 0; i < mo; ++i)
         for (int r = 0; r < rt; ++r)
-          y[(r0 + r) * ldy + o + i] = finish(dots[i * rt + r], x_rows[r], w.scale);
+          y[(r0 + r) * ldy + o + i] = finish(dots[i * rt + r], x_rows[r], w);
     }
   }
 }

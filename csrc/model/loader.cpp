@@ -2147,15 +2147,21 @@ void bitnet_linear(const Json& cfg, Builder& b) {
     throw ModelError("quantization_config quant_method '" + method + "' in " + where +
                      " is not supported (a folder of float weights is, as are gpt-oss's MXFP4 and "
                      "BitNet's packed ones; other quantized models run from their GGUF files)");
-  if (q.string("linear_class", "bitlinear") != "bitlinear")
-    throw ModelError("quantization_config linear_class '" + q.string("linear_class", "") + "' in " +
-                     where + " is not supported (bitlinear: packed ternary weights is)");
+  // (transformers' BitLinear divides a product by weight_scale; its AutoBitLinear, offline,
+  // multiplies it: TensorView::scale_mul)
+  const std::string linear_class = q.string("linear_class", "bitlinear");
+  if (linear_class != "bitlinear" && linear_class != "autobitlinear")
+    throw ModelError("quantization_config linear_class '" + linear_class + "' in " + where +
+                     " is not supported (bitlinear and autobitlinear are)");
   if (q.string("quantization_mode", "offline") != "offline")
     throw ModelError("quantization_config quantization_mode '" + q.string("quantization_mode", "") +
                      "' in " + where + " is not supported (offline is)");
   if (q.boolean("use_rms_norm", false))
     throw ModelError("quantization_config use_rms_norm=true in " + where + " is not supported");
   for (auto& [name, raw] : b.raw) {
+    if (raw.type_name != "U8" && raw.supported && b.has(name + "_scale"))
+      throw ModelError("BitNet matrix '" + name + "' in " + where +
+                       " is stored unpacked (as floats): only packed (uint8) ones are supported");
     if (raw.type_name != "U8" || raw.shape.size() != 2 || name.size() < 7 ||
         name.compare(name.size() - 7, 7, ".weight") != 0)
       continue;
@@ -2209,6 +2215,7 @@ void bitnet_linear(const Json& cfg, Builder& b) {
     raw.view.data = out;
     raw.view.row_bytes = static_cast<size_t>(cols / 4);
     raw.view.scale = scale;
+    raw.view.scale_mul = linear_class == "autobitlinear";
   }
 }
 

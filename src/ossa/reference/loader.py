@@ -1031,9 +1031,9 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
         raise ValueError(f"quantization_config quant_method '{method}' in '{path}' is not supported (a "
                          "folder of float weights is, as are gpt-oss's MXFP4 and BitNet's packed ones; other "
                          "quantized models run from their GGUF files)")  # fmt: skip
-    if q.get("linear_class", "bitlinear") != "bitlinear":
+    if q.get("linear_class", "bitlinear") not in ("bitlinear", "autobitlinear"):
         raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
-                         "supported (bitlinear: packed ternary weights is)")  # fmt: skip
+                         "supported (bitlinear and autobitlinear are)")  # fmt: skip
     if q.get("quantization_mode", "offline") != "offline":
         raise ValueError(f"quantization_config quantization_mode '{q.get('quantization_mode')}' in '{path}' "
                          "is not supported (offline is)")  # fmt: skip
@@ -1170,6 +1170,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         names |= set(stacks)
 
     bitnet = _bitnet_config(c, path)
+    scale_mul = bitnet and c["quantization_config"].get("linear_class") == "autobitlinear"
+    if bitnet:  # (twin of bitnet_linear's refusal of unpacked matrices)
+        for n in where:
+            if n + "_scale" in where and where[n].tensors[stored[n]].dtype != "U8":
+                raise ValueError(f"BitNet matrix '{n}' in '{path}' is stored unpacked (as floats): only "
+                                 "packed (uint8) ones are supported")  # fmt: skip
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
         if bitnet and n.endswith(".weight") and where[n].tensors[stored[n]].dtype == "U8":
@@ -1184,7 +1190,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if packed.ndim != 2 or packed.shape[1] % 64 != 0:
                 raise ValueError(f"BitNet matrix '{n}' of {packed.shape[-1]} columns in '{path}' is not "
                                  "supported (a multiple of 64 is)")  # fmt: skip
-            return BitLinear.unpack(packed, float(scale[0]), n)  # type: ignore[return-value]
+            return BitLinear.unpack(packed, float(scale[0]), n, scale_mul)  # type: ignore[return-value]
         if n in stacks:
             return np.stack([where[h].tensor(stored[h]).reshape(-1) for _, h in stacks[n]]).astype(np.float32)
         t = where[n].u8(stored[n]) if u8 else where[n].tensor(stored[n])

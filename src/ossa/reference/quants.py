@@ -268,7 +268,8 @@ _MORE = {
 
 
 class BitLinear:
-    """BitNet b1.58's matrix as transformers' BitLinear runs a packed checkpoint (twin of
+    """BitNet b1.58's matrix as transformers' BitLinear (or, scale_mul, its AutoBitLinear) runs a packed
+    checkpoint (twin of
     kernels/matmul_bitnet.cpp): ternary values ``ternary`` (int8 [rows, cols], -1 / 0 / 1) with one
     ``scale`` (the checkpoint's weight_scale). ``x @ w.T`` quantizes each row of x to int8 by its
     absolute maximum (s = 127 * (1 / max(max |x|, 1e-5)), round half to even, clamp to [-128, 127]), sums
@@ -276,20 +277,21 @@ class BitLinear:
 
     __array_ufunc__ = None  # (x @ w.T: numpy leaves the product to _Transposed.__rmatmul__)
 
-    def __init__(self, ternary: np.ndarray, scale: float) -> None:
+    def __init__(self, ternary: np.ndarray, scale: float, scale_mul: bool = False) -> None:
         self.ternary = np.ascontiguousarray(ternary, dtype=np.int8)
         self.scale = np.float32(scale)
+        self.scale_mul = scale_mul  # (AutoBitLinear: the product times scale, float(sum) / s * scale)
         self.shape = self.ternary.shape
         self.ndim = 2
 
     @staticmethod
-    def unpack(packed: np.ndarray, scale: float, name: str = "") -> BitLinear:
+    def unpack(packed: np.ndarray, scale: float, name: str = "", scale_mul: bool = False) -> BitLinear:
         """From transformers' packing (uint8 [rows / 4, cols], four values along the rows a byte: bits
         2i..2i+1 of packed row p hold row i * rows / 4 + p as w + 1)."""
         codes = np.concatenate([(packed >> (2 * i)) & 3 for i in range(4)]).astype(np.int8)
         if (codes == 3).any():
             raise ValueError(f"BitNet matrix '{name}' holds a value outside -1, 0, 1")
-        return BitLinear(codes - 1, scale)
+        return BitLinear(codes - 1, scale, scale_mul)
 
     def reshape(self, *shape: int) -> BitLinear:
         return self  # (a matrix already: loader's _take reshapes whatever it takes)
@@ -307,6 +309,8 @@ class BitLinear:
         q = np.clip(np.rint(x * s), -128, 127)
         q = np.where(np.isnan(q), 0, q).astype(np.int64)
         dots = q @ self.ternary.T.astype(np.int64)
+        if self.scale_mul:
+            return (dots.astype(np.float32) / s * self.scale).astype(np.float32)
         return (dots.astype(np.float32) / (self.scale * s)).astype(np.float32)
 
 
