@@ -379,6 +379,14 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="gptj", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=None,
         vocab_size=130, rotary_dim=12, activation_function="gelu",
     ), ["safetensors"]),
+    # Ministral 8B (MinistralForCausalLM): Mistral with the window on the layers layer_types calls sliding
+    # (here the middle one of three; 5 positions over the 40 tokens): folders only.
+    "ministral": (dict(
+        arch="ministral", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96,
+        vocab_size=150, sliding_window=5,
+        layer_types=["full_attention", "sliding_attention", "full_attention"],
+    ), ["safetensors"]),
     # CodeGen (Salesforce codegen-350M ... 16B): GPT-J's block with qkv_proj in four groups of [q | v | k]
     # (regrouped at load), rotary_dim of each head, lm_head with a bias: folders only (llama.cpp has no
     # codegen files). 8 heads over the 4 groups; and 6 heads (a group's quarter not whole heads), n_inner set.
@@ -470,6 +478,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "hunyuan_v1_moe": "hunyuan-moe",
         "phi": "phi2",
         "codegen": "gptj",
+        "ministral": "mistral",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -478,6 +487,9 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "exaone_moe": "exaone-moe",
     }.get(arch, arch)
     assert c["tied_embeddings"] == case.get("tie", False)
+    if arch == "ministral":
+        assert c["sliding_window"] == 5 and c["layer_sliding"] == [False, True, False]
+        return
     if arch == "granitemoeshared":
         assert c["moe"]["n_ff_shared"] == case["shared_intermediate_size"] and c["moe"]["softmax_topk"]
         return

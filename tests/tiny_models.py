@@ -111,6 +111,7 @@ ARCHS = (
     "gpt_neo",
     "bitnet",
     "codegen",
+    "ministral",
 )
 
 
@@ -290,6 +291,7 @@ def make_hf_model(
         "gpt_neo": transformers.GPTNeoConfig,
         "bitnet": transformers.BitNetConfig,
         "codegen": transformers.CodeGenConfig,
+        "ministral": transformers.MinistralConfig,
         "afmoe": transformers.AfmoeConfig,
         "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,

@@ -565,6 +565,15 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
     const JsonValue* raw = cfg.v.get("sliding_window");
     const int64_t dflt = a == "mistral" && raw == nullptr ? 4096 : 0;
     all_sliding(c, cfg.integer("sliding_window", dflt), where);
+    // (Ministral 8B, MinistralConfig: the window on the layers layer_types calls sliding)
+    if (cfg.string("model_type", "") == "ministral" && c.sliding_window > 0) {
+      std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+      if (!types.empty()) c.layer_sliding = std::move(types);
+      if (std::find(c.layer_sliding.begin(), c.layer_sliding.end(), 1) == c.layer_sliding.end()) {
+        c.sliding_window = 0;
+        c.layer_sliding.clear();
+      }
+    }
     return;
   }
   if (a == "dots1") {  // Dots1Config: layer_types, else from max_window_layers (62) on

@@ -305,7 +305,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen)";
+    "gpt_neo, bitnet, codegen, ministral)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1695,6 +1695,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Qwen3ForCausalLM", "qwen3"},
       {"mistral", "mistral"},
       {"MistralForCausalLM", "mistral"},
+      {"ministral", "mistral"},  // (Ministral 8B: Mistral with layer_types)
+      {"MinistralForCausalLM", "mistral"},
       {"qwen3_moe", "qwen3moe"},
       {"Qwen3MoeForCausalLM", "qwen3moe"},
       {"qwen2_moe", "qwen2moe"},

@@ -120,11 +120,12 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
+    "ministral": "mistral", "MinistralForCausalLM": "mistral",
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
