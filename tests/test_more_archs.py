@@ -387,6 +387,20 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         vocab_size=150, sliding_window=5,
         layer_types=["full_attention", "sliding_attention", "full_attention"],
     ), ["safetensors"]),
+    # IQuest-Coder (IQuestCoderConfig, run by transformers as Llama): head_dim 128 unless set (here unset:
+    # heads of 128 over a hidden size of 64); folders.
+    "iquestcoder": (dict(
+        arch="iquestcoder", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=96,
+        vocab_size=150,
+    ), ["safetensors"]),
+    # Code World Model (CwmForCausalLM): Llama's layers with the window (5 here) on 3 of every 4 layers by
+    # default (layer 0 full), llama3 RoPE: folders.
+    "cwm": (dict(
+        arch="cwm", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, sliding_window=5,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64},
+    ), ["safetensors"]),
     # CodeGen (Salesforce codegen-350M ... 16B): GPT-J's block with qkv_proj in four groups of [q | v | k]
     # (regrouped at load), rotary_dim of each head, lm_head with a bias: folders only (llama.cpp has no
     # codegen files). 8 heads over the 4 groups; and 6 heads (a group's quarter not whole heads), n_inner set.
@@ -479,6 +493,8 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "phi": "phi2",
         "codegen": "gptj",
         "ministral": "mistral",
+        "iquestcoder": "llama",
+        "cwm": "llama",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -489,6 +505,13 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "ministral":
         assert c["sliding_window"] == 5 and c["layer_sliding"] == [False, True, False]
+        return
+    if arch == "iquestcoder":
+        assert c["head_dim"] == 128 and c["sliding_window"] == 0
+        return
+    if arch == "cwm":
+        assert c["sliding_window"] == 5 and c["layer_sliding"] == [False, True, True, True]
+        assert c["rope_scaling"]["type"] == "llama3"
         return
     if arch == "granitemoeshared":
         assert c["moe"]["n_ff_shared"] == case["shared_intermediate_size"] and c["moe"]["softmax_topk"]

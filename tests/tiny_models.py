@@ -112,6 +112,8 @@ ARCHS = (
     "bitnet",
     "codegen",
     "ministral",
+    "iquestcoder",
+    "cwm",
 )
 
 
@@ -292,6 +294,8 @@ def make_hf_model(
         "bitnet": transformers.BitNetConfig,
         "codegen": transformers.CodeGenConfig,
         "ministral": transformers.MinistralConfig,
+        "iquestcoder": transformers.IQuestCoderConfig,
+        "cwm": transformers.CwmConfig,
         "afmoe": transformers.AfmoeConfig,
         "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,

@@ -576,6 +576,20 @@ void window_config_hf(const Json& cfg, ModelConfig& c) {
     }
     return;
   }
+  if (cfg.string("model_type", "") == "cwm") {  // CwmConfig: layer_types, else 3 of every 4 layers
+    const JsonValue* raw = cfg.v.get("sliding_window");
+    all_sliding(c, raw == nullptr ? 8192 : cfg.integer("sliding_window", 0), where);
+    if (c.sliding_window == 0) return;
+    std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+    if (types.empty())
+      for (int i = 0; i < c.n_layer; ++i) types.push_back(i % 4 != 0);
+    c.layer_sliding = std::move(types);
+    if (std::find(c.layer_sliding.begin(), c.layer_sliding.end(), 1) == c.layer_sliding.end()) {
+      c.sliding_window = 0;
+      c.layer_sliding.clear();
+    }
+    return;
+  }
   if (a == "dots1") {  // Dots1Config: layer_types, else from max_window_layers (62) on
     const JsonValue* raw = cfg.v.get("sliding_window");
     all_sliding(c, raw == nullptr ? 4096 : cfg.integer("sliding_window", 0), where);

@@ -305,7 +305,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen, ministral)";
+    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1697,6 +1697,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"MistralForCausalLM", "mistral"},
       {"ministral", "mistral"},  // (Ministral 8B: Mistral with layer_types)
       {"MinistralForCausalLM", "mistral"},
+      {"iquestcoder", "llama"},  // (IQuest-Coder: Llama, head_dim 128 unless set)
+      {"cwm", "llama"},          // (Code World Model: Llama with a window on 3 of 4 layers)
+      {"CwmForCausalLM", "llama"},
       {"qwen3_moe", "qwen3moe"},
       {"Qwen3MoeForCausalLM", "qwen3moe"},
       {"qwen2_moe", "qwen2moe"},
@@ -2608,7 +2611,8 @@ void load_hf(Model& m, Storage& st) {
   // (NemotronHConfig's and Qwen3VLTextConfig's too)
   const bool ernie_dim =
       (ernie || c.arch == "nemotron_h" || c.arch == "qwen3vl" || c.arch == "seed_oss" ||
-       c.arch == "afmoe" || cfg.string("model_type", "") == "internlm3") &&
+       c.arch == "afmoe" || cfg.string("model_type", "") == "internlm3" ||
+       cfg.string("model_type", "") == "iquestcoder" || cfg.string("model_type", "") == "cwm") &&
       cfg.v.get("head_dim") == nullptr;
   c.head_dim = checked_dim(ernie_dim ? 128 : cfg.integer("head_dim", default_head_dim), "head_dim",
                            cfg_path, 65536);

@@ -120,12 +120,13 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
-    "ministral": "mistral", "MinistralForCausalLM": "mistral",
+    "ministral": "mistral", "MinistralForCausalLM": "mistral", "iquestcoder": "llama", "cwm": "llama",
+    "CwmForCausalLM": "llama",
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
@@ -1332,7 +1333,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if (
                 ernie
                 or arch in ("nemotron_h", "qwen3vl", "seed_oss", "afmoe")
-                or c.get("model_type") == "internlm3"
+                or c.get("model_type") in ("internlm3", "iquestcoder", "cwm")
             )
             and "head_dim" not in c
             else get(
