@@ -146,14 +146,14 @@ def window_hf(arch: str, c: dict[str, Any], n_layer: int) -> dict[str, Any]:
     if arch in ("mistral", "mixtral"):
         default = 4096 if arch == "mistral" and "sliding_window" not in c else 0
         window = _window(default if c.get("sliding_window") is None else c["sliding_window"])
-        layers = [True] * n_layer
+        every = [True] * n_layer
         if c.get("model_type") == "ministral" and window:  # (Ministral 8B: its layer_types)
-            layers = _hf_layer_types(c, n_layer) or layers
-        return {"sliding_window": window, "layer_sliding": layers} if window and any(layers) else none
+            every = _hf_layer_types(c, n_layer) or every
+        return {"sliding_window": window, "layer_sliding": every} if window and any(every) else none
     if c.get("model_type") == "cwm":  # CwmConfig: layer_types, else 3 of every 4 layers
         window = _window(8192 if "sliding_window" not in c else c.get("sliding_window") or 0)
-        layers = _hf_layer_types(c, n_layer) or [i % 4 != 0 for i in range(n_layer)]
-        return {"sliding_window": window, "layer_sliding": layers} if window and any(layers) else none
+        pattern = _hf_layer_types(c, n_layer) or [i % 4 != 0 for i in range(n_layer)]
+        return {"sliding_window": window, "layer_sliding": pattern} if window and any(pattern) else none
     if arch == "dots1":  # Dots1Config: layer_types, else from max_window_layers (62) on
         window = _window(4096 if "sliding_window" not in c else c.get("sliding_window") or 0)
         layers = _hf_layer_types(c, n_layer)
