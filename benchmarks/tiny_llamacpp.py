@@ -1,4 +1,4 @@
-"""Sessions 54 and 55: their families checked against llama.cpp on tiny GGUF files: each a tiny random
+"""Sessions 54-56: their families checked against llama.cpp on tiny GGUF files: each a tiny random
 model built by transformers, written by the tests' converter (tests/tiny_models.hf_to_gguf, F32, with the
 default model's tokenizer) and run by ossa and by llama-cpp-python (F32 KV cache, its own process
 settings). Prints each one's largest logit difference from transformers' float32 logits, over the largest
@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 V = 49152  # (the default model's vocabulary: its tokenizer keys go into every file)
 CASES: dict[str, dict[str, Any]] = {
+    "jais2": dict(arch="jais2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4,
+                  intermediate_size=96),
     "nemotron": dict(arch="nemotron", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
                      intermediate_size=160),
     "olmo": dict(arch="olmo", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,

@@ -401,6 +401,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 64},
     ), ["safetensors"]),
+    # Jais 2 (inceptionai Jais-2-8B): Llama's attention with q / k / v / o biases, LayerNorms with bias,
+    # relu^2 MLPs (up, down) with biases: from folders and llama.cpp's jais2 files (MHA, as llama.cpp's
+    # jais2 requires). And without biases, from its folder.
+    "jais2": (dict(
+        arch="jais2", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150,
+    ), ALL),
+    "jais2-nobias": (dict(
+        arch="jais2", hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=80,
+        vocab_size=130, attention_bias=False, mlp_bias=False, tie=True,
+    ), ["safetensors"]),
     # CodeGen (Salesforce codegen-350M ... 16B): GPT-J's block with qkv_proj in four groups of [q | v | k]
     # (regrouped at load), rotary_dim of each head, lm_head with a bias: folders only (llama.cpp has no
     # codegen files). 8 heads over the 4 groups; and 6 heads (a group's quarter not whole heads), n_inner set.
@@ -505,6 +516,16 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
     assert c["tied_embeddings"] == case.get("tie", False)
     if arch == "ministral":
         assert c["sliding_window"] == 5 and c["layer_sliding"] == [False, True, False]
+        return
+    if arch == "jais2":
+        bias = case.get("attention_bias", True)
+        assert (
+            c["layer_norm"]
+            and c["norm_bias"]
+            and c["ffn_relu2"]
+            and c["ffn_bias"] == case.get("mlp_bias", True)
+        )
+        assert c["qkv_bias"] == c["o_bias"] == bias
         return
     if arch == "iquestcoder":
         assert c["head_dim"] == 128 and c["sliding_window"] == 0
@@ -912,6 +933,7 @@ def test_ernie4_5_biases_refused(hf_models: dict[str, Any], tmp_path: Path) -> N
         "exaone_moe",
         "gptj",
         "minicpm3-release",
+        "jais2",
     ],
 )
 def test_corrupt_sizes_are_refused_or_run(

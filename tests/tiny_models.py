@@ -114,6 +114,7 @@ ARCHS = (
     "ministral",
     "iquestcoder",
     "cwm",
+    "jais2",
 )
 
 
@@ -199,6 +200,8 @@ def make_hf_model(
         kwargs = _dbrx_kwargs(kwargs)
     if arch == "nemotron":  # (NemotronConfig's own epsilon key)
         kwargs["norm_eps"] = kwargs.pop("rms_norm_eps")
+    if arch == "jais2":  # (Jais2Config's: LayerNorms; the special ids of its own vocabulary)
+        kwargs.update(layer_norm_eps=kwargs.pop("rms_norm_eps"), bos_token_id=None, eos_token_id=None)
     if arch == "bamba" and "partial_rotary_factor" in extra:  # (Bamba's too)
         rope["partial_rotary_factor"] = extra.pop("partial_rotary_factor")
     if arch == "gemma4":  # the global layers' proportional RoPE, the sliding layers' own base
@@ -296,6 +299,7 @@ def make_hf_model(
         "ministral": transformers.MinistralConfig,
         "iquestcoder": transformers.IQuestCoderConfig,
         "cwm": transformers.CwmConfig,
+        "jais2": transformers.Jais2Config,
         "afmoe": transformers.AfmoeConfig,
         "dbrx": transformers.DbrxConfig,
         "minicpm3": transformers.MiniCPM3Config,
@@ -601,6 +605,7 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
                 "stablelm",
                 "phi2",
                 "nemotron",
+                "jais2",
                 "gptneox",
                 "falcon",
                 "phimoe",
@@ -612,6 +617,8 @@ def _gguf_name(hf_name: str, arch: str = "llama", falcon_two_norms: bool = False
             return f"blk.{parts[2]}.{_STARCODER2_NAMES[rest]}"
         if arch == "phi2" and rest in _PHI2_NAMES:
             return f"blk.{parts[2]}.{_PHI2_NAMES[rest]}"
+        if arch == "jais2" and rest in ("mlp.up_proj.bias", "mlp.down_proj.bias"):  # (its MLP's biases)
+            return f"blk.{parts[2]}.ffn_{rest.split('.')[1].split('_')[0]}.bias"
         if arch in ("hunyuan-dense", "hunyuan-moe") and rest in _HUNYUAN_NAMES:
             return f"blk.{parts[2]}.{_HUNYUAN_NAMES[rest]}"
         if arch == "phi3" and rest in _PHI3_NAMES:
@@ -796,7 +803,7 @@ def hf_to_gguf(
         "olmo": "olmo", "gpt_neox": "gptneox", "falcon": "falcon", "dots1": "dots1",
         "phimoe": "phimoe", "apertus": "apertus", "exaone_moe": "exaone-moe",
         "granitemoeshared": "granitemoe", "gptj": "gptj", "minicpm3": "minicpm3", "bloom": "bloom",
-        "mpt": "mpt", "gpt2": "gpt2",
+        "mpt": "mpt", "gpt2": "gpt2", "jais2": "jais2",
         "gpt_bigcode": "starcoder", "afmoe": "afmoe", "dbrx": "dbrx",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
@@ -943,6 +950,7 @@ def hf_to_gguf(
         "stablelm",
         "phi2",
         "nemotron",
+        "jais2",
         "olmo",
         "gptneox",
         "falcon",

@@ -378,15 +378,18 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       laps.lap(kDown);
       continue;
     }
-    if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2) (Nemotron's norm has a bias)
+    if (c.ffn_relu2) {  // Nemotron-H: down(relu(up x)^2) (Nemotron's norm has a bias; Jais 2's MLP)
       in = norm_for(s, ffn_norm, n, threads, {&L.w_up}, nullptr,
                     reinterpret_cast<const float*>(L.ffn_norm_b.data));
       laps.lap(kNorm);
       matmul(L.w_up, in, s.gate.data(), F);
-      per_token(n, threads, [&](int t) { relu2_row(s.gate.data() + t * F, F); });
+      per_token(n, threads, [&](int t) {
+        add_bias(s.gate.data() + t * F, L.b_up, F);
+        relu2_row(s.gate.data() + t * F, F);
+      });
       laps.lap(kGateUp);
       in = prepare(s, s.gate.data(), n, F, threads, {&L.w_down});
-      residual(s, L.w_down, in, n, threads);
+      residual(s, L.w_down, in, n, threads, L.b_down);
       laps.lap(kDown);
       continue;
     }

@@ -286,7 +286,7 @@ const std::vector<std::string> k_gguf_archs = {
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
     "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx",       "chatglm",  "minicpm3"};
+    "dbrx",       "chatglm",  "minicpm3",   "jais2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -305,7 +305,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm)";
+    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1150,6 +1150,12 @@ void load_gguf(Model& m, Storage& st) {
     c.o_bias = b.has("blk.0.attn_output.bias");
     c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
   }
+  if (arch == "jais2") {  // (LayerNorms with bias, relu^2 MLP with biases, NeoX RoPE)
+    c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
+    c.ffn_bias = b.has("blk.0.ffn_up.bias");
+    c.o_bias = b.has("blk.0.attn_output.bias");
+    c.rms_eps = static_cast<float>(g->get_float(k + "attention.layer_norm_epsilon", 1e-5));
+  }
   if (arch == "gptneox") {  // (LayerNorms with bias, fused q / k / v, exact-GELU MLP, biases)
     c.layer_norm = c.norm_bias = c.ffn_gelu = c.gelu_erf = true;
     c.ffn_bias = b.has("blk.0.ffn_up.bias");
@@ -1698,7 +1704,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"ministral", "mistral"},  // (Ministral 8B: Mistral with layer_types)
       {"MinistralForCausalLM", "mistral"},
       {"iquestcoder", "llama"},  // (IQuest-Coder: Llama, head_dim 128 unless set)
-      {"cwm", "llama"},          // (Code World Model: Llama with a window on 3 of 4 layers)
+      {"jais2", "jais2"},  // (Jais 2: LayerNorms, relu^2 MLPs, biases everywhere; folders only)
+      {"Jais2ForCausalLM", "jais2"},
+      {"cwm", "llama"},  // (Code World Model: Llama with a window on 3 of 4 layers)
       {"CwmForCausalLM", "llama"},
       {"qwen3_moe", "qwen3moe"},
       {"Qwen3MoeForCausalLM", "qwen3moe"},
@@ -2745,7 +2753,7 @@ void load_hf(Model& m, Storage& st) {
     c.parallel_block = cfg.boolean("use_parallel_residual", false);
     c.qk_norm_heads = cfg.boolean("qk_layernorm", false);  // (per-head LayerNorms, no bias)
   }
-  if (cfg.boolean("mlp_bias", false))
+  if (cfg.boolean("mlp_bias", false) && c.arch != "jais2")
     throw ModelError("mlp_bias=true in '" + cfg_path + "' is not supported");
   // The MLP's activation: SiLU (SwiGLU) in the Llama family; Arcee's relu^2 without a gate
   // (Nemotron-H's is read by nemotronh_config_hf).
@@ -2753,11 +2761,12 @@ void load_hf(Model& m, Storage& st) {
       act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox" &&
       c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj" && c.arch != "gpt2" &&
       c.arch != "starcoder") {
-    const std::string want = c.arch == "arcee" || c.arch == "nemotron" || c.arch == "bitnet"
-                                 ? "relu2"
-                             : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
-                             : c.arch == "phi2"       ? "gelu_new"
-                                                      : "silu";
+    const std::string want =
+        c.arch == "arcee" || c.arch == "nemotron" || c.arch == "bitnet" || c.arch == "jais2"
+            ? "relu2"
+        : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
+        : c.arch == "phi2"       ? "gelu_new"
+                                 : "silu";
     if (act->string != want && !(want == "silu" && act->string == "swish") &&
         !(want == "gelu_new" && act->string == "gelu_pytorch_tanh"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
@@ -2766,6 +2775,12 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
   if (c.arch == "bitnet")                     // (Llama's layers with sub-norms and a relu^2 gate)
     c.sub_norms = c.glu_relu2 = true;
+  if (c.arch == "jais2") {  // Llama's layers with LayerNorms (bias), relu^2 MLPs and biases
+    c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
+    c.rms_eps = static_cast<float>(cfg.number("layer_norm_eps", 1e-5));
+    c.ffn_bias = cfg.boolean("mlp_bias", true);
+    c.o_bias = cfg.boolean("attention_bias", true);
+  }
   if (c.arch == "nemotron") {  // LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
     c.rms_eps = static_cast<float>(cfg.number("norm_eps", 1e-5));
@@ -2850,7 +2865,8 @@ void load_hf(Model& m, Storage& st) {
     throw ModelError("qkv_bias / bias=true in '" + cfg_path + "' is not supported");
   if (c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "glm4moe" && c.arch != "glm4" &&
       c.arch != "chatglm" && !gpt_oss && c.arch != "seed_oss" && c.arch != "nemotron" &&
-      c.arch != "gptneox" && c.arch != "phimoe" && cfg.boolean("attention_bias", false))
+      c.arch != "jais2" && c.arch != "gptneox" && c.arch != "phimoe" &&
+      cfg.boolean("attention_bias", false))
     throw ModelError("attention_bias=true in '" + cfg_path + "' is not supported");
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2vl" ||
                (c.arch == "qwen2moe" && cfg.boolean("qkv_bias", true)) || (gpt_oss && c.o_bias) ||
@@ -2858,6 +2874,7 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "starcoder2" && cfg.boolean("use_bias", true)) ||
                (c.arch == "stablelm" && cfg.boolean("use_qkv_bias", false)) || c.arch == "phi2" ||
                (c.arch == "nemotron" && cfg.boolean("attention_bias", false)) ||
+               (c.arch == "jais2" && cfg.boolean("attention_bias", true)) ||
                (c.arch == "gptneox" && cfg.boolean("attention_bias", true)) ||
                (c.arch == "falcon" && cfg.boolean("bias", false)) ||
                (c.arch == "phimoe" && cfg.boolean("attention_bias", false));

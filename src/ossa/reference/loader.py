@@ -29,7 +29,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3",
+    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3", "jais2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -120,12 +120,13 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
     "qwen3": "qwen3", "Qwen3ForCausalLM": "qwen3", "mistral": "mistral", "MistralForCausalLM": "mistral",
     "ministral": "mistral", "MinistralForCausalLM": "mistral", "iquestcoder": "llama", "cwm": "llama",
+    "jais2": "jais2", "Jais2ForCausalLM": "jais2",
     "CwmForCausalLM": "llama",
     "qwen3_moe": "qwen3moe", "Qwen3MoeForCausalLM": "qwen3moe", "qwen2_moe": "qwen2moe",
     "Qwen2MoeForCausalLM": "qwen2moe", "mixtral": "mixtral", "MixtralForCausalLM": "mixtral",
@@ -746,6 +747,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(layer_norm=True, norm_bias=True, ffn_relu2=True,
                       o_bias="blk.0.attn_output.bias" in names,
                       rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
+    if arch == "jais2":  # (LayerNorms with bias, relu^2 MLP with biases, NeoX RoPE)
+        common.update(layer_norm=True, norm_bias=True, ffn_relu2=True,
+                      ffn_bias="blk.0.ffn_up.bias" in names, o_bias="blk.0.attn_output.bias" in names,
+                      rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))  # fmt: skip
     if arch == "olmo":  # (weightless LayerNorms: ones; clamp_kqv read above)
         common.update(layer_norm=True, rms_eps=md.get(k + "attention.layer_norm_epsilon", 1e-5))
     if arch == "gptj":  # (Phi-2's parallel block; RoPE on interleaved pairs of rotary_dim)
@@ -1244,12 +1249,13 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     ernie = arch in ("ernie4_5", "ernie4_5-moe")  # (RoPE on interleaved pairs, natively)
     if ernie and get("use_bias", False):
         raise ValueError(f"use_bias=true in '{path}' is not supported")
-    if get("mlp_bias", False):  # (as loader.cpp: biases where an architecture has none)
+    if get("mlp_bias", False) and arch != "jais2":  # (as loader.cpp: biases where an architecture has none)
         raise ValueError(f"mlp_bias=true in '{path}' is not supported")
     act = c.get("hidden_act")  # (SwiGLU in the Llama family; Arcee's relu^2; Nemotron-H's its own)
     own_act = ("nemotron_h", "gptneox", "falcon", "apertus", "gptj", "gpt2", "starcoder")  # (read below)
     if isinstance(act, str) and arch not in own_act:
-        own = {"arcee": "relu2", "nemotron": "relu2", "bitnet": "relu2", "starcoder2": "gelu_pytorch_tanh",
+        own = {"arcee": "relu2", "nemotron": "relu2", "bitnet": "relu2", "jais2": "relu2",
+               "starcoder2": "gelu_pytorch_tanh",
                "phi2": "gelu_new"}  # fmt: skip
         want = own.get(arch, "silu")
         if (
@@ -1271,6 +1277,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "nemotron",
         "gptneox",
         "phimoe",
+        "jais2",
     ) and get("attention_bias", False):
         raise ValueError(f"attention_bias=true in '{path}' is not supported")
     params = c.get("rope_parameters") or {}
@@ -1394,6 +1401,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                       rope_dim=_hf_rotated_dims(c, common["head_dim"], 0.25, "partial_rotary_factor", path),
                       parallel_block=bool(get("use_parallel_residual", False)), qk_norm=qk, qk_norm_heads=qk,
                       qkv_bias=bool(get("use_qkv_bias", False)))  # fmt: skip
+    if arch == "jais2":  # Llama's layers with LayerNorms (bias), relu^2 MLPs and biases
+        bias = bool(get("attention_bias", True))
+        common.update(layer_norm=True, norm_bias=True, ffn_relu2=True, qkv_bias=bias, o_bias=bias,
+                      ffn_bias=bool(get("mlp_bias", True)), rms_eps=get("layer_norm_eps", 1e-5))  # fmt: skip
     if arch == "nemotron":  # LayerNorm1P with bias, relu^2 MLP, partial NeoX RoPE (0.5)
         bias = bool(get("attention_bias", False))
         common.update(layer_norm=True, norm_bias=True, ffn_relu2=True, qkv_bias=bias, o_bias=bias,

@@ -520,8 +520,11 @@ def forward(
         if c["ffn_gelu"]:  # StarCoder2: down(gelu(up h + b_up)) + b_down
             x = add(x, gelu_ffn(w, p, h, q8, c))
             continue
-        if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2)
-            x = add(x, q8(relu2(q8(h, p + "w_up") @ w[p + "w_up"].T), p + "w_down") @ w[p + "w_down"].T)
+        if c["ffn_relu2"]:  # Nemotron-H: down(relu(up h)^2) (Jais 2: with biases)
+            up = q8(h, p + "w_up") @ w[p + "w_up"].T
+            up = up + w[p + "b_up"] if p + "b_up" in w else up
+            out = q8(relu2(up), p + "w_down") @ w[p + "w_down"].T
+            x = add(x, out + w[p + "b_down"] if p + "b_down" in w else out)
             continue
         if c["ffn_xielu"]:  # Apertus: down(xielu(up h))
             x = add(x, q8(xielu(q8(h, p + "w_up") @ w[p + "w_up"].T, c, i), p + "w_down") @ w[p + "w_down"].T)

@@ -385,8 +385,11 @@ def _plain_ffn(c: dict[str, Any], w: dict[str, np.ndarray], i: int, x: np.ndarra
         return x + _scaled(c, moe_twin.moe_ffn(c, w, i, h, q8))  # type: ignore[no-any-return]
     if c["ffn_relu2"] or c["ffn_xielu"]:  # Nemotron-H: down(relu(up h)^2); Apertus: down(xielu(up h))
         up = _linear(q8(h, p + "w_up"), w[p + "w_up"])
+        up = up + w[p + "b_up"] if p + "b_up" in w else up  # (Jais 2's biases)
         mid = ref_model.xielu(up, c, i) if c["ffn_xielu"] else ref_model.relu2(up)
-        return x + _scaled(c, _linear(q8(mid, p + "w_down"), w[p + "w_down"]))  # type: ignore[no-any-return]
+        out = _linear(q8(mid, p + "w_down"), w[p + "w_down"])
+        out = out + w[p + "b_down"] if p + "b_down" in w else out
+        return x + _scaled(c, out)  # type: ignore[no-any-return]
     act = ref_model.silu(_linear(q8(h, p + "w_gate"), w[p + "w_gate"])) * _linear(
         q8(h, p + "w_up"), w[p + "w_up"]
     )
