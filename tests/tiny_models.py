@@ -412,6 +412,50 @@ def pack_bitnet(
     return str(out)
 
 
+def pack_fp8(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    block: tuple[int, int] | None = (128, 128),
+    scale_dtype: str = "float32",
+    skip: tuple[str, ...] = (),
+) -> str:
+    """An FP8 checkpoint from the float folder ``src`` as the releases quantized with transformers'
+    FineGrainedFP8 lay one out (Qwen3-*-FP8, DeepSeek V3): each projection (``*_proj.weight``, ``w1`` /
+    ``w2`` / ``w3``, not the embeddings, norms, routers or lm_head, nor names containing one of ``skip``)
+    stored as float8_e4m3fn, divided by a scale per ``block`` (rows, columns; None: one per matrix) of
+    max |w| / 448 (torch's rounding to E4M3), beside its ``weight_scale_inv`` (``scale_dtype``);
+    quantization_config quant_method "fp8" with that weight_block_size in config.json."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(src), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(out / "model.safetensors"))
+    packed: dict[str, Any] = {}
+    for name, t in stored.items():
+        proj = name.endswith(("_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight"))
+        if not proj or t.ndim != 2 or any(s in name for s in skip):
+            packed[name] = t.contiguous()
+            continue
+        w = t.float()
+        rows, cols = w.shape
+        bn, bk = block if block is not None else (rows, cols)
+        gr, gc = -(-rows // bn), -(-cols // bk)
+        pad = torch.zeros(gr * bn, gc * bk)
+        pad[:rows, :cols] = w.abs()
+        amax = pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3))
+        scale = (amax / 448.0).clamp(min=1e-12)
+        full = scale.repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
+        packed[name] = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+        packed[name + "_scale_inv"] = scale.to(getattr(torch, scale_dtype))
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                  "weight_block_size": list(block) if block is not None else None}  # fmt: skip
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
 def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     """DbrxConfig from make_hf_model's Llama-style keywords: d_model, n_heads, n_layers, attn_config
     (kv_n_heads, clip_qkv, rope_theta), ffn_config (ffn_hidden_size = intermediate_size, moe_num_experts,

@@ -41,7 +41,8 @@ struct KernelMatmul {
                bool q8, const std::string& dtype, bool amx) {
     if (dtype != "float32" && dtype != "bfloat16")
       throw ossa::InputError("kernel_matmul: dtype must be 'float32' or 'bfloat16'");
-    if (!ossa::dtype_supported(ggml_type))
+    // (1001: DType::FP8, a folder's FP8 matrix in the loader's repacked rows)
+    if (!ossa::dtype_supported(ggml_type) && ggml_type != static_cast<uint32_t>(ossa::DType::FP8))
       throw ossa::InputError("unsupported type " + ossa::ggml_type_name(ggml_type));
     const ossa::DType t = static_cast<ossa::DType>(ggml_type);
     const ossa::DTypeTraits tr = ossa::dtype_traits(t);

@@ -25,6 +25,7 @@ namespace ossa {
 //   IQ4_NL (32, 18 B): f16 d | u8 qs[16]                   x = levels[nibble] * d
 //   IQ4_XS (256, 136 B): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
 //   MXFP4 (32, 17 B): u8 e (E8M0) | u8 qs[16]               x = mxfp4_levels[nibble] * 2^(e - 128)
+//   FP8 (128, 132 B, not ggml's): f32 s | u8 e4m3[128]      x = fl32(e4m3_value * s)
 DTypeTraits dtype_traits(DType type) {
   switch (type) {
     case DType::F32:
@@ -61,6 +62,8 @@ DTypeTraits dtype_traits(DType type) {
       return {32, 17};
     case DType::BITNET:
       return {64, 16};
+    case DType::FP8:
+      return {128, 132};
   }
   throw ModelError("unsupported tensor type '" + ggml_type_name(static_cast<uint32_t>(type)) + "'");
 }
@@ -127,6 +130,8 @@ const char* dtype_name(DType type) {
       return "MXFP4";
     case DType::BITNET:
       return "BITNET";
+    case DType::FP8:
+      return "FP8";
   }
   return "?";
 }
@@ -350,6 +355,13 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
         const int code = (view.data[bitnet_byte(row, k, n)] >> (2 * ((k % 64) / 16))) & 3;
         out[k] = view.scale_mul ? static_cast<float>(code - 1) * view.scale
                                 : static_cast<float>(code - 1) / view.scale;
+      }
+      return;
+    case DType::FP8:
+      for (int64_t b = 0; b < n / 128; ++b, p += 132, out += 128) {
+        float s;
+        std::memcpy(&s, p, 4);
+        for (int j = 0; j < 128; ++j) out[j] = e4m3_to_f32(p[4 + j]) * s;
       }
       return;
     case DType::MXFP4:

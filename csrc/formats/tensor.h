@@ -35,6 +35,11 @@ enum class DType : uint32_t {
   // folder's packed uint8 weight and weight_scale), repacked at load (kernels/matmul_bitnet.cpp:
   // 2 bits per value, 16 bytes per 64 columns; TensorView::scale the matrix's scale).
   BITNET = 1000,
+  // Not a GGUF type: a folder's FP8 (E4M3) matrix with its block scales (transformers'
+  // FineGrainedFP8: quant_method "fp8", weight_scale_inv per 128 x 128 block or per tensor),
+  // repacked at load into rows of 128-value blocks, each its f32 scale then 128 E4M3 bytes
+  // (132 bytes); a weight is fl32(e4m3 * scale), the value transformers dequantizes to.
+  FP8 = 1001,
 };
 
 struct DTypeTraits {

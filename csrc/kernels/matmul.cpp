@@ -58,6 +58,8 @@ int64_t block_elems(DType t) {
       return 32;
     case DType::BITNET:
       return 64;
+    case DType::FP8:
+      return 128;
     case DType::F32:
     case DType::F16:
     case DType::BF16:

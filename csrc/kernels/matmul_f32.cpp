@@ -513,6 +513,8 @@ F32Tile f32_tile(DType type, int rows) {
     case DType::IQ4_XS:
     case DType::MXFP4:
       return f32_tile_iq4(type, rows);
+    case DType::FP8:
+      return f32_tile_fp8(rows);
     case DType::BITNET:  // (matmul.cpp runs it through bitnet_rows)
       break;
   }

@@ -1,6 +1,7 @@
 // load_model: a GGUF file or a Hugging Face folder -> ossa::Model (config + validated weight
 // views).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -2143,10 +2144,133 @@ void gpt2_transpose(Builder& b) {
   b.raw = std::move(kept);
 }
 
-// A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), any method but
-// BitNet's is refused by name. BitNet b1.58 checkpoints (quant_method "bitnet": transformers'
-// BitLinear, offline, packed): every matrix stored as uint8 [rows / 4, cols] holding four ternary
-// values per byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w
+// A folder's FP8 matrices (quant_method "fp8": transformers' FineGrainedFP8, DeepSeek V3's and
+// Qwen3-*-FP8's releases): every F8_E4M3 tensor `X.weight` beside its `X.weight_scale_inv` (f32,
+// bf16 or f16; E8M0 where scale_fmt is ue8m0), one scale per weight_block_size block (rows,
+// columns; 128 x 128 unless said; null: one per matrix; a scale of one value is taken per matrix
+// too), repacked into DType::FP8 rows: each 128 values, their f32 scale then their 128 bytes. The
+// weights are the E4M3 values times their scale, rounded to f32 once (transformers'
+// dequantization). The activation scales of static schemes are not used (transformers' CPU path
+// ignores them too: it dequantizes the weights and multiplies unquantized activations).
+void fp8_linear(const Json& q, Builder& b) {
+  const std::string where = "'" + q.path + "'";
+  const std::string fmt = q.string("fmt", "e4m3");
+  if (fmt != "e4m3")
+    throw ModelError("quantization_config fmt '" + fmt + "' in " + where +
+                     " is not supported (e4m3 is)");
+  if (q.string("expert_dtype", "fp8") != "fp8")
+    throw ModelError("quantization_config expert_dtype '" + q.string("expert_dtype", "") + "' in " +
+                     where + " is not supported (fp8 is)");
+  const std::string scale_fmt = q.string("scale_fmt", "float");
+  if (scale_fmt != "float" && scale_fmt != "ue8m0")
+    throw ModelError("quantization_config scale_fmt '" + scale_fmt + "' in " + where +
+                     " is not supported (float and ue8m0 are)");
+  int64_t bn = 128, bk = 128;  // (transformers' default; null: one scale per matrix)
+  bool per_matrix = false;
+  if (const JsonValue* bs = q.v.get("weight_block_size"); bs != nullptr) {
+    if (bs->is_null()) {
+      per_matrix = true;
+    } else if (!bs->is_array() || bs->array.size() != 2 || !bs->array[0].is_integer ||
+               !bs->array[1].is_integer || bs->array[0].integer <= 0 || bs->array[1].integer <= 0) {
+      throw ModelError("quantization_config weight_block_size in " + where +
+                       " must be two positive integers or null");
+    } else {
+      bn = bs->array[0].integer;
+      bk = bs->array[1].integer;
+    }
+  }
+  if (!per_matrix && bk % 128 != 0)
+    throw ModelError("quantization_config weight_block_size [" + std::to_string(bn) + ", " +
+                     std::to_string(bk) + "] in " + where +
+                     " is not supported (blocks of a multiple of 128 columns are)");
+  for (auto& [name, raw] : b.raw) {
+    if (raw.type_name == "F8_E5M2")
+      throw ModelError("tensor '" + name + "' in " + where +
+                       " is FP8 E5M2, which is not supported (E4M3 is)");
+    if (raw.type_name != "F8_E4M3") continue;
+    if (raw.shape.size() != 2)
+      throw ModelError("FP8 tensor '" + name + "' in " + where + " has " +
+                       std::to_string(raw.shape.size()) + " dimensions (matrices are supported)");
+    const std::string scale_name = name + "_scale_inv";
+    auto sc = b.raw.find(scale_name);
+    if (sc == b.raw.end())
+      throw ModelError("missing tensor '" + scale_name + "' in " + where +
+                       " (FP8 weights need their scales)");
+    const int64_t rows = raw.shape[0], cols = raw.shape[1];
+    if (rows <= 0 || cols <= 0 || cols % 128 != 0 || cols > (int64_t{1} << 24) ||
+        rows > (int64_t{1} << 26))
+      throw ModelError("FP8 matrix '" + name + "' of " + std::to_string(cols) + " columns in " +
+                       where + " is not supported (a multiple of 128 is)");
+    // The scales as f32, row-major over the block grid.
+    const Raw& s = sc->second;
+    int64_t n_scales = 1;
+    for (int64_t d : s.shape) n_scales *= d;
+    const int64_t grid_r = per_matrix ? 1 : (rows + bn - 1) / bn,
+                  grid_c = per_matrix ? 1 : (cols + bk - 1) / bk;
+    const bool one = n_scales == 1;
+    if (!one && (s.shape.size() != 2 || s.shape[0] != grid_r || s.shape[1] != grid_c))
+      throw ModelError("tensor '" + scale_name + "' in " + where + " must hold " +
+                       std::to_string(grid_r) + " x " + std::to_string(grid_c) +
+                       " scales (one per block of " + std::to_string(bn) + " x " +
+                       std::to_string(bk) + " of its [" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "] matrix)");
+    std::vector<float> scales(static_cast<size_t>(n_scales));
+    if (s.type_name == "F8_E8M0" || (s.type_name == "U8" && scale_fmt == "ue8m0")) {
+      for (int64_t i = 0; i < n_scales; ++i) {
+        const int e = s.bytes[i];
+        if (e == 255)
+          throw ModelError("tensor '" + scale_name + "' in " + where + " holds an invalid scale");
+        scales[static_cast<size_t>(i)] = std::ldexp(1.0f, e - 127);
+      }
+    } else if (s.supported) {
+      for (int64_t r = 0; r < s.view.rows; ++r)
+        dequantize_row(s.view, r, scales.data() + r * s.view.cols);
+    } else {
+      throw ModelError("tensor '" + scale_name + "' in " + where + " has type '" + s.type_name +
+                       "' (FP8 scales are F32, BF16, F16 or E8M0)");
+    }
+    for (float v :
+         scales)  // (within these bounds 256 s and s / 512 are exact: the kernels use both)
+      if (!std::isfinite(v) ||
+          (v != 0.0f && !(std::fabs(v) > 0x1p-100f && std::fabs(v) < 0x1p100f)))
+        throw ModelError("tensor '" + scale_name + "' in " + where + " holds an invalid scale");
+    const int64_t nb = cols / 128;
+    const size_t row_bytes = static_cast<size_t>(nb * 132);
+    uint8_t* out = b.alloc(row_bytes * static_cast<size_t>(rows));
+    const uint8_t* bytes = raw.bytes;
+    std::atomic<bool> nan{false};
+    parallel_for(rows, 64, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+      uint8_t bad = 0;
+      for (int64_t r = begin; r < end; ++r) {
+        const uint8_t* src = bytes + r * cols;
+        uint8_t* dst = out + static_cast<size_t>(r) * row_bytes;
+        for (int64_t k = 0; k < nb; ++k, src += 128, dst += 132) {
+          const float v =
+              one ? scales[0] : scales[static_cast<size_t>((r / bn) * grid_c + (128 * k) / bk)];
+          std::memcpy(dst, &v, 4);
+          std::memcpy(dst + 4, src, 128);
+          for (int i = 0; i < 128; ++i) bad |= static_cast<uint8_t>((src[i] & 0x7f) == 0x7f);
+        }
+      }
+      if (bad != 0) nan = true;
+    });
+    if (nan) throw ModelError("FP8 matrix '" + name + "' in " + where + " holds a NaN");
+    raw.supported = true;
+    raw.type_name = "FP8";
+    raw.view = TensorView{};
+    raw.view.type = DType::FP8;
+    raw.view.rows = rows;
+    raw.view.cols = cols;
+    raw.view.data = out;
+    raw.view.row_bytes = row_bytes;
+  }
+}
+
+// A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), FP8 (fp8_linear) and
+// BitNet run, any other method is refused by name. BitNet b1.58 checkpoints (quant_method "bitnet":
+// transformers' BitLinear, offline, packed): every matrix stored as uint8 [rows / 4, cols] holding
+// four ternary values per byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p,
+// stored as w
 // + 1), beside its weight_scale; repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with
 // that scale. The float matrices (the embeddings, lm_head) stay as they are.
 void bitnet_linear(const Json& cfg, Builder& b) {
@@ -2156,10 +2280,12 @@ void bitnet_linear(const Json& cfg, Builder& b) {
   const std::string method = q.string("quant_method", "");
   const std::string where = "'" + cfg.path + "'";
   if (method == "mxfp4") return;  // (gpt-oss's experts: moe_loader reads their blocks)
-  if (method != "bitnet")         // (GPTQ, AWQ, FP8, bitsandbytes, compressed-tensors, ...)
+  if (method == "fp8") return fp8_linear(q, b);
+  if (method != "bitnet")  // (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...)
     throw ModelError("quantization_config quant_method '" + method + "' in " + where +
-                     " is not supported (a folder of float weights is, as are gpt-oss's MXFP4 and "
-                     "BitNet's packed ones; other quantized models run from their GGUF files)");
+                     " is not supported (a folder of float weights is, as are FP8 (fp8), gpt-oss's "
+                     "MXFP4 and BitNet's packed ones; other quantized models run from their GGUF "
+                     "files)");
   // (transformers' BitLinear divides a product by weight_scale; its AutoBitLinear, offline,
   // multiplies it: TensorView::scale_mul)
   const std::string linear_class = q.string("linear_class", "bitlinear");

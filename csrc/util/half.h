@@ -1,7 +1,9 @@
 #pragma once
-// fp16 and bf16 conversions (scalar; kernels use the F16C/AVX-512 instructions directly).
+// fp16, bf16 and fp8 (E4M3) conversions (scalar; kernels use the F16C/AVX-512 instructions
+// directly).
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace ossa {
 
@@ -46,6 +48,19 @@ inline float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+// An FP8 E4M3 byte (OCP's E4M3FN: bias 7, no infinities, S.1111.111 NaN) as the integer q with
+// value q * 2^-9 exactly: (8 + m) << (e - 1) for e > 0, m for subnormals (|q| < 2^18).
+inline int e4m3_q(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const int q = e == 0 ? m : (8 + m) << (e - 1);
+  return (b & 0x80) != 0 ? -q : q;
+}
+inline bool e4m3_is_nan(uint8_t b) { return (b & 0x7f) == 0x7f; }
+inline float e4m3_to_f32(uint8_t b) {
+  if (e4m3_is_nan(b)) return std::numeric_limits<float>::quiet_NaN();
+  return static_cast<float>(e4m3_q(b)) * (1.0f / 512.0f);
 }
 
 inline uint16_t f32_to_f16(float f) {

@@ -18,7 +18,7 @@ import numpy as np
 from . import arch_config
 from . import moe as moe_twin
 from .gguf_split import read_gguf_model
-from .quants import BitLinear
+from .quants import BitLinear, dequantize_fp8
 from .safetensors import read_safetensors
 
 ARCHS = (
@@ -1031,13 +1031,13 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise, and other
     quantization methods (gpt-oss's MXFP4 aside), refused by name."""
     q = c.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") == "mxfp4":  # (gpt-oss's experts)
+    if not isinstance(q, dict) or q.get("quant_method") in ("mxfp4", "fp8"):  # (gpt-oss's experts; FP8)
         return False
-    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, FP8, bitsandbytes, compressed-tensors, ...)
+    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...)
         method = q.get("quant_method", "")
         raise ValueError(f"quantization_config quant_method '{method}' in '{path}' is not supported (a "
-                         "folder of float weights is, as are gpt-oss's MXFP4 and BitNet's packed ones; other "
-                         "quantized models run from their GGUF files)")  # fmt: skip
+                         "folder of float weights is, as are FP8 (fp8), gpt-oss's MXFP4 and BitNet's packed "
+                         "ones; other quantized models run from their GGUF files)")  # fmt: skip
     if q.get("linear_class", "bitlinear") not in ("bitlinear", "autobitlinear"):
         raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
                          "supported (bitlinear and autobitlinear are)")  # fmt: skip
@@ -1049,9 +1049,83 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     return True
 
 
+def _fp8_config(c: dict[str, Any], path: str) -> tuple[bool, tuple[int, int] | None, bool]:
+    """A folder's FP8 settings (quantization_config quant_method "fp8"; twin of loader.cpp's fp8_linear):
+    (FP8 or not, the scale block (rows, columns; None: one per matrix), E8M0 scales), the options ossa
+    does not run refused by name."""
+    q = c.get("quantization_config")
+    if not isinstance(q, dict) or q.get("quant_method") != "fp8":
+        return False, None, False
+    where = f"'{os.path.join(path, 'config.json')}'"
+    if (q.get("fmt") or "e4m3") != "e4m3":
+        raise ValueError(f"quantization_config fmt '{q.get('fmt')}' in {where} is not supported (e4m3 is)")
+    if (q.get("expert_dtype") or "fp8") != "fp8":
+        raise ValueError(f"quantization_config expert_dtype '{q.get('expert_dtype')}' in {where} is not "
+                         "supported (fp8 is)")  # fmt: skip
+    scale_fmt = q.get("scale_fmt") or "float"
+    if scale_fmt not in ("float", "ue8m0"):
+        raise ValueError(f"quantization_config scale_fmt '{scale_fmt}' in {where} is not supported (float "
+                         "and ue8m0 are)")  # fmt: skip
+    block: tuple[int, int] | None = (128, 128)
+    if "weight_block_size" in q:
+        bs = q["weight_block_size"]
+        if bs is None:
+            block = None
+        elif (not isinstance(bs, list) or len(bs) != 2 or not all(type(v) is int and v > 0 for v in bs)):
+            raise ValueError(f"quantization_config weight_block_size in {where} must be two positive integers "
+                             "or null")  # fmt: skip
+        else:
+            block = (bs[0], bs[1])
+    if block is not None and block[1] % 128 != 0:
+        raise ValueError(f"quantization_config weight_block_size [{block[0]}, {block[1]}] in {where} is not "
+                         "supported (blocks of a multiple of 128 columns are)")  # fmt: skip
+    return True, block, scale_fmt == "ue8m0"
+
+
+def _fp8_matrix(
+    n: str, where: dict[str, Any], stored: dict[str, str], block: tuple[int, int] | None, e8m0: bool, cfg: str
+) -> np.ndarray:
+    """FP8 matrix ``n`` dequantized with its ``n_scale_inv`` (twin of fp8_linear's checks)."""
+    info = where[n].tensors[stored[n]]
+    if len(info.shape) != 2:
+        raise ValueError(f"FP8 tensor '{n}' in {cfg} has {len(info.shape)} dimensions (matrices are supported)")
+    scale_name = n + "_scale_inv"
+    if scale_name not in where:
+        raise ValueError(f"missing tensor '{scale_name}' in {cfg} (FP8 weights need their scales)")
+    rows, cols = info.shape
+    if rows <= 0 or cols <= 0 or cols % 128 != 0:
+        raise ValueError(f"FP8 matrix '{n}' of {cols} columns in {cfg} is not supported (a multiple of 128 is)")
+    s_info = where[scale_name].tensors[stored[scale_name]]
+    n_scales = int(np.prod(s_info.shape)) if s_info.shape else 1
+    bn, bk = block if block is not None else (rows, cols)
+    grid = (-(-rows // bn), -(-cols // bk))
+    if n_scales != 1 and tuple(s_info.shape) != grid:
+        raise ValueError(f"tensor '{scale_name}' in {cfg} must hold {grid[0]} x {grid[1]} scales (one per "
+                         f"block of {bn} x {bk} of its [{rows}, {cols}] matrix)")  # fmt: skip
+    if s_info.dtype == "F8_E8M0" or (s_info.dtype == "U8" and e8m0):
+        e = where[scale_name].raw(stored[scale_name]).astype(np.int32)
+        if (e == 255).any():
+            raise ValueError(f"tensor '{scale_name}' in {cfg} holds an invalid scale")
+        scales = np.ldexp(np.float32(1.0), e - 127).astype(np.float32)
+    elif s_info.dtype in ("F32", "F16", "BF16"):
+        scales = where[scale_name].tensor(stored[scale_name]).astype(np.float32)
+    else:
+        raise ValueError(f"tensor '{scale_name}' in {cfg} has type '{s_info.dtype}' (FP8 scales are F32, BF16, "
+                         "F16 or E8M0)")  # fmt: skip
+    scales = scales.reshape(-1 if n_scales == 1 else grid)
+    a = np.abs(scales)
+    if not np.all(np.isfinite(scales) & ((a == 0) | ((a > 2.0**-100) & (a < 2.0**100)))):
+        raise ValueError(f"tensor '{scale_name}' in {cfg} holds an invalid scale")
+    codes = where[n].raw(stored[n]).reshape(rows, cols)
+    if ((codes & 0x7F) == 0x7F).any():
+        raise ValueError(f"FP8 matrix '{n}' in {cfg} holds a NaN")
+    return dequantize_fp8(codes, scales, None if n_scales == 1 else (bn, bk))
+
+
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
+    fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -1184,7 +1258,18 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 raise ValueError(f"BitNet matrix '{n}' in '{path}' is stored unpacked (as floats): only "
                                  "packed (uint8) ones are supported")  # fmt: skip
 
+    if fp8:  # (twin of fp8_linear's refusals)
+        cfg_where = f"'{os.path.join(path, 'config.json')}'"
+        for n in where:
+            info = where[n].tensors[stored[n]]
+            if info.dtype == "F8_E5M2":
+                raise ValueError(f"tensor '{n}' in {cfg_where} is FP8 E5M2, which is not supported (E4M3 is)")
+            if info.dtype == "F8_E4M3":
+                _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
+
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
+        if fp8 and where[n].tensors[stored[n]].dtype == "F8_E4M3":
+            return _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, f"'{os.path.join(path, 'config.json')}'")
         if bitnet and n.endswith(".weight") and where[n].tensors[stored[n]].dtype == "U8":
             scale_name = n + "_scale"
             if scale_name not in where:

@@ -267,6 +267,32 @@ _MORE = {
 }  # fmt: skip
 
 
+def e4m3_values(codes: np.ndarray) -> np.ndarray:
+    """FP8 E4M3 bytes (OCP's E4M3FN: bias 7, no infinities, S.1111.111 NaN) as float32, exactly:
+    the integer q of value q * 2^-9 ((8 + m) << (e - 1), or m for subnormals), twin of half.h's
+    e4m3_q."""
+    c = codes.astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    q = np.where(e == 0, m, (8 + m) << np.maximum(e - 1, 0))
+    v = (np.where(c & 0x80, -q, q) * (1.0 / 512.0)).astype(np.float32)
+    return np.where((c & 0x7F) == 0x7F, np.float32(np.nan), v)
+
+
+def dequantize_fp8(codes: np.ndarray, scales: np.ndarray, block: tuple[int, int] | None) -> np.ndarray:
+    """A folder's FP8 matrix (uint8 E4M3 codes [rows, cols]) times its scales (float32, one per
+    ``block`` of rows x columns, or a single one: ``block`` None) as float32: each weight the E4M3 value
+    times its scale rounded once, as transformers' FineGrainedFP8 dequantization (twin of loader.cpp's
+    fp8_linear and kernels/matmul_fp8.cpp)."""
+    rows, cols = codes.shape
+    s = scales.astype(np.float32)
+    if s.size == 1 or block is None:
+        full = np.full((rows, cols), s.reshape(-1)[0], np.float32)
+    else:
+        bn, bk = block
+        full = np.repeat(np.repeat(s, bn, axis=0)[:rows], bk, axis=1)[:, :cols]
+    return (e4m3_values(codes) * full).astype(np.float32)
+
+
 class BitLinear:
     """BitNet b1.58's matrix as transformers' BitLinear (or, scale_mul, its AutoBitLinear) runs a packed
     checkpoint (twin of

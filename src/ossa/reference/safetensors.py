@@ -54,6 +54,11 @@ class SafetensorsFile:
             )
         return out.reshape(info.shape)
 
+    def raw(self, name: str) -> np.ndarray:
+        """A tensor's stored bytes whatever its dtype, flat (FP8 weights and E8M0 scales)."""
+        info = self.tensors[name]
+        return self._data[self.data_offset + info.begin : self.data_offset + info.end]
+
     def u8(self, name: str) -> np.ndarray:
         """A U8 tensor's bytes in its own shape (HF MXFP4 blocks and scales); ValueError for any other
         dtype."""
