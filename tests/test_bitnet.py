@@ -211,7 +211,7 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
         ({"quantization_config": {**q, "use_rms_norm": True}}, "use_rms_norm"),
         ({"hidden_act": "silu"}, "silu"),
         ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quant_method 'gptq'"),
-        ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, "'fp8'"),
+        ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "'awq'"),
     ])  # fmt: skip
     stored = load_file(str(Path(src) / "model.safetensors"))
     name = "model.layers.1.mlp.up_proj.weight"

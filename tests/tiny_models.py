@@ -418,12 +418,14 @@ def pack_fp8(
     block: tuple[int, int] | None = (128, 128),
     scale_dtype: str = "float32",
     skip: tuple[str, ...] = (),
+    e8m0: bool = False,
 ) -> str:
     """An FP8 checkpoint from the float folder ``src`` as the releases quantized with transformers'
     FineGrainedFP8 lay one out (Qwen3-*-FP8, DeepSeek V3): each projection (``*_proj.weight``, ``w1`` /
     ``w2`` / ``w3``, not the embeddings, norms, routers or lm_head, nor names containing one of ``skip``)
     stored as float8_e4m3fn, divided by a scale per ``block`` (rows, columns; None: one per matrix) of
-    max |w| / 448 (torch's rounding to E4M3), beside its ``weight_scale_inv`` (``scale_dtype``);
+    max |w| / 448 (torch's rounding to E4M3), beside its ``weight_scale_inv`` (``scale_dtype``; ``e8m0``:
+    the power of two at or above it, stored as E8M0, scale_fmt "ue8m0" as DeepSeek V3.1's releases);
     quantization_config quant_method "fp8" with that weight_block_size in config.json."""
     import torch
     from safetensors.torch import load_file, save_file
@@ -445,13 +447,20 @@ def pack_fp8(
         pad[:rows, :cols] = w.abs()
         amax = pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3))
         scale = (amax / 448.0).clamp(min=1e-12)
+        if e8m0:
+            scale = torch.exp2(torch.ceil(torch.log2(scale)))
         full = scale.repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
         packed[name] = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
-        packed[name + "_scale_inv"] = scale.to(getattr(torch, scale_dtype))
+        packed[name + "_scale_inv"] = scale.to(torch.float8_e8m0fnu if e8m0 else getattr(torch, scale_dtype))
     save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = json.loads((out / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                  "weight_block_size": list(block) if block is not None else None}  # fmt: skip
+    cfg["quantization_config"] = {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": list(block) if block is not None else None,
+    }
+    if e8m0:
+        cfg["quantization_config"]["scale_fmt"] = "ue8m0"
     (out / "config.json").write_text(json.dumps(cfg))
     return str(out)
 

@@ -60,7 +60,8 @@ inline int e4m3_q(uint8_t b) {
 inline bool e4m3_is_nan(uint8_t b) { return (b & 0x7f) == 0x7f; }
 inline float e4m3_to_f32(uint8_t b) {
   if (e4m3_is_nan(b)) return std::numeric_limits<float>::quiet_NaN();
-  return static_cast<float>(e4m3_q(b)) * (1.0f / 512.0f);
+  const float v = static_cast<float>(e4m3_q(b & 0x7f)) * (1.0f / 512.0f);
+  return (b & 0x80) != 0 ? -v : v;  // (0x80: -0.0)
 }
 
 inline uint16_t f32_to_f16(float f) {

@@ -927,13 +927,17 @@ def _stored_type(name: str, dtype: str) -> str:
         return "E8M0 scales"
     if dtype == "U8" and name.endswith(".weight"):  # (BitNet's packed matrices: 4 values a byte)
         return "BitNet ternary"
+    if dtype == "F8_E4M3":  # (an FP8 folder's matrices, and below their block scales)
+        return "FP8 E4M3"
+    if name.endswith(".weight_scale_inv"):
+        return "FP8 scales"
     return dtype
 
 
 def _n_params(name: str, dtype: str, elements: int) -> int:
     """Parameters a tensor holds: two per byte of MXFP4 blocks, none in their scales."""
     kind = _stored_type(name, dtype)
-    per = {"MXFP4": 2, "E8M0 scales": 0, "BitNet ternary": 4}.get(kind, 1)
+    per = {"MXFP4": 2, "E8M0 scales": 0, "BitNet ternary": 4, "FP8 scales": 0}.get(kind, 1)
     return per * elements
 
 

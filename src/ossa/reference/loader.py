@@ -1071,9 +1071,9 @@ def _fp8_config(c: dict[str, Any], path: str) -> tuple[bool, tuple[int, int] | N
         bs = q["weight_block_size"]
         if bs is None:
             block = None
-        elif (not isinstance(bs, list) or len(bs) != 2 or not all(type(v) is int and v > 0 for v in bs)):
-            raise ValueError(f"quantization_config weight_block_size in {where} must be two positive integers "
-                             "or null")  # fmt: skip
+        elif not isinstance(bs, list) or len(bs) != 2 or not all(type(v) is int and v > 0 for v in bs):
+            raise ValueError(f"quantization_config weight_block_size in {where} must be two positive "
+                             "integers or null")  # fmt: skip
         else:
             block = (bs[0], bs[1])
     if block is not None and block[1] % 128 != 0:
@@ -1088,13 +1088,15 @@ def _fp8_matrix(
     """FP8 matrix ``n`` dequantized with its ``n_scale_inv`` (twin of fp8_linear's checks)."""
     info = where[n].tensors[stored[n]]
     if len(info.shape) != 2:
-        raise ValueError(f"FP8 tensor '{n}' in {cfg} has {len(info.shape)} dimensions (matrices are supported)")
+        raise ValueError(f"FP8 tensor '{n}' in {cfg} has {len(info.shape)} dimensions (matrices are "
+                         "supported)")  # fmt: skip
     scale_name = n + "_scale_inv"
     if scale_name not in where:
         raise ValueError(f"missing tensor '{scale_name}' in {cfg} (FP8 weights need their scales)")
     rows, cols = info.shape
     if rows <= 0 or cols <= 0 or cols % 128 != 0:
-        raise ValueError(f"FP8 matrix '{n}' of {cols} columns in {cfg} is not supported (a multiple of 128 is)")
+        raise ValueError(f"FP8 matrix '{n}' of {cols} columns in {cfg} is not supported (a multiple of "
+                         "128 is)")  # fmt: skip
     s_info = where[scale_name].tensors[stored[scale_name]]
     n_scales = int(np.prod(s_info.shape)) if s_info.shape else 1
     bn, bk = block if block is not None else (rows, cols)
@@ -1110,8 +1112,8 @@ def _fp8_matrix(
     elif s_info.dtype in ("F32", "F16", "BF16"):
         scales = where[scale_name].tensor(stored[scale_name]).astype(np.float32)
     else:
-        raise ValueError(f"tensor '{scale_name}' in {cfg} has type '{s_info.dtype}' (FP8 scales are F32, BF16, "
-                         "F16 or E8M0)")  # fmt: skip
+        raise ValueError(f"tensor '{scale_name}' in {cfg} has type '{s_info.dtype}' (FP8 scales are F32, "
+                         "BF16, F16 or E8M0)")  # fmt: skip
     scales = scales.reshape(-1 if n_scales == 1 else grid)
     a = np.abs(scales)
     if not np.all(np.isfinite(scales) & ((a == 0) | ((a > 2.0**-100) & (a < 2.0**100)))):
@@ -1269,7 +1271,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
         if fp8 and where[n].tensors[stored[n]].dtype == "F8_E4M3":
-            return _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, f"'{os.path.join(path, 'config.json')}'")
+            cfg_where = f"'{os.path.join(path, 'config.json')}'"
+            return _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
         if bitnet and n.endswith(".weight") and where[n].tensors[stored[n]].dtype == "U8":
             scale_name = n + "_scale"
             if scale_name not in where:

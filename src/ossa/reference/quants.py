@@ -273,8 +273,8 @@ def e4m3_values(codes: np.ndarray) -> np.ndarray:
     e4m3_q."""
     c = codes.astype(np.int64)
     e, m = (c >> 3) & 15, c & 7
-    q = np.where(e == 0, m, (8 + m) << np.maximum(e - 1, 0))
-    v = (np.where(c & 0x80, -q, q) * (1.0 / 512.0)).astype(np.float32)
+    v = (np.where(e == 0, m, (8 + m) << np.maximum(e - 1, 0)) * (1.0 / 512.0)).astype(np.float32)
+    v = np.where(c & 0x80, -v, v)  # (0x80: -0.0)
     return np.where((c & 0x7F) == 0x7F, np.float32(np.nan), v)
 
 
