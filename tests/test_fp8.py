@@ -101,12 +101,33 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
     ),  # fmt: skip
     # DeepSeek V3's MLA and experts (its FP8 release's layout; blocks of 16 rows here: kv_a_proj_with_mqa's
     # 144 rows, kv_lora_rank + the rope dims, are a multiple of those, as transformers' oracle needs).
-    "deepseek_v3": (dict(arch="deepseek_v3", hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=2,
-                         intermediate_size=256, vocab_size=150, q_lora_rank=128, kv_lora_rank=128,
-                         qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=64, n_routed_experts=4,
-                         n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=128, n_group=2,
-                         topk_group=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True),
-                    dict(block=(16, 128)), True),  # fmt: skip
+    "deepseek_v3": (
+        dict(
+            arch="deepseek_v3",
+            hidden_size=128,
+            num_layers=2,
+            num_heads=2,
+            num_kv_heads=2,
+            intermediate_size=256,
+            vocab_size=150,
+            q_lora_rank=128,
+            kv_lora_rank=128,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=64,
+            n_routed_experts=4,
+            n_shared_experts=1,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+        ),
+        dict(block=(16, 128)),
+        True,
+    ),  # fmt: skip
     # Blocks of 96 rows over matrices of 128 / 256 rows: the last block row partial. transformers' CPU
     # dequantization takes rows / grid rows as its block (and refuses 256 rows over 3 block rows), where the
     # blocks are 96 rows as the config says (the kernels that write and read such files): the twin alone.

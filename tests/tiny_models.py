@@ -465,6 +465,79 @@ def pack_fp8(
     return str(out)
 
 
+def pack_compressed(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    bits: int = 4,
+    group: int | None = 128,
+    symmetric: bool = True,
+    scale_dtype: str = "bfloat16",
+    g_idx: bool = False,
+) -> str:
+    """A compressed-tensors W4A16 / W8A16 checkpoint (format "pack-quantized", as llm-compressor writes
+    RedHatAI's *-quantized.w4a16 / w8a16) from the float folder ``src``: each projection (``*_proj.weight``,
+    not the embeddings, norms, routers or lm_head) quantized to ``bits``-bit integers per ``group`` columns
+    (None: per row), symmetric (scale = max |w| / (2^(bits-1) - 0.5)) or with a zero point (min / max over
+    2^bits - 1 steps), packed by compressed-tensors' own ``pack_to_int32`` beside ``weight_scale``
+    (``scale_dtype``), ``weight_shape`` and ``weight_zero_point``; with ``g_idx`` a trivial
+    ``weight_g_idx`` too. quantization_config quant_method "compressed-tensors" in config.json."""
+    import torch
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(src), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(out / "model.safetensors"))
+    packed: dict[str, Any] = {}
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    for name, t in stored.items():
+        if not name.endswith("_proj.weight") or t.ndim != 2:
+            packed[name] = t.contiguous()
+            continue
+        w = t.float()
+        rows, cols = w.shape
+        g = group or cols
+        wg = w.reshape(rows, cols // g, g)
+        if symmetric:
+            scale = (wg.abs().amax(-1) / (hi + 0.5)).clamp(min=1e-8).to(getattr(torch, scale_dtype))
+            zp = torch.zeros_like(scale, dtype=torch.int32)
+        else:
+            mn, mx = wg.amin(-1).clamp(max=0), wg.amax(-1).clamp(min=0)
+            scale = ((mx - mn) / (hi - lo)).clamp(min=1e-8).to(getattr(torch, scale_dtype))
+            zp = torch.clamp(torch.round(lo - mn / scale.float()), lo, hi).to(torch.int32)
+        q = torch.round(wg / scale.float()[..., None]) + zp[..., None]
+        q = torch.clamp(q, lo, hi).to(torch.int8).reshape(rows, cols)
+        base = name.removesuffix("weight")
+        packed[base + "weight_packed"] = pack_to_int32(q, bits)
+        packed[base + "weight_scale"] = scale.contiguous()
+        packed[base + "weight_shape"] = torch.tensor([rows, cols], dtype=torch.int64)
+        if not symmetric:
+            packed[base + "weight_zero_point"] = pack_to_int32(zp.to(torch.int8), bits, packed_dim=0)
+        if g_idx:
+            packed[base + "weight_g_idx"] = (torch.arange(cols) // g).to(torch.int32)
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    weights = {"num_bits": bits, "type": "int", "symmetric": symmetric,
+               "strategy": "group" if group else "channel", "group_size": group, "dynamic": False,
+               "actorder": None, "observer": "minmax"}  # fmt: skip
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights,
+                "input_activations": None,
+                "output_activations": None,
+            }
+        },  # fmt: skip
+    }
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
 def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     """DbrxConfig from make_hf_model's Llama-style keywords: d_model, n_heads, n_layers, attn_config
     (kv_n_heads, clip_qkv, rope_theta), ffn_config (ffn_hidden_size = intermediate_size, moe_num_experts,

@@ -25,6 +25,7 @@
 #include "model/weights.h"
 #include "util/aligned.h"
 #include "util/error.h"
+#include "util/half.h"
 #include "util/json.h"
 #include "util/mmap.h"
 
@@ -2266,8 +2267,226 @@ void fp8_linear(const Json& q, Builder& b) {
   }
 }
 
-// A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), FP8 (fp8_linear) and
-// BitNet run, any other method is refused by name. BitNet b1.58 checkpoints (quant_method "bitnet":
+// compressed-tensors' integer weights without activation quantization (quant_method
+// "compressed-tensors", format "pack-quantized": llm-compressor's W4A16 / W8A16 releases, e.g.
+// RedHatAI's *-quantized.w4a16): every `X.weight_packed` (int32 words, element c of a row at bit
+// c * bits, stored as q + 2^(bits - 1)) with `X.weight_scale` (one per group of columns, per row or
+// per matrix), `X.weight_shape` and, asymmetric, `X.weight_zero_point` (packed along the rows). The
+// weight is (q - zero) * scale: exactly a GGUF block type's value when the scale is an f16 number
+// (bf16 and f16 scales in range are): 4 bits symmetric as Q4_0 ((nibble - 8) * d), 4 bits with zero
+// points as Q5_0 (q - zero in -15..15), 8 bits symmetric as Q8_0; so every kernel of those types
+// runs them. A scale that is not an f16 number keeps the matrix exact as F32. The bits, grouping
+// and symmetry are read off each tensor's shapes (a folder's config groups may differ per module)
+// and checked against its config groups.
+void compressed_linear(const Json& q, Builder& b) {
+  const std::string where = "'" + q.path + "'";
+  const std::string format = q.string("format", "");
+  const auto refuse = [&](const std::string& what) {
+    throw ModelError("quantization_config (compressed-tensors) " + what + " in " + where +
+                     " is not supported (pack-quantized integer weights of 4 or 8 bits without "
+                     "activation quantization are: W4A16 / W8A16)");
+  };
+  if (format != "pack-quantized") refuse("format '" + format + "'");
+  if (q.string("quantization_status", "compressed") != "compressed")
+    refuse("quantization_status '" + q.string("quantization_status", "") + "'");
+  if (q.get("transform_config") != nullptr) refuse("transform_config");
+  if (const JsonValue* sp = q.get("sparsity_config"); sp != nullptr && sp->is_object()) {
+    const JsonValue* f = sp->get("format");
+    if (f != nullptr && f->is_string() && f->string != "dense")
+      refuse("sparsity format '" + f->string + "'");
+  }
+  std::vector<int> bits_allowed;
+  const JsonValue* groups = q.get("config_groups");
+  if (groups == nullptr || !groups->is_object() || groups->object.empty())
+    refuse("without config_groups");
+  for (const auto& [gname, g] : groups->object) {
+    if (!g.is_object()) refuse("config group '" + gname + "'");
+    const Json gj{g, q.path};
+    if (gj.string("format", format) != "pack-quantized")
+      refuse("config group '" + gname + "' format '" + gj.string("format", "") + "'");
+    for (const char* act : {"input_activations", "output_activations"})
+      if (gj.get(act) != nullptr)
+        refuse(std::string(act) + " quantization (config group '" + gname + "')");
+    const JsonValue* w = gj.get("weights");
+    if (w == nullptr || !w->is_object()) refuse("config group '" + gname + "' without weights");
+    const Json wj{*w, q.path};
+    if (wj.string("type", "int") != "int") refuse("weights type '" + wj.string("type", "") + "'");
+    const int64_t nbits = wj.integer("num_bits", 0);
+    if (nbits != 4 && nbits != 8) refuse("num_bits " + std::to_string(nbits));
+    const std::string strategy = wj.string("strategy", "tensor");
+    if (strategy != "group" && strategy != "channel" && strategy != "tensor")
+      refuse("weights strategy '" + strategy + "'");
+    if (wj.boolean("dynamic", false)) refuse("dynamic weights");
+    if (nbits == 8 && !wj.boolean("symmetric", true)) refuse("asymmetric 8-bit weights");
+    bits_allowed.push_back(static_cast<int>(nbits));
+  }
+  for (auto& [name, raw] : b.raw) {
+    const std::string suffix = ".weight_packed";
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    const std::string target = base + ".weight";
+    const auto need = [&](const std::string& n) -> Raw& {
+      auto it = b.raw.find(n);
+      if (it == b.raw.end())
+        throw ModelError("missing tensor '" + n + "' in " + where + " (beside '" + name + "')");
+      return it->second;
+    };
+    if (raw.type_name != "I32" || raw.shape.size() != 2)
+      throw ModelError("tensor '" + name + "' in " + where + " must be a 2-D I32 tensor");
+    const Raw& shape_t = need(base + ".weight_shape");
+    if ((shape_t.type_name != "I64" && shape_t.type_name != "I32") || shape_t.shape.size() != 1 ||
+        shape_t.shape[0] != 2)
+      throw ModelError("tensor '" + base + ".weight_shape' in " + where +
+                       " must hold two integers");
+    int64_t rows = 0, cols = 0;
+    if (shape_t.type_name == "I64") {
+      std::memcpy(&rows, shape_t.bytes, 8);
+      std::memcpy(&cols, shape_t.bytes + 8, 8);
+    } else {
+      int32_t rc[2];
+      std::memcpy(rc, shape_t.bytes, 8);
+      rows = rc[0], cols = rc[1];
+    }
+    const int64_t words = raw.shape[1];
+    if (rows != raw.shape[0] || cols <= 0 || cols % 32 != 0 || cols > (int64_t{1} << 24))
+      throw ModelError("tensor '" + name + "' in " + where + " does not match its weight_shape [" +
+                       std::to_string(rows) + ", " + std::to_string(cols) +
+                       "] (columns a multiple of 32 are supported)");
+    const int bits = static_cast<int>(words * 32 / cols);
+    if (words * 32 != cols * bits || (bits != 4 && bits != 8) ||
+        std::find(bits_allowed.begin(), bits_allowed.end(), bits) == bits_allowed.end())
+      throw ModelError("tensor '" + name + "' in " + where + " holds " + std::to_string(words) +
+                       " words a row for " + std::to_string(cols) +
+                       " columns: not a width its config groups give");
+    if (b.has(base + ".weight_g_idx")) {
+      // (activation-ordered groups: column c in group g_idx[c]; contiguous ones only)
+      const Raw& gi = b.raw.at(base + ".weight_g_idx");
+      if (gi.type_name != "I32" || gi.shape.size() != 1 || gi.shape[0] != cols)
+        throw ModelError("tensor '" + base + ".weight_g_idx' in " + where + " is malformed");
+    }
+    Raw& sc = need(base + ".weight_scale");
+    if (!sc.supported || sc.shape.empty() || sc.shape.size() > 2)
+      throw ModelError("tensor '" + base + ".weight_scale' in " + where +
+                       " must be an F32, F16 or BF16 vector or matrix");
+    const int64_t n_groups = sc.shape.size() == 2 ? sc.shape[1] : 1;
+    const int64_t s_rows = sc.shape.size() == 2 ? sc.shape[0] : sc.shape[0];
+    const bool per_matrix = s_rows == 1 && n_groups == 1 && rows != 1;
+    if (!per_matrix && (s_rows != rows || n_groups <= 0 || cols % n_groups != 0))
+      throw ModelError("tensor '" + base + ".weight_scale' in " + where +
+                       " does not fit its matrix [" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "]");
+    const int64_t group = cols / n_groups;
+    if (group % 32 != 0)
+      throw ModelError("matrix '" + target + "' in " + where + " has groups of " +
+                       std::to_string(group) + " columns (multiples of 32 are supported)");
+    if (b.has(base + ".weight_g_idx")) {
+      const Raw& gi = b.raw.at(base + ".weight_g_idx");
+      for (int64_t c = 0; c < cols; ++c) {
+        int32_t g;
+        std::memcpy(&g, gi.bytes + 4 * c, 4);
+        if (g != c / group)
+          throw ModelError("matrix '" + target + "' in " + where +
+                           " has activation-ordered groups (weight_g_idx), which are not "
+                           "supported");
+      }
+    }
+    std::vector<float> scales(static_cast<size_t>(per_matrix ? 1 : rows * n_groups));
+    for (int64_t r = 0; r < (per_matrix ? 1 : rows); ++r)
+      dequantize_row(sc.view, sc.shape.size() == 2 ? r : 0,
+                     scales.data() + r * n_groups);  // (a vector: its one row)
+    bool f16_exact = true;
+    for (float s : scales) {
+      if (!std::isfinite(s))
+        throw ModelError("tensor '" + base + ".weight_scale' in " + where +
+                         " holds an invalid scale");
+      f16_exact = f16_exact && f16_to_f32(f32_to_f16(s)) == s;
+    }
+    const Raw* zp =
+        b.has(base + ".weight_zero_point") ? &b.raw.at(base + ".weight_zero_point") : nullptr;
+    if (zp != nullptr && bits == 8)
+      throw ModelError("matrix '" + target + "' in " + where +
+                       " has 8-bit zero points, which are not supported");
+    if (zp != nullptr && (zp->type_name != "I32" || zp->shape.size() != 2 ||
+                          zp->shape[0] != (rows * bits + 31) / 32 || zp->shape[1] != n_groups))
+      throw ModelError("tensor '" + base + ".weight_zero_point' in " + where + " is malformed");
+    const uint8_t* packed = raw.bytes;
+    const size_t prow = static_cast<size_t>(words) * 4;
+    const auto value = [&](int64_t r, int64_t c) {  // q - zero, exact
+      const uint8_t* p = packed + static_cast<size_t>(r) * prow;
+      int v = bits == 4 ? ((c % 2 != 0 ? p[c / 2] >> 4 : p[c / 2] & 15) - 8) : p[c] - 128;
+      if (zp != nullptr) {
+        int32_t word;
+        std::memcpy(&word, zp->bytes + static_cast<size_t>(((r / 8) * n_groups + c / group) * 4),
+                    4);
+        v -= static_cast<int>((static_cast<uint32_t>(word) >> (4 * (r % 8))) & 15) - 8;
+      }
+      return v;
+    };
+    const auto scale_of = [&](int64_t r, int64_t c) {
+      return per_matrix ? scales[0] : scales[static_cast<size_t>(r * n_groups + c / group)];
+    };
+    TensorView v;
+    v.rows = rows;
+    v.cols = cols;
+    if (!f16_exact) {  // (exact as F32: (q - zero) * scale rounded once, as compressed-tensors)
+      v.type = DType::F32;
+      v.row_bytes = static_cast<size_t>(cols) * 4;
+      float* out = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
+      parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+        for (int64_t r = begin; r < end; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            out[r * cols + c] = static_cast<float>(value(r, c)) * scale_of(r, c);
+      });
+      v.data = reinterpret_cast<const uint8_t*>(out);
+    } else {
+      v.type = bits == 8 ? DType::Q8_0 : zp != nullptr ? DType::Q5_0 : DType::Q4_0;
+      const DTypeTraits tr = dtype_traits(v.type);
+      v.row_bytes = static_cast<size_t>(cols / 32 * tr.block_bytes);
+      uint8_t* out = b.alloc(v.row_bytes * static_cast<size_t>(rows));
+      parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+        for (int64_t r = begin; r < end; ++r)
+          for (int64_t k = 0; k < cols / 32; ++k) {
+            uint8_t* blk = out + static_cast<size_t>(r) * v.row_bytes + k * tr.block_bytes;
+            const uint16_t d = f32_to_f16(scale_of(r, 32 * k));
+            std::memcpy(blk, &d, 2);
+            int vals[32];
+            for (int j = 0; j < 32; ++j) vals[j] = value(r, 32 * k + j);
+            if (v.type == DType::Q8_0) {
+              for (int j = 0; j < 32; ++j)
+                blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(vals[j]));
+            } else if (v.type == DType::Q4_0) {
+              for (int j = 0; j < 16; ++j)
+                blk[2 + j] = static_cast<uint8_t>((vals[j] + 8) | ((vals[j + 16] + 8) << 4));
+            } else {  // Q5_0: q5 = value + 16, low nibbles as Q4_0's, bit 4 of element j at qh bit
+                      // j
+              uint32_t qh = 0;
+              for (int j = 0; j < 32; ++j)
+                qh |= static_cast<uint32_t>(((vals[j] + 16) >> 4) & 1) << j;
+              std::memcpy(blk + 2, &qh, 4);
+              for (int j = 0; j < 16; ++j)
+                blk[6 + j] =
+                    static_cast<uint8_t>(((vals[j] + 16) & 15) | (((vals[j + 16] + 16) & 15) << 4));
+            }
+          }
+      });
+      v.data = out;
+    }
+    Raw out_raw;
+    out_raw.type_name = dtype_name(v.type);
+    out_raw.supported = true;
+    out_raw.n_dims = 2;
+    out_raw.shape = {rows, cols};
+    out_raw.view = v;
+    if (!b.raw.emplace(target, out_raw).second)
+      throw ModelError("tensor '" + target + "' in " + where + " appears beside '" + name + "'");
+  }
+}
+
+// A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), FP8 (fp8_linear),
+// compressed-tensors' W4A16 / W8A16 (compressed_linear) and BitNet run, any other method is
+// refused by name. BitNet b1.58 checkpoints (quant_method "bitnet":
 // transformers' BitLinear, offline, packed): every matrix stored as uint8 [rows / 4, cols] holding
 // four ternary values per byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p,
 // stored as w
@@ -2281,11 +2500,12 @@ void bitnet_linear(const Json& cfg, Builder& b) {
   const std::string where = "'" + cfg.path + "'";
   if (method == "mxfp4") return;  // (gpt-oss's experts: moe_loader reads their blocks)
   if (method == "fp8") return fp8_linear(q, b);
-  if (method != "bitnet")  // (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...)
+  if (method == "compressed-tensors") return compressed_linear(q, b);
+  if (method != "bitnet")  // (GPTQ, AWQ, bitsandbytes, ...)
     throw ModelError("quantization_config quant_method '" + method + "' in " + where +
-                     " is not supported (a folder of float weights is, as are FP8 (fp8), gpt-oss's "
-                     "MXFP4 and BitNet's packed ones; other quantized models run from their GGUF "
-                     "files)");
+                     " is not supported (a folder of float weights is, as are FP8 (fp8), "
+                     "compressed-tensors' W4A16 / W8A16, gpt-oss's MXFP4 and BitNet's packed ones; "
+                     "other quantized models run from their GGUF files)");
   // (transformers' BitLinear divides a product by weight_scale; its AutoBitLinear, offline,
   // multiplies it: TensorView::scale_mul)
   const std::string linear_class = q.string("linear_class", "bitlinear");

@@ -927,6 +927,8 @@ def _stored_type(name: str, dtype: str) -> str:
         return "E8M0 scales"
     if dtype == "U8" and name.endswith(".weight"):  # (BitNet's packed matrices: 4 values a byte)
         return "BitNet ternary"
+    if name.endswith(".weight_packed"):  # (compressed-tensors' W4A16 / W8A16 words)
+        return "packed int words"
     if dtype == "F8_E4M3":  # (an FP8 folder's matrices, and below their block scales)
         return "FP8 E4M3"
     if name.endswith(".weight_scale_inv"):

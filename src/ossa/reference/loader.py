@@ -1031,13 +1031,14 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise, and other
     quantization methods (gpt-oss's MXFP4 aside), refused by name."""
     q = c.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") in ("mxfp4", "fp8"):  # (gpt-oss's experts; FP8)
-        return False
-    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...)
+    if not isinstance(q, dict) or q.get("quant_method") in ("mxfp4", "fp8", "compressed-tensors"):
+        return False  # (gpt-oss's experts; FP8; compressed-tensors' W4A16 / W8A16)
+    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, bitsandbytes, ...)
         method = q.get("quant_method", "")
         raise ValueError(f"quantization_config quant_method '{method}' in '{path}' is not supported (a "
-                         "folder of float weights is, as are FP8 (fp8), gpt-oss's MXFP4 and BitNet's packed "
-                         "ones; other quantized models run from their GGUF files)")  # fmt: skip
+                         "folder of float weights is, as are FP8 (fp8), compressed-tensors' W4A16 / W8A16, "
+                         "gpt-oss's MXFP4 and BitNet's packed ones; other quantized models run from their "
+                         "GGUF files)")  # fmt: skip
     if q.get("linear_class", "bitlinear") not in ("bitlinear", "autobitlinear"):
         raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
                          "supported (bitlinear and autobitlinear are)")  # fmt: skip
@@ -1080,6 +1081,139 @@ def _fp8_config(c: dict[str, Any], path: str) -> tuple[bool, tuple[int, int] | N
         raise ValueError(f"quantization_config weight_block_size [{block[0]}, {block[1]}] in {where} is not "
                          "supported (blocks of a multiple of 128 columns are)")  # fmt: skip
     return True, block, scale_fmt == "ue8m0"
+
+
+def _compressed_config(c: dict[str, Any], path: str) -> list[int]:
+    """The weight bit widths of a compressed-tensors folder's config groups (quant_method
+    "compressed-tensors", format "pack-quantized", integer weights without activation quantization; twin
+    of loader.cpp's compressed_linear), [] for other folders; what ossa does not run refused by name."""
+    q = c.get("quantization_config")
+    if not isinstance(q, dict) or q.get("quant_method") != "compressed-tensors":
+        return []
+    where = f"'{os.path.join(path, 'config.json')}'"
+
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"quantization_config (compressed-tensors) {what} in {where} is not supported "
+                          "(pack-quantized integer weights of 4 or 8 bits without activation quantization "
+                          "are: W4A16 / W8A16)")  # fmt: skip
+
+    fmt = q.get("format") or ""
+    if fmt != "pack-quantized":
+        raise refuse(f"format '{fmt}'")
+    if (q.get("quantization_status") or "compressed") != "compressed":
+        raise refuse(f"quantization_status '{q.get('quantization_status')}'")
+    if q.get("transform_config") is not None:
+        raise refuse("transform_config")
+    sp = q.get("sparsity_config")
+    if isinstance(sp, dict) and isinstance(sp.get("format"), str) and sp["format"] != "dense":
+        raise refuse(f"sparsity format '{sp['format']}'")
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise refuse("without config_groups")
+    bits = []
+    for name, g in groups.items():
+        if not isinstance(g, dict):
+            raise refuse(f"config group '{name}'")
+        if (g.get("format") or fmt) != "pack-quantized":
+            raise refuse(f"config group '{name}' format '{g.get('format')}'")
+        for act in ("input_activations", "output_activations"):
+            if g.get(act) is not None:
+                raise refuse(f"{act} quantization (config group '{name}')")
+        w = g.get("weights")
+        if not isinstance(w, dict):
+            raise refuse(f"config group '{name}' without weights")
+        if (w.get("type") or "int") != "int":
+            raise refuse(f"weights type '{w.get('type')}'")
+        n = w.get("num_bits") or 0
+        if n not in (4, 8):
+            raise refuse(f"num_bits {n}")
+        strategy = w.get("strategy") or "tensor"
+        if strategy not in ("group", "channel", "tensor"):
+            raise refuse(f"weights strategy '{strategy}'")
+        if w.get("dynamic"):
+            raise refuse("dynamic weights")
+        if n == 8 and w.get("symmetric") is False:
+            raise refuse("asymmetric 8-bit weights")
+        bits.append(n)
+    return bits
+
+
+def _compressed_matrices(
+    where: dict[str, Any], stored: dict[str, str], bits_allowed: list[int], path: str
+) -> dict[str, np.ndarray]:
+    """Every ``X.weight_packed`` of a compressed-tensors folder as the float32 matrix ``X.weight``: (q - zero)
+    * scale, each weight rounded once (twin of compressed_linear; exact where ossa stores GGUF blocks)."""
+    cfg = f"'{os.path.join(path, 'config.json')}'"
+    out = {}
+    for name in [n for n in where if n.endswith(".weight_packed")]:
+        base = name[: -len(".weight_packed")]
+        for need in (base + ".weight_shape", base + ".weight_scale"):
+            if need not in where:
+                raise ValueError(f"missing tensor '{need}' in {cfg} (beside '{name}')")
+        info = where[name].tensors[stored[name]]
+        if info.dtype != "I32" or len(info.shape) != 2:
+            raise ValueError(f"tensor '{name}' in {cfg} must be a 2-D I32 tensor")
+        st = where[base + ".weight_shape"].tensors[stored[base + ".weight_shape"]]
+        if st.dtype not in ("I64", "I32") or st.shape != [2]:
+            raise ValueError(f"tensor '{base}.weight_shape' in {cfg} must hold two integers")
+        raw_shape = where[base + ".weight_shape"].raw(stored[base + ".weight_shape"])
+        rows, cols = (int(v) for v in raw_shape.view("<i8" if st.dtype == "I64" else "<i4"))
+        words = info.shape[1]
+        if rows != info.shape[0] or cols <= 0 or cols % 32 != 0:
+            raise ValueError(f"tensor '{name}' in {cfg} does not match its weight_shape [{rows}, {cols}] "
+                             "(columns a multiple of 32 are supported)")  # fmt: skip
+        bits = words * 32 // cols
+        if words * 32 != cols * bits or bits not in (4, 8) or bits not in bits_allowed:
+            raise ValueError(f"tensor '{name}' in {cfg} holds {words} words a row for {cols} columns: not a "
+                             "width its config groups give")  # fmt: skip
+        s_info = where[base + ".weight_scale"].tensors[stored[base + ".weight_scale"]]
+        if s_info.dtype not in ("F32", "F16", "BF16") or len(s_info.shape) not in (1, 2):
+            raise ValueError(
+                f"tensor '{base}.weight_scale' in {cfg} must be an F32, F16 or BF16 vector or matrix"
+            )
+        scales = where[base + ".weight_scale"].tensor(stored[base + ".weight_scale"]).astype(np.float32)
+        scales = scales.reshape(s_info.shape[0], -1)
+        s_rows, n_groups = scales.shape
+        per_matrix = s_rows == 1 and n_groups == 1 and rows != 1
+        if not per_matrix and (s_rows != rows or cols % n_groups != 0):
+            raise ValueError(
+                f"tensor '{base}.weight_scale' in {cfg} does not fit its matrix [{rows}, {cols}]"
+            )
+        group = cols // n_groups
+        if group % 32 != 0:
+            raise ValueError(f"matrix '{base}.weight' in {cfg} has groups of {group} columns (multiples of "
+                             "32 are supported)")  # fmt: skip
+        if base + ".weight_g_idx" in where:
+            gi = where[base + ".weight_g_idx"].raw(stored[base + ".weight_g_idx"]).view("<i4")
+            if gi.shape != (cols,):
+                raise ValueError(f"tensor '{base}.weight_g_idx' in {cfg} is malformed")
+            if not np.array_equal(gi, np.arange(cols) // group):
+                raise ValueError(f"matrix '{base}.weight' in {cfg} has activation-ordered groups "
+                                 "(weight_g_idx), which are not supported")  # fmt: skip
+        if not np.all(np.isfinite(scales)):
+            raise ValueError(f"tensor '{base}.weight_scale' in {cfg} holds an invalid scale")
+        words_u8 = where[name].raw(stored[name]).reshape(rows, words * 4)
+        if bits == 4:
+            q = np.stack([words_u8 & 15, words_u8 >> 4], axis=-1).reshape(rows, cols).astype(np.int32) - 8
+        else:
+            q = words_u8.astype(np.int32) - 128
+        zp_name = base + ".weight_zero_point"
+        if zp_name in where:
+            if bits == 8:
+                raise ValueError(
+                    f"matrix '{base}.weight' in {cfg} has 8-bit zero points, which are not supported"
+                )
+            z_info = where[zp_name].tensors[stored[zp_name]]
+            if z_info.dtype != "I32" or z_info.shape != [(rows * bits + 31) // 32, n_groups]:
+                raise ValueError(f"tensor '{zp_name}' in {cfg} is malformed")
+            zw = where[zp_name].raw(stored[zp_name]).view("<u4").reshape(-1, n_groups)
+            zp = ((zw[:, None, :] >> (4 * np.arange(8, dtype=np.uint32))[None, :, None]) & 15).reshape(
+                -1, n_groups
+            )
+            q = q - (zp[:rows].astype(np.int32) - 8).repeat(group, axis=1)
+        full = np.full((rows, cols), scales[0, 0]) if per_matrix else scales.repeat(group, axis=1)
+        out[base + ".weight"] = (q.astype(np.float32) * full.astype(np.float32)).astype(np.float32)
+    return out
 
 
 def _fp8_matrix(
@@ -1128,6 +1262,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
+    ct_bits = _compressed_config(c, path)
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -1269,7 +1404,12 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if info.dtype == "F8_E4M3":
                 _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
 
+    packed_mats = _compressed_matrices(where, stored, ct_bits, path) if ct_bits else {}
+    names |= set(packed_mats)
+
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
+        if n in packed_mats:
+            return packed_mats[n]
         if fp8 and where[n].tensors[stored[n]].dtype == "F8_E4M3":
             cfg_where = f"'{os.path.join(path, 'config.json')}'"
             return _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
@@ -1661,7 +1801,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         ffn_fused=arch == "granitehybrid" and not bamba,
     )  # fmt: skip
     for i in cfg["moe"]["layers"]:
-        moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where), w)
+        moe_twin.hf_layer_weights(cfg, i, get_tensor, set(where) | set(packed_mats), w)
     if arch in (*QWEN35, "nemotron"):  # RMSNorm (Nemotron: LayerNorm1P) by 1 + w; Qwen3.5's A_log below
         norms = ("attn_norm", "ffn_norm", "q_norm", "k_norm")
         for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:

@@ -1,0 +1,213 @@
+"""compressed-tensors' W4A16 / W8A16 folders (quantization_config quant_method "compressed-tensors", format
+"pack-quantized": llm-compressor's integer weight-only releases, RedHatAI's *-quantized.w4a16 / w8a16) against
+Hugging Face transformers with compressed-tensors (torch CPU, float32: it decompresses each matrix to
+(q - zero) * scale on its first forward), compressed-tensors' own decompression and the NumPy twin, on tiny
+random models built by transformers and packed by compressed-tensors' own pack_to_int32
+(tiny_models.pack_compressed).
+
+ossa stores each matrix as the GGUF block type whose values are exactly (q - zero) * scale (4 bits
+symmetric: Q4_0; 4 bits with zero points: Q5_0; 8 bits: Q8_0) when the scale is an f16 number (bf16 and f16
+scales are), else as F32; so the weights are compressed-tensors' exactly and the logits agree to float32
+summation (the tests' bounds: 1e-5 of the logits' range against transformers, the twin's usual bound).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_invariance import check_invariance
+from tiny_models import (
+    N_TOKENS,
+    check_config_refusals,
+    golden,
+    greedy,
+    hf_greedy,
+    hf_logits,
+    make_hf_model,
+    pack_compressed,
+    runner_logits,
+    twin_tol,
+)
+
+from ossa._native import core
+from ossa.reference import loader as ref_loader
+from ossa.reference import model as ref_model
+
+HF_TOL = 1e-5
+LLAMA = dict(arch="llama", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256,
+             vocab_size=160)  # fmt: skip
+QWEN3 = dict(arch="qwen3", hidden_size=192, num_layers=2, num_heads=3, num_kv_heads=1, head_dim=64,
+             intermediate_size=320, vocab_size=170, tie=True)  # fmt: skip
+QWEN3_MOE = dict(arch="qwen3_moe", hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32,
+                 intermediate_size=256, vocab_size=150, num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=128, norm_topk_prob=True, mlp_only_layers=[1])  # fmt: skip
+# name -> (make_hf_model keywords, pack_compressed keywords, whether transformers is the logits' oracle)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
+    "w4a16": (LLAMA, {}, True),  # (groups of 128, bf16 scales: llm-compressor's W4A16 default; Q4_0)
+    "w4a16-g32": (QWEN3, dict(group=32, g_idx=True), True),  # (a trivial weight_g_idx)
+    "w4a16-channel": (LLAMA, dict(group=None, scale_dtype="float16"), True),
+    "w8a16": (QWEN3, dict(bits=8, group=None), True),  # (Q8_0)
+    "w8a16-g64": (LLAMA, dict(bits=8, group=64, scale_dtype="float16"), True),
+    "w4a16-f32-scales": (LLAMA, dict(scale_dtype="float32"), True),  # (not f16 numbers: kept as F32)
+    # Zero points (Q5_0): transformers 5.25 with compressed-tensors 0.20 cannot load the packed zero points
+    # that compressed-tensors writes (its module expects them unpacked): the twin and compressed-tensors'
+    # own decompression are the oracles.
+    "w4a16-asym": (LLAMA, dict(group=64, symmetric=False), False),
+    # Experts: transformers 5 fuses them into 3-D parameters that it holds in bf16 (the dequantized weights
+    # rounded: 1.6e-4 of the logits' range off), so again the twin and the decompression.
+    "w4a16-moe": (QWEN3_MOE, {}, False),
+}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str, Any, list[int]]]:
+    """name -> (packed folder, its float folder, transformers' float32 logits or None, token ids)."""
+    root = tmp_path_factory.mktemp("compressed")
+    out = {}
+    for i, (name, (kw, pack, oracle)) in enumerate(CASES.items()):
+        float_dir = make_hf_model(root / f"{name}-float", seed=70 + i, **kw)
+        path = pack_compressed(float_dir, root / name, **pack)
+        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
+        out[name] = (path, float_dir, hf_logits(path, ids) if oracle else None, ids)
+    return out
+
+
+def decompressed(path: str) -> dict[str, np.ndarray]:
+    """compressed-tensors' own decompression of every packed matrix (its scales in float32, so that
+    (q - zero) * scale is rounded once, as the float32 model computes it): name -> float32 matrix."""
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from safetensors.torch import load_file
+
+    cfg = json.loads((Path(path) / "config.json").read_text())["quantization_config"]
+    args = QuantizationArgs(**cfg["config_groups"]["group_0"]["weights"])
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    stored = load_file(str(Path(path) / "model.safetensors"))
+    out = {}
+    for name in stored:
+        if name.endswith(".weight_packed"):
+            base = name.removesuffix("_packed")
+            sd = {k.removeprefix(base.removesuffix("weight")): v for k, v in stored.items()
+                  if k.startswith(base + "_") or k == name}  # fmt: skip
+            sd["weight_scale"] = sd["weight_scale"].float()
+            out[base] = PackedQuantizationCompressor.decompress(sd, scheme)["weight"].float().numpy()
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_weights_are_compressed_tensors(cases: dict[str, Any], name: str) -> None:
+    """Every packed matrix as the twin holds it and as ossa stores it (read back by dequantize_tensor under
+    the twin's canonical name) equals compressed-tensors' decompression, bitwise."""
+    path = cases[name][0]
+    want = decompressed(path)
+    config, weights = ref_loader.load_weights(path)
+    model = core.load_model(path)
+    found = 0
+    for key, w in weights.items():
+        if not isinstance(w, np.ndarray) or w.ndim != 2:
+            continue
+        match = [v for v in want.values() if v.shape == w.shape and np.array_equal(v, w)]
+        if match:
+            found += 1
+            assert np.array_equal(core.dequantize_tensor(model, key), w), key
+    assert found == len(want), (found, len(want))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_logits_match_hf_and_twin(cases: dict[str, Any], name: str) -> None:
+    path, float_dir, hf, ids = cases[name]
+    oracle = hf if hf is not None else ref_model.forward(*ref_loader.load_weights(path), ids)
+    g = golden(path, ids, oracle)
+    assert g.err_twin < twin_tol(g.model), g.err_twin
+    assert g.err_hf < max(HF_TOL, twin_tol(g.model)) and g.twin_hf < HF_TOL, (g.err_hf, g.twin_hf)
+    assert g.config == g.model.config
+    float_logits = core.model_logits(core.load_model(float_dir), ids)
+    assert float(np.max(np.abs(float_logits - oracle))) > 1e-3 * float(np.max(np.abs(oracle)))
+
+
+@pytest.mark.parametrize("name", ["w4a16", "w8a16", "w4a16-moe"])
+def test_chunked_prefill_greedy_and_batch_invariance(cases: dict[str, Any], name: str) -> None:
+    """Chunks of 1, 5 and 40 tokens bitwise equal; 20 greedy tokens equal to transformers' generate (or the
+    twin's argmax where transformers is not the oracle); batch invariance."""
+    path, _, hf, ids = cases[name]
+    model = core.load_model(path)
+    n = len(ids)
+    whole = runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, n)
+    for chunk in (1, 5):
+        runner = core.ModelRunner(model, (n + 3) // 4, 4, n)
+        np.testing.assert_array_equal(runner_logits(runner, ids, chunk), whole)
+    if hf is not None:
+        assert greedy(model, ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
+    check_invariance(model, CASES[name][0]["vocab_size"], seed=7)
+
+
+def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> None:
+    """Schemes ossa does not run (activation quantization: W8A8 int8 / FP8, other formats, 2 / 3 bits,
+    block strategies, asymmetric 8 bits, transforms, 2:4 sparsity) are refused by name by both loaders;
+    activation-ordered groups, a missing scale, a wrong weight_shape or scale shape and a malformed zero
+    point are ModelErrors, never a crash."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = cases["w4a16"][0]
+    q = json.loads((Path(src) / "config.json").read_text())["quantization_config"]
+    g = q["config_groups"]["group_0"]
+
+    def group(**kw: Any) -> dict[str, Any]:
+        return {**q, "config_groups": {"group_0": {**g, **kw}}}
+
+    act = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token", "dynamic": True}
+    (tmp_path / "cfg").mkdir()
+    check_config_refusals(src, tmp_path / "cfg", [
+        ({"quantization_config": {**q, "format": "float-quantized"}}, "format 'float-quantized'"),
+        ({"quantization_config": {**q, "format": "int-quantized"}}, "format 'int-quantized'"),
+        ({"quantization_config": group(input_activations=act)}, "input_activations"),
+        ({"quantization_config": group(weights={**g["weights"], "num_bits": 3})}, "num_bits 3"),
+        ({"quantization_config": group(weights={**g["weights"], "strategy": "block"})}, "strategy 'block'"),
+        ({"quantization_config": group(weights={**g["weights"], "type": "float"})}, "type 'float'"),
+        ({"quantization_config": {**q, "transform_config": {"config_groups": {}}}}, "transform_config"),
+        ({"quantization_config": {**q, "sparsity_config": {"format": "sparse-24-bitmask"}}}, "sparse-24"),
+        ({"quantization_config": {**q, "quantization_status": "frozen"}}, "quantization_status"),
+    ])  # fmt: skip
+    stored = load_file(str(Path(src) / "model.safetensors"))
+    base = "model.layers.1.mlp.down_proj."  # (256 columns: two groups)
+    rows, cols = (int(v) for v in stored[base + "weight_shape"])
+    shuffled = dict(stored, **{base + "weight_g_idx": torch.randperm(cols).to(torch.int32) // 128})
+    no_scale = {k: v for k, v in stored.items() if k != base + "weight_scale"}
+    bad_shape = dict(stored, **{base + "weight_shape": torch.tensor([rows + 1, cols], dtype=torch.int64)})
+    bad_scale = dict(
+        stored, **{base + "weight_scale": stored[base + "weight_scale"][:, :1].repeat(1, 3).contiguous()}
+    )
+    inf_scale = dict(
+        stored, **{base + "weight_scale": torch.full_like(stored[base + "weight_scale"], float("inf"))}
+    )
+    zp = dict(stored, **{base + "weight_zero_point": torch.zeros(5, 1, dtype=torch.int32)})
+    for i, (tensors, match) in enumerate([
+        (shuffled, "activation-ordered"), (no_scale, "weight_scale"), (bad_shape, "weight_shape"),
+        (bad_scale, "does not fit"), (inf_scale, "invalid scale"), (zp, "zero_point"),
+    ]):  # fmt: skip
+        bad = tmp_path / f"bad{i}"
+        shutil.copytree(src, bad)
+        save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(core.ModelError, match=match):
+            core.load_model(str(bad))
+        with pytest.raises(ValueError, match=match):
+            ref_loader.load_weights(str(bad))
+
+
+def test_engine(default_model_path: str, tmp_path: Path) -> None:
+    """A W4A16 Llama with GPT-2's tokenizer through LLM: batched = alone = the paged runner's greedy decode,
+    prefix-cache hits the same, the twin engine the same tokens, preemption recomputed to the same."""
+    from test_tokenizer import load_vocab
+    from tiny_models import check_engine
+
+    folder = make_hf_model(tmp_path / "float", seed=11, **dict(LLAMA, vocab_size=50257, bos_token_id=None,
+                                                               eos_token_id=50256))  # fmt: skip
+    packed = pack_compressed(folder, tmp_path / "packed")
+    shutil.copy(Path(load_vocab("gpt2", default_model_path).path) / "tokenizer.json", packed)
+    check_engine(packed)
