@@ -173,6 +173,9 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
         ({"quantization_config": {**q, "transform_config": {"config_groups": {}}}}, "transform_config"),
         ({"quantization_config": {**q, "sparsity_config": {"format": "sparse-24-bitmask"}}}, "sparse-24"),
         ({"quantization_config": {**q, "quantization_status": "frozen"}}, "quantization_status"),
+        ({"quantization_config": {**q, "format": "mixed-precision"}}, "group_0' format ''"),
+        ({"quantization_config": {**q, "format": "mixed-precision", "config_groups": {"group_0": {
+            **g, "format": "float-quantized"}}}}, "group_0' format 'float-quantized'"),
     ])  # fmt: skip
     stored = load_file(str(Path(src) / "model.safetensors"))
     base = "model.layers.1.mlp.down_proj."  # (256 columns: two groups)

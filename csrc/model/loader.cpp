@@ -2286,7 +2286,8 @@ void compressed_linear(const Json& q, Builder& b) {
                      " is not supported (pack-quantized integer weights of 4 or 8 bits without "
                      "activation quantization are: W4A16 / W8A16)");
   };
-  if (format != "pack-quantized") refuse("format '" + format + "'");
+  // (mixed-precision: each config group names its own format)
+  if (format != "pack-quantized" && format != "mixed-precision") refuse("format '" + format + "'");
   if (q.string("quantization_status", "compressed") != "compressed")
     refuse("quantization_status '" + q.string("quantization_status", "") + "'");
   if (q.get("transform_config") != nullptr) refuse("transform_config");
@@ -2302,7 +2303,7 @@ void compressed_linear(const Json& q, Builder& b) {
   for (const auto& [gname, g] : groups->object) {
     if (!g.is_object()) refuse("config group '" + gname + "'");
     const Json gj{g, q.path};
-    if (gj.string("format", format) != "pack-quantized")
+    if (gj.string("format", format == "mixed-precision" ? "" : format) != "pack-quantized")
       refuse("config group '" + gname + "' format '" + gj.string("format", "") + "'");
     for (const char* act : {"input_activations", "output_activations"})
       if (gj.get(act) != nullptr)

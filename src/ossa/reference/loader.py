@@ -1098,7 +1098,7 @@ def _compressed_config(c: dict[str, Any], path: str) -> list[int]:
                           "are: W4A16 / W8A16)")  # fmt: skip
 
     fmt = q.get("format") or ""
-    if fmt != "pack-quantized":
+    if fmt not in ("pack-quantized", "mixed-precision"):  # (mixed-precision: each group names its own)
         raise refuse(f"format '{fmt}'")
     if (q.get("quantization_status") or "compressed") != "compressed":
         raise refuse(f"quantization_status '{q.get('quantization_status')}'")
@@ -1114,8 +1114,8 @@ def _compressed_config(c: dict[str, Any], path: str) -> list[int]:
     for name, g in groups.items():
         if not isinstance(g, dict):
             raise refuse(f"config group '{name}'")
-        if (g.get("format") or fmt) != "pack-quantized":
-            raise refuse(f"config group '{name}' format '{g.get('format')}'")
+        if (g.get("format") or ("" if fmt == "mixed-precision" else fmt)) != "pack-quantized":
+            raise refuse(f"config group '{name}' format '{g.get('format') or ''}'")
         for act in ("input_activations", "output_activations"):
             if g.get(act) is not None:
                 raise refuse(f"{act} quantization (config group '{name}')")
