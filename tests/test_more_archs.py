@@ -401,6 +401,18 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 64},
     ), ["safetensors"]),
+    # VaultGemma (google/vaultgemma-1b): Gemma 2's layers (soft-capped scores and logits, a window on every
+    # other layer, query_pre_attn_scalar) without the sublayers' output norms: run as gemma2 with
+    # no_post_norms; folders only (llama.cpp has no vaultgemma files). And with its defaults' window off.
+    "vaultgemma": (dict(
+        arch="vaultgemma", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=96, vocab_size=150, sliding_window=5, query_pre_attn_scalar=24,
+    ), ["safetensors"]),
+    "vaultgemma-tied": (dict(
+        arch="vaultgemma", hidden_size=48, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=24,
+        intermediate_size=80, vocab_size=130, tie=True, final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    ), ["safetensors"]),
     # Jais 2 (inceptionai Jais-2-8B): Llama's attention with q / k / v / o biases, LayerNorms with bias,
     # relu^2 MLPs (up, down) with biases: from folders and llama.cpp's jais2 files (MHA, as llama.cpp's
     # jais2 requires). And without biases, from its folder.
@@ -506,6 +518,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "ministral": "mistral",
         "iquestcoder": "llama",
         "cwm": "llama",
+        "vaultgemma": "gemma2",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -529,6 +542,13 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         return
     if arch == "iquestcoder":
         assert c["head_dim"] == 128 and c["sliding_window"] == 0
+        return
+    if arch == "vaultgemma":
+        assert c["no_post_norms"] and c["attn_scale"] == pytest.approx(
+            case.get("query_pre_attn_scalar", 256) ** -0.5
+        )
+        capped = case.get("final_logit_softcapping", 30.0) is not None
+        assert (c["final_softcap"], c["attn_softcap"]) == ((30.0, 50.0) if capped else (0.0, 0.0))
         return
     if arch == "cwm":
         assert c["sliding_window"] == 5 and c["layer_sliding"] == [False, True, True, True]

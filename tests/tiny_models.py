@@ -30,6 +30,7 @@ from ossa.reference.loader import (  # (the names as the twin reads them)
 
 ARCHS = (
     "llama",
+    "vaultgemma",
     "qwen2",
     "qwen3",
     "mistral",
@@ -226,6 +227,7 @@ def make_hf_model(
         "qwen2_moe": transformers.Qwen2MoeConfig,
         "mixtral": transformers.MixtralConfig,
         "gemma2": transformers.Gemma2Config,
+        "vaultgemma": transformers.VaultGemmaConfig,
         "gemma3": transformers.Gemma3TextConfig,
         "phi3": transformers.Phi3Config,
         "smollm3": transformers.SmolLM3Config,
@@ -337,7 +339,11 @@ def make_hf_model(
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1 and "norm" in name and arch in ("gemma", "gemma2", "gemma3", "nemotron"):
+            if (
+                p.ndim == 1
+                and "norm" in name
+                and arch in ("gemma", "gemma2", "gemma3", "nemotron", "vaultgemma")
+            ):
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Gemma multiplies by 1 + w (Nemotron too)
             elif p.ndim == 1 and "norm" in name and arch.startswith("qwen3_") and "linear_attn" not in name:
                 p.copy_(torch.rand(p.shape, generator=gen) - 0.5)  # Qwen3.5 too (not the delta-net's)
@@ -2497,7 +2503,7 @@ def _attn_impl(path: str | os.PathLike[str]) -> dict[str, str]:
     """Gemma 2's soft-capped attention scores exist in transformers' eager attention only (SDPA has no
     soft-capping): the oracle runs that, as transformers recommends for Gemma 2."""
     cfg = json.loads((Path(path) / "config.json").read_text())
-    return {"attn_implementation": "eager"} if cfg.get("model_type") == "gemma2" else {}
+    return {"attn_implementation": "eager"} if cfg.get("model_type") in ("gemma2", "vaultgemma") else {}
 
 
 def build_hf_cases(

@@ -171,8 +171,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["ffn_gelu"] = c.ffn_gelu;
   d["ffn_bias"] = c.ffn_bias;
   d["gelu_erf"] = c.gelu_erf;
-  d["ffn_relu"] = c.ffn_relu;    // (OPT)
-  d["sub_norms"] = c.sub_norms;  // (BitNet)
+  d["ffn_relu"] = c.ffn_relu;            // (OPT)
+  d["no_post_norms"] = c.no_post_norms;  // (VaultGemma)
+  d["sub_norms"] = c.sub_norms;          // (BitNet)
   d["glu_relu2"] = c.glu_relu2;
   d["parallel_norms"] = c.parallel_norms;
   d["alibi"] = c.alibi;  // (BLOOM, MPT: the slopes)

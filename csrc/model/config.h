@@ -270,6 +270,9 @@ struct ModelConfig {
   bool parallel_norms = false;
   // OPT: ffn_gelu's activation a ReLU instead: down(relu(up x + b_up)) + b_down.
   bool ffn_relu = false;
+  // VaultGemma (VaultGemmaForCausalLM, run as gemma2): Gemma 2's layers without the sublayers'
+  // output norms (only input_layernorm and pre_feedforward_layernorm).
+  bool no_post_norms = false;
   // BitNet: LayerWeights::attn_sub_norm / ffn_sub_norm (RMSNorms before wo and w_down), and the
   // gated MLP's activation relu(gate)^2 * up (Glu::Relu2) instead of SwiGLU.
   bool sub_norms = false;
@@ -426,6 +429,7 @@ struct ModelConfig {
   bool gemma4() const { return arch == "gemma4" || arch == "gemma3n"; }
   // (GLM-4 (glm4) has both: its sandwich norms.)
   bool post_norms() const {
+    if (no_post_norms) return false;  // (VaultGemma: Gemma 2 without them)
     return arch == "gemma2" || arch == "gemma3" || arch == "glm4" || arch == "afmoe" ||
            !pre_norms();
   }

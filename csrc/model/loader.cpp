@@ -307,7 +307,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2)";
+    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1587,7 +1587,8 @@ void load_gemma3_hf(Model& m, Builder& b, const Json& cfg, bool multimodal,
                                                                : "model.language_model.";
   // (Gemma 1's two norms per layer keep Llama's names: post_attention_layernorm is its pre-FFN
   // norm.)
-  const bool four_norms = c.post_norms();
+  // (VaultGemma keeps Gemma 2's pre_feedforward_layernorm alone)
+  const bool four_norms = c.post_norms() || c.no_post_norms;
   const auto name_of = [&prefix, four_norms](int layer, const char* field) {
     static const std::map<std::string, std::string> k_gemma = {
         {"ffn_norm", "pre_feedforward_layernorm.weight"},
@@ -1872,7 +1873,8 @@ bool gemma_type(const std::string& t) {
          t == "Gemma3ForCausalLM" || t == "Gemma4ForCausalLM" ||
          t == "Gemma3ForConditionalGeneration" || t == "Gemma4ForConditionalGeneration" ||
          t == "gemma3n" || t == "gemma3n_text" || t == "Gemma3nForCausalLM" ||
-         t == "Gemma3nForConditionalGeneration";
+         t == "Gemma3nForConditionalGeneration" || t == "vaultgemma" ||
+         t == "VaultGemmaForCausalLM";
 }
 
 bool text_wrapper(const JsonValue& cfg) {
@@ -2923,6 +2925,10 @@ void load_hf(Model& m, Storage& st) {
     return load_gemma4_hf(m, b, cfg, false, true);
   if (arch == "gemma2" || arch == "Gemma2ForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma2");
+  if (arch == "vaultgemma" || arch == "VaultGemmaForCausalLM") {  // (Gemma 2 without post-norms)
+    m.config.no_post_norms = true;
+    return load_gemma3_hf(m, b, cfg, false, "gemma2");
+  }
   if (arch == "gemma" || arch == "GemmaForCausalLM")
     return load_gemma3_hf(m, b, cfg, false, "gemma");
   auto found = k_archs.find(arch);

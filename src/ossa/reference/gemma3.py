@@ -40,7 +40,7 @@ def forward_gemma3(c: dict[str, Any], w: dict[str, np.ndarray], token_ids: list[
     """Logits [len(token_ids), n_vocab] of one sequence from position 0 (``q8``: the matmul input
     rounding of ``model.activation_rounding``)."""
     n_head, n_head_kv, hd, eps = c["n_head"], c["n_head_kv"], c["head_dim"], c["rms_eps"]
-    post_norms = c["arch"] in ("gemma2", "gemma3")
+    post_norms = c["arch"] in ("gemma2", "gemma3") and not c["no_post_norms"]  # (VaultGemma: none)
     ids = np.asarray(token_ids, dtype=np.int64)
     if ids.ndim != 1 or len(ids) == 0 or ids.min() < 0 or ids.max() >= c["n_vocab"]:
         raise ValueError("token ids must be a non-empty list of ids within the vocabulary")

@@ -80,7 +80,7 @@ CONFIG_KEYS = (
     "attn_temp_offset", "attn_temp_nope", "attn_chunked", "qk_l2_norm", "layer_norm", "parallel_block",
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
-    "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2",
+    "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2", "no_post_norms",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -106,7 +106,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "altup": 0, "laurel_rank": 0, "layer_sparsity": [], "altup_correct_scale": True,
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
     "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [], "alibi": [],
-    "embd_norm": False, "pos_embd": False, "attn_gate_proj": False, "ffn_relu": False,
+    "embd_norm": False, "pos_embd": False, "attn_gate_proj": False, "ffn_relu": False, "no_post_norms": False,
     "sub_norms": False, "glu_relu2": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
@@ -120,7 +120,7 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -490,7 +490,7 @@ def _weights(
             shapes.update(w_down=(e, ff))
         elif i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
-        if cfg["arch"] in POST_NORMS:
+        if cfg["arch"] in POST_NORMS and not cfg["no_post_norms"]:
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         if cfg["sub_norms"]:  # (BitNet: the norms before wo and w_down)
             shapes.update(attn_sub_norm=(1, q), ffn_sub_norm=(1, ff))
@@ -865,7 +865,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 _GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "GemmaForCausalLM",
                 "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM",
                 "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration", "gemma3n",
-                "gemma3n_text", "Gemma3nForCausalLM", "Gemma3nForConditionalGeneration")  # fmt: skip
+                "gemma3n_text", "Gemma3nForCausalLM", "Gemma3nForConditionalGeneration", "vaultgemma",
+                "VaultGemmaForCausalLM")  # fmt: skip
 
 
 def _text_wrapper(c: dict[str, Any]) -> bool:
@@ -1464,6 +1465,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return _gemma3_hf(c, get_tensor, names, multimodal=False)
     if arch in ("gemma2", "Gemma2ForCausalLM"):
         return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma2")
+    if arch in ("vaultgemma", "VaultGemmaForCausalLM"):  # (Gemma 2 without the sublayers' output norms)
+        return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma2", no_post_norms=True)
     if arch in ("gemma", "GemmaForCausalLM"):
         return _gemma3_hf(c, get_tensor, names, multimodal=False, arch="gemma")
     if arch not in _HF_ARCHS:
@@ -1865,7 +1868,12 @@ _GEMMA3_NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", 
 
 
 def _gemma3_hf(
-    c: dict[str, Any], get: Any, names: set[str], multimodal: bool, arch: str = "gemma3"
+    c: dict[str, Any],
+    get: Any,
+    names: set[str],
+    multimodal: bool,
+    arch: str = "gemma3",
+    no_post_norms: bool = False,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Gemma 3 (or 2: ``arch``) from a folder. HF stores RMSNorm weights w and multiplies by 1 + w
     (float32): each norm becomes 1 + w here, the factor the forward pass applies (as llama.cpp's
@@ -1879,16 +1887,18 @@ def _gemma3_hf(
     if multimodal and head not in names:  # before transformers 4.52
         head = "language_model.lm_head.weight"
     kw["tied_embeddings"] = kw["tied_embeddings"] or head not in names
-    cfg = _config(arch, **kw)
+    cfg = _config(arch, **kw, no_post_norms=no_post_norms)
 
-    four = arch in POST_NORMS  # (Gemma 1's post_attention_layernorm is its pre-FFN norm, as Llama's)
+    # (Gemma 1's post_attention_layernorm is its pre-FFN norm, as Llama's; VaultGemma keeps Gemma 2's
+    # pre_feedforward_layernorm alone)
+    four = arch in POST_NORMS
 
     def name_of(i: int, f: str) -> str:
         return f"{prefix}layers.{i}.{(_GEMMA3_HF if four else {}).get(f, _HF_LAYER.get(f, ''))}"
 
     w = _weights(cfg, get, names, name_of, prefix + "embed_tokens.weight", prefix + "norm.weight", head)
     norms = [n for n in _GEMMA3_NORMS if cfg["qk_norm"] or n not in ("q_norm", "k_norm")]
-    norms = [n for n in norms if four or n not in ("post_attn_norm", "post_ffn_norm")]
+    norms = [n for n in norms if (four and not no_post_norms) or n not in ("post_attn_norm", "post_ffn_norm")]
     for key in ["output_norm"] + [f"layers.{i}.{n}" for i in range(cfg["n_layer"]) for n in norms]:
         w[key] = (np.float32(1) + w[key].astype(np.float32)).astype(np.float32)
     return cfg, w
