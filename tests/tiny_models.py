@@ -544,6 +544,79 @@ def pack_compressed(
     return str(out)
 
 
+def pack_w8a8(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    kind: str = "int",
+    static: bool = False,
+    block: tuple[int, int] | None = None,
+    scale_dtype: str = "bfloat16",
+) -> str:
+    """A compressed-tensors W8A8 checkpoint as llm-compressor writes RedHatAI's *-quantized.w8a8 (``kind``
+    "int": int-quantized, int8 weights per row, scale max |w| / 127.5) or *-FP8-dynamic / *-FP8 ("float":
+    float-quantized, E4M3 weights per row, or per ``block``, scale max |w| / 448) from the float folder
+    ``src``: each projection (``*_proj.weight``) stored with its ``weight_scale``; input activations quantized
+    per token (dynamic), or with ``static`` per tensor by an ``input_scale`` each (here one for all,
+    0.05 / 127.5 or 0.05 / 448 times 40: a calibration's kind of value)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(src), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(out / "model.safetensors"))
+    packed: dict[str, Any] = {}
+    qmax = 127.5 if kind == "int" else 448.0
+    for name, t in stored.items():
+        if not name.endswith("_proj.weight") or t.ndim != 2:
+            packed[name] = t.contiguous()
+            continue
+        w = t.float()
+        rows, cols = w.shape
+        bn, bk = block or (1, cols)
+        gr, gc = -(-rows // bn), -(-cols // bk)
+        pad = torch.zeros(gr * bn, gc * bk)
+        pad[:rows, :cols] = w.abs()
+        s = (
+            (pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3)) / qmax)
+            .clamp(min=1e-8)
+            .to(getattr(torch, scale_dtype))
+        )
+        full = s.float().repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
+        if kind == "int":
+            packed[name] = torch.clamp(torch.round(w / full), -128, 127).to(torch.int8)
+        else:
+            packed[name] = torch.clamp(w / full, -448, 448).to(torch.float8_e4m3fn)
+        packed[name.removesuffix("weight") + "weight_scale"] = s.contiguous()
+        if static:
+            packed[name.removesuffix("weight") + "input_scale"] = torch.tensor(
+                [2.0 / qmax], dtype=torch.float32
+            )
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    weights = {"num_bits": 8, "type": kind, "symmetric": True, "strategy": "block" if block else "channel",
+               "dynamic": False, "observer": "minmax"}  # fmt: skip
+    if block:
+        weights["block_structure"] = list(block)
+    acts = {"num_bits": 8, "type": kind, "symmetric": True, "strategy": "tensor" if static else "token",
+            "dynamic": not static, "observer": "minmax" if static else None}  # fmt: skip
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": f"{kind}-quantized",
+        "quantization_status": "compressed",
+        "ignore": ["lm_head"],
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights,
+                "input_activations": acts,
+                "output_activations": None,
+            }
+        },  # fmt: skip
+    }
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
 def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     """DbrxConfig from make_hf_model's Llama-style keywords: d_model, n_heads, n_layers, attn_config
     (kv_n_heads, clip_qkv, rope_theta), ffn_config (ffn_hidden_size = intermediate_size, moe_num_experts,

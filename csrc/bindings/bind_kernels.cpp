@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -89,6 +90,24 @@ void bind_kernels(nb::module_& m) {
       },
       nb::arg("weight"), nb::arg("ggml_type"), nb::arg("rows"), nb::arg("cols"), nb::arg("x"),
       nb::arg("q8") = false, nb::arg("dtype") = "float32", nb::arg("amx") = true);
+
+  // compressed-tensors' activation quantization (kernels/matmul.cpp: act_quantize_rows): mode
+  // "int8" or "fp8", scale 0 (per token) or the static one; returns q * s.
+  m.def(
+      "kernel_act_quantize",
+      [](nb::ndarray<float, nb::ndim<2>, nb::c_contig> x, const std::string& mode, float scale) {
+        if (mode != "int8" && mode != "fp8")
+          throw ossa::InputError("kernel_act_quantize: mode must be 'int8' or 'fp8'");
+        if (!(scale >= 0.0f) || !std::isfinite(scale))
+          throw ossa::InputError("kernel_act_quantize: scale must be finite and >= 0");
+        const size_t n = x.shape(0), cols = x.shape(1);
+        F32Array out = new_f32(n, cols);
+        ossa::act_quantize_rows(x.data(), static_cast<int64_t>(n), static_cast<int64_t>(cols),
+                                mode == "int8" ? ossa::k_act_quant_int8 : ossa::k_act_quant_fp8,
+                                scale, out.data());
+        return out;
+      },
+      nb::arg("x"), nb::arg("mode"), nb::arg("scale") = 0.0f);
 
   // BitNet's BitLinear (kernels/matmul_bitnet.cpp) on ternary values (int8 [rows, cols], -1 / 0 /
   // 1) with their scale, for the kernel tests against the twin and transformers.

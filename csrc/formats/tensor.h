@@ -69,11 +69,20 @@ struct TensorView {
   // by it: transformers' BitLinear and AutoBitLinear; kernels/matmul_bitnet.cpp).
   float scale = 0.0f;
   bool scale_mul = false;
+  // Activation quantization of a compressed-tensors W8A8 matrix (act_quant_* below): each input row
+  // quantized per token and dequantized (kernels/matmul.cpp: act_quantize_rows) before the product.
+  uint8_t act_quant = 0;
+  float act_scale = 0.0f;  // (static activation quantization: the scale; 0: per token)
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
+
+// TensorView::act_quant: none, int8 per token (s = max |x| / 127.5, q = round-half-even(x / s)
+// clamped to [-128, 127]), FP8 E4M3 per token (s = max |x| / 448, x / s clamped to +-448 and
+// rounded to E4M3); the matrix multiplies q * s (compressed-tensors' dynamic token quantization).
+constexpr uint8_t k_act_quant_none = 0, k_act_quant_int8 = 1, k_act_quant_fp8 = 2;
 
 // The byte of a BITNET matrix of `cols` columns holding value (row, col), in bits 2 ((col % 64) /
 // 16) and up (kernels/matmul_kernels.h has the layout: rows in groups of four, 16 bytes a row per

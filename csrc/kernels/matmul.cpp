@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -140,6 +142,79 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
   r.f32 = out;
   r.q8 = nullptr;
   r.quantized = false;
+  return r;
+}
+
+// compressed-tensors' dynamic token quantization (TensorView::act_quant), as its fake-quantizing
+// forward computes it in float32: s = max |x| / 127.5 (int8; a symmetric range of 255 steps over
+// two) or / 448 (FP8), 0 replaced by float32's epsilon; x / s (a division, not a product by the
+// reciprocal) clamped to [-128, 127] and rounded half to even, or clamped to +-448 and rounded to
+// the nearest E4M3 value (ties to even); then q * s. The matmuls multiply q (an integer of 8 bits
+// or an E4M3 value: exact in bf16, so every kernel's product of it is exact before its sums) and
+// scale each output row by s afterwards: W (q s) = s (W q).
+thread_local AlignedVector<float> t_act_quant, t_act_scale;
+float e4m3_round(float t) {
+  const float a = std::fabs(t);
+  if (a < 0x1p-6f) return std::nearbyint(t * 512.0f) / 512.0f;  // (subnormals: steps of 2^-9)
+  int e = 0;
+  std::frexp(a, &e);                               // a in [2^(e-1), 2^e)
+  const float step = std::ldexp(1.0f, e - 1 - 3);  // (3 mantissa bits)
+  return std::nearbyint(t / step) * step;          // (exact: a power of two)
+}
+}  // namespace
+
+void act_quantize_rows(const float* x, int64_t n_rows, int64_t cols, uint8_t mode, float scale,
+                       float* out, float* row_scale) {
+  OSSA_ASSERT(mode == k_act_quant_int8 || mode == k_act_quant_fp8);
+  const bool fp8 = mode == k_act_quant_fp8;
+  const float lim_hi = fp8 ? 448.0f : 127.0f, lim_lo = fp8 ? -448.0f : -128.0f;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* v = x + r * cols;
+    float* o = out + r * cols;
+    float s = scale;  // (static: the matrix's input_scale)
+    if (s == 0.0f) {
+      float amax = 0.0f;
+      for (int64_t k = 0; k < cols; ++k) amax = std::max(amax, std::fabs(v[k]));
+      s = amax / (fp8 ? 448.0f : 127.5f);
+      if (s == 0.0f) s = std::numeric_limits<float>::epsilon();
+    }
+    for (int64_t k = 0; k < cols; ++k) {
+      const float t = std::clamp(v[k] / s, lim_lo, lim_hi);
+      const float q = fp8 ? e4m3_round(t) : std::nearbyint(t);
+      o[k] = row_scale != nullptr ? q : q * s;
+    }
+    if (row_scale != nullptr) row_scale[r] = s;
+  }
+}
+
+namespace {
+
+// The input of a call whose matrices quantize their activations (all the same way): q * s, as the
+// reference computes it, for the f32 kernels; for repacked (AMX / int8) matrices, whose activation
+// splits would round q * s (bf16 hi + lo: ~2^-16 of it, which the next quantization's thresholds
+// turn into whole steps on some tokens), q alone, exact in those splits, and each row's s in
+// *row_scale (post_scale: the caller multiplies its outputs by it). Else x, and *row_scale null.
+MatmulInput act_quantized(const MatmulInput& x, const TensorView& w, int threads,
+                          const float** row_scale, bool post_scale) {
+  const uint8_t mode = w.act_quant;
+  *row_scale = nullptr;
+  if (mode == k_act_quant_none) return x;
+  if (x.f32 == nullptr || x.quantized)
+    throw ModelError("matmul: activation-quantized (W8A8) matrices take float32 activations");
+  float* out = grow(t_act_quant, x.n_rows * x.cols);
+  float* scales = grow(t_act_scale, x.n_rows);
+  if (post_scale) *row_scale = scales;
+  const auto work = [&](int64_t begin, int64_t end, int) {
+    act_quantize_rows(x.f32 + begin * x.cols, end - begin, x.cols, mode, w.act_scale,
+                      out + begin * x.cols, post_scale ? scales + begin : nullptr);
+  };
+  if (x.n_rows <= 4)
+    work(0, x.n_rows, 0);
+  else
+    parallel_for(x.n_rows, 4, threads, work);
+  MatmulInput r = x;
+  r.f32 = out;
+  r.bf16_tiles = nullptr;
   return r;
 }
 
@@ -432,8 +507,17 @@ bool amx_default() { return !amx_env_off() && amx_available(); }
 
 bool repack_default() { return !amx_env_off() && (amx_available() || i8_avx2_available()); }
 
-void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x) {
+void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x_in) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
+  for (int t = 1; t < n_targets; ++t)
+    if (targets[t].w->act_quant != targets[0].w->act_quant ||
+        targets[t].w->act_scale != targets[0].w->act_scale)
+      throw ModelError(
+          "matmul: matrices sharing an input quantize it differently (their input_scale differ)");
+  const float* row_scale = nullptr;
+  bool packed = true;
+  for (int t = 0; t < n_targets; ++t) packed = packed && uses_amx(*targets[t].w);
+  const MatmulInput x = act_quantized(x_in, *targets[0].w, parallel_threads(), &row_scale, packed);
   // first_chunk[t]: index of target t's first output chunk within a row block.
   int64_t first_chunk[k_max_targets + 1] = {0};
   bool bf16c = false;
@@ -480,6 +564,11 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
         }
       },
       claim_grain(n_items, threads));
+  if (row_scale != nullptr)  // (W8A8: the activations' scale, after the products)
+    for (int t = 0; t < n_targets; ++t)
+      for (int64_t r = 0; r < x.n_rows; ++r)
+        for (int64_t o = 0; o < targets[t].w->rows; ++o)
+          targets[t].y[r * targets[t].ldy + o] *= row_scale[r];
 }
 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
@@ -498,8 +587,14 @@ void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) 
   amx_round_rows(row - r * cols, cols, r, r + 1, tiles);
 }
 
-void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x,
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x_in,
                            float* out, int64_t ldo, uint16_t* out_tiles, Glu glu) {
+  if (gate.act_quant != up.act_quant || gate.act_scale != up.act_scale)
+    throw ModelError(
+        "matmul: gate and up quantize their input differently (their input_scale differ)");
+  const float* row_scale = nullptr;
+  const MatmulInput x =
+      act_quantized(x_in, gate, parallel_threads(), &row_scale, uses_amx(gate) && uses_amx(up));
   check(gate, x);
   check(up, x);
   OSSA_ASSERT(gate.rows == up.rows);
@@ -519,6 +614,7 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
   OSSA_ASSERT(x.f32 != nullptr || (amx_any && bf16c));
   const TensorView* ws[2] = {&gate, &up};
   const KQuantRows kq = prepare_kquant(ws, 2, xin, threads);
+  OSSA_ASSERT(out_tiles == nullptr || row_scale == nullptr);
   OSSA_ASSERT(out_tiles == nullptr || (takes_bf16_tiles(gate) && takes_bf16_tiles(up) &&
                                        out_chunk % 32 == 0 && gate.rows % 32 == 0));
   const int64_t tile_steps =
@@ -561,6 +657,12 @@ void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const M
               }
             continue;
           }
+          if (row_scale != nullptr)  // (W8A8: the activations' scale, before the GLU)
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t k = 0; k < o1 - o; ++k) {
+                g[(r - r0) * ld + k] *= row_scale[r];
+                u[(r - r0) * ld + k] *= row_scale[r];
+              }
           for (int64_t r = r0; r < r1; ++r)
             glu_row(glu, g + (r - r0) * ld, u + (r - r0) * ld, o1 - o, out + r * ldo + o);
         }

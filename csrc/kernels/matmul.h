@@ -36,6 +36,12 @@
 
 namespace ossa {
 
+// compressed-tensors' activation quantization of n_rows rows (TensorView::act_quant's mode; scale
+// the static one, or 0: per token), into out: each value q * s, or with row_scale q alone and each
+// row's s in row_scale[r] (twin: quants.act_quantize).
+void act_quantize_rows(const float* x, int64_t n_rows, int64_t cols, uint8_t mode, float scale,
+                       float* out, float* row_scale = nullptr);
+
 // Activations for one matmul: n_rows x cols f32 values, plus their 8-bit blocks when the weight is
 // quantized (quantize_rows_q8 over the same rows; may be null otherwise).
 struct MatmulInput {

@@ -107,6 +107,12 @@ TensorView make_bf16_compute(const TensorView& w, uint8_t* out, bool amx) {
 
 bool prepare_weights(const std::vector<TensorView*>& matrices, bool bf16_compute, bool amx,
                      PreparedWeights& out, bool quantized_activations) {
+  for (const TensorView* v : matrices)  // (W8A8's activations are the model's own quantization)
+    if (v->act_quant != k_act_quant_none && (bf16_compute || quantized_activations))
+      throw ModelError(std::string("a folder whose activations are quantized (compressed-tensors "
+                                   "W8A8 / FP8) runs with its own activation quantization: ") +
+                       (bf16_compute ? "dtype bfloat16" : "quantized_activations") +
+                       " is not supported for it");
   // Without AMX, amx still repacks the int8 types (amx_i8_type: Q4_K, Q6_K, Q8_0, ...) for the
   // VNNI / AVX2 int8 kernels, and Q2_K / Q3_K for the VNNI loop where the build has it (not for
   // bfloat16).

@@ -2155,6 +2155,39 @@ void gpt2_transpose(Builder& b) {
 // weights are the E4M3 values times their scale, rounded to f32 once (transformers'
 // dequantization). The activation scales of static schemes are not used (transformers' CPU path
 // ignores them too: it dequantizes the weights and multiplies unquantized activations).
+// A [rows, cols] matrix of E4M3 codes (cols a multiple of 128) as DType::FP8 rows, the scale of
+// row r's 128-column block k scale_of(r, k); a NaN code is a ModelError.
+TensorView fp8_repack(Builder& b, const uint8_t* bytes, int64_t rows, int64_t cols,
+                      const std::function<float(int64_t, int64_t)>& scale_of,
+                      const std::string& name, const std::string& where) {
+  const int64_t nb = cols / 128;
+  const size_t row_bytes = static_cast<size_t>(nb * 132);
+  uint8_t* out = b.alloc(row_bytes * static_cast<size_t>(rows));
+  std::atomic<bool> nan{false};
+  parallel_for(rows, 64, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+    uint8_t bad = 0;
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* src = bytes + r * cols;
+      uint8_t* dst = out + static_cast<size_t>(r) * row_bytes;
+      for (int64_t k = 0; k < nb; ++k, src += 128, dst += 132) {
+        const float v = scale_of(r, k);
+        std::memcpy(dst, &v, 4);
+        std::memcpy(dst + 4, src, 128);
+        for (int i = 0; i < 128; ++i) bad |= static_cast<uint8_t>((src[i] & 0x7f) == 0x7f);
+      }
+    }
+    if (bad != 0) nan = true;
+  });
+  if (nan) throw ModelError("FP8 matrix '" + name + "' in " + where + " holds a NaN");
+  TensorView v;
+  v.type = DType::FP8;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = out;
+  v.row_bytes = row_bytes;
+  return v;
+}
+
 void fp8_linear(const Json& q, Builder& b) {
   const std::string where = "'" + q.path + "'";
   const std::string fmt = q.string("fmt", "e4m3");
@@ -2237,35 +2270,14 @@ void fp8_linear(const Json& q, Builder& b) {
       if (!std::isfinite(v) ||
           (v != 0.0f && !(std::fabs(v) > 0x1p-100f && std::fabs(v) < 0x1p100f)))
         throw ModelError("tensor '" + scale_name + "' in " + where + " holds an invalid scale");
-    const int64_t nb = cols / 128;
-    const size_t row_bytes = static_cast<size_t>(nb * 132);
-    uint8_t* out = b.alloc(row_bytes * static_cast<size_t>(rows));
-    const uint8_t* bytes = raw.bytes;
-    std::atomic<bool> nan{false};
-    parallel_for(rows, 64, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-      uint8_t bad = 0;
-      for (int64_t r = begin; r < end; ++r) {
-        const uint8_t* src = bytes + r * cols;
-        uint8_t* dst = out + static_cast<size_t>(r) * row_bytes;
-        for (int64_t k = 0; k < nb; ++k, src += 128, dst += 132) {
-          const float v =
-              one ? scales[0] : scales[static_cast<size_t>((r / bn) * grid_c + (128 * k) / bk)];
-          std::memcpy(dst, &v, 4);
-          std::memcpy(dst + 4, src, 128);
-          for (int i = 0; i < 128; ++i) bad |= static_cast<uint8_t>((src[i] & 0x7f) == 0x7f);
-        }
-      }
-      if (bad != 0) nan = true;
-    });
-    if (nan) throw ModelError("FP8 matrix '" + name + "' in " + where + " holds a NaN");
+    raw.view = fp8_repack(
+        b, raw.bytes, rows, cols,
+        [&](int64_t r, int64_t k) {
+          return one ? scales[0] : scales[static_cast<size_t>((r / bn) * grid_c + (128 * k) / bk)];
+        },
+        name, where);
     raw.supported = true;
     raw.type_name = "FP8";
-    raw.view = TensorView{};
-    raw.view.type = DType::FP8;
-    raw.view.rows = rows;
-    raw.view.cols = cols;
-    raw.view.data = out;
-    raw.view.row_bytes = row_bytes;
   }
 }
 
@@ -2285,11 +2297,16 @@ void compressed_linear(const Json& q, Builder& b) {
   const std::string format = q.string("format", "");
   const auto refuse = [&](const std::string& what) {
     throw ModelError("quantization_config (compressed-tensors) " + what + " in " + where +
-                     " is not supported (pack-quantized integer weights of 4 or 8 bits without "
-                     "activation quantization are: W4A16 / W8A16)");
+                     " is not supported (pack-quantized integer weights of 4 or 8 bits (W4A16 / "
+                     "W8A16), int-quantized 8-bit and float-quantized FP8 weights with or without "
+                     "8-bit token or tensor activations (W8A8, FP8) are)");
+  };
+  const auto known = [](const std::string& f) {
+    return f == "pack-quantized" || f == "int-quantized" || f == "naive-quantized" ||
+           f == "float-quantized";
   };
   // (mixed-precision: each config group names its own format)
-  if (format != "pack-quantized" && format != "mixed-precision") refuse("format '" + format + "'");
+  if (!known(format) && format != "mixed-precision") refuse("format '" + format + "'");
   if (q.string("quantization_status", "compressed") != "compressed")
     refuse("quantization_status '" + q.string("quantization_status", "") + "'");
   if (q.get("transform_config") != nullptr) refuse("transform_config");
@@ -2302,27 +2319,177 @@ void compressed_linear(const Json& q, Builder& b) {
   const JsonValue* groups = q.get("config_groups");
   if (groups == nullptr || !groups->is_object() || groups->object.empty())
     refuse("without config_groups");
+  // The activations' quantization, one for every group: none, or 8-bit int / FP8, symmetric, per
+  // token (dynamic) or per tensor (static: each matrix's input_scale).
+  int act_mode = -1;
+  bool act_static = false;
+  int64_t fp8_bn = 0, fp8_bk = 0;  // (float-quantized block strategy: block_structure)
   for (const auto& [gname, g] : groups->object) {
     if (!g.is_object()) refuse("config group '" + gname + "'");
     const Json gj{g, q.path};
-    if (gj.string("format", format == "mixed-precision" ? "" : format) != "pack-quantized")
-      refuse("config group '" + gname + "' format '" + gj.string("format", "") + "'");
-    for (const char* act : {"input_activations", "output_activations"})
-      if (gj.get(act) != nullptr)
-        refuse(std::string(act) + " quantization (config group '" + gname + "')");
+    const std::string gfmt = gj.string("format", format == "mixed-precision" ? "" : format);
+    if (!known(gfmt)) refuse("config group '" + gname + "' format '" + gfmt + "'");
+    if (gj.get("output_activations") != nullptr)
+      refuse("output_activations quantization (config group '" + gname + "')");
+    int mode = k_act_quant_none;
+    bool is_static = false;
+    if (const JsonValue* a = gj.get("input_activations"); a != nullptr) {
+      if (!a->is_object()) refuse("input_activations (config group '" + gname + "')");
+      const Json aj{*a, q.path};
+      const std::string type = aj.string("type", "int"), strat = aj.string("strategy", "tensor");
+      if (aj.integer("num_bits", 0) != 8 || (type != "int" && type != "float"))
+        refuse("input_activations of " + std::to_string(aj.integer("num_bits", 0)) + "-bit " +
+               type + " (config group '" + gname + "')");
+      if (!aj.boolean("symmetric", true)) refuse("asymmetric input_activations");
+      const bool dyn = aj.boolean("dynamic", false);
+      if (!(dyn && strat == "token") && !(!dyn && strat == "tensor"))
+        refuse("input_activations strategy '" + strat + "' (" + (dyn ? "dynamic" : "static") + ")");
+      mode = type == "int" ? k_act_quant_int8 : k_act_quant_fp8;
+      is_static = !dyn;
+      if (gfmt == "pack-quantized")  // (W4A8: transformers cannot load it to check against)
+        refuse("pack-quantized weights with input_activations (config group '" + gname + "')");
+    }
+    if (act_mode >= 0 && (mode != act_mode || is_static != act_static))
+      refuse("config groups that quantize activations differently");
+    act_mode = mode;
+    act_static = is_static;
     const JsonValue* w = gj.get("weights");
     if (w == nullptr || !w->is_object()) refuse("config group '" + gname + "' without weights");
     const Json wj{*w, q.path};
-    if (wj.string("type", "int") != "int") refuse("weights type '" + wj.string("type", "") + "'");
+    const std::string wtype = wj.string("type", "int");
     const int64_t nbits = wj.integer("num_bits", 0);
-    if (nbits != 4 && nbits != 8) refuse("num_bits " + std::to_string(nbits));
     const std::string strategy = wj.string("strategy", "tensor");
+    if (wj.boolean("dynamic", false)) refuse("dynamic weights");
+    if (gfmt == "float-quantized") {
+      if (wtype != "float" || nbits != 8)
+        refuse("float-quantized weights of " + std::to_string(nbits) + "-bit " + wtype);
+      if (!wj.boolean("symmetric", true)) refuse("asymmetric FP8 weights");
+      if (strategy == "block") {
+        const JsonValue* bs = wj.get("block_structure");
+        if (bs == nullptr || !bs->is_array() || bs->array.size() != 2 || !bs->array[0].is_integer ||
+            !bs->array[1].is_integer || bs->array[0].integer <= 0 || bs->array[1].integer <= 0 ||
+            bs->array[1].integer % 128 != 0)
+          refuse("weights block_structure (blocks of a multiple of 128 columns are supported)");
+        fp8_bn = bs->array[0].integer;
+        fp8_bk = bs->array[1].integer;
+      } else if (strategy != "channel" && strategy != "tensor") {
+        refuse("weights strategy '" + strategy + "'");
+      }
+      continue;
+    }
+    if (wtype != "int") refuse("weights type '" + wtype + "'");
+    if (gfmt != "pack-quantized" && nbits != 8)
+      refuse(gfmt + " weights of " + std::to_string(nbits) + " bits");
+    if (nbits != 4 && nbits != 8) refuse("num_bits " + std::to_string(nbits));
     if (strategy != "group" && strategy != "channel" && strategy != "tensor")
       refuse("weights strategy '" + strategy + "'");
-    if (wj.boolean("dynamic", false)) refuse("dynamic weights");
     if (nbits == 8 && !wj.boolean("symmetric", true)) refuse("asymmetric 8-bit weights");
     bits_allowed.push_back(static_cast<int>(nbits));
   }
+  // A quantized matrix's activation settings (static: its input_scale, one positive number).
+  const auto set_act = [&](TensorView& v, const std::string& base) {
+    v.act_quant = static_cast<uint8_t>(act_mode);
+    if (!act_static || act_mode == k_act_quant_none) return;
+    auto it = b.raw.find(base + ".input_scale");
+    if (it == b.raw.end())
+      throw ModelError("missing tensor '" + base + ".input_scale' in " + where +
+                       " (static activation quantization needs each matrix's input scale)");
+    const Raw& s = it->second;
+    if (!s.supported || s.view.rows * s.view.cols != 1)
+      throw ModelError("tensor '" + base + ".input_scale' in " + where + " must hold one number");
+    float v_s = 0.0f;
+    dequantize_row(s.view, 0, &v_s);
+    if (!(v_s > 0.0f) || !std::isfinite(v_s))
+      throw ModelError("tensor '" + base + ".input_scale' in " + where + " holds an invalid scale");
+    v.act_scale = v_s;
+  };
+  // Unpacked 8-bit weights (int-quantized / naive-quantized: I8; float-quantized: F8_E4M3) named
+  // X.weight beside X.weight_scale (per row, per matrix; FP8 also per block).
+  std::vector<std::pair<std::string, Raw>> unpacked;
+  for (auto& [name, raw] : b.raw) {
+    if ((raw.type_name != "I8" && raw.type_name != "F8_E4M3") || name.size() <= 7 ||
+        name.compare(name.size() - 7, 7, ".weight") != 0 || !b.has(name + "_scale"))
+      continue;
+    const std::string base = name.substr(0, name.size() - 7);
+    const bool fp8 = raw.type_name == "F8_E4M3";
+    if (raw.shape.size() != 2)
+      throw ModelError("tensor '" + name + "' in " + where + " must be a matrix");
+    const int64_t rows = raw.shape[0], cols = raw.shape[1];
+    if (rows <= 0 || cols <= 0 || cols % (fp8 ? 128 : 32) != 0 || cols > (int64_t{1} << 24))
+      throw ModelError("matrix '" + name + "' of " + std::to_string(cols) + " columns in " + where +
+                       " is not supported (a multiple of " + (fp8 ? "128" : "32") + " is)");
+    const Raw& sc = b.raw.at(name + "_scale");
+    if (!sc.supported || sc.shape.empty() || sc.shape.size() > 2)
+      throw ModelError("tensor '" + name + "_scale' in " + where +
+                       " must be an F32, F16 or BF16 vector or matrix");
+    const int64_t s_rows = sc.shape[0], s_cols = sc.shape.size() == 2 ? sc.shape[1] : 1;
+    const bool one = s_rows * s_cols == 1;
+    const bool per_row = !one && s_rows == rows && s_cols == 1;
+    const bool blocks = !one && !per_row && fp8 && fp8_bn > 0 &&
+                        s_rows == (rows + fp8_bn - 1) / fp8_bn &&
+                        s_cols == (cols + fp8_bk - 1) / fp8_bk;
+    if (!one && !per_row && !blocks)
+      throw ModelError("tensor '" + name + "_scale' in " + where + " does not fit its matrix [" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    std::vector<float> scales(static_cast<size_t>(s_rows * s_cols));
+    for (int64_t r = 0; r < sc.view.rows; ++r)
+      dequantize_row(sc.view, r, scales.data() + r * sc.view.cols);
+    bool f16_exact = true;
+    for (float s : scales) {
+      if (!std::isfinite(s) ||
+          (fp8 && s != 0.0f && !(std::fabs(s) > 0x1p-100f && std::fabs(s) < 0x1p100f)))
+        throw ModelError("tensor '" + name + "_scale' in " + where + " holds an invalid scale");
+      f16_exact = f16_exact && f16_to_f32(f32_to_f16(s)) == s;
+    }
+    Raw out;
+    out.supported = true;
+    out.n_dims = 2;
+    out.shape = {rows, cols};
+    if (fp8) {
+      out.view = fp8_repack(
+          b, raw.bytes, rows, cols,
+          [&](int64_t r, int64_t k) {
+            if (one) return scales[0];
+            if (per_row) return scales[static_cast<size_t>(r)];
+            return scales[static_cast<size_t>((r / fp8_bn) * s_cols + (128 * k) / fp8_bk)];
+          },
+          name, where);
+    } else {
+      const auto* q8 = reinterpret_cast<const int8_t*>(raw.bytes);
+      TensorView v;
+      v.rows = rows;
+      v.cols = cols;
+      const auto scale_of = [&](int64_t r) {
+        return one ? scales[0] : scales[static_cast<size_t>(r)];
+      };
+      if (!f16_exact) {
+        v.type = DType::F32;
+        v.row_bytes = static_cast<size_t>(cols) * 4;
+        float* o = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            o[r * cols + c] = static_cast<float>(q8[r * cols + c]) * scale_of(r);
+        v.data = reinterpret_cast<const uint8_t*>(o);
+      } else {
+        v.type = DType::Q8_0;
+        v.row_bytes = static_cast<size_t>(cols / 32 * 34);
+        uint8_t* o = b.alloc(v.row_bytes * static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t k = 0; k < cols / 32; ++k) {
+            uint8_t* blk = o + static_cast<size_t>(r) * v.row_bytes + k * 34;
+            const uint16_t d = f32_to_f16(scale_of(r));
+            std::memcpy(blk, &d, 2);
+            std::memcpy(blk + 2, q8 + r * cols + 32 * k, 32);
+          }
+        v.data = o;
+      }
+      out.view = v;
+    }
+    out.type_name = dtype_name(out.view.type);
+    set_act(out.view, base);
+    unpacked.emplace_back(name, out);
+  }
+  for (auto& [name, out] : unpacked) b.raw[name] = out;
   for (auto& [name, raw] : b.raw) {
     const std::string suffix = ".weight_packed";
     if (name.size() <= suffix.size() ||
@@ -2476,6 +2643,7 @@ void compressed_linear(const Json& q, Builder& b) {
       });
       v.data = out;
     }
+    set_act(v, base);
     Raw out_raw;
     out_raw.type_name = dtype_name(v.type);
     out_raw.supported = true;

@@ -18,7 +18,7 @@ import numpy as np
 from . import arch_config
 from . import moe as moe_twin
 from .gguf_split import read_gguf_model
-from .quants import BitLinear, dequantize_fp8
+from .quants import BitLinear, QdqLinear, dequantize_fp8
 from .safetensors import read_safetensors
 
 ARCHS = (
@@ -291,7 +291,7 @@ def _take(
     if name not in names:
         raise ValueError(f"missing tensor '{name}'")
     w = get(name)
-    if isinstance(w, BitLinear):  # (BitNet's packed matrices, unpacked by _load_hf)
+    if isinstance(w, (BitLinear, QdqLinear)):  # (BitNet's packed matrices; W8A8's)
         if w.shape != (rows, cols):
             raise ValueError(f"shape mismatch for tensor '{name}': expected {rows} x {cols}, got {w.shape}")
         weights[canonical] = w  # type: ignore[assignment]
@@ -1084,22 +1084,27 @@ def _fp8_config(c: dict[str, Any], path: str) -> tuple[bool, tuple[int, int] | N
     return True, block, scale_fmt == "ue8m0"
 
 
-def _compressed_config(c: dict[str, Any], path: str) -> list[int]:
-    """The weight bit widths of a compressed-tensors folder's config groups (quant_method
-    "compressed-tensors", format "pack-quantized", integer weights without activation quantization; twin
-    of loader.cpp's compressed_linear), [] for other folders; what ossa does not run refused by name."""
+def _compressed_config(c: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """A compressed-tensors folder's settings (quant_method "compressed-tensors": pack-quantized integer
+    weights, int-quantized / naive-quantized 8-bit and float-quantized FP8 weights, with or without 8-bit
+    activations per token or per tensor; twin of loader.cpp's compressed_linear), None for other folders;
+    what ossa does not run refused by name. Keys: bits (the pack-quantized widths), act (None, "int8",
+    "fp8"), static (activation scales from each matrix's input_scale), fp8_block ((rows, columns) or
+    None)."""
     q = c.get("quantization_config")
     if not isinstance(q, dict) or q.get("quant_method") != "compressed-tensors":
-        return []
+        return None
     where = f"'{os.path.join(path, 'config.json')}'"
 
     def refuse(what: str) -> ValueError:
         return ValueError(f"quantization_config (compressed-tensors) {what} in {where} is not supported "
-                          "(pack-quantized integer weights of 4 or 8 bits without activation quantization "
-                          "are: W4A16 / W8A16)")  # fmt: skip
+                          "(pack-quantized integer weights of 4 or 8 bits (W4A16 / W8A16), int-quantized "
+                          "8-bit and float-quantized FP8 weights with or without 8-bit token or tensor "
+                          "activations (W8A8, FP8) are)")  # fmt: skip
 
+    known = ("pack-quantized", "int-quantized", "naive-quantized", "float-quantized")
     fmt = q.get("format") or ""
-    if fmt not in ("pack-quantized", "mixed-precision"):  # (mixed-precision: each group names its own)
+    if fmt not in known and fmt != "mixed-precision":  # (mixed-precision: each group names its own)
         raise refuse(f"format '{fmt}'")
     if (q.get("quantization_status") or "compressed") != "compressed":
         raise refuse(f"quantization_status '{q.get('quantization_status')}'")
@@ -1111,41 +1116,100 @@ def _compressed_config(c: dict[str, Any], path: str) -> list[int]:
     groups = q.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise refuse("without config_groups")
-    bits = []
+    out: dict[str, Any] = {"bits": [], "act": None, "static": False, "fp8_block": None}
+    first = True
     for name, g in groups.items():
         if not isinstance(g, dict):
             raise refuse(f"config group '{name}'")
-        if (g.get("format") or ("" if fmt == "mixed-precision" else fmt)) != "pack-quantized":
-            raise refuse(f"config group '{name}' format '{g.get('format') or ''}'")
-        for act in ("input_activations", "output_activations"):
-            if g.get(act) is not None:
-                raise refuse(f"{act} quantization (config group '{name}')")
+        gfmt = g.get("format") or ("" if fmt == "mixed-precision" else fmt)
+        if gfmt not in known:
+            raise refuse(f"config group '{name}' format '{gfmt}'")
+        if g.get("output_activations") is not None:
+            raise refuse(f"output_activations quantization (config group '{name}')")
+        act, static = None, False
+        a = g.get("input_activations")
+        if a is not None:
+            if not isinstance(a, dict):
+                raise refuse(f"input_activations (config group '{name}')")
+            atype, strat = a.get("type") or "int", a.get("strategy") or "tensor"
+            if a.get("num_bits") != 8 or atype not in ("int", "float"):
+                raise refuse(
+                    f"input_activations of {a.get('num_bits') or 0}-bit {atype} (config group '{name}')"
+                )
+            if a.get("symmetric") is False:
+                raise refuse("asymmetric input_activations")
+            dyn = bool(a.get("dynamic"))
+            if not ((dyn and strat == "token") or (not dyn and strat == "tensor")):
+                raise refuse(f"input_activations strategy '{strat}' ({'dynamic' if dyn else 'static'})")
+            act, static = ("int8" if atype == "int" else "fp8"), not dyn
+            if gfmt == "pack-quantized":  # (W4A8: transformers cannot load it to check against)
+                raise refuse(f"pack-quantized weights with input_activations (config group '{name}')")
+        if not first and (act != out["act"] or static != out["static"]):
+            raise refuse("config groups that quantize activations differently")
+        first = False
+        out["act"], out["static"] = act, static
         w = g.get("weights")
         if not isinstance(w, dict):
             raise refuse(f"config group '{name}' without weights")
-        if (w.get("type") or "int") != "int":
-            raise refuse(f"weights type '{w.get('type')}'")
-        n = w.get("num_bits") or 0
-        if n not in (4, 8):
-            raise refuse(f"num_bits {n}")
-        strategy = w.get("strategy") or "tensor"
-        if strategy not in ("group", "channel", "tensor"):
-            raise refuse(f"weights strategy '{strategy}'")
+        wtype, n, strategy = w.get("type") or "int", w.get("num_bits") or 0, w.get("strategy") or "tensor"
         if w.get("dynamic"):
             raise refuse("dynamic weights")
+        if gfmt == "float-quantized":
+            if wtype != "float" or n != 8:
+                raise refuse(f"float-quantized weights of {n}-bit {wtype}")
+            if w.get("symmetric") is False:
+                raise refuse("asymmetric FP8 weights")
+            if strategy == "block":
+                bs = w.get("block_structure")
+                if not (isinstance(bs, list) and len(bs) == 2 and all(type(v) is int and v > 0 for v in bs)
+                        and bs[1] % 128 == 0):  # fmt: skip
+                    raise refuse(
+                        "weights block_structure (blocks of a multiple of 128 columns are supported)"
+                    )
+                out["fp8_block"] = (bs[0], bs[1])
+            elif strategy not in ("channel", "tensor"):
+                raise refuse(f"weights strategy '{strategy}'")
+            continue
+        if wtype != "int":
+            raise refuse(f"weights type '{wtype}'")
+        if gfmt != "pack-quantized" and n != 8:
+            raise refuse(f"{gfmt} weights of {n} bits")
+        if n not in (4, 8):
+            raise refuse(f"num_bits {n}")
+        if strategy not in ("group", "channel", "tensor"):
+            raise refuse(f"weights strategy '{strategy}'")
         if n == 8 and w.get("symmetric") is False:
             raise refuse("asymmetric 8-bit weights")
-        bits.append(n)
-    return bits
+        out["bits"].append(n)
+    return out
 
 
 def _compressed_matrices(
-    where: dict[str, Any], stored: dict[str, str], bits_allowed: list[int], path: str
-) -> dict[str, np.ndarray]:
+    where: dict[str, Any], stored: dict[str, str], ct: dict[str, Any], path: str
+) -> dict[str, Any]:
     """Every ``X.weight_packed`` of a compressed-tensors folder as the float32 matrix ``X.weight``: (q - zero)
     * scale, each weight rounded once (twin of compressed_linear; exact where ossa stores GGUF blocks)."""
     cfg = f"'{os.path.join(path, 'config.json')}'"
-    out = {}
+    bits_allowed = ct["bits"]
+    out: dict[str, Any] = {}
+
+    def with_act(base: str, w: np.ndarray) -> Any:
+        """w, or a QdqLinear where the folder quantizes activations (static: base's input_scale)."""
+        if ct["act"] is None:
+            return w
+        scale = 0.0
+        if ct["static"]:
+            if base + ".input_scale" not in where:
+                raise ValueError(f"missing tensor '{base}.input_scale' in {cfg} (static activation "
+                                 "quantization needs each matrix's input scale)")  # fmt: skip
+            v = where[base + ".input_scale"].tensor(stored[base + ".input_scale"]).reshape(-1)
+            if v.size != 1:
+                raise ValueError(f"tensor '{base}.input_scale' in {cfg} must hold one number")
+            if not (np.isfinite(v[0]) and v[0] > 0):
+                raise ValueError(f"tensor '{base}.input_scale' in {cfg} holds an invalid scale")
+            scale = float(np.float32(v[0]))
+        return QdqLinear(w, ct["act"], scale)
+
     for name in [n for n in where if n.endswith(".weight_packed")]:
         base = name[: -len(".weight_packed")]
         for need in (base + ".weight_shape", base + ".weight_scale"):
@@ -1213,7 +1277,48 @@ def _compressed_matrices(
             )
             q = q - (zp[:rows].astype(np.int32) - 8).repeat(group, axis=1)
         full = np.full((rows, cols), scales[0, 0]) if per_matrix else scales.repeat(group, axis=1)
-        out[base + ".weight"] = (q.astype(np.float32) * full.astype(np.float32)).astype(np.float32)
+        out[base + ".weight"] = with_act(
+            base, (q.astype(np.float32) * full.astype(np.float32)).astype(np.float32)
+        )
+    for name in [n for n in where if n.endswith(".weight") and n + "_scale" in where]:
+        dtype = where[name].tensors[stored[name]].dtype
+        if dtype not in ("I8", "F8_E4M3"):
+            continue
+        base, fp8 = name[: -len(".weight")], dtype == "F8_E4M3"
+        shape = where[name].tensors[stored[name]].shape
+        if len(shape) != 2:
+            raise ValueError(f"tensor '{name}' in {cfg} must be a matrix")
+        rows, cols = shape
+        unit = 128 if fp8 else 32
+        if rows <= 0 or cols <= 0 or cols % unit != 0:
+            raise ValueError(
+                f"matrix '{name}' of {cols} columns in {cfg} is not supported (a multiple of {unit} is)"
+            )
+        s_info = where[name + "_scale"].tensors[stored[name + "_scale"]]
+        if s_info.dtype not in ("F32", "F16", "BF16") or len(s_info.shape) not in (1, 2):
+            raise ValueError(f"tensor '{name}_scale' in {cfg} must be an F32, F16 or BF16 vector or matrix")
+        scales = where[name + "_scale"].tensor(stored[name + "_scale"]).astype(np.float32)
+        s_rows, s_cols = s_info.shape[0], (s_info.shape[1] if len(s_info.shape) == 2 else 1)
+        scales = scales.reshape(s_rows, s_cols)
+        one, per_row = s_rows * s_cols == 1, s_rows == rows and s_cols == 1
+        blk = ct["fp8_block"]
+        blocks = fp8 and blk is not None and (s_rows, s_cols) == (-(-rows // blk[0]), -(-cols // blk[1]))
+        if not (one or per_row or blocks):
+            raise ValueError(f"tensor '{name}_scale' in {cfg} does not fit its matrix [{rows}, {cols}]")
+        a = np.abs(scales)
+        bad = ~np.isfinite(scales)
+        if fp8:
+            bad |= (a != 0) & ~((a > 2.0**-100) & (a < 2.0**100))
+        if bad.any():
+            raise ValueError(f"tensor '{name}_scale' in {cfg} holds an invalid scale")
+        raw = where[name].raw(stored[name]).reshape(rows, cols)
+        if fp8:
+            if ((raw & 0x7F) == 0x7F).any():
+                raise ValueError(f"FP8 matrix '{name}' in {cfg} holds a NaN")
+            w = dequantize_fp8(raw, scales, blk if blocks else (1, cols) if per_row else None)
+        else:
+            w = (raw.view(np.int8).astype(np.float32) * (scales[0, 0] if one else scales)).astype(np.float32)
+        out[name] = with_act(base, w)
     return out
 
 
@@ -1263,7 +1368,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c = json.load(f)
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
-    ct_bits = _compressed_config(c, path)
+    ct = _compressed_config(c, path)
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -1405,7 +1510,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             if info.dtype == "F8_E4M3":
                 _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
 
-    packed_mats = _compressed_matrices(where, stored, ct_bits, path) if ct_bits else {}
+    packed_mats = _compressed_matrices(where, stored, ct, path) if ct is not None else {}
     names |= set(packed_mats)
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:

@@ -293,6 +293,65 @@ def dequantize_fp8(codes: np.ndarray, scales: np.ndarray, block: tuple[int, int]
     return (e4m3_values(codes) * full).astype(np.float32)
 
 
+def act_quantize(x: np.ndarray, mode: str, scale: float = 0.0) -> np.ndarray:
+    """compressed-tensors' activation quantization of each row of x (float32), as its fake-quantizing
+    forward computes it (twin of kernels/matmul.cpp's act_quantize_rows): s = ``scale`` (static), or per
+    row max |x| / 127.5 ("int8") or / 448 ("fp8") with 0 replaced by float32's epsilon; x / s clamped to
+    [-128, 127] and rounded half to even, or clamped to +-448 and rounded to the nearest E4M3 value; then
+    q * s."""
+    x = np.asarray(x, dtype=np.float32)
+    fp8 = mode == "fp8"
+    if scale:
+        s = np.full((*x.shape[:-1], 1), np.float32(scale), np.float32)
+    else:
+        s = (np.max(np.abs(x), axis=-1, keepdims=True) / np.float32(448.0 if fp8 else 127.5)).astype(
+            np.float32
+        )
+        s = np.where(s == 0, np.finfo(np.float32).eps, s).astype(np.float32)
+    t = np.clip((x / s).astype(np.float32), -448.0 if fp8 else -128.0, 448.0 if fp8 else 127.0)
+    if fp8:
+        _, e = np.frexp(np.abs(t))
+        step = np.where(np.abs(t) < 2.0**-6, 2.0**-9, np.ldexp(1.0, e - 4)).astype(np.float32)
+        q = (np.rint(t / step) * step).astype(np.float32)
+    else:
+        q = np.rint(t).astype(np.float32)
+    return (q * s).astype(np.float32)
+
+
+class QdqLinear:
+    """A compressed-tensors W8A8 / FP8 matrix: the dequantized weights ``w`` (float32 [rows, cols]) times
+    activations quantized by ``act_quantize(x, mode, scale)`` first (``x @ w.T`` does both)."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, w: np.ndarray, mode: str, scale: float = 0.0) -> None:
+        self.w = np.asarray(w, dtype=np.float32)
+        self.mode, self.scale = mode, scale
+        self.shape = self.w.shape
+        self.ndim = 2
+
+    def reshape(self, *shape: int) -> QdqLinear:
+        return self  # (a matrix already)
+
+    @property
+    def T(self) -> _QdqLinearT:  # noqa: N802 (numpy's name)
+        return _QdqLinearT(self)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        xq = act_quantize(x, self.mode, self.scale)
+        return np.einsum("ij,kj->ik", xq.reshape(-1, xq.shape[-1]), self.w).reshape(*xq.shape[:-1], -1)
+
+
+class _QdqLinearT:
+    __array_ufunc__ = None
+
+    def __init__(self, w: QdqLinear) -> None:
+        self.w = w
+
+    def __rmatmul__(self, x: np.ndarray) -> np.ndarray:
+        return self.w.apply(x)
+
+
 class BitLinear:
     """BitNet b1.58's matrix as transformers' BitLinear (or, scale_mul, its AutoBitLinear) runs a packed
     checkpoint (twin of

@@ -30,7 +30,7 @@ from . import model as ref_model
 from . import moe as moe_twin
 from .delta_net import DeltaState, has_recurrent, is_recurrent, recurrent_layer
 from .gemma3 import gelu_tanh_glu
-from .quants import BitLinear
+from .quants import BitLinear, QdqLinear
 
 
 class ModelRunner:
@@ -402,7 +402,7 @@ def _linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     one dot product in a fixed order, so a row's result does not depend on the batch around it, and
     a multi-threaded BLAS on few rows is slow on a busy machine (threads spin for cores). BitNet's
     matrices (quants.BitLinear) take their own product."""
-    if isinstance(weight, BitLinear):
+    if isinstance(weight, (BitLinear, QdqLinear)):
         return weight.apply(x)
     return np.einsum("ij,kj->ik", x, weight)
 
