@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
-    N_TOKENS,
+    build_quantized_cases,
     check_config_refusals,
     golden,
     greedy,
@@ -67,15 +67,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str, Any, list[int]]]:
-    """name -> (packed folder, its float folder, transformers' float32 logits or None, token ids)."""
-    root = tmp_path_factory.mktemp("compressed")
-    out = {}
-    for i, (name, (kw, pack, oracle)) in enumerate(CASES.items()):
-        float_dir = make_hf_model(root / f"{name}-float", seed=70 + i, **kw)
-        path = pack_compressed(float_dir, root / name, **pack)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        out[name] = (path, float_dir, hf_logits(path, ids) if oracle else None, ids)
-    return out
+    """name -> (quantized folder, its float folder, transformers' float32 logits or None, token ids)."""
+    return build_quantized_cases(tmp_path_factory.mktemp("compressed"), CASES, pack_compressed, 70)
 
 
 def decompressed(path: str) -> dict[str, np.ndarray]:
@@ -243,14 +236,7 @@ def check_rows(got: np.ndarray, want: np.ndarray, scale: float, what: str) -> No
 
 @pytest.fixture(scope="module")
 def w8a8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str, Any, list[int]]]:
-    root = tmp_path_factory.mktemp("w8a8")
-    out = {}
-    for i, (name, (kw, pack)) in enumerate(W8A8.items()):
-        float_dir = make_hf_model(root / f"{name}-float", seed=90 + i, **kw)
-        path = pack_w8a8(float_dir, root / name, **pack)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        out[name] = (path, float_dir, hf_logits(path, ids), ids)
-    return out
+    return build_quantized_cases(tmp_path_factory.mktemp("w8a8"), W8A8, pack_w8a8, 90)
 
 
 @pytest.mark.parametrize("mode", ["int8", "fp8"])

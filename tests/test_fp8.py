@@ -21,13 +21,12 @@ import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
-    N_TOKENS,
     TWIN_TOL,
+    build_quantized_cases,
     check_config_refusals,
     golden,
     greedy,
     hf_greedy,
-    hf_logits,
     make_hf_model,
     pack_fp8,
     runner_logits,
@@ -149,15 +148,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str, Any, list[int]]]:
-    """name -> (FP8 folder, its float folder, transformers' float32 logits of the FP8 folder or None, ids)."""
-    root = tmp_path_factory.mktemp("fp8")
-    out = {}
-    for i, (name, (kw, pack, oracle)) in enumerate(CASES.items()):
-        float_dir = make_hf_model(root / f"{name}-float", seed=50 + i, **kw)
-        path = pack_fp8(float_dir, root / name, **pack)
-        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
-        out[name] = (path, float_dir, hf_logits(path, ids) if oracle else None, ids)
-    return out
+    """name -> (quantized folder, its float folder, transformers' float32 logits or None, token ids)."""
+    return build_quantized_cases(tmp_path_factory.mktemp("fp8"), CASES, pack_fp8, 50)
 
 
 def test_e4m3_values_are_torchs() -> None:

@@ -471,6 +471,17 @@ def pack_fp8(
     return str(out)
 
 
+def _write_ct_config(out: Path, fmt: str, weights: dict[str, Any], acts: dict[str, Any] | None) -> None:
+    """config.json's quantization_config for a compressed-tensors folder of one config group (every Linear
+    but lm_head): format ``fmt``, ``weights`` and ``acts`` (input activations, or None) as its arguments."""
+    cfg = json.loads((out / "config.json").read_text())
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": acts, "output_activations": None}
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": fmt,
+                                  "quantization_status": "compressed", "ignore": ["lm_head"],
+                                  "config_groups": {"group_0": group}}  # fmt: skip
+    (out / "config.json").write_text(json.dumps(cfg))
+
+
 def pack_compressed(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -522,25 +533,10 @@ def pack_compressed(
         if g_idx:
             packed[base + "weight_g_idx"] = (torch.arange(cols) // g).to(torch.int32)
     save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = json.loads((out / "config.json").read_text())
     weights = {"num_bits": bits, "type": "int", "symmetric": symmetric,
                "strategy": "group" if group else "channel", "group_size": group, "dynamic": False,
                "actorder": None, "observer": "minmax"}  # fmt: skip
-    cfg["quantization_config"] = {
-        "quant_method": "compressed-tensors",
-        "format": "pack-quantized",
-        "quantization_status": "compressed",
-        "ignore": ["lm_head"],
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": weights,
-                "input_activations": None,
-                "output_activations": None,
-            }
-        },  # fmt: skip
-    }
-    (out / "config.json").write_text(json.dumps(cfg))
+    _write_ct_config(out, "pack-quantized", weights, None)
     return str(out)
 
 
@@ -592,29 +588,31 @@ def pack_w8a8(
                 [2.0 / qmax], dtype=torch.float32
             )
     save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = json.loads((out / "config.json").read_text())
     weights = {"num_bits": 8, "type": kind, "symmetric": True, "strategy": "block" if block else "channel",
                "dynamic": False, "observer": "minmax"}  # fmt: skip
     if block:
         weights["block_structure"] = list(block)
     acts = {"num_bits": 8, "type": kind, "symmetric": True, "strategy": "tensor" if static else "token",
             "dynamic": not static, "observer": "minmax" if static else None}  # fmt: skip
-    cfg["quantization_config"] = {
-        "quant_method": "compressed-tensors",
-        "format": f"{kind}-quantized",
-        "quantization_status": "compressed",
-        "ignore": ["lm_head"],
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": weights,
-                "input_activations": acts,
-                "output_activations": None,
-            }
-        },  # fmt: skip
-    }
-    (out / "config.json").write_text(json.dumps(cfg))
+    _write_ct_config(out, f"{kind}-quantized", weights, acts)
     return str(out)
+
+
+def build_quantized_cases(
+    root: Path, cases: dict[str, tuple[Any, ...]], pack: Any, seed: int
+) -> dict[str, tuple[str, str, Any, list[int]]]:
+    """name -> (quantized folder, its float folder, transformers' float32 logits or None, N_TOKENS ids) for
+    cases name -> (make_hf_model keywords, ``pack`` keywords[, whether transformers is the oracle]): case i
+    built with seed ``seed + i`` and packed by ``pack(float_dir, out, **keywords)``."""
+    out = {}
+    for i, (name, case) in enumerate(cases.items()):
+        kw, pack_kw = case[0], case[1]
+        oracle = case[2] if len(case) > 2 else True
+        float_dir = make_hf_model(root / f"{name}-float", seed=seed + i, **kw)
+        path = pack(float_dir, root / name, **pack_kw)
+        ids = np.random.default_rng(i).integers(0, kw["vocab_size"], N_TOKENS).tolist()
+        out[name] = (path, float_dir, hf_logits(path, ids) if oracle else None, ids)
+    return out
 
 
 def _dbrx_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
