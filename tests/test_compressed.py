@@ -23,7 +23,10 @@ import pytest
 from test_batch_invariance import check_invariance
 from tiny_models import (
     build_quantized_cases,
+    check_chunked,
     check_config_refusals,
+    check_engine_gpt2,
+    check_file_refusals,
     golden,
     greedy,
     hf_greedy,
@@ -31,7 +34,6 @@ from tiny_models import (
     make_hf_model,
     pack_compressed,
     pack_w8a8,
-    runner_logits,
     twin_tol,
 )
 
@@ -130,11 +132,7 @@ def test_chunked_prefill_greedy_and_batch_invariance(cases: dict[str, Any], name
     twin's argmax where transformers is not the oracle); batch invariance."""
     path, _, hf, ids = cases[name]
     model = core.load_model(path)
-    n = len(ids)
-    whole = runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, n)
-    for chunk in (1, 5):
-        runner = core.ModelRunner(model, (n + 3) // 4, 4, n)
-        np.testing.assert_array_equal(runner_logits(runner, ids, chunk), whole)
+    check_chunked(model, ids)
     if hf is not None:
         assert greedy(model, ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
     check_invariance(model, CASES[name][0]["vocab_size"], seed=7)
@@ -146,7 +144,7 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     activation-ordered groups, a missing scale, a wrong weight_shape or scale shape and a malformed zero
     point are ModelErrors, never a crash."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     src = cases["w4a16"][0]
     q = json.loads((Path(src) / "config.json").read_text())["quantization_config"]
@@ -186,30 +184,18 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
         stored, **{base + "weight_scale": torch.full_like(stored[base + "weight_scale"], float("inf"))}
     )
     zp = dict(stored, **{base + "weight_zero_point": torch.zeros(5, 1, dtype=torch.int32)})
-    for i, (tensors, match) in enumerate([
+    check_file_refusals(src, tmp_path, [
         (shuffled, "activation-ordered"), (no_scale, "weight_scale"), (bad_shape, "weight_shape"),
         (bad_scale, "does not fit"), (inf_scale, "invalid scale"), (zp, "zero_point"),
-    ]):  # fmt: skip
-        bad = tmp_path / f"bad{i}"
-        shutil.copytree(src, bad)
-        save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
-        with pytest.raises(core.ModelError, match=match):
-            core.load_model(str(bad))
-        with pytest.raises(ValueError, match=match):
-            ref_loader.load_weights(str(bad))
+    ])  # fmt: skip
 
 
 def test_engine(default_model_path: str, tmp_path: Path) -> None:
     """A W4A16 Llama with GPT-2's tokenizer through LLM: batched = alone = the paged runner's greedy decode,
     prefix-cache hits the same, the twin engine the same tokens, preemption recomputed to the same."""
-    from test_tokenizer import load_vocab
-    from tiny_models import check_engine
-
     folder = make_hf_model(tmp_path / "float", seed=11, **dict(LLAMA, vocab_size=50257, bos_token_id=None,
                                                                eos_token_id=50256))  # fmt: skip
-    packed = pack_compressed(folder, tmp_path / "packed")
-    shutil.copy(Path(load_vocab("gpt2", default_model_path).path) / "tokenizer.json", packed)
-    check_engine(packed)
+    check_engine_gpt2(pack_compressed(folder, tmp_path / "packed"), default_model_path)
 
 
 # W8A8 / FP8 (activations quantized too): name -> (make_hf_model keywords, pack_w8a8 keywords).
@@ -308,11 +294,7 @@ def test_w8a8_chunked_and_batch_invariant(w8a8: dict[str, Any], name: str) -> No
     and batch invariance (alone, among others, 1 and 2 threads)."""
     path, _, _, ids = w8a8[name]
     model = core.load_model(path)
-    n = len(ids)
-    whole = runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, n)
-    for chunk in (1, 5):
-        runner = core.ModelRunner(model, (n + 3) // 4, 4, n)
-        np.testing.assert_array_equal(runner_logits(runner, ids, chunk), whole)
+    check_chunked(model, ids)
     check_invariance(model, W8A8[name][0]["vocab_size"], seed=9)
 
 

@@ -13,7 +13,6 @@ value, so the models agree to float32 summation order (the tests' usual 1e-5 of 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,15 @@ from test_batch_invariance import check_invariance
 from tiny_models import (
     TWIN_TOL,
     build_quantized_cases,
+    check_chunked,
     check_config_refusals,
+    check_engine_gpt2,
+    check_file_refusals,
     golden,
     greedy,
     hf_greedy,
     make_hf_model,
     pack_fp8,
-    runner_logits,
 )
 
 from ossa import models
@@ -229,11 +230,7 @@ def test_chunked_prefill_and_greedy(cases: dict[str, Any], name: str) -> None:
     transformers); 20 greedy tokens equal to transformers' generate."""
     path, _, hf, ids = cases[name]
     model = core.load_model(path)
-    n = len(ids)
-    whole = runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, n)
-    for chunk in (1, 5):
-        runner = core.ModelRunner(model, (n + 3) // 4, 4, n)
-        np.testing.assert_array_equal(runner_logits(runner, ids, chunk), whole)
+    whole = check_chunked(model, ids)
     assert float(np.max(np.abs(whole - hf))) < HF_TOL * float(np.max(np.abs(hf)))
     assert greedy(model, ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
 
@@ -270,7 +267,7 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     sizes) are refused by name by both loaders; a NaN code, a missing, misshapen or invalid scale, an FP8
     matrix of a width not a multiple of 128 and an E5M2 tensor are ModelErrors, never a crash."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     src = cases["qwen3"][0]
     q = json.loads((Path(src) / "config.json").read_text())["quantization_config"]
@@ -297,17 +294,10 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     )
     e5m2 = dict(stored, **{name: stored[name].float().to(torch.float8_e5m2)})
     cube = dict(stored, **{name: stored[name].reshape(3, 128, 256).contiguous()})
-    for i, (tensors, match) in enumerate([
+    check_file_refusals(src, tmp_path, [
         (nan, "NaN"), (no_scale, "_scale_inv"), (bad_shape, "must hold 3 x 2 scales"),
         (inf_scale, "invalid scale"), (narrow, "multiple of 128"), (e5m2, "E5M2"), (cube, "3 dimensions"),
-    ]):  # fmt: skip
-        bad = tmp_path / f"bad{i}"
-        shutil.copytree(src, bad)
-        save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
-        with pytest.raises(core.ModelError, match=match):
-            core.load_model(str(bad))
-        with pytest.raises(ValueError, match=match):
-            ref_loader.load_weights(str(bad))
+    ])  # fmt: skip
 
 
 def test_inspect(cases: dict[str, Any]) -> None:
@@ -319,11 +309,6 @@ def test_engine(default_model_path: str, tmp_path: Path) -> None:
     """An FP8 Qwen3 model with GPT-2's tokenizer through LLM: batched = alone = the paged runner's greedy
     decode, prefix-cache hits the same, the twin engine the same tokens (and seeded forks), and preempted
     sequences recomputed to the same tokens."""
-    from test_tokenizer import load_vocab
-    from tiny_models import check_engine
-
     folder = make_hf_model(tmp_path / "float", seed=9, **dict(QWEN3, vocab_size=50257, bos_token_id=None,
                                                               eos_token_id=50256))  # fmt: skip
-    packed = pack_fp8(folder, tmp_path / "packed")
-    shutil.copy(Path(load_vocab("gpt2", default_model_path).path) / "tokenizer.json", packed)
-    check_engine(packed)
+    check_engine_gpt2(pack_fp8(folder, tmp_path / "packed"), default_model_path)

@@ -2892,6 +2892,49 @@ def check_chunked_prefill(path: str, ids: list[int], hf_logits: np.ndarray) -> N
     assert float(np.max(np.abs(twin - whole))) / scale < twin_tol(model)
 
 
+def check_file_refusals(
+    src: str, tmp: Path, cases: Sequence[tuple[dict[str, Any], str]], save: Any = None
+) -> None:
+    """Each (tensors, match): a copy of the folder ``src`` (under ``tmp``) whose model.safetensors holds
+    ``tensors`` (written by ``save``: safetensors.torch's save_file unless given) is refused by both
+    loaders with an error matching ``match`` (a ModelError from ossa, never a crash)."""
+    from ossa._native import core
+    from ossa.reference import loader as ref_loader
+
+    if save is None:
+        from safetensors.torch import save_file as save
+    for i, (tensors, match) in enumerate(cases):
+        bad = Path(tmp) / f"bad-file{i}"
+        shutil.copytree(src, bad)
+        save(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(core.ModelError, match=match):
+            core.load_model(str(bad))
+        with pytest.raises(ValueError, match=match):
+            ref_loader.load_weights(str(bad))
+
+
+def check_chunked(model: Any, ids: list[int]) -> np.ndarray:
+    """The paged runner's logits of ``ids`` prefilled whole, checked bitwise equal to chunks of 1 and 5
+    tokens; returns them."""
+    from ossa._native import core
+
+    n = len(ids)
+    whole = runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, n)
+    for chunk in (1, 5):
+        np.testing.assert_array_equal(
+            runner_logits(core.ModelRunner(model, (n + 3) // 4, 4, n), ids, chunk), whole
+        )
+    return whole
+
+
+def check_engine_gpt2(folder: str, default_model_path: str) -> None:
+    """check_engine on ``folder`` given GPT-2's tokenizer.json (from the default model's vocabulary)."""
+    from test_tokenizer import load_vocab
+
+    shutil.copy(Path(load_vocab("gpt2", default_model_path).path) / "tokenizer.json", folder)
+    check_engine(folder)
+
+
 def check_engine(path: str) -> None:
     """A tiny GGUF file of the default model's vocabulary (and tokenizer) through LLM: batched = alone =
     the paged runner's greedy decode, prefix-cache hits the same, the Python twin engine the same tokens
