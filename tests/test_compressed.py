@@ -331,3 +331,26 @@ def test_w8a8_refusals(w8a8: dict[str, Any], tmp_path: Path) -> None:
         core.load_model(str(bad))
     with pytest.raises(ValueError, match="input_scale"):
         ref_loader.load_weights(str(bad))
+
+
+def test_inspect(cases: dict[str, Any], w8a8: dict[str, Any]) -> None:
+    """`ossa inspect` says how each folder is quantized. (No engine run for the W8A8 folders: the twin
+    engine's greedy tokens may part from ossa's after a threshold flip, see check_rows; their batch
+    invariance and chunked prefill are checked above.)"""
+    from ossa import models
+
+    for name, want in (
+        ("w4a16", "int4 weights (groups of 128 columns), float32 activations [pack-quantized]"),
+        ("w4a16-asym", "int4 weights (groups of 64 columns, zero points)"),
+    ):
+        assert f"quantized     compressed-tensors {want}" in models.format_inspect(
+            models.inspect(cases[name][0])
+        )
+    for name, want in (
+        ("w8a8-int", "int8 weights (per row), int8 activations per token [int-quantized]"),
+        ("fp8-static", "FP8 E4M3 weights (per row), FP8 activations per tensor (static)"),
+        ("fp8-block", "FP8 E4M3 weights (blocks of 64 x 128)"),
+    ):
+        assert f"quantized     compressed-tensors {want}" in models.format_inspect(
+            models.inspect(w8a8[name][0])
+        )

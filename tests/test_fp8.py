@@ -303,6 +303,7 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
 def test_inspect(cases: dict[str, Any]) -> None:
     text = models.format_inspect(models.inspect(cases["qwen3"][0]))
     assert "FP8 E4M3 x14" in text and "FP8 scales x14" in text, text
+    assert "quantized     FP8 E4M3 weights, blocks of 128 x 128 (quant_method fp8)" in text, text
 
 
 def test_engine(default_model_path: str, tmp_path: Path) -> None:

@@ -621,7 +621,47 @@ def inspect(
         "kv_bytes": kv_per_token * n_kv,
         "files": model_files(m.path) if m.format == "gguf" else safetensors_files(m.path),
         "tokenizer": describe_tokenizer(m.path),
+        "quantization": _quantization(m.path) if m.format != "gguf" else None,
     }
+
+
+def _quantization(path: str) -> str | None:
+    """How a folder's quantization_config runs (the loaders checked it): e.g. "FP8 E4M3 weights, blocks of
+    128 x 128" or "compressed-tensors int8 weights (per row), int8 activations per token"."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            q = json.load(f).get("quantization_config")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(q, dict):
+        return None
+    method = q.get("quant_method")
+    if method == "fp8":
+        block = q.get("weight_block_size", [128, 128])
+        where = f"blocks of {block[0]} x {block[1]}" if block else "one scale per matrix"
+        return f"FP8 E4M3 weights, {where} (quant_method fp8); activations float32"
+    if method == "bitnet":
+        return "BitNet ternary weights, int8 activations per row (quant_method bitnet)"
+    if method == "mxfp4":
+        return "MXFP4 experts (quant_method mxfp4)"
+    if method != "compressed-tensors":
+        return None
+    parts = []
+    for g in (q.get("config_groups") or {}).values():
+        w, a = g.get("weights") or {}, g.get("input_activations")
+        fmt = g.get("format") or q.get("format")
+        kind = "FP8 E4M3" if w.get("type") == "float" else f"int{w.get('num_bits')}"
+        bs = w.get("block_structure") or ["?", "?"]
+        grouping = {"group": f"groups of {w.get('group_size')} columns", "channel": "per row",
+                    "tensor": "per matrix", "block": f"blocks of {bs[0]} x {bs[1]}"}.get(
+                        w.get("strategy") or "tensor", "")  # fmt: skip
+        zero = "" if w.get("symmetric", True) else ", zero points"
+        acts = "float32 activations"
+        if isinstance(a, dict):
+            akind = "FP8" if a.get("type") == "float" else "int8"
+            acts = f"{akind} activations {'per token' if a.get('dynamic') else 'per tensor (static)'}"
+        parts.append(f"{kind} weights ({grouping}{zero}), {acts} [{fmt}]")
+    return "compressed-tensors " + "; ".join(dict.fromkeys(parts))
 
 
 _SPLITS = {"gpt2": "GPT-2", "llama3": "Llama 3", "qwen2": "Qwen2", "o200k": "o200k", "tekken": "Tekken"}
@@ -1037,4 +1077,6 @@ def format_inspect(info: dict[str, Any]) -> str:
         f"{_human(info['kv_bytes'])} for {info['kv_tokens']} tokens",
         f"tokenizer     {info['tokenizer']}",
     ]
+    if info.get("quantization"):
+        lines.insert(-4, f"quantized     {info['quantization']}")
     return "\n".join(lines)
