@@ -413,6 +413,17 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         intermediate_size=80, vocab_size=130, tie=True, final_logit_softcapping=None,
         attn_logit_softcapping=None,
     ), ["safetensors"]),
+    # nanochat (karpathy/nanochat-d32's NanoChatForCausalLM): Llama's layers with weightless RMSNorms (the
+    # embeddings normalised too), q / k normalised after RoPE, a RoPE turning the other way, relu^2 MLPs
+    # (fc1 / fc2), logits soft-capped at 15: run as llama; folders only. And without the soft-capping, GQA.
+    "nanochat": (dict(
+        arch="nanochat", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=4, intermediate_size=96,
+        vocab_size=150,
+    ), ["safetensors"]),
+    "nanochat-gqa": (dict(
+        arch="nanochat", hidden_size=96, num_layers=2, num_heads=6, num_kv_heads=2, intermediate_size=128,
+        vocab_size=130, final_logit_softcapping=None,
+    ), ["safetensors"]),
     # Jais 2 (inceptionai Jais-2-8B): Llama's attention with q / k / v / o biases, LayerNorms with bias,
     # relu^2 MLPs (up, down) with biases: from folders and llama.cpp's jais2 files (MHA, as llama.cpp's
     # jais2 requires). And without biases, from its folder.
@@ -519,6 +530,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "iquestcoder": "llama",
         "cwm": "llama",
         "vaultgemma": "gemma2",
+        "nanochat": "llama",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -542,6 +554,10 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         return
     if arch == "iquestcoder":
         assert c["head_dim"] == 128 and c["sliding_window"] == 0
+        return
+    if arch == "nanochat":
+        assert c["ffn_relu2"] and c["embd_norm"] and c["qk_norm"] and c["qk_norm_after_rope"]
+        assert c["final_softcap"] == (0.0 if "final_logit_softcapping" in case else 15.0)
         return
     if arch == "vaultgemma":
         assert c["no_post_norms"] and c["attn_scale"] == pytest.approx(

@@ -31,6 +31,7 @@ from ossa.reference.loader import (  # (the names as the twin reads them)
 ARCHS = (
     "llama",
     "vaultgemma",
+    "nanochat",
     "qwen2",
     "qwen3",
     "mistral",
@@ -228,6 +229,7 @@ def make_hf_model(
         "mixtral": transformers.MixtralConfig,
         "gemma2": transformers.Gemma2Config,
         "vaultgemma": transformers.VaultGemmaConfig,
+        "nanochat": transformers.NanoChatConfig,
         "gemma3": transformers.Gemma3TextConfig,
         "phi3": transformers.Phi3Config,
         "smollm3": transformers.SmolLM3Config,

@@ -307,7 +307,7 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma)";
+    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -541,7 +541,8 @@ void build_weights(Model& m, Builder& b,
   const std::string stem = tok.substr(0, tok.rfind(".weight"));
   if (c.embd_norm) {  // (BLOOM: token_embd_norm; its folders' word_embeddings_layernorm renamed)
     w.tok_embd_norm = b.take(stem + "_norm.weight", "tok_embd_norm", 1, c.n_embd);
-    w.tok_embd_norm_b = b.take(stem + "_norm.bias", "tok_embd_norm_b", 1, c.n_embd);
+    if (c.norm_bias)  // (nanochat's RMSNorm has none)
+      w.tok_embd_norm_b = b.take(stem + "_norm.bias", "tok_embd_norm_b", 1, c.n_embd);
   }
   if (c.pos_embd)  // (GPT-2, StarCoder: position_embd; the folders' wpe renamed)
     w.pos_embd =
@@ -1709,7 +1710,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"iquestcoder", "llama"},  // (IQuest-Coder: Llama, head_dim 128 unless set)
       {"jais2", "jais2"},  // (Jais 2: LayerNorms, relu^2 MLPs, biases everywhere; folders only)
       {"Jais2ForCausalLM", "jais2"},
-      {"cwm", "llama"},  // (Code World Model: Llama with a window on 3 of 4 layers)
+      {"cwm", "llama"},       // (Code World Model: Llama with a window on 3 of 4 layers)
+      {"nanochat", "llama"},  // (nanochat: weightless norms, relu^2, q / k norms; below)
+      {"NanoChatForCausalLM", "llama"},
       {"CwmForCausalLM", "llama"},
       {"qwen3_moe", "qwen3moe"},
       {"Qwen3MoeForCausalLM", "qwen3moe"},
@@ -2767,6 +2770,50 @@ void opt_positions(Builder& b) {
 // GPT-NeoX's and Falcon's fused q / k / v regrouped), StableLM (per-head q / k norms stacked),
 // EXAONE 3 / 3.5 as released (GPT-2-style names and its config's keys, as transformers reads it
 // into LlamaForCausalLM).
+// nanochat (NanoChatForCausalLM): its RMSNorms have no weights (ones here: the layers', the final
+// one, the embeddings' and q / k's per head), its MLP is fc1 / fc2 (up / down), and its RoPE turns
+// the other way (rotate_half as (x2, -x1)): the same scores as the usual rotation of q and k with
+// each head's second half negated, which the q / k norms (weightless, after RoPE in nanochat,
+// before it here: the same, a rotation keeps the norm) leave alone; so q_proj's and k_proj's rows
+// of each head's second half are negated (exactly: their sign bits) at load.
+void nanochat_weights(Builder& b, const ModelConfig& c, const std::string& cfg_path) {
+  b.add_unit_norms(hf_name, c.n_layer, "model.norm.weight", c.n_embd);
+  std::fill_n(b.add_f32("model.embed_tokens_norm.weight", 1, c.n_embd), c.n_embd, 1.0f);
+  for (int i = 0; i < c.n_layer; ++i) {
+    for (const char* f : {"q_norm", "k_norm"})
+      if (!b.has(hf_name(i, f)))
+        std::fill_n(b.add_f32(hf_name(i, f), 1, c.head_dim), c.head_dim, 1.0f);
+    const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
+    for (auto [from, to] : {std::pair{"fc1", "up_proj"}, {"fc2", "down_proj"}}) {
+      auto it = b.raw.find(p + from + ".weight");
+      if (it != b.raw.end() && !b.has(p + to + ".weight")) {
+        b.raw[p + to + ".weight"] = it->second;
+        b.raw.erase(it);
+      }
+    }
+    for (auto [f, heads] : {std::pair{"wq", c.n_head}, {"wk", c.n_head_kv}}) {
+      auto it = b.raw.find(hf_name(i, f));
+      if (it == b.raw.end()) continue;  // (build_weights names what is missing)
+      Raw& r = it->second;
+      const TensorView& v = r.view;
+      if (!r.supported || (v.type != DType::F32 && v.type != DType::F16 && v.type != DType::BF16) ||
+          v.rows != int64_t{heads} * c.head_dim || c.head_dim % 2 != 0)
+        throw ModelError(
+            "tensor '" + hf_name(i, f) + "' in '" + cfg_path +
+            "' must be an F32, F16 or BF16 matrix of heads x head_dim rows (nanochat)");
+      uint8_t* out = b.alloc(v.nbytes());
+      std::memcpy(out, v.data, v.nbytes());
+      const size_t es = v.type == DType::F32 ? 4 : 2;
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = c.head_dim / 2; d < c.head_dim; ++d) {
+          uint8_t* row = out + static_cast<size_t>(h * c.head_dim + d) * v.row_bytes;
+          for (int64_t k = 0; k < v.cols; ++k) row[static_cast<size_t>(k) * es + es - 1] ^= 0x80;
+        }
+      r.view.data = out;
+    }
+  }
+}
+
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
   // Name parts of families whose tensors are Llama's under other names (each replaced where
@@ -3121,6 +3168,7 @@ void load_hf(Model& m, Storage& st) {
   c.n_head_kv = checked_dim(cfg.integer("num_key_value_heads", c.n_head), "num_key_value_heads",
                             cfg_path, 65536);
   const bool qwen35 = c.arch == "qwen35" || c.arch == "qwen35moe" || c.arch == "qwen3next";
+  const bool nanochat = cfg.string("model_type", "") == "nanochat";
   // (Qwen3.5 MoE configs have no dense size: the experts')
   const int64_t mamba2_inner = static_cast<int64_t>(
       std::clamp(cfg.number("expand", 2.0), 0.0, 64.0) * static_cast<double>(c.n_embd));
@@ -3282,19 +3330,29 @@ void load_hf(Model& m, Storage& st) {
       act != nullptr && act->is_string() && c.arch != "nemotron_h" && c.arch != "gptneox" &&
       c.arch != "falcon" && c.arch != "apertus" && c.arch != "gptj" && c.arch != "gpt2" &&
       c.arch != "starcoder") {
-    const std::string want =
-        c.arch == "arcee" || c.arch == "nemotron" || c.arch == "bitnet" || c.arch == "jais2"
-            ? "relu2"
-        : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
-        : c.arch == "phi2"       ? "gelu_new"
-                                 : "silu";
+    const std::string want = c.arch == "arcee" || c.arch == "nemotron" || c.arch == "bitnet" ||
+                                     c.arch == "jais2" || nanochat
+                                 ? "relu2"
+                             : c.arch == "starcoder2" ? "gelu_pytorch_tanh"
+                             : c.arch == "phi2"       ? "gelu_new"
+                                                      : "silu";
     if (act->string != want && !(want == "silu" && act->string == "swish") &&
         !(want == "gelu_new" && act->string == "gelu_pytorch_tanh"))
       throw ModelError("hidden_act '" + act->string + "' in '" + cfg_path + "' is not supported (" +
                        want + " is, for this architecture)");
   }
   if (c.arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2))
-  if (c.arch == "bitnet")                     // (Llama's layers with sub-norms and a relu^2 gate)
+  if (nanochat) {  // (Llama's layers; down(relu(fc1 x)^2), q / k normalised, the embeddings too)
+    c.ffn_relu2 = c.embd_norm = true;                             // (qk_norm, after RoPE: below)
+    const JsonValue* cap = cfg.v.get("final_logit_softcapping");  // (15 unless set; null: none)
+    c.final_softcap = cap == nullptr ? 15.0f
+                      : cap->is_null()
+                          ? 0.0f
+                          : static_cast<float>(cfg.number("final_logit_softcapping", 0.0));
+    if (!(c.final_softcap >= 0.0f))
+      throw ModelError("invalid final_logit_softcapping in '" + cfg_path + "'");
+  }
+  if (c.arch == "bitnet")  // (Llama's layers with sub-norms and a relu^2 gate)
     c.sub_norms = c.glu_relu2 = true;
   if (c.arch == "jais2") {  // Llama's layers with LayerNorms (bias), relu^2 MLPs and biases
     c.layer_norm = c.norm_bias = c.ffn_relu2 = true;
@@ -3410,9 +3468,9 @@ void load_hf(Model& m, Storage& st) {
               c.arch == "qwen3vlmoe" || c.olmo() || c.arch == "exaone4" || c.arch == "olmoe" ||
               c.qk_norm_heads || c.arch == "minimax-m2" || c.arch == "hunyuan-dense" ||
               c.arch == "dots1" || c.arch == "apertus" || c.arch == "exaone-moe" ||
-              c.arch == "hunyuan-moe" ||
+              c.arch == "hunyuan-moe" || nanochat ||
               c.arch == "afmoe";  // (Cohere's use_qk_norm: cohere_config_hf)
-  c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe";
+  c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe" || nanochat;
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))
     throw ModelError("use_cla=true (cross-layer attention) in '" + cfg_path + "' is not supported");
   if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
@@ -3446,6 +3504,7 @@ void load_hf(Model& m, Storage& st) {
   validate_config(c, cfg_path);
   read_moe_config_hf(c, cfg_json, cfg_path);
   if (c.arch == "olmo") b.add_unit_norms(hf_name, c.n_layer, "model.norm.weight", c.n_embd);
+  if (nanochat) nanochat_weights(b, c, cfg_path);
   build_weights(m, b,
                 c.arch == "glm4" || c.arch == "afmoe" ? hf_name_glm4
                 : c.arch == "llama4"                  ? hf_name_llama4

@@ -120,7 +120,8 @@ _SUPPORTED_HF = (
     "qwen2_vl, qwen2_5_vl, cohere, cohere2, minimax_m2, gemma3n_text, gemma3n, seed_oss, arcee, exaone, "
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
-    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma)"
+    "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, "
+    "nanochat)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -161,7 +162,8 @@ _HF_ARCHS = {
     "cohere": "command-r", "CohereForCausalLM": "command-r",
     "cohere2": "cohere2", "Cohere2ForCausalLM": "cohere2",
     "minimax_m2": "minimax-m2", "MiniMaxM2ForCausalLM": "minimax-m2", "seed_oss": "seed_oss",
-    "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee",
+    "SeedOssForCausalLM": "seed_oss", "arcee": "arcee", "ArceeForCausalLM": "arcee", "nanochat": "llama",
+    "NanoChatForCausalLM": "llama",
     "exaone": "exaone", "ExaoneForCausalLM": "exaone", "internlm3": "llama", "InternLM3ForCausalLM": "llama",
     "helium": "llama", "HeliumForCausalLM": "llama",
     "hunyuan_v1_dense": "hunyuan-dense", "HunYuanDenseV1ForCausalLM": "hunyuan-dense",
@@ -370,6 +372,42 @@ def _unit_norms(
     return get_or_ones, names | ones
 
 
+def _nanochat(
+    cfg: dict[str, Any], get: Any, names: set[Any], name_of: Any, final: str, embed: str, path: str
+) -> tuple[Any, set[Any]]:
+    """nanochat's weights (twin of loader.cpp's nanochat_weights): ones for its weightless norms (the layers',
+    the final one, the embeddings', q / k's per head), fc1 / fc2 as up / down, and q_proj's and k_proj's
+    rows of each head's second half negated (its RoPE turns the other way: the same scores)."""
+    hd, e = cfg["head_dim"], cfg["n_embd"]
+    ones = {final: e, embed[: embed.rfind(".weight")] + "_norm.weight": e}
+    for i in range(cfg["n_layer"]):
+        ones.update({name_of(i, "attn_norm"): e, name_of(i, "ffn_norm"): e, name_of(i, "q_norm"): hd,
+                     name_of(i, "k_norm"): hd})  # fmt: skip
+    ones = {n: k for n, k in ones.items() if n not in names}
+    renamed = {name_of(i, f): name_of(i, f).replace(to, frm) for i in range(cfg["n_layer"])
+               for f, to, frm in (("w_up", "up_proj", "fc1"), ("w_down", "down_proj", "fc2"))}  # fmt: skip
+    flipped = {name_of(i, "wq"): cfg["n_head"] for i in range(cfg["n_layer"])}
+    flipped.update({name_of(i, "wk"): cfg["n_head_kv"] for i in range(cfg["n_layer"])})
+
+    def get_nanochat(n: str, *args: Any, **kwargs: Any) -> np.ndarray:
+        if n in ones:
+            return np.ones(ones[n], np.float32)
+        t = get(renamed[n] if n in renamed and n not in names else n, *args, **kwargs)
+        if n in flipped:
+            heads = flipped[n]
+            if t.ndim != 2 or t.shape[0] != heads * hd or hd % 2:
+                raise ValueError(
+                    f"tensor '{n}' in '{path}' must be a matrix of heads x head_dim rows (nanochat)"
+                )
+            t = t.reshape(heads, hd, -1).copy()
+            t[:, hd // 2 :] = -t[:, hd // 2 :]
+            t = t.reshape(heads * hd, -1)
+        return t
+
+    extra = set(ones) | {n for n, old in renamed.items() if old in names}
+    return get_nanochat, names | extra
+
+
 def _weights(
     cfg: dict[str, Any],
     get: Any,
@@ -390,7 +428,8 @@ def _weights(
     stem = tok[: tok.rfind(".weight")]
     if cfg["embd_norm"]:  # (BLOOM: token_embd_norm; its folders' word_embeddings_layernorm renamed)
         _take(get, names, w, stem + "_norm.weight", "tok_embd_norm", 1, e)
-        _take(get, names, w, stem + "_norm.bias", "tok_embd_norm_b", 1, e)
+        if cfg["norm_bias"]:  # (nanochat's RMSNorm has none)
+            _take(get, names, w, stem + "_norm.bias", "tok_embd_norm_b", 1, e)
     if cfg["pos_embd"]:  # (GPT-2, StarCoder: position_embd; the folders' wpe renamed)
         pos = "position_embd.weight" if gguf else "model.embed_positions.weight"
         _take(get, names, w, pos, "pos_embd", cfg["n_ctx_train"], e)
@@ -1591,6 +1630,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     own_act = ("nemotron_h", "gptneox", "falcon", "apertus", "gptj", "gpt2", "starcoder")  # (read below)
     if isinstance(act, str) and arch not in own_act:
         own = {"arcee": "relu2", "nemotron": "relu2", "bitnet": "relu2", "jais2": "relu2",
+               **({"llama": "relu2"} if c.get("model_type") == "nanochat" else {}),
                "starcoder2": "gelu_pytorch_tanh",
                "phi2": "gelu_new"}  # fmt: skip
         want = own.get(arch, "silu")
@@ -1722,6 +1762,10 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if c.get("model_type") == "nanochat":  # (weightless norms, relu^2, q / k normed after RoPE; below)
+        cap = c.get("final_logit_softcapping", 15.0)  # (15 unless set; null: none)
+        common.update(ffn_relu2=True, embd_norm=True, qk_norm=True, qk_norm_after_rope=True,
+                      final_softcap=float(np.float32(cap or 0.0)))  # fmt: skip
     if arch == "bitnet":  # (Llama's layers with sub-norms and a relu^2 gate)
         common.update(sub_norms=True, glu_relu2=True)
     if arch == "phi2":  # Phi-1 / 1.5 / 2: Cohere's parallel block, LayerNorm + bias, GELU MLP, biases
@@ -1904,6 +1948,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     get_w: Any = get_tensor
     if arch == "olmo":
         get_w, names = _unit_norms(cfg, get_tensor, names, hf_name, final_norm)
+    if c.get("model_type") == "nanochat":
+        get_w, names = _nanochat(cfg, get_tensor, names, hf_name, final_norm, embed, path)
     w = _weights(
         cfg, get_w, names, hf_name, embed, final_norm, "lm_head.weight",
         ffn_fused=arch == "granitehybrid" and not bamba,

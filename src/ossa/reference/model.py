@@ -387,7 +387,7 @@ def embed(
             raise ValueError(f"a position is beyond the model's {len(w['pos_embd'])} learned positions")
         x = (x + w["pos_embd"][pos].astype(np.float32)).astype(np.float32)
     if c["embd_norm"]:
-        x = norm(c, x, w["tok_embd_norm"], w["tok_embd_norm_b"])
+        x = norm(c, x, w["tok_embd_norm"], w.get("tok_embd_norm_b"))
     return x
 
 
