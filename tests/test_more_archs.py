@@ -413,6 +413,13 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         intermediate_size=80, vocab_size=130, tie=True, final_logit_softcapping=None,
         attn_logit_softcapping=None,
     ), ["safetensors"]),
+    # FlexOlmo (allenai FlexOlmo-7x7B): OLMoE's layers (experts, q / k normalised over the whole projection)
+    # with OLMo 2's norms after each sublayer alone: run as olmoe with no_pre_norms; folders only.
+    "flex_olmo": (dict(
+        arch="flex_olmo", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=48,
+        vocab_size=150, num_experts=4, num_experts_per_tok=2, pad_token_id=1, bos_token_id=None,
+        eos_token_id=2,
+    ), ["safetensors"]),
     # nanochat (karpathy/nanochat-d32's NanoChatForCausalLM): Llama's layers with weightless RMSNorms (the
     # embeddings normalised too), q / k normalised after RoPE, a RoPE turning the other way, relu^2 MLPs
     # (fc1 / fc2), logits soft-capped at 15: run as llama; folders only. And without the soft-capping, GQA.
@@ -531,6 +538,7 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         "cwm": "llama",
         "vaultgemma": "gemma2",
         "nanochat": "llama",
+        "flex_olmo": "olmoe",
         "gpt_neox": "gptneox",
         "falcon": "falcon",
         "dots1": "dots1",
@@ -554,6 +562,9 @@ def check_config(name: str, fmt: str, c: dict[str, Any]) -> None:
         return
     if arch == "iquestcoder":
         assert c["head_dim"] == 128 and c["sliding_window"] == 0
+        return
+    if arch == "flex_olmo":
+        assert c["no_pre_norms"] and c["qk_norm"] and c["moe"]["n_expert"] == 4
         return
     if arch == "nanochat":
         assert c["ffn_relu2"] and c["embd_norm"] and c["qk_norm"] and c["qk_norm_after_rope"]

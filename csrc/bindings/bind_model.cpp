@@ -173,6 +173,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["gelu_erf"] = c.gelu_erf;
   d["ffn_relu"] = c.ffn_relu;            // (OPT)
   d["no_post_norms"] = c.no_post_norms;  // (VaultGemma)
+  d["no_pre_norms"] = c.no_pre_norms;    // (FlexOlmo)
   d["sub_norms"] = c.sub_norms;          // (BitNet)
   d["glu_relu2"] = c.glu_relu2;
   d["parallel_norms"] = c.parallel_norms;

@@ -273,6 +273,9 @@ struct ModelConfig {
   // VaultGemma (VaultGemmaForCausalLM, run as gemma2): Gemma 2's layers without the sublayers'
   // output norms (only input_layernorm and pre_feedforward_layernorm).
   bool no_post_norms = false;
+  // FlexOlmo (FlexOlmoForCausalLM, run as olmoe): OLMoE's layers with OLMo 2's norms, after each
+  // sublayer alone (post_attention_layernorm, post_feedforward_layernorm).
+  bool no_pre_norms = false;
   // BitNet: LayerWeights::attn_sub_norm / ffn_sub_norm (RMSNorms before wo and w_down), and the
   // gated MLP's activation relu(gate)^2 * up (Glu::Relu2) instead of SwiGLU.
   bool sub_norms = false;
@@ -437,7 +440,7 @@ struct ModelConfig {
   // post_norms); OLMo's q / k (OLMoE's too) are RMS-normalised over the whole projection (all
   // heads at once) rather than per head.
   bool olmo() const { return arch == "olmo2" || arch == "olmo3"; }
-  bool pre_norms() const { return !olmo() && arch != "exaone4"; }
+  bool pre_norms() const { return !no_pre_norms && !olmo() && arch != "exaone4"; }
   bool qk_norm_full() const { return olmo() || arch == "olmoe" || arch == "minimax-m2"; }
 };
 

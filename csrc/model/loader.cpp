@@ -307,7 +307,8 @@ const char* const k_supported_hf =
     "hunyuan_v1_dense, "
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
-    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat)";
+    "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat, "
+    "flex_olmo)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -1757,6 +1758,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"Glm4MoeForCausalLM", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
+      {"flex_olmo", "olmoe"},  // (FlexOlmo: OLMoE's layers with OLMo 2's post-norms alone)
+      {"FlexOlmoForCausalLM", "olmoe"},
       {"glm4", "glm4"},
       {"Glm4ForCausalLM", "glm4"},
       {"glm", "chatglm"},
@@ -3473,6 +3476,7 @@ void load_hf(Model& m, Storage& st) {
   c.qk_norm_after_rope = c.arch == "hunyuan-dense" || c.arch == "hunyuan-moe" || nanochat;
   if (c.arch == "hunyuan-moe" && cfg.boolean("use_cla", false))
     throw ModelError("use_cla=true (cross-layer attention) in '" + cfg_path + "' is not supported");
+  if (cfg.string("model_type", "") == "flex_olmo") c.no_pre_norms = true;  // (see config.h)
   if (c.arch == "olmoe") {  // (OlmoeConfig's clip_qkv: null, or a bound on q, k and v)
     const JsonValue* clip = cfg.get("clip_qkv");
     if (clip != nullptr && !clip->is_null())

@@ -231,7 +231,10 @@ void moe_forward(ForwardState& s, const LayerWeights& L, int n, int threads, con
   const float* norm_b =
       call.norm != nullptr ? nullptr : reinterpret_cast<const float*>(L.ffn_norm_b.data);
   fwd::per_token(n, threads, [&](int t) {
-    fwd::norm_row(c, s.x.data() + t * E, norm_w, E, s.h.data() + t * E, norm_b);
+    if (norm_w == nullptr && !c.pre_norms())  // (FlexOlmo: no norm before the experts)
+      std::copy_n(s.x.data() + t * E, E, s.h.data() + t * E);
+    else
+      fwd::norm_row(c, s.x.data() + t * E, norm_w, E, s.h.data() + t * E, norm_b);
   });
 
   for (int base = 0; base < n; base += b.pass_tokens) {

@@ -81,6 +81,7 @@ CONFIG_KEYS = (
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
     "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2", "no_post_norms",
+    "no_pre_norms",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
@@ -107,7 +108,7 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
     "qk_norm_after_rope": False, "norm_bias": False, "ffn_gelu": False, "ffn_bias": False,
     "gelu_erf": False, "parallel_norms": False, "ffn_xielu": False, "xielu": [], "alibi": [],
     "embd_norm": False, "pos_embd": False, "attn_gate_proj": False, "ffn_relu": False, "no_post_norms": False,
-    "sub_norms": False, "glu_relu2": False,
+    "no_pre_norms": False, "sub_norms": False, "glu_relu2": False,
 }  # fmt: skip
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
@@ -121,7 +122,7 @@ _SUPPORTED_HF = (
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
     "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, "
-    "nanochat)"
+    "nanochat, flex_olmo)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -135,7 +136,8 @@ _HF_ARCHS = {
     "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
     "GraniteMoeForCausalLM": "granitemoe", "granitemoeshared": "granitemoe",
     "GraniteMoeSharedForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
-    "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
+    "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "flex_olmo": "olmoe", "FlexOlmoForCausalLM": "olmoe",
+    "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
     "exaone4": "exaone4", "Exaone4ForCausalLM": "exaone4", "ernie4_5": "ernie4_5",
     "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
@@ -476,7 +478,7 @@ def _weights(
         no_ffn = bool(cfg["layer_no_ffn"]) and cfg["layer_no_ffn"][i]
         if no_mixer:  # a feed-forward block: its one norm is the feed-forward's
             shapes, recurrent = {}, True
-        if cfg["arch"] in NO_PRE_NORMS:
+        if cfg["arch"] in NO_PRE_NORMS or cfg["no_pre_norms"]:
             del shapes["attn_norm"]
         if cfg["arch"] in _FUSED_QKV and name_of(i, "wqkv") in names:  # fused q/k/v, in rows
             _take(get, names, w, name_of(i, "wqkv"), "qkv", q + 2 * kv, e)
@@ -511,7 +513,8 @@ def _weights(
             if cfg["parallel_block"] and not cfg["parallel_norms"]:  # (Phi-2: the attention's norm for both)
                 del ff_shapes["ffn_norm"]
         else:
-            ff_shapes = {} if cfg["arch"] in NO_PRE_NORMS or cfg["parallel_block"] else {"ffn_norm": (1, e)}
+            no_pre = cfg["arch"] in NO_PRE_NORMS or cfg["no_pre_norms"]
+            ff_shapes = {} if no_pre or cfg["parallel_block"] else {"ffn_norm": (1, e)}
         shapes.update(ff_shapes)
         fused = cfg["arch"] in ("phi3", "glm4", "chatglm") or (ffn_fused and not gguf)
         # (gate and up fused, gate first; Granite 4.0-H's folders: the shared MLP's input_linear)
@@ -529,7 +532,7 @@ def _weights(
             shapes.update(w_down=(e, ff))
         elif i not in cfg["moe"]["layers"]:  # a MoE layer's experts: moe.*_layer_weights
             shapes.update(w_gate=(ff, e), w_up=(ff, e), w_down=(e, ff))
-        if cfg["arch"] in POST_NORMS and not cfg["no_post_norms"]:
+        if (cfg["arch"] in POST_NORMS or cfg["no_pre_norms"]) and not cfg["no_post_norms"]:
             shapes.update(post_attn_norm=(1, e), post_ffn_norm=(1, e))
         if cfg["sub_norms"]:  # (BitNet: the norms before wo and w_down)
             shapes.update(attn_sub_norm=(1, q), ffn_sub_norm=(1, ff))
@@ -1762,6 +1765,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
+    if c.get("model_type") == "flex_olmo":  # (OLMoE's layers with OLMo 2's post-norms alone)
+        common["no_pre_norms"] = True
     if c.get("model_type") == "nanochat":  # (weightless norms, relu^2, q / k normed after RoPE; below)
         cap = c.get("final_logit_softcapping", 15.0)  # (15 unless set; null: none)
         common.update(ffn_relu2=True, embd_norm=True, qk_norm=True, qk_norm_after_rope=True,
@@ -1917,7 +1922,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     cfg["moe"] = moe_twin.hf_config(arch, c, cfg["n_layer"], cfg["n_ff"])
     layer_names = (
         _OLMO2_HF
-        if arch in NO_PRE_NORMS
+        if arch in NO_PRE_NORMS or cfg["no_pre_norms"]
         else _GLM4_HF
         if arch == "glm4"
         else _LFM2_HF

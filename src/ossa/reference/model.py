@@ -464,7 +464,7 @@ def forward(
     def add(x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return x + out if res is None else x + out * res
 
-    post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms; post-norms
+    post_only = c["arch"] in ("olmo2", "olmo3", "exaone4") or c["no_pre_norms"]  # no pre-norms; post-norms
     post_normed = post_only or c["arch"] in ("glm4", "afmoe")  # (GLM-4, AFMoE: both)
     olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normalised over all heads at once
     # OLMo 3's sliding layers: their own RoPE base, unscaled (as Gemma 3's in gemma3.py)

@@ -196,8 +196,8 @@ class ModelRunner:
         x = ref_model.embed(c, w, ids, pos)
         gemma = c["arch"] in ("gemma", "gemma2", "gemma3")
         post_norms = c["arch"] in ("gemma2", "gemma3", "olmo2", "olmo3", "exaone4", "glm4", "afmoe")
-        post_norms = post_norms and not c["no_post_norms"]  # (VaultGemma)
-        post_only = c["arch"] in ("olmo2", "olmo3", "exaone4")  # no pre-norms
+        post_norms = (post_norms or c["no_pre_norms"]) and not c["no_post_norms"]  # (VaultGemma; FlexOlmo)
+        post_only = c["arch"] in ("olmo2", "olmo3", "exaone4") or c["no_pre_norms"]  # no pre-norms
         olmo2 = c["arch"] in ("olmo2", "olmo3", "olmoe", "minimax-m2")  # q / k normed over all heads
         global_freq = ref_model.token_inv_freq(c, pos)  # LongRoPE: by position
         mscale = c["rope_scaling"]["attn_factor"]
