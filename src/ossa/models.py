@@ -328,6 +328,8 @@ class ModelConfig:
     ffn_bias: bool = False
     gelu_erf: bool = False  # GPT-NeoX, Falcon: the MLP's GELU exact (erf), not tanh-approximated
     ffn_relu: bool = False  # OPT: the two-matrix MLP's activation a ReLU
+    no_post_norms: bool = False  # VaultGemma: Gemma 2's layers without the sublayers' output norms
+    no_pre_norms: bool = False  # FlexOlmo: OLMoE's layers with OLMo 2's post-norms alone
     sub_norms: bool = False  # BitNet: RMSNorms before o_proj and down_proj
     glu_relu2: bool = False  # BitNet: the gated MLP's relu(gate)^2 * up
     parallel_norms: bool = False  # GPT-NeoX, Falcon 40B: the parallel MLP's own norm of the input
