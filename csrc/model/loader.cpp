@@ -2153,14 +2153,12 @@ void gpt2_transpose(Builder& b) {
   b.raw = std::move(kept);
 }
 
-// A folder's FP8 matrices (quant_method "fp8": transformers' FineGrainedFP8, DeepSeek V3's and
-// Qwen3-*-FP8's releases): every F8_E4M3 tensor `X.weight` beside its `X.weight_scale_inv` (f32,
-// bf16 or f16; E8M0 where scale_fmt is ue8m0), one scale per weight_block_size block (rows,
-// columns; 128 x 128 unless said; null: one per matrix; a scale of one value is taken per matrix
-// too), repacked into DType::FP8 rows: each 128 values, their f32 scale then their 128 bytes. The
-// weights are the E4M3 values times their scale, rounded to f32 once (transformers'
-// dequantization). The activation scales of static schemes are not used (transformers' CPU path
-// ignores them too: it dequantizes the weights and multiplies unquantized activations).
+// An FP8 block scale the kernels take exactly (within these bounds 256 s and s / 512 are exact:
+// kernels/matmul_fp8.cpp uses both).
+bool fp8_scale_ok(float s) {
+  return std::isfinite(s) && (s == 0.0f || (std::fabs(s) > 0x1p-100f && std::fabs(s) < 0x1p100f));
+}
+
 // A [rows, cols] matrix of E4M3 codes (cols a multiple of 128) as DType::FP8 rows, the scale of
 // row r's 128-column block k scale_of(r, k); a NaN code is a ModelError.
 TensorView fp8_repack(Builder& b, const uint8_t* bytes, int64_t rows, int64_t cols,
@@ -2194,6 +2192,14 @@ TensorView fp8_repack(Builder& b, const uint8_t* bytes, int64_t rows, int64_t co
   return v;
 }
 
+// A folder's FP8 matrices (quant_method "fp8": transformers' FineGrainedFP8, DeepSeek V3's and
+// Qwen3-*-FP8's releases): every F8_E4M3 tensor `X.weight` beside its `X.weight_scale_inv` (f32,
+// bf16 or f16; E8M0 where scale_fmt is ue8m0), one scale per weight_block_size block (rows,
+// columns; 128 x 128 unless said; null: one per matrix; a scale of one value is taken per matrix
+// too), repacked into DType::FP8 rows: each 128 values, their f32 scale then their 128 bytes. The
+// weights are the E4M3 values times their scale, rounded to f32 once (transformers'
+// dequantization). The activation scales of static schemes are not used (transformers' CPU path
+// ignores them too: it dequantizes the weights and multiplies unquantized activations).
 void fp8_linear(const Json& q, Builder& b) {
   const std::string where = "'" + q.path + "'";
   const std::string fmt = q.string("fmt", "e4m3");
@@ -2271,10 +2277,8 @@ void fp8_linear(const Json& q, Builder& b) {
       throw ModelError("tensor '" + scale_name + "' in " + where + " has type '" + s.type_name +
                        "' (FP8 scales are F32, BF16, F16 or E8M0)");
     }
-    for (float v :
-         scales)  // (within these bounds 256 s and s / 512 are exact: the kernels use both)
-      if (!std::isfinite(v) ||
-          (v != 0.0f && !(std::fabs(v) > 0x1p-100f && std::fabs(v) < 0x1p100f)))
+    for (float v : scales)
+      if (!fp8_scale_ok(v))
         throw ModelError("tensor '" + scale_name + "' in " + where + " holds an invalid scale");
     raw.view = fp8_repack(
         b, raw.bytes, rows, cols,
@@ -2285,6 +2289,61 @@ void fp8_linear(const Json& q, Builder& b) {
     raw.supported = true;
     raw.type_name = "FP8";
   }
+}
+
+// A [rows, cols] matrix of exact small integers value(r, c) (8-bit, or 4-bit: -8..7, or with zero
+// points -15..15) times scale_of(r, c) (one per 32 columns at least) as the GGUF block type whose
+// values are exactly their products: Q8_0 (type Q8_0), Q4_0 ((nibble - 8) * d) or Q5_0 ((q5 - 16) *
+// d), d the scale as f16; where a scale is not an f16 number (!f16_exact), as F32, each product
+// rounded once as compressed-tensors computes it.
+TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, DType type, bool f16_exact,
+                      const std::function<int(int64_t, int64_t)>& value,
+                      const std::function<float(int64_t, int64_t)>& scale_of) {
+  TensorView v;
+  v.rows = rows;
+  v.cols = cols;
+  if (!f16_exact) {
+    v.type = DType::F32;
+    v.row_bytes = static_cast<size_t>(cols) * 4;
+    float* out = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
+    parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          out[r * cols + c] = static_cast<float>(value(r, c)) * scale_of(r, c);
+    });
+    v.data = reinterpret_cast<const uint8_t*>(out);
+    return v;
+  }
+  v.type = type;
+  const DTypeTraits tr = dtype_traits(type);
+  v.row_bytes = static_cast<size_t>(cols / 32 * tr.block_bytes);
+  uint8_t* out = b.alloc(v.row_bytes * static_cast<size_t>(rows));
+  parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t k = 0; k < cols / 32; ++k) {
+        uint8_t* blk = out + static_cast<size_t>(r) * v.row_bytes + k * tr.block_bytes;
+        const uint16_t d = f32_to_f16(scale_of(r, 32 * k));
+        std::memcpy(blk, &d, 2);
+        int vals[32];
+        for (int j = 0; j < 32; ++j) vals[j] = value(r, 32 * k + j);
+        if (type == DType::Q8_0) {
+          for (int j = 0; j < 32; ++j)
+            blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(vals[j]));
+        } else if (type == DType::Q4_0) {
+          for (int j = 0; j < 16; ++j)
+            blk[2 + j] = static_cast<uint8_t>((vals[j] + 8) | ((vals[j + 16] + 8) << 4));
+        } else {  // Q5_0: q5 = value + 16, low nibbles as Q4_0's, bit 4 of element j at qh bit j
+          uint32_t qh = 0;
+          for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(((vals[j] + 16) >> 4) & 1) << j;
+          std::memcpy(blk + 2, &qh, 4);
+          for (int j = 0; j < 16; ++j)
+            blk[6 + j] =
+                static_cast<uint8_t>(((vals[j] + 16) & 15) | (((vals[j + 16] + 16) & 15) << 4));
+        }
+      }
+  });
+  v.data = out;
+  return v;
 }
 
 // compressed-tensors' integer weights without activation quantization (quant_method
@@ -2442,8 +2501,7 @@ void compressed_linear(const Json& q, Builder& b) {
       dequantize_row(sc.view, r, scales.data() + r * sc.view.cols);
     bool f16_exact = true;
     for (float s : scales) {
-      if (!std::isfinite(s) ||
-          (fp8 && s != 0.0f && !(std::fabs(s) > 0x1p-100f && std::fabs(s) < 0x1p100f)))
+      if (!std::isfinite(s) || (fp8 && !fp8_scale_ok(s)))
         throw ModelError("tensor '" + name + "_scale' in " + where + " holds an invalid scale");
       f16_exact = f16_exact && f16_to_f32(f32_to_f16(s)) == s;
     }
@@ -2462,34 +2520,10 @@ void compressed_linear(const Json& q, Builder& b) {
           name, where);
     } else {
       const auto* q8 = reinterpret_cast<const int8_t*>(raw.bytes);
-      TensorView v;
-      v.rows = rows;
-      v.cols = cols;
-      const auto scale_of = [&](int64_t r) {
-        return one ? scales[0] : scales[static_cast<size_t>(r)];
-      };
-      if (!f16_exact) {
-        v.type = DType::F32;
-        v.row_bytes = static_cast<size_t>(cols) * 4;
-        float* o = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            o[r * cols + c] = static_cast<float>(q8[r * cols + c]) * scale_of(r);
-        v.data = reinterpret_cast<const uint8_t*>(o);
-      } else {
-        v.type = DType::Q8_0;
-        v.row_bytes = static_cast<size_t>(cols / 32 * 34);
-        uint8_t* o = b.alloc(v.row_bytes * static_cast<size_t>(rows));
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < cols / 32; ++k) {
-            uint8_t* blk = o + static_cast<size_t>(r) * v.row_bytes + k * 34;
-            const uint16_t d = f32_to_f16(scale_of(r));
-            std::memcpy(blk, &d, 2);
-            std::memcpy(blk + 2, q8 + r * cols + 32 * k, 32);
-          }
-        v.data = o;
-      }
-      out.view = v;
+      out.view = int_blocks(
+          b, rows, cols, DType::Q8_0, f16_exact,
+          [&](int64_t r, int64_t c) { return static_cast<int>(q8[r * cols + c]); },
+          [&](int64_t r, int64_t) { return one ? scales[0] : scales[static_cast<size_t>(r)]; });
     }
     out.type_name = dtype_name(out.view.type);
     set_act(out.view, base);
@@ -2536,18 +2570,12 @@ void compressed_linear(const Json& q, Builder& b) {
       throw ModelError("tensor '" + name + "' in " + where + " holds " + std::to_string(words) +
                        " words a row for " + std::to_string(cols) +
                        " columns: not a width its config groups give");
-    if (b.has(base + ".weight_g_idx")) {
-      // (activation-ordered groups: column c in group g_idx[c]; contiguous ones only)
-      const Raw& gi = b.raw.at(base + ".weight_g_idx");
-      if (gi.type_name != "I32" || gi.shape.size() != 1 || gi.shape[0] != cols)
-        throw ModelError("tensor '" + base + ".weight_g_idx' in " + where + " is malformed");
-    }
     Raw& sc = need(base + ".weight_scale");
     if (!sc.supported || sc.shape.empty() || sc.shape.size() > 2)
       throw ModelError("tensor '" + base + ".weight_scale' in " + where +
                        " must be an F32, F16 or BF16 vector or matrix");
     const int64_t n_groups = sc.shape.size() == 2 ? sc.shape[1] : 1;
-    const int64_t s_rows = sc.shape.size() == 2 ? sc.shape[0] : sc.shape[0];
+    const int64_t s_rows = sc.shape[0];
     const bool per_matrix = s_rows == 1 && n_groups == 1 && rows != 1;
     if (!per_matrix && (s_rows != rows || n_groups <= 0 || cols % n_groups != 0))
       throw ModelError("tensor '" + base + ".weight_scale' in " + where +
@@ -2558,7 +2586,10 @@ void compressed_linear(const Json& q, Builder& b) {
       throw ModelError("matrix '" + target + "' in " + where + " has groups of " +
                        std::to_string(group) + " columns (multiples of 32 are supported)");
     if (b.has(base + ".weight_g_idx")) {
+      // (activation-ordered groups: column c in group g_idx[c]; contiguous ones only)
       const Raw& gi = b.raw.at(base + ".weight_g_idx");
+      if (gi.type_name != "I32" || gi.shape.size() != 1 || gi.shape[0] != cols)
+        throw ModelError("tensor '" + base + ".weight_g_idx' in " + where + " is malformed");
       for (int64_t c = 0; c < cols; ++c) {
         int32_t g;
         std::memcpy(&g, gi.bytes + 4 * c, 4);
@@ -2603,52 +2634,11 @@ void compressed_linear(const Json& q, Builder& b) {
     const auto scale_of = [&](int64_t r, int64_t c) {
       return per_matrix ? scales[0] : scales[static_cast<size_t>(r * n_groups + c / group)];
     };
-    TensorView v;
-    v.rows = rows;
-    v.cols = cols;
-    if (!f16_exact) {  // (exact as F32: (q - zero) * scale rounded once, as compressed-tensors)
-      v.type = DType::F32;
-      v.row_bytes = static_cast<size_t>(cols) * 4;
-      float* out = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
-      parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-        for (int64_t r = begin; r < end; ++r)
-          for (int64_t c = 0; c < cols; ++c)
-            out[r * cols + c] = static_cast<float>(value(r, c)) * scale_of(r, c);
-      });
-      v.data = reinterpret_cast<const uint8_t*>(out);
-    } else {
-      v.type = bits == 8 ? DType::Q8_0 : zp != nullptr ? DType::Q5_0 : DType::Q4_0;
-      const DTypeTraits tr = dtype_traits(v.type);
-      v.row_bytes = static_cast<size_t>(cols / 32 * tr.block_bytes);
-      uint8_t* out = b.alloc(v.row_bytes * static_cast<size_t>(rows));
-      parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-        for (int64_t r = begin; r < end; ++r)
-          for (int64_t k = 0; k < cols / 32; ++k) {
-            uint8_t* blk = out + static_cast<size_t>(r) * v.row_bytes + k * tr.block_bytes;
-            const uint16_t d = f32_to_f16(scale_of(r, 32 * k));
-            std::memcpy(blk, &d, 2);
-            int vals[32];
-            for (int j = 0; j < 32; ++j) vals[j] = value(r, 32 * k + j);
-            if (v.type == DType::Q8_0) {
-              for (int j = 0; j < 32; ++j)
-                blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(vals[j]));
-            } else if (v.type == DType::Q4_0) {
-              for (int j = 0; j < 16; ++j)
-                blk[2 + j] = static_cast<uint8_t>((vals[j] + 8) | ((vals[j + 16] + 8) << 4));
-            } else {  // Q5_0: q5 = value + 16, low nibbles as Q4_0's, bit 4 of element j at qh bit
-                      // j
-              uint32_t qh = 0;
-              for (int j = 0; j < 32; ++j)
-                qh |= static_cast<uint32_t>(((vals[j] + 16) >> 4) & 1) << j;
-              std::memcpy(blk + 2, &qh, 4);
-              for (int j = 0; j < 16; ++j)
-                blk[6 + j] =
-                    static_cast<uint8_t>(((vals[j] + 16) & 15) | (((vals[j + 16] + 16) & 15) << 4));
-            }
-          }
-      });
-      v.data = out;
-    }
+    TensorView v = int_blocks(b, rows, cols,
+                              bits == 8       ? DType::Q8_0
+                              : zp != nullptr ? DType::Q5_0
+                                              : DType::Q4_0,
+                              f16_exact, value, scale_of);
     set_act(v, base);
     Raw out_raw;
     out_raw.type_name = dtype_name(v.type);
@@ -2662,13 +2652,12 @@ void compressed_linear(const Json& q, Builder& b) {
 }
 
 // A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), FP8 (fp8_linear),
-// compressed-tensors' W4A16 / W8A16 (compressed_linear) and BitNet run, any other method is
-// refused by name. BitNet b1.58 checkpoints (quant_method "bitnet":
-// transformers' BitLinear, offline, packed): every matrix stored as uint8 [rows / 4, cols] holding
-// four ternary values per byte along the rows (bits 2i..2i+1 of packed row p: row i * rows / 4 + p,
-// stored as w
-// + 1), beside its weight_scale; repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with
-// that scale. The float matrices (the embeddings, lm_head) stay as they are.
+// compressed-tensors' (compressed_linear) and BitNet run, any other method is refused by name.
+// BitNet b1.58 checkpoints (quant_method "bitnet": transformers' BitLinear, offline, packed): every
+// matrix stored as uint8 [rows / 4, cols] holding four ternary values per byte along the rows (bits
+// 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w + 1), beside its weight_scale;
+// repacked into DType::BITNET rows (kernels/matmul_bitnet.cpp) with that scale. The float matrices
+// (the embeddings, lm_head) stay as they are.
 void bitnet_linear(const Json& cfg, Builder& b) {
   const JsonValue* qc = cfg.get("quantization_config");
   if (qc == nullptr || !qc->is_object()) return;
@@ -2768,11 +2757,6 @@ void opt_positions(Builder& b) {
   it->second.shape[0] -= 2;
 }
 
-// Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
-// StarCoder2, Hunyuan, Apertus, GPT-NeoX, Falcon and GPT-J (name parts; GPT-J's config keys too,
-// GPT-NeoX's and Falcon's fused q / k / v regrouped), StableLM (per-head q / k norms stacked),
-// EXAONE 3 / 3.5 as released (GPT-2-style names and its config's keys, as transformers reads it
-// into LlamaForCausalLM).
 // nanochat (NanoChatForCausalLM): its RMSNorms have no weights (ones here: the layers', the final
 // one, the embeddings' and q / k's per head), its MLP is fc1 / fc2 (up / down), and its RoPE turns
 // the other way (rotate_half as (x2, -x1)): the same scores as the usual rotation of q and k with
@@ -2817,6 +2801,11 @@ void nanochat_weights(Builder& b, const ModelConfig& c, const std::string& cfg_p
   }
 }
 
+// Families whose folders hold Llama's tensors under other names, read under Llama's: Phi-2,
+// StarCoder2, Hunyuan, Apertus, GPT-NeoX, Falcon and GPT-J (name parts; GPT-J's config keys too,
+// GPT-NeoX's and Falcon's fused q / k / v regrouped), StableLM (per-head q / k norms stacked),
+// EXAONE 3 / 3.5 as released (GPT-2-style names and its config's keys, as transformers reads it
+// into LlamaForCausalLM).
 bool family_names(JsonValue& cfg, Builder& b) {
   const JsonValue* type = cfg.get("model_type");
   // Name parts of families whose tensors are Llama's under other names (each replaced where
