@@ -387,6 +387,42 @@ def make_hf_model(
     return str(out)
 
 
+def _rewrite_projections(
+    src: str | os.PathLike[str], out: str | os.PathLike[str], quantize: Any, is_proj: Any = None
+) -> Path:
+    """A copy of the float folder ``src`` at ``out`` whose projections (``*_proj.weight`` matrices, or
+    those ``is_proj(name, t)`` says) are replaced by the tensors ``quantize(name, t)`` returns (a dict);
+    every other tensor kept. Returns ``out``."""
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(src), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(out / "model.safetensors"))
+    packed: dict[str, Any] = {}
+    for name, t in stored.items():
+        proj = is_proj(name, t) if is_proj is not None else name.endswith("_proj.weight") and t.ndim == 2
+        packed.update(quantize(name, t) if proj else {name: t.contiguous()})
+    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def _block_scales(w: Any, bn: int, bk: int, qmax: float, floor: float) -> tuple[Any, Any]:
+    """Per (bn x bk) block of the matrix w (the last ones partial): max |w| / qmax (at least ``floor``),
+    [ceil(rows / bn), ceil(cols / bk)], and a function expanding such a grid to w's shape."""
+    import torch
+
+    rows, cols = w.shape
+    gr, gc = -(-rows // bn), -(-cols // bk)
+    pad = torch.zeros(gr * bn, gc * bk)
+    pad[:rows, :cols] = w.abs()
+    scale = (pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3)) / qmax).clamp(min=floor)
+
+    def full(grid: Any) -> Any:
+        return grid.float().repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
+
+    return scale, full
+
+
 def pack_bitnet(
     src: str | os.PathLike[str], out: str | os.PathLike[str], linear_class: str = "bitlinear"
 ) -> str:
@@ -398,23 +434,16 @@ def pack_bitnet(
     "autobitlinear", whose products are multiplied by it, its reciprocal mean |w|); quantization_config
     quant_method "bitnet" (that class, offline) in config.json."""
     import torch
-    from safetensors.torch import load_file, save_file
     from transformers.integrations.bitnet import pack_weights
 
-    src, out = Path(src), Path(out)
-    shutil.copytree(src, out)
-    stored = load_file(str(out / "model.safetensors"))
-    packed: dict[str, Any] = {}
-    for name, t in stored.items():
-        if not name.endswith("_proj.weight"):
-            packed[name] = t.contiguous()
-            continue
+    def quantize(name: str, t: Any) -> dict[str, Any]:
         scale = 1.0 / t.float().abs().mean().clamp(min=1e-5)
         ternary = (t.float() * scale).round().clamp(-1, 1).to(torch.int8)
-        packed[name] = pack_weights(ternary.clone())
         stored_scale = 1.0 / scale if linear_class == "autobitlinear" else scale
-        packed[name.removesuffix(".weight") + ".weight_scale"] = stored_scale.reshape(1).to(torch.float32)
-    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+        scale_name = name.removesuffix(".weight") + ".weight_scale"
+        return {name: pack_weights(ternary.clone()), scale_name: stored_scale.reshape(1).to(torch.float32)}
+
+    out = _rewrite_projections(src, out, quantize, lambda name, t: name.endswith("_proj.weight"))
     cfg = json.loads((out / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "bitnet", "linear_class": linear_class,
                                   "quantization_mode": "offline"}  # fmt: skip
@@ -438,31 +467,21 @@ def pack_fp8(
     the power of two at or above it, stored as E8M0, scale_fmt "ue8m0" as DeepSeek V3.1's releases);
     quantization_config quant_method "fp8" with that weight_block_size in config.json."""
     import torch
-    from safetensors.torch import load_file, save_file
 
-    src, out = Path(src), Path(out)
-    shutil.copytree(src, out)
-    stored = load_file(str(out / "model.safetensors"))
-    packed: dict[str, Any] = {}
-    for name, t in stored.items():
+    def is_proj(name: str, t: Any) -> bool:
         proj = name.endswith(("_proj.weight", ".w1.weight", ".w2.weight", ".w3.weight"))
-        if not proj or t.ndim != 2 or any(s in name for s in skip):
-            packed[name] = t.contiguous()
-            continue
+        return proj and t.ndim == 2 and not any(s in name for s in skip)
+
+    def quantize(name: str, t: Any) -> dict[str, Any]:
         w = t.float()
-        rows, cols = w.shape
-        bn, bk = block if block is not None else (rows, cols)
-        gr, gc = -(-rows // bn), -(-cols // bk)
-        pad = torch.zeros(gr * bn, gc * bk)
-        pad[:rows, :cols] = w.abs()
-        amax = pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3))
-        scale = (amax / 448.0).clamp(min=1e-12)
+        bn, bk = block if block is not None else w.shape
+        scale, full = _block_scales(w, bn, bk, 448.0, 1e-12)
         if e8m0:
             scale = torch.exp2(torch.ceil(torch.log2(scale)))
-        full = scale.repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
-        packed[name] = (w / full).clamp(-448, 448).to(torch.float8_e4m3fn)
-        packed[name + "_scale_inv"] = scale.to(torch.float8_e8m0fnu if e8m0 else getattr(torch, scale_dtype))
-    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+        stored = scale.to(torch.float8_e8m0fnu if e8m0 else getattr(torch, scale_dtype))
+        return {name: (w / full(scale)).clamp(-448, 448).to(torch.float8_e4m3fn), name + "_scale_inv": stored}
+
+    out = _rewrite_projections(src, out, quantize, is_proj)
     cfg = json.loads((out / "config.json").read_text())
     cfg["quantization_config"] = {
         "quant_method": "fp8",
@@ -504,17 +523,10 @@ def pack_compressed(
     ``weight_g_idx`` too. quantization_config quant_method "compressed-tensors" in config.json."""
     import torch
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
-    from safetensors.torch import load_file, save_file
 
-    src, out = Path(src), Path(out)
-    shutil.copytree(src, out)
-    stored = load_file(str(out / "model.safetensors"))
-    packed: dict[str, Any] = {}
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    for name, t in stored.items():
-        if not name.endswith("_proj.weight") or t.ndim != 2:
-            packed[name] = t.contiguous()
-            continue
+
+    def quantize(name: str, t: Any) -> dict[str, Any]:
         w = t.float()
         rows, cols = w.shape
         g = group or cols
@@ -529,14 +541,15 @@ def pack_compressed(
         q = torch.round(wg / scale.float()[..., None]) + zp[..., None]
         q = torch.clamp(q, lo, hi).to(torch.int8).reshape(rows, cols)
         base = name.removesuffix("weight")
-        packed[base + "weight_packed"] = pack_to_int32(q, bits)
-        packed[base + "weight_scale"] = scale.contiguous()
-        packed[base + "weight_shape"] = torch.tensor([rows, cols], dtype=torch.int64)
+        packed = {base + "weight_packed": pack_to_int32(q, bits), base + "weight_scale": scale.contiguous(),
+                  base + "weight_shape": torch.tensor([rows, cols], dtype=torch.int64)}  # fmt: skip
         if not symmetric:
             packed[base + "weight_zero_point"] = pack_to_int32(zp.to(torch.int8), bits, packed_dim=0)
         if g_idx:
             packed[base + "weight_g_idx"] = (torch.arange(cols) // g).to(torch.int32)
-    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+        return packed
+
+    out = _rewrite_projections(src, out, quantize)
     weights = {"num_bits": bits, "type": "int", "symmetric": symmetric,
                "strategy": "group" if group else "channel", "group_size": group, "dynamic": False,
                "actorder": None, "observer": "minmax"}  # fmt: skip
@@ -559,39 +572,25 @@ def pack_w8a8(
     per token (dynamic), or with ``static`` per tensor by an ``input_scale`` each (here one for all,
     0.05 / 127.5 or 0.05 / 448 times 40: a calibration's kind of value)."""
     import torch
-    from safetensors.torch import load_file, save_file
 
-    src, out = Path(src), Path(out)
-    shutil.copytree(src, out)
-    stored = load_file(str(out / "model.safetensors"))
-    packed: dict[str, Any] = {}
     qmax = 127.5 if kind == "int" else 448.0
-    for name, t in stored.items():
-        if not name.endswith("_proj.weight") or t.ndim != 2:
-            packed[name] = t.contiguous()
-            continue
+
+    def quantize(name: str, t: Any) -> dict[str, Any]:
         w = t.float()
-        rows, cols = w.shape
-        bn, bk = block or (1, cols)
-        gr, gc = -(-rows // bn), -(-cols // bk)
-        pad = torch.zeros(gr * bn, gc * bk)
-        pad[:rows, :cols] = w.abs()
-        s = (
-            (pad.reshape(gr, bn, gc, bk).amax(dim=(1, 3)) / qmax)
-            .clamp(min=1e-8)
-            .to(getattr(torch, scale_dtype))
-        )
-        full = s.float().repeat_interleave(bn, 0)[:rows].repeat_interleave(bk, 1)[:, :cols]
+        bn, bk = block or (1, w.shape[1])
+        scale, full = _block_scales(w, bn, bk, qmax, 1e-8)
+        s = scale.to(getattr(torch, scale_dtype))
         if kind == "int":
-            packed[name] = torch.clamp(torch.round(w / full), -128, 127).to(torch.int8)
+            q = torch.clamp(torch.round(w / full(s)), -128, 127).to(torch.int8)
         else:
-            packed[name] = torch.clamp(w / full, -448, 448).to(torch.float8_e4m3fn)
-        packed[name.removesuffix("weight") + "weight_scale"] = s.contiguous()
+            q = torch.clamp(w / full(s), -448, 448).to(torch.float8_e4m3fn)
+        base = name.removesuffix("weight")
+        packed = {name: q, base + "weight_scale": s.contiguous()}
         if static:
-            packed[name.removesuffix("weight") + "input_scale"] = torch.tensor(
-                [2.0 / qmax], dtype=torch.float32
-            )
-    save_file(packed, str(out / "model.safetensors"), metadata={"format": "pt"})
+            packed[base + "input_scale"] = torch.tensor([2.0 / qmax], dtype=torch.float32)
+        return packed
+
+    out = _rewrite_projections(src, out, quantize)
     weights = {"num_bits": 8, "type": kind, "symmetric": True, "strategy": "block" if block else "channel",
                "dynamic": False, "observer": "minmax"}  # fmt: skip
     if block:
