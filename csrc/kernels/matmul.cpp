@@ -149,9 +149,8 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
 // forward computes it in float32: s = max |x| / 127.5 (int8; a symmetric range of 255 steps over
 // two) or / 448 (FP8), 0 replaced by float32's epsilon; x / s (a division, not a product by the
 // reciprocal) clamped to [-128, 127] and rounded half to even, or clamped to +-448 and rounded to
-// the nearest E4M3 value (ties to even); then q * s. The matmuls multiply q (an integer of 8 bits
-// or an E4M3 value: exact in bf16, so every kernel's product of it is exact before its sums) and
-// scale each output row by s afterwards: W (q s) = s (W q).
+// the nearest E4M3 value (ties to even); then q * s (or, for repacked matrices, q with each output
+// row scaled by s afterwards: act_quantized).
 thread_local AlignedVector<float> t_act_quant, t_act_scale;
 float e4m3_round(float t) {
   const float a = std::fabs(t);
@@ -188,6 +187,11 @@ void act_quantize_rows(const float* x, int64_t n_rows, int64_t cols, uint8_t mod
 }
 
 namespace {
+
+// Whether two matrices sharing an input quantize it alike (TensorView::act_quant / act_scale).
+bool same_act_quant(const TensorView& a, const TensorView& b) {
+  return a.act_quant == b.act_quant && a.act_scale == b.act_scale;
+}
 
 // The input of a call whose matrices quantize their activations (all the same way): q * s, as the
 // reference computes it, for the f32 kernels; for repacked (AMX / int8) matrices, whose activation
@@ -510,8 +514,7 @@ bool repack_default() { return !amx_env_off() && (amx_available() || i8_avx2_ava
 void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x_in) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
   for (int t = 1; t < n_targets; ++t)
-    if (targets[t].w->act_quant != targets[0].w->act_quant ||
-        targets[t].w->act_scale != targets[0].w->act_scale)
+    if (!same_act_quant(*targets[t].w, *targets[0].w))
       throw ModelError(
           "matmul: matrices sharing an input quantize it differently (their input_scale differ)");
   const float* row_scale = nullptr;
@@ -557,18 +560,17 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
           const MatmulTarget& tg = targets[t];
           const int64_t o = (c - first_chunk[t]) * out_chunk;
           const int64_t r = rb * row_block, o_end = std::min(tg.w->rows, o + out_chunk);
+          const int64_t r_end = std::min(x.n_rows, r + row_block);
           const ItemTimer timer;
-          compute(*tg.w, xin, r, std::min(x.n_rows, r + row_block), tg.y, tg.ldy, o, o_end,
-                  amx ? &amx_in : nullptr, kq, tg.accumulate);
+          compute(*tg.w, xin, r, r_end, tg.y, tg.ldy, o, o_end, amx ? &amx_in : nullptr, kq,
+                  tg.accumulate);
+          if (row_scale != nullptr)  // (W8A8: the activations' scale, after the products)
+            for (int64_t i = r; i < r_end; ++i)
+              for (int64_t k = o; k < o_end; ++k) tg.y[i * tg.ldy + k] *= row_scale[i];
           timer.done(*tg.w, x.n_rows, o_end - o);
         }
       },
       claim_grain(n_items, threads));
-  if (row_scale != nullptr)  // (W8A8: the activations' scale, after the products)
-    for (int t = 0; t < n_targets; ++t)
-      for (int64_t r = 0; r < x.n_rows; ++r)
-        for (int64_t o = 0; o < targets[t].w->rows; ++o)
-          targets[t].y[r * targets[t].ldy + o] *= row_scale[r];
 }
 
 bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
@@ -589,7 +591,7 @@ void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) 
 
 void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x_in,
                            float* out, int64_t ldo, uint16_t* out_tiles, Glu glu) {
-  if (gate.act_quant != up.act_quant || gate.act_scale != up.act_scale)
+  if (!same_act_quant(gate, up))
     throw ModelError(
         "matmul: gate and up quantize their input differently (their input_scale differ)");
   const float* row_scale = nullptr;
