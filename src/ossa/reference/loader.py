@@ -1347,17 +1347,11 @@ def _compressed_matrices(
         blocks = fp8 and blk is not None and (s_rows, s_cols) == (-(-rows // blk[0]), -(-cols // blk[1]))
         if not (one or per_row or blocks):
             raise ValueError(f"tensor '{name}_scale' in {cfg} does not fit its matrix [{rows}, {cols}]")
-        a = np.abs(scales)
-        bad = ~np.isfinite(scales)
-        if fp8:
-            bad |= (a != 0) & ~((a > 2.0**-100) & (a < 2.0**100))
-        if bad.any():
+        if not (_fp8_scales_ok(scales) if fp8 else np.all(np.isfinite(scales))):
             raise ValueError(f"tensor '{name}_scale' in {cfg} holds an invalid scale")
         raw = where[name].raw(stored[name]).reshape(rows, cols)
         if fp8:
-            if ((raw & 0x7F) == 0x7F).any():
-                raise ValueError(f"FP8 matrix '{name}' in {cfg} holds a NaN")
-            w = dequantize_fp8(raw, scales, blk if blocks else (1, cols) if per_row else None)
+            w = _fp8_dequantized(raw, scales, blk if blocks else (1, cols) if per_row else None, name, cfg)
         else:
             w = (raw.view(np.int8).astype(np.float32) * (scales[0, 0] if one else scales)).astype(np.float32)
         out[name] = with_act(base, w)
@@ -1397,13 +1391,25 @@ def _fp8_matrix(
         raise ValueError(f"tensor '{scale_name}' in {cfg} has type '{s_info.dtype}' (FP8 scales are F32, "
                          "BF16, F16 or E8M0)")  # fmt: skip
     scales = scales.reshape(-1 if n_scales == 1 else grid)
-    a = np.abs(scales)
-    if not np.all(np.isfinite(scales) & ((a == 0) | ((a > 2.0**-100) & (a < 2.0**100)))):
+    if not _fp8_scales_ok(scales):
         raise ValueError(f"tensor '{scale_name}' in {cfg} holds an invalid scale")
     codes = where[n].raw(stored[n]).reshape(rows, cols)
+    return _fp8_dequantized(codes, scales, None if n_scales == 1 else (bn, bk), n, cfg)
+
+
+def _fp8_scales_ok(scales: np.ndarray) -> bool:
+    """FP8 block scales the kernels take exactly (twin of loader.cpp's fp8_scale_ok)."""
+    a = np.abs(scales)
+    return bool(np.all(np.isfinite(scales) & ((a == 0) | ((a > 2.0**-100) & (a < 2.0**100)))))
+
+
+def _fp8_dequantized(
+    codes: np.ndarray, scales: np.ndarray, block: tuple[int, int] | None, name: str, cfg: str
+) -> np.ndarray:
+    """An FP8 matrix's E4M3 codes times their scales, a NaN code refused (twin of fp8_repack)."""
     if ((codes & 0x7F) == 0x7F).any():
-        raise ValueError(f"FP8 matrix '{n}' in {cfg} holds a NaN")
-    return dequantize_fp8(codes, scales, None if n_scales == 1 else (bn, bk))
+        raise ValueError(f"FP8 matrix '{name}' in {cfg} holds a NaN")
+    return dequantize_fp8(codes, scales, block)
 
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
