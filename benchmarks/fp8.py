@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,10 @@ SHAPE = dict(hidden_size=2048, intermediate_size=6144, num_attention_heads=16, n
              rope_theta=1000000.0)  # fmt: skip
 
 
-def write_folder(out: Path, layers: int) -> str:
-    """The random FP8 folder (numpy alone: no torch)."""
+def write_qwen3_folder(out: Path, layers: int, projection: Any, quantization_config: dict[str, Any]) -> str:
+    """A random Qwen3-1.7B-shaped folder (numpy alone: no torch) whose projections are the tensors
+    ``projection(name, rows, cols, rng)`` returns (name -> (array, safetensors dtype)): bf16 embeddings tied
+    to the output, unit norms; written once."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bitnet import _save
 
@@ -51,12 +54,8 @@ def write_folder(out: Path, layers: int) -> str:
                                    "self_attn.v_proj": (kv, e), "self_attn.o_proj": (e, q),
                                    "mlp.gate_proj": (f, e), "mlp.up_proj": (f, e),
                                    "mlp.down_proj": (e, f)}.items():  # fmt: skip
-            codes = rng.integers(0, 0x7F, (rows, cols), dtype=np.uint8)  # (no NaN code)
-            codes |= rng.integers(0, 2, (rows, cols), dtype=np.uint8) << 7
-            tensors[p + name + ".weight"] = codes
-            dtypes[p + name + ".weight"] = "F8_E4M3"
-            scales = rng.uniform(1e-4, 1e-3, ((rows + 127) // 128, (cols + 127) // 128)).astype(np.float32)
-            tensors[p + name + ".weight_scale_inv"] = scales
+            for key, (t, dtype) in projection(p + name, rows, cols, rng).items():
+                tensors[key], dtypes[key] = t, dtype
         for name in ("input_layernorm", "post_attention_layernorm"):
             tensors[p + name + ".weight"] = bf16(np.ones(e, np.float32))
         for name in ("self_attn.q_norm", "self_attn.k_norm"):
@@ -67,47 +66,68 @@ def write_folder(out: Path, layers: int) -> str:
     _save(tmp, tensors, dtypes)
     config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": layers,
               "hidden_act": "silu", "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-              "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                      "weight_block_size": [128, 128]}, **SHAPE}  # fmt: skip
+              "quantization_config": quantization_config, **SHAPE}  # fmt: skip
     (out / "config.json").write_text(json.dumps(config))
     os.replace(tmp, out / "model.safetensors")
     return str(out)
 
 
-def main() -> None:
+def fp8_projection(name: str, rows: int, cols: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Random E4M3 codes (no NaN) with a float32 scale per 128 x 128 block."""
+    codes = rng.integers(0, 0x7F, (rows, cols), dtype=np.uint8)
+    codes |= rng.integers(0, 2, (rows, cols), dtype=np.uint8) << 7
+    scales = rng.uniform(1e-4, 1e-3, ((rows + 127) // 128, (cols + 127) // 128)).astype(np.float32)
+    return {name + ".weight": (codes, "F8_E4M3"), name + ".weight_scale_inv": (scales, "F32")}
+
+
+def bench(path: str, label: str, threads: int, decode: int, weight_bytes: int) -> None:
+    """Load time (best of 2), prefill / decode speed, and decode's bytes a token (the quantized
+    projections' ``weight_bytes`` plus the tied bf16 output matrix) over the measured read bandwidth."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import forward
 
     from ossa._native import core
 
+    core.set_num_threads(threads)
+    loads = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        core.load_model(path)
+        loads.append(time.perf_counter() - t0)
+    speed = forward.ossa_speed(path, threads, decode)
+    per_token = weight_bytes + 2 * SHAPE["vocab_size"] * SHAPE["hidden_size"]
+    bw = forward.read_bandwidth(threads)
+    print(f"{label}, random weights, {threads} threads")
+    print(f"  load         {min(loads):8.2f} s (best of 2)")
+    for k, v in speed.items():
+        print(f"  {k:12s} {v:8.1f} tok/s")
+    gbs = per_token * speed["decode"] / 1e9
+    read = f"{per_token / 1e6:.0f} MB a token ({weight_bytes / 1e6:.0f} MB quantized)"
+    print(
+        f"  decode reads {read}: {gbs:.1f} GB/s, {gbs / (bw / 1e9):.2f} of the measured {bw / 1e9:.1f} GB/s"
+    )
+
+
+def projection_elements(layers: int) -> int:
+    """The quantized projections' weights of ``layers`` layers."""
+    e, f, hd = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["head_dim"]
+    q, kv = SHAPE["num_attention_heads"] * hd, SHAPE["num_key_value_heads"] * hd
+    return layers * (2 * q * e + 2 * kv * e + 3 * e * f)
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--decode", type=int, default=32)
     args = ap.parse_args()
     home = Path(os.environ.get("OSSA_HOME", Path.home() / ".cache" / "ossa"))
-    path = write_folder(home / "bench" / f"qwen3-1.7b-fp8-{args.layers}l", args.layers)
-    core.set_num_threads(args.threads)
-    loads = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        core.load_model(path)
-        loads.append(time.perf_counter() - t0)
-    speed = forward.ossa_speed(path, args.threads, args.decode)
-    e, f, hd = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["head_dim"]
-    q, kv = SHAPE["num_attention_heads"] * hd, SHAPE["num_key_value_heads"] * hd
-    fp8 = args.layers * (2 * q * e + 2 * kv * e + 3 * e * f) * 132 // 128  # (codes and their scales)
-    per_token = fp8 + 2 * SHAPE["vocab_size"] * e  # (+ the tied bf16 output matrix)
-    bw = forward.read_bandwidth(args.threads)
-    print(f"Qwen3-1.7B-FP8 shape, {args.layers} layers, random weights, {args.threads} threads")
-    print(f"  load         {min(loads):8.2f} s (best of 2)")
-    for k, v in speed.items():
-        print(f"  {k:12s} {v:8.1f} tok/s")
-    gbs = per_token * speed["decode"] / 1e9
-    read = f"{per_token / 1e6:.0f} MB a token ({fp8 / 1e6:.0f} MB FP8)"
-    print(
-        f"  decode reads {read}: {gbs:.1f} GB/s, {gbs / (bw / 1e9):.2f} of the measured {bw / 1e9:.1f} GB/s"
+    qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    path = write_qwen3_folder(
+        home / "bench" / f"qwen3-1.7b-fp8-{args.layers}l", args.layers, fp8_projection, qc
     )
+    fp8 = projection_elements(args.layers) * 132 // 128  # (codes and their scales)
+    bench(path, f"Qwen3-1.7B-FP8 shape, {args.layers} layers", args.threads, args.decode, fp8)
 
 
 if __name__ == "__main__":

@@ -211,8 +211,8 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
         ({"quantization_config": {**q, "quantization_mode": "online"}}, "online"),
         ({"quantization_config": {**q, "use_rms_norm": True}}, "use_rms_norm"),
         ({"hidden_act": "silu"}, "silu"),
-        ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quant_method 'gptq'"),
-        ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "'awq'"),
+        ({"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}, "'bitsandbytes'"),
+        ({"quantization_config": {"quant_method": "hqq", "nbits": 4}}, "quant_method 'hqq'"),
     ])  # fmt: skip
     stored = load_file(str(Path(src) / "model.safetensors"))
     name = "model.layers.1.mlp.up_proj.weight"

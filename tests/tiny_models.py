@@ -601,6 +601,151 @@ def pack_w8a8(
     return str(out)
 
 
+def pack_gptq(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    kind: str = "gptq",
+    bits: int = 4,
+    group: int | None = 128,
+    symmetric: bool = True,
+    scale_dtype: str = "float16",
+    lm_head: bool = False,
+) -> str:
+    """A GPTQ / AWQ / AutoRound checkpoint of the float folder ``src`` packed by AutoRound's own modules
+    (auto-round's torch QuantLinear for GPTQ's layout, its WQLinear_GEMM for AWQ's): each projection
+    quantized to ``bits``-bit integers per ``group`` columns (None: per row), symmetric (zero 2^(bits-1),
+    scale max |w| / (2^(bits-1) - 0.5)) or with zero points (min / max over 2^bits - 1 steps). ``kind``:
+    "gptq" (AutoGPTQ's v1 checkpoints: zeros stored minus one), "gptq_v2" (GPTQModel's), "awq" (version
+    gemm), "auto_round" / "auto_round:auto_gptq" / "auto_round:auto_awq" (AutoRound's own quant_method
+    with that packing_format). Scales written as ``scale_dtype``; with ``lm_head`` the output matrix
+    quantized too (GPTQ's lm_head option)."""
+    import torch
+    from auto_round.export.export_to_awq.utils import WQLinear_GEMM
+    from auto_round_extension.torch.qlinear_torch import QuantLinear as QuantLinearV2
+    from auto_round_extension.torch.qlinear_torch_zp import QuantLinear as QuantLinearV1
+
+    awq = kind in ("awq", "auto_round:auto_awq")
+    v1 = kind in ("gptq", "auto_round:auto_gptq")
+    top = (1 << bits) - 1
+
+    def quantize(name: str, t: Any) -> dict[str, Any]:
+        w = t.float()
+        rows, cols = w.shape
+        g = group or cols
+        wg = w.reshape(rows, cols // g, g)
+        if symmetric:
+            scale = (wg.abs().amax(-1) / ((1 << (bits - 1)) - 0.5)).clamp(min=1e-6)
+            zero = torch.full_like(scale, 1 << (bits - 1))
+        else:
+            mn, mx = wg.amin(-1).clamp(max=0), wg.amax(-1).clamp(min=0)
+            scale = ((mx - mn) / top).clamp(min=1e-6)
+            zero = torch.clamp(torch.round(-mn / scale), 1 if v1 else 0, top)
+        if scale_dtype != "float32":  # (scales that are f16 numbers, as the packers store them)
+            scale = scale.half().float()
+        linear = torch.nn.Linear(cols, rows, bias=False)
+        linear.weight.data = w
+        base = name.removesuffix(".weight")
+        if awq:
+            m = WQLinear_GEMM.from_linear(linear, bits, g, scales=scale.t(), zeros=zero.t())
+            packed = {base + ".qweight": m.qweight, base + ".qzeros": m.qzeros, base + ".scales": m.scales}
+        else:
+            m = (QuantLinearV1 if v1 else QuantLinearV2)(bits, g, cols, rows, bias=False, g_idx=True)
+            m.device = torch.device("cpu")  # (the v2 module's packer reads it)
+            m.pack(linear, scale, zero)
+            packed = {base + ".qweight": m.qweight, base + ".qzeros": m.qzeros, base + ".scales": m.scales,
+                      base + ".g_idx": m.g_idx}  # fmt: skip
+        packed[base + ".scales"] = scale.t().to(getattr(torch, scale_dtype))
+        return {k: v.contiguous() for k, v in packed.items()}
+
+    def is_proj(name: str, t: Any) -> bool:
+        return t.ndim == 2 and (name.endswith("_proj.weight") or (lm_head and name == "lm_head.weight"))
+
+    out = _rewrite_projections(src, out, quantize, is_proj)
+    cfg = json.loads((out / "config.json").read_text())
+    gs = group or -1
+    if kind in ("gptq", "gptq_v2"):
+        q: dict[str, Any] = {"quant_method": "gptq", "bits": bits, "group_size": gs, "desc_act": False,
+                             "sym": symmetric, "checkpoint_format": kind, "lm_head": lm_head}  # fmt: skip
+    elif kind == "awq":
+        q = {
+            "quant_method": "awq",
+            "bits": bits,
+            "group_size": gs,
+            "zero_point": not symmetric,
+            "version": "gemm",
+        }
+    else:
+        q = {"quant_method": "auto-round", "bits": bits, "group_size": gs, "sym": symmetric,
+             "data_type": "int", "packing_format": kind}  # fmt: skip
+    cfg["quantization_config"] = q
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return str(out)
+
+
+def gptq_dequantized(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """AutoRound's own reading of every quantized matrix of a GPTQ / AWQ / AutoRound folder (its scales in
+    float32, so that (q - zero) * scale is rounded once, as the float32 model computes it): AWQ's by its
+    dequantize_gemm, GPTQ's by its torch QuantLinear's forward on the identity (v1's zeros plus one, the
+    v2 module's not): name ``X.weight`` -> float32 [rows, cols]."""
+    import torch
+    from auto_round.export.export_to_awq.utils import dequantize_gemm
+    from auto_round_extension.torch.qlinear_torch import QuantLinear as QuantLinearV2
+    from auto_round_extension.torch.qlinear_torch_zp import QuantLinear as QuantLinearV1
+    from safetensors.torch import load_file
+
+    q = json.loads((Path(path) / "config.json").read_text())["quantization_config"]
+    pf = q.get("packing_format", "auto_round:auto_gptq")
+    awq = q["quant_method"] == "awq" or (q["quant_method"] == "auto-round" and pf.endswith("awq"))
+    if q["quant_method"] == "gptq":
+        v1 = q.get("checkpoint_format", "gptq") == "gptq"
+    else:
+        v1 = pf in ("auto_round:auto_gptq", "auto_round:gptq", "auto")
+    stored = load_file(str(Path(path) / "model.safetensors"))
+    out = {}
+    for name in stored:
+        if not name.endswith(".qweight"):
+            continue
+        base = name.removesuffix(".qweight")
+        qw, qz, sc = stored[name], stored[base + ".qzeros"], stored[base + ".scales"].float()
+        n_groups, rows = sc.shape
+        bits = (qw.shape[1] if awq else qz.shape[1]) * 32 // rows
+        with torch.no_grad():
+            if awq:
+                w = dequantize_gemm(qw, qz, sc, bits, qw.shape[0] // n_groups)
+            else:
+                cols = qw.shape[0] * 32 // bits
+                # (its g_idx path slices the scales' columns by the input width: the groups' own path)
+                if base + ".g_idx" in stored:
+                    assert torch.equal(stored[base + ".g_idx"], torch.arange(cols) // (cols // n_groups))
+                m = (QuantLinearV1 if v1 else QuantLinearV2)(bits, cols // n_groups, cols, rows, bias=False)
+                m.qweight, m.qzeros, m.scales = qw, qz, sc
+                w = m(torch.eye(cols))
+        out[base + ".weight"] = w.float().numpy().T.copy()
+    return out
+
+
+def gptq_float_folder(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> str:
+    """A float32 copy of a GPTQ / AWQ / AutoRound folder: its quantized matrices as AutoRound reads them
+    (gptq_dequantized), every other tensor as stored, without the quantization_config: transformers' float32
+    model of the quantized weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(path), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(src / "model.safetensors"))
+    tensors = {k: torch.from_numpy(v) for k, v in gptq_dequantized(src).items()}
+    for name, t in stored.items():
+        if not name.endswith((".qweight", ".qzeros", ".scales", ".g_idx")):
+            tensors[name] = t.float() if t.is_floating_point() else t
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    cfg = json.loads((out / "config.json").read_text())
+    del cfg["quantization_config"]
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return str(out)
+
+
 def build_quantized_cases(
     root: Path, cases: dict[str, tuple[Any, ...]], pack: Any, seed: int
 ) -> dict[str, tuple[str, str, Any, list[int]]]:

@@ -414,6 +414,18 @@ void bind_model(nb::module_& m) {
       },
       nb::arg("model"), nb::arg("name"), "The same, for a tensor whose stored name is not UTF-8.");
 
+  m.def(
+      "tensor_type",
+      [](const ossa::Model& model, const std::string& name) {
+        const ossa::TensorView* v = model.find_tensor(name);
+        if (v == nullptr)
+          throw ossa::InputError("no tensor '" + printable(name) +
+                                 "' in the model (or of a type ossa cannot read)");
+        return std::string(ossa::dtype_name(v->type));
+      },
+      nb::arg("model"), nb::arg("name"),
+      "The type a tensor is stored as ('Q4_0', 'F32', ...; file name or canonical name), as loaded "
+      "(before any AMX repacking): what a quantized folder's matrices became.");
   m.def("model_logits", &model_logits, nb::arg("model"), nb::arg("token_ids"),
         "Logits [n_tokens, n_vocab] of a fresh forward over one sequence.");
 

@@ -2291,58 +2291,60 @@ void fp8_linear(const Json& q, Builder& b) {
   }
 }
 
-// A [rows, cols] matrix of exact small integers value(r, c) (8-bit, or 4-bit: -8..7, or with zero
-// points -15..15) times scale_of(r, c) (one per 32 columns at least) as the GGUF block type whose
-// values are exactly their products: Q8_0 (type Q8_0), Q4_0 ((nibble - 8) * d) or Q5_0 ((q5 - 16) *
-// d), d the scale as f16; where a scale is not an f16 number (!f16_exact), as F32, each product
-// rounded once as compressed-tensors computes it.
-TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, DType type, bool f16_exact,
-                      const std::function<int(int64_t, int64_t)>& value,
+// A [rows, cols] matrix of exact integers (row r's written by fill_row(r, out), all within [lo,
+// hi]) times scale_of(r, c) (one scale per 32 columns at least) as the smallest GGUF block type
+// whose values are exactly their products: Q4_0 where [lo, hi] is within -8..7 ((nibble - 8) * d),
+// Q5_0 within -16..15 ((q5 - 16) * d), Q8_0 within -128..127, d the scale as f16; as F32, each
+// product rounded once as the reference computes it, where the values exceed those ranges or a
+// scale is not an f16 number (!f16_exact). Rows are filled one at a time per thread (no
+// matrix-sized intermediate).
+TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, int lo, int hi, bool f16_exact,
+                      const std::function<void(int64_t, int16_t*)>& fill_row,
                       const std::function<float(int64_t, int64_t)>& scale_of) {
   TensorView v;
   v.rows = rows;
   v.cols = cols;
-  if (!f16_exact) {
-    v.type = DType::F32;
-    v.row_bytes = static_cast<size_t>(cols) * 4;
-    float* out = reinterpret_cast<float*>(b.alloc(v.row_bytes * static_cast<size_t>(rows)));
-    parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-      for (int64_t r = begin; r < end; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          out[r * cols + c] = static_cast<float>(value(r, c)) * scale_of(r, c);
-    });
-    v.data = reinterpret_cast<const uint8_t*>(out);
-    return v;
-  }
+  const bool blocks = f16_exact && lo >= -128 && hi <= 127 && cols % 32 == 0;
+  const DType type = !blocks                 ? DType::F32
+                     : lo >= -8 && hi <= 7   ? DType::Q4_0
+                     : lo >= -16 && hi <= 15 ? DType::Q5_0
+                                             : DType::Q8_0;
   v.type = type;
-  const DTypeTraits tr = dtype_traits(type);
-  v.row_bytes = static_cast<size_t>(cols / 32 * tr.block_bytes);
+  v.row_bytes = blocks ? static_cast<size_t>(cols / 32 * dtype_traits(type).block_bytes)
+                       : static_cast<size_t>(cols) * 4;
   uint8_t* out = b.alloc(v.row_bytes * static_cast<size_t>(rows));
+  v.data = out;
   parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-    for (int64_t r = begin; r < end; ++r)
+    std::vector<int16_t> row(static_cast<size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      fill_row(r, row.data());
+      uint8_t* dst = out + static_cast<size_t>(r) * v.row_bytes;
+      if (!blocks) {
+        float* o = reinterpret_cast<float*>(dst);
+        for (int64_t c = 0; c < cols; ++c) o[c] = static_cast<float>(row[c]) * scale_of(r, c);
+        continue;
+      }
+      const size_t bb = dtype_traits(type).block_bytes;
       for (int64_t k = 0; k < cols / 32; ++k) {
-        uint8_t* blk = out + static_cast<size_t>(r) * v.row_bytes + k * tr.block_bytes;
+        uint8_t* blk = dst + k * bb;
         const uint16_t d = f32_to_f16(scale_of(r, 32 * k));
         std::memcpy(blk, &d, 2);
-        int vals[32];
-        for (int j = 0; j < 32; ++j) vals[j] = value(r, 32 * k + j);
+        const int16_t* x = row.data() + 32 * k;
         if (type == DType::Q8_0) {
-          for (int j = 0; j < 32; ++j)
-            blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(vals[j]));
+          for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(x[j]));
         } else if (type == DType::Q4_0) {
           for (int j = 0; j < 16; ++j)
-            blk[2 + j] = static_cast<uint8_t>((vals[j] + 8) | ((vals[j + 16] + 8) << 4));
+            blk[2 + j] = static_cast<uint8_t>((x[j] + 8) | ((x[j + 16] + 8) << 4));
         } else {  // Q5_0: q5 = value + 16, low nibbles as Q4_0's, bit 4 of element j at qh bit j
           uint32_t qh = 0;
-          for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(((vals[j] + 16) >> 4) & 1) << j;
+          for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(((x[j] + 16) >> 4) & 1) << j;
           std::memcpy(blk + 2, &qh, 4);
           for (int j = 0; j < 16; ++j)
-            blk[6 + j] =
-                static_cast<uint8_t>(((vals[j] + 16) & 15) | (((vals[j + 16] + 16) & 15) << 4));
+            blk[6 + j] = static_cast<uint8_t>(((x[j] + 16) & 15) | (((x[j + 16] + 16) & 15) << 4));
         }
       }
+    }
   });
-  v.data = out;
   return v;
 }
 
@@ -2521,8 +2523,10 @@ void compressed_linear(const Json& q, Builder& b) {
     } else {
       const auto* q8 = reinterpret_cast<const int8_t*>(raw.bytes);
       out.view = int_blocks(
-          b, rows, cols, DType::Q8_0, f16_exact,
-          [&](int64_t r, int64_t c) { return static_cast<int>(q8[r * cols + c]); },
+          b, rows, cols, -128, 127, f16_exact,
+          [&](int64_t r, int16_t* o) {
+            for (int64_t c = 0; c < cols; ++c) o[c] = q8[r * cols + c];
+          },
           [&](int64_t r, int64_t) { return one ? scales[0] : scales[static_cast<size_t>(r)]; });
     }
     out.type_name = dtype_name(out.view.type);
@@ -2620,25 +2624,27 @@ void compressed_linear(const Json& q, Builder& b) {
       throw ModelError("tensor '" + base + ".weight_zero_point' in " + where + " is malformed");
     const uint8_t* packed = raw.bytes;
     const size_t prow = static_cast<size_t>(words) * 4;
-    const auto value = [&](int64_t r, int64_t c) {  // q - zero, exact
+    const auto fill_row = [&](int64_t r, int16_t* o) {  // q - zero, exact
       const uint8_t* p = packed + static_cast<size_t>(r) * prow;
-      int v = bits == 4 ? ((c % 2 != 0 ? p[c / 2] >> 4 : p[c / 2] & 15) - 8) : p[c] - 128;
-      if (zp != nullptr) {
-        int32_t word;
-        std::memcpy(&word, zp->bytes + static_cast<size_t>(((r / 8) * n_groups + c / group) * 4),
-                    4);
-        v -= static_cast<int>((static_cast<uint32_t>(word) >> (4 * (r % 8))) & 15) - 8;
+      for (int64_t c = 0; c < cols; ++c) {
+        int v = bits == 4 ? ((c % 2 != 0 ? p[c / 2] >> 4 : p[c / 2] & 15) - 8) : p[c] - 128;
+        if (zp != nullptr) {
+          int32_t word;
+          std::memcpy(&word, zp->bytes + static_cast<size_t>(((r / 8) * n_groups + c / group) * 4),
+                      4);
+          v -= static_cast<int>((static_cast<uint32_t>(word) >> (4 * (r % 8))) & 15) - 8;
+        }
+        o[c] = static_cast<int16_t>(v);
       }
-      return v;
     };
     const auto scale_of = [&](int64_t r, int64_t c) {
       return per_matrix ? scales[0] : scales[static_cast<size_t>(r * n_groups + c / group)];
     };
-    TensorView v = int_blocks(b, rows, cols,
-                              bits == 8       ? DType::Q8_0
-                              : zp != nullptr ? DType::Q5_0
-                                              : DType::Q4_0,
-                              f16_exact, value, scale_of);
+    // (4 bits: -8..7 less a zero point of -8..7; 8 bits: symmetric)
+    TensorView v = bits == 8 ? int_blocks(b, rows, cols, -128, 127, f16_exact, fill_row, scale_of)
+                   : zp != nullptr
+                       ? int_blocks(b, rows, cols, -15, 15, f16_exact, fill_row, scale_of)
+                       : int_blocks(b, rows, cols, -8, 7, f16_exact, fill_row, scale_of);
     set_act(v, base);
     Raw out_raw;
     out_raw.type_name = dtype_name(v.type);
@@ -2651,8 +2657,194 @@ void compressed_linear(const Json& q, Builder& b) {
   }
 }
 
+// GPTQ, AWQ and AutoRound folders (quant_method "gptq": AutoGPTQ's and GPTQModel's releases, e.g.
+// Qwen's *-GPTQ-Int4 / -Int8; "awq": AutoAWQ's, e.g. Qwen's *-AWQ; "auto-round": Intel's AutoRound,
+// which packs as one of the two). Every quantized `X` is `X.qweight` (int32 words), `X.scales` (one
+// per group of columns and row) and `X.qzeros` (packed zero points), with GPTQ's `X.g_idx`:
+// - GPTQ: qweight [cols * bits / 32, rows], column c of row r at bits (c % (32 / bits)) * bits of
+//   word (c / (32 / bits), r); qzeros [groups, rows * bits / 32] packed the same way along the
+//   rows, stored as zero - 1 (checkpoint_format "gptq", AutoGPTQ's) or as zero ("gptq_v2",
+//   GPTQModel's; AutoRound's "auto_round" packing); 2, 4 or 8 bits.
+// - AWQ (version "gemm"): qweight [cols, rows / 8] and qzeros [groups, rows / 8], 4 bits, the eight
+//   rows of a word in nibbles 0 2 4 6 1 3 5 7 (row 8w + i in nibble AWQ_REVERSE[i]).
+// The weight is (q - zero) * scale, scale = scales[c / group, r]; stored by int_blocks as the
+// smallest GGUF block type holding q - zero (4-bit symmetric: Q4_0; with zero points: Q5_0; 8-bit:
+// Q8_0; 2-bit: Q4_0), each weight exact. The bits and groups are read off each matrix's shapes.
+// Activation-ordered groups (desc_act: g_idx not c / group) are refused by name.
+void gptq_linear(const Json& q, Builder& b, const std::string& method) {
+  const std::string where = "'" + q.path + "'";
+  const auto refuse = [&](const std::string& what) {
+    throw ModelError("quantization_config (" + method + ") " + what + " in " + where +
+                     " is not supported (GPTQ's 2-, 4- and 8-bit integer weights, AWQ's 4-bit GEMM "
+                     "ones and AutoRound's in either packing are)");
+  };
+  bool awq = method == "awq";
+  int zero_offset = 0;  // (GPTQ's v1 checkpoints store zero - 1)
+  if (method == "gptq") {
+    std::string fmt = q.string("checkpoint_format", "");
+    if (fmt.empty()) fmt = q.string("format", "gptq");
+    if (fmt != "gptq" && fmt != "gptq_v2") refuse("checkpoint_format '" + fmt + "'");
+    zero_offset = fmt == "gptq" ? 1 : 0;
+  } else if (method == "awq") {
+    std::string version = q.string("version", "gemm");
+    std::transform(version.begin(), version.end(), version.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    // (exllama and ipex name kernels that read GEMM's checkpoints)
+    if (version != "gemm" && version != "exllama" && version != "ipex")
+      refuse("version '" + version + "'");
+  } else {  // AutoRound
+    const std::string pf = q.string("packing_format", "auto_round:auto_gptq");
+    if (pf == "auto_round:auto_awq" || pf == "auto_round:awq")
+      awq = true;
+    else if (pf == "auto_round:auto_gptq" || pf == "auto_round:gptq" || pf == "auto")
+      zero_offset = 1;
+    else if (pf != "auto_round" && pf != "auto_round:gptqmodel")
+      refuse("packing_format '" + pf + "'");
+    const std::string dt = q.string("data_type", "int");
+    if (dt != "int") refuse("data_type '" + dt + "'");
+    if (q.integer("act_bits", 16) < 16)
+      refuse("act_bits " + std::to_string(q.integer("act_bits", 16)));
+  }
+  const auto i32_matrix = [&](const std::string& n) -> const Raw& {
+    auto it = b.raw.find(n);
+    if (it == b.raw.end()) throw ModelError("missing tensor '" + n + "' in " + where);
+    if (it->second.type_name != "I32" || it->second.shape.size() != 2)
+      throw ModelError("tensor '" + n + "' in " + where + " must be a 2-D I32 tensor");
+    return it->second;
+  };
+  const auto word = [](const Raw& t, int64_t i) {
+    uint32_t w;
+    std::memcpy(&w, t.bytes + 4 * static_cast<size_t>(i), 4);
+    return w;
+  };
+  static constexpr int k_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  std::vector<int16_t> zeros;
+  std::vector<std::string> names;
+  for (const auto& [name, raw] : b.raw)
+    if (name.size() > 8 && name.compare(name.size() - 8, 8, ".qweight") == 0) names.push_back(name);
+  for (const std::string& name : names) {
+    const std::string base = name.substr(0, name.size() - 8), target = base + ".weight";
+    const Raw& qw = i32_matrix(name);
+    const Raw& qz = i32_matrix(base + ".qzeros");
+    auto sc_it = b.raw.find(base + ".scales");
+    if (sc_it == b.raw.end())
+      throw ModelError("missing tensor '" + base + ".scales' in " + where + " (beside '" + name +
+                       "')");
+    const Raw& sc = sc_it->second;
+    if (!sc.supported || sc.shape.size() != 2)
+      throw ModelError("tensor '" + base + ".scales' in " + where +
+                       " must be an F16, BF16 or F32 matrix");
+    const int64_t n_groups = sc.shape[0], rows = sc.shape[1];
+    // The bits from the words a row of zero points takes (GPTQ) or a column of weights (AWQ).
+    const int64_t packed_rows = awq ? qw.shape[1] : qz.shape[1];
+    const int bits =
+        rows > 0 && (packed_rows * 32) % rows == 0 ? static_cast<int>(packed_rows * 32 / rows) : 0;
+    if ((bits != 2 && bits != 4 && bits != 8) || (awq && bits != 4))
+      throw ModelError("matrix '" + target + "' in " + where + " of " + std::to_string(rows) +
+                       " rows packs them into " + std::to_string(packed_rows) +
+                       " words: not 2, 4 or 8 bits (" + (awq ? "AWQ: 4" : "GPTQ: 2, 4 or 8") +
+                       " are supported)");
+    const int per = 32 / bits;
+    const uint32_t mask = (1u << bits) - 1;
+    const int64_t cols = awq ? qw.shape[0] : qw.shape[0] * per;
+    if (n_groups <= 0 || cols <= 0 || cols % n_groups != 0 || cols > (int64_t{1} << 24) ||
+        (awq ? qw.shape[1] * per != rows : qw.shape[1] != rows) || qz.shape[0] != n_groups ||
+        qz.shape[1] * per != rows)
+      throw ModelError("tensors '" + base + ".qweight', '.qzeros' and '.scales' in " + where +
+                       " do not fit together");
+    const int64_t group = cols / n_groups;
+    if (cols % 32 != 0)
+      throw ModelError("matrix '" + target + "' of " + std::to_string(cols) + " columns in " +
+                       where + " is not supported (a multiple of 32 is)");
+    if (auto gi = b.raw.find(base + ".g_idx"); !awq && gi != b.raw.end()) {
+      if (gi->second.type_name != "I32" || gi->second.shape.size() != 1 ||
+          gi->second.shape[0] != cols)
+        throw ModelError("tensor '" + base + ".g_idx' in " + where + " is malformed");
+      for (int64_t c = 0; c < cols; ++c)
+        if (static_cast<int64_t>(word(gi->second, c)) != c / group)
+          throw ModelError("matrix '" + target + "' in " + where +
+                           " has activation-ordered groups (desc_act), which are not supported");
+    }
+    std::vector<float> scales(static_cast<size_t>(n_groups * rows));
+    for (int64_t g = 0; g < n_groups; ++g) dequantize_row(sc.view, g, scales.data() + g * rows);
+    bool f16_exact = group % 32 == 0;
+    for (float s : scales) {
+      if (!std::isfinite(s))
+        throw ModelError("tensor '" + base + ".scales' in " + where + " holds an invalid scale");
+      f16_exact = f16_exact && f16_to_f32(f32_to_f16(s)) == s;
+    }
+    // The zero points unpacked ([groups, rows]); a row's q - zero from the words in place.
+    zeros.resize(static_cast<size_t>(n_groups * rows));
+    int z_lo = 1 << 30, z_hi = -(1 << 30);
+    for (int64_t g = 0; g < n_groups; ++g)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int shift = bits * (awq ? k_awq_nibble[r % 8] : static_cast<int>(r % per));
+        const int z =
+            static_cast<int>((word(qz, g * qz.shape[1] + r / per) >> shift) & mask) + zero_offset;
+        zeros[static_cast<size_t>(g * rows + r)] = static_cast<int16_t>(z);
+        z_lo = std::min(z_lo, z);
+        z_hi = std::max(z_hi, z);
+      }
+    const int64_t qw_cols = qw.shape[1];
+    const auto fill_row = [&](int64_t r, int16_t* o) {
+      if (awq) {  // qweight [cols, rows / 8]: row r of column c in word (c, r / 8)
+        const int shift = 4 * k_awq_nibble[r % 8];
+        const uint8_t* col0 = qw.bytes + 4 * static_cast<size_t>(r / 8);
+        for (int64_t g = 0, c = 0; g < n_groups; ++g) {
+          const int z = zeros[static_cast<size_t>(g * rows + r)];
+          for (const int64_t c1 = c + group; c < c1; ++c) {
+            uint32_t w;
+            std::memcpy(&w, col0 + 4 * static_cast<size_t>(c * qw_cols), 4);
+            o[c] = static_cast<int16_t>(static_cast<int>((w >> shift) & 15) - z);
+          }
+        }
+        return;
+      }
+      // GPTQ: qweight [cols / per, rows]: columns p * per.. of row r in word (p, r)
+      const auto unpack = [&](auto bits_c) {
+        constexpr int kb = decltype(bits_c)::value, kper = 32 / kb;
+        constexpr uint32_t kmask = (1u << kb) - 1;
+        const uint8_t* row0 = qw.bytes + 4 * static_cast<size_t>(r);
+        if (group % kper != 0) {  // (groups splitting a word: F32 matrices)
+          for (int64_t c = 0; c < cols; ++c) {
+            uint32_t w;
+            std::memcpy(&w, row0 + 4 * static_cast<size_t>((c / kper) * rows), 4);
+            o[c] = static_cast<int16_t>(static_cast<int>((w >> (kb * (c % kper))) & kmask) -
+                                        zeros[static_cast<size_t>((c / group) * rows + r)]);
+          }
+          return;
+        }
+        for (int64_t g = 0, p = 0; g < n_groups; ++g) {
+          const int z = zeros[static_cast<size_t>(g * rows + r)];
+          for (const int64_t p1 = p + group / kper; p < p1; ++p) {
+            uint32_t w;
+            std::memcpy(&w, row0 + 4 * static_cast<size_t>(p * rows), 4);
+            for (int j = 0; j < kper; ++j)
+              o[p * kper + j] = static_cast<int16_t>(static_cast<int>((w >> (kb * j)) & kmask) - z);
+          }
+        }
+      };
+      if (bits == 2) unpack(std::integral_constant<int, 2>{});
+      if (bits == 4) unpack(std::integral_constant<int, 4>{});
+      if (bits == 8) unpack(std::integral_constant<int, 8>{});
+    };
+    TensorView v = int_blocks(
+        b, rows, cols, -z_hi, static_cast<int>(mask) - z_lo, f16_exact, fill_row,
+        [&](int64_t r, int64_t c) { return scales[static_cast<size_t>((c / group) * rows + r)]; });
+    Raw out;
+    out.type_name = dtype_name(v.type);
+    out.supported = true;
+    out.n_dims = 2;
+    out.shape = {rows, cols};
+    out.view = v;
+    if (!b.raw.emplace(target, out).second)
+      throw ModelError("tensor '" + target + "' in " + where + " appears beside '" + name + "'");
+  }
+}
+
 // A folder's quantization_config: gpt-oss's MXFP4 experts pass (moe_loader), FP8 (fp8_linear),
-// compressed-tensors' (compressed_linear) and BitNet run, any other method is refused by name.
+// compressed-tensors' (compressed_linear), GPTQ / AWQ / AutoRound (gptq_linear) and BitNet run, any
+// other method is refused by name.
 // BitNet b1.58 checkpoints (quant_method "bitnet": transformers' BitLinear, offline, packed): every
 // matrix stored as uint8 [rows / 4, cols] holding four ternary values per byte along the rows (bits
 // 2i..2i+1 of packed row p: row i * rows / 4 + p, stored as w + 1), beside its weight_scale;
@@ -2667,11 +2859,14 @@ void bitnet_linear(const Json& cfg, Builder& b) {
   if (method == "mxfp4") return;  // (gpt-oss's experts: moe_loader reads their blocks)
   if (method == "fp8") return fp8_linear(q, b);
   if (method == "compressed-tensors") return compressed_linear(q, b);
-  if (method != "bitnet")  // (GPTQ, AWQ, bitsandbytes, ...)
-    throw ModelError("quantization_config quant_method '" + method + "' in " + where +
-                     " is not supported (a folder of float weights is, as are FP8 (fp8), "
-                     "compressed-tensors' W4A16 / W8A16, gpt-oss's MXFP4 and BitNet's packed ones; "
-                     "other quantized models run from their GGUF files)");
+  if (method == "gptq" || method == "awq" || method == "auto-round" || method == "intel/auto-round")
+    return gptq_linear(q, b, method);
+  if (method != "bitnet")  // (bitsandbytes, HQQ, EETQ, ...)
+    throw ModelError(
+        "quantization_config quant_method '" + method + "' in " + where +
+        " is not supported (a folder of float weights is, as are FP8 (fp8), "
+        "compressed-tensors' W4A16 / W8A16 / W8A8, GPTQ, AWQ, AutoRound, gpt-oss's MXFP4 "
+        "and BitNet's packed ones; other quantized models run from their GGUF files)");
   // (transformers' BitLinear divides a product by weight_scale; its AutoBitLinear, offline,
   // multiplies it: TensorView::scale_mul)
   const std::string linear_class = q.string("linear_class", "bitlinear");

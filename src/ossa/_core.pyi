@@ -84,6 +84,11 @@ def dequantize_tensor(model: Model, name: str) -> Annotated[NDArray[numpy.float3
 def dequantize_tensor(model: Model, name: bytes) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:
     """The same, for a tensor whose stored name is not UTF-8."""
 
+def tensor_type(model: Model, name: str) -> str:
+    """
+    The type a tensor is stored as ('Q4_0', 'F32', ...; file name or canonical name), as loaded (before any AMX repacking): what a quantized folder's matrices became.
+    """
+
 def model_logits(model: Model, token_ids: Sequence[int]) -> Annotated[NDArray[numpy.float32], dict(shape=(None, None))]:
     """Logits [n_tokens, n_vocab] of a fresh forward over one sequence."""
 

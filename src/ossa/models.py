@@ -646,6 +646,15 @@ def _quantization(path: str) -> str | None:
         return "BitNet ternary weights, int8 activations per row (quant_method bitnet)"
     if method == "mxfp4":
         return "MXFP4 experts (quant_method mxfp4)"
+    if method in ("gptq", "awq", "auto-round", "intel/auto-round"):
+        pf = q.get("packing_format") or "auto_round:auto_gptq"
+        layout = "AWQ" if method == "awq" or pf.endswith("awq") else "GPTQ"
+        group = q.get("group_size", 128)
+        grouping = "per row" if group in (-1, None) else f"groups of {group} columns"
+        zero = "symmetric" if q.get("sym", not q.get("zero_point", False)) else "zero points"
+        name = {"gptq": "GPTQ", "awq": "AWQ"}.get(method, "AutoRound")
+        return (f"{name} int{q.get('bits', 4)} weights ({grouping}, {zero}; {layout} packing), exact as GGUF "
+                f"blocks; activations float32 (quant_method {method})")  # fmt: skip
     if method != "compressed-tensors":
         return None
     parts = []
@@ -969,8 +978,10 @@ def _stored_type(name: str, dtype: str) -> str:
         return "E8M0 scales"
     if dtype == "U8" and name.endswith(".weight"):  # (BitNet's packed matrices: 4 values a byte)
         return "BitNet ternary"
-    if name.endswith(".weight_packed"):  # (compressed-tensors' W4A16 / W8A16 words)
+    if name.endswith((".weight_packed", ".qweight")):  # (compressed-tensors' / GPTQ's / AWQ's words)
         return "packed int words"
+    if name.endswith(".qzeros"):
+        return "packed zero points"
     if dtype == "F8_E4M3":  # (an FP8 folder's matrices, and below their block scales)
         return "FP8 E4M3"
     if name.endswith(".weight_scale_inv"):

@@ -1074,14 +1074,19 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     "bitnet"; twin of loader.cpp's bitnet_linear): the options transformers runs otherwise, and other
     quantization methods (gpt-oss's MXFP4 aside), refused by name."""
     q = c.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") in ("mxfp4", "fp8", "compressed-tensors"):
-        return False  # (gpt-oss's experts; FP8; compressed-tensors' W4A16 / W8A16)
-    if q.get("quant_method") != "bitnet":  # (GPTQ, AWQ, bitsandbytes, ...)
+    if not isinstance(q, dict) or q.get("quant_method") in (
+        "mxfp4",
+        "fp8",
+        "compressed-tensors",
+        *_GPTQ_METHODS,
+    ):
+        return False  # (gpt-oss's experts; FP8; compressed-tensors'; GPTQ / AWQ / AutoRound)
+    if q.get("quant_method") != "bitnet":  # (bitsandbytes, HQQ, EETQ, ...)
         method = q.get("quant_method", "")
         raise ValueError(f"quantization_config quant_method '{method}' in '{path}' is not supported (a "
-                         "folder of float weights is, as are FP8 (fp8), compressed-tensors' W4A16 / W8A16, "
-                         "gpt-oss's MXFP4 and BitNet's packed ones; other quantized models run from their "
-                         "GGUF files)")  # fmt: skip
+                         "folder of float weights is, as are FP8 (fp8), compressed-tensors' W4A16 / W8A16 / "
+                         "W8A8, GPTQ, AWQ, AutoRound, gpt-oss's MXFP4 and BitNet's packed ones; other "
+                         "quantized models run from their GGUF files)")  # fmt: skip
     if q.get("linear_class", "bitlinear") not in ("bitlinear", "autobitlinear"):
         raise ValueError(f"quantization_config linear_class '{q.get('linear_class')}' in '{path}' is not "
                          "supported (bitlinear and autobitlinear are)")  # fmt: skip
@@ -1091,6 +1096,113 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
     if q.get("use_rms_norm"):
         raise ValueError(f"quantization_config use_rms_norm=true in '{path}' is not supported")
     return True
+
+
+_GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
+_AWQ_NIBBLE = np.array([0, 4, 1, 5, 2, 6, 3, 7])  # (AWQ: row 8w + i of a word in nibble _AWQ_NIBBLE[i])
+
+
+def _gptq_config(c: dict[str, Any], path: str) -> tuple[bool, int] | None:
+    """A GPTQ / AWQ / AutoRound folder's layout (twin of loader.cpp's gptq_linear): (AWQ's packing or
+    GPTQ's, the offset added to stored zero points: 1 for GPTQ's v1 checkpoints), None for other folders;
+    what ossa does not run refused by name."""
+    q = c.get("quantization_config")
+    if not isinstance(q, dict) or q.get("quant_method") not in _GPTQ_METHODS:
+        return None
+    method, where = q["quant_method"], f"'{os.path.join(path, 'config.json')}'"
+
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"quantization_config ({method}) {what} in {where} is not supported (GPTQ's 2-, "
+                          "4- and 8-bit integer weights, AWQ's 4-bit GEMM ones and AutoRound's in either "
+                          "packing are)")  # fmt: skip
+
+    if method == "gptq":
+        fmt = q.get("checkpoint_format") or q.get("format") or "gptq"
+        if fmt not in ("gptq", "gptq_v2"):
+            raise refuse(f"checkpoint_format '{fmt}'")
+        return False, 1 if fmt == "gptq" else 0
+    if method == "awq":
+        version = str(q.get("version") or "gemm").lower()
+        if version not in ("gemm", "exllama", "ipex"):  # (exllama / ipex: kernels reading GEMM's checkpoints)
+            raise refuse(f"version '{version}'")
+        return True, 0
+    pf = q.get("packing_format") or "auto_round:auto_gptq"
+    if pf not in ("auto_round:auto_awq", "auto_round:awq", "auto_round:auto_gptq", "auto_round:gptq", "auto",
+                  "auto_round", "auto_round:gptqmodel"):  # fmt: skip
+        raise refuse(f"packing_format '{pf}'")
+    if (q.get("data_type") or "int") != "int":
+        raise refuse(f"data_type '{q.get('data_type')}'")
+    if (q.get("act_bits") or 16) < 16:
+        raise refuse(f"act_bits {q.get('act_bits')}")
+    awq = pf in ("auto_round:auto_awq", "auto_round:awq")
+    return awq, 1 if pf in ("auto_round:auto_gptq", "auto_round:gptq", "auto") else 0
+
+
+def _gptq_matrices(
+    where: dict[str, Any], stored: dict[str, str], layout: tuple[bool, int], path: str
+) -> dict[str, Any]:
+    """Every ``X.qweight`` of a GPTQ / AWQ / AutoRound folder as the float32 matrix ``X.weight``: (q - zero) *
+    scale with scale = scales[c / group, r] (twin of gptq_linear; exact where ossa stores GGUF blocks)."""
+    awq, zero_offset = layout
+    cfg = f"'{os.path.join(path, 'config.json')}'"
+    out: dict[str, Any] = {}
+
+    def i32(n: str) -> np.ndarray:
+        if n not in where:
+            raise ValueError(f"missing tensor '{n}' in {cfg}")
+        info = where[n].tensors[stored[n]]
+        if info.dtype != "I32" or len(info.shape) != 2:
+            raise ValueError(f"tensor '{n}' in {cfg} must be a 2-D I32 tensor")
+        return where[n].raw(stored[n]).view("<u4").reshape(info.shape)
+
+    for name in sorted(n for n in where if n.endswith(".qweight")):
+        base = name.removesuffix(".qweight")
+        qw, qz = i32(name), i32(base + ".qzeros")
+        if base + ".scales" not in where:
+            raise ValueError(f"missing tensor '{base}.scales' in {cfg} (beside '{name}')")
+        s_info = where[base + ".scales"].tensors[stored[base + ".scales"]]
+        if s_info.dtype not in ("F32", "F16", "BF16") or len(s_info.shape) != 2:
+            raise ValueError(f"tensor '{base}.scales' in {cfg} must be an F16, BF16 or F32 matrix")
+        scales = where[base + ".scales"].tensor(stored[base + ".scales"]).astype(np.float32)
+        n_groups, rows = scales.shape
+        packed_rows = qw.shape[1] if awq else qz.shape[1]
+        bits = packed_rows * 32 // rows if rows > 0 and (packed_rows * 32) % rows == 0 else 0
+        if bits not in (2, 4, 8) or (awq and bits != 4):
+            raise ValueError(f"matrix '{base}.weight' in {cfg} of {rows} rows packs them into {packed_rows} "
+                             f"words: not 2, 4 or 8 bits ({'AWQ: 4' if awq else 'GPTQ: 2, 4 or 8'} are "
+                             "supported)")  # fmt: skip
+        per, mask = 32 // bits, (1 << bits) - 1
+        cols = qw.shape[0] if awq else qw.shape[0] * per
+        fits = (qw.shape[1] * per == rows) if awq else (qw.shape[1] == rows)
+        if (n_groups <= 0 or cols <= 0 or cols % n_groups != 0 or not fits or qz.shape[0] != n_groups
+                or qz.shape[1] * per != rows):  # fmt: skip
+            raise ValueError(
+                f"tensors '{base}.qweight', '.qzeros' and '.scales' in {cfg} do not fit together"
+            )
+        group = cols // n_groups
+        if cols % 32 != 0:
+            raise ValueError(f"matrix '{base}.weight' of {cols} columns in {cfg} is not supported (a "
+                             "multiple of 32 is)")  # fmt: skip
+        if not awq and base + ".g_idx" in where:
+            info = where[base + ".g_idx"].tensors[stored[base + ".g_idx"]]
+            if info.dtype != "I32" or info.shape != [cols]:
+                raise ValueError(f"tensor '{base}.g_idx' in {cfg} is malformed")
+            if not np.array_equal(where[base + ".g_idx"].raw(stored[base + ".g_idx"]).view("<i4"),
+                                  np.arange(cols) // group):  # fmt: skip
+                raise ValueError(f"matrix '{base}.weight' in {cfg} has activation-ordered groups (desc_act), "
+                                 "which are not supported")  # fmt: skip
+        if not np.all(np.isfinite(scales)):
+            raise ValueError(f"tensor '{base}.scales' in {cfg} holds an invalid scale")
+        shifts = (bits * np.arange(per)).astype(np.uint32)
+        if awq:  # [cols, rows]: row 8w + i of word w in nibble _AWQ_NIBBLE[i]
+            q = ((qw[:, :, None] >> (4 * _AWQ_NIBBLE).astype(np.uint32)) & mask).reshape(cols, rows).T
+            z = ((qz[:, :, None] >> (4 * _AWQ_NIBBLE).astype(np.uint32)) & mask).reshape(n_groups, rows)
+        else:  # qweight [cols / per, rows]: column c at bits (c % per) * bits of word c / per
+            q = ((qw[:, None, :] >> shifts[None, :, None]) & mask).reshape(cols, rows).T
+            z = ((qz[:, :, None] >> shifts[None, None, :]) & mask).reshape(n_groups, rows)
+        v = q.astype(np.int32) - (z.astype(np.int32) + zero_offset).T.repeat(group, axis=1)
+        out[base + ".weight"] = (v.astype(np.float32) * scales.T.repeat(group, axis=1)).astype(np.float32)
+    return out
 
 
 def _fp8_config(c: dict[str, Any], path: str) -> tuple[bool, tuple[int, int] | None, bool]:
@@ -1417,6 +1529,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         c = json.load(f)
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
+    gptq = _gptq_config(c, path)
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -1559,6 +1672,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 _fp8_matrix(n, where, stored, fp8_block, fp8_e8m0, cfg_where)
 
     packed_mats = _compressed_matrices(where, stored, ct, path) if ct is not None else {}
+    if gptq is not None:
+        packed_mats.update(_gptq_matrices(where, stored, gptq, path))
     names |= set(packed_mats)
 
     def get_tensor(n: str, u8: bool = False) -> np.ndarray:
@@ -1751,7 +1866,7 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         qk_norm=arch in (*QK_NORM, "olmo3"),
         # (transformers' NemotronH never ties its lm_head, whatever tie_word_embeddings says)
         tied_embeddings=(bool(get("tie_word_embeddings", False)) and arch != "nemotron_h")
-        or "lm_head.weight" not in where,
+        or ("lm_head.weight" not in where and "lm_head.weight" not in packed_mats),
         clamp_qkv=float(np.float32(get("clip_qkv", 0.0))) if arch == "olmoe" else 0.0,  # (OLMoE's)
     )
     if arch == "gpt-oss":
