@@ -27,6 +27,7 @@ from tiny_models import (
     check_engine_gpt2,
     check_file_refusals,
     golden,
+    gptq_act_order,
     gptq_dequantized,
     gptq_float_folder,
     greedy,
@@ -68,6 +69,11 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], set[str]]] = {
     "auto-round-v2": (LLAMA, dict(kind="auto_round", symmetric=False), {"Q5_0"}),
     "auto-round-awq": (QWEN3, dict(kind="auto_round:auto_awq", symmetric=False, group=64), {"Q5_0"}),
     "gptq-moe": (QWEN3_MOE, {}, {"Q4_0"}),
+    # Act-order (desc_act): each matrix stored with its columns sorted by group, its input gathered so;
+    # q / k / v and gate / up sharing one order (as GPTQ gives them) or each its own (the per-matrix paths)
+    "gptq-act-order": (QWEN2, dict(act_order="shared"), {"Q4_0"}),
+    "gptq-act-order-own": (LLAMA, dict(act_order="own", group=32, symmetric=False), {"Q5_0"}),
+    "gptq-act-order-moe": (QWEN3_MOE, dict(act_order="own"), {"Q4_0"}),
     "awq-moe": (QWEN3_MOE, dict(kind="awq", symmetric=False), {"Q5_0"}),
 }
 
@@ -80,7 +86,11 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str,
     out = {}
     for i, (name, (kw, pack_kw, _)) in enumerate(CASES.items()):
         float_dir = make_hf_model(root / f"{name}-float", seed=90 + i, **kw)
-        path = pack_gptq(float_dir, root / name, **pack_kw)
+        act_order = pack_kw.get("act_order")
+        path = pack_gptq(float_dir, root / (name + "-packed" if act_order else name),
+                         **{k: v for k, v in pack_kw.items() if k != "act_order"})  # fmt: skip
+        if act_order:
+            path = gptq_act_order(path, root / name, shared=act_order == "shared", seed=i)
         ids = np.random.default_rng(i).integers(0, kw["vocab_size"], 40).tolist()
         out[name] = (path, float_dir, hf_logits(gptq_float_folder(path, root / f"{name}-dq"), ids), ids)
     return out
@@ -116,7 +126,7 @@ def test_logits_match_hf_and_twin(cases: dict[str, Any], name: str) -> None:
     assert float(np.max(np.abs(float_logits - hf))) > 1e-3 * float(np.max(np.abs(hf)))
 
 
-@pytest.mark.parametrize("name", ["gptq", "awq", "gptq-moe"])
+@pytest.mark.parametrize("name", ["gptq", "awq", "gptq-moe", "gptq-act-order", "gptq-act-order-own"])
 def test_chunked_prefill_greedy_and_batch_invariance(cases: dict[str, Any], name: str) -> None:
     """Chunks of 1, 5 and 40 tokens bitwise equal; 20 greedy tokens equal to transformers' generate on the
     dequantized weights; batch invariance."""
@@ -159,9 +169,9 @@ def test_autoround_end_to_end(tmp_path: Path) -> None:
 
 def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> None:
     """Layouts ossa does not run (AWQ's GEMV packing, Marlin / other checkpoint formats, AutoRound's other
-    packings and data types, activation quantization) are refused by name by both loaders; activation-
-    ordered groups (desc_act), 3 bits, missing or misshapen zero points and scales, non-finite scales are
-    ModelErrors, never a crash."""
+    packings and data types, activation quantization) are refused by name by both loaders; a g_idx out of
+    range or of the wrong length, 3 bits, missing or misshapen zero points and scales, non-finite scales
+    are ModelErrors, never a crash."""
     import torch
     from safetensors.torch import load_file
 
@@ -181,7 +191,8 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     stored = load_file(str(Path(src) / "model.safetensors"))
     base = "model.layers.1.mlp.down_proj."  # (256 columns: two groups of 128)
     cols = stored[base + "g_idx"].shape[0]
-    shuffled = dict(stored, **{base + "g_idx": (torch.randperm(cols) // 128).to(torch.int32)})
+    out_of_range = dict(stored, **{base + "g_idx": torch.full((cols,), 2, dtype=torch.int32)})
+    short_g_idx = dict(stored, **{base + "g_idx": stored[base + "g_idx"][:-1].contiguous()})
     no_zeros = {k: v for k, v in stored.items() if k != base + "qzeros"}
     no_scales = {k: v for k, v in stored.items() if k != base + "scales"}
     bad_zeros = dict(stored, **{base + "qzeros": stored[base + "qzeros"][:, :3].contiguous()})
@@ -190,7 +201,8 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
     three = dict(stored, **{base + "qzeros": torch.zeros(2, 128 * 3 // 32, dtype=torch.int32)})
     f32_words = dict(stored, **{base + "qweight": stored[base + "qweight"].float()})
     check_file_refusals(src, tmp_path, [
-        (shuffled, "activation-ordered"), (no_zeros, "qzeros"), (no_scales, "scales"),
+        (out_of_range, "holds group 2 of 2"), (short_g_idx, "g_idx' .* is malformed"), (no_zeros, "qzeros"),
+        (no_scales, "scales"),
         (bad_zeros, "not 2, 4 or 8 bits"), (bad_scales, "do not fit"), (inf_scales, "invalid scale"),
         (three, "not 2, 4 or 8 bits"), (f32_words, "I32"),
     ])  # fmt: skip
@@ -215,3 +227,31 @@ def test_engine(default_model_path: str, tmp_path: Path) -> None:
     folder = make_hf_model(tmp_path / "float", seed=12, **dict(LLAMA, vocab_size=50257, bos_token_id=None,
                                                                eos_token_id=50256))  # fmt: skip
     check_engine_gpt2(pack_gptq(folder, tmp_path / "packed", kind="awq", symmetric=False), default_model_path)
+
+
+@pytest.mark.parametrize("name", ["gptq-act-order", "gptq-act-order-own"])
+def test_act_order_other_modes(cases: dict[str, Any], name: str) -> None:
+    """Act-order matrices keep float32 inputs under 8-bit activations (none is listed among the int8
+    matrices: the twin rounds the inputs of those listed alone) and gather bf16-rounded inputs under
+    dtype bfloat16 (no bf16 tiles handed over from the op before): both as the twin computes them, batch
+    invariant. (bfloat16 is compared token by token, each token alone: in a sequence a value on a bf16
+    rounding boundary in an early token's K / V lands apart in the two and moves every later token, ~5e-3
+    of the logits, with or without act-order.)"""
+    from ossa.reference import model as ref_model
+
+    path, _, hf, ids = cases[name]
+    config, weights = ref_loader.load_weights(path)
+    scale = float(np.max(np.abs(hf)))
+    model = core.load_model(path, quantized_activations=True)
+    assert not any(".w" in k and "layers." in k for k in model.int8_matrices), model.int8_matrices
+    twin = ref_model.forward(config, weights, ids, quantized_activations=True,
+                             int8_matrices=model.int8_matrices)  # fmt: skip
+    assert float(np.max(np.abs(core.model_logits(model, ids) - twin))) < twin_tol(model) * scale
+    bf = core.load_model(path, dtype="bfloat16")
+    bf16_weights = ref_model.bf16_matrices(config, weights)
+    for t in ids[:8]:
+        got = core.model_logits(bf, [t])
+        twin = ref_model.forward(config, bf16_weights, [t], bf16_compute=True)
+        assert float(np.max(np.abs(got - twin))) < twin_tol(bf) * scale
+    assert float(np.max(np.abs(core.model_logits(bf, ids) - hf))) < 0.05 * scale
+    check_invariance(bf, CASES[name][0]["vocab_size"], seed=3)

@@ -682,6 +682,47 @@ def pack_gptq(
     return str(out)
 
 
+def gptq_act_order(path: str | os.PathLike[str], out: str | os.PathLike[str], shared: bool = True,
+                   seed: int = 0) -> str:  # fmt: skip
+    """An act-order (desc_act) copy of the GPTQ folder ``path``: each matrix's columns (its packed
+    ``qweight`` words along the input) in a random order, ``g_idx`` giving each column its group as GPTQ's
+    desc_act writes it (group k holds the k-th ``group`` columns of that order; the scales and zero points
+    unchanged): a valid checkpoint of other weights, which AutoRound's g_idx path reads. ``shared``: the
+    matrices that share an input (q / k / v, gate / up of a layer) share their order, as GPTQ's Hessian
+    order gives them; else every matrix has its own."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, out = Path(path), Path(out)
+    shutil.copytree(src, out)
+    stored = load_file(str(src / "model.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    rng = np.random.default_rng(seed)
+    orders: dict[str, np.ndarray] = {}
+    tensors = dict(stored)
+    for name in sorted(n for n in stored if n.endswith(".qweight")):
+        base = name.removesuffix(".qweight")
+        qw, qz, sc = stored[name], stored[base + ".qzeros"], stored[base + ".scales"]
+        rows = sc.shape[1]
+        bits = qz.shape[1] * 32 // rows
+        per, cols = 32 // bits, qw.shape[0] * 32 // bits
+        group = cols // sc.shape[0]
+        key = base
+        if shared:
+            key = base.replace("k_proj", "q_proj").replace("v_proj", "q_proj").replace("up_proj", "gate_proj")
+        order = orders.setdefault(key, rng.permutation(cols))
+        words = qw.numpy().view(np.uint32)
+        q = (words[:, None, :] >> (bits * np.arange(per, dtype=np.uint32))[None, :, None]) & ((1 << bits) - 1)
+        q = q.reshape(cols, rows)[order]  # (stored column c: the original column order[c])
+        packed = q.reshape(cols // per, per, rows) << (bits * np.arange(per, dtype=np.uint32))[None, :, None]
+        tensors[name] = torch.from_numpy(packed.sum(axis=1, dtype=np.uint32).view(np.int32))
+        tensors[base + ".g_idx"] = torch.from_numpy((order // group).astype(np.int32))
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg["quantization_config"]["desc_act"] = True
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    return str(out)
+
+
 def gptq_dequantized(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """AutoRound's own reading of every quantized matrix of a GPTQ / AWQ / AutoRound folder (its scales in
     float32, so that (q - zero) * scale is rounded once, as the float32 model computes it): AWQ's by its
@@ -714,12 +755,19 @@ def gptq_dequantized(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
                 w = dequantize_gemm(qw, qz, sc, bits, qw.shape[0] // n_groups)
             else:
                 cols = qw.shape[0] * 32 // bits
-                # (its g_idx path slices the scales' columns by the input width: the groups' own path)
-                if base + ".g_idx" in stored:
-                    assert torch.equal(stored[base + ".g_idx"], torch.arange(cols) // (cols // n_groups))
-                m = (QuantLinearV1 if v1 else QuantLinearV2)(bits, cols // n_groups, cols, rows, bias=False)
-                m.qweight, m.qzeros, m.scales = qw, qz, sc
-                w = m(torch.eye(cols))
+                # (its g_idx path, act-order's, slices the outputs by the input width: a module per
+                # slice of at most `cols` rows)
+                parts, per = [], 32 // bits
+                for r0 in range(0, rows, cols):
+                    r1 = min(rows, r0 + cols)
+                    m = (QuantLinearV1 if v1 else QuantLinearV2)(bits, cols // n_groups, cols, r1 - r0,
+                                                                 bias=False, g_idx=True)  # fmt: skip
+                    m.qweight, m.qzeros = qw[:, r0:r1].contiguous(), qz[:, r0 // per : r1 // per].contiguous()
+                    m.scales = sc[:, r0:r1].contiguous()
+                    if base + ".g_idx" in stored:
+                        m.g_idx = stored[base + ".g_idx"]
+                    parts.append(m(torch.eye(cols)))
+                w = torch.cat(parts, dim=1)
         out[base + ".weight"] = w.float().numpy().T.copy()
     return out
 

@@ -399,7 +399,7 @@ void bind_model(nb::module_& m) {
     {
       nb::gil_scoped_release release;
       for (int64_t r = 0; r < v->rows; ++r)
-        ossa::dequantize_row(*v, r, out + static_cast<size_t>(r) * v->cols);
+        ossa::dequantize_row_logical(*v, r, out + static_cast<size_t>(r) * v->cols);
     }
     return nb::ndarray<nb::numpy, float, nb::ndim<2>>(
         out, {static_cast<size_t>(v->rows), static_cast<size_t>(v->cols)}, owner);

@@ -10,7 +10,10 @@
 
 namespace ossa {
 
-// Dequantizes row `row` of `view` into out[0 .. view.cols).
+// Dequantizes row `row` of `view` into out[0 .. view.cols), the columns as stored.
 void dequantize_row(const TensorView& view, int64_t row, float* out);
+// The same with a reordered matrix's columns put back in the input's order (TensorView::in_perm):
+// the matrix the model multiplies.
+void dequantize_row_logical(const TensorView& view, int64_t row, float* out);
 
 }  // namespace ossa

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "formats/dequantize.h"
 #include "util/error.h"
@@ -394,6 +395,13 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
   }
   throw ModelError("cannot dequantize tensor type " +
                    std::to_string(static_cast<uint32_t>(view.type)));
+}
+
+void dequantize_row_logical(const TensorView& view, int64_t row, float* out) {
+  if (view.in_perm == nullptr) return dequantize_row(view, row, out);
+  std::vector<float> stored(static_cast<size_t>(view.cols));
+  dequantize_row(view, row, stored.data());
+  for (int64_t j = 0; j < view.cols; ++j) out[view.in_perm[j]] = stored[static_cast<size_t>(j)];
 }
 
 }  // namespace ossa

@@ -73,6 +73,11 @@ struct TensorView {
   // quantized per token and dequantized (kernels/matmul.cpp: act_quantize_rows) before the product.
   uint8_t act_quant = 0;
   float act_scale = 0.0f;  // (static activation quantization: the scale; 0: per token)
+  // A GPTQ act-order (desc_act) matrix stored with its columns reordered so that its groups are
+  // contiguous: stored column j multiplies input element in_perm[j] (kernels/matmul.cpp gathers
+  // each input row so before the product; dequantize_row_logical puts the columns back). Null:
+  // none.
+  const int32_t* in_perm = nullptr;
 
   bool empty() const { return data == nullptr; }
   size_t nbytes() const { return row_bytes * static_cast<size_t>(rows); }

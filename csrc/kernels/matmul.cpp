@@ -193,6 +193,44 @@ bool same_act_quant(const TensorView& a, const TensorView& b) {
   return a.act_quant == b.act_quant && a.act_scale == b.act_scale;
 }
 
+// Whether two matrices take their input in the same column order (TensorView::in_perm; the loader
+// shares one array between matrices whose orders are equal).
+bool same_in_perm(const TensorView& a, const TensorView& b) {
+  if (a.in_perm == b.in_perm) return true;
+  if (a.in_perm == nullptr || b.in_perm == nullptr || a.cols != b.cols) return false;
+  return std::equal(a.in_perm, a.in_perm + a.cols, b.in_perm);
+}
+
+// The input of a call whose matrices store their columns reordered (TensorView::in_perm; GPTQ's
+// act-order): each row gathered into that order (float32; 8-bit blocks and bf16 tiles are not taken
+// by such matrices: takes_q8 / takes_bf16_tiles). Else x.
+thread_local AlignedVector<float> t_in_perm;
+MatmulInput in_permuted(const MatmulInput& x, const TensorView& w, int threads) {
+  if (w.in_perm == nullptr) return x;
+  if (x.f32 == nullptr)
+    throw ModelError(
+        "matmul: a matrix with reordered columns (GPTQ act-order) takes float32 inputs");
+  float* out = grow(t_in_perm, x.n_rows * x.cols);
+  const int32_t* perm = w.in_perm;
+  const auto work = [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* src = x.f32 + r * x.cols;
+      float* dst = out + r * x.cols;
+      for (int64_t j = 0; j < x.cols; ++j) dst[j] = src[perm[j]];
+    }
+  };
+  if (x.n_rows <= 4)
+    work(0, x.n_rows, 0);
+  else
+    parallel_for(x.n_rows, 4, threads, work);
+  MatmulInput r = x;
+  r.f32 = out;
+  r.q8 = nullptr;
+  r.quantized = false;
+  r.bf16_tiles = nullptr;
+  return r;
+}
+
 // The input of a call whose matrices quantize their activations (all the same way): q * s, as the
 // reference computes it, for the f32 kernels; for repacked (AMX / int8) matrices, whose activation
 // splits would round q * s (bf16 hi + lo: ~2^-16 of it, which the next quantization's thresholds
@@ -511,8 +549,15 @@ bool amx_default() { return !amx_env_off() && amx_available(); }
 
 bool repack_default() { return !amx_env_off() && (amx_available() || i8_avx2_available()); }
 
-void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x_in) {
+void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& x_in0) {
   OSSA_ASSERT(n_targets >= 1 && n_targets <= k_max_targets);
+  for (int t = 1; t < n_targets; ++t)
+    if (!same_in_perm(*targets[t].w, *targets[0].w)) {
+      // (matrices ordering their input differently: one call each, the same results per matrix)
+      for (int u = 0; u < n_targets; ++u) matmul_many(&targets[u], 1, x_in0);
+      return;
+    }
+  const MatmulInput x_in = in_permuted(x_in0, *targets[0].w, parallel_threads());
   for (int t = 1; t < n_targets; ++t)
     if (!same_act_quant(*targets[t].w, *targets[0].w))
       throw ModelError(
@@ -573,10 +618,12 @@ void matmul_many(const MatmulTarget* targets, int n_targets, const MatmulInput& 
       claim_grain(n_items, threads));
 }
 
-bool takes_bf16_tiles(const TensorView& w) { return w.bf16_compute && w.packed != nullptr; }
+bool takes_bf16_tiles(const TensorView& w) {
+  return w.bf16_compute && w.packed != nullptr && w.in_perm == nullptr;
+}
 
 bool takes_q8(const TensorView& w) {
-  if (w.empty() || w.bf16_compute) return false;
+  if (w.empty() || w.bf16_compute || w.in_perm != nullptr) return false;
   return w.packed != nullptr ? amx_i8_type(w.type) : dtype_quantized(w.type);
 }
 
@@ -589,8 +636,22 @@ void bf16_tiles_row(const float* row, int64_t cols, int64_t r, uint16_t* tiles) 
   amx_round_rows(row - r * cols, cols, r, r + 1, tiles);
 }
 
-void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x_in,
+void matmul_gate_up_swiglu(const TensorView& gate, const TensorView& up, const MatmulInput& x_in0,
                            float* out, int64_t ldo, uint16_t* out_tiles, Glu glu) {
+  if (!same_in_perm(gate, up)) {
+    // (gate and up ordering their input differently: each matrix on its own, then the GLU, the same
+    // values as the fused path's)
+    OSSA_ASSERT(out_tiles == nullptr);
+    thread_local AlignedVector<float> g_buf, u_buf;
+    float* g = grow(g_buf, x_in0.n_rows * gate.rows);
+    float* u = grow(u_buf, x_in0.n_rows * up.rows);
+    matmul(gate, x_in0, g, gate.rows);
+    matmul(up, x_in0, u, up.rows);
+    for (int64_t r = 0; r < x_in0.n_rows; ++r)
+      glu_row(glu, g + r * gate.rows, u + r * up.rows, gate.rows, out + r * ldo);
+    return;
+  }
+  const MatmulInput x_in = in_permuted(x_in0, gate, parallel_threads());
   if (!same_act_quant(gate, up))
     throw ModelError(
         "matmul: gate and up quantize their input differently (their input_scale differ)");

@@ -100,8 +100,9 @@ struct Builder {
   TensorView to_f32(const TensorView& v) {
     if (v.type == DType::F32) return v;
     float* buf = reinterpret_cast<float*>(alloc(static_cast<size_t>(v.rows * v.cols) * 4));
-    for (int64_t r = 0; r < v.rows; ++r) dequantize_row(v, r, buf + r * v.cols);
+    for (int64_t r = 0; r < v.rows; ++r) dequantize_row_logical(v, r, buf + r * v.cols);
     TensorView out = v;
+    out.in_perm = nullptr;
     out.type = DType::F32;
     out.row_bytes = static_cast<size_t>(v.cols) * 4;
     out.data = reinterpret_cast<const uint8_t*>(buf);
@@ -358,7 +359,7 @@ void build_mla_weights(const ModelConfig& c, Builder& b,
     l.wv_b[h] = head_view(kvb, h * (N + V) + N, V, p + "wv_b." + hs);
     float* t = reinterpret_cast<float*>(b.alloc(static_cast<size_t>(C * N) * 4));
     for (int64_t n = 0; n < N; ++n) {  // row n of head h's K part, into column n
-      dequantize_row(kvb, h * (N + V) + n, row.data());
+      dequantize_row_logical(kvb, h * (N + V) + n, row.data());
       for (int64_t k = 0; k < C; ++k) t[k * N + n] = row[static_cast<size_t>(k)];
     }
     TensorView v{DType::F32, C, N, reinterpret_cast<const uint8_t*>(t), static_cast<size_t>(N) * 4};
@@ -2719,6 +2720,7 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
   };
   static constexpr int k_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   std::vector<int16_t> zeros;
+  std::vector<const int32_t*> perms;  // (act-order column orders, shared between matrices)
   std::vector<std::string> names;
   for (const auto& [name, raw] : b.raw)
     if (name.size() > 8 && name.compare(name.size() - 8, 8, ".qweight") == 0) names.push_back(name);
@@ -2756,18 +2758,40 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
     if (cols % 32 != 0)
       throw ModelError("matrix '" + target + "' of " + std::to_string(cols) + " columns in " +
                        where + " is not supported (a multiple of 32 is)");
+    // Act-order (desc_act): column c in group g_idx[c], not c / group. The matrix is stored with
+    // its columns ordered by group (a stable sort: perm[j] the input column of stored column j),
+    // its input gathered so at each product (TensorView::in_perm).
+    std::vector<int32_t> perm, col_group;  // (empty: contiguous groups)
     if (auto gi = b.raw.find(base + ".g_idx"); !awq && gi != b.raw.end()) {
       if (gi->second.type_name != "I32" || gi->second.shape.size() != 1 ||
           gi->second.shape[0] != cols)
         throw ModelError("tensor '" + base + ".g_idx' in " + where + " is malformed");
-      for (int64_t c = 0; c < cols; ++c)
-        if (static_cast<int64_t>(word(gi->second, c)) != c / group)
-          throw ModelError("matrix '" + target + "' in " + where +
-                           " has activation-ordered groups (desc_act), which are not supported");
+      bool trivial = true;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t g = static_cast<int32_t>(word(gi->second, c));
+        if (g < 0 || g >= n_groups)
+          throw ModelError("tensor '" + base + ".g_idx' in " + where + " holds group " +
+                           std::to_string(g) + " of " + std::to_string(n_groups));
+        trivial = trivial && g == c / group;
+      }
+      if (!trivial) {
+        perm.resize(static_cast<size_t>(cols));
+        for (int64_t c = 0; c < cols; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+        std::stable_sort(perm.begin(), perm.end(), [&](int32_t x, int32_t y) {
+          return static_cast<int32_t>(word(gi->second, x)) <
+                 static_cast<int32_t>(word(gi->second, y));
+        });
+        col_group.resize(static_cast<size_t>(cols));
+        for (int64_t j = 0; j < cols; ++j)
+          col_group[static_cast<size_t>(j)] =
+              static_cast<int32_t>(word(gi->second, perm[static_cast<size_t>(j)]));
+      }
     }
     std::vector<float> scales(static_cast<size_t>(n_groups * rows));
     for (int64_t g = 0; g < n_groups; ++g) dequantize_row(sc.view, g, scales.data() + g * rows);
     bool f16_exact = group % 32 == 0;
+    for (int64_t j = 0; j < static_cast<int64_t>(col_group.size()) && f16_exact; ++j)
+      f16_exact = col_group[static_cast<size_t>(j)] == col_group[static_cast<size_t>(j - j % 32)];
     for (float s : scales) {
       if (!std::isfinite(s))
         throw ModelError("tensor '" + base + ".scales' in " + where + " holds an invalid scale");
@@ -2805,6 +2829,17 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
         constexpr int kb = decltype(bits_c)::value, kper = 32 / kb;
         constexpr uint32_t kmask = (1u << kb) - 1;
         const uint8_t* row0 = qw.bytes + 4 * static_cast<size_t>(r);
+        if (!perm.empty()) {  // (act-order: stored column j is column perm[j], its group's zero)
+          for (int64_t j = 0; j < cols; ++j) {
+            const int64_t c = perm[static_cast<size_t>(j)];
+            uint32_t w;
+            std::memcpy(&w, row0 + 4 * static_cast<size_t>((c / kper) * rows), 4);
+            o[j] = static_cast<int16_t>(
+                static_cast<int>((w >> (kb * (c % kper))) & kmask) -
+                zeros[static_cast<size_t>(col_group[static_cast<size_t>(j)]) * rows + r]);
+          }
+          return;
+        }
         if (group % kper != 0) {  // (groups splitting a word: F32 matrices)
           for (int64_t c = 0; c < cols; ++c) {
             uint32_t w;
@@ -2828,9 +2863,25 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
       if (bits == 4) unpack(std::integral_constant<int, 4>{});
       if (bits == 8) unpack(std::integral_constant<int, 8>{});
     };
-    TensorView v = int_blocks(
-        b, rows, cols, -z_hi, static_cast<int>(mask) - z_lo, f16_exact, fill_row,
-        [&](int64_t r, int64_t c) { return scales[static_cast<size_t>((c / group) * rows + r)]; });
+    TensorView v = int_blocks(b, rows, cols, -z_hi, static_cast<int>(mask) - z_lo, f16_exact,
+                              fill_row, [&](int64_t r, int64_t c) {
+                                const int64_t g =
+                                    perm.empty() ? c / group : col_group[static_cast<size_t>(c)];
+                                return scales[static_cast<size_t>(g * rows + r)];
+                              });
+    if (!perm.empty()) {  // (one array for every matrix of the same order: q / k / v, gate / up)
+      const int32_t* shared = nullptr;
+      for (const int32_t* s : perms)
+        if (s[-1] == cols && std::equal(perm.begin(), perm.end(), s)) shared = s;
+      if (shared == nullptr) {
+        auto* buf = reinterpret_cast<int32_t*>(b.alloc(static_cast<size_t>(cols + 1) * 4));
+        buf[0] = static_cast<int32_t>(cols);  // (its length, before it)
+        std::copy(perm.begin(), perm.end(), buf + 1);
+        shared = buf + 1;
+        perms.push_back(shared);
+      }
+      v.in_perm = shared;
+    }
     Raw out;
     out.type_name = dtype_name(v.type);
     out.supported = true;

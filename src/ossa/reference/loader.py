@@ -1183,14 +1183,15 @@ def _gptq_matrices(
         if cols % 32 != 0:
             raise ValueError(f"matrix '{base}.weight' of {cols} columns in {cfg} is not supported (a "
                              "multiple of 32 is)")  # fmt: skip
+        col_group = np.arange(cols) // group  # (act-order, desc_act: g_idx, column c in group g_idx[c])
         if not awq and base + ".g_idx" in where:
             info = where[base + ".g_idx"].tensors[stored[base + ".g_idx"]]
             if info.dtype != "I32" or info.shape != [cols]:
                 raise ValueError(f"tensor '{base}.g_idx' in {cfg} is malformed")
-            if not np.array_equal(where[base + ".g_idx"].raw(stored[base + ".g_idx"]).view("<i4"),
-                                  np.arange(cols) // group):  # fmt: skip
-                raise ValueError(f"matrix '{base}.weight' in {cfg} has activation-ordered groups (desc_act), "
-                                 "which are not supported")  # fmt: skip
+            col_group = where[base + ".g_idx"].raw(stored[base + ".g_idx"]).view("<i4").astype(np.int64)
+            bad = col_group[(col_group < 0) | (col_group >= n_groups)]
+            if bad.size:
+                raise ValueError(f"tensor '{base}.g_idx' in {cfg} holds group {bad[0]} of {n_groups}")
         if not np.all(np.isfinite(scales)):
             raise ValueError(f"tensor '{base}.scales' in {cfg} holds an invalid scale")
         shifts = (bits * np.arange(per)).astype(np.uint32)
@@ -1200,8 +1201,8 @@ def _gptq_matrices(
         else:  # qweight [cols / per, rows]: column c at bits (c % per) * bits of word c / per
             q = ((qw[:, None, :] >> shifts[None, :, None]) & mask).reshape(cols, rows).T
             z = ((qz[:, :, None] >> shifts[None, None, :]) & mask).reshape(n_groups, rows)
-        v = q.astype(np.int32) - (z.astype(np.int32) + zero_offset).T.repeat(group, axis=1)
-        out[base + ".weight"] = (v.astype(np.float32) * scales.T.repeat(group, axis=1)).astype(np.float32)
+        v = q.astype(np.int32) - (z.astype(np.int32) + zero_offset).T[:, col_group]
+        out[base + ".weight"] = np.ascontiguousarray(v.astype(np.float32) * scales.T[:, col_group])
     return out
 
 
