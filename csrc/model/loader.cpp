@@ -2292,15 +2292,18 @@ void fp8_linear(const Json& q, Builder& b) {
   }
 }
 
-// A [rows, cols] matrix of exact integers (row r's written by fill_row(r, out), all within [lo,
-// hi]) times scale_of(r, c) (one scale per 32 columns at least) as the smallest GGUF block type
-// whose values are exactly their products: Q4_0 where [lo, hi] is within -8..7 ((nibble - 8) * d),
-// Q5_0 within -16..15 ((q5 - 16) * d), Q8_0 within -128..127, d the scale as f16; as F32, each
-// product rounded once as the reference computes it, where the values exceed those ranges or a
-// scale is not an f16 number (!f16_exact). Rows are filled one at a time per thread (no
-// matrix-sized intermediate).
+// A [rows, cols] matrix of exact integers (rows r0 .. r0 + n - 1 written by fill_rows(r0, n, out),
+// n <= k_int_chunk and r0 a multiple of it, row-major; all within [lo, hi]) times scale_of(r, c)
+// (one scale per 32 columns at least) as the smallest GGUF block type whose values are exactly
+// their products: Q4_0 where [lo, hi] is within -8..7 ((nibble - 8) * d), Q5_0 within -16..15
+// ((q5 - 16) * d), Q8_0 within -128..127, d the scale as f16; as F32, each product rounded once as
+// the reference computes it, where the values exceed those ranges or a scale is not an f16 number
+// (!f16_exact). Rows are filled k_int_chunk at a time per thread (no matrix-sized intermediate; the
+// packed formats keep neighbouring rows' values in neighbouring words, which a chunk reads as
+// runs).
+constexpr int64_t k_int_chunk = 8;  // (64 measured slower: its scattered writes)
 TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, int lo, int hi, bool f16_exact,
-                      const std::function<void(int64_t, int16_t*)>& fill_row,
+                      const std::function<void(int64_t, int64_t, int16_t*)>& fill_rows,
                       const std::function<float(int64_t, int64_t)>& scale_of) {
   TensorView v;
   v.rows = rows;
@@ -2315,10 +2318,12 @@ TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, int lo, int hi, bo
                        : static_cast<size_t>(cols) * 4;
   uint8_t* out = b.alloc(v.row_bytes * static_cast<size_t>(rows));
   v.data = out;
-  parallel_for(rows, 16, parallel_threads(), [&](int64_t begin, int64_t end, int) {
-    std::vector<int16_t> row(static_cast<size_t>(cols));
-    for (int64_t r = begin; r < end; ++r) {
-      fill_row(r, row.data());
+  const int64_t n_chunks = (rows + k_int_chunk - 1) / k_int_chunk;
+  parallel_for(n_chunks, 1, parallel_threads(), [&](int64_t begin, int64_t end, int) {
+    std::vector<int16_t> chunk(static_cast<size_t>(k_int_chunk * cols));
+    for (int64_t r = k_int_chunk * begin; r < std::min(rows, k_int_chunk * end); ++r) {
+      if (r % k_int_chunk == 0) fill_rows(r, std::min(k_int_chunk, rows - r), chunk.data());
+      const int16_t* row = chunk.data() + (r % k_int_chunk) * cols;
       uint8_t* dst = out + static_cast<size_t>(r) * v.row_bytes;
       if (!blocks) {
         float* o = reinterpret_cast<float*>(dst);
@@ -2330,7 +2335,7 @@ TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, int lo, int hi, bo
         uint8_t* blk = dst + k * bb;
         const uint16_t d = f32_to_f16(scale_of(r, 32 * k));
         std::memcpy(blk, &d, 2);
-        const int16_t* x = row.data() + 32 * k;
+        const int16_t* x = row + 32 * k;
         if (type == DType::Q8_0) {
           for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(x[j]));
         } else if (type == DType::Q4_0) {
@@ -2525,8 +2530,8 @@ void compressed_linear(const Json& q, Builder& b) {
       const auto* q8 = reinterpret_cast<const int8_t*>(raw.bytes);
       out.view = int_blocks(
           b, rows, cols, -128, 127, f16_exact,
-          [&](int64_t r, int16_t* o) {
-            for (int64_t c = 0; c < cols; ++c) o[c] = q8[r * cols + c];
+          [&](int64_t r0, int64_t n, int16_t* o) {
+            for (int64_t i = 0; i < n * cols; ++i) o[i] = q8[r0 * cols + i];
           },
           [&](int64_t r, int64_t) { return one ? scales[0] : scales[static_cast<size_t>(r)]; });
     }
@@ -2641,11 +2646,14 @@ void compressed_linear(const Json& q, Builder& b) {
     const auto scale_of = [&](int64_t r, int64_t c) {
       return per_matrix ? scales[0] : scales[static_cast<size_t>(r * n_groups + c / group)];
     };
+    const auto fill_rows = [&](int64_t r0, int64_t n, int16_t* o) {
+      for (int64_t i = 0; i < n; ++i) fill_row(r0 + i, o + i * cols);
+    };
     // (4 bits: -8..7 less a zero point of -8..7; 8 bits: symmetric)
-    TensorView v = bits == 8 ? int_blocks(b, rows, cols, -128, 127, f16_exact, fill_row, scale_of)
+    TensorView v = bits == 8 ? int_blocks(b, rows, cols, -128, 127, f16_exact, fill_rows, scale_of)
                    : zp != nullptr
-                       ? int_blocks(b, rows, cols, -15, 15, f16_exact, fill_row, scale_of)
-                       : int_blocks(b, rows, cols, -8, 7, f16_exact, fill_row, scale_of);
+                       ? int_blocks(b, rows, cols, -15, 15, f16_exact, fill_rows, scale_of)
+                       : int_blocks(b, rows, cols, -8, 7, f16_exact, fill_rows, scale_of);
     set_act(v, base);
     Raw out_raw;
     out_raw.type_name = dtype_name(v.type);
@@ -2810,53 +2818,54 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
         z_hi = std::max(z_hi, z);
       }
     const int64_t qw_cols = qw.shape[1];
-    const auto fill_row = [&](int64_t r, int16_t* o) {
-      if (awq) {  // qweight [cols, rows / 8]: row r of column c in word (c, r / 8)
-        const int shift = 4 * k_awq_nibble[r % 8];
-        const uint8_t* col0 = qw.bytes + 4 * static_cast<size_t>(r / 8);
-        for (int64_t g = 0, c = 0; g < n_groups; ++g) {
-          const int z = zeros[static_cast<size_t>(g * rows + r)];
-          for (const int64_t c1 = c + group; c < c1; ++c) {
+    // Rows r0 .. r0 + n - 1 (n <= k_int_chunk, r0 a multiple of it; AWQ: rows % 8 == 0): their
+    // words are neighbours in both layouts.
+    const auto fill_rows = [&](int64_t r0, int64_t n, int16_t* o) {
+      const int16_t* zr = zeros.data() + r0;  // (zr[g * rows + i]: row r0 + i's zero in group g)
+      if (awq) {  // qweight [cols, rows / 8]: word (c, r / 8) holds rows r .. r + 7 of column c
+        const uint8_t* col0 = qw.bytes + 4 * static_cast<size_t>(r0 / 8);
+        for (int64_t c = 0; c < cols; ++c) {
+          const int16_t* z = zr + (c / group) * rows;
+          for (int64_t w8 = 0; w8 < n / 8; ++w8) {
             uint32_t w;
-            std::memcpy(&w, col0 + 4 * static_cast<size_t>(c * qw_cols), 4);
-            o[c] = static_cast<int16_t>(static_cast<int>((w >> shift) & 15) - z);
+            std::memcpy(&w, col0 + 4 * static_cast<size_t>(c * qw_cols + w8), 4);
+            for (int i = 0; i < 8; ++i)
+              o[(8 * w8 + i) * cols + c] = static_cast<int16_t>(
+                  static_cast<int>((w >> (4 * k_awq_nibble[i])) & 15) - z[8 * w8 + i]);
           }
         }
         return;
       }
-      // GPTQ: qweight [cols / per, rows]: columns p * per.. of row r in word (p, r)
+      // GPTQ: qweight [cols / per, rows]: word (p, r) holds columns p * per .. of row r
       const auto unpack = [&](auto bits_c) {
         constexpr int kb = decltype(bits_c)::value, kper = 32 / kb;
         constexpr uint32_t kmask = (1u << kb) - 1;
-        const uint8_t* row0 = qw.bytes + 4 * static_cast<size_t>(r);
-        if (!perm.empty()) {  // (act-order: stored column j is column perm[j], its group's zero)
+        uint32_t w[k_int_chunk];
+        const auto load = [&](int64_t p) {
+          const uint8_t* src = qw.bytes + 4 * static_cast<size_t>(p * rows + r0);
+          if (n == k_int_chunk)  // (a constant size: an inlined copy)
+            std::memcpy(w, src, 4 * k_int_chunk);
+          else
+            std::memcpy(w, src, 4 * static_cast<size_t>(n));
+        };
+        if (!perm.empty() || group % kper != 0) {  // (act-order, or groups splitting a word)
           for (int64_t j = 0; j < cols; ++j) {
-            const int64_t c = perm[static_cast<size_t>(j)];
-            uint32_t w;
-            std::memcpy(&w, row0 + 4 * static_cast<size_t>((c / kper) * rows), 4);
-            o[j] = static_cast<int16_t>(
-                static_cast<int>((w >> (kb * (c % kper))) & kmask) -
-                zeros[static_cast<size_t>(col_group[static_cast<size_t>(j)]) * rows + r]);
+            const int64_t c = perm.empty() ? j : perm[static_cast<size_t>(j)];
+            const int64_t g = perm.empty() ? j / group : col_group[static_cast<size_t>(j)];
+            load(c / kper);
+            for (int64_t i = 0; i < n; ++i)
+              o[i * cols + j] = static_cast<int16_t>(
+                  static_cast<int>((w[i] >> (kb * (c % kper))) & kmask) - zr[g * rows + i]);
           }
           return;
         }
-        if (group % kper != 0) {  // (groups splitting a word: F32 matrices)
-          for (int64_t c = 0; c < cols; ++c) {
-            uint32_t w;
-            std::memcpy(&w, row0 + 4 * static_cast<size_t>((c / kper) * rows), 4);
-            o[c] = static_cast<int16_t>(static_cast<int>((w >> (kb * (c % kper))) & kmask) -
-                                        zeros[static_cast<size_t>((c / group) * rows + r)]);
-          }
-          return;
-        }
-        for (int64_t g = 0, p = 0; g < n_groups; ++g) {
-          const int z = zeros[static_cast<size_t>(g * rows + r)];
-          for (const int64_t p1 = p + group / kper; p < p1; ++p) {
-            uint32_t w;
-            std::memcpy(&w, row0 + 4 * static_cast<size_t>(p * rows), 4);
+        for (int64_t p = 0; p < cols / kper; ++p) {
+          load(p);
+          const int16_t* z = zr + ((p * kper) / group) * rows;
+          for (int64_t i = 0; i < n; ++i)
             for (int j = 0; j < kper; ++j)
-              o[p * kper + j] = static_cast<int16_t>(static_cast<int>((w >> (kb * j)) & kmask) - z);
-          }
+              o[i * cols + p * kper + j] =
+                  static_cast<int16_t>(static_cast<int>((w[i] >> (kb * j)) & kmask) - z[i]);
         }
       };
       if (bits == 2) unpack(std::integral_constant<int, 2>{});
@@ -2864,7 +2873,7 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
       if (bits == 8) unpack(std::integral_constant<int, 8>{});
     };
     TensorView v = int_blocks(b, rows, cols, -z_hi, static_cast<int>(mask) - z_lo, f16_exact,
-                              fill_row, [&](int64_t r, int64_t c) {
+                              fill_rows, [&](int64_t r, int64_t c) {
                                 const int64_t g =
                                     perm.empty() ? c / group : col_group[static_cast<size_t>(c)];
                                 return scales[static_cast<size_t>(g * rows + r)];
