@@ -145,6 +145,15 @@ MatmulInput round_to_bf16(const MatmulInput& x) {
   return r;
 }
 
+// work(begin, end, thread) over n rows of activations: inline for a few (decode), else in parallel.
+template <class F>
+void per_rows(int64_t n, int threads, const F& work) {
+  if (n <= 4)
+    work(0, n, 0);
+  else
+    parallel_for(n, 4, threads, work);
+}
+
 // compressed-tensors' dynamic token quantization (TensorView::act_quant), as its fake-quantizing
 // forward computes it in float32: s = max |x| / 127.5 (int8; a symmetric range of 255 steps over
 // two) or / 448 (FP8), 0 replaced by float32's epsilon; x / s (a division, not a product by the
@@ -219,10 +228,7 @@ MatmulInput in_permuted(const MatmulInput& x, const TensorView& w, int threads) 
       for (int64_t j = 0; j < x.cols; ++j) dst[j] = src[perm[j]];
     }
   };
-  if (x.n_rows <= 4)
-    work(0, x.n_rows, 0);
-  else
-    parallel_for(x.n_rows, 4, threads, work);
+  per_rows(x.n_rows, threads, work);
   MatmulInput r = x;
   r.f32 = out;
   r.q8 = nullptr;
@@ -250,10 +256,7 @@ MatmulInput act_quantized(const MatmulInput& x, const TensorView& w, int threads
     act_quantize_rows(x.f32 + begin * x.cols, end - begin, x.cols, mode, w.act_scale,
                       out + begin * x.cols, post_scale ? scales + begin : nullptr);
   };
-  if (x.n_rows <= 4)
-    work(0, x.n_rows, 0);
-  else
-    parallel_for(x.n_rows, 4, threads, work);
+  per_rows(x.n_rows, threads, work);
   MatmulInput r = x;
   r.f32 = out;
   r.bf16_tiles = nullptr;

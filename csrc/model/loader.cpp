@@ -2354,6 +2354,19 @@ TensorView int_blocks(Builder& b, int64_t rows, int64_t cols, int lo, int hi, bo
   return v;
 }
 
+// A matrix a quantized folder's packed tensors (`beside`) became, under its float name `target`.
+void add_unpacked(Builder& b, const std::string& target, const TensorView& v,
+                  const std::string& beside, const std::string& where) {
+  Raw out;
+  out.type_name = dtype_name(v.type);
+  out.supported = true;
+  out.n_dims = 2;
+  out.shape = {v.rows, v.cols};
+  out.view = v;
+  if (!b.raw.emplace(target, out).second)
+    throw ModelError("tensor '" + target + "' in " + where + " appears beside '" + beside + "'");
+}
+
 // compressed-tensors' integer weights without activation quantization (quant_method
 // "compressed-tensors", format "pack-quantized": llm-compressor's W4A16 / W8A16 releases, e.g.
 // RedHatAI's *-quantized.w4a16): every `X.weight_packed` (int32 words, element c of a row at bit
@@ -2655,14 +2668,7 @@ void compressed_linear(const Json& q, Builder& b) {
                        ? int_blocks(b, rows, cols, -15, 15, f16_exact, fill_rows, scale_of)
                        : int_blocks(b, rows, cols, -8, 7, f16_exact, fill_rows, scale_of);
     set_act(v, base);
-    Raw out_raw;
-    out_raw.type_name = dtype_name(v.type);
-    out_raw.supported = true;
-    out_raw.n_dims = 2;
-    out_raw.shape = {rows, cols};
-    out_raw.view = v;
-    if (!b.raw.emplace(target, out_raw).second)
-      throw ModelError("tensor '" + target + "' in " + where + " appears beside '" + name + "'");
+    add_unpacked(b, target, v, name, where);
   }
 }
 
@@ -2891,14 +2897,7 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
       }
       v.in_perm = shared;
     }
-    Raw out;
-    out.type_name = dtype_name(v.type);
-    out.supported = true;
-    out.n_dims = 2;
-    out.shape = {rows, cols};
-    out.view = v;
-    if (!b.raw.emplace(target, out).second)
-      throw ModelError("tensor '" + target + "' in " + where + " appears beside '" + name + "'");
+    add_unpacked(b, target, v, name, where);
   }
 }
 
