@@ -209,16 +209,20 @@ def test_refusals_and_malformed_files(cases: dict[str, Any], tmp_path: Path) -> 
 
 
 def test_inspect(cases: dict[str, Any]) -> None:
-    """`ossa inspect` says how each folder is quantized."""
+    """`ossa inspect` says how each folder is quantized, and counts the weights of its packed words (32 /
+    bits a word: the float model's parameters, plus the scales)."""
     for name, want in [
         ("gptq", "GPTQ int4 weights (groups of 128 columns, symmetric; GPTQ packing)"),
         ("gptq-int8", "GPTQ int8 weights (per row, symmetric; GPTQ packing)"),
         ("awq", "AWQ int4 weights (groups of 128 columns, zero points; AWQ packing)"),
         ("auto-round-awq", "AutoRound int4 weights (groups of 64 columns, zero points; AWQ packing)"),
     ]:
-        text = models.format_inspect(models.inspect(cases[name][0]))
+        info = models.inspect(cases[name][0])
+        text = models.format_inspect(info)
         assert f"quantized     {want}" in text, text
         assert "packed int words" in text
+        n_float = models.inspect(cases[name][1])["n_params"]
+        assert n_float < info["n_params"] < 1.05 * n_float, (info["n_params"], n_float)
 
 
 def test_engine(default_model_path: str, tmp_path: Path) -> None:

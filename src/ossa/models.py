@@ -537,6 +537,7 @@ def inspect(
         raise ValueError(f"kv_tokens must be >= 0, got {kv_tokens}")
     tensors = m.tensors()
     type_counts = Counter(_stored_type(t[0], t[1]) for t in tensors)
+    bits = _word_bits(m.path) if m.format != "gguf" else 32
     kv_per_token = kv_bytes_per_token(m, kv_dtype)
     n_kv = c.n_ctx_train if kv_tokens is None else kv_tokens
     return {
@@ -614,7 +615,7 @@ def inspect(
         "n_ff_shared": c.moe.n_ff_shared,
         "moe_layers": len(c.moe.layers),
         "n_tensors": len(tensors),
-        "n_params": sum(_n_params(t[0], t[1], t[2] * t[3]) for t in tensors),
+        "n_params": sum(_n_params(t[0], t[1], t[2] * t[3], bits) for t in tensors),
         "tensor_types": dict(sorted(type_counts.items())),
         "weight_bytes": sum(t[4] for t in tensors),
         "kv_cache_dtype": kv_dtype,
@@ -982,6 +983,8 @@ def _stored_type(name: str, dtype: str) -> str:
         return "packed int words"
     if name.endswith(".qzeros"):
         return "packed zero points"
+    if name.endswith((".g_idx", ".weight_g_idx")):  # (GPTQ's column groups)
+        return "group indices"
     if dtype == "F8_E4M3":  # (an FP8 folder's matrices, and below their block scales)
         return "FP8 E4M3"
     if name.endswith(".weight_scale_inv"):
@@ -989,11 +992,28 @@ def _stored_type(name: str, dtype: str) -> str:
     return dtype
 
 
-def _n_params(name: str, dtype: str, elements: int) -> int:
-    """Parameters a tensor holds: two per byte of MXFP4 blocks, none in their scales."""
+def _n_params(name: str, dtype: str, elements: int, bits: int = 32) -> int:
+    """Parameters a tensor holds: two per byte of MXFP4 blocks, none in their scales; 32 / ``bits`` per
+    packed int word (GPTQ / AWQ / compressed-tensors), none in packed zero points or group indices."""
     kind = _stored_type(name, dtype)
-    per = {"MXFP4": 2, "E8M0 scales": 0, "BitNet ternary": 4, "FP8 scales": 0}.get(kind, 1)
+    per = {"MXFP4": 2, "E8M0 scales": 0, "BitNet ternary": 4, "FP8 scales": 0, "packed int words": 32 // bits,
+           "packed zero points": 0, "group indices": 0}.get(kind, 1)  # fmt: skip
     return per * elements
+
+
+def _word_bits(path: str) -> int:
+    """The bits of a folder's packed integer weights (its quantization_config's; 32: none)."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            q = json.load(f).get("quantization_config")
+    except (OSError, ValueError):
+        return 32
+    if not isinstance(q, dict):
+        return 32
+    bits = q.get("bits")
+    for g in (q.get("config_groups") or {}).values():  # (compressed-tensors: the first group's)
+        bits = bits or ((g.get("weights") or {}).get("num_bits") if isinstance(g, dict) else None)
+    return bits if isinstance(bits, int) and bits in (2, 4, 8) else 32
 
 
 def _positions_line(info: dict[str, Any]) -> list[str]:
