@@ -259,3 +259,31 @@ def test_act_order_other_modes(cases: dict[str, Any], name: str) -> None:
         assert float(np.max(np.abs(got - twin))) < twin_tol(bf) * scale
     assert float(np.max(np.abs(core.model_logits(bf, ids) - hf))) < 0.05 * scale
     check_invariance(bf, CASES[name][0]["vocab_size"], seed=3)
+
+
+def test_settings_beside_config(cases: dict[str, Any], tmp_path: Path) -> None:
+    """Older uploads keep the settings beside config.json (AutoGPTQ's quantize_config.json, AutoAWQ's
+    quant_config.json with its own keys) and no quantization_config: read as if config.json had it, the
+    same logits, the same inspect line."""
+    import shutil
+
+    for name, sidecar in [("gptq", "quantize_config.json"), ("awq", "quant_config.json")]:
+        src = Path(cases[name][0])
+        out = tmp_path / name
+        shutil.copytree(src, out)
+        cfg = json.loads((out / "config.json").read_text())
+        q = cfg.pop("quantization_config")
+        if name == "gptq":  # (AutoGPTQ's file: no quant_method, no checkpoint_format)
+            q = {k: v for k, v in q.items() if k not in ("quant_method", "checkpoint_format")}
+        else:  # (AutoAWQ's)
+            q = {"zero_point": q["zero_point"], "q_group_size": q["group_size"], "w_bit": q["bits"],
+                 "version": "GEMM"}  # fmt: skip
+        (out / "config.json").write_text(json.dumps(cfg))
+        (out / sidecar).write_text(json.dumps(q))
+        ids = cases[name][3]
+        want = core.model_logits(core.load_model(str(src)), ids)
+        assert np.array_equal(core.model_logits(core.load_model(str(out)), ids), want)
+        _, weights = ref_loader.load_weights(str(out))
+        _, weights_src = ref_loader.load_weights(str(src))
+        assert all(np.array_equal(weights[k], weights_src[k]) for k in weights_src)
+        assert models.inspect(str(out))["quantization"] == models.inspect(str(src))["quantization"]

@@ -3267,6 +3267,35 @@ bool family_names(JsonValue& cfg, Builder& b) {
   return true;
 }
 
+// Older GPTQ / AWQ uploads keep their settings beside config.json, which then has no
+// quantization_config: AutoGPTQ's quantize_config.json (bits, group_size, desc_act, sym; the
+// checkpoint format gptq unless it says) and AutoAWQ's quant_config.json (w_bit, q_group_size,
+// zero_point, version). Either becomes the config's quantization_config, as transformers' later
+// uploads write it (twin: reference.loader.sidecar_quantization).
+void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
+  if (cfg.get("quantization_config") != nullptr) return;
+  for (const char* name : {"quantize_config.json", "quant_config.json"}) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p)) continue;
+    JsonValue q = parse_json(read_text(p, 1 << 20), "'" + p.string() + "'");
+    if (!q.is_object()) throw ModelError("'" + p.string() + "' is not a JSON object");
+    const bool awq = std::string(name) == "quant_config.json";
+    const auto add = [&](const char* key, JsonValue v) {
+      if (q.get(key) == nullptr) q.object.emplace_back(key, std::move(v));
+    };
+    JsonValue method;
+    method.kind = JsonValue::Kind::String;
+    method.string = awq ? "awq" : "gptq";
+    add("quant_method", method);
+    if (awq)
+      for (const auto& [from, to] :
+           {std::pair<const char*, const char*>{"w_bit", "bits"}, {"q_group_size", "group_size"}})
+        if (const JsonValue* v = q.get(from); v != nullptr) add(to, *v);
+    cfg.object.emplace_back("quantization_config", std::move(q));
+    return;
+  }
+}
+
 void load_hf(Model& m, Storage& st) {
   const fs::path dir(m.path);
   const fs::path config_path = dir / "config.json";
@@ -3274,6 +3303,7 @@ void load_hf(Model& m, Storage& st) {
   const std::string cfg_path = config_path.string();
   JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
+  sidecar_quantization(dir, cfg_json);
   // A vision-language folder whose language model ossa runs alone
   // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
   // renamed below.

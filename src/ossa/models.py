@@ -631,12 +631,8 @@ def inspect(
 def _quantization(path: str) -> str | None:
     """How a folder's quantization_config runs (the loaders checked it): e.g. "FP8 E4M3 weights, blocks of
     128 x 128" or "compressed-tensors int8 weights (per row), int8 activations per token"."""
-    try:
-        with open(os.path.join(path, "config.json")) as f:
-            q = json.load(f).get("quantization_config")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(q, dict):
+    q = _quantization_config(path)
+    if q is None:
         return None
     method = q.get("quant_method")
     if method == "fp8":
@@ -1001,14 +997,22 @@ def _n_params(name: str, dtype: str, elements: int, bits: int = 32) -> int:
     return per * elements
 
 
-def _word_bits(path: str) -> int:
-    """The bits of a folder's packed integer weights (its quantization_config's; 32: none)."""
+def _quantization_config(path: str) -> dict[str, Any] | None:
+    """A folder's quantization_config (older GPTQ / AWQ uploads': the file beside config.json), or None."""
+    from .reference.loader import sidecar_quantization
+
     try:
         with open(os.path.join(path, "config.json")) as f:
-            q = json.load(f).get("quantization_config")
+            q = sidecar_quantization(path, json.load(f)).get("quantization_config")
     except (OSError, ValueError):
-        return 32
-    if not isinstance(q, dict):
+        return None
+    return q if isinstance(q, dict) else None
+
+
+def _word_bits(path: str) -> int:
+    """The bits of a folder's packed integer weights (its quantization_config's; 32: none)."""
+    q = _quantization_config(path)
+    if q is None:
         return 32
     bits = q.get("bits")
     for g in (q.get("config_groups") or {}).values():  # (compressed-tensors: the first group's)

@@ -1099,6 +1099,32 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
 
 
 _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
+
+
+def sidecar_quantization(path: str, c: dict[str, Any]) -> dict[str, Any]:
+    """The config ``c`` of the folder ``path`` with the quantization settings older GPTQ / AWQ uploads keep
+    beside it as its quantization_config (twin of loader.cpp's sidecar_quantization): AutoGPTQ's
+    quantize_config.json (quant_method gptq unless it says), AutoAWQ's quant_config.json (awq; w_bit and
+    q_group_size as bits and group_size). ``c`` itself where it has one or there is no such file."""
+    if not isinstance(c, dict) or "quantization_config" in c:
+        return c
+    for name, method in (("quantize_config.json", "gptq"), ("quant_config.json", "awq")):
+        p = os.path.join(path, name)
+        if not os.path.exists(p):
+            continue
+        with open(p) as f:
+            q = json.load(f)
+        if not isinstance(q, dict):
+            raise ValueError(f"'{p}' is not a JSON object")
+        q = {**q, "quant_method": q.get("quant_method", method)}
+        if method == "awq":
+            for old, new in (("w_bit", "bits"), ("q_group_size", "group_size")):
+                if old in q and new not in q:
+                    q[new] = q[old]
+        return {**c, "quantization_config": q}
+    return c
+
+
 _AWQ_NIBBLE = np.array([0, 4, 1, 5, 2, 6, 3, 7])  # (AWQ: row 8w + i of a word in nibble _AWQ_NIBBLE[i])
 
 
@@ -1527,7 +1553,7 @@ def _fp8_dequantized(
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
-        c = json.load(f)
+        c = sidecar_quantization(path, json.load(f))
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
     gptq = _gptq_config(c, path)
