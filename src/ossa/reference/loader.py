@@ -1553,7 +1553,7 @@ def _fp8_dequantized(
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
-        c = sidecar_quantization(path, json.load(f))
+        c: Any = sidecar_quantization(path, json.load(f))
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
     gptq = _gptq_config(c, path)
