@@ -158,3 +158,34 @@ def test_features_matter_and_bad_configs(hf_models: dict[str, Any], tmp_path: Pa
     moved_as_twin_predicts(copy_with(src, tmp_path / "full", rope_parameters=rope), ids, want)
     odd = dict(rope, partial_rotary_factor=0.375)  # 9 of 24 dimensions
     both_refuse(copy_with(src, tmp_path / "odd", rope_parameters=odd), "rotated dimensions 9", "rotated")
+
+
+# Solar Open (SolarOpenForCausalLM, upstage/Solar-Open-100B): GLM-4.5's router and experts in every layer
+# (no dense lead layer, one shared expert), Llama's attention (no q / k norms, no biases, RoPE on the whole
+# head); groups of experts, renormalised and scaled.
+SOLAR = dict(arch="solar_open", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=24,
+             intermediate_size=None, vocab_size=150, n_routed_experts=8, num_experts_per_tok=2,
+             moe_intermediate_size=32, routed_scaling_factor=2.5, norm_topk_prob=True, n_group=2,
+             topk_group=1)  # fmt: skip
+
+
+def test_solar_open(tmp_path: Path) -> None:
+    """Solar Open folders run as glm4moe with Solar's defaults (every layer sparse, one shared expert, the
+    whole head rotated): logits within 1e-5 of transformers and of the twin, chunked prefill bitwise,
+    greedy decoding equal to transformers' generate, batch invariance, inspect names the folder's type."""
+    from tiny_models import golden, make_hf_model, twin_tol
+    from tiny_models import hf_logits as hf_logits_of
+
+    path = make_hf_model(tmp_path / "solar", seed=23, **SOLAR)
+    ids = np.random.default_rng(5).integers(0, SOLAR["vocab_size"], N_TOKENS).tolist()
+    hf = hf_logits_of(path, ids)
+    g = golden(path, ids, hf)
+    assert g.err_hf < 1e-5 and g.twin_hf < 1e-5 and g.err_twin < twin_tol(g.model), g
+    c = g.model.config
+    assert c["arch"] == "glm4moe" and c["rope_dim"] == 0 and not c["qk_norm"]  # (0: the whole head)
+    assert not c["qkv_bias"] and c["moe"]["layers"] == [0, 1, 2] and c["moe"]["n_ff_shared"] == 32
+    assert (c["moe"]["n_group"], c["moe"]["topk_group"]) == (2, 1)
+    check_chunked_prefill(path, ids, hf)
+    assert greedy(core.load_model(path), ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
+    check_invariance(core.load_model(path), SOLAR["vocab_size"], seed=4)
+    assert "model_type solar_open" in models.format_inspect(models.inspect(path))

@@ -1757,6 +1757,9 @@ const std::map<std::string, std::string>& hf_archs() {
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},
+      {"solar_open",
+       "glm4moe"},  // (Solar Open: GLM-4.5's experts in every layer, Llama's attention)
+      {"SolarOpenForCausalLM", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
       {"flex_olmo", "olmoe"},  // (FlexOlmo: OLMoE's layers with OLMo 2's post-norms alone)
