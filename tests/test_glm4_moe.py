@@ -189,3 +189,45 @@ def test_solar_open(tmp_path: Path) -> None:
     assert greedy(core.load_model(path), ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
     check_invariance(core.load_model(path), SOLAR["vocab_size"], seed=4)
     assert "model_type solar_open" in models.format_inspect(models.inspect(path))
+
+
+# Param2-MoE (model_type param2moe, BharatGen's Param2-17B-A2.4B): GLM-4.5's model under its own names
+# (word_embeddings, attention.query_key_value / dense / query_layernorm / key_layernorm, gate.expert_bias),
+# config defaults (the whole head rotated, two shared experts, scale 2.5, q / k norms, tied) and key aliases.
+PARAM2 = dict(arch="param2moe", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+              intermediate_size=96, vocab_size=140, n_routed_experts=8, num_experts_per_tok=2,
+              moe_intermediate_size=24)  # fmt: skip
+
+
+def test_param2moe(tmp_path: Path) -> None:
+    """Param2-MoE folders (as transformers saves them: the release's names, q / k / v fused) run as glm4moe
+    with Param2MoeConfig's defaults: within 1e-5 of transformers and of the twin, greedy equal to
+    `generate`; a config written with the aliases (num_experts, use_qkv_bias) and without the defaulted
+    keys gives the same logits and the same config."""
+    import json
+
+    from tiny_models import golden, make_hf_model, twin_tol
+    from tiny_models import hf_logits as hf_logits_of
+
+    path = make_hf_model(tmp_path / "param2", seed=29, **PARAM2)
+    ids = np.random.default_rng(6).integers(0, PARAM2["vocab_size"], N_TOKENS).tolist()
+    hf = hf_logits_of(path, ids)
+    g = golden(path, ids, hf)
+    assert g.err_hf < 1e-5 and g.twin_hf < 1e-5 and g.err_twin < twin_tol(g.model), g
+    c = g.model.config
+    assert c["arch"] == "glm4moe" and c["rope_dim"] == 0 and c["qk_norm"]
+    assert c["moe"]["layers"] == [1, 2] and c["moe"]["n_ff_shared"] == 48 and c["moe"]["routed_scale"] == 2.5
+    assert greedy(core.load_model(path), ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    defaulted = ("n_shared_experts", "routed_scaling_factor", "use_qk_norm", "partial_rotary_factor")
+    hub = {k: v for k, v in cfg.items() if k not in defaulted}
+    hub["rope_parameters"] = {k: v for k, v in cfg["rope_parameters"].items() if k != "partial_rotary_factor"}
+    hub["num_experts"] = hub.pop("n_routed_experts")
+    hub["use_qkv_bias"] = hub.pop("attention_bias")
+    aliased = copy_with(path, tmp_path / "aliased")
+    (Path(aliased) / "config.json").write_text(json.dumps(hub))
+    np.testing.assert_array_equal(
+        core.model_logits(core.load_model(aliased), ids), core.model_logits(g.model, ids)
+    )
+    config, _ = ref_loader.load_weights(aliased)
+    assert config == g.config

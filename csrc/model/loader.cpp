@@ -595,7 +595,7 @@ void build_weights(Model& m, Builder& b,
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
                 c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm" ||
-                c.arch == "gptj") &&
+                c.arch == "gptj" || c.arch == "glm4moe") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1757,9 +1757,11 @@ const std::map<std::string, std::string>& hf_archs() {
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},
-      {"solar_open",
-       "glm4moe"},  // (Solar Open: GLM-4.5's experts in every layer, Llama's attention)
+      // (Solar Open: GLM-4.5's experts in every layer, Llama's attention; Param2-MoE: GLM-4.5's
+      // model under its own keys and names, param2moe_keys and family_names)
+      {"solar_open", "glm4moe"},
       {"SolarOpenForCausalLM", "glm4moe"},
+      {"param2moe", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
       {"flex_olmo", "olmoe"},  // (FlexOlmo: OLMoE's layers with OLMo 2's post-norms alone)
@@ -3180,6 +3182,13 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".pre_mlp_layernorm.", ".post_attention_layernorm."},
         {".mlp.router.gate.", ".mlp.gate."},
         {".mlp.expert_bias", ".mlp.gate.e_score_correction_bias"}}},
+      {"param2moe",  // (Param2-MoE: GLM-4.5's model; q / k / v fused as [q | k | v] rows)
+       {{"model.word_embeddings.", "model.embed_tokens."},
+        {".attention.query_key_value.", ".self_attn.qkv_proj."},
+        {".attention.dense.", ".self_attn.o_proj."},
+        {".attention.query_layernorm.", ".self_attn.q_norm."},
+        {".attention.key_layernorm.", ".self_attn.k_norm."},
+        {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}}},
       {"hunyuan_v1_moe",  // (and its router, gate.wg, and the ungated shared MLP, shared_mlp)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
@@ -3299,6 +3308,34 @@ void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
   }
 }
 
+// Param2-MoE (model_type param2moe: BharatGen's Param2-17B-A2.4B) is GLM-4.5's model under its own
+// config: its key aliases (num_experts, num_shared_experts, use_qkv_bias, num_mtp_layers) read as
+// GLM's names, and its defaults where GLM's differ (RoPE on the whole head, two shared experts
+// scaled by 2.5, q / k norms, tied embeddings, base 500000), as transformers' Param2MoeConfig sets
+// them (twin: reference.loader.param2moe_keys).
+void param2moe_keys(JsonValue& cfg) {
+  const JsonValue* type = cfg.get("model_type");
+  if (type == nullptr || !type->is_string() || type->string != "param2moe") return;
+  for (const auto& [alias, name] :
+       {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
+        {"num_shared_experts", "n_shared_experts"},
+        {"use_qkv_bias", "attention_bias"},
+        {"num_mtp_layers", "num_nextn_predict_layers"}})
+    if (const JsonValue* v = cfg.get(alias); v != nullptr && cfg.get(name) == nullptr)
+      cfg.object.emplace_back(name, *v);
+  for (const auto& [name, text] :
+       {std::pair<const char*, const char*>{"partial_rotary_factor", "1.0"},
+        {"n_shared_experts", "2"},
+        {"routed_scaling_factor", "2.5"},
+        {"use_qk_norm", "true"},
+        {"tie_word_embeddings", "true"}})
+    if (cfg.get(name) == nullptr) cfg.object.emplace_back(name, parse_json(text));
+  const JsonValue* rope = cfg.get("rope_parameters");
+  if (cfg.get("rope_theta") == nullptr &&
+      (rope == nullptr || !rope->is_object() || rope->get("rope_theta") == nullptr))
+    cfg.object.emplace_back("rope_theta", parse_json("500000.0"));
+}
+
 void load_hf(Model& m, Storage& st) {
   const fs::path dir(m.path);
   const fs::path config_path = dir / "config.json";
@@ -3307,6 +3344,7 @@ void load_hf(Model& m, Storage& st) {
   JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
   sidecar_quantization(dir, cfg_json);
+  param2moe_keys(cfg_json);
   // A vision-language folder whose language model ossa runs alone
   // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
   // renamed below.

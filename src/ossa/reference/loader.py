@@ -68,6 +68,7 @@ _FUSED_QKV = (
     "dbrx",
     "chatglm",
     "gptj",
+    "glm4moe",  # (Param2-MoE's query_key_value)
 )
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
@@ -143,7 +144,7 @@ _HF_ARCHS = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "solar_open": "glm4moe",
-    "SolarOpenForCausalLM": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
+    "SolarOpenForCausalLM": "glm4moe", "param2moe": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
     "glm4": "glm4", "Glm4ForCausalLM": "glm4", "glm": "chatglm", "GlmForCausalLM": "chatglm",
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
     "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
@@ -1012,6 +1013,12 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
     "hunyuan_v1_dense": _HUNYUAN_PARTS,
     "apertus": ((".attention_layernorm.", ".input_layernorm."),
                 (".feedforward_layernorm.", ".post_attention_layernorm.")),
+    "param2moe": (("model.word_embeddings.", "model.embed_tokens."),
+                  (".attention.query_key_value.", ".self_attn.qkv_proj."),
+                  (".attention.dense.", ".self_attn.o_proj."),
+                  (".attention.query_layernorm.", ".self_attn.q_norm."),
+                  (".attention.key_layernorm.", ".self_attn.k_norm."),
+                  (".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias")),
     "hunyuan_v1_moe": (*_HUNYUAN_PARTS, (".mlp.gate.wg.", ".mlp.gate."),
                        (".mlp.shared_mlp.", ".mlp.shared_experts.")),
     "gpt_neox": _GPT_NEOX_PARTS, "falcon": _FALCON_PARTS, "gptj": _GPTJ_PARTS, "codegen": _GPTJ_PARTS,
@@ -1100,6 +1107,27 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
 
 
 _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
+
+
+def param2moe_keys(c: Any) -> Any:
+    """Param2-MoE's config (model_type param2moe) with its key aliases read as GLM-4.5's names and its own
+    defaults where GLM's differ (twin of loader.cpp's param2moe_keys); any other config as it is."""
+    if not isinstance(c, dict) or c.get("model_type") != "param2moe":
+        return c
+    out = dict(c)
+    aliases = (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
+               ("use_qkv_bias", "attention_bias"),
+               ("num_mtp_layers", "num_nextn_predict_layers"))  # fmt: skip
+    for alias, name in aliases:
+        if alias in c and name not in out:
+            out[name] = c[alias]
+    defaults = (("partial_rotary_factor", 1.0), ("n_shared_experts", 2), ("routed_scaling_factor", 2.5),
+                ("use_qk_norm", True), ("tie_word_embeddings", True))  # fmt: skip
+    for name, value in defaults:
+        out.setdefault(name, value)
+    if "rope_theta" not in out and "rope_theta" not in (out.get("rope_parameters") or {}):
+        out["rope_theta"] = 500000.0
+    return out
 
 
 def sidecar_quantization(path: str, c: dict[str, Any]) -> dict[str, Any]:
@@ -1554,7 +1582,7 @@ def _fp8_dequantized(
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
-        c: Any = sidecar_quantization(path, json.load(f))
+        c: Any = param2moe_keys(sidecar_quantization(path, json.load(f)))
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
     gptq = _gptq_config(c, path)
