@@ -199,24 +199,28 @@ PARAM2 = dict(arch="param2moe", hidden_size=64, num_layers=3, num_heads=4, num_k
               moe_intermediate_size=24)  # fmt: skip
 
 
-def test_param2moe(tmp_path: Path) -> None:
-    """Param2-MoE folders (as transformers saves them: the release's names, q / k / v fused) run as glm4moe
-    with Param2MoeConfig's defaults: within 1e-5 of transformers and of the twin, greedy equal to
-    `generate`; a config written with the aliases (num_experts, use_qkv_bias) and without the defaulted
-    keys gives the same logits and the same config."""
+@pytest.mark.parametrize("arch", ["param2moe", "sarvam_moe"])
+def test_param2moe_sarvam(tmp_path: Path, arch: str) -> None:
+    """Param2-MoE and Sarvam-MoE folders (as transformers saves them: the releases' names, q / k / v fused)
+    run as glm4moe with their configs' defaults: within 1e-5 of transformers and of the twin, greedy equal
+    to `generate`; a config written with the aliases (num_experts, use_qkv_bias) and without the
+    defaulted keys gives the same logits and the same config."""
     import json
 
     from tiny_models import golden, make_hf_model, twin_tol
     from tiny_models import hf_logits as hf_logits_of
 
-    path = make_hf_model(tmp_path / "param2", seed=29, **PARAM2)
+    path = make_hf_model(tmp_path / "param2", seed=29, **dict(PARAM2, arch=arch))
     ids = np.random.default_rng(6).integers(0, PARAM2["vocab_size"], N_TOKENS).tolist()
     hf = hf_logits_of(path, ids)
     g = golden(path, ids, hf)
     assert g.err_hf < 1e-5 and g.twin_hf < 1e-5 and g.err_twin < twin_tol(g.model), g
     c = g.model.config
     assert c["arch"] == "glm4moe" and c["rope_dim"] == 0 and c["qk_norm"]
-    assert c["moe"]["layers"] == [1, 2] and c["moe"]["n_ff_shared"] == 48 and c["moe"]["routed_scale"] == 2.5
+    shared = 48 if arch == "param2moe" else 24  # (two shared experts by default, or one)
+    assert (
+        c["moe"]["layers"] == [1, 2] and c["moe"]["n_ff_shared"] == shared and c["moe"]["routed_scale"] == 2.5
+    )
     assert greedy(core.load_model(path), ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
     cfg = json.loads((Path(path) / "config.json").read_text())
     defaulted = ("n_shared_experts", "routed_scaling_factor", "use_qk_norm", "partial_rotary_factor")

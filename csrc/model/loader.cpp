@@ -1757,11 +1757,13 @@ const std::map<std::string, std::string>& hf_archs() {
       {"DeepseekV3ForCausalLM", "deepseek2"},
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},
-      // (Solar Open: GLM-4.5's experts in every layer, Llama's attention; Param2-MoE: GLM-4.5's
-      // model under its own keys and names, param2moe_keys and family_names)
+      // (Solar Open: GLM-4.5's experts in every layer, Llama's attention; Param2-MoE and
+      // Sarvam-MoE: GLM-4.5's model under their own keys and names, glm_variant_keys and
+      // family_names)
       {"solar_open", "glm4moe"},
       {"SolarOpenForCausalLM", "glm4moe"},
       {"param2moe", "glm4moe"},
+      {"sarvam_moe", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
       {"flex_olmo", "olmoe"},  // (FlexOlmo: OLMoE's layers with OLMo 2's post-norms alone)
@@ -3196,7 +3198,10 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".mlp.shared_mlp.", ".mlp.shared_experts."}}}};
   // (a copy: the keys below grow cfg; GPT-BigCode's tensor names are GPT-2's, CodeGen's GPT-J's)
   const std::string t = type != nullptr && type->is_string() ? type->string : "";
-  const std::string parts = t == "gpt_bigcode" ? "gpt2" : t == "codegen" ? "gptj" : t;
+  const std::string parts = t == "gpt_bigcode"  ? "gpt2"
+                            : t == "codegen"    ? "gptj"
+                            : t == "sarvam_moe" ? "param2moe"  // (Sarvam-MoE: Param2-MoE's names)
+                                                : t;
   if (k_parts.count(parts) != 0) {
     rename_tensors(b, [&](std::string name) {
       for (const auto& [part, with] : k_parts.at(parts))
@@ -3308,14 +3313,18 @@ void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
   }
 }
 
-// Param2-MoE (model_type param2moe: BharatGen's Param2-17B-A2.4B) is GLM-4.5's model under its own
-// config: its key aliases (num_experts, num_shared_experts, use_qkv_bias, num_mtp_layers) read as
-// GLM's names, and its defaults where GLM's differ (RoPE on the whole head, two shared experts
-// scaled by 2.5, q / k norms, tied embeddings, base 500000), as transformers' Param2MoeConfig sets
-// them (twin: reference.loader.param2moe_keys).
-void param2moe_keys(JsonValue& cfg) {
+// Param2-MoE (model_type param2moe: BharatGen's Param2-17B-A2.4B) and Sarvam-MoE (sarvam_moe:
+// sarvamai/sarvam-30b) are GLM-4.5's model under their own config: its key aliases (num_experts,
+// num_shared_experts, use_qkv_bias, num_mtp_layers) read as GLM's names, and their defaults where
+// GLM's differ (RoPE on the whole head, scale 2.5, q / k norms; Param2: two shared experts, tied
+// embeddings, base 500000; Sarvam: base 8000000), as transformers' configs set them (twin:
+// reference.loader.glm_variant_keys).
+void glm_variant_keys(JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
-  if (type == nullptr || !type->is_string() || type->string != "param2moe") return;
+  if (type == nullptr || !type->is_string() ||
+      (type->string != "param2moe" && type->string != "sarvam_moe"))
+    return;
+  const bool param2 = type->string == "param2moe";
   for (const auto& [alias, name] :
        {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
         {"num_shared_experts", "n_shared_experts"},
@@ -3325,15 +3334,15 @@ void param2moe_keys(JsonValue& cfg) {
       cfg.object.emplace_back(name, *v);
   for (const auto& [name, text] :
        {std::pair<const char*, const char*>{"partial_rotary_factor", "1.0"},
-        {"n_shared_experts", "2"},
+        {"n_shared_experts", param2 ? "2" : "1"},
         {"routed_scaling_factor", "2.5"},
         {"use_qk_norm", "true"},
-        {"tie_word_embeddings", "true"}})
+        {"tie_word_embeddings", param2 ? "true" : "false"}})
     if (cfg.get(name) == nullptr) cfg.object.emplace_back(name, parse_json(text));
   const JsonValue* rope = cfg.get("rope_parameters");
   if (cfg.get("rope_theta") == nullptr &&
       (rope == nullptr || !rope->is_object() || rope->get("rope_theta") == nullptr))
-    cfg.object.emplace_back("rope_theta", parse_json("500000.0"));
+    cfg.object.emplace_back("rope_theta", parse_json(param2 ? "500000.0" : "8000000.0"));
 }
 
 void load_hf(Model& m, Storage& st) {
@@ -3344,7 +3353,7 @@ void load_hf(Model& m, Storage& st) {
   JsonValue cfg_json = parse_json(read_text(config_path, 16 << 20), "'" + cfg_path + "'");
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
   sidecar_quantization(dir, cfg_json);
-  param2moe_keys(cfg_json);
+  glm_variant_keys(cfg_json);
   // A vision-language folder whose language model ossa runs alone
   // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
   // renamed below.

@@ -144,7 +144,8 @@ _HF_ARCHS = {
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "solar_open": "glm4moe",
-    "SolarOpenForCausalLM": "glm4moe", "param2moe": "glm4moe", "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
+    "SolarOpenForCausalLM": "glm4moe", "param2moe": "glm4moe", "sarvam_moe": "glm4moe",
+    "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
     "glm4": "glm4", "Glm4ForCausalLM": "glm4", "glm": "chatglm", "GlmForCausalLM": "chatglm",
     "glm4_moe_lite": "deepseek2", "Glm4MoeLiteForCausalLM": "deepseek2",
     "ministral3": "mistral3", "Ministral3ForCausalLM": "mistral3",
@@ -1057,6 +1058,7 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
               (".pre_mlp_layernorm.", ".post_attention_layernorm."), (".mlp.router.gate.", ".mlp.gate."),
               (".mlp.expert_bias", ".mlp.gate.e_score_correction_bias")),
 }  # fmt: skip
+_FAMILY_PARTS["sarvam_moe"] = _FAMILY_PARTS["param2moe"]  # (Sarvam-MoE: Param2-MoE's names)
 # The GPT-2-era configs' keys under Llama's where absent (twin of loader.cpp's gpt_classic_keys).
 _GPT_CLASSIC_KEYS = (
     ("n_embd", "hidden_size"), ("n_embed", "hidden_size"), ("d_model", "hidden_size"),
@@ -1109,11 +1111,13 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
 _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
 
 
-def param2moe_keys(c: Any) -> Any:
-    """Param2-MoE's config (model_type param2moe) with its key aliases read as GLM-4.5's names and its own
-    defaults where GLM's differ (twin of loader.cpp's param2moe_keys); any other config as it is."""
-    if not isinstance(c, dict) or c.get("model_type") != "param2moe":
+def glm_variant_keys(c: Any) -> Any:
+    """Param2-MoE's and Sarvam-MoE's configs (model_type param2moe / sarvam_moe) with their key aliases read
+    as GLM-4.5's names and their own defaults where GLM's differ (twin of loader.cpp's glm_variant_keys);
+    any other config as it is."""
+    if not isinstance(c, dict) or c.get("model_type") not in ("param2moe", "sarvam_moe"):
         return c
+    param2 = c["model_type"] == "param2moe"
     out = dict(c)
     aliases = (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
                ("use_qkv_bias", "attention_bias"),
@@ -1121,12 +1125,13 @@ def param2moe_keys(c: Any) -> Any:
     for alias, name in aliases:
         if alias in c and name not in out:
             out[name] = c[alias]
-    defaults = (("partial_rotary_factor", 1.0), ("n_shared_experts", 2), ("routed_scaling_factor", 2.5),
-                ("use_qk_norm", True), ("tie_word_embeddings", True))  # fmt: skip
+    defaults = (("partial_rotary_factor", 1.0), ("n_shared_experts", 2 if param2 else 1),
+                ("routed_scaling_factor", 2.5), ("use_qk_norm", True),
+                ("tie_word_embeddings", param2))  # fmt: skip
     for name, value in defaults:
         out.setdefault(name, value)
     if "rope_theta" not in out and "rope_theta" not in (out.get("rope_parameters") or {}):
-        out["rope_theta"] = 500000.0
+        out["rope_theta"] = 500000.0 if param2 else 8000000.0
     return out
 
 
@@ -1582,7 +1587,7 @@ def _fp8_dequantized(
 
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
-        c: Any = param2moe_keys(sidecar_quantization(path, json.load(f)))
+        c: Any = glm_variant_keys(sidecar_quantization(path, json.load(f)))
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
     gptq = _gptq_config(c, path)
