@@ -385,3 +385,26 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
     assert m.config["moe"]["sigmoid_gating"] and m.config["n_vocab"] == 154880
     config, _ = ref_loader.load_weights(flash_gguf)
     assert config["moe"]["sigmoid_gating"]
+
+
+def test_youtu(tmp_path: Path) -> None:
+    """Youtu-LLM (YoutuForCausalLM, tencent/Youtu-LLM-2B): DeepSeek V3's latent attention (q / kv LoRA ranks,
+    RoPE on interleaved pairs of the rope part) with a dense Llama MLP in every layer, tied embeddings; run as
+    deepseek2 without experts: within 1e-5 of transformers and of the twin, chunked prefill bitwise, greedy
+    equal to `generate`, batch invariance, inspect names the folder's type."""
+    from tiny_models import golden, hf_logits
+
+    kw = dict(arch="youtu", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=96,
+              vocab_size=150, q_lora_rank=32, kv_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16,
+              v_head_dim=16, tie=True)  # fmt: skip
+    path = make_hf_model(tmp_path / "youtu", seed=31, **kw)
+    ids = np.random.default_rng(8).integers(0, kw["vocab_size"], 40).tolist()
+    hf = hf_logits(path, ids)
+    g = golden(path, ids, hf)
+    assert g.err_hf < 1e-5 and g.twin_hf < 1e-5 and g.err_twin < twin_tol(g.model), g
+    c = g.model.config
+    assert c["arch"] == "deepseek2" and not c["moe"]["layers"] and c["mla"]["kv_lora_rank"] == 24
+    check_chunked_prefill(path, ids, hf)
+    assert greedy(core.load_model(path), ids[:10], 20, block=4) == hf_greedy(path, ids[:10], 20)
+    check_invariance(core.load_model(path), kw["vocab_size"], seed=2)
+    assert "model_type youtu" in models.format_inspect(models.inspect(path))

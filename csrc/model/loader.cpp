@@ -1750,6 +1750,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"deepseek_v2", "deepseek2"},
       {"DeepseekV2ForCausalLM", "deepseek2"},
       {"deepseek_v3", "deepseek2"},
+      {"youtu", "deepseek2"},  // (Youtu-LLM: DeepSeek V3's attention, dense MLPs in every layer)
+      {"YoutuForCausalLM", "deepseek2"},
       {"glm4_moe_lite", "deepseek2"},
       {"mistral4", "deepseek2"},
       {"Mistral4ForCausalLM", "deepseek2"},

@@ -143,6 +143,7 @@ _HF_ARCHS = {
     "Ernie4_5ForCausalLM": "ernie4_5", "ernie4_5_moe": "ernie4_5-moe",
     "Ernie4_5_MoeForCausalLM": "ernie4_5-moe", "deepseek_v2": "deepseek2",
     "DeepseekV2ForCausalLM": "deepseek2", "deepseek_v3": "deepseek2", "DeepseekV3ForCausalLM": "deepseek2",
+    "youtu": "deepseek2", "YoutuForCausalLM": "deepseek2",
     "glm4_moe": "glm4moe", "Glm4MoeForCausalLM": "glm4moe", "solar_open": "glm4moe",
     "SolarOpenForCausalLM": "glm4moe", "param2moe": "glm4moe", "sarvam_moe": "glm4moe",
     "olmoe": "olmoe", "OlmoeForCausalLM": "olmoe",
