@@ -752,10 +752,7 @@ void glm4moe_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& p
 void glm4moe_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
   const std::string& path = cfg.path;
   c.rope_style = RopeStyle::Neox;
-  // (Glm4MoeConfig's default 0.5; Solar Open's rotary embedding takes 1.0 unless its parameters
-  // say)
-  const bool solar = cfg.string("model_type", "") == "solar_open";
-  double partial = cfg.number("partial_rotary_factor", solar ? 1.0 : 0.5);
+  double partial = cfg.number("partial_rotary_factor", 0.5);  // (variants: glm_variant_keys)
   if (rope != nullptr && rope->is_object())
     partial = Json{*rope, path}.number("partial_rotary_factor", partial);
   if (!(partial > 0.0 && partial <= 1.0))

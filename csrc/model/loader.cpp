@@ -1760,8 +1760,7 @@ const std::map<std::string, std::string>& hf_archs() {
       {"glm4_moe", "glm4moe"},
       {"Glm4MoeForCausalLM", "glm4moe"},
       // (Solar Open: GLM-4.5's experts in every layer, Llama's attention; Param2-MoE and
-      // Sarvam-MoE: GLM-4.5's model under their own keys and names, glm_variant_keys and
-      // family_names)
+      // Sarvam-MoE: GLM-4.5's model under their own names; their defaults: glm_variant_keys)
       {"solar_open", "glm4moe"},
       {"SolarOpenForCausalLM", "glm4moe"},
       {"param2moe", "glm4moe"},
@@ -2694,7 +2693,8 @@ void compressed_linear(const Json& q, Builder& b) {
 // The weight is (q - zero) * scale, scale = scales[c / group, r]; stored by int_blocks as the
 // smallest GGUF block type holding q - zero (4-bit symmetric: Q4_0; with zero points: Q5_0; 8-bit:
 // Q8_0; 2-bit: Q4_0), each weight exact. The bits and groups are read off each matrix's shapes.
-// Activation-ordered groups (desc_act: g_idx not c / group) are refused by name.
+// Activation-ordered groups (desc_act: g_idx not c / group) are stored sorted by group, the input
+// gathered to match (TensorView::in_perm).
 void gptq_linear(const Json& q, Builder& b, const std::string& method) {
   const std::string where = "'" + q.path + "'";
   const auto refuse = [&](const std::string& what) {
@@ -2743,7 +2743,8 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
   };
   static constexpr int k_awq_nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   std::vector<int16_t> zeros;
-  std::vector<const int32_t*> perms;  // (act-order column orders, shared between matrices)
+  // (act-order column orders with their lengths, shared between matrices of the same order)
+  std::vector<std::pair<int64_t, const int32_t*>> perms;
   std::vector<std::string> names;
   for (const auto& [name, raw] : b.raw)
     if (name.size() > 8 && name.compare(name.size() - 8, 8, ".qweight") == 0) names.push_back(name);
@@ -2895,14 +2896,13 @@ void gptq_linear(const Json& q, Builder& b, const std::string& method) {
                               });
     if (!perm.empty()) {  // (one array for every matrix of the same order: q / k / v, gate / up)
       const int32_t* shared = nullptr;
-      for (const int32_t* s : perms)
-        if (s[-1] == cols && std::equal(perm.begin(), perm.end(), s)) shared = s;
+      for (const auto& [n, s] : perms)
+        if (n == cols && std::equal(perm.begin(), perm.end(), s)) shared = s;
       if (shared == nullptr) {
-        auto* buf = reinterpret_cast<int32_t*>(b.alloc(static_cast<size_t>(cols + 1) * 4));
-        buf[0] = static_cast<int32_t>(cols);  // (its length, before it)
-        std::copy(perm.begin(), perm.end(), buf + 1);
-        shared = buf + 1;
-        perms.push_back(shared);
+        auto* buf = reinterpret_cast<int32_t*>(b.alloc(static_cast<size_t>(cols) * 4));
+        std::copy(perm.begin(), perm.end(), buf);
+        shared = buf;
+        perms.emplace_back(cols, shared);
       }
       v.in_perm = shared;
     }
@@ -3315,17 +3315,28 @@ void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
   }
 }
 
-// Param2-MoE (model_type param2moe: BharatGen's Param2-17B-A2.4B) and Sarvam-MoE (sarvam_moe:
-// sarvamai/sarvam-30b) are GLM-4.5's model under their own config: its key aliases (num_experts,
-// num_shared_experts, use_qkv_bias, num_mtp_layers) read as GLM's names, and their defaults where
-// GLM's differ (RoPE on the whole head, scale 2.5, q / k norms; Param2: two shared experts, tied
-// embeddings, base 500000; Sarvam: base 8000000), as transformers' configs set them (twin:
-// reference.loader.glm_variant_keys).
+// Solar Open (solar_open: upstage/Solar-Open-100B), Param2-MoE (param2moe: BharatGen's
+// Param2-17B-A2.4B) and Sarvam-MoE (sarvam_moe: sarvamai/sarvam-30b) are GLM-4.5's model under
+// their own configs: their defaults where GLM's differ, as transformers' configs set them, written
+// into the config (RoPE on the whole head; Solar: every layer sparse, one shared expert; Param2 and
+// Sarvam: scale 2.5, q / k norms, Param2 two shared experts, tied embeddings, base 500000, Sarvam
+// one, base 8000000), and Param2's / Sarvam's key aliases (num_experts, num_shared_experts,
+// use_qkv_bias, num_mtp_layers) read as GLM's names (twin: reference.loader.glm_variant_keys).
 void glm_variant_keys(JsonValue& cfg) {
   const JsonValue* type = cfg.get("model_type");
-  if (type == nullptr || !type->is_string() ||
-      (type->string != "param2moe" && type->string != "sarvam_moe"))
+  if (type == nullptr || !type->is_string()) return;
+  const auto add_default = [&](const char* name, const char* text) {
+    if (cfg.get(name) == nullptr) cfg.object.emplace_back(name, parse_json(text));
+  };
+  if (type->string == "solar_open") {
+    for (const auto& [name, text] :
+         {std::pair<const char*, const char*>{"partial_rotary_factor", "1.0"},
+          {"first_k_dense_replace", "0"},
+          {"n_shared_experts", "1"}})
+      add_default(name, text);
     return;
+  }
+  if (type->string != "param2moe" && type->string != "sarvam_moe") return;
   const bool param2 = type->string == "param2moe";
   for (const auto& [alias, name] :
        {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
@@ -3340,11 +3351,10 @@ void glm_variant_keys(JsonValue& cfg) {
         {"routed_scaling_factor", "2.5"},
         {"use_qk_norm", "true"},
         {"tie_word_embeddings", param2 ? "true" : "false"}})
-    if (cfg.get(name) == nullptr) cfg.object.emplace_back(name, parse_json(text));
+    add_default(name, text);
   const JsonValue* rope = cfg.get("rope_parameters");
-  if (cfg.get("rope_theta") == nullptr &&
-      (rope == nullptr || !rope->is_object() || rope->get("rope_theta") == nullptr))
-    cfg.object.emplace_back("rope_theta", parse_json(param2 ? "500000.0" : "8000000.0"));
+  if (rope == nullptr || !rope->is_object() || rope->get("rope_theta") == nullptr)
+    add_default("rope_theta", param2 ? "500000.0" : "8000000.0");
 }
 
 void load_hf(Model& m, Storage& st) {

@@ -534,8 +534,6 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     const JsonValue* type_v = cfg.get("model_type");
     const std::string type = type_v != nullptr && type_v->is_string() ? type_v->string : "";
     const bool glm = c.arch == "glm4moe";
-    // (Solar Open, solar_open: GLM-4.5's router and experts in every layer, one shared expert)
-    const bool solar = type == "solar_open";
     // (dots.llm1, dots1: V3's routing whatever topk_method / scoring_func say, as transformers'
     // Dots1 (its Hub configs write scoring_func "noaux_tc"); norm_topk_prob off unless set)
     // (EXAONE MoE, ExaoneMoeConfig: V3's router whatever the keys say, num_experts /
@@ -570,8 +568,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     m.n_expert_used = static_cast<int>(integer("num_experts_per_tok", 0));
     m.n_ff_expert = static_cast<int>(integer("moe_intermediate_size", 0));
     m.n_ff_shared = static_cast<int>(std::clamp<int64_t>(
-        integer(exaone ? "num_shared_experts" : "n_shared_experts", exaone || solar ? 1 : 0) *
-            m.n_ff_expert,
+        integer(exaone ? "num_shared_experts" : "n_shared_experts", exaone ? 1 : 0) * m.n_ff_expert,
         0, 1 << 30));
     m.norm_topk_prob = boolean("norm_topk_prob", (v3 || mistral4) && (!dots1 || exaone));
     m.routed_scale = static_cast<float>(number("routed_scaling_factor", exaone ? 2.5 : 1.0));
@@ -580,7 +577,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       m.n_group = static_cast<int>(integer("n_group", 1));
       m.topk_group = static_cast<int>(integer("topk_group", m.n_group));
     }
-    const int64_t first = integer("first_k_dense_replace", (glm && !solar) || exaone ? 1 : 0),
+    const int64_t first = integer("first_k_dense_replace", glm || exaone ? 1 : 0),
                   freq = integer("moe_layer_freq", 1);
     if (freq < 1) throw ModelError("config 'moe_layer_freq' in '" + path + "' must be >= 1");
     const JsonValue* types = cfg.get("mlp_layer_types");

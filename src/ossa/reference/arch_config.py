@@ -589,8 +589,7 @@ def glm4moe_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     rope_parameters or top-level; Glm4MoeConfig's default 0.5), attention_bias, use_qk_norm."""
     params = c.get("rope_parameters") or {}
     top = c.get("partial_rotary_factor")
-    default = 1.0 if c.get("model_type") == "solar_open" else 0.5  # (Solar Open's rotary embedding: 1.0)
-    partial = params.get("partial_rotary_factor", default if top is None else top)
+    partial = params.get("partial_rotary_factor", 0.5 if top is None else top)  # (variants: glm_variant_keys)
     if not 0 < partial <= 1:
         raise ValueError("invalid partial_rotary_factor")
     return {"rope_style": "neox", "rope_dim": rotated(int(common["head_dim"] * partial), common["head_dim"]),

@@ -1113,9 +1113,11 @@ _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
 
 
 def glm_variant_keys(c: Any) -> Any:
-    """Param2-MoE's and Sarvam-MoE's configs (model_type param2moe / sarvam_moe) with their key aliases read
-    as GLM-4.5's names and their own defaults where GLM's differ (twin of loader.cpp's glm_variant_keys);
-    any other config as it is."""
+    """Solar Open's, Param2-MoE's and Sarvam-MoE's configs (model_type solar_open / param2moe / sarvam_moe)
+    with their defaults where GLM-4.5's differ written in, and Param2's / Sarvam's key aliases read as GLM's
+    names (twin of loader.cpp's glm_variant_keys); any other config as it is."""
+    if isinstance(c, dict) and c.get("model_type") == "solar_open":
+        return {"partial_rotary_factor": 1.0, "first_k_dense_replace": 0, "n_shared_experts": 1, **c}
     if not isinstance(c, dict) or c.get("model_type") not in ("param2moe", "sarvam_moe"):
         return c
     param2 = c["model_type"] == "param2moe"

@@ -296,13 +296,11 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
             raise ValueError(f"scoring_func '{scoring}' is not supported")
         n_ff_expert = get("moe_intermediate_size", 0)
         groups = get("n_group", 1) if method != "greedy" else 1
-        solar = c.get("model_type") == "solar_open"  # (GLM-4.5's experts in every layer, one shared)
-        first = get("first_k_dense_replace", 1 if (glm and not solar) or exaone else 0)
-        freq = get("moe_layer_freq", 1)
+        first, freq = get("first_k_dense_replace", 1 if glm or exaone else 0), get("moe_layer_freq", 1)
         if freq < 1:
             raise ValueError("config 'moe_layer_freq' must be >= 1")
         n_expert = get("num_experts", 64) if exaone else get("n_routed_experts", get("num_local_experts", 0))
-        n_shared = get("num_shared_experts", 1) if exaone else get("n_shared_experts", 1 if solar else 0)
+        n_shared = get("num_shared_experts", 1) if exaone else get("n_shared_experts", 0)
         return _validate({
             **_PLAIN, "deepseek": True, "sigmoid_gating": scoring == "sigmoid",
             "group_top2": scoring == "sigmoid" or mistral4, "n_expert": n_expert,
