@@ -17,10 +17,12 @@ values in Hugging Face's layout (llama.cpp's Q/K row interleave undone) for vLLM
     python scripts/make_bench_models.py --shape 1b [--types Q4_K_M,Q8_0] [--hf] [--layers N]
 
 Output: $OSSA_HOME/bench (default ~/.cache/ossa/bench), names like `llama-1b-Q4_K_M.gguf`,
-`llama-1b-bf16-hf/`. Existing outputs are kept. `--layers N` makes a shallower model of the same
-shape (its file names say `-LN`). `--perfgate` writes only the perf gate's model: 2 layers of the
-shape (`llama-1b-L2-random-Q4_K_M.gguf`), random Q4_K / Q6_K blocks laid out as Q4_K_M, no llama.cpp
-needed (the gate runs in CI, where llama-cpp-python is not installed).
+`llama-1b-bf16-hf/`. A type `random-T` (T one of RANDOM_D_AT's: the i-quants that llama.cpp quantizes
+only with an importance matrix) writes random T blocks directly, no llama.cpp needed. Existing outputs
+are kept. `--layers N` makes a shallower model of the same shape (its file names say `-LN`).
+`--perfgate` writes only the perf gate's model: 2 layers of the shape
+(`llama-1b-L2-random-Q4_K_M.gguf`), random Q4_K / Q6_K blocks laid out as Q4_K_M, no llama.cpp needed
+(the gate runs in CI, where llama-cpp-python is not installed).
 """
 
 from __future__ import annotations
@@ -286,6 +288,49 @@ def write_random_q4_k_m(s: Shape, layers: int, out: Path) -> None:
     write_gguf(w, tmp, out)
 
 
+# Random blocks of a type (``random-TYPE`` in --types): where the f16 scale d sits in each block (IQ1_M
+# spreads it over the top nibbles of its four scale words, bytes 48..55).
+RANDOM_D_AT = {"IQ2_XXS": 0, "IQ2_XS": 0, "IQ2_S": 0, "IQ3_XXS": 0, "IQ3_S": 0, "IQ1_S": 0, "IQ1_M": -1,
+               "IQ4_XS": 0, "Q4_K": 0}  # fmt: skip
+
+
+def write_random_type(s: Shape, layers: int, out: Path, type_name: str) -> None:
+    """The shape's layer matrices as random ``type_name`` blocks (every bit random but the f16 scale d,
+    drawn small), the tied token embedding / output matrix as random Q4_K: a speed benchmark's model of
+    the types llama.cpp's quantizer writes only with an importance matrix (IQ2_*, IQ1_*), the same
+    bytes on every machine. The weights are noise; the speed of a forward pass does not depend on them."""
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+
+    tmp = out.with_name(out.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), s.arch)
+    add_metadata(w, s, layers, f"ossa bench {stem(s, layers)} (random {type_name} blocks)", 0)
+    for name, shape, std in tensor_specs(s, layers):
+        if len(shape) == 1:
+            w.add_tensor(name, values(s, name, shape, std))
+            continue
+        digest = hashlib.sha256(f"{SEED}/rand-{type_name}/{s.name}/{name}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        rows, cols = shape
+        t = "Q4_K" if name == "token_embd.weight" else type_name
+        block_elems, block_bytes = gguf.GGML_QUANT_SIZES[QT[t]]
+        nb = cols // block_elems
+        raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
+        d = rng.uniform(1e-5, 1e-4, (rows, nb)).astype(np.float16)
+        if RANDOM_D_AT[t] >= 0:
+            at = RANDOM_D_AT[t]
+            raw[:, :, at : at + 2] = d.view(np.uint8).reshape(rows, nb, 2)
+            if t == "Q4_K":  # dmin
+                raw[:, :, 2:4] = d.view(np.uint8).reshape(rows, nb, 2)
+        else:  # IQ1_M: d's bits 4k..4k+3 in the top nibble of scale word k
+            words = raw[:, :, 48:56].copy().view("<u2").astype(np.uint32) & 0x0FFF
+            bits = d.view(np.uint16).astype(np.uint32)[..., None] >> (4 * np.arange(4, dtype=np.uint32))
+            raw[:, :, 48:56] = (words | ((bits & 0xF) << 12)).astype("<u2").view(np.uint8)
+        raw = raw.reshape(rows, nb * block_bytes)
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=QT[t])
+    write_gguf(w, tmp, out)
+
+
 def perfgate_model(shape: str = "1b", layers: int = 2) -> str:
     """The perf gate's K-quant model: `layers` layers of the shape, random Q4_K_M-layout blocks."""
     s = SHAPES[shape]
@@ -305,7 +350,10 @@ def make(shape: str, types: tuple[str, ...], hf: bool, layers: int | None = None
     paths = {}
     for t in types:
         p = d / f"{base}-{t}.gguf"
-        if not p.exists():
+        if not p.exists() and t.startswith("random-"):
+            print(f"writing {p}", flush=True)
+            write_random_type(s, n, p, t.removeprefix("random-"))
+        elif not p.exists():
             if not f16.exists():
                 print(f"writing {f16}", flush=True)
                 write_f16(s, n, f16)

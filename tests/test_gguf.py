@@ -331,11 +331,11 @@ def test_error_missing_tensor(tiny_gguf: str, tmp_path: Path) -> None:
 
 
 def test_error_unsupported_type(tiny_gguf: str, tmp_path: Path) -> None:
-    raw = np.zeros((96, 66), np.uint8)  # one IQ2_XXS block per row (256 values, not the 64 expected)
-    replace = {"blk.0.ffn_up.weight": (raw, QT.IQ2_XXS)}
+    raw = np.zeros((96, 66), np.uint8)  # one TQ2_0 block per row (256 values, not the 64 expected)
+    replace = {"blk.0.ffn_up.weight": (raw, QT.TQ2_0)}
     bad = rewrite_gguf(tiny_gguf, str(tmp_path / "x.gguf"), replace=replace)
     with pytest.raises(
-        core.ModelError, match="unsupported tensor type 'IQ2_XXS' for tensor 'blk.0.ffn_up.weight'"
+        core.ModelError, match="unsupported tensor type 'TQ2_0' for tensor 'blk.0.ffn_up.weight'"
     ):
         core.load_model(bad)
     assert core.gguf_metadata(bad)["general.architecture"] == "llama"  # the header itself reads fine

@@ -13,7 +13,7 @@ import gguf
 import numpy as np
 import pytest
 from gguf.quants import dequantize, quantize
-from quant_blocks import NEW_TYPES, random_blocks
+from quant_blocks import IQ23_TYPES, NEW_TYPES, random_blocks
 
 from ossa._native import core
 
@@ -21,7 +21,7 @@ QT = gguf.GGMLQuantizationType
 QUANTIZED = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"]
 # Q5_0/Q5_1/Q5_K/Q3_K/Q2_K/IQ4_NL/IQ4_XS: no matmul_q8.cpp kernel; 8-bit activations only where the
 # build repacks them for the int8 kernels (core.kernel_takes_q8).
-MORE = list(NEW_TYPES)
+MORE = list(NEW_TYPES) + list(IQ23_TYPES)  # (IQ1_* / IQ2_* / IQ3_*: f32 kernels in every mode)
 FLOATS = ["F32", "F16", "BF16"]
 MODES = ["f32"] + (
     ["amx"] if core.repack_default() else []

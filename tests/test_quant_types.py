@@ -15,7 +15,17 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from quant_blocks import E8M0_FIELDS, F16_FIELDS, NEW_TYPES, QT, random_blocks, split_product_error
+from quant_blocks import (
+    E8M0_FIELDS,
+    F16_FIELDS,
+    IQ23_TYPES,
+    NEW_TYPES,
+    QT,
+    iq1m_d,
+    random_blocks,
+    set_iq1m_d,
+    split_product_error,
+)
 from test_batch_invariance import Runner, check_invariance
 
 from ossa import models
@@ -27,7 +37,7 @@ from ossa.reference.gguf import read_gguf
 E, FF, VOCAB, LAYERS = 256, 512, 96, 2  # every K-quant row needs a multiple of 256 values
 
 
-@pytest.mark.parametrize("type_name", NEW_TYPES)
+@pytest.mark.parametrize("type_name", NEW_TYPES + IQ23_TYPES)
 def test_twin_dequantizer_matches_gguf_oracle(type_name: str) -> None:
     rng = np.random.default_rng(1)
     block_elems = gguf.GGML_QUANT_SIZES[QT[type_name]][0]
@@ -37,6 +47,23 @@ def test_twin_dequantizer_matches_gguf_oracle(type_name: str) -> None:
         oracle = gguf.quants.dequantize(raw, QT[type_name]).astype(np.float32).reshape(mine.shape)
         assert mine.dtype == np.float32
         assert np.array_equal(mine.view(np.uint32), oracle.view(np.uint32)), type_name
+
+
+def test_iq_codebooks_are_the_oracles_and_generated_files_current() -> None:
+    """The i-quants' codebooks as the twin expands them (ossa.reference.iq_grids) are the gguf package's
+    grids, and both generated files (that module and csrc/kernels/iq_grids.h) are what
+    tools/gen_iq_grids.py writes from it today."""
+    from ossa.reference import iq_grids
+
+    for name, cls in (("IQ2_XXS", gguf.quants.IQ2_XXS), ("IQ2_XS", gguf.quants.IQ2_XS),
+                      ("IQ2_S", gguf.quants.IQ2_S), ("IQ3_XXS", gguf.quants.IQ3_XXS),
+                      ("IQ3_S", gguf.quants.IQ3_S), ("IQ1", gguf.quants.IQ1_S)):  # fmt: skip
+        cls.init_grid()
+        oracle = np.asarray(cls.grid).reshape(cls.grid_shape)
+        assert np.array_equal(iq_grids.codebook(name), oracle), name
+    tool = Path(__file__).resolve().parents[1] / "tools" / "gen_iq_grids.py"
+    r = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 def scaled_blocks(type_name: str, rows: int, cols: int, rng: np.random.Generator, rms: float) -> np.ndarray:
@@ -52,6 +79,8 @@ def scaled_blocks(type_name: str, rows: int, cols: int, rng: np.random.Generator
         blocks[..., at : at + 2] = (half.astype(np.float32) * factor).astype(np.float16).view(np.uint8)
     for at in E8M0_FIELDS.get(type_name, ()):  # a power-of-two scale: the nearest power of factor
         blocks[..., at] += np.int64(np.round(np.log2(factor))).astype(np.uint8)
+    if type_name == "IQ1_M":
+        set_iq1m_d(blocks, (iq1m_d(blocks).astype(np.float32) * factor).astype(np.float16))
     return np.ascontiguousarray(blocks.reshape(rows, -1))
 
 
@@ -116,7 +145,7 @@ def greedy(model: object, prompt: list[int], n: int) -> tuple[list[int], np.ndar
     return tokens[len(prompt) :], np.concatenate(rows)
 
 
-@pytest.mark.parametrize("type_name", NEW_TYPES)
+@pytest.mark.parametrize("type_name", NEW_TYPES + IQ23_TYPES)
 def test_model_in_each_type_matches_the_twin(model_dir: Path, type_name: str) -> None:
     path = write_model(model_dir / f"{type_name}.gguf", [type_name], seed=int(QT[type_name]))
     m = core.load_model(path)
@@ -194,7 +223,8 @@ def test_quantized_activations_match_twin_and_are_batch_invariant(model_dir: Pat
 
 # Types mixed inside one matmul call (Q/K/V, gate/up take different types), as llama.cpp's K mixes do:
 # the new types alone, and with Q4_K / Q6_K, whose kernels lay the activations out their own way.
-MIXES = {"new": list(NEW_TYPES), "k-mix": ["Q4_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS", "Q6_K", "Q5_0"]}
+MIXES = {"new": list(NEW_TYPES), "k-mix": ["Q4_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS", "Q6_K", "Q5_0"],
+         "iq-mix": [*IQ23_TYPES, "Q4_K", "IQ4_XS", "Q2_K"]}  # fmt: skip
 
 
 @pytest.mark.parametrize("mix", sorted(MIXES))
@@ -292,9 +322,9 @@ def test_malformed_tensors_are_clear_errors(model_dir: Path) -> None:
 
 
 def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
-    """A type ossa does not read (IQ2_XXS) fails load and `ossa inspect` with one line naming it."""
-    good = gguf.GGUFReader(write_model(model_dir / "for-iq2.gguf", ["Q5_K"], seed=5))
-    bad = str(model_dir / "iq2.gguf")
+    """A type ossa does not read (TQ2_0) fails load and `ossa inspect` with one line naming it."""
+    good = gguf.GGUFReader(write_model(model_dir / "for-tq2.gguf", ["Q5_K"], seed=5))
+    bad = str(model_dir / "tq2.gguf")
     w = gguf.GGUFWriter(bad, "llama")
     for key, field in good.fields.items():
         if not key.startswith("GGUF.") and key != "general.architecture":
@@ -303,8 +333,8 @@ def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
             )
     for t in good.tensors:
         data = np.asarray(t.data)
-        if t.name == "blk.1.ffn_up.weight":  # 512 rows of one 256-value IQ2_XXS block (66 bytes)
-            data, t_type = np.zeros((FF, 66), np.uint8), QT.IQ2_XXS
+        if t.name == "blk.1.ffn_up.weight":  # 512 rows of one 256-value TQ2_0 block (66 bytes)
+            data, t_type = np.zeros((FF, 66), np.uint8), QT.TQ2_0
         else:
             t_type = t.tensor_type
         w.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=t_type)
@@ -313,14 +343,14 @@ def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
     w.write_tensors_to_file()
     w.close()
     with pytest.raises(
-        core.ModelError, match="unsupported tensor type 'IQ2_XXS' for tensor 'blk.1.ffn_up.weight'"
+        core.ModelError, match="unsupported tensor type 'TQ2_0' for tensor 'blk.1.ffn_up.weight'"
     ):
         core.load_model(bad)
     r = subprocess.run(
         [sys.executable, "-m", "ossa.cli", "inspect", bad], capture_output=True, text=True, timeout=120
     )
     assert r.returncode != 0 and r.stdout == ""
-    assert r.stderr.strip().count("\n") == 0 and "'IQ2_XXS'" in r.stderr and "blk.1.ffn_up.weight" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "'TQ2_0'" in r.stderr and "blk.1.ffn_up.weight" in r.stderr
 
 
 # llama.cpp's own quantizer, where llama-cpp-python is installed: real blocks (not random bytes) of

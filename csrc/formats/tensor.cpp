@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "formats/dequantize.h"
+#include "kernels/iq23.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -26,6 +27,8 @@ namespace ossa {
 //   IQ4_NL (32, 18 B): f16 d | u8 qs[16]                   x = levels[nibble] * d
 //   IQ4_XS (256, 136 B): f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
 //   MXFP4 (32, 17 B): u8 e (E8M0) | u8 qs[16]               x = mxfp4_levels[nibble] * 2^(e - 128)
+// and the i-quants below 4 bits (256 values a block; layouts in kernels/iq23.h): IQ2_XXS 66 B,
+// IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110, IQ1_S 50, IQ1_M 56.
 //   FP8 (128, 132 B, not ggml's): f32 s | u8 e4m3[128]      x = fl32(e4m3_value * s)
 DTypeTraits dtype_traits(DType type) {
   switch (type) {
@@ -61,6 +64,20 @@ DTypeTraits dtype_traits(DType type) {
       return {256, 136};
     case DType::MXFP4:
       return {32, 17};
+    case DType::IQ2_XXS:
+      return {256, 66};
+    case DType::IQ2_XS:
+      return {256, 74};
+    case DType::IQ2_S:
+      return {256, 82};
+    case DType::IQ3_XXS:
+      return {256, 98};
+    case DType::IQ3_S:
+      return {256, 110};
+    case DType::IQ1_S:
+      return {256, 50};
+    case DType::IQ1_M:
+      return {256, 56};
     case DType::BITNET:
       return {64, 16};
     case DType::FP8:
@@ -90,6 +107,14 @@ bool dtype_supported(uint32_t ggml_type) {
       return true;  // Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_*
     case 39:
       return true;  // MXFP4 (gpt-oss, *-MXFP4_MOE files)
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 21:
+    case 22:
+    case 29:
+      return true;  // IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ3_S IQ2_S IQ1_M
     default:
       return false;
   }
@@ -129,6 +154,20 @@ const char* dtype_name(DType type) {
       return "IQ4_XS";
     case DType::MXFP4:
       return "MXFP4";
+    case DType::IQ2_XXS:
+      return "IQ2_XXS";
+    case DType::IQ2_XS:
+      return "IQ2_XS";
+    case DType::IQ2_S:
+      return "IQ2_S";
+    case DType::IQ3_XXS:
+      return "IQ3_XXS";
+    case DType::IQ3_S:
+      return "IQ3_S";
+    case DType::IQ1_S:
+      return "IQ1_S";
+    case DType::IQ1_M:
+      return "IQ1_M";
     case DType::BITNET:
       return "BITNET";
     case DType::FP8:
@@ -390,6 +429,23 @@ void dequantize_row(const TensorView& view, int64_t row, float* out) {
       const int bytes = dtype_traits(view.type).block_bytes;
       for (int64_t b = 0; b < n / 256; ++b, p += bytes, out += 256)
         dequantize_block_256(view.type, p, out);
+      return;
+    }
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M: {
+      const int bytes = dtype_traits(view.type).block_bytes;
+      int q[32];
+      float scale[2];
+      for (int64_t b = 0; b < n / 256; ++b, p += bytes)
+        for (int s = 0; s < 8; ++s, out += 32) {
+          iq23::decode_sub(view.type, p, s, q, scale);
+          for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q[j]) * scale[j / 16];
+        }
       return;
     }
   }

@@ -52,6 +52,13 @@ int64_t block_elems(DType t) {
     case DType::Q3_K:
     case DType::Q5_K:
     case DType::IQ4_XS:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
       return 256;
     case DType::Q5_0:
     case DType::Q5_1:

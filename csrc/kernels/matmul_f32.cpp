@@ -513,6 +513,14 @@ F32Tile f32_tile(DType type, int rows) {
     case DType::IQ4_XS:
     case DType::MXFP4:
       return f32_tile_iq4(type, rows);
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
+      return f32_tile_iq23(type, rows);
     case DType::FP8:
       return f32_tile_fp8(rows);
     case DType::BITNET:  // (matmul.cpp runs it through bitnet_rows)

@@ -69,6 +69,8 @@ void f32_decoded_rows(const float* w, int64_t ldw, int mo, const float* const* x
 F32Tile f32_tile_q5(DType type, int rows);
 F32Tile f32_tile_q23k(DType type, int rows);
 F32Tile f32_tile_iq4(DType type, int rows);
+// IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M (matmul_iq23.cpp).
+F32Tile f32_tile_iq23(DType type, int rows);
 // A folder's FP8 (E4M3) matrices with their block scales (matmul_fp8.cpp).
 F32Tile f32_tile_fp8(int rows);
 // On AVX-512, Q5_K reads the rows kquant_prepare_row lays out for Q4_K; IQ4_XS and Q2_K / Q3_K read

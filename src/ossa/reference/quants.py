@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ossa.reference.iq_grids import codebook
+
 # ggml type id -> (name, elements per block, bytes per block)
 TYPES: dict[int, tuple[str, int, int]] = {
     0: ("F32", 1, 4),
@@ -24,6 +26,13 @@ TYPES: dict[int, tuple[str, int, int]] = {
     14: ("Q6_K", 256, 210),
     20: ("IQ4_NL", 32, 18),
     23: ("IQ4_XS", 256, 136),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    29: ("IQ1_M", 256, 56),
     30: ("BF16", 1, 2),
     39: ("MXFP4", 32, 17),
 }
@@ -260,10 +269,137 @@ def _dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
     return MXFP4_LEVELS[_nibbles32(blocks[..., 1:17])].astype(np.float32) * d
 
 
+# ---- The i-quants below 4 bits: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M ---------------
+# 256-value blocks of groups of 8 (4 for IQ3_*) values, each group an entry of a fixed codebook
+# (ossa.reference.iq_grids) with its signs; a weight is an integer q times a scale per 16 or 32 values:
+#   IQ2_*:   q = +-level (8, 25, 43),          scale = d (2 ls + 1) / 8   (llama.cpp: d (0.5 + ls) / 4)
+#   IQ3_XXS: q = +-level (4 .. 62),            scale = d (2 ls + 1) / 4   (d (0.5 + ls) / 2)
+#   IQ3_S:   q = +-level (1 .. 15),            scale = d (2 ls + 1)
+#   IQ1_*:   q = 8 level +- 1 (level -1, 0, 1), scale = d (2 ls + 1) / 8  (d (2 ls + 1) (level +- 1/8))
+# Every product has at most 22 significant bits: exact in float32, as llama.cpp's and gguf's are.
+
+
+def _u16(raw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(raw).view("<u2").astype(np.int64)
+
+
+def _u32(raw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(raw).view("<u4").astype(np.int64)
+
+
+def _bits8(byte: np.ndarray) -> np.ndarray:
+    """[...] bytes -> [..., 8] their bits, bit j at j."""
+    return (byte[..., None].astype(np.int64) >> np.arange(8)) & 1
+
+
+def _signs7(s7: np.ndarray) -> np.ndarray:
+    """7-bit sign fields -> [..., 8] signs (+1 / -1): bits 0..6, and bit 7 making the count of minus
+    signs even (llama.cpp's ksigns table)."""
+    bits = _bits8(s7 & 0x7F)
+    bits[..., 7] = bits[..., :7].sum(axis=-1) & 1
+    return 1 - 2 * bits
+
+
+def _iq_weights(q: np.ndarray, scale: np.ndarray, per: int) -> np.ndarray:
+    """q [..., 256] integers, scale [..., 256 / per] float32 -> the block's 256 weights."""
+    return (np.repeat(scale, per, axis=-1) * q.astype(np.float32)).astype(np.float32)
+
+
+def _scale16(nibbles: np.ndarray, d: np.ndarray, div: float) -> np.ndarray:
+    """[..., 8] bytes of two 4-bit ls each (low nibble first) -> [..., 16] d (2 ls + 1) / div."""
+    ls = np.stack([nibbles & 0xF, nibbles >> 4], axis=-1).reshape(nibbles.shape[:-1] + (16,))
+    return d * (2 * ls.astype(np.float32) + 1) / np.float32(div)
+
+
+def _dequantize_iq2_xxs(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | per 32 values: u8 index[4] (8 values each), u32 (4 x 7 sign bits, ls in bits 28..31)
+    d = _f16(blocks[..., 0:2])[..., None]
+    groups = blocks[..., 2:66].reshape(blocks.shape[:-1] + (8, 8))
+    aux = _u32(groups[..., 4:8])  # [..., 8, 1]
+    signs = _signs7(aux >> (7 * np.arange(4)))  # [..., 8, 4, 8]
+    q = codebook("IQ2_XXS")[groups[..., 0:4]] * signs
+    scale = d * (2 * (aux[..., 0] >> 28).astype(np.float32) + 1) / np.float32(8)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 32)
+
+
+def _dequantize_iq2_xs(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | u16 qs[32] (9-bit index, 7 sign bits) | scales[8] (a 4-bit ls per 16 values)
+    d = _f16(blocks[..., 0:2])[..., None]
+    qs = _u16(blocks[..., 2:66].reshape(blocks.shape[:-1] + (32, 2)))[..., 0]
+    q = codebook("IQ2_XS")[qs & 511] * _signs7(qs >> 9)
+    scale = _scale16(blocks[..., 66:74], d, 8)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 16)
+
+
+def _dequantize_iq2_s(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | qs[32] (index bits 0..7) | signs[32] | qh[8] (index bits 8, 9: 2 per group) | scales[8]
+    d = _f16(blocks[..., 0:2])[..., None]
+    qh = (blocks[..., 66:74, None].astype(np.int64) >> (2 * np.arange(4))) & 3
+    index = blocks[..., 2:34].astype(np.int64) | (qh.reshape(blocks.shape[:-1] + (32,)) << 8)
+    q = codebook("IQ2_S")[index] * (1 - 2 * _bits8(blocks[..., 34:66]))
+    scale = _scale16(blocks[..., 74:82], d, 8)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 16)
+
+
+def _dequantize_iq3_xxs(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | qs[64] (an 8-bit index per 4 values) | per 32 values a u32 (4 x 7 sign bits, ls >> 28)
+    d = _f16(blocks[..., 0:2])[..., None]
+    aux = _u32(blocks[..., 66:98].reshape(blocks.shape[:-1] + (8, 4)))  # [..., 8, 1]
+    signs = _signs7(aux >> (7 * np.arange(4)))  # [..., 8, 4, 8]
+    q = codebook("IQ3_XXS")[blocks[..., 2:66]].reshape(signs.shape) * signs
+    scale = d * (2 * (aux[..., 0] >> 28).astype(np.float32) + 1) / np.float32(4)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 32)
+
+
+def _dequantize_iq3_s(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | qs[64] (index bits 0..7) | qh[8] (bit 8 of each index) | signs[32] | scales[4] (ls per 32)
+    d = _f16(blocks[..., 0:2])[..., None]
+    high = _bits8(blocks[..., 66:74]).reshape(blocks.shape[:-1] + (64,))
+    index = blocks[..., 2:66].astype(np.int64) | (high << 8)
+    q = codebook("IQ3_S")[index].reshape(blocks.shape[:-1] + (256,))
+    q = q * (1 - 2 * _bits8(blocks[..., 74:106]).reshape(q.shape))
+    sc = blocks[..., 106:110]
+    ls = np.stack([sc & 0xF, sc >> 4], axis=-1).reshape(blocks.shape[:-1] + (8,))
+    return _iq_weights(q, d * (2 * ls.astype(np.float32) + 1), 32)
+
+
+def _iq1_values(index: np.ndarray, minus: np.ndarray) -> np.ndarray:
+    """Codebook entries [..., 8] (levels -1, 0, 1) as 8 level + 1, or - 1 where ``minus``."""
+    return 8 * codebook("IQ1")[index] + np.where(minus, -1, 1)[..., None]
+
+
+def _dequantize_iq1_s(blocks: np.ndarray) -> np.ndarray:
+    # f16 d | qs[32] (index bits 0..7) | per 32 values a u16 (4 x 3 index bits, ls in 12..14, the
+    # delta's sign in 15)
+    d = _f16(blocks[..., 0:2])[..., None]
+    qh = _u16(blocks[..., 34:50].reshape(blocks.shape[:-1] + (8, 2)))  # [..., 8, 1]
+    index = blocks[..., 2:34].reshape(blocks.shape[:-1] + (8, 4)).astype(np.int64)
+    index = index | (((qh >> (3 * np.arange(4))) & 7) << 8)
+    q = _iq1_values(index, np.broadcast_to((qh >> 15) == 1, index.shape))
+    scale = d * (2 * ((qh[..., 0] >> 12) & 7).astype(np.float32) + 1) / np.float32(8)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 32)
+
+
+def _dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
+    # qs[32] (index bits 0..7) | qh[16] (a nibble per group: 3 index bits, the delta's sign) |
+    # u16 scales[4]: a 3-bit ls per 16 values in bits 0..11, and d's f16 bits 4k..4k+3 in word k's 12..15
+    sc = _u16(blocks[..., 48:56].reshape(blocks.shape[:-1] + (4, 2)))[..., 0]  # [..., 4]
+    d_bits = ((sc >> 12) << (4 * np.arange(4))).sum(axis=-1).astype(np.uint16)
+    d = d_bits.view(np.float16).astype(np.float32)[..., None]
+    qh = blocks[..., 32:48].astype(np.int64)
+    nib = np.stack([qh & 0xF, qh >> 4], axis=-1).reshape(blocks.shape[:-1] + (32,))
+    q = _iq1_values(blocks[..., 0:32].astype(np.int64) | ((nib & 7) << 8), (nib & 8) != 0)
+    ls = ((sc[..., None] >> (3 * np.arange(4))) & 7).reshape(blocks.shape[:-1] + (16,))
+    scale = d * (2 * ls.astype(np.float32) + 1) / np.float32(8)
+    return _iq_weights(q.reshape(blocks.shape[:-1] + (256,)), scale, 16)
+
+
 _MORE = {
     "Q5_0": _dequantize_q5_0, "Q5_1": _dequantize_q5_1, "Q2_K": _dequantize_q2_k, "Q3_K": _dequantize_q3_k,
     "Q5_K": _dequantize_q5_k, "IQ4_NL": _dequantize_iq4_nl, "IQ4_XS": _dequantize_iq4_xs,
-    "MXFP4": _dequantize_mxfp4,
+    "MXFP4": _dequantize_mxfp4, "IQ2_XXS": _dequantize_iq2_xxs, "IQ2_XS": _dequantize_iq2_xs,
+    "IQ2_S": _dequantize_iq2_s, "IQ3_XXS": _dequantize_iq3_xxs, "IQ3_S": _dequantize_iq3_s,
+    "IQ1_S": _dequantize_iq1_s, "IQ1_M": _dequantize_iq1_m,
 }  # fmt: skip
 
 

@@ -1,0 +1,177 @@
+// f32 tile kernels for the i-quants below 4 bits: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and
+// IQ1_M (layouts, codebooks and the scalar decoder in kernels/iq23.h; the tile loop and its
+// batch-invariance contract in kernels/matmul_tile.h).
+//
+// The weights stay in the file's blocks (2 to 3.4 bits a weight): a tile decodes each 32-value
+// sub-block in registers, every row count alike. On AVX-512 (BW, VL) a sub-block's four 8-value
+// codebook entries (eight 4-value ones for IQ3_*) are four 64-bit loads from the expanded codebook
+// (kernels/iq23.h: one int8 value per byte) into one ymm of 32 int8 magnitudes; the 32 sign bits
+// become a mask that negates bytes (vpsubb under the mask; IQ1_*: the +-1 delta added instead), and
+// the bytes widen to f32 and take the scale of their 16-value half (q x scale: exact). The AVX2 and
+// scalar builds run kernels/iq23.h's decoder.
+#include "kernels/iq23.h"
+#include "kernels/matmul_tile.h"
+#include "util/error.h"
+
+namespace ossa {
+namespace {
+
+template <DType T>
+struct IQ23 {
+  static constexpr int k_bytes = T == DType::IQ2_XXS   ? 66
+                                 : T == DType::IQ2_XS  ? 74
+                                 : T == DType::IQ2_S   ? 82
+                                 : T == DType::IQ3_XXS ? 98
+                                 : T == DType::IQ3_S   ? 110
+                                 : T == DType::IQ1_S   ? 50
+                                                       : 56;
+  static void scalar(const uint8_t* row, int64_t b, int* q, float* scale, float* min) {
+    iq23::decode_sub(T, row + b / 8 * k_bytes, static_cast<int>(b % 8), q, scale);
+    min[0] = min[1] = 0.0f;
+  }
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  static constexpr int k_sub = 8;
+  struct Prep {
+    float scale[16];  // the super-block's 16 half sub-blocks
+  };
+  static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
+    const uint8_t* blk = row + sb * k_bytes;
+    using iq23::load_u16, iq23::load_u32;
+    auto odd = [](int ls) { return static_cast<float>(2 * ls + 1); };
+    if constexpr (T == DType::IQ1_M) {
+      const float d = iq23::iq1m_d(blk);
+      for (int h = 0; h < 16; ++h) p.scale[h] = d * odd(iq23::iq1m_ls(blk, h)) * 0.125f;
+      return;
+    }
+    const float d = f16_to_f32(load_u16(blk));
+    for (int s = 0; s < 8; ++s) {
+      float lo, hi;
+      if constexpr (T == DType::IQ2_XXS) {
+        lo = hi = d * odd(static_cast<int>(load_u32(blk + 2 + 8 * s + 4) >> 28)) * 0.125f;
+      } else if constexpr (T == DType::IQ2_XS || T == DType::IQ2_S) {
+        const int sc = blk[T == DType::IQ2_XS ? 66 + s : 74 + s];
+        lo = d * odd(sc & 15) * 0.125f;
+        hi = d * odd(sc >> 4) * 0.125f;
+      } else if constexpr (T == DType::IQ3_XXS) {
+        lo = hi = d * odd(static_cast<int>(load_u32(blk + 66 + 4 * s) >> 28)) * 0.25f;
+      } else if constexpr (T == DType::IQ3_S) {
+        lo = hi = d * odd((blk[106 + s / 2] >> (4 * (s % 2))) & 15);
+      } else {  // IQ1_S
+        lo = hi = d * odd((load_u16(blk + 34 + 2 * s) >> 12) & 7) * 0.125f;
+      }
+      p.scale[2 * s] = lo;
+      p.scale[2 * s + 1] = hi;
+    }
+  }
+  static __m256i entries4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+    return _mm256_setr_epi64x(static_cast<int64_t>(a), static_cast<int64_t>(b),
+                              static_cast<int64_t>(c), static_cast<int64_t>(d));
+  }
+  // The sub-block's 32 integers q as signed bytes.
+  static __m256i quants(const uint8_t* blk, int s) {
+    using iq23::load_u16, iq23::load_u32, iq23::k_ksigns;
+    const __m256i zero = _mm256_setzero_si256();
+    if constexpr (T == DType::IQ2_XXS) {
+      const uint8_t* g = blk + 2 + 8 * s;
+      const auto& grid = iq23::k_grid_iq2xxs;
+      const __m256i v = entries4(grid[g[0]], grid[g[1]], grid[g[2]], grid[g[3]]);
+      return _mm256_mask_sub_epi8(v, iq23::ksign_mask(load_u32(g + 4)), zero, v);
+    } else if constexpr (T == DType::IQ2_XS) {
+      const uint8_t* g = blk + 2 + 8 * s;
+      const uint16_t w0 = load_u16(g), w1 = load_u16(g + 2), w2 = load_u16(g + 4),
+                     w3 = load_u16(g + 6);
+      const auto& grid = iq23::k_grid_iq2xs;
+      const __m256i v = entries4(grid[w0 & 511], grid[w1 & 511], grid[w2 & 511], grid[w3 & 511]);
+      const uint32_t m = k_ksigns[w0 >> 9] | uint32_t{k_ksigns[w1 >> 9]} << 8 |
+                         uint32_t{k_ksigns[w2 >> 9]} << 16 | uint32_t{k_ksigns[w3 >> 9]} << 24;
+      return _mm256_mask_sub_epi8(v, m, zero, v);
+    } else if constexpr (T == DType::IQ2_S) {
+      const uint8_t* g = blk + 2 + 4 * s;
+      const int qh = blk[66 + s];
+      const auto& grid = iq23::k_grid_iq2s;
+      const __m256i v = entries4(grid[g[0] | (qh & 3) << 8], grid[g[1] | (qh & 12) << 6],
+                                 grid[g[2] | (qh & 48) << 4], grid[g[3] | (qh & 192) << 2]);
+      return _mm256_mask_sub_epi8(v, load_u32(blk + 34 + 4 * s), zero, v);
+    } else if constexpr (T == DType::IQ3_XXS || T == DType::IQ3_S) {
+      const uint8_t* g = blk + 2 + 8 * s;
+      alignas(32) uint32_t e[8];
+      uint32_t m;
+      if constexpr (T == DType::IQ3_XXS) {
+        for (int l = 0; l < 8; ++l) e[l] = static_cast<uint32_t>(iq23::k_grid_iq3xxs[g[l]]);
+        m = iq23::ksign_mask(load_u32(blk + 66 + 4 * s));
+      } else {
+        const int qh = blk[66 + s];
+        for (int l = 0; l < 8; ++l)
+          e[l] = static_cast<uint32_t>(iq23::k_grid_iq3s[g[l] | ((qh >> l) & 1) << 8]);
+        m = load_u32(blk + 74 + 4 * s);
+      }
+      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
+      return _mm256_mask_sub_epi8(v, m, zero, v);
+    } else if constexpr (T == DType::IQ1_S) {
+      const uint8_t* g = blk + 2 + 4 * s;
+      const int qh = load_u16(blk + 34 + 2 * s);
+      const auto& grid = iq23::k_grid_iq1;
+      const __m256i v = entries4(grid[g[0] | (qh & 7) << 8], grid[g[1] | (qh & 0x38) << 5],
+                                 grid[g[2] | (qh & 0x1c0) << 2], grid[g[3] | (qh & 0xe00) >> 1]);
+      return _mm256_add_epi8(v, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
+    } else {  // IQ1_M
+      const uint8_t* g = blk + 4 * s;
+      const int h0 = blk[32 + 2 * s], h1 = blk[33 + 2 * s];
+      const auto& grid = iq23::k_grid_iq1;
+      const __m256i v = entries4(grid[g[0] | (h0 & 7) << 8], grid[g[1] | (h0 & 0x70) << 4],
+                                 grid[g[2] | (h1 & 7) << 8], grid[g[3] | (h1 & 0x70) << 4]);
+      auto delta = [](int bit) { return bit ? -1LL : 0x0101010101010101LL; };
+      return _mm256_add_epi8(
+          v, _mm256_setr_epi64x(delta(h0 & 8), delta(h0 & 0x80), delta(h1 & 8), delta(h1 & 0x80)));
+    }
+  }
+  static tile::Block32 decode(const uint8_t* row, int64_t b, const Prep& p) {
+    const int s = static_cast<int>(b % 8);
+    const __m256i q = quants(row + b / 8 * k_bytes, s);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+    return {_mm512_mul_ps(lo, _mm512_set1_ps(p.scale[2 * s])),
+            _mm512_mul_ps(hi, _mm512_set1_ps(p.scale[2 * s + 1]))};
+  }
+#elif defined(__AVX512F__)
+  // (AVX-512 without BW / VL: the scalar decoder, widened)
+  static constexpr int k_sub = 1;
+  struct Prep {};
+  static void prepare(const uint8_t*, int64_t, Prep&) {}
+  static tile::Block32 decode(const uint8_t* row, int64_t b, const Prep&) {
+    alignas(64) int q[32];
+    float scale[2], min[2];
+    scalar(row, b, q, scale, min);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_load_si512(q));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(q + 16));
+    return {_mm512_mul_ps(lo, _mm512_set1_ps(scale[0])),
+            _mm512_mul_ps(hi, _mm512_set1_ps(scale[1]))};
+  }
+#endif
+};
+
+}  // namespace
+
+F32Tile f32_tile_iq23(DType type, int rows) {
+  switch (type) {
+    case DType::IQ2_XXS:
+      return tile::tile_for_rows<IQ23<DType::IQ2_XXS>>(rows);
+    case DType::IQ2_XS:
+      return tile::tile_for_rows<IQ23<DType::IQ2_XS>>(rows);
+    case DType::IQ2_S:
+      return tile::tile_for_rows<IQ23<DType::IQ2_S>>(rows);
+    case DType::IQ3_XXS:
+      return tile::tile_for_rows<IQ23<DType::IQ3_XXS>>(rows);
+    case DType::IQ3_S:
+      return tile::tile_for_rows<IQ23<DType::IQ3_S>>(rows);
+    case DType::IQ1_S:
+      return tile::tile_for_rows<IQ23<DType::IQ1_S>>(rows);
+    case DType::IQ1_M:
+      return tile::tile_for_rows<IQ23<DType::IQ1_M>>(rows);
+    default:
+      OSSA_ASSERT(false);
+  }
+  return {};
+}
+
+}  // namespace ossa
