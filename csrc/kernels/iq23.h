@@ -40,6 +40,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__BMI2__)
+#include <immintrin.h>
+#endif
+
 #include "formats/tensor.h"
 #include "kernels/iq_grids.h"
 #include "util/half.h"
@@ -97,10 +101,19 @@ inline uint16_t load_u16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
-// 32 sign bits (bit i: value i negative) of four 7-bit fields of aux.
+// 32 sign bits (bit i: value i negative) of four 7-bit fields of aux: each field in the low 7 bits
+// of a byte, and the byte's parity (bit 0 after folding it three times) as its bit 7.
 inline uint32_t ksign_mask(uint32_t aux) {
-  return k_ksigns[aux & 127] | uint32_t{k_ksigns[(aux >> 7) & 127]} << 8 |
-         uint32_t{k_ksigns[(aux >> 14) & 127]} << 16 | uint32_t{k_ksigns[(aux >> 21) & 127]} << 24;
+#if defined(__BMI2__)
+  const uint32_t m = _pdep_u32(aux, 0x7F7F7F7Fu);
+#else
+  const uint32_t m =
+      (aux & 0x7F) | (aux & 0x3F80) << 1 | (aux & 0x1FC000) << 2 | (aux & 0xFE00000) << 3;
+#endif
+  uint32_t p = m ^ (m >> 4);
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return m | (p & 0x01010101u) << 7;
 }
 // IQ1_M's d, assembled from the top nibbles of its four scale words.
 inline float iq1m_d(const uint8_t* block) {

@@ -94,18 +94,21 @@ struct IQ23 {
       return _mm256_mask_sub_epi8(v, load_u32(blk + 34 + 4 * s), zero, v);
     } else if constexpr (T == DType::IQ3_XXS || T == DType::IQ3_S) {
       const uint8_t* g = blk + 2 + 8 * s;
-      alignas(32) uint32_t e[8];
+      uint64_t e[4];  // two 4-value entries a qword (in registers, not through memory)
       uint32_t m;
       if constexpr (T == DType::IQ3_XXS) {
-        for (int l = 0; l < 8; ++l) e[l] = static_cast<uint32_t>(iq23::k_grid_iq3xxs[g[l]]);
+        const auto& grid = iq23::k_grid_iq3xxs;
+        for (int l = 0; l < 4; ++l) e[l] = grid[g[2 * l]] | grid[g[2 * l + 1]] << 32;
         m = iq23::ksign_mask(load_u32(blk + 66 + 4 * s));
       } else {
         const int qh = blk[66 + s];
-        for (int l = 0; l < 8; ++l)
-          e[l] = static_cast<uint32_t>(iq23::k_grid_iq3s[g[l] | ((qh >> l) & 1) << 8]);
+        const auto& grid = iq23::k_grid_iq3s;
+        for (int l = 0; l < 4; ++l)
+          e[l] = grid[g[2 * l] | ((qh >> (2 * l)) & 1) << 8] |
+                 grid[g[2 * l + 1] | ((qh >> (2 * l + 1)) & 1) << 8] << 32;
         m = load_u32(blk + 74 + 4 * s);
       }
-      const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
+      const __m256i v = entries4(e[0], e[1], e[2], e[3]);
       return _mm256_mask_sub_epi8(v, m, zero, v);
     } else if constexpr (T == DType::IQ1_S) {
       const uint8_t* g = blk + 2 + 4 * s;
