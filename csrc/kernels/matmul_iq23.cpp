@@ -82,8 +82,15 @@ struct IQ23 {
                      w3 = load_u16(g + 6);
       const auto& grid = iq23::k_grid_iq2xs;
       const __m256i v = entries4(grid[w0 & 511], grid[w1 & 511], grid[w2 & 511], grid[w3 & 511]);
+#if defined(__BMI2__)
+      uint64_t words;
+      std::memcpy(&words, g, 8);
+      const uint32_t m =
+          iq23::ksign_mask(static_cast<uint32_t>(_pext_u64(words, 0xFE00FE00FE00FE00ull)));
+#else
       const uint32_t m = k_ksigns[w0 >> 9] | uint32_t{k_ksigns[w1 >> 9]} << 8 |
                          uint32_t{k_ksigns[w2 >> 9]} << 16 | uint32_t{k_ksigns[w3 >> 9]} << 24;
+#endif
       return _mm256_mask_sub_epi8(v, m, zero, v);
     } else if constexpr (T == DType::IQ2_S) {
       const uint8_t* g = blk + 2 + 4 * s;
@@ -153,24 +160,35 @@ struct IQ23 {
 #endif
 };
 
+// The tile shapes of matmul_tile.h's tile_for_rows, but 4 weight rows for one activation row: a
+// decoded sub-block takes most of the time there, and four rows' weights stay in registers (eight
+// spilled them to the stack).
+template <class D>
+F32Tile rows_for(int rows) {
+#if defined(__AVX512F__)
+  if (rows == 1) return {tile::quant_tile<D, 4, 1>, 4};
+#endif
+  return tile::tile_for_rows<D>(rows);
+}
+
 }  // namespace
 
 F32Tile f32_tile_iq23(DType type, int rows) {
   switch (type) {
     case DType::IQ2_XXS:
-      return tile::tile_for_rows<IQ23<DType::IQ2_XXS>>(rows);
+      return rows_for<IQ23<DType::IQ2_XXS>>(rows);
     case DType::IQ2_XS:
-      return tile::tile_for_rows<IQ23<DType::IQ2_XS>>(rows);
+      return rows_for<IQ23<DType::IQ2_XS>>(rows);
     case DType::IQ2_S:
-      return tile::tile_for_rows<IQ23<DType::IQ2_S>>(rows);
+      return rows_for<IQ23<DType::IQ2_S>>(rows);
     case DType::IQ3_XXS:
-      return tile::tile_for_rows<IQ23<DType::IQ3_XXS>>(rows);
+      return rows_for<IQ23<DType::IQ3_XXS>>(rows);
     case DType::IQ3_S:
-      return tile::tile_for_rows<IQ23<DType::IQ3_S>>(rows);
+      return rows_for<IQ23<DType::IQ3_S>>(rows);
     case DType::IQ1_S:
-      return tile::tile_for_rows<IQ23<DType::IQ1_S>>(rows);
+      return rows_for<IQ23<DType::IQ1_S>>(rows);
     case DType::IQ1_M:
-      return tile::tile_for_rows<IQ23<DType::IQ1_M>>(rows);
+      return rows_for<IQ23<DType::IQ1_M>>(rows);
     default:
       OSSA_ASSERT(false);
   }
