@@ -409,3 +409,51 @@ def test_files_quantized_by_llama_cpp(f16_model: str, model_dir: Path, mix: str)
     ids = np.random.default_rng(2).integers(0, VOCAB, 16).tolist()
     twin = ref_model.forward(config, weights, ids, int8_matrices=m.int8_matrices)
     assert float(np.max(np.abs(core.model_logits(m, ids) - twin))) / float(np.max(np.abs(twin))) < 1e-4
+
+
+def test_moe_experts_in_iquants_match_twin_and_are_batch_invariant(tmp_path: Path) -> None:
+    """A mixture-of-experts model (Qwen3-MoE) whose matrices are i-quant blocks (IQ2_XXS ... IQ1_M in
+    turn, the 3-D expert tensors included, as IQ2_* / IQ3_* MoE downloads hold them), read in place:
+    logits against the twin on the same dequantized weights, and batch invariance."""
+    from tiny_models import hf_to_gguf, make_hf_model
+
+    hf = make_hf_model(tmp_path / "hf", "qwen3_moe", hidden_size=256, num_layers=2, num_heads=4,
+                       num_kv_heads=2, head_dim=64, intermediate_size=512, vocab_size=VOCAB,
+                       num_experts=4, num_experts_per_tok=2, moe_intermediate_size=256,
+                       norm_topk_prob=True, seed=3)  # fmt: skip
+    src = gguf.GGUFReader(hf_to_gguf(hf, tmp_path / "f32.gguf", "F32"))
+    path = str(tmp_path / "iq-moe.gguf")
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    for key, field in src.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            w.add_key_value(
+                key, field.contents(), field.types[0], field.types[-1] if len(field.types) > 1 else None
+            )
+    rng = np.random.default_rng(4)
+    k = 0
+    for t in src.tensors:
+        shape = [int(x) for x in t.shape[::-1]]
+        if len(shape) == 1 or shape[-1] % 256 != 0 or t.name.endswith("ffn_gate_inp.weight"):
+            w.add_tensor(t.name, np.asarray(t.data))
+            continue
+        type_name = IQ23_TYPES[k % len(IQ23_TYPES)]
+        k += 1
+        rows = int(np.prod(shape[:-1]))
+        rms = 1.0 if t.name == "token_embd.weight" else 0.05
+        raw = scaled_blocks(type_name, rows, shape[-1], rng, rms=rms)
+        raw = raw.reshape([*shape[:-1], raw.shape[-1]])
+        w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=QT[type_name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = core.load_model(path)
+    types = {t[1] for t in m.tensors()}
+    assert set(IQ23_TYPES) <= types, types
+    assert any("exps" in t[0] and t[1] in IQ23_TYPES for t in m.tensors())
+    config, weights = loader.load_weights(path)
+    ids = np.random.default_rng(8).integers(0, VOCAB, 20).tolist()
+    twin = ref_model.forward(config, weights, ids, int8_matrices=m.int8_matrices)
+    got = core.model_logits(m, ids)
+    assert float(np.max(np.abs(got - twin))) / float(np.max(np.abs(twin))) < 1e-4
+    check_invariance(m, VOCAB, seed=2)
