@@ -357,11 +357,14 @@ def test_unsupported_type_is_one_clear_line(model_dir: Path) -> None:
 # every new type, in the mixes llama.cpp writes. The files must read back close to the F16 weights
 # they came from (an independent check that ossa, the twin and the gguf package all read llama.cpp's
 # bytes as llama.cpp meant them), and bitwise as the oracle and the twin read them.
-LLAMA_MIXES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"]
+# (IQ3_S / IQ3_M: the i-quant mixes llama.cpp writes without an importance matrix; IQ3_XXS / IQ3_XS and
+# the IQ2_* / IQ1_* ones it refuses without one.)
+LLAMA_MIXES = ["Q5_0", "Q5_1", "IQ4_NL", "Q5_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ3_S", "IQ3_M"]
 # Root-mean-square quantization error relative to the weights' RMS, per type: what rounding Gaussian
-# weights to that many bits gives (measured 0.018, 0.036-0.043, 0.071-0.077, 0.15, 0.30), with margin.
+# weights to that many bits gives (measured 0.018, 0.036-0.043, 0.071-0.077, 0.15, 0.30; IQ3_S 0.166), with
+# margin.
 TYPE_ERROR = {"F32": 0.0, "Q6_K": 0.03, "Q5_0": 0.06, "Q5_1": 0.06, "Q5_K": 0.06, "Q4_K": 0.1,
-              "IQ4_NL": 0.1, "IQ4_XS": 0.1, "Q3_K": 0.2, "Q2_K": 0.4}  # fmt: skip
+              "IQ4_NL": 0.1, "IQ4_XS": 0.1, "Q3_K": 0.2, "Q2_K": 0.4, "IQ3_S": 0.2}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -394,7 +397,7 @@ def test_files_quantized_by_llama_cpp(f16_model: str, model_dir: Path, mix: str)
     assert r.returncode == 0, r.stderr[-2000:]
     m = core.load_model(str(path))
     types = {t[1] for t in m.tensors()}
-    assert types & set(NEW_TYPES), types
+    assert types & set(NEW_TYPES + IQ23_TYPES), types
     base = {t.name: np.asarray(t.data, np.float32) for t in gguf.GGUFReader(f16_model).tensors}
     twin_file = read_gguf(str(path))
     for t in gguf.GGUFReader(str(path)).tensors:
