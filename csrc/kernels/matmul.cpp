@@ -496,7 +496,8 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
   OSSA_ASSERT(prepared || prepared_floats(w.type, x.cols) == 0);
   if (const F32DecodeFn decode = f32_tile(w.type, 1).decode;
       decode != nullptr && !prepared && r_end - r_begin >= k_decoded_min_rows) {
-    // AVX2: each weight row of the item decoded once for all its activation rows (the same sums).
+    // Each weight row of the item decoded once for all its activation rows (the same sums): AVX2
+    // builds, every quantized type; AVX-512, the types whose tiles set F32Tile::decode.
     const int64_t n_out = o_end - o_begin;
     float* wf = grow(t_decoded, n_out * x.cols);
     for (int64_t o = 0; o < n_out; ++o) decode(w.row(o_begin + o), x.cols, wf + o * x.cols);

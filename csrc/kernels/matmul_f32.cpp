@@ -473,8 +473,52 @@ F32Tile tile_for_rows(int) {
 
 }  // namespace
 
-#if defined(__AVX512F__) || !defined(__AVX2__)
-// These builds' tiles decode in registers (F32Tile::decode is null): never called.
+#if defined(__AVX512F__)
+namespace {
+// AVX-512: the decoded weights of the types whose tiles set F32Tile::decode (the i-quants below 4
+// bits, matmul_iq23.cpp) times MO x R activation rows, in matmul_tile.h's quant_tile order: per
+// output element one 16-lane accumulator, 16 columns at a time in column order (quant_tile's two
+// halves of each 32-value block are two such steps), one fsum16: bitwise the tile's result.
+template <int MO, int R>
+void decoded_tile16(const float* w, int64_t ldw, const float* const* x, int64_t cols, float* out,
+                    int64_t ldo) {
+  __m512 acc[MO][R];
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) acc[o][r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < cols; i += 16) {
+    __m512 xv[R];
+    for (int r = 0; r < R; ++r) xv[r] = _mm512_loadu_ps(x[r] + i);
+    for (int o = 0; o < MO; ++o) {
+      const __m512 wv = _mm512_loadu_ps(w + o * ldw + i);
+      for (int r = 0; r < R; ++r) acc[o][r] = _mm512_fmadd_ps(wv, xv[r], acc[o][r]);
+    }
+  }
+  for (int o = 0; o < MO; ++o)
+    for (int r = 0; r < R; ++r) out[r * ldo + o] = tile::fsum16(acc[o][r]);
+}
+using Decoded16Fn = void (*)(const float*, int64_t, const float* const*, int64_t, float*, int64_t);
+constexpr int k_dec16_mo = 4, k_dec16_rows = 6;  // 24 accumulators, 6 rows and a weight vector
+template <int MO>
+constexpr Decoded16Fn k_dec16_row_fns[k_dec16_rows] = {
+    decoded_tile16<MO, 1>, decoded_tile16<MO, 2>, decoded_tile16<MO, 3>,
+    decoded_tile16<MO, 4>, decoded_tile16<MO, 5>, decoded_tile16<MO, 6>};
+constexpr const Decoded16Fn* k_dec16_fns[k_dec16_mo] = {k_dec16_row_fns<1>, k_dec16_row_fns<2>,
+                                                        k_dec16_row_fns<3>, k_dec16_row_fns<4>};
+}  // namespace
+
+void f32_decoded_rows(const float* w, int64_t ldw, int mo, const float* const* x, int rows,
+                      int64_t cols, float* out, int64_t ldo) {
+  OSSA_ASSERT(cols % 16 == 0);
+  for (int o = 0; o < mo; o += k_dec16_mo) {
+    const int m = std::min(k_dec16_mo, mo - o);
+    for (int r = 0; r < rows; r += k_dec16_rows) {
+      const int n = std::min(k_dec16_rows, rows - r);
+      k_dec16_fns[m - 1][n - 1](w + o * ldw, ldw, x + r, cols, out + r * ldo + o, ldo);
+    }
+  }
+}
+#elif !defined(__AVX2__)
+// The scalar build's tiles decode in registers (F32Tile::decode is null): never called.
 void f32_decoded_rows(const float*, int64_t, int, const float* const*, int, int64_t, float*,
                       int64_t) {
   OSSA_ASSERT(false);

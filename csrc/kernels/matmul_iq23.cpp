@@ -162,13 +162,19 @@ struct IQ23 {
 
 // The tile shapes of matmul_tile.h's tile_for_rows, but 4 weight rows for one activation row: a
 // decoded sub-block takes most of the time there, and four rows' weights stay in registers (eight
-// spilled them to the stack).
+// spilled them to the stack). On AVX-512, F32Tile::decode too: a work item of 4 or more activation
+// rows (matmul.cpp) decodes each of its weight rows once into f32 and multiplies them by every row
+// (f32_decoded_rows, bitwise the tiles' sums), instead of decoding them again for every tile of at
+// most 8 rows.
 template <class D>
 F32Tile rows_for(int rows) {
 #if defined(__AVX512F__)
-  if (rows == 1) return {tile::quant_tile<D, 4, 1>, 4};
-#endif
+  F32Tile t = rows == 1 ? F32Tile{tile::quant_tile<D, 4, 1>, 4} : tile::tile_for_rows<D>(rows);
+  t.decode = tile::decode_row<D>;
+  return t;
+#else
   return tile::tile_for_rows<D>(rows);
+#endif
 }
 
 }  // namespace

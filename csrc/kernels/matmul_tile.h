@@ -87,6 +87,21 @@ void quant_tile(const uint8_t* const* w, const float* const* x, int64_t cols, fl
     for (int r = 0; r < R; ++r) out[o * R + r] = fsum16(acc[o][r]);
 }
 
+// quant_tile's weights, stored (F32Tile::decode, for the decoders whose tiles set it): the Block32
+// vectors, in order.
+template <class D>
+void decode_row(const uint8_t* w, int64_t cols, float* out) {
+  for (int64_t sb = 0; sb < cols / 32 / D::k_sub; ++sb) {
+    typename D::Prep prep;
+    D::prepare(w, sb, prep);
+    for (int64_t b = sb * D::k_sub; b < (sb + 1) * D::k_sub; ++b) {
+      const Block32 v = D::decode(w, b, prep);
+      _mm512_storeu_ps(out + 32 * b, v.lo);
+      _mm512_storeu_ps(out + 32 * b + 16, v.hi);
+    }
+  }
+}
+
 // Tile shapes: one activation row (decode) runs 8 weight rows side by side, 8 independent FMA
 // chains (4 leave it bound by FMA latency); 2..5 rows run 4 weight rows, more rows 2.
 template <class D>
