@@ -186,7 +186,8 @@ def test_model_in_each_type_matches_the_twin(model_dir: Path, type_name: str) ->
 
 
 @pytest.mark.parametrize(
-    "mix", ["Q4_K,Q6_K,Q8_0", "Q4_0,Q4_1,Q5_0", "Q5_1,IQ4_NL,Q5_K,IQ4_XS", "Q2_K,Q3_K,Q4_K"]
+    "mix",
+    ["Q4_K,Q6_K,Q8_0", "Q4_0,Q4_1,Q5_0", "Q5_1,IQ4_NL,Q5_K,IQ4_XS", "Q2_K,Q3_K,Q4_K", ",".join(IQ23_TYPES)],
 )
 def test_quantized_activations_match_twin_and_are_batch_invariant(model_dir: Path, mix: str) -> None:
     """load_model(quantized_activations=True): every matmul input rounded to 8-bit blocks of 32 values

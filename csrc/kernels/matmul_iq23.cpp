@@ -9,6 +9,8 @@
 // become a mask that negates bytes (vpsubb under the mask; IQ1_*: the +-1 delta added instead), and
 // the bytes widen to f32 and take the scale of their 16-value half (q x scale: exact). The AVX2 and
 // scalar builds run kernels/iq23.h's decoder.
+#include <cmath>
+
 #include "kernels/iq23.h"
 #include "kernels/matmul_tile.h"
 #include "util/error.h"
@@ -177,7 +179,81 @@ F32Tile rows_for(int rows) {
 #endif
 }
 
+// 8-bit activations (a model loaded with quantized_activations), as matmul_q8.cpp's kernels: per
+// sub-block the 32 integers q (signed bytes) times the activation block's int8 values by the sign
+// trick (|q| as u8, sign(q) x as s8), int32 lanes of 4 products each, then per lane
+//   acc = fma(f32(lane), scale(lane's half) * x.d, acc)
+// and one horizontal sum; the same integers and order on every build.
+template <DType T, int R>
+void q8_dot(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    typename IQ23<T>::Prep p;
+    IQ23<T>::prepare(row, sb, p);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t b = sb * 8 + s;
+      const __m256i q = IQ23<T>::quants(row + sb * IQ23<T>::k_bytes, s);
+      const __m256i u = _mm256_abs_epi8(q);
+      const __m256 ws =
+          _mm256_setr_m128(_mm_set1_ps(p.scale[2 * s]), _mm_set1_ps(p.scale[2 * s + 1]));
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8& xb = x[r][b];
+        const __m256i xv =
+            _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.qs)), q);
+        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, xv);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, _mm256_set1_ps(xb.d)),
+                                 acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+#else
+  for (int r = 0; r < R; ++r) {
+    float acc[8] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      int q[32];
+      float scale[2];
+      iq23::decode_sub(T, row + b / 8 * IQ23<T>::k_bytes, static_cast<int>(b % 8), q, scale);
+      for (int l = 0; l < 8; ++l) {
+        int sum = 0;
+        for (int i = 0; i < 4; ++i) sum += q[4 * l + i] * x[r][b].qs[4 * l + i];
+        acc[l] = std::fma(static_cast<float>(sum), scale[l / 4] * x[r][b].d, acc[l]);
+      }
+    }
+    out[r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  }
+#endif
+}
+
+template <DType T>
+Q8DotFn q8_dot_for(int rows) {
+  return rows == 4 ? q8_dot<T, 4> : q8_dot<T, 1>;
+}
+
 }  // namespace
+
+Q8DotFn q8_dot_iq23(DType type, int rows) {
+  switch (type) {
+    case DType::IQ2_XXS:
+      return q8_dot_for<DType::IQ2_XXS>(rows);
+    case DType::IQ2_XS:
+      return q8_dot_for<DType::IQ2_XS>(rows);
+    case DType::IQ2_S:
+      return q8_dot_for<DType::IQ2_S>(rows);
+    case DType::IQ3_XXS:
+      return q8_dot_for<DType::IQ3_XXS>(rows);
+    case DType::IQ3_S:
+      return q8_dot_for<DType::IQ3_S>(rows);
+    case DType::IQ1_S:
+      return q8_dot_for<DType::IQ1_S>(rows);
+    case DType::IQ1_M:
+      return q8_dot_for<DType::IQ1_M>(rows);
+    default:
+      return nullptr;
+  }
+}
 
 F32Tile f32_tile_iq23(DType type, int rows) {
   switch (type) {

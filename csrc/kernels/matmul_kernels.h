@@ -71,6 +71,10 @@ F32Tile f32_tile_q23k(DType type, int rows);
 F32Tile f32_tile_iq4(DType type, int rows);
 // IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M (matmul_iq23.cpp).
 F32Tile f32_tile_iq23(DType type, int rows);
+// Their 8-bit activation kernels (quantized_activations), as q8_dot's.
+using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
+                         float* out);
+Q8DotFn q8_dot_iq23(DType type, int rows);
 // A folder's FP8 (E4M3) matrices with their block scales (matmul_fp8.cpp).
 F32Tile f32_tile_fp8(int rows);
 // On AVX-512, Q5_K reads the rows kquant_prepare_row lays out for Q4_K; IQ4_XS and Q2_K / Q3_K read
@@ -103,9 +107,8 @@ void bitnet_rows(const TensorView& w, const float* prepared, int64_t stride, int
 void bitnet_pack_row(const int8_t* w, int64_t row, int64_t cols, uint8_t* data);
 int8_t bitnet_weight(const uint8_t* data, int64_t row, int64_t col, int64_t cols);
 
-// 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows.
-using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
-                         float* out);
+// 8-bit activations (quantized weights only): one weight row, `rows` (1 or 4) activation rows
+// (Q8DotFn above).
 Q8DotFn q8_dot(DType type, int rows);
 
 // AMX (matmul_amx.cpp): bf16 tiles with f32 accumulation, activations split into hi + lo bf16.

@@ -259,6 +259,7 @@ Q8DotFn q8_dot_rows(DType t) {
 
 Q8DotFn q8_dot(DType type, int rows) {
   OSSA_ASSERT(rows == 1 || rows == 4);
+  if (const Q8DotFn f = q8_dot_iq23(type, rows); f != nullptr) return f;
   return rows == 4 ? q8_dot_rows<4>(type) : q8_dot_rows<1>(type);
 }
 

@@ -13,6 +13,13 @@ bool dtype_quantized(DType type) {
     case DType::Q8_0:
     case DType::Q4_K:
     case DType::Q6_K:
+    case DType::IQ2_XXS:  // (the i-quants below 4 bits: matmul_iq23.cpp's q8_dot_iq23)
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
       return true;
     default:
       return false;
