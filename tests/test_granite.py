@@ -115,3 +115,81 @@ def test_multipliers_matter_and_bad_values_fail(hf_models: dict[str, Any], tmp_p
     text = models.format_inspect(models.inspect(str(src)))
     assert "architecture  granite" in text
     assert "multipliers   embeddings 12, residuals 0.22, scores 0.0625, logits / 8" in text
+
+
+# GraniteSWA / GraniteMoeSWA (transformers' granite_swa / granitemoe_swa): Granite's multipliers with a
+# window on the layers layer_types marks, a learnable sink per head (an extra logit in each softmax),
+# and a RoPE base per layer (layer_rope_theta; 0: no RoPE). Windows of 6-7 over 40 tokens, sinks and
+# bases of every kind: one base for the full layers and another for the sliding ones, NoPE layers of
+# both types, the defaults (every 4th layer from 0 full, window 128 over the prompt).
+SWA_CASES: dict[str, dict[str, Any]] = {
+    "granite-swa": dict(
+        arch="granite_swa", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, vocab_size=150, tie=True, rope_theta=1000.0, embedding_multiplier=6.0,
+        residual_multiplier=0.3, attention_multiplier=1 / 16, logits_scaling=4.0, sliding_window=6,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        layer_rope_theta=[5000.0, 300.0, 0, 0],
+    ),
+    "granite-swa-defaults": dict(
+        arch="granite_swa", hidden_size=48, num_layers=5, num_heads=4, num_kv_heads=4,
+        intermediate_size=64, vocab_size=130, tie=False, embedding_multiplier=3.0,
+        residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+    ),
+    "granitemoe-swa": dict(
+        arch="granitemoe_swa", hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2,
+        intermediate_size=48, vocab_size=140, tie=True, embedding_multiplier=8.0,
+        residual_multiplier=0.25, attention_multiplier=1 / 12, logits_scaling=3.0, sliding_window=7,
+        num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=40,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        layer_rope_theta=[0, 2000.0, 0],
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def swa_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, np.ndarray, list[int]]]:
+    return build_hf_cases(tmp_path_factory.mktemp("granite-swa"), SWA_CASES, seed=90, n_tokens=N_TOKENS)
+
+
+@pytest.mark.parametrize("name", list(SWA_CASES))
+def test_swa_logits_chunks_greedy(swa_models: dict[str, Any], name: str) -> None:
+    """Logits against transformers and the twin, chunked prefill bitwise, greedy = generate, and the
+    config as read (window, sinks, NoPE layers, the sliding layers' own base)."""
+    path, hf_logits, ids = swa_models[name]
+    model = check_golden(path, ids, hf_logits, "safetensors")
+    case = SWA_CASES[name]
+    cfg = model.config
+    assert cfg["arch"] == ("granitemoe" if case["arch"] == "granitemoe_swa" else "granite")
+    assert cfg["attn_sinks"] and cfg["attn_scale"] == pytest.approx(case["attention_multiplier"])
+    types = case.get("layer_types") or ["full_attention" if i % 4 == 0 else "sliding_attention"
+                                        for i in range(case["num_layers"])]  # fmt: skip
+    assert cfg["sliding_window"] == case.get("sliding_window", 128)
+    assert list(cfg["layer_sliding"]) == [t == "sliding_attention" for t in types]
+    thetas = case.get("layer_rope_theta")
+    assert list(cfg["layer_nope"]) == ([t == 0 for t in thetas] if thetas and 0 in thetas else [])
+    if name == "granite-swa":
+        assert cfg["rope_theta"] == 5000.0 and cfg["rope_theta_swa"] == 300.0
+    check_chunked_prefill(path, ids, hf_logits)
+    assert greedy(core.load_model(path), ids[:10], 30, block=4) == hf_greedy(path, ids[:10], 30)
+
+
+def test_swa_batch_invariant_and_refusals(swa_models: dict[str, Any], tmp_path: Path) -> None:
+    path = swa_models["granite-swa"][0]
+    check_invariance(core.load_model(path), SWA_CASES["granite-swa"]["vocab_size"], seed=12, kv="float16")
+    cfg = json.loads((Path(path) / "config.json").read_text())
+    bad_cases = {
+        "two bases for the sliding layers": {"layer_rope_theta": [5000.0, 300.0, 400.0, 0]},
+        "a base list of the wrong length": {"layer_rope_theta": [5000.0, 300.0]},
+        "a negative base": {"layer_rope_theta": [5000.0, -1.0, 0, 0]},
+        "the sliding layers' own base under rope scaling": {
+            "rope_parameters": {**cfg["rope_parameters"], "rope_type": "linear", "factor": 2.0}
+        },
+    }
+    for what, change in bad_cases.items():
+        bad = tmp_path / what.replace(" ", "-").replace("'", "")
+        shutil.copytree(path, bad)
+        (bad / "config.json").write_text(json.dumps({**cfg, **change}))
+        with pytest.raises(core.ModelError, match="layer_rope_theta"):
+            core.load_model(str(bad))
+        with pytest.raises(ValueError, match="layer_rope_theta"):
+            ref_loader.load_weights(str(bad))

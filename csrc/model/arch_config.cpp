@@ -424,6 +424,54 @@ void granite_config_hf(const Json& cfg, ModelConfig& c) {
 
 void smollm3_config_gguf(ModelConfig& c) { c.layer_nope = nope_every(c.n_layer, 4); }
 
+void granite_swa_config_hf(const Json& cfg, ModelConfig& c) {
+  const std::string where = "'" + cfg.path + "'";
+  c.attn_sinks = true;
+  const JsonValue* raw = cfg.v.get("sliding_window");
+  all_sliding(c,
+              raw == nullptr   ? 128
+              : raw->is_null() ? 0
+                               : cfg.integer("sliding_window", 128),
+              where);
+  if (c.sliding_window > 0) {
+    std::vector<uint8_t> types = hf_layer_types(cfg, c.n_layer);
+    if (types.empty())
+      for (int i = 0; i < c.n_layer; ++i) types.push_back(i % 4 != 0);
+    c.layer_sliding = std::move(types);
+  }
+  const JsonValue* thetas = cfg.get("layer_rope_theta");
+  if (thetas == nullptr || thetas->is_null()) return;
+  if (!thetas->is_array() || static_cast<int>(thetas->array.size()) != c.n_layer)
+    throw ModelError("config 'layer_rope_theta' in " + where + " must list one base per layer");
+  double full = 0.0, local = 0.0;  // (0: none seen yet)
+  std::vector<uint8_t> nope(static_cast<size_t>(c.n_layer), 0);
+  for (int i = 0; i < c.n_layer; ++i) {
+    const JsonValue& v = thetas->array[static_cast<size_t>(i)];
+    if (!v.is_number() || !(v.number >= 0.0) || !std::isfinite(v.number))
+      throw ModelError("config 'layer_rope_theta' in " + where + " holds an invalid base");
+    if (v.number == 0.0) {
+      nope[static_cast<size_t>(i)] = 1;
+      continue;
+    }
+    const bool sliding = !c.layer_sliding.empty() && c.layer_sliding[static_cast<size_t>(i)] != 0;
+    double& slot = sliding ? local : full;
+    if (slot != 0.0 && slot != v.number)
+      throw ModelError("config 'layer_rope_theta' in " + where +
+                       " gives layers of one attention type different RoPE bases (one base for "
+                       "the full layers and one for the sliding ones is supported)");
+    slot = v.number;
+  }
+  if (std::find(nope.begin(), nope.end(), 1) != nope.end()) c.layer_nope = std::move(nope);
+  if (full != 0.0 || local != 0.0) c.rope_theta = static_cast<float>(full != 0.0 ? full : local);
+  if (full != 0.0 && local != 0.0 && local != full) {
+    if (c.rope_scaling.type != "none")
+      throw ModelError("config 'layer_rope_theta' in " + where +
+                       " gives the sliding layers their own RoPE base under rope scaling, which "
+                       "is not supported");
+    c.rope_theta_swa = static_cast<float>(local);
+  }
+}
+
 const JsonValue* olmo3_config_hf(const Json& cfg, ModelConfig& c) {
   const std::string where = "'" + cfg.path + "'";
   all_sliding(c, cfg.integer("sliding_window", 4096), where);

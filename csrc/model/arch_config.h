@@ -38,6 +38,11 @@ void yarn_config_hf(const Json& cfg, const Json& s, ModelConfig& c);
 // default 1), logits_scaling.
 void granite_config_gguf(const GGUFFile& g, ModelConfig& c);
 void granite_config_hf(const Json& cfg, ModelConfig& c);
+// GraniteSWA / GraniteMoeSWA (model_type granite_swa / granitemoe_swa): Granite's multipliers plus
+// a window (sliding_window, default 128, null none) on the layers layer_types marks (default: all
+// but every 4th from layer 0), a learnable sink per head, and layer_rope_theta (0: NoPE; one base
+// for the full layers and one for the sliding ones, the latter as rope_theta_swa, else refused).
+void granite_swa_config_hf(const Json& cfg, ModelConfig& c);
 
 // SmolLM3's NoPE layers (c.layer_nope): from config.json's no_rope_layers (1: the layer uses RoPE)
 // or no_rope_layer_interval (default 4: every 4th layer without RoPE), and its sliding window

@@ -298,7 +298,8 @@ const std::string k_supported = [] {
 // config.json names (model_type), for the message; the loader maps them below (k_archs).
 const char* const k_supported_hf =
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, granitemoeshared, gpt_oss, olmo2, "
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, granitemoeshared, granite_swa, "
+    "granitemoe_swa, gpt_oss, olmo2, "
     "olmo3, exaone4, "
     "ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, "
@@ -1735,6 +1736,10 @@ const std::map<std::string, std::string>& hf_archs() {
       {"GraniteMoeForCausalLM", "granitemoe"},
       {"granitemoeshared", "granitemoe"},  // (GraniteMoe with a shared MLP)
       {"GraniteMoeSharedForCausalLM", "granitemoe"},
+      {"granite_swa", "granite"},  // (with a window, sinks and RoPE bases per layer)
+      {"GraniteSWAForCausalLM", "granite"},
+      {"granitemoe_swa", "granitemoe"},
+      {"GraniteMoeSWAForCausalLM", "granitemoe"},
       {"gpt_oss", "gpt-oss"},
       {"GptOssForCausalLM", "gpt-oss"},
       {"olmo2", "olmo2"},
@@ -3615,7 +3620,12 @@ void load_hf(Model& m, Storage& st) {
     c.o_bias = cfg.boolean("attention_bias", false);
   }
   if (c.arch == "granite" || c.arch == "granitemoe") granite_config_hf(cfg, c);
-  if (c.arch == "smollm3")
+  const std::string granite_type = cfg.string("model_type", "");
+  const bool granite_swa = (c.arch == "granite" || c.arch == "granitemoe") &&
+                           (granite_type == "granite_swa" || granite_type == "granitemoe_swa");
+  if (granite_swa)
+    granite_swa_config_hf(cfg, c);  // window, sinks, RoPE bases per layer
+  else if (c.arch == "smollm3")
     smollm3_config_hf(cfg, c);  // NoPE layers, the window of use_sliding_window
   else if (gpt_oss)
     gpt_oss_config_hf(cfg, c);  // window, sinks, biases

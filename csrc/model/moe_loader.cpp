@@ -806,12 +806,18 @@ void build_moe_layer(const ModelConfig& c, int layer, bool gguf, const TensorSou
     return;
   }
   if (c.arch == "granitemoe" || c.arch == "granitehybrid") {
-    // 3-D stacks, read in place: input_linear rows = gate then up
+    // 3-D stacks, read in place: input_linear rows = gate then up. GraniteMoeSWA's folders (no
+    // conversion mapping in transformers) name them as transformers' modules do: router.weight,
+    // experts.gate_up_proj, experts.down_proj, the same layouts.
     const std::string p = "model.layers." + l + ".block_sparse_moe.";
-    out.router = src.take(p + "router.layer.weight", canon + "router", n, E);
-    view_expert_stacks(src.take(p + "input_linear.weight", canon + "gate_up_exps", n * 2 * F, E),
-                       src.take(p + "output_linear.weight", canon + "down_exps", n * E, F), n, F, E,
-                       out);
+    const bool module_names = !src.has(p + "router.layer.weight") && src.has(p + "router.weight");
+    out.router = src.take(p + (module_names ? "router.weight" : "router.layer.weight"),
+                          canon + "router", n, E);
+    view_expert_stacks(src.take(p + (module_names ? "experts.gate_up_proj" : "input_linear.weight"),
+                                canon + "gate_up_exps", n * 2 * F, E),
+                       src.take(p + (module_names ? "experts.down_proj" : "output_linear.weight"),
+                                canon + "down_exps", n * E, F),
+                       n, F, E, out);
     if (m.n_ff_shared > 0) {  // (Granite 4.0-H's shared MLP: input_linear [gate | up], ungated)
       const int64_t S = m.n_ff_shared;
       const std::string sp = "model.layers." + l + ".shared_mlp.";

@@ -241,6 +241,47 @@ def granite_hf(c: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def granite_swa_hf(c: dict[str, Any], n_layer: int, scaled: bool) -> dict[str, Any]:
+    """GraniteSWA / GraniteMoeSWA (twin of granite_swa_config_hf): a window (sliding_window, default 128,
+    null none) on the layers of layer_types (default all but every 4th from layer 0), sinks, and
+    layer_rope_theta (0: NoPE; one base for the full layers, one for the sliding ones, the latter as
+    rope_theta_swa: refused under rope scaling)."""
+    window = _window(128 if "sliding_window" not in c else (c["sliding_window"] or 0))
+    layers: list[bool] = []
+    if window:
+        layers = _hf_layer_types(c, n_layer) or [i % 4 != 0 for i in range(n_layer)]
+    out: dict[str, Any] = {"sliding_window": window, "layer_sliding": layers, "attn_sinks": True}
+    thetas = c.get("layer_rope_theta")
+    if thetas is None:
+        return out
+    if not isinstance(thetas, list) or len(thetas) != n_layer:
+        raise ValueError("config 'layer_rope_theta' must list one base per layer")
+    bases: dict[bool, float] = {}
+    for i, t in enumerate(thetas):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0 or not np.isfinite(t):
+            raise ValueError("config 'layer_rope_theta' holds an invalid base")
+        if t == 0:
+            continue
+        sliding = bool(layers) and layers[i]
+        if bases.setdefault(sliding, float(t)) != float(t):
+            raise ValueError(
+                "config 'layer_rope_theta' gives layers of one attention type different RoPE bases"
+            )
+    nope = [t == 0 for t in thetas]
+    if any(nope):
+        out["layer_nope"] = nope
+    full, local = bases.get(False), bases.get(True)
+    if full is not None or local is not None:
+        out["rope_theta"] = float(np.float32(full if full is not None else local))
+    if full is not None and local is not None and local != full:
+        if scaled:
+            raise ValueError(
+                "config 'layer_rope_theta' gives the sliding layers their own RoPE base under rope scaling"
+            )
+        out["rope_theta_swa"] = float(np.float32(local))
+    return out
+
+
 def gpt_oss_gguf(md: dict[str, Any], common: dict[str, Any], o_bias: bool) -> dict[str, Any]:
     """gpt-oss: attention sinks, the output bias where the file has it, the window on the even-numbered
     layers (llama.cpp's hard-coded pattern, unless a sliding_window_pattern key says otherwise)."""

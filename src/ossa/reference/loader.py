@@ -114,7 +114,8 @@ _EXTRA_DEFAULTS: dict[str, Any] = {
 _SUPPORTED = f"(ossa supports {', '.join(ARCHS)})"
 _SUPPORTED_HF = (
     "(ossa supports llama, qwen2, qwen3, mistral, qwen3_moe, qwen2_moe, mixtral, gemma, gemma2, "
-    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, granitemoeshared, gpt_oss, olmo2, olmo3, "
+    "gemma3_text, gemma3, phi3, smollm3, granite, granitemoe, granitemoeshared, granite_swa, granitemoe_swa, "
+    "gpt_oss, olmo2, olmo3, "
     "exaone4, ernie4_5, ernie4_5_moe, deepseek_v2, deepseek_v3, glm4_moe, glm4_moe_lite, olmoe, glm4, "
     "ministral3, mistral4, "
     "qwen3_5, qwen3_5_moe, qwen3_next, lfm2, lfm2_moe, granitemoehybrid, bamba, nemotron_h, mamba2, mamba, "
@@ -136,7 +137,9 @@ _HF_ARCHS = {
     "phi3": "phi3", "Phi3ForCausalLM": "phi3", "smollm3": "smollm3", "SmolLM3ForCausalLM": "smollm3",
     "granite": "granite", "GraniteForCausalLM": "granite", "granitemoe": "granitemoe",
     "GraniteMoeForCausalLM": "granitemoe", "granitemoeshared": "granitemoe",
-    "GraniteMoeSharedForCausalLM": "granitemoe", "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
+    "GraniteMoeSharedForCausalLM": "granitemoe", "granite_swa": "granite", "GraniteSWAForCausalLM": "granite",
+    "granitemoe_swa": "granitemoe", "GraniteMoeSWAForCausalLM": "granitemoe",
+    "gpt_oss": "gpt-oss", "GptOssForCausalLM": "gpt-oss",
     "olmo2": "olmo2", "Olmo2ForCausalLM": "olmo2", "flex_olmo": "olmoe", "FlexOlmoForCausalLM": "olmoe",
     "olmo3": "olmo3", "Olmo3ForCausalLM": "olmo3",
     "exaone4": "exaone4", "Exaone4ForCausalLM": "exaone4", "ernie4_5": "ernie4_5",
@@ -1946,6 +1949,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             common.update(arch_config.phimoe_hf(c, common.get("rope_scaling")))
     elif arch == "smollm3":
         common.update(arch_config.smollm3_hf(c, common["n_layer"]))
+    elif c.get("model_type") in ("granite_swa", "granitemoe_swa"):  # window, sinks, RoPE bases
+        scaled = (common.get("rope_scaling") or {}).get("type", "none") != "none"
+        common.update(arch_config.granite_swa_hf(c, common["n_layer"], scaled))
     else:
         common.update(arch_config.window_hf(arch, c, common["n_layer"]))
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)

@@ -586,9 +586,15 @@ def hf_layer_weights(
         return
     if cfg["arch"] in ("granitemoe", "granitehybrid"):  # 3-D stacks: input_linear = gate then up rows
         p = f"model.layers.{i}.block_sparse_moe."
-        w[c + "router"] = _shaped(_need(get, names, p + "router.layer.weight"), n, e_dim)
-        _view_stacks(cfg, i, _need(get, names, p + "input_linear.weight"),
-                     _need(get, names, p + "output_linear.weight"), w)  # fmt: skip
+        # (GraniteMoeSWA's folders: transformers' module names, the same layouts)
+        mod = p + "router.layer.weight" not in names and p + "router.weight" in names
+        router, gate_up, down = (
+            ("router.weight", "experts.gate_up_proj", "experts.down_proj")
+            if mod
+            else ("router.layer.weight", "input_linear.weight", "output_linear.weight")
+        )
+        w[c + "router"] = _shaped(_need(get, names, p + router), n, e_dim)
+        _view_stacks(cfg, i, _need(get, names, p + gate_up), _need(get, names, p + down), w)
         if moe["n_ff_shared"]:  # (Granite 4.0-H's shared MLP: input_linear [gate | up], output_linear)
             s, sp = moe["n_ff_shared"], f"model.layers.{i}.shared_mlp."
             gate_up = _shaped(_need(get, names, sp + "input_linear.weight"), 2 * s, e_dim)
