@@ -233,6 +233,22 @@ def test_engine(default_model_path: str, tmp_path: Path) -> None:
     check_engine_gpt2(pack_gptq(folder, tmp_path / "packed", kind="awq", symmetric=False), default_model_path)
 
 
+def act_ordered(path: str) -> set[str]:
+    """The twin's names of the matrices of GPTQ folder ``path`` whose g_idx is not contiguous groups."""
+    from safetensors.numpy import load_file
+
+    group = json.loads((Path(path) / "config.json").read_text())["quantization_config"]["group_size"]
+    names = {"self_attn.q_proj": "wq", "self_attn.k_proj": "wk", "self_attn.v_proj": "wv",
+             "self_attn.o_proj": "wo", "mlp.gate_proj": "w_gate", "mlp.up_proj": "w_up",
+             "mlp.down_proj": "w_down"}  # fmt: skip
+    out = set()
+    for name, g in load_file(str(Path(path) / "model.safetensors")).items():
+        if name.endswith(".g_idx") and not np.array_equal(g, np.arange(len(g)) // group):
+            layer, rest = name.removeprefix("model.layers.").removesuffix(".g_idx").split(".", 1)
+            out.add(f"layers.{layer}.{names[rest]}")
+    return out
+
+
 @pytest.mark.parametrize("name", ["gptq-act-order", "gptq-act-order-own"])
 def test_act_order_other_modes(cases: dict[str, Any], name: str) -> None:
     """Act-order matrices keep float32 inputs under 8-bit activations (none is listed among the int8
@@ -247,10 +263,19 @@ def test_act_order_other_modes(cases: dict[str, Any], name: str) -> None:
     config, weights = ref_loader.load_weights(path)
     scale = float(np.max(np.abs(hf)))
     model = core.load_model(path, quantized_activations=True)
-    assert not any(".w" in k and "layers." in k for k in model.int8_matrices), model.int8_matrices
+    # (the matrices whose g_idx is not contiguous groups: a matrix of one group is ordered trivially, and
+    # without AMX its Q4_0 / Q5_0 blocks take 8-bit inputs as any such matrix's do)
+    ordered = act_ordered(path)
+    assert ordered and not ordered & set(model.int8_matrices), model.int8_matrices
     twin = ref_model.forward(config, weights, ids, quantized_activations=True,
                              int8_matrices=model.int8_matrices)  # fmt: skip
-    assert float(np.max(np.abs(core.model_logits(model, ids) - twin))) < twin_tol(model) * scale
+    got = core.model_logits(model, ids)
+    # (Where other matrices take 8-bit inputs, without AMX: exact on the first token, and over the
+    # sequence close, as test_quant_types' quantized-activation models: a value on a rounding boundary
+    # tips one way or the other with the two sides' summation orders.)
+    assert float(np.max(np.abs(got[:1] - twin[:1]))) < twin_tol(model) * scale
+    bound = 5e-2 if model.int8_matrices else twin_tol(model)
+    assert float(np.max(np.abs(got - twin))) < bound * scale
     bf = core.load_model(path, dtype="bfloat16")
     bf16_weights = ref_model.bf16_matrices(config, weights)
     for t in ids[:8]:
