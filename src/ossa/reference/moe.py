@@ -588,13 +588,13 @@ def hf_layer_weights(
         p = f"model.layers.{i}.block_sparse_moe."
         # (GraniteMoeSWA's folders: transformers' module names, the same layouts)
         mod = p + "router.layer.weight" not in names and p + "router.weight" in names
-        router, gate_up, down = (
+        router_name, gate_up_name, down_name = (
             ("router.weight", "experts.gate_up_proj", "experts.down_proj")
             if mod
             else ("router.layer.weight", "input_linear.weight", "output_linear.weight")
         )
-        w[c + "router"] = _shaped(_need(get, names, p + router), n, e_dim)
-        _view_stacks(cfg, i, _need(get, names, p + gate_up), _need(get, names, p + down), w)
+        w[c + "router"] = _shaped(_need(get, names, p + router_name), n, e_dim)
+        _view_stacks(cfg, i, _need(get, names, p + gate_up_name), _need(get, names, p + down_name), w)
         if moe["n_ff_shared"]:  # (Granite 4.0-H's shared MLP: input_linear [gate | up], output_linear)
             s, sp = moe["n_ff_shared"], f"model.layers.{i}.shared_mlp."
             gate_up = _shaped(_need(get, names, sp + "input_linear.weight"), 2 * s, e_dim)
