@@ -2808,7 +2808,7 @@ TWIN_TOL = 1e-5
 # are summed inside the tiles, which the twin does not mirror, ~3e-6 of sum |x w| per matmul (the f32
 # kernels: ~3e-7). Measured over the tiny models on a Sapphire Rapids machine: up to 1.07e-5 (a
 # DeepSeek V3 Q8_0 file, five matmuls per attention), where the f32 kernels (amx=False) stay within
-# 1e-6 of the twin. Machines without AMX hold every model to TWIN_TOL.
+# 1e-6 of the twin. Without AMX: INT8_TWIN_TOL below where the int8 kernels run, else TWIN_TOL.
 AMX_TWIN_TOL = 4e-5
 
 
