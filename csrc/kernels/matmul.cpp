@@ -471,16 +471,22 @@ void compute(const TensorView& w, const MatmulInput& x, int64_t r_begin, int64_t
     OSSA_ASSERT(x.q8 != nullptr);  // (matmul_input builds the blocks for needs_q8_blocks)
     const int64_t nb = x.cols / k_qblock;
     const Q8DotFn dot4 = q8_dot(w.type, 4), dot1 = q8_dot(w.type, 1);
-    const BlockQ8* rows[4];
-    float out[4];
-    for (int64_t r0 = r_begin; r0 < r_end; r0 += 4) {
-      const int rt = static_cast<int>(std::min<int64_t>(4, r_end - r0));
+    // (the i-quants: 8 activation rows a call as well, their codebooks decoded once for the 8;
+    // every kernel gives each row the same sums, whatever the rows beside it)
+    const Q8DotFn dot8 = q8_dot_iq23(w.type, 8);
+    const int step = dot8 != nullptr ? 8 : 4;
+    const BlockQ8* rows[8];
+    float out[8];
+    for (int64_t r0 = r_begin; r0 < r_end; r0 += step) {
+      const int rt = static_cast<int>(std::min<int64_t>(step, r_end - r0));
       for (int r = 0; r < rt; ++r) rows[r] = x.q8 + (r0 + r) * nb;
       for (int64_t o = o_begin; o < o_end; ++o) {
-        if (rt == 4) {
-          dot4(w.row(o), rows, nb, out);
+        if (rt == 8) {
+          dot8(w.row(o), rows, nb, out);
         } else {
-          for (int r = 0; r < rt; ++r) dot1(w.row(o), rows + r, nb, out + r);
+          int r = 0;
+          for (; r + 4 <= rt; r += 4) dot4(w.row(o), rows + r, nb, out + r);
+          for (; r < rt; ++r) dot1(w.row(o), rows + r, nb, out + r);
         }
         for (int r = 0; r < rt; ++r) y[(r0 + r) * ldy + o] = out[r];
       }

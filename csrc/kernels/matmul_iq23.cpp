@@ -239,7 +239,7 @@ void q8_dot(const uint8_t* row, const BlockQ8* const* x, int64_t nb, float* out)
 
 template <DType T>
 Q8DotFn q8_dot_for(int rows) {
-  return rows == 4 ? q8_dot<T, 4> : q8_dot<T, 1>;
+  return rows == 8 ? q8_dot<T, 8> : rows == 4 ? q8_dot<T, 4> : q8_dot<T, 1>;
 }
 
 }  // namespace

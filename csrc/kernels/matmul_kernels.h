@@ -71,7 +71,8 @@ F32Tile f32_tile_q23k(DType type, int rows);
 F32Tile f32_tile_iq4(DType type, int rows);
 // IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M (matmul_iq23.cpp).
 F32Tile f32_tile_iq23(DType type, int rows);
-// Their 8-bit activation kernels (quantized_activations), as q8_dot's.
+// Their 8-bit activation kernels (quantized_activations), as q8_dot's, for 1, 4 or 8 rows (null for
+// other types).
 using Q8DotFn = void (*)(const uint8_t* w_row, const BlockQ8* const* x_rows, int64_t n_blocks,
                          float* out);
 Q8DotFn q8_dot_iq23(DType type, int rows);
