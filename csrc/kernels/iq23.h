@@ -128,6 +128,42 @@ inline int iq1m_ls(const uint8_t* block, int h) {
   return (load_u16(block + 48 + 2 * (h / 4)) >> (3 * (h % 4))) & 7;
 }
 
+// A block's d: its f16 field, or IQ1_M's assembled one.
+inline float block_d(DType t, const uint8_t* blk) {
+  return t == DType::IQ1_M ? iq1m_d(blk) : f16_to_f32(load_u16(blk));
+}
+
+// The scales of sub-block s's (0..7) two 16-value halves, d = block_d(t, blk): d (2 ls + 1) times
+// 1/8, 1/4 or 1.
+inline void sub_scales(DType t, const uint8_t* blk, int s, float d, float* scale) {
+  auto odd = [](int ls) { return static_cast<float>(2 * ls + 1); };
+  switch (t) {
+    case DType::IQ1_M:
+      scale[0] = d * odd(iq1m_ls(blk, 2 * s)) * 0.125f;
+      scale[1] = d * odd(iq1m_ls(blk, 2 * s + 1)) * 0.125f;
+      return;
+    case DType::IQ2_XXS:
+      scale[0] = scale[1] = d * odd(static_cast<int>(load_u32(blk + 2 + 8 * s + 4) >> 28)) * 0.125f;
+      return;
+    case DType::IQ2_XS:
+    case DType::IQ2_S: {
+      const int sc = blk[(t == DType::IQ2_XS ? 66 : 74) + s];
+      scale[0] = d * odd(sc & 15) * 0.125f;
+      scale[1] = d * odd(sc >> 4) * 0.125f;
+      return;
+    }
+    case DType::IQ3_XXS:
+      scale[0] = scale[1] = d * odd(static_cast<int>(load_u32(blk + 66 + 4 * s) >> 28)) * 0.25f;
+      return;
+    case DType::IQ3_S:
+      scale[0] = scale[1] = d * odd((blk[106 + s / 2] >> (4 * (s % 2))) & 15);
+      return;
+    default:  // IQ1_S
+      scale[0] = scale[1] = d * odd((load_u16(blk + 34 + 2 * s) >> 12) & 7) * 0.125f;
+      return;
+  }
+}
+
 // Sub-block s (0..7) of a 256-value block: its 32 integers q and the scales of its two halves.
 inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale) {
   auto put8 = [&](int group, uint64_t entry, uint32_t signs8, int add = 0) {
@@ -142,13 +178,12 @@ inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale)
       q[4 * group + j] = (signs4 >> j) & 1 ? -v : v;
     }
   };
+  sub_scales(t, blk, s, block_d(t, blk), scale);
   switch (t) {
     case DType::IQ2_XXS: {
       const uint8_t* g = blk + 2 + 8 * s;
       const uint32_t aux = load_u32(g + 4), m = ksign_mask(aux);
       for (int l = 0; l < 4; ++l) put8(l, k_grid_iq2xxs[g[l]], m >> (8 * l));
-      scale[0] = scale[1] =
-          f16_to_f32(load_u16(blk)) * static_cast<float>(2 * (aux >> 28) + 1) * 0.125f;
       return;
     }
     case DType::IQ2_XS: {
@@ -156,27 +191,17 @@ inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale)
         const uint16_t w = load_u16(blk + 2 + 2 * (4 * s + l));
         put8(l, k_grid_iq2xs[w & 511], k_ksigns[w >> 9]);
       }
-      const float d = f16_to_f32(load_u16(blk));
-      const int sc = blk[66 + s];
-      scale[0] = d * static_cast<float>(2 * (sc & 15) + 1) * 0.125f;
-      scale[1] = d * static_cast<float>(2 * (sc >> 4) + 1) * 0.125f;
       return;
     }
     case DType::IQ2_S: {
       const int qh = blk[66 + s];
       for (int l = 0; l < 4; ++l)
         put8(l, k_grid_iq2s[blk[2 + 4 * s + l] | ((qh >> (2 * l)) & 3) << 8], blk[34 + 4 * s + l]);
-      const float d = f16_to_f32(load_u16(blk));
-      const int sc = blk[74 + s];
-      scale[0] = d * static_cast<float>(2 * (sc & 15) + 1) * 0.125f;
-      scale[1] = d * static_cast<float>(2 * (sc >> 4) + 1) * 0.125f;
       return;
     }
     case DType::IQ3_XXS: {
       const uint32_t aux = load_u32(blk + 66 + 4 * s), m = ksign_mask(aux);
       for (int l = 0; l < 8; ++l) put4(l, k_grid_iq3xxs[blk[2 + 8 * s + l]], m >> (4 * l));
-      scale[0] = scale[1] =
-          f16_to_f32(load_u16(blk)) * static_cast<float>(2 * (aux >> 28) + 1) * 0.25f;
       return;
     }
     case DType::IQ3_S: {
@@ -184,8 +209,6 @@ inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale)
       const uint32_t m = load_u32(blk + 74 + 4 * s);
       for (int l = 0; l < 8; ++l)
         put4(l, k_grid_iq3s[blk[2 + 8 * s + l] | ((qh >> l) & 1) << 8], m >> (4 * l));
-      const int ls = (blk[106 + s / 2] >> (4 * (s % 2))) & 15;
-      scale[0] = scale[1] = f16_to_f32(load_u16(blk)) * static_cast<float>(2 * ls + 1);
       return;
     }
     case DType::IQ1_S: {
@@ -193,8 +216,6 @@ inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale)
       const int delta = qh & 0x8000 ? -1 : 1;
       for (int l = 0; l < 4; ++l)
         put8(l, k_grid_iq1[blk[2 + 4 * s + l] | ((qh >> (3 * l)) & 7) << 8], 0, delta);
-      scale[0] = scale[1] =
-          f16_to_f32(load_u16(blk)) * static_cast<float>(2 * ((qh >> 12) & 7) + 1) * 0.125f;
       return;
     }
     default: {  // IQ1_M
@@ -202,9 +223,6 @@ inline void decode_sub(DType t, const uint8_t* blk, int s, int* q, float* scale)
         const int k = 4 * s + l, nib = (blk[32 + k / 2] >> (4 * (k % 2))) & 15;
         put8(l, k_grid_iq1[blk[k] | (nib & 7) << 8], 0, nib & 8 ? -1 : 1);
       }
-      const float d = iq1m_d(blk);
-      scale[0] = d * static_cast<float>(2 * iq1m_ls(blk, 2 * s) + 1) * 0.125f;
-      scale[1] = d * static_cast<float>(2 * iq1m_ls(blk, 2 * s + 1) + 1) * 0.125f;
       return;
     }
   }

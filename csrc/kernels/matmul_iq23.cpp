@@ -38,32 +38,8 @@ struct IQ23 {
   };
   static void prepare(const uint8_t* row, int64_t sb, Prep& p) {
     const uint8_t* blk = row + sb * k_bytes;
-    using iq23::load_u16, iq23::load_u32;
-    auto odd = [](int ls) { return static_cast<float>(2 * ls + 1); };
-    if constexpr (T == DType::IQ1_M) {
-      const float d = iq23::iq1m_d(blk);
-      for (int h = 0; h < 16; ++h) p.scale[h] = d * odd(iq23::iq1m_ls(blk, h)) * 0.125f;
-      return;
-    }
-    const float d = f16_to_f32(load_u16(blk));
-    for (int s = 0; s < 8; ++s) {
-      float lo, hi;
-      if constexpr (T == DType::IQ2_XXS) {
-        lo = hi = d * odd(static_cast<int>(load_u32(blk + 2 + 8 * s + 4) >> 28)) * 0.125f;
-      } else if constexpr (T == DType::IQ2_XS || T == DType::IQ2_S) {
-        const int sc = blk[T == DType::IQ2_XS ? 66 + s : 74 + s];
-        lo = d * odd(sc & 15) * 0.125f;
-        hi = d * odd(sc >> 4) * 0.125f;
-      } else if constexpr (T == DType::IQ3_XXS) {
-        lo = hi = d * odd(static_cast<int>(load_u32(blk + 66 + 4 * s) >> 28)) * 0.25f;
-      } else if constexpr (T == DType::IQ3_S) {
-        lo = hi = d * odd((blk[106 + s / 2] >> (4 * (s % 2))) & 15);
-      } else {  // IQ1_S
-        lo = hi = d * odd((load_u16(blk + 34 + 2 * s) >> 12) & 7) * 0.125f;
-      }
-      p.scale[2 * s] = lo;
-      p.scale[2 * s + 1] = hi;
-    }
+    const float d = iq23::block_d(T, blk);
+    for (int s = 0; s < 8; ++s) iq23::sub_scales(T, blk, s, d, p.scale + 2 * s);
   }
   static __m256i entries4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
     return _mm256_setr_epi64x(static_cast<int64_t>(a), static_cast<int64_t>(b),
