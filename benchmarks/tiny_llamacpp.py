@@ -1,5 +1,6 @@
-"""Sessions 54-56: their families checked against llama.cpp on tiny GGUF files: each a tiny random
-model built by transformers, written by the tests' converter (tests/tiny_models.hf_to_gguf, F32, with the
+"""Sessions 54-56 and 60: their families checked against llama.cpp on tiny GGUF files: each a tiny random
+model built by transformers (session 60's remote-code families: tests/test_remote_code_families.py's
+folders and oracles), written by the tests' converter (tests/tiny_models.hf_to_gguf, F32, with the
 default model's tokenizer) and run by ossa and by llama-cpp-python (F32 KV cache, its own process
 settings). Prints each one's largest logit difference from transformers' float32 logits, over the largest
 logit; a file llama.cpp does not load prints its error.
@@ -84,22 +85,38 @@ CASES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def _oracles(tmp: str) -> Any:
+    """(name, folder, the oracle's logits function) of each case: CASES built by transformers, then the
+    remote-code families of tests/test_remote_code_families.py (session 60) with their own oracles."""
+    from pathlib import Path
+
+    from test_remote_code_families import BUILDERS
+    from test_remote_code_families import CASES as REMOTE
+    from tiny_models import hf_logits, make_hf_model
+
+    for i, (name, kw) in enumerate(CASES.items()):
+        if not sys.argv[1:] or name in sys.argv[1:]:
+            folder = make_hf_model(os.path.join(tmp, name), seed=i, vocab_size=V, **kw)
+            yield name, folder, lambda ids, folder=folder: hf_logits(folder, ids)
+    for i, (name, (family, kw, fmts)) in enumerate(REMOTE.items()):
+        if "F32" in fmts and (not sys.argv[1:] or name in sys.argv[1:]):
+            folder, logits, _ = BUILDERS[family](Path(tmp), name, 40 + i, kw, vocab=V)
+            yield name, folder, logits
+
+
 def main() -> None:
     import llama_cpp
-    from tiny_models import hf_logits, hf_to_gguf, make_hf_model
+    from tiny_models import hf_to_gguf
 
     from ossa import models
     from ossa._native import core
 
     tokenizer = models.resolve("smollm2-135m")
     tmp = tempfile.mkdtemp()
-    for i, (name, kw) in enumerate(CASES.items()):
-        if sys.argv[1:] and name not in sys.argv[1:]:
-            continue
-        folder = make_hf_model(os.path.join(tmp, name), seed=i, vocab_size=V, **kw)
+    for i, (name, folder, oracle) in enumerate(_oracles(tmp)):
         path = hf_to_gguf(folder, os.path.join(tmp, name + ".gguf"), "F32", tokenizer_gguf=tokenizer)
         ids = [int(t) for t in np.random.default_rng(i).integers(100, 40000, 40)]
-        hf = hf_logits(folder, ids)
+        hf = oracle(ids)
         scale = float(np.abs(hf).max())
         ours = float(np.abs(core.model_logits(core.load_model(path), ids) - hf).max()) / scale
         try:

@@ -1218,6 +1218,7 @@ def hf_to_gguf(
         "gpt_bigcode": "starcoder", "afmoe": "afmoe", "dbrx": "dbrx",
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
+        "minicpm": "minicpm", "internlm2": "internlm2", "deepseek": "deepseek",  # (remote-code folders)
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
@@ -1415,6 +1416,23 @@ def hf_to_gguf(
         (i + 1) % 4 == 0 for i in range(cfg["num_hidden_layers"])
     ]:  # llama.cpp hard-codes every 4th layer; a GGUF file has no key for another pattern
         raise ValueError("a SmolLM3 GGUF file can only hold NoPE on every 4th layer")
+    if arch == "minicpm":  # llama.cpp's converter: Granite's keys from MiniCPM's config, LongRoPE's tensors
+        writer.add_embedding_scale(float(cfg.get("scale_emb", 1.0)))
+        writer.add_residual_scale(float(cfg.get("scale_depth", 1.0)) / cfg["num_hidden_layers"] ** 0.5)
+        writer.add_logit_scale(n_embd / float(cfg.get("dim_model_base", 1.0)))
+        if scaling_type == "longrope":
+            writer.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+            writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+            for which in ("long", "short"):
+                factors = np.asarray(scaling[f"{which}_factor"], dtype=np.float32)
+                writer.add_tensor(f"rope_factors_{which}.weight", factors)
+    if model_type == "deepseek":  # llama.cpp's converter (DeepSeek-MoE): the experts, shared ones, dense lead
+        writer.add_expert_count(cfg["n_routed_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_expert_shared_count(cfg.get("n_shared_experts") or 0)
+        writer.add_leading_dense_block_count(cfg.get("first_k_dense_replace") or 0)
+        writer.add_expert_weights_scale(float(cfg.get("routed_scaling_factor") or 1.0))
     if arch in ("granite", "granitemoe", "granitehybrid"):  # llama.cpp's converter: the four multipliers
         writer.add_embedding_scale(float(cfg.get("embedding_multiplier", 1.0)))
         writer.add_residual_scale(float(cfg.get("residual_multiplier", 1.0)))
@@ -1604,6 +1622,20 @@ def hf_to_gguf(
             (".feedforward_layernorm.", ".post_attention_layernorm."),
         )
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "internlm2":  # llama.cpp's converter: Llama's names, wqkv split per KV group
+        from ossa.reference.loader import _FAMILY_PARTS
+
+        renamed = {}
+        for k, v in tensors.items():
+            name = functools.reduce(lambda n, p: n.replace(*p, 1), _FAMILY_PARTS["internlm2"], k)
+            renamed["lm_head.weight" if name == "output.weight" else name] = v
+        tensors = renamed
+        q_rows, kv_rows = n_head * head_dim, n_head_kv * head_dim
+        for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
+            w = _regroup_qkv(tensors.pop(name), n_head, n_head_kv)
+            for part, rows in (("q_proj", w[:q_rows]), ("k_proj", w[q_rows : q_rows + kv_rows]),
+                               ("v_proj", w[q_rows + kv_rows :])):  # fmt: skip
+                tensors[name.replace("qkv_proj", part)] = rows
     if model_type == "stablelm":  # per-head q / k norms stacked [heads, head_dim] (llama.cpp's layout)
         tensors = _stablelm_stacked(tensors)
     if vl:  # model.language_model.* -> model.*, the vision tower left out
@@ -1637,7 +1669,7 @@ def hf_to_gguf(
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b=True))
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
-    if arch in ("glm4moe", "dots1", "exaone-moe", "afmoe"):  # shared experts and the selection bias
+    if arch in ("glm4moe", "dots1", "exaone-moe", "afmoe", "deepseek"):  # shared experts, the selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))
@@ -1704,6 +1736,9 @@ def hf_to_gguf(
             "nemotron_h_moe",
             "arcee",
             "olmo",
+            "minicpm",
+            "internlm2",
+            "deepseek",
         )  # (llama.cpp's converter permutes Nemotron-H's too: NoPE, harmless)
         if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)

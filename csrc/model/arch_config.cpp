@@ -237,24 +237,69 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
   check_longrope(c, "the GGUF file");
 }
 
-void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
-  deepseek2_config_hf(cfg, c);     // (its latent attention: DeepSeek V2's)
-  c.rope_style = RopeStyle::Neox;  // (rotate_half, not DeepSeek's interleaved pairs)
-  longrope_config_hf(cfg, scaling, c);
-  // Granite's three multipliers: embeddings times scale_emb, each sublayer's output times
-  // scale_depth / sqrt(layers), logits divided by hidden / dim_model_base (null: 1).
+namespace {
+
+// MiniCPM's three multipliers from config.json (Granite's, under other names): embeddings times
+// scale_emb, each sublayer's output times scale_depth / sqrt(layers), logits divided by hidden /
+// dim_model_base (a null scale_depth / dim_model_base: 1); the config class's defaults given.
+void minicpm_multipliers_hf(const Json& cfg, ModelConfig& c, double emb, double depth_dflt,
+                            double base_dflt) {
   const JsonValue* depth = cfg.get("scale_depth");
   const JsonValue* base = cfg.get("dim_model_base");
-  c.embd_scale = static_cast<float>(cfg.number("scale_emb", 12.0));
+  c.embd_scale = static_cast<float>(cfg.number("scale_emb", emb));
   const double sd = depth != nullptr && depth->is_null() ? std::sqrt(static_cast<double>(c.n_layer))
-                                                         : cfg.number("scale_depth", 1.4);
+                                                         : cfg.number("scale_depth", depth_dflt);
   c.residual_scale = static_cast<float>(sd / std::sqrt(static_cast<double>(c.n_layer)));
   const double b = base != nullptr && base->is_null() ? static_cast<double>(c.n_embd)
-                                                      : cfg.number("dim_model_base", 256.0);
+                                                      : cfg.number("dim_model_base", base_dflt);
   c.logit_scale = static_cast<float>(static_cast<double>(c.n_embd) / b);
   if (!(c.embd_scale > 0.0f) || !(c.residual_scale > 0.0f) || !(c.logit_scale > 0.0f) ||
       !std::isfinite(c.logit_scale))
     throw ModelError("invalid scale_emb, scale_depth or dim_model_base in '" + cfg.path + "'");
+}
+
+// LongRoPE from llama.cpp's rope factor tensors (none: no scaling), the original context from
+// rope.scaling.original_context_length, the cos / sin factor transformers' default (the files
+// of MiniCPM and MiniCPM3 hold no key for it).
+void longrope_factors_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                           std::vector<float> short_factor) {
+  if (long_factor.empty() && short_factor.empty()) return;
+  const std::string k = c.arch + ".";
+  RopeScaling& s = c.rope_scaling;
+  s.type = "longrope";
+  s.long_factor = std::move(long_factor);
+  s.short_factor = std::move(short_factor);
+  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
+      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
+  s.attn_factor = longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
+                                       s.original_max_position);
+  check_longrope(c, "the GGUF file");
+}
+
+}  // namespace
+
+void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
+  deepseek2_config_hf(cfg, c);     // (its latent attention: DeepSeek V2's)
+  c.rope_style = RopeStyle::Neox;  // (rotate_half, not DeepSeek's interleaved pairs)
+  longrope_config_hf(cfg, scaling, c);
+  minicpm_multipliers_hf(cfg, c, 12.0, 1.4, 256.0);
+}
+
+void minicpm_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
+  const JsonValue* experts = cfg.get("num_experts");
+  if (experts != nullptr && experts->is_number() && experts->number > 0)
+    throw ModelError("MiniCPM with experts (num_experts) in '" + cfg.path + "' is not supported");
+  longrope_config_hf(cfg, scaling, c);
+  minicpm_multipliers_hf(cfg, c, 1.0, 1.0, 1.0);  // (MiniCPMConfig's defaults)
+}
+
+void minicpm_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                         std::vector<float> short_factor, const std::string& path) {
+  if (g.get_int(c.arch + ".expert_count", 0) > 0)
+    throw ModelError("MiniCPM with experts (minicpm.expert_count) in '" + path +
+                     "' is not supported");
+  granite_config_gguf(g, c);  // (the same keys under minicpm.; no attention.scale)
+  longrope_factors_gguf(g, c, std::move(long_factor), std::move(short_factor));
 }
 
 void phimoe_config_hf(const JsonValue* scaling, ModelConfig& c, const std::string& path) {
@@ -766,16 +811,7 @@ void minicpm3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> 
   c.embd_scale = 12.0f;
   c.residual_scale = static_cast<float>(1.4 / std::sqrt(static_cast<double>(c.n_layer)));
   c.logit_scale = static_cast<float>(static_cast<double>(c.n_embd) / 256.0);
-  if (long_factor.empty() && short_factor.empty()) return;
-  RopeScaling& s = c.rope_scaling;  // (LongRoPE from llama.cpp's rope factor tensors)
-  s.type = "longrope";
-  s.long_factor = std::move(long_factor);
-  s.short_factor = std::move(short_factor);
-  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
-      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
-  s.attn_factor = longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
-                                       s.original_max_position);
-  check_longrope(c, "the GGUF file");
+  longrope_factors_gguf(g, c, std::move(long_factor), std::move(short_factor));
 }
 
 void exaone_moe_config_gguf(const GGUFFile& g, ModelConfig& c) {

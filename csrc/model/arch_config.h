@@ -111,6 +111,15 @@ void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& 
 // release's multipliers, which llama.cpp's graph hard-codes (12, 1.4 / sqrt(layers), hidden / 256).
 void minicpm3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
                           std::vector<float> short_factor, const std::string& path);
+// MiniCPM 1 / 2 / 4 (model_type minicpm, remote code; llama.cpp's minicpm): Llama's layers with
+// Granite's three multipliers (embeddings times scale_emb, each sublayer's output times
+// scale_depth / sqrt(layers), logits divided by hidden / dim_model_base; MiniCPMConfig's defaults
+// 1, 1, 1) and LongRoPE where rope_scaling says (MiniCPM4). GGUF: llama.cpp's
+// minicpm.embedding_scale / residual_scale / logit_scale keys, LongRoPE from its rope factor
+// tensors. Experts (MiniCPM-MoE) are refused by name.
+void minicpm_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
+void minicpm_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                         std::vector<float> short_factor, const std::string& path);
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
 // The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:

@@ -289,7 +289,8 @@ const std::vector<std::string> k_gguf_archs = {
     "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
     "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
     "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx",       "chatglm",  "minicpm3",   "jais2"};
+    "dbrx",       "chatglm",  "minicpm3",   "jais2",         "minicpm",    "internlm2",
+    "deepseek"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -310,7 +311,7 @@ const char* const k_supported_hf =
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
     "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat, "
-    "flex_olmo)";
+    "flex_olmo, minicpm, internlm2, deepseek)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -596,8 +597,9 @@ void build_weights(Model& m, Builder& b,
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
                 c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm" ||
-                c.arch == "gptj" || c.arch == "glm4moe") &&
-               b.has(name_of(i, "wqkv"))) {  // fused, viewed as three
+                c.arch == "gptj" || c.arch == "glm4moe" || c.arch == "llama" ||
+                c.arch == "internlm2" || c.arch == "minicpm" || c.arch == "deepseek") &&
+               b.has(name_of(i, "wqkv"))) {  // fused, viewed as three (InternLM2's wqkv too)
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
       const std::string fused_b = name_of(i, "wqkv").substr(0, name_of(i, "wqkv").rfind(".weight"));
@@ -1108,7 +1110,9 @@ void load_gguf(Model& m, Storage& st) {
     const double mscale =
         r.factor > 1.0f ? 1.0 + 0.1 * std::log(static_cast<double>(r.factor)) : 1.0;
     r.attn_factor = static_cast<float>(g->get_float(k + "rope.scaling.attn_factor", 1.0) * mscale);
-  } else if (scaling != "none") {
+  } else if (scaling != "none" &&
+             !(scaling == "longrope" && (arch == "phi3" || arch == "phimoe" || arch == "minicpm3" ||
+                                         arch == "minicpm"))) {  // (LongRoPE: the factor tensors)
     throw ModelError("unsupported rope scaling type '" + scaling + "' in '" + m.path + "'");
   }
   // (llama.cpp's converter permutes q/k rows of these for its interleaved RoPE; SmolLM3's too.)
@@ -1116,7 +1120,8 @@ void load_gguf(Model& m, Storage& st) {
   c.rope_style =
       (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
        arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" || arch == "ernie4_5" ||
-       arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo" || arch == "gptj")
+       arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo" || arch == "gptj" ||
+       arch == "minicpm" || arch == "internlm2" || arch == "deepseek")
           ? RopeStyle::Interleaved
           : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -1133,7 +1138,8 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "exaone-moe") exaone_moe_config_gguf(*g, c);  // (window, NoPE, MTP layers skipped)
   if (arch == "afmoe") afmoe_config_gguf(*g, c);  // (window, global layers NoPE, gate, scale)
   if (arch == "gpt-oss") gpt_oss_config_gguf(*g, c, b.has("blk.0.attn_output.bias"));
-  if (arch == "seed_oss") c.o_bias = b.has("blk.0.attn_output.bias");
+  if (arch == "seed_oss" || arch == "internlm2" || arch == "deepseek")
+    c.o_bias = b.has("blk.0.attn_output.bias");
   if (arch == "arcee") c.ffn_relu2 = true;  // (AFM: down(relu(up x)^2), no gate)
   // (partial NeoX RoPE, GPT-J's on interleaved pairs: the file's rotated dimensions)
   if (arch == "phi2" || arch == "stablelm" || arch == "nemotron" || arch == "gptneox" ||
@@ -1279,7 +1285,7 @@ void load_gguf(Model& m, Storage& st) {
     c.layer_norm = c.norm_bias = true;
     c.o_bias = b.has("blk.0.attn_output.bias");
   }
-  if (arch == "phi3" || arch == "phimoe" || arch == "minicpm3") {
+  if (arch == "phi3" || arch == "phimoe" || arch == "minicpm3" || arch == "minicpm") {
     const int64_t half = g->get_int(k + "rope.dimension_count", c.head_dim) / 2;
     auto factors = [&](const char* name) {
       std::vector<float> out;
@@ -1292,6 +1298,9 @@ void load_gguf(Model& m, Storage& st) {
     if (arch == "minicpm3")  // (MLA, its multipliers, LongRoPE)
       minicpm3_config_gguf(*g, c, factors("rope_factors_long.weight"),
                            factors("rope_factors_short.weight"), m.path);
+    else if (arch == "minicpm")  // (Granite's multipliers, LongRoPE)
+      minicpm_config_gguf(*g, c, factors("rope_factors_long.weight"),
+                          factors("rope_factors_short.weight"), m.path);
     else
       phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
                        factors("rope_factors_short.weight"));
@@ -1848,6 +1857,12 @@ const std::map<std::string, std::string>& hf_archs() {
       {"ApertusForCausalLM", "apertus"},
       {"minicpm3", "minicpm3"},
       {"MiniCPM3ForCausalLM", "minicpm3"},
+      {"minicpm", "minicpm"},  // (MiniCPM 1 / 2 / 4: Llama with Granite's multipliers)
+      {"MiniCPMForCausalLM", "minicpm"},
+      {"internlm2", "llama"},  // (InternLM2 / 2.5: Llama's layers, wqkv regrouped: internlm2_qkv)
+      {"InternLM2ForCausalLM", "llama"},
+      {"deepseek", "deepseek"},  // (DeepSeek-MoE 16B: Llama's attention, V2's softmax experts)
+      {"DeepseekForCausalLM", "deepseek"},
       {"gptj", "gptj"},
       {"GPTJForCausalLM", "gptj"},
       {"codegen", "gptj"},  // (GPT-J's block; its qkv_proj regrouped: codegen_qkv)
@@ -2100,6 +2115,21 @@ void neox_falcon_qkv(const JsonValue& cfg, Builder& b, bool falcon) {
                 width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30);
   if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
   regroup_qkv(b, heads, falcon ? falcon_kv_heads(json, heads) : heads, width / heads, false);
+}
+
+// InternLM2's wqkv (renamed qkv_proj by family_names): num_key_value_heads groups of (the group's
+// queries, one key, one value) heads, regrouped (regroup_qkv) into [q | k | v]; its output
+// matrix's top-level name (output.weight) becomes lm_head's.
+void internlm2_qkv(const JsonValue& cfg, Builder& b) {
+  rename_tensors(b, [](std::string name) {
+    return name == "output.weight" ? std::string("lm_head.weight") : name;
+  });
+  const Json json{cfg, b.path};
+  const int64_t heads = std::clamp<int64_t>(json.integer("num_attention_heads", 0), 0, 65536),
+                width = std::clamp<int64_t>(json.integer("hidden_size", 0), 0, int64_t{1} << 30),
+                kv = std::clamp<int64_t>(json.integer("num_key_value_heads", heads), 0, 65536);
+  if (heads <= 0 || width % heads != 0) return;  // (the config check names what is wrong)
+  regroup_qkv(b, heads, kv, width / heads, false);
 }
 
 // CodeGen's qkv_proj: four groups (its mp_num) of [q_g | v_g | k_g], each a quarter of the width
@@ -3198,6 +3228,15 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".attention.query_layernorm.", ".self_attn.q_norm."},
         {".attention.key_layernorm.", ".self_attn.k_norm."},
         {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}}},
+      {"internlm2",  // (InternLM2 / 2.5: wqkv per KV group, regrouped below)
+       {{"model.tok_embeddings.", "model.embed_tokens."},
+        {".attention.wqkv.", ".self_attn.qkv_proj."},
+        {".attention.wo.", ".self_attn.o_proj."},
+        {".feed_forward.w1.", ".mlp.gate_proj."},
+        {".feed_forward.w3.", ".mlp.up_proj."},
+        {".feed_forward.w2.", ".mlp.down_proj."},
+        {".attention_norm.", ".input_layernorm."},
+        {".ffn_norm.", ".post_attention_layernorm."}}},
       {"hunyuan_v1_moe",  // (and its router, gate.wg, and the ungated shared MLP, shared_mlp)
        {{".self_attn.query_layernorm.", ".self_attn.q_norm."},
         {".self_attn.key_layernorm.", ".self_attn.k_norm."},
@@ -3224,6 +3263,7 @@ bool family_names(JsonValue& cfg, Builder& b) {
     if (t == "gpt_neox" || t == "falcon") neox_falcon_qkv(cfg, b, t == "falcon");
     if (t == "bloom" || t == "gpt_bigcode") bloom_bigcode_qkv(cfg, b);
     if (t == "gpt2") gpt2_transpose(b);
+    if (t == "internlm2") internlm2_qkv(cfg, b);
     return true;
   }
   if (type != nullptr && type->is_string() && type->string == "stablelm") {
@@ -3600,9 +3640,9 @@ void load_hf(Model& m, Storage& st) {
         c.rope_theta =
             static_cast<float>(static_cast<double>(c.rope_theta) *
                                std::pow(alpha, static_cast<double>(c.head_dim) / (c.head_dim - 2)));
-    } else if (type != "default" &&
-               !((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "minicpm3") &&
-                 (type == "longrope" || type == "su"))) {
+    } else if (type != "default" && !((c.arch == "phi3" || c.arch == "phimoe" ||
+                                       c.arch == "minicpm3" || c.arch == "minicpm") &&
+                                      (type == "longrope" || type == "su"))) {
       throw ModelError("unsupported rope scaling type '" + type + "' in '" + cfg_path + "'");
     }
   }
@@ -3806,6 +3846,8 @@ void load_hf(Model& m, Storage& st) {
                (c.arch == "falcon" && cfg.boolean("bias", false)) ||
                (c.arch == "phimoe" && cfg.boolean("attention_bias", false));
   if (c.arch == "starcoder2") c.o_bias = cfg.boolean("use_bias", true);
+  if (cfg.string("model_type", "") == "internlm2")  // (InternLM2Config's bias: wqkv and wo's)
+    c.qkv_bias = c.o_bias = cfg.boolean("bias", true);
   if (c.arch == "seed_oss")
     c.o_bias = cfg.boolean("attention_out_bias", false);  // (SeedOssConfig's)
   // BLOOM, MPT, GPT-2, GPT-BigCode (after the bias defaults above: their own; family_names renamed
@@ -3831,6 +3873,7 @@ void load_hf(Model& m, Storage& st) {
     exaone4_config_hf(cfg, c);                                    // window, NoPE global layers
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);         // latent attention
   if (c.arch == "minicpm3") minicpm3_config_hf(cfg, scaling, c);  // latent attention, LongRoPE
+  if (c.arch == "minicpm") minicpm_config_hf(cfg, scaling, c);    // multipliers, LongRoPE
   if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);     // partial RoPE, bias, q / k norms
   if (c.arch == "glm4" || c.arch == "chatglm")                    // the same, interleaved pairs
     glm4_config_hf(cfg, params, c);

@@ -275,7 +275,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
        c.arch == "dots1" || c.arch == "phimoe" || c.arch == "exaone-moe" || c.arch == "lfm2moe" ||
        c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe" || c.arch == "afmoe" ||
-       c.arch == "dbrx") &&
+       c.arch == "dbrx" || c.arch == "deepseek") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -333,7 +333,8 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
              dots1 = c.arch == "dots1" ||       // (dots.llm1, K-EXAONE, AFMoE: V3's routing;
                      c.arch == "exaone-moe" ||  // files without the gating key route by sigmoid)
                      c.arch == "afmoe",
-             deepseek = c.arch == "deepseek2" || glm || lfm2 || nemotron || minimax || dots1;
+             deepseek = c.arch == "deepseek2" || c.arch == "deepseek" || glm || lfm2 || nemotron ||
+                        minimax || dots1;
   // (llama.cpp: a deepseek2 file without the key routes by softmax, but GLM-4.7-Flash's (47 or 48
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
@@ -380,7 +381,7 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
       c.arch != "granitehybrid" && c.arch != "nemotron_h" && c.arch != "jamba" &&
       c.arch != "llama4" && c.arch != "minimax-m2" && c.arch != "hunyuan-moe" &&
       c.arch != "dots1" && c.arch != "phimoe" && c.arch != "exaone-moe" && c.arch != "afmoe" &&
-      c.arch != "dbrx")
+      c.arch != "dbrx" && c.arch != "deepseek")
     return;
   auto integer = [&](const char* key, int64_t dflt) -> int64_t {
     const JsonValue* v = cfg.get(key);
@@ -525,7 +526,8 @@ void read_moe_config_hf(ModelConfig& c, const JsonValue& cfg, const std::string&
     for (int i = 0; i < c.n_layer; ++i)
       if ((i + 1) % step == 0 && i >= start && i <= last) m.layers.push_back(i);
   } else if (c.arch == "deepseek2" || c.arch == "glm4moe" || c.arch == "dots1" ||
-             c.arch == "exaone-moe") {
+             c.arch == "exaone-moe" || c.arch == "deepseek") {
+    // (DeepSeek-MoE, deepseek: V2's keys, routed by softmax, greedy, not renormalised)
     // DeepseekV2Config / DeepseekV3Config (the Hub's keys); Glm4MoeConfig routes as V3 does.
     // (transformers' DeepseekV3 always routes by sigmoid, bias and groups, and writes no
     // topk_method; the Hub's V3 files say noaux_tc)

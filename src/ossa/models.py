@@ -954,8 +954,9 @@ def _mlp_line(info: dict[str, Any]) -> list[str]:
 
 
 def _multipliers_line(info: dict[str, Any]) -> list[str]:
-    """Granite's four multipliers, dense or MoE (the line is absent for every other architecture)."""
-    if info["arch"] not in ("granite", "granitemoe", "granitehybrid"):
+    """Granite's four multipliers, dense or MoE, and MiniCPM's three (the line is absent for every other
+    architecture)."""
+    if info["arch"] not in ("granite", "granitemoe", "granitehybrid", "minicpm", "minicpm3"):
         return []
     if not (info["embd_scale"] or info["residual_scale"] or info["attn_scale"] or info["logit_scale"]):
         return []  # (Bamba: Granite 4.0-H's layers without the multipliers)

@@ -543,14 +543,37 @@ def minicpm3_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     scale_depth / sqrt(layers), logits divided by hidden / dim_model_base (null: 1)."""
     out = dict(deepseek2_hf(c, common), rope_style="neox")
     out.update(longrope_hf(c, {**common, **out}))
+    out.update(_minicpm_multipliers(c, common, 12.0, 1.4, 256.0))
+    return out
+
+
+def _minicpm_multipliers(
+    c: dict[str, Any], common: dict[str, Any], emb: float, depth_dflt: float, base_dflt: float
+) -> dict[str, Any]:
+    """MiniCPM's three multipliers from config.json (twin of arch_config.cpp's minicpm_multipliers_hf):
+    embeddings times scale_emb, each sublayer's output times scale_depth / sqrt(layers), logits divided by
+    hidden / dim_model_base (a null scale_depth / dim_model_base: 1); the config class's defaults given."""
     n, e = common["n_layer"], common["n_embd"]
-    depth = math.sqrt(n) if "scale_depth" in c and c["scale_depth"] is None else c.get("scale_depth", 1.4)
-    base = e if "dim_model_base" in c and c["dim_model_base"] is None else c.get("dim_model_base", 256)
-    out.update(embd_scale=float(np.float32(c.get("scale_emb", 12))),
-               residual_scale=float(np.float32(depth / math.sqrt(n))),
-               logit_scale=float(np.float32(e / base)))  # fmt: skip
+    depth = (
+        math.sqrt(n) if "scale_depth" in c and c["scale_depth"] is None else c.get("scale_depth", depth_dflt)
+    )
+    base = e if "dim_model_base" in c and c["dim_model_base"] is None else c.get("dim_model_base", base_dflt)
+    out = {"embd_scale": float(np.float32(c.get("scale_emb", emb))),
+           "residual_scale": float(np.float32(depth / math.sqrt(n))),
+           "logit_scale": float(np.float32(e / base))}  # fmt: skip
     if not (out["embd_scale"] > 0 and out["residual_scale"] > 0 and 0 < out["logit_scale"] < math.inf):
         raise ValueError("invalid scale_emb, scale_depth or dim_model_base")
+    return out
+
+
+def minicpm_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """MiniCPM 1 / 2 / 4 (model_type minicpm; twin of minicpm_config_hf): Llama's layers with Granite's
+    multipliers from scale_emb, scale_depth, dim_model_base (MiniCPMConfig's defaults 1, 1, 1) and LongRoPE
+    where rope_scaling says; MiniCPM-MoE (num_experts) refused."""
+    if (c.get("num_experts") or 0) > 0:
+        raise ValueError("MiniCPM with experts (num_experts) is not supported")
+    out = longrope_hf(c, {"rope_dim": 0, **common})
+    out.update(_minicpm_multipliers(c, common, 1.0, 1.0, 1.0))
     return out
 
 
@@ -1941,16 +1964,37 @@ def minicpm3_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names
                md.get(k + "attention.key_length", 96) - rope, rope, v, 0.0)  # fmt: skip
     out.update(rope_style="neox", embd_scale=12.0, residual_scale=float(np.float32(1.4 / math.sqrt(n))),
                logit_scale=float(np.float32(e / 256)))  # fmt: skip
-    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
-        original = max(
-            1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
-        )
-        scaling = {
-            "type": "longrope", "original_max_position": original,
-            "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
-            "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
-            "attn_factor": _longrope_attn_factor(common["n_ctx_train"] / original, original),
-        }  # fmt: skip
-        _check_longrope(scaling, out["rope_dim"], out["head_dim"])
-        out["rope_scaling"] = scaling
+    out.update(_longrope_gguf("minicpm3", md, {**common, **out}, tensor, names))
+    return out
+
+
+def _longrope_gguf(
+    arch: str, md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]
+) -> dict[str, Any]:
+    """LongRoPE from llama.cpp's rope factor tensors (none: {}), the original context from
+    rope.scaling.original_context_length, the cos / sin factor transformers' default (twin of
+    arch_config.cpp's longrope_factors_gguf)."""
+    if "rope_factors_long.weight" not in names and "rope_factors_short.weight" not in names:
+        return {}
+    original = max(
+        1, min(md.get(arch + ".rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
+    )
+    scaling = {
+        "type": "longrope", "original_max_position": original,
+        "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
+        "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
+        "attn_factor": _longrope_attn_factor(common["n_ctx_train"] / original, original),
+    }  # fmt: skip
+    _check_longrope(scaling, common.get("rope_dim", 0), common["head_dim"])
+    return {"rope_scaling": scaling}
+
+
+def minicpm_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]) -> dict[str, Any]:
+    """MiniCPM 1 / 2 / 4 from llama.cpp's files (twin of minicpm_config_gguf): Granite's multipliers under
+    minicpm.* (no attention.scale: head_dim^-1/2), LongRoPE from the rope factor tensors; experts
+    (MiniCPM-MoE) refused."""
+    if md.get("minicpm.expert_count", 0) > 0:
+        raise ValueError("MiniCPM with experts (minicpm.expert_count) is not supported")
+    out = granite_gguf(md, "minicpm")
+    out.update(_longrope_gguf("minicpm", md, common, tensor, names))
     return out

@@ -29,7 +29,7 @@ ARCHS = (
     "gemma4", "llama4", "qwen3vl", "qwen3vlmoe", "qwen2vl", "command-r", "cohere2", "minimax-m2", "gemma3n",
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
-    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3", "jais2",
+    "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3", "jais2", "minicpm", "internlm2", "deepseek",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -69,6 +69,10 @@ _FUSED_QKV = (
     "chatglm",
     "gptj",
     "glm4moe",  # (Param2-MoE's query_key_value)
+    "llama",  # (InternLM2's wqkv, regrouped)
+    "internlm2",
+    "minicpm",
+    "deepseek",
 )
 CONFIG_KEYS = (
     "arch", "n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_ctx_train",
@@ -124,7 +128,7 @@ _SUPPORTED_HF = (
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
     "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, "
-    "nanochat, flex_olmo)"
+    "nanochat, flex_olmo, minicpm, internlm2, deepseek)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -193,6 +197,9 @@ _HF_ARCHS = {
     "starcoder2": "starcoder2", "Starcoder2ForCausalLM": "starcoder2", "stablelm": "stablelm",
     "StableLmForCausalLM": "stablelm", "nemotron": "nemotron", "NemotronForCausalLM": "nemotron",
     "olmo": "olmo", "OlmoForCausalLM": "olmo", "phi": "phi2", "PhiForCausalLM": "phi2",
+    "minicpm": "minicpm", "MiniCPMForCausalLM": "minicpm",  # (Llama with Granite's multipliers)
+    "internlm2": "llama", "InternLM2ForCausalLM": "llama",  # (Llama's layers, wqkv per KV group)
+    "deepseek": "deepseek", "DeepseekForCausalLM": "deepseek",  # (Llama's attention, V2's softmax experts)
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -692,7 +699,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "beta_slow": md.get(k + "rope.scaling.yarn_beta_slow", 1.0),
             "attn_factor": md.get(k + "rope.scaling.attn_factor", 1.0) * mscale,
         }  # fmt: skip
-    elif scaling_type != "none":
+    elif scaling_type != "none" and not (
+        scaling_type == "longrope" and arch in ("phi3", "phimoe", "minicpm3", "minicpm")
+    ):  # (LongRoPE: from the rope factor tensors, below)
         raise ValueError(f"unsupported rope scaling type '{scaling_type}' in '{path}'")
     common = dict(
         n_vocab=md.get(k + "vocab_size", embd.ne[1] if embd is not None and len(embd.ne) > 1 else 0),
@@ -733,6 +742,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "arcee",
             "olmo",
             "gptj",
+            "minicpm",
+            "internlm2",
+            "deepseek",
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
@@ -776,7 +788,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.granite_gguf(md, arch))
     if arch == "gpt-oss":
         common.update(arch_config.gpt_oss_gguf(md, common, "blk.0.attn_output.bias" in names))
-    if arch == "seed_oss":
+    if arch in ("seed_oss", "internlm2", "deepseek"):
         common["o_bias"] = "blk.0.attn_output.bias" in names
     if arch == "arcee":  # (AFM: down(relu(up x)^2), no gate)
         common["ffn_relu2"] = True
@@ -847,6 +859,8 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_gguf(md, common))
     if arch == "minicpm3":  # (the latent attention, LongRoPE's tensors, llama.cpp's fixed multipliers)
         common.update(arch_config.minicpm3_gguf(md, common, g.tensor, names))
+    if arch == "minicpm":  # (Granite's multipliers under minicpm.*, LongRoPE's tensors)
+        common.update(arch_config.minicpm_gguf(md, common, g.tensor, names))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_gguf(md, common, names))
     if arch in ("glm4", "chatglm"):
@@ -1063,6 +1077,12 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
               (".mlp.expert_bias", ".mlp.gate.e_score_correction_bias")),
 }  # fmt: skip
 _FAMILY_PARTS["sarvam_moe"] = _FAMILY_PARTS["param2moe"]  # (Sarvam-MoE: Param2-MoE's names)
+_FAMILY_PARTS["internlm2"] = (  # (InternLM2 / 2.5; its wqkv per KV group, regrouped as Falcon 40B's)
+    ("model.tok_embeddings.", "model.embed_tokens."), (".attention.wqkv.", ".self_attn.qkv_proj."),
+    (".attention.wo.", ".self_attn.o_proj."), (".feed_forward.w1.", ".mlp.gate_proj."),
+    (".feed_forward.w3.", ".mlp.up_proj."), (".feed_forward.w2.", ".mlp.down_proj."),
+    (".attention_norm.", ".input_layernorm."), (".ffn_norm.", ".post_attention_layernorm."),
+)  # fmt: skip
 # The GPT-2-era configs' keys under Llama's where absent (twin of loader.cpp's gpt_classic_keys).
 _GPT_CLASSIC_KEYS = (
     ("n_embd", "hidden_size"), ("n_embed", "hidden_size"), ("d_model", "hidden_size"),
@@ -1635,6 +1655,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                 if bare is None:
                     continue
                 to = bare
+            if c["model_type"] == "internlm2" and to == "output.weight":  # (its output matrix)
+                to = "lm_head.weight"
             if to in renamed:
                 raise ValueError(f"tensor '{to}' appears twice in '{path}'")
             renamed[to] = name
@@ -1675,6 +1697,11 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         mq = c["model_type"] == "gpt_bigcode" and c.get("num_key_value_heads", 1) != heads
         if heads > 0 and width % heads == 0 and not mq:
             qkv_groups = (heads, heads, width // heads)
+    if c.get("model_type") == "internlm2":  # (twin of loader.cpp's internlm2_qkv: KV groups of [q.., k, v])
+        heads, width = c.get("num_attention_heads") or 0, c.get("hidden_size") or 0
+        kv = c.get("num_key_value_heads") or heads
+        if heads > 0 and width % heads == 0 and kv > 0 and heads % kv == 0:
+            qkv_groups = (heads, kv, width // heads)
     v_first = c.get("model_type") == "codegen"  # (CodeGen: 4 groups of [q_g | v_g | k_g]: codegen_qkv)
     if v_first and (c.get("hidden_size") or 0) % 4 == 0 and (c.get("hidden_size") or 0) > 0:
         qkv_groups = (4, 4, c["hidden_size"] // 4)
@@ -1882,7 +1909,9 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         hd = get("head_dim", 0) or get("hidden_size", 0) // max(get("num_attention_heads", 1), 1)
         if alpha > 0 and hd > 2:
             theta = float(np.float32(float(np.float32(theta)) * alpha ** (hd / (hd - 2))))
-    elif stype != "default" and not (arch in ("phi3", "phimoe", "minicpm3") and stype in ("longrope", "su")):
+    elif stype != "default" and not (
+        arch in ("phi3", "phimoe", "minicpm3", "minicpm") and stype in ("longrope", "su")
+    ):
         raise ValueError(f"unsupported rope scaling type '{stype}' in '{path}'")
     partial_ok = ("phi3", "phimoe", "glm4moe", "glm4", "chatglm", "granitehybrid", "minimax-m2", "stablelm",
                   "phi2", "nemotron", "gptneox", *QWEN35)  # fmt: skip
@@ -2069,6 +2098,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"use_cla=true (cross-layer attention) in '{path}' is not supported")
     if c.get("model_type") == "internlm3" and (get("qkv_bias", False) or get("bias", False)):
         raise ValueError(f"qkv_bias / bias=true in '{path}' is not supported")
+    if c.get("model_type") == "internlm2":  # (InternLM2Config's bias: wqkv and wo's)
+        common["qkv_bias"] = common["o_bias"] = bool(get("bias", True))
     if arch == "seed_oss":  # (SeedOssConfig's defaults: q / k / v biases, none on the output)
         common.update(
             qkv_bias=bool(get("attention_bias", True)), o_bias=bool(get("attention_out_bias", False))
@@ -2085,6 +2116,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.deepseek2_hf(c, common))
     if arch == "minicpm3":  # latent attention with rotate_half RoPE, LongRoPE, the multipliers
         common.update(arch_config.minicpm3_hf(c, common))
+    if arch == "minicpm":  # Granite's multipliers under MiniCPM's names, LongRoPE
+        common.update(arch_config.minicpm_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
     if arch in ("glm4", "chatglm"):

@@ -52,6 +52,7 @@ MOE_ARCHS = (
     "exaone-moe",
     "afmoe",
     "dbrx",
+    "deepseek",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -132,6 +133,7 @@ def gguf_config(
             "exaone-moe",
             "afmoe",
             "dbrx",
+            "deepseek",
         )
         and not n_expert
     ):
@@ -148,7 +150,7 @@ def gguf_config(
     gating = (
         2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 else 1)
     )
-    deepseek = arch == "deepseek2" or glm or lfm2 or nemotron or minimax or dots1
+    deepseek = arch in ("deepseek2", "deepseek") or glm or lfm2 or nemotron or minimax or dots1
     if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
     layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
@@ -269,6 +271,7 @@ def hf_config(arch: str, c: dict[str, Any], n_layer: int, n_ff: int) -> dict[str
         "glm4moe",
         "dots1",
         "exaone-moe",
+        "deepseek",  # (DeepSeek-MoE: V2's keys, softmax, greedy, not renormalised)
     ):  # DeepseekV2Config / DeepseekV3Config / Glm4MoeConfig / Dots1 / ExaoneMoeConfig
         # (transformers' DeepseekV3 writes no topk_method: it always routes as noaux_tc; GLM likewise)
         glm = arch == "glm4moe"  # (GLM-4.7-Flash, glm4_moe_lite: V3's layers, mlp_layer_types)
