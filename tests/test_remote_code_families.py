@@ -1,6 +1,6 @@
 """Families whose Hugging Face folders need remote code (no transformers class) and whose GGUF files
 llama.cpp writes under their own architecture names: MiniCPM 1 / 2 / 4 (``minicpm``), InternLM2 / 2.5
-(``internlm2``) and DeepSeek-MoE 16B (``deepseek``).
+(``internlm2``), DeepSeek-MoE 16B (``deepseek``) and Ling / Ring 2.0 (``bailingmoe2``).
 
 Each is a model transformers does run under another name, which is the oracle here:
 
@@ -15,11 +15,14 @@ Each is a model transformers does run under another name, which is the oracle he
 - DeepSeek-MoE is Llama's attention with DeepSeek V2's MLP after the leading dense layers: softmax
   router scores, the top k not renormalised, shared experts. The oracle is a tiny LlamaForCausalLM
   whose sparse layers' MLPs are transformers' own DeepseekV2Moe modules (greedy top-k, one group),
-  saved under the Hub's DeepSeek-MoE names (experts one tensor each).
+  saved under the Hub's DeepSeek-MoE names (experts one tensor each);
+- Ling 2.0 is GLM-4.5's model under the tensor names transformers' Param2-MoE keeps (which are Ling's):
+  a tiny Param2MoeForCausalLM (half of each head rotated, q / k norms, groups) rewritten with Ling 2.0's
+  config keys, converted as llama.cpp converts Ling 2.0 (q / k / v kept fused).
 
 Each runs from its folder and from its GGUF file (F32, Q8_0), against that oracle and the NumPy twin;
 chunked prefill and greedy decoding match, and the MoE model is batch invariant.
-``benchmarks/tiny_llamacpp.py minicpm internlm2 deepseek`` compares the GGUF files with llama.cpp.
+``benchmarks/tiny_llamacpp.py minicpm internlm2 deepseek bailing`` compares the GGUF files with llama.cpp.
 """
 
 from __future__ import annotations
@@ -91,6 +94,14 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
         first_k_dense_replace=1, routed_scaling_factor=1.5,
     ), ["safetensors", "F32"]),
+    # Ling-mini-2.0's layout (bailing_moe, BailingMoeV2ForCausalLM): GQA 2, q / k / v fused, q / k norms, half
+    # of each head rotated, the first layer dense, then 8 experts (top 2 by sigmoid score plus a selection
+    # bias, groups of 4 of which the best 1, renormalised, scaled by 2.5) beside a shared one.
+    "bailing": ("bailing", dict(
+        hidden_size=64, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
+        moe_intermediate_size=24, num_experts=8, num_experts_per_tok=2, num_shared_experts=1,
+        first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+    ), ["safetensors", "F32", "Q8_0"]),
 }  # fmt: skip
 
 
@@ -252,7 +263,52 @@ def make_deepseek(
     return str(folder), logits, greedy_oracle
 
 
-BUILDERS = {"minicpm": make_minicpm, "internlm2": make_internlm2, "deepseek": make_deepseek}
+def make_bailing(
+    root: Path, name: str, seed: int, kw: dict[str, Any], vocab: int = V
+) -> tuple[str, Any, Any]:
+    """A Ling 2.0 folder (bailing_moe) of a random Param2-MoE model (transformers runs Param2-MoE, GLM-4.5's
+    model under the names Ling 2.0 releases use: query_key_value, word_embeddings, gate.expert_bias), its
+    config rewritten with Ling 2.0's keys; the oracle runs the Param2-MoE folder."""
+    kw = dict(kw)
+    n_experts, n_shared = kw.pop("num_experts"), kw.pop("num_shared_experts")
+    param2 = make_hf_model(
+        root / f"{name}-param2", "param2moe", vocab_size=vocab, seed=seed, n_routed_experts=n_experts,
+        n_shared_experts=n_shared, use_qk_norm=True, norm_topk_prob=True, partial_rotary_factor=0.5,
+        tie=False, **kw, **IDS,
+    )  # fmt: skip
+    folder = root / name
+    folder.mkdir()
+    shutil.copy(Path(param2) / "model.safetensors", folder)
+    g = json.loads((Path(param2) / "config.json").read_text())
+    rope = g.get("rope_parameters") or {}
+    assert rope.get("partial_rotary_factor", 0.5) == 0.5 and rope.get("rope_type", "default") == "default"
+    _write_config(folder, {
+        "model_type": "bailing_moe", "architectures": ["BailingMoeV2ForCausalLM"],
+        "hidden_size": kw["hidden_size"], "num_hidden_layers": kw["num_layers"],
+        "num_attention_heads": kw["num_heads"], "num_key_value_heads": kw["num_kv_heads"],
+        "head_dim": kw["head_dim"], "intermediate_size": kw["intermediate_size"],
+        "moe_intermediate_size": kw["moe_intermediate_size"], "num_experts": n_experts,
+        "num_shared_experts": n_shared, "num_experts_per_tok": kw["num_experts_per_tok"],
+        "first_k_dense_replace": kw["first_k_dense_replace"], "n_group": kw["n_group"],
+        "topk_group": kw["topk_group"], "routed_scaling_factor": kw["routed_scaling_factor"],
+        "score_function": "sigmoid", "norm_topk_prob": True, "use_qk_norm": True,
+        "partial_rotary_factor": 0.5, "rotary_dim": kw["head_dim"] // 2,
+        "rope_theta": rope.get("rope_theta", g.get("rope_theta")), "rope_scaling": None,
+        "rms_norm_eps": g["rms_norm_eps"], "max_position_embeddings": g["max_position_embeddings"],
+        "vocab_size": vocab, "hidden_act": "silu", "use_qkv_bias": False, "use_bias": False,
+        "norm_head": False,
+        "moe_router_enable_expert_bias": True, "num_nextn_predict_layers": 0, "tie_word_embeddings": False,
+        "auto_map": {"AutoModelForCausalLM": "modeling_bailing_moe_v2.BailingMoeV2ForCausalLM"}, **IDS,
+    })  # fmt: skip
+    return str(folder), lambda ids: hf_logits(param2, ids), lambda p, k: hf_greedy(param2, p, k)
+
+
+BUILDERS = {
+    "minicpm": make_minicpm,
+    "internlm2": make_internlm2,
+    "deepseek": make_deepseek,
+    "bailing": make_bailing,
+}
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +334,7 @@ def test_logits_match_oracle_and_twin(
     family, kw, _ = CASES[name]
     path = _file(cases, name, fmt, tmp_path_factory)
     _, oracle, ids, _ = cases[name]
-    if family == "deepseek" and fmt == "Q8_0":
+    if family in ("deepseek", "bailing") and fmt == "Q8_0":
         model = check_twin(path, ids, oracle)  # (rounded weights switch an expert now and then)
     else:
         model = check_golden(path, ids, oracle, fmt)
@@ -299,6 +355,15 @@ def test_logits_match_oracle_and_twin(
         assert c["arch"] == ("llama" if fmt == "safetensors" else "internlm2")
         assert c["n_head_kv"] == kw["num_kv_heads"]
         assert c["qkv_bias"] == c["o_bias"] == bool(kw.get("bias"))
+    elif family == "bailing":
+        assert c["arch"] == ("glm4moe" if fmt == "safetensors" else "bailingmoe2")
+        assert c["rope_dim"] == 8 and c["rope_style"] == "neox" and c["qk_norm"] and not c["qkv_bias"]
+        moe = c["moe"]
+        assert (
+            (moe["n_group"], moe["topk_group"]) == (2, 1) and moe["sigmoid_gating"] and moe["selection_bias"]
+        )
+        assert moe["norm_topk_prob"] and moe["routed_scale"] == 2.5 and moe["n_ff_shared"] == 24
+        assert moe["layers"] == [1, 2]
     else:
         assert c["arch"] == "deepseek"
         moe = c["moe"]
@@ -319,7 +384,8 @@ def test_chunked_prefill_and_greedy(cases: dict[str, Any], name: str) -> None:
 
 
 @pytest.mark.parametrize("name, fmt", [("deepseek", "safetensors"), ("deepseek", "Q8_0"),
-                                       ("minicpm4", "F32"), ("internlm2", "Q8_0")])  # fmt: skip
+                                       ("minicpm4", "F32"), ("internlm2", "Q8_0"),
+                                       ("bailing", "Q8_0")])  # fmt: skip
 def test_batch_invariant_and_inspect(
     cases: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -372,6 +438,11 @@ def test_refusals_and_multipliers_matter(cases: dict[str, Any], tmp_path: Path) 
     config, weights = ref_loader.load_weights(moved)
     assert config["moe"]["routed_scale"] == 2.0
     assert float(np.max(np.abs(got - ref_model.forward(config, weights, ids)))) < 1e-5 * np.max(np.abs(got))
+    src = cases["bailing"][0]
+    both_refuse(_copy(src, tmp_path / "ling1", architectures=["BailingMoeForCausalLM"]), "Ling 1.0")
+    both_refuse(_copy(src, tmp_path / "use_bias", use_bias=True), "use_bias")
+    both_refuse(_copy(src, tmp_path / "norm_head", norm_head=True), "norm_head")
+    both_refuse(_copy(src, tmp_path / "shared", moe_shared_expert_intermediate_size=40), "shared")
     src = cases["internlm2"][0]
     bad = _copy(src, tmp_path / "kv", num_key_value_heads=4)  # (wqkv holds 2 groups' K / V)
     with pytest.raises(core.ModelError):

@@ -1219,6 +1219,7 @@ def hf_to_gguf(
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "minicpm": "minicpm", "internlm2": "internlm2", "deepseek": "deepseek",  # (remote-code folders)
+        "bailing_moe": "bailingmoe2",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
@@ -1313,6 +1314,8 @@ def hf_to_gguf(
         _deepseek2_keys(writer, cfg, scaling, fused_kv_b)
         if nextn:  # (GLM-4.7-Flash's files: the MTP layer appended, as for glm4moe)
             writer.add_uint32("deepseek2.nextn_predict_layers", 1)
+    elif arch == "bailingmoe2":  # (its converter's partial rotation: 0.5 unless set)
+        writer.add_rope_dimension_count(int(head_dim * cfg.get("partial_rotary_factor", 0.5)))
     elif arch == "stablelm":  # (its partial rotation)
         writer.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 0.25) * head_dim))
     elif arch == "phi2":
@@ -1426,6 +1429,19 @@ def hf_to_gguf(
             for which in ("long", "short"):
                 factors = np.asarray(scaling[f"{which}_factor"], dtype=np.float32)
                 writer.add_tensor(f"rope_factors_{which}.weight", factors)
+    if model_type == "bailing_moe":  # llama.cpp's converter (BailingMoeV2Model; the groups: TextModel's keys)
+        writer.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_expert_shared_feed_forward_length(cfg["moe_intermediate_size"] * cfg["num_shared_experts"])
+        writer.add_expert_weights_scale(float(cfg["routed_scaling_factor"]))
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["num_experts_per_tok"])
+        writer.add_expert_shared_count(cfg["num_shared_experts"])
+        writer.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        writer.add_expert_group_count(cfg["n_group"])
+        writer.add_expert_group_used_count(cfg["topk_group"])
+        writer.add_nextn_predict_layers(0)
     if model_type == "deepseek":  # llama.cpp's converter (DeepSeek-MoE): the experts, shared ones, dense lead
         writer.add_expert_count(cfg["n_routed_experts"])
         writer.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -1622,6 +1638,17 @@ def hf_to_gguf(
             (".feedforward_layernorm.", ".post_attention_layernorm."),
         )
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if (
+        model_type == "bailing_moe"
+    ):  # Llama's names (the twin's); q / k / v kept fused, as llama.cpp keeps them
+        from ossa.reference.loader import _FAMILY_PARTS
+
+        tensors = {
+            functools.reduce(lambda n, p: n.replace(*p, 1), _FAMILY_PARTS["bailing_moe"], k): v
+            for k, v in tensors.items()
+        }
+        for name in [n for n in tensors if ".self_attn.qkv_proj." in n]:
+            tensors[f"blk.{name.split('.')[2]}.attn_qkv.{name.split('.')[-1]}"] = tensors.pop(name)
     if model_type == "internlm2":  # llama.cpp's converter: Llama's names, wqkv split per KV group
         from ossa.reference.loader import _FAMILY_PARTS
 
@@ -1669,7 +1696,14 @@ def hf_to_gguf(
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b=True))
     if arch == "deepseek2":  # shared experts, selection bias, and kv_b split as llama.cpp does
         moe.update(_deepseek2_tensors(tensors, cfg, fused_kv_b))
-    if arch in ("glm4moe", "dots1", "exaone-moe", "afmoe", "deepseek"):  # shared experts, the selection bias
+    if arch in (
+        "glm4moe",
+        "dots1",
+        "exaone-moe",
+        "afmoe",
+        "deepseek",
+        "bailingmoe2",
+    ):  # shared, selection bias
         moe.update(_shared_experts_and_bias(tensors, cfg["num_hidden_layers"]))
     if arch in ("qwen35", "qwen35moe"):  # the delta-net layers, value heads reordered
         moe.update(_qwen35_tensors(tensors, cfg))

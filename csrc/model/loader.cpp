@@ -278,19 +278,19 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",    "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
-    "gemma",      "gemma2",   "gemma3",     "phi3",          "smollm3",    "granite",
-    "granitemoe", "gpt-oss",  "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
-    "deepseek2",  "glm4moe",  "olmoe",      "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",     "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",   "mamba",      "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl",  "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n",  "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm", "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",   "dots1",      "phimoe",        "apertus",    "exaone-moe",
-    "gptj",       "bloom",    "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx",       "chatglm",  "minicpm3",   "jais2",         "minicpm",    "internlm2",
-    "deepseek"};
+    "llama",      "qwen2",      "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",     "gemma3",     "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss",    "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe",    "olmoe",      "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",       "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next",  "mamba2",     "mamba",      "jamba",         "falcon-h1",  "gemma4",
+    "llama4",     "qwen3vl",    "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
+    "minimax-m2", "gemma3n",    "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
+    "starcoder2", "stablelm",   "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
+    "gptneox",    "falcon",     "dots1",      "phimoe",        "apertus",    "exaone-moe",
+    "gptj",       "bloom",      "mpt",        "gpt2",          "starcoder",  "afmoe",
+    "dbrx",       "chatglm",    "minicpm3",   "jais2",         "minicpm",    "internlm2",
+    "deepseek",   "bailingmoe2"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -311,7 +311,7 @@ const char* const k_supported_hf =
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
     "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat, "
-    "flex_olmo, minicpm, internlm2, deepseek)";
+    "flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0))";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -597,8 +597,9 @@ void build_weights(Model& m, Builder& b,
     } else if ((c.arch == "phi3" || c.arch == "phimoe" || c.arch == "phi2" || c.arch == "gptneox" ||
                 c.arch == "falcon" || c.arch == "bloom" || c.arch == "mpt" || c.arch == "gpt2" ||
                 c.arch == "starcoder" || c.arch == "dbrx" || c.arch == "chatglm" ||
-                c.arch == "gptj" || c.arch == "glm4moe" || c.arch == "llama" ||
-                c.arch == "internlm2" || c.arch == "minicpm" || c.arch == "deepseek") &&
+                c.arch == "gptj" || c.arch == "glm4moe" || c.arch == "bailingmoe2" ||
+                c.arch == "llama" || c.arch == "internlm2" || c.arch == "minicpm" ||
+                c.arch == "deepseek") &&
                b.has(name_of(i, "wqkv"))) {  // fused, viewed as three (InternLM2's wqkv too)
       b.take_split(name_of(i, "wqkv"), p + "wqkv", {&l.wq, &l.wk, &l.wv}, {"wq", "wk", "wv"},
                    {q, kv, kv}, c.n_embd);
@@ -1065,9 +1066,9 @@ void load_gguf(Model& m, Storage& st) {
     throw ModelError("attention.value_length differs from key_length in '" + m.path +
                      "' (not supported)");
   const bool qwen35 = arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next";
-  if (arch != "phi3" && arch != "phimoe" && arch != "glm4moe" && arch != "glm4" &&
-      arch != "chatglm" && arch != "minimax-m2" && !mla && arch != "stablelm" && arch != "phi2" &&
-      arch != "nemotron" && arch != "gptneox" && arch != "gptj" && !qwen35 &&
+  if (arch != "phi3" && arch != "phimoe" && arch != "glm4moe" && arch != "bailingmoe2" &&
+      arch != "glm4" && arch != "chatglm" && arch != "minimax-m2" && !mla && arch != "stablelm" &&
+      arch != "phi2" && arch != "nemotron" && arch != "gptneox" && arch != "gptj" && !qwen35 &&
       g->get_int(k + "rope.dimension_count", c.head_dim) != c.head_dim)
     throw ModelError("partial RoPE (rope.dimension_count != head dimension) in '" + m.path +
                      "' is not supported");
@@ -1245,7 +1246,9 @@ void load_gguf(Model& m, Storage& st) {
   if (arch == "command-r" || arch == "cohere2")  // LayerNorm, parallel blocks, logit scale
     cohere_config_gguf(*g, c, b.has("blk.0.attn_q_norm.weight"), m.path);
   if (arch == "minimax-m2") minimax_config_gguf(*g, c, m.path);  // q / k norms, partial RoPE
-  if (arch == "glm4moe") {  // partial RoPE, the MTP blocks left out; q / k norms where present
+  // (Ling 2.0, bailingmoe2: GLM-4.5's layers with q / k / v fused, as llama.cpp keeps them)
+  if (arch == "glm4moe" ||
+      arch == "bailingmoe2") {  // partial RoPE, MTP blocks left out, q / k norms
     glm4moe_config_gguf(*g, c, m.path);
     c.qk_norm = b.has("blk.0.attn_q_norm.weight");
   }
@@ -1778,6 +1781,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"solar_open", "glm4moe"},
       {"SolarOpenForCausalLM", "glm4moe"},
       {"param2moe", "glm4moe"},
+      {"bailing_moe", "glm4moe"},  // (Ling / Ring 2.0: Param2-MoE's names; glm_variant_keys)
+      {"BailingMoeV2ForCausalLM", "glm4moe"},
       {"sarvam_moe", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
@@ -3244,10 +3249,11 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".mlp.shared_mlp.", ".mlp.shared_experts."}}}};
   // (a copy: the keys below grow cfg; GPT-BigCode's tensor names are GPT-2's, CodeGen's GPT-J's)
   const std::string t = type != nullptr && type->is_string() ? type->string : "";
-  const std::string parts = t == "gpt_bigcode"  ? "gpt2"
-                            : t == "codegen"    ? "gptj"
-                            : t == "sarvam_moe" ? "param2moe"  // (Sarvam-MoE: Param2-MoE's names)
-                                                : t;
+  const std::string parts = t == "gpt_bigcode" ? "gpt2"
+                            : t == "codegen"   ? "gptj"
+                            : t == "sarvam_moe" || t == "bailing_moe"
+                                ? "param2moe"  // (Sarvam-MoE's, Ling 2.0's: Param2-MoE's names)
+                                : t;
   if (k_parts.count(parts) != 0) {
     rename_tensors(b, [&](std::string name) {
       for (const auto& [part, with] : k_parts.at(parts))
@@ -3360,6 +3366,45 @@ void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
   }
 }
 
+// Ling / Ring 2.0 (bailing_moe, BailingMoeV2ForCausalLM: inclusionAI's Ling-mini-2.0,
+// Ling-flash-2.0) is GLM-4.5's model under Param2-MoE's names: its keys read as GLM's names
+// (num_experts, num_shared_experts, use_qkv_bias, score_function), the partial rotation 0.5 unless
+// set (as llama.cpp's converter assumes); Ling 1.0 (BailingMoeForCausalLM, softmax routing), an
+// output-projection bias (use_bias), a normalised head (norm_head), experts without the selection
+// bias and shared experts of another width are refused by name (twin:
+// reference.loader.glm_variant_keys).
+void bailing_keys(JsonValue& cfg) {
+  const Json json{cfg, "config.json"};
+  const JsonValue* archs = cfg.get("architectures");
+  if (archs != nullptr && archs->is_array())
+    for (const JsonValue& a : archs->array)
+      if (a.is_string() && a.string == "BailingMoeForCausalLM")
+        throw ModelError(
+            "Ling 1.0 (BailingMoeForCausalLM) is not supported (Ling 2.0, BailingMoeV2ForCausalLM, "
+            "is)");
+  for (const char* key : {"use_bias", "norm_head"})
+    if (json.boolean(key, false))
+      throw ModelError(std::string("Ling 2.0 with ") + key + "=true is not supported");
+  if (!json.boolean("moe_router_enable_expert_bias", true))
+    throw ModelError("Ling 2.0 with moe_router_enable_expert_bias=false is not supported");
+  for (const auto& [alias, name] :
+       {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
+        {"num_shared_experts", "n_shared_experts"},
+        {"use_qkv_bias", "attention_bias"},
+        {"score_function", "scoring_func"}})
+    if (const JsonValue* v = cfg.get(alias); v != nullptr && cfg.get(name) == nullptr)
+      cfg.object.emplace_back(name, *v);
+  if (cfg.get("partial_rotary_factor") == nullptr)
+    cfg.object.emplace_back("partial_rotary_factor", parse_json("0.5"));
+  const JsonValue* shared = cfg.get("moe_shared_expert_intermediate_size");
+  if (shared != nullptr && !shared->is_null() &&
+      json.integer("moe_shared_expert_intermediate_size", 0) !=
+          json.integer("moe_intermediate_size", 0) * json.integer("n_shared_experts", 1))
+    throw ModelError(
+        "Ling 2.0 with moe_shared_expert_intermediate_size other than the experts' width times "
+        "num_shared_experts is not supported");
+}
+
 // Solar Open (solar_open: upstage/Solar-Open-100B), Param2-MoE (param2moe: BharatGen's
 // Param2-17B-A2.4B) and Sarvam-MoE (sarvam_moe: sarvamai/sarvam-30b) are GLM-4.5's model under
 // their own configs: their defaults where GLM's differ, as transformers' configs set them, written
@@ -3379,6 +3424,10 @@ void glm_variant_keys(JsonValue& cfg) {
           {"first_k_dense_replace", "0"},
           {"n_shared_experts", "1"}})
       add_default(name, text);
+    return;
+  }
+  if (type->string == "bailing_moe") {
+    bailing_keys(cfg);
     return;
   }
   if (type->string != "param2moe" && type->string != "sarvam_moe") return;

@@ -275,7 +275,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
        c.arch == "glm4moe" || c.arch == "olmoe" || c.arch == "qwen35moe" || c.arch == "qwen3next" ||
        c.arch == "dots1" || c.arch == "phimoe" || c.arch == "exaone-moe" || c.arch == "lfm2moe" ||
        c.arch == "nemotron_h_moe" || c.arch == "hunyuan-moe" || c.arch == "afmoe" ||
-       c.arch == "dbrx" || c.arch == "deepseek") &&
+       c.arch == "dbrx" || c.arch == "deepseek" || c.arch == "bailingmoe2") &&
       m.n_expert == 0)
     throw ModelError("'" + path + "' (architecture " + c.arch + ") has no " + k + "expert_count");
   if (m.n_expert == 0) return;
@@ -328,7 +328,7 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // (Nemotron-H's MoE likewise: llama.cpp routes it by sigmoid whatever the file says)
   // (MiniMax-M2 routes as DeepSeek V3 does in one group: sigmoid scores plus an expert bias,
   // renormalised; llama.cpp hard-codes the sigmoid)
-  const bool glm = c.arch == "glm4moe", lfm2 = c.arch == "lfm2moe",
+  const bool glm = c.arch == "glm4moe" || c.arch == "bailingmoe2", lfm2 = c.arch == "lfm2moe",
              nemotron = c.arch == "nemotron_h_moe", minimax = c.arch == "minimax-m2",
              dots1 = c.arch == "dots1" ||       // (dots.llm1, K-EXAONE, AFMoE: V3's routing;
                      c.arch == "exaone-moe" ||  // files without the gating key route by sigmoid)
@@ -359,6 +359,11 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
                           : 0;
     m.norm_topk_prob = g.get_bool(k + "expert_weights_norm", glm || lfm2 || minimax);
     if (lfm2) m.norm_eps = 1e-6f;
+    if (c.arch == "bailingmoe2")  // (llama.cpp's: the shared width (else the experts') per expert)
+      m.n_ff_shared = static_cast<int>(
+          std::clamp<int64_t>(g.get_int(k + "expert_shared_feed_forward_length", m.n_ff_expert) *
+                                  g.get_int(k + "expert_shared_count", 0),
+                              0, 1 << 30));
     m.routed_scale = static_cast<float>(g.get_float(k + "expert_weights_scale", 1.0));
     m.sigmoid_gating = gating == 2;
     m.group_top2 = m.sigmoid_gating;

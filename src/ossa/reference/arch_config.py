@@ -617,14 +617,16 @@ def _mla(
     }  # fmt: skip
 
 
-def glm4moe_gguf(md: dict[str, Any], common: dict[str, Any], names: set[Any]) -> dict[str, Any]:
-    """GLM-4.5 / 4.6 from GGUF (twin of glm4moe_config_gguf): NeoX RoPE on rope.dimension_count
-    dimensions; the last nextn_predict_layers blocks (the multi-token-prediction layer) are not run;
-    q / k norms where the file has them."""
-    k = "glm4moe."
+def glm4moe_gguf(
+    md: dict[str, Any], common: dict[str, Any], names: set[Any], arch: str = "glm4moe"
+) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 from GGUF (Ling 2.0's bailingmoe2 alike; twin of glm4moe_config_gguf): NeoX RoPE on
+    rope.dimension_count dimensions; the last nextn_predict_layers blocks (the multi-token-prediction
+    layer) are not run; q / k norms where the file has them."""
+    k = arch + "."
     dims = md.get(k + "rope.dimension_count", common["head_dim"])
     return {"rope_style": "neox", "rope_dim": rotated(dims, common["head_dim"]),
-            "n_layer": _without_mtp_layers("glm4moe", md, common["n_layer"]),
+            "n_layer": _without_mtp_layers(arch, md, common["n_layer"]),
             "qk_norm": "blk.0.attn_q_norm.weight" in names}  # fmt: skip
 
 

@@ -30,6 +30,7 @@ ARCHS = (
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
     "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3", "jais2", "minicpm", "internlm2", "deepseek",
+    "bailingmoe2",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -69,6 +70,7 @@ _FUSED_QKV = (
     "chatglm",
     "gptj",
     "glm4moe",  # (Param2-MoE's query_key_value)
+    "bailingmoe2",
     "llama",  # (InternLM2's wqkv, regrouped)
     "internlm2",
     "minicpm",
@@ -128,7 +130,7 @@ _SUPPORTED_HF = (
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
     "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, "
-    "nanochat, flex_olmo, minicpm, internlm2, deepseek)"
+    "nanochat, flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0))"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -200,6 +202,7 @@ _HF_ARCHS = {
     "minicpm": "minicpm", "MiniCPMForCausalLM": "minicpm",  # (Llama with Granite's multipliers)
     "internlm2": "llama", "InternLM2ForCausalLM": "llama",  # (Llama's layers, wqkv per KV group)
     "deepseek": "deepseek", "DeepseekForCausalLM": "deepseek",  # (Llama's attention, V2's softmax experts)
+    "bailing_moe": "glm4moe", "BailingMoeV2ForCausalLM": "glm4moe",  # (Ling 2.0: Param2-MoE's names)
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -861,8 +864,11 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.minicpm3_gguf(md, common, g.tensor, names))
     if arch == "minicpm":  # (Granite's multipliers under minicpm.*, LongRoPE's tensors)
         common.update(arch_config.minicpm_gguf(md, common, g.tensor, names))
-    if arch == "glm4moe":
-        common.update(arch_config.glm4moe_gguf(md, common, names))
+    if arch in (
+        "glm4moe",
+        "bailingmoe2",
+    ):  # (Ling 2.0: GLM-4.5's layers, q / k / v fused as llama.cpp keeps them)
+        common.update(arch_config.glm4moe_gguf(md, common, names, arch))
     if arch in ("glm4", "chatglm"):
         common.update(arch_config.glm4_gguf(md, common, arch))
     if arch == "chatglm":  # (ChatGLM3 / GLM-4-9B: q / k / v fused or not, biases either way)
@@ -1077,6 +1083,7 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
               (".mlp.expert_bias", ".mlp.gate.e_score_correction_bias")),
 }  # fmt: skip
 _FAMILY_PARTS["sarvam_moe"] = _FAMILY_PARTS["param2moe"]  # (Sarvam-MoE: Param2-MoE's names)
+_FAMILY_PARTS["bailing_moe"] = _FAMILY_PARTS["param2moe"]  # (Ling 2.0: Param2-MoE's names)
 _FAMILY_PARTS["internlm2"] = (  # (InternLM2 / 2.5; its wqkv per KV group, regrouped as Falcon 40B's)
     ("model.tok_embeddings.", "model.embed_tokens."), (".attention.wqkv.", ".self_attn.qkv_proj."),
     (".attention.wo.", ".self_attn.o_proj."), (".feed_forward.w1.", ".mlp.gate_proj."),
@@ -1135,12 +1142,44 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
 _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
 
 
+def _bailing_keys(c: dict[str, Any]) -> dict[str, Any]:
+    """Ling / Ring 2.0 (bailing_moe, BailingMoeV2ForCausalLM) as GLM-4.5's config (twin of loader.cpp's
+    bailing_keys): its keys under GLM's names, the partial rotation 0.5 unless set; Ling 1.0, use_bias,
+    norm_head, no selection bias and shared experts of another width refused."""
+    if "BailingMoeForCausalLM" in (c.get("architectures") or []):
+        raise ValueError(
+            "Ling 1.0 (BailingMoeForCausalLM) is not supported (Ling 2.0, BailingMoeV2ForCausalLM, is)"
+        )
+    for key in ("use_bias", "norm_head"):
+        if c.get(key):
+            raise ValueError(f"Ling 2.0 with {key}=true is not supported")
+    if c.get("moe_router_enable_expert_bias") is False:
+        raise ValueError("Ling 2.0 with moe_router_enable_expert_bias=false is not supported")
+    out = dict(c)
+    for alias, name in (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
+                        ("use_qkv_bias", "attention_bias"), ("score_function", "scoring_func")):  # fmt: skip
+        if alias in c and name not in out:
+            out[name] = c[alias]
+    out.setdefault("partial_rotary_factor", 0.5)
+    shared = c.get("moe_shared_expert_intermediate_size")
+    if shared is not None and shared != (c.get("moe_intermediate_size") or 0) * out.get(
+        "n_shared_experts", 1
+    ):
+        raise ValueError(
+            "Ling 2.0 with moe_shared_expert_intermediate_size other than the experts' width times "
+            "num_shared_experts is not supported"
+        )
+    return out
+
+
 def glm_variant_keys(c: Any) -> Any:
     """Solar Open's, Param2-MoE's and Sarvam-MoE's configs (model_type solar_open / param2moe / sarvam_moe)
     with their defaults where GLM-4.5's differ written in, and Param2's / Sarvam's key aliases read as GLM's
     names (twin of loader.cpp's glm_variant_keys); any other config as it is."""
     if isinstance(c, dict) and c.get("model_type") == "solar_open":
         return {"partial_rotary_factor": 1.0, "first_k_dense_replace": 0, "n_shared_experts": 1, **c}
+    if isinstance(c, dict) and c.get("model_type") == "bailing_moe":
+        return _bailing_keys(c)
     if not isinstance(c, dict) or c.get("model_type") not in ("param2moe", "sarvam_moe"):
         return c
     param2 = c["model_type"] == "param2moe"

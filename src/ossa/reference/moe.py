@@ -53,6 +53,7 @@ MOE_ARCHS = (
     "afmoe",
     "dbrx",
     "deepseek",
+    "bailingmoe2",
 )
 EXPERT_MATRICES = ("w_gate", "w_up", "w_down")
 
@@ -134,13 +135,17 @@ def gguf_config(
             "afmoe",
             "dbrx",
             "deepseek",
+            "bailingmoe2",
         )
         and not n_expert
     ):
         raise ValueError(f"architecture {arch} without {k}expert_count")
     if n_expert == 0:
         return dense_moe()
-    glm = arch == "glm4moe"  # (GLM-4.5 routes as DeepSeek V3: sigmoid unless the file says otherwise)
+    glm = arch in (
+        "glm4moe",
+        "bailingmoe2",
+    )  # (GLM-4.5 routes as DeepSeek V3: sigmoid unless the file says so)
     # (llama.cpp: a deepseek2 file without the key routes by softmax, GLM-4.7-Flash's by sigmoid)
     glm_lite = arch == "deepseek2" and n_layer in (47, 48) and n_vocab == 154880
     lfm2 = arch == "lfm2moe"  # (LFM2-MoE routes as DeepSeek V3, in one group)
@@ -163,7 +168,12 @@ def gguf_config(
             "n_expert_used": md.get(k + "expert_used_count", 0), "n_ff_expert": n_ff_expert,
             "n_ff_shared": (md.get(k + "expert_shared_feed_forward_length", 0)
                             if md.get(k + "expert_shared_count", 1) > 0 else 0)
-            if nemotron else md.get(k + "expert_shared_count", 0) * n_ff_expert,
+            if nemotron
+            # (Ling 2.0: llama.cpp's shared width, else the experts', per shared expert)
+            else md.get(k + "expert_shared_feed_forward_length", n_ff_expert)
+            * md.get(k + "expert_shared_count", 0)
+            if arch == "bailingmoe2"
+            else md.get(k + "expert_shared_count", 0) * n_ff_expert,
             "norm_topk_prob": bool(md.get(k + "expert_weights_norm", glm or lfm2 or minimax)),
             "norm_eps": float(np.float32(1e-6 if lfm2 else 1e-20)),
             "routed_scale": float(np.float32(md.get(k + "expert_weights_scale", 1.0))),
