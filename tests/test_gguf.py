@@ -117,8 +117,16 @@ def test_tiny_gguf_twin_and_oracle(tiny_hf: dict[str, str], tmp_path: Path, arch
     assert m.config == cfg
     hf_cfg, _ = load_weights(tiny_hf[arch])
     for key in ["n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "rms_eps",
-                "rope_theta", "rope_scaling", "qkv_bias", "qk_norm", "tied_embeddings"]:  # fmt: skip
+                "rope_theta", "qkv_bias", "qk_norm", "tied_embeddings"]:  # fmt: skip
         assert cfg[key] == hf_cfg[key], key
+    if arch == "llama":  # (Llama-3 scaling: llama.cpp's rope_freqs tensor in the file, no key)
+        assert cfg["rope_scaling"]["type"] == "none" and len(cfg["rope_freqs"]) == 12
+        from ossa.reference.model import rope_inv_freq
+
+        np.testing.assert_allclose(rope_inv_freq(cfg), rope_inv_freq(hf_cfg), rtol=1e-6)
+        assert not np.allclose(rope_inv_freq(cfg), rope_inv_freq(dict(hf_cfg, rope_scaling={"type": "none"})))
+    else:
+        assert cfg["rope_scaling"] == hf_cfg["rope_scaling"]
     assert cfg["rope_style"] == ("interleaved" if arch == "llama" else "neox")
     twin = read_gguf(path)
     oracle = oracle_dequant(path)

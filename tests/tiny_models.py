@@ -955,6 +955,26 @@ _GPT_NEOX_NAMES = {
 }  # fmt: skip
 
 
+def llama3_rope_freqs(scaling: dict[str, Any], base: float, dim: int) -> np.ndarray:
+    """The rope_freqs tensor llama.cpp's converters write for Llama-3 RoPE scaling (a divisor per rotated
+    pair, from float32 frequencies), as LlamaModel.generate_extra_tensors computes it."""
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor = scaling.get("factor", 8.0)
+    low, high = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old = scaling.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs.astype(np.float32):
+        wavelen = 2 * math.pi / float(freq)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
 def _regroup_qkv(t: np.ndarray, heads: int, kv: int) -> np.ndarray:
     """A fused query_key_value held as kv groups of (heads / kv queries, a key, a value) heads (GPT-NeoX: a
     group per head; Falcon: per KV group) as [q | k | v], as llama.cpp's converters write attn_qkv."""
@@ -1339,14 +1359,8 @@ def hf_to_gguf(
     if scaling_type == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(scaling["factor"]))
-    elif scaling_type == "llama3":
-        # llama.cpp writes a rope_freqs tensor for llama3 scaling; we also write the parameters as keys
-        # (ossa reads the keys).
-        writer.add_string(f"{arch}.rope.scaling.type", "llama3")
-        writer.add_rope_scaling_factor(float(scaling["factor"]))
-        writer.add_float32(f"{arch}.rope.scaling.low_freq_factor", float(scaling["low_freq_factor"]))
-        writer.add_float32(f"{arch}.rope.scaling.high_freq_factor", float(scaling["high_freq_factor"]))
-        writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    elif scaling_type == "llama3":  # llama.cpp's converters: a rope_freqs tensor, no key
+        writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, float(rope_theta), head_dim))
     elif scaling_type == "yarn":
         # What llama.cpp's converters write (type, factor, original context), and its newer keys for
         # the betas; llama.cpp multiplies cos/sin by attn_factor times 1 + 0.1 ln(factor), so an

@@ -140,6 +140,7 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   d["layer_sliding"] = sliding;
   d["rope_theta_swa"] = c.rope_theta_swa;
   d["rope_dim"] = c.rope_dim;
+  d["rope_freqs"] = c.rope_freqs;
   d["attn_scale"] = c.attn_scale;
   d["final_softcap"] = c.final_softcap;
   d["attn_softcap"] = c.attn_softcap;

@@ -228,9 +228,12 @@ struct ModelConfig {
   int sliding_window = 0;  // a windowed layer attends to this many positions, itself included
   std::vector<uint8_t> layer_sliding;  // [n_layer] 1 = sliding-window layer (empty: none)
   float rope_theta_swa =
-      0.0f;                 // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
-  int rope_dim = 0;         // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
-  float attn_scale = 0.0f;  // scores scale; 0 = 1/sqrt(head_dim)
+      0.0f;          // RoPE base of the sliding layers, unscaled (Gemma 3); 0 = as global
+  int rope_dim = 0;  // rotated dimensions of a head (Phi-4-mini's partial rotary); 0 = all
+  // llama.cpp's rope_freqs tensor (its converters' Llama-3 scaling: a divisor per rotated pair,
+  // applied before any scaling type's); empty = none
+  std::vector<float> rope_freqs;
+  float attn_scale = 0.0f;          // scores scale; 0 = 1/sqrt(head_dim)
   float final_softcap = 0.0f;       // logits -> cap * tanh(logits / cap); 0 = off
   float attn_softcap = 0.0f;        // attention scores -> cap * tanh(s / cap) (Gemma 2); 0 = off
   float embd_scale = 0.0f;          // embeddings multiplied by it (Gemma: sqrt(n_embd)); 0 = off

@@ -47,6 +47,7 @@ void rope_inv_freq(const ModelConfig& c, float* inv_freq, bool long_factors = fa
   }
   for (int i = 0; i < half; ++i) {
     double f = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / dim);
+    if (!c.rope_freqs.empty()) f /= static_cast<double>(c.rope_freqs[static_cast<size_t>(i)]);
     if (s.type == "longrope") {
       // Phi-3's LongRoPE: each frequency divided by its own factor (the loader checked the
       // lengths).

@@ -895,6 +895,22 @@ std::string gguf_name_gpt_oss(int layer, const char* field) {
              : gguf_name(layer, field);
 }
 
+// llama.cpp's rope_freqs tensor, which its converters write for Llama-3 RoPE scaling (Llama 3.1 /
+// 3.2 / 3.3, Llama 4, EXAONE 3.5, Nemotron, ...) in place of any key: a divisor per rotated pair,
+// applied to the frequencies as llama.cpp does (the scaling keys ossa's own older files carried are
+// then ignored: one or the other, never both).
+void rope_freqs_gguf(ModelConfig& c, Builder& b, const std::string& path) {
+  if (!b.has("rope_freqs.weight")) return;
+  const int64_t half = (c.rope_dim > 0 ? c.rope_dim : c.head_dim) / 2;
+  const TensorView v = b.take("rope_freqs.weight", "rope_freqs", 1, half);
+  c.rope_freqs.resize(static_cast<size_t>(half));
+  dequantize_row(v, 0, c.rope_freqs.data());
+  for (float f : c.rope_freqs)
+    if (!(f > 0.0f) || !std::isfinite(f))
+      throw ModelError("invalid rope_freqs value in '" + path + "'");
+  if (c.rope_scaling.type == "llama3") c.rope_scaling = RopeScaling{};
+}
+
 // Gemma 4 from GGUF (llama.cpp's converter's names and keys), after the shared ones: its own
 // config (gemma4_config_gguf) and weights.
 void load_gemma4_gguf(Model& m, Builder& b, const GGUFFile& g) {
@@ -1308,6 +1324,7 @@ void load_gguf(Model& m, Storage& st) {
       phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
                        factors("rope_factors_short.weight"));
   }
+  rope_freqs_gguf(c, b, m.path);
   validate_config(c, m.path);
   read_moe_config_gguf(c, *g, [&](const std::string& name) { return b.has(name); }, m.path);
   // (LFM2's final norm is named token_embd_norm: transformers' embedding_norm, applied last)

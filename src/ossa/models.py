@@ -304,6 +304,7 @@ class ModelConfig:
     layer_sliding: list[bool] = field(default_factory=list)  # per layer: sliding-window attention
     rope_theta_swa: float = 0.0  # RoPE base of the sliding layers (0: rope_theta)
     rope_dim: int = 0  # rotated dimensions of a head (0: all)
+    rope_freqs: list[float] = field(default_factory=list)  # llama.cpp's rope_freqs divisors (GGUF)
     attn_scale: float = 0.0  # attention scores scale (0: head_dim ** -0.5)
     final_softcap: float = 0.0  # final logits soft-capping (0: off)
     attn_softcap: float = 0.0  # attention scores soft-capping (Gemma 2; 0: off)

@@ -88,11 +88,12 @@ CONFIG_KEYS = (
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
     "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2", "no_post_norms",
-    "no_pre_norms",
+    "no_pre_norms", "rope_freqs",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
+    "rope_freqs": [],
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
     "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
@@ -906,6 +907,18 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.jamba_gguf(md, common, kv_list, set(g.tensors)))
     if arch == "falcon-h1":
         common.update(arch_config.falconh1_gguf(md, common["n_layer"], set(g.tensors)))
+    if "rope_freqs.weight" in names:  # (twin of loader.cpp's rope_freqs_gguf: llama.cpp's Llama-3 scaling)
+        half = (common.get("rope_dim") or common["head_dim"]) // 2
+        freqs = g.tensor("rope_freqs.weight").reshape(-1)
+        if freqs.size != half:
+            raise ValueError(
+                f"tensor 'rope_freqs.weight' in '{path}' has shape mismatch: {freqs.size} != {half}"
+            )
+        if not all(np.isfinite(freqs) & (freqs > 0)):
+            raise ValueError(f"invalid rope_freqs value in '{path}'")
+        common["rope_freqs"] = [float(np.float32(f)) for f in freqs]
+        if (common.get("rope_scaling") or {}).get("type") == "llama3":
+            common["rope_scaling"] = {}
     cfg = _config(arch, **common)
     cfg["moe"] = moe_twin.gguf_config(arch, md, cfg["n_layer"], cfg["n_ff"], names, cfg["n_vocab"])
     post = arch in ("gpt-oss", "seed_oss") or arch in QWEN35  # (their pre-FFN norm: post_attention_norm)
@@ -926,8 +939,6 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     w = _weights(cfg, get, names, gguf_name, "token_embd.weight", final_norm, "output.weight")
     for i in cfg["moe"]["layers"]:
         moe_twin.gguf_layer_weights(cfg, i, g.tensor, names, w)
-    if "rope_freqs.weight" in names:
-        w["rope_freqs"] = g.tensor("rope_freqs.weight").reshape(-1)
     return cfg, w
 
 

@@ -79,6 +79,8 @@ def rope_inv_freq(config: dict[str, Any], long_factors: bool = False) -> np.ndar
     after linear, Llama-3, LongRoPE or YaRN scaling (``long_factors``: LongRoPE's long divisors)."""
     dim = config.get("rope_dim") or config["head_dim"]
     inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    if config.get("rope_freqs"):  # (llama.cpp's rope_freqs tensor: a divisor per pair, before any scaling)
+        inv_freq = inv_freq / np.asarray(config["rope_freqs"], dtype=np.float64)
     scaling = config["rope_scaling"]
     if scaling["type"] == "longrope":  # Phi-3: a divisor per frequency
         factors = scaling["long_factor"] if long_factors else scaling["short_factor"]
