@@ -102,6 +102,16 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         moe_intermediate_size=24, num_experts=8, num_experts_per_tok=2, num_shared_experts=1,
         first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5,
     ), ["safetensors", "F32", "Q8_0"]),
+    # Nemotron-51B / Super's block_configs (nemotron-nas, DeciLMForCausalLM): attention (GQA 2) with a 256
+    # feed-forward, "linear attention" (wo(norm x)) with 512, a no-op attention with 256, attention without
+    # a feed-forward, a dummy layer (both no-op), attention with 512; Llama 3's RoPE scaling (GGUF: the
+    # rope_freqs tensor).
+    "deci": ("deci", dict(
+        hidden_size=64, num_heads=4, blocks=[("attn", 6.0), ("linear", 12.0), ("noop", 6.0), ("attn", None),
+                                             ("noop", None), ("attn", 12.0)],
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16},
+    ), ["safetensors", "F32", "Q8_0"]),
 }  # fmt: skip
 
 
@@ -303,11 +313,101 @@ def make_bailing(
     return str(folder), lambda ids: hf_logits(param2, ids), lambda p, k: hf_greedy(param2, p, k)
 
 
+def make_deci(root: Path, name: str, seed: int, kw: dict[str, Any], vocab: int = V) -> tuple[str, Any, Any]:
+    """A Nemotron-NAS folder (DeciLM's names and block_configs) and its oracle: a random Llama model whose
+    layers are rebuilt per block as DeciLM builds them: transformers' attention (2 query heads a KV head),
+    one linear map in its place (DeciLM's linear_attn), or none (the residual passes); transformers' MLP of
+    the block's size (2 ffn_mult hidden / 3, rounded up to 256) or none."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+    from torch import nn
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    hidden, heads, blocks = kw["hidden_size"], kw["num_heads"], kw["blocks"]
+    sizes = [0 if m is None else -(-int(2 * m * hidden / 3) // 256) * 256 for _, m in blocks]
+    llama = make_hf_model(
+        root / f"{name}-llama", "llama", vocab_size=vocab, seed=seed, hidden_size=hidden,
+        num_layers=len(blocks), num_heads=heads, num_kv_heads=heads // 2, intermediate_size=max(sizes),
+        rope_scaling=kw["rope_scaling"],
+        **IDS,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM.from_pretrained(llama, dtype=torch.float32)
+
+    class Linear(nn.Module):  # (DeciLM's linear attention: one matrix of the normed input)
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear_attn = nn.Linear(hidden, hidden, bias=False)
+
+        def forward(self, hidden_states: Any, **_: Any) -> tuple[Any, None]:
+            return self.linear_attn(hidden_states), None
+
+    class Nothing(nn.Module):  # (a no-op sublayer: adds nothing to the residual)
+        def forward(self, hidden_states: Any, **kwargs: Any) -> Any:
+            out = torch.zeros_like(hidden_states)
+            return (out, None) if kwargs else out
+
+    gen = torch.Generator().manual_seed(seed + 7)
+    drop: list[str] = []
+    for i, ((kind, _), size) in enumerate(zip(blocks, sizes, strict=True)):
+        layer = model.model.layers[i]
+        if kind == "linear":
+            layer.self_attn = Linear()
+        elif kind == "noop":
+            layer.self_attn = Nothing()
+            drop += [f"model.layers.{i}.input_layernorm.", f"model.layers.{i}.self_attn."]
+        if size == 0:
+            layer.mlp = Nothing()
+            drop += [f"model.layers.{i}.post_attention_layernorm.", f"model.layers.{i}.mlp."]
+        else:
+            layer.mlp = LlamaMLP(transformers.LlamaConfig(hidden_size=hidden, intermediate_size=size))
+        with torch.no_grad():
+            for mod in (layer.self_attn, layer.mlp):
+                if not isinstance(mod, Nothing) and not hasattr(mod, "q_proj"):
+                    for p in mod.parameters():
+                        p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+    model.eval()
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()
+             if not k.startswith(tuple(drop))}  # fmt: skip
+    folder = root / name
+    folder.mkdir()
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    g = json.loads((Path(llama) / "config.json").read_text())
+    block_configs = [{
+        "attention": {"n_heads_in_group": 2 if kind == "attn" else None, "no_op": kind == "noop",
+                      "replace_with_linear": kind == "linear", "sparsify": None, "num_sink_tokens": None,
+                      "use_prefill_window_in_sink_attention": False, "unshifted_sink": False},
+        "ffn": {"ffn_mult": mult, "no_op": mult is None, "replace_with_linear": False, "sparsify": None},
+    } for kind, mult in blocks]  # fmt: skip
+    _write_config(folder, {
+        "model_type": "nemotron-nas", "architectures": ["DeciLMForCausalLM"], "hidden_size": hidden,
+        "num_hidden_layers": len(blocks), "num_attention_heads": heads, "vocab_size": vocab,
+        "rms_norm_eps": g["rms_norm_eps"], "max_position_embeddings": g["max_position_embeddings"],
+        "rope_theta": 10000.0, "rope_scaling": kw["rope_scaling"], "hidden_act": "silu",
+        "tie_word_embeddings": False, "block_configs": block_configs, "attention_bias": False,
+        "mlp_bias": False, "auto_map": {"AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM"}, **IDS,
+    })  # fmt: skip
+
+    def logits(ids: list[int]) -> np.ndarray:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), use_cache=False).logits[0]
+            return out.float().numpy()  # type: ignore[no-any-return]
+
+    def greedy_oracle(prompt: list[int], n_new: int) -> list[int]:
+        seq = list(prompt)
+        for _ in range(n_new):
+            seq.append(int(np.argmax(logits(seq)[-1])))
+        return seq[len(prompt) :]
+
+    return str(folder), logits, greedy_oracle
+
+
 BUILDERS = {
     "minicpm": make_minicpm,
     "internlm2": make_internlm2,
     "deepseek": make_deepseek,
     "bailing": make_bailing,
+    "deci": make_deci,
 }
 
 
@@ -355,6 +455,16 @@ def test_logits_match_oracle_and_twin(
         assert c["arch"] == ("llama" if fmt == "safetensors" else "internlm2")
         assert c["n_head_kv"] == kw["num_kv_heads"]
         assert c["qkv_bias"] == c["o_bias"] == bool(kw.get("bias"))
+    elif family == "deci":
+        assert c["arch"] == "deci" and c["n_head_kv"] == 2
+        assert c["layer_no_mixer"] == [False, False, True, False, True, False]
+        assert c["layer_linear_attn"] == [False, True, False, False, False, False]
+        assert c["layer_no_ffn"] == [False, False, False, True, True, False]
+        assert [c["layer_n_ff"][i] for i in (0, 1, 2, 5)] == [256, 512, 256, 512]
+        if fmt == "safetensors":
+            assert c["rope_scaling"]["type"] == "llama3"
+        else:  # (llama.cpp's rope_freqs tensor)
+            assert c["rope_scaling"]["type"] == "none" and len(c["rope_freqs"]) == 8
     elif family == "bailing":
         assert c["arch"] == ("glm4moe" if fmt == "safetensors" else "bailingmoe2")
         assert c["rope_dim"] == 8 and c["rope_style"] == "neox" and c["qk_norm"] and not c["qkv_bias"]
@@ -385,7 +495,7 @@ def test_chunked_prefill_and_greedy(cases: dict[str, Any], name: str) -> None:
 
 @pytest.mark.parametrize("name, fmt", [("deepseek", "safetensors"), ("deepseek", "Q8_0"),
                                        ("minicpm4", "F32"), ("internlm2", "Q8_0"),
-                                       ("bailing", "Q8_0")])  # fmt: skip
+                                       ("bailing", "Q8_0"), ("deci", "Q8_0")])  # fmt: skip
 def test_batch_invariant_and_inspect(
     cases: dict[str, Any], name: str, fmt: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -399,6 +509,12 @@ def test_batch_invariant_and_inspect(
         assert "experts       6 of 24 rows, 2 used per token, in 2 of 3 layers" in text
     if name == "minicpm4":
         assert "multipliers   embeddings 8, residuals 0.848528, scores head_dim^-1/2, logits / 2" in text
+    if name == "deci":
+        want = (
+            "3 attention, 1 linear (wo alone), 2 without attention; feed-forward 256..512 (2 sizes), none in"
+        )
+        want += " 2"
+        assert "layers        " + want in text
 
 
 def _copy(src: str, dst: Path, **config: Any) -> str:
@@ -443,6 +559,20 @@ def test_refusals_and_multipliers_matter(cases: dict[str, Any], tmp_path: Path) 
     both_refuse(_copy(src, tmp_path / "use_bias", use_bias=True), "use_bias")
     both_refuse(_copy(src, tmp_path / "norm_head", norm_head=True), "norm_head")
     both_refuse(_copy(src, tmp_path / "shared", moe_shared_expert_intermediate_size=40), "shared")
+    src = cases["deci"][0]
+    blocks = json.loads((Path(src) / "config.json").read_text())["block_configs"]
+
+    def with_block(i: int, part: str, **change: Any) -> list[Any]:
+        out = json.loads(json.dumps(blocks))
+        out[i][part].update(change)
+        return out
+
+    ffn_linear = with_block(0, "ffn", replace_with_linear=True)
+    both_refuse(_copy(src, tmp_path / "ffn-linear", block_configs=ffn_linear), "replace_with_linear")
+    both_refuse(_copy(src, tmp_path / "window", block_configs=with_block(0, "attention", window_length=8)),
+                "window_length")  # fmt: skip
+    both_refuse(_copy(src, tmp_path / "kv-mix", block_configs=with_block(0, "attention", n_heads_in_group=1)),
+                "KV head counts differ")  # fmt: skip
     src = cases["internlm2"][0]
     bad = _copy(src, tmp_path / "kv", num_key_value_heads=4)  # (wqkv holds 2 groups' K / V)
     with pytest.raises(core.ModelError):

@@ -1239,11 +1239,15 @@ def hf_to_gguf(
         "lfm2_moe": "lfm2moe",
         "granitemoehybrid": "granitehybrid",
         "minicpm": "minicpm", "internlm2": "internlm2", "deepseek": "deepseek",  # (remote-code folders)
-        "bailing_moe": "bailingmoe2",
+        "bailing_moe": "bailingmoe2", "nemotron-nas": "deci",
         "nemotron_h": "nemotron_h_moe" if "moe" in cfg.get("layers_block_type", []) else "nemotron_h",
     }[model_type]  # fmt: skip
     n_head = cfg.get("num_attention_heads") or cfg.get("num_heads")
     n_head_kv = cfg.get("num_key_value_heads") or n_head
+    if model_type == "nemotron-nas":  # (the attention layers' KV heads, from block_configs)
+        from ossa.reference import arch_config
+
+        n_head_kv = arch_config.deci_keys(cfg)["num_key_value_heads"]
     if model_type == "falcon":  # (FalconConfig's keys, as llama.cpp's converter reads them)
         n_head_kv = _falcon_kv_heads(cfg, n_head)
         cfg.update(intermediate_size=cfg["ffn_hidden_size"], num_key_value_heads=n_head_kv)
@@ -1283,10 +1287,20 @@ def hf_to_gguf(
         _mamba1_keys(writer, cfg, model_type == "falcon_mamba")
     elif arch == "llama4":  # (the converter's swap: the dense layers' size, the experts' beside)
         _llama4_keys(writer, cfg)
+    elif arch == "deci":  # (llama.cpp's converter: the per-layer sizes from block_configs)
+        from ossa.reference import arch_config
+
+        deci_heads, deci_kv, deci_ff = arch_config._deci_blocks(cfg)
+        writer.add_feed_forward_length(deci_ff)
     elif cfg.get("intermediate_size"):  # (as llama.cpp's converter: absent from Qwen3.5 MoE configs)
         writer.add_feed_forward_length(cfg["intermediate_size"])
-    writer.add_head_count(0 if arch in ("mamba2", "mamba") else n_head)
-    if arch in ("lfm2", "lfm2moe"):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
+    writer.add_head_count(0 if arch in ("mamba2", "mamba") else deci_heads if arch == "deci" else n_head)
+    if arch == "deci":
+        writer.add_head_count_kv(deci_kv)
+    elif arch in (
+        "lfm2",
+        "lfm2moe",
+    ):  # (one count per layer, 0 for the convolutions, as llama.cpp's converter)
         writer.add_head_count_kv([n_head_kv if t != "conv" else 0 for t in cfg["layer_types"]])
         writer.add_uint32(f"{arch}.shortconv.l_cache", cfg["conv_L_cache"])
     elif arch == "granitehybrid":  # (0 for the Mamba-2 layers, as llama.cpp's converter)
@@ -1652,9 +1666,11 @@ def hf_to_gguf(
             (".feedforward_layernorm.", ".post_attention_layernorm."),
         )
         tensors = {functools.reduce(lambda n, p: n.replace(*p), parts, k): v for k, v in tensors.items()}
+    if model_type == "nemotron-nas":  # (deci's linear layers: their one matrix as the output projection)
+        tensors = {k.replace(".self_attn.linear_attn.", ".self_attn.o_proj."): v for k, v in tensors.items()}
     if (
         model_type == "bailing_moe"
-    ):  # Llama's names (the twin's); q / k / v kept fused, as llama.cpp keeps them
+    ):  # Llama's names (the twin's); q / k / v kept fused as llama.cpp keeps them
         from ossa.reference.loader import _FAMILY_PARTS
 
         tensors = {
@@ -1787,6 +1803,7 @@ def hf_to_gguf(
             "minicpm",
             "internlm2",
             "deepseek",
+            "deci",
         )  # (llama.cpp's converter permutes Nemotron-H's too: NoPE, harmless)
         if arch in permuted and name.endswith("attn_q.weight"):
             w = _llama_permute(w, n_head)

@@ -153,6 +153,9 @@ nb::dict config_dict(const ossa::ModelConfig& c) {
   for (uint8_t v : c.layer_no_mixer) no_mixer.append(nb::bool_(v != 0));
   d["layer_no_ffn"] = no_ffn;
   d["layer_no_mixer"] = no_mixer;
+  nb::list linear_attn;  // (deci's linear-attention layers)
+  for (uint8_t v : c.layer_linear_attn) linear_attn.append(nb::bool_(v != 0));
+  d["layer_linear_attn"] = linear_attn;
   d["ffn_relu2"] = c.ffn_relu2;
   d["ffn_xielu"] = c.ffn_xielu;
   d["xielu"] = c.xielu;

@@ -278,6 +278,126 @@ void longrope_factors_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float>
 
 }  // namespace
 
+void deci_layers(ModelConfig& c, const std::vector<int64_t>& heads, const std::vector<int64_t>& kv,
+                 const std::vector<int64_t>& ff, const std::string& where) {
+  const size_t n = static_cast<size_t>(c.n_layer);
+  if (heads.size() != n || kv.size() != n || ff.size() != n)
+    throw ModelError("per-layer head, KV head and feed-forward counts of " + where + " must list " +
+                     std::to_string(n) + " layers");
+  int64_t kv_heads = 0;
+  c.layer_no_mixer.assign(n, 0);
+  c.layer_linear_attn.assign(n, 0);
+  c.layer_no_ffn.assign(n, 0);
+  c.layer_n_ff.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (heads[i] != 0 && heads[i] != c.n_head)
+      throw ModelError("the layers' query head counts differ in " + where + " (not supported)");
+    if (kv[i] < 0 || ff[i] < 0 || ff[i] > (int64_t{1} << 30))
+      throw ModelError("invalid KV head count or feed-forward size of layer " + std::to_string(i) +
+                       " in " + where);
+    if (heads[i] > 0 && kv[i] > 0) {
+      if (kv_heads != 0 && kv[i] != kv_heads)
+        throw ModelError("the attention layers' KV head counts differ in " + where +
+                         " (not supported)");
+      kv_heads = kv[i];
+    }
+    c.layer_no_mixer[i] = heads[i] == 0;
+    c.layer_linear_attn[i] = heads[i] > 0 && kv[i] == 0;
+    c.layer_no_ffn[i] = ff[i] == 0;
+    c.layer_n_ff[i] = static_cast<int>(ff[i] > 0 ? ff[i] : c.n_ff);
+  }
+  if (kv_heads > 0) c.n_head_kv = static_cast<int>(kv_heads);
+}
+
+namespace {
+
+// DeciLM's feed-forward size from its multiplier (the converter's and the model's rounding).
+int64_t deci_ffn_size(double mult, int64_t hidden) {
+  const int64_t size = static_cast<int64_t>(2.0 * mult * static_cast<double>(hidden) / 3.0);
+  return size % 256 == 0 ? size : size + 256 - size % 256;
+}
+
+struct DeciBlocks {
+  std::vector<int64_t> heads, kv, ff;
+};
+
+DeciBlocks deci_blocks(const Json& cfg) {
+  const JsonValue* blocks = cfg.get("block_configs");
+  const int64_t n_head = cfg.integer("num_attention_heads", 0);
+  const int64_t hidden = cfg.integer("hidden_size", 0);
+  if (blocks == nullptr || !blocks->is_array())
+    throw ModelError("config 'block_configs' in '" + cfg.path + "' must be a list");
+  DeciBlocks out;
+  for (const JsonValue& b : blocks->array) {
+    const JsonValue* attn = b.get("attention");
+    const JsonValue* ffn = b.get("ffn");
+    if (!b.is_object() || attn == nullptr || !attn->is_object() || ffn == nullptr ||
+        !ffn->is_object())
+      throw ModelError("config 'block_configs' in '" + cfg.path +
+                       "' must hold attention and ffn objects");
+    const Json a{*attn, cfg.path}, f{*ffn, cfg.path};
+    for (const char* key : {"window_length", "num_sink_tokens", "sparsify"}) {
+      const JsonValue* v = a.get(key);
+      if (v != nullptr && !v->is_null() && !(v->kind == JsonValue::Kind::Bool && !v->boolean))
+        throw ModelError(std::string("block_configs attention ") + key + " in '" + cfg.path +
+                         "' is not supported");
+    }
+    if (f.boolean("replace_with_linear", false))
+      throw ModelError("block_configs ffn replace_with_linear in '" + cfg.path +
+                       "' is not supported");
+    const JsonValue* group = a.get("n_heads_in_group");
+    const bool attn_noop = a.boolean("no_op", false);
+    if (attn_noop || group == nullptr || group->is_null()) {
+      out.heads.push_back(!attn_noop && a.boolean("replace_with_linear", false) ? n_head : 0);
+      out.kv.push_back(0);
+    } else {
+      const int64_t g = a.integer("n_heads_in_group", 1);
+      if (g <= 0 || n_head % g != 0)
+        throw ModelError("invalid n_heads_in_group in '" + cfg.path + "'");
+      out.heads.push_back(n_head);
+      out.kv.push_back(n_head / g);
+    }
+    const JsonValue* mult = f.get("ffn_mult");
+    if (f.boolean("no_op", false) || mult == nullptr || mult->is_null()) {
+      out.ff.push_back(0);
+    } else {
+      const double m = f.number("ffn_mult", 0.0);
+      if (!(m > 0.0) || !std::isfinite(m) || m > 1e4)
+        throw ModelError("invalid ffn_mult in '" + cfg.path + "'");
+      out.ff.push_back(deci_ffn_size(m, hidden));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void deci_keys(JsonValue& cfg, const std::string& path) {
+  const DeciBlocks b = deci_blocks(Json{cfg, path});
+  int64_t kv = 0, ff = 0;
+  for (size_t i = 0; i < b.kv.size(); ++i) {
+    if (b.heads[i] > 0 && b.kv[i] > 0 && kv == 0) kv = b.kv[i];
+    ff = std::max(ff, b.ff[i]);
+  }
+  // (no attention layer: the query heads stand in, unused; no feed-forward: the hidden size)
+  const auto put = [&](const char* key, int64_t value) {
+    for (auto& [name, v] : cfg.object)
+      if (name == key) {
+        v = parse_json(std::to_string(value));
+        return;
+      }
+    cfg.object.emplace_back(key, parse_json(std::to_string(value)));
+  };
+  const Json json{cfg, path};
+  put("num_key_value_heads", kv > 0 ? kv : json.integer("num_attention_heads", 1));
+  put("intermediate_size", ff > 0 ? ff : json.integer("hidden_size", 1));
+}
+
+void deci_config_hf(const Json& cfg, ModelConfig& c) {
+  const DeciBlocks b = deci_blocks(cfg);
+  deci_layers(c, b.heads, b.kv, b.ff, "'" + cfg.path + "'");
+}
+
 void minicpm3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c) {
   deepseek2_config_hf(cfg, c);     // (its latent attention: DeepSeek V2's)
   c.rope_style = RopeStyle::Neox;  // (rotate_half, not DeepSeek's interleaved pairs)

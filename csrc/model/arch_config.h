@@ -122,6 +122,22 @@ void minicpm_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> l
                          std::vector<float> short_factor, const std::string& path);
 void phi3_config_hf(const Json& cfg, const JsonValue* scaling, ModelConfig& c);
 
+// Nemotron-51B / Nemotron Super / Ultra (deci; DeciLMForCausalLM, model_type nemotron-nas): Llama's
+// layers, each with its own shape: per layer a query head count (0: no attention, the layer's
+// residual passes; else the model's), a KV head count (0 with query heads: "linear attention", the
+// attention replaced by wo(norm x); else the attention layers' one count: differing counts are
+// refused) and a feed-forward size (0: none). deci_layers sets the per-layer config from the three
+// lists. GGUF: llama.cpp's per-layer attention.head_count / head_count_kv / feed_forward_length
+// arrays. config.json: block_configs (attention.n_heads_in_group / no_op / replace_with_linear,
+// ffn.ffn_mult / no_op; sizes as DeciLM derives them: 2 ffn_mult hidden / 3 rounded up to 256), the
+// other options refused by name; deci_keys writes the attention layers' KV heads and the widest
+// feed-forward into the config first (as num_key_value_heads / intermediate_size) for the shared
+// reading.
+void deci_layers(ModelConfig& c, const std::vector<int64_t>& heads, const std::vector<int64_t>& kv,
+                 const std::vector<int64_t>& ff, const std::string& where);
+void deci_keys(JsonValue& cfg, const std::string& path);
+void deci_config_hf(const Json& cfg, ModelConfig& c);
+
 // The sliding window of the Llama-family and MoE architectures (and Phi-3's) in GGUF:
 // {arch}.attention.sliding_window over every layer, or over the layers a bool per layer in
 // {arch}.attention.sliding_window_pattern marks. llama.cpp's converter writes the key for Phi-3

@@ -312,6 +312,10 @@ struct ModelConfig {
   // feed-forward (layer_no_ffn), or a feed-forward (dense or experts) without a mixer
   // (layer_no_mixer), each after the block's one norm (attn_norm, or ffn_norm for a feed-forward).
   std::vector<uint8_t> layer_no_ffn, layer_no_mixer;  // [n_layer]; empty: every layer has both
+  // Nemotron-51B / Super / Ultra (deci): a layer's attention replaced by one linear map, wo(norm
+  // x), without K/V ("linear attention"); its no-op attention / feed-forward layers are
+  // layer_no_mixer / layer_no_ffn, its feed-forward sizes layer_n_ff.
+  std::vector<uint8_t> layer_linear_attn;  // [n_layer]; empty: none
   // The feed-forward is down(relu(up x)^2), no gate (Nemotron-H's relu2), experts likewise.
   bool ffn_relu2 = false;
   // Apertus: the feed-forward is down(xielu(up x)), no gate, with each layer's xIELU parameters
@@ -379,6 +383,9 @@ struct ModelConfig {
   int64_t kv_elems_per_token() const { return kv_offset(n_layer); }
   bool no_ffn(int layer) const { return !layer_no_ffn.empty() && layer_no_ffn[layer] != 0; }
   bool no_mixer(int layer) const { return !layer_no_mixer.empty() && layer_no_mixer[layer] != 0; }
+  bool linear_attn(int layer) const {
+    return !layer_linear_attn.empty() && layer_linear_attn[static_cast<size_t>(layer)] != 0;
+  }
   // K and V of a token are one row (DeepSeek's latent attention: [rope(k_r) | c]): the KV pool
   // holds it once, in V's row layout, and the attention reads K from it (AttentionArgs::k_rows).
   bool kv_shared() const { return mla.active(); }
@@ -400,7 +407,7 @@ struct ModelConfig {
   // alone).
   bool has_kv(int layer) const {
     return (!recurrent(layer) || (parallel_ssm && ssm.is_layer(layer))) && !no_mixer(layer) &&
-           kv_source_of(layer) == layer;
+           !linear_attn(layer) && kv_source_of(layer) == layer;
   }
   // The layers with K/V in the cache, and a layer's index among them.
   int kv_layers() const {
@@ -410,7 +417,7 @@ struct ModelConfig {
   }
   int kv_index(int layer) const {
     if (!delta.active() && !conv.active() && !ssm.active() && !mamba1.active() &&
-        layer_no_mixer.empty() && kv_source.empty())
+        layer_no_mixer.empty() && layer_linear_attn.empty() && kv_source.empty())
       return layer;
     int n = 0;
     for (int l = 0; l < layer; ++l) n += has_kv(l);

@@ -233,7 +233,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
   const ModelConfig& c = m.config;
   const ModelWeights& w = m.weights;
   const int n = batch.n_tokens();
-  const int64_t E = c.n_embd, F = c.n_ff, hd = c.head_dim;
+  const int64_t E = c.n_embd, hd = c.head_dim;
   const int64_t Q = c.n_head * hd;
   const int threads = std::min(s.max_threads, parallel_threads());
   Laps laps;
@@ -253,6 +253,7 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
+    const int64_t F = c.n_ff_of(l);  // (deci: each layer's own feed-forward size)
     MatmulInput in;
     // The attention sublayer, residual included.
     auto attention = [&] {
@@ -290,7 +291,12 @@ void llama_forward(ForwardState& s, const Batch& batch, float* logits) {
       residual(s, L.wo, in, n, threads, L.bo, L.post_attn_norm);  // (gpt-oss's bias, OLMo 2's)
       laps.lap(kWo);
     };
-    if (c.no_mixer(l)) {  // (Nemotron-H: a feed-forward block)
+    if (c.no_mixer(l)) {            // (Nemotron-H: a feed-forward block; deci's no-op attention)
+    } else if (c.linear_attn(l)) {  // (deci: the attention replaced by wo(norm x), no K/V)
+      in = norm_for(s, reinterpret_cast<const float*>(L.attn_norm.data), n, threads, {&L.wo});
+      laps.lap(kNorm);
+      residual(s, L.wo, in, n, threads);
+      laps.lap(kWo);
     } else if (c.parallel_ssm && c.ssm.is_layer(l)) {
       // Falcon-H1: the mixer's output aside, the attention's into the residual, then the mixer's
       // (both read the same normalised input: the mixer leaves the residual as it is)

@@ -278,19 +278,19 @@ void validate_config(ModelConfig& c, const std::string& path) {
 
 // The GGUF architectures ossa runs: the loader's check and the message naming an unknown one.
 const std::vector<std::string> k_gguf_archs = {
-    "llama",      "qwen2",      "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
-    "gemma",      "gemma2",     "gemma3",     "phi3",          "smollm3",    "granite",
-    "granitemoe", "gpt-oss",    "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
-    "deepseek2",  "glm4moe",    "olmoe",      "glm4",          "mistral3",   "qwen35",
-    "qwen35moe",  "lfm2",       "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
-    "qwen3next",  "mamba2",     "mamba",      "jamba",         "falcon-h1",  "gemma4",
-    "llama4",     "qwen3vl",    "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
-    "minimax-m2", "gemma3n",    "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
-    "starcoder2", "stablelm",   "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
-    "gptneox",    "falcon",     "dots1",      "phimoe",        "apertus",    "exaone-moe",
-    "gptj",       "bloom",      "mpt",        "gpt2",          "starcoder",  "afmoe",
-    "dbrx",       "chatglm",    "minicpm3",   "jais2",         "minicpm",    "internlm2",
-    "deepseek",   "bailingmoe2"};
+    "llama",      "qwen2",       "qwen3",      "mistral",       "qwen3moe",   "qwen2moe",
+    "gemma",      "gemma2",      "gemma3",     "phi3",          "smollm3",    "granite",
+    "granitemoe", "gpt-oss",     "olmo2",      "exaone4",       "ernie4_5",   "ernie4_5-moe",
+    "deepseek2",  "glm4moe",     "olmoe",      "glm4",          "mistral3",   "qwen35",
+    "qwen35moe",  "lfm2",        "lfm2moe",    "granitehybrid", "nemotron_h", "nemotron_h_moe",
+    "qwen3next",  "mamba2",      "mamba",      "jamba",         "falcon-h1",  "gemma4",
+    "llama4",     "qwen3vl",     "qwen3vlmoe", "qwen2vl",       "command-r",  "cohere2",
+    "minimax-m2", "gemma3n",     "seed_oss",   "arcee",         "exaone",     "hunyuan-dense",
+    "starcoder2", "stablelm",    "phi2",       "nemotron",      "olmo",       "hunyuan-moe",
+    "gptneox",    "falcon",      "dots1",      "phimoe",        "apertus",    "exaone-moe",
+    "gptj",       "bloom",       "mpt",        "gpt2",          "starcoder",  "afmoe",
+    "dbrx",       "chatglm",     "minicpm3",   "jais2",         "minicpm",    "internlm2",
+    "deepseek",   "bailingmoe2", "deci"};
 const std::string k_supported = [] {
   std::string s = "(ossa supports ";
   for (size_t i = 0; i < k_gguf_archs.size(); ++i) s += (i ? ", " : "") + k_gguf_archs[i];
@@ -311,7 +311,7 @@ const char* const k_supported_hf =
     "starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, gpt_neox, falcon, dots1, phimoe, "
     "apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, afmoe, dbrx, glm, opt, "
     "gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, nanochat, "
-    "flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0))";
+    "flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0), nemotron-nas)";
 
 // Layer i's latent attention (config.mla; weights.h has the shapes). The per-head up-projections
 // come from GGUF's attn_k_b / attn_v_b as llama.cpp's converter splits them (k_b already
@@ -579,6 +579,8 @@ void build_weights(Model& m, Builder& b,
         l.ffn_norm_b = b.take(name_of(i, "ffn_norm_b"), p + "ffn_norm_b", 1, c.n_embd);
     }
     if (!mixer) {
+    } else if (c.linear_attn(i)) {  // (deci: the attention replaced by one linear map, wo)
+      l.wo = b.take(name_of(i, "wo"), p + "wo", c.n_embd, c.n_embd);
     } else if (c.delta.is_layer(i)) {
       build_delta_weights(c, b, name_of, i, l, m.format == "safetensors");
     } else if (c.conv.is_layer(i)) {
@@ -652,23 +654,24 @@ void build_weights(Model& m, Builder& b,
       l.post_ffn_norm = b.take(name_of(i, "post_ffn_norm"), p + "post_ffn_norm", 1, c.n_embd);
     }
     if (c.moe.is_moe_layer(i)) continue;  // its experts: build_moe_layers
+    const int64_t F = c.n_ff_of(i);       // (deci: each layer's own size)
     // (Granite 4.0-H's folders: the shared MLP's input_linear, [gate | up])
     if (c.arch == "phi3" || c.arch == "glm4" || c.arch == "chatglm" ||
         (c.arch == "granitehybrid" && m.format == "safetensors" &&
          !c.hf_bamba)) {  // gate and up fused, gate
                           // first (GGUF: ffn_up)
       b.take_split(name_of(i, "w_gate_up"), p + "w_gate_up", {&l.w_gate, &l.w_up},
-                   {"w_gate", "w_up"}, {c.n_ff, c.n_ff}, c.n_embd);
+                   {"w_gate", "w_up"}, {F, F}, c.n_embd);
     } else {
       if (!c.ffn_relu2 && !c.ffn_gelu && !c.ffn_xielu)  // (Nemotron-H, StarCoder2: up, down)
-        l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", c.n_ff, c.n_embd);
-      l.w_up = b.take(name_of(i, "w_up"), p + "w_up", c.n_ff, c.n_embd);
+        l.w_gate = b.take(name_of(i, "w_gate"), p + "w_gate", F, c.n_embd);
+      l.w_up = b.take(name_of(i, "w_up"), p + "w_up", F, c.n_embd);
     }
-    l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, c.n_ff);
+    l.w_down = b.take(name_of(i, "w_down"), p + "w_down", c.n_embd, F);
     if (c.sub_norms)  // (BitNet: the MLP product's norm before w_down)
-      l.ffn_sub_norm = b.take(name_of(i, "ffn_sub_norm"), p + "ffn_sub_norm", 1, c.n_ff);
+      l.ffn_sub_norm = b.take(name_of(i, "ffn_sub_norm"), p + "ffn_sub_norm", 1, F);
     if (c.ffn_bias) {
-      l.b_up = b.take(name_of(i, "b_up"), p + "b_up", 1, c.n_ff);
+      l.b_up = b.take(name_of(i, "b_up"), p + "b_up", 1, F);
       l.b_down = b.take(name_of(i, "b_down"), p + "b_down", 1, c.n_embd);
     }
   }
@@ -1035,11 +1038,18 @@ void load_gguf(Model& m, Storage& st) {
   // (Mamba-2 alone has no attention: its head count 0; the mixer's heads stand in, unused; Mamba-1
   // one head of d_inner)
   const bool mamba2 = arch == "mamba2", mamba1 = arch == "mamba";
-  c.n_head =
-      mamba1
-          ? 1
-          : checked_dim(g->get_int(k + (mamba2 ? "ssm.time_step_rank" : "attention.head_count"), 0),
-                        "attention.head_count", m.path, 65536);
+  // (deci: one query head count per layer, 0 for a layer without attention)
+  const GGUFValue* heads_value = g->find(k + "attention.head_count");
+  const std::vector<int64_t> heads_per_layer =
+      arch == "deci" && heads_value != nullptr &&
+              std::holds_alternative<std::shared_ptr<GGUFArray>>(heads_value->value)
+          ? g->get_int_array(k + "attention.head_count")
+          : std::vector<int64_t>{};
+  int64_t heads = heads_per_layer.empty()
+                      ? g->get_int(k + (mamba2 ? "ssm.time_step_rank" : "attention.head_count"), 0)
+                      : 0;
+  for (int64_t v : heads_per_layer) heads = std::max(heads, v);
+  c.n_head = mamba1 ? 1 : checked_dim(heads, "attention.head_count", m.path, 65536);
   // (LFM2: one count per layer, 0 for its convolution layers)
   const GGUFValue* kv_value = g->find(k + "attention.head_count_kv");
   const bool kv_array =
@@ -1050,7 +1060,7 @@ void load_gguf(Model& m, Storage& st) {
   for (int64_t v : kv_per_layer) kv_heads = std::max(kv_heads, v);
   const bool nemotron = arch == "nemotron_h" || arch == "nemotron_h_moe";
   if (kv_array && arch != "lfm2" && arch != "lfm2moe" && arch != "granitehybrid" && !nemotron &&
-      arch != "jamba")
+      arch != "jamba" && arch != "deci")
     throw ModelError("per-layer attention.head_count_kv in '" + m.path + "' is not supported");
   c.n_head_kv = checked_dim(kv_heads, "attention.head_count_kv", m.path, 65536);
   // (a Qwen3.5 MoE file may have no dense size: its experts'; Nemotron-H: one per layer, 0 where a
@@ -1060,7 +1070,7 @@ void load_gguf(Model& m, Storage& st) {
       ff_value != nullptr && std::holds_alternative<std::shared_ptr<GGUFArray>>(ff_value->value)
           ? g->get_int_array(k + "feed_forward_length")
           : std::vector<int64_t>{};
-  if (!ff_per_layer.empty() && !nemotron)
+  if (!ff_per_layer.empty() && !nemotron && arch != "deci")
     throw ModelError("per-layer feed_forward_length in '" + m.path + "' is not supported");
   int64_t ff = ff_per_layer.empty() ? g->get_int(k + "feed_forward_length",
                                                  g->get_int(k + "expert_feed_forward_length", 0))
@@ -1069,7 +1079,7 @@ void load_gguf(Model& m, Storage& st) {
     ff = g->get_int(k + "ssm.inner_size", 0);  // (feed_forward_length 0, unused)
   for (int64_t v : ff_per_layer) ff = std::max(ff, v);
   // (a Nemotron-H file without feed-forward blocks: the size is unused; the hidden size stands in)
-  if (nemotron && !ff_per_layer.empty() && ff == 0) ff = c.n_embd;
+  if ((nemotron || arch == "deci") && !ff_per_layer.empty() && ff == 0) ff = c.n_embd;
   c.n_ff = checked_dim(ff, "feed_forward_length", m.path);
   const int64_t default_head_dim = mamba2 || mamba1           ? c.n_ff / c.n_head
                                    : c.n_embd % c.n_head == 0 ? c.n_embd / c.n_head
@@ -1138,7 +1148,7 @@ void load_gguf(Model& m, Storage& st) {
       (arch == "llama" || arch == "mistral" || arch == "mistral3" || arch == "smollm3" ||
        arch == "granite" || arch == "granitemoe" || arch == "granitehybrid" || arch == "ernie4_5" ||
        arch == "ernie4_5-moe" || arch == "arcee" || arch == "olmo" || arch == "gptj" ||
-       arch == "minicpm" || arch == "internlm2" || arch == "deepseek")
+       arch == "minicpm" || arch == "internlm2" || arch == "deepseek" || arch == "deci")
           ? RopeStyle::Interleaved
           : RopeStyle::Neox;
   c.qkv_bias = arch == "qwen2" || b.has("blk.0.attn_q.bias");
@@ -1323,6 +1333,13 @@ void load_gguf(Model& m, Storage& st) {
     else
       phi3_config_gguf(*g, c, factors("rope_factors_long.weight"),
                        factors("rope_factors_short.weight"));
+  }
+  if (arch == "deci") {  // (per-layer shapes; a scalar key: that value in every layer)
+    const auto per_layer = [&](const std::vector<int64_t>& v, int64_t all) {
+      return v.empty() ? std::vector<int64_t>(static_cast<size_t>(c.n_layer), all) : v;
+    };
+    deci_layers(c, per_layer(heads_per_layer, c.n_head), per_layer(kv_per_layer, c.n_head_kv),
+                per_layer(ff_per_layer, c.n_ff), "'" + m.path + "'");
   }
   rope_freqs_gguf(c, b, m.path);
   validate_config(c, m.path);
@@ -1800,6 +1817,8 @@ const std::map<std::string, std::string>& hf_archs() {
       {"param2moe", "glm4moe"},
       {"bailing_moe", "glm4moe"},  // (Ling / Ring 2.0: Param2-MoE's names; glm_variant_keys)
       {"BailingMoeV2ForCausalLM", "glm4moe"},
+      {"nemotron-nas", "deci"},  // (Nemotron-51B / Super / Ultra: per-layer shapes, deci_config_hf)
+      {"DeciLMForCausalLM", "deci"},
       {"sarvam_moe", "glm4moe"},
       {"olmoe", "olmoe"},
       {"OlmoeForCausalLM", "olmoe"},
@@ -3250,6 +3269,8 @@ bool family_names(JsonValue& cfg, Builder& b) {
         {".attention.query_layernorm.", ".self_attn.q_norm."},
         {".attention.key_layernorm.", ".self_attn.k_norm."},
         {".mlp.gate.expert_bias", ".mlp.gate.e_score_correction_bias"}}},
+      {"nemotron-nas",
+       {{".self_attn.linear_attn.", ".self_attn.o_proj."}}},  // (deci's linear layers)
       {"internlm2",  // (InternLM2 / 2.5: wqkv per KV group, regrouped below)
        {{"model.tok_embeddings.", "model.embed_tokens."},
         {".attention.wqkv.", ".self_attn.qkv_proj."},
@@ -3477,6 +3498,10 @@ void load_hf(Model& m, Storage& st) {
   if (!cfg_json.is_object()) throw ModelError("'" + cfg_path + "' is not a JSON object");
   sidecar_quantization(dir, cfg_json);
   glm_variant_keys(cfg_json);
+  if (const JsonValue* t = cfg_json.get("model_type");
+      t != nullptr && t->is_string() && t->string == "nemotron-nas")
+    deci_keys(cfg_json,
+              cfg_path);  // (its KV heads and widest feed-forward, for the shared reading)
   // A vision-language folder whose language model ossa runs alone
   // (Mistral3ForConditionalGeneration: Ministral 3 as released): its text_config, its tensors
   // renamed below.
@@ -3940,8 +3965,9 @@ void load_hf(Model& m, Storage& st) {
   if (c.arch == "deepseek2") deepseek2_config_hf(cfg, c);         // latent attention
   if (c.arch == "minicpm3") minicpm3_config_hf(cfg, scaling, c);  // latent attention, LongRoPE
   if (c.arch == "minicpm") minicpm_config_hf(cfg, scaling, c);    // multipliers, LongRoPE
-  if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);     // partial RoPE, bias, q / k norms
-  if (c.arch == "glm4" || c.arch == "chatglm")                    // the same, interleaved pairs
+  if (c.arch == "deci") deci_config_hf(cfg, c);                // per-layer shapes (block_configs)
+  if (c.arch == "glm4moe") glm4moe_config_hf(cfg, params, c);  // partial RoPE, bias, q / k norms
+  if (c.arch == "glm4" || c.arch == "chatglm")                 // the same, interleaved pairs
     glm4_config_hf(cfg, params, c);
   if (qwen35) qwen35_config_hf(cfg, params, c);  // delta-net layers, gated attention
   if (c.lfm2()) lfm2_config_hf(cfg, c);          // short convolutions, norm_eps, its MLP size

@@ -305,6 +305,7 @@ class ModelConfig:
     rope_theta_swa: float = 0.0  # RoPE base of the sliding layers (0: rope_theta)
     rope_dim: int = 0  # rotated dimensions of a head (0: all)
     rope_freqs: list[float] = field(default_factory=list)  # llama.cpp's rope_freqs divisors (GGUF)
+    layer_linear_attn: list[bool] = field(default_factory=list)  # deci: attention replaced by wo(norm x)
     attn_scale: float = 0.0  # attention scores scale (0: head_dim ** -0.5)
     final_softcap: float = 0.0  # final logits soft-capping (0: off)
     attn_softcap: float = 0.0  # attention scores soft-capping (Gemma 2; 0: off)
@@ -604,7 +605,8 @@ def inspect(
         "mamba1": asdict(c.mamba1) if c.mamba1.layers else None,
         "gemma4": _gemma4_info(c) if c.layer_head_dim else None,
         # (Nemotron-H's blocks; Mamba-2 alone, all mixers without a feed-forward, needs no pattern)
-        "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer else None,
+        "blocks": _blocks(c) if c.layer_no_ffn and c.layer_no_mixer and c.arch != "deci" else None,
+        "deci": _deci_info(c) if c.arch == "deci" else None,
         "ffn_relu2": c.ffn_relu2,
         "ffn_xielu": c.ffn_xielu,
         "attn_gate": c.attn_gate,
@@ -920,8 +922,27 @@ def _blocks(c: ModelConfig) -> str:
     return out
 
 
+def _deci_info(c: ModelConfig) -> dict[str, Any]:
+    """Nemotron-51B / Super / Ultra's per-layer shapes: attention kinds and feed-forward sizes."""
+    n = c.n_layer
+    linear = [i for i in range(n) if c.layer_linear_attn and c.layer_linear_attn[i]]
+    none = [i for i in range(n) if c.layer_no_mixer and c.layer_no_mixer[i]]
+    no_ffn = [i for i in range(n) if c.layer_no_ffn and c.layer_no_ffn[i]]
+    sizes = sorted({c.layer_n_ff[i] for i in range(n) if i not in no_ffn}) if c.layer_n_ff else [c.n_ff]
+    return {"attention": n - len(linear) - len(none), "linear": len(linear), "none": len(none),
+            "no_ffn": len(no_ffn), "ff_sizes": sizes}  # fmt: skip
+
+
 def _blocks_line(info: dict[str, Any]) -> list[str]:
-    """Nemotron-H's one-sublayer blocks (absent for every other model)."""
+    """Nemotron-H's one-sublayer blocks, deci's per-layer shapes (absent for every other model)."""
+    d = info.get("deci")
+    if d:
+        sizes = d["ff_sizes"]
+        span = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)"
+        return [
+            f"layers        {d['attention']} attention, {d['linear']} linear (wo alone), {d['none']} without "
+            f"attention; feed-forward {span}, none in {d['no_ffn']}"
+        ]
     b = info.get("blocks")
     if not b:
         return []

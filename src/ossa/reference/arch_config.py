@@ -2000,3 +2000,90 @@ def minicpm_gguf(md: dict[str, Any], common: dict[str, Any], tensor: Any, names:
     out = granite_gguf(md, "minicpm")
     out.update(_longrope_gguf("minicpm", md, common, tensor, names))
     return out
+
+
+def deci_layers(
+    common: dict[str, Any], heads: list[int], kv: list[int], ff: list[int], where: str = "the model"
+) -> dict[str, Any]:
+    """Nemotron-51B / Super / Ultra's per-layer shapes (twin of arch_config.cpp's deci_layers): a query head
+    count (0: no attention; else the model's), a KV head count (0 with query heads: linear attention, wo of
+    the normed input; else the attention layers' one count) and a feed-forward size (0: none) per layer."""
+    n = common["n_layer"]
+    if len(heads) != n or len(kv) != n or len(ff) != n:
+        raise ValueError(f"per-layer head, KV head and feed-forward counts of {where} must list {n} layers")
+    kv_heads = 0
+    for i in range(n):
+        if heads[i] not in (0, common["n_head"]):
+            raise ValueError(f"the layers' query head counts differ in {where} (not supported)")
+        if kv[i] < 0 or not 0 <= ff[i] <= 1 << 30:
+            raise ValueError(f"invalid KV head count or feed-forward size of layer {i} in {where}")
+        if heads[i] > 0 and kv[i] > 0:
+            if kv_heads and kv[i] != kv_heads:
+                raise ValueError(f"the attention layers' KV head counts differ in {where} (not supported)")
+            kv_heads = kv[i]
+    out: dict[str, Any] = {
+        "layer_no_mixer": [h == 0 for h in heads],
+        "layer_linear_attn": [h > 0 and k == 0 for h, k in zip(heads, kv, strict=True)],
+        "layer_no_ffn": [f == 0 for f in ff],
+        "layer_n_ff": [int(f) if f > 0 else common["n_ff"] for f in ff],
+    }
+    if kv_heads:
+        out["n_head_kv"] = kv_heads
+    return out
+
+
+def _deci_blocks(c: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
+    """(query heads, KV heads, feed-forward sizes) per layer of a nemotron-nas config's block_configs (twin
+    of arch_config.cpp's deci_blocks): DeciLM's sizes, 2 ffn_mult hidden / 3 rounded up to 256."""
+    blocks, n_head, hidden = (
+        c.get("block_configs"),
+        c.get("num_attention_heads") or 0,
+        c.get("hidden_size") or 0,
+    )
+    if not isinstance(blocks, list):
+        raise ValueError("config 'block_configs' must be a list")
+    heads: list[int] = []
+    kv: list[int] = []
+    ff: list[int] = []
+    for b in blocks:
+        a, f = (b.get("attention"), b.get("ffn")) if isinstance(b, dict) else (None, None)
+        if not isinstance(a, dict) or not isinstance(f, dict):
+            raise ValueError("config 'block_configs' must hold attention and ffn objects")
+        for key in ("window_length", "num_sink_tokens", "sparsify"):
+            if a.get(key) not in (None, False):
+                raise ValueError(f"block_configs attention {key} is not supported")
+        if f.get("replace_with_linear"):
+            raise ValueError("block_configs ffn replace_with_linear is not supported")
+        group, noop = a.get("n_heads_in_group"), bool(a.get("no_op"))
+        if noop or group is None:
+            heads.append(n_head if not noop and a.get("replace_with_linear") else 0)
+            kv.append(0)
+        else:
+            if group <= 0 or n_head % group:
+                raise ValueError("invalid n_heads_in_group")
+            heads.append(n_head)
+            kv.append(n_head // group)
+        mult = f.get("ffn_mult")
+        if f.get("no_op") or mult is None:
+            ff.append(0)
+        else:
+            if not (0 < mult <= 1e4 and math.isfinite(mult)):
+                raise ValueError("invalid ffn_mult")
+            size = int(2.0 * mult * hidden / 3.0)
+            ff.append(size if size % 256 == 0 else size + 256 - size % 256)
+    return heads, kv, ff
+
+
+def deci_keys(c: dict[str, Any]) -> dict[str, Any]:
+    """A nemotron-nas config with the attention layers' KV heads and the widest feed-forward written in as
+    num_key_value_heads / intermediate_size (twin of arch_config.cpp's deci_keys)."""
+    heads, kv, ff = _deci_blocks(c)
+    kv_heads = next((k for h, k in zip(heads, kv, strict=True) if h > 0 and k > 0), 0)
+    return {**c, "num_key_value_heads": kv_heads or c.get("num_attention_heads") or 1,
+            "intermediate_size": max(ff, default=0) or c.get("hidden_size") or 1}  # fmt: skip
+
+
+def deci_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """A nemotron-nas folder's per-layer shapes from its block_configs (twin of deci_config_hf)."""
+    heads, kv, ff = _deci_blocks(c)
+    return deci_layers(common, heads, kv, ff)

@@ -30,7 +30,7 @@ ARCHS = (
     "seed_oss", "arcee", "exaone", "hunyuan-dense", "starcoder2", "stablelm", "phi2", "nemotron", "olmo",
     "hunyuan-moe", "gptneox", "falcon", "dots1", "phimoe", "apertus", "exaone-moe", "gptj", "bloom", "mpt",
     "gpt2", "starcoder", "afmoe", "dbrx", "chatglm", "minicpm3", "jais2", "minicpm", "internlm2", "deepseek",
-    "bailingmoe2",
+    "bailingmoe2", "deci",
 )  # fmt: skip
 NEMOTRON_H = ("nemotron_h", "nemotron_h_moe")  # one sublayer a block: Mamba-2, attention or a relu2 FFN
 LFM2 = ("lfm2", "lfm2moe")  # short convolutions (reference/delta_net.py) among attention layers
@@ -88,12 +88,12 @@ CONFIG_KEYS = (
     "qk_norm_heads", "altup", "laurel_rank", "layer_sparsity", "altup_correct_scale", "qk_norm_after_rope",
     "norm_bias", "ffn_gelu", "ffn_bias", "gelu_erf", "parallel_norms", "ffn_xielu", "xielu", "alibi",
     "embd_norm", "pos_embd", "attn_gate_proj", "ffn_relu", "sub_norms", "glu_relu2", "no_post_norms",
-    "no_pre_norms", "rope_freqs",
+    "no_pre_norms", "rope_freqs", "layer_linear_attn",
 )  # fmt: skip
 # Beyond the Llama family: the values that leave those architectures' forward pass as it is.
 _EXTRA_DEFAULTS: dict[str, Any] = {
     "sliding_window": 0, "layer_sliding": [], "rope_theta_swa": 0.0, "rope_dim": 0, "attn_scale": 0.0,
-    "rope_freqs": [],
+    "rope_freqs": [], "layer_linear_attn": [],
     "final_softcap": 0.0, "attn_softcap": 0.0, "embd_scale": 0.0, "layer_nope": [],
     "residual_scale": 0.0, "logit_scale": 0.0, "o_bias": False, "attn_sinks": False,
     "mla": {"q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope": 0, "qk_rope": 0, "v_head_dim": 0},
@@ -131,7 +131,7 @@ _SUPPORTED_HF = (
     "internlm3, helium, hunyuan_v1_dense, starcoder2, stablelm, phi, nemotron, olmo, hunyuan_v1_moe, "
     "gpt_neox, falcon, dots1, phimoe, apertus, exaone_moe, gptj, minicpm3, bloom, mpt, gpt2, gpt_bigcode, "
     "afmoe, dbrx, glm, opt, gpt_neo, bitnet, codegen, ministral, iquestcoder, cwm, jais2, vaultgemma, "
-    "nanochat, flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0))"
+    "nanochat, flex_olmo, minicpm, internlm2, deepseek, bailing_moe (Ling 2.0), nemotron-nas)"
 )
 _HF_ARCHS = {
     "llama": "llama", "LlamaForCausalLM": "llama", "qwen2": "qwen2", "Qwen2ForCausalLM": "qwen2",
@@ -204,6 +204,7 @@ _HF_ARCHS = {
     "internlm2": "llama", "InternLM2ForCausalLM": "llama",  # (Llama's layers, wqkv per KV group)
     "deepseek": "deepseek", "DeepseekForCausalLM": "deepseek",  # (Llama's attention, V2's softmax experts)
     "bailing_moe": "glm4moe", "BailingMoeV2ForCausalLM": "glm4moe",  # (Ling 2.0: Param2-MoE's names)
+    "nemotron-nas": "deci", "DeciLMForCausalLM": "deci",  # (Nemotron-51B / Super / Ultra: per-layer shapes)
 }  # fmt: skip
 _GGUF_LAYER = {
     "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
@@ -265,7 +266,7 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
         "embd_scale", "residual_scale", "logit_scale",
     ):  # fmt: skip
         cfg[key] = _f32(cfg[key])
-    for key in ("layer_sliding", "layer_no_ffn", "layer_no_mixer"):
+    for key in ("layer_sliding", "layer_no_ffn", "layer_no_mixer", "layer_linear_attn"):
         cfg[key] = [bool(v) for v in cfg[key]]
     cfg["rope_scaling"] = {
         "type": scaling.get("type", "none"),
@@ -293,6 +294,7 @@ def _config(arch: str, **kw: Any) -> dict[str, Any]:
     mixers = 0 if cfg["parallel_ssm"] else len(m["layers"])  # (Falcon-H1's keep K/V beside their state)
     cfg["n_kv_layers"] = cfg["n_layer"] - len(d["layers"]) - len(sc["layers"]) - mixers
     cfg["n_kv_layers"] -= sum(cfg["layer_no_mixer"])  # (Nemotron-H's feed-forward blocks)
+    cfg["n_kv_layers"] -= sum(cfg["layer_linear_attn"])  # (deci's linear-attention layers)
     m1 = cfg["mamba1"]
     cfg["n_kv_layers"] -= len(m1["layers"])
     cfg["n_kv_layers"] -= sum(src != i for i, src in enumerate(cfg["kv_source"]))  # (Gemma 4's shared)
@@ -465,6 +467,7 @@ def _weights(
         _take(get, names, w, out_b, "output_b", 1, cfg["n_vocab"])
     d = cfg["delta"]
     for i in range(cfg["n_layer"]):
+        ff = cfg["layer_n_ff"][i] if cfg["layer_n_ff"] else cfg["n_ff"]  # (deci: each layer's own)
         shapes = {"attn_norm": (1, e), "wq": (q, e), "wk": (kv, e), "wv": (kv, e), "wo": (e, q)}
         if cfg["attn_gate_proj"]:  # (AFMoE: the gate's own projection)
             shapes["wg"] = (q, e)
@@ -496,6 +499,8 @@ def _weights(
         no_ffn = bool(cfg["layer_no_ffn"]) and cfg["layer_no_ffn"][i]
         if no_mixer:  # a feed-forward block: its one norm is the feed-forward's
             shapes, recurrent = {}, True
+        if cfg["layer_linear_attn"] and cfg["layer_linear_attn"][i]:  # (deci: wo of the normed input alone)
+            shapes, recurrent = {"attn_norm": (1, e), "wo": (e, e)}, True
         if cfg["arch"] in NO_PRE_NORMS or cfg["no_pre_norms"]:
             del shapes["attn_norm"]
         if cfg["arch"] in _FUSED_QKV and name_of(i, "wqkv") in names:  # fused q/k/v, in rows
@@ -668,6 +673,9 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     mamba2, mamba1 = arch == "mamba2", arch == "mamba"
     n_embd = md.get(k + "embedding_length", 0)
     n_head = 1 if mamba1 else md.get(k + ("ssm.time_step_rank" if mamba2 else "attention.head_count"), 0)
+    heads_list = n_head if isinstance(n_head, list) and arch == "deci" else None  # (deci: one per layer)
+    if heads_list is not None:
+        n_head = max(heads_list, default=0)
     inner = md.get(k + "ssm.inner_size", 0)
     mamba2 = mamba2 or mamba1  # (the same stand-ins)
     default_head_dim = (
@@ -749,6 +757,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "minicpm",
             "internlm2",
             "deepseek",
+            "deci",
         )
         else "neox",
         qkv_bias=arch == "qwen2" or "blk.0.attn_q.bias" in g.tensors,
@@ -889,7 +898,7 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if arch in QWEN35:
         common.update(arch_config.qwen35_gguf(arch, md, common))
     kv_list = md.get(k + "attention.head_count_kv")
-    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid", *NEMOTRON_H, "jamba"):
+    if isinstance(kv_list, list) and arch not in (*LFM2, "granitehybrid", *NEMOTRON_H, "jamba", "deci"):
         raise ValueError(f"per-layer attention.head_count_kv in '{path}' is not supported")
     if arch in LFM2:
         common.update(arch_config.lfm2_gguf(arch, md, common, kv_list if isinstance(kv_list, list) else None))
@@ -907,6 +916,12 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.jamba_gguf(md, common, kv_list, set(g.tensors)))
     if arch == "falcon-h1":
         common.update(arch_config.falconh1_gguf(md, common["n_layer"], set(g.tensors)))
+    if arch == "deci":  # (per-layer shapes; a scalar key: that value in every layer)
+        n, ff_list = common["n_layer"], md.get(k + "feed_forward_length")
+        lists = [list(v) if isinstance(v, list) else [all_] * n
+                 for v, all_ in ((heads_list, common["n_head"]), (kv_list, common["n_head_kv"]),
+                                 (ff_list, common["n_ff"]))]  # fmt: skip
+        common.update(arch_config.deci_layers(common, lists[0], lists[1], lists[2], f"'{path}'"))
     if "rope_freqs.weight" in names:  # (twin of loader.cpp's rope_freqs_gguf: llama.cpp's Llama-3 scaling)
         half = (common.get("rope_dim") or common["head_dim"]) // 2
         freqs = g.tensor("rope_freqs.weight").reshape(-1)
@@ -1095,6 +1110,7 @@ _FAMILY_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
 }  # fmt: skip
 _FAMILY_PARTS["sarvam_moe"] = _FAMILY_PARTS["param2moe"]  # (Sarvam-MoE: Param2-MoE's names)
 _FAMILY_PARTS["bailing_moe"] = _FAMILY_PARTS["param2moe"]  # (Ling 2.0: Param2-MoE's names)
+_FAMILY_PARTS["nemotron-nas"] = ((".self_attn.linear_attn.", ".self_attn.o_proj."),)  # (deci's linear layers)
 _FAMILY_PARTS["internlm2"] = (  # (InternLM2 / 2.5; its wqkv per KV group, regrouped as Falcon 40B's)
     ("model.tok_embeddings.", "model.embed_tokens."), (".attention.wqkv.", ".self_attn.qkv_proj."),
     (".attention.wo.", ".self_attn.o_proj."), (".feed_forward.w1.", ".mlp.gate_proj."),
@@ -1664,6 +1680,8 @@ def _fp8_dequantized(
 def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     with open(os.path.join(path, "config.json")) as f:
         c: Any = glm_variant_keys(sidecar_quantization(path, json.load(f)))
+    if isinstance(c, dict) and c.get("model_type") == "nemotron-nas":  # (twin of loader.cpp's deci_keys)
+        c = arch_config.deci_keys(c)
     fp8, fp8_block, fp8_e8m0 = _fp8_config(c, path)  # (the top level's, as in a wrapper's folder)
     ct = _compressed_config(c, path)
     gptq = _gptq_config(c, path)
@@ -2168,6 +2186,8 @@ def _load_hf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         common.update(arch_config.minicpm3_hf(c, common))
     if arch == "minicpm":  # Granite's multipliers under MiniCPM's names, LongRoPE
         common.update(arch_config.minicpm_hf(c, common))
+    if arch == "deci":  # per-layer shapes (block_configs)
+        common.update(arch_config.deci_hf(c, common))
     if arch == "glm4moe":
         common.update(arch_config.glm4moe_hf(c, common))
     if arch in ("glm4", "chatglm"):

@@ -488,6 +488,9 @@ def forward(
         p = f"layers.{i}."
         if c["layer_no_mixer"] and c["layer_no_mixer"][i]:  # (Nemotron-H: a feed-forward block)
             pass
+        elif c["layer_linear_attn"] and c["layer_linear_attn"][i]:  # (deci: wo(norm x), no K/V)
+            h = pre(x, p + "attn_norm")
+            x = add(x, q8(h, p + "wo") @ w[p + "wo"].T)
         elif states is not None and is_recurrent(c, i) and c["parallel_ssm"]:  # Falcon-H1: both, summed
             h = pre(x, p + "attn_norm")
             beside = recurrent_layer(c, w, i, h, positions, [0, len(ids)], states, q8)

@@ -208,8 +208,13 @@ class ModelRunner:
             window = c["sliding_window"] if sliding else 0
             window, chunk = (0, window) if c["attn_chunked"] else (window, 0)  # (Llama 4's chunks)
             no_ffn = bool(c["layer_no_ffn"]) and c["layer_no_ffn"][i]  # (Nemotron-H's blocks)
-            if c["layer_no_mixer"] and c["layer_no_mixer"][i]:
-                x = _plain_ffn(c, w, i, x, q8)
+            if c["layer_no_mixer"] and c["layer_no_mixer"][i]:  # (deci's may have no feed-forward either)
+                x = x if no_ffn else _plain_ffn(c, w, i, x, q8)
+                continue
+            if c["layer_linear_attn"] and c["layer_linear_attn"][i]:  # (deci: wo(norm x), no K/V)
+                h = ref_model.norm(c, x, w[p + "attn_norm"])
+                x = x + _scaled(c, _linear(q8(h, p + "wo"), w[p + "wo"]))
+                x = x if no_ffn else _plain_ffn(c, w, i, x, q8)
                 continue
             h = x if post_only else ref_model.norm(c, x, w[p + "attn_norm"], w.get(p + "attn_norm_b"))
             if c["parallel_norms"]:  # (GPT-NeoX: the parallel MLP's own norm of the layer's input)
