@@ -133,7 +133,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         arch="olmo3", hidden_size=64, num_layers=5, num_heads=4, num_kv_heads=2, intermediate_size=96,
         vocab_size=150, sliding_window=6, rope_theta=500000.0, rope_local_base_freq=20000.0,
         rope_scaling=YARN, max_position_embeddings=128,
-    ), ["safetensors"]),
+    ), ["safetensors", "F32", "Q8_0"]),
     # One RoPE table, the window on layers 0 and 2 (layer_types): GGUF too.
     "olmo3-plain": (dict(
         arch="olmo3", hidden_size=48, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=80,

@@ -1376,15 +1376,14 @@ def hf_to_gguf(
     elif scaling_type == "llama3":  # llama.cpp's converters: a rope_freqs tensor, no key
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, float(rope_theta), head_dim))
     elif scaling_type == "yarn":
-        # What llama.cpp's converters write (type, factor, original context), and its newer keys for
-        # the betas; llama.cpp multiplies cos/sin by attn_factor times 1 + 0.1 ln(factor), so an
-        # explicit attention_factor is written divided by that.
+        # What llama.cpp's converters write (type, factor, original context, and the config's
+        # attention_factor itself as yarn_attn_factor), and its newer keys for the betas.
         factor = float(scaling["factor"])
         writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         writer.add_rope_scaling_factor(factor)
         writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
         if scaling.get("attention_factor"):
-            writer.add_rope_scaling_attn_factors(scaling["attention_factor"] / (1 + 0.1 * math.log(factor)))
+            writer.add_rope_scaling_yarn_attn_factor(scaling["attention_factor"])  # (newer converters' key)
         if scaling.get("beta_fast"):
             writer.add_float32(f"{arch}.rope.scaling.yarn_beta_fast", float(scaling["beta_fast"]))
         if scaling.get("beta_slow"):
@@ -1504,8 +1503,8 @@ def hf_to_gguf(
         from ossa.reference import arch_config
 
         olmo3, _ = arch_config.olmo3_hf(cfg, cfg["num_hidden_layers"])
-        if "rope_theta_swa" in olmo3:
-            raise ValueError("a GGUF file holds one RoPE table: OLMo 3's sliding layers would differ")
+        if "rope_theta_swa" in olmo3:  # (llama.cpp's converter: the sliding layers' own base)
+            writer.add_rope_freq_base_swa(olmo3["rope_theta_swa"])
         writer.add_sliding_window(olmo3["sliding_window"])
         if olmo3["layer_sliding"] != [(i + 1) % 4 != 0 for i in range(cfg["num_hidden_layers"])]:
             writer.add_sliding_window_pattern(olmo3["layer_sliding"])  # (ossa's key; llama.cpp has none)

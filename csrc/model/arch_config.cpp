@@ -719,7 +719,13 @@ void exaone4_config_gguf(const GGUFFile& g, ModelConfig& c) {
 
 void olmo_window_gguf(const GGUFFile& g, ModelConfig& c) {
   const std::string key = c.arch + ".attention.sliding_window";
-  if (c.sliding_window == 0 || !gguf_layer_pattern(g, key + "_pattern", c.n_layer).empty()) return;
+  if (c.sliding_window == 0) return;
+  // (OLMo 3: the sliding layers' RoPE unscaled, at rope.freq_base_swa where the file has one, as
+  // llama.cpp's olmo2 graph runs them and transformers' Olmo3 defines them)
+  const double local = g.get_float(c.arch + ".rope.freq_base_swa", c.rope_theta);
+  if (c.rope_scaling.type != "none" || local != static_cast<double>(c.rope_theta))
+    c.rope_theta_swa = static_cast<float>(local);
+  if (!gguf_layer_pattern(g, key + "_pattern", c.n_layer).empty()) return;
   c.layer_sliding = sliding_but_every(c.n_layer, 4);
 }
 

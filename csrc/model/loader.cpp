@@ -1137,6 +1137,14 @@ void load_gguf(Model& m, Storage& st) {
     const double mscale =
         r.factor > 1.0f ? 1.0 + 0.1 * std::log(static_cast<double>(r.factor)) : 1.0;
     r.attn_factor = static_cast<float>(g->get_float(k + "rope.scaling.attn_factor", 1.0) * mscale);
+    // (llama.cpp's newer converters write the config's attention_factor itself, the cos / sin
+    // factor transformers applies, as yarn_attn_factor)
+    const double yarn_attn = g->get_float(k + "rope.scaling.yarn_attn_factor", 0.0);
+    if (yarn_attn != 0.0) {
+      if (!(yarn_attn > 0.0) || !std::isfinite(yarn_attn))
+        throw ModelError("invalid " + k + "rope.scaling.yarn_attn_factor in '" + m.path + "'");
+      r.attn_factor = static_cast<float>(yarn_attn);
+    }
   } else if (scaling != "none" &&
              !(scaling == "longrope" && (arch == "phi3" || arch == "phimoe" || arch == "minicpm3" ||
                                          arch == "minicpm"))) {  // (LongRoPE: the factor tensors)

@@ -711,6 +711,11 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             "beta_slow": md.get(k + "rope.scaling.yarn_beta_slow", 1.0),
             "attn_factor": md.get(k + "rope.scaling.attn_factor", 1.0) * mscale,
         }  # fmt: skip
+        yarn_attn = md.get(k + "rope.scaling.yarn_attn_factor", 0.0)  # (newer converters: the config's own)
+        if yarn_attn:
+            if not (np.isfinite(yarn_attn) and yarn_attn > 0):
+                raise ValueError(f"invalid {k}rope.scaling.yarn_attn_factor in '{path}'")
+            scaling["attn_factor"] = yarn_attn
     elif scaling_type != "none" and not (
         scaling_type == "longrope" and arch in ("phi3", "phimoe", "minicpm3", "minicpm")
     ):  # (LongRoPE: from the rope factor tensors, below)
@@ -791,6 +796,10 @@ def _load_gguf(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
             common.update(layer_norm=True, norm_bias=True, o_bias="blk.0.attn_output.bias" in names)
     elif arch not in (*GEMMA, "exaone-moe"):  # (EXAONE MoE's: after its MTP layers are left out)
         common.update(arch_config.window_gguf(arch, md, common["n_layer"]))
+    if arch == "olmo2" and common.get("sliding_window"):  # (OLMo 3: sliding layers unscaled, their own base)
+        local = md.get(k + "rope.freq_base_swa", common["rope_theta"])
+        if (common.get("rope_scaling") or {}).get("type", "none") != "none" or local != common["rope_theta"]:
+            common["rope_theta_swa"] = float(np.float32(local))
     if arch == "smollm3":
         common.update(arch_config.smollm3_gguf(common["n_layer"]))
     if arch == "exaone4":
