@@ -44,7 +44,7 @@ BASE: dict[str, dict[str, Any]] = {
                   intermediate_size=96),
     "qwen3_moe": dict(arch="qwen3_moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                       head_dim=16, intermediate_size=96, num_experts=4, num_experts_per_tok=2,
-                      moe_intermediate_size=32, norm_topk_prob=True),  # (as released: llama.cpp renormalises Qwen3-MoE always)
+                      moe_intermediate_size=32, norm_topk_prob=True),  # (as released; llama.cpp's always)
     "qwen2_moe": dict(arch="qwen2_moe", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=96, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                       shared_expert_intermediate_size=48),
