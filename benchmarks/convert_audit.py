@@ -50,7 +50,8 @@ BASE: dict[str, dict[str, Any]] = {
                       shared_expert_intermediate_size=48),
     "mixtral": dict(arch="mixtral", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                     intermediate_size=48, num_local_experts=4, num_experts_per_tok=2),
-    "phi3": dict(arch="phi3", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=96,
+    "phi3": dict(arch="phi3", pad_token_id=0, bos_token_id=1, eos_token_id=2, hidden_size=64, num_layers=2,
+                 num_heads=4, num_kv_heads=2, intermediate_size=96,
                  max_position_embeddings=64, original_max_position_embeddings=48, partial_rotary_factor=0.75,
                  rope_scaling={"rope_type": "longrope", "short_factor": [1.0 + 0.2 * i for i in range(6)],
                                "long_factor": [2.0 + 0.5 * i for i in range(6)]}),
@@ -109,6 +110,28 @@ def tokenizer_files(out: Path) -> Path:
     return out
 
 
+def spm_tokenizer_files(out: Path) -> Path:
+    """Mistral 7B v0.1's SentencePiece tokenizer.model (32000 pieces, from mistral-common's wheel) with its
+    config, for the converters that read a tokenizer.model (Phi-3, Nemotron, MiniCPM3, ERNIE, ...)."""
+    import importlib.util
+    import json
+
+    if not (out / "tokenizer.model").exists():
+        root = Path(__file__).resolve().parent.parent
+        spec = importlib.util.spec_from_file_location(
+            "make_gpt2_tokenizer", root / "scripts" / "make_gpt2_tokenizer.py"
+        )
+        assert spec is not None and spec.loader is not None
+        assets = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(assets)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(assets.mistral_tokenizer_model_path(), out / "tokenizer.model")
+        config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+                  "tokenizer_class": "LlamaTokenizer"}  # fmt: skip
+        (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
+
+
 def cases(names: list[str]) -> dict[str, dict[str, Any]]:
     import test_more_archs
     import tiny_llamacpp
@@ -126,26 +149,32 @@ def main() -> None:
 
     vendor = converter()
     tmp = Path(tempfile.mkdtemp())
-    tok = tokenizer_files(tmp / "tokenizer")
+    bpe, spm = tokenizer_files(tmp / "tokenizer"), spm_tokenizer_files(tmp / "spm")
     env = {**os.environ, "PYTHONPATH": str(vendor / "gguf-py")}
     for i, (name, kw) in enumerate(cases(sys.argv[1:]).items()):
-        kw = {**kw, "vocab_size": V}
-        try:
-            folder = make_hf_model(tmp / name, seed=i, **kw)
-        except Exception as e:  # (a case of another vocabulary's shape)
-            print(f"{name:20s} not built ({type(e).__name__})", flush=True)
+        tried: tuple[str, Path, int, Any] | None = None
+        for tok, vocab in ((bpe, V), (spm, 32000)):  # (the SentencePiece one where the converter asks for it)
+            try:
+                folder = make_hf_model(tmp / f"{name}-{vocab}", seed=i, **{**kw, "vocab_size": vocab})
+            except Exception as e:  # (a case of another vocabulary's shape)
+                print(f"{name:20s} not built ({type(e).__name__})", flush=True)
+                break
+            for f in os.listdir(tok):
+                shutil.copy(tok / f, folder)
+            out = tmp / f"{name}-{vocab}.gguf"
+            command = [sys.executable, str(vendor / "convert_hf_to_gguf.py"), folder, "--outfile", str(out),
+                       "--outtype", "f32"]  # fmt: skip
+            tried = (folder, out, vocab, subprocess.run(command, env=env, capture_output=True, text=True))
+            if tried[3].returncode == 0 or "tokenizer.model" not in tried[3].stderr:
+                break
+        if tried is None:
             continue
-        for f in os.listdir(tok):
-            shutil.copy(tok / f, folder)
-        out = tmp / f"{name}.gguf"
-        command = [sys.executable, str(vendor / "convert_hf_to_gguf.py"), folder, "--outfile", str(out),
-                   "--outtype", "f32"]  # fmt: skip
-        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        folder, out, vocab, run = tried
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["?"])[-1][:90]
             print(f"{name:20s} converter failed: {last}", flush=True)
             continue
-        ids = [int(t) for t in np.random.default_rng(i).integers(100, 40000, 40)]
+        ids = [int(t) for t in np.random.default_rng(i).integers(100, min(40000, vocab), 40)]
         hf = hf_logits(folder, ids)
         try:
             got = core.model_logits(core.load_model(str(out)), ids)
