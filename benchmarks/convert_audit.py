@@ -132,13 +132,27 @@ def spm_tokenizer_files(out: Path) -> Path:
     return out
 
 
+# The test modules whose CASES (name -> make_hf_model keywords, or (keywords, formats)) are converted too.
+MODULES = ("tiny_llamacpp", "test_more_archs", "test_forward_hf", "test_phi3", "test_gemma", "test_gemma2",
+           "test_gemma3", "test_gpt_oss", "test_deepseek", "test_glm4_moe", "test_glm4", "test_lfm2",
+           "test_llama4", "test_cohere", "test_minimax_m2", "test_ministral3", "test_granite", "test_granite_hybrid",
+           "test_falcon_h1", "test_jamba", "test_mamba", "test_mamba2", "test_qwen35", "test_qwen3_next",
+           "test_afmoe", "test_dbrx", "test_gpt_classic", "test_helium")  # fmt: skip
+
+
 def cases(names: list[str]) -> dict[str, dict[str, Any]]:
-    import test_more_archs
-    import tiny_llamacpp
+    import importlib
 
     out: dict[str, dict[str, Any]] = dict(BASE)
-    out.update({n: dict(kw) for n, kw in tiny_llamacpp.CASES.items()})
-    out.update({n: dict(kw) for n, (kw, _) in test_more_archs.CASES.items() if n not in out})
+    for module in MODULES:
+        try:
+            found = importlib.import_module(module).CASES
+        except (ImportError, AttributeError):
+            continue
+        for n, v in found.items():
+            kw = v[0] if isinstance(v, tuple) else v
+            if isinstance(kw, dict) and "arch" in kw and n not in out:
+                out[n] = dict(kw)
     return {n: kw for n, kw in out.items() if not names or n in names}
 
 
