@@ -133,13 +133,12 @@ def spm_tokenizer_files(out: Path) -> Path:
 
 
 # The test modules whose CASES (name -> make_hf_model keywords, or (keywords, formats)) are converted too.
-MODULES = (
-    "tiny_llamacpp", "test_more_archs", "test_forward_hf", "test_phi3", "test_gemma", "test_gemma2", "test_gemma3",
-    "test_gpt_oss", "test_deepseek", "test_glm4_moe", "test_glm4", "test_lfm2", "test_llama4", "test_cohere",
-    "test_minimax_m2", "test_ministral3", "test_granite", "test_granite_hybrid", "test_falcon_h1", "test_jamba",
-    "test_mamba", "test_mamba2", "test_qwen35", "test_qwen3_next", "test_afmoe", "test_dbrx", "test_gpt_classic",
-    "test_helium",
-)  # fmt: skip
+MODULES = tuple(
+    """tiny_llamacpp test_more_archs test_forward_hf test_phi3 test_gemma test_gemma2 test_gemma3 test_gpt_oss
+    test_deepseek test_glm4_moe test_glm4 test_lfm2 test_llama4 test_cohere test_minimax_m2 test_ministral3
+    test_granite test_granite_hybrid test_falcon_h1 test_jamba test_mamba test_mamba2 test_qwen35
+    test_qwen3_next test_afmoe test_dbrx test_gpt_classic test_helium""".split()
+)
 
 
 def cases(names: list[str]) -> dict[str, dict[str, Any]]:
