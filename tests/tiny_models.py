@@ -1433,11 +1433,13 @@ def hf_to_gguf(
                                   for i in range(cfg["num_hidden_layers"])]:  # fmt: skip
             raise ValueError("a cohere2 GGUF file can only hold every 4th layer full")
         writer.add_sliding_window(int(cfg["sliding_window"]))
-    if arch == "mistral3" and scaling.get("llama_4_scaling_beta"):  # llama.cpp's keys for it
+    if arch == "mistral3" and scaling.get("llama_4_scaling_beta"):  # llama.cpp's key for it (no length with
+        # YaRN, as its converter: llama.cpp takes the original context's, which the yarn keys hold)
         writer.add_float32("mistral3.attention.temperature_scale", float(scaling["llama_4_scaling_beta"]))
-        writer.add_uint32(
-            "mistral3.attention.temperature_length", int(scaling["original_max_position_embeddings"])
-        )
+        if scaling_type != "yarn":  # (the converter refuses these; ossa's key for the length)
+            writer.add_uint32(
+                "mistral3.attention.temperature_length", int(scaling["original_max_position_embeddings"])
+            )
     if arch == "gemma3":
         _gemma3_keys(writer, cfg, head_dim)
     if arch == "gemma2":

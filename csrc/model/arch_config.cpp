@@ -987,8 +987,13 @@ void glm4_config_hf(const Json& cfg, const JsonValue* rope, ModelConfig& c) {
 
 void temperature_config_gguf(const GGUFFile& g, ModelConfig& c, const std::string& path) {
   const std::string k = c.arch + ".";
+  // (Ministral 3's files carry no length: llama.cpp's mistral3 takes the original context's, the
+  // config's original_max_position_embeddings the converter writes)
+  const int64_t dflt = c.arch == "mistral3" ? g.get_int(k + "rope.scaling.original_context_length",
+                                                        g.get_int(k + "context_length", 0))
+                                            : 0;
   set_temperature(c, g.get_float(k + "attention.temperature_scale", 0.0),
-                  g.get_int(k + "attention.temperature_length", 0),
+                  g.get_int(k + "attention.temperature_length", dflt),
                   k + "attention.temperature_scale", k + "attention.temperature_length",
                   "'" + path + "'");
 }

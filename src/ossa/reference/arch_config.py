@@ -681,8 +681,10 @@ def glm4_hf(c: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
 def temperature_gguf(arch: str, md: dict[str, Any]) -> dict[str, Any]:
     """Llama 4's attention temperature (twin of temperature_config_gguf)."""
     k = arch + "."
+    # (Ministral 3's files carry no length: llama.cpp's mistral3 takes the original context's)
+    default = md.get(k + "rope.scaling.original_context_length", md.get(k + "context_length", 0))
     return _temperature(md.get(k + "attention.temperature_scale", 0.0),
-                        md.get(k + "attention.temperature_length", 0),
+                        md.get(k + "attention.temperature_length", default if arch == "mistral3" else 0),
                         k + "attention.temperature_scale", k + "attention.temperature_length")  # fmt: skip
 
 
