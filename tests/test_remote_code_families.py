@@ -204,6 +204,25 @@ def make_internlm2(
     return str(folder), lambda ids: hf_logits(llama, ids), lambda p, k: hf_greedy(llama, p, k)
 
 
+def _torch_oracle(model: Any) -> tuple[Any, Any]:
+    """(logits of a sequence, greedy continuation) of a torch causal LM assembled in a test, run whole
+    each step (no cache: its modules need none)."""
+    import torch
+
+    def logits(ids: list[int]) -> np.ndarray:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), use_cache=False).logits[0]
+            return out.float().numpy()  # type: ignore[no-any-return]
+
+    def greedy_oracle(prompt: list[int], n_new: int) -> list[int]:
+        seq = list(prompt)
+        for _ in range(n_new):
+            seq.append(int(np.argmax(logits(seq)[-1])))
+        return seq[len(prompt) :]
+
+    return logits, greedy_oracle
+
+
 def make_deepseek(
     root: Path, name: str, seed: int, kw: dict[str, Any], vocab: int = V
 ) -> tuple[str, Any, Any]:
@@ -259,18 +278,7 @@ def make_deepseek(
         "aux_loss_alpha": 0.001, "tie_word_embeddings": False,
         **({"routed_scaling_factor": scale} if scale != 1.0 else {}), **moe, **IDS,
     })  # fmt: skip
-
-    def logits(ids: list[int]) -> np.ndarray:
-        with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0].float().numpy()  # type: ignore[no-any-return]
-
-    def greedy_oracle(prompt: list[int], n_new: int) -> list[int]:
-        seq = list(prompt)
-        for _ in range(n_new):
-            seq.append(int(np.argmax(logits(seq)[-1])))
-        return seq[len(prompt) :]
-
-    return str(folder), logits, greedy_oracle
+    return (str(folder), *_torch_oracle(model))
 
 
 def make_bailing(
@@ -387,19 +395,7 @@ def make_deci(root: Path, name: str, seed: int, kw: dict[str, Any], vocab: int =
         "tie_word_embeddings": False, "block_configs": block_configs, "attention_bias": False,
         "mlp_bias": False, "auto_map": {"AutoModelForCausalLM": "modeling_decilm.DeciLMForCausalLM"}, **IDS,
     })  # fmt: skip
-
-    def logits(ids: list[int]) -> np.ndarray:
-        with torch.no_grad():
-            out = model(torch.tensor([ids]), use_cache=False).logits[0]
-            return out.float().numpy()  # type: ignore[no-any-return]
-
-    def greedy_oracle(prompt: list[int], n_new: int) -> list[int]:
-        seq = list(prompt)
-        for _ in range(n_new):
-            seq.append(int(np.argmax(logits(seq)[-1])))
-        return seq[len(prompt) :]
-
-    return str(folder), logits, greedy_oracle
+    return (str(folder), *_torch_oracle(model))
 
 
 BUILDERS = {

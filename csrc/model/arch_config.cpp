@@ -201,6 +201,27 @@ void check_longrope(const ModelConfig& c, const std::string& where) {
     throw ModelError("invalid LongRoPE attention factor or original context in " + where);
 }
 
+// LongRoPE from llama.cpp's rope factor tensors (none: no scaling), the original context from
+// rope.scaling.original_context_length, the cos / sin factor from rope.scaling.attn_factor (Phi-3's
+// converter writes it), else transformers' default (MiniCPM's and MiniCPM3's files hold no key).
+void longrope_factors_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
+                           std::vector<float> short_factor) {
+  if (long_factor.empty() && short_factor.empty()) return;
+  const std::string k = c.arch + ".";
+  RopeScaling& s = c.rope_scaling;
+  s.type = "longrope";
+  s.long_factor = std::move(long_factor);
+  s.short_factor = std::move(short_factor);
+  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
+      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
+  const double attn = g.get_float(k + "rope.scaling.attn_factor", 0.0);
+  s.attn_factor = attn > 0.0 ? static_cast<float>(attn)
+                             : longrope_attn_factor(
+                                   static_cast<double>(c.n_ctx_train) / s.original_max_position,
+                                   s.original_max_position);
+  check_longrope(c, "the GGUF file");
+}
+
 void all_sliding(ModelConfig& c, int64_t window, const std::string& where) {
   c.sliding_window = window_of(window, where);
   c.layer_sliding.clear();
@@ -222,19 +243,7 @@ void phi3_config_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long
   c.rope_dim = rotated_dims(g.get_int(k + "rope.dimension_count", c.head_dim), c,
                             k + "rope.dimension_count");
   window_config_gguf(g, c);
-  if (long_factor.empty() && short_factor.empty()) return;
-  RopeScaling& s = c.rope_scaling;
-  s.type = "longrope";
-  s.long_factor = std::move(long_factor);
-  s.short_factor = std::move(short_factor);
-  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
-      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
-  const double attn = g.get_float(k + "rope.scaling.attn_factor", 0.0);
-  s.attn_factor = attn > 0.0 ? static_cast<float>(attn)
-                             : longrope_attn_factor(
-                                   static_cast<double>(c.n_ctx_train) / s.original_max_position,
-                                   s.original_max_position);
-  check_longrope(c, "the GGUF file");
+  longrope_factors_gguf(g, c, std::move(long_factor), std::move(short_factor));
 }
 
 namespace {
@@ -256,24 +265,6 @@ void minicpm_multipliers_hf(const Json& cfg, ModelConfig& c, double emb, double 
   if (!(c.embd_scale > 0.0f) || !(c.residual_scale > 0.0f) || !(c.logit_scale > 0.0f) ||
       !std::isfinite(c.logit_scale))
     throw ModelError("invalid scale_emb, scale_depth or dim_model_base in '" + cfg.path + "'");
-}
-
-// LongRoPE from llama.cpp's rope factor tensors (none: no scaling), the original context from
-// rope.scaling.original_context_length, the cos / sin factor transformers' default (the files
-// of MiniCPM and MiniCPM3 hold no key for it).
-void longrope_factors_gguf(const GGUFFile& g, ModelConfig& c, std::vector<float> long_factor,
-                           std::vector<float> short_factor) {
-  if (long_factor.empty() && short_factor.empty()) return;
-  const std::string k = c.arch + ".";
-  RopeScaling& s = c.rope_scaling;
-  s.type = "longrope";
-  s.long_factor = std::move(long_factor);
-  s.short_factor = std::move(short_factor);
-  s.original_max_position = static_cast<int>(std::clamp<int64_t>(
-      g.get_int(k + "rope.scaling.original_context_length", c.n_ctx_train), 1, int64_t{1} << 30));
-  s.attn_factor = longrope_attn_factor(static_cast<double>(c.n_ctx_train) / s.original_max_position,
-                                       s.original_max_position);
-  check_longrope(c, "the GGUF file");
 }
 
 }  // namespace

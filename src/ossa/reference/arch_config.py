@@ -479,22 +479,7 @@ def phi3_gguf(
     out: dict[str, Any] = {"rope_style": "neox"}
     out["rope_dim"] = rotated(md.get(k + "rope.dimension_count", common["head_dim"]), common["head_dim"])
     out.update(window_gguf(arch, md, common["n_layer"]))
-    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
-        original = max(
-            1, min(md.get(k + "rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
-        )
-        attn = md.get(k + "rope.scaling.attn_factor", 0.0)
-        scaling = {
-            "type": "longrope",
-            "original_max_position": original,
-            "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
-            "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
-            "attn_factor": attn
-            if attn > 0
-            else _longrope_attn_factor(common["n_ctx_train"] / original, original),
-        }
-        _check_longrope(scaling, out["rope_dim"], common["head_dim"])
-        out["rope_scaling"] = scaling
+    out.update(_longrope_gguf(arch, md, {**common, **out}, tensor, names))
     return out
 
 
@@ -1976,18 +1961,20 @@ def _longrope_gguf(
     arch: str, md: dict[str, Any], common: dict[str, Any], tensor: Any, names: set[Any]
 ) -> dict[str, Any]:
     """LongRoPE from llama.cpp's rope factor tensors (none: {}), the original context from
-    rope.scaling.original_context_length, the cos / sin factor transformers' default (twin of
-    arch_config.cpp's longrope_factors_gguf)."""
+    rope.scaling.original_context_length, the cos / sin factor from rope.scaling.attn_factor (Phi-3's
+    converter writes it), else transformers' default (twin of arch_config.cpp's longrope_factors_gguf)."""
     if "rope_factors_long.weight" not in names and "rope_factors_short.weight" not in names:
         return {}
     original = max(
         1, min(md.get(arch + ".rope.scaling.original_context_length", common["n_ctx_train"]), 1 << 30)
     )
+    attn = md.get(arch + ".rope.scaling.attn_factor", 0.0)
+    attn = attn if attn > 0 else _longrope_attn_factor(common["n_ctx_train"] / original, original)
     scaling = {
         "type": "longrope", "original_max_position": original,
         "long_factor": tensor("rope_factors_long.weight").reshape(-1).tolist(),
         "short_factor": tensor("rope_factors_short.weight").reshape(-1).tolist(),
-        "attn_factor": _longrope_attn_factor(common["n_ctx_train"] / original, original),
+        "attn_factor": attn,
     }  # fmt: skip
     _check_longrope(scaling, common.get("rope_dim", 0), common["head_dim"])
     return {"rope_scaling": scaling}
