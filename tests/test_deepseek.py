@@ -349,8 +349,8 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
     (nextn_predict_layers: skipped, the file runs bitwise as one without it); Mistral Large 3's
     attention temperature (attention.temperature_scale / _length: each query times 1 + scale *
     ln(1 + floor(position / length)), as the twin computes it, and it moves the logits); a file
-    without expert_gating_func routes by softmax, except GLM-4.7-Flash's shape (47 or 48 layers and
-    154880 tokens), by sigmoid, as llama.cpp decides."""
+    without expert_gating_func routes by softmax (llama.cpp's default), except GLM-4.7-Flash's shape (47 or
+    48 layers and 154880 tokens) and a file with V3's selection bias, by sigmoid."""
     src, hf, ids = hf_models["glm4.7-flash"]
     plain_path = hf_to_gguf(src, tmp_path / "plain.gguf", "F32")
     plain = core.model_logits(core.load_model(plain_path), ids)
@@ -367,9 +367,17 @@ def test_llama_cpp_file_variants(hf_models: dict[str, Any], tmp_path: Path) -> N
     config, weights = ref_loader.load_weights(warm)
     assert config == m.config
     assert err(got, ref_model.forward(config, weights, ids), hf) < TWIN_TOL
-    # The gating default: softmax for a deepseek2 file without the key...
+    # The gating default: sigmoid for a deepseek2 file with V3's selection bias and no key (a config saved
+    # by transformers 5 keeps no scoring_func for llama.cpp's converter to write)...
     keyless = gguf_without(plain_path, tmp_path / "keyless.gguf", keys=["deepseek2.expert_gating_func"])
-    assert not core.load_model(keyless).config["moe"]["sigmoid_gating"]
+    assert core.load_model(keyless).config["moe"]["sigmoid_gating"]
+    np.testing.assert_array_equal(core.model_logits(core.load_model(keyless), ids), plain)
+    assert ref_loader.load_weights(keyless)[0]["moe"]["sigmoid_gating"]
+    # ... softmax for one without the bias (V2's, as llama.cpp reads them)...
+    v2_path = hf_to_gguf(hf_models["v2-lite"][0], tmp_path / "v2.gguf", "F32")
+    v2_keyless = gguf_without(v2_path, tmp_path / "v2-keyless.gguf", keys=["deepseek2.expert_gating_func"])
+    assert not core.load_model(v2_keyless).config["moe"]["sigmoid_gating"]
+    assert not ref_loader.load_weights(v2_keyless)[0]["moe"]["sigmoid_gating"]
     # ... sigmoid for GLM-4.7-Flash's shape.
     flash = make_hf_model(
         tmp_path / "flash", **dict(CASES["glm4.7-flash"], hidden_size=16, num_heads=2, num_kv_heads=2,

@@ -339,9 +339,18 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // layers, 154880 tokens) by sigmoid)
   const bool glm_lite =
       c.arch == "deepseek2" && (c.n_layer == 47 || c.n_layer == 48) && c.n_vocab == 154880;
+  // (a deepseek2 file with V3's selection bias and no gating key routes by sigmoid, as every such
+  // release does: converting a config saved by transformers 5, which keeps no scoring_func, loses
+  // it)
+  int first_moe = 0;
+  while (first_moe < c.n_layer && !has("blk." + std::to_string(first_moe) + ".ffn_gate_inp.weight"))
+    ++first_moe;
+  const bool v3_bias =
+      c.arch == "deepseek2" && has("blk." + std::to_string(first_moe) + ".exp_probs_b.bias");
   const int64_t gating =
-      nemotron || minimax ? 2
-                          : g.get_int(k + "expert_gating_func", glm || glm_lite || dots1 ? 2 : 1);
+      nemotron || minimax
+          ? 2
+          : g.get_int(k + "expert_gating_func", glm || glm_lite || dots1 || v3_bias ? 2 : 1);
   if (c.arch != "gpt-oss" && c.arch != "llama4" && gating != 0 && gating != 1 &&
       !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +

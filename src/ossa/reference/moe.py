@@ -152,8 +152,13 @@ def gguf_config(
     nemotron = arch == "nemotron_h_moe"  # (Nemotron-H too; llama.cpp routes it by sigmoid, whatever the key)
     minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
     dots1 = arch in ("dots1", "exaone-moe", "afmoe")  # (dots.llm1, K-EXAONE, AFMoE: V3's routing)
+    # (a deepseek2 file with V3's selection bias and no gating key: sigmoid, as every such release)
+    first_moe = next((i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors), 0)
+    v3_bias = arch == "deepseek2" and f"blk.{first_moe}.exp_probs_b.bias" in tensors
     gating = (
-        2 if nemotron or minimax else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 else 1)
+        2
+        if nemotron or minimax
+        else md.get(k + "expert_gating_func", 2 if glm or glm_lite or dots1 or v3_bias else 1)
     )
     deepseek = arch in ("deepseek2", "deepseek") or glm or lfm2 or nemotron or minimax or dots1
     if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
