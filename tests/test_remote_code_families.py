@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_batch_invariance import check_invariance
+from test_more_archs import both_refuse, copy_with, moved_as_twin_predicts
 from tiny_models import (
     N_TOKENS,
     check_chunked_prefill,
@@ -513,48 +514,28 @@ def test_batch_invariant_and_inspect(
         assert "layers        " + want in text
 
 
-def _copy(src: str, dst: Path, **config: Any) -> str:
-    shutil.copytree(src, dst)
-    cfg = json.loads((dst / "config.json").read_text())
-    cfg.update(config)
-    (dst / "config.json").write_text(json.dumps(cfg))
-    return str(dst)
-
-
-def both_refuse(path: str, match: str) -> None:
-    with pytest.raises(core.ModelError, match=match):
-        core.load_model(path)
-    with pytest.raises(ValueError, match=match):
-        ref_loader.load_weights(path)
-
-
 def test_refusals_and_multipliers_matter(cases: dict[str, Any], tmp_path: Path) -> None:
     """MiniCPM-MoE folders are refused by name, as is a multiplier of 0; the multipliers and DeepSeek's
     routed scale move the logits as the twin predicts; InternLM2's wqkv of the wrong size is refused."""
-    from ossa.reference import model as ref_model
-
     src, _, ids, _ = cases["minicpm"]
-    both_refuse(_copy(src, tmp_path / "moe", num_experts=8, num_experts_per_tok=2), "experts")
-    both_refuse(_copy(src, tmp_path / "zero", scale_emb=0), "scale_emb")
+    both_refuse(copy_with(src, tmp_path / "moe", num_experts=8, num_experts_per_tok=2), "experts", "experts")
+    both_refuse(copy_with(src, tmp_path / "zero", scale_emb=0), "scale_emb", "scale_emb")
     want = core.model_logits(core.load_model(src), ids)
     for key, value in (("scale_depth", 1.0), ("dim_model_base", 8), ("scale_emb", 2.0)):
-        moved = _copy(src, tmp_path / key, **{key: value})
-        got = core.model_logits(core.load_model(moved), ids)
-        scale = float(np.max(np.abs(want)))
-        assert float(np.max(np.abs(got - want))) > 1e-3 * scale, key
-        config, weights = ref_loader.load_weights(moved)
-        assert float(np.max(np.abs(got - ref_model.forward(config, weights, ids)))) < 1e-5 * scale, key
+        moved_as_twin_predicts(copy_with(src, tmp_path / key, **{key: value}), ids, want)
     src, _, ids, _ = cases["deepseek"]
-    moved = _copy(src, tmp_path / "routed", routed_scaling_factor=2.0)
-    got = core.model_logits(core.load_model(moved), ids)
-    config, weights = ref_loader.load_weights(moved)
-    assert config["moe"]["routed_scale"] == 2.0
-    assert float(np.max(np.abs(got - ref_model.forward(config, weights, ids)))) < 1e-5 * np.max(np.abs(got))
+    moved = copy_with(src, tmp_path / "routed", routed_scaling_factor=2.0)
+    assert ref_loader.load_weights(moved)[0]["moe"]["routed_scale"] == 2.0
+    moved_as_twin_predicts(moved, ids, core.model_logits(core.load_model(src), ids))
     src = cases["bailing"][0]
-    both_refuse(_copy(src, tmp_path / "ling1", architectures=["BailingMoeForCausalLM"]), "Ling 1.0")
-    both_refuse(_copy(src, tmp_path / "use_bias", use_bias=True), "use_bias")
-    both_refuse(_copy(src, tmp_path / "norm_head", norm_head=True), "norm_head")
-    both_refuse(_copy(src, tmp_path / "shared", moe_shared_expert_intermediate_size=40), "shared")
+    both_refuse(
+        copy_with(src, tmp_path / "ling1", architectures=["BailingMoeForCausalLM"]), "Ling 1.0", "Ling 1.0"
+    )
+    both_refuse(copy_with(src, tmp_path / "use_bias", use_bias=True), "use_bias", "use_bias")
+    both_refuse(copy_with(src, tmp_path / "norm_head", norm_head=True), "norm_head", "norm_head")
+    both_refuse(
+        copy_with(src, tmp_path / "shared", moe_shared_expert_intermediate_size=40), "shared", "shared"
+    )
     src = cases["deci"][0]
     blocks = json.loads((Path(src) / "config.json").read_text())["block_configs"]
 
@@ -563,14 +544,15 @@ def test_refusals_and_multipliers_matter(cases: dict[str, Any], tmp_path: Path) 
         out[i][part].update(change)
         return out
 
-    ffn_linear = with_block(0, "ffn", replace_with_linear=True)
-    both_refuse(_copy(src, tmp_path / "ffn-linear", block_configs=ffn_linear), "replace_with_linear")
-    both_refuse(_copy(src, tmp_path / "window", block_configs=with_block(0, "attention", window_length=8)),
-                "window_length")  # fmt: skip
-    both_refuse(_copy(src, tmp_path / "kv-mix", block_configs=with_block(0, "attention", n_heads_in_group=1)),
-                "KV head counts differ")  # fmt: skip
+    for name, part, change, match in (
+        ("ffn-linear", "ffn", {"replace_with_linear": True}, "replace_with_linear"),
+        ("window", "attention", {"window_length": 8}, "window_length"),
+        ("kv-mix", "attention", {"n_heads_in_group": 1}, "KV head counts differ"),
+    ):
+        bad = copy_with(src, tmp_path / name, block_configs=with_block(0, part, **change))
+        both_refuse(bad, match, match)  # fmt: skip
     src = cases["internlm2"][0]
-    bad = _copy(src, tmp_path / "kv", num_key_value_heads=4)  # (wqkv holds 2 groups' K / V)
+    bad = copy_with(src, tmp_path / "kv", num_key_value_heads=4)  # (wqkv holds 2 groups' K / V)
     with pytest.raises(core.ModelError):
         core.load_model(bad)
     with pytest.raises(ValueError):

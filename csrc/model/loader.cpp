@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -3412,6 +3413,15 @@ void sidecar_quantization(const fs::path& dir, JsonValue& cfg) {
   }
 }
 
+// A config's keys under another family's names: each alias's value copied to its name where the
+// config has the alias and not the name (GLM-4.5's variants: glm_variant_keys, bailing_keys).
+void add_aliases(JsonValue& cfg,
+                 std::initializer_list<std::pair<const char*, const char*>> aliases) {
+  for (const auto& [alias, name] : aliases)
+    if (const JsonValue* v = cfg.get(alias); v != nullptr && cfg.get(name) == nullptr)
+      cfg.object.emplace_back(name, *v);
+}
+
 // Ling / Ring 2.0 (bailing_moe, BailingMoeV2ForCausalLM: inclusionAI's Ling-mini-2.0,
 // Ling-flash-2.0) is GLM-4.5's model under Param2-MoE's names: its keys read as GLM's names
 // (num_experts, num_shared_experts, use_qkv_bias, score_function), the partial rotation 0.5 unless
@@ -3433,13 +3443,10 @@ void bailing_keys(JsonValue& cfg) {
       throw ModelError(std::string("Ling 2.0 with ") + key + "=true is not supported");
   if (!json.boolean("moe_router_enable_expert_bias", true))
     throw ModelError("Ling 2.0 with moe_router_enable_expert_bias=false is not supported");
-  for (const auto& [alias, name] :
-       {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
-        {"num_shared_experts", "n_shared_experts"},
-        {"use_qkv_bias", "attention_bias"},
-        {"score_function", "scoring_func"}})
-    if (const JsonValue* v = cfg.get(alias); v != nullptr && cfg.get(name) == nullptr)
-      cfg.object.emplace_back(name, *v);
+  add_aliases(cfg, {{"num_experts", "n_routed_experts"},
+                    {"num_shared_experts", "n_shared_experts"},
+                    {"use_qkv_bias", "attention_bias"},
+                    {"score_function", "scoring_func"}});
   if (cfg.get("partial_rotary_factor") == nullptr)
     cfg.object.emplace_back("partial_rotary_factor", parse_json("0.5"));
   const JsonValue* shared = cfg.get("moe_shared_expert_intermediate_size");
@@ -3478,13 +3485,10 @@ void glm_variant_keys(JsonValue& cfg) {
   }
   if (type->string != "param2moe" && type->string != "sarvam_moe") return;
   const bool param2 = type->string == "param2moe";
-  for (const auto& [alias, name] :
-       {std::pair<const char*, const char*>{"num_experts", "n_routed_experts"},
-        {"num_shared_experts", "n_shared_experts"},
-        {"use_qkv_bias", "attention_bias"},
-        {"num_mtp_layers", "num_nextn_predict_layers"}})
-    if (const JsonValue* v = cfg.get(alias); v != nullptr && cfg.get(name) == nullptr)
-      cfg.object.emplace_back(name, *v);
+  add_aliases(cfg, {{"num_experts", "n_routed_experts"},
+                    {"num_shared_experts", "n_shared_experts"},
+                    {"use_qkv_bias", "attention_bias"},
+                    {"num_mtp_layers", "num_nextn_predict_layers"}});
   for (const auto& [name, text] :
        {std::pair<const char*, const char*>{"partial_rotary_factor", "1.0"},
         {"n_shared_experts", param2 ? "2" : "1"},

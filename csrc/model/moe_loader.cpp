@@ -342,11 +342,10 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
   // (a deepseek2 file with V3's selection bias and no gating key routes by sigmoid, as every such
   // release does: converting a config saved by transformers 5, which keeps no scoring_func, loses
   // it)
-  int first_moe = 0;
-  while (first_moe < c.n_layer && !has("blk." + std::to_string(first_moe) + ".ffn_gate_inp.weight"))
-    ++first_moe;
-  const bool v3_bias =
-      c.arch == "deepseek2" && has("blk." + std::to_string(first_moe) + ".exp_probs_b.bias");
+  for (int i = 0; i < c.n_layer; ++i)
+    if (has("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) m.layers.push_back(i);
+  const bool v3_bias = c.arch == "deepseek2" && !m.layers.empty() &&
+                       has("blk." + std::to_string(m.layers.front()) + ".exp_probs_b.bias");
   const int64_t gating =
       nemotron || minimax
           ? 2
@@ -355,8 +354,6 @@ void read_moe_config_gguf(ModelConfig& c, const GGUFFile& g,
       !(deepseek && gating == 2))
     throw ModelError("expert gating function " + std::to_string(gating) + " in '" + path +
                      "' is not supported (softmax, and sigmoid for deepseek2 and glm4moe)");
-  for (int i = 0; i < c.n_layer; ++i)
-    if (has("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) m.layers.push_back(i);
   if (deepseek) {  // what llama.cpp's converter writes (V2 files: no gating key, softmax)
     m.deepseek = true;
     m.n_ff_shared = static_cast<int>(

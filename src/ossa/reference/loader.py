@@ -1178,6 +1178,16 @@ def _bitnet_config(c: dict[str, Any], path: str) -> bool:
 _GPTQ_METHODS = ("gptq", "awq", "auto-round", "intel/auto-round")
 
 
+def _with_aliases(c: dict[str, Any], aliases: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A copy of config ``c`` with each alias's value under its name where ``c`` has the alias and not the
+    name (twin of loader.cpp's add_aliases)."""
+    out = dict(c)
+    for alias, name in aliases:
+        if alias in c and name not in out:
+            out[name] = c[alias]
+    return out
+
+
 def _bailing_keys(c: dict[str, Any]) -> dict[str, Any]:
     """Ling / Ring 2.0 (bailing_moe, BailingMoeV2ForCausalLM) as GLM-4.5's config (twin of loader.cpp's
     bailing_keys): its keys under GLM's names, the partial rotation 0.5 unless set; Ling 1.0, use_bias,
@@ -1191,11 +1201,9 @@ def _bailing_keys(c: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"Ling 2.0 with {key}=true is not supported")
     if c.get("moe_router_enable_expert_bias") is False:
         raise ValueError("Ling 2.0 with moe_router_enable_expert_bias=false is not supported")
-    out = dict(c)
-    for alias, name in (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
-                        ("use_qkv_bias", "attention_bias"), ("score_function", "scoring_func")):  # fmt: skip
-        if alias in c and name not in out:
-            out[name] = c[alias]
+    aliases = (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
+               ("use_qkv_bias", "attention_bias"), ("score_function", "scoring_func"))  # fmt: skip
+    out = _with_aliases(c, aliases)
     out.setdefault("partial_rotary_factor", 0.5)
     shared = c.get("moe_shared_expert_intermediate_size")
     if shared is not None and shared != (c.get("moe_intermediate_size") or 0) * out.get(
@@ -1219,13 +1227,10 @@ def glm_variant_keys(c: Any) -> Any:
     if not isinstance(c, dict) or c.get("model_type") not in ("param2moe", "sarvam_moe"):
         return c
     param2 = c["model_type"] == "param2moe"
-    out = dict(c)
     aliases = (("num_experts", "n_routed_experts"), ("num_shared_experts", "n_shared_experts"),
                ("use_qkv_bias", "attention_bias"),
                ("num_mtp_layers", "num_nextn_predict_layers"))  # fmt: skip
-    for alias, name in aliases:
-        if alias in c and name not in out:
-            out[name] = c[alias]
+    out = _with_aliases(c, aliases)
     defaults = (("partial_rotary_factor", 1.0), ("n_shared_experts", 2 if param2 else 1),
                 ("routed_scaling_factor", 2.5), ("use_qk_norm", True),
                 ("tie_word_embeddings", param2))  # fmt: skip

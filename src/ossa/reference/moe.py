@@ -153,8 +153,8 @@ def gguf_config(
     minimax = arch == "minimax-m2"  # (MiniMax-M2: V3's routing in one group, sigmoid hard-coded)
     dots1 = arch in ("dots1", "exaone-moe", "afmoe")  # (dots.llm1, K-EXAONE, AFMoE: V3's routing)
     # (a deepseek2 file with V3's selection bias and no gating key: sigmoid, as every such release)
-    first_moe = next((i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors), 0)
-    v3_bias = arch == "deepseek2" and f"blk.{first_moe}.exp_probs_b.bias" in tensors
+    layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
+    v3_bias = arch == "deepseek2" and bool(layers) and f"blk.{layers[0]}.exp_probs_b.bias" in tensors
     gating = (
         2
         if nemotron or minimax
@@ -163,7 +163,6 @@ def gguf_config(
     deepseek = arch in ("deepseek2", "deepseek") or glm or lfm2 or nemotron or minimax or dots1
     if arch not in ("gpt-oss", "llama4") and gating not in (0, 1) and not (deepseek and gating == 2):
         raise ValueError("only softmax expert gating is supported (and sigmoid for deepseek2 and glm4moe)")
-    layers = [i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in tensors]
     if deepseek:  # (V2 files have no gating key: softmax)
         n_ff_expert = md.get(k + "expert_feed_forward_length", n_ff)
         groups = md.get(k + "expert_group_count", 1) or 1
